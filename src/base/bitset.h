@@ -1,0 +1,49 @@
+// DynBitset: a fixed-size bitset chosen at run time, with find-next.
+//
+// The ledger's free-capacity indexes are bitsets over a pool's nodes or GPUs: moving
+// an element between buckets is O(1) and allocation-free, and "lowest id in range"
+// scans 64 ids per instruction, which keeps decisions ordered by id (deterministic).
+// Thread-safety: plain value.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <vector>
+
+namespace gantry {
+
+class DynBitset {
+ public:
+  static constexpr uint32_t kNone = UINT32_MAX;
+
+  DynBitset() = default;
+  explicit DynBitset(uint32_t size) : size_(size), words_((size + 63) / 64, 0) {}
+
+  uint32_t size() const { return size_; }
+  bool test(uint32_t i) const { return (words_[i >> 6] >> (i & 63)) & 1u; }
+  void set(uint32_t i) { words_[i >> 6] |= uint64_t{1} << (i & 63); }
+  void reset(uint32_t i) { words_[i >> 6] &= ~(uint64_t{1} << (i & 63)); }
+  void assign(uint32_t i, bool v) { v ? set(i) : reset(i); }
+
+  // Lowest set index in [from, to), or kNone.
+  uint32_t FindNext(uint32_t from, uint32_t to) const {
+    if (from >= to) return kNone;
+    uint32_t w = from >> 6;
+    uint64_t bits = words_[w] & (~uint64_t{0} << (from & 63));
+    const uint32_t last = (to - 1) >> 6;
+    while (true) {
+      if (bits != 0) {
+        uint32_t i = (w << 6) + static_cast<uint32_t>(std::countr_zero(bits));
+        return i < to ? i : kNone;
+      }
+      if (++w > last) return kNone;
+      bits = words_[w];
+    }
+  }
+
+ private:
+  uint32_t size_ = 0;
+  std::vector<uint64_t> words_;
+};
+
+}  // namespace gantry

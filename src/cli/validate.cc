@@ -1,0 +1,154 @@
+#include "cli/validate.h"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "core/model/feasibility.h"
+#include "spec/config_reader.h"
+#include "spec/job_reader.h"
+
+namespace gantry::cli {
+
+namespace {
+
+enum class Kind { kConfig, kJobYaml, kTrace, kFailures, kUnknown };
+
+bool EndsWith(const std::string& s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::optional<nlohmann::json> FirstRecord(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) return std::nullopt;
+    return j;
+  }
+  return std::nullopt;
+}
+
+Kind KindOf(const std::string& path) {
+  if (EndsWith(path, ".yaml") || EndsWith(path, ".yml")) {
+    try {
+      YAML::Node n = YAML::LoadFile(path);
+      return n.IsMap() && n["pools"] ? Kind::kConfig : Kind::kJobYaml;
+    } catch (const YAML::Exception&) {
+      // The config reader reports the syntax error with its line; guess by name.
+      return path.find("cluster") != std::string::npos ? Kind::kConfig : Kind::kJobYaml;
+    }
+  }
+  if (EndsWith(path, ".jsonl") || EndsWith(path, ".json")) {
+    auto first = FirstRecord(path);
+    return first && first->is_object() && first->contains("down_s") ? Kind::kFailures : Kind::kTrace;
+  }
+  return Kind::kUnknown;
+}
+
+// Without a cluster config, queue names cannot be checked: accept every name the job
+// files use, by building a queue tree of them.
+std::set<std::string> QueueNames(const std::vector<std::string>& files) {
+  std::set<std::string> names{"default"};
+  for (const std::string& f : files) {
+    if (EndsWith(f, ".yaml") || EndsWith(f, ".yml")) {
+      try {
+        YAML::Node n = YAML::LoadFile(f);
+        if (n.IsMap() && n["queue"] && n["queue"].IsScalar()) names.insert(n["queue"].as<std::string>());
+      } catch (const YAML::Exception&) {
+      }
+      continue;
+    }
+    std::ifstream in(f);
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("queue") && j["queue"].is_string()) {
+        names.insert(j["queue"].get<std::string>());
+      }
+    }
+  }
+  return names;
+}
+
+std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& files) {
+  auto cluster = core::Cluster::Build("none", core::Catalog::BuiltIn(), {});
+  std::vector<core::QueueSpec> queues;
+  for (const std::string& name : QueueNames(files)) queues.push_back(core::QueueSpec{name, "", 0, -1, 1});
+  auto tree = core::QueueTree::Build(std::move(queues));
+  if (!cluster || !tree) return std::nullopt;
+  return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}};
+}
+
+}  // namespace
+
+int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
+  spec::Diagnostics diags;
+  std::optional<spec::ClusterConfig> config;
+  std::vector<std::pair<std::string, Kind>> rest;
+  for (const std::string& f : files) {
+    if (!std::ifstream(f)) {
+      diags.Add(f, 0, "", "cannot open the file");
+      continue;
+    }
+    Kind kind = KindOf(f);
+    if (kind == Kind::kConfig) {
+      auto c = spec::ReadClusterConfig(f, diags);
+      if (c && !config) config = std::move(c);
+      if (c) out << fmt::format("{}: cluster config, {} nodes, {} GPUs, {} queues\n", f,
+                                c->cluster.nodes().size(), c->cluster.gpu_count(), c->queues.size());
+    } else if (kind == Kind::kUnknown) {
+      diags.Add(f, 0, "", "unknown kind of file (expected .yaml, .yml, .jsonl or .json)");
+    } else {
+      rest.emplace_back(f, kind);
+    }
+  }
+  std::optional<spec::ClusterConfig> fallback;
+  if (!config && !rest.empty()) fallback = Fallback(files);
+  const spec::ClusterConfig* against = config ? &*config : fallback ? &*fallback : nullptr;
+  for (const auto& [f, kind] : rest) {
+    if (!against) break;
+    const size_t before = diags.size();
+    if (kind == Kind::kJobYaml) {
+      if (auto job = spec::ReadJobYaml(f, *against, diags); job && config) {
+        if (auto why = core::WhyInfeasible(*job, config->cluster)) {
+          diags.Add(f, 0, "", "no GPU of the cluster could ever hold this job: " + *why);
+        }
+      }
+    } else if (kind == Kind::kFailures) {
+      if (config) {
+        (void)spec::ReadFailures(f, config->cluster, diags);
+      } else {
+        diags.Add(f, 0, "", "a failures file needs the cluster config in the same call");
+      }
+    } else {
+      spec::TraceReader reader(f, *against);
+      core::TraceJob job;
+      size_t jobs = 0, impossible = 0;
+      while (reader.Next(job, diags)) {
+        ++jobs;
+        if (config && core::WhyInfeasible(job.spec, config->cluster)) ++impossible;
+      }
+      if (diags.size() == before) {
+        out << fmt::format("{}: trace, {} jobs", f, jobs);
+        if (impossible) out << fmt::format(" ({} no GPU of the cluster could hold: the simulator rejects them)", impossible);
+        out << "\n";
+      }
+      continue;
+    }
+    if (diags.size() == before) out << f << ": ok\n";
+  }
+  if (!diags.empty()) {
+    err << diags.ToString();
+    err << fmt::format("{} problem{} found\n", diags.size(), diags.size() == 1 ? "" : "s");
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace gantry::cli

@@ -1,0 +1,263 @@
+#include "core/ledger.h"
+
+#include <bit>
+#include <cassert>
+
+namespace gantry::core {
+
+namespace {
+uint8_t SliceMask(int start, int count) {
+  return static_cast<uint8_t>(((1u << count) - 1u) << start);
+}
+}  // namespace
+
+Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
+  gpus_.resize(cluster.gpu_count());
+  nodes_.resize(cluster.nodes().size());
+  domain_base_.resize(cluster.nodes().size());
+  leaf_free_.assign(cluster.leaves().size(), 0);
+  const auto& pools = cluster.pools();
+  buckets_.resize(pools.size());
+  mig_fit_.resize(pools.size());
+  shared_.resize(pools.size());
+  pool_first_gpu_.resize(pools.size());
+  for (size_t p = 0; p < pools.size(); ++p) {
+    const PoolSpec& spec = pools[p].spec;
+    const auto node_count = static_cast<uint32_t>(spec.count);
+    const auto gpu_count = static_cast<uint32_t>(spec.count * spec.gpus);
+    pool_first_gpu_[p] = spec.count > 0 ? cluster.node(pools[p].first_node).first_gpu.v : 0;
+    buckets_[p].assign(static_cast<size_t>(spec.gpus) + 1, DynBitset(node_count));
+    size_t profiles = spec.model.valid() ? cluster.catalog().model(spec.model).mig_profiles.size() : 0;
+    mig_fit_[p].assign(profiles, DynBitset(gpu_count));
+    shared_[p].assign(2, DynBitset(gpu_count));
+  }
+  uint32_t domains = 0;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = cluster.nodes()[i];
+    nodes_[i].free_whole = n.gpus;
+    nodes_[i].free_cpus_milli = n.cpus_milli;
+    nodes_[i].free_memory_bytes = n.memory_bytes;
+    domain_base_[i] = domains;
+    int domain_count = n.gpus_per_domain > 0 ? n.gpus / n.gpus_per_domain : 0;
+    for (int d = 0; d < domain_count; ++d) domain_free_.push_back(n.gpus_per_domain);
+    domains += static_cast<uint32_t>(domain_count);
+    leaf_free_[n.leaf.v] += n.gpus;
+    up_units_ += GpuUnits{n.gpus} * kGpuUnits;
+    Index(NodeId(static_cast<uint32_t>(i)));
+  }
+}
+
+uint32_t Ledger::PoolLocalNode(NodeId n) const {
+  return n.v - cluster_->pool(cluster_->node(n).pool).first_node.v;
+}
+
+uint32_t Ledger::PoolLocalGpu(GpuId g) const {
+  return g.v - pool_first_gpu_[cluster_->node(cluster_->gpu_node(g)).pool.v];
+}
+
+int Ledger::MigStart(GpuId g, int profile) const {
+  const GpuState& s = gpus_[g.v];
+  if (s.mode != GpuMode::kFree && s.mode != GpuMode::kMig) return -1;
+  const Node& n = cluster_->node(cluster_->gpu_node(g));
+  const MigProfile& p = cluster_->catalog().model(n.model).mig_profiles[profile];
+  if (s.mig_compute + p.compute_slices > kMigComputeSlices) return -1;
+  for (int start : p.starts) {
+    if ((s.mig_memory & SliceMask(start, p.memory_slices)) == 0) return start;
+  }
+  return -1;
+}
+
+bool Ledger::Fits(const WorkerAlloc& w) const {
+  const NodeState& ns = nodes_[w.node.v];
+  if (!ns.up || ns.free_cpus_milli < w.cpus_milli || ns.free_memory_bytes < w.memory_bytes) {
+    return false;
+  }
+  const Node& n = cluster_->node(w.node);
+  switch (w.sharing) {
+    case Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        int local = std::countr_zero(m);
+        if (local >= n.gpus || gpus_[gpu_id(w.node, local).v].mode != GpuMode::kFree) return false;
+      }
+      return true;
+    case Sharing::kMig: {
+      if (w.gpu < 0 || w.gpu >= n.gpus || !n.model.valid()) return false;
+      const GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
+      const auto& profiles = cluster_->catalog().model(n.model).mig_profiles;
+      if (w.mig_profile < 0 || static_cast<size_t>(w.mig_profile) >= profiles.size()) return false;
+      const MigProfile& p = profiles[w.mig_profile];
+      if (s.mode != GpuMode::kFree && s.mode != GpuMode::kMig) return false;
+      bool start_ok = false;
+      for (int start : p.starts) start_ok |= start == w.mig_start;
+      return start_ok && s.mig_compute + p.compute_slices <= kMigComputeSlices &&
+             (s.mig_memory & SliceMask(w.mig_start, p.memory_slices)) == 0;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: {
+      if (w.gpu < 0 || w.gpu >= n.gpus) return false;
+      const GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
+      if (s.mode == GpuMode::kFree) return w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
+      return s.mode == GpuMode::kShared && s.share_mode == w.sharing &&
+             s.share_used + w.share_milli <= kShareScale &&
+             s.vram_used + w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
+    }
+  }
+  return false;
+}
+
+GpuUnits Ledger::GpuUnitsHeld(const WorkerAlloc& w) const {
+  switch (w.sharing) {
+    case Sharing::kExclusive: return GpuUnits{std::popcount(w.gpu_mask)} * kGpuUnits;
+    case Sharing::kMig: {
+      const Node& n = cluster_->node(w.node);
+      return GpuUnits{cluster_->catalog().model(n.model).mig_profiles[w.mig_profile].compute_slices} *
+             kUnitsPerMigSlice;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: return GpuUnits{w.share_milli} * kUnitsPerShareMilli;
+  }
+  return 0;
+}
+
+void Ledger::Allocate(const WorkerAlloc& w) {
+  assert(Fits(w));
+  NodeState& ns = nodes_[w.node.v];
+  const Node& n = cluster_->node(w.node);
+  Unindex(w.node);
+  auto take_whole = [&](int local) {
+    --ns.free_whole;
+    --domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
+    --leaf_free_[n.leaf.v];
+  };
+  switch (w.sharing) {
+    case Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        int local = std::countr_zero(m);
+        gpus_[gpu_id(w.node, local).v].mode = GpuMode::kWhole;
+        take_whole(local);
+      }
+      break;
+    case Sharing::kMig: {
+      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
+      const MigProfile& p = cluster_->catalog().model(n.model).mig_profiles[w.mig_profile];
+      if (s.mode == GpuMode::kFree) {
+        s.mode = GpuMode::kMig;
+        take_whole(w.gpu);
+      }
+      s.mig_memory |= SliceMask(w.mig_start, p.memory_slices);
+      s.mig_compute = static_cast<uint8_t>(s.mig_compute + p.compute_slices);
+      ++s.holders;
+      break;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: {
+      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
+      if (s.mode == GpuMode::kFree) {
+        s.mode = GpuMode::kShared;
+        s.share_mode = w.sharing;
+        take_whole(w.gpu);
+      }
+      s.share_used = static_cast<int16_t>(s.share_used + w.share_milli);
+      s.vram_used += w.vram_bytes;
+      ++s.holders;
+      break;
+    }
+  }
+  ns.free_cpus_milli -= w.cpus_milli;
+  ns.free_memory_bytes -= w.memory_bytes;
+  used_units_ += GpuUnitsHeld(w);
+  Index(w.node);
+}
+
+void Ledger::Release(const WorkerAlloc& w) {
+  NodeState& ns = nodes_[w.node.v];
+  const Node& n = cluster_->node(w.node);
+  Unindex(w.node);
+  auto give_whole = [&](int local) {
+    ++ns.free_whole;
+    ++domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
+    ++leaf_free_[n.leaf.v];
+  };
+  switch (w.sharing) {
+    case Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        int local = std::countr_zero(m);
+        GpuState& s = gpus_[gpu_id(w.node, local).v];
+        assert(s.mode == GpuMode::kWhole);
+        s.mode = GpuMode::kFree;
+        give_whole(local);
+      }
+      break;
+    case Sharing::kMig: {
+      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
+      const MigProfile& p = cluster_->catalog().model(n.model).mig_profiles[w.mig_profile];
+      assert(s.mode == GpuMode::kMig && s.holders > 0);
+      s.mig_memory = static_cast<uint8_t>(s.mig_memory & ~SliceMask(w.mig_start, p.memory_slices));
+      s.mig_compute = static_cast<uint8_t>(s.mig_compute - p.compute_slices);
+      if (--s.holders == 0) {
+        s = GpuState{};
+        give_whole(w.gpu);
+      }
+      break;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: {
+      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
+      assert(s.mode == GpuMode::kShared && s.holders > 0);
+      s.share_used = static_cast<int16_t>(s.share_used - w.share_milli);
+      s.vram_used -= w.vram_bytes;
+      if (--s.holders == 0) {
+        s = GpuState{};
+        give_whole(w.gpu);
+      }
+      break;
+    }
+  }
+  ns.free_cpus_milli += w.cpus_milli;
+  ns.free_memory_bytes += w.memory_bytes;
+  used_units_ -= GpuUnitsHeld(w);
+  Index(w.node);
+}
+
+void Ledger::SetUp(NodeId n, bool up) {
+  if (nodes_[n.v].up == up) return;
+  const GpuUnits units = GpuUnits{cluster_->node(n).gpus} * kGpuUnits;
+  if (up) {
+    nodes_[n.v].up = true;
+    up_units_ += units;
+    Index(n);
+  } else {
+    Unindex(n);
+    nodes_[n.v].up = false;
+    up_units_ -= units;
+  }
+}
+
+void Ledger::Unindex(NodeId n) {
+  if (!nodes_[n.v].up) return;
+  const Node& node = cluster_->node(n);
+  buckets_[node.pool.v][nodes_[n.v].free_whole].reset(PoolLocalNode(n));
+  for (int i = 0; i < node.gpus; ++i) IndexGpu(gpu_id(n, i), false);
+}
+
+void Ledger::Index(NodeId n) {
+  if (!nodes_[n.v].up) return;
+  const Node& node = cluster_->node(n);
+  buckets_[node.pool.v][nodes_[n.v].free_whole].set(PoolLocalNode(n));
+  for (int i = 0; i < node.gpus; ++i) IndexGpu(gpu_id(n, i), true);
+}
+
+void Ledger::IndexGpu(GpuId g, bool on) {
+  const GpuState& s = gpus_[g.v];
+  const PoolId pool = cluster_->node(cluster_->gpu_node(g)).pool;
+  const uint32_t local = PoolLocalGpu(g);
+  auto& fits = mig_fit_[pool.v];
+  for (size_t p = 0; p < fits.size(); ++p) {
+    fits[p].assign(local, on && s.mode == GpuMode::kMig && MigStart(g, static_cast<int>(p)) >= 0);
+  }
+  const bool has_room = on && s.mode == GpuMode::kShared && s.share_used < kShareScale;
+  shared_[pool.v][0].assign(local, has_room && s.share_mode == Sharing::kMps);
+  shared_[pool.v][1].assign(local, has_room && s.share_mode == Sharing::kTimeslice);
+}
+
+}  // namespace gantry::core

@@ -1,0 +1,118 @@
+// Ledger: who holds what, per GPU and per node, with indexes of free capacity.
+//
+// Every change goes through Allocate/Release (and SetUp for node failures), which keep
+// the indexes exact:
+//   - per pool and per k: the up nodes with exactly k free whole GPUs (bitset over the
+//     pool's nodes), so "a node with at least g free GPUs" is a few word scans;
+//   - per pool and MIG profile: the MIG-mode GPUs where that profile still fits;
+//   - per pool and sharing mode: the shared GPUs with share left;
+//   - per leaf and per pool: free whole GPUs.
+// Invariants (checked by tests and by the independent event-log checker): a GPU is free,
+// held whole by one worker, split into non-overlapping MIG instances with at most 7
+// compute slices, or shared by MPS or time-slice workers whose shares add up to at most
+// 1000 thousandths and whose VRAM fits; node CPUs and memory never go negative.
+// Allocate's precondition is that the worker fits (Fits); violating it is a bug and
+// asserts. Thread-safety: none; owned by one scheduler.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "base/bitset.h"
+#include "core/model/cluster.h"
+#include "core/model/types.h"
+
+namespace gantry::core {
+
+// What one worker holds.
+struct WorkerAlloc {
+  NodeId node;
+  Sharing sharing = Sharing::kExclusive;
+  uint64_t gpu_mask = 0;     // kExclusive: bit i = local GPU i held whole
+  int8_t gpu = -1;           // kMig, kMps, kTimeslice: local GPU index
+  int8_t mig_profile = -1;   // kMig: profile index in the node's model
+  int8_t mig_start = -1;     // kMig: first memory slice
+  int16_t share_milli = 0;   // kMps, kTimeslice
+  int64_t vram_bytes = 0;    // kMps, kTimeslice: VRAM taken on the shared GPU
+  int64_t cpus_milli = 0;
+  int64_t memory_bytes = 0;
+};
+using Allocation = std::vector<WorkerAlloc>;
+
+enum class GpuMode : uint8_t { kFree, kWhole, kMig, kShared };
+
+struct GpuState {
+  GpuMode mode = GpuMode::kFree;
+  Sharing share_mode = Sharing::kMps;  // when kShared
+  uint8_t mig_memory = 0;              // occupied memory slices (bit per slice)
+  uint8_t mig_compute = 0;             // compute slices in use
+  uint16_t holders = 0;                // MIG instances or shares on this GPU
+  int16_t share_used = 0;              // thousandths
+  int64_t vram_used = 0;               // shared VRAM
+};
+
+struct NodeState {
+  bool up = true;
+  int free_whole = 0;
+  int64_t free_cpus_milli = 0;
+  int64_t free_memory_bytes = 0;
+};
+
+class Ledger {
+ public:
+  explicit Ledger(const Cluster& cluster);
+
+  const Cluster& cluster() const { return *cluster_; }
+  const GpuState& gpu(GpuId g) const { return gpus_[g.v]; }
+  const NodeState& node(NodeId n) const { return nodes_[n.v]; }
+  GpuId gpu_id(NodeId n, int local) const {
+    return GpuId(cluster_->node(n).first_gpu.v + static_cast<uint32_t>(local));
+  }
+  int domain_free(NodeId n, int domain) const { return domain_free_[domain_base_[n.v] + domain]; }
+  int leaf_free(LeafId l) const { return leaf_free_[l.v]; }
+
+  // Whole-GPU index: up nodes of `pool` with exactly k free whole GPUs (pool-local bits).
+  const DynBitset& nodes_with_free(PoolId pool, int k) const { return buckets_[pool.v][k]; }
+  // MIG-mode GPUs of up nodes of `pool` where `profile` fits (pool-local GPU bits).
+  const DynBitset& mig_fit(PoolId pool, int profile) const { return mig_fit_[pool.v][profile]; }
+  // Shared GPUs of up nodes of `pool` in `mode` with share left (pool-local GPU bits).
+  const DynBitset& shared(PoolId pool, Sharing mode) const {
+    return shared_[pool.v][mode == Sharing::kMps ? 0 : 1];
+  }
+
+  // First memory slice where `profile` fits on GPU g, or -1. O(placements).
+  int MigStart(GpuId g, int profile) const;
+  bool Fits(const WorkerAlloc& w) const;
+
+  void Allocate(const WorkerAlloc& w);
+  void Release(const WorkerAlloc& w);
+  // A down node leaves every index (its holdings stay until released).
+  void SetUp(NodeId n, bool up);
+
+  // GPU units held now, and GPU units of capacity on up nodes.
+  GpuUnits used_units() const { return used_units_; }
+  GpuUnits up_units() const { return up_units_; }
+
+ private:
+  void Unindex(NodeId n);
+  void Index(NodeId n);
+  void IndexGpu(GpuId g, bool on);
+  uint32_t PoolLocalNode(NodeId n) const;
+  uint32_t PoolLocalGpu(GpuId g) const;
+  GpuUnits GpuUnitsHeld(const WorkerAlloc& w) const;
+
+  const Cluster* cluster_;
+  std::vector<GpuState> gpus_;
+  std::vector<NodeState> nodes_;
+  std::vector<uint32_t> domain_base_;
+  std::vector<int> domain_free_;
+  std::vector<int> leaf_free_;
+  std::vector<uint32_t> pool_first_gpu_;
+  std::vector<std::vector<DynBitset>> buckets_;   // [pool][k]
+  std::vector<std::vector<DynBitset>> mig_fit_;   // [pool][profile]
+  std::vector<std::vector<DynBitset>> shared_;    // [pool][mps, timeslice]
+  GpuUnits used_units_ = 0;
+  GpuUnits up_units_ = 0;
+};
+
+}  // namespace gantry::core

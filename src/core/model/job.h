@@ -1,0 +1,70 @@
+// JobSpec: what a job asks for, checked and resolved against a cluster.
+//
+// A job is a gang of `replicas` identical workers that start together or not at all.
+// Each worker takes either `gpus` whole GPUs (0 = CPU-only), one MIG instance
+// (`mig_profile` resolved per model in `mig_index`), or a fractional share
+// (`share_milli` thousandths of one GPU, with Sharing kMps or kTimeslice).
+// Specs reach the core only through the boundary readers, which have checked every
+// field; the core trusts them.
+// Thread-safety: plain values.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/model/catalog.h"
+#include "core/model/types.h"
+
+namespace gantry::core {
+
+// Daily window in minutes of the day (UTC). end < start wraps past midnight.
+struct Window {
+  int start_min = 0;
+  int end_min = 0;
+  bool Contains(Ticks now) const;
+  // Earliest time >= now inside the window.
+  Ticks NextOpen(Ticks now) const;
+};
+
+struct JobSpec {
+  std::string id;
+  QueueId queue;
+  Tier tier = Tier::kStandard;
+  int replicas = 1;
+  Sharing sharing = Sharing::kExclusive;
+  int gpus = 0;                // whole GPUs per worker (Sharing::kExclusive)
+  int share_milli = 0;         // per worker (kMps, kTimeslice): 1..999
+  std::string mig_profile;     // per worker (kMig)
+  std::vector<int8_t> mig_index;  // by ModelId: profile index in that model, -1 = lacks it
+  ModelMask models = 0;        // acceptable models; all models when the spec names none
+  int64_t vram_bytes = 0;      // per worker, on each of its GPUs
+  int64_t cpus_milli = 0;      // per worker
+  int64_t memory_bytes = 0;    // per worker
+  Topology topology = Topology::kSpine;
+  Ticks checkpoint = 0;        // 0 = never
+  Ticks grace = 0;
+  std::optional<Window> window;
+  std::optional<Ticks> runtime_estimate;
+  // Server mode only: what the agent runs.
+  std::vector<std::string> command;
+  std::vector<std::pair<std::string, std::string>> env;
+  std::string workdir;
+
+  bool uses_gpu() const { return sharing != Sharing::kExclusive || gpus > 0; }
+  // GPU units one worker holds on `model` (whole: gpus*kGpuUnits; MIG: slices*1000;
+  // share: share_milli*7). MIG needs the model to know the profile's compute slices.
+  GpuUnits WorkerUnits(const Catalog& catalog, ModelId model) const;
+};
+
+// A trace line: the spec plus what only running reveals.
+struct TraceJob {
+  JobSpec spec;
+  Ticks submit = 0;
+  Ticks duration = 0;
+  std::optional<Ticks> idle_after;  // run time after which the job stops using its GPUs
+  int line = 0;                     // 1-based line in the trace file
+};
+
+}  // namespace gantry::core

@@ -1,0 +1,165 @@
+// QueueTree::Build: checks the queue specs and links the forest (see queue.h).
+
+#include "core/model/queue.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace gantry::core {
+namespace {
+
+// GPU units as GPUs for messages: whole numbers plainly, fractions to thousandths.
+std::string Gpus(GpuUnits units) {
+  const bool negative = units < 0;
+  const int64_t mag = negative ? -units : units;
+  const int64_t milli = (mag * 1000 + kGpuUnits / 2) / kGpuUnits;
+  std::string out = (negative ? "-" : "") + std::to_string(milli / 1000);
+  if (int64_t frac = milli % 1000; frac != 0) {
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 3 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    out += "." + digits;
+  }
+  return out;
+}
+
+std::string Number(double x) {
+  std::string s = std::to_string(x);
+  if (s.find('.') != std::string::npos) {
+    while (s.back() == '0') s.pop_back();
+    if (s.back() == '.') s.pop_back();
+  }
+  return s;
+}
+
+std::string QueuePath(const QueueSpec& q, size_t index) {
+  return "queues[" + (q.name.empty() ? std::to_string(index) : q.name) + "]";
+}
+
+}  // namespace
+
+std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
+  std::vector<Error> errors;
+  std::unordered_map<std::string, size_t> index;  // name -> first spec with it
+  std::vector<bool> duplicate(specs.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const QueueSpec& q = specs[i];
+    const std::string path = QueuePath(q, i);
+    auto add = [&](const char* field, std::string message) {
+      errors.push_back(Error{path + "." + field, std::move(message)});
+    };
+    if (q.name.empty()) {
+      add("name", "must not be empty");
+    } else if (!index.emplace(q.name, i).second) {
+      duplicate[i] = true;
+      add("name", "duplicate queue name \"" + q.name + "\"");
+    }
+    if (q.guaranteed < 0) add("guaranteed_gpus", "must be at least 0, got " + Gpus(q.guaranteed));
+    if (q.burst < -1) {
+      add("burst_gpus", "must be at least 0, got " + Gpus(q.burst));
+    } else if (q.burst >= 0 && q.burst < q.guaranteed) {
+      add("burst_gpus", Gpus(q.burst) + " is below guaranteed_gpus " + Gpus(q.guaranteed));
+    }
+    if (!(q.weight > 0) || !std::isfinite(q.weight)) {
+      add("weight", "must be above 0, got " + Number(q.weight));
+    }
+  }
+  // Parents: unknown names first, then cycles along the known links.
+  const size_t n = specs.size();
+  constexpr size_t kNone = SIZE_MAX;
+  std::vector<size_t> parent(n, kNone);
+  for (size_t i = 0; i < n; ++i) {
+    if (specs[i].parent.empty() || duplicate[i] || specs[i].name.empty()) continue;
+    auto it = index.find(specs[i].parent);
+    if (it == index.end()) {
+      errors.push_back(Error{QueuePath(specs[i], i) + ".parent",
+                             "unknown parent queue \"" + specs[i].parent + "\""});
+    } else {
+      parent[i] = it->second;
+    }
+  }
+  // 0 = unvisited, 1 = on the current walk, 2 = known to reach a root (or a reported cycle).
+  std::vector<uint8_t> state(n, 0);
+  std::vector<size_t> walk;
+  for (size_t start = 0; start < n; ++start) {
+    walk.clear();
+    size_t at = start;
+    while (at != kNone && state[at] == 0) {
+      state[at] = 1;
+      walk.push_back(at);
+      at = parent[at];
+    }
+    if (at != kNone && state[at] == 1) {
+      // The walk closed on itself: the cycle is the tail of the walk from `at`.
+      auto from = std::find(walk.begin(), walk.end(), at);
+      std::vector<size_t> cycle(from, walk.end());
+      std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
+      std::string text;
+      for (size_t q : cycle) text += specs[q].name + " -> ";
+      text += specs[cycle.front()].name;
+      errors.push_back(Error{QueuePath(specs[cycle.front()], cycle.front()) + ".parent",
+                             "queue parents form a cycle: " + text});
+    }
+    for (size_t q : walk) state[q] = 2;
+  }
+  // Children's guarantees must fit in their parent's (the parent's guarantee is what
+  // backs theirs). Summed in spec order so the message lists children deterministically.
+  std::vector<GpuUnits> child_sum(n, 0);
+  std::vector<std::vector<size_t>> children(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (parent[i] == kNone || parent[i] == i) continue;
+    child_sum[parent[i]] += std::max<GpuUnits>(specs[i].guaranteed, 0);
+    children[parent[i]].push_back(i);
+  }
+  for (size_t p = 0; p < n; ++p) {
+    if (children[p].empty() || child_sum[p] <= specs[p].guaranteed) continue;
+    std::string parts;
+    for (size_t c : children[p]) {
+      if (!parts.empty()) parts += ", ";
+      parts += specs[c].name + " " + Gpus(specs[c].guaranteed);
+    }
+    errors.push_back(Error{QueuePath(specs[p], p) + ".guaranteed_gpus",
+                           "children's guarantees add up to " + Gpus(child_sum[p]) + " (" + parts +
+                               "), above this queue's " + Gpus(specs[p].guaranteed)});
+  }
+  return errors;
+}
+
+Result<QueueTree> QueueTree::Build(std::vector<QueueSpec> specs) {
+  if (specs.empty()) {
+    QueueSpec d;
+    d.name = "default";
+    specs.push_back(std::move(d));
+  }
+  if (std::vector<Error> errors = Check(specs); !errors.empty()) return std::move(errors.front());
+  QueueTree tree;
+  tree.queues_.reserve(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    tree.by_name_.emplace(specs[i].name, QueueId(static_cast<uint32_t>(i)));
+    tree.queues_.push_back(Queue{std::move(specs[i]), QueueId(), {}, {}});
+  }
+  for (size_t i = 0; i < tree.queues_.size(); ++i) {
+    Queue& q = tree.queues_[i];
+    if (q.spec.parent.empty()) continue;
+    q.parent = tree.by_name_.find(q.spec.parent)->second;  // Check() found every parent
+    tree.queues_[q.parent.v].children.push_back(QueueId(static_cast<uint32_t>(i)));
+  }
+  for (size_t i = 0; i < tree.queues_.size(); ++i) {
+    std::vector<QueueId>& chain = tree.queues_[i].self_and_ancestors;
+    for (QueueId at(static_cast<uint32_t>(i)); at.valid(); at = tree.queues_[at.v].parent) {
+      chain.push_back(at);
+    }
+  }
+  return tree;
+}
+
+std::optional<QueueId> QueueTree::Find(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace gantry::core

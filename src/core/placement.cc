@@ -1,0 +1,334 @@
+#include "core/placement.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace gantry::core {
+
+namespace {
+bool IsWhole(const JobSpec& job) { return job.sharing == Sharing::kExclusive && job.gpus > 0; }
+
+// A single worker needs no gang domain, except NVLink for its own GPUs.
+Topology Effective(const JobSpec& job) {
+  if (job.replicas > 1) return job.topology;
+  if (job.topology == Topology::kNvlink && IsWhole(job) && job.gpus > 1) return Topology::kNvlink;
+  return Topology::kSpine;
+}
+}  // namespace
+
+std::string Placer::Describe(const JobSpec& job, const Catalog& catalog) {
+  std::string s = std::to_string(job.replicas) + " x ";
+  switch (job.sharing) {
+    case Sharing::kExclusive:
+      s += job.gpus == 0 ? std::string("CPU-only worker") : std::to_string(job.gpus) + " GPU(s)";
+      break;
+    case Sharing::kMig: s += "MIG " + job.mig_profile; break;
+    case Sharing::kMps:
+    case Sharing::kTimeslice:
+      s += std::to_string(job.share_milli / 1000.0).substr(0, 5) + " GPU " +
+           std::string(Name(job.sharing)) + " share";
+      break;
+  }
+  if (job.uses_gpu()) {
+    int named = std::popcount(job.models);
+    if (named < static_cast<int>(catalog.size())) {
+      s += " of ";
+      bool first = true;
+      for (size_t m = 0; m < catalog.size(); ++m) {
+        if (!(job.models >> m & 1u)) continue;
+        s += (first ? "" : "|") + catalog.model(ModelId(static_cast<uint32_t>(m))).name;
+        first = false;
+      }
+    }
+  }
+  if (job.replicas > 1 || job.topology == Topology::kNvlink) {
+    s += std::string(" in one ") + std::string(Name(job.topology));
+  }
+  return s;
+}
+
+bool Placer::PoolAccepts(const JobSpec& job, PoolId pool) const {
+  const PoolSpec& p = ledger_.cluster().pool(pool).spec;
+  if (p.count == 0) return false;
+  if (p.spot && job.tier == Tier::kCritical) return false;
+  if (!job.uses_gpu()) return true;
+  if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;
+  if (!(p.sharing & Bit(job.sharing))) return false;
+  const GpuModel& model = ledger_.cluster().catalog().model(p.model);
+  if (job.sharing == Sharing::kMig) {
+    int idx = job.mig_index[p.model.v];
+    return idx >= 0 && model.mig_profiles[idx].memory_bytes >= job.vram_bytes;
+  }
+  if (IsWhole(job) && job.gpus > p.gpus) return false;
+  return model.memory_bytes >= job.vram_bytes;
+}
+
+bool Placer::NodeHasRoom(const JobSpec& job, NodeId n) const {
+  const NodeState& s = ledger_.node(n);
+  return s.up && s.free_cpus_milli >= job.cpus_milli && s.free_memory_bytes >= job.memory_bytes;
+}
+
+NodeId Placer::FindNode(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,
+                        int min_free) {
+  const Pool& p = ledger_.cluster().pool(pool);
+  const int max_k = p.spec.gpus;
+  auto usable = [&](uint32_t local) {
+    NodeId n(p.first_node.v + local);
+    if (!NodeHasRoom(job, n)) return false;
+    return scope.domain < 0 || ledger_.domain_free(n, scope.domain) >= min_free;
+  };
+  if (fit == Fit::kBest) {  // fullest node that fits: smallest k first
+    for (int k = min_free; k <= max_k; ++k) {
+      const DynBitset& b = ledger_.nodes_with_free(pool, k);
+      for (uint32_t i = b.FindNext(scope.lo, scope.hi); i != DynBitset::kNone;
+           i = b.FindNext(i + 1, scope.hi)) {
+        if (usable(i)) return NodeId(p.first_node.v + i);
+      }
+    }
+    return NodeId();
+  }
+  uint32_t best = DynBitset::kNone;  // lowest id over all buckets
+  for (int k = min_free; k <= max_k; ++k) {
+    const DynBitset& b = ledger_.nodes_with_free(pool, k);
+    const uint32_t hi = std::min(scope.hi, best);
+    for (uint32_t i = b.FindNext(scope.lo, hi); i != DynBitset::kNone; i = b.FindNext(i + 1, hi)) {
+      if (usable(i)) {
+        best = i;
+        break;
+      }
+    }
+  }
+  return best == DynBitset::kNone ? NodeId() : NodeId(p.first_node.v + best);
+}
+
+int Placer::FreeGpuInScope(NodeId n, const Scope& scope) const {
+  const Node& node = ledger_.cluster().node(n);
+  for (int i = 0; i < node.gpus; ++i) {
+    if (scope.domain >= 0 && i / node.gpus_per_domain != scope.domain) continue;
+    if (ledger_.gpu(ledger_.gpu_id(n, i)).mode == GpuMode::kFree) return i;
+  }
+  return -1;
+}
+
+bool Placer::PlaceWhole(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,
+                        WorkerAlloc& w) {
+  NodeId n = FindNode(job, fit, pool, scope, job.gpus);
+  if (!n.valid()) return false;
+  const Node& node = ledger_.cluster().node(n);
+  // Keep a worker inside one NVLink domain when one has room: the fullest such domain.
+  int domain = scope.domain;
+  if (domain < 0) {
+    int best_free = INT32_MAX;
+    for (int d = 0; d < node.gpus / node.gpus_per_domain; ++d) {
+      int f = ledger_.domain_free(n, d);
+      if (f >= job.gpus && f < best_free) {
+        best_free = f;
+        domain = d;
+      }
+    }
+  }
+  uint64_t mask = 0;
+  int taken = 0;
+  for (int i = 0; i < node.gpus && taken < job.gpus; ++i) {
+    if (domain >= 0 && i / node.gpus_per_domain != domain) continue;
+    if (ledger_.gpu(ledger_.gpu_id(n, i)).mode != GpuMode::kFree) continue;
+    mask |= uint64_t{1} << i;
+    ++taken;
+  }
+  if (taken < job.gpus) return false;
+  w.node = n;
+  w.gpu_mask = mask;
+  return true;
+}
+
+bool Placer::PlaceMig(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,
+                      WorkerAlloc& w) {
+  const Pool& p = ledger_.cluster().pool(pool);
+  const int profile = job.mig_index[p.spec.model.v];
+  const auto gpn = static_cast<uint32_t>(p.spec.gpus);
+  const DynBitset& fits = ledger_.mig_fit(pool, profile);
+  // GPUs already split come first, so whole GPUs stay whole.
+  for (uint32_t i = fits.FindNext(scope.lo * gpn, scope.hi * gpn); i != DynBitset::kNone;
+       i = fits.FindNext(i + 1, scope.hi * gpn)) {
+    NodeId n(p.first_node.v + i / gpn);
+    int local = static_cast<int>(i % gpn);
+    if (scope.domain >= 0 && local / ledger_.cluster().node(n).gpus_per_domain != scope.domain) {
+      continue;
+    }
+    if (!NodeHasRoom(job, n)) continue;
+    w.node = n;
+    w.gpu = static_cast<int8_t>(local);
+    w.mig_start = static_cast<int8_t>(ledger_.MigStart(ledger_.gpu_id(n, local), profile));
+    w.mig_profile = static_cast<int8_t>(profile);
+    return true;
+  }
+  NodeId n = FindNode(job, fit, pool, scope, 1);
+  if (!n.valid()) return false;
+  int local = FreeGpuInScope(n, scope);
+  if (local < 0) return false;
+  w.node = n;
+  w.gpu = static_cast<int8_t>(local);
+  w.mig_start = static_cast<int8_t>(ledger_.MigStart(ledger_.gpu_id(n, local), profile));
+  w.mig_profile = static_cast<int8_t>(profile);
+  return true;
+}
+
+bool Placer::PlaceShared(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,
+                         WorkerAlloc& w) {
+  const Pool& p = ledger_.cluster().pool(pool);
+  const auto gpn = static_cast<uint32_t>(p.spec.gpus);
+  const int64_t memory = ledger_.cluster().catalog().model(p.spec.model).memory_bytes;
+  const DynBitset& shared = ledger_.shared(pool, job.sharing);
+  uint32_t chosen = DynBitset::kNone;
+  int chosen_left = INT32_MAX;
+  for (uint32_t i = shared.FindNext(scope.lo * gpn, scope.hi * gpn); i != DynBitset::kNone;
+       i = shared.FindNext(i + 1, scope.hi * gpn)) {
+    NodeId n(p.first_node.v + i / gpn);
+    int local = static_cast<int>(i % gpn);
+    if (scope.domain >= 0 && local / ledger_.cluster().node(n).gpus_per_domain != scope.domain) {
+      continue;
+    }
+    const GpuState& s = ledger_.gpu(ledger_.gpu_id(n, local));
+    int left = kShareScale - s.share_used - job.share_milli;
+    if (left < 0 || s.vram_used + job.vram_bytes > memory || !NodeHasRoom(job, n)) continue;
+    if (left < chosen_left) {
+      chosen = i;
+      chosen_left = left;
+      if (fit == Fit::kFirst || left == 0) break;
+    }
+  }
+  if (chosen != DynBitset::kNone) {
+    w.node = NodeId(p.first_node.v + chosen / gpn);
+    w.gpu = static_cast<int8_t>(chosen % gpn);
+  } else {
+    NodeId n = FindNode(job, fit, pool, scope, 1);
+    if (!n.valid()) return false;
+    int local = FreeGpuInScope(n, scope);
+    if (local < 0) return false;
+    w.node = n;
+    w.gpu = static_cast<int8_t>(local);
+  }
+  w.share_milli = static_cast<int16_t>(job.share_milli);
+  w.vram_bytes = job.vram_bytes;
+  return true;
+}
+
+bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, WorkerAlloc& w) {
+  const Cluster& cluster = ledger_.cluster();
+  w = WorkerAlloc{};
+  w.sharing = job.sharing;
+  w.cpus_milli = job.cpus_milli;
+  w.memory_bytes = job.memory_bytes;
+  auto try_pool = [&](PoolId pool) -> bool {
+    if (!PoolAccepts(job, pool)) return false;
+    Scope s = scope;
+    if (!s.pool.valid()) {
+      s.lo = 0;
+      s.hi = static_cast<uint32_t>(cluster.pool(pool).spec.count);
+    }
+    switch (job.sharing) {
+      case Sharing::kExclusive:
+        if (job.gpus > 0) return PlaceWhole(job, fit, pool, s, w);
+        {
+          NodeId n = FindNode(job, Fit::kBest, pool, s, 0);  // CPU-only: GPU-busy nodes first
+          if (!n.valid()) return false;
+          w.node = n;
+          return true;
+        }
+      case Sharing::kMig: return PlaceMig(job, fit, pool, s, w);
+      case Sharing::kMps:
+      case Sharing::kTimeslice: return PlaceShared(job, fit, pool, s, w);
+    }
+    return false;
+  };
+  if (scope.pool.valid()) return try_pool(scope.pool);
+  const auto pools = static_cast<uint32_t>(cluster.pools().size());
+  if (!job.uses_gpu()) {  // CPU-only work goes to CPU-only pools first
+    for (uint32_t p = 0; p < pools; ++p) {
+      if (cluster.pool(PoolId(p)).spec.gpus == 0 && try_pool(PoolId(p))) return true;
+    }
+    for (uint32_t p = 0; p < pools; ++p) {
+      if (cluster.pool(PoolId(p)).spec.gpus > 0 && try_pool(PoolId(p))) return true;
+    }
+    return false;
+  }
+  for (uint32_t p = 0; p < pools; ++p) {
+    if (try_pool(PoolId(p))) return true;
+  }
+  return false;
+}
+
+void Placer::Rollback(Allocation& out) {
+  for (auto it = out.rbegin(); it != out.rend(); ++it) ledger_.Release(*it);
+  out.clear();
+}
+
+bool Placer::PlaceWorkers(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out) {
+  out.clear();
+  for (int r = 0; r < job.replicas; ++r) {
+    WorkerAlloc w;
+    if (!PlaceWorker(job, fit, scope, w)) {
+      Rollback(out);
+      return false;
+    }
+    ledger_.Allocate(w);
+    out.push_back(w);
+  }
+  return true;
+}
+
+bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
+  const Cluster& cluster = ledger_.cluster();
+  const Topology topology = Effective(job);
+  if (topology == Topology::kSpine) return PlaceWorkers(job, fit, Scope{}, out);
+  const int whole_need = IsWhole(job) ? job.gpus * job.replicas : 0;
+  const auto pools = static_cast<uint32_t>(cluster.pools().size());
+  if (topology == Topology::kLeaf) {
+    // Candidate leaves, fullest first when packing.
+    std::vector<LeafId> leaves;
+    for (uint32_t p = 0; p < pools; ++p) {
+      const Pool& pool = cluster.pool(PoolId(p));
+      if (!PoolAccepts(job, PoolId(p))) continue;
+      for (int l = 0; l < pool.leaf_count; ++l) {
+        LeafId leaf(pool.first_leaf.v + static_cast<uint32_t>(l));
+        if (ledger_.leaf_free(leaf) >= whole_need) leaves.push_back(leaf);
+      }
+    }
+    if (fit == Fit::kBest) {
+      std::stable_sort(leaves.begin(), leaves.end(), [&](LeafId a, LeafId b) {
+        return ledger_.leaf_free(a) < ledger_.leaf_free(b);
+      });
+    }
+    for (LeafId leaf : leaves) {
+      const Leaf& l = cluster.leaf(leaf);
+      const Pool& pool = cluster.pool(l.pool);
+      Scope s{l.pool, l.nodes.front().v - pool.first_node.v, l.nodes.back().v - pool.first_node.v + 1};
+      if (PlaceWorkers(job, fit, s, out)) return true;
+    }
+    return false;
+  }
+  // kNode or kNvlink: every worker on one node (and one NVLink domain).
+  for (uint32_t p = 0; p < pools; ++p) {
+    const Pool& pool = cluster.pool(PoolId(p));
+    if (!PoolAccepts(job, PoolId(p))) continue;
+    const auto count = static_cast<uint32_t>(pool.spec.count);
+    const int domains = pool.spec.gpus > 0 ? pool.spec.nvlink_domains : 1;
+    for (uint32_t i = 0; i < count; ++i) {
+      NodeId n(pool.first_node.v + i);
+      if (!ledger_.node(n).up || ledger_.node(n).free_whole < (whole_need > 0 ? whole_need : 0)) {
+        continue;
+      }
+      if (topology == Topology::kNode) {
+        if (PlaceWorkers(job, fit, Scope{PoolId(p), i, i + 1}, out)) return true;
+        continue;
+      }
+      for (int d = 0; d < domains; ++d) {
+        if (whole_need > 0 && ledger_.domain_free(n, d) < whole_need) continue;
+        if (PlaceWorkers(job, fit, Scope{PoolId(p), i, i + 1, d}, out)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace gantry::core

@@ -1,0 +1,68 @@
+// Report: the figures of a run (spec section 6), accumulated as the run goes.
+//
+// The simulator feeds it every state change; Write() produces the JSON report and
+// Summary() the lines printed on a terminal. Figures are derived from the same facts
+// the event log records, so an independent reader of the log can recompute them.
+// Thread-safety: none.
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/model/queue.h"
+#include "core/model/types.h"
+
+namespace gantry::sim {
+
+struct Percentiles {
+  double mean = 0, p50 = 0, p95 = 0, p99 = 0, max = 0;
+  size_t count = 0;
+};
+Percentiles Summarize(std::vector<double> values);
+
+class Report {
+ public:
+  Report(const core::QueueTree& queues, std::string policy);
+
+  void Submitted(core::Ticks t);
+  void Rejected() { ++rejected_; }
+  void Started(core::Tier tier, core::Ticks wait, bool first_start);
+  void Finished(core::Ticks t, core::Ticks jct);
+  void Reclaimed() { ++reclaimed_; }
+  void Preempted() { ++preemptions_; }
+  void Requeued() { ++requeues_; }
+  // A run ended: its GPU units held from start to end, and the unit-ms of work lost.
+  void RunEnded(core::QueueId queue, core::GpuUnits units, core::Ticks start, core::Ticks end,
+                core::Ticks lost_ms);
+  // Capacity or allocation changed at t: advance the integrals.
+  void Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units);
+  void SchedulingPass(double wall_ms) { pass_ms_.push_back(wall_ms); }
+  void Events(size_t n) { events_ += n; }
+
+  void Write(std::ostream& out) const;
+  void Summary(std::ostream& out) const;
+
+  double gpu_utilization_pct() const;
+
+ private:
+  const core::QueueTree& queues_;
+  std::string policy_;
+  size_t submitted_ = 0, finished_ = 0, rejected_ = 0, reclaimed_ = 0;
+  size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0;
+  core::Ticks first_submit_ = -1, last_finish_ = -1;
+  std::vector<double> wait_ms_[core::kTierCount];
+  std::vector<double> jct_s_;
+  std::vector<double> pass_ms_;
+  // Integrals in unit-ms from t = 0, and their values at the first submit and the
+  // latest finish.
+  core::Ticks last_t_ = 0;
+  core::GpuUnits up_units_ = 0, used_units_ = 0;
+  int64_t cap_ = 0, alloc_ = 0, cap_at_submit_ = 0, alloc_at_submit_ = 0;
+  int64_t cap_at_finish_ = 0, alloc_at_finish_ = 0;
+  int64_t lost_ = 0;
+  std::vector<int64_t> queue_alloc_;  // unit-ms per queue (own jobs)
+};
+
+}  // namespace gantry::sim

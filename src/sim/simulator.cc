@@ -1,0 +1,212 @@
+#include "sim/simulator.h"
+
+#include <cassert>
+#include <chrono>
+
+namespace gantry::sim {
+
+using core::JobId;
+using core::Ticks;
+
+Simulator::Simulator(const spec::ClusterConfig& config, SimOptions options, std::ostream& events)
+    : config_(config),
+      options_(std::move(options)),
+      sched_(config.cluster, config.queues, core::MakePolicy(options_.policy)),
+      log_(events, config.cluster),
+      report_(config.queues, options_.policy),
+      node_up_at_(config.cluster.nodes().size(), -1) {}
+
+void Simulator::Push(Ticks t, Kind kind, uint32_t a, uint32_t run) {
+  events_.push(Event{t, kind, seq_++, a, run});
+}
+
+void Simulator::Account(Ticks now) {
+  report_.Advance(now, sched_.ledger().up_units(), sched_.ledger().used_units());
+}
+
+bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& failures,
+                    spec::Diagnostics& diags) {
+  failures_ = &failures;
+  for (size_t i = 0; i < failures.size(); ++i) {
+    Push(failures[i].t, Kind::kNodeDown, static_cast<uint32_t>(i));
+  }
+  core::TraceJob next;
+  bool have = trace.Next(next, diags);
+  while (true) {
+    Ticks t = events_.empty() ? core::kForever : events_.top().t;
+    if (have && next.submit < t) t = next.submit;
+    if (t == core::kForever) break;
+    Account(t);  // integrate capacity and allocation up to t with the old values
+    do {
+      while (!events_.empty() && events_.top().t == t && events_.top().kind <= Kind::kNodeUp) {
+        Event e = events_.top();
+        events_.pop();
+        Handle(e);
+      }
+      while (have && next.submit == t) {
+        Arrive(std::move(next));
+        next = core::TraceJob{};
+        have = trace.Next(next, diags);
+      }
+      while (!events_.empty() && events_.top().t == t && events_.top().kind == Kind::kWakeup) {
+        events_.pop();
+      }
+      Pass(t);
+    } while (!events_.empty() && events_.top().t == t);
+    Account(t);  // the values in force from t on
+    // Stop once the trace is read, nothing runs or waits, and only failures remain.
+    if (!have && active_ == 0) break;
+  }
+  return true;
+}
+
+void Simulator::Arrive(core::TraceJob&& tj) {
+  const Ticks t = tj.submit;
+  SimJob s;
+  s.duration = tj.duration;
+  s.idle_after = tj.idle_after ? *tj.idle_after : -1;
+  JobId id = sched_.Submit(std::move(tj.spec), t);
+  assert(id.v == jobs_.size());
+  jobs_.push_back(s);
+  log_.Submit(t, Name(id));
+  report_.Submitted(t);
+  report_.Events(1);
+  ++active_;
+}
+
+void Simulator::Pass(Ticks now) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<core::Decision>& decisions = sched_.Schedule(now);
+  const auto end = std::chrono::steady_clock::now();
+  report_.SchedulingPass(std::chrono::duration<double, std::milli>(end - start).count());
+  const Ticks reclaim_after = config_.policy.reclaim_idle_after;
+  for (const core::Decision& d : decisions) {
+    const core::JobRecord& job = sched_.job(d.job);
+    SimJob& s = jobs_[d.job.v];
+    switch (d.kind) {
+      case core::Decision::Kind::kStart: {
+        s.run_start = now;
+        log_.Start(now, Name(d.job), job.alloc);
+        report_.Started(job.spec.tier, now - job.submit, job.first_start == now && s.run == 0);
+        const Ticks finish = now + (s.duration - s.progress);
+        Push(finish, Kind::kFinish, d.job.v, s.run);
+        if (s.idle_after >= 0 && reclaim_after > 0) {
+          const Ticks idle_at = now + std::max<Ticks>(0, s.idle_after - s.progress);
+          if (idle_at + reclaim_after < finish) {
+            Push(idle_at + reclaim_after, Kind::kReclaim, d.job.v, s.run);
+          }
+        }
+        break;
+      }
+      case core::Decision::Kind::kPreempt:
+        preempt_reason_[d.job.v] = d.reason;
+        Push(now + job.spec.grace, Kind::kRelease, d.job.v, s.run);
+        break;
+      case core::Decision::Kind::kReject:
+        log_.Reject(now, Name(d.job), d.reason);
+        report_.Rejected();
+        --active_;
+        break;
+      case core::Decision::Kind::kWait:
+        if (options_.log_waits) log_.Wait(now, Name(d.job), d.reason);
+        break;
+    }
+  }
+  report_.Events(decisions.size());
+  if (Ticks w = sched_.next_wakeup(); w < core::kForever && w > now && w != wakeup_at_) {
+    wakeup_at_ = w;
+    Push(w, Kind::kWakeup, 0);
+  }
+}
+
+void Simulator::EndRun(JobId id, Ticks now, bool keep_progress) {
+  const core::JobRecord& job = sched_.job(id);
+  SimJob& s = jobs_[id.v];
+  const Ticks run_time = now - s.run_start;
+  const Ticks ckpt = job.spec.checkpoint;
+  const Ticks kept = keep_progress && ckpt > 0 ? run_time / ckpt * ckpt : 0;
+  s.progress += kept;
+  report_.RunEnded(job.spec.queue, job.units, s.run_start, now, run_time - kept);
+  ++s.run;
+}
+
+void Simulator::Handle(const Event& e) {
+  const Ticks t = e.t;
+  report_.Events(1);
+  switch (e.kind) {
+    case Kind::kFinish: {
+      JobId id(e.a);
+      SimJob& s = jobs_[id.v];
+      if (s.run != e.run) return;  // that run already ended
+      const core::JobRecord& job = sched_.job(id);
+      report_.RunEnded(job.spec.queue, job.units, s.run_start, t, 0);
+      s.progress = s.duration;
+      ++s.run;
+      log_.Finish(t, Name(id));
+      report_.Finished(t, t - job.submit);
+      sched_.Finish(id, t);
+      --active_;
+      return;
+    }
+    case Kind::kRelease: {
+      JobId id(e.a);
+      SimJob& s = jobs_[id.v];
+      if (s.run != e.run) return;
+      const core::JobRecord& job = sched_.job(id);
+      const std::string by = job.preempted_by.valid() ? Name(job.preempted_by) : std::string();
+      const Ticks signaled = job.signaled_at;
+      EndRun(id, t, true);
+      log_.Preempt(t, Name(id), by, preempt_reason_[id.v], signaled);
+      preempt_reason_.erase(id.v);
+      report_.Preempted();
+      sched_.Requeue(id, t);
+      return;
+    }
+    case Kind::kReclaim: {
+      JobId id(e.a);
+      SimJob& s = jobs_[id.v];
+      if (s.run != e.run) return;
+      EndRun(id, t, true);
+      log_.Reclaim(t, Name(id),
+                   "GPU idle for " + FormatSeconds(config_.policy.reclaim_idle_after) + " s");
+      report_.Reclaimed();
+      sched_.Finish(id, t);
+      --active_;
+      return;
+    }
+    case Kind::kNodeDown: {
+      const spec::Failure& f = (*failures_)[e.a];
+      const core::NodeId n = f.node;
+      const Ticks up_at = t + f.down;
+      if (!sched_.ledger().node(n).up) {  // already down: the outage lasts until the later end
+        if (up_at > node_up_at_[n.v]) {
+          node_up_at_[n.v] = up_at;
+          Push(up_at, Kind::kNodeUp, n.v);
+        }
+        return;
+      }
+      const std::string& name = config_.cluster.node(n).name;
+      log_.NodeDown(t, name);
+      for (JobId id : sched_.SetNodeUp(n, false)) {
+        EndRun(id, t, true);
+        log_.Requeue(t, Name(id), "node " + name + " failed");
+        report_.Requeued();
+        preempt_reason_.erase(id.v);
+        sched_.Requeue(id, t);
+      }
+      node_up_at_[n.v] = up_at;
+      Push(up_at, Kind::kNodeUp, n.v);
+      return;
+    }
+    case Kind::kNodeUp: {
+      const core::NodeId n(e.a);
+      if (sched_.ledger().node(n).up || node_up_at_[n.v] != t) return;
+      log_.NodeUp(t, config_.cluster.node(n).name);
+      sched_.SetNodeUp(n, true);
+      return;
+    }
+    case Kind::kWakeup: return;
+  }
+}
+
+}  // namespace gantry::sim

@@ -1,0 +1,93 @@
+// Simulator: replays a trace and a failures file through the scheduling core in
+// virtual time, writing the event log (spec section 4) and the report (section 6).
+//
+// Discrete events in (time, kind, sequence) order: at one instant, releases come
+// first (finishes, grace expiries, reclaims), then node failures and recoveries, then
+// arrivals, then a scheduling pass. The trace is streamed: arrivals are read one line
+// ahead, never all at once. Preempted and requeued jobs keep the progress of their last
+// checkpoint; idle jobs are reclaimed after the policy's reclaim_idle_after.
+// The simulator measures the wall-clock time of each scheduling pass (the only clock
+// it reads); everything written to the event log is a function of the inputs.
+// Thread-safety: none.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <ostream>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "core/scheduler.h"
+#include "sim/event_log.h"
+#include "sim/report.h"
+#include "spec/config_reader.h"
+#include "spec/job_reader.h"
+
+namespace gantry::sim {
+
+struct SimOptions {
+  std::string policy = "fifo";
+  bool log_waits = true;  // write "wait" events when a job's reason to wait changes
+};
+
+class Simulator {
+ public:
+  Simulator(const spec::ClusterConfig& config, SimOptions options, std::ostream& events);
+
+  // Runs to the end of the trace and of every job. Trace problems found on the way go
+  // to `diags` (the caller validates the trace beforehand, so there should be none).
+  // Returns false if the policy name is unknown.
+  bool Run(spec::TraceReader& trace, const std::vector<spec::Failure>& failures,
+           spec::Diagnostics& diags);
+
+  const Report& report() const { return report_; }
+
+ private:
+  enum class Kind : uint8_t { kFinish, kRelease, kReclaim, kNodeDown, kNodeUp, kWakeup };
+  struct Event {
+    core::Ticks t;
+    Kind kind;
+    uint64_t seq;
+    uint32_t a;  // job or node (or failure index for kNodeDown)
+    uint32_t run;
+    bool operator>(const Event& o) const {
+      if (t != o.t) return t > o.t;
+      if (kind != o.kind) return kind > o.kind;
+      return seq > o.seq;
+    }
+  };
+  struct SimJob {
+    core::Ticks duration = 0;
+    core::Ticks idle_after = -1;
+    core::Ticks progress = 0;  // kept across runs (checkpoints)
+    core::Ticks run_start = 0;
+    uint32_t run = 0;          // bumped when a run ends; stale events carry an old value
+  };
+
+  void Push(core::Ticks t, Kind kind, uint32_t a, uint32_t run = 0);
+  void Handle(const Event& e);
+  void Arrive(core::TraceJob&& tj);
+  void Pass(core::Ticks now);
+  // Ends the current run of a job that goes back to pending (preempt, requeue) or away
+  // (reclaim): keeps checkpointed progress, accounts lost work. Returns run time.
+  void EndRun(core::JobId id, core::Ticks now, bool keep_progress);
+  void Account(core::Ticks now);
+  const std::string& Name(core::JobId id) const { return sched_.job(id).spec.id; }
+
+  const spec::ClusterConfig& config_;
+  SimOptions options_;
+  core::Scheduler sched_;
+  EventLog log_;
+  Report report_;
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::vector<SimJob> jobs_;
+  std::map<uint32_t, std::string> preempt_reason_;  // signaled jobs: why
+  std::vector<core::Ticks> node_up_at_;  // latest scheduled recovery per node
+  const std::vector<spec::Failure>* failures_ = nullptr;
+  uint64_t seq_ = 0;
+  core::Ticks wakeup_at_ = core::kForever;
+  size_t active_ = 0;  // jobs submitted and not yet done
+};
+
+}  // namespace gantry::sim

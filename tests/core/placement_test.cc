@@ -1,0 +1,156 @@
+#include "core/placement.h"
+
+#include <bit>
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace gantry::core {
+namespace {
+
+using testing::MakeCluster;
+using testing::Pool;
+using testing::Whole;
+
+constexpr SharingMask kAll = Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps) |
+                             Bit(Sharing::kTimeslice);
+
+TEST(PlacementTest, GangIsAllOrNothing) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "h", 2, 8, "H100-80GB")});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  Allocation a;
+  ASSERT_TRUE(placer.Place(Whole(c, "a", 1, 4), Fit::kFirst, a));
+  // 3 x 4 GPUs need 12 of the 12 left... spread over both nodes: fits.
+  Allocation b;
+  ASSERT_TRUE(placer.Place(Whole(c, "b", 3, 4), Fit::kFirst, b));
+  EXPECT_EQ(b.size(), 3u);
+  // Nothing is left: a gang of 1 x 1 fails and the ledger is unchanged.
+  Allocation d;
+  EXPECT_FALSE(placer.Place(Whole(c, "d", 1, 1), Fit::kFirst, d));
+  EXPECT_TRUE(d.empty());
+  for (auto& w : b) ledger.Release(w);
+  // A gang of 3 x 4 with only 12 free but a 4-GPU hole per node layout works again,
+  // while 4 x 4 (16 > 12 free) fails without leaving partial holds.
+  Allocation e;
+  EXPECT_FALSE(placer.Place(Whole(c, "e", 4, 4), Fit::kFirst, e));
+  EXPECT_EQ(ledger.used_units(), 4 * kGpuUnits);
+}
+
+TEST(PlacementTest, TopologyDomainsHold) {
+  Catalog c = Catalog::BuiltIn();
+  // 4 nodes in leaves of 2; 2 NVLink domains of 4 GPUs per node.
+  Cluster cluster = MakeCluster({Pool(c, "h", 4, 8, "H100-80GB", 2, 2)});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  Allocation a;
+  // Take 5 GPUs on node 0 and 5 on node 2, leaving 3 free on each of them.
+  ASSERT_TRUE(placer.Place(Whole(c, "a", 1, 5), Fit::kFirst, a));
+  Allocation a2;
+  ASSERT_TRUE(placer.Place(Whole(c, "a2", 1, 8), Fit::kFirst, a2));  // node 1
+  Allocation a3;
+  ASSERT_TRUE(placer.Place(Whole(c, "a3", 1, 5), Fit::kFirst, a3));  // node 2
+  EXPECT_EQ(a3[0].node, NodeId(2));
+  // A node-topology gang of 2 x 2 needs 4 GPUs on one node: only node 3 has them.
+  Allocation b;
+  ASSERT_TRUE(placer.Place(Whole(c, "b", 2, 2, Topology::kNode), Fit::kFirst, b));
+  EXPECT_EQ(b[0].node, NodeId(3));
+  EXPECT_EQ(b[1].node, NodeId(3));
+  // nvlink: 2 x 2 inside one 4-GPU domain. Node 3 has 4 left in one domain.
+  Allocation n;
+  ASSERT_TRUE(placer.Place(Whole(c, "n", 2, 2, Topology::kNvlink), Fit::kFirst, n));
+  uint64_t mask = n[0].gpu_mask | n[1].gpu_mask;
+  EXPECT_TRUE(mask == 0x0F || mask == 0xF0) << mask;
+  // leaf: 2 x 3 must sit in one leaf: leaf 0 has 3 free (node 0), leaf 1 has 3 (node 2).
+  Allocation l;
+  EXPECT_FALSE(placer.Place(Whole(c, "l", 2, 3, Topology::kLeaf), Fit::kFirst, l));
+  Allocation s;
+  EXPECT_TRUE(placer.Place(Whole(c, "s", 2, 3, Topology::kSpine), Fit::kFirst, s));
+}
+
+TEST(PlacementTest, CriticalWorkNeverLandsOnSpot) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "spot", 1, 8, "L40S-48GB", 0, 1, Bit(Sharing::kExclusive), true),
+                                 Pool(c, "h", 1, 8, "H100-80GB")});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  JobSpec crit = Whole(c, "c", 1, 8);
+  crit.tier = Tier::kCritical;
+  Allocation a;
+  ASSERT_TRUE(placer.Place(crit, Fit::kFirst, a));
+  EXPECT_EQ(cluster.node(a[0].node).pool, PoolId(1));
+  Allocation b;
+  EXPECT_FALSE(placer.Place(crit, Fit::kFirst, b));  // only spot left
+  JobSpec be = Whole(c, "b", 1, 8);
+  be.tier = Tier::kBestEffort;
+  EXPECT_TRUE(placer.Place(be, Fit::kFirst, b));
+}
+
+TEST(PlacementTest, ModelAndVramFilter) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "t4", 1, 4, "T4-16GB"), Pool(c, "h", 1, 8, "H100-80GB")});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  JobSpec j = Whole(c, "j", 1, 1);
+  j.vram_bytes = 40 * kGB;  // T4 too small
+  Allocation a;
+  ASSERT_TRUE(placer.Place(j, Fit::kFirst, a));
+  EXPECT_EQ(cluster.node(a[0].node).model, testing::Model(c, "H100-80GB"));
+  JobSpec t = Whole(c, "t", 1, 1);
+  t.models = ModelMask{1} << testing::Model(c, "T4-16GB").v;
+  Allocation b;
+  ASSERT_TRUE(placer.Place(t, Fit::kFirst, b));
+  EXPECT_EQ(cluster.node(b[0].node).pool, PoolId(0));
+}
+
+TEST(PlacementTest, MigFillsSplitGpusBeforeWholeOnes) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  for (int i = 0; i < 7; ++i) {
+    Allocation a;
+    ASSERT_TRUE(placer.Place(testing::Mig(c, "m", "1g.10gb"), Fit::kFirst, a));
+    EXPECT_EQ(a[0].gpu, 0) << i;  // all seven on GPU 0
+  }
+  Allocation a;
+  ASSERT_TRUE(placer.Place(testing::Mig(c, "m", "3g.40gb"), Fit::kFirst, a));
+  EXPECT_EQ(a[0].gpu, 1);
+  EXPECT_EQ(ledger.node(NodeId(0)).free_whole, 6);
+}
+
+TEST(PlacementTest, SharedBestFitPacksTheFullestGpu) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  Allocation x, y, z;
+  ASSERT_TRUE(placer.Place(testing::Shared(c, "x", Sharing::kMps, 500, 10), Fit::kBest, x));
+  ASSERT_TRUE(placer.Place(testing::Shared(c, "y", Sharing::kMps, 600, 10), Fit::kBest, y));
+  EXPECT_NE(x[0].gpu, y[0].gpu);  // 1.1 does not fit on one GPU
+  // 0.4 fits with y (0.6 -> 1.0, nothing left) and with x (0.5 -> 0.9); best fit takes y.
+  ASSERT_TRUE(placer.Place(testing::Shared(c, "z", Sharing::kMps, 400, 10), Fit::kBest, z));
+  EXPECT_EQ(z[0].gpu, y[0].gpu);
+}
+
+TEST(PlacementTest, CpuOnlyJobsPreferCpuPools) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "h", 1, 8, "H100-80GB"), Pool(c, "cpu", 2, 0, nullptr)});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  JobSpec j = Whole(c, "cpu", 1, 0);
+  j.cpus_milli = 100'000;
+  Allocation a, b, d;
+  ASSERT_TRUE(placer.Place(j, Fit::kFirst, a));
+  ASSERT_TRUE(placer.Place(j, Fit::kFirst, b));
+  EXPECT_EQ(cluster.node(a[0].node).pool, PoolId(1));
+  EXPECT_EQ(cluster.node(b[0].node).pool, PoolId(1));
+  EXPECT_NE(a[0].node, b[0].node);
+  ASSERT_TRUE(placer.Place(j, Fit::kFirst, d));  // CPU pools full: the GPU node takes it
+  EXPECT_EQ(cluster.node(d[0].node).pool, PoolId(0));
+  EXPECT_EQ(d[0].gpu_mask, 0u);
+}
+
+}  // namespace
+}  // namespace gantry::core

@@ -1,0 +1,160 @@
+#include "sim/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace gantry::sim {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kOneNode = R"(cluster: t
+pools:
+  - name: h
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+    sharing: [mig, mps, timeslice]
+queues:
+  - name: q
+    guaranteed_gpus: 8
+    burst_gpus: 8
+policy:
+  reclaim_idle_after_s: 50
+)";
+
+class SimTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gantry-simtest-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs the simulator; returns the event log lines.
+  std::vector<std::string> Run(const std::string& trace, const std::string& failures = "",
+                               const char* config_text = kOneNode) {
+    spec::Diagnostics diags;
+    auto config = spec::ParseClusterConfig(config_text, "cluster.yaml", diags);
+    EXPECT_TRUE(config) << diags.ToString();
+    config_ = std::move(config);
+    std::ofstream(dir_ / "trace.jsonl") << trace;
+    std::ofstream(dir_ / "failures.jsonl") << failures;
+    std::vector<spec::Failure> fails;
+    if (!failures.empty()) {
+      auto f = spec::ReadFailures((dir_ / "failures.jsonl").string(), config_->cluster, diags);
+      EXPECT_TRUE(f) << diags.ToString();
+      fails = *f;
+    }
+    std::ostringstream events;
+    SimOptions options;
+    options.log_waits = false;
+    Simulator sim(*config_, options, events);
+    spec::TraceReader reader((dir_ / "trace.jsonl").string(), *config_);
+    EXPECT_TRUE(sim.Run(reader, fails, diags));
+    EXPECT_TRUE(diags.empty()) << diags.ToString();
+    std::ostringstream report;
+    sim.report().Write(report);
+    report_ = nlohmann::json::parse(report.str());
+    std::vector<std::string> lines;
+    std::istringstream in(events.str());
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+  }
+
+  fs::path dir_;
+  std::optional<spec::ClusterConfig> config_;
+  nlohmann::json report_;
+};
+
+TEST_F(SimTest, NodeFailureRequeuesAndTheJobResumesFromItsLastCheckpoint) {
+  auto log = Run(
+      R"({"id":"j","submit":0,"duration":1000,"queue":"q","gpus":8,"vram_gb":40,"checkpoint_s":300})"
+      "\n",
+      R"({"t":700,"node":"h-0","down_s":100})"
+      "\n");
+  std::vector<std::string> want = {
+      R"({"t":0,"type":"submit","job":"j"})",
+      R"({"t":0,"type":"start","job":"j","alloc":[{"node":"h-0","gpus":[0,1,2,3,4,5,6,7]}]})",
+      R"({"t":700,"type":"node_down","node":"h-0"})",
+      R"({"t":700,"type":"requeue","job":"j","reason":"node h-0 failed"})",
+      R"({"t":800,"type":"node_up","node":"h-0"})",
+      R"({"t":800,"type":"start","job":"j","alloc":[{"node":"h-0","gpus":[0,1,2,3,4,5,6,7]}]})",
+      // 600 s of progress kept (two checkpoints), 400 s to go.
+      R"({"t":1200,"type":"finish","job":"j"})",
+  };
+  EXPECT_EQ(log, want);
+  // 100 s of 8 GPUs lost (700 run, 600 kept).
+  EXPECT_NEAR(report_["lost_gpu_hours"].get<double>(), 8 * 100 / 3600.0, 1e-9);
+  // Allocated 700 + 400 s of 8 GPUs; capacity up 1100 of the 1200 s.
+  EXPECT_NEAR(report_["gpu_utilization_pct"].get<double>(), 100.0, 1e-9);
+  EXPECT_EQ(report_["jobs"]["finished"], 1);
+  EXPECT_EQ(report_["requeues"], 1);
+}
+
+TEST_F(SimTest, IdleJobsAreReclaimed) {
+  auto log = Run(
+      R"({"id":"nb","submit":10,"duration":5000,"queue":"q","gpus":0.5,"sharing":"timeslice","vram_gb":8,"idle_after_s":100})"
+      "\n");
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[1],
+            R"({"t":10,"type":"start","job":"nb","alloc":[{"node":"h-0","gpu":0,"share":0.5,"sharing":"timeslice"}]})");
+  EXPECT_EQ(log[2], R"({"t":160,"type":"reclaim","job":"nb","reason":"GPU idle for 50 s"})");
+  EXPECT_EQ(report_["jobs"]["reclaimed"], 1);
+}
+
+TEST_F(SimTest, WindowedJobsStartWhenTheWindowOpens) {
+  auto log = Run(
+      R"({"id":"w","submit":43200,"duration":60,"queue":"q","gpus":1,"vram_gb":8,"window":{"start":"20:00","end":"08:00"}})"
+      "\n");
+  ASSERT_EQ(log.size(), 3u);
+  EXPECT_EQ(log[1].substr(0, 34), R"({"t":72000,"type":"start","job":"w")");
+  EXPECT_EQ(log[2], R"({"t":72060,"type":"finish","job":"w"})");
+}
+
+TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {
+  auto log = Run(R"({"id":"big","submit":0,"duration":60,"queue":"q","gpus":1,"vram_gb":200})"
+                 "\n"
+                 R"({"id":"ok","submit":1,"duration":60,"queue":"q","mig":"3g.40gb","vram_gb":20})"
+                 "\n");
+  ASSERT_EQ(log.size(), 5u);
+  EXPECT_NE(log[1].find(R"("type":"reject","job":"big","error":"vram_gb 200)"), std::string::npos)
+      << log[1];
+  EXPECT_EQ(log[3], R"({"t":1,"type":"start","job":"ok","alloc":[{"node":"h-0","gpu":0,"mig":"3g.40gb","start":0}]})");
+  EXPECT_EQ(report_["jobs"]["rejected"], 1);
+}
+
+TEST_F(SimTest, GangsWaitForRoomAndStartWhole) {
+  auto log = Run(R"({"id":"a","submit":0,"duration":100,"queue":"q","gpus":6,"vram_gb":8})"
+                 "\n"
+                 R"({"id":"g","submit":0,"duration":100,"queue":"q","replicas":2,"gpus":2,"vram_gb":8,"topology":"node"})"
+                 "\n");
+  // g needs 4 GPUs and only 2 are free until a finishes at 100.
+  EXPECT_EQ(log[3], R"({"t":100,"type":"finish","job":"a"})");
+  EXPECT_EQ(log[4], R"({"t":100,"type":"start","job":"g","alloc":[{"node":"h-0","gpus":[0,1]},{"node":"h-0","gpus":[2,3]}]})");
+  EXPECT_NEAR(report_["queue_wait_time_ms"]["all"]["max"].get<double>(), 100000, 1e-9);
+}
+
+TEST_F(SimTest, SameInputsGiveTheSameLog) {
+  std::string trace;
+  for (int i = 0; i < 200; ++i) {
+    trace += R"({"id":"j)" + std::to_string(i) + R"(","submit":)" + std::to_string(i * 7) +
+             R"(,"duration":)" + std::to_string(100 + i * 13 % 900) + R"(,"queue":"q","gpus":)" +
+             std::to_string(1 + i % 4) + R"(,"vram_gb":8,"checkpoint_s":60})" + "\n";
+  }
+  const std::string failures = R"({"t":300,"node":"h-0","down_s":50})" "\n";
+  auto first = Run(trace, failures);
+  auto second = Run(trace, failures);
+  EXPECT_EQ(first, second);
+  EXPECT_GT(first.size(), 600u);
+}
+
+}  // namespace
+}  // namespace gantry::sim

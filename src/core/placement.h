@@ -29,6 +29,9 @@ class Placer {
   // Human-readable request, e.g. "2 x 8 GPUs of H100-80GB in one leaf".
   static std::string Describe(const JobSpec& job, const Catalog& catalog);
 
+  // Whether a worker of `job` may ever go to `pool` (model, sharing, spot, VRAM).
+  bool PoolAccepts(const JobSpec& job, PoolId pool) const;
+
  private:
   // Where a worker may go: one pool's node range [lo, hi), optionally one NVLink domain.
   struct Scope {
@@ -37,7 +40,6 @@ class Placer {
     int domain = -1;
   };
 
-  bool PoolAccepts(const JobSpec& job, PoolId pool) const;
   bool PlaceWorkers(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out);
   bool PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, WorkerAlloc& w);
   bool PlaceWhole(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope, WorkerAlloc& w);

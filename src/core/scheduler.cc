@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 
 #include "core/model/feasibility.h"
 
@@ -22,18 +23,66 @@ std::string Clock(int minutes) {
 }  // namespace
 
 Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
-                     std::unique_ptr<Policy> policy)
+                     std::unique_ptr<Policy> policy, PolicyParams params)
     : cluster_(cluster),
       queues_(queues),
       policy_(std::move(policy)),
+      params_(params),
       ledger_(cluster),
       placer_(ledger_),
-      queue_usage_(queues.size(), 0) {}
+      queue_usage_(queues.size(), 0),
+      pending_by_queue_(kTierCount * queues.size()),
+      decayed_(queues.size(), 0.0),
+      history_(queues.size()),
+      history_next_(queues.size(), 0) {}
 
-Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) {
-  return Shape{s.sharing,     s.tier == Tier::kCritical, s.topology,     s.replicas,
-               s.gpus,        s.share_milli,             s.models,       s.vram_bytes,
-               s.cpus_milli,  s.memory_bytes,            s.mig_profile};
+Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) const {
+  return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
+               s.gpus,       s.share_milli,             s.models,     s.vram_bytes,
+               s.cpus_milli, s.memory_bytes,            s.mig_profile, shape_context_};
+}
+
+void Scheduler::AddPending(JobId id) {
+  const JobRecord& job = jobs_[id.v];
+  pending_.insert(PendingKey{job.spec.tier, job.submit, id});
+  pending_by_queue_[static_cast<size_t>(job.spec.tier) * queues_.size() + job.spec.queue.v].emplace(
+      job.submit, id);
+}
+
+void Scheduler::RemovePending(JobId id) {
+  const JobRecord& job = jobs_[id.v];
+  pending_.erase(PendingKey{job.spec.tier, job.submit, id});
+  pending_by_queue_[static_cast<size_t>(job.spec.tier) * queues_.size() + job.spec.queue.v].erase(
+      {job.submit, id});
+}
+
+void Scheduler::DecayUsage(Ticks now) {
+  if (now <= decayed_at_) return;
+  // Exponentially weighted average of each queue's usage with the configured half-life:
+  // a queue's past consumption fades, so fair share forgives old usage (Slurm's decay).
+  const double keep = std::exp2(-static_cast<double>(now - decayed_at_) /
+                                static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
+  for (size_t q = 0; q < decayed_.size(); ++q) {
+    decayed_[q] = decayed_[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
+  }
+  decayed_at_ = now;
+}
+
+Ticks Scheduler::Estimate(JobId id) const {
+  const JobRecord& job = jobs_[id.v];
+  if (job.spec.runtime_estimate) return *job.spec.runtime_estimate;
+  const auto& h = history_[job.spec.queue.v];
+  if (h.empty()) return params_.default_runtime_estimate;
+  Ticks sum = 0;
+  for (Ticks t : h) sum += t;
+  return sum / static_cast<Ticks>(h.size());
+}
+
+Ticks Scheduler::ExpectedEnd(JobId id) const {
+  const JobRecord& job = jobs_[id.v];
+  if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
+  const Ticks left = std::max<Ticks>(kTicksPerSecond, Estimate(id) - job.progress_kept);
+  return job.last_start + left;
 }
 
 GpuUnits Scheduler::MinUnits(const JobSpec& spec) const {
@@ -68,7 +117,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
     rejects_.emplace_back(id, std::move(*why));
     return id;
   }
-  pending_.insert(PendingKey{rec.spec.tier, now, id});
+  AddPending(id);
   arrived_.push_back(id);
   return id;
 }
@@ -86,6 +135,7 @@ std::optional<QueueId> Scheduler::BurstBlocker(QueueId q, GpuUnits units) const 
 }
 
 void Scheduler::Release(JobRecord& job) {
+  running_.erase(JobId(static_cast<uint32_t>(&job - jobs_.data())));
   for (auto it = job.alloc.rbegin(); it != job.alloc.rend(); ++it) ledger_.Release(*it);
   job.alloc.clear();
   AddUsage(job.spec.queue, -job.units);
@@ -93,10 +143,28 @@ void Scheduler::Release(JobRecord& job) {
   freed_since_pass_ = true;
 }
 
-void Scheduler::Finish(JobId id, Ticks /*now*/) {
+void Scheduler::Finish(JobId id, Ticks now, bool completed) {
   JobRecord& job = jobs_[id.v];
-  if (job.phase == Phase::kPending) pending_.erase(PendingKey{job.spec.tier, job.submit, id});
-  if (job.phase == Phase::kRunning || job.phase == Phase::kSignaled) Release(job);
+  if (job.phase == Phase::kPending) RemovePending(id);
+  if (job.phase == Phase::kSignaled && job.preempted_by.valid() &&
+      jobs_[job.preempted_by.v].victims_pending > 0) {
+    --jobs_[job.preempted_by.v].victims_pending;  // it exited within its grace period
+  }
+  if (job.phase == Phase::kRunning || job.phase == Phase::kSignaled) {
+    job.run_total += now - job.last_start;
+    if (completed) {
+      auto& h = history_[job.spec.queue.v];
+      size_t& next = history_next_[job.spec.queue.v];
+      const Ticks ran = job.progress_kept + (now - job.last_start);
+      if (h.size() < kHistory) {
+        h.push_back(ran);
+      } else {
+        h[next] = ran;
+      }
+      next = (next + 1) % kHistory;
+    }
+    Release(job);
+  }
   job.phase = Phase::kDone;
 }
 
@@ -104,13 +172,21 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   JobRecord& job = jobs_[id.v];
   assert(job.phase == Phase::kRunning || job.phase == Phase::kSignaled);
   Release(job);
+  const Ticks ran = now - job.last_start;
+  job.run_total += ran;
+  if (job.spec.checkpoint > 0) job.progress_kept += ran / job.spec.checkpoint * job.spec.checkpoint;
+  if (job.phase == Phase::kSignaled) {
+    ++job.preemptions;
+    if (job.preempted_by.valid() && jobs_[job.preempted_by.v].victims_pending > 0) {
+      --jobs_[job.preempted_by.v].victims_pending;
+    }
+  }
   job.phase = Phase::kPending;
   job.signaled_at = -1;
   job.preempted_by = JobId();
   job.wait_reason.clear();
   // A requeued job keeps its place in line: it is ordered by its original submit.
-  pending_.insert(PendingKey{job.spec.tier, job.submit, id});
-  (void)now;
+  AddPending(id);
 }
 
 std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
@@ -120,12 +196,10 @@ std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
     freed_since_pass_ = true;
     return hit;
   }
-  for (size_t i = 0; i < jobs_.size(); ++i) {
-    const JobRecord& job = jobs_[i];
-    if (job.phase != Phase::kRunning && job.phase != Phase::kSignaled) continue;
-    for (const WorkerAlloc& w : job.alloc) {
+  for (JobId id : running_) {
+    for (const WorkerAlloc& w : jobs_[id.v].alloc) {
       if (w.node == node) {
-        hit.push_back(JobId(static_cast<uint32_t>(i)));
+        hit.push_back(id);
         break;
       }
     }
@@ -140,31 +214,40 @@ void Scheduler::Wait(JobId id, std::string reason) {
   decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::move(reason)});
 }
 
-bool Scheduler::TryStart(JobId id, Ticks now, Fit fit) {
+bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* kind) {
   JobRecord& job = jobs_[id.v];
   const JobSpec& spec = job.spec;
+  auto fail = [&](Block block, std::string reason) {
+    if (kind) *kind = block;
+    if (why) {
+      *why = std::move(reason);
+    } else {
+      Wait(id, std::move(reason));
+    }
+    return false;
+  };
+  auto quota = [&](QueueId blocker) {
+    const QueueSpec& q = queues_.queue(blocker).spec;
+    return "quota: queue " + q.name + " holds " + Gpus(queue_usage_[blocker.v]) +
+           " of its burst_gpus " + Gpus(q.burst);
+  };
   if (spec.window && !spec.window->Contains(now)) {
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
-    Wait(id, "window: may start only between " + Clock(spec.window->start_min) + " and " +
-                 Clock(spec.window->end_min) + " UTC");
-    return false;
+    return fail(Block::kWindow, "window: may start only between " +
+                                    Clock(spec.window->start_min) + " and " +
+                                    Clock(spec.window->end_min) + " UTC");
   }
   if (auto blocker = BurstBlocker(spec.queue, MinUnits(spec))) {
-    const QueueSpec& q = queues_.queue(*blocker).spec;
-    Wait(id, "quota: queue " + q.name + " holds " + Gpus(queue_usage_[blocker->v]) +
-                 " of its burst_gpus " + Gpus(q.burst));
-    return false;
+    return fail(Block::kQuota, quota(*blocker));
   }
   const Shape shape = ShapeOf(spec);
   if (auto it = failed_shapes_.find(shape); it != failed_shapes_.end()) {
-    Wait(id, it->second);
-    return false;
+    return fail(Block::kCapacity, it->second);
   }
   if (!placer_.Place(spec, fit, scratch_)) {
-    std::string why = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
-    failed_shapes_.emplace(shape, why);
-    Wait(id, std::move(why));
-    return false;
+    std::string reason = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
+    failed_shapes_.emplace(shape, reason);
+    return fail(Block::kCapacity, std::move(reason));
   }
   GpuUnits units = 0;
   for (const WorkerAlloc& w : scratch_) {
@@ -172,12 +255,11 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit) {
   }
   if (auto blocker = BurstBlocker(spec.queue, units)) {  // MIG sizes differ by model
     for (auto it = scratch_.rbegin(); it != scratch_.rend(); ++it) ledger_.Release(*it);
-    const QueueSpec& q = queues_.queue(*blocker).spec;
-    Wait(id, "quota: queue " + q.name + " holds " + Gpus(queue_usage_[blocker->v]) +
-                 " of its burst_gpus " + Gpus(q.burst));
-    return false;
+    scratch_.clear();
+    return fail(Block::kQuota, quota(*blocker));
   }
-  pending_.erase(PendingKey{spec.tier, job.submit, id});
+  RemovePending(id);
+  running_.insert(id);
   job.alloc.swap(scratch_);
   scratch_.clear();
   job.units = units;
@@ -187,12 +269,14 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit) {
   if (job.first_start < 0) job.first_start = now;
   job.wait_reason.clear();
   decisions_.push_back(Decision{Decision::Kind::kStart, id, JobId(), {}});
+  if (kind) *kind = Block::kNone;
   return true;
 }
 
 void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
   JobRecord& job = jobs_[victim.v];
   assert(job.phase == Phase::kRunning && job.spec.tier != Tier::kCritical);
+  ++jobs_[by.v].victims_pending;
   job.phase = Phase::kSignaled;
   job.signaled_at = now;
   job.preempted_by = by;
@@ -211,7 +295,9 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   if (full) next_wakeup_ = kForever;
   pass_wakeup_ = kForever;
   failed_shapes_.clear();
+  DecayUsage(now);
   policy_->Schedule(*this, now, full);
+  shape_context_ = 0;
   next_wakeup_ = std::min(next_wakeup_, pass_wakeup_);
   freed_since_pass_ = false;
   arrived_.clear();

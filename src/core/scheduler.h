@@ -30,6 +30,16 @@ namespace gantry::core {
 
 enum class Phase : uint8_t { kPending, kRunning, kSignaled, kDone };
 
+// Tunables shared by the policies (the cluster config's `policy` section).
+struct PolicyParams {
+  Ticks reclaim_idle_after = 0;               // 0 = never (the driver acts on it)
+  Ticks fairshare_half_life = 86'400'000;     // decay of past usage (Slurm: PriorityDecayHalfLife)
+  Ticks aging = 4 * 3'600'000;                // a job waiting this long goes ahead of fair share
+  Ticks min_run_before_repreempt = 600'000;   // a resumed job runs this long before it can be preempted again
+  int backfill_depth = 1;                     // reservations per pass: 1 = EASY, more = conservative
+  Ticks default_runtime_estimate = 3'600'000; // when neither the job nor its queue's history tells
+};
+
 struct JobRecord {
   JobSpec spec;
   Phase phase = Phase::kPending;
@@ -41,6 +51,10 @@ struct JobRecord {
   GpuUnits units = 0;       // GPU units held now
   JobId preempted_by;
   std::string wait_reason;  // last reason reported for waiting
+  Ticks run_total = 0;      // run time of ended runs
+  Ticks progress_kept = 0;  // checkpointed progress of ended runs (as the core reckons it)
+  int preemptions = 0;      // times this job was preempted
+  int victims_pending = 0;  // signaled victims still holding the capacity this job needs
 };
 
 struct Decision {
@@ -70,14 +84,16 @@ std::vector<std::string> PolicyNames();
 
 class Scheduler {
  public:
-  Scheduler(const Cluster& cluster, const QueueTree& queues, std::unique_ptr<Policy> policy);
+  Scheduler(const Cluster& cluster, const QueueTree& queues, std::unique_ptr<Policy> policy,
+            PolicyParams params = {});
 
   // Adds a job that arrives at `now`. A job that could never run (no GPU of the cluster
   // could hold it, or it exceeds its queue's burst limit on its own) comes back as a
   // kReject decision from the next Schedule and never runs.
   JobId Submit(JobSpec spec, Ticks now);
-  // The job ended (finished, cancelled, reclaimed): its holdings are released.
-  void Finish(JobId job, Ticks now);
+  // The job ended (finished, cancelled, reclaimed): its holdings are released. A
+  // `completed` job's total run time feeds its queue's runtime estimates.
+  void Finish(JobId job, Ticks now, bool completed = false);
   // The job goes back to pending (preemption released after grace, node failure).
   void Requeue(JobId job, Ticks now);
   // Marks a node up or down. Going down returns the jobs with a worker on it, which
@@ -98,29 +114,9 @@ class Scheduler {
   // GPU units held by the queue and its descendants.
   GpuUnits queue_usage(QueueId q) const { return queue_usage_[q.v]; }
   std::string_view policy_name() const { return policy_->name(); }
+  const PolicyParams& params() const { return params_; }
 
   // ---- for policies ----
-  struct PendingKey {
-    Tier tier;
-    Ticks submit;
-    JobId id;
-    auto operator<=>(const PendingKey&) const = default;
-  };
-  const std::set<PendingKey>& pending() const { return pending_; }
-  const std::vector<JobId>& arrived_since_last_pass() const { return arrived_; }
-  // Tries to start a pending job now: window, burst limits, then placement with `fit`.
-  // On failure records the wait reason (emitting a kWait decision when it changed).
-  bool TryStart(JobId id, Ticks now, Fit fit);
-  // Signals a running job to make room for `by`.
-  void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
-
- private:
-  void Wait(JobId id, std::string reason);
-  void Release(JobRecord& job);
-  void AddUsage(QueueId q, GpuUnits units);
-  // The queue (self or ancestor) whose burst limit `units` more would break, if any.
-  std::optional<QueueId> BurstBlocker(QueueId q, GpuUnits units) const;
-  GpuUnits MinUnits(const JobSpec& spec) const;
   // "Same request shape": jobs of one shape fit or fail together within a pass, so a
   // pass costs about the number of distinct shapes, not the number of pending jobs.
   struct Shape {
@@ -131,13 +127,66 @@ class Scheduler {
     ModelMask models;
     int64_t vram_bytes, cpus_milli, memory_bytes;
     std::string mig_profile;
+    uint8_t context;
     auto operator<=>(const Shape&) const = default;
   };
-  static Shape ShapeOf(const JobSpec& spec);
+  Shape ShapeOf(const JobSpec& spec) const;
+
+  struct PendingKey {
+    Tier tier;
+    Ticks submit;
+    JobId id;
+    auto operator<=>(const PendingKey&) const = default;
+  };
+  const std::set<PendingKey>& pending() const { return pending_; }
+  const std::vector<JobId>& arrived_since_last_pass() const { return arrived_; }
+  // Tries to start a pending job now: window, burst limits, then placement with `fit`.
+  // On failure records the wait reason (emitting a kWait decision when it changed), or,
+  // with `why`, hands the reason back unrecorded for the policy to refine. `kind`, when
+  // given, says which check failed.
+  enum class Block : uint8_t { kNone, kWindow, kQuota, kCapacity };
+  bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, Block* kind = nullptr);
+  // Signals a running job to make room for `by`.
+  void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
+  // Records why a job waits (emits a kWait decision when the reason changed).
+  void Wait(JobId id, std::string reason);
+
+  // Pending jobs of one tier and queue, by (submit, id).
+  const std::set<std::pair<Ticks, JobId>>& pending_in(Tier tier, QueueId q) const {
+    return pending_by_queue_[static_cast<size_t>(tier) * queues_.size() + q.v];
+  }
+  const std::set<JobId>& running() const { return running_; }  // running or signaled
+  // Runtime estimate: the job's own, else the mean of its queue's last completed jobs,
+  // else the default.
+  Ticks Estimate(JobId id) const;
+  // When a running job is expected to release its holdings.
+  Ticks ExpectedEnd(JobId id) const;
+  // Exponentially decayed usage of a queue (GPU units, averaged with the half-life).
+  double decayed_usage(QueueId q) const { return decayed_[q.v]; }
+  // GPU units a job would hold (the least over the models it accepts, for MIG).
+  GpuUnits MinUnits(const JobSpec& spec) const;
+  // For what-if evaluations inside a pass: the ledger and placer, to be left exactly as
+  // found (every Allocate undone by a Release and vice versa) except through TryStart.
+  Ledger& mutable_ledger() { return ledger_; }
+  Placer& placer() { return placer_; }
+  // Extra context mixed into the pass's shape cache, e.g. "reservations ignored".
+  void set_shape_context(uint8_t c) { shape_context_ = c; }
+  // Asks for a full pass at `t` (e.g. when a protected victim becomes preemptible).
+  void WakeAt(Ticks t) { pass_wakeup_ = std::min(pass_wakeup_, t); }
+
+ private:
+  void Release(JobRecord& job);
+  void AddPending(JobId id);
+  void RemovePending(JobId id);
+  void DecayUsage(Ticks now);
+  void AddUsage(QueueId q, GpuUnits units);
+  // The queue (self or ancestor) whose burst limit `units` more would break, if any.
+  std::optional<QueueId> BurstBlocker(QueueId q, GpuUnits units) const;
 
   const Cluster& cluster_;
   const QueueTree& queues_;
   std::unique_ptr<Policy> policy_;
+  PolicyParams params_;
   Ledger ledger_;
   Placer placer_;
   std::vector<JobRecord> jobs_;
@@ -151,6 +200,14 @@ class Scheduler {
   Ticks next_wakeup_ = kForever;
   Ticks pass_wakeup_ = kForever;
   Allocation scratch_;
+  uint8_t shape_context_ = 0;
+  std::vector<std::set<std::pair<Ticks, JobId>>> pending_by_queue_;  // [tier * queues + q]
+  std::set<JobId> running_;
+  std::vector<double> decayed_;
+  Ticks decayed_at_ = 0;
+  static constexpr size_t kHistory = 32;
+  std::vector<std::vector<Ticks>> history_;  // per queue: last completed run totals (ring)
+  std::vector<size_t> history_next_;
 };
 
 }  // namespace gantry::core

@@ -1,0 +1,304 @@
+#include "core/policy/gantry.h"
+
+#include <algorithm>
+#include <bit>
+#include <queue>
+#include <tuple>
+
+namespace gantry::core {
+
+namespace {
+
+constexpr size_t kMaxVictims = 64;       // bounds the what-if of one preemption
+constexpr size_t kMaxReserveSteps = 512;  // bounds the what-if of one reservation
+
+std::string Seconds(Ticks t) {
+  std::string s = std::to_string(t / kTicksPerSecond);
+  if (t % kTicksPerSecond) s += "." + std::to_string(1000 + t % kTicksPerSecond).substr(1);
+  return s;
+}
+
+void ReleaseAll(Ledger& ledger, const Allocation& alloc) {
+  for (auto it = alloc.rbegin(); it != alloc.rend(); ++it) ledger.Release(*it);
+}
+
+void AllocateAll(Ledger& ledger, const Allocation& alloc) {
+  for (const WorkerAlloc& w : alloc) ledger.Allocate(w);
+}
+
+}  // namespace
+
+bool GantryPolicy::WithinGuarantee(const Scheduler& s, JobId id) const {
+  const JobSpec& spec = s.job(id).spec;
+  const GpuUnits guaranteed = s.queues().queue(spec.queue).spec.guaranteed;
+  return s.queue_usage(spec.queue) + s.MinUnits(spec) <= guaranteed;
+}
+
+bool GantryPolicy::Borrowing(const Scheduler& s, QueueId q) const {
+  return s.queue_usage(q) > s.queues().queue(q).spec.guaranteed;
+}
+
+void GantryPolicy::HoldPhantoms(Scheduler& s) {
+  for (const Reservation& r : reservations_) Hold(s, r);
+}
+
+void GantryPolicy::Hold(Scheduler& s, const Reservation& r) {
+  Ledger& ledger = s.mutable_ledger();
+  {
+    for (const WorkerAlloc& w : r.alloc) {
+      // Whole GPUs one by one, so a GPU taken meanwhile does not void the rest.
+      if (w.sharing == Sharing::kExclusive) {
+        for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+          WorkerAlloc p;
+          p.node = w.node;
+          p.gpu_mask = uint64_t{1} << std::countr_zero(m);
+          if (ledger.Fits(p)) {
+            ledger.Allocate(p);
+            phantoms_.push_back(p);
+          }
+        }
+        continue;
+      }
+      WorkerAlloc p = w;
+      p.cpus_milli = 0;
+      p.memory_bytes = 0;
+      if (ledger.Fits(p)) {
+        ledger.Allocate(p);
+        phantoms_.push_back(p);
+      }
+    }
+  }
+}
+
+void GantryPolicy::DropPhantoms(Scheduler& s) {
+  ReleaseAll(s.mutable_ledger(), phantoms_);
+  phantoms_.clear();
+}
+
+void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
+  refined_.clear();
+  if (full) {
+    reservations_.clear();
+  } else {
+    std::erase_if(reservations_, [&](const Reservation& r) {
+      return s.job(r.job).phase != Phase::kPending;
+    });
+  }
+  HoldPhantoms(s);
+  if (!full) {
+    order_.clear();
+    for (JobId id : s.arrived_since_last_pass()) {
+      if (s.job(id).phase == Phase::kPending) order_.push_back(id);
+    }
+    std::sort(order_.begin(), order_.end(), [&](JobId a, JobId b) {
+      return std::tuple(s.job(a).spec.tier, s.job(a).submit, a) <
+             std::tuple(s.job(b).spec.tier, s.job(b).submit, b);
+    });
+    for (JobId id : order_) Consider(s, id, now);
+    DropPhantoms(s);
+    return;
+  }
+  const Ticks aged_before = now - s.params().aging;
+  const size_t queue_count = s.queues().size();
+  for (int t = 0; t < kTierCount; ++t) {
+    const Tier tier = static_cast<Tier>(t);
+    // Jobs waiting longer than `aging` first, oldest first.
+    order_.clear();
+    auto& pending = s.pending();
+    for (auto it = pending.lower_bound({tier, INT64_MIN, JobId(0)});
+         it != pending.end() && it->tier == tier && it->submit <= aged_before; ++it) {
+      order_.push_back(it->id);
+    }
+    for (JobId id : order_) Consider(s, id, now);
+    // Then fair share: the queue with the best standing offers its oldest job.
+    using Entry = std::tuple<int, double, uint32_t>;  // (band, usage per weight, queue)
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    std::vector<std::set<std::pair<Ticks, JobId>>::const_iterator> cursor(queue_count);
+    auto push = [&](uint32_t q) {
+      const auto& jobs = s.pending_in(tier, QueueId(q));
+      if (cursor[q] == jobs.end()) return;
+      const QueueSpec& spec = s.queues().queue(QueueId(q)).spec;
+      const JobId head = cursor[q]->second;
+      const GpuUnits usage = s.queue_usage(QueueId(q));
+      const int band = usage + s.MinUnits(s.job(head).spec) <= spec.guaranteed ? 0 : 1;
+      const double standing =
+          (s.decayed_usage(QueueId(q)) + static_cast<double>(usage)) / std::max(spec.weight, 1e-9);
+      heap.emplace(band, standing, q);
+    };
+    for (uint32_t q = 0; q < queue_count; ++q) {
+      const auto& jobs = s.pending_in(tier, QueueId(q));
+      cursor[q] = jobs.upper_bound({aged_before, JobId(UINT32_MAX)});
+      push(q);
+    }
+    while (!heap.empty()) {
+      const uint32_t q = std::get<2>(heap.top());
+      heap.pop();
+      const JobId id = cursor[q]->second;
+      ++cursor[q];  // advance before Consider: a start removes the job from the set
+      Consider(s, id, now);
+      push(q);
+    }
+  }
+  DropPhantoms(s);
+}
+
+void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
+  const JobRecord& job = s.job(id);
+  if (job.phase != Phase::kPending) return;
+  if (job.victims_pending > 0) {
+    s.Wait(id, "preemption: waiting for " + std::to_string(job.victims_pending) +
+                   " preempted job(s) to release their GPUs");
+    return;
+  }
+  // Short jobs (by estimate) and critical jobs may use GPUs held for reservations.
+  bool free_pass = job.spec.tier == Tier::kCritical;
+  if (!free_pass && !reservations_.empty()) {
+    Ticks shadow = kForever;
+    for (const Reservation& r : reservations_) shadow = std::min(shadow, r.start);
+    free_pass = now + s.Estimate(id) <= shadow;
+  }
+  const bool held = !phantoms_.empty();
+  if (free_pass && held) DropPhantoms(s);
+  s.set_shape_context(free_pass && held ? 1 : 0);
+  std::string why;
+  Scheduler::Block block = Scheduler::Block::kNone;
+  const bool started = s.TryStart(id, now, Fit::kBest, &why, &block);
+  if (free_pass && held) HoldPhantoms(s);
+  if (started) return;
+  if (block == Scheduler::Block::kCapacity) {
+    if (WithinGuarantee(s, id) && TryPreempt(s, id, now)) return;
+    const Scheduler::Shape shape = s.ShapeOf(job.spec);
+    if (auto it = refined_.find(shape); it != refined_.end()) {
+      why = it->second;
+    } else if (!phantoms_.empty() && !free_pass) {
+      // Would it fit but for the reservations? Then say whose.
+      DropPhantoms(s);
+      Allocation probe;
+      if (s.placer().Place(job.spec, Fit::kBest, probe)) {
+        ReleaseAll(s.mutable_ledger(), probe);
+        why = "reservation: the GPUs that fit are held for job " + s.job(reservations_[0].job).spec.id +
+              " (expected start t=" + Seconds(reservations_[0].start) + " s) and this job's estimate runs past it";
+      }
+      HoldPhantoms(s);
+      refined_.emplace(shape, why);
+    }
+    if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
+        why.rfind("capacity", 0) == 0) {
+      Reserve(s, id, now);
+      if (!reservations_.empty() && reservations_.back().job == id) {
+        why += "; reserved to start at t=" + Seconds(reservations_.back().start) + " s";
+      }
+    }
+  }
+  s.Wait(id, std::move(why));
+}
+
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
+  const JobRecord& job = s.job(id);
+  const Cluster& cluster = s.cluster();
+  Ledger& ledger = s.mutable_ledger();
+  struct Candidate {
+    int category;     // 0: best-effort, 1: standard on borrowed capacity
+    GpuUnits lost;    // GPU units x time since the last checkpoint (unit-seconds)
+    JobId id;
+    bool operator<(const Candidate& o) const {
+      return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
+    }
+  };
+  std::vector<Candidate> candidates;
+  Ticks unprotect = kForever;
+  for (JobId v : s.running()) {
+    const JobRecord& victim = s.job(v);
+    if (victim.phase != Phase::kRunning || victim.spec.tier == Tier::kCritical) continue;
+    // Best-effort work gives way to any higher tier; any work of another queue running
+    // above its guarantee gives way to a job inside its own guarantee.
+    const bool lower_tier = victim.spec.tier == Tier::kBestEffort && job.spec.tier != Tier::kBestEffort;
+    const bool borrower = victim.spec.queue != job.spec.queue && Borrowing(s, victim.spec.queue);
+    if (!lower_tier && !borrower) continue;
+    if (victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt) {
+      unprotect = std::min(unprotect, victim.last_start + s.params().min_run_before_repreempt);
+      continue;
+    }
+    bool useful = false;  // holds something in a pool the job could use
+    for (const WorkerAlloc& w : victim.alloc) {
+      useful = useful || s.placer().PoolAccepts(job.spec, cluster.node(w.node).pool);
+    }
+    if (!useful) continue;
+    const Ticks ran = now - victim.last_start;
+    const Ticks since = victim.spec.checkpoint > 0 ? ran % victim.spec.checkpoint : ran;
+    candidates.push_back(Candidate{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
+                                   victim.units * (since / kTicksPerSecond), v});
+  }
+  if (unprotect < kForever) s.WakeAt(unprotect);
+  if (candidates.empty()) return false;
+  std::sort(candidates.begin(), candidates.end());
+  if (candidates.size() > kMaxVictims) candidates.resize(kMaxVictims);
+  // What-if: release the cheapest victims until the job fits.
+  std::vector<JobId> chosen;
+  Allocation fit;
+  for (const Candidate& c : candidates) {
+    ReleaseAll(ledger, s.job(c.id).alloc);
+    chosen.push_back(c.id);
+    if (s.placer().Place(job.spec, Fit::kBest, fit)) break;
+  }
+  if (fit.empty()) {
+    for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+    return false;
+  }
+  ReleaseAll(ledger, fit);
+  // Fewest victims: give back, most expensive first, any victim the job can do without.
+  std::vector<JobId> needed;
+  for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
+    AllocateAll(ledger, s.job(*it).alloc);
+    Allocation probe;
+    if (s.placer().Place(job.spec, Fit::kBest, probe)) {
+      ReleaseAll(ledger, probe);  // still fits without this victim
+    } else {
+      ReleaseAll(ledger, s.job(*it).alloc);
+      needed.push_back(*it);
+    }
+  }
+  // The victims keep their GPUs through their grace period.
+  for (auto it = needed.rbegin(); it != needed.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+  std::sort(needed.begin(), needed.end());
+  for (JobId v : needed) {
+    const JobRecord& victim = s.job(v);
+    const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
+    std::string reason =
+        victim.spec.tier == Tier::kBestEffort
+            ? std::string(Name(job.spec.tier)) + " job " + job.spec.id + " needs capacity held by best-effort work"
+            : std::string(Name(job.spec.tier)) + " job " + job.spec.id + " needs capacity borrowed by queue " + queue;
+    s.Preempt(v, id, std::move(reason), now);
+  }
+  s.Wait(id, "preemption: waiting for " + std::to_string(needed.size()) +
+                 " preempted job(s) to release their GPUs");
+  return true;
+}
+
+bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
+  Ledger& ledger = s.mutable_ledger();
+  std::vector<std::pair<Ticks, JobId>> ends;
+  for (JobId r : s.running()) ends.emplace_back(s.ExpectedEnd(r), r);
+  std::sort(ends.begin(), ends.end());
+  if (ends.size() > kMaxReserveSteps) ends.resize(kMaxReserveSteps);
+  // Phantoms of earlier reservations stay: this job's reservation comes after theirs.
+  std::vector<JobId> released;
+  Allocation fit;
+  Ticks start = kForever;
+  for (const auto& [end, r] : ends) {
+    ReleaseAll(ledger, s.job(r).alloc);
+    released.push_back(r);
+    if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
+      start = std::max(end, now);
+      break;
+    }
+  }
+  if (!fit.empty()) ReleaseAll(ledger, fit);
+  for (auto it = released.rbegin(); it != released.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+  if (start == kForever) return false;
+  reservations_.push_back(Reservation{id, start, std::move(fit)});
+  Hold(s, reservations_.back());
+  return true;
+}
+
+}  // namespace gantry::core

@@ -1,0 +1,60 @@
+// GantryPolicy: the default policy for a shared cluster.
+//
+// Order: tier first. Within a tier, jobs that have waited longer than `aging` go first
+// (by arrival), so no job is passed over forever; the rest are taken queue by queue in
+// fair-share order: queues still inside their guarantee first, then the lowest
+// (decayed usage + current usage) / weight, recomputed as jobs start.
+// Preemption: a job that fits inside its queue's guarantee but finds no room may signal
+// victims: best-effort jobs first, then standard jobs of queues running above their
+// guarantee (borrowed capacity); never critical work; never a job resumed less than
+// `min_run_before_repreempt` ago. Among victims: least work lost since the last
+// checkpoint, then the fewest victims. It preempts only if a what-if on the ledger shows
+// the job then really fits; the victims keep their GPUs for their grace period and the
+// job waits for them without preempting again.
+// Backfill: the first `backfill_depth` jobs that find no room get a reservation: the
+// earliest time they fit, found by releasing running jobs in order of expected end on the
+// ledger (what-if), and the GPUs they would take. Those GPUs that are free now are held
+// for the rest of the pass; a later job may use them only if its runtime estimate ends
+// before the reservation starts. Critical jobs ignore reservations.
+// Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
+// leaves free for big gangs.
+// Thread-safety: none; driven by one Scheduler.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/scheduler.h"
+
+namespace gantry::core {
+
+class GantryPolicy final : public Policy {
+ public:
+  std::string_view name() const override { return "gantry"; }
+  void Schedule(Scheduler& s, Ticks now, bool full) override;
+
+ private:
+  struct Reservation {
+    JobId job;
+    Ticks start;
+    Allocation alloc;
+  };
+
+  void Consider(Scheduler& s, JobId id, Ticks now);
+  bool TryPreempt(Scheduler& s, JobId id, Ticks now);
+  bool Reserve(Scheduler& s, JobId id, Ticks now);
+  // Holds (or drops) the parts of the reservations' allocations that are free now.
+  void HoldPhantoms(Scheduler& s);
+  void Hold(Scheduler& s, const Reservation& r);
+  void DropPhantoms(Scheduler& s);
+  bool WithinGuarantee(const Scheduler& s, JobId id) const;
+  bool Borrowing(const Scheduler& s, QueueId q) const;
+
+  std::vector<Reservation> reservations_;
+  Allocation phantoms_;
+  std::map<Scheduler::Shape, std::string> refined_;  // this pass: shape -> reason
+  std::vector<JobId> order_;
+};
+
+}  // namespace gantry::core

@@ -1,0 +1,168 @@
+#include "core/policy/gantry.h"
+
+#include <gtest/gtest.h>
+
+#include "test_util.h"
+
+namespace gantry::core {
+namespace {
+
+using testing::MakeCluster;
+using testing::MakeQueues;
+using testing::Pool;
+using testing::Whole;
+
+constexpr Ticks kS = kTicksPerSecond;
+
+class GantryTest : public ::testing::Test {
+ protected:
+  GantryTest()
+      : catalog_(Catalog::BuiltIn()),
+        cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
+        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1},
+                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1},
+                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1}})),
+        sched_(cluster_, queues_, MakePolicy("gantry"), Params()) {}
+
+  static PolicyParams Params() {
+    PolicyParams p;
+    p.min_run_before_repreempt = 100 * kS;
+    return p;
+  }
+
+  JobId Submit(const char* id, const char* queue, Tier tier, int replicas, int gpus, Ticks now,
+               Ticks checkpoint = 0, std::optional<Ticks> estimate = std::nullopt) {
+    JobSpec j = Whole(catalog_, id, replicas, gpus);
+    j.queue = *queues_.Find(queue);
+    j.tier = tier;
+    j.checkpoint = checkpoint;
+    j.grace = 30 * kS;
+    j.runtime_estimate = estimate;
+    return sched_.Submit(j, now);
+  }
+
+  std::vector<Decision> Pass(Ticks now) { return sched_.Schedule(now); }
+  static std::vector<JobId> Preempted(const std::vector<Decision>& ds) {
+    std::vector<JobId> out;
+    for (const auto& d : ds) {
+      if (d.kind == Decision::Kind::kPreempt) out.push_back(d.job);
+    }
+    return out;
+  }
+
+  Catalog catalog_;
+  Cluster cluster_;
+  QueueTree queues_;
+  Scheduler sched_;
+};
+
+TEST_F(GantryTest, CriticalInsideItsGuaranteePreemptsTheCheapestBestEffortVictims) {
+  // research fills the cluster: 8 standard GPUs (4 borrowed) and 8 best-effort.
+  JobId std1 = Submit("std1", "research", Tier::kStandard, 1, 8, 0);
+  JobId be1 = Submit("be1", "research", Tier::kBestEffort, 1, 4, 0, 60 * kS);
+  JobId be2 = Submit("be2", "research", Tier::kBestEffort, 1, 4, 0, 0);
+  Pass(0);
+  ASSERT_EQ(sched_.job(be2).phase, Phase::kRunning);
+  // At t=130 s be1 lost 10 s since its checkpoint, be2 (no checkpoints) 130 s.
+  JobId crit = Submit("crit", "serving", Tier::kCritical, 1, 4, 130 * kS);
+  auto ds = Pass(130 * kS);
+  EXPECT_EQ(Preempted(ds), std::vector<JobId>{be1});
+  EXPECT_EQ(sched_.job(crit).phase, Phase::kPending);
+  EXPECT_EQ(sched_.job(crit).victims_pending, 1);
+  EXPECT_EQ(sched_.job(std1).phase, Phase::kRunning);
+  // Nothing else is preempted while the victim serves its grace period.
+  EXPECT_TRUE(Preempted(Pass(140 * kS)).empty());
+  sched_.Requeue(be1, 160 * kS);  // grace over: the driver releases it
+  Pass(160 * kS);
+  EXPECT_EQ(sched_.job(crit).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(be1).phase, Phase::kPending);
+}
+
+TEST_F(GantryTest, BorrowedCapacityIsTakenBackFromTheBorrower) {
+  JobId r1 = Submit("r1", "research", Tier::kStandard, 1, 8, 0);  // 4 of it borrowed
+  JobId r2 = Submit("r2", "research", Tier::kStandard, 1, 8, 0);  // all borrowed
+  Pass(0);
+  ASSERT_EQ(sched_.job(r2).phase, Phase::kRunning);
+  // nlp asks for its guaranteed 4: research is above its guarantee, so it gives way.
+  JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 10 * kS);
+  auto ds = Pass(10 * kS);
+  auto victims = Preempted(ds);
+  ASSERT_EQ(victims.size(), 1u);  // one 8-GPU victim suffices: the fewest victims
+  sched_.Requeue(victims[0], 40 * kS);
+  Pass(40 * kS);
+  EXPECT_EQ(sched_.job(n).phase, Phase::kRunning);
+  (void)r1;
+}
+
+TEST_F(GantryTest, NoPreemptionOutsideTheGuaranteeAndNeverOfCriticalWork) {
+  Submit("c1", "serving", Tier::kCritical, 1, 8, 0);
+  Submit("c2", "serving", Tier::kCritical, 1, 8, 0);  // serving at 16: beyond its guarantee 8
+  Pass(0);
+  JobId n = Submit("n", "nlp", Tier::kCritical, 1, 4, 10 * kS);
+  auto ds = Pass(10 * kS);
+  EXPECT_TRUE(Preempted(ds).empty());  // only critical work runs: nothing to take
+  EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
+}
+
+TEST_F(GantryTest, ResumedJobsAreProtectedForTheirMinimumRunTime) {
+  JobId be = Submit("be", "research", Tier::kBestEffort, 1, 8, 0);
+  JobId fill = Submit("fill", "nlp", Tier::kCritical, 1, 8, 0);  // never a victim
+  Pass(0);
+  JobId c1 = Submit("c1", "serving", Tier::kCritical, 1, 8, 10 * kS, 0, 50 * kS);
+  ASSERT_EQ(Preempted(Pass(10 * kS)), std::vector<JobId>{be});
+  sched_.Requeue(be, 40 * kS);
+  Pass(40 * kS);
+  ASSERT_EQ(sched_.job(c1).phase, Phase::kRunning);
+  sched_.Finish(c1, 60 * kS, true);
+  Pass(60 * kS);
+  ASSERT_EQ(sched_.job(be).phase, Phase::kRunning);  // resumed at 60 s
+  JobId c2 = Submit("c2", "serving", Tier::kCritical, 1, 8, 70 * kS);
+  EXPECT_TRUE(Preempted(Pass(70 * kS)).empty());  // be is protected until 160 s
+  EXPECT_EQ(sched_.next_wakeup(), 160 * kS);
+  EXPECT_EQ(Preempted(Pass(160 * kS)), std::vector<JobId>{be});
+  (void)fill;
+  (void)c2;
+}
+
+TEST_F(GantryTest, BackfillNeverDelaysTheReservationOfABigGang) {
+  JobId a = Submit("a", "research", Tier::kStandard, 1, 8, 0, 0, 1000 * kS);
+  JobId b = Submit("b", "research", Tier::kStandard, 1, 4, 0, 0, 500 * kS);
+  Pass(0);
+  // The gang needs both nodes: it gets a reservation at 1000 s (a's expected end).
+  JobId gang = Submit("gang", "nlp", Tier::kStandard, 2, 8, 10 * kS, 0, 100 * kS);
+  Pass(10 * kS);
+  EXPECT_EQ(sched_.job(gang).phase, Phase::kPending);
+  EXPECT_NE(sched_.job(gang).wait_reason.find("reserved to start at t=1000"), std::string::npos)
+      << sched_.job(gang).wait_reason;
+  // b finishes early: 4 GPUs free on b's node. A long job would delay the gang...
+  sched_.Finish(b, 20 * kS, true);
+  JobId long_job = Submit("long", "research", Tier::kStandard, 1, 4, 20 * kS, 0, 5000 * kS);
+  JobId short_job = Submit("short", "research", Tier::kStandard, 1, 4, 20 * kS, 0, 300 * kS);
+  Pass(20 * kS);
+  EXPECT_EQ(sched_.job(long_job).phase, Phase::kPending);
+  EXPECT_NE(sched_.job(long_job).wait_reason.find("reservation"), std::string::npos)
+      << sched_.job(long_job).wait_reason;
+  // ...while a short one ends before the reservation and fills the gap.
+  EXPECT_EQ(sched_.job(short_job).phase, Phase::kRunning);
+  (void)a;
+}
+
+TEST_F(GantryTest, FairShareFavoursTheQueueThatUsedLess) {
+  // Both queues want the whole cluster; nlp has used nothing, research a lot.
+  for (int i = 0; i < 4; ++i) Submit(("r" + std::to_string(i)).c_str(), "research", Tier::kStandard, 1, 4, 0);
+  Pass(0);
+  for (uint32_t j = 0; j < 4; ++j) sched_.Finish(JobId(j), 36'000 * kS, true);
+  JobId r = Submit("r-late", "research", Tier::kStandard, 1, 8, 36'000 * kS);
+  JobId n = Submit("n-late", "nlp", Tier::kStandard, 1, 8, 36'000 * kS + 1);
+  JobId r2 = Submit("r-late2", "research", Tier::kStandard, 1, 8, 36'000 * kS + 2);
+  JobId n2 = Submit("n-late2", "nlp", Tier::kStandard, 1, 8, 36'000 * kS + 3);
+  Pass(36'000 * kS + 3);
+  // One node each: nlp's first job, then research's (nlp is then above research's use).
+  EXPECT_EQ(sched_.job(n).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(r).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(r2).phase, Phase::kPending);
+  EXPECT_EQ(sched_.job(n2).phase, Phase::kPending);
+}
+
+}  // namespace
+}  // namespace gantry::core

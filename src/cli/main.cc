@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/example_data.h"
+#include "cli/trace_commands.h"
 #include "cli/validate.h"
 #include "core/scheduler.h"
 #include "sim/simulator.h"
@@ -136,6 +137,8 @@ int main(int argc, char** argv) {
   CLI::App* validate = app.add_subcommand("validate", "Check input files without running");
   validate->add_option("files", files, "Cluster configs, job specs, traces, failure files")
       ->required();
+  int tool_exit = -1;  // set by `trace convert` and `gen` when they ran
+  cli::AddTraceCommands(app, tool_exit);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -144,5 +147,6 @@ int main(int argc, char** argv) {
   }
   if (*sim) return RunSim(sim_args);
   if (*validate) return cli::Validate(files, std::cout, std::cerr);
+  if (tool_exit >= 0) return tool_exit;
   return kExitBadInput;
 }

@@ -99,9 +99,11 @@ int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostr
     Kind kind = KindOf(f);
     if (kind == Kind::kConfig) {
       auto c = spec::ReadClusterConfig(f, diags);
+      if (c) {
+        out << fmt::format("{}: cluster config, {} nodes, {} GPUs, {} queues\n", f,
+                           c->cluster.nodes().size(), c->cluster.gpu_count(), c->queues.size());
+      }
       if (c && !config) config = std::move(c);
-      if (c) out << fmt::format("{}: cluster config, {} nodes, {} GPUs, {} queues\n", f,
-                                c->cluster.nodes().size(), c->cluster.gpu_count(), c->queues.size());
     } else if (kind == Kind::kUnknown) {
       diags.Add(f, 0, "", "unknown kind of file (expected .yaml, .yml, .jsonl or .json)");
     } else {

@@ -11,7 +11,7 @@ using core::Ticks;
 Simulator::Simulator(const spec::ClusterConfig& config, SimOptions options, std::ostream& events)
     : config_(config),
       options_(std::move(options)),
-      sched_(config.cluster, config.queues, core::MakePolicy(options_.policy)),
+      sched_(config.cluster, config.queues, core::MakePolicy(options_.policy), config.policy.params),
       log_(events, config.cluster),
       report_(config.queues, options_.policy),
       node_up_at_(config.cluster.nodes().size(), -1) {}
@@ -79,7 +79,7 @@ void Simulator::Pass(Ticks now) {
   const std::vector<core::Decision>& decisions = sched_.Schedule(now);
   const auto end = std::chrono::steady_clock::now();
   report_.SchedulingPass(std::chrono::duration<double, std::milli>(end - start).count());
-  const Ticks reclaim_after = config_.policy.reclaim_idle_after;
+  const Ticks reclaim_after = config_.policy.params.reclaim_idle_after;
   for (const core::Decision& d : decisions) {
     const core::JobRecord& job = sched_.job(d.job);
     SimJob& s = jobs_[d.job.v];
@@ -144,7 +144,7 @@ void Simulator::Handle(const Event& e) {
       ++s.run;
       log_.Finish(t, Name(id));
       report_.Finished(t, t - job.submit);
-      sched_.Finish(id, t);
+      sched_.Finish(id, t, /*completed=*/true);
       --active_;
       return;
     }
@@ -168,7 +168,7 @@ void Simulator::Handle(const Event& e) {
       if (s.run != e.run) return;
       EndRun(id, t, true);
       log_.Reclaim(t, Name(id),
-                   "GPU idle for " + FormatSeconds(config_.policy.reclaim_idle_after) + " s");
+                   "GPU idle for " + FormatSeconds(config_.policy.params.reclaim_idle_after) + " s");
       report_.Reclaimed();
       sched_.Finish(id, t);
       --active_;

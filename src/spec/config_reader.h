@@ -12,12 +12,17 @@
 
 #include "core/model/cluster.h"
 #include "core/model/queue.h"
+#include "core/scheduler.h"
 #include "spec/diagnostics.h"
 
 namespace gantry::spec {
 
+// The config's `policy` section. Keys are the PolicyParams fields, times in seconds:
+// reclaim_idle_after_s (0 = never), fairshare_half_life_s, aging_s,
+// min_run_before_repreempt_s, backfill_depth, default_runtime_estimate_s. Absent keys
+// keep PolicyParams' defaults.
 struct PolicyConfig {
-  core::Ticks reclaim_idle_after = 0;  // 0 = never
+  core::PolicyParams params;
 };
 
 struct ClusterConfig {
@@ -28,7 +33,7 @@ struct ClusterConfig {
 
 std::optional<ClusterConfig> ReadClusterConfig(const std::string& path, Diagnostics& diags);
 // `file` labels diagnostics.
-std::optional<ClusterConfig> ParseClusterConfig(std::string_view yaml_text,
-                                                const std::string& file, Diagnostics& diags);
+std::optional<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, const std::string& file,
+                                                Diagnostics& diags);
 
 }  // namespace gantry::spec

@@ -218,6 +218,7 @@ void Fields::Finish() {
       }
       continue;
     }
+    if (std::find(handled_.begin(), handled_.end(), e.key) != handled_.end()) continue;
     if (++unknown > kMaxUnknownReported) continue;
     std::string_view best;
     if (e.key.size() <= 40) {

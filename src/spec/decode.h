@@ -75,7 +75,11 @@ class Fields {
   // A list field: nullptr when absent or null; reported when not a list.
   const Doc* List(std::string_view key);
   // A string field with one of `choices`; reported as "must be one of a, b, got \"x\"".
-  std::optional<std::string> Choice(std::string_view key, std::initializer_list<std::string_view> choices);
+  std::optional<std::string> Choice(std::string_view key,
+                                    std::initializer_list<std::string_view> choices);
+
+  // Marks a key outside `known` as dealt with by the caller, so Finish() skips it.
+  void Handled(std::string_view key) { handled_.emplace_back(key); }
 
   // Reports keys not in `known` (with a suggestion) and repeated keys.
   void Finish();
@@ -86,6 +90,7 @@ class Fields {
   std::string prefix_;
   std::vector<std::string_view> known_;
   std::vector<std::string> bad_;
+  std::vector<std::string> handled_;
 };
 
 // "name" when a list item is a mapping with a non-empty string `name`, else its index:

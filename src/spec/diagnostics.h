@@ -26,6 +26,9 @@ class Diagnostics {
   size_t size() const { return items_.size(); }
   const std::vector<Diag>& items() const { return items_; }
   std::string ToString() const;  // one line per problem
+  // Orders the problems from index `first` on by line, keeping the order of equal lines
+  // (readers collect by section; users read top to bottom).
+  void SortByLine(size_t first = 0);
 
  private:
   std::vector<Diag> items_;

@@ -13,7 +13,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "core/model/job.h"
@@ -35,6 +35,13 @@ std::optional<core::JobSpec> ParseJobJson(std::string_view text, const std::stri
 // Reads a YAML job spec file.
 std::optional<core::JobSpec> ReadJobYaml(const std::string& path, const ClusterConfig& config,
                                          Diagnostics& diags);
+// The same from YAML text; `file` labels diagnostics.
+std::optional<core::JobSpec> ParseJobYaml(std::string_view yaml_text, const std::string& file,
+                                          const ClusterConfig& config, Diagnostics& diags);
+
+// Limits of a job spec (larger values are reported as errors).
+inline constexpr int kMaxReplicas = 100'000;
+inline constexpr int kMaxGpusPerWorker = 1024;
 
 // Streams a trace: one job per call, blank lines skipped. Ids must be unique and
 // submit times non-decreasing (both reported as problems of the offending line).
@@ -42,7 +49,8 @@ class TraceReader {
  public:
   TraceReader(std::string path, const ClusterConfig& config);
   bool ok() const { return in_.good() || in_.eof(); }  // false when the file can't be opened
-  // Returns false at the end of the file. A bad line adds diags and is skipped.
+  // Returns false at the end of the file. A bad line adds diags and is skipped. A file
+  // that cannot be opened adds one diag and reads as empty. Memory: one line plus the ids.
   bool Next(core::TraceJob& job, Diagnostics& diags);
 
  private:
@@ -52,7 +60,8 @@ class TraceReader {
   std::string text_;
   int line_ = 0;
   core::Ticks last_submit_ = 0;
-  std::unordered_set<std::string> seen_ids_;  // unique-id check
+  std::unordered_map<std::string, int> seen_ids_;  // id -> line it was first seen on
+  bool open_reported_ = false;
 };
 
 struct Failure {

@@ -30,6 +30,7 @@ std::vector<Error> Cluster::Check(const Catalog& catalog, const std::vector<Pool
   std::unordered_map<std::string, size_t> pool_names;
   std::unordered_map<std::string, size_t> prefixes;
   int64_t total_nodes = 0;
+  int64_t total_gpus = 0;
   for (size_t i = 0; i < pools.size(); ++i) {
     const PoolSpec& p = pools[i];
     const std::string path = PoolPath(p, i);
@@ -51,16 +52,17 @@ std::vector<Error> Cluster::Check(const Catalog& catalog, const std::vector<Pool
     if (p.count < 0) {
       add("count", "must be at least 0, got " + std::to_string(p.count));
     } else if (p.count > kMaxNodes) {
-      add("count", "must be at most " + std::to_string(kMaxNodes) + ", got " +
-                       std::to_string(p.count));
+      add("count",
+          "must be at most " + std::to_string(kMaxNodes) + ", got " + std::to_string(p.count));
     } else {
       total_nodes += p.count;
+      if (p.gpus > 0 && p.gpus <= kMaxGpusPerNode) total_gpus += int64_t{p.count} * p.gpus;
     }
     if (p.gpus < 0) {
       add("gpus", "must be at least 0, got " + std::to_string(p.gpus));
     } else if (p.gpus > kMaxGpusPerNode) {
-      add("gpus", "must be at most " + std::to_string(kMaxGpusPerNode) + ", got " +
-                      std::to_string(p.gpus));
+      add("gpus",
+          "must be at most " + std::to_string(kMaxGpusPerNode) + ", got " + std::to_string(p.gpus));
     }
     if (p.nvlink_domains < 1) {
       add("nvlink_domains", "must be at least 1, got " + std::to_string(p.nvlink_domains));
@@ -89,6 +91,11 @@ std::vector<Error> Cluster::Check(const Catalog& catalog, const std::vector<Pool
   if (total_nodes > kMaxNodes) {
     errors.push_back(Error{"pools", "the pools add up to " + std::to_string(total_nodes) +
                                         " nodes; at most " + std::to_string(kMaxNodes) +
+                                        " are supported"});
+  }
+  if (total_gpus > kMaxGpus) {
+    errors.push_back(Error{"pools", "the pools add up to " + std::to_string(total_gpus) +
+                                        " GPUs; at most " + std::to_string(kMaxGpus) +
                                         " are supported"});
   }
   return errors;

@@ -22,6 +22,7 @@ namespace gantry::core {
 // fuzzed or mistyped config from allocating gigabytes).
 inline constexpr int kMaxGpusPerNode = 64;
 inline constexpr int64_t kMaxNodes = 1'000'000;  // per cluster
+inline constexpr int64_t kMaxGpus = int64_t{1} << 22;  // per cluster
 
 struct PoolSpec {
   std::string name;
@@ -67,7 +68,7 @@ class Cluster {
  public:
   // Errors name the pool field: count/gpus negative, nvlink_domains not dividing gpus,
   // more than 64 GPUs per node, duplicate node names, a CPU-only pool with a model.
-  // Also: more than kMaxNodes nodes, a model not in the catalog, mig sharing on a model
+  // Also: more than kMaxNodes nodes or kMaxGpus GPUs, a model not in the catalog, mig sharing on a model
   // without MIG, an empty pool name, duplicate pool names or node-name prefixes.
   // Error::field is "pools[<name>].<field>" ("pools[<index>]" for an unnamed pool).
   // Cost: O(pools + nodes + GPUs).

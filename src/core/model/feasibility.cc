@@ -33,10 +33,14 @@ std::string Cpus(int64_t milli) { return Fixed(milli, 1000); }
 
 std::string SharingName(Sharing s) {
   switch (s) {
-    case Sharing::kExclusive: return "exclusive";
-    case Sharing::kMig: return "mig";
-    case Sharing::kMps: return "mps";
-    case Sharing::kTimeslice: return "timeslice";
+    case Sharing::kExclusive:
+      return "exclusive";
+    case Sharing::kMig:
+      return "mig";
+    case Sharing::kMps:
+      return "mps";
+    case Sharing::kTimeslice:
+      return "timeslice";
   }
   return "?";
 }
@@ -48,8 +52,11 @@ std::string Worker(const JobSpec& job) {
   switch (job.sharing) {
     case Sharing::kExclusive:
       if (job.gpus > 0) return std::to_string(job.gpus) + (job.gpus == 1 ? " GPU" : " GPUs");
-      return job.cpus_milli > 0 ? Cpus(job.cpus_milli) + " cpus" : "CPU-only";
-    case Sharing::kMig: return job.mig_profile;
+      if (job.cpus_milli == 1000) return "1 cpu";
+      if (job.cpus_milli > 0) return Cpus(job.cpus_milli) + " cpus";
+      return Gb(job.memory_bytes) + " GB memory";
+    case Sharing::kMig:
+      return job.mig_profile;
     case Sharing::kMps:
     case Sharing::kTimeslice:
       return Fixed(job.share_milli, 1000) + " GPU (" + SharingName(job.sharing) + ")";
@@ -83,7 +90,8 @@ std::string ModelList(ModelMask mask, const Catalog& catalog) {
 }
 
 bool Accepts(const JobSpec& job, ModelId model) {
-  return model.valid() && model.v < static_cast<uint32_t>(kMaxModels) && (job.models >> model.v & 1u);
+  return model.valid() && model.v < static_cast<uint32_t>(kMaxModels) &&
+         (job.models >> model.v & 1u);
 }
 
 // Whole workers one GPU-bearing unit (a node's or an NVLink domain's `gpus`) can hold,
@@ -147,7 +155,8 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
         for (const PoolSpec* p : pools) {
           anywhere |= p->gpus > 0 && catalog.FindProfile(p->model, job.mig_profile) >= 0;
         }
-        if (!anywhere) return "MIG profile " + job.mig_profile + ": no GPU of the cluster supports it";
+        if (!anywhere)
+          return "MIG profile " + job.mig_profile + ": no GPU of the cluster supports it";
         return "MIG profile " + job.mig_profile + ": no GPU of an accepted model (" +
                ModelList(job.models, catalog) + ") in the cluster supports it";
       }
@@ -189,8 +198,8 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
       int largest = 0;
       for (const PoolSpec* p : pools) largest = std::max(largest, p->gpus);
       if (!narrow([&](const PoolSpec& p) { return p.gpus >= job.gpus; })) {
-        return "no node has " + std::to_string(job.gpus) + " GPUs of an accepted model (largest: " +
-               std::to_string(largest) + ")";
+        return "no node has " + std::to_string(job.gpus) +
+               " GPUs of an accepted model (largest: " + std::to_string(largest) + ")";
       }
     }
   } else if (job.tier == Tier::kCritical && !narrow([](const PoolSpec& p) { return !p.spot; })) {
@@ -211,8 +220,8 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
     int64_t largest = 0;
     for (const PoolSpec* p : pools) largest = std::max(largest, p->memory_bytes);
     if (!narrow([&](const PoolSpec& p) { return p.memory_bytes >= job.memory_bytes; })) {
-      return "memory_gb " + Gb(job.memory_bytes) + " exceeds " + which + " (largest: " +
-             Gb(largest) + ")";
+      return "memory_gb " + Gb(job.memory_bytes) + " exceeds " + which +
+             " (largest: " + Gb(largest) + ")";
     }
   }
 

@@ -84,6 +84,7 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
   // 0 = unvisited, 1 = on the current walk, 2 = known to reach a root (or a reported cycle).
   std::vector<uint8_t> state(n, 0);
   std::vector<size_t> walk;
+  std::vector<bool> in_cycle(n, false);
   for (size_t start = 0; start < n; ++start) {
     walk.clear();
     size_t at = start;
@@ -96,6 +97,7 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
       // The walk closed on itself: the cycle is the tail of the walk from `at`.
       auto from = std::find(walk.begin(), walk.end(), at);
       std::vector<size_t> cycle(from, walk.end());
+      for (size_t q : cycle) in_cycle[q] = true;
       std::rotate(cycle.begin(), std::min_element(cycle.begin(), cycle.end()), cycle.end());
       std::string text;
       for (size_t q : cycle) text += specs[q].name + " -> ";
@@ -107,10 +109,11 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
   }
   // Children's guarantees must fit in their parent's (the parent's guarantee is what
   // backs theirs). Summed in spec order so the message lists children deterministically.
+  // Queues in a cycle are skipped: the cycle is the problem to fix first.
   std::vector<GpuUnits> child_sum(n, 0);
   std::vector<std::vector<size_t>> children(n);
   for (size_t i = 0; i < n; ++i) {
-    if (parent[i] == kNone || parent[i] == i) continue;
+    if (parent[i] == kNone || in_cycle[i] || in_cycle[parent[i]]) continue;
     child_sum[parent[i]] += std::max<GpuUnits>(specs[i].guaranteed, 0);
     children[parent[i]].push_back(i);
   }

@@ -1,0 +1,467 @@
+// Cluster config (spec section 1): YAML -> Catalog, PoolSpecs, QueueSpecs, PolicyConfig,
+// then Cluster::Build and QueueTree::Build. Field problems are found here with their
+// lines; the structural ones (duplicate names, cycles, guarantees) come from the core's
+// Check functions and are given the line of the field they name.
+
+#include "spec/config_reader.h"
+
+#include <cmath>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "spec/decode.h"
+#include "spec/doc.h"
+#include "spec/read_file.h"
+
+namespace gantry::spec {
+namespace {
+
+using core::Catalog;
+using core::GpuModel;
+using core::MigProfile;
+using core::PoolSpec;
+using core::QueueSpec;
+
+constexpr double kMaxGb = 1e9;  // per node or per GPU model; far beyond any machine
+constexpr double kMaxCpus = 1e6;
+constexpr double kMaxQueueGpus = 1e9;
+constexpr double kMaxSeconds = 1e12;
+
+// Field path -> line, for errors the core reports by field path.
+class LineIndex {
+ public:
+  void Note(const std::string& path, int line) { lines_.emplace(path, line); }
+  void NoteEntries(const Fields& f, const Doc& map) {
+    for (const DocEntry& e : map.entries) Note(f.Path(e.key), e.line);
+  }
+  // The line of `path`, else of its closest recorded parent ("pools[a].x" -> "pools[a]").
+  int Find(std::string path) const {
+    while (!path.empty()) {
+      if (auto it = lines_.find(path); it != lines_.end()) return it->second;
+      const size_t cut = path.find_last_of(".[");
+      if (cut == std::string::npos || cut == 0) break;
+      path.erase(cut);
+    }
+    return 0;
+  }
+
+ private:
+  std::unordered_map<std::string, int> lines_;
+};
+
+bool IsNameChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+         c == '_' || c == '.';
+}
+
+// Pool names and prefixes become node names, which agents pass on command lines and
+// URLs: keep them to a safe alphabet.
+bool CheckNodeName(Fields& f, std::string_view key, const std::string& value) {
+  if (value.empty()) {
+    f.Report(key, "must not be empty");
+    return false;
+  }
+  for (char c : value) {
+    if (!IsNameChar(c)) {
+      f.Report(key, "may hold only letters, digits, '-', '_' and '.', got " + Quote(value));
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string KnownModels(const Catalog& catalog) {
+  std::string out;
+  for (size_t i = 0; i < catalog.size(); ++i) {
+    out += (i == 0 ? "" : ", ") + catalog.model(core::ModelId(static_cast<uint32_t>(i))).name;
+  }
+  return out;
+}
+
+class ConfigParser {
+ public:
+  ConfigParser(const std::string& file, Diagnostics& diags) : diags_(diags), d_(file, diags) {}
+
+  std::optional<ClusterConfig> Parse(std::string_view text) {
+    std::optional<Doc> doc = ParseYaml(text, d_.file(), diags_);
+    if (!doc) return std::nullopt;
+    if (doc->is_null()) {
+      d_.Report(0, "", "the file is empty; a cluster config needs at least `pools`");
+      return std::nullopt;
+    }
+    if (!doc->is_map()) {
+      d_.Report(doc->line, "",
+                "expected a mapping with cluster, gpu_models, pools, queues and policy, got " +
+                    Describe(*doc));
+      return std::nullopt;
+    }
+    Fields top(d_, *doc, "", {"cluster", "gpu_models", "pools", "queues", "policy"});
+    lines_.NoteEntries(top, *doc);
+    std::string name = "gantry";
+    if (auto n = top.String("cluster")) {
+      if (n->empty()) {
+        top.Report("cluster", "must not be empty");
+      } else {
+        name = *n;
+      }
+    }
+    Catalog catalog = Catalog::BuiltIn();
+    ReadModels(top, catalog);
+    std::vector<PoolSpec> pools = ReadPools(top, catalog);
+    std::vector<QueueSpec> queues = ReadQueues(top);
+    PolicyConfig policy = ReadPolicy(top);
+    top.Finish();
+
+    // The core's structural checks run even when some fields were bad, so every problem
+    // shows at once; those about an item already reported would only echo it.
+    ReportCore(core::Cluster::Check(catalog, pools));
+    ReportCore(core::QueueTree::Check(queues));
+    if (d_.reported() > 0) return std::nullopt;
+
+    auto cluster = core::Cluster::Build(std::move(name), std::move(catalog), std::move(pools));
+    if (!cluster.ok()) {
+      ReportCore({cluster.error()});
+      return std::nullopt;
+    }
+    auto tree = core::QueueTree::Build(std::move(queues));
+    if (!tree.ok()) {
+      ReportCore({tree.error()});
+      return std::nullopt;
+    }
+    return ClusterConfig{std::move(cluster).value(), std::move(tree).value(), policy};
+  }
+
+ private:
+  void ReportCore(const std::vector<Error>& errors) {
+    for (const Error& e : errors) {
+      const std::string item = e.field.substr(0, e.field.find(']') + 1);
+      if (!item.empty() && dirty_.count(item) > 0) continue;
+      d_.Report(lines_.Find(e.field), e.field, e.message);
+    }
+  }
+
+  // Duplicate names are found here rather than by the core: two items with one name
+  // share a field path, and only the reader knows which line each came from.
+  void CheckUnique(Fields& f, std::unordered_map<std::string, int>& seen, const std::string& name,
+                   const char* what) {
+    auto [it, fresh] = seen.emplace(name, f.Line("name"));
+    if (!fresh) {
+      f.Report("name", std::string("duplicate ") + what + " name " + Quote(name) +
+                           ", first on line " + std::to_string(it->second));
+    }
+  }
+
+  // Remembers `path` (an item such as "pools[h100]") as reported when `f` found problems.
+  void NoteDirty(const std::string& path, size_t reported_before) {
+    if (d_.reported() != reported_before) dirty_.insert(path);
+  }
+
+  // A list item that must be a mapping; reported otherwise.
+  bool IsMapItem(const Doc& item, const std::string& path) {
+    if (item.is_map()) return true;
+    d_.Report(item.line, path, "expected a mapping, got " + Describe(item));
+    return false;
+  }
+
+  void ReadModels(Fields& top, Catalog& catalog) {
+    const Doc* list = top.List("gpu_models");
+    if (list == nullptr) return;
+    for (size_t i = 0; i < list->items.size(); ++i) {
+      const Doc& item = list->items[i];
+      const std::string path = "gpu_models[" + ItemKey(item, i) + "]";
+      lines_.Note(path, item.line);
+      if (!IsMapItem(item, path)) continue;
+      Fields f(d_, item, path, {"name", "memory_gb", "mig_profiles"});
+      lines_.NoteEntries(f, item);
+      const size_t before = d_.reported();
+      GpuModel model;
+      model.builtin = false;
+      if (auto n = f.String("name")) {
+        model.name = *n;
+        if (n->empty()) f.Report("name", "must not be empty");
+      } else if (!f.has("name")) {
+        f.Report("name", "required");
+      }
+      if (auto gb = f.Number("memory_gb", Range{0, true, kMaxGb})) {
+        model.memory_bytes = std::llround(*gb * 1e9);
+      } else if (!f.has("memory_gb")) {
+        f.Report("memory_gb", "required");
+      }
+      if (const Doc* profiles = f.List("mig_profiles")) {
+        for (size_t j = 0; j < profiles->items.size(); ++j) {
+          if (auto p = ReadProfile(profiles->items[j], j, path)) model.mig_profiles.push_back(*p);
+        }
+      }
+      f.Finish();
+      if (d_.reported() != before) continue;
+      if (auto added = catalog.Add(std::move(model)); !added.ok()) {
+        const Error& e = added.error();
+        const std::string field = e.field.empty() ? path : path + "." + e.field;
+        d_.Report(lines_.Find(field), field, e.message);
+      }
+    }
+  }
+
+  std::optional<MigProfile> ReadProfile(const Doc& item, size_t index,
+                                        const std::string& model_path) {
+    const std::string path = model_path + ".mig_profiles[" + ItemKey(item, index) + "]";
+    lines_.Note(path, item.line);
+    if (!IsMapItem(item, path)) return std::nullopt;
+    Fields f(d_, item, path,
+             {"name", "compute_slices", "memory_slices", "memory_gb", "max_instances", "starts"});
+    lines_.NoteEntries(f, item);
+    const size_t before = d_.reported();
+    MigProfile p;
+    auto required = [&](std::string_view key) {
+      if (!f.has(key)) f.Report(key, "required");
+    };
+    for (std::string_view key :
+         {"name", "compute_slices", "memory_slices", "memory_gb", "max_instances", "starts"}) {
+      required(key);
+    }
+    if (auto n = f.String("name")) p.name = *n;
+    if (auto c = f.Integer("compute_slices", 1, core::kMigComputeSlices))
+      p.compute_slices = static_cast<int>(*c);
+    if (auto m = f.Integer("memory_slices", 1, core::kMigMemorySlices))
+      p.memory_slices = static_cast<int>(*m);
+    if (auto gb = f.Number("memory_gb", Range{0, true, kMaxGb}))
+      p.memory_bytes = std::llround(*gb * 1e9);
+    if (auto k = f.Integer("max_instances", 1, core::kMigComputeSlices))
+      p.max_instances = static_cast<int>(*k);
+    if (const Doc* starts = f.List("starts")) {
+      for (size_t j = 0; j < starts->items.size(); ++j) {
+        const Doc& s = starts->items[j];
+        if (auto v = d_.Integer(s, s.line, f.Path("starts") + "[" + std::to_string(j) + "]", 0,
+                                core::kMigMemorySlices - 1)) {
+          p.starts.push_back(static_cast<int>(*v));
+        }
+      }
+    }
+    f.Finish();
+    if (d_.reported() != before) return std::nullopt;
+    return p;
+  }
+
+  std::vector<PoolSpec> ReadPools(Fields& top, const Catalog& catalog) {
+    std::vector<PoolSpec> pools;
+    const Doc* list = top.List("pools");
+    if (list == nullptr) {
+      if (!top.bad("pools")) top.Report("pools", "required: list at least one pool of nodes");
+      return pools;
+    }
+    if (list->items.empty()) top.Report("pools", "must list at least one pool of nodes");
+    std::unordered_map<std::string, int> pool_lines;  // name -> line of its first pool
+    for (size_t i = 0; i < list->items.size(); ++i) {
+      const Doc& item = list->items[i];
+      const std::string path = "pools[" + ItemKey(item, i) + "]";
+      lines_.Note(path, item.line);
+      if (!IsMapItem(item, path)) continue;
+      const size_t before = d_.reported();
+      Fields f(d_, item, path,
+               {"name", "name_prefix", "count", "gpus", "gpu_model", "nvlink_domains", "leaf_size",
+                "cpus", "memory_gb", "spot", "sharing"});
+      lines_.NoteEntries(f, item);
+      PoolSpec p;
+      // Names are kept even when reported, so the core's paths match the reader's.
+      if (auto n = f.String("name")) {
+        p.name = *n;
+        if (CheckNodeName(f, "name", *n)) CheckUnique(f, pool_lines, *n, "pool");
+      } else if (!f.has("name")) {
+        f.Report("name", "required");
+      }
+      if (auto n = f.String("name_prefix")) {
+        p.name_prefix = *n;
+        CheckNodeName(f, "name_prefix", *n);
+      }
+      if (auto c = f.Integer("count", 0, core::kMaxNodes)) {
+        p.count = static_cast<int>(*c);
+      } else if (!f.has("count")) {
+        f.Report("count", "required: the number of nodes in the pool");
+      }
+      if (auto g = f.Integer("gpus", 0, core::kMaxGpusPerNode)) {
+        p.gpus = static_cast<int>(*g);
+      } else if (!f.has("gpus")) {
+        f.Report("gpus", "required: GPUs per node (0 for CPU-only nodes)");
+      }
+      if (auto m = f.String("gpu_model")) {
+        if (!f.bad("gpus") && f.has("gpus") && p.gpus == 0) {
+          f.Report("gpu_model", "a CPU-only pool (gpus 0) has no GPU model, got " + Quote(*m));
+        } else if (auto id = catalog.Find(*m)) {
+          p.model = *id;
+        } else {
+          f.Report("gpu_model", "unknown GPU model " + Quote(*m) + " (known: " +
+                                    KnownModels(catalog) + "; declare others under gpu_models)");
+        }
+      } else if (!f.has("gpu_model") && p.gpus > 0) {
+        f.Report("gpu_model", "required when gpus > 0");
+      }
+      if (auto n = f.Integer("nvlink_domains", 1, core::kMaxGpusPerNode)) {
+        p.nvlink_domains = static_cast<int>(*n);
+      }
+      if (auto l = f.Integer("leaf_size", 0, core::kMaxNodes)) p.leaf_size = static_cast<int>(*l);
+      if (auto c = f.Number("cpus", Range{0, false, kMaxCpus}))
+        p.cpus_milli = std::llround(*c * 1000);
+      if (auto m = f.Number("memory_gb", Range{0, false, kMaxGb})) {
+        p.memory_bytes = std::llround(*m * 1e9);
+      }
+      if (auto s = f.Bool("spot")) p.spot = *s;
+      p.sharing = ReadSharing(f, catalog, p);
+      f.Finish();
+      NoteDirty(path, before);
+      pools.push_back(std::move(p));
+    }
+    return pools;
+  }
+
+  // Exclusive use is always allowed; each listed mode adds to it.
+  core::SharingMask ReadSharing(Fields& f, const Catalog& catalog, const PoolSpec& p) {
+    core::SharingMask mask = core::Bit(core::Sharing::kExclusive);
+    const Doc* v = f.Get("sharing");
+    if (v == nullptr || v->is_null()) return mask;
+    std::vector<std::pair<const Doc*, std::string>> modes;  // value, path
+    if (v->kind == Doc::Kind::kString) {
+      modes.emplace_back(v, f.Path("sharing"));
+    } else if (v->is_list()) {
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        modes.emplace_back(&v->items[i], f.Path("sharing") + "[" + std::to_string(i) + "]");
+      }
+    } else {
+      f.Report("sharing",
+               "expected a list of sharing modes (mig, mps, timeslice), got " + Describe(*v));
+      return mask;
+    }
+    for (const auto& [mode, path] : modes) {
+      auto s = d_.String(*mode, mode->line, path);
+      if (!s) continue;
+      if (*s == "exclusive") continue;
+      if (*s == "mps") {
+        mask |= core::Bit(core::Sharing::kMps);
+      } else if (*s == "timeslice") {
+        mask |= core::Bit(core::Sharing::kTimeslice);
+      } else if (*s == "mig") {
+        if (p.model.valid() && !catalog.model(p.model).mig_capable()) {
+          d_.Report(mode->line, path,
+                    "mig needs a MIG-capable GPU model; " + catalog.model(p.model).name +
+                        " has no MIG profiles");
+          continue;
+        }
+        mask |= core::Bit(core::Sharing::kMig);
+      } else {
+        d_.Report(mode->line, path, "must be one of mig, mps, timeslice, got " + Quote(*s));
+      }
+    }
+    return mask;
+  }
+
+  std::vector<QueueSpec> ReadQueues(Fields& top) {
+    std::vector<QueueSpec> queues;
+    const Doc* list = top.List("queues");
+    if (list == nullptr) return queues;
+    std::unordered_map<std::string, int> queue_lines;  // name -> line of its first queue
+    for (size_t i = 0; i < list->items.size(); ++i) {
+      const Doc& item = list->items[i];
+      const std::string path = "queues[" + ItemKey(item, i) + "]";
+      lines_.Note(path, item.line);
+      if (!IsMapItem(item, path)) continue;
+      const size_t before = d_.reported();
+      Fields f(d_, item, path, {"name", "parent", "guaranteed_gpus", "burst_gpus", "weight"});
+      lines_.NoteEntries(f, item);
+      QueueSpec q;
+      if (auto n = f.String("name")) {
+        q.name = *n;
+        if (n->empty()) {
+          f.Report("name", "must not be empty");
+        } else {
+          CheckUnique(f, queue_lines, *n, "queue");
+        }
+      } else if (!f.has("name")) {
+        f.Report("name", "required");
+      }
+      if (auto p = f.String("parent")) q.parent = *p;
+      if (auto g = f.Number("guaranteed_gpus", Range{0, false, kMaxQueueGpus})) {
+        q.guaranteed = std::llround(*g * static_cast<double>(core::kGpuUnits));
+      }
+      if (auto b = f.Number("burst_gpus", Range{0, false, kMaxQueueGpus})) {
+        q.burst = std::llround(*b * static_cast<double>(core::kGpuUnits));
+      }
+      if (auto w = f.Number("weight", Range{0, true, 1e6})) q.weight = *w;
+      f.Finish();
+      NoteDirty(path, before);
+      queues.push_back(std::move(q));
+    }
+    return queues;
+  }
+
+  PolicyConfig ReadPolicy(Fields& top) {
+    PolicyConfig policy;
+    core::PolicyParams& p = policy.params;
+    const Doc* v = top.Get("policy");
+    if (v == nullptr || v->is_null()) return policy;
+    if (!v->is_map()) {
+      top.Report("policy", "expected a mapping, got " + Describe(*v));
+      return policy;
+    }
+    Fields f(d_, *v, "policy",
+             {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
+              "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s"});
+    lines_.NoteEntries(f, *v);
+    auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
+      if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
+    };
+    seconds("reclaim_idle_after_s", Range{0, false, kMaxSeconds}, p.reclaim_idle_after);
+    seconds("fairshare_half_life_s", Range{0, true, kMaxSeconds}, p.fairshare_half_life);
+    seconds("aging_s", Range{0, false, kMaxSeconds}, p.aging);
+    seconds("min_run_before_repreempt_s", Range{0, false, kMaxSeconds}, p.min_run_before_repreempt);
+    seconds("default_runtime_estimate_s", Range{0, true, kMaxSeconds}, p.default_runtime_estimate);
+    if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
+    // A half-life or estimate that rounds to 0 ms would divide by zero downstream.
+    if (p.fairshare_half_life < 1) f.Report("fairshare_half_life_s", "must be at least 0.001");
+    if (p.default_runtime_estimate < 1) {
+      f.Report("default_runtime_estimate_s", "must be at least 0.001");
+    }
+    f.Finish();
+    return policy;
+  }
+
+  Diagnostics& diags_;
+  Decoder d_;
+  LineIndex lines_;
+  std::unordered_set<std::string> dirty_;  // items with field problems
+};
+
+}  // namespace
+
+std::optional<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, const std::string& file,
+                                                Diagnostics& diags) {
+  const size_t before = diags.size();
+  try {
+    ConfigParser parser(file, diags);
+    std::optional<ClusterConfig> config = parser.Parse(yaml_text);
+    diags.SortByLine(before);
+    return config;
+  } catch (const std::exception& e) {
+    diags.Add(file, 0, "", std::string("cannot read the config: ") + e.what());
+  } catch (...) {
+    diags.Add(file, 0, "", "cannot read the config");
+  }
+  if (diags.size() == before) diags.Add(file, 0, "", "cannot read the config");
+  return std::nullopt;
+}
+
+std::optional<ClusterConfig> ReadClusterConfig(const std::string& path, Diagnostics& diags) {
+  std::optional<std::string> text;
+  try {
+    text = ReadWholeFile(path, diags);
+  } catch (const std::exception& e) {
+    diags.Add(path, 0, "", std::string("cannot read the file: ") + e.what());
+  }
+  if (!text) return std::nullopt;
+  return ParseClusterConfig(*text, path, diags);
+}
+
+}  // namespace gantry::spec

@@ -1,0 +1,733 @@
+// Job specs (spec section 2) from JSON and YAML, traces and failure files (section 3).
+
+#include "spec/job_reader.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <utility>
+
+#include "spec/decode.h"
+#include "spec/doc.h"
+#include "spec/read_file.h"
+
+namespace gantry::spec {
+namespace {
+
+using core::JobSpec;
+using core::ModelId;
+using core::ModelMask;
+using core::Sharing;
+using core::Ticks;
+
+constexpr double kMaxSeconds = 1e12;
+constexpr double kMaxGb = 1e9;
+constexpr double kMaxCpus = 1e6;
+constexpr size_t kMaxIdLength = 256;
+
+enum class Mode { kSpec, kTrace };
+
+// Ticks as seconds for messages: "5", "2.5".
+std::string Seconds(Ticks t) {
+  std::string out = std::to_string(t / 1000);
+  if (Ticks frac = std::abs(t % 1000); frac != 0) {
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 3 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    out += "." + digits;
+  }
+  if (t < 0 && t > -1000) out.insert(0, "-");
+  return out;
+}
+
+std::string Gb(int64_t bytes) {
+  std::string out = std::to_string(bytes / core::kGB);
+  if (int64_t frac = bytes % core::kGB; frac > 0) {
+    std::string digits = std::to_string(frac);
+    digits.insert(0, 9 - digits.size(), '0');
+    while (digits.back() == '0') digits.pop_back();
+    out += "." + digits;
+  }
+  return out;
+}
+
+std::string Join(const std::vector<std::string>& items, size_t max_shown = 20) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i == max_shown) return out + ", ... (" + std::to_string(items.size()) + " in all)";
+    out += (i == 0 ? "" : ", ") + items[i];
+  }
+  return out;
+}
+
+std::string ModelNames(ModelMask mask, const core::Catalog& catalog) {
+  std::vector<std::string> names;
+  for (size_t m = 0; m < catalog.size(); ++m) {
+    if (mask >> m & 1u) names.push_back(catalog.model(ModelId(static_cast<uint32_t>(m))).name);
+  }
+  return Join(names);
+}
+
+ModelMask AllModels(const core::Catalog& catalog) {
+  return catalog.size() >= 64 ? ~ModelMask{0} : (ModelMask{1} << catalog.size()) - 1;
+}
+
+// "HH:MM" -> minutes of the day.
+std::optional<int> ParseClock(std::string_view s) {
+  const size_t colon = s.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon > 2 || s.size() != colon + 3) {
+    return std::nullopt;
+  }
+  int h = 0;
+  for (size_t i = 0; i < colon; ++i) {
+    if (s[i] < '0' || s[i] > '9') return std::nullopt;
+    h = h * 10 + (s[i] - '0');
+  }
+  if (s[colon + 1] < '0' || s[colon + 1] > '5' || s[colon + 2] < '0' || s[colon + 2] > '9') {
+    return std::nullopt;
+  }
+  const int m = (s[colon + 1] - '0') * 10 + (s[colon + 2] - '0');
+  if (h > 23) return std::nullopt;
+  return h * 60 + m;
+}
+
+bool IsEnvName(std::string_view s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+class JobDecoder {
+ public:
+  JobDecoder(Decoder& d, const ClusterConfig& config) : d_(d), config_(config) {}
+
+  // Decodes `doc` into `out`; false when anything was reported. `id` receives the id as
+  // written (for the trace's duplicate check), even when the job is bad.
+  bool Decode(const Doc& doc, Mode mode, int line, core::TraceJob& out, std::string& id) {
+    const size_t before = d_.reported();
+    if (!doc.is_map()) {
+      d_.Report(
+          doc.line, "",
+          std::string(doc.yaml || doc.is_null() ? "expected a mapping" : "expected a JSON object") +
+              " holding a job spec, got " + Describe(doc));
+      return false;
+    }
+    const std::initializer_list<std::string_view> spec_fields = {
+        "id",        "queue",    "tier",         "replicas",          "gpus",
+        "mig",       "sharing",  "gpu_model",    "vram_gb",           "cpus",
+        "memory_gb", "topology", "checkpoint_s", "grace_s",           "window",
+        "command",   "env",      "workdir",      "runtime_estimate_s"};
+    const std::initializer_list<std::string_view> trace_fields = {"id",
+                                                                  "queue",
+                                                                  "tier",
+                                                                  "replicas",
+                                                                  "gpus",
+                                                                  "mig",
+                                                                  "sharing",
+                                                                  "gpu_model",
+                                                                  "vram_gb",
+                                                                  "cpus",
+                                                                  "memory_gb",
+                                                                  "topology",
+                                                                  "checkpoint_s",
+                                                                  "grace_s",
+                                                                  "window",
+                                                                  "command",
+                                                                  "env",
+                                                                  "workdir",
+                                                                  "runtime_estimate_s",
+                                                                  "submit",
+                                                                  "duration",
+                                                                  "idle_after_s"};
+    Fields f(d_, doc, "", mode == Mode::kTrace ? trace_fields : spec_fields);
+    JobSpec& job = out.spec;
+    ReadId(f, mode, line, job, id);
+    ReadQueue(f, job);
+    if (auto t = f.Choice("tier", {"critical", "standard", "best-effort"})) {
+      job.tier = *t == "critical"   ? core::Tier::kCritical
+                 : *t == "standard" ? core::Tier::kStandard
+                                    : core::Tier::kBestEffort;
+    }
+    if (auto r = f.Integer("replicas", 1, kMaxReplicas)) job.replicas = static_cast<int>(*r);
+    ReadShape(f, job);
+    if (auto v = f.Number("cpus", Range{0, false, kMaxCpus}))
+      job.cpus_milli = std::llround(*v * 1000);
+    if (auto v = f.Number("memory_gb", Range{0, false, kMaxGb})) {
+      job.memory_bytes = std::llround(*v * 1e9);
+    }
+    if (auto t = f.Choice("topology", {"nvlink", "node", "leaf", "spine"})) {
+      job.topology = *t == "nvlink" ? core::Topology::kNvlink
+                     : *t == "node" ? core::Topology::kNode
+                     : *t == "leaf" ? core::Topology::kLeaf
+                                    : core::Topology::kSpine;
+    }
+    if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
+      job.checkpoint = SecondsToTicks(*v);
+    if (auto v = f.Number("grace_s", Range{0, false, kMaxSeconds})) job.grace = SecondsToTicks(*v);
+    if (auto v = Duration(f, "runtime_estimate_s")) job.runtime_estimate = *v;
+    ReadWindow(f, job);
+    ReadCommand(f, job);
+    ReadEnv(f, job);
+    if (auto w = f.String("workdir")) {
+      if (w->empty()) f.Report("workdir", "must not be empty");
+      job.workdir = *w;
+    }
+    if (mode == Mode::kSpec) {
+      for (std::string_view key : {"submit", "duration", "idle_after_s"}) {
+        // A pointed message rather than "unknown field".
+        if (f.has(key)) {
+          f.Report(key,
+                   "only trace lines have this field; a job spec is submitted when it is "
+                   "sent and runs until it ends");
+          f.Handled(key);
+        }
+      }
+    } else {
+      out.line = line;
+      if (auto s = f.Number("submit", Range{0, false, kMaxSeconds})) {
+        out.submit = SecondsToTicks(*s);
+      } else if (!f.has("submit")) {
+        f.Report("submit", "required in a trace: the arrival time in seconds");
+      }
+      if (auto v = Duration(f, "duration")) {
+        out.duration = *v;
+      } else if (!f.has("duration")) {
+        f.Report("duration", "required in a trace: the run time in seconds");
+      }
+      if (auto v = f.Number("idle_after_s", Range{0, false, kMaxSeconds})) {
+        out.idle_after = SecondsToTicks(*v);
+      }
+    }
+    f.Finish();
+    return d_.reported() == before;
+  }
+
+ private:
+  // A positive time in seconds, at least 1 ms after rounding.
+  std::optional<Ticks> Duration(Fields& f, std::string_view key) {
+    std::optional<double> v = f.Number(key, Range{0, true, kMaxSeconds});
+    if (!v) return std::nullopt;
+    const Ticks t = SecondsToTicks(*v);
+    if (t < 1) {
+      f.Report(key, "must be at least 0.001 (1 ms), got " + f.Get(key)->text);
+      return std::nullopt;
+    }
+    return t;
+  }
+
+  void ReadId(Fields& f, Mode mode, int line, JobSpec& job, std::string& id) {
+    if (auto s = f.String("id")) {
+      id = *s;
+      if (s->empty()) {
+        f.Report("id", "must not be empty");
+      } else if (s->size() > kMaxIdLength) {
+        f.Report("id", "must be at most " + std::to_string(kMaxIdLength) + " characters, got " +
+                           std::to_string(s->size()));
+      } else if (std::any_of(s->begin(), s->end(), [](char c) {
+                   return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
+                 })) {
+        f.Report("id", "must not hold control characters, got " + Quote(*s));
+      }
+      job.id = *s;
+    } else if (!f.has("id") && mode == Mode::kTrace) {
+      job.id = "line-" + std::to_string(line);
+      id = job.id;
+    }
+  }
+
+  void ReadQueue(Fields& f, JobSpec& job) {
+    const core::QueueTree& tree = config_.queues;
+    auto known = [&] {
+      std::vector<std::string> names;
+      for (size_t i = 0; i < tree.size(); ++i) {
+        names.push_back(tree.queue(core::QueueId(static_cast<uint32_t>(i))).spec.name);
+      }
+      return Join(names);
+    };
+    if (auto q = f.String("queue")) {
+      if (auto id = tree.Find(*q)) {
+        job.queue = *id;
+      } else {
+        f.Report("queue", "unknown queue " + Quote(*q) + " (known: " + known() + ")");
+      }
+    } else if (!f.has("queue")) {
+      if (auto id = tree.Find("default")) {
+        job.queue = *id;
+      } else {
+        f.Report("queue",
+                 "required: this cluster has no queue named \"default\" (known: " + known() + ")");
+      }
+    }
+  }
+
+  // gpus / mig / sharing / gpu_model / vram_gb: what one worker takes.
+  void ReadShape(Fields& f, JobSpec& job) {
+    const core::Catalog& catalog = config_.cluster.catalog();
+    job.mig_index.assign(catalog.size(), -1);  // filled for MIG jobs by ResolveMig
+    std::optional<std::string> sharing =
+        f.Choice("sharing", {"exclusive", "mig", "mps", "timeslice"});
+    std::optional<std::string> mig = f.String("mig");
+    std::optional<double> gpus = f.Number("gpus", Range{0, false, kMaxGpusPerWorker});
+    // Its lower bound depends on whether the job uses GPUs (checked below): above 0 for
+    // GPU jobs, 0 allowed for CPU-only ones.
+    std::optional<double> vram = f.Number("vram_gb", Range{-kMaxGb, false, kMaxGb});
+    if (vram) job.vram_bytes = std::llround(*vram * 1e9);
+
+    bool shape_ok = !f.bad("sharing") && !f.bad("mig") && !f.bad("gpus");
+    if (f.has("mig")) {
+      if (mig && mig->empty()) {
+        f.Report("mig", "must name a MIG profile, e.g. 1g.10gb");
+        shape_ok = false;
+      }
+      if (f.has("gpus")) {
+        f.Report("gpus", "excludes mig: a MIG job takes one instance per worker; give one of them");
+        shape_ok = false;
+      }
+      if (sharing && *sharing != "mig") {
+        f.Report("sharing", "must be mig or absent when mig is given, got " + Quote(*sharing));
+        shape_ok = false;
+      }
+      job.sharing = Sharing::kMig;
+      if (mig) job.mig_profile = *mig;
+    } else if (sharing && *sharing == "mig") {
+      f.Report("mig", "required with sharing mig: the MIG profile of each worker, e.g. 1g.10gb");
+      shape_ok = false;
+    } else {
+      const bool shared = sharing && (*sharing == "mps" || *sharing == "timeslice");
+      job.sharing = !shared             ? Sharing::kExclusive
+                    : *sharing == "mps" ? Sharing::kMps
+                                        : Sharing::kTimeslice;
+      if (gpus) {
+        const double x = *gpus;
+        const bool whole = std::floor(x) == x;
+        const std::string text = f.Get("gpus")->text;
+        if (!shared) {
+          if (whole) {
+            job.gpus = static_cast<int>(x);
+          } else if (x < 1) {
+            f.Report("gpus", "fraction without a sharing mode: " + text +
+                                 " of a GPU needs sharing mps or timeslice");
+          } else {
+            f.Report("gpus",
+                     "must be a whole number, or a fraction below 1 with sharing mps or "
+                     "timeslice, got " +
+                         text);
+          }
+        } else if (x > 0 && x < 1) {
+          const int64_t milli = std::llround(x * core::kShareScale);
+          if (milli < 1 || milli > core::kShareScale - 1) {
+            f.Report("gpus", "shares are thousandths of a GPU (0.001 to 0.999), got " + text);
+          } else {
+            job.share_milli = static_cast<int>(milli);
+          }
+        } else {
+          f.Report("gpus", "with sharing " + *sharing +
+                               ", must be a fraction of one GPU above 0 and below 1, got " + text);
+        }
+      } else if (shared && !f.has("gpus")) {
+        f.Report("gpus", "required with sharing " + *sharing +
+                             ": the share of one GPU each worker takes, e.g. 0.25");
+      }
+      if (f.bad("gpus")) shape_ok = false;
+    }
+
+    // Accepted models.
+    job.models = AllModels(catalog);
+    bool models_given = false;
+    if (const Doc* v = f.Get("gpu_model")) {
+      models_given = true;
+      std::vector<std::pair<const Doc*, std::string>> names;
+      if (v->is_list()) {
+        if (v->items.empty()) f.Report("gpu_model", "must name at least one GPU model");
+        for (size_t i = 0; i < v->items.size(); ++i) {
+          names.emplace_back(&v->items[i], f.Path("gpu_model") + "[" + std::to_string(i) + "]");
+        }
+      } else {
+        names.emplace_back(v, f.Path("gpu_model"));
+      }
+      ModelMask mask = 0;
+      for (const auto& [item, path] : names) {
+        const int line = v->is_list() ? item->line : f.Line("gpu_model");
+        auto name = d_.String(*item, line, path);
+        if (!name) {
+          f.MarkBad("gpu_model");
+          continue;
+        }
+        if (auto id = catalog.Find(*name)) {
+          mask |= ModelMask{1} << id->v;
+        } else {
+          f.MarkBad("gpu_model");
+          std::vector<std::string> known;
+          for (size_t m = 0; m < catalog.size(); ++m) {
+            known.push_back(catalog.model(ModelId(static_cast<uint32_t>(m))).name);
+          }
+          d_.Report(line, path,
+                    "unknown GPU model " + Quote(*name) + " (known: " + Join(known, 64) + ")");
+        }
+      }
+      if (mask != 0) job.models = mask;
+    }
+    if (!shape_ok) {
+      if (vram && *vram < 0)
+        f.Report("vram_gb", "must be at least 0, got " + f.Get("vram_gb")->text);
+      return;
+    }
+
+    if (!job.uses_gpu()) {
+      if (models_given && !f.bad("gpu_model")) {
+        f.Report("gpu_model", "a job without GPUs (gpus 0) takes no gpu_model");
+      }
+      // vram_gb is optional for CPU-only jobs; 0 says "no GPU memory".
+      if (vram && *vram < 0)
+        f.Report("vram_gb", "must be at least 0, got " + f.Get("vram_gb")->text);
+      return;
+    }
+    if (vram && job.vram_bytes <= 0) {
+      f.Report("vram_gb", "must be above 0, got " + f.Get("vram_gb")->text);
+    } else if (!f.has("vram_gb")) {
+      f.Report("vram_gb",
+               "required for a job that uses GPUs: the memory each worker needs on "
+               "each of its GPUs, in GB");
+    }
+    if (job.sharing == Sharing::kMig && !f.bad("gpu_model")) ResolveMig(f, job, models_given);
+  }
+
+  void ResolveMig(Fields& f, JobSpec& job, bool models_given) {
+    const core::Catalog& catalog = config_.cluster.catalog();
+    job.mig_index.assign(catalog.size(), -1);
+    ModelMask having = 0;
+    for (size_t m = 0; m < catalog.size(); ++m) {
+      const int idx = catalog.FindProfile(ModelId(static_cast<uint32_t>(m)), job.mig_profile);
+      job.mig_index[m] = static_cast<int8_t>(idx);
+      if (idx >= 0) having |= ModelMask{1} << m;
+    }
+    if ((having & job.models) == 0) {
+      if (models_given) {
+        f.Report("mig", "MIG profile " + Quote(job.mig_profile) + " is offered by none of " +
+                            ModelNames(job.models, catalog) +
+                            (having != 0 ? " (it is offered by " + ModelNames(having, catalog) + ")"
+                                         : std::string()));
+      } else {
+        std::vector<std::string> known;
+        for (size_t m = 0; m < catalog.size(); ++m) {
+          for (const core::MigProfile& p :
+               catalog.model(ModelId(static_cast<uint32_t>(m))).mig_profiles) {
+            if (std::find(known.begin(), known.end(), p.name) == known.end())
+              known.push_back(p.name);
+          }
+        }
+        f.Report("mig", "unknown MIG profile " + Quote(job.mig_profile) +
+                            " (known: " + Join(known, 64) + ")");
+      }
+      return;
+    }
+    // A model without the profile can never hold the job.
+    job.models &= having;
+    if (job.vram_bytes <= 0) return;  // missing or bad vram_gb is reported already
+    std::string offers;
+    for (size_t m = 0; m < catalog.size(); ++m) {
+      if (!(job.models >> m & 1u)) continue;
+      const core::GpuModel& model = catalog.model(ModelId(static_cast<uint32_t>(m)));
+      const core::MigProfile& p = model.mig_profiles[static_cast<size_t>(job.mig_index[m])];
+      if (p.memory_bytes >= job.vram_bytes) return;
+      offers += (offers.empty() ? "" : ", ") + Gb(p.memory_bytes) + " GB on " + model.name;
+    }
+    f.Report("vram_gb", f.Get("vram_gb")->text + " does not fit MIG profile " + job.mig_profile +
+                            " (" + offers + ")");
+  }
+
+  void ReadWindow(Fields& f, JobSpec& job) {
+    const Doc* v = f.Get("window");
+    if (v == nullptr) return;
+    if (!v->is_map()) {
+      f.Report("window",
+               "expected a mapping {start: \"HH:MM\", end: \"HH:MM\"}, got " + Describe(*v));
+      return;
+    }
+    Fields w(d_, *v, "window", {"start", "end"});
+    std::optional<int> times[2];
+    const char* keys[2] = {"start", "end"};
+    for (int i = 0; i < 2; ++i) {
+      if (auto s = w.String(keys[i])) {
+        times[i] = ParseClock(*s);
+        if (!times[i])
+          w.Report(keys[i], "must be a time of day HH:MM (00:00 to 23:59), got " + Quote(*s));
+      } else if (!w.has(keys[i])) {
+        w.Report(keys[i], "required");
+      }
+    }
+    w.Finish();
+    if (times[0] && times[1]) {
+      if (*times[0] == *times[1]) {
+        f.Report("window", "start and end are both " + *w.String("start") +
+                               "; the window would be empty (leave window out to allow any time)");
+      } else {
+        job.window = core::Window{*times[0], *times[1]};
+      }
+    }
+  }
+
+  void ReadCommand(Fields& f, JobSpec& job) {
+    const Doc* v = f.Get("command");
+    if (v == nullptr) return;
+    if (v->is_list()) {
+      if (v->items.empty()) f.Report("command", "must not be empty");
+      for (size_t i = 0; i < v->items.size(); ++i) {
+        const Doc& item = v->items[i];
+        const std::string path = f.Path("command") + "[" + std::to_string(i) + "]";
+        if (auto s = d_.String(item, item.line, path)) job.command.push_back(*s);
+      }
+      if (!job.command.empty() && job.command[0].empty()) {
+        d_.Report(v->items[0].line, f.Path("command") + "[0]", "the program must not be empty");
+      }
+      return;
+    }
+    // A single string is a shell command line.
+    if (auto s = f.String("command")) {
+      if (s->empty()) {
+        f.Report("command", "must not be empty");
+      } else {
+        job.command = {"/bin/sh", "-c", *s};
+      }
+    }
+  }
+
+  void ReadEnv(Fields& f, JobSpec& job) {
+    const Doc* v = f.Get("env");
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_map()) {
+      f.Report("env", "expected a mapping of variable names to strings, got " + Describe(*v));
+      return;
+    }
+    for (size_t i = 0; i < v->entries.size(); ++i) {
+      const DocEntry& e = v->entries[i];
+      const std::string path = f.Path("env") + "." + e.key;
+      if (!IsEnvName(e.key)) {
+        d_.Report(e.line, f.Path("env"),
+                  "variable names are letters, digits and _, not starting "
+                  "with a digit; got " +
+                      Quote(e.key));
+        continue;
+      }
+      bool duplicate = false;
+      for (size_t j = 0; j < i && !duplicate; ++j) duplicate = v->entries[j].key == e.key;
+      if (duplicate) {
+        d_.Report(e.line, path, "given twice");
+        continue;
+      }
+      if (auto s = d_.String(e.value, e.line, path)) job.env.emplace_back(e.key, *s);
+    }
+  }
+
+  Decoder& d_;
+  const ClusterConfig& config_;
+};
+
+// One guard for every entry point: readers never throw.
+template <typename F>
+auto Guarded(const std::string& file, int line, Diagnostics& diags, F&& body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    diags.Add(file, line, "", std::string("cannot read: ") + e.what());
+  } catch (...) {
+    diags.Add(file, line, "", "cannot read");
+  }
+  return std::nullopt;
+}
+
+std::optional<core::TraceJob> TraceLine(std::string_view text, const std::string& file, int line,
+                                        const ClusterConfig& config, Diagnostics& diags,
+                                        std::string& id) {
+  std::optional<Doc> doc = ParseJson(text, file, line, diags);
+  if (!doc) return std::nullopt;
+  Decoder d(file, diags);
+  core::TraceJob job;
+  if (!JobDecoder(d, config).Decode(*doc, Mode::kTrace, line, job, id)) return std::nullopt;
+  return job;
+}
+
+std::optional<JobSpec> SpecFromDoc(const Doc& doc, const std::string& file,
+                                   const ClusterConfig& config, Diagnostics& diags) {
+  Decoder d(file, diags);
+  core::TraceJob job;
+  std::string id;
+  if (!JobDecoder(d, config).Decode(doc, Mode::kSpec, doc.line, job, id)) return std::nullopt;
+  return std::move(job.spec);
+}
+
+bool Blank(std::string_view s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c == ' ' || c == '\t' || c == '\r'; });
+}
+
+}  // namespace
+
+std::optional<core::TraceJob> ParseTraceLine(std::string_view text, const std::string& file,
+                                             int line, const ClusterConfig& config,
+                                             Diagnostics& diags) {
+  return Guarded(file, line, diags, [&]() -> std::optional<core::TraceJob> {
+    std::string id;
+    return TraceLine(text, file, line, config, diags, id);
+  });
+}
+
+std::optional<JobSpec> ParseJobJson(std::string_view text, const std::string& file,
+                                    const ClusterConfig& config, Diagnostics& diags) {
+  const size_t before = diags.size();
+  std::optional<JobSpec> spec = Guarded(file, 0, diags, [&]() -> std::optional<JobSpec> {
+    std::optional<Doc> doc = ParseJson(text, file, 1, diags);
+    if (!doc) return std::nullopt;
+    return SpecFromDoc(*doc, file, config, diags);
+  });
+  diags.SortByLine(before);  // a multi-line body reads top to bottom
+  return spec;
+}
+
+std::optional<JobSpec> ParseJobYaml(std::string_view yaml_text, const std::string& file,
+                                    const ClusterConfig& config, Diagnostics& diags) {
+  const size_t before = diags.size();
+  std::optional<JobSpec> spec = Guarded(file, 0, diags, [&]() -> std::optional<JobSpec> {
+    std::optional<Doc> doc = ParseYaml(yaml_text, file, diags);
+    if (!doc) return std::nullopt;
+    if (doc->is_null()) {
+      diags.Add(file, 0, "", "the file is empty; expected a job spec");
+      return std::nullopt;
+    }
+    return SpecFromDoc(*doc, file, config, diags);
+  });
+  diags.SortByLine(before);
+  return spec;
+}
+
+std::optional<JobSpec> ReadJobYaml(const std::string& path, const ClusterConfig& config,
+                                   Diagnostics& diags) {
+  std::optional<std::string> text =
+      Guarded(path, 0, diags, [&] { return ReadWholeFile(path, diags); });
+  if (!text) return std::nullopt;
+  return ParseJobYaml(*text, path, config, diags);
+}
+
+TraceReader::TraceReader(std::string path, const ClusterConfig& config)
+    : path_(std::move(path)), config_(config), in_(path_, std::ios::binary) {}
+
+bool TraceReader::Next(core::TraceJob& job, Diagnostics& diags) {
+  if (!in_.is_open()) {
+    if (!open_reported_) diags.Add(path_, 0, "", "cannot open the trace");
+    open_reported_ = true;
+    return false;
+  }
+  while (std::getline(in_, text_)) {
+    ++line_;
+    if (Blank(text_)) continue;
+    std::string id;
+    std::optional<core::TraceJob> parsed = Guarded(
+        path_, line_, diags, [&] { return TraceLine(text_, path_, line_, config_, diags, id); });
+    if (!id.empty()) {
+      auto [it, fresh] = seen_ids_.emplace(id, line_);
+      if (!fresh) {
+        diags.Add(path_, line_, "id",
+                  "duplicate id " + Quote(id) + ", first on line " + std::to_string(it->second));
+        continue;
+      }
+    }
+    if (!parsed) continue;
+    if (parsed->submit < last_submit_) {
+      diags.Add(path_, line_, "submit",
+                "submit " + Seconds(parsed->submit) + " is before the previous line's " +
+                    Seconds(last_submit_) + "; traces must be sorted by submit");
+      continue;
+    }
+    last_submit_ = parsed->submit;
+    job = std::move(*parsed);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+std::optional<std::vector<Failure>> ReadFailuresUnguarded(const std::string& path,
+                                                          const core::Cluster& cluster,
+                                                          Diagnostics& diags);
+}  // namespace
+
+std::optional<std::vector<Failure>> ReadFailures(const std::string& path,
+                                                 const core::Cluster& cluster, Diagnostics& diags) {
+  return Guarded(path, 0, diags, [&] { return ReadFailuresUnguarded(path, cluster, diags); });
+}
+
+namespace {
+
+std::optional<std::vector<Failure>> ReadFailuresUnguarded(const std::string& path,
+                                                          const core::Cluster& cluster,
+                                                          Diagnostics& diags) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in.is_open()) {
+    diags.Add(path, 0, "", "cannot open the failures file");
+    return std::nullopt;
+  }
+  const size_t before = diags.size();
+  std::vector<Failure> failures;
+  std::string text;
+  int line = 0;
+  auto known_nodes = [&] {
+    std::vector<std::string> ranges;
+    for (const core::Pool& p : cluster.pools()) {
+      if (p.spec.count == 0) continue;
+      const std::string& first = cluster.node(p.first_node).name;
+      const std::string& last =
+          cluster.node(core::NodeId(p.first_node.v + static_cast<uint32_t>(p.spec.count) - 1)).name;
+      ranges.push_back(p.spec.count == 1 ? first : first + " .. " + last);
+    }
+    return Join(ranges);
+  };
+  while (std::getline(in, text)) {
+    ++line;
+    if (Blank(text)) continue;
+    Guarded(path, line, diags, [&]() -> std::optional<int> {
+      std::optional<Doc> doc = ParseJson(text, path, line, diags);
+      if (!doc) return std::nullopt;
+      Decoder d(path, diags);
+      if (!doc->is_map()) {
+        d.Report(line, "",
+                 "expected a JSON object {\"t\", \"node\", \"down_s\"}, got " + Describe(*doc));
+        return std::nullopt;
+      }
+      Fields f(d, *doc, "", {"t", "node", "down_s"});
+      Failure fail;
+      fail.line = line;
+      if (auto t = f.Number("t", Range{0, false, kMaxSeconds})) {
+        fail.t = SecondsToTicks(*t);
+      } else if (!f.has("t")) {
+        f.Report("t", "required: when the node goes down, in seconds");
+      }
+      if (auto n = f.String("node")) {
+        if (auto id = cluster.FindNode(*n)) {
+          fail.node = *id;
+        } else {
+          f.Report("node", "unknown node " + Quote(*n) + " (nodes: " + known_nodes() + ")");
+        }
+      } else if (!f.has("node")) {
+        f.Report("node", "required");
+      }
+      if (auto s = f.Number("down_s", Range{0, true, kMaxSeconds})) {
+        fail.down = SecondsToTicks(*s);
+        if (fail.down < 1)
+          f.Report("down_s", "must be at least 0.001 (1 ms), got " + f.Get("down_s")->text);
+      } else if (!f.has("down_s")) {
+        f.Report("down_s", "required: how long the node stays down, in seconds");
+      }
+      f.Finish();
+      if (d.reported() == 0) failures.push_back(fail);
+      return 0;
+    });
+  }
+  if (diags.size() != before) return std::nullopt;
+  std::stable_sort(failures.begin(), failures.end(),
+                   [](const Failure& a, const Failure& b) { return a.t < b.t; });
+  return failures;
+}
+
+}  // namespace
+
+}  // namespace gantry::spec

@@ -241,12 +241,13 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* 
     return fail(Block::kQuota, quota(*blocker));
   }
   const Shape shape = ShapeOf(spec);
-  if (auto it = failed_shapes_.find(shape); it != failed_shapes_.end()) {
+  const bool cache = shape_context_ != kNoShapeCache;
+  if (auto it = failed_shapes_.find(shape); cache && it != failed_shapes_.end()) {
     return fail(Block::kCapacity, it->second);
   }
   if (!placer_.Place(spec, fit, scratch_)) {
     std::string reason = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
-    failed_shapes_.emplace(shape, reason);
+    if (cache) failed_shapes_.emplace(shape, reason);
     return fail(Block::kCapacity, std::move(reason));
   }
   GpuUnits units = 0;

@@ -169,7 +169,9 @@ class Scheduler {
   // found (every Allocate undone by a Release and vice versa) except through TryStart.
   Ledger& mutable_ledger() { return ledger_; }
   Placer& placer() { return placer_; }
-  // Extra context mixed into the pass's shape cache, e.g. "reservations ignored".
+  // Extra context mixed into the pass's shape cache, e.g. "reservations ignored";
+  // kNoShapeCache: neither read nor fill the cache (a one-off view of the ledger).
+  static constexpr uint8_t kNoShapeCache = 255;
   void set_shape_context(uint8_t c) { shape_context_ = c; }
   // Asks for a full pass at `t` (e.g. when a protected victim becomes preemptible).
   void WakeAt(Ticks t) { pass_wakeup_ = std::min(pass_wakeup_, t); }

@@ -33,7 +33,7 @@ Percentiles Summarize(std::vector<double> v) {
 }
 
 Report::Report(const core::QueueTree& queues, std::string policy)
-    : queues_(queues), policy_(std::move(policy)), queue_alloc_(queues.size(), 0) {}
+    : queues_(queues), policy_(std::move(policy)), by_queue_(queues.size()) {}
 
 void Report::Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units) {
   cap_ += up_units_ * (t - last_t_);
@@ -52,23 +52,31 @@ void Report::Submitted(core::Ticks t) {
   }
 }
 
-void Report::Started(core::Tier tier, core::Ticks wait, bool first_start) {
+void Report::Started(core::Tier tier, core::QueueId queue, core::Ticks wait, bool first_start) {
   ++starts_;
-  if (first_start) wait_ms_[static_cast<int>(tier)].push_back(static_cast<double>(wait));
+  if (!first_start) return;
+  const auto w = static_cast<double>(wait);
+  wait_ms_[static_cast<int>(tier)].push_back(w);
+  by_queue_[queue.v].wait_ms.push_back(w);
 }
 
-void Report::Finished(core::Ticks t, core::Ticks jct) {
+void Report::Finished(core::Ticks t, core::Tier tier, core::QueueId queue, core::Ticks jct) {
   ++finished_;
   last_finish_ = t;
   cap_at_finish_ = cap_;
   alloc_at_finish_ = alloc_;
-  jct_s_.push_back(static_cast<double>(jct) / kTicksPerSecond);
+  const double s = static_cast<double>(jct) / kTicksPerSecond;
+  jct_s_.push_back(s);
+  by_tier_[static_cast<int>(tier)].jct_s.push_back(s);
+  by_queue_[queue.v].jct_s.push_back(s);
 }
 
-void Report::RunEnded(core::QueueId queue, core::GpuUnits units, core::Ticks start,
-                      core::Ticks end, core::Ticks lost_ms) {
-  queue_alloc_[queue.v] += units * (end - start);
+void Report::RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units,
+                      core::Ticks start, core::Ticks end, core::Ticks lost_ms, Cause cause) {
+  by_queue_[queue.v].alloc += units * (end - start);
+  by_tier_[static_cast<int>(tier)].alloc += units * (end - start);
   lost_ += units * lost_ms;
+  lost_by_cause_[static_cast<int>(cause)] += units * lost_ms;
 }
 
 double Report::gpu_utilization_pct() const {
@@ -112,6 +120,10 @@ void Report::Write(std::ostream& out) const {
   j["requeues"] = requeues_;
   j["starts"] = starts_;
   j["lost_gpu_hours"] = static_cast<double>(lost_) / kUnitMsPerGpuHour;
+  j["lost_gpu_hours_by_cause"] = {
+      {"preempt", static_cast<double>(lost_by_cause_[0]) / kUnitMsPerGpuHour},
+      {"requeue", static_cast<double>(lost_by_cause_[1]) / kUnitMsPerGpuHour},
+      {"reclaim", static_cast<double>(lost_by_cause_[2]) / kUnitMsPerGpuHour}};
   j["makespan_s"] = last_finish_ >= 0 && first_submit_ >= 0
                         ? static_cast<double>(last_finish_ - first_submit_) / kTicksPerSecond
                         : 0.0;
@@ -119,15 +131,33 @@ void Report::Write(std::ostream& out) const {
   j["scheduling_latency_ms"] = {{"p50", lat.p50}, {"p99", lat.p99}, {"max", lat.max},
                                 {"mean", lat.mean}, {"passes", lat.count}};
   int64_t total = 0;
-  for (int64_t q : queue_alloc_) total += q;
+  for (const Group& g : by_queue_) total += g.alloc;
+  auto group = [&](const Group& g) {
+    Percentiles w = Summarize(g.wait_ms), c = Summarize(g.jct_s);
+    return Json{{"gpu_hours", static_cast<double>(g.alloc) / kUnitMsPerGpuHour},
+                {"share_pct", total ? 100.0 * static_cast<double>(g.alloc) / static_cast<double>(total) : 0.0},
+                {"started", w.count},
+                {"finished", c.count},
+                {"queue_wait_ms", {{"mean", w.mean}, {"p50", w.p50}, {"p99", w.p99}}},
+                {"jct_s", {{"mean", c.mean}, {"p99", c.p99}}}};
+  };
   Json by_queue = Json::object();
   for (uint32_t q = 0; q < queues_.size(); ++q) {
-    const int64_t v = queue_alloc_[q];
-    by_queue[queues_.queue(core::QueueId(q)).spec.name] = {
-        {"gpu_hours", static_cast<double>(v) / kUnitMsPerGpuHour},
-        {"share_pct", total ? 100.0 * static_cast<double>(v) / static_cast<double>(total) : 0.0}};
+    const core::QueueSpec& spec = queues_.queue(core::QueueId(q)).spec;
+    Json g = group(by_queue_[q]);
+    g["preemptions"] = by_queue_[q].preemptions;
+    g["guaranteed_gpus"] = static_cast<double>(spec.guaranteed) / kGpuUnits;
+    if (spec.burst >= 0) g["burst_gpus"] = static_cast<double>(spec.burst) / kGpuUnits;
+    by_queue[spec.name] = g;
   }
   j["by_queue"] = by_queue;
+  Json by_tier = Json::object();
+  for (int t = 0; t < core::kTierCount; ++t) {
+    Group g = by_tier_[t];
+    g.wait_ms = wait_ms_[t];
+    by_tier[std::string(core::Name(static_cast<core::Tier>(t)))] = group(g);
+  }
+  j["by_tier"] = by_tier;
   j["events"] = events_;
   out << j.dump(2) << "\n";
 }
@@ -148,8 +178,12 @@ void Report::Summary(std::ostream& out) const {
                      preemptions_,
                      starts_ ? 100.0 * static_cast<double>(preemptions_) / static_cast<double>(starts_) : 0.0,
                      requeues_);
-  out << fmt::format("  lost work           {:.2f} GPU-hours\n",
-                     static_cast<double>(lost_) / kUnitMsPerGpuHour);
+  out << fmt::format(
+      "  lost work           {:.2f} GPU-hours (preemption {:.2f}, failures {:.2f}, idle reclaim {:.2f})\n",
+      static_cast<double>(lost_) / kUnitMsPerGpuHour,
+      static_cast<double>(lost_by_cause_[0]) / kUnitMsPerGpuHour,
+      static_cast<double>(lost_by_cause_[1]) / kUnitMsPerGpuHour,
+      static_cast<double>(lost_by_cause_[2]) / kUnitMsPerGpuHour);
   out << fmt::format("  makespan            {:.0f} s\n",
                      last_finish_ >= 0 ? static_cast<double>(last_finish_ - first_submit_) / 1000 : 0.0);
   out << fmt::format("  scheduling latency  p50 {:.3f} ms, p99 {:.3f} ms over {} passes\n", lat.p50,

@@ -28,14 +28,20 @@ class Report {
 
   void Submitted(core::Ticks t);
   void Rejected() { ++rejected_; }
-  void Started(core::Tier tier, core::Ticks wait, bool first_start);
-  void Finished(core::Ticks t, core::Ticks jct);
+  void Started(core::Tier tier, core::QueueId queue, core::Ticks wait, bool first_start);
+  void Finished(core::Ticks t, core::Tier tier, core::QueueId queue, core::Ticks jct);
   void Reclaimed() { ++reclaimed_; }
-  void Preempted() { ++preemptions_; }
+  void Preempted(core::QueueId queue) {
+    ++preemptions_;
+    ++by_queue_[queue.v].preemptions;
+  }
   void Requeued() { ++requeues_; }
-  // A run ended: its GPU units held from start to end, and the unit-ms of work lost.
-  void RunEnded(core::QueueId queue, core::GpuUnits units, core::Ticks start, core::Ticks end,
-                core::Ticks lost_ms);
+  // Why a run ended early; work since the last checkpoint is lost.
+  enum class Cause : uint8_t { kPreempt = 0, kRequeue = 1, kReclaim = 2 };
+  // A run ended: its GPU units held from start to end. `lost_ms` of its run time is
+  // thrown away, for `cause` (ignored when lost_ms is 0).
+  void RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units, core::Ticks start,
+                core::Ticks end, core::Ticks lost_ms, Cause cause);
   // Capacity or allocation changed at t: advance the integrals.
   void Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units);
   void SchedulingPass(double wall_ms) { pass_ms_.push_back(wall_ms); }
@@ -62,7 +68,14 @@ class Report {
   int64_t cap_ = 0, alloc_ = 0, cap_at_submit_ = 0, alloc_at_submit_ = 0;
   int64_t cap_at_finish_ = 0, alloc_at_finish_ = 0;
   int64_t lost_ = 0;
-  std::vector<int64_t> queue_alloc_;  // unit-ms per queue (own jobs)
+  int64_t lost_by_cause_[3] = {0, 0, 0};
+  struct Group {  // figures per queue and per tier
+    int64_t alloc = 0;  // unit-ms
+    size_t preemptions = 0;
+    std::vector<double> wait_ms, jct_s;
+  };
+  std::vector<Group> by_queue_;
+  Group by_tier_[core::kTierCount];
 };
 
 }  // namespace gantry::sim

@@ -87,7 +87,8 @@ void Simulator::Pass(Ticks now) {
       case core::Decision::Kind::kStart: {
         s.run_start = now;
         log_.Start(now, Name(d.job), job.alloc);
-        report_.Started(job.spec.tier, now - job.submit, job.first_start == now && s.run == 0);
+        report_.Started(job.spec.tier, job.spec.queue, now - job.submit,
+                        job.first_start == now && s.run == 0);
         const Ticks finish = now + (s.duration - s.progress);
         Push(finish, Kind::kFinish, d.job.v, s.run);
         if (s.idle_after >= 0 && reclaim_after > 0) {
@@ -119,14 +120,15 @@ void Simulator::Pass(Ticks now) {
   }
 }
 
-void Simulator::EndRun(JobId id, Ticks now, bool keep_progress) {
+void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause) {
   const core::JobRecord& job = sched_.job(id);
   SimJob& s = jobs_[id.v];
   const Ticks run_time = now - s.run_start;
   const Ticks ckpt = job.spec.checkpoint;
-  const Ticks kept = keep_progress && ckpt > 0 ? run_time / ckpt * ckpt : 0;
+  const Ticks kept = ckpt > 0 ? run_time / ckpt * ckpt : 0;
   s.progress += kept;
-  report_.RunEnded(job.spec.queue, job.units, s.run_start, now, run_time - kept);
+  report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, now, run_time - kept,
+                   cause);
   ++s.run;
 }
 
@@ -139,11 +141,12 @@ void Simulator::Handle(const Event& e) {
       SimJob& s = jobs_[id.v];
       if (s.run != e.run) return;  // that run already ended
       const core::JobRecord& job = sched_.job(id);
-      report_.RunEnded(job.spec.queue, job.units, s.run_start, t, 0);
+      report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, t, 0,
+                       Report::Cause::kPreempt);
       s.progress = s.duration;
       ++s.run;
       log_.Finish(t, Name(id));
-      report_.Finished(t, t - job.submit);
+      report_.Finished(t, job.spec.tier, job.spec.queue, t - job.submit);
       sched_.Finish(id, t, /*completed=*/true);
       --active_;
       return;
@@ -155,10 +158,10 @@ void Simulator::Handle(const Event& e) {
       const core::JobRecord& job = sched_.job(id);
       const std::string by = job.preempted_by.valid() ? Name(job.preempted_by) : std::string();
       const Ticks signaled = job.signaled_at;
-      EndRun(id, t, true);
+      EndRun(id, t, Report::Cause::kPreempt);
       log_.Preempt(t, Name(id), by, preempt_reason_[id.v], signaled);
       preempt_reason_.erase(id.v);
-      report_.Preempted();
+      report_.Preempted(job.spec.queue);
       sched_.Requeue(id, t);
       return;
     }
@@ -166,7 +169,7 @@ void Simulator::Handle(const Event& e) {
       JobId id(e.a);
       SimJob& s = jobs_[id.v];
       if (s.run != e.run) return;
-      EndRun(id, t, true);
+      EndRun(id, t, Report::Cause::kReclaim);
       log_.Reclaim(t, Name(id),
                    "GPU idle for " + FormatSeconds(config_.policy.params.reclaim_idle_after) + " s");
       report_.Reclaimed();
@@ -188,7 +191,7 @@ void Simulator::Handle(const Event& e) {
       const std::string& name = config_.cluster.node(n).name;
       log_.NodeDown(t, name);
       for (JobId id : sched_.SetNodeUp(n, false)) {
-        EndRun(id, t, true);
+        EndRun(id, t, Report::Cause::kRequeue);
         log_.Requeue(t, Name(id), "node " + name + " failed");
         report_.Requeued();
         preempt_reason_.erase(id.v);

@@ -71,7 +71,7 @@ class Simulator {
   void Pass(core::Ticks now);
   // Ends the current run of a job that goes back to pending (preempt, requeue) or away
   // (reclaim): keeps checkpointed progress, accounts lost work. Returns run time.
-  void EndRun(core::JobId id, core::Ticks now, bool keep_progress);
+  void EndRun(core::JobId id, core::Ticks now, Report::Cause cause);
   void Account(core::Ticks now);
   const std::string& Name(core::JobId id) const { return sched_.job(id).spec.id; }
 

@@ -38,8 +38,20 @@ bool GantryPolicy::Borrowing(const Scheduler& s, QueueId q) const {
   return s.queue_usage(q) > s.queues().queue(q).spec.guaranteed;
 }
 
-void GantryPolicy::HoldPhantoms(Scheduler& s) {
-  for (const Reservation& r : reservations_) Hold(s, r);
+void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except) {
+  for (const Reservation& r : claims_) {
+    if (r.job != except) Hold(s, r);
+  }
+  for (const Reservation& r : reservations_) {
+    if (r.job != except) Hold(s, r);
+  }
+}
+
+Ticks GantryPolicy::Shadow() const {
+  Ticks shadow = kForever;
+  for (const Reservation& r : claims_) shadow = std::min(shadow, r.start);
+  for (const Reservation& r : reservations_) shadow = std::min(shadow, r.start);
+  return shadow;
 }
 
 void GantryPolicy::Hold(Scheduler& s, const Reservation& r) {
@@ -84,7 +96,16 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
       return s.job(r.job).phase != Phase::kPending;
     });
   }
+  std::erase_if(claims_, [&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
   HoldPhantoms(s);
+  // Jobs whose victims have released their GPUs go first: the capacity was freed for
+  // them, and giving it to anyone else (the requeued victim included) would start a
+  // preemption loop.
+  considered_.clear();
+  for (size_t i = 0; i < claims_.size(); ++i) {
+    const JobId id = claims_[i].job;
+    if (s.job(id).victims_pending == 0) Consider(s, id, now);
+  }
   if (!full) {
     order_.clear();
     for (JobId id : s.arrived_since_last_pass()) {
@@ -145,28 +166,38 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
 void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   const JobRecord& job = s.job(id);
   if (job.phase != Phase::kPending) return;
+  if (std::find(considered_.begin(), considered_.end(), id) != considered_.end()) return;
+  const bool claimant = std::any_of(claims_.begin(), claims_.end(),
+                                    [&](const Reservation& c) { return c.job == id; });
+  if (claimant) considered_.push_back(id);
   if (job.victims_pending > 0) {
     s.Wait(id, "preemption: waiting for " + std::to_string(job.victims_pending) +
                    " preempted job(s) to release their GPUs");
     return;
   }
-  // Short jobs (by estimate) and critical jobs may use GPUs held for reservations.
-  bool free_pass = job.spec.tier == Tier::kCritical;
-  if (!free_pass && !reservations_.empty()) {
-    Ticks shadow = kForever;
-    for (const Reservation& r : reservations_) shadow = std::min(shadow, r.start);
-    free_pass = now + s.Estimate(id) <= shadow;
-  }
+  // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
+  // claims; a claimant uses its own claim.
+  const bool free_pass = job.spec.tier == Tier::kCritical || now + s.Estimate(id) <= Shadow();
   const bool held = !phantoms_.empty();
-  if (free_pass && held) DropPhantoms(s);
-  s.set_shape_context(free_pass && held ? 1 : 0);
+  if (held && (free_pass || claimant)) {
+    DropPhantoms(s);
+    if (!free_pass) HoldPhantoms(s, id);
+  }
+  s.set_shape_context(!held ? 0 : free_pass ? 1 : claimant ? Scheduler::kNoShapeCache : 0);
   std::string why;
   Scheduler::Block block = Scheduler::Block::kNone;
   const bool started = s.TryStart(id, now, Fit::kBest, &why, &block);
-  if (free_pass && held) HoldPhantoms(s);
+  if (held && (free_pass || claimant)) {
+    DropPhantoms(s);
+    HoldPhantoms(s);
+  }
+  s.set_shape_context(0);
   if (started) return;
   if (block == Scheduler::Block::kCapacity) {
-    if (WithinGuarantee(s, id) && TryPreempt(s, id, now)) return;
+    // Best-effort work never preempts: it is the first to go, not a reason to go.
+    if (job.spec.tier != Tier::kBestEffort && WithinGuarantee(s, id) && TryPreempt(s, id, now)) {
+      return;
+    }
     const Scheduler::Shape shape = s.ShapeOf(job.spec);
     if (auto it = refined_.find(shape); it != refined_.end()) {
       why = it->second;
@@ -213,7 +244,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
     // Best-effort work gives way to any higher tier; any work of another queue running
     // above its guarantee gives way to a job inside its own guarantee.
     const bool lower_tier = victim.spec.tier == Tier::kBestEffort && job.spec.tier != Tier::kBestEffort;
-    const bool borrower = victim.spec.queue != job.spec.queue && Borrowing(s, victim.spec.queue);
+    const bool borrower = victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
+                          Borrowing(s, victim.spec.queue);
     if (!lower_tier && !borrower) continue;
     if (victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt) {
       unprotect = std::min(unprotect, victim.last_start + s.params().min_run_before_repreempt);
@@ -246,6 +278,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
     return false;
   }
   ReleaseAll(ledger, fit);
+  fit.clear();
   // Fewest victims: give back, most expensive first, any victim the job can do without.
   std::vector<JobId> needed;
   for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
@@ -258,6 +291,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
       needed.push_back(*it);
     }
   }
+  // Where the job will go once the needed victims are gone (held as its claim).
+  if (s.placer().Place(job.spec, Fit::kBest, fit)) ReleaseAll(ledger, fit);
   // The victims keep their GPUs through their grace period.
   for (auto it = needed.rbegin(); it != needed.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
   std::sort(needed.begin(), needed.end());
@@ -272,6 +307,13 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   }
   s.Wait(id, "preemption: waiting for " + std::to_string(needed.size()) +
                  " preempted job(s) to release their GPUs");
+  // Hold what the what-if found for the job until its victims are gone.
+  Ticks release = now;
+  for (JobId v : needed) release = std::max(release, now + s.job(v).spec.grace);
+  std::erase_if(claims_, [&](const Reservation& c) { return c.job == id; });
+  claims_.push_back(Reservation{id, release, std::move(fit)});
+  Hold(s, claims_.back());
+  considered_.push_back(id);
   return true;
 }
 

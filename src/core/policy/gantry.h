@@ -44,14 +44,20 @@ class GantryPolicy final : public Policy {
   void Consider(Scheduler& s, JobId id, Ticks now);
   bool TryPreempt(Scheduler& s, JobId id, Ticks now);
   bool Reserve(Scheduler& s, JobId id, Ticks now);
-  // Holds (or drops) the parts of the reservations' allocations that are free now.
-  void HoldPhantoms(Scheduler& s);
+  // Holds (or drops) the parts of the reservations' and claims' allocations that are
+  // free now, except those of `except`.
+  void HoldPhantoms(Scheduler& s, JobId except = JobId());
   void Hold(Scheduler& s, const Reservation& r);
+  Ticks Shadow() const;  // earliest start of a reservation or claim
   void DropPhantoms(Scheduler& s);
   bool WithinGuarantee(const Scheduler& s, JobId id) const;
   bool Borrowing(const Scheduler& s, QueueId q) const;
 
   std::vector<Reservation> reservations_;
+  // Jobs that preempted, until they start or leave: the capacity the what-if found for
+  // them (victims' GPUs and the free ones beside them) is held for them meanwhile.
+  std::vector<Reservation> claims_;
+  std::vector<JobId> considered_;  // claimants already considered in this pass
   Allocation phantoms_;
   std::map<Scheduler::Shape, std::string> refined_;  // this pass: shape -> reason
   std::vector<JobId> order_;

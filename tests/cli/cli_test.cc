@@ -1,0 +1,98 @@
+// The gantry command as a user runs it: exit codes and messages of sim and validate.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Outcome {
+  int status;
+  std::string output;  // stdout and stderr
+};
+
+Outcome Gantry(const std::string& args) {
+  const std::string cmd = std::string(GANTRY_BINARY) + " " + args + " 2>&1";
+  Outcome r{-1, {}};
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int raw = pclose(p);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
+}
+
+std::string Examples() { return std::string(GANTRY_SOURCE_DIR) + "/examples"; }
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gantry-cli-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Path(const char* name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(CliTest, BadTraceLineExitsTwoNamingLineAndField) {
+  std::ofstream(Path("bad.jsonl"))
+      << R"({"id":"a","submit":0,"duration":10,"queue":"research","gpus":1,"vram_gb":8})" "\n"
+      << R"({"id":"b","submit":1,"duration":10,"queue":"research","gpus":1,"vram_gb":8})" "\n"
+      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":-2,"vram_gb":8})" "\n";
+  Outcome r = Gantry("sim --config " + Examples() + "/cluster.yaml --trace " + Path("bad.jsonl") +
+                 " --events " + Path("e.jsonl") + " --report " + Path("r.json"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:3: gpus:"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(Path("r.json")));  // nothing ran
+}
+
+TEST_F(CliTest, EveryProblemIsReportedAtOnce) {
+  std::ofstream(Path("bad.jsonl"))
+      << R"({"id":"a","submit":0,"duration":10,"queue":"nope","gpus":1,"vram_gb":8})" "\n"
+      << R"({"id":"b","submit":1,"duration":10,"queue":"research","gpus":1,"vram_gb":8,"vram":3})" "\n"
+      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":0.5,"vram_gb":8})" "\n";
+  Outcome r = Gantry("validate " + Examples() + "/cluster.yaml " + Path("bad.jsonl"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:1: queue"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:2: vram"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad.jsonl:3: gpus"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, ExamplesValidateAndTheBundledExampleRuns) {
+  Outcome v = Gantry("validate " + Examples() + "/cluster.yaml " + Examples() + "/trace.jsonl " +
+                 Examples() + "/failures.jsonl");
+  EXPECT_EQ(v.status, 0) << v.output;
+  Outcome s = Gantry("sim --events " + Path("e.jsonl") + " --report " + Path("r.json"));
+  EXPECT_EQ(s.status, 0) << s.output;
+  EXPECT_NE(s.output.find("GPU utilization"), std::string::npos) << s.output;
+  EXPECT_TRUE(fs::exists(Path("r.json")));
+}
+
+TEST_F(CliTest, UnknownPolicyIsBadInput) {
+  Outcome r = Gantry("sim --config " + Examples() + "/cluster.yaml --trace " + Examples() +
+                 "/trace.jsonl --policy nope --events " + Path("e.jsonl"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown policy"), std::string::npos) << r.output;
+}
+
+TEST_F(CliTest, BadConfigNamesFileLineAndField) {
+  std::ofstream(Path("cluster.yaml")) << "cluster: x\npools:\n  - name: p\n    count: 2\n"
+                                         "    gpus: 8\n    gpu_model: H100-80GB\n"
+                                         "queues:\n  - name: q\n    guaranteed_gpus: 8\n"
+                                         "    burst_gpus: 4\n";
+  Outcome r = Gantry("validate " + Path("cluster.yaml"));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("cluster.yaml:10: queues[q].burst_gpus"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <unistd.h>
 
+#include "cli/client.h"
 #include "cli/example_data.h"
 #include "cli/trace_commands.h"
 #include "cli/validate.h"
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
       ->required();
   int tool_exit = -1;  // set by `trace convert` and `gen` when they ran
   cli::AddTraceCommands(app, tool_exit);
+  cli::AddClientCommands(app, tool_exit);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -100,7 +100,8 @@ void Report::Write(std::ostream& out) const {
   j["jobs"] = {{"submitted", submitted_},
                {"finished", finished_},
                {"rejected", rejected_},
-               {"reclaimed", reclaimed_}};
+               {"reclaimed", reclaimed_},
+               {"unfinished", unfinished_}};
   j["gpu_utilization_pct"] = gpu_utilization_pct();
   std::vector<double> all;
   Json waits;
@@ -170,6 +171,10 @@ void Report::Summary(std::ostream& out) const {
   Percentiles lat = Summarize(pass_ms_);
   out << fmt::format("policy {}: {} jobs submitted, {} finished, {} rejected, {} reclaimed\n",
                      policy_, submitted_, finished_, rejected_, reclaimed_);
+  if (unfinished_) {
+    out << fmt::format("  WARNING: {} jobs never finished (still waiting when nothing was left to happen)\n",
+                       unfinished_);
+  }
   out << fmt::format("  GPU utilization     {:.1f}%\n", gpu_utilization_pct());
   out << fmt::format("  queue wait          mean {:.1f} s, p99 {:.1f} s\n", wait.mean / 1000,
                      wait.p99 / 1000);

@@ -36,6 +36,8 @@ class Report {
     ++by_queue_[queue.v].preemptions;
   }
   void Requeued() { ++requeues_; }
+  // Jobs still pending or running when the run ended (nothing left could change them).
+  void Unfinished(size_t n) { unfinished_ = n; }
   // Why a run ended early; work since the last checkpoint is lost.
   enum class Cause : uint8_t { kPreempt = 0, kRequeue = 1, kReclaim = 2 };
   // A run ended: its GPU units held from start to end. `lost_ms` of its run time is
@@ -56,7 +58,7 @@ class Report {
   const core::QueueTree& queues_;
   std::string policy_;
   size_t submitted_ = 0, finished_ = 0, rejected_ = 0, reclaimed_ = 0;
-  size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0;
+  size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0, unfinished_ = 0;
   core::Ticks first_submit_ = -1, last_finish_ = -1;
   std::vector<double> wait_ms_[core::kTierCount];
   std::vector<double> jct_s_;

@@ -57,6 +57,7 @@ bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& 
     // Stop once the trace is read, nothing runs or waits, and only failures remain.
     if (!have && active_ == 0) break;
   }
+  report_.Unfinished(active_);
   return true;
 }
 

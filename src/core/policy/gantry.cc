@@ -47,6 +47,17 @@ void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except) {
   }
 }
 
+std::string GantryPolicy::Holders(const Scheduler& s) const {
+  std::string out;
+  for (const Reservation& r : claims_) {
+    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (preempting, from t=" + Seconds(r.start) + " s)";
+  }
+  for (const Reservation& r : reservations_) {
+    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (reserved, from t=" + Seconds(r.start) + " s)";
+  }
+  return out.empty() ? "other jobs" : "job(s) " + out;
+}
+
 Ticks GantryPolicy::Shadow() const {
   Ticks shadow = kForever;
   for (const Reservation& r : claims_) shadow = std::min(shadow, r.start);
@@ -106,6 +117,11 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     const JobId id = claims_[i].job;
     if (s.job(id).victims_pending == 0) Consider(s, id, now);
   }
+  // A claim whose victims are gone has had its chance: it holds nothing any longer
+  // (the job started, or could not and waits like any other, preempting anew if it may).
+  std::erase_if(claims_, [&](const Reservation& c) { return s.job(c.job).victims_pending == 0; });
+  DropPhantoms(s);
+  HoldPhantoms(s);
   if (!full) {
     order_.clear();
     for (JobId id : s.arrived_since_last_pass()) {
@@ -207,8 +223,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       Allocation probe;
       if (s.placer().Place(job.spec, Fit::kBest, probe)) {
         ReleaseAll(s.mutable_ledger(), probe);
-        why = "reservation: the GPUs that fit are held for job " + s.job(reservations_[0].job).spec.id +
-              " (expected start t=" + Seconds(reservations_[0].start) + " s) and this job's estimate runs past it";
+        why = "reservation: the GPUs that fit are held for " + Holders(s) +
+              ", and this job's estimate runs past the earliest start";
       }
       HoldPhantoms(s);
       refined_.emplace(shape, why);

@@ -49,6 +49,7 @@ class GantryPolicy final : public Policy {
   void HoldPhantoms(Scheduler& s, JobId except = JobId());
   void Hold(Scheduler& s, const Reservation& r);
   Ticks Shadow() const;  // earliest start of a reservation or claim
+  std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s);
   bool WithinGuarantee(const Scheduler& s, JobId id) const;
   bool Borrowing(const Scheduler& s, QueueId q) const;

@@ -1,0 +1,498 @@
+#include "agent/agent.h"
+
+#include <httplib.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+#include <thread>
+
+#include "agent/launcher.h"
+
+namespace gantry::agent {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kLogChunk = 256 * 1024;
+constexpr size_t kDoneMemory = 100000;
+
+std::string UrlEncode(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::string RandomId() {
+  std::random_device rd;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%08x%08x", rd(), rd());
+  return buf;
+}
+
+}  // namespace
+
+Agent::Agent(AgentOptions options, std::unique_ptr<GpuSource> gpus)
+    : options_(std::move(options)),
+      gpus_(std::move(gpus)),
+      http_(std::make_unique<httplib::Client>(options_.server)),
+      agent_id_(RandomId()),
+      heartbeat_ms_(options_.heartbeat_ms) {
+  http_->set_connection_timeout(2, 0);
+  http_->set_read_timeout(5, 0);
+  http_->set_write_timeout(5, 0);
+  http_->set_keep_alive(true);
+  if (!options_.token.empty()) http_->set_bearer_token_auth(options_.token.c_str());
+}
+
+Agent::~Agent() = default;
+
+std::string Agent::Key(const std::string& job, int run, int rank) {
+  return job + "\n" + std::to_string(run) + "\n" + std::to_string(rank);
+}
+
+int64_t Agent::Now() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+void Agent::Say(const std::string& line) {
+  std::cerr << "gantry-agent[" << options_.node << "]: " << line << std::endl;
+}
+
+int Agent::Run(const std::atomic<bool>& stop) {
+  std::error_code ec;
+  for (const char* sub : {"logs", "work", "workers"}) fs::create_directories(fs::path(options_.state_dir) / sub, ec);
+  if (ec) {
+    Say("cannot create the state directory " + options_.state_dir + ": " + ec.message());
+    return 1;
+  }
+  // Orphaned descendants of workers are re-parented to the agent (and reaped by it)
+  // rather than to init, which in a container may never reap them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  Say("joining " + options_.server + " with " + gpus_->Describe());
+  Recover();
+  std::atomic<bool> fence_stop{false};
+  std::thread fence([&] { FenceLoop(fence_stop); });
+  int64_t next_heartbeat = 0;
+  while (!stop.load()) {
+    const int64_t now = Now();
+    ReapChildren();
+    Escalate(now);
+    if (now >= next_heartbeat) {
+      UploadLogs();
+      Heartbeat(Now());
+      next_heartbeat = Now() + heartbeat_ms_;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Shutdown: stop every worker within its grace (bounded), then tell the server.
+  const int64_t now = Now();
+  for (auto& [key, w] : workers_) {
+    if (!w.exited) {
+      w.lose_on_exit = true;
+      Stop(w, options_.preempt_signal, std::min(w.grace_ms, options_.max_shutdown_grace_ms), now);
+    }
+  }
+  while (true) {
+    ReapChildren();
+    Escalate(Now());
+    bool alive = false;
+    for (auto& [key, w] : workers_) alive |= !w.exited;
+    if (!alive) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& [key, w] : workers_) {
+    if (w.note.empty() && w.lost) w.note = "gantry-agent stopped";
+  }
+  UploadLogs();
+  Heartbeat(Now(), /*leaving=*/true);
+  fence_stop = true;
+  fence.join();
+  Say("stopped");
+  return 0;
+}
+
+void Agent::WriteRecord(const Worker& w) {
+  json r = {{"job", w.job}, {"seq", w.seq}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid},
+            {"start_time", ProcessStartTime(w.pid)}, {"log", w.log_path}};
+  std::ofstream(w.record_path + ".tmp") << r.dump() << "\n";
+  std::error_code ec;
+  fs::rename(w.record_path + ".tmp", w.record_path, ec);
+}
+
+void Agent::Recover() {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(options_.state_dir) / "workers", ec)) {
+    if (entry.path().extension() != ".json") continue;
+    std::ifstream in(entry.path());
+    json r = json::parse(in, nullptr, false);
+    if (!r.is_object()) {
+      fs::remove(entry.path(), ec);
+      continue;
+    }
+    Worker w;
+    w.job = r.value("job", std::string());
+    w.seq = r.value("seq", int64_t{0});
+    w.run = r.value("run", 0);
+    w.rank = r.value("rank", 0);
+    w.pid = static_cast<pid_t>(r.value("pid", 0));
+    w.log_path = r.value("log", std::string());
+    w.record_path = entry.path().string();
+    const long long started = r.value("start_time", -2LL);
+    if (w.pid > 1 && ProcessStartTime(w.pid) == started) {
+      SignalGroup(w.pid, SIGKILL);
+      w.note = "left running by a previous gantry-agent; killed";
+    } else {
+      w.note = "ended while gantry-agent was down";
+    }
+    w.exited = w.lost = true;
+    w.exit_code = 0;
+    w.signal = SIGKILL;
+    Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + ": " + w.note);
+    workers_[Key(w.job, w.run, w.rank)] = w;
+  }
+}
+
+void Agent::ReapChildren() {
+  for (const Exited& e : Reap()) {
+    for (auto& [key, w] : workers_) {
+      if (w.pid != e.pid || w.exited) continue;
+      SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
+      bool fenced = false;
+      {
+        std::lock_guard lk(fence_mu_);
+        fenced = fenced_.erase(w.pid) > 0;
+        live_.erase(w.pid);
+      }
+      w.exited = true;
+      w.exit_code = e.exit_code;
+      w.signal = e.signal;
+      w.lost = w.lose_on_exit || fenced;
+      if (fenced && w.note.empty()) w.note = "stopped by the agent when the server could not be reached";
+      Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
+          (e.signal ? " killed by signal " + std::to_string(e.signal)
+                    : " exited with code " + std::to_string(e.exit_code)));
+      break;
+    }
+  }
+}
+
+void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
+  if (w.exited || w.stopping) return;
+  w.stopping = true;
+  w.kill_at = now + std::max<int64_t>(0, grace_ms);
+  if (grace_ms <= 0 || sig == SIGKILL) {
+    SignalGroup(w.pid, SIGKILL);
+    w.killed = true;
+  } else {
+    SignalGroup(w.pid, sig);
+  }
+}
+
+void Agent::Escalate(int64_t now) {
+  for (auto& [key, w] : workers_) {
+    if (w.stopping && !w.exited && !w.killed && now >= w.kill_at) {
+      SignalGroup(w.pid, SIGKILL);
+      w.killed = true;
+    }
+  }
+}
+
+void Agent::FenceLoop(const std::atomic<bool>& stop) {
+  bool active = false;
+  while (!stop.load()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int64_t now = Now(), lease = lease_ms_.load(), last = last_ok_.load();
+    if (lease <= 0 || last == 0 || now - last <= lease) {
+      active = false;
+      continue;
+    }
+    // Everything must be dead before the server's timeout ends: half of what is left.
+    const int64_t budget = std::max<int64_t>(0, (node_timeout_ms_.load() - lease) / 2);
+    std::lock_guard lk(fence_mu_);
+    int signalled = 0;
+    for (auto& [pid, live] : live_) {
+      if (!live.signalled) {
+        live.signalled = true;
+        live.kill_at = now + std::min(live.grace_ms, budget);
+        SignalGroup(pid, live.kill_at > now ? options_.preempt_signal : SIGKILL);
+        live.killed = live.kill_at <= now;
+        fenced_.insert(pid);
+        ++signalled;
+      } else if (!live.killed && now >= live.kill_at) {
+        SignalGroup(pid, SIGKILL);
+        live.killed = true;
+      }
+    }
+    if (!active || signalled > 0) {
+      Say("no answer from the server for " + std::to_string(now - last) + " ms (lease " + std::to_string(lease) +
+          " ms): stopping " + std::to_string(signalled) + " worker(s)");
+    }
+    active = true;
+  }
+}
+
+void Agent::UploadLogs() {
+  for (auto& [key, w] : workers_) {
+    std::error_code ec;
+    const auto size = static_cast<int64_t>(fs::file_size(w.log_path, ec));
+    if (ec) continue;
+    for (int chunk = 0; chunk < 8 && w.uploaded < size; ++chunk) {
+      std::ifstream in(w.log_path, std::ios::binary);
+      in.seekg(w.uploaded);
+      std::string data(static_cast<size_t>(std::min<int64_t>(size - w.uploaded, kLogChunk)), '\0');
+      in.read(data.data(), static_cast<std::streamsize>(data.size()));
+      data.resize(static_cast<size_t>(in.gcount()));
+      const std::string path = "/v1/agents/" + UrlEncode(options_.node) + "/logs?job=" + UrlEncode(w.job) +
+                               "&run=" + std::to_string(w.run) + "&rank=" + std::to_string(w.rank) +
+                               "&offset=" + std::to_string(w.uploaded);
+      auto res = http_->Post(path.c_str(), data, "application/octet-stream");
+      if (!res) return;  // the server is away: try again at the next heartbeat
+      if (res->status == 404) {
+        w.uploaded = size;  // the server forgot the job: nothing to upload to
+        break;
+      }
+      if (res->status != 200) break;
+      json body = json::parse(res->body, nullptr, false);
+      const int64_t got = body.is_object() ? body.value("size", int64_t{-1}) : -1;
+      if (got < 0) break;
+      w.uploaded = std::min(got, size);
+    }
+  }
+}
+
+void Agent::Heartbeat(int64_t now, bool leaving) {
+  auto discovered = gpus_->Discover();
+  if (discovered) {
+    last_gpus_ = *discovered;
+  } else if (last_error_ != discovered.error().message) {
+    last_error_ = discovered.error().message;
+    Say("GPU discovery failed: " + last_error_);
+  }
+  json gpus = json::array();
+  for (const GpuInfo& g : last_gpus_) {
+    json mig = json::array();
+    for (const MigInstance& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+    json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
+               {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
+               {"utilization", g.utilization}, {"lost", g.lost}, {"nvlink_peers", g.nvlink_peers}};
+    if (!g.model.empty()) gj["model"] = g.model;
+    gpus.push_back(std::move(gj));
+  }
+  json running = json::array(), exits = json::array();
+  std::vector<std::string> reported;
+  for (const auto& [key, w] : workers_) {
+    if (!w.exited) {
+      running.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid}});
+    } else {
+      exits.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"exit_code", w.exit_code},
+                       {"signal", w.signal}, {"lost", w.lost}, {"note", w.note}});
+      reported.push_back(key);
+    }
+  }
+  json body = {{"agent_id", agent_id_}, {"gpus", gpus}, {"running", running}, {"exits", exits}};
+  if (!options_.address.empty()) body["address"] = options_.address;
+  if (leaving) body["leaving"] = true;
+  auto res = http_->Post(("/v1/agents/" + UrlEncode(options_.node) + "/heartbeat").c_str(), body.dump(),
+                         "application/json");
+  if (!res) {
+    // One line when the server becomes unreachable, not one per heartbeat.
+    const std::string err = "cannot reach " + options_.server;
+    if (err != last_error_) Say(err + ": " + httplib::to_string(res.error()));
+    last_error_ = err;
+    return;
+  }
+  json reply = json::parse(res->body, nullptr, false);
+  if (res->status != 200 || !reply.is_object()) {
+    const std::string err = "server said " + std::to_string(res->status) + ": " +
+                            (reply.is_object() ? reply.value("error", res->body) : res->body);
+    if (err != last_error_) Say(err);
+    last_error_ = err;
+    return;
+  }
+  if (!last_error_.empty()) Say("connected");
+  last_error_.clear();
+  last_ok_ = now;
+  heartbeat_ms_ = std::clamp<int64_t>(reply.value("heartbeat_ms", heartbeat_ms_), 10, 60000);
+  const int64_t lease = reply.value("lease_ms", int64_t{0});
+  lease_ms_ = lease;
+  node_timeout_ms_ = reply.value("node_timeout_ms", int64_t{0});
+  // Calls give up well within the lease, so a lost link is noticed and retried promptly.
+  const int64_t timeout_ms = std::clamp<int64_t>(lease / 3, 300, 5000);
+  http_->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  http_->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  http_->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  // The server has recorded these exits: forget them, never to start them again.
+  for (const std::string& key : reported) {
+    auto it = workers_.find(key);
+    if (it == workers_.end()) continue;
+    std::error_code ec;
+    if (!it->second.record_path.empty()) fs::remove(it->second.record_path, ec);
+    workers_.erase(it);
+    Remember(key);
+  }
+  Reconcile(reply.value("workers", json::array()), now);
+}
+
+void Agent::Remember(const std::string& key) {
+  if (done_.insert(key).second) done_order_.push_back(key);
+  while (done_order_.size() > kDoneMemory) {
+    done_.erase(done_order_.front());
+    done_order_.pop_front();
+  }
+}
+
+void Agent::Reconcile(const json& desired, int64_t now) {
+  std::set<std::string> wanted;
+  for (const json& e : desired) {
+    const std::string key = Key(e.at("job").get<std::string>(), e.at("run").get<int>(), e.at("rank").get<int>());
+    wanted.insert(key);
+    const bool run = e.value("action", std::string("run")) == "run";
+    auto it = workers_.find(key);
+    if (run) {
+      if (it == workers_.end() && !done_.count(key)) StartWorker(e, now);
+      continue;
+    }
+    const int64_t grace = e.value("grace_ms", int64_t{0});
+    if (it != workers_.end()) {
+      Stop(it->second, options_.preempt_signal, grace, now);
+    } else if (!done_.count(key)) {
+      // Stopped before it ever started here: report it ended, so the server need not wait.
+      Worker w;
+      w.job = e.at("job").get<std::string>();
+      w.seq = e.value("seq", int64_t{0});
+      w.run = e.at("run").get<int>();
+      w.rank = e.at("rank").get<int>();
+      w.exited = true;
+      w.note = "stopped before it started";
+      workers_[key] = w;
+    }
+  }
+  for (auto& [key, w] : workers_) {
+    if (!w.exited && !wanted.count(key) && !w.killed) {
+      Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
+          " is no longer assigned here: killing it");
+      Stop(w, SIGKILL, 0, now);
+    }
+  }
+}
+
+void Agent::StartWorker(const json& e, int64_t now) {
+  (void)now;
+  Worker w;
+  w.job = e.at("job").get<std::string>();
+  w.seq = e.value("seq", int64_t{0});
+  w.run = e.at("run").get<int>();
+  w.rank = e.at("rank").get<int>();
+  w.grace_ms = e.value("grace_ms", int64_t{0});
+  const std::string stem = std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" + std::to_string(w.rank);
+  w.log_path = (fs::path(options_.state_dir) / "logs" / (stem + ".log")).string();
+  w.record_path = (fs::path(options_.state_dir) / "workers" / (stem + ".json")).string();
+  const std::string key = Key(w.job, w.run, w.rank);
+
+  LaunchSpec spec;
+  spec.argv = e.value("command", std::vector<std::string>{});
+  const json env = e.value("env", json::object());
+  for (const auto& [k, v] : env.items()) {
+    if (v.is_string()) spec.env.emplace_back(k, v.get<std::string>());
+  }
+  spec.workdir = e.value("workdir", std::string());
+  if (spec.workdir.empty()) spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
+  spec.log_path = w.log_path;
+
+  // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
+  const json alloc = e.value("alloc", json::object());
+  const std::string sharing = alloc.value("sharing", std::string("exclusive"));
+  std::string visible, problem;
+  auto gpu = [&](int index) -> const GpuInfo* {
+    for (const GpuInfo& g : last_gpus_) {
+      if (g.index == index) return &g;
+    }
+    problem = "GPU " + std::to_string(index) + " is not on this node";
+    return nullptr;
+  };
+  if (sharing == "exclusive") {
+    for (int i : alloc.value("gpus", std::vector<int>{})) {
+      if (const GpuInfo* g = gpu(i)) visible += (visible.empty() ? "" : ",") + g->uuid;
+    }
+  } else if (const GpuInfo* g = gpu(alloc.value("gpu", -1))) {
+    if (sharing == "mig") {
+      const std::string profile = alloc.value("mig", std::string());
+      const int start = alloc.value("start", -1);
+      visible = gpus_->MigUuid(*g, profile, start);
+      if (visible.empty()) {
+        problem = "no MIG instance " + profile + " at memory slice " + std::to_string(start) + " on GPU " +
+                  std::to_string(g->index) + " (the agent does not create MIG instances)";
+      }
+      spec.env.emplace_back("GANTRY_MIG_PROFILE", profile);
+    } else {
+      visible = g->uuid;
+      const int milli = alloc.value("share_milli", 0);
+      if (sharing == "mps") {
+        // MPS: the share as a percentage of the GPU's threads, and the VRAM as a pinned
+        // memory limit on (visible) device 0.
+        spec.env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                              std::to_string(std::max(1, static_cast<int>(std::lround(milli / 10.0)))));
+        const int64_t vram = alloc.value("vram_bytes", int64_t{0});
+        if (vram > 0) {
+          spec.env.emplace_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+                                "0=" + std::to_string((vram + (1 << 20) - 1) >> 20) + "M");
+        }
+      }
+      spec.env.emplace_back("GANTRY_GPU_SHARE", std::to_string(milli / 1000.0).substr(0, 5));
+    }
+  }
+  spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  spec.env.emplace_back("NVIDIA_VISIBLE_DEVICES", visible.empty() ? "void" : visible);
+  spec.env.emplace_back("GANTRY_NODE", options_.node);
+  spec.env.emplace_back("GANTRY_LOG", w.log_path);
+
+  if (!problem.empty()) {
+    std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";
+    w.exited = true;
+    w.exit_code = 127;
+    w.note = problem;
+    Say("job " + w.job + ": " + problem);
+    workers_[key] = w;
+    return;
+  }
+  auto pid = Launch(spec);
+  if (!pid) {
+    w.exited = true;
+    w.exit_code = 127;
+    w.note = pid.error().ToString();
+    Say("job " + w.job + ": cannot start: " + w.note);
+    workers_[key] = w;
+    return;
+  }
+  w.pid = *pid;
+  {
+    std::lock_guard lk(fence_mu_);
+    live_[w.pid] = Live{w.grace_ms};
+  }
+  WriteRecord(w);
+  Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +
+      std::to_string(w.pid) + (visible.empty() ? "" : ", CUDA_VISIBLE_DEVICES=" + visible));
+  workers_[key] = w;
+}
+
+}  // namespace gantry::agent

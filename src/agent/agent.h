@@ -1,0 +1,124 @@
+// Agent: gantry-agent's loop. Heartbeats its node's GPUs and workers to gantryd, starts
+// and stops workers as the answer says, uploads their output, and reports their exits.
+//
+// The protocol is declarative: every heartbeat answer lists the workers this node
+// should have, each "run" or "stop" (with the grace left). The agent starts a "run"
+// worker it does not have (and has not already seen end), signals a "stop" one
+// (SIGTERM by default, then SIGKILL when its grace is up), and SIGKILLs any worker of
+// its own that is not listed at all: a job moved elsewhere while this node was cut off
+// never runs twice. Exits are reported until a heartbeat carrying them succeeds.
+// Fencing: when no heartbeat has succeeded for the lease the server gave (shorter than
+// the server's node timeout), the agent stops all its workers itself, so by the time the
+// server declares the node down and requeues them, nothing of theirs is left running.
+// The fence runs on a thread of its own, so a heartbeat stuck in a network call (a link
+// that drops packets) cannot delay it.
+// Worker records in the state directory let a restarted agent kill what its previous
+// run left behind and report those workers lost.
+// Thread-safety: Run() drives everything but the fence thread, which shares only
+// `live_`/`fenced_` (under fence_mu_) and the atomics; `stop` may be set from a signal
+// handler.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/gpu.h"
+
+namespace httplib {
+class Client;
+}
+
+namespace gantry::agent {
+
+struct AgentOptions {
+  std::string server;      // base URL, e.g. http://127.0.0.1:8080
+  std::string token;       // an agent (or admin) token
+  std::string node;        // a node name from the cluster config
+  std::string address;     // advertised to gang peers; empty: what the server sees
+  std::string state_dir;   // logs/, work/, workers/
+  int preempt_signal = 15; // SIGTERM
+  int64_t heartbeat_ms = 1000;  // until the server says otherwise
+  int64_t max_shutdown_grace_ms = 30000;
+};
+
+class Agent {
+ public:
+  Agent(AgentOptions options, std::unique_ptr<GpuSource> gpus);
+  ~Agent();
+  // Runs until `stop`; then stops every worker (signal, grace, SIGKILL), reports them
+  // lost so the server requeues them at once, and returns 0 (1 on a fatal setup error).
+  int Run(const std::atomic<bool>& stop);
+
+ private:
+  struct Worker {
+    std::string job;
+    int64_t seq = 0;
+    int run = 0, rank = 0;
+    pid_t pid = 0;
+    int64_t grace_ms = 0;
+    bool stopping = false;
+    int64_t kill_at = 0;     // steady ms; SIGKILL when still alive then
+    bool killed = false;
+    bool lose_on_exit = false;  // the agent itself ended it (fence, shutdown): report lost
+    bool exited = false;
+    int exit_code = 0, signal = 0;
+    bool lost = false;
+    std::string note;
+    std::string log_path;
+    int64_t uploaded = 0;
+    std::string record_path;
+  };
+  static std::string Key(const std::string& job, int run, int rank);
+
+  int64_t Now() const;
+  void Recover();
+  void ReapChildren();
+  void Escalate(int64_t now);
+  void FenceLoop(const std::atomic<bool>& stop);
+  void UploadLogs();
+  void Heartbeat(int64_t now, bool leaving = false);
+  void Reconcile(const nlohmann::json& desired, int64_t now);
+  void StartWorker(const nlohmann::json& entry, int64_t now);
+  void Stop(Worker& w, int sig, int64_t grace_ms, int64_t now);
+  void Remember(const std::string& key);
+  void WriteRecord(const Worker& w);
+  void Say(const std::string& line);
+
+  AgentOptions options_;
+  std::unique_ptr<GpuSource> gpus_;
+  std::unique_ptr<httplib::Client> http_;
+  std::string agent_id_;
+  std::vector<GpuInfo> last_gpus_;
+  std::map<std::string, Worker> workers_;  // key -> worker, until its exit is acknowledged
+  std::set<std::string> done_;             // keys whose exit the server acknowledged
+  std::deque<std::string> done_order_;     // bounded memory for done_
+  int64_t heartbeat_ms_;
+  std::string last_error_;
+
+  // Shared with the fence thread.
+  struct Live {
+    int64_t grace_ms = 0;
+    bool signalled = false;
+    bool killed = false;
+    int64_t kill_at = 0;
+  };
+  std::mutex fence_mu_;
+  std::map<pid_t, Live> live_;   // running workers by pid (== process group)
+  std::set<pid_t> fenced_;       // workers the fence stopped: reported lost
+  std::atomic<int64_t> lease_ms_{0};
+  std::atomic<int64_t> node_timeout_ms_{0};
+  std::atomic<int64_t> last_ok_{0};  // steady ms of the last successful heartbeat
+};
+
+}  // namespace gantry::agent

@@ -1,0 +1,117 @@
+// gantry-agent: joins a node to a Gantry cluster.
+//
+//   gantry-agent --server URL --node NAME [--emulate COUNTxMODEL] [--state-dir DIR]
+//
+// The server URL defaults to $GANTRY_SERVER and the token to $GANTRY_TOKEN (or
+// --token-file). Without --emulate the GPUs come from NVML; a machine without NVIDIA's
+// driver then needs --emulate, or --no-gpus for a CPU-only node.
+// Exit status: 0 after SIGTERM/SIGINT (workers stopped and reported), 1 on a run-time
+// failure, 2 on bad input.
+#include <csignal>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+
+#include "agent/agent.h"
+#include "agent/emulated.h"
+#include "agent/nvml.h"
+
+using namespace gantry;
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void OnStop(int) { g_stop.store(true); }
+
+class NoGpus final : public agent::GpuSource {
+ public:
+  std::string Describe() const override { return "no GPUs"; }
+  Result<std::vector<agent::GpuInfo>> Discover() override { return std::vector<agent::GpuInfo>{}; }
+};
+
+int SignalNumber(const std::string& s) {
+  static const std::pair<const char*, int> kNames[] = {
+      {"TERM", SIGTERM}, {"INT", SIGINT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"KILL", SIGKILL}};
+  std::string n = s.rfind("SIG", 0) == 0 ? s.substr(3) : s;
+  for (const auto& [name, num] : kNames) {
+    if (n == name) return num;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gantry-agent: runs Gantry jobs on one node"};
+  agent::AgentOptions o;
+  std::string emulate, token_file, emulate_lost, preempt_signal = "TERM";
+  bool no_gpus = false;
+  if (const char* s = std::getenv("GANTRY_SERVER")) o.server = s;
+  if (const char* t = std::getenv("GANTRY_TOKEN")) o.token = t;
+  app.add_option("--server", o.server, "gantryd URL (default: $GANTRY_SERVER)");
+  app.add_option("--node", o.node, "This node's name in the cluster config")->required();
+  app.add_option("--token-file", token_file, "File holding the agent token (default: $GANTRY_TOKEN)");
+  app.add_option("--emulate", emulate, "Emulate GPUs instead of NVML, e.g. 8xH100-80GB");
+  app.add_option("--emulate-lost-file", emulate_lost,
+                 "With --emulate: a file of GPU indexes to report as lost (tests)");
+  app.add_flag("--no-gpus", no_gpus, "A CPU-only node: report no GPUs, skip NVML");
+  app.add_option("--state-dir", o.state_dir, "Logs, work directories and worker records")
+      ->default_str("/var/lib/gantry-agent");
+  app.add_option("--address", o.address, "Address gang peers reach this node at (default: as the server sees it)");
+  app.add_option("--preempt-signal", preempt_signal, "Signal sent first when a job is preempted")
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (o.state_dir.empty()) o.state_dir = "/var/lib/gantry-agent";
+  if (o.server.empty()) {
+    std::cerr << "gantry-agent: --server or GANTRY_SERVER is required\n";
+    return 2;
+  }
+  if (o.server.find("://") == std::string::npos) o.server = "http://" + o.server;
+  if (!token_file.empty()) {
+    std::ifstream in(token_file);
+    if (!(in >> o.token)) {
+      std::cerr << "gantry-agent: --token-file: cannot read " << token_file << "\n";
+      return 2;
+    }
+  }
+  o.preempt_signal = SignalNumber(preempt_signal);
+  if (o.preempt_signal < 0) {
+    std::cerr << "gantry-agent: --preempt-signal: unknown signal " << preempt_signal << "\n";
+    return 2;
+  }
+  std::unique_ptr<agent::GpuSource> gpus;
+  if (no_gpus) {
+    gpus = std::make_unique<NoGpus>();
+  } else if (!emulate.empty()) {
+    auto spec = agent::ParseEmulate(emulate);
+    if (!spec) {
+      std::cerr << "gantry-agent: --emulate: " << spec.error().message << "\n";
+      return 2;
+    }
+    gpus = std::make_unique<agent::EmulatedGpus>(o.node, *spec, emulate_lost);
+  } else {
+    auto nvml = agent::NvmlGpus::Open();
+    if (!nvml) {
+      std::cerr << "gantry-agent: no NVML (" << nvml.error().message
+                << "); use --emulate COUNTxMODEL on a machine without GPUs, or --no-gpus\n";
+      return 1;
+    }
+    gpus = std::move(*nvml);
+  }
+  struct sigaction sa {};
+  sa.sa_handler = OnStop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  agent::Agent a(o, std::move(gpus));
+  return a.Run(g_stop);
+}

@@ -1,0 +1,47 @@
+// Launching job workers as real processes, and signalling and reaping them.
+//
+// Each worker runs in a session (and so a process group) of its own, so a signal to the
+// group reaches everything it started and nothing else, and it outlives the agent's
+// terminal. stdout and stderr go to one log file (appended). The environment is built
+// from scratch: a few harmless variables of the agent's (PATH, HOME, LANG, ...) plus the
+// job's; nothing else of the agent's (its token above all) leaks into jobs.
+// Thread-safety: functions only; Reap must be called by the thread that owns the children.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+
+namespace gantry::agent {
+
+struct LaunchSpec {
+  std::vector<std::string> argv;
+  std::vector<std::pair<std::string, std::string>> env;  // added to the base environment
+  std::string workdir;   // created when missing
+  std::string log_path;  // stdout and stderr
+};
+
+// Forks and execs. The child's process group id equals its pid. An exec failure is
+// written to the log and the child exits with 127, as a shell would.
+Result<pid_t> Launch(const LaunchSpec& spec);
+
+// Sends `sig` to the process group `pgid` (no-op when it is gone).
+void SignalGroup(pid_t pgid, int sig);
+
+struct Exited {
+  pid_t pid = 0;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when a signal ended it
+};
+// Reaps every child that has ended, without blocking.
+std::vector<Exited> Reap();
+
+// The start time of a process (field 22 of /proc/PID/stat, clock ticks since boot), or
+// -1 when there is no such process; tells a worker from a later process with its pid.
+long long ProcessStartTime(pid_t pid);
+
+}  // namespace gantry::agent

@@ -1,0 +1,552 @@
+#include "cli/client.h"
+
+#include <httplib.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace gantry::cli {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kExitRunFailure = 1;
+constexpr int kExitBadInput = 2;
+
+struct Globals {
+  std::string server, token;
+};
+
+std::string UrlEncode(const std::string& s) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  for (unsigned char c : s) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      out += '%';
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
+// One HTTP exchange; status 0 when the server could not be reached.
+struct Response {
+  int status = 0;
+  std::string body;
+  httplib::Headers headers;
+  std::string error;  // transport error
+  json Json() const { return json::parse(body, nullptr, false); }
+};
+
+class Client {
+ public:
+  explicit Client(const Globals& g) {
+    server_ = g.server;
+    if (server_.empty()) {
+      const char* s = std::getenv("GANTRY_SERVER");
+      server_ = s ? s : "http://127.0.0.1:8080";
+    }
+    if (server_.find("://") == std::string::npos) server_ = "http://" + server_;
+    token_ = g.token;
+    if (token_.empty()) {
+      const char* t = std::getenv("GANTRY_TOKEN");
+      token_ = t ? t : "";
+    }
+    http_ = std::make_unique<httplib::Client>(server_);
+    http_->set_connection_timeout(5, 0);
+    http_->set_read_timeout(30, 0);
+    if (!token_.empty()) http_->set_bearer_token_auth(token_.c_str());
+  }
+
+  Response Get(const std::string& path) { return Wrap(http_->Get(path.c_str())); }
+  Response Post(const std::string& path, const std::string& body, const std::string& type,
+                const httplib::Headers& headers = {}) {
+    return Wrap(http_->Post(path.c_str(), headers, body, type.c_str()));
+  }
+  const std::string& server() const { return server_; }
+
+ private:
+  Response Wrap(httplib::Result r) {
+    Response out;
+    if (!r) {
+      out.error = "cannot reach gantryd at " + server_ + ": " + httplib::to_string(r.error());
+      return out;
+    }
+    out.status = r->status;
+    out.body = r->body;
+    out.headers = r->headers;
+    return out;
+  }
+  std::string server_, token_;
+  std::unique_ptr<httplib::Client> http_;
+};
+
+// Prints the error of a failed exchange and returns the exit status for it; 0 when the
+// exchange succeeded.
+int Check(const Response& r, const char* what) {
+  if (r.status == 0) {
+    std::cerr << "gantry " << what << ": " << r.error << "\n";
+    return kExitRunFailure;
+  }
+  if (r.status >= 200 && r.status < 300) return 0;
+  json j = r.Json();
+  std::string message = j.is_object() ? j.value("error", r.body) : r.body;
+  std::cerr << "gantry " << what << ": " << message << " (HTTP " << r.status << ")\n";
+  if (j.is_object() && j.contains("problems")) {
+    for (const auto& p : j["problems"]) std::cerr << "  " << p.get<std::string>() << "\n";
+  }
+  return r.status >= 500 ? kExitRunFailure : kExitBadInput;
+}
+
+std::string Pad(std::string s, size_t w) {
+  if (s.size() > w) return s.substr(0, w - 1) + "+";
+  s.resize(w, ' ');
+  return s;
+}
+
+// "1-02:03:04" like squeue's TIME.
+std::string Elapsed(double seconds) {
+  if (seconds < 0) seconds = 0;
+  long s = std::lround(seconds);
+  char buf[32];
+  if (s >= 86400) {
+    std::snprintf(buf, sizeof buf, "%ld-%02ld:%02ld:%02ld", s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+  } else if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  }
+  return buf;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string Num(double v) {
+  std::ostringstream o;
+  o << std::round(v * 100) / 100;
+  return o.str();
+}
+
+std::string NewKey() {
+  unsigned char b[16];
+  if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
+    return std::to_string(::getpid()) + "-" + std::to_string(NowSeconds());
+  }
+  std::string s;
+  char h[3];
+  for (unsigned char c : b) {
+    std::snprintf(h, sizeof h, "%02x", c);
+    s += h;
+  }
+  return s;
+}
+
+// ------------------------------------------------------------------ submit
+
+struct SubmitArgs {
+  std::vector<std::string> args;  // a spec file, or the command after --
+  std::string id, queue, tier, sharing, mig, topology, workdir, idempotency_key;
+  std::vector<std::string> gpu_model, env;
+  double gpus = -1, vram_gb = -1, cpus = -1, memory_gb = -1, checkpoint_s = -1, grace_s = -1;
+  int replicas = 0;
+  bool json_out = false;
+};
+
+bool UsesFlags(const SubmitArgs& a) {
+  return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() || !a.topology.empty() ||
+         !a.workdir.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus >= 0 ||
+         a.vram_gb >= 0 || a.cpus >= 0 || a.memory_gb >= 0 || a.checkpoint_s >= 0 || a.grace_s >= 0 ||
+         a.replicas > 0;
+}
+
+int Submit(const Globals& g, const SubmitArgs& a) {
+  std::string body, type, file;
+  if (UsesFlags(a)) {
+    if (a.args.empty()) {
+      std::cerr << "gantry submit: give the command after --, e.g. gantry submit --gpus 1 --vram-gb 20 "
+                   "--queue q -- python train.py\n";
+      return kExitBadInput;
+    }
+    json j = json::object();
+    if (!a.id.empty()) j["id"] = a.id;
+    if (!a.queue.empty()) j["queue"] = a.queue;
+    if (!a.tier.empty()) j["tier"] = a.tier;
+    if (a.replicas > 0) j["replicas"] = a.replicas;
+    if (a.gpus >= 0) {
+      if (a.gpus == std::floor(a.gpus)) {
+        j["gpus"] = static_cast<int64_t>(a.gpus);
+      } else {
+        j["gpus"] = a.gpus;
+      }
+    }
+    if (!a.mig.empty()) j["mig"] = a.mig;
+    if (!a.sharing.empty()) j["sharing"] = a.sharing;
+    if (a.gpu_model.size() == 1) j["gpu_model"] = a.gpu_model[0];
+    if (a.gpu_model.size() > 1) j["gpu_model"] = a.gpu_model;
+    if (a.vram_gb >= 0) j["vram_gb"] = a.vram_gb;
+    if (a.cpus >= 0) j["cpus"] = a.cpus;
+    if (a.memory_gb >= 0) j["memory_gb"] = a.memory_gb;
+    if (!a.topology.empty()) j["topology"] = a.topology;
+    if (a.checkpoint_s >= 0) j["checkpoint_s"] = a.checkpoint_s;
+    if (a.grace_s >= 0) j["grace_s"] = a.grace_s;
+    if (!a.workdir.empty()) j["workdir"] = a.workdir;
+    if (!a.env.empty()) {
+      json env = json::object();
+      for (const std::string& kv : a.env) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0) {
+          std::cerr << "gantry submit: --env: expected NAME=VALUE, got " << kv << "\n";
+          return kExitBadInput;
+        }
+        env[kv.substr(0, eq)] = kv.substr(eq + 1);
+      }
+      j["env"] = env;
+    }
+    j["command"] = a.args;
+    body = j.dump();
+    type = "application/json";
+    file = "flags";
+  } else {
+    if (a.args.size() != 1) {
+      std::cerr << "gantry submit: give one job spec file (YAML or JSON), or flags and -- COMMAND\n";
+      return kExitBadInput;
+    }
+    file = a.args[0];
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::cerr << "gantry submit: cannot read " << file << "\n";
+      return kExitBadInput;
+    }
+    std::ostringstream text;
+    text << in.rdbuf();
+    body = text.str();
+    const bool is_json = file.size() > 5 && file.substr(file.size() - 5) == ".json";
+    type = is_json ? "application/json" : "application/yaml";
+  }
+  Client c(g);
+  // The key makes a retry after a lost answer safe: the server returns the same job.
+  httplib::Headers headers = {{"Idempotency-Key", a.idempotency_key.empty() ? NewKey() : a.idempotency_key},
+                              {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
+  Response r;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    r = c.Post("/v1/jobs", body, type, headers);
+    if (r.status != 0 && r.status != 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250 << attempt));
+  }
+  if (int rc = Check(r, "submit")) return rc;
+  json j = r.Json();
+  if (a.json_out) {
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << j.value("id", std::string()) << "\n";
+  }
+  return 0;
+}
+
+// ------------------------------------------------------------------ ls, show, cancel, logs
+
+int Ls(const Globals& g, bool json_out, bool all, const std::string& state) {
+  Client c(g);
+  std::string path = "/v1/jobs?all=" + std::string(all ? "1" : "0");
+  if (!state.empty()) path += "&state=" + UrlEncode(state);
+  Response r = c.Get(path);
+  if (int rc = Check(r, "ls")) return rc;
+  json j = r.Json();
+  if (json_out) {
+    std::cout << j["jobs"].dump() << "\n";
+    return 0;
+  }
+  const double now = NowSeconds();
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("TIER", 12) << Pad("STATE", 11) << Pad("TIME", 11)
+            << Pad("NODES", 6) << Pad("REQUEST", 30) << "NODELIST(REASON)\n";
+  for (const json& job : j["jobs"]) {
+    const std::string state_s = job.value("state", "");
+    double t = 0;
+    if (job.contains("run_start")) t = now - job["run_start"].get<double>();
+    if (!job["end"].is_null() && !job["start"].is_null()) t = job["end"].get<double>() - job["start"].get<double>();
+    std::string where;
+    for (const auto& n : job["nodes"]) where += (where.empty() ? "" : ",") + n.get<std::string>();
+    const std::string reason = job.value("reason", "");
+    const std::string last = state_s == "running" ? where : "(" + reason + ")";
+    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(job.value("tier", ""), 12)
+              << Pad(state_s, 11) << Pad(Elapsed(t), 11) << Pad(std::to_string(job["nodes"].size()), 6)
+              << Pad(job.value("request", ""), 30) << (reason.empty() && state_s != "running" ? "" : last) << "\n";
+  }
+  return 0;
+}
+
+int Show(const Globals& g, const std::string& id, bool json_out) {
+  Client c(g);
+  Response r = c.Get("/v1/jobs/" + UrlEncode(id));
+  if (int rc = Check(r, "show")) return rc;
+  json j = r.Json();
+  if (json_out) {
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  for (const char* k : {"id", "queue", "team", "tier", "state", "reason", "request", "run", "preemptions",
+                        "requeues", "progress_s", "exit_code"}) {
+    if (!j.contains(k)) continue;
+    const json& v = j[k];
+    std::cout << Pad(k, 14) << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  }
+  if (j.contains("command")) std::cout << Pad("command", 14) << j["command"].dump() << "\n";
+  for (const auto& w : j.value("workers", json::array())) {
+    std::cout << Pad("worker " + std::to_string(w.value("rank", 0)), 14) << w["alloc"].dump()
+              << (w.value("exited", false) ? "  exited " + std::to_string(w.value("exit_code", 0)) : "") << "\n";
+  }
+  return 0;
+}
+
+int Cancel(const Globals& g, const std::vector<std::string>& ids) {
+  Client c(g);
+  int worst = 0;
+  for (const std::string& id : ids) {
+    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json");
+    if (int rc = Check(r, "cancel")) {
+      worst = std::max(worst, rc);
+      continue;
+    }
+    json j = r.Json();
+    std::cout << id << ": " << j.value("state", "") << "\n";
+  }
+  return worst;
+}
+
+int Logs(const Globals& g, const std::string& id, int rank, int run, bool follow) {
+  Client c(g);
+  int64_t offset = -1;
+  while (true) {
+    std::string path = "/v1/jobs/" + UrlEncode(id) + "/logs?rank=" + std::to_string(rank);
+    if (run > 0) path += "&run=" + std::to_string(run);
+    if (offset >= 0) path += "&offset=" + std::to_string(offset);
+    Response r = c.Get(path);
+    if (int rc = Check(r, "logs")) return rc;
+    std::cout << r.body << std::flush;
+    if (!follow) return 0;
+    auto it = r.headers.find("X-Gantry-Log-Size");
+    const int64_t size = it != r.headers.end() ? std::stoll(it->second) : 0;
+    if (offset < 0) offset = size;
+    else offset += static_cast<int64_t>(r.body.size());
+    Response s = c.Get("/v1/jobs/" + UrlEncode(id));
+    if (s.status == 200) {
+      const std::string state = s.Json().value("state", "");
+      if (state != "running" && state != "stopping" && state != "pending" && r.body.empty()) return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  }
+}
+
+// ------------------------------------------------------------------ nodes, queues, usage, drain
+
+int Nodes(const Globals& g, bool json_out) {
+  Client c(g);
+  Response r = c.Get("/v1/nodes");
+  if (int rc = Check(r, "nodes")) return rc;
+  json j = r.Json();
+  if (json_out) {
+    std::cout << j["nodes"].dump() << "\n";
+    return 0;
+  }
+  std::cout << Pad("NODE", 16) << Pad("POOL", 10) << Pad("MODEL", 12) << Pad("STATE", 9) << Pad("GPUS", 6)
+            << Pad("FREE", 6) << Pad("ADDRESS", 16) << "REASON\n";
+  for (const json& n : j["nodes"]) {
+    std::cout << Pad(n.value("name", ""), 16) << Pad(n.value("pool", ""), 10) << Pad(n.value("model", ""), 12)
+              << Pad(n.value("state", ""), 9) << Pad(std::to_string(n.value("gpus", 0)), 6)
+              << Pad(std::to_string(n.value("free_gpus", 0)), 6) << Pad(n.value("address", ""), 16)
+              << n.value("reason", "") << "\n";
+  }
+  return 0;
+}
+
+int Queues(const Globals& g, bool json_out) {
+  Client c(g);
+  Response r = c.Get("/v1/queues");
+  if (int rc = Check(r, "queues")) return rc;
+  json j = r.Json();
+  if (json_out) {
+    std::cout << j["queues"].dump() << "\n";
+    return 0;
+  }
+  std::cout << Pad("QUEUE", 14) << Pad("PARENT", 12) << Pad("USED", 8) << Pad("GUARANTEE", 11) << Pad("BURST", 8)
+            << Pad("USED/GUAR", 11) << Pad("PENDING", 9) << "RUNNING\n";
+  for (const json& q : j["queues"]) {
+    const double used = q.value("used_gpus", 0.0), guar = q.value("guaranteed_gpus", 0.0);
+    std::cout << Pad(q.value("name", ""), 14) << Pad(q.value("parent", ""), 12) << Pad(Num(used), 8)
+              << Pad(Num(guar), 11) << Pad(q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()), 8)
+              << Pad(guar > 0 ? std::to_string(std::lround(100 * used / guar)) + "%" : "-", 11)
+              << Pad(std::to_string(q.value("pending", 0)), 9) << q.value("running", 0) << "\n";
+  }
+  return 0;
+}
+
+// "24h", "7d", "90m", "3600s" (ago), or seconds since the Unix epoch.
+bool ParseWhen(const std::string& s, double now, double& out) {
+  if (s.empty()) return false;
+  try {
+    size_t used = 0;
+    const double v = std::stod(s, &used);
+    const std::string unit = s.substr(used);
+    if (unit.empty()) {
+      out = v;
+      return true;
+    }
+    const double mult = unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : -1;
+    if (mult < 0) return false;
+    out = now - v * mult;
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+int Usage(const Globals& g, const std::string& since, const std::string& until, bool json_out) {
+  const double now = NowSeconds();
+  double from = now - 86400, to = now;
+  if (!since.empty() && !ParseWhen(since, now, from)) {
+    std::cerr << "gantry usage: --since: expected e.g. 24h, 7d or Unix seconds, got " << since << "\n";
+    return kExitBadInput;
+  }
+  if (!until.empty() && !ParseWhen(until, now, to)) {
+    std::cerr << "gantry usage: --until: expected e.g. 1h, 0s or Unix seconds, got " << until << "\n";
+    return kExitBadInput;
+  }
+  Client c(g);
+  char q[96];
+  std::snprintf(q, sizeof q, "/v1/usage?since=%.3f&until=%.3f", from, to);
+  Response r = c.Get(q);
+  if (int rc = Check(r, "usage")) return rc;
+  json j = r.Json();
+  if (json_out) {
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << Pad("QUEUE", 14) << Pad("MODEL", 14) << "GPU-HOURS\n";
+  for (const json& row : j["usage"]) {
+    char h[32];
+    std::snprintf(h, sizeof h, "%.3f", row.value("gpu_hours", 0.0));
+    std::cout << Pad(row.value("queue", ""), 14) << Pad(row.value("model", ""), 14) << h << "\n";
+  }
+  return 0;
+}
+
+int Drain(const Globals& g, const std::string& node, bool drain, const std::string& reason) {
+  Client c(g);
+  json body = json::object();
+  if (!reason.empty()) body["reason"] = reason;
+  Response r = c.Post("/v1/nodes/" + UrlEncode(node) + (drain ? "/drain" : "/resume"), body.dump(), "application/json");
+  if (int rc = Check(r, drain ? "drain" : "resume")) return rc;
+  std::cout << node << ": " << (drain ? "drained" : "resumed") << "\n";
+  return 0;
+}
+
+}  // namespace
+
+void AddClientCommands(CLI::App& app, int& exit_code) {
+  // Owned for the life of the process: the parsed values must outlive parse().
+  static Globals g;
+  app.add_option("--server", g.server, "gantryd URL (default: $GANTRY_SERVER, else http://127.0.0.1:8080)");
+  app.add_option("--token", g.token, "API token (default: $GANTRY_TOKEN)");
+
+  static SubmitArgs s;
+  CLI::App* submit = app.add_subcommand("submit", "Submit a job: a YAML/JSON spec file, or flags and -- COMMAND");
+  submit->add_option("args", s.args, "JOB.yaml, or the command after --");
+  submit->add_option("--id", s.id, "Job id (default: assigned)");
+  submit->add_option("--queue", s.queue, "Queue");
+  submit->add_option("--tier", s.tier, "critical, standard or best-effort");
+  submit->add_option("--replicas", s.replicas, "Workers in the gang");
+  submit->add_option("--gpus", s.gpus, "GPUs per worker (a fraction with --sharing mps|timeslice)");
+  submit->add_option("--mig", s.mig, "One MIG instance per worker, e.g. 1g.10gb");
+  submit->add_option("--sharing", s.sharing, "exclusive, mps or timeslice");
+  submit->add_option("--gpu-model", s.gpu_model, "Acceptable GPU model (repeatable)");
+  submit->add_option("--vram-gb", s.vram_gb, "GPU memory per worker");
+  submit->add_option("--cpus", s.cpus, "CPUs per worker");
+  submit->add_option("--memory-gb", s.memory_gb, "Memory per worker");
+  submit->add_option("--topology", s.topology, "nvlink, node, leaf or spine");
+  submit->add_option("--checkpoint-s", s.checkpoint_s, "Checkpoint interval");
+  submit->add_option("--grace-s", s.grace_s, "Grace after the preemption signal");
+  submit->add_option("--env", s.env, "NAME=VALUE (repeatable)");
+  submit->add_option("--workdir", s.workdir, "Working directory on the node");
+  submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");
+  submit->add_flag("--json", s.json_out, "Print the server's answer as JSON");
+  submit->callback([&exit_code] { exit_code = Submit(g, s); });
+
+  static bool ls_json = false, ls_all = false;
+  static std::string ls_state;
+  CLI::App* ls = app.add_subcommand("ls", "List jobs, squeue-like, with the reason a job waits");
+  ls->add_flag("--json", ls_json, "JSON output");
+  ls->add_flag("-a,--all", ls_all, "Include ended jobs");
+  ls->add_option("--state", ls_state, "Only jobs in this state");
+  ls->callback([&exit_code] { exit_code = Ls(g, ls_json, ls_all, ls_state); });
+
+  static std::string show_id;
+  static bool show_json = false;
+  CLI::App* show = app.add_subcommand("show", "Show one job");
+  show->add_option("id", show_id, "Job id")->required();
+  show->add_flag("--json", show_json, "JSON output");
+  show->callback([&exit_code] { exit_code = Show(g, show_id, show_json); });
+
+  static std::vector<std::string> cancel_ids;
+  CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");
+  cancel->add_option("ids", cancel_ids, "Job ids")->required();
+  cancel->callback([&exit_code] { exit_code = Cancel(g, cancel_ids); });
+
+  static std::string logs_id;
+  static int logs_rank = 0, logs_run = 0;
+  static bool logs_follow = false;
+  CLI::App* logs = app.add_subcommand("logs", "Print a worker's output");
+  logs->add_option("id", logs_id, "Job id")->required();
+  logs->add_option("--rank", logs_rank, "Worker rank")->capture_default_str();
+  logs->add_option("--run", logs_run, "Run (default: the latest)");
+  logs->add_flag("-f,--follow", logs_follow, "Keep printing new output");
+  logs->callback([&exit_code] { exit_code = Logs(g, logs_id, logs_rank, logs_run, logs_follow); });
+
+  static bool nodes_json = false;
+  CLI::App* nodes = app.add_subcommand("nodes", "List nodes");
+  nodes->add_flag("--json", nodes_json, "JSON output");
+  nodes->callback([&exit_code] { exit_code = Nodes(g, nodes_json); });
+
+  static bool queues_json = false;
+  CLI::App* queues = app.add_subcommand("queues", "Queue usage against guarantee and burst");
+  queues->add_flag("--json", queues_json, "JSON output");
+  queues->callback([&exit_code] { exit_code = Queues(g, queues_json); });
+
+  static std::string usage_since, usage_until;
+  static bool usage_json = false;
+  CLI::App* usage = app.add_subcommand("usage", "GPU-hours per queue and GPU model over a period");
+  usage->add_option("--since", usage_since, "Start: 24h, 7d (ago) or Unix seconds (default: 24h)");
+  usage->add_option("--until", usage_until, "End (default: now)");
+  usage->add_flag("--json", usage_json, "JSON output");
+  usage->callback([&exit_code] { exit_code = Usage(g, usage_since, usage_until, usage_json); });
+
+  static std::string drain_node, drain_reason, resume_node;
+  CLI::App* drain = app.add_subcommand("drain", "Stop placing jobs on a node (admin)");
+  drain->add_option("node", drain_node, "Node name")->required();
+  drain->add_option("--reason", drain_reason, "Why");
+  drain->callback([&exit_code] { exit_code = Drain(g, drain_node, true, drain_reason); });
+  CLI::App* resume = app.add_subcommand("resume", "Place jobs on a drained node again (admin)");
+  resume->add_option("node", resume_node, "Node name")->required();
+  resume->callback([&exit_code] { exit_code = Drain(g, resume_node, false, ""); });
+
+  for (CLI::App* sub : {submit, ls, show, cancel, logs, nodes, queues, usage, drain, resume}) sub->fallthrough();
+}
+
+}  // namespace gantry::cli

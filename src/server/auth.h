@@ -1,0 +1,49 @@
+// Tokens and who may do what.
+//
+// A token is 32 random bytes, written "gty_" + 64 hex digits. The store keeps only its
+// SHA-256 (OpenSSL); tokens are long random strings, not passwords, so an unsalted fast
+// hash is enough: guessing a token is as hard as guessing 256 random bits, and a stolen
+// database yields no usable token. Roles: `admin` (cluster operations, every queue),
+// `team` (submit to and cancel in its own queues and their descendants; read the
+// cluster), `agent` (the agent endpoints only).
+// Thread-safety: stateless functions; Principal is a plain value.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/model/queue.h"
+#include "server/store.h"
+
+namespace gantry::server {
+
+// Lowercase hex SHA-256 of `data`.
+std::string Sha256Hex(std::string_view data);
+// A fresh token from the kernel's random source.
+std::string NewToken();
+
+enum class Role : uint8_t { kAdmin, kTeam, kAgent };
+
+struct Principal {
+  Role role = Role::kTeam;
+  std::string team;                 // kTeam
+  std::vector<std::string> queues;  // kTeam: the queues it owns
+  std::string label;
+
+  bool admin() const { return role == Role::kAdmin; }
+  // Who this is, for messages: "team nlp", "admin", "agent".
+  std::string Describe() const;
+};
+
+Principal PrincipalOf(const StoredToken& token);
+
+// Whether `p` may submit to and cancel in `queue`: admins anywhere; a team in a queue it
+// owns or a descendant of one (queues form a tree).
+bool MaySubmitTo(const Principal& p, const core::QueueTree& queues, std::string_view queue);
+
+// Extracts the token from an "Authorization: Bearer TOKEN" header value; empty when the
+// header is absent or malformed.
+std::string BearerToken(std::string_view authorization);
+
+}  // namespace gantry::server

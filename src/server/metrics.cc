@@ -1,0 +1,65 @@
+#include "server/metrics.h"
+
+#include <cmath>
+#include <cstdio>
+
+namespace gantry::server {
+
+void Histogram::Observe(double v) {
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    if (v <= bounds_[i]) {
+      ++counts_[i];
+      break;
+    }
+  }
+  ++count_;
+  sum_ += v;
+}
+
+void Histogram::Render(std::string& out, std::string_view name, std::string_view labels) const {
+  const std::string sep = labels.empty() ? "" : ",";
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    out += std::string(name) + "_bucket{" + std::string(labels) + sep + "le=\"" +
+           FormatValue(bounds_[i]) + "\"} " + std::to_string(cumulative) + "\n";
+  }
+  out += std::string(name) + "_bucket{" + std::string(labels) + sep + "le=\"+Inf\"} " +
+         std::to_string(count_) + "\n";
+  const std::string braces = labels.empty() ? "" : "{" + std::string(labels) + "}";
+  out += std::string(name) + "_sum" + braces + " " + FormatValue(sum_) + "\n";
+  out += std::string(name) + "_count" + braces + " " + std::to_string(count_) + "\n";
+}
+
+std::string EscapeLabel(std::string_view v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string FormatValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<int64_t>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+void MetricHeader(std::string& out, std::string_view name, std::string_view type,
+                  std::string_view help) {
+  out += "# HELP " + std::string(name) + " " + std::string(help) + "\n";
+  out += "# TYPE " + std::string(name) + " " + std::string(type) + "\n";
+}
+
+}  // namespace gantry::server

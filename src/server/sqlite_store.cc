@@ -1,0 +1,348 @@
+#include "server/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <nlohmann/json.hpp>
+
+namespace gantry::server {
+
+namespace {
+
+constexpr int kSchemaVersion = 1;
+
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  seq INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE,
+  team TEXT NOT NULL,
+  queue TEXT NOT NULL,
+  active INTEGER NOT NULL,
+  idem_key TEXT,
+  idem_hash TEXT,
+  doc TEXT NOT NULL);
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs (team, idem_key) WHERE idem_key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS jobs_active ON jobs (active, seq);
+CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+  job_seq INTEGER NOT NULL,
+  run INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  queue TEXT NOT NULL,
+  model TEXT NOT NULL,
+  gpus REAL NOT NULL,
+  start_ms INTEGER NOT NULL,
+  end_ms INTEGER NOT NULL,
+  PRIMARY KEY (job_seq, run, rank));
+CREATE INDEX IF NOT EXISTS runs_time ON runs (start_ms);
+CREATE TABLE IF NOT EXISTS tokens (
+  hash TEXT PRIMARY KEY,
+  role TEXT NOT NULL,
+  team TEXT NOT NULL,
+  queues TEXT NOT NULL,
+  label TEXT NOT NULL,
+  created_ms INTEGER NOT NULL);
+)sql";
+
+// A prepared statement that finalizes itself. Bind indexes are 1-based.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) : db_(db) {
+    rc_ = sqlite3_prepare_v2(db, sql, -1, &s_, nullptr);
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& Bind(int i, const std::string& v) {
+    Check(sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT));
+    return *this;
+  }
+  Stmt& BindOrNull(int i, const std::string& v) {
+    if (v.empty()) {
+      Check(sqlite3_bind_null(s_, i));
+      return *this;
+    }
+    return Bind(i, v);
+  }
+  Stmt& Bind(int i, int64_t v) {
+    Check(sqlite3_bind_int64(s_, i, v));
+    return *this;
+  }
+  Stmt& Bind(int i, double v) {
+    Check(sqlite3_bind_double(s_, i, v));
+    return *this;
+  }
+  // SQLITE_ROW: true; SQLITE_DONE: false; an error sets error().
+  bool Step() {
+    if (rc_ != SQLITE_OK) return false;
+    int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc != SQLITE_DONE) rc_ = rc;
+    return false;
+  }
+  std::string Text(int col) const {
+    const unsigned char* t = sqlite3_column_text(s_, col);
+    return t ? std::string(reinterpret_cast<const char*>(t),
+                           static_cast<size_t>(sqlite3_column_bytes(s_, col)))
+             : std::string();
+  }
+  int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  double Real(int col) const { return sqlite3_column_double(s_, col); }
+  Status status() const {
+    if (rc_ == SQLITE_OK) return Ok{};
+    return Error{"store", std::string("sqlite: ") + sqlite3_errmsg(db_)};
+  }
+
+ private:
+  void Check(int rc) {
+    if (rc != SQLITE_OK && rc_ == SQLITE_OK) rc_ = rc;
+  }
+  sqlite3* db_;
+  sqlite3_stmt* s_ = nullptr;
+  int rc_ = SQLITE_OK;
+};
+
+Status Run(Stmt& s) {
+  s.Step();
+  return s.status();
+}
+
+StoredJob JobFrom(const Stmt& s) {
+  StoredJob j;
+  j.seq = s.Int(0);
+  j.name = s.Text(1);
+  j.team = s.Text(2);
+  j.queue = s.Text(3);
+  j.active = s.Int(4) != 0;
+  j.idem_key = s.Text(5);
+  j.idem_hash = s.Text(6);
+  j.doc = s.Text(7);
+  return j;
+}
+
+constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc";
+
+StoredToken TokenFrom(const Stmt& s) {
+  StoredToken t;
+  t.hash = s.Text(0);
+  t.role = s.Text(1);
+  t.team = s.Text(2);
+  auto q = nlohmann::json::parse(s.Text(3), nullptr, false);
+  if (q.is_array()) {
+    for (const auto& e : q) {
+      if (e.is_string()) t.queues.push_back(e.get<std::string>());
+    }
+  }
+  t.label = s.Text(4);
+  t.created_ms = s.Int(5);
+  return t;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return Error{"db", "cannot open " + path + ": " + msg};
+  }
+  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  sqlite3_busy_timeout(db, 5000);  // `gantryd token create` may write while gantryd runs
+  // WAL: readers never block the writer; FULL: the log is synced at every commit, so an
+  // id handed out is on disk.
+  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+                             "PRAGMA foreign_keys=ON"}) {
+    if (Status s = store->Exec(pragma); !s) return Error{"db", path + ": " + s.error().message};
+  }
+  if (Status s = store->Exec(kSchema); !s) return Error{"db", path + ": " + s.error().message};
+  auto version = store->GetMeta("schema_version");
+  if (!version) return version.error();
+  if (!*version) {
+    if (Status s = store->SetMeta("schema_version", std::to_string(kSchemaVersion)); !s) {
+      return s.error();
+    }
+  } else if (std::stoi(**version) > kSchemaVersion) {
+    return Error{"db", path + ": written by a newer gantryd (schema " + **version + ")"};
+  }
+  return store;
+}
+
+SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+
+Status SqliteStore::Exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "unknown error";
+    sqlite3_free(err);
+    return Error{"store", "sqlite: " + msg};
+  }
+  return Ok{};
+}
+
+// IMMEDIATE: take the write lock at the start, so a concurrent `gantryd token create`
+// waits (busy timeout) instead of failing the commit.
+Status SqliteStore::Begin() { return Exec("BEGIN IMMEDIATE"); }
+Status SqliteStore::Commit() { return Exec("COMMIT"); }
+void SqliteStore::Rollback() { (void)Exec("ROLLBACK"); }
+
+Result<std::optional<std::string>> SqliteStore::GetMeta(const std::string& key) {
+  Stmt s(db_, "SELECT value FROM meta WHERE key = ?");
+  s.Bind(1, key);
+  std::optional<std::string> v;
+  if (s.Step()) v = s.Text(0);
+  if (Status st = s.status(); !st) return st.error();
+  return v;
+}
+
+Status SqliteStore::SetMeta(const std::string& key, const std::string& value) {
+  Stmt s(db_, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)");
+  s.Bind(1, key).Bind(2, value);
+  return Run(s);
+}
+
+Status SqliteStore::PutJob(const StoredJob& j) {
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  s.Bind(1, j.seq).Bind(2, j.name).Bind(3, j.team).Bind(4, j.queue);
+  s.Bind(5, int64_t{j.active ? 1 : 0}).BindOrNull(6, j.idem_key).BindOrNull(7, j.idem_hash);
+  s.Bind(8, j.doc);
+  return Run(s);
+}
+
+Result<std::vector<StoredJob>> SqliteStore::LoadJobs(int64_t recent_done) {
+  std::vector<StoredJob> out;
+  std::string sql = std::string("SELECT ") + kJobColumns +
+                    " FROM jobs WHERE active = 1 OR seq IN (SELECT seq FROM jobs WHERE active = 0 "
+                    "ORDER BY seq DESC LIMIT ?) ORDER BY seq";
+  Stmt s(db_, sql.c_str());
+  s.Bind(1, recent_done);
+  while (s.Step()) out.push_back(JobFrom(s));
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
+Result<std::optional<StoredJob>> SqliteStore::FindJob(const std::string& name) {
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE name = ?";
+  Stmt s(db_, sql.c_str());
+  s.Bind(1, name);
+  std::optional<StoredJob> j;
+  if (s.Step()) j = JobFrom(s);
+  if (Status st = s.status(); !st) return st.error();
+  return j;
+}
+
+Result<std::optional<StoredJob>> SqliteStore::FindIdempotent(const std::string& team,
+                                                             const std::string& key) {
+  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE team = ? AND idem_key = ?";
+  Stmt s(db_, sql.c_str());
+  s.Bind(1, team).Bind(2, key);
+  std::optional<StoredJob> j;
+  if (s.Step()) j = JobFrom(s);
+  if (Status st = s.status(); !st) return st.error();
+  return j;
+}
+
+Result<int64_t> SqliteStore::MaxJobSeq() {
+  Stmt s(db_, "SELECT COALESCE(MAX(seq), 0) FROM jobs");
+  int64_t v = 0;
+  if (s.Step()) v = s.Int(0);
+  if (Status st = s.status(); !st) return st.error();
+  return v;
+}
+
+Status SqliteStore::PutNode(const StoredNode& n) {
+  Stmt s(db_, "INSERT OR REPLACE INTO nodes (name, doc) VALUES (?, ?)");
+  s.Bind(1, n.name).Bind(2, n.doc);
+  return Run(s);
+}
+
+Result<std::vector<StoredNode>> SqliteStore::LoadNodes() {
+  Stmt s(db_, "SELECT name, doc FROM nodes ORDER BY name");
+  std::vector<StoredNode> out;
+  while (s.Step()) out.push_back(StoredNode{s.Text(0), s.Text(1)});
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
+Status SqliteStore::StartRun(const StoredRun& r) {
+  Stmt s(db_,
+         "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  s.Bind(1, r.job_seq).Bind(2, int64_t{r.run}).Bind(3, int64_t{r.rank}).Bind(4, r.queue);
+  s.Bind(5, r.model).Bind(6, r.gpus).Bind(7, r.start_ms).Bind(8, r.end_ms);
+  return Run(s);
+}
+
+Status SqliteStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
+  Stmt s(db_, "UPDATE runs SET end_ms = ? WHERE job_seq = ? AND run = ? AND end_ms < 0");
+  s.Bind(1, end_ms).Bind(2, job_seq).Bind(3, int64_t{run});
+  return Run(s);
+}
+
+Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms) {
+  Stmt s(db_,
+         "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms FROM runs "
+         "WHERE start_ms < ? AND (end_ms < 0 OR end_ms > ?) ORDER BY job_seq, run, rank");
+  s.Bind(1, to_ms).Bind(2, from_ms);
+  std::vector<StoredRun> out;
+  while (s.Step()) {
+    StoredRun r;
+    r.job_seq = s.Int(0);
+    r.run = static_cast<int>(s.Int(1));
+    r.rank = static_cast<int>(s.Int(2));
+    r.queue = s.Text(3);
+    r.model = s.Text(4);
+    r.gpus = s.Real(5);
+    r.start_ms = s.Int(6);
+    r.end_ms = s.Int(7);
+    out.push_back(std::move(r));
+  }
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
+Status SqliteStore::AddToken(const StoredToken& t) {
+  Stmt s(db_,
+         "INSERT INTO tokens (hash, role, team, queues, label, created_ms) VALUES (?, ?, ?, ?, ?, ?)");
+  s.Bind(1, t.hash).Bind(2, t.role).Bind(3, t.team).Bind(4, nlohmann::json(t.queues).dump());
+  s.Bind(5, t.label).Bind(6, t.created_ms);
+  return Run(s);
+}
+
+Result<std::optional<StoredToken>> SqliteStore::FindToken(const std::string& hash) {
+  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms FROM tokens WHERE hash = ?");
+  s.Bind(1, hash);
+  std::optional<StoredToken> t;
+  if (s.Step()) t = TokenFrom(s);
+  if (Status st = s.status(); !st) return st.error();
+  return t;
+}
+
+Result<std::vector<StoredToken>> SqliteStore::ListTokens() {
+  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms FROM tokens ORDER BY created_ms");
+  std::vector<StoredToken> out;
+  while (s.Step()) out.push_back(TokenFrom(s));
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
+Status SqliteStore::DeleteToken(const std::string& hash_prefix) {
+  if (hash_prefix.size() < 8) return Error{"hash", "give at least 8 hex digits of the hash"};
+  Stmt count(db_, "SELECT COUNT(*) FROM tokens WHERE substr(hash, 1, ?) = ?");
+  count.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
+  int64_t n = count.Step() ? count.Int(0) : 0;
+  if (Status st = count.status(); !st) return st;
+  if (n != 1) {
+    return Error{"hash", n == 0 ? "no token hash starts with " + hash_prefix
+                                : "more than one token hash starts with " + hash_prefix};
+  }
+  Stmt s(db_, "DELETE FROM tokens WHERE substr(hash, 1, ?) = ?");
+  s.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
+  return Run(s);
+}
+
+}  // namespace gantry::server

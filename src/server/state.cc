@@ -1,0 +1,290 @@
+#include "server/state.h"
+
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cmath>
+
+namespace gantry::server {
+
+using nlohmann::json;
+
+std::string_view Name(JobState s) {
+  switch (s) {
+    case JobState::kPending: return "pending";
+    case JobState::kRunning: return "running";
+    case JobState::kStopping: return "stopping";
+    case JobState::kDone: return "done";
+  }
+  return "?";
+}
+
+std::string_view Name(StopKind k) {
+  switch (k) {
+    case StopKind::kNone: return "none";
+    case StopKind::kPreempt: return "preempt";
+    case StopKind::kCancel: return "cancel";
+    case StopKind::kFail: return "fail";
+    case StopKind::kLost: return "lost";
+  }
+  return "?";
+}
+
+namespace {
+template <typename E, size_t N>
+std::optional<E> Parse(std::string_view s, const E (&values)[N]) {
+  for (E v : values) {
+    if (Name(v) == s) return v;
+  }
+  return std::nullopt;
+}
+constexpr JobState kStates[] = {JobState::kPending, JobState::kRunning, JobState::kStopping,
+                                JobState::kDone};
+constexpr StopKind kStops[] = {StopKind::kNone, StopKind::kPreempt, StopKind::kCancel,
+                               StopKind::kFail, StopKind::kLost};
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+}  // namespace
+
+bool Job::AllExited() const {
+  return std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.exited; });
+}
+
+AgentReport ParseAgentReport(const json& body) {
+  AgentReport r;
+  if (!body.is_object()) throw json::type_error::create(302, "the report must be a JSON object", &body);
+  r.agent_id = body.value("agent_id", std::string());
+  r.leaving = body.value("leaving", false);
+  r.address = body.value("address", std::string());
+  if (body.contains("gpus")) r.gpus = GpusFromJson(body.at("gpus"));
+  for (const json& e : body.value("running", json::array())) {
+    r.running.push_back(RunningReport{e.at("job").get<std::string>(), e.at("run").get<int>(),
+                                      e.at("rank").get<int>(), e.value("pid", int64_t{0})});
+  }
+  for (const json& e : body.value("exits", json::array())) {
+    ExitReport x;
+    x.job = e.at("job").get<std::string>();
+    x.run = e.at("run").get<int>();
+    x.rank = e.at("rank").get<int>();
+    x.exit_code = e.value("exit_code", 0);
+    x.signal = e.value("signal", 0);
+    x.lost = e.value("lost", false);
+    x.note = e.value("note", std::string());
+    r.exits.push_back(std::move(x));
+  }
+  return r;
+}
+
+json GpusToJson(const std::vector<GpuReport>& gpus) {
+  json out = json::array();
+  for (const GpuReport& g : gpus) {
+    json mig = json::array();
+    for (const auto& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+    json j = {{"index", g.index},         {"uuid", g.uuid},       {"name", g.name},
+              {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
+              {"utilization", g.utilization}, {"idle_ms", g.idle_ms}, {"lost", g.lost},
+              {"nvlink_peers", g.nvlink_peers}};
+    if (!g.model.empty()) j["model"] = g.model;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<GpuReport> GpusFromJson(const json& j) {
+  std::vector<GpuReport> out;
+  for (const json& e : j) {
+    GpuReport g;
+    g.index = e.at("index").get<int>();
+    g.uuid = e.at("uuid").get<std::string>();
+    g.name = e.value("name", std::string());
+    g.model = e.value("model", std::string());
+    g.memory_bytes = e.value("memory_bytes", int64_t{0});
+    g.mig_mode = e.value("mig_mode", false);
+    for (const json& m : e.value("mig", json::array())) {
+      g.mig.push_back({m.value("uuid", std::string()), m.value("profile", std::string()),
+                       m.value("start", -1)});
+    }
+    g.utilization = e.value("utilization", 0.0);
+    g.idle_ms = e.value("idle_ms", int64_t{0});
+    g.lost = e.value("lost", false);
+    g.nvlink_peers = e.value("nvlink_peers", std::vector<int>{});
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster) {
+  const core::Node& node = cluster.node(w.node);
+  json j = {{"node", node.name}, {"sharing", std::string(core::Name(w.sharing))}};
+  switch (w.sharing) {
+    case core::Sharing::kExclusive: {
+      std::vector<int> gpus;
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) gpus.push_back(std::countr_zero(m));
+      j["gpus"] = gpus;
+      break;
+    }
+    case core::Sharing::kMig:
+      j["gpu"] = w.gpu;
+      j["mig"] = cluster.catalog().model(node.model).mig_profiles[w.mig_profile].name;
+      j["start"] = w.mig_start;
+      break;
+    case core::Sharing::kMps:
+    case core::Sharing::kTimeslice:
+      j["gpu"] = w.gpu;
+      j["share_milli"] = w.share_milli;
+      j["vram_bytes"] = w.vram_bytes;
+      break;
+  }
+  j["cpus_milli"] = w.cpus_milli;
+  j["memory_bytes"] = w.memory_bytes;
+  return j;
+}
+
+Result<core::WorkerAlloc> WorkerAllocFromJson(const json& j, const core::Cluster& cluster) {
+  core::WorkerAlloc w;
+  const std::string node = j.value("node", std::string());
+  auto n = cluster.FindNode(node);
+  if (!n) return Error{"alloc.node", "node " + node + " is no longer in the cluster config"};
+  w.node = *n;
+  const core::Node& info = cluster.node(*n);
+  const std::string sharing = j.value("sharing", std::string("exclusive"));
+  if (sharing == "exclusive") {
+    for (int g : j.value("gpus", std::vector<int>{})) {
+      if (g < 0 || g >= info.gpus) return Error{"alloc.gpus", "GPU index out of range on " + node};
+      w.gpu_mask |= uint64_t{1} << g;
+    }
+  } else {
+    const int g = j.value("gpu", -1);
+    if (g < 0 || g >= info.gpus) return Error{"alloc.gpu", "GPU index out of range on " + node};
+    w.gpu = static_cast<int8_t>(g);
+    if (sharing == "mig") {
+      w.sharing = core::Sharing::kMig;
+      const int p = cluster.catalog().FindProfile(info.model, j.value("mig", std::string()));
+      if (p < 0) return Error{"alloc.mig", "MIG profile unknown on " + node};
+      w.mig_profile = static_cast<int8_t>(p);
+      w.mig_start = static_cast<int8_t>(j.value("start", -1));
+    } else if (sharing == "mps" || sharing == "timeslice") {
+      w.sharing = sharing == "mps" ? core::Sharing::kMps : core::Sharing::kTimeslice;
+      w.share_milli = static_cast<int16_t>(j.value("share_milli", 0));
+      w.vram_bytes = j.value("vram_bytes", int64_t{0});
+    } else {
+      return Error{"alloc.sharing", "unknown sharing mode " + sharing};
+    }
+  }
+  w.cpus_milli = j.value("cpus_milli", int64_t{0});
+  w.memory_bytes = j.value("memory_bytes", int64_t{0});
+  return w;
+}
+
+json JobToDoc(const Job& job, const core::Cluster& cluster) {
+  json workers = json::array();
+  for (const Worker& w : job.workers) {
+    workers.push_back({{"rank", w.rank},
+                       {"alloc", WorkerAllocToJson(w.alloc, cluster)},
+                       {"exited", w.exited},
+                       {"exit_code", w.exit_code},
+                       {"signal", w.signal},
+                       {"lost", w.lost}});
+  }
+  return {{"spec_format", job.spec_format},
+          {"spec_text", job.spec_text},
+          {"spec_file", job.spec_file},
+          {"state", std::string(Name(job.state))},
+          {"submit", job.submit},
+          {"run", job.run},
+          {"run_start", job.run_start},
+          {"first_start", job.first_start},
+          {"workers", workers},
+          {"stop", std::string(Name(job.stop))},
+          {"signaled_at", job.signaled_at},
+          {"stop_deadline", job.stop_deadline},
+          {"stop_reason", job.stop_reason},
+          {"preempted_by", job.preempted_by},
+          {"progress", job.progress},
+          {"preemptions", job.preemptions},
+          {"requeues", job.requeues},
+          {"end", job.end},
+          {"end_reason", job.end_reason},
+          {"exit_code", job.exit_code},
+          {"end_time", job.end_time}};
+}
+
+Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
+  try {
+    job.spec_format = d.at("spec_format").get<std::string>();
+    job.spec_text = d.at("spec_text").get<std::string>();
+    job.spec_file = d.value("spec_file", std::string());
+    auto state = Parse(d.at("state").get<std::string>(), kStates);
+    auto stop = Parse(d.value("stop", std::string("none")), kStops);
+    if (!state || !stop) return Error{"doc", "unknown state"};
+    job.state = *state;
+    job.stop = *stop;
+    job.submit = d.at("submit").get<Ticks>();
+    job.run = d.value("run", 0);
+    job.run_start = d.value("run_start", Ticks{-1});
+    job.first_start = d.value("first_start", Ticks{-1});
+    job.signaled_at = d.value("signaled_at", Ticks{-1});
+    job.stop_deadline = d.value("stop_deadline", Ticks{-1});
+    job.stop_reason = d.value("stop_reason", std::string());
+    job.preempted_by = d.value("preempted_by", std::string());
+    job.progress = d.value("progress", Ticks{0});
+    job.preemptions = d.value("preemptions", 0);
+    job.requeues = d.value("requeues", 0);
+    job.end = d.value("end", std::string());
+    job.end_reason = d.value("end_reason", std::string());
+    job.exit_code = d.value("exit_code", 0);
+    job.end_time = d.value("end_time", Ticks{-1});
+    job.workers.clear();
+    for (const json& w : d.value("workers", json::array())) {
+      Worker worker;
+      worker.rank = w.at("rank").get<int>();
+      auto alloc = WorkerAllocFromJson(w.at("alloc"), cluster);
+      if (!alloc) return alloc.error();
+      worker.alloc = *alloc;
+      worker.exited = w.value("exited", false);
+      worker.exit_code = w.value("exit_code", 0);
+      worker.signal = w.value("signal", 0);
+      worker.lost = w.value("lost", false);
+      job.workers.push_back(worker);
+    }
+  } catch (const json::exception& e) {
+    return Error{"doc", e.what()};
+  }
+  return Ok{};
+}
+
+json NodeToDoc(const NodeInfo& n) {
+  return {{"up", n.up},
+          {"drained", n.drained},
+          {"drain_reason", n.drain_reason},
+          {"address", n.address},
+          {"agent_id", n.agent_id},
+          {"gpus", GpusToJson(n.gpus)}};
+}
+
+void NodeFromDoc(const json& d, NodeInfo& n) {
+  n.up = d.value("up", false);
+  n.drained = d.value("drained", false);
+  n.drain_reason = d.value("drain_reason", std::string());
+  n.address = d.value("address", std::string());
+  n.agent_id = d.value("agent_id", std::string());
+  try {
+    n.gpus = GpusFromJson(d.value("gpus", json::array()));
+  } catch (const json::exception&) {
+    n.gpus.clear();
+  }
+}
+
+bool GpuMatchesModel(const GpuReport& gpu, const core::GpuModel& model) {
+  if (!gpu.model.empty()) return gpu.model == model.name;
+  const std::string family = Lower(model.name.substr(0, model.name.find('-')));
+  if (Lower(gpu.name).find(family) == std::string::npos) return false;
+  const double ratio = static_cast<double>(gpu.memory_bytes) / static_cast<double>(model.memory_bytes);
+  return std::fabs(ratio - 1.0) <= 0.12;
+}
+
+}  // namespace gantry::server

@@ -1,0 +1,153 @@
+// The controller's in-memory records of jobs and nodes, and their JSON forms (the `doc`
+// column of the store, and what agents report).
+//
+// A job's life on the server: pending -> running (one "run" per start; workers by rank)
+// -> stopping (signalled: preempted, cancelled, failed, lost; waiting for every worker
+// to exit or for the grace deadline) -> pending again or done. A run ends only when
+// each of its workers has exited or can no longer be running (its node is down, so its
+// agent has fenced it), so a job never runs twice at once.
+// Thread-safety: plain values, owned by the controller thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "core/ledger.h"
+#include "core/model/cluster.h"
+#include "core/model/job.h"
+
+namespace gantry::server {
+
+using core::Ticks;
+
+enum class JobState : uint8_t { kPending, kRunning, kStopping, kDone };
+// Why a run is being stopped.
+enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost };
+
+std::string_view Name(JobState s);
+std::string_view Name(StopKind k);
+
+struct Worker {
+  int rank = 0;
+  core::WorkerAlloc alloc;
+  bool exited = false;
+  int exit_code = 0;
+  int signal = 0;
+  bool lost = false;  // its process vanished without an exit status (node or agent lost)
+};
+
+struct Job {
+  int64_t seq = 0;
+  std::string name;
+  std::string team;
+  std::string queue;
+  std::string spec_format;  // "json" or "yaml": how spec_text is written
+  std::string spec_text;    // as submitted; re-read against the config on restart
+  std::string spec_file;    // the client's file name, for diagnostics
+  std::string idem_key, idem_hash;
+  core::JobSpec spec;       // resolved (not stored: re-read from spec_text)
+  core::JobId core;         // in the scheduler; invalid once done
+
+  JobState state = JobState::kPending;
+  Ticks submit = 0;
+  int run = 0;              // runs started so far; the current run's number
+  Ticks run_start = -1;
+  Ticks first_start = -1;
+  std::vector<Worker> workers;  // the current run's, by rank
+
+  StopKind stop = StopKind::kNone;
+  Ticks signaled_at = -1;
+  Ticks stop_deadline = -1;
+  std::string stop_reason;
+  std::string preempted_by;
+
+  Ticks progress = 0;       // checkpointed run time kept across runs
+  int preemptions = 0;
+  int requeues = 0;
+  std::string end;          // done: finished, failed, cancelled, rejected
+  std::string end_reason;
+  int exit_code = 0;
+  Ticks end_time = -1;
+
+  bool active() const { return state != JobState::kDone; }
+  bool AllExited() const;
+};
+
+// What an agent reports about one GPU.
+struct GpuReport {
+  int index = 0;
+  std::string uuid;
+  std::string name;         // NVML's product name, or the emulated model
+  std::string model;        // catalog model, when the agent knows it (emulation)
+  int64_t memory_bytes = 0;
+  bool mig_mode = false;
+  struct Mig {
+    std::string uuid, profile;
+    int start = -1;
+  };
+  std::vector<Mig> mig;
+  double utilization = 0;   // 0..1, last sample
+  int64_t idle_ms = 0;      // how long utilization has been 0
+  bool lost = false;        // NVML says the GPU fell off the bus
+  std::vector<int> nvlink_peers;
+};
+
+struct ExitReport {
+  std::string job;
+  int run = 0, rank = 0;
+  int exit_code = 0, signal = 0;
+  bool lost = false;
+  std::string note;
+};
+
+struct RunningReport {
+  std::string job;
+  int run = 0, rank = 0;
+  int64_t pid = 0;
+};
+
+struct AgentReport {
+  std::string agent_id;
+  bool leaving = false;  // the agent is shutting down: its node goes down now
+  std::string address;
+  std::vector<GpuReport> gpus;
+  std::vector<RunningReport> running;
+  std::vector<ExitReport> exits;
+};
+
+// Throws nlohmann::json exceptions on malformed input; the caller turns them into 400.
+AgentReport ParseAgentReport(const nlohmann::json& body);
+nlohmann::json GpusToJson(const std::vector<GpuReport>& gpus);
+std::vector<GpuReport> GpusFromJson(const nlohmann::json& j);
+
+struct NodeInfo {
+  bool up = false;          // an agent heartbeats
+  bool drained = false;
+  std::string drain_reason;
+  Ticks last_seen = -1;
+  std::string address;
+  std::string agent_id;
+  std::vector<GpuReport> gpus;
+  std::string refused;      // why the agent's report was refused (inventory mismatch)
+};
+
+nlohmann::json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster);
+Result<core::WorkerAlloc> WorkerAllocFromJson(const nlohmann::json& j, const core::Cluster& cluster);
+
+// The job's `doc` in the store: everything but the indexed columns and the resolved spec.
+nlohmann::json JobToDoc(const Job& job, const core::Cluster& cluster);
+Result<Ok> JobFromDoc(const nlohmann::json& doc, const core::Cluster& cluster, Job& job);
+nlohmann::json NodeToDoc(const NodeInfo& node);
+void NodeFromDoc(const nlohmann::json& doc, NodeInfo& node);
+
+// Whether a GPU an agent reports is the model the config gives its node: the catalog
+// name when the agent names one, else the model's family (the part before '-', e.g.
+// "H100") in NVML's product name and memory within 12% of the catalog's.
+bool GpuMatchesModel(const GpuReport& gpu, const core::GpuModel& model);
+
+}  // namespace gantry::server

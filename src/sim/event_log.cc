@@ -114,39 +114,28 @@ void EventLog::Finish(core::Ticks t, std::string_view job) {
   End();
 }
 
+void EventLog::JobEvent(core::Ticks t, std::string_view type, std::string_view job,
+                        std::string_view key, std::string_view text) {
+  Head(t, type);
+  Field("job", job);
+  Field(key, text);
+  End();
+}
+
 void EventLog::Reject(core::Ticks t, std::string_view job, std::string_view error) {
-  Head(t, "reject");
-  Field("job", job);
-  Field("error", error);
-  End();
+  JobEvent(t, "reject", job, "error", error);
 }
-
 void EventLog::Reclaim(core::Ticks t, std::string_view job, std::string_view reason) {
-  Head(t, "reclaim");
-  Field("job", job);
-  Field("reason", reason);
-  End();
+  JobEvent(t, "reclaim", job, "reason", reason);
 }
-
 void EventLog::Requeue(core::Ticks t, std::string_view job, std::string_view reason) {
-  Head(t, "requeue");
-  Field("job", job);
-  Field("reason", reason);
-  End();
+  JobEvent(t, "requeue", job, "reason", reason);
 }
-
 void EventLog::Cancel(core::Ticks t, std::string_view job, std::string_view reason) {
-  Head(t, "cancel");
-  Field("job", job);
-  Field("reason", reason);
-  End();
+  JobEvent(t, "cancel", job, "reason", reason);
 }
-
 void EventLog::Wait(core::Ticks t, std::string_view job, std::string_view reason) {
-  Head(t, "wait");
-  Field("job", job);
-  Field("reason", reason);
-  End();
+  JobEvent(t, "wait", job, "reason", reason);
 }
 
 void EventLog::NodeDown(core::Ticks t, std::string_view node) {

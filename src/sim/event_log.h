@@ -35,6 +35,9 @@ class EventLog {
  private:
   void Head(core::Ticks t, std::string_view type);
   void Field(std::string_view key, std::string_view value);
+  // {"t","type","job", key: text}
+  void JobEvent(core::Ticks t, std::string_view type, std::string_view job, std::string_view key,
+                std::string_view text);
   void End() { out_ << "}\n"; }
 
   std::ostream& out_;

@@ -26,7 +26,7 @@ constexpr int kExitRunFailure = 1;
 constexpr int kExitBadInput = 2;
 
 struct SimArgs {
-  std::string config, trace, failures, policy = "fifo", events, report;
+  std::string config, trace, failures, policy = "gantry", events, report;
   bool no_waits = false;
   bool quiet = false;
 };

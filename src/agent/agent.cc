@@ -290,11 +290,15 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   }
   json gpus = json::array();
   for (const GpuInfo& g : last_gpus_) {
+    // Idle time: how long NVML has sampled 0% utilization (emulated GPUs are always idle).
+    auto it = busy_at_.emplace(g.index, now).first;
+    if (g.utilization > 0) it->second = now;
     json mig = json::array();
     for (const MigInstance& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
     json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
                {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
-               {"utilization", g.utilization}, {"lost", g.lost}, {"nvlink_peers", g.nvlink_peers}};
+               {"utilization", g.utilization}, {"idle_ms", now - it->second}, {"lost", g.lost},
+               {"nvlink_peers", g.nvlink_peers}};
     if (!g.model.empty()) gj["model"] = g.model;
     gpus.push_back(std::move(gj));
   }

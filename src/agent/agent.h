@@ -100,6 +100,7 @@ class Agent {
   std::unique_ptr<httplib::Client> http_;
   std::string agent_id_;
   std::vector<GpuInfo> last_gpus_;
+  std::map<int, int64_t> busy_at_;         // GPU index -> last time it was seen busy (or first seen)
   std::map<std::string, Worker> workers_;  // key -> worker, until its exit is acknowledged
   std::set<std::string> done_;             // keys whose exit the server acknowledged
   std::deque<std::string> done_order_;     // bounded memory for done_

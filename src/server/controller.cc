@@ -926,6 +926,7 @@ Reply Controller::Nodes(const std::string& token) {
         if (static_cast<size_t>(g) < info.gpus.size()) {
           gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
           gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
+          gj["idle_s"] = static_cast<double>(info.gpus[static_cast<size_t>(g)].idle_ms) / 1000.0;
         }
         gpus.push_back(std::move(gj));
       }

@@ -1,0 +1,108 @@
+// Workers are real processes: own process group, a clean environment, output in a log,
+// signals reach the whole group.
+#include "agent/launcher.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace gantry::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+class LauncherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gantry-launch-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string Read(const std::string& name) {
+    std::ifstream in(dir_ / name);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  Exited Wait(pid_t pid) {
+    for (int i = 0; i < 500; ++i) {
+      for (const Exited& e : Reap()) {
+        if (e.pid == pid) return e;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "process " << pid << " did not end";
+    return {};
+  }
+  fs::path dir_;
+};
+
+TEST_F(LauncherTest, RunsInItsOwnGroupWithACleanEnvironment) {
+  ::setenv("GANTRY_TOKEN", "secret", 1);
+  LaunchSpec spec;
+  spec.argv = {"sh", "-c", "echo pgid=$(ps -o pgid= $$ | tr -d ' ') pid=$$; echo token=$GANTRY_TOKEN; "
+                           "echo job=$JOB_VAR; pwd; echo err >&2; exit 7"};
+  spec.env = {{"JOB_VAR", "hello"}};
+  spec.workdir = (dir_ / "work").string();
+  spec.log_path = (dir_ / "out.log").string();
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok()) << pid.error().message;
+  Exited e = Wait(*pid);
+  ::unsetenv("GANTRY_TOKEN");
+  EXPECT_EQ(e.exit_code, 7);
+  const std::string out = Read("out.log");
+  EXPECT_NE(out.find("pgid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid)), std::string::npos) << out;
+  EXPECT_NE(out.find("token=\n"), std::string::npos) << out;  // the agent's token does not leak
+  EXPECT_NE(out.find("job=hello"), std::string::npos);
+  EXPECT_NE(out.find((dir_ / "work").string()), std::string::npos);
+  EXPECT_NE(out.find("err"), std::string::npos);
+}
+
+TEST_F(LauncherTest, ASignalReachesTheWholeGroup) {
+  LaunchSpec spec;
+  // The worker starts a grandchild that records its pid, then waits.
+  spec.argv = {"sh", "-c", "sleep 30 & echo $! > " + (dir_ / "child").string() + "; wait"};
+  spec.log_path = (dir_ / "out.log").string();
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok());
+  pid_t child = 0;
+  for (int i = 0; i < 200 && child == 0; ++i) {
+    std::ifstream in(dir_ / "child");
+    in >> child;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(child, 0);
+  SignalGroup(*pid, SIGTERM);
+  Exited e = Wait(*pid);
+  EXPECT_EQ(e.signal, SIGTERM);
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = ::kill(child, 0) != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "the grandchild survived";
+}
+
+TEST_F(LauncherTest, AMissingProgramExitsWith127AndSaysWhy) {
+  LaunchSpec spec;
+  spec.argv = {"no-such-program-gantry"};
+  spec.log_path = (dir_ / "out.log").string();
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(Wait(*pid).exit_code, 127);
+  EXPECT_NE(Read("out.log").find("cannot run no-such-program-gantry"), std::string::npos);
+}
+
+TEST_F(LauncherTest, StartTimeTellsAProcessFromItsSuccessor) {
+  EXPECT_GT(ProcessStartTime(::getpid()), 0);
+  EXPECT_EQ(ProcessStartTime(999999999), -1);
+}
+
+}  // namespace
+}  // namespace gantry::agent

@@ -1,0 +1,558 @@
+// End to end: gantryd, three gantry-agents emulating 8 H100s each, and the gantry CLI,
+// as real processes. Jobs are a shell script that writes its environment to a file and
+// logs timestamps ("start", "alive" every 0.1 s, "term" when signalled, "graceful" when
+// it exits within its grace), so the tests can check what ran where, with what, when.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "harness.h"
+
+namespace gantry::it {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kCluster = R"(cluster: it
+pools:
+  - name: h100
+    count: 3
+    gpus: 8
+    gpu_model: H100-80GB
+    leaf_size: 3
+    cpus: 64
+    memory_gb: 512
+    sharing: [mig, mps]
+queues:
+  - name: research
+    guaranteed_gpus: 8
+    burst_gpus: 24
+  - name: nlp
+    guaranteed_gpus: 8
+    burst_gpus: 24
+  - name: serving
+    guaranteed_gpus: 8
+    burst_gpus: 16
+)";
+
+const std::map<std::string, std::string> kTeams = {{"a", "research"}, {"b", "nlp,serving"}};
+
+// job.sh OUT_DIR MILLISECONDS [SECONDS_TO_CLEAN_UP_AFTER_SIGTERM]
+constexpr const char* kJobScript = R"SH(#!/bin/sh
+out="$1/$GANTRY_JOB_ID.$GANTRY_RUN.$GANTRY_RANK"
+env > "$out.env.tmp" && mv "$out.env.tmp" "$out.env"
+now() { date +%s.%N; }
+echo "start $(now)" >> "$out.log"
+trap 'echo "term $(now)" >> "$out.log"; sleep ${3:-0.3}; echo "graceful $(now)" >> "$out.log"; exit 0' TERM
+end=$(( $(date +%s%3N) + $2 ))
+while [ "$(date +%s%3N)" -lt "$end" ]; do echo "alive $(now)" >> "$out.log"; sleep 0.1; done
+echo "end $(now)" >> "$out.log"
+)SH";
+
+// Timestamps of one kind of line in a run's log ("start", "alive", "term", ...).
+std::vector<double> Times(const std::string& path, const std::string& kind) {
+  std::vector<double> out;
+  std::ifstream in(path);
+  std::string k;
+  double t = 0;
+  while (in >> k >> t) {
+    if (k == kind) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<json> Events(const Harness& h) {
+  std::vector<json> out;
+  std::ifstream in(h.Path("events.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    json e = json::parse(line, nullptr, false);
+    EXPECT_TRUE(e.is_object()) << "event log line is not JSON: " << line;
+    if (e.is_object()) out.push_back(e);
+  }
+  return out;
+}
+
+int CountEvents(const std::vector<json>& events, const std::string& type, const std::string& job) {
+  return static_cast<int>(std::count_if(events.begin(), events.end(), [&](const json& e) {
+    return e.value("type", "") == type && e.value("job", "") == job;
+  }));
+}
+
+std::vector<std::string> Split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, sep)) out.push_back(item);
+  return out;
+}
+
+std::string Submit(const Harness& h, const std::string& team, std::vector<std::string> args) {
+  args.insert(args.begin(), "submit");
+  RunResult r = h.Cli(args, h.token(team));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  std::string id = r.out;
+  while (!id.empty() && id.back() == '\n') id.pop_back();
+  return id;
+}
+
+std::vector<std::string> Job(const Harness& h, int ms, double cleanup_s = 0.3) {
+  return {h.Path("job.sh"), h.Path("out"), std::to_string(ms), std::to_string(cleanup_s)};
+}
+
+bool AllEnded(const Harness& h, const std::set<std::string>& ids) {
+  json jobs = h.Jobs();
+  size_t ended = 0;
+  for (const json& j : jobs) {
+    const std::string state = j.value("state", "");
+    if (ids.count(j.value("id", "")) && state != "pending" && state != "running" && state != "stopping") ++ended;
+  }
+  return ended == ids.size();
+}
+
+std::map<std::string, std::string> States(const Harness& h) {
+  std::map<std::string, std::string> out;
+  for (const json& j : h.Jobs()) out[j.value("id", "")] = j.value("state", "");
+  return out;
+}
+
+void Prepare(Harness& h) {
+  h.Setup(kCluster, kTeams);
+  h.Write("job.sh", kJobScript, true);
+  fs::create_directories(h.Path("out"));
+}
+
+void StartCluster(Harness& h, int agents = 3) {
+  h.StartServer();
+  for (int i = 0; i < agents; ++i) h.StartAgent("h100-" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(agents); }, 15)) << "agents did not come up";
+}
+
+// Every worker of every run of `id` that wrote an env file: run -> rank -> env.
+std::map<int, std::map<int, std::map<std::string, std::string>>> Envs(const Harness& h, const std::string& id) {
+  std::map<int, std::map<int, std::map<std::string, std::string>>> out;
+  for (const auto& e : fs::directory_iterator(h.Path("out"))) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(id + ".", 0) != 0 || e.path().extension() != ".env") continue;
+    auto parts = Split(name.substr(id.size() + 1), '.');  // RUN.RANK.env
+    if (parts.size() != 3) continue;
+    out[std::stoi(parts[0])][std::stoi(parts[1])] = ReadEnvFile(e.path().string());
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------
+
+TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
+  Harness h("mixed");
+  Prepare(h);
+  StartCluster(h);
+  const std::string& a = "a";
+  const std::string& b = "b";
+  // A YAML spec: a gang of two 4-GPU workers on one node.
+  h.Write("gang.yaml", "id: gang\nqueue: research\nreplicas: 2\ngpus: 4\nvram_gb: 60\ntopology: node\n"
+                       "checkpoint_s: 1\ngrace_s: 2\ncommand: [" + h.Path("job.sh") + ", " + h.Path("out") +
+                       ", \"2500\"]\n");
+  std::set<std::string> ids;
+  ids.insert(Submit(h, a, {h.Path("gang.yaml")}));
+  // Best-effort borrowers that fill the cluster and will be preempted.
+  for (const char* id : {"be1", "be2"}) {
+    std::vector<std::string> args = {"--id", id, "--queue", "research", "--tier", "best-effort", "--gpus", "8",
+                                     "--vram-gb", "40", "--grace-s", "3", "--checkpoint-s", "1", "--"};
+    for (auto& s : Job(h, 5000)) args.push_back(s);
+    ids.insert(Submit(h, a, args));
+  }
+  // Running as real processes (their env files written), so that a preemption finds a
+  // process to signal: the preemptors below may come within milliseconds.
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    auto st = States(h);
+    return st["gang"] == "running" && st["be1"] == "running" && st["be2"] == "running" &&
+           !Envs(h, "gang").empty() && !Envs(h, "be1").empty() && !Envs(h, "be2").empty();
+  }, 15));
+  // MIG, MPS and a small exclusive job, from both teams.
+  {
+    std::vector<std::string> args = {"--id", "mig", "--queue", "research", "--mig", "1g.10gb", "--replicas", "3",
+                                     "--vram-gb", "8", "--"};
+    for (auto& s : Job(h, 1500)) args.push_back(s);
+    ids.insert(Submit(h, a, args));
+  }
+  {
+    std::vector<std::string> args = {"--id", "mps", "--queue", "nlp", "--gpus", "0.25", "--sharing", "mps",
+                                     "--replicas", "2", "--vram-gb", "10", "--"};
+    for (auto& s : Job(h, 1500)) args.push_back(s);
+    ids.insert(Submit(h, b, args));
+  }
+  {
+    std::vector<std::string> args = {"--id", "nlp2", "--queue", "nlp", "--gpus", "2", "--vram-gb", "20", "--"};
+    for (auto& s : Job(h, 2000)) args.push_back(s);
+    ids.insert(Submit(h, b, args));
+  }
+  // The cluster is full: waiting jobs say why in `ls`.
+  RunResult ls = h.Cli({"ls"}, h.token(a));
+  EXPECT_EQ(ls.rc, 0);
+  EXPECT_NE(ls.out.find("NODELIST(REASON)"), std::string::npos) << ls.out;
+  for (const json& j : h.Jobs()) {
+    if (j["state"] == "pending") {
+      EXPECT_FALSE(j["reason"].get<std::string>().empty()) << j.dump();
+    }
+  }
+  // A critical job of team b: capacity must be taken back from team a's borrowers.
+  {
+    std::vector<std::string> args = {"--id", "crit", "--queue", "serving", "--tier", "critical", "--gpus", "8",
+                                     "--vram-gb", "40", "--"};
+    for (auto& s : Job(h, 1500)) args.push_back(s);
+    ids.insert(Submit(h, b, args));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60)) << h.Cli({"ls", "--all"}, h.token(a)).out;
+  for (const auto& [id, state] : States(h)) EXPECT_EQ(state, "finished") << id;
+
+  // Every worker ran as a real process with the right environment.
+  auto uuids = [](const std::string& v) { return v.empty() ? std::vector<std::string>{} : Split(v, ','); };
+  for (const std::string& id : ids) {
+    auto runs = Envs(h, id);
+    ASSERT_FALSE(runs.empty()) << id << " never ran";
+    for (const auto& [run, ranks] : runs) {
+      for (const auto& [rank, env] : ranks) {
+        EXPECT_EQ(env.at("GANTRY_JOB_ID"), id);
+        EXPECT_EQ(env.at("GANTRY_RUN"), std::to_string(run));
+        EXPECT_EQ(env.at("GANTRY_RANK"), std::to_string(rank));
+        EXPECT_EQ(env.at("RANK"), std::to_string(rank));
+        EXPECT_EQ(env.count("GANTRY_TOKEN"), 0u) << "the agent's token leaked into job " << id;
+        EXPECT_EQ(env.at("GANTRY_MASTER_ADDR"), "127.0.0.1");
+        EXPECT_EQ(env.at("GANTRY_MASTER_PORT"), ranks.begin()->second.at("GANTRY_MASTER_PORT"));
+        EXPECT_EQ(env.at("GANTRY_WORLD_SIZE"), std::to_string(ranks.size()));
+      }
+    }
+  }
+  auto gang = Envs(h, "gang");
+  ASSERT_EQ(gang.begin()->second.size(), 2u);
+  for (const auto& [rank, env] : gang.begin()->second) {
+    auto gpus = uuids(env.at("CUDA_VISIBLE_DEVICES"));
+    EXPECT_EQ(gpus.size(), 4u);
+    for (const auto& g : gpus) EXPECT_EQ(g.rfind("GPU-", 0), 0u) << g;
+    EXPECT_EQ(env.at("GANTRY_NODE"), gang.begin()->second.at(0).at("GANTRY_NODE"));  // topology: node
+  }
+  auto mig = Envs(h, "mig");
+  ASSERT_EQ(mig.begin()->second.size(), 3u);
+  std::set<std::string> mig_devices;
+  for (const auto& [rank, env] : mig.begin()->second) {
+    EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES").rfind("MIG-", 0), 0u) << env.at("CUDA_VISIBLE_DEVICES");
+    EXPECT_EQ(env.at("GANTRY_MIG_PROFILE"), "1g.10gb");
+    mig_devices.insert(env.at("GANTRY_NODE") + env.at("CUDA_VISIBLE_DEVICES"));
+  }
+  EXPECT_EQ(mig_devices.size(), 3u) << "two MIG workers were given the same instance";
+  const auto mps = Envs(h, "mps");
+  for (const auto& [rank, env] : mps.begin()->second) {
+    EXPECT_EQ(uuids(env.at("CUDA_VISIBLE_DEVICES")).size(), 1u);
+    EXPECT_EQ(env.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");
+    EXPECT_EQ(env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=9537M");  // 10 GB in MiB
+  }
+  EXPECT_EQ(uuids(Envs(h, "nlp2").begin()->second.at(0).at("CUDA_VISIBLE_DEVICES")).size(), 2u);
+  EXPECT_EQ(Envs(h, "crit").begin()->second.at(0).at("GANTRY_TIER"), "critical");
+
+  // Preempted jobs got SIGTERM, their grace (they exited cleanly 0.3 s later, not killed),
+  // and ran again to the end.
+  const std::vector<json> events = Events(h);
+  int signalled = 0;
+  for (const json& e : events) {
+    if (e["type"] != "preempt") continue;
+    const std::string victim = e["job"];
+    EXPECT_TRUE(victim == "be1" || victim == "be2" || victim == "gang") << victim << " should not be preempted";
+    EXPECT_TRUE(e.contains("signaled")) << e.dump();
+    const auto runs = Envs(h, victim);
+    ASSERT_FALSE(runs.empty());
+    EXPECT_GE(runs.rbegin()->first, 2) << victim << " was not run again";
+    EXPECT_EQ(runs.rbegin()->second.at(0).at("GANTRY_RUN"), std::to_string(runs.rbegin()->first));
+    // A victim preempted before its agent had started it has no first run to signal.
+    if (!runs.count(1)) continue;
+    const std::string log = h.Path("out/" + victim + ".1.0.log");
+    const auto term = Times(log, "term"), graceful = Times(log, "graceful");
+    ASSERT_EQ(term.size(), 1u) << victim << " got no SIGTERM";
+    ASSERT_EQ(graceful.size(), 1u) << victim << " was killed before its grace ended";
+    EXPECT_GE(graceful[0] - term[0], 0.25);
+    ++signalled;
+  }
+  EXPECT_GE(signalled, 1) << "no running job was preempted";
+  for (const std::string& id : ids) EXPECT_EQ(CountEvents(events, "finish", id), 1) << id;
+
+  // The CLI's other views work against the live server.
+  RunResult nodes = h.Cli({"nodes"}, h.token(a));
+  EXPECT_EQ(nodes.rc, 0);
+  EXPECT_NE(nodes.out.find("h100-2"), std::string::npos);
+  RunResult queues = h.Cli({"queues"}, h.token(b));
+  EXPECT_NE(queues.out.find("serving"), std::string::npos);
+  RunResult usage = h.Cli({"usage", "--since", "1h", "--json"}, h.token(b));
+  ASSERT_EQ(usage.rc, 0) << usage.err;
+  double hours = 0;
+  const json usage_json = json::parse(usage.out);
+  for (const json& row : usage_json["usage"]) hours += row["gpu_hours"].get<double>();
+  EXPECT_GT(hours, 0.005);
+  RunResult logs = h.Cli({"logs", "gang", "--rank", "1"}, h.token(a));
+  EXPECT_EQ(logs.rc, 0);
+  RunResult other = h.Cli({"logs", "gang"}, h.token(b));
+  EXPECT_EQ(other.rc, 2) << "team b read team a's job output";
+  std::string metrics;
+  int status = 0;
+  (void)h.Get("/metrics", "", &status);
+  EXPECT_EQ(status, 200);
+}
+
+TEST(Integration, KillingGantrydMidWorkloadLosesNothingAndRunsNothingTwice) {
+  Harness h("crash");
+  Prepare(h);
+  StartCluster(h);
+  std::set<std::string> ids;
+  for (int i = 0; i < 12; ++i) {
+    std::vector<std::string> args = {"--queue", "research", "--gpus", std::to_string(1 + i % 4), "--vram-gb", "20",
+                                     "--idempotency-key", "crash-" + std::to_string(i), "--"};
+    for (auto& s : Job(h, 2500)) args.push_back(s);
+    ids.insert(Submit(h, "a", args));
+  }
+  EXPECT_EQ(ids.size(), 12u);
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    int running = 0;
+    for (const auto& [id, st] : States(h)) running += st == "running";
+    return running >= 4;
+  }, 15));
+  h.KillServer(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  h.StartServer();
+  // A retried submission (same idempotency key) is the same job, not a second one.
+  {
+    std::vector<std::string> args = {"--queue", "research", "--gpus", "1", "--vram-gb", "20", "--idempotency-key",
+                                     "crash-0", "--"};
+    for (auto& s : Job(h, 2500)) args.push_back(s);
+    EXPECT_TRUE(ids.count(Submit(h, "a", args)));
+  }
+  for (int i = 12; i < 15; ++i) {
+    std::vector<std::string> args = {"--queue", "research", "--gpus", "2", "--vram-gb", "20", "--"};
+    for (auto& s : Job(h, 1500)) args.push_back(s);
+    ids.insert(Submit(h, "a", args));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  const auto states = States(h);
+  EXPECT_EQ(states.size(), ids.size()) << "a job was lost or duplicated";
+  const std::vector<json> events = Events(h);
+  for (const std::string& id : ids) {
+    EXPECT_EQ(states.at(id), "finished") << id;
+    // One run each: re-adopted, never restarted, and one start line per worker.
+    auto runs = Envs(h, id);
+    EXPECT_EQ(runs.size(), 1u) << id << " ran " << runs.size() << " times";
+    for (const auto& [rank, env] : runs.begin()->second) {
+      EXPECT_EQ(Times(h.Path("out/" + id + ".1." + std::to_string(rank) + ".log"), "start").size(), 1u) << id;
+    }
+    EXPECT_EQ(CountEvents(events, "start", id), 1) << id;
+    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
+  }
+}
+
+TEST(Integration, TeamsCannotTouchEachOthersQueuesAndBadRequestsChangeNothing) {
+  Harness h("tokens");
+  Prepare(h);
+  StartCluster(h, 1);
+  std::vector<std::string> args = {"--id", "bjob", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--"};
+  for (auto& s : Job(h, 20000)) args.push_back(s);
+  Submit(h, "b", args);
+  const size_t events_before = Events(h).size();
+  const json jobs_before = h.Jobs();
+
+  // Team a submits to team b's queue: refused, with the reason.
+  RunResult r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("a"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("team a may not submit to queue nlp"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HTTP 403"), std::string::npos) << r.err;
+  // ... and cancels in it.
+  r = h.Cli({"cancel", "bjob"}, h.token("a"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("team a may not cancel job bjob"), std::string::npos) << r.err;
+  // No token, a wrong one, an agent's, a team's for a cluster operation.
+  r = h.Cli({"ls"}, "");
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("missing token"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("HTTP 401"), std::string::npos);
+  r = h.Cli({"cancel", "bjob"}, "gty_0000");
+  EXPECT_NE(r.err.find("invalid token"), std::string::npos) << r.err;
+  r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("agent"));
+  EXPECT_NE(r.err.find("HTTP 403"), std::string::npos) << r.err;
+  r = h.Cli({"drain", "h100-0"}, h.token("b"));
+  EXPECT_NE(r.err.find("needs the admin token"), std::string::npos) << r.err;
+  // Malformed specs: every problem with file, line and field.
+  h.Write("bad.yaml", "queue: nlp\ngpus: -2\nvram_gb: 10\ncolour: red\ncommand: [\"true\"]\n");
+  r = h.Cli({"submit", h.Path("bad.yaml")}, h.token("b"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("bad.yaml:2: gpus: must be at least 0, got -2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bad.yaml:4: colour: unknown field"), std::string::npos) << r.err;
+  h.Write("broken.yaml", "queue: [nlp\n");
+  r = h.Cli({"submit", h.Path("broken.yaml")}, h.token("b"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("broken.yaml:"), std::string::npos) << r.err;
+  int status = 0;
+  json body = h.Post("/v1/jobs", "{\"queue\": \"nlp\", ", h.token("b"), &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_TRUE(body.contains("error"));
+  // Too large: refused before it is read, and under the HTTP limit but over the spec limit.
+  body = h.Post("/v1/jobs", std::string(3 << 20, ' '), h.token("b"), &status);
+  EXPECT_EQ(status, 413);
+  EXPECT_NE(body.value("error", "").find("too large"), std::string::npos) << body.dump();
+  body = h.Post("/v1/jobs",
+                R"({"queue":"nlp","gpus":1,"vram_gb":10,"command":"true","env":{"X":")" + std::string(200000, 'x') +
+                    "\"}}",
+                h.token("b"), &status);
+  EXPECT_EQ(status, 413);
+  // A job no GPU could hold.
+  r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "500", "--", "true"}, h.token("b"));
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("can never run"), std::string::npos) << r.err;
+
+  // Nothing changed: the same jobs, bjob untouched, no new events but waits.
+  const json jobs_after = h.Jobs();
+  ASSERT_EQ(jobs_after.size(), jobs_before.size());
+  EXPECT_EQ(h.Job("bjob")["state"], "running");
+  const std::vector<json> events_after = Events(h);
+  for (size_t i = events_before; i < events_after.size(); ++i) {
+    EXPECT_EQ(events_after[i]["type"], "wait") << events_after[i].dump();
+  }
+  // Team b may cancel its own job.
+  r = h.Cli({"cancel", "bjob"}, h.token("b"));
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_TRUE(Harness::WaitFor([&] { return h.Job("bjob")["state"] == "cancelled"; }, 10));
+}
+
+TEST(Integration, AnAgentCutOffAndHealedLeavesNoDuplicateJob) {
+  Harness h("partition");
+  Prepare(h);
+  h.StartServer();
+  Proxy proxy(h.port());
+  h.StartAgent("h100-0", "http://127.0.0.1:" + std::to_string(proxy.port()));
+  h.StartAgent("h100-1");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
+  // Pin the job to h100-0 by draining h100-1 until it starts.
+  ASSERT_EQ(h.Cli({"drain", "h100-1"}, h.token("admin")).rc, 0);
+  std::vector<std::string> args = {"--id", "p", "--queue", "research", "--gpus", "8", "--vram-gb", "40",
+                                   "--grace-s", "1", "--"};
+  for (auto& s : Job(h, 4000, 0.1)) args.push_back(s);
+  Submit(h, "a", args);
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/p.1.0.log"), "alive").empty(); }, 10));
+  ASSERT_EQ(h.Job("p")["nodes"][0], "h100-0");
+  ASSERT_EQ(h.Cli({"resume", "h100-1"}, h.token("admin")).rc, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  proxy.Cut(true);  // h100-0 can no longer reach gantryd
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "p")[2].empty(); }, 15)) << "p was not moved";
+  EXPECT_EQ(Envs(h, "p")[2].at(0).at("GANTRY_NODE"), "h100-1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  proxy.Cut(false);  // healed
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("p")["state"] == "finished"; }, 20));
+  // The cut-off agent stopped its copy (it fenced itself when its lease ran out) before
+  // the server started the new one: the two runs never overlapped.
+  const auto run1 = Times(h.Path("out/p.1.0.log"), "alive");
+  const auto run2 = Times(h.Path("out/p.2.0.log"), "alive");
+  ASSERT_FALSE(run1.empty());
+  ASSERT_FALSE(run2.empty());
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
+  EXPECT_EQ(Times(h.Path("out/p.1.0.log"), "term").size(), 1u);
+  const std::vector<json> events = Events(h);
+  EXPECT_EQ(CountEvents(events, "finish", "p"), 1);
+  EXPECT_EQ(CountEvents(events, "requeue", "p"), 1);
+  EXPECT_FALSE(fs::exists(h.Path("out/p.3.0.env")));
+}
+
+TEST(Integration, AReturningAgentKillsJobsThatWereMoved) {
+  Harness h("frozen");
+  Prepare(h);
+  StartCluster(h, 2);
+  ASSERT_EQ(h.Cli({"drain", "h100-1"}, h.token("admin")).rc, 0);
+  std::vector<std::string> args = {"--id", "f", "--queue", "research", "--gpus", "8", "--vram-gb", "40", "--"};
+  for (auto& s : Job(h, 6000, 0.1)) args.push_back(s);
+  Submit(h, "a", args);
+  // Running for real: the worker process has logged that it is alive.
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/f.1.0.log"), "alive").empty(); }, 10));
+  ASSERT_EQ(h.Cli({"resume", "h100-1"}, h.token("admin")).rc, 0);
+  // A frozen agent cannot fence: its worker keeps running while the server moves the job.
+  ::kill(h.agent_pid(0), SIGSTOP);
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "f")[2].empty(); }, 15)) << "f was not moved";
+  ::kill(h.agent_pid(0), SIGCONT);
+  // Back, the agent learns f's first run is no longer its own and kills it at once.
+  const double resumed = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("f")["state"] == "finished"; }, 20));
+  const auto run1 = Times(h.Path("out/f.1.0.log"), "alive");
+  ASSERT_FALSE(run1.empty());
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), resumed + 1.5) << "the moved copy kept running";
+  EXPECT_EQ(Times(h.Path("out/f.1.0.log"), "end").size(), 0u) << "the moved copy ran to its end";
+}
+
+TEST(Integration, ARestartedAgentKillsWhatItsPredecessorLeftAndTheJobRunsAgain) {
+  Harness h("agent-restart");
+  Prepare(h);
+  StartCluster(h, 1);
+  std::vector<std::string> args = {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--"};
+  for (auto& s : Job(h, 3000, 0.1)) args.push_back(s);
+  Submit(h, "a", args);
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/r.1.0.log"), "alive").empty(); }, 10));
+  h.StopAgent(0, SIGKILL);  // the worker, in its own session, keeps running
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("r")["state"] == "finished"; }, 20));
+  const auto run1 = Times(h.Path("out/r.1.0.log"), "alive");
+  const auto run2 = Times(h.Path("out/r.2.0.log"), "alive");
+  ASSERT_FALSE(run1.empty());
+  ASSERT_FALSE(run2.empty()) << "r did not run again";
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
+  EXPECT_EQ(Times(h.Path("out/r.1.0.log"), "end").size(), 0u) << "the orphaned worker ran to its end";
+  EXPECT_NE(h.Read("agent-h100-0.log").find("left running by a previous gantry-agent; killed"), std::string::npos);
+  EXPECT_EQ(CountEvents(Events(h), "requeue", "r"), 1);
+}
+
+TEST(Integration, SeparateHostsInNetworkNamespaces) {
+  std::string why;
+  if (!Netns::Available(&why)) GTEST_SKIP() << "network namespaces unavailable: " << why;
+  Netns net(4);
+  Harness h("netns", &net);
+  Prepare(h);
+  StartCluster(h);
+  std::set<std::string> ids;
+  h.Write("gang.yaml", "id: gang\nqueue: research\nreplicas: 2\ngpus: 8\nvram_gb: 60\ncommand: [" +
+                           h.Path("job.sh") + ", " + h.Path("out") + ", \"2000\"]\n");
+  ids.insert(Submit(h, "a", {h.Path("gang.yaml")}));
+  {
+    std::vector<std::string> args = {"--id", "mig", "--queue", "nlp", "--mig", "1g.10gb", "--vram-gb", "8", "--"};
+    for (auto& s : Job(h, 1000)) args.push_back(s);
+    ids.insert(Submit(h, "b", args));
+  }
+  {
+    std::vector<std::string> args = {"--id", "moved", "--queue", "research", "--gpus", "8", "--vram-gb", "40",
+                                     "--grace-s", "1", "--"};
+    for (auto& s : Job(h, 5000, 0.1)) args.push_back(s);
+    ids.insert(Submit(h, "a", args));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/moved.1.0.log"), "alive").empty(); }, 20))
+      << "moved did not start";
+  // The gang's workers found their master at the address of rank 0's host.
+  ASSERT_TRUE(Harness::WaitFor([&] { return Envs(h, "gang")[1].size() == 2; }, 15));
+  const auto gang = Envs(h, "gang")[1];
+  const std::string master = gang.at(0).at("GANTRY_MASTER_ADDR");
+  EXPECT_EQ(master.rfind("10.", 0), 0u) << master;
+  EXPECT_EQ(gang.at(1).at("GANTRY_MASTER_ADDR"), master);
+  // Cut the host running `moved` off the network, then heal it.
+  const std::string node = h.Job("moved")["nodes"][0];
+  const int host = std::stoi(node.substr(node.find('-') + 1)) + 1;
+  net.SetLink(host, false);
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "moved")[2].empty(); }, 20)) << "moved was not moved";
+  net.SetLink(host, true);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  for (const auto& [id, state] : States(h)) EXPECT_EQ(state, "finished") << id;
+  const auto run1 = Times(h.Path("out/moved.1.0.log"), "alive");
+  const auto run2 = Times(h.Path("out/moved.2.0.log"), "alive");
+  ASSERT_FALSE(run1.empty());
+  ASSERT_FALSE(run2.empty());
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
+}
+
+}  // namespace
+}  // namespace gantry::it

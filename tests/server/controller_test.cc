@@ -1,0 +1,324 @@
+// The controller in-process, with a fake clock and a real SQLite file: job life cycle,
+// node failure, preemption, restart with re-adoption, idempotency, team isolation.
+#include "server/controller.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <sstream>
+
+#include "server/sqlite_store.h"
+
+namespace gantry::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kConfig = R"(
+cluster: test
+pools:
+  - name: h100
+    count: 2
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+    sharing: [mig, mps]
+queues:
+  - name: research
+    guaranteed_gpus: 4
+    burst_gpus: 16
+  - name: serving
+    guaranteed_gpus: 8
+    burst_gpus: 16
+)";
+
+const char* kAdmin = "admin-token";
+const char* kTeamA = "team-a-token";  // research
+const char* kTeamB = "team-b-token";  // serving
+const char* kAgent = "agent-token";
+
+json Gpus(int n) {
+  json gpus = json::array();
+  for (int i = 0; i < n; ++i) {
+    gpus.push_back({{"index", i}, {"uuid", "GPU-" + std::to_string(i)}, {"name", "Emulated H100-80GB"},
+                    {"model", "H100-80GB"}, {"memory_bytes", 80'000'000'000}});
+  }
+  return gpus;
+}
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gantry-ctl-" + std::to_string(::getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    spec::Diagnostics diags;
+    config_ = spec::ParseClusterConfig(kConfig, "test.yaml", diags);
+    ASSERT_TRUE(config_) << diags.ToString();
+    auto store = SqliteStore::Open((dir_ / "state.db").string());
+    ASSERT_TRUE(store.ok());
+    for (auto [token, role, team, queue] :
+         {std::tuple{kAdmin, "admin", "", ""}, std::tuple{kTeamA, "team", "a", "research"},
+          std::tuple{kTeamB, "team", "b", "serving"}, std::tuple{kAgent, "agent", "", ""}}) {
+      StoredToken t;
+      t.hash = Sha256Hex(token);
+      t.role = role;
+      t.team = team;
+      if (*queue) t.queues = {queue};
+      ASSERT_TRUE((*store)->AddToken(t).ok());
+    }
+    store_ = std::move(*store);
+    Start();
+  }
+  void TearDown() override {
+    ctl_.reset();
+    store_.reset();
+    fs::remove_all(dir_);
+  }
+  void Start() {
+    ControllerOptions o;
+    o.pass_interval_ms = 50;
+    o.node_timeout_ms = 3000;
+    o.kill_slack_ms = 1000;
+    o.log_dir = (dir_ / "logs").string();
+    ctl_ = std::make_unique<Controller>(*config_, *store_, o, &events_, [this] { return clock_.load(); });
+    ASSERT_TRUE(ctl_->Start().ok());
+  }
+  // Simulates a crash: the controller is gone (everything it answered was committed),
+  // and a new one is built on the same database.
+  void Restart() {
+    ctl_.reset();
+    store_.reset();
+    auto store = SqliteStore::Open((dir_ / "state.db").string());
+    ASSERT_TRUE(store.ok());
+    store_ = std::move(*store);
+    Start();
+  }
+  void Advance(int64_t ms) { clock_ += ms; }
+
+  Reply Submit(const std::string& token, const std::string& body, const std::string& key = "") {
+    SubmitRequest r;
+    r.body = body;
+    r.idempotency_key = key;
+    return ctl_->Submit(token, r);
+  }
+  json Beat(const std::string& node, json exits = json::array()) {
+    Reply r = ctl_->Heartbeat(kAgent, node, {{"gpus", Gpus(8)}, {"exits", exits}}, "127.0.0.1");
+    EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
+    return r.body;
+  }
+  json Show(const std::string& id) {
+    Reply r = ctl_->ShowJob(kAdmin, id);
+    EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
+    return r.body;
+  }
+
+  fs::path dir_;
+  std::optional<spec::ClusterConfig> config_;
+  std::unique_ptr<SqliteStore> store_;
+  std::unique_ptr<Controller> ctl_;
+  std::ostringstream events_;
+  std::atomic<int64_t> clock_{1'700'000'000'000};
+};
+
+TEST_F(ControllerTest, JobRunsOnAnAgentAndFinishes) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"replicas":2,"vram_gb":40,"command":"true"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  ctl_->Poke();
+  EXPECT_EQ(Show(id)["state"], "pending");  // no node is up yet
+  json beat = Beat("h100-0");
+  ctl_->Poke();
+  beat = Beat("h100-0");
+  ASSERT_EQ(beat["workers"].size(), 2u) << beat.dump();
+  const json& w0 = beat["workers"][0];
+  EXPECT_EQ(w0["action"], "run");
+  EXPECT_EQ(w0["env"]["GANTRY_JOB_ID"], id);
+  EXPECT_EQ(w0["env"]["GANTRY_WORLD_SIZE"], "2");
+  EXPECT_EQ(w0["env"]["GANTRY_MASTER_ADDR"], "127.0.0.1");
+  EXPECT_EQ(w0["alloc"]["gpus"].size(), 2u);
+  EXPECT_EQ(Show(id)["state"], "running");
+  Advance(1000);
+  Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show(id)["state"], "running");  // rank 1 still runs
+  beat = Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 1}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show(id)["state"], "finished");
+  EXPECT_TRUE(beat["workers"].empty());
+  EXPECT_NE(events_.str().find("\"type\":\"finish\",\"job\":\"" + id + "\""), std::string::npos) << events_.str();
+}
+
+TEST_F(ControllerTest, AFailedWorkerFailsTheGangAndStopsTheOthers) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"replicas":2,"vram_gb":40,"grace_s":5,"command":"x"})");
+  const std::string id = r.body["id"];
+  Beat("h100-0");
+  ctl_->Poke();
+  json beat = Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 3}}}));
+  ASSERT_EQ(beat["workers"].size(), 1u);
+  EXPECT_EQ(beat["workers"][0]["action"], "stop");
+  EXPECT_EQ(beat["workers"][0]["rank"], 1);
+  Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 1}, {"signal", 15}}}));
+  json show = Show(id);
+  EXPECT_EQ(show["state"], "failed");
+  EXPECT_EQ(show["exit_code"], 3);
+}
+
+TEST_F(ControllerTest, SilentNodeRequeuesItsJobsWithTheirCheckpoint) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"checkpoint_s":1,"command":"x"})");
+  const std::string id = r.body["id"];
+  Beat("h100-0");
+  ctl_->Poke();
+  ASSERT_EQ(Show(id)["nodes"], json::array({"h100-0"}));
+  Advance(2500);
+  Beat("h100-0");
+  Advance(3500);  // h100-0 silent past the 3 s timeout
+  Beat("h100-1");
+  ctl_->Poke();
+  ctl_->Poke();
+  json show = Show(id);
+  EXPECT_EQ(show["requeues"], 1);
+  EXPECT_DOUBLE_EQ(show["progress_s"].get<double>(), 6.0);  // floor(6 s / 1 s) * 1 s
+  EXPECT_EQ(show["state"], "running");
+  EXPECT_EQ(show["nodes"], json::array({"h100-1"}));
+  EXPECT_NE(events_.str().find("\"type\":\"node_down\",\"node\":\"h100-0\""), std::string::npos);
+  EXPECT_NE(events_.str().find("\"type\":\"requeue\",\"job\":\"" + id + "\",\"reason\":\"node h100-0 failed\""),
+            std::string::npos)
+      << events_.str();
+  // The node comes back: it is told nothing of the moved job (so it kills any copy).
+  json beat = Beat("h100-0");
+  EXPECT_TRUE(beat["workers"].empty());
+}
+
+TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
+  Beat("h100-0");
+  Beat("h100-1");
+  std::vector<std::string> borrowers;
+  for (int i = 0; i < 2; ++i) {
+    Reply r = Submit(kTeamA, R"({"queue":"research","tier":"best-effort","gpus":8,"vram_gb":40,"grace_s":7,"command":"x"})");
+    borrowers.push_back(r.body["id"]);
+  }
+  ctl_->Poke();
+  for (const auto& id : borrowers) ASSERT_EQ(Show(id)["state"], "running");
+  Reply crit = Submit(kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
+  ASSERT_EQ(crit.code, Code::kCreated);
+  ctl_->Poke();
+  std::string victim;
+  for (const auto& id : borrowers) {
+    if (Show(id)["state"] == "stopping") victim = id;
+  }
+  ASSERT_FALSE(victim.empty());
+  const std::string node = Show(victim)["nodes"][0];
+  json beat = Beat(node);
+  ASSERT_EQ(beat["workers"].size(), 1u);
+  EXPECT_EQ(beat["workers"][0]["action"], "stop");
+  EXPECT_EQ(beat["workers"][0]["grace_ms"], 7000);
+  Advance(1000);
+  Beat(node, json::array({{{"job", victim}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  ctl_->Poke();
+  EXPECT_EQ(Show(victim)["state"], "pending");
+  EXPECT_EQ(Show(victim)["preemptions"], 1);
+  EXPECT_EQ(Show(crit.body["id"])["state"], "running");
+  EXPECT_NE(events_.str().find("\"type\":\"preempt\",\"job\":\"" + victim + "\",\"by\":\"" +
+                               crit.body["id"].get<std::string>() + "\""),
+            std::string::npos)
+      << events_.str();
+}
+
+TEST_F(ControllerTest, RestartReadoptsRunningJobsAndKeepsPendingOnes) {
+  Beat("h100-0");
+  Reply a = Submit(kTeamA, R"({"queue":"research","gpus":4,"vram_gb":40,"command":"x"})");
+  Reply m = Submit(kTeamA, R"({"queue":"research","mig":"3g.40gb","vram_gb":30,"command":"x"})");
+  Reply s = Submit(kTeamA, R"({"queue":"research","gpus":0.5,"sharing":"mps","vram_gb":30,"command":"x"})");
+  Reply big = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  for (const Reply* r : {&a, &m, &s}) ASSERT_EQ(Show(r->body["id"])["state"], "running");
+  ASSERT_EQ(Show(big.body["id"])["state"], "pending");
+  const json before = Beat("h100-0")["workers"];
+  Restart();
+  Advance(500);
+  ctl_->Poke();
+  for (const Reply* r : {&a, &m, &s}) {
+    json show = Show(r->body["id"]);
+    EXPECT_EQ(show["state"], "running") << show.dump();
+    EXPECT_EQ(show["run"], 1);  // not restarted
+  }
+  EXPECT_EQ(Show(big.body["id"])["state"], "pending");  // its node is still full
+  const json after = Beat("h100-0")["workers"];
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) EXPECT_EQ(after[i]["alloc"], before[i]["alloc"]);
+  // A new job fits only in what is really free (the big one, reserving the node, goes).
+  ASSERT_EQ(ctl_->Cancel(kTeamA, big.body["id"]).code, Code::kOk);
+  Reply small = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  json placed = Show(small.body["id"]);
+  ASSERT_EQ(placed["state"], "running") << placed.dump();
+  const json gpus = Beat("h100-0")["workers"].back()["alloc"]["gpus"];
+  for (const json& w : before) {
+    if (!w["alloc"].contains("gpus")) continue;
+    for (const json& g : w["alloc"]["gpus"]) EXPECT_EQ(std::count(gpus.begin(), gpus.end(), g), 0) << g;
+  }
+}
+
+TEST_F(ControllerTest, IdempotencyKeyReturnsTheSameJob) {
+  const std::string body = R"({"queue":"research","gpus":1,"vram_gb":10,"command":"x"})";
+  Reply first = Submit(kTeamA, body, "key-1");
+  ASSERT_EQ(first.code, Code::kCreated);
+  Reply again = Submit(kTeamA, body, "key-1");
+  EXPECT_EQ(again.code, Code::kOk);
+  EXPECT_EQ(again.body["id"], first.body["id"]);
+  Restart();
+  Reply after_restart = Submit(kTeamA, body, "key-1");
+  EXPECT_EQ(after_restart.body["id"], first.body["id"]);
+  Reply other = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":10,"command":"x"})", "key-1");
+  EXPECT_EQ(other.code, Code::kConflict);
+  Reply list = ctl_->ListJobs(kAdmin, "", true);
+  EXPECT_EQ(list.body["jobs"].size(), 1u);
+}
+
+TEST_F(ControllerTest, TeamsStayInTheirQueues) {
+  Reply b = Submit(kTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})");
+  ASSERT_EQ(b.code, Code::kCreated);
+  Reply into_b = Submit(kTeamA, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})");
+  EXPECT_EQ(into_b.code, Code::kForbidden);
+  EXPECT_NE(into_b.body["error"].get<std::string>().find("team a may not submit to queue serving"), std::string::npos);
+  Reply cancel = ctl_->Cancel(kTeamA, b.body["id"]);
+  EXPECT_EQ(cancel.code, Code::kForbidden);
+  EXPECT_EQ(ctl_->Cancel("", b.body["id"]).code, Code::kUnauthenticated);
+  EXPECT_EQ(ctl_->Cancel("nope", b.body["id"]).code, Code::kUnauthenticated);
+  EXPECT_EQ(ctl_->Cancel(kAgent, b.body["id"]).code, Code::kForbidden);
+  EXPECT_EQ(Show(b.body["id"])["state"], "pending");
+  EXPECT_EQ(ctl_->Cancel(kTeamB, b.body["id"]).code, Code::kOk);
+  EXPECT_EQ(Show(b.body["id"])["state"], "cancelled");
+  EXPECT_EQ(ctl_->Drain(kTeamA, "h100-0", true, "").code, Code::kForbidden);
+  EXPECT_EQ(ctl_->Heartbeat(kTeamA, "h100-0", {{"gpus", Gpus(8)}}, "x").code, Code::kForbidden);
+}
+
+TEST_F(ControllerTest, RejectsWhatCanNeverRunAndAgentsWithTheWrongGpus) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":100,"command":"x"})");
+  EXPECT_EQ(r.code, Code::kUnprocessable);
+  r = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":10})");
+  EXPECT_EQ(r.code, Code::kBadRequest);
+  r = Submit(kTeamA, "{not json");
+  EXPECT_EQ(r.code, Code::kBadRequest);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 0u);
+  Reply beat = ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", Gpus(4)}}, "x");
+  EXPECT_EQ(beat.code, Code::kConflict);
+  EXPECT_NE(beat.body["error"].get<std::string>().find("agent reports 4 GPUs"), std::string::npos);
+  EXPECT_EQ(ctl_->Heartbeat(kAgent, "nosuch", {{"gpus", Gpus(8)}}, "x").code, Code::kNotFound);
+}
+
+TEST_F(ControllerTest, ALostGpuDrainsItsNode) {
+  json gpus = Gpus(8);
+  gpus[3]["lost"] = true;
+  Reply r = ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", gpus}}, "x");
+  ASSERT_EQ(r.code, Code::kOk);
+  json nodes = ctl_->Nodes(kAdmin).body["nodes"];
+  EXPECT_EQ(nodes[0]["state"], "drained");
+  EXPECT_NE(nodes[0]["reason"].get<std::string>().find("GPU 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gantry::server

@@ -1,3 +1,4 @@
+#include "base/url.h"
 #include "agent/agent.h"
 
 #include <httplib.h>
@@ -25,20 +26,7 @@ namespace {
 constexpr size_t kLogChunk = 256 * 1024;
 constexpr size_t kDoneMemory = 100000;
 
-std::string UrlEncode(const std::string& s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
+using gantry::UrlEncode;
 
 std::string RandomId() {
   std::random_device rd;

@@ -1,3 +1,4 @@
+#include "base/url.h"
 #include "cli/client.h"
 
 #include <httplib.h>
@@ -30,20 +31,7 @@ struct Globals {
   std::string server, token;
 };
 
-std::string UrlEncode(const std::string& s) {
-  static constexpr char kHex[] = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += static_cast<char>(c);
-    } else {
-      out += '%';
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    }
-  }
-  return out;
-}
+using gantry::UrlEncode;
 
 // One HTTP exchange; status 0 when the server could not be reached.
 struct Response {

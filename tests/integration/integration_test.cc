@@ -45,10 +45,10 @@ const std::map<std::string, std::string> kTeams = {{"a", "research"}, {"b", "nlp
 // job.sh OUT_DIR MILLISECONDS [SECONDS_TO_CLEAN_UP_AFTER_SIGTERM]
 constexpr const char* kJobScript = R"SH(#!/bin/sh
 out="$1/$GANTRY_JOB_ID.$GANTRY_RUN.$GANTRY_RANK"
-env > "$out.env.tmp" && mv "$out.env.tmp" "$out.env"
 now() { date +%s.%N; }
-echo "start $(now)" >> "$out.log"
 trap 'echo "term $(now)" >> "$out.log"; sleep ${3:-0.3}; echo "graceful $(now)" >> "$out.log"; exit 0' TERM
+env > "$out.env.tmp" && mv "$out.env.tmp" "$out.env"
+echo "start $(now)" >> "$out.log"
 end=$(( $(date +%s%3N) + $2 ))
 while [ "$(date +%s%3N)" -lt "$end" ]; do echo "alive $(now)" >> "$out.log"; sleep 0.1; done
 echo "end $(now)" >> "$out.log"
@@ -57,11 +57,14 @@ echo "end $(now)" >> "$out.log"
 // Timestamps of one kind of line in a run's log ("start", "alive", "term", ...).
 std::vector<double> Times(const std::string& path, const std::string& kind) {
   std::vector<double> out;
+  // Line by line: the group-wide SIGTERM may kill a `date` mid-line, leaving "alive "
+  // with no time, which must not end the parse.
   std::ifstream in(path);
-  std::string k;
-  double t = 0;
-  while (in >> k >> t) {
-    if (k == kind) out.push_back(t);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string k;
+    double t = 0;
+    if (fields >> k >> t && k == kind) out.push_back(t);
   }
   return out;
 }

@@ -49,8 +49,8 @@ for bin in "$gantry" "$check"; do
 done
 [[ -x /usr/bin/time ]] || { echo "replay.sh: /usr/bin/time (GNU time) is needed for wall time and peak RSS" >&2; exit 2; }
 
-gen=$out/gen-$gpus-$days-$load-$seed
-if [[ ! -s $gen/trace.jsonl || ! -s $gen/gen.txt ]]; then
+gen=$out/gen-$gpus-$days-$load-$seed-$(printf %s "$mix" | cksum | cut -d" " -f1)
+if [[ ! -s $gen/trace.jsonl || ! -s $gen/gen.txt || $gantry -nt $gen/trace.jsonl ]]; then  # cached per options
   mkdir -p "$gen"
   "$gantry" gen --seed "$seed" --gpus "$gpus" --days "$days" --load "$load" --mix "$mix" \
     --out "$gen" > "$gen/gen.txt"

@@ -45,6 +45,8 @@ def ns(x):
     """Nanoseconds, printed in the unit that reads best."""
     if x is None:
         return "-"
+    if x >= 1e9:
+        return f"{x / 1e9:.2f} s"
     if x >= 1e6:
         return f"{x / 1e6:.2f} ms"
     if x >= 1e3:

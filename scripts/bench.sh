@@ -6,13 +6,16 @@
 #
 #   scripts/bench.sh [--quick] [--full] [--no-core] [--no-replay] [--jobs N]
 #
-#   --quick      3 passes per scheduling benchmark, the replay on 2,000 GPUs (~1 minute)
-#   --full       also gantry at 100,000 GPUs (slow: many minutes per pass, see the doc)
+#   --quick      3 passes per scheduling benchmark, the replay on 2,000 GPUs (~3 minutes;
+#                the default run takes ~7)
+#   --full       also gantry at 100,000 GPUs (~15 minutes more: over 2 minutes per pass
+#                at 100,000 pending, see docs/benchmarks.md)
 #   --jobs N     build parallelism (default 1: the machine is shared)
 # Results go to build/bench/results/<UTC time>/ (core.json, replay.tsv, summary.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+args_given="$*"
 quick=0 full=0 core=1 replay=1 jobs=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -21,7 +24,7 @@ while [[ $# -gt 0 ]]; do
     --no-core) core=0; shift ;;
     --no-replay) replay=0; shift ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +65,12 @@ if [[ $replay -eq 1 ]]; then
   bash bench/replay.sh "${args[@]}" | tee "$results/replay.tsv"
 fi
 
-python3 bench/summarize.py "$results/core.json" "$results/replay.tsv" > "$results/summary.md"
+{
+  echo "Command: scripts/bench.sh $args_given"
+  echo
+  sed 's/^/    /' "$results/machine.txt"
+  echo
+  python3 bench/summarize.py "$results/core.json" "$results/replay.tsv"
+} > "$results/summary.md"
 echo "== summary ($results/summary.md) =="
 cat "$results/summary.md"

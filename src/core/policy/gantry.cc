@@ -26,6 +26,9 @@ void AllocateAll(Ledger& ledger, const Allocation& alloc) {
   for (const WorkerAlloc& w : alloc) ledger.Allocate(w);
 }
 
+// Pools as bits of a mask; pools beyond the 63rd share the last bit (a superset test).
+uint64_t PoolBit(PoolId p) { return uint64_t{1} << std::min<uint32_t>(p.v, 63); }
+
 }  // namespace
 
 bool GantryPolicy::WithinGuarantee(const Scheduler& s, JobId id) const {
@@ -100,6 +103,10 @@ void GantryPolicy::DropPhantoms(Scheduler& s) {
 
 void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   refined_.clear();
+  preempt_failed_.clear();
+  reserve_failed_.clear();
+  victims_indexed_ = false;
+  ends_indexed_ = false;
   if (full) {
     reservations_.clear();
   } else {
@@ -240,57 +247,71 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   s.Wait(id, std::move(why));
 }
 
-bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
-  const JobRecord& job = s.job(id);
-  const Cluster& cluster = s.cluster();
-  Ledger& ledger = s.mutable_ledger();
-  struct Candidate {
-    int category;     // 0: best-effort, 1: standard on borrowed capacity
-    GpuUnits lost;    // GPU units x time since the last checkpoint (unit-seconds)
-    JobId id;
-    bool operator<(const Candidate& o) const {
-      return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
-    }
-  };
-  std::vector<Candidate> candidates;
-  Ticks unprotect = kForever;
+void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
+  victims_.clear();
+  unprotect_ = kForever;
   for (JobId v : s.running()) {
     const JobRecord& victim = s.job(v);
     if (victim.phase != Phase::kRunning || victim.spec.tier == Tier::kCritical) continue;
-    // Best-effort work gives way to any higher tier; any work of another queue running
-    // above its guarantee gives way to a job inside its own guarantee.
-    const bool lower_tier = victim.spec.tier == Tier::kBestEffort && job.spec.tier != Tier::kBestEffort;
+    if (victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt) {
+      unprotect_ = std::min(unprotect_, victim.last_start + s.params().min_run_before_repreempt);
+      continue;
+    }
+    uint64_t pools = 0;
+    for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
+    const Ticks ran = now - victim.last_start;
+    const Ticks since = victim.spec.checkpoint > 0 ? ran % victim.spec.checkpoint : ran;
+    victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
+                              victim.units * (since / kTicksPerSecond), v, pools});
+  }
+  std::sort(victims_.begin(), victims_.end());
+  victims_indexed_ = true;
+}
+
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
+  const JobRecord& job = s.job(id);
+  Ledger& ledger = s.mutable_ledger();
+  // Within a pass, a request that found no victims enough keeps failing: jobs started
+  // since hold more, not less, and signaled victims are no longer candidates.
+  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier};
+  if (preempt_failed_.contains(key)) return false;
+  if (!victims_indexed_) IndexVictims(s, now);
+  if (unprotect_ < kForever) s.WakeAt(unprotect_);
+  uint64_t accepts = 0;  // pools a worker of the job may use
+  for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
+    if (s.placer().PoolAccepts(job.spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
+  }
+  // The cheapest candidates, in the order of the index: best-effort work gives way to
+  // any higher tier; work of another queue running above its guarantee gives way to a
+  // job inside its own guarantee. Borrowing is judged now, as starts in this pass moved it.
+  std::vector<JobId>& candidates = candidates_;
+  candidates.clear();
+  for (const Victim& c : victims_) {
+    if ((c.pools & accepts) == 0) continue;
+    const JobRecord& victim = s.job(c.id);
+    if (victim.phase != Phase::kRunning) continue;  // preempted earlier in this pass
+    const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
     const bool borrower = victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
                           Borrowing(s, victim.spec.queue);
     if (!lower_tier && !borrower) continue;
-    if (victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt) {
-      unprotect = std::min(unprotect, victim.last_start + s.params().min_run_before_repreempt);
-      continue;
-    }
-    bool useful = false;  // holds something in a pool the job could use
-    for (const WorkerAlloc& w : victim.alloc) {
-      useful = useful || s.placer().PoolAccepts(job.spec, cluster.node(w.node).pool);
-    }
-    if (!useful) continue;
-    const Ticks ran = now - victim.last_start;
-    const Ticks since = victim.spec.checkpoint > 0 ? ran % victim.spec.checkpoint : ran;
-    candidates.push_back(Candidate{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
-                                   victim.units * (since / kTicksPerSecond), v});
+    candidates.push_back(c.id);
+    if (candidates.size() == kMaxVictims) break;
   }
-  if (unprotect < kForever) s.WakeAt(unprotect);
-  if (candidates.empty()) return false;
-  std::sort(candidates.begin(), candidates.end());
-  if (candidates.size() > kMaxVictims) candidates.resize(kMaxVictims);
+  if (candidates.empty()) {
+    preempt_failed_.insert(std::move(key));
+    return false;
+  }
   // What-if: release the cheapest victims until the job fits.
   std::vector<JobId> chosen;
   Allocation fit;
-  for (const Candidate& c : candidates) {
-    ReleaseAll(ledger, s.job(c.id).alloc);
-    chosen.push_back(c.id);
+  for (JobId c : candidates) {
+    ReleaseAll(ledger, s.job(c).alloc);
+    chosen.push_back(c);
     if (s.placer().Place(job.spec, Fit::kBest, fit)) break;
   }
   if (fit.empty()) {
     for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+    preempt_failed_.insert(std::move(key));
     return false;
   }
   ReleaseAll(ledger, fit);
@@ -335,15 +356,24 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
 
 bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   Ledger& ledger = s.mutable_ledger();
-  std::vector<std::pair<Ticks, JobId>> ends;
-  for (JobId r : s.running()) ends.emplace_back(s.ExpectedEnd(r), r);
-  std::sort(ends.begin(), ends.end());
-  if (ends.size() > kMaxReserveSteps) ends.resize(kMaxReserveSteps);
+  const Scheduler::Shape shape = s.ShapeOf(s.job(id).spec);
+  if (reserve_failed_.contains(shape)) return false;
+  if (!ends_indexed_) {
+    // The jobs running at the start of the pass, by expected end; jobs started in this
+    // pass are left out, which only makes a reservation later, never earlier.
+    ends_.clear();
+    for (JobId r : s.running()) ends_.emplace_back(s.ExpectedEnd(r), r);
+    const size_t keep = std::min(ends_.size(), kMaxReserveSteps);
+    std::partial_sort(ends_.begin(), ends_.begin() + static_cast<std::ptrdiff_t>(keep), ends_.end());
+    ends_.resize(keep);
+    ends_indexed_ = true;
+  }
   // Phantoms of earlier reservations stay: this job's reservation comes after theirs.
   std::vector<JobId> released;
   Allocation fit;
   Ticks start = kForever;
-  for (const auto& [end, r] : ends) {
+  for (const auto& [end, r] : ends_) {
+    if (s.job(r).phase == Phase::kDone || s.job(r).alloc.empty()) continue;
     ReleaseAll(ledger, s.job(r).alloc);
     released.push_back(r);
     if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
@@ -353,7 +383,10 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   }
   if (!fit.empty()) ReleaseAll(ledger, fit);
   for (auto it = released.rbegin(); it != released.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
-  if (start == kForever) return false;
+  if (start == kForever) {
+    reserve_failed_.insert(shape);
+    return false;
+  }
   reservations_.push_back(Reservation{id, start, std::move(fit)});
   Hold(s, reservations_.back());
   return true;

@@ -22,6 +22,8 @@
 #pragma once
 
 #include <map>
+#include <set>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -41,7 +43,26 @@ class GantryPolicy final : public Policy {
     Allocation alloc;
   };
 
+  // A running job that may be preempted, as the pass's index of candidates holds it.
+  struct Victim {
+    int category;   // 0: best-effort, 1: standard
+    GpuUnits lost;  // GPU units x seconds since the last checkpoint
+    JobId id;
+    uint64_t pools;  // pools it holds GPUs in (PoolBit)
+    bool operator<(const Victim& o) const {
+      return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
+    }
+  };
+  struct PreemptKey {
+    Scheduler::Shape shape;
+    QueueId queue;
+    Tier tier;
+    auto operator<=>(const PreemptKey&) const = default;
+  };
+
   void Consider(Scheduler& s, JobId id, Ticks now);
+  // Fills victims_: the running jobs no rule protects, cheapest first.
+  void IndexVictims(const Scheduler& s, Ticks now);
   bool TryPreempt(Scheduler& s, JobId id, Ticks now);
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
@@ -62,6 +83,17 @@ class GantryPolicy final : public Policy {
   Allocation phantoms_;
   std::map<Scheduler::Shape, std::string> refined_;  // this pass: shape -> reason
   std::vector<JobId> order_;
+  // Per pass, built on first use: the preemption candidates and the running jobs by
+  // expected end (for reservations), and the requests that found neither victims nor a
+  // reservation (they fail alike for the rest of the pass).
+  std::vector<Victim> victims_;
+  bool victims_indexed_ = false;
+  Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
+  std::vector<JobId> candidates_;
+  std::set<PreemptKey> preempt_failed_;
+  std::vector<std::pair<Ticks, JobId>> ends_;
+  bool ends_indexed_ = false;
+  std::set<Scheduler::Shape> reserve_failed_;
 };
 
 }  // namespace gantry::core

@@ -19,7 +19,8 @@
 //     the jobs the pass considered. `fifo-timed` is fifo's loop re-stated here with a
 //     clock around every Scheduler::TryStart, for the latency of single decisions.
 //   place/<fit>/...: single Placer::Place calls on a ledger kept at ~85% of its GPU units
-//     by releasing random running allocations after each success.
+//     by releasing random running allocations after each success. `fgd` is best fit
+//     scored by fragmentation with the job stream's mix, as the gantry policy places.
 // Every iteration's time is taken with std::chrono::steady_clock (manual time); passes
 // also record this thread's CPU time, since the machine may be shared. The churn and
 // releases between decisions are not timed. Scale curve: scale/... and scale-place/...
@@ -44,6 +45,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/fragmentation.h"
 #include "core/ledger.h"
 #include "core/model/cluster.h"
 #include "core/model/job.h"
@@ -477,13 +479,19 @@ void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int back
 
 // ---- place/...: single Placer::Place calls at ~85% fill ------------------------------
 
-void BM_Place(benchmark::State& state, Fit fit, int gpus) {
+// `fgd`: the placer scores kBest placements with a Fragmentation whose mix is learned
+// from the whole job stream (as the scheduler's would be).
+void PlaceBench(benchmark::State& state, Fit fit, int gpus, bool fgd) {
   const Cluster cluster = MakeCluster(gpus);
   Ledger ledger(cluster);
-  Placer placer(ledger);
+  core::Fragmentation frag(ledger);
+  Placer placer(ledger, fgd ? &frag : nullptr);
   JobMaker maker(cluster.catalog(), kJobSeed);
   std::vector<JobSpec> specs;
   for (int i = 0; i < 20'000; ++i) specs.push_back(maker.Next());
+  if (fgd) {
+    for (const JobSpec& spec : specs) frag.Observe(spec);
+  }
   std::mt19937_64 rng(kChurnSeed);
   std::vector<Allocation> live;
   Allocation out;
@@ -533,6 +541,9 @@ void BM_Place(benchmark::State& state, Fit fit, int gpus) {
   state.counters["fill"] = fill_sum / n;
 }
 
+void BM_Place(benchmark::State& state, Fit fit, int gpus) { PlaceBench(state, fit, gpus, false); }
+void BM_PlaceFgd(benchmark::State& state, int gpus) { PlaceBench(state, Fit::kBest, gpus, true); }
+
 // Passes per benchmark: enough for a p99 over passes, few enough that the default set
 // runs in a few minutes on two cores (gantry's passes are far slower than fifo's; see
 // docs/benchmarks.md). GANTRY_BENCH_PASSES overrides the count (e.g. 1 under a profiler).
@@ -558,6 +569,11 @@ void Register() {
         ->Unit(benchmark::kMicrosecond)
         ->Iterations(200'000);
   }
+  // Best fit scored by fragmentation (FGD), as the gantry policy's placements are.
+  benchmark::RegisterBenchmark("place/fgd/gpus:10000", BM_PlaceFgd, 10'000)
+      ->UseManualTime()
+      ->Unit(benchmark::kMicrosecond)
+      ->Iterations(200'000);
   // Scale curve: cluster size x queue length, both policies (10,000 x 100,000 is the
   // schedule/ benchmark above).
   for (const char* policy : {"fifo", "gantry"}) {

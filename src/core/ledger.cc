@@ -14,12 +14,15 @@ uint8_t SliceMask(int start, int count) {
 Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
   gpus_.resize(cluster.gpu_count());
   nodes_.resize(cluster.nodes().size());
+  node_version_.assign(cluster.nodes().size(), 0);
   domain_base_.resize(cluster.nodes().size());
   leaf_free_.assign(cluster.leaves().size(), 0);
   const auto& pools = cluster.pools();
   buckets_.resize(pools.size());
   mig_fit_.resize(pools.size());
   shared_.resize(pools.size());
+  shared_level_.resize(pools.size());
+  share_level_.assign(cluster.gpu_count(), -1);
   pool_first_gpu_.resize(pools.size());
   for (size_t p = 0; p < pools.size(); ++p) {
     const PoolSpec& spec = pools[p].spec;
@@ -30,6 +33,7 @@ Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
     size_t profiles = spec.model.valid() ? cluster.catalog().model(spec.model).mig_profiles.size() : 0;
     mig_fit_[p].assign(profiles, DynBitset(gpu_count));
     shared_[p].assign(2, DynBitset(gpu_count));
+    shared_level_[p].assign(2 * kShareLevels, DynBitset(gpu_count));
   }
   uint32_t domains = 0;
   for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -56,10 +60,12 @@ uint32_t Ledger::PoolLocalGpu(GpuId g) const {
 }
 
 int Ledger::MigStart(GpuId g, int profile) const {
-  const GpuState& s = gpus_[g.v];
-  if (s.mode != GpuMode::kFree && s.mode != GpuMode::kMig) return -1;
   const Node& n = cluster_->node(cluster_->gpu_node(g));
-  const MigProfile& p = cluster_->catalog().model(n.model).mig_profiles[profile];
+  return MigStartOn(gpus_[g.v], cluster_->catalog().model(n.model).mig_profiles[profile]);
+}
+
+int Ledger::MigStartOn(const GpuState& s, const MigProfile& p) {
+  if (s.mode != GpuMode::kFree && s.mode != GpuMode::kMig) return -1;
   if (s.mig_compute + p.compute_slices > kMigComputeSlices) return -1;
   for (int start : p.starts) {
     if ((s.mig_memory & SliceMask(start, p.memory_slices)) == 0) return start;
@@ -123,7 +129,7 @@ void Ledger::Allocate(const WorkerAlloc& w) {
   assert(Fits(w));
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
-  Unindex(w.node);
+  Touch(w.node);
   auto take_whole = [&](int local) {
     --ns.free_whole;
     --domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
@@ -166,13 +172,13 @@ void Ledger::Allocate(const WorkerAlloc& w) {
   ns.free_cpus_milli -= w.cpus_milli;
   ns.free_memory_bytes -= w.memory_bytes;
   used_units_ += GpuUnitsHeld(w);
-  Index(w.node);
+  Retouch(w);
 }
 
 void Ledger::Release(const WorkerAlloc& w) {
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
-  Unindex(w.node);
+  Touch(w.node);
   auto give_whole = [&](int local) {
     ++ns.free_whole;
     ++domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
@@ -216,13 +222,31 @@ void Ledger::Release(const WorkerAlloc& w) {
   ns.free_cpus_milli += w.cpus_milli;
   ns.free_memory_bytes += w.memory_bytes;
   used_units_ -= GpuUnitsHeld(w);
-  Index(w.node);
+  Retouch(w);
+}
+
+// Allocate and Release re-index only what a worker changes: the node's free-GPU bucket,
+// and the one GPU of a MIG instance or share (a whole GPU going free <-> whole is in no
+// MIG or shared index either way).
+void Ledger::Touch(NodeId n) {
+  ++node_version_[n.v];
+  ++version_;
+  if (!nodes_[n.v].up) return;
+  buckets_[cluster_->node(n).pool.v][nodes_[n.v].free_whole].reset(PoolLocalNode(n));
+}
+
+void Ledger::Retouch(const WorkerAlloc& w) {
+  if (!nodes_[w.node.v].up) return;
+  buckets_[cluster_->node(w.node).pool.v][nodes_[w.node.v].free_whole].set(PoolLocalNode(w.node));
+  if (w.sharing != Sharing::kExclusive) IndexGpu(gpu_id(w.node, w.gpu), true);
 }
 
 void Ledger::SetUp(NodeId n, bool up) {
   if (nodes_[n.v].up == up) return;
   const GpuUnits units = GpuUnits{cluster_->node(n).gpus} * kGpuUnits;
   if (up) {
+    ++node_version_[n.v];
+    ++version_;
     nodes_[n.v].up = true;
     up_units_ += units;
     Index(n);
@@ -234,6 +258,9 @@ void Ledger::SetUp(NodeId n, bool up) {
 }
 
 void Ledger::Unindex(NodeId n) {
+  // Every change of a node's holdings or state goes through here first.
+  ++node_version_[n.v];
+  ++version_;
   if (!nodes_[n.v].up) return;
   const Node& node = cluster_->node(n);
   buckets_[node.pool.v][nodes_[n.v].free_whole].reset(PoolLocalNode(n));
@@ -258,6 +285,15 @@ void Ledger::IndexGpu(GpuId g, bool on) {
   const bool has_room = on && s.mode == GpuMode::kShared && s.share_used < kShareScale;
   shared_[pool.v][0].assign(local, has_room && s.share_mode == Sharing::kMps);
   shared_[pool.v][1].assign(local, has_room && s.share_mode == Sharing::kTimeslice);
+  // By free share: clear the bit where the GPU was, set the one where it is now.
+  int8_t& level = share_level_[g.v];
+  if (level >= 0) shared_level_[pool.v][static_cast<size_t>(level)].reset(local);
+  level = -1;
+  if (has_room) {
+    level = static_cast<int8_t>((s.share_mode == Sharing::kMps ? 0 : kShareLevels) +
+                                ShareLevel(kShareScale - s.share_used));
+    shared_level_[pool.v][static_cast<size_t>(level)].set(local);
+  }
 }
 
 }  // namespace gantry::core

@@ -79,9 +79,20 @@ class Ledger {
   const DynBitset& shared(PoolId pool, Sharing mode) const {
     return shared_[pool.v][mode == Sharing::kMps ? 0 : 1];
   }
+  // The same split by free share: level l holds the GPUs with share left in
+  // [l * kShareLevelWidth, (l + 1) * kShareLevelWidth), so a search for a share s walks
+  // levels ShareLevel(s) .. kShareLevels - 1, tightest first, and skips fuller GPUs.
+  static constexpr int kShareLevelWidth = 100;
+  static constexpr int kShareLevels = kShareScale / kShareLevelWidth;
+  static constexpr int ShareLevel(int share_left) { return share_left / kShareLevelWidth; }
+  const DynBitset& shared_level(PoolId pool, Sharing mode, int level) const {
+    return shared_level_[pool.v][(mode == Sharing::kMps ? 0 : kShareLevels) + level];
+  }
 
   // First memory slice where `profile` fits on GPU g, or -1. O(placements).
   int MigStart(GpuId g, int profile) const;
+  // The same for a GPU in state `s` (free or MIG), e.g. a what-if copy of a GPU's state.
+  static int MigStartOn(const GpuState& s, const MigProfile& p);
   bool Fits(const WorkerAlloc& w) const;
 
   void Allocate(const WorkerAlloc& w);
@@ -93,8 +104,15 @@ class Ledger {
   GpuUnits used_units() const { return used_units_; }
   GpuUnits up_units() const { return up_units_; }
 
+  // Change counters, for caches of per-node figures (fragmentation.h): a node's counter
+  // moves on every Allocate/Release/SetUp that touches it, version() on every change.
+  uint64_t node_version(NodeId n) const { return node_version_[n.v]; }
+  uint64_t version() const { return version_; }
+
  private:
   void Unindex(NodeId n);
+  void Touch(NodeId n);                // before a worker's change
+  void Retouch(const WorkerAlloc& w);  // after it
   void Index(NodeId n);
   void IndexGpu(GpuId g, bool on);
   uint32_t PoolLocalNode(NodeId n) const;
@@ -111,8 +129,12 @@ class Ledger {
   std::vector<std::vector<DynBitset>> buckets_;   // [pool][k]
   std::vector<std::vector<DynBitset>> mig_fit_;   // [pool][profile]
   std::vector<std::vector<DynBitset>> shared_;    // [pool][mps, timeslice]
+  std::vector<std::vector<DynBitset>> shared_level_;  // [pool][mode * kShareLevels + level]
+  std::vector<int8_t> share_level_;  // per GPU: its bit in shared_level_, -1 none
   GpuUnits used_units_ = 0;
   GpuUnits up_units_ = 0;
+  std::vector<uint64_t> node_version_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace gantry::core

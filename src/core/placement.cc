@@ -48,13 +48,17 @@ std::string Placer::Describe(const JobSpec& job, const Catalog& catalog) {
 }
 
 bool Placer::PoolAccepts(const JobSpec& job, PoolId pool) const {
-  const PoolSpec& p = ledger_.cluster().pool(pool).spec;
+  return core::PoolAccepts(ledger_.cluster(), job, pool);
+}
+
+bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
+  const PoolSpec& p = cluster.pool(pool).spec;
   if (p.count == 0) return false;
   if (p.spot && job.tier == Tier::kCritical) return false;
   if (!job.uses_gpu()) return true;
   if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;
   if (!(p.sharing & Bit(job.sharing))) return false;
-  const GpuModel& model = ledger_.cluster().catalog().model(p.model);
+  const GpuModel& model = cluster.catalog().model(p.model);
   if (job.sharing == Sharing::kMig) {
     int idx = job.mig_index[p.model.v];
     return idx >= 0 && model.mig_profiles[idx].memory_bytes >= job.vram_bytes;
@@ -114,6 +118,14 @@ bool Placer::PlaceWhole(const JobSpec& job, Fit fit, PoolId pool, const Scope& s
                         WorkerAlloc& w) {
   NodeId n = FindNode(job, fit, pool, scope, job.gpus);
   if (!n.valid()) return false;
+  const uint64_t mask = WholeMask(n, scope, job.gpus);
+  if (std::popcount(mask) < job.gpus) return false;
+  w.node = n;
+  w.gpu_mask = mask;
+  return true;
+}
+
+uint64_t Placer::WholeMask(NodeId n, const Scope& scope, int gpus) const {
   const Node& node = ledger_.cluster().node(n);
   // Keep a worker inside one NVLink domain when one has room: the fullest such domain.
   int domain = scope.domain;
@@ -121,7 +133,7 @@ bool Placer::PlaceWhole(const JobSpec& job, Fit fit, PoolId pool, const Scope& s
     int best_free = INT32_MAX;
     for (int d = 0; d < node.gpus / node.gpus_per_domain; ++d) {
       int f = ledger_.domain_free(n, d);
-      if (f >= job.gpus && f < best_free) {
+      if (f >= gpus && f < best_free) {
         best_free = f;
         domain = d;
       }
@@ -129,16 +141,13 @@ bool Placer::PlaceWhole(const JobSpec& job, Fit fit, PoolId pool, const Scope& s
   }
   uint64_t mask = 0;
   int taken = 0;
-  for (int i = 0; i < node.gpus && taken < job.gpus; ++i) {
+  for (int i = 0; i < node.gpus && taken < gpus; ++i) {
     if (domain >= 0 && i / node.gpus_per_domain != domain) continue;
     if (ledger_.gpu(ledger_.gpu_id(n, i)).mode != GpuMode::kFree) continue;
     mask |= uint64_t{1} << i;
     ++taken;
   }
-  if (taken < job.gpus) return false;
-  w.node = n;
-  w.gpu_mask = mask;
-  return true;
+  return mask;
 }
 
 bool Placer::PlaceMig(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,
@@ -219,6 +228,11 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
   w.sharing = job.sharing;
   w.cpus_milli = job.cpus_milli;
   w.memory_bytes = job.memory_bytes;
+  // The FGD search looks at a bounded set of nodes; when it finds none (nothing fits, or
+  // only nodes it did not look at), the exhaustive search below decides.
+  if (fit == Fit::kBest && frag_ != nullptr && frag_->active() && PlaceWorkerFgd(job, scope, w)) {
+    return true;
+  }
   auto try_pool = [&](PoolId pool) -> bool {
     if (!PoolAccepts(job, pool)) return false;
     Scope s = scope;
@@ -256,6 +270,196 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
     if (try_pool(PoolId(p))) return true;
   }
   return false;
+}
+
+// ---- FGD: least fragmentation growth over a bounded candidate set ----
+
+void Placer::Consider(const WorkerAlloc& w, Best& best) const {
+  const int64_t delta = frag_->Delta(w);
+  if (!best.found || delta < best.delta) best = Best{true, delta, w};  // strict: ties keep the earlier
+}
+
+template <typename Add>
+void Placer::ForBucketNodes(const JobSpec& job, PoolId pool, const Scope& scope, int min_free,
+                            Add add) {
+  const Pool& p = ledger_.cluster().pool(pool);
+  for (int k = min_free; k <= p.spec.gpus; ++k) {  // fullest nodes first: the best-fit order
+    const DynBitset& b = ledger_.nodes_with_free(pool, k);
+    int taken = 0, looked = 0;
+    for (uint32_t i = b.FindNext(scope.lo, scope.hi);
+         i != DynBitset::kNone && taken < kNodesPerBucket && looked < kLooksPerBucket;
+         i = b.FindNext(i + 1, scope.hi)) {
+      const NodeId n(p.first_node.v + i);
+      ++looked;
+      if (!NodeHasRoom(job, n)) continue;
+      if (scope.domain >= 0 && ledger_.domain_free(n, scope.domain) < min_free) continue;
+      if (add(n)) ++taken;
+    }
+  }
+}
+
+void Placer::WholeCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w,
+                             Best& best) {
+  ForBucketNodes(job, pool, scope, job.gpus, [&](NodeId n) {
+    const uint64_t mask = job.gpus > 0 ? WholeMask(n, scope, job.gpus) : 0;
+    if (std::popcount(mask) < job.gpus) return false;
+    w.node = n;
+    w.gpu_mask = mask;
+    Consider(w, best);
+    return true;
+  });
+}
+
+void Placer::SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w,
+                              Best& best) {
+  const Pool& p = ledger_.cluster().pool(pool);
+  const auto gpn = static_cast<uint32_t>(p.spec.gpus);
+  const int64_t memory = ledger_.cluster().catalog().model(p.spec.model).memory_bytes;
+  w.share_milli = static_cast<int16_t>(job.share_milli);
+  w.vram_bytes = job.vram_bytes;
+  levels_.clear();
+  splits_.clear();
+  // Tightest free-share level first; GPUs with less share left than asked are skipped
+  // by the index, except within the first level.
+  const uint32_t lo = scope.lo * gpn, hi = scope.hi * gpn;
+  bool enough = false;
+  for (int l = Ledger::ShareLevel(job.share_milli); l < Ledger::kShareLevels && !enough; ++l) {
+    const DynBitset& shared = ledger_.shared_level(pool, job.sharing, l);
+    for (uint32_t i = shared.FindNext(lo, hi); i != DynBitset::kNone; i = shared.FindNext(i + 1, hi)) {
+      const NodeId n(p.first_node.v + i / gpn);
+      const int local = static_cast<int>(i % gpn);
+      if (scope.domain >= 0 && local / ledger_.cluster().node(n).gpus_per_domain != scope.domain) {
+        continue;
+      }
+      const GpuState& s = ledger_.gpu(ledger_.gpu_id(n, local));
+      const int left = kShareScale - s.share_used - job.share_milli;
+      if (left < 0 || s.vram_used + job.vram_bytes > memory || !NodeHasRoom(job, n)) continue;
+      auto seen = std::find_if(levels_.begin(), levels_.end(),
+                               [&](const auto& v) { return v.first == s.share_used; });
+      if (seen == levels_.end()) {
+        if (levels_.size() >= static_cast<size_t>(kSplitLevels)) {
+          enough = true;
+          break;
+        }
+        levels_.emplace_back(s.share_used, 0);
+        seen = levels_.end() - 1;
+      }
+      if (seen->second >= static_cast<uint32_t>(kPerSplitLevel)) continue;
+      ++seen->second;
+      splits_.emplace_back(left, i);
+    }
+  }
+  std::sort(splits_.begin(), splits_.end());  // the fullest shared GPU first, then by id
+  for (const auto& [left, i] : splits_) {
+    w.node = NodeId(p.first_node.v + i / gpn);
+    w.gpu = static_cast<int8_t>(i % gpn);
+    Consider(w, best);
+  }
+  ForBucketNodes(job, pool, scope, 1, [&](NodeId n) {
+    const int local = FreeGpuInScope(n, scope);
+    if (local < 0) return false;
+    w.node = n;
+    w.gpu = static_cast<int8_t>(local);
+    Consider(w, best);
+    return true;
+  });
+}
+
+void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w,
+                           Best& best) {
+  const Pool& p = ledger_.cluster().pool(pool);
+  const int profile = job.mig_index[p.spec.model.v];
+  const MigProfile& prof = ledger_.cluster().catalog().model(p.spec.model).mig_profiles[profile];
+  const auto gpn = static_cast<uint32_t>(p.spec.gpus);
+  const DynBitset& fits = ledger_.mig_fit(pool, profile);
+  w.mig_profile = static_cast<int8_t>(profile);
+  // Every start slice where the profile fits: where an instance goes decides which
+  // profiles still fit beside it.
+  auto each_start = [&](NodeId n, int local) {
+    const GpuState& s = ledger_.gpu(ledger_.gpu_id(n, local));
+    w.node = n;
+    w.gpu = static_cast<int8_t>(local);
+    for (int start : prof.starts) {
+      const auto slices = static_cast<uint8_t>(((1u << prof.memory_slices) - 1u) << start);
+      if ((s.mig_memory & slices) != 0) continue;
+      w.mig_start = static_cast<int8_t>(start);
+      Consider(w, best);
+    }
+  };
+  levels_.clear();
+  splits_.clear();
+  for (uint32_t i = fits.FindNext(scope.lo * gpn, scope.hi * gpn); i != DynBitset::kNone;
+       i = fits.FindNext(i + 1, scope.hi * gpn)) {
+    const NodeId n(p.first_node.v + i / gpn);
+    const int local = static_cast<int>(i % gpn);
+    if (scope.domain >= 0 && local / ledger_.cluster().node(n).gpus_per_domain != scope.domain) {
+      continue;
+    }
+    if (!NodeHasRoom(job, n)) continue;
+    const GpuState& s = ledger_.gpu(ledger_.gpu_id(n, local));
+    const int state = s.mig_memory | s.mig_compute << 8;
+    auto level = std::find_if(levels_.begin(), levels_.end(),
+                              [&](const auto& l) { return l.first == state; });
+    if (level == levels_.end()) {
+      if (levels_.size() >= static_cast<size_t>(kSplitLevels)) break;
+      levels_.emplace_back(state, 0);
+      level = levels_.end() - 1;
+    }
+    if (level->second >= static_cast<uint32_t>(kPerSplitLevel)) continue;
+    ++level->second;
+    splits_.emplace_back(0, i);
+  }
+  // Split GPUs before whole ones (lowest id first), as plain best fit does.
+  for (const auto& [unused, i] : splits_) each_start(NodeId(p.first_node.v + i / gpn), static_cast<int>(i % gpn));
+  ForBucketNodes(job, pool, scope, 1, [&](NodeId n) {
+    const int local = FreeGpuInScope(n, scope);
+    if (local < 0) return false;
+    each_start(n, local);
+    return true;
+  });
+}
+
+bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w) {
+  const Cluster& cluster = ledger_.cluster();
+  Best best;
+  auto score_pool = [&](PoolId pool) {
+    if (!PoolAccepts(job, pool)) return;
+    Scope s = scope;
+    if (!s.pool.valid()) {
+      s.lo = 0;
+      s.hi = static_cast<uint32_t>(cluster.pool(pool).spec.count);
+    }
+    switch (job.sharing) {
+      case Sharing::kExclusive: WholeCandidates(job, pool, s, w, best); break;
+      case Sharing::kMig: MigCandidates(job, pool, s, w, best); break;
+      case Sharing::kMps:
+      case Sharing::kTimeslice: SharedCandidates(job, pool, s, w, best); break;
+    }
+  };
+  if (scope.pool.valid()) {
+    score_pool(scope.pool);
+  } else {
+    const auto pools = static_cast<uint32_t>(cluster.pools().size());
+    if (!job.uses_gpu()) {  // CPU-only work goes to CPU-only pools first: no GPU to fragment
+      for (uint32_t p = 0; p < pools; ++p) {
+        const Pool& pool = cluster.pool(PoolId(p));
+        if (pool.spec.gpus != 0 || !PoolAccepts(job, PoolId(p))) continue;
+        NodeId n = FindNode(job, Fit::kBest, PoolId(p), Scope{PoolId(), 0,
+                            static_cast<uint32_t>(pool.spec.count)}, 0);
+        if (n.valid()) {
+          w.node = n;
+          return true;
+        }
+      }
+    }
+    // Every pool that accepts the worker, in pool order: a tie keeps the earlier pool.
+    for (uint32_t p = 0; p < pools; ++p) {
+      if (cluster.pool(PoolId(p)).spec.gpus > 0) score_pool(PoolId(p));
+    }
+  }
+  if (!best.found) return false;
+  w = best.w;
+  return true;
 }
 
 void Placer::Rollback(Allocation& out) {

@@ -7,11 +7,23 @@
 // for CPU-only workers and for fractional gangs with a node/leaf topology.
 // Fit::kFirst takes the lowest ids (the fifo baseline); Fit::kBest packs: fullest node,
 // fullest leaf, fullest shared GPU first, so whole nodes and leaves stay free.
+// With a Fragmentation that has a mix, Fit::kBest places each worker where the node's
+// fragmentation grows least (FGD, fragmentation.h), ties to the best-fit order above.
+// It scores a bounded set of candidates from the ledger's indexes, across the pools
+// that accept the worker: per pool and count k of free whole GPUs, the first
+// kNodesPerBucket usable nodes of bucket k (looking at kLooksPerBucket at most); for
+// shares and MIG instances also the partly used GPUs (at most kSplitLevels distinct
+// states, kPerSplitLevel GPUs each; shares tightest first, MIG lowest ids first) and,
+// for MIG, every start slice where the profile fits. When that set is empty the plain
+// best-fit search runs, so FGD never fails where best fit would succeed.
 // Thread-safety: none; works on one ledger.
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "core/fragmentation.h"
 #include "core/ledger.h"
 #include "core/model/job.h"
 
@@ -19,9 +31,20 @@ namespace gantry::core {
 
 enum class Fit : uint8_t { kFirst, kBest };
 
+// Whether a worker of `job` may ever go to `pool` (model, sharing, spot, VRAM). O(1).
+bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool);
+
 class Placer {
  public:
-  explicit Placer(Ledger& ledger) : ledger_(ledger) {}
+  // `frag` (may be null: plain best fit) must outlive the placer and watch `ledger`.
+  explicit Placer(Ledger& ledger, const Fragmentation* frag = nullptr)
+      : ledger_(ledger), frag_(frag) {}
+
+  // Candidates per search (see above); small, so a placement stays O(pools x GPUs).
+  static constexpr int kNodesPerBucket = 3;
+  static constexpr int kLooksPerBucket = 64;  // nodes examined per bucket (CPU, memory)
+  static constexpr int kSplitLevels = 12;
+  static constexpr int kPerSplitLevel = 2;
 
   // On success `out` holds one WorkerAlloc per worker, already in the ledger.
   bool Place(const JobSpec& job, Fit fit, Allocation& out);
@@ -51,8 +74,30 @@ class Placer {
   bool NodeHasRoom(const JobSpec& job, NodeId n) const;
   int FreeGpuInScope(NodeId n, const Scope& scope) const;
   void Rollback(Allocation& out);
+  // The free GPUs a whole worker takes on node n (the fullest NVLink domain with room);
+  // fewer than `gpus` bits when there is no room.
+  uint64_t WholeMask(NodeId n, const Scope& scope, int gpus) const;
+
+  // FGD: the least-fragmenting candidate so far (earliest in best-fit order on ties).
+  struct Best {
+    bool found = false;
+    int64_t delta = 0;
+    WorkerAlloc w;
+  };
+  bool PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w);
+  void Consider(const WorkerAlloc& w, Best& best) const;
+  // Candidates on nodes of `pool` taken from the free-GPU buckets, k >= min_free;
+  // `add(n)` scores the node's candidates.
+  template <typename Add>
+  void ForBucketNodes(const JobSpec& job, PoolId pool, const Scope& scope, int min_free, Add add);
+  void WholeCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w, Best& best);
+  void SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w, Best& best);
+  void MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w, Best& best);
 
   Ledger& ledger_;
+  const Fragmentation* frag_;
+  std::vector<std::pair<int, uint32_t>> levels_;  // scratch: (state, count) of split GPUs seen
+  std::vector<std::pair<int, uint32_t>> splits_;  // scratch: (best-fit key, GPU) candidates
 };
 
 }  // namespace gantry::core

@@ -29,12 +29,14 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
       policy_(std::move(policy)),
       params_(params),
       ledger_(cluster),
-      placer_(ledger_),
+      frag_(ledger_),
+      placer_(ledger_, &frag_),
       queue_usage_(queues.size(), 0),
       pending_by_queue_(kTierCount * queues.size()),
       decayed_(queues.size(), 0.0),
       history_(queues.size()),
-      history_next_(queues.size(), 0) {}
+      history_next_(queues.size(), 0),
+      history_sum_(queues.size(), 0) {}
 
 Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) const {
   return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
@@ -73,9 +75,7 @@ Ticks Scheduler::Estimate(JobId id) const {
   if (job.spec.runtime_estimate) return *job.spec.runtime_estimate;
   const auto& h = history_[job.spec.queue.v];
   if (h.empty()) return params_.default_runtime_estimate;
-  Ticks sum = 0;
-  for (Ticks t : h) sum += t;
-  return sum / static_cast<Ticks>(h.size());
+  return history_sum_[job.spec.queue.v] / static_cast<Ticks>(h.size());
 }
 
 Ticks Scheduler::ExpectedEnd(JobId id) const {
@@ -83,6 +83,13 @@ Ticks Scheduler::ExpectedEnd(JobId id) const {
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
   const Ticks left = std::max<Ticks>(kTicksPerSecond, Estimate(id) - job.progress_kept);
   return job.last_start + left;
+}
+
+void Scheduler::SetExpectedEnd(JobId id, Ticks end) {
+  JobRecord& job = jobs_[id.v];
+  if (job.expected_end >= 0) by_end_.erase({job.expected_end, id});
+  job.expected_end = end;
+  if (end >= 0) by_end_.emplace(end, id);
 }
 
 GpuUnits Scheduler::MinUnits(const JobSpec& spec) const {
@@ -98,6 +105,7 @@ GpuUnits Scheduler::MinUnits(const JobSpec& spec) const {
 JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   JobId id(static_cast<uint32_t>(jobs_.size()));
   JobRecord& rec = jobs_.emplace_back();
+  running_pos_.push_back(0);
   rec.spec = std::move(spec);
   rec.submit = now;
   std::optional<std::string> why = WhyInfeasible(rec.spec, cluster_);
@@ -119,6 +127,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   }
   AddPending(id);
   arrived_.push_back(id);
+  frag_.Observe(rec.spec);
   return id;
 }
 
@@ -134,8 +143,14 @@ std::optional<QueueId> Scheduler::BurstBlocker(QueueId q, GpuUnits units) const 
   return std::nullopt;
 }
 
-void Scheduler::Release(JobRecord& job) {
-  running_.erase(JobId(static_cast<uint32_t>(&job - jobs_.data())));
+void Scheduler::Release(JobId id) {
+  JobRecord& job = jobs_[id.v];
+  // Swap-remove from the dense running set.
+  const uint32_t pos = running_pos_[id.v];
+  running_pos_[running_.back().v] = pos;
+  running_[pos] = running_.back();
+  running_.pop_back();
+  SetExpectedEnd(id, -1);
   for (auto it = job.alloc.rbegin(); it != job.alloc.rend(); ++it) ledger_.Release(*it);
   job.alloc.clear();
   AddUsage(job.spec.queue, -job.units);
@@ -159,11 +174,13 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
       if (h.size() < kHistory) {
         h.push_back(ran);
       } else {
+        history_sum_[job.spec.queue.v] -= h[next];
         h[next] = ran;
       }
+      history_sum_[job.spec.queue.v] += ran;
       next = (next + 1) % kHistory;
     }
-    Release(job);
+    Release(id);
   }
   job.phase = Phase::kDone;
 }
@@ -171,7 +188,7 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
 void Scheduler::Requeue(JobId id, Ticks now) {
   JobRecord& job = jobs_[id.v];
   assert(job.phase == Phase::kRunning || job.phase == Phase::kSignaled);
-  Release(job);
+  Release(id);
   const Ticks ran = now - job.last_start;
   job.run_total += ran;
   if (job.spec.checkpoint > 0) job.progress_kept += ran / job.spec.checkpoint * job.spec.checkpoint;
@@ -204,6 +221,7 @@ std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
       }
     }
   }
+  std::sort(hit.begin(), hit.end());
   return hit;
 }
 
@@ -260,7 +278,8 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* 
     return fail(Block::kQuota, quota(*blocker));
   }
   RemovePending(id);
-  running_.insert(id);
+  running_pos_[id.v] = static_cast<uint32_t>(running_.size());
+  running_.push_back(id);
   job.alloc.swap(scratch_);
   scratch_.clear();
   job.units = units;
@@ -268,6 +287,7 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* 
   job.phase = Phase::kRunning;
   job.last_start = now;
   if (job.first_start < 0) job.first_start = now;
+  SetExpectedEnd(id, ExpectedEnd(id));
   job.wait_reason.clear();
   decisions_.push_back(Decision{Decision::Kind::kStart, id, JobId(), {}});
   if (kind) *kind = Block::kNone;
@@ -281,6 +301,7 @@ void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
   job.phase = Phase::kSignaled;
   job.signaled_at = now;
   job.preempted_by = by;
+  SetExpectedEnd(victim, ExpectedEnd(victim));
   decisions_.push_back(Decision{Decision::Kind::kPreempt, victim, by, std::move(reason)});
 }
 

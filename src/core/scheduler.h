@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/fragmentation.h"
 #include "core/ledger.h"
 #include "core/model/cluster.h"
 #include "core/model/job.h"
@@ -55,6 +56,7 @@ struct JobRecord {
   Ticks progress_kept = 0;  // checkpointed progress of ended runs (as the core reckons it)
   int preemptions = 0;      // times this job was preempted
   int victims_pending = 0;  // signaled victims still holding the capacity this job needs
+  Ticks expected_end = -1;  // while running: ExpectedEnd as of its start or signal
 };
 
 struct Decision {
@@ -109,6 +111,12 @@ class Scheduler {
   const JobRecord& job(JobId id) const { return jobs_[id.v]; }
   size_t job_count() const { return jobs_.size(); }
   const Ledger& ledger() const { return ledger_; }
+  // The cluster's fragmented GPUs under the task mix learned from submitted jobs (FGD,
+  // fragmentation.h): free GPU capacity of up nodes that the expected work could not
+  // use, in GPUs; 0 before any job was submitted. O(nodes) after a ledger change, else
+  // O(1).
+  double fragmented_gpus() const { return frag_.FragmentedGpus(); }
+  const Fragmentation& fragmentation() const { return frag_; }
   const Cluster& cluster() const { return cluster_; }
   const QueueTree& queues() const { return queues_; }
   // GPU units held by the queue and its descendants.
@@ -155,12 +163,17 @@ class Scheduler {
   const std::set<std::pair<Ticks, JobId>>& pending_in(Tier tier, QueueId q) const {
     return pending_by_queue_[static_cast<size_t>(tier) * queues_.size() + q.v];
   }
-  const std::set<JobId>& running() const { return running_; }  // running or signaled
+  // Running or signaled jobs, in no particular order (a dense set: O(1) to add and
+  // remove, contiguous to walk).
+  const std::vector<JobId>& running() const { return running_; }
   // Runtime estimate: the job's own, else the mean of its queue's last completed jobs,
   // else the default.
   Ticks Estimate(JobId id) const;
-  // When a running job is expected to release its holdings.
+  // When a running job is expected to release its holdings (from the estimate now).
   Ticks ExpectedEnd(JobId id) const;
+  // Running and signaled jobs by expected end, as reckoned when each started or was
+  // signaled (estimates learnt later do not move them), then id.
+  const std::set<std::pair<Ticks, JobId>>& running_by_end() const { return by_end_; }
   // Exponentially decayed usage of a queue (GPU units, averaged with the half-life).
   double decayed_usage(QueueId q) const { return decayed_[q.v]; }
   // GPU units a job would hold (the least over the models it accepts, for MIG).
@@ -177,7 +190,8 @@ class Scheduler {
   void WakeAt(Ticks t) { pass_wakeup_ = std::min(pass_wakeup_, t); }
 
  private:
-  void Release(JobRecord& job);
+  void Release(JobId id);
+  void SetExpectedEnd(JobId id, Ticks end);  // -1: not running
   void AddPending(JobId id);
   void RemovePending(JobId id);
   void DecayUsage(Ticks now);
@@ -190,6 +204,7 @@ class Scheduler {
   std::unique_ptr<Policy> policy_;
   PolicyParams params_;
   Ledger ledger_;
+  Fragmentation frag_;  // before placer_, which scores placements with it
   Placer placer_;
   std::vector<JobRecord> jobs_;
   std::set<PendingKey> pending_;
@@ -204,12 +219,15 @@ class Scheduler {
   Allocation scratch_;
   uint8_t shape_context_ = 0;
   std::vector<std::set<std::pair<Ticks, JobId>>> pending_by_queue_;  // [tier * queues + q]
-  std::set<JobId> running_;
+  std::vector<JobId> running_;
+  std::vector<uint32_t> running_pos_;  // per job: its index in running_ while there
+  std::set<std::pair<Ticks, JobId>> by_end_;
   std::vector<double> decayed_;
   Ticks decayed_at_ = 0;
   static constexpr size_t kHistory = 32;
   std::vector<std::vector<Ticks>> history_;  // per queue: last completed run totals (ring)
   std::vector<size_t> history_next_;
+  std::vector<Ticks> history_sum_;  // per queue: sum of the ring
 };
 
 }  // namespace gantry::core

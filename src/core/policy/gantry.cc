@@ -106,7 +106,6 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   preempt_failed_.clear();
   reserve_failed_.clear();
   victims_indexed_ = false;
-  ends_indexed_ = false;
   if (full) {
     reservations_.clear();
   } else {
@@ -264,8 +263,50 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
     victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
                               victim.units * (since / kTicksPerSecond), v, pools});
   }
-  std::sort(victims_.begin(), victims_.end());
   victims_indexed_ = true;
+  victims_sorted_ = false;
+  candidate_walks_ = 0;
+}
+
+void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts) {
+  // Best-effort work gives way to any higher tier; work of another queue running above
+  // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
+  // as starts earlier in this pass moved it.
+  auto eligible = [&](const Victim& c) {
+    if ((c.pools & accepts) == 0) return false;
+    const JobRecord& victim = s.job(c.id);
+    if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
+    const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
+    return lower_tier || (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
+                          Borrowing(s, victim.spec.queue));
+  };
+  candidates_.clear();
+  // A few walks select the cheapest in O(running) each; past that, one sort of the
+  // index lets every later walk stop at kMaxVictims.
+  if (!victims_sorted_ && ++candidate_walks_ > 4) {
+    std::sort(victims_.begin(), victims_.end());
+    victims_sorted_ = true;
+  }
+  if (victims_sorted_) {
+    for (const Victim& c : victims_) {
+      if (!eligible(c)) continue;
+      candidates_.push_back(c);
+      if (candidates_.size() == kMaxVictims) break;
+    }
+    return;
+  }
+  // A max-heap of the cheapest kMaxVictims seen so far.
+  for (const Victim& c : victims_) {
+    if (candidates_.size() == kMaxVictims && !(c < candidates_.front())) continue;
+    if (!eligible(c)) continue;
+    if (candidates_.size() == kMaxVictims) {
+      std::pop_heap(candidates_.begin(), candidates_.end());
+      candidates_.pop_back();
+    }
+    candidates_.push_back(c);
+    std::push_heap(candidates_.begin(), candidates_.end());
+  }
+  std::sort_heap(candidates_.begin(), candidates_.end());
 }
 
 bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
@@ -281,22 +322,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
     if (s.placer().PoolAccepts(job.spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
   }
-  // The cheapest candidates, in the order of the index: best-effort work gives way to
-  // any higher tier; work of another queue running above its guarantee gives way to a
-  // job inside its own guarantee. Borrowing is judged now, as starts in this pass moved it.
-  std::vector<JobId>& candidates = candidates_;
-  candidates.clear();
-  for (const Victim& c : victims_) {
-    if ((c.pools & accepts) == 0) continue;
-    const JobRecord& victim = s.job(c.id);
-    if (victim.phase != Phase::kRunning) continue;  // preempted earlier in this pass
-    const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
-    const bool borrower = victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
-                          Borrowing(s, victim.spec.queue);
-    if (!lower_tier && !borrower) continue;
-    candidates.push_back(c.id);
-    if (candidates.size() == kMaxVictims) break;
-  }
+  Candidates(s, job, accepts);
+  const std::vector<Victim>& candidates = candidates_;
   if (candidates.empty()) {
     preempt_failed_.insert(std::move(key));
     return false;
@@ -304,9 +331,11 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   // What-if: release the cheapest victims until the job fits.
   std::vector<JobId> chosen;
   Allocation fit;
-  for (JobId c : candidates) {
-    ReleaseAll(ledger, s.job(c).alloc);
-    chosen.push_back(c);
+  const GpuUnits need = s.MinUnits(job.spec);
+  for (const Victim& c : candidates) {
+    ReleaseAll(ledger, s.job(c.id).alloc);
+    chosen.push_back(c.id);
+    if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(job.spec, Fit::kBest, fit)) break;
   }
   if (fit.empty()) {
@@ -358,24 +387,17 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   Ledger& ledger = s.mutable_ledger();
   const Scheduler::Shape shape = s.ShapeOf(s.job(id).spec);
   if (reserve_failed_.contains(shape)) return false;
-  if (!ends_indexed_) {
-    // The jobs running at the start of the pass, by expected end; jobs started in this
-    // pass are left out, which only makes a reservation later, never earlier.
-    ends_.clear();
-    for (JobId r : s.running()) ends_.emplace_back(s.ExpectedEnd(r), r);
-    const size_t keep = std::min(ends_.size(), kMaxReserveSteps);
-    std::partial_sort(ends_.begin(), ends_.begin() + static_cast<std::ptrdiff_t>(keep), ends_.end());
-    ends_.resize(keep);
-    ends_indexed_ = true;
-  }
   // Phantoms of earlier reservations stay: this job's reservation comes after theirs.
   std::vector<JobId> released;
   Allocation fit;
   Ticks start = kForever;
-  for (const auto& [end, r] : ends_) {
-    if (s.job(r).phase == Phase::kDone || s.job(r).alloc.empty()) continue;
+  const GpuUnits need = s.MinUnits(s.job(id).spec);
+  size_t steps = 0;
+  for (const auto& [end, r] : s.running_by_end()) {
+    if (++steps > kMaxReserveSteps) break;
     ReleaseAll(ledger, s.job(r).alloc);
     released.push_back(r);
+    if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
       start = std::max(end, now);
       break;

@@ -63,6 +63,9 @@ class GantryPolicy final : public Policy {
   void Consider(Scheduler& s, JobId id, Ticks now);
   // Fills victims_: the running jobs no rule protects, cheapest first.
   void IndexVictims(const Scheduler& s, Ticks now);
+  // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
+  // `job`, whose workers may use the pools in `accepts`.
+  void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts);
   bool TryPreempt(Scheduler& s, JobId id, Ticks now);
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
@@ -83,16 +86,15 @@ class GantryPolicy final : public Policy {
   Allocation phantoms_;
   std::map<Scheduler::Shape, std::string> refined_;  // this pass: shape -> reason
   std::vector<JobId> order_;
-  // Per pass, built on first use: the preemption candidates and the running jobs by
-  // expected end (for reservations), and the requests that found neither victims nor a
-  // reservation (they fail alike for the rest of the pass).
+  // Per pass: the preemption candidates (built on first use), and the requests that
+  // found neither victims nor a reservation (they fail alike for the rest of the pass).
   std::vector<Victim> victims_;
   bool victims_indexed_ = false;
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
-  std::vector<JobId> candidates_;
+  bool victims_sorted_ = false;
+  int candidate_walks_ = 0;
+  std::vector<Victim> candidates_;
   std::set<PreemptKey> preempt_failed_;
-  std::vector<std::pair<Ticks, JobId>> ends_;
-  bool ends_indexed_ = false;
   std::set<Scheduler::Shape> reserve_failed_;
 };
 

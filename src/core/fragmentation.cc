@@ -1,0 +1,232 @@
+#include "core/fragmentation.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cassert>
+
+#include "core/placement.h"
+
+namespace gantry::core {
+
+namespace {
+// Free capacity of one GPU in GPU units.
+GpuUnits FreeUnits(const GpuState& s) {
+  switch (s.mode) {
+    case GpuMode::kFree: return kGpuUnits;
+    case GpuMode::kWhole: return 0;
+    case GpuMode::kMig: return GpuUnits{kMigComputeSlices - s.mig_compute} * kUnitsPerMigSlice;
+    case GpuMode::kShared: return GpuUnits{kShareScale - s.share_used} * kUnitsPerShareMilli;
+  }
+  return 0;
+}
+}  // namespace
+
+Fragmentation::Fragmentation(const Ledger& ledger)
+    : ledger_(ledger), cache_(ledger.cluster().nodes().size()) {}
+
+void Fragmentation::Observe(const JobSpec& job) {
+  const auto workers = static_cast<uint64_t>(std::max(1, job.replicas));
+  Key key{job.sharing,    job.tier == Tier::kCritical, job.gpus,
+          job.share_milli, job.mig_profile,            job.models,
+          job.vram_bytes, job.cpus_milli,              job.memory_bytes};
+  auto it = tracked_.find(key);
+  if (it == tracked_.end()) {
+    if (tracked_.size() >= kTracked) {  // evict the lightest shape (the first on ties)
+      auto lightest = tracked_.begin();
+      for (auto t = tracked_.begin(); t != tracked_.end(); ++t) {
+        if (t->second.weight < lightest->second.weight) lightest = t;
+      }
+      tracked_.erase(lightest);
+    }
+    it = tracked_.emplace(std::move(key), Tracked{0, job.mig_index}).first;
+  }
+  it->second.weight += workers;
+  observed_ += workers;
+  since_decay_ += workers;
+  since_rebuild_ += workers;
+  if (since_decay_ >= kDecayEvery) {
+    since_decay_ = 0;
+    for (auto t = tracked_.begin(); t != tracked_.end();) {
+      t->second.weight /= 2;
+      t = t->second.weight == 0 ? tracked_.erase(t) : std::next(t);
+    }
+  }
+  const uint64_t every = std::max<uint64_t>(1, std::min<uint64_t>(observed_ / 8, 256));
+  if (since_rebuild_ >= every) Rebuild();
+}
+
+void Fragmentation::Rebuild() {
+  since_rebuild_ = 0;
+  std::vector<std::map<Key, Tracked>::const_iterator> order;
+  order.reserve(tracked_.size());
+  for (auto it = tracked_.begin(); it != tracked_.end(); ++it) order.push_back(it);
+  // Heaviest first; the map's order (by shape) breaks ties, so the mix is deterministic.
+  std::stable_sort(order.begin(), order.end(),
+                   [](auto a, auto b) { return a->second.weight > b->second.weight; });
+  if (order.size() > kMaxClasses) order.resize(kMaxClasses);
+  mix_.clear();
+  total_weight_ = 0;
+  for (auto it : order) {
+    const Key& k = it->first;
+    TaskClass c;
+    c.worker.sharing = k.sharing;
+    c.worker.tier = k.critical ? Tier::kCritical : Tier::kStandard;
+    c.worker.gpus = k.gpus;
+    c.worker.share_milli = k.share_milli;
+    c.worker.mig_profile = k.mig_profile;
+    c.worker.mig_index = it->second.mig_index;
+    c.worker.models = k.models;
+    c.worker.vram_bytes = k.vram_bytes;
+    c.worker.cpus_milli = k.cpus_milli;
+    c.worker.memory_bytes = k.memory_bytes;
+    c.weight = it->second.weight;
+    total_weight_ += c.weight;
+    mix_.push_back(std::move(c));
+  }
+  const Cluster& cluster = ledger_.cluster();
+  pool_ok_.assign(cluster.pools().size() * mix_.size(), 0);
+  for (size_t p = 0; p < cluster.pools().size(); ++p) {
+    for (size_t c = 0; c < mix_.size(); ++c) {
+      pool_ok_[p * mix_.size() + c] =
+          PoolAccepts(cluster, mix_[c].worker, PoolId(static_cast<uint32_t>(p))) ? 1 : 0;
+    }
+  }
+  ++epoch_;
+}
+
+int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
+                             int64_t memory_bytes) const {
+  const Node& node = ledger_.cluster().node(n);
+  std::array<int, kMaxGpusPerNode> partial{};  // local indexes of partly used GPUs
+  int partials = 0, whole = 0;
+  GpuUnits free_total = 0;
+  for (int i = 0; i < node.gpus; ++i) {
+    const GpuUnits f = FreeUnits(gpus[i]);
+    free_total += f;
+    if (gpus[i].mode == GpuMode::kFree) {
+      ++whole;
+    } else if (f > 0) {
+      partial[partials++] = i;
+    }
+  }
+  if (free_total == 0) return 0;
+  const GpuModel& model = ledger_.cluster().catalog().model(node.model);
+  const uint8_t* ok = pool_ok_.data() + node.pool.v * mix_.size();
+  int64_t score = 0;
+  for (size_t c = 0; c < mix_.size(); ++c) {
+    const JobSpec& m = mix_[c].worker;
+    GpuUnits usable = 0;
+    if (ok[c] && cpus_milli >= m.cpus_milli && memory_bytes >= m.memory_bytes) {
+      switch (m.sharing) {
+        case Sharing::kExclusive:
+          if (m.gpus == 0) {
+            usable = free_total;
+          } else if (whole >= m.gpus) {
+            usable = GpuUnits{whole} * kGpuUnits;
+          }
+          break;
+        case Sharing::kMps:
+        case Sharing::kTimeslice:
+          usable = GpuUnits{whole} * kGpuUnits;
+          for (int j = 0; j < partials; ++j) {
+            const GpuState& s = gpus[partial[j]];
+            if (s.mode == GpuMode::kShared && s.share_mode == m.sharing &&
+                s.share_used + m.share_milli <= kShareScale &&
+                s.vram_used + m.vram_bytes <= model.memory_bytes) {
+              usable += FreeUnits(s);
+            }
+          }
+          break;
+        case Sharing::kMig: {
+          usable = GpuUnits{whole} * kGpuUnits;
+          const MigProfile& p = model.mig_profiles[m.mig_index[node.model.v]];
+          for (int j = 0; j < partials; ++j) {
+            const GpuState& s = gpus[partial[j]];
+            if (s.mode == GpuMode::kMig && Ledger::MigStartOn(s, p) >= 0) usable += FreeUnits(s);
+          }
+          break;
+        }
+      }
+    }
+    score += static_cast<int64_t>(mix_[c].weight) * (free_total - usable);
+  }
+  return score;
+}
+
+int64_t Fragmentation::NodeScore(NodeId n) const {
+  if (!active()) return 0;
+  CacheEntry& e = cache_[n.v];
+  const uint64_t version = ledger_.node_version(n);
+  if (e.epoch != epoch_ || e.node_version != version) {
+    const Node& node = ledger_.cluster().node(n);
+    const NodeState& s = ledger_.node(n);
+    e.score = node.gpus == 0 ? 0
+                             : Score(n, &ledger_.gpu(node.first_gpu), s.free_cpus_milli,
+                                     s.free_memory_bytes);
+    e.epoch = epoch_;
+    e.node_version = version;
+  }
+  return e.score;
+}
+
+int64_t Fragmentation::Delta(const WorkerAlloc& w) const {
+  if (!active()) return 0;
+  const Node& node = ledger_.cluster().node(w.node);
+  const NodeState& ns = ledger_.node(w.node);
+  const int64_t before = NodeScore(w.node);
+  if (node.gpus == 0) return 0;
+  std::array<GpuState, kMaxGpusPerNode> after;
+  std::copy_n(&ledger_.gpu(node.first_gpu), node.gpus, after.begin());
+  // The GPU side of Ledger::Allocate, on the copy.
+  switch (w.sharing) {
+    case Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) after[std::countr_zero(m)].mode = GpuMode::kWhole;
+      break;
+    case Sharing::kMig: {
+      GpuState& s = after[w.gpu];
+      const MigProfile& p = ledger_.cluster().catalog().model(node.model).mig_profiles[w.mig_profile];
+      s.mode = GpuMode::kMig;
+      s.mig_memory = static_cast<uint8_t>(s.mig_memory | (((1u << p.memory_slices) - 1u) << w.mig_start));
+      s.mig_compute = static_cast<uint8_t>(s.mig_compute + p.compute_slices);
+      break;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: {
+      GpuState& s = after[w.gpu];
+      if (s.mode == GpuMode::kFree) {
+        s.mode = GpuMode::kShared;
+        s.share_mode = w.sharing;
+      }
+      s.share_used = static_cast<int16_t>(s.share_used + w.share_milli);
+      s.vram_used += w.vram_bytes;
+      break;
+    }
+  }
+  return Score(w.node, after.data(), ns.free_cpus_milli - w.cpus_milli,
+               ns.free_memory_bytes - w.memory_bytes) -
+         before;
+}
+
+double Fragmentation::NodeFragmentedGpus(NodeId n) const {
+  if (!active()) return 0;
+  return static_cast<double>(NodeScore(n)) / static_cast<double>(total_weight_) /
+         static_cast<double>(kGpuUnits);
+}
+
+double Fragmentation::FragmentedGpus() const {
+  if (!active()) return 0;
+  if (total_version_ == ledger_.version() && total_epoch_ == epoch_) return total_gpus_;
+  int64_t sum = 0;
+  const auto nodes = static_cast<uint32_t>(ledger_.cluster().nodes().size());
+  for (uint32_t i = 0; i < nodes; ++i) {
+    if (ledger_.node(NodeId(i)).up) sum += NodeScore(NodeId(i));
+  }
+  total_version_ = ledger_.version();
+  total_epoch_ = epoch_;
+  total_gpus_ = static_cast<double>(sum) / static_cast<double>(total_weight_) /
+                static_cast<double>(kGpuUnits);
+  return total_gpus_;
+}
+
+}  // namespace gantry::core

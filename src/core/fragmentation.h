@@ -1,0 +1,116 @@
+// Fragmentation: how much free GPU capacity the expected work could not use (FGD).
+//
+// After Weng et al., "Beware of Fragmentation: Scheduling GPU-Sharing Workloads with
+// Fragmentation Gradient Descent" (USENIX ATC'23). The target workload M is a mix of
+// task classes m (the request shape of one worker) with popularity p_m. A node's
+// fragmentation is F_n(M) = sum_m p_m F_n(m), where F_n(m) is the node's free GPU
+// capacity that a worker of class m cannot use:
+//   - all of it when m cannot go to the node at all: model, sharing mode, VRAM or spot
+//     (critical work) rule it out, the node lacks the CPUs or memory, or it has fewer
+//     free whole GPUs than a whole-GPU class asks for;
+//   - else the free capacity of the GPUs m cannot use: for a whole-GPU class every
+//     partly used GPU (shared or MIG); for an MPS/time-slice share the shared GPUs of
+//     the other mode or with less share (or VRAM) left than m asks, and split MIG GPUs;
+//     for a MIG profile the shared GPUs and the MIG GPUs where the profile no longer
+//     fits. A CPU-only class uses no GPU: F is 0 where it fits, all free GPUs where not.
+// Free capacity is in GPU units (a free GPU 7000, a shared GPU its share left x 7, a
+// MIG GPU its free compute slices x 1000), so every figure the placer compares is an
+// integer: p_m is an integer weight (the class's decayed count) and NodeScore is
+// sum_m weight_m F_n(m); FragmentedGpus divides by the total weight for the report.
+//
+// The mix is learned online (Observe, once per submitted job, weighted by its
+// workers): a bounded table of the last kTracked distinct shapes with decayed counts
+// (all halved every kDecayEvery workers; a new shape evicts the lightest). The mix in
+// use is frozen at rebuilds (the kMaxClasses heaviest shapes), which happen after every
+// max(1, min(observed/8, 256)) workers, so scores only change when the ledger or a
+// rebuild does. Per-node scores are cached against the ledger's node_version and the
+// rebuild epoch: a placement query costs O(GPUs of the node x classes) per node it
+// scores, never a scan of the cluster.
+// Thread-safety: none; owned by one scheduler next to its ledger. The const queries
+// fill caches (mutable), so even they must not run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/ledger.h"
+#include "core/model/job.h"
+
+namespace gantry::core {
+
+class Fragmentation {
+ public:
+  static constexpr size_t kMaxClasses = 32;     // classes in the mix in use
+  static constexpr size_t kTracked = 256;       // distinct shapes counted
+  static constexpr uint64_t kDecayEvery = 8192; // workers between halvings of the counts
+
+  // One task class of the mix: a single worker's request (replicas 1, spine) and its
+  // weight (decayed count of workers of that shape).
+  struct TaskClass {
+    JobSpec worker;
+    uint64_t weight = 0;
+  };
+
+  explicit Fragmentation(const Ledger& ledger);
+
+  // Counts a submitted job's workers into the mix (a gang of 4 counts 4 times).
+  void Observe(const JobSpec& job);
+  // The mix in use (heaviest first, ties by shape), its total weight, and whether there
+  // is one: without a mix every score is 0 and the placer does plain best fit.
+  const std::vector<TaskClass>& mix() const { return mix_; }
+  uint64_t total_weight() const { return total_weight_; }
+  bool active() const { return total_weight_ > 0; }
+
+  // sum_m weight_m F_n(m) of an up node now, in GPU units x weight. Cached.
+  int64_t NodeScore(NodeId n) const;
+  // NodeScore after allocating `w` minus before; `w` must fit (Ledger::Fits).
+  // O(GPUs of the node x classes).
+  int64_t Delta(const WorkerAlloc& w) const;
+  // F_n(M) in GPUs (0 without a mix), and its sum over the up nodes: the cluster's
+  // fragmented GPUs. FragmentedGpus is O(nodes) unless nothing changed since the last
+  // call (then O(1)).
+  double NodeFragmentedGpus(NodeId n) const;
+  double FragmentedGpus() const;
+
+ private:
+  struct Key {
+    Sharing sharing;
+    bool critical;
+    int gpus, share_milli;
+    std::string mig_profile;
+    ModelMask models;
+    int64_t vram_bytes, cpus_milli, memory_bytes;
+    auto operator<=>(const Key&) const = default;
+  };
+  struct Tracked {
+    uint64_t weight = 0;
+    std::vector<int8_t> mig_index;
+  };
+  struct CacheEntry {
+    uint64_t node_version = 0;
+    uint64_t epoch = 0;
+    int64_t score = 0;
+  };
+
+  void Rebuild();
+  // Score of node n if its GPUs were in `gpus` with these CPUs and memory free.
+  int64_t Score(NodeId n, const GpuState* gpus, int64_t cpus_milli, int64_t memory_bytes) const;
+
+  const Ledger& ledger_;
+  std::map<Key, Tracked> tracked_;
+  uint64_t observed_ = 0;            // workers ever observed
+  uint64_t since_decay_ = 0;
+  uint64_t since_rebuild_ = 0;
+  std::vector<TaskClass> mix_;
+  uint64_t total_weight_ = 0;
+  std::vector<uint8_t> pool_ok_;     // [pool * mix_.size() + class]: class may use the pool
+  uint64_t epoch_ = 0;               // rebuilds so far
+  mutable std::vector<CacheEntry> cache_;
+  mutable uint64_t total_version_ = UINT64_MAX;
+  mutable uint64_t total_epoch_ = 0;
+  mutable double total_gpus_ = 0;
+};
+
+}  // namespace gantry::core

@@ -1,0 +1,336 @@
+#include "core/fragmentation.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "core/placement.h"
+#include "core/scheduler.h"
+#include "test_util.h"
+
+namespace gantry::core {
+namespace {
+
+using testing::MakeCluster;
+using testing::Pool;
+using testing::Shared;
+using testing::Whole;
+
+constexpr SharingMask kAll = Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps) |
+                             Bit(Sharing::kTimeslice);
+
+WorkerAlloc Share(NodeId node, int gpu, int milli, Sharing mode = Sharing::kMps) {
+  WorkerAlloc w;
+  w.node = node;
+  w.sharing = mode;
+  w.gpu = static_cast<int8_t>(gpu);
+  w.share_milli = static_cast<int16_t>(milli);
+  w.vram_bytes = 1 * kGB;
+  return w;
+}
+
+WorkerAlloc WholeGpus(NodeId node, uint64_t mask) {
+  WorkerAlloc w;
+  w.node = node;
+  w.gpu_mask = mask;
+  return w;
+}
+
+TEST(FragmentationTest, LearnsTheMixByWorkers) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 2, 4, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  EXPECT_FALSE(frag.active());
+  EXPECT_EQ(frag.FragmentedGpus(), 0.0);
+  frag.Observe(Whole(c, "one", 1, 1));
+  frag.Observe(Whole(c, "gang", 3, 1));  // same worker shape, 3 workers
+  frag.Observe(Shared(c, "half", Sharing::kMps, 500, 8));
+  ASSERT_TRUE(frag.active());
+  ASSERT_EQ(frag.mix().size(), 2u);
+  EXPECT_EQ(frag.mix()[0].worker.gpus, 1);  // heaviest first
+  EXPECT_EQ(frag.mix()[0].weight, 4u);
+  EXPECT_EQ(frag.mix()[1].worker.share_milli, 500);
+  EXPECT_EQ(frag.mix()[1].weight, 1u);
+  EXPECT_EQ(frag.total_weight(), 5u);
+}
+
+TEST(FragmentationTest, KeepsTheHeaviestClassesAndDecays) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  // 40 distinct shapes (share 10..400 milli); shape i seen i+1 times.
+  for (int i = 0; i < 40; ++i) {
+    for (int k = 0; k <= i; ++k) frag.Observe(Shared(c, "s", Sharing::kMps, 10 * (i + 1), 1));
+  }
+  // The mix in use is frozen between rebuilds (at most every 256 workers): 300 more of
+  // the last shape make sure one happened since.
+  for (int k = 0; k < 300; ++k) frag.Observe(Shared(c, "s", Sharing::kMps, 400, 1));
+  ASSERT_EQ(frag.mix().size(), Fragmentation::kMaxClasses);  // 40 shapes, 32 kept
+  for (size_t i = 1; i < frag.mix().size(); ++i) {
+    EXPECT_GE(frag.mix()[i - 1].weight, frag.mix()[i].weight);
+  }
+  EXPECT_EQ(frag.mix()[0].worker.share_milli, 400);
+  EXPECT_GT(frag.mix()[0].weight, 40u);  // counts as of the last rebuild: up to 340
+  EXPECT_LE(frag.mix()[0].weight, 340u);
+  EXPECT_EQ(frag.mix().back().worker.share_milli, 90);  // shapes 10..80 are the lightest
+  // Every kDecayEvery workers all counts halve (1120 seen so far; the halving comes
+  // during the next 8192).
+  for (uint64_t k = 0; k < Fragmentation::kDecayEvery; ++k) frag.Observe(Whole(c, "w", 1, 2));
+  EXPECT_EQ(frag.mix()[0].worker.gpus, 2);
+  bool found = false;
+  for (const auto& m : frag.mix()) {
+    if (m.worker.share_milli != 400) continue;
+    found = true;
+    EXPECT_EQ(m.weight, 170u);
+  }
+  EXPECT_TRUE(found);
+}
+
+// Hand computation: one node of 4 A100s. GPU0 shared with 0.7 used (0.3 free), GPU1
+// shared with 0.4 used (0.6 free), GPU2 and GPU3 free. Mix: 1 whole GPU (weight 1),
+// an MPS share of 0.5 (weight 1).
+//   F(1 GPU)  = 0.3 + 0.6 = 0.9 (the partial GPUs)
+//   F(0.5)    = 0.3         (GPU0 has less than 0.5 left)
+//   F(M)      = (0.9 + 0.3) / 2 = 0.6 GPUs
+TEST(FragmentationTest, NodeFragmentationByHand) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 2, 4, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  frag.Observe(Whole(c, "one", 1, 1));
+  frag.Observe(Shared(c, "half", Sharing::kMps, 500, 8));
+  ledger.Allocate(Share(NodeId(0), 0, 700));
+  ledger.Allocate(Share(NodeId(0), 1, 400));
+  EXPECT_EQ(frag.NodeScore(NodeId(0)), (900 + 300) * kUnitsPerShareMilli);
+  EXPECT_DOUBLE_EQ(frag.NodeFragmentedGpus(NodeId(0)), 0.6);
+  EXPECT_DOUBLE_EQ(frag.NodeFragmentedGpus(NodeId(1)), 0.0);  // all free, all usable
+  EXPECT_DOUBLE_EQ(frag.FragmentedGpus(), 0.6);
+
+  // A 4-GPU whole class cannot go to node 0 at all (2 free whole GPUs): all of its free
+  // capacity, 2.9 GPUs, is fragmented for it; node 1 (4 free) has none.
+  frag.Observe(Whole(c, "four", 1, 4));
+  // F(M) = (0.9 + 0.3 + 2.9) / 3
+  EXPECT_NEAR(frag.NodeFragmentedGpus(NodeId(0)), 4.1 / 3, 1e-12);
+  EXPECT_NEAR(frag.FragmentedGpus(), 4.1 / 3, 1e-12);
+
+  // Taking node 1's GPU 3 whole: 3 free whole GPUs left there, so the 4-GPU class loses
+  // it: F = 3 for that class, 0 for the others.
+  ledger.Allocate(WholeGpus(NodeId(1), 0b1000));
+  EXPECT_NEAR(frag.NodeFragmentedGpus(NodeId(1)), 1.0, 1e-12);
+  EXPECT_NEAR(frag.FragmentedGpus(), 4.1 / 3 + 1.0, 1e-12);
+  // A down node does not count.
+  ledger.SetUp(NodeId(1), false);
+  EXPECT_NEAR(frag.FragmentedGpus(), 4.1 / 3, 1e-12);
+}
+
+TEST(FragmentationTest, CpuAndModelRuleOutAClass) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 2, "A100-80GB", 0, 1, kAll),
+                                 Pool(c, "t", 1, 2, "T4-16GB")});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  JobSpec big = Whole(c, "cpu-heavy", 1, 1);
+  big.cpus_milli = 100'000;  // the nodes have 128 CPUs
+  big.models = ModelMask{1} << testing::Model(c, "A100-80GB").v;
+  frag.Observe(big);
+  // T4 node: the class may not use it at all: both free GPUs are fragmented for it.
+  EXPECT_DOUBLE_EQ(frag.NodeFragmentedGpus(NodeId(1)), 2.0);
+  EXPECT_DOUBLE_EQ(frag.NodeFragmentedGpus(NodeId(0)), 0.0);
+  // Take 64 CPUs on the A100 node: now it lacks the class's CPUs.
+  WorkerAlloc cpu;
+  cpu.node = NodeId(0);
+  cpu.cpus_milli = 64'000;
+  ledger.Allocate(cpu);
+  EXPECT_DOUBLE_EQ(frag.NodeFragmentedGpus(NodeId(0)), 2.0);
+}
+
+TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 4, 4, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  frag.Observe(Whole(c, "one", 1, 1));
+  frag.Observe(Whole(c, "two", 1, 2));
+  frag.Observe(Shared(c, "q", Sharing::kMps, 250, 4));
+  frag.Observe(Shared(c, "h", Sharing::kMps, 500, 4));
+  frag.Observe(testing::Mig(c, "m3", "3g.40gb"));
+  frag.Observe(testing::Mig(c, "m1", "1g.10gb"));
+  Placer placer(ledger, &frag);
+  std::mt19937_64 rng(7);
+  const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1), Whole(c, "two", 1, 2),
+                                     Shared(c, "q", Sharing::kMps, 250, 4),
+                                     Shared(c, "h", Sharing::kMps, 500, 4),
+                                     testing::Mig(c, "m3", "3g.40gb"), testing::Mig(c, "m1", "1g.10gb")};
+  std::vector<Allocation> live;
+  for (int step = 0; step < 400; ++step) {
+    if (!live.empty() && rng() % 3 == 0) {
+      const size_t i = rng() % live.size();
+      for (const WorkerAlloc& w : live[i]) ledger.Release(w);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    Allocation a;
+    if (!placer.Place(jobs[rng() % jobs.size()], Fit::kBest, a)) continue;
+    // Undo and check that Delta predicted the change exactly.
+    ASSERT_EQ(a.size(), 1u);
+    ledger.Release(a[0]);
+    const int64_t before = frag.NodeScore(a[0].node);
+    const int64_t delta = frag.Delta(a[0]);
+    ledger.Allocate(a[0]);
+    EXPECT_EQ(frag.NodeScore(a[0].node) - before, delta) << "step " << step;
+    live.push_back(a);
+  }
+}
+
+// A 0.5 share: plain best fit takes the first pool with room and breaks a free GPU there;
+// FGD puts it on the shared GPU of the second pool, keeping the GPU that the popular
+// 1-GPU class needs.
+TEST(FragmentationTest, ShareDoesNotBreakAWholeGpu) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "p0", 1, 2, "A100-80GB", 0, 1, kAll),
+                                 Pool(c, "p1", 1, 2, "A100-80GB", 0, 1, kAll)});
+  const JobSpec half = Shared(c, "half", Sharing::kMps, 500, 8);
+  for (bool fgd : {false, true}) {
+    Ledger ledger(cluster);
+    Fragmentation frag(ledger);
+    for (int i = 0; i < 8; ++i) frag.Observe(Whole(c, "one", 1, 1));
+    frag.Observe(half);
+    Placer placer(ledger, fgd ? &frag : nullptr);
+    ledger.Allocate(WholeGpus(NodeId(0), 0b01));  // p0: one free GPU
+    ledger.Allocate(WholeGpus(NodeId(1), 0b01));  // p1: GPU1 shared, 0.5 used
+    ledger.Allocate(Share(NodeId(1), 1, 500));
+    const double before = frag.FragmentedGpus();
+    Allocation a;
+    ASSERT_TRUE(placer.Place(half, Fit::kBest, a));
+    if (fgd) {
+      EXPECT_EQ(a[0].node, NodeId(1));
+      EXPECT_EQ(a[0].gpu, 1);
+      EXPECT_LT(frag.FragmentedGpus(), before);
+    } else {
+      EXPECT_EQ(a[0].node, NodeId(0));  // plain best fit breaks p0's last free GPU
+      EXPECT_GT(frag.FragmentedGpus(), before);
+    }
+  }
+}
+
+// Among shared GPUs best fit takes the tightest; FGD takes the one whose remainder the
+// popular 0.5 class can still use.
+TEST(FragmentationTest, ShareLeavesAUsableRemainder) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 2, 1, "A100-80GB", 0, 1, kAll)});
+  const JobSpec small = Shared(c, "small", Sharing::kMps, 300, 4);
+  for (bool fgd : {false, true}) {
+    Ledger ledger(cluster);
+    Fragmentation frag(ledger);
+    for (int i = 0; i < 4; ++i) frag.Observe(Shared(c, "half", Sharing::kMps, 500, 4));
+    frag.Observe(small);
+    Placer placer(ledger, fgd ? &frag : nullptr);
+    ledger.Allocate(Share(NodeId(0), 0, 400));  // 0.6 left: 0.3 after, too little for 0.5
+    ledger.Allocate(Share(NodeId(1), 0, 200));  // 0.8 left: 0.5 after, still a 0.5 slot
+    Allocation a;
+    ASSERT_TRUE(placer.Place(small, Fit::kBest, a));
+    EXPECT_EQ(a[0].node, fgd ? NodeId(1) : NodeId(0));
+  }
+}
+
+// A MIG instance goes to a start slice that keeps the popular 4g.40gb placeable (4g
+// only fits at slice 0), where plain best fit takes the first start.
+TEST(FragmentationTest, MigKeepsThePopularProfilePlaceable) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 1, "A100-80GB", 0, 1, kAll)});
+  const JobSpec one = testing::Mig(c, "one", "1g.10gb");
+  const JobSpec four = testing::Mig(c, "four", "4g.40gb");
+  for (bool fgd : {false, true}) {
+    Ledger ledger(cluster);
+    Fragmentation frag(ledger);
+    for (int i = 0; i < 4; ++i) frag.Observe(four);
+    frag.Observe(one);
+    Placer placer(ledger, fgd ? &frag : nullptr);
+    Allocation a;
+    ASSERT_TRUE(placer.Place(one, Fit::kBest, a));
+    EXPECT_EQ(a[0].mig_start, fgd ? 4 : 0);
+    Allocation b;
+    EXPECT_EQ(placer.Place(four, Fit::kBest, b), fgd);
+  }
+}
+
+// Whole GPUs: best fit takes the fullest node (2 free GPUs) and leaves it 1, which the
+// popular 2-GPU class cannot use; FGD takes the node with 3 free and keeps a pair on both.
+TEST(FragmentationTest, WholeWorkerKeepsPairsForThePopularClass) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 2, 4, "A100-80GB")});
+  for (bool fgd : {false, true}) {
+    Ledger ledger(cluster);
+    Fragmentation frag(ledger);
+    for (int i = 0; i < 4; ++i) frag.Observe(Whole(c, "pair", 1, 2));
+    frag.Observe(Whole(c, "one", 1, 1));
+    Placer placer(ledger, fgd ? &frag : nullptr);
+    ledger.Allocate(WholeGpus(NodeId(0), 0b0011));  // node 0: 2 free
+    ledger.Allocate(WholeGpus(NodeId(1), 0b0001));  // node 1: 3 free
+    const double before = frag.FragmentedGpus();
+    EXPECT_DOUBLE_EQ(before, 0.0);
+    Allocation a;
+    ASSERT_TRUE(placer.Place(Whole(c, "one", 1, 1), Fit::kBest, a));
+    EXPECT_EQ(a[0].node, fgd ? NodeId(1) : NodeId(0));
+    // Best fit: node 0's last GPU is fragmented for the pair class (weight 4 of 5).
+    EXPECT_DOUBLE_EQ(frag.FragmentedGpus(), fgd ? 0.0 : 4.0 / 5.0);
+  }
+}
+
+TEST(FragmentationTest, LedgerIndexesSharedGpusByFreeShare) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 2, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  auto level_of = [&](uint32_t local, Sharing mode) {
+    int found = -1;
+    for (int l = 0; l < Ledger::kShareLevels; ++l) {
+      if (ledger.shared_level(PoolId(0), mode, l).test(local)) {
+        EXPECT_EQ(found, -1) << "in two levels";
+        found = l;
+      }
+    }
+    return found;
+  };
+  const WorkerAlloc a = Share(NodeId(0), 0, 250);
+  ledger.Allocate(a);
+  EXPECT_EQ(level_of(0, Sharing::kMps), 7);  // 750 left
+  const WorkerAlloc b = Share(NodeId(0), 0, 700);
+  ledger.Allocate(b);
+  EXPECT_EQ(level_of(0, Sharing::kMps), 0);  // 50 left
+  ledger.Allocate(Share(NodeId(0), 0, 50));
+  EXPECT_EQ(level_of(0, Sharing::kMps), -1);  // full
+  ledger.Release(b);
+  EXPECT_EQ(level_of(0, Sharing::kMps), 7);  // 700 left
+  const WorkerAlloc t = Share(NodeId(0), 1, 100, Sharing::kTimeslice);
+  ledger.Allocate(t);
+  EXPECT_EQ(level_of(1, Sharing::kTimeslice), 9);
+  EXPECT_EQ(level_of(1, Sharing::kMps), -1);
+  ledger.SetUp(NodeId(0), false);
+  EXPECT_EQ(level_of(0, Sharing::kMps), -1);
+  EXPECT_EQ(level_of(1, Sharing::kTimeslice), -1);
+  ledger.SetUp(NodeId(0), true);
+  EXPECT_EQ(level_of(0, Sharing::kMps), 7);
+  ledger.Release(t);
+  EXPECT_EQ(level_of(1, Sharing::kTimeslice), -1);  // free again
+}
+
+TEST(FragmentationTest, SchedulerReportsFragmentedGpus) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 2, "A100-80GB", 0, 1, kAll)});
+  QueueSpec q;
+  q.name = "q";
+  QueueTree queues = testing::MakeQueues({q});
+  Scheduler s(cluster, queues, MakePolicy("gantry"));
+  EXPECT_EQ(s.fragmented_gpus(), 0.0);
+  s.Submit(Whole(c, "one", 1, 1), 0);
+  s.Submit(Shared(c, "third", Sharing::kMps, 300, 4), 0);
+  s.Schedule(0);
+  // The 1-GPU worker holds GPU0 and the share GPU1: 0.7 left there, fragmented for the
+  // 1-GPU class (weight 1), usable by the 0.3 class: F = 0.7 / 2.
+  EXPECT_NEAR(s.fragmented_gpus(), 0.35, 1e-12);
+}
+
+}  // namespace
+}  // namespace gantry::core

@@ -16,8 +16,9 @@
 //   schedule/<policy>/...: whole Scheduler::Schedule passes over a pending backlog, each
 //     after a churn step (finishes, requeues of preempted jobs, as many new arrivals as
 //     finishes), so every pass is a full pass; per-decision cost = pass time divided by
-//     the jobs the pass considered. `fifo-timed` is fifo's loop re-stated here with a
-//     clock around every Scheduler::TryStart, for the latency of single decisions.
+//     the jobs the pass considered. `<policy>-timed` runs the same passes with a clock
+//     read at every Scheduler::TryStart (Scheduler::set_decision_hook), for the latency
+//     of single decisions, preemption and reservation what-ifs included.
 //   place/<fit>/...: single Placer::Place calls on a ledger kept at ~85% of its GPU units
 //     by releasing random running allocations after each success. `fgd` is best fit
 //     scored by fragmentation with the job stream's mix, as the gantry policy places.
@@ -270,40 +271,6 @@ class CountingPolicy final : public core::Policy {
   bool full_ = false;
 };
 
-// fifo's pass (src/core/policy/fifo.cc: pending jobs by tier, arrival, id; first fit),
-// with a clock around each TryStart. Full passes only (the benchmark makes every pass
-// full); an incremental pass would try only the arrivals, as fifo does.
-class TimedFifoPolicy final : public core::Policy {
- public:
-  std::string_view name() const override { return "fifo-timed"; }
-  void Schedule(Scheduler& s, Ticks now, bool full) override {
-    order_.clear();
-    if (full) {
-      for (const auto& key : s.pending()) order_.push_back(key.id);
-    } else {
-      for (JobId id : s.arrived_since_last_pass()) {
-        if (s.job(id).phase == Phase::kPending) order_.push_back(id);
-      }
-      std::sort(order_.begin(), order_.end(), [&](JobId a, JobId b) {
-        return Scheduler::PendingKey{s.job(a).spec.tier, s.job(a).submit, a} <
-               Scheduler::PendingKey{s.job(b).spec.tier, s.job(b).submit, b};
-      });
-    }
-    for (JobId id : order_) {
-      const auto t0 = Clock::now();
-      s.TryStart(id, now, Fit::kFirst);
-      if (recording_) latencies_.push_back(static_cast<int32_t>(Nanos(Clock::now() - t0)));
-    }
-  }
-  void set_recording(bool on) { recording_ = on; }
-  std::vector<int32_t>& latencies() { return latencies_; }
-
- private:
-  std::vector<JobId> order_;
-  std::vector<int32_t> latencies_;
-  bool recording_ = false;
-};
-
 // A scheduler with a backlog, driven the way the simulator drives it: between passes
 // some running jobs finish, preempted jobs are requeued (their grace is over) and as
 // many new jobs arrive as finished.
@@ -356,12 +323,30 @@ class Driver {
     for (int i = 0; i < k; ++i) sched_->Submit(maker_.Next(), now_);
   }
 
+  // Times every decision of the following passes into `out` (nanoseconds): from one
+  // TryStart to the next (the pass's set-up counts toward its first decision, and the
+  // last decision ends with the pass). Costs a clock read per decision.
+  void TimeDecisions(std::vector<int32_t>* out) {
+    latencies_ = out;
+    sched_->set_decision_hook([this] {
+      const auto t = Clock::now();
+      if (hook_calls_++ > 0) {
+        latencies_->push_back(static_cast<int32_t>(Nanos(t - mark_)));
+        mark_ = t;
+      }
+    });
+  }
+
   // One timed pass; returns its wall time in nanoseconds (CPU time in cpu_ns()).
   int64_t Pass() {
     const int64_t c0 = ThreadCpuNanos();
     const auto t0 = Clock::now();
+    mark_ = t0;
+    hook_calls_ = 0;
     const std::vector<Decision>& decisions = sched_->Schedule(now_);
-    const int64_t ns = Nanos(Clock::now() - t0);
+    const auto t1 = Clock::now();
+    if (latencies_ && hook_calls_ > 0) latencies_->push_back(static_cast<int32_t>(Nanos(t1 - mark_)));
+    const int64_t ns = Nanos(t1 - t0);
     cpu_ns_ = ThreadCpuNanos() - c0;
     starts_ = Apply(decisions);
     return ns;
@@ -402,23 +387,22 @@ class Driver {
   Ticks now_ = 0;
   size_t starts_ = 0;
   int64_t cpu_ns_ = 0;
+  std::vector<int32_t>* latencies_ = nullptr;
+  Clock::time_point mark_;
+  size_t hook_calls_ = 0;
 };
 
 void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int backlog) {
-  std::unique_ptr<core::Policy> p;
-  TimedFifoPolicy* timed = nullptr;
-  if (policy == "fifo-timed") {
-    auto t = std::make_unique<TimedFifoPolicy>();
-    timed = t.get();
-    p = std::move(t);
-  } else {
-    p = core::MakePolicy(policy);
-    if (!p) Die("unknown policy " + policy);
-  }
+  // "<policy>-timed": the same passes with a clock read around every decision.
+  const bool timed = policy.ends_with("-timed");
+  if (timed) policy.resize(policy.size() - 6);
+  std::unique_ptr<core::Policy> p = core::MakePolicy(policy);
+  if (!p) Die("unknown policy " + policy);
   Driver driver(gpus, backlog, std::move(p));
   driver.Churn(kChurn);  // settle: the first full pass after the fill
   driver.Pass();
-  if (timed) timed->set_recording(true);
+  std::vector<int32_t> latencies;
+  if (timed) driver.TimeDecisions(&latencies);
   std::vector<double> per_decision_ns, pass_ms, cpu_per_decision_ns, cpu_pass_ms;
   int64_t total_ns = 0, total_cpu_ns = 0;
   size_t decisions = 0, starts = 0, pending = 0, full = 0;
@@ -469,11 +453,11 @@ void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int back
   state.counters["full_passes"] = static_cast<double>(full) / passes;
   state.counters["fill"] = fill / passes;
   if (timed) {
-    const Percentiles one = Summarize(timed->latencies());
-    state.counters["trystart_ns_p50"] = one.p50;
-    state.counters["trystart_ns_p99"] = one.p99;
-    state.counters["trystart_ns_p999"] = one.p999;
-    state.counters["trystart_ns_max"] = one.max;
+    const Percentiles one = Summarize(latencies);
+    state.counters["decision_ns_p50"] = one.p50;
+    state.counters["decision_ns_p99"] = one.p99;
+    state.counters["decision_ns_p999"] = one.p999;
+    state.counters["decision_ns_max"] = one.max;
   }
 }
 
@@ -549,13 +533,13 @@ void BM_PlaceFgd(benchmark::State& state, int gpus) { PlaceBench(state, Fit::kBe
 // docs/benchmarks.md). GANTRY_BENCH_PASSES overrides the count (e.g. 1 under a profiler).
 int64_t PassesFor(const std::string& policy, int backlog) {
   if (const char* env = std::getenv("GANTRY_BENCH_PASSES")) return std::max(1L, std::atol(env));
-  if (policy == "gantry") return backlog >= 100'000 ? 3 : backlog >= 10'000 ? 10 : 50;
+  if (policy.starts_with("gantry")) return backlog >= 100'000 ? 10 : backlog >= 10'000 ? 40 : 200;
   return backlog >= 100'000 ? 40 : backlog >= 10'000 ? 100 : 300;
 }
 
 void Register() {
   // The configuration: 1,250 nodes x 8 H100, 100,000 pending jobs.
-  for (const char* policy : {"fifo", "gantry", "fifo-timed"}) {
+  for (const char* policy : {"fifo", "gantry", "fifo-timed", "gantry-timed"}) {
     const std::string name = std::string("schedule/") + policy + "/gpus:10000/pending:100000";
     benchmark::RegisterBenchmark(name.c_str(), BM_Schedule, std::string(policy), 10'000, 100'000)
         ->UseManualTime()

@@ -77,7 +77,7 @@ def main():
         except OSError:
             pass
 
-    head = [(p, core.get(f"schedule/{p}/gpus:10000/pending:100000")) for p in ("fifo", "gantry", "fifo-timed")]
+    head = [(p, core.get(f"schedule/{p}/gpus:10000/pending:100000")) for p in ("fifo", "gantry", "fifo-timed", "gantry-timed")]
     head = [(p, b) for p, b in head if b]
     if head:
         print("### Scheduling passes: 1,250 nodes x 8 H100, 100,000 pending jobs\n")
@@ -94,13 +94,14 @@ def main():
                 print(f"| {p} (CPU) | | | {si(b['cpu_decisions_per_s'])} | {ns(b['cpu_ns_per_decision'])} | "
                       f"{ns(b['cpu_ns_per_decision_p50'])} | {ns(b['cpu_ns_per_decision_p99'])} | "
                       f"{ns(b['cpu_pass_ms_p50'] * 1e6)} | {ns(b['cpu_pass_ms_p99'] * 1e6)} | | | |")
-        t = dict(head).get("fifo-timed")
-        if t:
-            print(f"\n`fifo-timed` clocks every single `Scheduler::TryStart` inside those passes "
-                  f"({si(t['decisions_per_pass'] * t['iterations'])} decisions): "
-                  f"p50 {ns(t['trystart_ns_p50'])}, p99 {ns(t['trystart_ns_p99'])}, "
-                  f"p99.9 {ns(t['trystart_ns_p999'])}, max {ns(t['trystart_ns_max'])} "
-                  f"(the clock read itself adds a few tens of ns to each figure).")
+        for p, t in head:
+            if p.endswith("-timed") and "decision_ns_p99" in t:
+                print(f"\n`{p}` clocks every single decision inside those passes (from one `TryStart` to the "
+                      f"next, what-ifs of preemption and reservation included; "
+                      f"{si(t['decisions_per_pass'] * t['iterations'])} decisions): "
+                      f"p50 {ns(t['decision_ns_p50'])}, p99 {ns(t['decision_ns_p99'])}, "
+                      f"p99.9 {ns(t['decision_ns_p999'])}, max {ns(t['decision_ns_max'])} "
+                      f"(the clock read itself adds a few tens of ns to each figure).")
         print()
 
     place = [(f, core.get(f"place/{f}/gpus:10000")) for f in ("first", "best")]
@@ -188,17 +189,16 @@ def main():
     # Targets.
     rows = []
     for p, b in head:
-        if p == "fifo-timed":
+        if p.endswith("-timed"):
+            if "decision_ns_p99" in b:
+                rows.append((f"core, {p[:-6]}: p99 of single decisions < 1 ms", ns(b["decision_ns_p99"]),
+                             b["decision_ns_p99"] < P99_TARGET_NS))
             continue
         rows.append((f"core, {p}: >= 20,000 decisions/s (wall; CPU)",
                      f"{si(b['decisions_per_s'])}/s; {si(b.get('cpu_decisions_per_s', 0))}/s",
                      b["decisions_per_s"] >= DECISIONS_TARGET))
         rows.append((f"core, {p}: p99 decision latency < 1 ms (p99 over passes of pass time / decisions, wall)",
                      ns(b["ns_per_decision_p99"]), b["ns_per_decision_p99"] < P99_TARGET_NS))
-    t = dict(head).get("fifo-timed")
-    if t:
-        rows.append(("core, fifo: p99 of single TryStart < 1 ms", ns(t["trystart_ns_p99"]),
-                     t["trystart_ns_p99"] < P99_TARGET_NS))
     for f, b in place:
         rows.append((f"core, Place {f} fit: p99 < 1 ms, >= 20,000/s",
                      f"{ns(b['ns_p99'])}, {si(b['decisions_per_s'])}/s",

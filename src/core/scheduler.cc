@@ -233,6 +233,11 @@ void Scheduler::Wait(JobId id, std::string reason) {
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* kind) {
+  if (decision_hook_) decision_hook_();
+  return TryStartJob(id, now, fit, why, kind);
+}
+
+bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Block* kind) {
   JobRecord& job = jobs_[id.v];
   const JobSpec& spec = job.spec;
   auto fail = [&](Block block, std::string reason) {

@@ -12,6 +12,7 @@
 // Thread-safety: none; one owner drives it.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -189,7 +190,14 @@ class Scheduler {
   // Asks for a full pass at `t` (e.g. when a protected victim becomes preemptible).
   void WakeAt(Ticks t) { pass_wakeup_ = std::min(pass_wakeup_, t); }
 
+  // For benchmarks: called at the start of every TryStart, so a driver with a clock can
+  // time decisions (from one call to the next is one job's decision and whatever the
+  // policy did with its outcome: preemption and reservation what-ifs). The core reads no
+  // clock itself.
+  void set_decision_hook(std::function<void()> hook) { decision_hook_ = std::move(hook); }
+
  private:
+  bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Block* kind);
   void Release(JobId id);
   void SetExpectedEnd(JobId id, Ticks end);  // -1: not running
   void AddPending(JobId id);
@@ -222,6 +230,7 @@ class Scheduler {
   std::vector<JobId> running_;
   std::vector<uint32_t> running_pos_;  // per job: its index in running_ while there
   std::set<std::pair<Ticks, JobId>> by_end_;
+  std::function<void()> decision_hook_;
   std::vector<double> decayed_;
   Ticks decayed_at_ = 0;
   static constexpr size_t kHistory = 32;

@@ -393,13 +393,21 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   Ticks start = kForever;
   const GpuUnits need = s.MinUnits(s.job(id).spec);
   size_t steps = 0;
+  Ticks latest = now;  // when every job released so far is expected to have ended
   for (const auto& [end, r] : s.running_by_end()) {
     if (++steps > kMaxReserveSteps) break;
-    ReleaseAll(ledger, s.job(r).alloc);
+    // A job running past its estimate is expected to run as long again as it has run
+    // (an estimate it has already overrun says nothing; holding GPUs for a start "now"
+    // that never comes would keep them idle).
+    const JobRecord& running = s.job(r);
+    latest = std::max(latest, end > now || running.phase == Phase::kSignaled
+                                  ? end
+                                  : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond));
+    ReleaseAll(ledger, running.alloc);
     released.push_back(r);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
-      start = std::max(end, now);
+      start = latest;
       break;
     }
   }

@@ -94,6 +94,27 @@ TEST_F(GantryTest, BorrowedCapacityIsTakenBackFromTheBorrower) {
   (void)r1;
 }
 
+TEST_F(GantryTest, OnlyWorkWhollyOnBorrowedCapacityIsTakenBack) {
+  // research runs one 6-GPU job against its guarantee of 4: it borrows 2, but taking the
+  // job back would leave research 4 below its guarantee, and its requeued job would be
+  // inside the guarantee and preempt in its turn (ping-pong). serving fills the rest.
+  Submit("s1", "serving", Tier::kStandard, 1, 8, 0);
+  JobId r1 = Submit("r1", "research", Tier::kStandard, 1, 6, 0);
+  Pass(0);
+  ASSERT_EQ(sched_.job(r1).phase, Phase::kRunning);
+  JobId n1 = Submit("n1", "nlp", Tier::kStandard, 1, 4, 10 * kS);  // inside nlp's guarantee
+  EXPECT_TRUE(Preempted(Pass(10 * kS)).empty());
+  EXPECT_EQ(sched_.job(n1).phase, Phase::kPending);
+  // A second research job, wholly borrowed, may be taken back.
+  sched_.Finish(n1, 20 * kS);
+  JobId r2 = Submit("r2", "research", Tier::kStandard, 1, 2, 20 * kS);
+  Pass(20 * kS);
+  ASSERT_EQ(sched_.job(r2).phase, Phase::kRunning);
+  JobId n2 = Submit("n2", "nlp", Tier::kStandard, 1, 2, 30 * kS);
+  EXPECT_EQ(Preempted(Pass(30 * kS)), std::vector<JobId>{r2});
+  (void)n2;
+}
+
 TEST_F(GantryTest, NoPreemptionOutsideTheGuaranteeAndNeverOfCriticalWork) {
   Submit("c1", "serving", Tier::kCritical, 1, 8, 0);
   Submit("c2", "serving", Tier::kCritical, 1, 8, 0);  // serving at 16: beyond its guarantee 8

@@ -9,7 +9,7 @@ namespace gantry::core {
 
 namespace {
 
-constexpr size_t kMaxVictims = 64;       // bounds the what-if of one preemption
+constexpr size_t kMaxVictims = 64;        // bounds the what-if of one preemption
 constexpr size_t kMaxReserveSteps = 512;  // bounds the what-if of one reservation
 
 std::string Seconds(Ticks t) {
@@ -37,8 +37,8 @@ bool GantryPolicy::WithinGuarantee(const Scheduler& s, JobId id) const {
   return s.queue_usage(spec.queue) + s.MinUnits(spec) <= guaranteed;
 }
 
-bool GantryPolicy::Borrowing(const Scheduler& s, QueueId q) const {
-  return s.queue_usage(q) > s.queues().queue(q).spec.guaranteed;
+bool GantryPolicy::Borrowed(const Scheduler& s, QueueId q, GpuUnits units) const {
+  return s.queue_usage(q) - units >= s.queues().queue(q).spec.guaranteed;
 }
 
 void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except) {
@@ -53,10 +53,12 @@ void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except) {
 std::string GantryPolicy::Holders(const Scheduler& s) const {
   std::string out;
   for (const Reservation& r : claims_) {
-    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (preempting, from t=" + Seconds(r.start) + " s)";
+    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
+           " (preempting, from t=" + Seconds(r.start) + " s)";
   }
   for (const Reservation& r : reservations_) {
-    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (reserved, from t=" + Seconds(r.start) + " s)";
+    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
+           " (reserved, from t=" + Seconds(r.start) + " s)";
   }
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
@@ -109,11 +111,11 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   if (full) {
     reservations_.clear();
   } else {
-    std::erase_if(reservations_, [&](const Reservation& r) {
-      return s.job(r.job).phase != Phase::kPending;
-    });
+    std::erase_if(reservations_,
+                  [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
   }
-  std::erase_if(claims_, [&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
+  std::erase_if(claims_,
+                [&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
   HoldPhantoms(s);
   // Jobs whose victims have released their GPUs go first: the capacity was freed for
   // them, and giving it to anyone else (the requeued victim included) would start a
@@ -277,8 +279,9 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
     const JobRecord& victim = s.job(c.id);
     if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
     const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
-    return lower_tier || (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
-                          Borrowing(s, victim.spec.queue));
+    return lower_tier ||
+           (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
+            Borrowed(s, victim.spec.queue, victim.units));
   };
   candidates_.clear();
   // A few walks select the cheapest in O(running) each; past that, one sort of the
@@ -332,14 +335,24 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   std::vector<JobId> chosen;
   Allocation fit;
   const GpuUnits need = s.MinUnits(job.spec);
+  std::vector<std::pair<QueueId, GpuUnits>> taken;  // borrowed units reclaimed so far, per queue
   for (const Victim& c : candidates) {
-    ReleaseAll(ledger, s.job(c.id).alloc);
+    const JobRecord& victim = s.job(c.id);
+    if (c.category == 1) {  // standard work on borrowed capacity: all of it must be borrowed
+      auto it = std::find_if(taken.begin(), taken.end(),
+                             [&](const auto& t) { return t.first == victim.spec.queue; });
+      if (it == taken.end()) it = taken.insert(taken.end(), {victim.spec.queue, 0});
+      if (!Borrowed(s, victim.spec.queue, it->second + victim.units)) continue;
+      it->second += victim.units;
+    }
+    ReleaseAll(ledger, victim.alloc);
     chosen.push_back(c.id);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(job.spec, Fit::kBest, fit)) break;
   }
   if (fit.empty()) {
-    for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+    for (auto it = chosen.rbegin(); it != chosen.rend(); ++it)
+      AllocateAll(ledger, s.job(*it).alloc);
     preempt_failed_.insert(std::move(key));
     return false;
   }
@@ -365,10 +378,11 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   for (JobId v : needed) {
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
-    std::string reason =
-        victim.spec.tier == Tier::kBestEffort
-            ? std::string(Name(job.spec.tier)) + " job " + job.spec.id + " needs capacity held by best-effort work"
-            : std::string(Name(job.spec.tier)) + " job " + job.spec.id + " needs capacity borrowed by queue " + queue;
+    std::string reason = victim.spec.tier == Tier::kBestEffort
+                             ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
+                                   " needs capacity held by best-effort work"
+                             : std::string(Name(job.spec.tier)) + " job " + job.spec.id +
+                                   " needs capacity borrowed by queue " + queue;
     s.Preempt(v, id, std::move(reason), now);
   }
   s.Wait(id, "preemption: waiting for " + std::to_string(needed.size()) +
@@ -400,9 +414,10 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
     // (an estimate it has already overrun says nothing; holding GPUs for a start "now"
     // that never comes would keep them idle).
     const JobRecord& running = s.job(r);
-    latest = std::max(latest, end > now || running.phase == Phase::kSignaled
-                                  ? end
-                                  : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond));
+    latest =
+        std::max(latest, end > now || running.phase == Phase::kSignaled
+                             ? end
+                             : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond));
     ReleaseAll(ledger, running.alloc);
     released.push_back(r);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
@@ -412,7 +427,8 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
     }
   }
   if (!fit.empty()) ReleaseAll(ledger, fit);
-  for (auto it = released.rbegin(); it != released.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+  for (auto it = released.rbegin(); it != released.rend(); ++it)
+    AllocateAll(ledger, s.job(*it).alloc);
   if (start == kForever) {
     reserve_failed_.insert(shape);
     return false;

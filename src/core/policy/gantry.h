@@ -76,7 +76,10 @@ class GantryPolicy final : public Policy {
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s);
   bool WithinGuarantee(const Scheduler& s, JobId id) const;
-  bool Borrowing(const Scheduler& s, QueueId q) const;
+  // Whether queue q keeps at least its guarantee with `units` fewer: only work wholly on
+  // borrowed capacity is reclaimed, so a victim's queue never drops below its guarantee
+  // (and its requeued job never turns round to preempt in its turn: no ping-pong).
+  bool Borrowed(const Scheduler& s, QueueId q, GpuUnits units) const;
 
   std::vector<Reservation> reservations_;
   // Jobs that preempted, until they start or leave: the capacity the what-if found for

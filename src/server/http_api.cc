@@ -46,9 +46,11 @@ void SendError(httplib::Response& res, Code code, const std::string& message) {
   Send(res, Reply::Error(code, message));
 }
 
-// An integer query parameter; `fallback` when absent. False (and a 400 sent) when malformed.
-bool IntParam(const httplib::Request& req, httplib::Response& res, const char* name,
-              int64_t fallback, int64_t& out) {
+// A numeric query parameter (std::stoll or std::stod as `parse`); `fallback` when absent.
+// False (and a 400 naming the parameter sent) when malformed.
+template <typename T, typename Parse>
+bool NumberParam(const httplib::Request& req, httplib::Response& res, const char* name, T fallback,
+                 T& out, Parse parse, const char* expected) {
   if (!req.has_param(name)) {
     out = fallback;
     return true;
@@ -56,29 +58,27 @@ bool IntParam(const httplib::Request& req, httplib::Response& res, const char* n
   const std::string v = req.get_param_value(name);
   try {
     size_t used = 0;
-    out = std::stoll(v, &used);
+    out = parse(v, &used);
     if (used == v.size()) return true;
   } catch (const std::exception&) {
   }
-  SendError(res, Code::kBadRequest, std::string(name) + ": expected an integer, got \"" + v + "\"");
+  SendError(res, Code::kBadRequest,
+            std::string(name) + ": expected " + expected + ", got \"" + v + "\"");
   return false;
+}
+
+bool IntParam(const httplib::Request& req, httplib::Response& res, const char* name,
+              int64_t fallback, int64_t& out) {
+  return NumberParam<int64_t>(
+      req, res, name, fallback, out,
+      [](const std::string& v, size_t* used) { return std::stoll(v, used); }, "an integer");
 }
 
 bool DoubleParam(const httplib::Request& req, httplib::Response& res, const char* name,
                  double fallback, double& out) {
-  if (!req.has_param(name)) {
-    out = fallback;
-    return true;
-  }
-  const std::string v = req.get_param_value(name);
-  try {
-    size_t used = 0;
-    out = std::stod(v, &used);
-    if (used == v.size()) return true;
-  } catch (const std::exception&) {
-  }
-  SendError(res, Code::kBadRequest, std::string(name) + ": expected a number, got \"" + v + "\"");
-  return false;
+  return NumberParam<double>(
+      req, res, name, fallback, out,
+      [](const std::string& v, size_t* used) { return std::stod(v, used); }, "a number");
 }
 
 std::string Basename(const std::string& s) {

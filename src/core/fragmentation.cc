@@ -23,11 +23,14 @@ GpuUnits FreeUnits(const GpuState& s) {
 }  // namespace
 
 Fragmentation::Fragmentation(const Ledger& ledger)
-    : ledger_(ledger), cache_(ledger.cluster().nodes().size()) {}
+    : ledger_(ledger), cache_(ledger.cluster().nodes().size()) {
+  for (const Pool& p : ledger.cluster().pools()) spot_ = spot_ || p.spec.spot;
+}
 
 void Fragmentation::Observe(const JobSpec& job) {
   const auto workers = static_cast<uint64_t>(std::max(1, job.replicas));
-  Key key{job.sharing,    job.tier == Tier::kCritical, job.gpus,
+  // Critical work differs only in avoiding spot pools: without them, one class.
+  Key key{job.sharing,    spot_ && job.tier == Tier::kCritical, job.gpus,
           job.share_milli, job.mig_profile,            job.models,
           job.vram_bytes, job.cpus_milli,              job.memory_bytes};
   auto it = tracked_.find(key);
@@ -84,6 +87,12 @@ void Fragmentation::Rebuild() {
     total_weight_ += c.weight;
     mix_.push_back(std::move(c));
   }
+  views_.clear();
+  for (const TaskClass& c : mix_) {
+    const JobSpec& w = c.worker;
+    views_.push_back(ClassView{w.sharing, w.gpus, w.share_milli, w.vram_bytes, w.cpus_milli,
+                               w.memory_bytes, static_cast<int64_t>(c.weight), w.mig_index.data()});
+  }
   const Cluster& cluster = ledger_.cluster();
   pool_ok_.assign(cluster.pools().size() * mix_.size(), 0);
   for (size_t p = 0; p < cluster.pools().size(); ++p) {
@@ -98,7 +107,7 @@ void Fragmentation::Rebuild() {
 int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
                              int64_t memory_bytes) const {
   const Node& node = ledger_.cluster().node(n);
-  std::array<int, kMaxGpusPerNode> partial{};  // local indexes of partly used GPUs
+  std::array<uint8_t, kMaxGpusPerNode> partial;  // local indexes of partly used GPUs
   int partials = 0, whole = 0;
   GpuUnits free_total = 0;
   for (int i = 0; i < node.gpus; ++i) {
@@ -107,15 +116,32 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
     if (gpus[i].mode == GpuMode::kFree) {
       ++whole;
     } else if (f > 0) {
-      partial[partials++] = i;
+      partial[partials++] = static_cast<uint8_t>(i);
     }
   }
   if (free_total == 0) return 0;
   const GpuModel& model = ledger_.cluster().catalog().model(node.model);
-  const uint8_t* ok = pool_ok_.data() + node.pool.v * mix_.size();
+  const uint8_t* ok = pool_ok_.data() + node.pool.v * views_.size();
+  // Per split MIG GPU, the profiles that still fit (bit per profile), found once.
+  std::array<uint32_t, kMaxGpusPerNode> mig_fits;
+  bool mig_known = false;
+  auto know_mig = [&] {
+    for (int j = 0; j < partials; ++j) {
+      const GpuState& s = gpus[partial[j]];
+      uint32_t fits = 0;
+      if (s.mode == GpuMode::kMig) {
+        for (size_t p = 0; p < model.mig_profiles.size(); ++p) {
+          if (Ledger::MigStartOn(s, model.mig_profiles[p]) >= 0) fits |= uint32_t{1} << p;
+        }
+      }
+      mig_fits[j] = fits;
+    }
+    mig_known = true;
+  };
+  const GpuUnits whole_units = GpuUnits{whole} * kGpuUnits;
   int64_t score = 0;
-  for (size_t c = 0; c < mix_.size(); ++c) {
-    const JobSpec& m = mix_[c].worker;
+  for (size_t c = 0; c < views_.size(); ++c) {
+    const ClassView& m = views_[c];
     GpuUnits usable = 0;
     if (ok[c] && cpus_milli >= m.cpus_milli && memory_bytes >= m.memory_bytes) {
       switch (m.sharing) {
@@ -123,12 +149,12 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
           if (m.gpus == 0) {
             usable = free_total;
           } else if (whole >= m.gpus) {
-            usable = GpuUnits{whole} * kGpuUnits;
+            usable = whole_units;
           }
           break;
         case Sharing::kMps:
         case Sharing::kTimeslice:
-          usable = GpuUnits{whole} * kGpuUnits;
+          usable = whole_units;
           for (int j = 0; j < partials; ++j) {
             const GpuState& s = gpus[partial[j]];
             if (s.mode == GpuMode::kShared && s.share_mode == m.sharing &&
@@ -139,17 +165,17 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
           }
           break;
         case Sharing::kMig: {
-          usable = GpuUnits{whole} * kGpuUnits;
-          const MigProfile& p = model.mig_profiles[m.mig_index[node.model.v]];
+          if (!mig_known) know_mig();
+          usable = whole_units;
+          const uint32_t bit = uint32_t{1} << m.mig_index[node.model.v];
           for (int j = 0; j < partials; ++j) {
-            const GpuState& s = gpus[partial[j]];
-            if (s.mode == GpuMode::kMig && Ledger::MigStartOn(s, p) >= 0) usable += FreeUnits(s);
+            if (mig_fits[j] & bit) usable += FreeUnits(gpus[partial[j]]);
           }
           break;
         }
       }
     }
-    score += static_cast<int64_t>(mix_[c].weight) * (free_total - usable);
+    score += m.weight * (free_total - usable);
   }
   return score;
 }
@@ -176,18 +202,22 @@ int64_t Fragmentation::Delta(const WorkerAlloc& w) const {
   const NodeState& ns = ledger_.node(w.node);
   const int64_t before = NodeScore(w.node);
   if (node.gpus == 0) return 0;
-  std::array<GpuState, kMaxGpusPerNode> after;
-  std::copy_n(&ledger_.gpu(node.first_gpu), node.gpus, after.begin());
+  std::vector<GpuState>& after = scratch_;
+  after.assign(&ledger_.gpu(node.first_gpu), &ledger_.gpu(node.first_gpu) + node.gpus);
   // The GPU side of Ledger::Allocate, on the copy.
   switch (w.sharing) {
     case Sharing::kExclusive:
-      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) after[std::countr_zero(m)].mode = GpuMode::kWhole;
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        after[std::countr_zero(m)].mode = GpuMode::kWhole;
+      }
       break;
     case Sharing::kMig: {
       GpuState& s = after[w.gpu];
-      const MigProfile& p = ledger_.cluster().catalog().model(node.model).mig_profiles[w.mig_profile];
+      const GpuModel& model = ledger_.cluster().catalog().model(node.model);
+      const MigProfile& p = model.mig_profiles[w.mig_profile];
       s.mode = GpuMode::kMig;
-      s.mig_memory = static_cast<uint8_t>(s.mig_memory | (((1u << p.memory_slices) - 1u) << w.mig_start));
+      s.mig_memory =
+          static_cast<uint8_t>(s.mig_memory | (((1u << p.memory_slices) - 1u) << w.mig_start));
       s.mig_compute = static_cast<uint8_t>(s.mig_compute + p.compute_slices);
       break;
     }

@@ -88,6 +88,14 @@ class Fragmentation {
     uint64_t weight = 0;
     std::vector<int8_t> mig_index;
   };
+  // What scoring reads of a class, packed (mig_index points into mix_).
+  struct ClassView {
+    Sharing sharing;
+    int gpus, share_milli;
+    int64_t vram_bytes, cpus_milli, memory_bytes;
+    int64_t weight;
+    const int8_t* mig_index;
+  };
   struct CacheEntry {
     uint64_t node_version = 0;
     uint64_t epoch = 0;
@@ -99,15 +107,18 @@ class Fragmentation {
   int64_t Score(NodeId n, const GpuState* gpus, int64_t cpus_milli, int64_t memory_bytes) const;
 
   const Ledger& ledger_;
+  bool spot_ = false;  // the cluster has spot pools (critical work is a class of its own)
   std::map<Key, Tracked> tracked_;
   uint64_t observed_ = 0;            // workers ever observed
   uint64_t since_decay_ = 0;
   uint64_t since_rebuild_ = 0;
   std::vector<TaskClass> mix_;
   uint64_t total_weight_ = 0;
+  std::vector<ClassView> views_;     // mix_, packed for Score
   std::vector<uint8_t> pool_ok_;     // [pool * mix_.size() + class]: class may use the pool
   uint64_t epoch_ = 0;               // rebuilds so far
   mutable std::vector<CacheEntry> cache_;
+  mutable std::vector<GpuState> scratch_;  // Delta's what-if copy of a node's GPUs
   mutable uint64_t total_version_ = UINT64_MAX;
   mutable uint64_t total_epoch_ = 0;
   mutable double total_gpus_ = 0;

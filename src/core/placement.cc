@@ -228,10 +228,12 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
   w.sharing = job.sharing;
   w.cpus_milli = job.cpus_milli;
   w.memory_bytes = job.memory_bytes;
-  // The FGD search looks at a bounded set of nodes; when it finds none (nothing fits, or
-  // only nodes it did not look at), the exhaustive search below decides.
-  if (fit == Fit::kBest && frag_ != nullptr && frag_->active() && PlaceWorkerFgd(job, scope, w)) {
-    return true;
+  // The FGD search covers every place the search below would try, except the nodes
+  // beyond kLooksPerBucket in a bucket: only when it stopped there and found nothing
+  // does the exhaustive search below decide.
+  if (fit == Fit::kBest && frag_ != nullptr && frag_->active()) {
+    if (PlaceWorkerFgd(job, scope, w)) return true;
+    if (!fgd_truncated_) return false;
   }
   auto try_pool = [&](PoolId pool) -> bool {
     if (!PoolAccepts(job, pool)) return false;
@@ -276,7 +278,7 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
 
 void Placer::Consider(const WorkerAlloc& w, Best& best) const {
   const int64_t delta = frag_->Delta(w);
-  if (!best.found || delta < best.delta) best = Best{true, delta, w};  // strict: ties keep the earlier
+  if (!best.found || delta < best.delta) best = Best{true, delta, w};  // ties keep the earlier
 }
 
 template <typename Add>
@@ -295,6 +297,7 @@ void Placer::ForBucketNodes(const JobSpec& job, PoolId pool, const Scope& scope,
       if (scope.domain >= 0 && ledger_.domain_free(n, scope.domain) < min_free) continue;
       if (add(n)) ++taken;
     }
+    fgd_truncated_ = fgd_truncated_ || (looked >= kLooksPerBucket && taken < kNodesPerBucket);
   }
 }
 
@@ -325,7 +328,8 @@ void Placer::SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scop
   bool enough = false;
   for (int l = Ledger::ShareLevel(job.share_milli); l < Ledger::kShareLevels && !enough; ++l) {
     const DynBitset& shared = ledger_.shared_level(pool, job.sharing, l);
-    for (uint32_t i = shared.FindNext(lo, hi); i != DynBitset::kNone; i = shared.FindNext(i + 1, hi)) {
+    for (uint32_t i = shared.FindNext(lo, hi); i != DynBitset::kNone;
+         i = shared.FindNext(i + 1, hi)) {
       const NodeId n(p.first_node.v + i / gpn);
       const int local = static_cast<int>(i % gpn);
       if (scope.domain >= 0 && local / ledger_.cluster().node(n).gpus_per_domain != scope.domain) {
@@ -410,7 +414,9 @@ void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, 
     splits_.emplace_back(0, i);
   }
   // Split GPUs before whole ones (lowest id first), as plain best fit does.
-  for (const auto& [unused, i] : splits_) each_start(NodeId(p.first_node.v + i / gpn), static_cast<int>(i % gpn));
+  for (const auto& [unused, i] : splits_) {
+    each_start(NodeId(p.first_node.v + i / gpn), static_cast<int>(i % gpn));
+  }
   ForBucketNodes(job, pool, scope, 1, [&](NodeId n) {
     const int local = FreeGpuInScope(n, scope);
     if (local < 0) return false;
@@ -422,6 +428,7 @@ void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, 
 bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w) {
   const Cluster& cluster = ledger_.cluster();
   Best best;
+  fgd_truncated_ = false;
   auto score_pool = [&](PoolId pool) {
     if (!PoolAccepts(job, pool)) return;
     Scope s = scope;
@@ -444,8 +451,8 @@ bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc&
       for (uint32_t p = 0; p < pools; ++p) {
         const Pool& pool = cluster.pool(PoolId(p));
         if (pool.spec.gpus != 0 || !PoolAccepts(job, PoolId(p))) continue;
-        NodeId n = FindNode(job, Fit::kBest, PoolId(p), Scope{PoolId(), 0,
-                            static_cast<uint32_t>(pool.spec.count)}, 0);
+        NodeId n = FindNode(job, Fit::kBest, PoolId(p),
+                            Scope{PoolId(), 0, static_cast<uint32_t>(pool.spec.count)}, 0);
         if (n.valid()) {
           w.node = n;
           return true;

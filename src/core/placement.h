@@ -14,8 +14,9 @@
 // kNodesPerBucket usable nodes of bucket k (looking at kLooksPerBucket at most); for
 // shares and MIG instances also the partly used GPUs (at most kSplitLevels distinct
 // states, kPerSplitLevel GPUs each; shares tightest first, MIG lowest ids first) and,
-// for MIG, every start slice where the profile fits. When that set is empty the plain
-// best-fit search runs, so FGD never fails where best fit would succeed.
+// for MIG, every start slice where the profile fits. Those cover every place plain best
+// fit would try except nodes past kLooksPerBucket; when the search stopped there and
+// found nothing, the plain search runs, so FGD never fails where best fit would not.
 // Thread-safety: none; works on one ledger.
 #pragma once
 
@@ -90,14 +91,19 @@ class Placer {
   // `add(n)` scores the node's candidates.
   template <typename Add>
   void ForBucketNodes(const JobSpec& job, PoolId pool, const Scope& scope, int min_free, Add add);
-  void WholeCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w, Best& best);
-  void SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w, Best& best);
-  void MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w, Best& best);
+  // Score every candidate of one pool for a worker like `w` into `best`.
+  void WholeCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w,
+                       Best& best);
+  void SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w,
+                        Best& best);
+  void MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, WorkerAlloc w,
+                     Best& best);
 
   Ledger& ledger_;
   const Fragmentation* frag_;
   std::vector<std::pair<int, uint32_t>> levels_;  // scratch: (state, count) of split GPUs seen
   std::vector<std::pair<int, uint32_t>> splits_;  // scratch: (best-fit key, GPU) candidates
+  bool fgd_truncated_ = false;  // the last FGD search skipped nodes (kLooksPerBucket)
 };
 
 }  // namespace gantry::core

@@ -162,7 +162,8 @@ TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
   const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1), Whole(c, "two", 1, 2),
                                      Shared(c, "q", Sharing::kMps, 250, 4),
                                      Shared(c, "h", Sharing::kMps, 500, 4),
-                                     testing::Mig(c, "m3", "3g.40gb"), testing::Mig(c, "m1", "1g.10gb")};
+                                     testing::Mig(c, "m3", "3g.40gb"),
+                                     testing::Mig(c, "m1", "1g.10gb")};
   std::vector<Allocation> live;
   for (int step = 0; step < 400; ++step) {
     if (!live.empty() && rng() % 3 == 0) {
@@ -182,6 +183,49 @@ TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
     EXPECT_EQ(frag.NodeScore(a[0].node) - before, delta) << "step " << step;
     live.push_back(a);
   }
+}
+
+// FGD finds room exactly where plain best fit does (it searches a superset of best fit's
+// places, and falls back to it only past kLooksPerBucket), over random ledger states.
+TEST(FragmentationTest, FitsWhereverBestFitFits) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 6, 4, "A100-80GB", 3, 2, kAll),
+                                 Pool(c, "h", 4, 8, "H100-80GB", 2),
+                                 Pool(c, "cpu", 2, 0, nullptr)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  Placer fgd(ledger, &frag), plain(ledger);
+  std::vector<JobSpec> jobs = {Whole(c, "w1", 1, 1),   Whole(c, "w2", 1, 2),
+                               Whole(c, "w4", 1, 4),   Whole(c, "w8", 1, 8),
+                               Whole(c, "cpu", 1, 0),  Whole(c, "g", 2, 2, Topology::kNode),
+                               Whole(c, "l", 2, 4, Topology::kLeaf),
+                               Shared(c, "m3", Sharing::kMps, 300, 8),
+                               Shared(c, "t6", Sharing::kTimeslice, 600, 8),
+                               testing::Mig(c, "1g", "1g.10gb"), testing::Mig(c, "3g", "3g.40gb")};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    jobs[i].cpus_milli = int64_t{8'000} * static_cast<int64_t>(i % 4 + 1);
+    frag.Observe(jobs[i]);
+  }
+  std::mt19937_64 rng(11);
+  std::vector<Allocation> live;
+  int agreed = 0;
+  for (int step = 0; step < 3000; ++step) {
+    if (!live.empty() && rng() % 3 == 0) {
+      const size_t i = rng() % live.size();
+      for (const WorkerAlloc& w : live[i]) ledger.Release(w);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      continue;
+    }
+    const JobSpec& job = jobs[rng() % jobs.size()];
+    Allocation a, b;
+    const bool plain_ok = plain.Place(job, Fit::kBest, b);
+    for (auto it = b.rbegin(); it != b.rend(); ++it) ledger.Release(*it);
+    const bool fgd_ok = fgd.Place(job, Fit::kBest, a);
+    ASSERT_EQ(fgd_ok, plain_ok) << job.id << " at step " << step;
+    ++agreed;
+    if (fgd_ok) live.push_back(a);
+  }
+  EXPECT_GT(agreed, 1000);
 }
 
 // A 0.5 share: plain best fit takes the first pool with room and breaks a free GPU there;
@@ -277,6 +321,29 @@ TEST(FragmentationTest, WholeWorkerKeepsPairsForThePopularClass) {
     // Best fit: node 0's last GPU is fragmented for the pair class (weight 4 of 5).
     EXPECT_DOUBLE_EQ(frag.FragmentedGpus(), fgd ? 0.0 : 4.0 / 5.0);
   }
+}
+
+// The FGD search looks at kLooksPerBucket nodes per bucket; beyond them the exhaustive
+// best-fit search still finds room.
+TEST(FragmentationTest, FallsBackBeyondTheLookedAtNodes) {
+  Catalog c = Catalog::BuiltIn();
+  const int nodes = Placer::kLooksPerBucket + 10;
+  Cluster cluster = MakeCluster({Pool(c, "a", nodes, 1, "A100-80GB")});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  JobSpec job = Whole(c, "one", 1, 1);
+  job.cpus_milli = 64'000;
+  frag.Observe(job);
+  Placer placer(ledger, &frag);
+  for (int n = 0; n < Placer::kLooksPerBucket + 5; ++n) {  // no CPUs left on these
+    WorkerAlloc cpu;
+    cpu.node = NodeId(static_cast<uint32_t>(n));
+    cpu.cpus_milli = 100'000;
+    ledger.Allocate(cpu);
+  }
+  Allocation a;
+  ASSERT_TRUE(placer.Place(job, Fit::kBest, a));
+  EXPECT_EQ(a[0].node, NodeId(static_cast<uint32_t>(Placer::kLooksPerBucket + 5)));
 }
 
 TEST(FragmentationTest, LedgerIndexesSharedGpusByFreeShare) {

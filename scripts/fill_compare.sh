@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The openb fill comparison (issue 4): FGD's fill experiment, fifo (first fit) against
+# gantry (fragmentation-aware best fit) on the same sampled workloads. For each seed it
+# converts an openb pod list in fill mode (pods drawn until 1.3x the cluster's GPUs,
+# none leaving; docs/traces.md), runs `gantry sim` with both policies, and prints per
+# seed the allocation and the unallocated GPUs at the last arrival (fill mode has no
+# departures, so that is the figure FGD reports), the fragmentation at the last
+# arrival, and the ratio of gantry's unallocated GPUs to fifo's; then the means.
+# Not part of the test suite; docs/benchmarks.md has the figures.
+#
+#   scripts/fill_compare.sh [--build DIR] [--out DIR] [--seeds "42 43 ..."] [--fill X]
+#                           [--list NAME] [--traces DIR] [--jobs N]
+#
+#   --build   build folder with src/gantry (default build/release)
+#   --out     work folder for converted traces and reports (default /tmp/gantry-fill)
+#   --seeds   default "42 43 44 45 46 47 48 49 50 51" (FGD's seeds)
+#   --fill    arrivals as a multiple of the cluster's GPUs (default 1.3, FGD's tune)
+#   --list    pod list: openb_pod_list_<NAME>.csv (default "default")
+#   --traces  folder of the openb CSVs (default ../shared/traces/alibaba-gpu-v2023-openb)
+#   --jobs    simulations run at once (default 1: the machine is shared)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build/release out=/tmp/gantry-fill fill=1.3 list=default jobs=1
+seeds="42 43 44 45 46 47 48 49 50 51"
+traces=../shared/traces/alibaba-gpu-v2023-openb
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --seeds) seeds=$2; shift 2 ;;
+    --fill) fill=$2; shift 2 ;;
+    --list) list=$2; shift 2 ;;
+    --traces) traces=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "fill_compare.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+gantry=$build/src/gantry
+[[ -x $gantry ]] || { echo "fill_compare.sh: no $gantry (build the gantry target first)" >&2; exit 2; }
+nodes=$traces/openb_node_list_all_node.csv
+pods=$traces/openb_pod_list_$list.csv
+for f in "$nodes" "$pods"; do
+  [[ -f $f ]] || { echo "fill_compare.sh: no $f" >&2; exit 2; }
+done
+mkdir -p "$out"
+
+run() {  # seed policy
+  local dir=$out/$list-$1
+  /usr/bin/time -f %e -o "$dir/time_$2.txt" "$gantry" sim --config "$dir/cluster.yaml" \
+    --trace "$dir/trace.jsonl" --policy "$2" --no-wait-events --events /dev/null \
+    --report "$dir/report_$2.json" -q
+}
+
+for seed in $seeds; do
+  dir=$out/$list-$seed
+  mkdir -p "$dir"
+  "$gantry" trace convert --format openb --node-list "$nodes" "$pods" --fill "$fill" \
+    --seed "$seed" --out "$dir" > "$dir/convert.txt"
+done
+export -f run
+export gantry out list
+for seed in $seeds; do
+  for policy in fifo gantry; do echo "$seed $policy"; done
+done | xargs -P "$jobs" -n 2 bash -c 'run "$0" "$1"'
+
+python3 - "$out" "$list" "$fill" $seeds <<'EOF'
+import json, re, sys
+out, lst, fill, seeds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+rows = []
+for s in seeds:
+    d = f"{out}/{lst}-{s}"
+    gpus = 0
+    pool = {}
+    for line in open(f"{d}/cluster.yaml"):  # count x gpus per pool, without a YAML parser
+        m = re.match(r"\s+(count|gpus): (\d+)", line)
+        if m:
+            pool[m.group(1)] = int(m.group(2))
+            if len(pool) == 2:
+                gpus += pool["count"] * pool["gpus"]
+                pool = {}
+        elif re.match(r"\s+- name:", line):
+            pool = {}
+    r = {p: json.load(open(f"{d}/report_{p}.json")) for p in ("fifo", "gantry")}
+    t = {p: float(open(f"{d}/time_{p}.txt").read().split()[-1]) for p in ("fifo", "gantry")}
+    row = {"seed": s, "gpus": gpus}
+    for p in ("fifo", "gantry"):
+        alloc = r[p]["allocation_ratio_at_last_arrival_pct"]
+        row[p] = (alloc, (100 - alloc) / 100 * gpus, r[p].get("fragmentation_at_last_arrival_pct", float("nan")), t[p])
+    row["ratio"] = row["gantry"][1] / row["fifo"][1] if row["fifo"][1] > 0 else float("nan")
+    rows.append(row)
+print(f"openb fill: pod list {lst}, fill {fill}, {rows[0]['gpus']} GPUs; figures at the last arrival")
+print("| seed | fifo allocated % | gantry allocated % | fifo unallocated GPUs | gantry unallocated GPUs | gantry / fifo | fifo fragmented % | gantry fragmented % | fifo sim s | gantry sim s |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for x in rows:
+    f, g = x["fifo"], x["gantry"]
+    print(f"| {x['seed']} | {f[0]:.2f} | {g[0]:.2f} | {f[1]:.1f} | {g[1]:.1f} | {x['ratio']:.3f} | {f[2]:.2f} | {g[2]:.2f} | {f[3]:.1f} | {g[3]:.1f} |")
+n = len(rows)
+mean = lambda k, i: sum(x[k][i] for x in rows) / n
+mr = sum(x["ratio"] for x in rows) / n
+print(f"| mean | {mean('fifo', 0):.2f} | {mean('gantry', 0):.2f} | {mean('fifo', 1):.1f} | {mean('gantry', 1):.1f} | {mr:.3f} | {mean('fifo', 2):.2f} | {mean('gantry', 2):.2f} | {mean('fifo', 3):.1f} | {mean('gantry', 3):.1f} |")
+ratio_of_means = mean("gantry", 1) / mean("fifo", 1)
+print(f"gantry leaves {ratio_of_means:.3f}x fifo's unallocated GPUs (ratio of the means; "
+      f"mean of the per-seed ratios {mr:.3f}); target <= 0.6: {'met' if ratio_of_means <= 0.6 else 'NOT met'}")
+EOF

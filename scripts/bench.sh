@@ -4,23 +4,20 @@
 # scale curve) and bench/replay.sh (whole-trace replay: wall time, peak RSS, invariant
 # checker), and prints the tables of docs/benchmarks.md. Not part of the test suite.
 #
-#   scripts/bench.sh [--quick] [--full] [--no-core] [--no-replay] [--jobs N]
+#   scripts/bench.sh [--quick] [--no-core] [--no-replay] [--jobs N]
 #
 #   --quick      3 passes per scheduling benchmark, the replay on 2,000 GPUs (~3 minutes;
 #                the default run takes ~7)
-#   --full       also gantry at 100,000 GPUs (~15 minutes more: over 2 minutes per pass
-#                at 100,000 pending, see docs/benchmarks.md)
 #   --jobs N     build parallelism (default 1: the machine is shared)
 # Results go to build/bench/results/<UTC time>/ (core.json, replay.tsv, summary.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 args_given="$*"
-quick=0 full=0 core=1 replay=1 jobs=1
+quick=0 core=1 replay=1 jobs=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quick) quick=1; shift ;;
-    --full) full=1; shift ;;
     --no-core) core=0; shift ;;
     --no-replay) replay=0; shift ;;
     --jobs) jobs=$2; shift 2 ;;
@@ -51,7 +48,6 @@ cmake --build "$build" -j "$jobs" --target core_bench gantry gantry-check
 if [[ $core -eq 1 ]]; then
   echo "== core benchmarks =="
   filter='.*'
-  [[ $full -eq 1 ]] || filter='-scale/gantry/gpus:100000/.*'
   if [[ $quick -eq 1 ]]; then export GANTRY_BENCH_PASSES=3; fi
   "$build/bench/core_bench" --benchmark_filter="$filter" \
     --benchmark_out="$results/core.json" --benchmark_out_format=json \

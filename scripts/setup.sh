@@ -8,6 +8,7 @@ packages=(
   libsqlite3-dev sqlite3 libcpp-httplib-dev libssl-dev zlib1g-dev iproute2
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
+  chromium  # the HTML report's test (ctest label browser) opens it headless
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs every test: a release build with warnings as errors, then an
-# ASan+UBSan build that runs the unit, property and fuzz-corpus tests again.
+# Sets up, builds and runs every test: a release build with warnings as errors (every
+# label, `browser` included: the HTML report in headless chromium), then an ASan+UBSan
+# build that runs the unit, property and fuzz-corpus tests again (not `browser`, which
+# tests the page, not the C++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -6,14 +6,12 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/exit_codes.h"
 #include "sim/convert/convert.h"
 #include "sim/gen/generator.h"
 
 namespace gantry::cli {
 namespace {
-
-constexpr int kExitRunFailure = 1;
-constexpr int kExitBadInput = 2;
 
 int ExitFor(const Error& e) { return e.field == "--out" ? kExitRunFailure : kExitBadInput; }
 
@@ -89,19 +87,6 @@ int RunGen(GenArgs a) {
   std::cout << fmt::format("  failures         {:>9}\n", s.failures);
   for (const std::string& f : s.files) std::cout << "  wrote            " << f << "\n";
   return 0;
-}
-
-// Runs `body`, turning anything thrown into exit status 1 with a message.
-template <typename F>
-int Guard(const char* what, F&& body) {
-  try {
-    return body();
-  } catch (const std::exception& e) {
-    std::cerr << what << ": " << e.what() << "\n";
-  } catch (...) {
-    std::cerr << what << ": unexpected failure\n";
-  }
-  return kExitRunFailure;
 }
 
 }  // namespace

@@ -41,14 +41,38 @@ void Report::Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used
   last_t_ = t;
   up_units_ = up_units;
   used_units_ = used_units;
+  // The simulator advances after each instant: at the latest arrival's, the values
+  // after its pass.
+  if (t == last_submit_ && up_units > 0) {
+    ratio_at_last_arrival_ = 100.0 * static_cast<double>(used_units) / static_cast<double>(up_units);
+  }
+}
+
+void Report::Fragmented(core::Ticks t, double gpus) {
+  frag_ += frag_gpus_ * static_cast<double>(t - frag_t_);
+  frag_t_ = t;
+  frag_gpus_ = gpus;
+  if (t == last_submit_ && up_units_ > 0) {
+    frag_at_last_arrival_ =
+        100.0 * gpus * static_cast<double>(kGpuUnits) / static_cast<double>(up_units_);
+  }
+}
+
+double Report::fragmentation_mean_pct() const {
+  const int64_t cap = cap_at_finish_ - cap_at_submit_;
+  if (cap <= 0) return 0;
+  return 100.0 * (frag_at_finish_ - frag_at_submit_) * static_cast<double>(kGpuUnits) /
+         static_cast<double>(cap);
 }
 
 void Report::Submitted(core::Ticks t) {
   ++submitted_;
+  last_submit_ = t;
   if (first_submit_ < 0) {
     first_submit_ = t;
     cap_at_submit_ = cap_;
     alloc_at_submit_ = alloc_;
+    frag_at_submit_ = frag_;
   }
 }
 
@@ -65,6 +89,7 @@ void Report::Finished(core::Ticks t, core::Tier tier, core::QueueId queue, core:
   last_finish_ = t;
   cap_at_finish_ = cap_;
   alloc_at_finish_ = alloc_;
+  frag_at_finish_ = frag_;
   const double s = static_cast<double>(jct) / kTicksPerSecond;
   jct_s_.push_back(s);
   by_tier_[static_cast<int>(tier)].jct_s.push_back(s);
@@ -103,6 +128,9 @@ void Report::Write(std::ostream& out) const {
                {"reclaimed", reclaimed_},
                {"unfinished", unfinished_}};
   j["gpu_utilization_pct"] = gpu_utilization_pct();
+  j["allocation_ratio_at_last_arrival_pct"] = ratio_at_last_arrival_;
+  j["fragmentation_at_last_arrival_pct"] = frag_at_last_arrival_;
+  j["fragmentation_mean_pct"] = fragmentation_mean_pct();
   std::vector<double> all;
   Json waits;
   for (int t = 0; t < core::kTierCount; ++t) {
@@ -112,6 +140,7 @@ void Report::Write(std::ostream& out) const {
   for (int t = 0; t < core::kTierCount; ++t) {
     waits[std::string(core::Name(static_cast<core::Tier>(t)))] = Figures(Summarize(wait_ms_[t]));
   }
+  waits["critical_in_guarantee"] = Figures(Summarize(critical_in_guarantee_wait_ms_));
   j["queue_wait_time_ms"] = waits;
   Percentiles jct = Summarize(jct_s_);
   j["jct_s"] = {{"mean", jct.mean}, {"p50", jct.p50}, {"p99", jct.p99}};
@@ -176,8 +205,17 @@ void Report::Summary(std::ostream& out) const {
                        unfinished_);
   }
   out << fmt::format("  GPU utilization     {:.1f}%\n", gpu_utilization_pct());
+  out << fmt::format("  allocation ratio    {:.1f}% of GPUs up, at the last arrival\n",
+                     ratio_at_last_arrival_);
+  out << fmt::format("  fragmented GPUs     {:.1f}% of GPUs up at the last arrival, mean {:.1f}%\n",
+                     frag_at_last_arrival_, fragmentation_mean_pct());
   out << fmt::format("  queue wait          mean {:.1f} s, p99 {:.1f} s\n", wait.mean / 1000,
                      wait.p99 / 1000);
+  if (!critical_in_guarantee_wait_ms_.empty()) {
+    const Percentiles c = Summarize(critical_in_guarantee_wait_ms_);
+    out << fmt::format("  critical in guarantee: {} jobs, wait mean {:.1f} s, p99 {:.1f} s\n", c.count,
+                       c.mean / 1000, c.p99 / 1000);
+  }
   out << fmt::format("  job completion      mean {:.1f} s, p99 {:.1f} s\n", jct.mean, jct.p99);
   out << fmt::format("  preemptions         {} ({:.2f}% of starts), {} requeued by failures\n",
                      preemptions_,

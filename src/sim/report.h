@@ -29,6 +29,12 @@ class Report {
   void Submitted(core::Ticks t);
   void Rejected() { ++rejected_; }
   void Started(core::Tier tier, core::QueueId queue, core::Ticks wait, bool first_start);
+  // The first start of a critical job that arrived inside its queue's guarantee (its
+  // queue's usage, its queue's pending critical work and itself within the guarantee):
+  // such jobs should never wait longer than their victims' grace period (issue 3).
+  void CriticalInGuaranteeStarted(core::Ticks wait) {
+    critical_in_guarantee_wait_ms_.push_back(static_cast<double>(wait));
+  }
   void Finished(core::Ticks t, core::Tier tier, core::QueueId queue, core::Ticks jct);
   void Reclaimed() { ++reclaimed_; }
   void Preempted(core::QueueId queue) {
@@ -46,6 +52,9 @@ class Report {
                 core::Ticks end, core::Ticks lost_ms, Cause cause);
   // Capacity or allocation changed at t: advance the integrals.
   void Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units);
+  // The cluster's fragmented GPUs (core::Scheduler::fragmented_gpus) from t on; call
+  // right after Advance(t).
+  void Fragmented(core::Ticks t, double gpus);
   void SchedulingPass(double wall_ms) { pass_ms_.push_back(wall_ms); }
   void Events(size_t n) { events_ += n; }
 
@@ -53,6 +62,17 @@ class Report {
   void Summary(std::ostream& out) const;
 
   double gpu_utilization_pct() const;
+  // Allocated over up GPU units just after the pass at the latest arrival (FGD's
+  // "allocation ratio at 130% arrivals" when arrivals stop at 1.3x capacity).
+  double allocation_ratio_at_last_arrival_pct() const { return ratio_at_last_arrival_; }
+  // Fragmented over up GPUs just after the pass at the latest arrival, and its
+  // time-weighted mean from the first submit to the latest finish (as utilization).
+  double fragmentation_at_last_arrival_pct() const { return frag_at_last_arrival_; }
+  double fragmentation_mean_pct() const;
+  // Queue waits (ms) of the jobs of a tier that started, in start order.
+  const std::vector<double>& waits_ms(core::Tier tier) const {
+    return wait_ms_[static_cast<int>(tier)];
+  }
 
  private:
   const core::QueueTree& queues_;
@@ -60,8 +80,15 @@ class Report {
   size_t submitted_ = 0, finished_ = 0, rejected_ = 0, reclaimed_ = 0;
   size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0, unfinished_ = 0;
   core::Ticks first_submit_ = -1, last_finish_ = -1;
+  core::Ticks last_submit_ = -1;
+  double ratio_at_last_arrival_ = 0;
+  double frag_at_last_arrival_ = 0;
+  double frag_gpus_ = 0;     // fragmented GPUs in force since frag_t_
+  core::Ticks frag_t_ = 0;
+  double frag_ = 0, frag_at_submit_ = 0, frag_at_finish_ = 0;  // integrals, GPU-ms
   std::vector<double> wait_ms_[core::kTierCount];
   std::vector<double> jct_s_;
+  std::vector<double> critical_in_guarantee_wait_ms_;
   std::vector<double> pass_ms_;
   // Integrals in unit-ms from t = 0, and their values at the first submit and the
   // latest finish.

@@ -2,11 +2,23 @@
 
 #include <cassert>
 #include <chrono>
+#include <utility>
 
 namespace gantry::sim {
 
 using core::JobId;
 using core::Ticks;
+
+namespace {
+Timeline::Ending EndingOf(Report::Cause cause) {
+  switch (cause) {
+    case Report::Cause::kPreempt: return Timeline::Ending::kPreempted;
+    case Report::Cause::kRequeue: return Timeline::Ending::kRequeued;
+    case Report::Cause::kReclaim: return Timeline::Ending::kReclaimed;
+  }
+  return Timeline::Ending::kPreempted;
+}
+}  // namespace
 
 Simulator::Simulator(const spec::ClusterConfig& config, SimOptions options, std::ostream& events)
     : config_(config),
@@ -14,7 +26,9 @@ Simulator::Simulator(const spec::ClusterConfig& config, SimOptions options, std:
       sched_(config.cluster, config.queues, core::MakePolicy(options_.policy), config.policy.params),
       log_(events, config.cluster),
       report_(config.queues, options_.policy),
-      node_up_at_(config.cluster.nodes().size(), -1) {}
+      timeline_(config.queues),
+      node_up_at_(config.cluster.nodes().size(), -1),
+      pending_critical_(config.queues.size(), 0) {}
 
 void Simulator::Push(Ticks t, Kind kind, uint32_t a, uint32_t run) {
   events_.push(Event{t, kind, seq_++, a, run});
@@ -22,6 +36,19 @@ void Simulator::Push(Ticks t, Kind kind, uint32_t a, uint32_t run) {
 
 void Simulator::Account(Ticks now) {
   report_.Advance(now, sched_.ledger().up_units(), sched_.ledger().used_units());
+  report_.Fragmented(now, sched_.fragmented_gpus());
+}
+
+void Simulator::Observe(Ticks now) {
+  last_t_ = now;
+  timeline_.SetState(now, sched_.ledger().up_units(), sched_.ledger().used_units(),
+                     sched_.pending().size());
+  // Fragmentation costs O(nodes) after a change: sampled once per bucket.
+  if (timeline_.WantsSample(now)) timeline_.SampleFragmentation(now, sched_.fragmented_gpus());
+  if (options_.progress && handled_ >= next_progress_) {
+    next_progress_ = handled_ + options_.progress_every;
+    options_.progress(SimProgress{handled_, now, jobs_.size(), jobs_.size() - active_});
+  }
 }
 
 bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& failures,
@@ -42,8 +69,10 @@ bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& 
         Event e = events_.top();
         events_.pop();
         Handle(e);
+        ++handled_;
       }
       while (have && next.submit == t) {
+        ++handled_;
         Arrive(std::move(next));
         next = core::TraceJob{};
         have = trace.Next(next, diags);
@@ -54,10 +83,12 @@ bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& 
       Pass(t);
     } while (!events_.empty() && events_.top().t == t);
     Account(t);  // the values in force from t on
+    Observe(t);
     // Stop once the trace is read, nothing runs or waits, and only failures remain.
     if (!have && active_ == 0) break;
   }
   report_.Unfinished(active_);
+  timeline_.Finish(last_t_);
   return true;
 }
 
@@ -66,6 +97,13 @@ void Simulator::Arrive(core::TraceJob&& tj) {
   SimJob s;
   s.duration = tj.duration;
   s.idle_after = tj.idle_after ? *tj.idle_after : -1;
+  if (tj.spec.tier == core::Tier::kCritical) {
+    const core::QueueId q = tj.spec.queue;
+    s.critical_pending = sched_.MinUnits(tj.spec);
+    s.in_guarantee = sched_.queue_usage(q) + pending_critical_[q.v] + s.critical_pending <=
+                     config_.queues.queue(q).spec.guaranteed;
+    pending_critical_[q.v] += s.critical_pending;
+  }
   JobId id = sched_.Submit(std::move(tj.spec), t);
   assert(id.v == jobs_.size());
   jobs_.push_back(s);
@@ -90,6 +128,11 @@ void Simulator::Pass(Ticks now) {
         log_.Start(now, Name(d.job), job.alloc);
         report_.Started(job.spec.tier, job.spec.queue, now - job.submit,
                         job.first_start == now && s.run == 0);
+        if (job.spec.tier == core::Tier::kCritical && job.first_start == now && s.run == 0) {
+          pending_critical_[job.spec.queue.v] -= std::exchange(s.critical_pending, 0);
+          if (s.in_guarantee) report_.CriticalInGuaranteeStarted(now - job.submit);
+        }
+        timeline_.RunStarted(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units);
         const Ticks finish = now + (s.duration - s.progress);
         Push(finish, Kind::kFinish, d.job.v, s.run);
         if (s.idle_after >= 0 && reclaim_after > 0) {
@@ -107,6 +150,7 @@ void Simulator::Pass(Ticks now) {
       case core::Decision::Kind::kReject:
         log_.Reject(now, Name(d.job), d.reason);
         report_.Rejected();
+        pending_critical_[job.spec.queue.v] -= std::exchange(s.critical_pending, 0);
         --active_;
         break;
       case core::Decision::Kind::kWait:
@@ -130,6 +174,8 @@ void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause) {
   s.progress += kept;
   report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, now, run_time - kept,
                    cause);
+  timeline_.RunEnded(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units,
+                     run_time - kept, EndingOf(cause));
   ++s.run;
 }
 
@@ -144,6 +190,8 @@ void Simulator::Handle(const Event& e) {
       const core::JobRecord& job = sched_.job(id);
       report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, t, 0,
                        Report::Cause::kPreempt);
+      timeline_.RunEnded(t, job.spec.tier, job.spec.queue, job.spec.sharing, job.units, 0,
+                         Timeline::Ending::kFinished);
       s.progress = s.duration;
       ++s.run;
       log_.Finish(t, Name(id));

@@ -7,11 +7,13 @@
 // ahead, never all at once. Preempted and requeued jobs keep the progress of their last
 // checkpoint; idle jobs are reclaimed after the policy's reclaim_idle_after.
 // The simulator measures the wall-clock time of each scheduling pass (the only clock
-// it reads); everything written to the event log is a function of the inputs.
+// it reads); everything written to the event log is a function of the inputs. Besides
+// the report it keeps the run's time series (Timeline) for the HTML report.
 // Thread-safety: none.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <ostream>
 #include <queue>
@@ -21,14 +23,27 @@
 #include "core/scheduler.h"
 #include "sim/event_log.h"
 #include "sim/report.h"
+#include "sim/timeline.h"
 #include "spec/config_reader.h"
 #include "spec/job_reader.h"
 
 namespace gantry::sim {
 
+// Where a run stands, for a progress display (SimOptions::progress).
+struct SimProgress {
+  uint64_t events = 0;   // arrivals, finishes, releases, reclaims, failures handled
+  core::Ticks now = 0;   // simulated time
+  size_t submitted = 0;  // jobs arrived so far
+  size_t done = 0;       // of those: finished, rejected or reclaimed
+};
+
 struct SimOptions {
   std::string policy = "fifo";
   bool log_waits = true;  // write "wait" events when a job's reason to wait changes
+  // Called after the instant in which every `progress_every`-th event was handled. The
+  // simulator reads no clock for it: a display throttles itself (see src/cli).
+  std::function<void(const SimProgress&)> progress;
+  uint64_t progress_every = 1024;
 };
 
 class Simulator {
@@ -42,6 +57,8 @@ class Simulator {
            spec::Diagnostics& diags);
 
   const Report& report() const { return report_; }
+  // The run's time series (closed when Run returns).
+  const Timeline& timeline() const { return timeline_; }
 
  private:
   enum class Kind : uint8_t { kFinish, kRelease, kReclaim, kNodeDown, kNodeUp, kWakeup };
@@ -63,6 +80,8 @@ class Simulator {
     core::Ticks progress = 0;  // kept across runs (checkpoints)
     core::Ticks run_start = 0;
     uint32_t run = 0;          // bumped when a run ends; stale events carry an old value
+    core::GpuUnits critical_pending = 0;  // critical, not started yet: its units in pending_critical_
+    bool in_guarantee = false;            // critical, arrived inside its queue's guarantee
   };
 
   void Push(core::Ticks t, Kind kind, uint32_t a, uint32_t run = 0);
@@ -73,6 +92,8 @@ class Simulator {
   // (reclaim): keeps checkpointed progress, accounts lost work. Returns run time.
   void EndRun(core::JobId id, core::Ticks now, Report::Cause cause);
   void Account(core::Ticks now);
+  // After each instant: the timeline's state and samples, and progress.
+  void Observe(core::Ticks now);
   const std::string& Name(core::JobId id) const { return sched_.job(id).spec.id; }
 
   const spec::ClusterConfig& config_;
@@ -80,6 +101,7 @@ class Simulator {
   core::Scheduler sched_;
   EventLog log_;
   Report report_;
+  Timeline timeline_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SimJob> jobs_;
   std::map<uint32_t, std::string> preempt_reason_;  // signaled jobs: why
@@ -88,6 +110,10 @@ class Simulator {
   uint64_t seq_ = 0;
   core::Ticks wakeup_at_ = core::kForever;
   size_t active_ = 0;  // jobs submitted and not yet done
+  std::vector<core::GpuUnits> pending_critical_;  // per queue: units of critical jobs never started
+  uint64_t handled_ = 0;  // events handled (SimProgress::events)
+  uint64_t next_progress_ = 0;
+  core::Ticks last_t_ = 0;  // latest instant handled
 };
 
 }  // namespace gantry::sim

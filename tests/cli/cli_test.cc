@@ -1,48 +1,17 @@
 // The gantry command as a user runs it: exit codes and messages of sim and validate.
-#include <gtest/gtest.h>
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "cli_util.h"
+
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Outcome {
-  int status;
-  std::string output;  // stdout and stderr
-};
-
-Outcome Gantry(const std::string& args) {
-  const std::string cmd = std::string(GANTRY_BINARY) + " " + args + " 2>&1";
-  Outcome r{-1, {}};
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int raw = pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
-
-std::string Examples() { return std::string(GANTRY_SOURCE_DIR) + "/examples"; }
-
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("gantry-cli-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string Path(const char* name) const { return (dir_ / name).string(); }
-  fs::path dir_;
-};
+using gantry::testing::CliTest;
+using gantry::testing::Examples;
+using gantry::testing::Gantry;
+using gantry::testing::Outcome;
 
 TEST_F(CliTest, BadTraceLineExitsTwoNamingLineAndField) {
   std::ofstream(Path("bad.jsonl"))

@@ -46,6 +46,7 @@ constexpr Figure kFigures[] = {
     {"queue wait mean (s)", "/queue_wait_time_ms/all/mean", 1e-3, 1},
     {"queue wait p99 (s)", "/queue_wait_time_ms/all/p99", 1e-3, 1},
     {"critical queue wait p99 (s)", "/queue_wait_time_ms/critical/p99", 1e-3, 1},
+    {"critical in guarantee, wait p99 (s)", "/queue_wait_time_ms/critical_in_guarantee/p99", 1e-3, 1},
     {"preemption rate (% of starts)", "/preemption_rate_pct", 1, 2},
     {"preemptions", "/preemptions", 1, 0},
     {"GPU-hours lost to preemption", "/lost_gpu_hours_by_cause/preempt", 1, 2},

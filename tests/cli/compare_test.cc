@@ -54,7 +54,8 @@ TEST_F(CliTest, CompareRunsEachPolicyAndPrintsTheFiguresSideBySide) {
   EXPECT_EQ(Row(r.output, "figure"), (std::vector<std::string>{"figure", "fifo", "gantry"})) << r.output;
   for (const char* label :
        {"GPU utilisation (%)", "JCT mean (s)", "JCT p99 (s)", "queue wait mean (s)", "queue wait p99 (s)",
-        "critical queue wait p99 (s)", "preemption rate (% of starts)", "GPU-hours lost to preemption",
+        "critical queue wait p99 (s)", "critical in guarantee, wait p99 (s)",
+        "preemption rate (% of starts)", "GPU-hours lost to preemption",
         "jobs rejected", "jobs unfinished", "allocation ratio at last arrival (%)"}) {
     EXPECT_EQ(Row(r.output, label).size(), 3u) << label << "\n" << r.output;
   }

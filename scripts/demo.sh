@@ -7,4 +7,5 @@ bash scripts/setup.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target gantry
 mkdir -p out
-./build/release/src/gantry sim --events out/example-events.jsonl --report out/example-report.json "$@"
+./build/release/src/gantry sim --events out/example-events.jsonl --report out/example-report.json \
+  --html out/example-report.html "$@"

@@ -204,35 +204,7 @@ int64_t Fragmentation::Delta(const WorkerAlloc& w) const {
   if (node.gpus == 0) return 0;
   std::vector<GpuState>& after = scratch_;
   after.assign(&ledger_.gpu(node.first_gpu), &ledger_.gpu(node.first_gpu) + node.gpus);
-  // The GPU side of Ledger::Allocate, on the copy.
-  switch (w.sharing) {
-    case Sharing::kExclusive:
-      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
-        after[std::countr_zero(m)].mode = GpuMode::kWhole;
-      }
-      break;
-    case Sharing::kMig: {
-      GpuState& s = after[w.gpu];
-      const GpuModel& model = ledger_.cluster().catalog().model(node.model);
-      const MigProfile& p = model.mig_profiles[w.mig_profile];
-      s.mode = GpuMode::kMig;
-      s.mig_memory =
-          static_cast<uint8_t>(s.mig_memory | (((1u << p.memory_slices) - 1u) << w.mig_start));
-      s.mig_compute = static_cast<uint8_t>(s.mig_compute + p.compute_slices);
-      break;
-    }
-    case Sharing::kMps:
-    case Sharing::kTimeslice: {
-      GpuState& s = after[w.gpu];
-      if (s.mode == GpuMode::kFree) {
-        s.mode = GpuMode::kShared;
-        s.share_mode = w.sharing;
-      }
-      s.share_used = static_cast<int16_t>(s.share_used + w.share_milli);
-      s.vram_used += w.vram_bytes;
-      break;
-    }
-  }
+  Ledger::TakeGpus(after.data(), w, ledger_.cluster().catalog(), node.model);
   return Score(w.node, after.data(), ns.free_cpus_milli - w.cpus_milli,
                ns.free_memory_bytes - w.memory_bytes) -
          before;

@@ -5,12 +5,6 @@
 
 namespace gantry::core {
 
-namespace {
-uint8_t SliceMask(int start, int count) {
-  return static_cast<uint8_t>(((1u << count) - 1u) << start);
-}
-}  // namespace
-
 Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
   gpus_.resize(cluster.gpu_count());
   nodes_.resize(cluster.nodes().size());
@@ -135,40 +129,12 @@ void Ledger::Allocate(const WorkerAlloc& w) {
     --domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
     --leaf_free_[n.leaf.v];
   };
-  switch (w.sharing) {
-    case Sharing::kExclusive:
-      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
-        int local = std::countr_zero(m);
-        gpus_[gpu_id(w.node, local).v].mode = GpuMode::kWhole;
-        take_whole(local);
-      }
-      break;
-    case Sharing::kMig: {
-      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
-      const MigProfile& p = cluster_->catalog().model(n.model).mig_profiles[w.mig_profile];
-      if (s.mode == GpuMode::kFree) {
-        s.mode = GpuMode::kMig;
-        take_whole(w.gpu);
-      }
-      s.mig_memory |= SliceMask(w.mig_start, p.memory_slices);
-      s.mig_compute = static_cast<uint8_t>(s.mig_compute + p.compute_slices);
-      ++s.holders;
-      break;
-    }
-    case Sharing::kMps:
-    case Sharing::kTimeslice: {
-      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
-      if (s.mode == GpuMode::kFree) {
-        s.mode = GpuMode::kShared;
-        s.share_mode = w.sharing;
-        take_whole(w.gpu);
-      }
-      s.share_used = static_cast<int16_t>(s.share_used + w.share_milli);
-      s.vram_used += w.vram_bytes;
-      ++s.holders;
-      break;
-    }
+  if (w.sharing == Sharing::kExclusive) {
+    for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) take_whole(std::countr_zero(m));
+  } else if (gpus_[gpu_id(w.node, w.gpu).v].mode == GpuMode::kFree) {
+    take_whole(w.gpu);
   }
+  TakeGpus(gpus_.data() + n.first_gpu.v, w, cluster_->catalog(), n.model);
   ns.free_cpus_milli -= w.cpus_milli;
   ns.free_memory_bytes -= w.memory_bytes;
   used_units_ += GpuUnitsHeld(w);
@@ -225,9 +191,41 @@ void Ledger::Release(const WorkerAlloc& w) {
   Retouch(w);
 }
 
-// Allocate and Release re-index only what a worker changes: the node's free-GPU bucket,
-// and the one GPU of a MIG instance or share (a whole GPU going free <-> whole is in no
-// MIG or shared index either way).
+void Ledger::TakeGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model) {
+  switch (w.sharing) {
+    case Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        gpus[std::countr_zero(m)].mode = GpuMode::kWhole;
+      }
+      return;
+    case Sharing::kMig: {
+      GpuState& s = gpus[w.gpu];
+      const MigProfile& p = catalog.model(model).mig_profiles[w.mig_profile];
+      s.mode = GpuMode::kMig;
+      s.mig_memory |= SliceMask(w.mig_start, p.memory_slices);
+      s.mig_compute = static_cast<uint8_t>(s.mig_compute + p.compute_slices);
+      ++s.holders;
+      return;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: {
+      GpuState& s = gpus[w.gpu];
+      if (s.mode == GpuMode::kFree) {
+        s.mode = GpuMode::kShared;
+        s.share_mode = w.sharing;
+      }
+      s.share_used = static_cast<int16_t>(s.share_used + w.share_milli);
+      s.vram_used += w.vram_bytes;
+      ++s.holders;
+      return;
+    }
+  }
+}
+
+// Every change of a node's holdings or state starts here (its change counters move).
+// Allocate and Release then re-index only what a worker changes: the node's free-GPU
+// bucket, and the one GPU of a MIG instance or share (a whole GPU going free <-> whole is
+// in no MIG or shared index either way).
 void Ledger::Touch(NodeId n) {
   ++node_version_[n.v];
   ++version_;
@@ -245,8 +243,7 @@ void Ledger::SetUp(NodeId n, bool up) {
   if (nodes_[n.v].up == up) return;
   const GpuUnits units = GpuUnits{cluster_->node(n).gpus} * kGpuUnits;
   if (up) {
-    ++node_version_[n.v];
-    ++version_;
+    Touch(n);  // still down: only the counters move
     nodes_[n.v].up = true;
     up_units_ += units;
     Index(n);
@@ -258,13 +255,9 @@ void Ledger::SetUp(NodeId n, bool up) {
 }
 
 void Ledger::Unindex(NodeId n) {
-  // Every change of a node's holdings or state goes through here first.
-  ++node_version_[n.v];
-  ++version_;
+  Touch(n);
   if (!nodes_[n.v].up) return;
-  const Node& node = cluster_->node(n);
-  buckets_[node.pool.v][nodes_[n.v].free_whole].reset(PoolLocalNode(n));
-  for (int i = 0; i < node.gpus; ++i) IndexGpu(gpu_id(n, i), false);
+  for (int i = 0; i < cluster_->node(n).gpus; ++i) IndexGpu(gpu_id(n, i), false);
 }
 
 void Ledger::Index(NodeId n) {

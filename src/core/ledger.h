@@ -93,6 +93,13 @@ class Ledger {
   int MigStart(GpuId g, int profile) const;
   // The same for a GPU in state `s` (free or MIG), e.g. a what-if copy of a GPU's state.
   static int MigStartOn(const GpuState& s, const MigProfile& p);
+  // MIG memory slices [start, start + count) as a bit mask.
+  static constexpr uint8_t SliceMask(int start, int count) {
+    return static_cast<uint8_t>(((1u << count) - 1u) << start);
+  }
+  // The GPU side of allocating worker `w` on a node whose GPUs (of `model`) are `gpus`:
+  // what Allocate does to the ledger's GPU states, and what-ifs do to a copy.
+  static void TakeGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model);
   bool Fits(const WorkerAlloc& w) const;
 
   void Allocate(const WorkerAlloc& w);

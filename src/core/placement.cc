@@ -281,6 +281,19 @@ void Placer::Consider(const WorkerAlloc& w, Best& best) const {
   if (!best.found || delta < best.delta) best = Best{true, delta, w};  // ties keep the earlier
 }
 
+Placer::Take Placer::TakeSplit(int state) {
+  auto level = std::find_if(levels_.begin(), levels_.end(),
+                            [&](const auto& l) { return l.first == state; });
+  if (level == levels_.end()) {
+    if (levels_.size() >= static_cast<size_t>(kSplitLevels)) return Take::kStop;
+    levels_.emplace_back(state, 0);
+    level = levels_.end() - 1;
+  }
+  if (level->second >= static_cast<uint32_t>(kPerSplitLevel)) return Take::kNo;
+  ++level->second;
+  return Take::kYes;
+}
+
 template <typename Add>
 void Placer::ForBucketNodes(const JobSpec& job, PoolId pool, const Scope& scope, int min_free,
                             Add add) {
@@ -338,19 +351,12 @@ void Placer::SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scop
       const GpuState& s = ledger_.gpu(ledger_.gpu_id(n, local));
       const int left = kShareScale - s.share_used - job.share_milli;
       if (left < 0 || s.vram_used + job.vram_bytes > memory || !NodeHasRoom(job, n)) continue;
-      auto seen = std::find_if(levels_.begin(), levels_.end(),
-                               [&](const auto& v) { return v.first == s.share_used; });
-      if (seen == levels_.end()) {
-        if (levels_.size() >= static_cast<size_t>(kSplitLevels)) {
-          enough = true;
-          break;
-        }
-        levels_.emplace_back(s.share_used, 0);
-        seen = levels_.end() - 1;
+      const Take take = TakeSplit(s.share_used);
+      if (take == Take::kStop) {
+        enough = true;
+        break;
       }
-      if (seen->second >= static_cast<uint32_t>(kPerSplitLevel)) continue;
-      ++seen->second;
-      splits_.emplace_back(left, i);
+      if (take == Take::kYes) splits_.emplace_back(left, i);
     }
   }
   std::sort(splits_.begin(), splits_.end());  // the fullest shared GPU first, then by id
@@ -384,8 +390,7 @@ void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, 
     w.node = n;
     w.gpu = static_cast<int8_t>(local);
     for (int start : prof.starts) {
-      const auto slices = static_cast<uint8_t>(((1u << prof.memory_slices) - 1u) << start);
-      if ((s.mig_memory & slices) != 0) continue;
+      if ((s.mig_memory & Ledger::SliceMask(start, prof.memory_slices)) != 0) continue;
       w.mig_start = static_cast<int8_t>(start);
       Consider(w, best);
     }
@@ -401,17 +406,9 @@ void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, 
     }
     if (!NodeHasRoom(job, n)) continue;
     const GpuState& s = ledger_.gpu(ledger_.gpu_id(n, local));
-    const int state = s.mig_memory | s.mig_compute << 8;
-    auto level = std::find_if(levels_.begin(), levels_.end(),
-                              [&](const auto& l) { return l.first == state; });
-    if (level == levels_.end()) {
-      if (levels_.size() >= static_cast<size_t>(kSplitLevels)) break;
-      levels_.emplace_back(state, 0);
-      level = levels_.end() - 1;
-    }
-    if (level->second >= static_cast<uint32_t>(kPerSplitLevel)) continue;
-    ++level->second;
-    splits_.emplace_back(0, i);
+    const Take take = TakeSplit(s.mig_memory | s.mig_compute << 8);
+    if (take == Take::kStop) break;
+    if (take == Take::kYes) splits_.emplace_back(0, i);
   }
   // Split GPUs before whole ones (lowest id first), as plain best fit does.
   for (const auto& [unused, i] : splits_) {

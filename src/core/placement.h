@@ -87,6 +87,10 @@ class Placer {
   };
   bool PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w);
   void Consider(const WorkerAlloc& w, Best& best) const;
+  // Whether a partly used GPU in `state` joins the candidates (levels_ counts them): at
+  // most kPerSplitLevel GPUs per state; kStop at a state past kSplitLevels distinct ones.
+  enum class Take : uint8_t { kYes, kNo, kStop };
+  Take TakeSplit(int state);
   // Candidates on nodes of `pool` taken from the free-GPU buckets, k >= min_free;
   // `add(n)` scores the node's candidates.
   template <typename Add>

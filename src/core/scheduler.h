@@ -170,8 +170,6 @@ class Scheduler {
   // Runtime estimate: the job's own, else the mean of its queue's last completed jobs,
   // else the default.
   Ticks Estimate(JobId id) const;
-  // When a running job is expected to release its holdings (from the estimate now).
-  Ticks ExpectedEnd(JobId id) const;
   // Running and signaled jobs by expected end, as reckoned when each started or was
   // signaled (estimates learnt later do not move them), then id.
   const std::set<std::pair<Ticks, JobId>>& running_by_end() const { return by_end_; }
@@ -199,6 +197,8 @@ class Scheduler {
  private:
   bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Block* kind);
   void Release(JobId id);
+  // When a running job is expected to release its holdings (from the estimate now).
+  Ticks ExpectedEnd(JobId id) const;
   void SetExpectedEnd(JobId id, Ticks end);  // -1: not running
   void AddPending(JobId id);
   void RemovePending(JobId id);

@@ -28,6 +28,7 @@ Fragmentation::Fragmentation(const Ledger& ledger)
 }
 
 void Fragmentation::Observe(const JobSpec& job) {
+  if (!job.uses_gpu()) return;
   const auto workers = static_cast<uint64_t>(std::max(1, job.replicas));
   // Critical work differs only in avoiding spot pools: without them, one class.
   Key key{job.sharing,    spot_ && job.tier == Tier::kCritical, job.gpus,
@@ -67,6 +68,11 @@ void Fragmentation::Rebuild() {
   // Heaviest first; the map's order (by shape) breaks ties, so the mix is deterministic.
   std::stable_sort(order.begin(), order.end(),
                    [](auto a, auto b) { return a->second.weight > b->second.weight; });
+  // The cap bounds a score's cost (O(GPUs x classes)) and is above what real mixes need:
+  // openb's default list has 134 GPU shapes, the heaviest 32 covering 88% of its pods.
+  // Its fill run (seed 42) allocated 94.94% at the last arrival with a cap of 32, 95.25%
+  // with every shape, 95.50% with every GPU shape (CPU-only jobs left out), 95.24% with
+  // the heaviest 64 GPU shapes, 95.20% with FGD's rule (the heaviest covering 95%).
   if (order.size() > kMaxClasses) order.resize(kMaxClasses);
   mix_.clear();
   total_weight_ = 0;
@@ -146,11 +152,7 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
     if (ok[c] && cpus_milli >= m.cpus_milli && memory_bytes >= m.memory_bytes) {
       switch (m.sharing) {
         case Sharing::kExclusive:
-          if (m.gpus == 0) {
-            usable = free_total;
-          } else if (whole >= m.gpus) {
-            usable = whole_units;
-          }
+          if (whole >= m.gpus) usable = whole_units;
           break;
         case Sharing::kMps:
         case Sharing::kTimeslice:

@@ -12,14 +12,15 @@
 //     partly used GPU (shared or MIG); for an MPS/time-slice share the shared GPUs of
 //     the other mode or with less share (or VRAM) left than m asks, and split MIG GPUs;
 //     for a MIG profile the shared GPUs and the MIG GPUs where the profile no longer
-//     fits. A CPU-only class uses no GPU: F is 0 where it fits, all free GPUs where not.
+//     fits.
 // Free capacity is in GPU units (a free GPU 7000, a shared GPU its share left x 7, a
 // MIG GPU its free compute slices x 1000), so every figure the placer compares is an
 // integer: p_m is an integer weight (the class's decayed count) and NodeScore is
 // sum_m weight_m F_n(m); FragmentedGpus divides by the total weight for the report.
 //
-// The mix is learned online (Observe, once per submitted job, weighted by its
-// workers): a bounded table of the last kTracked distinct shapes with decayed counts
+// The mix is learned online (Observe, once per submitted job that uses GPUs, weighted
+// by its workers; CPU-only jobs are left out, as FGD's experiments do
+// (isInvolvedCpuPods: false): counted, they only dilute the GPU classes): a bounded table of the last kTracked distinct shapes with decayed counts
 // (all halved every kDecayEvery workers; a new shape evicts the lightest). The mix in
 // use is frozen at rebuilds (the kMaxClasses heaviest shapes), which happen after every
 // max(1, min(observed/8, 256)) workers, so scores only change when the ledger or a
@@ -42,7 +43,7 @@ namespace gantry::core {
 
 class Fragmentation {
  public:
-  static constexpr size_t kMaxClasses = 32;     // classes in the mix in use
+  static constexpr size_t kMaxClasses = 128;    // classes in the mix in use (see .cc)
   static constexpr size_t kTracked = 256;       // distinct shapes counted
   static constexpr uint64_t kDecayEvery = 8192; // workers between halvings of the counts
 

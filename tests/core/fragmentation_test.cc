@@ -55,27 +55,44 @@ TEST(FragmentationTest, LearnsTheMixByWorkers) {
   EXPECT_EQ(frag.total_weight(), 5u);
 }
 
+TEST(FragmentationTest, LeavesCpuOnlyJobsOutOfTheMix) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  for (int k = 0; k < 100; ++k) frag.Observe(Whole(c, "cpu", 2, 0));
+  EXPECT_FALSE(frag.active());  // no mix: the placer does plain best fit
+  frag.Observe(Whole(c, "w", 1, 1));
+  ASSERT_EQ(frag.mix().size(), 1u);
+  EXPECT_EQ(frag.mix()[0].worker.gpus, 1);
+  EXPECT_EQ(frag.total_weight(), 1u);
+}
+
 TEST(FragmentationTest, KeepsTheHeaviestClassesAndDecays) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
   Fragmentation frag(ledger);
-  // 40 distinct shapes (share 10..400 milli); shape i seen i+1 times.
-  for (int i = 0; i < 40; ++i) {
-    for (int k = 0; k <= i; ++k) frag.Observe(Shared(c, "s", Sharing::kMps, 10 * (i + 1), 1));
+  // kMaxClasses + 8 distinct shapes (share 5, 10, ... milli); the first 8 seen once,
+  // the others twice.
+  const int shapes = static_cast<int>(Fragmentation::kMaxClasses) + 8;
+  for (int i = 0; i < shapes; ++i) {
+    for (int k = 0; k < (i < 8 ? 1 : 2); ++k) {
+      frag.Observe(Shared(c, "s", Sharing::kMps, 5 * (i + 1), 1));
+    }
   }
   // The mix in use is frozen between rebuilds (at most every 256 workers): 300 more of
-  // the last shape make sure one happened since.
+  // one shape make sure one happened since.
   for (int k = 0; k < 300; ++k) frag.Observe(Shared(c, "s", Sharing::kMps, 400, 1));
-  ASSERT_EQ(frag.mix().size(), Fragmentation::kMaxClasses);  // 40 shapes, 32 kept
+  ASSERT_EQ(frag.mix().size(), Fragmentation::kMaxClasses);
   for (size_t i = 1; i < frag.mix().size(); ++i) {
     EXPECT_GE(frag.mix()[i - 1].weight, frag.mix()[i].weight);
   }
   EXPECT_EQ(frag.mix()[0].worker.share_milli, 400);
-  EXPECT_GT(frag.mix()[0].weight, 40u);  // counts as of the last rebuild: up to 340
-  EXPECT_LE(frag.mix()[0].weight, 340u);
-  EXPECT_EQ(frag.mix().back().worker.share_milli, 90);  // shapes 10..80 are the lightest
-  // Every kDecayEvery workers all counts halve (1120 seen so far; the halving comes
+  EXPECT_GT(frag.mix()[0].weight, 2u);  // counts as of the last rebuild: up to 302
+  EXPECT_LE(frag.mix()[0].weight, 302u);
+  for (const auto& m : frag.mix()) EXPECT_GT(m.worker.share_milli, 40);  // the lightest 8 left
+  // Every kDecayEvery workers all counts halve (564 seen so far; the halving comes
   // during the next 8192).
   for (uint64_t k = 0; k < Fragmentation::kDecayEvery; ++k) frag.Observe(Whole(c, "w", 1, 2));
   EXPECT_EQ(frag.mix()[0].worker.gpus, 2);
@@ -83,7 +100,7 @@ TEST(FragmentationTest, KeepsTheHeaviestClassesAndDecays) {
   for (const auto& m : frag.mix()) {
     if (m.worker.share_milli != 400) continue;
     found = true;
-    EXPECT_EQ(m.weight, 170u);
+    EXPECT_EQ(m.weight, 151u);
   }
   EXPECT_TRUE(found);
 }

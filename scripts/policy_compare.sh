@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The policy comparison of issue 3: fifo (greedy first fit, no preemption) against
+# gantry on `gantry gen` workloads. For each workload it generates the trace, runs both
+# policies, and prints one table row per policy: utilisation, mean JCT and its ratio to
+# fifo's, the JCT floor (the mean run time of the finished jobs: the mean JCT if no job
+# waited or lost work), critical jobs inside their guarantee (count, p99 wait),
+# preemptions, GPU-hours lost to preemption over GPU-hours used, and the gangs of 16+
+# GPUs (count, longest and mean wait for the first start).
+# Not part of the test suite; docs/policies.md has the figures.
+#
+#   scripts/policy_compare.sh [--build DIR] [--out DIR] [--gpus N] [--days D]
+#                             [--workloads "SEED:LOAD[:MIX] ..."]
+#
+#   --build      build folder with src/gantry (default build/release)
+#   --out        work folder (default /tmp/gantry-policies)
+#   --gpus       cluster size for gen (default 256)
+#   --days       days of arrivals (default 7)
+#   --workloads  default "1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6
+#                3:1.1:training=0.5,sweep=0.25,batch=0.25" (the last: gang-heavy)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+build=build/release out=/tmp/gantry-policies gpus=256 days=7
+workloads="1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6 3:1.1:training=0.5,sweep=0.25,batch=0.25"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --gpus) gpus=$2; shift 2 ;;
+    --days) days=$2; shift 2 ;;
+    --workloads) workloads=$2; shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "policy_compare.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+gantry=$build/src/gantry
+[[ -x $gantry ]] || { echo "policy_compare.sh: no $gantry (build the gantry target first)" >&2; exit 2; }
+mkdir -p "$out"
+
+dirs=()
+for w in $workloads; do
+  IFS=: read -r seed load mix <<< "$w"
+  dir=$out/s$seed-l$load${mix:+-mix}
+  mkdir -p "$dir"
+  "$gantry" gen --seed "$seed" --gpus "$gpus" --days "$days" --load "$load" \
+    ${mix:+--mix "$mix"} --out "$dir" > /dev/null
+  echo "$seed $load ${mix:--}" > "$dir/workload.txt"
+  for policy in fifo gantry; do
+    "$gantry" sim --config "$dir/cluster.yaml" --trace "$dir/trace.jsonl" \
+      --failures "$dir/failures.jsonl" --policy "$policy" --report "$dir/$policy.json" \
+      --events "$dir/$policy.events.jsonl" --no-wait-events -q
+  done
+  dirs+=("$dir")
+done
+
+python3 - "${dirs[@]}" <<'EOF'
+import json, re, sys
+
+def capacity(path):  # GPUs of the cluster: count x gpus per pool, without a YAML parser
+    gpus, pool = 0, {}
+    for line in open(path):
+        m = re.match(r"\s+(count|gpus): (\d+)", line)
+        if m:
+            pool[m.group(1)] = int(m.group(2))
+            if len(pool) == 2:
+                gpus += pool["count"] * pool["gpus"]
+                pool = {}
+        elif re.match(r"\s+- name:", line):
+            pool = {}
+    return gpus
+
+print("| seed | load | mix | policy | GPU util % | mean JCT s | vs fifo | JCT floor s | critical in guarantee: jobs, p99 wait s | preemptions | GPU-h lost to preemption (% of used) | gangs 16+ GPUs: n, longest, mean wait h |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for d in sys.argv[1:]:
+    seed, load, mix = open(f"{d}/workload.txt").read().split()
+    jobs = {}
+    for line in open(f"{d}/trace.jsonl"):
+        j = json.loads(line)
+        jobs[j["id"]] = j
+    cap = capacity(f"{d}/cluster.yaml")
+    fifo_jct = None
+    for policy in ("fifo", "gantry"):
+        r = json.load(open(f"{d}/{policy}.json"))
+        submit, first, run = {}, {}, []
+        for line in open(f"{d}/{policy}.events.jsonl"):
+            e = json.loads(line)
+            if e["type"] == "submit":
+                submit[e["job"]] = e["t"]
+            elif e["type"] == "start":
+                first.setdefault(e["job"], e["t"])
+            elif e["type"] == "finish":
+                run.append(jobs[e["job"]]["duration"])
+        gangs = [(first.get(k, float("inf")) - submit[k]) / 3600 for k in submit
+                 if jobs[k].get("gpus", 0) * jobs[k].get("replicas", 1) >= 16]
+        jct = r["jct_s"]["mean"]
+        fifo_jct = fifo_jct or jct
+        cig = r["queue_wait_time_ms"].get("critical_in_guarantee", {})
+        used = r["gpu_utilization_pct"] / 100 * cap * r["makespan_s"] / 3600
+        lost = r["lost_gpu_hours_by_cause"].get("preempt", 0)
+        gang = f"{len(gangs)}, {max(gangs):.0f}, {sum(gangs) / len(gangs):.0f}" if gangs else "0"
+        print(f"| {seed} | {load} | {mix} | {policy} | {r['gpu_utilization_pct']:.1f} | {jct:,.0f} | "
+              f"{jct / fifo_jct:.2f}x | {sum(run) / len(run):,.0f} | {cig.get('count', 0)}, "
+              f"{cig.get('p99', 0) / 1000:.0f} | {r['preemptions']} | {lost:,.0f} ({100 * lost / used:.2f}%) | {gang} |")
+EOF

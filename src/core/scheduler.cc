@@ -81,7 +81,9 @@ Ticks Scheduler::Estimate(JobId id) const {
 Ticks Scheduler::ExpectedEnd(JobId id) const {
   const JobRecord& job = jobs_[id.v];
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
-  const Ticks left = std::max<Ticks>(kTicksPerSecond, Estimate(id) - job.progress_kept);
+  // A job resumed past its estimate is expected to run as long again as it has run.
+  const Ticks estimate = Estimate(id), done = job.progress_kept;
+  const Ticks left = std::max<Ticks>(kTicksPerSecond, done < estimate ? estimate - done : done);
   return job.last_start + left;
 }
 

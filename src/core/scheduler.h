@@ -40,6 +40,8 @@ struct PolicyParams {
   Ticks min_run_before_repreempt = 600'000;   // a resumed job runs this long before it can be preempted again
   int backfill_depth = 1;                     // reservations per pass: 1 = EASY, more = conservative
   Ticks default_runtime_estimate = 3'600'000; // when neither the job nor its queue's history tells
+  // A job waiting this long may preempt jobs backfilled past their estimate (0 = never).
+  Ticks backfill_lease_after = 48 * 3'600'000;
 };
 
 struct JobRecord {

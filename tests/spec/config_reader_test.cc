@@ -178,6 +178,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   min_run_before_repreempt_s: 0
   backfill_depth: 4
   default_runtime_estimate_s: 60
+  backfill_lease_after_s: 7200
 )");
   const core::PolicyParams& p = c.policy.params;
   EXPECT_EQ(p.reclaim_idle_after, 1'800'000);
@@ -186,6 +187,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.min_run_before_repreempt, 0);
   EXPECT_EQ(p.backfill_depth, 4);
   EXPECT_EQ(p.default_runtime_estimate, 60'000);
+  EXPECT_EQ(p.backfill_lease_after, 7'200'000);
   // Absent keys keep the core's defaults.
   EXPECT_EQ(Parse(kPool).policy.params.fairshare_half_life,
             core::PolicyParams{}.fairshare_half_life);
@@ -273,7 +275,7 @@ extra: 1
                 "guaranteed_gpus, burst_gpus, weight)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
-                "default_runtime_estimate_s)",
+                "default_runtime_estimate_s, backfill_lease_after_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy)"}));
 }

@@ -41,6 +41,30 @@ bool GantryPolicy::Borrowed(const Scheduler& s, QueueId q, GpuUnits units) const
   return s.queue_usage(q) - units >= s.queues().queue(q).spec.guaranteed;
 }
 
+bool GantryPolicy::LeasesExpireFor(const Scheduler& s, const JobRecord& job, Ticks now) const {
+  const Ticks after = s.params().backfill_lease_after;
+  return after > 0 && now - job.submit >= after;
+}
+
+bool GantryPolicy::Overdue(const Scheduler& s, JobId v, Ticks now) const {
+  const JobRecord& job = s.job(v);
+  if (job.phase != Phase::kRunning || now < job.expected_end) return false;
+  auto it = std::lower_bound(leases_.begin(), leases_.end(), v,
+                             [](const Lease& l, JobId id) { return l.job < id; });
+  return it != leases_.end() && it->job == v && it->start == job.last_start;
+}
+
+void GantryPolicy::PruneLeases(Scheduler& s, Ticks now) {
+  Ticks next = kForever;
+  std::erase_if(leases_, [&](const Lease& l) {
+    const JobRecord& job = s.job(l.job);
+    if (job.phase != Phase::kRunning || job.last_start != l.start) return true;
+    if (job.expected_end > now) next = std::min(next, job.expected_end);
+    return false;
+  });
+  if (next < kForever && !reservations_.empty()) s.WakeAt(next);
+}
+
 void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except) {
   for (const Reservation& r : claims_) {
     if (r.job != except) Hold(s, r);
@@ -110,6 +134,8 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   victims_indexed_ = false;
   if (full) {
     reservations_.clear();
+    PruneLeases(s, now);
+
   } else {
     std::erase_if(reservations_,
                   [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
@@ -185,6 +211,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     }
   }
   DropPhantoms(s);
+  if (!reservations_.empty()) PruneLeases(s, now);  // wake when a lease ends
 }
 
 void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
@@ -201,7 +228,9 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
   // claims; a claimant uses its own claim.
-  const bool free_pass = job.spec.tier == Tier::kCritical || now + s.Estimate(id) <= Shadow();
+  const Ticks estimate = s.Estimate(id), done = job.progress_kept;  // as in ExpectedEnd
+  const Ticks left = std::max<Ticks>(kTicksPerSecond, done < estimate ? estimate - done : done);
+  const bool free_pass = job.spec.tier == Tier::kCritical || now + left <= Shadow();
   const bool held = !phantoms_.empty();
   if (held && (free_pass || claimant)) {
     DropPhantoms(s);
@@ -216,10 +245,30 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     HoldPhantoms(s);
   }
   s.set_shape_context(0);
-  if (started) return;
+  if (started) {
+    if (held && free_pass && job.spec.tier != Tier::kCritical) {
+      auto it = std::lower_bound(leases_.begin(), leases_.end(), id,
+                                 [](const Lease& l, JobId j) { return l.job < j; });
+      if (it != leases_.end() && it->job == id) {
+        it->start = now;
+      } else {
+        leases_.insert(it, Lease{id, now});
+      }
+    }
+    return;
+  }
   if (block == Scheduler::Block::kCapacity) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
-    if (job.spec.tier != Tier::kBestEffort && WithinGuarantee(s, id) && TryPreempt(s, id, now)) {
+    if (job.spec.tier != Tier::kBestEffort && WithinGuarantee(s, id) &&
+        TryPreempt(s, id, now, Mode::kGuarantee)) {
+      return;
+    }
+    // A job due for a reservation that has waited past backfill_lease_after takes back
+    // what backfilled jobs hold past their lease.
+    const bool reservable =
+        reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth));
+    if (reservable && !leases_.empty() && LeasesExpireFor(s, job, now) &&
+        TryPreempt(s, id, now, Mode::kLessees)) {
       return;
     }
     const Scheduler::Shape shape = s.ShapeOf(job.spec);
@@ -270,7 +319,8 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
   candidate_walks_ = 0;
 }
 
-void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts) {
+void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
+                              Mode mode, Ticks now) {
   // Best-effort work gives way to any higher tier; work of another queue running above
   // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
   // as starts earlier in this pass moved it.
@@ -278,6 +328,7 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
     if ((c.pools & accepts) == 0) return false;
     const JobRecord& victim = s.job(c.id);
     if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
+    if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
     const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
     return lower_tier ||
            (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
@@ -312,12 +363,12 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
   std::sort_heap(candidates_.begin(), candidates_.end());
 }
 
-bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   const JobRecord& job = s.job(id);
   Ledger& ledger = s.mutable_ledger();
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
-  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier};
+  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, static_cast<int>(mode)};
   if (preempt_failed_.contains(key)) return false;
   if (!victims_indexed_) IndexVictims(s, now);
   if (unprotect_ < kForever) s.WakeAt(unprotect_);
@@ -325,7 +376,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
     if (s.placer().PoolAccepts(job.spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
   }
-  Candidates(s, job, accepts);
+  Candidates(s, job, accepts, mode, now);
   const std::vector<Victim>& candidates = candidates_;
   if (candidates.empty()) {
     preempt_failed_.insert(std::move(key));
@@ -338,7 +389,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   std::vector<std::pair<QueueId, GpuUnits>> taken;  // borrowed units reclaimed so far, per queue
   for (const Victim& c : candidates) {
     const JobRecord& victim = s.job(c.id);
-    if (c.category == 1) {  // standard work on borrowed capacity: all of it must be borrowed
+    if (c.category == 1 && mode == Mode::kGuarantee) {  // standard work on borrowed capacity: all of it must be borrowed
       auto it = std::find_if(taken.begin(), taken.end(),
                              [&](const auto& t) { return t.first == victim.spec.queue; });
       if (it == taken.end()) it = taken.insert(taken.end(), {victim.spec.queue, 0});
@@ -378,11 +429,14 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now) {
   for (JobId v : needed) {
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
-    std::string reason = victim.spec.tier == Tier::kBestEffort
-                             ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
-                                   " needs capacity held by best-effort work"
-                             : std::string(Name(job.spec.tier)) + " job " + job.spec.id +
-                                   " needs capacity borrowed by queue " + queue;
+    std::string reason =
+        mode == Mode::kLessees ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
+                      " is due for GPUs this job was backfilled onto; it ran past its estimate"
+        : victim.spec.tier == Tier::kBestEffort
+            ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
+                  " needs capacity held by best-effort work"
+            : std::string(Name(job.spec.tier)) + " job " + job.spec.id +
+                  " needs capacity borrowed by queue " + queue;
     s.Preempt(v, id, std::move(reason), now);
   }
   s.Wait(id, "preemption: waiting for " + std::to_string(needed.size()) +
@@ -408,16 +462,18 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   const GpuUnits need = s.MinUnits(s.job(id).spec);
   size_t steps = 0;
   Ticks latest = now;  // when every job released so far is expected to have ended
+  const bool lessees_end = LeasesExpireFor(s, s.job(id), now);
   for (const auto& [end, r] : s.running_by_end()) {
     if (++steps > kMaxReserveSteps) break;
     // A job running past its estimate is expected to run as long again as it has run
     // (an estimate it has already overrun says nothing; holding GPUs for a start "now"
     // that never comes would keep them idle).
     const JobRecord& running = s.job(r);
-    latest =
-        std::max(latest, end > now || running.phase == Phase::kSignaled
-                             ? end
-                             : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond));
+    // A backfilled job past its lease ends when the reservation needs its GPUs.
+    latest = std::max(latest, end > now || running.phase == Phase::kSignaled ? end
+                              : lessees_end && Overdue(s, r, now)
+                                  ? now
+                                  : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond));
     ReleaseAll(ledger, running.alloc);
     released.push_back(r);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet

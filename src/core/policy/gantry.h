@@ -15,7 +15,13 @@
 // earliest time they fit, found by releasing running jobs in order of expected end on the
 // ledger (what-if), and the GPUs they would take. Those GPUs that are free now are held
 // for the rest of the pass; a later job may use them only if its runtime estimate ends
-// before the reservation starts. Critical jobs ignore reservations.
+// before the reservation starts. Critical jobs ignore reservations. Such a backfilled
+// job holds a lease that ends with its estimate. Once it runs past that, a job due for
+// a reservation that has waited longer than `backfill_lease_after` may preempt it (and
+// only such jobs; of its own tier or lower) when that lets it start now, and that job's
+// reservation counts it as ending now: an estimate that was wrong (a long job whose
+// queue's history says hours) cannot hold a big gang back for days. Slurm's time limit,
+// applied only where a starving reservation waits for the GPUs.
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
 // leaves free for big gangs.
 // Thread-safety: none; driven by one Scheduler.
@@ -57,16 +63,33 @@ class GantryPolicy final : public Policy {
     Scheduler::Shape shape;
     QueueId queue;
     Tier tier;
+    int mode;
     auto operator<=>(const PreemptKey&) const = default;
+  };
+  // A job started on GPUs held for a reservation, because its estimate ended first.
+  struct Lease {
+    JobId job;
+    Ticks start;  // its run's start: the lease ends with that run
   };
 
   void Consider(Scheduler& s, JobId id, Ticks now);
   // Fills victims_: the running jobs no rule protects, cheapest first.
   void IndexVictims(const Scheduler& s, Ticks now);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
-  // `job`, whose workers may use the pools in `accepts`.
-  void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts);
-  bool TryPreempt(Scheduler& s, JobId id, Ticks now);
+  // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
+  enum class Mode : uint8_t {
+    kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
+    kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
+  };
+  void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
+                  Ticks now);
+  bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode);
+  // Whether running job v is a backfilled job past the end of its lease, and whether
+  // `job` has waited long enough to end such leases (backfill_lease_after).
+  bool Overdue(const Scheduler& s, JobId v, Ticks now) const;
+  bool LeasesExpireFor(const Scheduler& s, const JobRecord& job, Ticks now) const;
+  // Drops the leases of runs that ended; asks for a pass when the next one ends.
+  void PruneLeases(Scheduler& s, Ticks now);
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
   // free now, except those of `except`.
@@ -82,6 +105,7 @@ class GantryPolicy final : public Policy {
   bool Borrowed(const Scheduler& s, QueueId q, GpuUnits units) const;
 
   std::vector<Reservation> reservations_;
+  std::vector<Lease> leases_;  // sorted by job
   // Jobs that preempted, until they start or leave: the capacity the what-if found for
   // them (victims' GPUs and the free ones beside them) is held for them meanwhile.
   std::vector<Reservation> claims_;

@@ -20,8 +20,9 @@
 //
 // The mix is learned online (Observe, once per submitted job that uses GPUs, weighted
 // by its workers; CPU-only jobs are left out, as FGD's experiments do
-// (isInvolvedCpuPods: false): counted, they only dilute the GPU classes): a bounded table of the last kTracked distinct shapes with decayed counts
-// (all halved every kDecayEvery workers; a new shape evicts the lightest). The mix in
+// (isInvolvedCpuPods: false): counted, they only dilute the GPU classes): a bounded
+// table of the last kTracked distinct shapes with decayed counts (all halved every
+// kDecayEvery workers; a new shape evicts the lightest). The mix in
 // use is frozen at rebuilds (the kMaxClasses heaviest shapes), which happen after every
 // max(1, min(observed/8, 256)) workers, so scores only change when the ledger or a
 // rebuild does. Per-node scores are cached against the ledger's node_version and the

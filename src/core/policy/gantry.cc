@@ -49,9 +49,14 @@ bool GantryPolicy::LeasesExpireFor(const Scheduler& s, const JobRecord& job, Tic
 bool GantryPolicy::Overdue(const Scheduler& s, JobId v, Ticks now) const {
   const JobRecord& job = s.job(v);
   if (job.phase != Phase::kRunning || now < job.expected_end) return false;
-  auto it = std::lower_bound(leases_.begin(), leases_.end(), v,
-                             [](const Lease& l, JobId id) { return l.job < id; });
-  return it != leases_.end() && it->job == v && it->start == job.last_start;
+  const size_t i = FindLease(v);
+  return i < leases_.size() && leases_[i].job == v && leases_[i].start == job.last_start;
+}
+
+size_t GantryPolicy::FindLease(JobId id) const {
+  return static_cast<size_t>(std::lower_bound(leases_.begin(), leases_.end(), id,
+                                              [](const Lease& l, JobId j) { return l.job < j; }) -
+                             leases_.begin());
 }
 
 void GantryPolicy::PruneLeases(Scheduler& s, Ticks now) {
@@ -247,12 +252,11 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   s.set_shape_context(0);
   if (started) {
     if (held && free_pass && job.spec.tier != Tier::kCritical) {
-      auto it = std::lower_bound(leases_.begin(), leases_.end(), id,
-                                 [](const Lease& l, JobId j) { return l.job < j; });
-      if (it != leases_.end() && it->job == id) {
-        it->start = now;
+      const size_t i = FindLease(id);
+      if (i < leases_.size() && leases_[i].job == id) {
+        leases_[i].start = now;
       } else {
-        leases_.insert(it, Lease{id, now});
+        leases_.insert(leases_.begin() + static_cast<std::ptrdiff_t>(i), Lease{id, now});
       }
     }
     return;
@@ -389,7 +393,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   std::vector<std::pair<QueueId, GpuUnits>> taken;  // borrowed units reclaimed so far, per queue
   for (const Victim& c : candidates) {
     const JobRecord& victim = s.job(c.id);
-    if (c.category == 1 && mode == Mode::kGuarantee) {  // standard work on borrowed capacity: all of it must be borrowed
+    // Standard work on borrowed capacity: all of it must be borrowed.
+    if (c.category == 1 && mode == Mode::kGuarantee) {
       auto it = std::find_if(taken.begin(), taken.end(),
                              [&](const auto& t) { return t.first == victim.spec.queue; });
       if (it == taken.end()) it = taken.insert(taken.end(), {victim.spec.queue, 0});
@@ -470,10 +475,13 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
     // that never comes would keep them idle).
     const JobRecord& running = s.job(r);
     // A backfilled job past its lease ends when the reservation needs its GPUs.
-    latest = std::max(latest, end > now || running.phase == Phase::kSignaled ? end
-                              : lessees_end && Overdue(s, r, now)
-                                  ? now
-                                  : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond));
+    Ticks ends = end;
+    if (end <= now && running.phase != Phase::kSignaled) {
+      ends = lessees_end && Overdue(s, r, now)
+                 ? now
+                 : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond);
+    }
+    latest = std::max(latest, ends);
     ReleaseAll(ledger, running.alloc);
     released.push_back(r);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet

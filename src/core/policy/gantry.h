@@ -90,6 +90,8 @@ class GantryPolicy final : public Policy {
   bool LeasesExpireFor(const Scheduler& s, const JobRecord& job, Ticks now) const;
   // Drops the leases of runs that ended; asks for a pass when the next one ends.
   void PruneLeases(Scheduler& s, Ticks now);
+  // The index of `id`'s lease, or where it would go (leases_ is sorted by job).
+  size_t FindLease(JobId id) const;
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
   // free now, except those of `except`.

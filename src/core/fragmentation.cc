@@ -27,13 +27,35 @@ Fragmentation::Fragmentation(const Ledger& ledger)
   for (const Pool& p : ledger.cluster().pools()) spot_ = spot_ || p.spec.spot;
 }
 
+ModelMask Fragmentation::FitsVram(const JobSpec& job) const {
+  const Catalog& catalog = ledger_.cluster().catalog();
+  ModelMask fits = 0;
+  for (size_t m = 0; m < catalog.size(); ++m) {
+    if (!(job.models >> m & 1u)) continue;
+    const GpuModel& model = catalog.model(ModelId(static_cast<uint32_t>(m)));
+    int64_t memory = model.memory_bytes;
+    if (job.sharing == Sharing::kMig) {
+      const int idx = m < job.mig_index.size() ? job.mig_index[m] : -1;
+      memory = idx >= 0 ? model.mig_profiles[static_cast<size_t>(idx)].memory_bytes : 0;
+    }
+    if (memory >= job.vram_bytes) fits |= ModelMask{1} << m;
+  }
+  return fits;
+}
+
 void Fragmentation::Observe(const JobSpec& job) {
   if (!job.uses_gpu()) return;
   const auto workers = static_cast<uint64_t>(std::max(1, job.replicas));
+  // VRAM tells where a whole GPU or a MIG instance may go (the models whose memory, or
+  // whose profile's, holds it), and how much of a shared GPU a share takes: only shares
+  // keep it exact. So jobs that differ in VRAM alone (generated and real traces draw it
+  // from ranges) make one class, whose VRAM is the largest seen.
+  const bool shared = job.sharing == Sharing::kMps || job.sharing == Sharing::kTimeslice;
   // Critical work differs only in avoiding spot pools: without them, one class.
-  Key key{job.sharing,    spot_ && job.tier == Tier::kCritical, job.gpus,
-          job.share_milli, job.mig_profile,            job.models,
-          job.vram_bytes, job.cpus_milli,              job.memory_bytes};
+  Key key{job.sharing,     spot_ && job.tier == Tier::kCritical, job.gpus,
+          job.share_milli, job.mig_profile,                      job.models,
+          shared ? job.vram_bytes : 0, shared ? ModelMask{0} : FitsVram(job),
+          job.cpus_milli,  job.memory_bytes};
   auto it = tracked_.find(key);
   if (it == tracked_.end()) {
     if (tracked_.size() >= kTracked) {  // evict the lightest shape (the first on ties)
@@ -43,9 +65,10 @@ void Fragmentation::Observe(const JobSpec& job) {
       }
       tracked_.erase(lightest);
     }
-    it = tracked_.emplace(std::move(key), Tracked{0, job.mig_index}).first;
+    it = tracked_.emplace(std::move(key), Tracked{0, job.mig_index, 0}).first;
   }
   it->second.weight += workers;
+  it->second.vram_bytes = std::max(it->second.vram_bytes, job.vram_bytes);
   observed_ += workers;
   since_decay_ += workers;
   since_rebuild_ += workers;
@@ -86,7 +109,7 @@ void Fragmentation::Rebuild() {
     c.worker.mig_profile = k.mig_profile;
     c.worker.mig_index = it->second.mig_index;
     c.worker.models = k.models;
-    c.worker.vram_bytes = k.vram_bytes;
+    c.worker.vram_bytes = it->second.vram_bytes;
     c.worker.cpus_milli = k.cpus_milli;
     c.worker.memory_bytes = k.memory_bytes;
     c.weight = it->second.weight;

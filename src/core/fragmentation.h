@@ -21,7 +21,8 @@
 // The mix is learned online (Observe, once per submitted job that uses GPUs, weighted
 // by its workers; CPU-only jobs are left out, as FGD's experiments do
 // (isInvolvedCpuPods: false): counted, they only dilute the GPU classes): a bounded
-// table of the last kTracked distinct shapes with decayed counts (all halved every
+// table of the last kTracked distinct shapes (VRAM counts exactly for shares only; for
+// whole GPUs and MIG, as the set of models it fits) with decayed counts (all halved every
 // kDecayEvery workers; a new shape evicts the lightest). The mix in
 // use is frozen at rebuilds (the kMaxClasses heaviest shapes), which happen after every
 // max(1, min(observed/8, 256)) workers, so scores only change when the ledger or a
@@ -83,12 +84,15 @@ class Fragmentation {
     int gpus, share_milli;
     std::string mig_profile;
     ModelMask models;
-    int64_t vram_bytes, cpus_milli, memory_bytes;
+    int64_t vram_bytes;   // shares only
+    ModelMask vram_fits;  // whole GPUs and MIG: the models whose (profile) memory holds it
+    int64_t cpus_milli, memory_bytes;
     auto operator<=>(const Key&) const = default;
   };
   struct Tracked {
     uint64_t weight = 0;
     std::vector<int8_t> mig_index;
+    int64_t vram_bytes = 0;  // the largest seen
   };
   // What scoring reads of a class, packed (mig_index points into mix_).
   struct ClassView {
@@ -105,6 +109,7 @@ class Fragmentation {
   };
 
   void Rebuild();
+  ModelMask FitsVram(const JobSpec& job) const;
   // Score of node n if its GPUs were in `gpus` with these CPUs and memory free.
   int64_t Score(NodeId n, const GpuState* gpus, int64_t cpus_milli, int64_t memory_bytes) const;
 

@@ -55,6 +55,36 @@ TEST(FragmentationTest, LearnsTheMixByWorkers) {
   EXPECT_EQ(frag.total_weight(), 5u);
 }
 
+// Whole-GPU jobs that differ only in VRAM make one class while the same models hold
+// them (its VRAM the largest seen); shares keep their VRAM.
+TEST(FragmentationTest, VramSplitsClassesOnlyWhereItMatters) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  JobSpec small = Whole(c, "small", 1, 1), large = small, huge = small;
+  small.vram_bytes = 10 * kGB;
+  large.vram_bytes = 14 * kGB;  // both fit every built-in model (16 GB and up)
+  huge.vram_bytes = 70 * kGB;   // fits only the 80 GB and larger ones
+  frag.Observe(small);
+  frag.Observe(large);
+  frag.Observe(huge);
+  frag.Observe(Shared(c, "s8", Sharing::kMps, 250, 8));
+  frag.Observe(Shared(c, "s9", Sharing::kMps, 250, 9));
+  ASSERT_EQ(frag.mix().size(), 4u);
+  int64_t whole_vram_max = 0;
+  int shares = 0;
+  for (const auto& m : frag.mix()) {
+    if (m.worker.sharing == Sharing::kMps) {
+      ++shares;
+    } else if (m.weight == 2) {
+      whole_vram_max = m.worker.vram_bytes;
+    }
+  }
+  EXPECT_EQ(shares, 2);
+  EXPECT_EQ(whole_vram_max, 14 * kGB);
+}
+
 TEST(FragmentationTest, LeavesCpuOnlyJobsOutOfTheMix) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});

@@ -609,6 +609,15 @@ std::optional<Principal> Controller::Authenticate(const std::string& token, Repl
   return p;
 }
 
+Reply Controller::CallAsUser(const std::string& token,
+                             const std::function<Reply(const Principal&)>& fn) {
+  return Call([&]() -> Reply {
+    Reply err;
+    auto user = AuthenticateUser(token, err);
+    return user ? fn(*user) : err;
+  });
+}
+
 std::optional<Principal> Controller::AuthenticateUser(const std::string& token, Reply& error) {
   auto p = Authenticate(token, error);
   if (p && p->role == Role::kAgent) {
@@ -632,10 +641,7 @@ Job* Controller::FindJob(const std::string& name) {
 // ---------------------------------------------------------------- API: jobs
 
 Reply Controller::Submit(const std::string& token, SubmitRequest req) {
-  return Call([&]() -> Reply {
-    Reply err;
-    auto p = AuthenticateUser(token, err);
-    if (!p) return err;
+  return CallAsUser(token, [&](const Principal& user) -> Reply {
     const Ticks now = now_;
     if (static_cast<int64_t>(req.body.size()) > options_.max_spec_bytes) {
       return Reply::Error(Code::kTooLarge, "job spec is " + std::to_string(req.body.size()) +
@@ -653,13 +659,13 @@ Reply Controller::Submit(const std::string& token, SubmitRequest req) {
     }
     if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
     job.queue = config_.queues.queue(spec->queue).spec.name;
-    if (!MaySubmitTo(*p, config_.queues, job.queue)) {
+    if (!MaySubmitTo(user, config_.queues, job.queue)) {
       std::string own;
-      for (const std::string& q : p->queues) own += (own.empty() ? "" : ", ") + q;
-      return Reply::Error(Code::kForbidden, p->Describe() + " may not submit to queue " + job.queue +
+      for (const std::string& q : user.queues) own += (own.empty() ? "" : ", ") + q;
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not submit to queue " + job.queue +
                                                 " (its queues: " + (own.empty() ? "none" : own) + ")");
     }
-    job.team = p->admin() ? "admin" : p->team;
+    job.team = user.admin() ? "admin" : user.team;
     if (!req.idempotency_key.empty()) {
       if (req.idempotency_key.size() > 200) {
         return Reply::Error(Code::kBadRequest, "Idempotency-Key: at most 200 characters");
@@ -780,9 +786,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
 }
 
 Reply Controller::ListJobs(const std::string& token, const std::string& state_filter, bool all) {
-  return Call([&]() -> Reply {
-    Reply err;
-    if (!AuthenticateUser(token, err)) return err;
+  return CallAsUser(token, [&](const Principal&) -> Reply {
     json jobs = json::array();
     for (const auto& [seq, job] : jobs_) {
       if (!all && !job.active()) continue;
@@ -797,13 +801,10 @@ Reply Controller::ListJobs(const std::string& token, const std::string& state_fi
 }
 
 Reply Controller::ShowJob(const std::string& token, const std::string& name) {
-  return Call([&]() -> Reply {
-    Reply err;
-    auto p = AuthenticateUser(token, err);
-    if (!p) return err;
+  return CallAsUser(token, [&](const Principal& user) -> Reply {
     if (Job* job = FindJob(name)) {
       Reply r;
-      r.body = JobSummary(*job, true, &*p);
+      r.body = JobSummary(*job, true, &user);
       return r;
     }
     auto stored = store_.FindJob(name);
@@ -817,24 +818,21 @@ Reply Controller::ShowJob(const std::string& token, const std::string& name) {
     (void)JobFromDoc(json::parse((*stored)->doc, nullptr, false), cluster_, job);
     if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
     Reply r;
-    r.body = JobSummary(job, true, &*p);
+    r.body = JobSummary(job, true, &user);
     return r;
   });
 }
 
 Reply Controller::Cancel(const std::string& token, const std::string& name) {
-  return Call([&]() -> Reply {
-    Reply err;
-    auto p = AuthenticateUser(token, err);
-    if (!p) return err;
+  return CallAsUser(token, [&](const Principal& user) -> Reply {
     Job* job = FindJob(name);
     if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySubmitTo(*p, config_.queues, job->queue)) {
-      return Reply::Error(Code::kForbidden, p->Describe() + " may not cancel job " + name +
+    if (!MaySubmitTo(user, config_.queues, job->queue)) {
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
                                                 " in queue " + job->queue + " (team " + job->team + ")");
     }
     const Ticks now = now_;
-    const std::string reason = "cancelled by " + p->Describe();
+    const std::string reason = "cancelled by " + user.Describe();
     switch (job->state) {
       case JobState::kDone:
         return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
@@ -859,14 +857,11 @@ Reply Controller::Cancel(const std::string& token, const std::string& name) {
 }
 
 Reply Controller::LogPath(const std::string& token, const std::string& name, int run, int rank) {
-  return Call([&]() -> Reply {
-    Reply err;
-    auto p = AuthenticateUser(token, err);
-    if (!p) return err;
+  return CallAsUser(token, [&](const Principal& user) -> Reply {
     Job* job = FindJob(name);
     if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySee(*p, *job)) {
-      return Reply::Error(Code::kForbidden, p->Describe() + " may not read the output of job " + name +
+    if (!MaySee(user, *job)) {
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not read the output of job " + name +
                                                 " in queue " + job->queue);
     }
     if (run <= 0) run = job->run;
@@ -885,9 +880,7 @@ Reply Controller::LogPath(const std::string& token, const std::string& name, int
 // ---------------------------------------------------------------- API: nodes, queues, usage
 
 Reply Controller::Nodes(const std::string& token) {
-  return Call([&]() -> Reply {
-    Reply err;
-    if (!AuthenticateUser(token, err)) return err;
+  return CallAsUser(token, [&](const Principal&) -> Reply {
     const Ticks now = now_;
     std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count());
     for (int64_t seq : running_) {
@@ -951,14 +944,11 @@ Reply Controller::Nodes(const std::string& token) {
 
 Reply Controller::Drain(const std::string& token, const std::string& node, bool drain,
                         std::string reason) {
-  return Call([&]() -> Reply {
-    Reply err;
-    auto p = AuthenticateUser(token, err);
-    if (!p) return err;
-    if (!p->admin()) {
+  return CallAsUser(token, [&](const Principal& user) -> Reply {
+    if (!user.admin()) {
       return Reply::Error(Code::kForbidden, std::string(drain ? "drain" : "resume") +
                                                 " is a cluster operation: it needs the admin token, not " +
-                                                p->Describe() + "'s");
+                                                user.Describe() + "'s");
     }
     auto n = cluster_.FindNode(node);
     if (!n) return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
@@ -974,9 +964,7 @@ Reply Controller::Drain(const std::string& token, const std::string& node, bool 
 }
 
 Reply Controller::Queues(const std::string& token) {
-  return Call([&]() -> Reply {
-    Reply err;
-    if (!AuthenticateUser(token, err)) return err;
+  return CallAsUser(token, [&](const Principal&) -> Reply {
     std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
     for (const auto& [seq, job] : jobs_) {
       if (job.state == JobState::kPending) ++pending[job.spec.queue.v];
@@ -1005,9 +993,7 @@ Reply Controller::Queues(const std::string& token) {
 }
 
 Reply Controller::Usage(const std::string& token, double from_s, double to_s) {
-  return Call([&]() -> Reply {
-    Reply err;
-    if (!AuthenticateUser(token, err)) return err;
+  return CallAsUser(token, [&](const Principal&) -> Reply {
     const int64_t now_ms = WallMs(now_);
     const int64_t from = static_cast<int64_t>(from_s * 1000);
     const int64_t to = std::min(now_ms, static_cast<int64_t>(to_s * 1000));

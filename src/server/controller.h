@@ -137,6 +137,9 @@ class Controller {
   double UnixSeconds(Ticks t) const { return static_cast<double>(WallMs(t)) / 1000.0; }
   std::optional<Principal> Authenticate(const std::string& token, Reply& error);
   std::optional<Principal> AuthenticateUser(const std::string& token, Reply& error);
+  // Call() as a user (not an agent): fn runs on the controller thread with the caller,
+  // or the reply is the authentication error.
+  Reply CallAsUser(const std::string& token, const std::function<Reply(const Principal&)>& fn);
 
   // ---- state changes (controller thread) ----
   Status Restore();

@@ -171,10 +171,31 @@ void Report::Write(std::ostream& out) const {
                 {"queue_wait_ms", {{"mean", w.mean}, {"p50", w.p50}, {"p99", w.p99}}},
                 {"jct_s", {{"mean", c.mean}, {"p99", c.p99}}}};
   };
+  // A parent's figures with its children's, for chargeback of a whole subtree.
+  std::vector<int64_t> subtree(queues_.size(), 0);
+  std::vector<std::map<std::string, int64_t>> subtree_by_model(queues_.size());
+  for (uint32_t q = 0; q < queues_.size(); ++q) {
+    for (core::QueueId a : queues_.queue(core::QueueId(q)).self_and_ancestors) {
+      subtree[a.v] += by_queue_[q].alloc;
+      for (const auto& [model, unit_ms] : by_queue_[q].alloc_by_model) {
+        subtree_by_model[a.v][model] += unit_ms;
+      }
+    }
+  }
+  auto hours_by_model = [](const std::map<std::string, int64_t>& m) {
+    Json hours = Json::object();
+    for (const auto& [model, unit_ms] : m) {
+      hours[model] = static_cast<double>(unit_ms) / kUnitMsPerGpuHour;
+    }
+    return hours;
+  };
   Json by_queue = Json::object();
   for (uint32_t q = 0; q < queues_.size(); ++q) {
     const core::QueueSpec& spec = queues_.queue(core::QueueId(q)).spec;
     Json g = group(by_queue_[q]);
+    g["gpu_hours_by_model"] = hours_by_model(by_queue_[q].alloc_by_model);
+    g["gpu_hours_with_children"] = static_cast<double>(subtree[q]) / kUnitMsPerGpuHour;
+    g["gpu_hours_by_model_with_children"] = hours_by_model(subtree_by_model[q]);
     g["preemptions"] = by_queue_[q].preemptions;
     g["guaranteed_gpus"] = static_cast<double>(spec.guaranteed) / kGpuUnits;
     if (spec.burst >= 0) g["burst_gpus"] = static_cast<double>(spec.burst) / kGpuUnits;

@@ -51,6 +51,10 @@ class Report {
   void RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units, core::Ticks start,
                 core::Ticks end, core::Ticks lost_ms, Cause cause);
   // Capacity or allocation changed at t: advance the integrals.
+  // GPU units x ms a queue held GPUs of one model (the run of one worker, say).
+  void ModelUsage(core::QueueId queue, const std::string& model, int64_t unit_ms) {
+    by_queue_[queue.v].alloc_by_model[model] += unit_ms;
+  }
   void Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units);
   // The cluster's fragmented GPUs (core::Scheduler::fragmented_gpus) from t on; call
   // right after Advance(t).
@@ -100,6 +104,7 @@ class Report {
   int64_t lost_by_cause_[3] = {0, 0, 0};
   struct Group {  // figures per queue and per tier
     int64_t alloc = 0;  // unit-ms
+    std::map<std::string, int64_t> alloc_by_model;  // unit-ms (queues only)
     size_t preemptions = 0;
     std::vector<double> wait_ms, jct_s;
   };

@@ -165,6 +165,17 @@ void Simulator::Pass(Ticks now) {
   }
 }
 
+void Simulator::ModelUsage(const core::JobRecord& job, Ticks start, Ticks end) {
+  const core::Cluster& cluster = config_.cluster;
+  for (const core::WorkerAlloc& w : job.alloc) {
+    const core::ModelId model = cluster.node(w.node).model;
+    if (!model.valid()) continue;  // a CPU node
+    const core::GpuUnits units = job.spec.WorkerUnits(cluster.catalog(), model);
+    if (units == 0) continue;  // a CPU-only worker
+    report_.ModelUsage(job.spec.queue, cluster.catalog().model(model).name, units * (end - start));
+  }
+}
+
 void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause) {
   const core::JobRecord& job = sched_.job(id);
   SimJob& s = jobs_[id.v];
@@ -174,6 +185,7 @@ void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause) {
   s.progress += kept;
   report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, now, run_time - kept,
                    cause);
+  ModelUsage(job, s.run_start, now);
   timeline_.RunEnded(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units,
                      run_time - kept, EndingOf(cause));
   ++s.run;
@@ -190,6 +202,7 @@ void Simulator::Handle(const Event& e) {
       const core::JobRecord& job = sched_.job(id);
       report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, t, 0,
                        Report::Cause::kPreempt);
+      ModelUsage(job, s.run_start, t);
       timeline_.RunEnded(t, job.spec.tier, job.spec.queue, job.spec.sharing, job.units, 0,
                          Timeline::Ending::kFinished);
       s.progress = s.duration;

@@ -91,6 +91,8 @@ class Simulator {
   // Ends the current run of a job that goes back to pending (preempt, requeue) or away
   // (reclaim): keeps checkpointed progress, accounts lost work. Returns run time.
   void EndRun(core::JobId id, core::Ticks now, Report::Cause cause);
+  // Reports the GPU units x time of a run ending now, per GPU model its workers held.
+  void ModelUsage(const core::JobRecord& job, core::Ticks start, core::Ticks end);
   void Account(core::Ticks now);
   // After each instant: the timeline's state and samples, and progress.
   void Observe(core::Ticks now);

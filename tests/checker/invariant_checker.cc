@@ -547,6 +547,7 @@ struct JobRun {
   double run_start = 0;
   double finish_t = 0;
   int64_t run_units = 0;    // GPU units of the current run (all workers)
+  std::map<std::string, int64_t> run_units_by_model;
   int64_t run_seq = 0;
   std::vector<Worker> workers;
 };
@@ -585,6 +586,7 @@ struct RunRecord {
   double end = 0;
   int64_t units = 0;
   std::string queue;
+  std::map<std::string, int64_t> units_by_model;  // GPU model name -> units
 };
 
 struct Obligation {  // a job that must be released at a node_down's time
@@ -1143,9 +1145,12 @@ class Replayer {
                       static_cast<int>(std::fmod(t, 60.0))));
     }
     int64_t units = 0;
+    std::map<std::string, int64_t> by_model;
     for (const Worker& w : workers) {
       Place(line, t, job, w);
       units += WorkerUnits(w);
+      const GpuModel* model = config_.nodes[static_cast<std::size_t>(w.node)].model;
+      if (model != nullptr && WorkerUnits(w) > 0) by_model[model->name] += WorkerUnits(w);
     }
     if (!job.queue.empty() && config_.queue_by_name.count(job.queue) == 0) {
       Add(line, t, job.id, inv::kUnknownQueue,
@@ -1165,6 +1170,7 @@ class Replayer {
     run.state = State::kRunning;
     run.run_start = t;
     run.run_units = units;
+    run.run_units_by_model = std::move(by_model);
     run.workers = std::move(workers);
     ++run.run_seq;
     if (!run.ever_started) run.first_start = t;
@@ -1175,7 +1181,8 @@ class Replayer {
   void Release(double t, const Job& job, JobRun& run) {
     for (const Worker& w : run.workers) Unplace(job, w);
     for (int q : QueueChain(job)) holding_[static_cast<std::size_t>(q)] -= run.run_units;
-    records_.push_back(RunRecord{run.run_start, t, run.run_units, job.queue});
+    records_.push_back(
+        RunRecord{run.run_start, t, run.run_units, job.queue, run.run_units_by_model});
     run.runtime_sum += t - run.run_start;
     run.workers.clear();
   }
@@ -1341,7 +1348,8 @@ class Replayer {
         case State::kRunning:
           Add(0, last_t_, id, inv::kFinalState, "still running when the log ends");
           // Count the open run up to the end of the log in the utilisation.
-          records_.push_back(RunRecord{run.run_start, last_t_, run.run_units, job(id).queue});
+          records_.push_back(RunRecord{run.run_start, last_t_, run.run_units, job(id).queue,
+                                       run.run_units_by_model});
           break;
         case State::kPending:
           unfinished.push_back(id);
@@ -1471,9 +1479,24 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
 
   double alloc = 0;
   std::map<std::string, double> queue_gpu_s;
+  // Per queue with its descendants (the report's *_with_children), and per GPU model.
+  std::map<std::string, double> subtree_gpu_s;
+  std::map<std::string, std::map<std::string, double>> model_gpu_s, subtree_model_gpu_s;
   for (const RunRecord& rec : r.run_records()) {
     const double gpus = static_cast<double>(rec.units) / kUnitsPerGpu;
     queue_gpu_s[rec.queue] += (rec.end - rec.start) * gpus;
+    std::vector<std::string> chain;
+    if (auto it = config.queue_by_name.find(rec.queue); it != config.queue_by_name.end()) {
+      for (int q = it->second; q >= 0; q = config.queues[static_cast<std::size_t>(q)].parent) {
+        chain.push_back(config.queues[static_cast<std::size_t>(q)].name);
+      }
+    }
+    for (const std::string& q : chain) subtree_gpu_s[q] += (rec.end - rec.start) * gpus;
+    for (const auto& [model, units] : rec.units_by_model) {
+      const double model_s = (rec.end - rec.start) * static_cast<double>(units) / kUnitsPerGpu;
+      model_gpu_s[rec.queue][model] += model_s;
+      for (const std::string& q : chain) subtree_model_gpu_s[q][model] += model_s;
+    }
     if (window) {
       const double a = std::max(rec.start, w0), b = std::min(rec.end, w1);
       if (b > a) alloc += (b - a) * gpus;
@@ -1503,6 +1526,23 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
     for (const auto& [queue, v] : bq->items()) {
       if (queue_gpu_s.count(queue) == 0 && config.queue_by_name.count(queue) != 0) {
         expect(fmt::format("by_queue.{}.gpu_hours", queue), 0.0);
+      }
+      // Added fields: checked where the report has them (older reports lack them).
+      if (v.contains("gpu_hours_with_children")) {
+        expect(fmt::format("by_queue.{}.gpu_hours_with_children", queue),
+               subtree_gpu_s[queue] / 3600.0);
+      }
+      for (const auto& [key, want] : {std::pair{"gpu_hours_by_model", &model_gpu_s},
+                                      std::pair{"gpu_hours_by_model_with_children",
+                                                &subtree_model_gpu_s}}) {
+        if (!v.contains(key)) continue;
+        std::set<std::string> models;
+        for (const auto& [model, x] : v[key].items()) models.insert(model);
+        for (const auto& [model, x] : (*want)[queue]) models.insert(model);
+        for (const std::string& model : models) {
+          expect(fmt::format("by_queue.{}.{}.{}", queue, key, model),
+                 (*want)[queue][model] / 3600.0);
+        }
       }
     }
   } else {

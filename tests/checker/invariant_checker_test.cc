@@ -867,6 +867,32 @@ TEST_F(ReportTest, EachMissingFieldIsFlagged) {
   }
 }
 
+// Per-model and subtree figures: research (a child of ml) used 100 GPU-seconds of H100,
+// serving 110; ml has no jobs of its own.
+TEST_F(ReportTest, UsageByModelAndWithChildren) {
+  nlohmann::json r = SmallReport();
+  const double a = 100.0 / 3600.0, b = 110.0 / 3600.0;
+  r["by_queue"]["ml"] = {{"gpu_hours", 0.0}, {"gpu_hours_with_children", a},
+                         {"gpu_hours_by_model", nlohmann::json::object()},
+                         {"gpu_hours_by_model_with_children", {{"H100-80GB", a}}}};
+  r["by_queue"]["research"]["gpu_hours_with_children"] = a;
+  r["by_queue"]["research"]["gpu_hours_by_model"] = {{"H100-80GB", a}};
+  r["by_queue"]["serving"]["gpu_hours_with_children"] = b;
+  r["by_queue"]["serving"]["gpu_hours_by_model_with_children"] = {{"H100-80GB", b}};
+  EXPECT_TRUE(CheckReport(r).empty()) << Dump(CheckReport(r));
+  for (const char* field :
+       {"/by_queue/ml/gpu_hours_with_children", "/by_queue/research/gpu_hours_by_model/H100-80GB",
+        "/by_queue/ml/gpu_hours_by_model_with_children/H100-80GB"}) {
+    nlohmann::json bad = r;
+    const nlohmann::json::json_pointer ptr(field);
+    bad[ptr] = bad[ptr].get<double>() * 1.01 + 0.001;
+    EXPECT_TRUE(Flagged(CheckReport(bad), inv::kReport)) << field;
+  }
+  nlohmann::json extra = r;  // a model the log never used
+  extra["by_queue"]["serving"]["gpu_hours_by_model_with_children"]["L40S-48GB"] = 0.5;
+  EXPECT_TRUE(Flagged(CheckReport(extra), inv::kReport));
+}
+
 TEST_F(ReportTest, UtilizationDiscountsDownCapacity) {
   // gpu-3 (8 GPUs) down for [20, 70): capacity 3600 - 400 = 3200 GPU-seconds.
   auto log = InsertAfter(SmallLog(), R"({"t":10,"type":"start")",

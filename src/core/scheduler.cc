@@ -81,10 +81,12 @@ Ticks Scheduler::Estimate(JobId id) const {
 Ticks Scheduler::ExpectedEnd(JobId id) const {
   const JobRecord& job = jobs_[id.v];
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
-  // A job resumed past its estimate is expected to run as long again as it has run.
-  const Ticks estimate = Estimate(id), done = job.progress_kept;
-  const Ticks left = std::max<Ticks>(kTicksPerSecond, done < estimate ? estimate - done : done);
-  return job.last_start + left;
+  return job.last_start + Remaining(id);
+}
+
+Ticks Scheduler::Remaining(JobId id) const {
+  const Ticks estimate = Estimate(id), done = jobs_[id.v].progress_kept;
+  return std::max<Ticks>(kTicksPerSecond, done < estimate ? estimate - done : done);
 }
 
 void Scheduler::SetExpectedEnd(JobId id, Ticks end) {

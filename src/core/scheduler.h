@@ -172,6 +172,9 @@ class Scheduler {
   // Runtime estimate: the job's own, else the mean of its queue's last completed jobs,
   // else the default.
   Ticks Estimate(JobId id) const;
+  // Run time the job still needs by its estimate, at least 1 s; a job resumed past its
+  // estimate is expected to run as long again as it has run.
+  Ticks Remaining(JobId id) const;
   // Running and signaled jobs by expected end, as reckoned when each started or was
   // signaled (estimates learnt later do not move them), then id.
   const std::set<std::pair<Ticks, JobId>>& running_by_end() const { return by_end_; }

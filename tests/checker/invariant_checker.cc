@@ -222,6 +222,18 @@ struct Config {
   int64_t total_gpus = 0;
 };
 
+// The queue named `queue` and its ancestors, as indexes into config.queues; empty for an
+// unknown queue.
+std::vector<int> QueueChain(const Config& config, const std::string& queue) {
+  std::vector<int> chain;
+  auto it = config.queue_by_name.find(queue);
+  if (it == config.queue_by_name.end()) return chain;
+  for (int q = it->second; q >= 0; q = config.queues[static_cast<std::size_t>(q)].parent) {
+    chain.push_back(q);
+  }
+  return chain;
+}
+
 Config LoadConfig(const std::string& path) {
   YAML::Node root;
   try {
@@ -1095,15 +1107,6 @@ class Replayer {
   }
 
   // Queue followed by its ancestors; empty when the job has no (known) queue.
-  std::vector<int> QueueChain(const Job& job) const {
-    std::vector<int> chain;
-    auto it = config_.queue_by_name.find(job.queue);
-    if (it == config_.queue_by_name.end()) return chain;
-    for (int q = it->second; q >= 0; q = config_.queues[static_cast<std::size_t>(q)].parent) {
-      chain.push_back(q);
-    }
-    return chain;
-  }
 
   void OnStart(int64_t line, double t, const Job& job, JobRun& run, const json& ev) {
     if (!Expect(line, t, job, run, State::kPending, "start")) return;
@@ -1156,7 +1159,7 @@ class Replayer {
       Add(line, t, job.id, inv::kUnknownQueue,
           fmt::format("started in queue '{}' which the config does not have", job.queue));
     }
-    for (int q : QueueChain(job)) {
+    for (int q : QueueChain(config_, job.queue)) {
       const auto qi = static_cast<std::size_t>(q);
       holding_[qi] += units;
       const Queue& queue = config_.queues[qi];
@@ -1180,7 +1183,9 @@ class Replayer {
 
   void Release(double t, const Job& job, JobRun& run) {
     for (const Worker& w : run.workers) Unplace(job, w);
-    for (int q : QueueChain(job)) holding_[static_cast<std::size_t>(q)] -= run.run_units;
+    for (int q : QueueChain(config_, job.queue)) {
+      holding_[static_cast<std::size_t>(q)] -= run.run_units;
+    }
     records_.push_back(
         RunRecord{run.run_start, t, run.run_units, job.queue, run.run_units_by_model});
     run.runtime_sum += t - run.run_start;
@@ -1485,17 +1490,15 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
   for (const RunRecord& rec : r.run_records()) {
     const double gpus = static_cast<double>(rec.units) / kUnitsPerGpu;
     queue_gpu_s[rec.queue] += (rec.end - rec.start) * gpus;
-    std::vector<std::string> chain;
-    if (auto it = config.queue_by_name.find(rec.queue); it != config.queue_by_name.end()) {
-      for (int q = it->second; q >= 0; q = config.queues[static_cast<std::size_t>(q)].parent) {
-        chain.push_back(config.queues[static_cast<std::size_t>(q)].name);
-      }
-    }
-    for (const std::string& q : chain) subtree_gpu_s[q] += (rec.end - rec.start) * gpus;
+    const std::vector<int> chain = QueueChain(config, rec.queue);
+    auto name = [&](int q) -> const std::string& {
+      return config.queues[static_cast<std::size_t>(q)].name;
+    };
+    for (int q : chain) subtree_gpu_s[name(q)] += (rec.end - rec.start) * gpus;
     for (const auto& [model, units] : rec.units_by_model) {
       const double model_s = (rec.end - rec.start) * static_cast<double>(units) / kUnitsPerGpu;
       model_gpu_s[rec.queue][model] += model_s;
-      for (const std::string& q : chain) subtree_model_gpu_s[q][model] += model_s;
+      for (int q : chain) subtree_model_gpu_s[name(q)][model] += model_s;
     }
     if (window) {
       const double a = std::max(rec.start, w0), b = std::min(rec.end, w1);

@@ -139,7 +139,6 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   victims_indexed_ = false;
   if (full) {
     reservations_.clear();
-    PruneLeases(s, now);
 
   } else {
     std::erase_if(reservations_,
@@ -216,7 +215,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     }
   }
   DropPhantoms(s);
-  if (!reservations_.empty()) PruneLeases(s, now);  // wake when a lease ends
+  PruneLeases(s, now);  // and wake when one ends
 }
 
 void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
@@ -233,9 +232,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
   // claims; a claimant uses its own claim.
-  const Ticks estimate = s.Estimate(id), done = job.progress_kept;  // as in ExpectedEnd
-  const Ticks left = std::max<Ticks>(kTicksPerSecond, done < estimate ? estimate - done : done);
-  const bool free_pass = job.spec.tier == Tier::kCritical || now + left <= Shadow();
+  const bool free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
   const bool held = !phantoms_.empty();
   if (held && (free_pass || claimant)) {
     DropPhantoms(s);
@@ -372,7 +369,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   Ledger& ledger = s.mutable_ledger();
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
-  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, static_cast<int>(mode)};
+  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode};
   if (preempt_failed_.contains(key)) return false;
   if (!victims_indexed_) IndexVictims(s, now);
   if (unprotect_ < kForever) s.WakeAt(unprotect_);

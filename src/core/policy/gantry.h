@@ -59,11 +59,16 @@ class GantryPolicy final : public Policy {
       return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
     }
   };
+  // Whom a preemption may take (Candidates).
+  enum class Mode : uint8_t {
+    kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
+    kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
+  };
   struct PreemptKey {
     Scheduler::Shape shape;
     QueueId queue;
     Tier tier;
-    int mode;
+    Mode mode;
     auto operator<=>(const PreemptKey&) const = default;
   };
   // A job started on GPUs held for a reservation, because its estimate ended first.
@@ -77,10 +82,6 @@ class GantryPolicy final : public Policy {
   void IndexVictims(const Scheduler& s, Ticks now);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
   // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
-  enum class Mode : uint8_t {
-    kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
-    kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
-  };
   void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
                   Ticks now);
   bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode);

@@ -56,18 +56,21 @@ done
 python3 - "${dirs[@]}" <<'EOF'
 import json, re, sys
 
-def capacity(path):  # GPUs of the cluster: count x gpus per pool, without a YAML parser
-    gpus, pool = 0, {}
+def pools(path):  # the `pools:` list of a gen cluster config, without a YAML parser
+    out, section = [], None
     for line in open(path):
-        m = re.match(r"\s+(count|gpus): (\d+)", line)
-        if m:
-            pool[m.group(1)] = int(m.group(2))
-            if len(pool) == 2:
-                gpus += pool["count"] * pool["gpus"]
-                pool = {}
-        elif re.match(r"\s+- name:", line):
-            pool = {}
-    return gpus
+        if re.match(r"^\w", line):
+            section = line.split(":")[0]
+        elif section == "pools":
+            m = re.match(r"\s+- name: (\S+)", line)
+            if m:
+                out.append({"name": m.group(1)})
+            elif out and (m := re.match(r"\s+(\w+): (\S+)", line)):
+                out[-1][m.group(1)] = m.group(2)
+    return out
+
+def capacity(path):  # GPUs of the cluster: count x gpus per pool
+    return sum(int(p.get("count", 0)) * int(p.get("gpus", 0)) for p in pools(path))
 
 print("| seed | load | mix | policy | GPU util % | mean JCT s | vs fifo | JCT floor s | critical in guarantee: jobs, p99 wait s | preemptions | GPU-h lost to preemption (% of used) | gangs 16+ GPUs: n, longest, mean wait h |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -101,4 +104,32 @@ for d in sys.argv[1:]:
         print(f"| {seed} | {load} | {mix} | {policy} | {r['gpu_utilization_pct']:.1f} | {jct:,.0f} | "
               f"{jct / fifo_jct:.2f}x | {sum(run) / len(run):,.0f} | {cig.get('count', 0)}, "
               f"{cig.get('p99', 0) / 1000:.0f} | {r['preemptions']} | {lost:,.0f} ({100 * lost / used:.2f}%) | {gang} |")
+
+# How oversubscribed the H100 GPUs are, and the largest leaf, which alone fits the
+# biggest leaf gangs: work that may run only there over its GPU-hours in the arrival span.
+print()
+print("| seed | load | mix | H100-only work / H100 GPU-hours | leaf gangs only the largest H100 leaf fits: n, work / its GPU-hours |")
+print("|---|---|---|---|---|")
+for d in sys.argv[1:]:
+    seed, load, mix = open(f"{d}/workload.txt").read().split()
+    h100 = [p for p in pools(f"{d}/cluster.yaml") if "H100" in p.get("gpu_model", "")]
+    leaves = sorted((min(int(p["leaf_size"]), int(p["count"]) - i) * int(p["gpus"])
+                     for p in h100 for i in range(0, int(p["count"]), int(p["leaf_size"]))),
+                    reverse=True)
+    span = only_h100 = big = 0
+    n_big = 0
+    for line in open(f"{d}/trace.jsonl"):
+        j = json.loads(line)
+        span = max(span, j["submit"])
+        models = j.get("gpu_model", [])
+        models = [models] if isinstance(models, str) else models
+        if not models or j.get("sharing") or not all("H100" in m for m in models):
+            continue
+        gpus = j.get("gpus", 0) * j.get("replicas", 1)
+        only_h100 += gpus * j["duration"]
+        if j.get("topology") == "leaf" and len(leaves) > 1 and gpus > leaves[1]:
+            n_big += 1
+            big += gpus * j["duration"]
+    print(f"| {seed} | {load} | {mix} | {only_h100 / (sum(leaves) * span):.2f} | "
+          f"{n_big}, {big / (leaves[0] * span):.2f} |")
 EOF

@@ -115,6 +115,33 @@ TEST_F(GantryTest, OnlyWorkWhollyOnBorrowedCapacityIsTakenBack) {
   (void)n2;
 }
 
+TEST_F(GantryTest, AJobThatCanWaitPreemptsOnlyJustAfterTheVictimsCheckpoint) {
+  // research borrows the whole cluster with two jobs that checkpoint every 600 s.
+  JobId r1 = Submit("r1", "research", Tier::kStandard, 1, 8, 0, 600 * kS);
+  JobId r2 = Submit("r2", "research", Tier::kStandard, 1, 8, 0, 600 * kS);
+  Pass(0);
+  ASSERT_EQ(sched_.job(r2).phase, Phase::kRunning);
+  // At 300 s either victim would lose 300 s of work: nlp, inside its guarantee, waits
+  // for their next checkpoint and asks for a pass then.
+  JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 300 * kS);
+  EXPECT_TRUE(Preempted(Pass(300 * kS)).empty());
+  EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
+  EXPECT_EQ(sched_.next_wakeup(), 600 * kS);
+  // Within preempt_after_checkpoint (120 s) of that checkpoint it takes one back.
+  EXPECT_EQ(Preempted(Pass(650 * kS)).size(), 1u);
+  EXPECT_EQ(sched_.job(n).victims_pending, 1);
+  (void)r1;
+}
+
+TEST_F(GantryTest, ACriticalJobPreemptsWithoutWaitingForACheckpoint) {
+  Submit("r1", "research", Tier::kStandard, 1, 8, 0, 600 * kS);
+  Submit("r2", "research", Tier::kStandard, 1, 8, 0, 600 * kS);
+  Pass(0);
+  JobId c = Submit("c", "serving", Tier::kCritical, 1, 4, 300 * kS);
+  EXPECT_EQ(Preempted(Pass(300 * kS)).size(), 1u);
+  EXPECT_EQ(sched_.job(c).victims_pending, 1);
+}
+
 TEST_F(GantryTest, NoPreemptionOutsideTheGuaranteeAndNeverOfCriticalWork) {
   Submit("c1", "serving", Tier::kCritical, 1, 8, 0);
   Submit("c2", "serving", Tier::kCritical, 1, 8, 0);  // serving at 16: beyond its guarantee 8

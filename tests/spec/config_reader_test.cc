@@ -179,6 +179,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   backfill_depth: 4
   default_runtime_estimate_s: 60
   backfill_lease_after_s: 7200
+  preempt_after_checkpoint_s: 30
 )");
   const core::PolicyParams& p = c.policy.params;
   EXPECT_EQ(p.reclaim_idle_after, 1'800'000);
@@ -188,6 +189,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.backfill_depth, 4);
   EXPECT_EQ(p.default_runtime_estimate, 60'000);
   EXPECT_EQ(p.backfill_lease_after, 7'200'000);
+  EXPECT_EQ(p.preempt_after_checkpoint, 30'000);
   // Absent keys keep the core's defaults.
   EXPECT_EQ(Parse(kPool).policy.params.fairshare_half_life,
             core::PolicyParams{}.fairshare_half_life);
@@ -275,7 +277,7 @@ extra: 1
                 "guaranteed_gpus, burst_gpus, weight)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
-                "default_runtime_estimate_s, backfill_lease_after_s)",
+                "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy)"}));
 }

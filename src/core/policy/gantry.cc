@@ -312,8 +312,10 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
     for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
     const Ticks ran = now - victim.last_start;
     const Ticks since = victim.spec.checkpoint > 0 ? ran % victim.spec.checkpoint : ran;
+    const Ticks ck = victim.spec.checkpoint;
     victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
-                              victim.units * (since / kTicksPerSecond), v, pools});
+                              victim.units * (since / kTicksPerSecond), v, pools,
+                              ck > 0 ? since : 0, ck > 0 ? ck - since : kForever});
   }
   victims_indexed_ = true;
   victims_sorted_ = false;
@@ -330,6 +332,12 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
     const JobRecord& victim = s.job(c.id);
     if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
     if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
+    // A job that can wait takes a checkpointing victim only just after a checkpoint.
+    const Ticks window = s.params().preempt_after_checkpoint;
+    if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
+      next_checkpoint_ = std::min(next_checkpoint_, now + c.to_next);
+      return false;
+    }
     const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
     return lower_tier ||
            (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
@@ -377,7 +385,9 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
     if (s.placer().PoolAccepts(job.spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
   }
+  next_checkpoint_ = kForever;
   Candidates(s, job, accepts, mode, now);
+  if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
   const std::vector<Victim>& candidates = candidates_;
   if (candidates.empty()) {
     preempt_failed_.insert(std::move(key));

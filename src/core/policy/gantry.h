@@ -55,6 +55,8 @@ class GantryPolicy final : public Policy {
     GpuUnits lost;  // GPU units x seconds since the last checkpoint
     JobId id;
     uint64_t pools;  // pools it holds GPUs in (PoolBit)
+    Ticks since;     // time since its last checkpoint (0 for a job that never checkpoints)
+    Ticks to_next;   // time to its next checkpoint (kForever: never)
     bool operator<(const Victim& o) const {
       return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
     }
@@ -123,6 +125,8 @@ class GantryPolicy final : public Policy {
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
   bool victims_sorted_ = false;
   int candidate_walks_ = 0;
+  // Candidates: the earliest next checkpoint of a victim left out for want of one.
+  Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;
   std::set<PreemptKey> preempt_failed_;
   std::set<Scheduler::Shape> reserve_failed_;

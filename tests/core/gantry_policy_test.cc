@@ -126,6 +126,10 @@ TEST_F(GantryTest, AJobThatCanWaitPreemptsOnlyJustAfterTheVictimsCheckpoint) {
   JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 300 * kS);
   EXPECT_TRUE(Preempted(Pass(300 * kS)).empty());
   EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
+  EXPECT_NE(sched_.job(n).wait_reason.find(
+                "jobs it may preempt are past their last checkpoint (next at t=600 s)"),
+            std::string::npos)
+      << sched_.job(n).wait_reason;
   EXPECT_EQ(sched_.next_wakeup(), 600 * kS);
   // Within preempt_after_checkpoint (120 s) of that checkpoint it takes one back.
   EXPECT_EQ(Preempted(Pass(650 * kS)).size(), 1u);

@@ -260,9 +260,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   if (block == Scheduler::Block::kCapacity) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
-    if (job.spec.tier != Tier::kBestEffort && WithinGuarantee(s, id) &&
-        TryPreempt(s, id, now, Mode::kGuarantee)) {
-      return;
+    Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
+    if (job.spec.tier != Tier::kBestEffort && WithinGuarantee(s, id)) {
+      if (TryPreempt(s, id, now, Mode::kGuarantee)) return;
+      at_checkpoint = next_checkpoint_;
     }
     // A job due for a reservation that has waited past backfill_lease_after takes back
     // what backfilled jobs hold past their lease.
@@ -293,6 +294,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       if (!reservations_.empty() && reservations_.back().job == id) {
         why += "; reserved to start at t=" + Seconds(reservations_.back().start) + " s";
       }
+    }
+    if (at_checkpoint < kForever) {
+      why += "; jobs it may preempt are past their last checkpoint (next at t=" +
+             Seconds(at_checkpoint) + " s)";
     }
   }
   s.Wait(id, std::move(why));
@@ -378,7 +383,10 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode};
-  if (preempt_failed_.contains(key)) return false;
+  if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
+    next_checkpoint_ = it->second;
+    return false;
+  }
   if (!victims_indexed_) IndexVictims(s, now);
   if (unprotect_ < kForever) s.WakeAt(unprotect_);
   uint64_t accepts = 0;  // pools a worker of the job may use
@@ -390,7 +398,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
   const std::vector<Victim>& candidates = candidates_;
   if (candidates.empty()) {
-    preempt_failed_.insert(std::move(key));
+    preempt_failed_.emplace(std::move(key), next_checkpoint_);
     return false;
   }
   // What-if: release the cheapest victims until the job fits.
@@ -416,7 +424,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   if (fit.empty()) {
     for (auto it = chosen.rbegin(); it != chosen.rend(); ++it)
       AllocateAll(ledger, s.job(*it).alloc);
-    preempt_failed_.insert(std::move(key));
+    preempt_failed_.emplace(std::move(key), next_checkpoint_);
     return false;
   }
   ReleaseAll(ledger, fit);

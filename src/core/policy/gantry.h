@@ -125,10 +125,10 @@ class GantryPolicy final : public Policy {
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
   bool victims_sorted_ = false;
   int candidate_walks_ = 0;
-  // Candidates: the earliest next checkpoint of a victim left out for want of one.
+  // TryPreempt: the earliest next checkpoint of a victim left out for want of one.
   Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;
-  std::set<PreemptKey> preempt_failed_;
+  std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
   std::set<Scheduler::Shape> reserve_failed_;
 };
 

@@ -42,9 +42,9 @@ struct PolicyParams {
   Ticks default_runtime_estimate = 3'600'000; // when neither the job nor its queue's history tells
   // A job waiting this long may preempt jobs backfilled past their estimate (0 = never).
   Ticks backfill_lease_after = 48 * 3'600'000;
-  // A job that is not critical preempts a job that checkpoints only this soon after one of
-  // its checkpoints, so the victim loses at most this (plus its grace); it waits for the
-  // next checkpoint otherwise (0 = at any time).
+  // A job that is not critical, preempting for its guarantee, takes a victim that
+  // checkpoints only this soon after one of its checkpoints, so the victim loses at most
+  // this (plus its grace); it waits for the next checkpoint otherwise (0 = at any time).
   Ticks preempt_after_checkpoint = 120'000;
 };
 

@@ -316,8 +316,8 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
     uint64_t pools = 0;
     for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
     const Ticks ran = now - victim.last_start;
-    const Ticks since = victim.spec.checkpoint > 0 ? ran % victim.spec.checkpoint : ran;
     const Ticks ck = victim.spec.checkpoint;
+    const Ticks since = ck > 0 ? ran % ck : ran;
     victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
                               victim.units * (since / kTicksPerSecond), v, pools,
                               ck > 0 ? since : 0, ck > 0 ? ck - since : kForever});
@@ -337,7 +337,8 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
     const JobRecord& victim = s.job(c.id);
     if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
     if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
-    // A job that can wait takes a checkpointing victim only just after a checkpoint.
+    // A job that can wait takes back its guarantee from a checkpointing victim only just
+    // after a checkpoint.
     const Ticks window = s.params().preempt_after_checkpoint;
     if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
       next_checkpoint_ = std::min(next_checkpoint_, now + c.to_next);

@@ -10,7 +10,9 @@
 // `min_run_before_repreempt` ago. Among victims: least work lost since the last
 // checkpoint, then the fewest victims. It preempts only if a what-if on the ledger shows
 // the job then really fits; the victims keep their GPUs for their grace period and the
-// job waits for them without preempting again.
+// job waits for them without preempting again. A job that is not critical takes a victim
+// that checkpoints only within `preempt_after_checkpoint` of the victim's last checkpoint
+// (it waits for the next one otherwise), so the victim loses at most that plus its grace.
 // Backfill: the first `backfill_depth` jobs that find no room get a reservation: the
 // earliest time they fit, found by releasing running jobs in order of expected end on the
 // ledger (what-if), and the GPUs they would take. Those GPUs that are free now are held

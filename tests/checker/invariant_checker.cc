@@ -1442,20 +1442,19 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
                             fmt::format("{}: not JSON: {}", path, e.what())});
     return;
   }
-  auto field = [&](const std::string& dotted) -> const json* {
+  // Report fields by their keys, not a dotted string: queue and model names may hold dots.
+  using Path = std::vector<std::string>;
+  auto field = [&](const Path& keys) -> const json* {
     const json* cur = &rep;
-    std::size_t pos = 0;
-    while (pos <= dotted.size()) {
-      const std::size_t dot = std::min(dotted.find('.', pos), dotted.size());
-      const std::string key = dotted.substr(pos, dot - pos);
+    for (const std::string& key : keys) {
       if (!cur->is_object() || !cur->contains(key)) return nullptr;
       cur = &(*cur)[key];
-      pos = dot + 1;
     }
     return cur;
   };
-  auto expect = [&](const std::string& name, double want) {
-    const json* v = field(name);
+  auto expect = [&](const Path& keys, double want) {
+    const std::string name = fmt::format("{}", fmt::join(keys, "."));
+    const json* v = field(keys);
     if (v == nullptr || !v->is_number()) {
       out.push_back(Violation{0, 0, "", std::string(inv::kReport),
                               fmt::format("{} is missing or not a number", name)});
@@ -1468,19 +1467,19 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
     }
   };
 
-  expect("jobs.submitted", static_cast<double>(r.count("submit")));
-  expect("jobs.finished", static_cast<double>(r.count("finish")));
-  expect("jobs.rejected", static_cast<double>(r.count("reject")));
-  expect("jobs.reclaimed", static_cast<double>(r.count("reclaim")));
+  expect({"jobs", "submitted"}, static_cast<double>(r.count("submit")));
+  expect({"jobs", "finished"}, static_cast<double>(r.count("finish")));
+  expect({"jobs", "rejected"}, static_cast<double>(r.count("reject")));
+  expect({"jobs", "reclaimed"}, static_cast<double>(r.count("reclaim")));
   const double starts = static_cast<double>(r.count("start"));
   const double preempts = static_cast<double>(r.count("preempt"));
-  expect("preemptions", preempts);
-  expect("preemption_rate_pct", starts > 0 ? preempts / starts * 100.0 : 0.0);
+  expect({"preemptions"}, preempts);
+  expect({"preemption_rate_pct"}, starts > 0 ? preempts / starts * 100.0 : 0.0);
 
   const double w0 = r.first_submit();
   const double w1 = r.last_finish();
   const bool window = std::isfinite(w0) && std::isfinite(w1) && w1 > w0;
-  expect("makespan_s", window ? w1 - w0 : 0.0);
+  expect({"makespan_s"}, window ? w1 - w0 : 0.0);
 
   double alloc = 0;
   std::map<std::string, double> queue_gpu_s;
@@ -1518,22 +1517,21 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
       }
     }
   }
-  expect("gpu_utilization_pct", capacity > 0 ? alloc / capacity * 100.0 : 0.0);
-  expect("lost_gpu_hours", r.lost_gpu_seconds() / 3600.0);
+  expect({"gpu_utilization_pct"}, capacity > 0 ? alloc / capacity * 100.0 : 0.0);
+  expect({"lost_gpu_hours"}, r.lost_gpu_seconds() / 3600.0);
 
   for (const auto& [queue, gpu_s] : queue_gpu_s) {
     if (queue.empty() || gpu_s == 0) continue;
-    expect(fmt::format("by_queue.{}.gpu_hours", queue), gpu_s / 3600.0);
+    expect({"by_queue", queue, "gpu_hours"}, gpu_s / 3600.0);
   }
-  if (const json* bq = field("by_queue"); bq != nullptr && bq->is_object()) {
+  if (const json* bq = field({"by_queue"}); bq != nullptr && bq->is_object()) {
     for (const auto& [queue, v] : bq->items()) {
       if (queue_gpu_s.count(queue) == 0 && config.queue_by_name.count(queue) != 0) {
-        expect(fmt::format("by_queue.{}.gpu_hours", queue), 0.0);
+        expect({"by_queue", queue, "gpu_hours"}, 0.0);
       }
       // Added fields: checked where the report has them (older reports lack them).
       if (v.contains("gpu_hours_with_children")) {
-        expect(fmt::format("by_queue.{}.gpu_hours_with_children", queue),
-               subtree_gpu_s[queue] / 3600.0);
+        expect({"by_queue", queue, "gpu_hours_with_children"}, subtree_gpu_s[queue] / 3600.0);
       }
       for (const auto& [key, want] : {std::pair{"gpu_hours_by_model", &model_gpu_s},
                                       std::pair{"gpu_hours_by_model_with_children",
@@ -1543,8 +1541,7 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
         for (const auto& [model, x] : v[key].items()) models.insert(model);
         for (const auto& [model, x] : (*want)[queue]) models.insert(model);
         for (const std::string& model : models) {
-          expect(fmt::format("by_queue.{}.{}.{}", queue, key, model),
-                 (*want)[queue][model] / 3600.0);
+          expect({"by_queue", queue, key, model}, (*want)[queue][model] / 3600.0);
         }
       }
     }
@@ -1564,9 +1561,9 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
       ++finished;
     }
   }
-  expect("queue_wait_time_ms.all.mean",
+  expect({"queue_wait_time_ms", "all", "mean"},
          started > 0 ? wait_sum / static_cast<double>(started) : 0.0);
-  expect("jct_s.mean", finished > 0 ? jct_sum / static_cast<double>(finished) : 0.0);
+  expect({"jct_s", "mean"}, finished > 0 ? jct_sum / static_cast<double>(finished) : 0.0);
 }
 
 }  // namespace

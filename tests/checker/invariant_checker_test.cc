@@ -893,6 +893,22 @@ TEST_F(ReportTest, UsageByModelAndWithChildren) {
   EXPECT_TRUE(Flagged(CheckReport(extra), inv::kReport));
 }
 
+// Queue names may hold dots: report fields are found by their keys.
+TEST_F(ReportTest, QueueNamesWithDots) {
+  Files f;
+  f.config = ReplaceText(std::string(kConfig), "- name: research", "- name: team.research");
+  f.trace = ReplaceText(std::string(kSmallTrace), "\"queue\":\"research\"",
+                        "\"queue\":\"team.research\"");
+  nlohmann::json r = SmallReport();
+  r["by_queue"]["team.research"] = r["by_queue"]["research"];
+  r["by_queue"].erase("research");
+  f.report = r.dump();
+  EXPECT_TRUE(Check(SmallLog(), f).empty()) << Dump(Check(SmallLog(), f));
+  r["by_queue"]["team.research"]["gpu_hours"] = 1.0;
+  f.report = r.dump();
+  EXPECT_TRUE(Flagged(Check(SmallLog(), f), inv::kReport));
+}
+
 TEST_F(ReportTest, UtilizationDiscountsDownCapacity) {
   // gpu-3 (8 GPUs) down for [20, 70): capacity 3600 - 400 = 3200 GPU-seconds.
   auto log = InsertAfter(SmallLog(), R"({"t":10,"type":"start")",

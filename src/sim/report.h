@@ -50,11 +50,11 @@ class Report {
   // thrown away, for `cause` (ignored when lost_ms is 0).
   void RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units, core::Ticks start,
                 core::Ticks end, core::Ticks lost_ms, Cause cause);
-  // Capacity or allocation changed at t: advance the integrals.
   // GPU units x ms a queue held GPUs of one model (the run of one worker, say).
   void ModelUsage(core::QueueId queue, const std::string& model, int64_t unit_ms) {
     by_queue_[queue.v].alloc_by_model[model] += unit_ms;
   }
+  // Capacity or allocation changed at t: advance the integrals.
   void Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units);
   // The cluster's fragmented GPUs (core::Scheduler::fragmented_gpus) from t on; call
   // right after Advance(t).

@@ -1106,8 +1106,6 @@ class Replayer {
     }
   }
 
-  // Queue followed by its ancestors; empty when the job has no (known) queue.
-
   void OnStart(int64_t line, double t, const Job& job, JobRun& run, const json& ev) {
     if (!Expect(line, t, job, run, State::kPending, "start")) return;
     std::vector<Worker> workers;
@@ -1151,9 +1149,10 @@ class Replayer {
     std::map<std::string, int64_t> by_model;
     for (const Worker& w : workers) {
       Place(line, t, job, w);
-      units += WorkerUnits(w);
+      const int64_t worker_units = WorkerUnits(w);
+      units += worker_units;
       const GpuModel* model = config_.nodes[static_cast<std::size_t>(w.node)].model;
-      if (model != nullptr && WorkerUnits(w) > 0) by_model[model->name] += WorkerUnits(w);
+      if (model != nullptr && worker_units > 0) by_model[model->name] += worker_units;
     }
     if (!job.queue.empty() && config_.queue_by_name.count(job.queue) == 0) {
       Add(line, t, job.id, inv::kUnknownQueue,

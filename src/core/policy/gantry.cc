@@ -320,7 +320,7 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
     const Ticks since = ck > 0 ? ran % ck : ran;
     victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
                               victim.units * (since / kTicksPerSecond), v, pools,
-                              ck > 0 ? since : 0, ck > 0 ? ck - since : kForever});
+                              ck > 0 ? since : 0});
   }
   victims_indexed_ = true;
   victims_sorted_ = false;
@@ -341,7 +341,7 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
     // after a checkpoint.
     const Ticks window = s.params().preempt_after_checkpoint;
     if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
-      next_checkpoint_ = std::min(next_checkpoint_, now + c.to_next);
+      next_checkpoint_ = std::min(next_checkpoint_, now + victim.spec.checkpoint - c.since);
       return false;
     }
     const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;

@@ -58,7 +58,6 @@ class GantryPolicy final : public Policy {
     JobId id;
     uint64_t pools;  // pools it holds GPUs in (PoolBit)
     Ticks since;     // time since its last checkpoint (0 for a job that never checkpoints)
-    Ticks to_next;   // time to its next checkpoint (kForever: never)
     bool operator<(const Victim& o) const {
       return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
     }

@@ -155,7 +155,9 @@ TEST(TimelineTest, QueueMeansIncludeChildQueues) {
 class TimelineRunTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / "gantry-timeline-test";
+    // One folder per test: ctest runs this suite's tests side by side.
+    dir_ = fs::temp_directory_path() /
+           ("gantry-timeline-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

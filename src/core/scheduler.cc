@@ -36,7 +36,15 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
       decayed_(queues.size(), 0.0),
       history_(queues.size()),
       history_next_(queues.size(), 0),
-      history_sum_(queues.size(), 0) {}
+      history_sum_(queues.size(), 0) {
+  models_ = cluster.catalog().size();
+  for (size_t q = 0; q < queues.size(); ++q) {
+    if (!queues.queue(QueueId(static_cast<uint32_t>(q))).spec.guaranteed_by_model.empty()) {
+      model_usage_.assign(queues.size() * models_, 0);
+      break;
+    }
+  }
+}
 
 Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) const {
   return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
@@ -135,8 +143,38 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   return id;
 }
 
-void Scheduler::AddUsage(QueueId q, GpuUnits units) {
-  for (QueueId a : queues_.queue(q).self_and_ancestors) queue_usage_[a.v] += units;
+void Scheduler::AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign) {
+  const std::vector<QueueId>& chain = queues_.queue(spec.queue).self_and_ancestors;
+  for (QueueId a : chain) queue_usage_[a.v] += sign * units;
+  if (model_usage_.empty()) return;
+  for (const WorkerAlloc& w : alloc) {
+    const ModelId model = cluster_.node(w.node).model;
+    if (!model.valid()) continue;  // a CPU-only worker
+    const GpuUnits u = sign * spec.WorkerUnits(cluster_.catalog(), model);
+    for (QueueId a : chain) model_usage_[a.v * models_ + model.v] += u;
+  }
+}
+
+ModelMask Scheduler::GuaranteedModels(const JobSpec& job, GpuUnits extra) const {
+  const QueueSpec& spec = queues_.queue(job.queue).spec;
+  if (spec.guaranteed_by_model.empty()) {
+    return queue_usage_[job.queue.v] + extra + MinUnits(job) <= spec.guaranteed ? ~ModelMask{0} : 0;
+  }
+  const ModelMask models = job.models & cluster_.present_models();
+  ModelMask inside = 0;
+  for (const ModelGuarantee& g : spec.guaranteed_by_model) {
+    const ModelMask bit = ModelMask{1} << g.model.v;
+    if ((models & bit) == 0) continue;
+    const GpuUnits units = job.WorkerUnits(cluster_.catalog(), g.model) * job.replicas;
+    if (queue_usage_on(job.queue, g.model) + extra + units <= g.units) inside |= bit;
+  }
+  return inside;
+}
+
+bool Scheduler::Borrowed(QueueId q, ModelId model, GpuUnits units) const {
+  const QueueSpec& spec = queues_.queue(q).spec;
+  if (spec.guaranteed_by_model.empty()) return queue_usage_[q.v] - units >= spec.guaranteed;
+  return queue_usage_on(q, model) - units >= QueueTree::GuaranteeOn(spec, model);
 }
 
 std::optional<QueueId> Scheduler::BurstBlocker(QueueId q, GpuUnits units) const {
@@ -157,7 +195,7 @@ void Scheduler::Release(JobId id) {
   SetExpectedEnd(id, -1);
   for (auto it = job.alloc.rbegin(); it != job.alloc.rend(); ++it) ledger_.Release(*it);
   job.alloc.clear();
-  AddUsage(job.spec.queue, -job.units);
+  AddUsage(job.spec, job.alloc, job.units, -1);
   job.units = 0;
   freed_since_pass_ = true;
 }
@@ -292,7 +330,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
   job.alloc.swap(scratch_);
   scratch_.clear();
   job.units = units;
-  AddUsage(spec.queue, units);
+  AddUsage(spec, job.alloc, units, 1);
   job.phase = Phase::kRunning;
   job.last_start = now;
   if (job.first_start < 0) job.first_start = now;

@@ -128,6 +128,19 @@ class Scheduler {
   const QueueTree& queues() const { return queues_; }
   // GPU units held by the queue and its descendants.
   GpuUnits queue_usage(QueueId q) const { return queue_usage_[q.v]; }
+  // GPU units held by the queue and its descendants on GPUs of `model`. Kept only when
+  // some queue's guarantee is per model (QueueSpec::guaranteed_by_model); 0 otherwise.
+  GpuUnits queue_usage_on(QueueId q, ModelId model) const {
+    return model_usage_.empty() ? 0 : model_usage_[q.v * models_ + model.v];
+  }
+  // The models the job accepts on which starting it (plus `extra` units) keeps its
+  // queue inside the queue's own guarantee: every model (~0) or none when the guarantee
+  // counts any model, else those the queue lists with room for the job on them.
+  ModelMask GuaranteedModels(const JobSpec& spec, GpuUnits extra = 0) const;
+  // Whether queue q would still hold at least its guarantee without `units` of what it
+  // holds on `model`, i.e. those units are borrowed (on that model for a per-model
+  // guarantee; over all models, `model` ignored, otherwise).
+  bool Borrowed(QueueId q, ModelId model, GpuUnits units) const;
   std::string_view policy_name() const { return policy_->name(); }
   const PolicyParams& params() const { return params_; }
 
@@ -212,7 +225,8 @@ class Scheduler {
   void AddPending(JobId id);
   void RemovePending(JobId id);
   void DecayUsage(Ticks now);
-  void AddUsage(QueueId q, GpuUnits units);
+  // Adds (sign 1) or removes (sign -1) a job's holdings from its queue and ancestors.
+  void AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign);
   // The queue (self or ancestor) whose burst limit `units` more would break, if any.
   std::optional<QueueId> BurstBlocker(QueueId q, GpuUnits units) const;
 
@@ -228,6 +242,8 @@ class Scheduler {
   std::vector<JobId> arrived_;
   std::vector<std::pair<JobId, std::string>> rejects_;  // awaiting their kReject decision
   std::vector<GpuUnits> queue_usage_;
+  size_t models_ = 0;                  // catalog size: the stride of model_usage_
+  std::vector<GpuUnits> model_usage_;  // [queue * models_ + model]; empty: no per-model guarantee
   std::vector<Decision> decisions_;
   std::map<Shape, std::string> failed_shapes_;  // this pass: shape -> why it failed
   bool freed_since_pass_ = true;

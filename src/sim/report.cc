@@ -198,6 +198,13 @@ void Report::Write(std::ostream& out) const {
     g["gpu_hours_by_model_with_children"] = hours_by_model(subtree_by_model[q]);
     g["preemptions"] = by_queue_[q].preemptions;
     g["guaranteed_gpus"] = static_cast<double>(spec.guaranteed) / kGpuUnits;
+    if (!spec.guaranteed_by_model.empty()) {
+      Json by_model = Json::object();
+      for (const core::ModelGuarantee& m : spec.guaranteed_by_model) {
+        by_model[m.name] = static_cast<double>(m.units) / kGpuUnits;
+      }
+      g["guaranteed_gpus_by_model"] = by_model;
+    }
     if (spec.burst >= 0) g["burst_gpus"] = static_cast<double>(spec.burst) / kGpuUnits;
     by_queue[spec.name] = g;
   }

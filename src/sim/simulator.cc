@@ -100,8 +100,9 @@ void Simulator::Arrive(core::TraceJob&& tj) {
   if (tj.spec.tier == core::Tier::kCritical) {
     const core::QueueId q = tj.spec.queue;
     s.critical_pending = sched_.MinUnits(tj.spec);
-    s.in_guarantee = sched_.queue_usage(q) + pending_critical_[q.v] + s.critical_pending <=
-                     config_.queues.queue(q).spec.guaranteed;
+    // Critical jobs of the queue still waiting count ahead of it (on every model, for a
+    // per-model guarantee: a conservative count).
+    s.in_guarantee = sched_.GuaranteedModels(tj.spec, pending_critical_[q.v]) != 0;
     pending_critical_[q.v] += s.critical_pending;
   }
   JobId id = sched_.Submit(std::move(tj.spec), t);

@@ -113,7 +113,7 @@ class ConfigParser {
     Catalog catalog = Catalog::BuiltIn();
     ReadModels(top, catalog);
     std::vector<PoolSpec> pools = ReadPools(top, catalog);
-    std::vector<QueueSpec> queues = ReadQueues(top);
+    std::vector<QueueSpec> queues = ReadQueues(top, catalog, pools);
     PolicyConfig policy = ReadPolicy(top);
     top.Finish();
 
@@ -358,7 +358,8 @@ class ConfigParser {
     return mask;
   }
 
-  std::vector<QueueSpec> ReadQueues(Fields& top) {
+  std::vector<QueueSpec> ReadQueues(Fields& top, const Catalog& catalog,
+                                    const std::vector<PoolSpec>& pools) {
     std::vector<QueueSpec> queues;
     const Doc* list = top.List("queues");
     if (list == nullptr) return queues;
@@ -369,7 +370,9 @@ class ConfigParser {
       lines_.Note(path, item.line);
       if (!IsMapItem(item, path)) continue;
       const size_t before = d_.reported();
-      Fields f(d_, item, path, {"name", "parent", "guaranteed_gpus", "burst_gpus", "weight"});
+      Fields f(d_, item, path,
+               {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
+                "weight"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -389,12 +392,49 @@ class ConfigParser {
       if (auto b = f.Number("burst_gpus", Range{0, false, kMaxQueueGpus})) {
         q.burst = std::llround(*b * static_cast<double>(core::kGpuUnits));
       }
+      ReadModelGuarantees(f, catalog, pools, q);
       if (auto w = f.Number("weight", Range{0, true, 1e6})) q.weight = *w;
       f.Finish();
       NoteDirty(path, before);
       queues.push_back(std::move(q));
     }
     return queues;
+  }
+
+  // `guaranteed_gpus_by_model: {A100-80GB: 8, ...}`: the guarantee per GPU model (Kueue's
+  // per-flavor nominal quota). guaranteed_gpus, when absent, is their sum.
+  void ReadModelGuarantees(Fields& f, const Catalog& catalog, const std::vector<PoolSpec>& pools,
+                           QueueSpec& q) {
+    const Doc* v = f.Get("guaranteed_gpus_by_model");
+    if (v == nullptr || v->is_null()) return;
+    const std::string path = f.Path("guaranteed_gpus_by_model");
+    if (!v->is_map()) {
+      f.Report("guaranteed_gpus_by_model",
+               "expected a mapping of GPU model to GPUs, got " + Describe(*v));
+      return;
+    }
+    core::GpuUnits sum = 0;
+    for (const DocEntry& e : v->entries) {
+      const std::string field = path + "." + e.key;
+      lines_.Note(field, e.line);
+      const std::optional<core::ModelId> model = catalog.Find(e.key);
+      if (!model) {
+        d_.Report(e.line, field, "unknown GPU model " + Quote(e.key) + " (known: " +
+                                     KnownModels(catalog) + ")");
+        continue;
+      }
+      if (std::none_of(pools.begin(), pools.end(),
+                       [&](const PoolSpec& p) { return p.model == *model; })) {
+        d_.Report(e.line, field, "no pool has GPUs of model " + Quote(e.key));
+        continue;
+      }
+      if (auto g = d_.Number(e.value, e.line, field, Range{0, false, kMaxQueueGpus})) {
+        const core::GpuUnits units = std::llround(*g * static_cast<double>(core::kGpuUnits));
+        q.guaranteed_by_model.push_back(core::ModelGuarantee{*model, e.key, units});
+        sum += units;
+      }
+    }
+    if (!f.has("guaranteed_gpus")) q.guaranteed = sum;
   }
 
   PolicyConfig ReadPolicy(Fields& top) {

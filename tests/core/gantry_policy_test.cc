@@ -19,9 +19,9 @@ class GantryTest : public ::testing::Test {
   GantryTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
-        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1},
-                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1},
-                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1}})),
+        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}},
+                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}},
+                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}}})),
         sched_(cluster_, queues_, MakePolicy("gantry"), Params()) {}
 
   static PolicyParams Params() {
@@ -259,6 +259,94 @@ TEST_F(GantryTest, FairShareFavoursTheQueueThatUsedLess) {
   EXPECT_EQ(sched_.job(r).phase, Phase::kRunning);
   EXPECT_EQ(sched_.job(r2).phase, Phase::kPending);
   EXPECT_EQ(sched_.job(n2).phase, Phase::kPending);
+}
+
+// Guarantees per GPU model: one H100 node and one A100 node; serving's guarantee is 8
+// GPUs, research's 8. research's job, free to run anywhere, sits on the A100s.
+class GuaranteePerModelTest : public ::testing::Test {
+ protected:
+  GuaranteePerModelTest()
+      : catalog_(Catalog::BuiltIn()),
+        h100_(*catalog_.Find("H100-80GB")),
+        a100_(*catalog_.Find("A100-80GB")),
+        cluster_(MakeCluster({Pool(catalog_, "h", 1, 8, "H100-80GB"),
+                              Pool(catalog_, "a", 1, 8, "A100-80GB")})) {}
+
+  // serving's and research's guarantees: per model when `per_model`, else over all models.
+  std::unique_ptr<Scheduler> Make(bool per_model) {
+    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}};
+    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}};
+    if (per_model) {
+      serving.guaranteed_by_model = {{a100_, "A100-80GB", 8 * kGpuUnits}};
+      research.guaranteed_by_model = {{h100_, "H100-80GB", 8 * kGpuUnits}};
+    }
+    queues_ = MakeQueues({serving, research});
+    return std::make_unique<Scheduler>(cluster_, queues_, MakePolicy("gantry"), PolicyParams{});
+  }
+
+  JobId Submit(Scheduler& s, const char* id, const char* queue, Tier tier, ModelMask models,
+               Ticks now) {
+    JobSpec j = Whole(catalog_, id, 1, 8);
+    j.queue = *queues_.Find(queue);
+    j.tier = tier;
+    j.models = models;
+    j.grace = 30 * kS;
+    return s.Submit(j, now);
+  }
+  ModelMask Bit(ModelId m) const { return ModelMask{1} << m.v; }
+
+  Catalog catalog_;
+  ModelId h100_, a100_;
+  Cluster cluster_;
+  QueueTree queues_;
+};
+
+TEST_F(GuaranteePerModelTest, AQueueInsideItsTotalStillBorrowsTheModelsItHasNoGuaranteeOn) {
+  for (bool per_model : {false, true}) {
+    SCOPED_TRACE(per_model ? "per model" : "over all models");
+    auto s = Make(per_model);
+    // The H100 node is down, so research's job lands on the A100s.
+    s->SetNodeUp(cluster_.pool(PoolId(0)).first_node, false);
+    JobId r = Submit(*s, "r", "research", Tier::kStandard, ~ModelMask{0}, 0);
+    s->Schedule(0);
+    ASSERT_EQ(s->job(r).phase, Phase::kRunning);
+    EXPECT_EQ(s->queue_usage_on(*queues_.Find("research"), a100_), per_model ? 8 * kGpuUnits : 0);
+    JobId crit = Submit(*s, "crit", "serving", Tier::kCritical, Bit(a100_), 10 * kS);
+    const std::vector<Decision> ds = s->Schedule(10 * kS);
+    // Counted over all models research holds its own 8 and keeps them; per model its 8
+    // A100 GPUs are borrowed (its guarantee is on H100) and serving takes them back.
+    const bool preempted = std::any_of(ds.begin(), ds.end(), [&](const Decision& d) {
+      return d.kind == Decision::Kind::kPreempt && d.job == r;
+    });
+    EXPECT_EQ(preempted, per_model);
+    EXPECT_EQ(s->job(r).phase, per_model ? Phase::kSignaled : Phase::kRunning);
+    EXPECT_EQ(s->job(crit).phase, Phase::kPending);
+  }
+}
+
+TEST_F(GuaranteePerModelTest, AJobPreemptsOnlyOnTheModelsItsGuaranteeCovers) {
+  for (bool per_model : {false, true}) {
+    SCOPED_TRACE(per_model ? "per model" : "over all models");
+    auto s = Make(per_model);
+    // research fills both nodes: best-effort work on the H100s, standard on the A100s.
+    JobId be = Submit(*s, "be", "research", Tier::kBestEffort, Bit(h100_), 0);
+    JobId r = Submit(*s, "r", "research", Tier::kStandard, Bit(a100_), 0);
+    s->Schedule(0);
+    ASSERT_EQ(s->job(be).phase, Phase::kRunning);
+    ASSERT_EQ(s->job(r).phase, Phase::kRunning);
+    // A serving job that may run on either model. Over all models the cheapest victim
+    // is the best-effort job; per model serving's guarantee is on A100 only, so it takes
+    // back the A100s research borrows (research's guarantee is on H100).
+    JobId job = Submit(*s, "job", "serving", Tier::kStandard, ~ModelMask{0}, 10 * kS);
+    EXPECT_EQ(s->GuaranteedModels(s->job(job).spec),
+              per_model ? Bit(a100_) : ~ModelMask{0});
+    const std::vector<Decision> ds = s->Schedule(10 * kS);
+    std::vector<JobId> preempted;
+    for (const Decision& d : ds) {
+      if (d.kind == Decision::Kind::kPreempt) preempted.push_back(d.job);
+    }
+    EXPECT_EQ(preempted, std::vector<JobId>{per_model ? r : be});
+  }
 }
 
 }  // namespace

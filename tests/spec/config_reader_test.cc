@@ -274,7 +274,7 @@ extra: 1
                 "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing)",
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
-                "guaranteed_gpus, burst_gpus, weight)",
+                "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s)",
@@ -459,6 +459,77 @@ TEST(ConfigReaderTest, QueueErrors) {
   - parent: x
 )"),
             "c.yaml:7: queues[0].name: required");
+}
+
+// Guarantees per GPU model (Kueue's per-flavor quotas): read by model, summed into
+// guaranteed_gpus, and every mistake named by its model.
+TEST(ConfigReaderTest, GuaranteesPerModel) {
+  const std::string pools = R"(pools:
+  - name: h
+    count: 2
+    gpus: 8
+    gpu_model: H100-80GB
+  - name: a
+    count: 2
+    gpus: 8
+    gpu_model: A100-80GB
+)";
+  const ClusterConfig c = Parse(pools + R"(queues:
+  - name: serving
+    guaranteed_gpus_by_model: {A100-80GB: 12, H100-80GB: 2.5}
+  - name: research
+    guaranteed_gpus: 4
+)");
+  const core::QueueSpec& serving = c.queues.queue(*c.queues.Find("serving")).spec;
+  EXPECT_EQ(serving.guaranteed, 14.5 * kGpuUnits);
+  ASSERT_EQ(serving.guaranteed_by_model.size(), 2u);
+  EXPECT_EQ(serving.guaranteed_by_model[0].model, *c.cluster.catalog().Find("A100-80GB"));
+  EXPECT_EQ(serving.guaranteed_by_model[0].units, 12 * kGpuUnits);
+  EXPECT_EQ(serving.guaranteed_by_model[1].name, "H100-80GB");
+  EXPECT_EQ(serving.guaranteed_by_model[1].units, 2.5 * kGpuUnits);
+  EXPECT_TRUE(c.queues.queue(*c.queues.Find("research")).spec.guaranteed_by_model.empty());
+
+  EXPECT_EQ(Errors(pools + R"(queues:
+  - name: serving
+    guaranteed_gpus: 10
+    guaranteed_gpus_by_model:
+      A100-80GB: 8
+      B200: 1
+      A100-40GB: 1
+      H100-80GB: -1
+  - name: batch
+    guaranteed_gpus_by_model: 8
+)"),
+            (std::vector<std::string>{
+                "c.yaml:15: queues[serving].guaranteed_gpus_by_model.B200: unknown GPU model "
+                "\"B200\" (known: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, "
+                "B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, V100-32GB)",
+                "c.yaml:16: queues[serving].guaranteed_gpus_by_model.A100-40GB: no pool has GPUs "
+                "of model \"A100-40GB\"",
+                "c.yaml:17: queues[serving].guaranteed_gpus_by_model.H100-80GB: must be at least 0, "
+                "got -1",
+                "c.yaml:19: queues[batch].guaranteed_gpus_by_model: expected a mapping of GPU "
+                "model to GPUs, got \"8\""}));
+  EXPECT_EQ(OneError(pools + R"(queues:
+  - name: serving
+    guaranteed_gpus: 10
+    guaranteed_gpus_by_model: {A100-80GB: 8}
+)"),
+            "c.yaml:12: queues[serving].guaranteed_gpus: 10 is not the sum of "
+            "guaranteed_gpus_by_model, 8");
+  // A parent's guarantee on a model backs its children's on that model.
+  EXPECT_EQ(OneError(pools + R"(queues:
+  - name: ml
+    guaranteed_gpus_by_model: {H100-80GB: 8, A100-80GB: 8}
+  - name: a
+    parent: ml
+    guaranteed_gpus_by_model: {A100-80GB: 6}
+  - name: b
+    parent: ml
+    guaranteed_gpus_by_model: {A100-80GB: 4}
+)"),
+            "c.yaml:12: queues[ml].guaranteed_gpus_by_model.A100-80GB: children's guarantees "
+            "on A100-80GB add up to 10 (a 6, b 4), above this queue's 8");
 }
 
 TEST(ConfigReaderTest, GpuModels) {

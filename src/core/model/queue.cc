@@ -66,6 +66,22 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
     if (!(q.weight > 0) || !std::isfinite(q.weight)) {
       add("weight", "must be above 0, got " + Number(q.weight));
     }
+    if (!q.guaranteed_by_model.empty()) {
+      GpuUnits sum = 0;
+      for (size_t k = 0; k < q.guaranteed_by_model.size(); ++k) {
+        const ModelGuarantee& g = q.guaranteed_by_model[k];
+        const std::string field = "guaranteed_gpus_by_model." + g.name;
+        if (g.units < 0) add(field.c_str(), "must be at least 0, got " + Gpus(g.units));
+        for (size_t j = 0; j < k; ++j) {
+          if (q.guaranteed_by_model[j].model == g.model) add(field.c_str(), "listed twice");
+        }
+        sum += std::max<GpuUnits>(g.units, 0);
+      }
+      if (sum != q.guaranteed) {
+        add("guaranteed_gpus", Gpus(q.guaranteed) + " is not the sum of guaranteed_gpus_by_model, " +
+                                   Gpus(sum));
+      }
+    }
   }
   // Parents: unknown names first, then cycles along the known links.
   const size_t n = specs.size();
@@ -128,7 +144,44 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
                            "children's guarantees add up to " + Gpus(child_sum[p]) + " (" + parts +
                                "), above this queue's " + Gpus(specs[p].guaranteed)});
   }
+  // The same per model, where the parent's guarantee is per model: a child's guarantee
+  // on a model is backed only by the parent's on that model. (A child counting any model
+  // under such a parent is bounded by the totals above.)
+  for (size_t p = 0; p < n; ++p) {
+    if (children[p].empty() || specs[p].guaranteed_by_model.empty()) continue;
+    std::vector<const ModelGuarantee*> models;  // every model a child lists, first seen first
+    for (size_t c : children[p]) {
+      for (const ModelGuarantee& g : specs[c].guaranteed_by_model) {
+        if (std::none_of(models.begin(), models.end(),
+                         [&](const ModelGuarantee* m) { return m->model == g.model; })) {
+          models.push_back(&g);
+        }
+      }
+    }
+    for (const ModelGuarantee* m : models) {
+      GpuUnits sum = 0;
+      std::string parts;
+      for (size_t c : children[p]) {
+        const GpuUnits units = GuaranteeOn(specs[c], m->model);
+        if (specs[c].guaranteed_by_model.empty() || units == 0) continue;
+        sum += std::max<GpuUnits>(units, 0);
+        parts += (parts.empty() ? "" : ", ") + specs[c].name + " " + Gpus(units);
+      }
+      const GpuUnits own = GuaranteeOn(specs[p], m->model);
+      if (sum <= own) continue;
+      errors.push_back(Error{QueuePath(specs[p], p) + ".guaranteed_gpus_by_model." + m->name,
+                             "children's guarantees on " + m->name + " add up to " + Gpus(sum) +
+                                 " (" + parts + "), above this queue's " + Gpus(own)});
+    }
+  }
   return errors;
+}
+
+GpuUnits QueueTree::GuaranteeOn(const QueueSpec& q, ModelId model) {
+  for (const ModelGuarantee& g : q.guaranteed_by_model) {
+    if (g.model == model) return g.units;
+  }
+  return 0;
 }
 
 Result<QueueTree> QueueTree::Build(std::vector<QueueSpec> specs) {

@@ -12,9 +12,17 @@
 #include <vector>
 
 #include "base/result.h"
+#include "core/model/catalog.h"
 #include "core/model/types.h"
 
 namespace gantry::core {
+
+// A queue's guarantee on one GPU model (Kueue: a flavor's nominal quota).
+struct ModelGuarantee {
+  ModelId model;
+  std::string name;               // the model's name, for messages
+  GpuUnits units = 0;
+};
 
 struct QueueSpec {
   std::string name;
@@ -22,6 +30,10 @@ struct QueueSpec {
   GpuUnits guaranteed = 0;
   GpuUnits burst = -1;            // -1: no cap
   double weight = 1.0;
+  // Empty: the guarantee counts GPUs of any model. Else the guarantee is per model
+  // (`guaranteed` is the sum): what the queue holds on a model past that model's count,
+  // or on a model not listed, is borrowed. One entry per model.
+  std::vector<ModelGuarantee> guaranteed_by_model;
 };
 
 struct Queue {
@@ -36,7 +48,9 @@ class QueueTree {
   // Errors (Error::field is "queues[<name>].<field>"): duplicate name, unknown parent,
   // a cycle, burst below guarantee, negative values, children's guarantees above the
   // parent's guarantee. An empty spec list yields one queue named "default".
-  // Also: an empty name, a weight that is not above 0. A cycle is reported once, at its
+  // Also: an empty name, a weight that is not above 0, per-model guarantees that do not
+  // add up to `guaranteed` or list a model twice, children's guarantees on a model above
+  // the parent's on it (where both are per model). A cycle is reported once, at its
   // first queue in spec order, with the path ("a -> b -> a", each queue's parent after it).
   static Result<QueueTree> Build(std::vector<QueueSpec> specs);
   // Every problem Build would refuse, in spec order (Build returns the first).
@@ -45,6 +59,8 @@ class QueueTree {
 
   size_t size() const { return queues_.size(); }
   const Queue& queue(QueueId id) const { return queues_[id.v]; }
+  // The queue's own guarantee on `model` (per-model queues only; 0 when not listed).
+  static GpuUnits GuaranteeOn(const QueueSpec& q, ModelId model);
   std::optional<QueueId> Find(std::string_view name) const;
 
  private:

@@ -31,14 +31,33 @@ uint64_t PoolBit(PoolId p) { return uint64_t{1} << std::min<uint32_t>(p.v, 63); 
 
 }  // namespace
 
-bool GantryPolicy::WithinGuarantee(const Scheduler& s, JobId id) const {
-  const JobSpec& spec = s.job(id).spec;
-  const GpuUnits guaranteed = s.queues().queue(spec.queue).spec.guaranteed;
-  return s.queue_usage(spec.queue) + s.MinUnits(spec) <= guaranteed;
+void GantryPolicy::Holdings(const Scheduler& s, const JobRecord& job) {
+  holdings_.clear();
+  if (s.queues().queue(job.spec.queue).spec.guaranteed_by_model.empty()) {
+    holdings_.emplace_back(ModelId(), job.units);
+    return;
+  }
+  for (const WorkerAlloc& w : job.alloc) {
+    const ModelId model = s.cluster().node(w.node).model;
+    if (!model.valid()) continue;
+    const GpuUnits units = job.spec.WorkerUnits(s.cluster().catalog(), model);
+    auto it = std::find_if(holdings_.begin(), holdings_.end(),
+                           [&](const auto& h) { return h.first == model; });
+    if (it == holdings_.end()) it = holdings_.insert(holdings_.end(), {model, 0});
+    it->second += units;
+  }
 }
 
-bool GantryPolicy::Borrowed(const Scheduler& s, QueueId q, GpuUnits units) const {
-  return s.queue_usage(q) - units >= s.queues().queue(q).spec.guaranteed;
+bool GantryPolicy::AllBorrowed(const Scheduler& s, const JobRecord& job, const Taken& taken) {
+  Holdings(s, job);
+  for (const auto& [model, units] : holdings_) {
+    GpuUnits before = 0;
+    for (const auto& [q, m, u] : taken) {
+      if (q == job.spec.queue && m == model) before += u;
+    }
+    if (!s.Borrowed(job.spec.queue, model, before + units)) return false;
+  }
+  return true;
 }
 
 bool GantryPolicy::LeasesExpireFor(const Scheduler& s, const JobRecord& job, Ticks now) const {
@@ -195,7 +214,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
       const QueueSpec& spec = s.queues().queue(QueueId(q)).spec;
       const JobId head = cursor[q]->second;
       const GpuUnits usage = s.queue_usage(QueueId(q));
-      const int band = usage + s.MinUnits(s.job(head).spec) <= spec.guaranteed ? 0 : 1;
+      const int band = s.GuaranteedModels(s.job(head).spec) != 0 ? 0 : 1;
       const double standing =
           (s.decayed_usage(QueueId(q)) + static_cast<double>(usage)) / std::max(spec.weight, 1e-9);
       heap.emplace(band, standing, q);
@@ -261,8 +280,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (block == Scheduler::Block::kCapacity) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
-    if (job.spec.tier != Tier::kBestEffort && WithinGuarantee(s, id)) {
-      if (TryPreempt(s, id, now, Mode::kGuarantee)) return;
+    const ModelMask inside =
+        job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(job.spec) : ModelMask{0};
+    if (inside != 0) {
+      if (TryPreempt(s, id, now, Mode::kGuarantee, inside)) return;
       at_checkpoint = next_checkpoint_;
     }
     // A job due for a reservation that has waited past backfill_lease_after takes back
@@ -347,7 +368,7 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
     const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
     return lower_tier ||
            (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
-            Borrowed(s, victim.spec.queue, victim.units));
+            AllBorrowed(s, victim, {}));
   };
   candidates_.clear();
   // A few walks select the cheapest in O(running) each; past that, one sort of the
@@ -378,21 +399,29 @@ void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t
   std::sort_heap(candidates_.begin(), candidates_.end());
 }
 
-bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models) {
   const JobRecord& job = s.job(id);
   Ledger& ledger = s.mutable_ledger();
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
-  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode};
+  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode, models};
   if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
     return false;
   }
   if (!victims_indexed_) IndexVictims(s, now);
   if (unprotect_ < kForever) s.WakeAt(unprotect_);
+  // The job as the what-if places it: on the models it may preempt on.
+  const bool restricted = (job.spec.models & ~models) != 0;
+  JobSpec narrowed;
+  if (restricted) {
+    narrowed = job.spec;
+    narrowed.models &= models;
+  }
+  const JobSpec& spec = restricted ? narrowed : job.spec;
   uint64_t accepts = 0;  // pools a worker of the job may use
   for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
-    if (s.placer().PoolAccepts(job.spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
+    if (s.placer().PoolAccepts(spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
   }
   next_checkpoint_ = kForever;
   Candidates(s, job, accepts, mode, now);
@@ -405,22 +434,19 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   // What-if: release the cheapest victims until the job fits.
   std::vector<JobId> chosen;
   Allocation fit;
-  const GpuUnits need = s.MinUnits(job.spec);
-  std::vector<std::pair<QueueId, GpuUnits>> taken;  // borrowed units reclaimed so far, per queue
+  const GpuUnits need = s.MinUnits(spec);
+  Taken taken;  // borrowed units reclaimed so far
   for (const Victim& c : candidates) {
     const JobRecord& victim = s.job(c.id);
     // Standard work on borrowed capacity: all of it must be borrowed.
     if (c.category == 1 && mode == Mode::kGuarantee) {
-      auto it = std::find_if(taken.begin(), taken.end(),
-                             [&](const auto& t) { return t.first == victim.spec.queue; });
-      if (it == taken.end()) it = taken.insert(taken.end(), {victim.spec.queue, 0});
-      if (!Borrowed(s, victim.spec.queue, it->second + victim.units)) continue;
-      it->second += victim.units;
+      if (!AllBorrowed(s, victim, taken)) continue;
+      for (const auto& [model, units] : holdings_) taken.emplace_back(victim.spec.queue, model, units);
     }
     ReleaseAll(ledger, victim.alloc);
     chosen.push_back(c.id);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
-    if (s.placer().Place(job.spec, Fit::kBest, fit)) break;
+    if (s.placer().Place(spec, Fit::kBest, fit)) break;
   }
   if (fit.empty()) {
     for (auto it = chosen.rbegin(); it != chosen.rend(); ++it)
@@ -435,7 +461,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
   for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
     AllocateAll(ledger, s.job(*it).alloc);
     Allocation probe;
-    if (s.placer().Place(job.spec, Fit::kBest, probe)) {
+    if (s.placer().Place(spec, Fit::kBest, probe)) {
       ReleaseAll(ledger, probe);  // still fits without this victim
     } else {
       ReleaseAll(ledger, s.job(*it).alloc);
@@ -443,7 +469,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode) {
     }
   }
   // Where the job will go once the needed victims are gone (held as its claim).
-  if (s.placer().Place(job.spec, Fit::kBest, fit)) ReleaseAll(ledger, fit);
+  if (s.placer().Place(spec, Fit::kBest, fit)) ReleaseAll(ledger, fit);
   // The victims keep their GPUs through their grace period.
   for (auto it = needed.rbegin(); it != needed.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
   std::sort(needed.begin(), needed.end());

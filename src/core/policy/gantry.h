@@ -72,6 +72,7 @@ class GantryPolicy final : public Policy {
     QueueId queue;
     Tier tier;
     Mode mode;
+    ModelMask models;  // where the job may preempt
     auto operator<=>(const PreemptKey&) const = default;
   };
   // A job started on GPUs held for a reservation, because its estimate ended first.
@@ -87,7 +88,9 @@ class GantryPolicy final : public Policy {
   // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
   void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
                   Ticks now);
-  bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode);
+  // Preempts for job `id` on GPUs of `models` (kGuarantee: where it is inside its
+  // guarantee; ~0: anywhere).
+  bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0});
   // Whether running job v is a backfilled job past the end of its lease, and whether
   // `job` has waited long enough to end such leases (backfill_lease_after).
   bool Overdue(const Scheduler& s, JobId v, Ticks now) const;
@@ -104,11 +107,16 @@ class GantryPolicy final : public Policy {
   Ticks Shadow() const;  // earliest start of a reservation or claim
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s);
-  bool WithinGuarantee(const Scheduler& s, JobId id) const;
-  // Whether queue q keeps at least its guarantee with `units` fewer: only work wholly on
-  // borrowed capacity is reclaimed, so a victim's queue never drops below its guarantee
-  // (and its requeued job never turns round to preempt in its turn: no ping-pong).
-  bool Borrowed(const Scheduler& s, QueueId q, GpuUnits units) const;
+  // What a running job holds as its queue's guarantee counts it: by model where the
+  // guarantee is per model, else one total (model invalid). Fills holdings_.
+  void Holdings(const Scheduler& s, const JobRecord& job);
+  // Whether all a running job holds is borrowed: its queue keeps at least its guarantee
+  // (on each model, where per model) without it and without the units in `taken`
+  // (queue, model, units) already chosen. Only work wholly on borrowed capacity is
+  // reclaimed, so a victim's queue never drops below its guarantee (and its requeued job
+  // never turns round to preempt in its turn: no ping-pong).
+  using Taken = std::vector<std::tuple<QueueId, ModelId, GpuUnits>>;
+  bool AllBorrowed(const Scheduler& s, const JobRecord& job, const Taken& taken);
 
   std::vector<Reservation> reservations_;
   std::vector<Lease> leases_;  // sorted by job
@@ -129,6 +137,7 @@ class GantryPolicy final : public Policy {
   // TryPreempt: the earliest next checkpoint of a victim left out for want of one.
   Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;
+  std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
   std::set<Scheduler::Shape> reserve_failed_;
 };

@@ -108,6 +108,12 @@ Status WriteCluster(const std::string& path, const ClusterOut& c) {
     out << "  - name: " << YamlString(q.name) << "\n";
     if (!q.parent.empty()) out << "    parent: " << YamlString(q.parent) << "\n";
     out << "    guaranteed_gpus: " << Num(q.guaranteed_gpus) << "\n";
+    if (!q.guaranteed_by_model.empty()) {
+      out << "    guaranteed_gpus_by_model:\n";
+      for (const auto& [model, gpus] : q.guaranteed_by_model) {
+        out << "      " << YamlString(model) << ": " << Num(gpus) << "\n";
+      }
+    }
     out << "    burst_gpus: " << Num(q.burst_gpus) << "\n";
     out << "    weight: " << Num(q.weight) << "\n";
   }

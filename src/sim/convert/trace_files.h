@@ -54,6 +54,8 @@ struct QueueOut {
   double guaranteed_gpus = 0;
   double burst_gpus = 0;
   double weight = 1;
+  // Per GPU model (model, GPUs); when not empty, written as guaranteed_gpus_by_model.
+  std::vector<std::pair<std::string, double>> guaranteed_by_model = {};
 };
 
 struct ClusterOut {

@@ -50,6 +50,9 @@ struct GenOptions {
   double node_failures_per_day = 0.002;  // per GPU node
   double spot_revocations_per_day = 2;   // across the spot pool
   double reclaim_idle_after_s = 1800;
+  // Guarantees per GPU model: serving's on the A100s, research's and its teams' on the
+  // H100s (batch's stays over all models). Otherwise every guarantee counts any model.
+  bool guarantees_by_model = false;
   std::string out;
 };
 

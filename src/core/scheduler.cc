@@ -194,8 +194,8 @@ void Scheduler::Release(JobId id) {
   running_.pop_back();
   SetExpectedEnd(id, -1);
   for (auto it = job.alloc.rbegin(); it != job.alloc.rend(); ++it) ledger_.Release(*it);
-  job.alloc.clear();
   AddUsage(job.spec, job.alloc, job.units, -1);
+  job.alloc.clear();
   job.units = 0;
   freed_since_pass_ = true;
 }

@@ -349,5 +349,25 @@ TEST_F(GuaranteePerModelTest, AJobPreemptsOnlyOnTheModelsItsGuaranteeCovers) {
   }
 }
 
+TEST_F(GuaranteePerModelTest, UsagePerModelFollowsStartsAndEnds) {
+  auto s = Make(true);
+  const QueueId research = *queues_.Find("research");
+  JobId h = Submit(*s, "h", "research", Tier::kStandard, Bit(h100_), 0);
+  JobId a = Submit(*s, "a", "research", Tier::kStandard, Bit(a100_), 0);
+  s->Schedule(0);
+  EXPECT_EQ(s->queue_usage_on(research, h100_), 8 * kGpuUnits);
+  EXPECT_EQ(s->queue_usage_on(research, a100_), 8 * kGpuUnits);
+  s->Finish(a, 10 * kS);
+  EXPECT_EQ(s->queue_usage_on(research, a100_), 0);
+  s->Schedule(10 * kS);
+  s->Requeue(h, 20 * kS);
+  EXPECT_EQ(s->queue_usage_on(research, h100_), 0);
+  EXPECT_EQ(s->queue_usage(research), 0);
+  // research is inside its guarantee on H100 again, and has none on A100.
+  EXPECT_EQ(s->GuaranteedModels(s->job(h).spec), Bit(h100_));
+  JobId any = Submit(*s, "any", "research", Tier::kStandard, ~ModelMask{0}, 20 * kS);
+  EXPECT_EQ(s->GuaranteedModels(s->job(any).spec), Bit(h100_));
+}
+
 }  // namespace
 }  // namespace gantry::core

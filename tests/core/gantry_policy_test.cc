@@ -369,5 +369,46 @@ TEST_F(GuaranteePerModelTest, UsagePerModelFollowsStartsAndEnds) {
   EXPECT_EQ(s->GuaranteedModels(s->job(any).spec), Bit(h100_));
 }
 
+// Best-effort shares fill every GPU, four to a GPU, one of them costly to stop on each.
+// The 64 cheapest victims overall hold shares of many GPUs and clear none; taking the
+// victims of one node at a time finds a GPU to empty.
+TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "a", 3, 8, "A100-80GB", 0, 1,
+                                            SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}}});
+  Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
+  std::vector<JobId> notebooks;
+  for (int i = 0; i < 96; ++i) {
+    JobSpec j = testing::Shared(catalog, "nb-" + std::to_string(i), Sharing::kMps, 250, 10);
+    j.queue = *queues.Find("research");
+    j.tier = Tier::kBestEffort;
+    j.checkpoint = i % 4 == 0 ? 0 : 10 * kS;  // the first on each GPU never checkpoints
+    notebooks.push_back(s.Submit(j, 0));
+  }
+  s.Schedule(0);
+  for (JobId n : notebooks) ASSERT_EQ(s.job(n).phase, Phase::kRunning);
+  JobSpec crit = Whole(catalog, "crit", 1, 1);
+  crit.queue = *queues.Find("serving");
+  crit.tier = Tier::kCritical;
+  crit.grace = 30 * kS;
+  const JobId c = s.Submit(crit, 1005 * kS);
+  std::vector<JobId> victims;
+  for (const Decision& d : s.Schedule(1005 * kS)) {
+    if (d.kind == Decision::Kind::kPreempt) victims.push_back(d.job);
+  }
+  // Exactly the four sharers of one GPU.
+  ASSERT_EQ(victims.size(), 4u);
+  const WorkerAlloc& first = s.job(victims[0]).alloc.at(0);
+  for (JobId v : victims) {
+    EXPECT_EQ(s.job(v).alloc.at(0).node, first.node);
+    EXPECT_EQ(s.job(v).alloc.at(0).gpu_mask, first.gpu_mask);
+  }
+  for (JobId v : victims) s.Requeue(v, 1035 * kS);
+  s.Schedule(1035 * kS);
+  EXPECT_EQ(s.job(c).phase, Phase::kRunning);
+}
+
 }  // namespace
 }  // namespace gantry::core

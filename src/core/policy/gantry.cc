@@ -10,6 +10,7 @@ namespace gantry::core {
 namespace {
 
 constexpr size_t kMaxVictims = 64;        // bounds the what-if of one preemption
+constexpr size_t kMaxNodeTries = 8;       // nodes the node-by-node what-if tries
 constexpr size_t kMaxReserveSteps = 512;  // bounds the what-if of one reservation
 
 std::string Seconds(Ticks t) {
@@ -348,28 +349,39 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
   candidate_walks_ = 0;
 }
 
-void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
-                              Mode mode, Ticks now) {
+bool GantryPolicy::Eligible(const Scheduler& s, const JobRecord& job, const Victim& c,
+                            uint64_t accepts, Mode mode, Ticks now) {
   // Best-effort work gives way to any higher tier; work of another queue running above
   // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
   // as starts earlier in this pass moved it.
-  auto eligible = [&](const Victim& c) {
-    if ((c.pools & accepts) == 0) return false;
-    const JobRecord& victim = s.job(c.id);
-    if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
-    if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
-    // A job that can wait takes back its guarantee from a checkpointing victim only just
-    // after a checkpoint.
-    const Ticks window = s.params().preempt_after_checkpoint;
-    if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
-      next_checkpoint_ = std::min(next_checkpoint_, now + victim.spec.checkpoint - c.since);
-      return false;
-    }
-    const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
-    return lower_tier ||
-           (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
-            AllBorrowed(s, victim, {}));
-  };
+  if ((c.pools & accepts) == 0) return false;
+  const JobRecord& victim = s.job(c.id);
+  if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
+  if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
+  // A job that can wait takes back its guarantee from a checkpointing victim only just
+  // after a checkpoint.
+  const Ticks window = s.params().preempt_after_checkpoint;
+  if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
+    next_checkpoint_ = std::min(next_checkpoint_, now + victim.spec.checkpoint - c.since);
+    return false;
+  }
+  const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
+  return lower_tier ||
+         (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
+          AllBorrowed(s, victim, {}));
+}
+
+bool GantryPolicy::Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken) {
+  if (c.category != 1 || mode != Mode::kGuarantee) return true;
+  const JobRecord& victim = s.job(c.id);
+  if (!AllBorrowed(s, victim, taken)) return false;
+  for (const auto& [model, units] : holdings_) taken.emplace_back(victim.spec.queue, model, units);
+  return true;
+}
+
+void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
+                              Mode mode, Ticks now) {
+  auto eligible = [&](const Victim& c) { return Eligible(s, job, c, accepts, mode, now); };
   candidates_.clear();
   // A few walks select the cheapest in O(running) each; past that, one sort of the
   // index lets every later walk stop at kMaxVictims.
@@ -437,13 +449,9 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   const GpuUnits need = s.MinUnits(spec);
   Taken taken;  // borrowed units reclaimed so far
   for (const Victim& c : candidates) {
-    const JobRecord& victim = s.job(c.id);
     // Standard work on borrowed capacity: all of it must be borrowed.
-    if (c.category == 1 && mode == Mode::kGuarantee) {
-      if (!AllBorrowed(s, victim, taken)) continue;
-      for (const auto& [model, units] : holdings_) taken.emplace_back(victim.spec.queue, model, units);
-    }
-    ReleaseAll(ledger, victim.alloc);
+    if (!Take(s, c, mode, taken)) continue;
+    ReleaseAll(ledger, s.job(c.id).alloc);
     chosen.push_back(c.id);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(spec, Fit::kBest, fit)) break;
@@ -451,8 +459,11 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   if (fit.empty()) {
     for (auto it = chosen.rbegin(); it != chosen.rend(); ++it)
       AllocateAll(ledger, s.job(*it).alloc);
-    preempt_failed_.emplace(std::move(key), next_checkpoint_);
-    return false;
+    chosen.clear();
+    if (mode != Mode::kGuarantee || !NodeByNode(s, job, spec, accepts, now, chosen, fit)) {
+      preempt_failed_.emplace(std::move(key), next_checkpoint_);
+      return false;
+    }
   }
   ReleaseAll(ledger, fit);
   fit.clear();
@@ -496,6 +507,57 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   Hold(s, claims_.back());
   considered_.push_back(id);
   return true;
+}
+
+bool GantryPolicy::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec,
+                              uint64_t accepts, Ticks now, std::vector<JobId>& chosen,
+                              Allocation& fit) {
+  // (node, index in victims_) for every eligible victim and node it holds GPUs on.
+  on_node_.clear();
+  for (uint32_t i = 0; i < victims_.size(); ++i) {
+    if (!Eligible(s, job, victims_[i], accepts, Mode::kGuarantee, now)) continue;
+    for (const WorkerAlloc& w : s.job(victims_[i].id).alloc) on_node_.emplace_back(w.node.v, i);
+  }
+  std::sort(on_node_.begin(), on_node_.end());
+  on_node_.erase(std::unique(on_node_.begin(), on_node_.end()), on_node_.end());
+  // Nodes by the cost of emptying them of eligible victims: any standard victim after
+  // best-effort ones only, then work lost.
+  struct NodeCost {
+    int category;
+    GpuUnits lost;
+    size_t begin, end;  // its run in on_node_
+    bool operator<(const NodeCost& o) const {
+      return std::tie(category, lost, begin) < std::tie(o.category, o.lost, o.begin);
+    }
+  };
+  std::vector<NodeCost> nodes;
+  for (size_t b = 0, e = 0; b < on_node_.size(); b = e) {
+    NodeCost n{0, 0, b, b};
+    for (e = b; e < on_node_.size() && on_node_[e].first == on_node_[b].first; ++e) {
+      n.category = std::max(n.category, victims_[on_node_[e].second].category);
+      n.lost += victims_[on_node_[e].second].lost;
+    }
+    n.end = e;
+    nodes.push_back(n);
+  }
+  const size_t tries = std::min(nodes.size(), kMaxNodeTries);
+  std::partial_sort(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(tries), nodes.end());
+  Ledger& ledger = s.mutable_ledger();
+  for (size_t k = 0; k < tries; ++k) {
+    std::vector<uint32_t> run;
+    for (size_t i = nodes[k].begin; i < nodes[k].end; ++i) run.push_back(on_node_[i].second);
+    std::sort(run.begin(), run.end(), [&](uint32_t a, uint32_t b) { return victims_[a] < victims_[b]; });
+    Taken taken;
+    for (uint32_t i : run) {
+      if (!Take(s, victims_[i], Mode::kGuarantee, taken)) continue;
+      ReleaseAll(ledger, s.job(victims_[i].id).alloc);
+      chosen.push_back(victims_[i].id);
+    }
+    if (s.placer().Place(spec, Fit::kBest, fit)) return true;
+    for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+    chosen.clear();
+  }
+  return false;
 }
 
 bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {

@@ -91,6 +91,17 @@ class GantryPolicy final : public Policy {
   // Preempts for job `id` on GPUs of `models` (kGuarantee: where it is inside its
   // guarantee; ~0: anywhere).
   bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0});
+  // Whether running job `c` may make room for `job` (whose workers may use `accepts`)
+  // under `mode`.
+  bool Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, uint64_t accepts,
+                Mode mode, Ticks now);
+  // TryPreempt's what-if when the cheapest victims overall leave the job no room (their
+  // GPUs scattered: shares of many GPUs, say): the eligible victims of one node at a
+  // time, cheapest nodes first, at most kMaxNodeTries. On success the victims in
+  // `chosen` are released on the ledger and `fit` holds the job's placement, as after
+  // TryPreempt's own loop.
+  bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts,
+                  Ticks now, std::vector<JobId>& chosen, Allocation& fit);
   // Whether running job v is a backfilled job past the end of its lease, and whether
   // `job` has waited long enough to end such leases (backfill_lease_after).
   bool Overdue(const Scheduler& s, JobId v, Ticks now) const;
@@ -117,6 +128,9 @@ class GantryPolicy final : public Policy {
   // never turns round to preempt in its turn: no ping-pong).
   using Taken = std::vector<std::tuple<QueueId, ModelId, GpuUnits>>;
   bool AllBorrowed(const Scheduler& s, const JobRecord& job, const Taken& taken);
+  // Whether the what-if may take victim `c`: standard work only where all of it is
+  // borrowed, counting `taken`, which then grows by it.
+  bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
 
   std::vector<Reservation> reservations_;
   std::vector<Lease> leases_;  // sorted by job
@@ -138,6 +152,7 @@ class GantryPolicy final : public Policy {
   Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;
   std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
+  std::vector<std::pair<uint32_t, uint32_t>> on_node_;  // NodeByNode: (node, victim index)
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
   std::set<Scheduler::Shape> reserve_failed_;
 };

@@ -460,7 +460,9 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
     for (auto it = chosen.rbegin(); it != chosen.rend(); ++it)
       AllocateAll(ledger, s.job(*it).alloc);
     chosen.clear();
-    if (mode != Mode::kGuarantee || !NodeByNode(s, job, spec, accepts, now, chosen, fit)) {
+    // Critical work only: for the rest, the extra victims cost more than the wait.
+    const bool by_node = mode == Mode::kGuarantee && job.spec.tier == Tier::kCritical;
+    if (!by_node || !NodeByNode(s, job, spec, accepts, now, chosen, fit)) {
       preempt_failed_.emplace(std::move(key), next_checkpoint_);
       return false;
     }

@@ -143,6 +143,13 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   return id;
 }
 
+bool Scheduler::KnownNotToFit(const JobSpec& spec, uint8_t context) const {
+  if (context == kNoShapeCache) return false;
+  Shape shape = ShapeOf(spec);
+  shape.context = context;
+  return failed_shapes_.contains(shape);
+}
+
 void Scheduler::AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign) {
   const std::vector<QueueId>& chain = queues_.queue(spec.queue).self_and_ancestors;
   for (QueueId a : chain) queue_usage_[a.v] += sign * units;

@@ -174,6 +174,9 @@ class Scheduler {
   // given, says which check failed.
   enum class Block : uint8_t { kNone, kWindow, kQuota, kCapacity };
   bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, Block* kind = nullptr);
+  // Whether TryStart under shape context `context` would fail a job of this spec from the
+  // pass's cache of shapes that found no room (so without placing anything).
+  bool KnownNotToFit(const JobSpec& spec, uint8_t context) const;
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).

@@ -90,12 +90,12 @@ void GantryPolicy::PruneLeases(Scheduler& s, Ticks now) {
   if (next < kForever && !reservations_.empty()) s.WakeAt(next);
 }
 
-void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except) {
+void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools) {
   for (const Reservation& r : claims_) {
-    if (r.job != except) Hold(s, r);
+    if (r.job != except) Hold(s, r, pools);
   }
   for (const Reservation& r : reservations_) {
-    if (r.job != except) Hold(s, r);
+    if (r.job != except) Hold(s, r, pools);
   }
 }
 
@@ -119,37 +119,52 @@ Ticks GantryPolicy::Shadow() const {
   return shadow;
 }
 
-void GantryPolicy::Hold(Scheduler& s, const Reservation& r) {
+void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools) {
   Ledger& ledger = s.mutable_ledger();
-  {
-    for (const WorkerAlloc& w : r.alloc) {
-      // Whole GPUs one by one, so a GPU taken meanwhile does not void the rest.
-      if (w.sharing == Sharing::kExclusive) {
-        for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
-          WorkerAlloc p;
-          p.node = w.node;
-          p.gpu_mask = uint64_t{1} << std::countr_zero(m);
-          if (ledger.Fits(p)) {
-            ledger.Allocate(p);
-            phantoms_.push_back(p);
-          }
-        }
-        continue;
+  auto hold = [&](const WorkerAlloc& p) {
+    if (!ledger.Fits(p)) return;
+    ledger.Allocate(p);
+    phantoms_.push_back(p);
+    phantom_pools_ |= PoolBit(s.cluster().node(p.node).pool);
+  };
+  for (const WorkerAlloc& w : r.alloc) {
+    if ((PoolBit(s.cluster().node(w.node).pool) & pools) == 0) continue;
+    // Whole GPUs one by one, so a GPU taken meanwhile does not void the rest.
+    if (w.sharing == Sharing::kExclusive) {
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        WorkerAlloc p;
+        p.node = w.node;
+        p.gpu_mask = uint64_t{1} << std::countr_zero(m);
+        hold(p);
       }
-      WorkerAlloc p = w;
-      p.cpus_milli = 0;
-      p.memory_bytes = 0;
-      if (ledger.Fits(p)) {
-        ledger.Allocate(p);
-        phantoms_.push_back(p);
-      }
+      continue;
     }
+    WorkerAlloc p = w;
+    p.cpus_milli = 0;
+    p.memory_bytes = 0;
+    hold(p);
   }
 }
 
-void GantryPolicy::DropPhantoms(Scheduler& s) {
-  ReleaseAll(s.mutable_ledger(), phantoms_);
-  phantoms_.clear();
+void GantryPolicy::DropPhantoms(Scheduler& s, uint64_t pools) {
+  if ((phantom_pools_ & pools) == phantom_pools_) {  // all of them
+    ReleaseAll(s.mutable_ledger(), phantoms_);
+    phantoms_.clear();
+    phantom_pools_ = 0;
+    return;
+  }
+  // Those in `pools` only, the rest kept in order.
+  Ledger& ledger = s.mutable_ledger();
+  for (auto it = phantoms_.rbegin(); it != phantoms_.rend(); ++it) {
+    if ((PoolBit(s.cluster().node(it->node).pool) & pools) != 0) ledger.Release(*it);
+  }
+  phantom_pools_ = 0;
+  std::erase_if(phantoms_, [&](const WorkerAlloc& p) {
+    const uint64_t bit = PoolBit(s.cluster().node(p.node).pool);
+    if ((bit & pools) != 0) return true;
+    phantom_pools_ |= bit;
+    return false;
+  });
 }
 
 void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
@@ -254,17 +269,29 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // claims; a claimant uses its own claim.
   const bool free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
   const bool held = !phantoms_.empty();
+  // The held GPUs are let go for the job's try, unless none is in a pool the job may use
+  // or its shape already found no room without them this pass (TryStart then fails it
+  // from the cache): dropping and holding them again costs a ledger update per GPU.
+  // Only those in pools the job may use are let go (the others cannot change where it goes).
+  uint64_t pools = 0;
   if (held && (free_pass || claimant)) {
-    DropPhantoms(s);
-    if (!free_pass) HoldPhantoms(s, id);
+    for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
+      if (s.placer().PoolAccepts(job.spec, PoolId(p))) pools |= PoolBit(PoolId(p));
+    }
+  }
+  const bool swap = (pools & phantom_pools_) != 0 &&
+                    (claimant || !s.KnownNotToFit(job.spec, 1));
+  if (swap) {
+    DropPhantoms(s, pools);
+    if (!free_pass) HoldPhantoms(s, id, pools);
   }
   s.set_shape_context(!held ? 0 : free_pass ? 1 : claimant ? Scheduler::kNoShapeCache : 0);
   std::string why;
   Scheduler::Block block = Scheduler::Block::kNone;
   const bool started = s.TryStart(id, now, Fit::kBest, &why, &block);
-  if (held && (free_pass || claimant)) {
-    DropPhantoms(s);
-    HoldPhantoms(s);
+  if (swap) {
+    DropPhantoms(s, pools);
+    HoldPhantoms(s, JobId(), pools);
   }
   s.set_shape_context(0);
   if (started) {

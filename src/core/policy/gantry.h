@@ -113,12 +113,12 @@ class GantryPolicy final : public Policy {
   size_t FindLease(JobId id) const;
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
-  // free now, except those of `except`.
-  void HoldPhantoms(Scheduler& s, JobId except = JobId());
-  void Hold(Scheduler& s, const Reservation& r);
+  // free now, except those of `except`; only those in `pools` (PoolBit), else all.
+  void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0});
+  void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0});
   Ticks Shadow() const;  // earliest start of a reservation or claim
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
-  void DropPhantoms(Scheduler& s);
+  void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0});
   // What a running job holds as its queue's guarantee counts it: by model where the
   // guarantee is per model, else one total (model invalid). Fills holdings_.
   void Holdings(const Scheduler& s, const JobRecord& job);
@@ -140,6 +140,7 @@ class GantryPolicy final : public Policy {
   std::vector<Reservation> claims_;
   std::vector<JobId> considered_;  // claimants already considered in this pass
   Allocation phantoms_;
+  uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
   std::map<Scheduler::Shape, std::string> refined_;  // this pass: shape -> reason
   std::vector<JobId> order_;
   // Per pass: the preemption candidates (built on first use), and the requests that

@@ -269,17 +269,17 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // claims; a claimant uses its own claim.
   const bool free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
   const bool held = !phantoms_.empty();
-  // The held GPUs are let go for the job's try, unless none is in a pool the job may use
-  // or its shape already found no room without them this pass (TryStart then fails it
-  // from the cache): dropping and holding them again costs a ledger update per GPU.
-  // Only those in pools the job may use are let go (the others cannot change where it goes).
+  // The held GPUs are let go for the job's try, only those in pools the job may use (the
+  // others cannot change where it goes), and none when its shape already found no room
+  // without them this pass (TryStart then fails it from the cache): dropping and holding
+  // them again costs a ledger update per GPU.
   uint64_t pools = 0;
-  if (held && (free_pass || claimant)) {
+  if (held) {
     for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
       if (s.placer().PoolAccepts(job.spec, PoolId(p))) pools |= PoolBit(PoolId(p));
     }
   }
-  const bool swap = (pools & phantom_pools_) != 0 &&
+  const bool swap = (free_pass || claimant) && (pools & phantom_pools_) != 0 &&
                     (claimant || !s.KnownNotToFit(job.spec, 1));
   if (swap) {
     DropPhantoms(s, pools);
@@ -325,16 +325,17 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     const Scheduler::Shape shape = s.ShapeOf(job.spec);
     if (auto it = refined_.find(shape); it != refined_.end()) {
       why = it->second;
-    } else if (!phantoms_.empty() && !free_pass) {
-      // Would it fit but for the reservations? Then say whose.
-      DropPhantoms(s);
+    } else if ((pools & phantom_pools_) != 0 && !free_pass) {
+      // Would it fit but for the reservations? Then say whose. (Held GPUs outside the
+      // job's pools cannot be what stops it.)
+      DropPhantoms(s, pools);
       Allocation probe;
       if (s.placer().Place(job.spec, Fit::kBest, probe)) {
         ReleaseAll(s.mutable_ledger(), probe);
         why = "reservation: the GPUs that fit are held for " + Holders(s) +
               ", and this job's estimate runs past the earliest start";
       }
-      HoldPhantoms(s);
+      HoldPhantoms(s, JobId(), pools);
       refined_.emplace(shape, why);
     }
     if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&

@@ -129,14 +129,18 @@ void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools) {
   };
   for (const WorkerAlloc& w : r.alloc) {
     if ((PoolBit(s.cluster().node(w.node).pool) & pools) == 0) continue;
-    // Whole GPUs one by one, so a GPU taken meanwhile does not void the rest.
+    // Whole GPUs: those still free, so a GPU taken meanwhile does not void the rest
+    // (checked one by one, held as one allocation per node: a ledger update each).
     if (w.sharing == Sharing::kExclusive) {
+      WorkerAlloc p;
+      p.node = w.node;
+      uint64_t free = 0;
       for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
-        WorkerAlloc p;
-        p.node = w.node;
         p.gpu_mask = uint64_t{1} << std::countr_zero(m);
-        hold(p);
+        if (ledger.Fits(p)) free |= p.gpu_mask;
       }
+      p.gpu_mask = free;
+      if (free != 0) hold(p);
       continue;
     }
     WorkerAlloc p = w;

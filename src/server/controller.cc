@@ -984,6 +984,15 @@ Reply Controller::Queues(const std::string& token) {
                  {"pending", pending[i]},
                  {"running", running[i]}};
       qj["burst_gpus"] = q.spec.burst >= 0 ? json(gpus(q.spec.burst)) : json(nullptr);
+      if (!q.spec.guaranteed_by_model.empty()) {  // a guarantee per GPU model
+        json guaranteed = json::object(), used = json::object();
+        for (const core::ModelGuarantee& m : q.spec.guaranteed_by_model) {
+          guaranteed[m.name] = gpus(m.units);
+          used[m.name] = gpus(sched_->queue_usage_on(core::QueueId(i), m.model));
+        }
+        qj["guaranteed_gpus_by_model"] = std::move(guaranteed);
+        qj["used_gpus_by_model"] = std::move(used);
+      }
       queues.push_back(std::move(qj));
     }
     Reply r;

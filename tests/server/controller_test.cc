@@ -31,7 +31,7 @@ queues:
     guaranteed_gpus: 4
     burst_gpus: 16
   - name: serving
-    guaranteed_gpus: 8
+    guaranteed_gpus_by_model: {H100-80GB: 8}
     burst_gpus: 16
 )";
 
@@ -276,6 +276,25 @@ TEST_F(ControllerTest, IdempotencyKeyReturnsTheSameJob) {
   EXPECT_EQ(other.code, Code::kConflict);
   Reply list = ctl_->ListJobs(kAdmin, "", true);
   EXPECT_EQ(list.body["jobs"].size(), 1u);
+}
+
+TEST_F(ControllerTest, QueuesShowUsageAgainstTheirGuarantees) {
+  Reply r = Submit(kTeamB, R"({"queue":"serving","gpus":3,"vram_gb":10,"command":"x"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  ASSERT_EQ(Show(r.body["id"])["state"], "running");
+  json queues = ctl_->Queues(kAdmin).body["queues"];
+  ASSERT_EQ(queues.size(), 2u);
+  EXPECT_EQ(queues[0]["name"], "research");
+  EXPECT_EQ(queues[0]["guaranteed_gpus"], 4.0);
+  EXPECT_FALSE(queues[0].contains("guaranteed_gpus_by_model"));  // any model
+  EXPECT_EQ(queues[1]["name"], "serving");
+  EXPECT_EQ(queues[1]["guaranteed_gpus"], 8.0);
+  EXPECT_EQ(queues[1]["used_gpus"], 3.0);
+  EXPECT_EQ(queues[1]["guaranteed_gpus_by_model"], json({{"H100-80GB", 8.0}}));
+  EXPECT_EQ(queues[1]["used_gpus_by_model"], json({{"H100-80GB", 3.0}}));
 }
 
 TEST_F(ControllerTest, TeamsStayInTheirQueues) {

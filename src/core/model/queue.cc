@@ -163,7 +163,7 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
       std::string parts;
       for (size_t c : children[p]) {
         const GpuUnits units = GuaranteeOn(specs[c], m->model);
-        if (specs[c].guaranteed_by_model.empty() || units == 0) continue;
+        if (units == 0) continue;  // none listed (or a queue counting any model)
         sum += std::max<GpuUnits>(units, 0);
         parts += (parts.empty() ? "" : ", ") + specs[c].name + " " + Gpus(units);
       }

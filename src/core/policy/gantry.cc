@@ -30,6 +30,15 @@ void AllocateAll(Ledger& ledger, const Allocation& alloc) {
 // Pools as bits of a mask; pools beyond the 63rd share the last bit (a superset test).
 uint64_t PoolBit(PoolId p) { return uint64_t{1} << std::min<uint32_t>(p.v, 63); }
 
+// The pools a worker of `spec` may use, as PoolBits.
+uint64_t AcceptedPools(Scheduler& s, const JobSpec& spec) {
+  uint64_t pools = 0;
+  for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
+    if (s.placer().PoolAccepts(spec, PoolId(p))) pools |= PoolBit(PoolId(p));
+  }
+  return pools;
+}
+
 }  // namespace
 
 void GantryPolicy::Holdings(const Scheduler& s, const JobRecord& job) {
@@ -277,12 +286,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // others cannot change where it goes), and none when its shape already found no room
   // without them this pass (TryStart then fails it from the cache): dropping and holding
   // them again costs a ledger update per GPU.
-  uint64_t pools = 0;
-  if (held) {
-    for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
-      if (s.placer().PoolAccepts(job.spec, PoolId(p))) pools |= PoolBit(PoolId(p));
-    }
-  }
+  const uint64_t pools = held ? AcceptedPools(s, job.spec) : 0;
   const bool swap = (free_pass || claimant) && (pools & phantom_pools_) != 0 &&
                     (claimant || !s.KnownNotToFit(job.spec, 1));
   if (swap) {
@@ -463,10 +467,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
     narrowed.models &= models;
   }
   const JobSpec& spec = restricted ? narrowed : job.spec;
-  uint64_t accepts = 0;  // pools a worker of the job may use
-  for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
-    if (s.placer().PoolAccepts(spec, PoolId(p))) accepts |= PoolBit(PoolId(p));
-  }
+  const uint64_t accepts = AcceptedPools(s, spec);
   next_checkpoint_ = kForever;
   Candidates(s, job, accepts, mode, now);
   if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);

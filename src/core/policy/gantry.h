@@ -98,9 +98,9 @@ class GantryPolicy final : public Policy {
   // TryPreempt's what-if for a critical job when the cheapest victims overall leave it
   // no room (their GPUs scattered: shares of many GPUs, say): the eligible victims of
   // one node at a time, cheapest nodes first, at most kMaxNodeTries. (For standard work
-  // the extra victims cost more than its wait: lost work rose on the gang mixes.) On success the victims in
-  // `chosen` are released on the ledger and `fit` holds the job's placement, as after
-  // TryPreempt's own loop.
+  // the extra victims cost more than its wait: lost work rose on the gang mixes.) On
+  // success the victims in `chosen` are released on the ledger and `fit` holds the job's
+  // placement, as after TryPreempt's own loop.
   bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts,
                   Ticks now, std::vector<JobId>& chosen, Allocation& fit);
   // Whether running job v is a backfilled job past the end of its lease, and whether

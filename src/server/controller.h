@@ -1,13 +1,25 @@
 // Controller: gantryd's brain. One thread owns the scheduling core, the store and every
-// record; HTTP threads call the public methods, which post a message to that thread and
-// wait for its reply.
+// record; HTTP I/O threads call the public methods, which post a message to that thread
+// and return at once: the reply comes later through the caller's Done callback, so no
+// I/O thread ever waits for the controller (the synchronous overloads are for tests and
+// tools). The code is split by concern:
+//   controller.cc            the thread, the mailbox, batches, watches, restore, persistence
+//   controller_lifecycle.cc  the job life cycle: passes, starts, stops, exits, node loss
+//   controller_jobs.cc       authentication and the job API (submit, ls, show, cancel, logs)
+//   controller_cluster.cc    nodes, drain, queues, usage, health and metrics
+//   controller_agents.cc     the agent protocol: heartbeats, watches, log uploads
 //
 // The thread works in batches: it takes every waiting message, runs them inside one
 // store transaction, then handles timers (silent agents, grace deadlines), runs a
 // scheduling pass when anything changed or the pass timer fired, commits, and only then
-// answers the callers, so an answer never promises what is not on disk. Events (spec
-// section 4) are appended to the event log after the commit. A failed commit ends the
-// process: the database is the truth, and a restart rebuilds everything from it.
+// answers the callers, so an answer never promises what is not on disk (a group commit:
+// a thousand submits in one batch cost one fsync). Events (spec section 4) are appended
+// to the event log after the commit. A failed commit ends the process: the database is
+// the truth, and a restart rebuilds everything from it.
+//
+// Push: every change to what a node should run bumps that node's version; an agent's
+// watch (a long poll) is answered as soon as its node's version moves past the one it
+// holds, right after the batch that moved it commits. Heartbeats stay for liveness.
 //
 // Time: the core counts ticks (ms) from the server epoch, a Monday 00:00 UTC stored in
 // the database on first start, so job windows (UTC times of day) mean what they say.
@@ -15,7 +27,8 @@
 // Restart: jobs are read back in submission order; running ones are re-adopted with
 // their stored allocation (server/adopt.h), pending ones resubmitted with their original
 // submit time. Nodes that were up get a full agent timeout to check in again.
-// Thread-safety: every public method is thread-safe.
+// Thread-safety: every public method is thread-safe; Done callbacks run on the
+// controller thread and must not block (post the work elsewhere).
 #pragma once
 
 #include <condition_variable>
@@ -56,6 +69,7 @@ enum class Code : uint8_t {
   kConflict,         // duplicate id, idempotency key reused with another request
   kTooLarge,
   kUnprocessable,    // well-formed but can never run (no GPU could hold it)
+  kTooManyRequests,  // a team's submit rate limit (body.retry_after_s)
   kUnavailable,      // shutting down
 };
 
@@ -64,6 +78,7 @@ struct Reply {
   nlohmann::json body = nlohmann::json::object();
   std::string text;          // a text reply (logs, metrics) when not empty
   std::string content_type;  // for text replies
+  bool deferred = false;     // internal: the operation kept its Done and answers later
 
   static Reply Error(Code code, std::string message, std::vector<std::string> problems = {});
   bool ok() const { return code == Code::kOk || code == Code::kCreated; }
@@ -80,6 +95,9 @@ struct ControllerOptions {
   int64_t recent_done = 10000;      // ended jobs kept in memory for `ls` and `show`
   std::string log_dir;              // job output uploaded by agents
 };
+
+// Called once with the reply, on the controller thread, after the batch committed.
+using Done = std::function<void(Reply)>;
 
 struct SubmitRequest {
   std::string body;
@@ -103,11 +121,33 @@ class Controller {
   // Answers waiting callers with kUnavailable and joins the thread.
   void Stop();
 
+  // The API, asynchronous: `done` gets the reply.
+  void Submit(std::string token, SubmitRequest req, Done done);
+  void ListJobs(std::string token, std::string state_filter, bool all, Done done);
+  void ShowJob(std::string token, std::string name, Done done);
+  void Cancel(std::string token, std::string name, Done done);
+  // The path of a worker's log (body.path), after checking the caller may read it.
+  void LogPath(std::string token, std::string name, int run, int rank, Done done);
+  void Nodes(std::string token, Done done);
+  void Drain(std::string token, std::string node, bool drain, std::string reason, Done done);
+  void Queues(std::string token, Done done);
+  void Usage(std::string token, double from_s, double to_s, Done done);
+  void Heartbeat(std::string token, std::string node, nlohmann::json body, std::string remote_addr,
+                 Done done);
+  // A long poll: answered with the node's workers once its version differs from
+  // `version` (or the server instance from `instance`), or after `timeout_ms`.
+  void Watch(std::string token, std::string node, std::string instance, int64_t version,
+             int64_t timeout_ms, Done done);
+  void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
+                 int64_t offset, std::string data, Done done);
+  void Metrics(Done done);  // reply.text
+  void Health(Done done);
+
+  // The same, waiting for the reply (tests and tools; never from an I/O thread).
   Reply Submit(const std::string& token, SubmitRequest req);
   Reply ListJobs(const std::string& token, const std::string& state_filter, bool all);
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name);
-  // The path of a worker's log (body.path), after checking the caller may read it.
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank);
   Reply Nodes(const std::string& token);
   Reply Drain(const std::string& token, const std::string& node, bool drain, std::string reason);
@@ -124,13 +164,21 @@ class Controller {
 
  private:
   struct Message {
-    std::function<void()> run;
-    std::function<void()> done;
-    std::function<void()> cancel;
+    std::function<Reply()> run;  // on the controller thread, inside the batch's transaction
+    Done done;
   };
-  Reply Call(std::function<Reply()> fn);
+  struct Watcher {
+    Done done;
+    int64_t version = 0;
+    Ticks deadline = 0;
+  };
+  // Runs fn on the controller thread; done gets its reply after the batch commits.
+  void Post(std::function<Reply()> fn, Done done);
+  static Reply Wait(const std::function<void(Done)>& start);
   void Loop();
   void RunBatch(std::vector<Message>& batch);
+  void AnswerWatchers(Ticks now, bool all);
+  Reply WatchReply(core::NodeId n, Ticks now);
 
   Ticks Now();
   int64_t WallMs(Ticks t) const { return epoch_ms_ + t; }
@@ -139,7 +187,10 @@ class Controller {
   std::optional<Principal> AuthenticateUser(const std::string& token, Reply& error);
   // Call() as a user (not an agent): fn runs on the controller thread with the caller,
   // or the reply is the authentication error.
-  Reply CallAsUser(const std::string& token, const std::function<Reply(const Principal&)>& fn);
+  void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn);
+  // Call() as an agent (or admin): fn gets the node, or the reply is the error.
+  void CallAsAgent(std::string token, std::string node, Done done,
+                   std::function<Reply(core::NodeId)> fn);
 
   // ---- state changes (controller thread) ----
   Status Restore();
@@ -156,7 +207,11 @@ class Controller {
   void WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks now);
   void NodeDown(core::NodeId n, Ticks now);
   void SetCoreNodeUp(core::NodeId n);
-  void Done(Job& job, std::string end, std::string reason, Ticks now);
+  void EndJob(Job& job, std::string end, std::string reason, Ticks now);
+  // What a node should run changed: bump the versions of the job's nodes (watches).
+  void Touch(const Job& job);
+  void AddRunning(const Job& job);
+  void RemoveRunning(const Job& job);
   nlohmann::json DesiredWorkers(core::NodeId n, Ticks now);
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
   Job* FindJob(const std::string& name);
@@ -180,6 +235,9 @@ class Controller {
   std::unordered_map<std::string, int64_t> by_name_;  // name -> seq
   std::vector<int64_t> core_to_seq_;                  // core JobId -> seq
   std::set<int64_t> running_;                         // seqs of running or stopping jobs
+  std::vector<std::set<int64_t>> node_jobs_;          // by NodeId: running_ jobs with a worker there
+  std::vector<int64_t> node_version_;                 // by NodeId: bumped by Touch
+  std::vector<std::vector<Watcher>> watchers_;        // by NodeId: parked watches
   std::deque<int64_t> done_order_;                    // ended jobs in memory, oldest first
   std::vector<NodeInfo> nodes_;                       // by core NodeId
   std::unordered_map<std::string, Principal> tokens_; // cache: hash -> principal
@@ -203,7 +261,6 @@ class Controller {
   std::condition_variable cv_;
   std::deque<Message> inbox_;
   bool stopping_ = false;
-  bool poke_ = false;
   std::thread thread_;
 };
 

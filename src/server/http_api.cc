@@ -1,7 +1,6 @@
 #include "server/http_api.h"
 
-#include <httplib.h>
-
+#include <chrono>
 #include <fstream>
 
 #include "server/dashboard.h"
@@ -21,6 +20,7 @@ int StatusOf(Code code) {
     case Code::kConflict: return 409;
     case Code::kTooLarge: return 413;
     case Code::kUnprocessable: return 422;
+    case Code::kTooManyRequests: return 429;
     case Code::kUnavailable: return 503;
   }
   return 500;
@@ -28,57 +28,55 @@ int StatusOf(Code code) {
 
 namespace {
 
-std::string TokenOf(const httplib::Request& req) {
-  return BearerToken(req.get_header_value("Authorization"));
-}
-
-void Send(httplib::Response& res, const Reply& r) {
+HttpResponse ToResponse(const Reply& r) {
+  HttpResponse res;
   res.status = StatusOf(r.code);
-  if (r.code == Code::kUnauthenticated) res.set_header("WWW-Authenticate", "Bearer");
-  if (!r.text.empty() || !r.content_type.empty()) {
-    res.set_content(r.text, r.content_type.empty() ? "text/plain" : r.content_type.c_str());
-  } else {
-    res.set_content(r.body.dump() + "\n", "application/json");
+  if (r.code == Code::kUnauthenticated) res.headers.emplace_back("WWW-Authenticate", "Bearer");
+  if (r.code == Code::kTooManyRequests && r.body.contains("retry_after_s")) {
+    res.headers.emplace_back("Retry-After", std::to_string(r.body["retry_after_s"].get<int64_t>()));
   }
+  if (!r.text.empty() || !r.content_type.empty()) {
+    res.content_type = r.content_type.empty() ? "text/plain" : r.content_type;
+    res.body = r.text;
+  } else {
+    res.body = r.body.dump() + "\n";
+  }
+  return res;
 }
 
-void SendError(httplib::Response& res, Code code, const std::string& message) {
-  Send(res, Reply::Error(code, message));
+HttpResponse ErrorResponse(Code code, const std::string& message) {
+  return ToResponse(Reply::Error(code, message));
 }
 
 // A numeric query parameter (std::stoll or std::stod as `parse`); `fallback` when absent.
-// False (and a 400 naming the parameter sent) when malformed.
+// An error message naming the parameter when malformed.
 template <typename T, typename Parse>
-bool NumberParam(const httplib::Request& req, httplib::Response& res, const char* name, T fallback,
-                 T& out, Parse parse, const char* expected) {
+std::optional<std::string> NumberParam(const HttpRequest& req, const char* name, T fallback, T& out,
+                                       Parse parse, const char* expected) {
   if (!req.has_param(name)) {
     out = fallback;
-    return true;
+    return std::nullopt;
   }
-  const std::string v = req.get_param_value(name);
+  const std::string v = req.param(name);
   try {
     size_t used = 0;
     out = parse(v, &used);
-    if (used == v.size()) return true;
+    if (used == v.size()) return std::nullopt;
   } catch (const std::exception&) {
   }
-  SendError(res, Code::kBadRequest,
-            std::string(name) + ": expected " + expected + ", got \"" + v + "\"");
-  return false;
+  return std::string(name) + ": expected " + expected + ", got \"" + v + "\"";
 }
 
-bool IntParam(const httplib::Request& req, httplib::Response& res, const char* name,
-              int64_t fallback, int64_t& out) {
+std::optional<std::string> IntParam(const HttpRequest& req, const char* name, int64_t fallback, int64_t& out) {
   return NumberParam<int64_t>(
-      req, res, name, fallback, out,
-      [](const std::string& v, size_t* used) { return std::stoll(v, used); }, "an integer");
+      req, name, fallback, out, [](const std::string& v, size_t* used) { return std::stoll(v, used); },
+      "an integer");
 }
 
-bool DoubleParam(const httplib::Request& req, httplib::Response& res, const char* name,
-                 double fallback, double& out) {
+std::optional<std::string> DoubleParam(const HttpRequest& req, const char* name, double fallback, double& out) {
   return NumberParam<double>(
-      req, res, name, fallback, out,
-      [](const std::string& v, size_t* used) { return std::stod(v, used); }, "a number");
+      req, name, fallback, out, [](const std::string& v, size_t* used) { return std::stod(v, used); },
+      "a number");
 }
 
 std::string Basename(const std::string& s) {
@@ -90,168 +88,185 @@ std::string Basename(const std::string& s) {
   return out.substr(0, 200);
 }
 
+std::string TokenOf(const HttpRequest& req) { return BearerToken(req.header("authorization")); }
+
+// Whether the path is `pattern`, where "*" matches any one segment (collected in order).
+bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern, std::vector<std::string>& args) {
+  if (req.segments.size() != pattern.size()) return false;
+  args.clear();
+  size_t i = 0;
+  for (const char* p : pattern) {
+    const std::string& seg = req.segments[i++];
+    if (std::string_view(p) == "*") {
+      args.push_back(seg);
+    } else if (seg != p) {
+      return false;
+    }
+  }
+  return true;
+}
+
+double WallSeconds() {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count()) /
+         1000.0;
+}
+
 }  // namespace
 
 HttpApi::HttpApi(Controller& controller, HttpOptions options)
-    : controller_(controller), options_(options), server_(std::make_unique<httplib::Server>()) {
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_read_timeout(10, 0);
-  server_->set_write_timeout(10, 0);
-  server_->set_keep_alive_timeout(30);
-  server_->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string message;
-    switch (res.status) {
-      case 404: message = "no such endpoint: " + req.method + " " + req.path; break;
-      case 413:
-        message = "request body too large: the limit is " + std::to_string(options_.max_body_bytes) +
-                  " bytes";
-        break;
-      case 400: message = "malformed HTTP request"; break;
-      default: message = "HTTP " + std::to_string(res.status);
+    : controller_(controller), options_(std::move(options)) {
+  HttpServerOptions so;
+  so.max_body_bytes = options_.max_body_bytes;
+  so.threads = options_.threads;
+  so.tls = options_.tls;
+  server_ = std::make_unique<HttpServer>(so, [this](HttpRequest& req, HttpServer::Respond respond) {
+    try {
+      Handle(req, respond);
+    } catch (const std::exception& e) {
+      respond(ErrorResponse(Code::kBadRequest, std::string("bad request: ") + e.what()));
     }
-    res.set_content(json{{"error", message}}.dump() + "\n", "application/json");
   });
-  server_->set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        std::string what = "internal error";
-        try {
-          if (ep) std::rethrow_exception(ep);
-        } catch (const std::exception& e) {
-          what += std::string(": ") + e.what();
-        } catch (...) {
-        }
-        res.status = 500;
-        res.set_content(json{{"error", what}}.dump() + "\n", "application/json");
-      });
-  Routes();
 }
 
 HttpApi::~HttpApi() { Stop(); }
 
-Result<int> HttpApi::Bind(const std::string& host, int port) {
-  const int bound = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) return Error{"listen", "cannot listen on " + host + ":" + std::to_string(port)};
-  return bound;
-}
-
-void HttpApi::Serve() { server_->listen_after_bind(); }
+Result<int> HttpApi::Bind(const std::string& host, int port) { return server_->Bind(host, port); }
+void HttpApi::Serve() { server_->Serve(); }
 void HttpApi::Stop() {
-  if (server_) server_->stop();
+  if (server_) server_->Stop();
+}
+int64_t HttpApi::connections() const { return server_->connections(); }
+
+void HttpApi::SendLog(const HttpRequest& req, const Reply& r, HttpServer::Respond respond) {
+  if (!r.ok()) return respond(ToResponse(r));
+  int64_t offset = 0;
+  (void)IntParam(req, "offset", 0, offset);  // checked before the call
+  std::ifstream in(r.body["path"].get<std::string>(), std::ios::binary);
+  HttpResponse res;
+  res.content_type = "text/plain; charset=utf-8";
+  int64_t size = 0;
+  if (in) {
+    in.seekg(0, std::ios::end);
+    size = static_cast<int64_t>(in.tellg());
+    const auto limit = static_cast<int64_t>(options_.max_log_reply_bytes);
+    // Without an offset: the tail, at most max_log_reply_bytes.
+    const int64_t from = req.has_param("offset") ? std::clamp<int64_t>(offset, 0, size)
+                                                 : std::max<int64_t>(0, size - limit);
+    const int64_t len = std::min<int64_t>(size - from, limit);
+    res.body.resize(static_cast<size_t>(len));
+    in.seekg(from);
+    in.read(res.body.data(), len);
+  }
+  res.headers.emplace_back("X-Gantry-Log-Size", std::to_string(size));
+  res.headers.emplace_back("X-Gantry-Run", std::to_string(r.body["run"].get<int>()));
+  respond(std::move(res));
 }
 
-void HttpApi::Routes() {
-  httplib::Server& s = *server_;
+void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   Controller& c = controller_;
-
-  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(kDashboardHtml, "text/html; charset=utf-8");
-  });
-  s.Get("/healthz", [&c](const httplib::Request&, httplib::Response& res) {
-    json h = c.Health();
-    res.status = h.contains("error") ? 503 : 200;
-    res.set_content(h.dump() + "\n", "application/json");
-  });
-  s.Get("/metrics", [&c](const httplib::Request&, httplib::Response& res) {
-    res.set_content(c.Metrics(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-
-  s.Post("/v1/jobs", [&c](const httplib::Request& req, httplib::Response& res) {
-    SubmitRequest sr;
-    sr.body = req.body;
-    const std::string type = req.get_header_value("Content-Type");
-    sr.format = type.find("yaml") != std::string::npos ? "yaml" : "json";
-    sr.file = Basename(req.get_header_value("X-Gantry-File"));
-    sr.idempotency_key = req.get_header_value("Idempotency-Key");
-    Send(res, c.Submit(TokenOf(req), std::move(sr)));
-  });
-  s.Get("/v1/jobs", [&c](const httplib::Request& req, httplib::Response& res) {
-    const bool all = req.get_param_value("all") == "1" || req.get_param_value("all") == "true";
-    Send(res, c.ListJobs(TokenOf(req), req.get_param_value("state"), all));
-  });
-  s.Get(R"(/v1/jobs/([^/]+))", [&c](const httplib::Request& req, httplib::Response& res) {
-    Send(res, c.ShowJob(TokenOf(req), req.matches[1]));
-  });
-  s.Post(R"(/v1/jobs/([^/]+)/cancel)", [&c](const httplib::Request& req, httplib::Response& res) {
-    Send(res, c.Cancel(TokenOf(req), req.matches[1]));
-  });
-  s.Delete(R"(/v1/jobs/([^/]+))", [&c](const httplib::Request& req, httplib::Response& res) {
-    Send(res, c.Cancel(TokenOf(req), req.matches[1]));
-  });
-  s.Get(R"(/v1/jobs/([^/]+)/logs)", [this, &c](const httplib::Request& req, httplib::Response& res) {
-    int64_t run = 0, rank = 0, offset = 0;
-    if (!IntParam(req, res, "run", 0, run) || !IntParam(req, res, "rank", 0, rank) ||
-        !IntParam(req, res, "offset", 0, offset)) {
-      return;
-    }
-    Reply r = c.LogPath(TokenOf(req), req.matches[1], static_cast<int>(run), static_cast<int>(rank));
-    if (!r.ok()) return Send(res, r);
-    std::ifstream in(r.body["path"].get<std::string>(), std::ios::binary);
-    std::string text;
-    int64_t size = 0;
-    if (in) {
-      in.seekg(0, std::ios::end);
-      size = static_cast<int64_t>(in.tellg());
-      // Without an offset: the tail, at most max_log_reply_bytes.
-      int64_t from = req.has_param("offset") ? std::min(offset, size)
-                                             : std::max<int64_t>(0, size - static_cast<int64_t>(options_.max_log_reply_bytes));
-      const int64_t len = std::min<int64_t>(size - from, static_cast<int64_t>(options_.max_log_reply_bytes));
-      text.resize(static_cast<size_t>(len));
-      in.seekg(from);
-      in.read(text.data(), len);
-    }
-    res.set_header("X-Gantry-Log-Size", std::to_string(size));
-    res.set_header("X-Gantry-Run", std::to_string(r.body["run"].get<int>()));
-    res.set_content(text, "text/plain; charset=utf-8");
-  });
-
-  s.Get("/v1/nodes", [&c](const httplib::Request& req, httplib::Response& res) {
-    Send(res, c.Nodes(TokenOf(req)));
-  });
-  auto drain = [&c](bool on) {
-    return [&c, on](const httplib::Request& req, httplib::Response& res) {
-      std::string reason;
-      if (!req.body.empty()) {
-        json b = json::parse(req.body, nullptr, false);
-        if (!b.is_object() || (b.contains("reason") && !b["reason"].is_string())) {
-          return SendError(res, Code::kBadRequest, "body: expected {\"reason\": \"...\"}");
-        }
-        reason = b.value("reason", std::string());
-      }
-      Send(res, c.Drain(TokenOf(req), req.matches[1], on, reason));
-    };
+  HttpServer* server = server_.get();
+  // The controller answers on its own thread: turn the reply into bytes on an I/O thread.
+  auto reply = [server, respond](Reply r) {
+    server->Defer([respond, r = std::move(r)] { respond(ToResponse(r)); });
   };
-  s.Post(R"(/v1/nodes/([^/]+)/drain)", drain(true));
-  s.Post(R"(/v1/nodes/([^/]+)/resume)", drain(false));
-  s.Get("/v1/queues", [&c](const httplib::Request& req, httplib::Response& res) {
-    Send(res, c.Queues(TokenOf(req)));
-  });
-  s.Get("/v1/usage", [&c](const httplib::Request& req, httplib::Response& res) {
-    const double now = static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count()) /
-                       1000.0;
-    double from = 0, to = 0;
-    if (!DoubleParam(req, res, "since", now - 86400, from) || !DoubleParam(req, res, "until", now, to)) return;
-    Send(res, c.Usage(TokenOf(req), from, to));
-  });
+  auto bad = [&](const std::string& message) { respond(ErrorResponse(Code::kBadRequest, message)); };
+  const std::string& m = req.method;
+  std::vector<std::string> a;
 
-  s.Post(R"(/v1/agents/([^/]+)/heartbeat)", [&c](const httplib::Request& req, httplib::Response& res) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) {
-      return SendError(res, Code::kBadRequest, "heartbeat: the body must be a JSON object");
-    }
-    Send(res, c.Heartbeat(TokenOf(req), req.matches[1], body, req.remote_addr));
-  });
-  s.Post(R"(/v1/agents/([^/]+)/logs)", [&c](const httplib::Request& req, httplib::Response& res) {
+  if (m == "GET" && req.segments.empty()) {
+    HttpResponse res;
+    res.content_type = "text/html; charset=utf-8";
+    res.body = kDashboardHtml;
+    return respond(std::move(res));
+  }
+  if (m == "GET" && Match(req, {"healthz"}, a)) {
+    return c.Health([server, respond](Reply r) {
+      server->Defer([respond, r = std::move(r)] {
+        HttpResponse res;
+        res.status = r.ok() && !r.body.contains("error") ? 200 : 503;
+        res.body = r.body.dump() + "\n";
+        respond(std::move(res));
+      });
+    });
+  }
+  if (m == "GET" && Match(req, {"metrics"}, a)) return c.Metrics(reply);
+
+  if (m == "POST" && Match(req, {"v1", "jobs"}, a)) {
+    SubmitRequest sr;
+    sr.body = std::move(req.body);
+    sr.format = req.header("content-type").find("yaml") != std::string::npos ? "yaml" : "json";
+    sr.file = Basename(req.header("x-gantry-file"));
+    sr.idempotency_key = req.header("idempotency-key");
+    return c.Submit(TokenOf(req), std::move(sr), reply);
+  }
+  if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {
+    const bool all = req.param("all") == "1" || req.param("all") == "true";
+    return c.ListJobs(TokenOf(req), req.param("state"), all, reply);
+  }
+  if (m == "GET" && Match(req, {"v1", "jobs", "*"}, a)) return c.ShowJob(TokenOf(req), a[0], reply);
+  if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
+      (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
+    return c.Cancel(TokenOf(req), a[0], reply);
+  }
+  if (m == "GET" && Match(req, {"v1", "jobs", "*", "logs"}, a)) {
     int64_t run = 0, rank = 0, offset = 0;
-    if (!IntParam(req, res, "run", -1, run) || !IntParam(req, res, "rank", -1, rank) ||
-        !IntParam(req, res, "offset", -1, offset)) {
-      return;
+    for (auto problem : {IntParam(req, "run", 0, run), IntParam(req, "rank", 0, rank),
+                         IntParam(req, "offset", 0, offset)}) {
+      if (problem) return bad(*problem);
     }
-    Send(res, c.UploadLog(TokenOf(req), req.matches[1], req.get_param_value("job"), static_cast<int>(run),
-                          static_cast<int>(rank), offset, req.body));
-  });
+    // The file is read on an I/O thread, never on the controller's.
+    return c.LogPath(TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank),
+                     [this, server, respond, req](Reply r) {
+                       server->Defer([this, respond, req, r = std::move(r)] { SendLog(req, r, respond); });
+                     });
+  }
+  if (m == "GET" && Match(req, {"v1", "nodes"}, a)) return c.Nodes(TokenOf(req), reply);
+  if (m == "POST" && (Match(req, {"v1", "nodes", "*", "drain"}, a) || Match(req, {"v1", "nodes", "*", "resume"}, a))) {
+    const bool on = req.segments[3] == "drain";
+    std::string reason;
+    if (!req.body.empty()) {
+      json b = json::parse(req.body, nullptr, false);
+      if (!b.is_object() || (b.contains("reason") && !b["reason"].is_string())) {
+        return bad("body: expected {\"reason\": \"...\"}");
+      }
+      reason = b.value("reason", std::string());
+    }
+    return c.Drain(TokenOf(req), a[0], on, reason, reply);
+  }
+  if (m == "GET" && Match(req, {"v1", "queues"}, a)) return c.Queues(TokenOf(req), reply);
+  if (m == "GET" && Match(req, {"v1", "usage"}, a)) {
+    const double now = WallSeconds();
+    double from = 0, to = 0;
+    for (auto problem : {DoubleParam(req, "since", now - 86400, from), DoubleParam(req, "until", now, to)}) {
+      if (problem) return bad(*problem);
+    }
+    return c.Usage(TokenOf(req), from, to, reply);
+  }
+
+  if (m == "POST" && Match(req, {"v1", "agents", "*", "heartbeat"}, a)) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return bad("heartbeat: the body must be a JSON object");
+    return c.Heartbeat(TokenOf(req), a[0], std::move(body), req.remote_addr, reply);
+  }
+  if (m == "GET" && Match(req, {"v1", "agents", "*", "watch"}, a)) {
+    int64_t version = 0, timeout_ms = 0;
+    for (auto problem : {IntParam(req, "version", -1, version), IntParam(req, "timeout_ms", 20000, timeout_ms)}) {
+      if (problem) return bad(*problem);
+    }
+    return c.Watch(TokenOf(req), a[0], req.param("instance"), version, timeout_ms, reply);
+  }
+  if (m == "POST" && Match(req, {"v1", "agents", "*", "logs"}, a)) {
+    int64_t run = 0, rank = 0, offset = 0;
+    for (auto problem : {IntParam(req, "run", -1, run), IntParam(req, "rank", -1, rank),
+                         IntParam(req, "offset", -1, offset)}) {
+      if (problem) return bad(*problem);
+    }
+    return c.UploadLog(TokenOf(req), a[0], req.param("job"), static_cast<int>(run), static_cast<int>(rank),
+                       offset, std::move(req.body), reply);
+  }
+  respond(ErrorResponse(Code::kNotFound, "no such endpoint: " + m + " " + req.path()));
 }
 
 }  // namespace gantry::server

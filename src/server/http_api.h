@@ -1,12 +1,16 @@
-// HttpApi: gantryd's HTTP/JSON interface (docs/api.yaml) over cpp-httplib.
+// HttpApi: gantryd's HTTP/JSON interface (docs/api.yaml) on the event-driven HttpServer.
 //
 // Handlers check the request's shape (sizes, query parameters, JSON syntax of agent
-// reports), hand it to the Controller and map its reply codes to HTTP statuses in one
-// table (StatusOf). Every error is a JSON body {"error": "...", "problems": [...]}.
-// /healthz, /metrics and the dashboard page at / need no token (Prometheus scrapes the
-// metrics; the page asks for a token and calls /v1); everything under /v1 does. Requests above `max_body_bytes` are refused with 413 before they are read.
-// Thread-safety: handlers run on cpp-httplib's worker threads; the Controller is
-// thread-safe. Stop() may be called from any thread.
+// reports), hand it to the Controller asynchronously and map its reply codes to HTTP
+// statuses in one table (StatusOf). No handler waits: the connection is answered when
+// the controller's reply arrives, so idle keep-alive connections and agents' watches
+// (long polls) hold no thread. Every error is a JSON body {"error": "...", "problems":
+// [...]}. /healthz, /metrics and the dashboard page at / need no token (Prometheus
+// scrapes the metrics; the page asks for a token and calls /v1); everything under /v1
+// does. Requests above `max_body_bytes` are refused with 413 before they are read.
+// Thread-safety: handlers run on the server's I/O threads; the Controller is
+// thread-safe. Stop() may be called from any thread. The Controller must be stopped
+// before the HttpApi is destroyed (it may hold replies for this server's connections).
 #pragma once
 
 #include <cstdint>
@@ -15,10 +19,7 @@
 
 #include "base/result.h"
 #include "server/controller.h"
-
-namespace httplib {
-class Server;
-}
+#include "server/http_server.h"
 
 namespace gantry::server {
 
@@ -27,6 +28,8 @@ int StatusOf(Code code);
 struct HttpOptions {
   size_t max_body_bytes = 1 << 20;  // agents' log chunks stay well below
   size_t max_log_reply_bytes = 4 << 20;
+  int threads = 2;                  // I/O threads
+  TlsFiles tls;
 };
 
 class HttpApi {
@@ -39,13 +42,15 @@ class HttpApi {
   // Serves until Stop().
   void Serve();
   void Stop();
+  int64_t connections() const;
 
  private:
-  void Routes();
+  void Handle(HttpRequest& req, HttpServer::Respond respond);
+  void SendLog(const HttpRequest& req, const Reply& r, HttpServer::Respond respond);
 
   Controller& controller_;
   HttpOptions options_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace gantry::server

@@ -1,0 +1,202 @@
+#include "server/controller.h"
+
+#include "server/controller_internal.h"
+
+#include <fstream>
+#include <map>
+
+namespace gantry::server {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+// Ports for a gang's rendezvous, spread by job and run so that two runs on one node
+// rarely collide.
+int MasterPort(int64_t seq, int run) { return 20000 + static_cast<int>((seq * 7919 + run) % 40000); }
+
+}  // namespace
+
+// ---------------------------------------------------------------- API: agents
+
+json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
+  json out = json::array();
+  for (int64_t seq : node_jobs_[n.v]) {
+    const Job& job = jobs_.at(seq);
+    std::map<uint32_t, int> local_rank;  // node -> workers of this job seen there so far
+    for (const Worker& w : job.workers) {
+      const int local = local_rank[w.alloc.node.v]++;
+      if (w.alloc.node != n || w.exited) continue;
+      const Worker& leader = job.workers.front();
+      const NodeInfo& leader_node = nodes_[leader.alloc.node.v];
+      const std::string master =
+          leader_node.address.empty() ? cluster_.node(leader.alloc.node).name : leader_node.address;
+      const int port = MasterPort(job.seq, job.run);
+      json env = json::object();
+      for (const auto& [k, v] : job.spec.env) env[k] = v;
+      env["GANTRY_JOB_ID"] = job.name;
+      env["GANTRY_QUEUE"] = job.queue;
+      env["GANTRY_TIER"] = std::string(core::Name(job.spec.tier));
+      env["GANTRY_RUN"] = std::to_string(job.run);
+      env["GANTRY_RANK"] = std::to_string(w.rank);
+      env["GANTRY_LOCAL_RANK"] = std::to_string(local);
+      env["GANTRY_WORLD_SIZE"] = std::to_string(job.workers.size());
+      env["GANTRY_MASTER_ADDR"] = master;
+      env["GANTRY_MASTER_PORT"] = std::to_string(port);
+      env["GANTRY_PROGRESS_S"] = sim::FormatSeconds(job.progress);
+      env["GANTRY_CHECKPOINT_S"] = sim::FormatSeconds(job.spec.checkpoint);
+      env["GANTRY_GRACE_S"] = sim::FormatSeconds(job.spec.grace);
+      // The names PyTorch's launcher reads, unless the job set them itself.
+      for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
+                          {"LOCAL_RANK", std::to_string(local)},
+                          {"WORLD_SIZE", std::to_string(job.workers.size())},
+                          {"MASTER_ADDR", master},
+                          {"MASTER_PORT", std::to_string(port)}}) {
+        if (!env.contains(k)) env[k] = v;
+      }
+      const bool stopping = job.state == JobState::kStopping;
+      json wj = {{"job", job.name},
+                 {"seq", job.seq},
+                 {"run", job.run},
+                 {"rank", w.rank},
+                 {"action", stopping ? "stop" : "run"},
+                 {"grace_ms", stopping ? std::max<Ticks>(0, job.stop_deadline - now) : job.spec.grace},
+                 {"command", job.spec.command},
+                 {"env", env},
+                 {"workdir", job.spec.workdir},
+                 {"alloc", WorkerAllocToJson(w.alloc, cluster_)}};
+      out.push_back(std::move(wj));
+    }
+  }
+  return out;
+}
+
+void Controller::Heartbeat(std::string token, std::string node_name, json body, std::string remote_addr,
+                           Done done) {
+  CallAsAgent(std::move(token), std::move(node_name), std::move(done),
+              [this, body = std::move(body), remote_addr = std::move(remote_addr)](core::NodeId n) -> Reply {
+    const std::string& node = cluster_.node(n).name;
+    AgentReport report = ParseAgentReport(body);  // throws on malformed input: nothing changed yet
+    const Ticks now = now_;
+    NodeInfo& info = nodes_[n.v];
+    const core::Node& cn = cluster_.node(n);
+    // The agent's GPUs must be what the config says this node has.
+    std::string refused;
+    if (static_cast<int>(report.gpus.size()) != cn.gpus) {
+      refused = "agent reports " + std::to_string(report.gpus.size()) + " GPUs; the cluster config gives " +
+                node + " " + std::to_string(cn.gpus);
+    } else if (cn.gpus > 0) {
+      const core::GpuModel& model = cluster_.catalog().model(cn.model);
+      for (const GpuReport& g : report.gpus) {
+        if (!GpuMatchesModel(g, model)) {
+          refused = "GPU " + std::to_string(g.index) + " is " + (g.model.empty() ? g.name : g.model) +
+                    "; the cluster config gives " + node + " " + model.name;
+          break;
+        }
+      }
+    }
+    if (!refused.empty()) {
+      const bool changed = info.refused != refused;
+      info.refused = refused;
+      if (info.up) NodeDown(n, now);
+      if (changed) PersistNode(n);
+      return Reply::Error(Code::kConflict, "node " + node + " refused: " + refused);
+    }
+    info.refused.clear();
+    info.last_seen = now;
+    const std::string address = report.address.empty() ? remote_addr : report.address;
+    // Utilization changes at every heartbeat; only the inventory is worth a write.
+    auto inventory = [](std::vector<GpuReport> gpus) {
+      for (GpuReport& g : gpus) {
+        g.utilization = 0;
+        g.idle_ms = 0;
+      }
+      return GpusToJson(gpus).dump();
+    };
+    bool changed = info.address != address || info.agent_id != report.agent_id ||
+                   inventory(info.gpus) != inventory(report.gpus);
+    info.address = address;
+    info.agent_id = report.agent_id;
+    info.gpus = std::move(report.gpus);
+    if (!info.up) {
+      info.up = true;
+      log_.NodeUp(now, node);
+      changed = true;
+    }
+    for (const GpuReport& g : info.gpus) {
+      if (g.lost && !info.drained) {
+        info.drained = true;
+        info.drain_reason = "GPU " + std::to_string(g.index) + " (" + g.uuid + ") lost";
+        changed = true;
+      }
+    }
+    SetCoreNodeUp(n);
+    if (changed) PersistNode(n);
+    for (const ExitReport& e : report.exits) {
+      Job* job = FindJob(e.job);
+      if (!job || !job->active() || job->run != e.run || e.rank < 0 ||
+          e.rank >= static_cast<int>(job->workers.size())) {
+        continue;  // an old run, or already settled
+      }
+      Worker& w = job->workers[static_cast<size_t>(e.rank)];
+      if (w.alloc.node != n) continue;
+      WorkerExited(*job, w, e, now);
+    }
+    if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
+    Reply r;
+    r.body = {{"instance", instance_},
+              {"heartbeat_ms", options_.heartbeat_ms},
+              {"lease_ms", options_.lease_ms},
+              {"node_timeout_ms", options_.node_timeout_ms},
+              {"version", node_version_[n.v]},
+              {"workers", DesiredWorkers(n, now)}};
+    return r;
+  });
+}
+
+void Controller::Watch(std::string token, std::string node, std::string instance, int64_t version,
+                       int64_t timeout_ms, Done done) {
+  Done keep = done;  // the watch holds its Done until the node's version moves
+  CallAsAgent(std::move(token), std::move(node), std::move(done),
+              [this, instance = std::move(instance), version, timeout_ms,
+               keep = std::move(keep)](core::NodeId n) -> Reply {
+                const Ticks now = now_;
+                if (instance != instance_ || version != node_version_[n.v] || timeout_ms <= 0) {
+                  return WatchReply(n, now);
+                }
+                watchers_[n.v].push_back(Watcher{keep, version, now + std::min<int64_t>(timeout_ms, 120000)});
+                Reply r;
+                r.deferred = true;
+                return r;
+              });
+}
+
+void Controller::UploadLog(std::string token, std::string node, std::string name, int run, int rank,
+                           int64_t offset, std::string data, Done done) {
+  CallAsAgent(std::move(token), std::move(node), std::move(done),
+              [this, name = std::move(name), run, rank, offset, data = std::move(data)](core::NodeId) -> Reply {
+    Job* job = FindJob(name);
+    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (run <= 0 || run > job->run || rank < 0 || rank >= job->spec.replicas || offset < 0) {
+      return Reply::Error(Code::kBadRequest, "run, rank or offset out of range");
+    }
+    const fs::path dir = fs::path(options_.log_dir) / std::to_string(job->seq);
+    const fs::path path = dir / (std::to_string(run) + "." + std::to_string(rank) + ".log");
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    int64_t size = fs::exists(path, ec) ? static_cast<int64_t>(fs::file_size(path, ec)) : 0;
+    if (offset <= size && offset + static_cast<int64_t>(data.size()) > size) {
+      std::ofstream out(path, std::ios::binary | std::ios::app);
+      const size_t skip = static_cast<size_t>(size - offset);
+      out.write(data.data() + skip, static_cast<std::streamsize>(data.size() - skip));
+      out.flush();
+      if (out) size += static_cast<int64_t>(data.size() - skip);
+    }
+    Reply r;
+    r.body = {{"size", size}};
+    return r;
+  });
+}
+
+}  // namespace gantry::server

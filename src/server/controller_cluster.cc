@@ -1,0 +1,333 @@
+#include "server/controller.h"
+
+#include "server/controller_internal.h"
+
+namespace gantry::server {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---------------------------------------------------------------- API: nodes, queues, usage
+
+void Controller::Nodes(std::string token, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
+    const Ticks now = now_;
+    std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count());
+    for (int64_t seq : running_) {
+      const Job& job = jobs_.at(seq);
+      for (const Worker& w : job.workers) {
+        const core::Node& node = cluster_.node(w.alloc.node);
+        auto add = [&](int local) { gpu_jobs[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.name); };
+        if (w.alloc.sharing == core::Sharing::kExclusive) {
+          for (int i = 0; i < node.gpus; ++i) {
+            if (w.alloc.gpu_mask >> i & 1u) add(i);
+          }
+        } else {
+          add(w.alloc.gpu);
+        }
+      }
+    }
+    json nodes = json::array();
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const core::Node& node = cluster_.node(core::NodeId(i));
+      const NodeInfo& info = nodes_[i];
+      std::string state = !info.refused.empty() ? "refused"
+                          : !info.up             ? "down"
+                          : info.drained         ? "drained"
+                                                 : "up";
+      json gpus = json::array();
+      int free = 0;
+      for (int g = 0; g < node.gpus; ++g) {
+        const core::GpuId gid(node.first_gpu.v + static_cast<uint32_t>(g));
+        const core::GpuState& s = sched_->ledger().gpu(gid);
+        double alloc = s.mode == core::GpuMode::kWhole  ? 1.0
+                       : s.mode == core::GpuMode::kMig  ? s.mig_compute / 7.0
+                       : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
+                                                         : 0.0;
+        if (s.mode == core::GpuMode::kFree) ++free;
+        json gj = {{"index", g}, {"allocated", alloc}, {"jobs", gpu_jobs[gid.v]}};
+        if (static_cast<size_t>(g) < info.gpus.size()) {
+          gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
+          gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
+          gj["idle_s"] = static_cast<double>(info.gpus[static_cast<size_t>(g)].idle_ms) / 1000.0;
+        }
+        gpus.push_back(std::move(gj));
+      }
+      json nj = {{"name", node.name},
+                 {"pool", cluster_.pool(node.pool).spec.name},
+                 {"model", node.gpus > 0 ? cluster_.catalog().model(node.model).name : ""},
+                 {"gpus", node.gpus},
+                 {"free_gpus", free},
+                 {"state", state},
+                 {"reason", !info.refused.empty() ? info.refused : info.drain_reason},
+                 {"address", info.address},
+                 {"gpu_detail", gpus}};
+      nj["last_seen_s"] = info.last_seen >= 0 ? json(static_cast<double>(now - info.last_seen) / 1000.0)
+                                              : json(nullptr);
+      nodes.push_back(std::move(nj));
+    }
+    Reply r;
+    r.body = {{"nodes", nodes}};
+    return r;
+  });
+}
+
+void Controller::Drain(std::string token, std::string node, bool drain, std::string reason, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, node, drain, reason](const Principal& user) -> Reply {
+    if (!user.admin()) {
+      return Reply::Error(Code::kForbidden, std::string(drain ? "drain" : "resume") +
+                                                " is a cluster operation: it needs the admin token, not " +
+                                                user.Describe() + "'s");
+    }
+    auto n = cluster_.FindNode(node);
+    if (!n) return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
+    NodeInfo& info = nodes_[n->v];
+    info.drained = drain;
+    info.drain_reason = drain ? (reason.empty() ? "drained by admin" : reason) : "";
+    SetCoreNodeUp(*n);
+    PersistNode(*n);
+    Reply r;
+    r.body = {{"node", node}, {"drained", drain}};
+    return r;
+  });
+}
+
+void Controller::Queues(std::string token, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
+    std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
+    for (const auto& [seq, job] : jobs_) {
+      if (job.state == JobState::kPending) ++pending[job.spec.queue.v];
+      if (job.state == JobState::kRunning || job.state == JobState::kStopping) ++running[job.spec.queue.v];
+    }
+    json queues = json::array();
+    for (uint32_t i = 0; i < config_.queues.size(); ++i) {
+      const core::Queue& q = config_.queues.queue(core::QueueId(i));
+      const auto gpus = [](core::GpuUnits u) {
+        return static_cast<double>(u) / static_cast<double>(core::kGpuUnits);
+      };
+      json qj = {{"name", q.spec.name},
+                 {"parent", q.spec.parent},
+                 {"guaranteed_gpus", gpus(q.spec.guaranteed)},
+                 {"weight", q.spec.weight},
+                 {"used_gpus", gpus(sched_->queue_usage(core::QueueId(i)))},
+                 {"pending", pending[i]},
+                 {"running", running[i]}};
+      qj["burst_gpus"] = q.spec.burst >= 0 ? json(gpus(q.spec.burst)) : json(nullptr);
+      if (!q.spec.guaranteed_by_model.empty()) {  // a guarantee per GPU model
+        json guaranteed = json::object(), used = json::object();
+        for (const core::ModelGuarantee& m : q.spec.guaranteed_by_model) {
+          guaranteed[m.name] = gpus(m.units);
+          used[m.name] = gpus(sched_->queue_usage_on(core::QueueId(i), m.model));
+        }
+        qj["guaranteed_gpus_by_model"] = std::move(guaranteed);
+        qj["used_gpus_by_model"] = std::move(used);
+      }
+      queues.push_back(std::move(qj));
+    }
+    Reply r;
+    r.body = {{"queues", queues}};
+    return r;
+  });
+}
+
+void Controller::Usage(std::string token, double from_s, double to_s, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, from_s, to_s](const Principal&) -> Reply {
+    const int64_t now_ms = WallMs(now_);
+    const int64_t from = static_cast<int64_t>(from_s * 1000);
+    const int64_t to = std::min(now_ms, static_cast<int64_t>(to_s * 1000));
+    if (to <= from) return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
+    auto runs = store_.Runs(from, to);
+    if (!runs) Fatal("store: " + runs.error().message);
+    std::map<std::pair<std::string, std::string>, double> hours;
+    for (const StoredRun& r : *runs) {
+      const int64_t end = r.end_ms < 0 ? now_ms : r.end_ms;
+      const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
+      if (overlap > 0) hours[{r.queue, r.model}] += r.gpus * static_cast<double>(overlap) / 3.6e6;
+    }
+    json rows = json::array();
+    for (const auto& [key, h] : hours) {
+      rows.push_back({{"queue", key.first}, {"model", key.second}, {"gpu_hours", h}});
+    }
+    Reply r;
+    r.body = {{"from", static_cast<double>(from) / 1000.0}, {"to", static_cast<double>(to) / 1000.0},
+              {"usage", rows}};
+    return r;
+  });
+}
+
+// ---------------------------------------------------------------- health and metrics
+
+void Controller::Health(Done done) {
+  Post([this]() -> Reply {
+    int up = 0;
+    for (const NodeInfo& n : nodes_) up += n.up ? 1 : 0;
+    Reply ok;
+    ok.body = {{"status", "ok"},
+               {"instance", instance_},
+               {"nodes_up", up},
+               {"jobs_running", running_.size()},
+               {"jobs_pending", sched_->pending().size()}};
+    return ok;
+  }, std::move(done));
+}
+
+void Controller::Poke() {
+  (void)Wait([this](Done done) {
+    Post(
+        [this]() -> Reply {
+          dirty_ = true;
+          return Reply{};
+        },
+        std::move(done));
+  });
+}
+
+void Controller::Metrics(Done done) {
+  Post([this]() -> Reply {
+    std::string out;
+    const core::Ledger& ledger = sched_->ledger();
+    MetricHeader(out, "gantry_gpu_utilization_ratio", "gauge",
+                 "GPU capacity of up nodes allocated to jobs (fractions by share)");
+    out += "gantry_gpu_utilization_ratio " +
+           FormatValue(ledger.up_units() > 0 ? static_cast<double>(ledger.used_units()) /
+                                                   static_cast<double>(ledger.up_units())
+                                             : 0.0) +
+           "\n";
+    MetricHeader(out, "gantry_scheduling_latency_seconds", "histogram",
+                 "Wall-clock time of one scheduling pass");
+    sched_latency_.Render(out, "gantry_scheduling_latency_seconds");
+    MetricHeader(out, "gantry_queue_wait_seconds", "histogram",
+                 "Time from submit to first start, by tier");
+    for (int t = 0; t < core::kTierCount; ++t) {
+      queue_wait_[static_cast<size_t>(t)].Render(
+          out, "gantry_queue_wait_seconds",
+          "tier=\"" + std::string(core::Name(static_cast<core::Tier>(t))) + "\"");
+    }
+    MetricHeader(out, "gantry_preemptions_total", "counter", "Jobs preempted, by queue");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      out += "gantry_preemptions_total{queue=\"" + EscapeLabel(config_.queues.queue(core::QueueId(q)).spec.name) +
+             "\"} " + std::to_string(preemptions_[q]) + "\n";
+    }
+    const auto gpus = [](core::GpuUnits u) {
+      return FormatValue(static_cast<double>(u) / static_cast<double>(core::kGpuUnits));
+    };
+    MetricHeader(out, "gantry_queue_used_gpus", "gauge", "GPUs held by a queue and its descendants");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      out += "gantry_queue_used_gpus{queue=\"" + EscapeLabel(config_.queues.queue(core::QueueId(q)).spec.name) +
+             "\"} " + gpus(sched_->queue_usage(core::QueueId(q))) + "\n";
+    }
+    MetricHeader(out, "gantry_queue_guaranteed_gpus", "gauge", "A queue's guarantee");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
+      out += "gantry_queue_guaranteed_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " + gpus(s.guaranteed) + "\n";
+    }
+    MetricHeader(out, "gantry_queue_burst_gpus", "gauge", "A queue's burst limit (absent: none)");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
+      if (s.burst >= 0) out += "gantry_queue_burst_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " + gpus(s.burst) + "\n";
+    }
+    MetricHeader(out, "gantry_gpu_allocated_ratio", "gauge",
+                 "Share of one GPU allocated to jobs (labels as dcgm-exporter's)");
+    MetricHeader(out, "gantry_gpu_busy_ratio", "gauge", "GPU utilization the agent last sampled");
+    std::string busy;
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const core::Node& node = cluster_.node(core::NodeId(i));
+      const NodeInfo& info = nodes_[i];
+      for (int g = 0; g < node.gpus; ++g) {
+        const core::GpuState& s = ledger.gpu(core::GpuId(node.first_gpu.v + static_cast<uint32_t>(g)));
+        const double alloc = s.mode == core::GpuMode::kWhole    ? 1.0
+                             : s.mode == core::GpuMode::kMig    ? s.mig_compute / 7.0
+                             : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
+                                                                : 0.0;
+        const GpuReport* rep = static_cast<size_t>(g) < info.gpus.size() ? &info.gpus[static_cast<size_t>(g)] : nullptr;
+        const std::string labels = "gpu=\"" + std::to_string(g) + "\",UUID=\"" +
+                                   EscapeLabel(rep ? rep->uuid : "") + "\",Hostname=\"" +
+                                   EscapeLabel(node.name) + "\",modelName=\"" +
+                                   EscapeLabel(cluster_.catalog().model(node.model).name) + "\"";
+        out += "gantry_gpu_allocated_ratio{" + labels + "} " + FormatValue(alloc) + "\n";
+        if (rep && info.up) busy += "gantry_gpu_busy_ratio{" + labels + "} " + FormatValue(rep->utilization) + "\n";
+      }
+    }
+    out += busy;
+    MetricHeader(out, "gantry_jobs", "gauge", "Jobs by state");
+    int pending = 0, running = 0, stopping = 0;
+    for (const auto& [seq, job] : jobs_) {
+      pending += job.state == JobState::kPending;
+      running += job.state == JobState::kRunning;
+      stopping += job.state == JobState::kStopping;
+    }
+    out += "gantry_jobs{state=\"pending\"} " + std::to_string(pending) + "\n";
+    out += "gantry_jobs{state=\"running\"} " + std::to_string(running) + "\n";
+    out += "gantry_jobs{state=\"stopping\"} " + std::to_string(stopping) + "\n";
+    MetricHeader(out, "gantry_jobs_submitted_total", "counter", "Jobs accepted by this process");
+    out += "gantry_jobs_submitted_total " + std::to_string(submitted_) + "\n";
+    MetricHeader(out, "gantry_jobs_ended_total", "counter", "Jobs ended by this process, by how");
+    for (const char* end : {"finished", "failed", "cancelled", "rejected"}) {
+      out += "gantry_jobs_ended_total{end=\"" + std::string(end) + "\"} " +
+             std::to_string(ended_.count(end) ? ended_.at(end) : 0) + "\n";
+    }
+    MetricHeader(out, "gantry_requeues_total", "counter", "Runs ended by a node or worker loss");
+    out += "gantry_requeues_total " + std::to_string(requeued_) + "\n";
+    MetricHeader(out, "gantry_nodes", "gauge", "Nodes by state");
+    int up = 0, down = 0, drained = 0;
+    for (const NodeInfo& n : nodes_) {
+      up += n.up && !n.drained;
+      drained += n.up && n.drained;
+      down += !n.up;
+    }
+    out += "gantry_nodes{state=\"up\"} " + std::to_string(up) + "\n";
+    out += "gantry_nodes{state=\"drained\"} " + std::to_string(drained) + "\n";
+    out += "gantry_nodes{state=\"down\"} " + std::to_string(down) + "\n";
+    Reply reply;
+    reply.text = std::move(out);
+    reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    return reply;
+  }, std::move(done));
+}
+
+
+// ---------------------------------------------------------------- waiting forms
+
+Reply Controller::Submit(const std::string& token, SubmitRequest req) {
+  return Wait([&](Done d) { Submit(token, std::move(req), std::move(d)); });
+}
+Reply Controller::ListJobs(const std::string& token, const std::string& state_filter, bool all) {
+  return Wait([&](Done d) { ListJobs(token, state_filter, all, std::move(d)); });
+}
+Reply Controller::ShowJob(const std::string& token, const std::string& name) {
+  return Wait([&](Done d) { ShowJob(token, name, std::move(d)); });
+}
+Reply Controller::Cancel(const std::string& token, const std::string& name) {
+  return Wait([&](Done d) { Cancel(token, name, std::move(d)); });
+}
+Reply Controller::LogPath(const std::string& token, const std::string& name, int run, int rank) {
+  return Wait([&](Done d) { LogPath(token, name, run, rank, std::move(d)); });
+}
+Reply Controller::Nodes(const std::string& token) {
+  return Wait([&](Done d) { Nodes(token, std::move(d)); });
+}
+Reply Controller::Drain(const std::string& token, const std::string& node, bool drain, std::string reason) {
+  return Wait([&](Done d) { Drain(token, node, drain, std::move(reason), std::move(d)); });
+}
+Reply Controller::Queues(const std::string& token) {
+  return Wait([&](Done d) { Queues(token, std::move(d)); });
+}
+Reply Controller::Usage(const std::string& token, double from_s, double to_s) {
+  return Wait([&](Done d) { Usage(token, from_s, to_s, std::move(d)); });
+}
+Reply Controller::Heartbeat(const std::string& token, const std::string& node, const nlohmann::json& body,
+                            const std::string& remote_addr) {
+  return Wait([&](Done d) { Heartbeat(token, node, body, remote_addr, std::move(d)); });
+}
+Reply Controller::UploadLog(const std::string& token, const std::string& node, const std::string& job,
+                            int run, int rank, int64_t offset, const std::string& data) {
+  return Wait([&](Done d) { UploadLog(token, node, job, run, rank, offset, data, std::move(d)); });
+}
+std::string Controller::Metrics() {
+  return Wait([&](Done d) { Metrics(std::move(d)); }).text;
+}
+nlohmann::json Controller::Health() {
+  return Wait([&](Done d) { Health(std::move(d)); }).body;
+}
+
+}  // namespace gantry::server

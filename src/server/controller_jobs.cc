@@ -1,0 +1,330 @@
+#include "server/controller.h"
+
+#include "server/controller_internal.h"
+
+#include <algorithm>
+
+#include "core/model/feasibility.h"
+#include "core/placement.h"
+#include "spec/job_reader.h"
+
+namespace gantry::server {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---------------------------------------------------------------- authentication
+
+std::optional<Principal> Controller::Authenticate(const std::string& token, Reply& error) {
+  if (token.empty()) {
+    error = Reply::Error(Code::kUnauthenticated,
+                         "missing token: send \"Authorization: Bearer TOKEN\" (gantry takes "
+                         "--token or GANTRY_TOKEN)");
+    return std::nullopt;
+  }
+  const std::string hash = Sha256Hex(token);
+  if (auto it = tokens_.find(hash); it != tokens_.end()) return it->second;
+  auto found = store_.FindToken(hash);
+  if (!found) Fatal("store: " + found.error().message);
+  if (!*found) {
+    error = Reply::Error(Code::kUnauthenticated, "invalid token: no such token is registered");
+    return std::nullopt;
+  }
+  Principal p = PrincipalOf(**found);
+  if (tokens_.size() > 10000) tokens_.clear();
+  tokens_.emplace(hash, p);
+  return p;
+}
+
+void Controller::CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn) {
+  Post(
+      [this, token = std::move(token), fn = std::move(fn)]() -> Reply {
+        Reply err;
+        auto user = AuthenticateUser(token, err);
+        return user ? fn(*user) : err;
+      },
+      std::move(done));
+}
+
+void Controller::CallAsAgent(std::string token, std::string node, Done done,
+                             std::function<Reply(core::NodeId)> fn) {
+  Post(
+      [this, token = std::move(token), node = std::move(node), fn = std::move(fn)]() -> Reply {
+        Reply err;
+        auto p = Authenticate(token, err);
+        if (!p) return err;
+        if (p->role != Role::kAgent && !p->admin()) {
+          return Reply::Error(Code::kForbidden, "agent endpoints need an agent or admin token, not " +
+                                                    p->Describe() + "'s");
+        }
+        auto n = cluster_.FindNode(node);
+        if (!n) {
+          return Reply::Error(Code::kNotFound, "node " + node +
+                                                   " is not in the cluster config; pools name the nodes "
+                                                   "agents may register as");
+        }
+        return fn(*n);
+      },
+      std::move(done));
+}
+
+std::optional<Principal> Controller::AuthenticateUser(const std::string& token, Reply& error) {
+  auto p = Authenticate(token, error);
+  if (p && p->role == Role::kAgent) {
+    error = Reply::Error(Code::kForbidden, "an agent token may only be used by gantry-agent");
+    return std::nullopt;
+  }
+  return p;
+}
+
+bool Controller::MaySee(const Principal& p, const Job& job) const {
+  return MaySubmitTo(p, config_.queues, job.queue);
+}
+
+Job* Controller::FindJob(const std::string& name) {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) return nullptr;
+  auto j = jobs_.find(it->second);
+  return j == jobs_.end() ? nullptr : &j->second;
+}
+
+// ---------------------------------------------------------------- API: jobs
+
+void Controller::Submit(std::string token, SubmitRequest req, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, req = std::move(req)](const Principal& user) -> Reply {
+    const Ticks now = now_;
+    if (static_cast<int64_t>(req.body.size()) > options_.max_spec_bytes) {
+      return Reply::Error(Code::kTooLarge, "job spec is " + std::to_string(req.body.size()) +
+                                               " bytes; the limit is " +
+                                               std::to_string(options_.max_spec_bytes));
+    }
+    Job job;
+    job.spec_format = req.format == "yaml" ? "yaml" : "json";
+    job.spec_text = req.body;
+    job.spec_file = req.file.empty() ? "request" : req.file;
+    std::vector<std::string> problems;
+    std::optional<core::JobSpec> spec = ReadSpec(job, &problems);
+    if (spec && spec->command.empty()) {
+      problems.push_back(job.spec_file + ": command: required: the agent needs something to run");
+    }
+    if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
+    job.queue = config_.queues.queue(spec->queue).spec.name;
+    if (!MaySubmitTo(user, config_.queues, job.queue)) {
+      std::string own;
+      for (const std::string& q : user.queues) own += (own.empty() ? "" : ", ") + q;
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not submit to queue " + job.queue +
+                                                " (its queues: " + (own.empty() ? "none" : own) + ")");
+    }
+    job.team = user.admin() ? "admin" : user.team;
+    if (!req.idempotency_key.empty()) {
+      if (req.idempotency_key.size() > 200) {
+        return Reply::Error(Code::kBadRequest, "Idempotency-Key: at most 200 characters");
+      }
+      job.idem_key = req.idempotency_key;
+      job.idem_hash = Sha256Hex(job.spec_format + "\n" + req.body);
+      auto prior = store_.FindIdempotent(job.team, job.idem_key);
+      if (!prior) Fatal("store: " + prior.error().message);
+      if (*prior) {
+        if ((*prior)->idem_hash != job.idem_hash) {
+          return Reply::Error(Code::kConflict, "Idempotency-Key " + job.idem_key +
+                                                   " was already used with a different request");
+        }
+        Reply r;
+        r.body = {{"id", (*prior)->name}, {"existing", true}};
+        return r;
+      }
+    }
+    job.seq = next_seq_;
+    job.name = spec->id.empty() ? "j" + std::to_string(job.seq) : spec->id;
+    if (by_name_.count(job.name)) {
+      return Reply::Error(Code::kConflict, "job id " + job.name + " already exists");
+    }
+    if (auto old = store_.FindJob(job.name); !old || *old) {
+      if (!old) Fatal("store: " + old.error().message);
+      return Reply::Error(Code::kConflict, "job id " + job.name + " already exists");
+    }
+    spec->id = job.name;
+    if (auto why = core::WhyInfeasible(*spec, cluster_)) {
+      return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
+    }
+    const core::GpuUnits need = sched_->MinUnits(*spec);
+    for (core::QueueId q : config_.queues.queue(spec->queue).self_and_ancestors) {
+      const core::QueueSpec& qs = config_.queues.queue(q).spec;
+      if (qs.burst >= 0 && need > qs.burst) {
+        return Reply::Error(Code::kUnprocessable, "job can never run: it needs " + GpusText(need) +
+                                                      " GPUs, above the burst_gpus " + GpusText(qs.burst) +
+                                                      " of queue " + qs.name);
+      }
+    }
+    ++next_seq_;
+    job.submit = now;
+    job.spec = *spec;
+    job.core = sched_->Submit(std::move(*spec), now);
+    if (core_to_seq_.size() <= job.core.v) core_to_seq_.resize(job.core.v + 1, 0);
+    core_to_seq_[job.core.v] = job.seq;
+    Job& j = jobs_.emplace(job.seq, std::move(job)).first->second;
+    by_name_[j.name] = j.seq;
+    Persist(j);
+    log_.Submit(now, j.name);
+    ++submitted_;
+    dirty_ = true;
+    Reply r;
+    r.code = Code::kCreated;
+    r.body = {{"id", j.name}};
+    return r;
+  });
+}
+
+json Controller::JobSummary(const Job& job, bool details, const Principal* viewer) {
+  std::string state = job.state == JobState::kDone ? job.end : std::string(Name(job.state));
+  std::string reason;
+  switch (job.state) {
+    case JobState::kPending:
+      reason = job.core.valid() ? sched_->job(job.core).wait_reason : "";
+      if (reason.empty()) reason = "waiting for the next scheduling pass";
+      break;
+    case JobState::kRunning: break;
+    case JobState::kStopping: reason = std::string(Name(job.stop)) + ": " + job.stop_reason; break;
+    case JobState::kDone: reason = job.end_reason; break;
+  }
+  std::vector<std::string> nodes;
+  for (const Worker& w : job.workers) {
+    const std::string& n = cluster_.node(w.alloc.node).name;
+    if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  json j = {{"id", job.name},
+            {"seq", job.seq},
+            {"queue", job.queue},
+            {"team", job.team},
+            {"tier", std::string(core::Name(job.spec.tier))},
+            {"state", state},
+            {"reason", reason},
+            {"request", core::Placer::Describe(job.spec, cluster_.catalog())},
+            {"replicas", job.spec.replicas},
+            {"submit", UnixSeconds(job.submit)},
+            {"run", job.run},
+            {"preemptions", job.preemptions},
+            {"requeues", job.requeues},
+            {"nodes", nodes},
+            {"progress_s", static_cast<double>(job.progress) / 1000.0}};
+  j["start"] = job.first_start >= 0 ? json(UnixSeconds(job.first_start)) : json(nullptr);
+  j["end"] = job.end_time >= 0 ? json(UnixSeconds(job.end_time)) : json(nullptr);
+  if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+    j["run_start"] = UnixSeconds(job.run_start);
+  }
+  if (job.end == "failed") j["exit_code"] = job.exit_code;
+  if (!details) return j;
+  json workers = json::array();
+  for (const Worker& w : job.workers) {
+    workers.push_back({{"rank", w.rank},
+                       {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
+                       {"exited", w.exited},
+                       {"exit_code", w.exit_code},
+                       {"signal", w.signal},
+                       {"lost", w.lost}});
+  }
+  j["workers"] = workers;
+  if (viewer && MaySee(*viewer, job)) {
+    j["command"] = job.spec.command;
+    json env = json::object();
+    for (const auto& [k, v] : job.spec.env) env[k] = v;
+    j["env"] = env;
+    j["workdir"] = job.spec.workdir;
+    j["spec"] = job.spec_text;
+  }
+  return j;
+}
+
+void Controller::ListJobs(std::string token, std::string state_filter, bool all, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, state_filter, all](const Principal&) -> Reply {
+    json jobs = json::array();
+    for (const auto& [seq, job] : jobs_) {
+      if (!all && !job.active()) continue;
+      json s = JobSummary(job, false, nullptr);
+      if (!state_filter.empty() && s["state"] != state_filter) continue;
+      jobs.push_back(std::move(s));
+    }
+    Reply r;
+    r.body = {{"jobs", jobs}};
+    return r;
+  });
+}
+
+void Controller::ShowJob(std::string token, std::string name, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
+    if (Job* job = FindJob(name)) {
+      Reply r;
+      r.body = JobSummary(*job, true, &user);
+      return r;
+    }
+    auto stored = store_.FindJob(name);
+    if (!stored) Fatal("store: " + stored.error().message);
+    if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
+    Job job;
+    job.seq = (*stored)->seq;
+    job.name = (*stored)->name;
+    job.team = (*stored)->team;
+    job.queue = (*stored)->queue;
+    (void)JobFromDoc(json::parse((*stored)->doc, nullptr, false), cluster_, job);
+    if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
+    Reply r;
+    r.body = JobSummary(job, true, &user);
+    return r;
+  });
+}
+
+void Controller::Cancel(std::string token, std::string name, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
+    Job* job = FindJob(name);
+    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (!MaySubmitTo(user, config_.queues, job->queue)) {
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
+                                                " in queue " + job->queue + " (team " + job->team + ")");
+    }
+    const Ticks now = now_;
+    const std::string reason = "cancelled by " + user.Describe();
+    switch (job->state) {
+      case JobState::kDone:
+        return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
+      case JobState::kPending:
+        sched_->Finish(job->core, now);
+        log_.Cancel(now, job->name, reason);
+        EndJob(*job, "cancelled", reason, now);
+        dirty_ = true;
+        break;
+      case JobState::kRunning: BeginStop(*job, StopKind::kCancel, reason, job->spec.grace, now); break;
+      case JobState::kStopping:
+        job->stop = StopKind::kCancel;
+        job->stop_reason = reason;
+        Persist(*job);
+        break;
+    }
+    Reply r;
+    r.body = {{"id", job->name},
+              {"state", job->state == JobState::kDone ? job->end : std::string(Name(job->state))}};
+    return r;
+  });
+}
+
+void Controller::LogPath(std::string token, std::string name, int run, int rank, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name, run, rank](const Principal& user) mutable -> Reply {
+    Job* job = FindJob(name);
+    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (!MaySee(user, *job)) {
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not read the output of job " + name +
+                                                " in queue " + job->queue);
+    }
+    if (run <= 0) run = job->run;
+    if (run <= 0) return Reply::Error(Code::kNotFound, "job " + name + " has not started yet");
+    if (rank < 0 || rank >= job->spec.replicas) {
+      return Reply::Error(Code::kBadRequest, "rank: must be 0.." + std::to_string(job->spec.replicas - 1));
+    }
+    const fs::path path = fs::path(options_.log_dir) / std::to_string(job->seq) /
+                          (std::to_string(run) + "." + std::to_string(rank) + ".log");
+    Reply r;
+    r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
+    return r;
+  });
+}
+
+}  // namespace gantry::server

@@ -1,0 +1,291 @@
+#include "server/controller.h"
+
+#include "server/controller_internal.h"
+
+namespace gantry::server {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// ---------------------------------------------------------------- the job life cycle
+
+void Controller::Touch(const Job& job) {
+  for (const Worker& w : job.workers) ++node_version_[w.alloc.node.v];
+}
+
+void Controller::AddRunning(const Job& job) {
+  running_.insert(job.seq);
+  for (const Worker& w : job.workers) node_jobs_[w.alloc.node.v].insert(job.seq);
+}
+
+void Controller::RemoveRunning(const Job& job) {
+  running_.erase(job.seq);
+  for (const Worker& w : job.workers) node_jobs_[w.alloc.node.v].erase(job.seq);
+}
+
+void Controller::Pass(Ticks now) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<core::Decision>& decisions = sched_->Schedule(now);
+  sched_latency_.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  for (const core::Decision& d : decisions) {
+    Job& job = jobs_.at(core_to_seq_[d.job.v]);
+    switch (d.kind) {
+      case core::Decision::Kind::kStart: StartRun(job, now); break;
+      case core::Decision::Kind::kPreempt:
+        if (job.state == JobState::kRunning) {
+          job.preempted_by = jobs_.at(core_to_seq_[d.by.v]).name;
+          BeginStop(job, StopKind::kPreempt, d.reason, job.spec.grace, now);
+        }
+        break;
+      case core::Decision::Kind::kReject:
+        log_.Reject(now, job.name, d.reason);
+        EndJob(job, "rejected", d.reason, now);
+        break;
+      case core::Decision::Kind::kWait: log_.Wait(now, job.name, d.reason); break;
+    }
+  }
+  dirty_ = false;
+  next_pass_ = now + options_.pass_interval_ms;
+}
+
+void Controller::StartRun(Job& job, Ticks now) {
+  const core::JobRecord& rec = sched_->job(job.core);
+  job.state = JobState::kRunning;
+  ++job.run;
+  job.run_start = now;
+  if (job.first_start < 0) {
+    job.first_start = now;
+    queue_wait_[static_cast<size_t>(job.spec.tier)].Observe(static_cast<double>(now - job.submit) / 1000.0);
+  }
+  job.workers.clear();
+  for (size_t i = 0; i < rec.alloc.size(); ++i) {
+    Worker w;
+    w.rank = static_cast<int>(i);
+    w.alloc = rec.alloc[i];
+    job.workers.push_back(w);
+    const core::Node& node = cluster_.node(w.alloc.node);
+    StoredRun run;
+    run.job_seq = job.seq;
+    run.run = job.run;
+    run.rank = w.rank;
+    run.queue = job.queue;
+    run.model = node.gpus > 0 ? cluster_.catalog().model(node.model).name : "cpu";
+    run.gpus = static_cast<double>(job.spec.WorkerUnits(cluster_.catalog(), node.model)) /
+               static_cast<double>(core::kGpuUnits);
+    run.start_ms = WallMs(now);
+    if (Status s = store_.StartRun(run); !s) Fatal("store: " + s.error().message);
+  }
+  job.stop = StopKind::kNone;
+  job.signaled_at = job.stop_deadline = -1;
+  job.stop_reason.clear();
+  job.preempted_by.clear();
+  AddRunning(job);
+  Touch(job);
+  log_.Start(now, job.name, rec.alloc);
+  Persist(job);
+}
+
+void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks grace, Ticks now) {
+  Touch(job);
+  job.state = JobState::kStopping;
+  job.stop = kind;
+  job.signaled_at = now;
+  job.stop_deadline = now + grace;
+  job.stop_reason = std::move(reason);
+  if (job.AllExited()) {
+    EndStop(job, now);
+  } else {
+    Persist(job);
+  }
+}
+
+void Controller::EndRunRows(Job& job, Ticks now) {
+  if (job.run > 0) {
+    if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) Fatal("store: " + s.error().message);
+  }
+}
+
+void Controller::EndStop(Job& job, Ticks now) {
+  EndRunRows(job, now);
+  const Ticks ran = std::max<Ticks>(0, now - job.run_start);
+  const Ticks kept = job.spec.checkpoint > 0 ? ran / job.spec.checkpoint * job.spec.checkpoint : 0;
+  Touch(job);
+  RemoveRunning(job);
+  dirty_ = true;
+  switch (job.stop) {
+    case StopKind::kPreempt:
+    case StopKind::kLost:
+      job.progress += kept;
+      if (job.stop == StopKind::kPreempt) {
+        log_.Preempt(now, job.name, job.preempted_by, job.stop_reason, job.signaled_at);
+        ++job.preemptions;
+        ++preemptions_[job.spec.queue.v];
+      } else {
+        log_.Requeue(now, job.name, job.stop_reason);
+        ++job.requeues;
+        ++requeued_;
+      }
+      sched_->Requeue(job.core, now);
+      job.state = JobState::kPending;
+      job.workers.clear();
+      job.stop = StopKind::kNone;
+      job.signaled_at = job.stop_deadline = -1;
+      job.stop_reason.clear();
+      job.preempted_by.clear();
+      Persist(job);
+      return;
+    case StopKind::kCancel:
+      sched_->Finish(job.core, now);
+      log_.Cancel(now, job.name, job.stop_reason);
+      EndJob(job, "cancelled", job.stop_reason, now);
+      return;
+    case StopKind::kFail:
+      sched_->Finish(job.core, now);
+      EndJob(job, "failed", job.stop_reason, now);
+      WriteFinishEvent(now, job);
+      return;
+    case StopKind::kNone: return;
+  }
+}
+
+void Controller::FinishRun(Job& job, Ticks now) {
+  EndRunRows(job, now);
+  Touch(job);
+  RemoveRunning(job);
+  dirty_ = true;
+  sched_->Finish(job.core, now, /*completed=*/true);
+  EndJob(job, "finished", "", now);
+  WriteFinishEvent(now, job);
+}
+
+void Controller::WriteFinishEvent(Ticks t, const Job& job) {
+  if (job.end == "finished") {
+    log_.Finish(t, job.name);
+    return;
+  }
+  // A finish that failed: the same event with the exit status added (new fields are
+  // allowed by the contract).
+  event_buf_ << "{\"t\":" << sim::FormatSeconds(t) << ",\"type\":\"finish\",\"job\":";
+  sim::WriteJsonString(event_buf_, job.name);
+  event_buf_ << ",\"status\":\"failed\",\"exit_code\":" << job.exit_code << ",\"reason\":";
+  sim::WriteJsonString(event_buf_, job.end_reason);
+  event_buf_ << "}\n";
+}
+
+void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now) {
+  job.state = JobState::kDone;
+  job.end = std::move(end);
+  job.end_reason = std::move(reason);
+  job.end_time = now;
+  job.core = core::JobId();
+  job.stop = StopKind::kNone;
+  Touch(job);
+  RemoveRunning(job);
+  ++ended_[job.end];
+  Persist(job);
+  // Keep the last `recent_done` ended jobs in memory; older ones are in the store.
+  done_order_.push_back(job.seq);
+  while (static_cast<int64_t>(done_order_.size()) > std::max<int64_t>(1, options_.recent_done)) {
+    auto it = jobs_.find(done_order_.front());
+    done_order_.pop_front();
+    if (it == jobs_.end() || it->second.active()) continue;
+    by_name_.erase(it->second.name);
+    jobs_.erase(it);
+  }
+}
+
+void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks now) {
+  if (w.exited) return;
+  Touch(job);
+  w.exited = true;
+  w.exit_code = e.exit_code;
+  w.signal = e.signal;
+  w.lost = e.lost;
+  const std::string where = "worker " + std::to_string(w.rank) + " on " + cluster_.node(w.alloc.node).name;
+  if (job.state == JobState::kRunning) {
+    if (e.lost) {
+      BeginStop(job, StopKind::kLost, where + " was lost" + (e.note.empty() ? "" : ": " + e.note),
+                job.spec.grace, now);
+    } else if (e.exit_code != 0 || e.signal != 0) {
+      job.exit_code = e.exit_code != 0 ? e.exit_code : 128 + e.signal;
+      BeginStop(job, StopKind::kFail,
+                where + (e.signal != 0 ? " was killed by signal " + std::to_string(e.signal)
+                                       : " exited with code " + std::to_string(e.exit_code)),
+                job.spec.grace, now);
+    } else if (job.AllExited()) {
+      FinishRun(job, now);
+    } else {
+      Persist(job);
+    }
+  } else if (job.state == JobState::kStopping) {
+    if (job.AllExited()) {
+      EndStop(job, now);
+    } else {
+      Persist(job);
+    }
+  }
+}
+
+void Controller::SetCoreNodeUp(core::NodeId n) {
+  const NodeInfo& info = nodes_[n.v];
+  const bool up = info.up && !info.drained;
+  if (sched_->ledger().node(n).up == up) return;
+  // Going down for a drain: the jobs there keep running (and holding their GPUs).
+  (void)sched_->SetNodeUp(n, up);
+  dirty_ = true;
+}
+
+void Controller::NodeDown(core::NodeId n, Ticks now) {
+  NodeInfo& info = nodes_[n.v];
+  info.up = false;
+  PersistNode(n);
+  const std::string& name = cluster_.node(n).name;
+  log_.NodeDown(now, name);
+  // The agent has fenced its workers by now (its lease is shorter than the timeout).
+  for (core::JobId id : sched_->SetNodeUp(n, false)) {
+    Job& job = jobs_.at(core_to_seq_[id.v]);
+    Touch(job);
+    for (Worker& w : job.workers) {
+      if (w.alloc.node == n && !w.exited) w.exited = w.lost = true;
+    }
+    if (job.state == JobState::kRunning) {
+      BeginStop(job, StopKind::kLost, "node " + name + " failed", job.spec.grace, now);
+    } else if (job.state == JobState::kStopping) {
+      if (job.AllExited()) {
+        EndStop(job, now);
+      } else {
+        Persist(job);
+      }
+    }
+  }
+  dirty_ = true;
+}
+
+void Controller::Housekeeping(Ticks now) {
+  if (now - tokens_flushed_ >= 10'000) {
+    tokens_.clear();
+    tokens_flushed_ = now;
+  }
+  for (uint32_t i = 0; i < nodes_.size(); ++i) {
+    if (nodes_[i].up && now - nodes_[i].last_seen > options_.node_timeout_ms) {
+      NodeDown(core::NodeId(i), now);
+    }
+  }
+  std::vector<int64_t> overdue;
+  for (int64_t seq : running_) {
+    const Job& job = jobs_.at(seq);
+    if (job.state == JobState::kStopping && now > job.stop_deadline + options_.kill_slack_ms) {
+      overdue.push_back(seq);
+    }
+  }
+  for (int64_t seq : overdue) {
+    // Its agent has SIGKILLed what was left at the deadline, or will when it next hears
+    // that these workers are no longer assigned.
+    Job& job = jobs_.at(seq);
+    for (Worker& w : job.workers) w.exited = true;
+    EndStop(job, now);
+  }
+}
+
+}  // namespace gantry::server

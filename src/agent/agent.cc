@@ -37,6 +37,17 @@ std::string RandomId() {
 
 }  // namespace
 
+json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
+  json mig = json::array();
+  for (const MigInstance& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+  json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
+             {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
+             {"utilization", g.utilization}, {"idle_ms", idle_ms}, {"lost", g.lost},
+             {"nvlink_peers", g.nvlink_peers}};
+  if (!g.model.empty()) gj["model"] = g.model;
+  return gj;
+}
+
 Agent::Agent(AgentOptions options, std::unique_ptr<GpuSource> gpus)
     : options_(std::move(options)),
       gpus_(std::move(gpus)),
@@ -80,18 +91,39 @@ int Agent::Run(const std::atomic<bool>& stop) {
   Recover();
   std::atomic<bool> fence_stop{false};
   std::thread fence([&] { FenceLoop(fence_stop); });
-  int64_t next_heartbeat = 0;
+  std::atomic<bool> watch_stop{false};
+  std::thread watch([&] { WatchLoop(watch_stop); });
+  int64_t next_heartbeat = 0, last_heartbeat = 0;
   while (!stop.load()) {
     const int64_t now = Now();
     ReapChildren();
     Escalate(now);
-    if (now >= next_heartbeat) {
+    // Heartbeat on time, or at once when a worker ended (its node can take the next job);
+    // at most every 20 ms.
+    if (now >= next_heartbeat || (exits_pending_ && now - last_heartbeat >= 20)) {
       UploadLogs();
-      Heartbeat(Now());
+      last_heartbeat = Now();
+      exits_pending_ = false;  // a failed heartbeat leaves them to the next one on time
+      Heartbeat(last_heartbeat);
       next_heartbeat = Now() + heartbeat_ms_;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::optional<json> answer;
+    {
+      std::unique_lock lk(watch_mu_);
+      watch_cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return watched_.has_value(); });
+      answer.swap(watched_);
+    }
+    if (answer) {
+      Apply(answer->value("instance", std::string()), answer->value("version", int64_t{-1}),
+            answer->value("workers", json::array()), Now());
+    }
   }
+  watch_stop = true;
+  {
+    std::lock_guard lk(watch_mu_);
+    if (watch_http_) watch_http_->stop();
+  }
+  watch.join();
   // Shutdown: stop every worker within its grace (bounded), then tell the server.
   const int64_t now = Now();
   for (auto& [key, w] : workers_) {
@@ -172,6 +204,7 @@ void Agent::ReapChildren() {
         live_.erase(w.pid);
       }
       w.exited = true;
+      exits_pending_ = true;
       w.exit_code = e.exit_code;
       w.signal = e.signal;
       w.lost = w.lose_on_exit || fenced;
@@ -281,14 +314,7 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     // Idle time: how long NVML has sampled 0% utilization (emulated GPUs are always idle).
     auto it = busy_at_.emplace(g.index, now).first;
     if (g.utilization > 0) it->second = now;
-    json mig = json::array();
-    for (const MigInstance& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
-    json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
-               {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
-               {"utilization", g.utilization}, {"idle_ms", now - it->second}, {"lost", g.lost},
-               {"nvlink_peers", g.nvlink_peers}};
-    if (!g.model.empty()) gj["model"] = g.model;
-    gpus.push_back(std::move(gj));
+    gpus.push_back(GpuReportJson(g, now - it->second));
   }
   json running = json::array(), exits = json::array();
   std::vector<std::string> reported;
@@ -342,7 +368,56 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     workers_.erase(it);
     Remember(key);
   }
-  Reconcile(reply.value("workers", json::array()), now);
+  Apply(reply.value("instance", std::string()), reply.value("version", int64_t{-1}),
+        reply.value("workers", json::array()), now);
+}
+
+void Agent::Apply(const std::string& instance, int64_t version, const json& workers, int64_t now) {
+  {
+    std::lock_guard lk(watch_mu_);
+    if (instance == applied_instance_ && version < applied_version_) return;  // stale
+    applied_instance_ = instance;
+    applied_version_ = version;
+  }
+  Reconcile(workers, now);
+}
+
+void Agent::WatchLoop(const std::atomic<bool>& stop) {
+  {
+    std::lock_guard lk(watch_mu_);
+    watch_http_ = std::make_unique<httplib::Client>(options_.server);
+    watch_http_->set_connection_timeout(2, 0);
+    watch_http_->set_read_timeout(30, 0);  // the server answers within 20 s
+    watch_http_->set_keep_alive(true);
+    if (!options_.token.empty()) watch_http_->set_bearer_token_auth(options_.token.c_str());
+  }
+  while (!stop.load()) {
+    std::string instance;
+    int64_t version = 0;
+    {
+      std::lock_guard lk(watch_mu_);
+      instance = applied_instance_;
+      version = applied_version_;
+    }
+    if (last_ok_.load() == 0) {  // not registered yet: the first heartbeat comes first
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      continue;
+    }
+    const std::string path = "/v1/agents/" + UrlEncode(options_.node) + "/watch?instance=" + UrlEncode(instance) +
+                             "&version=" + std::to_string(version) + "&timeout_ms=20000";
+    auto res = watch_http_->Get(path.c_str());
+    json body = res && res->status == 200 ? json::parse(res->body, nullptr, false) : json();
+    if (!body.is_object()) {
+      // The server is away or refused: heartbeats report that; try again shortly.
+      for (int i = 0; i < 25 && !stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    {
+      std::lock_guard lk(watch_mu_);
+      watched_ = std::move(body);
+    }
+    watch_cv_.notify_one();
+  }
 }
 
 void Agent::Remember(const std::string& key) {

@@ -12,6 +12,11 @@
 // server declares the node down and requeues them, nothing of theirs is left running.
 // The fence runs on a thread of its own, so a heartbeat stuck in a network call (a link
 // that drops packets) cannot delay it.
+// Push: a watch thread keeps a long poll open (GET /v1/agents/NODE/watch); its answer
+// lists the node's workers as soon as they change, and wakes the main loop, so a job
+// starts within milliseconds of the pass that placed it. Answers carry the node's
+// version; an answer older than one already applied is dropped (a stale list would kill
+// a worker just started). A worker's exit triggers a heartbeat at once.
 // Worker records in the state directory let a restarted agent kill what its previous
 // run left behind and report those workers lost.
 // Thread-safety: Run() drives everything but the fence thread, which shares only
@@ -22,11 +27,13 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -51,6 +58,9 @@ struct AgentOptions {
   int64_t heartbeat_ms = 1000;  // until the server says otherwise
   int64_t max_shutdown_grace_ms = 30000;
 };
+
+// One GPU as the heartbeat reports it (docs/api.yaml, AgentReport.gpus).
+nlohmann::json GpuReportJson(const GpuInfo& gpu, int64_t idle_ms);
 
 class Agent {
  public:
@@ -86,6 +96,9 @@ class Agent {
   void ReapChildren();
   void Escalate(int64_t now);
   void FenceLoop(const std::atomic<bool>& stop);
+  void WatchLoop(const std::atomic<bool>& stop);
+  // Reconciles with `workers` unless an answer with a newer version was applied already.
+  void Apply(const std::string& instance, int64_t version, const nlohmann::json& workers, int64_t now);
   void UploadLogs();
   void Heartbeat(int64_t now, bool leaving = false);
   void Reconcile(const nlohmann::json& desired, int64_t now);
@@ -120,6 +133,15 @@ class Agent {
   std::atomic<int64_t> lease_ms_{0};
   std::atomic<int64_t> node_timeout_ms_{0};
   std::atomic<int64_t> last_ok_{0};  // steady ms of the last successful heartbeat
+
+  // Shared with the watch thread (under watch_mu_).
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::unique_ptr<httplib::Client> watch_http_;
+  std::string applied_instance_;  // the newest answer applied: its server instance and version
+  int64_t applied_version_ = -1;
+  std::optional<nlohmann::json> watched_;  // an answer the main loop has not applied yet
+  bool exits_pending_ = false;             // main loop only: a worker ended since the last heartbeat
 };
 
 }  // namespace gantry::agent

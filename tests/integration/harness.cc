@@ -340,6 +340,20 @@ int Harness::StartAgent(const std::string& node, const std::string& url, const s
   return i;
 }
 
+int Harness::StartSwarm(const std::vector<std::string>& pools, const std::string& stats) {
+  const int i = static_cast<int>(agents_.size());
+  std::vector<std::string> argv = {GANTRY_SWARM_BINARY, "--server", ServerUrl(), "--stats", Path(stats)};
+  for (const std::string& p : pools) {
+    argv.push_back("--pool");
+    argv.push_back(p);
+  }
+  Proc p;
+  p.log = Path("swarm-" + std::to_string(i) + ".log");
+  p.pid = Spawn(argv, p.log, {{"GANTRY_TOKEN", token("agent")}}, -1);
+  agents_.push_back(p);
+  return i;
+}
+
 void Harness::StopAgent(int i, int sig) { Stop(agents_[static_cast<size_t>(i)], sig); }
 
 void Harness::Stop(Proc& p, int sig) {

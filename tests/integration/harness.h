@@ -101,6 +101,9 @@ class Harness {
   int StartAgent(const std::string& node, const std::string& url = "",
                  const std::vector<std::string>& extra = {});
   pid_t agent_pid(int i) const { return agents_[static_cast<size_t>(i)].pid; }
+  // Starts gantry-swarm: emulated nodes for each "NAME:COUNT:GPUS" pool, its stats
+  // rewritten every second to `stats` (under dir()). Returns its index among the agents.
+  int StartSwarm(const std::vector<std::string>& pools, const std::string& stats);
   void StopAgent(int i, int sig = 15);
 
   // Polls `cond` every 50 ms until it holds or `seconds` pass.

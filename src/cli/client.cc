@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -153,16 +154,17 @@ struct SubmitArgs {
   std::vector<std::string> args;  // a spec file, or the command after --
   std::string id, queue, tier, sharing, mig, topology, workdir, idempotency_key;
   std::vector<std::string> gpu_model, env;
-  double gpus = -1, vram_gb = -1, cpus = -1, memory_gb = -1, checkpoint_s = -1, grace_s = -1;
-  int replicas = 0;
+  // Unset unless given: every given value goes to the server as given, so the CLI rejects
+  // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
+  std::optional<double> gpus, vram_gb, cpus, memory_gb, checkpoint_s, grace_s;
+  std::optional<int> replicas;
   bool json_out = false;
 };
 
 bool UsesFlags(const SubmitArgs& a) {
   return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() || !a.topology.empty() ||
-         !a.workdir.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus >= 0 ||
-         a.vram_gb >= 0 || a.cpus >= 0 || a.memory_gb >= 0 || a.checkpoint_s >= 0 || a.grace_s >= 0 ||
-         a.replicas > 0;
+         !a.workdir.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb ||
+         a.cpus || a.memory_gb || a.checkpoint_s || a.grace_s || a.replicas;
 }
 
 int Submit(const Globals& g, const SubmitArgs& a) {
@@ -177,24 +179,24 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     if (!a.id.empty()) j["id"] = a.id;
     if (!a.queue.empty()) j["queue"] = a.queue;
     if (!a.tier.empty()) j["tier"] = a.tier;
-    if (a.replicas > 0) j["replicas"] = a.replicas;
-    if (a.gpus >= 0) {
-      if (a.gpus == std::floor(a.gpus)) {
-        j["gpus"] = static_cast<int64_t>(a.gpus);
+    if (a.replicas) j["replicas"] = *a.replicas;
+    if (a.gpus) {
+      if (*a.gpus == std::floor(*a.gpus)) {
+        j["gpus"] = static_cast<int64_t>(*a.gpus);
       } else {
-        j["gpus"] = a.gpus;
+        j["gpus"] = *a.gpus;
       }
     }
     if (!a.mig.empty()) j["mig"] = a.mig;
     if (!a.sharing.empty()) j["sharing"] = a.sharing;
     if (a.gpu_model.size() == 1) j["gpu_model"] = a.gpu_model[0];
     if (a.gpu_model.size() > 1) j["gpu_model"] = a.gpu_model;
-    if (a.vram_gb >= 0) j["vram_gb"] = a.vram_gb;
-    if (a.cpus >= 0) j["cpus"] = a.cpus;
-    if (a.memory_gb >= 0) j["memory_gb"] = a.memory_gb;
+    if (a.vram_gb) j["vram_gb"] = *a.vram_gb;
+    if (a.cpus) j["cpus"] = *a.cpus;
+    if (a.memory_gb) j["memory_gb"] = *a.memory_gb;
     if (!a.topology.empty()) j["topology"] = a.topology;
-    if (a.checkpoint_s >= 0) j["checkpoint_s"] = a.checkpoint_s;
-    if (a.grace_s >= 0) j["grace_s"] = a.grace_s;
+    if (a.checkpoint_s) j["checkpoint_s"] = *a.checkpoint_s;
+    if (a.grace_s) j["grace_s"] = *a.grace_s;
     if (!a.workdir.empty()) j["workdir"] = a.workdir;
     if (!a.env.empty()) {
       json env = json::object();

@@ -99,6 +99,10 @@ struct ControllerOptions {
 // Called once with the reply, on the controller thread, after the batch committed.
 using Done = std::function<void(Reply)>;
 
+// Why a job name a user chose cannot be used (characters outside [A-Za-z0-9._-], a
+// leading '.' or '-', more than 100 characters, or the server's own j<digits>).
+std::optional<std::string> BadJobName(const std::string& name);
+
 struct SubmitRequest {
   std::string body;
   std::string format = "json";  // "json" or "yaml"

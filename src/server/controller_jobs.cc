@@ -3,6 +3,8 @@
 #include "server/controller_internal.h"
 
 #include <algorithm>
+#include <cctype>
+#include <set>
 
 #include "core/model/feasibility.h"
 #include "core/placement.h"
@@ -12,6 +14,26 @@ namespace gantry::server {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+// ---------------------------------------------------------------- names
+
+std::optional<std::string> BadJobName(const std::string& name) {
+  // Names reach URLs, log paths and shells: a safe set, as Slurm's job names in practice.
+  if (name.empty() || name.size() > 100) return "must be 1 to 100 characters, got " + std::to_string(name.size());
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
+      return "\"" + name + "\" may hold only letters, digits, '-', '_' and '.'";
+    }
+  }
+  if (name[0] == '.' || name[0] == '-') return "\"" + name + "\" may not start with '.' or '-'";
+  // j<digits> are the server's own ids: a user's name there would block every later
+  // submission without an id once the counter reached it.
+  if (name.size() > 1 && name[0] == 'j' &&
+      std::all_of(name.begin() + 1, name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    return "\"" + name + "\" is reserved: j followed by digits is how the server names jobs without an id";
+  }
+  return std::nullopt;
+}
 
 // ---------------------------------------------------------------- authentication
 
@@ -134,6 +156,11 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         return r;
       }
     }
+    if (!spec->id.empty()) {
+      if (auto why = BadJobName(spec->id)) {
+        return Reply::Error(Code::kBadRequest, "invalid job spec", {job.spec_file + ": id: " + *why});
+      }
+    }
     job.seq = next_seq_;
     job.name = spec->id.empty() ? "j" + std::to_string(job.seq) : spec->id;
     if (by_name_.count(job.name)) {
@@ -237,9 +264,18 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
 
 void Controller::ListJobs(std::string token, std::string state_filter, bool all, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, state_filter, all](const Principal&) -> Reply {
+    static const std::set<std::string> kActive = {"pending", "running", "stopping"};
+    static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected"};
+    if (!state_filter.empty() && !kActive.count(state_filter) && !kEnded.count(state_filter)) {
+      return Reply::Error(Code::kBadRequest, "state: no state \"" + state_filter +
+                                                 "\"; one of pending, running, stopping, finished, failed, "
+                                                 "cancelled, rejected");
+    }
+    // Asking for an ended state lists ended jobs (those still in memory) without --all.
+    const bool with_ended = all || kEnded.count(state_filter) > 0;
     json jobs = json::array();
     for (const auto& [seq, job] : jobs_) {
-      if (!all && !job.active()) continue;
+      if (!with_ended && !job.active()) continue;
       json s = JobSummary(job, false, nullptr);
       if (!state_filter.empty() && s["state"] != state_filter) continue;
       jobs.push_back(std::move(s));

@@ -364,6 +364,16 @@ TEST(Integration, TeamsCannotTouchEachOthersQueuesAndBadRequestsChangeNothing) {
   const size_t events_before = Events(h).size();
   const json jobs_before = h.Jobs();
 
+  // Issue 16, bug 8: `--gpus -1` was sent as "no GPUs"; the CLI must reject what the
+  // job reader rejects, with the reader's message.
+  RunResult neg = h.Cli({"submit", "--queue", "nlp", "--gpus", "-1", "--", "true"}, h.token("b"));
+  EXPECT_EQ(neg.rc, 2) << neg.out;
+  EXPECT_NE(neg.err.find("gpus: must be at least 0, got -1"), std::string::npos) << neg.err;
+  // Issue 16, bug 9: an unknown state is an error, not an empty list.
+  RunResult bogus = h.Cli({"ls", "--state", "bogus"}, h.token("b"));
+  EXPECT_NE(bogus.rc, 0) << bogus.out;
+  EXPECT_NE(bogus.err.find("no state"), std::string::npos) << bogus.err;
+
   // Team a submits to team b's queue: refused, with the reason.
   RunResult r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("a"));
   EXPECT_EQ(r.rc, 2);

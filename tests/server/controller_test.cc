@@ -339,5 +339,43 @@ TEST_F(ControllerTest, ALostGpuDrainsItsNode) {
   EXPECT_NE(nodes[0]["reason"].get<std::string>().find("GPU 3"), std::string::npos);
 }
 
+// Issue 16, bug 1: a user's id j28 blocked every later submission without an id once the
+// server's counter reached it (409 for every team, across restarts).
+TEST_F(ControllerTest, UsersCannotTakeTheServersOwnIds) {
+  Reply r = Submit(kTeamA, R"({"id":"j2","queue":"research","gpus":0,"command":"x"})");
+  EXPECT_EQ(r.code, Code::kBadRequest) << r.body.dump();
+  EXPECT_NE(r.body.dump().find("reserved"), std::string::npos) << r.body.dump();
+  for (int i = 0; i < 3; ++i) {
+    Reply own = Submit(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})");
+    EXPECT_EQ(own.code, Code::kCreated) << own.body.dump();
+  }
+  EXPECT_EQ(Submit(kTeamA, R"({"id":"j2x","queue":"research","gpus":0,"command":"x"})").code, Code::kCreated);
+}
+
+// Issue 16, bug 2: ids with '/' could not be shown or cancelled, and '../x' reached log paths.
+TEST_F(ControllerTest, JobNamesAreLimitedToASafeSet) {
+  for (const char* bad : {"exp/run1", "../x", ".hidden", "-x", "a b", "x\\y"}) {
+    Reply r = Submit(kTeamA, json{{"id", bad}, {"queue", "research"}, {"gpus", 0}, {"command", "x"}}.dump());
+    EXPECT_EQ(r.code, Code::kBadRequest) << bad;
+    ASSERT_TRUE(r.body.contains("problems")) << r.body.dump();
+    EXPECT_NE(r.body["problems"][0].get<std::string>().find("id:"), std::string::npos) << r.body.dump();
+  }
+  Reply ok = Submit(kTeamA, R"({"id":"exp.run-1_a","queue":"research","gpus":0,"command":"x"})");
+  EXPECT_EQ(ok.code, Code::kCreated) << ok.body.dump();
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 1u);
+}
+
+// Issue 16, bug 9: `ls --state failed` was empty without --all; `--state bogus` said nothing.
+TEST_F(ControllerTest, ListingByAnEndedStateNeedsNoAllAndUnknownStatesAreErrors) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})");
+  ASSERT_EQ(r.code, Code::kCreated);
+  ASSERT_EQ(ctl_->Cancel(kTeamA, r.body["id"]).code, Code::kOk);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", false).body["jobs"].size(), 0u);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "cancelled", false).body["jobs"].size(), 1u);
+  Reply bogus = ctl_->ListJobs(kAdmin, "bogus", false);
+  EXPECT_EQ(bogus.code, Code::kBadRequest);
+  EXPECT_NE(bogus.body["error"].get<std::string>().find("cancelled"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gantry::server

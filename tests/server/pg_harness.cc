@@ -99,9 +99,11 @@ Result<RunAs> PickUser() {
       return who;
     }
   }
-  return Error{"postgres",
-               "running as root, and none of the users postgres and nobody exists "
-               "to run the server as (postgres refuses root); set GANTRY_PG_USER"};
+  std::string tried;
+  for (const std::string& n : names) tried += (tried.empty() ? "" : ", ") + n;
+  return Error{"postgres", "running as root, and no non-root user among " + tried +
+                               " exists to run the server as (postgres refuses root); set "
+                               "GANTRY_PG_USER to one"};
 }
 
 // fork + exec `argv` with stdout and stderr appended to `log_fd`, as `who`, in `cwd`.

@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 
 namespace gantry::server {
@@ -182,9 +184,37 @@ Status SqliteStore::Exec(const char* sql) {
   return Ok{};
 }
 
+bool SqliteStore::InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }
+
+template <typename F>
+Status SqliteStore::Write(F&& write) {
+  if (epoch_ == 0 || InTransaction()) return write();
+  if (Status s = Begin(); !s) return s;
+  if (Status s = write(); !s) {
+    Rollback();
+    return s;
+  }
+  return Commit();
+}
+
 // IMMEDIATE: take the write lock at the start, so a concurrent `gantryd token create`
-// waits (busy timeout) instead of failing the commit.
-Status SqliteStore::Begin() { return Exec("BEGIN IMMEDIATE"); }
+// waits (busy timeout) instead of failing the commit. The lock is also the fence: no
+// other connection can move the lease epoch until this transaction ends.
+Status SqliteStore::Begin() {
+  if (Status s = Exec("BEGIN IMMEDIATE"); !s) return s;
+  if (epoch_ == 0) return Ok{};
+  auto lease = Leader();
+  if (!lease) {
+    Rollback();
+    return lease.error();
+  }
+  if (!*lease || (*lease)->epoch != epoch_) {
+    Rollback();
+    return DeposedError(*lease, epoch_);
+  }
+  return Ok{};
+}
+
 Status SqliteStore::Commit() { return Exec("COMMIT"); }
 void SqliteStore::Rollback() { (void)Exec("ROLLBACK"); }
 
@@ -198,19 +228,23 @@ Result<std::optional<std::string>> SqliteStore::GetMeta(const std::string& key) 
 }
 
 Status SqliteStore::SetMeta(const std::string& key, const std::string& value) {
-  Stmt s(db_, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)");
-  s.Bind(1, key).Bind(2, value);
-  return Run(s);
+  return Write([&] {
+    Stmt s(db_, "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)");
+    s.Bind(1, key).Bind(2, value);
+    return Run(s);
+  });
 }
 
 Status SqliteStore::PutJob(const StoredJob& j) {
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-  s.Bind(1, j.seq).Bind(2, j.name).Bind(3, j.team).Bind(4, j.queue);
-  s.Bind(5, int64_t{j.active ? 1 : 0}).BindOrNull(6, j.idem_key).BindOrNull(7, j.idem_hash);
-  s.Bind(8, j.doc);
-  return Run(s);
+  return Write([&] {
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    s.Bind(1, j.seq).Bind(2, j.name).Bind(3, j.team).Bind(4, j.queue);
+    s.Bind(5, int64_t{j.active ? 1 : 0}).BindOrNull(6, j.idem_key).BindOrNull(7, j.idem_hash);
+    s.Bind(8, j.doc);
+    return Run(s);
+  });
 }
 
 Result<std::vector<StoredJob>> SqliteStore::LoadJobs(int64_t recent_done) {
@@ -255,9 +289,11 @@ Result<int64_t> SqliteStore::MaxJobSeq() {
 }
 
 Status SqliteStore::PutNode(const StoredNode& n) {
-  Stmt s(db_, "INSERT OR REPLACE INTO nodes (name, doc) VALUES (?, ?)");
-  s.Bind(1, n.name).Bind(2, n.doc);
-  return Run(s);
+  return Write([&] {
+    Stmt s(db_, "INSERT OR REPLACE INTO nodes (name, doc) VALUES (?, ?)");
+    s.Bind(1, n.name).Bind(2, n.doc);
+    return Run(s);
+  });
 }
 
 Result<std::vector<StoredNode>> SqliteStore::LoadNodes() {
@@ -269,18 +305,22 @@ Result<std::vector<StoredNode>> SqliteStore::LoadNodes() {
 }
 
 Status SqliteStore::StartRun(const StoredRun& r) {
-  Stmt s(db_,
-         "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-  s.Bind(1, r.job_seq).Bind(2, int64_t{r.run}).Bind(3, int64_t{r.rank}).Bind(4, r.queue);
-  s.Bind(5, r.model).Bind(6, r.gpus).Bind(7, r.start_ms).Bind(8, r.end_ms);
-  return Run(s);
+  return Write([&] {
+    Stmt s(db_,
+           "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+    s.Bind(1, r.job_seq).Bind(2, int64_t{r.run}).Bind(3, int64_t{r.rank}).Bind(4, r.queue);
+    s.Bind(5, r.model).Bind(6, r.gpus).Bind(7, r.start_ms).Bind(8, r.end_ms);
+    return Run(s);
+  });
 }
 
 Status SqliteStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
-  Stmt s(db_, "UPDATE runs SET end_ms = ? WHERE job_seq = ? AND run = ? AND end_ms < 0");
-  s.Bind(1, end_ms).Bind(2, job_seq).Bind(3, int64_t{run});
-  return Run(s);
+  return Write([&] {
+    Stmt s(db_, "UPDATE runs SET end_ms = ? WHERE job_seq = ? AND run = ? AND end_ms < 0");
+    s.Bind(1, end_ms).Bind(2, job_seq).Bind(3, int64_t{run});
+    return Run(s);
+  });
 }
 
 Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms) {
@@ -306,11 +346,14 @@ Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms)
 }
 
 Status SqliteStore::AddToken(const StoredToken& t) {
-  Stmt s(db_,
-         "INSERT INTO tokens (hash, role, team, queues, label, created_ms) VALUES (?, ?, ?, ?, ?, ?)");
-  s.Bind(1, t.hash).Bind(2, t.role).Bind(3, t.team).Bind(4, nlohmann::json(t.queues).dump());
-  s.Bind(5, t.label).Bind(6, t.created_ms);
-  return Run(s);
+  return Write([&] {
+    Stmt s(db_,
+           "INSERT INTO tokens (hash, role, team, queues, label, created_ms) "
+           "VALUES (?, ?, ?, ?, ?, ?)");
+    s.Bind(1, t.hash).Bind(2, t.role).Bind(3, t.team).Bind(4, nlohmann::json(t.queues).dump());
+    s.Bind(5, t.label).Bind(6, t.created_ms);
+    return Run(s);
+  });
 }
 
 Result<std::optional<StoredToken>> SqliteStore::FindToken(const std::string& hash) {
@@ -332,17 +375,91 @@ Result<std::vector<StoredToken>> SqliteStore::ListTokens() {
 
 Status SqliteStore::DeleteToken(const std::string& hash_prefix) {
   if (hash_prefix.size() < 8) return Error{"hash", "give at least 8 hex digits of the hash"};
-  Stmt count(db_, "SELECT COUNT(*) FROM tokens WHERE substr(hash, 1, ?) = ?");
-  count.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
-  int64_t n = count.Step() ? count.Int(0) : 0;
-  if (Status st = count.status(); !st) return st;
-  if (n != 1) {
-    return Error{"hash", n == 0 ? "no token hash starts with " + hash_prefix
-                                : "more than one token hash starts with " + hash_prefix};
+  return Write([&]() -> Status {
+    Stmt count(db_, "SELECT COUNT(*) FROM tokens WHERE substr(hash, 1, ?) = ?");
+    count.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
+    int64_t n = count.Step() ? count.Int(0) : 0;
+    if (Status st = count.status(); !st) return st;
+    if (n != 1) {
+      return Error{"hash", n == 0 ? "no token hash starts with " + hash_prefix
+                                  : "more than one token hash starts with " + hash_prefix};
+    }
+    Stmt s(db_, "DELETE FROM tokens WHERE substr(hash, 1, ?) = ?");
+    s.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
+    return Run(s);
+  });
+}
+
+// ---------------------------------------------------------------- leader lease
+
+namespace {
+
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Result<std::optional<LeaseInfo>> SqliteStore::Leader() {
+  Stmt s(db_,
+         "SELECT (SELECT value FROM meta WHERE key = 'lease_holder'), "
+         "(SELECT value FROM meta WHERE key = 'lease_epoch'), "
+         "(SELECT value FROM meta WHERE key = 'lease_expires_ms')");
+  std::optional<LeaseInfo> info;
+  if (s.Step() && !s.Text(1).empty()) {
+    info.emplace();
+    info->holder = s.Text(0);
+    info->epoch = std::strtoll(s.Text(1).c_str(), nullptr, 10);
+    info->expires_in_ms = std::strtoll(s.Text(2).c_str(), nullptr, 10) - WallMs();
   }
-  Stmt s(db_, "DELETE FROM tokens WHERE substr(hash, 1, ?) = ?");
-  s.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
-  return Run(s);
+  if (Status st = s.status(); !st) return st.error();
+  return info;
+}
+
+Result<int64_t> SqliteStore::AcquireLease(const std::string& holder, int64_t ttl_ms) {
+  if (Status s = CheckLeaseArgs(holder, ttl_ms); !s) return s.error();
+  if (InTransaction()) return Error{"lease", "AcquireLease inside a transaction"};
+  // Not Begin(): taking the lease is the one write that the old epoch must not fence.
+  if (Status s = Exec("BEGIN IMMEDIATE"); !s) return s.error();
+  auto lease = Leader();
+  if (!lease) {
+    Rollback();
+    return lease.error();
+  }
+  const int64_t epoch = (*lease ? (*lease)->epoch : 0) + 1;
+  for (const auto& [key, value] : {std::pair<const char*, std::string>{"lease_holder", holder},
+                                   {"lease_epoch", std::to_string(epoch)},
+                                   {"lease_expires_ms", std::to_string(WallMs() + ttl_ms)}}) {
+    if (Status s = SetMeta(key, value); !s) {
+      Rollback();
+      return s.error();
+    }
+  }
+  if (Status s = Commit(); !s) return s.error();
+  epoch_ = epoch;
+  return epoch;
+}
+
+Status SqliteStore::RenewLease(const std::string& holder, int64_t epoch, int64_t ttl_ms) {
+  if (Status s = CheckLeaseArgs(holder, ttl_ms); !s) return s;
+  if (InTransaction()) return Error{"lease", "RenewLease inside a transaction"};
+  if (Status s = Exec("BEGIN IMMEDIATE"); !s) return s;
+  auto lease = Leader();
+  if (!lease) {
+    Rollback();
+    return lease.error();
+  }
+  if (!*lease || (*lease)->holder != holder || (*lease)->epoch != epoch) {
+    Rollback();
+    return DeposedError(*lease, epoch);
+  }
+  if (Status s = SetMeta("lease_expires_ms", std::to_string(WallMs() + ttl_ms)); !s) {
+    Rollback();
+    return s;
+  }
+  return Commit();
 }
 
 }  // namespace gantry::server

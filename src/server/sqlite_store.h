@@ -2,7 +2,11 @@
 // committed transaction survives a kill -9 of gantryd and a power cut.
 //
 // Opening creates the schema when the file is new and refuses a file written by a newer
-// schema version. Thread-safety: none (one connection, one owner).
+// schema version. The leader lease lives in meta (lease_holder, lease_epoch,
+// lease_expires_ms): one machine needs no election, so AcquireLease always succeeds with
+// the next epoch, and a second gantryd on the same file fences the first (Begin takes
+// SQLite's write lock, then checks the epoch). Thread-safety: none (one connection, one
+// owner).
 #pragma once
 
 #include <memory>
@@ -46,11 +50,21 @@ class SqliteStore final : public Store {
   Result<std::vector<StoredToken>> ListTokens() override;
   Status DeleteToken(const std::string& hash_prefix) override;
 
+  Result<int64_t> AcquireLease(const std::string& holder, int64_t ttl_ms) override;
+  Status RenewLease(const std::string& holder, int64_t epoch, int64_t ttl_ms) override;
+  Result<std::optional<LeaseInfo>> Leader() override;
+
  private:
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
+  bool InTransaction() const;
+  // Runs `write` in the open transaction, or, once this store holds a lease, in a fenced
+  // transaction of its own.
+  template <typename F>
+  Status Write(F&& write);
 
   sqlite3* db_;
+  int64_t epoch_ = 0;  // the lease epoch this store writes under; 0: no lease, no fencing
 };
 
 }  // namespace gantry::server

@@ -1,11 +1,14 @@
-// Store: gantryd's durable state, behind an interface so that a networked database
-// can replace SQLite later.
+// Store: gantryd's durable state, behind an interface: SQLite (one machine) or
+// PostgreSQL (shared by a leader and its standbys).
 //
 // The controller keeps its working state in memory and writes every change through
 // here inside a transaction (Begin .. Commit); a reply that promises durability (a job
-// id) is sent only after Commit returned. Records are small rows with the columns the
+// id) is sent only after Commit returned. A write outside Begin .. Commit is a
+// transaction of its own. Records are small rows with the columns the
 // store must index (name, team, idempotency key, active) and a JSON document with the
 // rest, so the schema rarely changes when the controller learns something new.
+// Where several gantryd processes share one database, a leader lease with an epoch
+// (a fencing token) says which one may write: see AcquireLease.
 // Thread-safety: none; the controller thread owns the store. Token lookups from HTTP
 // threads go through the controller or a separate Store instance.
 #pragma once
@@ -47,6 +50,13 @@ struct StoredRun {
   int64_t end_ms = -1;
 };
 
+// The leader lease as the database has it.
+struct LeaseInfo {
+  std::string holder;         // what the holder called itself (its advertised URL)
+  int64_t epoch = 0;          // the fencing token: +1 at every successful AcquireLease
+  int64_t expires_in_ms = 0;  // by the database's clock; <= 0 once expired
+};
+
 struct StoredToken {
   std::string hash;    // hex SHA-256 of the token; the token itself is never stored
   std::string role;    // "admin", "team" or "agent"
@@ -60,8 +70,12 @@ class Store {
  public:
   virtual ~Store() = default;
 
+  // After a successful AcquireLease, Begin checks (and keeps checked until the transaction
+  // ends) that the lease still has this store's epoch; once another AcquireLease has
+  // taken it, Begin and every write fail with field "lease", naming the newer epoch.
   virtual Status Begin() = 0;
-  // Durable on return (the SQLite store syncs its write-ahead log).
+  // Durable on return (SQLite syncs its write-ahead log; PostgreSQL runs with
+  // synchronous_commit=on).
   virtual Status Commit() = 0;
   virtual void Rollback() = 0;
 
@@ -90,6 +104,32 @@ class Store {
   virtual Result<std::optional<StoredToken>> FindToken(const std::string& hash) = 0;
   virtual Result<std::vector<StoredToken>> ListTokens() = 0;
   virtual Status DeleteToken(const std::string& hash_prefix) = 0;
+
+  // ---- Leader lease and fencing. Preconditions: not inside Begin .. Commit.
+  //
+  // Takes the lease for `holder` for `ttl_ms` by the database's clock if it is free,
+  // expired or already held by `holder`, and returns the new epoch. Every success
+  // increments the epoch, also for the same holder, so an earlier process that used the
+  // same name (a hung gantryd that was restarted) is fenced too. From then on this
+  // store's writes are fenced by that epoch (see Begin). Errors: field "lease" when
+  // another holder has an unexpired lease (the message says who, and until when) or the
+  // current leader's transaction did not end within ttl_ms; "store" for database
+  // failures. SQLite is one machine: its lease is always free, so a second gantryd on
+  // the same file takes it over at once and fences the first.
+  virtual Result<int64_t> AcquireLease(const std::string& holder, int64_t ttl_ms) = 0;
+  // Extends the lease to `ttl_ms` from now if `holder` still holds `epoch`; field
+  // "lease" ("deposed: ...") when it does not. A leader renews well within its ttl and
+  // stops serving on any error.
+  virtual Status RenewLease(const std::string& holder, int64_t epoch, int64_t ttl_ms) = 0;
+  // Who holds, or last held, the lease (a standby's way to find the leader); nullopt
+  // when nobody ever took it.
+  virtual Result<std::optional<LeaseInfo>> Leader() = 0;
 };
+
+// For Store implementations: the lease arguments' checks (a holder name, a positive
+// ttl), and the error of a store whose epoch `epoch` was taken over (`current` is the
+// lease the database has now).
+Status CheckLeaseArgs(const std::string& holder, int64_t ttl_ms);
+Error DeposedError(const std::optional<LeaseInfo>& current, int64_t epoch);
 
 }  // namespace gantry::server

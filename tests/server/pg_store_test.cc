@@ -1,0 +1,318 @@
+// The Store cases (store_cases.cc) on a real PostgreSQL server started by the test
+// (pg_harness.h), and what only a shared database has: contention for the lease,
+// takeover after expiry, and the fence against a deposed leader's in-flight writes.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "pg_harness.h"
+#include "server/pg_store.h"
+#include "store_cases.h"
+
+namespace gantry::server::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A fresh database on the process's shared server.
+class PgHome final : public StoreHome {
+ public:
+  PgHome(PgServer* server, std::string db) : server_(server), db_(std::move(db)) {}
+  Result<std::unique_ptr<Store>> Open() override {
+    auto store = PgStore::Open(server_->ConnString(db_));
+    if (!store) return store.error();
+    return std::unique_ptr<Store>(std::move(*store));
+  }
+  PgServer* server() const { return server_; }
+  const std::string& db() const { return db_; }
+
+ private:
+  PgServer* server_;
+  std::string db_;
+};
+
+Result<std::unique_ptr<PgHome>> NewPgHome() {
+  if (NoPostgres()) return Error{"skip", "GANTRY_NO_POSTGRES=1: no PostgreSQL tests"};
+  auto server = PgServer::Shared();
+  if (!server) return server.error();
+  auto db = (*server)->NewDatabase();
+  if (!db) return db.error();
+  return std::make_unique<PgHome>(*server, *db);
+}
+
+INSTANTIATE_TEST_SUITE_P(Postgres, StoreCases,
+                         ::testing::Values(StoreKind{"Postgres",
+                                                     []() -> Result<std::unique_ptr<StoreHome>> {
+                                                       auto home = NewPgHome();
+                                                       if (!home) return home.error();
+                                                       return std::unique_ptr<StoreHome>(
+                                                           std::move(*home));
+                                                     }}),
+                         StoreKindName);
+
+class PgStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto home = NewPgHome();
+    if (!home && home.error().field == "skip") GTEST_SKIP() << home.error().message;
+    ASSERT_TRUE(home.ok()) << home.error().ToString();
+    home_ = std::move(*home);
+  }
+  std::unique_ptr<PgStore> Open() {
+    auto store = PgStore::Open(home_->server()->ConnString(home_->db()));
+    if (!store) {
+      ADD_FAILURE() << store.error().ToString();
+      return nullptr;
+    }
+    return std::move(*store);
+  }
+  std::unique_ptr<PgHome> home_;
+};
+
+TEST_F(PgStoreTest, TheServerRunsUnprivilegedAndOpenTakesUrlsAndKeywordStrings) {
+  struct stat st {};
+  ASSERT_EQ(::stat(("/proc/" + std::to_string(home_->server()->pid())).c_str(), &st), 0);
+  if (::geteuid() == 0) {
+    EXPECT_NE(st.st_uid, 0u);  // postgres refuses root; the harness drops to another user
+  }
+
+  auto by_url = PgStore::Open(home_->server()->Url(home_->db()));
+  ASSERT_TRUE(by_url.ok()) << by_url.error().message;
+  auto by_keywords = PgStore::Open(home_->server()->ConnString(home_->db()));
+  ASSERT_TRUE(by_keywords.ok()) << by_keywords.error().message;
+  ASSERT_TRUE((*by_url)->SetMeta("k", "v").ok());
+  EXPECT_EQ(**(*by_keywords)->GetMeta("k"), "v");
+}
+
+TEST_F(PgStoreTest, ConnectionErrorsAreValuesWithoutThePassword) {
+  auto bad = PgStore::Open("postgresql://gantry:s3cret@%2Fnonexistent-dir:5432/x");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "db");
+  EXPECT_NE(bad.error().message.find("cannot connect"), std::string::npos) << bad.error().message;
+  EXPECT_EQ(bad.error().message.find("s3cret"), std::string::npos) << bad.error().message;
+  auto garbage = PgStore::Open("postgresql://[not a url");
+  EXPECT_FALSE(garbage.ok());
+  auto no_db = PgStore::Open(home_->server()->ConnString("no_such_database"));
+  ASSERT_FALSE(no_db.ok());
+  EXPECT_NE(no_db.error().message.find("no_such_database"), std::string::npos);
+}
+
+// gantryds starting together on an empty database: the schema is made once.
+TEST_F(PgStoreTest, ConcurrentOpensOfAnEmptyDatabase) {
+  constexpr int kN = 6;
+  std::vector<std::thread> threads;
+  std::atomic<int> ok{0};
+  std::vector<std::string> errors(kN);
+  for (int i = 0; i < kN; ++i) {
+    threads.emplace_back([&, i] {
+      auto store = PgStore::Open(home_->server()->ConnString(home_->db()));
+      if (store) {
+        ++ok;
+      } else {
+        errors[static_cast<size_t>(i)] = store.error().message;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), kN) << errors[0] << errors[1] << errors[2];
+}
+
+// PostgreSQL aborts a transaction at its first failed statement; SQLite would go on.
+TEST_F(PgStoreTest, AFailedStatementAbortsTheTransaction) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  StoredJob j1;
+  j1.seq = 1;
+  j1.name = "j1";
+  j1.doc = "{}";
+  StoredJob clash = j1;
+  clash.seq = 2;  // same name, another seq: unique violation
+  ASSERT_TRUE(store->Begin().ok());
+  ASSERT_TRUE(store->PutJob(j1).ok());
+  Status put = store->PutJob(clash);
+  ASSERT_FALSE(put.ok());
+  EXPECT_NE(put.error().message.find("jobs_name_key"), std::string::npos) << put.error().message;
+  Status commit = store->Commit();
+  ASSERT_FALSE(commit.ok());
+  EXPECT_NE(commit.error().message.find("rolled back"), std::string::npos);
+  EXPECT_TRUE(store->LoadJobs(10)->empty());
+  // The store is usable again, and a clash outside a transaction leaves the first job.
+  ASSERT_TRUE(store->PutJob(j1).ok());
+  EXPECT_FALSE(store->PutJob(clash).ok());
+  EXPECT_EQ(*store->MaxJobSeq(), 1);
+}
+
+TEST_F(PgStoreTest, ExactlyOneContenderWins) {
+  constexpr int kN = 8;
+  std::vector<std::unique_ptr<PgStore>> stores;
+  for (int i = 0; i < kN; ++i) {
+    stores.push_back(Open());
+    ASSERT_TRUE(stores.back());
+  }
+  std::vector<std::optional<Result<int64_t>>> results(kN);
+  std::atomic<int> ready{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kN; ++i) {
+    threads.emplace_back([&, i] {
+      ++ready;
+      while (ready.load() < kN) std::this_thread::yield();  // start together
+      results[static_cast<size_t>(i)] =
+          stores[static_cast<size_t>(i)]->AcquireLease("http://g" + std::to_string(i), 60000);
+    });
+  }
+  for (auto& t : threads) t.join();
+  int winner = -1;
+  for (int i = 0; i < kN; ++i) {
+    const auto& r = *results[static_cast<size_t>(i)];
+    if (r.ok()) {
+      EXPECT_EQ(winner, -1) << "two winners: g" << winner << " and g" << i;
+      winner = i;
+      EXPECT_EQ(*r, 1);
+    }
+  }
+  ASSERT_NE(winner, -1);
+  const std::string holder = "http://g" + std::to_string(winner);
+  for (int i = 0; i < kN; ++i) {
+    const auto& r = *results[static_cast<size_t>(i)];
+    if (i == winner) continue;
+    EXPECT_EQ(r.error().field, "lease");
+    EXPECT_NE(r.error().message.find("held by " + holder + " (epoch 1) until "), std::string::npos)
+        << r.error().message;
+  }
+  auto leader = stores[0]->Leader();
+  ASSERT_TRUE(leader.ok() && leader->has_value());
+  EXPECT_EQ((**leader).holder, holder);
+  // Only the winner writes under a lease; the losers hold none and are not fenced, but
+  // neither may they renew.
+  EXPECT_TRUE(stores[static_cast<size_t>(winner)]->RenewLease(holder, 1, 60000).ok());
+  EXPECT_FALSE(
+      stores[static_cast<size_t>((winner + 1) % kN)]->RenewLease("http://x", 1, 60000).ok());
+}
+
+TEST_F(PgStoreTest, TheLoserTakesOverAfterExpiry) {
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  auto ea = a->AcquireLease("http://a", 600);
+  ASSERT_TRUE(ea.ok()) << ea.error().message;
+  auto early = b->AcquireLease("http://b", 5000);
+  ASSERT_FALSE(early.ok());
+  EXPECT_NE(early.error().message.find("held by http://a"), std::string::npos);
+  // A renewal keeps it: still refused after the first ttl has passed (t = 1.1 s; the
+  // first ttl ended at 0.6 s, the renewed one ends at 1.4 s).
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  ASSERT_TRUE(a->RenewLease("http://a", *ea, 1000).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  EXPECT_FALSE(b->AcquireLease("http://b", 5000).ok());
+  // No more renewals: b gets it once it expires, with a higher epoch.
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  Result<int64_t> eb = Error{"", "never tried"};
+  while (Clock::now() < deadline) {
+    eb = b->AcquireLease("http://b", 5000);
+    if (eb.ok()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(eb.ok()) << eb.error().message;
+  EXPECT_GT(*eb, *ea);
+  EXPECT_FALSE(a->RenewLease("http://a", *ea, 400).ok());
+  EXPECT_EQ(a->Begin().error().field, "lease");
+}
+
+// Keeps `store`'s open transaction busy (a statement every 50 ms) for `ms`: a leader
+// that is slow, not frozen, so the server's idle-in-transaction limit does not end it.
+void KeepBusy(Store& store, int ms) {
+  const auto until = Clock::now() + std::chrono::milliseconds(ms);
+  while (Clock::now() < until) {
+    (void)store.GetMeta("k");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+// The race the fence exists for: the old leader is inside a transaction when its lease
+// expires. The takeover waits for that transaction, so its writes land before the new
+// epoch exists and the new leader reads them; after that the old leader writes nothing.
+TEST_F(PgStoreTest, ATakeoverWaitsForTheOldLeadersTransaction) {
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  auto ea = a->AcquireLease("http://a", 500);
+  ASSERT_TRUE(ea.ok());
+  ASSERT_TRUE(a->Begin().ok());
+  StoredJob j;
+  j.seq = 1;
+  j.name = "j1";
+  j.doc = "{}";
+  ASSERT_TRUE(a->PutJob(j).ok());
+  KeepBusy(*a, 600);  // a's lease has expired; its transaction is still open
+
+  std::atomic<bool> done{false};
+  Result<int64_t> eb = Error{"", "not run"};
+  std::thread takeover([&] {
+    eb = b->AcquireLease("http://b", 5000);
+    done = true;
+  });
+  KeepBusy(*a, 300);
+  EXPECT_FALSE(done.load()) << "the takeover did not wait for the old leader's transaction";
+  Status commit = a->Commit();  // by epoch, not by clock: the takeover has not happened yet
+  takeover.join();
+  ASSERT_TRUE(commit.ok()) << commit.error().message;
+  ASSERT_TRUE(eb.ok()) << eb.error().message;
+  EXPECT_GT(*eb, *ea);
+  EXPECT_TRUE(b->FindJob("j1")->has_value());
+  Status begin = a->Begin();
+  ASSERT_FALSE(begin.ok());
+  EXPECT_NE(begin.error().message.find("epoch " + std::to_string(*eb)), std::string::npos);
+  j.active = false;
+  EXPECT_FALSE(a->PutJob(j).ok());
+  EXPECT_TRUE((**b->FindJob("j1")).active);
+}
+
+// The old leader keeps its transaction going longer than the takeover will wait: the
+// takeover gives up (and is tried again later) rather than hang.
+TEST_F(PgStoreTest, ATakeoverGivesUpOnATransactionThatDoesNotEnd) {
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  auto ea = a->AcquireLease("http://a", 500);
+  ASSERT_TRUE(ea.ok());
+  ASSERT_TRUE(a->Begin().ok());
+  ASSERT_TRUE(a->SetMeta("k", "v").ok());
+  KeepBusy(*a, 600);  // expired
+  std::thread busy([&] { KeepBusy(*a, 500); });
+  const auto start = Clock::now();
+  auto eb = b->AcquireLease("http://b", 200);
+  const auto waited = Clock::now() - start;
+  busy.join();
+  ASSERT_FALSE(eb.ok());
+  EXPECT_EQ(eb.error().field, "lease");
+  EXPECT_NE(eb.error().message.find("did not end within 200 ms"), std::string::npos)
+      << eb.error().message;
+  EXPECT_GE(waited, std::chrono::milliseconds(150));
+  EXPECT_TRUE(a->Commit().ok());
+  EXPECT_EQ(**b->GetMeta("k"), "v");
+  EXPECT_TRUE(b->AcquireLease("http://b", 5000).ok());  // nothing holds the row now
+}
+
+// A leader frozen inside its transaction longer than its ttl is cut off by the server
+// (idle_in_transaction_session_timeout), so the takeover does not wait forever; what the
+// frozen leader wrote is lost with its transaction.
+TEST_F(PgStoreTest, AFrozenLeadersTransactionIsEndedByTheServer) {
+  auto a = Open();
+  auto b = Open();
+  ASSERT_TRUE(a && b);
+  auto ea = a->AcquireLease("http://a", 300);
+  ASSERT_TRUE(ea.ok());
+  ASSERT_TRUE(a->Begin().ok());
+  ASSERT_TRUE(a->SetMeta("k", "v").ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));  // idle, past the ttl
+  auto eb = b->AcquireLease("http://b", 2000);
+  ASSERT_TRUE(eb.ok()) << eb.error().message;
+  EXPECT_FALSE(a->Commit().ok());
+  EXPECT_FALSE(b->GetMeta("k")->has_value());
+}
+
+}  // namespace
+}  // namespace gantry::server::testing

@@ -1,0 +1,324 @@
+#include "store_cases.h"
+
+#include <chrono>
+#include <thread>
+
+namespace gantry::server::testing {
+
+void StoreCases::SetUp() {
+  auto home = GetParam().make_home();
+  if (!home && home.error().field == "skip") GTEST_SKIP() << home.error().message;
+  ASSERT_TRUE(home.ok()) << home.error().ToString();
+  home_ = std::move(*home);
+}
+
+std::unique_ptr<Store> StoreCases::Open() {
+  auto store = home_->Open();
+  if (!store) {
+    ADD_FAILURE() << "open: " << store.error().ToString();
+    return nullptr;
+  }
+  return std::move(*store);
+}
+
+namespace {
+
+StoredJob Job(int64_t seq, bool active = true) {
+  StoredJob j;
+  j.seq = seq;
+  j.name = "j" + std::to_string(seq);
+  j.team = "a";
+  j.queue = "q";
+  j.active = active;
+  j.doc = "{\"n\":" + std::to_string(seq) + "}";
+  return j;
+}
+
+std::vector<std::string> Names(const std::vector<StoredJob>& jobs) {
+  std::vector<std::string> names;
+  for (const auto& j : jobs) names.push_back(j.name);
+  return names;
+}
+
+void SleepMs(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+TEST_P(StoreCases, JobsSurviveReopeningAndLoadInOrder) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Begin().ok());
+    for (int i = 1; i <= 5; ++i) {
+      StoredJob j = Job(i, i % 2 == 1);
+      if (i == 3) {
+        j.idem_key = "k3";
+        j.idem_hash = "h3";
+      }
+      ASSERT_TRUE(store->PutJob(j).ok());
+    }
+    ASSERT_TRUE(store->Commit().ok());
+  }
+  auto store = Open();
+  ASSERT_TRUE(store);
+  auto jobs = store->LoadJobs(1);  // active 1, 3, 5 and the last ended one (4)
+  ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+  EXPECT_EQ(Names(*jobs), (std::vector<std::string>{"j1", "j3", "j4", "j5"}));
+  EXPECT_EQ((*jobs)[1].doc, "{\"n\":3}");
+  EXPECT_TRUE((*jobs)[1].active);
+  EXPECT_FALSE((*jobs)[2].active);
+  EXPECT_EQ((*jobs)[0].idem_key, "");  // none stored as NULL, read back as ""
+  EXPECT_EQ(Names(*store->LoadJobs(0)), (std::vector<std::string>{"j1", "j3", "j5"}));
+  EXPECT_EQ(store->LoadJobs(10)->size(), 5u);
+  auto idem = store->FindIdempotent("a", "k3");
+  ASSERT_TRUE(idem.ok());
+  ASSERT_TRUE(idem->has_value());
+  EXPECT_EQ((**idem).name, "j3");
+  EXPECT_EQ((**idem).idem_hash, "h3");
+  EXPECT_FALSE((*store->FindIdempotent("b", "k3")).has_value());  // keys are per team
+  EXPECT_EQ(*store->MaxJobSeq(), 5);
+  auto j2 = store->FindJob("j2");
+  ASSERT_TRUE(j2.ok() && j2->has_value());
+  EXPECT_EQ((**j2).seq, 2);
+  EXPECT_EQ((**j2).team, "a");
+  EXPECT_EQ((**j2).queue, "q");
+  EXPECT_FALSE((*store->FindJob("j9")).has_value());
+}
+
+TEST_P(StoreCases, PutJobReplacesBySeq) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(*store->MaxJobSeq(), 0);
+  ASSERT_TRUE(store->PutJob(Job(1)).ok());
+  StoredJob ended = Job(1, false);
+  ended.doc = "{\"state\":\"done\"}";
+  ASSERT_TRUE(store->PutJob(ended).ok());
+  auto jobs = store->LoadJobs(10);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_FALSE((*jobs)[0].active);
+  EXPECT_EQ((*jobs)[0].doc, "{\"state\":\"done\"}");
+}
+
+// A crash mid-transaction: the connection closes without Commit; a new one sees nothing.
+TEST_P(StoreCases, UncommittedWorkIsLostAfterReconnecting) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->Begin().ok());
+    ASSERT_TRUE(store->PutJob(Job(1)).ok());
+    ASSERT_TRUE(store->SetMeta("epoch_ms", "123").ok());
+  }
+  auto store = Open();
+  ASSERT_TRUE(store);
+  EXPECT_TRUE(store->LoadJobs(10)->empty());
+  EXPECT_FALSE(store->GetMeta("epoch_ms")->has_value());
+}
+
+TEST_P(StoreCases, RollbackDiscardsAndCommitIsSeenByOthers) {
+  auto store = Open();
+  auto other = Open();
+  ASSERT_TRUE(store && other);
+  ASSERT_TRUE(store->Begin().ok());
+  ASSERT_TRUE(store->PutJob(Job(1)).ok());
+  store->Rollback();
+  EXPECT_TRUE(store->LoadJobs(10)->empty());
+  ASSERT_TRUE(store->Begin().ok());
+  ASSERT_TRUE(store->PutJob(Job(2)).ok());
+  ASSERT_TRUE(store->Commit().ok());
+  EXPECT_EQ(Names(*other->LoadJobs(10)), (std::vector<std::string>{"j2"}));
+}
+
+TEST_P(StoreCases, MetaAndNodesReplaceByKey) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->GetMeta("epoch_ms")->has_value());
+  ASSERT_TRUE(store->SetMeta("epoch_ms", "1").ok());
+  ASSERT_TRUE(store->SetMeta("epoch_ms", "2").ok());
+  EXPECT_EQ(**store->GetMeta("epoch_ms"), "2");
+  ASSERT_TRUE(store->PutNode({"n2", "{\"up\":true}"}).ok());
+  ASSERT_TRUE(store->PutNode({"n10", "{}"}).ok());
+  ASSERT_TRUE(store->PutNode({"N1", "{}"}).ok());
+  ASSERT_TRUE(store->PutNode({"n2", "{\"up\":false}"}).ok());
+  auto nodes = store->LoadNodes();
+  ASSERT_TRUE(nodes.ok());
+  ASSERT_EQ(nodes->size(), 3u);
+  // Byte order, whatever the database's locale.
+  EXPECT_EQ((*nodes)[0].name, "N1");
+  EXPECT_EQ((*nodes)[1].name, "n10");
+  EXPECT_EQ((*nodes)[2].name, "n2");
+  EXPECT_EQ((*nodes)[2].doc, "{\"up\":false}");
+}
+
+TEST_P(StoreCases, TokensAreFoundByHashAndRevokedByPrefix) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  StoredToken t;
+  t.hash = "abcdef0123456789";
+  t.role = "team";
+  t.team = "nlp";
+  t.queues = {"nlp", "nlp-dev"};
+  t.label = "ci";
+  t.created_ms = 1700000000000;
+  ASSERT_TRUE(store->AddToken(t).ok());
+  EXPECT_FALSE(store->AddToken(t).ok());  // the hash is the key
+  StoredToken u = t;
+  u.hash = "abcdef01ffffffff";
+  u.created_ms = t.created_ms + 1;
+  ASSERT_TRUE(store->AddToken(u).ok());
+  auto found = store->FindToken("abcdef0123456789");
+  ASSERT_TRUE(found.ok() && found->has_value());
+  EXPECT_EQ((**found).queues, t.queues);
+  EXPECT_EQ((**found).role, "team");
+  EXPECT_EQ((**found).team, "nlp");
+  EXPECT_EQ((**found).label, "ci");
+  EXPECT_EQ((**found).created_ms, 1700000000000);
+  EXPECT_EQ(store->ListTokens()->size(), 2u);
+  EXPECT_FALSE(store->DeleteToken("abc").ok());       // too short to be safe
+  EXPECT_FALSE(store->DeleteToken("abcdef01").ok());  // two tokens start so
+  EXPECT_FALSE(store->DeleteToken("00000000").ok());  // none does
+  EXPECT_TRUE(store->DeleteToken("abcdef012").ok());
+  EXPECT_FALSE((*store->FindToken("abcdef0123456789")).has_value());
+  auto left = store->ListTokens();
+  ASSERT_TRUE(left.ok());
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].hash, u.hash);
+}
+
+TEST_P(StoreCases, RunsOverlappingAPeriod) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  StoredRun r;
+  r.job_seq = 1;
+  r.run = 1;
+  r.queue = "q";
+  r.model = "H100-80GB";
+  r.gpus = 0.25;
+  r.start_ms = 1000;
+  ASSERT_TRUE(store->StartRun(r).ok());
+  r.job_seq = 2;
+  r.gpus = 2;
+  r.start_ms = 5000;
+  ASSERT_TRUE(store->StartRun(r).ok());
+  ASSERT_TRUE(store->EndRun(1, 1, 2000).ok());
+  ASSERT_TRUE(store->EndRun(1, 1, 9000).ok());  // only an open run ends
+  auto all = store->Runs(0, 10000);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].end_ms, 2000);
+  EXPECT_EQ((*all)[0].gpus, 0.25);
+  EXPECT_EQ((*all)[0].model, "H100-80GB");
+  EXPECT_EQ((*all)[1].end_ms, -1);
+  EXPECT_EQ(store->Runs(2500, 4000)->size(), 0u);  // run 1 ended at 2000, run 2 starts at 5000
+  EXPECT_EQ(store->Runs(6000, 7000)->size(), 1u);  // run 2 still open
+}
+
+TEST_P(StoreCases, ANewerSchemaIsRefused) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+    ASSERT_TRUE(store->SetMeta("schema_version", "99").ok());
+  }
+  auto again = home_->Open();
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().message.find("newer"), std::string::npos) << again.error().message;
+}
+
+// ---------------------------------------------------------------- leader lease
+
+TEST_P(StoreCases, LeaseEpochsRenewalAndLeader) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  auto none = store->Leader();
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(none->has_value());
+
+  auto e1 = store->AcquireLease("http://a:8080", 10000);
+  ASSERT_TRUE(e1.ok()) << e1.error().message;
+  EXPECT_GE(*e1, 1);
+  auto leader = store->Leader();
+  ASSERT_TRUE(leader.ok() && leader->has_value());
+  EXPECT_EQ((**leader).holder, "http://a:8080");
+  EXPECT_EQ((**leader).epoch, *e1);
+  EXPECT_GT((**leader).expires_in_ms, 5000);
+  EXPECT_LE((**leader).expires_in_ms, 10000);
+
+  EXPECT_TRUE(store->RenewLease("http://a:8080", *e1, 20000).ok());
+  EXPECT_GT((**store->Leader()).expires_in_ms, 10000);
+  Status wrong_epoch = store->RenewLease("http://a:8080", *e1 + 1, 20000);
+  ASSERT_FALSE(wrong_epoch.ok());
+  EXPECT_EQ(wrong_epoch.error().field, "lease");
+  EXPECT_NE(wrong_epoch.error().message.find("deposed"), std::string::npos);
+  EXPECT_FALSE(store->RenewLease("http://b:8080", *e1, 20000).ok());
+
+  // Every acquisition is a new term, also for the same holder, and writes follow it.
+  auto e2 = store->AcquireLease("http://a:8080", 10000);
+  ASSERT_TRUE(e2.ok()) << e2.error().message;
+  EXPECT_EQ(*e2, *e1 + 1);
+  ASSERT_TRUE(store->Begin().ok());
+  ASSERT_TRUE(store->PutJob(Job(1)).ok());
+  ASSERT_TRUE(store->Commit().ok());
+  EXPECT_TRUE(store->PutJob(Job(2)).ok());  // outside a transaction: fenced on its own
+  EXPECT_EQ(store->LoadJobs(10)->size(), 2u);
+}
+
+TEST_P(StoreCases, LeaseArgumentsAndPreconditions) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(store->AcquireLease("", 1000).error().field, "holder");
+  EXPECT_EQ(store->AcquireLease("a", 0).error().field, "ttl_ms");
+  EXPECT_EQ(store->RenewLease("a", 1, -5).error().field, "ttl_ms");
+  ASSERT_TRUE(store->Begin().ok());
+  EXPECT_FALSE(store->AcquireLease("a", 1000).ok());  // not inside a transaction
+  store->Rollback();
+  EXPECT_TRUE(store->AcquireLease("a", 1000).ok());
+}
+
+// After a takeover the old leader can change nothing, and a store without a lease
+// (`gantryd token create`) is not fenced.
+TEST_P(StoreCases, ADeposedLeaderChangesNothing) {
+  auto old_leader = Open();
+  auto new_leader = Open();
+  auto tool = Open();
+  ASSERT_TRUE(old_leader && new_leader && tool);
+  auto e1 = old_leader->AcquireLease("http://a:8080", 300);
+  ASSERT_TRUE(e1.ok()) << e1.error().message;
+  ASSERT_TRUE(old_leader->PutJob(Job(1)).ok());
+  SleepMs(500);  // past the ttl: PostgreSQL lets another holder in only then
+  auto e2 = new_leader->AcquireLease("http://b:8080", 10000);
+  ASSERT_TRUE(e2.ok()) << e2.error().message;
+  EXPECT_GT(*e2, *e1);
+
+  Status begin = old_leader->Begin();
+  ASSERT_FALSE(begin.ok());
+  EXPECT_EQ(begin.error().field, "lease");
+  EXPECT_NE(begin.error().message.find("epoch " + std::to_string(*e2)), std::string::npos)
+      << begin.error().message;
+  EXPECT_NE(begin.error().message.find("http://b:8080"), std::string::npos);
+  StoredJob changed = Job(1, false);
+  EXPECT_FALSE(old_leader->PutJob(changed).ok());
+  EXPECT_FALSE(old_leader->PutJob(Job(7)).ok());
+  EXPECT_FALSE(old_leader->SetMeta("epoch_ms", "5").ok());
+  EXPECT_FALSE(old_leader->Commit().ok());
+  Status renew = old_leader->RenewLease("http://a:8080", *e1, 10000);
+  ASSERT_FALSE(renew.ok());
+  EXPECT_NE(renew.error().message.find("deposed"), std::string::npos);
+
+  auto jobs = new_leader->LoadJobs(10);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(Names(*jobs), (std::vector<std::string>{"j1"}));
+  EXPECT_TRUE((*jobs)[0].active);
+  EXPECT_FALSE(new_leader->GetMeta("epoch_ms")->has_value());
+  ASSERT_TRUE(new_leader->Begin().ok());
+  ASSERT_TRUE(new_leader->PutJob(changed).ok());
+  ASSERT_TRUE(new_leader->Commit().ok());
+  EXPECT_TRUE(new_leader->RenewLease("http://b:8080", *e2, 10000).ok());
+  EXPECT_EQ((**new_leader->Leader()).holder, "http://b:8080");
+
+  StoredToken t;
+  t.hash = "0123456789abcdef";
+  t.role = "admin";
+  EXPECT_TRUE(tool->AddToken(t).ok());
+  EXPECT_TRUE((*new_leader->FindToken(t.hash)).has_value());
+}
+
+}  // namespace
+}  // namespace gantry::server::testing

@@ -73,6 +73,7 @@ def run_size(a, peer, nodes, work):
                 '  - name: probe\n    count: 2\n    gpus: 8\n    gpu_model: A100-80GB\n'
                 'queues:\n  - name: research\n    guaranteed_gpus: %d\n' % (nodes, total + 16))
     db = os.path.join(d, 'state.db')
+    subprocess.run([gantryd, 'init', '--db', db], capture_output=True, check=True)
     tok = lambda *r: subprocess.run([gantryd, 'token', 'create', '--db', db] + list(r), capture_output=True,
                                     text=True, check=True).stdout.strip()
     admin, agent_tok = tok('--admin'), tok('--agent')

@@ -5,7 +5,7 @@
 // The server URL defaults to $GANTRY_SERVER and the token to $GANTRY_TOKEN (or
 // --token-file). Without --emulate the GPUs come from NVML; a machine without NVIDIA's
 // driver then needs --emulate, or --no-gpus for a CPU-only node.
-// Exit status: 0 after SIGTERM/SIGINT (workers stopped and reported), 1 on a run-time
+// SIGHUP is ignored (nothing to reload). Exit status: 0 after SIGTERM/SIGINT (workers stopped and reported), 1 on a run-time
 // failure, 2 on bad input.
 #include <csignal>
 
@@ -110,6 +110,10 @@ int main(int argc, char** argv) {
   sa.sa_handler = OnStop;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
+  // SIGHUP (a closed terminal, `systemctl reload`) must not end the agent and its jobs:
+  // it logs to stderr (journald) and takes its settings from the command line, so there
+  // is nothing to reopen or reload.
+  std::signal(SIGHUP, SIG_IGN);
   sigaction(SIGINT, &sa, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   agent::Agent a(o, std::move(gpus));

@@ -163,6 +163,9 @@ class Controller {
                   int run, int rank, int64_t offset, const std::string& data);
   std::string Metrics();
   nlohmann::json Health();
+  // Runs fn on the controller thread between batches and waits for it (reopening the
+  // event log's stream, which that thread writes).
+  void RunExclusive(const std::function<void()>& fn);
   // Runs a pass and the timers now and waits for them (tests).
   void Poke();
 

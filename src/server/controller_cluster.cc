@@ -171,6 +171,17 @@ void Controller::Health(Done done) {
   }, std::move(done));
 }
 
+void Controller::RunExclusive(const std::function<void()>& fn) {
+  (void)Wait([this, &fn](Done done) {
+    Post(
+        [&fn]() -> Reply {
+          fn();
+          return Reply{};
+        },
+        std::move(done));
+  });
+}
+
 void Controller::Poke() {
   (void)Wait([this](Done done) {
     Post(

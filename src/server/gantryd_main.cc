@@ -1,11 +1,15 @@
 // gantryd: the Gantry control plane. Serves the HTTP/JSON API, /metrics and /healthz,
 // keeps its state in SQLite, and drives the scheduling core.
 //
-//   gantryd --config CLUSTER.yaml --db STATE.db --listen HOST:PORT [--events OUT.jsonl]
+//   gantryd init --db STATE.db
+//   gantryd --config CLUSTER.yaml --db STATE.db --listen HOST:PORT [--events OUT.jsonl] [--init]
 //   gantryd token create --db STATE.db (--admin | --agent | --team T --queues a,b)
 //   gantryd token list --db STATE.db
 //   gantryd token revoke --db STATE.db HASH_PREFIX
 //
+// A database is created only by `gantryd init` (or `--init`): a mistyped --db must not
+// start an empty cluster whose agents, unknown to it, would then stop their jobs.
+// Signals: TERM and INT stop gracefully; HUP reopens the event log (for log rotation).
 // Exit status: 0 after a clean stop (SIGTERM, SIGINT), 1 on a run-time failure, 2 on bad
 // input (config problems are printed as FILE:LINE: FIELD: MESSAGE).
 #include <csignal>
@@ -13,6 +17,7 @@
 
 #include <CLI/CLI.hpp>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -29,6 +34,16 @@ namespace {
 
 constexpr int kExitRunFailure = 1;
 constexpr int kExitBadInput = 2;
+
+// Opens the database at `path`; creates it only when `create` (gantryd init, --init).
+Result<std::unique_ptr<server::SqliteStore>> OpenStore(const std::string& path, bool create) {
+  std::error_code ec;
+  if (!create && !std::filesystem::exists(path, ec)) {
+    return Error{"db", "no database at " + path + ": create one with `gantryd init --db " + path +
+                           "` (or start with --init); a wrong path would otherwise start an empty cluster"};
+  }
+  return server::SqliteStore::Open(path);
+}
 
 int64_t WallMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -83,7 +98,7 @@ int TokenCreate(const TokenArgs& a) {
       }
     }
   }
-  auto store = server::SqliteStore::Open(a.db);
+  auto store = OpenStore(a.db, false);
   if (!store) {
     std::cerr << "gantryd: --db: " << store.error().message << "\n";
     return kExitRunFailure;
@@ -101,7 +116,7 @@ int TokenCreate(const TokenArgs& a) {
 }
 
 int TokenList(const TokenArgs& a) {
-  auto store = server::SqliteStore::Open(a.db);
+  auto store = OpenStore(a.db, false);
   if (!store) {
     std::cerr << "gantryd: --db: " << store.error().message << "\n";
     return kExitRunFailure;
@@ -122,7 +137,7 @@ int TokenList(const TokenArgs& a) {
 }
 
 int TokenRevoke(const TokenArgs& a) {
-  auto store = server::SqliteStore::Open(a.db);
+  auto store = OpenStore(a.db, false);
   if (!store) {
     std::cerr << "gantryd: --db: " << store.error().message << "\n";
     return kExitRunFailure;
@@ -134,7 +149,23 @@ int TokenRevoke(const TokenArgs& a) {
   return 0;
 }
 
+int Init(const std::string& db) {
+  std::error_code ec;
+  if (std::filesystem::exists(db, ec)) {
+    std::cerr << "gantryd init: " << db << " already exists; nothing done\n";
+    return kExitBadInput;
+  }
+  auto store = OpenStore(db, true);
+  if (!store) {
+    std::cerr << "gantryd init: " << store.error().message << "\n";
+    return kExitRunFailure;
+  }
+  std::cerr << "gantryd init: created " << db << "\n";
+  return 0;
+}
+
 struct ServeArgs {
+  bool init = false;
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file;
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
   double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0;
@@ -162,7 +193,7 @@ int Serve(const ServeArgs& a) {
     return kExitBadInput;
   }
   const std::string host = a.listen.substr(0, colon);
-  auto store = server::SqliteStore::Open(a.db);
+  auto store = OpenStore(a.db, a.init);
   if (!store) {
     std::cerr << "gantryd: --db: " << store.error().message << "\n";
     return kExitRunFailure;
@@ -184,11 +215,13 @@ int Serve(const ServeArgs& a) {
   opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
   opts.log_dir = a.log_dir.empty() ? a.db + ".logs" : a.log_dir;
 
-  // SIGTERM and SIGINT are taken by a thread of their own; every other thread blocks them.
+  // SIGTERM, SIGINT and SIGHUP are taken by a thread of their own; every other thread
+  // blocks them.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
@@ -212,7 +245,19 @@ int Serve(const ServeArgs& a) {
             << ", " << config->cluster.nodes().size() << " nodes, policy " << a.policy << ")\n";
   std::thread waiter([&] {
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+      // Log rotation: the event log is reopened (on the controller thread, between batches).
+      if (a.events.empty()) {
+        std::cerr << "gantryd: SIGHUP: no event log to reopen; nothing else is reloaded\n";
+        continue;
+      }
+      controller.RunExclusive([&] {
+        events.close();
+        events.open(a.events, std::ios::app | std::ios::binary);
+      });
+      std::cerr << "gantryd: SIGHUP: reopened " << a.events << (events ? "" : " (FAILED: events are not written)")
+                << "\n";
+    }
     api.Stop();
   });
   api.Serve();
@@ -229,7 +274,8 @@ int main(int argc, char** argv) {
   CLI::App app{"gantryd: the Gantry control plane"};
   ServeArgs serve;
   app.add_option("--config", serve.config, "Cluster config (YAML)");
-  app.add_option("--db", serve.db, "State database (SQLite; created when missing)");
+  app.add_option("--db", serve.db, "State database (SQLite; made by `gantryd init`)");
+  app.add_flag("--init", serve.init, "Create the database when it does not exist");
   app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")->capture_default_str();
   app.add_option("--events", serve.events, "Append the event log (JSON Lines) here");
   app.add_option("--policy", serve.policy, "Scheduling policy")->capture_default_str();
@@ -246,6 +292,10 @@ int main(int argc, char** argv) {
   app.add_option("--kill-slack-s", serve.kill_slack_s,
                  "After a grace period, how long to wait for exit reports")
       ->capture_default_str();
+
+  std::string init_db;
+  CLI::App* init = app.add_subcommand("init", "Create an empty state database");
+  init->add_option("--db", init_db, "State database to create")->required();
 
   TokenArgs token;
   CLI::App* tok = app.add_subcommand("token", "Manage API tokens (only their SHA-256 is stored)");
@@ -269,6 +319,7 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : kExitBadInput;
   }
+  if (*init) return Init(init_db);
   if (*create) return TokenCreate(token);
   if (*list) return TokenList(token);
   if (*revoke) return TokenRevoke(token);

@@ -272,6 +272,8 @@ std::string Harness::Read(const std::string& rel) const { return Slurp(Path(rel)
 
 void Harness::Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues) {
   Write("cluster.yaml", cluster_yaml);
+  RunResult init = Run({GANTRYD_BINARY, "init", "--db", Path("state.db")});
+  EXPECT_EQ(init.rc, 0) << init.err;
   auto create = [&](std::vector<std::string> args) {
     std::vector<std::string> argv = {GANTRYD_BINARY, "token", "create", "--db", Path("state.db"),
                                      "--config", Path("cluster.yaml")};

@@ -94,6 +94,7 @@ class Harness {
   void StartServer(const std::vector<std::string>& extra = {});
   void KillServer(int sig);  // and waits for it
   std::string ServerUrl() const;
+  pid_t server_pid() const { return server_.pid; }
   int port() const { return port_; }
 
   // Starts gantry-agent for node `node` (emulating 8 H100s) talking to `url` (default:

@@ -569,3 +569,54 @@ TEST(Integration, SeparateHostsInNetworkNamespaces) {
 
 }  // namespace
 }  // namespace gantry::it
+
+namespace gantry::it {
+namespace {
+
+// Issue 16, bug 6: a wrong or missing --db started an empty cluster, whose agents then
+// stopped their jobs. Creating a database is explicit now.
+TEST(Integration, AMissingDatabaseIsAnErrorNotAnEmptyCluster) {
+  Harness h("nodb");
+  h.Write("cluster.yaml", "pools:\n  - name: h100\n    count: 1\n    gpus: 8\n    gpu_model: H100-80GB\n"
+                          "queues:\n  - name: q\n    guaranteed_gpus: 8\n");
+  const std::string db = h.Path("typo.db");
+  RunResult serve = it::Run({GANTRYD_BINARY, "--config", h.Path("cluster.yaml"), "--db", db, "--listen", "127.0.0.1:0"});
+  EXPECT_NE(serve.rc, 0);
+  EXPECT_NE(serve.err.find("no database at " + db), std::string::npos) << serve.err;
+  EXPECT_NE(serve.err.find("gantryd init"), std::string::npos) << serve.err;
+  RunResult token = it::Run({GANTRYD_BINARY, "token", "create", "--db", db, "--admin"});
+  EXPECT_NE(token.rc, 0);
+  EXPECT_FALSE(std::filesystem::exists(db)) << "a missing database was created";
+  RunResult init = it::Run({GANTRYD_BINARY, "init", "--db", db});
+  EXPECT_EQ(init.rc, 0) << init.err;
+  EXPECT_TRUE(std::filesystem::exists(db));
+  RunResult again = it::Run({GANTRYD_BINARY, "init", "--db", db});
+  EXPECT_NE(again.rc, 0);
+  EXPECT_NE(again.err.find("already exists"), std::string::npos) << again.err;
+}
+
+// Issue 16, bug 7: SIGHUP ended gantryd and gantry-agent (exit 129). gantryd reopens its
+// event log (log rotation); the agent ignores it; both keep serving.
+TEST(Integration, SighupReopensTheEventLogAndEndsNothing) {
+  Harness h("hup");
+  Prepare(h);
+  StartCluster(h, 1);
+  const std::string first = Submit(h, "a", {"--queue", "research", "--gpus", "0", "--", "true"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return CountEvents(Events(h), "submit", first) == 1; }, 10));
+  std::filesystem::rename(h.Path("events.jsonl"), h.Path("events.jsonl.1"));
+  ASSERT_EQ(::kill(h.server_pid(), SIGHUP), 0);
+  ASSERT_EQ(::kill(h.agent_pid(0), SIGHUP), 0);
+  ASSERT_TRUE(Harness::WaitFor([&] { return std::filesystem::exists(h.Path("events.jsonl")); }, 10))
+      << "the event log was not reopened";
+  const std::string second = Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(second)["state"] == "finished"; }, 20))
+      << "the job did not run after SIGHUP: " << h.Job(second).dump();
+  EXPECT_EQ(CountEvents(Events(h), "submit", second), 1);
+  EXPECT_EQ(CountEvents(Events(h), "submit", first), 0);  // that one is in the rotated file
+  EXPECT_EQ(::kill(h.server_pid(), 0), 0) << "gantryd ended";
+  EXPECT_EQ(::kill(h.agent_pid(0), 0), 0) << "gantry-agent ended";
+  EXPECT_TRUE(h.NodesUp(1));
+}
+
+}  // namespace
+}  // namespace gantry::it

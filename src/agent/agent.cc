@@ -51,14 +51,24 @@ json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
 Agent::Agent(AgentOptions options, std::unique_ptr<GpuSource> gpus)
     : options_(std::move(options)),
       gpus_(std::move(gpus)),
-      http_(std::make_unique<httplib::Client>(options_.server)),
+      servers_(options_.server),
       agent_id_(RandomId()),
       heartbeat_ms_(options_.heartbeat_ms) {
-  http_->set_connection_timeout(2, 0);
-  http_->set_read_timeout(5, 0);
-  http_->set_write_timeout(5, 0);
+  Connect();
+}
+
+void Agent::Connect() {
+  http_ = std::make_unique<httplib::Client>(servers_.current());
+  // Before the server has given a lease: 2 s; then well within the lease (as Heartbeat sets).
+  const int64_t lease = lease_ms_.load();
+  const int64_t timeout_ms = lease <= 0 ? 2000 : std::clamp<int64_t>(lease / 3, 300, 5000);
+  http_->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  http_->set_read_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
+  http_->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
   http_->set_keep_alive(true);
   if (!options_.token.empty()) http_->set_bearer_token_auth(options_.token.c_str());
+  std::lock_guard lk(watch_mu_);
+  server_now_ = servers_.current();
 }
 
 Agent::~Agent() = default;
@@ -87,7 +97,7 @@ int Agent::Run(const std::atomic<bool>& stop) {
   // Orphaned descendants of workers are re-parented to the agent (and reaped by it)
   // rather than to init, which in a container may never reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  Say("joining " + options_.server + " with " + gpus_->Describe());
+  Say("joining " + servers_.current() + " with " + gpus_->Describe());
   Recover();
   std::atomic<bool> fence_stop{false};
   std::thread fence([&] { FenceLoop(fence_stop); });
@@ -334,12 +344,25 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
                          "application/json");
   if (!res) {
     // One line when the server becomes unreachable, not one per heartbeat.
-    const std::string err = "cannot reach " + options_.server;
+    const std::string err = "cannot reach " + servers_.current();
     if (err != last_error_) Say(err + ": " + httplib::to_string(res.error()));
     last_error_ = err;
+    if (servers_.size() > 1) {
+      servers_.Failed();
+      Connect();
+    }
     return;
   }
   json reply = json::parse(res->body, nullptr, false);
+  if (res->status == 503 && reply.is_object() && reply.value("role", "") == "standby") {
+    // A standby: go to the leader it names (or the next server), at once.
+    const std::string err = servers_.current() + " is a standby";
+    if (err != last_error_) Say(err + (reply.value("leader", "").empty() ? "" : "; the leader is " + reply.value("leader", "")));
+    last_error_ = err;
+    servers_.Failed(reply.value("leader", ""));
+    Connect();
+    return;
+  }
   if (res->status != 200 || !reply.is_object()) {
     const std::string err = "server said " + std::to_string(res->status) + ": " +
                             (reply.is_object() ? reply.value("error", res->body) : res->body);
@@ -383,14 +406,7 @@ void Agent::Apply(const std::string& instance, int64_t version, const json& work
 }
 
 void Agent::WatchLoop(const std::atomic<bool>& stop) {
-  {
-    std::lock_guard lk(watch_mu_);
-    watch_http_ = std::make_unique<httplib::Client>(options_.server);
-    watch_http_->set_connection_timeout(2, 0);
-    watch_http_->set_read_timeout(30, 0);  // the server answers within 20 s
-    watch_http_->set_keep_alive(true);
-    if (!options_.token.empty()) watch_http_->set_bearer_token_auth(options_.token.c_str());
-  }
+  std::string url;
   while (!stop.load()) {
     std::string instance;
     int64_t version = 0;
@@ -398,6 +414,14 @@ void Agent::WatchLoop(const std::atomic<bool>& stop) {
       std::lock_guard lk(watch_mu_);
       instance = applied_instance_;
       version = applied_version_;
+      if (url != server_now_) {  // heartbeats moved to another server (a new leader)
+        url = server_now_;
+        watch_http_ = std::make_unique<httplib::Client>(url);
+        watch_http_->set_connection_timeout(2, 0);
+        watch_http_->set_read_timeout(30, 0);  // the server answers within 20 s
+        watch_http_->set_keep_alive(true);
+        if (!options_.token.empty()) watch_http_->set_bearer_token_auth(options_.token.c_str());
+      }
     }
     if (last_ok_.load() == 0) {  // not registered yet: the first heartbeat comes first
       std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -41,6 +41,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/gpu.h"
+#include "base/server_list.h"
 
 namespace httplib {
 class Client;
@@ -49,7 +50,8 @@ class Client;
 namespace gantry::agent {
 
 struct AgentOptions {
-  std::string server;      // base URL, e.g. http://127.0.0.1:8080
+  std::string server;      // base URL, e.g. http://127.0.0.1:8080; several comma-separated
+                           // (a leader and its standbys): the agent follows the leader
   std::string token;       // an agent (or admin) token
   std::string node;        // a node name from the cluster config
   std::string address;     // advertised to gang peers; empty: what the server sees
@@ -107,10 +109,13 @@ class Agent {
   void Remember(const std::string& key);
   void WriteRecord(const Worker& w);
   void Say(const std::string& line);
+  // A new HTTP client for servers_.current() (heartbeats and log uploads).
+  void Connect();
 
   AgentOptions options_;
   std::unique_ptr<GpuSource> gpus_;
   std::unique_ptr<httplib::Client> http_;
+  ServerList servers_;
   std::string agent_id_;
   std::vector<GpuInfo> last_gpus_;
   std::map<int, int64_t> busy_at_;         // GPU index -> last time it was seen busy (or first seen)
@@ -138,6 +143,7 @@ class Agent {
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   std::unique_ptr<httplib::Client> watch_http_;
+  std::string server_now_;        // the server heartbeats go to; the watch follows it
   std::string applied_instance_;  // the newest answer applied: its server instance and version
   int64_t applied_version_ = -1;
   std::optional<nlohmann::json> watched_;  // an answer the main loop has not applied yet

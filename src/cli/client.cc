@@ -1,3 +1,4 @@
+#include "base/server_list.h"
 #include "base/url.h"
 #include "cli/client.h"
 
@@ -43,38 +44,69 @@ struct Response {
   json Json() const { return json::parse(body, nullptr, false); }
 };
 
+// Talks to gantryd, following the leader: a server that cannot be reached, or a standby
+// (503 naming the leader), sends the call to the next URL of --server (comma-separated)
+// or to the leader named, for up to 15 s. A retried submit is safe: it carries its
+// Idempotency-Key.
 class Client {
  public:
-  explicit Client(const Globals& g) {
-    server_ = g.server;
-    if (server_.empty()) {
-      const char* s = std::getenv("GANTRY_SERVER");
-      server_ = s ? s : "http://127.0.0.1:8080";
-    }
-    if (server_.find("://") == std::string::npos) server_ = "http://" + server_;
+  explicit Client(const Globals& g) : servers_(ServerSpec(g)) {
     token_ = g.token;
     if (token_.empty()) {
       const char* t = std::getenv("GANTRY_TOKEN");
       token_ = t ? t : "";
     }
-    http_ = std::make_unique<httplib::Client>(server_);
+    Connect();
+  }
+
+  Response Get(const std::string& path) {
+    return Call([&] { return http_->Get(path.c_str()); });
+  }
+  Response Post(const std::string& path, const std::string& body, const std::string& type,
+                const httplib::Headers& headers = {}) {
+    return Call([&] { return http_->Post(path.c_str(), headers, body, type.c_str()); });
+  }
+  const std::string& server() const { return servers_.current(); }
+
+ private:
+  static std::string ServerSpec(const Globals& g) {
+    if (!g.server.empty()) return g.server;
+    const char* s = std::getenv("GANTRY_SERVER");
+    return s ? s : "http://127.0.0.1:8080";
+  }
+  void Connect() {
+    http_ = std::make_unique<httplib::Client>(servers_.current());
     http_->set_connection_timeout(5, 0);
     http_->set_read_timeout(30, 0);
     if (!token_.empty()) http_->set_bearer_token_auth(token_.c_str());
   }
-
-  Response Get(const std::string& path) { return Wrap(http_->Get(path.c_str())); }
-  Response Post(const std::string& path, const std::string& body, const std::string& type,
-                const httplib::Headers& headers = {}) {
-    return Wrap(http_->Post(path.c_str(), headers, body, type.c_str()));
+  template <typename F>
+  Response Call(const F& exchange) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    for (int attempt = 0;; ++attempt) {
+      Response out = Wrap(exchange());
+      std::string leader;
+      if (out.status == 503) {
+        json j = out.Json();
+        if (j.is_object() && j.value("role", "") == "standby") leader = j.value("leader", "");
+        if (j.is_object() && j.value("role", "") != "standby") return out;  // shutting down, not a standby
+      } else if (out.status != 0) {
+        return out;
+      }
+      if (servers_.size() == 1 && leader.empty() && out.status == 0) return out;
+      if (std::chrono::steady_clock::now() >= give_up) return out;
+      servers_.Failed(leader);
+      Connect();
+      // A full round of the list found no leader: the standby may be taking over.
+      if (attempt > 0 && attempt % static_cast<int>(servers_.size()) == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    }
   }
-  const std::string& server() const { return server_; }
-
- private:
   Response Wrap(httplib::Result r) {
     Response out;
     if (!r) {
-      out.error = "cannot reach gantryd at " + server_ + ": " + httplib::to_string(r.error());
+      out.error = "cannot reach gantryd at " + servers_.current() + ": " + httplib::to_string(r.error());
       return out;
     }
     out.status = r->status;
@@ -82,7 +114,8 @@ class Client {
     out.headers = r->headers;
     return out;
   }
-  std::string server_, token_;
+  ServerList servers_;
+  std::string token_;
   std::unique_ptr<httplib::Client> http_;
 };
 
@@ -453,7 +486,7 @@ int Drain(const Globals& g, const std::string& node, bool drain, const std::stri
 void AddClientCommands(CLI::App& app, int& exit_code) {
   // Owned for the life of the process: the parsed values must outlive parse().
   static Globals g;
-  app.add_option("--server", g.server, "gantryd URL (default: $GANTRY_SERVER, else http://127.0.0.1:8080)");
+  app.add_option("--server", g.server, "gantryd URL, or several comma-separated (a leader and its standbys; default: $GANTRY_SERVER, else http://127.0.0.1:8080)");
   app.add_option("--token", g.token, "API token (default: $GANTRY_TOKEN)");
 
   static SubmitArgs s;

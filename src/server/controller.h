@@ -94,6 +94,8 @@ struct ControllerOptions {
   int64_t max_spec_bytes = 64 * 1024;
   int64_t recent_done = 10000;      // ended jobs kept in memory for `ls` and `show`
   std::string log_dir;              // job output uploaded by agents
+  std::string leader;               // this gantryd's name in the leader lease (its URL), for /healthz
+  int64_t epoch = 0;                // the lease epoch it holds
 };
 
 // Called once with the reply, on the controller thread, after the batch committed.

@@ -164,6 +164,9 @@ void Controller::Health(Done done) {
     Reply ok;
     ok.body = {{"status", "ok"},
                {"instance", instance_},
+               {"role", "leader"},
+               {"leader", options_.leader},
+               {"epoch", options_.epoch},
                {"nodes_up", up},
                {"jobs_running", running_.size()},
                {"jobs_pending", sched_->pending().size()}};

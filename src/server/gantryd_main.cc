@@ -1,8 +1,14 @@
 // gantryd: the Gantry control plane. Serves the HTTP/JSON API, /metrics and /healthz,
-// keeps its state in SQLite, and drives the scheduling core.
+// keeps its state in SQLite (one machine) or PostgreSQL (a leader and standbys), and
+// drives the scheduling core.
 //
-//   gantryd init --db STATE.db
+//   gantryd init --db STATE.db | postgresql://...
 //   gantryd --config CLUSTER.yaml --db STATE.db --listen HOST:PORT [--events OUT.jsonl] [--init]
+//   gantryd --config CLUSTER.yaml --db postgresql://... --listen HOST:PORT --advertise URL
+//
+// On PostgreSQL every gantryd waits as a standby (answering 503 with the leader's URL)
+// until it holds the leader lease (--leader-ttl-s, 3 s), then restores the state and
+// serves on the same address; it renews every ttl/3 and exits the moment it cannot.
 //   gantryd token create --db STATE.db (--admin | --agent | --team T --queues a,b)
 //   gantryd token list --db STATE.db
 //   gantryd token revoke --db STATE.db HASH_PREFIX
@@ -14,9 +20,14 @@
 // input (config problems are printed as FILE:LINE: FIELD: MESSAGE).
 #include <csignal>
 #include <pthread.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,6 +36,8 @@
 #include "server/auth.h"
 #include "server/controller.h"
 #include "server/http_api.h"
+#include "server/http_server.h"
+#include "server/pg_store.h"
 #include "server/sqlite_store.h"
 #include "spec/config_reader.h"
 
@@ -35,20 +48,51 @@ namespace {
 constexpr int kExitRunFailure = 1;
 constexpr int kExitBadInput = 2;
 
-// Opens the database at `path`; creates it only when `create` (gantryd init, --init).
-Result<std::unique_ptr<server::SqliteStore>> OpenStore(const std::string& path, bool create) {
-  std::error_code ec;
-  if (!create && !std::filesystem::exists(path, ec)) {
-    return Error{"db", "no database at " + path + ": create one with `gantryd init --db " + path +
-                           "` (or start with --init); a wrong path would otherwise start an empty cluster"};
-  }
-  return server::SqliteStore::Open(path);
-}
-
 int64_t WallMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+bool IsPostgres(const std::string& db) {
+  return db.rfind("postgresql://", 0) == 0 || db.rfind("postgres://", 0) == 0;
+}
+
+// The URL as safe to print: without a password.
+std::string Redacted(const std::string& db) {
+  const size_t scheme = db.find("://");
+  const size_t at = db.find('@');
+  if (scheme == std::string::npos || at == std::string::npos) return db;
+  const size_t colon = db.find(':', scheme + 3);
+  if (colon == std::string::npos || colon > at) return db;
+  return db.substr(0, colon) + ":***" + db.substr(at);
+}
+
+// Marks a database made by `gantryd init` (PostgreSQL: the schema alone is made by any
+// connection, so the mark is what says the database was meant to hold a cluster).
+constexpr const char* kInitKey = "initialized_ms";
+
+// Opens the database at `db` (a SQLite file, or a postgresql:// URL); creates or marks it
+// only when `create` (gantryd init, --init).
+Result<std::unique_ptr<server::Store>> OpenStore(const std::string& db, bool create) {
+  const std::string fix = "create one with `gantryd init --db " + Redacted(db) +
+                          "` (or start with --init); a wrong --db would otherwise start an empty cluster";
+  if (!IsPostgres(db)) {
+    std::error_code ec;
+    if (!create && !std::filesystem::exists(db, ec)) return Error{"db", "no database at " + db + ": " + fix};
+    auto store = server::SqliteStore::Open(db);
+    if (!store) return store.error();
+    return std::unique_ptr<server::Store>(std::move(*store));
+  }
+  auto store = server::PgStore::Open(db);
+  if (!store) return store.error();
+  auto mark = (*store)->GetMeta(kInitKey);
+  if (!mark) return mark.error();
+  if (!*mark) {
+    if (!create) return Error{"db", Redacted(db) + " holds no Gantry state: " + fix};
+    if (Status s = (*store)->SetMeta(kInitKey, std::to_string(WallMs())); !s) return s.error();
+  }
+  return std::unique_ptr<server::Store>(std::move(*store));
 }
 
 std::vector<std::string> Split(const std::string& s) {
@@ -151,8 +195,12 @@ int TokenRevoke(const TokenArgs& a) {
 
 int Init(const std::string& db) {
   std::error_code ec;
-  if (std::filesystem::exists(db, ec)) {
+  if (!IsPostgres(db) && std::filesystem::exists(db, ec)) {
     std::cerr << "gantryd init: " << db << " already exists; nothing done\n";
+    return kExitBadInput;
+  }
+  if (IsPostgres(db) && OpenStore(db, false)) {
+    std::cerr << "gantryd init: " << Redacted(db) << " already holds Gantry state; nothing done\n";
     return kExitBadInput;
   }
   auto store = OpenStore(db, true);
@@ -160,20 +208,143 @@ int Init(const std::string& db) {
     std::cerr << "gantryd init: " << store.error().message << "\n";
     return kExitRunFailure;
   }
-  std::cerr << "gantryd init: created " << db << "\n";
+  std::cerr << "gantryd init: created " << Redacted(db) << "\n";
   return 0;
 }
 
 struct ServeArgs {
   bool init = false;
-  std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file;
+  std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
+      tls_cert, tls_key;
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
-  double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0;
+  double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3;
+};
+
+// A gantryd that does not hold the leader lease: it answers every request 503 with
+// {"role": "standby", "leader": URL} (the CLI and agents then go to the leader), /healthz
+// included, so a load balancer's health check sends traffic to the leader only.
+class Standby {
+ public:
+  explicit Standby(const server::TlsFiles& tls)
+      : server_(Options(tls), [this](server::HttpRequest&, server::HttpServer::Respond respond) {
+          std::string leader;
+          {
+            std::lock_guard lk(mu_);
+            leader = leader_;
+          }
+          server::HttpResponse r;
+          r.status = 503;
+          r.headers.emplace_back("Retry-After", "1");
+          r.body = nlohmann::json{{"error", "this gantryd is a standby; " +
+                                                (leader.empty() ? "no leader yet" : "the leader is " + leader)},
+                                  {"role", "standby"},
+                                  {"leader", leader}}
+                       .dump();
+          respond(std::move(r));
+        }) {}
+  Result<int> Bind(const std::string& host, int port) { return server_.Bind(host, port); }
+  void Start() {
+    thread_ = std::thread([this] { server_.Serve(); });
+  }
+  void Stop() {
+    server_.Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+  void SetLeader(const std::string& url) {
+    std::lock_guard lk(mu_);
+    leader_ = url;
+  }
+
+ private:
+  static server::HttpServerOptions Options(const server::TlsFiles& tls) {
+    server::HttpServerOptions o;
+    o.threads = 1;
+    o.tls = tls;
+    return o;
+  }
+  std::mutex mu_;
+  std::string leader_;
+  server::HttpServer server_;
+  std::thread thread_;
+};
+
+// Sleeps `ms`, or less once `stopping` is set.
+void Nap(int64_t ms, const std::atomic<bool>& stopping) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+  while (!stopping.load() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// As a standby, tries for the lease every ttl/6 until it is taken (its epoch) or the
+// process is told to stop (nullopt). A store failure other than "someone else leads" is
+// an error.
+Result<std::optional<int64_t>> WaitForLease(server::Store& store, const std::string& me, int64_t ttl_ms,
+                                            Standby& standby, const std::atomic<bool>& stopping) {
+  std::string said;
+  while (!stopping.load()) {
+    auto epoch = store.AcquireLease(me, ttl_ms);
+    if (epoch) return std::optional<int64_t>(*epoch);
+    if (epoch.error().field != "lease") return epoch.error();
+    auto leader = store.Leader();
+    if (!leader) return leader.error();
+    const std::string holder = *leader ? (*leader)->holder : "";
+    standby.SetLeader(holder);
+    if (holder != said) {  // one line per leader, not one per try
+      std::cerr << "gantryd: standby: " << epoch.error().message << "\n";
+      said = holder;
+    }
+    Nap(std::max<int64_t>(ttl_ms / 6, 50), stopping);
+  }
+  return std::optional<int64_t>();
+}
+
+// The leader's renewal, on a connection of its own (a renewal does not wait for the
+// controller's transactions): every ttl/3. Losing the lease, or the database, ends the
+// process at once: a deposed leader never carries on from memory (its writes are fenced
+// anyway), and a restart comes back as a standby.
+class Renewer {
+ public:
+  Renewer(std::unique_ptr<server::Store> store, std::string me, int64_t epoch, int64_t ttl_ms)
+      : store_(std::move(store)), me_(std::move(me)), epoch_(epoch), ttl_ms_(ttl_ms) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Renewer() {
+    stop_ = true;
+    thread_.join();
+  }
+
+ private:
+  void Loop() {
+    while (!stop_.load()) {
+      Nap(ttl_ms_ / 3, stop_);
+      if (stop_.load()) return;
+      if (Status s = store_->RenewLease(me_, epoch_, ttl_ms_); !s) {
+        std::fprintf(stderr, "gantryd: fatal: the leader lease was lost (%s); exiting, a standby takes over\n",
+                     s.error().message.c_str());
+        std::fflush(stderr);
+        std::_Exit(kExitRunFailure);
+      }
+    }
+  }
+  std::unique_ptr<server::Store> store_;
+  std::string me_;
+  int64_t epoch_, ttl_ms_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 int Serve(const ServeArgs& a) {
   if (a.config.empty() || a.db.empty()) {
     std::cerr << "gantryd: --config and --db are required\n";
+    return kExitBadInput;
+  }
+  if (a.tls_cert.empty() != a.tls_key.empty()) {
+    std::cerr << "gantryd: --tls-cert and --tls-key go together\n";
+    return kExitBadInput;
+  }
+  if (a.leader_ttl_s < 0.3) {
+    std::cerr << "gantryd: --leader-ttl-s: at least 0.3\n";
     return kExitBadInput;
   }
   spec::Diagnostics diags;
@@ -206,14 +377,7 @@ int Serve(const ServeArgs& a) {
       return kExitRunFailure;
     }
   }
-  server::ControllerOptions opts;
-  opts.policy = a.policy;
-  opts.pass_interval_ms = a.pass_interval_ms;
-  opts.heartbeat_ms = a.heartbeat_ms;
-  opts.node_timeout_ms = static_cast<int64_t>(a.node_timeout_s * 1000);
-  opts.kill_slack_ms = static_cast<int64_t>(a.kill_slack_s * 1000);
-  opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
-  opts.log_dir = a.log_dir.empty() ? a.db + ".logs" : a.log_dir;
+  server::TlsFiles tls{a.tls_cert, a.tls_key};
 
   // SIGTERM, SIGINT and SIGHUP are taken by a thread of their own; every other thread
   // blocks them.
@@ -225,47 +389,143 @@ int Serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  server::Controller controller(*config, **store, opts, a.events.empty() ? nullptr : &events, WallMs);
-  if (Status s = controller.Start(); !s) {
-    std::cerr << "gantryd: " << s.error().ToString() << "\n";
-    return kExitRunFailure;
-  }
-  server::HttpApi api(controller, server::HttpOptions{});
-  auto bound = api.Bind(host, port);
-  if (!bound) {
-    std::cerr << "gantryd: " << bound.error().message << "\n";
-    controller.Stop();
-    return kExitRunFailure;
-  }
-  if (!a.port_file.empty()) {
-    std::ofstream(a.port_file + ".tmp") << *bound << "\n";
-    std::rename((a.port_file + ".tmp").c_str(), a.port_file.c_str());
-  }
-  std::cerr << "gantryd: listening on " << host << ":" << *bound << " (cluster " << config->cluster.name()
-            << ", " << config->cluster.nodes().size() << " nodes, policy " << a.policy << ")\n";
+  std::atomic<bool> stopping{false};
+  std::mutex serving_mu;
+  std::function<void()> stop_serving;      // stops what serves now (standby or API)
+  server::Controller* live = nullptr;      // the running controller, for SIGHUP
   std::thread waiter([&] {
     int sig = 0;
-    while (sigwait(&stop_signals, &sig) == 0 && sig == SIGHUP) {
+    while (sigwait(&stop_signals, &sig) == 0) {
+      if (sig != SIGHUP) break;
       // Log rotation: the event log is reopened (on the controller thread, between batches).
-      if (a.events.empty()) {
+      std::lock_guard lk(serving_mu);
+      if (a.events.empty() || !live) {
         std::cerr << "gantryd: SIGHUP: no event log to reopen; nothing else is reloaded\n";
         continue;
       }
-      controller.RunExclusive([&] {
+      live->RunExclusive([&] {
         events.close();
         events.open(a.events, std::ios::app | std::ios::binary);
       });
       std::cerr << "gantryd: SIGHUP: reopened " << a.events << (events ? "" : " (FAILED: events are not written)")
                 << "\n";
     }
-    api.Stop();
+    stopping = true;
+    std::lock_guard lk(serving_mu);
+    if (stop_serving) stop_serving();
   });
-  api.Serve();
+  auto finish = [&](int rc) {
+    {
+      std::lock_guard lk(serving_mu);
+      stop_serving = nullptr;
+      live = nullptr;
+    }
+    if (!stopping.load()) pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter
+    waiter.join();
+    return rc;
+  };
+
+  auto write_port_file = [&](int bound) {
+    if (a.port_file.empty()) return;
+    std::ofstream(a.port_file + ".tmp") << bound << "\n";
+    std::rename((a.port_file + ".tmp").c_str(), a.port_file.c_str());
+  };
+
+  // The leader lease. With PostgreSQL, wait as a standby until it is ours (serving 503s
+  // that name the leader on the same address meanwhile); with SQLite it is always free,
+  // and taking it fences a gantryd started earlier on the same file.
+  const int64_t ttl_ms = static_cast<int64_t>(a.leader_ttl_s * 1000);
+  int64_t epoch = 0;
+  std::string me = a.advertise;
+  std::unique_ptr<Renewer> renewer;
+  if (IsPostgres(a.db)) {
+    Standby standby(tls);
+    auto bound = standby.Bind(host, port);
+    if (!bound) {
+      std::cerr << "gantryd: " << bound.error().message << "\n";
+      return finish(kExitRunFailure);
+    }
+    port = *bound;
+    write_port_file(port);  // a standby listens too (its 503s name the leader)
+    if (me.empty()) me = std::string(tls.enabled() ? "https://" : "http://") + host + ":" + std::to_string(port);
+    {
+      std::lock_guard lk(serving_mu);
+      stop_serving = [&standby] { standby.Stop(); };
+    }
+    standby.Start();
+    auto got = WaitForLease(**store, me, ttl_ms, standby, stopping);
+    {
+      std::lock_guard lk(serving_mu);
+      stop_serving = nullptr;
+    }
+    standby.Stop();
+    if (!got) {
+      std::cerr << "gantryd: --db: " << got.error().message << "\n";
+      return finish(kExitRunFailure);
+    }
+    if (!*got) return finish(0);  // stopped while a standby
+    epoch = **got;
+    auto second = OpenStore(a.db, false);
+    if (!second) {
+      std::cerr << "gantryd: --db: " << second.error().message << "\n";
+      return finish(kExitRunFailure);
+    }
+    renewer = std::make_unique<Renewer>(std::move(*second), me, epoch, ttl_ms);
+  } else {
+    if (me.empty()) me = "gantryd pid " + std::to_string(::getpid());
+    auto got = (*store)->AcquireLease(me, ttl_ms);
+    if (!got) {
+      std::cerr << "gantryd: --db: " << got.error().message << "\n";
+      return finish(kExitRunFailure);
+    }
+    epoch = *got;
+  }
+
+  server::ControllerOptions opts;
+  opts.policy = a.policy;
+  opts.pass_interval_ms = a.pass_interval_ms;
+  opts.heartbeat_ms = a.heartbeat_ms;
+  opts.node_timeout_ms = static_cast<int64_t>(a.node_timeout_s * 1000);
+  opts.kill_slack_ms = static_cast<int64_t>(a.kill_slack_s * 1000);
+  opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
+  opts.log_dir = a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
+  opts.leader = me;
+  opts.epoch = epoch;
+
+  server::Controller controller(*config, **store, opts, a.events.empty() ? nullptr : &events, WallMs);
+  if (Status s = controller.Start(); !s) {
+    std::cerr << "gantryd: " << s.error().ToString() << "\n";
+    return finish(kExitRunFailure);
+  }
+  server::HttpOptions http;
+  http.tls = tls;
+  server::HttpApi api(controller, http);
+  auto bound = api.Bind(host, port);
+  if (!bound) {
+    std::cerr << "gantryd: " << bound.error().message << "\n";
+    controller.Stop();
+    return finish(kExitRunFailure);
+  }
+  write_port_file(*bound);
+  std::cerr << "gantryd: listening on " << host << ":" << *bound << (tls.enabled() ? " (TLS)" : "") << " (cluster "
+            << config->cluster.name() << ", " << config->cluster.nodes().size() << " nodes, policy " << a.policy
+            << (IsPostgres(a.db) ? ", leader " + me + " epoch " + std::to_string(epoch) : std::string()) << ")\n";
+  {
+    std::lock_guard lk(serving_mu);
+    stop_serving = [&api] { api.Stop(); };
+    live = &controller;
+  }
+  if (!stopping.load()) api.Serve();
+  {
+    std::lock_guard lk(serving_mu);
+    stop_serving = nullptr;
+    live = nullptr;
+  }
   controller.Stop();
-  pthread_kill(waiter.native_handle(), SIGTERM);  // wakes the waiter if Serve ended by itself
-  waiter.join();
+  renewer.reset();
+  const int rc = finish(0);
   std::cerr << "gantryd: stopped\n";
-  return 0;
+  return rc;
 }
 
 }  // namespace
@@ -274,7 +534,9 @@ int main(int argc, char** argv) {
   CLI::App app{"gantryd: the Gantry control plane"};
   ServeArgs serve;
   app.add_option("--config", serve.config, "Cluster config (YAML)");
-  app.add_option("--db", serve.db, "State database (SQLite; made by `gantryd init`)");
+  app.add_option("--db", serve.db,
+                 "State database: a SQLite file, or postgresql://... shared by a leader and its standbys "
+                 "(made by `gantryd init`)");
   app.add_flag("--init", serve.init, "Create the database when it does not exist");
   app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")->capture_default_str();
   app.add_option("--events", serve.events, "Append the event log (JSON Lines) here");
@@ -289,6 +551,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--lease-s", serve.lease_s,
                  "Agents cut off this long kill their jobs (default: 60% of the node timeout)");
+  app.add_option("--advertise", serve.advertise,
+                 "With PostgreSQL: the URL clients and agents use for this gantryd (default: http://LISTEN)");
+  app.add_option("--leader-ttl-s", serve.leader_ttl_s,
+                 "With PostgreSQL: the leader lease; a standby takes over this long after the leader stops")
+      ->capture_default_str();
+  app.add_option("--tls-cert", serve.tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
+  app.add_option("--tls-key", serve.tls_key, "The PEM private key for --tls-cert");
   app.add_option("--kill-slack-s", serve.kill_slack_s,
                  "After a grace period, how long to wait for exit reports")
       ->capture_default_str();

@@ -248,11 +248,13 @@ Harness::Harness(const std::string& name, Netns* netns) : netns_(netns) {
   fs::remove_all(base);
   fs::create_directories(base);
   dir_ = base;
+  db_ = Path("state.db");
 }
 
 Harness::~Harness() {
   for (auto& a : agents_) Stop(a, SIGTERM);
   Stop(server_, SIGTERM);
+  Stop(peer_, SIGTERM);
   if (keep_ || ::testing::Test::HasFailure() || std::uncaught_exceptions() > 0) {
     std::cerr << "integration: kept " << dir_ << " (logs: gantryd.log, agent-*.log, events.jsonl)\n";
     std::cerr << "--- gantryd.log (tail)\n";
@@ -272,10 +274,10 @@ std::string Harness::Read(const std::string& rel) const { return Slurp(Path(rel)
 
 void Harness::Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues) {
   Write("cluster.yaml", cluster_yaml);
-  RunResult init = Run({GANTRYD_BINARY, "init", "--db", Path("state.db")});
+  RunResult init = Run({GANTRYD_BINARY, "init", "--db", db_});
   EXPECT_EQ(init.rc, 0) << init.err;
   auto create = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {GANTRYD_BINARY, "token", "create", "--db", Path("state.db"),
+    std::vector<std::string> argv = {GANTRYD_BINARY, "token", "create", "--db", db_,
                                      "--config", Path("cluster.yaml")};
     argv.insert(argv.end(), args.begin(), args.end());
     RunResult r = Run(argv);
@@ -304,19 +306,38 @@ pid_t Harness::Spawn(std::vector<std::string> argv, const std::string& log,
   return SpawnRaw(argv, log, log, env);
 }
 
-void Harness::StartServer(const std::vector<std::string>& extra) {
+int Harness::SpawnServer(Proc& p, int port, const std::string& name, const std::vector<std::string>& extra) {
   const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
-  std::vector<std::string> argv = {GANTRYD_BINARY, "--config", Path("cluster.yaml"), "--db", Path("state.db"),
-                                   "--listen", host + ":" + std::to_string(port_), "--events", Path("events.jsonl"),
-                                   "--port-file", Path("port"), "--pass-interval-ms", "100", "--heartbeat-ms", "100",
-                                   "--node-timeout-s", "3", "--kill-slack-s", "2"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
-  fs::remove(Path("port"));
-  std::ofstream(Path("gantryd.log"), std::ios::app) << "=== start " << restarts_++ << "\n";
-  server_.pid = Spawn(argv, Path("gantryd.log"), {}, 0);
-  server_.log = Path("gantryd.log");
-  ASSERT_TRUE(WaitFor([&] { return fs::exists(Path("port")); }, 10)) << Read("gantryd.log");
-  port_ = std::stoi(Read("port"));
+  std::vector<std::string> argv = {GANTRYD_BINARY, "--config", Path("cluster.yaml"), "--db", db_,
+                                   "--listen", host + ":" + std::to_string(port), "--events", Path("events.jsonl"),
+                                   "--port-file", Path(name + ".port"), "--pass-interval-ms", "100",
+                                   "--heartbeat-ms", "100", "--node-timeout-s", "3", "--kill-slack-s", "2",
+                                   "--log-dir", Path("logs")};
+  // `extra` adds flags or replaces the value of one set above.
+  for (size_t i = 0; i < extra.size(); ++i) {
+    const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
+    auto it = std::find(argv.begin() + 1, argv.end(), extra[i]);
+    if (has_value && it != argv.end()) {
+      *(it + 1) = extra[++i];
+      continue;
+    }
+    argv.push_back(extra[i]);
+    if (has_value) argv.push_back(extra[++i]);
+  }
+  fs::remove(Path(name + ".port"));
+  std::ofstream(Path(name + ".log"), std::ios::app) << "=== start " << restarts_++ << "\n";
+  p.pid = Spawn(argv, Path(name + ".log"), {}, 0);
+  p.log = Path(name + ".log");
+  if (!WaitFor([&] { return fs::exists(Path(name + ".port")); }, 10)) {
+    ADD_FAILURE() << name << " did not start: " << Read(name + ".log");
+    return 0;
+  }
+  return std::stoi(Read(name + ".port"));
+}
+
+void Harness::StartServer(const std::vector<std::string>& extra) {
+  port_ = SpawnServer(server_, port_, "gantryd", extra);
+  ASSERT_NE(port_, 0);
   // In a namespace the test reaches the server by running curl-free HTTP from inside it;
   // the port file alone says it is listening.
   if (!netns_) {
@@ -326,6 +347,23 @@ void Harness::StartServer(const std::vector<std::string>& extra) {
       return status == 200;
     }, 10));
   }
+}
+
+void Harness::StartPeer(const std::vector<std::string>& extra) {
+  peer_port_ = SpawnServer(peer_, peer_port_, "gantryd-peer", extra);
+  ASSERT_NE(peer_port_, 0);
+}
+
+void Harness::KillPeer(int sig) { Stop(peer_, sig); }
+
+std::string Harness::PeerUrl() const {
+  const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
+  return "http://" + host + ":" + std::to_string(peer_port_);
+}
+
+void Harness::SwapWithPeer() {
+  std::swap(server_, peer_);
+  std::swap(port_, peer_port_);
 }
 
 void Harness::KillServer(int sig) { Stop(server_, sig); }

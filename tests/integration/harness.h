@@ -85,7 +85,10 @@ class Harness {
   void Write(const std::string& rel, const std::string& text, bool executable = false) const;
   std::string Read(const std::string& rel) const;
 
-  // Writes cluster.yaml and creates the tokens: admin_, agent_, and one per team.
+  // The state database: a PostgreSQL URL instead of state.db (call before Setup).
+  void UseDb(const std::string& db) { db_ = db; }
+  // Writes cluster.yaml, initialises the database and creates the tokens: admin_,
+  // agent_, and one per team.
   void Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues);
   const std::string& token(const std::string& who) const { return tokens_.at(who); }
 
@@ -96,6 +99,14 @@ class Harness {
   std::string ServerUrl() const;
   pid_t server_pid() const { return server_.pid; }
   int port() const { return port_; }
+  // With a shared database (UseDb): a second gantryd on a port of its own (the same one
+  // after a restart), which waits as a standby for the lease; returns once it listens.
+  // Its log is gantryd-peer.log. SwapWithPeer makes it the server (after it took over)
+  // and the old server the peer, so that Get, Post and Cli follow the leader.
+  void StartPeer(const std::vector<std::string>& extra = {});
+  void KillPeer(int sig);
+  std::string PeerUrl() const;
+  void SwapWithPeer();
 
   // Starts gantry-agent for node `node` (emulating 8 H100s) talking to `url` (default:
   // the server). Returns its index.
@@ -132,13 +143,16 @@ class Harness {
   pid_t Spawn(std::vector<std::string> argv, const std::string& log, const std::map<std::string, std::string>& env,
               int host);
   void Stop(Proc& p, int sig);
+  // Spawns gantryd on `port` (0: any), waits for its port file and returns the port.
+  int SpawnServer(Proc& p, int port, const std::string& name, const std::vector<std::string>& extra);
 
   std::string dir_;
   Netns* netns_;
   std::map<std::string, std::string> tokens_;
-  Proc server_;
+  std::string db_;
+  Proc server_, peer_;
   std::vector<Proc> agents_;
-  int port_ = 0;
+  int port_ = 0, peer_port_ = 0;
   int restarts_ = 0;
   bool keep_ = false;
 };

@@ -11,7 +11,13 @@
 #include <set>
 #include <sstream>
 
+#include <httplib.h>
+
+#include <atomic>
+#include <thread>
+
 #include "harness.h"
+#include "pg_harness.h"
 
 namespace gantry::it {
 namespace {
@@ -616,6 +622,105 @@ TEST(Integration, SighupReopensTheEventLogAndEndsNothing) {
   EXPECT_EQ(::kill(h.server_pid(), 0), 0) << "gantryd ended";
   EXPECT_EQ(::kill(h.agent_pid(0), 0), 0) << "gantry-agent ended";
   EXPECT_TRUE(h.NodesUp(1));
+}
+
+
+// Issue 13, a standby on PostgreSQL: a leader and a standby gantryd share one database.
+// The leader is killed (-9) while jobs run and a client keeps submitting through both
+// URLs; the standby must serve within 5 s, every accepted job must finish once (running
+// ones re-adopted, not restarted), and agents must follow without stopping their
+// workers. Then the old leader comes back as the standby.
+TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
+  if (server::testing::NoPostgres()) GTEST_SKIP() << "GANTRY_NO_POSTGRES=1: no PostgreSQL server";
+  auto pg = server::testing::PgServer::Start();
+  ASSERT_TRUE(pg) << pg.error().message;
+  auto db = (*pg)->NewDatabase();
+  ASSERT_TRUE(db) << db.error().message;
+  Harness h("failover");
+  h.UseDb((*pg)->Url(*db));
+  Prepare(h);
+  // The agents' lease (60% of 10 s) outlasts the failover, so they keep their workers.
+  const std::vector<std::string> flags = {"--leader-ttl-s", "1.5", "--node-timeout-s", "10"};
+  h.StartServer(flags);
+  h.StartPeer(flags);
+  auto health = [](const std::string& url, int* status) {
+    httplib::Client c(url);
+    c.set_connection_timeout(1, 0);
+    auto r = c.Get("/healthz");
+    *status = r ? r->status : 0;
+    json body = r ? json::parse(r->body, nullptr, false) : json();
+    return body.is_object() ? body : json::object();
+  };
+  int status = 0;
+  ASSERT_TRUE(Harness::WaitFor([&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+  EXPECT_EQ(status, 503);
+  EXPECT_EQ(health(h.PeerUrl(), &status).value("role", ""), "standby");
+  const std::string both = h.ServerUrl() + "," + h.PeerUrl();
+  for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), both);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(3); }, 15));
+
+  std::set<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> args = {"--queue", "research", "--gpus", "2", "--vram-gb", "20", "--"};
+    for (auto& s : Job(h, 6000)) args.push_back(s);
+    ids.insert(Submit(h, "a", args));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    int running = 0;
+    for (const auto& [id, st] : States(h)) running += st == "running";
+    return running == 4;
+  }, 15));
+  // A client submitting all along, through both URLs.
+  std::atomic<bool> stop{false};
+  std::vector<std::string> accepted;
+  std::string refusals;
+  std::thread submitter([&] {
+    while (!stop.load()) {
+      std::vector<std::string> argv = {GANTRY_BINARY, "--server", both, "submit", "--queue", "nlp", "--gpus", "1",
+                                       "--vram-gb", "10", "--"};
+      for (auto& s : Job(h, 300)) argv.push_back(s);
+      RunResult r = it::Run(argv, {{"GANTRY_TOKEN", h.token("b")}});
+      std::string id = r.out;
+      while (!id.empty() && id.back() == '\n') id.pop_back();
+      if (r.rc == 0) {
+        accepted.push_back(id);
+      } else {
+        refusals += r.err;
+      }
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const auto killed = std::chrono::steady_clock::now();
+  h.KillServer(SIGKILL);
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    health(h.PeerUrl(), &status);
+    return status == 200;
+  }, 10)) << "the standby did not take over";
+  const double failover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::cerr << "failover: the standby served " << failover_s << " s after the leader was killed\n";
+  EXPECT_LT(failover_s, 5.0);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  stop = true;
+  submitter.join();
+  EXPECT_EQ(refusals, "") << "a submit failed across the failover";
+  EXPECT_GE(accepted.size(), 3u);
+  h.SwapWithPeer();
+  h.StartPeer(flags);  // the old leader, back as the standby
+  ASSERT_TRUE(Harness::WaitFor([&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+  EXPECT_EQ(status, 503);
+
+  ids.insert(accepted.begin(), accepted.end());
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  const auto states = States(h);
+  const std::vector<json> events = Events(h);
+  for (const std::string& id : ids) {
+    ASSERT_TRUE(states.count(id)) << id << " was accepted and then lost";
+    EXPECT_EQ(states.at(id), "finished") << id;
+    EXPECT_EQ(Envs(h, id).size(), 1u) << id << " did not run exactly once";
+    EXPECT_EQ(CountEvents(events, "start", id), 1) << id;
+    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
+  }
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
 }
 
 }  // namespace

@@ -76,7 +76,7 @@ def run_size(a, peer, nodes, work):
     subprocess.run([gantryd, 'init', '--db', db], capture_output=True, check=True)
     tok = lambda *r: subprocess.run([gantryd, 'token', 'create', '--db', db] + list(r), capture_output=True,
                                     text=True, check=True).stdout.strip()
-    admin, agent_tok = tok('--admin'), tok('--agent')
+    admin, agent_tok = tok('--admin'), tok('--agent', '--any-node')
     procs = []
     log = lambda n: open(os.path.join(d, n), 'w')
     port_file = os.path.join(d, 'port')

@@ -67,6 +67,7 @@ void Agent::Connect() {
   http_->set_write_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
   http_->set_keep_alive(true);
   if (!options_.token.empty()) http_->set_bearer_token_auth(options_.token.c_str());
+  if (!options_.ca_cert.empty()) http_->set_ca_cert_path(options_.ca_cert);
   std::lock_guard lk(watch_mu_);
   server_now_ = servers_.current();
 }
@@ -421,6 +422,7 @@ void Agent::WatchLoop(const std::atomic<bool>& stop) {
         watch_http_->set_read_timeout(30, 0);  // the server answers within 20 s
         watch_http_->set_keep_alive(true);
         if (!options_.token.empty()) watch_http_->set_bearer_token_auth(options_.token.c_str());
+        if (!options_.ca_cert.empty()) watch_http_->set_ca_cert_path(options_.ca_cert);
       }
     }
     if (last_ok_.load() == 0) {  // not registered yet: the first heartbeat comes first

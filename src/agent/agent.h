@@ -53,6 +53,7 @@ struct AgentOptions {
   std::string server;      // base URL, e.g. http://127.0.0.1:8080; several comma-separated
                            // (a leader and its standbys): the agent follows the leader
   std::string token;       // an agent (or admin) token
+  std::string ca_cert;     // for https:// servers: a PEM CA certificate to trust (else the system's)
   std::string node;        // a node name from the cluster config
   std::string address;     // advertised to gang peers; empty: what the server sees
   std::string state_dir;   // logs/, work/, workers/

@@ -51,8 +51,11 @@ int main(int argc, char** argv) {
   bool no_gpus = false;
   if (const char* s = std::getenv("GANTRY_SERVER")) o.server = s;
   if (const char* t = std::getenv("GANTRY_TOKEN")) o.token = t;
+  if (const char* c = std::getenv("GANTRY_CA_CERT")) o.ca_cert = c;
   app.add_option("--server", o.server, "gantryd URL (default: $GANTRY_SERVER)");
   app.add_option("--node", o.node, "This node's name in the cluster config")->required();
+  app.add_option("--ca-cert", o.ca_cert,
+                 "For https:// servers: trust this PEM CA certificate (default: $GANTRY_CA_CERT, else the system's)");
   app.add_option("--token-file", token_file, "File holding the agent token (default: $GANTRY_TOKEN)");
   app.add_option("--emulate", emulate, "Emulate GPUs instead of NVML, e.g. 8xH100-80GB");
   app.add_option("--emulate-lost-file", emulate_lost,

@@ -30,7 +30,7 @@ constexpr int kExitRunFailure = 1;
 constexpr int kExitBadInput = 2;
 
 struct Globals {
-  std::string server, token;
+  std::string server, token, ca_cert;
 };
 
 using gantry::UrlEncode;
@@ -56,6 +56,11 @@ class Client {
       const char* t = std::getenv("GANTRY_TOKEN");
       token_ = t ? t : "";
     }
+    ca_cert_ = g.ca_cert;
+    if (ca_cert_.empty()) {
+      const char* c = std::getenv("GANTRY_CA_CERT");
+      ca_cert_ = c ? c : "";
+    }
     Connect();
   }
 
@@ -79,6 +84,7 @@ class Client {
     http_->set_connection_timeout(5, 0);
     http_->set_read_timeout(30, 0);
     if (!token_.empty()) http_->set_bearer_token_auth(token_.c_str());
+    if (!ca_cert_.empty()) http_->set_ca_cert_path(ca_cert_);  // https:// with a site's own CA
   }
   template <typename F>
   Response Call(const F& exchange) {
@@ -90,6 +96,18 @@ class Client {
         json j = out.Json();
         if (j.is_object() && j.value("role", "") == "standby") leader = j.value("leader", "");
         if (j.is_object() && j.value("role", "") != "standby") return out;  // shutting down, not a standby
+      } else if (out.status == 429) {
+        // The team's submit rate: wait as told (once said on stderr) and try again.
+        json j = out.Json();
+        auto it = out.headers.find("Retry-After");
+        const int64_t wait_s = it == out.headers.end() ? 1 : std::max<int64_t>(1, std::atoll(it->second.c_str()));
+        if (std::chrono::steady_clock::now() + std::chrono::seconds(wait_s) >= give_up) return out;
+        if (!said_limited_) {
+          std::cerr << "gantry: " << (j.is_object() ? j.value("error", out.body) : out.body) << " (waiting)\n";
+          said_limited_ = true;
+        }
+        std::this_thread::sleep_for(std::chrono::seconds(wait_s));
+        continue;
       } else if (out.status != 0) {
         return out;
       }
@@ -115,7 +133,8 @@ class Client {
     return out;
   }
   ServerList servers_;
-  std::string token_;
+  std::string token_, ca_cert_;
+  bool said_limited_ = false;
   std::unique_ptr<httplib::Client> http_;
 };
 
@@ -488,6 +507,8 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   static Globals g;
   app.add_option("--server", g.server, "gantryd URL, or several comma-separated (a leader and its standbys; default: $GANTRY_SERVER, else http://127.0.0.1:8080)");
   app.add_option("--token", g.token, "API token (default: $GANTRY_TOKEN)");
+  app.add_option("--ca-cert", g.ca_cert,
+                 "For https:// servers: trust this PEM CA certificate (default: $GANTRY_CA_CERT, else the system's)");
 
   static SubmitArgs s;
   CLI::App* submit = app.add_subcommand("submit", "Submit a job: a YAML/JSON spec file, or flags and -- COMMAND");

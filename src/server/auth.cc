@@ -55,7 +55,7 @@ Principal PrincipalOf(const StoredToken& token) {
   Principal p;
   p.role = token.role == "admin" ? Role::kAdmin : token.role == "agent" ? Role::kAgent : Role::kTeam;
   p.team = token.team;
-  p.queues = token.queues;
+  (p.role == Role::kAgent ? p.nodes : p.queues) = token.queues;  // an agent token's scope is its nodes
   p.label = token.label;
   return p;
 }

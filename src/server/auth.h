@@ -29,6 +29,7 @@ struct Principal {
   Role role = Role::kTeam;
   std::string team;                 // kTeam
   std::vector<std::string> queues;  // kTeam: the queues it owns
+  std::vector<std::string> nodes;   // kAgent: the nodes it may speak for; empty: any
   std::string label;
 
   bool admin() const { return role == Role::kAdmin; }

@@ -94,6 +94,10 @@ struct ControllerOptions {
   int64_t max_spec_bytes = 64 * 1024;
   int64_t recent_done = 10000;      // ended jobs kept in memory for `ls` and `show`
   std::string log_dir;              // job output uploaded by agents
+  // Per-team submit rate limit (token bucket; admins are exempt): `submit_rate` requests a
+  // second refill a bucket of `submit_burst`; past it, 429 with Retry-After. 0: no limit.
+  double submit_rate = 0;
+  double submit_burst = 0;          // 0: twice the rate
   std::string leader;               // this gantryd's name in the leader lease (its URL), for /healthz
   int64_t epoch = 0;                // the lease epoch it holds
 };
@@ -233,6 +237,16 @@ class Controller {
   ControllerOptions options_;
   std::ostream* events_out_;
   WallClock clock_;
+  // Per-team submit buckets (submit_rate): tokens left, and when they were counted.
+  struct Bucket {
+    double tokens = 0;
+    int64_t at_ms = 0;
+  };
+  std::map<std::string, Bucket> submit_buckets_;
+  int64_t rate_limited_ = 0;  // submits refused for the rate limit (metrics)
+  int64_t duplicate_agents_ = 0;  // heartbeats refused: another live agent holds the node
+  // A 429 when `user`'s team is over its submit rate; takes a token otherwise.
+  std::optional<Reply> OverSubmitRate(const Principal& user);
 
   // Owned by the controller thread once started.
   std::unique_ptr<core::Scheduler> sched_;

@@ -81,6 +81,18 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
     const Ticks now = now_;
     NodeInfo& info = nodes_[n.v];
     const core::Node& cn = cluster_.node(n);
+    // One live agent per node: a second process for the same node (a mistyped --node, a
+    // copied config) is refused until the first has been silent for its lease, by which
+    // time that one has stopped its workers itself; the newest wins only then.
+    if (info.up && !info.agent_id.empty() && report.agent_id != info.agent_id &&
+        now - info.last_seen < options_.lease_ms) {
+      ++duplicate_agents_;
+      return Reply::Error(Code::kConflict,
+                          "node " + node + " is held by another live agent (instance " + info.agent_id + ", heard " +
+                              FormatValue(static_cast<double>(now - info.last_seen) / 1000.0) +
+                              " s ago): a second agent for one node is refused until the first has been silent for "
+                              "its lease (" + FormatValue(static_cast<double>(options_.lease_ms) / 1000.0) + " s)");
+    }
     // The agent's GPUs must be what the config says this node has.
     std::string refused;
     if (static_cast<int>(report.gpus.size()) != cn.gpus) {

@@ -275,6 +275,12 @@ void Controller::Metrics(Done done) {
     out += "gantry_jobs{state=\"stopping\"} " + std::to_string(stopping) + "\n";
     MetricHeader(out, "gantry_jobs_submitted_total", "counter", "Jobs accepted by this process");
     out += "gantry_jobs_submitted_total " + std::to_string(submitted_) + "\n";
+    MetricHeader(out, "gantry_submits_rate_limited_total", "counter",
+                 "Submits refused with 429 for a team's submit rate limit");
+    out += "gantry_submits_rate_limited_total " + std::to_string(rate_limited_) + "\n";
+    MetricHeader(out, "gantry_agent_duplicates_refused_total", "counter",
+                 "Heartbeats refused because another live agent holds the node");
+    out += "gantry_agent_duplicates_refused_total " + std::to_string(duplicate_agents_) + "\n";
     MetricHeader(out, "gantry_jobs_ended_total", "counter", "Jobs ended by this process, by how");
     for (const char* end : {"finished", "failed", "cancelled", "rejected"}) {
       out += "gantry_jobs_ended_total{end=\"" + std::string(end) + "\"} " +

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <set>
 
 #include "core/model/feasibility.h"
@@ -79,6 +80,12 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
           return Reply::Error(Code::kForbidden, "agent endpoints need an agent or admin token, not " +
                                                     p->Describe() + "'s");
         }
+        if (!p->nodes.empty() && std::find(p->nodes.begin(), p->nodes.end(), node) == p->nodes.end()) {
+          std::string own;
+          for (const std::string& x : p->nodes) own += (own.empty() ? "" : ", ") + x;
+          return Reply::Error(Code::kForbidden, "this agent token is bound to node " + own + "; it may not speak for " +
+                                                    node);
+        }
         auto n = cluster_.FindNode(node);
         if (!n) {
           return Reply::Error(Code::kNotFound, "node " + node +
@@ -112,9 +119,35 @@ Job* Controller::FindJob(const std::string& name) {
 
 // ---------------------------------------------------------------- API: jobs
 
+std::optional<Reply> Controller::OverSubmitRate(const Principal& user) {
+  if (options_.submit_rate <= 0 || user.admin()) return std::nullopt;
+  const double burst = options_.submit_burst > 0 ? options_.submit_burst : 2 * options_.submit_rate;
+  const int64_t now_ms = clock_();
+  auto [it, fresh] = submit_buckets_.try_emplace(user.team, Bucket{burst, now_ms});
+  Bucket& b = it->second;
+  if (!fresh) {
+    b.tokens = std::min(burst, b.tokens + static_cast<double>(std::max<int64_t>(0, now_ms - b.at_ms)) / 1000.0 *
+                                              options_.submit_rate);
+    b.at_ms = now_ms;
+  }
+  if (b.tokens >= 1) {
+    b.tokens -= 1;
+    return std::nullopt;
+  }
+  ++rate_limited_;
+  const double wait_s = (1 - b.tokens) / options_.submit_rate;
+  Reply r = Reply::Error(Code::kTooManyRequests,
+                         "team " + user.team + " is over its submit rate (" + FormatValue(options_.submit_rate) +
+                             " a second, bursts of " + FormatValue(burst) + "): retry in " +
+                             FormatValue(std::ceil(wait_s * 100) / 100) + " s");
+  r.body["retry_after_s"] = static_cast<int64_t>(std::ceil(wait_s));
+  return r;
+}
+
 void Controller::Submit(std::string token, SubmitRequest req, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, req = std::move(req)](const Principal& user) -> Reply {
     const Ticks now = now_;
+    if (auto limited = OverSubmitRate(user)) return *limited;
     if (static_cast<int64_t>(req.body.size()) > options_.max_spec_bytes) {
       return Reply::Error(Code::kTooLarge, "job spec is " + std::to_string(req.body.size()) +
                                                " bytes; the limit is " +

@@ -9,7 +9,7 @@
 // On PostgreSQL every gantryd waits as a standby (answering 503 with the leader's URL)
 // until it holds the leader lease (--leader-ttl-s, 3 s), then restores the state and
 // serves on the same address; it renews every ttl/3 and exits the moment it cannot.
-//   gantryd token create --db STATE.db (--admin | --agent | --team T --queues a,b)
+//   gantryd token create --db STATE.db (--admin | --agent --node N | --team T --queues a,b)
 //   gantryd token list --db STATE.db
 //   gantryd token revoke --db STATE.db HASH_PREFIX
 //
@@ -108,8 +108,8 @@ std::vector<std::string> Split(const std::string& s) {
 }
 
 struct TokenArgs {
-  std::string db, config, team, queues, label;
-  bool admin = false, agent = false;
+  std::string db, config, team, queues, label, nodes;
+  bool admin = false, agent = false, any_node = false;
   std::string prefix;
 };
 
@@ -128,6 +128,18 @@ int TokenCreate(const TokenArgs& a) {
     std::cerr << "gantryd token create: --queues: a team token needs at least one queue\n";
     return kExitBadInput;
   }
+  if (t.role == "agent") {
+    // Bound to its node, so that one node's credential cannot speak for another.
+    if (a.nodes.empty() == !a.any_node) {
+      std::cerr << "gantryd token create: an agent token needs --node NAME (one token per node; several "
+                   "comma-separated) or --any-node (for a swarm of emulated nodes, or a trusted bootstrap)\n";
+      return kExitBadInput;
+    }
+    t.queues = Split(a.nodes);  // an agent token's scope is its nodes
+  } else if (!a.nodes.empty() || a.any_node) {
+    std::cerr << "gantryd token create: --node and --any-node are for --agent tokens\n";
+    return kExitBadInput;
+  }
   if (!a.config.empty()) {  // check the queue names when the config is at hand
     spec::Diagnostics diags;
     auto config = spec::ReadClusterConfig(a.config, diags);
@@ -135,7 +147,13 @@ int TokenCreate(const TokenArgs& a) {
       std::cerr << diags.ToString();
       return kExitBadInput;
     }
-    for (const std::string& q : t.queues) {
+    for (const std::string& node : t.role == "agent" ? t.queues : std::vector<std::string>{}) {
+      if (!config->cluster.FindNode(node)) {
+        std::cerr << "gantryd token create: --node: no node " << node << " in " << a.config << "\n";
+        return kExitBadInput;
+      }
+    }
+    for (const std::string& q : t.role == "team" ? t.queues : std::vector<std::string>{}) {
       if (!config->queues.Find(q)) {
         std::cerr << "gantryd token create: --queues: no queue " << q << " in " << a.config << "\n";
         return kExitBadInput;
@@ -170,10 +188,11 @@ int TokenList(const TokenArgs& a) {
     std::cerr << "gantryd: " << tokens.error().message << "\n";
     return kExitRunFailure;
   }
-  std::cout << "HASH          ROLE   TEAM         QUEUES                LABEL\n";
+  std::cout << "HASH          ROLE   TEAM         QUEUES/NODES          LABEL\n";
   for (const auto& t : *tokens) {
     std::string queues;
     for (const auto& q : t.queues) queues += (queues.empty() ? "" : ",") + q;
+    if (t.role == "agent" && queues.empty()) queues = "(any node)";
     std::printf("%-13s %-6s %-12s %-21s %s\n", t.hash.substr(0, 12).c_str(), t.role.c_str(),
                 t.team.c_str(), queues.c_str(), t.label.c_str());
   }
@@ -217,7 +236,7 @@ struct ServeArgs {
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
       tls_cert, tls_key;
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
-  double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3;
+  double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0, submit_burst = 0;
 };
 
 // A gantryd that does not hold the leader lease: it answers every request 503 with
@@ -489,6 +508,8 @@ int Serve(const ServeArgs& a) {
   opts.kill_slack_ms = static_cast<int64_t>(a.kill_slack_s * 1000);
   opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
   opts.log_dir = a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
+  opts.submit_rate = a.submit_rate;
+  opts.submit_burst = a.submit_burst;
   opts.leader = me;
   opts.epoch = epoch;
 
@@ -556,6 +577,10 @@ int main(int argc, char** argv) {
   app.add_option("--leader-ttl-s", serve.leader_ttl_s,
                  "With PostgreSQL: the leader lease; a standby takes over this long after the leader stops")
       ->capture_default_str();
+  app.add_option("--submit-rate", serve.submit_rate,
+                 "Per-team limit on submit requests a second (429 past it; admins exempt; 0: none)")
+      ->capture_default_str();
+  app.add_option("--submit-burst", serve.submit_burst, "Per-team submit burst (default: twice --submit-rate)");
   app.add_option("--tls-cert", serve.tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
   app.add_option("--tls-key", serve.tls_key, "The PEM private key for --tls-cert");
   app.add_option("--kill-slack-s", serve.kill_slack_s,
@@ -576,6 +601,8 @@ int main(int argc, char** argv) {
   create->add_flag("--agent", token.agent, "For gantry-agent");
   create->add_option("--team", token.team, "Team name");
   create->add_option("--queues", token.queues, "Queues the team submits to, comma-separated");
+  create->add_option("--node", token.nodes, "With --agent: the node it may speak for (several: comma-separated)");
+  create->add_flag("--any-node", token.any_node, "With --agent: any node (emulated swarms; not for real nodes)");
   create->add_option("--label", token.label, "Free text shown by `token list`");
   CLI::App* list = tok->add_subcommand("list", "List tokens (hash prefixes, roles, teams)");
   list->add_option("--db", token.db, "State database")->required();

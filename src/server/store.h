@@ -61,7 +61,8 @@ struct StoredToken {
   std::string hash;    // hex SHA-256 of the token; the token itself is never stored
   std::string role;    // "admin", "team" or "agent"
   std::string team;    // role team
-  std::vector<std::string> queues;  // role team: queues it may submit to and cancel in
+  std::vector<std::string> queues;  // role team: queues it may submit to and cancel in;
+                                    // role agent: the node(s) it may speak for (empty: any)
   std::string label;   // free text shown by `gantryd token list`
   int64_t created_ms = 0;
 };

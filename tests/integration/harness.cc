@@ -287,13 +287,13 @@ void Harness::Setup(const std::string& cluster_yaml, const std::map<std::string,
     return t;
   };
   tokens_["admin"] = create({"--admin"});
-  tokens_["agent"] = create({"--agent"});
+  tokens_["agent"] = create({"--agent", "--any-node"});
   for (const auto& [team, queues] : team_queues) tokens_[team] = create({"--team", team, "--queues", queues});
 }
 
 std::string Harness::ServerUrl() const {
   const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
-  return "http://" + host + ":" + std::to_string(port_);
+  return std::string(tls_cert_.empty() ? "http://" : "https://") + host + ":" + std::to_string(port_);
 }
 
 pid_t Harness::Spawn(std::vector<std::string> argv, const std::string& log,
@@ -313,6 +313,7 @@ int Harness::SpawnServer(Proc& p, int port, const std::string& name, const std::
                                    "--port-file", Path(name + ".port"), "--pass-interval-ms", "100",
                                    "--heartbeat-ms", "100", "--node-timeout-s", "3", "--kill-slack-s", "2",
                                    "--log-dir", Path("logs")};
+  if (!tls_cert_.empty()) argv.insert(argv.end(), {"--tls-cert", tls_cert_, "--tls-key", tls_key_});
   // `extra` adds flags or replaces the value of one set above.
   for (size_t i = 0; i < extra.size(); ++i) {
     const bool has_value = i + 1 < extra.size() && extra[i + 1].rfind("--", 0) != 0;
@@ -358,7 +359,7 @@ void Harness::KillPeer(int sig) { Stop(peer_, sig); }
 
 std::string Harness::PeerUrl() const {
   const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
-  return "http://" + host + ":" + std::to_string(peer_port_);
+  return std::string(tls_cert_.empty() ? "http://" : "https://") + host + ":" + std::to_string(peer_port_);
 }
 
 void Harness::SwapWithPeer() {
@@ -372,6 +373,7 @@ int Harness::StartAgent(const std::string& node, const std::string& url, const s
   const int i = static_cast<int>(agents_.size());
   std::vector<std::string> argv = {GANTRY_AGENT_BINARY, "--server", url.empty() ? ServerUrl() : url, "--node", node,
                                    "--emulate", "8xH100-80GB", "--state-dir", Path("agent-" + node)};
+  if (!tls_cert_.empty()) argv.insert(argv.end(), {"--ca-cert", tls_cert_});
   argv.insert(argv.end(), extra.begin(), extra.end());
   Proc p;
   p.log = Path("agent-" + node + ".log");
@@ -417,6 +419,7 @@ bool Harness::WaitFor(const std::function<bool()>& cond, double seconds) {
 
 json Harness::Get(const std::string& path, const std::string& token, int* status) const {
   httplib::Client c(ServerUrl());
+  if (!tls_cert_.empty()) c.set_ca_cert_path(tls_cert_);
   c.set_connection_timeout(2, 0);
   c.set_read_timeout(10, 0);
   httplib::Headers h;
@@ -430,6 +433,7 @@ json Harness::Get(const std::string& path, const std::string& token, int* status
 json Harness::Post(const std::string& path, const std::string& body, const std::string& token, int* status,
                    const std::string& type) const {
   httplib::Client c(ServerUrl());
+  if (!tls_cert_.empty()) c.set_ca_cert_path(tls_cert_);
   c.set_connection_timeout(2, 0);
   c.set_read_timeout(10, 0);
   httplib::Headers h;
@@ -446,6 +450,7 @@ RunResult Harness::Cli(const std::vector<std::string>& args, const std::string& 
   argv.push_back(GANTRY_BINARY);
   argv.push_back("--server");
   argv.push_back(ServerUrl());
+  if (!tls_cert_.empty()) argv.insert(argv.end(), {"--ca-cert", tls_cert_});
   argv.insert(argv.end(), args.begin(), args.end());
   std::map<std::string, std::string> env;
   env["GANTRY_TOKEN"] = token;

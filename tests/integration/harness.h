@@ -87,6 +87,12 @@ class Harness {
 
   // The state database: a PostgreSQL URL instead of state.db (call before Setup).
   void UseDb(const std::string& db) { db_ = db; }
+  // Serve HTTPS with this self-signed certificate and key (PEM); the CLI and agents are
+  // given the certificate to trust (call before StartServer).
+  void UseTls(const std::string& cert, const std::string& key) {
+    tls_cert_ = cert;
+    tls_key_ = key;
+  }
   // Writes cluster.yaml, initialises the database and creates the tokens: admin_,
   // agent_, and one per team.
   void Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues);
@@ -149,7 +155,7 @@ class Harness {
   std::string dir_;
   Netns* netns_;
   std::map<std::string, std::string> tokens_;
-  std::string db_;
+  std::string db_, tls_cert_, tls_key_;
   Proc server_, peer_;
   std::vector<Proc> agents_;
   int port_ = 0, peer_port_ = 0;

@@ -723,5 +723,32 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
 }
 
+
+// Issue 13, hardening: TLS for the API and the agents. gantryd serves HTTPS with a
+// certificate made by openssl as docs/control-plane.md says; an agent and the CLI given
+// the CA certificate run a job through it; plain HTTP to the port and a client that does
+// not trust the certificate get nothing.
+TEST(Integration, TlsCarriesTheApiAndAgentsAndRefusesUntrustedClients) {
+  Harness h("tls");
+  RunResult gen = it::Run({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", h.Path("key.pem"),
+                           "-out", h.Path("cert.pem"), "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
+                           "subjectAltName=IP:127.0.0.1"});
+  ASSERT_EQ(gen.rc, 0) << gen.err;
+  h.UseTls(h.Path("cert.pem"), h.Path("key.pem"));
+  Prepare(h);
+  StartCluster(h, 1);
+  ASSERT_EQ(h.ServerUrl().rfind("https://", 0), 0u);
+  const std::string id = Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "finished"; }, 20)) << h.Job(id).dump();
+
+  httplib::Client plain("http://127.0.0.1:" + std::to_string(h.port()));
+  plain.set_read_timeout(2, 0);
+  auto r = plain.Get("/healthz");
+  EXPECT_TRUE(!r || r->status != 200) << "plain HTTP was served on the TLS port";
+  RunResult untrusted = it::Run({GANTRY_BINARY, "--server", h.ServerUrl(), "ls"}, {{"GANTRY_TOKEN", h.token("a")}});
+  EXPECT_NE(untrusted.rc, 0) << untrusted.out;
+  EXPECT_NE(untrusted.err.find("cannot reach gantryd"), std::string::npos) << untrusted.err;
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "server/http_api.h"
 #include "server/sqlite_store.h"
 
 namespace gantry::server {
@@ -39,6 +40,7 @@ const char* kAdmin = "admin-token";
 const char* kTeamA = "team-a-token";  // research
 const char* kTeamB = "team-b-token";  // serving
 const char* kAgent = "agent-token";
+const char* kAgent0 = "agent-h100-0-token";  // bound to node h100-0
 
 json Gpus(int n) {
   json gpus = json::array();
@@ -63,7 +65,8 @@ class ControllerTest : public ::testing::Test {
     ASSERT_TRUE(store.ok());
     for (auto [token, role, team, queue] :
          {std::tuple{kAdmin, "admin", "", ""}, std::tuple{kTeamA, "team", "a", "research"},
-          std::tuple{kTeamB, "team", "b", "serving"}, std::tuple{kAgent, "agent", "", ""}}) {
+          std::tuple{kTeamB, "team", "b", "serving"}, std::tuple{kAgent, "agent", "", ""},
+          std::tuple{kAgent0, "agent", "", "h100-0"}}) {
       StoredToken t;
       t.hash = Sha256Hex(token);
       t.role = role;
@@ -80,7 +83,7 @@ class ControllerTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
   void Start() {
-    ControllerOptions o;
+    ControllerOptions o = options_;
     o.pass_interval_ms = 50;
     o.node_timeout_ms = 3000;
     o.kill_slack_ms = 1000;
@@ -118,6 +121,7 @@ class ControllerTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  ControllerOptions options_;  // what Start() uses, besides the timings it sets
   std::optional<spec::ClusterConfig> config_;
   std::unique_ptr<SqliteStore> store_;
   std::unique_ptr<Controller> ctl_;
@@ -375,6 +379,59 @@ TEST_F(ControllerTest, ListingByAnEndedStateNeedsNoAllAndUnknownStatesAreErrors)
   Reply bogus = ctl_->ListJobs(kAdmin, "bogus", false);
   EXPECT_EQ(bogus.code, Code::kBadRequest);
   EXPECT_NE(bogus.body["error"].get<std::string>().find("cancelled"), std::string::npos);
+}
+
+
+// Issue 13, hardening: a team over its submit rate gets 429 with when to retry; other
+// teams and admins are not slowed by it, and the bucket refills with time.
+TEST_F(ControllerTest, ATeamOverItsSubmitRateGets429AndOthersDoNot) {
+  options_.submit_rate = 10;
+  options_.submit_burst = 3;
+  Restart();
+  const std::string job = R"({"queue":"research","gpus":0,"command":"x"})";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Submit(kTeamA, job).code, Code::kCreated) << i;
+  Reply limited = Submit(kTeamA, job);
+  ASSERT_EQ(limited.code, Code::kTooManyRequests) << limited.body.dump();
+  EXPECT_EQ(StatusOf(limited.code), 429);
+  EXPECT_EQ(limited.body["retry_after_s"], 1);
+  EXPECT_NE(limited.body["error"].get<std::string>().find("team a is over its submit rate"), std::string::npos)
+      << limited.body.dump();
+  EXPECT_EQ(Submit(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})").code, Code::kCreated);
+  EXPECT_EQ(Submit(kAdmin, job).code, Code::kCreated);
+  Advance(100);  // one request's worth at 10 a second
+  EXPECT_EQ(Submit(kTeamA, job).code, Code::kCreated);
+  EXPECT_EQ(Submit(kTeamA, job).code, Code::kTooManyRequests);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 6u);  // nothing refused was kept
+  EXPECT_NE(ctl_->Metrics().find("gantry_submits_rate_limited_total 2"), std::string::npos);
+}
+
+
+// Issue 16, bug 3: two agents with the same --node were both accepted and a job ran on
+// both. A node-bound agent token speaks for its node only, and a second live agent for a
+// node is refused until the first has been silent for its lease.
+TEST_F(ControllerTest, AnAgentCredentialIsBoundToItsNodeAndASecondLiveAgentIsRefused) {
+  auto beat = [&](const char* token, const std::string& node, const std::string& agent_id) {
+    return ctl_->Heartbeat(token, node, {{"gpus", Gpus(8)}, {"agent_id", agent_id}}, "127.0.0.1");
+  };
+  Reply other = beat(kAgent0, "h100-1", "a1");
+  EXPECT_EQ(other.code, Code::kForbidden) << other.body.dump();
+  EXPECT_NE(other.body["error"].get<std::string>().find("bound to node h100-0"), std::string::npos);
+  ASSERT_EQ(beat(kAgent0, "h100-0", "first").code, Code::kOk);
+  Reply second = beat(kAgent, "h100-0", "second");
+  EXPECT_EQ(second.code, Code::kConflict) << second.body.dump();
+  EXPECT_NE(second.body["error"].get<std::string>().find("held by another live agent (instance first"),
+            std::string::npos)
+      << second.body.dump();
+  // The first keeps beating and keeps the node; the second is refused each time.
+  Advance(1000);
+  ASSERT_EQ(beat(kAgent0, "h100-0", "first").code, Code::kOk);
+  Advance(1000);
+  EXPECT_EQ(beat(kAgent, "h100-0", "second").code, Code::kConflict);
+  // Once the first has been silent for its lease (60% of the 3 s timeout), the second wins.
+  Advance(1900);
+  EXPECT_EQ(beat(kAgent, "h100-0", "second").code, Code::kOk);
+  EXPECT_EQ(beat(kAgent0, "h100-0", "first").code, Code::kConflict);
+  EXPECT_NE(ctl_->Metrics().find("gantry_agent_duplicates_refused_total 3"), std::string::npos);
 }
 
 }  // namespace

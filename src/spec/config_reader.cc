@@ -449,7 +449,7 @@ class ConfigParser {
     Fields f(d_, *v, "policy",
              {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
-              "backfill_lease_after_s", "preempt_after_checkpoint_s"});
+              "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -461,6 +461,7 @@ class ConfigParser {
     seconds("default_runtime_estimate_s", Range{0, true, kMaxSeconds}, p.default_runtime_estimate);
     seconds("backfill_lease_after_s", Range{0, false, kMaxSeconds}, p.backfill_lease_after);
     seconds("preempt_after_checkpoint_s", Range{0, false, kMaxSeconds}, p.preempt_after_checkpoint);
+    seconds("default_grace_s", Range{0, false, kMaxSeconds}, policy.default_grace);
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
     // A half-life or estimate that rounds to 0 ms would divide by zero downstream.
     if (p.fairshare_half_life < 1) f.Report("fairshare_half_life_s", "must be at least 0.001");

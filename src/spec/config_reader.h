@@ -20,9 +20,13 @@ namespace gantry::spec {
 // The config's `policy` section. Keys are the PolicyParams fields, times in seconds:
 // reclaim_idle_after_s (0 = never), fairshare_half_life_s, aging_s,
 // min_run_before_repreempt_s, backfill_depth, default_runtime_estimate_s. Absent keys
-// keep PolicyParams' defaults.
+// keep PolicyParams' defaults. default_grace_s is not the core's: it is the grace a job
+// spec (an API request, a job file) gets when it gives no grace_s, as Slurm's KillWait
+// and Kubernetes' terminationGracePeriodSeconds (30 s); trace lines keep what they
+// record (0 when absent), so replayed workloads do not change under it.
 struct PolicyConfig {
   core::PolicyParams params;
+  int64_t default_grace = 30'000;  // ms (Ticks)
 };
 
 struct ClusterConfig {

@@ -164,7 +164,11 @@ class JobDecoder {
     }
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
       job.checkpoint = SecondsToTicks(*v);
-    if (auto v = f.Number("grace_s", Range{0, false, kMaxSeconds})) job.grace = SecondsToTicks(*v);
+    if (auto v = f.Number("grace_s", Range{0, false, kMaxSeconds})) {
+      job.grace = SecondsToTicks(*v);
+    } else if (mode == Mode::kSpec && !f.has("grace_s")) {
+      job.grace = config_.policy.default_grace;  // the cluster's default (30 s unless set)
+    }
     if (auto v = Duration(f, "runtime_estimate_s")) job.runtime_estimate = *v;
     ReadWindow(f, job);
     ReadCommand(f, job);

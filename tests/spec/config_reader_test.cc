@@ -180,8 +180,11 @@ TEST(ConfigReaderTest, PolicyTunables) {
   default_runtime_estimate_s: 60
   backfill_lease_after_s: 7200
   preempt_after_checkpoint_s: 30
+  default_grace_s: 45
 )");
   const core::PolicyParams& p = c.policy.params;
+  EXPECT_EQ(c.policy.default_grace, 45'000);
+  EXPECT_EQ(Parse(kPool).policy.default_grace, 30'000);  // issue 16, bug 10: 30 s unless set
   EXPECT_EQ(p.reclaim_idle_after, 1'800'000);
   EXPECT_EQ(p.fairshare_half_life, 3'600'000);
   EXPECT_EQ(p.aging, 500);
@@ -277,7 +280,8 @@ extra: 1
                 "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
-                "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s)",
+                "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
+                "default_grace_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy)"}));
 }

@@ -404,6 +404,27 @@ TEST_F(JobReaderTest, ParseJobJsonHasNoTraceFields) {
   EXPECT_EQ(last.ToString(), "api:3: vram_gb: must be above 0, got -1\n");
 }
 
+// Issue 16, bug 10: a job spec without grace_s was killed at once on cancel or preempt.
+// It now gets the cluster's policy.default_grace_s (30 s unless set); an explicit 0 stays
+// 0; trace lines keep what they record.
+TEST_F(JobReaderTest, AJobSpecWithoutGraceGetsTheClustersDefault) {
+  Diagnostics d;
+  auto j = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10})", "api", config(), d);
+  ASSERT_TRUE(j.has_value()) << d.ToString();
+  EXPECT_EQ(j->grace, 30'000);
+  auto zero = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10, "grace_s": 0})", "api", config(), d);
+  ASSERT_TRUE(zero.has_value()) << d.ToString();
+  EXPECT_EQ(zero->grace, 0);
+  ClusterConfig site = config();
+  site.policy.default_grace = 90'000;
+  auto j90 = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10})", "api", site, d);
+  ASSERT_TRUE(j90.has_value()) << d.ToString();
+  EXPECT_EQ(j90->grace, 90'000);
+  auto line = ParseTraceLine(R"({"submit": 0, "duration": 10, "gpus": 1, "vram_gb": 10})", "jobs.jsonl", 1, config(), d);
+  ASSERT_TRUE(line.has_value()) << d.ToString();
+  EXPECT_EQ(line->spec.grace, 0);
+}
+
 TEST_F(JobReaderTest, YamlJobs) {
   const char* yaml = R"(# a training job
 id: train-1

@@ -204,7 +204,7 @@ std::string NewKey() {
 
 struct SubmitArgs {
   std::vector<std::string> args;  // a spec file, or the command after --
-  std::string id, queue, tier, sharing, mig, topology, workdir, idempotency_key;
+  std::string id, queue, tier, sharing, mig, topology, workdir, idempotency_key, array, after;
   std::vector<std::string> gpu_model, env;
   // Unset unless given: every given value goes to the server as given, so the CLI rejects
   // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
@@ -287,9 +287,12 @@ int Submit(const Globals& g, const SubmitArgs& a) {
   // The key makes a retry after a lost answer safe: the server returns the same job.
   httplib::Headers headers = {{"Idempotency-Key", a.idempotency_key.empty() ? NewKey() : a.idempotency_key},
                               {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
+  std::string path = "/v1/jobs";
+  if (!a.array.empty()) path += "?array=" + UrlEncode(a.array);
+  if (!a.after.empty()) path += std::string(a.array.empty() ? "?" : "&") + "after=" + UrlEncode(a.after);
   Response r;
   for (int attempt = 0; attempt < 4; ++attempt) {
-    r = c.Post("/v1/jobs", body, type, headers);
+    r = c.Post(path, body, type, headers);
     if (r.status != 0 && r.status != 503) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(250 << attempt));
   }
@@ -368,7 +371,11 @@ int Cancel(const Globals& g, const std::vector<std::string>& ids) {
       continue;
     }
     json j = r.Json();
-    std::cout << id << ": " << j.value("state", "") << "\n";
+    if (j.contains("cancelled")) {  // an array
+      std::cout << id << ": " << j["cancelled"].get<int>() << " task(s) cancelled\n";
+    } else {
+      std::cout << id << ": " << j.value("state", "") << "\n";
+    }
   }
   return worst;
 }
@@ -530,6 +537,12 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--env", s.env, "NAME=VALUE (repeatable)");
   submit->add_option("--workdir", s.workdir, "Working directory on the node");
   submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");
+  submit->add_option("--array", s.array,
+                     "One job per index, in one request: 0-999, 1,3,5-7 or 0-15:4 (tasks are ID_INDEX; "
+                     "GANTRY_ARRAY_TASK_ID tells each its index; `cancel ID` cancels the array)");
+  submit->add_option("--after", s.after,
+                     "Hold until these jobs end: JOB (finished with exit 0), JOB:ok or JOB:any, comma-separated; "
+                     "an array's id stands for all its tasks");
   submit->add_flag("--json", s.json_out, "Print the server's answer as JSON");
   submit->callback([&exit_code] { exit_code = Submit(g, s); });
 

@@ -233,7 +233,7 @@ Status Controller::Restore() {
   next_seq_ = *max_seq + 1;
   auto stored = store_.LoadJobs(options_.recent_done);
   if (!stored) return stored.error();
-  std::vector<int64_t> adopt, resubmit;
+  std::vector<int64_t> adopt, resubmit, held;
   for (const StoredJob& sj : *stored) {
     Job job;
     job.seq = sj.seq;
@@ -255,6 +255,7 @@ Status Controller::Restore() {
     }
     Job& j = jobs_.emplace(job.seq, std::move(job)).first->second;
     by_name_[j.name] = j.seq;
+    if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
     if (!j.active()) {
       done_order_.push_back(j.seq);
       continue;
@@ -262,6 +263,10 @@ Status Controller::Restore() {
     if (!problems.empty() || !j.end_reason.empty()) {
       const std::string why = !problems.empty() ? problems.front() : j.end_reason;
       EndJob(j, "failed", "cannot be read back after a restart: " + why, now);
+      continue;
+    }
+    if (j.state == JobState::kPending && !j.after.empty()) {  // held for --after: not in the scheduler
+      held.push_back(j.seq);
       continue;
     }
     (j.state == JobState::kPending ? resubmit : adopt).push_back(j.seq);
@@ -310,6 +315,11 @@ Status Controller::Restore() {
     Job& j = jobs_.at(seq);
     add_core(j, j.spec, j.submit);
   }
+  // Jobs held for --after wait again for what was still active; the rest move on.
+  for (int64_t seq : held) {
+    for (const Dependency& d : jobs_.at(seq).after) dependents_[d.job].push_back(seq);
+  }
+  for (int64_t seq : held) Settle(jobs_.at(seq), now);
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     const core::NodeId n(i);
     if (nodes_[i].up) continue;

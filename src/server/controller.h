@@ -93,6 +93,7 @@ struct ControllerOptions {
   int64_t kill_slack_ms = 5000;     // after a grace deadline, before assuming a worker is gone
   int64_t max_spec_bytes = 64 * 1024;
   int64_t recent_done = 10000;      // ended jobs kept in memory for `ls` and `show`
+  int max_array_tasks = 10000;      // tasks in one --array
   std::string log_dir;              // job output uploaded by agents
   // Per-team submit rate limit (token bucket; admins are exempt): `submit_rate` requests a
   // second refill a bucket of `submit_burst`; past it, 429 with Retry-After. 0: no limit.
@@ -114,6 +115,8 @@ struct SubmitRequest {
   std::string format = "json";  // "json" or "yaml"
   std::string file;             // the client's file name, for diagnostics
   std::string idempotency_key;
+  std::string array;  // "0-999", "1,3,5-7", "0-15:4": one job per index (tasks NAME_INDEX)
+  std::string after;  // "j12,j13:any": held until those end (default :ok, finished; :any, any end)
 };
 
 class Controller {
@@ -221,6 +224,16 @@ class Controller {
   void NodeDown(core::NodeId n, Ticks now);
   void SetCoreNodeUp(core::NodeId n);
   void EndJob(Job& job, std::string end, std::string reason, Ticks now);
+  // Dependencies. Release hands a job whose dependencies are met to the scheduler;
+  // Settle re-checks a held job's dependencies (releases it, or cancels it when one can
+  // never be met); EndJob settles the jobs that wait on the one that ended.
+  void Release(Job& job, Ticks now);
+  // Cancels an active job: a pending one ends now, a running one gets its grace.
+  void CancelJob(Job& job, const std::string& reason, Ticks now);
+  void Settle(Job& job, Ticks now);
+  // How job `name` stands for a dependency: nullopt when there is no such job (or
+  // `viewer` may not see it), "" while it is active, else how it ended.
+  std::optional<std::string> EndStateOf(const std::string& name, const Principal* viewer);
   // What a node should run changed: bump the versions of the job's nodes (watches).
   void Touch(const Job& job);
   void AddRunning(const Job& job);
@@ -256,6 +269,8 @@ class Controller {
   int64_t next_seq_ = 1;
   std::map<int64_t, Job> jobs_;                       // by seq
   std::unordered_map<std::string, int64_t> by_name_;  // name -> seq
+  std::unordered_map<std::string, std::vector<int64_t>> arrays_;      // array id -> its tasks (in memory)
+  std::unordered_map<std::string, std::vector<int64_t>> dependents_;  // job name -> held jobs waiting on it
   std::vector<int64_t> core_to_seq_;                  // core JobId -> seq
   std::set<int64_t> running_;                         // seqs of running or stopping jobs
   std::vector<std::set<int64_t>> node_jobs_;          // by NodeId: running_ jobs with a worker there

@@ -47,6 +47,10 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
       env["GANTRY_PROGRESS_S"] = sim::FormatSeconds(job.progress);
       env["GANTRY_CHECKPOINT_S"] = sim::FormatSeconds(job.spec.checkpoint);
       env["GANTRY_GRACE_S"] = sim::FormatSeconds(job.spec.grace);
+      if (!job.array.empty()) {  // an array task (gantry submit --array)
+        env["GANTRY_ARRAY_JOB_ID"] = job.array;
+        env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);
+      }
       // The names PyTorch's launcher reads, unless the job set them itself.
       for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
                           {"LOCAL_RANK", std::to_string(local)},

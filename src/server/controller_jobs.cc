@@ -29,8 +29,14 @@ std::optional<std::string> BadJobName(const std::string& name) {
   if (name[0] == '.' || name[0] == '-') return "\"" + name + "\" may not start with '.' or '-'";
   // j<digits> are the server's own ids: a user's name there would block every later
   // submission without an id once the counter reached it.
-  if (name.size() > 1 && name[0] == 'j' &&
-      std::all_of(name.begin() + 1, name.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  // j<digits> and j<digits>_<digits> (array tasks) are the server's own names.
+  const size_t underscore = name.find('_');
+  auto digits = [](std::string_view v) {
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+  };
+  if (name[0] == 'j' && digits(std::string_view(name).substr(1, underscore == std::string::npos ? std::string::npos
+                                                                                                 : underscore - 1)) &&
+      (underscore == std::string::npos || digits(std::string_view(name).substr(underscore + 1)))) {
     return "\"" + name + "\" is reserved: j followed by digits is how the server names jobs without an id";
   }
   return std::nullopt;
@@ -117,6 +123,127 @@ Job* Controller::FindJob(const std::string& name) {
   return j == jobs_.end() ? nullptr : &j->second;
 }
 
+// ---------------------------------------------------------------- arrays and dependencies
+
+namespace {
+
+bool ParseInt(std::string_view v, int64_t max, int64_t& out) {
+  if (v.empty() || v.size() > 9) return false;
+  out = 0;
+  for (char c : v) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    out = out * 10 + (c - '0');
+  }
+  return out <= max;
+}
+
+}  // namespace
+
+// Slurm's --array syntax without the throttle: "0-999", "1,3,5-7", "0-15:4". The
+// indexes, sorted and unique.
+Result<std::vector<int>> ParseArraySpec(const std::string& spec, int max_tasks) {
+  constexpr int64_t kMaxIndex = 4'000'000;
+  if (spec.find('%') != std::string::npos) {
+    return Error{"array", "a throttle (%N) is not supported; submit fewer tasks at a time or use a queue's burst_gpus"};
+  }
+  std::set<int> out;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    const std::string part = spec.substr(start, end - start);
+    start = end + 1;
+    int64_t lo = 0, hi = 0, step = 1;
+    const size_t dash = part.find('-'), colon = part.find(':');
+    const std::string range = part.substr(0, colon);
+    bool ok = colon == std::string::npos || (dash != std::string::npos && ParseInt(part.substr(colon + 1), kMaxIndex, step) && step > 0);
+    if (ok && dash == std::string::npos) {
+      ok = ParseInt(range, kMaxIndex, lo);
+      hi = lo;
+    } else if (ok) {
+      ok = ParseInt(range.substr(0, dash), kMaxIndex, lo) && ParseInt(range.substr(dash + 1), kMaxIndex, hi) && lo <= hi;
+    }
+    if (!ok) {
+      return Error{"array", "\"" + part + "\" is not an index, a range A-B (A <= B) or A-B:STEP, up to " +
+                                std::to_string(kMaxIndex)};
+    }
+    for (int64_t i = lo; i <= hi; i += step) {
+      out.insert(static_cast<int>(i));
+      if (static_cast<int>(out.size()) > max_tasks) {
+        return Error{"array", "more than " + std::to_string(max_tasks) + " tasks in one array"};
+      }
+    }
+  }
+  return std::vector<int>(out.begin(), out.end());
+}
+
+// "j12", "j12:ok", "prep:any", comma-separated.
+Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
+  std::vector<Dependency> out;
+  size_t start = 0;
+  while (start <= spec.size()) {
+    size_t end = spec.find(',', start);
+    if (end == std::string::npos) end = spec.size();
+    std::string part = spec.substr(start, end - start);
+    start = end + 1;
+    Dependency d;
+    const size_t colon = part.find(':');
+    const std::string kind = colon == std::string::npos ? "ok" : part.substr(colon + 1);
+    d.job = part.substr(0, colon);
+    if (d.job.empty() || (kind != "ok" && kind != "any")) {
+      return Error{"after", "\"" + part + "\": expected JOB, JOB:ok (it must finish with exit 0) or JOB:any (any end)"};
+    }
+    d.any = kind == "any";
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::optional<std::string> Controller::EndStateOf(const std::string& name, const Principal* viewer) {
+  if (const Job* j = FindJob(name)) {
+    if (viewer && !MaySee(*viewer, *j)) return std::nullopt;
+    return j->active() ? std::string() : j->end;
+  }
+  auto stored = store_.FindJob(name);  // ended long ago: no longer in memory
+  if (!stored) Fatal("store: " + stored.error().message);
+  if (!*stored || (viewer && !MaySubmitTo(*viewer, config_.queues, (*stored)->queue))) return std::nullopt;
+  if ((*stored)->active) return std::string();
+  return json::parse((*stored)->doc, nullptr, false).value("end", std::string("unknown"));
+}
+
+void Controller::Release(Job& job, Ticks now) {
+  core::JobSpec spec = job.spec;
+  job.core = sched_->Submit(std::move(spec), now);  // eligible from now, as Slurm's EligibleTime
+  if (core_to_seq_.size() <= job.core.v) core_to_seq_.resize(job.core.v + 1, 0);
+  core_to_seq_[job.core.v] = job.seq;
+  dirty_ = true;
+}
+
+void Controller::Settle(Job& job, Ticks now) {
+  if (job.state != JobState::kPending || job.core.valid()) return;
+  std::vector<Dependency> left;
+  for (const Dependency& d : job.after) {
+    const std::optional<std::string> end = EndStateOf(d.job, nullptr);
+    if (end && end->empty()) {
+      left.push_back(d);
+    } else if (!d.any && end != "finished") {
+      const std::string reason = "dependency " + d.job + " ended " + (end ? *end : "unknown") +
+                                 ", so --after " + d.job + ":ok can never be met";
+      job.after.clear();
+      log_.Cancel(now, job.name, reason);
+      EndJob(job, "cancelled", reason, now);
+      return;
+    }
+  }
+  const bool changed = left.size() != job.after.size();
+  job.after = std::move(left);
+  if (job.after.empty()) Release(job, now);
+  if (changed) {
+    Touch(job);
+    Persist(job);
+  }
+}
+
 // ---------------------------------------------------------------- API: jobs
 
 std::optional<Reply> Controller::OverSubmitRate(const Principal& user) {
@@ -176,7 +303,10 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         return Reply::Error(Code::kBadRequest, "Idempotency-Key: at most 200 characters");
       }
       job.idem_key = req.idempotency_key;
-      job.idem_hash = Sha256Hex(job.spec_format + "\n" + req.body);
+      job.idem_hash = Sha256Hex(job.spec_format + "\n" + req.body +
+                                (req.array.empty() && req.after.empty()
+                                     ? std::string()
+                                     : "\narray=" + req.array + "\nafter=" + req.after));
       auto prior = store_.FindIdempotent(job.team, job.idem_key);
       if (!prior) Fatal("store: " + prior.error().message);
       if (*prior) {
@@ -185,7 +315,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                                                    " was already used with a different request");
         }
         Reply r;
-        r.body = {{"id", (*prior)->name}, {"existing", true}};
+        const std::string array = json::parse((*prior)->doc, nullptr, false).value("array", std::string());
+        r.body = {{"id", array.empty() ? (*prior)->name : array}, {"existing", true}};
         return r;
       }
     }
@@ -194,16 +325,53 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         return Reply::Error(Code::kBadRequest, "invalid job spec", {job.spec_file + ": id: " + *why});
       }
     }
-    job.seq = next_seq_;
-    job.name = spec->id.empty() ? "j" + std::to_string(job.seq) : spec->id;
-    if (by_name_.count(job.name)) {
-      return Reply::Error(Code::kConflict, "job id " + job.name + " already exists");
+    std::vector<int> indexes;  // an array's, else empty
+    if (!req.array.empty()) {
+      auto parsed = ParseArraySpec(req.array, options_.max_array_tasks);
+      if (!parsed) return Reply::Error(Code::kBadRequest, "array " + req.array + ": " + parsed.error().message);
+      indexes = std::move(*parsed);
     }
-    if (auto old = store_.FindJob(job.name); !old || *old) {
+    std::vector<Dependency> after;  // those not met yet
+    if (!req.after.empty()) {
+      auto parsed = ParseAfterSpec(req.after);
+      if (!parsed) return Reply::Error(Code::kBadRequest, "after " + req.after + ": " + parsed.error().message);
+      for (const Dependency& d : *parsed) {
+        std::vector<std::string> names = {d.job};  // an array stands for all its tasks
+        if (auto a = arrays_.find(d.job); a != arrays_.end() && !by_name_.count(d.job)) {
+          names.clear();
+          for (int64_t seq : a->second) {
+            if (auto t = jobs_.find(seq); t != jobs_.end()) names.push_back(t->second.name);
+          }
+        }
+        for (const std::string& name : names) {
+          const std::optional<std::string> end = EndStateOf(name, &user);
+          if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
+          if (end->empty()) {
+            after.push_back(Dependency{name, d.any});
+          } else if (!d.any && *end != "finished") {
+            return Reply::Error(Code::kUnprocessable, "after: " + name + " ended " + *end + ", so " + name +
+                                                          ":ok can never be met (use " + name + ":any)");
+          }
+        }
+      }
+    }
+    const std::string base = spec->id.empty() ? "j" + std::to_string(next_seq_) : spec->id;
+    std::vector<std::string> names;
+    for (int i : indexes) names.push_back(base + "_" + std::to_string(i));
+    if (indexes.empty()) names.push_back(base);
+    if (auto why = BadJobName(names.back()); why && !spec->id.empty()) {
+      return Reply::Error(Code::kBadRequest, "invalid job spec", {job.spec_file + ": id: " + *why});
+    }
+    if (arrays_.count(base) || (!indexes.empty() && by_name_.count(base))) {
+      return Reply::Error(Code::kConflict, "job id " + base + " already exists");
+    }
+    for (const std::string& name : names) {
+      if (by_name_.count(name)) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
+      auto old = store_.FindJob(name);
       if (!old) Fatal("store: " + old.error().message);
-      return Reply::Error(Code::kConflict, "job id " + job.name + " already exists");
+      if (*old) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
     }
-    spec->id = job.name;
+    spec->id = names.front();
     if (auto why = core::WhyInfeasible(*spec, cluster_)) {
       return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
     }
@@ -216,21 +384,36 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                                                       " of queue " + qs.name);
       }
     }
-    ++next_seq_;
     job.submit = now;
     job.spec = *spec;
-    job.core = sched_->Submit(std::move(*spec), now);
-    if (core_to_seq_.size() <= job.core.v) core_to_seq_.resize(job.core.v + 1, 0);
-    core_to_seq_[job.core.v] = job.seq;
-    Job& j = jobs_.emplace(job.seq, std::move(job)).first->second;
-    by_name_[j.name] = j.seq;
-    Persist(j);
-    log_.Submit(now, j.name);
-    ++submitted_;
+    job.after = after;
+    for (size_t k = 0; k < names.size(); ++k) {
+      Job task = job;  // one job per array index, all in this request's transaction
+      if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
+      task.seq = next_seq_++;
+      task.name = names[k];
+      task.spec.id = task.name;
+      if (!indexes.empty()) {
+        task.array = base;
+        task.array_index = indexes[k];
+      }
+      Job& j = jobs_.emplace(task.seq, std::move(task)).first->second;
+      by_name_[j.name] = j.seq;
+      if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
+      log_.Submit(now, j.name);
+      if (j.after.empty()) {
+        Release(j, now);
+      } else {
+        for (const Dependency& d : j.after) dependents_[d.job].push_back(j.seq);
+      }
+      Persist(j);
+      ++submitted_;
+    }
     dirty_ = true;
     Reply r;
     r.code = Code::kCreated;
-    r.body = {{"id", j.name}};
+    r.body = {{"id", indexes.empty() ? names.front() : base}};
+    if (!indexes.empty()) r.body["tasks"] = indexes.size();
     return r;
   });
 }
@@ -241,6 +424,14 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   switch (job.state) {
     case JobState::kPending:
       reason = job.core.valid() ? sched_->job(job.core).wait_reason : "";
+      if (!job.after.empty()) {
+        reason = "dependency: waiting for ";
+        const size_t shown = std::min<size_t>(job.after.size(), 3);
+        for (size_t i = 0; i < shown; ++i) {
+          reason += (i ? ", " : "") + job.after[i].job + (job.after[i].any ? " to end" : " to finish");
+        }
+        if (job.after.size() > shown) reason += " and " + std::to_string(job.after.size() - shown) + " more";
+      }
       if (reason.empty()) reason = "waiting for the next scheduling pass";
       break;
     case JobState::kRunning: break;
@@ -254,6 +445,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   }
   json j = {{"id", job.name},
             {"seq", job.seq},
+            {"array", job.array.empty() ? json() : json(job.array)},
+            {"array_index", job.array_index < 0 ? json() : json(job.array_index)},
             {"queue", job.queue},
             {"team", job.team},
             {"tier", std::string(core::Name(job.spec.tier))},
@@ -345,18 +538,48 @@ void Controller::ShowJob(std::string token, std::string name, Done done) {
 void Controller::Cancel(std::string token, std::string name, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
     Job* job = FindJob(name);
+    if (!job && arrays_.count(name)) {
+      // An array's id cancels every task still active, as scancel does.
+      std::vector<int64_t> tasks = arrays_.at(name);
+      int cancelled = 0;
+      for (int64_t seq : tasks) {
+        auto t = jobs_.find(seq);
+        if (t == jobs_.end()) continue;
+        if (!MaySubmitTo(user, config_.queues, t->second.queue)) {
+          return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " + name + " in queue " +
+                                                    t->second.queue + " (team " + t->second.team + ")");
+        }
+        if (t->second.active()) {
+          CancelJob(t->second, "cancelled by " + user.Describe(), now_);
+          ++cancelled;
+        }
+      }
+      Reply r;
+      r.body = {{"id", name}, {"cancelled", cancelled}};
+      return r;
+    }
     if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
     if (!MaySubmitTo(user, config_.queues, job->queue)) {
       return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
                                                 " in queue " + job->queue + " (team " + job->team + ")");
     }
-    const Ticks now = now_;
-    const std::string reason = "cancelled by " + user.Describe();
+    if (job->state == JobState::kDone) {
+      return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
+    }
+    CancelJob(*job, "cancelled by " + user.Describe(), now_);
+    Reply r;
+    r.body = {{"id", job->name},
+              {"state", job->state == JobState::kDone ? job->end : std::string(Name(job->state))}};
+    return r;
+  });
+}
+
+void Controller::CancelJob(Job& job_ref, const std::string& reason, Ticks now) {
+    Job* job = &job_ref;
     switch (job->state) {
-      case JobState::kDone:
-        return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
+      case JobState::kDone: break;
       case JobState::kPending:
-        sched_->Finish(job->core, now);
+        if (job->core.valid()) sched_->Finish(job->core, now);
         log_.Cancel(now, job->name, reason);
         EndJob(*job, "cancelled", reason, now);
         dirty_ = true;
@@ -368,11 +591,6 @@ void Controller::Cancel(std::string token, std::string name, Done done) {
         Persist(*job);
         break;
     }
-    Reply r;
-    r.body = {{"id", job->name},
-              {"state", job->state == JobState::kDone ? job->end : std::string(Name(job->state))}};
-    return r;
-  });
 }
 
 void Controller::LogPath(std::string token, std::string name, int run, int rank, Done done) {

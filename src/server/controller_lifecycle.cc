@@ -191,7 +191,22 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
     done_order_.pop_front();
     if (it == jobs_.end() || it->second.active()) continue;
     by_name_.erase(it->second.name);
+    if (!it->second.array.empty()) {
+      auto a = arrays_.find(it->second.array);
+      if (a != arrays_.end()) {
+        std::erase(a->second, it->second.seq);
+        if (a->second.empty()) arrays_.erase(a);
+      }
+    }
     jobs_.erase(it);
+  }
+  // Jobs held for this one (--after) move on: released, still held, or cancelled.
+  if (auto w = dependents_.find(job.name); w != dependents_.end()) {
+    std::vector<int64_t> waiting = std::move(w->second);
+    dependents_.erase(w);
+    for (int64_t seq : waiting) {
+      if (auto h = jobs_.find(seq); h != jobs_.end()) Settle(h->second, now);
+    }
   }
 }
 

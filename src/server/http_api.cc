@@ -199,6 +199,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     sr.format = req.header("content-type").find("yaml") != std::string::npos ? "yaml" : "json";
     sr.file = Basename(req.header("x-gantry-file"));
     sr.idempotency_key = req.header("idempotency-key");
+    sr.array = req.param("array");
+    sr.after = req.param("after");
     return c.Submit(TokenOf(req), std::move(sr), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {

@@ -190,8 +190,13 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"signal", w.signal},
                        {"lost", w.lost}});
   }
+  json after = json::array();
+  for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
   return {{"spec_format", job.spec_format},
           {"spec_text", job.spec_text},
+          {"array", job.array},
+          {"array_index", job.array_index},
+          {"after", after},
           {"spec_file", job.spec_file},
           {"state", std::string(Name(job.state))},
           {"submit", job.submit},
@@ -218,6 +223,12 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.spec_format = d.at("spec_format").get<std::string>();
     job.spec_text = d.at("spec_text").get<std::string>();
     job.spec_file = d.value("spec_file", std::string());
+    job.array = d.value("array", std::string());
+    job.array_index = d.value("array_index", -1);
+    job.after.clear();
+    for (const json& a : d.value("after", json::array())) {
+      job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});
+    }
     auto state = Parse(d.at("state").get<std::string>(), kStates);
     auto stop = Parse(d.value("stop", std::string("none")), kStops);
     if (!state || !stop) return Error{"doc", "unknown state"};

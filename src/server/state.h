@@ -41,9 +41,19 @@ struct Worker {
   bool lost = false;  // its process vanished without an exit status (node or agent lost)
 };
 
+// A dependency (`gantry submit --after NAME[:ok|any]`): the job is held out of the
+// scheduler until NAME has ended; with `any` in any state, else finished (exit 0).
+struct Dependency {
+  std::string job;
+  bool any = false;
+};
+
 struct Job {
   int64_t seq = 0;
   std::string name;
+  std::string array;        // an array task: the array's id (tasks are named ARRAY_INDEX)
+  int array_index = -1;
+  std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   std::string team;
   std::string queue;
   std::string spec_format;  // "json" or "yaml": how spec_text is written

@@ -750,5 +750,42 @@ TEST(Integration, TlsCarriesTheApiAndAgentsAndRefusesUntrustedClients) {
   EXPECT_NE(untrusted.err.find("cannot reach gantryd"), std::string::npos) << untrusted.err;
 }
 
+
+// Issue 13: an array and a dependency through the CLI, as real processes: each task sees
+// its index, and the job --after the array starts only once every task has ended.
+TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
+  Harness h("array");
+  Prepare(h);
+  StartCluster(h, 1);
+  std::vector<std::string> args = {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--array", "0-3", "--"};
+  for (auto& s : Job(h, 400)) args.push_back(s);
+  const std::string array = Submit(h, "a", args);
+  ASSERT_FALSE(array.empty());
+  std::vector<std::string> after = {"--queue", "research", "--gpus", "0", "--after", array, "--"};
+  for (auto& s : Job(h, 100)) after.push_back(s);
+  const std::string merge = Submit(h, "a", after);
+  std::set<std::string> ids = {merge};
+  for (int i = 0; i < 4; ++i) ids.insert(array + "_" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  double last_end = 0;
+  std::set<std::string> seen;
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = array + "_" + std::to_string(i);
+    EXPECT_EQ(h.Job(id)["state"], "finished") << id;
+    auto runs = Envs(h, id);
+    ASSERT_EQ(runs.size(), 1u) << id;
+    seen.insert(runs.begin()->second.at(0).at("GANTRY_ARRAY_TASK_ID"));
+    EXPECT_EQ(runs.begin()->second.at(0).at("GANTRY_ARRAY_JOB_ID"), array);
+    for (double t : Times(h.Path("out/" + id + ".1.0.log"), "end")) last_end = std::max(last_end, t);
+  }
+  EXPECT_EQ(seen, (std::set<std::string>{"0", "1", "2", "3"}));
+  EXPECT_EQ(h.Job(merge)["state"], "finished");
+  const std::vector<double> start = Times(h.Path("out/" + merge + ".1.0.log"), "start");
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_GT(start[0], last_end) << "the dependent job started before the array ended";
+  RunResult cancel = h.Cli({"cancel", array}, h.token("a"));
+  EXPECT_NE(cancel.out.find("0 task(s) cancelled"), std::string::npos) << cancel.out << cancel.err;
+}
+
 }  // namespace
 }  // namespace gantry::it

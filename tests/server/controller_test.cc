@@ -109,6 +109,15 @@ class ControllerTest : public ::testing::Test {
     r.idempotency_key = key;
     return ctl_->Submit(token, r);
   }
+  Reply SubmitWith(const std::string& token, const std::string& body, const std::string& array,
+                   const std::string& after, const std::string& key = "") {
+    SubmitRequest r;
+    r.body = body;
+    r.array = array;
+    r.after = after;
+    r.idempotency_key = key;
+    return ctl_->Submit(token, r);
+  }
   json Beat(const std::string& node, json exits = json::array()) {
     Reply r = ctl_->Heartbeat(kAgent, node, {{"gpus", Gpus(8)}, {"exits", exits}}, "127.0.0.1");
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
@@ -432,6 +441,113 @@ TEST_F(ControllerTest, AnAgentCredentialIsBoundToItsNodeAndASecondLiveAgentIsRef
   EXPECT_EQ(beat(kAgent, "h100-0", "second").code, Code::kOk);
   EXPECT_EQ(beat(kAgent0, "h100-0", "first").code, Code::kConflict);
   EXPECT_NE(ctl_->Metrics().find("gantry_agent_duplicates_refused_total 3"), std::string::npos);
+}
+
+
+// Issue 13: `gantry submit --array 0-999` is one request: one transaction, 1,000 jobs
+// named ID_INDEX, each told its index; a repeat with the same key is the same array; the
+// array's id cancels what is left of it.
+TEST_F(ControllerTest, AnArrayIsOneRequestForManyJobs) {
+  const std::string body = R"({"queue":"research","gpus":0,"command":"x"})";
+  Reply r = SubmitWith(kTeamA, body, "0-999", "", "arr-1");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  EXPECT_EQ(id, "j1");
+  EXPECT_EQ(r.body["tasks"], 1000);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 1000u);
+  EXPECT_EQ(Show("j1_0")["array"], "j1");
+  EXPECT_EQ(Show("j1_999")["array_index"], 999);
+  Reply again = SubmitWith(kTeamA, body, "0-999", "", "arr-1");
+  EXPECT_EQ(again.body["id"], "j1");
+  EXPECT_EQ(again.body["existing"], true);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 1000u);
+  // Slurm's other forms; bad ones are refused whole.
+  Reply stepped = SubmitWith(kTeamA, body, "0-15:4,20", "");
+  ASSERT_EQ(stepped.code, Code::kCreated) << stepped.body.dump();
+  EXPECT_EQ(stepped.body["tasks"], 5);
+  EXPECT_EQ(Show(stepped.body["id"].get<std::string>() + "_12")["array_index"], 12);
+  for (const char* bad : {"5-1", "x", "0-10%2", "", "0-20000"}) {
+    if (!*bad) continue;
+    EXPECT_EQ(SubmitWith(kTeamA, body, bad, "").code, Code::kBadRequest) << bad;
+  }
+  EXPECT_EQ(Submit(kTeamA, R"({"id":"j1_5","queue":"research","gpus":0,"command":"x"})").code, Code::kBadRequest);
+  // Each task is told its index.
+  Reply gpu = SubmitWith(kTeamA, R"({"id":"sweep","queue":"research","gpus":1,"vram_gb":10,"command":"x"})", "3", "");
+  ASSERT_EQ(gpu.code, Code::kCreated) << gpu.body.dump();
+  EXPECT_EQ(gpu.body["id"], "sweep");
+  EXPECT_EQ(ctl_->Cancel(kTeamA, "j1").code, Code::kOk);
+  EXPECT_EQ(ctl_->Cancel(kTeamA, stepped.body["id"]).code, Code::kOk);
+  Beat("h100-0");
+  ctl_->Poke();
+  json beat = Beat("h100-0");
+  ASSERT_EQ(beat["workers"].size(), 1u) << beat.dump();
+  EXPECT_EQ(beat["workers"][0]["env"]["GANTRY_ARRAY_JOB_ID"], "sweep");
+  EXPECT_EQ(beat["workers"][0]["env"]["GANTRY_ARRAY_TASK_ID"], "3");
+  EXPECT_EQ(Show("j1_500")["state"], "cancelled");
+  EXPECT_EQ(SubmitWith(kTeamA, body, "0-1", "").body["tasks"], 2);
+}
+
+// Issue 13: --after JOB[:ok|any]. A job waits (held, with the reason) until its
+// dependencies end; :ok needs a clean finish and is cancelled, saying why, when that can
+// no longer happen; :any takes any end. Held jobs stay held across a restart.
+TEST_F(ControllerTest, DependenciesHoldJobsUntilTheirJobsEnd) {
+  Reply a = Submit(kTeamA, R"({"id":"prep","queue":"research","gpus":1,"vram_gb":10,"command":"x"})");
+  ASSERT_EQ(a.code, Code::kCreated);
+  Reply b = SubmitWith(kTeamA, R"({"id":"train","queue":"research","gpus":1,"vram_gb":10,"command":"x"})", "", "prep");
+  ASSERT_EQ(b.code, Code::kCreated) << b.body.dump();
+  Reply c = SubmitWith(kTeamA, R"({"id":"report","queue":"research","gpus":0,"command":"x"})", "", "train:any");
+  ASSERT_EQ(c.code, Code::kCreated) << c.body.dump();
+  Reply d = SubmitWith(kTeamA, R"({"id":"eval","queue":"research","gpus":0,"command":"x"})", "", "train:ok");
+  ASSERT_EQ(d.code, Code::kCreated) << d.body.dump();
+  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "nosuch").code, Code::kNotFound);
+  EXPECT_EQ(SubmitWith(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})", "", "prep").code, Code::kNotFound)
+      << "another team's job must not be visible";
+  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "prep:later").code,
+            Code::kBadRequest);
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  EXPECT_EQ(Show("prep")["state"], "running");
+  json train = Show("train");
+  EXPECT_EQ(train["state"], "pending");
+  EXPECT_EQ(train["reason"], "dependency: waiting for prep to finish");
+
+  Restart();  // held jobs are held again, not scheduled
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(Show("train")["state"], "pending");
+  EXPECT_EQ(Show("train")["reason"], "dependency: waiting for prep to finish");
+
+  Beat("h100-0", json::array({{{"job", "prep"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show("prep")["state"], "finished");
+  ctl_->Poke();
+  Beat("h100-0");
+  EXPECT_EQ(Show("train")["state"], "running");
+  EXPECT_EQ(Show("report")["reason"], "dependency: waiting for train to end");
+  Beat("h100-0", json::array({{{"job", "train"}, {"run", 1}, {"rank", 0}, {"exit_code", 2}}}));
+  EXPECT_EQ(Show("train")["state"], "failed");
+  json eval = Show("eval");
+  EXPECT_EQ(eval["state"], "cancelled");
+  EXPECT_NE(eval["reason"].get<std::string>().find("dependency train ended failed"), std::string::npos) << eval.dump();
+  ctl_->Poke();
+  EXPECT_NE(Show("report")["state"], "pending");  // :any: released
+  // On an ended job: :ok of a failed one is refused at once; of a finished one runs.
+  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "train").code,
+            Code::kUnprocessable);
+  Reply e = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "prep,train:any");
+  ASSERT_EQ(e.code, Code::kCreated);
+  EXPECT_NE(Show(e.body["id"])["reason"].get<std::string>().rfind("dependency", 0), 0u);
+  // An array stands for all its tasks.
+  Reply arr = SubmitWith(kTeamA, R"({"id":"shard","queue":"research","gpus":0,"command":"x"})", "0-2", "");
+  Reply merge = SubmitWith(kTeamA, R"({"id":"merge","queue":"research","gpus":0,"command":"x"})", "", "shard");
+  ASSERT_EQ(merge.code, Code::kCreated) << merge.body.dump();
+  EXPECT_EQ(Show("merge")["reason"], "dependency: waiting for shard_0 to finish, shard_1 to finish, shard_2 to finish");
+  Reply arr4 = SubmitWith(kTeamA, R"({"id":"shard4","queue":"research","gpus":0,"command":"x"})", "0-3", "");
+  ASSERT_EQ(arr4.code, Code::kCreated);
+  Reply merge4 = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "shard4");
+  EXPECT_EQ(Show(merge4.body["id"])["reason"],
+            "dependency: waiting for shard4_0 to finish, shard4_1 to finish, shard4_2 to finish and 1 more");
+  EXPECT_NE(events_.str().find("\"type\":\"cancel\",\"job\":\"eval\""), std::string::npos) << events_.str();
 }
 
 }  // namespace

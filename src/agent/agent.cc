@@ -189,12 +189,16 @@ void Agent::Recover() {
     w.log_path = r.value("log", std::string());
     w.record_path = entry.path().string();
     const long long started = r.value("start_time", -2LL);
-    if (w.pid > 1 && ProcessStartTime(w.pid) == started) {
-      SignalGroup(w.pid, SIGKILL);
-      w.note = "left running by a previous gantry-agent; killed";
-    } else {
-      w.note = "ended while gantry-agent was down";
-    }
+    // The leader dies with the previous agent (PDEATHSIG) unless that agent was stopped
+    // without dying; what it started may still run in its group. Kill them all.
+    const std::vector<pid_t> left =
+        w.pid > 1 && started >= 0 ? GroupMembersSince(w.pid, started) : std::vector<pid_t>{};
+    const bool leader = std::find(left.begin(), left.end(), w.pid) != left.end();
+    for (pid_t p : left) ::kill(p, SIGKILL);
+    w.note = leader         ? "left running by a previous gantry-agent; killed"
+             : left.empty() ? "ended while gantry-agent was down"
+                            : "ended while gantry-agent was down; killed " + std::to_string(left.size()) +
+                                  " process(es) it left in its group";
     w.exited = w.lost = true;
     w.exit_code = 0;
     w.signal = SIGKILL;

@@ -1,7 +1,9 @@
 #include "agent/launcher.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -73,6 +75,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string exec_error = "gantry-agent: cannot run " + args[0] + ": ";
   const std::string chdir_error = "gantry-agent: cannot enter workdir " + spec.workdir + ": ";
 
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -81,6 +84,12 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   }
   if (pid == 0) {
     ::setsid();  // new session and process group: pgid == pid
+    // Dies with the agent (its launching thread, the agent's main loop): a worker must not
+    // run on unsupervised after an unclean agent death while the server requeues its job.
+    // What the worker started lives on in its process group until the next agent kills
+    // it (GroupMembersSince), or with the cgroup under systemd (KillMode=control-group).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(137);  // the agent died before the line above
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -124,23 +133,57 @@ std::vector<Exited> Reap() {
   return out;
 }
 
-long long ProcessStartTime(pid_t pid) {
+namespace {
+
+// Fields 3 (state), 5 (process group) and 22 (start time) of /proc/PID/stat; false when
+// gone.
+bool GroupAndStart(pid_t pid, long long& pgrp, long long& start, char* state = nullptr) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
-  if (!std::getline(in, stat)) return -1;
+  if (!std::getline(in, stat)) return false;
   // The command name (field 2) is in parentheses and may hold spaces: count from the last ')'.
   const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
+  if (close == std::string::npos || close + 2 > stat.size()) return false;
   std::stringstream rest(stat.substr(close + 2));
   std::string field;
   for (int i = 3; i <= 22; ++i) {
-    if (!(rest >> field)) return -1;
+    if (!(rest >> field)) return false;
+    if (i == 3 && state) *state = field.empty() ? '?' : field[0];
+    try {
+      if (i == 3) continue;
+      if (i == 5) pgrp = std::stoll(field);
+      if (i == 22) start = std::stoll(field);
+    } catch (const std::exception&) {
+      return false;
+    }
   }
-  try {
-    return std::stoll(field);
-  } catch (const std::exception&) {
-    return -1;
+  return true;
+}
+
+}  // namespace
+
+long long ProcessStartTime(pid_t pid) {
+  long long pgrp = 0, start = 0;
+  return GroupAndStart(pid, pgrp, start) ? start : -1;
+}
+
+std::vector<pid_t> GroupMembersSince(pid_t pgid, long long since) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long v = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || v <= 1) continue;
+    long long pgrp = 0, start = 0;
+    char state = '?';
+    if (GroupAndStart(static_cast<pid_t>(v), pgrp, start, &state) && pgrp == pgid && start >= since &&
+        state != 'Z') {
+      out.push_back(static_cast<pid_t>(v));
+    }
   }
+  ::closedir(proc);
+  return out;
 }
 
 }  // namespace gantry::agent

@@ -26,7 +26,9 @@ struct LaunchSpec {
 };
 
 // Forks and execs. The child's process group id equals its pid. An exec failure is
-// written to the log and the child exits with 127, as a shell would.
+// written to the log and the child exits with 127, as a shell would. The child gets
+// PR_SET_PDEATHSIG=SIGKILL: it dies when the thread that launched it (the agent's main
+// loop) ends, so an agent killed uncleanly leaves no worker running on its own.
 Result<pid_t> Launch(const LaunchSpec& spec);
 
 // Sends `sig` to the process group `pgid` (no-op when it is gone).
@@ -43,5 +45,10 @@ std::vector<Exited> Reap();
 // The start time of a process (field 22 of /proc/PID/stat, clock ticks since boot), or
 // -1 when there is no such process; tells a worker from a later process with its pid.
 long long ProcessStartTime(pid_t pid);
+
+// The live (not zombie) processes in process group `pgid` that started at or after
+// `since` (a start time as above): a worker's, leader included while it runs. The start time keeps a
+// later, unrelated group that reused the number out of it.
+std::vector<pid_t> GroupMembersSince(pid_t pgid, long long since);
 
 }  // namespace gantry::agent

@@ -104,5 +104,36 @@ TEST_F(LauncherTest, StartTimeTellsAProcessFromItsSuccessor) {
   EXPECT_EQ(ProcessStartTime(999999999), -1);
 }
 
+
+// Issue 16, bug 4: a worker dies with the thread that launched it (the agent's main loop),
+// and what it started can be found by its process group and start time.
+TEST_F(LauncherTest, AWorkerDiesWithItsLauncherAndWhatItLeftIsFoundByGroup) {
+  LaunchSpec spec;
+  spec.argv = {"sh", "-c", "sleep 30 & echo $! > " + (dir_ / "child").string() + "; wait"};
+  spec.log_path = (dir_ / "out.log").string();
+  pid_t pid = 0;
+  long long started = -1;
+  std::thread launcher([&] {
+    auto r = Launch(spec);
+    ASSERT_TRUE(r.ok());
+    pid = *r;
+    started = ProcessStartTime(pid);
+    for (int i = 0; i < 200 && !fs::exists(dir_ / "child"); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  launcher.join();  // the launching thread ends: the kernel kills the worker
+  ASSERT_GT(pid, 0);
+  Exited e = Wait(pid);
+  EXPECT_EQ(e.signal, SIGKILL);
+  pid_t child = 0;
+  std::ifstream(dir_ / "child") >> child;
+  ASSERT_GT(child, 0);
+  const std::vector<pid_t> left = GroupMembersSince(pid, started);
+  EXPECT_EQ(left, std::vector<pid_t>{child});
+  EXPECT_TRUE(GroupMembersSince(pid, started + 1'000'000'000).empty()) << "a later group must not match";
+  for (pid_t p : left) ::kill(p, SIGKILL);
+}
+
 }  // namespace
 }  // namespace gantry::agent

@@ -506,17 +506,49 @@ TEST(Integration, AReturningAgentKillsJobsThatWereMoved) {
   EXPECT_EQ(Times(h.Path("out/f.1.0.log"), "end").size(), 0u) << "the moved copy ran to its end";
 }
 
-TEST(Integration, ARestartedAgentKillsWhatItsPredecessorLeftAndTheJobRunsAgain) {
+// orphan.sh OUT_DIR MILLISECONDS: job.sh's log, plus a child it leaves in its process
+// group (`sleep 60 &`, its pid in OUT.child).
+constexpr const char* kOrphanScript = R"SH(#!/bin/sh
+out="$1/$GANTRY_JOB_ID.$GANTRY_RUN.$GANTRY_RANK"
+sleep 60 &
+echo $! > "$out.child"
+echo "start $(date +%s.%N)" >> "$out.log"
+end=$(( $(date +%s%3N) + $2 ))
+while [ "$(date +%s%3N)" -lt "$end" ]; do echo "alive $(date +%s.%N)" >> "$out.log"; sleep 0.1; done
+echo "end $(date +%s.%N)" >> "$out.log"
+)SH";
+
+// A live process (not a zombie waiting for a parent that does not reap).
+bool Alive(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Issue 16, bug 4: an agent killed uncleanly left its worker running while the job was
+// requeued. Now the worker dies with the agent (PDEATHSIG), and the restarted agent kills
+// what the worker left in its process group; the job runs again, never overlapping.
+TEST(Integration, AnAgentKilledUncleanlyTakesItsWorkerAlongAndItsSuccessorKillsTheRest) {
   Harness h("agent-restart");
   Prepare(h);
+  h.Write("orphan.sh", kOrphanScript, true);
   StartCluster(h, 1);
-  std::vector<std::string> args = {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--"};
-  for (auto& s : Job(h, 3000, 0.1)) args.push_back(s);
-  Submit(h, "a", args);
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/r.1.0.log"), "alive").empty(); }, 10));
-  h.StopAgent(0, SIGKILL);  // the worker, in its own session, keeps running
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Submit(h, "a", {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--", h.Path("orphan.sh"),
+                  h.Path("out"), "3000"});
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    return !Times(h.Path("out/r.1.0.log"), "alive").empty() && fs::exists(h.Path("out/r.1.0.child"));
+  }, 10));
+  const pid_t child = std::stoi(h.Read("out/r.1.0.child"));
+  h.StopAgent(0, SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  const size_t alive_then = Times(h.Path("out/r.1.0.log"), "alive").size();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(Times(h.Path("out/r.1.0.log"), "alive").size(), alive_then) << "the worker outlived its agent";
+  EXPECT_TRUE(Alive(child)) << "(no cgroup here: what the worker started waits for the next agent)";
   h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Alive(child); }, 10)) << "the restarted agent left the child running";
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("r")["state"] == "finished"; }, 20));
   const auto run1 = Times(h.Path("out/r.1.0.log"), "alive");
   const auto run2 = Times(h.Path("out/r.2.0.log"), "alive");
@@ -524,7 +556,8 @@ TEST(Integration, ARestartedAgentKillsWhatItsPredecessorLeftAndTheJobRunsAgain) 
   ASSERT_FALSE(run2.empty()) << "r did not run again";
   EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
   EXPECT_EQ(Times(h.Path("out/r.1.0.log"), "end").size(), 0u) << "the orphaned worker ran to its end";
-  EXPECT_NE(h.Read("agent-h100-0.log").find("left running by a previous gantry-agent; killed"), std::string::npos);
+  EXPECT_NE(h.Read("agent-h100-0.log").find("killed 1 process(es) it left in its group"), std::string::npos)
+      << h.Read("agent-h100-0.log");
   EXPECT_EQ(CountEvents(Events(h), "requeue", "r"), 1);
 }
 

@@ -10,6 +10,7 @@
 #include "core/model/feasibility.h"
 #include "core/placement.h"
 #include "server/adopt.h"
+#include "server/config_check.h"
 #include "server/controller_internal.h"
 #include "spec/job_reader.h"
 
@@ -183,16 +184,7 @@ void Controller::AnswerWatchers(Ticks now, bool all) {
 // ---------------------------------------------------------------- restore
 
 std::optional<core::JobSpec> Controller::ReadSpec(const Job& job, std::vector<std::string>* problems) {
-  spec::Diagnostics diags;
-  const std::string file = job.spec_file.empty() ? "request" : job.spec_file;
-  std::optional<core::JobSpec> spec =
-      job.spec_format == "yaml" ? spec::ParseJobYaml(job.spec_text, file, config_, diags)
-                                : spec::ParseJobJson(job.spec_text, file, config_, diags);
-  if (problems) {
-    for (const spec::Diag& d : diags.items()) problems->push_back(d.ToString());
-  }
-  if (!diags.empty()) return std::nullopt;
-  return spec;
+  return ReadJobSpec(job, config_, problems);
 }
 
 Status Controller::Restore() {
@@ -261,7 +253,10 @@ Status Controller::Restore() {
       continue;
     }
     if (!problems.empty() || !j.end_reason.empty()) {
+      // Only with --force-config (gantryd refuses to start otherwise): said loudly.
       const std::string why = !problems.empty() ? problems.front() : j.end_reason;
+      std::fprintf(stderr, "gantryd: job %s failed: cannot be read back after a restart: %s\n", j.name.c_str(),
+                   why.c_str());
       EndJob(j, "failed", "cannot be read back after a restart: " + why, now);
       continue;
     }

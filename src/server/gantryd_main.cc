@@ -9,6 +9,7 @@
 // On PostgreSQL every gantryd waits as a standby (answering 503 with the leader's URL)
 // until it holds the leader lease (--leader-ttl-s, 3 s), then restores the state and
 // serves on the same address; it renews every ttl/3 and exits the moment it cannot.
+//   gantryd check-config --config CLUSTER.yaml --db STATE.db   (what a config change would break)
 //   gantryd token create --db STATE.db (--admin | --agent --node N | --team T --queues a,b)
 //   gantryd token list --db STATE.db
 //   gantryd token revoke --db STATE.db HASH_PREFIX
@@ -34,6 +35,7 @@
 #include <thread>
 
 #include "server/auth.h"
+#include "server/config_check.h"
 #include "server/controller.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
@@ -232,7 +234,7 @@ int Init(const std::string& db) {
 }
 
 struct ServeArgs {
-  bool init = false;
+  bool init = false, force_config = false;
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
       tls_cert, tls_key;
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
@@ -352,6 +354,43 @@ class Renewer {
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// What `config` would break among the stored active jobs, printed; 0 when nothing (or
+// when `force`: they are failed, each said on stderr), else kExitBadInput.
+int CheckConfig(const spec::ClusterConfig& config, server::Store& store, const std::string& path, bool force) {
+  auto broken = server::ConfigBreakage(config, store);
+  if (!broken) {
+    std::cerr << "gantryd: --db: " << broken.error().message << "\n";
+    return kExitRunFailure;
+  }
+  if (broken->empty()) return 0;
+  std::cerr << "gantryd: " << path << " would break " << broken->size() << " active job(s):\n";
+  for (const std::string& line : *broken) std::cerr << "  " << line << "\n";
+  if (force) {
+    std::cerr << "gantryd: --force-config: they are failed now\n";
+    return 0;
+  }
+  std::cerr << "gantryd: nothing was changed; restore what they use (or cancel them) and start again, or start "
+               "with --force-config to fail them\n";
+  return kExitBadInput;
+}
+
+int CheckConfigCommand(const std::string& config_path, const std::string& db) {
+  spec::Diagnostics diags;
+  auto config = spec::ReadClusterConfig(config_path, diags);
+  if (!config) {
+    std::cerr << diags.ToString();
+    return kExitBadInput;
+  }
+  auto store = OpenStore(db, false);
+  if (!store) {
+    std::cerr << "gantryd: --db: " << store.error().message << "\n";
+    return kExitRunFailure;
+  }
+  const int rc = CheckConfig(*config, **store, config_path, false);
+  if (rc == 0) std::cerr << "gantryd check-config: " << config_path << " reads back every active job\n";
+  return rc;
+}
 
 int Serve(const ServeArgs& a) {
   if (a.config.empty() || a.db.empty()) {
@@ -500,6 +539,9 @@ int Serve(const ServeArgs& a) {
     epoch = *got;
   }
 
+  // A config that would fail active jobs is refused, not applied (issue 16, bug 5).
+  if (int rc = CheckConfig(*config, **store, a.config, a.force_config); rc != 0) return finish(rc);
+
   server::ControllerOptions opts;
   opts.policy = a.policy;
   opts.pass_interval_ms = a.pass_interval_ms;
@@ -587,6 +629,13 @@ int main(int argc, char** argv) {
                  "After a grace period, how long to wait for exit reports")
       ->capture_default_str();
 
+  app.add_flag("--force-config", serve.force_config,
+               "Start even when the config breaks active jobs (they are failed; see check-config)");
+  std::string check_config, check_db;
+  CLI::App* check = app.add_subcommand("check-config", "Say which active jobs a config would break (exit 2 if any)");
+  check->add_option("--config", check_config, "The cluster config to check")->required();
+  check->add_option("--db", check_db, "The state database")->required();
+
   std::string init_db;
   CLI::App* init = app.add_subcommand("init", "Create an empty state database");
   init->add_option("--db", init_db, "State database to create")->required();
@@ -616,6 +665,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : kExitBadInput;
   }
   if (*init) return Init(init_db);
+  if (*check) return CheckConfigCommand(check_config, check_db);
   if (*create) return TokenCreate(token);
   if (*list) return TokenList(token);
   if (*revoke) return TokenRevoke(token);

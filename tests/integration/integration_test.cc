@@ -820,5 +820,58 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
   EXPECT_NE(cancel.out.find("0 task(s) cancelled"), std::string::npos) << cancel.out << cancel.err;
 }
 
+
+// Issue 16, bug 5: removing a queue and restarting failed its running jobs for good, with
+// nothing in gantryd's log. gantryd now refuses a config that would break active jobs
+// (saying which), `gantryd check-config` says the same beforehand, and with the config
+// restored the job carries on; --force-config fails them, loudly.
+TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
+  Harness h("config");
+  Prepare(h);
+  const std::vector<std::string> slow_timeout = {"--node-timeout-s", "30"};  // agents keep their lease
+  h.StartServer(slow_timeout);
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  std::vector<std::string> args = {"--queue", "nlp", "--gpus", "2", "--vram-gb", "20", "--"};
+  for (auto& s : Job(h, 4000)) args.push_back(s);
+  const std::string id = Submit(h, "b", args);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "running"; }, 10));
+  h.KillServer(SIGTERM);
+
+  std::string without = kCluster;
+  const size_t at = without.find("  - name: nlp\n");
+  without.erase(at, without.find("  - name: serving") - at);
+  h.Write("without-nlp.yaml", without);
+  RunResult refused = it::Run({GANTRYD_BINARY, "--config", h.Path("without-nlp.yaml"), "--db", h.Path("state.db"),
+                               "--listen", "127.0.0.1:0", "--log-dir", h.Path("logs")},
+                              {}, 20);
+  EXPECT_EQ(refused.rc, 2) << refused.err;
+  EXPECT_NE(refused.err.find("would break 1 active job(s)"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("job " + id + " (running, queue nlp"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("nlp"), std::string::npos) << refused.err;
+  RunResult check = it::Run({GANTRYD_BINARY, "check-config", "--config", h.Path("without-nlp.yaml"), "--db",
+                             h.Path("state.db")});
+  EXPECT_EQ(check.rc, 2) << check.err;
+  EXPECT_NE(check.err.find("job " + id), std::string::npos) << check.err;
+  RunResult fine = it::Run({GANTRYD_BINARY, "check-config", "--config", h.Path("cluster.yaml"), "--db",
+                            h.Path("state.db")});
+  EXPECT_EQ(fine.rc, 0) << fine.err;
+
+  h.StartServer(slow_timeout);  // the config as it was: the job carries on
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] != "running"; }, 20));
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  EXPECT_EQ(CountEvents(Events(h), "start", id), 1);
+
+  // --force-config fails what it breaks, and says so.
+  const std::string second = Submit(h, "b", args);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(second)["state"] == "running"; }, 10));
+  h.KillServer(SIGTERM);
+  h.Write("cluster.yaml", without);
+  h.StartServer({"--node-timeout-s", "30", "--force-config"});
+  EXPECT_EQ(h.Job(second)["state"], "failed");
+  EXPECT_NE(h.Read("gantryd.log").find("gantryd: job " + second + " failed: cannot be read back"), std::string::npos)
+      << h.Read("gantryd.log");
+}
+
 }  // namespace
 }  // namespace gantry::it

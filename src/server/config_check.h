@@ -1,0 +1,29 @@
+// What a cluster config would break in gantryd's stored state (issue 16, bug 5): before
+// gantryd starts on a changed config, and as `gantryd check-config`. Removing a queue, a
+// pool or a GPU model that active jobs use would otherwise fail them for good at the
+// next start. Thread-safety: none (it reads the store).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "core/model/job.h"
+#include "server/state.h"
+#include "server/store.h"
+#include "spec/config_reader.h"
+
+namespace gantry::server {
+
+// A stored job's spec, read against `config` as at submission; its problems (FILE:LINE:
+// FIELD: MESSAGE) go to `problems`.
+std::optional<core::JobSpec> ReadJobSpec(const Job& job, const spec::ClusterConfig& config,
+                                         std::vector<std::string>* problems);
+
+// One line per active job that `config` would break: its spec no longer reads (an
+// unknown queue, model or pool), its allocation names nodes or GPUs the config lacks, or
+// it could never run there. Empty: the config is compatible with the stored state.
+Result<std::vector<std::string>> ConfigBreakage(const spec::ClusterConfig& config, Store& store);
+
+}  // namespace gantry::server

@@ -347,11 +347,37 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  for (const char* k : {"id", "queue", "team", "tier", "state", "reason", "request", "run", "preemptions",
+  for (const char* k : {"id", "array", "queue", "team", "tier", "state", "reason", "request", "run", "preemptions",
                         "requeues", "progress_s", "exit_code"}) {
-    if (!j.contains(k)) continue;
+    if (!j.contains(k) || j[k].is_null()) continue;
     const json& v = j[k];
     std::cout << Pad(k, 14) << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
+  }
+  // Times as a person reads them, with how long each step took.
+  auto when = [](double unix_s) {
+    const std::time_t t = static_cast<std::time_t>(unix_s);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[40];
+    std::strftime(buf, sizeof buf, "%F %T UTC", &tm);
+    return std::string(buf);
+  };
+  const double now = NowSeconds();
+  const double submit = j.value("submit", 0.0);
+  if (submit > 0) std::cout << Pad("submitted", 14) << when(submit) << "\n";
+  if (j.contains("start") && j["start"].is_number()) {
+    const double start = j["start"].get<double>();
+    std::cout << Pad("started", 14) << when(start) << "  (waited " << Elapsed(start - submit) << ")\n";
+    if (j.contains("end") && j["end"].is_number()) {
+      const double end = j["end"].get<double>();
+      std::cout << Pad("ended", 14) << when(end) << "  (ran " << Elapsed(end - start) << ")\n";
+    } else {
+      std::cout << Pad("running for", 14) << Elapsed(now - j.value("run_start", start)) << "\n";
+    }
+  } else if (j.contains("end") && j["end"].is_number()) {
+    std::cout << Pad("ended", 14) << when(j["end"].get<double>()) << "  (never started)\n";
+  } else {
+    std::cout << Pad("waiting for", 14) << Elapsed(now - submit) << "\n";
   }
   if (j.contains("command")) std::cout << Pad("command", 14) << j["command"].dump() << "\n";
   for (const auto& w : j.value("workers", json::array())) {

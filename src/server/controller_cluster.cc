@@ -1,5 +1,8 @@
 #include "server/controller.h"
 
+#include <ctime>
+#include <regex>
+
 #include "server/controller_internal.h"
 
 namespace gantry::server {
@@ -31,10 +34,19 @@ void Controller::Nodes(std::string token, Done done) {
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
       const core::Node& node = cluster_.node(core::NodeId(i));
       const NodeInfo& info = nodes_[i];
+      const bool never = !info.up && info.agent_id.empty() && info.address.empty() && info.refused.empty();
       std::string state = !info.refused.empty() ? "refused"
+                          : never                ? "unseen"
                           : !info.up             ? "down"
                           : info.drained         ? "drained"
                                                  : "up";
+      std::string reason = !info.refused.empty() ? info.refused : info.drain_reason;
+      if (never) {
+        reason = "never seen: no agent has registered as this node";
+      } else if (!info.up && reason.empty()) {
+        reason = info.last_seen >= 0 ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
+                                     : "no heartbeat since before gantryd's last restart";
+      }
       json gpus = json::array();
       int free = 0;
       for (int g = 0; g < node.gpus; ++g) {
@@ -59,7 +71,7 @@ void Controller::Nodes(std::string token, Done done) {
                  {"gpus", node.gpus},
                  {"free_gpus", free},
                  {"state", state},
-                 {"reason", !info.refused.empty() ? info.refused : info.drain_reason},
+                 {"reason", reason},
                  {"address", info.address},
                  {"gpu_detail", gpus}};
       nj["last_seen_s"] = info.last_seen >= 0 ? json(static_cast<double>(now - info.last_seen) / 1000.0)
@@ -348,6 +360,47 @@ std::string Controller::Metrics() {
 }
 nlohmann::json Controller::Health() {
   return Wait([&](Done d) { Health(std::move(d)); }).body;
+}
+
+// ---------------------------------------------------------------- human times
+
+std::string HumanTime(int64_t at_ms, int64_t now_ms) {
+  auto date = [](int64_t ms, const char* fmt) {
+    const std::time_t t = static_cast<std::time_t>(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char buf[64];
+    std::strftime(buf, sizeof buf, fmt, &tm);
+    return std::string(buf);
+  };
+  const bool today = date(at_ms, "%F") == date(now_ms, "%F");
+  const int64_t d = (at_ms - now_ms) / 1000;
+  const int64_t a = d < 0 ? -d : d;
+  std::string span;
+  if (a < 60) {
+    span = std::to_string(a) + " s";
+  } else if (a < 3600) {
+    span = std::to_string(a / 60) + " min";
+  } else if (a < 86400) {
+    span = std::to_string(a / 3600) + " h " + std::to_string(a % 3600 / 60) + " min";
+  } else {
+    span = std::to_string(a / 86400) + " d " + std::to_string(a % 86400 / 3600) + " h";
+  }
+  return date(at_ms, today ? "%H:%M UTC" : "%F %H:%M UTC") + (d >= 0 ? " (in " + span + ")" : " (" + span + " ago)");
+}
+
+std::string HumanTimes(const std::string& text, int64_t epoch_ms, int64_t now_ms) {
+  static const std::regex kCoreTime(R"(t=([0-9]+(\.[0-9]+)?) s)");
+  std::string out;
+  auto last = text.cbegin();
+  for (std::sregex_iterator it(text.begin(), text.end(), kCoreTime), end; it != end; ++it) {
+    out.append(last, text.cbegin() + it->position());
+    const double seconds = std::stod((*it)[1].str());
+    out += HumanTime(epoch_ms + static_cast<int64_t>(seconds * 1000), now_ms);
+    last = text.cbegin() + it->position() + it->length();
+  }
+  out.append(last, text.cend());
+  return out;
 }
 
 }  // namespace gantry::server

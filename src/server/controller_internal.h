@@ -19,6 +19,15 @@ namespace gantry::server {
   std::_Exit(1);
 }
 
+// A wall time for people: "14:05 UTC (in 2 h 10 min)", with the date when it is not
+// today ("2026-11-26 09:00 UTC (in 19 h 5 min)"), or "(3 min ago)" when past.
+std::string HumanTime(int64_t at_ms, int64_t now_ms);
+
+// `text` with the core's times ("t=12345.6 s", core seconds since `epoch_ms`) written
+// as HumanTime: what a wait reason says to a person, at the edge (the core and the
+// simulator keep seconds).
+std::string HumanTimes(const std::string& text, int64_t epoch_ms, int64_t now_ms);
+
 // GPU units as a GPU count for messages ("0.5", "8").
 inline std::string GpusText(core::GpuUnits units) {
   return FormatValue(static_cast<double>(units) / static_cast<double>(core::kGpuUnits));

@@ -423,7 +423,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   std::string reason;
   switch (job.state) {
     case JobState::kPending:
-      reason = job.core.valid() ? sched_->job(job.core).wait_reason : "";
+      reason = job.core.valid() ? HumanTimes(sched_->job(job.core).wait_reason, epoch_ms_, WallMs(now_)) : "";
       if (!job.after.empty()) {
         reason = "dependency: waiting for ";
         const size_t shown = std::min<size_t>(job.after.size(), 3);

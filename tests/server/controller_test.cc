@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "server/controller_internal.h"
 #include "server/http_api.h"
 #include "server/sqlite_store.h"
 
@@ -548,6 +549,22 @@ TEST_F(ControllerTest, DependenciesHoldJobsUntilTheirJobsEnd) {
   EXPECT_EQ(Show(merge4.body["id"])["reason"],
             "dependency: waiting for shard4_0 to finish, shard4_1 to finish, shard4_2 to finish and 1 more");
   EXPECT_NE(events_.str().find("\"type\":\"cancel\",\"job\":\"eval\""), std::string::npos) << events_.str();
+}
+
+
+// Issue 16: wait reasons say times as people read them, not the core's seconds.
+TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
+  const int64_t now = 1'795'608'000'000;    // 2026-11-25 12:00:00 UTC
+  const int64_t epoch = 1'795'392'000'000;  // Monday 2026-11-23 00:00 UTC, core time 0
+  EXPECT_EQ(HumanTime(now + (2 * 3600 + 10 * 60) * 1000, now), "14:10 UTC (in 2 h 10 min)");
+  EXPECT_EQ(HumanTime(now - 180'000, now), "11:57 UTC (3 min ago)");
+  EXPECT_EQ(HumanTime(now + 22 * 3600'000, now), "2026-11-26 10:00 UTC (in 22 h 0 min)");
+  // 2 days 12 h after the epoch is now; 7,800 s more is 14:10.
+  const double at = (2 * 86400 + 12 * 3600 + 7800);
+  EXPECT_EQ(HumanTimes("capacity: no room now; reserved to start at t=" + std::to_string(static_cast<int>(at)) + " s",
+                       epoch, now),
+            "capacity: no room now; reserved to start at 14:10 UTC (in 2 h 10 min)");
+  EXPECT_EQ(HumanTimes("no times here", epoch, now), "no times here");
 }
 
 }  // namespace

@@ -208,7 +208,7 @@ struct SubmitArgs {
   std::vector<std::string> gpu_model, env;
   // Unset unless given: every given value goes to the server as given, so the CLI rejects
   // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
-  std::optional<double> gpus, vram_gb, cpus, memory_gb, checkpoint_s, grace_s;
+  std::optional<double> gpus, vram_gb, cpus, memory_gb, checkpoint_s, grace_s, time_limit_s;
   std::optional<int> replicas;
   bool json_out = false;
 };
@@ -216,7 +216,7 @@ struct SubmitArgs {
 bool UsesFlags(const SubmitArgs& a) {
   return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() || !a.topology.empty() ||
          !a.workdir.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb ||
-         a.cpus || a.memory_gb || a.checkpoint_s || a.grace_s || a.replicas;
+         a.cpus || a.memory_gb || a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas;
 }
 
 int Submit(const Globals& g, const SubmitArgs& a) {
@@ -249,6 +249,7 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     if (!a.topology.empty()) j["topology"] = a.topology;
     if (a.checkpoint_s) j["checkpoint_s"] = *a.checkpoint_s;
     if (a.grace_s) j["grace_s"] = *a.grace_s;
+    if (a.time_limit_s) j["time_limit_s"] = *a.time_limit_s;
     if (!a.workdir.empty()) j["workdir"] = a.workdir;
     if (!a.env.empty()) {
       json env = json::object();
@@ -560,6 +561,8 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--topology", s.topology, "nvlink, node, leaf or spine");
   submit->add_option("--checkpoint-s", s.checkpoint_s, "Checkpoint interval");
   submit->add_option("--grace-s", s.grace_s, "Grace after the preemption signal");
+  submit->add_option("--time-limit-s", s.time_limit_s,
+                     "Stop each run after this long (signal, grace, kill) and fail the job, as sbatch --time");
   submit->add_option("--env", s.env, "NAME=VALUE (repeatable)");
   submit->add_option("--workdir", s.workdir, "Working directory on the node");
   submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");

@@ -287,6 +287,21 @@ void Controller::Housekeeping(Ticks now) {
       NodeDown(core::NodeId(i), now);
     }
   }
+  // Time limits (time_limit_s), per run as Slurm's: signal, grace, kill; the job fails.
+  std::vector<int64_t> timed_out;
+  for (int64_t seq : running_) {
+    const Job& job = jobs_.at(seq);
+    if (job.state == JobState::kRunning && job.spec.time_limit && now - job.run_start >= *job.spec.time_limit) {
+      timed_out.push_back(seq);
+    }
+  }
+  for (int64_t seq : timed_out) {
+    Job& job = jobs_.at(seq);
+    BeginStop(job, StopKind::kFail,
+              "time limit reached: ran " + sim::FormatSeconds(now - job.run_start) + " s of its time_limit_s " +
+                  sim::FormatSeconds(*job.spec.time_limit),
+              job.spec.grace, now);
+  }
   std::vector<int64_t> overdue;
   for (int64_t seq : running_) {
     const Job& job = jobs_.at(seq);

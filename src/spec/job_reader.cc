@@ -117,7 +117,7 @@ class JobDecoder {
         "id",        "queue",    "tier",         "replicas",          "gpus",
         "mig",       "sharing",  "gpu_model",    "vram_gb",           "cpus",
         "memory_gb", "topology", "checkpoint_s", "grace_s",           "window",
-        "command",   "env",      "workdir",      "runtime_estimate_s"};
+        "command",   "env",      "workdir",      "runtime_estimate_s", "time_limit_s"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -170,6 +170,10 @@ class JobDecoder {
       job.grace = config_.policy.default_grace;  // the cluster's default (30 s unless set)
     }
     if (auto v = Duration(f, "runtime_estimate_s")) job.runtime_estimate = *v;
+    if (auto v = Duration(f, "time_limit_s")) {
+      job.time_limit = *v;
+      if (!job.runtime_estimate) job.runtime_estimate = *v;  // as Slurm's backfill uses --time
+    }
     ReadWindow(f, job);
     ReadCommand(f, job);
     ReadEnv(f, job);

@@ -567,5 +567,34 @@ TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
   EXPECT_EQ(HumanTimes("no times here", epoch, now), "no times here");
 }
 
+
+// Issue 16: time_limit_s is enforced as Slurm's --time: at the limit the run gets its
+// checkpoint signal and grace, then the job fails saying why. It also serves as the
+// runtime estimate when none is given.
+TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":10,"grace_s":1,"time_limit_s":2,"command":"x"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  ASSERT_EQ(Show(id)["state"], "running");
+  Advance(1500);
+  ctl_->Poke();
+  EXPECT_EQ(Show(id)["state"], "running");
+  Advance(600);
+  ctl_->Poke();
+  json beat = Beat("h100-0");
+  ASSERT_EQ(beat["workers"].size(), 1u) << beat.dump();
+  EXPECT_EQ(beat["workers"][0]["action"], "stop");
+  EXPECT_EQ(beat["workers"][0]["grace_ms"], 1000);
+  Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"signal", 15}}}));
+  json show = Show(id);
+  EXPECT_EQ(show["state"], "failed");
+  EXPECT_NE(show["reason"].get<std::string>().find("time limit reached"), std::string::npos) << show.dump();
+  EXPECT_EQ(Submit(kTeamA, R"({"queue":"research","gpus":0,"time_limit_s":-1,"command":"x"})").code,
+            Code::kBadRequest);
+}
+
 }  // namespace
 }  // namespace gantry::server

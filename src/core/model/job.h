@@ -47,6 +47,9 @@ struct JobSpec {
   Ticks grace = 0;
   std::optional<Window> window;
   std::optional<Ticks> runtime_estimate;
+  // Server mode: a run is stopped (checkpoint signal, grace, kill; the job fails) once it
+  // has run this long, as Slurm's --time. Also the runtime estimate when none is given.
+  std::optional<Ticks> time_limit;
   // Server mode only: what the agent runs.
   std::vector<std::string> command;
   std::vector<std::pair<std::string, std::string>> env;

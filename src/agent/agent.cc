@@ -2,6 +2,8 @@
 #include "agent/agent.h"
 
 #include <httplib.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -98,6 +100,37 @@ int Agent::Run(const std::atomic<bool>& stop) {
   // Orphaned descendants of workers are re-parented to the agent (and reaped by it)
   // rather than to init, which in a container may never reap them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  std::string no_cgroups;
+  // The subtree is named by node and state directory (stable across restarts, distinct
+  // for test clusters on one machine): gantry-h100-3.1a2b3c4d.
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (char c : fs::absolute(options_.state_dir).lexically_normal().string()) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 16777619u;
+  }
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", hash);
+  auto cgroups = Cgroups::Open(options_.cgroups, options_.node + "." + hex, &no_cgroups);
+  if (!cgroups) {
+    Say("cannot isolate workers: " + cgroups.error().ToString());
+    return 1;
+  }
+  cgroups_ = std::move(*cgroups);
+  Say(cgroups_ ? "workers run in cgroups: " + cgroups_->Describe()
+               : "workers are NOT isolated (--cgroups " + options_.cgroups + "): jobs' memory_gb and cpus are not "
+                 "enforced" + (no_cgroups.empty() ? std::string() : ": " + no_cgroups));
+  const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
+  if (run_as != "user" && run_as != "agent") {
+    Say("--run-as: expected user or agent, got " + run_as);
+    return 1;
+  }
+  run_as_user_ = run_as == "user";
+  if (run_as_user_ && ::geteuid() != 0) {
+    Say("--run-as user needs root (to become each job's user); this agent runs as uid " + std::to_string(::geteuid()));
+    return 1;
+  }
+  Say(run_as_user_ ? "jobs run as the Unix account their token names (--run-as user)"
+                   : ::geteuid() == 0 ? "jobs run as root, the agent's user (--run-as agent)"
+                                      : "jobs run as uid " + std::to_string(::geteuid()) + ", the agent's user");
   Say("joining " + servers_.current() + " with " + gpus_->Describe());
   Recover();
   std::atomic<bool> fence_stop{false};
@@ -108,6 +141,7 @@ int Agent::Run(const std::atomic<bool>& stop) {
   while (!stop.load()) {
     const int64_t now = Now();
     ReapChildren();
+    RemoveCgroups();
     Escalate(now);
     // Heartbeat on time, or at once when a worker ended (its node can take the next job);
     // at most every 20 ms.
@@ -145,6 +179,7 @@ int Agent::Run(const std::atomic<bool>& stop) {
   }
   while (true) {
     ReapChildren();
+    RemoveCgroups();
     Escalate(Now());
     bool alive = false;
     for (auto& [key, w] : workers_) alive |= !w.exited;
@@ -164,7 +199,7 @@ int Agent::Run(const std::atomic<bool>& stop) {
 
 void Agent::WriteRecord(const Worker& w) {
   json r = {{"job", w.job}, {"seq", w.seq}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid},
-            {"start_time", ProcessStartTime(w.pid)}, {"log", w.log_path}};
+            {"start_time", ProcessStartTime(w.pid)}, {"log", w.log_path}, {"cgroup", w.cgroup}};
   std::ofstream(w.record_path + ".tmp") << r.dump() << "\n";
   std::error_code ec;
   fs::rename(w.record_path + ".tmp", w.record_path, ec);
@@ -195,16 +230,40 @@ void Agent::Recover() {
         w.pid > 1 && started >= 0 ? GroupMembersSince(w.pid, started) : std::vector<pid_t>{};
     const bool leader = std::find(left.begin(), left.end(), w.pid) != left.end();
     for (pid_t p : left) ::kill(p, SIGKILL);
+    // Its cgroup holds also what left the group; killing it reaches everything.
+    const std::string cgroup = r.value("cgroup", std::string());
+    const int in_cgroup = cgroups_ && !cgroup.empty() ? cgroups_->KillAndRemove(cgroup) : 0;
+    const size_t killed = std::max<size_t>(left.size(), static_cast<size_t>(in_cgroup));
     w.note = leader         ? "left running by a previous gantry-agent; killed"
-             : left.empty() ? "ended while gantry-agent was down"
-                            : "ended while gantry-agent was down; killed " + std::to_string(left.size()) +
-                                  " process(es) it left in its group";
+             : killed == 0  ? "ended while gantry-agent was down"
+                            : "ended while gantry-agent was down; killed " + std::to_string(killed) +
+                                  " process(es) it left behind";
     w.exited = w.lost = true;
     w.exit_code = 0;
     w.signal = SIGKILL;
     Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + ": " + w.note);
     workers_[Key(w.job, w.run, w.rank)] = w;
   }
+  // Worker cgroups no record names (a crash between making one and writing the record).
+  if (cgroups_) {
+    for (const std::string& name : cgroups_->Names()) {
+      if (const int killed = cgroups_->KillAndRemove(name)) {
+        Say("killed " + std::to_string(killed) + " process(es) left in cgroup " + name);
+      }
+    }
+  }
+}
+
+void Agent::RemoveCgroups() {
+  std::erase_if(unremoved_, [&](const std::string& name) {
+    cgroups_->KillAndRemove(name, 0);
+    return cgroups_->Remove(name);
+  });
+}
+
+void Agent::Kill(pid_t pid, const std::string& cgroup) const {
+  SignalGroup(pid, SIGKILL);
+  if (cgroups_ && !cgroup.empty()) cgroups_->Signal(cgroup, SIGKILL);
 }
 
 void Agent::ReapChildren() {
@@ -212,6 +271,18 @@ void Agent::ReapChildren() {
     for (auto& [key, w] : workers_) {
       if (w.pid != e.pid || w.exited) continue;
       SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
+      if (cgroups_ && !w.cgroup.empty()) {  // or in its cgroup
+        const bool oom = cgroups_->OomKilled(w.cgroup);
+        // What it left is killed now and reaped by this agent (the subreaper) later:
+        // the cgroup goes once it is empty (RemoveCgroups).
+        cgroups_->KillAndRemove(w.cgroup, 0);
+        if (!cgroups_->Remove(w.cgroup)) unremoved_.push_back(w.cgroup);
+        if (oom) {
+          w.note = "out of memory: it reached its memory limit of " +
+                   std::to_string(static_cast<double>(w.memory_bytes) / 1e9).substr(0, 6) +
+                   " GB (memory_gb) and the kernel killed it";
+        }
+      }
       bool fenced = false;
       {
         std::lock_guard lk(fence_mu_);
@@ -237,7 +308,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
   w.stopping = true;
   w.kill_at = now + std::max<int64_t>(0, grace_ms);
   if (grace_ms <= 0 || sig == SIGKILL) {
-    SignalGroup(w.pid, SIGKILL);
+    Kill(w.pid, w.cgroup);
     w.killed = true;
   } else {
     SignalGroup(w.pid, sig);
@@ -247,7 +318,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
 void Agent::Escalate(int64_t now) {
   for (auto& [key, w] : workers_) {
     if (w.stopping && !w.exited && !w.killed && now >= w.kill_at) {
-      SignalGroup(w.pid, SIGKILL);
+      Kill(w.pid, w.cgroup);
       w.killed = true;
     }
   }
@@ -270,12 +341,16 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
       if (!live.signalled) {
         live.signalled = true;
         live.kill_at = now + std::min(live.grace_ms, budget);
-        SignalGroup(pid, live.kill_at > now ? options_.preempt_signal : SIGKILL);
         live.killed = live.kill_at <= now;
+        if (live.killed) {
+          Kill(pid, live.cgroup);
+        } else {
+          SignalGroup(pid, options_.preempt_signal);
+        }
         fenced_.insert(pid);
         ++signalled;
       } else if (!live.killed && now >= live.kill_at) {
-        SignalGroup(pid, SIGKILL);
+        Kill(pid, live.cgroup);
         live.killed = true;
       }
     }
@@ -563,6 +638,49 @@ void Agent::StartWorker(const json& e, int64_t now) {
   spec.env.emplace_back("GANTRY_NODE", options_.node);
   spec.env.emplace_back("GANTRY_LOG", w.log_path);
 
+  // Its user: the account the job's token names, looked up here (names, not numbers,
+  // are what sites keep in step across nodes).
+  const std::string user = e.value("user", std::string());
+  if (problem.empty() && run_as_user_) {
+    if (user.empty()) {
+      problem = "the job names no user (its token has none) and this agent runs jobs as their users (--run-as user)";
+    } else {
+      struct passwd pw {}, *found = nullptr;
+      std::vector<char> buf(16384);
+      if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+        problem = "user " + user + " has no Unix account on this node";
+      } else {
+        spec.as_user = true;
+        spec.uid = pw.pw_uid;
+        spec.gid = pw.pw_gid;
+        int n = 64;
+        spec.groups.resize(static_cast<size_t>(n));
+        if (::getgrouplist(user.c_str(), pw.pw_gid, spec.groups.data(), &n) < 0) {
+          spec.groups.resize(static_cast<size_t>(n));
+          ::getgrouplist(user.c_str(), pw.pw_gid, spec.groups.data(), &n);
+        }
+        spec.groups.resize(static_cast<size_t>(std::max(n, 0)));
+        // The user's, not the agent's (root's), unless the job set them.
+        for (auto [k, v] : {std::pair<std::string, std::string>{"HOME", pw.pw_dir}, {"USER", user}, {"LOGNAME", user}}) {
+          bool set = false;
+          for (const auto& kv : spec.env) set |= kv.first == k;
+          if (!set) spec.env.emplace_back(k, v);
+        }
+      }
+    }
+  }
+  // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
+  const json limits = e.value("limits", json::object());
+  w.memory_bytes = limits.value("memory_bytes", int64_t{0});
+  if (problem.empty() && cgroups_) {
+    auto join = cgroups_->Create(stem, {.memory_bytes = w.memory_bytes, .cpus_milli = limits.value("cpus_milli", int64_t{0})});
+    if (join) {
+      w.cgroup = stem;
+      spec.join = std::move(*join);
+    } else {
+      problem = join.error().ToString();
+    }
+  }
   if (!problem.empty()) {
     std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";
     w.exited = true;
@@ -573,6 +691,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     return;
   }
   auto pid = Launch(spec);
+  if (!pid && cgroups_ && !w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);
   if (!pid) {
     w.exited = true;
     w.exit_code = 127;
@@ -584,7 +703,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.pid = *pid;
   {
     std::lock_guard lk(fence_mu_);
-    live_[w.pid] = Live{w.grace_ms};
+    live_[w.pid] = Live{.grace_ms = w.grace_ms, .cgroup = w.cgroup};
   }
   WriteRecord(w);
   Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +

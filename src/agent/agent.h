@@ -40,6 +40,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "agent/cgroup.h"
 #include "agent/gpu.h"
 #include "base/server_list.h"
 
@@ -60,6 +61,11 @@ struct AgentOptions {
   int preempt_signal = 15; // SIGTERM
   int64_t heartbeat_ms = 1000;  // until the server says otherwise
   int64_t max_shutdown_grace_ms = 30000;
+  std::string cgroups = "auto";  // auto, v1, v2 or off (agent/cgroup.h)
+  // "user": each job runs as the Unix account its token names (a job without one, or a
+  // name with no account here, is refused); "agent": as the agent's own user. Empty: "user"
+  // when the agent is root, else "agent".
+  std::string run_as;
 };
 
 // One GPU as the heartbeat reports it (docs/api.yaml, AgentReport.gpus).
@@ -91,6 +97,8 @@ class Agent {
     std::string log_path;
     int64_t uploaded = 0;
     std::string record_path;
+    std::string cgroup;  // its cgroup's name; empty without cgroups
+    int64_t memory_bytes = 0;  // its memory limit, for the OOM note
   };
   static std::string Key(const std::string& job, int run, int rank);
 
@@ -110,11 +118,18 @@ class Agent {
   void Remember(const std::string& key);
   void WriteRecord(const Worker& w);
   void Say(const std::string& line);
+  // SIGKILL to the worker's process group and, with cgroups, to all of its cgroup.
+  void Kill(pid_t pid, const std::string& cgroup) const;
+  // Retries removing the cgroups of ended workers that still held unreaped processes.
+  void RemoveCgroups();
   // A new HTTP client for servers_.current() (heartbeats and log uploads).
   void Connect();
 
   AgentOptions options_;
   std::unique_ptr<GpuSource> gpus_;
+  std::unique_ptr<Cgroups> cgroups_;  // null: workers are process groups only; read-only once running
+  bool run_as_user_ = false;
+  std::vector<std::string> unremoved_;  // cgroups of ended workers not yet removed
   std::unique_ptr<httplib::Client> http_;
   ServerList servers_;
   std::string agent_id_;
@@ -132,6 +147,7 @@ class Agent {
     bool signalled = false;
     bool killed = false;
     int64_t kill_at = 0;
+    std::string cgroup;
   };
   std::mutex fence_mu_;
   std::map<pid_t, Live> live_;   // running workers by pid (== process group)

@@ -63,6 +63,13 @@ int main(int argc, char** argv) {
   app.add_flag("--no-gpus", no_gpus, "A CPU-only node: report no GPUs, skip NVML");
   app.add_option("--state-dir", o.state_dir, "Logs, work directories and worker records")
       ->default_str("/var/lib/gantry-agent");
+  app.add_option("--cgroups", o.cgroups,
+                 "Worker isolation: auto (a cgroup per worker when a writable v2 or v1 hierarchy is found), "
+                 "v2, v1 (that or fail) or off")
+      ->capture_default_str();
+  app.add_option("--run-as", o.run_as,
+                 "user: each job as the Unix account its token names (default when root); agent: as this "
+                 "agent's user");
   app.add_option("--address", o.address, "Address gang peers reach this node at (default: as the server sees it)");
   app.add_option("--preempt-signal", preempt_signal, "Signal sent first when a job is preempted")
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -35,7 +36,13 @@ void WriteAll(int fd, const std::string& s) {
 Result<pid_t> Launch(const LaunchSpec& spec) {
   if (spec.argv.empty()) return Error{"command", "empty command"};
   std::error_code ec;
-  if (!spec.workdir.empty()) std::filesystem::create_directories(spec.workdir, ec);
+  if (!spec.workdir.empty() && !std::filesystem::exists(spec.workdir, ec)) {
+    std::filesystem::create_directories(spec.workdir, ec);
+    if (spec.as_user && ::chown(spec.workdir.c_str(), spec.uid, spec.gid) != 0) {
+      return Error{"workdir", spec.workdir + ": cannot give it to uid " + std::to_string(spec.uid) + ": " +
+                                  std::strerror(errno)};
+    }
+  }
   std::filesystem::create_directories(std::filesystem::path(spec.log_path).parent_path(), ec);
   const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (log < 0) return Error{"log", spec.log_path + ": " + std::strerror(errno)};
@@ -74,6 +81,8 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   }
   const std::string exec_error = "gantry-agent: cannot run " + args[0] + ": ";
   const std::string chdir_error = "gantry-agent: cannot enter workdir " + spec.workdir + ": ";
+  const std::string join_error = "gantry-agent: cannot join the worker's cgroup: ";
+  const std::string user_error = "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -83,7 +92,35 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     return Error{"fork", std::strerror(err)};
   }
   if (pid == 0) {
+    auto fail = [&](const std::string& what, const std::string& where, const char* detail) {
+      WriteAll(log, what);
+      WriteAll(log, where);
+      WriteAll(log, detail);
+      WriteAll(log, "\n");
+      ::_exit(127);
+    };
+    // Into the cgroup first, so that all the worker ever starts is in it. The pid is
+    // formatted by hand: nothing that allocates runs after fork.
+    char digits[24];
+    int len = 0;
+    for (long v = ::getpid(); v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
+    char pid_text[24];
+    for (int i = 0; i < len; ++i) pid_text[i] = digits[len - 1 - i];
+    for (const std::string& file : spec.join) {
+      const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || ::write(fd, pid_text, static_cast<size_t>(len)) != len) {
+        fail(join_error, file, std::strerror(errno));
+      }
+      ::close(fd);
+    }
     ::setsid();  // new session and process group: pgid == pid
+    // The user before PDEATHSIG: a change of credentials clears it.
+    if (spec.as_user) {
+      if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
+          ::setuid(spec.uid) != 0) {
+        fail(user_error, std::string(), std::strerror(errno));
+      }
+    }
     // Dies with the agent (its launching thread, the agent's main loop): a worker must not
     // run on unsupervised after an unclean agent death while the server requeues its job.
     // What the worker started lives on in its process group until the next agent kills

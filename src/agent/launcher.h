@@ -10,6 +10,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +25,15 @@ struct LaunchSpec {
   std::vector<std::pair<std::string, std::string>> env;  // added to the base environment
   std::string workdir;   // created when missing
   std::string log_path;  // stdout and stderr
+  // Files the child writes its pid to before anything else (its cgroup's cgroup.procs,
+  // Cgroups::Create); a failure ends it with 127 and the reason in the log.
+  std::vector<std::string> join;
+  // Run as this user (Unix account) instead of the agent's: uid, primary gid and groups
+  // are set in the child before exec; a workdir the launch creates is given to the user.
+  bool as_user = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::vector<gid_t> groups;
 };
 
 // Forks and execs. The child's process group id equals its pid. An exec failure is

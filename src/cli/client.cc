@@ -321,7 +321,7 @@ int Ls(const Globals& g, bool json_out, bool all, const std::string& state) {
     return 0;
   }
   const double now = NowSeconds();
-  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("TIER", 12) << Pad("STATE", 11) << Pad("TIME", 11)
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("TIER", 12) << Pad("STATE", 11) << Pad("TIME", 11)
             << Pad("NODES", 6) << Pad("REQUEST", 30) << "NODELIST(REASON)\n";
   for (const json& job : j["jobs"]) {
     const std::string state_s = job.value("state", "");
@@ -332,7 +332,9 @@ int Ls(const Globals& g, bool json_out, bool all, const std::string& state) {
     for (const auto& n : job["nodes"]) where += (where.empty() ? "" : ",") + n.get<std::string>();
     const std::string reason = job.value("reason", "");
     const std::string last = state_s == "running" ? where : "(" + reason + ")";
-    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(job.value("tier", ""), 12)
+    const std::string user = job.value("user", "");
+    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(user.empty() ? "-" : user, 10)
+              << Pad(job.value("tier", ""), 12)
               << Pad(state_s, 11) << Pad(Elapsed(t), 11) << Pad(std::to_string(job["nodes"].size()), 6)
               << Pad(job.value("request", ""), 30) << (reason.empty() && state_s != "running" ? "" : last) << "\n";
   }
@@ -348,7 +350,7 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  for (const char* k : {"id", "array", "queue", "team", "tier", "state", "reason", "request", "run", "preemptions",
+  for (const char* k : {"id", "array", "queue", "team", "user", "tier", "state", "reason", "request", "run", "preemptions",
                         "requeues", "progress_s", "exit_code"}) {
     if (!j.contains(k) || j[k].is_null()) continue;
     const json& v = j[k];
@@ -515,11 +517,13 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::cout << Pad("QUEUE", 14) << Pad("MODEL", 14) << "GPU-HOURS\n";
+  std::cout << Pad("QUEUE", 14) << Pad("USER", 10) << Pad("MODEL", 14) << "GPU-HOURS\n";
   for (const json& row : j["usage"]) {
     char h[32];
     std::snprintf(h, sizeof h, "%.3f", row.value("gpu_hours", 0.0));
-    std::cout << Pad(row.value("queue", ""), 14) << Pad(row.value("model", ""), 14) << h << "\n";
+    const std::string user = row.value("user", "");
+    std::cout << Pad(row.value("queue", ""), 14) << Pad(user.empty() ? "-" : user, 10) << Pad(row.value("model", ""), 14)
+              << h << "\n";
   }
   return 0;
 }
@@ -617,7 +621,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
 
   static std::string usage_since, usage_until;
   static bool usage_json = false;
-  CLI::App* usage = app.add_subcommand("usage", "GPU-hours per queue and GPU model over a period");
+  CLI::App* usage = app.add_subcommand("usage", "GPU-hours per queue, user and GPU model over a period");
   usage->add_option("--since", usage_since, "Start: 24h, 7d (ago) or Unix seconds (default: 24h)");
   usage->add_option("--until", usage_until, "End (default: now)");
   usage->add_flag("--json", usage_json, "JSON output");

@@ -44,9 +44,9 @@ std::string NewToken() {
 
 std::string Principal::Describe() const {
   switch (role) {
-    case Role::kAdmin: return "admin";
+    case Role::kAdmin: return user.empty() ? "admin" : "admin " + user;
     case Role::kAgent: return "agent";
-    case Role::kTeam: return "team " + team;
+    case Role::kTeam: return user.empty() ? "team " + team : "user " + user + " of team " + team;
   }
   return "?";
 }
@@ -57,6 +57,7 @@ Principal PrincipalOf(const StoredToken& token) {
   p.team = token.team;
   (p.role == Role::kAgent ? p.nodes : p.queues) = token.queues;  // an agent token's scope is its nodes
   p.label = token.label;
+  p.user = token.user;
   return p;
 }
 

@@ -31,6 +31,7 @@ struct Principal {
   std::vector<std::string> queues;  // kTeam: the queues it owns
   std::vector<std::string> nodes;   // kAgent: the nodes it may speak for; empty: any
   std::string label;
+  std::string user;  // the person (a Unix account name), when the token names one
 
   bool admin() const { return role == Role::kAdmin; }
   // Who this is, for messages: "team nlp", "admin", "agent".

@@ -69,7 +69,9 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
                  {"command", job.spec.command},
                  {"env", env},
                  {"workdir", job.spec.workdir},
-                 {"alloc", WorkerAllocToJson(w.alloc, cluster_)}};
+                 {"user", job.user},
+                 {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
+                 {"limits", WorkerLimits(w.alloc, cluster_)}};
       out.push_back(std::move(wj));
     }
   }

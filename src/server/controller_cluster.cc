@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <regex>
+#include <tuple>
 
 #include "server/controller_internal.h"
 
@@ -150,15 +151,16 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
     if (to <= from) return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
     auto runs = store_.Runs(from, to);
     if (!runs) Fatal("store: " + runs.error().message);
-    std::map<std::pair<std::string, std::string>, double> hours;
+    std::map<std::tuple<std::string, std::string, std::string>, double> hours;  // queue, user, model
     for (const StoredRun& r : *runs) {
       const int64_t end = r.end_ms < 0 ? now_ms : r.end_ms;
       const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
-      if (overlap > 0) hours[{r.queue, r.model}] += r.gpus * static_cast<double>(overlap) / 3.6e6;
+      if (overlap > 0) hours[{r.queue, r.user, r.model}] += r.gpus * static_cast<double>(overlap) / 3.6e6;
     }
     json rows = json::array();
     for (const auto& [key, h] : hours) {
-      rows.push_back({{"queue", key.first}, {"model", key.second}, {"gpu_hours", h}});
+      const auto& [queue, user, model] = key;
+      rows.push_back({{"queue", queue}, {"user", user}, {"model", model}, {"gpu_hours", h}});
     }
     Reply r;
     r.body = {{"from", static_cast<double>(from) / 1000.0}, {"to", static_cast<double>(to) / 1000.0},

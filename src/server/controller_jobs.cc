@@ -298,6 +298,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                                                 " (its queues: " + (own.empty() ? "none" : own) + ")");
     }
     job.team = user.admin() ? "admin" : user.team;
+    job.user = user.user;
     if (!req.idempotency_key.empty()) {
       if (req.idempotency_key.size() > 200) {
         return Reply::Error(Code::kBadRequest, "Idempotency-Key: at most 200 characters");
@@ -449,6 +450,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
             {"array_index", job.array_index < 0 ? json() : json(job.array_index)},
             {"queue", job.queue},
             {"team", job.team},
+            {"user", job.user},
             {"tier", std::string(core::Name(job.spec.tier))},
             {"state", state},
             {"reason", reason},

@@ -74,6 +74,7 @@ void Controller::StartRun(Job& job, Ticks now) {
     run.gpus = static_cast<double>(job.spec.WorkerUnits(cluster_.catalog(), node.model)) /
                static_cast<double>(core::kGpuUnits);
     run.start_ms = WallMs(now);
+    run.user = job.user;
     if (Status s = store_.StartRun(run); !s) Fatal("store: " + s.error().message);
   }
   job.stop = StopKind::kNone;
@@ -225,8 +226,10 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
     } else if (e.exit_code != 0 || e.signal != 0) {
       job.exit_code = e.exit_code != 0 ? e.exit_code : 128 + e.signal;
       BeginStop(job, StopKind::kFail,
-                where + (e.signal != 0 ? " was killed by signal " + std::to_string(e.signal)
-                                       : " exited with code " + std::to_string(e.exit_code)),
+                where +
+                    (e.signal != 0 ? " was killed by signal " + std::to_string(e.signal)
+                                   : " exited with code " + std::to_string(e.exit_code)) +
+                    (e.note.empty() ? "" : ": " + e.note),
                 job.spec.grace, now);
     } else if (job.AllExited()) {
       FinishRun(job, now);

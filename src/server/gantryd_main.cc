@@ -19,6 +19,7 @@
 // Signals: TERM and INT stop gracefully; HUP reopens the event log (for log rotation).
 // Exit status: 0 after a clean stop (SIGTERM, SIGINT), 1 on a run-time failure, 2 on bad
 // input (config problems are printed as FILE:LINE: FIELD: MESSAGE).
+#include <cctype>
 #include <csignal>
 #include <pthread.h>
 #include <unistd.h>
@@ -110,7 +111,7 @@ std::vector<std::string> Split(const std::string& s) {
 }
 
 struct TokenArgs {
-  std::string db, config, team, queues, label, nodes;
+  std::string db, config, team, queues, label, nodes, user;
   bool admin = false, agent = false, any_node = false;
   std::string prefix;
 };
@@ -126,6 +127,22 @@ int TokenCreate(const TokenArgs& a) {
   t.team = a.team;
   t.queues = Split(a.queues);
   t.label = a.label;
+  t.user = a.user;
+  if (!t.user.empty()) {
+    // A Unix account name as useradd takes it (the agents look it up by name).
+    bool valid = t.user.size() <= 32 && (std::islower(static_cast<unsigned char>(t.user[0])) || t.user[0] == '_');
+    for (char c : t.user) {
+      valid &= std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
+               c == '_' || c == '-' || c == '.';
+    }
+    if (!valid || t.role == "agent") {
+      std::cerr << "gantryd token create: --user " << t.user
+                << (t.role == "agent" ? ": agent tokens name no user\n"
+                                      : ": expected a Unix account name (lower-case letters, digits, _ - .; "
+                                        "at most 32, starting with a letter or _)\n");
+      return kExitBadInput;
+    }
+  }
   if (t.role == "team" && t.queues.empty()) {
     std::cerr << "gantryd token create: --queues: a team token needs at least one queue\n";
     return kExitBadInput;
@@ -190,13 +207,13 @@ int TokenList(const TokenArgs& a) {
     std::cerr << "gantryd: " << tokens.error().message << "\n";
     return kExitRunFailure;
   }
-  std::cout << "HASH          ROLE   TEAM         QUEUES/NODES          LABEL\n";
+  std::cout << "HASH          ROLE   TEAM         USER         QUEUES/NODES          LABEL\n";
   for (const auto& t : *tokens) {
     std::string queues;
     for (const auto& q : t.queues) queues += (queues.empty() ? "" : ",") + q;
     if (t.role == "agent" && queues.empty()) queues = "(any node)";
-    std::printf("%-13s %-6s %-12s %-21s %s\n", t.hash.substr(0, 12).c_str(), t.role.c_str(),
-                t.team.c_str(), queues.c_str(), t.label.c_str());
+    std::printf("%-13s %-6s %-12s %-12s %-21s %s\n", t.hash.substr(0, 12).c_str(), t.role.c_str(),
+                t.team.c_str(), t.user.empty() ? "-" : t.user.c_str(), queues.c_str(), t.label.c_str());
   }
   return 0;
 }
@@ -653,6 +670,9 @@ int main(int argc, char** argv) {
   create->add_option("--node", token.nodes, "With --agent: the node it may speak for (several: comma-separated)");
   create->add_flag("--any-node", token.any_node, "With --agent: any node (emulated swarms; not for real nodes)");
   create->add_option("--label", token.label, "Free text shown by `token list`");
+  create->add_option("--user", token.user,
+                     "The person (a Unix account name): shown as the USER of their jobs, counted in usage, and "
+                     "the account their jobs run as on agents with --run-as user");
   CLI::App* list = tok->add_subcommand("list", "List tokens (hash prefixes, roles, teams)");
   list->add_option("--db", token.db, "State database")->required();
   CLI::App* revoke = tok->add_subcommand("revoke", "Revoke a token by the start of its hash");

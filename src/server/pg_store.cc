@@ -38,6 +38,7 @@ CREATE TABLE IF NOT EXISTS runs (
   gpus DOUBLE PRECISION NOT NULL,
   start_ms BIGINT NOT NULL,
   end_ms BIGINT NOT NULL,
+  username TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (job_seq, run, rank));
 CREATE INDEX IF NOT EXISTS runs_time ON runs (start_ms);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -47,6 +48,8 @@ CREATE TABLE IF NOT EXISTS tokens (
   queues TEXT NOT NULL,
   label TEXT NOT NULL,
   created_ms BIGINT NOT NULL);
+ALTER TABLE tokens ADD COLUMN IF NOT EXISTS username TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS username TEXT NOT NULL DEFAULT '';
 CREATE TABLE IF NOT EXISTS leader (
   id INTEGER PRIMARY KEY CHECK (id = 1),
   holder TEXT NOT NULL,
@@ -161,7 +164,7 @@ StoredJob JobFrom(const PgRows& r, int row) {
   return j;
 }
 
-constexpr const char* kTokenColumns = "hash, role, team, queues, label, created_ms";
+constexpr const char* kTokenColumns = "hash, role, team, queues, label, created_ms, username";
 
 StoredToken TokenFrom(const PgRows& r, int row) {
   StoredToken t;
@@ -176,6 +179,7 @@ StoredToken TokenFrom(const PgRows& r, int row) {
   }
   t.label = r.Text(row, 4);
   t.created_ms = r.Int(row, 5);
+  t.user = r.Text(row, 6);
   return t;
 }
 
@@ -433,11 +437,11 @@ Result<std::vector<StoredNode>> PgStore::LoadNodes() {
 Status PgStore::StartRun(const StoredRun& run) {
   return Write([&]() -> Status {
     auto r = Query(
-        "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+        "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
         "ON CONFLICT (job_seq, run, rank) DO UPDATE SET queue = EXCLUDED.queue, "
         "model = EXCLUDED.model, gpus = EXCLUDED.gpus, start_ms = EXCLUDED.start_ms, "
-        "end_ms = EXCLUDED.end_ms",
+        "end_ms = EXCLUDED.end_ms, username = EXCLUDED.username",
         PgParams()
             .Add(run.job_seq)
             .Add(int64_t{run.run})
@@ -446,7 +450,8 @@ Status PgStore::StartRun(const StoredRun& run) {
             .Add(run.model)
             .Add(run.gpus)
             .Add(run.start_ms)
-            .Add(run.end_ms));
+            .Add(run.end_ms)
+            .Add(run.user));
     if (!r) return r.error();
     return Ok{};
   });
@@ -463,7 +468,7 @@ Status PgStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
 
 Result<std::vector<StoredRun>> PgStore::Runs(int64_t from_ms, int64_t to_ms) {
   auto r = Query(
-      "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms FROM runs "
+      "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username FROM runs "
       "WHERE start_ms < $1 AND (end_ms < 0 OR end_ms > $2) ORDER BY job_seq, run, rank",
       PgParams().Add(to_ms).Add(from_ms));
   if (!r) return r.error();
@@ -478,6 +483,7 @@ Result<std::vector<StoredRun>> PgStore::Runs(int64_t from_ms, int64_t to_ms) {
     run.gpus = r->Real(i, 5);
     run.start_ms = r->Int(i, 6);
     run.end_ms = r->Int(i, 7);
+    run.user = r->Text(i, 8);
     out.push_back(std::move(run));
   }
   return out;
@@ -486,15 +492,16 @@ Result<std::vector<StoredRun>> PgStore::Runs(int64_t from_ms, int64_t to_ms) {
 Status PgStore::AddToken(const StoredToken& t) {
   return Write([&]() -> Status {
     auto r = Query(
-        "INSERT INTO tokens (hash, role, team, queues, label, created_ms) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO tokens (hash, role, team, queues, label, created_ms, username) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7)",
         PgParams()
             .Add(t.hash)
             .Add(t.role)
             .Add(t.team)
             .Add(nlohmann::json(t.queues).dump())
             .Add(t.label)
-            .Add(t.created_ms));
+            .Add(t.created_ms)
+            .Add(t.user));
     if (!r) return r.error();
     return Ok{};
   });

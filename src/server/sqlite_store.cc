@@ -10,7 +10,7 @@ namespace gantry::server {
 
 namespace {
 
-constexpr int kSchemaVersion = 1;
+constexpr int kSchemaVersion = 2;  // 2: tokens.username, runs.username
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -35,6 +35,7 @@ CREATE TABLE IF NOT EXISTS runs (
   gpus REAL NOT NULL,
   start_ms INTEGER NOT NULL,
   end_ms INTEGER NOT NULL,
+  username TEXT NOT NULL DEFAULT '',
   PRIMARY KEY (job_seq, run, rank));
 CREATE INDEX IF NOT EXISTS runs_time ON runs (start_ms);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -43,7 +44,8 @@ CREATE TABLE IF NOT EXISTS tokens (
   team TEXT NOT NULL,
   queues TEXT NOT NULL,
   label TEXT NOT NULL,
-  created_ms INTEGER NOT NULL);
+  created_ms INTEGER NOT NULL,
+  username TEXT NOT NULL DEFAULT '');
 )sql";
 
 // A prepared statement that finalizes itself. Bind indexes are 1-based.
@@ -138,6 +140,7 @@ StoredToken TokenFrom(const Stmt& s) {
   }
   t.label = s.Text(4);
   t.created_ms = s.Int(5);
+  t.user = s.Text(6);
   return t;
 }
 
@@ -168,6 +171,13 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
     }
   } else if (std::stoi(**version) > kSchemaVersion) {
     return Error{"db", path + ": written by a newer gantryd (schema " + **version + ")"};
+  } else if (std::stoi(**version) < 2) {  // tokens named no user before
+    if (Status s = store->Exec("ALTER TABLE tokens ADD COLUMN username TEXT NOT NULL DEFAULT '';"
+                               "ALTER TABLE runs ADD COLUMN username TEXT NOT NULL DEFAULT ''");
+        !s) {
+      return Error{"db", path + ": upgrading to schema 2: " + s.error().message};
+    }
+    if (Status s = store->SetMeta("schema_version", "2"); !s) return s.error();
   }
   return store;
 }
@@ -307,10 +317,10 @@ Result<std::vector<StoredNode>> SqliteStore::LoadNodes() {
 Status SqliteStore::StartRun(const StoredRun& r) {
   return Write([&] {
     Stmt s(db_,
-           "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+           "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s.Bind(1, r.job_seq).Bind(2, int64_t{r.run}).Bind(3, int64_t{r.rank}).Bind(4, r.queue);
-    s.Bind(5, r.model).Bind(6, r.gpus).Bind(7, r.start_ms).Bind(8, r.end_ms);
+    s.Bind(5, r.model).Bind(6, r.gpus).Bind(7, r.start_ms).Bind(8, r.end_ms).Bind(9, r.user);
     return Run(s);
   });
 }
@@ -325,7 +335,7 @@ Status SqliteStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
 
 Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms) {
   Stmt s(db_,
-         "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms FROM runs "
+         "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username FROM runs "
          "WHERE start_ms < ? AND (end_ms < 0 OR end_ms > ?) ORDER BY job_seq, run, rank");
   s.Bind(1, to_ms).Bind(2, from_ms);
   std::vector<StoredRun> out;
@@ -339,6 +349,7 @@ Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms)
     r.gpus = s.Real(5);
     r.start_ms = s.Int(6);
     r.end_ms = s.Int(7);
+    r.user = s.Text(8);
     out.push_back(std::move(r));
   }
   if (Status st = s.status(); !st) return st.error();
@@ -348,16 +359,16 @@ Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms)
 Status SqliteStore::AddToken(const StoredToken& t) {
   return Write([&] {
     Stmt s(db_,
-           "INSERT INTO tokens (hash, role, team, queues, label, created_ms) "
-           "VALUES (?, ?, ?, ?, ?, ?)");
+           "INSERT INTO tokens (hash, role, team, queues, label, created_ms, username) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?)");
     s.Bind(1, t.hash).Bind(2, t.role).Bind(3, t.team).Bind(4, nlohmann::json(t.queues).dump());
-    s.Bind(5, t.label).Bind(6, t.created_ms);
+    s.Bind(5, t.label).Bind(6, t.created_ms).Bind(7, t.user);
     return Run(s);
   });
 }
 
 Result<std::optional<StoredToken>> SqliteStore::FindToken(const std::string& hash) {
-  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms FROM tokens WHERE hash = ?");
+  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms, username FROM tokens WHERE hash = ?");
   s.Bind(1, hash);
   std::optional<StoredToken> t;
   if (s.Step()) t = TokenFrom(s);
@@ -366,7 +377,7 @@ Result<std::optional<StoredToken>> SqliteStore::FindToken(const std::string& has
 }
 
 Result<std::vector<StoredToken>> SqliteStore::ListTokens() {
-  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms FROM tokens ORDER BY created_ms");
+  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms, username FROM tokens ORDER BY created_ms");
   std::vector<StoredToken> out;
   while (s.Step()) out.push_back(TokenFrom(s));
   if (Status st = s.status(); !st) return st.error();

@@ -117,6 +117,29 @@ std::vector<GpuReport> GpusFromJson(const json& j) {
   return out;
 }
 
+json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster) {
+  const core::Node& node = cluster.node(w.node);
+  const core::PoolSpec& pool = cluster.pool(node.pool).spec;
+  double gpus = 0;
+  switch (w.sharing) {
+    case core::Sharing::kExclusive:
+      gpus = std::popcount(w.gpu_mask);
+      break;
+    case core::Sharing::kMig:
+      gpus = cluster.catalog().model(node.model).mig_profiles[w.mig_profile].compute_slices / 7.0;
+      break;
+    case core::Sharing::kMps:
+    case core::Sharing::kTimeslice:
+      gpus = w.share_milli / 1000.0;
+      break;
+  }
+  auto limit = [&](int64_t asked, int64_t per_gpu) {
+    return asked > 0 ? asked : static_cast<int64_t>(std::llround(static_cast<double>(per_gpu) * gpus));
+  };
+  return {{"memory_bytes", limit(w.memory_bytes, pool.default_memory_per_gpu_bytes)},
+          {"cpus_milli", limit(w.cpus_milli, pool.default_cpus_per_gpu_milli)}};
+}
+
 json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   const core::Node& node = cluster.node(w.node);
   json j = {{"node", node.name}, {"sharing", std::string(core::Name(w.sharing))}};
@@ -192,7 +215,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
   }
   json after = json::array();
   for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
-  return {{"spec_format", job.spec_format},
+  return {{"user", job.user},
+          {"spec_format", job.spec_format},
           {"spec_text", job.spec_text},
           {"array", job.array},
           {"array_index", job.array_index},
@@ -223,6 +247,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.spec_format = d.at("spec_format").get<std::string>();
     job.spec_text = d.at("spec_text").get<std::string>();
     job.spec_file = d.value("spec_file", std::string());
+    job.user = d.value("user", std::string());
     job.array = d.value("array", std::string());
     job.array_index = d.value("array_index", -1);
     job.after.clear();

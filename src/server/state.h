@@ -55,6 +55,7 @@ struct Job {
   int array_index = -1;
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   std::string team;
+  std::string user;         // the submitter, when their token names one (a Unix account name)
   std::string queue;
   std::string spec_format;  // "json" or "yaml": how spec_text is written
   std::string spec_text;    // as submitted; re-read against the config on restart
@@ -147,6 +148,10 @@ struct NodeInfo {
 };
 
 nlohmann::json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster);
+// A worker's cgroup limits, {"memory_bytes", "cpus_milli"} (0 = none): what its job asked
+// for (memory_gb, cpus), else its pool's default_*_per_gpu times the GPUs it holds (a
+// share counts as its fraction, a MIG instance as its compute slices out of 7).
+nlohmann::json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster);
 Result<core::WorkerAlloc> WorkerAllocFromJson(const nlohmann::json& j, const core::Cluster& cluster);
 
 // The job's `doc` in the store: everything but the indexed columns and the resolved spec.

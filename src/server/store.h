@@ -48,6 +48,7 @@ struct StoredRun {
   double gpus = 0;  // GPUs held (fractions for MIG and shares)
   int64_t start_ms = 0;  // wall clock, ms since the Unix epoch
   int64_t end_ms = -1;
+  std::string user;  // the submitter, when their token named one
 };
 
 // The leader lease as the database has it.
@@ -63,6 +64,7 @@ struct StoredToken {
   std::string team;    // role team
   std::vector<std::string> queues;  // role team: queues it may submit to and cancel in;
                                     // role agent: the node(s) it may speak for (empty: any)
+  std::string user;    // role team: the person, a Unix account name (empty: none; jobs then run as no one)
   std::string label;   // free text shown by `gantryd token list`
   int64_t created_ms = 0;
 };

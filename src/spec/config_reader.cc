@@ -264,7 +264,7 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "name_prefix", "count", "gpus", "gpu_model", "nvlink_domains", "leaf_size",
-                "cpus", "memory_gb", "spot", "sharing"});
+                "cpus", "memory_gb", "spot", "sharing", "default_cpus_per_gpu", "default_memory_gb_per_gpu"});
       lines_.NoteEntries(f, item);
       PoolSpec p;
       // Names are kept even when reported, so the core's paths match the reader's.
@@ -308,6 +308,12 @@ class ConfigParser {
         p.cpus_milli = std::llround(*c * 1000);
       if (auto m = f.Number("memory_gb", Range{0, false, kMaxGb})) {
         p.memory_bytes = std::llround(*m * 1e9);
+      }
+      if (auto c = f.Number("default_cpus_per_gpu", Range{0, false, kMaxCpus})) {
+        p.default_cpus_per_gpu_milli = std::llround(*c * 1000);
+      }
+      if (auto m = f.Number("default_memory_gb_per_gpu", Range{0, false, kMaxGb})) {
+        p.default_memory_per_gpu_bytes = std::llround(*m * 1e9);
       }
       if (auto s = f.Bool("spot")) p.spot = *s;
       p.sharing = ReadSharing(f, catalog, p);

@@ -2,11 +2,14 @@
 // signals reach the whole group.
 #include "agent/launcher.h"
 
+#include "agent/cgroup.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -133,6 +136,82 @@ TEST_F(LauncherTest, AWorkerDiesWithItsLauncherAndWhatItLeftIsFoundByGroup) {
   EXPECT_EQ(left, std::vector<pid_t>{child});
   EXPECT_TRUE(GroupMembersSince(pid, started + 1'000'000'000).empty()) << "a later group must not match";
   for (pid_t p : left) ::kill(p, SIGKILL);
+}
+
+// Worker cgroups (issue 16 isolation): where the machine gives a writable cgroup with a
+// memory controller (v2, or v1 as on hybrid hosts), a worker joins its own before exec,
+// its memory limit is the kernel's to enforce (an OOM kill is seen as such), and every
+// process it started, also one that left its process group, is found and killed.
+class CgroupTest : public LauncherTest {
+ protected:
+  std::unique_ptr<Cgroups> Open() {
+    std::string why;
+    auto cg = Cgroups::Open("auto", "test-" + std::to_string(::getpid()), &why);
+    EXPECT_TRUE(cg.ok());
+    if (!cg.ok() || *cg == nullptr) return nullptr;
+    return std::move(*cg);
+  }
+};
+
+TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
+  std::unique_ptr<Cgroups> cg = Open();
+  if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
+  auto join = cg->Create("w1", {.memory_bytes = 64 << 20, .cpus_milli = 500});
+  ASSERT_TRUE(join.ok()) << join.error().ToString();
+  LaunchSpec spec;
+  // tail keeps a line without newlines in memory: 300 MB against a 64 MB limit.
+  spec.argv = {"/bin/sh", "-c", "head -c 300000000 /dev/zero | tail"};
+  spec.log_path = (dir_ / "w1.log").string();
+  spec.join = *join;
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok());
+  const Exited e = Wait(*pid);
+  EXPECT_TRUE(cg->OomKilled("w1")) << Read("w1.log");
+  EXPECT_EQ(e.exit_code, 128 + SIGKILL) << "the shell tells of tail's death by SIGKILL";
+  cg->KillAndRemove("w1");
+  EXPECT_TRUE(cg->Names().empty());
+
+  // Without a limit the same worker is not touched.
+  auto free = cg->Create("w2", {});
+  ASSERT_TRUE(free.ok());
+  spec.argv = {"/bin/sh", "-c", "head -c 100000000 /dev/zero | tail | wc -c"};
+  spec.log_path = (dir_ / "w2.log").string();
+  spec.join = *free;
+  auto pid2 = Launch(spec);
+  ASSERT_TRUE(pid2.ok());
+  EXPECT_EQ(Wait(*pid2).exit_code, 0);
+  EXPECT_FALSE(cg->OomKilled("w2"));
+  EXPECT_NE(Read("w2.log").find("100000000"), std::string::npos) << Read("w2.log");
+  cg->KillAndRemove("w2");
+}
+
+TEST_F(CgroupTest, ProcessesThatLeftTheGroupAreFoundAndKilledByCgroup) {
+  std::unique_ptr<Cgroups> cg = Open();
+  if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
+  auto join = cg->Create("w3", {});
+  ASSERT_TRUE(join.ok());
+  LaunchSpec spec;
+  // A daemon of its own session: out of reach of the worker's process group.
+  spec.argv = {"/bin/sh", "-c", "setsid sleep 300 > /dev/null 2>&1 & echo $! > " + (dir_ / "daemon").string()};
+  spec.log_path = (dir_ / "w3.log").string();
+  spec.join = *join;
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(Wait(*pid).exit_code, 0);
+  const pid_t daemon = std::stoi(Read("daemon"));
+  SignalGroup(*pid, SIGKILL);
+  EXPECT_EQ(::kill(daemon, 0), 0) << "the daemon left the group and lives on";
+  const std::vector<pid_t> procs = cg->Procs("w3");
+  EXPECT_NE(std::find(procs.begin(), procs.end(), daemon), procs.end());
+  EXPECT_EQ(cg->KillAndRemove("w3"), 1);
+  // The test is the daemon's reaper only if it is our child; it is init's: wait for it to go.
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    gone = ::kill(daemon, 0) != 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone);
+  EXPECT_TRUE(cg->Names().empty());
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <algorithm>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -276,19 +277,19 @@ void Harness::Setup(const std::string& cluster_yaml, const std::map<std::string,
   Write("cluster.yaml", cluster_yaml);
   RunResult init = Run({GANTRYD_BINARY, "init", "--db", db_});
   EXPECT_EQ(init.rc, 0) << init.err;
-  auto create = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {GANTRYD_BINARY, "token", "create", "--db", db_,
-                                     "--config", Path("cluster.yaml")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    RunResult r = Run(argv);
-    EXPECT_EQ(r.rc, 0) << r.err;
-    std::string t = r.out;
-    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
-    return t;
-  };
-  tokens_["admin"] = create({"--admin"});
-  tokens_["agent"] = create({"--agent", "--any-node"});
-  for (const auto& [team, queues] : team_queues) tokens_[team] = create({"--team", team, "--queues", queues});
+  AddToken("admin", {"--admin"});
+  AddToken("agent", {"--agent", "--any-node"});
+  for (const auto& [team, queues] : team_queues) AddToken(team, {"--team", team, "--queues", queues});
+}
+
+void Harness::AddToken(const std::string& who, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {GANTRYD_BINARY, "token", "create", "--db", db_, "--config", Path("cluster.yaml")};
+  argv.insert(argv.end(), args.begin(), args.end());
+  RunResult r = Run(argv);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  std::string t = r.out;
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  tokens_[who] = t;
 }
 
 std::string Harness::ServerUrl() const {
@@ -374,6 +375,9 @@ int Harness::StartAgent(const std::string& node, const std::string& url, const s
   std::vector<std::string> argv = {GANTRY_AGENT_BINARY, "--server", url.empty() ? ServerUrl() : url, "--node", node,
                                    "--emulate", "8xH100-80GB", "--state-dir", Path("agent-" + node)};
   if (!tls_cert_.empty()) argv.insert(argv.end(), {"--ca-cert", tls_cert_});
+  // Jobs run as the test's user: the tests' tokens name no Unix account (the run-as-user
+  // tests say --run-as user themselves).
+  if (std::find(extra.begin(), extra.end(), "--run-as") == extra.end()) argv.insert(argv.end(), {"--run-as", "agent"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   Proc p;
   p.log = Path("agent-" + node + ".log");

@@ -96,6 +96,8 @@ class Harness {
   // Writes cluster.yaml, initialises the database and creates the tokens: admin_,
   // agent_, and one per team.
   void Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues);
+  // `gantryd token create ARGS` (after Setup); token(who) is the result.
+  void AddToken(const std::string& who, const std::vector<std::string>& args);
   const std::string& token(const std::string& who) const { return tokens_.at(who); }
 
   // Starts gantryd (on a free port the first time, on the same port after a restart)

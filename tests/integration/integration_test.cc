@@ -462,9 +462,74 @@ TEST(Integration, AnAgentKilledUncleanlyTakesItsWorkerAlongAndItsSuccessorKillsT
   ASSERT_FALSE(run2.empty()) << "r did not run again";
   EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
   EXPECT_EQ(Times(h.Path("out/r.1.0.log"), "end").size(), 0u) << "the orphaned worker ran to its end";
-  EXPECT_NE(h.Read("agent-h100-0.log").find("killed 1 process(es) it left in its group"), std::string::npos)
+  EXPECT_NE(h.Read("agent-h100-0.log").find("killed 1 process(es) it left behind"), std::string::npos)
       << h.Read("agent-h100-0.log");
   EXPECT_EQ(CountEvents(Events(h), "requeue", "r"), 1);
+}
+
+// Issue 16, isolation: each worker in a cgroup of its own (where the machine gives one):
+// a job over its memory_gb is killed by the kernel and fails saying so, and a daemon a
+// worker started in a session of its own (out of its process group's reach) ends with it.
+TEST(Integration, WorkersRunInCgroupsAnOomKillIsReportedAndNothingOutlivesAWorker) {
+  Harness h("cgroups");
+  Prepare(h);
+  StartCluster(h, 1);
+  const std::string log = h.Read("agent-h100-0.log");
+  if (log.find("workers run in cgroups") == std::string::npos) {
+    GTEST_SKIP() << "the agent found no writable cgroup here: " << log;
+  }
+  Submit(h, "a", {"--id", "hog", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--memory-gb", "0.064",
+                  "--", "/bin/sh", "-c", "head -c 300000000 /dev/zero | tail"});
+  const std::string daemon_file = h.Path("out/daemon.pid");
+  Submit(h, "a", {"--id", "daemon", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "/bin/sh", "-c",
+                  "setsid sleep 300 > /dev/null 2>&1 & echo $! > " + daemon_file + "; sleep 0.5"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("hog")["state"] == "failed"; }, 20)) << h.Job("hog").dump();
+  const std::string reason = h.Job("hog")["reason"];
+  EXPECT_NE(reason.find("out of memory: it reached its memory limit of 0.064"), std::string::npos) << reason;
+  EXPECT_EQ(h.Job("hog")["exit_code"], 137) << h.Job("hog").dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("daemon")["state"] == "finished"; }, 20));
+  const pid_t daemon = std::stoi(h.Read("out/daemon.pid"));
+  EXPECT_TRUE(Harness::WaitFor([&] { return !Alive(daemon); }, 5)) << "the daemon outlived its worker";
+}
+
+// Issue 16, identity: a token names a user of a team; their jobs show it (ls USER, show,
+// usage per user) and, on an agent with --run-as user (the default for a root agent), run
+// as that Unix account, never as root; a job whose user has no account, or that names no
+// user, is refused there with the reason.
+TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
+  if (::geteuid() != 0) GTEST_SKIP() << "running jobs as another user needs a root agent";
+  Harness h("run-as");
+  Prepare(h);
+  h.AddToken("nobody", {"--team", "a", "--queues", "research", "--user", "nobody"});
+  h.AddToken("ghost", {"--team", "a", "--queues", "research", "--user", "gantry-no-such-user"});
+  h.StartServer();
+  h.StartAgent("h100-0", "", {"--run-as", "user"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  fs::permissions(h.Path("out"), fs::perms::all);  // nobody writes its answer there
+  auto submit = [&](const std::string& who, const std::string& id) {
+    const RunResult r = h.Cli({"submit", "--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--",
+                               "/bin/sh", "-c", "id -u > " + h.Path("out/" + id + ".uid") + "; echo $HOME $USER"},
+                              h.token(who));
+    EXPECT_EQ(r.rc, 0) << r.err;
+  };
+  submit("nobody", "mine");
+  submit("ghost", "ghost");
+  submit("a", "anon");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("mine")["state"] == "finished"; }, 20)) << h.Job("mine").dump();
+  EXPECT_EQ(h.Read("out/mine.uid"), "65534\n");
+  EXPECT_EQ(h.Job("mine")["user"], "nobody");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("ghost")["state"] == "failed"; }, 20));
+  EXPECT_NE(h.Job("ghost")["reason"].get<std::string>().find("user gantry-no-such-user has no Unix account"),
+            std::string::npos) << h.Job("ghost").dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("anon")["state"] == "failed"; }, 20));
+  EXPECT_NE(h.Job("anon")["reason"].get<std::string>().find("names no user"), std::string::npos)
+      << h.Job("anon").dump();
+  EXPECT_FALSE(fs::exists(h.Path("out/anon.uid"))) << "a job without a user ran (as root)";
+  const RunResult ls = h.Cli({"ls", "--all"}, h.token("admin"));
+  EXPECT_NE(ls.out.find("USER"), std::string::npos) << ls.out;
+  EXPECT_NE(ls.out.find("nobody"), std::string::npos) << ls.out;
+  const RunResult usage = h.Cli({"usage", "--json"}, h.token("admin"));
+  EXPECT_NE(usage.out.find("\"user\":\"nobody\""), std::string::npos) << usage.out;
 }
 
 TEST(Integration, SeparateHostsInNetworkNamespaces) {

@@ -157,6 +157,7 @@ TEST_P(StoreCases, TokensAreFoundByHashAndRevokedByPrefix) {
   t.team = "nlp";
   t.queues = {"nlp", "nlp-dev"};
   t.label = "ci";
+  t.user = "alice";
   t.created_ms = 1700000000000;
   ASSERT_TRUE(store->AddToken(t).ok());
   EXPECT_FALSE(store->AddToken(t).ok());  // the hash is the key
@@ -170,6 +171,7 @@ TEST_P(StoreCases, TokensAreFoundByHashAndRevokedByPrefix) {
   EXPECT_EQ((**found).role, "team");
   EXPECT_EQ((**found).team, "nlp");
   EXPECT_EQ((**found).label, "ci");
+  EXPECT_EQ((**found).user, "alice");
   EXPECT_EQ((**found).created_ms, 1700000000000);
   EXPECT_EQ(store->ListTokens()->size(), 2u);
   EXPECT_FALSE(store->DeleteToken("abc").ok());       // too short to be safe
@@ -193,7 +195,9 @@ TEST_P(StoreCases, RunsOverlappingAPeriod) {
   r.model = "H100-80GB";
   r.gpus = 0.25;
   r.start_ms = 1000;
+  r.user = "alice";
   ASSERT_TRUE(store->StartRun(r).ok());
+  r.user.clear();
   r.job_seq = 2;
   r.gpus = 2;
   r.start_ms = 5000;
@@ -206,6 +210,8 @@ TEST_P(StoreCases, RunsOverlappingAPeriod) {
   EXPECT_EQ((*all)[0].end_ms, 2000);
   EXPECT_EQ((*all)[0].gpus, 0.25);
   EXPECT_EQ((*all)[0].model, "H100-80GB");
+  EXPECT_EQ((*all)[0].user, "alice");
+  EXPECT_EQ((*all)[1].user, "");
   EXPECT_EQ((*all)[1].end_ms, -1);
   EXPECT_EQ(store->Runs(2500, 4000)->size(), 0u);  // run 1 ended at 2000, run 2 starts at 5000
   EXPECT_EQ(store->Runs(6000, 7000)->size(), 1u);  // run 2 still open

@@ -4,6 +4,8 @@
 #include <atomic>
 #include <filesystem>
 
+#include <sqlite3.h>
+
 #include "server/sqlite_store.h"
 #include "store_cases.h"
 
@@ -43,6 +45,49 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreCases,
                                                            new SqliteHome());
                                                      }}),
                          StoreKindName);
+
+// A database of schema 1 (tokens and runs named no user) is upgraded in place when opened;
+// what it held stays.
+TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokens) {
+  SqliteHome home;
+  {
+    auto store = home.Open();
+    ASSERT_TRUE(store.ok());
+  }
+  const fs::path db = fs::temp_directory_path() / ("gantry-schema1-" + std::to_string(::getpid()) + ".db");
+  fs::remove(db);
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    const char* v1 =
+        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+        "CREATE TABLE runs (job_seq INTEGER NOT NULL, run INTEGER NOT NULL, rank INTEGER NOT NULL,"
+        " queue TEXT NOT NULL, model TEXT NOT NULL, gpus REAL NOT NULL, start_ms INTEGER NOT NULL,"
+        " end_ms INTEGER NOT NULL, PRIMARY KEY (job_seq, run, rank));"
+        "CREATE TABLE tokens (hash TEXT PRIMARY KEY, role TEXT NOT NULL, team TEXT NOT NULL,"
+        " queues TEXT NOT NULL, label TEXT NOT NULL, created_ms INTEGER NOT NULL);"
+        "INSERT INTO tokens VALUES ('00112233445566', 'team', 'nlp', '[\"nlp\"]', 'old', 1);";
+    ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+    sqlite3_close(raw);
+  }
+  auto store = SqliteStore::Open(db.string());
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  auto old = (*store)->FindToken("00112233445566");
+  ASSERT_TRUE(old.ok() && old->has_value());
+  EXPECT_EQ((**old).team, "nlp");
+  EXPECT_EQ((**old).user, "");
+  StoredToken t = **old;
+  t.hash = "ffeeddccbbaa99";
+  t.user = "bob";
+  ASSERT_TRUE((*store)->AddToken(t).ok());
+  EXPECT_EQ((**(*store)->FindToken("ffeeddccbbaa99")).user, "bob");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "2");
+  store->reset();
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
 
 // One machine, no election: a second gantryd on the same file takes the lease at once,
 // unexpired or not, and the first can no longer write.

@@ -274,7 +274,8 @@ extra: 1
   EXPECT_EQ(e,
             (std::vector<std::string>{
                 "c.yaml:7: pools[h100].vram_gb: unknown field (known: name, name_prefix, count, "
-                "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing)",
+                "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing, default_cpus_per_gpu, "
+                "default_memory_gb_per_gpu)",
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
                 "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight)",

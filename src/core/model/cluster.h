@@ -36,6 +36,10 @@ struct PoolSpec {
   int64_t memory_bytes = 0;
   bool spot = false;
   SharingMask sharing = Bit(Sharing::kExclusive);
+  // Server mode: the cgroup limits of a worker whose job gives no cpus / memory_gb, per
+  // GPU it holds (Slurm's DefCpuPerGPU, DefMemPerGPU); 0 = no limit.
+  int64_t default_cpus_per_gpu_milli = 0;
+  int64_t default_memory_per_gpu_bytes = 0;
 };
 
 struct Pool {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "agent/launcher.h"
+#include "base/log.h"
 
 namespace gantry::agent {
 
@@ -86,8 +87,8 @@ int64_t Agent::Now() const {
       .count();
 }
 
-void Agent::Say(const std::string& line) {
-  std::cerr << "gantry-agent[" << options_.node << "]: " << line << std::endl;
+void Agent::Say(const std::string& line, bool warning) {
+  log::Write(warning ? log::Level::kWarning : log::Level::kInfo, line, {{"node", options_.node}});
 }
 
 int Agent::Run(const std::atomic<bool>& stop) {
@@ -111,13 +112,14 @@ int Agent::Run(const std::atomic<bool>& stop) {
   std::snprintf(hex, sizeof hex, "%08x", hash);
   auto cgroups = Cgroups::Open(options_.cgroups, options_.node + "." + hex, &no_cgroups);
   if (!cgroups) {
-    Say("cannot isolate workers: " + cgroups.error().ToString());
+    Say("cannot isolate workers: " + cgroups.error().ToString(), true);
     return 1;
   }
   cgroups_ = std::move(*cgroups);
   Say(cgroups_ ? "workers run in cgroups: " + cgroups_->Describe()
                : "workers are NOT isolated (--cgroups " + options_.cgroups + "): jobs' memory_gb and cpus are not "
-                 "enforced" + (no_cgroups.empty() ? std::string() : ": " + no_cgroups));
+                 "enforced" + (no_cgroups.empty() ? std::string() : ": " + no_cgroups),
+      cgroups_ == nullptr);
   const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
     Say("--run-as: expected user or agent, got " + run_as);
@@ -356,7 +358,8 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
     }
     if (!active || signalled > 0) {
       Say("no answer from the server for " + std::to_string(now - last) + " ms (lease " + std::to_string(lease) +
-          " ms): stopping " + std::to_string(signalled) + " worker(s)");
+              " ms): stopping " + std::to_string(signalled) + " worker(s)",
+          true);
     }
     active = true;
   }
@@ -686,7 +689,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     w.exited = true;
     w.exit_code = 127;
     w.note = problem;
-    Say("job " + w.job + ": " + problem);
+    Say("job " + w.job + ": " + problem, true);
     workers_[key] = w;
     return;
   }
@@ -696,7 +699,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     w.exited = true;
     w.exit_code = 127;
     w.note = pid.error().ToString();
-    Say("job " + w.job + ": cannot start: " + w.note);
+    Say("job " + w.job + ": cannot start: " + w.note, true);
     workers_[key] = w;
     return;
   }

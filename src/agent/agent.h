@@ -117,7 +117,8 @@ class Agent {
   void Stop(Worker& w, int sig, int64_t grace_ms, int64_t now);
   void Remember(const std::string& key);
   void WriteRecord(const Worker& w);
-  void Say(const std::string& line);
+  // The operational log (base/log.h), with the node.
+  void Say(const std::string& line, bool warning = false);
   // SIGKILL to the worker's process group and, with cgroups, to all of its cgroup.
   void Kill(pid_t pid, const std::string& cgroup) const;
   // Retries removing the cgroups of ended workers that still held unreaped processes.

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "base/log.h"
 #include "agent/agent.h"
 #include "agent/emulated.h"
 #include "agent/nvml.h"
@@ -70,6 +71,8 @@ int main(int argc, char** argv) {
   app.add_option("--run-as", o.run_as,
                  "user: each job as the Unix account its token names (default when root); agent: as this "
                  "agent's user");
+  std::string log_format = "text";
+  app.add_option("--log-format", log_format, "Log on stderr: text or json (JSON Lines)")->capture_default_str();
   app.add_option("--address", o.address, "Address gang peers reach this node at (default: as the server sees it)");
   app.add_option("--preempt-signal", preempt_signal, "Signal sent first when a job is preempted")
       ->capture_default_str();
@@ -78,6 +81,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
+  }
+  if (!log::Configure("gantry-agent", log_format)) {
+    std::cerr << "gantry-agent: --log-format: expected text or json, got " << log_format << "\n";
+    return 2;
   }
   if (o.state_dir.empty()) o.state_dir = "/var/lib/gantry-agent";
   if (o.server.empty()) {

@@ -203,6 +203,8 @@ class Controller {
   std::optional<Principal> AuthenticateUser(const std::string& token, Reply& error);
   // Call() as a user (not an agent): fn runs on the controller thread with the caller,
   // or the reply is the authentication error.
+  // A 401 or 403 goes to the operational log with who asked and why it was refused.
+  static void LogRefusal(const Reply& r, const std::string& who);
   void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn);
   // Call() as an agent (or admin): fn gets the node, or the reply is the error.
   void CallAsAgent(std::string token, std::string node, Done done,

@@ -1,5 +1,6 @@
 #include "server/controller.h"
 
+#include "base/log.h"
 #include "server/controller_internal.h"
 
 #include <fstream>
@@ -93,6 +94,8 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
     if (info.up && !info.agent_id.empty() && report.agent_id != info.agent_id &&
         now - info.last_seen < options_.lease_ms) {
       ++duplicate_agents_;
+      log::Warn("second agent for a live node refused",
+                {{"node", node}, {"agent", report.agent_id}, {"live_agent", info.agent_id}, {"from", remote_addr}});
       return Reply::Error(Code::kConflict,
                           "node " + node + " is held by another live agent (instance " + info.agent_id + ", heard " +
                               FormatValue(static_cast<double>(now - info.last_seen) / 1000.0) +
@@ -140,6 +143,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
     if (!info.up) {
       info.up = true;
       log_.NodeUp(now, node);
+      log::Info("node up", {{"node", node}, {"agent", report.agent_id}, {"address", address}});
       changed = true;
     }
     for (const GpuReport& g : info.gpus) {

@@ -4,6 +4,7 @@
 #include <regex>
 #include <tuple>
 
+#include "base/log.h"
 #include "server/controller_internal.h"
 
 namespace gantry::server {
@@ -97,6 +98,8 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
     NodeInfo& info = nodes_[n->v];
     info.drained = drain;
     info.drain_reason = drain ? (reason.empty() ? "drained by admin" : reason) : "";
+    log::Info(drain ? "node drained" : "node resumed",
+              {{"node", node}, {"by", user.Describe()}, {"reason", info.drain_reason}});
     SetCoreNodeUp(*n);
     PersistNode(*n);
     Reply r;

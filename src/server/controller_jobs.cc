@@ -1,5 +1,6 @@
 #include "server/controller.h"
 
+#include "base/log.h"
 #include "server/controller_internal.h"
 
 #include <algorithm>
@@ -65,12 +66,21 @@ std::optional<Principal> Controller::Authenticate(const std::string& token, Repl
   return p;
 }
 
+void Controller::LogRefusal(const Reply& r, const std::string& who) {
+  if (r.code != Code::kUnauthenticated && r.code != Code::kForbidden) return;
+  log::Warn("refused", {{"who", who},
+                        {"status", r.code == Code::kForbidden ? "403" : "401"},
+                        {"error", r.body.value("error", std::string())}});
+}
+
 void Controller::CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn) {
   Post(
       [this, token = std::move(token), fn = std::move(fn)]() -> Reply {
         Reply err;
         auto user = AuthenticateUser(token, err);
-        return user ? fn(*user) : err;
+        Reply r = user ? fn(*user) : err;
+        LogRefusal(r, user ? user->Describe() : "unauthenticated");
+        return r;
       },
       std::move(done));
 }
@@ -81,7 +91,10 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
       [this, token = std::move(token), node = std::move(node), fn = std::move(fn)]() -> Reply {
         Reply err;
         auto p = Authenticate(token, err);
-        if (!p) return err;
+        if (!p) {
+          LogRefusal(err, "unauthenticated agent for " + node);
+          return err;
+        }
         if (p->role != Role::kAgent && !p->admin()) {
           return Reply::Error(Code::kForbidden, "agent endpoints need an agent or admin token, not " +
                                                     p->Describe() + "'s");
@@ -89,6 +102,7 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
         if (!p->nodes.empty() && std::find(p->nodes.begin(), p->nodes.end(), node) == p->nodes.end()) {
           std::string own;
           for (const std::string& x : p->nodes) own += (own.empty() ? "" : ", ") + x;
+          log::Warn("refused", {{"who", "agent of " + own}, {"status", "403"}, {"error", "may not speak for " + node}});
           return Reply::Error(Code::kForbidden, "this agent token is bound to node " + own + "; it may not speak for " +
                                                     node);
         }
@@ -402,6 +416,13 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
       by_name_[j.name] = j.seq;
       if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
       log_.Submit(now, j.name);
+      if (k == 0) {  // who did what: one line per request, not per array task
+        log::Info(indexes.empty() ? "job submitted" : "array submitted",
+                  {{"job", indexes.empty() ? j.name : base},
+                   {"tasks", std::to_string(names.size())},
+                   {"queue", j.queue},
+                   {"by", user.Describe()}});
+      }
       if (j.after.empty()) {
         Release(j, now);
       } else {

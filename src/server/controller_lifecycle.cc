@@ -1,5 +1,6 @@
 #include "server/controller.h"
 
+#include "base/log.h"
 #include "server/controller_internal.h"
 
 namespace gantry::server {
@@ -84,6 +85,15 @@ void Controller::StartRun(Job& job, Ticks now) {
   AddRunning(job);
   Touch(job);
   log_.Start(now, job.name, rec.alloc);
+  {
+    std::string nodes;
+    for (const Worker& w : job.workers) {
+      const std::string& n = cluster_.node(w.alloc.node).name;
+      if (nodes.find(n) == std::string::npos) nodes += (nodes.empty() ? "" : ",") + n;
+    }
+    log::Info("job started", {{"job", job.name}, {"run", std::to_string(job.run)}, {"queue", job.queue},
+                              {"user", job.user}, {"nodes", nodes}});
+  }
   Persist(job);
 }
 
@@ -175,6 +185,8 @@ void Controller::WriteFinishEvent(Ticks t, const Job& job) {
 }
 
 void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now) {
+  log::Write(end == "failed" ? log::Level::kWarning : log::Level::kInfo, "job " + end,
+             {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
   job.state = JobState::kDone;
   job.end = std::move(end);
   job.end_reason = std::move(reason);
@@ -260,6 +272,7 @@ void Controller::NodeDown(core::NodeId n, Ticks now) {
   PersistNode(n);
   const std::string& name = cluster_.node(n).name;
   log_.NodeDown(now, name);
+  log::Warn("node down: no heartbeat within the node timeout", {{"node", name}});
   // The agent has fenced its workers by now (its lease is shorter than the timeout).
   for (core::JobId id : sched_->SetNodeUp(n, false)) {
     Job& job = jobs_.at(core_to_seq_[id.v]);

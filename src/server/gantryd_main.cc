@@ -35,6 +35,7 @@
 #include <iostream>
 #include <thread>
 
+#include "base/log.h"
 #include "server/auth.h"
 #include "server/config_check.h"
 #include "server/controller.h"
@@ -253,7 +254,7 @@ int Init(const std::string& db) {
 struct ServeArgs {
   bool init = false, force_config = false;
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
-      tls_cert, tls_key;
+      tls_cert, tls_key, log_format = "text";
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
   double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0, submit_burst = 0;
 };
@@ -410,6 +411,10 @@ int CheckConfigCommand(const std::string& config_path, const std::string& db) {
 }
 
 int Serve(const ServeArgs& a) {
+  if (!log::Configure("gantryd", a.log_format)) {
+    std::cerr << "gantryd: --log-format: expected text or json, got " << a.log_format << "\n";
+    return kExitBadInput;
+  }
   if (a.config.empty() || a.db.empty()) {
     std::cerr << "gantryd: --config and --db are required\n";
     return kExitBadInput;
@@ -475,15 +480,18 @@ int Serve(const ServeArgs& a) {
       // Log rotation: the event log is reopened (on the controller thread, between batches).
       std::lock_guard lk(serving_mu);
       if (a.events.empty() || !live) {
-        std::cerr << "gantryd: SIGHUP: no event log to reopen; nothing else is reloaded\n";
+        log::Info("SIGHUP: no event log to reopen; nothing else is reloaded");
         continue;
       }
       live->RunExclusive([&] {
         events.close();
         events.open(a.events, std::ios::app | std::ios::binary);
       });
-      std::cerr << "gantryd: SIGHUP: reopened " << a.events << (events ? "" : " (FAILED: events are not written)")
-                << "\n";
+      if (events) {
+        log::Info("SIGHUP: reopened the event log", {{"file", a.events}});
+      } else {
+        log::Error("SIGHUP: cannot reopen the event log: events are not written", {{"file", a.events}});
+      }
     }
     stopping = true;
     std::lock_guard lk(serving_mu);
@@ -587,9 +595,13 @@ int Serve(const ServeArgs& a) {
     return finish(kExitRunFailure);
   }
   write_port_file(*bound);
-  std::cerr << "gantryd: listening on " << host << ":" << *bound << (tls.enabled() ? " (TLS)" : "") << " (cluster "
-            << config->cluster.name() << ", " << config->cluster.nodes().size() << " nodes, policy " << a.policy
-            << (IsPostgres(a.db) ? ", leader " + me + " epoch " + std::to_string(epoch) : std::string()) << ")\n";
+  log::Info("listening on " + host + ":" + std::to_string(*bound) + (tls.enabled() ? " (TLS)" : ""),
+            {{"cluster", config->cluster.name()},
+             {"nodes", std::to_string(config->cluster.nodes().size())},
+             {"policy", a.policy},
+             {"role", "leader"},
+             {"leader", IsPostgres(a.db) ? me : std::string()},
+             {"epoch", std::to_string(epoch)}});
   {
     std::lock_guard lk(serving_mu);
     stop_serving = [&api] { api.Stop(); };
@@ -604,7 +616,7 @@ int Serve(const ServeArgs& a) {
   controller.Stop();
   renewer.reset();
   const int rc = finish(0);
-  std::cerr << "gantryd: stopped\n";
+  log::Info("stopped");
   return rc;
 }
 
@@ -621,6 +633,10 @@ int main(int argc, char** argv) {
   app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")->capture_default_str();
   app.add_option("--events", serve.events, "Append the event log (JSON Lines) here");
   app.add_option("--policy", serve.policy, "Scheduling policy")->capture_default_str();
+  app.add_option("--log-format", serve.log_format,
+                 "Operational log on stderr: text (time level gantryd: message key=value ...) or json (JSON "
+                 "Lines); with a syslog priority prefix under journald")
+      ->capture_default_str();
   app.add_option("--log-dir", serve.log_dir, "Where job output uploaded by agents is kept (default: DB.logs)");
   app.add_option("--port-file", serve.port_file, "Write the bound port here once listening");
   app.add_option("--pass-interval-ms", serve.pass_interval_ms, "Scheduling pass timer")->capture_default_str();

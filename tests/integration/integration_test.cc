@@ -532,6 +532,50 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   EXPECT_NE(usage.out.find("\"user\":\"nobody\""), std::string::npos) << usage.out;
 }
 
+// Issue 16, operational logging: with --log-format json every line gantryd and the agent
+// write on stderr is a JSON object a log shipper reads, and they say who did what:
+// registrations, submits (by whom), starts, ends with the reason, refusals.
+TEST(Integration, OperationalLogsAreJsonLinesThatSayWhoDidWhat) {
+  Harness h("oplog");
+  Prepare(h);
+  h.StartServer({"--log-format", "json"});
+  h.StartAgent("h100-0", "", {"--log-format", "json"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  Submit(h, "a", {"--id", "ok", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  Submit(h, "a", {"--id", "bad", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "false"});
+  EXPECT_NE(h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("a")).rc, 0);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("ok")["state"] == "finished" && h.Job("bad")["state"] == "failed"; },
+                               20));
+  auto lines = [&](const std::string& file) {
+    std::vector<json> out;
+    std::istringstream in(h.Read(file));
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("=== start", 0) == 0 || line.empty()) continue;  // the harness's own marker
+      json j = json::parse(line, nullptr, false);
+      EXPECT_TRUE(j.is_object() && j.contains("ts") && j.contains("level") && j.contains("msg")) << file << ": " << line;
+      if (j.is_object()) out.push_back(j);
+    }
+    return out;
+  };
+  auto has = [](const std::vector<json>& log, const std::string& msg, const std::string& key, const std::string& value) {
+    return std::any_of(log.begin(), log.end(), [&](const json& j) {
+      return j.value("msg", "") == msg && j.value(key, "").find(value) != std::string::npos;
+    });
+  };
+  ASSERT_TRUE(Harness::WaitFor([&] { return has(lines("gantryd.log"), "job failed", "job", "bad"); }, 5));
+  const std::vector<json> server = lines("gantryd.log");
+  EXPECT_TRUE(has(server, "node up", "node", "h100-0"));
+  EXPECT_TRUE(has(server, "job submitted", "by", "team a"));
+  EXPECT_TRUE(has(server, "job started", "job", "ok"));
+  EXPECT_TRUE(has(server, "job finished", "job", "ok"));
+  EXPECT_TRUE(has(server, "job failed", "reason", "exited with code 1"));
+  EXPECT_TRUE(has(server, "refused", "error", "may not submit to queue nlp"));
+  const std::vector<json> agent = lines("agent-h100-0.log");
+  ASSERT_FALSE(agent.empty());
+  EXPECT_EQ(agent[0].value("program", ""), "gantry-agent");
+  EXPECT_EQ(agent[0].value("node", ""), "h100-0");
+}
+
 TEST(Integration, SeparateHostsInNetworkNamespaces) {
   std::string why;
   if (!Netns::Available(&why)) GTEST_SKIP() << "network namespaces unavailable: " << why;

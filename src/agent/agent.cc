@@ -258,7 +258,7 @@ void Agent::Recover() {
 
 void Agent::RemoveCgroups() {
   std::erase_if(unremoved_, [&](const std::string& name) {
-    cgroups_->KillAndRemove(name, 0);
+    cgroups_->Signal(name, SIGKILL);
     return cgroups_->Remove(name);
   });
 }
@@ -274,12 +274,10 @@ void Agent::ReapChildren() {
       if (w.pid != e.pid || w.exited) continue;
       SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
       if (cgroups_ && !w.cgroup.empty()) {  // or in its cgroup
-        const bool oom = cgroups_->OomKilled(w.cgroup);
-        // What it left is killed now and reaped by this agent (the subreaper) later:
-        // the cgroup goes once it is empty (RemoveCgroups).
-        cgroups_->KillAndRemove(w.cgroup, 0);
-        if (!cgroups_->Remove(w.cgroup)) unremoved_.push_back(w.cgroup);
-        if (oom) {
+        // What it left is killed by RemoveCgroups, next in the loop, and reaped by this
+        // agent (the subreaper); the cgroup goes once it is empty.
+        unremoved_.push_back(w.cgroup);
+        if (cgroups_->OomKilled(w.cgroup)) {
           w.note = "out of memory: it reached its memory limit of " +
                    std::to_string(static_cast<double>(w.memory_bytes) / 1e9).substr(0, 6) +
                    " GB (memory_gb) and the kernel killed it";
@@ -694,8 +692,8 @@ void Agent::StartWorker(const json& e, int64_t now) {
     return;
   }
   auto pid = Launch(spec);
-  if (!pid && cgroups_ && !w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);
   if (!pid) {
+    if (!w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);
     w.exited = true;
     w.exit_code = 127;
     w.note = pid.error().ToString();

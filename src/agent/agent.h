@@ -121,7 +121,8 @@ class Agent {
   void Say(const std::string& line, bool warning = false);
   // SIGKILL to the worker's process group and, with cgroups, to all of its cgroup.
   void Kill(pid_t pid, const std::string& cgroup) const;
-  // Retries removing the cgroups of ended workers that still held unreaped processes.
+  // Kills what ended workers left in their cgroups and removes those that are empty;
+  // the rest (processes not reaped yet) on a later call.
   void RemoveCgroups();
   // A new HTTP client for servers_.current() (heartbeats and log uploads).
   void Connect();
@@ -130,7 +131,7 @@ class Agent {
   std::unique_ptr<GpuSource> gpus_;
   std::unique_ptr<Cgroups> cgroups_;  // null: workers are process groups only; read-only once running
   bool run_as_user_ = false;
-  std::vector<std::string> unremoved_;  // cgroups of ended workers not yet removed
+  std::vector<std::string> unremoved_;  // cgroups of ended workers, until removed
   std::unique_ptr<httplib::Client> http_;
   ServerList servers_;
   std::string agent_id_;

@@ -113,14 +113,6 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
     }
   }
   std::vector<std::string> problems;
-  auto fail = [&](const std::string& what) -> Result<std::unique_ptr<Cgroups>> {
-    const std::string text = what;
-    if (mode == "auto") {
-      if (why) *why = text;
-      return std::unique_ptr<Cgroups>();
-    }
-    return Error{"--cgroups " + mode, text};
-  };
   const std::string name = "gantry-" + scope;
 
   // v2, when its hierarchy offers the memory controller to this process's cgroup.
@@ -129,12 +121,12 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       if (m.type != "cgroup2" || v2_path.empty()) continue;
       const std::string own = OwnDir(m, v2_path);
       if (own.empty()) continue;
-      const std::vector<std::string> available = Split(ReadFile(own + "/cgroup.controllers"), ' ');
+      std::istringstream listed(ReadFile(own + "/cgroup.controllers"));
+      std::vector<std::string> available;
+      for (std::string c; listed >> c;) available.push_back(c);
       std::vector<std::string> wanted;
-      for (std::string c : {"memory", "cpu", "pids"}) {
-        for (const std::string& a : available) {
-          if (a == c || a == c + "\n") wanted.push_back(c);
-        }
+      for (const std::string c : {"memory", "cpu", "pids"}) {
+        if (Contains(available, c)) wanted.push_back(c);
       }
       if (!Contains(wanted, "memory")) {
         problems.push_back("cgroup v2 at " + own + " offers no memory controller");
@@ -206,7 +198,9 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
   }
   std::string text = "no writable cgroup with a memory controller";
   for (const std::string& p : problems) text += "; " + p;
-  return fail(text);
+  if (mode != "auto") return Error{"--cgroups " + mode, text};
+  if (why) *why = text;
+  return std::unique_ptr<Cgroups>();
 }
 
 Cgroups::~Cgroups() {

@@ -205,6 +205,8 @@ class Controller {
   // or the reply is the authentication error.
   // A 401 or 403 goes to the operational log with who asked and why it was refused.
   static void LogRefusal(const Reply& r, const std::string& who);
+  // CallAsAgent's checks once the token is known: an agent (or admin) token for this node.
+  Reply AsAgent(const Principal& p, const std::string& node, const std::function<Reply(core::NodeId)>& fn);
   void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn);
   // Call() as an agent (or admin): fn gets the node, or the reply is the error.
   void CallAsAgent(std::string token, std::string node, Done done,
@@ -242,6 +244,8 @@ class Controller {
   void RemoveRunning(const Job& job);
   nlohmann::json DesiredWorkers(core::NodeId n, Ticks now);
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
+  // The nodes its workers are on, each once, in rank order.
+  std::vector<std::string> JobNodes(const Job& job) const;
   Job* FindJob(const std::string& name);
   bool MaySee(const Principal& p, const Job& job) const;
   void WriteFinishEvent(Ticks t, const Job& job);

@@ -91,30 +91,29 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
       [this, token = std::move(token), node = std::move(node), fn = std::move(fn)]() -> Reply {
         Reply err;
         auto p = Authenticate(token, err);
-        if (!p) {
-          LogRefusal(err, "unauthenticated agent for " + node);
-          return err;
-        }
-        if (p->role != Role::kAgent && !p->admin()) {
-          return Reply::Error(Code::kForbidden, "agent endpoints need an agent or admin token, not " +
-                                                    p->Describe() + "'s");
-        }
-        if (!p->nodes.empty() && std::find(p->nodes.begin(), p->nodes.end(), node) == p->nodes.end()) {
-          std::string own;
-          for (const std::string& x : p->nodes) own += (own.empty() ? "" : ", ") + x;
-          log::Warn("refused", {{"who", "agent of " + own}, {"status", "403"}, {"error", "may not speak for " + node}});
-          return Reply::Error(Code::kForbidden, "this agent token is bound to node " + own + "; it may not speak for " +
-                                                    node);
-        }
-        auto n = cluster_.FindNode(node);
-        if (!n) {
-          return Reply::Error(Code::kNotFound, "node " + node +
-                                                   " is not in the cluster config; pools name the nodes "
-                                                   "agents may register as");
-        }
-        return fn(*n);
+        Reply r = p ? AsAgent(*p, node, fn) : err;
+        LogRefusal(r, (p ? p->Describe() : "unauthenticated") + " for node " + node);
+        return r;
       },
       std::move(done));
+}
+
+Reply Controller::AsAgent(const Principal& p, const std::string& node, const std::function<Reply(core::NodeId)>& fn) {
+  if (p.role != Role::kAgent && !p.admin()) {
+    return Reply::Error(Code::kForbidden, "agent endpoints need an agent or admin token, not " + p.Describe() + "'s");
+  }
+  if (!p.nodes.empty() && std::find(p.nodes.begin(), p.nodes.end(), node) == p.nodes.end()) {
+    std::string own;
+    for (const std::string& x : p.nodes) own += (own.empty() ? "" : ", ") + x;
+    return Reply::Error(Code::kForbidden, "this agent token is bound to node " + own + "; it may not speak for " + node);
+  }
+  auto n = cluster_.FindNode(node);
+  if (!n) {
+    return Reply::Error(Code::kNotFound, "node " + node +
+                                             " is not in the cluster config; pools name the nodes "
+                                             "agents may register as");
+  }
+  return fn(*n);
 }
 
 std::optional<Principal> Controller::AuthenticateUser(const std::string& token, Reply& error) {
@@ -440,6 +439,15 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
   });
 }
 
+std::vector<std::string> Controller::JobNodes(const Job& job) const {
+  std::vector<std::string> nodes;
+  for (const Worker& w : job.workers) {
+    const std::string& n = cluster_.node(w.alloc.node).name;
+    if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  return nodes;
+}
+
 json Controller::JobSummary(const Job& job, bool details, const Principal* viewer) {
   std::string state = job.state == JobState::kDone ? job.end : std::string(Name(job.state));
   std::string reason;
@@ -460,11 +468,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     case JobState::kStopping: reason = std::string(Name(job.stop)) + ": " + job.stop_reason; break;
     case JobState::kDone: reason = job.end_reason; break;
   }
-  std::vector<std::string> nodes;
-  for (const Worker& w : job.workers) {
-    const std::string& n = cluster_.node(w.alloc.node).name;
-    if (std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
-  }
+  const std::vector<std::string> nodes = JobNodes(job);
   json j = {{"id", job.name},
             {"seq", job.seq},
             {"array", job.array.empty() ? json() : json(job.array)},

@@ -87,10 +87,7 @@ void Controller::StartRun(Job& job, Ticks now) {
   log_.Start(now, job.name, rec.alloc);
   {
     std::string nodes;
-    for (const Worker& w : job.workers) {
-      const std::string& n = cluster_.node(w.alloc.node).name;
-      if (nodes.find(n) == std::string::npos) nodes += (nodes.empty() ? "" : ",") + n;
-    }
+    for (const std::string& n : JobNodes(job)) nodes += (nodes.empty() ? "" : ",") + n;
     log::Info("job started", {{"job", job.name}, {"run", std::to_string(job.run)}, {"queue", job.queue},
                               {"user", job.user}, {"nodes", nodes}});
   }

@@ -595,10 +595,12 @@ void Agent::StartWorker(const json& e, int64_t now) {
   // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
   const json alloc = e.value("alloc", json::object());
   const std::string sharing = alloc.value("sharing", std::string("exclusive"));
-  std::string visible, problem;
+  std::string visible, indexes, problem;
   auto gpu = [&](int index) -> const GpuInfo* {
     for (const GpuInfo& g : last_gpus_) {
-      if (g.index == index) return &g;
+      if (g.index != index) continue;
+      indexes += (indexes.empty() ? "" : ",") + std::to_string(index);
+      return &g;
     }
     problem = "GPU " + std::to_string(index) + " is not on this node";
     return nullptr;
@@ -635,6 +637,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     }
   }
   spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  spec.env.emplace_back("GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
   spec.env.emplace_back("NVIDIA_VISIBLE_DEVICES", visible.empty() ? "void" : visible);
   spec.env.emplace_back("GANTRY_NODE", options_.node);
   spec.env.emplace_back("GANTRY_LOG", w.log_path);

@@ -6,16 +6,18 @@
 #include <filesystem>
 #include <string>
 
+#include "base/log.h"
 #include "core/model/types.h"
 #include "server/metrics.h"
 
 namespace gantry::server {
 
-// A store failure: the database is the truth, so the process ends and a restart
-// rebuilds from it.
+// A store failure (a full disk, a lost database connection): the database is the truth
+// and this batch could not be saved, so the process ends without answering it (no
+// answered request is lost) and a restart (systemd's Restart=, or a standby) rebuilds
+// from the database. Said in the operational log, in its format.
 [[noreturn]] inline void Fatal(const std::string& what) {
-  std::fprintf(stderr, "gantryd: fatal: %s\n", what.c_str());
-  std::fflush(stderr);
+  log::Error("fatal: " + what + "; exiting: nothing unsaved was answered, a restart rebuilds from the database");
   std::_Exit(1);
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -160,6 +161,19 @@ Netns::~Netns() {
 
 std::string Netns::Address(int host) const {
   return "10." + std::to_string(subnet_) + ".0." + std::to_string(host + 1);
+}
+
+void Netns::Within(int host, const std::function<void()>& fn) const {
+  std::thread t([&] {
+    const int fd = ::open(("/var/run/netns/" + Name(host)).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || ::setns(fd, CLONE_NEWNET) != 0) {
+      ADD_FAILURE() << "cannot enter network namespace " << Name(host);
+    } else {
+      fn();
+    }
+    if (fd >= 0) ::close(fd);
+  });
+  t.join();
 }
 
 void Netns::SetLink(int host, bool up) {
@@ -328,7 +342,7 @@ int Harness::SpawnServer(Proc& p, int port, const std::string& name, const std::
   }
   fs::remove(Path(name + ".port"));
   std::ofstream(Path(name + ".log"), std::ios::app) << "=== start " << restarts_++ << "\n";
-  p.pid = Spawn(argv, Path(name + ".log"), {}, 0);
+  p.pid = Spawn(argv, Path(name + ".log"), server_env_, 0);
   p.log = Path(name + ".log");
   if (!WaitFor([&] { return fs::exists(Path(name + ".port")); }, 10)) {
     ADD_FAILURE() << name << " did not start: " << Read(name + ".log");
@@ -370,6 +384,13 @@ void Harness::SwapWithPeer() {
 
 void Harness::KillServer(int sig) { Stop(server_, sig); }
 
+bool Harness::ServerRunning() {
+  if (server_.pid <= 0) return false;
+  if (!WaitPid(server_.pid, 0)) return true;
+  server_.pid = -1;
+  return false;
+}
+
 int Harness::StartAgent(const std::string& node, const std::string& url, const std::vector<std::string>& extra) {
   const int i = static_cast<int>(agents_.size());
   std::vector<std::string> argv = {GANTRY_AGENT_BINARY, "--server", url.empty() ? ServerUrl() : url, "--node", node,
@@ -381,7 +402,9 @@ int Harness::StartAgent(const std::string& node, const std::string& url, const s
   argv.insert(argv.end(), extra.begin(), extra.end());
   Proc p;
   p.log = Path("agent-" + node + ".log");
-  p.pid = Spawn(argv, p.log, {{"GANTRY_TOKEN", token("agent")}}, netns_ ? i + 1 : -1);
+  // A restarted agent comes back on its node's host.
+  const int host = agent_host_.emplace(node, static_cast<int>(agent_host_.size()) + 1).first->second;
+  p.pid = Spawn(argv, p.log, {{"GANTRY_TOKEN", token("agent")}}, netns_ ? host : -1);
   agents_.push_back(p);
   return i;
 }

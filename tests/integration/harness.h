@@ -44,6 +44,9 @@ class Netns {
   void SetLink(int host, bool up);
   // Prefix for a command to run inside host's namespace.
   std::vector<std::string> Exec(int host) const { return {"ip", "netns", "exec", Name(host)}; }
+  // Runs `fn` on a thread of its own inside host's namespace (setns moves one thread), so
+  // the test's own HTTP calls reach the hosts.
+  void Within(int host, const std::function<void()>& fn) const;
 
  private:
   std::string tag_;
@@ -76,7 +79,7 @@ class Proxy {
 class Harness {
  public:
   // `name` labels the temporary directory. With `netns`, host 0 is gantryd's and host
-  // i + 1 is agent i's.
+  // i + 1 is that of the i-th node given an agent (a restarted agent keeps its host).
   explicit Harness(const std::string& name, Netns* netns = nullptr);
   ~Harness();
 
@@ -104,6 +107,10 @@ class Harness {
   // and waits for /healthz.
   void StartServer(const std::vector<std::string>& extra = {});
   void KillServer(int sig);  // and waits for it
+  // False once gantryd has exited on its own (it is then reaped; StartServer restarts it).
+  bool ServerRunning();
+  // Environment for gantryd (and its peer) from their next start, e.g. LD_PRELOAD.
+  void ServerEnv(const std::map<std::string, std::string>& env) { server_env_ = env; }
   std::string ServerUrl() const;
   pid_t server_pid() const { return server_.pid; }
   int port() const { return port_; }
@@ -158,8 +165,10 @@ class Harness {
   Netns* netns_;
   std::map<std::string, std::string> tokens_;
   std::string db_, tls_cert_, tls_key_;
+  std::map<std::string, std::string> server_env_;
   Proc server_, peer_;
   std::vector<Proc> agents_;
+  std::map<std::string, int> agent_host_;  // node -> its network namespace host
   int port_ = 0, peer_port_ = 0;
   int restarts_ = 0;
   bool keep_ = false;

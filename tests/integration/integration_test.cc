@@ -150,6 +150,7 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
     auto gpus = uuids(env.at("CUDA_VISIBLE_DEVICES"));
     EXPECT_EQ(gpus.size(), 4u);
     for (const auto& g : gpus) EXPECT_EQ(g.rfind("GPU-", 0), 0u) << g;
+    EXPECT_EQ(uuids(env.at("GANTRY_GPUS")).size(), 4u) << env.at("GANTRY_GPUS");
     EXPECT_EQ(env.at("GANTRY_NODE"), gang.begin()->second.at(0).at("GANTRY_NODE"));  // topology: node
   }
   auto mig = Envs(h, "mig");
@@ -158,6 +159,7 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   for (const auto& [rank, env] : mig.begin()->second) {
     EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES").rfind("MIG-", 0), 0u) << env.at("CUDA_VISIBLE_DEVICES");
     EXPECT_EQ(env.at("GANTRY_MIG_PROFILE"), "1g.10gb");
+    EXPECT_EQ(uuids(env.at("GANTRY_GPUS")).size(), 1u) << "the MIG instance's parent GPU";
     mig_devices.insert(env.at("GANTRY_NODE") + env.at("CUDA_VISIBLE_DEVICES"));
   }
   EXPECT_EQ(mig_devices.size(), 3u) << "two MIG workers were given the same instance";
@@ -165,6 +167,7 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   for (const auto& [rank, env] : mps.begin()->second) {
     EXPECT_EQ(uuids(env.at("CUDA_VISIBLE_DEVICES")).size(), 1u);
     EXPECT_EQ(env.at("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "25");
+    EXPECT_EQ(uuids(env.at("GANTRY_GPUS")).size(), 1u);
     EXPECT_EQ(env.at("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"), "0=9537M");  // 10 GB in MiB
   }
   EXPECT_EQ(uuids(Envs(h, "nlp2").begin()->second.at(0).at("CUDA_VISIBLE_DEVICES")).size(), 2u);

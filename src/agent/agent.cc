@@ -8,12 +8,15 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "agent/launcher.h"
@@ -40,11 +43,36 @@ std::string RandomId() {
 
 }  // namespace
 
+json Agent::Usage(const Worker& w, int64_t now) const {
+  if (gpus_->emulated()) {
+    // The job's emulation model, from the server: busy at `util` until idle_after_ms of
+    // run time, then 0; its VRAM held throughout.
+    const json& m = w.emulate;
+    if (!m.is_object()) return json();
+    const int64_t idle_after = m.value("idle_after_ms", int64_t{-1});
+    const bool idle = idle_after >= 0 && now - w.started_ms >= idle_after;
+    return {{"util", idle ? 0.0 : m.value("util", 0.0)}, {"vram_used_bytes", m.value("vram_used_bytes", int64_t{0})}};
+  }
+  // NVML: a worker's own GPUs tell its usage; a shared GPU's numbers are its tenants' sum.
+  if (!w.exclusive || w.gpus.empty()) return json();
+  double util = 0;
+  int64_t used = 0;
+  for (int i : w.gpus) {
+    for (const GpuInfo& g : last_gpus_) {
+      if (g.index != i) continue;
+      util += g.utilization;
+      used += g.memory_used_bytes;
+    }
+  }
+  return {{"util", util / static_cast<double>(w.gpus.size())}, {"vram_used_bytes", used}};
+}
+
 json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
   json mig = json::array();
   for (const MigInstance& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
   json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
-             {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
+             {"memory_bytes", g.memory_bytes}, {"memory_used_bytes", g.memory_used_bytes},
+             {"mig_mode", g.mig_mode}, {"mig", mig},
              {"utilization", g.utilization}, {"idle_ms", idle_ms}, {"lost", g.lost},
              {"nvlink_peers", g.nvlink_peers}};
   if (!g.model.empty()) gj["model"] = g.model;
@@ -400,6 +428,21 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     last_error_ = discovered.error().message;
     Say("GPU discovery failed: " + last_error_);
   }
+  // Usage per worker; emulated GPUs show what their workers' models say.
+  std::map<std::string, json> usage;
+  for (const auto& [key, w] : workers_) {
+    if (w.exited) continue;
+    json u = Usage(w, now);
+    if (u.is_null()) continue;
+    if (gpus_->emulated() && w.exclusive) {
+      for (GpuInfo& g : last_gpus_) {
+        if (std::find(w.gpus.begin(), w.gpus.end(), g.index) == w.gpus.end()) continue;
+        g.utilization = u.value("util", 0.0);
+        g.memory_used_bytes = u.value("vram_used_bytes", int64_t{0}) / static_cast<int64_t>(w.gpus.size());
+      }
+    }
+    usage[key] = std::move(u);
+  }
   json gpus = json::array();
   for (const GpuInfo& g : last_gpus_) {
     // Idle time: how long NVML has sampled 0% utilization (emulated GPUs are always idle).
@@ -412,6 +455,7 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   for (const auto& [key, w] : workers_) {
     if (!w.exited) {
       running.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid}});
+      if (auto u = usage.find(key); u != usage.end()) running.back().update(u->second);
     } else {
       exits.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"exit_code", w.exit_code},
                        {"signal", w.signal}, {"lost", w.lost}, {"note", w.note}});
@@ -570,7 +614,6 @@ void Agent::Reconcile(const json& desired, int64_t now) {
 }
 
 void Agent::StartWorker(const json& e, int64_t now) {
-  (void)now;
   Worker w;
   w.job = e.at("job").get<std::string>();
   w.seq = e.value("seq", int64_t{0});
@@ -595,7 +638,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
   // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
   const json alloc = e.value("alloc", json::object());
   const std::string sharing = alloc.value("sharing", std::string("exclusive"));
-  std::string visible, indexes, problem;
+  std::string visible, indexes, problem, visible_index;
   auto gpu = [&](int index) -> const GpuInfo* {
     for (const GpuInfo& g : last_gpus_) {
       if (g.index != index) continue;
@@ -638,6 +681,9 @@ void Agent::StartWorker(const json& e, int64_t now) {
   }
   spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
   spec.env.emplace_back("GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
+  for (std::stringstream in(indexes); std::getline(in, visible_index, ',');) w.gpus.push_back(std::stoi(visible_index));
+  w.exclusive = sharing == "exclusive";
+  w.emulate = e.value("emulate", json());
   spec.env.emplace_back("NVIDIA_VISIBLE_DEVICES", visible.empty() ? "void" : visible);
   spec.env.emplace_back("GANTRY_NODE", options_.node);
   spec.env.emplace_back("GANTRY_LOG", w.log_path);
@@ -705,6 +751,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     return;
   }
   w.pid = *pid;
+  w.started_ms = now;
   {
     std::lock_guard lk(fence_mu_);
     live_[w.pid] = Live{.grace_ms = w.grace_ms, .cgroup = w.cgroup};

@@ -99,7 +99,16 @@ class Agent {
     std::string record_path;
     std::string cgroup;  // its cgroup's name; empty without cgroups
     int64_t memory_bytes = 0;  // its memory limit, for the OOM note
+    // For usage reports: its GPUs (node indexes; MIG and MPS: the parent), whether it has
+    // them to itself, when it started (steady ms), and the server's emulation model.
+    std::vector<int> gpus;
+    bool exclusive = true;
+    int64_t started_ms = 0;
+    nlohmann::json emulate;
   };
+  // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (NVML
+  // and a GPU shared with other jobs).
+  nlohmann::json Usage(const Worker& w, int64_t now) const;
   static std::string Key(const std::string& job, int run, int rank);
 
   int64_t Now() const;

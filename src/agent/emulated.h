@@ -28,6 +28,7 @@ class EmulatedGpus final : public GpuSource {
   std::string Describe() const override;
   Result<std::vector<GpuInfo>> Discover() override;
   std::string MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const override;
+  bool emulated() const override { return true; }
 
  private:
   std::string node_;

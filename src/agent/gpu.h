@@ -23,6 +23,7 @@ struct GpuInfo {
   std::string name;      // NVML's product name, e.g. "NVIDIA H100 80GB HBM3"
   std::string model;     // catalog name when known (emulation), else empty
   int64_t memory_bytes = 0;
+  int64_t memory_used_bytes = 0;  // last sample
   bool mig_mode = false;
   std::vector<MigInstance> mig;
   double utilization = 0;  // 0..1, last sample
@@ -41,6 +42,8 @@ class GpuSource {
   // instances; an administrator or a MIG manager lays them out); emulation: a stable
   // made-up UUID. Empty when there is no such instance.
   virtual std::string MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const;
+  // Emulated GPUs: the agent makes up their usage from each job's `emulate` model.
+  virtual bool emulated() const { return false; }
 };
 
 }  // namespace gantry::agent

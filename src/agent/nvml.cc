@@ -103,7 +103,10 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api) {
     std::memset(buf, 0, sizeof buf);
     if (check(api.device_uuid(dev, buf, sizeof buf))) g.uuid = buf;
     nvml::Memory mem{};
-    if (check(api.device_memory(dev, &mem))) g.memory_bytes = static_cast<int64_t>(mem.total);
+    if (check(api.device_memory(dev, &mem))) {
+      g.memory_bytes = static_cast<int64_t>(mem.total);
+      g.memory_used_bytes = static_cast<int64_t>(mem.used);
+    }
     nvml::Utilization util{};
     if (api.utilization && check(api.utilization(dev, &util))) g.utilization = util.gpu / 100.0;
     unsigned current = 0, pending = 0;

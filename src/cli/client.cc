@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <iomanip>
 #include <sstream>
 #include <thread>
 
@@ -381,6 +382,37 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::cout << Pad("ended", 14) << when(j["end"].get<double>()) << "  (never started)\n";
   } else {
     std::cout << Pad("waiting for", 14) << Elapsed(now - submit) << "\n";
+  }
+  if (j.contains("usage") && j["usage"].is_object()) {
+    // What it used: GPU-hours held and busy, VRAM against what it asked.
+    const json& u = j["usage"];
+    auto num = [](double v, int digits) {
+      std::ostringstream s;
+      s << std::fixed << std::setprecision(digits) << v;
+      return s.str();
+    };
+    std::string line = num(u.value("gpu_hours", 0.0), 3) + " GPU-h held";
+    if (u.contains("busy_gpu_hours")) {
+      line += ", " + num(u.value("busy_gpu_hours", 0.0), 3) + " GPU-h busy (" +
+              num(100 * u.value("utilization", 0.0), 0) + "% of what agents reported)";
+    }
+    std::cout << Pad("usage", 14) << line << "\n";
+    if (u.contains("vram_peak_gb")) {
+      std::cout << Pad("vram", 14) << "peak " << num(u.value("vram_peak_gb", 0.0), 1) << " GB, mean "
+                << num(u.value("vram_mean_gb", 0.0), 1) << " GB per worker; asked "
+                << num(u.value("vram_asked_gb", 0.0), 1) << " GB per GPU\n";
+    }
+    if (u.contains("idle_s")) {
+      const double after = u.value("reclaim_idle_after_s", 0.0);
+      std::cout << Pad("now", 14) << num(100 * u.value("util_now", 0.0), 0) << "% busy";
+      if (u.value("idle_s", 0.0) >= 1) std::cout << ", idle for " << Elapsed(u.value("idle_s", 0.0));
+      if (u.contains("keep_when_idle")) {
+        std::cout << "; kept when idle: " << u["keep_when_idle"].get<std::string>();
+      } else if (after > 0) {
+        std::cout << "; reclaimed after " << Elapsed(after) << " idle";
+      }
+      std::cout << "\n";
+    }
   }
   if (j.contains("command")) std::cout << Pad("command", 14) << j["command"].dump() << "\n";
   for (const auto& w : j.value("workers", json::array())) {

@@ -79,7 +79,11 @@ std::set<std::string> QueueNames(const std::vector<std::string>& files) {
 std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& files) {
   auto cluster = core::Cluster::Build("none", core::Catalog::BuiltIn(), {});
   std::vector<core::QueueSpec> queues;
-  for (const std::string& name : QueueNames(files)) queues.push_back(core::QueueSpec{name, "", 0, -1, 1, {}});
+  for (const std::string& name : QueueNames(files)) {
+    core::QueueSpec q;
+    q.name = name;
+    queues.push_back(std::move(q));
+  }
   auto tree = core::QueueTree::Build(std::move(queues));
   if (!cluster || !tree) return std::nullopt;
   return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}};

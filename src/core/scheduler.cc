@@ -22,6 +22,17 @@ std::string Clock(int minutes) {
 }
 }  // namespace
 
+Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const PolicyParams& params) {
+  if (!spec.keep_when_idle.empty()) return 0;
+  if (spec.tier == Tier::kCritical && !params.reclaim_critical) return 0;
+  if (spec.queue.valid()) {
+    for (QueueId q : queues.queue(spec.queue).self_and_ancestors) {
+      if (const auto& after = queues.queue(q).spec.reclaim_idle_after) return *after;
+    }
+  }
+  return params.reclaim_idle_after;
+}
+
 Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
                      std::unique_ptr<Policy> policy, PolicyParams params)
     : cluster_(cluster),

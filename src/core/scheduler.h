@@ -46,7 +46,16 @@ struct PolicyParams {
   // checkpoints only this soon after one of its checkpoints, so the victim loses at most
   // this (plus its grace); it waits for the next checkpoint otherwise (0 = at any time).
   Ticks preempt_after_checkpoint = 120'000;
+  // Live idle reclamation: a GPU under this utilization (0..1) counts as idle.
+  double reclaim_idle_below = 0.05;
+  // Critical jobs are never reclaimed unless this is set.
+  bool reclaim_critical = false;
 };
+
+// How long `spec`'s GPUs may stay idle before its job is reclaimed; 0 = never. The
+// nearest queue setting (the job's queue, then its ancestors) wins over the policy's;
+// critical jobs only with reclaim_critical; never a job that keeps_when_idle.
+Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const PolicyParams& params);
 
 struct JobRecord {
   JobSpec spec;

@@ -249,6 +249,11 @@ class Controller {
   Job* FindJob(const std::string& name);
   bool MaySee(const Principal& p, const Job& job) const;
   void WriteFinishEvent(Ticks t, const Job& job);
+  // Usage and idle reclamation (controller_usage.cc).
+  double JobGpus(const Job& job) const;
+  void RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks now);
+  void ReclaimIdle(Ticks now);
+  nlohmann::json UsageSummary(const Job& job, Ticks now) const;
 
   const spec::ClusterConfig& config_;
   const core::Cluster& cluster_;

@@ -3,6 +3,7 @@
 #include "base/log.h"
 #include "server/controller_internal.h"
 
+#include <bit>
 #include <fstream>
 #include <map>
 
@@ -73,6 +74,15 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
                  {"user", job.user},
                  {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
                  {"limits", WorkerLimits(w.alloc, cluster_)}};
+      // For emulated agents only (`emulate` in the spec, a test aid): how busy to look.
+      // Without one a job looks busy at 90% using the VRAM it asked for.
+      const core::JobSpec::Emulate em = job.spec.emulate.value_or(core::JobSpec::Emulate{});
+      const int64_t vram = em.vram_used_bytes >= 0
+                               ? em.vram_used_bytes
+                               : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask));
+      wj["emulate"] = {{"util", em.util},
+                       {"vram_used_bytes", vram},
+                       {"idle_after_ms", em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1}};
       out.push_back(std::move(wj));
     }
   }
@@ -131,6 +141,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
     auto inventory = [](std::vector<GpuReport> gpus) {
       for (GpuReport& g : gpus) {
         g.utilization = 0;
+        g.memory_used_bytes = 0;
         g.idle_ms = 0;
       }
       return GpusToJson(gpus).dump();
@@ -164,6 +175,16 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
       Worker& w = job->workers[static_cast<size_t>(e.rank)];
       if (w.alloc.node != n) continue;
       WorkerExited(*job, w, e, now);
+    }
+    for (const RunningReport& r : report.running) {
+      if (!r.util) continue;
+      Job* job = FindJob(r.job);
+      if (!job || job->state != JobState::kRunning || job->run != r.run || r.rank < 0 ||
+          r.rank >= static_cast<int>(job->workers.size())) {
+        continue;
+      }
+      Worker& w = job->workers[static_cast<size_t>(r.rank)];
+      if (w.alloc.node == n && !w.exited) RecordUsage(*job, w, r, now);
     }
     if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
     Reply r;

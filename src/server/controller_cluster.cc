@@ -299,7 +299,7 @@ void Controller::Metrics(Done done) {
                  "Heartbeats refused because another live agent holds the node");
     out += "gantry_agent_duplicates_refused_total " + std::to_string(duplicate_agents_) + "\n";
     MetricHeader(out, "gantry_jobs_ended_total", "counter", "Jobs ended by this process, by how");
-    for (const char* end : {"finished", "failed", "cancelled", "rejected"}) {
+    for (const char* end : {"finished", "failed", "cancelled", "rejected", "reclaimed"}) {
       out += "gantry_jobs_ended_total{end=\"" + std::string(end) + "\"} " +
              std::to_string(ended_.count(end) ? ended_.at(end) : 0) + "\n";
     }

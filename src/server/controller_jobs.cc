@@ -493,6 +493,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     j["run_start"] = UnixSeconds(job.run_start);
   }
   if (job.end == "failed") j["exit_code"] = job.exit_code;
+  if (job.first_start >= 0) j["usage"] = UsageSummary(job, now_);
   if (!details) return j;
   json workers = json::array();
   for (const Worker& w : job.workers) {
@@ -518,7 +519,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
 void Controller::ListJobs(std::string token, std::string state_filter, bool all, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, state_filter, all](const Principal&) -> Reply {
     static const std::set<std::string> kActive = {"pending", "running", "stopping"};
-    static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected"};
+    static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected", "reclaimed"};
     if (!state_filter.empty() && !kActive.count(state_filter) && !kEnded.count(state_filter)) {
       return Reply::Error(Code::kBadRequest, "state: no state \"" + state_filter +
                                                  "\"; one of pending, running, stopping, finished, failed, "

@@ -109,6 +109,7 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
 }
 
 void Controller::EndRunRows(Job& job, Ticks now) {
+  if (job.run_start >= 0) job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
   if (job.run > 0) {
     if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) Fatal("store: " + s.error().message);
   }
@@ -152,6 +153,11 @@ void Controller::EndStop(Job& job, Ticks now) {
       sched_->Finish(job.core, now);
       EndJob(job, "failed", job.stop_reason, now);
       WriteFinishEvent(now, job);
+      return;
+    case StopKind::kReclaim:
+      sched_->Finish(job.core, now);
+      log_.Reclaim(now, job.name, job.stop_reason);
+      EndJob(job, "reclaimed", job.stop_reason, now);
       return;
     case StopKind::kNone: return;
   }
@@ -315,6 +321,7 @@ void Controller::Housekeeping(Ticks now) {
                   sim::FormatSeconds(*job.spec.time_limit),
               job.spec.grace, now);
   }
+  ReclaimIdle(now);
   std::vector<int64_t> overdue;
   for (int64_t seq : running_) {
     const Job& job = jobs_.at(seq);

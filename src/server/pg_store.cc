@@ -9,7 +9,8 @@
 
 namespace gantry::server {
 
-constexpr int kPgSchemaVersion = 1;
+// 2: tokens.username and runs.username.
+constexpr int kPgSchemaVersion = 2;
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -218,18 +219,31 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url) {
   if (auto r = store->ExecScript("SET synchronous_commit = on; SET TIME ZONE 'UTC'"); !r) {
     return fail(r.error());
   }
-  if (auto r = store->ExecScript(kPgSchema); !r) return fail(r.error());
-  if (auto r = store->Query("INSERT INTO meta (key, value) VALUES ('schema_version', $1) "
-                            "ON CONFLICT DO NOTHING",
-                            PgParams().Add(std::to_string(kPgSchemaVersion)));
-      !r) {
-    return fail(r.error());
-  }
-  auto version = store->GetMeta("schema_version");
+  // The schema's DDL only when it is missing or older: CREATE INDEX and ALTER TABLE lock
+  // whole tables even when there is nothing to do, and a standby opening its store
+  // beside a leader's writes deadlocked with them (found by the long chaos run).
+  auto current = [&]() -> Result<int> {
+    auto exists = store->Query("SELECT to_regclass('meta') IS NOT NULL");
+    if (!exists) return exists.error();
+    if (exists->Text(0, 0) != "t") return 0;
+    auto version = store->GetMeta("schema_version");
+    if (!version) return version.error();
+    return *version ? std::atoi((*version)->c_str()) : 0;
+  };
+  auto version = current();
   if (!version) return fail(version.error());
-  if (!*version || std::atoi((*version)->c_str()) > kPgSchemaVersion) {
-    return Error{"db",
-                 where + "written by a newer gantryd (schema " + version->value_or("?") + ")"};
+  if (*version > kPgSchemaVersion) {
+    return Error{"db", where + "written by a newer gantryd (schema " + std::to_string(*version) + ")"};
+  }
+  if (*version < kPgSchemaVersion) {
+    if (auto r = store->ExecScript(kPgSchema); !r) return fail(r.error());
+    if (auto r = store->Query("INSERT INTO meta (key, value) VALUES ('schema_version', $1) "
+                              "ON CONFLICT (key) DO UPDATE SET value = GREATEST(meta.value::int, "
+                              "excluded.value::int)::text",
+                              PgParams().Add(std::to_string(kPgSchemaVersion)));
+        !r) {
+      return fail(r.error());
+    }
   }
   return store;
 }

@@ -26,6 +26,7 @@ std::string_view Name(StopKind k) {
     case StopKind::kCancel: return "cancel";
     case StopKind::kFail: return "fail";
     case StopKind::kLost: return "lost";
+    case StopKind::kReclaim: return "reclaim";
   }
   return "?";
 }
@@ -41,7 +42,7 @@ std::optional<E> Parse(std::string_view s, const E (&values)[N]) {
 constexpr JobState kStates[] = {JobState::kPending, JobState::kRunning, JobState::kStopping,
                                 JobState::kDone};
 constexpr StopKind kStops[] = {StopKind::kNone, StopKind::kPreempt, StopKind::kCancel,
-                               StopKind::kFail, StopKind::kLost};
+                               StopKind::kFail, StopKind::kLost, StopKind::kReclaim};
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -62,8 +63,15 @@ AgentReport ParseAgentReport(const json& body) {
   r.address = body.value("address", std::string());
   if (body.contains("gpus")) r.gpus = GpusFromJson(body.at("gpus"));
   for (const json& e : body.value("running", json::array())) {
-    r.running.push_back(RunningReport{e.at("job").get<std::string>(), e.at("run").get<int>(),
-                                      e.at("rank").get<int>(), e.value("pid", int64_t{0})});
+    RunningReport& rr = r.running.emplace_back();
+    rr.job = e.at("job").get<std::string>();
+    rr.run = e.at("run").get<int>();
+    rr.rank = e.at("rank").get<int>();
+    rr.pid = e.value("pid", int64_t{0});
+    if (e.contains("util")) {
+      r.running.back().util = std::clamp(e.at("util").get<double>(), 0.0, 1.0);
+      r.running.back().vram_used_bytes = std::max<int64_t>(0, e.value("vram_used_bytes", int64_t{0}));
+    }
   }
   for (const json& e : body.value("exits", json::array())) {
     ExitReport x;
@@ -86,7 +94,8 @@ json GpusToJson(const std::vector<GpuReport>& gpus) {
     for (const auto& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
     json j = {{"index", g.index},         {"uuid", g.uuid},       {"name", g.name},
               {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
-              {"utilization", g.utilization}, {"idle_ms", g.idle_ms}, {"lost", g.lost},
+              {"utilization", g.utilization}, {"memory_used_bytes", g.memory_used_bytes},
+              {"idle_ms", g.idle_ms}, {"lost", g.lost},
               {"nvlink_peers", g.nvlink_peers}};
     if (!g.model.empty()) j["model"] = g.model;
     out.push_back(std::move(j));
@@ -109,6 +118,7 @@ std::vector<GpuReport> GpusFromJson(const json& j) {
                        m.value("start", -1)});
     }
     g.utilization = e.value("utilization", 0.0);
+    g.memory_used_bytes = e.value("memory_used_bytes", int64_t{0});
     g.idle_ms = e.value("idle_ms", int64_t{0});
     g.lost = e.value("lost", false);
     g.nvlink_peers = e.value("nvlink_peers", std::vector<int>{});
@@ -117,22 +127,38 @@ std::vector<GpuReport> GpusFromJson(const json& j) {
   return out;
 }
 
+double WorkerGpus(const core::WorkerAlloc& w, const core::Cluster& cluster) {
+  switch (w.sharing) {
+    case core::Sharing::kExclusive: return std::popcount(w.gpu_mask);
+    case core::Sharing::kMig:
+      return cluster.catalog().model(cluster.node(w.node).model).mig_profiles[w.mig_profile].compute_slices / 7.0;
+    case core::Sharing::kMps:
+    case core::Sharing::kTimeslice: return w.share_milli / 1000.0;
+  }
+  return 0;
+}
+
+json UsageToJson(const Usage& u) {
+  return {{"gpu_ms", u.gpu_ms},           {"busy_gpu_ms", u.busy_gpu_ms}, {"reported_gpu_ms", u.reported_gpu_ms},
+          {"vram_ms", u.vram_ms},         {"reported_ms", u.reported_ms}, {"vram_peak", u.vram_peak}};
+}
+
+Usage UsageFromJson(const json& j) {
+  Usage u;
+  if (!j.is_object()) return u;
+  u.gpu_ms = j.value("gpu_ms", 0.0);
+  u.busy_gpu_ms = j.value("busy_gpu_ms", 0.0);
+  u.reported_gpu_ms = j.value("reported_gpu_ms", 0.0);
+  u.vram_ms = j.value("vram_ms", 0.0);
+  u.reported_ms = j.value("reported_ms", 0.0);
+  u.vram_peak = j.value("vram_peak", int64_t{0});
+  return u;
+}
+
 json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   const core::Node& node = cluster.node(w.node);
   const core::PoolSpec& pool = cluster.pool(node.pool).spec;
-  double gpus = 0;
-  switch (w.sharing) {
-    case core::Sharing::kExclusive:
-      gpus = std::popcount(w.gpu_mask);
-      break;
-    case core::Sharing::kMig:
-      gpus = cluster.catalog().model(node.model).mig_profiles[w.mig_profile].compute_slices / 7.0;
-      break;
-    case core::Sharing::kMps:
-    case core::Sharing::kTimeslice:
-      gpus = w.share_milli / 1000.0;
-      break;
-  }
+  const double gpus = WorkerGpus(w, cluster);
   auto limit = [&](int64_t asked, int64_t per_gpu) {
     return asked > 0 ? asked : static_cast<int64_t>(std::llround(static_cast<double>(per_gpu) * gpus));
   };
@@ -239,7 +265,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
           {"end", job.end},
           {"end_reason", job.end_reason},
           {"exit_code", job.exit_code},
-          {"end_time", job.end_time}};
+          {"end_time", job.end_time},
+          {"usage", UsageToJson(job.usage)}};
 }
 
 Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
@@ -274,6 +301,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.end_reason = d.value("end_reason", std::string());
     job.exit_code = d.value("exit_code", 0);
     job.end_time = d.value("end_time", Ticks{-1});
+    job.usage = UsageFromJson(d.value("usage", json()));
     job.workers.clear();
     for (const json& w : d.value("workers", json::array())) {
       Worker worker;

@@ -27,7 +27,7 @@ using core::Ticks;
 
 enum class JobState : uint8_t { kPending, kRunning, kStopping, kDone };
 // Why a run is being stopped.
-enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost };
+enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost, kReclaim };
 
 std::string_view Name(JobState s);
 std::string_view Name(StopKind k);
@@ -39,6 +39,22 @@ struct Worker {
   int exit_code = 0;
   int signal = 0;
   bool lost = false;  // its process vanished without an exit status (node or agent lost)
+  // Usage as its agent reports it (not kept across a gantryd restart).
+  Ticks usage_at = -1;  // its last report
+  Ticks busy_at = -1;   // its last report at or above the idle threshold, or its first
+  double util = 0;      // 0..1, last report
+  int64_t vram_used = 0;
+};
+
+// What a job used over all its runs: GPUs held, how busy they were, VRAM. Reports
+// cover the time from one heartbeat to the next (each sample holds until the next).
+struct Usage {
+  double gpu_ms = 0;           // GPUs held x time, runs that ended (the running one is added live)
+  double busy_gpu_ms = 0;      // utilization x GPUs x time, where reported
+  double reported_gpu_ms = 0;  // GPUs x time covered by reports
+  double vram_ms = 0;          // VRAM used x time (byte-ms, per worker), where reported
+  double reported_ms = 0;      // worker x time covered by reports
+  int64_t vram_peak = 0;       // bytes, the most one worker used
 };
 
 // A dependency (`gantry submit --after NAME[:ok|any]`): the job is held out of the
@@ -84,6 +100,8 @@ struct Job {
   std::string end_reason;
   int exit_code = 0;
   Ticks end_time = -1;
+  Usage usage;
+  Ticks usage_saved = -1;   // when usage was last written (in memory)
 
   bool active() const { return state != JobState::kDone; }
   bool AllExited() const;
@@ -103,6 +121,7 @@ struct GpuReport {
   };
   std::vector<Mig> mig;
   double utilization = 0;   // 0..1, last sample
+  int64_t memory_used_bytes = 0;  // last sample
   int64_t idle_ms = 0;      // how long utilization has been 0
   bool lost = false;        // NVML says the GPU fell off the bus
   std::vector<int> nvlink_peers;
@@ -120,6 +139,8 @@ struct RunningReport {
   std::string job;
   int run = 0, rank = 0;
   int64_t pid = 0;
+  std::optional<double> util;  // what the worker uses, when its agent can tell
+  int64_t vram_used_bytes = 0;
 };
 
 struct AgentReport {
@@ -155,6 +176,10 @@ nlohmann::json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& clu
 Result<core::WorkerAlloc> WorkerAllocFromJson(const nlohmann::json& j, const core::Cluster& cluster);
 
 // The job's `doc` in the store: everything but the indexed columns and the resolved spec.
+// GPUs one worker holds: whole GPUs, a MIG instance's compute share, an MPS share.
+double WorkerGpus(const core::WorkerAlloc& w, const core::Cluster& cluster);
+nlohmann::json UsageToJson(const Usage& u);
+Usage UsageFromJson(const nlohmann::json& j);
 nlohmann::json JobToDoc(const Job& job, const core::Cluster& cluster);
 Result<Ok> JobFromDoc(const nlohmann::json& doc, const core::Cluster& cluster, Job& job);
 nlohmann::json NodeToDoc(const NodeInfo& node);

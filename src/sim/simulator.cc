@@ -119,7 +119,6 @@ void Simulator::Pass(Ticks now) {
   const std::vector<core::Decision>& decisions = sched_.Schedule(now);
   const auto end = std::chrono::steady_clock::now();
   report_.SchedulingPass(std::chrono::duration<double, std::milli>(end - start).count());
-  const Ticks reclaim_after = config_.policy.params.reclaim_idle_after;
   for (const core::Decision& d : decisions) {
     const core::JobRecord& job = sched_.job(d.job);
     SimJob& s = jobs_[d.job.v];
@@ -136,6 +135,8 @@ void Simulator::Pass(Ticks now) {
         timeline_.RunStarted(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units);
         const Ticks finish = now + (s.duration - s.progress);
         Push(finish, Kind::kFinish, d.job.v, s.run);
+        // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
+        const Ticks reclaim_after = core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
         if (s.idle_after >= 0 && reclaim_after > 0) {
           const Ticks idle_at = now + std::max<Ticks>(0, s.idle_after - s.progress);
           if (idle_at + reclaim_after < finish) {
@@ -234,7 +235,10 @@ void Simulator::Handle(const Event& e) {
       if (s.run != e.run) return;
       EndRun(id, t, Report::Cause::kReclaim);
       log_.Reclaim(t, Name(id),
-                   "GPU idle for " + FormatSeconds(config_.policy.params.reclaim_idle_after) + " s");
+                   "GPU idle for " +
+                       FormatSeconds(core::ReclaimIdleAfter(sched_.job(id).spec, config_.queues,
+                                                            config_.policy.params)) +
+                       " s");
       report_.Reclaimed();
       sched_.Finish(id, t);
       --active_;

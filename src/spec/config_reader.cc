@@ -378,7 +378,7 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
-                "weight"});
+                "weight", "reclaim_idle_after_s", "allow_keep_when_idle"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -400,6 +400,10 @@ class ConfigParser {
       }
       ReadModelGuarantees(f, catalog, pools, q);
       if (auto w = f.Number("weight", Range{0, true, 1e6})) q.weight = *w;
+      if (auto r = f.Number("reclaim_idle_after_s", Range{0, false, kMaxSeconds})) {
+        q.reclaim_idle_after = SecondsToTicks(*r);
+      }
+      if (auto a = f.Bool("allow_keep_when_idle")) q.allow_keep_when_idle = *a;
       f.Finish();
       NoteDirty(path, before);
       queues.push_back(std::move(q));
@@ -455,7 +459,8 @@ class ConfigParser {
     Fields f(d_, *v, "policy",
              {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
-              "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s"});
+              "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
+              "reclaim_idle_below", "reclaim_critical"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -469,6 +474,8 @@ class ConfigParser {
     seconds("preempt_after_checkpoint_s", Range{0, false, kMaxSeconds}, p.preempt_after_checkpoint);
     seconds("default_grace_s", Range{0, false, kMaxSeconds}, policy.default_grace);
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
+    if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
+    if (auto c = f.Bool("reclaim_critical")) p.reclaim_critical = *c;
     // A half-life or estimate that rounds to 0 ms would divide by zero downstream.
     if (p.fairshare_half_life < 1) f.Report("fairshare_half_life_s", "must be at least 0.001");
     if (p.default_runtime_estimate < 1) {

@@ -117,7 +117,8 @@ class JobDecoder {
         "id",        "queue",    "tier",         "replicas",          "gpus",
         "mig",       "sharing",  "gpu_model",    "vram_gb",           "cpus",
         "memory_gb", "topology", "checkpoint_s", "grace_s",           "window",
-        "command",   "env",      "workdir",      "runtime_estimate_s", "time_limit_s"};
+        "command",   "env",      "workdir",      "runtime_estimate_s", "time_limit_s",
+        "keep_when_idle", "emulate"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -139,7 +140,8 @@ class JobDecoder {
                                                                   "runtime_estimate_s",
                                                                   "submit",
                                                                   "duration",
-                                                                  "idle_after_s"};
+                                                                  "idle_after_s",
+                                                                  "keep_when_idle"};
     Fields f(d_, doc, "", mode == Mode::kTrace ? trace_fields : spec_fields);
     JobSpec& job = out.spec;
     ReadId(f, mode, line, job, id);
@@ -175,6 +177,8 @@ class JobDecoder {
       if (!job.runtime_estimate) job.runtime_estimate = *v;  // as Slurm's backfill uses --time
     }
     ReadWindow(f, job);
+    ReadKeepWhenIdle(f, job);
+    ReadEmulate(f, job);
     ReadCommand(f, job);
     ReadEnv(f, job);
     if (auto w = f.String("workdir")) {
@@ -443,6 +447,46 @@ class JobDecoder {
     }
     f.Report("vram_gb", f.Get("vram_gb")->text + " does not fit MIG profile " + job.mig_profile +
                             " (" + offers + ")");
+  }
+
+  // keep_when_idle: REASON, allowed where the job's queue (or one above it) says
+  // allow_keep_when_idle.
+  void ReadKeepWhenIdle(Fields& f, JobSpec& job) {
+    auto reason = f.String("keep_when_idle");
+    if (!reason) return;
+    if (reason->empty()) {
+      f.Report("keep_when_idle", "give the reason the job may keep idle GPUs, e.g. \"serving: idles at night\"");
+      return;
+    }
+    if (!job.queue.valid()) return;
+    const core::QueueTree& tree = config_.queues;
+    for (core::QueueId q : tree.queue(job.queue).self_and_ancestors) {
+      if (tree.queue(q).spec.allow_keep_when_idle) {
+        job.keep_when_idle = *reason;
+        return;
+      }
+    }
+    f.Report("keep_when_idle", "queue " + Quote(tree.queue(job.queue).spec.name) +
+                                   " does not allow jobs to opt out of idle reclamation (an administrator sets "
+                                   "allow_keep_when_idle: true on the queue)");
+  }
+
+  // emulate: {util, vram_used_gb, idle_after_s}: what an emulated agent makes the job's
+  // GPUs look like (a test aid).
+  void ReadEmulate(Fields& f, JobSpec& job) {
+    const Doc* v = f.Get("emulate");
+    if (v == nullptr) return;
+    if (!v->is_map()) {
+      f.Report("emulate", "expected a mapping {util: 0..1, vram_used_gb: GB, idle_after_s: S}, got " + Describe(*v));
+      return;
+    }
+    Fields e(d_, *v, "emulate", {"util", "vram_used_gb", "idle_after_s"});
+    JobSpec::Emulate out;
+    if (auto u = e.Number("util", Range{0, false, 1})) out.util = *u;
+    if (auto g = e.Number("vram_used_gb", Range{0, false, kMaxGb})) out.vram_used_bytes = std::llround(*g * 1e9);
+    if (auto s = e.Number("idle_after_s", Range{0, false, kMaxSeconds})) out.idle_after = SecondsToTicks(*s);
+    e.Finish();
+    job.emulate = out;
   }
 
   void ReadWindow(Fields& f, JobSpec& job) {

@@ -893,3 +893,97 @@ TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
 
 }  // namespace
 }  // namespace gantry::it
+
+namespace gantry::it {
+namespace {
+
+// Issue 12: the live utilisation loop. Emulated agents make each job's GPUs look as its
+// `emulate` block says; gantryd keeps what each job used and reclaims a job whose GPUs
+// stayed idle for reclaim_idle_after_s, leaving busy, critical and opted-out jobs alone.
+constexpr const char* kReclaimCluster = R"(cluster: reclaim
+pools:
+  - name: h100
+    count: 2
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+    sharing: [mps]
+queues:
+  - name: research
+    guaranteed_gpus: 8
+  - name: serving
+    guaranteed_gpus: 8
+    allow_keep_when_idle: true
+policy:
+  reclaim_idle_after_s: 2
+)";
+
+TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
+  Harness h("reclaim");
+  h.Setup(kReclaimCluster, {{"a", "research"}, {"b", "serving"}});
+  h.Write("job.sh", kJobScript, true);
+  fs::create_directories(h.Path("out"));
+  h.StartServer();
+  for (int i = 0; i < 2; ++i) h.StartAgent("h100-" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
+  auto spec = [&](const std::string& id, const std::string& queue, const std::string& shape, const std::string& extra,
+                  int ms) {
+    h.Write(id + ".yaml", "id: " + id + "\nqueue: " + queue + "\n" + shape + "grace_s: 1\n" + extra + "command: [" +
+                              h.Path("job.sh") + ", " + h.Path("out") + ", \"" + std::to_string(ms) + "\"]\n");
+    return h.Path(id + ".yaml");
+  };
+  std::set<std::string> ids;
+  // A notebook on an MPS share: busy for 1 s, then idle; reclaimed 2 s later.
+  ids.insert(Submit(h, "a", {spec("notebook", "research", "tier: best-effort\nsharing: mps\ngpus: 0.25\nvram_gb: 10\n",
+                                  "emulate: {util: 0.6, vram_used_gb: 9, idle_after_s: 1}\n", 20000)}));
+  // Busy jobs, an idle critical one, and an idle one that may keep its GPUs.
+  ids.insert(Submit(h, "a", {spec("busy", "research", "gpus: 1\nvram_gb: 80\n",
+                                  "emulate: {util: 0.5, vram_used_gb: 9}\n", 6000)}));
+  ids.insert(Submit(h, "b", {spec("crit", "serving", "tier: critical\ngpus: 1\nvram_gb: 20\n", "emulate: {idle_after_s: 0}\n", 6000)}));
+  ids.insert(Submit(h, "b", {spec("kept", "serving", "gpus: 2\nvram_gb: 20\n",
+                                  "keep_when_idle: \"serving: idles at night\"\nemulate: {idle_after_s: 0}\n", 6000)}));
+  // Opting out needs the queue's leave.
+  {
+    RunResult r = h.Cli({"submit", spec("sneaky", "research", "gpus: 1\nvram_gb: 20\n", "keep_when_idle: \"mine\"\n", 1000)},
+                        h.token("a"));
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.err.find("allow_keep_when_idle"), std::string::npos) << r.err;
+  }
+  // While `busy` runs, gantryd knows what it uses.
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("busy")["usage"].contains("vram_peak_gb"); }, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const json busy = h.Job("busy")["usage"];
+  EXPECT_NEAR(busy.value("vram_peak_gb", 0.0), 9.0, 1e-9) << busy.dump();
+  EXPECT_NEAR(busy.value("utilization", 0.0), 0.5, 0.01) << busy.dump();
+  EXPECT_NEAR(busy.value("vram_asked_gb", 0.0), 80.0, 1e-9);
+  EXPECT_GT(busy.value("gpu_hours", 0.0), 0.0);
+  RunResult shown = h.Cli({"show", "busy"}, h.token("a"));
+  EXPECT_NE(shown.out.find("peak 9.0 GB"), std::string::npos) << shown.out;
+
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  const auto states = States(h);
+  EXPECT_EQ(states.at("notebook"), "reclaimed");
+  for (const char* id : {"busy", "crit", "kept"}) EXPECT_EQ(states.at(id), "finished") << id;
+  const json nb = h.Job("notebook");
+  EXPECT_NE(nb.value("reason", "").find("GPU idle for"), std::string::npos) << nb.dump();
+  // It got its signal within a heartbeat or two (100 ms here) of going idle + 2 s.
+  const auto start = Times(h.Path("out/notebook.1.0.log"), "start");
+  const auto term = Times(h.Path("out/notebook.1.0.log"), "term");
+  ASSERT_EQ(start.size(), 1u);
+  ASSERT_EQ(term.size(), 1u) << "the notebook was not signalled (checkpoint, grace)";
+  EXPECT_GT(term[0] - start[0], 3.0 - 0.2);
+  EXPECT_LT(term[0] - start[0], 3.0 + 0.6);
+  const std::vector<json> events = Events(h);
+  EXPECT_EQ(CountEvents(events, "reclaim", "notebook"), 1);
+  for (const char* id : {"busy", "crit", "kept"}) EXPECT_EQ(CountEvents(events, "reclaim", id), 0) << id;
+  for (const char* id : {"busy", "crit", "kept"}) EXPECT_TRUE(Times(h.Path(std::string("out/") + id + ".1.0.log"), "term").empty()) << id;
+  // The metrics count it.
+  httplib::Client c(h.ServerUrl());
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("gantry_jobs_ended_total{end=\"reclaimed\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gantry::it

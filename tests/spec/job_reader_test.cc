@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/model/feasibility.h"
+#include "core/scheduler.h"
 
 namespace gantry::spec {
 namespace {
@@ -576,6 +577,59 @@ TEST_F(JobReaderTest, Failures) {
                 q + ":4: down_s: required: how long the node stays down, in seconds"}));
   std::remove(p.c_str());
   std::remove(q.c_str());
+}
+
+}  // namespace
+}  // namespace gantry::spec
+
+namespace gantry::spec {
+namespace {
+
+// Idle reclamation (issue 12): the queue tree's settings, critical jobs, and opting out.
+TEST(ReclaimIdle, QueueSettingsCriticalJobsAndKeepWhenIdle) {
+  Diagnostics d;
+  auto config = ParseClusterConfig(R"(cluster: r
+pools:
+  - {name: h100, count: 1, gpus: 8, gpu_model: H100-80GB, sharing: [mps]}
+queues:
+  - {name: org, reclaim_idle_after_s: 600}
+  - {name: team, parent: org}
+  - {name: notebooks, parent: team, reclaim_idle_after_s: 0}
+  - {name: serving, allow_keep_when_idle: true}
+policy:
+  reclaim_idle_after_s: 900
+  reclaim_idle_below: 0.1
+)", "r.yaml", d);
+  ASSERT_TRUE(config) << d.ToString();
+  EXPECT_DOUBLE_EQ(config->policy.params.reclaim_idle_below, 0.1);
+  auto after = [&](const std::string& yaml) -> core::Ticks {
+    Diagnostics jd;
+    auto spec = ParseJobYaml(yaml + "gpus: 1\nvram_gb: 10\n", "j.yaml", *config, jd);
+    EXPECT_TRUE(spec) << jd.ToString();
+    return spec ? core::ReclaimIdleAfter(*spec, config->queues, config->policy.params) : -1;
+  };
+  EXPECT_EQ(after("queue: team\n"), 600'000);     // inherited from org
+  EXPECT_EQ(after("queue: notebooks\n"), 0);      // its own: never
+  EXPECT_EQ(after("queue: serving\n"), 900'000);  // the policy's
+  EXPECT_EQ(after("queue: serving\ntier: critical\n"), 0);
+  EXPECT_EQ(after("queue: serving\nkeep_when_idle: \"serving: idles at night\"\n"), 0);
+
+  Diagnostics bad;
+  EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nkeep_when_idle: mine\n", "k.yaml", *config, bad));
+  EXPECT_NE(bad.ToString().find("k.yaml:4: keep_when_idle: queue \"team\" does not allow"), std::string::npos)
+      << bad.ToString();
+
+  Diagnostics em;
+  auto spec = ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nemulate: {util: 0.3, vram_used_gb: 9, idle_after_s: 60}\n",
+                           "e.yaml", *config, em);
+  ASSERT_TRUE(spec) << em.ToString();
+  ASSERT_TRUE(spec->emulate);
+  EXPECT_DOUBLE_EQ(spec->emulate->util, 0.3);
+  EXPECT_EQ(spec->emulate->vram_used_bytes, 9'000'000'000);
+  EXPECT_EQ(spec->emulate->idle_after, core::Ticks{60'000});
+  Diagnostics em_bad;
+  EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nemulate: {util: 1.5}\n", "e.yaml", *config, em_bad));
+  EXPECT_NE(em_bad.ToString().find("emulate.util"), std::string::npos) << em_bad.ToString();
 }
 
 }  // namespace

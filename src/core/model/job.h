@@ -54,6 +54,18 @@ struct JobSpec {
   std::vector<std::string> command;
   std::vector<std::pair<std::string, std::string>> env;
   std::string workdir;
+  // Server mode: idle reclamation leaves the job alone, for this reason (its queue must
+  // allow it: allow_keep_when_idle), e.g. a serving job that idles at night.
+  std::string keep_when_idle;
+  // Emulated agents only (`gantry-agent --emulate`), a test aid and never a scheduling
+  // input: how busy the job's GPUs look. Utilization while busy, VRAM used per worker
+  // (-1: its vram_gb), and the run time after which it idles (none: never).
+  struct Emulate {
+    double util = 0.9;
+    int64_t vram_used_bytes = -1;
+    std::optional<Ticks> idle_after;
+  };
+  std::optional<Emulate> emulate;
 
   bool uses_gpu() const { return sharing != Sharing::kExclusive || gpus > 0; }
   // GPU units one worker holds on `model` (whole: gpus*kGpuUnits; MIG: slices*1000;

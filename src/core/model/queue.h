@@ -34,6 +34,11 @@ struct QueueSpec {
   // (`guaranteed` is the sum): what the queue holds on a model past that model's count,
   // or on a model not listed, is borrowed. One entry per model.
   std::vector<ModelGuarantee> guaranteed_by_model;
+  // Idle reclamation for this queue and the queues under it (nearest setting wins; none:
+  // the policy's reclaim_idle_after_s). 0: never.
+  std::optional<Ticks> reclaim_idle_after;
+  // Jobs of this queue may opt out of idle reclamation (keep_when_idle: REASON).
+  bool allow_keep_when_idle = false;
 };
 
 struct Queue {

@@ -1,0 +1,107 @@
+// The live utilisation loop (issue 12): what running jobs really use, as their agents
+// report it per worker (utilization and VRAM), kept per job over its runs; and idle
+// reclamation, with the simulator's rule (core::ReclaimIdleAfter): a job whose workers
+// all stayed under the policy's reclaim_idle_below for its queue's reclaim_idle_after_s
+// gets its checkpoint signal and grace, then ends "reclaimed" and its GPUs go back.
+#include "server/controller.h"
+
+#include "base/log.h"
+#include "server/controller_internal.h"
+
+namespace gantry::server {
+
+using nlohmann::json;
+
+namespace {
+// A running job's usage is written at most this often (it changes at every heartbeat).
+constexpr Ticks kUsageSaveEvery = 60'000;
+}  // namespace
+
+double Controller::JobGpus(const Job& job) const {
+  double gpus = 0;
+  for (const Worker& w : job.workers) gpus += WorkerGpus(w.alloc, cluster_);
+  return gpus;
+}
+
+void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks now) {
+  const double gpus = WorkerGpus(w.alloc, cluster_);
+  if (w.usage_at >= 0 && now > w.usage_at) {
+    // The previous sample holds until this one.
+    const double dt = static_cast<double>(now - w.usage_at);
+    job.usage.busy_gpu_ms += w.util * gpus * dt;
+    job.usage.reported_gpu_ms += gpus * dt;
+    job.usage.vram_ms += static_cast<double>(w.vram_used) * dt;
+    job.usage.reported_ms += dt;
+  }
+  w.usage_at = now;
+  w.util = *r.util;
+  w.vram_used = r.vram_used_bytes;
+  job.usage.vram_peak = std::max(job.usage.vram_peak, r.vram_used_bytes);
+  if (w.busy_at < 0 || w.util >= config_.policy.params.reclaim_idle_below) w.busy_at = now;
+  if (now - job.usage_saved >= kUsageSaveEvery) {
+    job.usage_saved = now;
+    Persist(job);
+  }
+}
+
+void Controller::ReclaimIdle(Ticks now) {
+  const core::PolicyParams& params = config_.policy.params;
+  std::vector<std::pair<int64_t, std::string>> idle;
+  for (int64_t seq : running_) {
+    const Job& job = jobs_.at(seq);
+    if (job.state != JobState::kRunning) continue;
+    const Ticks after = core::ReclaimIdleAfter(job.spec, config_.queues, params);
+    if (after <= 0) continue;
+    // Idle since the last time any worker was busy; every live worker must have reported.
+    Ticks busy = -1;
+    bool all = true;
+    for (const Worker& w : job.workers) {
+      if (w.exited) continue;
+      all = all && w.busy_at >= 0;
+      busy = std::max(busy, w.busy_at);
+    }
+    if (!all || busy < 0 || now - busy < after) continue;
+    idle.emplace_back(seq, "GPU idle for " + sim::FormatSeconds((now - busy) / 1000 * 1000) +
+                               " s: utilization under " + FormatValue(params.reclaim_idle_below * 100) +
+                               "% since " + HumanTime(WallMs(busy), WallMs(now)) + ", past reclaim_idle_after_s " +
+                               sim::FormatSeconds(after));
+  }
+  for (auto& [seq, reason] : idle) {
+    Job& job = jobs_.at(seq);
+    log::Info("job reclaimed", {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
+    BeginStop(job, StopKind::kReclaim, std::move(reason), job.spec.grace, now);
+  }
+}
+
+json Controller::UsageSummary(const Job& job, Ticks now) const {
+  server::Usage u = job.usage;
+  if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
+    u.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
+  }
+  json j = {{"gpu_hours", u.gpu_ms / 3.6e6}, {"vram_asked_gb", static_cast<double>(job.spec.vram_bytes) / 1e9}};
+  if (u.reported_ms > 0) {
+    j["busy_gpu_hours"] = u.busy_gpu_ms / 3.6e6;
+    j["utilization"] = u.reported_gpu_ms > 0 ? u.busy_gpu_ms / u.reported_gpu_ms : 0.0;
+    j["vram_peak_gb"] = static_cast<double>(u.vram_peak) / 1e9;
+    j["vram_mean_gb"] = u.vram_ms / u.reported_ms / 1e9;
+    j["reported_hours"] = u.reported_gpu_ms / 3.6e6;
+  }
+  if (job.state == JobState::kRunning) {
+    Ticks busy = -1;
+    double util = 0;
+    for (const Worker& w : job.workers) {
+      busy = std::max(busy, w.busy_at);
+      util += w.util;
+    }
+    if (busy >= 0 && !job.workers.empty()) {
+      j["util_now"] = util / static_cast<double>(job.workers.size());
+      j["idle_s"] = static_cast<double>(now - busy) / 1000.0;
+    }
+    const Ticks after = core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
+    j["reclaim_idle_after_s"] = static_cast<double>(after) / 1000.0;
+    if (!job.spec.keep_when_idle.empty()) j["keep_when_idle"] = job.spec.keep_when_idle;
+  }
+  return j;
+}
+
+}  // namespace gantry::server

@@ -402,6 +402,7 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
                 << num(u.value("vram_mean_gb", 0.0), 1) << " GB per worker; asked "
                 << num(u.value("vram_asked_gb", 0.0), 1) << " GB per GPU\n";
     }
+    if (u.contains("advice")) std::cout << Pad("advice", 14) << u["advice"].value("text", "") << "\n";
     if (u.contains("idle_s")) {
       const double after = u.value("reclaim_idle_after_s", 0.0);
       std::cout << Pad("now", 14) << num(100 * u.value("util_now", 0.0), 0) << "% busy";
@@ -549,13 +550,25 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::cout << Pad("QUEUE", 14) << Pad("USER", 10) << Pad("MODEL", 14) << "GPU-HOURS\n";
+  // Held GPU-hours; BUSY: utilization-weighted, of the time agents reported on (UTIL is
+  // busy over reported); RIGHT-SIZING: what the advised shapes would have freed.
+  std::cout << Pad("QUEUE", 14) << Pad("USER", 10) << Pad("MODEL", 14) << Pad("GPU-HOURS", 11) << Pad("BUSY", 11)
+            << Pad("UTIL", 6) << "RIGHT-SIZING FREES\n";
   for (const json& row : j["usage"]) {
-    char h[32];
-    std::snprintf(h, sizeof h, "%.3f", row.value("gpu_hours", 0.0));
+    auto hours = [](double v) {
+      char h[32];
+      std::snprintf(h, sizeof h, "%.3f", v);
+      return std::string(h);
+    };
     const std::string user = row.value("user", "");
+    const double reported = row.value("reported_gpu_hours", 0.0);
     std::cout << Pad(row.value("queue", ""), 14) << Pad(user.empty() ? "-" : user, 10) << Pad(row.value("model", ""), 14)
-              << h << "\n";
+              << Pad(hours(row.value("gpu_hours", 0.0)), 11)
+              << Pad(reported > 0 ? hours(row.value("busy_gpu_hours", 0.0)) : "-", 11)
+              << Pad(reported > 0 ? std::to_string(std::lround(100 * row.value("busy_gpu_hours", 0.0) / reported)) + "%"
+                                  : "-",
+                     6)
+              << (reported > 0 ? hours(row.value("right_sizing_frees_gpu_hours", 0.0)) : "-") << "\n";
   }
   return 0;
 }

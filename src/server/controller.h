@@ -253,6 +253,8 @@ class Controller {
   double JobGpus(const Job& job) const;
   void RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks now);
   void ReclaimIdle(Ticks now);
+  // The runs table's usage columns for the current run's workers (when it ends).
+  void SaveRunUsage(const Job& job);
   nlohmann::json UsageSummary(const Job& job, Ticks now) const;
 
   const spec::ClusterConfig& config_;

@@ -1,5 +1,7 @@
 #include "server/controller.h"
 
+#include "core/advice.h"
+
 #include <ctime>
 #include <regex>
 #include <tuple>
@@ -154,16 +156,45 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
     if (to <= from) return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
     auto runs = store_.Runs(from, to);
     if (!runs) Fatal("store: " + runs.error().message);
-    std::map<std::tuple<std::string, std::string, std::string>, double> hours;  // queue, user, model
-    for (const StoredRun& r : *runs) {
+    // GPU-hours held in the period; of the time agents reported on, how busy, and what
+    // right-sizing would have freed. A run's usage is spread evenly over its length.
+    struct Sums {
+      double held = 0, busy = 0, reported = 0, free = 0;
+    };
+    std::map<std::tuple<std::string, std::string, std::string>, Sums> sums;  // queue, user, model
+    for (StoredRun r : *runs) {
       const int64_t end = r.end_ms < 0 ? now_ms : r.end_ms;
       const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
-      if (overlap > 0) hours[{r.queue, r.user, r.model}] += r.gpus * static_cast<double>(overlap) / 3.6e6;
+      if (overlap <= 0) continue;
+      if (r.end_ms < 0) {  // still running: its usage so far is in memory
+        auto it = jobs_.find(r.job_seq);
+        if (it != jobs_.end() && it->second.run == r.run && r.rank < static_cast<int>(it->second.workers.size())) {
+          const Worker& w = it->second.workers[static_cast<size_t>(r.rank)];
+          r.busy_gpu_ms = w.busy_gpu_ms;
+          r.reported_gpu_ms = w.reported_gpu_ms;
+          r.fit_gpus = w.reported_gpu_ms > 0 ? core::RightSize(cluster_, cluster_.node(w.alloc.node).model,
+                                                               it->second.spec, {w.vram_peak, w.util_peak})
+                                                   .fit_gpus
+                                             : -1;
+        }
+      }
+      const double share = static_cast<double>(overlap) / static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
+      Sums& s = sums[{r.queue, r.user, r.model}];
+      s.held += r.gpus * static_cast<double>(overlap) / 3.6e6;
+      s.busy += r.busy_gpu_ms * share / 3.6e6;
+      s.reported += r.reported_gpu_ms * share / 3.6e6;
+      if (r.fit_gpus >= 0) s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
     }
     json rows = json::array();
-    for (const auto& [key, h] : hours) {
+    for (const auto& [key, s] : sums) {
       const auto& [queue, user, model] = key;
-      rows.push_back({{"queue", queue}, {"user", user}, {"model", model}, {"gpu_hours", h}});
+      rows.push_back({{"queue", queue},
+                      {"user", user},
+                      {"model", model},
+                      {"gpu_hours", s.held},
+                      {"busy_gpu_hours", s.busy},
+                      {"reported_gpu_hours", s.reported},
+                      {"right_sizing_frees_gpu_hours", s.free}});
     }
     Reply r;
     r.body = {{"from", static_cast<double>(from) / 1000.0}, {"to", static_cast<double>(to) / 1000.0},

@@ -111,6 +111,7 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
 void Controller::EndRunRows(Job& job, Ticks now) {
   if (job.run_start >= 0) job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
   if (job.run > 0) {
+    SaveRunUsage(job);
     if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) Fatal("store: " + s.error().message);
   }
 }

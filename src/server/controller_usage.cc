@@ -6,6 +6,7 @@
 #include "server/controller.h"
 
 #include "base/log.h"
+#include "core/advice.h"
 #include "server/controller_internal.h"
 
 namespace gantry::server {
@@ -30,6 +31,8 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
     const double dt = static_cast<double>(now - w.usage_at);
     job.usage.busy_gpu_ms += w.util * gpus * dt;
     job.usage.reported_gpu_ms += gpus * dt;
+    w.busy_gpu_ms += w.util * gpus * dt;
+    w.reported_gpu_ms += gpus * dt;
     job.usage.vram_ms += static_cast<double>(w.vram_used) * dt;
     job.usage.reported_ms += dt;
   }
@@ -37,10 +40,31 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
   w.util = *r.util;
   w.vram_used = r.vram_used_bytes;
   job.usage.vram_peak = std::max(job.usage.vram_peak, r.vram_used_bytes);
+  w.vram_peak = std::max(w.vram_peak, r.vram_used_bytes);
+  w.util_peak = std::max(w.util_peak, w.util);
+  job.usage.util_peak = std::max(job.usage.util_peak, w.util);
+  const core::ModelId model = cluster_.node(w.alloc.node).model;
+  if (model.valid()) job.usage.model = cluster_.catalog().model(model).name;
   if (w.busy_at < 0 || w.util >= config_.policy.params.reclaim_idle_below) w.busy_at = now;
   if (now - job.usage_saved >= kUsageSaveEvery) {
     job.usage_saved = now;
     Persist(job);
+  }
+}
+
+void Controller::SaveRunUsage(const Job& job) {
+  for (const Worker& w : job.workers) {
+    if (w.usage_at < 0 && w.reported_gpu_ms <= 0) continue;  // never reported
+    StoredRun r;
+    r.job_seq = job.seq;
+    r.run = job.run;
+    r.rank = w.rank;
+    r.busy_gpu_ms = w.busy_gpu_ms;
+    r.reported_gpu_ms = w.reported_gpu_ms;
+    r.vram_peak = w.vram_peak;
+    r.fit_gpus = core::RightSize(cluster_, cluster_.node(w.alloc.node).model, job.spec, {w.vram_peak, w.util_peak})
+                     .fit_gpus;
+    if (Status s = store_.SetRunUsage(r); !s) Fatal("store: " + s.error().message);
   }
 }
 
@@ -85,6 +109,18 @@ json Controller::UsageSummary(const Job& job, Ticks now) const {
     j["vram_peak_gb"] = static_cast<double>(u.vram_peak) / 1e9;
     j["vram_mean_gb"] = u.vram_ms / u.reported_ms / 1e9;
     j["reported_hours"] = u.reported_gpu_ms / 3.6e6;
+    j["util_peak"] = u.util_peak;
+    // Right-sizing: what would have held it, from what it was seen to use.
+    if (auto model = cluster_.catalog().Find(u.model)) {
+      const core::Advice a = core::RightSize(cluster_, *model, job.spec, {u.vram_peak, u.util_peak});
+      if (!a.shape.empty()) {
+        j["advice"] = {{"shape", a.shape},
+                       {"text", a.text},
+                       {"gpus_per_worker", a.gpus},
+                       {"fit_gpus_per_worker", a.fit_gpus},
+                       {"free_gpu_hours", u.gpu_ms / 3.6e6 * (1 - a.fit_gpus / a.gpus)}};
+      }
+    }
   }
   if (job.state == JobState::kRunning) {
     Ticks busy = -1;

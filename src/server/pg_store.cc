@@ -9,8 +9,8 @@
 
 namespace gantry::server {
 
-// 2: tokens.username and runs.username.
-constexpr int kPgSchemaVersion = 2;
+// 2: tokens.username and runs.username; 3: runs' usage columns.
+constexpr int kPgSchemaVersion = 3;
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS tokens (
   created_ms BIGINT NOT NULL);
 ALTER TABLE tokens ADD COLUMN IF NOT EXISTS username TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS username TEXT NOT NULL DEFAULT '';
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS busy_gpu_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS reported_gpu_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS vram_peak BIGINT NOT NULL DEFAULT 0;
+ALTER TABLE runs ADD COLUMN IF NOT EXISTS fit_gpus DOUBLE PRECISION NOT NULL DEFAULT -1;
 CREATE TABLE IF NOT EXISTS leader (
   id INTEGER PRIMARY KEY CHECK (id = 1),
   holder TEXT NOT NULL,
@@ -480,9 +484,22 @@ Status PgStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
   });
 }
 
+Status PgStore::SetRunUsage(const StoredRun& run) {
+  return Write([&]() -> Status {
+    auto r = Query(
+        "UPDATE runs SET busy_gpu_ms = $1, reported_gpu_ms = $2, vram_peak = $3, fit_gpus = $4 "
+        "WHERE job_seq = $5 AND run = $6 AND rank = $7",
+        PgParams().Add(run.busy_gpu_ms).Add(run.reported_gpu_ms).Add(run.vram_peak).Add(run.fit_gpus)
+            .Add(run.job_seq).Add(int64_t{run.run}).Add(int64_t{run.rank}));
+    if (!r) return r.error();
+    return Ok{};
+  });
+}
+
 Result<std::vector<StoredRun>> PgStore::Runs(int64_t from_ms, int64_t to_ms) {
   auto r = Query(
-      "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username FROM runs "
+      "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username, busy_gpu_ms, "
+      "reported_gpu_ms, vram_peak, fit_gpus FROM runs "
       "WHERE start_ms < $1 AND (end_ms < 0 OR end_ms > $2) ORDER BY job_seq, run, rank",
       PgParams().Add(to_ms).Add(from_ms));
   if (!r) return r.error();
@@ -498,6 +515,10 @@ Result<std::vector<StoredRun>> PgStore::Runs(int64_t from_ms, int64_t to_ms) {
     run.start_ms = r->Int(i, 6);
     run.end_ms = r->Int(i, 7);
     run.user = r->Text(i, 8);
+    run.busy_gpu_ms = r->Real(i, 9);
+    run.reported_gpu_ms = r->Real(i, 10);
+    run.vram_peak = r->Int(i, 11);
+    run.fit_gpus = r->Real(i, 12);
     out.push_back(std::move(run));
   }
   return out;

@@ -71,6 +71,7 @@ class PgStore final : public Store {
 
   Status StartRun(const StoredRun& run) override;
   Status EndRun(int64_t job_seq, int run, int64_t end_ms) override;
+  Status SetRunUsage(const StoredRun& run) override;
   Result<std::vector<StoredRun>> Runs(int64_t from_ms, int64_t to_ms) override;
 
   Status AddToken(const StoredToken& token) override;

@@ -10,7 +10,7 @@ namespace gantry::server {
 
 namespace {
 
-constexpr int kSchemaVersion = 2;  // 2: tokens.username, runs.username
+constexpr int kSchemaVersion = 3;  // 2: tokens.username, runs.username; 3: runs' usage
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -36,6 +36,10 @@ CREATE TABLE IF NOT EXISTS runs (
   start_ms INTEGER NOT NULL,
   end_ms INTEGER NOT NULL,
   username TEXT NOT NULL DEFAULT '',
+  busy_gpu_ms REAL NOT NULL DEFAULT 0,
+  reported_gpu_ms REAL NOT NULL DEFAULT 0,
+  vram_peak INTEGER NOT NULL DEFAULT 0,
+  fit_gpus REAL NOT NULL DEFAULT -1,
   PRIMARY KEY (job_seq, run, rank));
 CREATE INDEX IF NOT EXISTS runs_time ON runs (start_ms);
 CREATE TABLE IF NOT EXISTS tokens (
@@ -171,13 +175,24 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
     }
   } else if (std::stoi(**version) > kSchemaVersion) {
     return Error{"db", path + ": written by a newer gantryd (schema " + **version + ")"};
-  } else if (std::stoi(**version) < 2) {  // tokens named no user before
-    if (Status s = store->Exec("ALTER TABLE tokens ADD COLUMN username TEXT NOT NULL DEFAULT '';"
-                               "ALTER TABLE runs ADD COLUMN username TEXT NOT NULL DEFAULT ''");
-        !s) {
-      return Error{"db", path + ": upgrading to schema 2: " + s.error().message};
+  } else if (const int old = std::stoi(**version); old < kSchemaVersion) {
+    // Upgrades in place, each from the schema before it.
+    const char* steps[] = {
+        "",
+        // 2: tokens name a user.
+        "ALTER TABLE tokens ADD COLUMN username TEXT NOT NULL DEFAULT '';"
+        "ALTER TABLE runs ADD COLUMN username TEXT NOT NULL DEFAULT ''",
+        // 3: what each run's workers used.
+        "ALTER TABLE runs ADD COLUMN busy_gpu_ms REAL NOT NULL DEFAULT 0;"
+        "ALTER TABLE runs ADD COLUMN reported_gpu_ms REAL NOT NULL DEFAULT 0;"
+        "ALTER TABLE runs ADD COLUMN vram_peak INTEGER NOT NULL DEFAULT 0;"
+        "ALTER TABLE runs ADD COLUMN fit_gpus REAL NOT NULL DEFAULT -1"};
+    for (int v = std::max(old, 1) + 1; v <= kSchemaVersion; ++v) {
+      if (Status s = store->Exec(steps[v - 1]); !s) {
+        return Error{"db", path + ": upgrading to schema " + std::to_string(v) + ": " + s.error().message};
+      }
     }
-    if (Status s = store->SetMeta("schema_version", "2"); !s) return s.error();
+    if (Status s = store->SetMeta("schema_version", std::to_string(kSchemaVersion)); !s) return s.error();
   }
   return store;
 }
@@ -333,9 +348,21 @@ Status SqliteStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
   });
 }
 
+Status SqliteStore::SetRunUsage(const StoredRun& r) {
+  return Write([&] {
+    Stmt s(db_,
+           "UPDATE runs SET busy_gpu_ms = ?, reported_gpu_ms = ?, vram_peak = ?, fit_gpus = ? "
+           "WHERE job_seq = ? AND run = ? AND rank = ?");
+    s.Bind(1, r.busy_gpu_ms).Bind(2, r.reported_gpu_ms).Bind(3, r.vram_peak).Bind(4, r.fit_gpus);
+    s.Bind(5, r.job_seq).Bind(6, int64_t{r.run}).Bind(7, int64_t{r.rank});
+    return Run(s);
+  });
+}
+
 Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms) {
   Stmt s(db_,
-         "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username FROM runs "
+         "SELECT job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username, busy_gpu_ms, "
+         "reported_gpu_ms, vram_peak, fit_gpus FROM runs "
          "WHERE start_ms < ? AND (end_ms < 0 OR end_ms > ?) ORDER BY job_seq, run, rank");
   s.Bind(1, to_ms).Bind(2, from_ms);
   std::vector<StoredRun> out;
@@ -350,6 +377,10 @@ Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms)
     r.start_ms = s.Int(6);
     r.end_ms = s.Int(7);
     r.user = s.Text(8);
+    r.busy_gpu_ms = s.Real(9);
+    r.reported_gpu_ms = s.Real(10);
+    r.vram_peak = s.Int(11);
+    r.fit_gpus = s.Real(12);
     out.push_back(std::move(r));
   }
   if (Status st = s.status(); !st) return st.error();

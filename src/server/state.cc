@@ -140,7 +140,8 @@ double WorkerGpus(const core::WorkerAlloc& w, const core::Cluster& cluster) {
 
 json UsageToJson(const Usage& u) {
   return {{"gpu_ms", u.gpu_ms},           {"busy_gpu_ms", u.busy_gpu_ms}, {"reported_gpu_ms", u.reported_gpu_ms},
-          {"vram_ms", u.vram_ms},         {"reported_ms", u.reported_ms}, {"vram_peak", u.vram_peak}};
+          {"vram_ms", u.vram_ms},         {"reported_ms", u.reported_ms}, {"vram_peak", u.vram_peak},
+          {"util_peak", u.util_peak},     {"model", u.model}};
 }
 
 Usage UsageFromJson(const json& j) {
@@ -152,6 +153,8 @@ Usage UsageFromJson(const json& j) {
   u.vram_ms = j.value("vram_ms", 0.0);
   u.reported_ms = j.value("reported_ms", 0.0);
   u.vram_peak = j.value("vram_peak", int64_t{0});
+  u.util_peak = j.value("util_peak", 0.0);
+  u.model = j.value("model", std::string());
   return u;
 }
 
@@ -237,7 +240,11 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"exited", w.exited},
                        {"exit_code", w.exit_code},
                        {"signal", w.signal},
-                       {"lost", w.lost}});
+                       {"lost", w.lost},
+                       {"usage", {{"busy_gpu_ms", w.busy_gpu_ms},
+                                  {"reported_gpu_ms", w.reported_gpu_ms},
+                                  {"vram_peak", w.vram_peak},
+                                  {"util_peak", w.util_peak}}}});
   }
   json after = json::array();
   for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
@@ -313,6 +320,11 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       worker.exit_code = w.value("exit_code", 0);
       worker.signal = w.value("signal", 0);
       worker.lost = w.value("lost", false);
+      const json u = w.value("usage", json::object());
+      worker.busy_gpu_ms = u.value("busy_gpu_ms", 0.0);
+      worker.reported_gpu_ms = u.value("reported_gpu_ms", 0.0);
+      worker.vram_peak = u.value("vram_peak", int64_t{0});
+      worker.util_peak = u.value("util_peak", 0.0);
       job.workers.push_back(worker);
     }
   } catch (const json::exception& e) {

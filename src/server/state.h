@@ -44,6 +44,10 @@ struct Worker {
   Ticks busy_at = -1;   // its last report at or above the idle threshold, or its first
   double util = 0;      // 0..1, last report
   int64_t vram_used = 0;
+  // This run's totals (the runs table gets them when it ends).
+  double busy_gpu_ms = 0, reported_gpu_ms = 0;
+  int64_t vram_peak = 0;
+  double util_peak = 0;
 };
 
 // What a job used over all its runs: GPUs held, how busy they were, VRAM. Reports
@@ -55,6 +59,8 @@ struct Usage {
   double vram_ms = 0;          // VRAM used x time (byte-ms, per worker), where reported
   double reported_ms = 0;      // worker x time covered by reports
   int64_t vram_peak = 0;       // bytes, the most one worker used
+  double util_peak = 0;        // 0..1, the highest one worker reported
+  std::string model;           // the GPU model of the last report (right-sizing advice)
 };
 
 // A dependency (`gantry submit --after NAME[:ok|any]`): the job is held out of the

@@ -49,6 +49,13 @@ struct StoredRun {
   int64_t start_ms = 0;  // wall clock, ms since the Unix epoch
   int64_t end_ms = -1;
   std::string user;  // the submitter, when their token named one
+  // What the worker used, as its agent reported it (set when the run ends): utilization
+  // x GPUs x time, the GPU-time reports covered, its peak VRAM, and the GPU-equivalents
+  // right-sizing says would have held it (-1: no reports).
+  double busy_gpu_ms = 0;
+  double reported_gpu_ms = 0;
+  int64_t vram_peak = 0;
+  double fit_gpus = -1;
 };
 
 // The leader lease as the database has it.
@@ -100,6 +107,8 @@ class Store {
 
   virtual Status StartRun(const StoredRun& run) = 0;
   virtual Status EndRun(int64_t job_seq, int run, int64_t end_ms) = 0;
+  // Sets one worker's usage fields (busy_gpu_ms .. fit_gpus) of run (job_seq, run, rank).
+  virtual Status SetRunUsage(const StoredRun& run) = 0;
   // Runs that overlap [from_ms, to_ms).
   virtual Result<std::vector<StoredRun>> Runs(int64_t from_ms, int64_t to_ms) = 0;
 

@@ -908,7 +908,7 @@ pools:
     gpu_model: H100-80GB
     cpus: 64
     memory_gb: 512
-    sharing: [mps]
+    sharing: [mig, mps]
 queues:
   - name: research
     guaranteed_gpus: 8
@@ -940,6 +940,9 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   // Busy jobs, an idle critical one, and an idle one that may keep its GPUs.
   ids.insert(Submit(h, "a", {spec("busy", "research", "gpus: 1\nvram_gb: 80\n",
                                   "emulate: {util: 0.5, vram_used_gb: 9}\n", 6000)}));
+  // A job asking a whole 80 GB GPU that uses 9 GB and 10% of it.
+  ids.insert(Submit(h, "a", {spec("big80", "research", "gpus: 1\nvram_gb: 80\n",
+                                  "emulate: {util: 0.1, vram_used_gb: 9}\n", 6000)}));
   ids.insert(Submit(h, "b", {spec("crit", "serving", "tier: critical\ngpus: 1\nvram_gb: 20\n", "emulate: {idle_after_s: 0}\n", 6000)}));
   ids.insert(Submit(h, "b", {spec("kept", "serving", "gpus: 2\nvram_gb: 20\n",
                                   "keep_when_idle: \"serving: idles at night\"\nemulate: {idle_after_s: 0}\n", 6000)}));
@@ -960,11 +963,17 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_GT(busy.value("gpu_hours", 0.0), 0.0);
   RunResult shown = h.Cli({"show", "busy"}, h.token("a"));
   EXPECT_NE(shown.out.find("peak 9.0 GB"), std::string::npos) << shown.out;
+  // Right-sizing: 9 GB + 20% headroom is past 1g.10gb; 1g.20gb holds it.
+  const json big = h.Job("big80")["usage"];
+  EXPECT_EQ(big["advice"].value("shape", ""), "MIG 1g.20gb") << big.dump();
+  EXPECT_NEAR(big["advice"].value("fit_gpus_per_worker", 0.0), 1.0 / 7, 1e-9);
+  EXPECT_EQ(busy["advice"].value("shape", ""), "MPS share 0.625") << busy.dump();  // 50% busy
+  EXPECT_NE(h.Cli({"show", "big80"}, h.token("a")).out.find("MIG 1g.20gb would hold it"), std::string::npos);
 
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
   const auto states = States(h);
   EXPECT_EQ(states.at("notebook"), "reclaimed");
-  for (const char* id : {"busy", "crit", "kept"}) EXPECT_EQ(states.at(id), "finished") << id;
+  for (const char* id : {"busy", "big80", "crit", "kept"}) EXPECT_EQ(states.at(id), "finished") << id;
   const json nb = h.Job("notebook");
   EXPECT_NE(nb.value("reason", "").find("GPU idle for"), std::string::npos) << nb.dump();
   // It got its signal within a heartbeat or two (100 ms here) of going idle + 2 s.
@@ -983,6 +992,24 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   auto m = c.Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_NE(m->body.find("gantry_jobs_ended_total{end=\"reclaimed\"} 1"), std::string::npos);
+  // Usage over the period, from the ended runs' rows: research held ~12.75 GPU-s as
+  // reported, ~3.75 of them busy (busy 1 GPU x 0.5, big80 1 x 0.1, the notebook's share
+  // 0.6 then idle); right-sizing would have freed most of big80 and part of busy.
+  // serving's jobs idled throughout.
+  const json usage = json::parse(h.Cli({"usage", "--json"}, h.token("admin")).out);
+  std::map<std::string, json> by_queue;
+  for (const json& row : usage["usage"]) by_queue[row.value("queue", "")] = row;
+  ASSERT_TRUE(by_queue.count("research") && by_queue.count("serving")) << usage.dump();
+  const json& research = by_queue["research"];
+  const double reported = research.value("reported_gpu_hours", 0.0);
+  ASSERT_GT(reported, 0.0) << research.dump();
+  EXPECT_LE(reported, research.value("gpu_hours", 0.0) * 1.001);
+  EXPECT_GT(research.value("busy_gpu_hours", 0.0) / reported, 0.2) << research.dump();
+  EXPECT_LT(research.value("busy_gpu_hours", 0.0) / reported, 0.4) << research.dump();
+  EXPECT_GT(research.value("right_sizing_frees_gpu_hours", 0.0), 5.0 / 3600) << research.dump();
+  EXPECT_LT(research.value("right_sizing_frees_gpu_hours", 0.0), research.value("gpu_hours", 0.0));
+  EXPECT_NEAR(by_queue["serving"].value("busy_gpu_hours", 1.0), 0.0, 1e-9) << by_queue["serving"].dump();
+  EXPECT_NE(h.Cli({"usage"}, h.token("admin")).out.find("RIGHT-SIZING FREES"), std::string::npos);
 }
 
 }  // namespace

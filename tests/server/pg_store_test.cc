@@ -2,6 +2,7 @@
 // (pg_harness.h), and what only a shared database has: contention for the lease,
 // takeover after expiry, and the fence against a deposed leader's in-flight writes.
 #include <sys/stat.h>
+#include <libpq-fe.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -118,6 +119,38 @@ TEST_F(PgStoreTest, ConcurrentOpensOfAnEmptyDatabase) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(ok.load(), kN) << errors[0] << errors[1] << errors[2];
+}
+
+// A database of schema 2 (runs without usage columns) is upgraded when opened; its runs stay.
+TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+  }
+  PGconn* conn = PQconnectdb(home_->server()->ConnString(home_->db()).c_str());
+  ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+  PGresult* r = PQexec(conn,
+                       "ALTER TABLE runs DROP COLUMN busy_gpu_ms, DROP COLUMN reported_gpu_ms, "
+                       "DROP COLUMN vram_peak, DROP COLUMN fit_gpus;"
+                       "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+                       "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
+                       "VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000, 'ann')");
+  EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
+  PQclear(r);
+  PQfinish(conn);
+
+  auto store = Open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(**store->GetMeta("schema_version"), "3");
+  auto runs = store->Runs(0, 10000);
+  ASSERT_TRUE(runs.ok()) << runs.error().message;
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].user, "ann");
+  EXPECT_EQ((*runs)[0].fit_gpus, -1);
+  StoredRun u = (*runs)[0];
+  u.busy_gpu_ms = 42;
+  ASSERT_TRUE(store->SetRunUsage(u).ok());
+  EXPECT_EQ((*store->Runs(0, 10000))[0].busy_gpu_ms, 42);
 }
 
 // PostgreSQL aborts a transaction at its first failed statement; SQLite would go on.

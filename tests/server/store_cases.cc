@@ -215,6 +215,26 @@ TEST_P(StoreCases, RunsOverlappingAPeriod) {
   EXPECT_EQ((*all)[1].end_ms, -1);
   EXPECT_EQ(store->Runs(2500, 4000)->size(), 0u);  // run 1 ended at 2000, run 2 starts at 5000
   EXPECT_EQ(store->Runs(6000, 7000)->size(), 1u);  // run 2 still open
+  EXPECT_EQ((*all)[0].fit_gpus, -1);  // nothing reported yet
+
+  StoredRun u;  // what run 1's worker used, set when it ended
+  u.job_seq = 1;
+  u.run = 1;
+  u.rank = 0;
+  u.busy_gpu_ms = 123.5;
+  u.reported_gpu_ms = 250;
+  u.vram_peak = int64_t{30} << 30;
+  u.fit_gpus = 1.0 / 7;
+  ASSERT_TRUE(store->SetRunUsage(u).ok());
+  auto used = store->Runs(0, 3000);
+  ASSERT_TRUE(used.ok());
+  ASSERT_EQ(used->size(), 1u);
+  EXPECT_EQ((*used)[0].busy_gpu_ms, 123.5);
+  EXPECT_EQ((*used)[0].reported_gpu_ms, 250);
+  EXPECT_EQ((*used)[0].vram_peak, int64_t{30} << 30);
+  EXPECT_DOUBLE_EQ((*used)[0].fit_gpus, 1.0 / 7);
+  EXPECT_EQ((*used)[0].user, "alice");  // the rest stays
+  EXPECT_EQ((*store->Runs(6000, 7000))[0].busy_gpu_ms, 0);  // other runs untouched
 }
 
 TEST_P(StoreCases, ANewerSchemaIsRefused) {

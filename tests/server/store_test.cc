@@ -46,9 +46,9 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreCases,
                                                      }}),
                          StoreKindName);
 
-// A database of schema 1 (tokens and runs named no user) is upgraded in place when opened;
-// what it held stays.
-TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokens) {
+// A database of schema 1 (tokens and runs named no user, runs without usage) is upgraded
+// in place, step by step, when opened; what it held stays.
+TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   SqliteHome home;
   {
     auto store = home.Open();
@@ -67,7 +67,8 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokens) {
         " end_ms INTEGER NOT NULL, PRIMARY KEY (job_seq, run, rank));"
         "CREATE TABLE tokens (hash TEXT PRIMARY KEY, role TEXT NOT NULL, team TEXT NOT NULL,"
         " queues TEXT NOT NULL, label TEXT NOT NULL, created_ms INTEGER NOT NULL);"
-        "INSERT INTO tokens VALUES ('00112233445566', 'team', 'nlp', '[\"nlp\"]', 'old', 1);";
+        "INSERT INTO tokens VALUES ('00112233445566', 'team', 'nlp', '[\"nlp\"]', 'old', 1);"
+        "INSERT INTO runs VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000);";
     ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
     sqlite3_close(raw);
   }
@@ -82,7 +83,17 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokens) {
   t.user = "bob";
   ASSERT_TRUE((*store)->AddToken(t).ok());
   EXPECT_EQ((**(*store)->FindToken("ffeeddccbbaa99")).user, "bob");
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "2");
+  auto runs = (*store)->Runs(0, 10000);
+  ASSERT_TRUE(runs.ok()) << runs.error().message;
+  ASSERT_EQ(runs->size(), 1u);
+  EXPECT_EQ((*runs)[0].gpus, 8);
+  EXPECT_EQ((*runs)[0].user, "");
+  EXPECT_EQ((*runs)[0].fit_gpus, -1);  // no usage known for old runs
+  StoredRun u = (*runs)[0];
+  u.busy_gpu_ms = 42;
+  ASSERT_TRUE((*store)->SetRunUsage(u).ok());
+  EXPECT_EQ((*(*store)->Runs(0, 10000))[0].busy_gpu_ms, 42);
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "3");
   store->reset();
   fs::remove(db);
   fs::remove(db.string() + "-wal");

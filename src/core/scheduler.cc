@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cassert>
+#include <charconv>
 #include <cmath>
 
 #include "core/model/feasibility.h"
@@ -14,6 +15,13 @@ std::string Gpus(GpuUnits units) {
   std::string s = std::to_string(static_cast<double>(units) / kGpuUnits);
   s.erase(s.find_last_not_of('0') + 1);
   return s;
+}
+
+// A figure for people: up to 6 significant digits, no trailing zeros.
+std::string Number(double v) {
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 6);
+  return std::string(buf, r.ptr);
 }
 
 std::string Clock(int minutes) {
@@ -49,6 +57,10 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
       history_next_(queues.size(), 0),
       history_sum_(queues.size(), 0) {
   models_ = cluster.catalog().size();
+  for (size_t q = 0; q < queues.size(); ++q) {
+    if (queues.queue(QueueId(static_cast<uint32_t>(q))).spec.budget) budgeted_.push_back(QueueId(static_cast<uint32_t>(q)));
+  }
+  if (!budgeted_.empty()) budgets_.resize(queues.size());
   for (size_t q = 0; q < queues.size(); ++q) {
     if (!queues.queue(QueueId(static_cast<uint32_t>(q))).spec.guaranteed_by_model.empty()) {
       model_usage_.assign(queues.size() * models_, 0);
@@ -131,6 +143,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   running_pos_.push_back(0);
   rec.spec = std::move(spec);
   rec.submit = now;
+  rec.asked_tier = rec.spec.tier;
   std::optional<std::string> why = WhyInfeasible(rec.spec, cluster_);
   if (!why) {
     const GpuUnits need = MinUnits(rec.spec);
@@ -151,6 +164,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   AddPending(id);
   arrived_.push_back(id);
   frag_.Observe(rec.spec);
+  if (!budgets_.empty()) budget_check_.push_back(id);
   return id;
 }
 
@@ -240,6 +254,7 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
       history_sum_[job.spec.queue.v] += ran;
       next = (next + 1) % kHistory;
     }
+    BudgetRun(id, now, -1);
     Release(id);
   }
   job.phase = Phase::kDone;
@@ -248,6 +263,7 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
 void Scheduler::Requeue(JobId id, Ticks now) {
   JobRecord& job = jobs_[id.v];
   assert(job.phase == Phase::kRunning || job.phase == Phase::kSignaled);
+  BudgetRun(id, now, -1);
   Release(id);
   const Ticks ran = now - job.last_start;
   job.run_total += ran;
@@ -264,6 +280,7 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   job.wait_reason.clear();
   // A requeued job keeps its place in line: it is ordered by its original submit.
   AddPending(id);
+  if (!budgets_.empty()) budget_check_.push_back(id);
 }
 
 std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
@@ -320,6 +337,14 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
                                     Clock(spec.window->start_min) + " and " +
                                     Clock(spec.window->end_min) + " UTC");
   }
+  if (auto b = spec.tier == Tier::kCritical ? std::nullopt : BudgetHolds(spec.queue)) {
+    const BudgetSpec& budget = *queues_.queue(*b).spec.budget;
+    const BudgetAccount& a = budgets_[b->v];
+    return fail(Block::kBudget, "budget: queue " + queues_.queue(*b).spec.name + " spent its " +
+                                    Number(budget.gpu_hours) + " GPU-hours of the " +
+                                    std::string(Name(budget.period)) + " from " + UtcMinute(a.start_unix_ms) +
+                                    "; new work waits until " + UtcMinute(a.end_unix_ms));
+  }
   if (auto blocker = BurstBlocker(spec.queue, MinUnits(spec))) {
     return fail(Block::kQuota, quota(*blocker));
   }
@@ -349,6 +374,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
   scratch_.clear();
   job.units = units;
   AddUsage(spec, job.alloc, units, 1);
+  BudgetRun(id, now, 1);
   job.phase = Phase::kRunning;
   job.last_start = now;
   if (job.first_start < 0) job.first_start = now;
@@ -378,17 +404,143 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   rejects_.clear();
   // Without a release, a node coming up or a window opening, capacity only shrank since
   // the last pass, so jobs that waited then still wait: try only the new arrivals.
-  const bool full = freed_since_pass_ || now >= next_wakeup_;
+  const bool budgets_changed = UpdateBudgets(now);
+  const bool full = freed_since_pass_ || budgets_changed || now >= next_wakeup_;
   if (full) next_wakeup_ = kForever;
   pass_wakeup_ = kForever;
   failed_shapes_.clear();
   DecayUsage(now);
   policy_->Schedule(*this, now, full);
   shape_context_ = 0;
-  next_wakeup_ = std::min(next_wakeup_, pass_wakeup_);
+  next_wakeup_ = std::min({next_wakeup_, pass_wakeup_, BudgetWakeup(now)});
   freed_since_pass_ = false;
   arrived_.clear();
   return decisions_;
+}
+
+// ---------------------------------------------------------------- budgets
+
+double Scheduler::CostPerHour(const JobSpec& spec, const Allocation& alloc) const {
+  double cost = 0;
+  for (const WorkerAlloc& w : alloc) {
+    const ModelId model = cluster_.node(w.node).model;
+    if (!model.valid()) continue;
+    const double price = model.v < params_.gpu_hour_price.size() ? params_.gpu_hour_price[model.v] : 1.0;
+    cost += static_cast<double>(spec.WorkerUnits(cluster_.catalog(), model)) / kGpuUnits * price;
+  }
+  return cost;
+}
+
+void Scheduler::AdvanceBudget(QueueId q, Ticks t) {
+  BudgetAccount& a = budgets_[q.v];
+  const int64_t unix_ms = params_.epoch_unix_ms + t;
+  if (a.at >= 0 && t <= a.at) return;
+  if (a.at < 0 || unix_ms >= a.end_unix_ms) {
+    // A new period (or the first): work still running spends from its start on.
+    const auto [start, end] = BudgetPeriodAt(queues_.queue(q).spec.budget->period, unix_ms);
+    a.spent = a.at < 0 ? 0 : a.rate * static_cast<double>(unix_ms - start);
+    a.start_unix_ms = start;
+    a.end_unix_ms = end;
+  } else {
+    a.spent += a.rate * static_cast<double>(t - a.at);
+  }
+  a.at = t;
+}
+
+void Scheduler::AddBudgetSpent(QueueId q, double gpu_hours, Ticks at) {
+  if (budgets_.empty()) return;
+  for (QueueId b : queues_.queue(q).self_and_ancestors) {
+    if (!queues_.queue(b).spec.budget) continue;
+    AdvanceBudget(b, at);
+    BudgetAccount& a = budgets_[b.v];
+    const int64_t unix_ms = params_.epoch_unix_ms + at;
+    if (unix_ms >= a.start_unix_ms && unix_ms < a.end_unix_ms) a.spent += gpu_hours;
+  }
+}
+
+void Scheduler::BudgetRun(JobId id, Ticks t, int sign) {
+  if (budgets_.empty()) return;
+  JobRecord& job = jobs_[id.v];
+  if (sign > 0) job.cost_rate = CostPerHour(job.spec, job.alloc) / 3.6e6;
+  for (QueueId b : queues_.queue(job.spec.queue).self_and_ancestors) {
+    if (!queues_.queue(b).spec.budget) continue;
+    AdvanceBudget(b, t);
+    BudgetAccount& a = budgets_[b.v];
+    // A run that started (or stopped) before the account's time, as a restarted server
+    // adopting its running jobs: count (or take back) what it spent since then.
+    const Ticks from = std::max(t, a.start_unix_ms - params_.epoch_unix_ms);
+    if (a.at > from) a.spent = std::max(0.0, a.spent + sign * job.cost_rate * static_cast<double>(a.at - from));
+    a.rate = std::max(0.0, a.rate + sign * job.cost_rate);
+  }
+  if (sign < 0) job.cost_rate = 0;
+}
+
+std::optional<QueueId> Scheduler::BudgetHolds(QueueId q) const {
+  if (budgets_.empty()) return std::nullopt;
+  for (QueueId b : queues_.queue(q).self_and_ancestors) {
+    const auto& budget = queues_.queue(b).spec.budget;
+    if (budget && budget->when_spent == WhenSpent::kWait && budgets_[b.v].out) return b;
+  }
+  return std::nullopt;
+}
+
+std::optional<QueueId> Scheduler::BudgetDemotes(QueueId q) const {
+  if (budgets_.empty()) return std::nullopt;
+  for (QueueId b : queues_.queue(q).self_and_ancestors) {
+    const auto& budget = queues_.queue(b).spec.budget;
+    if (budget && budget->when_spent == WhenSpent::kBestEffort && budgets_[b.v].out) return b;
+  }
+  return std::nullopt;
+}
+
+void Scheduler::Retier(JobId id) {
+  JobRecord& job = jobs_[id.v];
+  if (job.phase != Phase::kPending) return;
+  Tier want = job.asked_tier;
+  if (want == Tier::kStandard && BudgetDemotes(job.spec.queue)) want = Tier::kBestEffort;
+  if (want == job.spec.tier) return;
+  RemovePending(id);
+  job.spec.tier = want;
+  AddPending(id);
+}
+
+// Spent within a part in a billion of the budget counts as spent (rates times ticks
+// round).
+bool Scheduler::UpdateBudgets(Ticks now) {
+  if (budgets_.empty()) return false;
+  bool changed = false;
+  for (QueueId q : budgeted_) {
+    AdvanceBudget(q, now);
+    BudgetAccount& a = budgets_[q.v];
+    const double budget = queues_.queue(q).spec.budget->gpu_hours;
+    const bool out = a.spent >= budget * (1 - 1e-9);
+    changed |= out != a.out;
+    a.out = out;
+  }
+  if (changed) {
+    std::vector<JobId> pending;
+    pending.reserve(pending_.size());
+    for (const PendingKey& k : pending_) pending.push_back(k.id);
+    for (JobId id : pending) Retier(id);
+  }
+  for (JobId id : budget_check_) Retier(id);
+  budget_check_.clear();
+  return changed;
+}
+
+Ticks Scheduler::BudgetWakeup(Ticks now) const {
+  Ticks wake = kForever;
+  for (QueueId q : budgeted_) {
+    const BudgetAccount& a = budgets_[q.v];
+    if (a.out) {  // the next period
+      wake = std::min(wake, a.end_unix_ms - params_.epoch_unix_ms);
+    } else if (a.rate > 0) {  // when the running work will have spent it
+      const double left = queues_.queue(q).spec.budget->gpu_hours * (1 - 1e-9) - a.spent;
+      const double ticks = std::ceil(left / a.rate);
+      wake = std::min(wake, now + std::max<Ticks>(1, static_cast<Ticks>(std::min(ticks, 1e15))));
+    }
+  }
+  return wake;
 }
 
 }  // namespace gantry::core

@@ -50,6 +50,10 @@ struct PolicyParams {
   double reclaim_idle_below = 0.05;
   // Critical jobs are never reclaimed unless this is set.
   bool reclaim_critical = false;
+  // Budgets: the Unix time (ms) of tick 0, for calendar periods, and each GPU model's
+  // price per GPU-hour by ModelId, which weighs budgets (missing: 1).
+  int64_t epoch_unix_ms = 0;
+  std::vector<double> gpu_hour_price;
 };
 
 // How long `spec`'s GPUs may stay idle before its job is reclaimed; 0 = never. The
@@ -73,6 +77,9 @@ struct JobRecord {
   int preemptions = 0;      // times this job was preempted
   int victims_pending = 0;  // signaled victims still holding the capacity this job needs
   Ticks expected_end = -1;  // while running: ExpectedEnd as of its start or signal
+  Tier asked_tier = Tier::kStandard;  // spec.tier as submitted; spec.tier is best-effort
+                                      // instead while a spent budget demotes it
+  double cost_rate = 0;     // while running: weighted GPU-hours per tick it spends
 };
 
 struct Decision {
@@ -153,6 +160,30 @@ class Scheduler {
   std::string_view policy_name() const { return policy_->name(); }
   const PolicyParams& params() const { return params_; }
 
+  // ---- budgets (core/budget.h) ----
+  // A budgeted queue's account as of the last pass: weighted GPU-hours its subtree spent
+  // in the current period, the period, and whether the budget is spent.
+  struct BudgetAccount {
+    double spent = 0;
+    int64_t start_unix_ms = 0, end_unix_ms = 0;
+    bool out = false;
+    double rate = 0;  // weighted GPU-hours per tick its running jobs spend
+    Ticks at = -1;    // `spent` counts up to here
+  };
+  // Null for a queue without a budget.
+  const BudgetAccount* budget_account(QueueId q) const {
+    return budgets_.empty() || !queues_.queue(q).spec.budget ? nullptr : &budgets_[q.v];
+  }
+  // Adds what a queue spent before this scheduler existed (a restarted server's ended
+  // runs of the current period) to the accounts of its budgeted self and ancestors.
+  // Call before the first pass, with `at` inside the period it belongs to.
+  void AddBudgetSpent(QueueId q, double gpu_hours, Ticks at);
+  // Weighted GPU-hours per hour of `alloc` for a job of `spec`.
+  double CostPerHour(const JobSpec& spec, const Allocation& alloc) const;
+  // The spent budget that makes new work of queue q wait / run as best-effort, if any.
+  std::optional<QueueId> BudgetHolds(QueueId q) const;
+  std::optional<QueueId> BudgetDemotes(QueueId q) const;
+
   // ---- for policies ----
   // "Same request shape": jobs of one shape fit or fail together within a pass, so a
   // pass costs about the number of distinct shapes, not the number of pending jobs.
@@ -181,7 +212,7 @@ class Scheduler {
   // On failure records the wait reason (emitting a kWait decision when it changed), or,
   // with `why`, hands the reason back unrecorded for the policy to refine. `kind`, when
   // given, says which check failed.
-  enum class Block : uint8_t { kNone, kWindow, kQuota, kCapacity };
+  enum class Block : uint8_t { kNone, kWindow, kQuota, kCapacity, kBudget };
   bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, Block* kind = nullptr);
   // Whether TryStart under shape context `context` would fail a job of this spec from the
   // pass's cache of shapes that found no room (so without placing anything).
@@ -241,6 +272,14 @@ class Scheduler {
   void AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign);
   // The queue (self or ancestor) whose burst limit `units` more would break, if any.
   std::optional<QueueId> BurstBlocker(QueueId q, GpuUnits units) const;
+  // Budgets: brings accounts up to `now` (a new period starts afresh), updates which are
+  // spent and retiers pending jobs where that changed; a job starting (sign 1) or
+  // stopping (-1) at `t` changes its queues' spending rate.
+  bool UpdateBudgets(Ticks now);  // true when some budget became spent or renewed
+  Ticks BudgetWakeup(Ticks now) const;  // when a budget runs out or a spent one renews
+  void AdvanceBudget(QueueId q, Ticks t);
+  void BudgetRun(JobId id, Ticks t, int sign);
+  void Retier(JobId id);  // pending: best-effort while a budget demotes it, else as asked
 
   const Cluster& cluster_;
   const QueueTree& queues_;
@@ -274,6 +313,9 @@ class Scheduler {
   std::vector<std::vector<Ticks>> history_;  // per queue: last completed run totals (ring)
   std::vector<size_t> history_next_;
   std::vector<Ticks> history_sum_;  // per queue: sum of the ring
+  std::vector<QueueId> budgeted_;           // queues with a budget
+  std::vector<BudgetAccount> budgets_;      // by queue; empty when no queue has a budget
+  std::vector<JobId> budget_check_;         // submitted or requeued since the last pass
 };
 
 }  // namespace gantry::core

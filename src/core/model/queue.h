@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "core/budget.h"
 #include "core/model/catalog.h"
 #include "core/model/types.h"
 
@@ -39,6 +40,8 @@ struct QueueSpec {
   std::optional<Ticks> reclaim_idle_after;
   // Jobs of this queue may opt out of idle reclamation (keep_when_idle: REASON).
   bool allow_keep_when_idle = false;
+  // GPU-hours this queue and those under it may spend per period (core/budget.h).
+  std::optional<BudgetSpec> budget;
 };
 
 struct Queue {

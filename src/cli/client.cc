@@ -16,6 +16,7 @@
 #include <iostream>
 #include <memory>
 #include <iomanip>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -335,7 +336,7 @@ int Ls(const Globals& g, bool json_out, bool all, const std::string& state) {
     const std::string last = state_s == "running" ? where : "(" + reason + ")";
     const std::string user = job.value("user", "");
     std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(user.empty() ? "-" : user, 10)
-              << Pad(job.value("tier", ""), 12)
+              << Pad(job.contains("tier_now") ? job.value("tier_now", "") + "*" : job.value("tier", ""), 12)
               << Pad(state_s, 11) << Pad(Elapsed(t), 11) << Pad(std::to_string(job["nodes"].size()), 6)
               << Pad(job.value("request", ""), 30) << (reason.empty() && state_s != "running" ? "" : last) << "\n";
   }
@@ -351,7 +352,8 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  for (const char* k : {"id", "array", "queue", "team", "user", "tier", "state", "reason", "request", "run", "preemptions",
+  for (const char* k : {"id", "array", "queue", "team", "user", "tier", "tier_now", "tier_reason", "state", "reason",
+                        "request", "run", "preemptions",
                         "requeues", "progress_s", "exit_code"}) {
     if (!j.contains(k) || j[k].is_null()) continue;
     const json& v = j[k];
@@ -498,24 +500,59 @@ int Queues(const Globals& g, bool json_out) {
     return 0;
   }
   std::cout << Pad("QUEUE", 14) << Pad("PARENT", 12) << Pad("USED", 8) << Pad("GUARANTEE", 11) << Pad("BURST", 8)
-            << Pad("USED/GUAR", 11) << Pad("PENDING", 9) << "RUNNING\n";
+            << Pad("USED/GUAR", 11) << Pad("PENDING", 9) << Pad("RUNNING", 9) << "BUDGET (GPU-HOURS SPENT/PER PERIOD)\n";
   for (const json& q : j["queues"]) {
     const double used = q.value("used_gpus", 0.0), guar = q.value("guaranteed_gpus", 0.0);
     std::cout << Pad(q.value("name", ""), 14) << Pad(q.value("parent", ""), 12) << Pad(Num(used), 8)
               << Pad(Num(guar), 11) << Pad(q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()), 8)
               << Pad(guar > 0 ? std::to_string(std::lround(100 * used / guar)) + "%" : "-", 11)
-              << Pad(std::to_string(q.value("pending", 0)), 9) << q.value("running", 0) << "\n";
+              << Pad(std::to_string(q.value("pending", 0)), 9) << Pad(std::to_string(q.value("running", 0)), 9);
+    if (q.contains("budget")) {
+      const json& b = q["budget"];
+      std::cout << Num(std::round(b.value("spent_gpu_hours", 0.0) * 10) / 10) << "/" << Num(b.value("gpu_hours", 0.0))
+                << " per " << b.value("period", "") << (b.value("spent", false) ? ", spent: new work " +
+                                                                                       b.value("when_spent", "")
+                                                                                 : "");
+    } else {
+      std::cout << "-";
+    }
+    std::cout << "\n";
   }
   return 0;
 }
 
-// "24h", "7d", "90m", "3600s" (ago), or seconds since the Unix epoch.
+// "24h", "7d", "90m", "3600s" (ago), a UTC date "2026-11-01" or time "2026-11-01T12:30"
+// (seconds optional), or seconds since the Unix epoch.
 bool ParseWhen(const std::string& s, double now, double& out) {
   if (s.empty()) return false;
+  std::tm tm{};
+  int y = 0, mo = 0, d = 0, h = 0, mi = 0, sec = 0, used = 0;
+  if (std::sscanf(s.c_str(), "%4d-%2d-%2d%n", &y, &mo, &d, &used) == 3 && used == 10) {
+    if (s.size() > 10) {
+      int more = 0;
+      if ((s[10] != 'T' && s[10] != ' ') ||
+          std::sscanf(s.c_str() + 11, "%2d:%2d%n", &h, &mi, &more) != 2 ||
+          (s.size() > 11 + static_cast<size_t>(more) &&
+           (std::sscanf(s.c_str() + 11 + more, ":%2d", &sec) != 1 || s.size() != 11 + static_cast<size_t>(more) + 3))) {
+        return false;
+      }
+    }
+    if (mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || sec > 60) return false;
+    tm.tm_year = y - 1900;
+    tm.tm_mon = mo - 1;
+    tm.tm_mday = d;
+    tm.tm_hour = h;
+    tm.tm_min = mi;
+    tm.tm_sec = sec;
+    const std::time_t t = timegm(&tm);
+    if (tm.tm_mday != d) return false;  // 2026-02-30 rolled over
+    out = static_cast<double>(t);
+    return true;
+  }
   try {
-    size_t used = 0;
-    const double v = std::stod(s, &used);
-    const std::string unit = s.substr(used);
+    size_t n = 0;
+    const double v = std::stod(s, &n);
+    const std::string unit = s.substr(n);
     if (unit.empty()) {
       out = v;
       return true;
@@ -529,16 +566,40 @@ bool ParseWhen(const std::string& s, double now, double& out) {
   }
 }
 
-int Usage(const Globals& g, const std::string& since, const std::string& until, bool json_out) {
+// GPU-hours over a period, grouped by `by` (any of queue, user, model, comma-separated):
+// held, busy (utilization-weighted where agents reported; UTIL is busy over reported),
+// cost (held x the model's price), and what right-sizing would have freed.
+// A CSV field (RFC 4180): quoted when it holds a comma, quote or line break.
+std::string CsvField(const std::string& v) {
+  if (v.find_first_of(",\"\r\n") == std::string::npos) return v;
+  std::string out = "\"";
+  for (char ch : v) out += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return out + "\"";
+}
+
+int Usage(const Globals& g, const std::string& since, const std::string& until, const std::string& by, bool csv,
+          bool json_out) {
   const double now = NowSeconds();
   double from = now - 86400, to = now;
   if (!since.empty() && !ParseWhen(since, now, from)) {
-    std::cerr << "gantry usage: --since: expected e.g. 24h, 7d or Unix seconds, got " << since << "\n";
+    std::cerr << "gantry usage: --since: expected e.g. 24h, 7d, 2026-11-01, 2026-11-01T08:00 (UTC) or Unix seconds, got "
+              << since << "\n";
     return kExitBadInput;
   }
   if (!until.empty() && !ParseWhen(until, now, to)) {
-    std::cerr << "gantry usage: --until: expected e.g. 1h, 0s or Unix seconds, got " << until << "\n";
+    std::cerr << "gantry usage: --until: expected e.g. 1h, 2026-12-01 (UTC) or Unix seconds, got " << until << "\n";
     return kExitBadInput;
+  }
+  std::vector<std::string> keys;
+  for (size_t pos = 0; pos <= by.size();) {
+    const size_t comma = std::min(by.find(',', pos), by.size());
+    const std::string k = by.substr(pos, comma - pos);
+    if (k != "queue" && k != "user" && k != "model") {
+      std::cerr << "gantry usage: --by: expected queue, user or model (comma-separated), got " << by << "\n";
+      return kExitBadInput;
+    }
+    keys.push_back(k);
+    pos = comma + 1;
   }
   Client c(g);
   char q[96];
@@ -550,25 +611,45 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
     std::cout << j.dump() << "\n";
     return 0;
   }
-  // Held GPU-hours; BUSY: utilization-weighted, of the time agents reported on (UTIL is
-  // busy over reported); RIGHT-SIZING: what the advised shapes would have freed.
-  std::cout << Pad("QUEUE", 14) << Pad("USER", 10) << Pad("MODEL", 14) << Pad("GPU-HOURS", 11) << Pad("BUSY", 11)
-            << Pad("UTIL", 6) << "RIGHT-SIZING FREES\n";
+  struct Sums {
+    double held = 0, busy = 0, reported = 0, cost = 0, frees = 0;
+  };
+  std::map<std::vector<std::string>, Sums> groups;
   for (const json& row : j["usage"]) {
-    auto hours = [](double v) {
-      char h[32];
-      std::snprintf(h, sizeof h, "%.3f", v);
-      return std::string(h);
-    };
-    const std::string user = row.value("user", "");
-    const double reported = row.value("reported_gpu_hours", 0.0);
-    std::cout << Pad(row.value("queue", ""), 14) << Pad(user.empty() ? "-" : user, 10) << Pad(row.value("model", ""), 14)
-              << Pad(hours(row.value("gpu_hours", 0.0)), 11)
-              << Pad(reported > 0 ? hours(row.value("busy_gpu_hours", 0.0)) : "-", 11)
-              << Pad(reported > 0 ? std::to_string(std::lround(100 * row.value("busy_gpu_hours", 0.0) / reported)) + "%"
-                                  : "-",
-                     6)
-              << (reported > 0 ? hours(row.value("right_sizing_frees_gpu_hours", 0.0)) : "-") << "\n";
+    std::vector<std::string> key;
+    for (const std::string& k : keys) key.push_back(row.value(k, ""));
+    Sums& s = groups[key];
+    s.held += row.value("gpu_hours", 0.0);
+    s.busy += row.value("busy_gpu_hours", 0.0);
+    s.reported += row.value("reported_gpu_hours", 0.0);
+    s.cost += row.value("cost", 0.0);
+    s.frees += row.value("right_sizing_frees_gpu_hours", 0.0);
+  }
+  const std::string currency = j.value("currency", "");
+  auto fixed = [](double v, int digits) {
+    char h[48];
+    std::snprintf(h, sizeof h, "%.*f", digits, v);
+    return std::string(h);
+  };
+  if (csv) {
+    for (const std::string& k : keys) std::cout << k << ",";
+    std::cout << "gpu_hours,busy_gpu_hours,reported_gpu_hours,cost,currency,right_sizing_frees_gpu_hours\n";
+    for (const auto& [key, s] : groups) {
+      for (const std::string& v : key) std::cout << CsvField(v) << ",";
+      std::cout << fixed(s.held, 6) << "," << fixed(s.busy, 6) << "," << fixed(s.reported, 6) << "," << fixed(s.cost, 6)
+                << "," << CsvField(currency) << "," << fixed(s.frees, 6) << "\n";
+    }
+    return 0;
+  }
+  for (const std::string& k : keys) std::cout << Pad(k == "queue" ? "QUEUE" : k == "user" ? "USER" : "MODEL", 14);
+  std::cout << Pad("GPU-HOURS", 11) << Pad("BUSY", 11) << Pad("UTIL", 6) << Pad("COST" + (currency.empty() ? "" : " " + currency), 12)
+            << "RIGHT-SIZING FREES\n";
+  for (const auto& [key, s] : groups) {
+    for (const std::string& v : key) std::cout << Pad(v.empty() ? "-" : v, 14);
+    const bool seen = s.reported > 0;
+    std::cout << Pad(fixed(s.held, 3), 11) << Pad(seen ? fixed(s.busy, 3) : "-", 11)
+              << Pad(seen ? std::to_string(std::lround(100 * s.busy / s.reported)) + "%" : "-", 6)
+              << Pad(fixed(s.cost, 2), 12) << (seen ? fixed(s.frees, 3) : "-") << "\n";
   }
   return 0;
 }
@@ -664,13 +745,16 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   queues->add_flag("--json", queues_json, "JSON output");
   queues->callback([&exit_code] { exit_code = Queues(g, queues_json); });
 
-  static std::string usage_since, usage_until;
-  static bool usage_json = false;
+  static std::string usage_since, usage_until, usage_by = "queue,user,model";
+  static bool usage_json = false, usage_csv = false;
   CLI::App* usage = app.add_subcommand("usage", "GPU-hours per queue, user and GPU model over a period");
-  usage->add_option("--since", usage_since, "Start: 24h, 7d (ago) or Unix seconds (default: 24h)");
-  usage->add_option("--until", usage_until, "End (default: now)");
-  usage->add_flag("--json", usage_json, "JSON output");
-  usage->callback([&exit_code] { exit_code = Usage(g, usage_since, usage_until, usage_json); });
+  usage->add_option("--since", usage_since,
+                    "Start: 24h, 7d (ago), a UTC date 2026-11-01 or time 2026-11-01T08:00, or Unix seconds (default: 24h)");
+  usage->add_option("--until", usage_until, "End, the same forms (default: now)");
+  usage->add_option("--by", usage_by, "Group by queue, user, model, or several comma-separated (default: all three)");
+  usage->add_flag("--csv", usage_csv, "CSV output (for chargeback)");
+  usage->add_flag("--json", usage_json, "JSON output (the server's rows)");
+  usage->callback([&exit_code] { exit_code = Usage(g, usage_since, usage_until, usage_by, usage_csv, usage_json); });
 
   static std::string drain_node, drain_reason, resume_node;
   CLI::App* drain = app.add_subcommand("drain", "Stop placing jobs on a node (admin)");

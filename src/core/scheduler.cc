@@ -425,8 +425,7 @@ double Scheduler::CostPerHour(const JobSpec& spec, const Allocation& alloc) cons
   for (const WorkerAlloc& w : alloc) {
     const ModelId model = cluster_.node(w.node).model;
     if (!model.valid()) continue;
-    const double price = model.v < params_.gpu_hour_price.size() ? params_.gpu_hour_price[model.v] : 1.0;
-    cost += static_cast<double>(spec.WorkerUnits(cluster_.catalog(), model)) / kGpuUnits * price;
+    cost += static_cast<double>(spec.WorkerUnits(cluster_.catalog(), model)) / kGpuUnits * GpuHourPrice(params_, model);
   }
   return cost;
 }
@@ -448,14 +447,11 @@ void Scheduler::AdvanceBudget(QueueId q, Ticks t) {
 }
 
 void Scheduler::AddBudgetSpent(QueueId q, double gpu_hours, Ticks at) {
-  if (budgets_.empty()) return;
-  for (QueueId b : queues_.queue(q).self_and_ancestors) {
-    if (!queues_.queue(b).spec.budget) continue;
-    AdvanceBudget(b, at);
-    BudgetAccount& a = budgets_[b.v];
-    const int64_t unix_ms = params_.epoch_unix_ms + at;
-    if (unix_ms >= a.start_unix_ms && unix_ms < a.end_unix_ms) a.spent += gpu_hours;
-  }
+  if (budgets_.empty() || !queues_.queue(q).spec.budget) return;
+  AdvanceBudget(q, at);
+  BudgetAccount& a = budgets_[q.v];
+  const int64_t unix_ms = params_.epoch_unix_ms + at;
+  if (unix_ms >= a.start_unix_ms && unix_ms < a.end_unix_ms) a.spent += gpu_hours;
 }
 
 void Scheduler::BudgetRun(JobId id, Ticks t, int sign) {

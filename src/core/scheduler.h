@@ -56,6 +56,11 @@ struct PolicyParams {
   std::vector<double> gpu_hour_price;
 };
 
+// The price of a GPU-hour on `model` (1 when the config names none).
+inline double GpuHourPrice(const PolicyParams& params, ModelId model) {
+  return model.valid() && model.v < params.gpu_hour_price.size() ? params.gpu_hour_price[model.v] : 1.0;
+}
+
 // How long `spec`'s GPUs may stay idle before its job is reclaimed; 0 = never. The
 // nearest queue setting (the job's queue, then its ancestors) wins over the policy's;
 // critical jobs only with reclaim_critical; never a job that keeps_when_idle.
@@ -174,9 +179,9 @@ class Scheduler {
   const BudgetAccount* budget_account(QueueId q) const {
     return budgets_.empty() || !queues_.queue(q).spec.budget ? nullptr : &budgets_[q.v];
   }
-  // Adds what a queue spent before this scheduler existed (a restarted server's ended
-  // runs of the current period) to the accounts of its budgeted self and ancestors.
-  // Call before the first pass, with `at` inside the period it belongs to.
+  // Adds to budgeted queue q's account what its subtree spent before this scheduler
+  // existed (a restarted server's ended runs of q's current period; each budgeted queue
+  // gets its own sum). Call before the first pass, with `at` inside that period.
   void AddBudgetSpent(QueueId q, double gpu_hours, Ticks at);
   // Weighted GPU-hours per hour of `alloc` for a job of `spec`.
   double CostPerHour(const JobSpec& spec, const Allocation& alloc) const;

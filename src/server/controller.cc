@@ -203,8 +203,10 @@ Status Controller::Restore() {
   const Ticks now = now_ = Now();
   auto policy = core::MakePolicy(options_.policy);
   if (!policy) return Error{"policy", "unknown policy " + options_.policy};
-  sched_ = std::make_unique<core::Scheduler>(cluster_, config_.queues, std::move(policy),
-                                             config_.policy.params);
+  core::PolicyParams params = config_.policy.params;
+  params.epoch_unix_ms = epoch_ms_;  // budgets' calendar periods
+  sched_ = std::make_unique<core::Scheduler>(cluster_, config_.queues, std::move(policy), params);
+  if (Status s = SeedBudgets(now); !s) return s;
 
   nodes_.assign(cluster_.nodes().size(), NodeInfo{});
   node_jobs_.assign(cluster_.nodes().size(), {});

@@ -253,6 +253,11 @@ class Controller {
   double JobGpus(const Job& job) const;
   void RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks now);
   void ReclaimIdle(Ticks now);
+  // Budgets: what the ended runs of each budget's current period spent, into the
+  // scheduler's accounts (at start); events for budgets spent or renewed by a pass.
+  Status SeedBudgets(Ticks now);
+  void NoteBudgets(Ticks now);
+  std::vector<char> budget_out_;  // by queue, as of the last pass
   // The runs table's usage columns for the current run's workers (when it ends).
   void SaveRunUsage(const Job& job);
   nlohmann::json UsageSummary(const Job& job, Ticks now) const;

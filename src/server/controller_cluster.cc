@@ -140,6 +140,16 @@ void Controller::Queues(std::string token, Done done) {
         qj["guaranteed_gpus_by_model"] = std::move(guaranteed);
         qj["used_gpus_by_model"] = std::move(used);
       }
+      if (const core::Scheduler::BudgetAccount* a = sched_->budget_account(core::QueueId(i))) {
+        const core::BudgetSpec& b = *q.spec.budget;
+        qj["budget"] = {{"gpu_hours", b.gpu_hours},
+                        {"period", core::Name(b.period)},
+                        {"when_spent", core::Name(b.when_spent)},
+                        {"spent_gpu_hours", a->spent},
+                        {"period_start", static_cast<double>(a->start_unix_ms) / 1000.0},
+                        {"period_end", static_cast<double>(a->end_unix_ms) / 1000.0},
+                        {"spent", a->out}};
+      }
       queues.push_back(std::move(qj));
     }
     Reply r;
@@ -159,7 +169,7 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
     // GPU-hours held in the period; of the time agents reported on, how busy, and what
     // right-sizing would have freed. A run's usage is spread evenly over its length.
     struct Sums {
-      double held = 0, busy = 0, reported = 0, free = 0;
+      double held = 0, busy = 0, reported = 0, free = 0, cost = 0;
     };
     std::map<std::tuple<std::string, std::string, std::string>, Sums> sums;  // queue, user, model
     for (StoredRun r : *runs) {
@@ -181,6 +191,8 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
       const double share = static_cast<double>(overlap) / static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
       Sums& s = sums[{r.queue, r.user, r.model}];
       s.held += r.gpus * static_cast<double>(overlap) / 3.6e6;
+      const core::ModelId model = cluster_.catalog().Find(r.model).value_or(core::ModelId());
+      s.cost += r.gpus * static_cast<double>(overlap) / 3.6e6 * core::GpuHourPrice(config_.policy.params, model);
       s.busy += r.busy_gpu_ms * share / 3.6e6;
       s.reported += r.reported_gpu_ms * share / 3.6e6;
       if (r.fit_gpus >= 0) s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
@@ -194,11 +206,12 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
                       {"gpu_hours", s.held},
                       {"busy_gpu_hours", s.busy},
                       {"reported_gpu_hours", s.reported},
-                      {"right_sizing_frees_gpu_hours", s.free}});
+                      {"right_sizing_frees_gpu_hours", s.free},
+                      {"cost", s.cost}});
     }
     Reply r;
     r.body = {{"from", static_cast<double>(from) / 1000.0}, {"to", static_cast<double>(to) / 1000.0},
-              {"usage", rows}};
+              {"currency", config_.policy.currency}, {"usage", rows}};
     return r;
   });
 }

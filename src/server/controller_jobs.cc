@@ -493,6 +493,19 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     j["run_start"] = UnixSeconds(job.run_start);
   }
   if (job.end == "failed") j["exit_code"] = job.exit_code;
+  if (job.core.valid() && job.state != JobState::kDone) {  // a spent budget demoted it
+    const core::JobRecord& rec = sched_->job(job.core);
+    if (rec.spec.tier != rec.asked_tier) {
+      j["tier_now"] = std::string(core::Name(rec.spec.tier));
+      if (auto b = sched_->BudgetDemotes(job.spec.queue)) {
+        j["tier_reason"] = "budget: queue " + config_.queues.queue(*b).spec.name +
+                           " spent its GPU-hours; new work runs as best-effort until " +
+                           core::UtcMinute(sched_->budget_account(*b)->end_unix_ms);
+      } else {
+        j["tier_reason"] = "budget: started while its queue's GPU-hours were spent";
+      }
+    }
+  }
   if (job.first_start >= 0) j["usage"] = UsageSummary(job, now_);
   if (!details) return j;
   json workers = json::array();

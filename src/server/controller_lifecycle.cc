@@ -29,6 +29,7 @@ void Controller::Pass(Ticks now) {
   const std::vector<core::Decision>& decisions = sched_->Schedule(now);
   sched_latency_.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  NoteBudgets(now);
   for (const core::Decision& d : decisions) {
     Job& job = jobs_.at(core_to_seq_[d.job.v]);
     switch (d.kind) {

@@ -68,6 +68,51 @@ void Controller::SaveRunUsage(const Job& job) {
   }
 }
 
+Status Controller::SeedBudgets(Ticks now) {
+  budget_out_.assign(config_.queues.size(), 0);
+  const int64_t now_ms = WallMs(now);
+  for (uint32_t i = 0; i < config_.queues.size(); ++i) {
+    const core::QueueId q(i);
+    const core::Queue& queue = config_.queues.queue(q);
+    if (!queue.spec.budget) continue;
+    const auto [start, end] = core::BudgetPeriodAt(queue.spec.budget->period, now_ms);
+    auto runs = store_.Runs(start, now_ms);
+    if (!runs) return runs.error();
+    double spent = 0;
+    for (const StoredRun& r : *runs) {
+      if (r.end_ms < 0) continue;  // running: counted when adopted, from its start
+      auto rq = config_.queues.Find(r.queue);
+      if (!rq) continue;  // a queue the config no longer has
+      const auto& chain = config_.queues.queue(*rq).self_and_ancestors;
+      if (std::find(chain.begin(), chain.end(), q) == chain.end()) continue;
+      const double price =
+          core::GpuHourPrice(config_.policy.params, cluster_.catalog().Find(r.model).value_or(core::ModelId()));
+      const int64_t overlap = std::min(r.end_ms, now_ms) - std::max(r.start_ms, start);
+      if (overlap > 0) spent += r.gpus * price * static_cast<double>(overlap) / 3.6e6;
+    }
+    sched_->AddBudgetSpent(q, spent, now);
+  }
+  return Ok{};
+}
+
+void Controller::NoteBudgets(Ticks now) {
+  for (uint32_t i = 0; i < config_.queues.size(); ++i) {
+    const core::Scheduler::BudgetAccount* a = sched_->budget_account(core::QueueId(i));
+    if (a == nullptr || a->out == (budget_out_[i] != 0)) continue;
+    budget_out_[i] = a->out;
+    const core::Queue& q = config_.queues.queue(core::QueueId(i));
+    log_.Budget(now, q.spec.name, a->out ? "spent" : "renewed", a->spent, q.spec.budget->gpu_hours);
+    const std::string spent = FormatValue(a->spent), budget = FormatValue(q.spec.budget->gpu_hours),
+                      until = core::UtcMinute(a->end_unix_ms);
+    log::Info(a->out ? "budget spent" : "budget renewed",
+              {{"queue", q.spec.name},
+               {"spent_gpu_hours", spent},
+               {"budget_gpu_hours", budget},
+               {"period_end", until},
+               {"new_work", a->out ? core::Name(q.spec.budget->when_spent) : std::string_view("as asked")}});
+  }
+}
+
 void Controller::ReclaimIdle(Ticks now) {
   const core::PolicyParams& params = config_.policy.params;
   std::vector<std::pair<int64_t, std::string>> idle;

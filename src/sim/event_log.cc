@@ -125,6 +125,18 @@ void EventLog::JobEvent(core::Ticks t, std::string_view type, std::string_view j
 void EventLog::Reject(core::Ticks t, std::string_view job, std::string_view error) {
   JobEvent(t, "reject", job, "error", error);
 }
+void EventLog::Budget(core::Ticks t, std::string_view queue, std::string_view state, double spent_gpu_hours,
+                      double budget_gpu_hours) {
+  Head(t, "budget");
+  Field("queue", queue);
+  Field("state", state);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, ",\"spent_gpu_hours\":%.6g,\"budget_gpu_hours\":%.6g", spent_gpu_hours,
+                budget_gpu_hours);
+  out_ << buf;
+  End();
+}
+
 void EventLog::Reclaim(core::Ticks t, std::string_view job, std::string_view reason) {
   JobEvent(t, "reclaim", job, "reason", reason);
 }

@@ -31,6 +31,9 @@ class EventLog {
   void Wait(core::Ticks t, std::string_view job, std::string_view reason);
   void NodeDown(core::Ticks t, std::string_view node);
   void NodeUp(core::Ticks t, std::string_view node);
+  // A queue's GPU-hour budget ran out (`spent`) or a new period renewed it (`renewed`).
+  void Budget(core::Ticks t, std::string_view queue, std::string_view state, double spent_gpu_hours,
+              double budget_gpu_hours);
 
  private:
   void Head(core::Ticks t, std::string_view type);

@@ -197,6 +197,23 @@ void Report::Write(std::ostream& out) const {
     g["gpu_hours_with_children"] = static_cast<double>(subtree[q]) / kUnitMsPerGpuHour;
     g["gpu_hours_by_model_with_children"] = hours_by_model(subtree_by_model[q]);
     g["preemptions"] = by_queue_[q].preemptions;
+    // Chargeback: GPU-hours by model at each model's price.
+    auto cost = [&](const std::map<std::string, int64_t>& by_model) {
+      double c = 0;
+      for (const auto& [model, unit_ms] : by_model) {
+        auto price = prices_.find(model);
+        c += static_cast<double>(unit_ms) / kUnitMsPerGpuHour * (price == prices_.end() ? 1.0 : price->second);
+      }
+      return c;
+    };
+    g["cost"] = cost(by_queue_[q].alloc_by_model);
+    g["cost_with_children"] = cost(subtree_by_model[q]);
+    if (spec.budget) {
+      g["budget"] = {{"gpu_hours", spec.budget->gpu_hours},
+                     {"period", std::string(core::Name(spec.budget->period))},
+                     {"when_spent", std::string(core::Name(spec.budget->when_spent))},
+                     {"times_spent", by_queue_[q].budget_spent}};
+    }
     g["guaranteed_gpus"] = static_cast<double>(spec.guaranteed) / kGpuUnits;
     if (!spec.guaranteed_by_model.empty()) {
       Json by_model = Json::object();
@@ -209,6 +226,7 @@ void Report::Write(std::ostream& out) const {
     by_queue[spec.name] = g;
   }
   j["by_queue"] = by_queue;
+  j["currency"] = currency_;
   Json by_tier = Json::object();
   for (int t = 0; t < core::kTierCount; ++t) {
     Group g = by_tier_[t];

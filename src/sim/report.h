@@ -60,6 +60,14 @@ class Report {
   // right after Advance(t).
   void Fragmented(core::Ticks t, double gpus);
   void SchedulingPass(double wall_ms) { pass_ms_.push_back(wall_ms); }
+  // Chargeback: each model's price per GPU-hour (by name; 1 where absent) and the
+  // currency, for the cost figures.
+  void SetPrices(std::map<std::string, double> price_by_model, std::string currency) {
+    prices_ = std::move(price_by_model);
+    currency_ = std::move(currency);
+  }
+  // A queue's budget ran out (core/budget.h): counted per queue.
+  void BudgetSpent(core::QueueId queue) { ++by_queue_[queue.v].budget_spent; }
   void Events(size_t n) { events_ += n; }
 
   void Write(std::ostream& out) const;
@@ -81,6 +89,8 @@ class Report {
  private:
   const core::QueueTree& queues_;
   std::string policy_;
+  std::map<std::string, double> prices_;
+  std::string currency_;
   size_t submitted_ = 0, finished_ = 0, rejected_ = 0, reclaimed_ = 0;
   size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0, unfinished_ = 0;
   core::Ticks first_submit_ = -1, last_finish_ = -1;
@@ -106,6 +116,7 @@ class Report {
     int64_t alloc = 0;  // unit-ms
     std::map<std::string, int64_t> alloc_by_model;  // unit-ms (queues only)
     size_t preemptions = 0;
+    size_t budget_spent = 0;  // times its budget ran out (queues only)
     std::vector<double> wait_ms, jct_s;
   };
   std::vector<Group> by_queue_;

@@ -28,7 +28,15 @@ Simulator::Simulator(const spec::ClusterConfig& config, SimOptions options, std:
       report_(config.queues, options_.policy),
       timeline_(config.queues),
       node_up_at_(config.cluster.nodes().size(), -1),
-      pending_critical_(config.queues.size(), 0) {}
+      pending_critical_(config.queues.size(), 0),
+      budget_out_(config.queues.size(), 0) {
+  std::map<std::string, double> prices;
+  for (size_t m = 0; m < config.cluster.catalog().size(); ++m) {
+    const core::ModelId id(static_cast<uint32_t>(m));
+    prices[config.cluster.catalog().model(id).name] = core::GpuHourPrice(config.policy.params, id);
+  }
+  report_.SetPrices(std::move(prices), config.policy.currency);
+}
 
 void Simulator::Push(Ticks t, Kind kind, uint32_t a, uint32_t run) {
   events_.push(Event{t, kind, seq_++, a, run});
@@ -119,6 +127,14 @@ void Simulator::Pass(Ticks now) {
   const std::vector<core::Decision>& decisions = sched_.Schedule(now);
   const auto end = std::chrono::steady_clock::now();
   report_.SchedulingPass(std::chrono::duration<double, std::milli>(end - start).count());
+  for (uint32_t q = 0; q < budget_out_.size(); ++q) {  // budgets spent or renewed
+    const core::Scheduler::BudgetAccount* a = sched_.budget_account(core::QueueId(q));
+    if (a == nullptr || a->out == (budget_out_[q] != 0)) continue;
+    budget_out_[q] = a->out;
+    const core::QueueSpec& spec = config_.queues.queue(core::QueueId(q)).spec;
+    log_.Budget(now, spec.name, a->out ? "spent" : "renewed", a->spent, spec.budget->gpu_hours);
+    if (a->out) report_.BudgetSpent(core::QueueId(q));
+  }
   for (const core::Decision& d : decisions) {
     const core::JobRecord& job = sched_.job(d.job);
     SimJob& s = jobs_[d.job.v];

@@ -113,6 +113,7 @@ class Simulator {
   core::Ticks wakeup_at_ = core::kForever;
   size_t active_ = 0;  // jobs submitted and not yet done
   std::vector<core::GpuUnits> pending_critical_;  // per queue: units of critical jobs never started
+  std::vector<char> budget_out_;  // by queue, as of the last pass
   uint64_t handled_ = 0;  // events handled (SimProgress::events)
   uint64_t next_progress_ = 0;
   core::Ticks last_t_ = 0;  // latest instant handled

@@ -100,7 +100,7 @@ class ConfigParser {
                     Describe(*doc));
       return std::nullopt;
     }
-    Fields top(d_, *doc, "", {"cluster", "gpu_models", "pools", "queues", "policy"});
+    Fields top(d_, *doc, "", {"cluster", "gpu_models", "pools", "queues", "policy", "accounting"});
     lines_.NoteEntries(top, *doc);
     std::string name = "gantry";
     if (auto n = top.String("cluster")) {
@@ -115,6 +115,7 @@ class ConfigParser {
     std::vector<PoolSpec> pools = ReadPools(top, catalog);
     std::vector<QueueSpec> queues = ReadQueues(top, catalog, pools);
     PolicyConfig policy = ReadPolicy(top);
+    ReadAccounting(top, catalog, policy);
     top.Finish();
 
     // The core's structural checks run even when some fields were bad, so every problem
@@ -378,7 +379,7 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
-                "weight", "reclaim_idle_after_s", "allow_keep_when_idle"});
+                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -404,6 +405,7 @@ class ConfigParser {
         q.reclaim_idle_after = SecondsToTicks(*r);
       }
       if (auto a = f.Bool("allow_keep_when_idle")) q.allow_keep_when_idle = *a;
+      ReadBudget(f, q);
       f.Finish();
       NoteDirty(path, before);
       queues.push_back(std::move(q));
@@ -445,6 +447,65 @@ class ConfigParser {
       }
     }
     if (!f.has("guaranteed_gpus")) q.guaranteed = sum;
+  }
+
+  // `budget: {gpu_hours: 5000, period: month, when_spent: best-effort}` (core/budget.h).
+  void ReadBudget(Fields& f, QueueSpec& q) {
+    const Doc* v = f.Get("budget");
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_map()) {
+      f.Report("budget", "expected a mapping with gpu_hours, period and when_spent, got " + Describe(*v));
+      return;
+    }
+    Fields b(d_, *v, f.Path("budget"), {"gpu_hours", "period", "when_spent"});
+    lines_.NoteEntries(b, *v);
+    core::BudgetSpec budget;
+    if (auto h = b.Number("gpu_hours", Range{0, true, 1e12})) {
+      budget.gpu_hours = *h;
+    } else if (!b.has("gpu_hours")) {
+      b.Report("gpu_hours", "required");
+    }
+    if (auto p = b.Choice("period", {"week", "month"})) {
+      budget.period = *p == "week" ? core::BudgetPeriod::kWeek : core::BudgetPeriod::kMonth;
+    }
+    if (auto w = b.Choice("when_spent", {"best-effort", "wait"})) {
+      budget.when_spent = *w == "wait" ? core::WhenSpent::kWait : core::WhenSpent::kBestEffort;
+    }
+    b.Finish();
+    q.budget = budget;
+  }
+
+  // `accounting: {currency: EUR, gpu_hour_prices: {H100-80GB: 2.5, A100-80GB: 1.2}}`.
+  void ReadAccounting(Fields& top, const Catalog& catalog, PolicyConfig& policy) {
+    const Doc* v = top.Get("accounting");
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_map()) {
+      top.Report("accounting", "expected a mapping with currency and gpu_hour_prices, got " + Describe(*v));
+      return;
+    }
+    Fields f(d_, *v, "accounting", {"currency", "gpu_hour_prices"});
+    lines_.NoteEntries(f, *v);
+    if (auto c = f.String("currency")) policy.currency = *c;
+    const Doc* prices = f.Get("gpu_hour_prices");
+    if (prices != nullptr && !prices->is_null()) {
+      const std::string path = f.Path("gpu_hour_prices");
+      if (!prices->is_map()) {
+        f.Report("gpu_hour_prices", "expected a mapping of GPU model to price per GPU-hour, got " + Describe(*prices));
+      } else {
+        policy.params.gpu_hour_price.assign(catalog.size(), 1.0);
+        for (const DocEntry& e : prices->entries) {
+          const std::string field = path + "." + e.key;
+          lines_.Note(field, e.line);
+          const std::optional<core::ModelId> model = catalog.Find(e.key);
+          if (!model) {
+            d_.Report(e.line, field, "unknown GPU model " + Quote(e.key) + " (known: " + KnownModels(catalog) + ")");
+            continue;
+          }
+          if (auto p = d_.Number(e.value, e.line, field, Range{0, false, 1e9})) policy.params.gpu_hour_price[model->v] = *p;
+        }
+      }
+    }
+    f.Finish();
   }
 
   PolicyConfig ReadPolicy(Fields& top) {

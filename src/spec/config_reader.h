@@ -24,9 +24,13 @@ namespace gantry::spec {
 // spec (an API request, a job file) gets when it gives no grace_s, as Slurm's KillWait
 // and Kubernetes' terminationGracePeriodSeconds (30 s); trace lines keep what they
 // record (0 when absent), so replayed workloads do not change under it.
+// The config's `accounting` section fills params.gpu_hour_price (`gpu_hour_prices`, a
+// price per GPU-hour by model, 1 where absent; it weighs budgets and makes costs) and
+// `currency` (a label for reports).
 struct PolicyConfig {
   core::PolicyParams params;
   int64_t default_grace = 30'000;  // ms (Ticks)
+  std::string currency;
 };
 
 struct ClusterConfig {

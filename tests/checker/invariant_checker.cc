@@ -209,6 +209,7 @@ struct Queue {
   std::string name;
   int parent = -1;
   int64_t burst_units = -1;  // -1: no burst limit
+  bool budget_waits = false;  // budget.when_spent: wait
 };
 
 struct Config {
@@ -335,6 +336,9 @@ Config LoadConfig(const std::string& path) {
       q.name = YamlString(queues[i], "name", "", ctx);
       const double burst = YamlNumber(queues[i], "burst_gpus", -1, ctx);
       q.burst_units = burst < 0 ? -1 : std::llround(burst * kUnitsPerGpu);
+      if (YAML::Node b = queues[i]["budget"]; b && b.IsMap()) {
+        q.budget_waits = YamlString(b, "when_spent", "best-effort", ctx + ".budget") == "wait";
+      }
       parents.push_back(YamlString(queues[i], "parent", "", ctx));
       c.queue_by_name[q.name] = static_cast<int>(c.queues.size());
       c.queues.push_back(std::move(q));
@@ -623,6 +627,7 @@ class Replayer {
       nodes_[i].gpus.resize(static_cast<std::size_t>(std::max(0, config.nodes[i].gpus)));
     }
     holding_.assign(config.queues.size(), 0);
+    budget_spent_.assign(config.queues.size(), false);
   }
 
   void Replay(const std::string& events_path) {
@@ -697,6 +702,19 @@ class Replayer {
       }
       if (type == "node_down") OnNodeDown(line, t, it->second);
       else OnNodeUp(line, t, it->second);
+      return;
+    }
+    if (type == "budget") {  // a queue's GPU-hour budget spent or renewed
+      const std::string queue = ev.value("queue", "");
+      const std::string state = ev.value("state", "");
+      auto it = config_.queue_by_name.find(queue);
+      if (it == config_.queue_by_name.end()) {
+        Add(line, t, "", inv::kEventFormat, fmt::format("budget of unknown queue '{}'", queue));
+      } else if (state != "spent" && state != "renewed") {
+        Add(line, t, "", inv::kEventFormat, fmt::format("budget state '{}' (spent or renewed)", state));
+      } else {
+        budget_spent_[static_cast<std::size_t>(it->second)] = state == "spent";
+      }
       return;
     }
     static const std::set<std::string> kJobEvents = {"submit", "start",  "preempt", "finish",
@@ -1160,6 +1178,10 @@ class Replayer {
     }
     for (int q : QueueChain(config_, job.queue)) {
       const auto qi = static_cast<std::size_t>(q);
+      if (job.tier != "critical" && config_.queues[qi].budget_waits && budget_spent_[qi]) {
+        Add(line, t, job.id, inv::kBudget,
+            fmt::format("started while queue {}'s budget is spent (when_spent: wait)", config_.queues[qi].name));
+      }
       holding_[qi] += units;
       const Queue& queue = config_.queues[qi];
       if (queue.burst_units >= 0 && holding_[qi] > queue.burst_units) {
@@ -1373,6 +1395,7 @@ class Replayer {
   std::map<std::string, JobRun> runs_;
   std::vector<NodeState> nodes_;
   std::vector<int64_t> holding_;  // per queue, GPU units held by it and its descendants
+  std::vector<bool> budget_spent_;  // per queue: its budget event said spent, not renewed
   std::vector<Obligation> obligations_;
   std::vector<RunRecord> records_;
   std::map<std::string, int64_t> counts_;

@@ -44,6 +44,7 @@ inline constexpr std::string_view kCriticalOnSpot = "critical_on_spot";
 inline constexpr std::string_view kUnknownQueue = "unknown_queue"; // started job's queue unknown
 inline constexpr std::string_view kBurst = "burst";                // queue holding > burst_gpus
 inline constexpr std::string_view kWindow = "window";              // start outside daily window
+inline constexpr std::string_view kBudget = "budget";              // start while a wait budget is spent
 inline constexpr std::string_view kNodeDownStart = "node_down_start";     // start on down node
 inline constexpr std::string_view kNodeDownRelease = "node_down_release"; // not released at down
 inline constexpr std::string_view kFailures = "failures";          // node_down/up vs failures file

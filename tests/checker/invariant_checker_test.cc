@@ -649,6 +649,36 @@ TEST_F(CheckerTest, BurstOfParentBoundsChildren) {
   ExpectFlagged(inv::kBurst, CleanLog(), f);  // lf holds 16 GPUs in research, a child of ml
 }
 
+// Budgets: while a `budget` event says serving's budget is spent, and serving waits when
+// spent, no standard job of serving may start (critical ones may); best-effort mode lets
+// them start.
+TEST_F(CheckerTest, StartWhileAWaitBudgetIsSpent) {
+  auto spent = CleanLog();
+  spent.insert(spent.begin(),
+               R"({"t":0,"type":"budget","queue":"serving","state":"spent","spent_gpu_hours":5,"budget_gpu_hours":5})");
+  Files waits;
+  waits.config = ReplaceText(std::string(kConfig), "burst_gpus: 8", "burst_gpus: 8\n    budget: {gpu_hours: 5, when_spent: wait}");
+  const std::vector<Violation> vs = Check(spent, waits);
+  EXPECT_TRUE(Flagged(vs, inv::kBudget)) << Dump(vs);
+  for (const Violation& v : vs) {
+    if (v.invariant == inv::kBudget) {
+      EXPECT_NE(v.subject, "crit") << "critical jobs are exempt";
+      EXPECT_NE(v.subject, "m1") << "critical jobs are exempt";
+    }
+  }
+  Files demotes;
+  demotes.config = ReplaceText(std::string(kConfig), "burst_gpus: 8", "burst_gpus: 8\n    budget: {gpu_hours: 5}");
+  EXPECT_FALSE(Flagged(Check(spent, demotes), inv::kBudget));
+  // Renewed before the starts: clean.
+  auto renewed = spent;
+  renewed.insert(renewed.begin() + 1,
+                 R"({"t":0,"type":"budget","queue":"serving","state":"renewed","spent_gpu_hours":0,"budget_gpu_hours":5})");
+  EXPECT_FALSE(Flagged(Check(renewed, waits), inv::kBudget));
+  auto bad = spent;
+  bad[0] = R"({"t":0,"type":"budget","queue":"nope","state":"spent"})";
+  EXPECT_TRUE(Flagged(Check(bad, waits), inv::kEventFormat));
+}
+
 TEST_F(CheckerTest, WindowOutside) {
   auto log = Replace(CleanLog(), R"("start","job":"win")",
                      R"({"t":36000,"type":"start","job":"win","alloc":[{"node":"gpu-3","gpus":[0]}]})");

@@ -183,6 +183,7 @@ TEST_F(BudgetTest, PricesWeighModelsAndEarlierSpendingCounts) {
   // A restarted server: 1 GPU-hour spent in this month before, and a job running since
   // an hour before the scheduler's first pass (adopted: TryStart with its start time).
   sched_->AddBudgetSpent(*queues_->Find("team"), 1.0, 0);
+  sched_->AddBudgetSpent(*queues_->Find("org"), 1.5, 0);
   sched_->Schedule(kHour);
   const JobId h = sched_->Submit(Job("h", 1, "team"), 0);
   sched_->TryStart(h, 0, Fit::kFirst);
@@ -190,6 +191,7 @@ TEST_F(BudgetTest, PricesWeighModelsAndEarlierSpendingCounts) {
   const JobId a = sched_->Submit(Job("a", 2, "team", "A100-80GB"), kHour);
   sched_->Schedule(kHour);
   EXPECT_NEAR(Spent("team"), 1.0 + 2.0, 1e-9);  // before + one H100-hour at 2
+  EXPECT_NEAR(Spent("org"), 1.5 + 2.0, 1e-9);   // its own sum before, not team's again
   sched_->Schedule(kHour + kHour / 2);
   EXPECT_NEAR(Spent("team"), 3.0 + 1.0 + 0.5, 1e-9);  // + H100 half hour at 2, 2 A100 half hours at 0.5
   EXPECT_NEAR(sched_->CostPerHour(sched_->job(a).spec, sched_->job(a).alloc), 1.0, 1e-12);

@@ -1012,5 +1012,146 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_NE(h.Cli({"usage"}, h.token("admin")).out.find("RIGHT-SIZING FREES"), std::string::npos);
 }
 
+
+// Issue 12 item 5: GPU-hour budgets live. research's budget runs out while its first job
+// runs: that job is left alone, new work runs as best-effort. vision's runs out too and
+// new work waits for the next period, with the reason, also after a gantryd restart.
+// `gantry usage` agrees with the event log, costs weighted by the price of an H100-hour.
+constexpr const char* kBudgetCluster = R"(cluster: budget
+pools:
+  - name: h100
+    count: 2
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+queues:
+  - name: research
+    guaranteed_gpus: 8
+    budget: {gpu_hours: 0.004, period: month}
+  - name: vision
+    guaranteed_gpus: 8
+    budget: {gpu_hours: 0.004, period: week, when_spent: wait}
+accounting:
+  currency: EUR
+  gpu_hour_prices: {H100-80GB: 2}
+)";
+
+TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEventLog) {
+  Harness h("budget");
+  h.Setup(kBudgetCluster, {{"a", "research"}, {"b", "vision"}});
+  h.Write("job.sh", kJobScript, true);
+  fs::create_directories(h.Path("out"));
+  h.StartServer();
+  for (int i = 0; i < 2; ++i) h.StartAgent("h100-" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
+  auto spec = [&](const std::string& id, const std::string& queue, int gpus, int ms) {
+    h.Write(id + ".yaml", "id: " + id + "\nqueue: " + queue + "\ngpus: " + std::to_string(gpus) +
+                              "\nvram_gb: 20\ngrace_s: 1\ncommand: [" + h.Path("job.sh") + ", " + h.Path("out") +
+                              ", \"" + std::to_string(ms) + "\"]\n");
+    return h.Path(id + ".yaml");
+  };
+  auto budget = [&](const std::string& queue) {
+    const json all = h.Get("/v1/queues", h.token("admin"));
+    for (const json& q : all.value("queues", json::array())) {
+      if (q.value("name", "") == queue) return q.value("budget", json::object());
+    }
+    return json::object();
+  };
+  // 0.004 weighted GPU-hours at 2 per H100-hour: 7.2 H100 GPU-seconds. r1 (4 GPUs)
+  // spends it in 1.8 s, v1 (2 GPUs) in 3.6 s; both run 5 s.
+  std::set<std::string> ids;
+  ids.insert(Submit(h, "a", {spec("r1", "research", 4, 5000)}));
+  ids.insert(Submit(h, "b", {spec("v1", "vision", 2, 5000)}));
+  ASSERT_TRUE(Harness::WaitFor([&] { return budget("research").value("spent", false); }, 10)) << budget("research");
+  EXPECT_EQ(budget("research").value("period", ""), "month");
+  EXPECT_GE(budget("research").value("spent_gpu_hours", 0.0), 0.004 * (1 - 1e-6));
+  EXPECT_FALSE(budget("vision").value("spent", true)) << budget("vision");
+  EXPECT_EQ(h.Job("r1").value("state", ""), "running");
+
+  ids.insert(Submit(h, "a", {spec("r2", "research", 2, 1000)}));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("r2").value("state", "") != "pending"; }, 10));
+  const json r2 = h.Job("r2");
+  EXPECT_EQ(r2.value("tier", ""), "standard");
+  EXPECT_EQ(r2.value("tier_now", ""), "best-effort") << r2.dump();
+  EXPECT_NE(r2.value("tier_reason", "").find("queue research spent its GPU-hours"), std::string::npos) << r2.dump();
+  EXPECT_NE(h.Cli({"ls"}, h.token("a")).out.find("best-effort*"), std::string::npos);
+
+  ASSERT_TRUE(Harness::WaitFor([&] { return budget("vision").value("spent", false); }, 10)) << budget("vision");
+  ids.insert(Submit(h, "b", {spec("v2", "vision", 1, 1000)}));
+  auto held = [&] {
+    const json v2 = h.Job("v2");
+    return v2.value("state", "") == "pending" &&
+           v2.value("reason", "").find("budget: queue vision spent its 0.004 GPU-hours of the week from") !=
+               std::string::npos &&
+           v2.value("reason", "").find("new work waits until") != std::string::npos;
+  };
+  ASSERT_TRUE(Harness::WaitFor(held, 10)) << h.Job("v2").dump();
+  RunResult queues = h.Cli({"queues"}, h.token("admin"));
+  EXPECT_NE(queues.out.find("per week, spent: new work wait"), std::string::npos) << queues.out;
+
+  // A restart keeps what was spent (the ended runs of the period from the database, the
+  // running ones from their start).
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("v1").value("state", "") == "finished"; }, 10));
+  h.KillServer(SIGKILL);
+  h.StartServer();
+  ASSERT_TRUE(Harness::WaitFor([&] { return budget("vision").value("spent", false); }, 15)) << budget("vision");
+  EXPECT_GE(budget("vision").value("spent_gpu_hours", 0.0), 0.004 * (1 - 1e-6));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_TRUE(held()) << h.Job("v2").dump();
+  ASSERT_EQ(h.Cli({"cancel", "v2"}, h.token("b")).rc, 0);
+
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  const auto states = States(h);
+  for (const char* id : {"r1", "r2", "v1"}) EXPECT_EQ(states.at(id), "finished") << id;
+  EXPECT_EQ(states.at("v2"), "cancelled");
+
+  // The event log: budget events, and GPU-hours per queue from its starts and ends.
+  const std::vector<json> events = Events(h);
+  std::map<std::string, std::string> queue_of = {{"r1", "research"}, {"r2", "research"}, {"v1", "vision"}, {"v2", "vision"}};
+  std::map<std::string, std::pair<double, double>> open;  // job -> start, gpus
+  std::map<std::string, double> from_log;                 // queue -> GPU-hours
+  int spent_events = 0;
+  for (const json& e : events) {
+    const std::string type = e.value("type", ""), job = e.value("job", "");
+    if (type == "budget" && e.value("state", "") == "spent") ++spent_events;
+    if (type == "start") {
+      double gpus = 0;
+      for (const json& w : e["alloc"]) gpus += static_cast<double>(w.value("gpus", json::array()).size());
+      open[job] = {e["t"].get<double>(), gpus};
+    } else if ((type == "finish" || type == "preempt" || type == "requeue" || type == "cancel" || type == "reclaim") &&
+               open.count(job)) {
+      from_log[queue_of[job]] += open[job].second * (e["t"].get<double>() - open[job].first) / 3600;
+      open.erase(job);
+    }
+  }
+  EXPECT_GE(spent_events, 2);  // each queue once (vision again after the restart)
+  const json usage = json::parse(h.Cli({"usage", "--json", "--since", "1h"}, h.token("admin")).out);
+  EXPECT_EQ(usage.value("currency", ""), "EUR");
+  std::map<std::string, double> held_hours, cost;
+  for (const json& row : usage["usage"]) {
+    held_hours[row.value("queue", "")] += row.value("gpu_hours", 0.0);
+    cost[row.value("queue", "")] += row.value("cost", 0.0);
+  }
+  for (const char* q : {"research", "vision"}) {
+    EXPECT_GT(from_log[q], 0.0) << q;
+    EXPECT_NEAR(held_hours[q], from_log[q], 1e-6) << q;  // the same instants, to the ms
+    EXPECT_NEAR(cost[q], 2 * held_hours[q], 1e-9) << q;
+  }
+  // The same by queue as CSV, for a chargeback sheet, over a calendar period.
+  const std::time_t yesterday = std::time(nullptr) - 86400;
+  std::tm tm{};
+  gmtime_r(&yesterday, &tm);
+  char date[16];
+  std::strftime(date, sizeof date, "%Y-%m-%d", &tm);
+  RunResult csv = h.Cli({"usage", "--by", "queue", "--csv", "--since", date}, h.token("admin"));
+  ASSERT_EQ(csv.rc, 0) << csv.err;
+  EXPECT_EQ(csv.out.substr(0, csv.out.find('\n')),
+            "queue,gpu_hours,busy_gpu_hours,reported_gpu_hours,cost,currency,right_sizing_frees_gpu_hours");
+  EXPECT_NE(csv.out.find("\nresearch,"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",EUR,"), std::string::npos) << csv.out;
+  EXPECT_NE(h.Cli({"usage", "--since", "2026-02-30"}, h.token("admin")).rc, 0);
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -99,6 +99,54 @@ TEST_F(SimTest, NodeFailureRequeuesAndTheJobResumesFromItsLastCheckpoint) {
   EXPECT_EQ(report_["requeues"], 1);
 }
 
+// Budgets in the simulator: the same core accounts. Its clock starts on Thursday
+// 1970-01-01 00:00 UTC, so the first week ends 4 days in.
+constexpr const char* kBudgetNode = R"(cluster: t
+pools:
+  - name: h
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+queues:
+  - name: q
+    budget: {gpu_hours: 2, period: week, when_spent: wait}
+accounting:
+  currency: EUR
+  gpu_hour_prices: {H100-80GB: 2}
+)";
+
+TEST_F(SimTest, ASpentBudgetHoldsNewWorkUntilTheNextWeekAndTheReportCharges) {
+  auto log = Run(
+      R"({"id":"a","submit":0,"duration":600,"queue":"q","gpus":4,"vram_gb":40})"
+      "\n"
+      R"({"id":"b","submit":600,"duration":600,"queue":"q","gpus":4,"vram_gb":40})"
+      "\n"
+      R"({"id":"c","submit":1000,"duration":100,"queue":"q","gpus":4,"vram_gb":40})"
+      "\n",
+      "", kBudgetNode);
+  std::vector<std::string> want = {
+      R"({"t":0,"type":"submit","job":"a"})",
+      R"({"t":0,"type":"start","job":"a","alloc":[{"node":"h-0","gpus":[0,1,2,3]}]})",
+      R"({"t":600,"type":"finish","job":"a"})",
+      R"({"t":600,"type":"submit","job":"b"})",
+      R"({"t":600,"type":"start","job":"b","alloc":[{"node":"h-0","gpus":[0,1,2,3]}]})",
+      // 4 H100s at 2 each: 2 weighted GPU-hours after 900 s; b runs on.
+      R"({"t":900,"type":"budget","queue":"q","state":"spent","spent_gpu_hours":2,"budget_gpu_hours":2})",
+      R"({"t":1000,"type":"submit","job":"c"})",
+      R"({"t":1200,"type":"finish","job":"b"})",
+      R"({"t":345600,"type":"budget","queue":"q","state":"renewed","spent_gpu_hours":0,"budget_gpu_hours":2})",
+      R"({"t":345600,"type":"start","job":"c","alloc":[{"node":"h-0","gpus":[0,1,2,3]}]})",
+      R"({"t":345700,"type":"finish","job":"c"})",
+  };
+  EXPECT_EQ(log, want);
+  const auto& q = report_["by_queue"]["q"];
+  EXPECT_NEAR(q["gpu_hours"].get<double>(), 4 * 1300 / 3600.0, 1e-9);
+  EXPECT_NEAR(q["cost"].get<double>(), 2 * 4 * 1300 / 3600.0, 1e-9);
+  EXPECT_EQ(q["budget"]["times_spent"], 1);
+  EXPECT_EQ(q["budget"]["period"], "week");
+  EXPECT_EQ(report_["currency"], "EUR");
+}
+
 TEST_F(SimTest, IdleJobsAreReclaimed) {
   auto log = Run(
       R"({"id":"nb","submit":10,"duration":5000,"queue":"q","gpus":0.5,"sharing":"timeslice","vram_gb":8,"idle_after_s":100})"

@@ -278,13 +278,68 @@ extra: 1
                 "default_memory_gb_per_gpu)",
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
-                "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle)",
+                "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle, "
+                "budget)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
-                "policy)"}));
+                "policy, accounting)"}));
+}
+
+// Issue 12: budgets per queue and prices per GPU model.
+TEST(ConfigReaderTest, BudgetsAndPrices) {
+  const ClusterConfig c = Parse(std::string(kPool) + R"(queues:
+  - name: org
+    budget: {gpu_hours: 5000}
+  - name: nlp
+    parent: org
+    budget: {gpu_hours: 100.5, period: week, when_spent: wait}
+  - name: free
+accounting:
+  currency: EUR
+  gpu_hour_prices: {H100-80GB: 2.5}
+)");
+  const core::QueueSpec& org = c.queues.queue(*c.queues.Find("org")).spec;
+  ASSERT_TRUE(org.budget);
+  EXPECT_EQ(org.budget->gpu_hours, 5000);
+  EXPECT_EQ(org.budget->period, core::BudgetPeriod::kMonth);  // the defaults
+  EXPECT_EQ(org.budget->when_spent, core::WhenSpent::kBestEffort);
+  const core::QueueSpec& nlp = c.queues.queue(*c.queues.Find("nlp")).spec;
+  ASSERT_TRUE(nlp.budget);
+  EXPECT_EQ(nlp.budget->gpu_hours, 100.5);
+  EXPECT_EQ(nlp.budget->period, core::BudgetPeriod::kWeek);
+  EXPECT_EQ(nlp.budget->when_spent, core::WhenSpent::kWait);
+  EXPECT_FALSE(c.queues.queue(*c.queues.Find("free")).spec.budget);
+  EXPECT_EQ(c.policy.currency, "EUR");
+  const core::Catalog& cat = c.cluster.catalog();
+  EXPECT_EQ(core::GpuHourPrice(c.policy.params, *cat.Find("H100-80GB")), 2.5);
+  EXPECT_EQ(core::GpuHourPrice(c.policy.params, *cat.Find("A100-80GB")), 1.0);  // not named: 1
+
+  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  - name: a
+    budget: {gpu_hours: 0, period: day, when_spent: never, cap: 3}
+  - name: b
+    budget: 12
+  - name: c
+    budget: {period: week}
+accounting:
+  gpu_hour_prices: {H200-141GB: -1, B300: 2}
+  money: USD
+)"),
+            (std::vector<std::string>{
+                "c.yaml:8: queues[a].budget.gpu_hours: must be above 0, got 0",
+                "c.yaml:8: queues[a].budget.period: must be one of week, month, got \"day\"",
+                "c.yaml:8: queues[a].budget.when_spent: must be one of best-effort, wait, got \"never\"",
+                "c.yaml:8: queues[a].budget.cap: unknown field (known: gpu_hours, period, when_spent)",
+                "c.yaml:10: queues[b].budget: expected a mapping with gpu_hours, period and when_spent, got \"12\"",
+                "c.yaml:12: queues[c].budget.gpu_hours: required",
+                "c.yaml:14: accounting.gpu_hour_prices.H200-141GB: must be at least 0, got -1",
+                "c.yaml:14: accounting.gpu_hour_prices.B300: unknown GPU model \"B300\" (known: A100-40GB, A100-80GB, "
+                "H100-80GB, H100-94GB, H200-141GB, B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, "
+                "V100-32GB)",
+                "c.yaml:15: accounting.money: unknown field (known: currency, gpu_hour_prices)"}));
 }
 
 TEST(ConfigReaderTest, DuplicateKeys) {

@@ -43,7 +43,59 @@ std::string RandomId() {
 
 }  // namespace
 
-json Agent::Usage(const Worker& w, int64_t now) const {
+json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
+               const std::function<bool(int)>& mine) {
+  auto gpu = [&](int index) -> const GpuInfo* {
+    for (const GpuInfo& g : gpus) {
+      if (g.index == index) return g.lost ? nullptr : &g;  // a lost GPU tells nothing true
+    }
+    return nullptr;
+  };
+  if (share.gpus.empty()) return json();
+  if (share.sharing == "exclusive") {
+    double util = 0;
+    int64_t used = 0;
+    for (int i : share.gpus) {
+      const GpuInfo* g = gpu(i);
+      if (!g) return json();
+      util += g->utilization;
+      used += g->memory_used_bytes;
+    }
+    return {{"util", util / static_cast<double>(share.gpus.size())}, {"vram_used_bytes", used}};
+  }
+  const GpuInfo* g = gpu(share.gpus.front());
+  if (!g) return json();
+  if (share.sharing == "mig") {
+    for (const MigInstance& m : g->mig) {
+      if (m.uuid != share.mig_uuid || share.mig_uuid.empty()) continue;
+      std::optional<double> util = m.utilization;
+      if (!util && m.processes.sampled) {
+        util = 0.0;
+        for (const GpuProcess& p : m.processes.list) *util += p.sm_util;
+      }
+      int64_t used = m.memory_used_bytes;
+      if (used < 0 && m.processes.listed) {
+        used = 0;
+        for (const GpuProcess& p : m.processes.list) used += std::max<int64_t>(0, p.vram_bytes);
+      }
+      if (!util || used < 0) return json();
+      return {{"util", std::min(1.0, *util)}, {"vram_used_bytes", used}};
+    }
+    return json();
+  }
+  // MPS, time-slicing: the GPU's numbers are all its tenants'; its own processes tell.
+  if (!g->processes.listed || !g->processes.sampled || share.share_milli <= 0) return json();
+  double sm = 0;
+  int64_t used = 0;
+  for (const GpuProcess& p : g->processes.list) {
+    if (!mine(p.pid)) continue;
+    sm += p.sm_util;
+    used += std::max<int64_t>(0, p.vram_bytes);
+  }
+  return {{"util", std::min(1.0, sm * 1000.0 / share.share_milli)}, {"vram_used_bytes", used}};
+}
+
+json Agent::Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const {
   if (gpus_->emulated()) {
     // The job's emulation model, from the server: busy at `util` until idle_after_ms of
     // run time, then 0; its VRAM held throughout.
@@ -53,18 +105,45 @@ json Agent::Usage(const Worker& w, int64_t now) const {
     const bool idle = idle_after >= 0 && now - w.started_ms >= idle_after;
     return {{"util", idle ? 0.0 : m.value("util", 0.0)}, {"vram_used_bytes", m.value("vram_used_bytes", int64_t{0})}};
   }
-  // NVML: a worker's own GPUs tell its usage; a shared GPU's numbers are its tenants' sum.
-  if (!w.exclusive || w.gpus.empty()) return json();
-  double util = 0;
-  int64_t used = 0;
-  for (int i : w.gpus) {
-    for (const GpuInfo& g : last_gpus_) {
-      if (g.index != i) continue;
-      util += g.utilization;
-      used += g.memory_used_bytes;
+  const std::string key = Key(w.job, w.run, w.rank);
+  return NvmlUsage(w.share, last_gpus_, [&](int pid) {
+    auto it = owners.find(pid);
+    return it != owners.end() && it->second == key;
+  });
+}
+
+std::map<int, std::string> Agent::GpuProcessOwners() const {
+  std::set<int> pids;
+  for (const GpuInfo& g : last_gpus_) {
+    for (const GpuProcess& p : g.processes.list) pids.insert(p.pid);
+    for (const MigInstance& m : g.mig) {
+      for (const GpuProcess& p : m.processes.list) pids.insert(p.pid);
     }
   }
-  return {{"util", util / static_cast<double>(w.gpus.size())}, {"vram_used_bytes", used}};
+  std::map<int, std::string> owners;
+  if (pids.empty()) return owners;
+  std::map<pid_t, std::string> by_session;
+  for (const auto& [key, w] : workers_) {
+    if (!w.exited && w.pid > 1) by_session[w.pid] = key;
+  }
+  std::map<std::string, std::vector<pid_t>> in_cgroup;  // read when first needed
+  for (int pid : pids) {
+    if (auto it = by_session.find(SessionOf(pid)); it != by_session.end()) {
+      owners[pid] = it->second;
+      continue;
+    }
+    if (!cgroups_) continue;
+    for (const auto& [key, w] : workers_) {
+      if (w.exited || w.cgroup.empty()) continue;
+      auto procs = in_cgroup.find(key);
+      if (procs == in_cgroup.end()) procs = in_cgroup.emplace(key, cgroups_->Procs(w.cgroup)).first;
+      if (std::find(procs->second.begin(), procs->second.end(), pid) != procs->second.end()) {
+        owners[pid] = key;
+        break;
+      }
+    }
+  }
+  return owners;
 }
 
 json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
@@ -430,15 +509,17 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   }
   // Usage per worker; emulated GPUs show what their workers' models say.
   std::map<std::string, json> usage;
+  const std::map<int, std::string> owners = GpuProcessOwners();
   for (const auto& [key, w] : workers_) {
     if (w.exited) continue;
-    json u = Usage(w, now);
+    json u = Usage(w, now, owners);
     if (u.is_null()) continue;
-    if (gpus_->emulated() && w.exclusive) {
+    const std::vector<int>& held = w.share.gpus;
+    if (gpus_->emulated() && w.share.sharing == "exclusive") {
       for (GpuInfo& g : last_gpus_) {
-        if (std::find(w.gpus.begin(), w.gpus.end(), g.index) == w.gpus.end()) continue;
+        if (std::find(held.begin(), held.end(), g.index) == held.end()) continue;
         g.utilization = u.value("util", 0.0);
-        g.memory_used_bytes = u.value("vram_used_bytes", int64_t{0}) / static_cast<int64_t>(w.gpus.size());
+        g.memory_used_bytes = u.value("vram_used_bytes", int64_t{0}) / static_cast<int64_t>(held.size());
       }
     }
     usage[key] = std::move(u);
@@ -657,6 +738,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
       const std::string profile = alloc.value("mig", std::string());
       const int start = alloc.value("start", -1);
       visible = gpus_->MigUuid(*g, profile, start);
+      w.share.mig_uuid = visible;
       if (visible.empty()) {
         problem = "no MIG instance " + profile + " at memory slice " + std::to_string(start) + " on GPU " +
                   std::to_string(g->index) + " (the agent does not create MIG instances)";
@@ -665,6 +747,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     } else {
       visible = g->uuid;
       const int milli = alloc.value("share_milli", 0);
+      w.share.share_milli = milli;
       if (sharing == "mps") {
         // MPS: the share as a percentage of the GPU's threads, and the VRAM as a pinned
         // memory limit on (visible) device 0.
@@ -681,8 +764,10 @@ void Agent::StartWorker(const json& e, int64_t now) {
   }
   spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
   spec.env.emplace_back("GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
-  for (std::stringstream in(indexes); std::getline(in, visible_index, ',');) w.gpus.push_back(std::stoi(visible_index));
-  w.exclusive = sharing == "exclusive";
+  for (std::stringstream in(indexes); std::getline(in, visible_index, ',');) {
+    w.share.gpus.push_back(std::stoi(visible_index));
+  }
+  w.share.sharing = sharing;
   w.emulate = e.value("emulate", json());
   spec.env.emplace_back("NVIDIA_VISIBLE_DEVICES", visible.empty() ? "void" : visible);
   spec.env.emplace_back("GANTRY_NODE", options_.node);

@@ -30,6 +30,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -71,6 +73,27 @@ struct AgentOptions {
 // One GPU as the heartbeat reports it (docs/api.yaml, AgentReport.gpus).
 nlohmann::json GpuReportJson(const GpuInfo& gpu, int64_t idle_ms);
 
+// What a worker holds on its node's GPUs, as its alloc says.
+struct WorkerShare {
+  std::string sharing = "exclusive";  // exclusive, mig, mps or timeslice
+  std::vector<int> gpus;              // node GPU indexes (mig, mps, timeslice: the parent)
+  int share_milli = 1000;             // mps, timeslice: thousandths of the GPU
+  std::string mig_uuid;               // mig: its instance
+};
+
+// What a worker uses now by NVML's last sample `gpus`, {"util" (0..1 of what it holds),
+// "vram_used_bytes"}, or null when NVML cannot tell (a lost GPU, an old driver, a MIG
+// instance whose utilization NVML does not give). `mine` says whether a GPU process (pid as
+// NVML gives it) is the worker's.
+//  - Whole GPUs: the GPUs' own numbers (everything on them is the worker's; they hold the
+//    driver's reservations too, and need no per-process support).
+//  - A MIG instance: likewise the instance's own memory and utilization, else the sum of
+//    its processes' sampled SM utilization.
+//  - MPS and time-slicing: its own processes on the GPU: the sum of their memory, and the
+//    sum of their SM utilization over its share (20% of the GPU on a 0.25 share is 0.8).
+nlohmann::json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
+                         const std::function<bool(int pid)>& mine);
+
 class Agent {
  public:
   Agent(AgentOptions options, std::unique_ptr<GpuSource> gpus);
@@ -99,16 +122,22 @@ class Agent {
     std::string record_path;
     std::string cgroup;  // its cgroup's name; empty without cgroups
     int64_t memory_bytes = 0;  // its memory limit, for the OOM note
-    // For usage reports: its GPUs (node indexes; MIG and MPS: the parent), whether it has
-    // them to itself, when it started (steady ms), and the server's emulation model.
-    std::vector<int> gpus;
-    bool exclusive = true;
+    // For usage reports: what it holds of the GPUs, when it started (steady ms), and the
+    // server's emulation model.
+    WorkerShare share;
     int64_t started_ms = 0;
     nlohmann::json emulate;
   };
-  // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (NVML
-  // and a GPU shared with other jobs).
-  nlohmann::json Usage(const Worker& w, int64_t now) const;
+  // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (see
+  // NvmlUsage). `owners`: GpuProcessOwners().
+  nlohmann::json Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const;
+  // The running worker (its key) each GPU process in last_gpus_ belongs to: the one whose
+  // session it is in (Launch makes each worker a session leader), else, with cgroups, the
+  // one whose cgroup holds it (a process that left the session with setsid). NVML gives
+  // pids of the host's pid namespace: an agent in a container of its own sees none of them.
+  // Cost: a /proc read per GPU process, and a cgroup.procs read per worker when some
+  // process is in no worker's session.
+  std::map<int, std::string> GpuProcessOwners() const;
   static std::string Key(const std::string& job, int run, int rank);
 
   int64_t Now() const;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,10 +12,35 @@
 
 namespace gantry::agent {
 
+// One process NVML sees on a device (a GPU or a MIG instance).
+struct GpuProcess {
+  int pid = 0;              // as NVML gives it: in the host's pid namespace
+  int64_t vram_bytes = -1;  // its device memory; -1 where NVML cannot tell
+  double sm_util = 0;       // 0..1 of the device's SMs: its newest sample since the previous
+                            // Discover; 0 when it had none (NVML samples only busy processes)
+};
+
+// What NVML tells of the processes on one device. `listed`: the process list was read
+// (nvmlDeviceGetComputeRunningProcesses and the MPS variant); `sampled`: per-process SM
+// utilization was read (nvmlDeviceGetProcessUtilization). Either false where the driver
+// lacks the entry point or does not support it on this device; `list` then holds what is
+// known. Ordered by pid.
+struct DeviceProcesses {
+  bool listed = false;
+  bool sampled = false;
+  std::vector<GpuProcess> list;
+};
+
 struct MigInstance {
   std::string uuid;     // "MIG-..." as CUDA_VISIBLE_DEVICES takes it
   std::string profile;  // e.g. "1g.10gb"
   int start = -1;       // first memory slice of its placement
+  // Last sample (NVML; emulation leaves them unknown): the instance's own memory and
+  // utilization (0..1, unknown where NVML does not give it for MIG devices) and processes.
+  int64_t memory_bytes = 0;
+  int64_t memory_used_bytes = -1;  // -1: unknown
+  std::optional<double> utilization;
+  DeviceProcesses processes;
 };
 
 struct GpuInfo {
@@ -29,13 +55,15 @@ struct GpuInfo {
   double utilization = 0;  // 0..1, last sample
   bool lost = false;       // fell off the bus (NVML_ERROR_GPU_IS_LOST)
   std::vector<int> nvlink_peers;  // indexes of GPUs with an active NVLink to this one
+  DeviceProcesses processes;      // last sample (NVML; not read for a GPU in MIG mode)
 };
 
 class GpuSource {
  public:
   virtual ~GpuSource() = default;
   virtual std::string Describe() const = 0;
-  // The GPUs now, with fresh utilization and health. Cost: one NVML query per GPU.
+  // The GPUs now, with fresh utilization, health and processes. Cost: a few NVML queries
+  // per GPU and MIG instance.
   virtual Result<std::vector<GpuInfo>> Discover() = 0;
   // The CUDA_VISIBLE_DEVICES name of the MIG instance of `profile` at memory slice
   // `start` on `gpu`. NVML: the existing instance (the agent does not create MIG

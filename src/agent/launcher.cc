@@ -172,9 +172,10 @@ std::vector<Exited> Reap() {
 
 namespace {
 
-// Fields 3 (state), 5 (process group) and 22 (start time) of /proc/PID/stat; false when
-// gone.
-bool GroupAndStart(pid_t pid, long long& pgrp, long long& start, char* state = nullptr) {
+// Fields 3 (state), 5 (process group), 6 (session) and 22 (start time) of /proc/PID/stat;
+// false when gone.
+bool GroupAndStart(pid_t pid, long long& pgrp, long long& start, char* state = nullptr,
+                   long long* session = nullptr) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat;
   if (!std::getline(in, stat)) return false;
@@ -189,6 +190,7 @@ bool GroupAndStart(pid_t pid, long long& pgrp, long long& start, char* state = n
     try {
       if (i == 3) continue;
       if (i == 5) pgrp = std::stoll(field);
+      if (i == 6 && session) *session = std::stoll(field);
       if (i == 22) start = std::stoll(field);
     } catch (const std::exception&) {
       return false;
@@ -202,6 +204,11 @@ bool GroupAndStart(pid_t pid, long long& pgrp, long long& start, char* state = n
 long long ProcessStartTime(pid_t pid) {
   long long pgrp = 0, start = 0;
   return GroupAndStart(pid, pgrp, start) ? start : -1;
+}
+
+pid_t SessionOf(pid_t pid) {
+  long long pgrp = 0, start = 0, session = -1;
+  return GroupAndStart(pid, pgrp, start, nullptr, &session) ? static_cast<pid_t>(session) : -1;
 }
 
 std::vector<pid_t> GroupMembersSince(pid_t pgid, long long since) {

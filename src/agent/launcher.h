@@ -57,6 +57,12 @@ std::vector<Exited> Reap();
 // -1 when there is no such process; tells a worker from a later process with its pid.
 long long ProcessStartTime(pid_t pid);
 
+// The session of a process (field 6 of /proc/PID/stat), or -1 when there is no such
+// process. Launch makes each worker the leader of a session of its own, so a process whose
+// session is a running worker's pid is that worker's (the leader, alive or not yet reaped,
+// keeps the number from being reused); only a process that called setsid itself leaves it.
+pid_t SessionOf(pid_t pid);
+
 // The live (not zombie) processes in process group `pgid` that started at or after
 // `since` (a start time as above): a worker's, leader included while it runs. The start time keeps a
 // later, unrelated group that reused the number out of it.

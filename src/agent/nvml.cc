@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <cstring>
 #include <map>
+#include <vector>
 
 namespace gantry::agent {
 
@@ -29,6 +31,108 @@ std::string NormalizeBusId(const char* id) {
   if (colon != std::string::npos && colon > 4) s = s.substr(colon - 4);
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+// Pre-fills the process buffer, so the entries' stride can be told from what the driver
+// wrote: any value no real field takes.
+constexpr unsigned char kUnwritten = 0xa5;
+constexpr size_t kMaxStride = 32;
+
+// Adds the processes `list` (a process list entry point) gives for `dev` to `out`; false
+// when it fails. The driver fills n entries of 16 (nvmlProcessInfo_v1_t, reported from
+// some _v3), 24 (v2, what nvml.h declares) or 32 bytes (drivers 535.43-535.86); each layout
+// starts with pid and usedGpuMemory at the same offsets. The buffer has room for n 32-byte
+// entries, so none overflows it, and the stride is the smallest one past whose n entries
+// nothing was written: each layout's last 8 bytes are real fields (instance ids, protected
+// memory), which never all read as kUnwritten.
+bool ReadProcesses(nvml::Return (*list)(nvml::Device, unsigned*, void*), nvml::Device dev,
+                   std::map<int, GpuProcess>& out) {
+  unsigned capacity = 16;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::vector<unsigned char> buf(capacity * kMaxStride, kUnwritten);
+    unsigned n = capacity;
+    const nvml::Return rc = list(dev, &n, buf.data());
+    if (rc == nvml::kErrorInsufficientSize) {  // more processes than room: ask again with more
+      capacity = std::max(capacity * 2, n + 8);
+      continue;
+    }
+    if (rc != nvml::kSuccess || n > capacity) return false;
+    size_t stride = kMaxStride;
+    for (size_t s : {size_t{16}, size_t{24}}) {
+      if (std::all_of(buf.begin() + static_cast<std::ptrdiff_t>(s * n),
+                      buf.begin() + static_cast<std::ptrdiff_t>(kMaxStride * n),
+                      [](unsigned char c) { return c == kUnwritten; })) {
+        stride = s;
+        break;
+      }
+    }
+    for (unsigned i = 0; i < n; ++i) {
+      unsigned int pid = 0;
+      unsigned long long used = 0;
+      std::memcpy(&pid, buf.data() + i * stride + offsetof(nvml::ProcessInfo, pid), sizeof pid);
+      std::memcpy(&used, buf.data() + i * stride + offsetof(nvml::ProcessInfo, used_gpu_memory), sizeof used);
+      GpuProcess& p = out[static_cast<int>(pid)];
+      p.pid = static_cast<int>(pid);
+      if (used != nvml::kValueNotAvailable) p.vram_bytes = static_cast<int64_t>(used);
+    }
+    return true;
+  }
+  return false;
+}
+
+// Sets each process's SM utilization from NVML's samples for `dev` newer than
+// `*last_seen` (then advanced), adding processes sampled but not listed; false when NVML
+// cannot tell. NVML samples only processes that were busy, so one without a sample (or no
+// sample at all: NVML_ERROR_NOT_FOUND) was idle. A process sampled several times counts
+// with its newest sample, as nvmlDeviceGetUtilizationRates gives the newest period. The
+// buffer is passed from the first call (not sized by a call without one first), and grown
+// when NVML says it is too small.
+bool SampleProcesses(const NvmlApi& api, nvml::Device dev, unsigned long long* last_seen,
+                     std::map<int, GpuProcess>& out) {
+  if (!api.process_utilization) return false;
+  unsigned capacity = 32;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    std::vector<nvml::ProcessUtilizationSample> samples(capacity);
+    unsigned n = capacity;
+    const nvml::Return rc = api.process_utilization(dev, samples.data(), &n, *last_seen);
+    if (rc == nvml::kErrorInsufficientSize) {
+      capacity = std::max(capacity * 2, n + 8);
+      continue;
+    }
+    if (rc == nvml::kErrorNotFound) return true;  // no sample since: all idle
+    if (rc != nvml::kSuccess || n > capacity) return false;
+    std::map<int, unsigned long long> newest;
+    unsigned long long seen = *last_seen;
+    for (unsigned i = 0; i < n; ++i) {
+      const nvml::ProcessUtilizationSample& s = samples[i];
+      const int pid = static_cast<int>(s.pid);
+      seen = std::max(seen, s.time_stamp);
+      auto [it, fresh] = newest.emplace(pid, s.time_stamp);
+      if (!fresh && it->second > s.time_stamp) continue;
+      it->second = s.time_stamp;
+      GpuProcess& p = out[pid];
+      p.pid = pid;
+      p.sm_util = std::clamp(s.sm_util / 100.0, 0.0, 1.0);
+    }
+    *last_seen = seen;
+    return true;
+  }
+  return false;
+}
+
+// The processes on one device (GPU or MIG instance) with their memory and utilization.
+DeviceProcesses ReadDevice(const NvmlApi& api, nvml::Device dev, const std::string& uuid,
+                           SampleCursor* cursor) {
+  DeviceProcesses d;
+  std::map<int, GpuProcess> procs;
+  if (api.compute_processes) d.listed = ReadProcesses(api.compute_processes, dev, procs);
+  // Under MPS the clients are in the MPS list; the compute list may show only the MPS server.
+  if (d.listed && api.mps_processes) ReadProcesses(api.mps_processes, dev, procs);
+  unsigned long long from_start = 0;
+  unsigned long long* last_seen = cursor ? &(*cursor)[uuid] : &from_start;
+  d.sampled = SampleProcesses(api, dev, last_seen, procs);
+  for (auto& [pid, p] : procs) d.list.push_back(p);
+  return d;
 }
 
 }  // namespace
@@ -66,6 +170,13 @@ Result<NvmlApi> LoadNvml(const std::string& library) {
   Resolve(lib, "nvmlDeviceGetNvLinkState", api.nvlink_state);
   Resolve(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2", api.nvlink_remote_pci);
   Resolve(lib, "nvmlDeviceGetPciInfo_v3", api.pci_info);
+  Resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v3", api.compute_processes);
+  if (!api.compute_processes) {
+    Resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v2", api.compute_processes);
+  }
+  Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v3", api.mps_processes);
+  if (!api.mps_processes) Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v2", api.mps_processes);
+  Resolve(lib, "nvmlDeviceGetProcessUtilization", api.process_utilization);
   if (!api.init || !api.shutdown || !api.device_count || !api.device_by_index || !api.device_name ||
       !api.device_uuid || !api.device_memory) {
     dlclose(lib);
@@ -74,7 +185,7 @@ Result<NvmlApi> LoadNvml(const std::string& library) {
   return api;
 }
 
-Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api) {
+Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* cursor) {
   unsigned count = 0;
   if (nvml::Return rc = api.device_count(&count); rc != nvml::kSuccess) {
     return Error{"nvml", "nvmlDeviceGetCount: " + Why(api, rc)};
@@ -131,12 +242,25 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api) {
               api.gpu_instance_info(gi, &info) == nvml::kSuccess) {
             inst.start = static_cast<int>(info.placement.start);
           }
+          nvml::Memory mig_mem{};
+          if (api.device_memory(mig, &mig_mem) == nvml::kSuccess) {
+            inst.memory_bytes = static_cast<int64_t>(mig_mem.total);
+            inst.memory_used_bytes = static_cast<int64_t>(mig_mem.used);
+          }
+          // NVML documents utilization rates as not supported on MIG devices; taken where given.
+          nvml::Utilization mig_util{};
+          if (api.utilization && api.utilization(mig, &mig_util) == nvml::kSuccess) {
+            inst.utilization = std::min(mig_util.gpu, 100u) / 100.0;
+          }
+          if (!inst.uuid.empty()) inst.processes = ReadDevice(api, mig, inst.uuid, cursor);
           g.mig.push_back(std::move(inst));
         }
       }
     }
     nvml::PciInfo pci{};
     if (api.pci_info && check(api.pci_info(dev, &pci))) by_bus[NormalizeBusId(pci.bus_id)] = g.index;
+    // A GPU in MIG mode runs nothing itself: its processes are its instances'.
+    if (!g.lost && !g.mig_mode && !g.uuid.empty()) g.processes = ReadDevice(api, dev, g.uuid, cursor);
     gpus.push_back(std::move(g));
     devices.push_back(dev);
   }

@@ -2,13 +2,16 @@
 // on machines with and without NVIDIA's driver (as Mesos' GPU isolator does).
 //
 // NvmlApi is a table of the few NVML entry points the agent uses, with just enough of
-// NVML's types declared here to call them (nvml.h is not needed to build). LoadNvml
-// fills it from the library; tests fill it with fakes, so DiscoverNvml (the parsing of
-// what NVML returns) is tested without a GPU. Entry points marked optional may be null
-// (older drivers): the agent then reports less (no MIG, no NVLink, no utilization).
+// NVML's types declared here to call them (nvml.h is not needed to build; the layouts are
+// those of NVML 12.2's nvml.h). LoadNvml fills it from a library: the driver's, or in tests
+// a fake libnvidia-ml.so.1 the tests build (tests/agent/fake_nvml.cc), so that loading,
+// DiscoverNvml and the per-process accounting run end to end without a GPU. Entry points
+// marked optional may be missing (older drivers): the agent then reports less (no MIG, no
+// NVLink, no utilization, no per-process accounting), never fails for it.
 // Thread-safety: NVML itself is thread-safe; NvmlGpus is used by one thread.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -21,6 +24,7 @@ using Return = int;  // nvmlReturn_t
 inline constexpr Return kSuccess = 0;
 inline constexpr Return kErrorNotSupported = 3;
 inline constexpr Return kErrorNotFound = 6;
+inline constexpr Return kErrorInsufficientSize = 7;
 inline constexpr Return kErrorGpuIsLost = 15;
 inline constexpr unsigned kMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
 using Device = struct DeviceOpaque*;       // nvmlDevice_t
@@ -44,6 +48,24 @@ struct GpuInstanceInfo {  // nvmlGpuInstanceInfo_t
   unsigned int id, profile_id;
   GpuInstancePlacement placement;
 };
+// nvmlProcessInfo_v2_t, which nvmlDeviceGetComputeRunningProcesses_v2 fills, and _v3 too
+// as NVML 12.2's nvml.h declares it (nvmlProcessInfo_t is the same struct). But drivers
+// 535.43 to 535.86 wrote 32-byte entries from _v3 (a usedGpuCcProtectedMemory after these
+// fields, without a version bump), so entries are read at the stride the driver wrote
+// (ReadProcesses in nvml.cc), from a buffer with room for the larger ones.
+struct ProcessInfo {
+  unsigned int pid;
+  unsigned long long used_gpu_memory;  // kValueNotAvailable where not known
+  unsigned int gpu_instance_id, compute_instance_id;
+};
+static_assert(sizeof(ProcessInfo) == 24);
+inline constexpr unsigned long long kValueNotAvailable = ~0ull;  // NVML_VALUE_NOT_AVAILABLE
+struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
+  unsigned int pid;
+  unsigned long long time_stamp;  // CPU time, microseconds
+  unsigned int sm_util, mem_util, enc_util, dec_util;  // percent
+};
+static_assert(sizeof(ProcessUtilizationSample) == 32);
 }  // namespace nvml
 
 struct NvmlApi {
@@ -66,15 +88,30 @@ struct NvmlApi {
   nvml::Return (*nvlink_state)(nvml::Device, unsigned, int*) = nullptr;
   nvml::Return (*nvlink_remote_pci)(nvml::Device, unsigned, nvml::PciInfo*) = nullptr;
   nvml::Return (*pci_info)(nvml::Device, nvml::PciInfo*) = nullptr;
+  // Per-process accounting (optional). The process lists take an untyped buffer: see
+  // nvml::ProcessInfo for why.
+  nvml::Return (*compute_processes)(nvml::Device, unsigned*, void*) = nullptr;  // _v3, else _v2
+  nvml::Return (*mps_processes)(nvml::Device, unsigned*, void*) = nullptr;      // MPS clients: _v3, else _v2
+  nvml::Return (*process_utilization)(nvml::Device, nvml::ProcessUtilizationSample*, unsigned*,
+                                      unsigned long long) = nullptr;  // nvmlDeviceGetProcessUtilization
 };
 
 // Opens the library and resolves the table; an error says why ("libnvidia-ml.so.1: cannot
 // open shared object file" on a machine without the driver). The library stays loaded.
 Result<NvmlApi> LoadNvml(const std::string& library = "libnvidia-ml.so.1");
 
-// Reads every GPU through `api` (nvmlInit must have succeeded). A GPU whose queries say
-// NVML_ERROR_GPU_IS_LOST is reported with lost = true and what is known of it.
-Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api);
+// Per device (GPU or MIG instance UUID), the NVML time stamp of the newest per-process
+// utilization sample read, so that each sample reads only newer ones.
+using SampleCursor = std::map<std::string, unsigned long long>;
+
+// Reads every GPU through `api` (nvmlInit must have succeeded): identity, memory,
+// utilization, MIG instances (each with its own memory, and utilization where NVML gives
+// it), NVLink peers, and per GPU not in MIG mode and per MIG instance the processes with
+// their memory and their SM utilization since `cursor` (advanced; null: every sample NVML
+// still holds). A GPU whose queries say NVML_ERROR_GPU_IS_LOST is reported with
+// lost = true and what is known of it, and no processes. Cost: a few NVML calls per
+// device; NVML reads the driver, no sleeping.
+Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* cursor = nullptr);
 
 // The MIG profile in a MIG device's product name ("NVIDIA A100-SXM4-80GB MIG 1g.10gb"
 // -> "1g.10gb"); empty when the name has none.
@@ -86,11 +123,12 @@ class NvmlGpus final : public GpuSource {
   static Result<std::unique_ptr<NvmlGpus>> Open(const std::string& library = "libnvidia-ml.so.1");
   ~NvmlGpus() override;
   std::string Describe() const override { return "NVML"; }
-  Result<std::vector<GpuInfo>> Discover() override { return DiscoverNvml(api_); }
+  Result<std::vector<GpuInfo>> Discover() override { return DiscoverNvml(api_, &cursor_); }
 
  private:
   explicit NvmlGpus(NvmlApi api) : api_(api) {}
   NvmlApi api_;
+  SampleCursor cursor_;
 };
 
 }  // namespace gantry::agent

@@ -107,6 +107,40 @@ TEST_F(LauncherTest, StartTimeTellsAProcessFromItsSuccessor) {
   EXPECT_EQ(ProcessStartTime(999999999), -1);
 }
 
+// A GPU process is mapped to the worker whose session it is in (agent.h, GpuProcessOwners):
+// the worker and what it starts are; a process that called setsid, and others, are not.
+TEST_F(LauncherTest, SessionOfTellsAWorkersProcessesFromOthers) {
+  LaunchSpec spec;
+  spec.argv = {"sh", "-c",
+               "sleep 30 & echo $! > " + (dir_ / "child.tmp").string() + "; setsid sleep 30 & echo $! > " +
+                   (dir_ / "escaped.tmp").string() + "; mv " + (dir_ / "child.tmp").string() + " " +
+                   (dir_ / "child").string() + "; mv " + (dir_ / "escaped.tmp").string() + " " +
+                   (dir_ / "escaped").string() + "; wait"};
+  spec.log_path = (dir_ / "out.log").string();
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok());
+  pid_t child = 0, escaped = 0;
+  for (int i = 0; i < 300 && escaped == 0; ++i) {
+    std::ifstream(dir_ / "child") >> child;
+    std::ifstream(dir_ / "escaped") >> escaped;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_GT(child, 0);
+  ASSERT_GT(escaped, 0);
+  // setsid may still be about to call setsid(2) when its pid is written: wait for it.
+  for (int i = 0; i < 300 && SessionOf(escaped) == *pid; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(SessionOf(*pid), *pid);
+  EXPECT_EQ(SessionOf(child), *pid);
+  EXPECT_EQ(SessionOf(escaped), escaped) << "it left for a session of its own (cgroups still find it)";
+  EXPECT_NE(SessionOf(::getpid()), *pid);
+  ::kill(escaped, SIGKILL);
+  SignalGroup(*pid, SIGKILL);
+  Wait(*pid);
+  EXPECT_EQ(SessionOf(999999999), -1);
+}
+
 
 // Issue 16, bug 4: a worker dies with the thread that launched it (the agent's main loop),
 // and what it started can be found by its process group and start time.

@@ -1,0 +1,243 @@
+// The real gantry-agent on the fake NVML (LD_LIBRARY_PATH), heartbeating to a stand-in for
+// gantryd on loopback that hands it four workers: two MPS shares of GPU 0, GPU 1 whole and
+// a MIG instance of GPU 2. Once the workers' processes show in NVML's process lists (with
+// one of someone else's), each heartbeat carries each worker's own usage; when GPU 0 falls
+// off the bus, its workers report nothing.
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "agent/launcher.h"
+
+namespace gantry::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+constexpr int64_t kGB = 1'000'000'000;
+
+// The parameter: --cgroups (off: GPU processes are told by session only).
+class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("gantry-agent-nvml-" + std::to_string(::getpid()) + "-" + GetParam());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    server_.Post("/v1/agents/n1/heartbeat",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                   std::lock_guard lk(mu_);
+                   heartbeats_.push_back(json::parse(req.body));
+                   res.set_content(json{{"heartbeat_ms", 50},
+                                        {"lease_ms", 30000},
+                                        {"node_timeout_ms", 60000},
+                                        {"instance", "test"},
+                                        {"version", 1},
+                                        {"workers", workers_}}
+                                       .dump(),
+                                   "application/json");
+                 });
+    server_.Get("/v1/agents/n1/watch",
+                [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+    server_.Post("/v1/agents/n1/logs",
+                 [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+    port_ = server_.bind_to_any_port("127.0.0.1");
+    ASSERT_GT(port_, 0);
+    serve_ = std::thread([this] { server_.listen_after_bind(); });
+  }
+  void TearDown() override {
+    if (agent_ > 0) {
+      ::kill(agent_, SIGTERM);
+      for (int i = 0; i < 1000 && agent_ > 0; ++i) {
+        for (const Exited& e : Reap()) {
+          if (e.pid == agent_) agent_ = 0;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      if (agent_ > 0) ::kill(agent_, SIGKILL);
+    }
+    for (pid_t p : stray_) ::kill(p, SIGKILL);
+    server_.stop();
+    serve_.join();
+    if (HasFailure()) {
+      std::ifstream in(dir_ / "agent.log");
+      std::cerr << "gantry-agent's log:\n" << in.rdbuf() << "\n(kept in " << dir_ << ")\n";
+    } else {
+      fs::remove_all(dir_);
+    }
+  }
+  void Script(const json& j) {
+    std::ofstream(dir_ / "nvml.tmp") << j.dump(2);
+    fs::rename(dir_ / "nvml.tmp", dir_ / "nvml.json");
+  }
+  json Worker(const std::string& job, const json& alloc) {
+    const std::string out = (dir_ / (job + ".pids")).string();
+    // The process that would use the GPU, and one that leaves the worker's session.
+    const std::string cmd = "sleep 60 & echo $! > " + out + ".tmp; setsid sleep 60 & echo $! >> " +
+                            out + ".tmp; mv " + out + ".tmp " + out + "; wait";
+    return {{"job", job},      {"run", 1},
+            {"rank", 0},       {"seq", job.back() - 'a' + 1},
+            {"action", "run"}, {"command", {"sh", "-c", cmd}},
+            {"alloc", alloc}};
+  }
+  // The worker's GPU process and the one that left its session.
+  std::pair<int, int> Pids(const std::string& job) {
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream in(dir_ / (job + ".pids"));
+      int child = 0, escaped = 0;
+      if (in >> child >> escaped) {
+        stray_.push_back(escaped);
+        return {child, escaped};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << job << " did not start";
+    return {0, 0};
+  }
+  // Waits for a heartbeat after `from` that satisfies `ok`.
+  json Await(size_t from, const std::function<bool(const json&)>& ok) {
+    for (int i = 0; i < 1000; ++i) {
+      {
+        std::lock_guard lk(mu_);
+        for (size_t h = from; h < heartbeats_.size(); ++h) {
+          if (ok(heartbeats_[h])) return heartbeats_[h];
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    std::lock_guard lk(mu_);
+    ADD_FAILURE() << "no such heartbeat; the last: "
+                  << (heartbeats_.empty() ? json() : heartbeats_.back()).dump();
+    return json();
+  }
+  size_t Heartbeats() {
+    std::lock_guard lk(mu_);
+    return heartbeats_.size();
+  }
+  static json Running(const json& heartbeat, const std::string& job) {
+    for (const json& r : heartbeat.value("running", json::array())) {
+      if (r.value("job", "") == job) return r;
+    }
+    return json();
+  }
+
+  fs::path dir_;
+  httplib::Server server_;
+  std::thread serve_;
+  int port_ = 0;
+  std::mutex mu_;
+  std::vector<json> heartbeats_;
+  json workers_ = json::array();
+  pid_t agent_ = 0;
+  std::vector<pid_t> stray_;
+};
+
+json Gpu(const std::string& uuid, const std::string& bus) {
+  return {{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", uuid},           {"bus", bus},
+          {"memory_bytes", 85'520'809'984},  {"memory_used_bytes", 0}, {"utilization", 0}};
+}
+
+TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
+  json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0"),
+               Gpu("GPU-c", "00000000:19:00.0")};
+  gpus[2]["mig"] = {{{"uuid", "MIG-c0"},
+                     {"profile", "1g.10gb"},
+                     {"start", 6},
+                     {"size", 1},
+                     {"memory_bytes", 10 * kGB},
+                     {"memory_used_bytes", 0}}};
+  Script({{"gpus", gpus}});
+  {
+    std::lock_guard lk(mu_);
+    workers_ = {Worker("a", {{"sharing", "mps"}, {"gpu", 0}, {"share_milli", 250}}),
+                Worker("b", {{"sharing", "mps"}, {"gpu", 0}, {"share_milli", 500}}),
+                Worker("c", {{"sharing", "exclusive"}, {"gpus", {1}}}),
+                Worker("d", {{"sharing", "mig"}, {"gpu", 2}, {"mig", "1g.10gb"}, {"start", 6}})};
+  }
+  LaunchSpec spec;
+  spec.argv = {GANTRY_AGENT_BINARY,
+               "--server",
+               "http://127.0.0.1:" + std::to_string(port_),
+               "--node",
+               "n1",
+               "--state-dir",
+               (dir_ / "state").string(),
+               "--run-as",
+               "agent",
+               "--cgroups",
+               GetParam()};
+  spec.env = {{"LD_LIBRARY_PATH", FAKE_NVML_DIR "/full"},
+              {"GANTRY_FAKE_NVML", (dir_ / "nvml.json").string()}};
+  spec.log_path = (dir_ / "agent.log").string();
+  auto agent = Launch(spec);
+  ASSERT_TRUE(agent.ok()) << agent.error().message;
+  agent_ = *agent;
+  const auto [a, a_escaped] = Pids("a");
+  const auto [b, b_escaped] = Pids("b");
+  Pids("c");
+  const auto [d, d_escaped] = Pids("d");
+  ASSERT_GT(a, 0);
+  ASSERT_GT(b, 0);
+  ASSERT_GT(d, 0);
+  std::string agent_log;
+  {
+    std::ifstream in(dir_ / "agent.log");
+    agent_log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  const bool cgroups = agent_log.find("workers run in cgroups") != std::string::npos;
+  const json first = Await(0, [](const json& h) { return h["running"].size() == 4; });
+  // Its processes not on the GPU yet: idle, and using none of it.
+  EXPECT_DOUBLE_EQ(Running(first, "a").value("util", -1.0), 0) << first.dump();
+  EXPECT_EQ(Running(first, "a").value("vram_used_bytes", int64_t{-1}), 0);
+  // The workers' processes on the GPUs, beside this test's own (someone else's).
+  gpus[0]["utilization"] = 90;
+  gpus[0]["memory_used_bytes"] = 20 * kGB;
+  gpus[0]["processes"] = {{{"pid", a}, {"used_bytes", kGB}, {"sm_util", 20}, {"mps", true}},
+                          {{"pid", a_escaped}, {"used_bytes", kGB}, {"sm_util", 5}, {"mps", true}},
+                          {{"pid", b}, {"used_bytes", 2 * kGB}, {"sm_util", 10}, {"mps", true}},
+                          {{"pid", ::getpid()}, {"used_bytes", 9 * kGB}, {"sm_util", 60}}};
+  gpus[1]["utilization"] = 75;
+  gpus[1]["memory_used_bytes"] = 30 * kGB;
+  gpus[2]["mig"][0]["memory_used_bytes"] = 5 * kGB;
+  gpus[2]["mig"][0]["processes"] = {{{"pid", d}, {"used_bytes", 4 * kGB}, {"sm_util", 40}}};
+  Script({{"gpus", gpus}});
+  const json busy = Await(Heartbeats(), [](const json& h) {
+    return Running(h, "b").value("vram_used_bytes", int64_t{0}) > 0;
+  });
+  const json ua = Running(busy, "a"), ub = Running(busy, "b"), uc = Running(busy, "c"),
+             ud = Running(busy, "d");
+  // a: 20% of the GPU on a quarter of it; with cgroups, also what left its session (5%).
+  EXPECT_DOUBLE_EQ(ua.value("util", -1.0), cgroups ? 1.0 : 0.8) << busy.dump();
+  EXPECT_EQ(ua.value("vram_used_bytes", int64_t{0}), cgroups ? 2 * kGB : kGB);
+  EXPECT_DOUBLE_EQ(ub.value("util", -1.0), 0.2) << "10% of the GPU on half of it";
+  EXPECT_EQ(ub.value("vram_used_bytes", int64_t{0}), 2 * kGB);
+  EXPECT_DOUBLE_EQ(uc.value("util", -1.0), 0.75) << "a whole GPU: the GPU's own numbers";
+  EXPECT_EQ(uc.value("vram_used_bytes", int64_t{0}), 30 * kGB);
+  EXPECT_DOUBLE_EQ(ud.value("util", -1.0), 0.4) << "a MIG instance: its processes' samples";
+  EXPECT_EQ(ud.value("vram_used_bytes", int64_t{0}), 5 * kGB) << "a MIG instance: its own memory";
+  // GPU 0 falls off the bus: its workers report nothing, the others go on.
+  gpus[0]["lost_after"] = 0;
+  Script({{"gpus", gpus}});
+  const json lost =
+      Await(Heartbeats(), [](const json& h) { return h["gpus"][0].value("lost", false); });
+  EXPECT_FALSE(Running(lost, "a").contains("util")) << lost.dump();
+  EXPECT_FALSE(Running(lost, "b").contains("util"));
+  EXPECT_TRUE(Running(lost, "c").contains("util"));
+  EXPECT_EQ(Running(lost, "a").value("pid", 0), Running(first, "a").value("pid", 0))
+      << "still running";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));
+
+}  // namespace
+}  // namespace gantry::agent

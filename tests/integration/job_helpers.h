@@ -83,14 +83,34 @@ inline std::vector<std::string> Job(const Harness& h, int ms, double cleanup_s =
   return {h.Path("job.sh"), h.Path("out"), std::to_string(ms), std::to_string(cleanup_s)};
 }
 
-inline bool AllEnded(const Harness& h, const std::set<std::string>& ids) {
+inline size_t CountEnded(const Harness& h, const std::set<std::string>& ids) {
   json jobs = h.Jobs();
   size_t ended = 0;
   for (const json& j : jobs) {
     const std::string state = j.value("state", "");
     if (ids.count(j.value("id", "")) && state != "pending" && state != "running" && state != "stopping") ++ended;
   }
-  return ended == ids.size();
+  return ended;
+}
+
+inline bool AllEnded(const Harness& h, const std::set<std::string>& ids) { return CountEnded(h, ids) == ids.size(); }
+
+// Waits until every job of `ids` ended, for as long as jobs keep ending: false when none
+// ended for `stall_s` (a backlog that drains slowly is fine; a stuck one is not).
+inline bool AllEndWhileProgressing(const Harness& h, const std::set<std::string>& ids, double stall_s) {
+  size_t ended = 0;
+  for (;;) {
+    size_t now = ended;
+    const bool moved = Harness::WaitFor(
+        [&] {
+          now = CountEnded(h, ids);
+          return now == ids.size() || now > ended;
+        },
+        stall_s);
+    if (now == ids.size()) return true;
+    if (!moved) return false;
+    ended = now;
+  }
 }
 
 inline std::map<std::string, std::string> States(const Harness& h) {

@@ -6,7 +6,8 @@
 //   controller.cc            the thread, the mailbox, batches, watches, restore, persistence
 //   controller_lifecycle.cc  the job life cycle: passes, starts, stops, exits, node loss
 //   controller_jobs.cc       authentication and the job API (submit, ls, show, cancel, logs)
-//   controller_cluster.cc    nodes, drain, queues, usage, health and metrics
+//   controller_cluster.cc    nodes, drain, queues, usage, health
+//   controller_metrics.cc    /metrics (Prometheus)
 //   controller_agents.cc     the agent protocol: heartbeats, watches, log uploads
 //
 // The thread works in batches: it takes every waiting message, runs them inside one
@@ -307,10 +308,23 @@ class Controller {
   // Metrics.
   Histogram sched_latency_{{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
                             0.1, 0.25, 0.5, 1}};
-  std::vector<Histogram> queue_wait_;  // per tier
+  // Queue wait per queue and tier (QueueWait): constructed with one empty histogram per
+  // tier, which gives the buckets, and grown to queues x tiers on first use.
+  std::vector<Histogram> queue_wait_;
   std::vector<uint64_t> preemptions_;  // per queue
   uint64_t submitted_ = 0, requeued_ = 0;
   std::map<std::string, uint64_t> ended_;  // by end
+  std::map<std::string, uint64_t> reclaims_;  // by queue
+  // GPU time since this process's first batch (metrics_since_): held by runs that ended
+  // (the running ones are added when rendered) and busy as agents report it, in GPU-ms by
+  // (queue, GPU model). Counters: a restart starts them again from 0.
+  using QueueModel = std::pair<std::string, std::string>;
+  Ticks metrics_since_ = -1;
+  std::map<QueueModel, double> held_gpu_ms_, busy_gpu_ms_;
+  Histogram& QueueWait(core::QueueId q, core::Tier t);
+  // Adds the GPU-ms `job`'s current run held from max(its start, metrics_since_) to `now`.
+  void AddHeldGpuMs(const Job& job, Ticks now, std::map<QueueModel, double>& into) const;
+  std::string GpuModelName(core::NodeId n) const;  // "cpu" for a node without GPUs
 
   // The mailbox.
   std::mutex mu_;

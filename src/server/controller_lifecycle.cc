@@ -58,7 +58,7 @@ void Controller::StartRun(Job& job, Ticks now) {
   job.run_start = now;
   if (job.first_start < 0) {
     job.first_start = now;
-    queue_wait_[static_cast<size_t>(job.spec.tier)].Observe(static_cast<double>(now - job.submit) / 1000.0);
+    QueueWait(job.spec.queue, job.spec.tier).Observe(static_cast<double>(now - job.submit) / 1000.0);
   }
   job.workers.clear();
   for (size_t i = 0; i < rec.alloc.size(); ++i) {
@@ -111,6 +111,7 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
 
 void Controller::EndRunRows(Job& job, Ticks now) {
   if (job.run_start >= 0) job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
+  AddHeldGpuMs(job, now, held_gpu_ms_);
   if (job.run > 0) {
     SaveRunUsage(job);
     if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) Fatal("store: " + s.error().message);
@@ -159,6 +160,7 @@ void Controller::EndStop(Job& job, Ticks now) {
     case StopKind::kReclaim:
       sched_->Finish(job.core, now);
       log_.Reclaim(now, job.name, job.stop_reason);
+      ++reclaims_[job.queue];
       EndJob(job, "reclaimed", job.stop_reason, now);
       return;
     case StopKind::kNone: return;
@@ -299,6 +301,7 @@ void Controller::NodeDown(core::NodeId n, Ticks now) {
 }
 
 void Controller::Housekeeping(Ticks now) {
+  if (metrics_since_ < 0) metrics_since_ = now;
   if (now - tokens_flushed_ >= 10'000) {
     tokens_.clear();
     tokens_flushed_ = now;

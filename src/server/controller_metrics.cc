@@ -1,17 +1,67 @@
 // Controller::Metrics: the Prometheus text exposition of /metrics, rendered on the
-// controller thread from its state (see docs for the list of series).
+// controller thread from its state (docs/control-plane.md, "Metrics and dashboards",
+// lists the series; deploy/grafana/gantry.json queries them and a test checks that every
+// name it queries is here).
+//
+// Per-GPU series carry dcgm-exporter's labels (gpu, UUID, Hostname, modelName, and
+// GPU_I_PROFILE for a MIG instance) so that its series join with ours on UUID, plus who
+// holds the GPU: queue, gantry_job and user. The job's label is not `job`: Prometheus
+// sets `job` on every series it scrapes and would rename ours to exported_job.
+// Cardinality: one series per GPU and per job holding part of it; ended jobs drop out.
 #include "server/controller.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "server/controller_internal.h"
 
 namespace gantry::server {
 
+namespace {
+
+// A job's part of one GPU: a whole GPU, or the MIG instances or MPS shares it holds there.
+struct Holding {
+  const Job* job = nullptr;
+  double share = 0;          // of the GPU
+  std::string mig_profiles;  // the MIG profiles of those instances, comma-separated
+};
+
+}  // namespace
+
+Histogram& Controller::QueueWait(core::QueueId q, core::Tier t) {
+  const size_t want = config_.queues.size() * static_cast<size_t>(core::kTierCount);
+  if (queue_wait_.size() != want) {
+    const Histogram empty = queue_wait_.front();  // never observed: only its buckets
+    queue_wait_.assign(want, empty);
+  }
+  return queue_wait_[q.v * static_cast<size_t>(core::kTierCount) + static_cast<size_t>(t)];
+}
+
+std::string Controller::GpuModelName(core::NodeId n) const {
+  const core::Node& node = cluster_.node(n);
+  return node.gpus > 0 && node.model.valid() ? cluster_.catalog().model(node.model).name : "cpu";
+}
+
+void Controller::AddHeldGpuMs(const Job& job, Ticks now, std::map<QueueModel, double>& into) const {
+  if (metrics_since_ < 0 || job.run_start < 0) return;
+  const Ticks from = std::max(job.run_start, metrics_since_);
+  if (now <= from) return;
+  for (const Worker& w : job.workers) {
+    const double gpus = WorkerGpus(w.alloc, cluster_);
+    if (gpus > 0) into[{job.queue, GpuModelName(w.alloc.node)}] += gpus * static_cast<double>(now - from);
+  }
+}
+
 void Controller::Metrics(Done done) {
   Post([this]() -> Reply {
     std::string out;
     const core::Ledger& ledger = sched_->ledger();
+    const auto queue_name = [this](uint32_t q) -> const std::string& {
+      return config_.queues.queue(core::QueueId(q)).spec.name;
+    };
     MetricHeader(out, "gantry_gpu_utilization_ratio", "gauge",
                  "GPU capacity of up nodes allocated to jobs (fractions by share)");
     out += "gantry_gpu_utilization_ratio " +
@@ -22,25 +72,34 @@ void Controller::Metrics(Done done) {
     MetricHeader(out, "gantry_scheduling_latency_seconds", "histogram",
                  "Wall-clock time of one scheduling pass");
     sched_latency_.Render(out, "gantry_scheduling_latency_seconds");
+    // Every queue and tier, observed or not, so that rate() sees a series from the start.
     MetricHeader(out, "gantry_queue_wait_seconds", "histogram",
-                 "Time from submit to first start, by tier");
-    for (int t = 0; t < core::kTierCount; ++t) {
-      queue_wait_[static_cast<size_t>(t)].Render(
-          out, "gantry_queue_wait_seconds",
-          "tier=\"" + std::string(core::Name(static_cast<core::Tier>(t))) + "\"");
+                 "Time from submit to first start, by queue and tier");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      for (int t = 0; t < core::kTierCount; ++t) {
+        const auto tier = static_cast<core::Tier>(t);
+        QueueWait(core::QueueId(q), tier)
+            .Render(out, "gantry_queue_wait_seconds", Labels({{"queue", queue_name(q)}, {"tier", core::Name(tier)}}));
+      }
     }
     MetricHeader(out, "gantry_preemptions_total", "counter", "Jobs preempted, by queue");
     for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-      out += "gantry_preemptions_total{queue=\"" + EscapeLabel(config_.queues.queue(core::QueueId(q)).spec.name) +
-             "\"} " + std::to_string(preemptions_[q]) + "\n";
+      out += "gantry_preemptions_total{queue=\"" + EscapeLabel(queue_name(q)) + "\"} " +
+             std::to_string(preemptions_[q]) + "\n";
+    }
+    MetricHeader(out, "gantry_reclaims_total", "counter", "Jobs ended for idle GPUs (reclaimed), by queue");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      const auto it = reclaims_.find(queue_name(q));
+      out += "gantry_reclaims_total{queue=\"" + EscapeLabel(queue_name(q)) + "\"} " +
+             std::to_string(it == reclaims_.end() ? 0 : it->second) + "\n";
     }
     const auto gpus = [](core::GpuUnits u) {
       return FormatValue(static_cast<double>(u) / static_cast<double>(core::kGpuUnits));
     };
     MetricHeader(out, "gantry_queue_used_gpus", "gauge", "GPUs held by a queue and its descendants");
     for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-      out += "gantry_queue_used_gpus{queue=\"" + EscapeLabel(config_.queues.queue(core::QueueId(q)).spec.name) +
-             "\"} " + gpus(sched_->queue_usage(core::QueueId(q))) + "\n";
+      out += "gantry_queue_used_gpus{queue=\"" + EscapeLabel(queue_name(q)) + "\"} " +
+             gpus(sched_->queue_usage(core::QueueId(q))) + "\n";
     }
     MetricHeader(out, "gantry_queue_guaranteed_gpus", "gauge", "A queue's guarantee");
     for (uint32_t q = 0; q < config_.queues.size(); ++q) {
@@ -52,36 +111,113 @@ void Controller::Metrics(Done done) {
       const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
       if (s.burst >= 0) out += "gantry_queue_burst_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " + gpus(s.burst) + "\n";
     }
-    MetricHeader(out, "gantry_gpu_allocated_ratio", "gauge",
-                 "Share of one GPU allocated to jobs (labels as dcgm-exporter's)");
-    MetricHeader(out, "gantry_gpu_busy_ratio", "gauge", "GPU utilization the agent last sampled");
-    std::string busy;
-    for (uint32_t i = 0; i < nodes_.size(); ++i) {
-      const core::Node& node = cluster_.node(core::NodeId(i));
-      const NodeInfo& info = nodes_[i];
-      for (int g = 0; g < node.gpus; ++g) {
-        const core::GpuState& s = ledger.gpu(core::GpuId(node.first_gpu.v + static_cast<uint32_t>(g)));
-        const double alloc = s.mode == core::GpuMode::kWhole    ? 1.0
-                             : s.mode == core::GpuMode::kMig    ? s.mig_compute / 7.0
-                             : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
-                                                                : 0.0;
-        const GpuReport* rep = static_cast<size_t>(g) < info.gpus.size() ? &info.gpus[static_cast<size_t>(g)] : nullptr;
-        const std::string labels = "gpu=\"" + std::to_string(g) + "\",UUID=\"" +
-                                   EscapeLabel(rep ? rep->uuid : "") + "\",Hostname=\"" +
-                                   EscapeLabel(node.name) + "\",modelName=\"" +
-                                   EscapeLabel(cluster_.catalog().model(node.model).name) + "\"";
-        out += "gantry_gpu_allocated_ratio{" + labels + "} " + FormatValue(alloc) + "\n";
-        if (rep && info.up) busy += "gantry_gpu_busy_ratio{" + labels + "} " + FormatValue(rep->utilization) + "\n";
-      }
-    }
-    out += busy;
-    MetricHeader(out, "gantry_jobs", "gauge", "Jobs by state");
+    std::map<std::string, int> pending_by_queue;
     int pending = 0, running = 0, stopping = 0;
     for (const auto& [seq, job] : jobs_) {
       pending += job.state == JobState::kPending;
       running += job.state == JobState::kRunning;
       stopping += job.state == JobState::kStopping;
+      if (job.state == JobState::kPending) ++pending_by_queue[job.queue];
     }
+    MetricHeader(out, "gantry_queue_pending_jobs", "gauge",
+                 "Jobs submitted to a queue and waiting (held by dependencies included)");
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      const auto it = pending_by_queue.find(queue_name(q));
+      out += "gantry_queue_pending_jobs{queue=\"" + EscapeLabel(queue_name(q)) + "\"} " +
+             std::to_string(it == pending_by_queue.end() ? 0 : it->second) + "\n";
+    }
+    // GPU-seconds by (queue, model): every queue and GPU model of the cluster from 0; the
+    // running jobs' time since their start (or this process's) is added here.
+    std::map<QueueModel, double> held = held_gpu_ms_, busy = busy_gpu_ms_;
+    std::set<std::string> models;
+    for (const core::Node& node : cluster_.nodes()) {
+      if (node.gpus > 0 && node.model.valid()) models.insert(cluster_.catalog().model(node.model).name);
+    }
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      for (const std::string& model : models) {
+        held.try_emplace({queue_name(q), model}, 0.0);
+        busy.try_emplace({queue_name(q), model}, 0.0);
+      }
+    }
+    for (int64_t seq : running_) AddHeldGpuMs(jobs_.at(seq), now_, held);
+    MetricHeader(out, "gantry_queue_gpu_seconds_total", "counter",
+                 "GPU-seconds held by a queue's jobs, by GPU model, since this gantryd started");
+    for (const auto& [key, ms] : held) {
+      out += "gantry_queue_gpu_seconds_total{" + Labels({{"queue", key.first}, {"model", key.second}}) + "} " +
+             FormatValue(ms / 1000.0) + "\n";
+    }
+    MetricHeader(out, "gantry_queue_busy_gpu_seconds_total", "counter",
+                 "GPU-seconds a queue's jobs kept busy (utilization x GPUs, as agents report it), by GPU model");
+    for (const auto& [key, ms] : busy) {
+      out += "gantry_queue_busy_gpu_seconds_total{" + Labels({{"queue", key.first}, {"model", key.second}}) + "} " +
+             FormatValue(ms / 1000.0) + "\n";
+    }
+
+    // Who holds each GPU, by (node, local index); running_ is in seq order, so the
+    // series come out in a stable order.
+    std::map<std::pair<uint32_t, int>, std::vector<Holding>> holdings;
+    for (int64_t seq : running_) {
+      const Job& job = jobs_.at(seq);
+      for (const Worker& w : job.workers) {
+        const auto hold = [&](int g, double share, const std::string& profile) {
+          std::vector<Holding>& hs = holdings[{w.alloc.node.v, g}];
+          auto h = std::find_if(hs.begin(), hs.end(), [&](const Holding& x) { return x.job == &job; });
+          if (h == hs.end()) h = hs.insert(hs.end(), Holding{&job, 0, ""});
+          h->share += share;
+          if (!profile.empty() && h->mig_profiles.find(profile) == std::string::npos) {
+            h->mig_profiles += (h->mig_profiles.empty() ? "" : ",") + profile;
+          }
+        };
+        if (w.alloc.sharing == core::Sharing::kExclusive) {
+          for (int g = 0; g < 64; ++g) {
+            if ((w.alloc.gpu_mask >> g) & 1) hold(g, 1.0, "");
+          }
+        } else if (w.alloc.sharing == core::Sharing::kMig) {
+          const core::GpuModel& m = cluster_.catalog().model(cluster_.node(w.alloc.node).model);
+          const core::MigProfile& profile = m.mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
+          hold(w.alloc.gpu, WorkerGpus(w.alloc, cluster_), profile.name);
+        } else {
+          hold(w.alloc.gpu, WorkerGpus(w.alloc, cluster_), "");
+        }
+      }
+    }
+    MetricHeader(out, "gantry_gpu_allocated_ratio", "gauge",
+                 "Share of one GPU a job holds (one series per job holding part of it; job labels empty and 0 "
+                 "when free); labels join with dcgm-exporter's on UUID");
+    MetricHeader(out, "gantry_gpu_busy_ratio", "gauge",
+                 "GPU utilization the agent last sampled (job labels: the job holding it, when only one does)");
+    std::string busy_lines;
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const core::Node& node = cluster_.node(core::NodeId(i));
+      const NodeInfo& info = nodes_[i];
+      for (int g = 0; g < node.gpus; ++g) {
+        const GpuReport* rep = static_cast<size_t>(g) < info.gpus.size() ? &info.gpus[static_cast<size_t>(g)] : nullptr;
+        const std::string gpu = Labels({{"gpu", std::to_string(g)},
+                                        {"UUID", rep ? rep->uuid : ""},
+                                        {"Hostname", node.name},
+                                        {"modelName", cluster_.catalog().model(node.model).name}});
+        const auto holder = [](const Job* job) {
+          return Labels({{"queue", job ? job->queue : ""}, {"gantry_job", job ? job->name : ""},
+                         {"user", job ? job->user : ""}});
+        };
+        const auto it = holdings.find({i, g});
+        if (it == holdings.end()) {
+          out += "gantry_gpu_allocated_ratio{" + gpu + "," + holder(nullptr) + "} 0\n";
+        } else {
+          for (const Holding& h : it->second) {
+            const std::string mig = h.mig_profiles.empty() ? "" : Labels({{"GPU_I_PROFILE", h.mig_profiles}}) + ",";
+            out += "gantry_gpu_allocated_ratio{" + gpu + "," + mig + holder(h.job) + "} " + FormatValue(h.share) + "\n";
+          }
+        }
+        if (rep && info.up) {
+          const Job* sole = it != holdings.end() && it->second.size() == 1 ? it->second.front().job : nullptr;
+          busy_lines +=
+              "gantry_gpu_busy_ratio{" + gpu + "," + holder(sole) + "} " + FormatValue(rep->utilization) + "\n";
+        }
+      }
+    }
+    out += busy_lines;
+    MetricHeader(out, "gantry_jobs", "gauge", "Jobs by state");
     out += "gantry_jobs{state=\"pending\"} " + std::to_string(pending) + "\n";
     out += "gantry_jobs{state=\"running\"} " + std::to_string(running) + "\n";
     out += "gantry_jobs{state=\"stopping\"} " + std::to_string(stopping) + "\n";
@@ -110,6 +246,14 @@ void Controller::Metrics(Done done) {
     out += "gantry_nodes{state=\"up\"} " + std::to_string(up) + "\n";
     out += "gantry_nodes{state=\"drained\"} " + std::to_string(drained) + "\n";
     out += "gantry_nodes{state=\"down\"} " + std::to_string(down) + "\n";
+    MetricHeader(out, "gantry_node_up", "gauge",
+                 "1 while a node's agent heartbeats (drained or not), else 0; Hostname as dcgm-exporter's");
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const core::Node& node = cluster_.node(core::NodeId(i));
+      out += "gantry_node_up{" +
+             Labels({{"node", node.name}, {"Hostname", node.name}, {"pool", cluster_.pool(node.pool).spec.name}}) +
+             "} " + (nodes_[i].up ? "1" : "0") + "\n";
+    }
     Reply reply;
     reply.text = std::move(out);
     reply.content_type = "text/plain; version=0.0.4; charset=utf-8";

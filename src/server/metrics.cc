@@ -47,6 +47,15 @@ std::string EscapeLabel(std::string_view v) {
   return out;
 }
 
+std::string Labels(std::initializer_list<std::pair<std::string_view, std::string_view>> labels) {
+  std::string out;
+  for (const auto& [key, value] : labels) {
+    if (!out.empty()) out += ',';
+    out += std::string(key) + "=\"" + EscapeLabel(value) + "\"";
+  }
+  return out;
+}
+
 std::string FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";

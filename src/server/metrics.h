@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace gantry::server {
@@ -27,6 +29,8 @@ class Histogram {
 
 // A label value with \, " and newline escaped.
 std::string EscapeLabel(std::string_view v);
+// `key="value",...` (values escaped, no braces) for Render and for series lines.
+std::string Labels(std::initializer_list<std::pair<std::string_view, std::string_view>> labels);
 // A sample value: integers without a decimal point, others with up to 9 significant digits.
 std::string FormatValue(double v);
 // "# HELP name help\n# TYPE name type\n"

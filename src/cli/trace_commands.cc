@@ -153,6 +153,8 @@ void AddTraceCommands(CLI::App& app, int& exit_code) {
   gen->add_option("--reclaim-idle-after", g.reclaim_idle_after_s,
                   "policy.reclaim_idle_after_s of the cluster (0: never)")
       ->capture_default_str();
+  gen->add_flag("--observed-usage", g.observed_usage,
+                "Trace lines carry observed usage (util, vram_used_gb) for right-sizing figures");
   gen->add_flag("--guarantees-by-model", g.guarantees_by_model,
                 "Guarantees per GPU model: serving's on A100, research's on H100");
   gen->add_flag("-q,--quiet", gen_args->quiet, "Print no summary");

@@ -207,6 +207,11 @@ void Report::Write(std::ostream& out) const {
       return c;
     };
     g["cost"] = cost(by_queue_[q].alloc_by_model);
+    if (by_queue_[q].observed > 0) {
+      g["observed_gpu_hours"] = by_queue_[q].observed / kUnitMsPerGpuHour;
+      g["busy_gpu_hours"] = by_queue_[q].busy / kUnitMsPerGpuHour;
+      g["right_sizing_frees_gpu_hours"] = by_queue_[q].frees / kUnitMsPerGpuHour;
+    }
     g["cost_with_children"] = cost(subtree_by_model[q]);
     if (spec.budget) {
       g["budget"] = {{"gpu_hours", spec.budget->gpu_hours},
@@ -226,6 +231,21 @@ void Report::Write(std::ostream& out) const {
     by_queue[spec.name] = g;
   }
   j["by_queue"] = by_queue;
+  // Jobs whose trace line carried observed usage: allocated vs used GPU-hours, and what
+  // right-sizing (core::RightSize) would have freed.
+  double observed = 0, busy = 0, frees = 0;
+  for (const Group& g : by_queue_) {
+    observed += g.observed;
+    busy += g.busy;
+    frees += g.frees;
+  }
+  if (observed > 0) {
+    j["observed_usage"] = {{"gpu_hours", observed / kUnitMsPerGpuHour},
+                           {"busy_gpu_hours", busy / kUnitMsPerGpuHour},
+                           {"busy_pct", 100 * busy / observed},
+                           {"right_sizing_frees_gpu_hours", frees / kUnitMsPerGpuHour},
+                           {"right_sizing_frees_pct", 100 * frees / observed}};
+  }
   j["currency"] = currency_;
   Json by_tier = Json::object();
   for (int t = 0; t < core::kTierCount; ++t) {

@@ -66,6 +66,14 @@ class Report {
     prices_ = std::move(price_by_model);
     currency_ = std::move(currency);
   }
+  // A run of a job with observed usage: GPU unit-ms it held, unit-ms busy (utilization-
+  // weighted), and unit-ms the right-sized shape would have left free.
+  void ObservedUsage(core::QueueId queue, double held, double busy, double frees) {
+    Group& g = by_queue_[queue.v];
+    g.observed += held;
+    g.busy += busy;
+    g.frees += frees;
+  }
   // A queue's budget ran out (core/budget.h): counted per queue.
   void BudgetSpent(core::QueueId queue) { ++by_queue_[queue.v].budget_spent; }
   void Events(size_t n) { events_ += n; }
@@ -117,6 +125,7 @@ class Report {
     std::map<std::string, int64_t> alloc_by_model;  // unit-ms (queues only)
     size_t preemptions = 0;
     size_t budget_spent = 0;  // times its budget ran out (queues only)
+    double observed = 0, busy = 0, frees = 0;  // unit-ms, jobs with observed usage (queues only)
     std::vector<double> wait_ms, jct_s;
   };
   std::vector<Group> by_queue_;

@@ -1,5 +1,7 @@
 #include "sim/simulator.h"
 
+#include "core/advice.h"
+
 #include <cassert>
 #include <chrono>
 #include <utility>
@@ -105,6 +107,10 @@ void Simulator::Arrive(core::TraceJob&& tj) {
   SimJob s;
   s.duration = tj.duration;
   s.idle_after = tj.idle_after ? *tj.idle_after : -1;
+  if (tj.util) {
+    s.util = *tj.util;
+    s.vram_used = tj.vram_used_bytes.value_or(tj.spec.vram_bytes * std::max(1, tj.spec.gpus));
+  }
   if (tj.spec.tier == core::Tier::kCritical) {
     const core::QueueId q = tj.spec.queue;
     s.critical_pending = sched_.MinUnits(tj.spec);
@@ -183,14 +189,23 @@ void Simulator::Pass(Ticks now) {
   }
 }
 
-void Simulator::ModelUsage(const core::JobRecord& job, Ticks start, Ticks end) {
+void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
   const core::Cluster& cluster = config_.cluster;
+  const core::JobRecord& job = sched_.job(id);
+  const SimJob& s = jobs_[id.v];
   for (const core::WorkerAlloc& w : job.alloc) {
     const core::ModelId model = cluster.node(w.node).model;
     if (!model.valid()) continue;  // a CPU node
     const core::GpuUnits units = job.spec.WorkerUnits(cluster.catalog(), model);
     if (units == 0) continue;  // a CPU-only worker
     report_.ModelUsage(job.spec.queue, cluster.catalog().model(model).name, units * (end - start));
+    if (s.util < 0) continue;
+    const Ticks busy = s.idle_after < 0 ? end - start : std::clamp<Ticks>(s.idle_after - progress, 0, end - start);
+    const core::Advice a = core::RightSize(cluster, model, job.spec, {s.vram_used, s.util});
+    const double fit_units = a.gpus > 0 ? static_cast<double>(units) * a.fit_gpus / a.gpus : static_cast<double>(units);
+    report_.ObservedUsage(job.spec.queue, static_cast<double>(units) * static_cast<double>(end - start),
+                          static_cast<double>(units) * static_cast<double>(busy) * s.util,
+                          (static_cast<double>(units) - fit_units) * static_cast<double>(end - start));
   }
 }
 
@@ -200,10 +215,11 @@ void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause) {
   const Ticks run_time = now - s.run_start;
   const Ticks ckpt = job.spec.checkpoint;
   const Ticks kept = ckpt > 0 ? run_time / ckpt * ckpt : 0;
+  const Ticks progress = s.progress;
   s.progress += kept;
   report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, now, run_time - kept,
                    cause);
-  ModelUsage(job, s.run_start, now);
+  ModelUsage(id, s.run_start, now, progress);
   timeline_.RunEnded(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units,
                      run_time - kept, EndingOf(cause));
   ++s.run;
@@ -220,7 +236,7 @@ void Simulator::Handle(const Event& e) {
       const core::JobRecord& job = sched_.job(id);
       report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, t, 0,
                        Report::Cause::kPreempt);
-      ModelUsage(job, s.run_start, t);
+      ModelUsage(id, s.run_start, t, s.progress);
       timeline_.RunEnded(t, job.spec.tier, job.spec.queue, job.spec.sharing, job.units, 0,
                          Timeline::Ending::kFinished);
       s.progress = s.duration;

@@ -77,6 +77,8 @@ class Simulator {
   struct SimJob {
     core::Ticks duration = 0;
     core::Ticks idle_after = -1;
+    double util = -1;             // observed usage (trace util, vram_used_gb); -1: unknown
+    int64_t vram_used = 0;
     core::Ticks progress = 0;  // kept across runs (checkpoints)
     core::Ticks run_start = 0;
     uint32_t run = 0;          // bumped when a run ends; stale events carry an old value
@@ -92,7 +94,9 @@ class Simulator {
   // (reclaim): keeps checkpointed progress, accounts lost work. Returns run time.
   void EndRun(core::JobId id, core::Ticks now, Report::Cause cause);
   // Reports the GPU units x time of a run ending now, per GPU model its workers held.
-  void ModelUsage(const core::JobRecord& job, core::Ticks start, core::Ticks end);
+  // With observed usage, also what the workers kept busy (up to idle_after of run time,
+  // counted from `progress` at the run's start) and what right-sizing would have freed.
+  void ModelUsage(core::JobId id, core::Ticks start, core::Ticks end, core::Ticks progress);
   void Account(core::Ticks now);
   // After each instant: the timeline's state and samples, and progress.
   void Observe(core::Ticks now);

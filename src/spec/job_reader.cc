@@ -141,6 +141,8 @@ class JobDecoder {
                                                                   "submit",
                                                                   "duration",
                                                                   "idle_after_s",
+                                                                  "util",
+                                                                  "vram_used_gb",
                                                                   "keep_when_idle"};
     Fields f(d_, doc, "", mode == Mode::kTrace ? trace_fields : spec_fields);
     JobSpec& job = out.spec;
@@ -186,7 +188,7 @@ class JobDecoder {
       job.workdir = *w;
     }
     if (mode == Mode::kSpec) {
-      for (std::string_view key : {"submit", "duration", "idle_after_s"}) {
+      for (std::string_view key : {"submit", "duration", "idle_after_s", "util", "vram_used_gb"}) {
         // A pointed message rather than "unknown field".
         if (f.has(key)) {
           f.Report(key,
@@ -210,6 +212,8 @@ class JobDecoder {
       if (auto v = f.Number("idle_after_s", Range{0, false, kMaxSeconds})) {
         out.idle_after = SecondsToTicks(*v);
       }
+      if (auto v = f.Number("util", Range{0, false, 1})) out.util = *v;
+      if (auto v = f.Number("vram_used_gb", Range{0, false, kMaxGb})) out.vram_used_bytes = std::llround(*v * 1e9);
     }
     f.Finish();
     return d_.reported() == before;

@@ -147,6 +147,26 @@ TEST_F(SimTest, ASpentBudgetHoldsNewWorkUntilTheNextWeekAndTheReportCharges) {
   EXPECT_EQ(report_["currency"], "EUR");
 }
 
+// Observed usage on trace lines: allocated vs busy GPU-hours and what right-sizing would
+// free, per queue and in all (issue 12 item 4).
+TEST_F(SimTest, ObservedUsageGivesBusyHoursAndRightSizing) {
+  Run(R"({"id":"big80","submit":0,"duration":3600,"queue":"q","gpus":1,"vram_gb":80,"util":0.1,"vram_used_gb":9})"
+      "\n"
+      // Busy at 0.8 for its first 1800 s of run time, then idle (reclaimed 50 s later).
+      R"({"id":"nb","submit":0,"duration":7200,"queue":"q","gpus":2,"vram_gb":40,"util":0.8,"vram_used_gb":70,"idle_after_s":1800})"
+      "\n"
+      R"({"id":"plain","submit":0,"duration":3600,"queue":"q","gpus":1,"vram_gb":10})"
+      "\n");
+  const auto& o = report_["observed_usage"];
+  // big80: 1 GPU-hour; nb: 2 GPUs for 1850 s.
+  EXPECT_NEAR(o["gpu_hours"].get<double>(), 1 + 2 * 1850 / 3600.0, 1e-9);
+  EXPECT_NEAR(o["busy_gpu_hours"].get<double>(), 0.1 + 2 * 0.8 * 0.5, 1e-9);
+  // big80 fits a MIG 1g.20gb (9 GB + 20%): frees 6/7 of its hour. nb (70 GB, 0.8 of 2
+  // GPUs + 20%: 1.92 GPUs) keeps its 2.
+  EXPECT_NEAR(o["right_sizing_frees_gpu_hours"].get<double>(), 6.0 / 7, 1e-9);
+  EXPECT_NEAR(report_["by_queue"]["q"]["busy_gpu_hours"].get<double>(), 0.9, 1e-9);
+}
+
 TEST_F(SimTest, IdleJobsAreReclaimed) {
   auto log = Run(
       R"({"id":"nb","submit":10,"duration":5000,"queue":"q","gpus":0.5,"sharing":"timeslice","vram_gb":8,"idle_after_s":100})"

@@ -79,6 +79,8 @@ struct TraceJob {
   Ticks submit = 0;
   Ticks duration = 0;
   std::optional<Ticks> idle_after;  // run time after which the job stops using its GPUs
+  std::optional<double> util;       // observed: utilization of what a worker holds while busy
+  std::optional<int64_t> vram_used_bytes;  // observed: peak VRAM of one worker
   int line = 0;                     // 1-based line in the trace file
 };
 

@@ -166,6 +166,8 @@ std::string JobJson(const JobOut& j) {
          ",\"end\":" + JsonString(j.window->end) + "}";
   }
   if (j.idle_after_s) s += ",\"idle_after_s\":" + Num(*j.idle_after_s);
+  if (j.util) s += ",\"util\":" + Num(*j.util);
+  if (j.vram_used_gb) s += ",\"vram_used_gb\":" + Num(*j.vram_used_gb);
   return s + "}";
 }
 

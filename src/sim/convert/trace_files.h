@@ -94,6 +94,10 @@ struct JobOut {
   double grace_s = 0;                   // 0: left out
   std::optional<WindowOut> window;
   std::optional<double> idle_after_s;
+  // Observed usage (issue 12): utilization of what a worker holds while busy, and its
+  // peak VRAM. Left out unless known.
+  std::optional<double> util;
+  std::optional<double> vram_used_gb;
 
   bool uses_gpu() const { return !mig.empty() || gpus > 0; }
   // GPUs the whole job holds (a MIG instance counts its compute slices over 7).

@@ -260,12 +260,14 @@ class CurveClock {
 class Stream {
  public:
   Stream(const Kind& kind, const Layout& layout, double target_gpu_hours, int64_t fixed_count,
-         double horizon, uint64_t seed)
+         double horizon, uint64_t seed, bool observed_usage)
       : kind_(kind),
         layout_(layout),
         clock_(kind.curve),
         shapes_(MixSeed(seed, 0)),
-        times_(MixSeed(seed, 1)) {
+        times_(MixSeed(seed, 1)),
+        usage_(MixSeed(seed, 2)),
+        observed_usage_(observed_usage) {
     count_ = fixed_count;
     if (target_gpu_hours > 0) {
       Random probe(MixSeed(seed, 0));
@@ -295,6 +297,7 @@ class Stream {
       for (JobOut& j : kind_.draw(shapes_, layout_)) {
         j.id = kind_.id_prefix + std::to_string(++jobs_);
         j.submit = submit;
+        if (observed_usage_ && j.uses_gpu()) DrawUsage(j);
         pending_.push_back(std::move(j));
       }
     }
@@ -304,10 +307,29 @@ class Stream {
   }
 
  private:
+  // What a job of this kind was seen to use: utilization of what it holds while busy
+  // and peak VRAM as a fraction of what it asked. Illustrative ranges: training and
+  // fine-tuning keep their GPUs busy and full; inference, sweeps and notebooks often ask
+  // far more than they use (the right-sizing case).
+  void DrawUsage(JobOut& j) {
+    struct Range {
+      double util_lo, util_hi, vram_lo, vram_hi;
+    };
+    const Range r = kind_.name == "training"   ? Range{0.70, 0.97, 0.70, 1.00}
+                    : kind_.name == "finetune" ? Range{0.55, 0.95, 0.60, 1.00}
+                    : kind_.name == "realtime" ? Range{0.10, 0.60, 0.15, 0.60}
+                    : kind_.name == "notebook" ? Range{0.05, 0.50, 0.10, 0.60}
+                                               : Range{0.20, 0.90, 0.15, 0.90};
+    j.util = std::round(usage_.Uniform(r.util_lo, r.util_hi) * 100) / 100;
+    // vram_gb is per GPU for whole GPUs; vram_used_gb is what one worker used in all.
+    j.vram_used_gb = Tenth(j.vram_gb * std::max(1.0, j.gpus) * usage_.Uniform(r.vram_lo, r.vram_hi));
+  }
+
   const Kind& kind_;
   const Layout& layout_;
   CurveClock clock_;
-  Random shapes_, times_;
+  Random shapes_, times_, usage_;
+  bool observed_usage_ = false;
   int64_t count_ = 0, emitted_ = 0, jobs_ = 0;
   double spacing_sum_ = 0, spacing_ = 0, span_ = 0;
   std::deque<JobOut> pending_;
@@ -477,7 +499,7 @@ Result<GenSummary> Generate(const GenOptions& o) {
     const double target = kinds[k].share * o.load * summary.capacity_gpu_hours;
     const auto fixed = static_cast<int64_t>(std::llround(kinds[k].rate_per_hour * horizon / kHour));
     streams.push_back(std::make_unique<Stream>(
-        kinds[k], layout, target, kinds[k].share > 0 ? 0 : fixed, horizon, MixSeed(o.seed, k)));
+        kinds[k], layout, target, kinds[k].share > 0 ? 0 : fixed, horizon, MixSeed(o.seed, k), o.observed_usage));
   }
 
   auto cluster_path = convert::OutPath(o.out, "cluster.yaml");

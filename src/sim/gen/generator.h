@@ -53,6 +53,9 @@ struct GenOptions {
   // Guarantees per GPU model: serving's on the A100s, research's and its teams' on the
   // H100s (batch's stays over all models). Otherwise every guarantee counts any model.
   bool guarantees_by_model = false;
+  // Trace lines carry observed usage (util, vram_used_gb), drawn from a stream of their
+  // own, so the workload is the same with or without them.
+  bool observed_usage = false;
   std::string out;
 };
 

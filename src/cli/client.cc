@@ -343,6 +343,48 @@ int Ls(const Globals& g, bool json_out, bool all, const std::string& state) {
   return 0;
 }
 
+// Running jobs with what their GPUs do now, busiest holders first: squeue meets
+// nvidia-smi. NOW: utilization the agents last reported (mean over workers); VRAM: the
+// fullest worker's now and peak against what it asked; BUSY: utilization-weighted share
+// of its reported GPU-time so far; IDLE: since a worker was last busy.
+int Top(const Globals& g, bool json_out) {
+  Client c(g);
+  Response r = c.Get("/v1/jobs?all=0&state=running");
+  if (int rc = Check(r, "top")) return rc;
+  json j = r.Json();
+  std::vector<json> jobs(j["jobs"].begin(), j["jobs"].end());
+  std::stable_sort(jobs.begin(), jobs.end(), [&](const json& a, const json& b) {
+    const json &ua = a.value("usage", json::object()), &ub = b.value("usage", json::object());
+    return ua.value("util_now", 2.0) < ub.value("util_now", 2.0);  // idlest first: what to look at
+  });
+  if (json_out) {
+    std::cout << json(jobs).dump() << "\n";
+    return 0;
+  }
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 30) << Pad("NOW", 6)
+            << Pad("VRAM NOW/PEAK/ASKED GB", 24) << Pad("BUSY", 6) << Pad("IDLE", 10) << "NODES\n";
+  for (const json& job : jobs) {
+    const json& u = job.value("usage", json::object());
+    std::string where;
+    for (const auto& n : job["nodes"]) where += (where.empty() ? "" : ",") + n.get<std::string>();
+    const std::string user = job.value("user", "");
+    const bool seen = u.contains("util_now");
+    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(user.empty() ? "-" : user, 10)
+              << Pad(job.value("request", ""), 30)
+              << Pad(seen ? std::to_string(std::lround(100 * u.value("util_now", 0.0))) + "%" : "-", 6)
+              << Pad(seen ? Num(std::round(u.value("vram_now_gb", 0.0) * 10) / 10) + "/" +
+                                Num(std::round(u.value("vram_peak_gb", 0.0) * 10) / 10) + "/" +
+                                Num(u.value("vram_asked_gb", 0.0))
+                          : "-",
+                     24)
+              << Pad(u.contains("utilization") ? std::to_string(std::lround(100 * u.value("utilization", 0.0))) + "%"
+                                               : "-",
+                     6)
+              << Pad(seen ? Elapsed(u.value("idle_s", 0.0)) : "-", 10) << where << "\n";
+  }
+  return 0;
+}
+
 int Show(const Globals& g, const std::string& id, bool json_out) {
   Client c(g);
   Response r = c.Get("/v1/jobs/" + UrlEncode(id));
@@ -713,6 +755,11 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   ls->add_option("--state", ls_state, "Only jobs in this state");
   ls->callback([&exit_code] { exit_code = Ls(g, ls_json, ls_all, ls_state); });
 
+  static bool top_json = false;
+  CLI::App* top = app.add_subcommand("top", "Running jobs with their GPUs' utilization and VRAM now, idlest first");
+  top->add_flag("--json", top_json, "JSON output");
+  top->callback([&exit_code] { exit_code = Top(g, top_json); });
+
   static std::string show_id;
   static bool show_json = false;
   CLI::App* show = app.add_subcommand("show", "Show one job");
@@ -765,7 +812,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   resume->add_option("node", resume_node, "Node name")->required();
   resume->callback([&exit_code] { exit_code = Drain(g, resume_node, false, ""); });
 
-  for (CLI::App* sub : {submit, ls, show, cancel, logs, nodes, queues, usage, drain, resume}) sub->fallthrough();
+  for (CLI::App* sub : {submit, ls, top, show, cancel, logs, nodes, queues, usage, drain, resume}) sub->fallthrough();
 }
 
 }  // namespace gantry::cli

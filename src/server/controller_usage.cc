@@ -171,12 +171,15 @@ json Controller::UsageSummary(const Job& job, Ticks now) const {
   if (job.state == JobState::kRunning) {
     Ticks busy = -1;
     double util = 0;
+    int64_t vram = 0;
     for (const Worker& w : job.workers) {
       busy = std::max(busy, w.busy_at);
       util += w.util;
+      vram = std::max(vram, w.vram_used);
     }
     if (busy >= 0 && !job.workers.empty()) {
       j["util_now"] = util / static_cast<double>(job.workers.size());
+      j["vram_now_gb"] = static_cast<double>(vram) / 1e9;  // the fullest worker's
       j["idle_s"] = static_cast<double>(now - busy) / 1000.0;
     }
     const Ticks after = core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);

@@ -963,6 +963,13 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_GT(busy.value("gpu_hours", 0.0), 0.0);
   RunResult shown = h.Cli({"show", "busy"}, h.token("a"));
   EXPECT_NE(shown.out.find("peak 9.0 GB"), std::string::npos) << shown.out;
+  // gantry top: what each running job's GPUs do now.
+  const std::string top = h.Cli({"top"}, h.token("a")).out;
+  const size_t top_row = top.find("\nbusy ");
+  ASSERT_NE(top_row, std::string::npos) << top;
+  const std::string busy_row = top.substr(top_row + 1, top.find('\n', top_row + 1) - top_row - 1);
+  EXPECT_NE(busy_row.find(" 50% "), std::string::npos) << busy_row;
+  EXPECT_NE(busy_row.find("9/9/80"), std::string::npos) << busy_row;
   // Right-sizing: 9 GB + 20% headroom is past 1g.10gb; 1g.20gb holds it.
   const json big = h.Job("big80")["usage"];
   EXPECT_EQ(big["advice"].value("shape", ""), "MIG 1g.20gb") << big.dump();

@@ -106,6 +106,20 @@ void Controller::Metrics(Done done) {
       const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
       out += "gantry_queue_guaranteed_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " + gpus(s.guaranteed) + "\n";
     }
+    MetricHeader(out, "gantry_queue_budget_gpu_hours", "gauge",
+                 "A queue's GPU-hour budget per period, weighted by GPU model prices (queues with one)");
+    std::string used;
+    for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+      const core::Scheduler::BudgetAccount* a = sched_->budget_account(core::QueueId(q));
+      if (a == nullptr) continue;
+      const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
+      const std::string labels = "{queue=\"" + EscapeLabel(s.name) + "\",period=\"" + std::string(core::Name(s.budget->period)) + "\"} ";
+      out += "gantry_queue_budget_gpu_hours" + labels + FormatValue(s.budget->gpu_hours) + "\n";
+      used += "gantry_queue_budget_used_gpu_hours" + labels + FormatValue(a->spent) + "\n";
+    }
+    MetricHeader(out, "gantry_queue_budget_used_gpu_hours", "gauge",
+                 "Weighted GPU-hours a queue and those under it spent this period (as of the last pass)");
+    out += used;
     MetricHeader(out, "gantry_queue_burst_gpus", "gauge", "A queue's burst limit (absent: none)");
     for (uint32_t q = 0; q < config_.queues.size(); ++q) {
       const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;

@@ -184,6 +184,7 @@ pools:
 queues:
   - name: research
     guaranteed_gpus: 8
+    budget: {gpu_hours: 1000, period: month}
   - name: serving
     guaranteed_gpus: 8
 policy:

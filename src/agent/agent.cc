@@ -31,6 +31,11 @@ namespace {
 
 constexpr size_t kLogChunk = 256 * 1024;
 constexpr size_t kDoneMemory = 100000;
+// A worker's exit waits this long for its MIG instance to be destroyed (its processes,
+// SIGKILLed, release the GPU within moments); then it is reported anyway, the instance
+// still tried, and a worker placed over it fails saying why.
+constexpr int64_t kMigReleaseWaitMs = 10000;
+constexpr int64_t kMigRetryMs = 100;
 
 using gantry::UrlEncode;
 
@@ -252,6 +257,7 @@ int Agent::Run(const std::atomic<bool>& stop) {
     ReapChildren();
     RemoveCgroups();
     Escalate(now);
+    ReleaseMigs(now);
     // Heartbeat on time, or at once when a worker ended (its node can take the next job);
     // at most every 20 ms.
     if (now >= next_heartbeat || (exits_pending_ && now - last_heartbeat >= 20)) {
@@ -293,6 +299,14 @@ int Agent::Run(const std::atomic<bool>& stop) {
     bool alive = false;
     for (auto& [key, w] : workers_) alive |= !w.exited;
     if (!alive) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // Their MIG instances, for a while; what is left is in mig.json for the next run.
+  for (const int64_t until = Now() + 5000; Now() < until;) {
+    ReleaseMigs(Now());
+    bool held = false;
+    for (const auto& [uuid, h] : migs_) held |= !h.owner.empty();
+    if (!held) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& [key, w] : workers_) {
@@ -353,6 +367,7 @@ void Agent::Recover() {
     Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + ": " + w.note);
     workers_[Key(w.job, w.run, w.rank)] = w;
   }
+  LoadMigs();
   // Worker cgroups no record names (a crash between making one and writing the record).
   if (cgroups_) {
     for (const std::string& name : cgroups_->Names()) {
@@ -538,8 +553,11 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
       running.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid}});
       if (auto u = usage.find(key); u != usage.end()) running.back().update(u->second);
     } else {
+      std::string mig_note;
+      if (MigPending(key, now, leaving, &mig_note)) continue;  // reported once its instance is gone
       exits.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"exit_code", w.exit_code},
-                       {"signal", w.signal}, {"lost", w.lost}, {"note", w.note}});
+                       {"signal", w.signal}, {"lost", w.lost}, {"note", w.note + mig_note}});
+      if (!w.drain.empty()) exits.back()["drain"] = w.drain;
       reported.push_back(key);
     }
   }
@@ -737,12 +755,28 @@ void Agent::StartWorker(const json& e, int64_t now) {
     if (sharing == "mig") {
       const std::string profile = alloc.value("mig", std::string());
       const int start = alloc.value("start", -1);
-      visible = gpus_->MigUuid(*g, profile, start);
-      w.share.mig_uuid = visible;
-      if (visible.empty()) {
-        problem = "no MIG instance " + profile + " at memory slice " + std::to_string(start) + " on GPU " +
-                  std::to_string(g->index) + " (the agent does not create MIG instances)";
+      const std::string where = profile + " at memory slice " + std::to_string(start) + " on GPU " +
+                                std::to_string(g->index) + " (" + g->uuid + ")";
+      if (alloc.value("create", false)) {  // a mig_managed pool: this agent lays the GPU out
+        const MigPlacement want{.profile = profile,
+                                .start = start,
+                                .memory_slices = alloc.value("memory_slices", 0),
+                                .compute_slices = alloc.value("compute_slices", 0)};
+        auto mig = MigFor(*g, want, key, w.job, now);
+        if (mig) {
+          visible = *mig;
+        } else {
+          problem = "cannot create MIG instance " + where + ": " + mig.error().message;
+          w.drain = problem;  // the GPU cannot take it now: requeue the job, drain the node
+        }
+      } else {
+        visible = gpus_->MigUuid(*g, profile, start);
+        if (visible.empty()) {
+          problem = "no MIG instance " + where +
+                    " (its pool is not mig_managed: the agent uses instances laid out beforehand)";
+        }
       }
+      w.share.mig_uuid = visible;
       spec.env.emplace_back("GANTRY_MIG_PROFILE", profile);
     } else {
       visible = g->uuid;
@@ -820,6 +854,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";
     w.exited = true;
     w.exit_code = 127;
+    w.lost = !w.drain.empty();  // not the job's fault: requeued, not failed
     w.note = problem;
     Say("job " + w.job + ": " + problem, true);
     workers_[key] = w;
@@ -845,6 +880,136 @@ void Agent::StartWorker(const json& e, int64_t now) {
   Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +
       std::to_string(w.pid) + (visible.empty() ? "" : ", CUDA_VISIBLE_DEVICES=" + visible));
   workers_[key] = w;
+}
+
+
+Result<std::string> Agent::MigFor(const GpuInfo& g, const MigPlacement& want, const std::string& key,
+                                  const std::string& job, int64_t now) {
+  const auto overlaps = [&](int start, int size) {
+    return start < want.start + std::max(want.memory_slices, 1) && want.start < start + std::max(size, 1);
+  };
+  ReleaseMigs(now, /*now_or_never=*/true);  // an ended worker's instance in the way goes first
+  for (const auto& [uuid, h] : migs_) {
+    if (h.made.gpu != g.index || !overlaps(h.made.start, h.made.size)) continue;
+    return Error{"mig", "MIG instance " + uuid + " (" + h.made.profile + " at memory slice " +
+                            std::to_string(h.made.start) + "), which this agent made for " +
+                            (h.owner.empty() ? "a worker now gone" : "job " + h.job) + ", is still there" +
+                            (h.error.empty() ? "" : ": " + h.error)};
+  }
+  if (const MigInstance* m = FindMig(g, want.profile, want.start)) {
+    // Laid out by someone else (an administrator, a MIG manager): used as it is, never destroyed.
+    for (const auto& [k, w] : workers_) {
+      if (!w.exited && w.share.mig_uuid == m->uuid) {
+        return Error{"mig", "MIG instance " + m->uuid + " is in use by job " + w.job + " here"};
+      }
+    }
+    return m->uuid;
+  }
+  auto made = gpus_->CreateMig(g, want);
+  if (!made) return made.error();
+  HeldMig& h = migs_[made->uuid];
+  h.made = *made;
+  h.owner = key;
+  h.job = job;
+  SaveMigs();
+  Say("created MIG instance " + made->uuid + " (" + made->profile + " at memory slice " + std::to_string(made->start) +
+      ") on GPU " + std::to_string(g.index) + " for job " + job);
+  return made->uuid;
+}
+
+void Agent::ReleaseMigs(int64_t now, bool now_or_never) {
+  bool changed = false;
+  for (auto it = migs_.begin(); it != migs_.end();) {
+    HeldMig& h = it->second;
+    if (!h.owner.empty()) {
+      auto w = workers_.find(h.owner);
+      if (w != workers_.end() && !w->second.exited) {
+        ++it;
+        continue;  // still running on it
+      }
+      if (h.ended_at < 0) h.ended_at = now;
+    }
+    if (!now_or_never && now < h.next_try) {
+      ++it;
+      continue;
+    }
+    if (Status s = gpus_->DestroyMig(h.made); !s) {
+      if (h.error != s.error().message) {
+        Say("cannot destroy MIG instance " + it->first + " yet: " + s.error().message, true);
+      }
+      h.error = s.error().message;
+      h.next_try = now + kMigRetryMs;
+      ++it;
+      continue;
+    }
+    Say("destroyed MIG instance " + it->first + " (" + h.made.profile + " at memory slice " +
+        std::to_string(h.made.start) + ") on GPU " + std::to_string(h.made.gpu));
+    // Gone now, whatever the last sample says: never handed to the next worker.
+    for (GpuInfo& g : last_gpus_) {
+      std::erase_if(g.mig, [&](const MigInstance& m) { return m.uuid == it->first; });
+    }
+    if (!h.owner.empty()) exits_pending_ = true;  // its worker's exit can go now
+    it = migs_.erase(it);
+    changed = true;
+  }
+  if (changed) SaveMigs();
+}
+
+bool Agent::MigPending(const std::string& key, int64_t now, bool give_up, std::string* note) {
+  for (auto& [uuid, h] : migs_) {
+    if (h.owner != key) continue;
+    if (!give_up && (h.ended_at < 0 || now - h.ended_at < kMigReleaseWaitMs)) return true;
+    *note = "; its MIG instance " + uuid + " is not destroyed yet" + (h.error.empty() ? "" : ": " + h.error);
+    Say("reporting job " + h.job + "'s worker ended, with its MIG instance " + uuid + " still there" +
+            (h.error.empty() ? "" : ": " + h.error),
+        true);
+    h.owner.clear();  // still destroyed when it can be
+    SaveMigs();
+    return false;
+  }
+  return false;
+}
+
+void Agent::SaveMigs() const {
+  json list = json::array();
+  for (const auto& [uuid, h] : migs_) {
+    const MadeMig& m = h.made;
+    list.push_back({{"gpu", m.gpu}, {"gpu_uuid", m.gpu_uuid}, {"uuid", m.uuid}, {"profile", m.profile},
+                    {"start", m.start}, {"size", m.size}, {"gpu_instance", m.gpu_instance},
+                    {"compute_instance", m.compute_instance}, {"job", h.job}});
+  }
+  const fs::path path = fs::path(options_.state_dir) / "mig.json";
+  std::error_code ec;
+  if (list.empty()) {
+    fs::remove(path, ec);
+    return;
+  }
+  std::ofstream(path.string() + ".tmp") << list.dump() << "\n";
+  fs::rename(path.string() + ".tmp", path, ec);
+}
+
+void Agent::LoadMigs() {
+  std::ifstream in(fs::path(options_.state_dir) / "mig.json");
+  if (!in) return;
+  const json list = json::parse(in, nullptr, false);
+  if (!list.is_array()) return;
+  for (const json& e : list) {
+    if (!e.is_object()) continue;
+    HeldMig h;
+    h.made.gpu = e.value("gpu", -1);
+    h.made.gpu_uuid = e.value("gpu_uuid", std::string());
+    h.made.uuid = e.value("uuid", std::string());
+    h.made.profile = e.value("profile", std::string());
+    h.made.start = e.value("start", -1);
+    h.made.size = e.value("size", 0);
+    h.made.gpu_instance = e.value("gpu_instance", 0u);
+    h.made.compute_instance = e.value("compute_instance", 0u);
+    h.job = e.value("job", std::string());
+    if (h.made.uuid.empty()) continue;
+    Say("MIG instance " + h.made.uuid + " (" + h.made.profile + " at memory slice " + std::to_string(h.made.start) +
+        ") on GPU " + std::to_string(h.made.gpu) + " was made by a previous gantry-agent: destroying it");
+    migs_[h.made.uuid] = std::move(h);  // no owner: destroyed by the main loop
+  }
 }
 
 }  // namespace gantry::agent

@@ -19,6 +19,15 @@
 // a worker just started). A worker's exit triggers a heartbeat at once.
 // Worker records in the state directory let a restarted agent kill what its previous
 // run left behind and report those workers lost.
+// MIG on mig_managed pools (the answer's alloc says "create"): the agent creates the
+// worker's instance at exactly the placement the scheduler chose, unless one of that
+// profile is there already (laid out by someone else: used, never destroyed), and refuses
+// where another instance overlaps it; when the worker ends it destroys what it created
+// (compute, then GPU instance) before reporting the exit, so the slices are free when the
+// server frees them. A creation that fails ends the worker at once as lost, with the reason
+// and a request to drain the node, so the server requeues the job and does not place it on
+// that GPU again until someone looks. What it created is listed in the state directory
+// (mig.json), so a restarted agent destroys what its previous run left.
 // Thread-safety: Run() drives everything but the fence thread, which shares only
 // `live_`/`fenced_` (under fence_mu_) and the atomics; `stop` may be set from a signal
 // handler.
@@ -127,7 +136,31 @@ class Agent {
     WorkerShare share;
     int64_t started_ms = 0;
     nlohmann::json emulate;
+    std::string drain;  // a node problem that kept it from starting: the server drains the node
   };
+  // A MIG instance this agent created, until it is destroyed.
+  struct HeldMig {
+    MadeMig made;
+    std::string owner;     // the worker it was made for (Key); empty: its owner is gone
+                           // (reported without it, or a previous agent's)
+    std::string job;       // the owner's job, for messages
+    int64_t ended_at = -1; // steady ms its owner was first seen ended; -1 while it runs
+    int64_t next_try = 0;  // steady ms of the next destroy attempt
+    std::string error;     // why the last attempt failed
+  };
+  // The MIG UUID for a worker (`key`) on a mig_managed GPU: the instance of its profile at
+  // its placement, created when there is none; an error saying why there cannot be one.
+  Result<std::string> MigFor(const GpuInfo& gpu, const MigPlacement& mig, const std::string& key,
+                             const std::string& job, int64_t now);
+  // Destroys the instances whose workers have ended (each tried at most every 100 ms, or at
+  // once with `now_or_never`).
+  void ReleaseMigs(int64_t now, bool now_or_never = false);
+  // Whether the exit of worker `key` waits for its instance to be destroyed (at most
+  // kMigReleaseWaitMs, or not at all when `give_up`); when it waits no longer for one that
+  // is still there, `*note` says so.
+  bool MigPending(const std::string& key, int64_t now, bool give_up, std::string* note);
+  void SaveMigs() const;
+  void LoadMigs();
   // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (see
   // NvmlUsage). `owners`: GpuProcessOwners().
   nlohmann::json Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const;
@@ -178,6 +211,7 @@ class Agent {
   std::map<std::string, Worker> workers_;  // key -> worker, until its exit is acknowledged
   std::set<std::string> done_;             // keys whose exit the server acknowledged
   std::deque<std::string> done_order_;     // bounded memory for done_
+  std::map<std::string, HeldMig> migs_;    // MIG UUID -> an instance this agent created
   int64_t heartbeat_ms_;
   std::string last_error_;
 

@@ -7,11 +7,24 @@
 
 namespace gantry::agent {
 
-std::string GpuSource::MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const {
+const MigInstance* FindMig(const GpuInfo& gpu, const std::string& profile, int start) {
   for (const MigInstance& m : gpu.mig) {
-    if (m.profile == profile && m.start == start) return m.uuid;
+    if (m.profile == profile && m.start == start) return &m;
   }
-  return {};
+  return nullptr;
+}
+
+std::string GpuSource::MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const {
+  const MigInstance* m = FindMig(gpu, profile, start);
+  return m ? m->uuid : std::string();
+}
+
+Result<MadeMig> GpuSource::CreateMig(const GpuInfo&, const MigPlacement&) {
+  return Error{"mig", Describe() + " cannot create MIG instances"};
+}
+
+Status GpuSource::DestroyMig(const MadeMig&) {
+  return Error{"mig", Describe() + " cannot destroy MIG instances"};
 }
 
 std::string FakeUuid(const std::string& prefix, const std::string& seed) {
@@ -82,6 +95,7 @@ Result<std::vector<GpuInfo>> EmulatedGpus::Discover() {
     for (int j = 0; j < spec_.count; ++j) {
       if (j != i) g.nvlink_peers.push_back(j);
     }
+    if (auto m = made_.find(i); m != made_.end()) g.mig = m->second;
     gpus.push_back(std::move(g));
   }
   return gpus;
@@ -89,6 +103,43 @@ Result<std::vector<GpuInfo>> EmulatedGpus::Discover() {
 
 std::string EmulatedGpus::MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const {
   return FakeUuid("MIG-", gpu.uuid + "/" + profile + "@" + std::to_string(start));
+}
+
+// Named as MigUuid names the placement, so a worker sees one name for it either way.
+Result<MadeMig> EmulatedGpus::CreateMig(const GpuInfo& gpu, const MigPlacement& mig) {
+  if (mig.start < 0 || mig.memory_slices <= 0) {
+    return Error{"mig", "no placement for " + mig.profile + " (start " + std::to_string(mig.start) + ", " +
+                            std::to_string(mig.memory_slices) + " memory slices)"};
+  }
+  std::vector<MigInstance>& layout = made_[gpu.index];
+  for (const MigInstance& m : layout) {
+    if (m.start < mig.start + mig.memory_slices && mig.start < m.start + m.size) {
+      return Error{"mig", "MIG instance " + m.uuid + " (" + m.profile + " at memory slice " + std::to_string(m.start) +
+                              ") overlaps the placement"};
+    }
+  }
+  MadeMig made;
+  made.gpu = gpu.index;
+  made.gpu_uuid = gpu.uuid;
+  made.uuid = MigUuid(gpu, mig.profile, mig.start);
+  made.profile = mig.profile;
+  made.start = mig.start;
+  made.size = mig.memory_slices;
+  made.gpu_instance = next_id_++;
+  MigInstance inst;
+  inst.uuid = made.uuid;
+  inst.profile = made.profile;
+  inst.start = made.start;
+  inst.size = made.size;
+  layout.push_back(std::move(inst));
+  return made;
+}
+
+Status EmulatedGpus::DestroyMig(const MadeMig& mig) {
+  if (auto it = made_.find(mig.gpu); it != made_.end()) {
+    std::erase_if(it->second, [&](const MigInstance& m) { return m.uuid == mig.uuid; });
+  }
+  return Ok{};
 }
 
 }  // namespace gantry::agent

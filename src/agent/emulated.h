@@ -2,12 +2,16 @@
 //
 // UUIDs are stable functions of the node name and index (GPU-xxxxxxxx-...), so an agent
 // that restarts reports the same GPUs. All GPUs of a node share one NVLink domain. MIG
-// instances are made up on demand with stable UUIDs. A GPU can be marked lost (tests of
-// the drain-on-lost-GPU path) through a file listing lost indexes, one per line.
+// instances are made up on demand with stable UUIDs; on mig_managed pools they are
+// "created" (CreateMig, kept in memory) and listed by Discover until destroyed. A GPU can be
+// marked lost (tests of the drain-on-lost-GPU path) through a file listing lost indexes,
+// one per line.
 // Thread-safety: none.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "agent/gpu.h"
 
@@ -28,12 +32,16 @@ class EmulatedGpus final : public GpuSource {
   std::string Describe() const override;
   Result<std::vector<GpuInfo>> Discover() override;
   std::string MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const override;
+  Result<MadeMig> CreateMig(const GpuInfo& gpu, const MigPlacement& mig) override;
+  Status DestroyMig(const MadeMig& mig) override;
   bool emulated() const override { return true; }
 
  private:
   std::string node_;
   EmulateSpec spec_;
   std::string lost_file_;
+  std::map<int, std::vector<MigInstance>> made_;  // GPU index -> instances CreateMig made
+  unsigned next_id_ = 1;
 };
 
 // "GPU-8-4-4-4-12 hex" from a hash of `seed`.

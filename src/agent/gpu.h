@@ -35,6 +35,7 @@ struct MigInstance {
   std::string uuid;     // "MIG-..." as CUDA_VISIBLE_DEVICES takes it
   std::string profile;  // e.g. "1g.10gb"
   int start = -1;       // first memory slice of its placement
+  int size = 0;         // memory slices it spans; 0 where NVML did not say
   // Last sample (NVML; emulation leaves them unknown): the instance's own memory and
   // utilization (0..1, unknown where NVML does not give it for MIG devices) and processes.
   int64_t memory_bytes = 0;
@@ -58,6 +59,30 @@ struct GpuInfo {
   DeviceProcesses processes;      // last sample (NVML; not read for a GPU in MIG mode)
 };
 
+// A worker's MIG instance as the scheduler placed it (the desired worker's alloc).
+struct MigPlacement {
+  std::string profile;     // catalog name, e.g. "1g.10gb"
+  int start = -1;          // first memory slice
+  int memory_slices = 0;   // the placement's size
+  int compute_slices = 0;  // the "1" of 1g
+};
+
+// A MIG instance the agent created (GpuSource::CreateMig): where it is and NVML's ids for
+// it, which find it again to destroy it, also in a restarted agent (the agent keeps these in
+// its state directory).
+struct MadeMig {
+  int gpu = -1;          // node GPU index
+  std::string gpu_uuid;  // the GPU's
+  std::string uuid;      // the MIG device's, for CUDA_VISIBLE_DEVICES
+  std::string profile;
+  int start = -1, size = 0;  // memory slices
+  unsigned gpu_instance = 0, compute_instance = 0;  // ids on that GPU
+};
+
+// The instance of `profile` whose placement starts at memory slice `start`, in `gpu.mig`;
+// null when there is none.
+const MigInstance* FindMig(const GpuInfo& gpu, const std::string& profile, int start);
+
 class GpuSource {
  public:
   virtual ~GpuSource() = default;
@@ -66,10 +91,18 @@ class GpuSource {
   // per GPU and MIG instance.
   virtual Result<std::vector<GpuInfo>> Discover() = 0;
   // The CUDA_VISIBLE_DEVICES name of the MIG instance of `profile` at memory slice
-  // `start` on `gpu`. NVML: the existing instance (the agent does not create MIG
-  // instances; an administrator or a MIG manager lays them out); emulation: a stable
-  // made-up UUID. Empty when there is no such instance.
+  // `start` on `gpu`, on a GPU whose instances are laid out beforehand (not mig_managed).
+  // NVML: the existing instance (an administrator or a MIG manager lays them out);
+  // emulation: a stable made-up UUID. Empty when there is no such instance.
   virtual std::string MigUuid(const GpuInfo& gpu, const std::string& profile, int start) const;
+  // On GPUs whose pool is mig_managed: creates a GPU instance at exactly `mig`'s placement
+  // and a compute instance covering it; refuses (an error saying why, nothing created) where
+  // an instance overlaps the placement, the GPU is not in MIG mode or the driver cannot.
+  // Default: this source creates no instances.
+  virtual Result<MadeMig> CreateMig(const GpuInfo& gpu, const MigPlacement& mig);
+  // Destroys an instance CreateMig made (its compute instance, then its GPU instance); ok
+  // when it is gone already. An error while processes still use it: try again later.
+  virtual Status DestroyMig(const MadeMig& mig);
   // Emulated GPUs: the agent makes up their usage from each job's `emulate` model.
   virtual bool emulated() const { return false; }
 };

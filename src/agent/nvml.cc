@@ -5,8 +5,12 @@
 #include <algorithm>
 #include <cctype>
 #include <cstddef>
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <vector>
 
 namespace gantry::agent {
@@ -135,6 +139,59 @@ DeviceProcesses ReadDevice(const NvmlApi& api, nvml::Device dev, const std::stri
   return d;
 }
 
+// The GPU instance of MIG device `mig` (of `dev`): its id and placement; false where the
+// driver does not say.
+bool MigPlacementOf(const NvmlApi& api, nvml::Device dev, nvml::Device mig, unsigned* gi_id,
+                    nvml::GpuInstancePlacement* placement) {
+  nvml::GpuInstance gi = nullptr;
+  nvml::GpuInstanceInfo info{};
+  if (!api.gpu_instance_id || !api.gpu_instance_by_id || !api.gpu_instance_info ||
+      api.gpu_instance_id(mig, gi_id) != nvml::kSuccess ||
+      api.gpu_instance_by_id(dev, *gi_id, &gi) != nvml::kSuccess ||
+      api.gpu_instance_info(gi, &info) != nvml::kSuccess) {
+    return false;
+  }
+  *placement = info.placement;
+  return true;
+}
+
+// "1g.10gb" -> {1, 10}: compute slices and GB; false when the name is not of that form.
+bool ParseProfile(const std::string& name, int* compute_slices, double* gb) {
+  const size_t g = name.find("g.");
+  if (g == 0 || g == std::string::npos || name.size() < g + 5 || name.compare(name.size() - 2, 2, "gb") != 0) {
+    return false;
+  }
+  const std::string n = name.substr(0, g), m = name.substr(g + 2, name.size() - g - 4);
+  const auto digits = [](const std::string& t, bool point) {
+    return !t.empty() && std::all_of(t.begin(), t.end(), [&](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) || (point && c == '.');
+    });
+  };
+  if (!digits(n, false) || !digits(m, true) || n.size() > 2) return false;
+  *compute_slices = std::stoi(n);
+  *gb = std::strtod(m.c_str(), nullptr);
+  return *compute_slices > 0 && *gb > 0;
+}
+
+// NVML_COMPUTE_INSTANCE_PROFILE_* covering `slices` compute slices; -1 for none.
+int ComputeInstanceProfile(int slices) {
+  switch (slices) {
+    case 1: return nvml::kComputeInstanceProfile1Slice;
+    case 2: return nvml::kComputeInstanceProfile2Slice;
+    case 3: return nvml::kComputeInstanceProfile3Slice;
+    case 4: return nvml::kComputeInstanceProfile4Slice;
+    case 6: return nvml::kComputeInstanceProfile6Slice;
+    case 7: return nvml::kComputeInstanceProfile7Slice;
+    case 8: return nvml::kComputeInstanceProfile8Slice;
+    default: return -1;
+  }
+}
+
+std::string Slices(int start, int size) {
+  return size <= 1 ? "memory slice " + std::to_string(start)
+                   : "memory slices " + std::to_string(start) + "-" + std::to_string(start + size - 1);
+}
+
 }  // namespace
 
 std::string MigProfileFromName(const std::string& name) {
@@ -177,6 +234,14 @@ Result<NvmlApi> LoadNvml(const std::string& library) {
   Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v3", api.mps_processes);
   if (!api.mps_processes) Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v2", api.mps_processes);
   Resolve(lib, "nvmlDeviceGetProcessUtilization", api.process_utilization);
+  Resolve(lib, "nvmlDeviceGetGpuInstanceProfileInfo", api.gpu_instance_profile_info);
+  Resolve(lib, "nvmlDeviceCreateGpuInstanceWithPlacement", api.create_gpu_instance);
+  Resolve(lib, "nvmlGpuInstanceGetComputeInstanceProfileInfo", api.compute_instance_profile_info);
+  Resolve(lib, "nvmlGpuInstanceCreateComputeInstance", api.create_compute_instance);
+  Resolve(lib, "nvmlComputeInstanceGetInfo_v2", api.compute_instance_info);
+  Resolve(lib, "nvmlGpuInstanceGetComputeInstanceById", api.compute_instance_by_id);
+  Resolve(lib, "nvmlComputeInstanceDestroy", api.destroy_compute_instance);
+  Resolve(lib, "nvmlGpuInstanceDestroy", api.destroy_gpu_instance);
   if (!api.init || !api.shutdown || !api.device_count || !api.device_by_index || !api.device_name ||
       !api.device_uuid || !api.device_memory) {
     dlclose(lib);
@@ -234,13 +299,10 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
           std::memset(mb, 0, sizeof mb);
           if (api.device_name(mig, mb, sizeof mb) == nvml::kSuccess) inst.profile = MigProfileFromName(mb);
           unsigned gi_id = 0;
-          nvml::GpuInstance gi = nullptr;
-          nvml::GpuInstanceInfo info{};
-          if (api.gpu_instance_id && api.gpu_instance_by_id && api.gpu_instance_info &&
-              api.gpu_instance_id(mig, &gi_id) == nvml::kSuccess &&
-              api.gpu_instance_by_id(dev, gi_id, &gi) == nvml::kSuccess &&
-              api.gpu_instance_info(gi, &info) == nvml::kSuccess) {
-            inst.start = static_cast<int>(info.placement.start);
+          nvml::GpuInstancePlacement placement{};
+          if (MigPlacementOf(api, dev, mig, &gi_id, &placement)) {
+            inst.start = static_cast<int>(placement.start);
+            inst.size = static_cast<int>(placement.size);
           }
           nvml::Memory mig_mem{};
           if (api.device_memory(mig, &mig_mem) == nvml::kSuccess) {
@@ -281,6 +343,231 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
     }
   }
   return gpus;
+}
+
+Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev, const std::string& profile) {
+  int slices = 0;
+  double gb = 0;
+  if (!ParseProfile(profile, &slices, &gb)) {
+    return Error{"mig", "MIG profile \"" + profile + "\" is not of the form <compute slices>g.<memory>gb"};
+  }
+  if (!api.gpu_instance_profile_info) return Error{"mig", "NVML lacks nvmlDeviceGetGpuInstanceProfileInfo"};
+  std::vector<unsigned> candidates;
+  switch (slices) {
+    case 1: candidates = {nvml::kGpuInstanceProfile1Slice, nvml::kGpuInstanceProfile1SliceRev2}; break;
+    case 2: candidates = {nvml::kGpuInstanceProfile2Slice}; break;
+    case 3: candidates = {nvml::kGpuInstanceProfile3Slice}; break;
+    case 4: candidates = {nvml::kGpuInstanceProfile4Slice}; break;
+    case 6: candidates = {nvml::kGpuInstanceProfile6Slice}; break;
+    case 7: candidates = {nvml::kGpuInstanceProfile7Slice}; break;
+    case 8: candidates = {nvml::kGpuInstanceProfile8Slice}; break;
+    default: break;
+  }
+  std::optional<unsigned> best;
+  double best_gap = 0;
+  std::string last_error;
+  for (unsigned c : candidates) {
+    nvml::GpuInstanceProfileInfo info{};
+    const nvml::Return rc = api.gpu_instance_profile_info(dev, c, &info);
+    if (rc != nvml::kSuccess) {
+      last_error = Why(api, rc);
+      continue;
+    }
+    if (static_cast<int>(info.slice_count) != slices) continue;
+    // NVML's "MBytes" are MiB; the name's GB are nominal. Only the nearest matters.
+    const double gap = std::abs(static_cast<double>(info.memory_size_mb) * 1048576.0 / 1e9 - gb);
+    if (!best || gap < best_gap) {
+      best = info.id;
+      best_gap = gap;
+    }
+  }
+  if (!best) {
+    return Error{"mig", "the GPU has no MIG profile with " + std::to_string(slices) + " compute slice(s) for " +
+                            profile + (last_error.empty() ? "" : " (NVML: " + last_error + ")")};
+  }
+  return *best;
+}
+
+Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigPlacement& want) {
+  const std::pair<bool, const char*> needed[] = {
+      {api.gpu_instance_profile_info != nullptr, "nvmlDeviceGetGpuInstanceProfileInfo"},
+      {api.create_gpu_instance != nullptr, "nvmlDeviceCreateGpuInstanceWithPlacement"},
+      {api.compute_instance_profile_info != nullptr, "nvmlGpuInstanceGetComputeInstanceProfileInfo"},
+      {api.create_compute_instance != nullptr, "nvmlGpuInstanceCreateComputeInstance"},
+      {api.compute_instance_info != nullptr, "nvmlComputeInstanceGetInfo_v2"},
+      {api.compute_instance_by_id != nullptr, "nvmlGpuInstanceGetComputeInstanceById"},
+      {api.destroy_compute_instance != nullptr, "nvmlComputeInstanceDestroy"},
+      {api.destroy_gpu_instance != nullptr, "nvmlGpuInstanceDestroy"},
+      {api.mig_mode != nullptr, "nvmlDeviceGetMigMode"},
+      {api.max_mig_devices != nullptr, "nvmlDeviceGetMaxMigDeviceCount"},
+      {api.mig_device_by_index != nullptr, "nvmlDeviceGetMigDeviceHandleByIndex"},
+      {api.gpu_instance_id != nullptr, "nvmlDeviceGetGpuInstanceId"},
+      {api.gpu_instance_by_id != nullptr, "nvmlDeviceGetGpuInstanceById"},
+      {api.gpu_instance_info != nullptr, "nvmlGpuInstanceGetInfo"}};
+  for (const auto& [have, name] : needed) {
+    if (!have) {
+      return Error{"mig", std::string("this driver's NVML lacks ") + name +
+                              ": it cannot create MIG instances at a placement (a newer driver can)"};
+    }
+  }
+  const int compute_slices = [&] {
+    int n = 0;
+    double gb = 0;
+    return ParseProfile(want.profile, &n, &gb) ? n : 0;
+  }();
+  if (want.start < 0 || want.memory_slices <= 0 ||
+      (want.compute_slices > 0 && compute_slices > 0 && want.compute_slices != compute_slices)) {
+    return Error{"mig", "no valid placement for " + want.profile + " (start " + std::to_string(want.start) + ", " +
+                            std::to_string(want.memory_slices) + " memory slices)"};
+  }
+  nvml::Device dev = nullptr;
+  if (nvml::Return rc = api.device_by_index(static_cast<unsigned>(gpu.index), &dev); rc != nvml::kSuccess) {
+    return Error{"mig", "nvmlDeviceGetHandleByIndex: " + Why(api, rc)};
+  }
+  char uuid[256] = {};
+  if (api.device_uuid(dev, uuid, sizeof uuid) != nvml::kSuccess || gpu.uuid != uuid) {
+    return Error{"mig", "GPU " + std::to_string(gpu.index) + " is no longer " + gpu.uuid};
+  }
+  unsigned current = 0, pending = 0;
+  if (nvml::Return rc = api.mig_mode(dev, &current, &pending); rc != nvml::kSuccess || current != 1) {
+    return Error{"mig", "the GPU is not in MIG mode (" +
+                            (rc != nvml::kSuccess ? "nvmlDeviceGetMigMode: " + Why(api, rc)
+                                                  : "enable it with nvidia-smi -i " + std::to_string(gpu.index) +
+                                                        " -mig 1; the agent does not, as that resets the GPU") +
+                            ")"};
+  }
+  // The MIG devices there now: nothing may overlap the placement (NVML would refuse it
+  // anyway; this says which instance is in the way).
+  unsigned max = 0;
+  if (nvml::Return rc = api.max_mig_devices(dev, &max); rc != nvml::kSuccess) {
+    return Error{"mig", "nvmlDeviceGetMaxMigDeviceCount: " + Why(api, rc)};
+  }
+  auto mig_devices = [&](const std::function<bool(nvml::Device, unsigned, nvml::GpuInstancePlacement)>& each) {
+    for (unsigned m = 0; m < max; ++m) {
+      nvml::Device mig = nullptr;
+      unsigned gi_id = 0;
+      nvml::GpuInstancePlacement at{};
+      if (api.mig_device_by_index(dev, m, &mig) != nvml::kSuccess) continue;  // an empty slot
+      if (!MigPlacementOf(api, dev, mig, &gi_id, &at)) continue;
+      if (!each(mig, gi_id, at)) return;
+    }
+  };
+  const unsigned start = static_cast<unsigned>(want.start), size = static_cast<unsigned>(want.memory_slices);
+  std::string overlap;
+  mig_devices([&](nvml::Device mig, unsigned, nvml::GpuInstancePlacement at) {
+    if (at.start >= start + size || start >= at.start + at.size) return true;
+    char name[256] = {}, id[256] = {};
+    api.device_name(mig, name, sizeof name);
+    api.device_uuid(mig, id, sizeof id);
+    overlap = "MIG instance " + std::string(id) + " (" + MigProfileFromName(name) + " at " +
+              Slices(static_cast<int>(at.start), static_cast<int>(at.size)) + ") overlaps " +
+              Slices(want.start, want.memory_slices) + "; the agent creates only on free slices and moves no instance";
+    return false;
+  });
+  if (!overlap.empty()) return Error{"mig", overlap};
+  auto profile = GpuInstanceProfileId(api, dev, want.profile);
+  if (!profile) return profile.error();
+  const int ci_profile = ComputeInstanceProfile(compute_slices);
+  if (ci_profile < 0) return Error{"mig", "no compute instance profile covers " + want.profile};
+
+  const nvml::GpuInstancePlacement placement{start, size};
+  nvml::GpuInstance gi = nullptr;
+  if (nvml::Return rc = api.create_gpu_instance(dev, *profile, &placement, &gi); rc != nvml::kSuccess) {
+    return Error{"mig", "nvmlDeviceCreateGpuInstanceWithPlacement: " + Why(api, rc)};
+  }
+  // From here a failure destroys what was made, so nothing is left half-made.
+  nvml::ComputeInstance ci = nullptr;
+  auto undo = [&](const std::string& why) -> Error {
+    if (ci) api.destroy_compute_instance(ci);
+    api.destroy_gpu_instance(gi);
+    return Error{"mig", why};
+  };
+  nvml::GpuInstanceInfo gi_info{};
+  if (nvml::Return rc = api.gpu_instance_info(gi, &gi_info); rc != nvml::kSuccess) {
+    return undo("nvmlGpuInstanceGetInfo: " + Why(api, rc));
+  }
+  nvml::ComputeInstanceProfileInfo ci_info{};
+  if (nvml::Return rc = api.compute_instance_profile_info(gi, static_cast<unsigned>(ci_profile),
+                                                          nvml::kComputeInstanceEngineProfileShared, &ci_info);
+      rc != nvml::kSuccess) {
+    return undo("nvmlGpuInstanceGetComputeInstanceProfileInfo: " + Why(api, rc));
+  }
+  if (nvml::Return rc = api.create_compute_instance(gi, ci_info.id, &ci); rc != nvml::kSuccess) {
+    ci = nullptr;
+    return undo("nvmlGpuInstanceCreateComputeInstance: " + Why(api, rc));
+  }
+  nvml::ComputeInstanceInfo info{};
+  if (nvml::Return rc = api.compute_instance_info(ci, &info); rc != nvml::kSuccess) {
+    return undo("nvmlComputeInstanceGetInfo: " + Why(api, rc));
+  }
+  MadeMig made;
+  made.gpu = gpu.index;
+  made.gpu_uuid = gpu.uuid;
+  made.profile = want.profile;
+  made.start = want.start;
+  made.size = want.memory_slices;
+  made.gpu_instance = gi_info.id;
+  made.compute_instance = info.id;
+  // Its MIG device (one per compute instance), for the UUID CUDA takes.
+  mig_devices([&](nvml::Device mig, unsigned gi_id, nvml::GpuInstancePlacement) {
+    if (gi_id != gi_info.id) return true;
+    char id[256] = {};
+    if (api.device_uuid(mig, id, sizeof id) == nvml::kSuccess) made.uuid = id;
+    return false;
+  });
+  if (made.uuid.empty()) return undo("the new instance is not listed as a MIG device");
+  return made;
+}
+
+Status DestroyMigNvml(const NvmlApi& api, const MadeMig& mig) {
+  if (!api.gpu_instance_by_id || !api.gpu_instance_info || !api.compute_instance_by_id ||
+      !api.destroy_compute_instance || !api.destroy_gpu_instance) {
+    return Error{"mig", "this driver's NVML cannot destroy MIG instances"};
+  }
+  // The GPU by UUID: an index can name another GPU after a reboot.
+  nvml::Device dev = nullptr;
+  unsigned count = 0;
+  if (nvml::Return rc = api.device_count(&count); rc != nvml::kSuccess) {
+    return Error{"mig", "nvmlDeviceGetCount: " + Why(api, rc)};
+  }
+  for (unsigned i = 0; i < count && !dev; ++i) {
+    nvml::Device d = nullptr;
+    char uuid[256] = {};
+    if (api.device_by_index(i, &d) == nvml::kSuccess && api.device_uuid(d, uuid, sizeof uuid) == nvml::kSuccess &&
+        mig.gpu_uuid == uuid) {
+      dev = d;
+    }
+  }
+  if (!dev) return Ok{};  // the GPU is gone, and its instances with it
+  nvml::GpuInstance gi = nullptr;
+  nvml::Return rc = api.gpu_instance_by_id(dev, mig.gpu_instance, &gi);
+  if (rc == nvml::kErrorNotFound) return Ok{};
+  if (rc != nvml::kSuccess) return Error{"mig", "nvmlDeviceGetGpuInstanceById: " + Why(api, rc)};
+  nvml::GpuInstanceInfo info{};
+  if (rc = api.gpu_instance_info(gi, &info); rc != nvml::kSuccess) {
+    return Error{"mig", "nvmlGpuInstanceGetInfo: " + Why(api, rc)};
+  }
+  // Its id now names an instance at another placement: made by someone else since. Not ours.
+  if (static_cast<int>(info.placement.start) != mig.start || static_cast<int>(info.placement.size) != mig.size) {
+    return Ok{};
+  }
+  nvml::ComputeInstance ci = nullptr;
+  rc = api.compute_instance_by_id(gi, mig.compute_instance, &ci);
+  if (rc == nvml::kSuccess) {
+    rc = api.destroy_compute_instance(ci);
+    if (rc != nvml::kSuccess) {
+      return Error{"mig", "nvmlComputeInstanceDestroy: " + Why(api, rc) +
+                              (rc == nvml::kErrorInUse ? " (processes still run on it)" : "")};
+    }
+  } else if (rc != nvml::kErrorNotFound) {
+    return Error{"mig", "nvmlGpuInstanceGetComputeInstanceById: " + Why(api, rc)};
+  }
+  rc = api.destroy_gpu_instance(gi);
+  if (rc != nvml::kSuccess) {
+    return Error{"mig", "nvmlGpuInstanceDestroy: " + Why(api, rc) +
+                            (rc == nvml::kErrorInUse ? " (it still has a compute instance or processes)" : "")};
+  }
+  return Ok{};
 }
 
 Result<std::unique_ptr<NvmlGpus>> NvmlGpus::Open(const std::string& library) {

@@ -7,7 +7,8 @@
 // a fake libnvidia-ml.so.1 the tests build (tests/agent/fake_nvml.cc), so that loading,
 // DiscoverNvml and the per-process accounting run end to end without a GPU. Entry points
 // marked optional may be missing (older drivers): the agent then reports less (no MIG, no
-// NVLink, no utilization, no per-process accounting), never fails for it.
+// NVLink, no utilization, no per-process accounting), never fails for it; only creating a
+// MIG instance (mig_managed pools) then fails, with the missing entry point named.
 // Thread-safety: NVML itself is thread-safe; NvmlGpus is used by one thread.
 #pragma once
 
@@ -26,9 +27,12 @@ inline constexpr Return kErrorNotSupported = 3;
 inline constexpr Return kErrorNotFound = 6;
 inline constexpr Return kErrorInsufficientSize = 7;
 inline constexpr Return kErrorGpuIsLost = 15;
+inline constexpr Return kErrorInUse = 19;                   // NVML_ERROR_IN_USE
+inline constexpr Return kErrorInsufficientResources = 23;  // NVML_ERROR_INSUFFICIENT_RESOURCES
 inline constexpr unsigned kMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
 using Device = struct DeviceOpaque*;       // nvmlDevice_t
 using GpuInstance = struct GpuInstanceOpaque*;  // nvmlGpuInstance_t
+using ComputeInstance = struct ComputeInstanceOpaque*;  // nvmlComputeInstance_t
 struct Memory {  // nvmlMemory_t
   unsigned long long total, free, used;
 };
@@ -40,7 +44,7 @@ struct PciInfo {  // nvmlPciInfo_t
   unsigned int domain, bus, device, pci_device_id, pci_subsystem_id;
   char bus_id[32];
 };
-struct GpuInstancePlacement {
+struct GpuInstancePlacement {  // nvmlGpuInstancePlacement_t: memory slices
   unsigned int start, size;
 };
 struct GpuInstanceInfo {  // nvmlGpuInstanceInfo_t
@@ -48,6 +52,48 @@ struct GpuInstanceInfo {  // nvmlGpuInstanceInfo_t
   unsigned int id, profile_id;
   GpuInstancePlacement placement;
 };
+// MIG instance creation. GPU instance profiles (NVML_GPU_INSTANCE_PROFILE_*) are named by
+// compute slices; the _REV1 ones (0x7, 0x8) are the +me (media extension) variants, left
+// out as the catalog leaves them out, and 1_SLICE_REV2 (0x9) is the 1g on two memory
+// slices (1g.20gb on an H100-80GB). Compute instance profiles likewise
+// (NVML_COMPUTE_INSTANCE_PROFILE_*), with all engines but the SMs shared.
+inline constexpr unsigned kGpuInstanceProfile1Slice = 0x0;
+inline constexpr unsigned kGpuInstanceProfile2Slice = 0x1;
+inline constexpr unsigned kGpuInstanceProfile3Slice = 0x2;
+inline constexpr unsigned kGpuInstanceProfile4Slice = 0x3;
+inline constexpr unsigned kGpuInstanceProfile7Slice = 0x4;
+inline constexpr unsigned kGpuInstanceProfile8Slice = 0x5;
+inline constexpr unsigned kGpuInstanceProfile6Slice = 0x6;
+inline constexpr unsigned kGpuInstanceProfile1SliceRev2 = 0x9;
+inline constexpr unsigned kComputeInstanceProfile1Slice = 0x0;
+inline constexpr unsigned kComputeInstanceProfile2Slice = 0x1;
+inline constexpr unsigned kComputeInstanceProfile3Slice = 0x2;
+inline constexpr unsigned kComputeInstanceProfile4Slice = 0x3;
+inline constexpr unsigned kComputeInstanceProfile7Slice = 0x4;
+inline constexpr unsigned kComputeInstanceProfile8Slice = 0x5;
+inline constexpr unsigned kComputeInstanceProfile6Slice = 0x6;
+inline constexpr unsigned kComputeInstanceEngineProfileShared = 0x0;
+struct GpuInstanceProfileInfo {  // nvmlGpuInstanceProfileInfo_t (v1)
+  unsigned int id, is_p2p_supported, slice_count, instance_count, multiprocessor_count,
+      copy_engine_count, decoder_count, encoder_count, jpeg_count, ofa_count;
+  unsigned long long memory_size_mb;
+};
+static_assert(sizeof(GpuInstanceProfileInfo) == 48);
+struct ComputeInstanceProfileInfo {  // nvmlComputeInstanceProfileInfo_t (v1)
+  unsigned int id, slice_count, instance_count, multiprocessor_count, shared_copy_engine_count,
+      shared_decoder_count, shared_encoder_count, shared_jpeg_count, shared_ofa_count;
+};
+static_assert(sizeof(ComputeInstanceProfileInfo) == 36);
+struct ComputeInstancePlacement {  // nvmlComputeInstancePlacement_t: compute slices
+  unsigned int start, size;
+};
+struct ComputeInstanceInfo {  // nvmlComputeInstanceInfo_t, as nvmlComputeInstanceGetInfo_v2 fills it
+  Device device;
+  GpuInstance gpu_instance;
+  unsigned int id, profile_id;
+  ComputeInstancePlacement placement;
+};
+static_assert(sizeof(ComputeInstanceInfo) == 32);
 // nvmlProcessInfo_v2_t, which nvmlDeviceGetComputeRunningProcesses_v2 fills, and _v3 too
 // as NVML 12.2's nvml.h declares it (nvmlProcessInfo_t is the same struct). But drivers
 // 535.43 to 535.86 wrote 32-byte entries from _v3 (a usedGpuCcProtectedMemory after these
@@ -94,6 +140,23 @@ struct NvmlApi {
   nvml::Return (*mps_processes)(nvml::Device, unsigned*, void*) = nullptr;      // MPS clients: _v3, else _v2
   nvml::Return (*process_utilization)(nvml::Device, nvml::ProcessUtilizationSample*, unsigned*,
                                       unsigned long long) = nullptr;  // nvmlDeviceGetProcessUtilization
+  // Creating and destroying MIG instances (optional; all of them, with the MIG lookups
+  // above, are needed to create any).
+  nvml::Return (*gpu_instance_profile_info)(nvml::Device, unsigned, nvml::GpuInstanceProfileInfo*) =
+      nullptr;  // nvmlDeviceGetGpuInstanceProfileInfo
+  nvml::Return (*create_gpu_instance)(nvml::Device, unsigned, const nvml::GpuInstancePlacement*,
+                                      nvml::GpuInstance*) = nullptr;  // nvmlDeviceCreateGpuInstanceWithPlacement
+  nvml::Return (*compute_instance_profile_info)(nvml::GpuInstance, unsigned, unsigned,
+                                                nvml::ComputeInstanceProfileInfo*) =
+      nullptr;  // nvmlGpuInstanceGetComputeInstanceProfileInfo
+  nvml::Return (*create_compute_instance)(nvml::GpuInstance, unsigned, nvml::ComputeInstance*) =
+      nullptr;  // nvmlGpuInstanceCreateComputeInstance
+  nvml::Return (*compute_instance_info)(nvml::ComputeInstance, nvml::ComputeInstanceInfo*) =
+      nullptr;  // nvmlComputeInstanceGetInfo_v2
+  nvml::Return (*compute_instance_by_id)(nvml::GpuInstance, unsigned, nvml::ComputeInstance*) =
+      nullptr;  // nvmlGpuInstanceGetComputeInstanceById
+  nvml::Return (*destroy_compute_instance)(nvml::ComputeInstance) = nullptr;  // nvmlComputeInstanceDestroy
+  nvml::Return (*destroy_gpu_instance)(nvml::GpuInstance) = nullptr;          // nvmlGpuInstanceDestroy
 };
 
 // Opens the library and resolves the table; an error says why ("libnvidia-ml.so.1: cannot
@@ -117,6 +180,26 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
 // -> "1g.10gb"); empty when the name has none.
 std::string MigProfileFromName(const std::string& name);
 
+// The GPU instance profile id for a catalog profile name ("1g.10gb": one compute slice,
+// 10 GB) on `dev`: of the profiles with that many compute slices the device supports, the
+// one whose memory is nearest the name's (1g.10gb and 1g.20gb both have one). An error
+// naming the profile when the name is not of that form or the device has none.
+Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev, const std::string& profile);
+
+// Creates, on GPU `gpu` (its index and UUID), a GPU instance of `mig.profile` at exactly
+// memory slices [mig.start, mig.start + mig.memory_slices) and a compute instance covering
+// all of it, and returns it with its MIG device UUID. Refuses, creating nothing, when the
+// driver lacks an entry point, the GPU is not in MIG mode, or any instance overlaps the
+// placement (creating at an explicit placement never moves another instance). Whatever NVML
+// refuses comes back with NVML's reason, and what was made of it is destroyed again. Cost:
+// a few NVML calls per MIG device of the GPU.
+Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigPlacement& mig);
+
+// Destroys an instance CreateMigNvml made: its compute instance, then its GPU instance. Ok
+// when it is gone already (or its ids now name an instance at another placement, which is
+// not touched); an error while processes still use it (NVML_ERROR_IN_USE), to be tried again.
+Status DestroyMigNvml(const NvmlApi& api, const MadeMig& mig);
+
 class NvmlGpus final : public GpuSource {
  public:
   // Loads and initializes NVML; an error when either fails.
@@ -124,6 +207,10 @@ class NvmlGpus final : public GpuSource {
   ~NvmlGpus() override;
   std::string Describe() const override { return "NVML"; }
   Result<std::vector<GpuInfo>> Discover() override { return DiscoverNvml(api_, &cursor_); }
+  Result<MadeMig> CreateMig(const GpuInfo& gpu, const MigPlacement& mig) override {
+    return CreateMigNvml(api_, gpu, mig);
+  }
+  Status DestroyMig(const MadeMig& mig) override { return DestroyMigNvml(api_, mig); }
 
  private:
   explicit NvmlGpus(NvmlApi api) : api_(api) {}

@@ -74,6 +74,15 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
                  {"user", job.user},
                  {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
                  {"limits", WorkerLimits(w.alloc, cluster_)}};
+      // A mig_managed pool: the agent creates the instance at this placement (and destroys
+      // it when the worker ends), so it needs the placement's size too.
+      if (w.alloc.sharing == core::Sharing::kMig && cluster_.pool(cluster_.node(n).pool).spec.mig_managed) {
+        const core::MigProfile& p =
+            cluster_.catalog().model(cluster_.node(n).model).mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
+        wj["alloc"]["create"] = true;
+        wj["alloc"]["memory_slices"] = p.memory_slices;
+        wj["alloc"]["compute_slices"] = p.compute_slices;
+      }
       // For emulated agents only (`emulate` in the spec, a test aid): how busy to look.
       // Without one a job looks busy at 90% using the VRAM it asked for.
       const core::JobSpec::Emulate em = job.spec.emulate.value_or(core::JobSpec::Emulate{});
@@ -174,6 +183,18 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
       }
       Worker& w = job->workers[static_cast<size_t>(e.rank)];
       if (w.alloc.node != n) continue;
+      // The agent could not give the worker its GPU share (a MIG instance it could not
+      // create): the worker comes back lost, so the job is requeued, and the node is drained
+      // with the agent's reason, as Slurm drains a node whose prolog failed, so the job does
+      // not land on that GPU again at once. `gantry nodes resume` puts it back.
+      const std::string& drain = e.drain;
+      if (!drain.empty() && !w.exited && !info.drained) {
+        info.drained = true;
+        info.drain_reason = drain + " (job " + job->name + " requeued)";
+        log::Warn("node drained: a worker could not start", {{"node", node}, {"job", job->name}, {"reason", drain}});
+        SetCoreNodeUp(n);
+        PersistNode(n);
+      }
       WorkerExited(*job, w, e, now);
     }
     for (const RunningReport& r : report.running) {

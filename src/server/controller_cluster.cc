@@ -66,6 +66,13 @@ void Controller::Nodes(std::string token, Done done) {
           gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
           gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
           gj["idle_s"] = static_cast<double>(info.gpus[static_cast<size_t>(g)].idle_ms) / 1000.0;
+          // Its MIG layout as the agent last reported it (laid out beforehand, or made by the
+          // agent on a mig_managed pool).
+          json mig = json::array();
+          for (const GpuReport::Mig& m : info.gpus[static_cast<size_t>(g)].mig) {
+            mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+          }
+          gj["mig"] = std::move(mig);
         }
         gpus.push_back(std::move(gj));
       }

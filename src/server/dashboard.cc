@@ -33,13 +33,17 @@ async function get(path) {
   return j;
 }
 const n = x => x == null ? '-' : Math.round(x * 100) / 100;
+// A node's MIG layout: per GPU with instances, each as profile@first memory slice.
+const mig = r => (r.gpu_detail || []).filter(g => (g.mig || []).length)
+    .map(g => 'GPU ' + g.index + ': ' + g.mig.slice().sort((a, b) => a.start - b.start)
+        .map(m => m.profile + '@' + m.start).join(' ')).join('; ');
 async function refresh() {
   try {
     const [q, nd, jb] = await Promise.all([get('/v1/queues'), get('/v1/nodes'), get('/v1/jobs')]);
     table('queues', [['queue', r => r.name], ['used', r => n(r.used_gpus)], ['guarantee', r => n(r.guaranteed_gpus)],
                      ['burst', r => n(r.burst_gpus)], ['pending', r => r.pending], ['running', r => r.running]], q.queues);
     table('nodes', [['node', r => r.name], ['model', r => r.model], ['state', r => r.state], ['gpus', r => r.gpus],
-                    ['free', r => r.free_gpus], ['reason', r => r.reason]], nd.nodes);
+                    ['free', r => r.free_gpus], ['MIG layout', mig], ['reason', r => r.reason]], nd.nodes);
     table('jobs', [['id', r => r.id], ['queue', r => r.queue], ['tier', r => r.tier], ['state', r => r.state],
                    ['request', r => r.request], ['nodes / reason', r => r.state === 'running' ? r.nodes.join(',') : r.reason]], jb.jobs);
     document.getElementById('err').textContent = '';

@@ -82,6 +82,7 @@ AgentReport ParseAgentReport(const json& body) {
     x.signal = e.value("signal", 0);
     x.lost = e.value("lost", false);
     x.note = e.value("note", std::string());
+    x.drain = e.value("drain", std::string());
     r.exits.push_back(std::move(x));
   }
   return r;

@@ -139,6 +139,7 @@ struct ExitReport {
   int exit_code = 0, signal = 0;
   bool lost = false;
   std::string note;
+  std::string drain;  // a node problem that kept the worker from starting: drain the node
 };
 
 struct RunningReport {

@@ -265,7 +265,8 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "name_prefix", "count", "gpus", "gpu_model", "nvlink_domains", "leaf_size",
-                "cpus", "memory_gb", "spot", "sharing", "default_cpus_per_gpu", "default_memory_gb_per_gpu"});
+                "cpus", "memory_gb", "spot", "sharing", "mig_managed", "default_cpus_per_gpu",
+                "default_memory_gb_per_gpu"});
       lines_.NoteEntries(f, item);
       PoolSpec p;
       // Names are kept even when reported, so the core's paths match the reader's.
@@ -317,7 +318,17 @@ class ConfigParser {
         p.default_memory_per_gpu_bytes = std::llround(*m * 1e9);
       }
       if (auto s = f.Bool("spot")) p.spot = *s;
+      const size_t before_sharing = d_.reported();
       p.sharing = ReadSharing(f, catalog, p);
+      if (auto m = f.Bool("mig_managed")) {
+        p.mig_managed = *m;
+        // Only MIG jobs get instances made for them; without mig the flag would do nothing
+        // (not said again where `sharing` itself was wrong).
+        if (*m && (p.sharing & core::Bit(core::Sharing::kMig)) == 0 && d_.reported() == before_sharing) {
+          f.Report("mig_managed", "the agents create MIG instances only for MIG jobs: list mig under "
+                                  "sharing, or drop mig_managed");
+        }
+      }
       f.Finish();
       NoteDirty(path, before);
       pools.push_back(std::move(p));

@@ -2,7 +2,10 @@
 // gantryd on loopback that hands it four workers: two MPS shares of GPU 0, GPU 1 whole and
 // a MIG instance of GPU 2. Once the workers' processes show in NVML's process lists (with
 // one of someone else's), each heartbeat carries each worker's own usage; when GPU 0 falls
-// off the bus, its workers report nothing.
+// off the bus, its workers report nothing. And MIG on mig_managed pools: the agent creates
+// each worker's instance at its placement, destroys it before reporting the worker's exit,
+// never touches instances it did not make, and reports a creation NVML refuses as a lost
+// worker with the reason and a request to drain the node.
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
@@ -130,6 +133,34 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
     }
     return json();
   }
+  static json Exit(const json& heartbeat, const std::string& job) {
+    for (const json& r : heartbeat.value("exits", json::array())) {
+      if (r.value("job", "") == job) return r;
+    }
+    return json();
+  }
+  // Starts gantry-agent on the fake NVML (its script dir_/nvml.json), with `env` added.
+  void StartAgent(const std::vector<std::pair<std::string, std::string>>& env = {}) {
+    LaunchSpec spec;
+    spec.argv = {GANTRY_AGENT_BINARY, "--server", "http://127.0.0.1:" + std::to_string(port_),
+                 "--node", "n1", "--state-dir", (dir_ / "state").string(), "--run-as", "agent",
+                 "--cgroups", GetParam()};
+    spec.env = {{"LD_LIBRARY_PATH", FAKE_NVML_DIR "/full"},
+                {"GANTRY_FAKE_NVML", (dir_ / "nvml.json").string()}};
+    spec.env.insert(spec.env.end(), env.begin(), env.end());
+    spec.log_path = (dir_ / "agent.log").string();
+    auto agent = Launch(spec);
+    ASSERT_TRUE(agent.ok()) << agent.error().message;
+    agent_ = *agent;
+  }
+  std::string AgentLog() const {
+    std::ifstream in(dir_ / "agent.log");
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  void SetWorkers(json workers) {
+    std::lock_guard lk(mu_);
+    workers_ = std::move(workers);
+  }
 
   fs::path dir_;
   httplib::Server server_;
@@ -164,24 +195,7 @@ TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
                 Worker("c", {{"sharing", "exclusive"}, {"gpus", {1}}}),
                 Worker("d", {{"sharing", "mig"}, {"gpu", 2}, {"mig", "1g.10gb"}, {"start", 6}})};
   }
-  LaunchSpec spec;
-  spec.argv = {GANTRY_AGENT_BINARY,
-               "--server",
-               "http://127.0.0.1:" + std::to_string(port_),
-               "--node",
-               "n1",
-               "--state-dir",
-               (dir_ / "state").string(),
-               "--run-as",
-               "agent",
-               "--cgroups",
-               GetParam()};
-  spec.env = {{"LD_LIBRARY_PATH", FAKE_NVML_DIR "/full"},
-              {"GANTRY_FAKE_NVML", (dir_ / "nvml.json").string()}};
-  spec.log_path = (dir_ / "agent.log").string();
-  auto agent = Launch(spec);
-  ASSERT_TRUE(agent.ok()) << agent.error().message;
-  agent_ = *agent;
+  StartAgent();
   const auto [a, a_escaped] = Pids("a");
   const auto [b, b_escaped] = Pids("b");
   Pids("c");
@@ -189,12 +203,7 @@ TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
   ASSERT_GT(a, 0);
   ASSERT_GT(b, 0);
   ASSERT_GT(d, 0);
-  std::string agent_log;
-  {
-    std::ifstream in(dir_ / "agent.log");
-    agent_log.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  }
-  const bool cgroups = agent_log.find("workers run in cgroups") != std::string::npos;
+  const bool cgroups = AgentLog().find("workers run in cgroups") != std::string::npos;
   const json first = Await(0, [](const json& h) { return h["running"].size() == 4; });
   // Its processes not on the GPU yet: idle, and using none of it.
   EXPECT_DOUBLE_EQ(Running(first, "a").value("util", -1.0), 0) << first.dump();
@@ -238,6 +247,165 @@ TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));
+
+// ---------------------------------------------------------------- MIG on mig_managed pools
+// (cgroups play no part: run without them).
+class AgentMakesMig : public AgentOnFakeNvml {
+ protected:
+  // A worker that writes the MIG UUID it was given, then runs until stopped.
+  json MigWorker(const std::string& job, int gpu, const std::string& profile, int start, int memory_slices,
+                 int compute_slices, bool create) {
+    const std::string out = (dir_ / (job + ".visible")).string();
+    json alloc = {{"sharing", "mig"}, {"gpu", gpu}, {"mig", profile}, {"start", start}};
+    if (create) {
+      alloc["create"] = true;
+      alloc["memory_slices"] = memory_slices;
+      alloc["compute_slices"] = compute_slices;
+    }
+    return {{"job", job},
+            {"run", 1},
+            {"rank", 0},
+            {"seq", 100 + job.back()},
+            {"action", "run"},
+            {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES > " + out + ".tmp; mv " + out + ".tmp " + out +
+                                         "; exec sleep 60"}},
+            {"alloc", alloc}};
+  }
+  std::string Visible(const std::string& job) {
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream in(dir_ / (job + ".visible"));
+      std::string v;
+      if (in >> v) return v;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << job << " did not start";
+    return "";
+  }
+  static json Mig(const json& heartbeat, int gpu, int start) {
+    for (const json& m : heartbeat["gpus"][static_cast<size_t>(gpu)].value("mig", json::array())) {
+      if (m.value("start", -1) == start) return m;
+    }
+    return json();
+  }
+  // GPU 0 in MIG mode with nothing on it; GPU 1 in MIG mode with an instance laid out
+  // beforehand (1g.10gb at memory slice 6).
+  json Gpus() {
+    json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
+    gpus[0]["mig"] = json::array();
+    gpus[1]["mig"] = {{{"uuid", "MIG-b6"}, {"profile", "1g.10gb"}, {"start", 6}, {"size", 1},
+                       {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}}};
+    return gpus;
+  }
+};
+
+TEST_P(AgentMakesMig, CreatesEachInstanceAtItsPlacementAndDestroysItBeforeTheExitIsReported) {
+  json gpus = Gpus();
+  Script({{"gpus", gpus}});
+  SetWorkers({MigWorker("a", 0, "3g.40gb", 4, 4, 3, true), MigWorker("b", 1, "1g.10gb", 6, 1, 1, false)});
+  StartAgent();
+  EXPECT_EQ(Visible("a"), "MIG-GPU-a-20") << "the instance the agent created";
+  EXPECT_EQ(Visible("b"), "MIG-b6") << "not mig_managed: the instance laid out beforehand";
+  const json made = Await(0, [](const json& h) { return !Mig(h, 0, 4).is_null(); });
+  EXPECT_EQ(Mig(made, 0, 4), (json{{"uuid", "MIG-GPU-a-20"}, {"profile", "3g.40gb"}, {"start", 4}}));
+  EXPECT_TRUE(fs::exists(dir_ / "state" / "mig.json")) << "kept for a restarted agent";
+  // Its processes still hold the instance when the worker is stopped (NVML: in use): the
+  // exit waits until the instance is gone, so the server frees the slices only then.
+  gpus[0]["busy"] = {4};
+  Script({{"gpus", gpus}});
+  SetWorkers({MigWorker("b", 1, "1g.10gb", 6, 1, 1, false)});
+  const size_t stopped = Heartbeats();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  {
+    std::lock_guard lk(mu_);
+    for (size_t h = stopped; h < heartbeats_.size(); ++h) {
+      EXPECT_TRUE(Exit(heartbeats_[h], "a").is_null()) << "reported before its instance was destroyed";
+    }
+    EXPECT_FALSE(Mig(heartbeats_.back(), 0, 4).is_null());
+  }
+  EXPECT_NE(AgentLog().find("cannot destroy MIG instance MIG-GPU-a-20 yet: nvmlComputeInstanceDestroy: In use"),
+            std::string::npos)
+      << AgentLog();
+  gpus[0].erase("busy");
+  Script({{"gpus", gpus}});
+  const json ended = Await(stopped, [](const json& h) { return !Exit(h, "a").is_null(); });
+  EXPECT_TRUE(Mig(ended, 0, 4).is_null()) << "destroyed before the exit went out: " << ended.dump();
+  EXPECT_EQ(Exit(ended, "a").value("note", "x"), "");
+  EXPECT_FALSE(Exit(ended, "a").contains("drain"));
+  EXPECT_FALSE(fs::exists(dir_ / "state" / "mig.json"));
+  // The instance laid out beforehand is used, and left when its worker ends.
+  SetWorkers(json::array());
+  const json b_ended = Await(Heartbeats(), [](const json& h) { return !Exit(h, "b").is_null(); });
+  EXPECT_EQ(Mig(b_ended, 1, 6).value("uuid", ""), "MIG-b6");
+  EXPECT_EQ(AgentLog().find("MIG instance MIG-b6"), std::string::npos) << "never touched: " << AgentLog();
+}
+
+TEST_P(AgentMakesMig, ACreationThatFailsEndsTheWorkerLostWithTheReasonAndAsksForADrain) {
+  json gpus = Gpus();
+  gpus[0]["fail_create"] = "insufficient_resources";
+  Script({{"gpus", gpus}});
+  SetWorkers({MigWorker("c", 0, "1g.10gb", 0, 1, 1, true),
+              // Over the instance laid out beforehand (slices 4-7 hold slice 6): never moved.
+              MigWorker("d", 1, "3g.40gb", 4, 4, 3, true),
+              // Not mig_managed and nothing there: the job's failure, as before.
+              MigWorker("e", 0, "1g.10gb", 2, 1, 1, false)});
+  StartAgent();
+  const json h = Await(0, [](const json& x) { return x["exits"].size() == 3; });
+  const json c = Exit(h, "c"), d = Exit(h, "d"), e = Exit(h, "e");
+  const std::string why_c =
+      "cannot create MIG instance 1g.10gb at memory slice 0 on GPU 0 (GPU-a): "
+      "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources";
+  EXPECT_EQ(c.value("note", ""), why_c);
+  EXPECT_EQ(c.value("drain", ""), why_c);
+  EXPECT_TRUE(c.value("lost", false)) << "not the job's fault: it goes back to pending";
+  EXPECT_TRUE(d.value("lost", false));
+  EXPECT_NE(d.value("drain", "").find("cannot create MIG instance 3g.40gb at memory slice 4 on GPU 1 (GPU-b): "
+                                      "MIG instance MIG-b6 (1g.10gb at memory slice 6) overlaps memory slices 4-7"),
+            std::string::npos)
+      << d.dump();
+  EXPECT_FALSE(e.value("lost", true));
+  EXPECT_FALSE(e.contains("drain"));
+  EXPECT_NE(e.value("note", "").find("no MIG instance 1g.10gb at memory slice 2 on GPU 0"), std::string::npos)
+      << e.dump();
+  EXPECT_TRUE(Mig(h, 0, 0).is_null());
+  EXPECT_EQ(Mig(h, 1, 6).value("uuid", ""), "MIG-b6");
+  std::ifstream log(dir_ / "state" / "logs" / "199-1-0.log");  // seq 100 + 'c'
+  std::string first;
+  std::getline(log, first);
+  EXPECT_EQ(first, "gantry-agent: cannot start: " + why_c) << "the job's own log says why";
+}
+
+// An agent killed with its instance made restarts and destroys it (mig.json), as the
+// driver keeps instances across processes (the fake's state file stands for that).
+TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
+  Script({{"gpus", Gpus()}});
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"GANTRY_FAKE_NVML_STATE", (dir_ / "driver.json").string()}};
+  SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
+  StartAgent(env);
+  EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
+  ::kill(agent_, SIGKILL);
+  for (int i = 0; i < 500 && agent_ > 0; ++i) {
+    for (const Exited& x : Reap()) {
+      if (x.pid == agent_) agent_ = 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(agent_, 0);
+  SetWorkers(json::array());  // the server requeued it meanwhile
+  const size_t before = Heartbeats();
+  StartAgent(env);
+  const json after = Await(before, [](const json& h) { return !Exit(h, "f").is_null(); });
+  const json h = Await(before, [](const json& x) { return Mig(x, 0, 0).is_null(); });
+  EXPECT_NE(AgentLog().find("MIG instance MIG-GPU-a-20 (7g.80gb at memory slice 0) on GPU 0 was made by a previous "
+                            "gantry-agent: destroying it"),
+            std::string::npos)
+      << AgentLog();
+  EXPECT_TRUE(Exit(after, "f").value("lost", false));
+  EXPECT_FALSE(h.is_null());
+  EXPECT_FALSE(fs::exists(dir_ / "state" / "mig.json"));
+}
+
+INSTANTIATE_TEST_SUITE_P(NoCgroups, AgentMakesMig, ::testing::Values("off"));
 
 }  // namespace
 }  // namespace gantry::agent

@@ -1,6 +1,7 @@
 // NVML end to end against the fake libnvidia-ml.so.1 the tests build (fake_nvml.cc):
 // LoadNvml resolves it with dlopen and dlsym as it would the driver's, DiscoverNvml reads
-// GPUs, MIG instances, NVLink and the processes on each device, and NvmlUsage turns a
+// GPUs, MIG instances, NVLink and the processes on each device, CreateMigNvml and
+// DestroyMigNvml make and remove MIG instances, and NvmlUsage turns a
 // sample into what each worker uses, with real processes standing for the workers'.
 #include "agent/nvml.h"
 
@@ -16,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/agent.h"
+#include "agent/emulated.h"
 #include "agent/launcher.h"
 
 namespace gantry::agent {
@@ -380,6 +382,212 @@ TEST_F(FakeNvmlTest, AFailingInitIsACleanError) {
   auto nvml = NvmlGpus::Open(kFull);
   ASSERT_FALSE(nvml.ok());
   EXPECT_NE(nvml.error().message.find("nvmlInit"), std::string::npos) << nvml.error().message;
+}
+
+// ---------------------------------------------------------------- MIG instances made by the agent
+// (mig_managed pools): created at exactly the scheduler's placement, destroyed when done.
+
+const std::string kNoMigCreate = FAKE_NVML_DIR "/nomigcreate/libnvidia-ml.so.1";
+
+// One H100 in MIG mode holding one instance laid out beforehand (1g.10gb at slice 6).
+json MigGpu() {
+  json g = H100("GPU-aaaa", "00000000:17:00.0");
+  g["mig"] = {{{"uuid", "MIG-admin"},
+               {"profile", "1g.10gb"},
+               {"start", 6},
+               {"size", 1},
+               {"memory_bytes", 10 * kGB},
+               {"memory_used_bytes", 0}}};
+  return g;
+}
+
+MigPlacement Placement(const std::string& profile, int start, int memory_slices, int compute_slices) {
+  return MigPlacement{.profile = profile,
+                      .start = start,
+                      .memory_slices = memory_slices,
+                      .compute_slices = compute_slices};
+}
+
+const MigInstance* At(const GpuInfo& g, int start) {
+  for (const MigInstance& m : g.mig) {
+    if (m.start == start) return &m;
+  }
+  return nullptr;
+}
+
+TEST_F(FakeNvmlTest, CreatesMigInstancesAtExactlyThePlacementAndDestroysThem) {
+  Script({{"gpus", {MigGpu()}}});
+  auto nvml = Open();
+  ASSERT_TRUE(nvml);
+  GpuInfo gpu = Sample(*nvml)[0];
+  auto small = nvml->CreateMig(gpu, Placement("1g.10gb", 0, 1, 1));
+  ASSERT_TRUE(small.ok()) << small.error().message;
+  EXPECT_EQ(small->uuid, "MIG-GPU-aaaa-20");
+  EXPECT_EQ(small->gpu_uuid, "GPU-aaaa");
+  EXPECT_EQ(small->start, 0);
+  EXPECT_EQ(small->size, 1);
+  // One compute slice on two memory slices: NVML's 1_SLICE_REV2, told from 1_SLICE (and
+  // its +me twin) by memory.
+  auto large = nvml->CreateMig(gpu, Placement("1g.20gb", 2, 2, 1));
+  ASSERT_TRUE(large.ok()) << large.error().message;
+  auto half = nvml->CreateMig(gpu, Placement("3g.40gb", 4, 4, 3));
+  ASSERT_FALSE(half.ok()) << "slices 4-7 hold the administrator's instance at 6";
+  EXPECT_NE(half.error().message.find("MIG instance MIG-admin (1g.10gb at memory slice 6) overlaps memory "
+                                      "slices 4-7"),
+            std::string::npos)
+      << half.error().message;
+  gpu = Sample(*nvml)[0];
+  ASSERT_EQ(gpu.mig.size(), 3u);
+  ASSERT_TRUE(At(gpu, 0) && At(gpu, 2) && At(gpu, 6));
+  EXPECT_EQ(At(gpu, 0)->uuid, small->uuid);
+  EXPECT_EQ(At(gpu, 0)->profile, "1g.10gb");
+  EXPECT_EQ(At(gpu, 2)->profile, "1g.20gb");
+  EXPECT_EQ(At(gpu, 2)->size, 2);
+  EXPECT_EQ(nvml->MigUuid(gpu, "1g.20gb", 2), large->uuid);
+  // Ours overlap too: never two tenants on one slice.
+  auto again = nvml->CreateMig(gpu, Placement("2g.20gb", 0, 2, 2));
+  ASSERT_FALSE(again.ok());
+  EXPECT_NE(again.error().message.find("MIG instance " + small->uuid), std::string::npos) << again.error().message;
+  ASSERT_TRUE(nvml->DestroyMig(*small).ok());
+  gpu = Sample(*nvml)[0];
+  EXPECT_EQ(gpu.mig.size(), 2u);
+  EXPECT_FALSE(At(gpu, 0));
+  EXPECT_TRUE(nvml->DestroyMig(*small).ok()) << "gone already is fine";
+  // Its slices are free again.
+  auto two = nvml->CreateMig(gpu, Placement("2g.20gb", 0, 2, 2));
+  ASSERT_TRUE(two.ok()) << two.error().message;
+  EXPECT_EQ(At(Sample(*nvml)[0], 0)->profile, "2g.20gb");
+  // An instance nobody here made is never destroyed, even if asked with its ids.
+  MadeMig admin = *two;
+  admin.gpu_instance = 0;  // the script's instance 0 is MIG-admin, at slice 6, not 0
+  ASSERT_TRUE(nvml->DestroyMig(admin).ok());
+  EXPECT_TRUE(At(Sample(*nvml)[0], 6)) << "ids naming another placement are not ours";
+}
+
+TEST_F(FakeNvmlTest, AFailedCreationSaysWhyAndLeavesNothingBehind) {
+  json gpu = MigGpu();
+  gpu["fail_create"] = "insufficient_resources";
+  Script({{"gpus", {gpu}}});
+  auto nvml = Open();
+  ASSERT_TRUE(nvml);
+  auto made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.error().message, "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources");
+  gpu["fail_create"] = "no_permission";
+  Script({{"gpus", {gpu}}});
+  made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.error().message, "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Permissions");
+  // The GPU instance is made but its compute instance is refused: the GPU instance goes too.
+  gpu.erase("fail_create");
+  gpu["fail_compute"] = true;
+  Script({{"gpus", {gpu}}});
+  made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
+  ASSERT_FALSE(made.ok());
+  EXPECT_EQ(made.error().message, "nvmlGpuInstanceCreateComputeInstance: Insufficient Resources");
+  gpu.erase("fail_compute");
+  Script({{"gpus", {gpu}}});
+  const GpuInfo after = Sample(*nvml)[0];
+  EXPECT_EQ(after.mig.size(), 1u) << "nothing half-made is listed";
+  auto fine = nvml->CreateMig(after, Placement("1g.10gb", 0, 1, 1));
+  ASSERT_TRUE(fine.ok()) << "no GPU instance was left on slice 0: " << fine.error().message;
+  ASSERT_TRUE(nvml->DestroyMig(*fine).ok());
+  // Wrong input and GPUs that cannot: each said.
+  made = nvml->CreateMig(after, Placement("1g.10gb+me", 1, 1, 1));
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message.find("not of the form"), std::string::npos) << made.error().message;
+  json empty = H100("GPU-aaaa", "00000000:17:00.0");
+  empty["mig"] = json::array();  // in MIG mode, all slices free
+  Script({{"gpus", {empty}}});
+  made = nvml->CreateMig(Sample(*nvml)[0], Placement("6g.60gb", 0, 8, 6));
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message.find("no MIG profile with 6 compute slice(s)"), std::string::npos)
+      << made.error().message;
+  Script({{"gpus", {H100("GPU-aaaa", "00000000:17:00.0")}}});
+  made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message.find("not in MIG mode"), std::string::npos) << made.error().message;
+}
+
+TEST_F(FakeNvmlTest, AnInstanceInUseIsDestroyedOnlyOnceItsProcessesAreGone) {
+  Script({{"gpus", {MigGpu()}}});
+  auto nvml = Open();
+  ASSERT_TRUE(nvml);
+  auto made = nvml->CreateMig(Sample(*nvml)[0], Placement("3g.40gb", 0, 4, 3));
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  json gpu = MigGpu();
+  gpu["busy"] = {0};
+  Script({{"gpus", {gpu}}});
+  Sample(*nvml);
+  Status gone = nvml->DestroyMig(*made);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.error().message, "nvmlComputeInstanceDestroy: In use by another client (processes still run on it)");
+  EXPECT_TRUE(At(Sample(*nvml)[0], 0));
+  Script({{"gpus", {MigGpu()}}});
+  Sample(*nvml);
+  EXPECT_TRUE(nvml->DestroyMig(*made).ok());
+  EXPECT_FALSE(At(Sample(*nvml)[0], 0));
+}
+
+// A driver that lists MIG instances but has no nvmlDeviceCreateGpuInstanceWithPlacement
+// (nor the rest), and one with no MIG at all: a clear error, nothing else changes.
+TEST_F(FakeNvmlTest, ADriverThatCannotCreateInstancesSaysSo) {
+  Script({{"gpus", {MigGpu()}}});
+  for (const std::string& library : {kNoMigCreate, kOld}) {
+    SCOPED_TRACE(library);
+    auto nvml = Open(library);
+    ASSERT_TRUE(nvml);
+    const GpuInfo gpu = Sample(*nvml)[0];
+    auto made = nvml->CreateMig(gpu, Placement("1g.10gb", 0, 1, 1));
+    ASSERT_FALSE(made.ok());
+    EXPECT_NE(made.error().message.find("this driver's NVML lacks nvmlDeviceGetGpuInstanceProfileInfo: it cannot "
+                                        "create MIG instances at a placement"),
+              std::string::npos)
+        << made.error().message;
+    if (library == kNoMigCreate) {
+      EXPECT_EQ(gpu.mig.size(), 1u) << "instances laid out beforehand are still listed";
+      EXPECT_EQ(nvml->MigUuid(gpu, "1g.10gb", 6), "MIG-admin");
+    }
+  }
+}
+
+// As the driver's, instances outlive the process that made them (the fake keeps them in
+// $GANTRY_FAKE_NVML_STATE): a later process finds and destroys them by their ids.
+TEST_F(FakeNvmlTest, InstancesOutliveTheProcessAndAreFoundAgainByTheirIds) {
+  ::setenv("GANTRY_FAKE_NVML_STATE", (dir_ / "made.json").c_str(), 1);
+  Script({{"gpus", {MigGpu()}}});
+  MadeMig made;
+  {
+    auto nvml = Open();
+    ASSERT_TRUE(nvml);
+    auto m = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 3, 1, 1));
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    made = *m;
+  }
+  auto nvml = Open();
+  ASSERT_TRUE(nvml);
+  EXPECT_TRUE(At(Sample(*nvml)[0], 3)) << "still there after nvmlShutdown and nvmlInit";
+  EXPECT_TRUE(nvml->DestroyMig(made).ok());
+  EXPECT_FALSE(At(Sample(*nvml)[0], 3));
+  ::unsetenv("GANTRY_FAKE_NVML_STATE");
+}
+
+// Emulated GPUs lay out their instances too, so a mig_managed pool of emulated nodes works
+// and shows its layout.
+TEST(EmulatedMig, CreatesListsAndDestroysInstances) {
+  EmulatedGpus gpus("n1", {.count = 2, .model = "H100-80GB", .memory_bytes = 80 * kGB});
+  std::vector<GpuInfo> list = *gpus.Discover();
+  auto made = gpus.CreateMig(list[1], Placement("3g.40gb", 4, 4, 3));
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  EXPECT_EQ(made->uuid, gpus.MigUuid(list[1], "3g.40gb", 4));
+  EXPECT_FALSE(gpus.CreateMig(list[1], Placement("1g.10gb", 6, 1, 1)).ok()) << "overlaps slices 4-7";
+  list = *gpus.Discover();
+  ASSERT_EQ(list[1].mig.size(), 1u);
+  EXPECT_EQ(list[1].mig[0].profile, "3g.40gb");
+  EXPECT_EQ(list[1].mig[0].start, 4);
+  EXPECT_TRUE(list[0].mig.empty());
+  ASSERT_TRUE(gpus.DestroyMig(*made).ok());
+  EXPECT_TRUE(gpus.Discover()->at(1).mig.empty());
 }
 
 TEST(Nvml, MigProfileFromName) {

@@ -274,8 +274,8 @@ extra: 1
   EXPECT_EQ(e,
             (std::vector<std::string>{
                 "c.yaml:7: pools[h100].vram_gb: unknown field (known: name, name_prefix, count, "
-                "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing, default_cpus_per_gpu, "
-                "default_memory_gb_per_gpu)",
+                "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing, mig_managed, "
+                "default_cpus_per_gpu, default_memory_gb_per_gpu)",
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
                 "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle, "
@@ -436,6 +436,56 @@ TEST(ConfigReaderTest, PoolErrors) {
     gpu_model: H100-80GB
 )"),
             "c.yaml:4: pools[p].gpus: must be at most 64, got 65");
+}
+
+// Issue 12 item 7: pools whose agents lay out MIG instances where the scheduler places them.
+TEST(ConfigReaderTest, MigManagedPools) {
+  const ClusterConfig c = Parse(R"(pools:
+  - name: managed
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+    sharing: [mig]
+    mig_managed: true
+  - name: laid-out
+    count: 1
+    gpus: 8
+    gpu_model: A100-80GB
+    sharing: [mig, mps]
+)");
+  EXPECT_TRUE(c.cluster.pool(core::PoolId(0)).spec.mig_managed);
+  EXPECT_FALSE(c.cluster.pool(core::PoolId(1)).spec.mig_managed) << "not asked: instances laid out beforehand";
+  EXPECT_EQ(OneError(R"(pools:
+  - name: p
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+    sharing: [mps]
+    mig_managed: true
+)"),
+            "c.yaml:7: pools[p].mig_managed: the agents create MIG instances only for MIG jobs: list mig "
+            "under sharing, or drop mig_managed");
+  EXPECT_EQ(OneError(R"(pools:
+  - name: p
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+    sharing: [mig]
+    mig_managed: sometimes
+)"),
+            "c.yaml:7: pools[p].mig_managed: expected true or false, got \"sometimes\"");
+  // A model without MIG: said once, at sharing.
+  EXPECT_EQ(OneError(R"(pools:
+  - name: t4
+    count: 1
+    gpus: 4
+    gpu_model: T4-16GB
+    sharing: [mig]
+    mig_managed: true
+)"),
+            "c.yaml:6: pools[t4].sharing[0]: mig needs a MIG-capable GPU model; T4-16GB has no MIG profiles");
+  // Off needs nothing.
+  EXPECT_FALSE(Parse(std::string(kPool) + "    mig_managed: false\n").cluster.pool(core::PoolId(0)).spec.mig_managed);
 }
 
 TEST(ConfigReaderTest, CoreErrorsGetTheirLines) {

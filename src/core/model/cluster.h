@@ -40,6 +40,9 @@ struct PoolSpec {
   // GPU it holds (Slurm's DefCpuPerGPU, DefMemPerGPU); 0 = no limit.
   int64_t default_cpus_per_gpu_milli = 0;
   int64_t default_memory_per_gpu_bytes = 0;
+  // Server mode: the agents create and destroy MIG instances at the placements the
+  // scheduler chooses (`mig_managed`); otherwise they use instances laid out beforehand.
+  bool mig_managed = false;
 };
 
 struct Pool {

@@ -385,6 +385,34 @@ int Top(const Globals& g, bool json_out) {
   return 0;
 }
 
+// A job's usage time series: one line per sample (UTC time, run, GPUs, utilization, VRAM).
+int Series(const Globals& g, const std::string& id, bool json_out) {
+  Client c(g);
+  Response r = c.Get("/v1/jobs/" + UrlEncode(id) + "/usage");
+  if (int rc = Check(r, "show")) return rc;
+  json j = r.Json();
+  if (json_out) {
+    std::cout << j.dump() << "\n";
+    return 0;
+  }
+  std::cout << Pad("TIME (UTC)", 21) << Pad("RUN", 5) << Pad("GPUS", 7) << Pad("UTIL", 6) << "VRAM PEAK GB\n";
+  for (const json& s : j["samples"]) {
+    const std::time_t t = static_cast<std::time_t>(s.value("t", 0.0));
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    char when[32];
+    std::strftime(when, sizeof when, "%F %T", &tm);
+    std::cout << Pad(when, 21) << Pad(std::to_string(s.value("run", 0)), 5) << Pad(Num(s.value("gpus", 0.0)), 7)
+              << Pad(std::to_string(std::lround(100 * s.value("util", 0.0))) + "%", 6)
+              << Num(std::round(s.value("vram_peak_gb", 0.0) * 10) / 10) << "\n";
+  }
+  if (j["samples"].empty()) {
+    std::cout << "(no samples yet: one per " << Num(j.value("interval_s", 0.0)) << " s of reported usage, kept "
+              << Num(j.value("retention_days", 0.0)) << " days)\n";
+  }
+  return 0;
+}
+
 int Show(const Globals& g, const std::string& id, bool json_out) {
   Client c(g);
   Response r = c.Get("/v1/jobs/" + UrlEncode(id));
@@ -761,11 +789,12 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   top->callback([&exit_code] { exit_code = Top(g, top_json); });
 
   static std::string show_id;
-  static bool show_json = false;
+  static bool show_json = false, show_series = false;
   CLI::App* show = app.add_subcommand("show", "Show one job");
   show->add_option("id", show_id, "Job id")->required();
   show->add_flag("--json", show_json, "JSON output");
-  show->callback([&exit_code] { exit_code = Show(g, show_id, show_json); });
+  show->add_flag("--series", show_series, "The job's usage time series (a sample per --usage-sample-s of gantryd)");
+  show->callback([&exit_code] { exit_code = show_series ? Series(g, show_id, show_json) : Show(g, show_id, show_json); });
 
   static std::vector<std::string> cancel_ids;
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");

@@ -100,6 +100,9 @@ struct ControllerOptions {
   // second refill a bucket of `submit_burst`; past it, 429 with Retry-After. 0: no limit.
   double submit_rate = 0;
   double submit_burst = 0;          // 0: twice the rate
+  // The usage time series (issue 12): a sample per running job this often, kept this long.
+  int64_t usage_sample_ms = 300'000;
+  int64_t usage_retention_ms = 14 * 86'400'000LL;
   std::string leader;               // this gantryd's name in the leader lease (its URL), for /healthz
   int64_t epoch = 0;                // the lease epoch it holds
 };
@@ -139,6 +142,8 @@ class Controller {
   void Submit(std::string token, SubmitRequest req, Done done);
   void ListJobs(std::string token, std::string state_filter, bool all, Done done);
   void ShowJob(std::string token, std::string name, Done done);
+  // A job's usage time series: {"samples": [{t, run, gpus, util, vram_peak_gb}]}.
+  void JobUsageSeries(std::string token, std::string name, Done done);
   void Cancel(std::string token, std::string name, Done done);
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, Done done);
@@ -298,6 +303,7 @@ class Controller {
   std::deque<int64_t> done_order_;                    // ended jobs in memory, oldest first
   std::vector<NodeInfo> nodes_;                       // by core NodeId
   std::unordered_map<std::string, Principal> tokens_; // cache: hash -> principal
+  Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
   Ticks tokens_flushed_ = 0;                          // the cache is dropped every 10 s (revocations)
   std::ostringstream event_buf_;
   sim::EventLog log_;

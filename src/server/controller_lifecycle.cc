@@ -302,6 +302,11 @@ void Controller::NodeDown(core::NodeId n, Ticks now) {
 
 void Controller::Housekeeping(Ticks now) {
   if (metrics_since_ < 0) metrics_since_ = now;
+  if (samples_pruned_ < 0 || now - samples_pruned_ >= 3'600'000) {  // the time series' retention
+    samples_pruned_ = now;
+    auto pruned = store_.PruneUsageSamples(WallMs(now) - options_.usage_retention_ms);
+    if (!pruned) Fatal("store: " + pruned.error().message);
+  }
   if (now - tokens_flushed_ >= 10'000) {
     tokens_.clear();
     tokens_flushed_ = now;

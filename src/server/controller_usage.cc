@@ -47,6 +47,24 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
   const core::ModelId model = cluster_.node(w.alloc.node).model;
   if (model.valid()) job.usage.model = cluster_.catalog().model(model).name;
   if (w.busy_at < 0 || w.util >= config_.policy.params.reclaim_idle_below) w.busy_at = now;
+  // The time series: one sample per job and interval, the interval's mean utilization.
+  job.sample_vram = std::max(job.sample_vram, r.vram_used_bytes);
+  if (job.sample_at < 0 || job.sample_at < job.run_start) {
+    job.sample_at = now;
+    job.sample_busy = job.usage.busy_gpu_ms;
+    job.sample_reported = job.usage.reported_gpu_ms;
+  } else if (now - job.sample_at >= options_.usage_sample_ms) {
+    const double reported = job.usage.reported_gpu_ms - job.sample_reported;
+    if (reported > 0) {
+      const UsageSample s{job.seq, job.run, WallMs(now), JobGpus(job),
+                          (job.usage.busy_gpu_ms - job.sample_busy) / reported, job.sample_vram};
+      if (Status st = store_.AddUsageSample(s); !st) Fatal("store: " + st.error().message);
+    }
+    job.sample_at = now;
+    job.sample_busy = job.usage.busy_gpu_ms;
+    job.sample_reported = job.usage.reported_gpu_ms;
+    job.sample_vram = 0;
+  }
   if (now - job.usage_saved >= kUsageSaveEvery) {
     job.usage_saved = now;
     Persist(job);
@@ -112,6 +130,36 @@ void Controller::NoteBudgets(Ticks now) {
                {"period_end", until},
                {"new_work", a->out ? core::Name(q.spec.budget->when_spent) : std::string_view("as asked")}});
   }
+}
+
+void Controller::JobUsageSeries(std::string token, std::string name, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name](const Principal&) -> Reply {
+    int64_t seq = -1;
+    if (Job* job = FindJob(name)) {
+      seq = job->seq;
+    } else {
+      auto stored = store_.FindJob(name);
+      if (!stored) Fatal("store: " + stored.error().message);
+      if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
+      seq = (*stored)->seq;
+    }
+    auto samples = store_.UsageSamples(seq);
+    if (!samples) Fatal("store: " + samples.error().message);
+    json out = json::array();
+    for (const UsageSample& s : *samples) {
+      out.push_back({{"t", static_cast<double>(s.t_ms) / 1000.0},
+                     {"run", s.run},
+                     {"gpus", s.gpus},
+                     {"util", s.util},
+                     {"vram_peak_gb", static_cast<double>(s.vram_peak) / 1e9}});
+    }
+    Reply r;
+    r.body = {{"job", name},
+              {"interval_s", static_cast<double>(options_.usage_sample_ms) / 1000.0},
+              {"retention_days", static_cast<double>(options_.usage_retention_ms) / 86'400'000.0},
+              {"samples", out}};
+    return r;
+  });
 }
 
 void Controller::ReclaimIdle(Ticks now) {

@@ -208,6 +208,7 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.ListJobs(TokenOf(req), req.param("state"), all, reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs", "*"}, a)) return c.ShowJob(TokenOf(req), a[0], reply);
+  if (m == "GET" && Match(req, {"v1", "jobs", "*", "usage"}, a)) return c.JobUsageSeries(TokenOf(req), a[0], reply);
   if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
       (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
     return c.Cancel(TokenOf(req), a[0], reply);

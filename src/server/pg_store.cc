@@ -9,8 +9,8 @@
 
 namespace gantry::server {
 
-// 2: tokens.username and runs.username; 3: runs' usage columns.
-constexpr int kPgSchemaVersion = 3;
+// 2: tokens.username and runs.username; 3: runs' usage columns; 4: usage_samples.
+constexpr int kPgSchemaVersion = 4;
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -55,6 +55,15 @@ ALTER TABLE runs ADD COLUMN IF NOT EXISTS busy_gpu_ms DOUBLE PRECISION NOT NULL 
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS reported_gpu_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS vram_peak BIGINT NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS fit_gpus DOUBLE PRECISION NOT NULL DEFAULT -1;
+CREATE TABLE IF NOT EXISTS usage_samples (
+  job_seq BIGINT NOT NULL,
+  run INTEGER NOT NULL,
+  t_ms BIGINT NOT NULL,
+  gpus DOUBLE PRECISION NOT NULL,
+  util DOUBLE PRECISION NOT NULL,
+  vram_peak BIGINT NOT NULL,
+  PRIMARY KEY (job_seq, t_ms, run));
+CREATE INDEX IF NOT EXISTS usage_samples_time ON usage_samples (t_ms);
 CREATE TABLE IF NOT EXISTS leader (
   id INTEGER PRIMARY KEY CHECK (id = 1),
   holder TEXT NOT NULL,
@@ -482,6 +491,42 @@ Status PgStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
     if (!r) return r.error();
     return Ok{};
   });
+}
+
+Status PgStore::AddUsageSample(const UsageSample& u) {
+  return Write([&]() -> Status {
+    auto r = Query(
+        "INSERT INTO usage_samples VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (job_seq, t_ms, run) DO UPDATE "
+        "SET gpus = EXCLUDED.gpus, util = EXCLUDED.util, vram_peak = EXCLUDED.vram_peak",
+        PgParams().Add(u.job_seq).Add(int64_t{u.run}).Add(u.t_ms).Add(u.gpus).Add(u.util).Add(u.vram_peak));
+    if (!r) return r.error();
+    return Ok{};
+  });
+}
+
+Result<std::vector<UsageSample>> PgStore::UsageSamples(int64_t job_seq) {
+  auto r = Query("SELECT job_seq, run, t_ms, gpus, util, vram_peak FROM usage_samples WHERE job_seq = $1 "
+                 "ORDER BY t_ms, run",
+                 PgParams().Add(job_seq));
+  if (!r) return r.error();
+  std::vector<UsageSample> out;
+  for (int i = 0; i < r->size(); ++i) {
+    out.push_back(UsageSample{r->Int(i, 0), static_cast<int>(r->Int(i, 1)), r->Int(i, 2), r->Real(i, 3),
+                              r->Real(i, 4), r->Int(i, 5)});
+  }
+  return out;
+}
+
+Result<int64_t> PgStore::PruneUsageSamples(int64_t before_ms) {
+  int64_t n = 0;
+  Status st = Write([&]() -> Status {
+    auto r = Query("DELETE FROM usage_samples WHERE t_ms < $1", PgParams().Add(before_ms));
+    if (!r) return r.error();
+    n = r->Affected();
+    return Ok{};
+  });
+  if (!st) return st.error();
+  return n;
 }
 
 Status PgStore::SetRunUsage(const StoredRun& run) {

@@ -73,6 +73,9 @@ class PgStore final : public Store {
   Status EndRun(int64_t job_seq, int run, int64_t end_ms) override;
   Status SetRunUsage(const StoredRun& run) override;
   Result<std::vector<StoredRun>> Runs(int64_t from_ms, int64_t to_ms) override;
+  Status AddUsageSample(const UsageSample& sample) override;
+  Result<std::vector<UsageSample>> UsageSamples(int64_t job_seq) override;
+  Result<int64_t> PruneUsageSamples(int64_t before_ms) override;
 
   Status AddToken(const StoredToken& token) override;
   Result<std::optional<StoredToken>> FindToken(const std::string& hash) override;

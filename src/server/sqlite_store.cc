@@ -10,7 +10,7 @@ namespace gantry::server {
 
 namespace {
 
-constexpr int kSchemaVersion = 3;  // 2: tokens.username, runs.username; 3: runs' usage
+constexpr int kSchemaVersion = 4;  // 2: tokens.username, runs.username; 3: runs' usage; 4: usage_samples
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -50,6 +50,15 @@ CREATE TABLE IF NOT EXISTS tokens (
   label TEXT NOT NULL,
   created_ms INTEGER NOT NULL,
   username TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS usage_samples (
+  job_seq INTEGER NOT NULL,
+  run INTEGER NOT NULL,
+  t_ms INTEGER NOT NULL,
+  gpus REAL NOT NULL,
+  util REAL NOT NULL,
+  vram_peak INTEGER NOT NULL,
+  PRIMARY KEY (job_seq, t_ms, run)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS usage_samples_time ON usage_samples (t_ms);
 )sql";
 
 // A prepared statement that finalizes itself. Bind indexes are 1-based.
@@ -186,7 +195,9 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
         "ALTER TABLE runs ADD COLUMN busy_gpu_ms REAL NOT NULL DEFAULT 0;"
         "ALTER TABLE runs ADD COLUMN reported_gpu_ms REAL NOT NULL DEFAULT 0;"
         "ALTER TABLE runs ADD COLUMN vram_peak INTEGER NOT NULL DEFAULT 0;"
-        "ALTER TABLE runs ADD COLUMN fit_gpus REAL NOT NULL DEFAULT -1"};
+        "ALTER TABLE runs ADD COLUMN fit_gpus REAL NOT NULL DEFAULT -1",
+        // 4: usage_samples, made by kSchema's CREATE ... IF NOT EXISTS, which runs first.
+        ""};
     for (int v = std::max(old, 1) + 1; v <= kSchemaVersion; ++v) {
       if (Status s = store->Exec(steps[v - 1]); !s) {
         return Error{"db", path + ": upgrading to schema " + std::to_string(v) + ": " + s.error().message};
@@ -357,6 +368,38 @@ Status SqliteStore::SetRunUsage(const StoredRun& r) {
     s.Bind(5, r.job_seq).Bind(6, int64_t{r.run}).Bind(7, int64_t{r.rank});
     return Run(s);
   });
+}
+
+Status SqliteStore::AddUsageSample(const UsageSample& u) {
+  return Write([&] {
+    Stmt s(db_, "INSERT OR REPLACE INTO usage_samples VALUES (?, ?, ?, ?, ?, ?)");
+    s.Bind(1, u.job_seq).Bind(2, int64_t{u.run}).Bind(3, u.t_ms).Bind(4, u.gpus).Bind(5, u.util).Bind(6, u.vram_peak);
+    return Run(s);
+  });
+}
+
+Result<std::vector<UsageSample>> SqliteStore::UsageSamples(int64_t job_seq) {
+  Stmt s(db_, "SELECT job_seq, run, t_ms, gpus, util, vram_peak FROM usage_samples WHERE job_seq = ? ORDER BY t_ms, run");
+  s.Bind(1, job_seq);
+  std::vector<UsageSample> out;
+  while (s.Step()) {
+    out.push_back(UsageSample{s.Int(0), static_cast<int>(s.Int(1)), s.Int(2), s.Real(3), s.Real(4), s.Int(5)});
+  }
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
+Result<int64_t> SqliteStore::PruneUsageSamples(int64_t before_ms) {
+  int64_t n = 0;
+  Status st = Write([&] {
+    Stmt s(db_, "DELETE FROM usage_samples WHERE t_ms < ?");
+    s.Bind(1, before_ms);
+    Status r = Run(s);
+    n = sqlite3_changes(db_);
+    return r;
+  });
+  if (!st) return st.error();
+  return n;
 }
 
 Result<std::vector<StoredRun>> SqliteStore::Runs(int64_t from_ms, int64_t to_ms) {

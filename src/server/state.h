@@ -108,6 +108,11 @@ struct Job {
   Ticks end_time = -1;
   Usage usage;
   Ticks usage_saved = -1;   // when usage was last written (in memory)
+  // The usage time series: the interval since the last sample (its start, the job's busy
+  // and reported GPU-ms then, the most VRAM a worker reported in it).
+  Ticks sample_at = -1;
+  double sample_busy = 0, sample_reported = 0;
+  int64_t sample_vram = 0;
 
   bool active() const { return state != JobState::kDone; }
   bool AllExited() const;

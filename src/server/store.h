@@ -58,6 +58,19 @@ struct StoredRun {
   double fit_gpus = -1;
 };
 
+// One point of a job's usage time series (issue 12): over the interval ending at t_ms,
+// the GPUs it held, their mean utilization (0..1, where agents reported) and the most
+// VRAM one worker used.
+struct UsageSample {
+  int64_t job_seq = 0;
+  int run = 0;
+  int64_t t_ms = 0;  // wall clock, ms since the Unix epoch
+  double gpus = 0;
+  double util = 0;
+  int64_t vram_peak = 0;
+  auto operator<=>(const UsageSample&) const = default;
+};
+
 // The leader lease as the database has it.
 struct LeaseInfo {
   std::string holder;         // what the holder called itself (its advertised URL)
@@ -111,6 +124,12 @@ class Store {
   virtual Status SetRunUsage(const StoredRun& run) = 0;
   // Runs that overlap [from_ms, to_ms).
   virtual Result<std::vector<StoredRun>> Runs(int64_t from_ms, int64_t to_ms) = 0;
+
+  // The usage time series: one sample per job and interval; a job's samples by time;
+  // samples older than `before_ms` deleted (retention), returning how many.
+  virtual Status AddUsageSample(const UsageSample& sample) = 0;
+  virtual Result<std::vector<UsageSample>> UsageSamples(int64_t job_seq) = 0;
+  virtual Result<int64_t> PruneUsageSamples(int64_t before_ms) = 0;
 
   virtual Status AddToken(const StoredToken& token) = 0;
   virtual Result<std::optional<StoredToken>> FindToken(const std::string& hash) = 0;

@@ -924,7 +924,7 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   h.Setup(kReclaimCluster, {{"a", "research"}, {"b", "serving"}});
   h.Write("job.sh", kJobScript, true);
   fs::create_directories(h.Path("out"));
-  h.StartServer();
+  h.StartServer({"--usage-sample-s", "0.5"});  // the time series, sampled fast
   for (int i = 0; i < 2; ++i) h.StartAgent("h100-" + std::to_string(i));
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
   auto spec = [&](const std::string& id, const std::string& queue, const std::string& shape, const std::string& extra,
@@ -1016,6 +1016,19 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_GT(research.value("right_sizing_frees_gpu_hours", 0.0), 5.0 / 3600) << research.dump();
   EXPECT_LT(research.value("right_sizing_frees_gpu_hours", 0.0), research.value("gpu_hours", 0.0));
   EXPECT_NEAR(by_queue["serving"].value("busy_gpu_hours", 1.0), 0.0, 1e-9) << by_queue["serving"].dump();
+  // The time series: `busy` ran 6 s at 50% on one GPU using 9 GB, a sample per 0.5 s.
+  const json series = h.Get("/v1/jobs/busy/usage", h.token("a"));
+  ASSERT_TRUE(series.contains("samples")) << series.dump();
+  EXPECT_GE(series["samples"].size(), 6u) << series.dump();
+  for (const json& p : series["samples"]) {
+    EXPECT_NEAR(p.value("util", 0.0), 0.5, 1e-9) << p.dump();
+    EXPECT_EQ(p.value("gpus", 0.0), 1.0);
+    EXPECT_NEAR(p.value("vram_peak_gb", 0.0), 9.0, 1e-9);
+  }
+  const json nb_series = h.Get("/v1/jobs/notebook/usage", h.token("a"));
+  ASSERT_FALSE(nb_series["samples"].empty()) << nb_series.dump();
+  EXPECT_NEAR(nb_series["samples"].back().value("util", 1.0), 0.0, 1e-9);  // idle at the end
+  EXPECT_NE(h.Cli({"show", "busy", "--series"}, h.token("a")).out.find(" 50%"), std::string::npos);
   EXPECT_NE(h.Cli({"usage"}, h.token("admin")).out.find("RIGHT-SIZING FREES"), std::string::npos);
 }
 

@@ -141,7 +141,7 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
 
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "3");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "4");
   auto runs = store->Runs(0, 10000);
   ASSERT_TRUE(runs.ok()) << runs.error().message;
   ASSERT_EQ(runs->size(), 1u);

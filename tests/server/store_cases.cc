@@ -237,6 +237,27 @@ TEST_P(StoreCases, RunsOverlappingAPeriod) {
   EXPECT_EQ((*store->Runs(6000, 7000))[0].busy_gpu_ms, 0);  // other runs untouched
 }
 
+TEST_P(StoreCases, UsageSamplesByJobAndPrunedByAge) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  for (int64_t t : {3000, 1000, 2000}) {
+    ASSERT_TRUE(store->AddUsageSample(UsageSample{7, 1, t, 2, 0.5, int64_t{9} << 30}).ok());
+  }
+  ASSERT_TRUE(store->AddUsageSample(UsageSample{8, 2, 1500, 0.25, 0.1, 1}).ok());
+  ASSERT_TRUE(store->AddUsageSample(UsageSample{7, 1, 2000, 2, 0.75, 5}).ok());  // the same point again: replaced
+  auto seven = store->UsageSamples(7);
+  ASSERT_TRUE(seven.ok()) << seven.error().message;
+  ASSERT_EQ(seven->size(), 3u);
+  EXPECT_EQ((*seven)[0].t_ms, 1000);
+  EXPECT_EQ((*seven)[1], (UsageSample{7, 1, 2000, 2, 0.75, 5}));
+  EXPECT_EQ((*seven)[2].vram_peak, int64_t{9} << 30);
+  auto pruned = store->PruneUsageSamples(2000);
+  ASSERT_TRUE(pruned.ok());
+  EXPECT_EQ(*pruned, 2);  // job 7 at 1000, job 8 at 1500
+  EXPECT_EQ(store->UsageSamples(7)->size(), 2u);
+  EXPECT_TRUE(store->UsageSamples(8)->empty());
+}
+
 TEST_P(StoreCases, ANewerSchemaIsRefused) {
   {
     auto store = Open();

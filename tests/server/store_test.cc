@@ -93,7 +93,8 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   u.busy_gpu_ms = 42;
   ASSERT_TRUE((*store)->SetRunUsage(u).ok());
   EXPECT_EQ((*(*store)->Runs(0, 10000))[0].busy_gpu_ms, 42);
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "3");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "4");
+  ASSERT_TRUE((*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
   store->reset();
   fs::remove(db);
   fs::remove(db.string() + "-wal");

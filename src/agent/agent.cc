@@ -274,8 +274,7 @@ int Agent::Run(const std::atomic<bool>& stop) {
       answer.swap(watched_);
     }
     if (answer) {
-      Apply(answer->value("instance", std::string()), answer->value("version", int64_t{-1}),
-            answer->value("workers", json::array()), Now());
+      Apply(*answer, Now());
     }
   }
   watch_stop = true;
@@ -615,18 +614,22 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     workers_.erase(it);
     Remember(key);
   }
-  Apply(reply.value("instance", std::string()), reply.value("version", int64_t{-1}),
-        reply.value("workers", json::array()), now);
+  Apply(reply, now);
 }
 
-void Agent::Apply(const std::string& instance, int64_t version, const json& workers, int64_t now) {
+void Agent::Apply(const json& answer, int64_t now) {
+  const std::string instance = answer.value("instance", std::string());
+  const int64_t epoch = answer.value("epoch", int64_t{0});  // 0: a gantryd that does not say
+  const int64_t version = answer.value("version", int64_t{-1});
   {
     std::lock_guard lk(watch_mu_);
-    if (instance == applied_instance_ && version < applied_version_) return;  // stale
+    if (epoch < applied_epoch_) return;  // from a leader since replaced
+    if (epoch == applied_epoch_ && instance == applied_instance_ && version < applied_version_) return;
+    applied_epoch_ = epoch;
     applied_instance_ = instance;
     applied_version_ = version;
   }
-  Reconcile(workers, now);
+  Reconcile(answer.value("workers", json::array()), now);
 }
 
 void Agent::WatchLoop(const std::atomic<bool>& stop) {

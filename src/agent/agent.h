@@ -179,8 +179,12 @@ class Agent {
   void Escalate(int64_t now);
   void FenceLoop(const std::atomic<bool>& stop);
   void WatchLoop(const std::atomic<bool>& stop);
-  // Reconciles with `workers` unless an answer with a newer version was applied already.
-  void Apply(const std::string& instance, int64_t version, const nlohmann::json& workers, int64_t now);
+  // Reconciles with the desired workers of `answer` (a heartbeat's or a watch's) unless a
+  // newer one was applied already: from a server of a later lease epoch, or from the same
+  // server with a higher version. An answer from a gantryd that has since died (a watch
+  // reply TCP delivers late, after a link heals) is older than its successor's and
+  // dropped: applied, it would kill the workers the successor started since.
+  void Apply(const nlohmann::json& answer, int64_t now);
   void UploadLogs();
   void Heartbeat(int64_t now, bool leaving = false);
   void Reconcile(const nlohmann::json& desired, int64_t now);
@@ -235,7 +239,9 @@ class Agent {
   std::condition_variable watch_cv_;
   std::unique_ptr<httplib::Client> watch_http_;
   std::string server_now_;        // the server heartbeats go to; the watch follows it
-  std::string applied_instance_;  // the newest answer applied: its server instance and version
+  // The newest answer applied: its server's lease epoch and instance, and the version.
+  int64_t applied_epoch_ = -1;
+  std::string applied_instance_;
   int64_t applied_version_ = -1;
   std::optional<nlohmann::json> watched_;  // an answer the main loop has not applied yet
   bool exits_pending_ = false;             // main loop only: a worker ended since the last heartbeat

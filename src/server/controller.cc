@@ -156,7 +156,10 @@ void Controller::RunBatch(std::vector<Message>& batch) {
 
 Reply Controller::WatchReply(core::NodeId n, Ticks now) {
   Reply r;
-  r.body = {{"instance", instance_}, {"version", node_version_[n.v]}, {"workers", DesiredWorkers(n, now)}};
+  r.body = {{"instance", instance_},
+            {"epoch", options_.epoch},
+            {"version", node_version_[n.v]},
+            {"workers", DesiredWorkers(n, now)}};
   return r;
 }
 

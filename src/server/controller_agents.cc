@@ -210,6 +210,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
     if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
     Reply r;
     r.body = {{"instance", instance_},
+              {"epoch", options_.epoch},
               {"heartbeat_ms", options_.heartbeat_ms},
               {"lease_ms", options_.lease_ms},
               {"node_timeout_ms", options_.node_timeout_ms},

@@ -41,17 +41,21 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
                  [this](const httplib::Request& req, httplib::Response& res) {
                    std::lock_guard lk(mu_);
                    heartbeats_.push_back(json::parse(req.body));
-                   res.set_content(json{{"heartbeat_ms", 50},
-                                        {"lease_ms", 30000},
-                                        {"node_timeout_ms", 60000},
-                                        {"instance", "test"},
-                                        {"version", 1},
-                                        {"workers", workers_}}
-                                       .dump(),
-                                   "application/json");
+                   json answer = {{"heartbeat_ms", 50},     {"lease_ms", 30000}, {"node_timeout_ms", 60000},
+                                  {"instance", "test"},     {"version", 1},      {"workers", workers_}};
+                   answer.update(heartbeat_answer_);
+                   res.set_content(answer.dump(), "application/json");
                  });
-    server_.Get("/v1/agents/n1/watch",
-                [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
+    // Watch answers queued by a test, one per call; none: 404 (the agent tries again).
+    server_.Get("/v1/agents/n1/watch", [this](const httplib::Request&, httplib::Response& res) {
+      std::lock_guard lk(mu_);
+      if (watch_answers_.empty()) {
+        res.status = 404;
+        return;
+      }
+      res.set_content(watch_answers_.front().dump(), "application/json");
+      watch_answers_.erase(watch_answers_.begin());
+    });
     server_.Post("/v1/agents/n1/logs",
                  [](const httplib::Request&, httplib::Response& res) { res.status = 404; });
     port_ = server_.bind_to_any_port("127.0.0.1");
@@ -169,6 +173,8 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   std::mutex mu_;
   std::vector<json> heartbeats_;
   json workers_ = json::array();
+  json heartbeat_answer_ = json::object();  // fields that replace the heartbeat answer's
+  std::vector<json> watch_answers_;
   pid_t agent_ = 0;
   std::vector<pid_t> stray_;
 };
@@ -244,6 +250,48 @@ TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
   EXPECT_TRUE(Running(lost, "c").contains("util"));
   EXPECT_EQ(Running(lost, "a").value("pid", 0), Running(first, "a").value("pid", 0))
       << "still running";
+}
+
+// The chaos test's failure (issue 13): a gantryd dies with a watch answer in flight while
+// the node's link is down; the link heals after its successor has started workers here, and
+// TCP delivers the dead server's answer, which lacks them. It must not be applied (it would
+// kill them, and their successor would fail the jobs); an answer from a later epoch is.
+TEST_P(AgentOnFakeNvml, AnAnswerFromAReplacedServerArrivingLateKillsNothing) {
+  Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0")}}});
+  {
+    std::lock_guard lk(mu_);
+    workers_ = {Worker("x", {{"sharing", "exclusive"}, {"gpus", {0}}})};
+    heartbeat_answer_ = {{"instance", "successor"}, {"epoch", 5}, {"version", 3}};
+  }
+  StartAgent();
+  Pids("x");
+  // The predecessor's answer (epoch 4, a higher version of its own count, no workers).
+  {
+    std::lock_guard lk(mu_);
+    watch_answers_.push_back({{"instance", "predecessor"}, {"epoch", 4}, {"version", 40}, {"workers", json::array()}});
+  }
+  ASSERT_TRUE([&] {
+    for (int i = 0; i < 500; ++i) {
+      {
+        std::lock_guard lk(mu_);
+        if (watch_answers_.empty()) return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }()) << "the agent never watched";
+  const size_t after = Heartbeats();
+  const json later = Await(after + 3, [](const json&) { return true; });
+  EXPECT_FALSE(Running(later, "x").is_null()) << later.dump();
+  EXPECT_TRUE(Exit(later, "x").is_null()) << later.dump();
+  EXPECT_EQ(AgentLog().find("no longer assigned"), std::string::npos) << AgentLog();
+  // A later server's answer without the worker is applied: the worker is stopped.
+  {
+    std::lock_guard lk(mu_);
+    watch_answers_.push_back({{"instance", "next"}, {"epoch", 6}, {"version", 0}, {"workers", json::array()}});
+  }
+  const json stopped = Await(after, [](const json& h) { return !Exit(h, "x").is_null(); });
+  EXPECT_EQ(Exit(stopped, "x").value("signal", 0), SIGKILL) << stopped.dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));

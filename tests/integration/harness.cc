@@ -264,6 +264,7 @@ Harness::Harness(const std::string& name, Netns* netns) : netns_(netns) {
   fs::create_directories(base);
   dir_ = base;
   db_ = Path("state.db");
+  if (const char* keep = std::getenv("GANTRY_IT_KEEP"); keep && *keep == '1') keep_ = true;  // for debugging
 }
 
 Harness::~Harness() {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <exception>
 #include <iostream>
 #include <memory>
@@ -74,8 +75,18 @@ int RunGen(GenArgs a) {
     std::cerr << "gantry gen: " << r.error().ToString() << "\n";
     return ExitFor(r.error());
   }
-  if (a.quiet) return 0;
   const gen::GenSummary& s = *r;
+  // Each kind meets its share to within one job; on a small cluster or a short period one
+  // job can be a large part of the load, and the workload is not what was asked. Say so.
+  const double offered = s.offered_load(), asked = a.options.load;
+  if (asked > 0 && std::abs(offered - asked) > 0.1 * asked) {
+    std::cerr << fmt::format(
+        "gantry gen: warning: offered load {:.3f}, not the {:.3f} asked (--load): on {} GPUs over {:g} days a "
+        "single job of the mix is a large part of the load, and each kind can only be met to within one job; "
+        "use more --gpus or --days, or another --seed\n",
+        offered, asked, s.gpus, a.options.days);
+  }
+  if (a.quiet) return 0;
   std::cout << fmt::format("gantry gen: seed {} -> {}\n", a.options.seed, a.options.out);
   std::cout << fmt::format("  cluster          {:>9}  GPUs on {} nodes\n", s.gpus, s.nodes);
   PrintTrace(s.trace);

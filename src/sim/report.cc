@@ -127,6 +127,11 @@ void Report::Write(std::ostream& out) const {
                {"rejected", rejected_},
                {"reclaimed", reclaimed_},
                {"unfinished", unfinished_}};
+  if (!rejected_jobs_.empty()) {
+    Json rejected = Json::array();
+    for (const auto& [job, reason] : rejected_jobs_) rejected.push_back({{"job", job}, {"reason", reason}});
+    j["rejected_jobs"] = std::move(rejected);
+  }
   j["gpu_utilization_pct"] = gpu_utilization_pct();
   j["allocation_ratio_at_last_arrival_pct"] = ratio_at_last_arrival_;
   j["fragmentation_at_last_arrival_pct"] = frag_at_last_arrival_;
@@ -266,6 +271,15 @@ void Report::Summary(std::ostream& out) const {
   Percentiles lat = Summarize(pass_ms_);
   out << fmt::format("policy {}: {} jobs submitted, {} finished, {} rejected, {} reclaimed\n",
                      policy_, submitted_, finished_, rejected_, reclaimed_);
+  // Name what was rejected (a spec no node can ever satisfy): the first few, with why.
+  constexpr size_t kNamed = 5;
+  for (size_t i = 0; i < rejected_jobs_.size() && i < kNamed; ++i) {
+    out << fmt::format("  rejected {}: {}\n", rejected_jobs_[i].first, rejected_jobs_[i].second);
+  }
+  if (rejected_jobs_.size() > kNamed) {
+    out << fmt::format("  ... and {} more rejected (the report's rejected_jobs lists them all)\n",
+                       rejected_jobs_.size() - kNamed);
+  }
   if (unfinished_) {
     out << fmt::format("  WARNING: {} jobs never finished (still waiting when nothing was left to happen)\n",
                        unfinished_);

@@ -9,6 +9,7 @@
 #include <map>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/model/queue.h"
@@ -27,7 +28,10 @@ class Report {
   Report(const core::QueueTree& queues, std::string policy);
 
   void Submitted(core::Ticks t);
-  void Rejected() { ++rejected_; }
+  void Rejected(std::string job, std::string reason) {
+    ++rejected_;
+    rejected_jobs_.emplace_back(std::move(job), std::move(reason));
+  }
   void Started(core::Tier tier, core::QueueId queue, core::Ticks wait, bool first_start);
   // The first start of a critical job that arrived inside its queue's guarantee (its
   // queue's usage, its queue's pending critical work and itself within the guarantee):
@@ -100,6 +104,7 @@ class Report {
   std::map<std::string, double> prices_;
   std::string currency_;
   size_t submitted_ = 0, finished_ = 0, rejected_ = 0, reclaimed_ = 0;
+  std::vector<std::pair<std::string, std::string>> rejected_jobs_;  // job, why
   size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0, unfinished_ = 0;
   core::Ticks first_submit_ = -1, last_finish_ = -1;
   core::Ticks last_submit_ = -1;

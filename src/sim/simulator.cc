@@ -173,7 +173,7 @@ void Simulator::Pass(Ticks now) {
         break;
       case core::Decision::Kind::kReject:
         log_.Reject(now, Name(d.job), d.reason);
-        report_.Rejected();
+        report_.Rejected(Name(d.job), d.reason);
         pending_critical_[job.spec.queue.v] -= std::exchange(s.critical_pending, 0);
         --active_;
         break;

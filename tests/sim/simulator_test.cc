@@ -63,6 +63,9 @@ class SimTest : public ::testing::Test {
     std::ostringstream report;
     sim.report().Write(report);
     report_ = nlohmann::json::parse(report.str());
+    std::ostringstream summary;
+    sim.report().Summary(summary);
+    summary_ = summary.str();
     std::vector<std::string> lines;
     std::istringstream in(events.str());
     for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -72,6 +75,7 @@ class SimTest : public ::testing::Test {
   fs::path dir_;
   std::optional<spec::ClusterConfig> config_;
   nlohmann::json report_;
+  std::string summary_;
 };
 
 TEST_F(SimTest, NodeFailureRequeuesAndTheJobResumesFromItsLastCheckpoint) {
@@ -197,6 +201,11 @@ TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {
       << log[1];
   EXPECT_EQ(log[3], R"({"t":1,"type":"start","job":"ok","alloc":[{"node":"h-0","gpu":0,"mig":"3g.40gb","start":0}]})");
   EXPECT_EQ(report_["jobs"]["rejected"], 1);
+  // Named, with the reason, in the report and in the summary.
+  ASSERT_EQ(report_["rejected_jobs"].size(), 1u) << report_.dump();
+  EXPECT_EQ(report_["rejected_jobs"][0]["job"], "big");
+  EXPECT_EQ(report_["rejected_jobs"][0]["reason"].get<std::string>().rfind("vram_gb 200", 0), 0u);
+  EXPECT_NE(summary_.find("  rejected big: vram_gb 200"), std::string::npos) << summary_;
 }
 
 TEST_F(SimTest, GangsWaitForRoomAndStartWhole) {

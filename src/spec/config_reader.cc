@@ -134,10 +134,53 @@ class ConfigParser {
       ReportCore({tree.error()});
       return std::nullopt;
     }
+    ReportCore(GuaranteesAboveCapacity(*cluster, *tree));
+    if (d_.reported() > 0) return std::nullopt;
     return ClusterConfig{std::move(cluster).value(), std::move(tree).value(), policy};
   }
 
  private:
+  // Guarantees are promises: the top-level queues' (which bound their children's) must fit
+  // in the cluster, in all and on each GPU model a queue guarantees by model.
+  static std::vector<Error> GuaranteesAboveCapacity(const core::Cluster& cluster, const core::QueueTree& tree) {
+    std::vector<Error> errors;
+    auto gpus = [](core::GpuUnits u) {
+      std::ostringstream out;
+      out << static_cast<double>(u) / static_cast<double>(core::kGpuUnits) << " GPUs";
+      return out.str();
+    };
+    std::vector<core::GpuUnits> by_model(cluster.catalog().size(), 0);
+    for (const core::Node& n : cluster.nodes()) {
+      if (n.gpus > 0 && n.model.valid()) by_model[n.model.v] += static_cast<core::GpuUnits>(n.gpus) * core::kGpuUnits;
+    }
+    const core::GpuUnits total = static_cast<core::GpuUnits>(cluster.gpu_count()) * core::kGpuUnits;
+    core::GpuUnits sum = 0;
+    std::vector<core::GpuUnits> sum_by_model(by_model.size(), 0);
+    std::string first;  // the first top-level queue with a guarantee: where it is reported
+    std::string parts;
+    for (uint32_t i = 0; i < tree.size(); ++i) {
+      const core::Queue& q = tree.queue(core::QueueId(i));
+      if (q.parent.valid() || q.spec.guaranteed <= 0) continue;
+      if (first.empty()) first = "queues[" + q.spec.name + "]";
+      sum += q.spec.guaranteed;
+      parts += (parts.empty() ? "" : ", ") + q.spec.name + " " + gpus(q.spec.guaranteed);
+      for (const core::ModelGuarantee& g : q.spec.guaranteed_by_model) sum_by_model[g.model.v] += g.units;
+    }
+    if (sum > total) {
+      errors.push_back(Error{first + ".guaranteed_gpus",
+                             "top-level queues' guarantees add up to " + gpus(sum) + " (" + parts +
+                                 "), above the cluster's " + gpus(total) + ": they could not all be honoured"});
+    }
+    for (size_t m = 0; m < by_model.size(); ++m) {
+      if (sum_by_model[m] <= by_model[m]) continue;
+      const std::string& name = cluster.catalog().model(core::ModelId(static_cast<uint32_t>(m))).name;
+      errors.push_back(Error{first + ".guaranteed_gpus_by_model." + name,
+                             "guarantees on " + name + " add up to " + gpus(sum_by_model[m]) + ", above the cluster's " +
+                                 gpus(by_model[m]) + " " + name});
+    }
+    return errors;
+  }
+
   void ReportCore(const std::vector<Error>& errors) {
     for (const Error& e : errors) {
       const std::string item = e.field.substr(0, e.field.find(']') + 1);

@@ -571,6 +571,52 @@ TEST(ConfigReaderTest, QueueErrors) {
             "c.yaml:7: queues[0].name: required");
 }
 
+// Guarantees are promises: the top-level queues' must fit in the cluster (issue 15: 200
+// GPUs guaranteed on 8 passed validate), in all and per model.
+TEST(ConfigReaderTest, GuaranteesAboveTheClusterAreRefused) {
+  const std::string pools = R"(pools:
+  - name: h
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+  - name: a
+    count: 2
+    gpus: 8
+    gpu_model: A100-80GB
+  - name: cpu
+    count: 2
+    gpus: 0
+)";
+  EXPECT_EQ(OneError(pools + R"(queues:
+  - name: ml
+    guaranteed_gpus: 200
+  - name: x
+    parent: ml
+    guaranteed_gpus: 100
+)"),
+            "c.yaml:15: queues[ml].guaranteed_gpus: top-level queues' guarantees add up to 200 GPUs (ml 200 "
+            "GPUs), above the cluster's 24 GPUs: they could not all be honoured");
+  EXPECT_EQ(OneError(pools + R"(queues:
+  - name: serving
+    guaranteed_gpus_by_model: {A100-80GB: 12}
+  - name: batch
+    guaranteed_gpus_by_model: {A100-80GB: 8}
+)"),
+            "c.yaml:15: queues[serving].guaranteed_gpus_by_model.A100-80GB: guarantees on A100-80GB add up to 20 "
+            "GPUs, above the cluster's 16 GPUs A100-80GB");
+  // Exactly the cluster is fine; so are children summing to their parent.
+  const ClusterConfig c = Parse(pools + R"(queues:
+  - name: ml
+    guaranteed_gpus: 16
+  - name: x
+    parent: ml
+    guaranteed_gpus: 16
+  - name: serving
+    guaranteed_gpus_by_model: {H100-80GB: 8}
+)");
+  EXPECT_EQ(c.queues.size(), 3u);
+}
+
 // Guarantees per GPU model (Kueue's per-flavor quotas): read by model, summed into
 // guaranteed_gpus, and every mistake named by its model.
 TEST(ConfigReaderTest, GuaranteesPerModel) {

@@ -119,10 +119,14 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
 
 void Controller::Queues(std::string token, Done done) {
   CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
+    // A queue's counts include its descendants' jobs, as its used_gpus does: a parent shows
+    // what its subtree runs and waits for.
     std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
     for (const auto& [seq, job] : jobs_) {
-      if (job.state == JobState::kPending) ++pending[job.spec.queue.v];
-      if (job.state == JobState::kRunning || job.state == JobState::kStopping) ++running[job.spec.queue.v];
+      const bool waits = job.state == JobState::kPending;
+      const bool runs = job.state == JobState::kRunning || job.state == JobState::kStopping;
+      if (!waits && !runs) continue;
+      for (core::QueueId q : config_.queues.queue(job.spec.queue).self_and_ancestors) ++(waits ? pending : running)[q.v];
     }
     json queues = json::array();
     for (uint32_t i = 0; i < config_.queues.size(); ++i) {

@@ -35,6 +35,8 @@ queues:
   - name: serving
     guaranteed_gpus_by_model: {H100-80GB: 8}
     burst_gpus: 16
+  - name: nlp
+    parent: research
 )";
 
 const char* kAdmin = "admin-token";
@@ -300,7 +302,7 @@ TEST_F(ControllerTest, QueuesShowUsageAgainstTheirGuarantees) {
   Beat("h100-0");
   ASSERT_EQ(Show(r.body["id"])["state"], "running");
   json queues = ctl_->Queues(kAdmin).body["queues"];
-  ASSERT_EQ(queues.size(), 2u);
+  ASSERT_EQ(queues.size(), 3u);
   EXPECT_EQ(queues[0]["name"], "research");
   EXPECT_EQ(queues[0]["guaranteed_gpus"], 4.0);
   EXPECT_FALSE(queues[0].contains("guaranteed_gpus_by_model"));  // any model
@@ -309,6 +311,30 @@ TEST_F(ControllerTest, QueuesShowUsageAgainstTheirGuarantees) {
   EXPECT_EQ(queues[1]["used_gpus"], 3.0);
   EXPECT_EQ(queues[1]["guaranteed_gpus_by_model"], json({{"H100-80GB", 8.0}}));
   EXPECT_EQ(queues[1]["used_gpus_by_model"], json({{"H100-80GB", 3.0}}));
+}
+
+// A parent queue counts its children's jobs (issue 15: the console showed a parent with 0
+// pending and 0 running while its children ran jobs).
+TEST_F(ControllerTest, AParentQueueCountsItsChildrensJobs) {
+  Reply runs = Submit(kTeamA, R"({"queue":"nlp","gpus":8,"vram_gb":10,"command":"x"})");
+  ASSERT_EQ(runs.code, Code::kCreated) << runs.body.dump();
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  ASSERT_EQ(Show(runs.body["id"])["state"], "running");
+  Reply waits = Submit(kTeamA, R"({"queue":"nlp","gpus":8,"vram_gb":10,"command":"x"})");
+  Reply own = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":10,"command":"x"})");
+  ASSERT_EQ(waits.code, Code::kCreated);
+  ASSERT_EQ(own.code, Code::kCreated);
+  std::map<std::string, json> by_name;
+  const json queues = ctl_->Queues(kAdmin).body["queues"];
+  for (const json& q : queues) by_name[q["name"].get<std::string>()] = q;
+  EXPECT_EQ(by_name["nlp"]["running"], 1);
+  EXPECT_EQ(by_name["nlp"]["pending"], 1);
+  EXPECT_EQ(by_name["research"]["running"], 1);  // its child's
+  EXPECT_EQ(by_name["research"]["pending"], 2);  // its child's and its own
+  EXPECT_EQ(by_name["research"]["used_gpus"], 8.0);
+  EXPECT_EQ(by_name["serving"]["pending"], 0);
 }
 
 TEST_F(ControllerTest, TeamsStayInTheirQueues) {

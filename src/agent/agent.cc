@@ -6,11 +6,13 @@
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -288,7 +290,8 @@ int Agent::Run(const std::atomic<bool>& stop) {
   for (auto& [key, w] : workers_) {
     if (!w.exited) {
       w.lose_on_exit = true;
-      Stop(w, options_.preempt_signal, std::min(w.grace_ms, options_.max_shutdown_grace_ms), now);
+      Stop(w, w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
+           std::min(w.grace_ms, options_.max_shutdown_grace_ms), now);
     }
   }
   while (true) {
@@ -466,7 +469,7 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
         if (live.killed) {
           Kill(pid, live.cgroup);
         } else {
-          SignalGroup(pid, options_.preempt_signal);
+          SignalGroup(pid, live.signal);
         }
         fenced_.insert(pid);
         ++signalled;
@@ -487,10 +490,13 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
 void Agent::UploadLogs() {
   for (auto& [key, w] : workers_) {
     std::error_code ec;
-    const auto size = static_cast<int64_t>(fs::file_size(w.log_path, ec));
+    // sbatch -o: the worker's own file once it made it (a worker that could not open it
+    // wrote why to the agent's log, which is uploaded instead).
+    const std::string& file = !w.out_path.empty() && fs::exists(w.out_path, ec) ? w.out_path : w.log_path;
+    const auto size = static_cast<int64_t>(fs::file_size(file, ec));
     if (ec) continue;
     for (int chunk = 0; chunk < 8 && w.uploaded < size; ++chunk) {
-      std::ifstream in(w.log_path, std::ios::binary);
+      std::ifstream in(file, std::ios::binary);
       in.seekg(w.uploaded);
       std::string data(static_cast<size_t>(std::min<int64_t>(size - w.uploaded, kLogChunk)), '\0');
       in.read(data.data(), static_cast<std::streamsize>(data.size()));
@@ -611,6 +617,7 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     if (it == workers_.end()) continue;
     std::error_code ec;
     if (!it->second.record_path.empty()) fs::remove(it->second.record_path, ec);
+    if (!it->second.script_path.empty()) fs::remove(it->second.script_path, ec);
     workers_.erase(it);
     Remember(key);
   }
@@ -693,7 +700,7 @@ void Agent::Reconcile(const json& desired, int64_t now) {
     }
     const int64_t grace = e.value("grace_ms", int64_t{0});
     if (it != workers_.end()) {
-      Stop(it->second, options_.preempt_signal, grace, now);
+      Stop(it->second, it->second.stop_signal > 0 ? it->second.stop_signal : options_.preempt_signal, grace, now);
     } else if (!done_.count(key)) {
       // Stopped before it ever started here: report it ended, so the server need not wait.
       Worker w;
@@ -736,6 +743,15 @@ void Agent::StartWorker(const json& e, int64_t now) {
   spec.workdir = e.value("workdir", std::string());
   if (spec.workdir.empty()) spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
   spec.log_path = w.log_path;
+  w.stop_signal = e.value("signal", 0);
+  // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as
+  // its user (Launch), so it can write only where that user may.
+  for (const auto& [field, out] : {std::pair<const char*, std::string*>{"stdout", &spec.stdout_path},
+                                   {"stderr", &spec.stderr_path}}) {
+    const std::string p = e.value(field, std::string());
+    if (!p.empty()) *out = fs::path(p).is_absolute() ? p : (fs::path(spec.workdir) / p).string();
+  }
+  w.out_path = spec.stdout_path;
 
   // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
   const json alloc = e.value("alloc", json::object());
@@ -841,6 +857,24 @@ void Agent::StartWorker(const json& e, int64_t now) {
       }
     }
   }
+  // sbatch: the batch script is written here (as Slurm's slurmd keeps it in its spool),
+  // owned by the job's user, and run with the job's command as its arguments.
+  const std::string script = e.value("script", std::string());
+  if (problem.empty() && !script.empty()) {
+    w.script_path = (fs::path(options_.state_dir) / "scripts" / (stem + ".sh")).string();
+    std::error_code ec;
+    fs::create_directories(fs::path(w.script_path).parent_path(), ec);
+    {
+      std::ofstream f(w.script_path, std::ios::binary | std::ios::trunc);
+      f << script;
+      if (!f.flush()) problem = "cannot write the batch script " + w.script_path;
+    }
+    if (problem.empty() && ((spec.as_user && ::chown(w.script_path.c_str(), spec.uid, spec.gid) != 0) ||
+                            ::chmod(w.script_path.c_str(), 0500) != 0)) {
+      problem = "cannot give the batch script " + w.script_path + " to its user: " + std::strerror(errno);
+    }
+    spec.argv.insert(spec.argv.begin(), w.script_path);
+  }
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
   const json limits = e.value("limits", json::object());
   w.memory_bytes = limits.value("memory_bytes", int64_t{0});
@@ -877,7 +911,9 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.started_ms = now;
   {
     std::lock_guard lk(fence_mu_);
-    live_[w.pid] = Live{.grace_ms = w.grace_ms, .cgroup = w.cgroup};
+    live_[w.pid] = Live{.grace_ms = w.grace_ms,
+                        .signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
+                        .cgroup = w.cgroup};
   }
   WriteRecord(w);
   Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +

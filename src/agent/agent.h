@@ -127,6 +127,9 @@ class Agent {
     bool lost = false;
     std::string note;
     std::string log_path;
+    std::string out_path;     // sbatch -o: the file its stdout goes to, uploaded once it exists
+    std::string script_path;  // sbatch: the script written for it, removed with its record
+    int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
     int64_t uploaded = 0;
     std::string record_path;
     std::string cgroup;  // its cgroup's name; empty without cgroups
@@ -222,6 +225,7 @@ class Agent {
   // Shared with the fence thread.
   struct Live {
     int64_t grace_ms = 0;
+    int signal = 0;  // the first signal: the job's own, else --preempt-signal
     bool signalled = false;
     bool killed = false;
     int64_t kill_at = 0;

@@ -82,6 +82,8 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string exec_error = "gantry-agent: cannot run " + args[0] + ": ";
   const std::string chdir_error = "gantry-agent: cannot enter workdir " + spec.workdir + ": ";
   const std::string join_error = "gantry-agent: cannot join the worker's cgroup: ";
+  const std::string output_error = "gantry-agent: cannot open the output file ";
+  const std::string stdout_where = spec.stdout_path + ": ", stderr_where = spec.stderr_path + ": ";
   const std::string user_error = "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
 
   const pid_t parent = ::getpid();
@@ -135,6 +137,20 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     if (null >= 0) ::dup2(null, 0);
     ::dup2(log, 1);
     ::dup2(log, 2);
+    // sbatch -o/-e, opened as the worker's user (after setuid above): the user's own files.
+    if (!spec.stdout_path.empty()) {
+      const int out = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out < 0) fail(output_error, stdout_where, std::strerror(errno));
+      ::dup2(out, 1);
+      if (spec.stderr_path.empty() || spec.stderr_path == spec.stdout_path) ::dup2(out, 2);
+      ::close(out);
+    }
+    if (!spec.stderr_path.empty() && spec.stderr_path != spec.stdout_path) {
+      const int err = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (err < 0) fail(output_error, stderr_where, std::strerror(errno));
+      ::dup2(err, 2);
+      ::close(err);
+    }
     if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) != 0) {
       WriteAll(2, chdir_error);
       WriteAll(2, std::strerror(errno));

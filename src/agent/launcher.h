@@ -24,7 +24,11 @@ struct LaunchSpec {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;  // added to the base environment
   std::string workdir;   // created when missing
-  std::string log_path;  // stdout and stderr
+  std::string log_path;  // stdout and stderr, unless:
+  // Files (absolute paths) stdout and stderr go to instead (sbatch -o/-e): truncated and
+  // opened by the worker as its user; stderr follows stdout when only stdout is given. A
+  // file that cannot be opened ends the worker with 127 and the reason in log_path.
+  std::string stdout_path, stderr_path;
   // Files the child writes its pid to before anything else (its cgroup's cgroup.procs,
   // Cgroups::Create); a failure ends it with 127 and the reason in the log.
   std::vector<std::string> join;

@@ -1,6 +1,8 @@
 #include "base/server_list.h"
 #include "base/url.h"
 #include "cli/client.h"
+#include "cli/sbatch.h"
+#include "cli/slurm_format.h"
 
 #include <httplib.h>
 #include <sys/random.h>
@@ -221,6 +223,25 @@ bool UsesFlags(const SubmitArgs& a) {
          a.cpus || a.memory_gb || a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas;
 }
 
+// POST /v1/jobs, retried while gantryd cannot be reached or is a standby.
+Response PostJob(const Globals& g, const std::string& body, const std::string& type, const std::string& file,
+                 const std::string& array, const std::string& after, const std::string& idempotency_key) {
+  Client c(g);
+  // The key makes a retry after a lost answer safe: the server returns the same job.
+  httplib::Headers headers = {{"Idempotency-Key", idempotency_key.empty() ? NewKey() : idempotency_key},
+                              {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
+  std::string path = "/v1/jobs";
+  if (!array.empty()) path += "?array=" + UrlEncode(array);
+  if (!after.empty()) path += std::string(array.empty() ? "?" : "&") + "after=" + UrlEncode(after);
+  Response r;
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    r = c.Post(path, body, type, headers);
+    if (r.status != 0 && r.status != 503) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250 << attempt));
+  }
+  return r;
+}
+
 int Submit(const Globals& g, const SubmitArgs& a) {
   std::string body, type, file;
   if (UsesFlags(a)) {
@@ -286,19 +307,7 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     const bool is_json = file.size() > 5 && file.substr(file.size() - 5) == ".json";
     type = is_json ? "application/json" : "application/yaml";
   }
-  Client c(g);
-  // The key makes a retry after a lost answer safe: the server returns the same job.
-  httplib::Headers headers = {{"Idempotency-Key", a.idempotency_key.empty() ? NewKey() : a.idempotency_key},
-                              {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
-  std::string path = "/v1/jobs";
-  if (!a.array.empty()) path += "?array=" + UrlEncode(a.array);
-  if (!a.after.empty()) path += std::string(a.array.empty() ? "?" : "&") + "after=" + UrlEncode(a.after);
-  Response r;
-  for (int attempt = 0; attempt < 4; ++attempt) {
-    r = c.Post(path, body, type, headers);
-    if (r.status != 0 && r.status != 503) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250 << attempt));
-  }
+  Response r = PostJob(g, body, type, file, a.array, a.after, a.idempotency_key);
   if (int rc = Check(r, "submit")) return rc;
   json j = r.Json();
   if (a.json_out) {
@@ -309,17 +318,94 @@ int Submit(const Globals& g, const SubmitArgs& a) {
   return 0;
 }
 
+// ------------------------------------------------------------------ sbatch
+
+// `gantry sbatch [options] script.sh [args...]`: the script and its #SBATCH directives
+// as a job spec (cli/sbatch.h), submitted as `submit` does.
+int Sbatch(const Globals& g, const std::vector<std::string>& words) {
+  std::vector<std::string> options, args;
+  std::string script;
+  if (!SplitSbatchArgs(words, options, script, args)) {
+    std::cerr << "gantry sbatch: give a batch script: gantry sbatch [options] script.sh [args...]\n";
+    return kExitBadInput;
+  }
+  std::ifstream in(script, std::ios::binary);
+  if (!in) {
+    std::cerr << "gantry sbatch: cannot read " << script << "\n";
+    return kExitBadInput;
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  SbatchContext ctx;
+  std::error_code ec;
+  ctx.cwd = std::filesystem::current_path(ec).string();
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos && eq > 0) ctx.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  SbatchJob job = ParseSbatch(script, text.str(), options, args, ctx);
+  if (!job.errors.empty()) {
+    for (const std::string& e : job.errors) std::cerr << e << "\n";
+    return kExitBadInput;
+  }
+  Response r = PostJob(g, job.spec.dump(), "application/json", script, job.array, job.after, "");
+  if (int rc = Check(r, "sbatch")) return rc;
+  const std::string id = r.Json().value("id", std::string());
+  if (job.parsable) {
+    std::cout << id << "\n";
+  } else {
+    std::cout << "Submitted batch job " << id << "\n";
+  }
+  return 0;
+}
+
 // ------------------------------------------------------------------ ls, show, cancel, logs
 
-int Ls(const Globals& g, bool json_out, bool all, const std::string& state) {
+struct LsArgs {
+  bool json_out = false, all = false, noheader = false;
+  std::string state, format, names;  // squeue's -o/--format and -O/--Format
+};
+
+int Ls(const Globals& g, const LsArgs& a) {
+  std::optional<std::vector<Column>> cols;
+  std::string error;
+  if (!a.format.empty() && !a.names.empty()) {
+    std::cerr << "gantry ls: give --format or --Format, not both\n";
+    return kExitBadInput;
+  }
+  if (!a.format.empty() && !(cols = ParseSqueueFormat(a.format, error))) {
+    std::cerr << "gantry ls: --format: " << error << "\n";
+    return kExitBadInput;
+  }
+  if (!a.names.empty() && !(cols = ParseSqueueNames(a.names, error))) {
+    std::cerr << "gantry ls: --Format: " << error << "\n";
+    return kExitBadInput;
+  }
   Client c(g);
-  std::string path = "/v1/jobs?all=" + std::string(all ? "1" : "0");
-  if (!state.empty()) path += "&state=" + UrlEncode(state);
+  std::string path = "/v1/jobs?all=" + std::string(a.all ? "1" : "0");
+  if (!a.state.empty()) path += "&state=" + UrlEncode(a.state);
   Response r = c.Get(path);
   if (int rc = Check(r, "ls")) return rc;
   json j = r.Json();
-  if (json_out) {
+  if (a.json_out) {
     std::cout << j["jobs"].dump() << "\n";
+    return 0;
+  }
+  if (cols) {  // squeue's formats
+    const double at = NowSeconds();
+    if (!a.noheader) {
+      std::vector<std::string> heads;
+      for (const Column& col : *cols) heads.push_back(ColumnHeader(col, false));
+      std::cout << RenderRow(*cols, heads, "", true, false) << "\n";
+    }
+    for (const json& job : j["jobs"]) {
+      std::vector<std::string> values;
+      for (const Column& col : *cols) values.push_back(col.field.empty() ? col.literal : FieldValue(job, col.field, at));
+      std::cout << RenderRow(*cols, values, "", true, false) << "\n";
+    }
     return 0;
   }
   const double now = NowSeconds();
@@ -724,6 +810,93 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
   return 0;
 }
 
+// ------------------------------------------------------------------ acct
+
+struct AcctArgs {
+  std::string start, end, users, accounts, states, jobs, format;
+  bool parsable = false, parsable2 = false, noheader = false, json_out = false;
+};
+
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// What sacct answers, from the jobs gantryd has (GET /v1/jobs?all=1: the active ones and
+// its last --recent-done ended ones): one line per job, sacct's fields and filters.
+int Acct(const Globals& g, const AcctArgs& a) {
+  const double now = NowSeconds();
+  AcctFilter f;
+  // sacct's default window: since midnight today (UTC here), unless -j names jobs.
+  f.start = std::floor(now / 86400) * 86400;
+  f.end = now;
+  f.any_time = !a.jobs.empty() && a.start.empty();
+  if (!a.start.empty() && !(a.start == "now" ? (f.start = now, true) : ParseWhen(a.start, now, f.start))) {
+    std::cerr << "gantry acct: --starttime: expected e.g. 2026-11-01, 2026-11-01T08:00 (UTC), 24h, 7d (ago), now "
+                 "or Unix seconds, got " << a.start << "\n";
+    return kExitBadInput;
+  }
+  if (!a.end.empty() && !(a.end == "now" ? (f.end = now, true) : ParseWhen(a.end, now, f.end))) {
+    std::cerr << "gantry acct: --endtime: expected the same forms as --starttime, got " << a.end << "\n";
+    return kExitBadInput;
+  }
+  f.users = SplitList(a.users);
+  f.accounts = SplitList(a.accounts);
+  f.jobs = SplitList(a.jobs);
+  for (const std::string& s : SplitList(a.states)) {
+    const std::string st = NormalizeState(s);
+    if (st.empty()) {
+      std::cerr << "gantry acct: --state: unknown state " << s
+                << " (known: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, "
+                   "REQUEUED, OUT_OF_MEMORY, or their codes PD R CG CD F CA TO PR RQ OOM)\n";
+      return kExitBadInput;
+    }
+    f.states.push_back(st);
+  }
+  std::string error;
+  auto cols = ParseSacctFormat(a.format.empty() ? "JobID,JobName,Account,User,State,ExitCode,Start,End,Elapsed,"
+                                                  "AllocGPUs,GPUHours"
+                                                : a.format,
+                               error);
+  if (!cols) {
+    std::cerr << "gantry acct: --format: " << error << "\n";
+    return kExitBadInput;
+  }
+  Client c(g);
+  Response r = c.Get("/v1/jobs?all=1");
+  if (int rc = Check(r, "acct")) return rc;
+  json j = r.Json();
+  std::vector<json> rows;
+  for (const json& job : j["jobs"]) {
+    if (AcctMatches(job, f)) rows.push_back(job);
+  }
+  if (a.json_out) {
+    std::cout << json(rows).dump() << "\n";
+    return 0;
+  }
+  const bool parsable = a.parsable || a.parsable2;
+  const std::string sep = parsable ? "|" : " ";
+  if (!a.noheader) {
+    std::vector<std::string> heads, rule;
+    for (const Column& col : *cols) {
+      heads.push_back(ColumnHeader(col, true));
+      rule.push_back(std::string(static_cast<size_t>(col.width), '-'));
+    }
+    std::cout << RenderRow(*cols, heads, sep, !parsable, a.parsable) << "\n";
+    if (!parsable) std::cout << RenderRow(*cols, rule, sep, true, false) << "\n";  // sacct's rule
+  }
+  for (const json& job : rows) {
+    std::vector<std::string> values;
+    for (const Column& col : *cols) values.push_back(FieldValue(job, col.field, now));
+    std::cout << RenderRow(*cols, values, sep, !parsable, a.parsable) << "\n";
+  }
+  return 0;
+}
+
 int Drain(const Globals& g, const std::string& node, bool drain, const std::string& reason) {
   Client c(g);
   json body = json::object();
@@ -775,13 +948,46 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_flag("--json", s.json_out, "Print the server's answer as JSON");
   submit->callback([&exit_code] { exit_code = Submit(g, s); });
 
-  static bool ls_json = false, ls_all = false;
-  static std::string ls_state;
+  static LsArgs la;
   CLI::App* ls = app.add_subcommand("ls", "List jobs, squeue-like, with the reason a job waits");
-  ls->add_flag("--json", ls_json, "JSON output");
-  ls->add_flag("-a,--all", ls_all, "Include ended jobs");
-  ls->add_option("--state", ls_state, "Only jobs in this state");
-  ls->callback([&exit_code] { exit_code = Ls(g, ls_json, ls_all, ls_state); });
+  ls->add_flag("--json", la.json_out, "JSON output");
+  ls->add_flag("-a,--all", la.all, "Include ended jobs");
+  ls->add_option("--state", la.state, "Only jobs in this state");
+  ls->add_option("-o,--format", la.format,
+                 "squeue's -o format: %i %j %u %P %q %T %t %M %l %D %R %b %a ... with optional widths, "
+                 "e.g. \"%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R\" (docs/slurm.md)");
+  ls->add_option("-O,--Format", la.names, "squeue's -O field names, e.g. JobID,Name:30,State,TimeUsed,ReasonList");
+  ls->add_flag("--noheader", la.noheader, "With --format/--Format: no header line");
+  ls->callback([&exit_code] { exit_code = Ls(g, la); });
+
+  CLI::App* sbatch = app.add_subcommand(
+      "sbatch", "Submit a Slurm batch script: [options] script.sh [args...]; its #SBATCH directives, overridden by "
+                "options given here (docs/slurm.md)");
+  // Every word, in order, is read by cli/sbatch.cc: sbatch's options, the script, and
+  // from there on the script's arguments (prefix_command passes them through untouched).
+  sbatch->prefix_command();
+  sbatch->callback([&exit_code, sbatch] { exit_code = Sbatch(g, sbatch->remaining()); });
+
+  static AcctArgs aa;
+  CLI::App* acct = app.add_subcommand("acct", "Ended and running jobs, as sacct shows them (docs/slurm.md)");
+  acct->add_option("-S,--starttime", aa.start, "Jobs active at or after: 2026-11-01, 2026-11-01T08:00 (UTC), 7d (ago), "
+                                               "now or Unix seconds (default: midnight UTC today)");
+  acct->add_option("-E,--endtime", aa.end, "Jobs active at or before, the same forms (default: now)");
+  acct->add_option("-u,--user", aa.users, "Only these users (comma-separated)");
+  acct->add_option("-A,--account", aa.accounts, "Only these queues (comma-separated)");
+  acct->add_option("-s,--state", aa.states, "Only these states: COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, "
+                                            "REQUEUED, RUNNING, PENDING, ... or CD, F, CA, TO, PR, RQ, R, PD");
+  acct->add_option("-j,--jobs", aa.jobs, "Only these jobs or arrays (comma-separated); without -S, at any time");
+  acct->add_option("-o,--format", aa.format,
+                   "sacct fields, e.g. JobID,JobName%30,State,ExitCode,Elapsed,AllocTRES,GPUHours");
+  acct->add_flag("-p,--parsable", aa.parsable, "'|' after every field");
+  acct->add_flag("-P,--parsable2", aa.parsable2, "'|' between fields");
+  acct->add_flag("-n,--noheader", aa.noheader, "No header");
+  static bool acct_ignored = false;
+  acct->add_flag("-X,--allocations,-a,--allusers", acct_ignored, "Accepted for sacct's sake: a Gantry job has no steps, and the "
+                                                   "jobs shown are those the token may list");
+  acct->add_flag("--json", aa.json_out, "The matching jobs as JSON");
+  acct->callback([&exit_code] { exit_code = Acct(g, aa); });
 
   static bool top_json = false;
   CLI::App* top = app.add_subcommand("top", "Running jobs with their GPUs' utilization and VRAM now, idlest first");
@@ -841,7 +1047,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   resume->add_option("node", resume_node, "Node name")->required();
   resume->callback([&exit_code] { exit_code = Drain(g, resume_node, false, ""); });
 
-  for (CLI::App* sub : {submit, ls, top, show, cancel, logs, nodes, queues, usage, drain, resume}) sub->fallthrough();
+  for (CLI::App* sub : {submit, ls, top, show, cancel, logs, nodes, queues, usage, drain, resume, acct}) sub->fallthrough();
 }
 
 }  // namespace gantry::cli

@@ -54,6 +54,7 @@ bool Placer::PoolAccepts(const JobSpec& job, PoolId pool) const {
 bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
   const PoolSpec& p = cluster.pool(pool).spec;
   if (p.count == 0) return false;
+  if (job.pool.valid() && job.pool != pool) return false;
   if (p.spot && job.tier == Tier::kCritical) return false;
   if (!job.uses_gpu()) return true;
   if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;

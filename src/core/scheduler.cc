@@ -72,7 +72,7 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
 Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) const {
   return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
                s.gpus,       s.share_milli,             s.models,     s.vram_bytes,
-               s.cpus_milli, s.memory_bytes,            s.mig_profile, shape_context_};
+               s.cpus_milli, s.memory_bytes,            s.mig_profile, s.pool,         shape_context_};
 }
 
 void Scheduler::AddPending(JobId id) {

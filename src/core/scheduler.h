@@ -200,6 +200,7 @@ class Scheduler {
     ModelMask models;
     int64_t vram_bytes, cpus_milli, memory_bytes;
     std::string mig_profile;
+    PoolId pool;
     uint8_t context;
     auto operator<=>(const Shape&) const = default;
   };

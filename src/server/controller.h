@@ -55,6 +55,7 @@
 #include "server/state.h"
 #include "server/store.h"
 #include "sim/event_log.h"
+#include "spec/batch.h"
 #include "spec/config_reader.h"
 
 namespace gantry::server {
@@ -249,6 +250,9 @@ class Controller {
   void AddRunning(const Job& job);
   void RemoveRunning(const Job& job);
   nlohmann::json DesiredWorkers(core::NodeId n, Ticks now);
+  // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md).
+  spec::OutputNames OutputNamesOf(const Job& job, const Worker& w) const;
+  void SlurmEnv(const Job& job, const Worker& w, int local, nlohmann::json& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;

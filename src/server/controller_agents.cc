@@ -2,7 +2,9 @@
 
 #include "base/log.h"
 #include "server/controller_internal.h"
+#include "spec/batch.h"
 
+#include <algorithm>
 #include <bit>
 #include <fstream>
 #include <map>
@@ -21,6 +23,76 @@ int MasterPort(int64_t seq, int run) { return 20000 + static_cast<int>((seq * 79
 }  // namespace
 
 // ---------------------------------------------------------------- API: agents
+
+spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w) const {
+  const std::vector<std::string> nodes = JobNodes(job);
+  const std::string& node = cluster_.node(w.alloc.node).name;
+  spec::OutputNames o;
+  o.job = job.name;
+  o.name = job.spec.name.empty() ? job.name : job.spec.name;
+  o.array_job = job.array.empty() ? job.name : job.array;
+  o.array_task = job.array.empty() ? "4294967294" : std::to_string(job.array_index);  // Slurm's NO_VAL
+  o.node = node;
+  o.user = job.user;
+  o.rank = w.rank;
+  o.node_index = static_cast<int>(std::find(nodes.begin(), nodes.end(), node) - nodes.begin());
+  return o;
+}
+
+// The SLURM_* variables Slurm jobs read, for every job (a script moved from Slurm works
+// whether it came through `gantry sbatch` or not), never over one the job set itself.
+// Slurm's job-wide view in Gantry's terms: a task is a worker, SLURM_GPUS_ON_NODE is what
+// this worker sees (CUDA_VISIBLE_DEVICES), and the partition is the pool of its node.
+void Controller::SlurmEnv(const Job& job, const Worker& w, int local, json& env) const {
+  const std::vector<std::string> nodes = JobNodes(job);
+  std::vector<int> per_node(nodes.size(), 0);
+  for (const Worker& x : job.workers) {
+    const std::string& n = cluster_.node(x.alloc.node).name;
+    ++per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())];
+  }
+  const core::Node& node = cluster_.node(w.alloc.node);
+  const spec::OutputNames names = OutputNamesOf(job, w);
+  int gpus = std::popcount(w.alloc.gpu_mask);
+  if (w.alloc.sharing != core::Sharing::kExclusive) gpus = 1;  // a MIG instance or a share of one GPU
+  std::vector<std::pair<std::string, std::string>> vars = {
+      {"SLURM_JOB_ID", job.name},
+      {"SLURM_JOBID", job.name},
+      {"SLURM_JOB_NAME", names.name},
+      {"SLURM_PROCID", std::to_string(w.rank)},
+      {"SLURM_LOCALID", std::to_string(local)},
+      {"SLURM_NODEID", std::to_string(names.node_index)},
+      {"SLURM_NTASKS", std::to_string(job.workers.size())},
+      {"SLURM_NPROCS", std::to_string(job.workers.size())},
+      {"SLURM_NNODES", std::to_string(nodes.size())},
+      {"SLURM_JOB_NUM_NODES", std::to_string(nodes.size())},
+      {"SLURM_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
+      {"SLURM_GPUS_ON_NODE", std::to_string(gpus)},
+      {"SLURM_JOB_NODELIST", spec::HostList(nodes)},
+      {"SLURM_NODELIST", spec::HostList(nodes)},
+      {"SLURMD_NODENAME", node.name},
+      {"SLURM_JOB_PARTITION", cluster_.pool(node.pool).spec.name},
+      {"SLURM_JOB_ACCOUNT", job.queue},
+      {"SLURM_JOB_QOS", std::string(core::Name(job.spec.tier))},
+      {"SLURM_RESTART_COUNT", std::to_string(std::max(0, job.run - 1))}};
+  if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); })) {
+    vars.emplace_back("SLURM_NTASKS_PER_NODE", std::to_string(per_node.front()));
+  }
+  if (!job.array.empty()) {
+    vars.emplace_back("SLURM_ARRAY_JOB_ID", job.array);
+    vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
+  }
+  if (job.spec.cpus_milli > 0) vars.emplace_back("SLURM_CPUS_PER_TASK", std::to_string((job.spec.cpus_milli + 999) / 1000));
+  if (job.spec.memory_bytes > 0) {
+    vars.emplace_back("SLURM_MEM_PER_NODE",
+                      std::to_string(int64_t{per_node[static_cast<size_t>(names.node_index)]} *
+                                     ((job.spec.memory_bytes + (1 << 20) - 1) >> 20)));
+  }
+  if (!job.user.empty()) vars.emplace_back("SLURM_JOB_USER", job.user);
+  if (!job.spec.workdir.empty()) vars.emplace_back("SLURM_SUBMIT_DIR", job.spec.workdir);  // sbatch sets its own
+  for (const auto& [k, v] : vars) {
+    if (!env.contains(k)) env[k] = v;
+  }
+}
 
 json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
   json out = json::array();
@@ -53,6 +125,7 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
         env["GANTRY_ARRAY_JOB_ID"] = job.array;
         env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);
       }
+      SlurmEnv(job, w, local, env);
       // The names PyTorch's launcher reads, unless the job set them itself.
       for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
                           {"LOCAL_RANK", std::to_string(local)},
@@ -74,6 +147,16 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
                  {"user", job.user},
                  {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
                  {"limits", WorkerLimits(w.alloc, cluster_)}};
+      // `gantry sbatch`: the script the agent writes on the node and runs, the files the
+      // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
+      // batch step writes to -o), and the signal it gets first when stopped.
+      if (!job.spec.script.empty()) wj["script"] = job.spec.script;
+      if (job.spec.stop_signal > 0) wj["signal"] = job.spec.stop_signal;
+      for (const auto& [key, pattern] : {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
+                                         {"stderr", job.spec.stderr_path}}) {
+        if (pattern.empty() || (w.rank != 0 && !spec::PatternPerRank(pattern))) continue;
+        wj[key] = spec::ExpandOutputPattern(pattern, OutputNamesOf(job, w));
+      }
       // A mig_managed pool: the agent creates the instance at this placement (and destroys
       // it when the worker ends), so it needs the placement's size too.
       if (w.alloc.sharing == core::Sharing::kMig && cluster_.pool(cluster_.node(n).pool).spec.mig_managed) {

@@ -3,6 +3,7 @@
 #include "base/log.h"
 #include "server/controller_internal.h"
 
+#include <bit>
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -299,7 +300,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
     job.spec_file = req.file.empty() ? "request" : req.file;
     std::vector<std::string> problems;
     std::optional<core::JobSpec> spec = ReadSpec(job, &problems);
-    if (spec && spec->command.empty()) {
+    if (spec && spec->command.empty() && spec->script.empty()) {
       problems.push_back(job.spec_file + ": command: required: the agent needs something to run");
     }
     if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
@@ -492,7 +493,32 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
     j["run_start"] = UnixSeconds(job.run_start);
   }
-  if (job.end == "failed") j["exit_code"] = job.exit_code;
+  if (job.end == "failed") {
+    j["exit_code"] = job.exit_code;
+    // A signal's end is stored as 128 + signal; the worker that ended the job says which.
+    for (const Worker& w : job.workers) {
+      if (w.signal != 0 && job.exit_code == 128 + w.signal) j["exit_signal"] = w.signal;
+    }
+  }
+  // What sacct and squeue show besides (gantry acct, ls --format; docs/slurm.md).
+  if (!job.spec.name.empty()) j["name"] = job.spec.name;
+  if (job.spec.pool.valid()) {  // the pool it is restricted to, else the pool it ran in
+    j["pool"] = cluster_.pool(job.spec.pool).spec.name;
+  } else if (!job.workers.empty()) {
+    j["pool"] = cluster_.pool(cluster_.node(job.workers.front().alloc.node).pool).spec.name;
+  }
+  if (job.spec.time_limit) j["time_limit_s"] = static_cast<double>(*job.spec.time_limit) / 1000.0;
+  if (job.spec.cpus_milli > 0) j["cpus"] = static_cast<double>(job.spec.cpus_milli) / 1000.0;
+  {
+    int gpus = 0;  // GPUs it holds (a MIG instance or a share counts one), else asks for
+    for (const Worker& w : job.workers) {
+      gpus += w.alloc.sharing == core::Sharing::kExclusive ? std::popcount(w.alloc.gpu_mask) : 1;
+    }
+    if (job.workers.empty() && job.spec.uses_gpu()) {
+      gpus = job.spec.replicas * (job.spec.sharing == core::Sharing::kExclusive ? job.spec.gpus : 1);
+    }
+    j["gpus"] = gpus;
+  }
   if (job.core.valid() && job.state != JobState::kDone) {  // a spent budget demoted it
     const core::JobRecord& rec = sched_->job(job.core);
     if (rec.spec.tier != rec.asked_tier) {

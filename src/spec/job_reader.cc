@@ -1,6 +1,7 @@
 // Job specs (spec section 2) from JSON and YAML, traces and failure files (section 3).
 
 #include "spec/job_reader.h"
+#include "spec/batch.h"
 
 #include <algorithm>
 #include <cmath>
@@ -118,7 +119,8 @@ class JobDecoder {
         "mig",       "sharing",  "gpu_model",    "vram_gb",           "cpus",
         "memory_gb", "topology", "checkpoint_s", "grace_s",           "window",
         "command",   "env",      "workdir",      "runtime_estimate_s", "time_limit_s",
-        "keep_when_idle", "emulate"};
+        "keep_when_idle", "emulate",  "name",         "pool",              "script",
+        "stdout",    "stderr",   "signal"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -187,6 +189,7 @@ class JobDecoder {
       if (w->empty()) f.Report("workdir", "must not be empty");
       job.workdir = *w;
     }
+    if (mode == Mode::kSpec) ReadBatch(f, job);
     if (mode == Mode::kSpec) {
       for (std::string_view key : {"submit", "duration", "idle_after_s", "util", "vram_used_gb"}) {
         // A pointed message rather than "unknown field".
@@ -230,6 +233,47 @@ class JobDecoder {
       return std::nullopt;
     }
     return t;
+  }
+
+  // What `gantry sbatch` adds: a name, one pool, a script, output files, a signal.
+  void ReadBatch(Fields& f, JobSpec& job) {
+    if (auto s = f.String("name")) {
+      if (s->empty() || s->size() > kMaxIdLength) {
+        f.Report("name", "must be 1 to " + std::to_string(kMaxIdLength) + " characters, got " +
+                             std::to_string(s->size()));
+      }
+      job.name = *s;
+    }
+    if (auto p = f.String("pool")) {
+      const core::Cluster& cluster = config_.cluster;
+      std::string known;
+      for (size_t i = 0; i < cluster.pools().size(); ++i) {
+        const std::string& name = cluster.pools()[i].spec.name;
+        if (name == *p) job.pool = core::PoolId(static_cast<uint32_t>(i));
+        known += (known.empty() ? "" : ", ") + name;
+      }
+      if (!job.pool.valid()) f.Report("pool", "unknown pool " + Quote(*p) + " (known: " + known + ")");
+    }
+    if (auto s = f.String("script")) {
+      if (s->rfind("#!", 0) != 0) {
+        f.Report("script", "must start with #! and the interpreter, e.g. #!/bin/bash");
+      }
+      job.script = *s;
+    }
+    for (const char* key : {"stdout", "stderr"}) {
+      if (auto s = f.String(key)) {
+        if (auto why = CheckOutputPattern(*s)) f.Report(key, *why + ", got " + Quote(*s));
+        (std::string_view(key) == "stdout" ? job.stdout_path : job.stderr_path) = *s;
+      }
+    }
+    if (auto s = f.String("signal")) {
+      const int sig = SignalNumber(*s);
+      if (sig <= 0) {
+        f.Report("signal", "unknown signal " + Quote(*s) + " (e.g. TERM, USR1, SIGUSR2 or a number 1-64)");
+      } else {
+        job.stop_signal = sig;
+      }
+    }
   }
 
   void ReadId(Fields& f, Mode mode, int line, JobSpec& job, std::string& id) {

@@ -126,8 +126,10 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   const int64_t replicas = std::max(job.replicas, 1);
   std::vector<const PoolSpec*> pools;
   for (const Pool& pool : cluster.pools()) {
+    if (job.pool.valid() && &pool != &cluster.pool(job.pool)) continue;  // restricted to one pool
     if (pool.spec.count > 0) pools.push_back(&pool.spec);
   }
+  if (pools.empty() && job.pool.valid()) return "pool " + cluster.pool(job.pool).spec.name + " has no nodes";
   if (pools.empty()) return "the cluster has no nodes";
   const size_t all_pools = pools.size();
 

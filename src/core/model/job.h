@@ -39,6 +39,7 @@ struct JobSpec {
   std::string mig_profile;     // per worker (kMig)
   std::vector<int8_t> mig_index;  // by ModelId: profile index in that model, -1 = lacks it
   ModelMask models = 0;        // acceptable models; all models when the spec names none
+  PoolId pool;                 // only this pool's nodes (sbatch --partition); invalid: any pool
   int64_t vram_bytes = 0;      // per worker, on each of its GPUs
   int64_t cpus_milli = 0;      // per worker
   int64_t memory_bytes = 0;    // per worker
@@ -54,6 +55,14 @@ struct JobSpec {
   std::vector<std::string> command;
   std::vector<std::pair<std::string, std::string>> env;
   std::string workdir;
+  // Server mode (`gantry sbatch`): a display name (-J), a batch script the agent writes on
+  // the node and runs with `command` as its arguments, the files its stdout and stderr go
+  // to on the node (Slurm's %j %x ... patterns, expanded by gantryd; empty: the agent's log
+  // only), and the signal its workers get first when stopped (0: the agent's default).
+  std::string name;
+  std::string script;
+  std::string stdout_path, stderr_path;
+  int stop_signal = 0;
   // Server mode: idle reclamation leaves the job alone, for this reason (its queue must
   // allow it: allow_keep_when_idle), e.g. a serving job that idles at night.
   std::string keep_when_idle;

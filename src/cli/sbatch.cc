@@ -1,0 +1,750 @@
+#include "cli/sbatch.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <limits>
+
+#include "spec/batch.h"
+
+namespace gantry::cli {
+
+namespace {
+
+using nlohmann::json;
+
+// An sbatch option Gantry reads: its long name, short letter (0: none), whether it takes
+// a value.
+struct OptionDef {
+  const char* name;
+  char letter;
+  bool value;
+};
+
+constexpr OptionDef kOptions[] = {
+    {"job-name", 'J', true},      {"partition", 'p', true},   {"qos", 'q', true},
+    {"account", 'A', true},       {"time", 't', true},        {"nodes", 'N', true},
+    {"ntasks", 'n', true},        {"ntasks-per-node", 0, true}, {"gres", 0, true},
+    {"gpus", 'G', true},          {"gpus-per-node", 0, true}, {"gpus-per-task", 0, true},
+    {"mem", 0, true},             {"mem-per-cpu", 0, true},   {"mem-per-gpu", 0, true},
+    {"cpus-per-task", 'c', true}, {"chdir", 'D', true},       {"export", 0, true},
+    {"signal", 0, true},          {"output", 'o', true},      {"error", 'e', true},
+    {"array", 'a', true},         {"dependency", 'd', true},  {"parsable", 0, false},
+};
+
+// Options people put in scripts that Gantry does not do, with why (a clearer refusal
+// than "unknown").
+constexpr std::pair<const char*, const char*> kRefused[] = {
+    {"mail-type", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
+    {"mail-user", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
+    {"constraint", "node features are not modelled; name a GPU model with --gres=gpu:MODEL:N or a pool with -p"},
+    {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
+    {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
+    {"exclusive", "whole nodes are not reserved; ask for the GPUs, CPUs and memory the job uses"},
+    {"wrap", "give a script file"},
+    {"wait", "not supported; poll with gantry show"},
+    {"begin", "deferred starts are not supported; use a job window in a job spec"},
+    {"time-min", "backfill uses --time as the estimate; there is no minimum"},
+    {"no-requeue", "preempted and lost jobs are always requeued (from their checkpoint)"},
+    {"requeue", "preempted and lost jobs are always requeued; the option is not needed"},
+    {"open-mode", "output files are truncated at each start, as Slurm's default"},
+    {"hold", "holding jobs is not supported"},
+    {"licenses", "licenses are not modelled"},
+};
+
+bool IsRefused(const std::string& name) {
+  for (const auto& [n, why] : kRefused) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+bool IsRefusedFlag(const std::string& name) {
+  for (const char* flag : {"exclusive", "wait", "no-requeue", "requeue", "hold"}) {
+    if (name == flag) return true;
+  }
+  return false;
+}
+
+const OptionDef* FindLong(const std::string& name) {
+  for (const OptionDef& o : kOptions) {
+    if (name == o.name) return &o;
+  }
+  return nullptr;
+}
+
+const OptionDef* FindShort(char c) {
+  for (const OptionDef& o : kOptions) {
+    if (o.letter == c) return &o;
+  }
+  return nullptr;
+}
+
+// One option as given, with where it was given.
+struct Given {
+  std::string value;
+  std::string where;  // "job.sh:3" or "command line"
+};
+
+class Parser {
+ public:
+  Parser(const std::string& script_name, const SbatchContext& ctx) : script_(script_name), ctx_(ctx) {}
+
+  // Reads options from `tokens` (a directive line's or the command line's) into given_;
+  // later ones override earlier ones.
+  void Read(const std::vector<std::string>& tokens, const std::string& where) {
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const std::string& t = tokens[i];
+      const OptionDef* def = nullptr;
+      std::string value, shown;
+      bool has_value = false;
+      if (t.rfind("--", 0) == 0 && t.size() > 2) {
+        const size_t eq = t.find('=');
+        const std::string name = t.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+        shown = "--" + name;
+        def = FindLong(name);
+        if (def == nullptr) {
+          Refuse(where, shown, name);
+          if (eq == std::string::npos && IsRefused(name) && !IsRefusedFlag(name)) ++i;  // its value
+          continue;
+        }
+        if (eq != std::string::npos) {
+          value = t.substr(eq + 1);
+          has_value = true;
+        }
+      } else if (t.size() >= 2 && t[0] == '-' && t[1] != '-') {
+        shown = t.substr(0, 2);
+        def = FindShort(t[1]);
+        if (def == nullptr) {
+          Error(where, shown, "unknown or unsupported option (docs/slurm.md lists what gantry sbatch reads)");
+          continue;
+        }
+        if (t.size() > 2) {
+          value = t.substr(t[2] == '=' ? 3 : 2);
+          has_value = true;
+        }
+      } else {
+        Error(where, t, "expected an option such as --time=1:00:00");
+        continue;
+      }
+      if (def->value && !has_value) {
+        if (i + 1 >= tokens.size()) {
+          Error(where, shown, "needs a value");
+          continue;
+        }
+        value = tokens[++i];
+      } else if (!def->value && has_value) {
+        Error(where, shown, "takes no value");
+        continue;
+      }
+      given_[def->name] = Given{value, where};
+    }
+  }
+
+  // The job spec from what was given.
+  SbatchJob Build(const std::string& text, const std::vector<std::string>& args) {
+    SbatchJob out;
+    json& s = out.spec;
+    s["script"] = text;
+    s["command"] = args;
+    out.parsable = given_.count("parsable") > 0;
+    if (auto v = Get("job-name")) {
+      if (v->value.empty()) {
+        Error(v->where, "--job-name", "must not be empty");
+      } else {
+        s["name"] = v->value;
+      }
+    }
+    if (auto v = Get("partition")) {
+      if (v->value.empty() || v->value.find(',') != std::string::npos) {
+        Error(v->where, "--partition", "give one pool (Gantry restricts a job to one pool or none), got \"" +
+                                           v->value + "\"");
+      } else {
+        s["pool"] = v->value;
+      }
+    }
+    if (auto v = Get("qos")) {
+      std::string q = v->value;
+      if (q == "normal") q = "standard";  // Slurm's default QOS
+      if (q != "critical" && q != "standard" && q != "best-effort") {
+        Error(v->where, "--qos", "is the tier: critical, standard (or normal) or best-effort, got \"" + v->value +
+                                     "\"");
+      } else {
+        s["tier"] = q;
+      }
+    }
+    if (auto v = Get("account")) {
+      if (v->value.empty()) {
+        Error(v->where, "--account", "must name a queue");
+      } else {
+        s["queue"] = v->value;
+      }
+    }
+    BuildTime(s);
+    BuildShape(s);
+    if (auto v = Get("chdir")) {
+      if (v->value.empty()) {
+        Error(v->where, "--chdir", "must not be empty");
+      } else {
+        s["workdir"] = v->value[0] == '/' ? v->value : ctx_.cwd + "/" + v->value;
+      }
+    } else {
+      s["workdir"] = ctx_.cwd;  // Slurm runs the script where sbatch was run
+    }
+    BuildEnv(s);
+    if (auto v = Get("array")) {
+      if (v->value.empty()) {
+        Error(v->where, "--array", "must not be empty");
+      } else {
+        out.array = v->value;
+      }
+    }
+    for (const char* key : {"output", "error"}) {
+      std::string pattern;
+      if (auto v = Get(key)) {
+        pattern = v->value;
+        if (auto why = spec::CheckOutputPattern(pattern)) Error(v->where, std::string("--") + key, *why);
+      } else if (std::string(key) == "output") {
+        pattern = out.array.empty() ? "slurm-%j.out" : "slurm-%A_%a.out";  // Slurm's default
+      }
+      if (!pattern.empty()) s[std::string(key) == "output" ? "stdout" : "stderr"] = pattern;
+    }
+    if (auto v = Get("dependency")) out.after = Dependency(*v);
+    out.errors = std::move(errors_);
+    return out;
+  }
+
+  void Error(const std::string& where, const std::string& option, const std::string& message) {
+    errors_.push_back(where + ": " + option + ": " + message);
+  }
+
+ private:
+  const Given* Get(const std::string& name) const {
+    auto it = given_.find(name);
+    return it == given_.end() ? nullptr : &it->second;
+  }
+
+  void Refuse(const std::string& where, const std::string& shown, const std::string& name) {
+    for (const auto& [n, why] : kRefused) {
+      if (name == n) {
+        Error(where, shown, std::string("not supported: ") + why);
+        return;
+      }
+    }
+    Error(where, shown, "unknown or unsupported option (docs/slurm.md lists what gantry sbatch reads)");
+  }
+
+  // A positive whole number, or nullopt with an error.
+  std::optional<long long> Count(const Given& v, const std::string& option, long long min = 1) {
+    const std::string& t = v.value;
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoll(t) < min) {
+      Error(v.where, option, "expected a whole number of at least " + std::to_string(min) + ", got \"" + t + "\"");
+      return std::nullopt;
+    }
+    return std::stoll(t);
+  }
+
+  // --time, and --signal's lead time: Slurm signals TIME seconds before the limit and
+  // kills at it; Gantry signals at its limit and kills after grace_s. So the limit
+  // becomes time - lead and the grace the lead: the same two instants.
+  void BuildTime(json& s) {
+    long long limit = 0;  // 0: none
+    if (auto v = Get("time")) {
+      std::string error;
+      auto t = ParseSlurmTime(v->value, error);
+      if (!t) Error(v->where, "--time", error);
+      limit = t.value_or(0);
+    }
+    auto v = Get("signal");
+    if (v == nullptr) {
+      if (limit > 0) s["time_limit_s"] = limit;
+      return;
+    }
+    std::string sig = v->value;
+    if (sig.size() > 2 && (sig.rfind("B:", 0) == 0 || sig.rfind("R:", 0) == 0)) {
+      if (sig[0] == 'R') {
+        Error(v->where, "--signal", "R: (reservations) is not supported");
+        return;
+      }
+      sig = sig.substr(2);  // B: the batch shell; Gantry signals the worker's process group
+    }
+    long long lead = 60;  // Slurm's default
+    if (const size_t at = sig.find('@'); at != std::string::npos) {
+      const std::string t = sig.substr(at + 1);
+      sig = sig.substr(0, at);
+      if (t.empty() || t.size() > 6 || t.find_first_not_of("0123456789") != std::string::npos) {
+        Error(v->where, "--signal", "expected [B:]SIG[@SECONDS], got \"" + v->value + "\"");
+        return;
+      }
+      lead = std::stoll(t);
+    }
+    if (spec::SignalNumber(sig) <= 0) {
+      Error(v->where, "--signal", "unknown signal \"" + sig + "\" (e.g. USR1, TERM, 10)");
+      return;
+    }
+    s["signal"] = sig;
+    s["grace_s"] = lead;
+    if (limit > 0) {
+      if (limit <= lead) {
+        Error(v->where, "--signal", "the signal comes " + std::to_string(lead) + " s before the limit, but --time is " +
+                                        std::to_string(limit) + " s");
+        return;
+      }
+      s["time_limit_s"] = limit - lead;
+    }
+  }
+
+  // [MODEL:]N as --gpus and --gpus-per-node give it, or gpu[:MODEL]:N as --gres.
+  bool Gpus(const Given& v, const std::string& option, bool gres, std::string& model, long long& n) {
+    std::string t = v.value;
+    if (gres) {
+      if (t.find(',') != std::string::npos) {
+        Error(v.where, option, "give one GPU request, gpu:N or gpu:MODEL:N, got \"" + t + "\"");
+        return false;
+      }
+      if (t.rfind("gpu", 0) != 0 || (t.size() > 3 && t[3] != ':')) {
+        Error(v.where, option, "only GPUs are generic resources here (gpu:N or gpu:MODEL:N), got \"" + t + "\"");
+        return false;
+      }
+      t = t.size() > 4 ? t.substr(4) : "1";  // gres "gpu" alone is one
+    }
+    const size_t colon = t.rfind(':');
+    if (colon != std::string::npos) {
+      model = t.substr(0, colon);
+      t = t.substr(colon + 1);
+      if (model.empty() || model.find(':') != std::string::npos) {
+        Error(v.where, option, "expected " + std::string(gres ? "gpu:MODEL:N" : "MODEL:N") + ", got \"" + v.value +
+                                   "\"");
+        return false;
+      }
+    }
+    auto c = Count(Given{t, v.where}, option);
+    if (!c) return false;
+    n = *c;
+    return true;
+  }
+
+  // Nodes x tasks per node = workers; GPUs, CPUs and memory per worker.
+  void BuildShape(json& s) {
+    std::optional<long long> nodes, per_node, tasks;
+    if (auto v = Get("nodes")) {
+      std::string t = v->value;
+      // N-M: Gantry gives a job what it asks; a range is accepted only as one number.
+      if (const size_t dash = t.find('-'); dash != std::string::npos) {
+        if (t.substr(0, dash) != t.substr(dash + 1)) {
+          Error(v->where, "--nodes", "a range of node counts cannot be expressed: give one number, got \"" + t + "\"");
+          return;
+        }
+        t = t.substr(0, dash);
+      }
+      nodes = Count(Given{t, v->where}, "--nodes");
+      if (!nodes) return;
+    }
+    if (auto v = Get("ntasks-per-node")) {
+      per_node = Count(*v, "--ntasks-per-node");
+      if (!per_node) return;
+    }
+    if (auto v = Get("ntasks")) {
+      tasks = Count(*v, "--ntasks");
+      if (!tasks) return;
+      const long long n = nodes.value_or(1);
+      if (per_node && nodes && *tasks != n * *per_node) {
+        Error(v->where, "--ntasks", std::to_string(*tasks) + " tasks is not --nodes x --ntasks-per-node (" +
+                                        std::to_string(n * *per_node) + ")");
+        return;
+      }
+      if (per_node && !nodes) {
+        if (*tasks % *per_node != 0) {
+          Error(v->where, "--ntasks", std::to_string(*tasks) + " tasks do not fill nodes of " +
+                                          std::to_string(*per_node) + " (--ntasks-per-node)");
+          return;
+        }
+        nodes = *tasks / *per_node;
+      }
+      if (!per_node && nodes) {
+        if (*tasks % *nodes != 0) {
+          Error(v->where, "--ntasks", std::to_string(*tasks) + " tasks cannot be spread evenly over " +
+                                          std::to_string(*nodes) +
+                                          " nodes: Gantry's workers are identical, so give a multiple");
+          return;
+        }
+        per_node = *tasks / *nodes;
+      }
+    }
+    if (!tasks) {
+      if (!nodes) nodes = 1;
+      if (!per_node) per_node = 1;
+    }
+    const long long replicas = tasks ? *tasks : *nodes * *per_node;
+    if (replicas > 100000) {
+      Error(Where({"nodes", "ntasks", "ntasks-per-node"}), "--nodes", "at most 100000 tasks, got " +
+                                                                           std::to_string(replicas));
+      return;
+    }
+    s["replicas"] = replicas;
+    if (replicas > 1 && nodes && *nodes == 1) s["topology"] = "node";  // all on one node, as -N 1 asks
+
+    // GPUs per worker, from exactly one way of asking.
+    std::vector<const char*> ways;
+    for (const char* k : {"gres", "gpus-per-node", "gpus", "gpus-per-task"}) {
+      if (Get(k)) ways.push_back(k);
+    }
+    if (ways.size() > 1) {
+      Error(Get(ways[1])->where, std::string("--") + ways[1],
+            std::string("give the GPUs one way: --") + ways[0] + " was given too");
+      return;
+    }
+    long long gpus = 0;
+    if (!ways.empty()) {
+      const std::string way = ways[0];
+      const Given& v = *Get(way);
+      std::string model;
+      long long n = 0;
+      if (!Gpus(v, "--" + way, way == "gres", model, n)) return;
+      if (way == "gpus-per-task") {
+        gpus = n;
+      } else if (way == "gpus") {  // the job's total
+        if (n % replicas != 0) {
+          Error(v.where, "--gpus", std::to_string(n) + " GPUs cannot be split evenly over " + std::to_string(replicas) +
+                                       " tasks: Gantry's workers are identical (use --gpus-per-task)");
+          return;
+        }
+        gpus = n / replicas;
+      } else {  // per node
+        if (!per_node) {
+          Error(v.where, "--" + way, "GPUs per node need --ntasks-per-node or --nodes (what a worker gets)");
+          return;
+        }
+        if (n % *per_node != 0) {
+          Error(v.where, "--" + way, std::to_string(n) + " GPUs per node cannot be split evenly over " +
+                                         std::to_string(*per_node) + " tasks per node");
+          return;
+        }
+        gpus = n / *per_node;
+      }
+      if (gpus > 0) s["gpus"] = gpus;
+      if (!model.empty()) s["gpu_model"] = model;
+    }
+    std::optional<long long> cpus;
+    if (auto v = Get("cpus-per-task")) {
+      cpus = Count(*v, "--cpus-per-task");
+      if (cpus) s["cpus"] = *cpus;
+    }
+    // Memory per worker, in decimal GB as job specs count it.
+    std::vector<const char*> mems;
+    for (const char* k : {"mem", "mem-per-cpu", "mem-per-gpu"}) {
+      if (Get(k)) mems.push_back(k);
+    }
+    if (mems.size() > 1) {
+      Error(Get(mems[1])->where, std::string("--") + mems[1],
+            std::string("give the memory one way: --") + mems[0] + " was given too");
+      return;
+    }
+    if (mems.empty()) return;
+    const std::string way = mems[0];
+    const Given& v = *Get(way);
+    std::string error;
+    auto mib = ParseSlurmMemory(v.value, error);
+    if (!mib) {
+      Error(v.where, "--" + way, error);
+      return;
+    }
+    double per_worker = 0;
+    if (way == "mem") {
+      if (*mib == 0) return;  // Slurm: all of the node's memory; Gantry: no limit
+      if (!per_node) {
+        Error(v.where, "--mem", "memory per node needs --ntasks-per-node or --nodes (what a worker gets)");
+        return;
+      }
+      per_worker = static_cast<double>(*mib) / static_cast<double>(*per_node);
+    } else if (way == "mem-per-cpu") {
+      if (!cpus) {
+        Error(v.where, "--mem-per-cpu", "needs --cpus-per-task (what a worker gets)");
+        return;
+      }
+      per_worker = static_cast<double>(*mib * *cpus);
+    } else {
+      if (gpus == 0) {
+        Error(v.where, "--mem-per-gpu", "the job asks for no GPUs");
+        return;
+      }
+      per_worker = static_cast<double>(*mib * gpus);
+    }
+    s["memory_gb"] = std::round(per_worker * 1048576.0 / 1e9 * 1e6) / 1e6;
+  }
+
+  // Where the first of `keys` that was given was given.
+  std::string Where(std::initializer_list<const char*> keys) const {
+    for (const char* k : keys) {
+      if (auto v = Get(k)) return v->where;
+    }
+    return "command line";
+  }
+
+  // --export: ALL (Slurm's default: the submit environment), NONE, or a list of names
+  // and NAME=VALUE (with ALL in it: the environment and those). Gantry's own credentials
+  // never travel. SLURM_SUBMIT_DIR and SLURM_SUBMIT_HOST are set whatever it says.
+  void BuildEnv(json& s) {
+    json env = json::object();
+    bool all = true;
+    std::vector<std::string> names;
+    if (auto v = Get("export")) {
+      all = false;
+      std::string item;
+      const std::string& t = v->value;
+      for (size_t pos = 0; pos <= t.size();) {
+        const size_t comma = std::min(t.find(',', pos), t.size());
+        item = t.substr(pos, comma - pos);
+        pos = comma + 1;
+        if (item == "ALL") {
+          all = true;
+        } else if (item == "NONE") {
+          if (t != "NONE") Error(v->where, "--export", "NONE cannot be combined with names");
+        } else if (item.empty()) {
+          Error(v->where, "--export", "empty name in \"" + t + "\"");
+        } else {
+          names.push_back(item);
+        }
+      }
+    }
+    if (all) {
+      for (const auto& [k, val] : ctx_.env) {
+        if (!Exportable(k)) continue;
+        env[k] = val;
+      }
+    }
+    for (const std::string& item : names) {
+      const size_t eq = item.find('=');
+      const std::string k = item.substr(0, eq);
+      if (k.empty() || !Exportable(k)) {
+        Error(Get("export")->where, "--export", "cannot export \"" + k + "\"");
+        continue;
+      }
+      if (eq != std::string::npos) {
+        env[k] = item.substr(eq + 1);
+      } else if (auto it = ctx_.env.find(k); it != ctx_.env.end()) {
+        env[k] = it->second;
+      }
+    }
+    env["SLURM_SUBMIT_DIR"] = ctx_.cwd;
+    if (!ctx_.host.empty()) env["SLURM_SUBMIT_HOST"] = ctx_.host;
+    s["env"] = env;
+  }
+
+  // Not the token or server of the submitter, not Slurm's (gantryd sets its own), not
+  // the shell's bookkeeping, not exported bash functions.
+  static bool Exportable(const std::string& k) {
+    if (k.rfind("GANTRY_", 0) == 0 || k.rfind("SLURM_", 0) == 0 || k.rfind("SBATCH_", 0) == 0) return false;
+    if (k.rfind("BASH_FUNC_", 0) == 0) return false;
+    for (const char* skip : {"PWD", "OLDPWD", "SHLVL", "_"}) {
+      if (k == skip) return false;
+    }
+    return std::all_of(k.begin(), k.end(),
+                       [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
+           !std::isdigit(static_cast<unsigned char>(k[0]));
+  }
+
+  // afterok:ID[:ID...] and afterany:ID..., comma-separated, as gantry submit --after.
+  std::string Dependency(const Given& v) {
+    std::string after;
+    const std::string& t = v.value;
+    if (t.find('?') != std::string::npos) {
+      Error(v.where, "--dependency", "'?' (any one of) is not supported: Gantry waits for every dependency");
+      return "";
+    }
+    for (size_t pos = 0; pos <= t.size();) {
+      const size_t comma = std::min(t.find(',', pos), t.size());
+      const std::string item = t.substr(pos, comma - pos);
+      pos = comma + 1;
+      const size_t colon = item.find(':');
+      const std::string kind = item.substr(0, colon);
+      if (kind == "afternotok" || kind == "after" || kind == "aftercorr" || kind == "singleton" ||
+          kind == "afterburstbuffer") {
+        Error(v.where, "--dependency", kind + " is not supported (Gantry has afterok and afterany)");
+        return "";
+      }
+      if (kind != "afterok" && kind != "afterany") {
+        Error(v.where, "--dependency", "expected afterok:ID[:ID...] or afterany:ID[:ID...], got \"" + item + "\"");
+        return "";
+      }
+      if (colon == std::string::npos || colon + 1 == item.size()) {
+        Error(v.where, "--dependency", kind + " needs job ids, e.g. " + kind + ":j12");
+        return "";
+      }
+      for (size_t p = colon + 1; p <= item.size();) {
+        const size_t c = std::min(item.find(':', p), item.size());
+        const std::string id = item.substr(p, c - p);
+        p = c + 1;
+        if (id.empty() || id.find('+') != std::string::npos) {
+          Error(v.where, "--dependency", "expected a job id in \"" + item + "\"" +
+                                             (id.find('+') != std::string::npos ? " (+TIME is not supported)" : ""));
+          return "";
+        }
+        after += (after.empty() ? "" : ",") + id + (kind == "afterok" ? ":ok" : ":any");
+      }
+    }
+    return after;
+  }
+
+  std::string script_;
+  const SbatchContext& ctx_;
+  std::map<std::string, Given> given_;
+  std::vector<std::string> errors_;
+};
+
+// A directive's words: blanks split them, quotes group them, and a # after a blank ends
+// the line (a comment). False when a quote is left open.
+bool Words(const std::string& line, std::vector<std::string>& out) {
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        word += c;
+      }
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      quote = c;
+      in_word = true;
+    } else if (c == ' ' || c == '\t' || c == '\r') {
+      if (in_word) out.push_back(word);
+      word.clear();
+      in_word = false;
+    } else if (c == '#' && !in_word) {
+      break;
+    } else {
+      word += c;
+      in_word = true;
+    }
+  }
+  if (quote != 0) return false;
+  if (in_word) out.push_back(word);
+  return true;
+}
+
+}  // namespace
+
+bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::string>& options, std::string& script,
+                     std::vector<std::string>& args) {
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w.size() < 2 || w[0] != '-') {
+      script = w;
+      args.assign(words.begin() + static_cast<std::ptrdiff_t>(i) + 1, words.end());
+      return true;
+    }
+    options.push_back(w);
+    // A value in the next word: "--time 10" and "-t 10", not "--time=10" or "-t10".
+    const OptionDef* def = nullptr;
+    if (w.rfind("--", 0) == 0) {
+      if (w.find('=') == std::string::npos) def = FindLong(w.substr(2));
+    } else if (w.size() == 2) {
+      def = FindShort(w[1]);
+    }
+    bool value = def != nullptr && def->value;
+    if (def == nullptr && w.rfind("--", 0) == 0 && w.find('=') == std::string::npos) {
+      // A refused option that takes a value: keep its value with it, so the refusal is
+      // what the user reads (not "cannot read ALL").
+      value = IsRefused(w.substr(2)) && !IsRefusedFlag(w.substr(2));
+    }
+    if (value && i + 1 < words.size()) options.push_back(words[++i]);
+  }
+  return false;
+}
+
+std::optional<long long> ParseSlurmTime(const std::string& text, std::string& error) {
+  if (text == "UNLIMITED" || text == "INFINITE" || text == "unlimited" || text == "infinite") return 0;
+  auto fail = [&] {
+    error = "expected MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, got \"" + text + "\"";
+    return std::nullopt;
+  };
+  long long days = -1;
+  std::string rest = text;
+  if (const size_t dash = text.find('-'); dash != std::string::npos) {
+    const std::string d = text.substr(0, dash);
+    if (d.empty() || d.size() > 5 || d.find_first_not_of("0123456789") != std::string::npos) return fail();
+    days = std::stoll(d);
+    rest = text.substr(dash + 1);
+  }
+  std::vector<long long> parts;
+  for (size_t pos = 0; pos <= rest.size();) {
+    const size_t colon = std::min(rest.find(':', pos), rest.size());
+    const std::string p = rest.substr(pos, colon - pos);
+    if (p.empty() || p.size() > 7 || p.find_first_not_of("0123456789") != std::string::npos) return fail();
+    parts.push_back(std::stoll(p));
+    pos = colon + 1;
+  }
+  if (parts.empty() || parts.size() > 3) return fail();
+  long long s = 0;
+  if (days >= 0) {  // D-HH, D-HH:MM, D-HH:MM:SS
+    s = days * 86400 + parts[0] * 3600;
+    if (parts.size() > 1) s += parts[1] * 60;
+    if (parts.size() > 2) s += parts[2];
+  } else if (parts.size() == 1) {  // MM
+    s = parts[0] * 60;
+  } else if (parts.size() == 2) {  // MM:SS
+    s = parts[0] * 60 + parts[1];
+  } else {  // HH:MM:SS
+    s = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  }
+  return s;
+}
+
+std::optional<long long> ParseSlurmMemory(const std::string& text, std::string& error) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  const std::string unit = text.substr(digits);
+  long long mult = -1;
+  if (unit.empty() || unit == "M" || unit == "m" || unit == "MB") mult = 1;
+  if (unit == "K" || unit == "k" || unit == "KB") mult = 0;  // rounded up to MiB below
+  if (unit == "G" || unit == "g" || unit == "GB") mult = 1024;
+  if (unit == "T" || unit == "t" || unit == "TB") mult = 1024 * 1024;
+  if (digits == 0 || digits > 10 || mult < 0) {
+    error = "expected a size such as 4096 (MB), 500M, 16G or 1T, got \"" + text + "\"";
+    return std::nullopt;
+  }
+  const long long n = std::stoll(text.substr(0, digits));
+  return mult == 0 ? (n + 1023) / 1024 : n * mult;
+}
+
+SbatchJob ParseSbatch(const std::string& script_name, const std::string& text, const std::vector<std::string>& options,
+                      const std::vector<std::string>& args, const SbatchContext& ctx) {
+  Parser p(script_name, ctx);
+  if (text.rfind("#!", 0) != 0) {
+    p.Error(script_name + ":1", "script",
+            "this does not look like a batch script: the first line must start with #! and the interpreter, e.g. "
+            "#!/bin/bash");
+  }
+  // Directives: "#SBATCH" lines from the top, up to the first command line.
+  int line_no = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    const size_t nl = std::min(text.find('\n', pos), text.size());
+    std::string line = text.substr(pos, nl - pos);
+    pos = nl + 1;
+    ++line_no;
+    if (line_no == 1 && line.rfind("#!", 0) == 0) continue;
+    const size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos) continue;  // blank
+    if (line[first] != '#') break;             // a command: directives end here, as in Slurm
+    if (line.compare(first, 7, "#SBATCH") != 0) continue;
+    const std::string rest = line.substr(first + 7);
+    if (!rest.empty() && rest[0] != ' ' && rest[0] != '\t') continue;  // "#SBATCHX" is a comment
+    std::vector<std::string> words;
+    const std::string where = script_name + ":" + std::to_string(line_no);
+    if (!Words(rest, words)) {
+      p.Error(where, "#SBATCH", "a quote is not closed");
+      continue;
+    }
+    p.Read(words, where);
+  }
+  p.Read(options, "command line");
+  return p.Build(text, args);
+}
+
+}  // namespace gantry::cli

@@ -1,0 +1,55 @@
+// `gantry sbatch`: a Slurm batch script and sbatch options turned into a Gantry job spec.
+//
+// The script's #SBATCH directives are read as Slurm reads them: from the lines after
+// the #! line, up to the first line that is neither blank nor a comment; options on the
+// command line override them. Every option maps to a job spec field (docs/slurm.md has
+// the table); one Gantry cannot express is refused, naming the script, the line and the
+// directive. Pure: no files, no environment, no network (the caller passes them in), so
+// tests feed it any text.
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gantry::cli {
+
+// What the parse needs from the submitting machine.
+struct SbatchContext {
+  std::string cwd;                         // the default --chdir, and what relative ones start from
+  std::string host;                        // SLURM_SUBMIT_HOST
+  std::map<std::string, std::string> env;  // the submit environment (--export)
+};
+
+struct SbatchJob {
+  nlohmann::json spec = nlohmann::json::object();  // the job spec, for POST /v1/jobs
+  std::string array;                               // ?array= (--array), empty if none
+  std::string after;                               // ?after= (--dependency), empty if none
+  bool parsable = false;                           // --parsable: print just the id
+  std::vector<std::string> errors;                 // "FILE:LINE: --opt: message"; spec unusable if any
+};
+
+// `script_name` labels errors; `text` is the script; `options` the sbatch options given
+// before it on the command line; `args` what follows it (the script's arguments).
+SbatchJob ParseSbatch(const std::string& script_name, const std::string& text, const std::vector<std::string>& options,
+                      const std::vector<std::string>& args, const SbatchContext& ctx);
+
+// The command line after `sbatch`: the options, the script (the first word that is
+// neither an option nor an option's value) and its arguments. False when there is no
+// script.
+bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::string>& options, std::string& script,
+                     std::vector<std::string>& args);
+
+// A Slurm time ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS"; "UNLIMITED" and
+// "INFINITE" are none) in seconds; nullopt and `error` set when malformed. 0 means none.
+std::optional<long long> ParseSlurmTime(const std::string& text, std::string& error);
+
+// A Slurm memory size ("4096", "500M", "16G", "1T"; MB without a unit) in MiB; nullopt
+// and `error` set when malformed.
+std::optional<long long> ParseSlurmMemory(const std::string& text, std::string& error);
+
+}  // namespace gantry::cli

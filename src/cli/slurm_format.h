@@ -1,0 +1,63 @@
+// squeue's and sacct's output formats over Gantry's jobs (`gantry ls --format`, `gantry
+// acct`): field letters and names mapped to the fields of GET /v1/jobs (docs/slurm.md).
+//
+// Pure: a job is the JSON object /v1/jobs gives, `now` is passed in, so tests give any
+// job and time.
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gantry::cli {
+
+// One column of a format: a field (its canonical name, as in squeue -O / sacct
+// --format), a width (0: as wide as the value) and alignment; or literal text.
+struct Column {
+  std::string field;    // empty: `literal`
+  std::string literal;
+  int width = 0;
+  bool right = false;
+};
+
+// squeue -o "%.18i %.9P %8j %u": % [.] [width] letter; anything else is literal.
+// nullopt and `error` set for an unknown letter.
+std::optional<std::vector<Column>> ParseSqueueFormat(const std::string& format, std::string& error);
+// squeue -O "JobID,Name:30,State:.10": names (case-insensitive), each :[.]width
+// (default 20).
+std::optional<std::vector<Column>> ParseSqueueNames(const std::string& format, std::string& error);
+// sacct --format "JobID,JobName%30,State": names, each %width (default per field).
+std::optional<std::vector<Column>> ParseSacctFormat(const std::string& format, std::string& error);
+
+// The header of a column (squeue's or sacct's, from `sacct`).
+std::string ColumnHeader(const Column& c, bool sacct);
+// A field's value for one job.
+std::string FieldValue(const nlohmann::json& job, const std::string& field, double now);
+// Columns joined: with `pad`, padded or cut to their widths (squeue and sacct cut);
+// `separator` between them (" " for sacct, "|" for --parsable2, "" for squeue, whose
+// literals separate); `trailing` after the last too (sacct --parsable).
+std::string RenderRow(const std::vector<Column>& cols, const std::vector<std::string>& values,
+                      const std::string& separator, bool pad, bool trailing);
+
+// Slurm's state for a job (RUNNING, PENDING, COMPLETED, FAILED, TIMEOUT, CANCELLED,
+// PREEMPTED, REQUEUED, OUT_OF_MEMORY, COMPLETING), and its compact code (R, PD, ...).
+std::string SlurmState(const nlohmann::json& job);
+std::string SlurmStateCode(const std::string& state);
+// Slurm's duration format: M:SS, H:MM:SS, D-HH:MM:SS.
+std::string SlurmDuration(double seconds);
+
+// sacct's filters; empty lists match everything.
+struct AcctFilter {
+  double start = 0, end = 0;  // jobs that were pending or running at some time in [start, end]
+  bool any_time = false;      // -j without -S: any time
+  std::vector<std::string> users, accounts, states, jobs;
+};
+// Whether `job` passes (states as SlurmState names them).
+bool AcctMatches(const nlohmann::json& job, const AcctFilter& f);
+// A state given to -s, as SlurmState names it (CD -> COMPLETED); empty if unknown.
+std::string NormalizeState(const std::string& s);
+
+}  // namespace gantry::cli

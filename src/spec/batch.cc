@@ -1,0 +1,148 @@
+#include "spec/batch.h"
+
+#include <csignal>
+#include <utility>
+
+namespace gantry::spec {
+
+namespace {
+
+constexpr std::string_view kFields = "jxAaNnut%";
+
+constexpr std::pair<std::string_view, int> kSignals[] = {
+    {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT}, {"KILL", SIGKILL},
+    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"CONT", SIGCONT}, {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU},
+    {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},
+    {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+
+}  // namespace
+
+std::optional<std::string> CheckOutputPattern(std::string_view pattern) {
+  if (pattern.empty()) return "must not be empty";
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (static_cast<unsigned char>(pattern[i]) < 0x20) return "must not hold control characters";
+    if (pattern[i] != '%') continue;
+    if (i + 1 == pattern.size()) return "ends with a lone %: write %% for a percent sign";
+    if (kFields.find(pattern[i + 1]) == std::string_view::npos) {
+      return "unknown field %" + std::string(1, pattern[i + 1]) +
+             " (known: %j job id, %x name, %A array id, %a task index, %N node, %n node index, %u user, "
+             "%t rank, %% a percent sign)";
+    }
+    ++i;
+  }
+  return std::nullopt;
+}
+
+std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& n) {
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '%' || i + 1 == pattern.size()) {
+      out += pattern[i];
+      continue;
+    }
+    switch (pattern[++i]) {
+      case 'j': out += n.job; break;
+      case 'x': out += n.name; break;
+      case 'A': out += n.array_job; break;
+      case 'a': out += n.array_task; break;
+      case 'N': out += n.node; break;
+      case 'n': out += std::to_string(n.node_index); break;
+      case 'u': out += n.user; break;
+      case 't': out += std::to_string(n.rank); break;
+      case '%': out += '%'; break;
+      default: out += '%'; out += pattern[i]; break;
+    }
+  }
+  return out;
+}
+
+bool PatternPerRank(std::string_view pattern) {
+  for (size_t i = 0; i + 1 < pattern.size(); ++i) {
+    if (pattern[i] != '%') continue;
+    if (pattern[i + 1] == 't') return true;
+    ++i;  // skip the field letter (%%t is a percent sign and a t)
+  }
+  return false;
+}
+
+std::string HostList(const std::vector<std::string>& nodes) {
+  // Groups by prefix (everything before the trailing digits), keeping first appearance.
+  struct Group {
+    std::string prefix;
+    std::vector<std::string> numbers;
+  };
+  std::vector<Group> groups;
+  for (const std::string& n : nodes) {
+    size_t cut = n.size();
+    while (cut > 0 && n[cut - 1] >= '0' && n[cut - 1] <= '9') --cut;
+    const std::string prefix = n.substr(0, cut), number = n.substr(cut);
+    Group* g = nullptr;
+    for (Group& x : groups) {
+      if (x.prefix == prefix && !number.empty() && !x.numbers.empty()) g = &x;
+    }
+    if (g == nullptr || number.empty()) {
+      groups.push_back({prefix, {}});
+      g = &groups.back();
+    }
+    if (!number.empty()) g->numbers.push_back(number);
+  }
+  std::string out;
+  for (const Group& g : groups) {
+    if (!out.empty()) out += ',';
+    out += g.prefix;
+    if (g.numbers.empty()) continue;
+    if (g.numbers.size() == 1) {
+      out += g.numbers[0];
+      continue;
+    }
+    // Runs of consecutive numbers of one width: 0-2 (a leading zero keeps its width).
+    std::string ranges;
+    for (size_t i = 0; i < g.numbers.size();) {
+      size_t j = i;
+      while (j + 1 < g.numbers.size() && g.numbers[j + 1].size() == g.numbers[i].size() &&
+             g.numbers[j + 1].size() < 18 && std::stoll(g.numbers[j + 1]) == std::stoll(g.numbers[j]) + 1) {
+        ++j;
+      }
+      ranges += (ranges.empty() ? "" : ",") + g.numbers[i] + (j > i ? "-" + g.numbers[j] : "");
+      i = j + 1;
+    }
+    out += "[" + ranges + "]";
+  }
+  return out;
+}
+
+std::string TasksPerNode(const std::vector<int>& counts) {
+  std::string out;
+  for (size_t i = 0; i < counts.size();) {
+    size_t j = i;
+    while (j + 1 < counts.size() && counts[j + 1] == counts[i]) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(counts[i]) +
+           (j > i ? "(x" + std::to_string(j - i + 1) + ")" : "");
+    i = j + 1;
+  }
+  return out;
+}
+
+int SignalNumber(std::string_view name) {
+  if (name.empty()) return -1;
+  if (name.find_first_not_of("0123456789") == std::string_view::npos) {
+    if (name.size() > 2) return -1;
+    const int v = std::stoi(std::string(name));
+    return v >= 1 && v <= 64 ? v : -1;
+  }
+  if (name.substr(0, 3) == "SIG") name.remove_prefix(3);
+  for (const auto& [n, v] : kSignals) {
+    if (n == name) return v;
+  }
+  return -1;
+}
+
+std::string SignalName(int number) {
+  for (const auto& [n, v] : kSignals) {
+    if (v == number) return std::string(n);
+  }
+  return std::to_string(number);
+}
+
+}  // namespace gantry::spec

@@ -1,0 +1,47 @@
+// Batch-job helpers shared by the job reader, gantryd and `gantry sbatch`: Slurm's
+// output file patterns (`-o slurm-%j.out`) and signal names (`--signal=USR1`).
+//
+// A pattern is checked where it enters (the CLI, the job reader) and expanded by gantryd
+// for each worker, when the job id, node and rank are known.
+// Thread-safety: stateless functions.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gantry::spec {
+
+// What a pattern's fields stand for, for one worker.
+struct OutputNames {
+  std::string job;         // %j: the job id (an array task's own id, e.g. j41_3)
+  std::string name;        // %x: the job name (its id when it has none)
+  std::string array_job;   // %A: the array's id (the job id when not an array task)
+  std::string array_task;  // %a: the task index ("4294967294" as Slurm, when not a task)
+  std::string node;        // %N: the worker's node
+  std::string user;        // %u: the submitting user
+  int rank = 0;            // %t: the worker's rank (Slurm's task id)
+  int node_index = 0;      // %n: its node's index among the job's nodes
+};
+
+// nullopt when `pattern` holds only known fields (%j %x %A %a %N %n %u %t %%), else why not.
+std::optional<std::string> CheckOutputPattern(std::string_view pattern);
+// `pattern` with its fields replaced; unknown fields are kept as written.
+std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& names);
+// Whether each rank gets a file of its own (the pattern names %t): otherwise only rank 0
+// writes to it, as only Slurm's batch step does.
+bool PatternPerRank(std::string_view pattern);
+
+// Node names as Slurm's compressed host list (SLURM_JOB_NODELIST): names that end in a
+// number and share the rest are bracketed, in the order given: "h100-[0-2,5],cpu-0".
+std::string HostList(const std::vector<std::string>& nodes);
+// Tasks per node in Slurm's form (SLURM_TASKS_PER_NODE): "2(x3),1".
+std::string TasksPerNode(const std::vector<int>& counts);
+
+// A signal by name (TERM, SIGUSR1, ...) or number (1-64); -1 when unknown.
+int SignalNumber(std::string_view name);
+// Its name without "SIG" (USR1), or the number as text.
+std::string SignalName(int number);
+
+}  // namespace gantry::spec

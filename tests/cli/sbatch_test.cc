@@ -1,0 +1,421 @@
+// gantry sbatch's directive parser and the squeue/sacct formats (cli/sbatch.h,
+// cli/slurm_format.h), and Slurm's output patterns and host lists (spec/batch.h).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/sbatch.h"
+#include "cli/slurm_format.h"
+#include "spec/batch.h"
+
+namespace gantry::cli {
+namespace {
+
+using nlohmann::json;
+
+SbatchContext Ctx() {
+  SbatchContext c;
+  c.cwd = "/home/ann/run";
+  c.host = "login1";
+  c.env = {{"HOME", "/home/ann"}, {"LR", "0.1"}, {"GANTRY_TOKEN", "secret"}, {"SLURM_JOB_ID", "7"}};
+  return c;
+}
+
+SbatchJob Parse(const std::string& text, const std::vector<std::string>& options = {},
+                const std::vector<std::string>& args = {}) {
+  return ParseSbatch("job.sh", text, options, args, Ctx());
+}
+
+std::string Errors(const SbatchJob& j) {
+  std::string out;
+  for (const std::string& e : j.errors) out += e + "\n";
+  return out;
+}
+
+TEST(Sbatch, EveryDirectiveMapsToItsField) {
+  const std::string script =
+      "#!/bin/bash\n"
+      "# a comment\n"
+      "\n"
+      "#SBATCH --job-name=train\n"
+      "#SBATCH -p h100\n"
+      "#SBATCH --qos=critical\n"
+      "#SBATCH -A nlp\n"
+      "#SBATCH --time=1-02:03:04   # a day and a bit\n"
+      "#SBATCH -N 2\n"
+      "#SBATCH --ntasks-per-node=4\n"
+      "#SBATCH --gres=gpu:H100-80GB:8\n"
+      "#SBATCH --mem=64G\n"
+      "#SBATCH --cpus-per-task=6\n"
+      "#SBATCH -D /data/run\n"
+      "#SBATCH --export=NONE\n"
+      "#SBATCH --signal=B:USR1@120\n"
+      "#SBATCH -o out-%j.txt\n"
+      "#SBATCH -e err-%x-%t.txt\n"
+      "#SBATCH --array=0-3\n"
+      "#SBATCH --dependency=afterok:j1:j2,afterany:j3\n"
+      "#SBATCH --parsable\n"
+      "srun python train.py\n";
+  SbatchJob j = Parse(script, {}, {"--epochs", "3"});
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  const json& s = j.spec;
+  EXPECT_EQ(s["script"], script);
+  EXPECT_EQ(s["command"], json({"--epochs", "3"}));
+  EXPECT_EQ(s["name"], "train");
+  EXPECT_EQ(s["pool"], "h100");
+  EXPECT_EQ(s["tier"], "critical");
+  EXPECT_EQ(s["queue"], "nlp");
+  // --signal=USR1@120: signalled 120 s before the limit, killed at it.
+  EXPECT_EQ(s["time_limit_s"], 93784 - 120);
+  EXPECT_EQ(s["grace_s"], 120);
+  EXPECT_EQ(s["signal"], "USR1");
+  EXPECT_EQ(s["replicas"], 8);
+  EXPECT_FALSE(s.contains("topology"));
+  EXPECT_EQ(s["gpus"], 2);
+  EXPECT_EQ(s["gpu_model"], "H100-80GB");
+  EXPECT_DOUBLE_EQ(s["memory_gb"].get<double>(), 17.179869);  // 64 GiB over 4 tasks, in GB (1e9)
+  EXPECT_EQ(s["cpus"], 6);
+  EXPECT_EQ(s["workdir"], "/data/run");
+  EXPECT_EQ(s["env"], json({{"SLURM_SUBMIT_DIR", "/home/ann/run"}, {"SLURM_SUBMIT_HOST", "login1"}}));
+  EXPECT_EQ(s["stdout"], "out-%j.txt");
+  EXPECT_EQ(s["stderr"], "err-%x-%t.txt");
+  EXPECT_EQ(j.array, "0-3");
+  EXPECT_EQ(j.after, "j1:ok,j2:ok,j3:any");
+  EXPECT_TRUE(j.parsable);
+}
+
+TEST(Sbatch, DefaultsAreSlurms) {
+  SbatchJob j = Parse("#!/bin/sh\necho hi\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["replicas"], 1);
+  EXPECT_EQ(j.spec["workdir"], "/home/ann/run");  // where sbatch ran
+  EXPECT_EQ(j.spec["stdout"], "slurm-%j.out");
+  EXPECT_FALSE(j.spec.contains("stderr"));
+  EXPECT_FALSE(j.spec.contains("gpus"));
+  EXPECT_FALSE(j.spec.contains("time_limit_s"));
+  // --export=ALL: the submit environment, but never Gantry's credentials or Slurm's own.
+  EXPECT_EQ(j.spec["env"]["LR"], "0.1");
+  EXPECT_EQ(j.spec["env"]["HOME"], "/home/ann");
+  EXPECT_FALSE(j.spec["env"].contains("GANTRY_TOKEN"));
+  EXPECT_EQ(j.spec["env"]["SLURM_SUBMIT_DIR"], "/home/ann/run");
+  EXPECT_FALSE(j.parsable);
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH --array=1-4\n").spec["stdout"], "slurm-%A_%a.out");
+}
+
+TEST(Sbatch, EveryTimeFormat) {
+  struct Case {
+    const char* text;
+    long long seconds;
+  } cases[] = {{"30", 1800},          {"30:15", 1815},    {"2:03:04", 7384},   {"1-02", 93600},
+               {"1-02:03", 93780},    {"1-02:03:04", 93784}, {"0:45", 45},    {"120", 7200},
+               {"UNLIMITED", 0},      {"INFINITE", 0}};
+  for (const Case& c : cases) {
+    std::string error;
+    auto t = ParseSlurmTime(c.text, error);
+    ASSERT_TRUE(t.has_value()) << c.text << ": " << error;
+    EXPECT_EQ(*t, c.seconds) << c.text;
+    SbatchJob j = Parse("#!/bin/sh\n#SBATCH --time=" + std::string(c.text) + "\n");
+    ASSERT_TRUE(j.errors.empty()) << Errors(j);
+    if (c.seconds > 0) {
+      EXPECT_EQ(j.spec["time_limit_s"], c.seconds) << c.text;
+    } else {
+      EXPECT_FALSE(j.spec.contains("time_limit_s")) << c.text;
+    }
+  }
+  for (const char* bad : {"", "1:2:3:4", "a", "1-", "-1", "1-2-3", "1:", ":5", "1.5", "1-02:03:04:05"}) {
+    std::string error;
+    EXPECT_FALSE(ParseSlurmTime(bad, error).has_value()) << bad;
+    EXPECT_NE(error.find("D-HH:MM:SS"), std::string::npos) << bad;
+  }
+}
+
+TEST(Sbatch, MemorySizes) {
+  std::string error;
+  EXPECT_EQ(ParseSlurmMemory("4096", error), 4096);
+  EXPECT_EQ(ParseSlurmMemory("500M", error), 500);
+  EXPECT_EQ(ParseSlurmMemory("16G", error), 16384);
+  EXPECT_EQ(ParseSlurmMemory("1T", error), 1048576);
+  EXPECT_EQ(ParseSlurmMemory("2048K", error), 2);
+  EXPECT_FALSE(ParseSlurmMemory("16Q", error));
+  EXPECT_FALSE(ParseSlurmMemory("G", error));
+  SbatchJob cpu = Parse("#!/bin/sh\n#SBATCH -c 4 --mem-per-cpu=1G\n");
+  ASSERT_TRUE(cpu.errors.empty()) << Errors(cpu);
+  EXPECT_DOUBLE_EQ(cpu.spec["memory_gb"].get<double>(), 4.294967);
+  SbatchJob gpu = Parse("#!/bin/sh\n#SBATCH --gpus-per-task=2 --mem-per-gpu=1000M\n");
+  ASSERT_TRUE(gpu.errors.empty()) << Errors(gpu);
+  EXPECT_DOUBLE_EQ(gpu.spec["memory_gb"].get<double>(), 2.097152);
+  EXPECT_FALSE(Parse("#!/bin/sh\n#SBATCH --mem=0\n").spec.contains("memory_gb"));  // all of it: no limit
+}
+
+TEST(Sbatch, GpuRequestsInEveryForm) {
+  auto gpus = [](const std::string& directives) {
+    SbatchJob j = Parse("#!/bin/sh\n" + directives + "\n");
+    EXPECT_TRUE(j.errors.empty()) << directives << ": " << Errors(j);
+    return std::make_pair(j.spec.value("replicas", 0), j.spec.value("gpus", 0));
+  };
+  EXPECT_EQ(gpus("#SBATCH --gres=gpu:4"), std::make_pair(1, 4));
+  EXPECT_EQ(gpus("#SBATCH --gres=gpu"), std::make_pair(1, 1));
+  EXPECT_EQ(gpus("#SBATCH -G 8 -N 2"), std::make_pair(2, 4));  // total over the tasks
+  EXPECT_EQ(gpus("#SBATCH --gpus=8 --ntasks=4"), std::make_pair(4, 2));
+  EXPECT_EQ(gpus("#SBATCH --gpus-per-node=8 --ntasks-per-node=8 -N 2"), std::make_pair(16, 1));
+  EXPECT_EQ(gpus("#SBATCH --gpus-per-task=2 -n 3"), std::make_pair(3, 2));
+  EXPECT_EQ(gpus("#SBATCH -n 8 -N 2 --gres=gpu:8"), std::make_pair(8, 2));
+  EXPECT_EQ(gpus("#SBATCH -n 6 --ntasks-per-node=3 --gres=gpu:3"), std::make_pair(6, 1));
+  EXPECT_EQ(gpus("#SBATCH -N 3-3"), std::make_pair(3, 0));
+  SbatchJob model = Parse("#!/bin/sh\n#SBATCH --gpus=A100-80GB:2\n");
+  EXPECT_EQ(model.spec["gpu_model"], "A100-80GB");
+  // One node, several tasks: all on one node.
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -N 1 --ntasks-per-node=4\n").spec["topology"], "node");
+}
+
+TEST(Sbatch, CommandLineOverridesDirectives) {
+  SbatchJob j = Parse("#!/bin/sh\n#SBATCH --time=10\n#SBATCH -J script\n#SBATCH -p a100\n#SBATCH --gres=gpu:1\n",
+                      {"--time", "5:00", "-Jcli", "--partition=h100", "--parsable"});
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["time_limit_s"], 300);
+  EXPECT_EQ(j.spec["name"], "cli");
+  EXPECT_EQ(j.spec["pool"], "h100");
+  EXPECT_EQ(j.spec["gpus"], 1);  // kept from the script
+  EXPECT_TRUE(j.parsable);
+  // A later directive overrides an earlier one, as in Slurm.
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -t 1\n#SBATCH -t 2\n").spec["time_limit_s"], 120);
+}
+
+TEST(Sbatch, DirectivesEndAtTheFirstCommand) {
+  SbatchJob j = Parse("#!/bin/bash\n#SBATCH -t 5\nmodule load cuda\n#SBATCH -t 50\n#SBATCH --bogus\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["time_limit_s"], 300);
+  // Not directives: another case, a word glued on, a commented-out one, an indented one counts.
+  SbatchJob k = Parse("#!/bin/bash\n#sbatch --bogus\n#SBATCHX --bogus\n##SBATCH --bogus\n  #SBATCH -t 7\n");
+  ASSERT_TRUE(k.errors.empty()) << Errors(k);
+  EXPECT_EQ(k.spec["time_limit_s"], 420);
+  // Quoted values keep their blanks.
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -J \"my job\"\n").spec["name"], "my job");
+}
+
+TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
+  SbatchJob j = Parse(
+      "#!/bin/bash\n"
+      "#SBATCH --frobnicate=1\n"
+      "#SBATCH --mail-type=END\n"
+      "#SBATCH --time=1:2:3:4\n"
+      "#SBATCH --gres=nic:1\n"
+      "#SBATCH --qos=urgent\n"
+      "#SBATCH --dependency=afternotok:j4\n"
+      "#SBATCH -o out-%Z.txt\n"
+      "#SBATCH --signal=FOO@10\n"
+      "#SBATCH -J \"open\n"
+      "#SBATCH -Y\n",
+      {"--partition=a,b"});
+  const std::string e = Errors(j);
+  for (const char* want : {"job.sh:2: --frobnicate: unknown", "job.sh:3: --mail-type: not supported",
+                           "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
+                           "job.sh:6: --qos: is the tier", "job.sh:7: --dependency: afternotok is not supported",
+                           "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
+                           "job.sh:10: #SBATCH: a quote is not closed", "job.sh:11: -Y: unknown",
+                           "command line: --partition: give one pool"}) {
+    EXPECT_NE(e.find(want), std::string::npos) << "missing \"" << want << "\" in:\n" << e;
+  }
+  EXPECT_EQ(j.errors.size(), 11u) << e;
+  EXPECT_NE(Errors(Parse("echo no shebang\n")).find("job.sh:1: script: this does not look like a batch script"),
+            std::string::npos);
+}
+
+TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
+  auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
+  EXPECT_NE(error("-N 2-4").find("--nodes: a range of node counts cannot be expressed"), std::string::npos);
+  EXPECT_NE(error("-G 3 -N 2").find("--gpus: 3 GPUs cannot be split evenly over 2 tasks"), std::string::npos);
+  EXPECT_NE(error("--gres=gpu:3 --ntasks-per-node=2").find("cannot be split evenly over 2 tasks per node"),
+            std::string::npos);
+  EXPECT_NE(error("--gres=gpu:2 -G 2").find("--gpus: give the GPUs one way"), std::string::npos);
+  EXPECT_NE(error("-n 5 -N 2").find("--ntasks: 5 tasks cannot be spread evenly over 2 nodes"), std::string::npos);
+  EXPECT_NE(error("-n 6 -N 2 --ntasks-per-node=2").find("is not --nodes x --ntasks-per-node"), std::string::npos);
+  EXPECT_NE(error("-n 4 --gres=gpu:2").find("GPUs per node need --ntasks-per-node or --nodes"), std::string::npos);
+  EXPECT_NE(error("--time=1 --signal=USR1@60").find("--signal: the signal comes 60 s before the limit"),
+            std::string::npos);
+  EXPECT_NE(error("--mem=1G --mem-per-cpu=1G").find("give the memory one way"), std::string::npos);
+  EXPECT_NE(error("--mem-per-cpu=1G").find("needs --cpus-per-task"), std::string::npos);
+  EXPECT_NE(error("--dependency=afterok:j1?afterok:j2").find("'?' (any one of) is not supported"),
+            std::string::npos);
+  EXPECT_NE(error("--dependency=singleton").find("singleton is not supported"), std::string::npos);
+  EXPECT_NE(error("--dependency=afterok:j1+5").find("+TIME is not supported"), std::string::npos);
+  EXPECT_NE(error("--export=NONE,LR").find("NONE cannot be combined"), std::string::npos);
+  EXPECT_NE(error("--parsable=1").find("--parsable: takes no value"), std::string::npos);
+  EXPECT_NE(error("--time").find("--time: needs a value"), std::string::npos);
+  EXPECT_NE(error("-N 0").find("--nodes: expected a whole number of at least 1"), std::string::npos);
+}
+
+TEST(Sbatch, ExportListsAndSignals) {
+  SbatchJob j = Parse("#!/bin/sh\n#SBATCH --export=LR,EXTRA=1 --signal=TERM\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["env"], json({{"LR", "0.1"}, {"EXTRA", "1"}, {"SLURM_SUBMIT_DIR", "/home/ann/run"},
+                                 {"SLURM_SUBMIT_HOST", "login1"}}));
+  EXPECT_EQ(j.spec["grace_s"], 60);  // Slurm's default lead time
+  EXPECT_FALSE(j.spec.contains("time_limit_s"));
+  SbatchJob all = Parse("#!/bin/sh\n#SBATCH --export=ALL,EXTRA=2\n");
+  EXPECT_EQ(all.spec["env"]["HOME"], "/home/ann");
+  EXPECT_EQ(all.spec["env"]["EXTRA"], "2");
+  EXPECT_NE(Errors(Parse("#!/bin/sh\n#SBATCH --export=GANTRY_TOKEN\n")).find("cannot export \"GANTRY_TOKEN\""),
+            std::string::npos);
+}
+
+TEST(Sbatch, SplitsTheCommandLine) {
+  std::vector<std::string> options, args;
+  std::string script;
+  ASSERT_TRUE(SplitSbatchArgs({"-N", "2", "--time=5", "-t", "7", "--parsable", "--mail-user", "x", "run.sh", "-N",
+                               "--lr", "0.1"},
+                              options, script, args));
+  EXPECT_EQ(options, (std::vector<std::string>{"-N", "2", "--time=5", "-t", "7", "--parsable", "--mail-user", "x"}));
+  EXPECT_EQ(script, "run.sh");
+  EXPECT_EQ(args, (std::vector<std::string>{"-N", "--lr", "0.1"}));
+  options.clear();
+  EXPECT_FALSE(SplitSbatchArgs({"--parsable"}, options, script, args));
+}
+
+// Random lines and random directives give errors or a spec, never a crash.
+TEST(Sbatch, RandomScriptsNeverCrash) {
+  std::mt19937 rng(20260115);
+  const std::vector<std::string> words = {
+      "#SBATCH", "--time=", "-t", "1-", ":", "--gres=gpu:", "-N", "--nodes=", "-n", "--ntasks-per-node=", "-G",
+      "--mem=", "G", "--signal=", "B:", "@", "--array=", "--dependency=afterok:", "-o", "%j", "%", "\"", "'", "#",
+      "=", "-", "--", "0", "1", "99999999999", "--export=", "ALL", "NONE", ",", "-J", " ", "\t", "\r", "x"};
+  for (int n = 0; n < 3000; ++n) {
+    std::string text = rng() % 8 == 0 ? "" : "#!/bin/sh\n";
+    const int lines = static_cast<int>(rng() % 6);
+    for (int l = 0; l < lines; ++l) {
+      std::string line = rng() % 2 ? "#SBATCH " : "";
+      const int parts = static_cast<int>(rng() % 7);
+      for (int p = 0; p < parts; ++p) line += words[rng() % words.size()];
+      text += line + "\n";
+    }
+    std::vector<std::string> options;
+    for (int p = static_cast<int>(rng() % 3); p > 0; --p) options.push_back(words[rng() % words.size()]);
+    SbatchJob j = Parse(text, options);
+    if (j.errors.empty()) {
+      EXPECT_TRUE(j.spec.contains("replicas")) << text;
+      EXPECT_EQ(j.spec["script"], text);
+    }
+    std::string error;
+    (void)ParseSlurmTime(words[rng() % words.size()] + words[rng() % words.size()], error);
+  }
+}
+
+TEST(OutputPatterns, ExpandForEachWorker) {
+  spec::OutputNames n{"j41_3", "train", "j41", "3", "h100-2", "ann", 5, 1};
+  EXPECT_EQ(spec::ExpandOutputPattern("%x-%j-%A_%a-%N-%n-%u-%t-100%%.out", n),
+            "train-j41_3-j41_3-h100-2-1-ann-5-100%.out");
+  EXPECT_FALSE(spec::CheckOutputPattern("slurm-%j.out"));
+  EXPECT_TRUE(spec::CheckOutputPattern("a%"));
+  EXPECT_TRUE(spec::CheckOutputPattern("%5j"));
+  EXPECT_TRUE(spec::PatternPerRank("o-%t"));
+  EXPECT_FALSE(spec::PatternPerRank("o-%%t"));
+  EXPECT_EQ(spec::SignalNumber("SIGUSR1"), spec::SignalNumber("USR1"));
+  EXPECT_EQ(spec::SignalNumber("10"), 10);
+  EXPECT_EQ(spec::SignalNumber("99"), -1);
+  EXPECT_EQ(spec::SignalNumber("USR3"), -1);
+}
+
+TEST(OutputPatterns, HostListsAndTasksPerNode) {
+  EXPECT_EQ(spec::HostList({"h100-0", "h100-1", "h100-2", "h100-5", "cpu-0"}), "h100-[0-2,5],cpu-0");
+  EXPECT_EQ(spec::HostList({"node07", "node08", "node10"}), "node[07-08,10]");
+  EXPECT_EQ(spec::HostList({"login"}), "login");
+  EXPECT_EQ(spec::HostList({"a-3"}), "a-3");
+  EXPECT_EQ(spec::TasksPerNode({2, 2, 2, 1}), "2(x3),1");
+  EXPECT_EQ(spec::TasksPerNode({4}), "4");
+}
+
+json Job(const std::string& state, const std::string& reason = "") {
+  return json{{"id", "j7"},         {"queue", "nlp"},  {"user", "ann"},        {"tier", "standard"},
+              {"state", state},     {"reason", reason}, {"replicas", 2},       {"gpus", 4},
+              {"nodes", {"h100-0", "h100-1"}}, {"pool", "h100"}, {"submit", 1000.0}, {"start", 1100.0},
+              {"end", state == "running" ? json() : json(4700.0)}, {"run_start", 1100.0},
+              {"time_limit_s", 7200.0}, {"name", "train"}, {"cpus", 2.5},
+              {"usage", {{"gpu_hours", 4.0}}}, {"preemptions", 0}, {"requeues", 0}};
+}
+
+TEST(SlurmFormat, SqueueLettersAndNames) {
+  std::string error;
+  auto cols = ParseSqueueFormat("%.6i %9P %j %u %q %T %t %M %l %D %R %b %a %%", error);
+  ASSERT_TRUE(cols) << error;
+  std::vector<std::string> heads, values;
+  for (const Column& c : *cols) {
+    heads.push_back(ColumnHeader(c, false));
+    values.push_back(c.field.empty() ? c.literal : FieldValue(Job("running"), c.field, 1160));
+  }
+  EXPECT_EQ(RenderRow(*cols, heads, "", true, false),
+            " JOBID PARTITION NAME USER QOS STATE ST TIME TIME_LIMIT NODES NODELIST(REASON) TRES_PER_NODE ACCOUNT %");
+  EXPECT_EQ(RenderRow(*cols, values, "", true, false),
+            "    j7 h100      train ann standard RUNNING R 1:00 2:00:00 2 h100-[0-1] gres/gpu:2 nlp %");
+  EXPECT_FALSE(ParseSqueueFormat("%.5Z", error));
+  EXPECT_NE(error.find("unknown field %Z"), std::string::npos);
+  auto names = ParseSqueueNames("JobID:.4,Name,UserName:5,State,TimeUsed,TimeLimit,NumNodes,ReasonList,Partition", error);
+  ASSERT_TRUE(names) << error;
+  EXPECT_EQ((*names)[0].width, 4);
+  EXPECT_TRUE((*names)[0].right);
+  EXPECT_EQ((*names)[1].width, 20);
+  EXPECT_EQ(FieldValue(Job("pending", "queue nlp is at its burst"), "reasonlist", 0),
+            "(queue nlp is at its burst)");
+  EXPECT_FALSE(ParseSqueueNames("JobID,Bogus", error));
+  EXPECT_NE(error.find("unknown field \"Bogus\""), std::string::npos);
+}
+
+TEST(SlurmFormat, SacctStatesExitCodesAndFilters) {
+  EXPECT_EQ(SlurmState(Job("finished")), "COMPLETED");
+  EXPECT_EQ(SlurmState(Job("failed", "time limit reached: ran 7200 s of its time_limit_s 7200")), "TIMEOUT");
+  EXPECT_EQ(SlurmState(Job("failed", "worker 0 exited with code 137: out of memory: ...")), "OUT_OF_MEMORY");
+  EXPECT_EQ(SlurmState(Job("failed", "worker 0 exited with code 1")), "FAILED");
+  EXPECT_EQ(SlurmState(Job("cancelled")), "CANCELLED");
+  EXPECT_EQ(SlurmState(Job("stopping", "preempt: by j9")), "PREEMPTED");
+  json requeued = Job("pending");
+  requeued["preemptions"] = 1;
+  EXPECT_EQ(SlurmState(requeued), "REQUEUED");
+  EXPECT_EQ(SlurmState(Job("pending")), "PENDING");
+  json failed = Job("failed", "worker 0 killed by signal 9");
+  failed["exit_code"] = 137;
+  failed["exit_signal"] = 9;
+  EXPECT_EQ(FieldValue(failed, "exitcode", 0), "0:9");
+  failed.erase("exit_signal");
+  failed["exit_code"] = 3;
+  EXPECT_EQ(FieldValue(failed, "exitcode", 0), "3:0");
+  EXPECT_EQ(FieldValue(Job("finished"), "timeused", 0), "1:00:00");
+  EXPECT_EQ(FieldValue(Job("finished"), "alloctres", 0), "cpu=6,gres/gpu=4,node=2");
+  EXPECT_EQ(FieldValue(Job("finished"), "gpuhours", 0), "4.000");
+  EXPECT_EQ(FieldValue(Job("finished"), "starttime", 0), "1970-01-01T00:18:20");
+  EXPECT_EQ(NormalizeState("cd"), "COMPLETED");
+  EXPECT_EQ(NormalizeState("TO"), "TIMEOUT");
+  EXPECT_EQ(NormalizeState("bogus"), "");
+
+  std::string error;
+  auto cols = ParseSacctFormat("JobID,JobName%5,State,ExitCode", error);
+  ASSERT_TRUE(cols) << error;
+  std::vector<std::string> v;
+  for (const Column& c : *cols) v.push_back(FieldValue(Job("finished"), c.field, 0));
+  EXPECT_EQ(RenderRow(*cols, v, "|", false, false), "j7|train|COMPLETED|0:0");
+  EXPECT_EQ(RenderRow(*cols, v, "|", false, true), "j7|train|COMPLETED|0:0|");
+  EXPECT_EQ(RenderRow(*cols, v, " ", true, false), "            j7 train   COMPLETED      0:0");
+  EXPECT_FALSE(ParseSacctFormat("JobID,Nope", error));
+
+  AcctFilter f;
+  f.start = 2000;
+  f.end = 3000;
+  EXPECT_TRUE(AcctMatches(Job("finished"), f));  // ran over the window
+  f.start = 5000;
+  f.end = 6000;
+  EXPECT_FALSE(AcctMatches(Job("finished"), f));  // ended before it
+  EXPECT_TRUE(AcctMatches(Job("running"), f));
+  f.states = {"RUNNING"};
+  f.users = {"bob"};
+  EXPECT_FALSE(AcctMatches(Job("running"), f));
+  f.users = {"ann"};
+  f.accounts = {"nlp"};
+  EXPECT_TRUE(AcctMatches(Job("running"), f));
+  f.jobs = {"j8"};
+  EXPECT_FALSE(AcctMatches(Job("running"), f));
+}
+
+}  // namespace
+}  // namespace gantry::cli

@@ -36,8 +36,8 @@ Report::Report(const core::QueueTree& queues, std::string policy)
     : queues_(queues), policy_(std::move(policy)), by_queue_(queues.size()) {}
 
 void Report::Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used_units) {
-  cap_ += up_units_ * (t - last_t_);
-  alloc_ += used_units_ * (t - last_t_);
+  cap_ += UnitMs{up_units_} * (t - last_t_);
+  alloc_ += UnitMs{used_units_} * (t - last_t_);
   last_t_ = t;
   up_units_ = up_units;
   used_units_ = used_units;
@@ -59,7 +59,7 @@ void Report::Fragmented(core::Ticks t, double gpus) {
 }
 
 double Report::fragmentation_mean_pct() const {
-  const int64_t cap = cap_at_finish_ - cap_at_submit_;
+  const UnitMs cap = cap_at_finish_ - cap_at_submit_;
   if (cap <= 0) return 0;
   return 100.0 * (frag_at_finish_ - frag_at_submit_) * static_cast<double>(kGpuUnits) /
          static_cast<double>(cap);
@@ -98,14 +98,14 @@ void Report::Finished(core::Ticks t, core::Tier tier, core::QueueId queue, core:
 
 void Report::RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units,
                       core::Ticks start, core::Ticks end, core::Ticks lost_ms, Cause cause) {
-  by_queue_[queue.v].alloc += units * (end - start);
-  by_tier_[static_cast<int>(tier)].alloc += units * (end - start);
-  lost_ += units * lost_ms;
-  lost_by_cause_[static_cast<int>(cause)] += units * lost_ms;
+  by_queue_[queue.v].alloc += UnitMs{units} * (end - start);
+  by_tier_[static_cast<int>(tier)].alloc += UnitMs{units} * (end - start);
+  lost_ += UnitMs{units} * lost_ms;
+  lost_by_cause_[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
 }
 
 double Report::gpu_utilization_pct() const {
-  const int64_t cap = cap_at_finish_ - cap_at_submit_;
+  const UnitMs cap = cap_at_finish_ - cap_at_submit_;
   if (cap <= 0) return 0;
   return 100.0 * static_cast<double>(alloc_at_finish_ - alloc_at_submit_) / static_cast<double>(cap);
 }
@@ -165,7 +165,7 @@ void Report::Write(std::ostream& out) const {
   Percentiles lat = Summarize(pass_ms_);
   j["scheduling_latency_ms"] = {{"p50", lat.p50}, {"p99", lat.p99}, {"max", lat.max},
                                 {"mean", lat.mean}, {"passes", lat.count}};
-  int64_t total = 0;
+  UnitMs total = 0;
   for (const Group& g : by_queue_) total += g.alloc;
   auto group = [&](const Group& g) {
     Percentiles w = Summarize(g.wait_ms), c = Summarize(g.jct_s);
@@ -177,8 +177,8 @@ void Report::Write(std::ostream& out) const {
                 {"jct_s", {{"mean", c.mean}, {"p99", c.p99}}}};
   };
   // A parent's figures with its children's, for chargeback of a whole subtree.
-  std::vector<int64_t> subtree(queues_.size(), 0);
-  std::vector<std::map<std::string, int64_t>> subtree_by_model(queues_.size());
+  std::vector<UnitMs> subtree(queues_.size(), 0);
+  std::vector<std::map<std::string, UnitMs>> subtree_by_model(queues_.size());
   for (uint32_t q = 0; q < queues_.size(); ++q) {
     for (core::QueueId a : queues_.queue(core::QueueId(q)).self_and_ancestors) {
       subtree[a.v] += by_queue_[q].alloc;
@@ -187,7 +187,7 @@ void Report::Write(std::ostream& out) const {
       }
     }
   }
-  auto hours_by_model = [](const std::map<std::string, int64_t>& m) {
+  auto hours_by_model = [](const std::map<std::string, UnitMs>& m) {
     Json hours = Json::object();
     for (const auto& [model, unit_ms] : m) {
       hours[model] = static_cast<double>(unit_ms) / kUnitMsPerGpuHour;
@@ -203,7 +203,7 @@ void Report::Write(std::ostream& out) const {
     g["gpu_hours_by_model_with_children"] = hours_by_model(subtree_by_model[q]);
     g["preemptions"] = by_queue_[q].preemptions;
     // Chargeback: GPU-hours by model at each model's price.
-    auto cost = [&](const std::map<std::string, int64_t>& by_model) {
+    auto cost = [&](const std::map<std::string, UnitMs>& by_model) {
       double c = 0;
       for (const auto& [model, unit_ms] : by_model) {
         auto price = prices_.find(model);

@@ -17,6 +17,11 @@
 
 namespace gantry::sim {
 
+// Integrals of GPU units (7,000 a GPU) times ms. int64 overflows past about 1.3e15 GPU-ms,
+// which a fill replay reaches (6,212 GPUs held for 10^9 s: the report said 0% utilisation):
+// 128 bits (a GCC/Clang extension) keep them exact.
+__extension__ typedef __int128 UnitMs;
+
 struct Percentiles {
   double mean = 0, p50 = 0, p95 = 0, p99 = 0, max = 0;
   size_t count = 0;
@@ -55,7 +60,7 @@ class Report {
   void RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units, core::Ticks start,
                 core::Ticks end, core::Ticks lost_ms, Cause cause);
   // GPU units x ms a queue held GPUs of one model (the run of one worker, say).
-  void ModelUsage(core::QueueId queue, const std::string& model, int64_t unit_ms) {
+  void ModelUsage(core::QueueId queue, const std::string& model, UnitMs unit_ms) {
     by_queue_[queue.v].alloc_by_model[model] += unit_ms;
   }
   // Capacity or allocation changed at t: advance the integrals.
@@ -121,13 +126,13 @@ class Report {
   // latest finish.
   core::Ticks last_t_ = 0;
   core::GpuUnits up_units_ = 0, used_units_ = 0;
-  int64_t cap_ = 0, alloc_ = 0, cap_at_submit_ = 0, alloc_at_submit_ = 0;
-  int64_t cap_at_finish_ = 0, alloc_at_finish_ = 0;
-  int64_t lost_ = 0;
-  int64_t lost_by_cause_[3] = {0, 0, 0};
+  UnitMs cap_ = 0, alloc_ = 0, cap_at_submit_ = 0, alloc_at_submit_ = 0;
+  UnitMs cap_at_finish_ = 0, alloc_at_finish_ = 0;
+  UnitMs lost_ = 0;
+  UnitMs lost_by_cause_[3] = {0, 0, 0};
   struct Group {  // figures per queue and per tier
-    int64_t alloc = 0;  // unit-ms
-    std::map<std::string, int64_t> alloc_by_model;  // unit-ms (queues only)
+    UnitMs alloc = 0;
+    std::map<std::string, UnitMs> alloc_by_model;  // queues only
     size_t preemptions = 0;
     size_t budget_spent = 0;  // times its budget ran out (queues only)
     double observed = 0, busy = 0, frees = 0;  // unit-ms, jobs with observed usage (queues only)

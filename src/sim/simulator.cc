@@ -198,7 +198,7 @@ void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
     if (!model.valid()) continue;  // a CPU node
     const core::GpuUnits units = job.spec.WorkerUnits(cluster.catalog(), model);
     if (units == 0) continue;  // a CPU-only worker
-    report_.ModelUsage(job.spec.queue, cluster.catalog().model(model).name, units * (end - start));
+    report_.ModelUsage(job.spec.queue, cluster.catalog().model(model).name, UnitMs{units} * (end - start));
     if (s.util < 0) continue;
     const Ticks busy = s.idle_after < 0 ? end - start : std::clamp<Ticks>(s.idle_after - progress, 0, end - start);
     const core::Advice a = core::RightSize(cluster, model, job.spec, {s.vram_used, s.util});

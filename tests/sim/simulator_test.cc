@@ -191,6 +191,34 @@ TEST_F(SimTest, WindowedJobsStartWhenTheWindowOpens) {
   EXPECT_EQ(log[2], R"({"t":72060,"type":"finish","job":"w"})");
 }
 
+// Long horizons (issue 14): 8,000 GPUs held for 10^9 s are 5.6e19 GPU unit-ms, past int64;
+// the report said 0% utilisation for a fill replay the event log put at 65%.
+TEST_F(SimTest, FiguresHoldOverLongHorizonsOnLargeClusters) {
+  const char* big = R"(cluster: big
+pools:
+  - name: h
+    count: 1000
+    gpus: 8
+    gpu_model: H100-80GB
+queues:
+  - name: q
+    burst_gpus: 8000
+)";
+  std::string trace;
+  // Half the cluster for 10^9 s from t = 0, the other half from t = 5e8 s: over the run
+  // (1.5e9 s) held GPU-time is 2/3 of capacity.
+  for (int i = 0; i < 1000; ++i) {
+    trace += R"({"id":"j)" + std::to_string(i) + R"(","submit":)" + (i < 500 ? "0" : "500000000") +
+             R"(,"duration":1000000000,"queue":"q","gpus":8,"vram_gb":8})" + "\n";
+  }
+  Run(trace, "", big);
+  EXPECT_EQ(report_["jobs"]["finished"], 1000);
+  EXPECT_NEAR(report_["gpu_utilization_pct"].get<double>(), 100.0 * 2 / 3, 1e-6)
+      << report_.dump();
+  EXPECT_NEAR(report_["by_queue"]["q"]["gpu_hours"].get<double>(), 8000.0 * 1e9 / 3600.0, 1.0);
+  EXPECT_NEAR(report_["by_queue"]["q"]["share_pct"].get<double>(), 100.0, 1e-9);
+}
+
 TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {
   auto log = Run(R"({"id":"big","submit":0,"duration":60,"queue":"q","gpus":1,"vram_gb":200})"
                  "\n"

@@ -146,7 +146,7 @@ class Parser {
     SbatchJob out;
     json& s = out.spec;
     s["script"] = text;
-    s["command"] = args;
+    if (!args.empty()) s["command"] = args;
     out.parsable = given_.count("parsable") > 0;
     if (auto v = Get("job-name")) {
       if (v->value.empty()) {
@@ -423,7 +423,10 @@ class Parser {
         }
         gpus = n / *per_node;
       }
-      if (gpus > 0) s["gpus"] = gpus;
+      if (gpus > 0) {
+        s["gpus"] = gpus;
+        s["vram_gb"] = 1;  // Slurm asks for GPUs, not their memory: any GPU (of the model) will do
+      }
       if (!model.empty()) s["gpu_model"] = model;
     }
     std::optional<long long> cpus;

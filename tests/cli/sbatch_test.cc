@@ -76,6 +76,7 @@ TEST(Sbatch, EveryDirectiveMapsToItsField) {
   EXPECT_EQ(s["replicas"], 8);
   EXPECT_FALSE(s.contains("topology"));
   EXPECT_EQ(s["gpus"], 2);
+  EXPECT_EQ(s["vram_gb"], 1);
   EXPECT_EQ(s["gpu_model"], "H100-80GB");
   EXPECT_DOUBLE_EQ(s["memory_gb"].get<double>(), 17.179869);  // 64 GiB over 4 tasks, in GB (1e9)
   EXPECT_EQ(s["cpus"], 6);
@@ -92,6 +93,7 @@ TEST(Sbatch, DefaultsAreSlurms) {
   SbatchJob j = Parse("#!/bin/sh\necho hi\n");
   ASSERT_TRUE(j.errors.empty()) << Errors(j);
   EXPECT_EQ(j.spec["replicas"], 1);
+  EXPECT_FALSE(j.spec.contains("command"));        // no arguments
   EXPECT_EQ(j.spec["workdir"], "/home/ann/run");  // where sbatch ran
   EXPECT_EQ(j.spec["stdout"], "slurm-%j.out");
   EXPECT_FALSE(j.spec.contains("stderr"));

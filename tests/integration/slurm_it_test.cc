@@ -1,0 +1,234 @@
+// Slurm habits end to end (issue 15 item 4): a Slurm batch script, unchanged, through
+// `gantry sbatch` on the real gantryd and agents: its directives become the job, the
+// script runs on the node with the SLURM_* variables it expects, -o/-e files are written
+// there, the time limit is enforced with the script's own --signal, and an array with a
+// dependency runs in order; `gantry ls --format` and `gantry acct` show them as squeue
+// and sacct would.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <sstream>
+
+#include "harness.h"
+#include "job_helpers.h"
+
+namespace gantry::it {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSlurmCluster = R"(cluster: slurm-it
+pools:
+  - name: h100
+    count: 2
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+  - name: spare
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+queues:
+  - name: research
+    guaranteed_gpus: 8
+    burst_gpus: 24
+)";
+
+// What a Slurm user writes: nothing in it knows about Gantry.
+constexpr const char* kTrainScript = R"SH(#!/bin/bash
+#SBATCH --job-name=train
+#SBATCH --partition=h100
+#SBATCH --qos=normal
+#SBATCH --account=research
+#SBATCH --nodes=1
+#SBATCH --ntasks-per-node=2
+#SBATCH --gres=gpu:4
+#SBATCH --cpus-per-task=2
+#SBATCH --mem=8G
+#SBATCH --time=10:00          # the command line overrides this
+#SBATCH --signal=B:USR1@1
+#SBATCH --output=%x-%j-%t.out
+#SBATCH --error=%x-%j-%t.err
+#SBATCH --export=ALL,EXTRA=yes
+
+trap 'echo "usr1 $(date +%s.%N)" >> "sig-$SLURM_PROCID.txt"' USR1
+env | sort > "env-$SLURM_PROCID.txt"
+echo "hello from task $SLURM_PROCID of $SLURM_NTASKS, args $*"
+echo "a warning from task $SLURM_PROCID" >&2
+echo "start $(date +%s.%N)" > "times-$SLURM_PROCID.txt"
+while true; do sleep 0.1; done   # runs until its time limit
+)SH";
+
+constexpr const char* kArrayScript = R"SH(#!/bin/sh
+#SBATCH -J sweep
+#SBATCH -A research
+#SBATCH -G 1
+#SBATCH -t 1
+#SBATCH -o sweep-%A_%a.out
+echo "start $(date +%s.%N)" > "task-$SLURM_ARRAY_TASK_ID.txt"
+sleep 0.4
+echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"
+echo "end $(date +%s.%N)" >> "task-$SLURM_ARRAY_TASK_ID.txt"
+)SH";
+
+constexpr const char* kMergeScript = R"SH(#!/bin/sh
+#SBATCH --job-name=merge
+#SBATCH --account=research
+echo "start $(date +%s.%N)" > merge.txt
+cat task-*.txt | wc -l
+)SH";
+
+void StartSlurmCluster(Harness& h) {
+  h.Setup(kSlurmCluster, {{"a", "research"}});
+  h.AddToken("ann", {"--team", "a", "--queues", "research", "--user", "ann"});
+  h.StartServer();
+  for (const char* node : {"h100-0", "h100-1", "spare-0"}) h.StartAgent(node);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(3); }, 15)) << "agents did not come up";
+}
+
+std::string Trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndTimeLimit) {
+  Harness h("slurm-script");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("train.sh", kTrainScript);
+  // Options on the command line override the script's: 3 s here, so the limit comes soon.
+  RunResult r = h.Cli({"sbatch", "--time=0:03", "-D", work, h.Path("train.sh"), "--lr", "0.1"}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ASSERT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
+  const std::string id = Trim(r.out.substr(20));
+
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
+  json job = h.Job(id);
+  // The time limit (3 s, less the signal's 1 s lead) was enforced: USR1 first, then the kill.
+  EXPECT_EQ(job["state"], "failed") << job.dump();
+  EXPECT_EQ(job["reason"].get<std::string>().rfind("time limit reached", 0), 0u) << job.dump();
+  EXPECT_EQ(job["name"], "train");
+  EXPECT_EQ(job["pool"], "h100");
+  EXPECT_EQ(job["tier"], "standard");
+  EXPECT_EQ(job["queue"], "research");
+  EXPECT_EQ(job["replicas"], 2);
+  EXPECT_DOUBLE_EQ(job["time_limit_s"].get<double>(), 2.0);
+  const double ran = job["end"].get<double>() - job["start"].get<double>();
+  EXPECT_GE(ran, 2.0);
+  EXPECT_LT(ran, 8.0) << "stopped long after its limit";
+
+  for (int rank = 0; rank < 2; ++rank) {
+    const std::string r_s = std::to_string(rank);
+    // The script ran on the node with the SLURM_* variables Slurm sets.
+    ASSERT_TRUE(fs::exists(work + "/env-" + r_s + ".txt")) << "task " << rank << " did not run";
+    auto env = ReadEnvFile(work + "/env-" + r_s + ".txt");
+    EXPECT_EQ(env["SLURM_JOB_ID"], id);
+    EXPECT_EQ(env["SLURM_JOB_NAME"], "train");
+    EXPECT_EQ(env["SLURM_PROCID"], r_s);
+    EXPECT_EQ(env["SLURM_LOCALID"], r_s);  // both on one node (-N 1)
+    EXPECT_EQ(env["SLURM_NODEID"], "0");
+    EXPECT_EQ(env["SLURM_NTASKS"], "2");
+    EXPECT_EQ(env["SLURM_NNODES"], "1");
+    EXPECT_EQ(env["SLURM_JOB_NUM_NODES"], "1");
+    EXPECT_EQ(env["SLURM_NTASKS_PER_NODE"], "2");
+    EXPECT_EQ(env["SLURM_TASKS_PER_NODE"], "2");
+    EXPECT_EQ(env["SLURM_GPUS_ON_NODE"], "2");
+    EXPECT_EQ(env["SLURM_CPUS_PER_TASK"], "2");
+    EXPECT_EQ(env["SLURM_JOB_PARTITION"], "h100");
+    EXPECT_EQ(env["SLURM_JOB_ACCOUNT"], "research");
+    EXPECT_EQ(env["SLURM_JOB_USER"], "ann");
+    EXPECT_EQ(env["SLURM_JOB_NODELIST"].rfind("h100-", 0), 0u) << env["SLURM_JOB_NODELIST"];
+    EXPECT_EQ(env["SLURMD_NODENAME"], env["SLURM_JOB_NODELIST"]);
+    EXPECT_EQ(env["SLURM_SUBMIT_DIR"], fs::current_path().string());
+    EXPECT_EQ(env["PWD"], work);  // -D
+    EXPECT_EQ(env["EXTRA"], "yes");  // --export=ALL,EXTRA=yes
+    EXPECT_EQ(env.count("GANTRY_TOKEN"), 0u) << "the submitter's token reached the job";
+    EXPECT_EQ(std::count(env["CUDA_VISIBLE_DEVICES"].begin(), env["CUDA_VISIBLE_DEVICES"].end(), ','), 1);
+    // -o and -e: real files where the worker ran, one per task (%t).
+    const std::string out = h.Read("work/train-" + id + "-" + r_s + ".out");
+    EXPECT_NE(out.find("hello from task " + r_s + " of 2, args --lr 0.1"), std::string::npos) << out;
+    const std::string err = h.Read("work/train-" + id + "-" + r_s + ".err");
+    EXPECT_NE(err.find("a warning from task " + r_s), std::string::npos) << err;
+    // --signal=B:USR1@1: the job's own signal, a second before the kill.
+    EXPECT_TRUE(fs::exists(work + "/sig-" + r_s + ".txt")) << "task " << rank << " got no USR1";
+  }
+  // gantry logs still shows the output (the -o file, uploaded by the agent).
+  RunResult logs = h.Cli({"logs", id, "--rank", "1"}, h.token("ann"));
+  EXPECT_NE(logs.out.find("hello from task 1 of 2"), std::string::npos) << logs.out << logs.err;
+
+  // sacct's answer.
+  RunResult acct = h.Cli({"acct", "-j", id, "--parsable2", "--format", "JobID,JobName,Account,User,State,AllocTRES"},
+                         h.token("ann"));
+  ASSERT_EQ(acct.rc, 0) << acct.err;
+  EXPECT_EQ(acct.out, "JobID|JobName|Account|User|State|AllocTRES\n" + id +
+                          "|train|research|ann|TIMEOUT|cpu=4,gres/gpu=4,node=1\n");
+  RunResult timeouts = h.Cli({"acct", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
+  EXPECT_EQ(timeouts.out, id + "\n") << timeouts.err;
+  // A bad directive is refused with the script, line and directive, and nothing is submitted.
+  h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --exclusive\n");
+  RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --exclusive: not supported"), std::string::npos) << bad.err;
+  EXPECT_EQ(h.Jobs().size(), 1u);
+}
+
+TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
+  Harness h("slurm-array");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("sweep.sh", kArrayScript);
+  h.Write("merge.sh", kMergeScript);
+  RunResult a = h.Cli({"sbatch", "--parsable", "--array=0-3", "-D", work, h.Path("sweep.sh")}, h.token("ann"));
+  ASSERT_EQ(a.rc, 0) << a.err;
+  const std::string array = Trim(a.out);
+  RunResult m = h.Cli({"sbatch", "--parsable", "--dependency=afterok:" + array, "-D", work, h.Path("merge.sh")},
+                      h.token("ann"));
+  ASSERT_EQ(m.rc, 0) << m.err;
+  const std::string merge = Trim(m.out);
+
+  // While the merge waits: squeue's view of it.
+  RunResult q = h.Cli({"ls", "--format", "%i|%j|%a|%u|%T"}, h.token("ann"));
+  EXPECT_EQ(q.rc, 0) << q.err;
+  EXPECT_NE(q.out.find(merge + "|merge|research|ann|PENDING"), std::string::npos) << q.out;
+
+  std::set<std::string> ids = {merge};
+  for (int i = 0; i < 4; ++i) ids.insert(array + "_" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("ann")).out;
+  double last_end = 0;
+  for (int i = 0; i < 4; ++i) {
+    const std::string task = array + "_" + std::to_string(i);
+    EXPECT_EQ(h.Job(task)["state"], "finished") << h.Job(task).dump();
+    EXPECT_EQ(h.Job(task)["name"], "sweep");
+    const std::vector<double> end = Times(work + "/task-" + std::to_string(i) + ".txt", "end");
+    ASSERT_EQ(end.size(), 1u) << "task " << i;
+    last_end = std::max(last_end, end[0]);
+    // -o sweep-%A_%a.out, with what the task printed.
+    EXPECT_EQ(h.Read("work/sweep-" + array + "_" + std::to_string(i) + ".out"),
+              "task " + std::to_string(i) + " of " + array + "\n");
+  }
+  EXPECT_EQ(h.Job(merge)["state"], "finished") << h.Job(merge).dump();
+  const std::vector<double> start = Times(work + "/merge.txt", "start");
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_GT(start[0], last_end) << "the dependent job started before the array ended";
+  EXPECT_EQ(h.Read("work/slurm-" + merge + ".out"), "8\n");  // Slurm's default -o; every task's two lines
+
+  RunResult acct = h.Cli({"acct", "-j", array + "," + merge, "-P", "-n", "-o", "JobID,State,ExitCode"},
+                         h.token("ann"));
+  std::string want;
+  for (int i = 0; i < 4; ++i) want += array + "_" + std::to_string(i) + "|COMPLETED|0:0\n";
+  EXPECT_EQ(acct.out, want + merge + "|COMPLETED|0:0\n") << acct.err;
+  // squeue -O over ended jobs too (--all).
+  RunResult o = h.Cli({"ls", "--all", "-O", "JobID:12,Name:8,State:.10", "--noheader"}, h.token("ann"));
+  EXPECT_NE(o.out.find(merge + std::string(12 - merge.size(), ' ') + "merge   " + " COMPLETED"), std::string::npos)
+      << o.out;
+}
+
+}  // namespace
+}  // namespace gantry::it

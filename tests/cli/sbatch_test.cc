@@ -10,7 +10,11 @@
 
 #include "cli/sbatch.h"
 #include "cli/slurm_format.h"
+#include "core/model/feasibility.h"
+#include "core/placement.h"
 #include "spec/batch.h"
+#include "spec/config_reader.h"
+#include "spec/job_reader.h"
 
 namespace gantry::cli {
 namespace {
@@ -328,6 +332,45 @@ TEST(OutputPatterns, HostListsAndTasksPerNode) {
   EXPECT_EQ(spec::HostList({"a-3"}), "a-3");
   EXPECT_EQ(spec::TasksPerNode({2, 2, 2, 1}), "2(x3),1");
   EXPECT_EQ(spec::TasksPerNode({4}), "4");
+}
+
+// --partition as a pool: the job reader resolves it, the placer and WhyInfeasible keep
+// to it, and the batch fields are read and checked.
+TEST(SbatchSpec, APoolRestrictsPlacementAndTheBatchFieldsAreChecked) {
+  spec::Diagnostics diags;
+  auto config = spec::ParseClusterConfig(
+      "cluster: t\npools:\n  - {name: h100, count: 1, gpus: 8, gpu_model: H100-80GB}\n"
+      "  - {name: small, count: 1, gpus: 2, gpu_model: H100-80GB}\n  - {name: empty, count: 0, gpus: 8, gpu_model: "
+      "H100-80GB}\nqueues:\n  - {name: default}\n",
+      "cluster.yaml", diags);
+  ASSERT_TRUE(config) << diags.ToString();
+  const core::Cluster& cluster = config->cluster;
+  auto job = spec::ParseJobJson(R"({"pool": "small", "gpus": 1, "vram_gb": 1, "name": "t", "signal": "USR1",
+                                    "script": "#!/bin/sh\ntrue\n", "stdout": "o-%j", "stderr": "e-%t"})",
+                                "job.json", *config, diags);
+  ASSERT_TRUE(job) << diags.ToString();
+  EXPECT_EQ(job->name, "t");
+  EXPECT_EQ(job->stop_signal, spec::SignalNumber("USR1"));
+  EXPECT_EQ(job->stdout_path, "o-%j");
+  EXPECT_EQ(job->stderr_path, "e-%t");
+  EXPECT_FALSE(core::PoolAccepts(cluster, *job, core::PoolId(0)));
+  EXPECT_TRUE(core::PoolAccepts(cluster, *job, core::PoolId(1)));
+  EXPECT_FALSE(core::WhyInfeasible(*job, cluster)) << *core::WhyInfeasible(*job, cluster);
+  job->gpus = 4;  // more than a node of the pool has, though the other pool has 8
+  auto why = core::WhyInfeasible(*job, cluster);
+  ASSERT_TRUE(why);
+  job->pool = core::PoolId(2);
+  EXPECT_EQ(core::WhyInfeasible(*job, cluster), "pool empty has no nodes");
+
+  spec::Diagnostics bad;
+  EXPECT_FALSE(spec::ParseJobJson(R"({"pool": "nope", "script": "echo", "stdout": "%Q", "signal": "USR9",
+                                      "command": ["x"]})",
+                                  "job.json", *config, bad));
+  const std::string text = bad.ToString();
+  for (const char* want : {"pool: unknown pool \"nope\" (known: h100, small, empty)", "script: must start with #!",
+                           "stdout: unknown field %Q", "signal: unknown signal \"USR9\""}) {
+    EXPECT_NE(text.find(want), std::string::npos) << want << " not in:\n" << text;
+  }
 }
 
 json Job(const std::string& state, const std::string& reason = "") {

@@ -121,6 +121,10 @@ class Scheduler {
   // could hold it, or it exceeds its queue's burst limit on its own) comes back as a
   // kReject decision from the next Schedule and never runs.
   JobId Submit(JobSpec spec, Ticks now);
+  // The tier `id` was submitted at, where it runs at another (spec.tier): a job re-adopted
+  // after a restart whose run started demoted by a spent budget. A requeued job goes back
+  // to this tier unless a budget still demotes it.
+  void SetAskedTier(JobId id, Tier asked) { jobs_[id.v].asked_tier = asked; }
   // The job ended (finished, cancelled, reclaimed): its holdings are released. A
   // `completed` job's total run time feeds its queue's runtime estimates.
   void Finish(JobId job, Ticks now, bool completed = false);

@@ -282,7 +282,9 @@ Status Controller::Restore() {
     Job& j = jobs_.at(seq);
     core::JobSpec spec = j.spec;
     spec.window.reset();  // a window governs starting only; this job has started
+    if (j.run_tier) spec.tier = *j.run_tier;  // it runs demoted (a spent budget)
     add_core(j, std::move(spec), j.submit);
+    if (j.run_tier) sched_->SetAskedTier(j.core, j.spec.tier);  // requeued, it asks its own again
     if (sched_->job(j.core).phase != core::Phase::kPending) continue;  // rejected below
     core::Allocation alloc;
     for (const Worker& w : j.workers) alloc.push_back(w.alloc);

@@ -56,6 +56,7 @@ void Controller::StartRun(Job& job, Ticks now) {
   job.state = JobState::kRunning;
   ++job.run;
   job.run_start = now;
+  job.run_tier = rec.spec.tier != job.spec.tier ? std::optional<core::Tier>(rec.spec.tier) : std::nullopt;
   if (job.first_start < 0) {
     job.first_start = now;
     QueueWait(job.spec.queue, job.spec.tier).Observe(static_cast<double>(now - job.submit) / 1000.0);

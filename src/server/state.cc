@@ -41,6 +41,7 @@ std::optional<E> Parse(std::string_view s, const E (&values)[N]) {
 }
 constexpr JobState kStates[] = {JobState::kPending, JobState::kRunning, JobState::kStopping,
                                 JobState::kDone};
+constexpr core::Tier kTiers[] = {core::Tier::kCritical, core::Tier::kStandard, core::Tier::kBestEffort};
 constexpr StopKind kStops[] = {StopKind::kNone, StopKind::kPreempt, StopKind::kCancel,
                                StopKind::kFail, StopKind::kLost, StopKind::kReclaim};
 
@@ -249,7 +250,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
   }
   json after = json::array();
   for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
-  return {{"user", job.user},
+  json doc = {{"user", job.user},
           {"spec_format", job.spec_format},
           {"spec_text", job.spec_text},
           {"array", job.array},
@@ -275,6 +276,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
           {"exit_code", job.exit_code},
           {"end_time", job.end_time},
           {"usage", UsageToJson(job.usage)}};
+  if (job.run_tier) doc["run_tier"] = std::string(core::Name(*job.run_tier));
+  return doc;
 }
 
 Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
@@ -298,6 +301,10 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.run = d.value("run", 0);
     job.run_start = d.value("run_start", Ticks{-1});
     job.first_start = d.value("first_start", Ticks{-1});
+    if (d.contains("run_tier")) {
+      job.run_tier = Parse(d["run_tier"].get<std::string>(), kTiers);
+      if (!job.run_tier) return Error{"doc", "unknown run_tier"};
+    }
     job.signaled_at = d.value("signaled_at", Ticks{-1});
     job.stop_deadline = d.value("stop_deadline", Ticks{-1});
     job.stop_reason = d.value("stop_reason", std::string());

@@ -91,6 +91,9 @@ struct Job {
   int run = 0;              // runs started so far; the current run's number
   Ticks run_start = -1;
   Ticks first_start = -1;
+  // The tier the current run started at where it is not the asked one (a spent budget made
+  // it best-effort): a restarted gantryd adopts the run at this tier.
+  std::optional<core::Tier> run_tier;
   std::vector<Worker> workers;  // the current run's, by rank
 
   StopKind stop = StopKind::kNone;

@@ -1089,7 +1089,7 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   EXPECT_FALSE(budget("vision").value("spent", true)) << budget("vision");
   EXPECT_EQ(h.Job("r1").value("state", ""), "running");
 
-  ids.insert(Submit(h, "a", {spec("r2", "research", 2, 1000)}));
+  ids.insert(Submit(h, "a", {spec("r2", "research", 2, 9000)}));
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("r2").value("state", "") != "pending"; }, 10));
   const json r2 = h.Job("r2");
   EXPECT_EQ(r2.value("tier", ""), "standard");
@@ -1120,6 +1120,10 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_TRUE(held()) << h.Job("v2").dump();
   ASSERT_EQ(h.Cli({"cancel", "v2"}, h.token("b")).rc, 0);
+  // r2's run started demoted and is adopted so: still best-effort (first to be preempted).
+  const json r2_after = h.Job("r2");
+  EXPECT_EQ(r2_after.value("state", ""), "running") << r2_after.dump();
+  EXPECT_EQ(r2_after.value("tier_now", ""), "best-effort") << r2_after.dump();
 
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
   const auto states = States(h);

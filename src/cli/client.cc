@@ -166,19 +166,7 @@ std::string Pad(std::string s, size_t w) {
 }
 
 // "1-02:03:04" like squeue's TIME.
-std::string Elapsed(double seconds) {
-  if (seconds < 0) seconds = 0;
-  long s = std::lround(seconds);
-  char buf[32];
-  if (s >= 86400) {
-    std::snprintf(buf, sizeof buf, "%ld-%02ld:%02ld:%02ld", s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
-  } else if (s >= 3600) {
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  } else {
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  }
-  return buf;
-}
+std::string Elapsed(double seconds) { return SlurmDuration(seconds); }
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

@@ -151,6 +151,8 @@ class Controller {
   void Nodes(std::string token, Done done);
   void Drain(std::string token, std::string node, bool drain, std::string reason, Done done);
   void Queues(std::string token, Done done);
+  // Who `token` is (the console's session): principal, admin, team, queues, user.
+  void WhoAmI(std::string token, Done done);
   void Usage(std::string token, double from_s, double to_s, Done done);
   void Heartbeat(std::string token, std::string node, nlohmann::json body, std::string remote_addr,
                  Done done);

@@ -117,6 +117,15 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
   });
 }
 
+void Controller::WhoAmI(std::string token, Done done) {
+  CallAsUser(std::move(token), std::move(done), [](const Principal& p) -> Reply {
+    Reply r;
+    r.body = {{"principal", p.Describe()}, {"admin", p.admin()}, {"team", p.team}, {"queues", p.queues},
+              {"user", p.user}};
+    return r;
+  });
+}
+
 void Controller::Queues(std::string token, Done done) {
   CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
     // A queue's counts include its descendants' jobs, as its used_gpus does: a parent shows

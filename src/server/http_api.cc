@@ -3,6 +3,7 @@
 #include <chrono>
 #include <fstream>
 
+#include "server/auth.h"
 #include "server/dashboard.h"
 
 namespace gantry::server {
@@ -88,7 +89,41 @@ std::string Basename(const std::string& s) {
   return out.substr(0, 200);
 }
 
-std::string TokenOf(const HttpRequest& req) { return BearerToken(req.header("authorization")); }
+// The web console signs in once (POST /v1/session) and then holds its token in an
+// HttpOnly cookie, out of reach of the page's scripts; an Authorization header wins.
+constexpr const char* kSessionCookie = "gantry_session";
+constexpr int kSessionMaxAgeS = 12 * 3600;
+
+std::string CookieOf(const HttpRequest& req, std::string_view name) {
+  const std::string all = req.header("cookie");
+  size_t at = 0;
+  while (at < all.size()) {
+    const size_t end = std::min(all.find(';', at), all.size());
+    std::string_view pair = std::string_view(all).substr(at, end - at);
+    while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
+    if (pair.size() > name.size() && pair.substr(0, name.size()) == name && pair[name.size()] == '=') {
+      return std::string(pair.substr(name.size() + 1));
+    }
+    at = end + 1;
+  }
+  return "";
+}
+
+std::string TokenOf(const HttpRequest& req) {
+  std::string bearer = BearerToken(req.header("authorization"));
+  return bearer.empty() ? CookieOf(req, kSessionCookie) : bearer;
+}
+
+// The CSRF token of a session: derived from its token (a hash no other site can compute
+// without it), so any gantryd of a leader and its standbys checks it without shared state.
+std::string CsrfFor(const std::string& token) { return Sha256Hex("gantry csrf\n" + token); }
+
+// Equal strings, compared in time independent of where they differ.
+bool SameSecret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
 
 // Whether the path is `pattern`, where "*" matches any one segment (collected in order).
 bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern, std::vector<std::string>& args) {
@@ -174,6 +209,48 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   auto bad = [&](const std::string& message) { respond(ErrorResponse(Code::kBadRequest, message)); };
   const std::string& m = req.method;
   std::vector<std::string> a;
+
+  // Signed in by cookie (the console): what changes something must carry the session's
+  // CSRF token, which a page of another site cannot read, so it cannot forge the request.
+  const std::string cookie = req.header("authorization").empty() ? CookieOf(req, kSessionCookie) : "";
+  const bool signing_in = m == "POST" && Match(req, {"v1", "session"}, a);
+  if (!cookie.empty() && m != "GET" && m != "HEAD" && !signing_in &&
+      !SameSecret(req.header("x-csrf-token"), CsrfFor(cookie))) {
+    return respond(ErrorResponse(Code::kForbidden, "CSRF check failed: a request signed in by cookie must carry "
+                                                   "the session's X-CSRF-Token (GET /v1/session gives it)"));
+  }
+  // Sessions: sign in (the token in the body, once), who is signed in, sign out.
+  const bool secure = options_.tls.enabled();
+  auto session_reply = [server, respond, secure](std::string token, bool set_cookie) {
+    return [server, respond, secure, token = std::move(token), set_cookie](Reply r) {
+      server->Defer([respond, secure, token, set_cookie, r = std::move(r)]() mutable {
+        if (r.ok()) r.body["csrf"] = CsrfFor(token);
+        HttpResponse res = ToResponse(r);
+        if (r.ok() && set_cookie) {
+          res.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=" + token + "; Path=/; Max-Age=" +
+                                                     std::to_string(kSessionMaxAgeS) + "; HttpOnly; SameSite=Strict" +
+                                                     (secure ? "; Secure" : ""));
+        }
+        respond(std::move(res));
+      });
+    };
+  };
+  if (signing_in) {
+    json b = json::parse(req.body, nullptr, false);
+    if (!b.is_object() || !b.contains("token") || !b["token"].is_string()) return bad("body: expected {\"token\": \"...\"}");
+    std::string token = b["token"].get<std::string>();
+    // A cookie value may not hold these; no token Gantry issues does.
+    if (token.find_first_of(";, \t\r\n\"\\") != std::string::npos) return bad("token: not a Gantry token");
+    return c.WhoAmI(token, session_reply(token, true));
+  }
+  if (m == "GET" && Match(req, {"v1", "session"}, a)) return c.WhoAmI(TokenOf(req), session_reply(TokenOf(req), false));
+  if (m == "DELETE" && Match(req, {"v1", "session"}, a)) {
+    HttpResponse res;
+    res.body = "{\"signed_out\":true}\n";
+    res.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" +
+                                               (secure ? "; Secure" : ""));
+    return respond(std::move(res));
+  }
 
   if (m == "GET" && req.segments.empty()) {
     HttpResponse res;

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 
 #include "cli/example_data.h"
 #include "cli/exit_codes.h"
@@ -19,6 +20,7 @@
 #include "sim/simulator.h"
 #include "spec/config_reader.h"
 #include "spec/job_reader.h"
+#include "spec/overrides.h"
 
 namespace gantry::cli {
 namespace {
@@ -37,7 +39,8 @@ struct SimArgs {
 };
 
 struct CompareArgs {
-  InputArgs in;
+  InputArgs in;  // in.config: one config, or several comma-separated
+  std::vector<std::string> sets;  // --set: each a variant of the first config
   std::vector<std::string> policies = core::PolicyNames();
   std::string html, json;
   bool no_progress = false;
@@ -191,29 +194,95 @@ int RunSim(SimArgs a) {
   return 0;
 }
 
+// A column group of a comparison: a config (given, or the first with --set overrides).
+struct Variant {
+  std::string label;  // empty: the only one (columns are named by policy alone)
+  InputArgs in;
+  Inputs inputs;
+};
+
+std::string Stem(const std::string& path) { return fs::path(path).stem().string(); }
+
+// The variants `a` asks for: each config of --config, and each --set on the first one
+// (written to a temporary file the config reader checks like any other). Returns 0 or the
+// exit status, having said why.
+int LoadVariants(const std::string& cmd, CompareArgs& a, std::vector<Variant>& out) {
+  std::vector<std::string> configs;
+  for (size_t at = 0; !a.in.config.empty();) {
+    const size_t comma = a.in.config.find(',', at);
+    configs.push_back(a.in.config.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  if (configs.empty()) configs.push_back("");  // the bundled example
+  const bool several = configs.size() > 1 || !a.sets.empty();
+  for (const std::string& config : configs) {
+    Variant v;
+    v.in = a.in;
+    v.in.config = config;
+    if (int rc = LoadInputs(cmd, v.in, a.policies, v.inputs)) return rc;
+    v.label = !several ? "" : v.inputs.example ? "example" : Stem(config);
+    out.push_back(std::move(v));
+  }
+  for (size_t i = 0; i < a.sets.size(); ++i) {
+    const Variant& base = out.front();
+    std::ifstream in(base.in.config);
+    std::stringstream text;
+    text << in.rdbuf();
+    auto yaml = spec::ApplyOverrides(text.str(), a.sets[i]);
+    if (!yaml) {
+      std::cerr << cmd << ": --set: " << yaml.error().message << "\n";
+      return kExitBadInput;
+    }
+    const fs::path dir = fs::temp_directory_path() / fmt::format("gantry-compare-{}", ::getpid());
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    const fs::path file = dir / fmt::format("{}-set{}.yaml", Stem(base.in.config), i + 1);
+    if (!WriteFile(cmd, "--set", file.string(), [&](std::ostream& o) { o << *yaml; })) return kExitRunFailure;
+    Variant v;
+    v.in = base.in;
+    v.in.config = file.string();
+    std::cerr << fmt::format("{}: --set {} -> {}\n", cmd, a.sets[i], file.string());
+    if (int rc = LoadInputs(cmd, v.in, a.policies, v.inputs)) return rc;
+    v.label = a.sets[i];
+    out.push_back(std::move(v));
+  }
+  return 0;
+}
+
 int RunCompare(CompareArgs a) {
   const std::string cmd = "gantry compare";
-  Inputs in;
-  if (int rc = LoadInputs(cmd, a.in, a.policies, in)) return rc;
+  std::vector<Variant> variants;
+  if (int rc = LoadVariants(cmd, a, variants)) return rc;
   const bool progress = ProgressLine::Wanted(a.no_progress);
   std::vector<sim::RunSummary> runs;
-  for (size_t i = 0; i < a.policies.size(); ++i) {
-    std::ofstream events("/dev/null");  // compare keeps no event log
-    sim::SimOptions options;
-    options.policy = a.policies[i];
-    options.log_waits = false;
-    auto simulator = Replay(in, a.in.trace, options, events, progress,
-                            fmt::format("{} ({}/{}): ", a.policies[i], i + 1, a.policies.size()));
-    runs.push_back(sim::SummarizeRun(a.policies[i], simulator->report(), simulator->timeline()));
+  const size_t total = variants.size() * a.policies.size();
+  for (const Variant& v : variants) {
+    for (const std::string& policy : a.policies) {
+      const std::string label = v.label.empty()            ? policy
+                                : a.policies.size() == 1 ? v.label
+                                                         : v.label + " / " + policy;
+      std::ofstream events("/dev/null");  // compare keeps no event log
+      sim::SimOptions options;
+      options.policy = policy;
+      options.log_waits = false;
+      auto simulator = Replay(v.inputs, v.in.trace, options, events, progress,
+                              fmt::format("{} ({}/{}): ", label, runs.size() + 1, total));
+      runs.push_back(sim::SummarizeRun(label, simulator->report(), simulator->timeline()));
+    }
   }
   const sim::FigureTable table = sim::MainFigures(runs);
-  const std::string about = Describe(a.in, in);
+  std::string about = Describe(variants.front().in, variants.front().inputs);
+  if (variants.size() > 1) {
+    about += "; configs:";
+    for (const Variant& v : variants) about += " " + v.label + " (" + v.in.config + ")";
+  }
   std::cout << "gantry compare: " << about << "\n\n";
   sim::PrintTable(std::cout, table);
   if (!a.html.empty()) {
     std::string names;
-    for (const std::string& p : a.policies) names += (names.empty() ? "" : ", ") + p;
-    const std::string title = "Gantry policy comparison: " + names;
+    for (const sim::RunSummary& r : runs) names += (names.empty() ? "" : ", ") + r.policy;
+    const std::string title = (variants.size() > 1 ? "Gantry what-if comparison: " : "Gantry policy comparison: ") + names;
     if (!WriteFile(cmd, "--html", a.html,
                    [&](std::ostream& out) { sim::WriteHtml(out, title, about, runs); })) {
       return kExitRunFailure;
@@ -224,6 +293,12 @@ int RunCompare(CompareArgs a) {
     Json j;
     j["inputs"] = {{"config", a.in.config}, {"trace", a.in.trace}, {"failures", a.in.failures}};
     j["policies"] = a.policies;
+    Json vs = Json::array();
+    for (const Variant& v : variants) vs.push_back({{"label", v.label}, {"config", v.in.config}});
+    j["variants"] = vs;
+    Json labels = Json::array();
+    for (const sim::RunSummary& r : runs) labels.push_back(r.policy);
+    j["runs"] = labels;
     j["table"] = sim::ToJson(table);
     Json reports = Json::array();
     for (const sim::RunSummary& r : runs) reports.push_back(r.report);
@@ -260,11 +335,15 @@ void AddSimCommands(CLI::App& app, int& exit_code) {
 
   auto c = std::make_shared<CompareArgs>();
   CLI::App* compare =
-      app.add_subcommand("compare", "Replay a trace through several policies, figures side by side");
+      app.add_subcommand("compare", "Replay a trace through several policies or what-if configs, figures side by side");
   AddInputOptions(compare, c->in);
   compare->add_option("--policy,--policies", c->policies, "Policies, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
+  compare->add_option("--set", c->sets,
+                      "A what-if variant of the (first) config, compared beside it: PATH=VALUE pairs "
+                      "separated by ';', e.g. 'pools.h100.count=12' or 'queues.nlp.guaranteed_gpus=16; "
+                      "policy.backfill_depth=20' (repeatable: one variant each)");
   compare->add_option("--html", c->html, "HTML report to write (the table and each policy's plots)");
   compare->add_option("--json", c->json, "JSON to write (the table and each policy's report)");
   compare->add_flag("--no-progress", c->no_progress, "No progress line on a terminal");

@@ -47,6 +47,8 @@ constexpr Figure kFigures[] = {
     {"queue wait p99 (s)", "/queue_wait_time_ms/all/p99", 1e-3, 1},
     {"critical queue wait p99 (s)", "/queue_wait_time_ms/critical/p99", 1e-3, 1},
     {"critical in guarantee, wait p99 (s)", "/queue_wait_time_ms/critical_in_guarantee/p99", 1e-3, 1},
+    {"standard queue wait p99 (s)", "/queue_wait_time_ms/standard/p99", 1e-3, 1},
+    {"best-effort queue wait p99 (s)", "/queue_wait_time_ms/best-effort/p99", 1e-3, 1},
     {"preemption rate (% of starts)", "/preemption_rate_pct", 1, 2},
     {"preemptions", "/preemptions", 1, 0},
     {"GPU-hours lost to preemption", "/lost_gpu_hours_by_cause/preempt", 1, 2},
@@ -86,6 +88,42 @@ FigureTable MainFigures(const std::vector<RunSummary>& runs) {
     std::vector<std::string> row{f.label};
     for (const RunSummary& r : runs) row.push_back(Format(r.report, f));
     t.rows.push_back(std::move(row));
+  }
+  // What the GPU-hours cost (accounting.gpu_hour_prices, 1 where absent), in all and per
+  // GPU-hour held: a what-if's price.
+  std::vector<std::string> cost{"cost"}, per_hour{"cost per GPU-hour"};
+  for (const RunSummary& r : runs) {
+    double total = 0, hours = 0;
+    const Json by_queue = r.report.value("by_queue", Json::object());
+    for (const auto& [name, q] : by_queue.items()) {
+      total += q.value("cost", 0.0);
+      hours += q.value("gpu_hours", 0.0);
+    }
+    cost.push_back(fmt::format("{:.2f}", total));
+    per_hour.push_back(hours > 0 ? fmt::format("{:.3f}", total / hours) : "-");
+  }
+  t.rows.push_back(std::move(cost));
+  t.rows.push_back(std::move(per_hour));
+  // Per queue (every queue any run has, first seen first): its wait and its GPU-hours.
+  std::vector<std::string> queues;
+  for (const RunSummary& r : runs) {
+    const Json by_queue = r.report.value("by_queue", Json::object());
+    for (const auto& [name, q] : by_queue.items()) {
+      if (std::find(queues.begin(), queues.end(), name) == queues.end()) queues.push_back(name);
+    }
+  }
+  for (const std::string& name : queues) {
+    std::vector<std::string> wait{"queue " + name + ": wait mean (s)"}, held{"queue " + name + ": GPU-hours"};
+    for (const RunSummary& r : runs) {
+      const Json q = r.report.value("by_queue", Json::object()).value(name, Json::object());
+      const Json w = q.value("queue_wait_ms", Json::object());
+      wait.push_back(w.contains("mean") && w["mean"].is_number() && q.value("started", 0) > 0
+                         ? fmt::format("{:.1f}", w["mean"].get<double>() / 1000)
+                         : "-");
+      held.push_back(q.contains("gpu_hours") ? fmt::format("{:.1f}", q["gpu_hours"].get<double>()) : "-");
+    }
+    t.rows.push_back(std::move(wait));
+    t.rows.push_back(std::move(held));
   }
   return t;
 }

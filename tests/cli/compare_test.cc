@@ -200,3 +200,51 @@ TEST_F(CliTest, GenWarnsWhenTheOfferedLoadMissesTheAskedOne) {
   ASSERT_EQ(week.status, 0) << week.output;
   EXPECT_EQ(week.output.find("warning"), std::string::npos) << week.output;
 }
+
+// What-if (issue 15 item 3): `--set` runs a variant of the config beside it, and the table
+// shows the differences that matter: per queue waits and GPU-hours, cost per GPU-hour.
+TEST_F(CliTest, CompareRunsWhatIfVariantsOfTheConfigBesideIt) {
+  Outcome r = Gantry("compare" + ExampleInputs() + " --policy gantry --set 'pools.h100.count=8' --set " +
+                     "'pools.h100.count=3; queues.serving.burst_gpus=8' --json " + Path("w.json"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(Row(r.output, "figure"),
+            (std::vector<std::string>{"figure", "cluster", "pools.h100.count=8", "pools.h100.count=3;",
+                                      "queues.serving.burst_gpus=8"}))
+      << r.output;
+  const Json j = ReadJson(Path("w.json"));
+  ASSERT_EQ(j["reports"].size(), 3u);
+  EXPECT_EQ(j["runs"], Json::parse(R"(["cluster","pools.h100.count=8","pools.h100.count=3; queues.serving.burst_gpus=8"])"));
+  // The runs differ as the configs do: more H100 nodes, less waiting; fewer, more.
+  const auto wait = [&](size_t i) { return j["reports"][i]["queue_wait_time_ms"]["all"]["mean"].get<double>(); };
+  EXPECT_LE(wait(1), wait(0)) << r.output;
+  EXPECT_GT(wait(2), wait(0)) << r.output;
+  for (const char* label : {"cost per GPU-hour", "standard queue wait p99 (s)"}) {
+    EXPECT_NE(r.output.find(label), std::string::npos) << label << "\n" << r.output;
+  }
+  for (const auto& [name, q] : j["reports"][0]["by_queue"].items()) {
+    EXPECT_NE(r.output.find("queue " + name + ": wait mean (s)"), std::string::npos) << name << "\n" << r.output;
+  }
+  // A path that matches nothing: a clear error, nothing run.
+  Outcome bad = Gantry("compare" + ExampleInputs() + " --set 'pools.h200.count=8'");
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("gantry compare: --set: \"pools.h200.count=8\": pools has no item named \"h200\""),
+            std::string::npos)
+      << bad.output;
+  // Two whole configs, comma-separated.
+  Outcome two = Gantry("compare --config " + Examples() + "/cluster.yaml," + Path("cluster-copy.yaml") + " --trace " +
+                       Examples() + "/trace.jsonl --policy fifo,gantry");
+  EXPECT_NE(two.status, 0);  // the copy does not exist yet
+  {
+    std::ifstream in(Examples() + "/cluster.yaml");
+    std::ofstream out(Path("cluster-copy.yaml"));
+    out << in.rdbuf();
+  }
+  two = Gantry("compare --config " + Examples() + "/cluster.yaml," + Path("cluster-copy.yaml") + " --trace " +
+               Examples() + "/trace.jsonl --policy fifo,gantry");
+  ASSERT_EQ(two.status, 0) << two.output;
+  EXPECT_EQ(Row(two.output, "figure"), (std::vector<std::string>{"figure", "cluster", "/", "fifo", "cluster", "/",
+                                                                  "gantry", "cluster-copy", "/", "fifo",
+                                                                  "cluster-copy", "/", "gantry"}))
+      << two.output;
+  EXPECT_EQ(Row(two.output, "jobs finished")[1], Row(two.output, "jobs finished")[3]);  // same inputs, same figures
+}

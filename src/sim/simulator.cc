@@ -122,10 +122,17 @@ void Simulator::Arrive(core::TraceJob&& tj) {
   JobId id = sched_.Submit(std::move(tj.spec), t);
   assert(id.v == jobs_.size());
   jobs_.push_back(s);
+  Waits(id, t, Timeline::WaitCause::kNotYetPlaced);
   log_.Submit(t, Name(id));
   report_.Submitted(t);
   report_.Events(1);
   ++active_;
+}
+
+void Simulator::Waits(JobId id, Ticks t, std::optional<Timeline::WaitCause> cause) {
+  SimJob& s = jobs_[id.v];
+  timeline_.Waiting(t, s.waits, cause);
+  s.waits = cause;
 }
 
 void Simulator::Pass(Ticks now) {
@@ -155,6 +162,7 @@ void Simulator::Pass(Ticks now) {
           if (s.in_guarantee) report_.CriticalInGuaranteeStarted(now - job.submit);
         }
         timeline_.RunStarted(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units);
+        Waits(d.job, now, std::nullopt);
         const Ticks finish = now + (s.duration - s.progress);
         Push(finish, Kind::kFinish, d.job.v, s.run);
         // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
@@ -174,11 +182,13 @@ void Simulator::Pass(Ticks now) {
       case core::Decision::Kind::kReject:
         log_.Reject(now, Name(d.job), d.reason);
         report_.Rejected(Name(d.job), d.reason);
+        Waits(d.job, now, std::nullopt);
         pending_critical_[job.spec.queue.v] -= std::exchange(s.critical_pending, 0);
         --active_;
         break;
       case core::Decision::Kind::kWait:
         if (options_.log_waits) log_.Wait(now, Name(d.job), d.reason);
+        Waits(d.job, now, Timeline::CauseOf(d.reason));
         break;
     }
   }
@@ -259,6 +269,7 @@ void Simulator::Handle(const Event& e) {
       preempt_reason_.erase(id.v);
       report_.Preempted(job.spec.queue);
       sched_.Requeue(id, t);
+      Waits(id, t, Timeline::WaitCause::kNotYetPlaced);
       return;
     }
     case Kind::kReclaim: {
@@ -295,6 +306,7 @@ void Simulator::Handle(const Event& e) {
         report_.Requeued();
         preempt_reason_.erase(id.v);
         sched_.Requeue(id, t);
+        Waits(id, t, Timeline::WaitCause::kNotYetPlaced);
       }
       node_up_at_[n.v] = up_at;
       Push(up_at, Kind::kNodeUp, n.v);

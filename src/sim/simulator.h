@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <queue>
 #include <string>
@@ -84,7 +85,10 @@ class Simulator {
     uint32_t run = 0;          // bumped when a run ends; stale events carry an old value
     core::GpuUnits critical_pending = 0;  // critical, not started yet: its units in pending_critical_
     bool in_guarantee = false;            // critical, arrived inside its queue's guarantee
+    std::optional<Timeline::WaitCause> waits;  // pending: why (the timeline's levels)
   };
+  // A job's pending cause changed (null: not pending).
+  void Waits(core::JobId id, core::Ticks t, std::optional<Timeline::WaitCause> cause);
 
   void Push(core::Ticks t, Kind kind, uint32_t a, uint32_t run = 0);
   void Handle(const Event& e);

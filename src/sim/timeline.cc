@@ -13,7 +13,7 @@ using Json = nlohmann::ordered_json;
 
 Timeline::Timeline(const core::QueueTree& queues)
     : queues_(queues),
-      levels_(kFixedLevels + core::kTierCount + queues.size()),
+      levels_(kFixedLevels + core::kTierCount + queues.size() + kWaitCauses),
       counters_(kCounters, std::vector<double>(kMaxBuckets, 0.0)),
       frag_sum_(kMaxBuckets, 0.0),
       frag_n_(kMaxBuckets, 0) {
@@ -74,6 +74,38 @@ void Timeline::SetState(Ticks t, GpuUnits up, GpuUnits used, size_t pending) {
   for (uint32_t l : {kUpUnits, kUsedUnits, kPending}) {
     if (levels_[l].value != values[l]) Add(l, t, values[l] - levels_[l].value);
   }
+}
+
+std::string_view Timeline::Name(WaitCause c) {
+  switch (c) {
+    case WaitCause::kNotYetPlaced: return "not yet placed";
+    case WaitCause::kCapacity: return "capacity";
+    case WaitCause::kReservation: return "held for a reservation";
+    case WaitCause::kPreemption: return "preemption under way";
+    case WaitCause::kQuota: return "queue at its burst";
+    case WaitCause::kBudget: return "budget spent";
+    case WaitCause::kWindow: return "outside its window";
+    case WaitCause::kOther: return "other";
+  }
+  return "other";
+}
+
+Timeline::WaitCause Timeline::CauseOf(std::string_view reason) {
+  const std::string_view word = reason.substr(0, reason.find(':'));
+  if (word == "capacity") return WaitCause::kCapacity;
+  if (word == "reservation") return WaitCause::kReservation;
+  if (word == "preemption") return WaitCause::kPreemption;
+  if (word == "quota") return WaitCause::kQuota;
+  if (word == "budget") return WaitCause::kBudget;
+  if (word == "window") return WaitCause::kWindow;
+  return WaitCause::kOther;
+}
+
+void Timeline::Waiting(Ticks t, std::optional<WaitCause> from, std::optional<WaitCause> to) {
+  if (from == to) return;
+  Reach(t);
+  if (from) Add(CauseLevel(*from), t, -1);
+  if (to) Add(CauseLevel(*to), t, 1);
 }
 
 namespace {
@@ -221,6 +253,12 @@ Json Timeline::ToJson() const {
     by_queue[queues_.queue(core::QueueId(q)).spec.name] = level(QueueLevel(core::QueueId(q)), gpu);
   }
   j["by_queue"] = by_queue;
+  Json by_cause = Json::object();
+  for (int c = 0; c < kWaitCauses; ++c) {
+    const auto cause = static_cast<WaitCause>(c);
+    by_cause[std::string(Name(cause))] = level(CauseLevel(cause), 1);
+  }
+  j["pending_by_cause"] = by_cause;
   j["sharing_gpus"] = {{"mig", level(kMigUnits, gpu)},
                        {"mps", level(kMpsUnits, gpu)},
                        {"timeslice", level(kTimesliceUnits, gpu)}};

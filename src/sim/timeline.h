@@ -23,7 +23,9 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/model/queue.h"
@@ -45,6 +47,14 @@ class Timeline {
   };
   // How a run ended (the lost-work counters are per cause).
   enum class Ending : uint8_t { kFinished, kPreempted, kRequeued, kReclaimed };
+  // Why a pending job waits: the first word of the core's wait reason ("capacity: no room
+  // now for ...", "reservation: ...", "quota: ...", ...); not yet placed until its first.
+  enum class WaitCause : uint8_t {
+    kNotYetPlaced, kCapacity, kReservation, kPreemption, kQuota, kBudget, kWindow, kOther
+  };
+  static constexpr int kWaitCauses = 8;
+  static std::string_view Name(WaitCause c);
+  static WaitCause CauseOf(std::string_view reason);
 
   explicit Timeline(const core::QueueTree& queues);
 
@@ -55,6 +65,9 @@ class Timeline {
   // `lost_ms` of the run's time was thrown away (counted per cause, in unit-ms).
   void RunEnded(core::Ticks t, core::Tier tier, core::QueueId queue, core::Sharing sharing,
                 core::GpuUnits units, core::Ticks lost_ms, Ending how);
+  // A pending job's cause changed at t (`from` or `to` null: it was not, or is no longer,
+  // pending): the pending-jobs-by-cause levels.
+  void Waiting(core::Ticks t, std::optional<WaitCause> from, std::optional<WaitCause> to);
   // True when t falls in a bucket that has no fragmentation sample yet.
   bool WantsSample(core::Ticks t) const;
   void SampleFragmentation(core::Ticks t, double fragmented_gpus);
@@ -74,7 +87,8 @@ class Timeline {
 
   // {"t0_s", "bucket_s", "end_s", "capacity_gpus", "allocated_gpus", "pending_jobs",
   //  "by_tier", "by_queue", "sharing_gpus", "fragmented_gpus", "preemptions",
-  //  "requeues", "reclaims", "lost_gpu_hours", "queues"}; see docs/simulator.md.
+  //  "requeues", "reclaims", "lost_gpu_hours", "queues", "pending_by_cause"}; see
+  //  docs/simulator.md.
   nlohmann::ordered_json ToJson() const;
 
  private:
@@ -87,6 +101,9 @@ class Timeline {
   void Integrate(LevelSeries& s, core::Ticks t);  // adds [since, t) at `value`
   void Add(uint32_t level, core::Ticks t, double delta);
   void Merge();
+  uint32_t CauseLevel(WaitCause c) const {
+    return kFixedLevels + core::kTierCount + static_cast<uint32_t>(queues_.size()) + static_cast<uint32_t>(c);
+  }
   size_t Index(core::Ticks t) const { return static_cast<size_t>((t - origin_) / width_); }
   core::Ticks BucketEnd(size_t i) const;
 

@@ -99,6 +99,8 @@ std::map<std::string, std::vector<std::string>> Expected(const Json& report) {
   for (const auto& [name, q] : report["by_queue"].items()) want["alloc-queue"].push_back(name);
   want["alloc-queue"].push_back("GPUs up");
   want["pending"] = {"pending jobs"};
+  want["pending-cause"] = {"not yet placed", "capacity", "held for a reservation", "preemption under way",
+                           "queue at its burst", "budget spent", "outside its window", "other", "pending jobs"};
   for (const char* tier : {"critical", "standard", "best-effort"}) {
     if (report["queue_wait_time_ms"][tier]["count"].get<int>() > 0) want["wait-cdf"].push_back(tier);
   }

@@ -66,6 +66,7 @@ class SimTest : public ::testing::Test {
     std::ostringstream summary;
     sim.report().Summary(summary);
     summary_ = summary.str();
+    timeline_ = sim.timeline().ToJson();
     std::vector<std::string> lines;
     std::istringstream in(events.str());
     for (std::string line; std::getline(in, line);) lines.push_back(line);
@@ -76,6 +77,7 @@ class SimTest : public ::testing::Test {
   std::optional<spec::ClusterConfig> config_;
   nlohmann::json report_;
   std::string summary_;
+  nlohmann::ordered_json timeline_;
 };
 
 TEST_F(SimTest, NodeFailureRequeuesAndTheJobResumesFromItsLastCheckpoint) {
@@ -217,6 +219,31 @@ queues:
       << report_.dump();
   EXPECT_NEAR(report_["by_queue"]["q"]["gpu_hours"].get<double>(), 8000.0 * 1e9 / 3600.0, 1.0);
   EXPECT_NEAR(report_["by_queue"]["q"]["share_pct"].get<double>(), 100.0, 1e-9);
+}
+
+// Why-waiting (issue 15 item 2): pending jobs by cause add up to the pending jobs in every
+// bucket; jobs behind a full node wait, here for their queue's burst (8 GPUs, all in use),
+// and the rejected one never counts.
+TEST_F(SimTest, PendingJobsByCauseAddUpToThePendingJobs) {
+  std::string trace;
+  for (int i = 0; i < 4; ++i) {
+    trace += R"({"id":"j)" + std::to_string(i) + R"(","submit":)" + std::to_string(i) +
+             R"(,"duration":100,"queue":"q","gpus":8,"vram_gb":8})" + "\n";
+  }
+  trace += R"({"id":"big","submit":5,"duration":60,"queue":"q","gpus":1,"vram_gb":200})" "\n";
+  Run(trace);
+  const auto& by_cause = timeline_["pending_by_cause"];
+  const auto& pending = timeline_["pending_jobs"];
+  ASSERT_GT(pending.size(), 0u);
+  double waited = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    double sum = 0;
+    for (const auto& [cause, values] : by_cause.items()) sum += values[i].get<double>();
+    EXPECT_NEAR(sum, pending[i].get<double>(), 1e-6) << "bucket " << i;
+    waited += by_cause["queue at its burst"][i].get<double>();
+  }
+  // Three jobs wait behind the first for 100, 200 and 300 s less their arrival offsets.
+  EXPECT_NEAR(waited, 100 - 1 + 200 - 2 + 300 - 3, 3) << by_cause["queue at its burst"].dump();
 }
 
 TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {

@@ -214,6 +214,13 @@ function plots(section, run) {
     'pending': c => timeChart(c, run, {
       title: 'Queue length', yLabel: 'pending jobs (bucket mean)',
       series: [{name: 'pending jobs', color: PALETTE[0], values: tl.pending_jobs}]}),
+    'pending-cause': c => timeChart(c, run, {
+      title: 'Pending jobs by why they wait', yLabel: 'pending jobs (bucket mean)', stacked: true,
+      series: Object.entries(tl.pending_by_cause).map(([k, v], i) => ({name: k, color: PALETTE[i % PALETTE.length], values: v})),
+      lines: [{name: 'pending jobs', color: '#333', values: tl.pending_jobs, dashed: true}],
+      note: 'Each pending job counted under the first word of the scheduler\'s latest reason for it: ' +
+            'capacity (no room now), a reservation holding the GPUs that fit, a preemption under way, its queue at ' +
+            'its burst, a spent budget, its time window; not yet placed until its first pass.'}),
     'wait-cdf': c => waitCdf(c, run),
     'queue-usage': c => barChart(c, {
       title: 'Queue usage against guarantee and burst', xLabel: 'queue (usage includes child queues)',

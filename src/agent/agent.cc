@@ -155,7 +155,10 @@ std::map<int, std::string> Agent::GpuProcessOwners() const {
 
 json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
   json mig = json::array();
-  for (const MigInstance& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+  for (const MigInstance& m : g.mig) {
+    mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+    if (m.gpu_instance_id >= 0) mig.back()["gi_id"] = m.gpu_instance_id;
+  }
   json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
              {"memory_bytes", g.memory_bytes}, {"memory_used_bytes", g.memory_used_bytes},
              {"mig_mode", g.mig_mode}, {"mig", mig},

@@ -36,6 +36,7 @@ struct MigInstance {
   std::string profile;  // e.g. "1g.10gb"
   int start = -1;       // first memory slice of its placement
   int size = 0;         // memory slices it spans; 0 where NVML did not say
+  int gpu_instance_id = -1;  // NVML's GPU instance id (dcgm-exporter's GPU_I_ID); -1: not told
   // Last sample (NVML; emulation leaves them unknown): the instance's own memory and
   // utilization (0..1, unknown where NVML does not give it for MIG devices) and processes.
   int64_t memory_bytes = 0;

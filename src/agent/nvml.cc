@@ -303,6 +303,7 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
           if (MigPlacementOf(api, dev, mig, &gi_id, &placement)) {
             inst.start = static_cast<int>(placement.start);
             inst.size = static_cast<int>(placement.size);
+            inst.gpu_instance_id = static_cast<int>(gi_id);
           }
           nvml::Memory mig_mem{};
           if (api.device_memory(mig, &mig_mem) == nvml::kSuccess) {

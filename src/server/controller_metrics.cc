@@ -27,7 +27,14 @@ struct Holding {
   const Job* job = nullptr;
   double share = 0;          // of the GPU
   std::string mig_profiles;  // the MIG profiles of those instances, comma-separated
+  std::string mig_ids;       // their GPU instance ids as the agent reported them, likewise
 };
+
+void AddToList(std::string& list, const std::string& item) {
+  if (item.empty()) return;
+  const std::string padded = "," + list + ",";
+  if (padded.find("," + item + ",") == std::string::npos) list += (list.empty() ? "" : ",") + item;
+}
 
 }  // namespace
 
@@ -173,25 +180,34 @@ void Controller::Metrics(Done done) {
     for (int64_t seq : running_) {
       const Job& job = jobs_.at(seq);
       for (const Worker& w : job.workers) {
-        const auto hold = [&](int g, double share, const std::string& profile) {
+        const auto hold = [&](int g, double share, const std::string& profile, const std::string& gi_id) {
           std::vector<Holding>& hs = holdings[{w.alloc.node.v, g}];
           auto h = std::find_if(hs.begin(), hs.end(), [&](const Holding& x) { return x.job == &job; });
-          if (h == hs.end()) h = hs.insert(hs.end(), Holding{&job, 0, ""});
+          if (h == hs.end()) h = hs.insert(hs.end(), Holding{&job, 0, "", ""});
           h->share += share;
-          if (!profile.empty() && h->mig_profiles.find(profile) == std::string::npos) {
-            h->mig_profiles += (h->mig_profiles.empty() ? "" : ",") + profile;
-          }
+          AddToList(h->mig_profiles, profile);
+          AddToList(h->mig_ids, gi_id);
         };
         if (w.alloc.sharing == core::Sharing::kExclusive) {
           for (int g = 0; g < 64; ++g) {
-            if ((w.alloc.gpu_mask >> g) & 1) hold(g, 1.0, "");
+            if ((w.alloc.gpu_mask >> g) & 1) hold(g, 1.0, "", "");
           }
         } else if (w.alloc.sharing == core::Sharing::kMig) {
           const core::GpuModel& m = cluster_.catalog().model(cluster_.node(w.alloc.node).model);
           const core::MigProfile& profile = m.mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
-          hold(w.alloc.gpu, WorkerGpus(w.alloc, cluster_), profile.name);
+          // The instance at the placement, as the node's agent reported it.
+          std::string gi_id;
+          const NodeInfo& info = nodes_[w.alloc.node.v];
+          if (w.alloc.gpu >= 0 && static_cast<size_t>(w.alloc.gpu) < info.gpus.size()) {
+            for (const GpuReport::Mig& mi : info.gpus[static_cast<size_t>(w.alloc.gpu)].mig) {
+              if (mi.start == w.alloc.mig_start && mi.profile == profile.name && mi.gi_id >= 0) {
+                gi_id = std::to_string(mi.gi_id);
+              }
+            }
+          }
+          hold(w.alloc.gpu, WorkerGpus(w.alloc, cluster_), profile.name, gi_id);
         } else {
-          hold(w.alloc.gpu, WorkerGpus(w.alloc, cluster_), "");
+          hold(w.alloc.gpu, WorkerGpus(w.alloc, cluster_), "", "");
         }
       }
     }
@@ -219,7 +235,8 @@ void Controller::Metrics(Done done) {
           out += "gantry_gpu_allocated_ratio{" + gpu + "," + holder(nullptr) + "} 0\n";
         } else {
           for (const Holding& h : it->second) {
-            const std::string mig = h.mig_profiles.empty() ? "" : Labels({{"GPU_I_PROFILE", h.mig_profiles}}) + ",";
+            std::string mig = h.mig_profiles.empty() ? "" : Labels({{"GPU_I_PROFILE", h.mig_profiles}}) + ",";
+            if (!h.mig_ids.empty()) mig += Labels({{"GPU_I_ID", h.mig_ids}}) + ",";
             out += "gantry_gpu_allocated_ratio{" + gpu + "," + mig + holder(h.job) + "} " + FormatValue(h.share) + "\n";
           }
         }

@@ -117,7 +117,7 @@ std::vector<GpuReport> GpusFromJson(const json& j) {
     g.mig_mode = e.value("mig_mode", false);
     for (const json& m : e.value("mig", json::array())) {
       g.mig.push_back({m.value("uuid", std::string()), m.value("profile", std::string()),
-                       m.value("start", -1)});
+                       m.value("start", -1), m.value("gi_id", -1)});
     }
     g.utilization = e.value("utilization", 0.0);
     g.memory_used_bytes = e.value("memory_used_bytes", int64_t{0});

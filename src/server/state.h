@@ -132,6 +132,7 @@ struct GpuReport {
   struct Mig {
     std::string uuid, profile;
     int start = -1;
+    int gi_id = -1;  // NVML's GPU instance id, where the agent's driver said
   };
   std::vector<Mig> mig;
   double utilization = 0;   // 0..1, last sample

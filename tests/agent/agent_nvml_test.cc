@@ -211,6 +211,12 @@ TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
   ASSERT_GT(d, 0);
   const bool cgroups = AgentLog().find("workers run in cgroups") != std::string::npos;
   const json first = Await(0, [](const json& h) { return h["running"].size() == 4; });
+  // The MIG instance with its place and NVML's GPU instance id (the fake numbers its
+  // scripted instances from 0): the GPU_I_ID that gantryd's metrics carry.
+  const json c0 = first["gpus"][2]["mig"][0];
+  EXPECT_EQ(c0.value("uuid", ""), "MIG-c0") << first["gpus"][2].dump();
+  EXPECT_EQ(c0.value("start", -1), 6);
+  EXPECT_EQ(c0.value("gi_id", -1), 0) << c0.dump();
   // Its processes not on the GPU yet: idle, and using none of it.
   EXPECT_DOUBLE_EQ(Running(first, "a").value("util", -1.0), 0) << first.dump();
   EXPECT_EQ(Running(first, "a").value("vram_used_bytes", int64_t{-1}), 0);
@@ -354,7 +360,8 @@ TEST_P(AgentMakesMig, CreatesEachInstanceAtItsPlacementAndDestroysItBeforeTheExi
   EXPECT_EQ(Visible("a"), "MIG-GPU-a-20") << "the instance the agent created";
   EXPECT_EQ(Visible("b"), "MIG-b6") << "not mig_managed: the instance laid out beforehand";
   const json made = Await(0, [](const json& h) { return !Mig(h, 0, 4).is_null(); });
-  EXPECT_EQ(Mig(made, 0, 4), (json{{"uuid", "MIG-GPU-a-20"}, {"profile", "3g.40gb"}, {"start", 4}}));
+  // With the GPU instance id NVML gave the created instance (the fake numbers them from 20).
+  EXPECT_EQ(Mig(made, 0, 4), (json{{"uuid", "MIG-GPU-a-20"}, {"profile", "3g.40gb"}, {"start", 4}, {"gi_id", 20}}));
   EXPECT_TRUE(fs::exists(dir_ / "state" / "mig.json")) << "kept for a restarted agent";
   // Its processes still hold the instance when the worker is stopped (NVML: in use): the
   // exit waits until the instance is gone, so the server frees the slices only then.

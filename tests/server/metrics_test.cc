@@ -126,7 +126,9 @@ class ControllerMetricsTest : public ::testing::Test {
     return reply.body.value("id", "");
   }
   // A heartbeat from h100-0: 8 GPUs "GPU-0".. at `util`, and what its workers report.
-  void Beat(double util = 0, json running = json::array(), json exits = json::array()) {
+  // `mig`: MIG instances to report, by GPU index.
+  void Beat(double util = 0, json running = json::array(), json exits = json::array(),
+            json mig = json::object()) {
     json gpus = json::array();
     for (int i = 0; i < 8; ++i) {
       gpus.push_back({{"index", i},
@@ -135,6 +137,7 @@ class ControllerMetricsTest : public ::testing::Test {
                       {"model", "H100-80GB"},
                       {"memory_bytes", 80'000'000'000},
                       {"utilization", util}});
+      if (mig.contains(std::to_string(i))) gpus.back()["mig"] = mig[std::to_string(i)];
     }
     Reply r = ctl_->Heartbeat(
         kAgent, "h100-0", {{"gpus", gpus}, {"running", running}, {"exits", exits}}, "127.0.0.1");
@@ -213,6 +216,20 @@ TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
             2);
   EXPECT_EQ(Count(busy, "queue=\"research\",gantry_job=\"" + mig + "\",user=\"alice\"} 0.5\n"), 1);
   EXPECT_EQ(Count(busy, "queue=\"serving\",gantry_job=\"" + mps + "\",user=\"\"} 0.5\n"), 1);
+  // Once the agent reports the instance's GPU instance id, the series carries dcgm's GPU_I_ID.
+  EXPECT_EQ(Count(alloc, "GPU_I_ID="), 0);
+  const json placed = ctl_->ShowJob(kAdmin, mig).body["workers"][0]["alloc"];
+  ASSERT_TRUE(placed.contains("gpu") && placed.contains("start")) << placed.dump();
+  Beat(0.5, json::array(), json::array(),
+       {{std::to_string(placed["gpu"].get<int>()),
+         {{{"uuid", "MIG-x"}, {"profile", "3g.40gb"}, {"start", placed["start"]}, {"gi_id", 2}},
+          {{"uuid", "MIG-y"}, {"profile", "1g.10gb"}, {"start", 6}, {"gi_id", 13}}}}});
+  const std::string with_id = Series(ctl_->Metrics(), "gantry_gpu_allocated_ratio");
+  EXPECT_EQ(Count(with_id, ",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",queue=\"research\",gantry_job=\"" + mig +
+                               "\",user=\"alice\"} 0.428571429\n"),
+            1)
+      << with_id;
+  EXPECT_EQ(Count(with_id, "GPU_I_ID="), 1);
   EXPECT_EQ(Count(busy, "queue=\"\",gantry_job=\"\",user=\"\"} 0.5\n"), 4);
   EXPECT_EQ(Sample(m, "gantry_node_up{node=\"h100-0\",Hostname=\"h100-0\",pool=\"h100\"}"), 1);
   EXPECT_EQ(Sample(m, "gantry_node_up{node=\"h100-1\",Hostname=\"h100-1\",pool=\"h100\"}"), 0);

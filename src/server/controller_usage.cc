@@ -49,7 +49,7 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
   if (w.busy_at < 0 || w.util >= config_.policy.params.reclaim_idle_below) w.busy_at = now;
   // The time series: one sample per job and interval, the interval's mean utilization.
   job.sample_vram = std::max(job.sample_vram, r.vram_used_bytes);
-  if (job.sample_at < 0 || job.sample_at < job.run_start) {
+  if (job.sample_at < job.run_start) {  // the run's first report (sample_at starts at -1)
     job.sample_at = now;
     job.sample_busy = job.usage.busy_gpu_ms;
     job.sample_reported = job.usage.reported_gpu_ms;
@@ -133,15 +133,22 @@ void Controller::NoteBudgets(Ticks now) {
 }
 
 void Controller::JobUsageSeries(std::string token, std::string name, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name](const Principal&) -> Reply {
+  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
     int64_t seq = -1;
+    std::string queue;
     if (Job* job = FindJob(name)) {
       seq = job->seq;
+      queue = job->queue;
     } else {
       auto stored = store_.FindJob(name);
       if (!stored) Fatal("store: " + stored.error().message);
       if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
       seq = (*stored)->seq;
+      queue = (*stored)->queue;
+    }
+    if (!MaySubmitTo(user, config_.queues, queue)) {  // MaySee's rule, for a job in memory or only stored
+      return Reply::Error(Code::kForbidden,
+                          user.Describe() + " may not read the usage of job " + name + " in queue " + queue);
     }
     auto samples = store_.UsageSamples(seq);
     if (!samples) Fatal("store: " + samples.error().message);

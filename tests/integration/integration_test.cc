@@ -1025,6 +1025,9 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
     EXPECT_EQ(p.value("gpus", 0.0), 1.0);
     EXPECT_NEAR(p.value("vram_peak_gb", 0.0), 9.0, 1e-9);
   }
+  int status = 0;
+  (void)h.Get("/v1/jobs/busy/usage", h.token("b"), &status);  // another team's job
+  EXPECT_EQ(status, 403);
   const json nb_series = h.Get("/v1/jobs/notebook/usage", h.token("a"));
   ASSERT_FALSE(nb_series["samples"].empty()) << nb_series.dump();
   EXPECT_NEAR(nb_series["samples"].back().value("util", 1.0), 0.0, 1e-9);  // idle at the end

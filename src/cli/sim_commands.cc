@@ -9,7 +9,6 @@
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 
 #include "cli/example_data.h"
 #include "cli/exit_codes.h"
@@ -21,6 +20,7 @@
 #include "spec/config_reader.h"
 #include "spec/job_reader.h"
 #include "spec/overrides.h"
+#include "spec/read_file.h"
 
 namespace gantry::cli {
 namespace {
@@ -226,10 +226,13 @@ int LoadVariants(const std::string& cmd, CompareArgs& a, std::vector<Variant>& o
   }
   for (size_t i = 0; i < a.sets.size(); ++i) {
     const Variant& base = out.front();
-    std::ifstream in(base.in.config);
-    std::stringstream text;
-    text << in.rdbuf();
-    auto yaml = spec::ApplyOverrides(text.str(), a.sets[i]);
+    spec::Diagnostics diags;
+    const std::optional<std::string> text = spec::ReadWholeFile(base.in.config, diags);
+    if (!text) {  // read once already: it changed under us
+      std::cerr << diags.ToString();
+      return kExitBadInput;
+    }
+    auto yaml = spec::ApplyOverrides(*text, a.sets[i]);
     if (!yaml) {
       std::cerr << cmd << ": --set: " << yaml.error().message << "\n";
       return kExitBadInput;

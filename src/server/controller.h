@@ -252,9 +252,11 @@ class Controller {
   void AddRunning(const Job& job);
   void RemoveRunning(const Job& job);
   nlohmann::json DesiredWorkers(core::NodeId n, Ticks now);
-  // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md).
-  spec::OutputNames OutputNamesOf(const Job& job, const Worker& w) const;
-  void SlurmEnv(const Job& job, const Worker& w, int local, nlohmann::json& env) const;
+  // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md);
+  // `nodes`: JobNodes(job), computed once by the caller.
+  spec::OutputNames OutputNamesOf(const Job& job, const Worker& w, const std::vector<std::string>& nodes) const;
+  void SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
+                const spec::OutputNames& names, nlohmann::json& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;

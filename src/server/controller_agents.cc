@@ -24,8 +24,8 @@ int MasterPort(int64_t seq, int run) { return 20000 + static_cast<int>((seq * 79
 
 // ---------------------------------------------------------------- API: agents
 
-spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w) const {
-  const std::vector<std::string> nodes = JobNodes(job);
+spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
+                                            const std::vector<std::string>& nodes) const {
   const std::string& node = cluster_.node(w.alloc.node).name;
   spec::OutputNames o;
   o.job = job.name;
@@ -43,15 +43,14 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w) con
 // whether it came through `gantry sbatch` or not), never over one the job set itself.
 // Slurm's job-wide view in Gantry's terms: a task is a worker, SLURM_GPUS_ON_NODE is what
 // this worker sees (CUDA_VISIBLE_DEVICES), and the partition is the pool of its node.
-void Controller::SlurmEnv(const Job& job, const Worker& w, int local, json& env) const {
-  const std::vector<std::string> nodes = JobNodes(job);
+void Controller::SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
+                          const spec::OutputNames& names, json& env) const {
   std::vector<int> per_node(nodes.size(), 0);
   for (const Worker& x : job.workers) {
     const std::string& n = cluster_.node(x.alloc.node).name;
     ++per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())];
   }
   const core::Node& node = cluster_.node(w.alloc.node);
-  const spec::OutputNames names = OutputNamesOf(job, w);
   int gpus = std::popcount(w.alloc.gpu_mask);
   if (w.alloc.sharing != core::Sharing::kExclusive) gpus = 1;  // a MIG instance or a share of one GPU
   std::vector<std::pair<std::string, std::string>> vars = {
@@ -98,6 +97,7 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
   json out = json::array();
   for (int64_t seq : node_jobs_[n.v]) {
     const Job& job = jobs_.at(seq);
+    const std::vector<std::string> nodes = JobNodes(job);
     std::map<uint32_t, int> local_rank;  // node -> workers of this job seen there so far
     for (const Worker& w : job.workers) {
       const int local = local_rank[w.alloc.node.v]++;
@@ -125,7 +125,8 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
         env["GANTRY_ARRAY_JOB_ID"] = job.array;
         env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);
       }
-      SlurmEnv(job, w, local, env);
+      const spec::OutputNames names = OutputNamesOf(job, w, nodes);
+      SlurmEnv(job, w, local, nodes, names, env);
       // The names PyTorch's launcher reads, unless the job set them itself.
       for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
                           {"LOCAL_RANK", std::to_string(local)},
@@ -155,7 +156,7 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
       for (const auto& [key, pattern] : {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
                                          {"stderr", job.spec.stderr_path}}) {
         if (pattern.empty() || (w.rank != 0 && !spec::PatternPerRank(pattern))) continue;
-        wj[key] = spec::ExpandOutputPattern(pattern, OutputNamesOf(job, w));
+        wj[key] = spec::ExpandOutputPattern(pattern, names);
       }
       // A mig_managed pool: the agent creates the instance at this placement (and destroys
       // it when the worker ends), so it needs the placement's size too.
@@ -270,11 +271,10 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
       // create): the worker comes back lost, so the job is requeued, and the node is drained
       // with the agent's reason, as Slurm drains a node whose prolog failed, so the job does
       // not land on that GPU again at once. `gantry nodes resume` puts it back.
-      const std::string& drain = e.drain;
-      if (!drain.empty() && !w.exited && !info.drained) {
+      if (!e.drain.empty() && !w.exited && !info.drained) {
         info.drained = true;
-        info.drain_reason = drain + " (job " + job->name + " requeued)";
-        log::Warn("node drained: a worker could not start", {{"node", node}, {"job", job->name}, {"reason", drain}});
+        info.drain_reason = e.drain + " (job " + job->name + " requeued)";
+        log::Warn("node drained: a worker could not start", {{"node", node}, {"job", job->name}, {"reason", e.drain}});
         SetCoreNodeUp(n);
         PersistNode(n);
       }

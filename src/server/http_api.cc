@@ -114,6 +114,12 @@ std::string TokenOf(const HttpRequest& req) {
   return bearer.empty() ? CookieOf(req, kSessionCookie) : bearer;
 }
 
+// The session cookie's Set-Cookie value: `token` for `max_age_s` (0 expires it).
+std::string SessionCookie(const std::string& token, int max_age_s, bool secure) {
+  return std::string(kSessionCookie) + "=" + token + "; Path=/; Max-Age=" + std::to_string(max_age_s) +
+         "; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "");
+}
+
 // The CSRF token of a session: derived from its token (a hash no other site can compute
 // without it), so any gantryd of a leader and its standbys checks it without shared state.
 std::string CsrfFor(const std::string& token) { return Sha256Hex("gantry csrf\n" + token); }
@@ -227,9 +233,7 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
         if (r.ok()) r.body["csrf"] = CsrfFor(token);
         HttpResponse res = ToResponse(r);
         if (r.ok() && set_cookie) {
-          res.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=" + token + "; Path=/; Max-Age=" +
-                                                     std::to_string(kSessionMaxAgeS) + "; HttpOnly; SameSite=Strict" +
-                                                     (secure ? "; Secure" : ""));
+          res.headers.emplace_back("Set-Cookie", SessionCookie(token, kSessionMaxAgeS, secure));
         }
         respond(std::move(res));
       });
@@ -247,8 +251,7 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   if (m == "DELETE" && Match(req, {"v1", "session"}, a)) {
     HttpResponse res;
     res.body = "{\"signed_out\":true}\n";
-    res.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict" +
-                                               (secure ? "; Secure" : ""));
+    res.headers.emplace_back("Set-Cookie", SessionCookie("", 0, secure));
     return respond(std::move(res));
   }
 

@@ -57,6 +57,17 @@ constexpr Figure kFigures[] = {
     {"scheduling latency p99 (ms)", "/scheduling_latency_ms/p99", 1, 3},
 };
 
+const Json& EmptyObject() {
+  static const Json kEmpty = Json::object();
+  return kEmpty;
+}
+
+// A run's report's per-queue figures (empty when it has none), without copying them.
+const Json& ByQueue(const RunSummary& r) {
+  const auto it = r.report.find("by_queue");
+  return it != r.report.end() && it->is_object() ? *it : EmptyObject();
+}
+
 std::string Format(const Json& report, const Figure& f) {
   const Json::json_pointer ptr(f.pointer);
   if (!report.contains(ptr) || !report.at(ptr).is_number()) return "-";
@@ -94,8 +105,7 @@ FigureTable MainFigures(const std::vector<RunSummary>& runs) {
   std::vector<std::string> cost{"cost"}, per_hour{"cost per GPU-hour"};
   for (const RunSummary& r : runs) {
     double total = 0, hours = 0;
-    const Json by_queue = r.report.value("by_queue", Json::object());
-    for (const auto& [name, q] : by_queue.items()) {
+    for (const auto& [name, q] : ByQueue(r).items()) {
       total += q.value("cost", 0.0);
       hours += q.value("gpu_hours", 0.0);
     }
@@ -107,15 +117,15 @@ FigureTable MainFigures(const std::vector<RunSummary>& runs) {
   // Per queue (every queue any run has, first seen first): its wait and its GPU-hours.
   std::vector<std::string> queues;
   for (const RunSummary& r : runs) {
-    const Json by_queue = r.report.value("by_queue", Json::object());
-    for (const auto& [name, q] : by_queue.items()) {
+    for (const auto& [name, q] : ByQueue(r).items()) {
       if (std::find(queues.begin(), queues.end(), name) == queues.end()) queues.push_back(name);
     }
   }
   for (const std::string& name : queues) {
     std::vector<std::string> wait{"queue " + name + ": wait mean (s)"}, held{"queue " + name + ": GPU-hours"};
     for (const RunSummary& r : runs) {
-      const Json q = r.report.value("by_queue", Json::object()).value(name, Json::object());
+      const auto it = ByQueue(r).find(name);
+      const Json& q = it != ByQueue(r).end() ? *it : EmptyObject();
       const Json w = q.value("queue_wait_ms", Json::object());
       wait.push_back(w.contains("mean") && w["mean"].is_number() && q.value("started", 0) > 0
                          ? fmt::format("{:.1f}", w["mean"].get<double>() / 1000)

@@ -144,11 +144,7 @@ class ConfigParser {
   // in the cluster, in all and on each GPU model a queue guarantees by model.
   static std::vector<Error> GuaranteesAboveCapacity(const core::Cluster& cluster, const core::QueueTree& tree) {
     std::vector<Error> errors;
-    auto gpus = [](core::GpuUnits u) {
-      std::ostringstream out;
-      out << static_cast<double>(u) / static_cast<double>(core::kGpuUnits) << " GPUs";
-      return out.str();
-    };
+    auto gpus = [](core::GpuUnits u) { return core::GpusText(u) + " GPUs"; };
     std::vector<core::GpuUnits> by_model(cluster.catalog().size(), 0);
     for (const core::Node& n : cluster.nodes()) {
       if (n.gpus > 0 && n.model.valid()) by_model[n.model.v] += static_cast<core::GpuUnits>(n.gpus) * core::kGpuUnits;

@@ -9,10 +9,8 @@
 #include <vector>
 
 namespace gantry::core {
-namespace {
 
-// GPU units as GPUs for messages: whole numbers plainly, fractions to thousandths.
-std::string Gpus(GpuUnits units) {
+std::string GpusText(GpuUnits units) {
   const bool negative = units < 0;
   const int64_t mag = negative ? -units : units;
   const int64_t milli = (mag * 1000 + kGpuUnits / 2) / kGpuUnits;
@@ -25,6 +23,8 @@ std::string Gpus(GpuUnits units) {
   }
   return out;
 }
+
+namespace {
 
 std::string Number(double x) {
   std::string s = std::to_string(x);
@@ -57,11 +57,11 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
       duplicate[i] = true;
       add("name", "duplicate queue name \"" + q.name + "\"");
     }
-    if (q.guaranteed < 0) add("guaranteed_gpus", "must be at least 0, got " + Gpus(q.guaranteed));
+    if (q.guaranteed < 0) add("guaranteed_gpus", "must be at least 0, got " + GpusText(q.guaranteed));
     if (q.burst < -1) {
-      add("burst_gpus", "must be at least 0, got " + Gpus(q.burst));
+      add("burst_gpus", "must be at least 0, got " + GpusText(q.burst));
     } else if (q.burst >= 0 && q.burst < q.guaranteed) {
-      add("burst_gpus", Gpus(q.burst) + " is below guaranteed_gpus " + Gpus(q.guaranteed));
+      add("burst_gpus", GpusText(q.burst) + " is below guaranteed_gpus " + GpusText(q.guaranteed));
     }
     if (!(q.weight > 0) || !std::isfinite(q.weight)) {
       add("weight", "must be above 0, got " + Number(q.weight));
@@ -71,15 +71,15 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
       for (size_t k = 0; k < q.guaranteed_by_model.size(); ++k) {
         const ModelGuarantee& g = q.guaranteed_by_model[k];
         const std::string field = "guaranteed_gpus_by_model." + g.name;
-        if (g.units < 0) add(field.c_str(), "must be at least 0, got " + Gpus(g.units));
+        if (g.units < 0) add(field.c_str(), "must be at least 0, got " + GpusText(g.units));
         for (size_t j = 0; j < k; ++j) {
           if (q.guaranteed_by_model[j].model == g.model) add(field.c_str(), "listed twice");
         }
         sum += std::max<GpuUnits>(g.units, 0);
       }
       if (sum != q.guaranteed) {
-        add("guaranteed_gpus", Gpus(q.guaranteed) + " is not the sum of guaranteed_gpus_by_model, " +
-                                   Gpus(sum));
+        add("guaranteed_gpus", GpusText(q.guaranteed) + " is not the sum of guaranteed_gpus_by_model, " +
+                                   GpusText(sum));
       }
     }
   }
@@ -138,11 +138,11 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
     std::string parts;
     for (size_t c : children[p]) {
       if (!parts.empty()) parts += ", ";
-      parts += specs[c].name + " " + Gpus(specs[c].guaranteed);
+      parts += specs[c].name + " " + GpusText(specs[c].guaranteed);
     }
     errors.push_back(Error{QueuePath(specs[p], p) + ".guaranteed_gpus",
-                           "children's guarantees add up to " + Gpus(child_sum[p]) + " (" + parts +
-                               "), above this queue's " + Gpus(specs[p].guaranteed)});
+                           "children's guarantees add up to " + GpusText(child_sum[p]) + " (" + parts +
+                               "), above this queue's " + GpusText(specs[p].guaranteed)});
   }
   // The same per model, where the parent's guarantee is per model: a child's guarantee
   // on a model is backed only by the parent's on that model. (A child counting any model
@@ -165,13 +165,13 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
         const GpuUnits units = GuaranteeOn(specs[c], m->model);
         if (units == 0) continue;  // none listed (or a queue counting any model)
         sum += std::max<GpuUnits>(units, 0);
-        parts += (parts.empty() ? "" : ", ") + specs[c].name + " " + Gpus(units);
+        parts += (parts.empty() ? "" : ", ") + specs[c].name + " " + GpusText(units);
       }
       const GpuUnits own = GuaranteeOn(specs[p], m->model);
       if (sum <= own) continue;
       errors.push_back(Error{QueuePath(specs[p], p) + ".guaranteed_gpus_by_model." + m->name,
-                             "children's guarantees on " + m->name + " add up to " + Gpus(sum) +
-                                 " (" + parts + "), above this queue's " + Gpus(own)});
+                             "children's guarantees on " + m->name + " add up to " + GpusText(sum) +
+                                 " (" + parts + "), above this queue's " + GpusText(own)});
     }
   }
   return errors;

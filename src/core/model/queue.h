@@ -51,6 +51,9 @@ struct Queue {
   std::vector<QueueId> self_and_ancestors;  // self first, then parent, ..., root
 };
 
+// GPU units as GPUs for messages: whole numbers plainly, fractions to thousandths ("8.5").
+std::string GpusText(GpuUnits units);
+
 class QueueTree {
  public:
   // Errors (Error::field is "queues[<name>].<field>"): duplicate name, unknown parent,

@@ -55,7 +55,9 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
       decayed_(queues.size(), 0.0),
       history_(queues.size()),
       history_next_(queues.size(), 0),
-      history_sum_(queues.size(), 0) {
+      history_sum_(queues.size(), 0),
+      observed_(queues.size()),
+      observed_count_(queues.size(), 0) {
   models_ = cluster.catalog().size();
   for (size_t q = 0; q < queues.size(); ++q) {
     if (queues.queue(QueueId(static_cast<uint32_t>(q))).spec.budget) budgeted_.push_back(QueueId(static_cast<uint32_t>(q)));
@@ -217,6 +219,15 @@ std::optional<QueueId> Scheduler::BurstBlocker(QueueId q, GpuUnits units) const 
   return std::nullopt;
 }
 
+GpuUnits Scheduler::BurstExcess(QueueId q, GpuUnits units) const {
+  GpuUnits excess = 0;
+  for (QueueId a : queues_.queue(q).self_and_ancestors) {
+    const GpuUnits burst = queues_.queue(a).spec.burst;
+    if (burst >= 0) excess = std::max(excess, queue_usage_[a.v] + units - burst);
+  }
+  return excess;
+}
+
 void Scheduler::Release(JobId id) {
   JobRecord& job = jobs_[id.v];
   // Swap-remove from the dense running set.
@@ -253,6 +264,14 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
       }
       history_sum_[job.spec.queue.v] += ran;
       next = (next + 1) % kHistory;
+      auto& o = observed_[job.spec.queue.v];
+      uint64_t& count = observed_count_[job.spec.queue.v];
+      if (o.size() < kObserved) {
+        o.push_back(ran);
+      } else {
+        o[count % kObserved] = ran;
+      }
+      ++count;
     }
     BudgetRun(id, now, -1);
     Release(id);

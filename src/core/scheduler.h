@@ -54,6 +54,10 @@ struct PolicyParams {
   // price per GPU-hour by ModelId, which weighs budgets (missing: 1).
   int64_t epoch_unix_ms = 0;
   std::vector<double> gpu_hour_price;
+  // Attained-service orders (core/attained.h): the LAS levels' bounds in GPU-seconds,
+  // ascending, and how often a pass re-ranks while such a queue's jobs wait.
+  std::vector<double> las_thresholds_gpu_s = {3'600, 36'000};
+  Ticks attained_quantum = 10'000;
 };
 
 // The price of a GPU-hour on `model` (1 when the config names none).
@@ -248,8 +252,16 @@ class Scheduler {
   // Running and signaled jobs by expected end, as reckoned when each started or was
   // signaled (estimates learnt later do not move them), then id.
   const std::set<std::pair<Ticks, JobId>>& running_by_end() const { return by_end_; }
+  // The work (progress, without lost work) of the queue's last 1,024 completed jobs, in
+  // no particular order, and how many were ever recorded (changes with each): the
+  // Gittins order's distribution of run times.
+  const std::vector<Ticks>& observed_runs(QueueId q) const { return observed_[q.v]; }
+  uint64_t observed_count(QueueId q) const { return observed_count_[q.v]; }
   // Exponentially decayed usage of a queue (GPU units, averaged with the half-life).
   double decayed_usage(QueueId q) const { return decayed_[q.v]; }
+  // How far `units` more in queue q would go past the burst limit of q or an ancestor
+  // (the most over any of them; 0 when within every limit).
+  GpuUnits BurstExcess(QueueId q, GpuUnits units) const;
   // GPU units a job would hold (the least over the models it accepts, for MIG).
   GpuUnits MinUnits(const JobSpec& spec) const;
   // For what-if evaluations inside a pass: the ledger and placer, to be left exactly as
@@ -323,6 +335,9 @@ class Scheduler {
   std::vector<std::vector<Ticks>> history_;  // per queue: last completed run totals (ring)
   std::vector<size_t> history_next_;
   std::vector<Ticks> history_sum_;  // per queue: sum of the ring
+  static constexpr size_t kObserved = 1024;
+  std::vector<std::vector<Ticks>> observed_;  // per queue: last kObserved completed runs (ring)
+  std::vector<uint64_t> observed_count_;      // per queue: runs ever added
   std::vector<QueueId> budgeted_;           // queues with a budget
   std::vector<BudgetAccount> budgets_;      // by queue; empty when no queue has a budget
   std::vector<JobId> budget_check_;         // submitted or requeued since the last pass

@@ -429,7 +429,7 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
-                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget"});
+                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -455,6 +455,11 @@ class ConfigParser {
         q.reclaim_idle_after = SecondsToTicks(*r);
       }
       if (auto a = f.Bool("allow_keep_when_idle")) q.allow_keep_when_idle = *a;
+      if (auto o = f.Choice("order", {"fair-share", "las", "gittins"})) {
+        q.order = *o == "las" ? core::QueueOrder::kLas
+                  : *o == "gittins" ? core::QueueOrder::kGittins
+                                    : core::QueueOrder::kFairShare;
+      }
       ReadBudget(f, q);
       f.Finish();
       NoteDirty(path, before);
@@ -571,7 +576,7 @@ class ConfigParser {
              {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
-              "reclaim_idle_below", "reclaim_critical"});
+              "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -587,8 +592,24 @@ class ConfigParser {
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
     if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
     if (auto c = f.Bool("reclaim_critical")) p.reclaim_critical = *c;
+    seconds("attained_quantum_s", Range{0, true, kMaxSeconds}, p.attained_quantum);
+    if (const Doc* list = f.List("las_thresholds_gpu_s")) {
+      p.las_thresholds_gpu_s.clear();
+      for (size_t j = 0; j < list->items.size(); ++j) {
+        const Doc& item = list->items[j];
+        const std::string field = f.Path("las_thresholds_gpu_s") + "[" + std::to_string(j) + "]";
+        auto x = d_.Number(item, item.line, field, Range{0, true, 1e15});
+        if (!x) continue;
+        if (!p.las_thresholds_gpu_s.empty() && *x <= p.las_thresholds_gpu_s.back()) {
+          d_.Report(item.line, field, "must be above the one before it (the levels ascend)");
+          continue;
+        }
+        p.las_thresholds_gpu_s.push_back(*x);
+      }
+    }
     // A half-life or estimate that rounds to 0 ms would divide by zero downstream.
     if (p.fairshare_half_life < 1) f.Report("fairshare_half_life_s", "must be at least 0.001");
+    if (p.attained_quantum < 1) f.Report("attained_quantum_s", "must be at least 0.001");
     if (p.default_runtime_estimate < 1) {
       f.Report("default_runtime_estimate_s", "must be at least 0.001");
     }

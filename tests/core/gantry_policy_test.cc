@@ -19,9 +19,9 @@ class GantryTest : public ::testing::Test {
   GantryTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
-        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}},
-                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}},
-                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}}})),
+        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}},
+                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}},
+                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("gantry"), Params()) {}
 
   static PolicyParams Params() {
@@ -274,8 +274,8 @@ class GuaranteePerModelTest : public ::testing::Test {
 
   // serving's and research's guarantees: per model when `per_model`, else over all models.
   std::unique_ptr<Scheduler> Make(bool per_model) {
-    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}};
-    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}};
+    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}};
+    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}};
     if (per_model) {
       serving.guaranteed_by_model = {{a100_, "A100-80GB", 8 * kGpuUnits}};
       research.guaranteed_by_model = {{h100_, "H100-80GB", 8 * kGpuUnits}};
@@ -376,8 +376,8 @@ TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "a", 3, 8, "A100-80GB", 0, 1,
                                             SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   std::vector<JobId> notebooks;
   for (int i = 0; i < 96; ++i) {

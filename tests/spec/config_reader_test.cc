@@ -279,11 +279,12 @@ extra: 1
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
                 "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle, "
-                "budget)",
+                "budget, order)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
-                "default_grace_s, reclaim_idle_below, reclaim_critical)",
+                "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
+                "attained_quantum_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }
@@ -340,6 +341,39 @@ accounting:
                 "H100-80GB, H100-94GB, H200-141GB, B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, "
                 "V100-32GB)",
                 "c.yaml:15: accounting.money: unknown field (known: currency, gpu_hour_prices)"}));
+}
+
+// Issue 14: attained-service orders per queue.
+TEST(ConfigReaderTest, QueueOrdersAndTheirSettings) {
+  const ClusterConfig c = Parse(std::string(kPool) + R"(queues:
+  - name: train
+    order: gittins
+  - name: sweep
+    order: las
+  - name: serve
+policy:
+  las_thresholds_gpu_s: [600, 7200.5]
+  attained_quantum_s: 30
+)");
+  EXPECT_EQ(c.queues.queue(*c.queues.Find("train")).spec.order, core::QueueOrder::kGittins);
+  EXPECT_EQ(c.queues.queue(*c.queues.Find("sweep")).spec.order, core::QueueOrder::kLas);
+  EXPECT_FALSE(c.queues.queue(*c.queues.Find("serve")).spec.order);
+  EXPECT_EQ(c.policy.params.las_thresholds_gpu_s, (std::vector<double>{600, 7200.5}));
+  EXPECT_EQ(c.policy.params.attained_quantum, 30'000);
+
+  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  - name: a
+    order: shortest
+policy:
+  las_thresholds_gpu_s: [600, 600, -1, x]
+  attained_quantum_s: 0
+)"),
+            (std::vector<std::string>{
+                "c.yaml:8: queues[a].order: must be one of fair-share, las, gittins, got \"shortest\"",
+                "c.yaml:10: policy.las_thresholds_gpu_s[1]: must be above the one before it (the levels ascend)",
+                "c.yaml:10: policy.las_thresholds_gpu_s[2]: must be above 0, got -1",
+                "c.yaml:10: policy.las_thresholds_gpu_s[3]: expected a number, got \"x\"",
+                "c.yaml:11: policy.attained_quantum_s: must be above 0, got 0"}));
 }
 
 TEST(ConfigReaderTest, DuplicateKeys) {

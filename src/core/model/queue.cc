@@ -24,6 +24,15 @@ std::string GpusText(GpuUnits units) {
   return out;
 }
 
+std::string_view Name(QueueOrder order) {
+  switch (order) {
+    case QueueOrder::kFairShare: return "fair-share";
+    case QueueOrder::kLas: return "las";
+    case QueueOrder::kGittins: return "gittins";
+  }
+  return "fair-share";
+}
+
 namespace {
 
 std::string Number(double x) {

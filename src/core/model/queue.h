@@ -25,6 +25,11 @@ struct ModelGuarantee {
   GpuUnits units = 0;
 };
 
+// How a queue orders its own pending jobs: by arrival (fair share decides between
+// queues), or by attained service (core/attained.h).
+enum class QueueOrder : uint8_t { kFairShare, kLas, kGittins };
+std::string_view Name(QueueOrder order);
+
 struct QueueSpec {
   std::string name;
   std::string parent;             // empty: a root queue
@@ -42,6 +47,8 @@ struct QueueSpec {
   bool allow_keep_when_idle = false;
   // GPU-hours this queue and those under it may spend per period (core/budget.h).
   std::optional<BudgetSpec> budget;
+  // For this queue and those under it (nearest setting wins; none: fair-share).
+  std::optional<QueueOrder> order;
 };
 
 struct Queue {

@@ -41,6 +41,70 @@ uint64_t AcceptedPools(Scheduler& s, const JobSpec& spec) {
 
 }  // namespace
 
+QueueOrder GantryPolicy::OrderOf(const Scheduler& s, QueueId q) {
+  if (orders_.size() != s.queues().size()) {
+    orders_.assign(s.queues().size(), QueueOrder::kFairShare);
+    gittins_.assign(s.queues().size(), GittinsDist{});
+    ranked_.assign(s.queues().size(), {});
+    for (uint32_t i = 0; i < orders_.size(); ++i) {
+      for (QueueId a : s.queues().queue(QueueId(i)).self_and_ancestors) {
+        if (const auto& o = s.queues().queue(a).spec.order) {
+          orders_[i] = *o;
+          break;
+        }
+      }
+    }
+  }
+  return orders_[q.v];
+}
+
+double GantryPolicy::Gittins(const Scheduler& s, QueueId q, Ticks done) {
+  GittinsDist& d = gittins_[q.v];
+  if (d.count != s.observed_count(q)) {
+    d.count = s.observed_count(q);
+    d.sorted = s.observed_runs(q);
+    std::sort(d.sorted.begin(), d.sorted.end());
+    d.index.clear();
+  }
+  auto [it, fresh] = d.index.try_emplace(done, 0.0);
+  if (fresh) it->second = GittinsIndex(d.sorted, done);
+  return it->second;
+}
+
+double GantryPolicy::Rank(const Scheduler& s, const JobRecord& job, Ticks now) {
+  const QueueOrder order = OrderOf(s, job.spec.queue);
+  if (order == QueueOrder::kFairShare) return 0;
+  const Ticks running =
+      job.phase == Phase::kRunning || job.phase == Phase::kSignaled ? now - job.last_start : 0;
+  if (order == QueueOrder::kLas) {
+    const double gpus = static_cast<double>(s.MinUnits(job.spec)) / static_cast<double>(kGpuUnits);
+    const double seconds = static_cast<double>(job.run_total + running) / kTicksPerSecond;
+    return LasLevel(s.params().las_thresholds_gpu_s, gpus * seconds);
+  }
+  // Gittins: the service had, in whole quanta (a running job's rank moves in steps, and
+  // the indexes memoised per queue stay few); no history yet: all alike, by arrival.
+  // Service, not progress: work lost to a preemption still counts, so a job's standing
+  // moves only forward and two jobs cannot take each other's GPUs back and forth for
+  // ever (with progress, a job preempted before its first checkpoint would rank as if
+  // new again).
+  if (s.observed_count(job.spec.queue) == 0) return 0;
+  const Ticks quantum = std::max<Ticks>(1, s.params().attained_quantum);
+  const Ticks had = (job.run_total + running) / quantum * quantum;
+  return -Gittins(s, job.spec.queue, had);
+}
+
+void GantryPolicy::RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now) {
+  const auto& jobs = s.pending_in(tier, q);
+  std::vector<std::tuple<double, Ticks, JobId>> order;
+  for (auto it = jobs.upper_bound({after, JobId(UINT32_MAX)}); it != jobs.end(); ++it) {
+    order.emplace_back(Rank(s, s.job(it->second), now), it->first, it->second);
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<JobId>& out = ranked_[q.v];
+  out.clear();
+  for (const auto& entry : order) out.push_back(std::get<2>(entry));
+}
+
 void GantryPolicy::Holdings(const Scheduler& s, const JobRecord& job) {
   holdings_.clear();
   if (s.queues().queue(job.spec.queue).spec.guaranteed_by_model.empty()) {
@@ -236,14 +300,20 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     // Then fair share: the queue with the best standing offers its oldest job.
     using Entry = std::tuple<int, double, uint32_t>;  // (band, usage per weight, queue)
     std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
+    // Each queue offers its jobs by arrival (cursor), or by rank (ranked_, from pos).
     std::vector<std::set<std::pair<Ticks, JobId>>::const_iterator> cursor(queue_count);
+    std::vector<size_t> pos(queue_count, 0);
+    auto ranked = [&](uint32_t q) { return OrderOf(s, QueueId(q)) != QueueOrder::kFairShare; };
+    auto head = [&](uint32_t q) {
+      if (ranked(q)) return pos[q] < ranked_[q].size() ? ranked_[q][pos[q]] : JobId();
+      return cursor[q] == s.pending_in(tier, QueueId(q)).end() ? JobId() : cursor[q]->second;
+    };
     auto push = [&](uint32_t q) {
-      const auto& jobs = s.pending_in(tier, QueueId(q));
-      if (cursor[q] == jobs.end()) return;
+      const JobId first = head(q);
+      if (!first.valid()) return;
       const QueueSpec& spec = s.queues().queue(QueueId(q)).spec;
-      const JobId head = cursor[q]->second;
       const GpuUnits usage = s.queue_usage(QueueId(q));
-      const int band = s.GuaranteedModels(s.job(head).spec) != 0 ? 0 : 1;
+      const int band = s.GuaranteedModels(s.job(first).spec) != 0 ? 0 : 1;
       const double standing =
           (s.decayed_usage(QueueId(q)) + static_cast<double>(usage)) / std::max(spec.weight, 1e-9);
       heap.emplace(band, standing, q);
@@ -251,13 +321,19 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     for (uint32_t q = 0; q < queue_count; ++q) {
       const auto& jobs = s.pending_in(tier, QueueId(q));
       cursor[q] = jobs.upper_bound({aged_before, JobId(UINT32_MAX)});
+      if (ranked(q)) RankPending(s, tier, QueueId(q), aged_before, now);
       push(q);
     }
     while (!heap.empty()) {
       const uint32_t q = std::get<2>(heap.top());
       heap.pop();
-      const JobId id = cursor[q]->second;
-      ++cursor[q];  // advance before Consider: a start removes the job from the set
+      const JobId id = head(q);
+      // Advance before Consider: a start removes the job from the set.
+      if (ranked(q)) {
+        ++pos[q];
+      } else {
+        ++cursor[q];
+      }
       Consider(s, id, now);
       push(q);
     }
@@ -277,6 +353,24 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     s.Wait(id, "preemption: waiting for " + std::to_string(job.victims_pending) +
                    " preempted job(s) to release their GPUs");
     return;
+  }
+  // A job that preempted by rank in its own queue may have done so for room under the
+  // queue's burst limit: that room is held for it too (else its victims, requeued,
+  // would take it back at once, and so on for ever).
+  if (!claimant && OrderOf(s, job.spec.queue) != QueueOrder::kFairShare) {
+    GpuUnits held = 0;
+    const JobRecord* holder = nullptr;
+    for (const Reservation& c : claims_) {
+      const JobRecord& other = s.job(c.job);
+      if (other.spec.queue != job.spec.queue || other.phase != Phase::kPending) continue;
+      held += s.MinUnits(other.spec);
+      if (holder == nullptr) holder = &other;
+    }
+    if (held > 0 && s.BurstExcess(job.spec.queue, s.MinUnits(job.spec) + held) > 0) {
+      s.Wait(id, "quota: room under queue " + s.queues().queue(job.spec.queue).spec.name +
+                     "'s burst limit is held for job " + holder->spec.id + " (preempting)");
+      return;
+    }
   }
   // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
   // claims; a claimant uses its own claim.
@@ -313,6 +407,14 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     }
     return;
   }
+  // In a queue ordered by attained service its jobs that rank worse give way, for room
+  // or for the queue's burst limit; ranks move as jobs run, so look again a quantum on.
+  const bool by_rank = job.spec.tier != Tier::kBestEffort &&
+                       OrderOf(s, job.spec.queue) != QueueOrder::kFairShare;
+  if (by_rank && (block == Scheduler::Block::kCapacity || block == Scheduler::Block::kQuota)) {
+    s.WakeAt(now + std::max<Ticks>(1, s.params().attained_quantum));
+  }
+  if (by_rank && block == Scheduler::Block::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
   if (block == Scheduler::Block::kCapacity) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
@@ -321,6 +423,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     if (inside != 0) {
       if (TryPreempt(s, id, now, Mode::kGuarantee, inside)) return;
       at_checkpoint = next_checkpoint_;
+    }
+    if (by_rank) {
+      if (TryPreempt(s, id, now, Mode::kRank)) return;
+      at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
     }
     // A job due for a reservation that has waited past backfill_lease_after takes back
     // what backfilled jobs hold past their lease.
@@ -361,15 +467,17 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   s.Wait(id, std::move(why));
 }
 
-void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
+void GantryPolicy::IndexVictims(Scheduler& s, Ticks now) {
   victims_.clear();
   unprotect_ = kForever;
   for (JobId v : s.running()) {
     const JobRecord& victim = s.job(v);
     if (victim.phase != Phase::kRunning || victim.spec.tier == Tier::kCritical) continue;
-    if (victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt) {
+    const bool guarded =
+        victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt;
+    if (guarded) {
       unprotect_ = std::min(unprotect_, victim.last_start + s.params().min_run_before_repreempt);
-      continue;
+      if (OrderOf(s, victim.spec.queue) == QueueOrder::kFairShare) continue;
     }
     uint64_t pools = 0;
     for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
@@ -378,7 +486,7 @@ void GantryPolicy::IndexVictims(const Scheduler& s, Ticks now) {
     const Ticks since = ck > 0 ? ran % ck : ran;
     victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
                               victim.units * (since / kTicksPerSecond), v, pools,
-                              ck > 0 ? since : 0});
+                              ck > 0 ? since : 0, guarded});
   }
   victims_indexed_ = true;
   victims_sorted_ = false;
@@ -393,14 +501,26 @@ bool GantryPolicy::Eligible(const Scheduler& s, const JobRecord& job, const Vict
   if ((c.pools & accepts) == 0) return false;
   const JobRecord& victim = s.job(c.id);
   if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
+  if (c.guarded && (mode != Mode::kRank || now - victim.last_start < s.params().attained_quantum)) {
+    return false;
+  }
   if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
+  if (mode == Mode::kRank && (victim.spec.queue != job.spec.queue || victim.spec.tier < job.spec.tier ||
+                              !(Rank(s, victim, now) > job_rank_))) {
+    return false;
+  }
   // A job that can wait takes back its guarantee from a checkpointing victim only just
   // after a checkpoint.
-  const Ticks window = s.params().preempt_after_checkpoint;
+  // Rank preemption goes on all the time, so it takes a victim only within a quantum
+  // of a checkpoint: each costs a victim at most a quantum of work.
+  const Ticks window = mode == Mode::kRank
+                           ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
+                           : s.params().preempt_after_checkpoint;
   if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
     next_checkpoint_ = std::min(next_checkpoint_, now + victim.spec.checkpoint - c.since);
     return false;
   }
+  if (mode == Mode::kRank) return true;
   const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
   return lower_tier ||
          (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
@@ -452,7 +572,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   Ledger& ledger = s.mutable_ledger();
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
-  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode, models};
+  job_rank_ = mode == Mode::kRank ? Rank(s, job, now) : 0;
+  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode, models, job_rank_};
   if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
     return false;
@@ -471,6 +592,14 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   next_checkpoint_ = kForever;
   Candidates(s, job, accepts, mode, now);
   if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
+  if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
+    std::vector<std::pair<double, size_t>> by_rank;
+    for (size_t i = 0; i < candidates_.size(); ++i) by_rank.emplace_back(-Rank(s, s.job(candidates_[i].id), now), i);
+    std::sort(by_rank.begin(), by_rank.end());
+    std::vector<Victim> sorted;
+    for (const auto& [rank, i] : by_rank) sorted.push_back(candidates_[i]);
+    candidates_ = std::move(sorted);
+  }
   const std::vector<Victim>& candidates = candidates_;
   if (candidates.empty()) {
     preempt_failed_.emplace(std::move(key), next_checkpoint_);
@@ -480,12 +609,18 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   std::vector<JobId> chosen;
   Allocation fit;
   const GpuUnits need = s.MinUnits(spec);
+  // Victims of its own queue also make room under the queue's burst limit (and its
+  // ancestors'): they must free at least what the job would hold past it.
+  const GpuUnits over_burst = mode == Mode::kRank ? s.BurstExcess(job.spec.queue, need) : 0;
+  GpuUnits freed = 0;
   Taken taken;  // borrowed units reclaimed so far
   for (const Victim& c : candidates) {
     // Standard work on borrowed capacity: all of it must be borrowed.
     if (!Take(s, c, mode, taken)) continue;
     ReleaseAll(ledger, s.job(c.id).alloc);
     chosen.push_back(c.id);
+    freed += s.job(c.id).units;
+    if (freed < over_burst) continue;
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(spec, Fit::kBest, fit)) break;
   }
@@ -507,8 +642,10 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
     AllocateAll(ledger, s.job(*it).alloc);
     Allocation probe;
-    if (s.placer().Place(spec, Fit::kBest, probe)) {
+    const GpuUnits units = s.job(*it).units;
+    if (freed - units >= over_burst && s.placer().Place(spec, Fit::kBest, probe)) {
       ReleaseAll(ledger, probe);  // still fits without this victim
+      freed -= units;
     } else {
       ReleaseAll(ledger, s.job(*it).alloc);
       needed.push_back(*it);
@@ -525,6 +662,10 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
     std::string reason =
         mode == Mode::kLessees ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
                       " is due for GPUs this job was backfilled onto; it ran past its estimate"
+        : mode == Mode::kRank
+            ? std::string(Name(job.spec.tier)) + " job " + job.spec.id + " comes first in queue " +
+                  queue + "'s " + std::string(Name(OrderOf(s, job.spec.queue))) +
+                  " order (attained service)"
         : victim.spec.tier == Tier::kBestEffort
             ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
                   " needs capacity held by best-effort work"

@@ -24,6 +24,11 @@
 // reservation counts it as ending now: an estimate that was wrong (a long job whose
 // queue's history says hours) cannot hold a big gang back for days. Slurm's time limit,
 // applied only where a starving reservation waits for the GPUs.
+// Attained-service orders (core/attained.h): a queue with `order: las` or `gittins`
+// offers its jobs to fair share by rank (then arrival) instead of by arrival, and a job
+// that finds no room may preempt running jobs of its own queue, of its tier or lower,
+// that rank strictly worse now (the same checkpoint window and re-preemption guard as
+// above); while such jobs wait, a pass re-ranks every `attained_quantum`.
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
 // leaves free for big gangs.
 // Thread-safety: none; driven by one Scheduler.
@@ -35,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "core/attained.h"
 #include "core/scheduler.h"
 
 namespace gantry::core {
@@ -58,6 +64,9 @@ class GantryPolicy final : public Policy {
     JobId id;
     uint64_t pools;  // pools it holds GPUs in (PoolBit)
     Ticks since;     // time since its last checkpoint (0 for a job that never checkpoints)
+    // Resumed less than min_run_before_repreempt ago: only an attained-service order,
+    // whose ranks protect it, may take it (once it has run a quantum).
+    bool guarded;
     bool operator<(const Victim& o) const {
       return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
     }
@@ -66,6 +75,7 @@ class GantryPolicy final : public Policy {
   enum class Mode : uint8_t {
     kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
     kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
+    kRank,       // its queue orders by attained service: its queue's jobs that rank worse
   };
   struct PreemptKey {
     Scheduler::Shape shape;
@@ -73,6 +83,7 @@ class GantryPolicy final : public Policy {
     Tier tier;
     Mode mode;
     ModelMask models;  // where the job may preempt
+    double rank;       // kRank: the job's rank (0 otherwise)
     auto operator<=>(const PreemptKey&) const = default;
   };
   // A job started on GPUs held for a reservation, because its estimate ended first.
@@ -82,8 +93,16 @@ class GantryPolicy final : public Policy {
   };
 
   void Consider(Scheduler& s, JobId id, Ticks now);
+  // The order of queue q's own jobs (nearest setting up the tree), and a job's rank in
+  // it now: lower goes first (0 for every job under fair-share).
+  QueueOrder OrderOf(const Scheduler& s, QueueId q);
+  double Rank(const Scheduler& s, const JobRecord& job, Ticks now);
+  double Gittins(const Scheduler& s, QueueId q, Ticks done);  // memoised GittinsIndex
+  // Fills ranked_[q] with the pending jobs of `tier` in queue q that arrived after
+  // `after`, best rank first.
+  void RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now);
   // Fills victims_: the running jobs no rule protects, cheapest first.
-  void IndexVictims(const Scheduler& s, Ticks now);
+  void IndexVictims(Scheduler& s, Ticks now);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
   // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
   void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
@@ -156,6 +175,18 @@ class GantryPolicy final : public Policy {
   std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
   std::vector<std::pair<uint32_t, uint32_t>> on_node_;  // NodeByNode: (node, victim index)
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
+  // Attained-service orders: each queue's effective order (filled on first use); per
+  // queue, the sorted run times its Gittins indexes come from (as of `count`
+  // completions) with the indexes computed so far; the pass's ranked pending jobs.
+  std::vector<QueueOrder> orders_;
+  struct GittinsDist {
+    uint64_t count = UINT64_MAX;
+    std::vector<Ticks> sorted;
+    std::map<Ticks, double> index;  // by work done
+  };
+  std::vector<GittinsDist> gittins_;
+  std::vector<std::vector<JobId>> ranked_;
+  double job_rank_ = 0;  // TryPreempt under kRank: the preempting job's rank
   std::set<Scheduler::Shape> reserve_failed_;
 };
 

@@ -145,6 +145,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   running_pos_.push_back(0);
   rec.spec = std::move(spec);
   rec.submit = now;
+  rec.pending_since = now;
   rec.asked_tier = rec.spec.tier;
   std::optional<std::string> why = WhyInfeasible(rec.spec, cluster_);
   if (!why) {
@@ -294,6 +295,7 @@ void Scheduler::Requeue(JobId id, Ticks now) {
     }
   }
   job.phase = Phase::kPending;
+  job.pending_since = now;
   job.signaled_at = -1;
   job.preempted_by = JobId();
   job.wait_reason.clear();

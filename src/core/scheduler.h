@@ -58,6 +58,9 @@ struct PolicyParams {
   // ascending, and how often a pass re-ranks while such a queue's jobs wait.
   std::vector<double> las_thresholds_gpu_s = {3'600, 36'000};
   Ticks attained_quantum = 10'000;
+  // A job pending this long (since it last became pending) drains: see GantryPolicy.
+  // 0 = never; a queue's max_wait overrides it for the queues under it.
+  Ticks max_wait = 0;
 };
 
 // The price of a GPU-hour on `model` (1 when the config names none).
@@ -74,6 +77,7 @@ struct JobRecord {
   JobSpec spec;
   Phase phase = Phase::kPending;
   Ticks submit = 0;
+  Ticks pending_since = 0;  // when it last became pending (submit or requeue)
   Ticks first_start = -1;
   Ticks last_start = -1;
   Ticks signaled_at = -1;

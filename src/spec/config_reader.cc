@@ -429,7 +429,7 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
-                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order"});
+                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order", "max_wait_s"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -455,6 +455,7 @@ class ConfigParser {
         q.reclaim_idle_after = SecondsToTicks(*r);
       }
       if (auto a = f.Bool("allow_keep_when_idle")) q.allow_keep_when_idle = *a;
+      if (auto w = f.Number("max_wait_s", Range{0, false, kMaxSeconds})) q.max_wait = SecondsToTicks(*w);
       if (auto o = f.Choice("order", {"fair-share", "las", "gittins"})) {
         q.order = *o == "las" ? core::QueueOrder::kLas
                   : *o == "gittins" ? core::QueueOrder::kGittins
@@ -576,7 +577,7 @@ class ConfigParser {
              {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
-              "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s"});
+              "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -593,6 +594,7 @@ class ConfigParser {
     if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
     if (auto c = f.Bool("reclaim_critical")) p.reclaim_critical = *c;
     seconds("attained_quantum_s", Range{0, true, kMaxSeconds}, p.attained_quantum);
+    seconds("max_wait_s", Range{0, false, kMaxSeconds}, p.max_wait);
     if (const Doc* list = f.List("las_thresholds_gpu_s")) {
       p.las_thresholds_gpu_s.clear();
       for (size_t j = 0; j < list->items.size(); ++j) {

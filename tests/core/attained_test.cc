@@ -165,12 +165,17 @@ TEST_P(RankedOrderTest, RoomUnderTheBurstLimitIsHeldForTheJobThatPreemptedForIt)
   auto victims = Preempted(Pass(600 * kS));
   std::sort(victims.begin(), victims.end());
   EXPECT_EQ(victims, (std::vector<JobId>{a, b}));
-  // a leaves first; the room it frees under the limit stays fresh's, though GPUs are free.
+  // a leaves first; the room it frees under the limit stays fresh's, though GPUs are
+  // free: neither a nor a newcomer of the queue takes it.
   sched_.Requeue(a, 610 * kS);
+  JobId newcomer = Submit("newcomer", 610 * kS, kS, 4);
   Pass(610 * kS);
   EXPECT_EQ(sched_.job(a).phase, Phase::kPending);
-  EXPECT_NE(sched_.job(a).wait_reason.find("held for job fresh"), std::string::npos)
+  EXPECT_NE(sched_.job(a).wait_reason.find("preempted for job fresh"), std::string::npos)
       << sched_.job(a).wait_reason;
+  EXPECT_EQ(sched_.job(newcomer).phase, Phase::kPending);
+  EXPECT_NE(sched_.job(newcomer).wait_reason.find("held for job fresh"), std::string::npos)
+      << sched_.job(newcomer).wait_reason;
   sched_.Requeue(b, 620 * kS);
   Pass(620 * kS);
   EXPECT_EQ(sched_.job(fresh).phase, Phase::kRunning);

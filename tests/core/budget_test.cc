@@ -58,10 +58,10 @@ class BudgetTest : public ::testing::Test {
     catalog_ = Catalog::BuiltIn();
     cluster_ = std::make_unique<Cluster>(
         MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB"), Pool(catalog_, "a", 1, 8, "A100-80GB")}));
-    QueueSpec org{"org", "", 0, -1, 1, {}, {}, false, BudgetSpec{6, BudgetPeriod::kMonth, when}, {}};
-    QueueSpec team{"team", "org", 0, -1, 1, {}, {}, false, BudgetSpec{4, BudgetPeriod::kMonth, when}, {}};
-    QueueSpec sibling{"sibling", "org", 0, -1, 1, {}, {}, false, std::nullopt, {}};
-    QueueSpec other{"other", "", 0, -1, 1, {}, {}, false, std::nullopt, {}};
+    QueueSpec org{"org", "", 0, -1, 1, {}, {}, false, BudgetSpec{6, BudgetPeriod::kMonth, when}, {}, {}};
+    QueueSpec team{"team", "org", 0, -1, 1, {}, {}, false, BudgetSpec{4, BudgetPeriod::kMonth, when}, {}, {}};
+    QueueSpec sibling{"sibling", "org", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}};
+    QueueSpec other{"other", "", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}};
     queues_ = std::make_unique<QueueTree>(MakeQueues({org, team, sibling, other}));
     PolicyParams params;
     params.epoch_unix_ms = kNov30;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "test_util.h"
 
 namespace gantry::core {
@@ -19,9 +21,9 @@ class GantryTest : public ::testing::Test {
   GantryTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
-        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}},
-                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}},
-                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}}})),
+        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
+                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
+                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("gantry"), Params()) {}
 
   static PolicyParams Params() {
@@ -274,8 +276,8 @@ class GuaranteePerModelTest : public ::testing::Test {
 
   // serving's and research's guarantees: per model when `per_model`, else over all models.
   std::unique_ptr<Scheduler> Make(bool per_model) {
-    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}};
-    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}};
+    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}};
+    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}};
     if (per_model) {
       serving.guaranteed_by_model = {{a100_, "A100-80GB", 8 * kGpuUnits}};
       research.guaranteed_by_model = {{h100_, "H100-80GB", 8 * kGpuUnits}};
@@ -376,8 +378,8 @@ TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "a", 3, 8, "A100-80GB", 0, 1,
                                             SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   std::vector<JobId> notebooks;
   for (int i = 0; i < 96; ++i) {
@@ -408,6 +410,70 @@ TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
   for (JobId v : victims) s.Requeue(v, 1035 * kS);
   s.Schedule(1035 * kS);
   EXPECT_EQ(s.job(c).phase, Phase::kRunning);
+}
+
+
+// max_wait: a gang kept waiting by a stream of small jobs that overrun their estimates
+// (each backfilled because its estimate ended before the gang's receding reservation).
+// Returns when the gang started (-1: still waiting at 2,000 s).
+Ticks GangStartUnderAStreamOfSmallJobs(Ticks max_wait) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
+  QueueSpec q;
+  q.name = "q";
+  const QueueTree queues = MakeQueues({q});
+  PolicyParams params;
+  params.max_wait = max_wait;
+  params.preempt_after_checkpoint = 5 * kS;
+  Scheduler sched(cluster, queues, MakePolicy("gantry"), params);
+  std::map<JobId, Ticks> runs;  // how long each small job runs once started
+  auto small = [&](int i, Ticks now, Ticks run) {
+    JobSpec j = Whole(catalog, "s" + std::to_string(i), 1, 1);
+    j.runtime_estimate = 10 * kS;
+    j.grace = 5 * kS;
+    const JobId id = sched.Submit(j, now);
+    runs[id] = run;
+    return id;
+  };
+  // Eight small jobs, one per GPU, ending 100-170 s in; each is replaced as it ends by one
+  // that runs 100 s, so the node never empties.
+  int next = 0;
+  for (int i = 0; i < 8; ++i) small(next++, 0, (100 + 10 * i) * kS);
+  JobSpec g = Whole(catalog, "gang", 1, 8);
+  g.runtime_estimate = 1000 * kS;
+  const JobId gang = sched.Submit(g, 0);
+  std::map<Ticks, std::vector<JobId>> ends;  // when the driver ends a run
+  auto pass = [&](Ticks now) {
+    for (const Decision& d : sched.Schedule(now)) {
+      if (d.kind == Decision::Kind::kStart && d.job != gang) ends[now + runs[d.job]].push_back(d.job);
+    }
+  };
+  pass(0);
+  for (Ticks now = kS; now <= 2000 * kS; now += kS) {
+    if (auto it = ends.find(now); it != ends.end()) {
+      for (JobId id : it->second) {
+        const JobRecord& job = sched.job(id);
+        if (job.phase == Phase::kRunning && job.last_start + runs[id] == now) {
+          sched.Finish(id, now, true);
+          small(next++, now, 100 * kS);
+        }
+      }
+      ends.erase(it);
+    }
+    pass(now);
+    if (sched.job(gang).phase == Phase::kRunning) return now;
+  }
+  return -1;
+}
+
+TEST(GantryMaxWaitTest, AGangPastMaxWaitStartsWithinItsBound) {
+  // Without a bound the stream keeps the gang out for good.
+  EXPECT_EQ(GangStartUnderAStreamOfSmallJobs(0), -1);
+  // Past 300 s it drains: no small job starts on its GPUs, so it starts when the last of
+  // those running then ends: within 300 + 100 s.
+  const Ticks start = GangStartUnderAStreamOfSmallJobs(300 * kS);
+  EXPECT_GT(start, 300 * kS);
+  EXPECT_LE(start, 400 * kS);
 }
 
 }  // namespace

@@ -27,8 +27,8 @@ class SchedulerTest : public ::testing::Test {
   SchedulerTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB")})),
-        queues_(MakeQueues({QueueSpec{"a", "", 4 * kGpuUnits, 8 * kGpuUnits, 1, {}, {}, false, {}, {}},
-                            QueueSpec{"b", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}}})),
+        queues_(MakeQueues({QueueSpec{"a", "", 4 * kGpuUnits, 8 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
+                            QueueSpec{"b", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
 
   JobSpec Job(const char* id, int replicas, int gpus, const char* queue = "b") {

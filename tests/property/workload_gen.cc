@@ -104,6 +104,7 @@ struct QueueSpec {
   int weight = 1;
   int max_job_gpus = 0;  // the biggest job of this queue; its burst (and its parent's) allow it
   std::string order;     // empty: fair-share (not written)
+  int max_wait_s = 0;    // 0: not written
 };
 
 constexpr int kMaxJobGpus = 64;  // no job asks for more
@@ -117,6 +118,7 @@ struct Cluster {
   // Attained-service orders: the policy's settings when some queue has one.
   std::vector<int> las_thresholds_gpu_s;
   int attained_quantum_s = 0;
+  int max_wait_s = 0;  // 0: not written
 };
 
 Cluster MakeCluster(Rng& rng) {
@@ -187,17 +189,17 @@ Cluster MakeCluster(Rng& rng) {
     return std::max(q.max_job_gpus, q.guaranteed + 1) + rng.Int(0, std::max(1, t / slack_divisor));
   };
   QueueSpec research{"research", "ml", std::max(1, t * rng.Int(5, 15) / 100), 0, rng.Int(1, 3),
-                     kMaxJobGpus, ""};
+                     kMaxJobGpus, "", 0};
   QueueSpec nlp{"nlp", "ml", std::max(1, t * rng.Int(5, 15) / 100), 0, rng.Int(1, 3),
-                kMaxJobGpus, ""};
+                kMaxJobGpus, "", 0};
   research.burst = burst_above(research, 4);
   nlp.burst = burst_above(nlp, 4);
   QueueSpec ml{"ml", "", research.guaranteed + nlp.guaranteed + t * rng.Int(0, 10) / 100, 0,
-               rng.Int(1, 3), kMaxJobGpus, ""};
+               rng.Int(1, 3), kMaxJobGpus, "", 0};
   ml.burst = std::max({ml.guaranteed + 1, research.burst, nlp.burst}) + rng.Int(0, std::max(1, t / 4));
-  QueueSpec serving{"serving", "", std::max(1, t * rng.Int(5, 20) / 100), 0, rng.Int(1, 3), 16, ""};
+  QueueSpec serving{"serving", "", std::max(1, t * rng.Int(5, 20) / 100), 0, rng.Int(1, 3), 16, "", 0};
   serving.burst = burst_above(serving, 8);
-  QueueSpec batch{"batch", "", t * rng.Int(0, 10) / 100, -1, 1, 8, ""};
+  QueueSpec batch{"batch", "", t * rng.Int(0, 10) / 100, -1, 1, 8, "", 0};
   if (rng.Chance(0.7)) batch.burst = burst_above(batch, 10);
   c.queues = {ml, research, nlp, serving, batch};
   const std::vector<int> reclaim = {0, 300, 600, 900, 1800};
@@ -211,6 +213,12 @@ Cluster MakeCluster(Rng& rng) {
   const int first = rng.Int(60, 3600);
   c.las_thresholds_gpu_s = {first, first * rng.Int(2, 10)};
   c.attained_quantum_s = rng.Int(5, 120);
+  // Bounded waits: sometimes for the site, sometimes for a queue; short enough that
+  // many jobs drain (each draining job's reservation is kept, so they cost passes).
+  if (rng.Chance(0.5)) c.max_wait_s = rng.Int(1800, 14400);
+  for (QueueSpec& q : c.queues) {
+    if (rng.Chance(0.2)) q.max_wait_s = rng.Int(300, 7200);
+  }
   return c;
 }
 
@@ -248,10 +256,12 @@ std::string ConfigYaml(const Cluster& c, uint64_t seed) {
     if (q.burst >= 0) y += fmt::format("    burst_gpus: {}\n", q.burst);
     y += fmt::format("    weight: {}\n", q.weight);
     if (!q.order.empty()) y += fmt::format("    order: {}\n", q.order);
+    if (q.max_wait_s > 0) y += fmt::format("    max_wait_s: {}\n", q.max_wait_s);
   }
   y += fmt::format("policy:\n  reclaim_idle_after_s: {}\n", c.reclaim_idle_after_s);
   y += fmt::format("  las_thresholds_gpu_s: [{}, {}]\n  attained_quantum_s: {}\n", c.las_thresholds_gpu_s[0],
                    c.las_thresholds_gpu_s[1], c.attained_quantum_s);
+  if (c.max_wait_s > 0) y += fmt::format("  max_wait_s: {}\n", c.max_wait_s);
   return y;
 }
 

@@ -279,12 +279,12 @@ extra: 1
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
                 "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle, "
-                "budget, order)",
+                "budget, order, max_wait_s)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
-                "attained_quantum_s)",
+                "attained_quantum_s, max_wait_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }
@@ -351,10 +351,15 @@ TEST(ConfigReaderTest, QueueOrdersAndTheirSettings) {
   - name: sweep
     order: las
   - name: serve
+    max_wait_s: 3600
 policy:
   las_thresholds_gpu_s: [600, 7200.5]
   attained_quantum_s: 30
+  max_wait_s: 86400
 )");
+  EXPECT_EQ(c.queues.queue(*c.queues.Find("serve")).spec.max_wait, 3'600'000);
+  EXPECT_FALSE(c.queues.queue(*c.queues.Find("train")).spec.max_wait);
+  EXPECT_EQ(c.policy.params.max_wait, 86'400'000);
   EXPECT_EQ(c.queues.queue(*c.queues.Find("train")).spec.order, core::QueueOrder::kGittins);
   EXPECT_EQ(c.queues.queue(*c.queues.Find("sweep")).spec.order, core::QueueOrder::kLas);
   EXPECT_FALSE(c.queues.queue(*c.queues.Find("serve")).spec.order);

@@ -49,6 +49,8 @@ struct QueueSpec {
   std::optional<BudgetSpec> budget;
   // For this queue and those under it (nearest setting wins; none: fair-share).
   std::optional<QueueOrder> order;
+  // A job of this queue (or under it) pending this long drains (policy max_wait; 0: never).
+  std::optional<Ticks> max_wait;
 };
 
 struct Queue {

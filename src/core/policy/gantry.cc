@@ -44,18 +44,68 @@ uint64_t AcceptedPools(Scheduler& s, const JobSpec& spec) {
 QueueOrder GantryPolicy::OrderOf(const Scheduler& s, QueueId q) {
   if (orders_.size() != s.queues().size()) {
     orders_.assign(s.queues().size(), QueueOrder::kFairShare);
+    max_wait_.assign(s.queues().size(), s.params().max_wait);
     gittins_.assign(s.queues().size(), GittinsDist{});
     ranked_.assign(s.queues().size(), {});
     for (uint32_t i = 0; i < orders_.size(); ++i) {
-      for (QueueId a : s.queues().queue(QueueId(i)).self_and_ancestors) {
+      const auto& line = s.queues().queue(QueueId(i)).self_and_ancestors;
+      for (QueueId a : line) {
         if (const auto& o = s.queues().queue(a).spec.order) {
           orders_[i] = *o;
           break;
         }
       }
+      for (QueueId a : line) {
+        if (const auto& w = s.queues().queue(a).spec.max_wait) {
+          max_wait_[i] = *w;
+          break;
+        }
+      }
+      any_max_wait_ |= max_wait_[i] > 0;
     }
   }
   return orders_[q.v];
+}
+
+Ticks GantryPolicy::MaxWaitOf(const Scheduler& s, QueueId q) const {
+  return q.v < max_wait_.size() ? max_wait_[q.v] : s.params().max_wait;
+}
+
+bool GantryPolicy::PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks now) const {
+  const Ticks limit = MaxWaitOf(s, job.spec.queue);
+  return limit > 0 && job.phase == Phase::kPending && now - job.pending_since >= limit;
+}
+
+bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) const {
+  // Those owed room: claimants that preempted by rank, and draining jobs a limit stops.
+  std::vector<JobId> owed = owed_room_;
+  for (const Reservation& c : claims_) {
+    if (orders_[s.job(c.job).spec.queue.v] != QueueOrder::kFairShare) owed.push_back(c.job);
+  }
+  if (owed.empty()) return false;
+  const JobRecord& job = s.job(id);
+  const GpuUnits units = s.MinUnits(job.spec);
+  for (QueueId a : s.queues().queue(job.spec.queue).self_and_ancestors) {
+    const GpuUnits burst = s.queues().queue(a).spec.burst;
+    if (burst < 0) continue;
+    GpuUnits held = 0;
+    JobId holder;
+    for (JobId o : owed) {
+      const JobRecord& other = s.job(o);
+      if (o == id || other.phase != Phase::kPending) continue;
+      const auto& line = s.queues().queue(other.spec.queue).self_and_ancestors;
+      if (std::find(line.begin(), line.end(), a) == line.end()) continue;
+      held += s.MinUnits(other.spec);
+      if (!holder.valid()) holder = o;
+    }
+    if (held > 0 && s.queue_usage(a) + units + held > burst) {
+      const bool draining = std::find(owed_room_.begin(), owed_room_.end(), holder) != owed_room_.end();
+      why = "quota: room under queue " + s.queues().queue(a).spec.name + "'s burst limit is held for job " +
+            s.job(holder).spec.id + (draining ? " (waiting past max_wait_s)" : " (preempting)");
+      return true;
+    }
+  }
+  return false;
 }
 
 double GantryPolicy::Gittins(const Scheduler& s, QueueId q, Ticks done) {
@@ -172,6 +222,19 @@ void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools) {
   }
 }
 
+void GantryPolicy::HoldDrains(Scheduler& s) {
+  for (Drain& d : drains_) {
+    if (d.held.empty() && s.job(d.r.job).phase == Phase::kPending) HoldInto(s, d.r, ~uint64_t{0}, d.held);
+  }
+}
+
+void GantryPolicy::DropDrains(Scheduler& s) {
+  for (Drain& d : drains_) {
+    ReleaseAll(s.mutable_ledger(), d.held);
+    d.held.clear();
+  }
+}
+
 std::string GantryPolicy::Holders(const Scheduler& s) const {
   std::string out;
   for (const Reservation& r : claims_) {
@@ -181,6 +244,14 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
   for (const Reservation& r : reservations_) {
     out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
            " (reserved, from t=" + Seconds(r.start) + " s)";
+  }
+  // Drains may be many: the first few by name (a reason should read in one line).
+  constexpr size_t kNamed = 2;
+  for (size_t i = 0; i < std::min(drains_.size(), kNamed); ++i) {
+    out += (out.empty() ? "" : ", ") + s.job(drains_[i].r.job).spec.id + " (waiting past max_wait_s)";
+  }
+  if (drains_.size() > kNamed) {
+    out += " and " + std::to_string(drains_.size() - kNamed) + " more waiting past max_wait_s";
   }
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
@@ -193,12 +264,19 @@ Ticks GantryPolicy::Shadow() const {
 }
 
 void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools) {
+  const size_t before = phantoms_.size();
+  HoldInto(s, r, pools, phantoms_);
+  for (size_t i = before; i < phantoms_.size(); ++i) {
+    phantom_pools_ |= PoolBit(s.cluster().node(phantoms_[i].node).pool);
+  }
+}
+
+void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into) {
   Ledger& ledger = s.mutable_ledger();
   auto hold = [&](const WorkerAlloc& p) {
     if (!ledger.Fits(p)) return;
     ledger.Allocate(p);
-    phantoms_.push_back(p);
-    phantom_pools_ |= PoolBit(s.cluster().node(p.node).pool);
+    into.push_back(p);
   };
   for (const WorkerAlloc& w : r.alloc) {
     if ((PoolBit(s.cluster().node(w.node).pool) & pools) == 0) continue;
@@ -249,9 +327,17 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   preempt_failed_.clear();
   reserve_failed_.clear();
   victims_indexed_ = false;
+  if (s.queues().size() > 0) OrderOf(s, QueueId(0));  // per-queue settings, on first use
+  // A drain lasts while its job waits and every node it names is up.
+  std::erase_if(drains_, [&](const Drain& d) {
+    if (s.job(d.r.job).phase != Phase::kPending) return true;
+    return std::any_of(d.r.alloc.begin(), d.r.alloc.end(),
+                       [&](const WorkerAlloc& w) { return !s.ledger().node(w.node).up; });
+  });
+  HoldDrains(s);  // for the whole pass: no job but a critical one or its owner gets them
   if (full) {
     reservations_.clear();
-
+    owed_room_.clear();
   } else {
     std::erase_if(reservations_,
                   [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
@@ -283,7 +369,26 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     });
     for (JobId id : order_) Consider(s, id, now);
     DropPhantoms(s);
+    DropDrains(s);
     return;
+  }
+  // Jobs past their max_wait first, longest waiting first; wake when the next one is due.
+  if (any_max_wait_) {
+    std::vector<std::pair<Ticks, JobId>> due;
+    Ticks next = kForever;
+    for (const auto& key : s.pending()) {
+      const JobRecord& job = s.job(key.id);
+      const Ticks limit = MaxWaitOf(s, job.spec.queue);
+      if (limit <= 0) continue;
+      if (now - job.pending_since >= limit) {
+        due.emplace_back(job.pending_since, key.id);
+      } else {
+        next = std::min(next, job.pending_since + limit);
+      }
+    }
+    if (next < kForever) s.WakeAt(next);
+    std::sort(due.begin(), due.end());
+    for (const auto& [since, id] : due) Consider(s, id, now);
   }
   const Ticks aged_before = now - s.params().aging;
   const size_t queue_count = s.queues().size();
@@ -339,6 +444,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     }
   }
   DropPhantoms(s);
+  DropDrains(s);
   PruneLeases(s, now);  // and wake when one ends
 }
 
@@ -349,26 +455,41 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   const bool claimant = std::any_of(claims_.begin(), claims_.end(),
                                     [&](const Reservation& c) { return c.job == id; });
   if (claimant) considered_.push_back(id);
+  const bool draining = PastMaxWait(s, job, now);
+  // A draining job uses the GPUs of its own drain, as a claimant those of its claim.
+  auto own = std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
+  const bool owner = claimant || own != drains_.end();
+  if (draining && !claimant) considered_.push_back(id);
+  // A draining job is owed the room its queues' burst limits leave: else a queue-mate
+  // takes it while its victims leave, and it preempts again, for ever.
+  if (own != drains_.end() && std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) {
+    owed_room_.push_back(id);
+  }
   if (job.victims_pending > 0) {
     s.Wait(id, "preemption: waiting for " + std::to_string(job.victims_pending) +
                    " preempted job(s) to release their GPUs");
     return;
   }
-  // A job that preempted by rank in its own queue may have done so for room under the
-  // queue's burst limit: that room is held for it too (else its victims, requeued,
-  // would take it back at once, and so on for ever).
-  if (!claimant && OrderOf(s, job.spec.queue) != QueueOrder::kFairShare) {
-    GpuUnits held = 0;
-    const JobRecord* holder = nullptr;
-    for (const Reservation& c : claims_) {
-      const JobRecord& other = s.job(c.job);
-      if (other.spec.queue != job.spec.queue || other.phase != Phase::kPending) continue;
-      held += s.MinUnits(other.spec);
-      if (holder == nullptr) holder = &other;
+  // Preempted by rank for a job whose claim still waits: not yet.
+  if (!evicted_.empty()) {
+    std::erase_if(evicted_, [&](const std::pair<JobId, JobId>& e) {
+      return s.job(e.second).phase != Phase::kPending ||
+             std::none_of(claims_.begin(), claims_.end(), [&](const Reservation& c) { return c.job == e.second; });
+    });
+    for (const auto& [victim, by] : evicted_) {
+      if (victim == id) {
+        s.Wait(id, "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
+        return;
+      }
     }
-    if (held > 0 && s.BurstExcess(job.spec.queue, s.MinUnits(job.spec) + held) > 0) {
-      s.Wait(id, "quota: room under queue " + s.queues().queue(job.spec.queue).spec.name +
-                     "'s burst limit is held for job " + holder->spec.id + " (preempting)");
+  }
+  // Room under burst limits held for another job: a claimant that preempted by rank in
+  // its own queue may have done so for that room (else its victims, requeued, would take
+  // it back at once, and so on for ever), and a draining job waits for it.
+  if (!owner) {
+    std::string held;
+    if (RoomHeld(s, id, held)) {
+      s.Wait(id, std::move(held));
       return;
     }
   }
@@ -381,16 +502,31 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // without them this pass (TryStart then fails it from the cache): dropping and holding
   // them again costs a ledger update per GPU.
   const uint64_t pools = held ? AcceptedPools(s, job.spec) : 0;
-  const bool swap = (free_pass || claimant) && (pools & phantom_pools_) != 0 &&
-                    (claimant || !s.KnownNotToFit(job.spec, 1));
+  const bool swap = (free_pass || owner) && (pools & phantom_pools_) != 0 &&
+                    (owner || !s.KnownNotToFit(job.spec, 1));
   if (swap) {
     DropPhantoms(s, pools);
     if (!free_pass) HoldPhantoms(s, id, pools);
   }
-  s.set_shape_context(!held ? 0 : free_pass ? 1 : claimant ? Scheduler::kNoShapeCache : 0);
+  // Drains stay held for everyone else, however short (no backfill there); a critical job
+  // ignores them as it ignores reservations, and a draining job uses its own.
+  const bool unheld = !drains_.empty() && job.spec.tier == Tier::kCritical;
+  if (unheld) {
+    DropDrains(s);
+  } else if (own != drains_.end()) {
+    ReleaseAll(s.mutable_ledger(), own->held);
+    own->held.clear();
+  }
+  s.set_shape_context(unheld || own != drains_.end() ? Scheduler::kNoShapeCache
+                      : !held                        ? 0
+                      : free_pass                    ? 1
+                      : claimant                     ? Scheduler::kNoShapeCache
+                                                     : 0);
   std::string why;
   Scheduler::Block block = Scheduler::Block::kNone;
   const bool started = s.TryStart(id, now, Fit::kBest, &why, &block);
+  if (unheld) HoldDrains(s);
+  if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held);
   if (swap) {
     DropPhantoms(s, pools);
     HoldPhantoms(s, JobId(), pools);
@@ -415,6 +551,9 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     s.WakeAt(now + std::max<Ticks>(1, s.params().attained_quantum));
   }
   if (by_rank && block == Scheduler::Block::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
+  if (draining && block == Scheduler::Block::kQuota) {
+    why += "; waited past max_wait_s: the room its queues free is held for it";
+  }
   if (block == Scheduler::Block::kCapacity) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
@@ -452,8 +591,33 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       HoldPhantoms(s, JobId(), pools);
       refined_.emplace(shape, why);
     }
-    if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
-        why.rfind("capacity", 0) == 0) {
+    if (draining) {
+      // Its own reservation, beyond backfill_depth, made once and kept where it is.
+      auto drain = std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
+      // One drain at a time per pool the job may use (the longest waiting first): each
+      // holds GPUs idle while it gathers them, and drains that block one another's
+      // backfill would make more jobs wait past the setting, and drain in their turn.
+      const uint64_t accepts = AcceptedPools(s, job.spec);
+      const bool room = std::none_of(drains_.begin(), drains_.end(), [&](const Drain& d) {
+        return (AcceptedPools(s, s.job(d.r.job).spec) & accepts) != 0;
+      });
+      if (drain == drains_.end() && room && Reserve(s, id, now)) {
+        // Reserve held its GPUs as a reservation's phantoms: hold them as a drain's.
+        Reservation r = std::move(reservations_.back());
+        reservations_.pop_back();
+        DropPhantoms(s);
+        HoldPhantoms(s);
+        drains_.push_back(Drain{std::move(r), {}});
+        drain = drains_.end() - 1;
+        HoldInto(s, drain->r, ~uint64_t{0}, drain->held);
+      }
+      if (drain != drains_.end()) {
+        why += "; waited past max_wait_s: draining GPUs for it, free from t=" + Seconds(drain->r.start) + " s";
+      } else {
+        why += "; waited past max_wait_s";
+      }
+    } else if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
+               why.rfind("capacity", 0) == 0) {
       Reserve(s, id, now);
       if (!reservations_.empty() && reservations_.back().job == id) {
         why += "; reserved to start at t=" + Seconds(reservations_.back().start) + " s";
@@ -657,6 +821,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   for (auto it = needed.rbegin(); it != needed.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
   std::sort(needed.begin(), needed.end());
   for (JobId v : needed) {
+    if (mode == Mode::kRank) evicted_.emplace_back(v, id);
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
     std::string reason =

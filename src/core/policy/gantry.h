@@ -29,6 +29,16 @@
 // that finds no room may preempt running jobs of its own queue, of its tier or lower,
 // that rank strictly worse now (the same checkpoint window and re-preemption guard as
 // above); while such jobs wait, a pass re-ranks every `attained_quantum`.
+// Bounded waits (`max_wait`, per queue or the policy's; off by default): a job pending
+// that long drains. It is considered first; it keeps a reservation of its own beyond
+// backfill_depth that stays where it was made (no job but a critical one starts on its
+// GPUs, however short, and it does not recede as estimates overrun); and the room its
+// queues' burst limits leave is held for it. One drain at a time per pool (the longest
+// waiting first), else drains starve one another's backfill and more jobs wait past the
+// setting. Its wait is then bounded by max_wait plus
+// the longest remaining run of the jobs on its reserved GPUs (or under its queues'
+// limits). It preempts nobody for it (tried: see docs/policies.md). A job preempted by
+// rank does not start again while its preemptor still waits on its claim.
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
 // leaves free for big gangs.
 // Thread-safety: none; driven by one Scheduler.
@@ -93,6 +103,13 @@ class GantryPolicy final : public Policy {
   };
 
   void Consider(Scheduler& s, JobId id, Ticks now);
+  // max_wait: the setting for queue q (nearest up the tree, else the policy's; 0 = off)
+  // and whether a pending job has waited past it.
+  Ticks MaxWaitOf(const Scheduler& s, QueueId q) const;
+  bool PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks now) const;
+  // Whether room under a burst limit that `job` needs is held for another job (a claimant
+  // that preempted by rank, or a draining job); says for whom in `why`.
+  bool RoomHeld(const Scheduler& s, JobId id, std::string& why) const;
   // The order of queue q's own jobs (nearest setting up the tree), and a job's rank in
   // it now: lower goes first (0 for every job under fair-share).
   QueueOrder OrderOf(const Scheduler& s, QueueId q);
@@ -135,6 +152,11 @@ class GantryPolicy final : public Policy {
   // free now, except those of `except`; only those in `pools` (PoolBit), else all.
   void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0});
   void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0});
+  // Holds the parts of r's allocation in `pools` that are free now, recording them in `into`.
+  void HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into);
+  // Drains are held for a whole pass (HoldDrains at its start, DropDrains at its end).
+  void HoldDrains(Scheduler& s);
+  void DropDrains(Scheduler& s);
   Ticks Shadow() const;  // earliest start of a reservation or claim
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0});
@@ -153,6 +175,21 @@ class GantryPolicy final : public Policy {
   bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
 
   std::vector<Reservation> reservations_;
+  // Reservations of draining jobs: kept across passes where they were made, until the job
+  // starts or leaves (or a node of theirs goes down); never let to backfill.
+  struct Drain {
+    Reservation r;
+    Allocation held;  // what of it is held on the ledger now (during a pass)
+  };
+  std::vector<Drain> drains_;
+  // Draining jobs that a burst limit stops (this full pass): room is held for them.
+  std::vector<JobId> owed_room_;
+  // (victim, preemptor) for preemptions by rank: the victim does not start again while
+  // its preemptor waits on a claim (on a shared GPU it would take back the slice it
+  // left, and the preemptor would preempt it again, for ever).
+  std::vector<std::pair<JobId, JobId>> evicted_;
+  std::vector<Ticks> max_wait_;  // per queue (filled with orders_)
+  bool any_max_wait_ = false;
   std::vector<Lease> leases_;  // sorted by job
   // Jobs that preempted, until they start or leave: the capacity the what-if found for
   // them (victims' GPUs and the free ones beside them) is held for them meanwhile.

@@ -343,6 +343,29 @@ accounting:
                 "c.yaml:15: accounting.money: unknown field (known: currency, gpu_hour_prices)"}));
 }
 
+// Issue 14: bounded waits, and not yet with attained-service orders.
+TEST(ConfigReaderTest, MaxWait) {
+  const ClusterConfig c = Parse(std::string(kPool) + R"(queues:
+  - name: train
+  - name: serve
+    max_wait_s: 3600
+policy:
+  max_wait_s: 86400
+)");
+  EXPECT_EQ(c.queues.queue(*c.queues.Find("serve")).spec.max_wait, 3'600'000);
+  EXPECT_FALSE(c.queues.queue(*c.queues.Find("train")).spec.max_wait);
+  EXPECT_EQ(c.policy.params.max_wait, 86'400'000);
+  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  - name: train
+    order: gittins
+  - name: serve
+    max_wait_s: 3600
+)"),
+            (std::vector<std::string>{
+                "c.yaml:10: queues[serve].max_wait_s: cannot be used with an attained-service order yet "
+                "(queues[train].order): the two together can keep a job from ever starting (docs/policies.md)"}));
+}
+
 // Issue 14: attained-service orders per queue.
 TEST(ConfigReaderTest, QueueOrdersAndTheirSettings) {
   const ClusterConfig c = Parse(std::string(kPool) + R"(queues:
@@ -351,15 +374,10 @@ TEST(ConfigReaderTest, QueueOrdersAndTheirSettings) {
   - name: sweep
     order: las
   - name: serve
-    max_wait_s: 3600
 policy:
   las_thresholds_gpu_s: [600, 7200.5]
   attained_quantum_s: 30
-  max_wait_s: 86400
 )");
-  EXPECT_EQ(c.queues.queue(*c.queues.Find("serve")).spec.max_wait, 3'600'000);
-  EXPECT_FALSE(c.queues.queue(*c.queues.Find("train")).spec.max_wait);
-  EXPECT_EQ(c.policy.params.max_wait, 86'400'000);
   EXPECT_EQ(c.queues.queue(*c.queues.Find("train")).spec.order, core::QueueOrder::kGittins);
   EXPECT_EQ(c.queues.queue(*c.queues.Find("sweep")).spec.order, core::QueueOrder::kLas);
   EXPECT_FALSE(c.queues.queue(*c.queues.Find("serve")).spec.order);

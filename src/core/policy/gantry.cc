@@ -470,7 +470,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
                    " preempted job(s) to release their GPUs");
     return;
   }
-  // Preempted by rank for a job whose claim still waits: not yet.
+  // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
+  // shares it would start again in the slot it left, and be preempted again, for ever).
   if (!evicted_.empty()) {
     std::erase_if(evicted_, [&](const std::pair<JobId, JobId>& e) {
       return s.job(e.second).phase != Phase::kPending ||
@@ -821,7 +822,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   for (auto it = needed.rbegin(); it != needed.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
   std::sort(needed.begin(), needed.end());
   for (JobId v : needed) {
-    if (mode == Mode::kRank) evicted_.emplace_back(v, id);
+    evicted_.emplace_back(v, id);
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
     std::string reason =

@@ -37,8 +37,8 @@
 // waiting first), else drains starve one another's backfill and more jobs wait past the
 // setting. Its wait is then bounded by max_wait plus
 // the longest remaining run of the jobs on its reserved GPUs (or under its queues'
-// limits). It preempts nobody for it (tried: see docs/policies.md). A job preempted by
-// rank does not start again while its preemptor still waits on its claim.
+// limits). It preempts nobody for it (tried: see docs/policies.md). A preempted job
+// does not start again while its preemptor still waits on its claim.
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
 // leaves free for big gangs.
 // Thread-safety: none; driven by one Scheduler.
@@ -184,9 +184,9 @@ class GantryPolicy final : public Policy {
   std::vector<Drain> drains_;
   // Draining jobs that a burst limit stops (this full pass): room is held for them.
   std::vector<JobId> owed_room_;
-  // (victim, preemptor) for preemptions by rank: the victim does not start again while
-  // its preemptor waits on a claim (on a shared GPU it would take back the slice it
-  // left, and the preemptor would preempt it again, for ever).
+  // (victim, preemptor): the victim does not start again while its preemptor waits on
+  // a claim (on a shared GPU it would take back the slice it left, and the preemptor
+  // would preempt it again, for ever).
   std::vector<std::pair<JobId, JobId>> evicted_;
   std::vector<Ticks> max_wait_;  // per queue (filled with orders_)
   bool any_max_wait_ = false;

@@ -49,6 +49,8 @@ pools:
     count: 1
     gpus: 1
     gpu_model: $model
+    cpus: 8
+    memory_gb: 32
     sharing: [mps]
 queues:
   - name: research
@@ -69,7 +71,8 @@ if mode != "idle":
         b = a @ a
         torch.cuda.synchronize()
     print("busy for", round(time.time() - t0), "s", flush=True)
-time.sleep(secs if mode == "idle" else 600)
+if mode != "busy":
+    time.sleep(secs if mode == "idle" else 600)
 print("done", flush=True)
 EOF
 D="$BIN/gantryd"
@@ -84,7 +87,7 @@ sleep 1
 GANTRY_TOKEN=$AGENT "$BIN/gantry-agent" --server http://127.0.0.1:$PORT --node gpu-0 \
   --state-dir "$W/agent" --run-as agent >"$OUT/agent.log" 2>&1 &
 APID=$!
-trap 'kill $APID $GPID 2>/dev/null; wait; rm -rf "$W"' EXIT
+trap 'kill $APID $GPID 2>/dev/null; wait $APID $GPID; rm -rf "$W"' EXIT
 g() { GANTRY_TOKEN=${T:-$TEAM} "$BIN/gantry" --server http://127.0.0.1:$PORT "$@"; }
 for _ in $(seq 50); do T=$ADMIN g nodes 2>/dev/null | grep -q ' up ' && break; sleep 0.2; done
 echo "== nodes"; T=$ADMIN g nodes
@@ -93,8 +96,9 @@ curl -s -H "Authorization: Bearer $ADMIN" http://127.0.0.1:$PORT/v1/nodes >"$OUT
 g submit --id shared-busy --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" busy 45 6
 g submit --id shared-idle --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" idle 120 4
 g submit --id whole --queue research --gpus 1 --vram-gb 20 --grace-s 5 -- "$PY" "$W/job.py" busy-then-idle 25 8
+g submit --id oom --queue research --gpus 0 --cpus 1 --memory-gb 1 -- "$PY" -c "b = b'x' * (3 * 10**9); print('not stopped at 1 GB')"
 state() { g show "$1" --json 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null; }
-ended() { for j in shared-busy shared-idle whole; do case $(state $j) in pending|running|'') return 1 ;; esac; done; }
+ended() { for j in shared-busy shared-idle whole oom; do case $(state $j) in pending|running|'') return 1 ;; esac; done; }
 t0=$(date +%s)
 while [ $(($(date +%s) - t0)) -lt 200 ]; do
   sleep 5
@@ -103,6 +107,7 @@ while [ $(($(date +%s) - t0)) -lt 200 ]; do
   ended && break
 done
 for j in shared-busy shared-idle whole; do echo "== show $j"; g show "$j"; g show "$j" --json >"$OUT/$j.json"; done
+echo "== show oom"; g show oom
 echo "== logs"; for j in shared-busy shared-idle whole; do g logs "$j" | tail -3; done
 echo "== usage"; T=$ADMIN g usage
 echo "== series of whole"; g show whole --series | head -40
@@ -121,5 +126,7 @@ expect "shared-busy was seen busy" \
   "$PY" -c "import sys; sys.exit(not $(field shared-busy '["usage"]["util_peak"]') > 0.5)"
 expect "whole was seen busy, then idle" \
   "$PY" -c "import sys; sys.exit(not $(field whole '["usage"]["util_peak"]') > 0.5)"
+expect "the agent put its workers in cgroups" grep -q "workers run in cgroups" "$OUT/agent.log"
+expect "a job past its memory_gb is stopped by its cgroup" test "$(state oom)" = failed
 echo "$fails expectation(s) failed"
 exit $((fails > 0))

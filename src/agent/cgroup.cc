@@ -88,6 +88,40 @@ std::string OwnDir(const Mount& m, const std::string& path) {
 
 std::string Errno(int err) { return std::strerror(err); }
 
+// Makes `parent`/`name` with `enable` ("+memory +cpu") on for its children, enabling it in
+// `parent` first; when `parent` holds processes (EBUSY), moves this agent into
+// `parent`/`name`-agent and tries again. The base's path, or empty with the reason added
+// to `problems`.
+std::string PrepareV2Base(const std::string& parent, const std::string& name, const std::string& enable,
+                          std::vector<std::string>* problems) {
+  if (WriteFile(parent + "/cgroup.subtree_control", enable) != 0) {
+    const std::string leaf = parent + "/" + name + "-agent";
+    std::error_code ec;
+    fs::create_directories(leaf, ec);
+    if (const int err = WriteFile(leaf + "/cgroup.procs", std::to_string(::getpid()))) {
+      problems->push_back("cannot move the agent into " + leaf + ": " + Errno(err));
+      return {};
+    }
+    if (const int err = WriteFile(parent + "/cgroup.subtree_control", enable)) {
+      problems->push_back("cannot enable " + enable + " in " + parent + ": " + Errno(err) +
+                          (err == EBUSY ? " (other processes share it)" : ""));
+      return {};
+    }
+  }
+  const std::string base = parent + "/" + name;
+  std::error_code ec;
+  fs::create_directories(base, ec);
+  if (ec) {
+    problems->push_back("cannot make " + base + ": " + ec.message());
+    return {};
+  }
+  if (const int err = WriteFile(base + "/cgroup.subtree_control", enable)) {
+    problems->push_back("cannot enable " + enable + " in " + base + ": " + Errno(err));
+    return {};
+  }
+  return base;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const std::string& scope, std::string* why) {
@@ -134,31 +168,15 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       }
       std::string enable;
       for (const std::string& c : wanted) enable += (enable.empty() ? "+" : " +") + c;
-      std::error_code ec;
-      // Enabling controllers for children needs a cgroup without processes of its own
-      // (the root excepted): move this agent into a leaf of its own first.
-      if (WriteFile(own + "/cgroup.subtree_control", enable) != 0) {
-        const std::string leaf = own + "/" + name + "-agent";
-        fs::create_directories(leaf, ec);
-        if (const int err = WriteFile(leaf + "/cgroup.procs", std::to_string(::getpid()))) {
-          problems.push_back("cannot move the agent into " + leaf + ": " + Errno(err));
-          continue;
-        }
-        if (const int err = WriteFile(own + "/cgroup.subtree_control", enable)) {
-          problems.push_back("cannot enable " + enable + " in " + own + ": " + Errno(err));
-          continue;
-        }
-      }
-      const std::string base = own + "/" + name;
-      fs::create_directories(base, ec);
-      if (ec) {
-        problems.push_back("cannot make " + base + ": " + ec.message());
-        continue;
-      }
-      if (const int err = WriteFile(base + "/cgroup.subtree_control", enable)) {
-        problems.push_back("cannot enable " + enable + " in " + base + ": " + Errno(err));
-        continue;
-      }
+      // Enabling controllers for children needs a cgroup without processes of its own (the
+      // root excepted), so the workers' base goes where that holds: under this agent's
+      // cgroup after moving the agent into a leaf of its own (the systemd unit with
+      // Delegate=yes, a container), else, when others share the agent's cgroup (started
+      // from a shell or a script: EBUSY), under the hierarchy's root beside it, as Slurm
+      // does without systemd (cgroup.conf IgnoreSystemd).
+      std::string base = PrepareV2Base(own, name, enable, &problems);
+      if (base.empty() && own != m.point) base = PrepareV2Base(m.point, name, enable, &problems);
+      if (base.empty()) continue;
       std::unique_ptr<Cgroups> cg(new Cgroups());
       cg->version_ = 2;
       cg->bases_ = {base};

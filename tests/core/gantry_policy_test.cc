@@ -476,5 +476,57 @@ TEST(GantryMaxWaitTest, AGangPastMaxWaitStartsWithinItsBound) {
   EXPECT_LE(start, 400 * kS);
 }
 
+// max_wait against a queue's burst limit: the cluster has room, the queue's 8-GPU burst
+// does not, and each 1-GPU job that ends gives its room to the next one (a 4-GPU job
+// never finds four free at once). Returns when the 4-GPU job started (-1: not by 2,000 s).
+Ticks WideJobStartUnderItsQueuesBurst(Ticks max_wait) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 2, 8, "H100-80GB")});
+  QueueSpec q;
+  q.name = "q";
+  q.burst = 8 * kGpuUnits;
+  const QueueTree queues = MakeQueues({q});
+  PolicyParams params;
+  params.max_wait = max_wait;
+  Scheduler sched(cluster, queues, MakePolicy("gantry"), params);
+  std::map<Ticks, std::vector<JobId>> ends;
+  int next = 0;
+  auto small = [&](Ticks now) {
+    JobSpec j = Whole(catalog, "s" + std::to_string(next++), 1, 1);
+    j.runtime_estimate = 100 * kS;
+    return sched.Submit(j, now);
+  };
+  for (int i = 0; i < 8; ++i) small(0);
+  JobSpec w = Whole(catalog, "wide", 1, 4);
+  w.runtime_estimate = 100 * kS;
+  const JobId wide = sched.Submit(w, 0);
+  for (int i = 0; i < 8; ++i) small(0);  // queued behind it, ready to take any room
+  Ticks step = 0;  // the first eight end 20 s apart, each later one 100 s after it starts
+  for (Ticks now = 0; now <= 2000 * kS; now += kS) {
+    if (auto it = ends.find(now); it != ends.end()) {
+      for (JobId id : it->second) {
+        sched.Finish(id, now, true);
+        small(now);
+      }
+      ends.erase(it);
+    }
+    for (const Decision& d : sched.Schedule(now)) {
+      if (d.kind != Decision::Kind::kStart || d.job == wide) continue;
+      ends[now + (now == 0 ? (step += 20 * kS) : 100 * kS)].push_back(d.job);
+    }
+    if (sched.job(wide).phase == Phase::kRunning) return now;
+  }
+  return -1;
+}
+
+TEST(GantryMaxWaitTest, AJobKeptOutByItsQueuesBurstLimitStartsPastMaxWait) {
+  EXPECT_EQ(WideJobStartUnderItsQueuesBurst(0), -1);
+  // Past 300 s the room that frees under the burst is held for it: no 1-GPU job takes
+  // it, so it starts once four have ended (one every 20 s here), well within 300 + 100 s.
+  const Ticks start = WideJobStartUnderItsQueuesBurst(300 * kS);
+  EXPECT_GT(start, 300 * kS);
+  EXPECT_LE(start, 400 * kS);
+}
+
 }  // namespace
 }  // namespace gantry::core

@@ -83,6 +83,11 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) cons
     if (orders_[s.job(c.job).spec.queue.v] != QueueOrder::kFairShare) owed.push_back(c.job);
   }
   if (owed.empty()) return false;
+  // Only those owed before it hold room against a job owed room itself: two that each
+  // held the room the other needs would both wait for ever.
+  const auto ahead = std::find(owed.begin(), owed.end(), id);
+  owed.erase(ahead, owed.end());
+  if (owed.empty()) return false;
   const JobRecord& job = s.job(id);
   const GpuUnits units = s.MinUnits(job.spec);
   for (QueueId a : s.queues().queue(job.spec.queue).self_and_ancestors) {
@@ -92,7 +97,7 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) cons
     JobId holder;
     for (JobId o : owed) {
       const JobRecord& other = s.job(o);
-      if (o == id || other.phase != Phase::kPending) continue;
+      if (other.phase != Phase::kPending) continue;
       const auto& line = s.queues().queue(other.spec.queue).self_and_ancestors;
       if (std::find(line.begin(), line.end(), a) == line.end()) continue;
       held += s.MinUnits(other.spec);
@@ -553,6 +558,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   if (by_rank && block == Scheduler::Block::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
   if (draining && block == Scheduler::Block::kQuota) {
+    if (std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) owed_room_.push_back(id);
     why += "; waited past max_wait_s: the room its queues free is held for it";
   }
   if (block == Scheduler::Block::kCapacity) {

@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev clang-format clang-tidy
   chromium  # the HTML report's test (ctest label browser) opens it headless
+  podman runc catatonit busybox-static  # jobs with an image; the container test builds one from busybox
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -373,6 +373,18 @@ void Agent::Recover() {
     workers_[Key(w.job, w.run, w.rank)] = w;
   }
   LoadMigs();
+  // Containers of this node that outlived a previous agent (its workers are gone, above).
+  // Nothing to do, and no error, where podman is not installed.
+  if (auto names = NodeContainers(options_.container, options_.node)) {
+    for (const std::string& name : *names) {
+      auto rm = RunCapture(ContainerRemoveArgv(options_.container, name));
+      Say(rm ? "removed container " + name + " left by a previous gantry-agent"
+             : "cannot remove container " + name + ": " + rm.error().ToString(),
+          !rm);
+    }
+  } else if (names.error().message.rfind("cannot run it", 0) != 0) {
+    Say("cannot list this node's containers: " + names.error().ToString(), true);
+  }
   // Worker cgroups no record names (a crash between making one and writing the record).
   if (cgroups_) {
     for (const std::string& name : cgroups_->Names()) {
@@ -390,9 +402,11 @@ void Agent::RemoveCgroups() {
   });
 }
 
-void Agent::Kill(pid_t pid, const std::string& cgroup) const {
+void Agent::Kill(pid_t pid, const std::string& cgroup, const std::string& container) const {
   SignalGroup(pid, SIGKILL);
   if (cgroups_ && !cgroup.empty()) cgroups_->Signal(cgroup, SIGKILL);
+  // Killing `podman run` leaves the container to conmon: remove it.
+  if (!container.empty()) SpawnQuietly(ContainerRemoveArgv(options_.container, container));
 }
 
 void Agent::ReapChildren() {
@@ -400,6 +414,7 @@ void Agent::ReapChildren() {
     for (auto& [key, w] : workers_) {
       if (w.pid != e.pid || w.exited) continue;
       SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
+      if (!w.container.empty()) SpawnQuietly(ContainerRemoveArgv(options_.container, w.container));
       if (cgroups_ && !w.cgroup.empty()) {  // or in its cgroup
         // What it left is killed by RemoveCgroups, next in the loop, and reaped by this
         // agent (the subreaper); the cgroup goes once it is empty.
@@ -435,7 +450,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
   w.stopping = true;
   w.kill_at = now + std::max<int64_t>(0, grace_ms);
   if (grace_ms <= 0 || sig == SIGKILL) {
-    Kill(w.pid, w.cgroup);
+    Kill(w.pid, w.cgroup, w.container);
     w.killed = true;
   } else {
     SignalGroup(w.pid, sig);
@@ -445,7 +460,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
 void Agent::Escalate(int64_t now) {
   for (auto& [key, w] : workers_) {
     if (w.stopping && !w.exited && !w.killed && now >= w.kill_at) {
-      Kill(w.pid, w.cgroup);
+      Kill(w.pid, w.cgroup, w.container);
       w.killed = true;
     }
   }
@@ -470,14 +485,14 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
         live.kill_at = now + std::min(live.grace_ms, budget);
         live.killed = live.kill_at <= now;
         if (live.killed) {
-          Kill(pid, live.cgroup);
+          Kill(pid, live.cgroup, live.container);
         } else {
           SignalGroup(pid, live.signal);
         }
         fenced_.insert(pid);
         ++signalled;
       } else if (!live.killed && now >= live.kill_at) {
-        Kill(pid, live.cgroup);
+        Kill(pid, live.cgroup, live.container);
         live.killed = true;
       }
     }
@@ -890,6 +905,37 @@ void Agent::StartWorker(const json& e, int64_t now) {
       problem = join.error().ToString();
     }
   }
+  // An image: the same command in a container, `podman run` in the foreground as the
+  // worker. It runs as root (rootful podman), the job as its user inside.
+  const std::string image = e.value("image", std::string());
+  if (problem.empty() && !image.empty()) {
+    ContainerSpec c{.name = ContainerName(options_.node, w.seq, w.run, w.rank),
+                    .node = options_.node,
+                    .job = w.job,
+                    .image = image,
+                    .command = spec.argv,
+                    .env = spec.env,
+                    .workdir = spec.workdir,
+                    .mounts = {},
+                    .devices = {},
+                    .memory_bytes = w.memory_bytes,
+                    .cpus_milli = limits.value("cpus_milli", int64_t{0}),
+                    .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
+    if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
+    if (gpus_->Describe().rfind("emulated", 0) != 0) {  // emulated GPUs have no devices
+      std::vector<std::string> uuids;
+      for (std::stringstream in(visible); std::getline(in, visible_index, ',');) uuids.push_back(visible_index);
+      c.devices = ContainerGpuDevices(uuids, w.share.gpus);
+    }
+    std::error_code ec;
+    fs::create_directories(spec.workdir, ec);
+    if (spec.as_user && ::chown(spec.workdir.c_str(), spec.uid, spec.gid) != 0) {
+      problem = "cannot give the workdir " + spec.workdir + " to its user: " + std::strerror(errno);
+    }
+    w.container = c.name;
+    spec.argv = ContainerArgv(options_.container, c);
+    spec.as_user = false;
+  }
   if (!problem.empty()) {
     std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";
     w.exited = true;
@@ -916,7 +962,8 @@ void Agent::StartWorker(const json& e, int64_t now) {
     std::lock_guard lk(fence_mu_);
     live_[w.pid] = Live{.grace_ms = w.grace_ms,
                         .signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
-                        .cgroup = w.cgroup};
+                        .cgroup = w.cgroup,
+                        .container = w.container};
   }
   WriteRecord(w);
   Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +

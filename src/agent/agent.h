@@ -52,6 +52,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/cgroup.h"
+#include "agent/container.h"
 #include "agent/gpu.h"
 #include "base/server_list.h"
 
@@ -77,6 +78,9 @@ struct AgentOptions {
   // name with no account here, is refused); "agent": as the agent's own user. Empty: "user"
   // when the agent is root, else "agent".
   std::string run_as;
+  // How jobs that name an image run (agent/container.h): `podman run` unless the
+  // site's podman needs more (--container-run).
+  ContainerRuntime container;
 };
 
 // One GPU as the heartbeat reports it (docs/api.yaml, AgentReport.gpus).
@@ -133,6 +137,7 @@ class Agent {
     int64_t uploaded = 0;
     std::string record_path;
     std::string cgroup;  // its cgroup's name; empty without cgroups
+    std::string container;  // its container's name; empty for a job without an image
     int64_t memory_bytes = 0;  // its memory limit, for the OOM note
     // For usage reports: what it holds of the GPUs, when it started (steady ms), and the
     // server's emulation model.
@@ -198,7 +203,8 @@ class Agent {
   // The operational log (base/log.h), with the node.
   void Say(const std::string& line, bool warning = false);
   // SIGKILL to the worker's process group and, with cgroups, to all of its cgroup.
-  void Kill(pid_t pid, const std::string& cgroup) const;
+  // SIGKILL to the worker's group and cgroup, and its container removed.
+  void Kill(pid_t pid, const std::string& cgroup, const std::string& container) const;
   // Kills what ended workers left in their cgroups and removes those that are empty;
   // the rest (processes not reaped yet) on a later call.
   void RemoveCgroups();
@@ -230,6 +236,7 @@ class Agent {
     bool killed = false;
     int64_t kill_at = 0;
     std::string cgroup;
+    std::string container;
   };
   std::mutex fence_mu_;
   std::map<pid_t, Live> live_;   // running workers by pid (== process group)

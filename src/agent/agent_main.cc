@@ -48,7 +48,7 @@ int SignalNumber(const std::string& s) {
 int main(int argc, char** argv) {
   CLI::App app{"gantry-agent: runs Gantry jobs on one node"};
   agent::AgentOptions o;
-  std::string emulate, token_file, emulate_lost, preempt_signal = "TERM";
+  std::string emulate, token_file, emulate_lost, preempt_signal = "TERM", container_run = "podman run";
   bool no_gpus = false;
   if (const char* s = std::getenv("GANTRY_SERVER")) o.server = s;
   if (const char* t = std::getenv("GANTRY_TOKEN")) o.token = t;
@@ -76,6 +76,10 @@ int main(int argc, char** argv) {
   app.add_option("--address", o.address, "Address gang peers reach this node at (default: as the server sees it)");
   app.add_option("--preempt-signal", preempt_signal, "Signal sent first when a job is preempted")
       ->capture_default_str();
+  app.add_option("--container-run", container_run,
+                 "How jobs that name an image run: podman [global options] run [run options], e.g. "
+                 "\"podman --runtime runc run --ulimit nofile=1024:1024\"")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -99,6 +103,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  auto containers = agent::ContainerRuntime::Parse(container_run);
+  if (!containers) {
+    std::cerr << "gantry-agent: " << containers.error().ToString() << "\n";
+    return 2;
+  }
+  o.container = std::move(*containers);
   o.preempt_signal = SignalNumber(preempt_signal);
   if (o.preempt_signal < 0) {
     std::cerr << "gantry-agent: --preempt-signal: unknown signal " << preempt_signal << "\n";

@@ -196,7 +196,7 @@ std::string NewKey() {
 
 struct SubmitArgs {
   std::vector<std::string> args;  // a spec file, or the command after --
-  std::string id, queue, tier, sharing, mig, topology, workdir, idempotency_key, array, after;
+  std::string id, queue, tier, sharing, mig, topology, workdir, image, idempotency_key, array, after;
   std::vector<std::string> gpu_model, env;
   // Unset unless given: every given value goes to the server as given, so the CLI rejects
   // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
@@ -207,7 +207,7 @@ struct SubmitArgs {
 
 bool UsesFlags(const SubmitArgs& a) {
   return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() || !a.topology.empty() ||
-         !a.workdir.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb ||
+         !a.workdir.empty() || !a.image.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb ||
          a.cpus || a.memory_gb || a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas;
 }
 
@@ -262,6 +262,7 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     if (a.grace_s) j["grace_s"] = *a.grace_s;
     if (a.time_limit_s) j["time_limit_s"] = *a.time_limit_s;
     if (!a.workdir.empty()) j["workdir"] = a.workdir;
+    if (!a.image.empty()) j["image"] = a.image;
     if (!a.env.empty()) {
       json env = json::object();
       for (const std::string& kv : a.env) {
@@ -561,6 +562,7 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
       std::cout << "\n";
     }
   }
+  if (j.contains("image")) std::cout << Pad("image", 14) << j["image"].get<std::string>() << "\n";
   if (j.contains("command")) std::cout << Pad("command", 14) << j["command"].dump() << "\n";
   for (const auto& w : j.value("workers", json::array())) {
     std::cout << Pad("worker " + std::to_string(w.value("rank", 0)), 14) << w["alloc"].dump()
@@ -926,6 +928,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
                      "Stop each run after this long (signal, grace, kill) and fail the job, as sbatch --time");
   submit->add_option("--env", s.env, "NAME=VALUE (repeatable)");
   submit->add_option("--workdir", s.workdir, "Working directory on the node");
+  submit->add_option("--image", s.image, "Run the command in this container image (podman on the node)");
   submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");
   submit->add_option("--array", s.array,
                      "One job per index, in one request: 0-999, 1,3,5-7 or 0-15:4 (tasks are ID_INDEX; "

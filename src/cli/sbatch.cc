@@ -30,6 +30,7 @@ constexpr OptionDef kOptions[] = {
     {"cpus-per-task", 'c', true}, {"chdir", 'D', true},       {"export", 0, true},
     {"signal", 0, true},          {"output", 'o', true},      {"error", 'e', true},
     {"array", 'a', true},         {"dependency", 'd', true},  {"parsable", 0, false},
+    {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
@@ -192,6 +193,7 @@ class Parser {
       s["workdir"] = ctx_.cwd;  // Slurm runs the script where sbatch was run
     }
     BuildEnv(s);
+    if (auto v = Get("container-image")) s["image"] = v->value;  // the job reader checks it
     if (auto v = Get("array")) {
       if (v->value.empty()) {
         Error(v->where, "--array", "must not be empty");

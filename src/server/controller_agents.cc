@@ -152,6 +152,7 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
       // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
       // batch step writes to -o), and the signal it gets first when stopped.
       if (!job.spec.script.empty()) wj["script"] = job.spec.script;
+      if (!job.spec.image.empty()) wj["image"] = job.spec.image;
       if (job.spec.stop_signal > 0) wj["signal"] = job.spec.stop_signal;
       for (const auto& [key, pattern] : {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
                                          {"stderr", job.spec.stderr_path}}) {

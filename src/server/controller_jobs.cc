@@ -550,6 +550,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     for (const auto& [k, v] : job.spec.env) env[k] = v;
     j["env"] = env;
     j["workdir"] = job.spec.workdir;
+    if (!job.spec.image.empty()) j["image"] = job.spec.image;
     j["spec"] = job.spec_text;
   }
   return j;

@@ -120,7 +120,7 @@ class JobDecoder {
         "memory_gb", "topology", "checkpoint_s", "grace_s",           "window",
         "command",   "env",      "workdir",      "runtime_estimate_s", "time_limit_s",
         "keep_when_idle", "emulate",  "name",         "pool",              "script",
-        "stdout",    "stderr",   "signal"};
+        "stdout",    "stderr",   "signal",       "image"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -188,6 +188,12 @@ class JobDecoder {
     if (auto w = f.String("workdir")) {
       if (w->empty()) f.Report("workdir", "must not be empty");
       job.workdir = *w;
+    }
+    if (auto i = f.String("image")) {
+      if (i->empty() || i->find_first_of(" \t\n") != std::string::npos || (*i)[0] == '-') {
+        f.Report("image", "expected a container image name such as docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime");
+      }
+      job.image = *i;
     }
     if (mode == Mode::kSpec) ReadBatch(f, job);
     if (mode == Mode::kSpec) {

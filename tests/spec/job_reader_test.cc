@@ -474,6 +474,21 @@ window:
   EXPECT_EQ(e[3].rfind("train.yaml:9: window: start and end are both 20:00", 0), 0u) << e[3];
 }
 
+TEST_F(JobReaderTest, ImageNamesAContainerImageInJobSpecsOnly) {
+  Diagnostics d;
+  auto j = ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: docker.io/pytorch/pytorch:2.5.1\ncommand: [python]\n",
+                        "job.yaml", config(), d);
+  ASSERT_TRUE(j.has_value()) << d.ToString();
+  EXPECT_EQ(j->image, "docker.io/pytorch/pytorch:2.5.1");
+  for (const char* bad : {"\"\"", "\"--privileged\"", "\"two words\""}) {
+    Diagnostics e;
+    EXPECT_FALSE(ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + bad + "\n", "job.yaml", config(), e));
+    EXPECT_EQ(e.ToString().rfind("job.yaml:3: image: expected a container image name", 0), 0u) << e.ToString();
+  }
+  EXPECT_EQ(OneBad(T(R"("image":"busybox")")).rfind("jobs.jsonl:3: image: unknown field", 0), 0u)
+      << OneBad(T(R"("image":"busybox")"));
+}
+
 TEST_F(JobReaderTest, ReadJobYamlFile) {
   const std::string p = Write("job.yaml", "gpus: 1\nvram_gb: 10\nqueue: nope\n");
   Diagnostics d;

@@ -55,6 +55,9 @@ struct JobSpec {
   std::vector<std::string> command;
   std::vector<std::pair<std::string, std::string>> env;
   std::string workdir;
+  // Server mode: a container image `command` runs in (the agent runs it through podman);
+  // empty: on the node itself.
+  std::string image;
   // Server mode (`gantry sbatch`): a display name (-J), a batch script the agent writes on
   // the node and runs with `command` as its arguments, the files its stdout and stderr go
   // to on the node (Slurm's %j %x ... patterns, expanded by gantryd; empty: the agent's log

@@ -1,0 +1,139 @@
+// Containers (issue 15 item 5): a job that names an image runs in it through the node's
+// podman, on the real gantryd and agent, with an image the test builds from Debian's
+// busybox-static (no registry): the command runs inside (the host's files are not there),
+// with the job's environment and working directory; its exit status is the job's; a
+// cancel stops it within its grace and leaves no container; a container whose agent died
+// is removed by the agent that replaces it.
+// Skips, saying why, where podman is missing or cannot run a container on this machine.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "harness.h"
+
+namespace gantry::it {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kImage = "localhost/gantry-it:busybox";
+
+constexpr const char* kCluster = R"(cluster: containers
+pools:
+  - name: h100
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+queues:
+  - name: research
+)";
+
+std::vector<std::string> Words(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string w; in >> w;) out.push_back(w);
+  return out;
+}
+
+// The `--container-run` that runs a container here: podman's defaults, else what a
+// sandbox without CAP_SYS_RESOURCE and with hybrid cgroups needs (runc, ulimits no higher
+// than the machine's). Empty with *why when none does.
+std::string PodmanRun(std::string* why) {
+  if (Run({"podman", "--version"}).rc != 0) {
+    *why = "podman is not installed (scripts/setup.sh installs it)";
+    return "";
+  }
+  if (Run({"podman", "image", "exists", kImage}).rc != 0) {
+    if (!fs::exists("/bin/busybox")) {
+      *why = "no /bin/busybox to build the test image from (Debian's busybox-static)";
+      return "";
+    }
+    RunResult built = Run({"sh", "-c",
+                           "set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp; cp /bin/busybox $d/bin/; "
+                           "for a in sh sleep echo cat env pwd test ls id; do ln -s busybox $d/bin/$a; done; "
+                           "tar -C $d -c . | podman import - " + std::string(kImage) + "; rm -rf $d"},
+                          {}, 120);
+    if (built.rc != 0) {
+      *why = "cannot build the test image: " + built.err;
+      return "";
+    }
+  }
+  for (const std::string run : {"podman run", "podman --runtime runc run --ulimit nofile=1024:1024 --ulimit nproc=1000:1000"}) {
+    std::vector<std::string> argv = Words(run);
+    argv.insert(argv.end(), {"--rm", kImage, "sh", "-c", "exit 0"});
+    RunResult r = Run(argv, {}, 120);
+    if (r.rc == 0) return run;
+    *why = "podman cannot run a container here (" + run + "): " + r.err;
+  }
+  return "";
+}
+
+int ContainersOf(const std::string& label) {
+  RunResult r = Run({"podman", "ps", "--all", "--quiet", "--filter", "label=" + label});
+  return static_cast<int>(Words(r.out).size());
+}
+
+TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
+  std::string why;
+  const std::string run = PodmanRun(&why);
+  if (run.empty()) GTEST_SKIP() << why;
+  Harness h("containers");
+  h.Setup(kCluster, {{"a", "research"}});
+  h.StartServer();
+  const int agent = h.StartAgent("h100-0", "", {"--container-run", run});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  auto submit = [&](const std::string& id, const std::vector<std::string>& command,
+                    const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"submit"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image", kImage,
+                             "--workdir", work, "--grace-s", "5"});
+    args.push_back("--");
+    args.insert(args.end(), command.begin(), command.end());
+    RunResult r = h.Cli(args, h.token("a"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+  };
+  auto state = [&](const std::string& id) { return h.Job(id).value("state", ""); };
+
+  // Inside the image: no host files, the job's variables, its working directory shared.
+  submit("inside", {"sh", "-c",
+                    "test -e /etc/debian_version && echo host || echo isolated; "
+                    "echo node=$GANTRY_NODE job=$GANTRY_JOB_ID extra=$EXTRA; pwd; echo written > out.txt"},
+         {"--env", "EXTRA=yes"});
+  submit("exit3", {"sh", "-c", "exit 3"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return state("inside") == "finished" && state("exit3") == "failed"; }, 60))
+      << h.Job("inside").dump() << "\n" << h.Job("exit3").dump();
+  RunResult logs = h.Cli({"logs", "inside"}, h.token("a"));
+  EXPECT_NE(logs.out.find("isolated"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("node=h100-0 job=inside extra=yes"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find(work), std::string::npos) << logs.out;
+  EXPECT_EQ(h.Read("work/out.txt"), "written\n");
+  EXPECT_EQ(h.Job("exit3").value("exit_code", -1), 3);
+  RunResult show = h.Cli({"show", "inside"}, h.token("a"));
+  EXPECT_NE(show.out.find(std::string("image         ") + kImage), std::string::npos) << show.out;
+
+  // A cancel stops it (SIGTERM reaches sleep through podman and --init) and the
+  // container goes.
+  submit("long", {"sleep", "300"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=long") == 1 && state("long") == "running"; }, 60));
+  ASSERT_EQ(h.Cli({"cancel", "long"}, h.token("a")).rc, 0);
+  EXPECT_TRUE(Harness::WaitFor([&] { return state("long") == "cancelled"; }, 15)) << h.Job("long").dump();
+  EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=long") == 0; }, 15));
+
+  // An agent killed outright leaves its container to conmon; its successor removes it.
+  submit("orphan", {"sleep", "300"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 1 && state("orphan") == "running"; }, 60));
+  h.StopAgent(agent, SIGKILL);
+  EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1) << "podman's conmon keeps it";
+  h.StartAgent("h100-0", "", {"--container-run", run});
+  EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 0; }, 30));
+  EXPECT_EQ(ContainersOf("gantry.node=h100-0"), 0);
+}
+
+}  // namespace
+}  // namespace gantry::it

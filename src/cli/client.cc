@@ -723,8 +723,57 @@ std::string CsvField(const std::string& v) {
   return out + "\"";
 }
 
+// usage --advice: the jobs that ran in [from, to] and could have been smaller, the most
+// GPU-hours to free first, then per queue what right-sizing would free of what it held.
+int Advice(const Globals& g, double from, double to) {
+  Client c(g);
+  Response r = c.Get("/v1/jobs?all=1");
+  if (int rc = Check(r, "jobs")) return rc;
+  struct Row {
+    double frees;
+    std::string line;
+  };
+  std::vector<Row> rows;
+  struct Sums {
+    double held = 0, frees = 0;
+    int jobs = 0;
+  };
+  std::map<std::string, Sums> by_queue;
+  const json all = r.Json();
+  for (const json& job : all["jobs"]) {
+    const double start = job.contains("start") && job["start"].is_number() ? job["start"].get<double>() : -1;
+    const double end = job.contains("end") && job["end"].is_number() ? job["end"].get<double>() : to;
+    if (!job.contains("usage") || start < 0 || start > to || end < from) continue;
+    const json& u = job["usage"];
+    Sums& q = by_queue[job.value("queue", "")];
+    q.held += u.value("gpu_hours", 0.0);
+    if (!u.contains("advice")) continue;
+    const json& a = u["advice"];
+    const double frees = a.value("free_gpu_hours", 0.0);
+    q.frees += frees;
+    ++q.jobs;
+    char num[32];
+    std::snprintf(num, sizeof num, "%.3f", frees);
+    rows.push_back({frees, Pad(job.value("id", ""), 14) + Pad(job.value("queue", ""), 12) +
+                               Pad(job.value("user", "").empty() ? "-" : job.value("user", ""), 10) +
+                               Pad(job.value("request", ""), 28) + Pad(a.value("shape", ""), 22) + Pad(num, 10) +
+                               a.value("text", "")});
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.frees > b.frees; });
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 28) << Pad("WOULD FIT", 22)
+            << Pad("FREES", 10) << "WHY\n";
+  for (const Row& row : rows) std::cout << row.line << "\n";
+  std::cout << "\n" << Pad("QUEUE", 14) << Pad("JOBS", 6) << Pad("GPU-HOURS", 11) << "RIGHT-SIZING FREES\n";
+  for (const auto& [queue, s] : by_queue) {
+    char line[96];
+    std::snprintf(line, sizeof line, "%-11.3f%.3f (%.0f%%)", s.held, s.frees, s.held > 0 ? 100 * s.frees / s.held : 0.0);
+    std::cout << Pad(queue, 14) << Pad(std::to_string(s.jobs), 6) << line << "\n";
+  }
+  return 0;
+}
+
 int Usage(const Globals& g, const std::string& since, const std::string& until, const std::string& by, bool csv,
-          bool json_out) {
+          bool json_out, bool advice) {
   const double now = NowSeconds();
   double from = now - 86400, to = now;
   if (!since.empty() && !ParseWhen(since, now, from)) {
@@ -747,6 +796,7 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
     keys.push_back(k);
     pos = comma + 1;
   }
+  if (advice) return Advice(g, from, to);
   Client c(g);
   char q[96];
   std::snprintf(q, sizeof q, "/v1/usage?since=%.3f&until=%.3f", from, to);
@@ -1019,7 +1069,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   queues->callback([&exit_code] { exit_code = Queues(g, queues_json); });
 
   static std::string usage_since, usage_until, usage_by = "queue,user,model";
-  static bool usage_json = false, usage_csv = false;
+  static bool usage_json = false, usage_csv = false, usage_advice = false;
   CLI::App* usage = app.add_subcommand("usage", "GPU-hours per queue, user and GPU model over a period");
   usage->add_option("--since", usage_since,
                     "Start: 24h, 7d (ago), a UTC date 2026-11-01 or time 2026-11-01T08:00, or Unix seconds (default: 24h)");
@@ -1027,7 +1077,12 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   usage->add_option("--by", usage_by, "Group by queue, user, model, or several comma-separated (default: all three)");
   usage->add_flag("--csv", usage_csv, "CSV output (for chargeback)");
   usage->add_flag("--json", usage_json, "JSON output (the server's rows)");
-  usage->callback([&exit_code] { exit_code = Usage(g, usage_since, usage_until, usage_by, usage_csv, usage_json); });
+  usage->add_flag("--advice", usage_advice,
+                  "Jobs of the period (still in gantryd's memory) that could have been smaller: what would have "
+                  "held them and the GPU-hours it would free, then per queue");
+  usage->callback([&exit_code] {
+    exit_code = Usage(g, usage_since, usage_until, usage_by, usage_csv, usage_json, usage_advice);
+  });
 
   static std::string drain_node, drain_reason, resume_node;
   CLI::App* drain = app.add_subcommand("drain", "Stop placing jobs on a node (admin)");

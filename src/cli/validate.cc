@@ -89,6 +89,26 @@ std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& file
   return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}};
 }
 
+// max_wait_s bounds a job's wait by draining whole GPUs for it: one that asks GPU shares
+// or a MIG instance gets no such bound (a new slice may start on a partly used GPU), and
+// neither does one with a window (it waits for it besides). Why, or nullopt when its
+// queue has no max_wait_s or the bound holds.
+std::optional<std::string> WhyUnbounded(const core::JobSpec& job, const spec::ClusterConfig& config) {
+  core::Ticks max_wait = config.policy.params.max_wait;
+  for (core::QueueId q : config.queues.queue(job.queue).self_and_ancestors) {
+    if (const auto& m = config.queues.queue(q).spec.max_wait) {
+      max_wait = *m;
+      break;
+    }
+  }
+  if (max_wait <= 0) return std::nullopt;
+  if (job.sharing != core::Sharing::kExclusive) {
+    return "it asks GPU shares or a MIG instance, and a drain holds whole GPUs only";
+  }
+  if (job.window) return "it may start only inside its daily window, which the bound does not count";
+  return std::nullopt;
+}
+
 }  // namespace
 
 int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostream& err) {
@@ -124,6 +144,11 @@ int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostr
       if (auto job = spec::ReadJobYaml(f, *against, diags); job && config) {
         if (auto why = core::WhyInfeasible(*job, config->cluster)) {
           diags.Add(f, 0, "", "no GPU of the cluster could ever hold this job: " + *why);
+        } else if (auto never = core::WhyNeverStarts(*job, config->cluster, config->queues)) {
+          diags.Add(f, 0, "", "this job can never start (gantryd rejects it): " + *never);
+        } else if (auto unbounded = WhyUnbounded(*job, *config)) {
+          out << f << ": ok, but max_wait_s cannot bound its wait: " << *unbounded << "\n";
+          continue;
         }
       }
     } else if (kind == Kind::kFailures) {
@@ -135,15 +160,33 @@ int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostr
     } else {
       spec::TraceReader reader(f, *against);
       core::TraceJob job;
-      size_t jobs = 0, impossible = 0;
+      size_t jobs = 0, impossible = 0, never = 0, unbounded = 0;
+      std::vector<std::string> named;  // the first few that can never start, with why
       while (reader.Next(job, diags)) {
         ++jobs;
-        if (config && core::WhyInfeasible(job.spec, config->cluster)) ++impossible;
+        if (!config) continue;
+        if (core::WhyInfeasible(job.spec, config->cluster)) {
+          ++impossible;
+        } else if (auto why = core::WhyNeverStarts(job.spec, config->cluster, config->queues)) {
+          if (++never <= 3) named.push_back(job.spec.id + " " + *why);
+        } else if (WhyUnbounded(job.spec, *config)) {
+          ++unbounded;
+        }
       }
       if (diags.size() == before) {
         out << fmt::format("{}: trace, {} jobs", f, jobs);
         if (impossible) out << fmt::format(" ({} no GPU of the cluster could hold: the simulator rejects them)", impossible);
         out << "\n";
+        if (never) {
+          out << fmt::format("  {} can never start under their queues' burst_gpus (the simulator rejects them): ", never);
+          for (size_t i = 0; i < named.size(); ++i) out << (i ? "; " : "") << named[i];
+          out << (never > named.size() ? "; ..." : "") << "\n";
+        }
+        if (unbounded) {
+          out << fmt::format("  {} in queues with max_wait_s ask GPU shares or MIG instances, or have a window: "
+                             "max_wait_s cannot bound their wait\n",
+                             unbounded);
+        }
       }
       continue;
     }

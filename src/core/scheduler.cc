@@ -129,15 +129,7 @@ void Scheduler::SetExpectedEnd(JobId id, Ticks end) {
   if (end >= 0) by_end_.emplace(end, id);
 }
 
-GpuUnits Scheduler::MinUnits(const JobSpec& spec) const {
-  if (spec.sharing != Sharing::kMig) return spec.WorkerUnits(cluster_.catalog(), ModelId()) * spec.replicas;
-  GpuUnits best = kForever;
-  for (size_t m = 0; m < cluster_.catalog().size(); ++m) {
-    if (spec.mig_index[m] < 0 || !(spec.models >> m & 1u)) continue;
-    best = std::min(best, spec.WorkerUnits(cluster_.catalog(), ModelId(static_cast<uint32_t>(m))));
-  }
-  return best == kForever ? 0 : best * spec.replicas;
-}
+GpuUnits Scheduler::MinUnits(const JobSpec& spec) const { return core::MinUnits(spec, cluster_.catalog()); }
 
 JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   JobId id(static_cast<uint32_t>(jobs_.size()));
@@ -147,18 +139,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   rec.submit = now;
   rec.pending_since = now;
   rec.asked_tier = rec.spec.tier;
-  std::optional<std::string> why = WhyInfeasible(rec.spec, cluster_);
-  if (!why) {
-    const GpuUnits need = MinUnits(rec.spec);
-    for (QueueId q : queues_.queue(rec.spec.queue).self_and_ancestors) {
-      const QueueSpec& qs = queues_.queue(q).spec;
-      if (qs.burst >= 0 && need > qs.burst) {
-        why = "needs " + Gpus(need) + " GPUs, above the burst_gpus " + Gpus(qs.burst) +
-              " of queue " + qs.name;
-        break;
-      }
-    }
-  }
+  std::optional<std::string> why = WhyNeverStarts(rec.spec, cluster_, queues_);
   if (why) {
     rec.phase = Phase::kDone;
     rejects_.emplace_back(id, std::move(*why));

@@ -976,6 +976,13 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_NEAR(big["advice"].value("fit_gpus_per_worker", 0.0), 1.0 / 7, 1e-9);
   EXPECT_EQ(busy["advice"].value("shape", ""), "MPS share 0.625") << busy.dump();  // 50% busy
   EXPECT_NE(h.Cli({"show", "big80"}, h.token("a")).out.find("MIG 1g.20gb would hold it"), std::string::npos);
+  // Rolled up for the team: its jobs that could be smaller, and per queue.
+  const std::string advice = h.Cli({"usage", "--advice", "--since", "1h"}, h.token("admin")).out;
+  const size_t big_row = advice.find("\nbig80 ");
+  ASSERT_NE(big_row, std::string::npos) << advice;
+  EXPECT_NE(advice.find("MIG 1g.20gb", big_row), std::string::npos) << advice;
+  EXPECT_NE(advice.find("\nbusy "), std::string::npos) << advice;
+  EXPECT_NE(advice.find("RIGHT-SIZING FREES"), std::string::npos) << advice;
 
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
   const auto states = States(h);

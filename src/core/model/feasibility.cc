@@ -305,4 +305,26 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   return std::nullopt;
 }
 
+GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog) {
+  if (job.sharing != Sharing::kMig) return job.WorkerUnits(catalog, ModelId()) * job.replicas;
+  GpuUnits best = kUnbounded;
+  for (size_t m = 0; m < catalog.size(); ++m) {
+    if (job.mig_index[m] < 0 || !(job.models >> m & 1u)) continue;
+    best = std::min(best, job.WorkerUnits(catalog, ModelId(static_cast<uint32_t>(m))));
+  }
+  return best == kUnbounded ? 0 : best * job.replicas;
+}
+
+std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster, const QueueTree& queues) {
+  if (auto why = WhyInfeasible(job, cluster)) return why;
+  const GpuUnits need = MinUnits(job, cluster.catalog());
+  for (QueueId q : queues.queue(job.queue).self_and_ancestors) {
+    const QueueSpec& qs = queues.queue(q).spec;
+    if (qs.burst >= 0 && need > qs.burst) {
+      return "needs " + GpusText(need) + " GPUs, above the burst_gpus " + GpusText(qs.burst) + " of queue " + qs.name;
+    }
+  }
+  return std::nullopt;
+}
+
 }  // namespace gantry::core

@@ -15,6 +15,7 @@
 
 #include "core/model/cluster.h"
 #include "core/model/job.h"
+#include "core/model/queue.h"
 
 namespace gantry::core {
 
@@ -22,5 +23,14 @@ namespace gantry::core {
 // topology), or nullopt when it could. Precondition: `job` was resolved against
 // cluster.catalog() (models and mig_index index it). Cost: O(pools), not O(nodes).
 std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& cluster);
+
+// The fewest GPU units `job` can run on: its workers' units, a MIG job's on the model
+// whose instance is smallest. Cost: O(models).
+GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog);
+
+// Why `job` can never start: WhyInfeasible, or it needs more GPUs at once than its queue
+// or a queue above it may ever hold (burst_gpus). The scheduler rejects such jobs at
+// submit; `gantry validate` names them first. Cost: O(pools + queue depth).
+std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster, const QueueTree& queues);
 
 }  // namespace gantry::core

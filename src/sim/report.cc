@@ -136,6 +136,11 @@ void Report::Write(std::ostream& out) const {
   j["allocation_ratio_at_last_arrival_pct"] = ratio_at_last_arrival_;
   j["fragmentation_at_last_arrival_pct"] = frag_at_last_arrival_;
   j["fragmentation_mean_pct"] = fragmentation_mean_pct();
+  if (!idle_by_cause_.empty()) {
+    Json idle = Json::object();
+    for (const auto& [cause, gpus] : idle_by_cause_) idle[cause] = std::round(gpus * 1000) / 1000;
+    j["idle_gpus_by_cause"] = std::move(idle);
+  }
   std::vector<double> all;
   Json waits;
   for (int t = 0; t < core::kTierCount; ++t) {
@@ -289,6 +294,15 @@ void Report::Summary(std::ostream& out) const {
                      ratio_at_last_arrival_);
   out << fmt::format("  fragmented GPUs     {:.1f}% of GPUs up at the last arrival, mean {:.1f}%\n",
                      frag_at_last_arrival_, fragmentation_mean_pct());
+  if (!idle_by_cause_.empty()) {
+    double total = 0;
+    std::string causes;
+    for (const auto& [cause, gpus] : idle_by_cause_) {
+      total += gpus;
+      if (gpus >= 0.05) causes += fmt::format("{}{:.1f} {}", causes.empty() ? "" : ", ", gpus, cause);
+    }
+    out << fmt::format("  idle GPUs           mean {:.1f}{}{}\n", total, causes.empty() ? "" : ": ", causes);
+  }
   out << fmt::format("  queue wait          mean {:.1f} s, p99 {:.1f} s\n", wait.mean / 1000,
                      wait.p99 / 1000);
   if (!critical_in_guarantee_wait_ms_.empty()) {

@@ -33,6 +33,8 @@ class Report {
   Report(const core::QueueTree& queues, std::string policy);
 
   void Submitted(core::Ticks t);
+  // Free GPUs over the run, time-weighted, by why nothing used them (Timeline's causes).
+  void IdleByCause(std::vector<std::pair<std::string, double>> means) { idle_by_cause_ = std::move(means); }
   void Rejected(std::string job, std::string reason) {
     ++rejected_;
     rejected_jobs_.emplace_back(std::move(job), std::move(reason));
@@ -110,6 +112,7 @@ class Report {
   std::string currency_;
   size_t submitted_ = 0, finished_ = 0, rejected_ = 0, reclaimed_ = 0;
   std::vector<std::pair<std::string, std::string>> rejected_jobs_;  // job, why
+  std::vector<std::pair<std::string, double>> idle_by_cause_;       // cause, mean GPUs
   size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0, unfinished_ = 0;
   core::Ticks first_submit_ = -1, last_finish_ = -1;
   core::Ticks last_submit_ = -1;

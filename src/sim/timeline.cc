@@ -16,6 +16,7 @@ Timeline::Timeline(const core::QueueTree& queues)
       levels_(kFixedLevels + core::kTierCount + queues.size() + kWaitCauses),
       counters_(kCounters, std::vector<double>(kMaxBuckets, 0.0)),
       frag_sum_(kMaxBuckets, 0.0),
+      idle_sum_(kIdleCauses, std::vector<double>(kMaxBuckets, 0.0)),
       frag_n_(kMaxBuckets, 0) {
   for (LevelSeries& s : levels_) s.sum.assign(kMaxBuckets, 0.0);
 }
@@ -43,6 +44,7 @@ void Timeline::Merge() {
   for (LevelSeries& s : levels_) halve(s.sum);
   for (auto& c : counters_) halve(c);
   halve(frag_sum_);
+  for (auto& v : idle_sum_) halve(v);
   halve(frag_n_);
   width_ *= 2;
   used_buckets_ = (used_buckets_ + 1) / 2;
@@ -86,6 +88,20 @@ std::string_view Timeline::Name(WaitCause c) {
     case WaitCause::kBudget: return "budget spent";
     case WaitCause::kWindow: return "outside its window";
     case WaitCause::kOther: return "other";
+  }
+  return "other";
+}
+
+std::string_view Timeline::Name(IdleCause c) {
+  switch (c) {
+    case IdleCause::kDown: return "down";
+    case IdleCause::kNoDemand: return "nothing waits";
+    case IdleCause::kWrongModel: return "wrong model";
+    case IdleCause::kWrongPool: return "wrong pool or sharing";
+    case IdleCause::kReservation: return "held for a reservation";
+    case IdleCause::kFragmented: return "fragmented";
+    case IdleCause::kLimits: return "queue limits";
+    case IdleCause::kNotYetPlaced: return "not yet placed or other";
   }
   return "other";
 }
@@ -169,10 +185,11 @@ bool Timeline::WantsSample(Ticks t) const {
   return static_cast<size_t>((t - origin_) / w) != last;
 }
 
-void Timeline::SampleFragmentation(Ticks t, double fragmented_gpus) {
+void Timeline::SampleFragmentation(Ticks t, double fragmented_gpus, const IdleGpus& idle) {
   Reach(t);
   const size_t i = Index(t);
   frag_sum_[i] += fragmented_gpus;
+  for (int c = 0; c < kIdleCauses; ++c) idle_sum_[c][i] += idle[c];
   ++frag_n_[i];
   last_sample_ = i;
 }
@@ -187,8 +204,11 @@ void Timeline::Finish(Ticks t) {
   const size_t n = buckets();
   if (used_buckets_ > n) {
     for (auto& c : counters_) c[n - 1] += std::exchange(c[n], 0.0);
-    frag_sum_[n - 1] += std::exchange(frag_sum_[n], 0.0);
-    frag_n_[n - 1] += std::exchange(frag_n_[n], 0u);
+    // A sample taken at the very end shows the state after the run's last moment, which
+    // no bucket covers: dropped (the last bucket keeps its own, or the one before holds).
+    frag_sum_[n] = 0;
+    for (auto& v : idle_sum_) v[n] = 0;
+    frag_n_[n] = 0;
     if (last_sample_ == n) last_sample_ = n - 1;
   }
 }
@@ -221,6 +241,22 @@ namespace {
 double Round(double x) { return std::round(x * 1e4) / 1e4; }
 constexpr double kUnitMsPerGpuHour = double{core::kGpuUnits} * core::kTicksPerSecond * 3600;
 }  // namespace
+
+Timeline::IdleGpus Timeline::IdleMeans() const {
+  IdleGpus out{};
+  const size_t n = buckets();
+  if (n == 0 || end_ <= origin_) return out;
+  IdleGpus held{};
+  for (size_t i = 0; i < n; ++i) {
+    if (frag_n_[i] > 0) {
+      for (int c = 0; c < kIdleCauses; ++c) held[c] = idle_sum_[c][i] / frag_n_[i];
+    }
+    const double span = static_cast<double>(std::min(BucketEnd(i), end_) - (origin_ + static_cast<Ticks>(i) * width_));
+    for (int c = 0; c < kIdleCauses; ++c) out[c] += held[c] * span;
+  }
+  for (double& v : out) v /= static_cast<double>(end_ - origin_);
+  return out;
+}
 
 Json Timeline::ToJson() const {
   const size_t n = buckets();
@@ -272,6 +308,20 @@ Json Timeline::ToJson() const {
     }
   }
   j["fragmented_gpus"] = frag;
+  Json idle = nullptr;
+  if (frag != nullptr) {
+    idle = Json::object();
+    for (int c = 0; c < kIdleCauses; ++c) {
+      Json series = Json::array();
+      Json held = nullptr;
+      for (size_t i = 0; i < n; ++i) {
+        if (frag_n_[i] > 0) held = Round(idle_sum_[c][i] / frag_n_[i]);
+        series.push_back(held);
+      }
+      idle[std::string(Name(static_cast<IdleCause>(c)))] = series;
+    }
+  }
+  j["idle_gpus_by_cause"] = idle;
   j["preemptions"] = counter(kPreemptions, 1);
   j["requeues"] = counter(kRequeues, 1);
   j["reclaims"] = counter(kReclaims, 1);

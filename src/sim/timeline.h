@@ -21,6 +21,7 @@
 // Preconditions: times never go backwards. Thread-safety: none.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -55,6 +56,17 @@ class Timeline {
   static constexpr int kWaitCauses = 8;
   static std::string_view Name(WaitCause c);
   static WaitCause CauseOf(std::string_view reason);
+  // Why free GPU capacity stays unused (sampled, IdleByCause in simulator.cc): down
+  // nodes; nothing waits; no pending job accepts the pool's model, or its pool (or
+  // sharing mode); what waits and could use it is held off by a reservation, does not fit
+  // it (too small or scattered: fragmented), is held by its queue's burst, budget or
+  // window, or has not had its first pass yet.
+  enum class IdleCause : uint8_t {
+    kDown, kNoDemand, kWrongModel, kWrongPool, kReservation, kFragmented, kLimits, kNotYetPlaced
+  };
+  static constexpr int kIdleCauses = 8;
+  static std::string_view Name(IdleCause c);
+  using IdleGpus = std::array<double, kIdleCauses>;  // GPUs per cause
 
   explicit Timeline(const core::QueueTree& queues);
 
@@ -70,7 +82,7 @@ class Timeline {
   void Waiting(core::Ticks t, std::optional<WaitCause> from, std::optional<WaitCause> to);
   // True when t falls in a bucket that has no fragmentation sample yet.
   bool WantsSample(core::Ticks t) const;
-  void SampleFragmentation(core::Ticks t, double fragmented_gpus);
+  void SampleFragmentation(core::Ticks t, double fragmented_gpus, const IdleGpus& idle);
   // The run ended at t: levels are integrated up to t. Call once, last.
   void Finish(core::Ticks t);
 
@@ -84,10 +96,14 @@ class Timeline {
   // Time-weighted mean of a level over the whole timeline.
   double Mean(uint32_t level) const;
   double Count(Counter c, size_t i) const { return counters_[c][i]; }
+  // Free GPUs by cause, time-weighted over the timeline (a bucket without a sample holds
+  // the one before); zeros when nothing was sampled. Call after Finish.
+  IdleGpus IdleMeans() const;
 
   // {"t0_s", "bucket_s", "end_s", "capacity_gpus", "allocated_gpus", "pending_jobs",
   //  "by_tier", "by_queue", "sharing_gpus", "fragmented_gpus", "preemptions",
-  //  "requeues", "reclaims", "lost_gpu_hours", "queues", "pending_by_cause"}; see
+  //  "requeues", "reclaims", "lost_gpu_hours", "queues", "pending_by_cause",
+  //  "idle_gpus_by_cause"}; see
   //  docs/simulator.md.
   nlohmann::ordered_json ToJson() const;
 
@@ -114,7 +130,8 @@ class Timeline {
   std::vector<LevelSeries> levels_;
   std::vector<std::vector<double>> counters_;
   std::vector<double> frag_sum_;
-  std::vector<uint32_t> frag_n_;
+  std::vector<std::vector<double>> idle_sum_;  // per IdleCause, per bucket
+  std::vector<uint32_t> frag_n_;               // samples per bucket (of both)
   size_t last_sample_ = SIZE_MAX;  // bucket of the latest fragmentation sample
 };
 

@@ -111,6 +111,9 @@ std::map<std::string, std::vector<std::string>> Expected(const Json& report) {
   }
   want["sharing"] = {"MIG instances", "MPS shares", "time-slice shares"};
   want["fragmentation"] = {"unallocated GPUs (up minus allocated)", "fragmented GPUs (FGD)"};
+  want["idle-cause"] = {"down", "nothing waits", "wrong model", "wrong pool or sharing", "held for a reservation",
+                        "fragmented", "queue limits", "not yet placed or other",
+                        "unallocated GPUs (up minus allocated)"};
   want["preemptions"] = {"preemptions", "requeues (node failures)", "idle reclaims"};
   want["lost-work"] = {"preemption", "node failure", "idle reclaim"};
   return want;

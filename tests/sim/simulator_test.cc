@@ -246,6 +246,49 @@ TEST_F(SimTest, PendingJobsByCauseAddUpToThePendingJobs) {
   EXPECT_NEAR(waited, 100 - 1 + 200 - 2 + 300 - 3, 3) << by_cause["queue at its burst"].dump();
 }
 
+// Two pools of 8: H100 and A100. An H100 job holds 6 H100s for 100 s; a 4-GPU H100 job
+// waits for it, beside 2 free H100s (fragmented: too few for it) and 8 free A100s it
+// does not accept (wrong model). Then only the 4-GPU job runs: 4 H100s and the A100s
+// idle with nothing waiting. Every sample adds up to the unallocated GPUs.
+constexpr const char* kTwoModels = R"(cluster: t
+pools:
+  - name: h
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+  - name: a
+    count: 1
+    gpus: 8
+    gpu_model: A100-80GB
+queues:
+  - name: q
+)";
+
+TEST_F(SimTest, IdleGpusAreExplainedByWhyNothingUsesThem) {
+  Run(R"({"id":"six","submit":0,"duration":100,"queue":"q","gpus":6,"vram_gb":8,"gpu_model":"H100-80GB"})" "\n"
+      R"({"id":"four","submit":0,"duration":100,"queue":"q","gpus":4,"vram_gb":8,"gpu_model":"H100-80GB"})" "\n",
+      "", kTwoModels);
+  const auto& idle = timeline_["idle_gpus_by_cause"];
+  ASSERT_TRUE(idle.is_object()) << timeline_.dump();
+  const auto& up = timeline_["capacity_gpus"];
+  const auto& used = timeline_["allocated_gpus"];
+  for (size_t i = 0; i < up.size(); ++i) {
+    double sum = 0;
+    for (const auto& [cause, values] : idle.items()) sum += cause == "down" ? 0 : values[i].get<double>();
+    EXPECT_NEAR(sum, up[i].get<double>() - used[i].get<double>(), 1e-6) << "bucket " << i;
+  }
+  // Over the 200 s: 100 s with 2 fragmented and 8 of the wrong model, 100 s with 12
+  // idle while nothing waits.
+  const auto& mean = report_["idle_gpus_by_cause"];
+  EXPECT_NEAR(mean["fragmented"].get<double>(), 1.0, 0.05) << mean.dump();
+  EXPECT_NEAR(mean["wrong model"].get<double>(), 4.0, 0.05) << mean.dump();
+  EXPECT_NEAR(mean["nothing waits"].get<double>(), 6.0, 0.05) << mean.dump();
+  EXPECT_EQ(mean["down"].get<double>(), 0.0);
+  EXPECT_NE(summary_.find("idle GPUs           mean 11.0: 6.0 nothing waits, 4.0 wrong model, 1.0 fragmented"),
+            std::string::npos)
+      << summary_;
+}
+
 TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {
   auto log = Run(R"({"id":"big","submit":0,"duration":60,"queue":"q","gpus":1,"vram_gb":200})"
                  "\n"

@@ -110,16 +110,23 @@ TEST(TimelineTest, FragmentationIsSampledOncePerBucketAndHeld) {
   Timeline tl(queues);
   ASSERT_TRUE(tl.WantsSample(0));
   tl.SetState(0, 8 * kGpuUnits, 0, 0);
-  tl.SampleFragmentation(0, 2.0);
+  Timeline::IdleGpus idle{};
+  idle[static_cast<int>(Timeline::IdleCause::kFragmented)] = 2.0;
+  tl.SampleFragmentation(0, 2.0, idle);
   EXPECT_FALSE(tl.WantsSample(900));
-  tl.SampleFragmentation(900, 4.0);  // a second sample in one bucket is averaged in
+  idle[static_cast<int>(Timeline::IdleCause::kFragmented)] = 4.0;
+  tl.SampleFragmentation(900, 4.0, idle);  // a second sample in one bucket is averaged in
   EXPECT_TRUE(tl.WantsSample(1000));
   tl.SetState(3500, 8 * kGpuUnits, 0, 0);
-  tl.SampleFragmentation(3500, 1.0);
+  idle = {};
+  idle[static_cast<int>(Timeline::IdleCause::kNoDemand)] = 5.0;
+  tl.SampleFragmentation(3500, 1.0, idle);
   tl.Finish(4000);
   const nlohmann::ordered_json j = tl.ToJson();
   // Buckets 1 and 2 saw no change: the value of bucket 0 holds.
   EXPECT_EQ(j["fragmented_gpus"], nlohmann::ordered_json::parse("[3.0, 3.0, 3.0, 1.0]"));
+  EXPECT_EQ(j["idle_gpus_by_cause"]["fragmented"], nlohmann::ordered_json::parse("[3.0, 3.0, 3.0, 0.0]"));
+  EXPECT_EQ(j["idle_gpus_by_cause"]["nothing waits"], nlohmann::ordered_json::parse("[0.0, 0.0, 0.0, 5.0]"));
   EXPECT_EQ(j["pending_jobs"].size(), 4u);  // 4 s exactly: no empty bucket at the end
   EXPECT_EQ(j["bucket_s"], 1.0);
   // Without samples the series is null (the HTML then says it is not measured).
@@ -127,6 +134,7 @@ TEST(TimelineTest, FragmentationIsSampledOncePerBucketAndHeld) {
   none.SetState(0, 8 * kGpuUnits, 0, 0);
   none.Finish(1000);
   EXPECT_TRUE(none.ToJson()["fragmented_gpus"].is_null());
+  EXPECT_TRUE(none.ToJson()["idle_gpus_by_cause"].is_null());
 }
 
 TEST(TimelineTest, QueueMeansIncludeChildQueues) {

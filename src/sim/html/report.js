@@ -241,6 +241,17 @@ function plots(section, run) {
         .concat(tl.fragmented_gpus ? [{name: 'fragmented GPUs (FGD)', color: PALETTE[3], values: tl.fragmented_gpus}] : []),
       note: tl.fragmented_gpus ? 'Fragmented GPUs: free capacity the observed job mix could not use, sampled at the first change in each bucket.'
                                : 'This build does not measure fragmentation.'}),
+    'idle-cause': c => timeChart(c, run, {
+      title: 'Idle GPUs by why nothing uses them', yLabel: 'GPUs (bucket mean)', stacked: true,
+      series: Object.entries(tl.idle_gpus_by_cause || {}).map(([k, v], i) => ({name: k, color: PALETTE[i % PALETTE.length], values: v})),
+      lines: [{name: 'unallocated GPUs (up minus allocated)', color: '#333', dashed: true,
+               values: tl.capacity_gpus.map((v, i) => Math.max(0, v - tl.allocated_gpus[i]))}],
+      note: tl.idle_gpus_by_cause
+        ? 'Sampled at the first change in each bucket. The free GPUs of a pool count under the first of: nodes down; ' +
+          'nothing waits; no waiting job accepts its model; none may use its pool or sharing mode; what may use it waits ' +
+          'behind a reservation; does not fit it (fragmented: too few free together, or CPUs or memory); is held by its ' +
+          'queue\'s burst, budget or window; has not had its first pass (or waits for another reason).'
+        : 'This build does not measure idle GPUs by cause.'}),
     'preemptions': c => timeChart(c, run, {
       title: 'Runs ended early, cumulative', yLabel: 'runs ended so far',
       series: [{name: 'preemptions', color: PALETTE[3], values: cumulative(tl.preemptions)},

@@ -416,6 +416,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
       by_name_[j.name] = j.seq;
       if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
       log_.Submit(now, j.name);
+      j.Note(now, "submitted");
       if (k == 0) {  // who did what: one line per request, not per array task
         log::Info(indexes.empty() ? "job submitted" : "array submitted",
                   {{"job", indexes.empty() ? j.name : base},
@@ -544,6 +545,9 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
                        {"lost", w.lost}});
   }
   j["workers"] = workers;
+  json history = json::array();
+  for (const Job::Happened& h : job.history) history.push_back({{"t", UnixSeconds(h.t)}, {"what", h.what}});
+  j["history"] = std::move(history);
   if (viewer && MaySee(*viewer, job)) {
     j["command"] = job.spec.command;
     json env = json::object();

@@ -90,6 +90,7 @@ void Controller::StartRun(Job& job, Ticks now) {
   {
     std::string nodes;
     for (const std::string& n : JobNodes(job)) nodes += (nodes.empty() ? "" : ",") + n;
+    job.Note(now, "run " + std::to_string(job.run) + " started on " + nodes);
     log::Info("job started", {{"job", job.name}, {"run", std::to_string(job.run)}, {"queue", job.queue},
                               {"user", job.user}, {"nodes", nodes}});
   }
@@ -132,10 +133,13 @@ void Controller::EndStop(Job& job, Ticks now) {
       job.progress += kept;
       if (job.stop == StopKind::kPreempt) {
         log_.Preempt(now, job.name, job.preempted_by, job.stop_reason, job.signaled_at);
+        job.Note(now, "preempted" + (job.preempted_by.empty() ? "" : " for " + job.preempted_by) + ": " +
+                          job.stop_reason);
         ++job.preemptions;
         ++preemptions_[job.spec.queue.v];
       } else {
         log_.Requeue(now, job.name, job.stop_reason);
+        job.Note(now, "requeued: " + job.stop_reason);
         ++job.requeues;
         ++requeued_;
       }
@@ -196,6 +200,7 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
   log::Write(end == "failed" ? log::Level::kWarning : log::Level::kInfo, "job " + end,
              {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
   job.state = JobState::kDone;
+  job.Note(now, end + (reason.empty() ? "" : ": " + reason));
   job.end = std::move(end);
   job.end_reason = std::move(reason);
   job.end_time = now;

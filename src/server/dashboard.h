@@ -1,5 +1,6 @@
-// The dashboard gantryd serves at "/": one static page that asks for a token (kept in the
-// browser's localStorage) and renders /v1/queues, /v1/nodes and /v1/jobs every 2 s.
+// The web console gantryd serves at "/" (src/server/console/console.html, compiled in):
+// sign-in by token into an HttpOnly cookie, then the cluster map, queues, jobs with why
+// they wait, a page per job, and usage, drawn from the API every 2 s.
 #pragma once
 
 namespace gantry::server {

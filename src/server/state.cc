@@ -234,6 +234,11 @@ Result<core::WorkerAlloc> WorkerAllocFromJson(const json& j, const core::Cluster
   return w;
 }
 
+void Job::Note(Ticks t, std::string what) {
+  if (history.size() >= kHistory) history.erase(history.begin() + 1);  // keep the submit
+  history.push_back({t, std::move(what)});
+}
+
 json JobToDoc(const Job& job, const core::Cluster& cluster) {
   json workers = json::array();
   for (const Worker& w : job.workers) {
@@ -277,6 +282,9 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"end_time", job.end_time},
               {"usage", UsageToJson(job.usage)}};
   if (job.run_tier) doc["run_tier"] = std::string(core::Name(*job.run_tier));
+  json history = json::array();
+  for (const Job::Happened& h : job.history) history.push_back({{"t", h.t}, {"what", h.what}});
+  doc["history"] = std::move(history);
   return doc;
 }
 
@@ -298,6 +306,10 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.state = *state;
     job.stop = *stop;
     job.submit = d.at("submit").get<Ticks>();
+    job.history.clear();
+    for (const json& h : d.value("history", json::array())) {
+      job.history.push_back({h.at("t").get<Ticks>(), h.at("what").get<std::string>()});
+    }
     job.run = d.value("run", 0);
     job.run_start = d.value("run_start", Ticks{-1});
     job.first_start = d.value("first_start", Ticks{-1});

@@ -111,6 +111,15 @@ struct Job {
   Ticks end_time = -1;
   Usage usage;
   Ticks usage_saved = -1;   // when usage was last written (in memory)
+  // What happened to it, oldest first (the console's job page): submitted, each start,
+  // preemption and requeue, its end; at most kHistory entries (the first and the latest).
+  struct Happened {
+    Ticks t = 0;
+    std::string what;
+  };
+  std::vector<Happened> history;
+  static constexpr size_t kHistory = 64;
+  void Note(Ticks t, std::string what);
   // The usage time series: the interval since the last sample (its start, the job's busy
   // and reported GPU-ms then, the most VRAM a worker reported in it).
   Ticks sample_at = -1;

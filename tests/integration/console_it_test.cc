@@ -9,6 +9,8 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@ namespace gantry::it {
 namespace {
 
 using nlohmann::json;
+namespace fs = std::filesystem;
 
 constexpr const char* kConsoleCluster = R"(cluster: console
 pools:
@@ -136,8 +139,128 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
                              h.ServerUrl() + "/"});
   ASSERT_EQ(dom.rc, 0);
   EXPECT_NE(dom.out.find("<form id=\"signin\">"), std::string::npos) << dom.out;  // no longer hidden
-  EXPECT_NE(dom.out.find("<div id=\"who\" hidden=\"\">"), std::string::npos) << dom.out;
-  EXPECT_NE(dom.out.find("<table id=\"jobs\"></table>"), std::string::npos) << dom.out;
+  EXPECT_NE(dom.out.find("<span id=\"who\" hidden=\"\">"), std::string::npos) << dom.out;
+  EXPECT_NE(dom.out.find("<div id=\"page\"></div>"), std::string::npos) << dom.out;
+}
+
+constexpr const char* kMapCluster = R"(cluster: console-map
+pools:
+  - name: h100
+    count: 2
+    gpus: 8
+    gpu_model: H100-80GB
+    sharing: [mig, mps]
+queues:
+  - name: research
+  - name: vision
+)";
+
+std::string Chromium() {
+  for (const char* name : {"chromium", "chromium-browser"}) {
+    RunResult which = it::Run({"sh", "-c", "command -v " + std::string(name)});
+    if (which.rc == 0 && !which.out.empty()) return which.out.substr(0, which.out.find('\n'));
+  }
+  return "";
+}
+
+// Every view signed in, in a real browser driven over the DevTools protocol
+// (console_cdp.py): the token typed into the form, then the cluster map, queues, jobs,
+// usage and two job pages. No page error; the map draws every GPU the API lists, each
+// with the jobs the API says hold it (a whole-GPU gang, a MIG instance, an MPS share, the
+// other team's job); pending work is grouped by why it waits; a team's own job page shows
+// its command, history and log, another team's shows neither command nor log. The
+// screenshots are kept in the build tree (console-screenshots/) as the test's artefacts.
+TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
+  const std::string chromium = Chromium();
+  ASSERT_FALSE(chromium.empty()) << "chromium not found: scripts/setup.sh installs Debian's chromium";
+  Harness h("console-map");
+  h.Setup(kMapCluster, {{"a", "research"}, {"b", "vision"}});
+  h.StartServer();
+  h.StartAgent("h100-0");
+  h.StartAgent("h100-1");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
+  const std::vector<std::string> sleep = {"--", "sh", "-c", "echo hello from $GANTRY_JOB_ID; sleep 120"};
+  auto submit = [&](const std::string& team, std::vector<std::string> args) {
+    args.insert(args.end(), sleep.begin(), sleep.end());
+    return Submit(h, team, args);
+  };
+  const std::string train = submit("a", {"--id", "train", "--queue", "research", "--gpus", "4", "--vram-gb", "10"});
+  const std::string mig = submit("a", {"--id", "slice", "--queue", "research", "--mig", "1g.10gb", "--vram-gb", "10"});
+  const std::string share = submit("a", {"--id", "share", "--queue", "research", "--gpus", "0.5", "--sharing", "mps",
+                                         "--vram-gb", "10"});
+  const std::string theirs = submit("b", {"--id", "theirs", "--queue", "vision", "--gpus", "2", "--vram-gb", "10"});
+  const std::string wide = submit("a", {"--id", "wide", "--queue", "research", "--replicas", "2", "--gpus", "8",
+                                        "--vram-gb", "10"});
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    for (const std::string& id : {train, mig, share, theirs}) {
+      if (h.Job(id).value("state", "") != "running") return false;
+    }
+    return h.Job(wide).value("state", "") == "pending" && !h.Job(wide).value("reason", "").empty();
+  }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    return h.Cli({"logs", train}, h.token("a")).out.find("hello from train") != std::string::npos;
+  }, 15));
+
+  const std::string shots = (fs::current_path() / "console-screenshots").string();
+  const RunResult run = it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/", h.token("a"), shots, "map",
+                                 "queues", "jobs", "usage", "job/" + train, "job/" + theirs},
+                                {}, 120);
+  ASSERT_EQ(run.rc, 0) << run.err;
+  const json r = json::parse(run.out, nullptr, false);
+  ASSERT_TRUE(r.is_object()) << run.out << run.err;
+  EXPECT_TRUE(r.value("signed_in", false)) << run.out;
+  EXPECT_TRUE(r["console_errors"].empty()) << r["console_errors"].dump(2);
+  for (const auto& [view, v] : r["views"].items()) {
+    EXPECT_EQ(v.value("error", "?"), "") << view;
+    std::string name = view;
+    std::replace(name.begin(), name.end(), '/', '-');
+    EXPECT_GT(fs::file_size(shots + "/" + name + ".png"), 1000u) << view;
+  }
+
+  // The map against /v1/nodes: every GPU, with the jobs holding it.
+  const std::string map = r["views"]["map"].value("html", "");
+  const json nodes = h.Get("/v1/nodes", h.token("admin"));
+  size_t cells = 0;
+  for (size_t at = map.find("data-gpu=\""); at != std::string::npos; at = map.find("data-gpu=\"", at + 1)) ++cells;
+  size_t gpus = 0;
+  for (const json& node : nodes["nodes"]) {
+    const size_t at = map.find("data-node=\"" + node.value("name", "") + "\"");
+    ASSERT_NE(at, std::string::npos) << node.value("name", "") << "\n" << map;
+    size_t from = at;
+    for (const json& g : node["gpu_detail"]) {
+      ++gpus;
+      std::string holders;
+      for (const json& j : g["jobs"]) holders += (holders.empty() ? "" : ",") + j.get<std::string>();
+      const std::string cell = "data-gpu=\"" + std::to_string(g.value("index", -1)) + "\" data-jobs=\"" + holders + "\"";
+      from = map.find(cell, from);
+      ASSERT_NE(from, std::string::npos) << node.value("name", "") << " " << cell << "\n" << map;
+    }
+  }
+  EXPECT_EQ(cells, gpus);
+  EXPECT_EQ(gpus, 16u);
+  for (const std::string& id : {train, mig, share, theirs}) EXPECT_NE(map.find(id), std::string::npos) << id;
+
+  // Jobs: pending work grouped by why it waits.
+  const std::string jobs = r["views"]["jobs"].value("html", "");
+  EXPECT_NE(jobs.find("1 job waits for "), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("data-job=\"wide\""), std::string::npos) << jobs;
+  // Its own job: command, what happened, usage, log.
+  const std::string mine = r["views"]["job/" + train].value("html", "");
+  EXPECT_NE(mine.find("echo hello from $GANTRY_JOB_ID"), std::string::npos) << mine;
+  EXPECT_NE(mine.find("submitted"), std::string::npos) << mine;
+  EXPECT_NE(mine.find("run 1 started on h100-"), std::string::npos) << mine;
+  EXPECT_NE(mine.find("hello from train"), std::string::npos) << mine;
+  // The other team's: what anyone sees of a job, not its command or log.
+  const std::string other = r["views"]["job/" + theirs].value("html", "");
+  EXPECT_NE(other.find("(not yours to see)"), std::string::npos) << other;
+  EXPECT_EQ(other.find("echo hello"), std::string::npos) << other;
+  EXPECT_EQ(other.find("hello from theirs"), std::string::npos) << other;
+  EXPECT_NE(other.find("id=\"log\""), std::string::npos) << other;
+  // Queues and usage name both queues.
+  for (const char* view : {"queues", "usage"}) {
+    const std::string html = r["views"][view].value("html", "");
+    EXPECT_NE(html.find("research"), std::string::npos) << view << html;
+  }
 }
 
 }  // namespace

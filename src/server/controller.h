@@ -49,6 +49,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/idle.h"
 #include "core/scheduler.h"
 #include "server/auth.h"
 #include "server/metrics.h"
@@ -104,6 +105,11 @@ struct ControllerOptions {
   // The usage time series (issue 12): a sample per running job this often, kept this long.
   int64_t usage_sample_ms = 300'000;
   int64_t usage_retention_ms = 14 * 86'400'000LL;
+  // The cluster's history for the console (in memory, lost on restart): pending jobs by
+  // why they wait and free GPUs by why nothing uses them, a sample this often, the last
+  // history_samples kept (a day at the defaults).
+  int64_t history_sample_ms = 60'000;
+  size_t history_samples = 1440;
   std::string leader;               // this gantryd's name in the leader lease (its URL), for /healthz
   int64_t epoch = 0;                // the lease epoch it holds
 };
@@ -154,6 +160,9 @@ class Controller {
   // Who `token` is (the console's session): principal, admin, team, queues, user.
   void WhoAmI(std::string token, Done done);
   void Usage(std::string token, double from_s, double to_s, Done done);
+  // GET /v1/cluster/history: {interval_s, samples: [{t, up_gpus, used_gpus, pending:
+  // {cause: jobs}, idle: {cause: GPUs}}]}, oldest first.
+  void ClusterHistory(std::string token, Done done);
   void Heartbeat(std::string token, std::string node, nlohmann::json body, std::string remote_addr,
                  Done done);
   // A long poll: answered with the node's workers once its version differs from
@@ -228,6 +237,7 @@ class Controller {
   void PersistNode(core::NodeId n);
   void Pass(Ticks now);
   void Housekeeping(Ticks now);
+  void SampleCluster(Ticks now);
   void StartRun(Job& job, Ticks now);
   void BeginStop(Job& job, StopKind kind, std::string reason, Ticks grace, Ticks now);
   void EndStop(Job& job, Ticks now);
@@ -312,6 +322,14 @@ class Controller {
   std::vector<NodeInfo> nodes_;                       // by core NodeId
   std::unordered_map<std::string, Principal> tokens_; // cache: hash -> principal
   Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
+  struct ClusterSample {
+    Ticks t = 0;
+    double up = 0, used = 0;  // GPUs
+    std::map<std::string, int> pending;  // jobs by the first word of their wait reason
+    core::IdleGpus idle{};
+  };
+  std::deque<ClusterSample> history_;
+  Ticks history_at_ = -1;  // the last sample
   Ticks tokens_flushed_ = 0;                          // the cache is dropped every 10 s (revocations)
   std::ostringstream event_buf_;
   sim::EventLog log_;

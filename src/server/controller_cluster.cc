@@ -95,6 +95,23 @@ void Controller::Nodes(std::string token, Done done) {
   });
 }
 
+void Controller::ClusterHistory(std::string token, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
+    json samples = json::array();
+    for (const ClusterSample& c : history_) {
+      json idle = json::object();
+      for (int i = 0; i < core::kIdleCauses; ++i) {
+        idle[std::string(core::Name(static_cast<core::IdleCause>(i)))] = std::round(c.idle[i] * 1000) / 1000;
+      }
+      samples.push_back({{"t", UnixSeconds(c.t)}, {"up_gpus", c.up}, {"used_gpus", c.used},
+                         {"pending", c.pending}, {"idle", idle}});
+    }
+    Reply r;
+    r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0}, {"samples", samples}};
+    return r;
+  });
+}
+
 void Controller::Drain(std::string token, std::string node, bool drain, std::string reason, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, node, drain, reason](const Principal& user) -> Reply {
     if (!user.admin()) {

@@ -306,7 +306,24 @@ void Controller::NodeDown(core::NodeId n, Ticks now) {
   dirty_ = true;
 }
 
+void Controller::SampleCluster(Ticks now) {
+  if (history_at_ >= 0 && now - history_at_ < options_.history_sample_ms) return;
+  history_at_ = now;
+  ClusterSample c;
+  c.t = now;
+  c.up = static_cast<double>(sched_->ledger().up_units()) / core::kGpuUnits;
+  c.used = static_cast<double>(sched_->ledger().used_units()) / core::kGpuUnits;
+  for (const auto& key : sched_->pending()) {
+    const std::string& why = sched_->job(key.id).wait_reason;
+    ++c.pending[why.empty() ? "not yet placed" : why.substr(0, why.find(':'))];
+  }
+  c.idle = core::IdleByCause(*sched_);
+  history_.push_back(std::move(c));
+  while (history_.size() > options_.history_samples) history_.pop_front();
+}
+
 void Controller::Housekeeping(Ticks now) {
+  SampleCluster(now);
   if (metrics_since_ < 0) metrics_since_ = now;
   if (samples_pruned_ < 0 || now - samples_pruned_ >= 3'600'000) {  // the time series' retention
     samples_pruned_ = now;

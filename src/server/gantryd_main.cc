@@ -256,7 +256,7 @@ struct ServeArgs {
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
       tls_cert, tls_key, log_format = "text";
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
-  double usage_sample_s = 300, usage_retention_days = 14;
+  double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60;
   double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0, submit_burst = 0;
 };
 
@@ -575,6 +575,7 @@ int Serve(const ServeArgs& a) {
   opts.node_timeout_ms = static_cast<int64_t>(a.node_timeout_s * 1000);
   opts.kill_slack_ms = static_cast<int64_t>(a.kill_slack_s * 1000);
   opts.usage_sample_ms = static_cast<int64_t>(a.usage_sample_s * 1000);
+  opts.history_sample_ms = static_cast<int64_t>(a.history_sample_s * 1000);
   opts.usage_retention_ms = static_cast<int64_t>(a.usage_retention_days * 86'400'000);
   opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
   opts.log_dir = a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
@@ -661,6 +662,11 @@ int main(int argc, char** argv) {
   app.add_option("--submit-burst", serve.submit_burst, "Per-team submit burst (default: twice --submit-rate)");
   app.add_option("--tls-cert", serve.tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
   app.add_option("--tls-key", serve.tls_key, "The PEM private key for --tls-cert");
+  app.add_option("--history-sample-s", serve.history_sample_s,
+                 "The console's cluster history (pending jobs by why, idle GPUs by why): a sample this often, "
+                 "the last 1,440 kept in memory")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 86400.0));
   app.add_option("--usage-sample-s", serve.usage_sample_s,
                  "One usage sample per running job this often (the time series of gantry show --series)")
       ->capture_default_str()

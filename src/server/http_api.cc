@@ -306,6 +306,7 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                      });
   }
   if (m == "GET" && Match(req, {"v1", "nodes"}, a)) return c.Nodes(TokenOf(req), reply);
+  if (m == "GET" && Match(req, {"v1", "cluster", "history"}, a)) return c.ClusterHistory(TokenOf(req), reply);
   if (m == "POST" && (Match(req, {"v1", "nodes", "*", "drain"}, a) || Match(req, {"v1", "nodes", "*", "resume"}, a))) {
     const bool on = req.segments[3] == "drain";
     std::string reason;

@@ -1,6 +1,7 @@
 #include "sim/simulator.h"
 
 #include "core/advice.h"
+#include "core/idle.h"
 
 #include <cassert>
 #include <chrono>
@@ -54,69 +55,11 @@ void Simulator::Observe(Ticks now) {
   timeline_.SetState(now, sched_.ledger().up_units(), sched_.ledger().used_units(),
                      sched_.pending().size());
   // Fragmentation costs O(nodes) after a change: sampled once per bucket.
-  if (timeline_.WantsSample(now)) timeline_.SampleFragmentation(now, sched_.fragmented_gpus(), IdleByCause());
+  if (timeline_.WantsSample(now)) timeline_.SampleFragmentation(now, sched_.fragmented_gpus(), core::IdleByCause(sched_));
   if (options_.progress && handled_ >= next_progress_) {
     next_progress_ = handled_ + options_.progress_every;
     options_.progress(SimProgress{handled_, now, jobs_.size(), jobs_.size() - active_});
   }
-}
-
-Timeline::IdleGpus Simulator::IdleByCause() const {
-  using Cause = Timeline::IdleCause;
-  using WaitCause = Timeline::WaitCause;
-  const core::Cluster& cluster = sched_.cluster();
-  const core::Ledger& ledger = sched_.ledger();
-  const size_t pools = cluster.pools().size();
-  // Per pool: the causes of the pending jobs that may use it (bit per WaitCause), and
-  // whether any pending job accepts its model at all.
-  std::vector<uint32_t> waits(pools, 0);
-  std::vector<bool> model_wanted(pools, false);
-  std::vector<core::ModelId> model(pools);
-  std::vector<core::SharingMask> sharing(pools, 0);
-  for (const core::Node& n : cluster.nodes()) {
-    model[n.pool.v] = n.model;
-    sharing[n.pool.v] |= n.sharing;
-  }
-  for (const auto& key : sched_.pending()) {
-    const core::JobSpec& spec = sched_.job(key.id).spec;
-    const auto cause = jobs_[key.id.v].waits.value_or(WaitCause::kOther);
-    for (size_t p = 0; p < pools; ++p) {
-      if (!model[p].valid() || !(spec.models >> model[p].v & 1u)) continue;
-      model_wanted[p] = true;
-      if (spec.pool.valid() && spec.pool.v != p) continue;
-      if (!(sharing[p] & core::Bit(spec.sharing))) continue;
-      waits[p] |= 1u << static_cast<int>(cause);
-    }
-  }
-  auto has = [](uint32_t bits, WaitCause c) { return (bits >> static_cast<int>(c) & 1u) != 0; };
-  Timeline::IdleGpus idle{};
-  for (const core::Node& n : cluster.nodes()) {
-    const size_t p = n.pool.v;
-    double free = 0;
-    for (int i = 0; i < n.gpus; ++i) {
-      const core::GpuState& g = ledger.gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(i)));
-      if (g.mode == core::GpuMode::kFree) free += 1;
-      if (g.mode == core::GpuMode::kMig) free += (7.0 - g.mig_compute) / 7.0;
-      if (g.mode == core::GpuMode::kShared) free += (1000.0 - g.share_used) / 1000.0;
-    }
-    if (!ledger.node(core::NodeId(static_cast<uint32_t>(&n - cluster.nodes().data()))).up) {
-      idle[static_cast<int>(Cause::kDown)] += n.gpus;
-      continue;
-    }
-    if (free <= 0) continue;
-    const uint32_t w = waits[p];
-    // The first explanation that holds, the most specific first.
-    Cause c = sched_.pending().empty() ? Cause::kNoDemand
-              : !model_wanted[p]       ? Cause::kWrongModel
-              : w == 0                 ? Cause::kWrongPool
-              : has(w, WaitCause::kReservation) ? Cause::kReservation
-              : has(w, WaitCause::kCapacity) || has(w, WaitCause::kPreemption) ? Cause::kFragmented
-              : has(w, WaitCause::kQuota) || has(w, WaitCause::kBudget) || has(w, WaitCause::kWindow)
-                  ? Cause::kLimits
-                  : Cause::kNotYetPlaced;
-    idle[static_cast<int>(c)] += free;
-  }
-  return idle;
 }
 
 bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& failures,
@@ -160,7 +103,7 @@ bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& 
   const Timeline::IdleGpus idle = timeline_.IdleMeans();
   std::vector<std::pair<std::string, double>> means;
   for (int c = 0; c < Timeline::kIdleCauses; ++c) {
-    means.emplace_back(Timeline::Name(static_cast<Timeline::IdleCause>(c)), idle[c]);
+    means.emplace_back(core::Name(static_cast<core::IdleCause>(c)), idle[c]);
   }
   report_.IdleByCause(std::move(means));
   return true;

@@ -104,9 +104,6 @@ class Simulator {
   void Account(core::Ticks now);
   // After each instant: the timeline's state and samples, and progress.
   void Observe(core::Ticks now);
-  // Free GPU capacity now, by why no pending job uses it (Timeline::IdleCause). O(GPUs +
-  // pending jobs x pools).
-  Timeline::IdleGpus IdleByCause() const;
   const std::string& Name(core::JobId id) const { return sched_.job(id).spec.id; }
 
   const spec::ClusterConfig& config_;

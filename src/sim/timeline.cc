@@ -92,20 +92,6 @@ std::string_view Timeline::Name(WaitCause c) {
   return "other";
 }
 
-std::string_view Timeline::Name(IdleCause c) {
-  switch (c) {
-    case IdleCause::kDown: return "down";
-    case IdleCause::kNoDemand: return "nothing waits";
-    case IdleCause::kWrongModel: return "wrong model";
-    case IdleCause::kWrongPool: return "wrong pool or sharing";
-    case IdleCause::kReservation: return "held for a reservation";
-    case IdleCause::kFragmented: return "fragmented";
-    case IdleCause::kLimits: return "queue limits";
-    case IdleCause::kNotYetPlaced: return "not yet placed or other";
-  }
-  return "other";
-}
-
 Timeline::WaitCause Timeline::CauseOf(std::string_view reason) {
   const std::string_view word = reason.substr(0, reason.find(':'));
   if (word == "capacity") return WaitCause::kCapacity;
@@ -318,7 +304,7 @@ Json Timeline::ToJson() const {
         if (frag_n_[i] > 0) held = Round(idle_sum_[c][i] / frag_n_[i]);
         series.push_back(held);
       }
-      idle[std::string(Name(static_cast<IdleCause>(c)))] = series;
+      idle[std::string(core::Name(static_cast<core::IdleCause>(c)))] = series;
     }
   }
   j["idle_gpus_by_cause"] = idle;

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/idle.h"
 #include "core/model/queue.h"
 #include "core/model/types.h"
 
@@ -56,17 +57,9 @@ class Timeline {
   static constexpr int kWaitCauses = 8;
   static std::string_view Name(WaitCause c);
   static WaitCause CauseOf(std::string_view reason);
-  // Why free GPU capacity stays unused (sampled, IdleByCause in simulator.cc): down
-  // nodes; nothing waits; no pending job accepts the pool's model, or its pool (or
-  // sharing mode); what waits and could use it is held off by a reservation, does not fit
-  // it (too small or scattered: fragmented), is held by its queue's burst, budget or
-  // window, or has not had its first pass yet.
-  enum class IdleCause : uint8_t {
-    kDown, kNoDemand, kWrongModel, kWrongPool, kReservation, kFragmented, kLimits, kNotYetPlaced
-  };
-  static constexpr int kIdleCauses = 8;
-  static std::string_view Name(IdleCause c);
-  using IdleGpus = std::array<double, kIdleCauses>;  // GPUs per cause
+  // Free GPUs by why nothing uses them (core/idle.h), sampled with the fragmentation.
+  using IdleGpus = core::IdleGpus;
+  static constexpr int kIdleCauses = core::kIdleCauses;
 
   explicit Timeline(const core::QueueTree& queues);
 

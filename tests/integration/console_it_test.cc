@@ -37,6 +37,14 @@ queues:
     guaranteed_gpus: 4
 )";
 
+std::string Chromium() {
+  for (const char* name : {"chromium", "chromium-browser"}) {
+    RunResult which = it::Run({"sh", "-c", "command -v " + std::string(name)});
+    if (which.rc == 0 && !which.out.empty()) return which.out.substr(0, which.out.find('\n'));
+  }
+  return "";
+}
+
 std::string SetCookie(const httplib::Result& r) {
   return r ? r->get_header_value("Set-Cookie") : std::string();
 }
@@ -128,11 +136,7 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
 
   // In a real browser with no session: the sign-in form shows, the tables are empty, and
   // the script ran to the end without an error (an error would leave the form hidden).
-  std::string chromium;
-  for (const char* name : {"chromium", "chromium-browser"}) {
-    RunResult which = it::Run({"sh", "-c", "command -v " + std::string(name)});
-    if (which.rc == 0 && !which.out.empty()) chromium = which.out.substr(0, which.out.find('\n'));
-  }
+  const std::string chromium = Chromium();
   ASSERT_FALSE(chromium.empty()) << "chromium not found: scripts/setup.sh installs Debian's chromium";
   const RunResult dom = it::Run({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                              "--user-data-dir=" + h.Path("profile"), "--virtual-time-budget=3000", "--dump-dom",
@@ -155,13 +159,6 @@ queues:
   - name: vision
 )";
 
-std::string Chromium() {
-  for (const char* name : {"chromium", "chromium-browser"}) {
-    RunResult which = it::Run({"sh", "-c", "command -v " + std::string(name)});
-    if (which.rc == 0 && !which.out.empty()) return which.out.substr(0, which.out.find('\n'));
-  }
-  return "";
-}
 
 // Every view signed in, in a real browser driven over the DevTools protocol
 // (console_cdp.py): the token typed into the form, then the cluster map, queues, jobs,
@@ -175,7 +172,7 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   ASSERT_FALSE(chromium.empty()) << "chromium not found: scripts/setup.sh installs Debian's chromium";
   Harness h("console-map");
   h.Setup(kMapCluster, {{"a", "research"}, {"b", "vision"}});
-  h.StartServer();
+  h.StartServer({"--history-sample-s", "0.2"});
   h.StartAgent("h100-0");
   h.StartAgent("h100-1");
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
@@ -244,6 +241,13 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   const std::string jobs = r["views"]["jobs"].value("html", "");
   EXPECT_NE(jobs.find("1 job waits for "), std::string::npos) << jobs;
   EXPECT_NE(jobs.find("data-job=\"wide\""), std::string::npos) << jobs;
+  // ... and over time, with the idle GPUs by cause (the API's history has samples).
+  const json history = h.Get("/v1/cluster/history", h.token("a"));
+  ASSERT_FALSE(history["samples"].empty()) << history.dump();
+  const json& last = history["samples"].back();
+  EXPECT_EQ(last["idle"].size(), 8u) << last.dump();
+  EXPECT_NE(jobs.find("Idle GPUs by why nothing uses them"), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("data-series=\"capacity\""), std::string::npos) << jobs;
   // Its own job: command, what happened, usage, log.
   const std::string mine = r["views"]["job/" + train].value("html", "");
   EXPECT_NE(mine.find("echo hello from $GANTRY_JOB_ID"), std::string::npos) << mine;

@@ -111,15 +111,15 @@ TEST(TimelineTest, FragmentationIsSampledOncePerBucketAndHeld) {
   ASSERT_TRUE(tl.WantsSample(0));
   tl.SetState(0, 8 * kGpuUnits, 0, 0);
   Timeline::IdleGpus idle{};
-  idle[static_cast<int>(Timeline::IdleCause::kFragmented)] = 2.0;
+  idle[static_cast<int>(core::IdleCause::kFragmented)] = 2.0;
   tl.SampleFragmentation(0, 2.0, idle);
   EXPECT_FALSE(tl.WantsSample(900));
-  idle[static_cast<int>(Timeline::IdleCause::kFragmented)] = 4.0;
+  idle[static_cast<int>(core::IdleCause::kFragmented)] = 4.0;
   tl.SampleFragmentation(900, 4.0, idle);  // a second sample in one bucket is averaged in
   EXPECT_TRUE(tl.WantsSample(1000));
   tl.SetState(3500, 8 * kGpuUnits, 0, 0);
   idle = {};
-  idle[static_cast<int>(Timeline::IdleCause::kNoDemand)] = 5.0;
+  idle[static_cast<int>(core::IdleCause::kNoDemand)] = 5.0;
   tl.SampleFragmentation(3500, 1.0, idle);
   tl.Finish(4000);
   const nlohmann::ordered_json j = tl.ToJson();

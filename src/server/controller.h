@@ -327,6 +327,7 @@ class Controller {
     double up = 0, used = 0;  // GPUs
     std::map<std::string, int> pending;  // jobs by the first word of their wait reason
     core::IdleGpus idle{};
+    std::vector<double> queues;  // GPUs held by each queue and those under it, by QueueId
   };
   std::deque<ClusterSample> history_;
   Ticks history_at_ = -1;  // the last sample

@@ -103,8 +103,12 @@ void Controller::ClusterHistory(std::string token, Done done) {
       for (int i = 0; i < core::kIdleCauses; ++i) {
         idle[std::string(core::Name(static_cast<core::IdleCause>(i)))] = std::round(c.idle[i] * 1000) / 1000;
       }
+      json queues = json::object();
+      for (size_t q = 0; q < c.queues.size(); ++q) {
+        queues[config_.queues.queue(core::QueueId(static_cast<uint32_t>(q))).spec.name] = c.queues[q];
+      }
       samples.push_back({{"t", UnixSeconds(c.t)}, {"up_gpus", c.up}, {"used_gpus", c.used},
-                         {"pending", c.pending}, {"idle", idle}});
+                         {"pending", c.pending}, {"idle", idle}, {"queues", queues}});
     }
     Reply r;
     r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0}, {"samples", samples}};

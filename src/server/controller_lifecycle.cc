@@ -318,6 +318,9 @@ void Controller::SampleCluster(Ticks now) {
     ++c.pending[why.empty() ? "not yet placed" : why.substr(0, why.find(':'))];
   }
   c.idle = core::IdleByCause(*sched_);
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    c.queues.push_back(static_cast<double>(sched_->queue_usage(core::QueueId(q))) / core::kGpuUnits);
+  }
   history_.push_back(std::move(c));
   while (history_.size() > options_.history_samples) history_.pop_front();
 }

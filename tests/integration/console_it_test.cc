@@ -246,6 +246,8 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   ASSERT_FALSE(history["samples"].empty()) << history.dump();
   const json& last = history["samples"].back();
   EXPECT_EQ(last["idle"].size(), 8u) << last.dump();
+  EXPECT_NEAR(last["queues"].value("vision", -1.0), 2.0, 1e-9) << last.dump();
+  EXPECT_NE(r["views"]["queues"].value("html", "").find("data-series=\"vision\""), std::string::npos);
   EXPECT_NE(jobs.find("Idle GPUs by why nothing uses them"), std::string::npos) << jobs;
   EXPECT_NE(jobs.find("data-series=\"capacity\""), std::string::npos) << jobs;
   // Its own job: command, what happened, usage, log.

@@ -241,6 +241,9 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   const std::string jobs = r["views"]["jobs"].value("html", "");
   EXPECT_NE(jobs.find("1 job waits for "), std::string::npos) << jobs;
   EXPECT_NE(jobs.find("data-job=\"wide\""), std::string::npos) << jobs;
+  // Cancel is offered on team a's jobs only (the API refuses the rest).
+  EXPECT_NE(jobs.find("data-action=\"cancel\" data-arg=\"train\""), std::string::npos) << jobs;
+  EXPECT_EQ(jobs.find("data-action=\"cancel\" data-arg=\"theirs\""), std::string::npos) << jobs;
   // ... and over time, with the idle GPUs by cause (the API's history has samples).
   const json history = h.Get("/v1/cluster/history", h.token("a"));
   ASSERT_FALSE(history["samples"].empty()) << history.dump();

@@ -38,6 +38,7 @@ Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const Polic
       if (const auto& after = queues.queue(q).spec.reclaim_idle_after) return *after;
     }
   }
+  if (const auto& by_tier = params.reclaim_idle_after_by_tier[static_cast<size_t>(spec.tier)]) return *by_tier;
   return params.reclaim_idle_after;
 }
 

@@ -34,7 +34,11 @@ enum class Phase : uint8_t { kPending, kRunning, kSignaled, kDone };
 
 // Tunables shared by the policies (the cluster config's `policy` section).
 struct PolicyParams {
-  Ticks reclaim_idle_after = 0;               // 0 = never (the driver acts on it)
+  // Idle reclamation (the driver acts on it): a job whose GPUs stayed idle this long
+  // ends; 0 = never. 15 minutes, as sites that reclaim commonly set it; per tier where
+  // set (reclaim_idle_after_s_by_tier), and a queue's own setting wins over both.
+  Ticks reclaim_idle_after = 900'000;
+  std::array<std::optional<Ticks>, kTierCount> reclaim_idle_after_by_tier{};
   Ticks fairshare_half_life = 86'400'000;     // decay of past usage (Slurm: PriorityDecayHalfLife)
   Ticks aging = 4 * 3'600'000;                // a job waiting this long goes ahead of fair share
   Ticks min_run_before_repreempt = 600'000;   // a resumed job runs this long before it can be preempted again
@@ -69,8 +73,8 @@ inline double GpuHourPrice(const PolicyParams& params, ModelId model) {
 }
 
 // How long `spec`'s GPUs may stay idle before its job is reclaimed; 0 = never. The
-// nearest queue setting (the job's queue, then its ancestors) wins over the policy's;
-// critical jobs only with reclaim_critical; never a job that keeps_when_idle.
+// nearest queue setting (the job's queue, then its ancestors) wins, then its tier's, then
+// the policy's; critical jobs only with reclaim_critical; never a job that keeps_when_idle.
 Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const PolicyParams& params);
 
 struct JobRecord {

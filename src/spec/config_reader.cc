@@ -595,7 +595,8 @@ class ConfigParser {
              {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
-              "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s"});
+              "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s",
+              "reclaim_idle_after_s_by_tier"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -611,6 +612,23 @@ class ConfigParser {
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
     if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
     if (auto c = f.Bool("reclaim_critical")) p.reclaim_critical = *c;
+    // `reclaim_idle_after_s_by_tier: {best-effort: 300, standard: 1800}`.
+    if (const Doc* by = f.Get("reclaim_idle_after_s_by_tier"); by != nullptr && !by->is_null()) {
+      if (!by->is_map()) {
+        f.Report("reclaim_idle_after_s_by_tier",
+                 "expected a mapping of tiers (critical, standard, best-effort) to seconds, got " + Describe(*by));
+      } else {
+        Fields t(d_, *by, f.Path("reclaim_idle_after_s_by_tier"), {"critical", "standard", "best-effort"});
+        lines_.NoteEntries(t, *by);
+        for (int tier = 0; tier < core::kTierCount; ++tier) {
+          const std::string_view name = core::Name(static_cast<core::Tier>(tier));
+          if (auto sec = t.Number(name, Range{0, false, kMaxSeconds})) {
+            p.reclaim_idle_after_by_tier[static_cast<size_t>(tier)] = SecondsToTicks(*sec);
+          }
+        }
+        t.Finish();
+      }
+    }
     seconds("attained_quantum_s", Range{0, true, kMaxSeconds}, p.attained_quantum);
     seconds("max_wait_s", Range{0, false, kMaxSeconds}, p.max_wait);
     if (const Doc* list = f.List("las_thresholds_gpu_s")) {

@@ -167,7 +167,7 @@ TEST(ConfigReaderTest, NoQueuesMeansOneDefaultQueue) {
   EXPECT_EQ(c.queues.queue(core::QueueId(0)).spec.name, "default");
   EXPECT_EQ(c.queues.queue(core::QueueId(0)).spec.burst, -1);
   EXPECT_EQ(c.cluster.name(), "gantry");
-  EXPECT_EQ(c.policy.params.reclaim_idle_after, 0);
+  EXPECT_EQ(c.policy.params.reclaim_idle_after, 900'000);  // 15 minutes unless set
 }
 
 TEST(ConfigReaderTest, PolicyTunables) {
@@ -284,7 +284,7 @@ extra: 1
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
-                "attained_quantum_s, max_wait_s)",
+                "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }

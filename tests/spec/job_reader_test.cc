@@ -629,6 +629,36 @@ policy:
   EXPECT_EQ(after("queue: serving\ntier: critical\n"), 0);
   EXPECT_EQ(after("queue: serving\nkeep_when_idle: \"serving: idles at night\"\n"), 0);
 
+  // Per tier, under the queues' own settings; 15 minutes when nothing is set.
+  Diagnostics td;
+  auto tiers = ParseClusterConfig(R"(cluster: t
+pools:
+  - {name: p, count: 1, gpus: 8, gpu_model: H100-80GB}
+queues:
+  - {name: plain}
+  - {name: own, reclaim_idle_after_s: 120}
+policy:
+  reclaim_idle_after_s_by_tier: {best-effort: 300, critical: 3600}
+  reclaim_critical: true
+)", "t.yaml", td);
+  ASSERT_TRUE(tiers) << td.ToString();
+  auto tier_after = [&](const std::string& yaml) -> core::Ticks {
+    Diagnostics jd;
+    auto spec = ParseJobYaml(yaml + "gpus: 1\nvram_gb: 10\n", "j.yaml", *tiers, jd);
+    EXPECT_TRUE(spec) << jd.ToString();
+    return spec ? core::ReclaimIdleAfter(*spec, tiers->queues, tiers->policy.params) : -1;
+  };
+  EXPECT_EQ(tier_after("queue: plain\ntier: best-effort\n"), 300'000);
+  EXPECT_EQ(tier_after("queue: plain\ntier: critical\n"), 3'600'000);
+  EXPECT_EQ(tier_after("queue: plain\n"), 900'000);  // standard: the default
+  EXPECT_EQ(tier_after("queue: own\ntier: best-effort\n"), 120'000);
+  Diagnostics badtier;
+  EXPECT_FALSE(ParseClusterConfig("cluster: t\npools:\n  - {name: p, count: 1, gpus: 8, gpu_model: H100-80GB}\n"
+                                  "policy:\n  reclaim_idle_after_s_by_tier: {urgent: 5}\n",
+                                  "b.yaml", badtier));
+  EXPECT_NE(badtier.ToString().find("b.yaml:5: policy.reclaim_idle_after_s_by_tier.urgent"), std::string::npos)
+      << badtier.ToString();
+
   Diagnostics bad;
   EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nkeep_when_idle: mine\n", "k.yaml", *config, bad));
   EXPECT_NE(bad.ToString().find("k.yaml:4: keep_when_idle: queue \"team\" does not allow"), std::string::npos)

@@ -10,7 +10,12 @@
 #
 # BIN_DIR holds gantryd, gantry, gantry-agent and agent_gpu_test (and, in BIN_DIR/lib,
 # shared libraries they need that the machine may lack). The jobs need a python3 with
-# torch. Writes OUT_DIR/check.log (the story, with every `gantry show` taken), the event
+# torch. To take a Debian 12 build to a machine of another distribution (as done for the
+# run in docs/control-plane.md, "On a real GPU"):
+#   mkdir -p B/lib && cp build/release/src/{gantryd,gantry,gantry-agent} \
+#     build/release/tests/agent/agent_gpu_test B/ && ldd B/* | awk '/=>/{print $3}' | sort -u |
+#     grep -v -E 'libc.so|libm.so|libresolv|ld-linux' | xargs -I{} cp -L {} B/lib/
+# (glibc stays the machine's own: it must be 2.36 or newer). Writes OUT_DIR/check.log (the story, with every `gantry show` taken), the event
 # log and the agent's and gantryd's logs. Exit status 0 when every expectation at the end
 # holds; each failed one is printed as FAIL.
 set -uo pipefail

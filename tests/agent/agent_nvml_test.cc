@@ -73,7 +73,12 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
       }
       if (agent_ > 0) ::kill(agent_, SIGKILL);
     }
-    for (pid_t p : stray_) ::kill(p, SIGKILL);
+    // Only if it is still the process seen: the agent may have killed it already (by
+    // cgroup), and its pid may since belong to another test's process (pids wrap at
+    // 32768 here, and ctest runs tests side by side).
+    for (const auto& [p, started] : stray_) {
+      if (started >= 0 && ProcessStartTime(p) == started) ::kill(p, SIGKILL);
+    }
     server_.stop();
     serve_.join();
     if (HasFailure()) {
@@ -103,7 +108,7 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
       std::ifstream in(dir_ / (job + ".pids"));
       int child = 0, escaped = 0;
       if (in >> child >> escaped) {
-        stray_.push_back(escaped);
+        stray_.emplace_back(escaped, ProcessStartTime(escaped));
         return {child, escaped};
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -176,7 +181,7 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   json heartbeat_answer_ = json::object();  // fields that replace the heartbeat answer's
   std::vector<json> watch_answers_;
   pid_t agent_ = 0;
-  std::vector<pid_t> stray_;
+  std::vector<std::pair<pid_t, long long>> stray_;  // pid, start time
 };
 
 json Gpu(const std::string& uuid, const std::string& bus) {

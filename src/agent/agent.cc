@@ -402,11 +402,9 @@ void Agent::RemoveCgroups() {
   });
 }
 
-void Agent::Kill(pid_t pid, const std::string& cgroup, const std::string& container) const {
+void Agent::Kill(pid_t pid, const std::string& cgroup) const {
   SignalGroup(pid, SIGKILL);
   if (cgroups_ && !cgroup.empty()) cgroups_->Signal(cgroup, SIGKILL);
-  // Killing `podman run` leaves the container to conmon: remove it.
-  if (!container.empty()) SpawnQuietly(ContainerRemoveArgv(options_.container, container));
 }
 
 void Agent::ReapChildren() {
@@ -414,6 +412,8 @@ void Agent::ReapChildren() {
     for (auto& [key, w] : workers_) {
       if (w.pid != e.pid || w.exited) continue;
       SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
+      // Its container: a `podman run` that was killed leaves it to conmon (after a clean
+      // exit --rm has removed it, and this removal is a no-op).
       if (!w.container.empty()) SpawnQuietly(ContainerRemoveArgv(options_.container, w.container));
       if (cgroups_ && !w.cgroup.empty()) {  // or in its cgroup
         // What it left is killed by RemoveCgroups, next in the loop, and reaped by this
@@ -450,7 +450,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
   w.stopping = true;
   w.kill_at = now + std::max<int64_t>(0, grace_ms);
   if (grace_ms <= 0 || sig == SIGKILL) {
-    Kill(w.pid, w.cgroup, w.container);
+    Kill(w.pid, w.cgroup);
     w.killed = true;
   } else {
     SignalGroup(w.pid, sig);
@@ -460,7 +460,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
 void Agent::Escalate(int64_t now) {
   for (auto& [key, w] : workers_) {
     if (w.stopping && !w.exited && !w.killed && now >= w.kill_at) {
-      Kill(w.pid, w.cgroup, w.container);
+      Kill(w.pid, w.cgroup);
       w.killed = true;
     }
   }
@@ -485,14 +485,14 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
         live.kill_at = now + std::min(live.grace_ms, budget);
         live.killed = live.kill_at <= now;
         if (live.killed) {
-          Kill(pid, live.cgroup, live.container);
+          Kill(pid, live.cgroup);
         } else {
           SignalGroup(pid, live.signal);
         }
         fenced_.insert(pid);
         ++signalled;
       } else if (!live.killed && now >= live.kill_at) {
-        Kill(pid, live.cgroup, live.container);
+        Kill(pid, live.cgroup);
         live.killed = true;
       }
     }
@@ -962,8 +962,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     std::lock_guard lk(fence_mu_);
     live_[w.pid] = Live{.grace_ms = w.grace_ms,
                         .signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
-                        .cgroup = w.cgroup,
-                        .container = w.container};
+                        .cgroup = w.cgroup};
   }
   WriteRecord(w);
   Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +

@@ -203,8 +203,7 @@ class Agent {
   // The operational log (base/log.h), with the node.
   void Say(const std::string& line, bool warning = false);
   // SIGKILL to the worker's process group and, with cgroups, to all of its cgroup.
-  // SIGKILL to the worker's group and cgroup, and its container removed.
-  void Kill(pid_t pid, const std::string& cgroup, const std::string& container) const;
+  void Kill(pid_t pid, const std::string& cgroup) const;
   // Kills what ended workers left in their cgroups and removes those that are empty;
   // the rest (processes not reaped yet) on a later call.
   void RemoveCgroups();
@@ -236,7 +235,6 @@ class Agent {
     bool killed = false;
     int64_t kill_at = 0;
     std::string cgroup;
-    std::string container;
   };
   std::mutex fence_mu_;
   std::map<pid_t, Live> live_;   // running workers by pid (== process group)

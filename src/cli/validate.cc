@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/model/feasibility.h"
+#include "core/scheduler.h"
 #include "spec/config_reader.h"
 #include "spec/job_reader.h"
 
@@ -94,14 +95,7 @@ std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& file
 // neither does one with a window (it waits for it besides). Why, or nullopt when its
 // queue has no max_wait_s or the bound holds.
 std::optional<std::string> WhyUnbounded(const core::JobSpec& job, const spec::ClusterConfig& config) {
-  core::Ticks max_wait = config.policy.params.max_wait;
-  for (core::QueueId q : config.queues.queue(job.queue).self_and_ancestors) {
-    if (const auto& m = config.queues.queue(q).spec.max_wait) {
-      max_wait = *m;
-      break;
-    }
-  }
-  if (max_wait <= 0) return std::nullopt;
+  if (core::MaxWaitFor(job.queue, config.queues, config.policy.params) <= 0) return std::nullopt;
   if (job.sharing != core::Sharing::kExclusive) {
     return "it asks GPU shares or a MIG instance, and a drain holds whole GPUs only";
   }

@@ -34,12 +34,14 @@ Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const Polic
   if (!spec.keep_when_idle.empty()) return 0;
   if (spec.tier == Tier::kCritical && !params.reclaim_critical) return 0;
   if (spec.queue.valid()) {
-    for (QueueId q : queues.queue(spec.queue).self_and_ancestors) {
-      if (const auto& after = queues.queue(q).spec.reclaim_idle_after) return *after;
-    }
+    if (auto after = queues.Nearest(spec.queue, &QueueSpec::reclaim_idle_after)) return *after;
   }
   if (const auto& by_tier = params.reclaim_idle_after_by_tier[static_cast<size_t>(spec.tier)]) return *by_tier;
   return params.reclaim_idle_after;
+}
+
+Ticks MaxWaitFor(QueueId q, const QueueTree& queues, const PolicyParams& params) {
+  return queues.Nearest(q, &QueueSpec::max_wait).value_or(params.max_wait);
 }
 
 Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,

@@ -76,6 +76,8 @@ inline double GpuHourPrice(const PolicyParams& params, ModelId model) {
 // nearest queue setting (the job's queue, then its ancestors) wins, then its tier's, then
 // the policy's; critical jobs only with reclaim_critical; never a job that keeps_when_idle.
 Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const PolicyParams& params);
+// The max_wait in force for queue q: the nearest queue setting, else the policy's; 0 = off.
+Ticks MaxWaitFor(QueueId q, const QueueTree& queues, const PolicyParams& params);
 
 struct JobRecord {
   JobSpec spec;

@@ -390,14 +390,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
     if (auto why = core::WhyInfeasible(*spec, cluster_)) {
       return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
     }
-    const core::GpuUnits need = sched_->MinUnits(*spec);
-    for (core::QueueId q : config_.queues.queue(spec->queue).self_and_ancestors) {
-      const core::QueueSpec& qs = config_.queues.queue(q).spec;
-      if (qs.burst >= 0 && need > qs.burst) {
-        return Reply::Error(Code::kUnprocessable, "job can never run: it needs " + GpusText(need) +
-                                                      " GPUs, above the burst_gpus " + GpusText(qs.burst) +
-                                                      " of queue " + qs.name);
-      }
+    if (auto why = core::WhyNeverStarts(*spec, cluster_, config_.queues)) {  // above a burst limit
+      return Reply::Error(Code::kUnprocessable, "job can never run: it " + *why);
     }
     job.submit = now;
     job.spec = *spec;

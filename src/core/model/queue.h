@@ -82,6 +82,15 @@ class QueueTree {
   // The queue's own guarantee on `model` (per-model queues only; 0 when not listed).
   static GpuUnits GuaranteeOn(const QueueSpec& q, ModelId model);
   std::optional<QueueId> Find(std::string_view name) const;
+  // A per-queue setting as it applies to queue q: q's own, else the nearest ancestor's
+  // (reclaim_idle_after, order, max_wait); nullopt when no queue on the way up sets it.
+  template <typename T>
+  std::optional<T> Nearest(QueueId q, std::optional<T> QueueSpec::*setting) const {
+    for (QueueId a : queue(q).self_and_ancestors) {
+      if (const std::optional<T>& v = queue(a).spec.*setting) return v;
+    }
+    return std::nullopt;
+  }
 
  private:
   std::vector<Queue> queues_;

@@ -48,19 +48,8 @@ QueueOrder GantryPolicy::OrderOf(const Scheduler& s, QueueId q) {
     gittins_.assign(s.queues().size(), GittinsDist{});
     ranked_.assign(s.queues().size(), {});
     for (uint32_t i = 0; i < orders_.size(); ++i) {
-      const auto& line = s.queues().queue(QueueId(i)).self_and_ancestors;
-      for (QueueId a : line) {
-        if (const auto& o = s.queues().queue(a).spec.order) {
-          orders_[i] = *o;
-          break;
-        }
-      }
-      for (QueueId a : line) {
-        if (const auto& w = s.queues().queue(a).spec.max_wait) {
-          max_wait_[i] = *w;
-          break;
-        }
-      }
+      orders_[i] = s.queues().Nearest(QueueId(i), &QueueSpec::order).value_or(QueueOrder::kFairShare);
+      max_wait_[i] = MaxWaitFor(QueueId(i), s.queues(), s.params());
       any_max_wait_ |= max_wait_[i] > 0;
     }
   }
@@ -600,7 +589,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     }
     if (draining) {
       // Its own reservation, beyond backfill_depth, made once and kept where it is.
-      auto drain = std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
+      auto drain = own;
       // One drain at a time per pool the job may use (the longest waiting first): each
       // holds GPUs idle while it gathers them, and drains that block one another's
       // backfill would make more jobs wait past the setting, and drain in their turn.

@@ -9,19 +9,6 @@
 
 namespace gantry::core {
 
-namespace {
-// Free capacity of one GPU in GPU units.
-GpuUnits FreeUnits(const GpuState& s) {
-  switch (s.mode) {
-    case GpuMode::kFree: return kGpuUnits;
-    case GpuMode::kWhole: return 0;
-    case GpuMode::kMig: return GpuUnits{kMigComputeSlices - s.mig_compute} * kUnitsPerMigSlice;
-    case GpuMode::kShared: return GpuUnits{kShareScale - s.share_used} * kUnitsPerShareMilli;
-  }
-  return 0;
-}
-}  // namespace
-
 Fragmentation::Fragmentation(const Ledger& ledger)
     : ledger_(ledger), cache_(ledger.cluster().nodes().size()) {
   for (const Pool& p : ledger.cluster().pools()) spot_ = spot_ || p.spec.spot;

@@ -1,6 +1,11 @@
 #include "core/idle.h"
 
+#include <algorithm>
+#include <bit>
+#include <tuple>
 #include <vector>
+
+#include "core/placement.h"
 
 namespace gantry::core {
 
@@ -66,10 +71,8 @@ IdleGpus IdleByCause(const Scheduler& s) {
     }
     double free = 0;
     for (int g = 0; g < n.gpus; ++g) {
-      const GpuState& st = ledger.gpu(GpuId(n.first_gpu.v + static_cast<uint32_t>(g)));
-      if (st.mode == GpuMode::kFree) free += 1;
-      if (st.mode == GpuMode::kMig) free += (7.0 - st.mig_compute) / 7.0;
-      if (st.mode == GpuMode::kShared) free += (1000.0 - st.share_used) / 1000.0;
+      free += static_cast<double>(FreeUnits(ledger.gpu(GpuId(n.first_gpu.v + static_cast<uint32_t>(g))))) /
+              static_cast<double>(kGpuUnits);
     }
     if (free <= 0) continue;
     const size_t p = n.pool.v;
@@ -85,6 +88,70 @@ IdleGpus IdleByCause(const Scheduler& s) {
     idle[static_cast<int>(c)] += free;
   }
   return idle;
+}
+
+GpuUnits StrandedUnits(const Scheduler& s) {
+  const Cluster& cluster = s.cluster();
+  const Ledger& ledger = s.ledger();
+  // One worker per distinct shape (a fill trace has thousands of jobs, a few hundred shapes).
+  auto shape = [](const JobSpec& j) {
+    return std::tie(j.sharing, j.gpus, j.share_milli, j.mig_index, j.models, j.pool.v, j.vram_bytes,
+                    j.cpus_milli, j.memory_bytes, j.tier);
+  };
+  std::vector<const JobSpec*> shapes;
+  for (const auto& key : s.pending()) {
+    const JobSpec& spec = s.job(key.id).spec;
+    if (spec.uses_gpu()) shapes.push_back(&spec);
+  }
+  std::sort(shapes.begin(), shapes.end(), [&](auto a, auto b) { return shape(*a) < shape(*b); });
+  shapes.erase(std::unique(shapes.begin(), shapes.end(), [&](auto a, auto b) { return shape(*a) == shape(*b); }),
+               shapes.end());
+  std::vector<std::vector<const JobSpec*>> by_pool(cluster.pools().size());
+  for (size_t p = 0; p < by_pool.size(); ++p) {
+    for (const JobSpec* j : shapes) {
+      if (PoolAccepts(cluster, *j, PoolId(static_cast<uint32_t>(p)))) by_pool[p].push_back(j);
+    }
+  }
+  GpuUnits stranded = 0;
+  for (uint32_t i = 0; i < cluster.nodes().size(); ++i) {
+    const NodeId id(i);
+    const Node& n = cluster.node(id);
+    const NodeState& ns = ledger.node(id);
+    if (!ns.up || n.gpus == 0) continue;
+    auto state = [&](int g) -> const GpuState& { return ledger.gpu(GpuId(n.first_gpu.v + static_cast<uint32_t>(g))); };
+    uint64_t with_room = 0, whole = 0, usable = 0;
+    for (int g = 0; g < n.gpus; ++g) {
+      if (FreeUnits(state(g)) > 0) with_room |= uint64_t{1} << g;
+      if (state(g).mode == GpuMode::kFree) whole |= uint64_t{1} << g;
+    }
+    for (const JobSpec* j : by_pool[n.pool.v]) {
+      if (usable == with_room) break;
+      if (ns.free_cpus_milli < j->cpus_milli || ns.free_memory_bytes < j->memory_bytes) continue;
+      if (j->sharing == Sharing::kExclusive) {
+        if (std::popcount(whole) >= j->gpus) usable |= whole;
+        continue;
+      }
+      for (uint64_t left = with_room & ~usable; left != 0; left &= left - 1) {
+        const int g = std::countr_zero(left);
+        WorkerAlloc w;
+        w.node = id;
+        w.sharing = j->sharing;
+        w.gpu = static_cast<int8_t>(g);
+        w.share_milli = static_cast<int16_t>(j->share_milli);
+        w.vram_bytes = j->vram_bytes;
+        if (j->sharing == Sharing::kMig) {
+          w.mig_profile = j->mig_index[n.model.v];
+          w.mig_start = static_cast<int8_t>(ledger.MigStart(GpuId(n.first_gpu.v + static_cast<uint32_t>(g)), w.mig_profile));
+          if (w.mig_start < 0) continue;
+        }
+        if (ledger.Fits(w)) usable |= uint64_t{1} << g;
+      }
+    }
+    for (uint64_t left = with_room & ~usable; left != 0; left &= left - 1) {
+      stranded += FreeUnits(state(std::countr_zero(left)));
+    }
+  }
+  return stranded;
 }
 
 }  // namespace gantry::core

@@ -30,4 +30,13 @@ using IdleGpus = std::array<double, kIdleCauses>;  // GPUs per cause
 // Cost: O(GPUs + pending jobs x pools).
 IdleGpus IdleByCause(const Scheduler& s);
 
+// Free GPU units on up nodes that no pending job could use now, each of its workers tried
+// alone on each GPU (its pool, model, sharing mode, VRAM, MIG profile, and the node's free
+// CPUs and memory; not its gang, topology, queue limits or reservations): the remnants of
+// shared and MIG GPUs too small for every waiting share or profile, and free GPUs on
+// nodes whose free CPUs or memory hold no waiting worker. However the pending jobs are
+// placed from here, the allocation grows by at most the free units less these: the bound
+// beside a fill experiment's allocation (issue 14). O(GPUs x distinct worker shapes).
+GpuUnits StrandedUnits(const Scheduler& s);
+
 }  // namespace gantry::core

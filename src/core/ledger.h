@@ -51,6 +51,18 @@ struct GpuState {
   int64_t vram_used = 0;               // shared VRAM
 };
 
+// Free capacity of one GPU in GPU units: all of a free GPU, the free compute sevenths of
+// a MIG GPU, the free part of a shared one.
+inline GpuUnits FreeUnits(const GpuState& s) {
+  switch (s.mode) {
+    case GpuMode::kFree: return kGpuUnits;
+    case GpuMode::kWhole: return 0;
+    case GpuMode::kMig: return GpuUnits{kMigComputeSlices - s.mig_compute} * kUnitsPerMigSlice;
+    case GpuMode::kShared: return GpuUnits{kShareScale - s.share_used} * kUnitsPerShareMilli;
+  }
+  return 0;
+}
+
 struct NodeState {
   bool up = true;
   int free_whole = 0;

@@ -338,6 +338,12 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
   };
   if (spec.window && !spec.window->Contains(now)) {
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
+    // A job's window, so its text, never changes: written once, not at every pass (a
+    // week's replay with fine-tuning windows spent 10% of its time here).
+    if (!why && job.wait_reason.starts_with("window: ")) {
+      if (kind) *kind = Block::kWindow;
+      return false;
+    }
     return fail(Block::kWindow, "window: may start only between " +
                                     Clock(spec.window->start_min) + " and " +
                                     Clock(spec.window->end_min) + " UTC");

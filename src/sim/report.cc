@@ -135,6 +135,7 @@ void Report::Write(std::ostream& out) const {
   j["gpu_utilization_pct"] = gpu_utilization_pct();
   j["allocation_ratio_at_last_arrival_pct"] = ratio_at_last_arrival_;
   j["fragmentation_at_last_arrival_pct"] = frag_at_last_arrival_;
+  j["allocation_bound_at_last_arrival_pct"] = bound_at_last_arrival_;
   j["fragmentation_mean_pct"] = fragmentation_mean_pct();
   if (!idle_by_cause_.empty()) {
     Json idle = Json::object();
@@ -290,8 +291,8 @@ void Report::Summary(std::ostream& out) const {
                        unfinished_);
   }
   out << fmt::format("  GPU utilization     {:.1f}%\n", gpu_utilization_pct());
-  out << fmt::format("  allocation ratio    {:.1f}% of GPUs up, at the last arrival\n",
-                     ratio_at_last_arrival_);
+  out << fmt::format("  allocation ratio    {:.1f}% of GPUs up, at the last arrival (at most {:.1f}% for the jobs then waiting)\n",
+                     ratio_at_last_arrival_, bound_at_last_arrival_);
   out << fmt::format("  fragmented GPUs     {:.1f}% of GPUs up at the last arrival, mean {:.1f}%\n",
                      frag_at_last_arrival_, fragmentation_mean_pct());
   if (!idle_by_cause_.empty()) {

@@ -99,6 +99,15 @@ class Report {
   // Fragmented over up GPUs just after the pass at the latest arrival, and its
   // time-weighted mean from the first submit to the latest finish (as utilization).
   double fragmentation_at_last_arrival_pct() const { return frag_at_last_arrival_; }
+  // At the last arrival, after its pass: the GPU units of the up nodes that no pending job
+  // could use (core::StrandedUnits). The allocation ratio no placement of the pending
+  // jobs could pass from that state is 100% less these.
+  void StrandedAtLastArrival(core::GpuUnits up_units, core::GpuUnits stranded_units) {
+    if (up_units > 0) {
+      bound_at_last_arrival_ = 100.0 * static_cast<double>(up_units - stranded_units) / static_cast<double>(up_units);
+    }
+  }
+  double allocation_bound_at_last_arrival_pct() const { return bound_at_last_arrival_; }
   double fragmentation_mean_pct() const;
   // Queue waits (ms) of the jobs of a tier that started, in start order.
   const std::vector<double>& waits_ms(core::Tier tier) const {
@@ -118,6 +127,7 @@ class Report {
   core::Ticks last_submit_ = -1;
   double ratio_at_last_arrival_ = 0;
   double frag_at_last_arrival_ = 0;
+  double bound_at_last_arrival_ = 0;
   double frag_gpus_ = 0;     // fragmented GPUs in force since frag_t_
   core::Ticks frag_t_ = 0;
   double frag_ = 0, frag_at_submit_ = 0, frag_at_finish_ = 0;  // integrals, GPU-ms

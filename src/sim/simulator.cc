@@ -94,6 +94,9 @@ bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& 
       Pass(t);
     } while (!events_.empty() && events_.top().t == t);
     Account(t);  // the values in force from t on
+    if (!have && t == last_arrival_) {
+      report_.StrandedAtLastArrival(sched_.ledger().up_units(), core::StrandedUnits(sched_));
+    }
     Observe(t);
     // Stop once the trace is read, nothing runs or waits, and only failures remain.
     if (!have && active_ == 0) break;
@@ -133,6 +136,7 @@ void Simulator::Arrive(core::TraceJob&& tj) {
   log_.Submit(t, Name(id));
   report_.Submitted(t);
   report_.Events(1);
+  last_arrival_ = t;
   ++active_;
 }
 

@@ -255,6 +255,9 @@ queues:
   spec::TraceReader trace((dir_ / "trace.jsonl").string(), *config);
   ASSERT_TRUE(sim.Run(trace, {}, diags));
   EXPECT_DOUBLE_EQ(sim.report().allocation_ratio_at_last_arrival_pct(), 75.0);
+  // Nothing waits then: the 2 free GPUs are stranded, the bound is what is held (taken
+  // at the last arrival, not at the end, when every GPU is free and none is usable).
+  EXPECT_DOUBLE_EQ(sim.report().allocation_bound_at_last_arrival_pct(), 75.0);
   std::ostringstream report;
   sim.report().Write(report);
   EXPECT_DOUBLE_EQ(nlohmann::json::parse(report.str())["allocation_ratio_at_last_arrival_pct"].get<double>(),

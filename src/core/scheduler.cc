@@ -378,21 +378,67 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
     scratch_.clear();
     return fail(Block::kQuota, quota(*blocker));
   }
+  job.alloc.swap(scratch_);
+  scratch_.clear();
+  Begin(id, now, units);
+  decisions_.push_back(Decision{Decision::Kind::kStart, id, JobId(), {}});
+  if (kind) *kind = Block::kNone;
+  return true;
+}
+
+void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
+  JobRecord& job = jobs_[id.v];
   RemovePending(id);
   running_pos_[id.v] = static_cast<uint32_t>(running_.size());
   running_.push_back(id);
-  job.alloc.swap(scratch_);
-  scratch_.clear();
   job.units = units;
-  AddUsage(spec, job.alloc, units, 1);
+  AddUsage(job.spec, job.alloc, units, 1);
   BudgetRun(id, now, 1);
   job.phase = Phase::kRunning;
   job.last_start = now;
   if (job.first_start < 0) job.first_start = now;
   SetExpectedEnd(id, ExpectedEnd(id));
   job.wait_reason.clear();
-  decisions_.push_back(Decision{Decision::Kind::kStart, id, JobId(), {}});
-  if (kind) *kind = Block::kNone;
+}
+
+bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why) {
+  JobRecord& job = jobs_[id.v];
+  const JobSpec& spec = job.spec;
+  assert(job.phase == Phase::kPending);
+  auto refuse = [&](std::string reason) {
+    if (why) *why = std::move(reason);
+    return false;
+  };
+  if (alloc.size() != static_cast<size_t>(std::max(1, spec.replicas))) {
+    return refuse("it has " + std::to_string(alloc.size()) + " worker(s), its spec " +
+                  std::to_string(std::max(1, spec.replicas)));
+  }
+  GpuUnits units = 0;
+  for (const WorkerAlloc& w : alloc) {
+    if (!w.node.valid() || w.node.v >= cluster_.nodes().size()) {
+      return refuse("it names a node that is not in the cluster");
+    }
+    if (!ledger_.node(w.node).up) return refuse("node " + cluster_.node(w.node).name + " is not up");
+    units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
+  }
+  // The limits TryStart applies (a window governs starting only: the caller drops it).
+  if (auto b = spec.tier == Tier::kCritical ? std::nullopt : BudgetHolds(spec.queue)) {
+    return refuse("queue " + queues_.queue(*b).spec.name + " spent its GPU-hour budget");
+  }
+  if (auto blocker = BurstBlocker(spec.queue, units)) {
+    return refuse("queue " + queues_.queue(*blocker).spec.name + " is at its burst_gpus");
+  }
+  Allocation taken;
+  for (const WorkerAlloc& w : alloc) {
+    if (!ledger_.Fits(w)) {
+      for (auto it = taken.rbegin(); it != taken.rend(); ++it) ledger_.Release(*it);
+      return refuse("it overlaps what another job holds on " + cluster_.node(w.node).name);
+    }
+    ledger_.Allocate(w);
+    taken.push_back(w);
+  }
+  job.alloc = std::move(taken);
+  Begin(id, started, units);
   return true;
 }
 

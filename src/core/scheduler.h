@@ -241,6 +241,12 @@ class Scheduler {
   // Whether TryStart under shape context `context` would fail a job of this spec from the
   // pass's cache of shapes that found no room (so without placing anything).
   bool KnownNotToFit(const JobSpec& spec, uint8_t context) const;
+  // Recovery (gantryd after a restart): the pending job `id`, just submitted, runs again
+  // from `started` holding exactly `alloc`, as it did before, with no decision emitted.
+  // Refused (false, the reason in `why`; the job stays pending) where a node of `alloc`
+  // is unknown or down, `alloc` overlaps what is held, or TryStart would refuse the job
+  // for its queue's budget or burst limits. Cost: O(workers + log jobs).
+  bool Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why = nullptr);
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).
@@ -293,6 +299,8 @@ class Scheduler {
 
  private:
   bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Block* kind);
+  // A pending job whose `alloc` is held in the ledger starts running at `now`.
+  void Begin(JobId id, Ticks now, GpuUnits units);
   void Release(JobId id);
   // When a running job is expected to release its holdings (from the estimate now).
   Ticks ExpectedEnd(JobId id) const;

@@ -9,7 +9,6 @@
 
 #include "core/model/feasibility.h"
 #include "core/placement.h"
-#include "server/adopt.h"
 #include "server/config_check.h"
 #include "server/controller_internal.h"
 #include "spec/job_reader.h"
@@ -271,7 +270,7 @@ Status Controller::Restore() {
     }
     (j.state == JobState::kPending ? resubmit : adopt).push_back(j.seq);
   }
-  // Running jobs first, while nothing else is pending (see adopt.h).
+  // Running jobs first, so the room they hold is theirs before anything else is placed.
   auto add_core = [&](Job& j, core::JobSpec spec, Ticks submit) {
     j.core = sched_->Submit(std::move(spec), submit);
     if (core_to_seq_.size() <= j.core.v) core_to_seq_.resize(j.core.v + 1, 0);
@@ -288,11 +287,13 @@ Status Controller::Restore() {
     if (sched_->job(j.core).phase != core::Phase::kPending) continue;  // rejected below
     core::Allocation alloc;
     for (const Worker& w : j.workers) alloc.push_back(w.alloc);
-    if (Status s = Adopt(*sched_, j.core, alloc, j.run_start); !s) {
+    if (std::string why; !sched_->Adopt(j.core, alloc, j.run_start, &why)) {
+      sched_->Finish(j.core, j.run_start);  // out of the scheduler: resubmitted below
       core_to_seq_[j.core.v] = 0;
       j.core = core::JobId();
       EndRunRows(j, now);
-      log_.Requeue(now, j.name, "could not re-adopt after a restart: " + s.error().message);
+      log_.Requeue(now, j.name, "could not re-adopt after a restart: " + why);
+      j.Note(now, "requeued: could not re-adopt after a restart: " + why);
       j.state = JobState::kPending;
       j.workers.clear();
       j.stop = StopKind::kNone;

@@ -26,7 +26,7 @@
 // the database on first start, so job windows (UTC times of day) mean what they say.
 //
 // Restart: jobs are read back in submission order; running ones are re-adopted with
-// their stored allocation (server/adopt.h), pending ones resubmitted with their original
+// their stored allocation (core::Scheduler::Adopt), pending ones resubmitted with their original
 // submit time. Nodes that were up get a full agent timeout to check in again.
 // Thread-safety: every public method is thread-safe; Done callbacks run on the
 // controller thread and must not block (post the work elsewhere).

@@ -278,6 +278,30 @@ TEST_F(ControllerTest, RestartReadoptsRunningJobsAndKeepsPendingOnes) {
   }
 }
 
+TEST_F(ControllerTest, ARunningJobTheSchedulerWillNotTakeBackIsRequeuedAfterARestart) {
+  Beat("h100-0");
+  Reply a = Submit(kTeamA, R"({"queue":"research","gpus":4,"vram_gb":40,"command":"x"})");
+  Reply b = Submit(kTeamA, R"({"queue":"research","gpus":4,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  for (const Reply* r : {&a, &b}) ASSERT_EQ(Show(r->body["id"])["state"], "running");
+  // While gantryd is down the site lowers research's burst to 4 GPUs: one of the two
+  // fits under it again, the other is requeued (and its workers stopped), not lost.
+  std::string yaml = kConfig;
+  yaml.replace(yaml.find("burst_gpus: 16"), 14, "burst_gpus: 4");
+  spec::Diagnostics diags;
+  config_ = spec::ParseClusterConfig(yaml, "test.yaml", diags);
+  ASSERT_TRUE(config_) << diags.ToString();
+  Restart();
+  Advance(500);
+  ctl_->Poke();
+  const json first = Show(a.body["id"]), second = Show(b.body["id"]);
+  EXPECT_EQ(first["state"], "running") << first.dump();
+  EXPECT_EQ(first["run"], 1) << "re-adopted, not restarted";
+  EXPECT_EQ(second["state"], "pending") << second.dump();
+  EXPECT_NE(second.dump().find("could not re-adopt"), std::string::npos) << second.dump();
+  EXPECT_EQ(Beat("h100-0")["workers"].size(), 1u) << "the requeued job's worker is stopped";
+}
+
 TEST_F(ControllerTest, IdempotencyKeyReturnsTheSameJob) {
   const std::string body = R"({"queue":"research","gpus":1,"vram_gb":10,"command":"x"})";
   Reply first = Submit(kTeamA, body, "key-1");

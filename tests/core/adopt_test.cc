@@ -1,18 +1,17 @@
-// Re-adoption after a restart: a fresh scheduler given the running jobs' allocations must
-// end up with exactly the ledger the old one had.
-#include "server/adopt.h"
+// Scheduler::Adopt, gantryd's recovery after a restart: a fresh scheduler given the
+// running jobs' allocations must end up with exactly the ledger the old one had.
+#include "core/scheduler.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-#include "../core/test_util.h"
+#include "test_util.h"
 
-namespace gantry::server {
+namespace gantry::core {
 namespace {
 
-using namespace core;
-using namespace core::testing;
+using namespace testing;
 
 struct World {
   Cluster cluster;
@@ -22,7 +21,7 @@ struct World {
 World MakeWorld() {
   const Catalog c = Catalog::BuiltIn();
   const SharingMask sharing = Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps);
-  return World{MakeCluster({core::testing::Pool(c, "h100", 4, 8, "H100-80GB", 2, 1, sharing)}), MakeQueues({})};
+  return World{MakeCluster({testing::Pool(c, "h100", 4, 8, "H100-80GB", 2, 1, sharing)}), MakeQueues({})};
 }
 
 JobSpec RandomJob(const Catalog& c, std::mt19937& rng, int i) {
@@ -79,8 +78,8 @@ TEST(Adopt, RestoresExactlyTheOldLedger) {
       const JobRecord& rec = old.job(JobId(i));
       if (rec.phase != Phase::kRunning) continue;
       const JobId id = fresh.Submit(rec.spec, rec.submit);
-      Status s = Adopt(fresh, id, rec.alloc, rec.last_start);
-      ASSERT_TRUE(s.ok()) << "seed " << seed << " job " << rec.spec.id << ": " << s.error().message;
+      std::string why;
+      ASSERT_TRUE(fresh.Adopt(id, rec.alloc, rec.last_start, &why)) << "seed " << seed << " job " << rec.spec.id << ": " << why;
       EXPECT_EQ(fresh.job(id).phase, Phase::kRunning);
       EXPECT_EQ(fresh.job(id).last_start, rec.last_start);
       ++adopted;
@@ -102,18 +101,43 @@ TEST(Adopt, RefusesAnAllocationThatOverlapsAnother) {
   gpus01.node = NodeId(0);
   gpus01.gpu_mask = 0b11;
   const JobId a = s.Submit(Whole(c, "a", 1, 2), 0);
-  ASSERT_TRUE(Adopt(s, a, {gpus01}, 0).ok());
+  ASSERT_TRUE(s.Adopt(a, {gpus01}, 0));
   WorkerAlloc gpus12 = gpus01;
   gpus12.gpu_mask = 0b110;
   const JobId b = s.Submit(Whole(c, "b", 1, 2), 0);
-  Status st = Adopt(s, b, {gpus12}, 0);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.error().message.find("overlaps"), std::string::npos) << st.error().message;
-  EXPECT_NE(s.job(b).phase, Phase::kRunning);
+  std::string why;
+  ASSERT_FALSE(s.Adopt(b, {gpus12}, 0, &why));
+  EXPECT_NE(why.find("overlaps"), std::string::npos) << why;
+  EXPECT_EQ(s.job(b).phase, Phase::kPending);
   EXPECT_EQ(s.ledger().node(NodeId(0)).free_whole, 6);
   // Every other node is still up and unblocked.
   for (uint32_t n = 1; n < w.cluster.nodes().size(); ++n) EXPECT_EQ(s.ledger().node(NodeId(n)).free_whole, 8);
 }
 
+TEST(Adopt, RefusesWhatTryStartWouldForTheQueuesBurstLimit) {
+  World w = MakeWorld();
+  const Catalog& c = w.cluster.catalog();
+  const QueueTree queues = MakeQueues({QueueSpec{"q", "", 0, 6 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}});
+  Scheduler s(w.cluster, queues, MakePolicy("fifo"));
+  WorkerAlloc four;
+  four.node = NodeId(1);
+  four.gpu_mask = 0b1111;
+  const JobId a = s.Submit(Whole(c, "a", 1, 4), 0);
+  std::string why;
+  ASSERT_TRUE(s.Adopt(a, {four}, 5, &why)) << why;
+  EXPECT_EQ(s.job(a).phase, Phase::kRunning);
+  EXPECT_EQ(s.job(a).last_start, 5);
+  EXPECT_EQ(s.queue_usage(QueueId(0)), 4 * kGpuUnits);
+  // Another 4 GPUs would take the queue to 8 of its 6: refused, nothing held for it.
+  WorkerAlloc more = four;
+  more.node = NodeId(2);
+  const JobId b = s.Submit(Whole(c, "b", 1, 4), 0);
+  ASSERT_FALSE(s.Adopt(b, {more}, 5, &why));
+  EXPECT_NE(why.find("burst_gpus"), std::string::npos) << why;
+  EXPECT_EQ(s.job(b).phase, Phase::kPending);
+  EXPECT_EQ(s.ledger().node(NodeId(2)).free_whole, 8);
+  EXPECT_EQ(s.queue_usage(QueueId(0)), 4 * kGpuUnits);
+}
+
 }  // namespace
-}  // namespace gantry::server
+}  // namespace gantry::core

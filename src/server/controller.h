@@ -55,7 +55,7 @@
 #include "server/metrics.h"
 #include "server/state.h"
 #include "server/store.h"
-#include "sim/event_log.h"
+#include "spec/event_log.h"
 #include "spec/batch.h"
 #include "spec/config_reader.h"
 
@@ -333,7 +333,7 @@ class Controller {
   Ticks history_at_ = -1;  // the last sample
   Ticks tokens_flushed_ = 0;                          // the cache is dropped every 10 s (revocations)
   std::ostringstream event_buf_;
-  sim::EventLog log_;
+  spec::EventLog log_;
   bool dirty_ = true;                                 // something changed: run a pass
   Ticks next_pass_ = 0;
   std::string instance_;                              // random per process start

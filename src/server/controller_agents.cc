@@ -118,9 +118,9 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
       env["GANTRY_WORLD_SIZE"] = std::to_string(job.workers.size());
       env["GANTRY_MASTER_ADDR"] = master;
       env["GANTRY_MASTER_PORT"] = std::to_string(port);
-      env["GANTRY_PROGRESS_S"] = sim::FormatSeconds(job.progress);
-      env["GANTRY_CHECKPOINT_S"] = sim::FormatSeconds(job.spec.checkpoint);
-      env["GANTRY_GRACE_S"] = sim::FormatSeconds(job.spec.grace);
+      env["GANTRY_PROGRESS_S"] = spec::FormatSeconds(job.progress);
+      env["GANTRY_CHECKPOINT_S"] = spec::FormatSeconds(job.spec.checkpoint);
+      env["GANTRY_GRACE_S"] = spec::FormatSeconds(job.spec.grace);
       if (!job.array.empty()) {  // an array task (gantry submit --array)
         env["GANTRY_ARRAY_JOB_ID"] = job.array;
         env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);

@@ -189,10 +189,10 @@ void Controller::WriteFinishEvent(Ticks t, const Job& job) {
   }
   // A finish that failed: the same event with the exit status added (new fields are
   // allowed by the contract).
-  event_buf_ << "{\"t\":" << sim::FormatSeconds(t) << ",\"type\":\"finish\",\"job\":";
-  sim::WriteJsonString(event_buf_, job.name);
+  event_buf_ << "{\"t\":" << spec::FormatSeconds(t) << ",\"type\":\"finish\",\"job\":";
+  spec::WriteJsonString(event_buf_, job.name);
   event_buf_ << ",\"status\":\"failed\",\"exit_code\":" << job.exit_code << ",\"reason\":";
-  sim::WriteJsonString(event_buf_, job.end_reason);
+  spec::WriteJsonString(event_buf_, job.end_reason);
   event_buf_ << "}\n";
 }
 
@@ -353,8 +353,8 @@ void Controller::Housekeeping(Ticks now) {
   for (int64_t seq : timed_out) {
     Job& job = jobs_.at(seq);
     BeginStop(job, StopKind::kFail,
-              "time limit reached: ran " + sim::FormatSeconds(now - job.run_start) + " s of its time_limit_s " +
-                  sim::FormatSeconds(*job.spec.time_limit),
+              "time limit reached: ran " + spec::FormatSeconds(now - job.run_start) + " s of its time_limit_s " +
+                  spec::FormatSeconds(*job.spec.time_limit),
               job.spec.grace, now);
   }
   ReclaimIdle(now);

@@ -186,10 +186,10 @@ void Controller::ReclaimIdle(Ticks now) {
       busy = std::max(busy, w.busy_at);
     }
     if (!all || busy < 0 || now - busy < after) continue;
-    idle.emplace_back(seq, "GPU idle for " + sim::FormatSeconds((now - busy) / 1000 * 1000) +
+    idle.emplace_back(seq, "GPU idle for " + spec::FormatSeconds((now - busy) / 1000 * 1000) +
                                " s: utilization under " + FormatValue(params.reclaim_idle_below * 100) +
                                "% since " + HumanTime(WallMs(busy), WallMs(now)) + ", past reclaim_idle_after_s " +
-                               sim::FormatSeconds(after));
+                               spec::FormatSeconds(after));
   }
   for (auto& [seq, reason] : idle) {
     Job& job = jobs_.at(seq);

@@ -290,7 +290,7 @@ void Simulator::Handle(const Event& e) {
       EndRun(id, t, Report::Cause::kReclaim);
       log_.Reclaim(t, Name(id),
                    "GPU idle for " +
-                       FormatSeconds(core::ReclaimIdleAfter(sched_.job(id).spec, config_.queues,
+                       spec::FormatSeconds(core::ReclaimIdleAfter(sched_.job(id).spec, config_.queues,
                                                             config_.policy.params)) +
                        " s");
       report_.Reclaimed();

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "core/scheduler.h"
-#include "sim/event_log.h"
+#include "spec/event_log.h"
 #include "sim/report.h"
 #include "sim/timeline.h"
 #include "spec/config_reader.h"
@@ -109,7 +109,7 @@ class Simulator {
   const spec::ClusterConfig& config_;
   SimOptions options_;
   core::Scheduler sched_;
-  EventLog log_;
+  spec::EventLog log_;
   Report report_;
   Timeline timeline_;
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;

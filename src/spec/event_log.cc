@@ -1,10 +1,10 @@
-#include "sim/event_log.h"
+#include "spec/event_log.h"
 
 #include <bit>
 #include <cstdio>
 #include <string>
 
-namespace gantry::sim {
+namespace gantry::spec {
 
 std::string FormatSeconds(core::Ticks t) {
   const char* sign = t < 0 ? "-" : "";
@@ -162,4 +162,4 @@ void EventLog::NodeUp(core::Ticks t, std::string_view node) {
   End();
 }
 
-}  // namespace gantry::sim
+}  // namespace gantry::spec

@@ -1,10 +1,10 @@
-#include "sim/event_log.h"
+#include "spec/event_log.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 
-namespace gantry::sim {
+namespace gantry::spec {
 namespace {
 
 TEST(EventLogTest, SecondsAreIntegersWhenWholeElseShortDecimals) {
@@ -22,4 +22,4 @@ TEST(EventLogTest, StringsAreEscaped) {
 }
 
 }  // namespace
-}  // namespace gantry::sim
+}  // namespace gantry::spec

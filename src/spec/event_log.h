@@ -1,4 +1,5 @@
-// EventLog: writes the event log of spec section 4, one JSON object per line.
+// EventLog: writes the event log of spec section 4, one JSON object per line; the
+// simulator and gantryd write the same file contract through it.
 //
 // Field order and number formatting are fixed, so the same run gives a byte-identical
 // log. Times are written in seconds: integers when whole, else decimals.
@@ -12,7 +13,7 @@
 #include "core/model/cluster.h"
 #include "core/model/types.h"
 
-namespace gantry::sim {
+namespace gantry::spec {
 
 class EventLog {
  public:
@@ -52,4 +53,4 @@ std::string FormatSeconds(core::Ticks t);
 // JSON string literal with escapes.
 void WriteJsonString(std::ostream& out, std::string_view s);
 
-}  // namespace gantry::sim
+}  // namespace gantry::spec

@@ -25,12 +25,18 @@ std::string_view Name(IdleCause c) {
 
 namespace {
 
-// What a pending job waiting for `reason` could say of GPUs it may use.
-IdleCause DemandOf(std::string_view reason) {
-  const std::string_view word = reason.substr(0, reason.find(':'));
-  if (word == "reservation") return IdleCause::kReservation;
-  if (word == "capacity" || word == "preemption") return IdleCause::kFragmented;
-  if (word == "quota" || word == "budget" || word == "window") return IdleCause::kLimits;
+// What a pending job waiting for `cause` could say of GPUs it may use.
+IdleCause DemandOf(WaitCause cause) {
+  switch (cause) {
+    case WaitCause::kReservation: return IdleCause::kReservation;
+    case WaitCause::kCapacity:
+    case WaitCause::kPreemption: return IdleCause::kFragmented;
+    case WaitCause::kQuota:
+    case WaitCause::kBudget:
+    case WaitCause::kWindow: return IdleCause::kLimits;
+    case WaitCause::kNotYetPlaced:
+    case WaitCause::kOther: break;
+  }
   return IdleCause::kNotYetPlaced;
 }
 
@@ -52,7 +58,7 @@ IdleGpus IdleByCause(const Scheduler& s) {
   }
   for (const auto& key : s.pending()) {
     const JobRecord& job = s.job(key.id);
-    const uint32_t bit = 1u << static_cast<int>(DemandOf(job.wait_reason));
+    const uint32_t bit = 1u << static_cast<int>(DemandOf(job.wait_cause));
     for (size_t p = 0; p < pools; ++p) {
       if (!model[p].valid() || !(job.spec.models >> model[p].v & 1u)) continue;
       model_wanted[p] = true;

@@ -283,6 +283,7 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   job.signaled_at = -1;
   job.preempted_by = JobId();
   job.wait_reason.clear();
+  job.wait_cause = WaitCause::kNotYetPlaced;
   // A requeued job keeps its place in line: it is ordered by its original submit.
   AddPending(id);
   if (!budgets_.empty()) budget_check_.push_back(id);
@@ -307,11 +308,51 @@ std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
   return hit;
 }
 
-void Scheduler::Wait(JobId id, std::string reason) {
+std::string_view Name(WaitCause c) {
+  switch (c) {
+    case WaitCause::kNotYetPlaced: return "not yet placed";
+    case WaitCause::kCapacity: return "capacity";
+    case WaitCause::kReservation: return "held for a reservation";
+    case WaitCause::kPreemption: return "preemption under way";
+    case WaitCause::kQuota: return "queue at its burst";
+    case WaitCause::kBudget: return "budget spent";
+    case WaitCause::kWindow: return "outside its window";
+    case WaitCause::kOther: return "other";
+  }
+  return "other";
+}
+
+std::string_view Word(WaitCause c) {
+  switch (c) {
+    case WaitCause::kNotYetPlaced: return "not yet placed";
+    case WaitCause::kCapacity: return "capacity";
+    case WaitCause::kReservation: return "reservation";
+    case WaitCause::kPreemption: return "preemption";
+    case WaitCause::kQuota: return "quota";
+    case WaitCause::kBudget: return "budget";
+    case WaitCause::kWindow: return "window";
+    case WaitCause::kOther: return "other";
+  }
+  return "other";
+}
+
+WaitCause Scheduler::CauseOf(Block block) {
+  switch (block) {
+    case Block::kWindow: return WaitCause::kWindow;
+    case Block::kQuota: return WaitCause::kQuota;
+    case Block::kCapacity: return WaitCause::kCapacity;
+    case Block::kBudget: return WaitCause::kBudget;
+    case Block::kNone: break;
+  }
+  return WaitCause::kOther;
+}
+
+void Scheduler::Wait(JobId id, WaitCause cause, std::string reason) {
   JobRecord& job = jobs_[id.v];
-  if (job.wait_reason == reason) return;
+  if (job.wait_reason == reason && job.wait_cause == cause) return;
   job.wait_reason = reason;
-  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::move(reason)});
+  job.wait_cause = cause;
+  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::move(reason), cause});
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* kind) {
@@ -327,7 +368,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
     if (why) {
       *why = std::move(reason);
     } else {
-      Wait(id, std::move(reason));
+      Wait(id, CauseOf(block), std::move(reason));
     }
     return false;
   };
@@ -340,7 +381,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
     // A job's window, so its text, never changes: written once, not at every pass (a
     // week's replay with fine-tuning windows spent 10% of its time here).
-    if (!why && job.wait_reason.starts_with("window: ")) {
+    if (!why && job.wait_cause == WaitCause::kWindow) {
       if (kind) *kind = Block::kWindow;
       return false;
     }
@@ -399,6 +440,7 @@ void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
   if (job.first_start < 0) job.first_start = now;
   SetExpectedEnd(id, ExpectedEnd(id));
   job.wait_reason.clear();
+  job.wait_cause = WaitCause::kNotYetPlaced;
 }
 
 bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why) {

@@ -79,6 +79,16 @@ Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const Polic
 // The max_wait in force for queue q: the nearest queue setting, else the policy's; 0 = off.
 Ticks MaxWaitFor(QueueId q, const QueueTree& queues, const PolicyParams& params);
 
+// Why a pending job waits: what code branches on (the reason text, whose first word names
+// it, is for people and the event log). kNotYetPlaced: no pass has tried it since it
+// became pending.
+enum class WaitCause : uint8_t {
+  kNotYetPlaced, kCapacity, kReservation, kPreemption, kQuota, kBudget, kWindow, kOther
+};
+inline constexpr int kWaitCauses = 8;
+std::string_view Name(WaitCause c);  // "not yet placed", "capacity", "held for a reservation", ...
+std::string_view Word(WaitCause c);  // the reason text's first word: "capacity", "reservation", ...
+
 struct JobRecord {
   JobSpec spec;
   Phase phase = Phase::kPending;
@@ -91,6 +101,7 @@ struct JobRecord {
   GpuUnits units = 0;       // GPU units held now
   JobId preempted_by;
   std::string wait_reason;  // last reason reported for waiting
+  WaitCause wait_cause = WaitCause::kNotYetPlaced;
   Ticks run_total = 0;      // run time of ended runs
   Ticks progress_kept = 0;  // checkpointed progress of ended runs (as the core reckons it)
   int preemptions = 0;      // times this job was preempted
@@ -107,6 +118,7 @@ struct Decision {
   JobId job;
   JobId by;            // kPreempt: the job the victim makes room for
   std::string reason;  // kPreempt, kReject, kWait
+  WaitCause cause = WaitCause::kOther;  // kWait
 };
 
 class Scheduler;
@@ -250,7 +262,9 @@ class Scheduler {
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).
-  void Wait(JobId id, std::string reason);
+  void Wait(JobId id, WaitCause cause, std::string reason);
+  // The cause of a TryStart that failed with `block`.
+  static WaitCause CauseOf(Block block);
 
   // Pending jobs of one tier and queue, by (submit, id).
   const std::set<std::pair<Ticks, JobId>>& pending_in(Tier tier, QueueId q) const {

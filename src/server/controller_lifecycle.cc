@@ -314,8 +314,7 @@ void Controller::SampleCluster(Ticks now) {
   c.up = static_cast<double>(sched_->ledger().up_units()) / core::kGpuUnits;
   c.used = static_cast<double>(sched_->ledger().used_units()) / core::kGpuUnits;
   for (const auto& key : sched_->pending()) {
-    const std::string& why = sched_->job(key.id).wait_reason;
-    ++c.pending[why.empty() ? "not yet placed" : why.substr(0, why.find(':'))];
+    ++c.pending[std::string(core::Word(sched_->job(key.id).wait_cause))];
   }
   c.idle = core::IdleByCause(*sched_);
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {

@@ -199,7 +199,7 @@ void Simulator::Pass(Ticks now) {
         break;
       case core::Decision::Kind::kWait:
         if (options_.log_waits) log_.Wait(now, Name(d.job), d.reason);
-        Waits(d.job, now, Timeline::CauseOf(d.reason));
+        Waits(d.job, now, d.cause);
         break;
     }
   }

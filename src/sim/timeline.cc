@@ -78,31 +78,6 @@ void Timeline::SetState(Ticks t, GpuUnits up, GpuUnits used, size_t pending) {
   }
 }
 
-std::string_view Timeline::Name(WaitCause c) {
-  switch (c) {
-    case WaitCause::kNotYetPlaced: return "not yet placed";
-    case WaitCause::kCapacity: return "capacity";
-    case WaitCause::kReservation: return "held for a reservation";
-    case WaitCause::kPreemption: return "preemption under way";
-    case WaitCause::kQuota: return "queue at its burst";
-    case WaitCause::kBudget: return "budget spent";
-    case WaitCause::kWindow: return "outside its window";
-    case WaitCause::kOther: return "other";
-  }
-  return "other";
-}
-
-Timeline::WaitCause Timeline::CauseOf(std::string_view reason) {
-  const std::string_view word = reason.substr(0, reason.find(':'));
-  if (word == "capacity") return WaitCause::kCapacity;
-  if (word == "reservation") return WaitCause::kReservation;
-  if (word == "preemption") return WaitCause::kPreemption;
-  if (word == "quota") return WaitCause::kQuota;
-  if (word == "budget") return WaitCause::kBudget;
-  if (word == "window") return WaitCause::kWindow;
-  return WaitCause::kOther;
-}
-
 void Timeline::Waiting(Ticks t, std::optional<WaitCause> from, std::optional<WaitCause> to) {
   if (from == to) return;
   Reach(t);
@@ -278,7 +253,7 @@ Json Timeline::ToJson() const {
   Json by_cause = Json::object();
   for (int c = 0; c < kWaitCauses; ++c) {
     const auto cause = static_cast<WaitCause>(c);
-    by_cause[std::string(Name(cause))] = level(CauseLevel(cause), 1);
+    by_cause[std::string(core::Name(cause))] = level(CauseLevel(cause), 1);
   }
   j["pending_by_cause"] = by_cause;
   j["sharing_gpus"] = {{"mig", level(kMigUnits, gpu)},

@@ -49,14 +49,9 @@ class Timeline {
   };
   // How a run ended (the lost-work counters are per cause).
   enum class Ending : uint8_t { kFinished, kPreempted, kRequeued, kReclaimed };
-  // Why a pending job waits: the first word of the core's wait reason ("capacity: no room
-  // now for ...", "reservation: ...", "quota: ...", ...); not yet placed until its first.
-  enum class WaitCause : uint8_t {
-    kNotYetPlaced, kCapacity, kReservation, kPreemption, kQuota, kBudget, kWindow, kOther
-  };
-  static constexpr int kWaitCauses = 8;
-  static std::string_view Name(WaitCause c);
-  static WaitCause CauseOf(std::string_view reason);
+  // Why a pending job waits (the core's cause; not yet placed until its first pass).
+  using WaitCause = core::WaitCause;
+  static constexpr int kWaitCauses = core::kWaitCauses;
   // Free GPUs by why nothing uses them (core/idle.h), sampled with the fragmentation.
   using IdleGpus = core::IdleGpus;
   static constexpr int kIdleCauses = core::kIdleCauses;

@@ -460,8 +460,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     owed_room_.push_back(id);
   }
   if (job.victims_pending > 0) {
-    s.Wait(id, "preemption: waiting for " + std::to_string(job.victims_pending) +
-                   " preempted job(s) to release their GPUs");
+    s.Wait(id, WaitCause::kPreemption,
+           "preemption: waiting for " + std::to_string(job.victims_pending) + " preempted job(s) to release their GPUs");
     return;
   }
   // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
@@ -473,7 +473,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     });
     for (const auto& [victim, by] : evicted_) {
       if (victim == id) {
-        s.Wait(id, "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
+        s.Wait(id, WaitCause::kPreemption,
+               "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
         return;
       }
     }
@@ -484,7 +485,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (!owner) {
     std::string held;
     if (RoomHeld(s, id, held)) {
-      s.Wait(id, std::move(held));
+      s.Wait(id, WaitCause::kQuota, std::move(held));
       return;
     }
   }
@@ -520,6 +521,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   std::string why;
   Scheduler::Block block = Scheduler::Block::kNone;
   const bool started = s.TryStart(id, now, Fit::kBest, &why, &block);
+  WaitCause cause = Scheduler::CauseOf(block);
   if (unheld) HoldDrains(s);
   if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held);
   if (swap) {
@@ -573,7 +575,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     }
     const Scheduler::Shape shape = s.ShapeOf(job.spec);
     if (auto it = refined_.find(shape); it != refined_.end()) {
-      why = it->second;
+      std::tie(cause, why) = it->second;
     } else if ((pools & phantom_pools_) != 0 && !free_pass) {
       // Would it fit but for the reservations? Then say whose. (Held GPUs outside the
       // job's pools cannot be what stops it.)
@@ -583,9 +585,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         ReleaseAll(s.mutable_ledger(), probe);
         why = "reservation: the GPUs that fit are held for " + Holders(s) +
               ", and this job's estimate runs past the earliest start";
+        cause = WaitCause::kReservation;
       }
       HoldPhantoms(s, JobId(), pools);
-      refined_.emplace(shape, why);
+      refined_.emplace(shape, std::pair{cause, why});
     }
     if (draining) {
       // Its own reservation, beyond backfill_depth, made once and kept where it is.
@@ -613,7 +616,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         why += "; waited past max_wait_s";
       }
     } else if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
-               why.rfind("capacity", 0) == 0) {
+               cause == WaitCause::kCapacity) {
       Reserve(s, id, now);
       if (!reservations_.empty() && reservations_.back().job == id) {
         why += "; reserved to start at t=" + Seconds(reservations_.back().start) + " s";
@@ -624,7 +627,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
              Seconds(at_checkpoint) + " s)";
     }
   }
-  s.Wait(id, std::move(why));
+  s.Wait(id, cause, std::move(why));
 }
 
 void GantryPolicy::IndexVictims(Scheduler& s, Ticks now) {
@@ -834,8 +837,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
                   " needs capacity borrowed by queue " + queue;
     s.Preempt(v, id, std::move(reason), now);
   }
-  s.Wait(id, "preemption: waiting for " + std::to_string(needed.size()) +
-                 " preempted job(s) to release their GPUs");
+  s.Wait(id, WaitCause::kPreemption,
+         "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
   // Hold what the what-if found for the job until its victims are gone.
   Ticks release = now;
   for (JobId v : needed) release = std::max(release, now + s.job(v).spec.grace);

@@ -197,7 +197,7 @@ class GantryPolicy final : public Policy {
   std::vector<JobId> considered_;  // claimants already considered in this pass
   Allocation phantoms_;
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
-  std::map<Scheduler::Shape, std::string> refined_;  // this pass: shape -> reason
+  std::map<Scheduler::Shape, std::pair<WaitCause, std::string>> refined_;  // this pass: shape -> why
   std::vector<JobId> order_;
   // Per pass: the preemption candidates (built on first use), and the requests that
   // found neither victims nor a reservation (they fail alike for the rest of the pass).

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cassert>
+#include <utility>
 
 namespace gantry::core {
 
@@ -119,8 +120,30 @@ GpuUnits Ledger::GpuUnitsHeld(const WorkerAlloc& w) const {
   return 0;
 }
 
+void Ledger::Rollback(Mark mark) {
+  assert(open_ > 0 && mark <= journal_.size());
+  --open_;  // what is undone below is not journaled
+  const int open = std::exchange(open_, 0);
+  while (journal_.size() > mark) {
+    const Step step = journal_.back();
+    journal_.pop_back();
+    if (step.allocated) {
+      Release(step.w);
+    } else {
+      Allocate(step.w);
+    }
+  }
+  open_ = open;
+}
+
+void Ledger::Commit([[maybe_unused]] Mark mark) {
+  assert(open_ > 0 && mark <= journal_.size());
+  if (--open_ == 0) journal_.clear();
+}
+
 void Ledger::Allocate(const WorkerAlloc& w) {
   assert(Fits(w));
+  if (open_ > 0) journal_.push_back(Step{true, w});
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
   Touch(w.node);
@@ -142,6 +165,7 @@ void Ledger::Allocate(const WorkerAlloc& w) {
 }
 
 void Ledger::Release(const WorkerAlloc& w) {
+  if (open_ > 0) journal_.push_back(Step{false, w});
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
   Touch(w.node);

@@ -116,6 +116,20 @@ class Ledger {
 
   void Allocate(const WorkerAlloc& w);
   void Release(const WorkerAlloc& w);
+
+  // What-ifs as transactions: after Checkpoint(), every Allocate and Release is journaled
+  // until the mark is rolled back (each undone, last first: the ledger is then as it was,
+  // its state being the sum of what is held whatever the order) or committed (kept; an
+  // enclosing checkpoint can still roll them back). Marks nest; every Checkpoint must be
+  // closed by one Rollback or Commit, innermost first. Not for SetUp.
+  using Mark = size_t;
+  Mark Checkpoint() {
+    ++open_;
+    return journal_.size();
+  }
+  void Rollback(Mark mark);
+  void Commit(Mark mark);
+
   // A down node leaves every index (its holdings stay until released).
   void SetUp(NodeId n, bool up);
 
@@ -154,6 +168,12 @@ class Ledger {
   GpuUnits up_units_ = 0;
   std::vector<uint64_t> node_version_;
   uint64_t version_ = 0;
+  struct Step {
+    bool allocated;  // else released
+    WorkerAlloc w;
+  };
+  std::vector<Step> journal_;  // while a checkpoint is open
+  int open_ = 0;               // checkpoints open
 };
 
 }  // namespace gantry::core

@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <vector>
+
 #include "test_util.h"
 
 namespace gantry::core {
@@ -125,6 +128,48 @@ TEST_F(LedgerTest, DownNodesLeaveEveryIndex) {
   ledger_.SetUp(NodeId(1), true);
   EXPECT_TRUE(ledger_.nodes_with_free(PoolId(0), 8).test(1));
   EXPECT_EQ(ledger_.up_units(), 16 * kGpuUnits);
+}
+
+// A what-if's ledger: everything done after a checkpoint is undone by its rollback, in
+// any order of holders, and what an inner checkpoint committed goes with the outer one.
+TEST_F(LedgerTest, RollbackUndoesAWhatIfAndNestedCommitsFollowTheOuterMark) {
+  const WorkerAlloc whole = WholeOn(0, 0b1111), mig = MigOn(1, 0, "3g.40gb", 4),
+                    share = ShareOn(1, 1, Sharing::kMps, 400, 20);
+  ledger_.Allocate(whole);
+  ledger_.Allocate(mig);
+  ledger_.Allocate(share);
+  auto snapshot = [&] {
+    std::vector<std::tuple<int, int, int, int, int64_t>> gpus;
+    for (uint32_t g = 0; g < cluster_.gpu_count(); ++g) {
+      const GpuState& s = ledger_.gpu(GpuId(g));
+      gpus.emplace_back(static_cast<int>(s.mode), s.mig_memory, s.mig_compute, s.share_used, s.vram_used);
+    }
+    return std::tuple{gpus, ledger_.used_units(), ledger_.node(NodeId(0)).free_whole,
+                      ledger_.node(NodeId(1)).free_cpus_milli, ledger_.nodes_with_free(PoolId(0), 4).test(0)};
+  };
+  const auto before = snapshot();
+
+  const Ledger::Mark outer = ledger_.Checkpoint();
+  ledger_.Release(whole);  // a victim's GPUs, released in the what-if
+  ledger_.Release(share);
+  ledger_.Allocate(WholeOn(0, 0b11111111));  // the job placed where they were
+  const Ledger::Mark inner = ledger_.Checkpoint();
+  ledger_.Release(mig);
+  ledger_.Allocate(MigOn(1, 0, "7g.80gb", 0));
+  ledger_.Commit(inner);  // kept for now ...
+  EXPECT_EQ(ledger_.node(NodeId(0)).free_whole, 0);
+  const Ledger::Mark dropped = ledger_.Checkpoint();
+  ledger_.Allocate(ShareOn(1, 2, Sharing::kTimeslice, 500, 10));
+  ledger_.Rollback(dropped);  // ... this one undone at once
+  EXPECT_EQ(ledger_.gpu(ledger_.gpu_id(NodeId(1), 2)).mode, GpuMode::kFree);
+  ledger_.Rollback(outer);  // ... and all of it undone with the outer mark
+  EXPECT_EQ(snapshot(), before);
+
+  // A committed outermost checkpoint leaves its changes.
+  const Ledger::Mark kept = ledger_.Checkpoint();
+  ledger_.Release(share);
+  ledger_.Commit(kept);
+  EXPECT_EQ(ledger_.gpu(ledger_.gpu_id(NodeId(1), 1)).mode, GpuMode::kFree);
 }
 
 }  // namespace

@@ -777,6 +777,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   const GpuUnits over_burst = mode == Mode::kRank ? s.BurstExcess(job.spec.queue, need) : 0;
   GpuUnits freed = 0;
   Taken taken;  // borrowed units reclaimed so far
+  Ledger::Mark what_if = ledger.Checkpoint();  // rolled back once the victims are known
   for (const Victim& c : candidates) {
     // Standard work on borrowed capacity: all of it must be borrowed.
     if (!Take(s, c, mode, taken)) continue;
@@ -788,12 +789,13 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
     if (s.placer().Place(spec, Fit::kBest, fit)) break;
   }
   if (fit.empty()) {
-    for (auto it = chosen.rbegin(); it != chosen.rend(); ++it)
-      AllocateAll(ledger, s.job(*it).alloc);
+    ledger.Rollback(what_if);
     chosen.clear();
     // Critical work only: for the rest, the extra victims cost more than the wait.
     const bool by_node = mode == Mode::kGuarantee && job.spec.tier == Tier::kCritical;
+    what_if = ledger.Checkpoint();
     if (!by_node || !NodeByNode(s, job, spec, accepts, now, chosen, fit)) {
+      ledger.Rollback(what_if);
       preempt_failed_.emplace(std::move(key), next_checkpoint_);
       return false;
     }
@@ -817,7 +819,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   // Where the job will go once the needed victims are gone (held as its claim).
   if (s.placer().Place(spec, Fit::kBest, fit)) ReleaseAll(ledger, fit);
   // The victims keep their GPUs through their grace period.
-  for (auto it = needed.rbegin(); it != needed.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+  ledger.Rollback(what_if);
   std::sort(needed.begin(), needed.end());
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
@@ -888,13 +890,17 @@ bool GantryPolicy::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec&
     for (size_t i = nodes[k].begin; i < nodes[k].end; ++i) run.push_back(on_node_[i].second);
     std::sort(run.begin(), run.end(), [&](uint32_t a, uint32_t b) { return victims_[a] < victims_[b]; });
     Taken taken;
+    const Ledger::Mark node_try = ledger.Checkpoint();
     for (uint32_t i : run) {
       if (!Take(s, victims_[i], Mode::kGuarantee, taken)) continue;
       ReleaseAll(ledger, s.job(victims_[i].id).alloc);
       chosen.push_back(victims_[i].id);
     }
-    if (s.placer().Place(spec, Fit::kBest, fit)) return true;
-    for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) AllocateAll(ledger, s.job(*it).alloc);
+    if (s.placer().Place(spec, Fit::kBest, fit)) {
+      ledger.Commit(node_try);  // the caller's what-if rolls it back
+      return true;
+    }
+    ledger.Rollback(node_try);
     chosen.clear();
   }
   return false;
@@ -905,13 +911,13 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   const Scheduler::Shape shape = s.ShapeOf(s.job(id).spec);
   if (reserve_failed_.contains(shape)) return false;
   // Phantoms of earlier reservations stay: this job's reservation comes after theirs.
-  std::vector<JobId> released;
   Allocation fit;
   Ticks start = kForever;
   const GpuUnits need = s.MinUnits(s.job(id).spec);
   size_t steps = 0;
   Ticks latest = now;  // when every job released so far is expected to have ended
   const bool lessees_end = LeasesExpireFor(s, s.job(id), now);
+  const Ledger::Mark what_if = ledger.Checkpoint();  // running jobs released, in order of end
   for (const auto& [end, r] : s.running_by_end()) {
     if (++steps > kMaxReserveSteps) break;
     // A job running past its estimate is expected to run as long again as it has run
@@ -927,16 +933,13 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
     }
     latest = std::max(latest, ends);
     ReleaseAll(ledger, running.alloc);
-    released.push_back(r);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
       start = latest;
       break;
     }
   }
-  if (!fit.empty()) ReleaseAll(ledger, fit);
-  for (auto it = released.rbegin(); it != released.rend(); ++it)
-    AllocateAll(ledger, s.job(*it).alloc);
+  ledger.Rollback(what_if);
   if (start == kForever) {
     reserve_failed_.insert(shape);
     return false;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <bit>
-#include <queue>
 #include <tuple>
 
 namespace gantry::core {
@@ -41,19 +40,14 @@ uint64_t AcceptedPools(Scheduler& s, const JobSpec& spec) {
 
 }  // namespace
 
-QueueOrder GantryPolicy::OrderOf(const Scheduler& s, QueueId q) {
-  if (orders_.size() != s.queues().size()) {
-    orders_.assign(s.queues().size(), QueueOrder::kFairShare);
-    max_wait_.assign(s.queues().size(), s.params().max_wait);
-    gittins_.assign(s.queues().size(), GittinsDist{});
-    ranked_.assign(s.queues().size(), {});
-    for (uint32_t i = 0; i < orders_.size(); ++i) {
-      orders_[i] = s.queues().Nearest(QueueId(i), &QueueSpec::order).value_or(QueueOrder::kFairShare);
-      max_wait_[i] = MaxWaitFor(QueueId(i), s.queues(), s.params());
-      any_max_wait_ |= max_wait_[i] > 0;
-    }
+void GantryPolicy::Init(const Scheduler& s) {
+  ordering_.Init(s);
+  if (max_wait_.size() == s.queues().size()) return;
+  max_wait_.assign(s.queues().size(), s.params().max_wait);
+  for (uint32_t i = 0; i < max_wait_.size(); ++i) {
+    max_wait_[i] = MaxWaitFor(QueueId(i), s.queues(), s.params());
+    any_max_wait_ |= max_wait_[i] > 0;
   }
-  return orders_[q.v];
 }
 
 Ticks GantryPolicy::MaxWaitOf(const Scheduler& s, QueueId q) const {
@@ -69,7 +63,7 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) cons
   // Those owed room: claimants that preempted by rank, and draining jobs a limit stops.
   std::vector<JobId> owed = owed_room_;
   for (const Reservation& c : claims_) {
-    if (orders_[s.job(c.job).spec.queue.v] != QueueOrder::kFairShare) owed.push_back(c.job);
+    if (ordering_.ByRank(s.job(c.job).spec.queue)) owed.push_back(c.job);
   }
   if (owed.empty()) return false;
   // Only those owed before it hold room against a job owed room itself: two that each
@@ -100,53 +94,6 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) cons
     }
   }
   return false;
-}
-
-double GantryPolicy::Gittins(const Scheduler& s, QueueId q, Ticks done) {
-  GittinsDist& d = gittins_[q.v];
-  if (d.count != s.observed_count(q)) {
-    d.count = s.observed_count(q);
-    d.sorted = s.observed_runs(q);
-    std::sort(d.sorted.begin(), d.sorted.end());
-    d.index.clear();
-  }
-  auto [it, fresh] = d.index.try_emplace(done, 0.0);
-  if (fresh) it->second = GittinsIndex(d.sorted, done);
-  return it->second;
-}
-
-double GantryPolicy::Rank(const Scheduler& s, const JobRecord& job, Ticks now) {
-  const QueueOrder order = OrderOf(s, job.spec.queue);
-  if (order == QueueOrder::kFairShare) return 0;
-  const Ticks running =
-      job.phase == Phase::kRunning || job.phase == Phase::kSignaled ? now - job.last_start : 0;
-  if (order == QueueOrder::kLas) {
-    const double gpus = static_cast<double>(s.MinUnits(job.spec)) / static_cast<double>(kGpuUnits);
-    const double seconds = static_cast<double>(job.run_total + running) / kTicksPerSecond;
-    return LasLevel(s.params().las_thresholds_gpu_s, gpus * seconds);
-  }
-  // Gittins: the service had, in whole quanta (a running job's rank moves in steps, and
-  // the indexes memoised per queue stay few); no history yet: all alike, by arrival.
-  // Service, not progress: work lost to a preemption still counts, so a job's standing
-  // moves only forward and two jobs cannot take each other's GPUs back and forth for
-  // ever (with progress, a job preempted before its first checkpoint would rank as if
-  // new again).
-  if (s.observed_count(job.spec.queue) == 0) return 0;
-  const Ticks quantum = std::max<Ticks>(1, s.params().attained_quantum);
-  const Ticks had = (job.run_total + running) / quantum * quantum;
-  return -Gittins(s, job.spec.queue, had);
-}
-
-void GantryPolicy::RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now) {
-  const auto& jobs = s.pending_in(tier, q);
-  std::vector<std::tuple<double, Ticks, JobId>> order;
-  for (auto it = jobs.upper_bound({after, JobId(UINT32_MAX)}); it != jobs.end(); ++it) {
-    order.emplace_back(Rank(s, s.job(it->second), now), it->first, it->second);
-  }
-  std::sort(order.begin(), order.end());
-  std::vector<JobId>& out = ranked_[q.v];
-  out.clear();
-  for (const auto& entry : order) out.push_back(std::get<2>(entry));
 }
 
 void GantryPolicy::Holdings(const Scheduler& s, const JobRecord& job) {
@@ -321,7 +268,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   preempt_failed_.clear();
   reserve_failed_.clear();
   victims_indexed_ = false;
-  if (s.queues().size() > 0) OrderOf(s, QueueId(0));  // per-queue settings, on first use
+  Init(s);  // per-queue settings, on first use
   // A drain lasts while its job waits and every node it names is up.
   std::erase_if(drains_, [&](const Drain& d) {
     if (s.job(d.r.job).phase != Phase::kPending) return true;
@@ -385,7 +332,6 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     for (const auto& [since, id] : due) Consider(s, id, now);
   }
   const Ticks aged_before = now - s.params().aging;
-  const size_t queue_count = s.queues().size();
   for (int t = 0; t < kTierCount; ++t) {
     const Tier tier = static_cast<Tier>(t);
     // Jobs waiting longer than `aging` first, oldest first.
@@ -396,46 +342,8 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
       order_.push_back(it->id);
     }
     for (JobId id : order_) Consider(s, id, now);
-    // Then fair share: the queue with the best standing offers its oldest job.
-    using Entry = std::tuple<int, double, uint32_t>;  // (band, usage per weight, queue)
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<>> heap;
-    // Each queue offers its jobs by arrival (cursor), or by rank (ranked_, from pos).
-    std::vector<std::set<std::pair<Ticks, JobId>>::const_iterator> cursor(queue_count);
-    std::vector<size_t> pos(queue_count, 0);
-    auto ranked = [&](uint32_t q) { return OrderOf(s, QueueId(q)) != QueueOrder::kFairShare; };
-    auto head = [&](uint32_t q) {
-      if (ranked(q)) return pos[q] < ranked_[q].size() ? ranked_[q][pos[q]] : JobId();
-      return cursor[q] == s.pending_in(tier, QueueId(q)).end() ? JobId() : cursor[q]->second;
-    };
-    auto push = [&](uint32_t q) {
-      const JobId first = head(q);
-      if (!first.valid()) return;
-      const QueueSpec& spec = s.queues().queue(QueueId(q)).spec;
-      const GpuUnits usage = s.queue_usage(QueueId(q));
-      const int band = s.GuaranteedModels(s.job(first).spec) != 0 ? 0 : 1;
-      const double standing =
-          (s.decayed_usage(QueueId(q)) + static_cast<double>(usage)) / std::max(spec.weight, 1e-9);
-      heap.emplace(band, standing, q);
-    };
-    for (uint32_t q = 0; q < queue_count; ++q) {
-      const auto& jobs = s.pending_in(tier, QueueId(q));
-      cursor[q] = jobs.upper_bound({aged_before, JobId(UINT32_MAX)});
-      if (ranked(q)) RankPending(s, tier, QueueId(q), aged_before, now);
-      push(q);
-    }
-    while (!heap.empty()) {
-      const uint32_t q = std::get<2>(heap.top());
-      heap.pop();
-      const JobId id = head(q);
-      // Advance before Consider: a start removes the job from the set.
-      if (ranked(q)) {
-        ++pos[q];
-      } else {
-        ++cursor[q];
-      }
-      Consider(s, id, now);
-      push(q);
-    }
+    // Then fair share: the queue with the best standing offers its next job.
+    ordering_.Offer(s, tier, aged_before, now, [&](JobId id) { Consider(s, id, now); });
   }
   DropPhantoms(s);
   DropDrains(s);
@@ -543,7 +451,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // In a queue ordered by attained service its jobs that rank worse give way, for room
   // or for the queue's burst limit; ranks move as jobs run, so look again a quantum on.
   const bool by_rank = job.spec.tier != Tier::kBestEffort &&
-                       OrderOf(s, job.spec.queue) != QueueOrder::kFairShare;
+                       ordering_.ByRank(job.spec.queue);
   if (by_rank && (block == Scheduler::Block::kCapacity || block == Scheduler::Block::kQuota)) {
     s.WakeAt(now + std::max<Ticks>(1, s.params().attained_quantum));
   }
@@ -640,7 +548,7 @@ void GantryPolicy::IndexVictims(Scheduler& s, Ticks now) {
         victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt;
     if (guarded) {
       unprotect_ = std::min(unprotect_, victim.last_start + s.params().min_run_before_repreempt);
-      if (OrderOf(s, victim.spec.queue) == QueueOrder::kFairShare) continue;
+      if (!ordering_.ByRank(victim.spec.queue)) continue;
     }
     uint64_t pools = 0;
     for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
@@ -669,7 +577,7 @@ bool GantryPolicy::Eligible(const Scheduler& s, const JobRecord& job, const Vict
   }
   if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
   if (mode == Mode::kRank && (victim.spec.queue != job.spec.queue || victim.spec.tier < job.spec.tier ||
-                              !(Rank(s, victim, now) > job_rank_))) {
+                              !(ordering_.Rank(s, victim, now) > job_rank_))) {
     return false;
   }
   // A job that can wait takes back its guarantee from a checkpointing victim only just
@@ -735,7 +643,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   Ledger& ledger = s.mutable_ledger();
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
-  job_rank_ = mode == Mode::kRank ? Rank(s, job, now) : 0;
+  job_rank_ = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
   PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode, models, job_rank_};
   if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
@@ -757,7 +665,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
   if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
     std::vector<std::pair<double, size_t>> by_rank;
-    for (size_t i = 0; i < candidates_.size(); ++i) by_rank.emplace_back(-Rank(s, s.job(candidates_[i].id), now), i);
+    for (size_t i = 0; i < candidates_.size(); ++i) by_rank.emplace_back(-ordering_.Rank(s, s.job(candidates_[i].id), now), i);
     std::sort(by_rank.begin(), by_rank.end());
     std::vector<Victim> sorted;
     for (const auto& [rank, i] : by_rank) sorted.push_back(candidates_[i]);
@@ -830,7 +738,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
                       " is due for GPUs this job was backfilled onto; it ran past its estimate"
         : mode == Mode::kRank
             ? std::string(Name(job.spec.tier)) + " job " + job.spec.id + " comes first in queue " +
-                  queue + "'s " + std::string(Name(OrderOf(s, job.spec.queue))) +
+                  queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
                   " order (attained service)"
         : victim.spec.tier == Tier::kBestEffort
             ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +

@@ -3,7 +3,8 @@
 // Order: tier first. Within a tier, jobs that have waited longer than `aging` go first
 // (by arrival), so no job is passed over forever; the rest are taken queue by queue in
 // fair-share order: queues still inside their guarantee first, then the lowest
-// (decayed usage + current usage) / weight, recomputed as jobs start.
+// (decayed usage + current usage) / weight, recomputed as jobs start
+// (core/policy/queue_order.h, which also ranks attained-service queues).
 // Preemption: a job that fits inside its queue's guarantee but finds no room may signal
 // victims: best-effort jobs first, then standard jobs of queues running above their
 // guarantee (borrowed capacity); never critical work; never a job resumed less than
@@ -50,7 +51,7 @@
 #include <string>
 #include <vector>
 
-#include "core/attained.h"
+#include "core/policy/queue_order.h"
 #include "core/scheduler.h"
 
 namespace gantry::core {
@@ -102,6 +103,8 @@ class GantryPolicy final : public Policy {
     Ticks start;  // its run's start: the lease ends with that run
   };
 
+  // Per-queue settings (orders, max_wait), read once the scheduler's queues are known.
+  void Init(const Scheduler& s);
   void Consider(Scheduler& s, JobId id, Ticks now);
   // max_wait: the setting for queue q (nearest up the tree, else the policy's; 0 = off)
   // and whether a pending job has waited past it.
@@ -110,14 +113,6 @@ class GantryPolicy final : public Policy {
   // Whether room under a burst limit that `job` needs is held for another job (a claimant
   // that preempted by rank, or a draining job); says for whom in `why`.
   bool RoomHeld(const Scheduler& s, JobId id, std::string& why) const;
-  // The order of queue q's own jobs (nearest setting up the tree), and a job's rank in
-  // it now: lower goes first (0 for every job under fair-share).
-  QueueOrder OrderOf(const Scheduler& s, QueueId q);
-  double Rank(const Scheduler& s, const JobRecord& job, Ticks now);
-  double Gittins(const Scheduler& s, QueueId q, Ticks done);  // memoised GittinsIndex
-  // Fills ranked_[q] with the pending jobs of `tier` in queue q that arrived after
-  // `after`, best rank first.
-  void RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now);
   // Fills victims_: the running jobs no rule protects, cheapest first.
   void IndexVictims(Scheduler& s, Ticks now);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
@@ -188,7 +183,8 @@ class GantryPolicy final : public Policy {
   // a claim (on a shared GPU it would take back the slice it left, and the preemptor
   // would preempt it again, for ever).
   std::vector<std::pair<JobId, JobId>> evicted_;
-  std::vector<Ticks> max_wait_;  // per queue (filled with orders_)
+  QueueOrdering ordering_;
+  std::vector<Ticks> max_wait_;  // per queue (Init)
   bool any_max_wait_ = false;
   std::vector<Lease> leases_;  // sorted by job
   // Jobs that preempted, until they start or leave: the capacity the what-if found for
@@ -212,17 +208,6 @@ class GantryPolicy final : public Policy {
   std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
   std::vector<std::pair<uint32_t, uint32_t>> on_node_;  // NodeByNode: (node, victim index)
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
-  // Attained-service orders: each queue's effective order (filled on first use); per
-  // queue, the sorted run times its Gittins indexes come from (as of `count`
-  // completions) with the indexes computed so far; the pass's ranked pending jobs.
-  std::vector<QueueOrder> orders_;
-  struct GittinsDist {
-    uint64_t count = UINT64_MAX;
-    std::vector<Ticks> sorted;
-    std::map<Ticks, double> index;  // by work done
-  };
-  std::vector<GittinsDist> gittins_;
-  std::vector<std::vector<JobId>> ranked_;
   double job_rank_ = 0;  // TryPreempt under kRank: the preempting job's rank
   std::set<Scheduler::Shape> reserve_failed_;
 };

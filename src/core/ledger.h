@@ -116,6 +116,13 @@ class Ledger {
 
   void Allocate(const WorkerAlloc& w);
   void Release(const WorkerAlloc& w);
+  // Every worker of an allocation (released last first).
+  void Allocate(const Allocation& alloc) {
+    for (const WorkerAlloc& w : alloc) Allocate(w);
+  }
+  void Release(const Allocation& alloc) {
+    for (auto it = alloc.rbegin(); it != alloc.rend(); ++it) Release(*it);
+  }
 
   // What-ifs as transactions: after Checkpoint(), every Allocate and Release is journaled
   // until the mark is rolled back (each undone, last first: the ledger is then as it was,

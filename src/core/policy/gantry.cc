@@ -2,40 +2,21 @@
 
 #include <algorithm>
 #include <bit>
+#include <functional>
 #include <tuple>
+
+#include "core/policy/pools.h"
 
 namespace gantry::core {
 
 namespace {
 
-constexpr size_t kMaxVictims = 64;        // bounds the what-if of one preemption
-constexpr size_t kMaxNodeTries = 8;       // nodes the node-by-node what-if tries
 constexpr size_t kMaxReserveSteps = 512;  // bounds the what-if of one reservation
 
 std::string Seconds(Ticks t) {
   std::string s = std::to_string(t / kTicksPerSecond);
   if (t % kTicksPerSecond) s += "." + std::to_string(1000 + t % kTicksPerSecond).substr(1);
   return s;
-}
-
-void ReleaseAll(Ledger& ledger, const Allocation& alloc) {
-  for (auto it = alloc.rbegin(); it != alloc.rend(); ++it) ledger.Release(*it);
-}
-
-void AllocateAll(Ledger& ledger, const Allocation& alloc) {
-  for (const WorkerAlloc& w : alloc) ledger.Allocate(w);
-}
-
-// Pools as bits of a mask; pools beyond the 63rd share the last bit (a superset test).
-uint64_t PoolBit(PoolId p) { return uint64_t{1} << std::min<uint32_t>(p.v, 63); }
-
-// The pools a worker of `spec` may use, as PoolBits.
-uint64_t AcceptedPools(Scheduler& s, const JobSpec& spec) {
-  uint64_t pools = 0;
-  for (uint32_t p = 0; p < s.cluster().pools().size(); ++p) {
-    if (s.placer().PoolAccepts(spec, PoolId(p))) pools |= PoolBit(PoolId(p));
-  }
-  return pools;
 }
 
 }  // namespace
@@ -96,35 +77,6 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) cons
   return false;
 }
 
-void GantryPolicy::Holdings(const Scheduler& s, const JobRecord& job) {
-  holdings_.clear();
-  if (s.queues().queue(job.spec.queue).spec.guaranteed_by_model.empty()) {
-    holdings_.emplace_back(ModelId(), job.units);
-    return;
-  }
-  for (const WorkerAlloc& w : job.alloc) {
-    const ModelId model = s.cluster().node(w.node).model;
-    if (!model.valid()) continue;
-    const GpuUnits units = job.spec.WorkerUnits(s.cluster().catalog(), model);
-    auto it = std::find_if(holdings_.begin(), holdings_.end(),
-                           [&](const auto& h) { return h.first == model; });
-    if (it == holdings_.end()) it = holdings_.insert(holdings_.end(), {model, 0});
-    it->second += units;
-  }
-}
-
-bool GantryPolicy::AllBorrowed(const Scheduler& s, const JobRecord& job, const Taken& taken) {
-  Holdings(s, job);
-  for (const auto& [model, units] : holdings_) {
-    GpuUnits before = 0;
-    for (const auto& [q, m, u] : taken) {
-      if (q == job.spec.queue && m == model) before += u;
-    }
-    if (!s.Borrowed(job.spec.queue, model, before + units)) return false;
-  }
-  return true;
-}
-
 bool GantryPolicy::LeasesExpireFor(const Scheduler& s, const JobRecord& job, Ticks now) const {
   const Ticks after = s.params().backfill_lease_after;
   return after > 0 && now - job.submit >= after;
@@ -171,7 +123,7 @@ void GantryPolicy::HoldDrains(Scheduler& s) {
 
 void GantryPolicy::DropDrains(Scheduler& s) {
   for (Drain& d : drains_) {
-    ReleaseAll(s.mutable_ledger(), d.held);
+    s.mutable_ledger().Release(d.held);
     d.held.clear();
   }
 }
@@ -244,7 +196,7 @@ void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, 
 
 void GantryPolicy::DropPhantoms(Scheduler& s, uint64_t pools) {
   if ((phantom_pools_ & pools) == phantom_pools_) {  // all of them
-    ReleaseAll(s.mutable_ledger(), phantoms_);
+    s.mutable_ledger().Release(phantoms_);
     phantoms_.clear();
     phantom_pools_ = 0;
     return;
@@ -267,7 +219,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   refined_.clear();
   preempt_failed_.clear();
   reserve_failed_.clear();
-  victims_indexed_ = false;
+  victims_.NewPass();
   Init(s);  // per-queue settings, on first use
   // A drain lasts while its job waits and every node it names is up.
   std::erase_if(drains_, [&](const Drain& d) {
@@ -418,7 +370,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (unheld) {
     DropDrains(s);
   } else if (own != drains_.end()) {
-    ReleaseAll(s.mutable_ledger(), own->held);
+    s.mutable_ledger().Release(own->held);
     own->held.clear();
   }
   s.set_shape_context(unheld || own != drains_.end() ? Scheduler::kNoShapeCache
@@ -490,7 +442,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       DropPhantoms(s, pools);
       Allocation probe;
       if (s.placer().Place(job.spec, Fit::kBest, probe)) {
-        ReleaseAll(s.mutable_ledger(), probe);
+        s.mutable_ledger().Release(probe);
         why = "reservation: the GPUs that fit are held for " + Holders(s) +
               ", and this job's estimate runs past the earliest start";
         cause = WaitCause::kReservation;
@@ -538,196 +490,24 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   s.Wait(id, cause, std::move(why));
 }
 
-void GantryPolicy::IndexVictims(Scheduler& s, Ticks now) {
-  victims_.clear();
-  unprotect_ = kForever;
-  for (JobId v : s.running()) {
-    const JobRecord& victim = s.job(v);
-    if (victim.phase != Phase::kRunning || victim.spec.tier == Tier::kCritical) continue;
-    const bool guarded =
-        victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt;
-    if (guarded) {
-      unprotect_ = std::min(unprotect_, victim.last_start + s.params().min_run_before_repreempt);
-      if (!ordering_.ByRank(victim.spec.queue)) continue;
-    }
-    uint64_t pools = 0;
-    for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
-    const Ticks ran = now - victim.last_start;
-    const Ticks ck = victim.spec.checkpoint;
-    const Ticks since = ck > 0 ? ran % ck : ran;
-    victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
-                              victim.units * (since / kTicksPerSecond), v, pools,
-                              ck > 0 ? since : 0, guarded});
-  }
-  victims_indexed_ = true;
-  victims_sorted_ = false;
-  candidate_walks_ = 0;
-}
-
-bool GantryPolicy::Eligible(const Scheduler& s, const JobRecord& job, const Victim& c,
-                            uint64_t accepts, Mode mode, Ticks now) {
-  // Best-effort work gives way to any higher tier; work of another queue running above
-  // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
-  // as starts earlier in this pass moved it.
-  if ((c.pools & accepts) == 0) return false;
-  const JobRecord& victim = s.job(c.id);
-  if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
-  if (c.guarded && (mode != Mode::kRank || now - victim.last_start < s.params().attained_quantum)) {
-    return false;
-  }
-  if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && Overdue(s, c.id, now);
-  if (mode == Mode::kRank && (victim.spec.queue != job.spec.queue || victim.spec.tier < job.spec.tier ||
-                              !(ordering_.Rank(s, victim, now) > job_rank_))) {
-    return false;
-  }
-  // A job that can wait takes back its guarantee from a checkpointing victim only just
-  // after a checkpoint.
-  // Rank preemption goes on all the time, so it takes a victim only within a quantum
-  // of a checkpoint: each costs a victim at most a quantum of work.
-  const Ticks window = mode == Mode::kRank
-                           ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
-                           : s.params().preempt_after_checkpoint;
-  if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
-    next_checkpoint_ = std::min(next_checkpoint_, now + victim.spec.checkpoint - c.since);
-    return false;
-  }
-  if (mode == Mode::kRank) return true;
-  const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
-  return lower_tier ||
-         (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
-          AllBorrowed(s, victim, {}));
-}
-
-bool GantryPolicy::Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken) {
-  if (c.category != 1 || mode != Mode::kGuarantee) return true;
-  const JobRecord& victim = s.job(c.id);
-  if (!AllBorrowed(s, victim, taken)) return false;
-  for (const auto& [model, units] : holdings_) taken.emplace_back(victim.spec.queue, model, units);
-  return true;
-}
-
-void GantryPolicy::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
-                              Mode mode, Ticks now) {
-  auto eligible = [&](const Victim& c) { return Eligible(s, job, c, accepts, mode, now); };
-  candidates_.clear();
-  // A few walks select the cheapest in O(running) each; past that, one sort of the
-  // index lets every later walk stop at kMaxVictims.
-  if (!victims_sorted_ && ++candidate_walks_ > 4) {
-    std::sort(victims_.begin(), victims_.end());
-    victims_sorted_ = true;
-  }
-  if (victims_sorted_) {
-    for (const Victim& c : victims_) {
-      if (!eligible(c)) continue;
-      candidates_.push_back(c);
-      if (candidates_.size() == kMaxVictims) break;
-    }
-    return;
-  }
-  // A max-heap of the cheapest kMaxVictims seen so far.
-  for (const Victim& c : victims_) {
-    if (candidates_.size() == kMaxVictims && !(c < candidates_.front())) continue;
-    if (!eligible(c)) continue;
-    if (candidates_.size() == kMaxVictims) {
-      std::pop_heap(candidates_.begin(), candidates_.end());
-      candidates_.pop_back();
-    }
-    candidates_.push_back(c);
-    std::push_heap(candidates_.begin(), candidates_.end());
-  }
-  std::sort_heap(candidates_.begin(), candidates_.end());
-}
-
 bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models) {
   const JobRecord& job = s.job(id);
-  Ledger& ledger = s.mutable_ledger();
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
-  job_rank_ = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
-  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode, models, job_rank_};
+  const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
+  PreemptKey key{s.ShapeOf(job.spec), job.spec.queue, job.spec.tier, mode, models, job_rank};
   if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
     return false;
   }
-  if (!victims_indexed_) IndexVictims(s, now);
-  if (unprotect_ < kForever) s.WakeAt(unprotect_);
-  // The job as the what-if places it: on the models it may preempt on.
-  const bool restricted = (job.spec.models & ~models) != 0;
-  JobSpec narrowed;
-  if (restricted) {
-    narrowed = job.spec;
-    narrowed.models &= models;
-  }
-  const JobSpec& spec = restricted ? narrowed : job.spec;
-  const uint64_t accepts = AcceptedPools(s, spec);
-  next_checkpoint_ = kForever;
-  Candidates(s, job, accepts, mode, now);
-  if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
-  if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
-    std::vector<std::pair<double, size_t>> by_rank;
-    for (size_t i = 0; i < candidates_.size(); ++i) by_rank.emplace_back(-ordering_.Rank(s, s.job(candidates_[i].id), now), i);
-    std::sort(by_rank.begin(), by_rank.end());
-    std::vector<Victim> sorted;
-    for (const auto& [rank, i] : by_rank) sorted.push_back(candidates_[i]);
-    candidates_ = std::move(sorted);
-  }
-  const std::vector<Victim>& candidates = candidates_;
-  if (candidates.empty()) {
+  std::vector<JobId> needed;
+  Allocation fit;
+  const std::function<bool(JobId)> overdue = [&](JobId v) { return Overdue(s, v, now); };
+  if (!victims_.Choose(s, job, mode, models, job_rank, now, overdue, needed, fit)) {
+    next_checkpoint_ = victims_.next_checkpoint();
     preempt_failed_.emplace(std::move(key), next_checkpoint_);
     return false;
   }
-  // What-if: release the cheapest victims until the job fits.
-  std::vector<JobId> chosen;
-  Allocation fit;
-  const GpuUnits need = s.MinUnits(spec);
-  // Victims of its own queue also make room under the queue's burst limit (and its
-  // ancestors'): they must free at least what the job would hold past it.
-  const GpuUnits over_burst = mode == Mode::kRank ? s.BurstExcess(job.spec.queue, need) : 0;
-  GpuUnits freed = 0;
-  Taken taken;  // borrowed units reclaimed so far
-  Ledger::Mark what_if = ledger.Checkpoint();  // rolled back once the victims are known
-  for (const Victim& c : candidates) {
-    // Standard work on borrowed capacity: all of it must be borrowed.
-    if (!Take(s, c, mode, taken)) continue;
-    ReleaseAll(ledger, s.job(c.id).alloc);
-    chosen.push_back(c.id);
-    freed += s.job(c.id).units;
-    if (freed < over_burst) continue;
-    if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
-    if (s.placer().Place(spec, Fit::kBest, fit)) break;
-  }
-  if (fit.empty()) {
-    ledger.Rollback(what_if);
-    chosen.clear();
-    // Critical work only: for the rest, the extra victims cost more than the wait.
-    const bool by_node = mode == Mode::kGuarantee && job.spec.tier == Tier::kCritical;
-    what_if = ledger.Checkpoint();
-    if (!by_node || !NodeByNode(s, job, spec, accepts, now, chosen, fit)) {
-      ledger.Rollback(what_if);
-      preempt_failed_.emplace(std::move(key), next_checkpoint_);
-      return false;
-    }
-  }
-  ReleaseAll(ledger, fit);
-  fit.clear();
-  // Fewest victims: give back, most expensive first, any victim the job can do without.
-  std::vector<JobId> needed;
-  for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
-    AllocateAll(ledger, s.job(*it).alloc);
-    Allocation probe;
-    const GpuUnits units = s.job(*it).units;
-    if (freed - units >= over_burst && s.placer().Place(spec, Fit::kBest, probe)) {
-      ReleaseAll(ledger, probe);  // still fits without this victim
-      freed -= units;
-    } else {
-      ReleaseAll(ledger, s.job(*it).alloc);
-      needed.push_back(*it);
-    }
-  }
-  // Where the job will go once the needed victims are gone (held as its claim).
-  if (s.placer().Place(spec, Fit::kBest, fit)) ReleaseAll(ledger, fit);
-  // The victims keep their GPUs through their grace period.
-  ledger.Rollback(what_if);
   std::sort(needed.begin(), needed.end());
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
@@ -759,61 +539,6 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   return true;
 }
 
-bool GantryPolicy::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec,
-                              uint64_t accepts, Ticks now, std::vector<JobId>& chosen,
-                              Allocation& fit) {
-  // (node, index in victims_) for every eligible victim and node it holds GPUs on.
-  on_node_.clear();
-  for (uint32_t i = 0; i < victims_.size(); ++i) {
-    if (!Eligible(s, job, victims_[i], accepts, Mode::kGuarantee, now)) continue;
-    for (const WorkerAlloc& w : s.job(victims_[i].id).alloc) on_node_.emplace_back(w.node.v, i);
-  }
-  std::sort(on_node_.begin(), on_node_.end());
-  on_node_.erase(std::unique(on_node_.begin(), on_node_.end()), on_node_.end());
-  // Nodes by the cost of emptying them of eligible victims: any standard victim after
-  // best-effort ones only, then work lost.
-  struct NodeCost {
-    int category;
-    GpuUnits lost;
-    size_t begin, end;  // its run in on_node_
-    bool operator<(const NodeCost& o) const {
-      return std::tie(category, lost, begin) < std::tie(o.category, o.lost, o.begin);
-    }
-  };
-  std::vector<NodeCost> nodes;
-  for (size_t b = 0, e = 0; b < on_node_.size(); b = e) {
-    NodeCost n{0, 0, b, b};
-    for (e = b; e < on_node_.size() && on_node_[e].first == on_node_[b].first; ++e) {
-      n.category = std::max(n.category, victims_[on_node_[e].second].category);
-      n.lost += victims_[on_node_[e].second].lost;
-    }
-    n.end = e;
-    nodes.push_back(n);
-  }
-  const size_t tries = std::min(nodes.size(), kMaxNodeTries);
-  std::partial_sort(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(tries), nodes.end());
-  Ledger& ledger = s.mutable_ledger();
-  for (size_t k = 0; k < tries; ++k) {
-    std::vector<uint32_t> run;
-    for (size_t i = nodes[k].begin; i < nodes[k].end; ++i) run.push_back(on_node_[i].second);
-    std::sort(run.begin(), run.end(), [&](uint32_t a, uint32_t b) { return victims_[a] < victims_[b]; });
-    Taken taken;
-    const Ledger::Mark node_try = ledger.Checkpoint();
-    for (uint32_t i : run) {
-      if (!Take(s, victims_[i], Mode::kGuarantee, taken)) continue;
-      ReleaseAll(ledger, s.job(victims_[i].id).alloc);
-      chosen.push_back(victims_[i].id);
-    }
-    if (s.placer().Place(spec, Fit::kBest, fit)) {
-      ledger.Commit(node_try);  // the caller's what-if rolls it back
-      return true;
-    }
-    ledger.Rollback(node_try);
-    chosen.clear();
-  }
-  return false;
-}
-
 bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   Ledger& ledger = s.mutable_ledger();
   const Scheduler::Shape shape = s.ShapeOf(s.job(id).spec);
@@ -840,7 +565,7 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
                  : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond);
     }
     latest = std::max(latest, ends);
-    ReleaseAll(ledger, running.alloc);
+    ledger.Release(running.alloc);
     if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
     if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
       start = latest;

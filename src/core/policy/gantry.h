@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "core/policy/queue_order.h"
+#include "core/policy/victims.h"
 #include "core/scheduler.h"
 
 namespace gantry::core {
@@ -68,26 +69,7 @@ class GantryPolicy final : public Policy {
     Allocation alloc;
   };
 
-  // A running job that may be preempted, as the pass's index of candidates holds it.
-  struct Victim {
-    int category;   // 0: best-effort, 1: standard
-    GpuUnits lost;  // GPU units x seconds since the last checkpoint
-    JobId id;
-    uint64_t pools;  // pools it holds GPUs in (PoolBit)
-    Ticks since;     // time since its last checkpoint (0 for a job that never checkpoints)
-    // Resumed less than min_run_before_repreempt ago: only an attained-service order,
-    // whose ranks protect it, may take it (once it has run a quantum).
-    bool guarded;
-    bool operator<(const Victim& o) const {
-      return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
-    }
-  };
-  // Whom a preemption may take (Candidates).
-  enum class Mode : uint8_t {
-    kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
-    kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
-    kRank,       // its queue orders by attained service: its queue's jobs that rank worse
-  };
+  using Mode = VictimSelector::Mode;
   struct PreemptKey {
     Scheduler::Shape shape;
     QueueId queue;
@@ -113,27 +95,9 @@ class GantryPolicy final : public Policy {
   // Whether room under a burst limit that `job` needs is held for another job (a claimant
   // that preempted by rank, or a draining job); says for whom in `why`.
   bool RoomHeld(const Scheduler& s, JobId id, std::string& why) const;
-  // Fills victims_: the running jobs no rule protects, cheapest first.
-  void IndexVictims(Scheduler& s, Ticks now);
-  // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
-  // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
-  void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
-                  Ticks now);
   // Preempts for job `id` on GPUs of `models` (kGuarantee: where it is inside its
   // guarantee; ~0: anywhere).
   bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0});
-  // Whether running job `c` may make room for `job` (whose workers may use `accepts`)
-  // under `mode`.
-  bool Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, uint64_t accepts,
-                Mode mode, Ticks now);
-  // TryPreempt's what-if for a critical job when the cheapest victims overall leave it
-  // no room (their GPUs scattered: shares of many GPUs, say): the eligible victims of
-  // one node at a time, cheapest nodes first, at most kMaxNodeTries. (For standard work
-  // the extra victims cost more than its wait: lost work rose on the gang mixes.) On
-  // success the victims in `chosen` are released on the ledger and `fit` holds the job's
-  // placement, as after TryPreempt's own loop.
-  bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts,
-                  Ticks now, std::vector<JobId>& chosen, Allocation& fit);
   // Whether running job v is a backfilled job past the end of its lease, and whether
   // `job` has waited long enough to end such leases (backfill_lease_after).
   bool Overdue(const Scheduler& s, JobId v, Ticks now) const;
@@ -155,20 +119,6 @@ class GantryPolicy final : public Policy {
   Ticks Shadow() const;  // earliest start of a reservation or claim
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0});
-  // What a running job holds as its queue's guarantee counts it: by model where the
-  // guarantee is per model, else one total (model invalid). Fills holdings_.
-  void Holdings(const Scheduler& s, const JobRecord& job);
-  // Whether all a running job holds is borrowed: its queue keeps at least its guarantee
-  // (on each model, where per model) without it and without the units in `taken`
-  // (queue, model, units) already chosen. Only work wholly on borrowed capacity is
-  // reclaimed, so a victim's queue never drops below its guarantee (and its requeued job
-  // never turns round to preempt in its turn: no ping-pong).
-  using Taken = std::vector<std::tuple<QueueId, ModelId, GpuUnits>>;
-  bool AllBorrowed(const Scheduler& s, const JobRecord& job, const Taken& taken);
-  // Whether the what-if may take victim `c`: standard work only where all of it is
-  // borrowed, counting `taken`, which then grows by it.
-  bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
-
   std::vector<Reservation> reservations_;
   // Reservations of draining jobs: kept across passes where they were made, until the job
   // starts or leaves (or a node of theirs goes down); never let to backfill.
@@ -195,20 +145,12 @@ class GantryPolicy final : public Policy {
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
   std::map<Scheduler::Shape, std::pair<WaitCause, std::string>> refined_;  // this pass: shape -> why
   std::vector<JobId> order_;
-  // Per pass: the preemption candidates (built on first use), and the requests that
-  // found neither victims nor a reservation (they fail alike for the rest of the pass).
-  std::vector<Victim> victims_;
-  bool victims_indexed_ = false;
-  Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
-  bool victims_sorted_ = false;
-  int candidate_walks_ = 0;
-  // TryPreempt: the earliest next checkpoint of a victim left out for want of one.
-  Ticks next_checkpoint_ = kForever;
-  std::vector<Victim> candidates_;
-  std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
-  std::vector<std::pair<uint32_t, uint32_t>> on_node_;  // NodeByNode: (node, victim index)
+  // Per pass: whom preemptions may take (built on first use), the requests that found
+  // neither victims nor a reservation (they fail alike for the rest of the pass), and
+  // after a failed TryPreempt the earliest next checkpoint of a victim left out.
+  VictimSelector victims_{ordering_};
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
-  double job_rank_ = 0;  // TryPreempt under kRank: the preempting job's rank
+  Ticks next_checkpoint_ = kForever;
   std::set<Scheduler::Shape> reserve_failed_;
 };
 

@@ -1,0 +1,114 @@
+// VictimSelector: whom a preemption takes, for the gantry policy.
+//
+// Once per pass (on first use) it indexes the running jobs no rule protects: never
+// critical work, nor a job resumed less than `min_run_before_repreempt` ago (except in a
+// queue ordered by attained service, whose ranks protect it once it has run a quantum);
+// cheapest first: best-effort before standard, then the least work lost since the last
+// checkpoint. For a job it picks, under one of three rules (Mode), the cheapest eligible
+// victims (at most kMaxVictims), releases them on the ledger in a what-if until the job
+// fits, then gives back any the job can do without, most expensive first. For a critical
+// job whose cheapest victims leave no room (their GPUs scattered: shares of many GPUs,
+// say) it tries the victims of one node at a time instead, cheapest nodes first.
+// A job that is not critical takes a checkpointing victim only within
+// `preempt_after_checkpoint` of one of its checkpoints (within a quantum under rank);
+// next_checkpoint() then says when one left out for that comes into reach.
+// Thread-safety: none; one per policy, driven by one Scheduler.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/policy/queue_order.h"
+#include "core/scheduler.h"
+
+namespace gantry::core {
+
+class VictimSelector {
+ public:
+  // Whom a preemption may take.
+  enum class Mode : uint8_t {
+    kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
+    kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
+    kRank,       // its queue orders by attained service: its queue's jobs that rank worse
+  };
+
+  explicit VictimSelector(QueueOrdering& ordering) : ordering_(ordering) {}
+
+  // A new pass: the index is rebuilt on first use.
+  void NewPass() { indexed_ = false; }
+  // The victims that make room for `job` on GPUs of `models` (kGuarantee: where it is
+  // inside its guarantee; ~0: anywhere) under `mode`, fewest of the cheapest, in
+  // `needed`, and where the job goes once they are gone in `fit`; false when none do.
+  // `job_rank` is the job's rank (kRank); `overdue` says whether a running job is a
+  // backfilled job past its lease (kLessees). The ledger is left as found.
+  bool Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models, double job_rank, Ticks now,
+              const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed, Allocation& fit);
+  // After Choose: the earliest next checkpoint of a victim left out for want of one.
+  Ticks next_checkpoint() const { return next_checkpoint_; }
+
+ private:
+  // A running job that may be preempted, as the pass's index holds it.
+  struct Victim {
+    int category;   // 0: best-effort, 1: standard
+    GpuUnits lost;  // GPU units x seconds since the last checkpoint
+    JobId id;
+    uint64_t pools;  // pools it holds GPUs in (PoolBit)
+    Ticks since;     // time since its last checkpoint (0 for a job that never checkpoints)
+    // Resumed less than min_run_before_repreempt ago: only an attained-service order,
+    // whose ranks protect it, may take it (once it has run a quantum).
+    bool guarded;
+    bool operator<(const Victim& o) const {
+      return std::tie(category, lost, id) < std::tie(o.category, o.lost, o.id);
+    }
+  };
+  // Borrowed units already chosen: (queue, model, units).
+  using Taken = std::vector<std::tuple<QueueId, ModelId, GpuUnits>>;
+
+  // Fills victims_: the running jobs no rule protects, cheapest first.
+  void Index(Scheduler& s, Ticks now);
+  // Whether running job `c` may make room for `job` (whose workers may use `accepts`)
+  // under `mode`.
+  bool Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, uint64_t accepts, Mode mode,
+                Ticks now);
+  // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
+  // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
+  void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Ticks now);
+  // Whether the what-if may take victim `c`: standard work only where all of it is
+  // borrowed, counting `taken`, which then grows by it.
+  bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
+  // What a running job holds as its queue's guarantee counts it: by model where the
+  // guarantee is per model, else one total (model invalid). Fills holdings_.
+  void Holdings(const Scheduler& s, const JobRecord& job);
+  // Whether all a running job holds is borrowed: its queue keeps at least its guarantee
+  // (on each model, where per model) without it and without the units in `taken`
+  // already chosen. Only work wholly on borrowed capacity is reclaimed, so a victim's
+  // queue never drops below its guarantee (and its requeued job never turns round to
+  // preempt in its turn: no ping-pong).
+  bool AllBorrowed(const Scheduler& s, const JobRecord& job, const Taken& taken);
+  // Choose's what-if for a critical job when the cheapest victims overall leave it no
+  // room: the eligible victims of one node at a time, cheapest nodes first, at most
+  // kMaxNodeTries. (For standard work the extra victims cost more than its wait: lost
+  // work rose on the gang mixes.) On success the victims in `chosen` are released on the
+  // ledger and `fit` holds the job's placement, as after Choose's own loop.
+  bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts, Ticks now,
+                  std::vector<JobId>& chosen, Allocation& fit);
+
+  QueueOrdering& ordering_;
+  // The job Choose works for, as Eligible reads it.
+  double job_rank_ = 0;
+  const std::function<bool(JobId)>* overdue_ = nullptr;
+  std::vector<Victim> victims_;
+  bool indexed_ = false;
+  bool sorted_ = false;
+  int walks_ = 0;
+  Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
+  Ticks next_checkpoint_ = kForever;
+  std::vector<Victim> candidates_;
+  std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
+  std::vector<std::pair<uint32_t, uint32_t>> on_node_;  // NodeByNode: (node, victim index)
+};
+
+}  // namespace gantry::core

@@ -11,8 +11,6 @@ namespace gantry::core {
 
 namespace {
 
-constexpr size_t kMaxReserveSteps = 512;  // bounds the what-if of one reservation
-
 std::string Seconds(Ticks t) {
   std::string s = std::to_string(t / kTicksPerSecond);
   if (t % kTicksPerSecond) s += "." + std::to_string(1000 + t % kTicksPerSecond).substr(1);
@@ -218,7 +216,7 @@ void GantryPolicy::DropPhantoms(Scheduler& s, uint64_t pools) {
 void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   refined_.clear();
   preempt_failed_.clear();
-  reserve_failed_.clear();
+  reserver_.NewPass();
   victims_.NewPass();
   Init(s);  // per-queue settings, on first use
   // A drain lasts while its job waits and every node it names is up.
@@ -540,43 +538,12 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
 }
 
 bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
-  Ledger& ledger = s.mutable_ledger();
-  const Scheduler::Shape shape = s.ShapeOf(s.job(id).spec);
-  if (reserve_failed_.contains(shape)) return false;
-  // Phantoms of earlier reservations stay: this job's reservation comes after theirs.
-  Allocation fit;
-  Ticks start = kForever;
-  const GpuUnits need = s.MinUnits(s.job(id).spec);
-  size_t steps = 0;
-  Ticks latest = now;  // when every job released so far is expected to have ended
+  // A backfilled job past its lease ends when the reservation needs its GPUs.
   const bool lessees_end = LeasesExpireFor(s, s.job(id), now);
-  const Ledger::Mark what_if = ledger.Checkpoint();  // running jobs released, in order of end
-  for (const auto& [end, r] : s.running_by_end()) {
-    if (++steps > kMaxReserveSteps) break;
-    // A job running past its estimate is expected to run as long again as it has run
-    // (an estimate it has already overrun says nothing; holding GPUs for a start "now"
-    // that never comes would keep them idle).
-    const JobRecord& running = s.job(r);
-    // A backfilled job past its lease ends when the reservation needs its GPUs.
-    Ticks ends = end;
-    if (end <= now && running.phase != Phase::kSignaled) {
-      ends = lessees_end && Overdue(s, r, now)
-                 ? now
-                 : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond);
-    }
-    latest = std::max(latest, ends);
-    ledger.Release(running.alloc);
-    if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
-    if (s.placer().Place(s.job(id).spec, Fit::kBest, fit)) {
-      start = latest;
-      break;
-    }
-  }
-  ledger.Rollback(what_if);
-  if (start == kForever) {
-    reserve_failed_.insert(shape);
-    return false;
-  }
+  const std::function<bool(JobId)> ends_now = [&](JobId r) { return lessees_end && Overdue(s, r, now); };
+  Ticks start = kForever;
+  Allocation fit;
+  if (!reserver_.Earliest(s, id, now, ends_now, start, fit)) return false;
   reservations_.push_back(Reservation{id, start, std::move(fit)});
   Hold(s, reservations_.back());
   return true;

@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "core/policy/queue_order.h"
+#include "core/policy/reserver.h"
 #include "core/policy/victims.h"
 #include "core/scheduler.h"
 
@@ -106,6 +107,7 @@ class GantryPolicy final : public Policy {
   void PruneLeases(Scheduler& s, Ticks now);
   // The index of `id`'s lease, or where it would go (leases_ is sorted by job).
   size_t FindLease(JobId id) const;
+  // Gives pending job `id` a reservation (Reserver) and holds its GPUs free now.
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
   // free now, except those of `except`; only those in `pools` (PoolBit), else all.
@@ -151,7 +153,7 @@ class GantryPolicy final : public Policy {
   VictimSelector victims_{ordering_};
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
   Ticks next_checkpoint_ = kForever;
-  std::set<Scheduler::Shape> reserve_failed_;
+  Reserver reserver_;
 };
 
 }  // namespace gantry::core

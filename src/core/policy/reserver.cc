@@ -1,0 +1,42 @@
+#include "core/policy/reserver.h"
+
+#include <algorithm>
+
+namespace gantry::core {
+
+bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now, const std::function<bool(JobId)>& ends_now,
+                        Ticks& start, Allocation& fit) {
+  Ledger& ledger = s.mutable_ledger();
+  const JobSpec& spec = s.job(id).spec;
+  const Scheduler::Shape shape = s.ShapeOf(spec);
+  if (failed_.contains(shape)) return false;
+  fit.clear();
+  start = kForever;
+  const GpuUnits need = s.MinUnits(spec);
+  size_t steps = 0;
+  Ticks latest = now;  // when every job released so far is expected to have ended
+  const Ledger::Mark what_if = ledger.Checkpoint();  // running jobs released, in order of end
+  for (const auto& [end, r] : s.running_by_end()) {
+    if (++steps > kMaxReserveSteps) break;
+    const JobRecord& running = s.job(r);
+    Ticks ends = end;
+    if (end <= now && running.phase != Phase::kSignaled) {
+      ends = ends_now(r) ? now : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond);
+    }
+    latest = std::max(latest, ends);
+    ledger.Release(running.alloc);
+    if (ledger.up_units() - ledger.used_units() < need) continue;  // cannot fit yet
+    if (s.placer().Place(spec, Fit::kBest, fit)) {
+      start = latest;
+      break;
+    }
+  }
+  ledger.Rollback(what_if);
+  if (start == kForever) {
+    failed_.insert(shape);
+    return false;
+  }
+  return true;
+}
+
+}  // namespace gantry::core

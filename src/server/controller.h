@@ -162,7 +162,7 @@ class Controller {
   void Usage(std::string token, double from_s, double to_s, Done done);
   // GET /v1/cluster/history: {interval_s, samples: [{t, up_gpus, used_gpus, pending:
   // {cause: jobs}, idle: {cause: GPUs}}]}, oldest first.
-  void ClusterHistory(std::string token, Done done);
+  void ClusterHistory(std::string token, double since_unix_s, Done done);
   void Heartbeat(std::string token, std::string node, nlohmann::json body, std::string remote_addr,
                  Done done);
   // A long poll: answered with the node's workers once its version differs from

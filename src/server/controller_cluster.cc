@@ -95,10 +95,11 @@ void Controller::Nodes(std::string token, Done done) {
   });
 }
 
-void Controller::ClusterHistory(std::string token, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
+void Controller::ClusterHistory(std::string token, double since_unix_s, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, since_unix_s](const Principal&) -> Reply {
     json samples = json::array();
     for (const ClusterSample& c : history_) {
+      if (UnixSeconds(c.t) <= since_unix_s) continue;  // the caller has it
       json idle = json::object();
       for (int i = 0; i < core::kIdleCauses; ++i) {
         idle[std::string(core::Name(static_cast<core::IdleCause>(i)))] = std::round(c.idle[i] * 1000) / 1000;
@@ -111,7 +112,8 @@ void Controller::ClusterHistory(std::string token, Done done) {
                          {"pending", c.pending}, {"idle", idle}, {"queues", queues}});
     }
     Reply r;
-    r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0}, {"samples", samples}};
+    r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0},
+              {"kept", options_.history_samples}, {"samples", samples}};
     return r;
   });
 }

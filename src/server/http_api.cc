@@ -306,7 +306,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                      });
   }
   if (m == "GET" && Match(req, {"v1", "nodes"}, a)) return c.Nodes(TokenOf(req), reply);
-  if (m == "GET" && Match(req, {"v1", "cluster", "history"}, a)) return c.ClusterHistory(TokenOf(req), reply);
+  if (m == "GET" && Match(req, {"v1", "cluster", "history"}, a)) {
+    double since = 0;
+    if (auto problem = DoubleParam(req, "since", 0, since)) return bad(*problem);
+    return c.ClusterHistory(TokenOf(req), since, reply);
+  }
   if (m == "POST" && (Match(req, {"v1", "nodes", "*", "drain"}, a) || Match(req, {"v1", "nodes", "*", "resume"}, a))) {
     const bool on = req.segments[3] == "drain";
     std::string reason;

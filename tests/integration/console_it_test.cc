@@ -250,6 +250,13 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   const json& last = history["samples"].back();
   EXPECT_EQ(last["idle"].size(), 8u) << last.dump();
   EXPECT_NEAR(last["queues"].value("vision", -1.0), 2.0, 1e-9) << last.dump();
+  // A poller asks only for what is newer than what it has (the console does).
+  const json newer = h.Get("/v1/cluster/history?since=" + last["t"].dump(), h.token("a"));
+  for (const json& s : newer["samples"]) EXPECT_GT(s["t"].get<double>(), last["t"].get<double>()) << newer.dump();
+  EXPECT_EQ(newer.value("kept", 0), history.value("kept", -1));
+  int status = 0;
+  h.Get("/v1/cluster/history?since=yesterday", h.token("a"), &status);
+  EXPECT_EQ(status, 400);
   EXPECT_NE(r["views"]["queues"].value("html", "").find("data-series=\"vision\""), std::string::npos);
   EXPECT_NE(jobs.find("Idle GPUs by why nothing uses them"), std::string::npos) << jobs;
   EXPECT_NE(jobs.find("data-series=\"capacity\""), std::string::npos) << jobs;

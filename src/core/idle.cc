@@ -58,7 +58,7 @@ IdleGpus IdleByCause(const Scheduler& s) {
   }
   for (const auto& key : s.pending()) {
     const JobRecord& job = s.job(key.id);
-    const uint32_t bit = 1u << static_cast<int>(DemandOf(job.wait_cause));
+    const uint32_t bit = 1u << static_cast<int>(DemandOf(job.wait.cause));
     for (size_t p = 0; p < pools; ++p) {
       if (!model[p].valid() || !(job.spec.models >> model[p].v & 1u)) continue;
       model_wanted[p] = true;

@@ -8,7 +8,7 @@
 // it, one waits behind a reservation; one does not fit it (too few free GPUs together
 // where it needs them, or CPUs or memory: fragmented); they are held by their queue's
 // burst, budget or window; they have not had their first pass yet (or wait for another
-// reason). A job's cause is its JobRecord::wait_cause.
+// reason). A job's cause is its JobRecord::wait.
 // Thread-safety: pure function of the scheduler's state.
 #pragma once
 

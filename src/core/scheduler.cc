@@ -283,7 +283,7 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   job.signaled_at = -1;
   job.preempted_by = JobId();
   job.wait_reason.clear();
-  job.wait_cause = WaitCause::kNotYetPlaced;
+  job.wait = WaitReason{};
   // A requeued job keeps its place in line: it is ordered by its original submit.
   AddPending(id);
   if (!budgets_.empty()) budget_check_.push_back(id);
@@ -336,39 +336,28 @@ std::string_view Word(WaitCause c) {
   return "other";
 }
 
-WaitCause Scheduler::CauseOf(Block block) {
-  switch (block) {
-    case Block::kWindow: return WaitCause::kWindow;
-    case Block::kQuota: return WaitCause::kQuota;
-    case Block::kCapacity: return WaitCause::kCapacity;
-    case Block::kBudget: return WaitCause::kBudget;
-    case Block::kNone: break;
-  }
-  return WaitCause::kOther;
-}
-
-void Scheduler::Wait(JobId id, WaitCause cause, std::string reason) {
+void Scheduler::Wait(JobId id, const WaitReason& wait, std::string reason) {
   JobRecord& job = jobs_[id.v];
-  if (job.wait_reason == reason && job.wait_cause == cause) return;
+  job.wait = wait;  // its `at` may move while the text stays: no new decision for that
+  if (job.wait_reason == reason) return;
   job.wait_reason = reason;
-  job.wait_cause = cause;
-  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::move(reason), cause});
+  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::move(reason), wait.cause});
 }
 
-bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, Block* kind) {
+bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
   if (decision_hook_) decision_hook_();
-  return TryStartJob(id, now, fit, why, kind);
+  return TryStartJob(id, now, fit, why, wait);
 }
 
-bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Block* kind) {
+bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
   JobRecord& job = jobs_[id.v];
   const JobSpec& spec = job.spec;
-  auto fail = [&](Block block, std::string reason) {
-    if (kind) *kind = block;
+  auto fail = [&](const WaitReason& block, std::string reason) {
+    if (wait) *wait = block;
     if (why) {
       *why = std::move(reason);
     } else {
-      Wait(id, CauseOf(block), std::move(reason));
+      Wait(id, block, std::move(reason));
     }
     return false;
   };
@@ -381,34 +370,36 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
     // A job's window, so its text, never changes: written once, not at every pass (a
     // week's replay with fine-tuning windows spent 10% of its time here).
-    if (!why && job.wait_cause == WaitCause::kWindow) {
-      if (kind) *kind = Block::kWindow;
+    const WaitReason window{WaitCause::kWindow, QueueId(), JobId(), spec.window->NextOpen(now)};
+    if (!why && job.wait.cause == WaitCause::kWindow) {
+      job.wait = window;
+      if (wait) *wait = window;
       return false;
     }
-    return fail(Block::kWindow, "window: may start only between " +
+    return fail(window, "window: may start only between " +
                                     Clock(spec.window->start_min) + " and " +
                                     Clock(spec.window->end_min) + " UTC");
   }
   if (auto b = spec.tier == Tier::kCritical ? std::nullopt : BudgetHolds(spec.queue)) {
     const BudgetSpec& budget = *queues_.queue(*b).spec.budget;
     const BudgetAccount& a = budgets_[b->v];
-    return fail(Block::kBudget, "budget: queue " + queues_.queue(*b).spec.name + " spent its " +
+    return fail(WaitReason::Of(WaitCause::kBudget, *b), "budget: queue " + queues_.queue(*b).spec.name + " spent its " +
                                     Number(budget.gpu_hours) + " GPU-hours of the " +
                                     std::string(Name(budget.period)) + " from " + UtcMinute(a.start_unix_ms) +
                                     "; new work waits until " + UtcMinute(a.end_unix_ms));
   }
   if (auto blocker = BurstBlocker(spec.queue, MinUnits(spec))) {
-    return fail(Block::kQuota, quota(*blocker));
+    return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
   }
   const Shape shape = ShapeOf(spec);
   const bool cache = shape_context_ != kNoShapeCache;
   if (auto it = failed_shapes_.find(shape); cache && it != failed_shapes_.end()) {
-    return fail(Block::kCapacity, it->second);
+    return fail(WaitReason::Of(WaitCause::kCapacity), it->second);
   }
   if (!placer_.Place(spec, fit, scratch_)) {
     std::string reason = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
     if (cache) failed_shapes_.emplace(shape, reason);
-    return fail(Block::kCapacity, std::move(reason));
+    return fail(WaitReason::Of(WaitCause::kCapacity), std::move(reason));
   }
   GpuUnits units = 0;
   for (const WorkerAlloc& w : scratch_) {
@@ -417,13 +408,13 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Bloc
   if (auto blocker = BurstBlocker(spec.queue, units)) {  // MIG sizes differ by model
     for (auto it = scratch_.rbegin(); it != scratch_.rend(); ++it) ledger_.Release(*it);
     scratch_.clear();
-    return fail(Block::kQuota, quota(*blocker));
+    return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
   }
   job.alloc.swap(scratch_);
   scratch_.clear();
   Begin(id, now, units);
   decisions_.push_back(Decision{Decision::Kind::kStart, id, JobId(), {}});
-  if (kind) *kind = Block::kNone;
+  if (wait) *wait = WaitReason{};
   return true;
 }
 
@@ -440,7 +431,7 @@ void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
   if (job.first_start < 0) job.first_start = now;
   SetExpectedEnd(id, ExpectedEnd(id));
   job.wait_reason.clear();
-  job.wait_cause = WaitCause::kNotYetPlaced;
+  job.wait = WaitReason{};
 }
 
 bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why) {

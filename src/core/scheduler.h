@@ -89,6 +89,28 @@ inline constexpr int kWaitCauses = 8;
 std::string_view Name(WaitCause c);  // "not yet placed", "capacity", "held for a reservation", ...
 std::string_view Word(WaitCause c);  // the reason text's first word: "capacity", "reservation", ...
 
+// Why a pending job waits, for code: what blocks it and, where known, the queue whose
+// limit holds it, the job the room is held for, and when that may change. The reason
+// text (JobRecord::wait_reason) says the same for people.
+struct WaitReason {
+  WaitCause cause = WaitCause::kNotYetPlaced;
+  QueueId queue;  // kQuota, kBudget: the queue whose limit holds it
+  JobId holder;   // kReservation: the job the GPUs are held for first; kQuota: the job the
+                  // room is held for; kPreemption: the job it was preempted for
+  Ticks at = -1;  // kWindow: when it opens; kReservation, or kCapacity with a reservation
+                  // or drain of its own: the reserved start; kPreemption: when its victims'
+                  // grace ends
+  bool operator==(const WaitReason&) const = default;
+  static WaitReason Of(WaitCause cause, QueueId queue = QueueId(), JobId holder = JobId(), Ticks at = -1) {
+    WaitReason w;
+    w.cause = cause;
+    w.queue = queue;
+    w.holder = holder;
+    w.at = at;
+    return w;
+  }
+};
+
 struct JobRecord {
   JobSpec spec;
   Phase phase = Phase::kPending;
@@ -101,7 +123,7 @@ struct JobRecord {
   GpuUnits units = 0;       // GPU units held now
   JobId preempted_by;
   std::string wait_reason;  // last reason reported for waiting
-  WaitCause wait_cause = WaitCause::kNotYetPlaced;
+  WaitReason wait;          // the same, for code
   Ticks run_total = 0;      // run time of ended runs
   Ticks progress_kept = 0;  // checkpointed progress of ended runs (as the core reckons it)
   int preemptions = 0;      // times this job was preempted
@@ -246,10 +268,10 @@ class Scheduler {
   const std::vector<JobId>& arrived_since_last_pass() const { return arrived_; }
   // Tries to start a pending job now: window, burst limits, then placement with `fit`.
   // On failure records the wait reason (emitting a kWait decision when it changed), or,
-  // with `why`, hands the reason back unrecorded for the policy to refine. `kind`, when
-  // given, says which check failed.
-  enum class Block : uint8_t { kNone, kWindow, kQuota, kCapacity, kBudget };
-  bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, Block* kind = nullptr);
+  // with `why`, hands the reason back unrecorded for the policy to refine. `wait`, when
+  // given, says which check failed (cause kWindow, kBudget, kQuota or kCapacity;
+  // kNotYetPlaced after a start).
+  bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, WaitReason* wait = nullptr);
   // Whether TryStart under shape context `context` would fail a job of this spec from the
   // pass's cache of shapes that found no room (so without placing anything).
   bool KnownNotToFit(const JobSpec& spec, uint8_t context) const;
@@ -262,9 +284,7 @@ class Scheduler {
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).
-  void Wait(JobId id, WaitCause cause, std::string reason);
-  // The cause of a TryStart that failed with `block`.
-  static WaitCause CauseOf(Block block);
+  void Wait(JobId id, const WaitReason& wait, std::string reason);
 
   // Pending jobs of one tier and queue, by (submit, id).
   const std::set<std::pair<Ticks, JobId>>& pending_in(Tier tier, QueueId q) const {
@@ -312,7 +332,7 @@ class Scheduler {
   void set_decision_hook(std::function<void()> hook) { decision_hook_ = std::move(hook); }
 
  private:
-  bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Block* kind);
+  bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait);
   // A pending job whose `alloc` is held in the ledger starts running at `now`.
   void Begin(JobId id, Ticks now, GpuUnits units);
   void Release(JobId id);

@@ -488,6 +488,18 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
     j["run_start"] = UnixSeconds(job.run_start);
   }
+  // Why it waits, for programs: the reason's cause and, where known, the queue whose
+  // limit holds it, the job the room is held for and when that may change.
+  if (job.state == JobState::kPending && job.core.valid() && job.after.empty()) {
+    const core::WaitReason& w = sched_->job(job.core).wait;
+    json wait = {{"cause", std::string(core::Word(w.cause))}};
+    if (w.queue.valid()) wait["queue"] = config_.queues.queue(w.queue).spec.name;
+    if (w.holder.valid() && w.holder.v < core_to_seq_.size() && jobs_.count(core_to_seq_[w.holder.v])) {
+      wait["holder"] = jobs_.at(core_to_seq_[w.holder.v]).name;
+    }
+    if (w.at >= 0) wait["at"] = UnixSeconds(w.at);
+    j["wait"] = std::move(wait);
+  }
   if (job.end == "failed") {
     j["exit_code"] = job.exit_code;
     // A signal's end is stored as 128 + signal; the worker that ended the job says which.

@@ -314,7 +314,7 @@ void Controller::SampleCluster(Ticks now) {
   c.up = static_cast<double>(sched_->ledger().up_units()) / core::kGpuUnits;
   c.used = static_cast<double>(sched_->ledger().used_units()) / core::kGpuUnits;
   for (const auto& key : sched_->pending()) {
-    ++c.pending[std::string(core::Word(sched_->job(key.id).wait_cause))];
+    ++c.pending[std::string(core::Word(sched_->job(key.id).wait.cause))];
   }
   c.idle = core::IdleByCause(*sched_);
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {

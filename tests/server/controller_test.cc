@@ -302,6 +302,23 @@ TEST_F(ControllerTest, ARunningJobTheSchedulerWillNotTakeBackIsRequeuedAfterARes
   EXPECT_EQ(Beat("h100-0")["workers"].size(), 1u) << "the requeued job's worker is stopped";
 }
 
+TEST_F(ControllerTest, APendingJobSaysWhyItWaitsForPrograms) {
+  Beat("h100-0");
+  Reply a = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
+  Reply b = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  ASSERT_EQ(Show(a.body["id"])["state"], "running");
+  const json waiting = Show(b.body["id"]);
+  ASSERT_EQ(waiting["state"], "pending") << waiting.dump();
+  // No room: the cause is the reason's first word; it holds a reservation for when the
+  // running job is expected to end, a time after now.
+  EXPECT_EQ(waiting["wait"]["cause"], "capacity") << waiting.dump();
+  EXPECT_EQ(waiting["reason"].get<std::string>().rfind("capacity", 0), 0u) << waiting.dump();
+  ASSERT_TRUE(waiting["wait"].contains("at")) << waiting.dump();
+  EXPECT_GT(waiting["wait"]["at"].get<double>(), Show(a.body["id"])["run_start"].get<double>());
+  EXPECT_FALSE(Show(a.body["id"]).contains("wait"));
+}
+
 TEST_F(ControllerTest, IdempotencyKeyReturnsTheSameJob) {
   const std::string body = R"({"queue":"research","gpus":1,"vram_gb":10,"command":"x"})";
   Reply first = Submit(kTeamA, body, "key-1");

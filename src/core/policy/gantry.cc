@@ -38,7 +38,7 @@ bool GantryPolicy::PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks n
   return limit > 0 && job.phase == Phase::kPending && now - job.pending_since >= limit;
 }
 
-bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) const {
+bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const {
   // Those owed room: claimants that preempted by rank, and draining jobs a limit stops.
   std::vector<JobId> owed = owed_room_;
   for (const Reservation& c : claims_) {
@@ -67,6 +67,7 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, std::string& why) cons
     }
     if (held > 0 && s.queue_usage(a) + units + held > burst) {
       const bool draining = std::find(owed_room_.begin(), owed_room_.end(), holder) != owed_room_.end();
+      wait = WaitReason::Of(WaitCause::kQuota, a, holder);
       why = "quota: room under queue " + s.queues().queue(a).spec.name + "'s burst limit is held for job " +
             s.job(holder).spec.id + (draining ? " (waiting past max_wait_s)" : " (preempting)");
       return true;
@@ -145,6 +146,17 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
     out += " and " + std::to_string(drains_.size() - kNamed) + " more waiting past max_wait_s";
   }
   return out.empty() ? "other jobs" : "job(s) " + out;
+}
+
+JobId GantryPolicy::FirstHolder() const {
+  JobId first;
+  Ticks start = kForever;
+  for (const auto* held : {&claims_, &reservations_}) {
+    for (const Reservation& r : *held) {
+      if (r.start < start) std::tie(first, start) = std::tuple(r.job, r.start);
+    }
+  }
+  return first;
 }
 
 Ticks GantryPolicy::Shadow() const {
@@ -318,7 +330,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     owed_room_.push_back(id);
   }
   if (job.victims_pending > 0) {
-    s.Wait(id, WaitCause::kPreemption,
+    s.Wait(id, WaitReason::Of(WaitCause::kPreemption),
            "preemption: waiting for " + std::to_string(job.victims_pending) + " preempted job(s) to release their GPUs");
     return;
   }
@@ -331,7 +343,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     });
     for (const auto& [victim, by] : evicted_) {
       if (victim == id) {
-        s.Wait(id, WaitCause::kPreemption,
+        s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), by),
                "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
         return;
       }
@@ -342,8 +354,9 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // it back at once, and so on for ever), and a draining job waits for it.
   if (!owner) {
     std::string held;
-    if (RoomHeld(s, id, held)) {
-      s.Wait(id, WaitCause::kQuota, std::move(held));
+    WaitReason wait;
+    if (RoomHeld(s, id, wait, held)) {
+      s.Wait(id, wait, std::move(held));
       return;
     }
   }
@@ -377,9 +390,9 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
                       : claimant                     ? Scheduler::kNoShapeCache
                                                      : 0);
   std::string why;
-  Scheduler::Block block = Scheduler::Block::kNone;
-  const bool started = s.TryStart(id, now, Fit::kBest, &why, &block);
-  WaitCause cause = Scheduler::CauseOf(block);
+  WaitReason wait;
+  const bool started = s.TryStart(id, now, Fit::kBest, &why, &wait);
+  const WaitCause block = wait.cause;  // what TryStart found
   if (unheld) HoldDrains(s);
   if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held);
   if (swap) {
@@ -402,15 +415,15 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // or for the queue's burst limit; ranks move as jobs run, so look again a quantum on.
   const bool by_rank = job.spec.tier != Tier::kBestEffort &&
                        ordering_.ByRank(job.spec.queue);
-  if (by_rank && (block == Scheduler::Block::kCapacity || block == Scheduler::Block::kQuota)) {
+  if (by_rank && (block == WaitCause::kCapacity || block == WaitCause::kQuota)) {
     s.WakeAt(now + std::max<Ticks>(1, s.params().attained_quantum));
   }
-  if (by_rank && block == Scheduler::Block::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
-  if (draining && block == Scheduler::Block::kQuota) {
+  if (by_rank && block == WaitCause::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
+  if (draining && block == WaitCause::kQuota) {
     if (std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) owed_room_.push_back(id);
     why += "; waited past max_wait_s: the room its queues free is held for it";
   }
-  if (block == Scheduler::Block::kCapacity) {
+  if (block == WaitCause::kCapacity) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
     const ModelMask inside =
@@ -433,7 +446,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     }
     const Scheduler::Shape shape = s.ShapeOf(job.spec);
     if (auto it = refined_.find(shape); it != refined_.end()) {
-      std::tie(cause, why) = it->second;
+      std::tie(wait, why) = it->second;
     } else if ((pools & phantom_pools_) != 0 && !free_pass) {
       // Would it fit but for the reservations? Then say whose. (Held GPUs outside the
       // job's pools cannot be what stops it.)
@@ -443,10 +456,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         s.mutable_ledger().Release(probe);
         why = "reservation: the GPUs that fit are held for " + Holders(s) +
               ", and this job's estimate runs past the earliest start";
-        cause = WaitCause::kReservation;
+        wait = WaitReason::Of(WaitCause::kReservation, QueueId(), FirstHolder(), Shadow());
       }
       HoldPhantoms(s, JobId(), pools);
-      refined_.emplace(shape, std::pair{cause, why});
+      refined_.emplace(shape, std::pair{wait, why});
     }
     if (draining) {
       // Its own reservation, beyond backfill_depth, made once and kept where it is.
@@ -469,14 +482,16 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         HoldInto(s, drain->r, ~uint64_t{0}, drain->held);
       }
       if (drain != drains_.end()) {
+        wait.at = drain->r.start;
         why += "; waited past max_wait_s: draining GPUs for it, free from t=" + Seconds(drain->r.start) + " s";
       } else {
         why += "; waited past max_wait_s";
       }
     } else if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
-               cause == WaitCause::kCapacity) {
+               wait.cause == WaitCause::kCapacity) {
       Reserve(s, id, now);
       if (!reservations_.empty() && reservations_.back().job == id) {
+        wait.at = reservations_.back().start;
         why += "; reserved to start at t=" + Seconds(reservations_.back().start) + " s";
       }
     }
@@ -485,7 +500,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
              Seconds(at_checkpoint) + " s)";
     }
   }
-  s.Wait(id, cause, std::move(why));
+  s.Wait(id, wait, std::move(why));
 }
 
 bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models) {
@@ -525,11 +540,11 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
                   " needs capacity borrowed by queue " + queue;
     s.Preempt(v, id, std::move(reason), now);
   }
-  s.Wait(id, WaitCause::kPreemption,
-         "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
   // Hold what the what-if found for the job until its victims are gone.
   Ticks release = now;
   for (JobId v : needed) release = std::max(release, now + s.job(v).spec.grace);
+  s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), JobId(), release),
+         "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
   std::erase_if(claims_, [&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
   Hold(s, claims_.back());

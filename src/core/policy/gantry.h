@@ -95,7 +95,7 @@ class GantryPolicy final : public Policy {
   bool PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks now) const;
   // Whether room under a burst limit that `job` needs is held for another job (a claimant
   // that preempted by rank, or a draining job); says for whom in `why`.
-  bool RoomHeld(const Scheduler& s, JobId id, std::string& why) const;
+  bool RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const;
   // Preempts for job `id` on GPUs of `models` (kGuarantee: where it is inside its
   // guarantee; ~0: anywhere).
   bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0});
@@ -119,6 +119,7 @@ class GantryPolicy final : public Policy {
   void HoldDrains(Scheduler& s);
   void DropDrains(Scheduler& s);
   Ticks Shadow() const;  // earliest start of a reservation or claim
+  JobId FirstHolder() const;  // the job of that reservation or claim
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0});
   std::vector<Reservation> reservations_;
@@ -145,7 +146,7 @@ class GantryPolicy final : public Policy {
   std::vector<JobId> considered_;  // claimants already considered in this pass
   Allocation phantoms_;
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
-  std::map<Scheduler::Shape, std::pair<WaitCause, std::string>> refined_;  // this pass: shape -> why
+  std::map<Scheduler::Shape, std::pair<WaitReason, std::string>> refined_;  // this pass: shape -> why
   std::vector<JobId> order_;
   // Per pass: whom preemptions may take (built on first use), the requests that found
   // neither victims nor a reservation (they fail alike for the rest of the pass), and

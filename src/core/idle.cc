@@ -77,8 +77,7 @@ IdleGpus IdleByCause(const Scheduler& s) {
     }
     double free = 0;
     for (int g = 0; g < n.gpus; ++g) {
-      free += static_cast<double>(FreeUnits(ledger.gpu(GpuId(n.first_gpu.v + static_cast<uint32_t>(g))))) /
-              static_cast<double>(kGpuUnits);
+      free += static_cast<double>(FreeUnits(ledger.gpu(ledger.gpu_id(NodeId(i), g)))) / static_cast<double>(kGpuUnits);
     }
     if (free <= 0) continue;
     const size_t p = n.pool.v;
@@ -124,7 +123,7 @@ GpuUnits StrandedUnits(const Scheduler& s) {
     const Node& n = cluster.node(id);
     const NodeState& ns = ledger.node(id);
     if (!ns.up || n.gpus == 0) continue;
-    auto state = [&](int g) -> const GpuState& { return ledger.gpu(GpuId(n.first_gpu.v + static_cast<uint32_t>(g))); };
+    auto state = [&](int g) -> const GpuState& { return ledger.gpu(ledger.gpu_id(id, g)); };
     uint64_t with_room = 0, whole = 0, usable = 0;
     for (int g = 0; g < n.gpus; ++g) {
       if (FreeUnits(state(g)) > 0) with_room |= uint64_t{1} << g;
@@ -147,7 +146,7 @@ GpuUnits StrandedUnits(const Scheduler& s) {
         w.vram_bytes = j->vram_bytes;
         if (j->sharing == Sharing::kMig) {
           w.mig_profile = j->mig_index[n.model.v];
-          w.mig_start = static_cast<int8_t>(ledger.MigStart(GpuId(n.first_gpu.v + static_cast<uint32_t>(g)), w.mig_profile));
+          w.mig_start = static_cast<int8_t>(ledger.MigStart(ledger.gpu_id(id, g), w.mig_profile));
           if (w.mig_start < 0) continue;
         }
         if (ledger.Fits(w)) usable |= uint64_t{1} << g;

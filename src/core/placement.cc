@@ -468,7 +468,7 @@ bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc&
 }
 
 void Placer::Rollback(Allocation& out) {
-  for (auto it = out.rbegin(); it != out.rend(); ++it) ledger_.Release(*it);
+  ledger_.Release(out);
   out.clear();
 }
 

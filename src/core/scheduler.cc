@@ -221,7 +221,7 @@ void Scheduler::Release(JobId id) {
   running_[pos] = running_.back();
   running_.pop_back();
   SetExpectedEnd(id, -1);
-  for (auto it = job.alloc.rbegin(); it != job.alloc.rend(); ++it) ledger_.Release(*it);
+  ledger_.Release(job.alloc);
   AddUsage(job.spec, job.alloc, job.units, -1);
   job.alloc.clear();
   job.units = 0;
@@ -370,7 +370,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
     // A job's window, so its text, never changes: written once, not at every pass (a
     // week's replay with fine-tuning windows spent 10% of its time here).
-    const WaitReason window{WaitCause::kWindow, QueueId(), JobId(), spec.window->NextOpen(now)};
+    const WaitReason window = WaitReason::Of(WaitCause::kWindow, QueueId(), JobId(), spec.window->NextOpen(now));
     if (!why && job.wait.cause == WaitCause::kWindow) {
       job.wait = window;
       if (wait) *wait = window;
@@ -406,7 +406,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
   }
   if (auto blocker = BurstBlocker(spec.queue, units)) {  // MIG sizes differ by model
-    for (auto it = scratch_.rbegin(); it != scratch_.rend(); ++it) ledger_.Release(*it);
+    ledger_.Release(scratch_);
     scratch_.clear();
     return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
   }
@@ -464,7 +464,7 @@ bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::str
   Allocation taken;
   for (const WorkerAlloc& w : alloc) {
     if (!ledger_.Fits(w)) {
-      for (auto it = taken.rbegin(); it != taken.rend(); ++it) ledger_.Release(*it);
+      ledger_.Release(taken);
       return refuse("it overlaps what another job holds on " + cluster_.node(w.node).name);
     }
     ledger_.Allocate(w);

@@ -148,22 +148,19 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
 
-JobId GantryPolicy::FirstHolder() const {
-  JobId first;
-  Ticks start = kForever;
+const GantryPolicy::Reservation* GantryPolicy::FirstHeld() const {
+  const Reservation* first = nullptr;
   for (const auto* held : {&claims_, &reservations_}) {
     for (const Reservation& r : *held) {
-      if (r.start < start) std::tie(first, start) = std::tuple(r.job, r.start);
+      if (!first || r.start < first->start) first = &r;
     }
   }
   return first;
 }
 
 Ticks GantryPolicy::Shadow() const {
-  Ticks shadow = kForever;
-  for (const Reservation& r : claims_) shadow = std::min(shadow, r.start);
-  for (const Reservation& r : reservations_) shadow = std::min(shadow, r.start);
-  return shadow;
+  const Reservation* first = FirstHeld();
+  return first ? first->start : kForever;
 }
 
 void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools) {
@@ -456,7 +453,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         s.mutable_ledger().Release(probe);
         why = "reservation: the GPUs that fit are held for " + Holders(s) +
               ", and this job's estimate runs past the earliest start";
-        wait = WaitReason::Of(WaitCause::kReservation, QueueId(), FirstHolder(), Shadow());
+        const Reservation* first = FirstHeld();
+        wait = WaitReason::Of(WaitCause::kReservation, QueueId(), first ? first->job : JobId(), Shadow());
       }
       HoldPhantoms(s, JobId(), pools);
       refined_.emplace(shape, std::pair{wait, why});

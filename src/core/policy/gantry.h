@@ -119,7 +119,7 @@ class GantryPolicy final : public Policy {
   void HoldDrains(Scheduler& s);
   void DropDrains(Scheduler& s);
   Ticks Shadow() const;  // earliest start of a reservation or claim
-  JobId FirstHolder() const;  // the job of that reservation or claim
+  const Reservation* FirstHeld() const;  // that reservation or claim (null: none)
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0});
   std::vector<Reservation> reservations_;

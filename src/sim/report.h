@@ -108,6 +108,7 @@ class Report {
     }
   }
   double allocation_bound_at_last_arrival_pct() const { return bound_at_last_arrival_; }
+  core::Ticks last_submit() const { return last_submit_; }  // -1 before the first
   double fragmentation_mean_pct() const;
   // Queue waits (ms) of the jobs of a tier that started, in start order.
   const std::vector<double>& waits_ms(core::Tier tier) const {

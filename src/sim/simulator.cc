@@ -94,7 +94,7 @@ bool Simulator::Run(spec::TraceReader& trace, const std::vector<spec::Failure>& 
       Pass(t);
     } while (!events_.empty() && events_.top().t == t);
     Account(t);  // the values in force from t on
-    if (!have && t == last_arrival_) {
+    if (!have && t == report_.last_submit()) {
       report_.StrandedAtLastArrival(sched_.ledger().up_units(), core::StrandedUnits(sched_));
     }
     Observe(t);
@@ -136,7 +136,6 @@ void Simulator::Arrive(core::TraceJob&& tj) {
   log_.Submit(t, Name(id));
   report_.Submitted(t);
   report_.Events(1);
-  last_arrival_ = t;
   ++active_;
 }
 

@@ -125,7 +125,6 @@ class Simulator {
   uint64_t handled_ = 0;  // events handled (SimProgress::events)
   uint64_t next_progress_ = 0;
   core::Ticks last_t_ = 0;  // latest instant handled
-  core::Ticks last_arrival_ = -1;
 };
 
 }  // namespace gantry::sim

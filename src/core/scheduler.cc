@@ -4,6 +4,7 @@
 #include <cassert>
 #include <charconv>
 #include <cmath>
+#include <utility>
 
 #include "core/model/feasibility.h"
 
@@ -74,10 +75,10 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
   }
 }
 
-Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) const {
+Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) {
   return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
                s.gpus,       s.share_milli,             s.models,     s.vram_bytes,
-               s.cpus_milli, s.memory_bytes,            s.mig_profile, s.pool,         shape_context_};
+               s.cpus_milli, s.memory_bytes,            s.mig_profile, s.pool};
 }
 
 void Scheduler::AddPending(JobId id) {
@@ -142,6 +143,9 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   rec.submit = now;
   rec.pending_since = now;
   rec.asked_tier = rec.spec.tier;
+  // (A budget's demotion moves the tier between standard and best-effort only, so the
+  // shape, which tells only critical work apart, never changes.)
+  rec.shape = shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
   std::optional<std::string> why = WhyNeverStarts(rec.spec, cluster_, queues_);
   if (why) {
     rec.phase = Phase::kDone;
@@ -155,11 +159,10 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   return id;
 }
 
-bool Scheduler::KnownNotToFit(const JobSpec& spec, uint8_t context) const {
+bool Scheduler::KnownNotToFit(JobId id, uint8_t context) const {
   if (context == kNoShapeCache) return false;
-  Shape shape = ShapeOf(spec);
-  shape.context = context;
-  return failed_shapes_.contains(shape);
+  const size_t slot = size_t{jobs_[id.v].shape} * kShapeContexts + context;
+  return slot < failed_shapes_.size() && failed_shapes_[slot] == pass_;
 }
 
 void Scheduler::AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign) {
@@ -336,12 +339,18 @@ std::string_view Word(WaitCause c) {
   return "other";
 }
 
-void Scheduler::Wait(JobId id, const WaitReason& wait, std::string reason) {
+void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) {
   JobRecord& job = jobs_[id.v];
   job.wait = wait;  // its `at` may move while the text stays: no new decision for that
   if (job.wait_reason == reason) return;
   job.wait_reason = reason;
-  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::move(reason), wait.cause});
+  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::string(reason), wait.cause});
+}
+
+bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {
+  const JobSpec& spec = jobs_[id.v].spec;  // TryStartJob's first three checks
+  return (spec.window && !spec.window->Contains(now)) ||
+         (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, MinUnits(spec));
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
@@ -352,12 +361,12 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitRea
 bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
   JobRecord& job = jobs_[id.v];
   const JobSpec& spec = job.spec;
-  auto fail = [&](const WaitReason& block, std::string reason) {
+  auto fail = [&](const WaitReason& block, auto&& reason) {  // a text made now, or kept
     if (wait) *wait = block;
     if (why) {
-      *why = std::move(reason);
+      *why = std::forward<decltype(reason)>(reason);
     } else {
-      Wait(id, block, std::move(reason));
+      Wait(id, block, reason);
     }
     return false;
   };
@@ -371,9 +380,10 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     // A job's window, so its text, never changes: written once, not at every pass (a
     // week's replay with fine-tuning windows spent 10% of its time here).
     const WaitReason window = WaitReason::Of(WaitCause::kWindow, QueueId(), JobId(), spec.window->NextOpen(now));
-    if (!why && job.wait.cause == WaitCause::kWindow) {
+    if (job.wait.cause == WaitCause::kWindow) {
       job.wait = window;
       if (wait) *wait = window;
+      if (why) *why = job.wait_reason;
       return false;
     }
     return fail(window, "window: may start only between " +
@@ -391,15 +401,20 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
   if (auto blocker = BurstBlocker(spec.queue, MinUnits(spec))) {
     return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
   }
-  const Shape shape = ShapeOf(spec);
   const bool cache = shape_context_ != kNoShapeCache;
-  if (auto it = failed_shapes_.find(shape); cache && it != failed_shapes_.end()) {
-    return fail(WaitReason::Of(WaitCause::kCapacity), it->second);
+  const size_t slot = size_t{job.shape} * kShapeContexts + (cache ? shape_context_ : 0);
+  if (cache && KnownNotToFit(id, shape_context_)) {
+    return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(no_room_text_[job.shape]));
   }
   if (!placer_.Place(spec, fit, scratch_)) {
-    std::string reason = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
-    if (cache) failed_shapes_.emplace(shape, reason);
-    return fail(WaitReason::Of(WaitCause::kCapacity), std::move(reason));
+    if (no_room_text_.size() <= job.shape) no_room_text_.resize(shape_ids_.size());
+    std::string& text = no_room_text_[job.shape];
+    if (text.empty()) text = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
+    if (cache) {
+      if (failed_shapes_.size() <= slot) failed_shapes_.resize(shape_ids_.size() * kShapeContexts);
+      failed_shapes_[slot] = pass_;
+    }
+    return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(text));
   }
   GpuUnits units = 0;
   for (const WorkerAlloc& w : scratch_) {
@@ -498,7 +513,7 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   const bool full = freed_since_pass_ || budgets_changed || now >= next_wakeup_;
   if (full) next_wakeup_ = kForever;
   pass_wakeup_ = kForever;
-  failed_shapes_.clear();
+  ++pass_;  // empties the shape cache
   DecayUsage(now);
   policy_->Schedule(*this, now, full);
   shape_context_ = 0;

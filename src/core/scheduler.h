@@ -132,6 +132,7 @@ struct JobRecord {
   Tier asked_tier = Tier::kStandard;  // spec.tier as submitted; spec.tier is best-effort
                                       // instead while a spent budget demotes it
   double cost_rate = 0;     // while running: weighted GPU-hours per tick it spends
+  uint32_t shape = 0;       // its request shape, interned at submit (Scheduler::shape_id)
 };
 
 struct Decision {
@@ -244,6 +245,8 @@ class Scheduler {
   // ---- for policies ----
   // "Same request shape": jobs of one shape fit or fail together within a pass, so a
   // pass costs about the number of distinct shapes, not the number of pending jobs.
+  // Each job's shape is interned once, at submit: the per-pass caches are indexed by its
+  // number (a map keyed by the whole struct cost 7% of a replay in comparisons).
   struct Shape {
     Sharing sharing;
     bool critical;
@@ -253,10 +256,12 @@ class Scheduler {
     int64_t vram_bytes, cpus_milli, memory_bytes;
     std::string mig_profile;
     PoolId pool;
-    uint8_t context;
     auto operator<=>(const Shape&) const = default;
   };
-  Shape ShapeOf(const JobSpec& spec) const;
+  static Shape ShapeOf(const JobSpec& spec);
+  // The number of job `id`'s shape: equal for two jobs exactly when their shapes are.
+  uint32_t shape_id(JobId id) const { return jobs_[id.v].shape; }
+  size_t shape_count() const { return shape_ids_.size(); }
 
   struct PendingKey {
     Tier tier;
@@ -272,9 +277,13 @@ class Scheduler {
   // given, says which check failed (cause kWindow, kBudget, kQuota or kCapacity;
   // kNotYetPlaced after a start).
   bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, WaitReason* wait = nullptr);
-  // Whether TryStart under shape context `context` would fail a job of this spec from the
-  // pass's cache of shapes that found no room (so without placing anything).
-  bool KnownNotToFit(const JobSpec& spec, uint8_t context) const;
+  // Whether TryStart would refuse job `id` before placing it (its window is closed, its
+  // queue's budget is spent, or a burst limit leaves no room): then nothing on the ledger
+  // can change the outcome.
+  bool HeldBeforePlacement(JobId id, Ticks now) const;
+  // Whether TryStart under shape context `context` would fail job `id` from the pass's
+  // cache of shapes that found no room (so without placing anything).
+  bool KnownNotToFit(JobId id, uint8_t context) const;
   // Recovery (gantryd after a restart): the pending job `id`, just submitted, runs again
   // from `started` holding exactly `alloc`, as it did before, with no decision emitted.
   // Refused (false, the reason in `why`; the job stays pending) where a node of `alloc`
@@ -284,7 +293,7 @@ class Scheduler {
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).
-  void Wait(JobId id, const WaitReason& wait, std::string reason);
+  void Wait(JobId id, const WaitReason& wait, std::string_view reason);
 
   // Pending jobs of one tier and queue, by (submit, id).
   const std::set<std::pair<Ticks, JobId>>& pending_in(Tier tier, QueueId q) const {
@@ -318,8 +327,9 @@ class Scheduler {
   // found (every Allocate undone by a Release and vice versa) except through TryStart.
   Ledger& mutable_ledger() { return ledger_; }
   Placer& placer() { return placer_; }
-  // Extra context mixed into the pass's shape cache, e.g. "reservations ignored";
-  // kNoShapeCache: neither read nor fill the cache (a one-off view of the ledger).
+  // Extra context mixed into the pass's shape cache (0 or 1), e.g. "reservations
+  // ignored"; kNoShapeCache: neither read nor fill the cache (a one-off view of the ledger).
+  static constexpr uint8_t kShapeContexts = 2;
   static constexpr uint8_t kNoShapeCache = 255;
   void set_shape_context(uint8_t c) { shape_context_ = c; }
   // Asks for a full pass at `t` (e.g. when a protected victim becomes preemptible).
@@ -370,7 +380,14 @@ class Scheduler {
   size_t models_ = 0;                  // catalog size: the stride of model_usage_
   std::vector<GpuUnits> model_usage_;  // [queue * models_ + model]; empty: no per-model guarantee
   std::vector<Decision> decisions_;
-  std::map<Shape, std::string> failed_shapes_;  // this pass: shape -> why it failed
+  std::map<Shape, uint32_t> shape_ids_;  // every shape submitted so far -> its number
+  // This pass: [shape * kShapeContexts + context] -> whether it found no room (where the
+  // pass number matches).
+  std::vector<uint64_t> failed_shapes_;
+  uint64_t pass_ = 1;
+  // Per shape: "capacity: no room now for ...", written on its first failure (the text
+  // depends on the shape alone; it was 7% of a replay's time when written at each).
+  std::vector<std::string> no_room_text_;
   bool freed_since_pass_ = true;
   Ticks next_wakeup_ = kForever;
   Ticks pass_wakeup_ = kForever;

@@ -72,7 +72,7 @@ class GantryPolicy final : public Policy {
 
   using Mode = VictimSelector::Mode;
   struct PreemptKey {
-    Scheduler::Shape shape;
+    uint32_t shape;  // Scheduler::shape_id
     QueueId queue;
     Tier tier;
     Mode mode;
@@ -121,7 +121,11 @@ class GantryPolicy final : public Policy {
   Ticks Shadow() const;  // earliest start of a reservation or claim
   const Reservation* FirstHeld() const;  // that reservation or claim (null: none)
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
-  void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0});
+  // Lets go of the held GPUs in `pools` (PoolBit), handing them back in `dropped` if given.
+  void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0}, Allocation* dropped = nullptr);
+  // Holds again what DropPhantoms dropped, when the ledger is as it left it: the same as
+  // holding the reservations again, without looking for what of them is free.
+  void RestorePhantoms(Scheduler& s, const Allocation& dropped);
   std::vector<Reservation> reservations_;
   // Reservations of draining jobs: kept across passes where they were made, until the job
   // starts or leaves (or a node of theirs goes down); never let to backfill.
@@ -145,9 +149,11 @@ class GantryPolicy final : public Policy {
   std::vector<Reservation> claims_;
   std::vector<JobId> considered_;  // claimants already considered in this pass
   Allocation phantoms_;
+  Allocation dropped_;  // Consider's scratch: the held GPUs let go for one try
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
-  std::map<Scheduler::Shape, std::pair<WaitReason, std::string>> refined_;  // this pass: shape -> why
+  std::map<uint32_t, std::pair<WaitReason, std::string>> refined_;  // this pass: shape id -> why
   std::vector<JobId> order_;
+  std::string why_;  // Consider's wait reason, a member so its buffer is reused
   // Per pass: whom preemptions may take (built on first use), the requests that found
   // neither victims nor a reservation (they fail alike for the rest of the pass), and
   // after a failed TryPreempt the earliest next checkpoint of a victim left out.

@@ -8,7 +8,7 @@ bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now, const std::function<b
                         Ticks& start, Allocation& fit) {
   Ledger& ledger = s.mutable_ledger();
   const JobSpec& spec = s.job(id).spec;
-  const Scheduler::Shape shape = s.ShapeOf(spec);
+  const uint32_t shape = s.shape_id(id);
   if (failed_.contains(shape)) return false;
   fit.clear();
   start = kForever;

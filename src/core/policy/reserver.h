@@ -31,7 +31,7 @@ class Reserver {
                 Allocation& fit);
 
  private:
-  std::set<Scheduler::Shape> failed_;  // this pass
+  std::set<uint32_t> failed_;  // this pass: shape ids (Scheduler::shape_id)
 };
 
 }  // namespace gantry::core

@@ -349,7 +349,7 @@ void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) 
 
 bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {
   const JobSpec& spec = jobs_[id.v].spec;  // TryStartJob's first three checks
-  return (spec.window && !spec.window->Contains(now)) ||
+  return WindowClosed(id, now) ||
          (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, MinUnits(spec));
 }
 

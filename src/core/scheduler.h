@@ -277,6 +277,11 @@ class Scheduler {
   // given, says which check failed (cause kWindow, kBudget, kQuota or kCapacity;
   // kNotYetPlaced after a start).
   bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, WaitReason* wait = nullptr);
+  // Whether job `id` has a window and it is closed at `now`.
+  bool WindowClosed(JobId id, Ticks now) const {
+    const auto& window = jobs_[id.v].spec.window;
+    return window && !window->Contains(now);
+  }
   // Whether TryStart would refuse job `id` before placing it (its window is closed, its
   // queue's budget is spent, or a burst limit leaves no room): then nothing on the ledger
   // can change the outcome.

@@ -162,9 +162,9 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     const Ticks ran = now - victim.last_start;
     const Ticks ck = victim.spec.checkpoint;
     const Ticks since = ck > 0 ? ran % ck : ran;
-    victims_.push_back(Victim{victim.spec.tier == Tier::kBestEffort ? 0 : 1,
-                              victim.units * (since / kTicksPerSecond), v, pools,
-                              ck > 0 ? since : 0, guarded});
+    victims_.push_back(Victim{Victim::Cost(victim.spec.tier == Tier::kBestEffort ? 0 : 1,
+                                           victim.units * (since / kTicksPerSecond)),
+                              v, guarded, pools, ck > 0 ? since : 0});
   }
   indexed_ = true;
   sorted_ = false;
@@ -199,14 +199,14 @@ bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Vi
     return false;
   }
   if (mode == Mode::kRank) return true;
-  const bool lower_tier = c.category == 0 && job.spec.tier != Tier::kBestEffort;
+  const bool lower_tier = c.category() == 0 && job.spec.tier != Tier::kBestEffort;
   return lower_tier ||
          (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
           AllBorrowed(s, victim, {}));
 }
 
 bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken) {
-  if (c.category != 1 || mode != Mode::kGuarantee) return true;
+  if (c.category() != 1 || mode != Mode::kGuarantee) return true;
   const JobRecord& victim = s.job(c.id);
   if (!AllBorrowed(s, victim, taken)) return false;
   for (const auto& [model, units] : holdings_) taken.emplace_back(victim.spec.queue, model, units);
@@ -270,8 +270,8 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   for (size_t b = 0, e = 0; b < on_node_.size(); b = e) {
     NodeCost n{0, 0, b, b};
     for (e = b; e < on_node_.size() && on_node_[e].first == on_node_[b].first; ++e) {
-      n.category = std::max(n.category, victims_[on_node_[e].second].category);
-      n.lost += victims_[on_node_[e].second].lost;
+      n.category = std::max(n.category, victims_[on_node_[e].second].category());
+      n.lost += victims_[on_node_[e].second].lost();
     }
     n.end = e;
     nodes.push_back(n);

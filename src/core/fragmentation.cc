@@ -231,14 +231,23 @@ double Fragmentation::NodeFragmentedGpus(NodeId n) const {
 double Fragmentation::FragmentedGpus() const {
   if (!active()) return 0;
   if (total_version_ == ledger_.version() && total_epoch_ == epoch_) return total_gpus_;
-  int64_t sum = 0;
-  const auto nodes = static_cast<uint32_t>(ledger_.cluster().nodes().size());
-  for (uint32_t i = 0; i < nodes; ++i) {
-    if (ledger_.node(NodeId(i)).up) sum += NodeScore(NodeId(i));
+  auto rescore = [&](NodeId n) {
+    const int64_t score = ledger_.node(n).up ? NodeScore(n) : 0;
+    total_sum_ += score - summed_[n.v];
+    summed_[n.v] = score;
+  };
+  if (total_epoch_ != epoch_) {  // every node's score moved with the mix
+    ledger_.TakeChanged([](NodeId) {});
+    const auto nodes = static_cast<uint32_t>(ledger_.cluster().nodes().size());
+    summed_.assign(nodes, 0);
+    total_sum_ = 0;
+    for (uint32_t i = 0; i < nodes; ++i) rescore(NodeId(i));
+  } else {
+    ledger_.TakeChanged(rescore);
   }
   total_version_ = ledger_.version();
   total_epoch_ = epoch_;
-  total_gpus_ = static_cast<double>(sum) / static_cast<double>(total_weight_) /
+  total_gpus_ = static_cast<double>(total_sum_) / static_cast<double>(total_weight_) /
                 static_cast<double>(kGpuUnits);
   return total_gpus_;
 }

@@ -72,8 +72,9 @@ class Fragmentation {
   // O(GPUs of the node x classes).
   int64_t Delta(const WorkerAlloc& w) const;
   // F_n(M) in GPUs (0 without a mix), and its sum over the up nodes: the cluster's
-  // fragmented GPUs. FragmentedGpus is O(nodes) unless nothing changed since the last
-  // call (then O(1)).
+  // fragmented GPUs. FragmentedGpus is O(nodes) after the mix changed, else O(nodes
+  // changed since the last call) (it consumes Ledger::TakeChanged: one Fragmentation per
+  // ledger).
   double NodeFragmentedGpus(NodeId n) const;
   double FragmentedGpus() const;
 
@@ -127,8 +128,10 @@ class Fragmentation {
   mutable std::vector<CacheEntry> cache_;
   mutable std::vector<GpuState> scratch_;  // Delta's what-if copy of a node's GPUs
   mutable uint64_t total_version_ = UINT64_MAX;
-  mutable uint64_t total_epoch_ = 0;
+  mutable uint64_t total_epoch_ = UINT64_MAX;
   mutable double total_gpus_ = 0;
+  mutable std::vector<int64_t> summed_;  // per node: its score in total_sum_ (0: down)
+  mutable int64_t total_sum_ = 0;
 };
 
 }  // namespace gantry::core

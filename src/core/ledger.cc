@@ -10,6 +10,7 @@ Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
   gpus_.resize(cluster.gpu_count());
   nodes_.resize(cluster.nodes().size());
   node_version_.assign(cluster.nodes().size(), 0);
+  changed_flag_.assign(cluster.nodes().size(), 0);
   domain_base_.resize(cluster.nodes().size());
   leaf_free_.assign(cluster.leaves().size(), 0);
   const auto& pools = cluster.pools();
@@ -253,6 +254,10 @@ void Ledger::TakeGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catal
 void Ledger::Touch(NodeId n) {
   ++node_version_[n.v];
   ++version_;
+  if (!changed_flag_[n.v]) {
+    changed_flag_[n.v] = 1;
+    changed_.push_back(n.v);
+  }
   if (!nodes_[n.v].up) return;
   buckets_[cluster_->node(n).pool.v][nodes_[n.v].free_whole].reset(PoolLocalNode(n));
 }

@@ -148,6 +148,16 @@ class Ledger {
   // moves on every Allocate/Release/SetUp that touches it, version() on every change.
   uint64_t node_version(NodeId n) const { return node_version_[n.v]; }
   uint64_t version() const { return version_; }
+  // The nodes changed since the last call (each once), for one consumer that keeps a
+  // total over nodes up to date without walking them all (Fragmentation). Clears the list.
+  template <typename F>
+  void TakeChanged(F&& f) const {
+    for (uint32_t n : changed_) {
+      changed_flag_[n] = 0;
+      f(NodeId(n));
+    }
+    changed_.clear();
+  }
 
  private:
   void Unindex(NodeId n);
@@ -175,6 +185,8 @@ class Ledger {
   GpuUnits up_units_ = 0;
   std::vector<uint64_t> node_version_;
   uint64_t version_ = 0;
+  mutable std::vector<uint32_t> changed_;      // TakeChanged's list
+  mutable std::vector<uint8_t> changed_flag_;  // per node: in changed_
   struct Step {
     bool allocated;  // else released
     WorkerAlloc w;

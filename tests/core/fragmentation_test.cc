@@ -232,6 +232,51 @@ TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
   }
 }
 
+// The cluster's total is kept from the nodes that changed since it was last read; it
+// must equal the sum over up nodes read one by one, through allocations, releases,
+// what-ifs rolled back, nodes going down and up, and the mix changing under it.
+TEST(FragmentationTest, TotalFollowsChangedNodesOnly) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 6, 4, "A100-80GB", 0, 1, kAll), Pool(c, "h", 5, 8, "H100-80GB", 2)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1), Whole(c, "four", 1, 4),
+                                     Shared(c, "q", Sharing::kMps, 250, 4), testing::Mig(c, "m1", "1g.10gb")};
+  for (const JobSpec& j : jobs) frag.Observe(j);
+  Placer placer(ledger, &frag);
+  std::mt19937_64 rng(11);
+  std::vector<Allocation> live;
+  auto by_nodes = [&] {
+    double sum = 0;
+    for (uint32_t n = 0; n < cluster.nodes().size(); ++n) {
+      if (ledger.node(NodeId(n)).up) sum += frag.NodeFragmentedGpus(NodeId(n));
+    }
+    return sum;
+  };
+  for (int step = 0; step < 600; ++step) {
+    const uint64_t roll = rng() % 10;
+    if (roll < 3 && !live.empty()) {
+      const size_t i = rng() % live.size();
+      ledger.Release(live[i]);
+      live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (roll == 3) {
+      const NodeId n(static_cast<uint32_t>(rng() % cluster.nodes().size()));
+      ledger.SetUp(n, !ledger.node(n).up);
+    } else if (roll == 4) {
+      const Ledger::Mark mark = ledger.Checkpoint();
+      for (const Allocation& a : live) ledger.Release(a);
+      ledger.Rollback(mark);
+    } else if (roll == 5) {
+      frag.Observe(jobs[rng() % jobs.size()]);  // the mix moves (a rebuild, now and then)
+    } else {
+      Allocation a;
+      if (placer.Place(jobs[rng() % jobs.size()], Fit::kBest, a)) live.push_back(a);
+    }
+    if (rng() % 4 == 0) continue;  // read now and then: changes pile up between reads
+    ASSERT_NEAR(frag.FragmentedGpus(), by_nodes(), 1e-9) << "step " << step;
+  }
+}
+
 // FGD finds room exactly where plain best fit does (it searches a superset of best fit's
 // places, and falls back to it only past kLooksPerBucket), over random ledger states.
 TEST(FragmentationTest, FitsWhereverBestFitFits) {

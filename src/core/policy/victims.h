@@ -116,7 +116,19 @@ class VictimSelector {
   Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;
   std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
-  std::vector<std::pair<uint32_t, uint32_t>> on_node_;  // NodeByNode: (node, victim index)
+  // NodeByNode: what emptying a node of its eligible victims costs. Cheapest first: any
+  // standard victim after best-effort ones only, then work lost, then the node's id.
+  struct NodeCost {
+    int category = 0;
+    GpuUnits lost = 0;
+    uint32_t node = 0;
+    uint32_t last = 0;  // 1 + the index of the last victim counted on it (in one call)
+    bool operator<(const NodeCost& o) const {
+      return std::tie(category, lost, node) < std::tie(o.category, o.lost, o.node);
+    }
+  };
+  std::vector<NodeCost> node_cost_;  // by node; all zero between calls
+  std::vector<uint32_t> eligible_;   // NodeByNode: indexes of the eligible victims
 };
 
 }  // namespace gantry::core

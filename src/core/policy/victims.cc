@@ -109,6 +109,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
       needed.push_back(*it);
     }
   }
+  for (JobId v : needed) info_[info_of_[v.v]].signaled = true;  // the caller preempts them
   // Where the job will go once the needed victims are gone (held as its claim).
   if (s.placer().Place(spec, Fit::kBest, fit)) ledger.Release(fit);
   // The victims keep their GPUs through their grace period.
@@ -147,6 +148,9 @@ bool VictimSelector::AllBorrowed(const Scheduler& s, const JobRecord& job, const
 
 void VictimSelector::Index(Scheduler& s, Ticks now) {
   victims_.clear();
+  info_.clear();
+  nodes_.clear();
+  if (info_of_.size() < s.job_count()) info_of_.resize(s.job_count());
   unprotect_ = kForever;
   for (JobId v : s.running()) {
     const JobRecord& victim = s.job(v);
@@ -158,13 +162,21 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       if (!ordering_.ByRank(victim.spec.queue)) continue;
     }
     uint64_t pools = 0;
-    for (const WorkerAlloc& w : victim.alloc) pools |= PoolBit(s.cluster().node(w.node).pool);
+    const auto begin = static_cast<uint32_t>(nodes_.size());
+    for (const WorkerAlloc& w : victim.alloc) {
+      pools |= PoolBit(s.cluster().node(w.node).pool);
+      if (std::find(nodes_.begin() + begin, nodes_.end(), w.node.v) == nodes_.end()) nodes_.push_back(w.node.v);
+    }
     const Ticks ran = now - victim.last_start;
     const Ticks ck = victim.spec.checkpoint;
     const Ticks since = ck > 0 ? ran % ck : ran;
+    const auto info = static_cast<uint32_t>(info_.size());
+    info_of_[v.v] = info;
+    info_.push_back(Info{ck > 0 ? since : 0, victim.last_start, ck, victim.spec.queue, victim.spec.tier, guarded,
+                         false, begin, static_cast<uint32_t>(nodes_.size())});
     victims_.push_back(Victim{Victim::Cost(victim.spec.tier == Tier::kBestEffort ? 0 : 1,
                                            victim.units * (since / kTicksPerSecond)),
-                              v, guarded, pools, ck > 0 ? since : 0});
+                              v, info, pools});
   }
   indexed_ = true;
   sorted_ = false;
@@ -177,14 +189,14 @@ bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Vi
   // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
   // as starts earlier in this pass moved it.
   if ((c.pools & accepts) == 0) return false;
-  const JobRecord& victim = s.job(c.id);
-  if (victim.phase != Phase::kRunning) return false;  // preempted earlier in this pass
-  if (c.guarded && (mode != Mode::kRank || now - victim.last_start < s.params().attained_quantum)) {
+  const Info& v = info_[c.info];
+  if (v.signaled) return false;  // preempted earlier in this pass
+  if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
     return false;
   }
-  if (mode == Mode::kLessees) return victim.spec.tier >= job.spec.tier && (*overdue_)(c.id);
-  if (mode == Mode::kRank && (victim.spec.queue != job.spec.queue || victim.spec.tier < job.spec.tier ||
-                              !(ordering_.Rank(s, victim, now) > job_rank_))) {
+  if (mode == Mode::kLessees) return v.tier >= job.spec.tier && (*overdue_)(c.id);
+  if (mode == Mode::kRank && (v.queue != job.spec.queue || v.tier < job.spec.tier ||
+                              !(ordering_.Rank(s, s.job(c.id), now) > job_rank_))) {
     return false;
   }
   // A job that can wait takes back its guarantee from a checkpointing victim only just
@@ -194,15 +206,14 @@ bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Vi
   const Ticks window = mode == Mode::kRank
                            ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
                            : s.params().preempt_after_checkpoint;
-  if (window > 0 && job.spec.tier != Tier::kCritical && c.since > window) {
-    next_checkpoint_ = std::min(next_checkpoint_, now + victim.spec.checkpoint - c.since);
+  if (window > 0 && job.spec.tier != Tier::kCritical && v.since > window) {
+    next_checkpoint_ = std::min(next_checkpoint_, now + v.checkpoint - v.since);
     return false;
   }
   if (mode == Mode::kRank) return true;
   const bool lower_tier = c.category() == 0 && job.spec.tier != Tier::kBestEffort;
   return lower_tier ||
-         (victim.spec.queue != job.spec.queue && victim.spec.tier >= job.spec.tier &&
-          AllBorrowed(s, victim, {}));
+         (v.queue != job.spec.queue && v.tier >= job.spec.tier && AllBorrowed(s, s.job(c.id), {}));
 }
 
 bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken) {
@@ -259,12 +270,12 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   for (uint32_t i = 0; i < victims_.size(); ++i) {
     if (!Eligible(s, job, victims_[i], accepts, Mode::kGuarantee, now)) continue;
     eligible_.push_back(i);
-    for (const WorkerAlloc& w : s.job(victims_[i].id).alloc) {
-      NodeCost& n = cost[w.node.v];
-      if (n.last == i + 1) continue;  // counted on this node already
-      if (n.last == 0) touched.push_back(w.node.v);
-      n.last = i + 1;
-      n.node = w.node.v;
+    const Info& v = info_[victims_[i].info];
+    for (uint32_t k = v.nodes_begin; k < v.nodes_end; ++k) {
+      NodeCost& n = cost[nodes_[k]];
+      if (!n.seen) touched.push_back(nodes_[k]);
+      n.seen = true;
+      n.node = nodes_[k];
       n.category = std::max(n.category, victims_[i].category());
       n.lost += victims_[i].lost();
     }
@@ -278,9 +289,10 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   // The eligible victims on each node tried, cheapest first.
   std::vector<std::vector<uint32_t>> runs(tries);
   for (uint32_t i : eligible_) {
-    for (const WorkerAlloc& w : s.job(victims_[i].id).alloc) {
+    const Info& v = info_[victims_[i].info];
+    for (uint32_t n = v.nodes_begin; n < v.nodes_end; ++n) {
       for (size_t k = 0; k < tries; ++k) {
-        if (nodes[k].node == w.node.v && (runs[k].empty() || runs[k].back() != i)) runs[k].push_back(i);
+        if (nodes[k].node == nodes_[n]) runs[k].push_back(i);
       }
     }
   }

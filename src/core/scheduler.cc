@@ -223,6 +223,8 @@ void Scheduler::Release(JobId id) {
   running_pos_[running_.back().v] = pos;
   running_[pos] = running_.back();
   running_.pop_back();
+  running_stamp_[pos] = ++stamps_;  // another job there now (or none)
+  running_stamp_.pop_back();
   SetExpectedEnd(id, -1);
   ledger_.Release(job.alloc);
   AddUsage(job.spec, job.alloc, job.units, -1);
@@ -438,6 +440,7 @@ void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
   RemovePending(id);
   running_pos_[id.v] = static_cast<uint32_t>(running_.size());
   running_.push_back(id);
+  running_stamp_.push_back(++stamps_);
   job.units = units;
   AddUsage(job.spec, job.alloc, units, 1);
   BudgetRun(id, now, 1);
@@ -495,6 +498,7 @@ void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
   assert(job.phase == Phase::kRunning && job.spec.tier != Tier::kCritical);
   ++jobs_[by.v].victims_pending;
   job.phase = Phase::kSignaled;
+  running_stamp_[running_pos_[victim.v]] = ++stamps_;
   job.signaled_at = now;
   job.preempted_by = by;
   SetExpectedEnd(victim, ExpectedEnd(victim));

@@ -307,6 +307,10 @@ class Scheduler {
   // Running or signaled jobs, in no particular order (a dense set: O(1) to add and
   // remove, contiguous to walk).
   const std::vector<JobId>& running() const { return running_; }
+  // Beside running(), position by position: a stamp that is new whenever the job there
+  // changes (another job moved into the place, a new run, a signal), so a policy can keep
+  // what it reads of running jobs' records across passes and read again only what moved.
+  const std::vector<uint64_t>& running_stamps() const { return running_stamp_; }
   // Runtime estimate: the job's own, else the mean of its queue's last completed jobs,
   // else the default.
   Ticks Estimate(JobId id) const;
@@ -401,6 +405,8 @@ class Scheduler {
   std::vector<std::set<std::pair<Ticks, JobId>>> pending_by_queue_;  // [tier * queues + q]
   std::vector<JobId> running_;
   std::vector<uint32_t> running_pos_;  // per job: its index in running_ while there
+  std::vector<uint64_t> running_stamp_;  // beside running_ (running_stamps())
+  uint64_t stamps_ = 0;
   std::set<std::pair<Ticks, JobId>> by_end_;
   std::function<void()> decision_hook_;
   std::vector<double> decayed_;

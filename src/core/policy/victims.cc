@@ -148,35 +148,47 @@ bool VictimSelector::AllBorrowed(const Scheduler& s, const JobRecord& job, const
 
 void VictimSelector::Index(Scheduler& s, Ticks now) {
   victims_.clear();
-  info_.clear();
-  nodes_.clear();
+  const std::vector<JobId>& running = s.running();
+  const std::vector<uint64_t>& stamps = s.running_stamps();
+  info_.resize(running.size());
   if (info_of_.size() < s.job_count()) info_of_.resize(s.job_count());
   unprotect_ = kForever;
-  for (JobId v : s.running()) {
-    const JobRecord& victim = s.job(v);
-    if (victim.phase != Phase::kRunning || victim.spec.tier == Tier::kCritical) continue;
-    const bool guarded =
-        victim.preemptions > 0 && now - victim.last_start < s.params().min_run_before_repreempt;
-    if (guarded) {
-      unprotect_ = std::min(unprotect_, victim.last_start + s.params().min_run_before_repreempt);
-      if (!ordering_.ByRank(victim.spec.queue)) continue;
+  for (uint32_t pos = 0; pos < running.size(); ++pos) {
+    const JobId v = running[pos];
+    Info& info = info_[pos];
+    if (info.stamp != stamps[pos]) {  // another job, run or phase here: read its record
+      const JobRecord& victim = s.job(v);
+      info.stamp = stamps[pos];
+      info.running = victim.phase == Phase::kRunning;
+      info.tier = victim.spec.tier;
+      info.queue = victim.spec.queue;
+      info.preemptions = victim.preemptions;
+      info.last_start = victim.last_start;
+      info.checkpoint = victim.spec.checkpoint;
+      info.units = victim.units;
+      info.pools = 0;
+      info.nodes.clear();
+      for (const WorkerAlloc& w : victim.alloc) {
+        info.pools |= PoolBit(s.cluster().node(w.node).pool);
+        if (std::find(info.nodes.begin(), info.nodes.end(), w.node.v) == info.nodes.end()) {
+          info.nodes.push_back(w.node.v);
+        }
+      }
     }
-    uint64_t pools = 0;
-    const auto begin = static_cast<uint32_t>(nodes_.size());
-    for (const WorkerAlloc& w : victim.alloc) {
-      pools |= PoolBit(s.cluster().node(w.node).pool);
-      if (std::find(nodes_.begin() + begin, nodes_.end(), w.node.v) == nodes_.end()) nodes_.push_back(w.node.v);
+    if (!info.running || info.tier == Tier::kCritical) continue;
+    info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
+    if (info.guarded) {
+      unprotect_ = std::min(unprotect_, info.last_start + s.params().min_run_before_repreempt);
+      if (!ordering_.ByRank(info.queue)) continue;
     }
-    const Ticks ran = now - victim.last_start;
-    const Ticks ck = victim.spec.checkpoint;
+    const Ticks ran = now - info.last_start;
+    const Ticks ck = info.checkpoint;
     const Ticks since = ck > 0 ? ran % ck : ran;
-    const auto info = static_cast<uint32_t>(info_.size());
-    info_of_[v.v] = info;
-    info_.push_back(Info{ck > 0 ? since : 0, victim.last_start, ck, victim.spec.queue, victim.spec.tier, guarded,
-                         false, begin, static_cast<uint32_t>(nodes_.size())});
-    victims_.push_back(Victim{Victim::Cost(victim.spec.tier == Tier::kBestEffort ? 0 : 1,
-                                           victim.units * (since / kTicksPerSecond)),
-                              v, info, pools});
+    info.since = ck > 0 ? since : 0;
+    info.signaled = false;
+    info_of_[v.v] = pos;
+    victims_.push_back(Victim{Victim::Cost(info.tier == Tier::kBestEffort ? 0 : 1, info.units * (since / kTicksPerSecond)),
+                              v, pos, info.pools});
   }
   indexed_ = true;
   sorted_ = false;
@@ -270,12 +282,11 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   for (uint32_t i = 0; i < victims_.size(); ++i) {
     if (!Eligible(s, job, victims_[i], accepts, Mode::kGuarantee, now)) continue;
     eligible_.push_back(i);
-    const Info& v = info_[victims_[i].info];
-    for (uint32_t k = v.nodes_begin; k < v.nodes_end; ++k) {
-      NodeCost& n = cost[nodes_[k]];
-      if (!n.seen) touched.push_back(nodes_[k]);
+    for (uint32_t node : info_[victims_[i].info].nodes) {
+      NodeCost& n = cost[node];
+      if (!n.seen) touched.push_back(node);
       n.seen = true;
-      n.node = nodes_[k];
+      n.node = node;
       n.category = std::max(n.category, victims_[i].category());
       n.lost += victims_[i].lost();
     }
@@ -289,10 +300,9 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   // The eligible victims on each node tried, cheapest first.
   std::vector<std::vector<uint32_t>> runs(tries);
   for (uint32_t i : eligible_) {
-    const Info& v = info_[victims_[i].info];
-    for (uint32_t n = v.nodes_begin; n < v.nodes_end; ++n) {
+    for (uint32_t node : info_[victims_[i].info].nodes) {
       for (size_t k = 0; k < tries; ++k) {
-        if (nodes[k].node == nodes_[n]) runs[k].push_back(i);
+        if (nodes[k].node == node) runs[k].push_back(i);
       }
     }
   }

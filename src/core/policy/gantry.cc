@@ -236,6 +236,7 @@ void GantryPolicy::RestorePhantoms(Scheduler& s, const Allocation& dropped) {
 }
 
 void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
+  evicted_stale_ = true;  // jobs and claims moved since the last pass
   refined_.clear();
   preempt_failed_.clear();
   reserver_.NewPass();
@@ -269,6 +270,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   // A claim whose victims are gone has had its chance: it holds nothing any longer
   // (the job started, or could not and waits like any other, preempting anew if it may).
   std::erase_if(claims_, [&](const Reservation& c) { return s.job(c.job).victims_pending == 0; });
+  evicted_stale_ = true;
   DropPhantoms(s);
   HoldPhantoms(s);
   if (!full) {
@@ -346,12 +348,21 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
   // shares it would start again in the slot it left, and be preempted again, for ever).
-  if (!evicted_.empty()) {
-    std::erase_if(evicted_, [&](const std::pair<JobId, JobId>& e) {
-      return s.job(e.second).phase != Phase::kPending ||
-             std::none_of(claims_.begin(), claims_.end(), [&](const Reservation& c) { return c.job == e.second; });
-    });
+  if (!evicted_.empty() && id.v < evicted_count_.size()) {
+    // Dropped once the preemptor started or holds no claim; that changes only when a job
+    // starts or claims are let go, so looked at again only then (every Consider of a
+    // pass with thousands of preemptions made a pass quadratic).
+    if (evicted_stale_) {
+      std::erase_if(evicted_, [&](const std::pair<JobId, JobId>& e) {
+        const bool gone = s.job(e.second).phase != Phase::kPending ||
+                          std::none_of(claims_.begin(), claims_.end(), [&](const Reservation& c) { return c.job == e.second; });
+        if (gone) --evicted_count_[e.first.v];
+        return gone;
+      });
+      evicted_stale_ = false;
+    }
     for (const auto& [victim, by] : evicted_) {
+      if (evicted_count_[id.v] == 0) break;  // not a victim (most jobs): no need to look
       if (victim == id) {
         s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), by),
                "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
@@ -425,6 +436,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   s.set_shape_context(0);
   if (started) {
+    evicted_stale_ = true;  // it may be a preemptor
     if (held && free_pass && job.spec.tier != Tier::kCritical) {
       const size_t i = FindLease(id);
       if (i < leases_.size() && leases_[i].job == id) {
@@ -549,6 +561,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   std::sort(needed.begin(), needed.end());
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
+    if (evicted_count_.size() <= v.v) evicted_count_.resize(s.job_count());
+    ++evicted_count_[v.v];
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
     std::string reason =

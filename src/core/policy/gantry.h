@@ -140,6 +140,8 @@ class GantryPolicy final : public Policy {
   // a claim (on a shared GPU it would take back the slice it left, and the preemptor
   // would preempt it again, for ever).
   std::vector<std::pair<JobId, JobId>> evicted_;
+  bool evicted_stale_ = true;  // a job started or claims were let go since evicted_ was pruned
+  std::vector<uint32_t> evicted_count_;  // by job id: its entries in evicted_ as victim
   QueueOrdering ordering_;
   std::vector<Ticks> max_wait_;  // per queue (Init)
   bool any_max_wait_ = false;

@@ -9,8 +9,8 @@
 #   --quick      3 passes per scheduling benchmark, the replay on 2,000 GPUs (~3 minutes;
 #                the default run takes ~7)
 #   --big        also the 1,000,000-job replay on 100,000 GPUs (issue 14's scale target:
-#                gantry only, stopped after an hour; its trace alone is 200 MB, and the run
-#                took about half an hour on a 2-core machine in November 2026)
+#                gantry only, stopped after an hour; its trace alone is 200 MB; in November
+#                2026 it had not finished after 38 minutes on a 2-core machine)
 #   --jobs N     build parallelism (default 1: the machine is shared)
 # Results go to build/bench/results/<UTC time>/ (core.json, replay.tsv, summary.md).
 set -euo pipefail
@@ -25,7 +25,7 @@ while [[ $# -gt 0 ]]; do
     --no-replay) replay=0; shift ;;
     --big) big=1; shift ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "core/placement.h"
@@ -259,8 +260,15 @@ TEST(FragmentationTest, TotalFollowsChangedNodesOnly) {
       const size_t i = rng() % live.size();
       ledger.Release(live[i]);
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
-    } else if (roll == 3) {
+    } else if (roll == 3) {  // a node fails (its jobs end, as the scheduler ends them) or comes back
       const NodeId n(static_cast<uint32_t>(rng() % cluster.nodes().size()));
+      if (ledger.node(n).up) {
+        std::erase_if(live, [&](const Allocation& a) {
+          const bool on = std::any_of(a.begin(), a.end(), [&](const WorkerAlloc& w) { return w.node == n; });
+          if (on) ledger.Release(a);
+          return on;
+        });
+      }
       ledger.SetUp(n, !ledger.node(n).up);
     } else if (roll == 4) {
       const Ledger::Mark mark = ledger.Checkpoint();

@@ -377,7 +377,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     return "quota: queue " + q.name + " holds " + Gpus(queue_usage_[blocker.v]) +
            " of its burst_gpus " + Gpus(q.burst);
   };
-  if (spec.window && !spec.window->Contains(now)) {
+  if (WindowClosed(id, now)) {
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
     // A job's window, so its text, never changes: written once, not at every pass (a
     // week's replay with fine-tuning windows spent 10% of its time here).

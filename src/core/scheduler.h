@@ -261,7 +261,6 @@ class Scheduler {
   static Shape ShapeOf(const JobSpec& spec);
   // The number of job `id`'s shape: equal for two jobs exactly when their shapes are.
   uint32_t shape_id(JobId id) const { return jobs_[id.v].shape; }
-  size_t shape_count() const { return shape_ids_.size(); }
 
   struct PendingKey {
     Tier tier;
@@ -311,6 +310,9 @@ class Scheduler {
   // changes (another job moved into the place, a new run, a signal), so a policy can keep
   // what it reads of running jobs' records across passes and read again only what moved.
   const std::vector<uint64_t>& running_stamps() const { return running_stamp_; }
+  // A running or signaled job's place in running() (stable within a pass: the set only
+  // grows until a job's run ends, between passes).
+  uint32_t running_place(JobId id) const { return running_pos_[id.v]; }
   // Runtime estimate: the job's own, else the mean of its queue's last completed jobs,
   // else the default.
   Ticks Estimate(JobId id) const;

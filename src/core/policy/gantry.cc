@@ -348,7 +348,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
   // shares it would start again in the slot it left, and be preempted again, for ever).
-  if (!evicted_.empty() && id.v < evicted_count_.size()) {
+  // (Most jobs are no victim: the count spares them the walk.)
+  if (id.v < evicted_count_.size() && evicted_count_[id.v] > 0) {
     // Dropped once the preemptor started or holds no claim; that changes only when a job
     // starts or claims are let go, so looked at again only then (every Consider of a
     // pass with thousands of preemptions made a pass quadratic).
@@ -362,7 +363,6 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       evicted_stale_ = false;
     }
     for (const auto& [victim, by] : evicted_) {
-      if (evicted_count_[id.v] == 0) break;  // not a victim (most jobs): no need to look
       if (victim == id) {
         s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), by),
                "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");

@@ -109,7 +109,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
       needed.push_back(*it);
     }
   }
-  for (JobId v : needed) info_[info_of_[v.v]].signaled = true;  // the caller preempts them
+  for (JobId v : needed) info_[s.running_place(v)].signaled = true;  // the caller preempts them
   // Where the job will go once the needed victims are gone (held as its claim).
   if (s.placer().Place(spec, Fit::kBest, fit)) ledger.Release(fit);
   // The victims keep their GPUs through their grace period.
@@ -151,7 +151,6 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
   const std::vector<JobId>& running = s.running();
   const std::vector<uint64_t>& stamps = s.running_stamps();
   info_.resize(running.size());
-  if (info_of_.size() < s.job_count()) info_of_.resize(s.job_count());
   unprotect_ = kForever;
   for (uint32_t pos = 0; pos < running.size(); ++pos) {
     const JobId v = running[pos];
@@ -186,7 +185,6 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     const Ticks since = ck > 0 ? ran % ck : ran;
     info.since = ck > 0 ? since : 0;
     info.signaled = false;
-    info_of_[v.v] = pos;
     victims_.push_back(Victim{Victim::Cost(info.tier == Tier::kBestEffort ? 0 : 1, info.units * (since / kTicksPerSecond)),
                               v, pos, info.pools});
   }

@@ -131,7 +131,6 @@ class VictimSelector {
   const std::function<bool(JobId)>* overdue_ = nullptr;
   std::vector<Victim> victims_;
   std::vector<Info> info_;         // by place in Scheduler::running() (Victim::info)
-  std::vector<uint32_t> info_of_;  // by job id: its Victim::info (jobs indexed this pass)
   bool indexed_ = false;
   bool sorted_ = false;
   int walks_ = 0;

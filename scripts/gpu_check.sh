@@ -2,9 +2,11 @@
 # The live check on a machine with a real NVIDIA GPU (CI has none): NVML discovery, and
 # gantryd with one real gantry-agent (NVML, not --emulate) running three PyTorch jobs on
 # GPU 0, so that usage, per-process accounting on a shared GPU and idle reclamation run on
-# a real driver. Reads nothing from the network; changes no GPU setting (no MIG, no MPS
-# daemon: the two "mps" jobs time-share the GPU, which is what per-process accounting
-# must tell apart).
+# a real driver. Reads nothing from the network; changes no GPU setting (no MIG). The
+# first phase runs no MPS daemon (the two "mps" jobs time-share the GPU, which is what
+# per-process accounting must tell apart); the second starts one of its own (private
+# directories, stopped at the end) and runs two MPS shares under it, one busy, one idle.
+# GPU_CHECK_PHASES="plain", "mps" or both (the default) chooses.
 #
 #   scripts/gpu_check.sh BIN_DIR OUT_DIR
 #
@@ -81,57 +83,137 @@ if mode != "busy":
 print("done", flush=True)
 EOF
 D="$BIN/gantryd"
-"$D" init --db "$W/db" >/dev/null
-tok() { "$D" token create --db "$W/db" --config "$W/cluster.yaml" "$@"; }
-ADMIN=$(tok --admin); AGENT=$(tok --agent --any-node); TEAM=$(tok --team a --queues research --user alice)
-PORT=18080
-"$D" --config "$W/cluster.yaml" --db "$W/db" --listen 127.0.0.1:$PORT --events "$OUT/events.jsonl" --usage-sample-s 5 \
-  >"$OUT/gantryd.log" 2>&1 &
-GPID=$!
-sleep 1
-GANTRY_TOKEN=$AGENT "$BIN/gantry-agent" --server http://127.0.0.1:$PORT --node gpu-0 \
-  --state-dir "$W/agent" --run-as agent >"$OUT/agent.log" 2>&1 &
-APID=$!
-trap 'kill $APID $GPID 2>/dev/null; wait $APID $GPID; rm -rf "$W"' EXIT
+APID= GPID=
+trap 'stop; [ -n "${MPS_CTL:-}" ] && echo quit | "$MPS_CTL"; rm -rf "$W"' EXIT
+# start TAG PORT: a fresh gantryd (database W/TAG.db) and one NVML agent for node gpu-0,
+# logs and events in OUT with TAG in their names; sets ADMIN, TEAM and the function g.
+start() {
+  local tag=$1 db="$W/$1.db"
+  PORT=$2
+  "$D" init --db "$db" >/dev/null
+  tok() { "$D" token create --db "$db" --config "$W/cluster.yaml" "$@"; }
+  ADMIN=$(tok --admin); local agent; agent=$(tok --agent --any-node); TEAM=$(tok --team a --queues research --user alice)
+  "$D" --config "$W/cluster.yaml" --db "$db" --listen 127.0.0.1:$PORT --events "$OUT/$tag-events.jsonl" \
+    --usage-sample-s 5 >"$OUT/$tag-gantryd.log" 2>&1 &
+  GPID=$!
+  sleep 1
+  GANTRY_TOKEN=$agent "$BIN/gantry-agent" --server http://127.0.0.1:$PORT --node gpu-0 \
+    --state-dir "$W/$tag-agent" --run-as agent >"$OUT/$tag-agent.log" 2>&1 &
+  APID=$!
+  for _ in $(seq 50); do T=$ADMIN g nodes 2>/dev/null | grep -q ' up ' && break; sleep 0.2; done
+}
+# (A bare `wait` would wait for the tee above too: never.)
+stop() { [ -n "$APID$GPID" ] || return 0; kill $APID $GPID 2>/dev/null; wait $APID $GPID 2>/dev/null; APID= GPID=; }
 g() { GANTRY_TOKEN=${T:-$TEAM} "$BIN/gantry" --server http://127.0.0.1:$PORT "$@"; }
-for _ in $(seq 50); do T=$ADMIN g nodes 2>/dev/null | grep -q ' up ' && break; sleep 0.2; done
-echo "== nodes"; T=$ADMIN g nodes
-curl -s -H "Authorization: Bearer $ADMIN" http://127.0.0.1:$PORT/v1/nodes >"$OUT/nodes.json"
-
-g submit --id shared-busy --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" busy 45 6
-g submit --id shared-idle --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" idle 120 4
-g submit --id whole --queue research --gpus 1 --vram-gb 20 --grace-s 5 -- "$PY" "$W/job.py" busy-then-idle 25 8
-g submit --id oom --queue research --gpus 0 --cpus 1 --memory-gb 1 -- "$PY" -c "b = b'x' * (3 * 10**9); print('not stopped at 1 GB')"
 state() { g show "$1" --json 2>/dev/null | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["state"])' 2>/dev/null; }
-ended() { for j in shared-busy shared-idle whole oom; do case $(state $j) in pending|running|'') return 1 ;; esac; done; }
-t0=$(date +%s)
-while [ $(($(date +%s) - t0)) -lt 200 ]; do
-  sleep 5
-  echo "== t=$(($(date +%s) - t0)) s"
-  g top; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader
-  ended && break
-done
-for j in shared-busy shared-idle whole; do echo "== show $j"; g show "$j"; g show "$j" --json >"$OUT/$j.json"; done
-echo "== show oom"; g show oom
-echo "== logs"; for j in shared-busy shared-idle whole; do g logs "$j" | tail -3; done
-echo "== usage"; T=$ADMIN g usage
-echo "== series of whole"; g show whole --series | head -40
-
-echo "== expectations"
+ended() { for j in "$@"; do case $(state $j) in pending|running|'') return 1 ;; esac; done; }
 field() { "$PY" -c "import json,sys; d=json.load(open('$OUT/$1.json')); print(eval('d' + sys.argv[1]))" "$2" 2>/dev/null || echo None; }
-expect "shared-busy finished" test "$(field shared-busy '["state"]')" = finished
-expect "shared-idle was reclaimed (idle on a time-shared GPU while its neighbour was busy)" \
-  test "$(field shared-idle '["state"]')" = reclaimed
-expect "whole was reclaimed after going idle" test "$(field whole '["state"]')" = reclaimed
-expect "shared-busy's peak VRAM is its own (6 GB held, not the GPU's total)" \
-  "$PY" -c "import sys; v=$(field shared-busy '["usage"]["vram_peak_gb"]'); sys.exit(not 6 <= v < 9)"
-expect "shared-idle's peak VRAM is its own (4 GB)" \
-  "$PY" -c "import sys; v=$(field shared-idle '["usage"]["vram_peak_gb"]'); sys.exit(not 4 <= v < 7)"
-expect "shared-busy was seen busy" \
-  "$PY" -c "import sys; sys.exit(not $(field shared-busy '["usage"]["util_peak"]') > 0.5)"
-expect "whole was seen busy, then idle" \
-  "$PY" -c "import sys; sys.exit(not $(field whole '["usage"]["util_peak"]') > 0.5)"
-expect "the agent put its workers in cgroups" grep -q "workers run in cgroups" "$OUT/agent.log"
-expect "a job past its memory_gb is stopped by its cgroup" test "$(state oom)" = failed
+# expect_shares BUSY IDLE: each share's peak VRAM is its own (6 and 4 GB held, not the
+# GPU's total), and the busy one was seen busy.
+expect_shares() {
+  expect "$1's peak VRAM is its own (6 GB held)" \
+    "$PY" -c "import sys; v=$(field $1 '["usage"]["vram_peak_gb"]'); sys.exit(not 6 <= v < 9)"
+  expect "$2's peak VRAM is its own (4 GB)" \
+    "$PY" -c "import sys; v=$(field $2 '["usage"]["vram_peak_gb"]'); sys.exit(not 4 <= v < 7)"
+  expect "$1 was seen busy" "$PY" -c "import sys; sys.exit(not $(field $1 '["usage"]["util_peak"]') > 0.5)"
+}
+# What NVML itself says of GPU 0's processes (compute list, MPS list, utilization samples
+# of the last 5 s), to read beside what Gantry made of it.
+nvml_dump() {
+  "$PY" - <<'PYEOF' 2>&1 | sed 's/^/  nvml: /'
+import time, pynvml as n
+n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0)
+def procs(f):
+    try: return [(p.pid, p.usedGpuMemory // 2**20) for p in f(h)]
+    except Exception as e: return repr(e)
+print("compute", procs(n.nvmlDeviceGetComputeRunningProcesses))
+print("mps    ", procs(n.nvmlDeviceGetMPSComputeRunningProcesses))
+try: print("samples", sorted({(s.pid, s.smUtil) for s in n.nvmlDeviceGetProcessUtilization(h, int((time.time() - 5) * 1e6))}))
+except Exception as e: print("samples", repr(e))
+print("device util", n.nvmlDeviceGetUtilizationRates(h).gpu)
+PYEOF
+}
+
+# GPU_CHECK_PHASES: which phases run ("plain mps", the default; "mps" alone to recheck it).
+PHASES=" ${GPU_CHECK_PHASES:-plain mps} "
+if [[ $PHASES == *" plain "* ]]; then
+  start plain 18080
+  echo "== nodes"; T=$ADMIN g nodes
+  curl -s -H "Authorization: Bearer $ADMIN" http://127.0.0.1:$PORT/v1/nodes >"$OUT/nodes.json"
+
+  g submit --id shared-busy --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" busy 45 6
+  g submit --id shared-idle --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" idle 120 4
+  g submit --id whole --queue research --gpus 1 --vram-gb 20 --grace-s 5 -- "$PY" "$W/job.py" busy-then-idle 25 8
+  g submit --id oom --queue research --gpus 0 --cpus 1 --memory-gb 1 -- "$PY" -c "b = b'x' * (3 * 10**9); print('not stopped at 1 GB')"
+  t0=$(date +%s)
+  while [ $(($(date +%s) - t0)) -lt 200 ]; do
+    sleep 5
+    echo "== t=$(($(date +%s) - t0)) s"
+    g top; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; nvml_dump
+    ended shared-busy shared-idle whole oom && break
+  done
+  for j in shared-busy shared-idle whole; do echo "== show $j"; g show "$j"; g show "$j" --json >"$OUT/$j.json"; done
+  echo "== show oom"; g show oom
+  echo "== logs"; for j in shared-busy shared-idle whole; do g logs "$j" | tail -3; done
+  echo "== usage"; T=$ADMIN g usage
+  echo "== series of whole"; g show whole --series | head -40
+
+  echo "== expectations"
+  expect "shared-busy finished" test "$(field shared-busy '["state"]')" = finished
+  expect "shared-idle was reclaimed (idle on a time-shared GPU while its neighbour was busy)" \
+    test "$(field shared-idle '["state"]')" = reclaimed
+  expect "whole was reclaimed after going idle" test "$(field whole '["state"]')" = reclaimed
+  expect_shares shared-busy shared-idle
+  expect "whole was seen busy, then idle" \
+    "$PY" -c "import sys; sys.exit(not $(field whole '["usage"]["util_peak"]') > 0.5)"
+  expect "the agent put its workers in cgroups" grep -q "workers run in cgroups" "$OUT/plain-agent.log"
+  expect "a job past its memory_gb is stopped by its cgroup" test "$(state oom)" = failed
+  stop
+fi
+
+# The same two shares under a real MPS daemon (a process of this script's own, with private
+# pipe and log directories the agent passes to its workers; no GPU setting is changed and
+# it is stopped at the end). NVML then lists the clients in its MPS list; whether their
+# utilization samples name the clients or the MPS server decides what a share's own
+# utilization can be.
+MPS_CTL=$(command -v nvidia-cuda-mps-control || find / -xdev -name nvidia-cuda-mps-control -type f 2>/dev/null | head -1)
+if [[ $PHASES != *" mps "* ]]; then
+  :
+elif [ -z "$MPS_CTL" ]; then
+  echo "== no nvidia-cuda-mps-control on this machine: the MPS daemon phase is not run"
+else
+  echo "== MPS daemon ($MPS_CTL)"
+  export CUDA_MPS_PIPE_DIRECTORY=$W/mps-pipe CUDA_MPS_LOG_DIRECTORY=$W/mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  "$MPS_CTL" -d
+  expect "the MPS control daemon started" test $? -eq 0
+  start mps 18081
+  g submit --id mps-busy --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" busy 45 6
+  g submit --id mps-idle --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" idle 120 4
+  clients=0
+  t0=$(date +%s)
+  while [ $(($(date +%s) - t0)) -lt 150 ]; do
+    sleep 5
+    echo "== mps t=$(($(date +%s) - t0)) s"
+    g top; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader; nvml_dump
+    for s in $(echo get_server_list | "$MPS_CTL"); do
+      c=$(echo "get_client_list $s" | "$MPS_CTL" | wc -w); echo "  mps server $s: $c client(s)"
+      [ "$c" -gt "$clients" ] && clients=$c
+    done
+    ended mps-busy mps-idle && break
+  done
+  for j in mps-busy mps-idle; do echo "== show $j"; g show "$j"; g show "$j" --json >"$OUT/$j.json"; g logs "$j" | tail -3; done
+  echo "== series of mps-busy"; g show mps-busy --series | head -20
+  stop
+  echo quit | "$MPS_CTL"; MPS_CTL=
+  echo "== MPS daemon log"; tail -20 "$CUDA_MPS_LOG_DIRECTORY/control.log"
+  echo "== expectations, MPS daemon"
+  expect "both shares were the MPS server's clients at once" test "$clients" -ge 2
+  expect "mps-busy finished (not reclaimed while busy)" test "$(field mps-busy '["state"]')" = finished
+  expect "mps-idle was reclaimed" test "$(field mps-idle '["state"]')" = reclaimed
+  expect "mps-idle was reclaimed only after mps-busy ended (it counts as busy as the server)" \
+    "$PY" -c "import sys; sys.exit(not $(field mps-idle '["end"]') >= $(field mps-busy '["end"]'))"
+  expect_shares mps-busy mps-idle
+fi
 echo "$fails expectation(s) failed"
 exit $((fails > 0))

@@ -91,14 +91,27 @@ json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
     return json();
   }
   // MPS, time-slicing: the GPU's numbers are all its tenants'; its own processes tell.
+  // Under an MPS daemon NVML's utilization samples name the MPS server, not its clients
+  // (seen on an H100 with driver 580: the server sampled at 93-99%, the clients never), so
+  // where no client has a sample, a worker whose processes are MPS clients counts as busy
+  // as the GPU's processes that are not clients (its servers) together: an upper bound, so
+  // that a busy share is never taken for idle; an idle share beside a busy one is reclaimed
+  // once the server is idle.
   if (!g->processes.listed || !g->processes.sampled || share.share_milli <= 0) return json();
-  double sm = 0;
+  double sm = 0, servers = 0;
+  bool client = false, clients_sampled = false;
   int64_t used = 0;
   for (const GpuProcess& p : g->processes.list) {
-    if (!mine(p.pid)) continue;
+    clients_sampled = clients_sampled || (p.mps_client && p.sm_util > 0);
+    if (!mine(p.pid)) {
+      if (!p.mps_client) servers += p.sm_util;
+      continue;
+    }
     sm += p.sm_util;
+    client = client || p.mps_client;
     used += std::max<int64_t>(0, p.vram_bytes);
   }
+  if (client && !clients_sampled) sm = std::max(sm, servers);
   return {{"util", std::min(1.0, sm * 1000.0 / share.share_milli)}, {"vram_used_bytes", used}};
 }
 

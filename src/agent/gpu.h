@@ -18,6 +18,7 @@ struct GpuProcess {
   int64_t vram_bytes = -1;  // its device memory; -1 where NVML cannot tell
   double sm_util = 0;       // 0..1 of the device's SMs: its newest sample since the previous
                             // Discover; 0 when it had none (NVML samples only busy processes)
+  bool mps_client = false;  // in NVML's MPS list: a client of an MPS server
 };
 
 // What NVML tells of the processes on one device. `listed`: the process list was read

@@ -50,7 +50,7 @@ constexpr size_t kMaxStride = 32;
 // nothing was written: each layout's last 8 bytes are real fields (instance ids, protected
 // memory), which never all read as kUnwritten.
 bool ReadProcesses(nvml::Return (*list)(nvml::Device, unsigned*, void*), nvml::Device dev,
-                   std::map<int, GpuProcess>& out) {
+                   std::map<int, GpuProcess>& out, bool mps_clients = false) {
   unsigned capacity = 16;
   for (int attempt = 0; attempt < 4; ++attempt) {
     std::vector<unsigned char> buf(capacity * kMaxStride, kUnwritten);
@@ -77,6 +77,7 @@ bool ReadProcesses(nvml::Return (*list)(nvml::Device, unsigned*, void*), nvml::D
       std::memcpy(&used, buf.data() + i * stride + offsetof(nvml::ProcessInfo, used_gpu_memory), sizeof used);
       GpuProcess& p = out[static_cast<int>(pid)];
       p.pid = static_cast<int>(pid);
+      p.mps_client = p.mps_client || mps_clients;
       if (used != nvml::kValueNotAvailable) p.vram_bytes = static_cast<int64_t>(used);
     }
     return true;
@@ -131,7 +132,7 @@ DeviceProcesses ReadDevice(const NvmlApi& api, nvml::Device dev, const std::stri
   std::map<int, GpuProcess> procs;
   if (api.compute_processes) d.listed = ReadProcesses(api.compute_processes, dev, procs);
   // Under MPS the clients are in the MPS list; the compute list may show only the MPS server.
-  if (d.listed && api.mps_processes) ReadProcesses(api.mps_processes, dev, procs);
+  if (d.listed && api.mps_processes) ReadProcesses(api.mps_processes, dev, procs, /*mps_clients=*/true);
   unsigned long long from_start = 0;
   unsigned long long* last_seen = cursor ? &(*cursor)[uuid] : &from_start;
   d.sampled = SampleProcesses(api, dev, last_seen, procs);

@@ -48,9 +48,10 @@ class LauncherTest : public ::testing::Test {
 
 TEST_F(LauncherTest, RunsInItsOwnGroupWithACleanEnvironment) {
   ::setenv("GANTRY_TOKEN", "secret", 1);
+  ::setenv("CUDA_MPS_PIPE_DIRECTORY", "/run/mps", 1);
   LaunchSpec spec;
   spec.argv = {"sh", "-c", "echo pgid=$(ps -o pgid= $$ | tr -d ' ') pid=$$; echo token=$GANTRY_TOKEN; "
-                           "echo job=$JOB_VAR; pwd; echo err >&2; exit 7"};
+                           "echo mps=$CUDA_MPS_PIPE_DIRECTORY; echo job=$JOB_VAR; pwd; echo err >&2; exit 7"};
   spec.env = {{"JOB_VAR", "hello"}};
   spec.workdir = (dir_ / "work").string();
   spec.log_path = (dir_ / "out.log").string();
@@ -58,10 +59,12 @@ TEST_F(LauncherTest, RunsInItsOwnGroupWithACleanEnvironment) {
   ASSERT_TRUE(pid.ok()) << pid.error().message;
   Exited e = Wait(*pid);
   ::unsetenv("GANTRY_TOKEN");
+  ::unsetenv("CUDA_MPS_PIPE_DIRECTORY");
   EXPECT_EQ(e.exit_code, 7);
   const std::string out = Read("out.log");
   EXPECT_NE(out.find("pgid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid)), std::string::npos) << out;
   EXPECT_NE(out.find("token=\n"), std::string::npos) << out;  // the agent's token does not leak
+  EXPECT_NE(out.find("mps=/run/mps\n"), std::string::npos) << out;  // where the MPS daemon listens
   EXPECT_NE(out.find("job=hello"), std::string::npos);
   EXPECT_NE(out.find((dir_ / "work").string()), std::string::npos);
   EXPECT_NE(out.find("err"), std::string::npos);

@@ -280,6 +280,51 @@ TEST_F(FakeNvmlTest, WorkersOnASharedGpuReportTheirOwnProcesses) {
   EXPECT_TRUE(NvmlUsage(Shared(3, 500), gpus, of(a)).is_null()) << "a GPU the node does not have";
 }
 
+// Under a real MPS daemon (H100, driver 580, scripts/gpu_check.sh) NVML lists the clients
+// with their memory but names only the MPS server in its utilization samples. A busy share
+// must not read idle (it was reclaimed while busy): a client counts as busy as the server.
+TEST_F(FakeNvmlTest, UnderAnMpsDaemonAShareCountsAsBusyAsItsServer) {
+  const auto [a, a_child] = StartWorker("a");
+  const auto [b, b_child] = StartWorker("b");
+  ASSERT_GT(a_child, 0);
+  ASSERT_GT(b_child, 0);
+  const int server = ::getpid();  // someone else's process: not a worker's, not a client
+  json gpu = H100("GPU-aaaa", "00000000:17:00.0");
+  gpu["utilization"] = 99;
+  gpu["processes"] = {{{"pid", server}, {"used_bytes", 66 << 20}, {"sm_util", 93}},
+                      {{"pid", a_child}, {"used_bytes", 6 * kGB}, {"mps", true}},
+                      {{"pid", b_child}, {"used_bytes", 4 * kGB}, {"mps", true}}};
+  Script({{"gpus", {gpu}}});
+  auto nvml = Open();
+  ASSERT_TRUE(nvml);
+  std::vector<GpuInfo> gpus = Sample(*nvml);
+  auto of = [](pid_t worker) { return [worker](int pid) { return SessionOf(pid) == worker; }; };
+  const json ua = NvmlUsage(Shared(0, 500), gpus, of(a));
+  ASSERT_TRUE(ua.is_object()) << ua;
+  EXPECT_DOUBLE_EQ(ua["util"].get<double>(), 1.0) << "93% of the GPU on a half share: all of it";
+  EXPECT_EQ(ua["vram_used_bytes"], 6 * kGB) << "memory is the client's own";
+  const json ub = NvmlUsage(Shared(0, 250), gpus, of(b));
+  EXPECT_DOUBLE_EQ(ub["util"].get<double>(), 1.0) << "an upper bound: the idle one too";
+  EXPECT_EQ(ub["vram_used_bytes"], 4 * kGB);
+  // A share that is no client (time-slicing beside the server) reads only its own samples.
+  const json none = NvmlUsage(Shared(0, 500), gpus, [](int) { return false; });
+  EXPECT_DOUBLE_EQ(none["util"].get<double>(), 0);
+  // The server idle (no sample since the last read): every client is idle.
+  gpu["processes"][0]["sm_util"] = 0;
+  gpu["utilization"] = 0;
+  Script({{"gpus", {gpu}}});
+  gpus = Sample(*nvml);
+  ASSERT_TRUE(gpus[0].processes.sampled);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, of(a))["util"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 250), gpus, of(b))["util"].get<double>(), 0);
+  // A later driver that samples the clients themselves: their own samples count.
+  gpu["processes"][1]["sm_util"] = 40;
+  Script({{"gpus", {gpu}}});
+  gpus = Sample(*nvml);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, of(a))["util"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 250), gpus, of(b))["util"].get<double>(), 0);
+}
+
 TEST_F(FakeNvmlTest, AWorkerOnAMigInstanceReportsTheInstance) {
   json gpu = ThreeGpus()["gpus"][1];
   gpu.erase("nvlinks");

@@ -19,12 +19,17 @@ using nlohmann::json;
 void Controller::Nodes(std::string token, Done done) {
   CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
     const Ticks now = now_;
-    std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count());
+    // Who holds each GPU, and the holders' queues beside them (so a map colours a GPU by
+    // queue without listing every job).
+    std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count()), gpu_queues(cluster_.gpu_count());
     for (int64_t seq : running_) {
       const Job& job = jobs_.at(seq);
       for (const Worker& w : job.workers) {
         const core::Node& node = cluster_.node(w.alloc.node);
-        auto add = [&](int local) { gpu_jobs[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.name); };
+        auto add = [&](int local) {
+          gpu_jobs[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.name);
+          gpu_queues[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.queue);
+        };
         if (w.alloc.sharing == core::Sharing::kExclusive) {
           for (int i = 0; i < node.gpus; ++i) {
             if (w.alloc.gpu_mask >> i & 1u) add(i);
@@ -61,7 +66,7 @@ void Controller::Nodes(std::string token, Done done) {
                        : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
                                                          : 0.0;
         if (s.mode == core::GpuMode::kFree) ++free;
-        json gj = {{"index", g}, {"allocated", alloc}, {"jobs", gpu_jobs[gid.v]}};
+        json gj = {{"index", g}, {"allocated", alloc}, {"jobs", gpu_jobs[gid.v]}, {"queues", gpu_queues[gid.v]}};
         if (static_cast<size_t>(g) < info.gpus.size()) {
           gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
           gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
@@ -90,7 +95,7 @@ void Controller::Nodes(std::string token, Done done) {
       nodes.push_back(std::move(nj));
     }
     Reply r;
-    r.body = {{"nodes", nodes}};
+    r.body = {{"nodes", std::move(nodes)}};
     return r;
   });
 }
@@ -372,6 +377,7 @@ std::string HumanTime(int64_t at_ms, int64_t now_ms) {
 }
 
 std::string HumanTimes(const std::string& text, int64_t epoch_ms, int64_t now_ms) {
+  if (text.find("t=") == std::string::npos) return text;  // most reasons: no regex run
   static const std::regex kCoreTime(R"(t=([0-9]+(\.[0-9]+)?) s)");
   std::string out;
   auto last = text.cbegin();

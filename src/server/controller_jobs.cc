@@ -585,7 +585,7 @@ void Controller::ListJobs(std::string token, std::string state_filter, bool all,
       jobs.push_back(std::move(s));
     }
     Reply r;
-    r.body = {{"jobs", jobs}};
+    r.body = {{"jobs", std::move(jobs)}};
     return r;
   });
 }

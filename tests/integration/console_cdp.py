@@ -136,13 +136,16 @@ def main():
             result["signed_in"] = dt.wait_for("!document.getElementById('who').hidden")
         for view in views:
             name = view.replace("/", "-")
+            t0 = time.perf_counter()
             dt.evaluate(f"location.hash = {json.dumps('#' + view)}; true")
             ok = dt.wait_for(f"document.getElementById('page').dataset.view === {json.dumps(view)} && "
-                             "document.getElementById('page').innerHTML.length > 0")
+                             "document.getElementById('page').innerHTML.length > 0", 60)
+            render_ms = (time.perf_counter() - t0) * 1000  # to within the 0.1 s the wait polls at
             time.sleep(0.3)  # the charts and tables of this view, drawn
             html = dt.evaluate("document.getElementById('page').innerHTML") or ""
             err = dt.evaluate("document.getElementById('err').textContent") or ""
-            result["views"][view] = {"html": html, "error": err if ok else (err or "the view did not render")}
+            result["views"][view] = {"html": html, "error": err if ok else (err or "the view did not render"),
+                                     "render_ms": render_ms}
             with open(os.path.join(out_dir, name + ".html"), "w") as f:
                 f.write(html)
             shot = dt.call("Page.captureScreenshot", format="png")

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The web console and the API it polls at a site's size: gantryd with one gantry-swarm
+# speaking for NODES emulated nodes of 8 H100s, JOBS jobs submitted through the API by
+# four teams (1, 2, 4 or 8 GPUs, 2-node gangs of 8; an hour each, so the cluster fills and
+# the rest wait) and ENDED short jobs before them (ended jobs kept in memory: what
+# `?all=1` lists). Then, while the swarm heartbeats: each GET the console's views make,
+# timed with curl (5 tries, the median) with the size of its answer; and every view drawn
+# in Debian's headless chromium (tests/integration/console_cdp.py), with the time from
+# asking for the view to its page drawn. Prints tab-separated lines:
+#   api <path> <median_ms> <max_ms> <bytes>
+#   view <view> <render_ms> <html_bytes> <error>
+#   heartbeat <heartbeats> <failed> <lease misses> <workers stopped by a lease> <rtt p99 ms>
+#   (the swarm's stats at the end)
+#
+#   bench/console_scale.sh [--build DIR] [--nodes N] [--jobs J] [--ended E] [--out DIR]
+#
+# Defaults: build/release, 1,000 nodes (8,000 GPUs), 12,000 jobs, 2,000 ended.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build/release
+nodes=1000
+jobs=12000
+ended=2000
+out=build/console-scale
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --ended) ended=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "console_scale.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+chromium=$(command -v chromium || command -v chromium-browser || true)
+[[ -n $chromium ]] || { echo "console_scale.sh: chromium not found (scripts/setup.sh installs it)" >&2; exit 2; }
+rm -rf "$out" && mkdir -p "$out"
+out=$(cd "$out" && pwd)
+B=$(cd "$build/src" && pwd)
+cat >"$out/cluster.yaml" <<EOF
+cluster: console-scale
+pools:
+  - name: gpu
+    count: $nodes
+    gpus: 8
+    gpu_model: H100-80GB
+queues:
+  - name: research
+    guaranteed_gpus: $((nodes * 4))
+  - name: team-a
+    parent: research
+  - name: team-b
+    parent: research
+  - name: serving
+    guaranteed_gpus: $((nodes * 2))
+  - name: batch
+EOF
+"$B/gantryd" init --db "$out/state.db" >/dev/null
+tok() { "$B/gantryd" token create --db "$out/state.db" --config "$out/cluster.yaml" "$@"; }
+tok --admin >"$out/admin.token"
+tok --agent --any-node >"$out/agent.token"
+for t in team-a team-b serving batch; do tok --team "$t" --queues "$t" --user "u-$t" >"$out/$t.token"; done
+port=$((20000 + RANDOM % 20000))
+url=http://127.0.0.1:$port
+"$B/gantryd" --config "$out/cluster.yaml" --db "$out/state.db" --listen 127.0.0.1:$port \
+  --history-sample-s 1 >"$out/gantryd.log" 2>&1 &
+gpid=$!
+sleep 1
+GANTRY_TOKEN=$(cat "$out/agent.token") "$B/gantry-swarm" --server "$url" --pool "gpu:$nodes:8xH100-80GB" \
+  --stats "$out/swarm.json" >"$out/swarm.log" 2>&1 &
+spid=$!
+trap 'kill $spid $gpid 2>/dev/null; wait $spid $gpid 2>/dev/null' EXIT
+admin=$(cat "$out/admin.token")
+for _ in $(seq 300); do
+  up=$(curl -s -H "Authorization: Bearer $admin" "$url/healthz" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("nodes_up", 0))' 2>/dev/null || echo 0)
+  [[ $up -ge $nodes ]] && break
+  sleep 0.2
+done
+echo "# $up of $nodes nodes up" >&2
+
+# Submits through the API from four threads, one team each (short jobs first: they end).
+python3 - "$url" "$out" "$jobs" "$ended" <<'EOF'
+import json, random, sys, threading, time, urllib.request
+url, out, jobs, ended = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+teams = ["team-a", "team-b", "serving", "batch"]
+tokens = {t: open(f"{out}/{t}.token").read().strip() for t in teams}
+def post(team, spec):
+    req = urllib.request.Request(url + "/v1/jobs", json.dumps(spec).encode(), method="POST",
+                                 headers={"Authorization": "Bearer " + tokens[team], "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        return r.status
+def submit(k):
+    rng = random.Random(k)
+    team = teams[k]
+    for i in range(k, ended + jobs, 4):
+        short = i < ended
+        s = rng.choice([1, 1, 1, 2, 2, 4, 8, 16])
+        spec = {"queue": team, "gpus": min(s, 8), "replicas": 2 if s == 16 else 1, "vram_gb": 40,
+                "tier": "critical" if team == "serving" else "standard",
+                "command": ["sleep", "1" if short else "3600"]}
+        post(team, spec)
+t0 = time.time()
+threads = [threading.Thread(target=submit, args=(k,)) for k in range(4)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(f"# submitted {jobs + ended} jobs in {time.time() - t0:.1f} s", file=sys.stderr)
+EOF
+sleep 5  # the short ones end, a few passes and history samples
+
+for path in /v1/nodes /v1/jobs "/v1/jobs?all=1" /v1/queues /v1/cluster/history /healthz; do
+  python3 - "$url$path" "$admin" "$path" <<'EOF'
+import statistics, sys, time, urllib.request
+url, token, path = sys.argv[1:4]
+times, size = [], 0
+for _ in range(5):
+    t = time.perf_counter()
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + token})) as r:
+        size = len(r.read())
+    times.append((time.perf_counter() - t) * 1000)
+print(f"api\t{path}\t{statistics.median(times):.0f}\t{max(times):.0f}\t{size}")
+EOF
+done
+
+python3 tests/integration/console_cdp.py "$chromium" "$url/" "$admin" "$out/shots" queues jobs usage map \
+  >"$out/cdp.json"
+python3 - "$out/cdp.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+if not r.get("signed_in"): print("view\t-\t-\t-\tnot signed in")
+for v, d in r["views"].items():
+    print(f"view\t{v}\t{d.get('render_ms', -1):.0f}\t{len(d.get('html', ''))}\t{d.get('error', '')}")
+for e in r.get("console_errors", []): print("console_error\t" + e)
+EOF
+python3 - "$out/swarm.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"heartbeat\t{s['heartbeats']}\t{s['heartbeat_failures']}\t{s['lease_misses']}\t{s['workers_stopped_by_lease']}\t"
+      f"{s['heartbeat_rtt_ms']['p99']:.0f}")
+EOF

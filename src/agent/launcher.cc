@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <signal.h>
+#include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -22,16 +22,8 @@ namespace {
 // Variables of the agent's environment that jobs inherit; GANTRY_TOKEN and the rest do not.
 // The MPS directories tell an MPS share where the site's MPS daemon listens (when not in
 // the default /tmp/nvidia-mps), as the agent was started.
-constexpr const char* kInherited[] = {"PATH",
-                                      "HOME",
-                                      "LANG",
-                                      "LC_ALL",
-                                      "TZ",
-                                      "USER",
-                                      "LOGNAME",
-                                      "SHELL",
-                                      "TMPDIR",
-                                      "CUDA_MPS_PIPE_DIRECTORY",
+constexpr const char* kInherited[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME",
+                                      "SHELL", "TMPDIR", "CUDA_MPS_PIPE_DIRECTORY",
                                       "CUDA_MPS_LOG_DIRECTORY"};
 
 void WriteAll(int fd, const std::string& s) {
@@ -50,8 +42,8 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   if (!spec.workdir.empty() && !std::filesystem::exists(spec.workdir, ec)) {
     std::filesystem::create_directories(spec.workdir, ec);
     if (spec.as_user && ::chown(spec.workdir.c_str(), spec.uid, spec.gid) != 0) {
-      return Error{"workdir", spec.workdir + ": cannot give it to uid " + std::to_string(spec.uid) +
-                                  ": " + std::strerror(errno)};
+      return Error{"workdir", spec.workdir + ": cannot give it to uid " + std::to_string(spec.uid) + ": " +
+                                  std::strerror(errno)};
     }
   }
   std::filesystem::create_directories(std::filesystem::path(spec.log_path).parent_path(), ec);
@@ -64,8 +56,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   for (const char* name : kInherited) {
     bool overridden = false;
     for (const auto& [k, v] : spec.env) overridden |= k == name;
-    if (const char* v = std::getenv(name); v && !overridden)
-      env_strings.push_back(std::string(name) + "=" + v);
+    if (const char* v = std::getenv(name); v && !overridden) env_strings.push_back(std::string(name) + "=" + v);
   }
   for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
   std::vector<char*> envp, argv;
@@ -96,8 +87,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string join_error = "gantry-agent: cannot join the worker's cgroup: ";
   const std::string output_error = "gantry-agent: cannot open the output file ";
   const std::string stdout_where = spec.stdout_path + ": ", stderr_where = spec.stderr_path + ": ";
-  const std::string user_error =
-      "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
+  const std::string user_error = "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
@@ -145,8 +135,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2})
-      ::signal(sig, SIG_DFL);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
     const int null = ::open("/dev/null", O_RDONLY);
     if (null >= 0) ::dup2(null, 0);
     ::dup2(log, 1);
@@ -251,8 +240,8 @@ std::vector<pid_t> GroupMembersSince(pid_t pgid, long long since) {
     if (*end != '\0' || v <= 1) continue;
     long long pgrp = 0, start = 0;
     char state = '?';
-    if (GroupAndStart(static_cast<pid_t>(v), pgrp, start, &state) && pgrp == pgid &&
-        start >= since && state != 'Z') {
+    if (GroupAndStart(static_cast<pid_t>(v), pgrp, start, &state) && pgrp == pgid && start >= since &&
+        state != 'Z') {
       out.push_back(static_cast<pid_t>(v));
     }
   }

@@ -161,11 +161,16 @@ queues:
 )";
 
 
+size_t Occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // Checks that the console's map (its HTML) draws every GPU /v1/nodes lists, each with
 // the jobs the API says hold it, and no other; returns the GPUs counted.
 size_t ExpectMapDrawsEveryGpu(const std::string& map, const json& nodes) {
-  size_t cells = 0;
-  for (size_t at = map.find("data-gpu=\""); at != std::string::npos; at = map.find("data-gpu=\"", at + 1)) ++cells;
+  const size_t cells = Occurrences(map, "data-gpu=\"");
   size_t gpus = 0;
   for (const json& node : nodes["nodes"]) {
     const size_t at = map.find("data-node=\"" + node.value("name", "") + "\"");
@@ -346,9 +351,7 @@ TEST(Console, AtASitesSizeTheMapDrawsEveryGpuAndTheJobsTableIsCapped) {
     counted += std::stoul((*it)[1].str());
   }
   EXPECT_EQ(counted, pending["jobs"].size()) << waiting;
-  size_t rows = 0;
-  for (size_t at = jobs.find("data-job=\""); at != std::string::npos; at = jobs.find("data-job=\"", at + 1)) ++rows;
-  EXPECT_EQ(rows, 500u);
+  EXPECT_EQ(Occurrences(jobs, "data-job=\""), 500u);
 }
 
 }  // namespace

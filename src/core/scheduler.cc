@@ -77,8 +77,24 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
 
 Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) {
   return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
-               s.gpus,       s.share_milli,             s.models,     s.vram_bytes,
-               s.cpus_milli, s.memory_bytes,            s.mig_profile, s.pool};
+               s.gpus,       s.share_milli,             s.models,     0,
+               s.vram_bytes, s.cpus_milli,              s.memory_bytes, s.mig_profile, s.pool};
+}
+
+Scheduler::Shape Scheduler::FitClassOf(const JobSpec& s, const Catalog& catalog) {
+  Shape shape = ShapeOf(s);
+  if (s.sharing == Sharing::kMps || s.sharing == Sharing::kTimeslice) return shape;
+  for (size_t m = 0; m < catalog.size(); ++m) {  // as Placer::PoolAccepts reads the VRAM
+    const GpuModel& model = catalog.model(ModelId(static_cast<uint32_t>(m)));
+    int64_t memory = model.memory_bytes;
+    if (s.sharing == Sharing::kMig) {
+      const int idx = m < s.mig_index.size() ? s.mig_index[m] : -1;
+      memory = idx >= 0 ? model.mig_profiles[static_cast<size_t>(idx)].memory_bytes : -1;
+    }
+    if (memory >= s.vram_bytes) shape.vram_fits |= ModelMask{1} << m;
+  }
+  shape.vram_bytes = 0;
+  return shape;
 }
 
 void Scheduler::AddPending(JobId id) {
@@ -146,6 +162,8 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   // (A budget's demotion moves the tier between standard and best-effort only, so the
   // shape, which tells only critical work apart, never changes.)
   rec.shape = shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
+  rec.fit_class = class_ids_.emplace(FitClassOf(rec.spec, cluster_.catalog()), static_cast<uint32_t>(class_ids_.size()))
+                      .first->second;
   std::optional<std::string> why = WhyNeverStarts(rec.spec, cluster_, queues_);
   if (why) {
     rec.phase = Phase::kDone;
@@ -161,7 +179,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
 
 bool Scheduler::KnownNotToFit(JobId id, uint8_t context) const {
   if (context == kNoShapeCache) return false;
-  const size_t slot = size_t{jobs_[id.v].shape} * kShapeContexts + context;
+  const size_t slot = size_t{jobs_[id.v].fit_class} * kShapeContexts + context;
   return slot < failed_shapes_.size() && failed_shapes_[slot] == pass_;
 }
 
@@ -404,16 +422,16 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
   }
   const bool cache = shape_context_ != kNoShapeCache;
-  const size_t slot = size_t{job.shape} * kShapeContexts + (cache ? shape_context_ : 0);
+  const size_t slot = size_t{job.fit_class} * kShapeContexts + (cache ? shape_context_ : 0);
   if (cache && KnownNotToFit(id, shape_context_)) {
-    return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(no_room_text_[job.shape]));
+    return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(no_room_text_[job.fit_class]));
   }
   if (!placer_.Place(spec, fit, scratch_)) {
-    if (no_room_text_.size() <= job.shape) no_room_text_.resize(shape_ids_.size());
-    std::string& text = no_room_text_[job.shape];
+    if (no_room_text_.size() <= job.fit_class) no_room_text_.resize(class_ids_.size());
+    std::string& text = no_room_text_[job.fit_class];
     if (text.empty()) text = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
     if (cache) {
-      if (failed_shapes_.size() <= slot) failed_shapes_.resize(shape_ids_.size() * kShapeContexts);
+      if (failed_shapes_.size() <= slot) failed_shapes_.resize(class_ids_.size() * kShapeContexts);
       failed_shapes_[slot] = pass_;
     }
     return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(text));

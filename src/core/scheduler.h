@@ -133,6 +133,7 @@ struct JobRecord {
                                       // instead while a spent budget demotes it
   double cost_rate = 0;     // while running: weighted GPU-hours per tick it spends
   uint32_t shape = 0;       // its request shape, interned at submit (Scheduler::shape_id)
+  uint32_t fit_class = 0;   // its fit class, interned at submit (Scheduler::FitClassOf)
 };
 
 struct Decision {
@@ -252,13 +253,23 @@ class Scheduler {
     bool critical;
     Topology topology;
     int replicas, gpus, share_milli;
-    ModelMask models;
+    ModelMask models, vram_fits;  // vram_fits: fit classes only (FitClassOf)
     int64_t vram_bytes, cpus_milli, memory_bytes;
     std::string mig_profile;
     PoolId pool;
     auto operator<=>(const Shape&) const = default;
   };
+  // The shape as asked.
   static Shape ShapeOf(const JobSpec& spec);
+  // Its fit class, which decides whether it finds room: where VRAM matters only through
+  // which models can hold it (a whole GPU, a MIG slice: the placer reads the amount
+  // nowhere else), the models that can (vram_fits) instead of the amount, so jobs asking
+  // 55.5 and 60.1 GB of 80 GB GPUs are one class (the 1M-job replay's 4,636 shapes are
+  // 25 classes). A pass's no-room cache is per class. The policy's other per-pass caches
+  // stay per shape: what they find also depends on what moved earlier in the pass (whose
+  // GPUs are held, which work is borrowed), and shared by a class they changed wait
+  // reasons and, for preemption, which jobs preempted on gen workloads.
+  static Shape FitClassOf(const JobSpec& spec, const Catalog& catalog);
   // The number of job `id`'s shape: equal for two jobs exactly when their shapes are.
   uint32_t shape_id(JobId id) const { return jobs_[id.v].shape; }
 
@@ -286,7 +297,7 @@ class Scheduler {
   // can change the outcome.
   bool HeldBeforePlacement(JobId id, Ticks now) const;
   // Whether TryStart under shape context `context` would fail job `id` from the pass's
-  // cache of shapes that found no room (so without placing anything).
+  // cache of fit classes that found no room (so without placing anything).
   bool KnownNotToFit(JobId id, uint8_t context) const;
   // Recovery (gantryd after a restart): the pending job `id`, just submitted, runs again
   // from `started` holding exactly `alloc`, as it did before, with no decision emitted.
@@ -392,12 +403,13 @@ class Scheduler {
   std::vector<GpuUnits> model_usage_;  // [queue * models_ + model]; empty: no per-model guarantee
   std::vector<Decision> decisions_;
   std::map<Shape, uint32_t> shape_ids_;  // every shape submitted so far -> its number
-  // This pass: [shape * kShapeContexts + context] -> whether it found no room (where the
-  // pass number matches).
+  std::map<Shape, uint32_t> class_ids_;  // every fit class so far -> its number
+  // This pass: [fit class * kShapeContexts + context] -> whether it found no room (where
+  // the pass number matches).
   std::vector<uint64_t> failed_shapes_;
   uint64_t pass_ = 1;
-  // Per shape: "capacity: no room now for ...", written on its first failure (the text
-  // depends on the shape alone; it was 7% of a replay's time when written at each).
+  // Per fit class: "capacity: no room now for ...", written on its first failure (the text
+  // depends on the class alone; it was 7% of a replay's time when written at each).
   std::vector<std::string> no_room_text_;
   bool freed_since_pass_ = true;
   Ticks next_wakeup_ = kForever;

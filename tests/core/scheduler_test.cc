@@ -159,5 +159,34 @@ TEST(SchedulerDeterminism, SameCallsGiveSameDecisions) {
   EXPECT_EQ(run(), run());
 }
 
+TEST_F(SchedulerTest, VramSplitsFitClassesOnlyWhereItChangesWhichModelsHoldTheJob) {
+  using testing::Mig;
+  using testing::Shared;
+  auto fit_class = [&](int64_t vram_gb, JobSpec j) {
+    j.vram_bytes = vram_gb * kGB;
+    return Scheduler::FitClassOf(j, catalog_);
+  };
+  const JobSpec whole = Job("w", 1, 2);
+  // Whole GPUs (the built-in models hold 16 to 180 GB): 10 and 14 GB fit every model,
+  // 20 GB leaves out the 16 GB ones; 50 and 75 GB fit the same models (80 GB and up),
+  // 45 GB also the 48 GB one.
+  EXPECT_EQ(fit_class(10, whole), fit_class(14, whole));
+  EXPECT_NE(fit_class(14, whole), fit_class(20, whole));
+  EXPECT_EQ(fit_class(50, whole), fit_class(75, whole));
+  EXPECT_NE(fit_class(45, whole), fit_class(50, whole));
+  // Exact shapes still tell them apart (the other caches are per shape).
+  JobSpec a = whole, b = whole;
+  a.vram_bytes = 50 * kGB;
+  b.vram_bytes = 75 * kGB;
+  EXPECT_NE(Scheduler::ShapeOf(a), Scheduler::ShapeOf(b));
+  // A MIG slice: against the profile's memory (1g.10gb holds 10 GB on an A100-80GB).
+  const JobSpec mig = Mig(catalog_, "m", "1g.10gb");
+  EXPECT_EQ(fit_class(4, mig), fit_class(9, mig));
+  EXPECT_NE(fit_class(9, mig), fit_class(11, mig));
+  // A shared GPU: the amount decides what fits beside the others on it.
+  const JobSpec share = Shared(catalog_, "s", Sharing::kMps, 250, 10);
+  EXPECT_NE(fit_class(10, share), fit_class(11, share));
+}
+
 }  // namespace
 }  // namespace gantry::core

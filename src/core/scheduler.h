@@ -272,6 +272,7 @@ class Scheduler {
   static Shape FitClassOf(const JobSpec& spec, const Catalog& catalog);
   // The number of job `id`'s shape: equal for two jobs exactly when their shapes are.
   uint32_t shape_id(JobId id) const { return jobs_[id.v].shape; }
+  uint32_t fit_class_id(JobId id) const { return jobs_[id.v].fit_class; }  // FitClassOf, interned
 
   struct PendingKey {
     Tier tier;

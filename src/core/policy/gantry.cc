@@ -545,7 +545,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
-  PreemptKey key{s.shape_id(id), job.spec.queue, job.spec.tier, mode, models, job_rank};
+  const bool by_class = job.spec.tier == Tier::kCritical && mode == Mode::kGuarantee;
+  PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id), by_class, job.spec.queue, job.spec.tier, mode, models, job_rank};
   if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
     return false;

@@ -72,7 +72,13 @@ class GantryPolicy final : public Policy {
 
   using Mode = VictimSelector::Mode;
   struct PreemptKey {
-    uint32_t shape;  // Scheduler::shape_id
+    // Scheduler::shape_id; for a critical job's guarantee what-if its fit class instead
+    // (by_class): critical work is mostly small inference jobs whose VRAM varies from job
+    // to job, and its node-by-node what-if walks every running job (half the time of the
+    // 1M-job replay's first hours). Other modes keep the shape: per class, they changed
+    // which jobs preempted on a gen workload with gittins. Per class, the same event logs.
+    uint32_t shape;
+    bool by_class;
     QueueId queue;
     Tier tier;
     Mode mode;

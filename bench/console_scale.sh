@@ -108,7 +108,7 @@ print(f"# submitted {jobs + ended} jobs in {time.time() - t0:.1f} s", file=sys.s
 EOF
 sleep 5  # the short ones end, a few passes and history samples
 
-for path in /v1/nodes /v1/jobs "/v1/jobs?all=1" /v1/queues /v1/cluster/history /healthz; do
+for path in /v1/nodes /v1/jobs "/v1/jobs?all=1" "/v1/jobs?all=1&limit=500" /v1/queues /v1/cluster/history /healthz; do
   python3 - "$url$path" "$admin" "$path" <<'EOF'
 import statistics, sys, time, urllib.request
 url, token, path = sys.argv[1:4]

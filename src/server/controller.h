@@ -121,6 +121,15 @@ using Done = std::function<void(Reply)>;
 // leading '.' or '-', more than 100 characters, or the server's own j<digits>).
 std::optional<std::string> BadJobName(const std::string& name);
 
+// GET /v1/jobs: which jobs, how many. With `limit`, the active jobs come first (pending,
+// then running and stopping, each oldest first), then the ended, latest first; at most
+// `limit` are listed, while `total` and the counts cover every job that matches.
+struct JobQuery {
+  std::string state, queue, user;  // filters; empty: any
+  bool all = false;                // ended jobs too (an ended `state` implies it)
+  int64_t limit = -1;              // -1: every job, in submission order
+};
+
 struct SubmitRequest {
   std::string body;
   std::string format = "json";  // "json" or "yaml"
@@ -147,7 +156,10 @@ class Controller {
 
   // The API, asynchronous: `done` gets the reply.
   void Submit(std::string token, SubmitRequest req, Done done);
-  void ListJobs(std::string token, std::string state_filter, bool all, Done done);
+  // {jobs, total, waiting: [{cause, pool?, jobs}], values: {queue, state, user}}: the
+  // pending jobs that match counted by what holds them (most first), and the values of
+  // each filter among the jobs listed before filtering (a console's choices).
+  void ListJobs(std::string token, JobQuery query, Done done);
   void ShowJob(std::string token, std::string name, Done done);
   // A job's usage time series: {"samples": [{t, run, gpus, util, vram_peak_gb}]}.
   void JobUsageSeries(std::string token, std::string name, Done done);
@@ -176,7 +188,10 @@ class Controller {
 
   // The same, waiting for the reply (tests and tools; never from an I/O thread).
   Reply Submit(const std::string& token, SubmitRequest req);
-  Reply ListJobs(const std::string& token, const std::string& state_filter, bool all);
+  Reply ListJobs(const std::string& token, JobQuery query);
+  Reply ListJobs(const std::string& token, const std::string& state_filter, bool all) {
+    return ListJobs(token, JobQuery{state_filter, "", "", all, -1});
+  }
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank);
@@ -268,6 +283,11 @@ class Controller {
   void SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
                 const spec::OutputNames& names, nlohmann::json& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
+  // The pool a job is restricted to, else the pool it ran in; empty: neither.
+  std::string PoolOf(const Job& job) const;
+  // What a pending job waits for, in one word: the scheduler's cause, "dependency"
+  // (held by --after), or "unscheduled" (not yet given to the scheduler).
+  std::string WaitWord(const Job& job) const;
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;
   Job* FindJob(const std::string& name);

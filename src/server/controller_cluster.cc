@@ -310,8 +310,8 @@ void Controller::Poke() {
 Reply Controller::Submit(const std::string& token, SubmitRequest req) {
   return Wait([&](Done d) { Submit(token, std::move(req), std::move(d)); });
 }
-Reply Controller::ListJobs(const std::string& token, const std::string& state_filter, bool all) {
-  return Wait([&](Done d) { ListJobs(token, state_filter, all, std::move(d)); });
+Reply Controller::ListJobs(const std::string& token, JobQuery query) {
+  return Wait([&](Done d) { ListJobs(token, std::move(query), std::move(d)); });
 }
 Reply Controller::ShowJob(const std::string& token, const std::string& name) {
   return Wait([&](Done d) { ShowJob(token, name, std::move(d)); });

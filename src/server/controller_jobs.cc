@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "core/model/feasibility.h"
@@ -509,11 +510,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   }
   // What sacct and squeue show besides (gantry acct, ls --format; docs/slurm.md).
   if (!job.spec.name.empty()) j["name"] = job.spec.name;
-  if (job.spec.pool.valid()) {  // the pool it is restricted to, else the pool it ran in
-    j["pool"] = cluster_.pool(job.spec.pool).spec.name;
-  } else if (!job.workers.empty()) {
-    j["pool"] = cluster_.pool(cluster_.node(job.workers.front().alloc.node).pool).spec.name;
-  }
+  if (std::string pool = PoolOf(job); !pool.empty()) j["pool"] = std::move(pool);
   if (job.spec.time_limit) j["time_limit_s"] = static_cast<double>(*job.spec.time_limit) / 1000.0;
   if (job.spec.cpus_milli > 0) j["cpus"] = static_cast<double>(job.spec.cpus_milli) / 1000.0;
   {
@@ -566,26 +563,77 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   return j;
 }
 
-void Controller::ListJobs(std::string token, std::string state_filter, bool all, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, state_filter, all](const Principal&) -> Reply {
+std::string Controller::PoolOf(const Job& job) const {
+  if (job.spec.pool.valid()) return cluster_.pool(job.spec.pool).spec.name;
+  if (!job.workers.empty()) return cluster_.pool(cluster_.node(job.workers.front().alloc.node).pool).spec.name;
+  return "";
+}
+
+std::string Controller::WaitWord(const Job& job) const {
+  if (!job.after.empty()) return "dependency";
+  if (!job.core.valid()) return "unscheduled";
+  return std::string(core::Word(sched_->job(job.core).wait.cause));
+}
+
+void Controller::ListJobs(std::string token, JobQuery q, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, q = std::move(q)](const Principal&) -> Reply {
     static const std::set<std::string> kActive = {"pending", "running", "stopping"};
     static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected", "reclaimed"};
-    if (!state_filter.empty() && !kActive.count(state_filter) && !kEnded.count(state_filter)) {
-      return Reply::Error(Code::kBadRequest, "state: no state \"" + state_filter +
+    if (!q.state.empty() && !kActive.count(q.state) && !kEnded.count(q.state)) {
+      return Reply::Error(Code::kBadRequest, "state: no state \"" + q.state +
                                                  "\"; one of pending, running, stopping, finished, failed, "
-                                                 "cancelled, rejected");
+                                                 "cancelled, rejected, reclaimed");
     }
     // Asking for an ended state lists ended jobs (those still in memory) without --all.
-    const bool with_ended = all || kEnded.count(state_filter) > 0;
-    json jobs = json::array();
+    const bool with_ended = q.all || kEnded.count(q.state) > 0;
+    // One walk counts and picks; only the jobs listed are written out (a site's 14,000
+    // jobs took 0.2 s of this thread per console refresh when all were).
+    std::set<std::string> queues, states, users;
+    std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
+    std::vector<const Job*> matched;
     for (const auto& [seq, job] : jobs_) {
       if (!with_ended && !job.active()) continue;
-      json s = JobSummary(job, false, nullptr);
-      if (!state_filter.empty() && s["state"] != state_filter) continue;
-      jobs.push_back(std::move(s));
+      const std::string state = job.state == JobState::kDone ? job.end : std::string(Name(job.state));
+      queues.insert(job.queue);
+      states.insert(state);
+      if (!job.user.empty()) users.insert(job.user);
+      if ((!q.state.empty() && state != q.state) || (!q.queue.empty() && job.queue != q.queue) ||
+          (!q.user.empty() && job.user != q.user)) {
+        continue;
+      }
+      matched.push_back(&job);
+      if (job.state == JobState::kPending) {
+        const std::string cause = WaitWord(job);
+        ++waiting[{cause, cause == "capacity" ? PoolOf(job) : ""}];
+      }
     }
+    size_t listed = matched.size();
+    if (q.limit >= 0) {
+      auto rank = [](const Job* j) { return j->state == JobState::kPending ? 0 : j->active() ? 1 : 2; };
+      listed = std::min(listed, static_cast<size_t>(q.limit));
+      std::partial_sort(matched.begin(), matched.begin() + static_cast<std::ptrdiff_t>(listed), matched.end(),
+                        [&](const Job* a, const Job* b) {
+                          if (rank(a) != rank(b)) return rank(a) < rank(b);
+                          if (rank(a) == 2 && a->end_time != b->end_time) return a->end_time > b->end_time;
+                          return a->seq < b->seq;
+                        });
+    }
+    json jobs = json::array();
+    for (size_t i = 0; i < listed; ++i) jobs.push_back(JobSummary(*matched[i], false, nullptr));
+    std::vector<std::pair<int64_t, json>> groups;
+    for (const auto& [key, n] : waiting) {
+      json g = {{"cause", key.first}, {"jobs", n}};
+      if (!key.second.empty()) g["pool"] = key.second;
+      groups.emplace_back(n, std::move(g));
+    }
+    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    json by_cause = json::array();
+    for (auto& [n, g] : groups) by_cause.push_back(std::move(g));
     Reply r;
-    r.body = {{"jobs", std::move(jobs)}};
+    r.body = {{"jobs", std::move(jobs)},
+              {"total", matched.size()},
+              {"waiting", std::move(by_cause)},
+              {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
     return r;
   });
 }

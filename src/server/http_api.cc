@@ -284,8 +284,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.Submit(TokenOf(req), std::move(sr), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {
-    const bool all = req.param("all") == "1" || req.param("all") == "true";
-    return c.ListJobs(TokenOf(req), req.param("state"), all, reply);
+    JobQuery q{req.param("state"), req.param("queue"), req.param("user"),
+               req.param("all") == "1" || req.param("all") == "true", -1};
+    if (auto problem = IntParam(req, "limit", -1, q.limit)) return bad(*problem);
+    if (req.has_param("limit") && q.limit < 0) return bad("limit: expected 0 or more");
+    return c.ListJobs(TokenOf(req), std::move(q), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs", "*"}, a)) return c.ShowJob(TokenOf(req), a[0], reply);
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "usage"}, a)) return c.JobUsageSeries(TokenOf(req), a[0], reply);

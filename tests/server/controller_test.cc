@@ -459,6 +459,56 @@ TEST_F(ControllerTest, ListingByAnEndedStateNeedsNoAllAndUnknownStatesAreErrors)
 }
 
 
+// A console's jobs view at a site's size asks for one page and the counts of the rest.
+TEST_F(ControllerTest, AListingPageShowsActiveJobsFirstAndCountsEveryMatch) {
+  Beat("h100-0");  // one node of 8 GPUs
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {  // the first runs; the other two wait for room
+    Reply r = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
+    ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+    ids.push_back(r.body["id"]);
+  }
+  Reply held = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", ids[0]);
+  ASSERT_EQ(held.code, Code::kCreated) << held.body.dump();
+  ctl_->Poke();
+  Beat("h100-0");
+  Reply gone = Submit(kTeamB, R"({"queue":"serving","gpus":8,"vram_gb":40,"command":"x"})");
+  ASSERT_EQ(ctl_->Cancel(kTeamB, gone.body["id"]).code, Code::kOk);  // pending: ends at once
+  ASSERT_EQ(Show(ids[0])["state"], "running");
+
+  JobQuery all;
+  all.all = true;
+  all.limit = 3;
+  Reply page = ctl_->ListJobs(kAdmin, all);
+  ASSERT_EQ(page.code, Code::kOk) << page.body.dump();
+  EXPECT_EQ(page.body["total"], 5);
+  // Pending first, oldest first, then running; the cancelled one is past the page.
+  ASSERT_EQ(Show(gone.body["id"])["state"], "cancelled");
+  ASSERT_EQ(page.body["jobs"].size(), 3u);
+  EXPECT_EQ(page.body["jobs"][0]["id"], ids[1]);
+  EXPECT_EQ(page.body["jobs"][1]["id"], ids[2]);
+  EXPECT_EQ(page.body["jobs"][2]["id"], held.body["id"]);
+  // Every pending job is counted by what holds it, most first.
+  EXPECT_EQ(page.body["waiting"], json::parse(R"([{"cause":"capacity","jobs":2},{"cause":"dependency","jobs":1}])"))
+      << page.body["waiting"].dump();
+  EXPECT_EQ(page.body["values"]["queue"], json::parse(R"(["research","serving"])"));
+  EXPECT_EQ(page.body["values"]["state"], json::parse(R"(["cancelled","pending","running"])"));
+  // Filters narrow the list and the counts; the values stay those of every job listed.
+  JobQuery serving = all;
+  serving.queue = "serving";
+  serving.limit = 10;
+  Reply narrow = ctl_->ListJobs(kAdmin, serving);
+  EXPECT_EQ(narrow.body["total"], 1);
+  ASSERT_EQ(narrow.body["jobs"].size(), 1u);
+  EXPECT_EQ(narrow.body["jobs"][0]["id"], gone.body["id"]);
+  EXPECT_TRUE(narrow.body["waiting"].empty());
+  EXPECT_EQ(narrow.body["values"]["queue"].size(), 2u);
+  // Without a limit: every match, in submission order, as before.
+  Reply every = ctl_->ListJobs(kAdmin, "", true);
+  ASSERT_EQ(every.body["jobs"].size(), 5u);
+  EXPECT_EQ(every.body["jobs"][0]["id"], ids[0]);
+}
+
 // Issue 13, hardening: a team over its submit rate gets 429 with when to retry; other
 // teams and admins are not slowed by it, and the bucket refills with time.
 TEST_F(ControllerTest, ATeamOverItsSubmitRateGets429AndOthersDoNot) {

@@ -111,6 +111,24 @@ TEST_F(HttpApiTest, OversizedRequestsAreRefusedAndChangeNothing) {
   EXPECT_EQ(json::parse(list->body)["jobs"].size(), 0u);
 }
 
+TEST_F(HttpApiTest, AListingPageTakesItsFiltersFromTheQueryAndRefusesABadLimit) {
+  httplib::Headers h = {{"Authorization", "Bearer tok"}};
+  ASSERT_EQ(Post("/v1/jobs", R"({"queue":"q","gpus":1,"vram_gb":10,"command":"x"})")->status, 201);
+  auto page = client_->Get("/v1/jobs?all=1&limit=0&queue=q", h);
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200) << page->body;
+  const json body = json::parse(page->body);
+  EXPECT_EQ(body["jobs"].size(), 0u);
+  EXPECT_EQ(body["total"], 1);
+  EXPECT_EQ(json::parse(client_->Get("/v1/jobs?queue=other", h)->body)["total"], 0);
+  for (const char* bad : {"/v1/jobs?limit=x", "/v1/jobs?limit=-1", "/v1/jobs?limit=5x"}) {
+    auto r = client_->Get(bad, h);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 400) << bad;
+    EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("limit"), std::string::npos) << r->body;
+  }
+}
+
 TEST_F(HttpApiTest, HealthAndMetricsNeedNoToken) {
   auto h = client_->Get("/healthz");
   ASSERT_TRUE(h);

@@ -353,9 +353,20 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
 
 // ------------------------------------------------------------------ ls, show, cancel, logs
 
+// "a,b,,c" -> a, b, c (squeue's and sacct's lists).
+std::vector<std::string> SplitList(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
 struct LsArgs {
   bool json_out = false, all = false, noheader = false;
   std::string state, format, names;  // squeue's -o/--format and -O/--Format
+  std::string user, queue;           // squeue's -u and -A: one name, or comma-separated
 };
 
 int Ls(const Globals& g, const LsArgs& a) {
@@ -376,9 +387,21 @@ int Ls(const Globals& g, const LsArgs& a) {
   Client c(g);
   std::string path = "/v1/jobs?all=" + std::string(a.all ? "1" : "0");
   if (!a.state.empty()) path += "&state=" + UrlEncode(a.state);
+  // One name is filtered by gantryd; a list here, from every job.
+  const std::vector<std::string> users = SplitList(a.user), queues = SplitList(a.queue);
+  if (users.size() == 1) path += "&user=" + UrlEncode(users[0]);
+  if (queues.size() == 1) path += "&queue=" + UrlEncode(queues[0]);
   Response r = c.Get(path);
   if (int rc = Check(r, "ls")) return rc;
   json j = r.Json();
+  auto listed = [](const std::vector<std::string>& names, const json& v) {
+    return names.size() < 2 || std::find(names.begin(), names.end(), v.is_string() ? v.get<std::string>() : "") != names.end();
+  };
+  json kept = json::array();
+  for (json& job : j["jobs"]) {
+    if (listed(users, job["user"]) && listed(queues, job["queue"])) kept.push_back(std::move(job));
+  }
+  j["jobs"] = std::move(kept);
   if (a.json_out) {
     std::cout << j["jobs"].dump() << "\n";
     return 0;
@@ -857,15 +880,6 @@ struct AcctArgs {
   bool parsable = false, parsable2 = false, noheader = false, json_out = false;
 };
 
-std::vector<std::string> SplitList(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');) {
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
-}
-
 // What sacct answers, from the jobs gantryd has (GET /v1/jobs?all=1: the active ones and
 // its last --recent-done ended ones): one line per job, sacct's fields and filters.
 int Acct(const Globals& g, const AcctArgs& a) {
@@ -994,6 +1008,8 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   ls->add_flag("--json", la.json_out, "JSON output");
   ls->add_flag("-a,--all", la.all, "Include ended jobs");
   ls->add_option("--state", la.state, "Only jobs in this state");
+  ls->add_option("-u,--user", la.user, "Only these submitters' jobs (comma-separated), as squeue -u");
+  ls->add_option("-A,--queue", la.queue, "Only these queues' jobs (comma-separated), as squeue -A");
   ls->add_option("-o,--format", la.format,
                  "squeue's -o format: %i %j %u %P %q %T %t %M %l %D %R %b %a ... with optional widths, "
                  "e.g. \"%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R\" (docs/slurm.md)");

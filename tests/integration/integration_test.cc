@@ -116,6 +116,17 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
       EXPECT_FALSE(j["reason"].get<std::string>().empty()) << j.dump();
     }
   }
+  // squeue -A: one queue (gantryd filters) or several (the CLI does).
+  auto listed = [&](const std::string& queues) {
+    RunResult r = h.Cli({"ls", "-A", queues, "--json"}, h.token(a));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    std::set<std::string> out;
+    for (const json& j : json::parse(r.out)) out.insert(j["id"].get<std::string>());
+    return out;
+  };
+  EXPECT_EQ(listed("nlp"), (std::set<std::string>{"mps", "nlp2"}));
+  const std::set<std::string> both = listed("nlp,research");
+  EXPECT_TRUE(both.count("nlp2") && both.count("be1") && both.count("mig")) << both.size();
   // A critical job of team b: capacity must be taken back from team a's borrowers.
   {
     std::vector<std::string> args = {"--id", "crit", "--queue", "serving", "--tier", "critical", "--gpus", "8",

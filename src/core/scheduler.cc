@@ -161,6 +161,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   rec.asked_tier = rec.spec.tier;
   // (A budget's demotion moves the tier between standard and best-effort only, so the
   // shape, which tells only critical work apart, never changes.)
+  rec.min_units = MinUnits(rec.spec);
   rec.shape = shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
   rec.fit_class = class_ids_.emplace(FitClassOf(rec.spec, cluster_.catalog()), static_cast<uint32_t>(class_ids_.size()))
                       .first->second;
@@ -195,10 +196,10 @@ void Scheduler::AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits 
   }
 }
 
-ModelMask Scheduler::GuaranteedModels(const JobSpec& job, GpuUnits extra) const {
+ModelMask Scheduler::GuaranteedModels(const JobSpec& job, GpuUnits extra, GpuUnits least) const {
   const QueueSpec& spec = queues_.queue(job.queue).spec;
   if (spec.guaranteed_by_model.empty()) {
-    return queue_usage_[job.queue.v] + extra + MinUnits(job) <= spec.guaranteed ? ~ModelMask{0} : 0;
+    return queue_usage_[job.queue.v] + extra + least <= spec.guaranteed ? ~ModelMask{0} : 0;
   }
   const ModelMask models = job.models & cluster_.present_models();
   ModelMask inside = 0;
@@ -370,7 +371,7 @@ void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) 
 bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {
   const JobSpec& spec = jobs_[id.v].spec;  // TryStartJob's first three checks
   return WindowClosed(id, now) ||
-         (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, MinUnits(spec));
+         (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, jobs_[id.v].min_units);
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
@@ -418,7 +419,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
                                     std::string(Name(budget.period)) + " from " + UtcMinute(a.start_unix_ms) +
                                     "; new work waits until " + UtcMinute(a.end_unix_ms));
   }
-  if (auto blocker = BurstBlocker(spec.queue, MinUnits(spec))) {
+  if (auto blocker = BurstBlocker(spec.queue, job.min_units)) {
     return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
   }
   const bool cache = shape_context_ != kNoShapeCache;

@@ -134,6 +134,7 @@ struct JobRecord {
   double cost_rate = 0;     // while running: weighted GPU-hours per tick it spends
   uint32_t shape = 0;       // its request shape, interned at submit (Scheduler::shape_id)
   uint32_t fit_class = 0;   // its fit class, interned at submit (Scheduler::FitClassOf)
+  GpuUnits min_units = 0;   // MinUnits(spec), from its submit (the spec's units never change)
 };
 
 struct Decision {
@@ -211,7 +212,12 @@ class Scheduler {
   // The models the job accepts on which starting it (plus `extra` units) keeps its
   // queue inside the queue's own guarantee: every model (~0) or none when the guarantee
   // counts any model, else those the queue lists with room for the job on them.
-  ModelMask GuaranteedModels(const JobSpec& spec, GpuUnits extra = 0) const;
+  ModelMask GuaranteedModels(const JobSpec& spec, GpuUnits extra = 0) const {
+    return GuaranteedModels(spec, extra, MinUnits(spec));
+  }
+  // The same for a submitted job (its least units are kept from its submit: the fair-share
+  // order asks for every queue's next job, and MIG jobs weigh every model to know them).
+  ModelMask GuaranteedModels(JobId id) const { return GuaranteedModels(jobs_[id.v].spec, 0, jobs_[id.v].min_units); }
   // Whether queue q would still hold at least its guarantee without `units` of what it
   // holds on `model`, i.e. those units are borrowed (on that model for a per-model
   // guarantee; over all models, `model` ignored, otherwise).
@@ -366,6 +372,7 @@ class Scheduler {
 
  private:
   bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait);
+  ModelMask GuaranteedModels(const JobSpec& spec, GpuUnits extra, GpuUnits least) const;
   // A pending job whose `alloc` is held in the ledger starts running at `now`.
   void Begin(JobId id, Ticks now, GpuUnits units);
   void Release(JobId id);

@@ -51,7 +51,7 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std:
   owed.erase(ahead, owed.end());
   if (owed.empty()) return false;
   const JobRecord& job = s.job(id);
-  const GpuUnits units = s.MinUnits(job.spec);
+  const GpuUnits units = job.min_units;
   for (QueueId a : s.queues().queue(job.spec.queue).self_and_ancestors) {
     const GpuUnits burst = s.queues().queue(a).spec.burst;
     if (burst < 0) continue;
@@ -62,7 +62,7 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std:
       if (other.phase != Phase::kPending) continue;
       const auto& line = s.queues().queue(other.spec.queue).self_and_ancestors;
       if (std::find(line.begin(), line.end(), a) == line.end()) continue;
-      held += s.MinUnits(other.spec);
+      held += other.min_units;
       if (!holder.valid()) holder = o;
     }
     if (held > 0 && s.queue_usage(a) + units + held > burst) {
@@ -463,7 +463,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     // Best-effort work never preempts: it is the first to go, not a reason to go.
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
     const ModelMask inside =
-        job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(job.spec) : ModelMask{0};
+        job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(id) : ModelMask{0};
     if (inside != 0) {
       if (TryPreempt(s, id, now, Mode::kGuarantee, inside)) return;
       at_checkpoint = next_checkpoint_;

@@ -38,7 +38,7 @@ double QueueOrdering::Rank(const Scheduler& s, const JobRecord& job, Ticks now) 
   const Ticks running =
       job.phase == Phase::kRunning || job.phase == Phase::kSignaled ? now - job.last_start : 0;
   if (order == QueueOrder::kLas) {
-    const double gpus = static_cast<double>(s.MinUnits(job.spec)) / static_cast<double>(kGpuUnits);
+    const double gpus = static_cast<double>(job.min_units) / static_cast<double>(kGpuUnits);
     const double seconds = static_cast<double>(job.run_total + running) / kTicksPerSecond;
     return LasLevel(s.params().las_thresholds_gpu_s, gpus * seconds);
   }
@@ -83,7 +83,7 @@ void QueueOrdering::Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now,
     if (!first.valid()) return;
     const QueueSpec& spec = s.queues().queue(QueueId(q)).spec;
     const GpuUnits usage = s.queue_usage(QueueId(q));
-    const int band = s.GuaranteedModels(s.job(first).spec) != 0 ? 0 : 1;
+    const int band = s.GuaranteedModels(first) != 0 ? 0 : 1;
     const double standing =
         (s.decayed_usage(QueueId(q)) + static_cast<double>(usage)) / std::max(spec.weight, 1e-9);
     heap.emplace(band, standing, q);

@@ -6,7 +6,9 @@ errors and uncaught exceptions.
 
     console_cdp.py CHROMIUM URL TOKEN OUT_DIR VIEW...
 
-VIEW is a hash route (map, queues, jobs, usage, job/ID). Writes OUT_DIR/NAME.html and
+VIEW is a hash route (map, queues, jobs, usage, job/ID), or a route and one filter chosen
+in its page as a person would (jobs?queue=vision: the select set, its change fired, the
+page drawn again with the choice). Writes OUT_DIR/NAME.html and
 OUT_DIR/NAME.png per view (NAME: the view with / as -) and prints one JSON object:
 {"signed_in": bool, "views": {VIEW: {"html": ..., "error": ...}}, "console_errors": [...]}.
 Only the standard library: the WebSocket client below is the least the protocol needs
@@ -135,11 +137,19 @@ def main():
                         "document.getElementById('signin').requestSubmit(); true")
             result["signed_in"] = dt.wait_for("!document.getElementById('who').hidden")
         for view in views:
-            name = view.replace("/", "-")
+            name = view.replace("/", "-").replace("?", "-").replace("=", "-")
+            route, _, choice = view.partition("?")
             t0 = time.perf_counter()
-            dt.evaluate(f"location.hash = {json.dumps('#' + view)}; true")
-            ok = dt.wait_for(f"document.getElementById('page').dataset.view === {json.dumps(view)} && "
+            dt.evaluate(f"location.hash = {json.dumps('#' + route)}; true")
+            ok = dt.wait_for(f"document.getElementById('page').dataset.view === {json.dumps(route)} && "
                              "document.getElementById('page').innerHTML.length > 0", 60)
+            if ok and choice:
+                key, value = choice.split("=", 1)
+                select = f"document.querySelector('[data-filter=\"{key}\"]')"
+                dt.evaluate(f"{select}.value = {json.dumps(value)};"
+                            f"{select}.dispatchEvent(new Event('change', {{bubbles: true}})); true")
+                ok = dt.wait_for(f"{select} && {select}.querySelector('option[selected]') && "
+                                 f"{select}.querySelector('option[selected]').value === {json.dumps(value)}", 60)
             render_ms = (time.perf_counter() - t0) * 1000  # to within the 0.1 s the wait polls at
             time.sleep(0.3)  # the charts and tables of this view, drawn
             html = dt.evaluate("document.getElementById('page').innerHTML") or ""

@@ -331,7 +331,7 @@ TEST(Console, AtASitesSizeTheMapDrawsEveryGpuAndTheJobsTableIsCapped) {
 
   const std::string shots = (fs::current_path() / "console-scale-screenshots").string();
   const RunResult run = it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/", h.token("admin"), shots,
-                                 "jobs", "map"}, {}, 180);
+                                 "jobs", "map", "jobs?queue=vision"}, {}, 180);
   ASSERT_EQ(run.rc, 0) << run.err;
   const json r = json::parse(run.out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << run.out << run.err;
@@ -352,6 +352,12 @@ TEST(Console, AtASitesSizeTheMapDrawsEveryGpuAndTheJobsTableIsCapped) {
   }
   EXPECT_EQ(counted, pending["jobs"].size()) << waiting;
   EXPECT_EQ(Occurrences(jobs, "data-job=\""), 500u);
+  // A queue chosen in the page: gantryd lists and counts that queue's jobs alone.
+  const std::string vision = r["views"]["jobs?queue=vision"].value("html", "");
+  EXPECT_NE(vision.find("Showing 500 of " + std::to_string(kJobs / 2) + " jobs"), std::string::npos)
+      << vision.substr(0, 2000);
+  EXPECT_EQ(Occurrences(vision, "\">vision</td>"), 500u);  // the queue column
+  EXPECT_EQ(Occurrences(vision, "\">research</td>"), 0u);
 }
 
 }  // namespace

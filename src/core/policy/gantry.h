@@ -76,7 +76,9 @@ class GantryPolicy final : public Policy {
     // (by_class): critical work is mostly small inference jobs whose VRAM varies from job
     // to job, and its node-by-node what-if walks every running job (half the time of the
     // 1M-job replay's first hours). Other modes keep the shape: per class, they changed
-    // which jobs preempted on a gen workload with gittins. Per class, the same event logs.
+    // which jobs preempted on a gen workload with gittins. Per class: the same decisions on
+    // every workload compared, and a waiting job's checkpoint hint may differ (a cached
+    // answer skips a walk, and walks decide when the index is sorted: docs/benchmarks.md).
     uint32_t shape;
     bool by_class;
     QueueId queue;

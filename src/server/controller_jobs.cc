@@ -446,7 +446,7 @@ std::vector<std::string> Controller::JobNodes(const Job& job) const {
 }
 
 json Controller::JobSummary(const Job& job, bool details, const Principal* viewer) {
-  std::string state = job.state == JobState::kDone ? job.end : std::string(Name(job.state));
+  std::string state = job.state_word();
   std::string reason;
   switch (job.state) {
     case JobState::kPending:
@@ -593,7 +593,7 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
     std::vector<const Job*> matched;
     for (const auto& [seq, job] : jobs_) {
       if (!with_ended && !job.active()) continue;
-      const std::string state = job.state == JobState::kDone ? job.end : std::string(Name(job.state));
+      const std::string state = job.state_word();
       queues.insert(job.queue);
       states.insert(state);
       if (!job.user.empty()) users.insert(job.user);
@@ -695,7 +695,7 @@ void Controller::Cancel(std::string token, std::string name, Done done) {
     CancelJob(*job, "cancelled by " + user.Describe(), now_);
     Reply r;
     r.body = {{"id", job->name},
-              {"state", job->state == JobState::kDone ? job->end : std::string(Name(job->state))}};
+              {"state", job->state_word()}};
     return r;
   });
 }

@@ -127,6 +127,8 @@ struct Job {
   int64_t sample_vram = 0;
 
   bool active() const { return state != JobState::kDone; }
+  // As the API and `gantry ls` show it: pending, running, stopping, or how it ended.
+  std::string state_word() const { return state == JobState::kDone ? end : std::string(Name(state)); }
   bool AllExited() const;
 };
 

@@ -117,7 +117,6 @@ class ConfigParser {
     PolicyConfig policy = ReadPolicy(top);
     ReadAccounting(top, catalog, policy);
     top.Finish();
-    RefuseOrdersWithMaxWait(queues, policy);
 
     // The core's structural checks run even when some fields were bad, so every problem
     // shows at once; those about an item already reported would only echo it.
@@ -141,23 +140,6 @@ class ConfigParser {
   }
 
  private:
-  // Attained-service orders and max_wait together are refused for now: the property
-  // tests found runs where a job preempting for its guarantee on a GPU shared by slices
-  // never started (its victims took their slots back), only with both (docs/policies.md).
-  void RefuseOrdersWithMaxWait(const std::vector<QueueSpec>& queues, const PolicyConfig& policy) {
-    std::string ordered, bounded = policy.params.max_wait > 0 ? "policy.max_wait_s" : "";
-    for (const QueueSpec& q : queues) {
-      if (q.order && *q.order != core::QueueOrder::kFairShare && ordered.empty()) {
-        ordered = "queues[" + q.name + "].order";
-      }
-      if (q.max_wait && *q.max_wait > 0 && bounded.empty()) bounded = "queues[" + q.name + "].max_wait_s";
-    }
-    if (ordered.empty() || bounded.empty()) return;
-    d_.Report(lines_.Find(bounded), bounded,
-              "cannot be used with an attained-service order yet (" + ordered +
-                  "): the two together can keep a job from ever starting (docs/policies.md)");
-  }
-
   // Guarantees are promises: the top-level queues' (which bound their children's) must fit
   // in the cluster, in all and on each GPU model a queue guarantees by model.
   static std::vector<Error> GuaranteesAboveCapacity(const core::Cluster& cluster, const core::QueueTree& tree) {

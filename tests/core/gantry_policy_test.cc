@@ -413,6 +413,52 @@ TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
 }
 
 
+// A claim holds what its victims free of a GPU as they leave one by one: a job waiting
+// for a MIG slice must not start in the slot the first victim left (the claimant would
+// then find no room when the last one leaves, and preempt again; with an attained-service
+// queue and max_wait this went on for ever: docs/policies.md, property seed 147).
+TEST(GantryPreemptionTest, AClaimHoldsTheSlicesItsVictimsLeaveUntilTheLastIsGone) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 1, "H100-80GB", 0, 1,
+                                            SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMig)))});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
+  auto submit = [&](const char* id, const char* profile, const char* queue, Tier tier, Ticks grace,
+                    Ticks now) {
+    JobSpec j = testing::Mig(catalog, id, profile);
+    j.queue = *queues.Find(queue);
+    j.tier = tier;
+    j.grace = grace;
+    return s.Submit(j, now);
+  };
+  // Two best-effort instances fill the GPU (3 + 4 compute slices, 4 + 4 memory slices).
+  const JobId be1 = submit("be1", "3g.40gb", "research", Tier::kBestEffort, 10 * kS, 0);
+  const JobId be2 = submit("be2", "4g.40gb", "research", Tier::kBestEffort, 60 * kS, 0);
+  s.Schedule(0);
+  ASSERT_EQ(s.job(be1).phase, Phase::kRunning);
+  ASSERT_EQ(s.job(be2).phase, Phase::kRunning);
+  // A small job waits for a slice; a critical job inside its guarantee wants the GPU.
+  const JobId small = submit("small", "1g.10gb", "research", Tier::kStandard, 10 * kS, 50 * kS);
+  s.Schedule(50 * kS);
+  ASSERT_EQ(s.job(small).phase, Phase::kPending);
+  const JobId crit = submit("crit", "7g.80gb", "serving", Tier::kCritical, 10 * kS, 100 * kS);
+  int preemptions = 0;
+  for (const Decision& d : s.Schedule(100 * kS)) preemptions += d.kind == Decision::Kind::kPreempt;
+  ASSERT_EQ(preemptions, 2);
+  // be1 leaves first: its slices stay held for the claim, not given to the small job.
+  s.Requeue(be1, 110 * kS);
+  for (const Decision& d : s.Schedule(110 * kS)) preemptions += d.kind == Decision::Kind::kPreempt;
+  EXPECT_EQ(s.job(small).phase, Phase::kPending);
+  EXPECT_EQ(s.job(crit).phase, Phase::kPending);
+  // be2 leaves: the whole GPU is free for the claimant, which starts without preempting again.
+  s.Requeue(be2, 160 * kS);
+  for (const Decision& d : s.Schedule(160 * kS)) preemptions += d.kind == Decision::Kind::kPreempt;
+  EXPECT_EQ(s.job(crit).phase, Phase::kRunning);
+  EXPECT_EQ(preemptions, 2);
+  EXPECT_EQ(s.job(small).phase, Phase::kPending);
+}
+
 // max_wait: a gang kept waiting by a stream of small jobs that overrun their estimates
 // (each backfilled because its estimate ended before the gang's receding reservation).
 // Returns when the gang started (-1: still waiting at 2,000 s).

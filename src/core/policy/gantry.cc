@@ -107,7 +107,7 @@ void GantryPolicy::PruneLeases(Scheduler& s, Ticks now) {
 
 void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools) {
   for (const Reservation& r : claims_) {
-    if (r.job != except) Hold(s, r, pools);
+    if (r.job != except) Hold(s, r, pools, /*fence=*/true);
   }
   for (const Reservation& r : reservations_) {
     if (r.job != except) Hold(s, r, pools);
@@ -163,20 +163,76 @@ Ticks GantryPolicy::Shadow() const {
   return first ? first->start : kForever;
 }
 
-void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools) {
+void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools, bool fence) {
   const size_t before = phantoms_.size();
-  HoldInto(s, r, pools, phantoms_);
+  HoldInto(s, r, pools, phantoms_, fence);
   for (size_t i = before; i < phantoms_.size(); ++i) {
     phantom_pools_ |= PoolBit(s.cluster().node(phantoms_[i].node).pool);
   }
 }
 
-void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into) {
+namespace {
+
+// Holds what is free now of local GPU `gpu` of `node`, a GPU that jobs (a claimant's
+// victims) still partly use: its free MIG memory slices in [lo, hi) as MIG instances
+// (those that use the fewest compute slices per memory slice first), or `share` and
+// `vram` of a shared GPU's free share (all of it when negative), in the GPU's own mode.
+// Instances are what the ledger knows how to hold; a slice no profile can take alone
+// (the eighth) stays free, as no job can use it alone either.
+void HoldFreePart(Ledger& ledger, NodeId node, int gpu, int lo, int hi, int share, int64_t vram,
+                  Allocation& into) {
+  const GpuState& g = ledger.gpu(ledger.gpu_id(node, gpu));
+  const Node& n = ledger.cluster().node(node);
+  if (g.mode == GpuMode::kShared) {
+    const int free_share = kShareScale - g.share_used;
+    const int64_t free_vram = ledger.cluster().catalog().model(n.model).memory_bytes - g.vram_used;
+    WorkerAlloc p;
+    p.node = node;
+    p.sharing = g.share_mode;
+    p.gpu = static_cast<int8_t>(gpu);
+    p.share_milli = static_cast<int16_t>(share < 0 ? free_share : std::min(share, free_share));
+    p.vram_bytes = vram < 0 ? free_vram : std::min(vram, free_vram);
+    if (p.share_milli > 0 && ledger.Fits(p)) {
+      ledger.Allocate(p);
+      into.push_back(p);
+    }
+    return;
+  }
+  if (g.mode != GpuMode::kMig) return;
+  const auto& profiles = ledger.cluster().catalog().model(n.model).mig_profiles;
+  std::vector<int> order(profiles.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    const MigProfile& x = profiles[a];
+    const MigProfile& y = profiles[b];
+    return std::tuple(x.compute_slices * y.memory_slices, -x.memory_slices, a) <
+           std::tuple(y.compute_slices * x.memory_slices, -y.memory_slices, b);
+  });
+  for (int i : order) {
+    for (int start : profiles[i].starts) {
+      if (start < lo || start + profiles[i].memory_slices > hi) continue;
+      WorkerAlloc p;
+      p.node = node;
+      p.sharing = Sharing::kMig;
+      p.gpu = static_cast<int8_t>(gpu);
+      p.mig_profile = static_cast<int8_t>(i);
+      p.mig_start = static_cast<int8_t>(start);
+      if (!ledger.Fits(p)) continue;
+      ledger.Allocate(p);
+      into.push_back(p);
+    }
+  }
+}
+
+}  // namespace
+
+void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into, bool fence) {
   Ledger& ledger = s.mutable_ledger();
   auto hold = [&](const WorkerAlloc& p) {
-    if (!ledger.Fits(p)) return;
+    if (!ledger.Fits(p)) return false;
     ledger.Allocate(p);
     into.push_back(p);
+    return true;
   };
   for (const WorkerAlloc& w : r.alloc) {
     if ((PoolBit(s.cluster().node(w.node).pool) & pools) == 0) continue;
@@ -185,19 +241,36 @@ void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, 
     if (w.sharing == Sharing::kExclusive) {
       WorkerAlloc p;
       p.node = w.node;
-      uint64_t free = 0;
+      uint64_t free = 0, partly = 0;
       for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
         p.gpu_mask = uint64_t{1} << std::countr_zero(m);
-        if (ledger.Fits(p)) free |= p.gpu_mask;
+        if (ledger.Fits(p)) {
+          free |= p.gpu_mask;
+        } else {
+          partly |= p.gpu_mask;
+        }
       }
       p.gpu_mask = free;
       if (free != 0) hold(p);
+      // A claim also holds what its victims free of a GPU they share with others, as they
+      // leave: else a job starting there voids the claim (and its victims, requeued,
+      // are preempted again, for ever).
+      for (uint64_t m = fence ? partly : 0; m != 0; m &= m - 1) {
+        HoldFreePart(ledger, w.node, std::countr_zero(m), 0, kMigMemorySlices, -1, -1, into);
+      }
       continue;
     }
     WorkerAlloc p = w;
     p.cpus_milli = 0;
     p.memory_bytes = 0;
-    hold(p);
+    if (hold(p) || !fence) continue;
+    if (w.sharing == Sharing::kMig) {
+      const MigProfile& profile =
+          s.cluster().catalog().model(s.cluster().node(w.node).model).mig_profiles[w.mig_profile];
+      HoldFreePart(ledger, w.node, w.gpu, w.mig_start, w.mig_start + profile.memory_slices, -1, -1, into);
+    } else {
+      HoldFreePart(ledger, w.node, w.gpu, 0, kMigMemorySlices, w.share_milli, w.vram_bytes, into);
+    }
   }
 }
 
@@ -587,7 +660,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
          "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
   std::erase_if(claims_, [&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
-  Hold(s, claims_.back());
+  Hold(s, claims_.back(), ~uint64_t{0}, /*fence=*/true);
   considered_.push_back(id);
   return true;
 }

@@ -39,7 +39,9 @@
 // setting. Its wait is then bounded by max_wait plus
 // the longest remaining run of the jobs on its reserved GPUs (or under its queues'
 // limits). It preempts nobody for it (tried: see docs/policies.md). A preempted job
-// does not start again while its preemptor still waits on its claim.
+// does not start again while its preemptor still waits on its claim, and a claim holds
+// what its victims free as they leave, part of a GPU included (else another job starts
+// in a victim's MIG slice or share and the claim lapses when the last victim leaves).
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
 // leaves free for big gangs.
 // Thread-safety: none; driven by one Scheduler.
@@ -120,9 +122,10 @@ class GantryPolicy final : public Policy {
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
   // free now, except those of `except`; only those in `pools` (PoolBit), else all.
   void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0});
-  void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0});
-  // Holds the parts of r's allocation in `pools` that are free now, recording them in `into`.
-  void HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into);
+  void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0}, bool fence = false);
+  // Holds the parts of r's allocation in `pools` that are free now, recording them in `into`;
+  // with `fence` (claims) also the free part of GPUs its victims still partly use.
+  void HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into, bool fence = false);
   // Drains are held for a whole pass (HoldDrains at its start, DropDrains at its end).
   void HoldDrains(Scheduler& s);
   void DropDrains(Scheduler& s);

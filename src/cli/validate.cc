@@ -90,14 +90,16 @@ std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& file
   return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}};
 }
 
-// max_wait_s bounds a job's wait by draining whole GPUs for it: one that asks GPU shares
-// or a MIG instance gets no such bound (a new slice may start on a partly used GPU), and
-// neither does one with a window (it waits for it besides). Why, or nullopt when its
-// queue has no max_wait_s or the bound holds.
+// max_wait_s bounds a job's wait by draining GPUs for it: whole GPUs, and what is free of
+// GPUs others still use (free shares, free MIG memory slices). One that asks a MIG
+// instance gets no such bound (an instance elsewhere on the GPU may still take the
+// compute slices it needs), and neither does one with a window (it waits for it
+// besides). Why, or nullopt when its queue has no max_wait_s or the bound holds.
 std::optional<std::string> WhyUnbounded(const core::JobSpec& job, const spec::ClusterConfig& config) {
   if (core::MaxWaitFor(job.queue, config.queues, config.policy.params) <= 0) return std::nullopt;
-  if (job.sharing != core::Sharing::kExclusive) {
-    return "it asks GPU shares or a MIG instance, and a drain holds whole GPUs only";
+  if (job.sharing == core::Sharing::kMig) {
+    return "it asks a MIG instance, and a drain holds the free memory slices of its place, not the compute "
+           "slices an instance elsewhere on the GPU may take";
   }
   if (job.window) return "it may start only inside its daily window, which the bound does not count";
   return std::nullopt;
@@ -177,7 +179,7 @@ int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostr
           out << (never > named.size() ? "; ..." : "") << "\n";
         }
         if (unbounded) {
-          out << fmt::format("  {} in queues with max_wait_s ask GPU shares or MIG instances, or have a window: "
+          out << fmt::format("  {} in queues with max_wait_s ask MIG instances, or have a window: "
                              "max_wait_s cannot bound their wait\n",
                              unbounded);
         }

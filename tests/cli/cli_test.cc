@@ -66,37 +66,43 @@ TEST_F(CliTest, BadConfigNamesFileLineAndField) {
 
 TEST_F(CliTest, ValidateNamesJobsThatCanNeverStartAndWaitsMaxWaitCannotBound) {
   std::ofstream(Path("cluster.yaml")) << "cluster: x\npools:\n  - name: p\n    count: 4\n"
-                                         "    gpus: 8\n    gpu_model: H100-80GB\n    sharing: [mps]\n"
+                                         "    gpus: 8\n    gpu_model: H100-80GB\n    sharing: [mps, mig]\n"
                                          "queues:\n  - name: small\n    burst_gpus: 8\n"
                                          "  - name: bounded\n    max_wait_s: 3600\n";
   std::ofstream(Path("t.jsonl"))
       << R"({"id":"fits","submit":0,"duration":10,"queue":"small","gpus":8,"vram_gb":8})" "\n"
       << R"({"id":"wide","submit":1,"duration":10,"queue":"small","replicas":2,"gpus":8,"vram_gb":8})" "\n"
       << R"({"id":"share","submit":2,"duration":10,"queue":"bounded","gpus":0.5,"sharing":"mps","vram_gb":8})" "\n"
+      << R"({"id":"slice","submit":2,"duration":10,"queue":"bounded","mig":"1g.10gb","vram_gb":8})" "\n"
       << R"({"id":"night","submit":3,"duration":10,"queue":"bounded","gpus":1,"vram_gb":8,"window":{"start":"20:00","end":"06:00"}})" "\n"
       << R"({"id":"gang","submit":4,"duration":10,"queue":"bounded","replicas":2,"gpus":8,"vram_gb":8})" "\n";
   Outcome t = Gantry("validate " + Path("cluster.yaml") + " " + Path("t.jsonl"));
   EXPECT_EQ(t.status, 0) << t.output;
-  EXPECT_NE(t.output.find("t.jsonl: trace, 5 jobs\n"), std::string::npos) << t.output;
+  EXPECT_NE(t.output.find("t.jsonl: trace, 6 jobs\n"), std::string::npos) << t.output;
   EXPECT_NE(t.output.find("1 can never start under their queues' burst_gpus (the simulator rejects them): wide needs "
                           "16 GPUs, above the burst_gpus 8 of queue small"),
             std::string::npos)
       << t.output;
-  EXPECT_NE(t.output.find("2 in queues with max_wait_s ask GPU shares or MIG instances, or have a window"),
+  // The share is bounded (a drain holds the free share of a GPU others still use).
+  EXPECT_NE(t.output.find("2 in queues with max_wait_s ask MIG instances, or have a window"),
             std::string::npos)
       << t.output;
   // A job spec: the same rejection is an error, an unbounded wait a note.
   std::ofstream(Path("wide.yaml")) << "queue: small\nreplicas: 2\ngpus: 8\nvram_gb: 8\ncommand: [x]\n";
   std::ofstream(Path("share.yaml")) << "queue: bounded\ngpus: 0.5\nsharing: mps\nvram_gb: 8\ncommand: [x]\n";
+  std::ofstream(Path("slice.yaml")) << "queue: bounded\nmig: 1g.10gb\nvram_gb: 8\ncommand: [x]\n";
   Outcome w = Gantry("validate " + Path("cluster.yaml") + " " + Path("wide.yaml"));
   EXPECT_EQ(w.status, 2) << w.output;
   EXPECT_NE(w.output.find("wide.yaml: this job can never start (gantryd rejects it): needs 16 GPUs"), std::string::npos)
       << w.output;
   Outcome sh = Gantry("validate " + Path("cluster.yaml") + " " + Path("share.yaml"));
   EXPECT_EQ(sh.status, 0) << sh.output;
-  EXPECT_NE(sh.output.find("share.yaml: ok, but max_wait_s cannot bound its wait: it asks GPU shares"),
+  EXPECT_EQ(sh.output.find("cannot bound"), std::string::npos) << sh.output;
+  Outcome sl = Gantry("validate " + Path("cluster.yaml") + " " + Path("slice.yaml"));
+  EXPECT_EQ(sl.status, 0) << sl.output;
+  EXPECT_NE(sl.output.find("slice.yaml: ok, but max_wait_s cannot bound its wait: it asks a MIG instance"),
             std::string::npos)
-      << sh.output;
+      << sl.output;
 }
 
 }  // namespace

@@ -574,5 +574,99 @@ TEST(GantryMaxWaitTest, AJobKeptOutByItsQueuesBurstLimitStartsPastMaxWait) {
   EXPECT_LE(start, 400 * kS);
 }
 
+// max_wait with preemption: a standard gang outside its queue's guarantee behind
+// best-effort jobs that run for hours (checkpointing every 100 s, 10 s of grace). Returns
+// when the gang started and how many preemptions it took (-1: still waiting at 2,000 s).
+std::pair<Ticks, int> GangStartBehindLongBestEffortJobs(Ticks max_wait) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
+  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"scavenge", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  PolicyParams params;
+  params.max_wait = max_wait;
+  params.preempt_after_checkpoint = 5 * kS;
+  Scheduler sched(cluster, queues, MakePolicy("gantry"), params);
+  for (int i = 0; i < 8; ++i) {
+    JobSpec j = Whole(catalog, "be" + std::to_string(i), 1, 1);
+    j.queue = *queues.Find("scavenge");
+    j.tier = Tier::kBestEffort;
+    j.checkpoint = 100 * kS;
+    j.grace = 10 * kS;
+    sched.Submit(j, 0);
+  }
+  sched.Schedule(0);
+  JobSpec g = Whole(catalog, "gang", 1, 8);
+  g.queue = *queues.Find("train");
+  g.runtime_estimate = 1000 * kS;
+  const JobId gang = sched.Submit(g, kS);
+  std::map<Ticks, std::vector<JobId>> released;  // when each victim's grace ends
+  int preemptions = 0;
+  for (Ticks now = kS; now <= 2000 * kS; now += kS) {
+    if (auto it = released.find(now); it != released.end()) {
+      for (JobId v : it->second) sched.Requeue(v, now);
+      released.erase(it);
+    }
+    for (const Decision& d : sched.Schedule(now)) {
+      if (d.kind != Decision::Kind::kPreempt) continue;
+      ++preemptions;
+      released[now + 10 * kS].push_back(d.job);
+    }
+    if (sched.job(gang).phase == Phase::kRunning) return {now, preemptions};
+  }
+  return {-1, preemptions};
+}
+
+TEST(GantryMaxWaitTest, ADrainPreemptsBestEffortWorkAtItsCheckpoints) {
+  // Outside its guarantee the gang never preempts: the best-effort jobs keep the node.
+  EXPECT_EQ(GangStartBehindLongBestEffortJobs(0), (std::pair<Ticks, int>(-1, 0)));
+  // Past 300 s it drains the node and takes the eight jobs just after a checkpoint: it
+  // starts within 300 s + a checkpoint interval (100 s) + their grace (10 s).
+  const auto [start, preemptions] = GangStartBehindLongBestEffortJobs(300 * kS);
+  EXPECT_GT(start, 300 * kS);
+  EXPECT_LE(start, 410 * kS);
+  EXPECT_EQ(preemptions, 8);
+}
+
+// A claim comes before a drain: a standard job inside its guarantee preempts the
+// best-effort job on the GPUs a best-effort drain waits for. When its victim leaves, the
+// claimant starts there; before, the drain took the GPUs, the claimant preempted the
+// drain's owner, which drained again, and so on for ever (property seed 8).
+TEST(GantryMaxWaitTest, AClaimOnADrainsGpusIsServedFirst) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 4, "H100-80GB")});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"batch", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  PolicyParams params;
+  params.max_wait = 100 * kS;
+  Scheduler s(cluster, queues, MakePolicy("gantry"), params);
+  auto submit = [&](const char* id, const char* queue, Tier tier, Ticks now) {
+    JobSpec j = Whole(catalog, id, 1, 4);
+    j.queue = *queues.Find(queue);
+    j.tier = tier;
+    j.grace = 30 * kS;
+    j.runtime_estimate = 1000 * kS;
+    return s.Submit(j, now);
+  };
+  int preemptions = 0;
+  auto pass = [&](Ticks now) {
+    for (const Decision& d : s.Schedule(now)) preemptions += d.kind == Decision::Kind::kPreempt;
+  };
+  const JobId running = submit("running", "batch", Tier::kBestEffort, 0);
+  pass(0);
+  const JobId drainer = submit("drainer", "batch", Tier::kBestEffort, kS);
+  pass(kS);
+  pass(101 * kS);  // past max_wait: it drains the node (best-effort work never preempts)
+  ASSERT_EQ(s.job(drainer).phase, Phase::kPending);
+  const JobId standard = submit("standard", "serving", Tier::kStandard, 200 * kS);
+  pass(200 * kS);
+  ASSERT_EQ(preemptions, 1);
+  ASSERT_EQ(s.job(running).phase, Phase::kSignaled);
+  s.Requeue(running, 230 * kS);
+  pass(230 * kS);
+  EXPECT_EQ(s.job(standard).phase, Phase::kRunning);
+  EXPECT_EQ(s.job(drainer).phase, Phase::kPending);
+  EXPECT_EQ(preemptions, 1);
+}
+
 }  // namespace
 }  // namespace gantry::core

@@ -105,18 +105,18 @@ void GantryPolicy::PruneLeases(Scheduler& s, Ticks now) {
   if (next < kForever && !reservations_.empty()) s.WakeAt(next);
 }
 
-void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools) {
+void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools, bool claims, bool reservations) {
   for (const Reservation& r : claims_) {
-    if (r.job != except) Hold(s, r, pools, /*fence=*/true);
+    if (claims && r.job != except) Hold(s, r, pools, /*fence=*/true);
   }
   for (const Reservation& r : reservations_) {
-    if (r.job != except) Hold(s, r, pools);
+    if (reservations && r.job != except) Hold(s, r, pools);
   }
 }
 
 void GantryPolicy::HoldDrains(Scheduler& s) {
   for (Drain& d : drains_) {
-    if (d.held.empty() && s.job(d.r.job).phase == Phase::kPending) HoldInto(s, d.r, ~uint64_t{0}, d.held);
+    if (d.held.empty() && s.job(d.r.job).phase == Phase::kPending) HoldInto(s, d.r, ~uint64_t{0}, d.held, true);
   }
 }
 
@@ -269,7 +269,12 @@ void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, 
           s.cluster().catalog().model(s.cluster().node(w.node).model).mig_profiles[w.mig_profile];
       HoldFreePart(ledger, w.node, w.gpu, w.mig_start, w.mig_start + profile.memory_slices, -1, -1, into);
     } else {
-      HoldFreePart(ledger, w.node, w.gpu, 0, kMigMemorySlices, w.share_milli, w.vram_bytes, into);
+      // Of a GPU shared in its own mode, the share it needs; else all that is free (it
+      // needs the GPU emptied of the other mode's sharers).
+      const GpuState& g = ledger.gpu(ledger.gpu_id(w.node, w.gpu));
+      const bool same = g.mode == GpuMode::kShared && g.share_mode == w.sharing;
+      HoldFreePart(ledger, w.node, w.gpu, 0, kMigMemorySlices, same ? w.share_milli : -1,
+                   same ? w.vram_bytes : -1, into);
     }
   }
 }
@@ -321,6 +326,12 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     return std::any_of(d.r.alloc.begin(), d.r.alloc.end(),
                        [&](const WorkerAlloc& w) { return !s.ledger().node(w.node).up; });
   });
+  std::erase_if(claims_,
+                [&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
+  // Held in order of precedence: claims (their victims were preempted for them: a drain
+  // that took the GPUs they leave would void the claim, and the claimant would preempt
+  // again, for ever), drains, reservations.
+  HoldPhantoms(s, JobId(), ~uint64_t{0}, true, false);
   HoldDrains(s);  // for the whole pass: no job but a critical one or its owner gets them
   if (full) {
     reservations_.clear();
@@ -329,9 +340,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     std::erase_if(reservations_,
                   [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
   }
-  std::erase_if(claims_,
-                [&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
-  HoldPhantoms(s);
+  HoldPhantoms(s, JobId(), ~uint64_t{0}, false, true);
   // Jobs whose victims have released their GPUs go first: the capacity was freed for
   // them, and giving it to anyone else (the requeued victim included) would start a
   // preemption loop.
@@ -411,7 +420,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (draining && !claimant) considered_.push_back(id);
   // A draining job is owed the room its queues' burst limits leave: else a queue-mate
   // takes it while its victims leave, and it preempts again, for ever.
-  if (own != drains_.end() && std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) {
+  if ((own != drains_.end() || (draining && claimant)) &&
+      std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) {
     owed_room_.push_back(id);
   }
   if (job.victims_pending > 0) {
@@ -497,15 +507,17 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   WaitReason wait;
   const bool started = s.TryStart(id, now, Fit::kBest, &why, &wait);
   const WaitCause block = wait.cause;  // what TryStart found
-  if (drains_let_go) HoldDrains(s);
-  if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held);
   if (swap && !started && free_pass && !owner && !drains_let_go) {
     // Nothing moved on the ledger since the drop (the try failed, and no drain was let
-    // go and held again): what was dropped is exactly what holding again would find.
+    // go): what was dropped is exactly what holding again would find.
     RestorePhantoms(s, dropped_);
-  } else if (swap) {
-    DropPhantoms(s, pools);
-    HoldPhantoms(s, JobId(), pools);
+  } else {
+    // Held again in order of precedence: claims, drains, reservations.
+    if (swap) DropPhantoms(s, pools);
+    if (swap) HoldPhantoms(s, JobId(), pools, true, false);
+    if (drains_let_go) HoldDrains(s);
+    if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
+    if (swap) HoldPhantoms(s, JobId(), pools, false, true);
   }
   s.set_shape_context(0);
   if (started) {
@@ -537,14 +549,24 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
     const ModelMask inside =
         job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(id) : ModelMask{0};
+    // A draining job's what-ifs may use the GPUs its drain holds (they are for it).
+    const bool drain_owner = own != drains_.end();
+    if (drain_owner) {
+      s.mutable_ledger().Release(own->held);
+      own->held.clear();
+    }
+    bool preempted = false;
     if (inside != 0) {
-      if (TryPreempt(s, id, now, Mode::kGuarantee, inside)) return;
+      preempted = TryPreempt(s, id, now, Mode::kGuarantee, inside, !drain_owner);
       at_checkpoint = next_checkpoint_;
     }
-    if (by_rank) {
-      if (TryPreempt(s, id, now, Mode::kRank)) return;
+    if (!preempted && by_rank) {
+      preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, !drain_owner);
       at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
     }
+    if (drain_owner) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
+    if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, *own, inside, at_checkpoint);
+    if (preempted) return;
     // A job due for a reservation that has waited past backfill_lease_after takes back
     // what backfilled jobs hold past their lease.
     const bool reservable =
@@ -589,7 +611,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         HoldPhantoms(s);
         drains_.push_back(Drain{std::move(r), {}});
         drain = drains_.end() - 1;
-        HoldInto(s, drain->r, ~uint64_t{0}, drain->held);
+        HoldInto(s, drain->r, ~uint64_t{0}, drain->held, true);
+        if (PreemptForDrain(s, id, now, *drain, inside, at_checkpoint)) return;
       }
       if (drain != drains_.end()) {
         wait.at = drain->r.start;
@@ -608,19 +631,21 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     if (at_checkpoint < kForever) {
       why += "; jobs it may preempt are past their last checkpoint (next at t=" +
              Seconds(at_checkpoint) + " s)";
+      s.WakeAt(at_checkpoint);  // else only an unrelated event would bring the next pass
     }
   }
   s.Wait(id, wait, why);
 }
 
-bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models) {
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models, bool cache,
+                              bool drain) {
   const JobRecord& job = s.job(id);
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
   const bool by_class = job.spec.tier == Tier::kCritical && mode == Mode::kGuarantee;
   PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id), by_class, job.spec.queue, job.spec.tier, mode, models, job_rank};
-  if (auto it = preempt_failed_.find(key); it != preempt_failed_.end()) {
+  if (auto it = cache ? preempt_failed_.find(key) : preempt_failed_.end(); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
     return false;
   }
@@ -629,7 +654,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   const std::function<bool(JobId)> overdue = [&](JobId v) { return Overdue(s, v, now); };
   if (!victims_.Choose(s, job, mode, models, job_rank, now, overdue, needed, fit)) {
     next_checkpoint_ = victims_.next_checkpoint();
-    preempt_failed_.emplace(std::move(key), next_checkpoint_);
+    if (cache) preempt_failed_.emplace(std::move(key), next_checkpoint_);
     return false;
   }
   std::sort(needed.begin(), needed.end());
@@ -639,6 +664,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
     ++evicted_count_[v.v];
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
+    const std::string who = std::string(Name(job.spec.tier)) + " job " + job.spec.id +
+                            (drain ? ", waiting past max_wait_s," : "");
     std::string reason =
         mode == Mode::kLessees ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
                       " is due for GPUs this job was backfilled onto; it ran past its estimate"
@@ -646,11 +673,8 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
             ? std::string(Name(job.spec.tier)) + " job " + job.spec.id + " comes first in queue " +
                   queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
                   " order (attained service)"
-        : victim.spec.tier == Tier::kBestEffort
-            ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
-                  " needs capacity held by best-effort work"
-            : std::string(Name(job.spec.tier)) + " job " + job.spec.id +
-                  " needs capacity borrowed by queue " + queue;
+        : victim.spec.tier == Tier::kBestEffort ? who + " needs capacity held by best-effort work"
+                                                : who + " needs capacity borrowed by queue " + queue;
     s.Preempt(v, id, std::move(reason), now);
   }
   // Hold what the what-if found for the job until its victims are gone.
@@ -663,6 +687,18 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   Hold(s, claims_.back(), ~uint64_t{0}, /*fence=*/true);
   considered_.push_back(id);
   return true;
+}
+
+bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, Drain& d, ModelMask inside,
+                                   Ticks& at_checkpoint) {
+  // Inside its guarantee everywhere, the job has already tried these victims.
+  if (s.job(id).spec.tier == Tier::kBestEffort || inside == ~ModelMask{0}) return false;
+  s.mutable_ledger().Release(d.held);  // the what-if may use the drain's GPUs: they are for it
+  d.held.clear();
+  const bool preempted = TryPreempt(s, id, now, Mode::kGuarantee, ~ModelMask{0}, false, /*drain=*/true);
+  if (!preempted) at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
+  HoldInto(s, d.r, ~uint64_t{0}, d.held, true);
+  return preempted;
 }
 
 bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {

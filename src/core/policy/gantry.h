@@ -33,15 +33,19 @@
 // Bounded waits (`max_wait`, per queue or the policy's; off by default): a job pending
 // that long drains. It is considered first; it keeps a reservation of its own beyond
 // backfill_depth that stays where it was made (no job but a critical one starts on its
-// GPUs, however short, and it does not recede as estimates overrun); and the room its
-// queues' burst limits leave is held for it. One drain at a time per pool (the longest
-// waiting first), else drains starve one another's backfill and more jobs wait past the
-// setting. Its wait is then bounded by max_wait plus
-// the longest remaining run of the jobs on its reserved GPUs (or under its queues'
-// limits). It preempts nobody for it (tried: see docs/policies.md). A preempted job
-// does not start again while its preemptor still waits on its claim, and a claim holds
-// what its victims free as they leave, part of a GPU included (else another job starts
-// in a victim's MIG slice or share and the claim lapses when the last victim leaves).
+// GPUs, however short, and it does not recede as estimates overrun; it holds the free
+// part of a GPU others still use); and the room its queues' burst limits leave is held
+// for it. One drain at a time per pool (the longest waiting first), else drains starve
+// one another's backfill and more jobs wait past the setting. A drain's owner that is
+// not best-effort preempts as a job inside its guarantee does (best-effort work and
+// other queues' borrowed capacity, just after their checkpoints). Its wait is then
+// bounded by max_wait plus the drains before it plus, where such victims make room,
+// their checkpoint interval and grace, else the longest remaining run of the jobs on
+// its reserved GPUs (or under its queues' limits).
+// A preempted job does not start again while its preemptor still waits on its claim,
+// and a claim holds what its victims free as they leave, part of a GPU included (else
+// another job starts in a victim's MIG slice or share and the claim lapses when the
+// last victim leaves); claims are held before drains, and drains before reservations.
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
 // leaves free for big gangs.
 // Thread-safety: none; driven by one Scheduler.
@@ -96,6 +100,13 @@ class GantryPolicy final : public Policy {
     Ticks start;  // its run's start: the lease ends with that run
   };
 
+  // Reservations of draining jobs: kept across passes where they were made, until the job
+  // starts or leaves (or a node of theirs goes down); never let to backfill.
+  struct Drain {
+    Reservation r;
+    Allocation held;  // what of it is held on the ledger now (during a pass)
+  };
+
   // Per-queue settings (orders, max_wait), read once the scheduler's queues are known.
   void Init(const Scheduler& s);
   void Consider(Scheduler& s, JobId id, Ticks now);
@@ -107,8 +118,19 @@ class GantryPolicy final : public Policy {
   // that preempted by rank, or a draining job); says for whom in `why`.
   bool RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const;
   // Preempts for job `id` on GPUs of `models` (kGuarantee: where it is inside its
-  // guarantee; ~0: anywhere).
-  bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0});
+  // guarantee; ~0: anywhere). Without `cache` the pass's failed requests are neither
+  // read nor written (a drain's owner sees its drain's GPUs free, others do not);
+  // `drain`: for a drain's owner, past max_wait (said in the victims' reason).
+  bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0},
+                  bool cache = true, bool drain = false);
+  // The owner of drain `d` takes what best-effort work and capacity borrowed by other
+  // queues hold (just after their checkpoints, cheapest first, anywhere it then fits), as
+  // a job inside its guarantee does (its victims' reason says it waited past max_wait):
+  // its wait is then bounded by max_wait plus those victims' checkpoint interval and
+  // grace, not their runs. Only a drain's owner (one per pool at a time), not every job
+  // past the setting: thousands may be. Best-effort work never preempts. `at_checkpoint`
+  // falls to the next checkpoint of a victim left out for want of one.
+  bool PreemptForDrain(Scheduler& s, JobId id, Ticks now, Drain& d, ModelMask inside, Ticks& at_checkpoint);
   // Whether running job v is a backfilled job past the end of its lease, and whether
   // `job` has waited long enough to end such leases (backfill_lease_after).
   bool Overdue(const Scheduler& s, JobId v, Ticks now) const;
@@ -121,7 +143,9 @@ class GantryPolicy final : public Policy {
   bool Reserve(Scheduler& s, JobId id, Ticks now);
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
   // free now, except those of `except`; only those in `pools` (PoolBit), else all.
-  void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0});
+  // (Claims, reservations or both.)
+  void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0}, bool claims = true,
+                    bool reservations = true);
   void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0}, bool fence = false);
   // Holds the parts of r's allocation in `pools` that are free now, recording them in `into`;
   // with `fence` (claims) also the free part of GPUs its victims still partly use.
@@ -138,12 +162,6 @@ class GantryPolicy final : public Policy {
   // holding the reservations again, without looking for what of them is free.
   void RestorePhantoms(Scheduler& s, const Allocation& dropped);
   std::vector<Reservation> reservations_;
-  // Reservations of draining jobs: kept across passes where they were made, until the job
-  // starts or leaves (or a node of theirs goes down); never let to backfill.
-  struct Drain {
-    Reservation r;
-    Allocation held;  // what of it is held on the ledger now (during a pass)
-  };
   std::vector<Drain> drains_;
   // Draining jobs that a burst limit stops (this full pass): room is held for them.
   std::vector<JobId> owed_room_;

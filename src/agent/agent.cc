@@ -772,7 +772,8 @@ void Agent::StartWorker(const json& e, int64_t now) {
     if (v.is_string()) spec.env.emplace_back(k, v.get<std::string>());
   }
   spec.workdir = e.value("workdir", std::string());
-  if (spec.workdir.empty()) spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
+  spec.own_workdir = spec.workdir.empty();
+  if (spec.own_workdir) spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
   spec.log_path = w.log_path;
   w.stop_signal = e.value("signal", 0);
   // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as
@@ -940,11 +941,8 @@ void Agent::StartWorker(const json& e, int64_t now) {
       for (std::stringstream in(visible); std::getline(in, visible_index, ',');) uuids.push_back(visible_index);
       c.devices = ContainerGpuDevices(uuids, w.share.gpus);
     }
-    std::error_code ec;
-    fs::create_directories(spec.workdir, ec);
-    if (spec.as_user && ::chown(spec.workdir.c_str(), spec.uid, spec.gid) != 0) {
-      problem = "cannot give the workdir " + spec.workdir + " to its user: " + std::strerror(errno);
-    }
+    // Mounted as it is: made first as Launch would (as the job's user, unless it is ours).
+    if (Status made = MakeWorkdir(spec); !made) problem = made.error().ToString();
     w.container = c.name;
     spec.argv = ContainerArgv(options_.container, c);
     spec.as_user = false;

@@ -36,16 +36,52 @@ void WriteAll(int fd, const std::string& s) {
 }
 }  // namespace
 
-Result<pid_t> Launch(const LaunchSpec& spec) {
-  if (spec.argv.empty()) return Error{"command", "empty command"};
+Status MakeWorkdir(const LaunchSpec& spec) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!spec.workdir.empty() && !std::filesystem::exists(spec.workdir, ec)) {
-    std::filesystem::create_directories(spec.workdir, ec);
+  if (spec.workdir.empty() || fs::is_directory(spec.workdir, ec)) return Ok{};
+  if (!spec.as_user || spec.own_workdir) {
+    fs::create_directories(spec.workdir, ec);
+    if (ec) return Error{"workdir", spec.workdir + ": " + ec.message()};
     if (spec.as_user && ::chown(spec.workdir.c_str(), spec.uid, spec.gid) != 0) {
       return Error{"workdir", spec.workdir + ": cannot give it to uid " + std::to_string(spec.uid) + ": " +
                                   std::strerror(errno)};
     }
+    return Ok{};
   }
+  // As the user: each prefix of the path, outermost first, prepared before fork (after
+  // it only async-signal-safe calls: the agent has other threads).
+  std::vector<std::string> prefixes;
+  fs::path so_far;
+  for (const fs::path& part : fs::absolute(spec.workdir, ec)) {
+    so_far /= part;
+    if (part != so_far.root_path()) prefixes.push_back(so_far.string());
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error{"workdir", std::string("fork: ") + std::strerror(errno)};
+  if (pid == 0) {
+    if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
+        ::setuid(spec.uid) != 0) {
+      ::_exit(200);
+    }
+    for (const std::string& p : prefixes) {
+      if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) ::_exit(errno & 0x7f);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+  if (code == 0) return Ok{};
+  return Error{"workdir", spec.workdir + ": cannot create it as uid " + std::to_string(spec.uid) + ": " +
+                              (code == 200 ? "cannot become that user" : code == 255 ? "killed" : std::strerror(code))};
+}
+
+Result<pid_t> Launch(const LaunchSpec& spec) {
+  if (spec.argv.empty()) return Error{"command", "empty command"};
+  if (Status made = MakeWorkdir(spec); !made) return made.error();
+  std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(spec.log_path).parent_path(), ec);
   const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (log < 0) return Error{"log", spec.log_path + ": " + std::strerror(errno)};

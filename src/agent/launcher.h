@@ -23,7 +23,10 @@ namespace gantry::agent {
 struct LaunchSpec {
   std::vector<std::string> argv;
   std::vector<std::pair<std::string, std::string>> env;  // added to the base environment
-  std::string workdir;   // created when missing
+  std::string workdir;   // created when missing (MakeWorkdir)
+  // The workdir is the agent's own (its state directory's work/SEQ: the job named none),
+  // not one the job asked for.
+  bool own_workdir = false;
   std::string log_path;  // stdout and stderr, unless:
   // Files (absolute paths) stdout and stderr go to instead (sbatch -o/-e): truncated and
   // opened by the worker as its user; stderr follows stdout when only stdout is given. A
@@ -33,14 +36,22 @@ struct LaunchSpec {
   // Cgroups::Create); a failure ends it with 127 and the reason in the log.
   std::vector<std::string> join;
   // Run as this user (Unix account) instead of the agent's: uid, primary gid and groups
-  // are set in the child before exec; a workdir the launch creates is given to the user.
+  // are set in the child before exec.
   bool as_user = false;
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
 };
 
-// Forks and execs. The child's process group id equals its pid. An exec failure is
+// Makes spec.workdir when it is missing. The agent's own (own_workdir) it makes and, for a
+// worker run as its user, gives to that user; any other it makes as the worker's user (a
+// child that becomes the user makes each missing directory), so that a job makes only
+// what its user could: a root agent making and giving away /root/.ssh or /etc/cron.d for
+// a job would hand root's files to its user. A directory that exists is never given away.
+// Call from the thread that reaps the agent's children (it waits for its own child).
+Status MakeWorkdir(const LaunchSpec& spec);
+
+// Forks and execs (MakeWorkdir first). The child's process group id equals its pid. An exec failure is
 // written to the log and the child exits with 127, as a shell would. The child gets
 // PR_SET_PDEATHSIG=SIGKILL: it dies when the thread that launched it (the agent's main
 // loop) ends, so an agent killed uncleanly leaves no worker running on its own.

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,6 +69,50 @@ TEST_F(LauncherTest, RunsInItsOwnGroupWithACleanEnvironment) {
   EXPECT_NE(out.find("job=hello"), std::string::npos);
   EXPECT_NE(out.find((dir_ / "work").string()), std::string::npos);
   EXPECT_NE(out.find("err"), std::string::npos);
+}
+
+// A workdir a job names is made as its user, never by the agent and given away: else a
+// root agent would make /root/.ssh or /etc/cron.d for a job and hand it to its user.
+TEST_F(LauncherTest, AWorkdirTheJobNamesIsMadeAsItsUserAndNeverGivenAway) {
+  if (::geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  fs::create_directories(dir_ / "closed");
+  fs::permissions(dir_ / "closed", fs::perms::owner_all);  // 0700, root's
+  fs::create_directories(dir_ / "open");
+  fs::permissions(dir_ / "open", fs::perms::all);
+  fs::create_directories(dir_ / "roots");
+  LaunchSpec spec;
+  spec.as_user = true;
+  spec.uid = 65534;  // nobody
+  spec.gid = 65534;
+  auto owner = [](const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? static_cast<long>(st.st_uid) : -1L;
+  };
+  // Where the user may not write: refused, nothing made.
+  spec.workdir = (dir_ / "closed" / "ssh").string();
+  Status made = MakeWorkdir(spec);
+  ASSERT_FALSE(made);
+  EXPECT_NE(made.error().ToString().find("cannot create it as uid 65534: Permission denied"), std::string::npos)
+      << made.error().ToString();
+  EXPECT_FALSE(fs::exists(dir_ / "closed" / "ssh"));
+  // A worker launched there fails the same way, before it runs anything.
+  spec.argv = {"/bin/true"};
+  spec.log_path = (dir_ / "log").string();
+  EXPECT_FALSE(Launch(spec));
+  // Where the user may: made, theirs, parents included.
+  spec.workdir = (dir_ / "open" / "a" / "b").string();
+  ASSERT_TRUE(MakeWorkdir(spec));
+  EXPECT_EQ(owner(dir_ / "open" / "a"), 65534);
+  EXPECT_EQ(owner(dir_ / "open" / "a" / "b"), 65534);
+  // One that exists stays whose it is.
+  spec.workdir = (dir_ / "roots").string();
+  ASSERT_TRUE(MakeWorkdir(spec));
+  EXPECT_EQ(owner(dir_ / "roots"), 0);
+  // The agent's own is made by the agent and given to the user.
+  spec.workdir = (dir_ / "closed" / "work" / "7").string();
+  spec.own_workdir = true;
+  ASSERT_TRUE(MakeWorkdir(spec));
+  EXPECT_EQ(owner(dir_ / "closed" / "work" / "7"), 65534);
 }
 
 TEST_F(LauncherTest, ASignalReachesTheWholeGroup) {

@@ -6,6 +6,8 @@
 // is removed by the agent that replaces it.
 // Skips, saying why, where podman is missing or cannot run a container on this machine.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <sstream>
@@ -133,6 +135,45 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   h.StartAgent("h100-0", "", {"--container-run", run});
   EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 0; }, 30));
   EXPECT_EQ(ContainersOf("gantry.node=h100-0"), 0);
+}
+
+// On a root agent running jobs as their users, a container runs as the job's user, and
+// the workdir it mounts is made as that user: one where the user may not write is
+// neither made nor given to it (before, the agent made it and gave it away, /etc or
+// /root/.ssh included), and one that exists stays whose it is.
+TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
+  if (::geteuid() != 0) GTEST_SKIP() << "running jobs as another user needs a root agent";
+  std::string why;
+  const std::string run = PodmanRun(&why);
+  if (run.empty()) GTEST_SKIP() << why;
+  Harness h("containers-user");
+  h.Setup(kCluster, {{"a", "research"}});
+  h.AddToken("nobody", {"--team", "a", "--queues", "research", "--user", "nobody"});
+  h.StartServer();
+  h.StartAgent("h100-0", "", {"--container-run", run, "--run-as", "user"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  fs::create_directories(h.Path("rootonly"));
+  fs::permissions(h.Path("rootonly"), fs::perms::owner_all);
+  fs::create_directories(h.Path("shared"));
+  fs::permissions(h.Path("shared"), fs::perms::all);
+  auto submit = [&](const std::string& id, const std::string& workdir, const std::string& command) {
+    RunResult r = h.Cli({"submit", "--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image",
+                         kImage, "--workdir", workdir, "--", "sh", "-c", command},
+                        h.token("nobody"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+  };
+  auto state = [&](const std::string& id) { return h.Job(id).value("state", ""); };
+  submit("escape", h.Path("rootonly/ssh"), "true");
+  submit("mine", h.Path("shared"), "id -u > uid.txt");
+  ASSERT_TRUE(Harness::WaitFor([&] { return state("escape") == "failed" && state("mine") == "finished"; }, 60))
+      << h.Job("escape").dump() << "\n" << h.Job("mine").dump();
+  EXPECT_NE(h.Job("escape").value("reason", "").find("cannot create it as uid 65534: Permission denied"),
+            std::string::npos) << h.Job("escape").dump();
+  EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
+  EXPECT_EQ(h.Read("shared/uid.txt"), "65534\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(h.Path("shared").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, 0u) << "the agent gave an existing workdir to the job's user";
 }
 
 }  // namespace

@@ -529,6 +529,14 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   submit("nobody", "mine");
   submit("ghost", "ghost");
   submit("a", "anon");
+  // A workdir where its user may not write is not made for it by the (root) agent, nor
+  // given to it: the job fails saying so.
+  fs::create_directories(h.Path("rootonly"));
+  fs::permissions(h.Path("rootonly"), fs::perms::owner_all);
+  ASSERT_EQ(h.Cli({"submit", "--id", "escape", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--workdir",
+                   h.Path("rootonly/ssh"), "--", "true"},
+                  h.token("nobody")).rc,
+            0);
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("mine")["state"] == "finished"; }, 20)) << h.Job("mine").dump();
   EXPECT_EQ(h.Read("out/mine.uid"), "65534\n");
   EXPECT_EQ(h.Job("mine")["user"], "nobody");
@@ -539,6 +547,10 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   EXPECT_NE(h.Job("anon")["reason"].get<std::string>().find("names no user"), std::string::npos)
       << h.Job("anon").dump();
   EXPECT_FALSE(fs::exists(h.Path("out/anon.uid"))) << "a job without a user ran (as root)";
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("escape")["state"] == "failed"; }, 20)) << h.Job("escape").dump();
+  EXPECT_NE(h.Job("escape")["reason"].get<std::string>().find("cannot create it as uid 65534: Permission denied"),
+            std::string::npos) << h.Job("escape").dump();
+  EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
   const RunResult ls = h.Cli({"ls", "--all"}, h.token("admin"));
   EXPECT_NE(ls.out.find("USER"), std::string::npos) << ls.out;
   EXPECT_NE(ls.out.find("nobody"), std::string::npos) << ls.out;

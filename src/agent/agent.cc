@@ -2,6 +2,7 @@
 #include "agent/agent.h"
 
 #include <httplib.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
@@ -520,23 +521,29 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
 
 void Agent::UploadLogs() {
   for (auto& [key, w] : workers_) {
-    std::error_code ec;
-    // sbatch -o: the worker's own file once it made it (a worker that could not open it
-    // wrote why to the agent's log, which is uploaded instead).
-    const std::string& file = !w.out_path.empty() && fs::exists(w.out_path, ec) ? w.out_path : w.log_path;
-    const auto size = static_cast<int64_t>(fs::file_size(file, ec));
-    if (ec) continue;
+    // sbatch -o: the worker's own file once it made it, read as its user (a worker that
+    // could not open it wrote why to the agent's log, which is uploaded instead).
+    int fd = -1;
+    if (!w.out_path.empty()) {
+      fd = w.out_user ? OpenAsUser(w.out_path, w.uid, w.gid, w.groups) : ::open(w.out_path.c_str(), O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0) fd = ::open(w.log_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    struct stat st {};
+    const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
     for (int chunk = 0; chunk < 8 && w.uploaded < size; ++chunk) {
-      std::ifstream in(file, std::ios::binary);
-      in.seekg(w.uploaded);
       std::string data(static_cast<size_t>(std::min<int64_t>(size - w.uploaded, kLogChunk)), '\0');
-      in.read(data.data(), static_cast<std::streamsize>(data.size()));
-      data.resize(static_cast<size_t>(in.gcount()));
+      const ssize_t got_bytes = ::pread(fd, data.data(), data.size(), w.uploaded);
+      if (got_bytes <= 0) break;
+      data.resize(static_cast<size_t>(got_bytes));
       const std::string path = "/v1/agents/" + UrlEncode(options_.node) + "/logs?job=" + UrlEncode(w.job) +
                                "&run=" + std::to_string(w.run) + "&rank=" + std::to_string(w.rank) +
                                "&offset=" + std::to_string(w.uploaded);
       auto res = http_->Post(path.c_str(), data, "application/octet-stream");
-      if (!res) return;  // the server is away: try again at the next heartbeat
+      if (!res) {  // the server is away: try again at the next heartbeat
+        ::close(fd);
+        return;
+      }
       if (res->status == 404) {
         w.uploaded = size;  // the server forgot the job: nothing to upload to
         break;
@@ -547,6 +554,7 @@ void Agent::UploadLogs() {
       if (got < 0) break;
       w.uploaded = std::min(got, size);
     }
+    ::close(fd);
   }
 }
 
@@ -945,6 +953,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     if (Status made = MakeWorkdir(spec); !made) problem = made.error().ToString();
     w.container = c.name;
     spec.argv = ContainerArgv(options_.container, c);
+    spec.files_as_user = spec.as_user;  // podman runs as us; -o/-e are opened as the user
     spec.as_user = false;
   }
   if (!problem.empty()) {
@@ -957,6 +966,12 @@ void Agent::StartWorker(const json& e, int64_t now) {
     workers_[key] = w;
     return;
   }
+  // What of its output the agent uploads, it reads as the job's user (sbatch -o may name
+  // any file: /etc/shadow must not come back as a job's log).
+  w.out_user = spec.as_user || spec.files_as_user;
+  w.uid = spec.uid;
+  w.gid = spec.gid;
+  w.groups = spec.groups;
   auto pid = Launch(spec);
   if (!pid) {
     if (!w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);

@@ -132,6 +132,10 @@ class Agent {
     std::string note;
     std::string log_path;
     std::string out_path;     // sbatch -o: the file its stdout goes to, uploaded once it exists
+    bool out_user = false;    // out_path is read as this user (it runs as them)
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;
     std::string script_path;  // sbatch: the script written for it, removed with its record
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
     int64_t uploaded = 0;

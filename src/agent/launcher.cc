@@ -6,9 +6,11 @@
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -35,6 +37,45 @@ void WriteAll(int fd, const std::string& s) {
   }
 }
 }  // namespace
+
+namespace {
+
+// Sets this thread's file-system identity, what open() checks permissions against: the
+// raw system calls, which change the calling thread only (glibc's setgroups would change
+// every thread of the agent). Async-signal-safe. Whether it took.
+bool SetFsIdentity(uid_t uid, gid_t gid, const gid_t* groups, size_t count) {
+  if (::syscall(SYS_setgroups, count, groups) != 0) return false;
+  ::syscall(SYS_setfsgid, gid);
+  ::syscall(SYS_setfsuid, uid);
+  return ::syscall(SYS_setfsuid, -1) == static_cast<long>(uid) && ::syscall(SYS_setfsgid, -1) == static_cast<long>(gid);
+}
+
+// The agent's own identity, to put back after SetFsIdentity.
+struct Identity {
+  uid_t uid = ::geteuid();
+  gid_t gid = ::getegid();
+  std::vector<gid_t> groups;
+  Identity() {
+    const int n = ::getgroups(0, nullptr);
+    groups.resize(static_cast<size_t>(std::max(n, 0)));
+    if (n > 0) groups.resize(static_cast<size_t>(std::max(::getgroups(n, groups.data()), 0)));
+  }
+  bool Restore() const { return SetFsIdentity(uid, gid, groups.data(), groups.size()); }
+};
+
+}  // namespace
+
+int OpenAsUser(const std::string& path, uid_t uid, gid_t gid, const std::vector<gid_t>& groups) {
+  const Identity agent;
+  int fd = -1, err = EPERM;
+  if (SetFsIdentity(uid, gid, groups.data(), groups.size())) {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    err = errno;
+  }
+  if (!agent.Restore()) std::abort();  // a thread left with a job's identity must not go on
+  errno = err;
+  return fd;
+}
 
 Status MakeWorkdir(const LaunchSpec& spec) {
   namespace fs = std::filesystem;
@@ -125,6 +166,11 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string stdout_where = spec.stdout_path + ": ", stderr_where = spec.stderr_path + ": ";
   const std::string user_error = "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
 
+  const Identity agent;  // put back after opening the output files as the user (files_as_user)
+  const bool fs_as_user = !spec.as_user && spec.files_as_user;
+  const std::string identity_error = "gantry-agent: cannot take the identity of uid " + std::to_string(spec.uid) +
+                                     " to open the output files";
+
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -176,7 +222,11 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     if (null >= 0) ::dup2(null, 0);
     ::dup2(log, 1);
     ::dup2(log, 2);
-    // sbatch -o/-e, opened as the worker's user (after setuid above): the user's own files.
+    // sbatch -o/-e, opened as the worker's user (after setuid above, or with its file-system
+    // identity for a container's podman): the user's own files.
+    if (fs_as_user && !SetFsIdentity(spec.uid, spec.gid, spec.groups.data(), spec.groups.size())) {
+      fail(identity_error, std::string(), "");
+    }
     if (!spec.stdout_path.empty()) {
       const int out = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       if (out < 0) fail(output_error, stdout_where, std::strerror(errno));
@@ -190,6 +240,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       ::dup2(err, 2);
       ::close(err);
     }
+    if (fs_as_user && !agent.Restore()) fail(identity_error, std::string(), " (putting back)");
     if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) != 0) {
       WriteAll(2, chdir_error);
       WriteAll(2, std::strerror(errno));

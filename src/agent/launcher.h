@@ -38,6 +38,9 @@ struct LaunchSpec {
   // Run as this user (Unix account) instead of the agent's: uid, primary gid and groups
   // are set in the child before exec.
   bool as_user = false;
+  // Without as_user: still open stdout_path and stderr_path as that user (a container's
+  // `podman run` runs as the agent, the job in it as its user).
+  bool files_as_user = false;
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
@@ -50,6 +53,11 @@ struct LaunchSpec {
 // a job would hand root's files to its user. A directory that exists is never given away.
 // Call from the thread that reaps the agent's children (it waits for its own child).
 Status MakeWorkdir(const LaunchSpec& spec);
+
+// Opens `path` read-only with the permissions of uid/gid/groups (this thread's file-system
+// identity only, put back before it returns), or -1 with errno: what the agent reads of a
+// file a job named (sbatch -o) must be what the job's user could read.
+int OpenAsUser(const std::string& path, uid_t uid, gid_t gid, const std::vector<gid_t>& groups);
 
 // Forks and execs (MakeWorkdir first). The child's process group id equals its pid. An exec failure is
 // written to the log and the child exits with 127, as a shell would. The child gets

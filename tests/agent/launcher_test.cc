@@ -5,6 +5,7 @@
 #include "agent/cgroup.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -113,6 +114,40 @@ TEST_F(LauncherTest, AWorkdirTheJobNamesIsMadeAsItsUserAndNeverGivenAway) {
   spec.own_workdir = true;
   ASSERT_TRUE(MakeWorkdir(spec));
   EXPECT_EQ(owner(dir_ / "closed" / "work" / "7"), 65534);
+}
+
+// What the agent reads of a file a job named, it reads as the job's user; its own
+// identity is back afterwards.
+TEST_F(LauncherTest, OpenAsUserReadsOnlyWhatTheUserMayAndPutsTheAgentBack) {
+  if (::geteuid() != 0) GTEST_SKIP() << "taking another user's identity needs root";
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "secret") << "root only\n";
+  fs::permissions(dir_ / "secret", fs::perms::owner_read | fs::perms::owner_write);
+  std::ofstream(dir_ / "public") << "anyone\n";
+  fs::permissions(dir_ / "public", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  const std::vector<gid_t> groups = {65534};
+  EXPECT_EQ(OpenAsUser((dir_ / "secret").string(), 65534, 65534, groups), -1);
+  EXPECT_EQ(errno, EACCES);
+  const int fd = OpenAsUser((dir_ / "public").string(), 65534, 65534, groups);
+  EXPECT_GE(fd, 0);
+  if (fd >= 0) ::close(fd);
+  const int mine = ::open((dir_ / "secret").c_str(), O_RDONLY);  // root again
+  EXPECT_GE(mine, 0);
+  if (mine >= 0) ::close(mine);
+  // A worker whose podman runs as the agent opens its output file as its user.
+  LaunchSpec spec;
+  spec.files_as_user = true;
+  spec.uid = 65534;
+  spec.gid = 65534;
+  spec.groups = groups;
+  spec.argv = {"/bin/sh", "-c", "echo clobbered"};
+  spec.log_path = (dir_ / "log").string();
+  spec.stdout_path = (dir_ / "secret").string();
+  const auto pid = Launch(spec);
+  ASSERT_TRUE(pid);
+  EXPECT_EQ(Wait(*pid).exit_code, 127);
+  EXPECT_EQ(Read("secret"), "root only\n");
+  EXPECT_NE(Read("log").find("cannot open the output file"), std::string::npos) << Read("log");
 }
 
 TEST_F(LauncherTest, ASignalReachesTheWholeGroup) {

@@ -164,6 +164,18 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   };
   auto state = [&](const std::string& id) { return h.Job(id).value("state", ""); };
   submit("escape", h.Path("rootonly/ssh"), "true");
+  // sbatch -o naming root's file: podman runs as the agent, but the output file is opened
+  // as the job's user, so it is neither truncated nor read back as the job's log.
+  h.Write("shared/roots.txt", "root's own\n");
+  fs::permissions(h.Path("shared/roots.txt"), fs::perms::owner_read | fs::perms::owner_write);
+  h.Write("shared/clobber.sh", "#!/bin/sh\necho clobbered\n", true);
+  const RunResult clobber = h.Cli({"sbatch", "-A", "research", "-G", "1", "--container-image", kImage, "-D",
+                                   h.Path("shared"), "-o", h.Path("shared/roots.txt"), h.Path("shared/clobber.sh")},
+                                  h.token("nobody"));
+  ASSERT_EQ(clobber.rc, 0) << clobber.err;
+  ASSERT_EQ(clobber.out.rfind("Submitted batch job ", 0), 0u) << clobber.out;
+  std::string clobber_id = clobber.out.substr(20);
+  while (!clobber_id.empty() && (clobber_id.back() == '\n' || clobber_id.back() == ' ')) clobber_id.pop_back();
   submit("mine", h.Path("shared"), "id -u > uid.txt");
   ASSERT_TRUE(Harness::WaitFor([&] { return state("escape") == "failed" && state("mine") == "finished"; }, 60))
       << h.Job("escape").dump() << "\n" << h.Job("mine").dump();
@@ -174,6 +186,12 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   struct stat st {};
   ASSERT_EQ(::stat(h.Path("shared").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u) << "the agent gave an existing workdir to the job's user";
+  ASSERT_TRUE(Harness::WaitFor([&] { return state(clobber_id) == "failed"; }, 60)) << h.Job(clobber_id).dump();
+  EXPECT_EQ(h.Read("shared/roots.txt"), "root's own\n");
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    return h.Cli({"logs", clobber_id}, h.token("nobody")).out.find("cannot open the output file") != std::string::npos;
+  }, 10)) << h.Cli({"logs", clobber_id}, h.token("nobody")).out;
+  EXPECT_EQ(h.Cli({"logs", clobber_id}, h.token("nobody")).out.find("root's own"), std::string::npos);
 }
 
 }  // namespace

@@ -537,6 +537,20 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
                    h.Path("rootonly/ssh"), "--", "true"},
                   h.token("nobody")).rc,
             0);
+  // sbatch -o naming a file its user may not write: not truncated (the worker opens it as
+  // its user), and not read back as the job's log by the (root) agent either.
+  h.Write("rootonly/secret.txt", "top secret\n");
+  fs::permissions(h.Path("rootonly/secret.txt"), fs::perms::owner_read | fs::perms::owner_write);
+  fs::create_directories(h.Path("open"));
+  fs::permissions(h.Path("open"), fs::perms::all);
+  h.Write("open/peek.sh", "#!/bin/sh\necho peeked\n", true);
+  const RunResult peek = h.Cli({"sbatch", "-A", "research", "-G", "1", "-J", "peek", "-D", h.Path("open"), "-o",
+                                h.Path("rootonly/secret.txt"), h.Path("open/peek.sh")},
+                               h.token("nobody"));
+  ASSERT_EQ(peek.rc, 0) << peek.err;
+  ASSERT_EQ(peek.out.rfind("Submitted batch job ", 0), 0u) << peek.out;
+  std::string peek_id = peek.out.substr(20);
+  while (!peek_id.empty() && (peek_id.back() == '\n' || peek_id.back() == ' ')) peek_id.pop_back();
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("mine")["state"] == "finished"; }, 20)) << h.Job("mine").dump();
   EXPECT_EQ(h.Read("out/mine.uid"), "65534\n");
   EXPECT_EQ(h.Job("mine")["user"], "nobody");
@@ -551,6 +565,12 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   EXPECT_NE(h.Job("escape")["reason"].get<std::string>().find("cannot create it as uid 65534: Permission denied"),
             std::string::npos) << h.Job("escape").dump();
   EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(peek_id)["state"] == "failed"; }, 20)) << h.Job(peek_id).dump();
+  EXPECT_EQ(h.Read("rootonly/secret.txt"), "top secret\n");
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    return h.Cli({"logs", peek_id}, h.token("nobody")).out.find("cannot open the output file") != std::string::npos;
+  }, 10)) << h.Cli({"logs", peek_id}, h.token("nobody")).out;
+  EXPECT_EQ(h.Cli({"logs", peek_id}, h.token("nobody")).out.find("top secret"), std::string::npos);
   const RunResult ls = h.Cli({"ls", "--all"}, h.token("admin"));
   EXPECT_NE(ls.out.find("USER"), std::string::npos) << ls.out;
   EXPECT_NE(ls.out.find("nobody"), std::string::npos) << ls.out;

@@ -955,6 +955,10 @@ void Agent::StartWorker(const json& e, int64_t now) {
     spec.argv = ContainerArgv(options_.container, c);
     spec.files_as_user = spec.as_user;  // podman runs as us; -o/-e are opened as the user
     spec.as_user = false;
+    // The job's variables are the container's (--env above), not podman's: podman runs as
+    // the agent, and a job's LD_PRELOAD or PATH (which finds `podman`) would run the
+    // user's code as root.
+    spec.env.clear();
   }
   if (!problem.empty()) {
     std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";

@@ -164,6 +164,18 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   };
   auto state = [&](const std::string& id) { return h.Job(id).value("state", ""); };
   submit("escape", h.Path("rootonly/ssh"), "true");
+  // The job's variables go into the container, not to podman (which runs as root): a
+  // CONTAINERS_CONF naming the user's own conmon must not have root run it.
+  fs::create_directories(h.Path("shared/bin"));
+  h.Write("shared/bin/conmon", "#!/bin/sh\nid -u > " + h.Path("shared/fake-conmon-ran") + "\nexit 1\n", true);
+  h.Write("shared/containers.conf", "[engine]\nconmon_path = [\"" + h.Path("shared/bin/conmon") + "\"]\n");
+  {
+    RunResult r = h.Cli({"submit", "--env", "CONTAINERS_CONF=" + h.Path("shared/containers.conf"), "--id", "conf",
+                         "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image", kImage, "--workdir",
+                         h.Path("shared"), "--", "/bin/sh", "-c", "echo ran > conf.txt"},
+                        h.token("nobody"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+  }
   // sbatch -o naming root's file: podman runs as the agent, but the output file is opened
   // as the job's user, so it is neither truncated nor read back as the job's log.
   h.Write("shared/roots.txt", "root's own\n");
@@ -183,6 +195,10 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
             std::string::npos) << h.Job("escape").dump();
   EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
   EXPECT_EQ(h.Read("shared/uid.txt"), "65534\n");
+  ASSERT_TRUE(Harness::WaitFor([&] { return state("conf") == "finished"; }, 60)) << h.Job("conf").dump();
+  EXPECT_EQ(h.Read("shared/conf.txt"), "ran\n");
+  EXPECT_FALSE(fs::exists(h.Path("shared/fake-conmon-ran"))) << "podman, as root, ran the job's conmon: uid "
+                                                             << h.Read("shared/fake-conmon-ran");
   struct stat st {};
   ASSERT_EQ(::stat(h.Path("shared").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u) << "the agent gave an existing workdir to the job's user";

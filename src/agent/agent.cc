@@ -1,3 +1,4 @@
+#include "base/image_reference.h"
 #include "base/url.h"
 #include "agent/agent.h"
 
@@ -930,6 +931,10 @@ void Agent::StartWorker(const json& e, int64_t now) {
   // An image: the same command in a container, `podman run` in the foreground as the
   // worker. It runs as root (rootful podman), the job as its user inside.
   const std::string image = e.value("image", std::string());
+  if (problem.empty() && !image.empty()) {
+    // gantryd refuses such names; an agent runs none it is sent either (podman runs as root).
+    if (const std::string why = ImageReferenceProblem(image); !why.empty()) problem = "image " + image + ": " + why;
+  }
   if (problem.empty() && !image.empty()) {
     ContainerSpec c{.name = ContainerName(options_.node, w.seq, w.run, w.rank),
                     .node = options_.node,

@@ -1,6 +1,8 @@
 // Job specs (spec section 2) from JSON and YAML, traces and failure files (section 3).
 
 #include "spec/job_reader.h"
+
+#include "base/image_reference.h"
 #include "spec/batch.h"
 
 #include <algorithm>
@@ -190,8 +192,9 @@ class JobDecoder {
       job.workdir = *w;
     }
     if (auto i = f.String("image")) {
-      if (i->empty() || i->find_first_of(" \t\n") != std::string::npos || (*i)[0] == '-') {
-        f.Report("image", "expected a container image name such as docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime");
+      if (const std::string why = ImageReferenceProblem(*i); !why.empty()) {
+        f.Report("image", "expected a container image name such as docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime "
+                          "(this one " + (why == "empty" ? std::string("is empty") : why) + ")");
       }
       job.image = *i;
     }

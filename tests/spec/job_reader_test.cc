@@ -480,11 +480,29 @@ TEST_F(JobReaderTest, ImageNamesAContainerImageInJobSpecsOnly) {
                         "job.yaml", config(), d);
   ASSERT_TRUE(j.has_value()) << d.ToString();
   EXPECT_EQ(j->image, "docker.io/pytorch/pytorch:2.5.1");
-  for (const char* bad : {"\"\"", "\"--privileged\"", "\"two words\""}) {
+  for (const char* good : {"localhost/gantry-it:busybox", "busybox", "nvcr.io/nvidia/pytorch:24.10-py3",
+                           "registry.example.com:5000/team/app_v2:1.0",
+                           "docker://docker.io/library/ubuntu@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}) {
+    Diagnostics e;
+    EXPECT_TRUE(ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + good + "\ncommand: [x]\n", "job.yaml",
+                             config(), e))
+        << good << ": " << e.ToString();
+  }
+  // Not a name, an option, and podman's transports that read the node's files (as root).
+  for (const char* bad : {"\"\"", "\"--privileged\"", "\"two words\"", "oci-archive:x.tar", "dir:/root",
+                          "docker-archive:/root/backup.tar", "containers-storage:app", "Upper/Case", "a/../b"}) {
     Diagnostics e;
     EXPECT_FALSE(ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + bad + "\n", "job.yaml", config(), e));
     EXPECT_EQ(e.ToString().rfind("job.yaml:3: image: expected a container image name", 0), 0u) << e.ToString();
   }
+  Diagnostics long_name;  // refused before the regex sees it
+  EXPECT_FALSE(ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: " + std::string(1'000'000, 'a') + "\n", "job.yaml", config(),
+                            long_name));
+  EXPECT_NE(long_name.ToString().find("(this one is longer than 512 characters)"), std::string::npos);
+  Diagnostics transport;
+  ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: oci-archive:x.tar\n", "job.yaml", config(), transport);
+  EXPECT_NE(transport.ToString().find("(this one names podman's oci-archive transport, which reads files on the node"),
+            std::string::npos) << transport.ToString();
   EXPECT_EQ(OneBad(T(R"("image":"busybox")")).rfind("jobs.jsonl:3: image: unknown field", 0), 0u)
       << OneBad(T(R"("image":"busybox")"));
 }

@@ -981,7 +981,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--gpus", s.gpus, "GPUs per worker (a fraction with --sharing mps|timeslice)");
   submit->add_option("--mig", s.mig, "One MIG instance per worker, e.g. 1g.10gb");
   submit->add_option("--sharing", s.sharing, "exclusive, mps or timeslice");
-  submit->add_option("--gpu-model", s.gpu_model, "Acceptable GPU model (repeatable)");
+  submit->add_option("--gpu-model", s.gpu_model, "Acceptable GPU model (repeatable)")->allow_extra_args(false);
   submit->add_option("--vram-gb", s.vram_gb, "GPU memory per worker");
   submit->add_option("--cpus", s.cpus, "CPUs per worker");
   submit->add_option("--memory-gb", s.memory_gb, "Memory per worker");
@@ -990,7 +990,9 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--grace-s", s.grace_s, "Grace after the preemption signal");
   submit->add_option("--time-limit-s", s.time_limit_s,
                      "Stop each run after this long (signal, grace, kill) and fail the job, as sbatch --time");
-  submit->add_option("--env", s.env, "NAME=VALUE (repeatable)");
+  // One value per flag (else a vector option takes every word up to the next flag, and
+  // `--env A=1 -- cmd -c x` lost its command to it).
+  submit->add_option("--env", s.env, "NAME=VALUE (repeatable)")->allow_extra_args(false);
   submit->add_option("--workdir", s.workdir, "Working directory on the node");
   submit->add_option("--image", s.image, "Run the command in this container image (podman on the node)");
   submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");

@@ -47,6 +47,16 @@ TEST_F(CliTest, ExamplesValidateAndTheBundledExampleRuns) {
   EXPECT_TRUE(fs::exists(Path("r.json")));
 }
 
+// Repeatable flags take one value each: `--env A=1 -- sh -c x` keeps its command (the
+// flag once took every word after it, `--` included, and `-c` was refused).
+TEST_F(CliTest, ARepeatableFlagBeforeTheCommandTakesOneValue) {
+  for (const char* flags : {"--env A=1", "--gpu-model H100-80GB --env A=1 --env B=2"}) {
+    const Outcome o = Gantry(std::string("--server http://127.0.0.1:9 submit ") + flags + " -- /bin/sh -c true");
+    EXPECT_EQ(o.output.find("not expected"), std::string::npos) << flags << ": " << o.output;
+    EXPECT_NE(o.output.find("cannot reach gantryd"), std::string::npos) << flags << ": " << o.output;
+  }
+}
+
 TEST_F(CliTest, UnknownPolicyIsBadInput) {
   Outcome r = Gantry("sim --config " + Examples() + "/cluster.yaml --trace " + Examples() +
                  "/trace.jsonl --policy nope --events " + Path("e.jsonl"));

@@ -135,7 +135,15 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     for (const auto& [k, v] : spec.env) overridden |= k == name;
     if (const char* v = std::getenv(name); v && !overridden) env_strings.push_back(std::string(name) + "=" + v);
   }
-  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+  // A name given twice: the later value, as podman's --env and a shell would take it (the
+  // agent's CUDA_VISIBLE_DEVICES comes after the job's own variables and must win; glibc's
+  // getenv would take the first).
+  for (size_t i = 0; i < spec.env.size(); ++i) {
+    const std::string& name = spec.env[i].first;
+    const bool later = std::any_of(spec.env.begin() + static_cast<std::ptrdiff_t>(i) + 1, spec.env.end(),
+                                   [&](const auto& e) { return e.first == name; });
+    if (!later) env_strings.push_back(name + "=" + spec.env[i].second);
+  }
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);

@@ -22,7 +22,7 @@ namespace gantry::agent {
 
 struct LaunchSpec {
   std::vector<std::string> argv;
-  std::vector<std::pair<std::string, std::string>> env;  // added to the base environment
+  std::vector<std::pair<std::string, std::string>> env;  // added to the base environment; of a name given twice, the later value
   std::string workdir;   // created when missing (MakeWorkdir)
   // The workdir is the agent's own (its state directory's work/SEQ: the job named none),
   // not one the job asked for.

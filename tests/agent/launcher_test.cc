@@ -150,6 +150,22 @@ TEST_F(LauncherTest, OpenAsUserReadsOnlyWhatTheUserMayAndPutsTheAgentBack) {
   EXPECT_NE(Read("log").find("cannot open the output file"), std::string::npos) << Read("log");
 }
 
+// Of a variable given twice the later value: the agent's CUDA_VISIBLE_DEVICES follows the
+// job's own variables and must be what the job's programs read (getenv takes the first).
+TEST_F(LauncherTest, OfAVariableGivenTwiceTheLaterIsTheOneSet) {
+  LaunchSpec spec;
+  spec.argv = {"env"};
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"}, {"JOB_VAR", "x"}, {"CUDA_VISIBLE_DEVICES", "GPU-a"}};
+  spec.log_path = (dir_ / "out.log").string();
+  auto pid = Launch(spec);
+  ASSERT_TRUE(pid.ok()) << pid.error().message;
+  EXPECT_EQ(Wait(*pid).exit_code, 0);
+  const std::string out = Read("out.log");
+  EXPECT_NE(out.find("CUDA_VISIBLE_DEVICES=GPU-a\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("CUDA_VISIBLE_DEVICES=0"), std::string::npos) << out;
+  EXPECT_NE(out.find("JOB_VAR=x\n"), std::string::npos) << out;
+}
+
 TEST_F(LauncherTest, ASignalReachesTheWholeGroup) {
   LaunchSpec spec;
   // The worker starts a grandchild that records its pid, then waits.

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace gantry::agent {
@@ -48,6 +49,12 @@ bool SetFsIdentity(uid_t uid, gid_t gid, const gid_t* groups, size_t count) {
   ::syscall(SYS_setfsgid, gid);
   ::syscall(SYS_setfsuid, uid);
   return ::syscall(SYS_setfsuid, -1) == static_cast<long>(uid) && ::syscall(SYS_setfsgid, -1) == static_cast<long>(gid);
+}
+
+// Becomes the worker's user (groups, gid, then uid), in a child after fork:
+// async-signal-safe. Whether it took.
+bool BecomeUser(const LaunchSpec& spec) {
+  return ::setgroups(spec.groups.size(), spec.groups.data()) == 0 && ::setgid(spec.gid) == 0 && ::setuid(spec.uid) == 0;
 }
 
 // The agent's own identity, to put back after SetFsIdentity.
@@ -101,10 +108,7 @@ Status MakeWorkdir(const LaunchSpec& spec) {
   const pid_t pid = ::fork();
   if (pid < 0) return Error{"workdir", std::string("fork: ") + std::strerror(errno)};
   if (pid == 0) {
-    if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
-        ::setuid(spec.uid) != 0) {
-      ::_exit(200);
-    }
+    if (!BecomeUser(spec)) ::_exit(200);
     for (const std::string& p : prefixes) {
       if (::mkdir(p.c_str(), 0755) != 0 && errno != EEXIST) ::_exit(errno & 0x7f);
     }
@@ -174,8 +178,9 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string stdout_where = spec.stdout_path + ": ", stderr_where = spec.stderr_path + ": ";
   const std::string user_error = "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
 
-  const Identity agent;  // put back after opening the output files as the user (files_as_user)
   const bool fs_as_user = !spec.as_user && spec.files_as_user;
+  std::optional<Identity> agent;  // put back after opening the output files as the user
+  if (fs_as_user) agent.emplace();
   const std::string identity_error = "gantry-agent: cannot take the identity of uid " + std::to_string(spec.uid) +
                                      " to open the output files";
 
@@ -210,12 +215,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     }
     ::setsid();  // new session and process group: pgid == pid
     // The user before PDEATHSIG: a change of credentials clears it.
-    if (spec.as_user) {
-      if (::setgroups(spec.groups.size(), spec.groups.data()) != 0 || ::setgid(spec.gid) != 0 ||
-          ::setuid(spec.uid) != 0) {
-        fail(user_error, std::string(), std::strerror(errno));
-      }
-    }
+    if (spec.as_user && !BecomeUser(spec)) fail(user_error, std::string(), std::strerror(errno));
     // Dies with the agent (its launching thread, the agent's main loop): a worker must not
     // run on unsupervised after an unclean agent death while the server requeues its job.
     // What the worker started lives on in its process group until the next agent kills
@@ -248,7 +248,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       ::dup2(err, 2);
       ::close(err);
     }
-    if (fs_as_user && !agent.Restore()) fail(identity_error, std::string(), " (putting back)");
+    if (fs_as_user && !agent->Restore()) fail(identity_error, std::string(), " (putting back)");
     if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) != 0) {
       WriteAll(2, chdir_error);
       WriteAll(2, std::strerror(errno));

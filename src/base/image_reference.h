@@ -14,9 +14,9 @@
 
 namespace gantry {
 
-// Empty when `image` is a plain reference; else why not.
+// Empty when `image` is a plain reference; else why not ("is empty", "names podman's ...").
 inline std::string ImageReferenceProblem(std::string_view image) {
-  if (image.empty()) return "empty";
+  if (image.empty()) return "is empty";
   // (Before the regex: libstdc++'s recurses per character, and a name is at most 255.)
   if (image.size() > 512) return "is longer than 512 characters";
   std::string_view rest = image;

@@ -194,7 +194,7 @@ class JobDecoder {
     if (auto i = f.String("image")) {
       if (const std::string why = ImageReferenceProblem(*i); !why.empty()) {
         f.Report("image", "expected a container image name such as docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime "
-                          "(this one " + (why == "empty" ? std::string("is empty") : why) + ")");
+                          "(this one " + why + ")");
       }
       job.image = *i;
     }

@@ -98,14 +98,14 @@ Scheduler::Shape Scheduler::FitClassOf(const JobSpec& s, const Catalog& catalog)
 }
 
 void Scheduler::AddPending(JobId id) {
-  const JobRecord& job = jobs_[id.v];
+  const JobRecord& job = Rec(id);
   pending_.insert(PendingKey{job.spec.tier, job.submit, id});
   pending_by_queue_[static_cast<size_t>(job.spec.tier) * queues_.size() + job.spec.queue.v].emplace(
       job.submit, id);
 }
 
 void Scheduler::RemovePending(JobId id) {
-  const JobRecord& job = jobs_[id.v];
+  const JobRecord& job = Rec(id);
   pending_.erase(PendingKey{job.spec.tier, job.submit, id});
   pending_by_queue_[static_cast<size_t>(job.spec.tier) * queues_.size() + job.spec.queue.v].erase(
       {job.submit, id});
@@ -124,7 +124,7 @@ void Scheduler::DecayUsage(Ticks now) {
 }
 
 Ticks Scheduler::Estimate(JobId id) const {
-  const JobRecord& job = jobs_[id.v];
+  const JobRecord& job = Rec(id);
   if (job.spec.runtime_estimate) return *job.spec.runtime_estimate;
   const auto& h = history_[job.spec.queue.v];
   if (h.empty()) return params_.default_runtime_estimate;
@@ -132,18 +132,18 @@ Ticks Scheduler::Estimate(JobId id) const {
 }
 
 Ticks Scheduler::ExpectedEnd(JobId id) const {
-  const JobRecord& job = jobs_[id.v];
+  const JobRecord& job = Rec(id);
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
   return job.last_start + Remaining(id);
 }
 
 Ticks Scheduler::Remaining(JobId id) const {
-  const Ticks estimate = Estimate(id), done = jobs_[id.v].progress_kept;
+  const Ticks estimate = Estimate(id), done = Rec(id).progress_kept;
   return std::max<Ticks>(kTicksPerSecond, done < estimate ? estimate - done : done);
 }
 
 void Scheduler::SetExpectedEnd(JobId id, Ticks end) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   if (job.expected_end >= 0) by_end_.erase({job.expected_end, id});
   job.expected_end = end;
   if (end >= 0) by_end_.emplace(end, id);
@@ -152,8 +152,9 @@ void Scheduler::SetExpectedEnd(JobId id, Ticks end) {
 GpuUnits Scheduler::MinUnits(const JobSpec& spec) const { return core::MinUnits(spec, cluster_.catalog()); }
 
 JobId Scheduler::Submit(JobSpec spec, Ticks now) {
-  JobId id(static_cast<uint32_t>(jobs_.size()));
-  JobRecord& rec = jobs_.emplace_back();
+  const JobId id(jobs_given_++);
+  if ((id.v & (kChunk - 1)) == 0) chunks_.push_back(std::make_unique<Chunk>());
+  JobRecord& rec = Rec(id);
   running_pos_.push_back(0);
   rec.spec = std::move(spec);
   rec.submit = now;
@@ -180,7 +181,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
 
 bool Scheduler::KnownNotToFit(JobId id, uint8_t context) const {
   if (context == kNoShapeCache) return false;
-  const size_t slot = size_t{jobs_[id.v].fit_class} * kShapeContexts + context;
+  const size_t slot = size_t{Rec(id).fit_class} * kShapeContexts + context;
   return slot < failed_shapes_.size() && failed_shapes_[slot] == pass_;
 }
 
@@ -236,7 +237,7 @@ GpuUnits Scheduler::BurstExcess(QueueId q, GpuUnits units) const {
 }
 
 void Scheduler::Release(JobId id) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   // Swap-remove from the dense running set.
   const uint32_t pos = running_pos_[id.v];
   running_pos_[running_.back().v] = pos;
@@ -252,13 +253,36 @@ void Scheduler::Release(JobId id) {
   freed_since_pass_ = true;
 }
 
+void Scheduler::VictimLeft(const JobRecord& victim) {
+  const JobId by = victim.preempted_by;
+  if (by.valid() && !Forgotten(by) && Rec(by).victims_pending > 0) --Rec(by).victims_pending;
+}
+
+bool Scheduler::Forgotten(JobId id) const {
+  const Chunk* c = chunks_[id.v >> kChunkBits].get();
+  return c == nullptr || c->forgotten[id.v & (kChunk - 1)];
+}
+
+bool Scheduler::Forget(JobId id) {
+  if (Forgotten(id) || Rec(id).phase != Phase::kDone) return false;
+  std::unique_ptr<Chunk>& c = chunks_[id.v >> kChunkBits];
+  c->records[id.v & (kChunk - 1)] = kForgotten;  // frees its spec's strings, its allocation
+  c->forgotten[id.v & (kChunk - 1)] = true;
+  ++forgotten_;
+  if (c->forgotten.all()) c.reset();  // every id of the chunk given and forgotten
+  return true;
+}
+
+const JobRecord Scheduler::kForgotten = [] {
+  JobRecord r;
+  r.phase = Phase::kDone;
+  return r;
+}();
+
 void Scheduler::Finish(JobId id, Ticks now, bool completed) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   if (job.phase == Phase::kPending) RemovePending(id);
-  if (job.phase == Phase::kSignaled && job.preempted_by.valid() &&
-      jobs_[job.preempted_by.v].victims_pending > 0) {
-    --jobs_[job.preempted_by.v].victims_pending;  // it exited within its grace period
-  }
+  if (job.phase == Phase::kSignaled) VictimLeft(job);  // it exited within its grace period
   if (job.phase == Phase::kRunning || job.phase == Phase::kSignaled) {
     job.run_total += now - job.last_start;
     if (completed) {
@@ -289,7 +313,7 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
 }
 
 void Scheduler::Requeue(JobId id, Ticks now) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   assert(job.phase == Phase::kRunning || job.phase == Phase::kSignaled);
   BudgetRun(id, now, -1);
   Release(id);
@@ -298,9 +322,7 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   if (job.spec.checkpoint > 0) job.progress_kept += ran / job.spec.checkpoint * job.spec.checkpoint;
   if (job.phase == Phase::kSignaled) {
     ++job.preemptions;
-    if (job.preempted_by.valid() && jobs_[job.preempted_by.v].victims_pending > 0) {
-      --jobs_[job.preempted_by.v].victims_pending;
-    }
+    VictimLeft(job);
   }
   job.phase = Phase::kPending;
   job.pending_since = now;
@@ -321,7 +343,7 @@ std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
     return hit;
   }
   for (JobId id : running_) {
-    for (const WorkerAlloc& w : jobs_[id.v].alloc) {
+    for (const WorkerAlloc& w : Rec(id).alloc) {
       if (w.node == node) {
         hit.push_back(id);
         break;
@@ -361,7 +383,7 @@ std::string_view Word(WaitCause c) {
 }
 
 void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   job.wait = wait;  // its `at` may move while the text stays: no new decision for that
   if (job.wait_reason == reason) return;
   job.wait_reason = reason;
@@ -369,9 +391,9 @@ void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) 
 }
 
 bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {
-  const JobSpec& spec = jobs_[id.v].spec;  // TryStartJob's first three checks
+  const JobSpec& spec = Rec(id).spec;  // TryStartJob's first three checks
   return WindowClosed(id, now) ||
-         (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, jobs_[id.v].min_units);
+         (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, Rec(id).min_units);
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
@@ -380,7 +402,7 @@ bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitRea
 }
 
 bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   const JobSpec& spec = job.spec;
   auto fail = [&](const WaitReason& block, auto&& reason) {  // a text made now, or kept
     if (wait) *wait = block;
@@ -455,7 +477,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
 }
 
 void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   RemovePending(id);
   running_pos_[id.v] = static_cast<uint32_t>(running_.size());
   running_.push_back(id);
@@ -472,7 +494,7 @@ void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
 }
 
 bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   const JobSpec& spec = job.spec;
   assert(job.phase == Phase::kPending);
   auto refuse = [&](std::string reason) {
@@ -513,9 +535,9 @@ bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::str
 }
 
 void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
-  JobRecord& job = jobs_[victim.v];
+  JobRecord& job = Rec(victim);
   assert(job.phase == Phase::kRunning && job.spec.tier != Tier::kCritical);
-  ++jobs_[by.v].victims_pending;
+  ++Rec(by).victims_pending;
   job.phase = Phase::kSignaled;
   running_stamp_[running_pos_[victim.v]] = ++stamps_;
   job.signaled_at = now;
@@ -584,7 +606,7 @@ void Scheduler::AddBudgetSpent(QueueId q, double gpu_hours, Ticks at) {
 
 void Scheduler::BudgetRun(JobId id, Ticks t, int sign) {
   if (budgets_.empty()) return;
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   if (sign > 0) job.cost_rate = CostPerHour(job.spec, job.alloc) / 3.6e6;
   for (QueueId b : queues_.queue(job.spec.queue).self_and_ancestors) {
     if (!queues_.queue(b).spec.budget) continue;
@@ -618,7 +640,7 @@ std::optional<QueueId> Scheduler::BudgetDemotes(QueueId q) const {
 }
 
 void Scheduler::Retier(JobId id) {
-  JobRecord& job = jobs_[id.v];
+  JobRecord& job = Rec(id);
   if (job.phase != Phase::kPending) return;
   Tier want = job.asked_tier;
   if (want == Tier::kStandard && BudgetDemotes(job.spec.queue)) want = Tier::kBestEffort;

@@ -289,6 +289,7 @@ Status Controller::Restore() {
     for (const Worker& w : j.workers) alloc.push_back(w.alloc);
     if (std::string why; !sched_->Adopt(j.core, alloc, j.run_start, &why)) {
       sched_->Finish(j.core, j.run_start);  // out of the scheduler: resubmitted below
+      sched_->Forget(j.core);
       core_to_seq_[j.core.v] = 0;
       j.core = core::JobId();
       EndRunRows(j, now);

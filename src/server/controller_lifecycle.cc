@@ -204,6 +204,10 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
   job.end = std::move(end);
   job.end_reason = std::move(reason);
   job.end_time = now;
+  if (job.core.valid()) {  // the scheduler's record goes too (the store keeps the job)
+    sched_->Forget(job.core);
+    core_to_seq_[job.core.v] = 0;
+  }
   job.core = core::JobId();
   job.stop = StopKind::kNone;
   Touch(job);

@@ -252,6 +252,9 @@ void Controller::Metrics(Done done) {
     out += "gantry_jobs{state=\"pending\"} " + std::to_string(pending) + "\n";
     out += "gantry_jobs{state=\"running\"} " + std::to_string(running) + "\n";
     out += "gantry_jobs{state=\"stopping\"} " + std::to_string(stopping) + "\n";
+    MetricHeader(out, "gantry_scheduler_job_records", "gauge",
+                 "Jobs the scheduling core keeps a record of: the active ones (it forgets a job once it ends)");
+    out += "gantry_scheduler_job_records " + std::to_string(sched_->job_records()) + "\n";
     MetricHeader(out, "gantry_jobs_submitted_total", "counter", "Jobs accepted by this process");
     out += "gantry_jobs_submitted_total " + std::to_string(submitted_) + "\n";
     MetricHeader(out, "gantry_submits_rate_limited_total", "counter",

@@ -80,6 +80,29 @@ TEST_F(GantryTest, CriticalInsideItsGuaranteePreemptsTheCheapestBestEffortVictim
   EXPECT_EQ(sched_.job(be1).phase, Phase::kPending);
 }
 
+TEST_F(GantryTest, APreemptorCancelledAndForgottenWhileItsVictimLeavesHoldsNothing) {
+  JobId std1 = Submit("std1", "research", Tier::kStandard, 1, 8, 0);
+  JobId be1 = Submit("be1", "research", Tier::kBestEffort, 1, 8, 0);
+  Pass(0);
+  JobId crit = Submit("crit", "serving", Tier::kCritical, 1, 8, 130 * kS);
+  EXPECT_EQ(Preempted(Pass(130 * kS)), std::vector<JobId>{be1});
+  // The driver cancels the critical job during be1's grace period and forgets it, as
+  // gantryd does with every job that ends; its claim is never read again.
+  sched_.Finish(crit, 135 * kS);
+  ASSERT_TRUE(sched_.Forget(crit));
+  Pass(136 * kS);
+  sched_.Requeue(be1, 160 * kS);  // be1 leaves after all
+  JobId next = Submit("next", "nlp", Tier::kStandard, 1, 8, 160 * kS);
+  Pass(160 * kS);
+  // The GPUs be1 left go to the first in line (standard before best-effort), not to the
+  // forgotten claim.
+  EXPECT_EQ(sched_.job(std1).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(next).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(be1).phase, Phase::kPending);
+  EXPECT_EQ(sched_.ledger().used_units(), 16 * kGpuUnits);
+  EXPECT_EQ(sched_.job(crit).phase, Phase::kDone);
+}
+
 TEST_F(GantryTest, BorrowedCapacityIsTakenBackFromTheBorrower) {
   JobId r1 = Submit("r1", "research", Tier::kStandard, 1, 8, 0);  // 4 of it borrowed
   JobId r2 = Submit("r2", "research", Tier::kStandard, 1, 8, 0);  // all borrowed

@@ -129,6 +129,31 @@ TEST_F(SchedulerTest, PassesWithoutReleasesOnlyLookAtNewArrivals) {
   EXPECT_EQ(ds[0].job, x);
 }
 
+TEST_F(SchedulerTest, AnEndedJobForgottenReadsAsEndedAndItsIdIsNeverGivenAgain) {
+  JobSpec spec = Job("a", 1, 8);
+  spec.command = {"train", "--epochs", "3"};
+  spec.env = {{"HOME", "/home/u"}, {"PATH", "/usr/bin"}};
+  JobId a = sched_.Submit(spec, 0);
+  JobId never = sched_.Submit(Job("never", 3, 8), 0);  // more GPUs than the cluster has
+  ASSERT_EQ(Of(sched_.Schedule(0), Decision::Kind::kReject).size(), 1u);
+  EXPECT_FALSE(sched_.Forget(a));  // running: still the scheduler's
+  EXPECT_EQ(sched_.job(a).spec.command.size(), 3u);
+  sched_.Finish(a, 10 * kS, true);
+  EXPECT_TRUE(sched_.Forget(a));
+  EXPECT_TRUE(sched_.Forget(never));  // rejected: ended too
+  EXPECT_FALSE(sched_.Forget(a));     // once
+  EXPECT_EQ(sched_.job(a).phase, Phase::kDone);
+  EXPECT_TRUE(sched_.job(a).spec.command.empty());
+  EXPECT_TRUE(sched_.job(a).spec.env.empty());
+  // New jobs get new ids and the GPUs a held; the forgotten run still counts in the
+  // queue's runtime history.
+  JobId b = sched_.Submit(Job("b", 2, 8), 11 * kS);
+  EXPECT_GT(b.v, never.v);
+  EXPECT_EQ(Of(sched_.Schedule(11 * kS), Decision::Kind::kStart).size(), 1u);
+  EXPECT_EQ(sched_.job(b).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.Estimate(b), 10 * kS);
+}
+
 TEST(SchedulerDeterminism, SameCallsGiveSameDecisions) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "h", 4, 8, "H100-80GB", 2, 2)});

@@ -167,6 +167,36 @@ TEST_F(ControllerTest, JobRunsOnAnAgentAndFinishes) {
   EXPECT_NE(events_.str().find("\"type\":\"finish\",\"job\":\"" + id + "\""), std::string::npos) << events_.str();
 }
 
+TEST_F(ControllerTest, TheSchedulerForgetsEndedJobsAndTheyStayListed) {
+  // A daemon that runs for months must not hold every job it ran: once a job ends, the
+  // scheduling core lets go of its record (the store and `recent_done` keep the job).
+  auto records = [&] {
+    const std::string m = ctl_->Metrics();
+    const size_t at = m.find("\ngantry_scheduler_job_records ");
+    return at == std::string::npos ? -1 : std::stoi(m.substr(at + 30));
+  };
+  Reply done = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"true","env":{"A":"1"}})");
+  Reply cancelled = Submit(kTeamA, R"({"queue":"research","gpus":8,"replicas":2,"vram_gb":40,"command":"true"})");
+  EXPECT_EQ(records(), 2);
+  Beat("h100-0");
+  ctl_->Poke();
+  const json beat = Beat("h100-0");
+  ASSERT_EQ(beat["workers"].size(), 1u) << beat.dump();
+  EXPECT_EQ(Show(cancelled.body["id"])["state"], "pending");  // one node: no room for 2 x 8
+  ASSERT_EQ(ctl_->Cancel(kTeamA, cancelled.body["id"]).code, Code::kOk);
+  Advance(1000);
+  Beat("h100-0", json::array({{{"job", done.body["id"]}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show(done.body["id"])["state"], "finished");
+  EXPECT_EQ(Show(cancelled.body["id"])["state"], "cancelled");
+  EXPECT_EQ(records(), 0);
+  // New jobs still run where the forgotten ones ran.
+  Reply next = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"true"})");
+  ctl_->Poke();
+  EXPECT_EQ(Beat("h100-0")["workers"].size(), 1u);
+  EXPECT_EQ(Show(next.body["id"])["state"], "running");
+  EXPECT_EQ(records(), 1);
+}
+
 TEST_F(ControllerTest, AFailedWorkerFailsTheGangAndStopsTheOthers) {
   Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"replicas":2,"vram_gb":40,"grace_s":5,"command":"x"})");
   const std::string id = r.body["id"];

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# gantryd's memory over a long run: does a daemon that has run a million jobs hold a
+# million jobs? gantryd with one gantry-swarm speaking for NODES emulated nodes of 8
+# H100s; JOBS short jobs (one GPU, `sleep 0`: they end at once) submitted through the API
+# by four teams in rounds of ROUND, each carrying an environment of ENV_KB kilobytes (an
+# `sbatch --export=ALL` copies the submitting shell's, commonly 2-5 KB). After each round
+# has ended, gantryd's resident memory (VmRSS) is sampled. Prints tab-separated lines:
+#   round <jobs submitted so far> <jobs ended> <gantryd VmRSS MiB> <seconds since start>
+#
+#   bench/gantryd_memory.sh [--build DIR] [--nodes N] [--jobs J] [--round R] [--env-kb K] [--out DIR]
+#
+# Defaults: build/release, 64 nodes, 60,000 jobs in rounds of 10,000, 2 KB of environment.
+# gantryd keeps the last 10,000 ended jobs in memory for `ls` and `show` (older ones are
+# in the store), so past the first rounds its memory should stay flat.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build/release nodes=64 jobs=60000 round=10000 env_kb=2 out=build/gantryd-memory
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build=$2; shift 2 ;;
+    --nodes) nodes=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --round) round=$2; shift 2 ;;
+    --env-kb) env_kb=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    *) echo "gantryd_memory.sh: unknown option $1" >&2; exit 2 ;;
+  esac
+done
+rm -rf "$out" && mkdir -p "$out"
+out=$(cd "$out" && pwd)
+B=$(cd "$build/src" && pwd)
+cat >"$out/cluster.yaml" <<EOF
+cluster: memory
+pools:
+  - name: gpu
+    count: $nodes
+    gpus: 8
+    gpu_model: H100-80GB
+queues:
+  - name: team-a
+  - name: team-b
+  - name: team-c
+  - name: team-d
+EOF
+"$B/gantryd" init --db "$out/state.db" >/dev/null
+tok() { "$B/gantryd" token create --db "$out/state.db" --config "$out/cluster.yaml" "$@"; }
+tok --admin >"$out/admin.token"
+tok --agent --any-node >"$out/agent.token"
+for t in team-a team-b team-c team-d; do tok --team "$t" --queues "$t" --user "u-$t" >"$out/$t.token"; done
+"$B/gantryd" --config "$out/cluster.yaml" --db "$out/state.db" --listen 127.0.0.1:0 \
+  --port-file "$out/port" >"$out/gantryd.log" 2>&1 &
+gpid=$!
+for _ in $(seq 100); do [[ -s $out/port ]] && break; sleep 0.1; done
+url=http://127.0.0.1:$(cat "$out/port")
+GANTRY_TOKEN=$(cat "$out/agent.token") "$B/gantry-swarm" --server "$url" --pool "gpu:$nodes:8xH100-80GB" \
+  --stats "$out/swarm.json" >"$out/swarm.log" 2>&1 &
+spid=$!
+trap 'kill $spid $gpid 2>/dev/null; wait $spid $gpid 2>/dev/null' EXIT
+
+python3 - "$url" "$out" "$jobs" "$round" "$env_kb" "$gpid" <<'EOF'
+import http.client, json, sys, threading, time, urllib.parse
+url, out, jobs, rnd, env_kb, gpid = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+host = urllib.parse.urlparse(url)
+teams = ["team-a", "team-b", "team-c", "team-d"]
+tokens = {t: open(f"{out}/{t}.token").read().strip() for t in teams}
+admin = open(f"{out}/admin.token").read().strip()
+# An environment like a login shell's: 64 variables of env_kb KB in all.
+env = {f"VAR_{i:02d}": ("x" * (env_kb * 1024 // 64 - 12)) for i in range(64)}
+def conn():
+    return http.client.HTTPConnection(host.hostname, host.port, timeout=60)
+def submit(team, first, last):
+    c = conn()
+    for i in range(first, last):
+        spec = {"name": f"m-{i}", "queue": team, "gpus": 1, "vram_gb": 40, "command": ["sleep", "0"], "env": env}
+        c.request("POST", "/v1/jobs", json.dumps(spec), {"Authorization": "Bearer " + tokens[team],
+                                                           "Content-Type": "application/json"})
+        r = c.getresponse(); body = r.read()
+        if r.status not in (200, 201):
+            print(f"submit: HTTP {r.status}: {body[:300]}", file=sys.stderr, flush=True)
+            errors.append(r.status)
+            return
+def ended():
+    c = conn()
+    c.request("GET", "/v1/queues", headers={"Authorization": "Bearer " + admin})
+    r = c.getresponse(); body = json.loads(r.read())
+    qs = body["queues"] if isinstance(body, dict) else body
+    return sum(q.get("pending", 0) + q.get("running", 0) for q in qs)
+def rss_mib():
+    for line in open(f"/proc/{gpid}/status"):
+        if line.startswith("VmRSS:"): return int(line.split()[1]) / 1024
+errors = []
+t0 = time.time()
+print(f"round\t0\t0\t{rss_mib():.1f}\t0")
+done = 0
+while done < jobs:
+    n = min(rnd, jobs - done)
+    per = (n + 3) // 4
+    threads = [threading.Thread(target=submit, args=(t, done + k * per, min(done + n, done + (k + 1) * per)))
+               for k, t in enumerate(teams)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    if errors: sys.exit("gantryd_memory.sh: a submit failed")
+    done += n
+    while ended() > 0: time.sleep(0.5)
+    print(f"round\t{done}\t{done}\t{rss_mib():.1f}\t{time.time() - t0:.0f}", flush=True)
+EOF

@@ -7,7 +7,7 @@
 # timed with curl (5 tries, the median) with the size of its answer; and every view drawn
 # in Debian's headless chromium (tests/integration/console_cdp.py), with the time from
 # asking for the view to its page drawn. Prints tab-separated lines:
-#   api <path> <median_ms> <max_ms> <bytes>
+#   api <path> <median_ms> <max_ms> <bytes> <median_ms gzip> <bytes gzip>
 #   view <view> <render_ms> <html_bytes> <error>
 #   heartbeat <heartbeats> <failed> <lease misses> <workers stopped by a lease> <rtt p99 ms>
 #   (the swarm's stats at the end)
@@ -56,28 +56,9 @@ queues:
     guaranteed_gpus: $((nodes * 2))
   - name: batch
 EOF
-"$B/gantryd" init --db "$out/state.db" >/dev/null
-tok() { "$B/gantryd" token create --db "$out/state.db" --config "$out/cluster.yaml" "$@"; }
-tok --admin >"$out/admin.token"
-tok --agent --any-node >"$out/agent.token"
-for t in team-a team-b serving batch; do tok --team "$t" --queues "$t" --user "u-$t" >"$out/$t.token"; done
-port=$((20000 + RANDOM % 20000))
-url=http://127.0.0.1:$port
-"$B/gantryd" --config "$out/cluster.yaml" --db "$out/state.db" --listen 127.0.0.1:$port \
-  --history-sample-s 1 >"$out/gantryd.log" 2>&1 &
-gpid=$!
-sleep 1
-GANTRY_TOKEN=$(cat "$out/agent.token") "$B/gantry-swarm" --server "$url" --pool "gpu:$nodes:8xH100-80GB" \
-  --stats "$out/swarm.json" >"$out/swarm.log" 2>&1 &
-spid=$!
-trap 'kill $spid $gpid 2>/dev/null; wait $spid $gpid 2>/dev/null' EXIT
+source bench/swarm_cluster.sh
+start_swarm_cluster "$out" "$B" "$nodes" team-a team-b serving batch -- --history-sample-s 1
 admin=$(cat "$out/admin.token")
-for _ in $(seq 300); do
-  up=$(curl -s -H "Authorization: Bearer $admin" "$url/healthz" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("nodes_up", 0))' 2>/dev/null || echo 0)
-  [[ $up -ge $nodes ]] && break
-  sleep 0.2
-done
-echo "# $up of $nodes nodes up" >&2
 
 # Submits through the API from four threads, one team each (short jobs first: they end).
 python3 - "$url" "$out" "$jobs" "$ended" <<'EOF'
@@ -112,13 +93,18 @@ for path in /v1/nodes /v1/jobs "/v1/jobs?all=1" "/v1/jobs?all=1&limit=500" /v1/q
   python3 - "$url$path" "$admin" "$path" <<'EOF'
 import statistics, sys, time, urllib.request
 url, token, path = sys.argv[1:4]
-times, size = [], 0
-for _ in range(5):
-    t = time.perf_counter()
-    with urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + token})) as r:
-        size = len(r.read())
-    times.append((time.perf_counter() - t) * 1000)
-print(f"api\t{path}\t{statistics.median(times):.0f}\t{max(times):.0f}\t{size}")
+def fetch(encoding):
+    times, size = [], 0
+    for _ in range(5):
+        t = time.perf_counter()
+        req = urllib.request.Request(url, headers={"Authorization": "Bearer " + token, "Accept-Encoding": encoding})
+        with urllib.request.urlopen(req) as r:
+            size = len(r.read())
+        times.append((time.perf_counter() - t) * 1000)
+    return statistics.median(times), max(times), size
+med, top, size = fetch("identity")
+gz_med, _, gz_size = fetch("gzip")  # as browsers ask
+print(f"api\t{path}\t{med:.0f}\t{top:.0f}\t{size}\t{gz_med:.0f}\t{gz_size}")
 EOF
 done
 

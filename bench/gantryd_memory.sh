@@ -43,20 +43,8 @@ queues:
   - name: team-c
   - name: team-d
 EOF
-"$B/gantryd" init --db "$out/state.db" >/dev/null
-tok() { "$B/gantryd" token create --db "$out/state.db" --config "$out/cluster.yaml" "$@"; }
-tok --admin >"$out/admin.token"
-tok --agent --any-node >"$out/agent.token"
-for t in team-a team-b team-c team-d; do tok --team "$t" --queues "$t" --user "u-$t" >"$out/$t.token"; done
-"$B/gantryd" --config "$out/cluster.yaml" --db "$out/state.db" --listen 127.0.0.1:0 \
-  --port-file "$out/port" >"$out/gantryd.log" 2>&1 &
-gpid=$!
-for _ in $(seq 100); do [[ -s $out/port ]] && break; sleep 0.1; done
-url=http://127.0.0.1:$(cat "$out/port")
-GANTRY_TOKEN=$(cat "$out/agent.token") "$B/gantry-swarm" --server "$url" --pool "gpu:$nodes:8xH100-80GB" \
-  --stats "$out/swarm.json" >"$out/swarm.log" 2>&1 &
-spid=$!
-trap 'kill $spid $gpid 2>/dev/null; wait $spid $gpid 2>/dev/null' EXIT
+source bench/swarm_cluster.sh
+start_swarm_cluster "$out" "$B" "$nodes" team-a team-b team-c team-d
 
 python3 - "$url" "$out" "$jobs" "$round" "$env_kb" "$gpid" <<'EOF'
 import http.client, json, sys, threading, time, urllib.parse

@@ -87,6 +87,8 @@ class Client {
     http_ = std::make_unique<httplib::Client>(servers_.current());
     http_->set_connection_timeout(5, 0);
     http_->set_read_timeout(30, 0);
+    // Long listings come gzip-compressed (a tenth of the bytes); cpp-httplib inflates them.
+    http_->set_default_headers({{"Accept-Encoding", "gzip"}});
     if (!token_.empty()) http_->set_bearer_token_auth(token_.c_str());
     if (!ca_cert_.empty()) http_->set_ca_cert_path(ca_cert_);  // https:// with a site's own CA
   }

@@ -23,7 +23,9 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -65,6 +67,13 @@ struct TlsFiles {
   std::string key;   // PEM private key
   bool enabled() const { return !cert.empty(); }
 };
+
+// Whether an Accept-Encoding value accepts gzip: `gzip` (or `x-gzip`) with q > 0, or,
+// where neither is named, `*` with q > 0. Answers of 1 KB or more go gzip-compressed to
+// such clients (browsers always ask; the console's node map is 1.4 MB at 1,000 nodes).
+bool AcceptsGzip(std::string_view accept_encoding);
+// `data` in the gzip format (zlib, level 1); nullopt when zlib fails.
+std::optional<std::string> Gzip(std::string_view data);
 
 struct HttpServerOptions {
   size_t max_body_bytes = 1 << 20;

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <filesystem>
 #include <thread>
+#include <zlib.h>
 
+#include "server/http_server.h"
 #include "server/sqlite_store.h"
 
 namespace gantry::server {
@@ -147,6 +150,63 @@ TEST_F(HttpApiTest, HealthAndMetricsNeedNoToken) {
                            "gantry_gpu_allocated_ratio{gpu=\"0\",UUID=\"\",Hostname=\"n-0\""}) {
     EXPECT_NE(m->body.find(name), std::string::npos) << name;
   }
+}
+
+// Inflates a gzip stream with zlib; empty on any error.
+std::string Gunzip(const std::string& packed) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 16) != Z_OK) return "";
+  std::string out;
+  std::array<char, 65536> chunk;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(packed.data()));
+  z.avail_in = static_cast<uInt>(packed.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(chunk.data());
+    z.avail_out = chunk.size();
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(chunk.data(), chunk.size() - z.avail_out);
+  }
+  inflateEnd(&z);
+  return rc == Z_STREAM_END ? out : "";
+}
+
+TEST(AcceptEncodingTest, GzipIsTakenWhereTheClientAcceptsIt) {
+  for (const char* yes : {"gzip", "GZip", "x-gzip", "br, gzip, deflate", "deflate, gzip;q=0.5", "*",
+                          "identity, *;q=0.1", "gzip ; q=1.0"}) {
+    EXPECT_TRUE(AcceptsGzip(yes)) << yes;
+  }
+  for (const char* no : {"", "identity", "deflate, br", "gzip;q=0", "gzip; q=0.000", "*;q=0",
+                         "gzip;q=0, *", "gzipped"}) {
+    EXPECT_FALSE(AcceptsGzip(no)) << no;
+  }
+}
+
+TEST_F(HttpApiTest, BigAnswersGoGzipCompressedToClientsThatAcceptIt) {
+  client_->set_decompress(false);  // see the bytes as they come
+  auto plain = client_->Get("/", httplib::Headers{{"Accept-Encoding", "identity"}});  // the console
+  ASSERT_TRUE(plain);
+  ASSERT_GT(plain->body.size(), 1024u);
+  EXPECT_FALSE(plain->has_header("Content-Encoding"));
+  EXPECT_EQ(plain->get_header_value("Vary"), "Accept-Encoding");
+  auto packed = client_->Get("/", httplib::Headers{{"Accept-Encoding", "gzip, deflate"}});
+  ASSERT_TRUE(packed);
+  EXPECT_EQ(packed->status, 200);
+  EXPECT_EQ(packed->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_LT(packed->body.size(), plain->body.size() / 2);
+  EXPECT_EQ(Gunzip(packed->body), plain->body);
+  // Small answers go as they are.
+  auto small = client_->Get("/healthz", httplib::Headers{{"Accept-Encoding", "gzip"}});
+  ASSERT_TRUE(small);
+  EXPECT_LT(small->body.size(), 1024u);
+  EXPECT_FALSE(small->has_header("Content-Encoding"));
+  EXPECT_EQ(json::parse(small->body)["status"], "ok");
+  // A client that decompresses (cpp-httplib's, as the CLI and the agent use) gets the text.
+  client_->set_decompress(true);
+  auto auto_plain = client_->Get("/", httplib::Headers{{"Accept-Encoding", "gzip"}});
+  ASSERT_TRUE(auto_plain);
+  EXPECT_EQ(auto_plain->get_header_value("Content-Encoding"), "gzip");
+  EXPECT_EQ(auto_plain->body, plain->body);
 }
 
 }  // namespace

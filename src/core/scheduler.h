@@ -204,7 +204,8 @@ class Scheduler {
   // a control plane that runs for months must not hold every job it ever ran (with its
   // command, environment and script). Its id is never given again; a policy that still
   // names it (a stale claim, say) reads it as ended. False, and nothing done, for a job
-  // that has not ended or was forgotten already. The simulator forgets nothing.
+  // that has not ended or was forgotten already. The simulator forgets each job as it ends
+  // too: every replay (golden logs, property tests) checks that no decision reads one.
   bool Forget(JobId id);
   const Ledger& ledger() const { return ledger_; }
   // The cluster's fragmented GPUs under the task mix learned from submitted jobs (FGD,

@@ -195,6 +195,7 @@ void Simulator::Pass(Ticks now) {
         Waits(d.job, now, std::nullopt);
         pending_critical_[job.spec.queue.v] -= std::exchange(s.critical_pending, 0);
         --active_;
+        sched_.Forget(d.job);  // as gantryd does with every job that ends
         break;
       case core::Decision::Kind::kWait:
         if (options_.log_waits) log_.Wait(now, Name(d.job), d.reason);
@@ -264,6 +265,7 @@ void Simulator::Handle(const Event& e) {
       log_.Finish(t, Name(id));
       report_.Finished(t, job.spec.tier, job.spec.queue, t - job.submit);
       sched_.Finish(id, t, /*completed=*/true);
+      sched_.Forget(id);
       --active_;
       return;
     }
@@ -294,6 +296,7 @@ void Simulator::Handle(const Event& e) {
                        " s");
       report_.Reclaimed();
       sched_.Finish(id, t);
+      sched_.Forget(id);
       --active_;
       return;
     }

@@ -7,14 +7,17 @@
 # has ended, gantryd's resident memory (VmRSS) is sampled. Prints tab-separated lines:
 #   round <jobs submitted so far> <jobs ended> <gantryd VmRSS MiB> <seconds since start>
 #
-#   bench/gantryd_memory.sh [--build DIR] [--nodes N] [--jobs J] [--round R] [--env-kb K] [--out DIR]
+#   bench/gantryd_memory.sh [--build DIR] [--nodes N] [--jobs J] [--round R] [--env-kb K]
+#                           [--long-every L] [--out DIR]
 #
+# --long-every L: every L-th job runs for a day instead (a service, say) and is still
+# running at the end; a round ends when only those run.
 # Defaults: build/release, 64 nodes, 60,000 jobs in rounds of 10,000, 2 KB of environment.
 # gantryd keeps the last 10,000 ended jobs in memory for `ls` and `show` (older ones are
 # in the store), so past the first rounds its memory should stay flat.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build/release nodes=64 jobs=60000 round=10000 env_kb=2 out=build/gantryd-memory
+build=build/release nodes=64 jobs=60000 round=10000 env_kb=2 long_every=0 out=build/gantryd-memory
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -22,6 +25,7 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs=$2; shift 2 ;;
     --round) round=$2; shift 2 ;;
     --env-kb) env_kb=$2; shift 2 ;;
+    --long-every) long_every=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
     *) echo "gantryd_memory.sh: unknown option $1" >&2; exit 2 ;;
@@ -46,9 +50,11 @@ EOF
 source bench/swarm_cluster.sh
 start_swarm_cluster "$out" "$B" "$nodes" team-a team-b team-c team-d
 
-python3 - "$url" "$out" "$jobs" "$round" "$env_kb" "$gpid" <<'EOF'
+python3 - "$url" "$out" "$jobs" "$round" "$env_kb" "$gpid" "$long_every" <<'EOF'
 import http.client, json, sys, threading, time, urllib.parse
 url, out, jobs, rnd, env_kb, gpid = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
+long_every = int(sys.argv[7])
+def is_long(i): return long_every > 0 and i % long_every == long_every - 1
 host = urllib.parse.urlparse(url)
 teams = ["team-a", "team-b", "team-c", "team-d"]
 tokens = {t: open(f"{out}/{t}.token").read().strip() for t in teams}
@@ -60,7 +66,8 @@ def conn():
 def submit(team, first, last):
     c = conn()
     for i in range(first, last):
-        spec = {"name": f"m-{i}", "queue": team, "gpus": 1, "vram_gb": 40, "command": ["sleep", "0"], "env": env}
+        spec = {"name": f"m-{i}", "queue": team, "gpus": 1, "vram_gb": 40,
+                "command": ["sleep", "86400" if is_long(i) else "0"], "env": env}
         c.request("POST", "/v1/jobs", json.dumps(spec), {"Authorization": "Bearer " + tokens[team],
                                                            "Content-Type": "application/json"})
         r = c.getresponse(); body = r.read()
@@ -68,7 +75,7 @@ def submit(team, first, last):
             print(f"submit: HTTP {r.status}: {body[:300]}", file=sys.stderr, flush=True)
             errors.append(r.status)
             return
-def ended():
+def active():  # jobs pending or running
     c = conn()
     c.request("GET", "/v1/queues", headers={"Authorization": "Bearer " + admin})
     r = c.getresponse(); body = json.loads(r.read())
@@ -90,6 +97,7 @@ while done < jobs:
     for t in threads: t.join()
     if errors: sys.exit("gantryd_memory.sh: a submit failed")
     done += n
-    while ended() > 0: time.sleep(0.5)
-    print(f"round\t{done}\t{done}\t{rss_mib():.1f}\t{time.time() - t0:.0f}", flush=True)
+    longs = sum(1 for i in range(done) if is_long(i))
+    while active() > longs: time.sleep(0.5)
+    print(f"round\t{done}\t{done - longs}\t{rss_mib():.1f}\t{time.time() - t0:.0f}", flush=True)
 EOF

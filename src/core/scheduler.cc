@@ -266,7 +266,11 @@ bool Scheduler::Forgotten(JobId id) const {
 bool Scheduler::Forget(JobId id) {
   if (Forgotten(id) || Rec(id).phase != Phase::kDone) return false;
   std::unique_ptr<Chunk>& c = chunks_[id.v >> kChunkBits];
-  c->records[id.v & (kChunk - 1)] = kForgotten;  // frees its spec's strings, its allocation
+  JobRecord& rec = c->records[id.v & (kChunk - 1)];
+  // Moved out, so that its strings and vectors are freed here: assigning empty ones would
+  // keep their buffers, and a chunk that a long-running job keeps would keep them all.
+  { JobRecord gone = std::move(rec); }
+  rec = kForgotten;
   c->forgotten[id.v & (kChunk - 1)] = true;
   ++forgotten_;
   if (c->forgotten.all()) c.reset();  // every id of the chunk given and forgotten

@@ -133,6 +133,7 @@ TEST_F(SchedulerTest, AnEndedJobForgottenReadsAsEndedAndItsIdIsNeverGivenAgain) 
   JobSpec spec = Job("a", 1, 8);
   spec.command = {"train", "--epochs", "3"};
   spec.env = {{"HOME", "/home/u"}, {"PATH", "/usr/bin"}};
+  spec.script = std::string(4096, '#');  // an sbatch script
   JobId a = sched_.Submit(spec, 0);
   JobId never = sched_.Submit(Job("never", 3, 8), 0);  // more GPUs than the cluster has
   ASSERT_EQ(Of(sched_.Schedule(0), Decision::Kind::kReject).size(), 1u);
@@ -145,6 +146,10 @@ TEST_F(SchedulerTest, AnEndedJobForgottenReadsAsEndedAndItsIdIsNeverGivenAgain) 
   EXPECT_EQ(sched_.job(a).phase, Phase::kDone);
   EXPECT_TRUE(sched_.job(a).spec.command.empty());
   EXPECT_TRUE(sched_.job(a).spec.env.empty());
+  // Its memory is given back, though later jobs of its chunk of records still run.
+  EXPECT_EQ(sched_.job(a).spec.env.capacity(), 0u);
+  EXPECT_EQ(sched_.job(a).spec.command.capacity(), 0u);
+  EXPECT_LT(sched_.job(a).spec.script.capacity(), 64u);
   // New jobs get new ids and the GPUs a held; the forgotten run still counts in the
   // queue's runtime history.
   JobId b = sched_.Submit(Job("b", 2, 8), 11 * kS);

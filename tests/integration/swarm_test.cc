@@ -5,6 +5,7 @@
 // plane must keep every node's lease (no node may stop its jobs for want of an answer)
 // and run every job exactly once.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <atomic>
 #include <fstream>
@@ -75,6 +76,14 @@ TEST(Integration, SwarmOf256NodesRunsAWorkloadWithoutMissingALease) {
       240))
       << "the workload did not drain";
   for (const json& j : h.Jobs()) EXPECT_EQ(j["state"], "finished") << j.dump();
+  // The scheduling core let go of every job once it ended (gantryd must not hold every
+  // job it ever ran); the jobs are still listed above, from gantryd's own memory.
+  {
+    httplib::Client c(h.ServerUrl());
+    auto m = c.Get("/metrics");
+    ASSERT_TRUE(m);
+    EXPECT_NE(m->body.find("\ngantry_scheduler_job_records 0\n"), std::string::npos);
+  }
   // A few heartbeats more, so a late lease miss would show.
   std::this_thread::sleep_for(std::chrono::seconds(3));
 

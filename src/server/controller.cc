@@ -289,9 +289,7 @@ Status Controller::Restore() {
     for (const Worker& w : j.workers) alloc.push_back(w.alloc);
     if (std::string why; !sched_->Adopt(j.core, alloc, j.run_start, &why)) {
       sched_->Finish(j.core, j.run_start);  // out of the scheduler: resubmitted below
-      sched_->Forget(j.core);
-      core_to_seq_[j.core.v] = 0;
-      j.core = core::JobId();
+      LetGoOfCore(j);
       EndRunRows(j, now);
       log_.Requeue(now, j.name, "could not re-adopt after a restart: " + why);
       j.Note(now, "requeued: could not re-adopt after a restart: " + why);

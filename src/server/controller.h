@@ -262,6 +262,8 @@ class Controller {
   void NodeDown(core::NodeId n, Ticks now);
   void SetCoreNodeUp(core::NodeId n);
   void EndJob(Job& job, std::string end, std::string reason, Ticks now);
+  // The scheduler's record of an ended job goes (Scheduler::Forget), with the job's core id.
+  void LetGoOfCore(Job& job);
   // Dependencies. Release hands a job whose dependencies are met to the scheduler;
   // Settle re-checks a held job's dependencies (releases it, or cancels it when one can
   // never be met); EndJob settles the jobs that wait on the one that ended.

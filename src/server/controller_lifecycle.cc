@@ -196,6 +196,13 @@ void Controller::WriteFinishEvent(Ticks t, const Job& job) {
   event_buf_ << "}\n";
 }
 
+void Controller::LetGoOfCore(Job& job) {
+  if (!job.core.valid()) return;
+  sched_->Forget(job.core);
+  core_to_seq_[job.core.v] = 0;
+  job.core = core::JobId();
+}
+
 void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now) {
   log::Write(end == "failed" ? log::Level::kWarning : log::Level::kInfo, "job " + end,
              {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
@@ -204,11 +211,7 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
   job.end = std::move(end);
   job.end_reason = std::move(reason);
   job.end_time = now;
-  if (job.core.valid()) {  // the scheduler's record goes too (the store keeps the job)
-    sched_->Forget(job.core);
-    core_to_seq_[job.core.v] = 0;
-  }
-  job.core = core::JobId();
+  LetGoOfCore(job);  // the store keeps the job
   job.stop = StopKind::kNone;
   Touch(job);
   RemoveRunning(job);

@@ -564,8 +564,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, !drain_owner);
       at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
     }
+    if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, inside, at_checkpoint);
     if (drain_owner) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
-    if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, *own, inside, at_checkpoint);
     if (preempted) return;
     // A job due for a reservation that has waited past backfill_lease_after takes back
     // what backfilled jobs hold past their lease.
@@ -611,8 +611,9 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         HoldPhantoms(s);
         drains_.push_back(Drain{std::move(r), {}});
         drain = drains_.end() - 1;
+        preempted = PreemptForDrain(s, id, now, inside, at_checkpoint);  // before it holds its GPUs
         HoldInto(s, drain->r, ~uint64_t{0}, drain->held, true);
-        if (PreemptForDrain(s, id, now, *drain, inside, at_checkpoint)) return;
+        if (preempted) return;
       }
       if (drain != drains_.end()) {
         wait.at = drain->r.start;
@@ -658,20 +659,18 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
     return false;
   }
   std::sort(needed.begin(), needed.end());
+  const std::string name = std::string(Name(job.spec.tier)) + " job " + job.spec.id;
+  const std::string who = drain ? name + ", waiting past max_wait_s," : name;
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
     if (evicted_count_.size() <= v.v) evicted_count_.resize(s.job_count());
     ++evicted_count_[v.v];
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
-    const std::string who = std::string(Name(job.spec.tier)) + " job " + job.spec.id +
-                            (drain ? ", waiting past max_wait_s," : "");
     std::string reason =
-        mode == Mode::kLessees ? std::string(Name(job.spec.tier)) + " job " + job.spec.id +
-                      " is due for GPUs this job was backfilled onto; it ran past its estimate"
+        mode == Mode::kLessees ? name + " is due for GPUs this job was backfilled onto; it ran past its estimate"
         : mode == Mode::kRank
-            ? std::string(Name(job.spec.tier)) + " job " + job.spec.id + " comes first in queue " +
-                  queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
+            ? name + " comes first in queue " + queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
                   " order (attained service)"
         : victim.spec.tier == Tier::kBestEffort ? who + " needs capacity held by best-effort work"
                                                 : who + " needs capacity borrowed by queue " + queue;
@@ -689,15 +688,11 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   return true;
 }
 
-bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, Drain& d, ModelMask inside,
-                                   Ticks& at_checkpoint) {
+bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, ModelMask inside, Ticks& at_checkpoint) {
   // Inside its guarantee everywhere, the job has already tried these victims.
   if (s.job(id).spec.tier == Tier::kBestEffort || inside == ~ModelMask{0}) return false;
-  s.mutable_ledger().Release(d.held);  // the what-if may use the drain's GPUs: they are for it
-  d.held.clear();
   const bool preempted = TryPreempt(s, id, now, Mode::kGuarantee, ~ModelMask{0}, false, /*drain=*/true);
   if (!preempted) at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
-  HoldInto(s, d.r, ~uint64_t{0}, d.held, true);
   return preempted;
 }
 

@@ -129,8 +129,9 @@ class GantryPolicy final : public Policy {
   // its wait is then bounded by max_wait plus those victims' checkpoint interval and
   // grace, not their runs. Only a drain's owner (one per pool at a time), not every job
   // past the setting: thousands may be. Best-effort work never preempts. `at_checkpoint`
-  // falls to the next checkpoint of a victim left out for want of one.
-  bool PreemptForDrain(Scheduler& s, JobId id, Ticks now, Drain& d, ModelMask inside, Ticks& at_checkpoint);
+  // falls to the next checkpoint of a victim left out for want of one. The caller holds
+  // none of its drain's GPUs meanwhile: the what-if may use them (they are for it).
+  bool PreemptForDrain(Scheduler& s, JobId id, Ticks now, ModelMask inside, Ticks& at_checkpoint);
   // Whether running job v is a backfilled job past the end of its lease, and whether
   // `job` has waited long enough to end such leases (backfill_lease_after).
   bool Overdue(const Scheduler& s, JobId v, Ticks now) const;

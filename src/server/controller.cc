@@ -140,6 +140,11 @@ void Controller::RunBatch(std::vector<Message>& batch) {
   Housekeeping(now);
   if (dirty_ || now >= next_pass_ || now >= sched_->next_wakeup()) Pass(now);
   if (Status s = store_.Commit(); !s) Fatal("store commit: " + s.error().message);
+  for (int64_t seq : purged_logs_) {  // purged jobs' output, once the purge is durable
+    std::error_code ec;
+    fs::remove_all(fs::path(options_.log_dir) / std::to_string(seq), ec);
+  }
+  purged_logs_.clear();
   if (events_out_ && event_buf_.tellp() > 0) {
     *events_out_ << event_buf_.str();
     events_out_->flush();
@@ -356,6 +361,7 @@ void Controller::Persist(const Job& job) {
   sj.idem_key = job.idem_key;
   sj.idem_hash = job.idem_hash;
   sj.doc = JobToDoc(job, cluster_).dump();
+  sj.ended_ms = job.active() ? -1 : WallMs(job.end_time);
   if (Status s = store_.PutJob(sj); !s) Fatal("store: " + s.error().message);
 }
 

@@ -105,6 +105,9 @@ struct ControllerOptions {
   // The usage time series (issue 12): a sample per running job this often, kept this long.
   int64_t usage_sample_ms = 300'000;
   int64_t usage_retention_ms = 14 * 86'400'000LL;
+  // Ended jobs are deleted from the store (with their output) this long after they ended,
+  // as Slurm's PurgeJobAfter; 0 keeps them. Their runs stay for usage accounting.
+  int64_t job_retention_ms = 0;
   // The cluster's history for the console (in memory, lost on restart): pending jobs by
   // why they wait and free GPUs by why nothing uses them, a sample this often, the last
   // history_samples kept (a day at the defaults).
@@ -264,6 +267,11 @@ class Controller {
   void EndJob(Job& job, std::string end, std::string reason, Ticks now);
   // The scheduler's record of an ended job goes (Scheduler::Forget), with the job's core id.
   void LetGoOfCore(Job& job);
+  // Drops an ended job from memory (the store may still have it).
+  void DropEnded(std::map<int64_t, Job>::iterator it);
+  // Deletes ended jobs past options_.job_retention_ms from the store and memory; their
+  // output goes once the batch has committed.
+  void PurgeJobs(Ticks now);
   // Dependencies. Release hands a job whose dependencies are met to the scheduler;
   // Settle re-checks a held job's dependencies (releases it, or cancels it when one can
   // never be met); EndJob settles the jobs that wait on the one that ended.
@@ -344,6 +352,9 @@ class Controller {
   std::vector<NodeInfo> nodes_;                       // by core NodeId
   std::unordered_map<std::string, Principal> tokens_; // cache: hash -> principal
   Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
+  Ticks jobs_purged_ = -1;     // and ended jobs past their retention, in batches
+  bool purge_more_ = false;    // the last batch was full: another at the next batch
+  std::vector<int64_t> purged_logs_;  // seqs whose output goes after the commit
   struct ClusterSample {
     Ticks t = 0;
     double up = 0, used = 0;  // GPUs
@@ -367,7 +378,7 @@ class Controller {
   // tier, which gives the buckets, and grown to queues x tiers on first use.
   std::vector<Histogram> queue_wait_;
   std::vector<uint64_t> preemptions_;  // per queue
-  uint64_t submitted_ = 0, requeued_ = 0;
+  uint64_t submitted_ = 0, requeued_ = 0, purged_ = 0;
   std::map<std::string, uint64_t> ended_;  // by end
   std::map<std::string, uint64_t> reclaims_;  // by queue
   // GPU time since this process's first batch (metrics_since_): held by runs that ended

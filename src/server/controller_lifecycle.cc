@@ -222,16 +222,7 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
   while (static_cast<int64_t>(done_order_.size()) > std::max<int64_t>(1, options_.recent_done)) {
     auto it = jobs_.find(done_order_.front());
     done_order_.pop_front();
-    if (it == jobs_.end() || it->second.active()) continue;
-    by_name_.erase(it->second.name);
-    if (!it->second.array.empty()) {
-      auto a = arrays_.find(it->second.array);
-      if (a != arrays_.end()) {
-        std::erase(a->second, it->second.seq);
-        if (a->second.empty()) arrays_.erase(a);
-      }
-    }
-    jobs_.erase(it);
+    if (it != jobs_.end() && !it->second.active()) DropEnded(it);
   }
   // Jobs held for this one (--after) move on: released, still held, or cancelled.
   if (auto w = dependents_.find(job.name); w != dependents_.end()) {
@@ -331,6 +322,40 @@ void Controller::SampleCluster(Ticks now) {
   while (history_.size() > options_.history_samples) history_.pop_front();
 }
 
+void Controller::DropEnded(std::map<int64_t, Job>::iterator it) {
+  by_name_.erase(it->second.name);
+  if (!it->second.array.empty()) {
+    auto a = arrays_.find(it->second.array);
+    if (a != arrays_.end()) {
+      std::erase(a->second, it->second.seq);
+      if (a->second.empty()) arrays_.erase(a);
+    }
+  }
+  jobs_.erase(it);
+}
+
+void Controller::PurgeJobs(Ticks now) {
+  // Hourly, at most kBatch at a time (a first purge of years of jobs must not hold the
+  // controller thread): while batches come full, one more at every batch of requests.
+  constexpr int64_t kBatch = 5000;
+  if (options_.job_retention_ms <= 0) return;
+  if (!purge_more_ && jobs_purged_ >= 0 && now - jobs_purged_ < 3'600'000) return;
+  jobs_purged_ = now;
+  auto purged = store_.PurgeJobs(WallMs(now) - options_.job_retention_ms, kBatch);
+  if (!purged) Fatal("store: " + purged.error().message);
+  purge_more_ = static_cast<int64_t>(purged->size()) == kBatch;
+  for (int64_t seq : *purged) {
+    // Still in memory with recent_done above what ends in a retention period. (Its
+    // entry in done_order_ stays: that loop skips jobs already gone.)
+    if (auto it = jobs_.find(seq); it != jobs_.end() && !it->second.active()) DropEnded(it);
+    purged_logs_.push_back(seq);
+  }
+  purged_ += purged->size();
+  if (!purged->empty()) {
+    log::Info("ended jobs purged past their retention", {{"jobs", std::to_string(purged->size())}});
+  }
+}
+
 void Controller::Housekeeping(Ticks now) {
   SampleCluster(now);
   if (metrics_since_ < 0) metrics_since_ = now;
@@ -339,6 +364,7 @@ void Controller::Housekeeping(Ticks now) {
     auto pruned = store_.PruneUsageSamples(WallMs(now) - options_.usage_retention_ms);
     if (!pruned) Fatal("store: " + pruned.error().message);
   }
+  PurgeJobs(now);
   if (now - tokens_flushed_ >= 10'000) {
     tokens_.clear();
     tokens_flushed_ = now;

@@ -268,6 +268,9 @@ void Controller::Metrics(Done done) {
       out += "gantry_jobs_ended_total{end=\"" + std::string(end) + "\"} " +
              std::to_string(ended_.count(end) ? ended_.at(end) : 0) + "\n";
     }
+    MetricHeader(out, "gantry_jobs_purged_total", "counter",
+                 "Ended jobs deleted from the store past their retention (--job-retention-days)");
+    out += "gantry_jobs_purged_total " + std::to_string(purged_) + "\n";
     MetricHeader(out, "gantry_requeues_total", "counter", "Runs ended by a node or worker loss");
     out += "gantry_requeues_total " + std::to_string(requeued_) + "\n";
     MetricHeader(out, "gantry_nodes", "gauge", "Nodes by state");

@@ -256,7 +256,7 @@ struct ServeArgs {
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
       tls_cert, tls_key, log_format = "text";
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
-  double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60;
+  double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60, job_retention_days = 0;
   double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0, submit_burst = 0;
 };
 
@@ -577,6 +577,7 @@ int Serve(const ServeArgs& a) {
   opts.usage_sample_ms = static_cast<int64_t>(a.usage_sample_s * 1000);
   opts.history_sample_ms = static_cast<int64_t>(a.history_sample_s * 1000);
   opts.usage_retention_ms = static_cast<int64_t>(a.usage_retention_days * 86'400'000);
+  opts.job_retention_ms = static_cast<int64_t>(a.job_retention_days * 86'400'000);
   opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
   opts.log_dir = a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
   opts.submit_rate = a.submit_rate;
@@ -674,6 +675,11 @@ int main(int argc, char** argv) {
   app.add_option("--usage-retention-days", serve.usage_retention_days, "Usage samples older than this are deleted")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 36500.0));
+  app.add_option("--job-retention-days", serve.job_retention_days,
+                 "Ended jobs (and their output) are deleted this long after they ended; their usage "
+                 "stays for accounting. 0: kept forever")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 36500.0));
   app.add_option("--kill-slack-s", serve.kill_slack_s,
                  "After a grace period, how long to wait for exit reports")
       ->capture_default_str();

@@ -2,6 +2,7 @@
 
 #include <libpq-fe.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,7 @@
 namespace gantry::server {
 
 // 2: tokens.username and runs.username; 3: runs' usage columns; 4: usage_samples.
-constexpr int kPgSchemaVersion = 4;
+constexpr int kPgSchemaVersion = 5;  // as SQLite's; 5: jobs.ended_ms
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -29,6 +30,10 @@ CREATE TABLE IF NOT EXISTS jobs (
   doc TEXT NOT NULL);
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs (team, idem_key) WHERE idem_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (active, seq);
+-- 5: when each job ended (retention); jobs that had ended count from the upgrade.
+ALTER TABLE jobs ADD COLUMN IF NOT EXISTS ended_ms BIGINT;
+UPDATE jobs SET ended_ms = (extract(epoch FROM now()) * 1000)::bigint WHERE NOT active AND ended_ms IS NULL;
+CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended_ms) WHERE ended_ms IS NOT NULL;
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
   job_seq BIGINT NOT NULL,
@@ -163,7 +168,7 @@ std::string Describe(PGconn* conn) {
          "/" + str(PQdb(conn));
 }
 
-constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc";
+constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
 
 StoredJob JobFrom(const PgRows& r, int row) {
   StoredJob j;
@@ -175,6 +180,7 @@ StoredJob JobFrom(const PgRows& r, int row) {
   j.idem_key = r.Text(row, 5);
   j.idem_hash = r.Text(row, 6);
   j.doc = r.Text(row, 7);
+  j.ended_ms = r.IsNull(row, 8) ? -1 : r.Int(row, 8);
   return j;
 }
 
@@ -379,11 +385,11 @@ Status PgStore::SetMeta(const std::string& key, const std::string& value) {
 Status PgStore::PutJob(const StoredJob& j) {
   return Write([&]() -> Status {
     auto r = Query(
-        "INSERT INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc) "
-        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8) "
+        "INSERT INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) "
         "ON CONFLICT (seq) DO UPDATE SET name = EXCLUDED.name, team = EXCLUDED.team, "
         "queue = EXCLUDED.queue, active = EXCLUDED.active, idem_key = EXCLUDED.idem_key, "
-        "idem_hash = EXCLUDED.idem_hash, doc = EXCLUDED.doc",
+        "idem_hash = EXCLUDED.idem_hash, doc = EXCLUDED.doc, ended_ms = EXCLUDED.ended_ms",
         PgParams()
             .Add(j.seq)
             .Add(j.name)
@@ -392,7 +398,8 @@ Status PgStore::PutJob(const StoredJob& j) {
             .AddBool(j.active)
             .AddOrNull(j.idem_key)
             .AddOrNull(j.idem_hash)
-            .Add(j.doc));
+            .Add(j.doc)
+            .AddOrNull(j.ended_ms >= 0 ? std::to_string(j.ended_ms) : ""));
     if (!r) return r.error();
     return Ok{};
   });
@@ -437,9 +444,33 @@ Result<std::optional<StoredJob>> PgStore::FindIdempotent(const std::string& team
 }
 
 Result<int64_t> PgStore::MaxJobSeq() {
-  auto r = Query("SELECT COALESCE(MAX(seq), 0) FROM jobs");
+  auto r = Query(
+      "SELECT GREATEST(COALESCE((SELECT MAX(seq) FROM jobs), 0), "
+      "COALESCE((SELECT value::bigint FROM meta WHERE key = 'purged_seq'), 0))");
   if (!r) return r.error();
   return r->Int(0, 0);
+}
+
+Result<std::vector<int64_t>> PgStore::PurgeJobs(int64_t ended_before_ms, int64_t limit) {
+  std::vector<int64_t> seqs;
+  Status st = Write([&]() -> Status {
+    auto r = Query(
+        "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE ended_ms < $1 "
+        "ORDER BY ended_ms LIMIT $2) RETURNING seq",
+        PgParams().Add(ended_before_ms).Add(limit));
+    if (!r) return r.error();
+    for (int i = 0; i < r->size(); ++i) seqs.push_back(r->Int(i, 0));
+    if (seqs.empty()) return Ok{};
+    // The highest seq purged, so that MaxJobSeq never goes back.
+    auto m = Query(
+        "INSERT INTO meta (key, value) VALUES ('purged_seq', $1) ON CONFLICT (key) DO UPDATE SET "
+        "value = GREATEST(meta.value::bigint, excluded.value::bigint)::text",
+        PgParams().Add(*std::max_element(seqs.begin(), seqs.end())));
+    if (!m) return m.error();
+    return Ok{};
+  });
+  if (!st) return st.error();
+  return seqs;
 }
 
 Status PgStore::PutNode(const StoredNode& n) {

@@ -65,6 +65,7 @@ class PgStore final : public Store {
   Result<std::optional<StoredJob>> FindIdempotent(const std::string& team,
                                                   const std::string& key) override;
   Result<int64_t> MaxJobSeq() override;
+  Result<std::vector<int64_t>> PurgeJobs(int64_t ended_before_ms, int64_t limit) override;
 
   Status PutNode(const StoredNode& node) override;
   Result<std::vector<StoredNode>> LoadNodes() override;

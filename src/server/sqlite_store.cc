@@ -2,6 +2,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
@@ -10,7 +11,8 @@ namespace gantry::server {
 
 namespace {
 
-constexpr int kSchemaVersion = 4;  // 2: tokens.username, runs.username; 3: runs' usage; 4: usage_samples
+// 2: tokens.username, runs.username; 3: runs' usage; 4: usage_samples; 5: jobs.ended_ms
+constexpr int kSchemaVersion = 5;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -22,7 +24,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   active INTEGER NOT NULL,
   idem_key TEXT,
   idem_hash TEXT,
-  doc TEXT NOT NULL);
+  doc TEXT NOT NULL,
+  ended_ms INTEGER);
 CREATE UNIQUE INDEX IF NOT EXISTS jobs_idem ON jobs (team, idem_key) WHERE idem_key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS jobs_active ON jobs (active, seq);
 CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, doc TEXT NOT NULL);
@@ -105,6 +108,7 @@ class Stmt {
              : std::string();
   }
   int64_t Int(int col) const { return sqlite3_column_int64(s_, col); }
+  bool Null(int col) const { return sqlite3_column_type(s_, col) == SQLITE_NULL; }
   double Real(int col) const { return sqlite3_column_double(s_, col); }
   Status status() const {
     if (rc_ == SQLITE_OK) return Ok{};
@@ -135,10 +139,11 @@ StoredJob JobFrom(const Stmt& s) {
   j.idem_key = s.Text(5);
   j.idem_hash = s.Text(6);
   j.doc = s.Text(7);
+  j.ended_ms = s.Null(8) ? -1 : s.Int(8);
   return j;
 }
 
-constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc";
+constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
 
 StoredToken TokenFrom(const Stmt& s) {
   StoredToken t;
@@ -197,13 +202,27 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
         "ALTER TABLE runs ADD COLUMN vram_peak INTEGER NOT NULL DEFAULT 0;"
         "ALTER TABLE runs ADD COLUMN fit_gpus REAL NOT NULL DEFAULT -1",
         // 4: usage_samples, made by kSchema's CREATE ... IF NOT EXISTS, which runs first.
+        "",
+        // 5: when each job ended (retention); jobs that had ended count from the upgrade.
+        // (kSchema made the column where it made the table.)
         ""};
     for (int v = std::max(old, 1) + 1; v <= kSchemaVersion; ++v) {
-      if (Status s = store->Exec(steps[v - 1]); !s) {
-        return Error{"db", path + ": upgrading to schema " + std::to_string(v) + ": " + s.error().message};
+      Status s = store->Exec(steps[v - 1]);
+      if (s && v == 5 && !store->HasColumn("jobs", "ended_ms")) {
+        s = store->Exec("ALTER TABLE jobs ADD COLUMN ended_ms INTEGER");
       }
+      if (s && v == 5) {
+        s = store->Exec("UPDATE jobs SET ended_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) "
+                        "WHERE active = 0 AND ended_ms IS NULL");
+      }
+      if (!s) return Error{"db", path + ": upgrading to schema " + std::to_string(v) + ": " + s.error().message};
     }
     if (Status s = store->SetMeta("schema_version", std::to_string(kSchemaVersion)); !s) return s.error();
+  }
+  // After the upgrades: the column is new in schema 5.
+  if (Status s = store->Exec("CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended_ms) WHERE ended_ms IS NOT NULL");
+      !s) {
+    return Error{"db", path + ": " + s.error().message};
   }
   return store;
 }
@@ -218,6 +237,12 @@ Status SqliteStore::Exec(const char* sql) {
     return Error{"store", "sqlite: " + msg};
   }
   return Ok{};
+}
+
+bool SqliteStore::HasColumn(const char* table, const char* column) {
+  Stmt s(db_, "SELECT 1 FROM pragma_table_info(?) WHERE name = ?");
+  s.Bind(1, std::string(table)).Bind(2, std::string(column));
+  return s.Step();
 }
 
 bool SqliteStore::InTransaction() const { return sqlite3_get_autocommit(db_) == 0; }
@@ -274,11 +299,16 @@ Status SqliteStore::SetMeta(const std::string& key, const std::string& value) {
 Status SqliteStore::PutJob(const StoredJob& j) {
   return Write([&] {
     Stmt s(db_,
-           "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc) "
-           "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+           "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms) "
+           "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s.Bind(1, j.seq).Bind(2, j.name).Bind(3, j.team).Bind(4, j.queue);
     s.Bind(5, int64_t{j.active ? 1 : 0}).BindOrNull(6, j.idem_key).BindOrNull(7, j.idem_hash);
     s.Bind(8, j.doc);
+    if (j.ended_ms >= 0) {
+      s.Bind(9, j.ended_ms);
+    } else {
+      s.BindOrNull(9, "");
+    }
     return Run(s);
   });
 }
@@ -317,11 +347,33 @@ Result<std::optional<StoredJob>> SqliteStore::FindIdempotent(const std::string& 
 }
 
 Result<int64_t> SqliteStore::MaxJobSeq() {
-  Stmt s(db_, "SELECT COALESCE(MAX(seq), 0) FROM jobs");
+  Stmt s(db_,
+         "SELECT MAX(COALESCE((SELECT MAX(seq) FROM jobs), 0), "
+         "COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'purged_seq'), 0))");
   int64_t v = 0;
   if (s.Step()) v = s.Int(0);
   if (Status st = s.status(); !st) return st.error();
   return v;
+}
+
+Result<std::vector<int64_t>> SqliteStore::PurgeJobs(int64_t ended_before_ms, int64_t limit) {
+  std::vector<int64_t> seqs;
+  Status st = Write([&] {
+    Stmt s(db_,
+           "DELETE FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE ended_ms < ? "
+           "ORDER BY ended_ms LIMIT ?) RETURNING seq");
+    s.Bind(1, ended_before_ms).Bind(2, limit);
+    while (s.Step()) seqs.push_back(s.Int(0));
+    if (Status r = s.status(); !r || seqs.empty()) return r;
+    // The highest seq purged, so that MaxJobSeq never goes back.
+    Stmt m(db_,
+           "INSERT INTO meta (key, value) VALUES ('purged_seq', ?) ON CONFLICT (key) DO UPDATE SET "
+           "value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))");
+    m.Bind(1, std::to_string(*std::max_element(seqs.begin(), seqs.end())));
+    return Run(m);
+  });
+  if (!st) return st.error();
+  return seqs;
 }
 
 Status SqliteStore::PutNode(const StoredNode& n) {

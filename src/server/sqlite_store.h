@@ -37,6 +37,7 @@ class SqliteStore final : public Store {
   Result<std::optional<StoredJob>> FindIdempotent(const std::string& team,
                                                   const std::string& key) override;
   Result<int64_t> MaxJobSeq() override;
+  Result<std::vector<int64_t>> PurgeJobs(int64_t ended_before_ms, int64_t limit) override;
 
   Status PutNode(const StoredNode& node) override;
   Result<std::vector<StoredNode>> LoadNodes() override;
@@ -62,6 +63,7 @@ class SqliteStore final : public Store {
   explicit SqliteStore(sqlite3* db) : db_(db) {}
   Status Exec(const char* sql);
   bool InTransaction() const;
+  bool HasColumn(const char* table, const char* column);
   // Runs `write` in the open transaction, or, once this store holds a lease, in a fenced
   // transaction of its own.
   template <typename F>

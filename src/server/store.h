@@ -31,6 +31,7 @@ struct StoredJob {
   std::string idem_key;  // "" when none; unique per team
   std::string idem_hash; // hash of the request the key was first used with
   std::string doc;       // JSON: spec text and run state (the controller's format)
+  int64_t ended_ms = -1; // wall clock when it ended (ms since the Unix epoch); -1 while active
 };
 
 struct StoredNode {
@@ -113,7 +114,12 @@ class Store {
   virtual Result<std::optional<StoredJob>> FindJob(const std::string& name) = 0;
   virtual Result<std::optional<StoredJob>> FindIdempotent(const std::string& team,
                                                           const std::string& key) = 0;
+  // The highest seq ever stored, purged jobs' included (a seq is never given twice).
   virtual Result<int64_t> MaxJobSeq() = 0;
+  // Deletes at most `limit` ended jobs that ended before `ended_before_ms`, oldest first,
+  // and returns their seqs (retention, as Slurm's PurgeJobAfter). Their runs stay (usage
+  // accounting keeps them); their usage samples go by their own retention.
+  virtual Result<std::vector<int64_t>> PurgeJobs(int64_t ended_before_ms, int64_t limit) = 0;
 
   virtual Status PutNode(const StoredNode& node) = 0;
   virtual Result<std::vector<StoredNode>> LoadNodes() = 0;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <filesystem>
 #include <sstream>
 
@@ -195,6 +196,57 @@ TEST_F(ControllerTest, TheSchedulerForgetsEndedJobsAndTheyStayListed) {
   EXPECT_EQ(Beat("h100-0")["workers"].size(), 1u);
   EXPECT_EQ(Show(next.body["id"])["state"], "running");
   EXPECT_EQ(records(), 1);
+}
+
+TEST_F(ControllerTest, EndedJobsArePurgedPastTheirRetentionWithTheirOutput) {
+  // --job-retention-days: the store does not keep every job forever (as Slurm's
+  // PurgeJobAfter); the job's output goes with it, its usage stays for accounting.
+  options_.job_retention_ms = 86'400'000;
+  Restart();
+  auto purged = [&] {
+    const std::string m = ctl_->Metrics();
+    const size_t at = m.find("\ngantry_jobs_purged_total ");
+    return at == std::string::npos ? -1 : std::stoi(m.substr(at + 26));
+  };
+  Reply live = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"sleep 1d"})");
+  Reply old = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"true"})");
+  ASSERT_EQ(old.code, Code::kCreated) << old.body.dump();
+  const std::string id = old.body["id"];  // the newest job
+  Beat("h100-0");
+  ctl_->Poke();
+  ASSERT_EQ(Beat("h100-0")["workers"].size(), 2u);
+  ASSERT_EQ(ctl_->UploadLog(kAgent, "h100-0", id, 1, 0, 0, "hello\n").code, Code::kOk);
+  Reply log = ctl_->LogPath(kTeamA, id, 1, 0);
+  ASSERT_EQ(log.code, Code::kOk) << log.body.dump();
+  const fs::path output = log.body["path"].get<std::string>();
+  ASSERT_TRUE(fs::exists(output)) << output;
+  Advance(1000);
+  Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show(id)["state"], "finished");
+
+  Advance(86'400'000 - 60'000);  // not yet a day since it ended
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(Show(id)["state"], "finished");
+  EXPECT_EQ(purged(), 0);
+  Advance(2 * 3'600'000);  // past it, and an hour's purge has run
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(ctl_->ShowJob(kAdmin, id).code, Code::kNotFound);
+  EXPECT_EQ(purged(), 1);
+  EXPECT_FALSE(fs::exists(output.parent_path())) << output;
+  EXPECT_EQ(Show(live.body["id"])["state"], "running");  // running for a day: not ended, kept
+  auto runs = store_->Runs(0, std::numeric_limits<int64_t>::max());
+  ASSERT_TRUE(runs.ok());
+  EXPECT_EQ(runs->size(), 2u);  // usage accounting keeps the purged job's run
+  // Its seq is never given again, also after a restart (it was the newest job: the store
+  // keeps the highest seq it purged).
+  Restart();
+  EXPECT_EQ(ctl_->ShowJob(kAdmin, id).code, Code::kNotFound);
+  Reply next = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"true"})");
+  ASSERT_EQ(next.code, Code::kCreated) << next.body.dump();
+  EXPECT_NE(next.body["id"], id);
+  EXPECT_NE(next.body["id"], live.body["id"]);
 }
 
 TEST_F(ControllerTest, AFailedWorkerFailsTheGangAndStopsTheOthers) {

@@ -141,7 +141,7 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
 
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "4");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "5");
   auto runs = store->Runs(0, 10000);
   ASSERT_TRUE(runs.ok()) << runs.error().message;
   ASSERT_EQ(runs->size(), 1u);
@@ -151,6 +151,39 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
   u.busy_gpu_ms = 42;
   ASSERT_TRUE(store->SetRunUsage(u).ok());
   EXPECT_EQ((*store->Runs(0, 10000))[0].busy_gpu_ms, 42);
+}
+
+// Schema 4 (jobs without ended_ms): jobs that had ended count as ended at the upgrade;
+// active ones are untouched.
+TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+  }
+  PGconn* conn = PQconnectdb(home_->server()->ConnString(home_->db()).c_str());
+  ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+  PGresult* r = PQexec(conn,
+                       "ALTER TABLE jobs DROP COLUMN ended_ms;"
+                       "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+                       "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', false, '{}');"
+                       "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', true, '{}')");
+  EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
+  PQclear(r);
+  PQfinish(conn);
+
+  const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  auto store = Open();
+  ASSERT_TRUE(store);
+  EXPECT_EQ(**store->GetMeta("schema_version"), "5");
+  auto jobs = store->LoadJobs(-1);
+  ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_GE((*jobs)[0].ended_ms, before - 1000);
+  EXPECT_LE((*jobs)[0].ended_ms, before + 60'000);
+  EXPECT_EQ((*jobs)[1].ended_ms, -1);
+  EXPECT_TRUE(store->PurgeJobs(before - 1000, 10)->empty());
+  EXPECT_EQ(*store->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
 }
 
 // PostgreSQL aborts a transaction at its first failed statement; SQLite would go on.

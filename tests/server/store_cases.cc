@@ -98,6 +98,46 @@ TEST_P(StoreCases, PutJobReplacesBySeq) {
   EXPECT_EQ((*jobs)[0].doc, "{\"state\":\"done\"}");
 }
 
+// Retention: ended jobs go oldest first, in batches; active ones stay; a purged job's seq
+// is never given again, its name and idempotency key are free again.
+TEST_P(StoreCases, EndedJobsArePurgedByAgeAndTheirSeqsAreNeverGivenAgain) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+    StoredJob j1 = Job(1, false), j2 = Job(2, false), j3 = Job(3), j4 = Job(4, false);
+    j1.ended_ms = 1000;
+    j2.ended_ms = 3000;
+    j4.ended_ms = 2000;
+    j4.idem_key = "k4";
+    j4.idem_hash = "h4";
+    for (const StoredJob& j : {j1, j2, j3, j4}) ASSERT_TRUE(store->PutJob(j).ok());
+    auto jobs = store->LoadJobs(-1);
+    ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+    ASSERT_EQ(jobs->size(), 4u);
+    EXPECT_EQ((*jobs)[0].ended_ms, 1000);
+    EXPECT_EQ((*jobs)[2].ended_ms, -1);  // active: NULL
+    EXPECT_EQ((*jobs)[3].ended_ms, 2000);
+
+    auto purged = store->PurgeJobs(2500, 1);  // the oldest first, one per batch
+    ASSERT_TRUE(purged.ok()) << purged.error().message;
+    EXPECT_EQ(*purged, std::vector<int64_t>{1});
+    EXPECT_EQ(*store->PurgeJobs(2500, 10), std::vector<int64_t>{4});
+    EXPECT_TRUE(store->PurgeJobs(2500, 10)->empty());
+    EXPECT_FALSE((*store->FindJob("j1")).has_value());
+    EXPECT_FALSE((*store->FindIdempotent("a", "k4")).has_value());
+    EXPECT_TRUE((*store->FindJob("j2")).has_value());
+    EXPECT_EQ(*store->MaxJobSeq(), 4);  // j4 is gone, its seq is not given again
+
+    // Everything ended goes; the active job stays, also once it has run again.
+    EXPECT_EQ(*store->PurgeJobs(1'000'000, 10), std::vector<int64_t>{2});
+    EXPECT_EQ(Names(*store->LoadJobs(-1)), std::vector<std::string>{"j3"});
+    EXPECT_EQ(*store->MaxJobSeq(), 4);
+  }
+  auto store = Open();  // the highest seq purged outlives the process
+  ASSERT_TRUE(store);
+  EXPECT_EQ(*store->MaxJobSeq(), 4);
+}
+
 // A crash mid-transaction: the connection closes without Commit; a new one sees nothing.
 TEST_P(StoreCases, UncommittedWorkIsLostAfterReconnecting) {
   {

@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 
 #include <sqlite3.h>
@@ -93,8 +94,47 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   u.busy_gpu_ms = 42;
   ASSERT_TRUE((*store)->SetRunUsage(u).ok());
   EXPECT_EQ((*(*store)->Runs(0, 10000))[0].busy_gpu_ms, 42);
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "4");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "5");
   ASSERT_TRUE((*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
+  store->reset();
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
+
+// Schema 4 (jobs without ended_ms): jobs that had ended count as ended at the upgrade, so
+// retention keeps them a full period from then; active ones are untouched.
+TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
+  const fs::path db = fs::temp_directory_path() / ("gantry-schema4-" + std::to_string(::getpid()) + ".db");
+  fs::remove(db);
+  {
+    auto store = SqliteStore::Open(db.string());
+    ASSERT_TRUE(store.ok());
+  }
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    const char* v4 =
+        "DROP INDEX jobs_ended; ALTER TABLE jobs DROP COLUMN ended_ms;"
+        "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+        "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', 0, '{}');"
+        "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', 1, '{}');";
+    ASSERT_EQ(sqlite3_exec(raw, v4, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+    sqlite3_close(raw);
+  }
+  const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+  auto store = SqliteStore::Open(db.string());
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "5");
+  auto jobs = (*store)->LoadJobs(-1);
+  ASSERT_TRUE(jobs.ok()) << jobs.error().message;
+  ASSERT_EQ(jobs->size(), 2u);
+  EXPECT_GE((*jobs)[0].ended_ms, before - 1000);
+  EXPECT_LE((*jobs)[0].ended_ms, before + 60'000);
+  EXPECT_EQ((*jobs)[1].ended_ms, -1);
+  EXPECT_TRUE((*store)->PurgeJobs(before - 1000, 10)->empty());
+  EXPECT_EQ(*(*store)->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
   store->reset();
   fs::remove(db);
   fs::remove(db.string() + "-wal");

@@ -719,6 +719,41 @@ TEST(Integration, SighupReopensTheEventLogAndEndsNothing) {
 }
 
 
+// --job-retention-days on a real gantryd: ended jobs past their retention leave the store
+// and memory with their output (the first housekeeping of a process purges, then hourly);
+// a purged id is never given again, also when it was the newest job before a restart.
+TEST(Integration, EndedJobsPastTheirRetentionArePurgedWithTheirOutput) {
+  Harness h("retention");
+  Prepare(h);
+  const std::vector<std::string> retention = {"--job-retention-days", "0.00005"};  // 4.3 s
+  h.StartServer(retention);
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  const std::string old =
+      Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "sh", "-c", "echo hello"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(old)["state"] == "finished"; }, 20)) << h.Job(old).dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Cli({"logs", old}, h.token("a")).out.find("hello") != std::string::npos; }, 10));
+  ASSERT_FALSE(fs::is_empty(h.Path("logs")));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5000));  // past its retention
+  h.KillServer(SIGTERM);
+  h.StartServer(retention);
+  int status = 0;
+  ASSERT_TRUE(Harness::WaitFor([&] {
+    h.Get("/v1/jobs/" + old, h.token("admin"), &status);
+    return status == 404;
+  }, 10)) << "status " << status;
+  EXPECT_TRUE(fs::is_empty(h.Path("logs")));
+  EXPECT_NE(h.Cli({"logs", old}, h.token("a")).rc, 0);
+  httplib::Client c(h.ServerUrl());
+  auto m = c.Get("/metrics");
+  ASSERT_TRUE(m);
+  EXPECT_NE(m->body.find("\ngantry_jobs_purged_total 1\n"), std::string::npos);
+  const std::string next =
+      Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  EXPECT_NE(next, old);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(next)["state"] == "finished"; }, 20)) << h.Job(next).dump();
+}
+
 // Issue 13, a standby on PostgreSQL: a leader and a standby gantryd share one database.
 // The leader is killed (-9) while jobs run and a client keeps submitting through both
 // URLs; the standby must serve within 5 s, every accepted job must finish once (running

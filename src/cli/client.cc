@@ -999,7 +999,8 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--image", s.image, "Run the command in this container image (podman on the node)");
   submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");
   submit->add_option("--array", s.array,
-                     "One job per index, in one request: 0-999, 1,3,5-7 or 0-15:4 (tasks are ID_INDEX; "
+                     "One job per index, in one request: 0-999, 1,3,5-7 or 0-15:4, with %N to run at most N "
+                     "at once (tasks are ID_INDEX; "
                      "GANTRY_ARRAY_TASK_ID tells each its index; `cancel ID` cancels the array)");
   submit->add_option("--after", s.after,
                      "Hold until these jobs end: JOB (finished with exit 0), JOB:ok or JOB:any, comma-separated; "

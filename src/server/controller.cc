@@ -229,6 +229,7 @@ Status Controller::Restore() {
     if (info.up) info.last_seen = now;  // a full timeout to check in with the new process
   }
 
+  restoring_ = true;  // jobs that end below release no array task: the loop below does
   auto max_seq = store_.MaxJobSeq();
   if (!max_seq) return max_seq.error();
   next_seq_ = *max_seq + 1;
@@ -318,10 +319,21 @@ Status Controller::Restore() {
   }
   resubmit.insert(resubmit.end(), readopt_failed.begin(), readopt_failed.end());
   std::sort(resubmit.begin(), resubmit.end());
+  // An array's throttle (%N) holds what it held: its running tasks count first, then the
+  // pending ones in index order.
+  std::unordered_map<std::string, int> given;  // per throttled array: tasks in the scheduler
   for (int64_t seq : resubmit) {
     Job& j = jobs_.at(seq);
+    if (!j.active()) continue;
+    if (j.array_limit > 0) {
+      auto [it, fresh] = given.try_emplace(j.array, 0);
+      if (fresh) it->second = InScheduler(j.array);
+      if (it->second >= j.array_limit) continue;
+      ++it->second;
+    }
     add_core(j, j.spec, j.submit);
   }
+  restoring_ = false;
   // Jobs held for --after wait again for what was still active; the rest move on.
   for (int64_t seq : held) {
     for (const Dependency& d : jobs_.at(seq).after) dependents_[d.job].push_back(seq);

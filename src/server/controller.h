@@ -275,7 +275,13 @@ class Controller {
   // Dependencies. Release hands a job whose dependencies are met to the scheduler;
   // Settle re-checks a held job's dependencies (releases it, or cancels it when one can
   // never be met); EndJob settles the jobs that wait on the one that ended.
+  // (Release holds back an array task while its array's throttle is full; ReleaseThrottled
+  // gives an array's held tasks to the scheduler, in index order, while it has room.)
   void Release(Job& job, Ticks now);
+  void GiveToScheduler(Job& job, Ticks now);
+  bool ArrayHasRoom(const Job& job) const;
+  int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
+  void ReleaseThrottled(const std::string& array, Ticks now);
   // Cancels an active job: a pending one ends now, a running one gets its grace.
   void CancelJob(Job& job, const std::string& reason, Ticks now);
   void Settle(Job& job, Ticks now);
@@ -296,7 +302,8 @@ class Controller {
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;
   // What a pending job waits for, in one word: the scheduler's cause, "dependency"
-  // (held by --after), or "unscheduled" (not yet given to the scheduler).
+  // (held by --after), "throttle" (an array task held by its array's %N), or
+  // "unscheduled" (not yet given to the scheduler).
   std::string WaitWord(const Job& job) const;
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;
@@ -354,6 +361,7 @@ class Controller {
   Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
   Ticks jobs_purged_ = -1;     // and ended jobs past their retention, in batches
   bool purge_more_ = false;    // the last batch was full: another at the next batch
+  bool restoring_ = false;     // inside Restore
   std::vector<int64_t> purged_logs_;  // seqs whose output goes after the commit
   struct ClusterSample {
     Ticks t = 0;

@@ -154,13 +154,26 @@ bool ParseInt(std::string_view v, int64_t max, int64_t& out) {
 
 }  // namespace
 
-// Slurm's --array syntax without the throttle: "0-999", "1,3,5-7", "0-15:4". The
-// indexes, sorted and unique.
-Result<std::vector<int>> ParseArraySpec(const std::string& spec, int max_tasks) {
+struct ArraySpec {
+  std::vector<int> indexes;
+  int limit = 0;  // the throttle: at most this many tasks at once (0: none)
+};
+
+// Slurm's --array syntax: "0-999", "1,3,5-7", "0-15:4", each with an optional throttle
+// "%N" (at most N tasks at once). The indexes, sorted and unique, and the throttle.
+Result<ArraySpec> ParseArraySpec(const std::string& text, int max_tasks) {
   constexpr int64_t kMaxIndex = 4'000'000;
-  if (spec.find('%') != std::string::npos) {
-    return Error{"array", "a throttle (%N) is not supported; submit fewer tasks at a time or use a queue's burst_gpus"};
+  ArraySpec parsed;
+  const size_t pct = text.find('%');
+  if (pct != std::string::npos) {
+    int64_t limit = 0;
+    if (!ParseInt(text.substr(pct + 1), max_tasks, limit) || limit < 1) {
+      return Error{"array", "throttle \"%" + text.substr(pct + 1) + "\": expected %N, N from 1 to " +
+                                std::to_string(max_tasks) + " (at most N tasks at once)"};
+    }
+    parsed.limit = static_cast<int>(limit);
   }
+  const std::string spec = text.substr(0, pct);
   std::set<int> out;
   size_t start = 0;
   while (start <= spec.size()) {
@@ -189,7 +202,8 @@ Result<std::vector<int>> ParseArraySpec(const std::string& spec, int max_tasks) 
       }
     }
   }
-  return std::vector<int>(out.begin(), out.end());
+  parsed.indexes.assign(out.begin(), out.end());
+  return parsed;
 }
 
 // "j12", "j12:ok", "prep:any", comma-separated.
@@ -226,7 +240,45 @@ std::optional<std::string> Controller::EndStateOf(const std::string& name, const
   return json::parse((*stored)->doc, nullptr, false).value("end", std::string("unknown"));
 }
 
+int Controller::InScheduler(const std::string& array) const {
+  int given = 0;
+  if (auto a = arrays_.find(array); a != arrays_.end()) {
+    for (int64_t seq : a->second) {
+      const Job& t = jobs_.at(seq);
+      if (t.active() && t.core.valid()) ++given;
+    }
+  }
+  return given;
+}
+
+bool Controller::ArrayHasRoom(const Job& job) const {
+  return job.array_limit <= 0 || InScheduler(job.array) < job.array_limit;
+}
+
+void Controller::ReleaseThrottled(const std::string& array, Ticks now) {
+  auto a = arrays_.find(array);
+  if (restoring_ || a == arrays_.end()) return;
+  std::vector<Job*> held;  // waiting for the throttle only, in index order (seq order)
+  int given = 0, limit = 0;
+  for (int64_t seq : a->second) {
+    Job& t = jobs_.at(seq);
+    limit = std::max(limit, t.array_limit);
+    if (t.active() && t.core.valid()) ++given;
+    if (t.state == JobState::kPending && !t.core.valid() && t.after.empty()) held.push_back(&t);
+  }
+  for (size_t i = 0; i < held.size() && given < limit; ++i, ++given) {
+    held[i]->Note(now, "released by its array's throttle (%" + std::to_string(limit) + ")");
+    GiveToScheduler(*held[i], now);
+    Touch(*held[i]);
+    Persist(*held[i]);
+  }
+}
+
 void Controller::Release(Job& job, Ticks now) {
+  if (ArrayHasRoom(job)) GiveToScheduler(job, now);
+}
+
+void Controller::GiveToScheduler(Job& job, Ticks now) {
   core::JobSpec spec = job.spec;
   job.core = sched_->Submit(std::move(spec), now);  // eligible from now, as Slurm's EligibleTime
   if (core_to_seq_.size() <= job.core.v) core_to_seq_.resize(job.core.v + 1, 0);
@@ -342,10 +394,12 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
       }
     }
     std::vector<int> indexes;  // an array's, else empty
+    int array_limit = 0;
     if (!req.array.empty()) {
       auto parsed = ParseArraySpec(req.array, options_.max_array_tasks);
       if (!parsed) return Reply::Error(Code::kBadRequest, "array " + req.array + ": " + parsed.error().message);
-      indexes = std::move(*parsed);
+      indexes = std::move(parsed->indexes);
+      array_limit = parsed->limit;
     }
     std::vector<Dependency> after;  // those not met yet
     if (!req.after.empty()) {
@@ -397,6 +451,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
     job.submit = now;
     job.spec = *spec;
     job.after = after;
+    int given = 0;  // the array's tasks given to the scheduler (its throttle counts them)
     for (size_t k = 0; k < names.size(); ++k) {
       Job task = job;  // one job per array index, all in this request's transaction
       if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
@@ -406,6 +461,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
       if (!indexes.empty()) {
         task.array = base;
         task.array_index = indexes[k];
+        task.array_limit = array_limit;
       }
       Job& j = jobs_.emplace(task.seq, std::move(task)).first->second;
       by_name_[j.name] = j.seq;
@@ -420,7 +476,9 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                    {"by", user.Describe()}});
       }
       if (j.after.empty()) {
-        Release(j, now);
+        // (Release would count the array's tasks anew for each: a 10,000-task array.)
+        if (array_limit == 0 || given < array_limit) GiveToScheduler(j, now);
+        given += j.core.valid() ? 1 : 0;
       } else {
         for (const Dependency& d : j.after) dependents_[d.job].push_back(j.seq);
       }
@@ -458,6 +516,9 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
           reason += (i ? ", " : "") + job.after[i].job + (job.after[i].any ? " to end" : " to finish");
         }
         if (job.after.size() > shown) reason += " and " + std::to_string(job.after.size() - shown) + " more";
+      } else if (!job.core.valid() && job.array_limit > 0) {
+        reason = "throttle: at most " + std::to_string(job.array_limit) + " of array " + job.array +
+                 "'s tasks run at once (--array ...%" + std::to_string(job.array_limit) + ")";
       }
       if (reason.empty()) reason = "waiting for the next scheduling pass";
       break;
@@ -571,7 +632,7 @@ std::string Controller::PoolOf(const Job& job) const {
 
 std::string Controller::WaitWord(const Job& job) const {
   if (!job.after.empty()) return "dependency";
-  if (!job.core.valid()) return "unscheduled";
+  if (!job.core.valid()) return job.array_limit > 0 ? "throttle" : "unscheduled";
   return std::string(core::Word(sched_->job(job.core).wait.cause));
 }
 

@@ -260,6 +260,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"spec_text", job.spec_text},
               {"array", job.array},
               {"array_index", job.array_index},
+              {"array_limit", job.array_limit},
               {"after", after},
               {"spec_file", job.spec_file},
               {"state", std::string(Name(job.state))},
@@ -296,6 +297,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.user = d.value("user", std::string());
     job.array = d.value("array", std::string());
     job.array_index = d.value("array_index", -1);
+    job.array_limit = d.value("array_limit", 0);
     job.after.clear();
     for (const json& a : d.value("after", json::array())) {
       job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});

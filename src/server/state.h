@@ -75,6 +75,10 @@ struct Job {
   std::string name;
   std::string array;        // an array task: the array's id (tasks are named ARRAY_INDEX)
   int array_index = -1;
+  // --array SPEC%N (Slurm's throttle): at most N of the array's tasks are given to the
+  // scheduler at once (pending there, running or stopping); the rest are held, in index
+  // order. 0: no limit.
+  int array_limit = 0;
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   std::string team;
   std::string user;         // the submitter, when their token names one (a Unix account name)

@@ -666,7 +666,7 @@ TEST_F(ControllerTest, AnArrayIsOneRequestForManyJobs) {
   ASSERT_EQ(stepped.code, Code::kCreated) << stepped.body.dump();
   EXPECT_EQ(stepped.body["tasks"], 5);
   EXPECT_EQ(Show(stepped.body["id"].get<std::string>() + "_12")["array_index"], 12);
-  for (const char* bad : {"5-1", "x", "0-10%2", "", "0-20000"}) {
+  for (const char* bad : {"5-1", "x", "0-10%0", "0-10%x", "%3", "0-10%20000", "", "0-20000"}) {
     if (!*bad) continue;
     EXPECT_EQ(SubmitWith(kTeamA, body, bad, "").code, Code::kBadRequest) << bad;
   }
@@ -685,6 +685,54 @@ TEST_F(ControllerTest, AnArrayIsOneRequestForManyJobs) {
   EXPECT_EQ(beat["workers"][0]["env"]["GANTRY_ARRAY_TASK_ID"], "3");
   EXPECT_EQ(Show("j1_500")["state"], "cancelled");
   EXPECT_EQ(SubmitWith(kTeamA, body, "0-1", "").body["tasks"], 2);
+}
+
+// Slurm's array throttle, --array 0-5%2: at most two tasks at once (pending in the
+// scheduler, running or stopping), the next in index order as each ends or is cancelled,
+// the rest held with the reason; a restart keeps the throttle.
+TEST_F(ControllerTest, AnArrayThrottleRunsAtMostNTasksAtOnceInIndexOrder) {
+  Reply r = SubmitWith(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"x"})", "0-5%2", "");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string a = r.body["id"];
+  EXPECT_EQ(r.body["tasks"], 6);
+  auto task = [&](int i) { return a + "_" + std::to_string(i); };
+  auto running = [&] {
+    std::vector<std::string> names;
+    for (int i = 0; i < 6; ++i) {
+      if (Show(task(i))["state"] == "running") names.push_back(task(i));
+    }
+    return names;
+  };
+  auto exit = [&](int i) {
+    Beat("h100-0", json::array({{{"job", task(i)}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+    ctl_->Poke();
+    Beat("h100-0");
+  };
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(Beat("h100-0")["workers"].size(), 2u);  // 8 GPUs free, two tasks
+  EXPECT_EQ(running(), (std::vector<std::string>{task(0), task(1)}));
+  const json held = Show(task(2));
+  EXPECT_EQ(held["state"], "pending");
+  EXPECT_NE(held["reason"].get<std::string>().find("throttle: at most 2 of array " + a), std::string::npos) << held.dump();
+  exit(0);
+  EXPECT_EQ(running(), (std::vector<std::string>{task(1), task(2)}));
+  EXPECT_EQ(Show(task(0))["state"], "finished");
+  ASSERT_EQ(ctl_->Cancel(kTeamA, task(3)).code, Code::kOk);  // held: ends at once, frees nothing
+  exit(1);
+  EXPECT_EQ(running(), (std::vector<std::string>{task(2), task(4)}));
+  Restart();
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(Beat("h100-0")["workers"].size(), 2u);
+  EXPECT_EQ(running(), (std::vector<std::string>{task(2), task(4)}));
+  EXPECT_EQ(Show(task(5))["state"], "pending");
+  exit(2);
+  EXPECT_EQ(running(), (std::vector<std::string>{task(4), task(5)}));
+  exit(4);
+  exit(5);
+  for (int i : {0, 1, 2, 4, 5}) EXPECT_EQ(Show(task(i))["state"], "finished") << i;
+  EXPECT_EQ(Show(task(3))["state"], "cancelled");
 }
 
 // Issue 13: --after JOB[:ok|any]. A job waits (held, with the reason) until its

@@ -185,7 +185,8 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   fs::create_directories(work);
   h.Write("sweep.sh", kArrayScript);
   h.Write("merge.sh", kMergeScript);
-  RunResult a = h.Cli({"sbatch", "--parsable", "--array=0-3", "-D", work, h.Path("sweep.sh")}, h.token("ann"));
+  // Throttled (%2): two tasks at a time, though the cluster has room for all four.
+  RunResult a = h.Cli({"sbatch", "--parsable", "--array=0-3%2", "-D", work, h.Path("sweep.sh")}, h.token("ann"));
   ASSERT_EQ(a.rc, 0) << a.err;
   const std::string array = Trim(a.out);
   RunResult m = h.Cli({"sbatch", "--parsable", "--dependency=afterok:" + array, "-D", work, h.Path("merge.sh")},
@@ -202,17 +203,26 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   for (int i = 0; i < 4; ++i) ids.insert(array + "_" + std::to_string(i));
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("ann")).out;
   double last_end = 0;
+  std::vector<std::pair<double, int>> edges;  // (time, +1 at a start, -1 at an end)
   for (int i = 0; i < 4; ++i) {
     const std::string task = array + "_" + std::to_string(i);
+    const std::vector<double> began = Times(work + "/task-" + std::to_string(i) + ".txt", "start");
+    ASSERT_EQ(began.size(), 1u) << "task " << i;
+    edges.emplace_back(began[0], 1);
     EXPECT_EQ(h.Job(task)["state"], "finished") << h.Job(task).dump();
     EXPECT_EQ(h.Job(task)["name"], "sweep");
     const std::vector<double> end = Times(work + "/task-" + std::to_string(i) + ".txt", "end");
     ASSERT_EQ(end.size(), 1u) << "task " << i;
     last_end = std::max(last_end, end[0]);
+    edges.emplace_back(end[0], -1);
     // -o sweep-%A_%a.out, with what the task printed.
     EXPECT_EQ(h.Read("work/sweep-" + array + "_" + std::to_string(i) + ".out"),
               "task " + std::to_string(i) + " of " + array + "\n");
   }
+  std::sort(edges.begin(), edges.end());  // an end before a start at the same instant
+  int at_once = 0, most = 0;
+  for (const auto& [t, d] : edges) most = std::max(most, at_once += d);
+  EXPECT_EQ(most, 2) << "tasks running at once under --array=0-3%2";
   EXPECT_EQ(h.Job(merge)["state"], "finished") << h.Job(merge).dump();
   const std::vector<double> start = Times(work + "/merge.txt", "start");
   ASSERT_EQ(start.size(), 1u);

@@ -47,6 +47,20 @@ INSTANTIATE_TEST_SUITE_P(Sqlite, StoreCases,
                                                      }}),
                          StoreKindName);
 
+// Runs `sql` on the database file `db` itself, as an older gantryd left it.
+void ExecRaw(const fs::path& db, const char* sql) {
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+  EXPECT_EQ(sqlite3_exec(raw, sql, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
+  sqlite3_close(raw);
+}
+
+void RemoveDb(const fs::path& db) {
+  fs::remove(db);
+  fs::remove(db.string() + "-wal");
+  fs::remove(db.string() + "-shm");
+}
+
 // A database of schema 1 (tokens and runs named no user, runs without usage) is upgraded
 // in place, step by step, when opened; what it held stays.
 TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
@@ -57,10 +71,7 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   }
   const fs::path db = fs::temp_directory_path() / ("gantry-schema1-" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
-  {
-    sqlite3* raw = nullptr;
-    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
-    const char* v1 =
+  ExecRaw(db,
         "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
         "INSERT INTO meta VALUES ('schema_version', '1');"
         "CREATE TABLE runs (job_seq INTEGER NOT NULL, run INTEGER NOT NULL, rank INTEGER NOT NULL,"
@@ -69,10 +80,7 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
         "CREATE TABLE tokens (hash TEXT PRIMARY KEY, role TEXT NOT NULL, team TEXT NOT NULL,"
         " queues TEXT NOT NULL, label TEXT NOT NULL, created_ms INTEGER NOT NULL);"
         "INSERT INTO tokens VALUES ('00112233445566', 'team', 'nlp', '[\"nlp\"]', 'old', 1);"
-        "INSERT INTO runs VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000);";
-    ASSERT_EQ(sqlite3_exec(raw, v1, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
-    sqlite3_close(raw);
-  }
+        "INSERT INTO runs VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000);");
   auto store = SqliteStore::Open(db.string());
   ASSERT_TRUE(store.ok()) << store.error().message;
   auto old = (*store)->FindToken("00112233445566");
@@ -97,9 +105,7 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "5");
   ASSERT_TRUE((*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
   store->reset();
-  fs::remove(db);
-  fs::remove(db.string() + "-wal");
-  fs::remove(db.string() + "-shm");
+  RemoveDb(db);
 }
 
 // Schema 4 (jobs without ended_ms): jobs that had ended count as ended at the upgrade, so
@@ -111,17 +117,11 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
     auto store = SqliteStore::Open(db.string());
     ASSERT_TRUE(store.ok());
   }
-  {
-    sqlite3* raw = nullptr;
-    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
-    const char* v4 =
+  ExecRaw(db,
         "DROP INDEX jobs_ended; ALTER TABLE jobs DROP COLUMN ended_ms;"
         "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
         "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', 0, '{}');"
-        "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', 1, '{}');";
-    ASSERT_EQ(sqlite3_exec(raw, v4, nullptr, nullptr, nullptr), SQLITE_OK) << sqlite3_errmsg(raw);
-    sqlite3_close(raw);
-  }
+        "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', 1, '{}');");
   const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count();
   auto store = SqliteStore::Open(db.string());
@@ -136,9 +136,7 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
   EXPECT_TRUE((*store)->PurgeJobs(before - 1000, 10)->empty());
   EXPECT_EQ(*(*store)->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
   store->reset();
-  fs::remove(db);
-  fs::remove(db.string() + "-wal");
-  fs::remove(db.string() + "-shm");
+  RemoveDb(db);
 }
 
 // One machine, no election: a second gantryd on the same file takes the lease at once,

@@ -70,6 +70,15 @@ class PgStoreTest : public ::testing::Test {
     }
     return std::move(*store);
   }
+  // Runs `sql` on the database itself, as an older gantryd left it.
+  void ExecRaw(const char* sql) {
+    PGconn* conn = PQconnectdb(home_->server()->ConnString(home_->db()).c_str());
+    ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
+    PGresult* r = PQexec(conn, sql);
+    EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
+    PQclear(r);
+    PQfinish(conn);
+  }
   std::unique_ptr<PgHome> home_;
 };
 
@@ -127,17 +136,11 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
     auto store = Open();
     ASSERT_TRUE(store);
   }
-  PGconn* conn = PQconnectdb(home_->server()->ConnString(home_->db()).c_str());
-  ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
-  PGresult* r = PQexec(conn,
-                       "ALTER TABLE runs DROP COLUMN busy_gpu_ms, DROP COLUMN reported_gpu_ms, "
-                       "DROP COLUMN vram_peak, DROP COLUMN fit_gpus;"
-                       "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
-                       "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
-                       "VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000, 'ann')");
-  EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
-  PQclear(r);
-  PQfinish(conn);
+  ExecRaw("ALTER TABLE runs DROP COLUMN busy_gpu_ms, DROP COLUMN reported_gpu_ms, "
+          "DROP COLUMN vram_peak, DROP COLUMN fit_gpus;"
+          "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+          "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
+          "VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000, 'ann')");
 
   auto store = Open();
   ASSERT_TRUE(store);
@@ -160,16 +163,10 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
     auto store = Open();
     ASSERT_TRUE(store);
   }
-  PGconn* conn = PQconnectdb(home_->server()->ConnString(home_->db()).c_str());
-  ASSERT_EQ(PQstatus(conn), CONNECTION_OK) << PQerrorMessage(conn);
-  PGresult* r = PQexec(conn,
-                       "ALTER TABLE jobs DROP COLUMN ended_ms;"
-                       "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
-                       "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', false, '{}');"
-                       "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', true, '{}')");
-  EXPECT_EQ(PQresultStatus(r), PGRES_COMMAND_OK) << PQresultErrorMessage(r);
-  PQclear(r);
-  PQfinish(conn);
+  ExecRaw("ALTER TABLE jobs DROP COLUMN ended_ms;"
+          "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+          "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', false, '{}');"
+          "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', true, '{}')");
 
   const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::system_clock::now().time_since_epoch()).count();

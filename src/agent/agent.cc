@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -223,7 +224,7 @@ void Agent::Say(const std::string& line, bool warning) {
   log::Write(warning ? log::Level::kWarning : log::Level::kInfo, line, {{"node", options_.node}});
 }
 
-int Agent::Run(const std::atomic<bool>& stop) {
+int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
   std::error_code ec;
   for (const char* sub : {"logs", "work", "workers"}) fs::create_directories(fs::path(options_.state_dir) / sub, ec);
   if (ec) {
@@ -265,6 +266,31 @@ int Agent::Run(const std::atomic<bool>& stop) {
   Say(run_as_user_ ? "jobs run as the Unix account their token names (--run-as user)"
                    : ::geteuid() == 0 ? "jobs run as root, the agent's user (--run-as agent)"
                                       : "jobs run as uid " + std::to_string(::geteuid()) + ", the agent's user");
+  // One agent per state directory; its id is the directory's, so the server takes a
+  // restarted agent for the one it replaces (and its re-adopted workers with it) at once.
+  lock_fd_ = ::open((fs::path(options_.state_dir) / "agent.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    Say("another gantry-agent uses the state directory " + options_.state_dir + " (" +
+        (lock_fd_ < 0 ? std::strerror(errno) : "its lock is held") + ")");
+    return 1;
+  }
+  {
+    const fs::path id_path = fs::path(options_.state_dir) / "agent_id";
+    std::string id;
+    std::ifstream(id_path) >> id;
+    if (id.empty()) {
+      std::ofstream(id_path.string() + ".tmp") << agent_id_ << "\n";
+      fs::rename(id_path.string() + ".tmp", id_path, ec);
+    } else {
+      agent_id_ = id;
+    }
+  }
+  // The shims' supervisor (ShimMain): this process, until it ends.
+  {
+    const fs::path path = fs::path(options_.state_dir) / "agent.pid";
+    std::ofstream(path.string() + ".tmp") << ::getpid() << " " << ProcessStartTime(::getpid()) << "\n";
+    fs::rename(path.string() + ".tmp", path, ec);
+  }
   Say("joining " + servers_.current() + " with " + gpus_->Describe());
   Recover();
   std::atomic<bool> fence_stop{false};
@@ -303,6 +329,12 @@ int Agent::Run(const std::atomic<bool>& stop) {
     if (watch_http_) watch_http_->stop();
   }
   watch.join();
+  if (leave && leave->load()) {  // an upgrade: the workers run on for the next agent
+    fence_stop = true;
+    fence.join();
+    Say("leaving " + std::to_string(live_.size()) + " running worker(s) to the next gantry-agent");
+    return 0;
+  }
   // Shutdown: stop every worker within its grace (bounded), then tell the server.
   const int64_t now = Now();
   for (auto& [key, w] : workers_) {
@@ -341,15 +373,61 @@ int Agent::Run(const std::atomic<bool>& stop) {
 }
 
 void Agent::WriteRecord(const Worker& w) {
+  // All a successor needs to take the worker over (Readopt).
   json r = {{"job", w.job}, {"seq", w.seq}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid},
-            {"start_time", ProcessStartTime(w.pid)}, {"log", w.log_path}, {"cgroup", w.cgroup}};
+            {"start_time", w.start_time}, {"log", w.log_path}, {"cgroup", w.cgroup},
+            {"status", w.status_path}, {"grace_ms", w.grace_ms}, {"stop_signal", w.stop_signal},
+            {"out_path", w.out_path}, {"out_user", w.out_user}, {"uid", w.uid}, {"gid", w.gid},
+            {"groups", w.groups}, {"script_path", w.script_path}, {"container", w.container},
+            {"memory_bytes", w.memory_bytes}, {"emulate", w.emulate},
+            {"share", {{"sharing", w.share.sharing}, {"gpus", w.share.gpus},
+                       {"share_milli", w.share.share_milli}, {"mig_uuid", w.share.mig_uuid}}}};
   std::ofstream(w.record_path + ".tmp") << r.dump() << "\n";
   std::error_code ec;
   fs::rename(w.record_path + ".tmp", w.record_path, ec);
 }
 
+bool Agent::Readopt(const json& r, Worker& w) {
+  w.status_path = r.value("status", std::string());
+  w.start_time = r.value("start_time", -2LL);
+  if (w.status_path.empty() || w.pid <= 1 || w.start_time < 0) return false;
+  // Its shim still runs (a zombie has left its group): the same process, not a later one.
+  const std::vector<pid_t> group = GroupMembersSince(w.pid, w.start_time);
+  if (ProcessStartTime(w.pid) != w.start_time || std::find(group.begin(), group.end(), w.pid) == group.end()) {
+    return false;
+  }
+  w.grace_ms = r.value("grace_ms", int64_t{0});
+  w.stop_signal = r.value("stop_signal", 0);
+  w.out_path = r.value("out_path", std::string());
+  w.out_user = r.value("out_user", false);
+  w.uid = r.value("uid", uid_t{0});
+  w.gid = r.value("gid", gid_t{0});
+  w.groups = r.value("groups", std::vector<gid_t>{});
+  w.script_path = r.value("script_path", std::string());
+  w.cgroup = r.value("cgroup", std::string());
+  w.container = r.value("container", std::string());
+  w.memory_bytes = r.value("memory_bytes", int64_t{0});
+  w.emulate = r.value("emulate", json());
+  const json share = r.value("share", json::object());
+  w.share.sharing = share.value("sharing", std::string("exclusive"));
+  w.share.gpus = share.value("gpus", std::vector<int>{});
+  w.share.share_milli = share.value("share_milli", 1000);
+  w.share.mig_uuid = share.value("mig_uuid", std::string());
+  w.started_ms = Now();
+  w.adopted = true;
+  std::lock_guard lk(fence_mu_);
+  live_[w.pid] = Live{.grace_ms = w.grace_ms,
+                      .signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
+                      .cgroup = w.cgroup};
+  return true;
+}
+
 void Agent::Recover() {
   std::error_code ec;
+  // What the workers re-adopted hold stays: their cgroups, containers and MIG instances.
+  std::set<std::string> kept_cgroups, kept_containers;
+  std::map<std::string, std::string> kept_migs;  // MIG UUID -> its worker (Key)
+  int readopted = 0;
   for (const auto& entry : fs::directory_iterator(fs::path(options_.state_dir) / "workers", ec)) {
     if (entry.path().extension() != ".json") continue;
     std::ifstream in(entry.path());
@@ -366,9 +444,21 @@ void Agent::Recover() {
     w.pid = static_cast<pid_t>(r.value("pid", 0));
     w.log_path = r.value("log", std::string());
     w.record_path = entry.path().string();
-    const long long started = r.value("start_time", -2LL);
-    // The leader dies with the previous agent (PDEATHSIG) unless that agent was stopped
-    // without dying; what it started may still run in its group. Kill them all.
+    const std::string key = Key(w.job, w.run, w.rank);
+    const std::string what = "job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank);
+    if (Readopt(r, w)) {
+      kept_cgroups.insert(w.cgroup);
+      kept_containers.insert(w.container);
+      if (!w.share.mig_uuid.empty()) kept_migs[w.share.mig_uuid] = key;
+      Say(what + ": re-adopted, still running (pid " + std::to_string(w.pid) + ")");
+      ++readopted;
+      workers_[key] = w;
+      continue;
+    }
+    // Its shim is gone: it says how the worker ended, unless it was killed itself.
+    const std::optional<ShimStatus> status = ReadShimStatus(w.status_path);  // none for "": an older record
+    const long long started = w.start_time >= 0 ? w.start_time : r.value("start_time", -2LL);
+    // What the worker started may still run in its group. Kill them all.
     const std::vector<pid_t> left =
         w.pid > 1 && started >= 0 ? GroupMembersSince(w.pid, started) : std::vector<pid_t>{};
     const bool leader = std::find(left.begin(), left.end(), w.pid) != left.end();
@@ -377,21 +467,49 @@ void Agent::Recover() {
     const std::string cgroup = r.value("cgroup", std::string());
     const int in_cgroup = cgroups_ && !cgroup.empty() ? cgroups_->KillAndRemove(cgroup) : 0;
     const size_t killed = std::max<size_t>(left.size(), static_cast<size_t>(in_cgroup));
-    w.note = leader         ? "left running by a previous gantry-agent; killed"
-             : killed == 0  ? "ended while gantry-agent was down"
-                            : "ended while gantry-agent was down; killed " + std::to_string(killed) +
-                                  " process(es) it left behind";
-    w.exited = w.lost = true;
-    w.exit_code = 0;
-    w.signal = SIGKILL;
-    Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + ": " + w.note);
-    workers_[Key(w.job, w.run, w.rank)] = w;
+    const std::string leftovers =
+        killed == 0 ? "" : "; killed " + std::to_string(killed) + " process(es) it left behind";
+    w.exited = true;
+    if (status) {  // its own end: reported as it was
+      w.exit_code = status->exit_code;
+      w.signal = status->signal;
+      w.lost = status->fenced;
+      w.note = (status->fenced ? "stopped by its shim: gantry-agent was down for its lease"
+                               : "ended while gantry-agent was down") + leftovers;
+    } else {
+      w.note = leader        ? "left running by a previous gantry-agent; killed"
+               : killed == 0 ? "ended while gantry-agent was down"
+                             : "ended while gantry-agent was down" + leftovers;
+      w.lost = true;
+      w.exit_code = 0;
+      w.signal = SIGKILL;
+    }
+    Say(what + ": " + w.note);
+    workers_[key] = w;
   }
-  LoadMigs();
-  // Containers of this node that outlived a previous agent (its workers are gone, above).
+  LoadMigs(kept_migs);
+  // Re-adopted workers are fenced from the previous agent's last answered heartbeat (the
+  // lease file's time) until this one is answered: a successor that cannot reach the
+  // server must not let them run on past the server's node timeout.
+  if (readopted > 0) {
+    const fs::path lease = fs::path(options_.state_dir) / "lease";
+    std::ifstream in(lease);
+    int64_t ms = 0, timeout = 0;
+    struct stat st {};
+    if (in >> ms >> timeout && ms > 0 && ::stat(lease.c_str(), &st) == 0) {
+      const int64_t age = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count() -
+                          (static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000);
+      lease_ms_ = ms;
+      node_timeout_ms_ = timeout;
+      last_ok_ = std::max<int64_t>(1, Now() - std::max<int64_t>(0, age));
+    }
+  }
+  // Containers of this node that outlived a previous agent, but the re-adopted workers'.
   // Nothing to do, and no error, where podman is not installed.
   if (auto names = NodeContainers(options_.container, options_.node)) {
     for (const std::string& name : *names) {
+      if (kept_containers.count(name)) continue;
       auto rm = RunCapture(ContainerRemoveArgv(options_.container, name));
       Say(rm ? "removed container " + name + " left by a previous gantry-agent"
              : "cannot remove container " + name + ": " + rm.error().ToString(),
@@ -403,6 +521,7 @@ void Agent::Recover() {
   // Worker cgroups no record names (a crash between making one and writing the record).
   if (cgroups_) {
     for (const std::string& name : cgroups_->Names()) {
+      if (kept_cgroups.count(name)) continue;
       if (const int killed = cgroups_->KillAndRemove(name)) {
         Say("killed " + std::to_string(killed) + " process(es) left in cgroup " + name);
       }
@@ -425,39 +544,56 @@ void Agent::Kill(pid_t pid, const std::string& cgroup) const {
 void Agent::ReapChildren() {
   for (const Exited& e : Reap()) {
     for (auto& [key, w] : workers_) {
-      if (w.pid != e.pid || w.exited) continue;
-      SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
-      // Its container: a `podman run` that was killed leaves it to conmon (after a clean
-      // exit --rm has removed it, and this removal is a no-op).
-      if (!w.container.empty()) SpawnQuietly(ContainerRemoveArgv(options_.container, w.container));
-      if (cgroups_ && !w.cgroup.empty()) {  // or in its cgroup
-        // What it left is killed by RemoveCgroups, next in the loop, and reaped by this
-        // agent (the subreaper); the cgroup goes once it is empty.
-        unremoved_.push_back(w.cgroup);
-        if (cgroups_->OomKilled(w.cgroup)) {
-          w.note = "out of memory: it reached its memory limit of " +
-                   std::to_string(static_cast<double>(w.memory_bytes) / 1e9).substr(0, 6) +
-                   " GB (memory_gb) and the kernel killed it";
-        }
-      }
-      bool fenced = false;
-      {
-        std::lock_guard lk(fence_mu_);
-        fenced = fenced_.erase(w.pid) > 0;
-        live_.erase(w.pid);
-      }
-      w.exited = true;
-      exits_pending_ = true;
-      w.exit_code = e.exit_code;
-      w.signal = e.signal;
-      w.lost = w.lose_on_exit || fenced;
-      if (fenced && w.note.empty()) w.note = "stopped by the agent when the server could not be reached";
-      Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
-          (e.signal ? " killed by signal " + std::to_string(e.signal)
-                    : " exited with code " + std::to_string(e.exit_code)));
+      if (w.pid != e.pid || w.exited || w.adopted) continue;
+      Ended(w, e.exit_code, e.signal);
       break;
     }
   }
+  // Re-adopted workers: their shims are not this agent's children.
+  for (auto& [key, w] : workers_) {
+    if (!w.adopted || w.exited) continue;
+    const std::vector<pid_t> group = GroupMembersSince(w.pid, w.start_time);
+    if (ProcessStartTime(w.pid) == w.start_time && std::find(group.begin(), group.end(), w.pid) != group.end()) {
+      continue;  // runs on
+    }
+    if (const std::optional<ShimStatus> st = ReadShimStatus(w.status_path)) {
+      if (st->fenced) w.lose_on_exit = true;
+      Ended(w, st->exit_code, st->signal);
+    } else {  // the shim was killed (with its group: the fence, a stop's SIGKILL)
+      Ended(w, 0, SIGKILL);
+    }
+  }
+}
+
+void Agent::Ended(Worker& w, int exit_code, int signal) {
+  SignalGroup(w.pid, SIGKILL);  // whatever the worker left behind in its group
+  // Its container: a `podman run` that was killed leaves it to conmon (after a clean
+  // exit --rm has removed it, and this removal is a no-op).
+  if (!w.container.empty()) SpawnQuietly(ContainerRemoveArgv(options_.container, w.container));
+  if (cgroups_ && !w.cgroup.empty()) {  // or in its cgroup
+    // What it left is killed by RemoveCgroups, next in the loop, and reaped by this
+    // agent (the subreaper); the cgroup goes once it is empty.
+    unremoved_.push_back(w.cgroup);
+    if (cgroups_->OomKilled(w.cgroup)) {
+      w.note = "out of memory: it reached its memory limit of " +
+               std::to_string(static_cast<double>(w.memory_bytes) / 1e9).substr(0, 6) +
+               " GB (memory_gb) and the kernel killed it";
+    }
+  }
+  bool fenced = false;
+  {
+    std::lock_guard lk(fence_mu_);
+    fenced = fenced_.erase(w.pid) > 0;
+    live_.erase(w.pid);
+  }
+  w.exited = true;
+  exits_pending_ = true;
+  w.exit_code = exit_code;
+  w.signal = signal;
+  w.lost = w.lose_on_exit || fenced;
+  if (fenced && w.note.empty()) w.note = "stopped by the agent when the server could not be reached";
+  Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
+      (signal ? " killed by signal " + std::to_string(signal) : " exited with code " + std::to_string(exit_code)));
 }
 
 void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
@@ -646,6 +782,7 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   const int64_t lease = reply.value("lease_ms", int64_t{0});
   lease_ms_ = lease;
   node_timeout_ms_ = reply.value("node_timeout_ms", int64_t{0});
+  WriteLease((fs::path(options_.state_dir) / "lease").string(), lease, node_timeout_ms_.load());  // the shims' fence
   // Calls give up well within the lease, so a lost link is noticed and retried promptly.
   const int64_t timeout_ms = std::clamp<int64_t>(lease / 3, 300, 5000);
   http_->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
@@ -657,6 +794,7 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     if (it == workers_.end()) continue;
     std::error_code ec;
     if (!it->second.record_path.empty()) fs::remove(it->second.record_path, ec);
+    if (!it->second.status_path.empty()) fs::remove(it->second.status_path, ec);
     if (!it->second.script_path.empty()) fs::remove(it->second.script_path, ec);
     workers_.erase(it);
     Remember(key);
@@ -772,9 +910,18 @@ void Agent::StartWorker(const json& e, int64_t now) {
   const std::string stem = std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" + std::to_string(w.rank);
   w.log_path = (fs::path(options_.state_dir) / "logs" / (stem + ".log")).string();
   w.record_path = (fs::path(options_.state_dir) / "workers" / (stem + ".json")).string();
+  w.status_path = (fs::path(options_.state_dir) / "workers" / (stem + ".exit")).string();
   const std::string key = Key(w.job, w.run, w.rank);
 
   LaunchSpec spec;
+  // Through a shim, so that the worker outlives an agent restart (launcher.h, ShimMain).
+  spec.shim_program = "/proc/self/exe";
+  spec.shim_status = w.status_path;
+  spec.shim_lease = (fs::path(options_.state_dir) / "lease").string();
+  {
+    std::error_code ec;
+    fs::remove(w.status_path, ec);  // a previous run's, with the same stem
+  }
   spec.argv = e.value("command", std::vector<std::string>{});
   const json env = e.value("env", json::object());
   for (const auto& [k, v] : env.items()) {
@@ -981,6 +1128,9 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.uid = spec.uid;
   w.gid = spec.gid;
   w.groups = spec.groups;
+  spec.shim_agent = (fs::path(options_.state_dir) / "agent.pid").string();
+  spec.shim_signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal;
+  spec.shim_grace_ms = w.grace_ms;
   auto pid = Launch(spec);
   if (!pid) {
     if (!w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);
@@ -992,6 +1142,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
     return;
   }
   w.pid = *pid;
+  w.start_time = ProcessStartTime(w.pid);
   w.started_ms = now;
   {
     std::lock_guard lk(fence_mu_);
@@ -1111,7 +1262,7 @@ void Agent::SaveMigs() const {
   fs::rename(path.string() + ".tmp", path, ec);
 }
 
-void Agent::LoadMigs() {
+void Agent::LoadMigs(const std::map<std::string, std::string>& kept) {
   std::ifstream in(fs::path(options_.state_dir) / "mig.json");
   if (!in) return;
   const json list = json::parse(in, nullptr, false);
@@ -1129,6 +1280,11 @@ void Agent::LoadMigs() {
     h.made.compute_instance = e.value("compute_instance", 0u);
     h.job = e.value("job", std::string());
     if (h.made.uuid.empty()) continue;
+    if (auto k = kept.find(h.made.uuid); k != kept.end()) {
+      h.owner = k->second;  // a re-adopted worker's: destroyed once it ends
+      migs_[h.made.uuid] = std::move(h);
+      continue;
+    }
     Say("MIG instance " + h.made.uuid + " (" + h.made.profile + " at memory slice " + std::to_string(h.made.start) +
         ") on GPU " + std::to_string(h.made.gpu) + " was made by a previous gantry-agent: destroying it");
     migs_[h.made.uuid] = std::move(h);  // no owner: destroyed by the main loop

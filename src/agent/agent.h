@@ -17,8 +17,9 @@
 // starts within milliseconds of the pass that placed it. Answers carry the node's
 // version; an answer older than one already applied is dropped (a stale list would kill
 // a worker just started). A worker's exit triggers a heartbeat at once.
-// Worker records in the state directory let a restarted agent kill what its previous
-// run left behind and report those workers lost.
+// Workers outlive the agent under a shim each (launcher.h, ShimMain): worker records in the
+// state directory let a restarted agent re-adopt those still running, report how the
+// others ended, and kill what they left behind.
 // MIG on mig_managed pools (the answer's alloc says "create"): the agent creates the
 // worker's instance at exactly the placement the scheduler chose, unless one of that
 // profile is there already (laid out by someone else: used, never destroyed), and refuses
@@ -113,7 +114,9 @@ class Agent {
   ~Agent();
   // Runs until `stop`; then stops every worker (signal, grace, SIGKILL), reports them
   // lost so the server requeues them at once, and returns 0 (1 on a fatal setup error).
-  int Run(const std::atomic<bool>& stop);
+  // With `leave` set by then, it returns at once, its workers left running under their
+  // shims for the next agent on the state directory to re-adopt.
+  int Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave = nullptr);
 
  private:
   struct Worker {
@@ -140,6 +143,11 @@ class Agent {
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
     int64_t uploaded = 0;
     std::string record_path;
+    std::string status_path;  // where its shim writes how it ended (launcher.h, ShimMain)
+    long long start_time = -1;  // its shim's (pid's) start time: tells it from a later process
+    // Re-adopted from a previous agent: its shim is not this agent's child, so its end is
+    // seen by polling (the shim gone, its status file read) instead of waitpid.
+    bool adopted = false;
     std::string cgroup;  // its cgroup's name; empty without cgroups
     std::string container;  // its container's name; empty for a job without an image
     int64_t memory_bytes = 0;  // its memory limit, for the OOM note
@@ -172,7 +180,8 @@ class Agent {
   // is still there, `*note` says so.
   bool MigPending(const std::string& key, int64_t now, bool give_up, std::string* note);
   void SaveMigs() const;
-  void LoadMigs();
+  // `kept`: instances of re-adopted workers (UUID -> the worker's Key), kept as theirs.
+  void LoadMigs(const std::map<std::string, std::string>& kept);
   // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (see
   // NvmlUsage). `owners`: GpuProcessOwners().
   nlohmann::json Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const;
@@ -204,6 +213,11 @@ class Agent {
   void Stop(Worker& w, int sig, int64_t grace_ms, int64_t now);
   void Remember(const std::string& key);
   void WriteRecord(const Worker& w);
+  // A worker a previous agent left running, from its record `r`, when its shim still runs:
+  // taken over as it is. False when it is gone (its end is then read from its status file).
+  bool Readopt(const nlohmann::json& r, Worker& w);
+  // Marks `w` ended as `e` says (exit code or signal) and cleans up after it.
+  void Ended(Worker& w, int exit_code, int signal);
   // The operational log (base/log.h), with the node.
   void Say(const std::string& line, bool warning = false);
   // SIGKILL to the worker's process group and, with cgroups, to all of its cgroup.
@@ -221,7 +235,8 @@ class Agent {
   std::vector<std::string> unremoved_;  // cgroups of ended workers, until removed
   std::unique_ptr<httplib::Client> http_;
   ServerList servers_;
-  std::string agent_id_;
+  std::string agent_id_;  // kept in the state directory: a restarted agent is the same agent
+  int lock_fd_ = -1;      // the state directory's lock, held while running
   std::vector<GpuInfo> last_gpus_;
   std::map<int, int64_t> busy_at_;         // GPU index -> last time it was seen busy (or first seen)
   std::map<std::string, Worker> workers_;  // key -> worker, until its exit is acknowledged

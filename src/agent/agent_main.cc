@@ -5,8 +5,11 @@
 // The server URL defaults to $GANTRY_SERVER and the token to $GANTRY_TOKEN (or
 // --token-file). Without --emulate the GPUs come from NVML; a machine without NVIDIA's
 // driver then needs --emulate, or --no-gpus for a CPU-only node.
-// SIGHUP is ignored (nothing to reload). Exit status: 0 after SIGTERM/SIGINT (workers stopped and reported), 1 on a run-time
-// failure, 2 on bad input.
+// SIGHUP is ignored (nothing to reload). SIGUSR2 (an upgrade): it exits at once leaving its
+// workers running, for the next gantry-agent on the same state directory to take over
+// (within the lease; else their shims stop them). Exit status: 0 after SIGTERM/SIGINT
+// (workers stopped and reported), 75 after SIGUSR2 (so systemd's Restart=on-failure starts
+// the new binary), 1 on a run-time failure, 2 on bad input.
 #include <csignal>
 
 #include <CLI/CLI.hpp>
@@ -14,9 +17,11 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <string_view>
 
 #include "base/log.h"
 #include "agent/agent.h"
+#include "agent/launcher.h"
 #include "agent/emulated.h"
 #include "agent/nvml.h"
 
@@ -25,7 +30,12 @@ using namespace gantry;
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_leave{false};
 extern "C" void OnStop(int) { g_stop.store(true); }
+extern "C" void OnLeave(int) {
+  g_leave.store(true);
+  g_stop.store(true);
+}
 
 class NoGpus final : public agent::GpuSource {
  public:
@@ -46,6 +56,8 @@ int SignalNumber(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A worker's shim (agent/launcher.h), exec'd by the agent: nothing else of the agent runs.
+  if (argc > 1 && std::string_view(argv[1]) == "--shim-worker") return agent::ShimMain(argc, argv);
   CLI::App app{"gantry-agent: runs Gantry jobs on one node"};
   agent::AgentOptions o;
   std::string emulate, token_file, emulate_lost, preempt_signal = "TERM", container_run = "podman run";
@@ -142,7 +154,12 @@ int main(int argc, char** argv) {
   // is nothing to reopen or reload.
   std::signal(SIGHUP, SIG_IGN);
   sigaction(SIGINT, &sa, nullptr);
+  struct sigaction leave {};
+  leave.sa_handler = OnLeave;
+  sigemptyset(&leave.sa_mask);
+  sigaction(SIGUSR2, &leave, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
   agent::Agent a(o, std::move(gpus));
-  return a.Run(g_stop);
+  const int rc = a.Run(g_stop, &g_leave);
+  return rc == 0 && g_leave.load() ? 75 : rc;
 }

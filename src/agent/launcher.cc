@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <grp.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -12,6 +13,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <ctime>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -184,7 +188,17 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string identity_error = "gantry-agent: cannot take the identity of uid " + std::to_string(spec.uid) +
                                      " to open the output files";
 
-  const pid_t parent = ::getpid();
+  // The shim's command line, but for the worker's pid (formatted in the child).
+  const bool shimmed = !spec.shim_program.empty();
+  std::string shim_program = spec.shim_program, shim_flag = "--shim-worker", shim_status = spec.shim_status,
+              shim_lease = spec.shim_lease, shim_agent = spec.shim_agent, shim_signal = std::to_string(spec.shim_signal),
+              shim_grace = std::to_string(spec.shim_grace_ms);
+  char worker_pid_text[24] = {0};
+  char* shim_argv[] = {shim_program.data(), shim_flag.data(), worker_pid_text, shim_status.data(), shim_lease.data(),
+                       shim_agent.data(), shim_signal.data(), shim_grace.data(), nullptr};
+  char* shim_envp[] = {nullptr};
+
+  const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
@@ -192,77 +206,233 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     return Error{"fork", std::strerror(err)};
   }
   if (pid == 0) {
-    auto fail = [&](const std::string& what, const std::string& where, const char* detail) {
-      WriteAll(log, what);
-      WriteAll(log, where);
-      WriteAll(log, detail);
-      WriteAll(log, "\n");
-      ::_exit(127);
-    };
-    // Into the cgroup first, so that all the worker ever starts is in it. The pid is
-    // formatted by hand: nothing that allocates runs after fork.
-    char digits[24];
-    int len = 0;
-    for (long v = ::getpid(); v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
-    char pid_text[24];
-    for (int i = 0; i < len; ++i) pid_text[i] = digits[len - 1 - i];
-    for (const std::string& file : spec.join) {
-      const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, pid_text, static_cast<size_t>(len)) != len) {
-        fail(join_error, file, std::strerror(errno));
+    // The worker: `parent` is the process that forked it; `own_session`: it leads a
+    // session of its own (else the shim's).
+    auto worker = [&](pid_t parent, bool own_session) {
+      auto fail = [&](const std::string& what, const std::string& where, const char* detail) {
+        WriteAll(log, what);
+        WriteAll(log, where);
+        WriteAll(log, detail);
+        WriteAll(log, "\n");
+        ::_exit(127);
+      };
+      // Into the cgroup first, so that all the worker ever starts is in it. The pid is
+      // formatted by hand: nothing that allocates runs after fork.
+      char digits[24];
+      int len = 0;
+      for (long v = ::getpid(); v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
+      char pid_text[24];
+      for (int i = 0; i < len; ++i) pid_text[i] = digits[len - 1 - i];
+      for (const std::string& file : spec.join) {
+        const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || ::write(fd, pid_text, static_cast<size_t>(len)) != len) {
+          fail(join_error, file, std::strerror(errno));
+        }
+        ::close(fd);
       }
-      ::close(fd);
-    }
-    ::setsid();  // new session and process group: pgid == pid
-    // The user before PDEATHSIG: a change of credentials clears it.
-    if (spec.as_user && !BecomeUser(spec)) fail(user_error, std::string(), std::strerror(errno));
-    // Dies with the agent (its launching thread, the agent's main loop): a worker must not
-    // run on unsupervised after an unclean agent death while the server requeues its job.
-    // What the worker started lives on in its process group until the next agent kills
-    // it (GroupMembersSince), or with the cgroup under systemd (KillMode=control-group).
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(137);  // the agent died before the line above
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
-    const int null = ::open("/dev/null", O_RDONLY);
-    if (null >= 0) ::dup2(null, 0);
-    ::dup2(log, 1);
-    ::dup2(log, 2);
-    // sbatch -o/-e, opened as the worker's user (after setuid above, or with its file-system
-    // identity for a container's podman): the user's own files.
-    if (fs_as_user && !SetFsIdentity(spec.uid, spec.gid, spec.groups.data(), spec.groups.size())) {
-      fail(identity_error, std::string(), "");
-    }
-    if (!spec.stdout_path.empty()) {
-      const int out = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out < 0) fail(output_error, stdout_where, std::strerror(errno));
-      ::dup2(out, 1);
-      if (spec.stderr_path.empty() || spec.stderr_path == spec.stdout_path) ::dup2(out, 2);
-      ::close(out);
-    }
-    if (!spec.stderr_path.empty() && spec.stderr_path != spec.stdout_path) {
-      const int err = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (err < 0) fail(output_error, stderr_where, std::strerror(errno));
-      ::dup2(err, 2);
-      ::close(err);
-    }
-    if (fs_as_user && !agent->Restore()) fail(identity_error, std::string(), " (putting back)");
-    if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) != 0) {
-      WriteAll(2, chdir_error);
+      if (own_session) ::setsid();  // new session and process group: pgid == pid
+      // The user before PDEATHSIG: a change of credentials clears it.
+      if (spec.as_user && !BecomeUser(spec)) fail(user_error, std::string(), std::strerror(errno));
+      // Dies with its parent (the agent's main loop, or its shim): a worker must not run on
+      // unsupervised after an unclean death while the server requeues its job. What the
+      // worker started lives on in its process group until the next agent kills it
+      // (GroupMembersSince), or with its cgroup.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(137);  // the parent died before the line above
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
+      const int null = ::open("/dev/null", O_RDONLY);
+      if (null >= 0) ::dup2(null, 0);
+      ::dup2(log, 1);
+      ::dup2(log, 2);
+      // sbatch -o/-e, opened as the worker's user (after setuid above, or with its file-system
+      // identity for a container's podman): the user's own files.
+      if (fs_as_user && !SetFsIdentity(spec.uid, spec.gid, spec.groups.data(), spec.groups.size())) {
+        fail(identity_error, std::string(), "");
+      }
+      if (!spec.stdout_path.empty()) {
+        const int out = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (out < 0) fail(output_error, stdout_where, std::strerror(errno));
+        ::dup2(out, 1);
+        if (spec.stderr_path.empty() || spec.stderr_path == spec.stdout_path) ::dup2(out, 2);
+        ::close(out);
+      }
+      if (!spec.stderr_path.empty() && spec.stderr_path != spec.stdout_path) {
+        const int err = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (err < 0) fail(output_error, stderr_where, std::strerror(errno));
+        ::dup2(err, 2);
+        ::close(err);
+      }
+      if (fs_as_user && !agent->Restore()) fail(identity_error, std::string(), " (putting back)");
+      if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) != 0) {
+        WriteAll(2, chdir_error);
+        WriteAll(2, std::strerror(errno));
+        WriteAll(2, "\n");
+        ::_exit(127);
+      }
+      ::execve(program.c_str(), argv.data(), envp.data());
+      WriteAll(2, exec_error);
       WriteAll(2, std::strerror(errno));
       WriteAll(2, "\n");
       ::_exit(127);
-    }
-    ::execve(program.c_str(), argv.data(), envp.data());
-    WriteAll(2, exec_error);
-    WriteAll(2, std::strerror(errno));
-    WriteAll(2, "\n");
+    };
+    if (!shimmed) worker(launcher, true);
+    // The shim: leader of the session and group, immune to the signals the agent sends
+    // the group to stop a worker (SIG_IGN outlives exec), and to the agent's death.
+    ::setsid();
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_IGN);
+    ::signal(SIGCHLD, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    const pid_t shim = ::getpid();
+    const pid_t w = ::fork();
+    if (w < 0) ::_exit(127);
+    if (w == 0) worker(shim, false);
+    char digits[24];
+    int len = 0;
+    for (long v = w; v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
+    for (int i = 0; i < len; ++i) worker_pid_text[i] = digits[len - 1 - i];
+    worker_pid_text[len] = '\0';
+    ::close_range(3, ~0U, 0);  // the agent's sockets and files
+    ::execve(shim_program.c_str(), shim_argv, shim_envp);
+    ::kill(w, SIGKILL);
     ::_exit(127);
   }
   ::close(log);
   return pid;
+}
+
+namespace {
+
+int64_t MonotonicMs() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<int64_t>(t.tv_sec) * 1000 + t.tv_nsec / 1'000'000;
+}
+
+void WriteShimStatus(const std::string& path, int exit_code, int sig, bool fenced) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << "{\"exit_code\":" << exit_code << ",\"signal\":" << sig
+                     << ",\"fenced\":" << (fenced ? "true" : "false") << "}\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+}
+
+}  // namespace
+
+int ShimMain(int argc, char** argv) {
+  if (argc != 8) {
+    std::fprintf(stderr, "gantry-agent --shim-worker PID STATUS LEASE AGENT SIGNAL GRACE_MS: started by gantry-agent only\n");
+    return 2;
+  }
+  const pid_t worker = static_cast<pid_t>(std::atoi(argv[2]));
+  const std::string status = argv[3], lease = argv[4], agent = argv[5];
+  const int stop_signal = std::atoi(argv[6]);
+  const int64_t grace_ms = std::atoll(argv[7]);
+  const rlimit no_core{0, 0};
+  ::setrlimit(RLIMIT_CORE, &no_core);  // it may end by its worker's SIGSEGV
+  // The stop signal reaches the whole group, the shim included: not to end it.
+  if (stop_signal > 0 && stop_signal != SIGKILL && stop_signal != SIGSTOP) ::signal(stop_signal, SIG_IGN);
+  // Whether an agent supervises the worker: the one named in AGENT, alive (the same process).
+  auto supervised = [&] {
+    std::ifstream in(agent);
+    long long pid = 0, start = -2;
+    return in >> pid >> start && pid > 1 && ProcessStartTime(static_cast<pid_t>(pid)) == start;
+  };
+  // The lease runs from the file's last rewrite: its age by the wall clock once, then by
+  // the monotonic clock from each rewrite seen (a wall clock step must not fence).
+  timespec seen{};
+  int64_t fresh_at = 0;  // monotonic ms of the last rewrite
+  int64_t lease_ms = 0, node_timeout_ms = 0;
+  auto expired = [&](int64_t now) {
+    struct stat st {};
+    // Gone (the agent's state directory removed): nothing will renew it.
+    if (::stat(lease.c_str(), &st) != 0) return true;
+    if (st.st_mtim.tv_sec != seen.tv_sec || st.st_mtim.tv_nsec != seen.tv_nsec) {
+      const bool first = seen.tv_sec == 0 && seen.tv_nsec == 0;
+      seen = st.st_mtim;
+      fresh_at = now;
+      if (first) {
+        timespec wall{};
+        ::clock_gettime(CLOCK_REALTIME, &wall);
+        const int64_t age = (static_cast<int64_t>(wall.tv_sec) - seen.tv_sec) * 1000 +
+                            (wall.tv_nsec - seen.tv_nsec) / 1'000'000;
+        fresh_at = now - std::max<int64_t>(0, age);
+      }
+      std::ifstream in(lease);
+      int64_t ms = 0, timeout = 0;
+      if (in >> ms >> timeout && ms > 0) {
+        lease_ms = ms;
+        node_timeout_ms = timeout;
+      }
+    }
+    return lease_ms > 0 && now - fresh_at > lease_ms;
+  };
+  // Without an agent, the shim fences as the agent would (Agent::FenceLoop): the stop
+  // signal once the lease has run out, SIGKILL after the grace, within half of what is
+  // left of the server's node timeout.
+  bool signalled = false;
+  int64_t kill_at = 0;
+  while (true) {
+    int st = 0;
+    const pid_t r = ::waitpid(worker, &st, WNOHANG);
+    if (r == worker && (WIFEXITED(st) || WIFSIGNALED(st))) {
+      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0, sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+      WriteShimStatus(status, code, sig, signalled);
+      // Ends as its worker did (what the worker left in the group, the agent kills).
+      if (sig != 0) {
+        ::signal(sig, SIG_DFL);
+        ::kill(::getpid(), sig);
+        return 128 + sig;  // a signal that does not end a process
+      }
+      return code;
+    }
+    if (r < 0 && errno == ECHILD) {  // not its child: started wrongly
+      WriteShimStatus(status, 127, 0, false);
+      return 127;
+    }
+    const int64_t now = MonotonicMs();
+    if (signalled && now >= kill_at) {
+      WriteShimStatus(status, 0, SIGKILL, true);
+      ::kill(0, SIGKILL);  // the worker, all it started in the group, and the shim
+    }
+    if (!signalled && expired(now) && !supervised()) {
+      signalled = true;
+      const int64_t budget = std::max<int64_t>(0, (node_timeout_ms - lease_ms) / 2);
+      kill_at = now + std::min(grace_ms, budget);
+      if (stop_signal > 0 && stop_signal != SIGKILL && now < kill_at) ::kill(0, stop_signal);
+      continue;
+    }
+    ::usleep(100'000);
+  }
+}
+
+void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms) {
+  const std::string tmp = path + ".tmp";
+  std::ofstream(tmp) << lease_ms << " " << node_timeout_ms << "\n";
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+}
+
+std::optional<ShimStatus> ReadShimStatus(const std::string& path) {
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto field = [&](const std::string& name) -> std::optional<std::string> {
+    const size_t at = text.find("\"" + name + "\":");
+    if (at == std::string::npos) return std::nullopt;
+    const size_t from = at + name.size() + 3;
+    return text.substr(from, text.find_first_of(",}", from) - from);
+  };
+  auto code = field("exit_code"), sig = field("signal"), fenced = field("fenced");
+  if (!code || !sig || !fenced) return std::nullopt;
+  ShimStatus s;
+  s.exit_code = std::atoi(code->c_str());
+  s.signal = std::atoi(sig->c_str());
+  s.fenced = *fenced == "true";
+  return s;
 }
 
 void SignalGroup(pid_t pgid, int sig) {

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <optional>
 
 #include <string>
 #include <utility>
@@ -44,6 +45,16 @@ struct LaunchSpec {
   uid_t uid = 0;
   gid_t gid = 0;
   std::vector<gid_t> groups;
+  // A worker that outlives its agent (re-adopted by the next one): with shim_program set,
+  // Launch's child becomes the session leader, forks the worker (which stays in its
+  // session and process group) and execs `shim_program --shim-worker PID STATUS LEASE
+  // AGENT SIGNAL GRACE_MS` (ShimMain), which waits for the worker. See ShimMain.
+  std::string shim_program;  // "/proc/self/exe" for the agent
+  std::string shim_status;   // where the shim writes how the worker ended
+  std::string shim_lease;    // the agent's lease file (WriteLease)
+  std::string shim_agent;    // the file naming the supervising agent: "PID START_TIME"
+  int shim_signal = 15;      // the worker's first stop signal
+  int64_t shim_grace_ms = 0; // and its grace before SIGKILL
 };
 
 // Makes spec.workdir when it is missing. The agent's own (own_workdir) it makes and, for a
@@ -60,10 +71,37 @@ Status MakeWorkdir(const LaunchSpec& spec);
 int OpenAsUser(const std::string& path, uid_t uid, gid_t gid, const std::vector<gid_t>& groups);
 
 // Forks and execs (MakeWorkdir first). The child's process group id equals its pid. An exec failure is
-// written to the log and the child exits with 127, as a shell would. The child gets
-// PR_SET_PDEATHSIG=SIGKILL: it dies when the thread that launched it (the agent's main
-// loop) ends, so an agent killed uncleanly leaves no worker running on its own.
+// written to the log and the child exits with 127, as a shell would. The worker gets
+// PR_SET_PDEATHSIG=SIGKILL: it dies when the thread that launched it ends (the agent's
+// main loop, or with shim_program its shim, which returns as the child).
 Result<pid_t> Launch(const LaunchSpec& spec);
+
+// gantry-agent --shim-worker PID STATUS LEASE AGENT SIGNAL GRACE_MS (argv[1] is
+// "--shim-worker"): the parent of worker PID and leader of its session and process group,
+// so a signal to the group reaches the worker as before (the shim ignores the catchable
+// ones; SIGKILL takes both). It survives its agent, unlike the worker (PDEATHSIG to the
+// shim): a restarted agent finds it by pid and start time and re-adopts the worker. It
+// writes how the worker ended to STATUS ({"exit_code", "signal", "fenced"}) and then ends
+// the same way, so an agent that reaps it reads the worker's own exit.
+// While no agent supervises it (the process AGENT names is gone), the shim fences as the
+// agent would: LEASE is rewritten after each heartbeat the server answered (WriteLease);
+// once it has not been for the lease, the shim sends SIGNAL to its group, then SIGKILL
+// after GRACE_MS (at most half of what is left of the server's node timeout), and writes
+// "fenced", so nothing of the worker runs when the server requeues its job.
+int ShimMain(int argc, char** argv);
+
+// Writes the lease file the shims watch: the lease and the server's node timeout in ms,
+// fresh as of now.
+void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms);
+
+// How a shim's worker ended, from its STATUS file; nullopt when it wrote none (it was
+// killed, or its worker runs on).
+struct ShimStatus {
+  int exit_code = 0;
+  int signal = 0;
+  bool fenced = false;
+};
+std::optional<ShimStatus> ReadShimStatus(const std::string& path);
 
 // Sends `sig` to the process group `pgid` (no-op when it is gone).
 void SignalGroup(pid_t pgid, int sig);

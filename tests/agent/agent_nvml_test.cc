@@ -451,6 +451,14 @@ TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(agent_, 0);
+  // Its worker is gone too (it outlives the agent under its shim, to be re-adopted:
+  // killed here, as after a reboot).
+  for (const auto& e : fs::directory_iterator(dir_ / "state" / "workers")) {
+    if (e.path().extension() != ".json") continue;
+    std::ifstream in(e.path());
+    const json record = json::parse(in);
+    ::kill(-record.at("pid").get<pid_t>(), SIGKILL);
+  }
   SetWorkers(json::array());  // the server requeued it meanwhile
   const size_t before = Heartbeats();
   StartAgent(env);
@@ -462,6 +470,41 @@ TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
       << AgentLog();
   EXPECT_TRUE(Exit(after, "f").value("lost", false));
   EXPECT_FALSE(h.is_null());
+  EXPECT_FALSE(fs::exists(dir_ / "state" / "mig.json"));
+}
+
+// A worker that a restarted agent re-adopts (it ran on under its shim) keeps its MIG
+// instance while it runs; the instance goes once the worker ends.
+TEST_P(AgentMakesMig, ARestartedAgentKeepsTheMigInstanceOfAWorkerItReadopts) {
+  Script({{"gpus", Gpus()}});
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"GANTRY_FAKE_NVML_STATE", (dir_ / "driver.json").string()}};
+  SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
+  StartAgent(env);
+  EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
+  ::kill(agent_, SIGKILL);
+  for (int i = 0; i < 500 && agent_ > 0; ++i) {
+    for (const Exited& x : Reap()) {
+      if (x.pid == agent_) agent_ = 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(agent_, 0);
+  const size_t before = Heartbeats();
+  StartAgent(env);  // the server still lists the worker
+  auto running = [](const json& h) {
+    for (const json& r : h.value("running", json::array())) {
+      if (r.value("job", "") == "f") return true;
+    }
+    return false;
+  };
+  const json h = Await(before, running);
+  EXPECT_FALSE(Mig(h, 0, 0).is_null()) << "the instance of a running worker was destroyed: " << h.dump();
+  EXPECT_NE(AgentLog().find("job f run 1 rank 0: re-adopted"), std::string::npos) << AgentLog();
+  EXPECT_EQ(AgentLog().find("destroying it"), std::string::npos) << AgentLog();
+  SetWorkers(json::array());  // stopped: it ends, and its instance goes
+  const json ended = Await(Heartbeats(), [](const json& x) { return !Exit(x, "f").is_null(); });
+  EXPECT_TRUE(Mig(ended, 0, 0).is_null()) << ended.dump();
   EXPECT_FALSE(fs::exists(dir_ / "state" / "mig.json"));
 }
 

@@ -348,5 +348,107 @@ TEST_F(CgroupTest, ProcessesThatLeftTheGroupAreFoundAndKilledByCgroup) {
   EXPECT_TRUE(cg->Names().empty());
 }
 
+// ---------------------------------------------------------------- the shim (ShimMain)
+// A worker under a shim, as the agent launches it: the shim leads its group, mirrors its
+// end, writes it to STATUS, and fences it when no agent supervises it past the lease.
+class ShimTest : public LauncherTest {
+ protected:
+  void SetUp() override {
+    LauncherTest::SetUp();
+    fs::create_directories(dir_);
+  }
+  // `supervisor`: the pid the AGENT file names (this test: alive; 0: a gone one).
+  LaunchSpec Spec(const std::string& script, pid_t supervisor, int signal = SIGTERM, int64_t grace_ms = 0) {
+    LaunchSpec spec;
+    spec.argv = {"sh", "-c", script};
+    spec.workdir = dir_.string();
+    spec.log_path = (dir_ / "out.log").string();
+    spec.shim_program = GANTRY_AGENT_BINARY;
+    spec.shim_status = (dir_ / "worker.exit").string();
+    spec.shim_lease = (dir_ / "lease").string();
+    spec.shim_agent = (dir_ / "agent.pid").string();
+    spec.shim_signal = signal;
+    spec.shim_grace_ms = grace_ms;
+    std::ofstream(dir_ / "agent.pid") << (supervisor > 0 ? supervisor : 999999) << " "
+                                      << (supervisor > 0 ? ProcessStartTime(supervisor) : 0) << "\n";
+    return spec;
+  }
+};
+
+TEST_F(ShimTest, AWorkersExitComesBackThroughItsShimAndIsWritten) {
+  WriteLease((dir_ / "lease").string(), 60000, 100000);
+  auto pid = Launch(Spec("exit 7", ::getpid()));
+  ASSERT_TRUE(pid.ok()) << pid.error().message;
+  EXPECT_EQ(Wait(*pid).exit_code, 7);
+  auto status = ReadShimStatus((dir_ / "worker.exit").string());
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->exit_code, 7);
+  EXPECT_FALSE(status->fenced);
+  // A signal to the group (the agent's stop) reaches the worker, not the shim, which then
+  // ends by the same signal.
+  pid = Launch(Spec("echo $$ > " + (dir_ / "w.pid").string() + "; sleep 30", ::getpid()));
+  ASSERT_TRUE(pid.ok());
+  for (int i = 0; i < 200 && Read("w.pid").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const pid_t worker = std::stoi(Read("w.pid"));
+  EXPECT_NE(worker, *pid) << "the worker is the shim's child, not the shim";
+  EXPECT_EQ(SessionOf(worker), *pid) << "in the shim's session";
+  SignalGroup(*pid, SIGTERM);
+  const Exited e = Wait(*pid);
+  EXPECT_EQ(e.signal, SIGTERM);
+  EXPECT_EQ(ReadShimStatus((dir_ / "worker.exit").string())->signal, SIGTERM);
+}
+
+TEST_F(ShimTest, WithoutAnAgentAShimStopsItsWorkerOnceTheLeaseRunsOut) {
+  // A lease of 300 ms, last renewed now; node timeout 1,300 ms: the grace is cut to 500 ms.
+  WriteLease((dir_ / "lease").string(), 300, 1300);
+  const std::string log = (dir_ / "w.log").string();
+  const auto started = std::chrono::steady_clock::now();
+  auto pid = Launch(Spec("trap 'echo term >> " + log + "; exit 0' TERM; while true; do sleep 0.05; done", 0,
+                         SIGTERM, 10'000));
+  ASSERT_TRUE(pid.ok());
+  const Exited e = Wait(*pid);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_EQ(Read("w.log"), "term\n") << "its stop signal first";
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_GT(took, 0.25);
+  EXPECT_LT(took, 1.3) << "past the node timeout";
+  auto status = ReadShimStatus((dir_ / "worker.exit").string());
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(status->fenced);
+  // One that ignores it is killed after the grace (cut to 500 ms), group and shim.
+  WriteLease((dir_ / "lease").string(), 300, 1300);
+  pid = Launch(Spec("trap '' TERM; while true; do sleep 0.05; done", 0, SIGTERM, 10'000));
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(Wait(*pid).signal, SIGKILL);
+  status = ReadShimStatus((dir_ / "worker.exit").string());
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(status->fenced);
+  EXPECT_EQ(status->signal, SIGKILL);
+}
+
+TEST_F(ShimTest, AShimWhoseLeaseFileIsGoneStopsItsWorkerAtOnce) {
+  // The agent's state directory removed (a test's teardown, a wiped node): nothing will
+  // renew the lease, so no agent can come back for the worker.
+  WriteLease((dir_ / "lease").string(), 60000, 100000);
+  auto pid = Launch(Spec("sleep 30", 0, SIGTERM, 0));
+  ASSERT_TRUE(pid.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(Reap().empty()) << "fenced within its lease";
+  fs::remove(dir_ / "lease");
+  const auto removed = std::chrono::steady_clock::now();
+  EXPECT_EQ(Wait(*pid).signal, SIGKILL);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - removed).count(), 1.0);
+}
+
+TEST_F(ShimTest, ALiveAgentFencesItselfSoItsShimsLeaveTheLeaseToIt) {
+  WriteLease((dir_ / "lease").string(), 200, 1000);
+  auto pid = Launch(Spec("sleep 30", ::getpid()));  // supervised by this process
+  ASSERT_TRUE(pid.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_TRUE(Reap().empty()) << "a supervised worker was fenced by its shim";
+  SignalGroup(*pid, SIGKILL);
+  EXPECT_EQ(Wait(*pid).signal, SIGKILL);
+}
+
 }  // namespace
 }  // namespace gantry::agent

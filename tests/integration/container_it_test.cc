@@ -9,8 +9,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "harness.h"
 
@@ -127,12 +129,20 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   EXPECT_TRUE(Harness::WaitFor([&] { return state("long") == "cancelled"; }, 15)) << h.Job("long").dump();
   EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=long") == 0; }, 15));
 
-  // An agent killed outright leaves its container to conmon; its successor removes it.
+  // An agent killed outright and started again: its successor takes the running
+  // container over (its `podman run` runs on under its shim); a cancel then removes it.
   submit("orphan", {"sleep", "300"});
   ASSERT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 1 && state("orphan") == "running"; }, 60));
   h.StopAgent(agent, SIGKILL);
   EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1) << "podman's conmon keeps it";
   h.StartAgent("h100-0", "", {"--container-run", run});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1) << "the successor removed the container it re-adopted";
+  EXPECT_EQ(state("orphan"), "running");
+  EXPECT_EQ(h.Job("orphan").value("run", 0), 1) << "it was requeued";
+  ASSERT_EQ(h.Cli({"cancel", "orphan"}, h.token("a")).rc, 0);
+  EXPECT_TRUE(Harness::WaitFor([&] { return state("orphan") == "cancelled"; }, 15)) << h.Job("orphan").dump();
   EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 0; }, 30));
   EXPECT_EQ(ContainersOf("gantry.node=h100-0"), 0);
 }

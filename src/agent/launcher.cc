@@ -242,7 +242,11 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
-      for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_DFL);
+      // Every signal as a new process has it: the agent's and the shim's SIG_IGNs would
+      // outlive exec (a job that never gets its stop signal).
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
+      }
       const int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, 0);
       ::dup2(log, 1);
@@ -283,6 +287,9 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     // the group to stop a worker (SIG_IGN outlives exec), and to the agent's death.
     ::setsid();
     for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_IGN);
+    if (spec.shim_signal > 0 && spec.shim_signal != SIGKILL && spec.shim_signal != SIGSTOP) {
+      ::signal(spec.shim_signal, SIG_IGN);  // the job's own stop signal
+    }
     ::signal(SIGCHLD, SIG_DFL);
     sigset_t none;
     sigemptyset(&none);

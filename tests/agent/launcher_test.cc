@@ -426,6 +426,23 @@ TEST_F(ShimTest, WithoutAnAgentAShimStopsItsWorkerOnceTheLeaseRunsOut) {
   EXPECT_EQ(status->signal, SIGKILL);
 }
 
+TEST_F(ShimTest, AJobsOwnStopSignalReachesItThroughItsShim) {
+  // SIGALRM (a job's --signal) would end a shim that did not ignore it, and the worker with it.
+  WriteLease((dir_ / "lease").string(), 60000, 100000);
+  const std::string log = (dir_ / "w.log").string();
+  auto pid = Launch(Spec("trap 'echo alarm >> " + log + "; exit 0' ALRM; echo ready >> " + log +
+                             "; while true; do sleep 0.05; done",
+                         ::getpid(), SIGALRM, 5000));
+  ASSERT_TRUE(pid.ok());
+  for (int i = 0; i < 200 && Read("w.log").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the shim has set itself up
+  SignalGroup(*pid, SIGALRM);
+  const Exited e = Wait(*pid);
+  EXPECT_EQ(e.signal, 0);
+  EXPECT_EQ(e.exit_code, 0);
+  EXPECT_EQ(Read("w.log"), "ready\nalarm\n");
+}
+
 TEST_F(ShimTest, AShimWhoseLeaseFileIsGoneStopsItsWorkerAtOnce) {
   // The agent's state directory removed (a test's teardown, a wiped node): nothing will
   // renew the lease, so no agent can come back for the worker.

@@ -162,6 +162,16 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(agent.ok()) << agent.error().message;
     agent_ = *agent;
   }
+  // kill -9 of the agent, reaped (agent_ is 0 once it is).
+  void KillAgent() {
+    ::kill(agent_, SIGKILL);
+    for (int i = 0; i < 500 && agent_ > 0; ++i) {
+      for (const Exited& x : Reap()) {
+        if (x.pid == agent_) agent_ = 0;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   std::string AgentLog() const {
     std::ifstream in(dir_ / "agent.log");
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -443,13 +453,7 @@ TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
   SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
   StartAgent(env);
   EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
-  ::kill(agent_, SIGKILL);
-  for (int i = 0; i < 500 && agent_ > 0; ++i) {
-    for (const Exited& x : Reap()) {
-      if (x.pid == agent_) agent_ = 0;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  KillAgent();
   ASSERT_EQ(agent_, 0);
   // Its worker is gone too (it outlives the agent under its shim, to be re-adopted:
   // killed here, as after a reboot).
@@ -482,13 +486,7 @@ TEST_P(AgentMakesMig, ARestartedAgentKeepsTheMigInstanceOfAWorkerItReadopts) {
   SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
   StartAgent(env);
   EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
-  ::kill(agent_, SIGKILL);
-  for (int i = 0; i < 500 && agent_ > 0; ++i) {
-    for (const Exited& x : Reap()) {
-      if (x.pid == agent_) agent_ = 0;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  KillAgent();
   ASSERT_EQ(agent_, 0);
   const size_t before = Heartbeats();
   StartAgent(env);  // the server still lists the worker

@@ -450,20 +450,27 @@ bool Alive(pid_t pid) {
 // Issue 16, bug 4: an agent killed uncleanly left its worker running while the job was
 // requeued. Now the worker dies with the agent (PDEATHSIG), and the restarted agent kills
 // what the worker left in its process group; the job runs again, never overlapping.
+// One agent and job r running orphan.sh for `ms`; the pid of the child it left in its
+// group (0 when it did not start).
+pid_t StartOrphanJob(Harness& h, int ms) {
+  Prepare(h);
+  h.Write("orphan.sh", kOrphanScript, true);
+  StartCluster(h, 1);
+  Submit(h, "a", {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--", h.Path("orphan.sh"),
+                  h.Path("out"), std::to_string(ms)});
+  const bool started = Harness::WaitFor([&] {
+    return !Times(h.Path("out/r.1.0.log"), "alive").empty() && fs::exists(h.Path("out/r.1.0.child"));
+  }, 10);
+  return started ? std::stoi(h.Read("out/r.1.0.child")) : 0;
+}
+
 // An agent killed uncleanly (a crash, an upgrade's kill) and started again within its
 // lease takes its worker over where it runs: the job runs once, to its own end, and is not
 // requeued (workers run under a shim that outlives the agent: agent/launcher.h).
 TEST(Integration, AnAgentKilledAndRestartedWithinItsLeaseReadoptsItsRunningWorker) {
   Harness h("agent-restart");
-  Prepare(h);
-  h.Write("orphan.sh", kOrphanScript, true);
-  StartCluster(h, 1);
-  Submit(h, "a", {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--", h.Path("orphan.sh"),
-                  h.Path("out"), "4000"});
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    return !Times(h.Path("out/r.1.0.log"), "alive").empty() && fs::exists(h.Path("out/r.1.0.child"));
-  }, 10));
-  const pid_t child = std::stoi(h.Read("out/r.1.0.child"));
+  const pid_t child = StartOrphanJob(h, 4000);
+  ASSERT_GT(child, 0);
   h.StopAgent(0, SIGKILL);
   const size_t alive_then = Times(h.Path("out/r.1.0.log"), "alive").size();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -496,15 +503,8 @@ TEST(Integration, AnAgentKilledAndRestartedWithinItsLeaseReadoptsItsRunningWorke
 // the job nothing of the first run is left; the next agent runs it again.
 TEST(Integration, AnAgentGoneForItsLeaseHasItsWorkerStoppedBeforeTheJobIsRequeued) {
   Harness h("agent-gone");
-  Prepare(h);
-  h.Write("orphan.sh", kOrphanScript, true);
-  StartCluster(h, 1);
-  Submit(h, "a", {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--", h.Path("orphan.sh"),
-                  h.Path("out"), "60000"});
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    return !Times(h.Path("out/r.1.0.log"), "alive").empty() && fs::exists(h.Path("out/r.1.0.child"));
-  }, 10));
-  const pid_t child = std::stoi(h.Read("out/r.1.0.child"));
+  const pid_t child = StartOrphanJob(h, 60000);
+  ASSERT_GT(child, 0);
   const double killed_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   h.StopAgent(0, SIGKILL);
   ASSERT_TRUE(Harness::WaitFor([&] { return CountEvents(Events(h), "requeue", "r") == 1; }, 15));

@@ -382,6 +382,11 @@ void Agent::WriteRecord(const Worker& w) {
             {"memory_bytes", w.memory_bytes}, {"emulate", w.emulate},
             {"share", {{"sharing", w.share.sharing}, {"gpus", w.share.gpus},
                        {"share_milli", w.share.share_milli}, {"mig_uuid", w.share.mig_uuid}}}};
+  if (w.stopping) {  // signalled: SIGKILL at this wall-clock time (ms)
+    r["kill_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count() +
+                      (w.kill_at - Now());
+  }
   std::ofstream(w.record_path + ".tmp") << r.dump() << "\n";
   std::error_code ec;
   fs::rename(w.record_path + ".tmp", w.record_path, ec);
@@ -415,6 +420,12 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.share.mig_uuid = share.value("mig_uuid", std::string());
   w.started_ms = Now();
   w.adopted = true;
+  if (r.contains("kill_at_ms")) {  // signalled already: only its SIGKILL is left to send
+    const int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::system_clock::now().time_since_epoch()).count();
+    w.stopping = true;
+    w.kill_at = Now() + std::max<int64_t>(0, r.value("kill_at_ms", int64_t{0}) - wall);
+  }
   std::lock_guard lk(fence_mu_);
   live_[w.pid] = Live{.grace_ms = w.grace_ms,
                       .signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
@@ -605,6 +616,7 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
     w.killed = true;
   } else {
     SignalGroup(w.pid, sig);
+    if (!w.record_path.empty()) WriteRecord(w);  // a successor keeps its deadline: no second signal
   }
 }
 

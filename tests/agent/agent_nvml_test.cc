@@ -315,6 +315,41 @@ TEST_P(AgentOnFakeNvml, AnAnswerFromAReplacedServerArrivingLateKillsNothing) {
   EXPECT_EQ(Exit(stopped, "x").value("signal", 0), SIGKILL) << stopped.dump();
 }
 
+// A worker being stopped when its agent dies keeps its deadline: the successor re-adopts
+// it as stopping and sends only the SIGKILL left, not its stop signal a second time (a
+// second SIGTERM means "quit now" to some training frameworks).
+TEST_P(AgentOnFakeNvml, AWorkerBeingStoppedWhenItsAgentDiesGetsItsStopSignalOnce) {
+  Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0")}}});
+  const fs::path terms = dir_ / "x.terms";
+  json w = {{"job", "x"}, {"run", 1}, {"rank", 0}, {"seq", 1}, {"action", "run"},
+            {"command", {"sh", "-c", "trap 'echo term >> " + terms.string() + "' TERM; while true; do sleep 0.05; done"}},
+            {"alloc", {{"sharing", "exclusive"}, {"gpus", {0}}}}};
+  SetWorkers({w});
+  StartAgent();
+  Await(0, [](const json& h) { return !h.value("running", json::array()).empty(); });
+  w["action"] = "stop";
+  w["grace_ms"] = 1500;
+  SetWorkers({w});
+  auto read = [&] {
+    std::ifstream in(terms);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (int i = 0; i < 300 && read().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(read(), "term\n");
+  const auto signalled = std::chrono::steady_clock::now();
+  KillAgent();
+  ASSERT_EQ(agent_, 0);
+  const size_t before = Heartbeats();
+  StartAgent();  // the server still says stop
+  const json ended = Await(before, [](const json& h) { return !Exit(h, "x").is_null(); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  EXPECT_EQ(Exit(ended, "x").value("signal", 0), SIGKILL) << ended.dump();
+  EXPECT_EQ(read(), "term\n") << "signalled again by the successor";
+  EXPECT_GT(took, 1.0) << "killed before its grace was up";
+  EXPECT_LT(took, 5.0);
+  EXPECT_NE(AgentLog().find("job x run 1 rank 0: re-adopted"), std::string::npos) << AgentLog();
+}
+
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));
 
 // ---------------------------------------------------------------- MIG on mig_managed pools

@@ -391,6 +391,19 @@ class AgentMakesMig : public AgentOnFakeNvml {
     }
     return json();
   }
+  // The agent, on a driver whose state outlives it (the fake's state file), runs worker f
+  // in an instance it made, and is killed (agent_ is 0 once reaped); returns the agent's
+  // environment, for its successor.
+  std::vector<std::pair<std::string, std::string>> RunFInAMadeInstanceAndKillTheAgent() {
+    Script({{"gpus", Gpus()}});
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"GANTRY_FAKE_NVML_STATE", (dir_ / "driver.json").string()}};
+    SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
+    StartAgent(env);
+    EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
+    KillAgent();
+    return env;
+  }
   // GPU 0 in MIG mode with nothing on it; GPU 1 in MIG mode with an instance laid out
   // beforehand (1g.10gb at memory slice 6).
   json Gpus() {
@@ -482,13 +495,7 @@ TEST_P(AgentMakesMig, ACreationThatFailsEndsTheWorkerLostWithTheReasonAndAsksFor
 // An agent killed with its instance made restarts and destroys it (mig.json), as the
 // driver keeps instances across processes (the fake's state file stands for that).
 TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
-  Script({{"gpus", Gpus()}});
-  const std::vector<std::pair<std::string, std::string>> env = {
-      {"GANTRY_FAKE_NVML_STATE", (dir_ / "driver.json").string()}};
-  SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
-  StartAgent(env);
-  EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
-  KillAgent();
+  const auto env = RunFInAMadeInstanceAndKillTheAgent();
   ASSERT_EQ(agent_, 0);
   // Its worker is gone too (it outlives the agent under its shim, to be re-adopted:
   // killed here, as after a reboot).
@@ -515,13 +522,7 @@ TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
 // A worker that a restarted agent re-adopts (it ran on under its shim) keeps its MIG
 // instance while it runs; the instance goes once the worker ends.
 TEST_P(AgentMakesMig, ARestartedAgentKeepsTheMigInstanceOfAWorkerItReadopts) {
-  Script({{"gpus", Gpus()}});
-  const std::vector<std::pair<std::string, std::string>> env = {
-      {"GANTRY_FAKE_NVML_STATE", (dir_ / "driver.json").string()}};
-  SetWorkers({MigWorker("f", 0, "7g.80gb", 0, 8, 7, true)});
-  StartAgent(env);
-  EXPECT_EQ(Visible("f"), "MIG-GPU-a-20");
-  KillAgent();
+  const auto env = RunFInAMadeInstanceAndKillTheAgent();
   ASSERT_EQ(agent_, 0);
   const size_t before = Heartbeats();
   StartAgent(env);  // the server still lists the worker

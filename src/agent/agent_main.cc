@@ -74,7 +74,9 @@ int main(int argc, char** argv) {
   app.add_option("--emulate-lost-file", emulate_lost,
                  "With --emulate: a file of GPU indexes to report as lost (tests)");
   app.add_flag("--no-gpus", no_gpus, "A CPU-only node: report no GPUs, skip NVML");
-  app.add_option("--state-dir", o.state_dir, "Logs, work directories and worker records")
+  app.add_option("--state-dir", o.state_dir,
+                 "Logs, work directories, worker records and the agent's id (one agent per directory; "
+                 "a restarted agent on it takes over the workers still running)")
       ->default_str("/var/lib/gantry-agent");
   app.add_option("--cgroups", o.cgroups,
                  "Worker isolation: auto (a cgroup per worker when a writable v2 or v1 hierarchy is found), "

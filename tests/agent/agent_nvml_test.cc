@@ -350,6 +350,30 @@ TEST_P(AgentOnFakeNvml, AWorkerBeingStoppedWhenItsAgentDiesGetsItsStopSignalOnce
   EXPECT_NE(AgentLog().find("job x run 1 rank 0: re-adopted"), std::string::npos) << AgentLog();
 }
 
+// One agent per state directory (its id and its workers' records are there): a second
+// one refuses to start, and the first goes on.
+TEST_P(AgentOnFakeNvml, ASecondAgentOnTheSameStateDirectoryRefusesToStart) {
+  Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0")}}});
+  StartAgent();
+  Await(0, [](const json&) { return true; });
+  const pid_t first = agent_;
+  StartAgent();
+  const pid_t second = agent_;
+  agent_ = first;  // TearDown stops the first
+  int code = -1;
+  for (int i = 0; i < 500 && code < 0; ++i) {
+    for (const Exited& e : Reap()) {
+      if (e.pid == second) code = e.exit_code;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(AgentLog().find("another gantry-agent uses the state directory"), std::string::npos) << AgentLog();
+  EXPECT_EQ(::kill(first, 0), 0) << "the first agent ended";
+  const size_t now = Heartbeats();
+  Await(now, [](const json&) { return true; });  // and still heartbeats
+}
+
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));
 
 // ---------------------------------------------------------------- MIG on mig_managed pools

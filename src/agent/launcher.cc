@@ -406,12 +406,22 @@ int ShimMain(int argc, char** argv) {
       WriteShimStatus(status, 0, SIGKILL, true);
       ::kill(0, SIGKILL);  // the worker, all it started in the group, and the shim
     }
-    if (!signalled && expired(now) && !supervised()) {
-      signalled = true;
+    if (!signalled && expired(now)) {
       const int64_t budget = std::max<int64_t>(0, (node_timeout_ms - lease_ms) / 2);
-      kill_at = now + std::min(grace_ms, budget);
-      if (stop_signal > 0 && stop_signal != SIGKILL && now < kill_at) ::kill(0, stop_signal);
-      continue;
+      if (!supervised()) {
+        signalled = true;
+        kill_at = now + std::min(grace_ms, budget);
+        if (stop_signal > 0 && stop_signal != SIGKILL && now < kill_at) ::kill(0, stop_signal);
+        continue;
+      }
+      // An agent that is there but cannot act (frozen by SIGSTOP, stuck) has not fenced
+      // the worker by when its own fence would have killed it (lease + budget): SIGKILL,
+      // halfway between then and the server's node timeout.
+      const int64_t backstop = lease_ms + budget + std::max<int64_t>(0, node_timeout_ms - lease_ms - budget) / 2;
+      if (node_timeout_ms > 0 && now - fresh_at > backstop) {
+        WriteShimStatus(status, 0, SIGKILL, true);
+        ::kill(0, SIGKILL);
+      }
     }
     ::usleep(100'000);
   }

@@ -87,7 +87,10 @@ Result<pid_t> Launch(const LaunchSpec& spec);
 // agent would: LEASE is rewritten after each heartbeat the server answered (WriteLease);
 // once it has not been for the lease, the shim sends SIGNAL to its group, then SIGKILL
 // after GRACE_MS (at most half of what is left of the server's node timeout), and writes
-// "fenced", so nothing of the worker runs when the server requeues its job.
+// "fenced", so nothing of the worker runs when the server requeues its job. Under an agent
+// that is there but cannot act (frozen, stuck), the shim SIGKILLs the group once the lease
+// file is older than when that agent's fence would have killed it (lease + budget) by half
+// of what is left to the node timeout.
 int ShimMain(int argc, char** argv);
 
 // Writes the lease file the shims watch: the lease and the server's node timeout in ms,

@@ -443,6 +443,25 @@ TEST_F(ShimTest, AJobsOwnStopSignalReachesItThroughItsShim) {
   EXPECT_EQ(Read("w.log"), "ready\nalarm\n");
 }
 
+TEST_F(ShimTest, UnderAnAgentThatCannotActAShimKillsItsWorkerBeforeTheNodeTimeout) {
+  // The agent is there (this process) but has not fenced: frozen, say. Lease 200 ms, node
+  // timeout 2,000 ms: its own fence would have killed by 1,100 ms; the shim does at 1,550.
+  WriteLease((dir_ / "lease").string(), 200, 2000);
+  const std::string log = (dir_ / "w.log").string();
+  const auto started = std::chrono::steady_clock::now();
+  auto pid = Launch(Spec("trap 'echo term >> " + log + "' TERM; while true; do sleep 0.05; done", ::getpid(),
+                         SIGTERM, 10'000));
+  ASSERT_TRUE(pid.ok());
+  EXPECT_EQ(Wait(*pid).signal, SIGKILL);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  EXPECT_GT(took, 1.2) << "before the agent's own fence would have acted";
+  EXPECT_LT(took, 2.0) << "past the node timeout";
+  EXPECT_EQ(Read("w.log"), "") << "the stop signal is the agent's to send";
+  auto status = ReadShimStatus((dir_ / "worker.exit").string());
+  ASSERT_TRUE(status);
+  EXPECT_TRUE(status->fenced);
+}
+
 TEST_F(ShimTest, AShimWhoseLeaseFileIsGoneStopsItsWorkerAtOnce) {
   // The agent's state directory removed (a test's teardown, a wiped node): nothing will
   // renew the lease, so no agent can come back for the worker.
@@ -458,7 +477,7 @@ TEST_F(ShimTest, AShimWhoseLeaseFileIsGoneStopsItsWorkerAtOnce) {
 }
 
 TEST_F(ShimTest, ALiveAgentFencesItselfSoItsShimsLeaveTheLeaseToIt) {
-  WriteLease((dir_ / "lease").string(), 200, 1000);
+  WriteLease((dir_ / "lease").string(), 200, 10000);
   auto pid = Launch(Spec("sleep 30", ::getpid()));  // supervised by this process
   ASSERT_TRUE(pid.ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(800));

@@ -402,7 +402,7 @@ TEST(Integration, AnAgentCutOffAndHealedLeavesNoDuplicateJob) {
   EXPECT_FALSE(fs::exists(h.Path("out/p.3.0.env")));
 }
 
-TEST(Integration, AReturningAgentKillsJobsThatWereMoved) {
+TEST(Integration, AFrozenAgentsWorkerIsStoppedByItsShimBeforeTheJobRunsElsewhere) {
   Harness h("frozen");
   Prepare(h);
   StartCluster(h, 2);
@@ -413,16 +413,21 @@ TEST(Integration, AReturningAgentKillsJobsThatWereMoved) {
   // Running for real: the worker process has logged that it is alive.
   ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/f.1.0.log"), "alive").empty(); }, 10));
   ASSERT_EQ(h.Cli({"resume", "h100-1"}, h.token("admin")).rc, 0);
-  // A frozen agent cannot fence: its worker keeps running while the server moves the job.
+  // A frozen agent cannot fence: its worker's shim does, before the server moves the job.
+  const double frozen = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   ::kill(h.agent_pid(0), SIGSTOP);
   ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "f")[2].empty(); }, 15)) << "f was not moved";
   ::kill(h.agent_pid(0), SIGCONT);
-  // Back, the agent learns f's first run is no longer its own and kills it at once.
-  const double resumed = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("f")["state"] == "finished"; }, 20));
   const auto run1 = Times(h.Path("out/f.1.0.log"), "alive");
+  const auto run2 = Times(h.Path("out/f.2.0.log"), "alive");
   ASSERT_FALSE(run1.empty());
-  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), resumed + 1.5) << "the moved copy kept running";
+  ASSERT_FALSE(run2.empty());
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()))
+      << "the moved copy ran beside the new one";
+  // Killed by its shim 2.7 s after the agent's last answered heartbeat (lease 1.8 s, its
+  // fence's budget 0.6 s, half of the 0.6 s left), within the 3 s node timeout.
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), frozen + 3.0) << "it ran past the node timeout";
   EXPECT_EQ(Times(h.Path("out/f.1.0.log"), "end").size(), 0u) << "the moved copy ran to its end";
 }
 

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "agent/launcher.h"
+#include "base/atomic_file.h"
 #include "base/log.h"
 
 namespace gantry::agent {
@@ -43,6 +44,12 @@ constexpr int64_t kMigReleaseWaitMs = 10000;
 constexpr int64_t kMigRetryMs = 100;
 
 using gantry::UrlEncode;
+
+// Wall-clock ms since the Unix epoch (records carry deadlines a successor reads).
+int64_t WallNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 std::string RandomId() {
   std::random_device rd;
@@ -279,18 +286,14 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
     std::string id;
     std::ifstream(id_path) >> id;
     if (id.empty()) {
-      std::ofstream(id_path.string() + ".tmp") << agent_id_ << "\n";
-      fs::rename(id_path.string() + ".tmp", id_path, ec);
+      WriteFileAtomically(id_path.string(), agent_id_ + "\n");
     } else {
       agent_id_ = id;
     }
   }
   // The shims' supervisor (ShimMain): this process, until it ends.
-  {
-    const fs::path path = fs::path(options_.state_dir) / "agent.pid";
-    std::ofstream(path.string() + ".tmp") << ::getpid() << " " << ProcessStartTime(::getpid()) << "\n";
-    fs::rename(path.string() + ".tmp", path, ec);
-  }
+  WriteFileAtomically((fs::path(options_.state_dir) / "agent.pid").string(),
+                      std::to_string(::getpid()) + " " + std::to_string(ProcessStartTime(::getpid())) + "\n");
   Say("joining " + servers_.current() + " with " + gpus_->Describe());
   Recover();
   std::atomic<bool> fence_stop{false};
@@ -383,24 +386,16 @@ void Agent::WriteRecord(const Worker& w) {
             {"share", {{"sharing", w.share.sharing}, {"gpus", w.share.gpus},
                        {"share_milli", w.share.share_milli}, {"mig_uuid", w.share.mig_uuid}}}};
   if (w.stopping) {  // signalled: SIGKILL at this wall-clock time (ms)
-    r["kill_at_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch()).count() +
-                      (w.kill_at - Now());
+    r["kill_at_ms"] = WallNowMs() + (w.kill_at - Now());
   }
-  std::ofstream(w.record_path + ".tmp") << r.dump() << "\n";
-  std::error_code ec;
-  fs::rename(w.record_path + ".tmp", w.record_path, ec);
+  WriteFileAtomically(w.record_path, r.dump() + "\n");
 }
 
 bool Agent::Readopt(const json& r, Worker& w) {
   w.status_path = r.value("status", std::string());
   w.start_time = r.value("start_time", -2LL);
   if (w.status_path.empty() || w.pid <= 1 || w.start_time < 0) return false;
-  // Its shim still runs (a zombie has left its group): the same process, not a later one.
-  const std::vector<pid_t> group = GroupMembersSince(w.pid, w.start_time);
-  if (ProcessStartTime(w.pid) != w.start_time || std::find(group.begin(), group.end(), w.pid) == group.end()) {
-    return false;
-  }
+  if (!Running(w.pid, w.start_time)) return false;  // its shim, the same process, still runs
   w.grace_ms = r.value("grace_ms", int64_t{0});
   w.stop_signal = r.value("stop_signal", 0);
   w.out_path = r.value("out_path", std::string());
@@ -421,10 +416,8 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.started_ms = Now();
   w.adopted = true;
   if (r.contains("kill_at_ms")) {  // signalled already: only its SIGKILL is left to send
-    const int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
     w.stopping = true;
-    w.kill_at = Now() + std::max<int64_t>(0, r.value("kill_at_ms", int64_t{0}) - wall);
+    w.kill_at = Now() + std::max<int64_t>(0, r.value("kill_at_ms", int64_t{0}) - WallNowMs());
   }
   std::lock_guard lk(fence_mu_);
   live_[w.pid] = Live{.grace_ms = w.grace_ms,
@@ -503,17 +496,11 @@ void Agent::Recover() {
   // lease file's time) until this one is answered: a successor that cannot reach the
   // server must not let them run on past the server's node timeout.
   if (readopted > 0) {
-    const fs::path lease = fs::path(options_.state_dir) / "lease";
-    std::ifstream in(lease);
-    int64_t ms = 0, timeout = 0;
-    struct stat st {};
-    if (in >> ms >> timeout && ms > 0 && ::stat(lease.c_str(), &st) == 0) {
-      const int64_t age = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count() -
-                          (static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000);
-      lease_ms_ = ms;
-      node_timeout_ms_ = timeout;
-      last_ok_ = std::max<int64_t>(1, Now() - std::max<int64_t>(0, age));
+    const std::optional<LeaseFile> lease = ReadLease((fs::path(options_.state_dir) / "lease").string());
+    if (lease && lease->lease_ms > 0) {
+      lease_ms_ = lease->lease_ms;
+      node_timeout_ms_ = lease->node_timeout_ms;
+      last_ok_ = std::max<int64_t>(1, Now() - lease->age_ms);
     }
   }
   // Containers of this node that outlived a previous agent, but the re-adopted workers'.
@@ -562,11 +549,7 @@ void Agent::ReapChildren() {
   }
   // Re-adopted workers: their shims are not this agent's children.
   for (auto& [key, w] : workers_) {
-    if (!w.adopted || w.exited) continue;
-    const std::vector<pid_t> group = GroupMembersSince(w.pid, w.start_time);
-    if (ProcessStartTime(w.pid) == w.start_time && std::find(group.begin(), group.end(), w.pid) != group.end()) {
-      continue;  // runs on
-    }
+    if (!w.adopted || w.exited || Running(w.pid, w.start_time)) continue;
     if (const std::optional<ShimStatus> st = ReadShimStatus(w.status_path)) {
       if (st->fenced) w.lose_on_exit = true;
       Ended(w, st->exit_code, st->signal);
@@ -926,14 +909,6 @@ void Agent::StartWorker(const json& e, int64_t now) {
   const std::string key = Key(w.job, w.run, w.rank);
 
   LaunchSpec spec;
-  // Through a shim, so that the worker outlives an agent restart (launcher.h, ShimMain).
-  spec.shim_program = "/proc/self/exe";
-  spec.shim_status = w.status_path;
-  spec.shim_lease = (fs::path(options_.state_dir) / "lease").string();
-  {
-    std::error_code ec;
-    fs::remove(w.status_path, ec);  // a previous run's, with the same stem
-  }
   spec.argv = e.value("command", std::vector<std::string>{});
   const json env = e.value("env", json::object());
   for (const auto& [k, v] : env.items()) {
@@ -1140,9 +1115,17 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.uid = spec.uid;
   w.gid = spec.gid;
   w.groups = spec.groups;
+  // Through a shim, so that the worker outlives an agent restart (launcher.h, ShimMain).
+  spec.shim_program = "/proc/self/exe";
+  spec.shim_status = w.status_path;
+  spec.shim_lease = (fs::path(options_.state_dir) / "lease").string();
   spec.shim_agent = (fs::path(options_.state_dir) / "agent.pid").string();
   spec.shim_signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal;
   spec.shim_grace_ms = w.grace_ms;
+  {
+    std::error_code ec;
+    fs::remove(w.status_path, ec);  // a previous run's, with the same stem
+  }
   auto pid = Launch(spec);
   if (!pid) {
     if (!w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);
@@ -1270,8 +1253,7 @@ void Agent::SaveMigs() const {
     fs::remove(path, ec);
     return;
   }
-  std::ofstream(path.string() + ".tmp") << list.dump() << "\n";
-  fs::rename(path.string() + ".tmp", path, ec);
+  WriteFileAtomically(path.string(), list.dump() + "\n");
 }
 
 void Agent::LoadMigs(const std::map<std::string, std::string>& kept) {

@@ -15,13 +15,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <ctime>
-#include <iterator>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "base/atomic_file.h"
 
 namespace gantry::agent {
 
@@ -32,6 +35,17 @@ namespace {
 constexpr const char* kInherited[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME",
                                       "SHELL", "TMPDIR", "CUDA_MPS_PIPE_DIRECTORY",
                                       "CUDA_MPS_LOG_DIRECTORY"};
+
+// A pid in decimal into `out` (24 bytes), for a child after fork: nothing that allocates.
+// Its length.
+int FormatPid(long pid, char* out) {
+  char digits[24];
+  int len = 0;
+  for (long v = pid; v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
+  for (int i = 0; i < len; ++i) out[i] = digits[len - 1 - i];
+  out[len] = '\0';
+  return len;
+}
 
 void WriteAll(int fd, const std::string& s) {
   size_t off = 0;
@@ -216,13 +230,9 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
         WriteAll(log, "\n");
         ::_exit(127);
       };
-      // Into the cgroup first, so that all the worker ever starts is in it. The pid is
-      // formatted by hand: nothing that allocates runs after fork.
-      char digits[24];
-      int len = 0;
-      for (long v = ::getpid(); v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
+      // Into the cgroup first, so that all the worker ever starts is in it.
       char pid_text[24];
-      for (int i = 0; i < len; ++i) pid_text[i] = digits[len - 1 - i];
+      const int len = FormatPid(::getpid(), pid_text);
       for (const std::string& file : spec.join) {
         const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
         if (fd < 0 || ::write(fd, pid_text, static_cast<size_t>(len)) != len) {
@@ -298,11 +308,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     const pid_t w = ::fork();
     if (w < 0) ::_exit(127);
     if (w == 0) worker(shim, false);
-    char digits[24];
-    int len = 0;
-    for (long v = w; v > 0; v /= 10) digits[len++] = static_cast<char>('0' + v % 10);
-    for (int i = 0; i < len; ++i) worker_pid_text[i] = digits[len - 1 - i];
-    worker_pid_text[len] = '\0';
+    FormatPid(w, worker_pid_text);
     ::close_range(3, ~0U, 0);  // the agent's sockets and files
     ::execve(shim_program.c_str(), shim_argv, shim_envp);
     ::kill(w, SIGKILL);
@@ -321,11 +327,11 @@ int64_t MonotonicMs() {
 }
 
 void WriteShimStatus(const std::string& path, int exit_code, int sig, bool fenced) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << "{\"exit_code\":" << exit_code << ",\"signal\":" << sig
-                     << ",\"fenced\":" << (fenced ? "true" : "false") << "}\n";
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  WriteFileAtomically(path, nlohmann::json{{"exit_code", exit_code}, {"signal", sig}, {"fenced", fenced}}.dump() + "\n");
+}
+
+int64_t MtimeMs(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1'000'000;
 }
 
 }  // namespace
@@ -347,33 +353,25 @@ int ShimMain(int argc, char** argv) {
   auto supervised = [&] {
     std::ifstream in(agent);
     long long pid = 0, start = -2;
-    return in >> pid >> start && pid > 1 && ProcessStartTime(static_cast<pid_t>(pid)) == start;
+    return in >> pid >> start && pid > 1 && Running(static_cast<pid_t>(pid), start);
   };
-  // The lease runs from the file's last rewrite: its age by the wall clock once, then by
-  // the monotonic clock from each rewrite seen (a wall clock step must not fence).
-  timespec seen{};
+  // The lease runs from the file's last rewrite (a stat per poll; read again only when it
+  // changed): its age by the wall clock once, then by the monotonic clock from each rewrite
+  // seen (a wall clock step must not fence).
+  int64_t seen = -1;     // the file's mtime, ms
   int64_t fresh_at = 0;  // monotonic ms of the last rewrite
   int64_t lease_ms = 0, node_timeout_ms = 0;
   auto expired = [&](int64_t now) {
     struct stat st {};
     // Gone (the agent's state directory removed): nothing will renew it.
     if (::stat(lease.c_str(), &st) != 0) return true;
-    if (st.st_mtim.tv_sec != seen.tv_sec || st.st_mtim.tv_nsec != seen.tv_nsec) {
-      const bool first = seen.tv_sec == 0 && seen.tv_nsec == 0;
-      seen = st.st_mtim;
-      fresh_at = now;
-      if (first) {
-        timespec wall{};
-        ::clock_gettime(CLOCK_REALTIME, &wall);
-        const int64_t age = (static_cast<int64_t>(wall.tv_sec) - seen.tv_sec) * 1000 +
-                            (wall.tv_nsec - seen.tv_nsec) / 1'000'000;
-        fresh_at = now - std::max<int64_t>(0, age);
-      }
-      std::ifstream in(lease);
-      int64_t ms = 0, timeout = 0;
-      if (in >> ms >> timeout && ms > 0) {
-        lease_ms = ms;
-        node_timeout_ms = timeout;
+    if (MtimeMs(st) != seen) {
+      const std::optional<LeaseFile> file = ReadLease(lease);
+      fresh_at = seen < 0 && file ? now - file->age_ms : now;
+      seen = MtimeMs(st);
+      if (file && file->lease_ms > 0) {
+        lease_ms = file->lease_ms;
+        node_timeout_ms = file->node_timeout_ms;
       }
     }
     return lease_ms > 0 && now - fresh_at > lease_ms;
@@ -428,28 +426,25 @@ int ShimMain(int argc, char** argv) {
 }
 
 void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms) {
-  const std::string tmp = path + ".tmp";
-  std::ofstream(tmp) << lease_ms << " " << node_timeout_ms << "\n";
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
+  WriteFileAtomically(path, std::to_string(lease_ms) + " " + std::to_string(node_timeout_ms) + "\n");
+}
+
+std::optional<LeaseFile> ReadLease(const std::string& path) {
+  struct stat st {};
+  std::ifstream in(path);
+  LeaseFile f;
+  if (!(in >> f.lease_ms >> f.node_timeout_ms) || ::stat(path.c_str(), &st) != 0) return std::nullopt;
+  timespec wall{};
+  ::clock_gettime(CLOCK_REALTIME, &wall);
+  f.age_ms = std::max<int64_t>(0, static_cast<int64_t>(wall.tv_sec) * 1000 + wall.tv_nsec / 1'000'000 - MtimeMs(st));
+  return f;
 }
 
 std::optional<ShimStatus> ReadShimStatus(const std::string& path) {
   std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto field = [&](const std::string& name) -> std::optional<std::string> {
-    const size_t at = text.find("\"" + name + "\":");
-    if (at == std::string::npos) return std::nullopt;
-    const size_t from = at + name.size() + 3;
-    return text.substr(from, text.find_first_of(",}", from) - from);
-  };
-  auto code = field("exit_code"), sig = field("signal"), fenced = field("fenced");
-  if (!code || !sig || !fenced) return std::nullopt;
-  ShimStatus s;
-  s.exit_code = std::atoi(code->c_str());
-  s.signal = std::atoi(sig->c_str());
-  s.fenced = *fenced == "true";
-  return s;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("exit_code") || !j.contains("signal") || !j.contains("fenced")) return std::nullopt;
+  return ShimStatus{j.value("exit_code", 0), j.value("signal", 0), j.value("fenced", false)};
 }
 
 void SignalGroup(pid_t pgid, int sig) {
@@ -505,6 +500,12 @@ bool GroupAndStart(pid_t pid, long long& pgrp, long long& start, char* state = n
 long long ProcessStartTime(pid_t pid) {
   long long pgrp = 0, start = 0;
   return GroupAndStart(pid, pgrp, start) ? start : -1;
+}
+
+bool Running(pid_t pid, long long start) {
+  long long pgrp = 0, started = 0;
+  char state = '?';
+  return start >= 0 && GroupAndStart(pid, pgrp, started, &state) && started == start && state != 'Z';
 }
 
 pid_t SessionOf(pid_t pid) {

@@ -97,6 +97,15 @@ int ShimMain(int argc, char** argv);
 // fresh as of now.
 void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms);
 
+// The lease file as the agent last wrote it, and how long ago (by the wall clock); nullopt
+// when there is none.
+struct LeaseFile {
+  int64_t lease_ms = 0;
+  int64_t node_timeout_ms = 0;
+  int64_t age_ms = 0;
+};
+std::optional<LeaseFile> ReadLease(const std::string& path);
+
 // How a shim's worker ended, from its STATUS file; nullopt when it wrote none (it was
 // killed, or its worker runs on).
 struct ShimStatus {
@@ -120,6 +129,10 @@ std::vector<Exited> Reap();
 // The start time of a process (field 22 of /proc/PID/stat, clock ticks since boot), or
 // -1 when there is no such process; tells a worker from a later process with its pid.
 long long ProcessStartTime(pid_t pid);
+
+// Whether process `pid` is alive (not a zombie) and is the one that started at `start` (a
+// start time as above), not a later process with its number.
+bool Running(pid_t pid, long long start);
 
 // The session of a process (field 6 of /proc/PID/stat), or -1 when there is no such
 // process. Launch makes each worker the leader of a session of its own, so a process whose

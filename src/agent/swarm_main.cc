@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "agent/agent.h"
+#include "base/atomic_file.h"
 #include "agent/emulated.h"
 #include "base/url.h"
 
@@ -428,8 +429,7 @@ int main(int argc, char** argv) {
   }
   auto write_stats = [&] {
     if (stats_path.empty()) return;
-    std::ofstream(stats_path + ".tmp") << stats.ToJson().dump() << "\n";
-    std::rename((stats_path + ".tmp").c_str(), stats_path.c_str());
+    WriteFileAtomically(stats_path, stats.ToJson().dump() + "\n");
   };
   net::steady_timer ticker(ioc);
   const int64_t start = NowMs();

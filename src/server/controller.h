@@ -281,7 +281,7 @@ class Controller {
   void GiveToScheduler(Job& job, Ticks now);
   bool ArrayHasRoom(const Job& job) const;
   int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
-  void ReleaseThrottled(const std::string& array, Ticks now);
+  void ReleaseThrottled(const std::string& array, int limit, Ticks now);
   // Cancels an active job: a pending one ends now, a running one gets its grace.
   void CancelJob(Job& job, const std::string& reason, Ticks now);
   void Settle(Job& job, Ticks now);

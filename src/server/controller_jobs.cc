@@ -255,14 +255,13 @@ bool Controller::ArrayHasRoom(const Job& job) const {
   return job.array_limit <= 0 || InScheduler(job.array) < job.array_limit;
 }
 
-void Controller::ReleaseThrottled(const std::string& array, Ticks now) {
+void Controller::ReleaseThrottled(const std::string& array, int limit, Ticks now) {
   auto a = arrays_.find(array);
   if (restoring_ || a == arrays_.end()) return;
   std::vector<Job*> held;  // waiting for the throttle only, in index order (seq order)
-  int given = 0, limit = 0;
+  int given = 0;
   for (int64_t seq : a->second) {
     Job& t = jobs_.at(seq);
-    limit = std::max(limit, t.array_limit);
     if (t.active() && t.core.valid()) ++given;
     if (t.state == JobState::kPending && !t.core.valid() && t.after.empty()) held.push_back(&t);
   }

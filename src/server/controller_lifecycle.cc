@@ -227,6 +227,7 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
   // Its array's tasks held by the array's throttle: the next ones take its place. (Read
   // first: settling dependents may end other jobs, and `job` may leave memory then.)
   const std::string throttled = job.array_limit > 0 ? job.array : std::string();
+  const int limit = job.array_limit;
   // Jobs held for this one (--after) move on: released, still held, or cancelled.
   if (auto w = dependents_.find(job.name); w != dependents_.end()) {
     std::vector<int64_t> waiting = std::move(w->second);
@@ -235,7 +236,7 @@ void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now
       if (auto h = jobs_.find(seq); h != jobs_.end()) Settle(h->second, now);
     }
   }
-  if (!throttled.empty()) ReleaseThrottled(throttled, now);
+  if (!throttled.empty()) ReleaseThrottled(throttled, limit, now);
 }
 
 void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks now) {

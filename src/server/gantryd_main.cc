@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "base/log.h"
+#include "base/atomic_file.h"
 #include "server/auth.h"
 #include "server/config_check.h"
 #include "server/controller.h"
@@ -511,8 +512,7 @@ int Serve(const ServeArgs& a) {
 
   auto write_port_file = [&](int bound) {
     if (a.port_file.empty()) return;
-    std::ofstream(a.port_file + ".tmp") << bound << "\n";
-    std::rename((a.port_file + ".tmp").c_str(), a.port_file.c_str());
+    WriteFileAtomically(a.port_file, std::to_string(bound) + "\n");
   };
 
   // The leader lease. With PostgreSQL, wait as a standby until it is ours (serving 503s

@@ -5,12 +5,15 @@
 #
 #   bench/replay.sh [--build DIR] [--out DIR] [--seed N] [--gpus N] [--days D]
 #                   [--load L] [--mix SPEC] [--policies "fifo gantry"] [--timeout S]
+#                   [--full-pass-interval S]
 #
 # Defaults: 10,000 GPUs (1,250 GPU nodes of 8, leaves of 16, plus CPU nodes), 5 days at
 # load 0.95, and a mix weighted to training and fine-tuning so the trace holds about
 # 100,000 jobs (the default mix gives ~450,000 at this size: its many small inference
 # and sweep jobs fill the same GPU-hours with more jobs). A run past --timeout (600 s)
-# is stopped and reported as such. Prints one tab-separated line per policy:
+# is stopped and reported as such. --full-pass-interval S runs with the config's
+# `policy.full_pass_interval_s: S` (a full pass at most every S seconds: docs/policies.md,
+# "Scheduling cycle"). Prints one tab-separated line per policy:
 #   replay <policy> <jobs> <wall_s> <peak_rss_mib> <violations> <rc> <passes> <lat_p50_ms> <lat_p99_ms> <lat_max_ms> <cpu_s>
 # (cpu_s: user + system seconds; on a shared machine wall time also counts waiting for a core)
 # and leaves the files (trace, events, reports, time -v output) under --out.
@@ -26,6 +29,7 @@ load=0.95
 mix="realtime=0.025,batch=0.025,notebook=0.025,sweep=0.015,training=0.71,finetune=0.2"
 policies="fifo gantry"
 timeout_s=600
+interval=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -37,7 +41,8 @@ while [[ $# -gt 0 ]]; do
     --mix) mix=$2; shift 2 ;;
     --policies) policies=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --full-pass-interval) interval=$2; shift 2 ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "replay.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -57,13 +62,22 @@ if [[ ! -s $gen/trace.jsonl || ! -s $gen/gen.txt || $gantry -nt $gen/trace.jsonl
 fi
 sed 's/^/# /' "$gen/gen.txt" >&2
 jobs=$(wc -l < "$gen/trace.jsonl")
+config=$gen/cluster.yaml
+if [[ -n $interval ]]; then  # gen writes a policy section (added when it has none)
+  config=$gen/cluster-interval-$interval.yaml
+  if grep -q '^policy:$' "$gen/cluster.yaml"; then
+    sed "/^policy:\$/a\\  full_pass_interval_s: $interval" "$gen/cluster.yaml" > "$config"
+  else
+    printf '%s\npolicy:\n  full_pass_interval_s: %s\n' "$(cat "$gen/cluster.yaml")" "$interval" > "$config"
+  fi
+fi
 
 for policy in $policies; do
-  run=$gen/$policy
+  run=$gen/$policy${interval:+-interval-$interval}
   mkdir -p "$run"
   rc=0
   /usr/bin/time -v -o "$run/time.txt" timeout "$timeout_s" "$gantry" sim \
-    --config "$gen/cluster.yaml" --trace "$gen/trace.jsonl" --failures "$gen/failures.jsonl" \
+    --config "$config" --trace "$gen/trace.jsonl" --failures "$gen/failures.jsonl" \
     --policy "$policy" --events "$run/events.jsonl" --report "$run/report.json" \
     > "$run/sim.txt" 2>&1 || rc=$?
   wall=$(awk -F': ' '/Elapsed \(wall clock\)/ {
@@ -74,7 +88,7 @@ for policy in $policies; do
   passes=- p50=- p99=- max=-
   if [[ $rc -eq 0 ]]; then
     vrc=0
-    "$check" --config "$gen/cluster.yaml" --trace "$gen/trace.jsonl" --failures "$gen/failures.jsonl" \
+    "$check" --config "$config" --trace "$gen/trace.jsonl" --failures "$gen/failures.jsonl" \
       --events "$run/events.jsonl" --report "$run/report.json" --max 20 > "$run/check.txt" 2>&1 || vrc=$?
     violations=$(grep -Eo '^[0-9]+ violations?' "$run/check.txt" | tail -1 | cut -d' ' -f1 || true)
     [[ -n $violations ]] || violations="error($vrc)"
@@ -84,5 +98,5 @@ lat = json.load(open(sys.argv[1])).get("scheduling_latency_ms", {})
 print(lat.get("passes", "-"), lat.get("p50", "-"), lat.get("p99", "-"), lat.get("max", "-"))' "$run/report.json")
   fi
   printf 'replay\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
-    "$policy" "$jobs" "$wall" "$rss_mib" "$violations" "$rc" "$passes" "$p50" "$p99" "$max" "$cpu"
+    "$policy${interval:+ (full passes every $interval s)}" "$jobs" "$wall" "$rss_mib" "$violations" "$rc" "$passes" "$p50" "$p99" "$max" "$cpu"
 done

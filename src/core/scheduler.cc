@@ -559,14 +559,27 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   // Without a release, a node coming up or a window opening, capacity only shrank since
   // the last pass, so jobs that waited then still wait: try only the new arrivals.
   const bool budgets_changed = UpdateBudgets(now);
-  const bool full = freed_since_pass_ || budgets_changed || now >= next_wakeup_;
-  if (full) next_wakeup_ = kForever;
+  bool full = freed_since_pass_ || budgets_changed || now >= next_wakeup_ || full_pass_owed_;
+  // Full passes at most every full_pass_interval: one due sooner is owed, at the time the
+  // interval allows, and until then only critical arrivals are tried (besides claims).
+  const Ticks interval = params_.full_pass_interval;
+  full_pass_owed_ = full && interval > 0 && last_full_pass_ >= 0 && now < last_full_pass_ + interval;
+  if (full_pass_owed_) {
+    full = false;
+    std::erase_if(arrived_, [&](JobId id) { return job(id).spec.tier != Tier::kCritical; });
+  }
+  if (full) {
+    next_wakeup_ = kForever;
+    last_full_pass_ = now;
+  }
   pass_wakeup_ = kForever;
   ++pass_;  // empties the shape cache
   DecayUsage(now);
   policy_->Schedule(*this, now, full);
   shape_context_ = 0;
   next_wakeup_ = std::min({next_wakeup_, pass_wakeup_, BudgetWakeup(now)});
+  // The owed full pass: any wakeup waits for it, and it sets them anew.
+  if (full_pass_owed_) next_wakeup_ = last_full_pass_ + interval;
   freed_since_pass_ = false;
   arrived_.clear();
   return decisions_;

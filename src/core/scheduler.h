@@ -67,6 +67,14 @@ struct PolicyParams {
   // A job pending this long (since it last became pending) drains: see GantryPolicy.
   // 0 = never; a queue's max_wait overrides it for the queues under it.
   Ticks max_wait = 0;
+  // A pass after capacity was freed (a release, a node up, a window opening, a wakeup)
+  // visits every pending job; at most one such full pass per this interval (Slurm's
+  // bf_interval, the scheduling cycle of KAI and Volcano). Between, a pass tries only the
+  // claims of jobs whose victims left and critical arrivals: work that is not critical
+  // arriving meanwhile waits for the full pass with the jobs ahead of it (it must not take
+  // GPUs freed for them), and freed GPUs wait at most this long. 0: every pass after a
+  // release is full (the cost of a pass then grows with the backlog at every event).
+  Ticks full_pass_interval = 0;
 };
 
 // The price of a GPU-hour on `model` (1 when the config names none).
@@ -453,6 +461,8 @@ class Scheduler {
   // depends on the class alone; it was 7% of a replay's time when written at each).
   std::vector<std::string> no_room_text_;
   bool freed_since_pass_ = true;
+  Ticks last_full_pass_ = -1;  // when the last full pass ran (-1: none yet)
+  bool full_pass_owed_ = false;  // one was due within full_pass_interval of the last
   Ticks next_wakeup_ = kForever;
   Ticks pass_wakeup_ = kForever;
   Allocation scratch_;

@@ -578,7 +578,7 @@ class ConfigParser {
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
               "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s",
-              "reclaim_idle_after_s_by_tier"});
+              "reclaim_idle_after_s_by_tier", "full_pass_interval_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -613,6 +613,7 @@ class ConfigParser {
     }
     seconds("attained_quantum_s", Range{0, true, kMaxSeconds}, p.attained_quantum);
     seconds("max_wait_s", Range{0, false, kMaxSeconds}, p.max_wait);
+    seconds("full_pass_interval_s", Range{0, false, 3600}, p.full_pass_interval);
     if (const Doc* list = f.List("las_thresholds_gpu_s")) {
       p.las_thresholds_gpu_s.clear();
       for (size_t j = 0; j < list->items.size(); ++j) {

@@ -18,13 +18,13 @@ constexpr Ticks kS = kTicksPerSecond;
 
 class GantryTest : public ::testing::Test {
  protected:
-  GantryTest()
+  explicit GantryTest(PolicyParams params = Params())
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
         queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
                             QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
                             QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}})),
-        sched_(cluster_, queues_, MakePolicy("gantry"), Params()) {}
+        sched_(cluster_, queues_, MakePolicy("gantry"), std::move(params)) {}
 
   static PolicyParams Params() {
     PolicyParams p;
@@ -101,6 +101,31 @@ TEST_F(GantryTest, APreemptorCancelledAndForgottenWhileItsVictimLeavesHoldsNothi
   EXPECT_EQ(sched_.job(be1).phase, Phase::kPending);
   EXPECT_EQ(sched_.ledger().used_units(), 16 * kGpuUnits);
   EXPECT_EQ(sched_.job(crit).phase, Phase::kDone);
+}
+
+// Full passes at most every 1,000 s: a claimant whose victim leaves in between starts
+// at once (claims are tried at every pass), and its victim waits for the next full pass.
+class GantryFullPassIntervalTest : public GantryTest {
+ protected:
+  GantryFullPassIntervalTest() : GantryTest(WithInterval()) {}
+  static PolicyParams WithInterval() {
+    PolicyParams p = Params();
+    p.full_pass_interval = 1000 * kS;
+    return p;
+  }
+};
+
+TEST_F(GantryFullPassIntervalTest, AClaimantStartsAsItsVictimsLeaveBetweenFullPasses) {
+  Submit("std1", "research", Tier::kStandard, 1, 8, 0);
+  JobId be1 = Submit("be1", "research", Tier::kBestEffort, 1, 8, 0);
+  Pass(0);
+  JobId crit = Submit("crit", "serving", Tier::kCritical, 1, 8, 130 * kS);
+  EXPECT_EQ(Preempted(Pass(130 * kS)), std::vector<JobId>{be1});
+  sched_.Requeue(be1, 160 * kS);
+  Pass(160 * kS);
+  EXPECT_EQ(sched_.job(crit).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(be1).phase, Phase::kPending);
+  EXPECT_EQ(sched_.next_wakeup(), 1000 * kS);
 }
 
 TEST_F(GantryTest, BorrowedCapacityIsTakenBackFromTheBorrower) {

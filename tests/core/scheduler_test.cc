@@ -159,6 +159,50 @@ TEST_F(SchedulerTest, AnEndedJobForgottenReadsAsEndedAndItsIdIsNeverGivenAgain) 
   EXPECT_EQ(sched_.Estimate(b), 10 * kS);
 }
 
+// full_pass_interval: GPUs freed within the interval of the last full pass wait for the
+// next one, with the jobs in line ahead of any that arrive meanwhile; critical arrivals do
+// not wait; without a release an arrival is tried at once as before.
+TEST(FullPassInterval, FreedGpusWaitForTheNextFullPassWithTheLineKept) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "h", 2, 8, "H100-80GB")});
+  QueueTree queues = MakeQueues({});
+  for (const char* policy : {"fifo", "gantry"}) {
+    SCOPED_TRACE(policy);
+    PolicyParams params;
+    params.full_pass_interval = 10 * kS;
+    Scheduler s(cluster, queues, MakePolicy(policy), params);
+    const JobId a = s.Submit(Whole(c, "a", 2, 8), 0);  // the whole cluster
+    const JobId w = s.Submit(Whole(c, "w", 1, 8), 0);
+    s.Schedule(0);  // the first pass is full
+    ASSERT_EQ(s.job(a).phase, Phase::kRunning);
+    s.Finish(a, 1 * kS);
+    s.Schedule(1 * kS);  // 1 s after the last full pass: owed at 10 s
+    EXPECT_EQ(s.job(w).phase, Phase::kPending);
+    EXPECT_EQ(s.next_wakeup(), 10 * kS);
+    // Arrivals meanwhile: a critical job starts, a standard one waits its turn untried.
+    JobSpec crit = Whole(c, "crit", 1, 1);
+    crit.tier = Tier::kCritical;
+    const JobId cr = s.Submit(crit, 2 * kS);
+    const JobId x = s.Submit(Whole(c, "x", 1, 8), 2 * kS);
+    s.Schedule(2 * kS);
+    EXPECT_EQ(s.job(cr).phase, Phase::kRunning);
+    EXPECT_EQ(s.job(x).phase, Phase::kPending);
+    EXPECT_EQ(s.job(x).wait.cause, WaitCause::kNotYetPlaced);
+    EXPECT_EQ(s.next_wakeup(), 10 * kS);
+    // The owed full pass: w, first in line, takes the free node; x finds no room.
+    s.Schedule(10 * kS);
+    EXPECT_EQ(s.job(w).phase, Phase::kRunning);
+    EXPECT_EQ(s.job(x).phase, Phase::kPending);
+    EXPECT_NE(s.job(x).wait.cause, WaitCause::kNotYetPlaced);
+    // Nothing freed since: a job that fits is tried and starts as it arrives.
+    JobSpec short_job = Whole(c, "y", 1, 2);
+    short_job.runtime_estimate = 60 * kS;  // (gantry: it ends before x's reservation)
+    const JobId y = s.Submit(short_job, 11 * kS);
+    s.Schedule(11 * kS);
+    EXPECT_EQ(s.job(y).phase, Phase::kRunning);
+  }
+}
+
 TEST(SchedulerDeterminism, SameCallsGiveSameDecisions) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "h", 4, 8, "H100-80GB", 2, 2)});

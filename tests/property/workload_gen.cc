@@ -119,6 +119,7 @@ struct Cluster {
   std::vector<int> las_thresholds_gpu_s;
   int attained_quantum_s = 0;
   int max_wait_s = 0;  // 0: not written
+  int full_pass_interval_s = 0;  // 0: not written
 };
 
 Cluster MakeCluster(Rng& rng) {
@@ -266,6 +267,7 @@ std::string ConfigYaml(const Cluster& c, uint64_t seed) {
   y += fmt::format("  las_thresholds_gpu_s: [{}, {}]\n  attained_quantum_s: {}\n", c.las_thresholds_gpu_s[0],
                    c.las_thresholds_gpu_s[1], c.attained_quantum_s);
   if (c.max_wait_s > 0) y += fmt::format("  max_wait_s: {}\n", c.max_wait_s);
+  if (c.full_pass_interval_s > 0) y += fmt::format("  full_pass_interval_s: {}\n", c.full_pass_interval_s);
   return y;
 }
 
@@ -552,7 +554,11 @@ std::string Failures(Rng& rng, const Cluster& c, double span) {
 
 Workload GenerateWorkload(const WorkloadOptions& options) {
   Rng rng(options.seed);
-  const Cluster cluster = MakeCluster(rng);
+  Cluster cluster = MakeCluster(rng);
+  // A third of the workloads run full passes at most every 1-60 s (drawn apart, so the
+  // other draws, and so each seed's workload, stay as they were before the setting).
+  Rng cycle(options.seed ^ 0xc1c1e);
+  if (cycle.Chance(0.35)) cluster.full_pass_interval_s = cycle.Int(1, 60);
   Workload w;
   w.config_yaml = ConfigYaml(cluster, options.seed);
 

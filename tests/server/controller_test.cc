@@ -687,6 +687,42 @@ TEST_F(ControllerTest, AnArrayIsOneRequestForManyJobs) {
   EXPECT_EQ(SubmitWith(kTeamA, body, "0-1", "").body["tasks"], 2);
 }
 
+// policy.full_pass_interval_s: GPUs freed (a node coming up, a job's end) go to waiting
+// jobs at the next full pass, at most that often, which gantryd runs when it is due.
+TEST_F(ControllerTest, WithAFullPassIntervalFreedGpusGoToWaitingJobsAtTheNextFullPass) {
+  ctl_.reset();
+  spec::Diagnostics diags;
+  config_ = spec::ParseClusterConfig(std::string(kConfig) + "policy:\n  full_pass_interval_s: 30\n", "test.yaml", diags);
+  ASSERT_TRUE(config_) << diags.ToString();
+  Restart();  // its first pass is full
+  const std::string body = R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})";
+  const std::string a = Submit(kTeamA, body).body["id"];
+  const std::string b = Submit(kTeamA, body).body["id"];
+  auto beat_for = [&](int64_t ms) {  // heartbeats every second (the node timeout is 3 s)
+    for (; ms > 0; ms -= 1000) {
+      Advance(1000);
+      Beat("h100-0");
+      ctl_->Poke();
+    }
+  };
+  beat_for(1000);  // a node comes up 1 s after that pass: owed 29 s later
+  beat_for(27'000);
+  EXPECT_TRUE(Beat("h100-0")["workers"].empty());
+  EXPECT_EQ(Show(a)["state"], "pending");
+  beat_for(2000);
+  EXPECT_EQ(Beat("h100-0")["workers"].size(), 1u);
+  EXPECT_EQ(Show(a)["state"], "running");
+  EXPECT_EQ(Show(b)["state"], "pending");
+  Advance(1000);
+  Beat("h100-0", json::array({{{"job", a}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  ctl_->Poke();
+  EXPECT_EQ(Show(a)["state"], "finished");
+  beat_for(27'000);
+  EXPECT_EQ(Show(b)["state"], "pending");  // freed 1 s after the last full pass
+  beat_for(2000);
+  EXPECT_EQ(Show(b)["state"], "running");
+}
+
 // Slurm's array throttle, --array 0-5%2: at most two tasks at once (pending in the
 // scheduler, running or stopping), the next in index order as each ends or is cancelled,
 // the rest held with the reason; a restart keeps the throttle.

@@ -284,7 +284,7 @@ extra: 1
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
-                "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier)",
+                "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }
@@ -364,6 +364,16 @@ policy:
     max_wait_s: 3600
 )");
   EXPECT_EQ(both.queues.queue(*both.queues.Find("serve")).spec.max_wait, 3'600'000);
+}
+
+// The scheduling cycle: a full pass at most every full_pass_interval_s (0 by default).
+TEST(ConfigReaderTest, FullPassInterval) {
+  EXPECT_EQ(Parse(std::string(kPool)).policy.params.full_pass_interval, 0);
+  const ClusterConfig c = Parse(std::string(kPool) + "policy:\n  full_pass_interval_s: 2.5\n");
+  EXPECT_EQ(c.policy.params.full_pass_interval, 2'500);
+  const auto e = Errors(std::string(kPool) + "policy:\n  full_pass_interval_s: 7200\n");
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find("policy.full_pass_interval_s"), std::string::npos) << e[0];
 }
 
 // Issue 14: attained-service orders per queue.

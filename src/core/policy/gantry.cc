@@ -336,14 +336,15 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   if (full) {
     reservations_.clear();
     owed_room_.clear();
-  } else {
-    std::erase_if(reservations_,
-                  [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
   }
-  HoldPhantoms(s, JobId(), ~uint64_t{0}, false, true);
   // Jobs whose victims have released their GPUs go first: the capacity was freed for
   // them, and giving it to anyone else (the requeued victim included) would start a
-  // preemption loop.
+  // preemption loop. Before any reservation: a full pass has made none yet, and a pass
+  // between full passes (full_pass_interval) sets aside those of the last one meanwhile
+  // (one made while the victims were leaving would keep the claimant from the room it
+  // preempted for, and it would preempt again, for ever).
+  std::vector<Reservation> kept;
+  kept.swap(reservations_);
   considered_.clear();
   for (size_t i = 0; i < claims_.size(); ++i) {
     const JobId id = claims_[i].job;
@@ -352,6 +353,8 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   // A claim whose victims are gone has had its chance: it holds nothing any longer
   // (the job started, or could not and waits like any other, preempting anew if it may).
   std::erase_if(claims_, [&](const Reservation& c) { return s.job(c.job).victims_pending == 0; });
+  std::erase_if(kept, [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
+  reservations_ = std::move(kept);
   evicted_stale_ = true;
   DropPhantoms(s);
   HoldPhantoms(s);

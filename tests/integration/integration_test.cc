@@ -6,7 +6,10 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -526,6 +529,81 @@ TEST(Integration, AnAgentGoneForItsLeaseHasItsWorkerStoppedBeforeTheJobIsRequeue
   EXPECT_NE(h.Read("agent-h100-0.log").find("stopped by its shim"), std::string::npos) << h.Read("agent-h100-0.log");
   EXPECT_EQ(CountEvents(Events(h), "requeue", "r"), 1);
   EXPECT_EQ(h.Cli({"cancel", "r"}, h.token("a")).rc, 0);
+}
+
+// A site's agents upgraded at once (SIGUSR2, every agent, then the new ones started), and
+// then all killed at once (-9) and started again 300 ms later: every job runs once, to its
+// end, never requeued. Real agents, one per node, each with two running workers (sites
+// upgrade every node's agent together; one agent at a time proves little).
+// GANTRY_IT_SITE_NODES sets the size (default 32; bench figures: docs/benchmarks.md).
+TEST(Integration, EveryAgentOfASiteUpgradedAndThenKilledAtOnceKeepsEveryJobRunning) {
+  const char* env = std::getenv("GANTRY_IT_SITE_NODES");
+  const int nodes = env != nullptr && std::atoi(env) > 0 ? std::atoi(env) : 32;
+  const int jobs = 2 * nodes;
+  Harness h("site-upgrade");
+  h.Setup("cluster: site\npools:\n  - name: h100\n    count: " + std::to_string(nodes) +
+              "\n    gpus: 8\n    gpu_model: H100-80GB\n    leaf_size: 16\n    cpus: 64\n    memory_gb: 512\n"
+              "queues:\n  - name: research\n    guaranteed_gpus: 8\n",
+          {{"a", "research"}});
+  // Start and end lines only: 64 workers logging every 0.1 s would load the machine more
+  // than the agents do.
+  h.Write("run.sh", "#!/bin/sh\nout=\"$1/$GANTRY_JOB_ID.$GANTRY_RUN.$GANTRY_RANK.log\"\n"
+                    "echo \"start $(date +%s.%N)\" >> \"$out\"\nsleep \"$2\"\necho \"end $(date +%s.%N)\" >> \"$out\"\n", true);
+  fs::create_directories(h.Path("out"));
+  // Site timings (a heartbeat a second, the 30 s node timeout: an 18 s lease).
+  h.StartServer({"--heartbeat-ms", "1000", "--node-timeout-s", "30"});
+  for (int i = 0; i < nodes; ++i) h.StartAgent("h100-" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(nodes); }, 60)) << "agents did not come up";
+  const int seconds = 15 + nodes / 4;  // outlasts both rounds on a loaded 2-core machine
+  for (int j = 0; j < jobs; ++j) {
+    int status = 0;
+    const json spec = {{"id", "w" + std::to_string(j)}, {"queue", "research"}, {"gpus", 4}, {"vram_gb", 40},
+                       {"command", {h.Path("run.sh"), h.Path("out"), std::to_string(seconds)}}};
+    const json reply = h.Post("/v1/jobs", spec.dump(), h.token("a"), &status);
+    ASSERT_EQ(status, 201) << reply.dump();
+  }
+  auto started = [&] {
+    int n = 0;
+    for (int j = 0; j < jobs; ++j) n += !Times(h.Path("out/w" + std::to_string(j) + ".1.0.log"), "start").empty();
+    return n;
+  };
+  ASSERT_TRUE(Harness::WaitFor([&] { return started() == jobs; }, 60)) << started() << " of " << jobs << " started";
+  auto readopted = [&] {
+    size_t n = 0;
+    for (int i = 0; i < nodes; ++i) {
+      const std::string log = h.Read("agent-h100-" + std::to_string(i) + ".log");
+      for (size_t at = log.find(": re-adopted,"); at != std::string::npos; at = log.find(": re-adopted,", at + 1)) ++n;
+    }
+    return static_cast<int>(n);
+  };
+  // Every agent at once: signal all, then reap them, then start the successors.
+  int first = 0;  // the running agents' indexes: [first, first + nodes)
+  auto round = [&](int sig, int pause_ms, int expect) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = first; i < first + nodes; ++i) ::kill(h.agent_pid(i), sig);
+    for (int i = first; i < first + nodes; ++i) h.StopAgent(i, sig);
+    first += nodes;
+    std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    for (int i = 0; i < nodes; ++i) h.StartAgent("h100-" + std::to_string(i));
+    EXPECT_TRUE(Harness::WaitFor([&] { return readopted() == expect; }, 60)) << readopted() << " re-adopted, not " << expect;
+    std::cerr << "[ site ] " << nodes << " agents (" << strsignal(sig) << "): " << readopted()
+              << " workers re-adopted in all, this round in "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+  };
+  round(SIGUSR2, 0, jobs);  // an upgrade: the agents leave their workers to the next
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // heartbeats answered: fresh leases
+  round(SIGKILL, 300, 2 * jobs);  // a crash of every agent
+  std::set<std::string> ids;
+  for (int j = 0; j < jobs; ++j) ids.insert("w" + std::to_string(j));
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, seconds + 60));
+  const std::vector<json> events = Events(h);
+  for (const std::string& id : ids) {
+    EXPECT_EQ(h.Job(id)["state"], "finished") << id;
+    EXPECT_EQ(Times(h.Path("out/" + id + ".1.0.log"), "end").size(), 1u) << id << " did not run to its end once";
+    EXPECT_FALSE(fs::exists(h.Path("out/" + id + ".2.0.log"))) << id << " ran again";
+    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
+    EXPECT_EQ(CountEvents(events, "finish", id), 1) << id;
+  }
 }
 
 // Issue 16, isolation: each worker in a cgroup of its own (where the machine gives one):

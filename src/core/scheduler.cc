@@ -372,6 +372,12 @@ std::string_view Name(WaitCause c) {
   return "other";
 }
 
+std::string SecondsText(Ticks t) {
+  std::string s = std::to_string(t / kTicksPerSecond);
+  if (t % kTicksPerSecond) s += "." + std::to_string(1000 + t % kTicksPerSecond).substr(1);
+  return s;
+}
+
 std::string_view Word(WaitCause c) {
   switch (c) {
     case WaitCause::kNotYetPlaced: return "not yet placed";
@@ -566,7 +572,17 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   full_pass_owed_ = full && interval > 0 && last_full_pass_ >= 0 && now < last_full_pass_ + interval;
   if (full_pass_owed_) {
     full = false;
-    std::erase_if(arrived_, [&](JobId id) { return job(id).spec.tier != Tier::kCritical; });
+    // The others say why they are not tried yet.
+    const Ticks at = last_full_pass_ + interval;
+    std::erase_if(arrived_, [&](JobId id) {
+      if (job(id).spec.tier == Tier::kCritical) return false;
+      if (job(id).phase == Phase::kPending) {
+        Wait(id, WaitReason::Of(WaitCause::kNotYetPlaced, QueueId(), JobId(), at),
+             "not yet placed: GPUs were freed since the last full pass; it is tried at the next, at t=" +
+                 SecondsText(at) + " s, after the jobs ahead of it (policy.full_pass_interval_s)");
+      }
+      return true;
+    });
   }
   if (full) {
     next_wakeup_ = kForever;

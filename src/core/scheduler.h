@@ -98,6 +98,9 @@ enum class WaitCause : uint8_t {
 inline constexpr int kWaitCauses = 8;
 std::string_view Name(WaitCause c);  // "not yet placed", "capacity", "held for a reservation", ...
 std::string_view Word(WaitCause c);  // the reason text's first word: "capacity", "reservation", ...
+// A time as reason texts give it: seconds with up to millisecond decimals ("12", "12.345");
+// the server turns "t=<that> s" into wall-clock times.
+std::string SecondsText(Ticks t);
 
 // Why a pending job waits, for code: what blocks it and, where known, the queue whose
 // limit holds it, the job the room is held for, and when that may change. The reason

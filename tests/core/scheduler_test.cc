@@ -188,6 +188,10 @@ TEST(FullPassInterval, FreedGpusWaitForTheNextFullPassWithTheLineKept) {
     EXPECT_EQ(s.job(cr).phase, Phase::kRunning);
     EXPECT_EQ(s.job(x).phase, Phase::kPending);
     EXPECT_EQ(s.job(x).wait.cause, WaitCause::kNotYetPlaced);
+    EXPECT_EQ(s.job(x).wait.at, 10 * kS);
+    EXPECT_EQ(s.job(x).wait_reason,
+              "not yet placed: GPUs were freed since the last full pass; it is tried at the next, at t=10 s, "
+              "after the jobs ahead of it (policy.full_pass_interval_s)");
     EXPECT_EQ(s.next_wakeup(), 10 * kS);
     // The owed full pass: w, first in line, takes the free node; x finds no room.
     s.Schedule(10 * kS);

@@ -9,16 +9,6 @@
 
 namespace gantry::core {
 
-namespace {
-
-std::string Seconds(Ticks t) {
-  std::string s = std::to_string(t / kTicksPerSecond);
-  if (t % kTicksPerSecond) s += "." + std::to_string(1000 + t % kTicksPerSecond).substr(1);
-  return s;
-}
-
-}  // namespace
-
 void GantryPolicy::Init(const Scheduler& s) {
   ordering_.Init(s);
   if (max_wait_.size() == s.queues().size()) return;
@@ -131,11 +121,11 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
   std::string out;
   for (const Reservation& r : claims_) {
     out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
-           " (preempting, from t=" + Seconds(r.start) + " s)";
+           " (preempting, from t=" + SecondsText(r.start) + " s)";
   }
   for (const Reservation& r : reservations_) {
     out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
-           " (reserved, from t=" + Seconds(r.start) + " s)";
+           " (reserved, from t=" + SecondsText(r.start) + " s)";
   }
   // Drains may be many: the first few by name (a reason should read in one line).
   constexpr size_t kNamed = 2;
@@ -620,7 +610,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       }
       if (drain != drains_.end()) {
         wait.at = drain->r.start;
-        why += "; waited past max_wait_s: draining GPUs for it, free from t=" + Seconds(drain->r.start) + " s";
+        why += "; waited past max_wait_s: draining GPUs for it, free from t=" + SecondsText(drain->r.start) + " s";
       } else {
         why += "; waited past max_wait_s";
       }
@@ -629,12 +619,12 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       Reserve(s, id, now);
       if (!reservations_.empty() && reservations_.back().job == id) {
         wait.at = reservations_.back().start;
-        why += "; reserved to start at t=" + Seconds(reservations_.back().start) + " s";
+        why += "; reserved to start at t=" + SecondsText(reservations_.back().start) + " s";
       }
     }
     if (at_checkpoint < kForever) {
       why += "; jobs it may preempt are past their last checkpoint (next at t=" +
-             Seconds(at_checkpoint) + " s)";
+             SecondsText(at_checkpoint) + " s)";
       s.WakeAt(at_checkpoint);  // else only an unrelated event would bring the next pass
     }
   }

@@ -215,6 +215,7 @@ Status Controller::Restore() {
   sched_ = std::make_unique<core::Scheduler>(cluster_, config_.queues, std::move(policy), params);
   if (Status s = SeedBudgets(now); !s) return s;
 
+  if (Status s = RestoreHistory(); !s) return s;
   nodes_.assign(cluster_.nodes().size(), NodeInfo{});
   node_jobs_.assign(cluster_.nodes().size(), {});
   node_version_.assign(cluster_.nodes().size(), 0);

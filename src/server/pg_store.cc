@@ -11,7 +11,7 @@
 namespace gantry::server {
 
 // 2: tokens.username and runs.username; 3: runs' usage columns; 4: usage_samples.
-constexpr int kPgSchemaVersion = 5;  // as SQLite's; 5: jobs.ended_ms
+constexpr int kPgSchemaVersion = 6;  // as SQLite's; 5: jobs.ended_ms; 6: cluster_history
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -69,6 +69,7 @@ CREATE TABLE IF NOT EXISTS usage_samples (
   vram_peak BIGINT NOT NULL,
   PRIMARY KEY (job_seq, t_ms, run));
 CREATE INDEX IF NOT EXISTS usage_samples_time ON usage_samples (t_ms);
+CREATE TABLE IF NOT EXISTS cluster_history (t_ms BIGINT PRIMARY KEY, sample TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS leader (
   id INTEGER PRIMARY KEY CHECK (id = 1),
   holder TEXT NOT NULL,
@@ -546,6 +547,33 @@ Result<std::vector<UsageSample>> PgStore::UsageSamples(int64_t job_seq) {
                               r->Real(i, 4), r->Int(i, 5)});
   }
   return out;
+}
+
+Status PgStore::AddClusterSample(int64_t t_ms, const std::string& sample) {
+  return Write([&]() -> Status {
+    auto r = Query("INSERT INTO cluster_history VALUES ($1, $2) ON CONFLICT (t_ms) DO UPDATE SET sample = EXCLUDED.sample",
+                   PgParams().Add(t_ms).Add(sample));
+    if (!r) return r.error();
+    return Ok{};
+  });
+}
+
+Result<std::vector<std::pair<int64_t, std::string>>> PgStore::ClusterSamples(int64_t limit) {
+  auto r = Query("SELECT t_ms, sample FROM (SELECT t_ms, sample FROM cluster_history ORDER BY t_ms DESC LIMIT $1) "
+                 "AS latest ORDER BY t_ms",
+                 PgParams().Add(limit));
+  if (!r) return r.error();
+  std::vector<std::pair<int64_t, std::string>> out;
+  for (int i = 0; i < r->size(); ++i) out.emplace_back(r->Int(i, 0), r->Text(i, 1));
+  return out;
+}
+
+Status PgStore::PruneClusterSamples(int64_t before_ms) {
+  return Write([&]() -> Status {
+    auto r = Query("DELETE FROM cluster_history WHERE t_ms < $1", PgParams().Add(before_ms));
+    if (!r) return r.error();
+    return Ok{};
+  });
 }
 
 Result<int64_t> PgStore::PruneUsageSamples(int64_t before_ms) {

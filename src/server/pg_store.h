@@ -77,6 +77,9 @@ class PgStore final : public Store {
   Status AddUsageSample(const UsageSample& sample) override;
   Result<std::vector<UsageSample>> UsageSamples(int64_t job_seq) override;
   Result<int64_t> PruneUsageSamples(int64_t before_ms) override;
+  Status AddClusterSample(int64_t t_ms, const std::string& sample) override;
+  Result<std::vector<std::pair<int64_t, std::string>>> ClusterSamples(int64_t limit) override;
+  Status PruneClusterSamples(int64_t before_ms) override;
 
   Status AddToken(const StoredToken& token) override;
   Result<std::optional<StoredToken>> FindToken(const std::string& hash) override;

@@ -11,8 +11,9 @@ namespace gantry::server {
 
 namespace {
 
-// 2: tokens.username, runs.username; 3: runs' usage; 4: usage_samples; 5: jobs.ended_ms
-constexpr int kSchemaVersion = 5;
+// 2: tokens.username, runs.username; 3: runs' usage; 4: usage_samples; 5: jobs.ended_ms;
+// 6: cluster_history
+constexpr int kSchemaVersion = 6;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -62,6 +63,7 @@ CREATE TABLE IF NOT EXISTS usage_samples (
   vram_peak INTEGER NOT NULL,
   PRIMARY KEY (job_seq, t_ms, run)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS usage_samples_time ON usage_samples (t_ms);
+CREATE TABLE IF NOT EXISTS cluster_history (t_ms INTEGER PRIMARY KEY, sample TEXT NOT NULL);
 )sql";
 
 // A prepared statement that finalizes itself. Bind indexes are 1-based.
@@ -205,6 +207,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
         "",
         // 5: when each job ended (retention); jobs that had ended count from the upgrade.
         // (kSchema made the column where it made the table.)
+        "",
+        // 6: cluster_history, made by kSchema.
         ""};
     for (int v = std::max(old, 1) + 1; v <= kSchemaVersion; ++v) {
       Status s = store->Exec(steps[v - 1]);
@@ -439,6 +443,31 @@ Result<std::vector<UsageSample>> SqliteStore::UsageSamples(int64_t job_seq) {
   }
   if (Status st = s.status(); !st) return st.error();
   return out;
+}
+
+Status SqliteStore::AddClusterSample(int64_t t_ms, const std::string& sample) {
+  return Write([&] {
+    Stmt s(db_, "INSERT OR REPLACE INTO cluster_history VALUES (?, ?)");
+    s.Bind(1, t_ms).Bind(2, sample);
+    return Run(s);
+  });
+}
+
+Result<std::vector<std::pair<int64_t, std::string>>> SqliteStore::ClusterSamples(int64_t limit) {
+  Stmt s(db_, "SELECT t_ms, sample FROM (SELECT t_ms, sample FROM cluster_history ORDER BY t_ms DESC LIMIT ?) ORDER BY t_ms");
+  s.Bind(1, limit);
+  std::vector<std::pair<int64_t, std::string>> out;
+  while (s.Step()) out.emplace_back(s.Int(0), s.Text(1));
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
+Status SqliteStore::PruneClusterSamples(int64_t before_ms) {
+  return Write([&] {
+    Stmt s(db_, "DELETE FROM cluster_history WHERE t_ms < ?");
+    s.Bind(1, before_ms);
+    return Run(s);
+  });
 }
 
 Result<int64_t> SqliteStore::PruneUsageSamples(int64_t before_ms) {

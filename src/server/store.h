@@ -137,6 +137,13 @@ class Store {
   virtual Result<std::vector<UsageSample>> UsageSamples(int64_t job_seq) = 0;
   virtual Result<int64_t> PruneUsageSamples(int64_t before_ms) = 0;
 
+  // The console's cluster history (GET /v1/cluster/history): one sample per interval as
+  // JSON text, at its Unix time in ms (kept across restarts and shared with a standby);
+  // the latest `limit`, oldest first; those older than `before_ms` deleted.
+  virtual Status AddClusterSample(int64_t t_ms, const std::string& sample) = 0;
+  virtual Result<std::vector<std::pair<int64_t, std::string>>> ClusterSamples(int64_t limit) = 0;
+  virtual Status PruneClusterSamples(int64_t before_ms) = 0;
+
   virtual Status AddToken(const StoredToken& token) = 0;
   virtual Result<std::optional<StoredToken>> FindToken(const std::string& hash) = 0;
   virtual Result<std::vector<StoredToken>> ListTokens() = 0;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <limits>
 #include <filesystem>
+#include <future>
 #include <sstream>
 
 #include "server/controller_internal.h"
@@ -685,6 +686,34 @@ TEST_F(ControllerTest, AnArrayIsOneRequestForManyJobs) {
   EXPECT_EQ(beat["workers"][0]["env"]["GANTRY_ARRAY_TASK_ID"], "3");
   EXPECT_EQ(Show("j1_500")["state"], "cancelled");
   EXPECT_EQ(SubmitWith(kTeamA, body, "0-1", "").body["tasks"], 2);
+}
+
+// The console's history (a sample a minute, GET /v1/cluster/history) outlives a restart:
+// gantryd keeps it in the store, so a restart or a standby taking over keeps the day.
+TEST_F(ControllerTest, TheClusterHistoryOutlivesARestart) {
+  auto history = [&] {
+    std::promise<Reply> p;
+    ctl_->ClusterHistory(kAdmin, 0, [&](Reply r) { p.set_value(std::move(r)); });
+    return p.get_future().get().body;
+  };
+  ASSERT_EQ(Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})").code, Code::kCreated);
+  for (int i = 0; i < 3; ++i) {
+    Beat("h100-0");
+    ctl_->Poke();
+    Advance(60'000);
+  }
+  // (A batch answers its requests before it samples: this one's sample comes after.)
+  const json before = history();
+  ASSERT_EQ(before["samples"].size(), 3u) << before.dump();
+  EXPECT_EQ(before["samples"][2]["used_gpus"], 2.0) << before.dump();
+  EXPECT_EQ(before["samples"][2]["queues"]["research"], 2.0) << before.dump();
+  Restart();
+  const json after = history();
+  ASSERT_EQ(after["samples"].size(), 4u) << after.dump();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(after["samples"][i], before["samples"][i]) << i;
+  Advance(60'000);  // and it goes on from there
+  ctl_->Poke();
+  EXPECT_EQ(history()["samples"].size(), 5u);
 }
 
 // policy.full_pass_interval_s: GPUs freed (a node coming up, a job's end) go to waiting

@@ -144,7 +144,7 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
 
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "5");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "6");
   auto runs = store->Runs(0, 10000);
   ASSERT_TRUE(runs.ok()) << runs.error().message;
   ASSERT_EQ(runs->size(), 1u);
@@ -163,7 +163,7 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
     auto store = Open();
     ASSERT_TRUE(store);
   }
-  ExecRaw("ALTER TABLE jobs DROP COLUMN ended_ms;"
+  ExecRaw("ALTER TABLE jobs DROP COLUMN ended_ms; DROP TABLE cluster_history;"
           "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
           "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', false, '{}');"
           "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', true, '{}')");
@@ -172,7 +172,7 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
                              std::chrono::system_clock::now().time_since_epoch()).count();
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "5");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "6");
   auto jobs = store->LoadJobs(-1);
   ASSERT_TRUE(jobs.ok()) << jobs.error().message;
   ASSERT_EQ(jobs->size(), 2u);
@@ -181,6 +181,7 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
   EXPECT_EQ((*jobs)[1].ended_ms, -1);
   EXPECT_TRUE(store->PurgeJobs(before - 1000, 10)->empty());
   EXPECT_EQ(*store->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
+  EXPECT_TRUE(store->AddClusterSample(1000, "{}").ok());  // schema 6's table was made
 }
 
 // PostgreSQL aborts a transaction at its first failed statement; SQLite would go on.

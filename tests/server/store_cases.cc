@@ -98,6 +98,31 @@ TEST_P(StoreCases, PutJobReplacesBySeq) {
   EXPECT_EQ((*jobs)[0].doc, "{\"state\":\"done\"}");
 }
 
+// The console's cluster history: the latest samples oldest first, a sample rewritten at the
+// same time replaced, older ones pruned; kept across a reopen.
+TEST_P(StoreCases, ClusterHistoryKeepsTheLatestSamplesInOrder) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store);
+    for (int64_t t : {3000, 1000, 2000, 4000}) {
+      ASSERT_TRUE(store->AddClusterSample(t, "{\"t\":" + std::to_string(t) + "}").ok());
+    }
+    ASSERT_TRUE(store->AddClusterSample(4000, "{\"again\":true}").ok());
+    auto latest = store->ClusterSamples(3);
+    ASSERT_TRUE(latest.ok()) << latest.error().message;
+    EXPECT_EQ(*latest, (std::vector<std::pair<int64_t, std::string>>{
+                           {2000, "{\"t\":2000}"}, {3000, "{\"t\":3000}"}, {4000, "{\"again\":true}"}}));
+    ASSERT_TRUE(store->PruneClusterSamples(3000).ok());
+  }
+  auto store = Open();
+  ASSERT_TRUE(store);
+  auto all = store->ClusterSamples(100);
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[0].first, 3000);
+  EXPECT_EQ((*all)[1].first, 4000);
+}
+
 // Retention: ended jobs go oldest first, in batches; active ones stay; a purged job's seq
 // is never given again, its name and idempotency key are free again.
 TEST_P(StoreCases, EndedJobsArePurgedByAgeAndTheirSeqsAreNeverGivenAgain) {

@@ -102,7 +102,7 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   u.busy_gpu_ms = 42;
   ASSERT_TRUE((*store)->SetRunUsage(u).ok());
   EXPECT_EQ((*(*store)->Runs(0, 10000))[0].busy_gpu_ms, 42);
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "5");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "6");
   ASSERT_TRUE((*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
   store->reset();
   RemoveDb(db);
@@ -118,7 +118,7 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
     ASSERT_TRUE(store.ok());
   }
   ExecRaw(db,
-        "DROP INDEX jobs_ended; ALTER TABLE jobs DROP COLUMN ended_ms;"
+        "DROP INDEX jobs_ended; ALTER TABLE jobs DROP COLUMN ended_ms; DROP TABLE cluster_history;"
         "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
         "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', 0, '{}');"
         "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', 1, '{}');");
@@ -126,7 +126,7 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
                              std::chrono::system_clock::now().time_since_epoch()).count();
   auto store = SqliteStore::Open(db.string());
   ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "5");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "6");
   auto jobs = (*store)->LoadJobs(-1);
   ASSERT_TRUE(jobs.ok()) << jobs.error().message;
   ASSERT_EQ(jobs->size(), 2u);
@@ -135,6 +135,7 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
   EXPECT_EQ((*jobs)[1].ended_ms, -1);
   EXPECT_TRUE((*store)->PurgeJobs(before - 1000, 10)->empty());
   EXPECT_EQ(*(*store)->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
+  EXPECT_TRUE((*store)->AddClusterSample(1000, "{}").ok());  // schema 6's table was made
   store->reset();
   RemoveDb(db);
 }

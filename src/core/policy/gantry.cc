@@ -30,6 +30,8 @@ bool GantryPolicy::PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks n
 
 bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const {
   // Those owed room: claimants that preempted by rank, and draining jobs a limit stops.
+  // (Neither without attained-service orders or drains: asked at every job of a pass.)
+  if (owed_room_.empty() && !ordering_.AnyByRank()) return false;
   std::vector<JobId> owed = owed_room_;
   for (const Reservation& c : claims_) {
     if (ordering_.ByRank(s.job(c.job).spec.queue)) owed.push_back(c.job);

@@ -16,6 +16,7 @@ void QueueOrdering::Init(const Scheduler& s) {
   ranked_.assign(s.queues().size(), {});
   for (uint32_t i = 0; i < orders_.size(); ++i) {
     orders_[i] = s.queues().Nearest(QueueId(i), &QueueSpec::order).value_or(QueueOrder::kFairShare);
+    any_by_rank_ |= orders_[i] != QueueOrder::kFairShare;
   }
 }
 

@@ -26,6 +26,7 @@ class QueueOrdering {
   // Queue q's order (fair-share before Init).
   QueueOrder Of(QueueId q) const { return q.v < orders_.size() ? orders_[q.v] : QueueOrder::kFairShare; }
   bool ByRank(QueueId q) const { return Of(q) != QueueOrder::kFairShare; }
+  bool AnyByRank() const { return any_by_rank_; }  // some queue orders by attained service
   // A job's rank in its queue now: lower goes first (0 for every job under fair-share).
   double Rank(const Scheduler& s, const JobRecord& job, Ticks now);
   // Offers the pending jobs of `tier` submitted after `after` to `consider`, one at a
@@ -40,6 +41,7 @@ class QueueOrdering {
   void RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now);
 
   std::vector<QueueOrder> orders_;
+  bool any_by_rank_ = false;
   // Per queue: the sorted run times its Gittins indexes come from (as of `count`
   // completions) with the indexes computed so far, and the pass's ranked pending jobs.
   struct GittinsDist {

@@ -45,12 +45,6 @@ constexpr int64_t kMigRetryMs = 100;
 
 using gantry::UrlEncode;
 
-// Wall-clock ms since the Unix epoch (records carry deadlines a successor reads).
-int64_t WallNowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 std::string RandomId() {
   std::random_device rd;
   char buf[17];
@@ -386,7 +380,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"share", {{"sharing", w.share.sharing}, {"gpus", w.share.gpus},
                        {"share_milli", w.share.share_milli}, {"mig_uuid", w.share.mig_uuid}}}};
   if (w.stopping) {  // signalled: SIGKILL at this wall-clock time (ms)
-    r["kill_at_ms"] = WallNowMs() + (w.kill_at - Now());
+    r["kill_at_ms"] = WallMs() + (w.kill_at - Now());
   }
   WriteFileAtomically(w.record_path, r.dump() + "\n");
 }
@@ -417,7 +411,7 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.adopted = true;
   if (r.contains("kill_at_ms")) {  // signalled already: only its SIGKILL is left to send
     w.stopping = true;
-    w.kill_at = Now() + std::max<int64_t>(0, r.value("kill_at_ms", int64_t{0}) - WallNowMs());
+    w.kill_at = Now() + std::max<int64_t>(0, r.value("kill_at_ms", int64_t{0}) - WallMs());
   }
   std::lock_guard lk(fence_mu_);
   live_[w.pid] = Live{.grace_ms = w.grace_ms,

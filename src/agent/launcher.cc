@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <cstdlib>
@@ -381,6 +382,10 @@ int ShimMain(int argc, char** argv) {
   // left of the server's node timeout.
   bool signalled = false;
   int64_t kill_at = 0;
+  auto kill_all = [&] {
+    WriteShimStatus(status, 0, SIGKILL, true);
+    ::kill(0, SIGKILL);  // the worker, all it started in the group, and the shim
+  };
   while (true) {
     int st = 0;
     const pid_t r = ::waitpid(worker, &st, WNOHANG);
@@ -400,10 +405,7 @@ int ShimMain(int argc, char** argv) {
       return 127;
     }
     const int64_t now = MonotonicMs();
-    if (signalled && now >= kill_at) {
-      WriteShimStatus(status, 0, SIGKILL, true);
-      ::kill(0, SIGKILL);  // the worker, all it started in the group, and the shim
-    }
+    if (signalled && now >= kill_at) kill_all();
     if (!signalled && expired(now)) {
       const int64_t budget = std::max<int64_t>(0, (node_timeout_ms - lease_ms) / 2);
       if (!supervised()) {
@@ -416,10 +418,7 @@ int ShimMain(int argc, char** argv) {
       // the worker by when its own fence would have killed it (lease + budget): SIGKILL,
       // halfway between then and the server's node timeout.
       const int64_t backstop = lease_ms + budget + std::max<int64_t>(0, node_timeout_ms - lease_ms - budget) / 2;
-      if (node_timeout_ms > 0 && now - fresh_at > backstop) {
-        WriteShimStatus(status, 0, SIGKILL, true);
-        ::kill(0, SIGKILL);
-      }
+      if (node_timeout_ms > 0 && now - fresh_at > backstop) kill_all();
     }
     ::usleep(100'000);
   }
@@ -429,14 +428,17 @@ void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_
   WriteFileAtomically(path, std::to_string(lease_ms) + " " + std::to_string(node_timeout_ms) + "\n");
 }
 
+int64_t WallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 std::optional<LeaseFile> ReadLease(const std::string& path) {
   struct stat st {};
   std::ifstream in(path);
   LeaseFile f;
   if (!(in >> f.lease_ms >> f.node_timeout_ms) || ::stat(path.c_str(), &st) != 0) return std::nullopt;
-  timespec wall{};
-  ::clock_gettime(CLOCK_REALTIME, &wall);
-  f.age_ms = std::max<int64_t>(0, static_cast<int64_t>(wall.tv_sec) * 1000 + wall.tv_nsec / 1'000'000 - MtimeMs(st));
+  f.age_ms = std::max<int64_t>(0, WallMs() - MtimeMs(st));
   return f;
 }
 

@@ -97,6 +97,9 @@ int ShimMain(int argc, char** argv);
 // fresh as of now.
 void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms);
 
+// Wall-clock ms since the Unix epoch (what outlives an agent: lease ages, records' deadlines).
+int64_t WallMs();
+
 // The lease file as the agent last wrote it, and how long ago (by the wall clock); nullopt
 // when there is none.
 struct LeaseFile {

@@ -323,10 +323,9 @@ void Controller::SampleCluster(Ticks now) {
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {
     c.queues.push_back(static_cast<double>(sched_->queue_usage(core::QueueId(q))) / core::kGpuUnits);
   }
-  // Kept in the store too, so a restart or a standby taking over keeps the console's day.
-  const int64_t kept_ms = static_cast<int64_t>(options_.history_samples) * options_.history_sample_ms;
+  // Kept in the store too, so a restart or a standby taking over keeps the console's day
+  // (pruned hourly with the usage series, Housekeeping).
   if (Status s = store_.AddClusterSample(WallMs(now), SampleJson(c).dump()); !s) Fatal("store: " + s.error().message);
-  if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s) Fatal("store: " + s.error().message);
   history_.push_back(std::move(c));
   while (history_.size() > options_.history_samples) history_.pop_front();
 }
@@ -335,8 +334,8 @@ Status Controller::RestoreHistory() {
   auto rows = store_.ClusterSamples(static_cast<int64_t>(options_.history_samples));
   if (!rows) return rows.error();
   history_.clear();
-  for (const auto& [t_ms, text] : *rows) {  // (t_ms: the sample's own t)
-    const json j = json::parse(text, nullptr, false);
+  for (const auto& row : *rows) {
+    const json j = json::parse(row.second, nullptr, false);
     if (!j.is_object()) continue;  // (written by gantryd: not expected)
     history_.push_back(SampleFromJson(j));
   }
@@ -385,6 +384,9 @@ void Controller::Housekeeping(Ticks now) {
     samples_pruned_ = now;
     auto pruned = store_.PruneUsageSamples(WallMs(now) - options_.usage_retention_ms);
     if (!pruned) Fatal("store: " + pruned.error().message);
+    // And the console's history beyond the samples it keeps.
+    const int64_t kept_ms = static_cast<int64_t>(options_.history_samples) * options_.history_sample_ms;
+    if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s) Fatal("store: " + s.error().message);
   }
   PurgeJobs(now);
   if (now - tokens_flushed_ >= 10'000) {

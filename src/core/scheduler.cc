@@ -392,12 +392,21 @@ std::string_view Word(WaitCause c) {
   return "other";
 }
 
+std::string_view AtLabel(WaitCause c) {
+  switch (c) {
+    case WaitCause::kCapacity: return "estimated start";
+    case WaitCause::kReservation: return "held GPUs' earliest start";
+    case WaitCause::kPreemption: return "victims' GPUs free by";
+    default: return "";
+  }
+}
+
 void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) {
   JobRecord& job = Rec(id);
   job.wait = wait;  // its `at` may move while the text stays: no new decision for that
   if (job.wait_reason == reason) return;
   job.wait_reason = reason;
-  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::string(reason), wait.cause});
+  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::string(reason), wait.cause, wait.at});
 }
 
 bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {

@@ -98,6 +98,12 @@ enum class WaitCause : uint8_t {
 inline constexpr int kWaitCauses = 8;
 std::string_view Name(WaitCause c);  // "not yet placed", "capacity", "held for a reservation", ...
 std::string_view Word(WaitCause c);  // the reason text's first word: "capacity", "reservation", ...
+// What a wait's `at` means, for a display that puts it beside the reason text: "estimated
+// start", ...; empty where the text gives its time itself (kWindow, whose time never moves).
+// Reason texts leave out times that move from pass to pass (a reserved start, a holder's,
+// the next checkpoint): a new text is a new wait event, and the reserved jobs' moving
+// starts made most of a big replay's events (664,000 of the 1M replay's 738,000).
+std::string_view AtLabel(WaitCause c);
 // A time as reason texts give it: seconds with up to millisecond decimals ("12", "12.345");
 // the server turns "t=<that> s" into wall-clock times.
 std::string SecondsText(Ticks t);
@@ -110,9 +116,9 @@ struct WaitReason {
   QueueId queue;  // kQuota, kBudget: the queue whose limit holds it
   JobId holder;   // kReservation: the job the GPUs are held for first; kQuota: the job the
                   // room is held for; kPreemption: the job it was preempted for
-  Ticks at = -1;  // kWindow: when it opens; kReservation, or kCapacity with a reservation
-                  // or drain of its own: the reserved start; kPreemption: when its victims'
-                  // grace ends
+  Ticks at = -1;  // kWindow: when it opens; kReservation: the earliest start of the held
+                  // GPUs' jobs; kCapacity with a reservation or drain of its own: the
+                  // reserved start; kPreemption: when its victims' grace ends
   bool operator==(const WaitReason&) const = default;
   static WaitReason Of(WaitCause cause, QueueId queue = QueueId(), JobId holder = JobId(), Ticks at = -1) {
     WaitReason w;
@@ -157,6 +163,7 @@ struct Decision {
   JobId by;            // kPreempt: the job the victim makes room for
   std::string reason;  // kPreempt, kReject, kWait
   WaitCause cause = WaitCause::kOther;  // kWait
+  Ticks at = -1;                         // kWait: the wait's `at` when its text was written
 };
 
 class Scheduler;

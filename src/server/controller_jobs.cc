@@ -507,7 +507,14 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   std::string reason;
   switch (job.state) {
     case JobState::kPending:
-      reason = job.core.valid() ? HumanTimes(sched_->job(job.core).wait_reason, epoch_ms_, WallMs(now_)) : "";
+      if (job.core.valid()) {
+        // The core's text leaves out times that move (core::AtLabel): given here, as of now.
+        const core::JobRecord& rec = sched_->job(job.core);
+        reason = HumanTimes(rec.wait_reason, epoch_ms_, WallMs(now_));
+        if (const std::string_view label = core::AtLabel(rec.wait.cause); rec.wait.at >= 0 && !label.empty()) {
+          reason += "; " + std::string(label) + " " + HumanTime(WallMs(rec.wait.at), WallMs(now_));
+        }
+      }
       if (!job.after.empty()) {
         reason = "dependency: waiting for ";
         const size_t shown = std::min<size_t>(job.after.size(), 3);

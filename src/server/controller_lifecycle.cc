@@ -44,7 +44,7 @@ void Controller::Pass(Ticks now) {
         log_.Reject(now, job.name, d.reason);
         EndJob(job, "rejected", d.reason, now);
         break;
-      case core::Decision::Kind::kWait: log_.Wait(now, job.name, d.reason); break;
+      case core::Decision::Kind::kWait: log_.Wait(now, job.name, d.reason, d.at); break;
     }
   }
   dirty_ = false;

@@ -198,7 +198,7 @@ void Simulator::Pass(Ticks now) {
         sched_.Forget(d.job);  // as gantryd does with every job that ends
         break;
       case core::Decision::Kind::kWait:
-        if (options_.log_waits) log_.Wait(now, Name(d.job), d.reason);
+        if (options_.log_waits) log_.Wait(now, Name(d.job), d.reason, d.at);
         Waits(d.job, now, d.cause);
         break;
     }

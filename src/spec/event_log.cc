@@ -146,8 +146,12 @@ void EventLog::Requeue(core::Ticks t, std::string_view job, std::string_view rea
 void EventLog::Cancel(core::Ticks t, std::string_view job, std::string_view reason) {
   JobEvent(t, "cancel", job, "reason", reason);
 }
-void EventLog::Wait(core::Ticks t, std::string_view job, std::string_view reason) {
-  JobEvent(t, "wait", job, "reason", reason);
+void EventLog::Wait(core::Ticks t, std::string_view job, std::string_view reason, core::Ticks at) {
+  Head(t, "wait");
+  Field("job", job);
+  Field("reason", reason);
+  if (at >= 0) out_ << ",\"at\":" << FormatSeconds(at);
+  End();
 }
 
 void EventLog::NodeDown(core::Ticks t, std::string_view node) {

@@ -29,7 +29,9 @@ class EventLog {
   void Reclaim(core::Ticks t, std::string_view job, std::string_view reason);
   void Requeue(core::Ticks t, std::string_view job, std::string_view reason);
   void Cancel(core::Ticks t, std::string_view job, std::string_view reason);
-  void Wait(core::Ticks t, std::string_view job, std::string_view reason);
+  // `at` (written where >= 0): the wait's time as WaitReason::at gives it, when the text
+  // was written (an estimate may move later without a new event).
+  void Wait(core::Ticks t, std::string_view job, std::string_view reason, core::Ticks at = -1);
   void NodeDown(core::Ticks t, std::string_view node);
   void NodeUp(core::Ticks t, std::string_view node);
   // A queue's GPU-hour budget ran out (`spent`) or a new period renewed it (`renewed`).

@@ -177,7 +177,7 @@ TEST_F(GantryTest, AJobThatCanWaitPreemptsOnlyJustAfterTheVictimsCheckpoint) {
   EXPECT_TRUE(Preempted(Pass(300 * kS)).empty());
   EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
   EXPECT_NE(sched_.job(n).wait_reason.find(
-                "jobs it may preempt are past their last checkpoint (next at t=600 s)"),
+                "jobs it may preempt are past their last checkpoint: tried again at the next"),
             std::string::npos)
       << sched_.job(n).wait_reason;
   EXPECT_EQ(sched_.next_wakeup(), 600 * kS);
@@ -234,8 +234,9 @@ TEST_F(GantryTest, BackfillNeverDelaysTheReservationOfABigGang) {
   JobId gang = Submit("gang", "nlp", Tier::kStandard, 2, 8, 10 * kS, 0, 100 * kS);
   Pass(10 * kS);
   EXPECT_EQ(sched_.job(gang).phase, Phase::kPending);
-  EXPECT_NE(sched_.job(gang).wait_reason.find("reserved to start at t=1000"), std::string::npos)
+  EXPECT_NE(sched_.job(gang).wait_reason.find("GPUs reserved for it"), std::string::npos)
       << sched_.job(gang).wait_reason;
+  EXPECT_EQ(sched_.job(gang).wait.at, 1000 * kS);
   // b finishes early: 4 GPUs free on b's node. A long job would delay the gang...
   sched_.Finish(b, 20 * kS, true);
   JobId long_job = Submit("long", "research", Tier::kStandard, 1, 4, 20 * kS, 0, 5000 * kS);

@@ -122,12 +122,10 @@ void GantryPolicy::DropDrains(Scheduler& s) {
 std::string GantryPolicy::Holders(const Scheduler& s) const {
   std::string out;
   for (const Reservation& r : claims_) {
-    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
-           " (preempting, from t=" + SecondsText(r.start) + " s)";
+    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (preempting)";
   }
   for (const Reservation& r : reservations_) {
-    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id +
-           " (reserved, from t=" + SecondsText(r.start) + " s)";
+    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (reserved)";
   }
   // Drains may be many: the first few by name (a reason should read in one line).
   constexpr size_t kNamed = 2;
@@ -612,7 +610,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       }
       if (drain != drains_.end()) {
         wait.at = drain->r.start;
-        why += "; waited past max_wait_s: draining GPUs for it, free from t=" + SecondsText(drain->r.start) + " s";
+        why += "; waited past max_wait_s: draining GPUs for it";
       } else {
         why += "; waited past max_wait_s";
       }
@@ -621,12 +619,11 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       Reserve(s, id, now);
       if (!reservations_.empty() && reservations_.back().job == id) {
         wait.at = reservations_.back().start;
-        why += "; reserved to start at t=" + SecondsText(reservations_.back().start) + " s";
+        why += "; GPUs reserved for it";
       }
     }
     if (at_checkpoint < kForever) {
-      why += "; jobs it may preempt are past their last checkpoint (next at t=" +
-             SecondsText(at_checkpoint) + " s)";
+      why += "; jobs it may preempt are past their last checkpoint: tried again at the next";
       s.WakeAt(at_checkpoint);  // else only an unrelated event would bring the next pass
     }
   }

@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <cstdlib>
@@ -426,11 +425,6 @@ int ShimMain(int argc, char** argv) {
 
 void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms) {
   WriteFileAtomically(path, std::to_string(lease_ms) + " " + std::to_string(node_timeout_ms) + "\n");
-}
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 std::optional<LeaseFile> ReadLease(const std::string& path) {

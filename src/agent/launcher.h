@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/clock.h"
 #include "base/result.h"
 
 namespace gantry::agent {
@@ -96,9 +97,6 @@ int ShimMain(int argc, char** argv);
 // Writes the lease file the shims watch: the lease and the server's node timeout in ms,
 // fresh as of now.
 void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms);
-
-// Wall-clock ms since the Unix epoch (what outlives an agent: lease ages, records' deadlines).
-int64_t WallMs();
 
 // The lease file as the agent last wrote it, and how long ago (by the wall clock); nullopt
 // when there is none.

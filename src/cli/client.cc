@@ -1,3 +1,4 @@
+#include "base/clock.h"
 #include "base/server_list.h"
 #include "base/url.h"
 #include "cli/client.h"
@@ -170,9 +171,6 @@ std::string Pad(std::string s, size_t w) {
 // "1-02:03:04" like squeue's TIME.
 std::string Elapsed(double seconds) { return SlurmDuration(seconds); }
 
-double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string Num(double v) {
   std::ostringstream o;
@@ -183,7 +181,7 @@ std::string Num(double v) {
 std::string NewKey() {
   unsigned char b[16];
   if (getrandom(b, sizeof b, 0) != static_cast<ssize_t>(sizeof b)) {
-    return std::to_string(::getpid()) + "-" + std::to_string(NowSeconds());
+    return std::to_string(::getpid()) + "-" + std::to_string(WallSeconds());
   }
   std::string s;
   char h[3];
@@ -409,7 +407,7 @@ int Ls(const Globals& g, const LsArgs& a) {
     return 0;
   }
   if (cols) {  // squeue's formats
-    const double at = NowSeconds();
+    const double at = WallSeconds();
     if (!a.noheader) {
       std::vector<std::string> heads;
       for (const Column& col : *cols) heads.push_back(ColumnHeader(col, false));
@@ -422,7 +420,7 @@ int Ls(const Globals& g, const LsArgs& a) {
     }
     return 0;
   }
-  const double now = NowSeconds();
+  const double now = WallSeconds();
   std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("TIER", 12) << Pad("STATE", 11) << Pad("TIME", 11)
             << Pad("NODES", 6) << Pad("REQUEST", 30) << "NODELIST(REASON)\n";
   for (const json& job : j["jobs"]) {
@@ -538,7 +536,7 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::strftime(buf, sizeof buf, "%F %T UTC", &tm);
     return std::string(buf);
   };
-  const double now = NowSeconds();
+  const double now = WallSeconds();
   const double submit = j.value("submit", 0.0);
   if (submit > 0) std::cout << Pad("submitted", 14) << when(submit) << "\n";
   if (j.contains("start") && j["start"].is_number()) {
@@ -799,7 +797,7 @@ int Advice(const Globals& g, double from, double to) {
 
 int Usage(const Globals& g, const std::string& since, const std::string& until, const std::string& by, bool csv,
           bool json_out, bool advice) {
-  const double now = NowSeconds();
+  const double now = WallSeconds();
   double from = now - 86400, to = now;
   if (!since.empty() && !ParseWhen(since, now, from)) {
     std::cerr << "gantry usage: --since: expected e.g. 24h, 7d, 2026-11-01, 2026-11-01T08:00 (UTC) or Unix seconds, got "
@@ -885,7 +883,7 @@ struct AcctArgs {
 // What sacct answers, from the jobs gantryd has (GET /v1/jobs?all=1: the active ones and
 // its last --recent-done ended ones): one line per job, sacct's fields and filters.
 int Acct(const Globals& g, const AcctArgs& a) {
-  const double now = NowSeconds();
+  const double now = WallSeconds();
   AcctFilter f;
   // sacct's default window: since midnight today (UTC here), unless -j names jobs.
   f.start = std::floor(now / 86400) * 86400;

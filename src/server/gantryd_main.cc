@@ -35,6 +35,7 @@
 #include <iostream>
 #include <thread>
 
+#include "base/clock.h"
 #include "base/log.h"
 #include "base/atomic_file.h"
 #include "server/auth.h"
@@ -52,12 +53,6 @@ namespace {
 
 constexpr int kExitRunFailure = 1;
 constexpr int kExitBadInput = 2;
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 bool IsPostgres(const std::string& db) {
   return db.rfind("postgresql://", 0) == 0 || db.rfind("postgres://", 0) == 0;

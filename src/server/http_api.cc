@@ -1,8 +1,8 @@
 #include "server/http_api.h"
 
-#include <chrono>
 #include <fstream>
 
+#include "base/clock.h"
 #include "server/auth.h"
 #include "server/dashboard.h"
 
@@ -147,12 +147,6 @@ bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern, s
   return true;
 }
 
-double WallSeconds() {
-  return static_cast<double>(std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count()) /
-         1000.0;
-}
 
 }  // namespace
 

@@ -169,8 +169,6 @@ std::string Describe(PGconn* conn) {
          "/" + str(PQdb(conn));
 }
 
-constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
-
 StoredJob JobFrom(const PgRows& r, int row) {
   StoredJob j;
   j.seq = r.Int(row, 0);

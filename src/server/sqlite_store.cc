@@ -3,9 +3,10 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+
+#include "base/clock.h"
 
 namespace gantry::server {
 
@@ -144,8 +145,6 @@ StoredJob JobFrom(const Stmt& s) {
   j.ended_ms = s.Null(8) ? -1 : s.Int(8);
   return j;
 }
-
-constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
 
 StoredToken TokenFrom(const Stmt& s) {
   StoredToken t;
@@ -557,16 +556,6 @@ Status SqliteStore::DeleteToken(const std::string& hash_prefix) {
 }
 
 // ---------------------------------------------------------------- leader lease
-
-namespace {
-
-int64_t WallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 Result<std::optional<LeaseInfo>> SqliteStore::Leader() {
   Stmt s(db_,

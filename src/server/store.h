@@ -34,6 +34,9 @@ struct StoredJob {
   int64_t ended_ms = -1; // wall clock when it ended (ms since the Unix epoch); -1 while active
 };
 
+// The jobs table's columns as both stores select them, in the order they read a row.
+inline constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
+
 struct StoredNode {
   std::string name;
   std::string doc;  // JSON: up, drained, reason, address, GPUs (the controller's format)

@@ -10,6 +10,7 @@ namespace gantry::sim {
 
 using core::kGpuUnits;
 using core::kTicksPerSecond;
+using core::kUnitTicksPerGpuHour;
 using Json = nlohmann::ordered_json;
 
 Percentiles Summarize(std::vector<double> v) {
@@ -111,7 +112,6 @@ double Report::gpu_utilization_pct() const {
 }
 
 namespace {
-constexpr double kUnitMsPerGpuHour = double{kGpuUnits} * kTicksPerSecond * 3600;
 
 Json Figures(const Percentiles& p) {
   return Json{{"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"max", p.max},
@@ -160,11 +160,11 @@ void Report::Write(std::ostream& out) const {
   j["preemptions"] = preemptions_;
   j["requeues"] = requeues_;
   j["starts"] = starts_;
-  j["lost_gpu_hours"] = static_cast<double>(lost_) / kUnitMsPerGpuHour;
+  j["lost_gpu_hours"] = static_cast<double>(lost_) / kUnitTicksPerGpuHour;
   j["lost_gpu_hours_by_cause"] = {
-      {"preempt", static_cast<double>(lost_by_cause_[0]) / kUnitMsPerGpuHour},
-      {"requeue", static_cast<double>(lost_by_cause_[1]) / kUnitMsPerGpuHour},
-      {"reclaim", static_cast<double>(lost_by_cause_[2]) / kUnitMsPerGpuHour}};
+      {"preempt", static_cast<double>(lost_by_cause_[0]) / kUnitTicksPerGpuHour},
+      {"requeue", static_cast<double>(lost_by_cause_[1]) / kUnitTicksPerGpuHour},
+      {"reclaim", static_cast<double>(lost_by_cause_[2]) / kUnitTicksPerGpuHour}};
   j["makespan_s"] = last_finish_ >= 0 && first_submit_ >= 0
                         ? static_cast<double>(last_finish_ - first_submit_) / kTicksPerSecond
                         : 0.0;
@@ -175,7 +175,7 @@ void Report::Write(std::ostream& out) const {
   for (const Group& g : by_queue_) total += g.alloc;
   auto group = [&](const Group& g) {
     Percentiles w = Summarize(g.wait_ms), c = Summarize(g.jct_s);
-    return Json{{"gpu_hours", static_cast<double>(g.alloc) / kUnitMsPerGpuHour},
+    return Json{{"gpu_hours", static_cast<double>(g.alloc) / kUnitTicksPerGpuHour},
                 {"share_pct", total ? 100.0 * static_cast<double>(g.alloc) / static_cast<double>(total) : 0.0},
                 {"started", w.count},
                 {"finished", c.count},
@@ -196,7 +196,7 @@ void Report::Write(std::ostream& out) const {
   auto hours_by_model = [](const std::map<std::string, UnitMs>& m) {
     Json hours = Json::object();
     for (const auto& [model, unit_ms] : m) {
-      hours[model] = static_cast<double>(unit_ms) / kUnitMsPerGpuHour;
+      hours[model] = static_cast<double>(unit_ms) / kUnitTicksPerGpuHour;
     }
     return hours;
   };
@@ -205,7 +205,7 @@ void Report::Write(std::ostream& out) const {
     const core::QueueSpec& spec = queues_.queue(core::QueueId(q)).spec;
     Json g = group(by_queue_[q]);
     g["gpu_hours_by_model"] = hours_by_model(by_queue_[q].alloc_by_model);
-    g["gpu_hours_with_children"] = static_cast<double>(subtree[q]) / kUnitMsPerGpuHour;
+    g["gpu_hours_with_children"] = static_cast<double>(subtree[q]) / kUnitTicksPerGpuHour;
     g["gpu_hours_by_model_with_children"] = hours_by_model(subtree_by_model[q]);
     g["preemptions"] = by_queue_[q].preemptions;
     // Chargeback: GPU-hours by model at each model's price.
@@ -213,15 +213,15 @@ void Report::Write(std::ostream& out) const {
       double c = 0;
       for (const auto& [model, unit_ms] : by_model) {
         auto price = prices_.find(model);
-        c += static_cast<double>(unit_ms) / kUnitMsPerGpuHour * (price == prices_.end() ? 1.0 : price->second);
+        c += static_cast<double>(unit_ms) / kUnitTicksPerGpuHour * (price == prices_.end() ? 1.0 : price->second);
       }
       return c;
     };
     g["cost"] = cost(by_queue_[q].alloc_by_model);
     if (by_queue_[q].observed > 0) {
-      g["observed_gpu_hours"] = by_queue_[q].observed / kUnitMsPerGpuHour;
-      g["busy_gpu_hours"] = by_queue_[q].busy / kUnitMsPerGpuHour;
-      g["right_sizing_frees_gpu_hours"] = by_queue_[q].frees / kUnitMsPerGpuHour;
+      g["observed_gpu_hours"] = by_queue_[q].observed / kUnitTicksPerGpuHour;
+      g["busy_gpu_hours"] = by_queue_[q].busy / kUnitTicksPerGpuHour;
+      g["right_sizing_frees_gpu_hours"] = by_queue_[q].frees / kUnitTicksPerGpuHour;
     }
     g["cost_with_children"] = cost(subtree_by_model[q]);
     if (spec.budget) {
@@ -251,10 +251,10 @@ void Report::Write(std::ostream& out) const {
     frees += g.frees;
   }
   if (observed > 0) {
-    j["observed_usage"] = {{"gpu_hours", observed / kUnitMsPerGpuHour},
-                           {"busy_gpu_hours", busy / kUnitMsPerGpuHour},
+    j["observed_usage"] = {{"gpu_hours", observed / kUnitTicksPerGpuHour},
+                           {"busy_gpu_hours", busy / kUnitTicksPerGpuHour},
                            {"busy_pct", 100 * busy / observed},
-                           {"right_sizing_frees_gpu_hours", frees / kUnitMsPerGpuHour},
+                           {"right_sizing_frees_gpu_hours", frees / kUnitTicksPerGpuHour},
                            {"right_sizing_frees_pct", 100 * frees / observed}};
   }
   j["currency"] = currency_;
@@ -318,10 +318,10 @@ void Report::Summary(std::ostream& out) const {
                      requeues_);
   out << fmt::format(
       "  lost work           {:.2f} GPU-hours (preemption {:.2f}, failures {:.2f}, idle reclaim {:.2f})\n",
-      static_cast<double>(lost_) / kUnitMsPerGpuHour,
-      static_cast<double>(lost_by_cause_[0]) / kUnitMsPerGpuHour,
-      static_cast<double>(lost_by_cause_[1]) / kUnitMsPerGpuHour,
-      static_cast<double>(lost_by_cause_[2]) / kUnitMsPerGpuHour);
+      static_cast<double>(lost_) / kUnitTicksPerGpuHour,
+      static_cast<double>(lost_by_cause_[0]) / kUnitTicksPerGpuHour,
+      static_cast<double>(lost_by_cause_[1]) / kUnitTicksPerGpuHour,
+      static_cast<double>(lost_by_cause_[2]) / kUnitTicksPerGpuHour);
   out << fmt::format("  makespan            {:.0f} s\n",
                      last_finish_ >= 0 ? static_cast<double>(last_finish_ - first_submit_) / 1000 : 0.0);
   out << fmt::format("  scheduling latency  p50 {:.3f} ms, p99 {:.3f} ms over {} passes\n", lat.p50,

@@ -200,7 +200,6 @@ double Timeline::Mean(uint32_t level) const {
 namespace {
 // Four decimals are plenty on a plot and keep the HTML small.
 double Round(double x) { return std::round(x * 1e4) / 1e4; }
-constexpr double kUnitMsPerGpuHour = double{core::kGpuUnits} * core::kTicksPerSecond * 3600;
 }  // namespace
 
 Timeline::IdleGpus Timeline::IdleMeans() const {
@@ -286,9 +285,9 @@ Json Timeline::ToJson() const {
   j["preemptions"] = counter(kPreemptions, 1);
   j["requeues"] = counter(kRequeues, 1);
   j["reclaims"] = counter(kReclaims, 1);
-  j["lost_gpu_hours"] = {{"preempt", counter(kLostPreempt, kUnitMsPerGpuHour)},
-                         {"requeue", counter(kLostRequeue, kUnitMsPerGpuHour)},
-                         {"reclaim", counter(kLostReclaim, kUnitMsPerGpuHour)}};
+  j["lost_gpu_hours"] = {{"preempt", counter(kLostPreempt, core::kUnitTicksPerGpuHour)},
+                         {"requeue", counter(kLostRequeue, core::kUnitTicksPerGpuHour)},
+                         {"reclaim", counter(kLostReclaim, core::kUnitTicksPerGpuHour)}};
   // Per queue: mean GPUs held by its own jobs and by its subtree (what its guarantee
   // and burst limit bound), over the whole timeline.
   std::vector<double> subtree(queues_.size(), 0.0);

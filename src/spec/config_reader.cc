@@ -27,10 +27,7 @@ using core::MigProfile;
 using core::PoolSpec;
 using core::QueueSpec;
 
-constexpr double kMaxGb = 1e9;  // per node or per GPU model; far beyond any machine
-constexpr double kMaxCpus = 1e6;
 constexpr double kMaxQueueGpus = 1e9;
-constexpr double kMaxSeconds = 1e12;
 
 // Field path -> line, for errors the core reports by field path.
 class LineIndex {

@@ -21,6 +21,11 @@
 
 namespace gantry::spec {
 
+// The largest values the readers take (far beyond any machine or run).
+inline constexpr double kMaxSeconds = 1e12;
+inline constexpr double kMaxGb = 1e9;  // per node, GPU model or job
+inline constexpr double kMaxCpus = 1e6;
+
 // Bounds for a number field. `min_open`: the minimum itself is not allowed.
 struct Range {
   double min = 0;

@@ -23,9 +23,6 @@ using core::ModelMask;
 using core::Sharing;
 using core::Ticks;
 
-constexpr double kMaxSeconds = 1e12;
-constexpr double kMaxGb = 1e9;
-constexpr double kMaxCpus = 1e6;
 constexpr size_t kMaxIdLength = 256;
 
 enum class Mode { kSpec, kTrace };

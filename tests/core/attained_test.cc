@@ -15,7 +15,7 @@ using testing::MakeQueues;
 using testing::Pool;
 using testing::Whole;
 
-constexpr Ticks kS = kTicksPerSecond;
+using testing::kS;
 
 TEST(GittinsIndexTest, FavoursJobsLikelyToFinishSoonPerSecondOfService) {
   const std::vector<Ticks> runs = {100, 100, 100, 1000};

@@ -17,8 +17,7 @@ using testing::Pool;
 using testing::Shared;
 using testing::Whole;
 
-constexpr SharingMask kAll = Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps) |
-                             Bit(Sharing::kTimeslice);
+using testing::kAll;
 
 WorkerAlloc Share(NodeId node, int gpu, int milli, Sharing mode = Sharing::kMps) {
   WorkerAlloc w;

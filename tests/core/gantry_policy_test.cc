@@ -14,7 +14,7 @@ using testing::MakeQueues;
 using testing::Pool;
 using testing::Whole;
 
-constexpr Ticks kS = kTicksPerSecond;
+using testing::kS;
 
 class GantryTest : public ::testing::Test {
  protected:

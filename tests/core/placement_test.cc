@@ -12,8 +12,7 @@ using testing::MakeCluster;
 using testing::Pool;
 using testing::Whole;
 
-constexpr SharingMask kAll = Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps) |
-                             Bit(Sharing::kTimeslice);
+using testing::kAll;
 
 TEST(PlacementTest, GangIsAllOrNothing) {
   Catalog c = Catalog::BuiltIn();

@@ -17,7 +17,7 @@ using testing::MakeQueues;
 using testing::Pool;
 using testing::Whole;
 
-constexpr Ticks kS = kTicksPerSecond;
+using testing::kS;
 
 class PiecesTest : public ::testing::Test {
  protected:

@@ -12,7 +12,7 @@ using testing::MakeQueues;
 using testing::Pool;
 using testing::Whole;
 
-constexpr Ticks kS = kTicksPerSecond;
+using testing::kS;
 
 std::vector<Decision> Of(const std::vector<Decision>& ds, Decision::Kind kind) {
   std::vector<Decision> out;

@@ -9,6 +9,10 @@
 
 namespace gantry::core::testing {
 
+inline constexpr Ticks kS = kTicksPerSecond;
+inline constexpr SharingMask kAll =
+    Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps) | Bit(Sharing::kTimeslice);
+
 inline ModelId Model(const Catalog& c, const char* name) {
   auto m = c.Find(name);
   EXPECT_TRUE(m.has_value()) << name;

@@ -386,7 +386,7 @@ std::unique_ptr<Netns> MaybeNetns() {
   return nullptr;
 }
 
-void Prepare(Harness& h) {
+void PrepareChaos(Harness& h) {
   h.Setup(kChaosCluster, {{"a", "research,serving"}, {"b", "nlp"}});
   h.Write("job.sh", kJobScript, true);
   fs::create_directories(h.Path("out"));
@@ -401,7 +401,7 @@ TEST(Chaos, LeaderKillsAgentCrashesFreezesAndCutLinksLoseNothingAndRunNothingTwi
   auto net = MaybeNetns();
   Harness h("chaos", net.get());
   h.UseDb((*pg)->Url(*db));
-  Prepare(h);
+  PrepareChaos(h);
   // Agents' lease: 60% of 6 s, longer than a failover (about 1.5 s + a restore).
   Chaos chaos(h, net.get(), true, {"--leader-ttl-s", "1.5", "--node-timeout-s", "6"}, "");
   chaos.Start();
@@ -440,7 +440,7 @@ TEST(Chaos, OnSqliteAFullDiskSlowFsyncRestartsAndCutLinksLoseNothing) {
   Tmpfs disk(h.Path("disk"), "24m");
   if (!disk.mounted()) GTEST_SKIP() << disk.why() << " (needs root)";
   h.UseDb(h.Path("disk/state.db"));
-  Prepare(h);
+  PrepareChaos(h);
   h.ServerEnv({{"LD_PRELOAD", SLOW_FSYNC_LIBRARY}, {"GANTRY_SLOW_FSYNC_MS", "30"}});
   Chaos chaos(h, net.get(), false, {"--node-timeout-s", "6"}, h.Path("disk"));
   chaos.Start();

@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 
 constexpr const char* kImage = "localhost/gantry-it:busybox";
 
-constexpr const char* kCluster = R"(cluster: containers
+constexpr const char* kContainerCluster = R"(cluster: containers
 pools:
   - name: h100
     count: 1
@@ -85,7 +85,7 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   const std::string run = PodmanRun(&why);
   if (run.empty()) GTEST_SKIP() << why;
   Harness h("containers");
-  h.Setup(kCluster, {{"a", "research"}});
+  h.Setup(kContainerCluster, {{"a", "research"}});
   h.StartServer();
   const int agent = h.StartAgent("h100-0", "", {"--container-run", run});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
@@ -157,7 +157,7 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   const std::string run = PodmanRun(&why);
   if (run.empty()) GTEST_SKIP() << why;
   Harness h("containers-user");
-  h.Setup(kCluster, {{"a", "research"}});
+  h.Setup(kContainerCluster, {{"a", "research"}});
   h.AddToken("nobody", {"--team", "a", "--queues", "research", "--user", "nobody"});
   h.StartServer();
   h.StartAgent("h100-0", "", {"--container-run", run, "--run-as", "user"});

@@ -18,7 +18,7 @@
 namespace gantry::it {
 namespace {
 
-constexpr int kNodes = 256;
+constexpr int kSwarmNodes = 256;
 
 json ReadJson(const std::string& path) {
   std::ifstream in(path);
@@ -28,14 +28,14 @@ json ReadJson(const std::string& path) {
 TEST(Integration, SwarmOf256NodesRunsAWorkloadWithoutMissingALease) {
   Harness h("swarm");
   if (std::getenv("GANTRY_KEEP")) h.Keep();
-  h.Setup("pools:\n  - name: gpu\n    count: " + std::to_string(kNodes) +
+  h.Setup("pools:\n  - name: gpu\n    count: " + std::to_string(kSwarmNodes) +
               "\n    gpus: 8\n    gpu_model: H100-80GB\n"
               "queues:\n  - name: research\n    guaranteed_gpus: 2048\n"
               "  - name: a\n    parent: research\n  - name: b\n    parent: research\n",
           {{"ta", "a"}, {"tb", "b"}});
   h.StartServer();
-  h.StartSwarm({"gpu:" + std::to_string(kNodes) + ":8xH100-80GB"}, "swarm.json");
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(kNodes); }, 60)) << "not every node registered";
+  h.StartSwarm({"gpu:" + std::to_string(kSwarmNodes) + ":8xH100-80GB"}, "swarm.json");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(kSwarmNodes); }, 60)) << "not every node registered";
 
   // The Slurm peer's mix: 1, 2, 4, 8 GPUs on one node, 16 as 2 nodes x 8; 1-3 s each.
   const int jobs = 1500;
@@ -92,7 +92,7 @@ TEST(Integration, SwarmOf256NodesRunsAWorkloadWithoutMissingALease) {
   EXPECT_EQ(stats["lease_misses"], 0) << stats.dump();
   EXPECT_EQ(stats["workers_stopped_by_lease"], 0) << stats.dump();
   EXPECT_EQ(stats["heartbeat_failures"], 0) << stats.dump();
-  EXPECT_EQ(stats["nodes_registered"], kNodes) << stats.dump();
+  EXPECT_EQ(stats["nodes_registered"], kSwarmNodes) << stats.dump();
   EXPECT_GE(stats["workers_started"].get<int>(), jobs) << stats.dump();
 
   // Every job ran exactly once: one start, one finish, no requeue or preemption, and no

@@ -2,7 +2,7 @@
 // the independent invariant checker (tests/checker), which shares no code with src/.
 //
 // Environment:
-//   GANTRY_PROPERTY_SEEDS    seeds 1..N (default 20)
+//   GANTRY_PROPERTY_SEEDS    seeds 1..N (default 20), dealt to kSeedShards tests
 //   GANTRY_PROPERTY_JOBS     jobs per workload (default 2000)
 //   GANTRY_POLICIES          comma-separated --policy values (default "fifo,gantry")
 //   GANTRY_PROPERTY_TIMEOUT  seconds one simulation may take (default 600)
@@ -271,13 +271,19 @@ TEST(WorkloadGen, CoversTheContractAndParses) {
 // ---------------------------------------------------------------------------------------
 // The simulator under the checker.
 
-TEST(Property, RandomWorkloadsKeepEveryInvariant) {
+// The seeds are dealt to kSeedShards tests (seed s to shard (s - 1) % kSeedShards), so
+// ctest runs them side by side: under ASan one test of every seed took 200 s on one of
+// CI's two cores while the other ran the rest of the suite in a third of that.
+constexpr int kSeedShards = 6;
+class PropertySeeds : public testing::TestWithParam<int> {};
+
+TEST_P(PropertySeeds, RandomWorkloadsKeepEveryInvariant) {
   const std::string binary = GantryBinary();
   if (!BinaryReady(binary)) return;
   const long seeds = EnvLong("GANTRY_PROPERTY_SEEDS", 20);
   const int jobs = static_cast<int>(EnvLong("GANTRY_PROPERTY_JOBS", 2000));
   for (const std::string& policy : Policies()) {
-    for (long s = 1; s <= seeds; ++s) {
+    for (long s = 1 + GetParam(); s <= seeds; s += kSeedShards) {
       const auto seed = static_cast<uint64_t>(s);
       SCOPED_TRACE("seed " + std::to_string(seed) + " policy " + policy);
       const fs::path dir = ScratchDir("seed_" + std::to_string(seed) + "_" + policy);
@@ -332,6 +338,8 @@ TEST(Property, RandomWorkloadsKeepEveryInvariant) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Property, PropertySeeds, testing::Range(0, kSeedShards));
 
 TEST(Property, SameSeedGivesByteIdenticalEventLog) {
   const std::string binary = GantryBinary();

@@ -41,7 +41,7 @@ TEST(Metrics, LabelsAndValues) {
   EXPECT_EQ(FormatValue(0.25), "0.25");
 }
 
-constexpr const char* kConfig = R"(
+constexpr const char* kMetricsConfig = R"(
 cluster: test
 pools:
   - name: h100
@@ -60,10 +60,10 @@ policy:
   reclaim_idle_after_s: 1
 )";
 
-const char* kAlice = "alice-token";   // team a, queue research, user alice
-const char* kTeamB = "team-b-token";  // queue serving, no user
-const char* kAgent = "agent-token";
-const char* kAdmin = "admin-token";
+const char* kMetricsAlice = "alice-token";   // team a, queue research, user alice
+const char* kMetricsTeamB = "team-b-token";  // queue serving, no user
+const char* kMetricsAgent = "agent-token";
+const char* kMetricsAdmin = "admin-token";
 
 class ControllerMetricsTest : public ::testing::Test {
  protected:
@@ -74,15 +74,15 @@ class ControllerMetricsTest : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     spec::Diagnostics diags;
-    config_ = spec::ParseClusterConfig(kConfig, "test.yaml", diags);
+    config_ = spec::ParseClusterConfig(kMetricsConfig, "test.yaml", diags);
     ASSERT_TRUE(config_) << diags.ToString();
     auto store = SqliteStore::Open((dir_ / "state.db").string());
     ASSERT_TRUE(store.ok());
     for (auto [token, role, team, queue, user] :
-         {std::tuple{kAdmin, "admin", "", "", ""},
-          std::tuple{kAlice, "team", "a", "research", "alice"},
-          std::tuple{kTeamB, "team", "b", "serving", ""},
-          std::tuple{kAgent, "agent", "", "", ""}}) {
+         {std::tuple{kMetricsAdmin, "admin", "", "", ""},
+          std::tuple{kMetricsAlice, "team", "a", "research", "alice"},
+          std::tuple{kMetricsTeamB, "team", "b", "serving", ""},
+          std::tuple{kMetricsAgent, "agent", "", "", ""}}) {
       StoredToken t;
       t.hash = Sha256Hex(token);
       t.role = role;
@@ -140,7 +140,7 @@ class ControllerMetricsTest : public ::testing::Test {
       if (mig.contains(std::to_string(i))) gpus.back()["mig"] = mig[std::to_string(i)];
     }
     Reply r = ctl_->Heartbeat(
-        kAgent, "h100-0", {{"gpus", gpus}, {"running", running}, {"exits", exits}}, "127.0.0.1");
+        kMetricsAgent, "h100-0", {{"gpus", gpus}, {"running", running}, {"exits", exits}}, "127.0.0.1");
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
   }
   // The value of the series `series` ("name{labels}") in /metrics; -1 when absent.
@@ -179,11 +179,11 @@ class ControllerMetricsTest : public ::testing::Test {
 TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
   Beat(0.5);
   const std::string whole =
-      Submit(kAlice, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})");
+      Submit(kMetricsAlice, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})");
   const std::string mig =
-      Submit(kAlice, R"({"queue":"research","mig":"3g.40gb","vram_gb":30,"command":"x"})");
+      Submit(kMetricsAlice, R"({"queue":"research","mig":"3g.40gb","vram_gb":30,"command":"x"})");
   const std::string mps = Submit(
-      kTeamB, R"({"queue":"serving","gpus":0.5,"sharing":"mps","vram_gb":10,"command":"x"})");
+      kMetricsTeamB, R"({"queue":"serving","gpus":0.5,"sharing":"mps","vram_gb":10,"command":"x"})");
   ctl_->Poke();
   const std::string m = ctl_->Metrics();
   const std::string alloc = Series(m, "gantry_gpu_allocated_ratio"),
@@ -218,7 +218,7 @@ TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
   EXPECT_EQ(Count(busy, "queue=\"serving\",gantry_job=\"" + mps + "\",user=\"\"} 0.5\n"), 1);
   // Once the agent reports the instance's GPU instance id, the series carries dcgm's GPU_I_ID.
   EXPECT_EQ(Count(alloc, "GPU_I_ID="), 0);
-  const json placed = ctl_->ShowJob(kAdmin, mig).body["workers"][0]["alloc"];
+  const json placed = ctl_->ShowJob(kMetricsAdmin, mig).body["workers"][0]["alloc"];
   ASSERT_TRUE(placed.contains("gpu") && placed.contains("start")) << placed.dump();
   Beat(0.5, json::array(), json::array(),
        {{std::to_string(placed["gpu"].get<int>()),
@@ -244,7 +244,7 @@ TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
 TEST_F(ControllerMetricsTest, GpuSecondsHeldAndBusyCountPerQueueOnceAndRestartFromZero) {
   Beat();
   const std::string job =
-      Submit(kAlice, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})");
+      Submit(kMetricsAlice, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})");
   ctl_->Poke();
   const std::string held = "gantry_queue_gpu_seconds_total{queue=\"research\",model=\"H100-80GB\"}";
   const std::string busy =
@@ -263,7 +263,7 @@ TEST_F(ControllerMetricsTest, GpuSecondsHeldAndBusyCountPerQueueOnceAndRestartFr
   EXPECT_DOUBLE_EQ(Sample(m, busy), 4);
   EXPECT_EQ(Sample(m, "gantry_queue_gpu_seconds_total{queue=\"serving\",model=\"H100-80GB\"}"), 0);
   // A job running across a restart: the new process counts from its own start.
-  Submit(kAlice, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"x"})");
+  Submit(kMetricsAlice, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"x"})");
   ctl_->Poke();
   Advance(30'000);
   EXPECT_DOUBLE_EQ(Sample(ctl_->Metrics(), held), 28 + 30);
@@ -277,8 +277,8 @@ TEST_F(ControllerMetricsTest, GpuSecondsHeldAndBusyCountPerQueueOnceAndRestartFr
 TEST_F(ControllerMetricsTest, PendingJobsAndReclaimsPerQueue) {
   Beat();
   const std::string nb =
-      Submit(kTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"grace_s":5,"command":"x"})");
-  Submit(kTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})", nb);  // held for nb
+      Submit(kMetricsTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"grace_s":5,"command":"x"})");
+  Submit(kMetricsTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})", nb);  // held for nb
   ctl_->Poke();
   std::string m = ctl_->Metrics();
   EXPECT_EQ(Sample(m, "gantry_queue_pending_jobs{queue=\"serving\"}"), 1);

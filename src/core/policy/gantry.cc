@@ -120,21 +120,19 @@ void GantryPolicy::DropDrains(Scheduler& s) {
 }
 
 std::string GantryPolicy::Holders(const Scheduler& s) const {
+  // The first few by name: a reason should read in one line, and it is copied to every job
+  // it holds back (a pass with 4,000 claims at 100,000 GPUs spent most of its 5 s copying
+  // a list of them to 100,000 waiting jobs).
+  constexpr size_t kNamed = 3;
   std::string out;
-  for (const Reservation& r : claims_) {
-    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (preempting)";
-  }
-  for (const Reservation& r : reservations_) {
-    out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + " (reserved)";
-  }
-  // Drains may be many: the first few by name (a reason should read in one line).
-  constexpr size_t kNamed = 2;
-  for (size_t i = 0; i < std::min(drains_.size(), kNamed); ++i) {
-    out += (out.empty() ? "" : ", ") + s.job(drains_[i].r.job).spec.id + " (waiting past max_wait_s)";
-  }
-  if (drains_.size() > kNamed) {
-    out += " and " + std::to_string(drains_.size() - kNamed) + " more waiting past max_wait_s";
-  }
+  size_t named = 0;
+  auto add = [&](const Reservation& r, const char* what) {
+    if (named++ < kNamed) out += (out.empty() ? "" : ", ") + s.job(r.job).spec.id + what;
+  };
+  for (const Reservation& r : claims_) add(r, " (preempting)");
+  for (const Reservation& r : reservations_) add(r, " (reserved)");
+  for (const Drain& d : drains_) add(d.r, " (waiting past max_wait_s)");
+  if (named > kNamed) out += " and " + std::to_string(named - kNamed) + " more";
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
 

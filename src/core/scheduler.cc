@@ -358,47 +358,36 @@ std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
   return hit;
 }
 
-std::string_view Name(WaitCause c) {
-  switch (c) {
-    case WaitCause::kNotYetPlaced: return "not yet placed";
-    case WaitCause::kCapacity: return "capacity";
-    case WaitCause::kReservation: return "held for a reservation";
-    case WaitCause::kPreemption: return "preemption under way";
-    case WaitCause::kQuota: return "queue at its burst";
-    case WaitCause::kBudget: return "budget spent";
-    case WaitCause::kWindow: return "outside its window";
-    case WaitCause::kOther: return "other";
-  }
-  return "other";
-}
+namespace {
+
+// Per WaitCause, in its order: Name, Word and AtLabel.
+struct CauseWords {
+  std::string_view name, word, at;
+};
+constexpr CauseWords kCauseWords[kWaitCauses] = {
+    {"not yet placed", "not yet placed", ""},
+    {"capacity", "capacity", "estimated start"},
+    {"held for a reservation", "reservation", "held GPUs' earliest start"},
+    {"preemption under way", "preemption", "victims' GPUs free by"},
+    {"queue at its burst", "quota", ""},
+    {"budget spent", "budget", ""},
+    {"outside its window", "window", ""},
+    {"other", "other", ""},
+};
+static_assert(static_cast<int>(WaitCause::kOther) == kWaitCauses - 1);
+
+const CauseWords& WordsOf(WaitCause c) { return kCauseWords[static_cast<int>(c)]; }
+
+}  // namespace
+
+std::string_view Name(WaitCause c) { return WordsOf(c).name; }
+std::string_view Word(WaitCause c) { return WordsOf(c).word; }
+std::string_view AtLabel(WaitCause c) { return WordsOf(c).at; }
 
 std::string SecondsText(Ticks t) {
   std::string s = std::to_string(t / kTicksPerSecond);
   if (t % kTicksPerSecond) s += "." + std::to_string(1000 + t % kTicksPerSecond).substr(1);
   return s;
-}
-
-std::string_view Word(WaitCause c) {
-  switch (c) {
-    case WaitCause::kNotYetPlaced: return "not yet placed";
-    case WaitCause::kCapacity: return "capacity";
-    case WaitCause::kReservation: return "reservation";
-    case WaitCause::kPreemption: return "preemption";
-    case WaitCause::kQuota: return "quota";
-    case WaitCause::kBudget: return "budget";
-    case WaitCause::kWindow: return "window";
-    case WaitCause::kOther: return "other";
-  }
-  return "other";
-}
-
-std::string_view AtLabel(WaitCause c) {
-  switch (c) {
-    case WaitCause::kCapacity: return "estimated start";
-    case WaitCause::kReservation: return "held GPUs' earliest start";
-    case WaitCause::kPreemption: return "victims' GPUs free by";
-    default: return "";
-  }
 }
 
 void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) {

@@ -421,10 +421,9 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     }
     return false;
   };
-  auto quota = [&](QueueId blocker) {
+  auto quota = [&](QueueId blocker) {  // without the queue's usage, which moves (AtLabel)
     const QueueSpec& q = queues_.queue(blocker).spec;
-    return "quota: queue " + q.name + " holds " + Gpus(queue_usage_[blocker.v]) +
-           " of its burst_gpus " + Gpus(q.burst);
+    return "quota: queue " + q.name + " would pass its burst_gpus " + Gpus(q.burst) + " with this job";
   };
   if (WindowClosed(id, now)) {
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));

@@ -100,9 +100,9 @@ std::string_view Name(WaitCause c);  // "not yet placed", "capacity", "held for 
 std::string_view Word(WaitCause c);  // the reason text's first word: "capacity", "reservation", ...
 // What a wait's `at` means, for a display that puts it beside the reason text: "estimated
 // start", ...; empty where the text gives its time itself (kWindow, whose time never moves).
-// Reason texts leave out times that move from pass to pass (a reserved start, a holder's,
-// the next checkpoint): a new text is a new wait event, and the reserved jobs' moving
-// starts made most of a big replay's events (664,000 of the 1M replay's 738,000).
+// Reason texts leave out what moves from pass to pass (a reserved start, a holder's, the
+// next checkpoint, a queue's usage): a new text is a new wait event, and the reserved
+// jobs' moving starts made most of a big replay's events (664,000 of the 1M replay's 738,000).
 std::string_view AtLabel(WaitCause c);
 // A time as reason texts give it: seconds with up to millisecond decimals ("12", "12.345");
 // the server turns "t=<that> s" into wall-clock times.

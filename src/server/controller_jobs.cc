@@ -514,6 +514,9 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
         if (const std::string_view label = core::AtLabel(rec.wait.cause); rec.wait.at >= 0 && !label.empty()) {
           reason += "; " + std::string(label) + " " + HumanTime(WallMs(rec.wait.at), WallMs(now_));
         }
+        if (rec.wait.cause == core::WaitCause::kQuota && rec.wait.queue.valid()) {
+          reason += "; it holds " + GpusText(sched_->queue_usage(rec.wait.queue)) + " now";
+        }
       }
       if (!job.after.empty()) {
         reason = "dependency: waiting for ";

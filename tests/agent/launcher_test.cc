@@ -324,8 +324,14 @@ TEST_F(CgroupTest, ProcessesThatLeftTheGroupAreFoundAndKilledByCgroup) {
   auto join = cg->Create("w3", {});
   ASSERT_TRUE(join.ok());
   LaunchSpec spec;
-  // A daemon of its own session: out of reach of the worker's process group.
-  spec.argv = {"/bin/sh", "-c", "setsid sleep 300 > /dev/null 2>&1 & echo $! > " + (dir_ / "daemon").string()};
+  // A daemon of its own session: out of reach of the worker's process group. It writes its
+  // pid once in its session, and the worker waits for that: with `setsid sleep 300 &` and
+  // `$!`, the group kill below could catch the child before it called setsid (the test
+  // failed about once in 15 runs).
+  const std::string file = (dir_ / "daemon").string();
+  spec.argv = {"/bin/sh", "-c",
+               "setsid /bin/sh -c 'echo $$ > " + file + ".tmp && mv " + file + ".tmp " + file +
+                   " && exec sleep 300' > /dev/null 2>&1 & while [ ! -s " + file + " ]; do sleep 0.01; done"};
   spec.log_path = (dir_ / "w3.log").string();
   spec.join = *join;
   auto pid = Launch(spec);

@@ -385,6 +385,24 @@ TEST_F(ControllerTest, ARunningJobTheSchedulerWillNotTakeBackIsRequeuedAfterARes
   EXPECT_EQ(Beat("h100-0")["workers"].size(), 1u) << "the requeued job's worker is stopped";
 }
 
+// A queue's usage moves with every start and end in it: the core's text leaves it out (a
+// new text is a new event for every job the limit holds), gantryd adds it as of now.
+TEST_F(ControllerTest, AJobHeldByItsQueuesBurstSaysWhatTheQueueHoldsNow) {
+  Beat("h100-0");
+  Beat("h100-1");
+  Reply a = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
+  Reply b = Submit(kTeamA, R"({"queue":"research","gpus":4,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  for (const Reply* r : {&a, &b}) ASSERT_EQ(Show(r->body["id"])["state"], "running");
+  Reply c = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  const json held = Show(c.body["id"]);
+  ASSERT_EQ(held["state"], "pending") << held.dump();
+  EXPECT_EQ(held["wait"]["cause"], "quota") << held.dump();
+  EXPECT_EQ(held["reason"], "quota: queue research would pass its burst_gpus 16 with this job; it holds 12 now")
+      << held.dump();
+}
+
 TEST_F(ControllerTest, APendingJobSaysWhyItWaitsForPrograms) {
   Beat("h100-0");
   Reply a = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");

@@ -171,7 +171,6 @@ std::string Pad(std::string s, size_t w) {
 // "1-02:03:04" like squeue's TIME.
 std::string Elapsed(double seconds) { return SlurmDuration(seconds); }
 
-
 std::string Num(double v) {
   std::ostringstream o;
   o << std::round(v * 100) / 100;

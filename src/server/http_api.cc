@@ -147,7 +147,6 @@ bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern, s
   return true;
 }
 
-
 }  // namespace
 
 HttpApi::HttpApi(Controller& controller, HttpOptions options)

@@ -112,7 +112,6 @@ double Report::gpu_utilization_pct() const {
 }
 
 namespace {
-
 Json Figures(const Percentiles& p) {
   return Json{{"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"max", p.max},
               {"count", p.count}};

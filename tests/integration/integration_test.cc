@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <iostream>
 #include <fstream>
+#include <iostream>
 #include <set>
 #include <sstream>
 

@@ -5,11 +5,12 @@
 # fifo's, the JCT floor (the mean run time of the finished jobs: the mean JCT if no job
 # waited or lost work), critical jobs inside their guarantee (count, p99 wait),
 # preemptions, GPU-hours lost to preemption over GPU-hours used, and the gangs of 16+
-# GPUs (count, longest and mean wait for the first start).
+# GPUs (count, longest and mean wait for the first start), and the mean queueing delay
+# (mean JCT less the JCT floor) with its ratio to fifo's.
 # Not part of the test suite; docs/policies.md has the figures.
 #
 #   scripts/policy_compare.sh [--build DIR] [--out DIR] [--gpus N] [--days D]
-#                             [--workloads "SEED:LOAD[:MIX] ..."]
+#                             [--workloads "SEED:LOAD[:MIX] ..."] [--set "KEY: VALUE"]...
 #
 #   --build      build folder with src/gantry (default build/release)
 #   --out        work folder (default /tmp/gantry-policies)
@@ -17,10 +18,12 @@
 #   --days       days of arrivals (default 7)
 #   --workloads  default "1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6
 #                3:1.1:training=0.5,sweep=0.25,batch=0.25" (the last: gang-heavy)
+#   --set        a `policy:` setting added to each generated cluster config, e.g.
+#                --set "best_effort_yields_to: none" (repeatable)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=build/release out=/tmp/gantry-policies gpus=256 days=7
+build=build/release out=/tmp/gantry-policies gpus=256 days=7 sets=()
 workloads="1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6 3:1.1:training=0.5,sweep=0.25,batch=0.25"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -29,7 +32,8 @@ while [[ $# -gt 0 ]]; do
     --gpus) gpus=$2; shift 2 ;;
     --days) days=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --set) sets+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "policy_compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -44,6 +48,12 @@ for w in $workloads; do
   mkdir -p "$dir"
   "$gantry" gen --seed "$seed" --gpus "$gpus" --days "$days" --load "$load" \
     ${mix:+--mix "$mix"} --out "$dir" > /dev/null
+  if [[ ${#sets[@]} -gt 0 ]]; then
+    # gen writes `policy:` last: its settings are the file's last lines.
+    [[ $(grep -E '^[a-z_]+:' "$dir/cluster.yaml" | tail -1) == "policy:" ]] ||
+      { echo "policy_compare.sh: $dir/cluster.yaml does not end with its policy section" >&2; exit 2; }
+    printf '  %s\n' "${sets[@]}" >> "$dir/cluster.yaml"
+  fi
   echo "$seed $load ${mix:--}" > "$dir/workload.txt"
   for policy in fifo gantry; do
     "$gantry" sim --config "$dir/cluster.yaml" --trace "$dir/trace.jsonl" \
@@ -72,8 +82,8 @@ def pools(path):  # the `pools:` list of a gen cluster config, without a YAML pa
 def capacity(path):  # GPUs of the cluster: count x gpus per pool
     return sum(int(p.get("count", 0)) * int(p.get("gpus", 0)) for p in pools(path))
 
-print("| seed | load | mix | policy | GPU util % | mean JCT s | vs fifo | JCT floor s | critical in guarantee: jobs, p99 wait s | preemptions | GPU-h lost to preemption (% of used) | gangs 16+ GPUs: n, longest, mean wait h |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print("| seed | load | mix | policy | GPU util % | mean JCT s | vs fifo | JCT floor s | critical in guarantee: jobs, p99 wait s | preemptions | GPU-h lost to preemption (% of used) | gangs 16+ GPUs: n, longest, mean wait h | queueing delay s (vs fifo) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for d in sys.argv[1:]:
     seed, load, mix = open(f"{d}/workload.txt").read().split()
     jobs = {}
@@ -81,7 +91,7 @@ for d in sys.argv[1:]:
         j = json.loads(line)
         jobs[j["id"]] = j
     cap = capacity(f"{d}/cluster.yaml")
-    fifo_jct = None
+    fifo_jct = fifo_delay = None
     for policy in ("fifo", "gantry"):
         r = json.load(open(f"{d}/{policy}.json"))
         submit, first, run = {}, {}, []
@@ -96,14 +106,17 @@ for d in sys.argv[1:]:
         gangs = [(first.get(k, float("inf")) - submit[k]) / 3600 for k in submit
                  if jobs[k].get("gpus", 0) * jobs[k].get("replicas", 1) >= 16]
         jct = r["jct_s"]["mean"]
+        floor = sum(run) / len(run)
         fifo_jct = fifo_jct or jct
+        fifo_delay = fifo_delay or jct - floor
         cig = r["queue_wait_time_ms"].get("critical_in_guarantee", {})
         used = r["gpu_utilization_pct"] / 100 * cap * r["makespan_s"] / 3600
         lost = r["lost_gpu_hours_by_cause"].get("preempt", 0)
         gang = f"{len(gangs)}, {max(gangs):.0f}, {sum(gangs) / len(gangs):.0f}" if gangs else "0"
         print(f"| {seed} | {load} | {mix} | {policy} | {r['gpu_utilization_pct']:.1f} | {jct:,.0f} | "
-              f"{jct / fifo_jct:.2f}x | {sum(run) / len(run):,.0f} | {cig.get('count', 0)}, "
-              f"{cig.get('p99', 0) / 1000:.0f} | {r['preemptions']} | {lost:,.0f} ({100 * lost / used:.2f}%) | {gang} |")
+              f"{jct / fifo_jct:.2f}x | {floor:,.0f} | {cig.get('count', 0)}, "
+              f"{cig.get('p99', 0) / 1000:.0f} | {r['preemptions']} | {lost:,.0f} ({100 * lost / used:.2f}%) | {gang} | "
+              f"{jct - floor:,.0f} ({(jct - floor) / fifo_delay:.2f}x) |")
 
 # How oversubscribed the H100 GPUs are, and the largest leaf, which alone fits the
 # biggest leaf gangs: work that may run only there over its GPU-hours in the arrival span.

@@ -52,6 +52,10 @@ struct PolicyParams {
   // checkpoints only this soon after one of its checkpoints, so the victim loses at most
   // this (plus its grace); it waits for the next checkpoint otherwise (0 = at any time).
   Ticks preempt_after_checkpoint = 120'000;
+  // Jobs of this tier or above (critical, or standard too) may preempt best-effort work
+  // beyond their queue's guarantee as well (inside it both may); none: no job does.
+  // Kueue's borrowWithinCohort, its maxPriorityThreshold as a tier.
+  std::optional<Tier> best_effort_yields_to = Tier::kCritical;
   // Live idle reclamation: a GPU under this utilization (0..1) counts as idle.
   double reclaim_idle_below = 0.05;
   // Critical jobs are never reclaimed unless this is set.

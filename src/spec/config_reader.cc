@@ -575,7 +575,7 @@ class ConfigParser {
               "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
               "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s",
-              "reclaim_idle_after_s_by_tier", "full_pass_interval_s"});
+              "reclaim_idle_after_s_by_tier", "full_pass_interval_s", "best_effort_yields_to"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -591,6 +591,12 @@ class ConfigParser {
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
     if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
     if (auto c = f.Bool("reclaim_critical")) p.reclaim_critical = *c;
+    // Which tiers take best-effort work's GPUs beyond their queue's guarantee too.
+    if (auto t = f.Choice("best_effort_yields_to", {"critical", "standard", "none"})) {
+      p.best_effort_yields_to = *t == "critical"   ? core::Tier::kCritical
+                                : *t == "standard" ? std::optional{core::Tier::kStandard}
+                                                   : std::nullopt;
+    }
     // `reclaim_idle_after_s_by_tier: {best-effort: 300, standard: 1800}`.
     if (const Doc* by = f.Get("reclaim_idle_after_s_by_tier"); by != nullptr && !by->is_null()) {
       if (!by->is_map()) {

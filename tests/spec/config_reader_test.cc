@@ -181,6 +181,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   backfill_lease_after_s: 7200
   preempt_after_checkpoint_s: 30
   default_grace_s: 45
+  best_effort_yields_to: standard
 )");
   const core::PolicyParams& p = c.policy.params;
   EXPECT_EQ(c.policy.default_grace, 45'000);
@@ -193,6 +194,8 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.default_runtime_estimate, 60'000);
   EXPECT_EQ(p.backfill_lease_after, 7'200'000);
   EXPECT_EQ(p.preempt_after_checkpoint, 30'000);
+  EXPECT_EQ(p.best_effort_yields_to, core::Tier::kStandard);
+  EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_to, core::Tier::kCritical);
   // Absent keys keep the core's defaults.
   EXPECT_EQ(Parse(kPool).policy.params.fairshare_half_life,
             core::PolicyParams{}.fairshare_half_life);
@@ -205,6 +208,8 @@ TEST(ConfigReaderTest, PolicyTunables) {
       (std::vector<std::string>{"c.yaml:7: policy.fairshare_half_life_s: must be above 0, got 0",
                                 "c.yaml:8: policy.backfill_depth: must be at least 0, got -1",
                                 "c.yaml:9: policy.aging_s: expected a number, got \"soon\""}));
+  EXPECT_EQ(OneError(std::string(kPool) + "policy:\n  best_effort_yields_to: everyone\n"),
+            "c.yaml:7: policy.best_effort_yields_to: must be one of critical, standard, none, got \"everyone\"");
   EXPECT_EQ(OneError(std::string(kPool) + "policy: 5\n"),
             "c.yaml:6: policy: expected a mapping, got \"5\"");
 }
@@ -284,7 +289,8 @@ extra: 1
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
-                "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s)",
+                "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
+                "best_effort_yields_to)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }

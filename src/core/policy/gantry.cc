@@ -551,6 +551,13 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       preempted = TryPreempt(s, id, now, Mode::kGuarantee, inside, !drain_owner);
       at_checkpoint = next_checkpoint_;
     }
+    // Beyond its guarantee (on some models or all), best-effort work still gives way to
+    // the tiers the site names (critical by default: inference must not wait behind it).
+    const std::optional<Tier> yields_to = s.params().best_effort_yields_to;
+    if (!preempted && yields_to && job.spec.tier <= *yields_to && inside != ~ModelMask{0}) {
+      preempted = TryPreempt(s, id, now, Mode::kTier, ~ModelMask{0}, !drain_owner);
+      at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
+    }
     if (!preempted && by_rank) {
       preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, !drain_owner);
       at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
@@ -634,7 +641,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
-  const bool by_class = job.spec.tier == Tier::kCritical && mode == Mode::kGuarantee;
+  const bool by_class = job.spec.tier == Tier::kCritical && (mode == Mode::kGuarantee || mode == Mode::kTier);
   PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id), by_class, job.spec.queue, job.spec.tier, mode, models, job_rank};
   if (auto it = cache ? preempt_failed_.find(key) : preempt_failed_.end(); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;

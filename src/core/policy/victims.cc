@@ -86,9 +86,9 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     ledger.Rollback(what_if);
     chosen.clear();
     // Critical work only: for the rest, the extra victims cost more than the wait.
-    const bool by_node = mode == Mode::kGuarantee && job.spec.tier == Tier::kCritical;
+    const bool by_node = (mode == Mode::kGuarantee || mode == Mode::kTier) && job.spec.tier == Tier::kCritical;
     what_if = ledger.Checkpoint();
-    if (!by_node || !NodeByNode(s, job, spec, accepts, now, chosen, fit)) {
+    if (!by_node || !NodeByNode(s, job, spec, accepts, mode, now, chosen, fit)) {
       ledger.Rollback(what_if);
       return false;
     }
@@ -221,6 +221,7 @@ bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Vi
     return false;
   }
   if (mode == Mode::kRank) return true;
+  if (mode == Mode::kTier) return c.category() == 0;
   const bool lower_tier = c.category() == 0 && job.spec.tier != Tier::kBestEffort;
   return lower_tier ||
          (v.queue != job.spec.queue && v.tier >= job.spec.tier && AllBorrowed(s, s.job(c.id), {}));
@@ -267,7 +268,7 @@ void VictimSelector::Candidates(const Scheduler& s, const JobRecord& job, uint64
 }
 
 bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec,
-                              uint64_t accepts, Ticks now, std::vector<JobId>& chosen,
+                              uint64_t accepts, Mode mode, Ticks now, std::vector<JobId>& chosen,
                               Allocation& fit) {
   // Per node holding eligible victims, the cost of emptying it of them, summed in one
   // walk of the index (sorting every (node, victim) pair instead took half of a replay's
@@ -278,7 +279,7 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   std::vector<NodeCost> nodes;  // the nodes touched, with their costs
   std::vector<uint32_t> touched;
   for (uint32_t i = 0; i < victims_.size(); ++i) {
-    if (!Eligible(s, job, victims_[i], accepts, Mode::kGuarantee, now)) continue;
+    if (!Eligible(s, job, victims_[i], accepts, mode, now)) continue;
     eligible_.push_back(i);
     for (uint32_t node : info_[victims_[i].info].nodes) {
       NodeCost& n = cost[node];
@@ -311,7 +312,7 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
     Taken taken;
     const Ledger::Mark node_try = ledger.Checkpoint();
     for (uint32_t i : run) {
-      if (!Take(s, victims_[i], Mode::kGuarantee, taken)) continue;
+      if (!Take(s, victims_[i], mode, taken)) continue;
       ledger.Release(s.job(victims_[i].id).alloc);
       chosen.push_back(victims_[i].id);
     }

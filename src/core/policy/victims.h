@@ -4,7 +4,7 @@
 // critical work, nor a job resumed less than `min_run_before_repreempt` ago (except in a
 // queue ordered by attained service, whose ranks protect it once it has run a quantum);
 // cheapest first: best-effort before standard, then the least work lost since the last
-// checkpoint. For a job it picks, under one of three rules (Mode), the cheapest eligible
+// checkpoint. For a job it picks, under one of four rules (Mode), the cheapest eligible
 // victims (at most kMaxVictims), releases them on the ledger in a what-if until the job
 // fits, then gives back any the job can do without, most expensive first. For a critical
 // job whose cheapest victims leave no room (their GPUs scattered: shares of many GPUs,
@@ -34,6 +34,7 @@ class VictimSelector {
     kGuarantee,  // the job fits its guarantee: best-effort work, and borrowed capacity
     kLessees,    // due for a reservation: backfilled jobs past their lease (its tier or lower)
     kRank,       // its queue orders by attained service: its queue's jobs that rank worse
+    kTier,       // beyond its guarantee (PolicyParams::best_effort_yields_to): best-effort work
   };
 
   explicit VictimSelector(QueueOrdering& ordering) : ordering_(ordering) {}
@@ -122,7 +123,7 @@ class VictimSelector {
   // kMaxNodeTries. (For standard work the extra victims cost more than its wait: lost
   // work rose on the gang mixes.) On success the victims in `chosen` are released on the
   // ledger and `fit` holds the job's placement, as after Choose's own loop.
-  bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts, Ticks now,
+  bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts, Mode mode, Ticks now,
                   std::vector<JobId>& chosen, Allocation& fit);
 
   QueueOrdering& ordering_;

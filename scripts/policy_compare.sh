@@ -4,7 +4,8 @@
 # policies, and prints one table row per policy: utilisation, mean JCT and its ratio to
 # fifo's, the JCT floor (the mean run time of the finished jobs: the mean JCT if no job
 # waited or lost work), critical jobs inside their guarantee (count, p99 wait),
-# preemptions, GPU-hours lost to preemption over GPU-hours used, and the gangs of 16+
+# preemptions, GPU-hours lost to preemption over GPU-hours used (all, and standard jobs'
+# part: the rest is best-effort work), and the gangs of 16+
 # GPUs (count, longest and mean wait for the first start), and the mean queueing delay
 # (mean JCT less the JCT floor) with its ratio to fifo's.
 # Not part of the test suite; docs/policies.md has the figures.
@@ -82,7 +83,7 @@ def pools(path):  # the `pools:` list of a gen cluster config, without a YAML pa
 def capacity(path):  # GPUs of the cluster: count x gpus per pool
     return sum(int(p.get("count", 0)) * int(p.get("gpus", 0)) for p in pools(path))
 
-print("| seed | load | mix | policy | GPU util % | mean JCT s | vs fifo | JCT floor s | critical in guarantee: jobs, p99 wait s | preemptions | GPU-h lost to preemption (% of used) | gangs 16+ GPUs: n, longest, mean wait h | queueing delay s (vs fifo) |")
+print("| seed | load | mix | policy | GPU util % | mean JCT s | vs fifo | JCT floor s | critical in guarantee: jobs, p99 wait s | preemptions | GPU-h lost to preemption (% of used; standard jobs' part) | gangs 16+ GPUs: n, longest, mean wait h | queueing delay s (vs fifo) |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for d in sys.argv[1:]:
     seed, load, mix = open(f"{d}/workload.txt").read().split()
@@ -112,10 +113,11 @@ for d in sys.argv[1:]:
         cig = r["queue_wait_time_ms"].get("critical_in_guarantee", {})
         used = r["gpu_utilization_pct"] / 100 * cap * r["makespan_s"] / 3600
         lost = r["lost_gpu_hours_by_cause"].get("preempt", 0)
+        lost_std = r["by_tier"]["standard"]["lost_gpu_hours_by_cause"]["preempt"]
         gang = f"{len(gangs)}, {max(gangs):.0f}, {sum(gangs) / len(gangs):.0f}" if gangs else "0"
         print(f"| {seed} | {load} | {mix} | {policy} | {r['gpu_utilization_pct']:.1f} | {jct:,.0f} | "
               f"{jct / fifo_jct:.2f}x | {floor:,.0f} | {cig.get('count', 0)}, "
-              f"{cig.get('p99', 0) / 1000:.0f} | {r['preemptions']} | {lost:,.0f} ({100 * lost / used:.2f}%) | {gang} | "
+              f"{cig.get('p99', 0) / 1000:.0f} | {r['preemptions']} | {lost:,.0f} ({100 * lost / used:.2f}%; {100 * lost_std / used:.2f}%) | {gang} | "
               f"{jct - floor:,.0f} ({(jct - floor) / fifo_delay:.2f}x) |")
 
 # How oversubscribed the H100 GPUs are, and the largest leaf, which alone fits the

@@ -103,6 +103,8 @@ void Report::RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units
   by_tier_[static_cast<int>(tier)].alloc += UnitMs{units} * (end - start);
   lost_ += UnitMs{units} * lost_ms;
   lost_by_cause_[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
+  by_queue_[queue.v].lost_by_cause[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
+  by_tier_[static_cast<int>(tier)].lost_by_cause[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
 }
 
 double Report::gpu_utilization_pct() const {
@@ -120,6 +122,11 @@ Json Figures(const Percentiles& p) {
 
 void Report::Write(std::ostream& out) const {
   Json j;
+  auto by_cause = [](const UnitMs (&lost)[kCauses]) {
+    return Json{{"preempt", static_cast<double>(lost[0]) / kUnitTicksPerGpuHour},
+                {"requeue", static_cast<double>(lost[1]) / kUnitTicksPerGpuHour},
+                {"reclaim", static_cast<double>(lost[2]) / kUnitTicksPerGpuHour}};
+  };
   j["policy"] = policy_;
   j["jobs"] = {{"submitted", submitted_},
                {"finished", finished_},
@@ -160,10 +167,7 @@ void Report::Write(std::ostream& out) const {
   j["requeues"] = requeues_;
   j["starts"] = starts_;
   j["lost_gpu_hours"] = static_cast<double>(lost_) / kUnitTicksPerGpuHour;
-  j["lost_gpu_hours_by_cause"] = {
-      {"preempt", static_cast<double>(lost_by_cause_[0]) / kUnitTicksPerGpuHour},
-      {"requeue", static_cast<double>(lost_by_cause_[1]) / kUnitTicksPerGpuHour},
-      {"reclaim", static_cast<double>(lost_by_cause_[2]) / kUnitTicksPerGpuHour}};
+  j["lost_gpu_hours_by_cause"] = by_cause(lost_by_cause_);
   j["makespan_s"] = last_finish_ >= 0 && first_submit_ >= 0
                         ? static_cast<double>(last_finish_ - first_submit_) / kTicksPerSecond
                         : 0.0;
@@ -179,7 +183,8 @@ void Report::Write(std::ostream& out) const {
                 {"started", w.count},
                 {"finished", c.count},
                 {"queue_wait_ms", {{"mean", w.mean}, {"p50", w.p50}, {"p99", w.p99}}},
-                {"jct_s", {{"mean", c.mean}, {"p99", c.p99}}}};
+                {"jct_s", {{"mean", c.mean}, {"p99", c.p99}}},
+                {"lost_gpu_hours_by_cause", by_cause(g.lost_by_cause)}};
   };
   // A parent's figures with its children's, for chargeback of a whole subtree.
   std::vector<UnitMs> subtree(queues_.size(), 0);

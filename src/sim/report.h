@@ -57,6 +57,7 @@ class Report {
   void Unfinished(size_t n) { unfinished_ = n; }
   // Why a run ended early; work since the last checkpoint is lost.
   enum class Cause : uint8_t { kPreempt = 0, kRequeue = 1, kReclaim = 2 };
+  static constexpr int kCauses = 3;
   // A run ended: its GPU units held from start to end. `lost_ms` of its run time is
   // thrown away, for `cause` (ignored when lost_ms is 0).
   void RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units, core::Ticks start,
@@ -143,11 +144,12 @@ class Report {
   UnitMs cap_ = 0, alloc_ = 0, cap_at_submit_ = 0, alloc_at_submit_ = 0;
   UnitMs cap_at_finish_ = 0, alloc_at_finish_ = 0;
   UnitMs lost_ = 0;
-  UnitMs lost_by_cause_[3] = {0, 0, 0};
+  UnitMs lost_by_cause_[kCauses] = {};
   struct Group {  // figures per queue and per tier
     UnitMs alloc = 0;
     std::map<std::string, UnitMs> alloc_by_model;  // queues only
     size_t preemptions = 0;
+    UnitMs lost_by_cause[kCauses] = {};  // work its jobs lost, by Cause
     size_t budget_spent = 0;  // times its budget ran out (queues only)
     double observed = 0, busy = 0, frees = 0;  // unit-ms, jobs with observed usage (queues only)
     std::vector<double> wait_ms, jct_s;

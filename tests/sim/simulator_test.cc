@@ -99,6 +99,12 @@ TEST_F(SimTest, NodeFailureRequeuesAndTheJobResumesFromItsLastCheckpoint) {
   EXPECT_EQ(log, want);
   // 100 s of 8 GPUs lost (700 run, 600 kept).
   EXPECT_NEAR(report_["lost_gpu_hours"].get<double>(), 8 * 100 / 3600.0, 1e-9);
+  // Charged to its tier and its queue, by cause.
+  for (const auto* group : {&report_["by_tier"]["standard"], &report_["by_queue"]["q"]}) {
+    EXPECT_NEAR((*group)["lost_gpu_hours_by_cause"]["requeue"].get<double>(), 8 * 100 / 3600.0, 1e-9);
+    EXPECT_EQ((*group)["lost_gpu_hours_by_cause"]["preempt"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(report_["by_tier"]["critical"]["lost_gpu_hours_by_cause"]["requeue"].get<double>(), 0.0);
   // Allocated 700 + 400 s of 8 GPUs; capacity up 1100 of the 1200 s.
   EXPECT_NEAR(report_["gpu_utilization_pct"].get<double>(), 100.0, 1e-9);
   EXPECT_EQ(report_["jobs"]["finished"], 1);

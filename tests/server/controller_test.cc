@@ -326,6 +326,34 @@ TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
       << events_.str();
 }
 
+// Beyond its queue's guarantee a critical job still takes best-effort work's GPUs (the
+// default policy.best_effort_yields_to), through the same stop-and-requeue.
+TEST_F(ControllerTest, ACriticalJobBeyondItsGuaranteeStopsBestEffortWork) {
+  Beat("h100-0");
+  Beat("h100-1");
+  Reply fill = Submit(kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
+  Reply be = Submit(kTeamA, R"({"queue":"research","tier":"best-effort","gpus":8,"vram_gb":40,"grace_s":7,"command":"x"})");
+  ctl_->Poke();
+  ASSERT_EQ(Show(fill.body["id"])["state"], "running");
+  const std::string victim = be.body["id"];
+  ASSERT_EQ(Show(victim)["state"], "running");
+  // serving holds its 8 guaranteed GPUs: this one is beyond them.
+  Reply crit = Submit(kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  ASSERT_EQ(Show(victim)["state"], "stopping");
+  const std::string node = Show(victim)["nodes"][0];
+  Advance(1000);
+  Beat(node, json::array({{{"job", victim}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  ctl_->Poke();
+  EXPECT_EQ(Show(victim)["state"], "pending");
+  EXPECT_EQ(Show(crit.body["id"])["state"], "running");
+  EXPECT_NE(events_.str().find("\"type\":\"preempt\",\"job\":\"" + victim + "\",\"by\":\"" +
+                               crit.body["id"].get<std::string>() + "\",\"reason\":\"critical job " +
+                               crit.body["id"].get<std::string>() + " needs capacity held by best-effort work\""),
+            std::string::npos)
+      << events_.str();
+}
+
 TEST_F(ControllerTest, RestartReadoptsRunningJobsAndKeepsPendingOnes) {
   Beat("h100-0");
   Reply a = Submit(kTeamA, R"({"queue":"research","gpus":4,"vram_gb":40,"command":"x"})");

@@ -8,7 +8,9 @@
 // Preemption: a job that fits inside its queue's guarantee but finds no room may signal
 // victims: best-effort jobs first, then standard jobs of queues running above their
 // guarantee (borrowed capacity); never critical work; never a job resumed less than
-// `min_run_before_repreempt` ago. Among victims: least work lost since the last
+// `min_run_before_repreempt` ago. Beyond its guarantee a job of a tier that
+// `best_effort_yields_to` names (critical by default) may still take best-effort jobs,
+// and only those. Among victims: least work lost since the last
 // checkpoint, then the fewest victims. It preempts only if a what-if on the ledger shows
 // the job then really fits; the victims keep their GPUs for their grace period and the
 // job waits for them without preempting again. A job that is not critical takes a victim

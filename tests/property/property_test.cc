@@ -171,12 +171,13 @@ TEST(WorkloadGen, UsesOnlyContractFieldNames) {
   const std::set<std::string> pool_fields = {"name",      "name_prefix", "count",    "gpus",
                                              "gpu_model", "nvlink_domains", "leaf_size", "cpus",
                                              "memory_gb", "spot",        "sharing"};
-  // `order`, `max_wait_s`, the policy's attained-service settings and full_pass_interval_s are Gantry's
-  // additions to the contract (docs/policies.md).
+  // `order`, `max_wait_s`, the policy's attained-service settings, full_pass_interval_s and
+  // best_effort_yields_to are Gantry's additions to the contract (docs/policies.md).
   const std::set<std::string> queue_fields = {"name", "parent", "guaranteed_gpus", "burst_gpus",
                                               "weight", "order", "max_wait_s"};
   const std::set<std::string> policy_fields = {"reclaim_idle_after_s", "las_thresholds_gpu_s",
-                                               "attained_quantum_s", "max_wait_s", "full_pass_interval_s"};
+                                               "attained_quantum_s", "max_wait_s", "full_pass_interval_s",
+                                               "best_effort_yields_to"};
   const std::set<std::string> model_fields = {"name", "memory_gb"};
   auto keys_within = [](const YAML::Node& n, const std::set<std::string>& allowed,
                         const std::string& where) {

@@ -120,6 +120,7 @@ struct Cluster {
   int attained_quantum_s = 0;
   int max_wait_s = 0;  // 0: not written
   int full_pass_interval_s = 0;  // 0: not written
+  std::string best_effort_yields_to;  // empty: not written (critical)
 };
 
 Cluster MakeCluster(Rng& rng) {
@@ -268,6 +269,7 @@ std::string ConfigYaml(const Cluster& c, uint64_t seed) {
                    c.las_thresholds_gpu_s[1], c.attained_quantum_s);
   if (c.max_wait_s > 0) y += fmt::format("  max_wait_s: {}\n", c.max_wait_s);
   if (c.full_pass_interval_s > 0) y += fmt::format("  full_pass_interval_s: {}\n", c.full_pass_interval_s);
+  if (!c.best_effort_yields_to.empty()) y += fmt::format("  best_effort_yields_to: {}\n", c.best_effort_yields_to);
   return y;
 }
 
@@ -559,6 +561,11 @@ Workload GenerateWorkload(const WorkloadOptions& options) {
   // other draws, and so each seed's workload, stay as they were before the setting).
   Rng cycle(options.seed ^ 0xc1c1e);
   if (cycle.Chance(0.35)) cluster.full_pass_interval_s = cycle.Int(1, 60);
+  // Whom best-effort work gives way to beyond a queue's guarantee: the default (critical)
+  // on a third, standard or none on the rest (drawn apart too).
+  Rng yields(options.seed ^ 0xbe5e);
+  const std::vector<std::string> yields_to = {"", "standard", "none"};
+  cluster.best_effort_yields_to = yields.Pick(yields_to);
   Workload w;
   w.config_yaml = ConfigYaml(cluster, options.seed);
 

@@ -133,7 +133,8 @@ class VictimSelector {
   std::vector<Victim> victims_;
   std::vector<Info> info_;         // by place in Scheduler::running() (Victim::info)
   bool indexed_ = false;
-  bool sorted_ = false;
+  bool sorted_ = false;  // walks read victims_ in order, sorted up to sorted_to_
+  size_t sorted_to_ = 0;
   int walks_ = 0;
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
   Ticks next_checkpoint_ = kForever;

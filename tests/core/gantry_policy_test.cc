@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -215,40 +216,48 @@ TEST(GantryPreemptionTest, BestEffortWorkGivesWayBeyondTheGuaranteeToTheTiersThe
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 2, 8, "H100-80GB", 2)});
   const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
                                        QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}});
+  auto make = [&](std::optional<Tier> yields_to) {
+    PolicyParams params;
+    params.best_effort_yields_to = yields_to;
+    return std::make_unique<Scheduler>(cluster, queues, MakePolicy("gantry"), params);
+  };
+  auto submit = [&](Scheduler& s, const char* id, const char* queue, Tier tier, int gpus, Ticks now) {
+    JobSpec j = Whole(catalog, id, 1, gpus);
+    j.queue = *queues.Find(queue);
+    j.tier = tier;
+    j.grace = 30 * kS;
+    return s.Submit(j, now);
+  };
+  auto preempted = [](const std::vector<Decision>& ds) {
+    std::vector<JobId> out;
+    for (const Decision& d : ds) {
+      if (d.kind == Decision::Kind::kPreempt) out.push_back(d.job);
+    }
+    return out;
+  };
   for (const std::optional<Tier> yields_to : {std::optional{Tier::kCritical}, std::optional{Tier::kStandard},
                                               std::optional<Tier>()}) {
     SCOPED_TRACE(yields_to ? std::string(Name(*yields_to)) : "none");
-    PolicyParams params;
-    params.best_effort_yields_to = yields_to;
-    Scheduler s(cluster, queues, MakePolicy("gantry"), params);
-    auto submit = [&](const char* id, const char* queue, Tier tier, int gpus, Ticks now) {
-      JobSpec j = Whole(catalog, id, 1, gpus);
-      j.queue = *queues.Find(queue);
-      j.tier = tier;
-      j.grace = 30 * kS;
-      return s.Submit(j, now);
-    };
+    const std::unique_ptr<Scheduler> sched = make(yields_to);
+    Scheduler& s = *sched;
     // Serving holds its guarantee (8 GPUs); research's best-effort job the other node.
-    const JobId c1 = submit("c1", "serving", Tier::kCritical, 8, 0);
-    const JobId be = submit("be", "research", Tier::kBestEffort, 8, 0);
+    const JobId c1 = submit(s, "c1", "serving", Tier::kCritical, 8, 0);
+    const JobId be = submit(s, "be", "research", Tier::kBestEffort, 8, 0);
     s.Schedule(0);
     ASSERT_EQ(s.job(c1).phase, Phase::kRunning);
     ASSERT_EQ(s.job(be).phase, Phase::kRunning);
     // Both beyond their queues' guarantees: a critical serving job, a standard research job.
-    const JobId c2 = submit("c2", "serving", Tier::kCritical, 4, 10 * kS);
-    const JobId r = submit("r", "research", Tier::kStandard, 4, 10 * kS);
+    const JobId c2 = submit(s, "c2", "serving", Tier::kCritical, 4, 10 * kS);
+    const JobId r = submit(s, "r", "research", Tier::kStandard, 4, 10 * kS);
     ASSERT_EQ(s.GuaranteedModels(s.job(c2).spec), ModelMask{0});
     ASSERT_EQ(s.GuaranteedModels(s.job(r).spec), ModelMask{0});
-    std::vector<JobId> preempted;
-    for (const Decision& d : s.Schedule(10 * kS)) {
-      if (d.kind == Decision::Kind::kPreempt) preempted.push_back(d.job);
-    }
+    const std::vector<JobId> taken = preempted(s.Schedule(10 * kS));
     if (!yields_to) {
-      EXPECT_TRUE(preempted.empty());
+      EXPECT_TRUE(taken.empty());
       continue;
     }
     // The critical job takes the best-effort job's GPUs; both fit once it is gone.
-    EXPECT_EQ(preempted, std::vector<JobId>{be});
+    EXPECT_EQ(taken, std::vector<JobId>{be});
     EXPECT_EQ(s.job(c2).victims_pending, 1);
     s.Requeue(be, 40 * kS);
     s.Schedule(40 * kS);
@@ -260,29 +269,16 @@ TEST(GantryPreemptionTest, BestEffortWorkGivesWayBeyondTheGuaranteeToTheTiersThe
   // `standard` it does.
   for (const std::optional<Tier> yields_to : {std::optional{Tier::kCritical}, std::optional{Tier::kStandard}}) {
     SCOPED_TRACE(std::string(Name(*yields_to)));
-    PolicyParams params;
-    params.best_effort_yields_to = yields_to;
-    Scheduler s(cluster, queues, MakePolicy("gantry"), params);
-    JobSpec fill = Whole(catalog, "fill", 1, 8);
-    fill.queue = *queues.Find("serving");
-    fill.tier = Tier::kCritical;
-    JobSpec be = Whole(catalog, "be", 1, 8);
-    be.queue = *queues.Find("research");
-    be.tier = Tier::kBestEffort;
-    JobSpec r = Whole(catalog, "r", 1, 4);
-    r.queue = *queues.Find("research");
-    r.grace = 30 * kS;
-    s.Submit(fill, 0);
-    const JobId b = s.Submit(be, 0);
+    const std::unique_ptr<Scheduler> sched = make(yields_to);
+    Scheduler& s = *sched;
+    submit(s, "fill", "serving", Tier::kCritical, 8, 0);
+    const JobId be = submit(s, "be", "research", Tier::kBestEffort, 8, 0);
     s.Schedule(0);
-    const JobId rj = s.Submit(r, 10 * kS);
-    ASSERT_EQ(s.GuaranteedModels(s.job(rj).spec), ModelMask{0});  // research holds 8 of its 4
-    std::vector<JobId> preempted;
-    for (const Decision& d : s.Schedule(10 * kS)) {
-      if (d.kind == Decision::Kind::kPreempt) preempted.push_back(d.job);
-    }
-    EXPECT_EQ(preempted, *yields_to == Tier::kStandard ? std::vector<JobId>{b} : std::vector<JobId>{});
-    EXPECT_EQ(s.job(rj).phase, Phase::kPending);
+    const JobId r = submit(s, "r", "research", Tier::kStandard, 4, 10 * kS);
+    ASSERT_EQ(s.GuaranteedModels(s.job(r).spec), ModelMask{0});  // research holds 8 of its 4
+    EXPECT_EQ(preempted(s.Schedule(10 * kS)),
+              *yields_to == Tier::kStandard ? std::vector<JobId>{be} : std::vector<JobId>{});
+    EXPECT_EQ(s.job(r).phase, Phase::kPending);
   }
 }
 

@@ -147,7 +147,8 @@ bool VictimSelector::AllBorrowed(const Scheduler& s, const JobRecord& job, const
 }
 
 void VictimSelector::Index(Scheduler& s, Ticks now) {
-  victims_.clear();
+  for (Group& g : groups_) g.victims.clear();
+  Group* group = nullptr;  // the last victim's (runs of one mask are common)
   const std::vector<JobId>& running = s.running();
   const std::vector<uint64_t>& stamps = s.running_stamps();
   info_.resize(running.size());
@@ -185,20 +186,62 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     const Ticks since = ck > 0 ? ran % ck : ran;
     info.since = ck > 0 ? since : 0;
     info.signaled = false;
-    victims_.push_back(Victim{Victim::Cost(info.tier == Tier::kBestEffort ? 0 : 1, info.units * (since / kTicksPerSecond)),
-                              v, pos, info.pools});
+    if (group == nullptr || group->pools != info.pools) {
+      auto g = std::find_if(groups_.begin(), groups_.end(), [&](const Group& x) { return x.pools == info.pools; });
+      group = g != groups_.end() ? &*g : &groups_.emplace_back(Group{info.pools, {}, 0});
+    }
+    group->victims.push_back(
+        Victim{Victim::Cost(info.tier == Tier::kBestEffort ? 0 : 1, info.units * (since / kTicksPerSecond)), v, pos});
   }
   indexed_ = true;
   sorted_ = false;
   walks_ = 0;
 }
 
-bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Victim& c,
-                            uint64_t accepts, Mode mode, Ticks now) {
+void VictimSelector::SortChunk(Group& g) {
+  // As long as the sorted part (at least 1,024), the cheapest of the rest brought forward.
+  const auto first = g.victims.begin() + static_cast<std::ptrdiff_t>(g.sorted_to);
+  const auto last = first + static_cast<std::ptrdiff_t>(std::min(g.victims.size() - g.sorted_to, std::max<size_t>(1024, g.sorted_to)));
+  std::nth_element(first, last, g.victims.end());
+  std::sort(first, last);
+  g.sorted_to = static_cast<size_t>(last - g.victims.begin());
+}
+
+template <typename Less, typename Visit>
+void VictimSelector::Walk(uint64_t accepts, Less less, Visit visit) {
+  walk_.clear();
+  heads_.clear();
+  for (Group& g : groups_) {
+    if ((g.pools & accepts) == 0 || g.victims.empty()) continue;
+    walk_.push_back(&g);
+    heads_.push_back(0);
+  }
+  if (walk_.size() == 1) {  // the common case, without the merge
+    Group& g = *walk_[0];
+    for (size_t i = 0; i < g.victims.size(); ++i) {
+      if (sorted_ && i == g.sorted_to) SortChunk(g);
+      if (!visit(g.victims[i])) return;
+    }
+    return;
+  }
+  for (;;) {
+    size_t next = walk_.size();  // the group whose head comes first (few groups: a scan)
+    for (size_t k = 0; k < walk_.size(); ++k) {
+      Group& g = *walk_[k];
+      const size_t i = heads_[k];
+      if (i == g.victims.size()) continue;
+      if (sorted_ && i == g.sorted_to) SortChunk(g);
+      if (next == walk_.size() || less(g.victims[i], walk_[next]->victims[heads_[next]])) next = k;
+    }
+    if (next == walk_.size() || !visit(walk_[next]->victims[heads_[next]++])) return;
+  }
+}
+
+bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, Mode mode,
+                              Ticks now) {
   // Best-effort work gives way to any higher tier; work of another queue running above
   // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
   // as starts earlier in this pass moved it.
-  if ((c.pools & accepts) == 0) return false;
   const Info& v = info_[c.info];
   if (v.signaled) return false;  // preempted earlier in this pass
   if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
@@ -237,44 +280,38 @@ bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken&
 
 void VictimSelector::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
                               Mode mode, Ticks now) {
-  auto eligible = [&](const Victim& c) { return Eligible(s, job, c, accepts, mode, now); };
+  auto eligible = [&](const Victim& c) { return Eligible(s, job, c, mode, now); };
   candidates_.clear();
-  // A few walks select the cheapest in O(running) each; past that, the index is sorted
-  // as far as walks reach (each a chunk as long as the sorted part, the cheapest of the
-  // rest brought forward first), so every later walk stops at kMaxVictims, and a pass
-  // whose walks find their victims early never sorts the whole index (at 100,000 GPUs
-  // the full sort was a fifth of a pass). The order is the full sort's: it is total.
+  // A few walks select the cheapest in O(running) each; past that, the index's groups
+  // are sorted as far as walks reach (each a chunk as long as the sorted part, the
+  // cheapest of the rest brought forward first), so every later walk stops at
+  // kMaxVictims, and a pass whose walks find their victims early never sorts the whole
+  // index (at 100,000 GPUs the full sort was a fifth of a pass). The order is the full
+  // sort's (it is total), merged across the groups read.
   if (!sorted_ && ++walks_ > 4) {
     sorted_ = true;
-    sorted_to_ = 0;
+    for (Group& g : groups_) g.sorted_to = 0;
   }
   if (sorted_) {
-    for (size_t i = 0; i < victims_.size(); ++i) {
-      if (i == sorted_to_) {
-        const auto first = victims_.begin() + static_cast<std::ptrdiff_t>(i);
-        const auto last = first + static_cast<std::ptrdiff_t>(std::min(victims_.size() - i, std::max<size_t>(1024, i)));
-        std::nth_element(first, last, victims_.end());
-        std::sort(first, last);
-        sorted_to_ = static_cast<size_t>(last - victims_.begin());
-      }
-      const Victim& c = victims_[i];
-      if (!eligible(c)) continue;
-      candidates_.push_back(c);
-      if (candidates_.size() == kMaxVictims) break;
-    }
+    Walk(accepts, std::less<Victim>(), [&](const Victim& c) {
+      if (eligible(c)) candidates_.push_back(c);
+      return candidates_.size() < kMaxVictims;
+    });
     return;
   }
-  // A max-heap of the cheapest kMaxVictims seen so far.
-  for (const Victim& c : victims_) {
-    if (candidates_.size() == kMaxVictims && !(c < candidates_.front())) continue;
-    if (!eligible(c)) continue;
+  // A max-heap of the cheapest kMaxVictims seen so far, reading the victims in the
+  // running order (which ones reach Eligible, and so next_checkpoint(), depends on it).
+  Walk(accepts, [](const Victim& a, const Victim& b) { return a.info < b.info; }, [&](const Victim& c) {
+    if (candidates_.size() == kMaxVictims && !(c < candidates_.front())) return true;
+    if (!eligible(c)) return true;
     if (candidates_.size() == kMaxVictims) {
       std::pop_heap(candidates_.begin(), candidates_.end());
       candidates_.pop_back();
     }
     candidates_.push_back(c);
     std::push_heap(candidates_.begin(), candidates_.end());
-  }
+    return true;
+  });
   std::sort_heap(candidates_.begin(), candidates_.end());
 }
 
@@ -289,16 +326,20 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   eligible_.clear();
   std::vector<NodeCost> nodes;  // the nodes touched, with their costs
   std::vector<uint32_t> touched;
-  for (uint32_t i = 0; i < victims_.size(); ++i) {
-    if (!Eligible(s, job, victims_[i], accepts, mode, now)) continue;
-    eligible_.push_back(i);
-    for (uint32_t node : info_[victims_[i].info].nodes) {
+  for (const Group& g : groups_) {
+    if ((g.pools & accepts) == 0) continue;
+    for (const Victim& c : g.victims) {
+      if (Eligible(s, job, c, mode, now)) eligible_.push_back(c);
+    }
+  }
+  for (const Victim& c : eligible_) {
+    for (uint32_t node : info_[c.info].nodes) {
       NodeCost& n = cost[node];
       if (!n.seen) touched.push_back(node);
       n.seen = true;
       n.node = node;
-      n.category = std::max(n.category, victims_[i].category());
-      n.lost += victims_[i].lost();
+      n.category = std::max(n.category, c.category());
+      n.lost += c.lost();
     }
   }
   for (uint32_t n : touched) {
@@ -308,24 +349,24 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   const size_t tries = std::min(nodes.size(), kMaxNodeTries);
   std::partial_sort(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(tries), nodes.end());
   // The eligible victims on each node tried, cheapest first.
-  std::vector<std::vector<uint32_t>> runs(tries);
-  for (uint32_t i : eligible_) {
-    for (uint32_t node : info_[victims_[i].info].nodes) {
+  std::vector<std::vector<Victim>> runs(tries);
+  for (const Victim& c : eligible_) {
+    for (uint32_t node : info_[c.info].nodes) {
       for (size_t k = 0; k < tries; ++k) {
-        if (nodes[k].node == node) runs[k].push_back(i);
+        if (nodes[k].node == node) runs[k].push_back(c);
       }
     }
   }
   Ledger& ledger = s.mutable_ledger();
   for (size_t k = 0; k < tries; ++k) {
-    std::vector<uint32_t>& run = runs[k];
-    std::sort(run.begin(), run.end(), [&](uint32_t a, uint32_t b) { return victims_[a] < victims_[b]; });
+    std::vector<Victim>& run = runs[k];
+    std::sort(run.begin(), run.end());
     Taken taken;
     const Ledger::Mark node_try = ledger.Checkpoint();
-    for (uint32_t i : run) {
-      if (!Take(s, victims_[i], mode, taken)) continue;
-      ledger.Release(s.job(victims_[i].id).alloc);
-      chosen.push_back(victims_[i].id);
+    for (const Victim& c : run) {
+      if (!Take(s, c, mode, taken)) continue;
+      ledger.Release(s.job(c.id).alloc);
+      chosen.push_back(c.id);
     }
     if (s.placer().Place(spec, Fit::kBest, fit)) {
       ledger.Commit(node_try);  // the caller's what-if rolls it back

@@ -266,8 +266,12 @@ bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Vi
   if (mode == Mode::kRank) return true;
   if (mode == Mode::kTier) return c.category() == 0;
   const bool lower_tier = c.category() == 0 && job.spec.tier != Tier::kBestEffort;
-  return lower_tier ||
-         (v.queue != job.spec.queue && v.tier >= job.spec.tier && AllBorrowed(s, s.job(c.id), {}));
+  if (lower_tier) return true;
+  if (v.queue == job.spec.queue || v.tier < job.spec.tier) return false;
+  // All borrowed: where the guarantee counts every model, from the index's own copy
+  // (no job record read: a walk past many victims of queues near their guarantee).
+  if (s.queues().queue(v.queue).spec.guaranteed_by_model.empty()) return s.Borrowed(v.queue, ModelId(), v.units);
+  return AllBorrowed(s, s.job(c.id), {});
 }
 
 bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken) {

@@ -342,8 +342,13 @@ void Placer::SharedCandidates(const JobSpec& job, PoolId pool, const Scope& scop
   bool enough = false;
   for (int l = Ledger::ShareLevel(job.share_milli); l < Ledger::kShareLevels && !enough; ++l) {
     const DynBitset& shared = ledger_.shared_level(pool, job.sharing, l);
+    int looked = 0;
     for (uint32_t i = shared.FindNext(lo, hi); i != DynBitset::kNone;
          i = shared.FindNext(i + 1, hi)) {
+      if (++looked > kLooksPerBucket) {  // a level of many GPUs alike: on to the next
+        fgd_truncated_ = true;
+        break;
+      }
       const NodeId n(p.first_node.v + i / gpn);
       const int local = static_cast<int>(i % gpn);
       if (scope.domain >= 0 && local / ledger_.cluster().node(n).gpus_per_domain != scope.domain) {

@@ -13,10 +13,11 @@
 // that accept the worker: per pool and count k of free whole GPUs, the first
 // kNodesPerBucket usable nodes of bucket k (looking at kLooksPerBucket at most); for
 // shares and MIG instances also the partly used GPUs (at most kSplitLevels distinct
-// states, kPerSplitLevel GPUs each; shares tightest first, MIG lowest ids first) and,
-// for MIG, every start slice where the profile fits. Those cover every place plain best
-// fit would try except nodes past kLooksPerBucket; when the search stopped there and
-// found nothing, the plain search runs, so FGD never fails where best fit would not.
+// states, kPerSplitLevel GPUs each; shares tightest first, looking at kLooksPerBucket
+// GPUs per level of free share at most; MIG lowest ids first) and, for MIG, every start
+// slice where the profile fits. Those cover every place plain best fit would try except
+// nodes and shared GPUs past kLooksPerBucket; when the search stopped there and found
+// nothing, the plain search runs, so FGD never fails where best fit would not.
 // Thread-safety: none; works on one ledger.
 #pragma once
 

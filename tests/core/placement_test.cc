@@ -133,6 +133,30 @@ TEST(PlacementTest, SharedBestFitPacksTheFullestGpu) {
   EXPECT_EQ(z[0].gpu, y[0].gpu);
 }
 
+// FGD looks at a bounded number of shared GPUs per level of free share; where the only
+// GPU with room lies past them, the plain search still finds it.
+TEST(PlacementTest, FgdFindsTheOneSharedGpuWithRoomPastItsLooks) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 10, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  Placer first(ledger), fgd(ledger, &frag);
+  // GPUs 0-78: half their share and 75 of 80 GB taken; GPU 79: half its share, 10 GB.
+  Allocation a;
+  for (int i = 0; i < 79; ++i) ASSERT_TRUE(first.Place(testing::Shared(c, "full", Sharing::kMps, 500, 75), Fit::kFirst, a));
+  ASSERT_TRUE(first.Place(testing::Shared(c, "roomy", Sharing::kMps, 500, 10), Fit::kFirst, a));
+  ASSERT_EQ(a[0].node, NodeId(9));
+  ASSERT_EQ(a[0].gpu, 7);
+  ASSERT_GT(cluster.pool(PoolId(0)).spec.count * 8, Placer::kLooksPerBucket);
+  const JobSpec job = testing::Shared(c, "x", Sharing::kMps, 300, 20);
+  frag.Observe(job);
+  ASSERT_TRUE(frag.active());
+  Allocation x;
+  ASSERT_TRUE(fgd.Place(job, Fit::kBest, x));
+  EXPECT_EQ(x[0].node, NodeId(9));
+  EXPECT_EQ(x[0].gpu, 7);
+}
+
 TEST(PlacementTest, CpuOnlyJobsPreferCpuPools) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "h", 1, 8, "H100-80GB"), Pool(c, "cpu", 2, 0, nullptr)});

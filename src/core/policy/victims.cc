@@ -1,6 +1,7 @@
 #include "core/policy/victims.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/policy/pools.h"
 
@@ -147,8 +148,12 @@ bool VictimSelector::AllBorrowed(const Scheduler& s, const JobRecord& job, const
 }
 
 void VictimSelector::Index(Scheduler& s, Ticks now) {
-  for (Group& g : groups_) g.victims.clear();
-  Group* group = nullptr;  // the last victim's (runs of one mask are common)
+  for (Group& g : groups_) {
+    g.victims.clear();
+    g.sorted_to = 0;
+    g.min_units = std::numeric_limits<GpuUnits>::max();
+  }
+  group_of_.resize(s.queues().size() + 1);
   const std::vector<JobId>& running = s.running();
   const std::vector<uint64_t>& stamps = s.running_stamps();
   info_.resize(running.size());
@@ -186,76 +191,119 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     const Ticks since = ck > 0 ? ran % ck : ran;
     info.since = ck > 0 ? since : 0;
     info.signaled = false;
-    if (group == nullptr || group->pools != info.pools) {
-      auto g = std::find_if(groups_.begin(), groups_.end(), [&](const Group& x) { return x.pools == info.pools; });
-      group = g != groups_.end() ? &*g : &groups_.emplace_back(Group{info.pools, {}, 0});
+    // Its group: best-effort work by pools, standard work by pools and queue.
+    const int category = info.tier == Tier::kBestEffort ? 0 : 1;
+    const QueueId queue = category == 0 ? QueueId() : info.queue;
+    std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
+    auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
+    if (at == slot.end()) {
+      at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
+      groups_.push_back(Group{info.pools, category, queue, {}, 0, std::numeric_limits<GpuUnits>::max()});
     }
-    group->victims.push_back(
-        Victim{Victim::Cost(info.tier == Tier::kBestEffort ? 0 : 1, info.units * (since / kTicksPerSecond)), v, pos});
+    Group& group = groups_[*at];
+    group.victims.push_back(Victim{Victim::Cost(category, info.units * (since / kTicksPerSecond)), v, pos});
+    group.min_units = std::min(group.min_units, info.units);
   }
   indexed_ = true;
-  sorted_ = false;
-  walks_ = 0;
 }
 
 void VictimSelector::SortChunk(Group& g) {
-  // As long as the sorted part (at least 1,024), the cheapest of the rest brought forward.
+  // As long as the sorted part (at least kMaxVictims), the cheapest of the rest first.
   const auto first = g.victims.begin() + static_cast<std::ptrdiff_t>(g.sorted_to);
-  const auto last = first + static_cast<std::ptrdiff_t>(std::min(g.victims.size() - g.sorted_to, std::max<size_t>(1024, g.sorted_to)));
+  const auto last = first + static_cast<std::ptrdiff_t>(std::min(g.victims.size() - g.sorted_to, std::max(kMaxVictims, g.sorted_to)));
   std::nth_element(first, last, g.victims.end());
   std::sort(first, last);
   g.sorted_to = static_cast<size_t>(last - g.victims.begin());
 }
 
-template <typename Less, typename Visit>
-void VictimSelector::Walk(uint64_t accepts, Less less, Visit visit) {
-  walk_.clear();
-  heads_.clear();
-  for (Group& g : groups_) {
-    if ((g.pools & accepts) == 0 || g.victims.empty()) continue;
-    walk_.push_back(&g);
-    heads_.push_back(0);
+bool VictimSelector::Reads(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
+                          const Group& g) const {
+  if ((g.pools & accepts) == 0 || g.victims.empty()) return false;
+  if (g.category == 0) return true;
+  switch (mode) {
+    case Mode::kTier: return false;
+    case Mode::kRank: return g.queue == job.spec.queue;
+    case Mode::kLessees: return true;
+    case Mode::kGuarantee:
+      // Another queue's, of a tier the job may take, and borrowing enough that its
+      // smallest job may be wholly borrowed (per model: judged job by job).
+      if (g.queue == job.spec.queue || Tier::kStandard < job.spec.tier) return false;
+      return !s.queues().queue(g.queue).spec.guaranteed_by_model.empty() ||
+             s.Borrowed(g.queue, ModelId(), g.min_units);
   }
-  if (walk_.size() == 1) {  // the common case, without the merge
+  return true;
+}
+
+template <typename Visit>
+void VictimSelector::Walk(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Visit visit) {
+  walk_.clear();
+  for (Group& g : groups_) {
+    if (Reads(s, job, accepts, mode, g)) walk_.push_back(&g);
+  }
+  if (walk_.size() == 1) {  // without the merge
     Group& g = *walk_[0];
     for (size_t i = 0; i < g.victims.size(); ++i) {
-      if (sorted_ && i == g.sorted_to) SortChunk(g);
+      if (i == g.sorted_to) SortChunk(g);
       if (!visit(g.victims[i])) return;
     }
     return;
   }
-  for (;;) {
-    size_t next = walk_.size();  // the group whose head comes first (few groups: a scan)
-    for (size_t k = 0; k < walk_.size(); ++k) {
-      Group& g = *walk_[k];
-      const size_t i = heads_[k];
-      if (i == g.victims.size()) continue;
-      if (sorted_ && i == g.sorted_to) SortChunk(g);
-      if (next == walk_.size() || less(g.victims[i], walk_[next]->victims[heads_[next]])) next = k;
-    }
-    if (next == walk_.size() || !visit(walk_[next]->victims[heads_[next]++])) return;
+  // Merged: a min-heap of the groups' next victims.
+  auto later = [&](const std::pair<uint32_t, size_t>& a, const std::pair<uint32_t, size_t>& b) {
+    return walk_[b.first]->victims[b.second] < walk_[a.first]->victims[a.second];
+  };
+  auto push = [&](uint32_t k, size_t i) {
+    Group& g = *walk_[k];
+    if (i == g.victims.size()) return;
+    if (i == g.sorted_to) SortChunk(g);
+    heads_.emplace_back(k, i);
+    std::push_heap(heads_.begin(), heads_.end(), later);
+  };
+  heads_.clear();
+  for (uint32_t k = 0; k < walk_.size(); ++k) push(k, 0);
+  while (!heads_.empty()) {
+    std::pop_heap(heads_.begin(), heads_.end(), later);
+    const auto [k, i] = heads_.back();
+    heads_.pop_back();
+    if (!visit(walk_[k]->victims[i])) return;
+    push(k, i + 1);
   }
 }
 
 bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, Mode mode,
                               Ticks now) {
-  // Best-effort work gives way to any higher tier; work of another queue running above
-  // its guarantee gives way to a job inside its own guarantee. Borrowing is judged now,
-  // as starts earlier in this pass moved it.
   const Info& v = info_[c.info];
   if (v.signaled) return false;  // preempted earlier in this pass
   if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
     return false;
   }
   if (mode == Mode::kLessees) return v.tier >= job.spec.tier && (*overdue_)(c.id);
-  if (mode == Mode::kRank && (v.queue != job.spec.queue || v.tier < job.spec.tier ||
-                              !(ordering_.Rank(s, s.job(c.id), now) > job_rank_))) {
-    return false;
+  // Whom the rule takes. Best-effort work gives way to any higher tier; work of another
+  // queue running above its guarantee gives way to a job inside its own guarantee.
+  // Borrowing is judged now, as starts earlier in this pass moved it.
+  switch (mode) {
+    case Mode::kRank:
+      if (v.queue != job.spec.queue || v.tier < job.spec.tier || !(ordering_.Rank(s, s.job(c.id), now) > job_rank_)) {
+        return false;
+      }
+      break;
+    case Mode::kTier:
+      if (c.category() != 0) return false;
+      break;
+    default:
+      if (c.category() == 0 && job.spec.tier != Tier::kBestEffort) break;
+      if (v.queue == job.spec.queue || v.tier < job.spec.tier) return false;
+      // All borrowed: where the guarantee counts every model, from the index's own copy
+      // (no job record read: a walk past many victims of queues near their guarantee).
+      if (s.queues().queue(v.queue).spec.guaranteed_by_model.empty() ? !s.Borrowed(v.queue, ModelId(), v.units)
+                                                                      : !AllBorrowed(s, s.job(c.id), {})) {
+        return false;
+      }
   }
-  // A job that can wait takes back its guarantee from a checkpointing victim only just
-  // after a checkpoint.
-  // Rank preemption goes on all the time, so it takes a victim only within a quantum
-  // of a checkpoint: each costs a victim at most a quantum of work.
+  // When: a job that can wait takes back its guarantee from a checkpointing victim only
+  // just after a checkpoint (next_checkpoint() then says when the next comes, for the
+  // victims the rule takes). Rank preemption goes on all the time, so it takes a victim
+  // only within a quantum of a checkpoint: each costs a victim at most a quantum of work.
   const Ticks window = mode == Mode::kRank
                            ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
                            : s.params().preempt_after_checkpoint;
@@ -263,15 +311,7 @@ bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Vi
     next_checkpoint_ = std::min(next_checkpoint_, now + v.checkpoint - v.since);
     return false;
   }
-  if (mode == Mode::kRank) return true;
-  if (mode == Mode::kTier) return c.category() == 0;
-  const bool lower_tier = c.category() == 0 && job.spec.tier != Tier::kBestEffort;
-  if (lower_tier) return true;
-  if (v.queue == job.spec.queue || v.tier < job.spec.tier) return false;
-  // All borrowed: where the guarantee counts every model, from the index's own copy
-  // (no job record read: a walk past many victims of queues near their guarantee).
-  if (s.queues().queue(v.queue).spec.guaranteed_by_model.empty()) return s.Borrowed(v.queue, ModelId(), v.units);
-  return AllBorrowed(s, s.job(c.id), {});
+  return true;
 }
 
 bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken) {
@@ -284,39 +324,16 @@ bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken&
 
 void VictimSelector::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
                               Mode mode, Ticks now) {
-  auto eligible = [&](const Victim& c) { return Eligible(s, job, c, mode, now); };
+  // The cheapest first, in the groups the rule reads: each group is sorted as far as
+  // walks reach (a chunk at a time, as long as its sorted part, the cheapest of the rest
+  // brought forward first), so a walk stops at kMaxVictims, and a pass whose walks find
+  // their victims early never sorts the whole index (at 100,000 GPUs the full sort was a
+  // fifth of a pass). The order is the full sort's (it is total), merged across groups.
   candidates_.clear();
-  // A few walks select the cheapest in O(running) each; past that, the index's groups
-  // are sorted as far as walks reach (each a chunk as long as the sorted part, the
-  // cheapest of the rest brought forward first), so every later walk stops at
-  // kMaxVictims, and a pass whose walks find their victims early never sorts the whole
-  // index (at 100,000 GPUs the full sort was a fifth of a pass). The order is the full
-  // sort's (it is total), merged across the groups read.
-  if (!sorted_ && ++walks_ > 4) {
-    sorted_ = true;
-    for (Group& g : groups_) g.sorted_to = 0;
-  }
-  if (sorted_) {
-    Walk(accepts, std::less<Victim>(), [&](const Victim& c) {
-      if (eligible(c)) candidates_.push_back(c);
-      return candidates_.size() < kMaxVictims;
-    });
-    return;
-  }
-  // A max-heap of the cheapest kMaxVictims seen so far, reading the victims in the
-  // running order (which ones reach Eligible, and so next_checkpoint(), depends on it).
-  Walk(accepts, [](const Victim& a, const Victim& b) { return a.info < b.info; }, [&](const Victim& c) {
-    if (candidates_.size() == kMaxVictims && !(c < candidates_.front())) return true;
-    if (!eligible(c)) return true;
-    if (candidates_.size() == kMaxVictims) {
-      std::pop_heap(candidates_.begin(), candidates_.end());
-      candidates_.pop_back();
-    }
-    candidates_.push_back(c);
-    std::push_heap(candidates_.begin(), candidates_.end());
-    return true;
+  Walk(s, job, accepts, mode, [&](const Victim& c) {
+    if (Eligible(s, job, c, mode, now)) candidates_.push_back(c);
+    return candidates_.size() < kMaxVictims;
   });
-  std::sort_heap(candidates_.begin(), candidates_.end());
 }
 
 bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec,
@@ -331,7 +348,7 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   std::vector<NodeCost> nodes;  // the nodes touched, with their costs
   std::vector<uint32_t> touched;
   for (const Group& g : groups_) {
-    if ((g.pools & accepts) == 0) continue;
+    if (!Reads(s, job, accepts, mode, g)) continue;
     for (const Victim& c : g.victims) {
       if (Eligible(s, job, c, mode, now)) eligible_.push_back(c);
     }

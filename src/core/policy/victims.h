@@ -93,13 +93,18 @@ class VictimSelector {
     bool guarded = false;
     bool signaled = false;  // Choose gave it as needed: its preemption is under way
   };
-  // The index: the victims holding GPUs in the same pools (Info::pools), a group each,
-  // so a walk reads only the groups in pools its job may use (at 100,000 GPUs in two
-  // pools, 94% of the victims a walk read were in a pool its job could not use).
+  // The index, in groups: best-effort victims by the pools they hold GPUs in
+  // (Info::pools), standard victims by pools and queue, so a walk reads only the groups
+  // its rule may take from (at 100,000 GPUs in two pools, 94% of the victims a walk
+  // read were in a pool its job could not use, and of the rest most were in queues
+  // within their guarantee).
   struct Group {
     uint64_t pools = 0;
-    std::vector<Victim> victims;  // in the running order, then sorted as far as walks read
-    size_t sorted_to = 0;         // once sorted_: [0, sorted_to) is in order
+    int category = 0;  // as Victim::category()
+    QueueId queue;     // standard work's
+    std::vector<Victim> victims;  // sorted as far as walks read
+    size_t sorted_to = 0;         // [0, sorted_to) is in order
+    GpuUnits min_units = 0;       // its smallest victim's
   };
   // Borrowed units already chosen: (queue, model, units).
   using Taken = std::vector<std::tuple<QueueId, ModelId, GpuUnits>>;
@@ -109,13 +114,15 @@ class VictimSelector {
   // Whether running job `c`, in a pool `job`'s workers may use, may make room for it
   // under `mode`.
   bool Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, Mode mode, Ticks now);
-  // Sorts the next chunk of a group (once sorted_), as long as its sorted part.
+  // Sorts the next chunk of a group, as long as its sorted part.
   void SortChunk(Group& g);
-  // Calls visit(c) on the victims of the groups in the pools `accepts`, in the order
-  // `less` gives (each group in that order already, or, once sorted_, sorted a chunk at
-  // a time as far as read), until visit returns false.
-  template <typename Less, typename Visit>
-  void Walk(uint64_t accepts, Less less, Visit visit);
+  // Whether group `g` may hold a victim for `job`, whose workers may use `accepts`,
+  // under `mode` (where not, Eligible is false for each of its victims).
+  bool Reads(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, const Group& g) const;
+  // Calls visit(c) on the victims of the groups Reads() names, cheapest first (each
+  // group sorted a chunk at a time as far as read), until visit returns false.
+  template <typename Visit>
+  void Walk(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Visit visit);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
   // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
   void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Ticks now);
@@ -144,12 +151,11 @@ class VictimSelector {
   double job_rank_ = 0;
   const std::function<bool(JobId)>* overdue_ = nullptr;
   std::vector<Group> groups_;  // kept across passes (their vectors' room with them)
-  std::vector<Group*> walk_;   // Walk: the groups it reads
-  std::vector<size_t> heads_;  // Walk: each one's next victim
+  std::vector<std::vector<uint32_t>> group_of_;  // [0]: best-effort; [queue + 1]: standard
+  std::vector<Group*> walk_;                        // Walk: the groups it reads
+  std::vector<std::pair<uint32_t, size_t>> heads_;  // Walk: (group in walk_, next victim)
   std::vector<Info> info_;         // by place in Scheduler::running() (Victim::info)
   bool indexed_ = false;
-  bool sorted_ = false;  // walks read each group in order, sorted up to its sorted_to
-  int walks_ = 0;
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
   Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;

@@ -190,6 +190,22 @@ TEST_F(GantryTest, AJobThatCanWaitPreemptsOnlyJustAfterTheVictimsCheckpoint) {
   (void)r1;
 }
 
+TEST_F(GantryTest, AJobWaitsForNoCheckpointOfJobsItMayNotTake) {
+  // serving (guarantee 8) and research (guarantee 4, one 6-GPU job: not wholly borrowed)
+  // fill the cluster with jobs that checkpoint every 600 s; neither may be taken back.
+  Submit("s1", "serving", Tier::kStandard, 1, 8, 0, 600 * kS);
+  JobId r1 = Submit("r1", "research", Tier::kStandard, 1, 6, 0, 600 * kS);
+  Pass(0);
+  ASSERT_EQ(sched_.job(r1).phase, Phase::kRunning);
+  JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 300 * kS);  // inside its guarantee
+  EXPECT_TRUE(Preempted(Pass(300 * kS)).empty());
+  EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
+  // Their checkpoints change nothing for it: it is not told to wait for them, nor woken.
+  EXPECT_EQ(sched_.job(n).wait_reason.find("checkpoint"), std::string::npos) << sched_.job(n).wait_reason;
+  EXPECT_NE(sched_.next_wakeup(), 600 * kS);
+  EXPECT_TRUE(Preempted(Pass(650 * kS)).empty());
+}
+
 TEST_F(GantryTest, ACriticalJobPreemptsWithoutWaitingForACheckpoint) {
   Submit("r1", "research", Tier::kStandard, 1, 8, 0, 600 * kS);
   Submit("r2", "research", Tier::kStandard, 1, 8, 0, 600 * kS);

@@ -136,6 +136,25 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
 
+void GantryPolicy::SetClaiming(JobId id, bool on) {
+  if (id.v >= claiming_.size()) claiming_.resize(std::max<size_t>(id.v + 1, 2 * claiming_.size()), 0);
+  claiming_[id.v] = on ? 1 : 0;
+}
+
+void GantryPolicy::MarkConsidered(JobId id) {
+  if (id.v >= considered_in_.size()) considered_in_.resize(std::max<size_t>(id.v + 1, 2 * considered_in_.size()), 0);
+  considered_in_[id.v] = pass_;
+}
+
+template <typename Pred>
+void GantryPolicy::EraseClaims(Pred gone) {
+  std::erase_if(claims_, [&](const Reservation& c) {
+    if (!gone(c)) return false;
+    SetClaiming(c.job, false);
+    return true;
+  });
+}
+
 const GantryPolicy::Reservation* GantryPolicy::FirstHeld() const {
   const Reservation* first = nullptr;
   for (const auto* held : {&claims_, &reservations_}) {
@@ -314,8 +333,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     return std::any_of(d.r.alloc.begin(), d.r.alloc.end(),
                        [&](const WorkerAlloc& w) { return !s.ledger().node(w.node).up; });
   });
-  std::erase_if(claims_,
-                [&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
+  EraseClaims([&](const Reservation& c) { return s.job(c.job).phase != Phase::kPending; });
   // Held in order of precedence: claims (their victims were preempted for them: a drain
   // that took the GPUs they leave would void the claim, and the claimant would preempt
   // again, for ever), drains, reservations.
@@ -333,14 +351,14 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   // preempted for, and it would preempt again, for ever).
   std::vector<Reservation> kept;
   kept.swap(reservations_);
-  considered_.clear();
+  ++pass_;
   for (size_t i = 0; i < claims_.size(); ++i) {
     const JobId id = claims_[i].job;
     if (s.job(id).victims_pending == 0) Consider(s, id, now);
   }
   // A claim whose victims are gone has had its chance: it holds nothing any longer
   // (the job started, or could not and waits like any other, preempting anew if it may).
-  std::erase_if(claims_, [&](const Reservation& c) { return s.job(c.job).victims_pending == 0; });
+  EraseClaims([&](const Reservation& c) { return s.job(c.job).victims_pending == 0; });
   std::erase_if(kept, [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
   reservations_ = std::move(kept);
   evicted_stale_ = true;
@@ -400,15 +418,14 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
 void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   const JobRecord& job = s.job(id);
   if (job.phase != Phase::kPending) return;
-  if (std::find(considered_.begin(), considered_.end(), id) != considered_.end()) return;
-  const bool claimant = std::any_of(claims_.begin(), claims_.end(),
-                                    [&](const Reservation& c) { return c.job == id; });
-  if (claimant) considered_.push_back(id);
+  if (Considered(id)) return;
+  const bool claimant = Claiming(id);
+  if (claimant) MarkConsidered(id);
   const bool draining = PastMaxWait(s, job, now);
   // A draining job uses the GPUs of its own drain, as a claimant those of its claim.
   auto own = std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
   const bool owner = claimant || own != drains_.end();
-  if (draining && !claimant) considered_.push_back(id);
+  if (draining && !claimant) MarkConsidered(id);
   // A draining job is owed the room its queues' burst limits leave: else a queue-mate
   // takes it while its victims leave, and it preempts again, for ever.
   if ((own != drains_.end() || (draining && claimant)) &&
@@ -430,7 +447,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     if (evicted_stale_) {
       std::erase_if(evicted_, [&](const std::pair<JobId, JobId>& e) {
         const bool gone = s.job(e.second).phase != Phase::kPending ||
-                          std::none_of(claims_.begin(), claims_.end(), [&](const Reservation& c) { return c.job == e.second; });
+                          !Claiming(e.second);
         if (gone) --evicted_count_[e.first.v];
         return gone;
       });
@@ -678,10 +695,11 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   for (JobId v : needed) release = std::max(release, now + s.job(v).spec.grace);
   s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), JobId(), release),
          "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
-  std::erase_if(claims_, [&](const Reservation& c) { return c.job == id; });
+  EraseClaims([&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
+  SetClaiming(id, true);
   Hold(s, claims_.back(), ~uint64_t{0}, /*fence=*/true);
-  considered_.push_back(id);
+  MarkConsidered(id);
   return true;
 }
 

@@ -181,7 +181,19 @@ class GantryPolicy final : public Policy {
   // Jobs that preempted, until they start or leave: the capacity the what-if found for
   // them (victims' GPUs and the free ones beside them) is held for them meanwhile.
   std::vector<Reservation> claims_;
-  std::vector<JobId> considered_;  // claimants already considered in this pass
+  std::vector<uint8_t> claiming_;  // by job id: holds a claim in claims_ (kept with it)
+  // By job id: the pass (pass_) it was last considered in as a claimant, a preemptor or a
+  // draining job (each once a pass). Flags by id, not lists: a pass after a mass
+  // preemption has thousands of claims, and every job of its backlog asked about both.
+  std::vector<uint64_t> considered_in_;
+  uint64_t pass_ = 1;
+  bool Claiming(JobId id) const { return id.v < claiming_.size() && claiming_[id.v] != 0; }
+  void SetClaiming(JobId id, bool on);
+  bool Considered(JobId id) const { return id.v < considered_in_.size() && considered_in_[id.v] == pass_; }
+  void MarkConsidered(JobId id);
+  // Drops the claims `gone` names, their flags with them.
+  template <typename Pred>
+  void EraseClaims(Pred gone);
   Allocation phantoms_;
   Allocation dropped_;  // Consider's scratch: the held GPUs let go for one try
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)

@@ -118,14 +118,19 @@ Json Figures(const Percentiles& p) {
   return Json{{"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"max", p.max},
               {"count", p.count}};
 }
+// Unit-milliseconds (GPU units x ms) as GPU-hours.
+template <typename T>
+double GpuHours(T unit_ms) {
+  return static_cast<double>(unit_ms) / kUnitTicksPerGpuHour;
+}
 }  // namespace
 
 void Report::Write(std::ostream& out) const {
   Json j;
   auto by_cause = [](const UnitMs (&lost)[kCauses]) {
-    return Json{{"preempt", static_cast<double>(lost[0]) / kUnitTicksPerGpuHour},
-                {"requeue", static_cast<double>(lost[1]) / kUnitTicksPerGpuHour},
-                {"reclaim", static_cast<double>(lost[2]) / kUnitTicksPerGpuHour}};
+    return Json{{"preempt", GpuHours(lost[0])},
+                {"requeue", GpuHours(lost[1])},
+                {"reclaim", GpuHours(lost[2])}};
   };
   j["policy"] = policy_;
   j["jobs"] = {{"submitted", submitted_},
@@ -166,7 +171,7 @@ void Report::Write(std::ostream& out) const {
   j["preemptions"] = preemptions_;
   j["requeues"] = requeues_;
   j["starts"] = starts_;
-  j["lost_gpu_hours"] = static_cast<double>(lost_) / kUnitTicksPerGpuHour;
+  j["lost_gpu_hours"] = GpuHours(lost_);
   j["lost_gpu_hours_by_cause"] = by_cause(lost_by_cause_);
   j["makespan_s"] = last_finish_ >= 0 && first_submit_ >= 0
                         ? static_cast<double>(last_finish_ - first_submit_) / kTicksPerSecond
@@ -178,7 +183,7 @@ void Report::Write(std::ostream& out) const {
   for (const Group& g : by_queue_) total += g.alloc;
   auto group = [&](const Group& g) {
     Percentiles w = Summarize(g.wait_ms), c = Summarize(g.jct_s);
-    return Json{{"gpu_hours", static_cast<double>(g.alloc) / kUnitTicksPerGpuHour},
+    return Json{{"gpu_hours", GpuHours(g.alloc)},
                 {"share_pct", total ? 100.0 * static_cast<double>(g.alloc) / static_cast<double>(total) : 0.0},
                 {"started", w.count},
                 {"finished", c.count},
@@ -200,7 +205,7 @@ void Report::Write(std::ostream& out) const {
   auto hours_by_model = [](const std::map<std::string, UnitMs>& m) {
     Json hours = Json::object();
     for (const auto& [model, unit_ms] : m) {
-      hours[model] = static_cast<double>(unit_ms) / kUnitTicksPerGpuHour;
+      hours[model] = GpuHours(unit_ms);
     }
     return hours;
   };
@@ -209,7 +214,7 @@ void Report::Write(std::ostream& out) const {
     const core::QueueSpec& spec = queues_.queue(core::QueueId(q)).spec;
     Json g = group(by_queue_[q]);
     g["gpu_hours_by_model"] = hours_by_model(by_queue_[q].alloc_by_model);
-    g["gpu_hours_with_children"] = static_cast<double>(subtree[q]) / kUnitTicksPerGpuHour;
+    g["gpu_hours_with_children"] = GpuHours(subtree[q]);
     g["gpu_hours_by_model_with_children"] = hours_by_model(subtree_by_model[q]);
     g["preemptions"] = by_queue_[q].preemptions;
     // Chargeback: GPU-hours by model at each model's price.
@@ -217,15 +222,15 @@ void Report::Write(std::ostream& out) const {
       double c = 0;
       for (const auto& [model, unit_ms] : by_model) {
         auto price = prices_.find(model);
-        c += static_cast<double>(unit_ms) / kUnitTicksPerGpuHour * (price == prices_.end() ? 1.0 : price->second);
+        c += GpuHours(unit_ms) * (price == prices_.end() ? 1.0 : price->second);
       }
       return c;
     };
     g["cost"] = cost(by_queue_[q].alloc_by_model);
     if (by_queue_[q].observed > 0) {
-      g["observed_gpu_hours"] = by_queue_[q].observed / kUnitTicksPerGpuHour;
-      g["busy_gpu_hours"] = by_queue_[q].busy / kUnitTicksPerGpuHour;
-      g["right_sizing_frees_gpu_hours"] = by_queue_[q].frees / kUnitTicksPerGpuHour;
+      g["observed_gpu_hours"] = GpuHours(by_queue_[q].observed);
+      g["busy_gpu_hours"] = GpuHours(by_queue_[q].busy);
+      g["right_sizing_frees_gpu_hours"] = GpuHours(by_queue_[q].frees);
     }
     g["cost_with_children"] = cost(subtree_by_model[q]);
     if (spec.budget) {
@@ -255,10 +260,10 @@ void Report::Write(std::ostream& out) const {
     frees += g.frees;
   }
   if (observed > 0) {
-    j["observed_usage"] = {{"gpu_hours", observed / kUnitTicksPerGpuHour},
-                           {"busy_gpu_hours", busy / kUnitTicksPerGpuHour},
+    j["observed_usage"] = {{"gpu_hours", GpuHours(observed)},
+                           {"busy_gpu_hours", GpuHours(busy)},
                            {"busy_pct", 100 * busy / observed},
-                           {"right_sizing_frees_gpu_hours", frees / kUnitTicksPerGpuHour},
+                           {"right_sizing_frees_gpu_hours", GpuHours(frees)},
                            {"right_sizing_frees_pct", 100 * frees / observed}};
   }
   j["currency"] = currency_;
@@ -322,10 +327,10 @@ void Report::Summary(std::ostream& out) const {
                      requeues_);
   out << fmt::format(
       "  lost work           {:.2f} GPU-hours (preemption {:.2f}, failures {:.2f}, idle reclaim {:.2f})\n",
-      static_cast<double>(lost_) / kUnitTicksPerGpuHour,
-      static_cast<double>(lost_by_cause_[0]) / kUnitTicksPerGpuHour,
-      static_cast<double>(lost_by_cause_[1]) / kUnitTicksPerGpuHour,
-      static_cast<double>(lost_by_cause_[2]) / kUnitTicksPerGpuHour);
+      GpuHours(lost_),
+      GpuHours(lost_by_cause_[0]),
+      GpuHours(lost_by_cause_[1]),
+      GpuHours(lost_by_cause_[2]));
   out << fmt::format("  makespan            {:.0f} s\n",
                      last_finish_ >= 0 ? static_cast<double>(last_finish_ - first_submit_) / 1000 : 0.0);
   out << fmt::format("  scheduling latency  p50 {:.3f} ms, p99 {:.3f} ms over {} passes\n", lat.p50,

@@ -16,8 +16,6 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
                             Ticks now, const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed,
                             Allocation& fit) {
   Ledger& ledger = s.mutable_ledger();
-  job_rank_ = job_rank;
-  overdue_ = &overdue;
   fit.clear();
   if (!indexed_) Index(s, now);
   if (unprotect_ < kForever) s.WakeAt(unprotect_);
@@ -29,9 +27,9 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     narrowed.models &= models;
   }
   const JobSpec& spec = restricted ? narrowed : job.spec;
-  const uint64_t accepts = AcceptedPools(s, spec);
+  const Ask ask{job, AcceptedPools(s, spec), mode, now, job_rank, overdue};
   next_checkpoint_ = kForever;
-  Candidates(s, job, accepts, mode, now);
+  Candidates(s, ask);
   if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
   if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
     std::vector<std::pair<double, size_t>> by_rank;
@@ -89,7 +87,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     // Critical work only: for the rest, the extra victims cost more than the wait.
     const bool by_node = (mode == Mode::kGuarantee || mode == Mode::kTier) && job.spec.tier == Tier::kCritical;
     what_if = ledger.Checkpoint();
-    if (!by_node || !NodeByNode(s, job, spec, accepts, mode, now, chosen, fit)) {
+    if (!by_node || !NodeByNode(s, ask, spec, chosen, fit)) {
       ledger.Rollback(what_if);
       return false;
     }
@@ -216,11 +214,11 @@ void VictimSelector::SortChunk(Group& g) {
   g.sorted_to = static_cast<size_t>(last - g.victims.begin());
 }
 
-bool VictimSelector::Reads(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode,
-                          const Group& g) const {
-  if ((g.pools & accepts) == 0 || g.victims.empty()) return false;
+bool VictimSelector::Reads(const Scheduler& s, const Ask& a, const Group& g) const {
+  const JobRecord& job = a.job;
+  if ((g.pools & a.accepts) == 0 || g.victims.empty()) return false;
   if (g.category == 0) return true;
-  switch (mode) {
+  switch (a.mode) {
     case Mode::kTier: return false;
     case Mode::kRank: return g.queue == job.spec.queue;
     case Mode::kLessees: return true;
@@ -235,10 +233,10 @@ bool VictimSelector::Reads(const Scheduler& s, const JobRecord& job, uint64_t ac
 }
 
 template <typename Visit>
-void VictimSelector::Walk(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Visit visit) {
+void VictimSelector::Walk(const Scheduler& s, const Ask& a, Visit visit) {
   walk_.clear();
   for (Group& g : groups_) {
-    if (Reads(s, job, accepts, mode, g)) walk_.push_back(&g);
+    if (Reads(s, a, g)) walk_.push_back(&g);
   }
   if (walk_.size() == 1) {  // without the merge
     Group& g = *walk_[0];
@@ -249,8 +247,8 @@ void VictimSelector::Walk(const Scheduler& s, const JobRecord& job, uint64_t acc
     return;
   }
   // Merged: a min-heap of the groups' next victims.
-  auto later = [&](const std::pair<uint32_t, size_t>& a, const std::pair<uint32_t, size_t>& b) {
-    return walk_[b.first]->victims[b.second] < walk_[a.first]->victims[a.second];
+  auto later = [&](const std::pair<uint32_t, size_t>& x, const std::pair<uint32_t, size_t>& y) {
+    return walk_[y.first]->victims[y.second] < walk_[x.first]->victims[x.second];
   };
   auto push = [&](uint32_t k, size_t i) {
     Group& g = *walk_[k];
@@ -270,20 +268,22 @@ void VictimSelector::Walk(const Scheduler& s, const JobRecord& job, uint64_t acc
   }
 }
 
-bool VictimSelector::Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, Mode mode,
-                              Ticks now) {
+bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c) {
+  const JobRecord& job = a.job;
+  const Mode mode = a.mode;
+  const Ticks now = a.now;
   const Info& v = info_[c.info];
   if (v.signaled) return false;  // preempted earlier in this pass
   if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
     return false;
   }
-  if (mode == Mode::kLessees) return v.tier >= job.spec.tier && (*overdue_)(c.id);
+  if (mode == Mode::kLessees) return v.tier >= job.spec.tier && a.overdue(c.id);
   // Whom the rule takes. Best-effort work gives way to any higher tier; work of another
   // queue running above its guarantee gives way to a job inside its own guarantee.
   // Borrowing is judged now, as starts earlier in this pass moved it.
   switch (mode) {
     case Mode::kRank:
-      if (v.queue != job.spec.queue || v.tier < job.spec.tier || !(ordering_.Rank(s, s.job(c.id), now) > job_rank_)) {
+      if (v.queue != job.spec.queue || v.tier < job.spec.tier || !(ordering_.Rank(s, s.job(c.id), now) > a.rank)) {
         return false;
       }
       break;
@@ -322,23 +322,21 @@ bool VictimSelector::Take(const Scheduler& s, const Victim& c, Mode mode, Taken&
   return true;
 }
 
-void VictimSelector::Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts,
-                              Mode mode, Ticks now) {
+void VictimSelector::Candidates(const Scheduler& s, const Ask& a) {
   // The cheapest first, in the groups the rule reads: each group is sorted as far as
   // walks reach (a chunk at a time, as long as its sorted part, the cheapest of the rest
   // brought forward first), so a walk stops at kMaxVictims, and a pass whose walks find
   // their victims early never sorts the whole index (at 100,000 GPUs the full sort was a
   // fifth of a pass). The order is the full sort's (it is total), merged across groups.
   candidates_.clear();
-  Walk(s, job, accepts, mode, [&](const Victim& c) {
-    if (Eligible(s, job, c, mode, now)) candidates_.push_back(c);
+  Walk(s, a, [&](const Victim& c) {
+    if (Eligible(s, a, c)) candidates_.push_back(c);
     return candidates_.size() < kMaxVictims;
   });
 }
 
-bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec,
-                              uint64_t accepts, Mode mode, Ticks now, std::vector<JobId>& chosen,
-                              Allocation& fit) {
+bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen,
+                                Allocation& fit) {
   // Per node holding eligible victims, the cost of emptying it of them, summed in one
   // walk of the index (sorting every (node, victim) pair instead took half of a replay's
   // time at 100,000 GPUs).
@@ -348,9 +346,9 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
   std::vector<NodeCost> nodes;  // the nodes touched, with their costs
   std::vector<uint32_t> touched;
   for (const Group& g : groups_) {
-    if (!Reads(s, job, accepts, mode, g)) continue;
+    if (!Reads(s, a, g)) continue;
     for (const Victim& c : g.victims) {
-      if (Eligible(s, job, c, mode, now)) eligible_.push_back(c);
+      if (Eligible(s, a, c)) eligible_.push_back(c);
     }
   }
   for (const Victim& c : eligible_) {
@@ -385,7 +383,7 @@ bool VictimSelector::NodeByNode(Scheduler& s, const JobRecord& job, const JobSpe
     Taken taken;
     const Ledger::Mark node_try = ledger.Checkpoint();
     for (const Victim& c : run) {
-      if (!Take(s, c, mode, taken)) continue;
+      if (!Take(s, c, a.mode, taken)) continue;
       ledger.Release(s.job(c.id).alloc);
       chosen.push_back(c.id);
     }

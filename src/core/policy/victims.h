@@ -106,26 +106,34 @@ class VictimSelector {
     size_t sorted_to = 0;         // [0, sorted_to) is in order
     GpuUnits min_units = 0;       // its smallest victim's
   };
+  // What Choose is asked, as its helpers read it.
+  struct Ask {
+    const JobRecord& job;
+    uint64_t accepts;  // the pools its workers may use (PoolBit), where it may preempt
+    Mode mode;
+    Ticks now;
+    double rank;  // kRank: the job's
+    const std::function<bool(JobId)>& overdue;  // kLessees: whether a running job is past its lease
+  };
   // Borrowed units already chosen: (queue, model, units).
   using Taken = std::vector<std::tuple<QueueId, ModelId, GpuUnits>>;
 
   // Fills the groups: the running jobs no rule protects.
   void Index(Scheduler& s, Ticks now);
-  // Whether running job `c`, in a pool `job`'s workers may use, may make room for it
-  // under `mode`.
-  bool Eligible(const Scheduler& s, const JobRecord& job, const Victim& c, Mode mode, Ticks now);
+  // Whether running job `c`, in a pool the job's workers may use, may make room for it.
+  bool Eligible(const Scheduler& s, const Ask& a, const Victim& c);
   // Sorts the next chunk of a group, as long as its sorted part.
   void SortChunk(Group& g);
-  // Whether group `g` may hold a victim for `job`, whose workers may use `accepts`,
-  // under `mode` (where not, Eligible is false for each of its victims).
-  bool Reads(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, const Group& g) const;
+  // Whether group `g` may hold a victim for the job (where not, Eligible is false for
+  // each of its victims).
+  bool Reads(const Scheduler& s, const Ask& a, const Group& g) const;
   // Calls visit(c) on the victims of the groups Reads() names, cheapest first (each
   // group sorted a chunk at a time as far as read), until visit returns false.
   template <typename Visit>
-  void Walk(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Visit visit);
+  void Walk(const Scheduler& s, const Ask& a, Visit visit);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
-  // `job`, whose workers may use the pools in `accepts`, under the rule `mode`.
-  void Candidates(const Scheduler& s, const JobRecord& job, uint64_t accepts, Mode mode, Ticks now);
+  // the job.
+  void Candidates(const Scheduler& s, const Ask& a);
   // Whether the what-if may take victim `c`: standard work only where all of it is
   // borrowed, counting `taken`, which then grows by it.
   bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
@@ -143,13 +151,9 @@ class VictimSelector {
   // kMaxNodeTries. (For standard work the extra victims cost more than its wait: lost
   // work rose on the gang mixes.) On success the victims in `chosen` are released on the
   // ledger and `fit` holds the job's placement, as after Choose's own loop.
-  bool NodeByNode(Scheduler& s, const JobRecord& job, const JobSpec& spec, uint64_t accepts, Mode mode, Ticks now,
-                  std::vector<JobId>& chosen, Allocation& fit);
+  bool NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen, Allocation& fit);
 
   QueueOrdering& ordering_;
-  // The job Choose works for, as Eligible reads it.
-  double job_rank_ = 0;
-  const std::function<bool(JobId)>* overdue_ = nullptr;
   std::vector<Group> groups_;  // kept across passes (their vectors' room with them)
   std::vector<std::vector<uint32_t>> group_of_;  // [0]: best-effort; [queue + 1]: standard
   std::vector<Group*> walk_;                        // Walk: the groups it reads

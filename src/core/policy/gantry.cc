@@ -351,7 +351,10 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   // preempted for, and it would preempt again, for ever).
   std::vector<Reservation> kept;
   kept.swap(reservations_);
-  ++pass_;
+  if (++pass_ == 0) {
+    std::fill(considered_in_.begin(), considered_in_.end(), 0);
+    pass_ = 1;
+  }
   for (size_t i = 0; i < claims_.size(); ++i) {
     const JobId id = claims_[i].job;
     if (s.job(id).victims_pending == 0) Consider(s, id, now);

@@ -185,8 +185,8 @@ class GantryPolicy final : public Policy {
   // By job id: the pass (pass_) it was last considered in as a claimant, a preemptor or a
   // draining job (each once a pass). Flags by id, not lists: a pass after a mass
   // preemption has thousands of claims, and every job of its backlog asked about both.
-  std::vector<uint64_t> considered_in_;
-  uint64_t pass_ = 1;
+  std::vector<uint32_t> considered_in_;
+  uint32_t pass_ = 1;  // (at its wrap, considered_in_ is cleared)
   bool Claiming(JobId id) const { return id.v < claiming_.size() && claiming_[id.v] != 0; }
   void SetClaiming(JobId id, bool on);
   bool Considered(JobId id) const { return id.v < considered_in_.size() && considered_in_[id.v] == pass_; }

@@ -661,7 +661,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
-  const bool by_class = job.spec.tier == Tier::kCritical && (mode == Mode::kGuarantee || mode == Mode::kTier);
+  const bool by_class = VictimSelector::ByNode(job.spec.tier, mode);  // keyed by fit class then, else by shape
   PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id), by_class, job.spec.queue, job.spec.tier, mode, models, job_rank};
   if (auto it = cache ? preempt_failed_.find(key) : preempt_failed_.end(); it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;

@@ -84,10 +84,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   if (fit.empty()) {
     ledger.Rollback(what_if);
     chosen.clear();
-    // Critical work only: for the rest, the extra victims cost more than the wait.
-    const bool by_node = (mode == Mode::kGuarantee || mode == Mode::kTier) && job.spec.tier == Tier::kCritical;
     what_if = ledger.Checkpoint();
-    if (!by_node || !NodeByNode(s, ask, spec, chosen, fit)) {
+    if (!ByNode(job.spec.tier, mode) || !NodeByNode(s, ask, spec, chosen, fit)) {
       ledger.Rollback(what_if);
       return false;
     }

@@ -41,6 +41,12 @@ class VictimSelector {
 
   // A new pass: the index is rebuilt on first use.
   void NewPass() { indexed_ = false; }
+  // Whether Choose, where the cheapest victims leave no room, tries node by node: for
+  // critical work under the guarantee's or the tier's rule (for the rest the extra
+  // victims cost more than the wait).
+  static bool ByNode(Tier tier, Mode mode) {
+    return tier == Tier::kCritical && (mode == Mode::kGuarantee || mode == Mode::kTier);
+  }
   // The victims that make room for `job` on GPUs of `models` (kGuarantee: where it is
   // inside its guarantee; ~0: anywhere) under `mode`, fewest of the cheapest, in
   // `needed`, and where the job goes once they are gone in `fit`; false when none do.

@@ -159,11 +159,19 @@ class GantryPolicy final : public Policy {
   Ticks Shadow() const;  // earliest start of a reservation or claim
   const Reservation* FirstHeld() const;  // that reservation or claim (null: none)
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
+  // Held GPUs (parts of reservations' and claims' allocations) and whom each is held for.
+  struct Held {
+    Allocation parts;
+    std::vector<JobId> holders;  // by part
+  };
   // Lets go of the held GPUs in `pools` (PoolBit), handing them back in `dropped` if given.
-  void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0}, Allocation* dropped = nullptr);
+  void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0}, Held* dropped = nullptr);
+  // Lets go of the held parts `drop(part, holder)` names, the rest kept in order.
+  template <typename Pred>
+  void LetGo(Scheduler& s, Pred drop, Held* dropped = nullptr);
   // Holds again what DropPhantoms dropped, when the ledger is as it left it: the same as
   // holding the reservations again, without looking for what of them is free.
-  void RestorePhantoms(Scheduler& s, const Allocation& dropped);
+  void RestorePhantoms(Scheduler& s, const Held& dropped);
   std::vector<Reservation> reservations_;
   std::vector<Drain> drains_;
   // Draining jobs that a burst limit stops (this full pass): room is held for them.
@@ -194,8 +202,8 @@ class GantryPolicy final : public Policy {
   // Drops the claims `gone` names, their flags with them.
   template <typename Pred>
   void EraseClaims(Pred gone);
-  Allocation phantoms_;
-  Allocation dropped_;  // Consider's scratch: the held GPUs let go for one try
+  Held phantoms_;
+  Held dropped_;  // Consider's scratch: the held GPUs let go for one try
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
   std::map<uint32_t, std::pair<WaitReason, std::string>> refined_;  // this pass: shape id -> why
   std::vector<JobId> order_;

@@ -508,10 +508,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   const bool swap = (free_pass || owner) && (pools & phantom_pools_) != 0 &&
                     (owner || (!s.KnownNotToFit(id, 1) && !s.HeldBeforePlacement(id, now)));
   // A claimant that is not free to take others' held GPUs lets go of its own claim's
-  // only, and holds it again after its try: what the others hold stays as it is (claims
-  // are placed around one another, so none holds what another let go of). Letting go of
-  // and holding again every claim in its pools, for each claimant, took most of the pass
-  // after a mass preemption at 100,000 GPUs (O(claims) per claimant).
+  // only, and holds it again after its try: what the others hold stays as it is (their
+  // holds on GPUs jobs partly use are judged again after the claimants' turn, not after
+  // each start). Letting go of and holding again every claim in its pools, for each
+  // claimant, took most of the pass after a mass preemption at 100,000 GPUs.
   const bool own_claim = swap && claimant && !free_pass && !drains_let_go && own == drains_.end();
   if (own_claim) {
     LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });

@@ -148,6 +148,7 @@ void GantryPolicy::MarkConsidered(JobId id) {
 
 template <typename Pred>
 void GantryPolicy::EraseClaims(Pred gone) {
+  HeldChanged();
   std::erase_if(claims_, [&](const Reservation& c) {
     if (!gone(c)) return false;
     SetClaiming(c.job, false);
@@ -156,12 +157,15 @@ void GantryPolicy::EraseClaims(Pred gone) {
 }
 
 const GantryPolicy::Reservation* GantryPolicy::FirstHeld() const {
+  if (first_held_known_) return first_held_;
   const Reservation* first = nullptr;
   for (const auto* held : {&claims_, &reservations_}) {
     for (const Reservation& r : *held) {
       if (!first || r.start < first->start) first = &r;
     }
   }
+  first_held_ = first;
+  first_held_known_ = true;
   return first;
 }
 
@@ -352,6 +356,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   HoldDrains(s);  // for the whole pass: no job but a critical one or its owner gets them
   if (full) {
     reservations_.clear();
+    HeldChanged();
     owed_room_.clear();
   }
   // Jobs whose victims have released their GPUs go first: the capacity was freed for
@@ -362,6 +367,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   // preempted for, and it would preempt again, for ever).
   std::vector<Reservation> kept;
   kept.swap(reservations_);
+  HeldChanged();
   if (++pass_ == 0) {
     std::fill(considered_in_.begin(), considered_in_.end(), 0);
     pass_ = 1;
@@ -375,6 +381,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   EraseClaims([&](const Reservation& c) { return s.job(c.job).victims_pending == 0; });
   std::erase_if(kept, [&](const Reservation& r) { return s.job(r.job).phase != Phase::kPending; });
   reservations_ = std::move(kept);
+  HeldChanged();
   evicted_stale_ = true;
   DropPhantoms(s);
   HoldPhantoms(s);
@@ -651,6 +658,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         // Reserve held its GPUs as a reservation's phantoms: hold them as a drain's.
         Reservation r = std::move(reservations_.back());
         reservations_.pop_back();
+        HeldChanged();
         DropPhantoms(s);
         HoldPhantoms(s);
         drains_.push_back(Drain{std::move(r), {}});
@@ -726,6 +734,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
          "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
   EraseClaims([&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
+  HeldChanged();
   SetClaiming(id, true);
   Hold(s, claims_.back(), ~uint64_t{0}, /*fence=*/true);
   MarkConsidered(id);
@@ -748,6 +757,7 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   Allocation fit;
   if (!reserver_.Earliest(s, id, now, ends_now, start, fit)) return false;
   reservations_.push_back(Reservation{id, start, std::move(fit)});
+  HeldChanged();
   Hold(s, reservations_.back());
   return true;
 }

@@ -158,6 +158,10 @@ class GantryPolicy final : public Policy {
   void DropDrains(Scheduler& s);
   Ticks Shadow() const;  // earliest start of a reservation or claim
   const Reservation* FirstHeld() const;  // that reservation or claim (null: none)
+  // FirstHeld, kept until claims_ or reservations_ change (every job's try asks for it).
+  mutable const Reservation* first_held_ = nullptr;
+  mutable bool first_held_known_ = false;
+  void HeldChanged() { first_held_known_ = false; }  // after any change to either
   std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
   // Held GPUs (parts of reservations' and claims' allocations) and whom each is held for.
   struct Held {

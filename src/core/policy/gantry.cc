@@ -9,6 +9,15 @@
 
 namespace gantry::core {
 
+namespace {
+// Job `id`'s entry in a table by job id, the table grown (zeroed) to the ids given so far.
+template <typename T>
+T& ByJob(std::vector<T>& table, JobId id, const Scheduler& s) {
+  if (table.size() <= id.v) table.resize(s.job_count());
+  return table[id.v];
+}
+}  // namespace
+
 void GantryPolicy::Init(const Scheduler& s) {
   ordering_.Init(s);
   if (max_wait_.size() == s.queues().size()) return;
@@ -136,22 +145,14 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
 
-void GantryPolicy::SetClaiming(JobId id, bool on) {
-  if (id.v >= claiming_.size()) claiming_.resize(std::max<size_t>(id.v + 1, 2 * claiming_.size()), 0);
-  claiming_[id.v] = on ? 1 : 0;
-}
-
-void GantryPolicy::MarkConsidered(JobId id) {
-  if (id.v >= considered_in_.size()) considered_in_.resize(std::max<size_t>(id.v + 1, 2 * considered_in_.size()), 0);
-  considered_in_[id.v] = pass_;
-}
+void GantryPolicy::MarkConsidered(const Scheduler& s, JobId id) { ByJob(considered_in_, id, s) = pass_; }
 
 template <typename Pred>
 void GantryPolicy::EraseClaims(Pred gone) {
   HeldChanged();
   std::erase_if(claims_, [&](const Reservation& c) {
     if (!gone(c)) return false;
-    SetClaiming(c.job, false);
+    claiming_[c.job.v] = 0;  // (set when the claim was made)
     return true;
   });
 }
@@ -441,12 +442,12 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (job.phase != Phase::kPending) return;
   if (Considered(id)) return;
   const bool claimant = Claiming(id);
-  if (claimant) MarkConsidered(id);
+  if (claimant) MarkConsidered(s, id);
   const bool draining = PastMaxWait(s, job, now);
   // A draining job uses the GPUs of its own drain, as a claimant those of its claim.
   auto own = std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
   const bool owner = claimant || own != drains_.end();
-  if (draining && !claimant) MarkConsidered(id);
+  if (draining && !claimant) MarkConsidered(s, id);
   // A draining job is owed the room its queues' burst limits leave: else a queue-mate
   // takes it while its victims leave, and it preempts again, for ever.
   if ((own != drains_.end() || (draining && claimant)) &&
@@ -714,8 +715,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   const std::string who = drain ? name + ", waiting past max_wait_s," : name;
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
-    if (evicted_count_.size() <= v.v) evicted_count_.resize(s.job_count());
-    ++evicted_count_[v.v];
+    ++ByJob(evicted_count_, v, s);
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
     std::string reason =
@@ -735,9 +735,9 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   EraseClaims([&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
   HeldChanged();
-  SetClaiming(id, true);
+  ByJob(claiming_, id, s) = 1;
   Hold(s, claims_.back(), ~uint64_t{0}, /*fence=*/true);
-  MarkConsidered(id);
+  MarkConsidered(s, id);
   return true;
 }
 

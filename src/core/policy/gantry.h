@@ -200,9 +200,8 @@ class GantryPolicy final : public Policy {
   std::vector<uint32_t> considered_in_;
   uint32_t pass_ = 1;  // (at its wrap, considered_in_ is cleared)
   bool Claiming(JobId id) const { return id.v < claiming_.size() && claiming_[id.v] != 0; }
-  void SetClaiming(JobId id, bool on);
   bool Considered(JobId id) const { return id.v < considered_in_.size() && considered_in_[id.v] == pass_; }
-  void MarkConsidered(JobId id);
+  void MarkConsidered(const Scheduler& s, JobId id);
   // Drops the claims `gone` names, their flags with them.
   template <typename Pred>
   void EraseClaims(Pred gone);

@@ -25,7 +25,9 @@
 // Every iteration's time is taken with std::chrono::steady_clock (manual time); passes
 // also record this thread's CPU time, since the machine may be shared. The churn and
 // releases between decisions are not timed. Scale curve: scale/... and scale-place/...
-// repeat both for 1k/10k/100k GPUs and 1k/10k/100k pending jobs.
+// repeat both for 1k/10k/100k GPUs and 1k/10k/100k pending jobs. GANTRY_BENCH_TRACE=1
+// prints each timed pass (CPU ms, jobs considered, starts, pending) on stderr: the first
+// passes after the settle pass start the claimants of its preemptions.
 // Never part of the test suite; scripts/bench.sh runs it and docs/benchmarks.md has the
 // figures. Single-threaded.
 #include <benchmark/benchmark.h>
@@ -395,6 +397,7 @@ class Driver {
 void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int backlog) {
   // "<policy>-timed": the same passes with a clock read around every decision.
   const bool timed = policy.ends_with("-timed");
+  const bool trace = std::getenv("GANTRY_BENCH_TRACE") != nullptr;
   if (timed) policy.resize(policy.size() - 6);
   std::unique_ptr<core::Policy> p = core::MakePolicy(policy);
   if (!p) Die("unknown policy " + policy);
@@ -413,6 +416,10 @@ void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int back
     state.ResumeTiming();
     const int64_t ns = driver.Pass();
     const int64_t cpu_ns = driver.cpu_ns();
+    if (trace) {
+      std::fprintf(stderr, "pass %.1f ms considered %zu starts %zu pending %zu\n", static_cast<double>(cpu_ns) * 1e-6,
+                   driver.considered(), driver.starts(), driver.pending());
+    }
     state.SetIterationTime(static_cast<double>(ns) * 1e-9);
     const double considered = static_cast<double>(std::max<size_t>(1, driver.considered()));
     total_ns += ns;

@@ -1,7 +1,9 @@
 #include "core/policy/victims.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
+#include <span>
 
 #include "core/policy/pools.h"
 
@@ -106,7 +108,11 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
       needed.push_back(*it);
     }
   }
-  for (JobId v : needed) info_[s.running_place(v)].signaled = true;  // the caller preempts them
+  for (JobId v : needed) {  // the caller preempts them
+    const uint32_t pos = s.running_place(v);
+    info_[pos].signaled = true;
+    Signaled(s, pos);
+  }
   // Where the job will go once the needed victims are gone (held as its claim).
   if (s.placer().Place(spec, Fit::kBest, fit)) ledger.Release(fit);
   // The victims keep their GPUs through their grace period.
@@ -188,7 +194,7 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     info.since = ck > 0 ? since : 0;
     info.signaled = false;
     // Its group: best-effort work by pools, standard work by pools and queue.
-    const int category = info.tier == Tier::kBestEffort ? 0 : 1;
+    const int category = Category(info);
     const QueueId queue = category == 0 ? QueueId() : info.queue;
     std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
     auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
@@ -197,10 +203,12 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       groups_.push_back(Group{info.pools, category, queue, {}, 0, std::numeric_limits<GpuUnits>::max()});
     }
     Group& group = groups_[*at];
-    group.victims.push_back(Victim{Victim::Cost(category, info.units * (since / kTicksPerSecond)), v, pos});
+    info.cost = Victim::Cost(category, info.units * (since / kTicksPerSecond));
+    group.victims.push_back(Victim{info.cost, v, pos});
     group.min_units = std::min(group.min_units, info.units);
   }
   indexed_ = true;
+  by_node_.made = false;
 }
 
 void VictimSelector::SortChunk(Group& g) {
@@ -335,14 +343,44 @@ void VictimSelector::Candidates(const Scheduler& s, const Ask& a) {
 
 bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen,
                                 Allocation& fit) {
+  // The cheapest nodes to empty of their eligible victims: from the pass's node index
+  // where nodes of best-effort victims only are enough, else from every eligible victim.
+  if (!by_node_.made) IndexNodes(s);
+  std::vector<NodeCost>& nodes = nodes_;
+  std::vector<std::vector<Victim>> runs;
+  if (!by_node_.single_pool || !CheapestNodes(s, a, nodes, runs)) AllNodes(s, a, nodes, runs);
+  Ledger& ledger = s.mutable_ledger();
+  for (size_t k = 0; k < runs.size(); ++k) {
+    std::vector<Victim>& run = runs[k];
+    std::sort(run.begin(), run.end());
+    Taken taken;
+    const Ledger::Mark node_try = ledger.Checkpoint();
+    for (const Victim& c : run) {
+      if (!Take(s, c, a.mode, taken)) continue;
+      ledger.Release(s.job(c.id).alloc);
+      chosen.push_back(c.id);
+    }
+    if (s.placer().Place(spec, Fit::kBest, fit)) {
+      ledger.Commit(node_try);  // the caller's what-if rolls it back
+      return true;
+    }
+    ledger.Rollback(node_try);
+    chosen.clear();
+  }
+  return false;
+}
+
+void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<NodeCost>& nodes,
+                              std::vector<std::vector<Victim>>& runs) {
   // Per node holding eligible victims, the cost of emptying it of them, summed in one
   // walk of the index (sorting every (node, victim) pair instead took half of a replay's
   // time at 100,000 GPUs).
   std::vector<NodeCost>& cost = node_cost_;
   if (cost.size() != s.cluster().nodes().size()) cost.assign(s.cluster().nodes().size(), NodeCost{});
   eligible_.clear();
-  std::vector<NodeCost> nodes;  // the nodes touched, with their costs
-  std::vector<uint32_t> touched;
+  nodes.clear();
+  std::vector<uint32_t>& touched = touched_;
+  touched.clear();
   for (const Group& g : groups_) {
     if (!Reads(s, a, g)) continue;
     for (const Victim& c : g.victims) {
@@ -365,8 +403,8 @@ bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
   }
   const size_t tries = std::min(nodes.size(), kMaxNodeTries);
   std::partial_sort(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(tries), nodes.end());
-  // The eligible victims on each node tried, cheapest first.
-  std::vector<std::vector<Victim>> runs(tries);
+  // The eligible victims on each node tried.
+  runs.assign(tries, {});
   for (const Victim& c : eligible_) {
     for (uint32_t node : info_[c.info].nodes) {
       for (size_t k = 0; k < tries; ++k) {
@@ -374,25 +412,93 @@ bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
       }
     }
   }
-  Ledger& ledger = s.mutable_ledger();
-  for (size_t k = 0; k < tries; ++k) {
-    std::vector<Victim>& run = runs[k];
-    std::sort(run.begin(), run.end());
-    Taken taken;
-    const Ledger::Mark node_try = ledger.Checkpoint();
-    for (const Victim& c : run) {
-      if (!Take(s, c, a.mode, taken)) continue;
-      ledger.Release(s.job(c.id).alloc);
-      chosen.push_back(c.id);
+}
+
+void VictimSelector::IndexNodes(const Scheduler& s) {
+  ByNodeIndex& x = by_node_;
+  const size_t count = s.cluster().nodes().size();
+  x.made = true;
+  x.single_pool = true;
+  x.first.assign(count + 1, 0);
+  for (const Group& g : groups_) {
+    for (const Victim& c : g.victims) {
+      const Info& v = info_[c.info];
+      if (std::popcount(v.pools) > 1) x.single_pool = false;
+      for (uint32_t n : v.nodes) ++x.first[n + 1];
     }
-    if (s.placer().Place(spec, Fit::kBest, fit)) {
-      ledger.Commit(node_try);  // the caller's what-if rolls it back
-      return true;
-    }
-    ledger.Rollback(node_try);
-    chosen.clear();
   }
-  return false;
+  if (!x.single_pool) return;
+  for (size_t n = 0; n < count; ++n) x.first[n + 1] += x.first[n];
+  x.on.resize(x.first[count]);
+  x.best_effort.assign(count, 0);
+  x.lost.assign(count, 0);
+  std::vector<uint32_t> at(x.first.begin(), x.first.end() - 1);
+  for (const Group& g : groups_) {
+    for (const Victim& c : g.victims) {
+      const Info& v = info_[c.info];
+      for (uint32_t n : v.nodes) {
+        x.on[at[n]++] = c;
+        if (c.category() == 0 && !v.signaled && !v.guarded) {  // eligible for critical work
+          ++x.best_effort[n];
+          x.lost[n] += c.lost();
+        }
+      }
+    }
+  }
+  x.by_pool.resize(s.cluster().pools().size());
+  for (auto& pool : x.by_pool) pool.clear();
+  for (uint32_t n = 0; n < count; ++n) {
+    if (x.best_effort[n] > 0) x.by_pool[s.cluster().node(NodeId(n)).pool.v].emplace_back(x.lost[n], n);
+  }
+  for (auto& pool : x.by_pool) std::sort(pool.begin(), pool.end());
+}
+
+void VictimSelector::Signaled(const Scheduler& s, uint32_t pos) {
+  ByNodeIndex& x = by_node_;
+  const Info& v = info_[pos];
+  if (!x.made || !x.single_pool || Category(v) != 0 || v.guarded) return;
+  const GpuUnits lost = Victim{v.cost, JobId(), pos}.lost();
+  for (uint32_t n : v.nodes) {
+    auto& pool = x.by_pool[s.cluster().node(NodeId(n)).pool.v];
+    pool.erase(std::lower_bound(pool.begin(), pool.end(), std::pair{x.lost[n], n}));
+    x.lost[n] -= lost;
+    if (--x.best_effort[n] > 0) {
+      const std::pair entry{x.lost[n], n};
+      pool.insert(std::lower_bound(pool.begin(), pool.end(), entry), entry);
+    }
+  }
+}
+
+bool VictimSelector::CheapestNodes(const Scheduler& s, const Ask& a, std::vector<NodeCost>& nodes,
+                                   std::vector<std::vector<Victim>>& runs) {
+  const ByNodeIndex& x = by_node_;
+  nodes.clear();
+  auto victims = [&](uint32_t n) {
+    return std::span(x.on.begin() + x.first[n], x.on.begin() + x.first[n + 1]);
+  };
+  for (uint32_t p = 0; p < x.by_pool.size(); ++p) {
+    if ((PoolBit(PoolId(p)) & a.accepts) == 0) continue;
+    size_t found = 0;
+    for (const auto& [lost, n] : x.by_pool[p]) {
+      if (found == kMaxNodeTries) break;
+      const auto on = victims(n);
+      if (std::any_of(on.begin(), on.end(), [&](const Victim& c) { return c.category() == 1 && Eligible(s, a, c); })) {
+        continue;  // an eligible standard victim: after every node of best-effort ones
+      }
+      nodes.push_back(NodeCost{0, lost, n, true});
+      ++found;
+    }
+  }
+  if (nodes.size() < kMaxNodeTries) return false;
+  std::partial_sort(nodes.begin(), nodes.begin() + kMaxNodeTries, nodes.end());
+  nodes.resize(kMaxNodeTries);
+  runs.assign(kMaxNodeTries, {});
+  for (size_t k = 0; k < kMaxNodeTries; ++k) {
+    for (const Victim& c : victims(nodes[k].node)) {
+      if (c.category() == 0 && Eligible(s, a, c)) runs[k].push_back(c);
+    }
+  }
+  return true;
 }
 
 }  // namespace gantry::core

@@ -94,11 +94,13 @@ class VictimSelector {
     std::vector<uint32_t> nodes;  // its nodes, each once
     // This pass:
     Ticks since = 0;  // time since its last checkpoint (0 for a job that never checkpoints)
+    uint64_t cost = 0;  // Victim::cost
     // Resumed less than min_run_before_repreempt ago: only an attained-service order,
     // whose ranks protect it, may take it (once it has run a quantum).
     bool guarded = false;
     bool signaled = false;  // Choose gave it as needed: its preemption is under way
   };
+  static int Category(const Info& v) { return v.tier == Tier::kBestEffort ? 0 : 1; }
   // The index, in groups: best-effort victims by the pools they hold GPUs in
   // (Info::pools), standard victims by pools and queue, so a walk reads only the groups
   // its rule may take from (at 100,000 GPUs in two pools, 94% of the victims a walk
@@ -183,6 +185,41 @@ class VictimSelector {
   };
   std::vector<NodeCost> node_cost_;  // by node; all zero between calls
   std::vector<Victim> eligible_;     // NodeByNode: the eligible victims
+  std::vector<NodeCost> nodes_;      // NodeByNode: the nodes touched, with their costs
+  std::vector<uint32_t> touched_;    // NodeByNode: the same, by node
+
+  // NodeByNode's index of the pass, made on its first call: the victims on each node,
+  // and per pool the nodes holding best-effort victims by the work emptying them of those
+  // loses. Nodes whose eligible victims are all best-effort come first in NodeByNode's
+  // order, so where a pool's first such nodes are enough, the what-if reads only them and
+  // not every running job (which it did once per critical fit class and queue a pass:
+  // half of a pass at 100,000 GPUs).
+  struct ByNodeIndex {
+    bool made = false;
+    bool single_pool = true;     // no victim holds GPUs in two pools (else: the walk)
+    std::vector<uint32_t> first;   // by node: its victims are on[first[n], first[n + 1])
+    std::vector<Victim> on;
+    // By node, its best-effort victims that critical work (all NodeByNode serves) may take:
+    // those neither signaled nor guarded.
+    std::vector<uint32_t> best_effort;  // how many
+
+    std::vector<GpuUnits> lost;         // by node: their work lost
+    std::vector<std::vector<std::pair<GpuUnits, uint32_t>>> by_pool;  // (lost, node), sorted
+  };
+  // Makes by_node_ for the pass.
+  void IndexNodes(const Scheduler& s);
+  // by_node_ after the victim at info_[pos] was signaled.
+  void Signaled(const Scheduler& s, uint32_t pos);
+  // NodeByNode's order from every eligible victim: the kMaxNodeTries cheapest nodes, with
+  // the eligible victims on each.
+  void AllNodes(const Scheduler& s, const Ask& a, std::vector<NodeCost>& nodes,
+                std::vector<std::vector<Victim>>& runs);
+  // The kMaxNodeTries cheapest nodes in NodeByNode's order, with the eligible victims on
+  // each, from by_node_: false where fewer nodes than that hold only best-effort eligible
+  // victims (the order then needs every node's cost: the walk).
+  bool CheapestNodes(const Scheduler& s, const Ask& a, std::vector<NodeCost>& nodes,
+                     std::vector<std::vector<Victim>>& runs);
+  ByNodeIndex by_node_;
 };
 
 }  // namespace gantry::core

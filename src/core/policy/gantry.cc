@@ -515,43 +515,59 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   const uint64_t pools = held ? AcceptedPools(s, job.spec) : 0;
   const bool swap = (free_pass || owner) && (pools & phantom_pools_) != 0 &&
                     (owner || (!s.KnownNotToFit(id, 1) && !s.HeldBeforePlacement(id, now)));
-  // A claimant that is not free to take others' held GPUs lets go of its own claim's
-  // only, and holds it again after its try: what the others hold stays as it is (their
-  // holds on GPUs jobs partly use are judged again after the claimants' turn, not after
-  // each start). Letting go of and holding again every claim in its pools, for each
-  // claimant, took most of the pass after a mass preemption at 100,000 GPUs.
-  const bool own_claim = swap && claimant && !free_pass && !drains_let_go && own == drains_.end();
-  if (own_claim) {
-    LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });
-  } else if (swap) {
-    DropPhantoms(s, pools, &dropped_);
-    if (!free_pass) HoldPhantoms(s, id, pools);
-  }
-  // Drains stay held for everyone else, however short (no backfill there); a critical job
-  // ignores them as it ignores reservations, and a draining job uses its own.
-  if (drains_let_go) {
-    DropDrains(s);
-  } else if (own != drains_.end()) {
-    s.mutable_ledger().Release(own->held);
-    own->held.clear();
-  }
-  s.set_shape_context(drains_let_go || own != drains_.end() ? Scheduler::kNoShapeCache
-                      : !held                        ? 0
-                      : free_pass                    ? 1
-                      : claimant                     ? Scheduler::kNoShapeCache
-                                                     : 0);
+  // A claimant lets go of its own claim's held parts first, and holds them again after
+  // its try: what the others hold stays as it is (their holds on GPUs jobs partly use
+  // are judged again after the claimants' turn, not after each start). Only a claimant
+  // free to take others' held GPUs (a critical one) for which its own claim is not room
+  // enough tries again with them all let go. Letting go of and holding again every claim
+  // in its pools, for each claimant, took most of the pass after a mass preemption at
+  // 100,000 GPUs (O(claims) each: quadratic in the claimants).
+  bool own_claim = swap && claimant && !drains_let_go && own == drains_.end();
   std::string& why = why_;  // (its buffer kept from call to call)
-  why.clear();
   WaitReason wait;
-  const bool started = s.TryStart(id, now, Fit::kBest, &why, &wait);
-  const WaitCause block = wait.cause;  // what TryStart found
-  if (own_claim) {  // (a reservation of its own, if any, after the claims, as below)
+  bool started = false;
+  auto hold_own = [&] {  // (a reservation of its own, if any, after the claims, as below)
     for (const Reservation& c : claims_) {
       if (c.job == id) Hold(s, c, pools, /*fence=*/true);
     }
     for (const Reservation& r : reservations_) {
       if (r.job == id) Hold(s, r, pools);
     }
+  };
+  if (own_claim) {
+    LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });
+    s.set_shape_context(Scheduler::kNoShapeCache);
+    why.clear();
+    started = s.TryStart(id, now, Fit::kBest, &why, &wait);
+    if (!started && free_pass) {
+      hold_own();
+      own_claim = false;  // the free pass below
+    }
+  }
+  if (!own_claim) {
+    if (swap) {
+      DropPhantoms(s, pools, &dropped_);
+      if (!free_pass) HoldPhantoms(s, id, pools);
+    }
+    // Drains stay held for everyone else, however short (no backfill there); a critical
+    // job ignores them as it ignores reservations, and a draining job uses its own.
+    if (drains_let_go) {
+      DropDrains(s);
+    } else if (own != drains_.end()) {
+      s.mutable_ledger().Release(own->held);
+      own->held.clear();
+    }
+    s.set_shape_context(drains_let_go || own != drains_.end() ? Scheduler::kNoShapeCache
+                        : !held                        ? 0
+                        : free_pass                    ? 1
+                        : claimant                     ? Scheduler::kNoShapeCache
+                                                       : 0);
+    why.clear();
+    started = s.TryStart(id, now, Fit::kBest, &why, &wait);
+  }
+  const WaitCause block = wait.cause;  // what TryStart found
+  if (own_claim) {
+    hold_own();
   } else if (swap && !started && free_pass && !owner && !drains_let_go) {
     // Nothing moved on the ledger since the drop (the try failed, and no drain was let
     // go): what was dropped is exactly what holding again would find.

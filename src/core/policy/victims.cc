@@ -165,6 +165,7 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     Info& info = info_[pos];
     if (info.stamp != stamps[pos]) {  // another job, run or phase here: read its record
       const JobRecord& victim = s.job(v);
+      info.group = UINT32_MAX;
       info.stamp = stamps[pos];
       info.running = victim.phase == Phase::kRunning;
       info.tier = victim.spec.tier;
@@ -195,14 +196,18 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     info.signaled = false;
     // Its group: best-effort work by pools, standard work by pools and queue.
     const int category = Category(info);
-    const QueueId queue = category == 0 ? QueueId() : info.queue;
-    std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
-    auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
-    if (at == slot.end()) {
-      at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
-      groups_.push_back(Group{info.pools, category, queue, {}, 0, std::numeric_limits<GpuUnits>::max()});
+    // (Groups are never dropped, so a job keeps its group while its stamp stays.)
+    if (info.group == UINT32_MAX) {
+      const QueueId queue = category == 0 ? QueueId() : info.queue;
+      std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
+      auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
+      if (at == slot.end()) {
+        at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
+        groups_.push_back(Group{info.pools, category, queue, {}, 0, std::numeric_limits<GpuUnits>::max()});
+      }
+      info.group = *at;
     }
-    Group& group = groups_[*at];
+    Group& group = groups_[info.group];
     info.cost = Victim::Cost(category, info.units * (since / kTicksPerSecond));
     group.victims.push_back(Victim{info.cost, v, pos});
     group.min_units = std::min(group.min_units, info.units);

@@ -92,6 +92,7 @@ class VictimSelector {
     GpuUnits units = 0;
     uint64_t pools = 0;          // pools it holds GPUs in (PoolBit)
     std::vector<uint32_t> nodes;  // its nodes, each once
+    uint32_t group = UINT32_MAX;  // its group in groups_ (kept with the stamp)
     // This pass:
     Ticks since = 0;  // time since its last checkpoint (0 for a job that never checkpoints)
     uint64_t cost = 0;  // Victim::cost

@@ -1,6 +1,8 @@
 #include "core/placement.h"
 
 #include <bit>
+#include <climits>
+#include <random>
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -155,6 +157,58 @@ TEST(PlacementTest, FgdFindsTheOneSharedGpuWithRoomPastItsLooks) {
   ASSERT_TRUE(fgd.Place(job, Fit::kBest, x));
   EXPECT_EQ(x[0].node, NodeId(9));
   EXPECT_EQ(x[0].gpu, 7);
+}
+
+// The plain search for a share, on random ledgers, against a walk of every GPU: best fit
+// takes the least share left, then the lowest GPU; first fit the lowest GPU with room; a
+// free GPU only where no shared one has room.
+TEST(PlacementTest, SharedSearchPicksWhatAWalkOfEveryGpuWould) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 4, 8, "A100-80GB", 0, 1, kAll)});
+  const int64_t memory = c.model(cluster.pool(PoolId(0)).spec.model).memory_bytes;
+  std::mt19937 rng(7);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int checked = 0;
+  for (int round = 0; round < 200; ++round) {
+    Ledger ledger(cluster);
+    Placer placer(ledger);
+    for (int k = 0; k < 60; ++k) {  // shares of random size on random GPUs
+      WorkerAlloc w;
+      w.node = NodeId(static_cast<uint32_t>(uniform(0, 3)));
+      w.gpu = static_cast<int8_t>(uniform(0, 7));
+      w.sharing = Sharing::kMps;
+      w.share_milli = static_cast<int16_t>(uniform(1, 9) * 100 - uniform(0, 1) * 50);
+      w.vram_bytes = uniform(1, 40) * kGB;
+      if (ledger.Fits(w)) ledger.Allocate(w);
+    }
+    const int share = uniform(1, 9) * 100 - uniform(0, 1) * 50;
+    const JobSpec job = testing::Shared(c, "x", Sharing::kMps, share, uniform(1, 40));
+    for (Fit fit : {Fit::kBest, Fit::kFirst}) {
+      int want = -1, want_left = INT32_MAX;  // GPU index node * 8 + gpu
+      for (int i = 0; i < 32 && !(fit == Fit::kFirst && want >= 0); ++i) {
+        const GpuState& g = ledger.gpu(ledger.gpu_id(NodeId(static_cast<uint32_t>(i / 8)), i % 8));
+        if (g.mode != GpuMode::kShared || g.share_mode != Sharing::kMps) continue;
+        const int left = kShareScale - g.share_used - share;
+        if (left < 0 || g.vram_used + job.vram_bytes > memory) continue;
+        if (left < want_left) want = i, want_left = left;
+      }
+      std::vector<GpuMode> before;
+      for (int i = 0; i < 32; ++i) before.push_back(ledger.gpu(ledger.gpu_id(NodeId(static_cast<uint32_t>(i / 8)), i % 8)).mode);
+      Allocation got;
+      const bool placed = placer.Place(job, fit, got);
+      if (want < 0) {  // no shared GPU with room: a free GPU, if any
+        if (placed) {
+          EXPECT_EQ(before[got[0].node.v * 8 + static_cast<uint32_t>(got[0].gpu)], GpuMode::kFree);
+        }
+      } else {
+        ASSERT_TRUE(placed);
+        EXPECT_EQ(static_cast<int>(got[0].node.v) * 8 + got[0].gpu, want) << "round " << round;
+        ++checked;
+      }
+      if (placed) ledger.Release(got);
+    }
+  }
+  EXPECT_GT(checked, 200);  // most rounds had a shared GPU with room
 }
 
 TEST(PlacementTest, CpuOnlyJobsPreferCpuPools) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -514,16 +515,19 @@ TEST_F(GuaranteePerModelTest, UsagePerModelFollowsStartsAndEnds) {
 
 // Best-effort shares fill every GPU, four to a GPU, one of them costly to stop on each.
 // The 64 cheapest victims overall hold shares of many GPUs and clear none; taking the
-// victims of one node at a time finds a GPU to empty.
-TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
+// victims of one node at a time finds a GPU to empty. On 3 nodes the node-by-node what-if
+// walks every victim; on 12 (8 or more nodes of best-effort victims only) it reads the
+// pass's node index, and where asserts are on (the sanitized tests) checks that against
+// the walk.
+void SharesScatteredOverManyGpusAreClearedNodeByNode(int nodes) {
   const Catalog catalog = Catalog::BuiltIn();
-  const Cluster cluster = MakeCluster({Pool(catalog, "a", 3, 8, "A100-80GB", 0, 1,
+  const Cluster cluster = MakeCluster({Pool(catalog, "a", nodes, 8, "A100-80GB", 0, 1,
                                             SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
   const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
                                        QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   std::vector<JobId> notebooks;
-  for (int i = 0; i < 96; ++i) {
+  for (int i = 0; i < nodes * 32; ++i) {
     JobSpec j = testing::Shared(catalog, "nb-" + std::to_string(i), Sharing::kMps, 250, 10);
     j.queue = *queues.Find("research");
     j.tier = Tier::kBestEffort;
@@ -532,25 +536,46 @@ TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
   }
   s.Schedule(0);
   for (JobId n : notebooks) ASSERT_EQ(s.job(n).phase, Phase::kRunning);
-  JobSpec crit = Whole(catalog, "crit", 1, 1);
-  crit.queue = *queues.Find("serving");
-  crit.tier = Tier::kCritical;
-  crit.grace = 30 * kS;
-  const JobId c = s.Submit(crit, 1005 * kS);
-  std::vector<JobId> victims;
+  // Two critical jobs in one pass: the second's what-if reads the victims the first's
+  // left (the node index counts the first's as gone).
+  std::vector<JobId> crits;
+  for (const char* id : {"crit-a", "crit-b"}) {
+    JobSpec crit = Whole(catalog, id, 1, 1);
+    crit.queue = *queues.Find("serving");
+    crit.tier = Tier::kCritical;
+    crit.grace = 30 * kS;
+    crits.push_back(s.Submit(crit, 1005 * kS));
+  }
+  std::map<JobId, std::vector<JobId>> victims;  // by preemptor
   for (const Decision& d : s.Schedule(1005 * kS)) {
-    if (d.kind == Decision::Kind::kPreempt) victims.push_back(d.job);
+    if (d.kind == Decision::Kind::kPreempt) victims[d.by].push_back(d.job);
   }
-  // Exactly the four sharers of one GPU.
-  ASSERT_EQ(victims.size(), 4u);
-  const WorkerAlloc& first = s.job(victims[0]).alloc.at(0);
-  for (JobId v : victims) {
-    EXPECT_EQ(s.job(v).alloc.at(0).node, first.node);
-    EXPECT_EQ(s.job(v).alloc.at(0).gpu_mask, first.gpu_mask);
+  // For each, exactly the four sharers of one GPU, not the other's.
+  ASSERT_EQ(victims.size(), 2u);
+  std::set<std::pair<NodeId, int>> gpus;
+  for (const auto& [by, taken] : victims) {
+    ASSERT_EQ(taken.size(), 4u);
+    const WorkerAlloc& first = s.job(taken[0]).alloc.at(0);
+    for (JobId v : taken) {
+      EXPECT_EQ(s.job(v).alloc.at(0).node, first.node);
+      EXPECT_EQ(s.job(v).alloc.at(0).gpu, first.gpu);
+    }
+    gpus.emplace(first.node, first.gpu);
   }
-  for (JobId v : victims) s.Requeue(v, 1035 * kS);
+  EXPECT_EQ(gpus.size(), 2u);
+  for (const auto& [by, taken] : victims) {
+    for (JobId v : taken) s.Requeue(v, 1035 * kS);
+  }
   s.Schedule(1035 * kS);
-  EXPECT_EQ(s.job(c).phase, Phase::kRunning);
+  for (JobId c : crits) EXPECT_EQ(s.job(c).phase, Phase::kRunning);
+}
+
+TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNode) {
+  SharesScatteredOverManyGpusAreClearedNodeByNode(3);
+}
+
+TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNodeFromTheNodeIndex) {
+  SharesScatteredOverManyGpusAreClearedNodeByNode(12);
 }
 
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <limits>
 #include <span>
 
@@ -353,7 +354,24 @@ bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
   if (!by_node_.made) IndexNodes(s);
   std::vector<NodeCost>& nodes = nodes_;
   std::vector<std::vector<Victim>> runs;
-  if (!by_node_.single_pool || !CheapestNodes(s, a, nodes, runs)) AllNodes(s, a, nodes, runs);
+  if (!by_node_.single_pool || !CheapestNodes(s, a, nodes, runs)) {
+    AllNodes(s, a, nodes, runs);
+  } else {
+#ifndef NDEBUG  // the index's answer is the walk's: checked wherever asserts are on (the sanitized tests)
+    std::vector<NodeCost> walked;
+    std::vector<std::vector<Victim>> walked_runs;
+    AllNodes(s, a, walked, walked_runs);
+    assert(walked_runs.size() == runs.size());
+    for (size_t k = 0; k < runs.size(); ++k) {
+      assert(walked[k].node == nodes[k].node && walked[k].lost == nodes[k].lost && walked[k].category == 0);
+      std::sort(walked_runs[k].begin(), walked_runs[k].end());
+      std::vector<Victim> mine = runs[k];
+      std::sort(mine.begin(), mine.end());
+      assert(std::equal(mine.begin(), mine.end(), walked_runs[k].begin(), walked_runs[k].end(),
+                        [](const Victim& x, const Victim& y) { return x.id == y.id; }));
+    }
+#endif
+  }
   Ledger& ledger = s.mutable_ledger();
   for (size_t k = 0; k < runs.size(); ++k) {
     std::vector<Victim>& run = runs[k];

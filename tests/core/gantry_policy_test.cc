@@ -526,16 +526,26 @@ void SharesScatteredOverManyGpusAreClearedNodeByNode(int nodes) {
   const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
                                        QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
+  // Four shares are standard work of a borrowing queue (`research` has no guarantee), one
+  // to a node (each asks for most of a node's CPUs): a critical job may take them, so
+  // emptying those nodes would stop standard work, and nodes of best-effort work only
+  // come first.
   std::vector<JobId> notebooks;
   for (int i = 0; i < nodes * 32; ++i) {
     JobSpec j = testing::Shared(catalog, "nb-" + std::to_string(i), Sharing::kMps, 250, 10);
     j.queue = *queues.Find("research");
-    j.tier = Tier::kBestEffort;
+    j.tier = i % 32 == 31 && i / 32 < 4 ? Tier::kStandard : Tier::kBestEffort;
+    if (j.tier == Tier::kStandard) j.cpus_milli = 100'000;
     j.checkpoint = i % 4 == 0 ? 0 : 10 * kS;  // the first on each GPU never checkpoints
     notebooks.push_back(s.Submit(j, 0));
   }
   s.Schedule(0);
-  for (JobId n : notebooks) ASSERT_EQ(s.job(n).phase, Phase::kRunning);
+  std::set<NodeId> with_standard;
+  for (JobId n : notebooks) {
+    ASSERT_EQ(s.job(n).phase, Phase::kRunning);
+    if (s.job(n).spec.tier == Tier::kStandard) with_standard.insert(s.job(n).alloc.at(0).node);
+  }
+  ASSERT_EQ(with_standard.size(), std::min<size_t>(static_cast<size_t>(nodes), 4));
   // Two critical jobs in one pass: the second's what-if reads the victims the first's
   // left (the node index counts the first's as gone).
   std::vector<JobId> crits;
@@ -559,6 +569,10 @@ void SharesScatteredOverManyGpusAreClearedNodeByNode(int nodes) {
     for (JobId v : taken) {
       EXPECT_EQ(s.job(v).alloc.at(0).node, first.node);
       EXPECT_EQ(s.job(v).alloc.at(0).gpu, first.gpu);
+      EXPECT_EQ(s.job(v).spec.tier, Tier::kBestEffort);
+    }
+    if (nodes > 4) {
+      EXPECT_FALSE(with_standard.contains(first.node));  // a node of best-effort work only
     }
     gpus.emplace(first.node, first.gpu);
   }

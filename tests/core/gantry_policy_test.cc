@@ -683,6 +683,52 @@ TEST(GantryPreemptionTest, ACriticalClaimantStartsOnTheGpuItClaimed) {
   EXPECT_EQ(s.job(c2).alloc.at(0).gpu_mask, claimed2);
 }
 
+// A critical claimant whose own claim is gone (its node failed) takes GPUs held for
+// another claim where nothing else is free: it tries its own claim first, then, free to
+// use held GPUs, all of them.
+TEST(GantryPreemptionTest, ACriticalClaimantWhoseClaimIsGoneTakesOtherHeldGpus) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 3, 1, "H100-80GB")});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"train", "", 2 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
+  auto submit = [&](const char* id, const char* queue, Tier tier, int replicas, Ticks grace, Ticks now) {
+    JobSpec j = Whole(catalog, id, replicas, 1);
+    j.queue = *queues.Find(queue);
+    j.tier = tier;
+    j.grace = grace;
+    return s.Submit(j, now);
+  };
+  const JobId v0 = submit("v0", "research", Tier::kBestEffort, 1, 1000 * kS, 0);
+  const JobId v1 = submit("v1", "research", Tier::kBestEffort, 1, 10 * kS, 0);
+  const JobId v2 = submit("v2", "research", Tier::kBestEffort, 1, 1000 * kS, 0);
+  s.Schedule(0);
+  // The critical job claims v0's GPU, the standard gang (inside its guarantee) v1's and v2's.
+  const JobId crit = submit("crit", "serving", Tier::kCritical, 1, 10 * kS, 100 * kS);
+  const JobId gang = submit("gang", "train", Tier::kStandard, 2, 10 * kS, 100 * kS);
+  std::map<JobId, JobId> by;  // victim -> preemptor
+  for (const Decision& d : s.Schedule(100 * kS)) {
+    if (d.kind == Decision::Kind::kPreempt) by[d.job] = d.by;
+  }
+  ASSERT_EQ(by.size(), 3u);
+  ASSERT_EQ(by[v0], crit);
+  ASSERT_EQ(by[v1], gang);
+  ASSERT_EQ(by[v2], gang);
+  const NodeId claimed = s.job(v0).alloc.at(0).node;
+  const NodeId held = s.job(v1).alloc.at(0).node;
+  // v1 leaves: its GPU is held for the gang, which still waits for v2.
+  s.Requeue(v1, 110 * kS);
+  s.Schedule(110 * kS);
+  ASSERT_EQ(s.job(gang).phase, Phase::kPending);
+  // The critical job's claimed node fails (its victim with it): the only free GPU is
+  // the one held for the gang.
+  for (JobId hit : s.SetNodeUp(claimed, false)) s.Requeue(hit, 120 * kS);
+  s.Schedule(120 * kS);
+  ASSERT_EQ(s.job(crit).phase, Phase::kRunning);
+  EXPECT_EQ(s.job(crit).alloc.at(0).node, held);
+}
+
 // max_wait: a gang kept waiting by a stream of small jobs that overrun their estimates
 // (each backfilled because its estimate ended before the gang's receding reservation).
 // Returns when the gang started (-1: still waiting at 2,000 s).

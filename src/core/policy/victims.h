@@ -186,7 +186,7 @@ class VictimSelector {
   };
   std::vector<NodeCost> node_cost_;  // by node; all zero between calls
   std::vector<Victim> eligible_;     // NodeByNode: the eligible victims
-  std::vector<NodeCost> nodes_;      // NodeByNode: the nodes touched, with their costs
+  std::vector<NodeCost> nodes_;      // NodeByNode: the nodes it tries first, with their costs
   std::vector<uint32_t> touched_;    // NodeByNode: the same, by node
 
   // NodeByNode's index of the pass, made on its first call: the victims on each node,
@@ -200,11 +200,10 @@ class VictimSelector {
     bool single_pool = true;     // no victim holds GPUs in two pools (else: the walk)
     std::vector<uint32_t> first;   // by node: its victims are on[first[n], first[n + 1])
     std::vector<Victim> on;
-    // By node, its best-effort victims that critical work (all NodeByNode serves) may take:
-    // those neither signaled nor guarded.
-    std::vector<uint32_t> best_effort;  // how many
-
-    std::vector<GpuUnits> lost;         // by node: their work lost
+    // By node: its best-effort victims that critical work (all NodeByNode serves) may
+    // take (neither signaled nor guarded), how many and the work they would lose.
+    std::vector<uint32_t> best_effort;
+    std::vector<GpuUnits> lost;
     std::vector<std::vector<std::pair<GpuUnits, uint32_t>>> by_pool;  // (lost, node), sorted
   };
   // Makes by_node_ for the pass.

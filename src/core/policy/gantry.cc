@@ -526,23 +526,14 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   std::string& why = why_;  // (its buffer kept from call to call)
   WaitReason wait;
   bool started = false;
-  auto hold_own = [&] {  // (a reservation of its own, if any, after the claims, as below)
-    for (const Reservation& c : claims_) {
-      if (c.job == id) Hold(s, c, pools, /*fence=*/true);
-    }
-    for (const Reservation& r : reservations_) {
-      if (r.job == id) Hold(s, r, pools);
-    }
-  };
   if (own_claim) {
     LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });
     s.set_shape_context(Scheduler::kNoShapeCache);
     why.clear();
     started = s.TryStart(id, now, Fit::kBest, &why, &wait);
-    if (!started && free_pass) {
-      hold_own();
-      own_claim = false;  // the free pass below
-    }
+    // The free pass below: the rest let go too (its own claim stays let go), and every
+    // claim held again after its try, as for any owner.
+    if (!started && free_pass) own_claim = false;
   }
   if (!own_claim) {
     if (swap) {
@@ -566,8 +557,13 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     started = s.TryStart(id, now, Fit::kBest, &why, &wait);
   }
   const WaitCause block = wait.cause;  // what TryStart found
-  if (own_claim) {
-    hold_own();
+  if (own_claim) {  // (a reservation of its own, if any, after the claims, as below)
+    for (const Reservation& c : claims_) {
+      if (c.job == id) Hold(s, c, pools, /*fence=*/true);
+    }
+    for (const Reservation& r : reservations_) {
+      if (r.job == id) Hold(s, r, pools);
+    }
   } else if (swap && !started && free_pass && !owner && !drains_let_go) {
     // Nothing moved on the ledger since the drop (the try failed, and no drain was let
     // go): what was dropped is exactly what holding again would find.

@@ -210,7 +210,12 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   char worker_pid_text[24] = {0};
   char* shim_argv[] = {shim_program.data(), shim_flag.data(), worker_pid_text, shim_status.data(), shim_lease.data(),
                        shim_agent.data(), shim_signal.data(), shim_grace.data(), nullptr};
-  char* shim_envp[] = {nullptr};
+  // The shim is the agent's own binary: it loads with the agent's library path (a bundle
+  // whose libraries lie beside it, found through LD_LIBRARY_PATH, as on a GPU machine of
+  // another distribution), and with nothing else of the agent's environment.
+  const char* library_path = std::getenv("LD_LIBRARY_PATH");
+  std::string shim_library_path = std::string("LD_LIBRARY_PATH=") + (library_path ? library_path : "");
+  char* shim_envp[] = {library_path ? shim_library_path.data() : nullptr, nullptr};
 
   const pid_t launcher = ::getpid();
   const pid_t pid = ::fork();

@@ -404,6 +404,37 @@ TEST_F(ShimTest, AWorkersExitComesBackThroughItsShimAndIsWritten) {
   EXPECT_EQ(ReadShimStatus((dir_ / "worker.exit").string())->signal, SIGTERM);
 }
 
+// The shim is the agent's binary, exec'd anew: it must load where the agent loaded, also
+// when the agent's libraries are found only through LD_LIBRARY_PATH (a bundle of them
+// beside it; on a GPU machine every worker exited 127 before this, the shim unable to load
+// libcpp-httplib). The worker still starts with its own environment only.
+TEST_F(ShimTest, TheShimLoadsWithTheAgentsLibraryPathAndTheWorkerWithoutIt) {
+  WriteLease((dir_ / "lease").string(), 60000, 100000);
+  const char* before = std::getenv("LD_LIBRARY_PATH");
+  const std::string saved = before ? before : "";
+  ::setenv("LD_LIBRARY_PATH", "/opt/gantry/lib", 1);
+  auto pid = Launch(Spec("while [ ! -e go ]; do sleep 0.01; done; env > worker.env; exit 3", ::getpid()));
+  if (before) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1); else ::unsetenv("LD_LIBRARY_PATH");
+  ASSERT_TRUE(pid.ok()) << pid.error().message;
+  // The shim's environment once it is the agent's binary (its command line says so).
+  const fs::path proc = "/proc/" + std::to_string(*pid);
+  auto slurp = [](const fs::path& file) {
+    std::ifstream in(file);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(text.begin(), text.end(), '\0', '\n');
+    return text;
+  };
+  for (int i = 0; i < 500 && slurp(proc / "cmdline").find("--shim-worker") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(slurp(proc / "environ"), "LD_LIBRARY_PATH=/opt/gantry/lib\n") << "the agent's library path, nothing else";
+  std::ofstream(dir_ / "go") << "";
+  EXPECT_EQ(Wait(*pid).exit_code, 3) << "the worker's exit, through its shim";
+  EXPECT_EQ(Read("worker.env").find("LD_LIBRARY_PATH"), std::string::npos) << Read("worker.env");
+  ASSERT_TRUE(ReadShimStatus((dir_ / "worker.exit").string()));
+  EXPECT_EQ(ReadShimStatus((dir_ / "worker.exit").string())->exit_code, 3);
+}
+
 TEST_F(ShimTest, WithoutAnAgentAShimStopsItsWorkerOnceTheLeaseRunsOut) {
   // A lease of 300 ms, last renewed now; node timeout 1,300 ms: the grace is cut to 500 ms.
   WriteLease((dir_ / "lease").string(), 300, 1300);

@@ -34,6 +34,15 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   next_checkpoint_ = kForever;
   Candidates(s, ask);
   if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
+  // A job that waits for a victim's checkpoint is woken at the next one of any victim in
+  // its pools (Group::next_window), not only of those its rule takes now.
+  if (mode != Mode::kLessees && job.spec.tier != Tier::kCritical) {
+    Ticks wake = kForever;
+    for (const Group& g : groups_) {
+      if ((g.pools & ask.accepts) != 0) wake = std::min(wake, g.next_window[mode == Mode::kRank ? 1 : 0]);
+    }
+    if (wake < kForever) s.WakeAt(wake);
+  }
   if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
     std::vector<std::pair<double, size_t>> by_rank;
     for (size_t i = 0; i < candidates_.size(); ++i) by_rank.emplace_back(-ordering_.Rank(s, s.job(candidates_[i].id), now), i);
@@ -155,7 +164,10 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     g.victims.clear();
     g.sorted_to = 0;
     g.min_units = std::numeric_limits<GpuUnits>::max();
+    g.next_window[0] = g.next_window[1] = kForever;
   }
+  const Ticks windows[2] = {s.params().preempt_after_checkpoint,
+                            std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
   group_of_.resize(s.queues().size() + 1);
   const std::vector<JobId>& running = s.running();
   const std::vector<uint64_t>& stamps = s.running_stamps();
@@ -212,6 +224,11 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     info.cost = Victim::Cost(category, info.units * (since / kTicksPerSecond));
     group.victims.push_back(Victim{info.cost, v, pos});
     group.min_units = std::min(group.min_units, info.units);
+    for (int k = 0; k < 2; ++k) {
+      if (!info.guarded && windows[k] > 0 && info.since > windows[k]) {
+        group.next_window[k] = std::min(group.next_window[k], now + info.checkpoint - info.since);
+      }
+    }
   }
   indexed_ = true;
   by_node_.made = false;

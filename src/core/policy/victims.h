@@ -114,6 +114,13 @@ class VictimSelector {
     std::vector<Victim> victims;  // sorted as far as walks read
     size_t sorted_to = 0;         // [0, sorted_to) is in order
     GpuUnits min_units = 0;       // its smallest victim's
+    // The earliest a victim of it comes back into a preemption window (the next
+    // checkpoint of one past its window), for the window of the rank rule ([1]) and of
+    // the others ([0]); kForever for none. Whoever the rules take now, a job waiting for
+    // room is woken then: borrowing moves, and a victim its rule leaves now may be one it
+    // takes at that checkpoint (without the wake, seed 6 at load 1.2 waited 0.71x fifo's
+    // delay instead of 0.53x: docs/policies.md).
+    Ticks next_window[2] = {kForever, kForever};
   };
   // What Choose is asked, as its helpers read it.
   struct Ask {

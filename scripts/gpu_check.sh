@@ -145,15 +145,26 @@ if [[ $PHASES == *" plain "* ]]; then
   g submit --id shared-idle --queue research --gpus 0.5 --sharing mps --vram-gb 10 --grace-s 5 -- "$PY" "$W/job.py" idle 120 4
   g submit --id whole --queue research --gpus 1 --vram-gb 20 --grace-s 5 -- "$PY" "$W/job.py" busy-then-idle 25 8
   g submit --id oom --queue research --gpus 0 --cpus 1 --memory-gb 1 -- "$PY" -c "b = b'x' * (3 * 10**9); print('not stopped at 1 GB')"
+  # A job without GPUs may not open the GPU's device file (its cgroup's device rules), only
+  # /dev/nvidiactl: finished (exit 0) when refused, failed when it could.
+  g submit --id nogpu --queue research --gpus 0 --cpus 1 --memory-gb 1 -- "$PY" -c "
+import sys
+open('/dev/nvidiactl', 'rb').close()
+try:
+    open('/dev/nvidia0', 'rb').close()
+except PermissionError as e:
+    print('refused:', e); sys.exit(0)
+print('opened /dev/nvidia0'); sys.exit(3)"
   t0=$(date +%s)
   while [ $(($(date +%s) - t0)) -lt 200 ]; do
     sleep 5
     echo "== t=$(($(date +%s) - t0)) s"
     g top; nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; nvml_dump
-    ended shared-busy shared-idle whole oom && break
+    ended shared-busy shared-idle whole oom nogpu && break
   done
   for j in shared-busy shared-idle whole; do echo "== show $j"; g show "$j"; g show "$j" --json >"$OUT/$j.json"; done
   echo "== show oom"; g show oom
+  echo "== show nogpu"; g show nogpu; g logs nogpu | tail -3
   echo "== logs"; for j in shared-busy shared-idle whole; do g logs "$j" | tail -3; done
   echo "== usage"; T=$ADMIN g usage
   echo "== series of whole"; g show whole --series | head -40
@@ -168,6 +179,7 @@ if [[ $PHASES == *" plain "* ]]; then
     "$PY" -c "import sys; sys.exit(not $(field whole '["usage"]["util_peak"]') > 0.5)"
   expect "the agent put its workers in cgroups" grep -q "workers run in cgroups" "$OUT/plain-agent.log"
   expect "a job past its memory_gb is stopped by its cgroup" test "$(state oom)" = failed
+  expect "a job without GPUs may not open /dev/nvidia0 (device rules)" test "$(state nogpu)" = finished
   stop
 fi
 

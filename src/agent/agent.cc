@@ -254,6 +254,9 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
                : "workers are NOT isolated (--cgroups " + options_.cgroups + "): jobs' memory_gb and cpus are not "
                  "enforced" + (no_cgroups.empty() ? std::string() : ": " + no_cgroups),
       cgroups_ == nullptr);
+  if (cgroups_ && !cgroups_->constrains_devices()) {
+    Say("workers' GPU devices are NOT constrained (a job may open GPUs not its own): " + cgroups_->devices_why(), true);
+  }
   const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
     Say("--run-as: expected user or agent, got " + run_as);
@@ -1048,7 +1051,17 @@ void Agent::StartWorker(const json& e, int64_t now) {
   const json limits = e.value("limits", json::object());
   w.memory_bytes = limits.value("memory_bytes", int64_t{0});
   if (problem.empty() && cgroups_) {
-    auto join = cgroups_->Create(stem, {.memory_bytes = w.memory_bytes, .cpus_milli = limits.value("cpus_milli", int64_t{0})});
+    // Its GPUs' device files only (/dev/nvidiaN of the GPUs it was given; MIG and shares:
+    // the parent GPU's); for a container podman's --device does the same.
+    std::vector<int> denied;
+    for (const GpuInfo& g : last_gpus_) {
+      if (g.minor >= 0 && std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) {
+        denied.push_back(g.minor);
+      }
+    }
+    auto join = cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
+                                        .cpus_milli = limits.value("cpus_milli", int64_t{0}),
+                                        .denied_gpu_minors = std::move(denied)});
     if (join) {
       w.cgroup = stem;
       spec.join = std::move(*join);

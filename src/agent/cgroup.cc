@@ -1,12 +1,15 @@
 #include "agent/cgroup.h"
 
 #include <fcntl.h>
+#include <linux/bpf.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -122,6 +125,81 @@ std::string PrepareV2Base(const std::string& parent, const std::string& name, co
   return base;
 }
 
+// NVIDIA's character devices: /dev/nvidiaN is 195:N, /dev/nvidiactl 195:255.
+constexpr int kNvidiaMajor = 195;
+
+// A cgroup v2 device program (BPF_PROG_TYPE_CGROUP_DEVICE): denies character devices
+// 195:m for each m in `denied`, allows every other device. Written out as instructions, as
+// systemd's bpf-devices.c does: Debian's libbpf would need a BPF compiler (clang) at build
+// time for a dozen instructions. With nothing denied: allow all (the probe).
+std::vector<bpf_insn> DeviceProgram(const std::vector<int>& denied) {
+  std::vector<bpf_insn> p;
+  auto insn = [&](uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm) {
+    bpf_insn i{};
+    i.code = code;
+    i.dst_reg = dst & 0xf;
+    i.src_reg = src & 0xf;
+    i.off = off;
+    i.imm = imm;
+    p.push_back(i);
+  };
+  auto result = [&](int32_t verdict) {  // r0 = verdict; exit
+    insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, verdict);
+    insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+  };
+  if (denied.empty()) {
+    result(1);
+    return p;
+  }
+  // 0-5 load and test type and major; then one test per denied minor; a jump to allow;
+  // deny (2 instructions), allow (2). The verifier refuses unreachable instructions, so the
+  // deny block exists only with a test that reaches it.
+  const int n = static_cast<int>(denied.size()), deny = 7 + n, allow = deny + 2;
+  auto to = [&](int target) { return static_cast<int16_t>(target - static_cast<int>(p.size()) - 1); };
+  insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, access_type), 0);
+  insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xFFFF);  // the type; the access is above
+  insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, to(allow), BPF_DEVCG_DEV_CHAR);
+  insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, major), 0);
+  insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, to(allow), kNvidiaMajor);
+  insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_4, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, minor), 0);
+  for (int m : denied) insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_4, 0, to(deny), m);
+  insn(BPF_JMP | BPF_JA, 0, 0, to(allow), 0);
+  result(0);
+  result(1);
+  return p;
+}
+
+// Loads `program`; its fd, or -1 with errno set.
+int LoadDeviceProgram(const std::vector<bpf_insn>& program) {
+  static const char license[] = "GPL";
+  bpf_attr attr{};
+  attr.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+  attr.insns = reinterpret_cast<uint64_t>(program.data());
+  attr.insn_cnt = static_cast<uint32_t>(program.size());
+  attr.license = reinterpret_cast<uint64_t>(license);
+  return static_cast<int>(::syscall(__NR_bpf, BPF_PROG_LOAD, &attr, sizeof attr));
+}
+
+// Attaches a program denying `denied` to the cgroup v2 directory `dir` (beside any its
+// ancestors have: all must allow). It stays attached while the cgroup exists.
+std::string DenyDevices(const std::string& dir, const std::vector<int>& denied) {
+  const int prog = LoadDeviceProgram(DeviceProgram(denied));
+  if (prog < 0) return "cannot load a BPF device program for " + dir + ": " + Errno(errno);
+  const int cg = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  int err = cg < 0 ? errno : 0;
+  if (cg >= 0) {
+    bpf_attr attr{};
+    attr.target_fd = static_cast<uint32_t>(cg);
+    attr.attach_bpf_fd = static_cast<uint32_t>(prog);
+    attr.attach_type = BPF_CGROUP_DEVICE;
+    attr.attach_flags = BPF_F_ALLOW_MULTI;
+    if (::syscall(__NR_bpf, BPF_PROG_ATTACH, &attr, sizeof attr) != 0) err = errno;
+    ::close(cg);
+  }
+  ::close(prog);
+  return err == 0 ? std::string() : "cannot attach a BPF device program to " + dir + ": " + Errno(err);
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const std::string& scope, std::string* why) {
@@ -181,6 +259,9 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       cg->version_ = 2;
       cg->bases_ = {base};
       cg->controllers_ = wanted;
+      const int probe = LoadDeviceProgram(DeviceProgram({}));
+      cg->devices_why_ = probe >= 0 ? "" : "the kernel loads no BPF device program: " + Errno(errno);
+      if (probe >= 0) ::close(probe);
       return cg;
     }
   }
@@ -188,7 +269,7 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
   if (mode != "v2") {
     std::unique_ptr<Cgroups> cg(new Cgroups());
     cg->version_ = 1;
-    for (const std::string controller : {"memory", "cpu"}) {
+    for (const std::string controller : {"memory", "cpu", "devices"}) {
       std::string base;
       for (const auto& [controllers, path] : v1_paths) {
         if (!Contains(controllers, controller)) continue;
@@ -212,6 +293,7 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       cg->bases_.push_back(base);
       cg->controllers_.push_back(controller);
     }
+    cg->devices_why_ = Contains(cg->controllers_, "devices") ? "" : "no cgroup v1 devices hierarchy";
     if (!cg->controllers_.empty() && cg->controllers_[0] == "memory") return cg;
   }
   std::string text = "no writable cgroup with a memory controller";
@@ -228,6 +310,7 @@ Cgroups::~Cgroups() {
 std::string Cgroups::Describe() const {
   std::string controllers;
   for (const std::string& c : controllers_) controllers += (controllers.empty() ? "" : ", ") + c;
+  if (version_ == 2 && devices_why_.empty()) controllers += ", devices";
   return "cgroup v" + std::to_string(version_) + " (" + controllers + ") under " + bases_[0];
 }
 
@@ -263,6 +346,13 @@ Result<std::vector<std::string>> Cgroups::Create(const std::string& name, const 
       }
       if (limits.cpus_milli > 0 && Contains(controllers_, "cpu")) {
         set("cpu.max", std::to_string(limits.cpus_milli * 100) + " 100000");
+      }
+      if (!limits.denied_gpu_minors.empty() && devices_why_.empty() && problem.empty()) {
+        problem = DenyDevices(dir, limits.denied_gpu_minors);
+      }
+    } else if (c == "devices") {
+      for (int minor : limits.denied_gpu_minors) {
+        set("devices.deny", "c " + std::to_string(kNvidiaMajor) + ":" + std::to_string(minor) + " rwm");
       }
     } else if (c == "memory" && limits.memory_bytes > 0) {
       set("memory.limit_in_bytes", std::to_string(limits.memory_bytes));

@@ -27,6 +27,11 @@ namespace gantry::agent {
 struct CgroupLimits {
   int64_t memory_bytes = 0;  // 0: none
   int64_t cpus_milli = 0;    // 0: none (else a CFS quota of this many CPUs)
+  // NVIDIA GPU device files (/dev/nvidiaN: character device 195:N) the worker may not
+  // open: the node's GPUs that are not its own, as Slurm's ConstrainDevices. Other devices
+  // (/dev/nvidiactl, nvidia-uvm, MIG's nvidia-caps) stay open to it. Applied where
+  // constrains_devices().
+  std::vector<int> denied_gpu_minors;
 };
 
 class Cgroups {
@@ -39,8 +44,13 @@ class Cgroups {
   // Removes the subtree when no worker cgroup is left in it.
   ~Cgroups();
 
-  // "cgroup v1 (memory, cpu) under /sys/fs/cgroup/memory/.../gantry-h100-0"
+  // "cgroup v1 (memory, cpu, devices) under /sys/fs/cgroup/memory/.../gantry-h100-0"
   std::string Describe() const;
+  // Whether Create can keep a worker from its node's other GPUs: v1 with the devices
+  // hierarchy, v2 where the kernel loads a BPF device program (BPF_PROG_TYPE_CGROUP_DEVICE,
+  // which needs CAP_SYS_ADMIN); else why not.
+  bool constrains_devices() const { return devices_why_.empty(); }
+  const std::string& devices_why() const { return devices_why_; }
 
   // Makes the worker's cgroup `name` with these limits (replacing a leftover of that
   // name); returns the files a process writes its pid to, to join it (Launch does so in
@@ -66,6 +76,7 @@ class Cgroups {
   std::vector<std::string> Dirs(const std::string& name) const;
 
   int version_ = 0;
+  std::string devices_why_ = "not probed";  // empty: devices are constrained
   std::vector<std::string> bases_;  // gantry-NODE, one per hierarchy (v2: one); bases_[0] tracks processes
   std::vector<std::string> controllers_;
 };

@@ -48,6 +48,7 @@ struct MigInstance {
 
 struct GpuInfo {
   int index = 0;
+  int minor = -1;        // /dev/nvidiaN's N (NVML's minor number); -1: no device file known (emulation)
   std::string uuid;      // "GPU-..."
   std::string name;      // NVML's product name, e.g. "NVIDIA H100 80GB HBM3"
   std::string model;     // catalog name when known (emulation), else empty

@@ -228,6 +228,7 @@ Result<NvmlApi> LoadNvml(const std::string& library) {
   Resolve(lib, "nvmlDeviceGetNvLinkState", api.nvlink_state);
   Resolve(lib, "nvmlDeviceGetNvLinkRemotePciInfo_v2", api.nvlink_remote_pci);
   Resolve(lib, "nvmlDeviceGetPciInfo_v3", api.pci_info);
+  Resolve(lib, "nvmlDeviceGetMinorNumber", api.minor_number);
   Resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v3", api.compute_processes);
   if (!api.compute_processes) {
     Resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v2", api.compute_processes);
@@ -279,6 +280,7 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
     if (check(api.device_name(dev, buf, sizeof buf))) g.name = buf;
     std::memset(buf, 0, sizeof buf);
     if (check(api.device_uuid(dev, buf, sizeof buf))) g.uuid = buf;
+    if (unsigned minor = 0; api.minor_number && check(api.minor_number(dev, &minor))) g.minor = static_cast<int>(minor);
     nvml::Memory mem{};
     if (check(api.device_memory(dev, &mem))) {
       g.memory_bytes = static_cast<int64_t>(mem.total);

@@ -134,6 +134,7 @@ struct NvmlApi {
   nvml::Return (*nvlink_state)(nvml::Device, unsigned, int*) = nullptr;
   nvml::Return (*nvlink_remote_pci)(nvml::Device, unsigned, nvml::PciInfo*) = nullptr;
   nvml::Return (*pci_info)(nvml::Device, nvml::PciInfo*) = nullptr;
+  nvml::Return (*minor_number)(nvml::Device, unsigned*) = nullptr;  // nvmlDeviceGetMinorNumber
   // Per-process accounting (optional). The process lists take an untyped buffer: see
   // nvml::ProcessInfo for why.
   nvml::Return (*compute_processes)(nvml::Device, unsigned*, void*) = nullptr;  // _v3, else _v2

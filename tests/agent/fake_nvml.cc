@@ -11,6 +11,7 @@
 //                                     // (nvml.h), 32 (drivers 535.43-535.86) or 16
 //    "gpus": [{
 //      "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-aaaa", "bus": "00000000:17:00.0",
+//      "minor": 3,                    // /dev/nvidia3; absent: the GPU's index
 //      "memory_bytes": 85520809984, "memory_used_bytes": 1048576,
 //      "utilization": 75,             // percent; absent: NVML_ERROR_NOT_SUPPORTED
 //      "nvlinks": ["0000:18:00.0"],   // the remote PCI bus id of each active link
@@ -393,6 +394,15 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t dev, char* uuid, unsigne
   Ref r;
   if (nvmlReturn_t rc = Find(dev, r); rc != kSuccess) return rc;
   Copy(uuid, length, Device(r).value("uuid", ""));
+  return kSuccess;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t dev, unsigned int* minor) {
+  std::lock_guard lk(mu);
+  Ref r;
+  if (nvmlReturn_t rc = Find(dev, r); rc != kSuccess) return rc;
+  if (r.mig) return kInvalidArgument;  // a MIG device has no /dev/nvidiaN of its own
+  *minor = r.gpu->value("minor", r.gpu_index);
   return kSuccess;
 }
 

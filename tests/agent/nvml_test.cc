@@ -126,6 +126,7 @@ json ThreeGpus() {
   a["memory_used_bytes"] = 40 * kGB;
   a["nvlinks"] = {"0000:18:00.0", "0000:18:00.0", "0000:99:00.0"};
   json b = H100("GPU-bbbb", "00000000:18:00.0");
+  b["minor"] = 5;  // /dev/nvidia5 (NVML's minor number need not be the index)
   b["nvlinks"] = {"0000:17:00.0", "0000:17:00.0"};
   b["mig"] = {{{"uuid", "MIG-b0"},
                {"profile", "1g.10gb"},
@@ -152,6 +153,8 @@ TEST_F(FakeNvmlTest, DiscoversGpusMigPlacementsAndNvlinkPeersThroughTheLibrary) 
   ASSERT_EQ(gpus.size(), 3u);
   const GpuInfo& a = gpus[0];
   EXPECT_EQ(a.uuid, "GPU-aaaa");
+  EXPECT_EQ(a.minor, 0);
+  EXPECT_EQ(gpus[1].minor, 5);
   EXPECT_EQ(a.name, "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(a.memory_bytes, 85'520'809'984);
   EXPECT_EQ(a.memory_used_bytes, 40 * kGB);

@@ -259,9 +259,13 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       cg->version_ = 2;
       cg->bases_ = {base};
       cg->controllers_ = wanted;
-      const int probe = LoadDeviceProgram(DeviceProgram({}));
-      cg->devices_why_ = probe >= 0 ? "" : "the kernel loads no BPF device program: " + Errno(errno);
-      if (probe >= 0) ::close(probe);
+      // Device rules: a program that denies one GPU, attached to a cgroup made for the
+      // probe (loading may succeed where attaching is refused: each needs its capability).
+      const std::string probe = base + "/gantry-devices-probe";
+      std::error_code ec;
+      fs::create_directory(probe, ec);
+      cg->devices_why_ = ec ? "cannot make " + probe + ": " + ec.message() : DenyDevices(probe, {0});
+      ::rmdir(probe.c_str());
       return cg;
     }
   }

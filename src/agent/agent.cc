@@ -1052,10 +1052,12 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.memory_bytes = limits.value("memory_bytes", int64_t{0});
   if (problem.empty() && cgroups_) {
     // Its GPUs' device files only (/dev/nvidiaN of the GPUs it was given; MIG and shares:
-    // the parent GPU's); for a container podman's --device does the same.
+    // the parent GPU's). Not for a container: its devices are podman's --device, and the
+    // runtime podman starts from this cgroup must make those nodes.
     std::vector<int> denied;
     for (const GpuInfo& g : last_gpus_) {
-      if (g.minor >= 0 && std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) {
+      if (g.minor >= 0 && e.value("image", std::string()).empty() &&
+          std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) {
         denied.push_back(g.minor);
       }
     }

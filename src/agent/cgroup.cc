@@ -298,6 +298,9 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       cg->controllers_.push_back(controller);
     }
     cg->devices_why_ = Contains(cg->controllers_, "devices") ? "" : "no cgroup v1 devices hierarchy";
+    for (const std::string& p : problems) {  // it exists, but its cgroup could not be made
+      if (!cg->devices_why_.empty() && p.find("/devices/") != std::string::npos) cg->devices_why_ = p;
+    }
     if (!cg->controllers_.empty() && cg->controllers_[0] == "memory") return cg;
   }
   std::string text = "no writable cgroup with a memory controller";

@@ -277,19 +277,23 @@ TEST_F(LauncherTest, AWorkerDiesWithItsLauncherAndWhatItLeftIsFoundByGroup) {
 // memory controller (v2, or v1 as on hybrid hosts), a worker joins its own before exec,
 // its memory limit is the kernel's to enforce (an OOM kill is seen as such), and every
 // process it started, also one that left its process group, is found and killed.
+// One Cgroups for the whole suite, as an agent has one: on cgroup v2 opening it may move
+// this process into a leaf of its own, after which a second Open in the same process finds
+// no cgroup to enable controllers in (each test then skipped on a v2 host).
 class CgroupTest : public LauncherTest {
  protected:
-  std::unique_ptr<Cgroups> Open() {
+  static void SetUpTestSuite() {
     std::string why;
     auto cg = Cgroups::Open("auto", "test-" + std::to_string(::getpid()), &why);
-    EXPECT_TRUE(cg.ok());
-    if (!cg.ok() || *cg == nullptr) return nullptr;
-    return std::move(*cg);
+    if (cg.ok()) cgroups_ = std::move(*cg);
   }
+  static void TearDownTestSuite() { cgroups_.reset(); }
+  Cgroups* Open() { return cgroups_.get(); }
+  static inline std::unique_ptr<Cgroups> cgroups_;
 };
 
 TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
-  std::unique_ptr<Cgroups> cg = Open();
+  Cgroups* cg = Open();
   if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
   auto join = cg->Create("w1", {.memory_bytes = 64 << 20, .cpus_milli = 500, .denied_gpu_minors = {}});
   ASSERT_TRUE(join.ok()) << join.error().ToString();
@@ -302,7 +306,9 @@ TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
   ASSERT_TRUE(pid.ok());
   const Exited e = Wait(*pid);
   EXPECT_TRUE(cg->OomKilled("w1")) << Read("w1.log");
-  EXPECT_EQ(e.exit_code, 128 + SIGKILL) << "the shell tells of tail's death by SIGKILL";
+  // v1: the kernel kills tail and the shell tells of it; v2: memory.oom.group kills the
+  // whole worker, the shell too.
+  EXPECT_TRUE(e.exit_code == 128 + SIGKILL || e.signal == SIGKILL) << e.exit_code << " " << e.signal;
   cg->KillAndRemove("w1");
   EXPECT_TRUE(cg->Names().empty());
 
@@ -326,7 +332,7 @@ TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
 // are not. Device nodes made here (no driver behind them: an allowed open fails with
 // ENXIO, a refused one with EPERM before the driver is asked).
 TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
-  std::unique_ptr<Cgroups> cg = Open();
+  Cgroups* cg = Open();
   if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
   if (!cg->constrains_devices()) GTEST_SKIP() << cg->Describe() << ": " << cg->devices_why();
   fs::create_directories(dir_);
@@ -377,7 +383,7 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
 }
 
 TEST_F(CgroupTest, ProcessesThatLeftTheGroupAreFoundAndKilledByCgroup) {
-  std::unique_ptr<Cgroups> cg = Open();
+  Cgroups* cg = Open();
   if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
   auto join = cg->Create("w3", {});
   ASSERT_TRUE(join.ok());

@@ -1050,13 +1050,14 @@ void Agent::StartWorker(const json& e, int64_t now) {
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
   const json limits = e.value("limits", json::object());
   w.memory_bytes = limits.value("memory_bytes", int64_t{0});
+  const std::string image = e.value("image", std::string());
   if (problem.empty() && cgroups_) {
     // Its GPUs' device files only (/dev/nvidiaN of the GPUs it was given; MIG and shares:
     // the parent GPU's). Not for a container: its devices are podman's --device, and the
     // runtime podman starts from this cgroup must make those nodes.
     std::vector<int> denied;
     for (const GpuInfo& g : last_gpus_) {
-      if (g.minor >= 0 && e.value("image", std::string()).empty() &&
+      if (g.minor >= 0 && image.empty() &&
           std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) {
         denied.push_back(g.minor);
       }
@@ -1073,7 +1074,6 @@ void Agent::StartWorker(const json& e, int64_t now) {
   }
   // An image: the same command in a container, `podman run` in the foreground as the
   // worker. It runs as root (rootful podman), the job as its user inside.
-  const std::string image = e.value("image", std::string());
   if (problem.empty() && !image.empty()) {
     // gantryd refuses such names; an agent runs none it is sent either (podman runs as root).
     if (const std::string why = ImageReferenceProblem(image); !why.empty()) problem = "image " + image + ": " + why;

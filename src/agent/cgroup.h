@@ -47,8 +47,8 @@ class Cgroups {
   // "cgroup v1 (memory, cpu, devices) under /sys/fs/cgroup/memory/.../gantry-h100-0"
   std::string Describe() const;
   // Whether Create can keep a worker from its node's other GPUs: v1 with the devices
-  // hierarchy, v2 where the kernel loads a BPF device program (BPF_PROG_TYPE_CGROUP_DEVICE,
-  // which needs CAP_SYS_ADMIN); else why not.
+  // hierarchy, v2 where a BPF device program (BPF_PROG_TYPE_CGROUP_DEVICE, which needs
+  // CAP_SYS_ADMIN) loads and attaches to a probe cgroup at Open; else why not.
   bool constrains_devices() const { return devices_why_.empty(); }
   const std::string& devices_why() const { return devices_why_; }
 

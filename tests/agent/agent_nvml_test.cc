@@ -9,12 +9,9 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
-#include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -25,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/launcher.h"
+#include "device_nodes.h"
 
 namespace gantry::agent {
 namespace {
@@ -381,23 +379,20 @@ TEST_P(AgentOnFakeNvml, ASecondAgentOnTheSameStateDirectoryRefusesToStart) {
 // Each worker may open only its own GPUs' device files (Slurm's ConstrainDevices), by
 // NVML's minor numbers (GPU 2 is /dev/nvidia7 here): a whole GPU, a share of one (its
 // GPU's), none for a CPU-only worker; /dev/nvidiactl always. The device nodes are made in
-// the test's folder (the rule is by major and minor, not path; no driver behind them: an
-// allowed open fails with ENXIO, a refused one with EPERM). Without cgroups nothing is
-// refused, and the agent says so at start.
+// the test's folder (the rule is by major and minor, not path: device_nodes.h). Without
+// cgroups nothing is refused, and the agent says so at start.
 TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
   json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0"), Gpu("GPU-c", "00000000:19:00.0")};
   gpus[2]["minor"] = 7;
   Script({{"gpus", gpus}});
-  for (const auto& [name, minor] : {std::pair{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia7", 7}, {"nvidiactl", 255}}) {
-    if (::mknod((dir_ / name).c_str(), S_IFCHR | 0666, ::makedev(195, minor)) != 0) {
-      GTEST_SKIP() << "cannot make device nodes here: " << std::strerror(errno);
-    }
+  if (const std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia7", 7}, {"nvidiactl", 255}});
+      !why.empty()) {
+    GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
   auto worker = [&](const std::string& job, int seq, const json& alloc) {
     const std::string out = (dir_ / (job + ".opens")).string();
-    const std::string cmd = "cd " + dir_.string() +
-                            "; for d in nvidia0 nvidia1 nvidia7 nvidiactl; do (exec 3< $d) 2>/dev/null && "
-                            "echo \"$d open\" || echo \"$d $(exec 2>&1; exec 3< $d)\"; done > " + out +
+    const std::string cmd = "cd " + dir_.string() + "; " +
+                            OpenEachCommand({"nvidia0", "nvidia1", "nvidia7", "nvidiactl"}) + " > " + out +
                             ".tmp; mv " + out + ".tmp " + out + "; sleep 60";
     return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
                 {"command", {"sh", "-c", cmd}}, {"alloc", alloc}};
@@ -416,11 +411,6 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
     ADD_FAILURE() << job << " wrote nothing";
     return std::string();
   };
-  auto refused = [](const std::string& log, const std::string& dev) {
-    const size_t at = log.find(dev + " ");
-    const std::string line = at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
-    return line.find("ermission denied") != std::string::npos || line.find("not permitted") != std::string::npos;
-  };
   const std::string whole = opens("whole"), share = opens("share"), cpu = opens("cpu");
   const std::string log = AgentLog();
   const bool constrained = log.find("workers run in cgroups") != std::string::npos &&
@@ -434,10 +424,10 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
       {"whole", {true, false, true}}, {"share", {true, true, false}}, {"cpu", {true, true, true}}};
   for (const auto& [job, text] : {std::pair{"whole", whole}, {"share", share}, {"cpu", cpu}}) {
     const std::vector<bool>& w = want.at(job);
-    EXPECT_EQ(refused(text, "nvidia0"), constrained && w[0]) << job << ":\n" << text;
-    EXPECT_EQ(refused(text, "nvidia1"), constrained && w[1]) << job << ":\n" << text;
-    EXPECT_EQ(refused(text, "nvidia7"), constrained && w[2]) << job << ":\n" << text;
-    EXPECT_FALSE(refused(text, "nvidiactl")) << job << ":\n" << text;
+    EXPECT_EQ(Refused(text, "nvidia0"), constrained && w[0]) << job << ":\n" << text;
+    EXPECT_EQ(Refused(text, "nvidia1"), constrained && w[1]) << job << ":\n" << text;
+    EXPECT_EQ(Refused(text, "nvidia7"), constrained && w[2]) << job << ":\n" << text;
+    EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
     EXPECT_NE(text.find("nvidiactl "), std::string::npos) << job << ":\n" << text;
   }
 }

@@ -3,19 +3,18 @@
 #include "agent/launcher.h"
 
 #include "agent/cgroup.h"
+#include "device_nodes.h"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -329,27 +328,22 @@ TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
 // A worker may open only its own GPUs' device files (Slurm's ConstrainDevices): the
 // node's other /dev/nvidiaN (character devices 195:N) are refused by its cgroup (v1: the
 // devices hierarchy; v2: a BPF device program), /dev/nvidiactl (195:255) and other devices
-// are not. Device nodes made here (no driver behind them: an allowed open fails with
-// ENXIO, a refused one with EPERM before the driver is asked).
+// are not. Device nodes made here (device_nodes.h).
 TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
   Cgroups* cg = Open();
   if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
   if (!cg->constrains_devices()) GTEST_SKIP() << cg->Describe() << ": " << cg->devices_why();
   fs::create_directories(dir_);
-  for (const auto& [name, minor] : {std::pair{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia2", 2}, {"nvidiactl", 255}}) {
-    if (::mknod((dir_ / name).c_str(), S_IFCHR | 0666, ::makedev(195, minor)) != 0) {
-      GTEST_SKIP() << "cannot make device nodes here: " << std::strerror(errno);
-    }
+  if (const std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia2", 2}, {"nvidiactl", 255}});
+      !why.empty()) {
+    GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
   auto opens = [&](const std::string& worker, const std::vector<int>& denied) {
     auto join = cg->Create(worker, {.memory_bytes = 0, .cpus_milli = 0, .denied_gpu_minors = denied});
     EXPECT_TRUE(join.ok()) << join.error().ToString();
     if (!join.ok()) return std::string();
     LaunchSpec spec;
-    // Each device's open, as the shell reports it.
-    spec.argv = {"/bin/sh", "-c",
-                 "for d in nvidia0 nvidia1 nvidia2 nvidiactl; do (exec 3< $d) 2>/dev/null && echo \"$d open\" || "
-                 "echo \"$d $(exec 2>&1; exec 3< $d)\"; done"};
+    spec.argv = {"/bin/sh", "-c", OpenEachCommand({"nvidia0", "nvidia1", "nvidia2", "nvidiactl"})};
     spec.workdir = dir_.string();
     spec.log_path = (dir_ / (worker + ".log")).string();
     spec.join = *join;
@@ -361,24 +355,19 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
     cg->KillAndRemove(worker);
     return Read(worker + ".log");
   };
-  auto refused = [](const std::string& log, const std::string& dev) {
-    const size_t at = log.find(dev + " ");
-    const std::string line = at == std::string::npos ? "" : log.substr(at, log.find('\n', at) - at);
-    return line.find("ermission denied") != std::string::npos || line.find("not permitted") != std::string::npos;
-  };
   // GPU 1's worker: GPUs 0 and 2 are refused.
   const std::string one = opens("gpu1", {0, 2});
-  EXPECT_TRUE(refused(one, "nvidia0")) << one;
-  EXPECT_FALSE(refused(one, "nvidia1")) << one;
+  EXPECT_TRUE(Refused(one, "nvidia0")) << one;
+  EXPECT_FALSE(Refused(one, "nvidia1")) << one;
   EXPECT_NE(one.find("nvidia1 "), std::string::npos) << one;
-  EXPECT_TRUE(refused(one, "nvidia2")) << one;
-  EXPECT_FALSE(refused(one, "nvidiactl")) << one;
+  EXPECT_TRUE(Refused(one, "nvidia2")) << one;
+  EXPECT_FALSE(Refused(one, "nvidiactl")) << one;
   // A CPU-only worker: every GPU refused; nothing denied: none.
   const std::string none = opens("cpu", {0, 1, 2});
-  for (const char* d : {"nvidia0", "nvidia1", "nvidia2"}) EXPECT_TRUE(refused(none, d)) << none;
-  EXPECT_FALSE(refused(none, "nvidiactl")) << none;
+  for (const char* d : {"nvidia0", "nvidia1", "nvidia2"}) EXPECT_TRUE(Refused(none, d)) << none;
+  EXPECT_FALSE(Refused(none, "nvidiactl")) << none;
   const std::string all = opens("all", {});
-  for (const char* d : {"nvidia0", "nvidia1", "nvidia2", "nvidiactl"}) EXPECT_FALSE(refused(all, d)) << all;
+  for (const char* d : {"nvidia0", "nvidia1", "nvidia2", "nvidiactl"}) EXPECT_FALSE(Refused(all, d)) << all;
   EXPECT_TRUE(cg->Names().empty());
 }
 

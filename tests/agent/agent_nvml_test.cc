@@ -432,6 +432,58 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
   }
 }
 
+// The device rules belong to the worker's cgroup, not to its agent: with the agent
+// killed (kill -9) the worker still may not open another GPU's device file, nor once a
+// new agent has re-adopted it. The worker opens the devices each time the test asks it
+// (a file `go`), so every check is made by the same running process.
+TEST_P(AgentOnFakeNvml, AWorkersDeviceRulesOutliveItsAgent) {
+  Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")}}});
+  if (const std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}});
+      !why.empty()) {
+    GTEST_SKIP() << "cannot make device nodes here: " << why;
+  }
+  const std::string loop = "cd " + dir_.string() +
+                           "; n=0; while :; do if [ -e go ]; then rm go; n=$((n+1)); (" +
+                           OpenEachCommand({"nvidia0", "nvidia1", "nvidiactl"}) +
+                           ") > opens.tmp; mv opens.tmp opens$n; fi; sleep 0.02; done";
+  SetWorkers({{{"job", "x"}, {"run", 1}, {"rank", 0}, {"seq", 1}, {"action", "run"},
+               {"command", {"sh", "-c", loop}}, {"alloc", {{"sharing", "exclusive"}, {"gpus", {1}}}}}});
+  StartAgent();
+  Await(0, [](const json& h) { return !Running(h, "x").is_null(); });
+  const std::string log = AgentLog();
+  const bool constrained = log.find("workers run in cgroups") != std::string::npos &&
+                           log.find("GPU devices are NOT constrained") == std::string::npos;
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << log;
+  int asked = 0;
+  auto opens = [&] {  // asks the worker to open each device; its answer
+    std::ofstream(dir_ / "go").flush();
+    const fs::path out = dir_ / ("opens" + std::to_string(++asked));
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream in(out);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!text.empty()) return text;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "the worker did not answer " << out;
+    return std::string();
+  };
+  auto expect = [&](const std::string& when, const std::string& text) {
+    EXPECT_EQ(Refused(text, "nvidia0"), constrained) << when << ":\n" << text;
+    EXPECT_FALSE(Refused(text, "nvidia1")) << when << ":\n" << text;
+    EXPECT_FALSE(Refused(text, "nvidiactl")) << when << ":\n" << text;
+    EXPECT_NE(text.find("nvidiactl "), std::string::npos) << when << ":\n" << text;
+  };
+  expect("under its agent", opens());
+  KillAgent();
+  ASSERT_EQ(agent_, 0);
+  expect("with its agent killed", opens());
+  const size_t before = Heartbeats();
+  StartAgent();
+  Await(before, [](const json& h) { return !Running(h, "x").is_null(); });
+  EXPECT_NE(AgentLog().find("job x run 1 rank 0: re-adopted"), std::string::npos) << AgentLog();
+  expect("re-adopted by a new agent", opens());
+}
+
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));
 
 // ---------------------------------------------------------------- MIG on mig_managed pools

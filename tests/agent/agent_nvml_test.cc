@@ -432,6 +432,64 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
   }
 }
 
+// At a node's size: eight GPUs whose minor numbers run backwards (GPU i is
+// /dev/nvidia(7-i)), shared by five workers at once (four, two and one whole GPUs, and
+// two MPS shares of the last GPU): each opens exactly its own GPUs' device files.
+TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeEachOfFiveWorkersOpensExactlyItsOwnGpus) {
+  json gpus = json::array();
+  std::vector<std::pair<std::string, int>> nodes = {{"nvidiactl", 255}};
+  std::vector<std::string> names;
+  for (int i = 0; i < 8; ++i) {
+    json g = Gpu("GPU-" + std::to_string(i), "00000000:" + std::to_string(17 + i) + ":00.0");
+    g["minor"] = 7 - i;
+    gpus.push_back(g);
+    nodes.emplace_back("nvidia" + std::to_string(7 - i), 7 - i);
+    names.push_back("nvidia" + std::to_string(7 - i));
+  }
+  Script({{"gpus", gpus}});
+  if (const std::string why = MakeGpuNodes(dir_, nodes); !why.empty()) GTEST_SKIP() << "cannot make device nodes here: " << why;
+  names.push_back("nvidiactl");
+  const std::map<std::string, std::pair<json, std::vector<int>>> workers = {  // alloc, its GPUs (indexes)
+      {"four", {{{"sharing", "exclusive"}, {"gpus", {0, 1, 2, 3}}}, {0, 1, 2, 3}}},
+      {"two", {{{"sharing", "exclusive"}, {"gpus", {4, 5}}}, {4, 5}}},
+      {"one", {{{"sharing", "exclusive"}, {"gpus", {6}}}, {6}}},
+      {"mps1", {{{"sharing", "mps"}, {"gpu", 7}, {"share_milli", 500}}, {7}}},
+      {"mps2", {{{"sharing", "mps"}, {"gpu", 7}, {"share_milli", 500}}, {7}}}};
+  json list = json::array();
+  int seq = 0;
+  for (const auto& [job, w] : workers) {
+    const std::string out = (dir_ / (job + ".opens")).string();
+    const std::string cmd = "cd " + dir_.string() + "; " + OpenEachCommand(names) + " > " + out + ".tmp; mv " +
+                            out + ".tmp " + out + "; sleep 60";
+    list.push_back({{"job", job}, {"run", 1}, {"rank", 0}, {"seq", ++seq}, {"action", "run"},
+                    {"command", {"sh", "-c", cmd}}, {"alloc", w.first}});
+  }
+  SetWorkers(list);
+  StartAgent();
+  const std::string log = [&] {
+    Await(0, [](const json& h) { return h.value("running", json::array()).size() == 5; });
+    return AgentLog();
+  }();
+  const bool constrained = log.find("workers run in cgroups") != std::string::npos &&
+                           log.find("GPU devices are NOT constrained") == std::string::npos;
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << log;
+  for (const auto& [job, w] : workers) {
+    std::string text;
+    for (int i = 0; i < 1000 && text.empty(); ++i) {
+      std::ifstream in(dir_ / (job + ".opens"));
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      if (text.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(text.empty()) << job << " wrote nothing";
+    for (int gpu = 0; gpu < 8; ++gpu) {
+      const bool own = std::find(w.second.begin(), w.second.end(), gpu) != w.second.end();
+      EXPECT_EQ(Refused(text, "nvidia" + std::to_string(7 - gpu)), constrained && !own)
+          << job << ", GPU " << gpu << ":\n" << text;
+    }
+    EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
+  }
+}
+
 // The device rules belong to the worker's cgroup, not to its agent: with the agent
 // killed (kill -9) the worker still may not open another GPU's device file, nor once a
 // new agent has re-adopted it. The worker opens the devices each time the test asks it

@@ -38,8 +38,10 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   // its pools (Group::next_window), not only of those its rule takes now.
   if (mode != Mode::kLessees && job.spec.tier != Tier::kCritical) {
     Ticks wake = kForever;
-    for (const Group& g : groups_) {
-      if ((g.pools & ask.accepts) != 0) wake = std::min(wake, g.next_window[mode == Mode::kRank ? 1 : 0]);
+    for (Group& g : groups_) {
+      if ((g.pools & ask.accepts) == 0) continue;
+      Prepare(s, g);
+      wake = std::min(wake, g.next_window[mode == Mode::kRank ? 1 : 0]);
     }
     if (wake < kForever) s.WakeAt(wake);
   }
@@ -160,26 +162,25 @@ bool VictimSelector::AllBorrowed(const Scheduler& s, const JobRecord& job, const
 }
 
 void VictimSelector::Index(Scheduler& s, Ticks now) {
-  for (Group& g : groups_) {
-    g.victims.clear();
-    g.sorted_to = 0;
-    g.min_units = std::numeric_limits<GpuUnits>::max();
-    g.next_window[0] = g.next_window[1] = kForever;
-  }
-  const Ticks windows[2] = {s.params().preempt_after_checkpoint,
-                            std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
+  now_ = now;
+  for (Group& g : groups_) g.prepared = false;
   group_of_.resize(s.queues().size() + 1);
   const std::vector<JobId>& running = s.running();
   const std::vector<uint64_t>& stamps = s.running_stamps();
+  for (uint32_t pos = static_cast<uint32_t>(running.size()); pos < info_.size(); ++pos) Leave(pos);
   info_.resize(running.size());
+  seen_.resize(running.size(), 0);
+  resumed_.resize(running.size(), kNotResumed);
   unprotect_ = kForever;
+  const Ticks min_run = s.params().min_run_before_repreempt;
+  // One pass over two words per running job (seen_, resumed_) beside the scheduler's
+  // stamps: the Info of a job that did not change is not read.
   for (uint32_t pos = 0; pos < running.size(); ++pos) {
-    const JobId v = running[pos];
-    Info& info = info_[pos];
-    if (info.stamp != stamps[pos]) {  // another job, run or phase here: read its record
-      const JobRecord& victim = s.job(v);
-      info.group = UINT32_MAX;
-      info.stamp = stamps[pos];
+    if (seen_[pos] != stamps[pos]) {  // another job, run or phase here: read its record
+      seen_[pos] = stamps[pos];
+      Leave(pos);
+      Info& info = info_[pos];
+      const JobRecord& victim = s.job(running[pos]);
       info.running = victim.phase == Phase::kRunning;
       info.tier = victim.spec.tier;
       info.queue = victim.spec.queue;
@@ -195,43 +196,77 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
           info.nodes.push_back(w.node.v);
         }
       }
+      if (info.running && info.tier != Tier::kCritical) Join(pos);
+      resumed_[pos] = info.member != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
     }
-    if (!info.running || info.tier == Tier::kCritical) continue;
+    if (const Ticks start = resumed_[pos]; start != kNotResumed && now - start < min_run) {
+      unprotect_ = std::min(unprotect_, start + min_run);
+    }
+  }
+  indexed_ = true;
+  by_node_.made = false;
+}
+
+void VictimSelector::Join(uint32_t pos) {
+  Info& info = info_[pos];
+  // Its group: best-effort work by pools, standard work by pools and queue. (Groups are
+  // never dropped.)
+  const int category = Category(info);
+  const QueueId queue = category == 0 ? QueueId() : info.queue;
+  std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
+  auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
+  if (at == slot.end()) {
+    at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
+    Group& g = groups_.emplace_back();
+    g.pools = info.pools;
+    g.category = category;
+    g.queue = queue;
+  }
+  info.group = *at;
+  std::vector<uint32_t>& members = groups_[info.group].members;
+  info.member = static_cast<uint32_t>(members.size());
+  members.push_back(pos);
+}
+
+void VictimSelector::Leave(uint32_t pos) {
+  Info& info = info_[pos];
+  if (info.member == UINT32_MAX) return;
+  std::vector<uint32_t>& members = groups_[info.group].members;
+  members[info.member] = members.back();
+  info_[members.back()].member = info.member;
+  members.pop_back();
+  info.member = UINT32_MAX;
+}
+
+void VictimSelector::Prepare(const Scheduler& s, Group& g) {
+  if (g.prepared) return;
+  g.prepared = true;
+  g.victims.clear();
+  g.sorted_to = 0;
+  g.min_units = std::numeric_limits<GpuUnits>::max();
+  g.next_window[0] = g.next_window[1] = kForever;
+  const Ticks now = now_;
+  const Ticks windows[2] = {s.params().preempt_after_checkpoint,
+                            std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
+  const std::vector<JobId>& running = s.running();
+  for (uint32_t pos : g.members) {
+    Info& info = info_[pos];
     info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
-    if (info.guarded) {
-      unprotect_ = std::min(unprotect_, info.last_start + s.params().min_run_before_repreempt);
-      if (!ordering_.ByRank(info.queue)) continue;
-    }
+    if (info.guarded && !ordering_.ByRank(info.queue)) continue;
     const Ticks ran = now - info.last_start;
     const Ticks ck = info.checkpoint;
     const Ticks since = ck > 0 ? ran % ck : ran;
     info.since = ck > 0 ? since : 0;
     info.signaled = false;
-    // Its group: best-effort work by pools, standard work by pools and queue.
-    const int category = Category(info);
-    // (Groups are never dropped, so a job keeps its group while its stamp stays.)
-    if (info.group == UINT32_MAX) {
-      const QueueId queue = category == 0 ? QueueId() : info.queue;
-      std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
-      auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
-      if (at == slot.end()) {
-        at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
-        groups_.push_back(Group{info.pools, category, queue, {}, 0, std::numeric_limits<GpuUnits>::max()});
-      }
-      info.group = *at;
-    }
-    Group& group = groups_[info.group];
-    info.cost = Victim::Cost(category, info.units * (since / kTicksPerSecond));
-    group.victims.push_back(Victim{info.cost, v, pos});
-    group.min_units = std::min(group.min_units, info.units);
+    info.cost = Victim::Cost(g.category, info.units * (since / kTicksPerSecond));
+    g.victims.push_back(Victim{info.cost, running[pos], pos});
+    g.min_units = std::min(g.min_units, info.units);
     for (int k = 0; k < 2; ++k) {
       if (!info.guarded && windows[k] > 0 && info.since > windows[k]) {
-        group.next_window[k] = std::min(group.next_window[k], now + info.checkpoint - info.since);
+        g.next_window[k] = std::min(g.next_window[k], now + info.checkpoint - info.since);
       }
     }
   }
-  indexed_ = true;
-  by_node_.made = false;
 }
 
 void VictimSelector::SortChunk(Group& g) {
@@ -243,20 +278,28 @@ void VictimSelector::SortChunk(Group& g) {
   g.sorted_to = static_cast<size_t>(last - g.victims.begin());
 }
 
-bool VictimSelector::Reads(const Scheduler& s, const Ask& a, const Group& g) const {
+bool VictimSelector::Reads(const Scheduler& s, const Ask& a, Group& g) {
   const JobRecord& job = a.job;
-  if ((g.pools & a.accepts) == 0 || g.victims.empty()) return false;
-  if (g.category == 0) return true;
-  switch (a.mode) {
-    case Mode::kTier: return false;
-    case Mode::kRank: return g.queue == job.spec.queue;
-    case Mode::kLessees: return true;
-    case Mode::kGuarantee:
-      // Another queue's, of a tier the job may take, and borrowing enough that its
-      // smallest job may be wholly borrowed (per model: judged job by job).
-      if (g.queue == job.spec.queue || Tier::kStandard < job.spec.tier) return false;
-      return !s.queues().queue(g.queue).spec.guaranteed_by_model.empty() ||
-             s.Borrowed(g.queue, ModelId(), g.min_units);
+  if ((g.pools & a.accepts) == 0) return false;
+  if (g.category != 0) {
+    switch (a.mode) {
+      case Mode::kTier: return false;
+      case Mode::kRank:
+        if (g.queue != job.spec.queue) return false;
+        break;
+      case Mode::kLessees: break;
+      case Mode::kGuarantee:
+        // Another queue's, of a tier the job may take (and below: borrowing enough).
+        if (g.queue == job.spec.queue || Tier::kStandard < job.spec.tier) return false;
+        break;
+    }
+  }
+  Prepare(s, g);
+  if (g.victims.empty()) return false;
+  if (g.category != 0 && a.mode == Mode::kGuarantee) {
+    // Borrowing enough that its smallest job may be wholly borrowed (per model: judged
+    // job by job).
+    return !s.queues().queue(g.queue).spec.guaranteed_by_model.empty() || s.Borrowed(g.queue, ModelId(), g.min_units);
   }
   return true;
 }
@@ -421,7 +464,7 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
   nodes.clear();
   std::vector<uint32_t>& touched = touched_;
   touched.clear();
-  for (const Group& g : groups_) {
+  for (Group& g : groups_) {
     if (!Reads(s, a, g)) continue;
     for (const Victim& c : g.victims) {
       if (Eligible(s, a, c)) eligible_.push_back(c);
@@ -455,6 +498,7 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
 }
 
 void VictimSelector::IndexNodes(const Scheduler& s) {
+  for (Group& g : groups_) Prepare(s, g);
   ByNodeIndex& x = by_node_;
   const size_t count = s.cluster().nodes().size();
   x.made = true;

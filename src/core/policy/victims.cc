@@ -498,30 +498,54 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
 }
 
 void VictimSelector::IndexNodes(const Scheduler& s) {
-  for (Group& g : groups_) Prepare(s, g);
   ByNodeIndex& x = by_node_;
-  const size_t count = s.cluster().nodes().size();
   x.made = true;
   x.single_pool = true;
-  x.first.assign(count + 1, 0);
-  for (const Group& g : groups_) {
+  for (Group& g : groups_) {  // a group's members all hold GPUs in the same pools
+    if (std::popcount(g.pools) <= 1) continue;
+    Prepare(s, g);
+    if (!g.victims.empty()) x.single_pool = false;
+  }
+  const size_t count = s.cluster().nodes().size();
+  x.first.resize(count);
+  x.count.resize(count);
+  x.best_effort.resize(count);
+  x.lost.resize(count);
+  x.on.clear();
+  x.by_pool.resize(s.cluster().pools().size());
+  x.pool_made.assign(s.cluster().pools().size(), false);
+}
+
+void VictimSelector::IndexPool(const Scheduler& s, PoolId p) {
+  ByNodeIndex& x = by_node_;
+  x.pool_made[p.v] = true;
+  const Pool& pool = s.cluster().pool(p);
+  const uint32_t begin = pool.first_node.v, end = begin + static_cast<uint32_t>(pool.spec.count);
+  std::fill(x.count.begin() + begin, x.count.begin() + end, 0);
+  std::fill(x.best_effort.begin() + begin, x.best_effort.begin() + end, 0);
+  std::fill(x.lost.begin() + begin, x.lost.begin() + end, 0);
+  // With no victim in two pools, those of the pool's nodes are in its own groups.
+  const uint64_t bit = PoolBit(p);
+  for (Group& g : groups_) {
+    if (g.pools != bit) continue;
+    Prepare(s, g);
     for (const Victim& c : g.victims) {
-      const Info& v = info_[c.info];
-      if (std::popcount(v.pools) > 1) x.single_pool = false;
-      for (uint32_t n : v.nodes) ++x.first[n + 1];
+      for (uint32_t n : info_[c.info].nodes) ++x.count[n];
     }
   }
-  if (!x.single_pool) return;
-  for (size_t n = 0; n < count; ++n) x.first[n + 1] += x.first[n];
-  x.on.resize(x.first[count]);
-  x.best_effort.assign(count, 0);
-  x.lost.assign(count, 0);
-  std::vector<uint32_t> at(x.first.begin(), x.first.end() - 1);
+  uint32_t at = static_cast<uint32_t>(x.on.size());
+  for (uint32_t n = begin; n < end; ++n) {
+    x.first[n] = at;
+    at += x.count[n];
+    x.count[n] = 0;  // counted again as the victims are laid out
+  }
+  x.on.resize(at);
   for (const Group& g : groups_) {
+    if (g.pools != bit) continue;
     for (const Victim& c : g.victims) {
       const Info& v = info_[c.info];
       for (uint32_t n : v.nodes) {
-        x.on[at[n]++] = c;
+        x.on[x.first[n] + x.count[n]++] = c;
         if (c.category() == 0 && !v.signaled && !v.guarded) {  // eligible for critical work
           ++x.best_effort[n];
           x.lost[n] += c.lost();
@@ -529,18 +553,19 @@ void VictimSelector::IndexNodes(const Scheduler& s) {
       }
     }
   }
-  x.by_pool.resize(s.cluster().pools().size());
-  for (auto& pool : x.by_pool) pool.clear();
-  for (uint32_t n = 0; n < count; ++n) {
-    if (x.best_effort[n] > 0) x.by_pool[s.cluster().node(NodeId(n)).pool.v].emplace_back(x.lost[n], n);
+  auto& nodes = x.by_pool[p.v];
+  nodes.clear();
+  for (uint32_t n = begin; n < end; ++n) {
+    if (x.best_effort[n] > 0) nodes.emplace_back(x.lost[n], n);
   }
-  for (auto& pool : x.by_pool) std::sort(pool.begin(), pool.end());
+  std::sort(nodes.begin(), nodes.end());
 }
 
 void VictimSelector::Signaled(const Scheduler& s, uint32_t pos) {
   ByNodeIndex& x = by_node_;
   const Info& v = info_[pos];
   if (!x.made || !x.single_pool || Category(v) != 0 || v.guarded) return;
+  if (v.nodes.empty() || !x.pool_made[s.cluster().node(NodeId(v.nodes[0])).pool.v]) return;
   const GpuUnits lost = Victim{v.cost, JobId(), pos}.lost();
   for (uint32_t n : v.nodes) {
     auto& pool = x.by_pool[s.cluster().node(NodeId(n)).pool.v];
@@ -558,10 +583,11 @@ bool VictimSelector::CheapestNodes(const Scheduler& s, const Ask& a, std::vector
   const ByNodeIndex& x = by_node_;
   nodes.clear();
   auto victims = [&](uint32_t n) {
-    return std::span(x.on.begin() + x.first[n], x.on.begin() + x.first[n + 1]);
+    return std::span(x.on.begin() + x.first[n], x.on.begin() + x.first[n] + x.count[n]);
   };
   for (uint32_t p = 0; p < x.by_pool.size(); ++p) {
     if ((PoolBit(PoolId(p)) & a.accepts) == 0) continue;
+    if (!x.pool_made[p]) IndexPool(s, PoolId(p));
     size_t found = 0;
     for (const auto& [lost, n] : x.by_pool[p]) {
       if (found == kMaxNodeTries) break;

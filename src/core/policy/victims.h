@@ -213,16 +213,18 @@ class VictimSelector {
   std::vector<NodeCost> nodes_;      // NodeByNode: the nodes it tries first, with their costs
   std::vector<uint32_t> touched_;    // NodeByNode: the same, by node
 
-  // NodeByNode's index of the pass, made on its first call: the victims on each node,
-  // and per pool the nodes holding best-effort victims by the work emptying them of those
-  // loses. Nodes whose eligible victims are all best-effort come first in NodeByNode's
-  // order, so where a pool's first such nodes are enough, the what-if reads only them and
-  // not every running job (which it did once per critical fit class and queue a pass:
-  // half of a pass at 100,000 GPUs).
+  // NodeByNode's index of the pass, made on its first call, a pool at a time as asked
+  // for: the victims on each node, and per pool the nodes holding best-effort victims by
+  // the work emptying them of those loses. Nodes whose eligible victims are all
+  // best-effort come first in NodeByNode's order, so where a pool's first such nodes are
+  // enough, the what-if reads only them and not every running job (which it did once per
+  // critical fit class and queue a pass: half of a pass at 100,000 GPUs).
   struct ByNodeIndex {
     bool made = false;
     bool single_pool = true;     // no victim holds GPUs in two pools (else: the walk)
-    std::vector<uint32_t> first;   // by node: its victims are on[first[n], first[n + 1])
+    std::vector<bool> pool_made;  // by pool: the entries of its nodes below are made
+    // By node: its victims are on[first[n], first[n] + count[n]).
+    std::vector<uint32_t> first, count;
     std::vector<Victim> on;
     // By node: its best-effort victims that critical work (all NodeByNode serves) may
     // take (neither signaled nor guarded), how many and the work they would lose.
@@ -230,8 +232,10 @@ class VictimSelector {
     std::vector<GpuUnits> lost;
     std::vector<std::vector<std::pair<GpuUnits, uint32_t>>> by_pool;  // (lost, node), sorted
   };
-  // Makes by_node_ for the pass.
+  // Starts by_node_ for the pass: whether any victim holds GPUs in two pools.
   void IndexNodes(const Scheduler& s);
+  // Makes by_node_'s entries for the nodes of pool `p`.
+  void IndexPool(const Scheduler& s, PoolId p);
   // by_node_ after the victim at info_[pos] was signaled.
   void Signaled(const Scheduler& s, uint32_t pos);
   // NodeByNode's order from every eligible victim: the kMaxNodeTries cheapest nodes, with

@@ -169,6 +169,7 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
   const std::vector<uint64_t>& stamps = s.running_stamps();
   for (uint32_t pos = static_cast<uint32_t>(running.size()); pos < info_.size(); ++pos) Leave(pos);
   info_.resize(running.size());
+  where_.resize(running.size());
   seen_.resize(running.size(), 0);
   resumed_.resize(running.size(), kNotResumed);
   unprotect_ = kForever;
@@ -181,22 +182,24 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       Leave(pos);
       Info& info = info_[pos];
       const JobRecord& victim = s.job(running[pos]);
-      info.running = victim.phase == Phase::kRunning;
       info.tier = victim.spec.tier;
       info.queue = victim.spec.queue;
       info.preemptions = victim.preemptions;
       info.last_start = victim.last_start;
       info.checkpoint = victim.spec.checkpoint;
       info.units = victim.units;
-      info.pools = 0;
-      info.nodes.clear();
+      info.mark = kForever;
+      Where& where = where_[pos];
+      where.pools = 0;
+      where.nodes.clear();
       for (const WorkerAlloc& w : victim.alloc) {
-        info.pools |= PoolBit(s.cluster().node(w.node).pool);
-        if (std::find(info.nodes.begin(), info.nodes.end(), w.node.v) == info.nodes.end()) {
-          info.nodes.push_back(w.node.v);
+        where.pools |= PoolBit(s.cluster().node(w.node).pool);
+        if (std::find(where.nodes.begin(), where.nodes.end(), w.node.v) == where.nodes.end()) {
+          where.nodes.push_back(w.node.v);
         }
       }
-      if (info.running && info.tier != Tier::kCritical) Join(pos);
+      // Not signaled (being stopped), nor critical.
+      if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
       resumed_[pos] = info.member != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
     }
     if (const Ticks start = resumed_[pos]; start != kNotResumed && now - start < min_run) {
@@ -214,11 +217,12 @@ void VictimSelector::Join(uint32_t pos) {
   const int category = Category(info);
   const QueueId queue = category == 0 ? QueueId() : info.queue;
   std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
-  auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == info.pools; });
+  const uint64_t pools = where_[pos].pools;
+  auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == pools; });
   if (at == slot.end()) {
     at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
     Group& g = groups_.emplace_back();
-    g.pools = info.pools;
+    g.pools = pools;
     g.category = category;
     g.queue = queue;
   }
@@ -253,17 +257,19 @@ void VictimSelector::Prepare(const Scheduler& s, Group& g) {
     Info& info = info_[pos];
     info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
     if (info.guarded && !ordering_.ByRank(info.queue)) continue;
-    const Ticks ran = now - info.last_start;
     const Ticks ck = info.checkpoint;
-    const Ticks since = ck > 0 ? ran % ck : ran;
-    info.since = ck > 0 ? since : 0;
+    Ticks since = now - info.last_start;  // without checkpoints: since it started
+    if (ck > 0) {  // since its last checkpoint: the mark kept, unless one came since
+      if (!(info.mark <= now && now - info.mark < ck)) info.mark = now - since % ck;
+      since = now - info.mark;
+    }
     info.signaled = false;
     info.cost = Victim::Cost(g.category, info.units * (since / kTicksPerSecond));
     g.victims.push_back(Victim{info.cost, running[pos], pos});
     g.min_units = std::min(g.min_units, info.units);
     for (int k = 0; k < 2; ++k) {
-      if (!info.guarded && windows[k] > 0 && info.since > windows[k]) {
-        g.next_window[k] = std::min(g.next_window[k], now + info.checkpoint - info.since);
+      if (!info.guarded && windows[k] > 0 && ck > 0 && since > windows[k]) {
+        g.next_window[k] = std::min(g.next_window[k], now + ck - since);
       }
     }
   }
@@ -379,8 +385,8 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   const Ticks window = mode == Mode::kRank
                            ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
                            : s.params().preempt_after_checkpoint;
-  if (window > 0 && job.spec.tier != Tier::kCritical && v.since > window) {
-    next_checkpoint_ = std::min(next_checkpoint_, now + v.checkpoint - v.since);
+  if (const Ticks since = Since(v); window > 0 && job.spec.tier != Tier::kCritical && since > window) {
+    next_checkpoint_ = std::min(next_checkpoint_, now + v.checkpoint - since);
     return false;
   }
   return true;
@@ -471,7 +477,7 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
     }
   }
   for (const Victim& c : eligible_) {
-    for (uint32_t node : info_[c.info].nodes) {
+    for (uint32_t node : where_[c.info].nodes) {
       NodeCost& n = cost[node];
       if (!n.seen) touched.push_back(node);
       n.seen = true;
@@ -489,7 +495,7 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
   // The eligible victims on each node tried.
   runs.assign(tries, {});
   for (const Victim& c : eligible_) {
-    for (uint32_t node : info_[c.info].nodes) {
+    for (uint32_t node : where_[c.info].nodes) {
       for (size_t k = 0; k < tries; ++k) {
         if (nodes[k].node == node) runs[k].push_back(c);
       }
@@ -530,7 +536,7 @@ void VictimSelector::IndexPool(const Scheduler& s, PoolId p) {
     if (g.pools != bit) continue;
     Prepare(s, g);
     for (const Victim& c : g.victims) {
-      for (uint32_t n : info_[c.info].nodes) ++x.count[n];
+      for (uint32_t n : where_[c.info].nodes) ++x.count[n];
     }
   }
   uint32_t at = static_cast<uint32_t>(x.on.size());
@@ -544,7 +550,7 @@ void VictimSelector::IndexPool(const Scheduler& s, PoolId p) {
     if (g.pools != bit) continue;
     for (const Victim& c : g.victims) {
       const Info& v = info_[c.info];
-      for (uint32_t n : v.nodes) {
+      for (uint32_t n : where_[c.info].nodes) {
         x.on[x.first[n] + x.count[n]++] = c;
         if (c.category() == 0 && !v.signaled && !v.guarded) {  // eligible for critical work
           ++x.best_effort[n];
@@ -565,9 +571,10 @@ void VictimSelector::Signaled(const Scheduler& s, uint32_t pos) {
   ByNodeIndex& x = by_node_;
   const Info& v = info_[pos];
   if (!x.made || !x.single_pool || Category(v) != 0 || v.guarded) return;
-  if (v.nodes.empty() || !x.pool_made[s.cluster().node(NodeId(v.nodes[0])).pool.v]) return;
+  const std::vector<uint32_t>& nodes = where_[pos].nodes;
+  if (nodes.empty() || !x.pool_made[s.cluster().node(NodeId(nodes[0])).pool.v]) return;
   const GpuUnits lost = Victim{v.cost, JobId(), pos}.lost();
-  for (uint32_t n : v.nodes) {
+  for (uint32_t n : nodes) {
     auto& pool = x.by_pool[s.cluster().node(NodeId(n)).pool.v];
     pool.erase(std::lower_bound(pool.begin(), pool.end(), std::pair{x.lost[n], n}));
     x.lost[n] -= lost;

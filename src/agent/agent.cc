@@ -256,6 +256,22 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
       cgroups_ == nullptr);
   if (cgroups_ && !cgroups_->constrains_devices()) {
     Say("workers' GPU devices are NOT constrained (a job may open GPUs not its own): " + cgroups_->devices_why(), true);
+  } else if (cgroups_) {
+    // MIG workers sharing a GPU are kept from each other's instances by their access
+    // devices. No mig-minors file: no MIG-capable driver, so no MIG instance to fence.
+    auto caps = MigCaps::Load(options_.proc);
+    if (caps) {
+      mig_caps_ = std::move(*caps);
+      Say("MIG instances are fenced from each other: " + std::to_string(mig_caps_->size()) +
+          " access devices (nvidia-caps, major " + std::to_string(mig_caps_->major_number()) + ")");
+    } else {
+      mig_caps_why_ = caps.error().ToString();
+      if (fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors")) {
+        Say("MIG instances are NOT fenced from each other (a MIG worker may open its GPU's other instances): " +
+                mig_caps_why_,
+            true);
+      }
+    }
   }
   const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
@@ -1052,19 +1068,12 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.memory_bytes = limits.value("memory_bytes", int64_t{0});
   const std::string image = e.value("image", std::string());
   if (problem.empty() && cgroups_) {
-    // Its GPUs' device files only (/dev/nvidiaN of the GPUs it was given; MIG and shares:
-    // the parent GPU's). Not for a container: its devices are podman's --device, and the
-    // runtime podman starts from this cgroup must make those nodes.
-    std::vector<int> denied;
-    for (const GpuInfo& g : last_gpus_) {
-      if (g.minor >= 0 && image.empty() &&
-          std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) {
-        denied.push_back(g.minor);
-      }
-    }
+    // Its GPUs' device files only. Not for a container: its devices are podman's --device,
+    // and the runtime podman starts from this cgroup must make those nodes.
     auto join = cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
                                         .cpus_milli = limits.value("cpus_milli", int64_t{0}),
-                                        .denied_gpu_minors = std::move(denied)});
+                                        .denied_devices = image.empty() ? DeniedDevices(w.share, w.job)
+                                                                        : std::vector<CharDevice>{}});
     if (join) {
       w.cgroup = stem;
       spec.join = std::move(*join);
@@ -1093,9 +1102,16 @@ void Agent::StartWorker(const json& e, int64_t now) {
                     .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
     if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
     if (gpus_->Describe().rfind("emulated", 0) != 0) {  // emulated GPUs have no devices
-      std::vector<std::string> uuids;
+      std::vector<std::string> uuids, nodes;
       for (std::stringstream in(visible); std::getline(in, visible_index, ',');) uuids.push_back(visible_index);
-      c.devices = ContainerGpuDevices(uuids, w.share.gpus);
+      for (const GpuInfo& g : last_gpus_) {  // by minor number: /dev/nvidiaN need not be GPU N
+        if (std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) continue;
+        nodes.push_back("/dev/nvidia" + std::to_string(g.minor >= 0 ? g.minor : g.index));
+        if (const auto mig = MigDevices(g, w.share.mig_uuid)) {
+          nodes.insert(nodes.end(), {MigCaps::Path(mig->first), MigCaps::Path(mig->second)});
+        }
+      }
+      c.devices = ContainerGpuDevices(uuids, nodes);
     }
     // Mounted as it is: made first as Launch would (as the job's user, unless it is ours).
     if (Status made = MakeWorkdir(spec); !made) problem = made.error().ToString();
@@ -1160,6 +1176,47 @@ void Agent::StartWorker(const json& e, int64_t now) {
   workers_[key] = w;
 }
 
+
+std::vector<CharDevice> Agent::DeniedDevices(const WorkerShare& share, const std::string& job) {
+  std::vector<CharDevice> denied;
+  for (const GpuInfo& g : last_gpus_) {
+    if (g.minor < 0) continue;  // no device file known (emulation)
+    if (std::find(share.gpus.begin(), share.gpus.end(), g.index) == share.gpus.end()) {
+      denied.push_back({kNvidiaMajor, g.minor});  // another GPU's /dev/nvidiaN
+      continue;
+    }
+    // Its own GPU in MIG mode: every instance's access devices but its own instance's (a
+    // worker given the whole GPU gets none: a GPU in MIG mode computes only in instances).
+    // Instances made later for other workers are covered too: the driver lists all it could make.
+    if (!g.mig_mode || !mig_caps_) continue;
+    const auto mine = MigDevices(g, share.mig_uuid);
+    if (!share.mig_uuid.empty() && !mine) {
+      Say("job " + job + ": MIG instance " + share.mig_uuid + " is NOT fenced from the other instances of GPU " +
+              std::to_string(g.index) + ": NVML or the driver did not tell its GPU and compute instance's devices",
+          true);
+      continue;
+    }
+    for (const CharDevice& d : mig_caps_->OnGpu(g.minor)) {
+      if (!mine || (d != mine->first && d != mine->second)) denied.push_back(d);
+    }
+  }
+  return denied;
+}
+
+std::optional<std::pair<CharDevice, CharDevice>> Agent::MigDevices(const GpuInfo& gpu, const std::string& uuid) const {
+  if (uuid.empty() || !mig_caps_ || gpu.minor < 0) return std::nullopt;
+  int gi = -1, ci = -1;
+  if (auto made = migs_.find(uuid); made != migs_.end()) {
+    gi = static_cast<int>(made->second.made.gpu_instance);
+    ci = static_cast<int>(made->second.made.compute_instance);
+  } else {
+    for (const MigInstance& m : gpu.mig) {
+      if (m.uuid == uuid) std::tie(gi, ci) = std::pair{m.gpu_instance_id, m.compute_instance_id};
+    }
+  }
+  if (gi < 0 || ci < 0) return std::nullopt;
+  return mig_caps_->Instance(gpu.minor, gi, ci);
+}
 
 Result<std::string> Agent::MigFor(const GpuInfo& g, const MigPlacement& want, const std::string& key,
                                   const std::string& job, int64_t now) {

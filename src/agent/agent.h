@@ -55,6 +55,7 @@
 #include "agent/cgroup.h"
 #include "agent/container.h"
 #include "agent/gpu.h"
+#include "agent/mig_caps.h"
 #include "base/server_list.h"
 
 namespace httplib {
@@ -82,6 +83,9 @@ struct AgentOptions {
   // How jobs that name an image run (agent/container.h): `podman run` unless the
   // site's podman needs more (--container-run).
   ContainerRuntime container;
+  // Where the kernel's /proc is (tests point it elsewhere): MIG instances' access devices
+  // are read from PROC/driver/nvidia-caps/mig-minors and PROC/devices (agent/mig_caps.h).
+  std::string proc = "/proc";
 };
 
 // One GPU as the heartbeat reports it (docs/api.yaml, AgentReport.gpus).
@@ -231,6 +235,15 @@ class Agent {
   AgentOptions options_;
   std::unique_ptr<GpuSource> gpus_;
   std::unique_ptr<Cgroups> cgroups_;  // null: workers are process groups only; read-only once running
+  // MIG instances' access devices (read at start); absent where there are none to deny
+  // (no MIG-capable driver, capabilities not device files): mig_caps_why_ says why.
+  std::optional<MigCaps> mig_caps_;
+  std::string mig_caps_why_;
+  // The devices a worker holding `share` may not open (CgroupLimits::denied_devices).
+  std::vector<CharDevice> DeniedDevices(const WorkerShare& share, const std::string& job);
+  // The access devices of the MIG instance `uuid` on `gpu` (made here or laid out before);
+  // nullopt when NVML or the driver did not tell its ids or devices.
+  std::optional<std::pair<CharDevice, CharDevice>> MigDevices(const GpuInfo& gpu, const std::string& uuid) const;
   bool run_as_user_ = false;
   std::vector<std::string> unremoved_;  // cgroups of ended workers, until removed
   std::unique_ptr<httplib::Client> http_;

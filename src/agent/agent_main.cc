@@ -94,6 +94,7 @@ int main(int argc, char** argv) {
                  "How jobs that name an image run: podman [global options] run [run options], e.g. "
                  "\"podman --runtime runc run --ulimit nofile=1024:1024\"")
       ->capture_default_str();
+  app.add_option("--proc", o.proc, "Where /proc is (tests)")->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

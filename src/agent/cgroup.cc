@@ -125,14 +125,11 @@ std::string PrepareV2Base(const std::string& parent, const std::string& name, co
   return base;
 }
 
-// NVIDIA's character devices: /dev/nvidiaN is 195:N, /dev/nvidiactl 195:255.
-constexpr int kNvidiaMajor = 195;
-
-// A cgroup v2 device program (BPF_PROG_TYPE_CGROUP_DEVICE): denies character devices
-// 195:m for each m in `denied`, allows every other device. Written out as instructions, as
-// systemd's bpf-devices.c does: Debian's libbpf would need a BPF compiler (clang) at build
-// time for a dozen instructions. With nothing denied: allow all (the probe).
-std::vector<bpf_insn> DeviceProgram(const std::vector<int>& denied) {
+// A cgroup v2 device program (BPF_PROG_TYPE_CGROUP_DEVICE): denies the character devices
+// in `denied`, allows every other device. Written out as instructions, as systemd's
+// bpf-devices.c does: Debian's libbpf would need a BPF compiler (clang) at build time for
+// a few instructions per device. With nothing denied: allow all (the probe).
+std::vector<bpf_insn> DeviceProgram(const std::vector<CharDevice>& denied) {
   std::vector<bpf_insn> p;
   auto insn = [&](uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm) {
     bpf_insn i{};
@@ -151,18 +148,21 @@ std::vector<bpf_insn> DeviceProgram(const std::vector<int>& denied) {
     result(1);
     return p;
   }
-  // 0-5 load and test type and major; then one test per denied minor; a jump to allow;
-  // deny (2 instructions), allow (2). The verifier refuses unreachable instructions, so the
-  // deny block exists only with a test that reaches it.
-  const int n = static_cast<int>(denied.size()), deny = 7 + n, allow = deny + 2;
+  // 0-4 load and test the type, load major and minor; then two tests per denied device
+  // (another major: skip its minor's test); a jump to allow; deny (2 instructions), allow
+  // (2). The verifier refuses unreachable instructions, so the deny block exists only with
+  // a test that reaches it.
+  const int n = static_cast<int>(denied.size()), deny = 6 + 2 * n, allow = deny + 2;
   auto to = [&](int target) { return static_cast<int16_t>(target - static_cast<int>(p.size()) - 1); };
   insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, access_type), 0);
   insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xFFFF);  // the type; the access is above
   insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, to(allow), BPF_DEVCG_DEV_CHAR);
   insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, major), 0);
-  insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, to(allow), kNvidiaMajor);
   insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_4, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, minor), 0);
-  for (int m : denied) insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_4, 0, to(deny), m);
+  for (const CharDevice& d : denied) {
+    insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 1, d.major);
+    insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_4, 0, to(deny), d.minor);
+  }
   insn(BPF_JMP | BPF_JA, 0, 0, to(allow), 0);
   result(0);
   result(1);
@@ -182,7 +182,7 @@ int LoadDeviceProgram(const std::vector<bpf_insn>& program) {
 
 // Attaches a program denying `denied` to the cgroup v2 directory `dir` (beside any its
 // ancestors have: all must allow). It stays attached while the cgroup exists.
-std::string DenyDevices(const std::string& dir, const std::vector<int>& denied) {
+std::string DenyDevices(const std::string& dir, const std::vector<CharDevice>& denied) {
   const int prog = LoadDeviceProgram(DeviceProgram(denied));
   if (prog < 0) return "cannot load a BPF device program for " + dir + ": " + Errno(errno);
   const int cg = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -264,7 +264,7 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       const std::string probe = base + "/gantry-devices-probe";
       std::error_code ec;
       fs::create_directory(probe, ec);
-      cg->devices_why_ = ec ? "cannot make " + probe + ": " + ec.message() : DenyDevices(probe, {0});
+      cg->devices_why_ = ec ? "cannot make " + probe + ": " + ec.message() : DenyDevices(probe, {{kNvidiaMajor, 0}});
       ::rmdir(probe.c_str());
       return cg;
     }
@@ -354,12 +354,12 @@ Result<std::vector<std::string>> Cgroups::Create(const std::string& name, const 
       if (limits.cpus_milli > 0 && Contains(controllers_, "cpu")) {
         set("cpu.max", std::to_string(limits.cpus_milli * 100) + " 100000");
       }
-      if (!limits.denied_gpu_minors.empty() && devices_why_.empty() && problem.empty()) {
-        problem = DenyDevices(dir, limits.denied_gpu_minors);
+      if (!limits.denied_devices.empty() && devices_why_.empty() && problem.empty()) {
+        problem = DenyDevices(dir, limits.denied_devices);
       }
     } else if (c == "devices") {
-      for (int minor : limits.denied_gpu_minors) {
-        set("devices.deny", "c " + std::to_string(kNvidiaMajor) + ":" + std::to_string(minor) + " rwm");
+      for (const CharDevice& d : limits.denied_devices) {
+        set("devices.deny", "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
       }
     } else if (c == "memory" && limits.memory_bytes > 0) {
       set("memory.limit_in_bytes", std::to_string(limits.memory_bytes));

@@ -24,14 +24,24 @@
 
 namespace gantry::agent {
 
+// A character device by number (what device rules match: not its path).
+struct CharDevice {
+  int major = 0, minor = 0;
+  bool operator==(const CharDevice&) const = default;
+};
+
+// NVIDIA's GPU device files: /dev/nvidiaN is character device 195:N (/dev/nvidiactl 195:255).
+constexpr int kNvidiaMajor = 195;
+
 struct CgroupLimits {
   int64_t memory_bytes = 0;  // 0: none
   int64_t cpus_milli = 0;    // 0: none (else a CFS quota of this many CPUs)
-  // NVIDIA GPU device files (/dev/nvidiaN: character device 195:N) the worker may not
-  // open: the node's GPUs that are not its own, as Slurm's ConstrainDevices. Other devices
-  // (/dev/nvidiactl, nvidia-uvm, MIG's nvidia-caps) stay open to it. Applied where
-  // constrains_devices().
-  std::vector<int> denied_gpu_minors;
+  // Character devices the worker may not open, as Slurm's ConstrainDevices: the node's
+  // GPUs that are not its own (/dev/nvidiaN), and on a GPU in MIG mode the access devices
+  // of the MIG instances that are not its own (/dev/nvidia-caps/nvidia-capN, agent/mig_caps.h).
+  // Every other device (/dev/nvidiactl, nvidia-uvm, /dev/null) stays open to it. Applied
+  // where constrains_devices().
+  std::vector<CharDevice> denied_devices;
 };
 
 class Cgroups {

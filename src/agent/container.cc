@@ -49,10 +49,10 @@ std::string ContainerName(const std::string& node, int64_t seq, int run, int ran
   return name;
 }
 
-std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids, const std::vector<int>& indexes,
+std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids, const std::vector<std::string>& nodes,
                                              const std::vector<std::string>& cdi_dirs) {
   std::vector<std::string> out;
-  if (uuids.empty() && indexes.empty()) return out;
+  if (uuids.empty() && nodes.empty()) return out;
   bool cdi = false;
   for (const std::string& dir : cdi_dirs) {
     std::error_code ec;
@@ -65,7 +65,7 @@ std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uui
     for (const std::string& u : uuids) out.push_back("nvidia.com/gpu=" + u);
     return out;
   }
-  for (int i : indexes) out.push_back("/dev/nvidia" + std::to_string(i));
+  out = nodes;
   for (const char* c : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
     if (::access(c, F_OK) == 0) out.push_back(c);
   }

@@ -48,9 +48,10 @@ std::string ContainerName(const std::string& node, int64_t seq, int run, int ran
 
 // The GPUs a worker is given, as --device arguments: CDI names (nvidia.com/gpu=UUID, as
 // `nvidia-ctk cdi generate --device-name-strategy=uuid` writes them) where the node has
-// CDI specs (cdi_dirs holds a .yaml or .json), else the device nodes: /dev/nvidiaN for
-// each index, and the driver's control nodes that exist. Nothing for no GPUs.
-std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids, const std::vector<int>& indexes,
+// CDI specs (cdi_dirs holds a .yaml or .json), else the device nodes: `nodes` (the agent's:
+// /dev/nvidiaN by each GPU's minor number, a MIG instance's two nvidia-caps devices), and
+// the driver's control nodes that exist. Nothing for no GPUs.
+std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids, const std::vector<std::string>& nodes,
                                              const std::vector<std::string>& cdi_dirs = {"/etc/cdi", "/var/run/cdi"});
 
 // The full argv of the worker's `podman run`.

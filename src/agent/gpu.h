@@ -38,6 +38,7 @@ struct MigInstance {
   int start = -1;       // first memory slice of its placement
   int size = 0;         // memory slices it spans; 0 where NVML did not say
   int gpu_instance_id = -1;  // NVML's GPU instance id (dcgm-exporter's GPU_I_ID); -1: not told
+  int compute_instance_id = -1;  // NVML's compute instance id within its GPU instance; -1: not told
   // Last sample (NVML; emulation leaves them unknown): the instance's own memory and
   // utilization (0..1, unknown where NVML does not give it for MIG devices) and processes.
   int64_t memory_bytes = 0;

@@ -222,6 +222,7 @@ Result<NvmlApi> LoadNvml(const std::string& library) {
   Resolve(lib, "nvmlDeviceGetMaxMigDeviceCount", api.max_mig_devices);
   Resolve(lib, "nvmlDeviceGetMigDeviceHandleByIndex", api.mig_device_by_index);
   Resolve(lib, "nvmlDeviceGetGpuInstanceId", api.gpu_instance_id);
+  Resolve(lib, "nvmlDeviceGetComputeInstanceId", api.compute_instance_id);
   Resolve(lib, "nvmlDeviceGetGpuInstanceById", api.gpu_instance_by_id);
   Resolve(lib, "nvmlGpuInstanceGetInfo", api.gpu_instance_info);
   Resolve(lib, "nvmlDeviceGetUtilizationRates", api.utilization);
@@ -307,6 +308,9 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
             inst.start = static_cast<int>(placement.start);
             inst.size = static_cast<int>(placement.size);
             inst.gpu_instance_id = static_cast<int>(gi_id);
+          }
+          if (unsigned ci_id = 0; api.compute_instance_id && api.compute_instance_id(mig, &ci_id) == nvml::kSuccess) {
+            inst.compute_instance_id = static_cast<int>(ci_id);
           }
           nvml::Memory mig_mem{};
           if (api.device_memory(mig, &mig_mem) == nvml::kSuccess) {

@@ -128,6 +128,7 @@ struct NvmlApi {
   nvml::Return (*max_mig_devices)(nvml::Device, unsigned*) = nullptr;
   nvml::Return (*mig_device_by_index)(nvml::Device, unsigned, nvml::Device*) = nullptr;
   nvml::Return (*gpu_instance_id)(nvml::Device, unsigned*) = nullptr;
+  nvml::Return (*compute_instance_id)(nvml::Device, unsigned*) = nullptr;  // nvmlDeviceGetComputeInstanceId
   nvml::Return (*gpu_instance_by_id)(nvml::Device, unsigned, nvml::GpuInstance*) = nullptr;
   nvml::Return (*gpu_instance_info)(nvml::GpuInstance, nvml::GpuInstanceInfo*) = nullptr;
   nvml::Return (*utilization)(nvml::Device, nvml::Utilization*) = nullptr;

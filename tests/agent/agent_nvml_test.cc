@@ -156,6 +156,7 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
     spec.argv = {GANTRY_AGENT_BINARY, "--server", "http://127.0.0.1:" + std::to_string(port_),
                  "--node", "n1", "--state-dir", (dir_ / "state").string(), "--run-as", "agent",
                  "--cgroups", GetParam()};
+    spec.argv.insert(spec.argv.end(), agent_args_.begin(), agent_args_.end());
     spec.env = {{"LD_LIBRARY_PATH", FAKE_NVML_DIR "/full"},
                 {"GANTRY_FAKE_NVML", (dir_ / "nvml.json").string()}};
     spec.env.insert(spec.env.end(), env.begin(), env.end());
@@ -210,6 +211,7 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   json heartbeat_answer_ = json::object();  // fields that replace the heartbeat answer's
   std::vector<json> watch_answers_;
   pid_t agent_ = 0;
+  std::vector<std::string> agent_args_;  // more arguments for StartAgent
   std::vector<std::pair<pid_t, long long>> stray_;  // pid, start time
 };
 
@@ -527,6 +529,89 @@ TEST_P(AgentOnFakeNvml, AWorkersDeviceRulesOutliveItsAgent) {
   Await(before, [](const json& h) { return !Running(h, "x").is_null(); });
   EXPECT_NE(AgentLog().find("job x run 1 rank 0: re-adopted"), std::string::npos) << AgentLog();
   expect("re-adopted by a new agent", opens());
+}
+
+// MIG workers sharing a GPU: each may open its GPU's /dev/nvidiaN and its own instance's
+// two access devices (nvidia-caps: GPU instance, compute instance), not another
+// instance's, also one made later for another worker. The driver's list of access devices
+// is a made-up /proc (mig-minors, devices: major 236 for nvidia-caps); the nodes are made
+// in the test's folder. GPU 0 has three instances laid out beforehand (GPU instances 0-2);
+// on GPU 1 the agent makes the worker's (the fake numbers made GPU instances from 20).
+TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices) {
+  constexpr int kCapsMajor = 236;
+  json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
+  for (int i = 0; i < 3; ++i) {
+    gpus[0]["mig"].push_back({{"uuid", "MIG-a" + std::to_string(i)}, {"profile", "1g.10gb"}, {"start", i},
+                              {"size", 1}, {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}});
+  }
+  gpus[1]["mig"] = json::array();
+  Script({{"gpus", gpus}});
+  // Access devices: GPU g's GPU instance i is cap(100g + 2i + 10), its compute instance 0 the next.
+  auto cap = [](int gpu, int gi, bool ci) { return 100 * gpu + 2 * gi + 10 + (ci ? 1 : 0); };
+  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
+  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n  1 mem\n195 nvidia\n" << kCapsMajor
+                                           << " nvidia-caps\n\nBlock devices:\n  8 sd\n";
+  std::vector<std::pair<std::string, int>> caps = {{"cap1", 1}, {"cap2", 2}};  // config, monitor
+  {
+    std::ofstream minors(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors");
+    minors << "config 1\nmonitor 2\n";
+    for (int g = 0; g < 2; ++g) {
+      for (int gi : {0, 1, 2, 20}) {
+        const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
+        minors << at << "/access " << cap(g, gi, false) << "\n" << at << "/ci0/access " << cap(g, gi, true) << "\n";
+        caps.emplace_back("cap" + std::to_string(cap(g, gi, false)), cap(g, gi, false));
+        caps.emplace_back("cap" + std::to_string(cap(g, gi, true)), cap(g, gi, true));
+      }
+    }
+  }
+  agent_args_ = {"--proc", (dir_ / "proc").string()};
+  std::vector<std::string> names = {"nvidia0", "nvidia1", "nvidiactl"};
+  if (std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}}); !why.empty()) {
+    GTEST_SKIP() << "cannot make device nodes here: " << why;
+  }
+  ASSERT_EQ(MakeGpuNodes(dir_, caps, kCapsMajor), "");
+  for (const auto& [name, minor] : caps) names.push_back(name);
+  auto worker = [&](const std::string& job, int seq, json alloc) {
+    const std::string out = (dir_ / (job + ".opens")).string();
+    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
+                {"command", {"sh", "-c", "cd " + dir_.string() + "; " + OpenEachCommand(names) + " > " + out +
+                                             ".tmp; mv " + out + ".tmp " + out + "; sleep 60"}},
+                {"alloc", std::move(alloc)}};
+  };
+  // job -> its GPU, GPU instance
+  const std::map<std::string, std::pair<int, int>> own = {{"a0", {0, 0}}, {"a2", {0, 2}}, {"made", {1, 20}}};
+  SetWorkers({worker("a0", 1, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}}),
+              worker("a2", 2, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 2}}),
+              worker("made", 3,
+                     {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}, {"create", true},
+                      {"memory_slices", 1}, {"compute_slices", 1}})});
+  StartAgent();
+  Await(0, [](const json& h) { return h.value("running", json::array()).size() == 3; });
+  const bool constrained = DevicesConstrained();
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
+  EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other") != std::string::npos, constrained)
+      << AgentLog();
+  for (const auto& [job, where] : own) {
+    const auto [gpu, gi] = where;
+    const std::string text = AwaitText(dir_ / (job + ".opens"));
+    ASSERT_FALSE(text.empty()) << job << " wrote nothing";
+    for (int g = 0; g < 2; ++g) {
+      EXPECT_EQ(Refused(text, "nvidia" + std::to_string(g)), constrained && g != gpu) << job << ":\n" << text;
+      for (int i : {0, 1, 2, 20}) {
+        for (bool ci : {false, true}) {
+          const bool mine = g == gpu && i == gi;
+          // Another GPU's instances are out of reach through its /dev/nvidiaN already; its
+          // access devices are not denied (its own GPU's are what the rules must cover).
+          if (g != gpu) continue;
+          EXPECT_EQ(Refused(text, "cap" + std::to_string(cap(g, i, ci))), constrained && !mine)
+              << job << ": GPU " << g << " GPU instance " << i << (ci ? " compute instance 0" : "") << ":\n" << text;
+        }
+      }
+    }
+    EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
+    EXPECT_FALSE(Refused(text, "cap1")) << job << ": config\n" << text;
+    EXPECT_NE(text.find("cap1 "), std::string::npos) << job << ":\n" << text;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));

@@ -74,12 +74,12 @@ TEST(ContainerTest, GpusGoByCdiNameWhereTheNodeHasSpecsElseAsDeviceNodes) {
   const fs::path dir = fs::temp_directory_path() / ("gantry-cdi-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::vector<std::string> uuids = {"GPU-a", "MIG-b"};
-  std::vector<std::string> nodes = ContainerGpuDevices(uuids, {0, 3}, {dir.string()});
+  std::vector<std::string> nodes = ContainerGpuDevices(uuids, {"/dev/nvidia0", "/dev/nvidia3"}, {dir.string()});
   ASSERT_GE(nodes.size(), 2u);
   EXPECT_EQ(nodes[0], "/dev/nvidia0");
   EXPECT_EQ(nodes[1], "/dev/nvidia3");
   std::ofstream(dir / "nvidia.yaml") << "cdiVersion: 0.5.0\n";
-  EXPECT_EQ(ContainerGpuDevices(uuids, {0, 3}, {dir.string()}),
+  EXPECT_EQ(ContainerGpuDevices(uuids, {"/dev/nvidia0", "/dev/nvidia3"}, {dir.string()}),
             (std::vector<std::string>{"nvidia.com/gpu=GPU-a", "nvidia.com/gpu=MIG-b"}));
   EXPECT_TRUE(ContainerGpuDevices({}, {}, {dir.string()}).empty());
   fs::remove_all(dir);

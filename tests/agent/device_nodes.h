@@ -16,12 +16,12 @@
 
 namespace gantry::agent {
 
-// Makes `dir`/NAME as 195:MINOR for each node; empty, or why it could not (no CAP_MKNOD, a
-// nodev mount).
-inline std::string MakeGpuNodes(const std::filesystem::path& dir,
-                                const std::vector<std::pair<std::string, int>>& nodes) {
+// Makes `dir`/NAME as character device MAJOR:MINOR for each node (195: NVIDIA's GPUs);
+// empty, or why it could not (no CAP_MKNOD, a nodev mount).
+inline std::string MakeGpuNodes(const std::filesystem::path& dir, const std::vector<std::pair<std::string, int>>& nodes,
+                                int major = 195) {
   for (const auto& [name, minor] : nodes) {
-    if (::mknod((dir / name).c_str(), S_IFCHR | 0666, ::makedev(195, minor)) != 0) return std::strerror(errno);
+    if (::mknod((dir / name).c_str(), S_IFCHR | 0666, ::makedev(major, minor)) != 0) return std::strerror(errno);
   }
   return {};
 }

@@ -22,6 +22,7 @@
 //                     "sampled_at": 5,  // sample time stamp (us); absent: the sample number
 //                     "mps": true}],  // listed by the MPS call, not the compute one
 //      "mig": [{"uuid": "MIG-1", "profile": "1g.10gb", "start": 6, "size": 1,
+//               "ci_id": 0,     // its compute instance's id (its GPU instance's: its index)
 //               "memory_bytes": ..., "memory_used_bytes": ..., "utilization": ...,
 //               "processes": [...]}],  // present (even empty): the GPU is in MIG mode
 //      "fail_create": "insufficient_resources",  // or "no_permission": what
@@ -517,6 +518,16 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t mig, unsigned i
   if (nvmlReturn_t rc = Find(mig, r); rc != kSuccess) return rc;
   if (!r.mig || r.compute) return kInvalidArgument;
   *id = r.made ? r.made->gi_id : r.mig_index;
+  return kSuccess;
+}
+
+// A made instance's one compute instance is 0; a scripted one's its "ci_id" (default 0).
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t mig, unsigned int* id) {
+  std::lock_guard lk(mu);
+  Ref r;
+  if (nvmlReturn_t rc = Find(mig, r); rc != kSuccess) return rc;
+  if (!r.mig || r.compute) return kInvalidArgument;
+  *id = r.made ? 0u : r.mig->value("ci_id", 0u);
   return kSuccess;
 }
 

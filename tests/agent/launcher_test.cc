@@ -294,7 +294,7 @@ class CgroupTest : public LauncherTest {
 TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
   Cgroups* cg = Open();
   if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
-  auto join = cg->Create("w1", {.memory_bytes = 64 << 20, .cpus_milli = 500, .denied_gpu_minors = {}});
+  auto join = cg->Create("w1", {.memory_bytes = 64 << 20, .cpus_milli = 500, .denied_devices = {}});
   ASSERT_TRUE(join.ok()) << join.error().ToString();
   LaunchSpec spec;
   // tail keeps a line without newlines in memory: 300 MB against a 64 MB limit.
@@ -338,12 +338,18 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
       !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
-  auto opens = [&](const std::string& worker, const std::vector<int>& denied) {
-    auto join = cg->Create(worker, {.memory_bytes = 0, .cpus_milli = 0, .denied_gpu_minors = denied});
+  // MIG access devices, of another major (nvidia-caps'), two with the minors of nvidia1 and nvidia2.
+  constexpr int kCaps = 236;
+  ASSERT_EQ(MakeGpuNodes(dir_, {{"cap1", 1}, {"cap2", 2}, {"cap12", 12}}, kCaps), "");
+  auto opens = [&](const std::string& worker, const std::vector<int>& denied_gpus,
+                   const std::vector<CharDevice>& more = {}) {
+    std::vector<CharDevice> denied = more;
+    for (int m : denied_gpus) denied.push_back({kNvidiaMajor, m});
+    auto join = cg->Create(worker, {.memory_bytes = 0, .cpus_milli = 0, .denied_devices = denied});
     EXPECT_TRUE(join.ok()) << join.error().ToString();
     if (!join.ok()) return std::string();
     LaunchSpec spec;
-    spec.argv = {"/bin/sh", "-c", OpenEachCommand({"nvidia0", "nvidia1", "nvidia2", "nvidiactl"})};
+    spec.argv = {"/bin/sh", "-c", OpenEachCommand({"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "cap1", "cap2", "cap12"})};
     spec.workdir = dir_.string();
     spec.log_path = (dir_ / (worker + ".log")).string();
     spec.join = *join;
@@ -366,8 +372,18 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
   const std::string none = opens("cpu", {0, 1, 2});
   for (const char* d : {"nvidia0", "nvidia1", "nvidia2"}) EXPECT_TRUE(Refused(none, d)) << none;
   EXPECT_FALSE(Refused(none, "nvidiactl")) << none;
+  for (const char* d : {"cap1", "cap2", "cap12"}) EXPECT_FALSE(Refused(one, d)) << one;
+  // Devices of two majors: a MIG worker's rules (the other GPUs, its GPU's other
+  // instances' access devices). Minor 12 of nvidia-caps only: not nvidia1, not cap1, and
+  // minor 2 of NVIDIA's GPUs only: not cap2.
+  const std::string mig = opens("mig", {0, 2}, {{kCaps, 12}});
+  EXPECT_TRUE(Refused(mig, "cap12")) << mig;
+  for (const char* d : {"cap1", "cap2", "nvidia1", "nvidiactl"}) EXPECT_FALSE(Refused(mig, d)) << mig;
+  for (const char* d : {"nvidia0", "nvidia2"}) EXPECT_TRUE(Refused(mig, d)) << mig;
   const std::string all = opens("all", {});
-  for (const char* d : {"nvidia0", "nvidia1", "nvidia2", "nvidiactl"}) EXPECT_FALSE(Refused(all, d)) << all;
+  for (const char* d : {"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "cap1", "cap2", "cap12"}) {
+    EXPECT_FALSE(Refused(all, d)) << all;
+  }
   EXPECT_TRUE(cg->Names().empty());
 }
 

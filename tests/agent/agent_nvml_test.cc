@@ -614,6 +614,88 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
   }
 }
 
+// At a node's size: eight GPUs in MIG mode, seven 1g.10gb instances each, a worker on
+// every instance (56), with the driver's whole list as an 8-GPU H100 driver writes it (32
+// GPU minors x 15 GPU instances x (1 + 8 compute instances), numbered from 3 after config
+// and monitor): each worker opens its GPU's /dev/nvidiaN and its own instance's two access
+// devices, and none of its GPU's other instances' nor another GPU's /dev/nvidiaN.
+TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyItsOwnInstance) {
+  constexpr int kCapsMajor = 236, kGpus = 8, kInstances = 7;
+  auto cap = [](int gpu, int gi, int ci) { return 3 + 135 * gpu + 9 * gi + (ci < 0 ? 0 : 1 + ci); };
+  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
+  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n195 nvidia-frontend\n" << kCapsMajor
+                                           << " nvidia-caps\n\nBlock devices:\n";
+  {
+    std::ofstream minors(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors");
+    minors << "config 1\nmonitor 2\n";
+    for (int g = 0; g < 32; ++g) {
+      for (int gi = 0; gi < 15; ++gi) {
+        const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
+        minors << at << "/access " << cap(g, gi, -1) << "\n";
+        for (int ci = 0; ci < 8; ++ci) minors << at << "/ci" << ci << "/access " << cap(g, gi, ci) << "\n";
+      }
+    }
+  }
+  agent_args_ = {"--proc", (dir_ / "proc").string()};
+  json gpus = json::array();
+  std::vector<std::pair<std::string, int>> nodes = {{"nvidiactl", 255}}, caps;
+  for (int g = 0; g < kGpus; ++g) {
+    json gpu = Gpu("GPU-" + std::to_string(g), "00000000:" + std::to_string(17 + g) + ":00.0");
+    gpu["mig"] = json::array();
+    for (int i = 0; i < kInstances; ++i) {
+      gpu["mig"].push_back({{"uuid", "MIG-" + std::to_string(g) + "-" + std::to_string(i)}, {"profile", "1g.10gb"},
+                            {"start", i}, {"size", 1}, {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}});
+      for (int ci : {-1, 0}) caps.emplace_back("cap" + std::to_string(cap(g, i, ci)), cap(g, i, ci));
+    }
+    gpus.push_back(gpu);
+    nodes.emplace_back("nvidia" + std::to_string(g), g);
+  }
+  Script({{"gpus", gpus}});
+  if (std::string why = MakeGpuNodes(dir_, nodes); !why.empty()) GTEST_SKIP() << "cannot make device nodes here: " << why;
+  ASSERT_EQ(MakeGpuNodes(dir_, caps, kCapsMajor), "");
+  json list = json::array();
+  for (int g = 0; g < kGpus; ++g) {
+    std::vector<std::string> names = {"nvidiactl"};  // every /dev/nvidiaN, and its GPU's access devices
+    for (int other = 0; other < kGpus; ++other) names.push_back("nvidia" + std::to_string(other));
+    for (int i = 0; i < kInstances; ++i) {
+      for (int ci : {-1, 0}) names.push_back("cap" + std::to_string(cap(g, i, ci)));
+    }
+    for (int i = 0; i < kInstances; ++i) {
+      const std::string job = "g" + std::to_string(g) + "i" + std::to_string(i);
+      const std::string out = (dir_ / (job + ".opens")).string();
+      list.push_back({{"job", job}, {"run", 1}, {"rank", 0}, {"seq", 1 + g * kInstances + i}, {"action", "run"},
+                      {"command", {"sh", "-c", "cd " + dir_.string() + "; " + OpenEachCommand(names) + " > " + out +
+                                                   ".tmp; mv " + out + ".tmp " + out + "; sleep 60"}},
+                      {"alloc", {{"sharing", "mig"}, {"gpu", g}, {"mig", "1g.10gb"}, {"start", i}}}});
+    }
+  }
+  SetWorkers(list);
+  StartAgent();
+  Await(0, [](const json& h) { return h.value("running", json::array()).size() == kGpus * kInstances; });
+  const bool constrained = DevicesConstrained();
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
+  EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other: 4320 access devices") != std::string::npos,
+            constrained)
+      << AgentLog();
+  for (int g = 0; g < kGpus; ++g) {
+    for (int i = 0; i < kInstances; ++i) {
+      const std::string job = "g" + std::to_string(g) + "i" + std::to_string(i);
+      const std::string text = AwaitText(dir_ / (job + ".opens"));
+      ASSERT_FALSE(text.empty()) << job << " wrote nothing";
+      for (int other = 0; other < kGpus; ++other) {
+        EXPECT_EQ(Refused(text, "nvidia" + std::to_string(other)), constrained && other != g) << job << ":\n" << text;
+      }
+      for (int j = 0; j < kInstances; ++j) {
+        for (int ci : {-1, 0}) {
+          EXPECT_EQ(Refused(text, "cap" + std::to_string(cap(g, j, ci))), constrained && j != i)
+              << job << ": instance " << j << (ci < 0 ? "" : " compute instance 0") << ":\n" << text;
+        }
+      }
+      EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));
 
 // ---------------------------------------------------------------- MIG on mig_managed pools

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 namespace gantry::agent {
 namespace {
@@ -58,6 +60,43 @@ TEST(MigCapsTest, ABadLineIsNamedByFileAndLineAndUnknownNamesAreSkipped) {
                             "f", 1);
   ASSERT_TRUE(odd.ok()) << odd.error().ToString();
   EXPECT_EQ(odd->OnGpu(0), (std::vector<CharDevice>{{1, 10}}));
+}
+
+// A kernel file, but read by a root process: mangled copies of it (bytes changed, cut,
+// doubled, junk put in) are either read or refused with the file and a line that exists,
+// never more (run under ASan+UBSan in CI, as the unit tests are).
+TEST(MigCapsTest, MangledListsAreReadOrRefusedByLine) {
+  std::mt19937 rng(7);
+  const std::string base = kMinors;
+  const std::string junk[] = {" ", "\t", "\n", "/", "gpu", "gi", "ci", "access", "-", "99999999999", "x"};
+  int refused = 0;
+  for (int round = 0; round < 3000; ++round) {
+    std::string text = base;
+    for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0; --edits) {
+      const size_t at = rng() % (text.size() + 1);
+      switch (rng() % 4) {
+        case 0: if (at < text.size()) text[at] = static_cast<char>(rng() % 256); break;
+        case 1: text.resize(at); break;
+        case 2: text.insert(at, junk[rng() % std::size(junk)]); break;
+        default: text.insert(at, text.substr(at, rng() % 40)); break;
+      }
+    }
+    const int lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
+    auto caps = MigCaps::Parse(text, "f", 236);
+    if (caps.ok()) {
+      for (int gpu = 0; gpu < 12; ++gpu) {
+        for (const CharDevice& d : caps->OnGpu(gpu)) EXPECT_EQ(d.major, 236);
+      }
+      continue;
+    }
+    ++refused;
+    const std::string& where = caps.error().field;
+    ASSERT_TRUE(where.starts_with("f:")) << caps.error().ToString();
+    const int line = std::stoi(where.substr(2));
+    EXPECT_GE(line, 1) << caps.error().ToString();
+    EXPECT_LE(line, lines) << caps.error().ToString();
+  }
+  EXPECT_GT(refused, 100) << "the mangling should break some lines";
 }
 
 TEST(MigCapsTest, LoadReadsTheListAndTheMajorFromProc) {

@@ -1189,14 +1189,17 @@ std::vector<CharDevice> Agent::DeniedDevices(const WorkerShare& share, const std
     // worker given the whole GPU gets none: a GPU in MIG mode computes only in instances).
     // Instances made later for other workers are covered too: the driver lists all it could make.
     if (!g.mig_mode || !mig_caps_) continue;
+    const std::vector<CharDevice> caps = mig_caps_->OnGpu(g.minor);
     const auto mine = MigDevices(g, share.mig_uuid);
-    if (!share.mig_uuid.empty() && !mine) {
-      Say("job " + job + ": MIG instance " + share.mig_uuid + " is NOT fenced from the other instances of GPU " +
-              std::to_string(g.index) + ": NVML or the driver did not tell its GPU and compute instance's devices",
+    if (caps.empty() || (!share.mig_uuid.empty() && !mine)) {
+      Say("job " + job + ": the MIG instances of GPU " + std::to_string(g.index) + " are NOT fenced from it" +
+              (share.mig_uuid.empty() ? std::string() : " (in " + share.mig_uuid + ")") + ": " +
+              (caps.empty() ? "the driver's mig-minors lists no access devices for /dev/nvidia" + std::to_string(g.minor)
+                            : std::string("NVML or the driver did not tell its GPU and compute instance's devices")),
           true);
       continue;
     }
-    for (const CharDevice& d : mig_caps_->OnGpu(g.minor)) {
+    for (const CharDevice& d : caps) {
       if (!mine || (d != mine->first && d != mine->second)) denied.push_back(d);
     }
   }

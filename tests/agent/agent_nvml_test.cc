@@ -614,6 +614,31 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
   }
 }
 
+// Where the driver's list has no access devices for a GPU (here /dev/nvidia5), its MIG
+// workers run unfenced and the agent says so, naming the job and the GPU.
+TEST_P(AgentOnFakeNvml, AMigWorkerTheDriversListDoesNotCoverRunsUnfencedAndTheAgentSaysSo) {
+  json gpus = {Gpu("GPU-a", "00000000:17:00.0")};
+  gpus[0]["minor"] = 5;
+  gpus[0]["mig"] = {{{"uuid", "MIG-a0"}, {"profile", "1g.10gb"}, {"start", 0}, {"size", 1},
+                     {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}}};
+  Script({{"gpus", gpus}});
+  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
+  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n236 nvidia-caps\n";
+  std::ofstream(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors")
+      << "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n";
+  agent_args_ = {"--proc", (dir_ / "proc").string()};
+  SetWorkers({Worker("a", {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}})});
+  StartAgent();
+  Pids("a");
+  Await(0, [](const json& h) { return !Running(h, "a").is_null(); });
+  const bool constrained = DevicesConstrained();
+  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
+  EXPECT_EQ(AgentLog().find("job a: the MIG instances of GPU 0 are NOT fenced from it (in MIG-a0): the driver's "
+                            "mig-minors lists no access devices for /dev/nvidia5") != std::string::npos,
+            constrained)
+      << AgentLog();
+}
+
 // At a node's size: eight GPUs in MIG mode, seven 1g.10gb instances each, a worker on
 // every instance (56), with the driver's whole list as an 8-GPU H100 driver writes it (32
 // GPU minors x 15 GPU instances x (1 + 8 compute instances), numbered from 3 after config

@@ -254,24 +254,22 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
                : "workers are NOT isolated (--cgroups " + options_.cgroups + "): jobs' memory_gb and cpus are not "
                  "enforced" + (no_cgroups.empty() ? std::string() : ": " + no_cgroups),
       cgroups_ == nullptr);
-  if (cgroups_ && !cgroups_->constrains_devices()) {
+  const bool fences = cgroups_ && cgroups_->constrains_devices();
+  if (cgroups_ && !fences) {
     Say("workers' GPU devices are NOT constrained (a job may open GPUs not its own): " + cgroups_->devices_why(), true);
-  } else if (cgroups_) {
-    // MIG workers sharing a GPU are kept from each other's instances by their access
-    // devices. No mig-minors file: no MIG-capable driver, so no MIG instance to fence.
-    auto caps = MigCaps::Load(options_.proc);
-    if (caps) {
-      mig_caps_ = std::move(*caps);
+  }
+  // MIG instances' access devices: denied to the MIG workers sharing a GPU but their own
+  // instance's, and given to a container as --device. No mig-minors file: no MIG-capable
+  // driver, so no MIG instance.
+  if (auto caps = MigCaps::Load(options_.proc)) {
+    mig_caps_ = std::move(*caps);
+    if (fences) {
       Say("MIG instances are fenced from each other: " + std::to_string(mig_caps_->size()) +
           " access devices (nvidia-caps, major " + std::to_string(mig_caps_->major_number()) + ")");
-    } else {
-      mig_caps_why_ = caps.error().ToString();
-      if (fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors")) {
-        Say("MIG instances are NOT fenced from each other (a MIG worker may open its GPU's other instances): " +
-                mig_caps_why_,
-            true);
-      }
     }
+  } else if (fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors")) {
+    Say("MIG instances are NOT fenced from each other, nor given to containers as devices: " + caps.error().ToString(),
+        true);
   }
   const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
@@ -1179,6 +1177,7 @@ void Agent::StartWorker(const json& e, int64_t now) {
 
 std::vector<CharDevice> Agent::DeniedDevices(const WorkerShare& share, const std::string& job) {
   std::vector<CharDevice> denied;
+  if (!cgroups_ || !cgroups_->constrains_devices()) return denied;  // said at start
   for (const GpuInfo& g : last_gpus_) {
     if (g.minor < 0) continue;  // no device file known (emulation)
     if (std::find(share.gpus.begin(), share.gpus.end(), g.index) == share.gpus.end()) {

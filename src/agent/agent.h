@@ -235,10 +235,9 @@ class Agent {
   AgentOptions options_;
   std::unique_ptr<GpuSource> gpus_;
   std::unique_ptr<Cgroups> cgroups_;  // null: workers are process groups only; read-only once running
-  // MIG instances' access devices (read at start); absent where there are none to deny
-  // (no MIG-capable driver, capabilities not device files): mig_caps_why_ says why.
+  // MIG instances' access devices (read at start); absent where there are none (no
+  // MIG-capable driver, capabilities not device files).
   std::optional<MigCaps> mig_caps_;
-  std::string mig_caps_why_;
   // The devices a worker holding `share` may not open (CgroupLimits::denied_devices).
   std::vector<CharDevice> DeniedDevices(const WorkerShare& share, const std::string& job);
   // The access devices of the MIG instance `uuid` on `gpu` (made here or laid out before);

@@ -639,6 +639,59 @@ TEST_P(AgentOnFakeNvml, AMigWorkerTheDriversListDoesNotCoverRunsUnfencedAndTheAg
       << AgentLog();
 }
 
+// A job with an image runs in a container that gets its GPUs as devices (where the node
+// has no CDI specs): /dev/nvidiaN by NVML's minor number, not the index, and for a MIG
+// instance also its two access devices, with or without cgroups. podman is a script
+// here that writes down how it was called.
+TEST_P(AgentOnFakeNvml, AContainerGetsItsGpusDeviceFilesByMinorAndItsMigInstancesAccessDevices) {
+  json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
+  gpus[0]["minor"] = 7;
+  gpus[1]["minor"] = 3;
+  gpus[1]["mig"] = {{{"uuid", "MIG-b0"}, {"profile", "1g.10gb"}, {"start", 0}, {"size", 1},
+                     {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}}};
+  Script({{"gpus", gpus}});
+  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
+  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n236 nvidia-caps\n";
+  std::ofstream(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors")
+      << "config 1\nmonitor 2\ngpu3/gi0/access 30\ngpu3/gi0/ci0/access 31\ngpu3/gi1/access 39\n"
+         "gpu3/gi1/ci0/access 40\n";
+  const fs::path podman = dir_ / "podman";
+  {
+    std::ofstream script(podman);
+    script << "#!/bin/sh\n[ \"$1\" = run ] && echo \"$*\" >> " << (dir_ / "podman.log").string() << "\nexit 0\n";
+  }
+  fs::permissions(podman, fs::perms::owner_all);
+  agent_args_ = {"--proc", (dir_ / "proc").string(), "--container-run", podman.string() + " run"};
+  auto worker = [](const std::string& job, int seq, const json& alloc) {
+    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
+                {"image", "docker.io/library/busybox:1.36"}, {"command", {"true"}}, {"alloc", alloc}};
+  };
+  SetWorkers({worker("whole", 1, {{"sharing", "exclusive"}, {"gpus", {0}}}),
+              worker("mig", 2, {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}})});
+  StartAgent();
+  std::map<std::string, std::string> runs;  // container name's seq -> podman's arguments
+  for (int i = 0; i < 1000 && runs.size() < 2; ++i) {
+    std::ifstream in(dir_ / "podman.log");
+    for (std::string line; std::getline(in, line);) {
+      for (const char* seq : {"-1-1-0 ", "-2-1-0 "}) {
+        if (line.find(seq) != std::string::npos) runs[seq] = line;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(runs.size(), 2u) << AgentLog();
+  const std::string whole = runs["-1-1-0 "], mig = runs["-2-1-0 "];
+  EXPECT_NE(whole.find("--device /dev/nvidia7 "), std::string::npos) << whole;
+  EXPECT_EQ(whole.find("--device /dev/nvidia0 "), std::string::npos) << whole;
+  EXPECT_EQ(whole.find("nvidia-caps"), std::string::npos) << whole;
+  EXPECT_NE(mig.find("--device /dev/nvidia3 --device /dev/nvidia-caps/nvidia-cap30 --device "
+                     "/dev/nvidia-caps/nvidia-cap31 "),
+            std::string::npos)
+      << mig;
+  EXPECT_EQ(mig.find("nvidia-cap39"), std::string::npos) << mig;
+  EXPECT_EQ(mig.find("/dev/nvidia7"), std::string::npos) << mig;
+}
+
 // At a node's size: eight GPUs in MIG mode, seven 1g.10gb instances each, a worker on
 // every instance (56), with the driver's whole list as an 8-GPU H100 driver writes it (32
 // GPU minors x 15 GPU instances x (1 + 8 compute instances), numbered from 3 after config

@@ -200,6 +200,16 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
     std::lock_guard lk(mu_);
     workers_ = std::move(workers);
   }
+  // A made-up /proc for the agent (--proc): the nvidia-caps character major (kCapsMajor)
+  // and the driver's list of MIG access devices, `mig_minors`.
+  static constexpr int kCapsMajor = 236;
+  void FakeProc(const std::string& mig_minors) {
+    fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
+    std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n195 nvidia-frontend\n" << kCapsMajor
+                                             << " nvidia-caps\n\nBlock devices:\n  8 sd\n";
+    std::ofstream(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors") << mig_minors;
+    agent_args_.insert(agent_args_.end(), {"--proc", (dir_ / "proc").string()});
+  }
 
   fs::path dir_;
   httplib::Server server_;
@@ -218,6 +228,13 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
 json Gpu(const std::string& uuid, const std::string& bus) {
   return {{"name", "NVIDIA H100 80GB HBM3"}, {"uuid", uuid},           {"bus", bus},
           {"memory_bytes", 85'520'809'984},  {"memory_used_bytes", 0}, {"utilization", 0}};
+}
+
+// A 1g.10gb MIG instance laid out at memory slice `start` (the fake's GPU instance id is
+// its place in the GPU's list).
+json Mig1g(const std::string& uuid, int start) {
+  return {{"uuid", uuid}, {"profile", "1g.10gb"}, {"start", start}, {"size", 1},
+          {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}};
 }
 
 TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
@@ -538,33 +555,24 @@ TEST_P(AgentOnFakeNvml, AWorkersDeviceRulesOutliveItsAgent) {
 // in the test's folder. GPU 0 has three instances laid out beforehand (GPU instances 0-2);
 // on GPU 1 the agent makes the worker's (the fake numbers made GPU instances from 20).
 TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices) {
-  constexpr int kCapsMajor = 236;
   json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
-  for (int i = 0; i < 3; ++i) {
-    gpus[0]["mig"].push_back({{"uuid", "MIG-a" + std::to_string(i)}, {"profile", "1g.10gb"}, {"start", i},
-                              {"size", 1}, {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}});
-  }
+  for (int i = 0; i < 3; ++i) gpus[0]["mig"].push_back(Mig1g("MIG-a" + std::to_string(i), i));
   gpus[1]["mig"] = json::array();
   Script({{"gpus", gpus}});
   // Access devices: GPU g's GPU instance i is cap(100g + 2i + 10), its compute instance 0 the next.
   auto cap = [](int gpu, int gi, bool ci) { return 100 * gpu + 2 * gi + 10 + (ci ? 1 : 0); };
-  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
-  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n  1 mem\n195 nvidia\n" << kCapsMajor
-                                           << " nvidia-caps\n\nBlock devices:\n  8 sd\n";
   std::vector<std::pair<std::string, int>> caps = {{"cap1", 1}, {"cap2", 2}};  // config, monitor
-  {
-    std::ofstream minors(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors");
-    minors << "config 1\nmonitor 2\n";
-    for (int g = 0; g < 2; ++g) {
-      for (int gi : {0, 1, 2, 20}) {
-        const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
-        minors << at << "/access " << cap(g, gi, false) << "\n" << at << "/ci0/access " << cap(g, gi, true) << "\n";
-        caps.emplace_back("cap" + std::to_string(cap(g, gi, false)), cap(g, gi, false));
-        caps.emplace_back("cap" + std::to_string(cap(g, gi, true)), cap(g, gi, true));
-      }
+  std::string minors = "config 1\nmonitor 2\n";
+  for (int g = 0; g < 2; ++g) {
+    for (int gi : {0, 1, 2, 20}) {
+      const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
+      minors += at + "/access " + std::to_string(cap(g, gi, false)) + "\n" + at + "/ci0/access " +
+                std::to_string(cap(g, gi, true)) + "\n";
+      caps.emplace_back("cap" + std::to_string(cap(g, gi, false)), cap(g, gi, false));
+      caps.emplace_back("cap" + std::to_string(cap(g, gi, true)), cap(g, gi, true));
     }
   }
-  agent_args_ = {"--proc", (dir_ / "proc").string()};
+  FakeProc(minors);
   std::vector<std::string> names = {"nvidia0", "nvidia1", "nvidiactl"};
   if (std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}}); !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
@@ -619,14 +627,9 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
 TEST_P(AgentOnFakeNvml, AMigWorkerTheDriversListDoesNotCoverRunsUnfencedAndTheAgentSaysSo) {
   json gpus = {Gpu("GPU-a", "00000000:17:00.0")};
   gpus[0]["minor"] = 5;
-  gpus[0]["mig"] = {{{"uuid", "MIG-a0"}, {"profile", "1g.10gb"}, {"start", 0}, {"size", 1},
-                     {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}}};
+  gpus[0]["mig"] = {Mig1g("MIG-a0", 0)};
   Script({{"gpus", gpus}});
-  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
-  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n236 nvidia-caps\n";
-  std::ofstream(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors")
-      << "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n";
-  agent_args_ = {"--proc", (dir_ / "proc").string()};
+  FakeProc("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n");
   SetWorkers({Worker("a", {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}})});
   StartAgent();
   Pids("a");
@@ -647,21 +650,17 @@ TEST_P(AgentOnFakeNvml, AContainerGetsItsGpusDeviceFilesByMinorAndItsMigInstance
   json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
   gpus[0]["minor"] = 7;
   gpus[1]["minor"] = 3;
-  gpus[1]["mig"] = {{{"uuid", "MIG-b0"}, {"profile", "1g.10gb"}, {"start", 0}, {"size", 1},
-                     {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}}};
+  gpus[1]["mig"] = {Mig1g("MIG-b0", 0)};
   Script({{"gpus", gpus}});
-  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
-  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n236 nvidia-caps\n";
-  std::ofstream(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors")
-      << "config 1\nmonitor 2\ngpu3/gi0/access 30\ngpu3/gi0/ci0/access 31\ngpu3/gi1/access 39\n"
-         "gpu3/gi1/ci0/access 40\n";
+  FakeProc("config 1\nmonitor 2\ngpu3/gi0/access 30\ngpu3/gi0/ci0/access 31\ngpu3/gi1/access 39\n"
+           "gpu3/gi1/ci0/access 40\n");
   const fs::path podman = dir_ / "podman";
   {
     std::ofstream script(podman);
     script << "#!/bin/sh\n[ \"$1\" = run ] && echo \"$*\" >> " << (dir_ / "podman.log").string() << "\nexit 0\n";
   }
   fs::permissions(podman, fs::perms::owner_all);
-  agent_args_ = {"--proc", (dir_ / "proc").string(), "--container-run", podman.string() + " run"};
+  agent_args_.insert(agent_args_.end(), {"--container-run", podman.string() + " run"});
   auto worker = [](const std::string& job, int seq, const json& alloc) {
     return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
                 {"image", "docker.io/library/busybox:1.36"}, {"command", {"true"}}, {"alloc", alloc}};
@@ -698,31 +697,26 @@ TEST_P(AgentOnFakeNvml, AContainerGetsItsGpusDeviceFilesByMinorAndItsMigInstance
 // and monitor): each worker opens its GPU's /dev/nvidiaN and its own instance's two access
 // devices, and none of its GPU's other instances' nor another GPU's /dev/nvidiaN.
 TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyItsOwnInstance) {
-  constexpr int kCapsMajor = 236, kGpus = 8, kInstances = 7;
+  constexpr int kGpus = 8, kInstances = 7;
   auto cap = [](int gpu, int gi, int ci) { return 3 + 135 * gpu + 9 * gi + (ci < 0 ? 0 : 1 + ci); };
-  fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
-  std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n195 nvidia-frontend\n" << kCapsMajor
-                                           << " nvidia-caps\n\nBlock devices:\n";
-  {
-    std::ofstream minors(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors");
-    minors << "config 1\nmonitor 2\n";
-    for (int g = 0; g < 32; ++g) {
-      for (int gi = 0; gi < 15; ++gi) {
-        const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
-        minors << at << "/access " << cap(g, gi, -1) << "\n";
-        for (int ci = 0; ci < 8; ++ci) minors << at << "/ci" << ci << "/access " << cap(g, gi, ci) << "\n";
+  std::string minors = "config 1\nmonitor 2\n";
+  for (int g = 0; g < 32; ++g) {
+    for (int gi = 0; gi < 15; ++gi) {
+      const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
+      minors += at + "/access " + std::to_string(cap(g, gi, -1)) + "\n";
+      for (int ci = 0; ci < 8; ++ci) {
+        minors += at + "/ci" + std::to_string(ci) + "/access " + std::to_string(cap(g, gi, ci)) + "\n";
       }
     }
   }
-  agent_args_ = {"--proc", (dir_ / "proc").string()};
+  FakeProc(minors);
   json gpus = json::array();
   std::vector<std::pair<std::string, int>> nodes = {{"nvidiactl", 255}}, caps;
   for (int g = 0; g < kGpus; ++g) {
     json gpu = Gpu("GPU-" + std::to_string(g), "00000000:" + std::to_string(17 + g) + ":00.0");
     gpu["mig"] = json::array();
     for (int i = 0; i < kInstances; ++i) {
-      gpu["mig"].push_back({{"uuid", "MIG-" + std::to_string(g) + "-" + std::to_string(i)}, {"profile", "1g.10gb"},
-                            {"start", i}, {"size", 1}, {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}});
+      gpu["mig"].push_back(Mig1g("MIG-" + std::to_string(g) + "-" + std::to_string(i), i));
       for (int ci : {-1, 0}) caps.emplace_back("cap" + std::to_string(cap(g, i, ci)), cap(g, i, ci));
     }
     gpus.push_back(gpu);

@@ -271,6 +271,9 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
     Say("MIG instances are NOT fenced from each other, nor given to containers as devices: " + caps.error().ToString(),
         true);
   }
+  // What the heartbeat says of it, for `gantry nodes` (mig: only with a MIG-capable driver).
+  isolation_ = {{"cgroups", cgroups_ != nullptr}, {"gpu_devices", fences}};
+  if (fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors")) isolation_["mig"] = fences && mig_caps_.has_value();
   const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
     Say("--run-as: expected user or agent, got " + run_as);
@@ -748,7 +751,8 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
       reported.push_back(key);
     }
   }
-  json body = {{"agent_id", agent_id_}, {"gpus", gpus}, {"running", running}, {"exits", exits}};
+  json body = {{"agent_id", agent_id_}, {"gpus", gpus}, {"running", running}, {"exits", exits},
+               {"isolation", isolation_}};
   if (!options_.address.empty()) body["address"] = options_.address;
   if (leaving) body["leaving"] = true;
   auto res = http_->Post(("/v1/agents/" + UrlEncode(options_.node) + "/heartbeat").c_str(), body.dump(),

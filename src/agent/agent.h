@@ -238,6 +238,9 @@ class Agent {
   // MIG instances' access devices (read at start); absent where there are none (no
   // MIG-capable driver, capabilities not device files).
   std::optional<MigCaps> mig_caps_;
+  // What keeps workers apart here, as heartbeats report it: {"cgroups", "gpu_devices",
+  // "mig" (with a MIG-capable driver)}, each true or false.
+  nlohmann::json isolation_ = nlohmann::json::object();
   // The devices a worker holding `share` may not open (CgroupLimits::denied_devices).
   std::vector<CharDevice> DeniedDevices(const WorkerShare& share, const std::string& job);
   // The access devices of the MIG instance `uuid` on `gpu` (made here or laid out before);

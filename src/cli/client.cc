@@ -647,13 +647,25 @@ int Nodes(const Globals& g, bool json_out) {
     std::cout << j["nodes"].dump() << "\n";
     return 0;
   }
+  // What keeps the node's workers apart, as its agent says: "cgroups,devices,mig" when
+  // all is (mig only with a MIG-capable driver), a "no-" before what is not, "-" when the
+  // agent does not say (an older agent, or none yet).
+  auto isolation = [](const json& n) {
+    const json i = n.value("isolation", json::object());
+    std::string out;
+    for (const auto& [key, name] : {std::pair{"cgroups", "cgroups"}, {"gpu_devices", "devices"}, {"mig", "mig"}}) {
+      if (!i.contains(key)) continue;
+      out += (out.empty() ? "" : ",") + std::string(i.value(key, false) ? "" : "no-") + name;
+    }
+    return out.empty() ? std::string("-") : out;
+  };
   std::cout << Pad("NODE", 16) << Pad("POOL", 10) << Pad("MODEL", 12) << Pad("STATE", 9) << Pad("GPUS", 6)
-            << Pad("FREE", 6) << Pad("ADDRESS", 16) << "REASON\n";
+            << Pad("FREE", 6) << Pad("ADDRESS", 16) << Pad("ISOLATION", 26) << "REASON\n";
   for (const json& n : j["nodes"]) {
     std::cout << Pad(n.value("name", ""), 16) << Pad(n.value("pool", ""), 10) << Pad(n.value("model", ""), 12)
               << Pad(n.value("state", ""), 9) << Pad(std::to_string(n.value("gpus", 0)), 6)
               << Pad(std::to_string(n.value("free_gpus", 0)), 6) << Pad(n.value("address", ""), 16)
-              << n.value("reason", "") << "\n";
+              << Pad(isolation(n), 26) << n.value("reason", "") << "\n";
   }
   return 0;
 }

@@ -241,9 +241,10 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
       return GpusToJson(gpus).dump();
     };
     bool changed = info.address != address || info.agent_id != report.agent_id ||
-                   inventory(info.gpus) != inventory(report.gpus);
+                   inventory(info.gpus) != inventory(report.gpus) || info.isolation != report.isolation;
     info.address = address;
     info.agent_id = report.agent_id;
+    info.isolation = std::move(report.isolation);
     info.gpus = std::move(report.gpus);
     if (!info.up) {
       info.up = true;

@@ -89,6 +89,7 @@ void Controller::Nodes(std::string token, Done done) {
                  {"state", state},
                  {"reason", reason},
                  {"address", info.address},
+                 {"isolation", info.isolation},
                  {"gpu_detail", gpus}};
       nj["last_seen_s"] = info.last_seen >= 0 ? json(static_cast<double>(now - info.last_seen) / 1000.0)
                                               : json(nullptr);

@@ -62,6 +62,7 @@ AgentReport ParseAgentReport(const json& body) {
   r.agent_id = body.value("agent_id", std::string());
   r.leaving = body.value("leaving", false);
   r.address = body.value("address", std::string());
+  if (body.contains("isolation")) r.isolation = body.at("isolation").get<std::map<std::string, bool>>();
   if (body.contains("gpus")) r.gpus = GpusFromJson(body.at("gpus"));
   for (const json& e : body.value("running", json::array())) {
     RunningReport& rr = r.running.emplace_back();
@@ -361,7 +362,8 @@ json NodeToDoc(const NodeInfo& n) {
           {"drain_reason", n.drain_reason},
           {"address", n.address},
           {"agent_id", n.agent_id},
-          {"gpus", GpusToJson(n.gpus)}};
+          {"gpus", GpusToJson(n.gpus)},
+          {"isolation", n.isolation}};
 }
 
 void NodeFromDoc(const json& d, NodeInfo& n) {
@@ -372,6 +374,7 @@ void NodeFromDoc(const json& d, NodeInfo& n) {
   n.agent_id = d.value("agent_id", std::string());
   try {
     n.gpus = GpusFromJson(d.value("gpus", json::array()));
+    n.isolation = d.value("isolation", std::map<std::string, bool>());
   } catch (const json::exception&) {
     n.gpus.clear();
   }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -181,6 +182,9 @@ struct AgentReport {
   std::vector<GpuReport> gpus;
   std::vector<RunningReport> running;
   std::vector<ExitReport> exits;
+  // What keeps the node's workers apart: {"cgroups", "gpu_devices", "mig"?}: booleans;
+  // empty from an agent that does not say.
+  std::map<std::string, bool> isolation;
 };
 
 // Throws nlohmann::json exceptions on malformed input; the caller turns them into 400.
@@ -197,6 +201,7 @@ struct NodeInfo {
   std::string agent_id;
   std::vector<GpuReport> gpus;
   std::string refused;      // why the agent's report was refused (inventory mismatch)
+  std::map<std::string, bool> isolation;  // as its agent last reported it (AgentReport)
 };
 
 nlohmann::json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster);

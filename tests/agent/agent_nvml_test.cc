@@ -594,8 +594,11 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
                      {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}, {"create", true},
                       {"memory_slices", 1}, {"compute_slices", 1}})});
   StartAgent();
-  Await(0, [](const json& h) { return h.value("running", json::array()).size() == 3; });
+  const json beat = Await(0, [](const json& h) { return h.value("running", json::array()).size() == 3; });
   const bool constrained = DevicesConstrained();
+  // What the heartbeat says keeps workers apart (for `gantry nodes`).
+  EXPECT_EQ(beat["isolation"], (json{{"cgroups", GetParam() != "off"}, {"gpu_devices", constrained}, {"mig", constrained}}))
+      << beat.dump();
   if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
   EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other") != std::string::npos, constrained)
       << AgentLog();

@@ -215,7 +215,12 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   // The CLI's other views work against the live server.
   RunResult nodes = h.Cli({"nodes"}, h.token(a));
   EXPECT_EQ(nodes.rc, 0);
-  EXPECT_NE(nodes.out.find("h100-2"), std::string::npos);
+  ASSERT_NE(nodes.out.find("h100-2"), std::string::npos) << nodes.out;
+  // What keeps each node's workers apart, as its agent says (cgroups here or not: either
+  // way the agent says which).
+  EXPECT_NE(nodes.out.find("ISOLATION"), std::string::npos) << nodes.out;
+  const size_t at = nodes.out.find("h100-2");
+  EXPECT_NE(nodes.out.substr(at, nodes.out.find('\n', at) - at).find("cgroups,"), std::string::npos) << nodes.out;
   RunResult queues = h.Cli({"queues"}, h.token(b));
   EXPECT_NE(queues.out.find("serving"), std::string::npos);
   RunResult usage = h.Cli({"usage", "--since", "1h", "--json"}, h.token(b));

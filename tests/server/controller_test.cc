@@ -554,6 +554,27 @@ TEST_F(ControllerTest, ALostGpuDrainsItsNode) {
   EXPECT_NE(nodes[0]["reason"].get<std::string>().find("GPU 3"), std::string::npos);
 }
 
+// What keeps a node's workers apart, as its agent reports it, is in the node list and
+// outlives a restart of the server; a malformed report is refused.
+TEST_F(ControllerTest, EachNodeShowsWhatIsolatesItsWorkersAsItsAgentSays) {
+  const json isolation = {{"cgroups", true}, {"gpu_devices", false}, {"mig", false}};
+  ASSERT_EQ(ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", Gpus(8)}, {"isolation", isolation}}, "x").code, Code::kOk);
+  ASSERT_EQ(ctl_->Heartbeat(kAgent, "h100-1", {{"gpus", Gpus(8)}}, "x").code, Code::kOk);  // an older agent
+  auto node = [&](const std::string& name) {
+    const json nodes = ctl_->Nodes(kAdmin).body["nodes"];
+    for (const json& n : nodes) {
+      if (n["name"] == name) return n;
+    }
+    return json();
+  };
+  EXPECT_EQ(node("h100-0")["isolation"], isolation);
+  EXPECT_EQ(node("h100-1")["isolation"], json::object());
+  Restart();
+  EXPECT_EQ(node("h100-0")["isolation"], isolation) << "kept in the store";
+  EXPECT_EQ(ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", Gpus(8)}, {"isolation", {{"cgroups", "yes"}}}}, "x").code,
+            Code::kBadRequest);
+}
+
 // Issue 16, bug 1: a user's id j28 blocked every later submission without an id once the
 // server's counter reached it (409 for every team, across restarts).
 TEST_F(ControllerTest, UsersCannotTakeTheServersOwnIds) {

@@ -244,6 +244,13 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body, 
                    inventory(info.gpus) != inventory(report.gpus) || info.isolation != report.isolation;
     info.address = address;
     info.agent_id = report.agent_id;
+    if (info.isolation != report.isolation) {  // said once per change, not per heartbeat
+      std::string missing;
+      for (const auto& [what, on] : report.isolation) {
+        if (!on) missing += (missing.empty() ? "" : ", ") + what;
+      }
+      if (!missing.empty()) log::Warn("node's workers not isolated", {{"node", node}, {"missing", missing}});
+    }
     info.isolation = std::move(report.isolation);
     info.gpus = std::move(report.gpus);
     if (!info.up) {

@@ -261,19 +261,20 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
   // MIG instances' access devices: denied to the MIG workers sharing a GPU but their own
   // instance's, and given to a container as --device. No mig-minors file: no MIG-capable
   // driver, so no MIG instance.
+  const bool mig_driver = fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors");
   if (auto caps = MigCaps::Load(options_.proc)) {
     mig_caps_ = std::move(*caps);
     if (fences) {
       Say("MIG instances are fenced from each other: " + std::to_string(mig_caps_->size()) +
           " access devices (nvidia-caps, major " + std::to_string(mig_caps_->major_number()) + ")");
     }
-  } else if (fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors")) {
+  } else if (mig_driver) {
     Say("MIG instances are NOT fenced from each other, nor given to containers as devices: " + caps.error().ToString(),
         true);
   }
-  // What the heartbeat says of it, for `gantry nodes` (mig: only with a MIG-capable driver).
+  // What the heartbeat says of it, for `gantry nodes`.
   isolation_ = {{"cgroups", cgroups_ != nullptr}, {"gpu_devices", fences}};
-  if (fs::exists(options_.proc + "/driver/nvidia-caps/mig-minors")) isolation_["mig"] = fences && mig_caps_.has_value();
+  if (mig_driver) isolation_["mig"] = fences && mig_caps_.has_value();
   const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
     Say("--run-as: expected user or agent, got " + run_as);

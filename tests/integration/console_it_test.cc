@@ -209,7 +209,7 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   h.Setup(kMapCluster, {{"a", "research"}, {"b", "vision"}});
   h.StartServer({"--history-sample-s", "0.2"});
   h.StartAgent("h100-0");
-  h.StartAgent("h100-1");
+  h.StartAgent("h100-1", "", {"--cgroups", "off"});  // its workers not isolated: the map says so
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
   const std::vector<std::string> sleep = {"--", "sh", "-c", "echo hello from $GANTRY_JOB_ID; sleep 120"};
   auto submit = [&](const std::string& team, std::vector<std::string> args) {
@@ -253,6 +253,23 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   const std::string map = r["views"]["map"].value("html", "");
   EXPECT_EQ(ExpectMapDrawsEveryGpu(map, h.Get("/v1/nodes", h.token("admin"))), 16u);
   for (const std::string& id : {train, mig, share, theirs}) EXPECT_NE(map.find(id), std::string::npos) << id;
+  // A node whose agent says its workers are not fully isolated has a dashed border: h100-1
+  // (--cgroups off), h100-0 where this machine gives its agent no cgroups or device rules.
+  int marked = 0;
+  const json nodes = h.Get("/v1/nodes", h.token("admin"));
+  for (const json& n : nodes["nodes"]) {
+    bool open = false;
+    const json isolation = n.value("isolation", json::object());
+    for (const auto& [what, on] : isolation.items()) open |= !on.get<bool>();
+    const std::string name = n.value("name", "");
+    const size_t at = map.find("data-node=\"" + name + "\"");
+    ASSERT_NE(at, std::string::npos) << name << " not on the map";
+    const size_t div = map.rfind("<div class=\"node ", at);
+    ASSERT_NE(div, std::string::npos) << name;
+    EXPECT_EQ(map.substr(div, at - div).find("unisolated") != std::string::npos, open) << name << ": " << n.dump();
+    marked += name == "h100-1" && open;
+  }
+  EXPECT_EQ(marked, 1) << "h100-1 runs its workers without cgroups: " << nodes.dump();
 
   // Jobs: pending work grouped by why it waits.
   const std::string jobs = r["views"]["jobs"].value("html", "");

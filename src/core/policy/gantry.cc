@@ -608,24 +608,25 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(id) : ModelMask{0};
     // A draining job's what-ifs may use the GPUs its drain holds (they are for it).
     const bool drain_owner = own != drains_.end();
+    const Asker asker = drain_owner ? Asker::kDrainOwner : Asker::kJob;
     if (drain_owner) {
       s.mutable_ledger().Release(own->held);
       own->held.clear();
     }
     bool preempted = false;
     if (inside != 0) {
-      preempted = TryPreempt(s, id, now, Mode::kGuarantee, inside, !drain_owner);
+      preempted = TryPreempt(s, id, now, Mode::kGuarantee, inside, asker);
       at_checkpoint = next_checkpoint_;
     }
     // Beyond its guarantee (on some models or all), best-effort work still gives way to
     // the tiers the site names (critical by default: inference must not wait behind it).
     const std::optional<Tier> yields_to = s.params().best_effort_yields_to;
     if (!preempted && yields_to && job.spec.tier <= *yields_to && inside != ~ModelMask{0}) {
-      preempted = TryPreempt(s, id, now, Mode::kTier, ~ModelMask{0}, !drain_owner);
+      preempted = TryPreempt(s, id, now, Mode::kTier, ~ModelMask{0}, asker);
       at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
     }
     if (!preempted && by_rank) {
-      preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, !drain_owner);
+      preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, asker);
       at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
     }
     if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, inside, at_checkpoint);
@@ -702,9 +703,9 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   s.Wait(id, wait, why);
 }
 
-bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models, bool cache,
-                              bool drain) {
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models, Asker asker) {
   const JobRecord& job = s.job(id);
+  const bool cache = asker == Asker::kJob;
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
@@ -724,7 +725,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   }
   std::sort(needed.begin(), needed.end());
   const std::string name = std::string(Name(job.spec.tier)) + " job " + job.spec.id;
-  const std::string who = drain ? name + ", waiting past max_wait_s," : name;
+  const std::string who = asker == Asker::kPastMaxWait ? name + ", waiting past max_wait_s," : name;
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
     ++ByJob(evicted_count_, v, s);
@@ -756,7 +757,7 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
 bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, ModelMask inside, Ticks& at_checkpoint) {
   // Inside its guarantee everywhere, the job has already tried these victims.
   if (s.job(id).spec.tier == Tier::kBestEffort || inside == ~ModelMask{0}) return false;
-  const bool preempted = TryPreempt(s, id, now, Mode::kGuarantee, ~ModelMask{0}, false, /*drain=*/true);
+  const bool preempted = TryPreempt(s, id, now, Mode::kGuarantee, ~ModelMask{0}, Asker::kPastMaxWait);
   if (!preempted) at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
   return preempted;
 }

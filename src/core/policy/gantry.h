@@ -119,12 +119,14 @@ class GantryPolicy final : public Policy {
   // Whether room under a burst limit that `job` needs is held for another job (a claimant
   // that preempted by rank, or a draining job); says for whom in `why`.
   bool RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const;
+  // Who asks TryPreempt: a job (whose failed requests the pass remembers, by request),
+  // a drain's owner (it sees its drain's GPUs free, others do not: nothing remembered),
+  // or a drain's owner past max_wait (as the owner; its victims' reason says so).
+  enum class Asker { kJob, kDrainOwner, kPastMaxWait };
   // Preempts for job `id` on GPUs of `models` (kGuarantee: where it is inside its
-  // guarantee; ~0: anywhere). Without `cache` the pass's failed requests are neither
-  // read nor written (a drain's owner sees its drain's GPUs free, others do not);
-  // `drain`: for a drain's owner, past max_wait (said in the victims' reason).
+  // guarantee; ~0: anywhere).
   bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0},
-                  bool cache = true, bool drain = false);
+                  Asker asker = Asker::kJob);
   // The owner of drain `d` takes what best-effort work and capacity borrowed by other
   // queues hold (just after their checkpoints, cheapest first, anywhere it then fits), as
   // a job inside its guarantee does (its victims' reason says it waited past max_wait):

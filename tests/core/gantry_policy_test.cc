@@ -881,6 +881,8 @@ std::pair<Ticks, int> GangStartBehindLongBestEffortJobs(Ticks max_wait) {
       if (d.kind != Decision::Kind::kPreempt) continue;
       ++preemptions;
       released[now + 10 * kS].push_back(d.job);
+      // The victims are told why: the gang waited past max_wait_s.
+      EXPECT_EQ(d.reason, "standard job gang, waiting past max_wait_s, needs capacity held by best-effort work");
     }
     if (sched.job(gang).phase == Phase::kRunning) return {now, preemptions};
   }

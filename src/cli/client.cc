@@ -660,12 +660,12 @@ int Nodes(const Globals& g, bool json_out) {
     return out.empty() ? std::string("-") : out;
   };
   std::cout << Pad("NODE", 16) << Pad("POOL", 10) << Pad("MODEL", 12) << Pad("STATE", 9) << Pad("GPUS", 6)
-            << Pad("FREE", 6) << Pad("ADDRESS", 16) << Pad("ISOLATION", 26) << "REASON\n";
+            << Pad("FREE", 6) << Pad("ADDRESS", 16) << Pad("ISOLATION", 30) << "REASON\n";
   for (const json& n : j["nodes"]) {
     std::cout << Pad(n.value("name", ""), 16) << Pad(n.value("pool", ""), 10) << Pad(n.value("model", ""), 12)
               << Pad(n.value("state", ""), 9) << Pad(std::to_string(n.value("gpus", 0)), 6)
               << Pad(std::to_string(n.value("free_gpus", 0)), 6) << Pad(n.value("address", ""), 16)
-              << Pad(isolation(n), 26) << n.value("reason", "") << "\n";
+              << Pad(isolation(n), 30) << n.value("reason", "") << "\n";
   }
   return 0;
 }

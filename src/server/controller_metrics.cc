@@ -291,6 +291,17 @@ void Controller::Metrics(Done done) {
              Labels({{"node", node.name}, {"Hostname", node.name}, {"pool", cluster_.pool(node.pool).spec.name}}) +
              "} " + (nodes_[i].up ? "1" : "0") + "\n";
     }
+    // For alerting on a node whose agent cannot keep its workers apart (a kernel that
+    // refused the device program, --cgroups off): only what each agent reported.
+    MetricHeader(out, "gantry_node_isolated", "gauge",
+                 "1 where a node's agent keeps its workers apart this way (cgroups, gpu_devices, mig), else 0");
+    for (uint32_t i = 0; i < nodes_.size(); ++i) {
+      const core::Node& node = cluster_.node(core::NodeId(i));
+      for (const auto& [what, on] : nodes_[i].isolation) {
+        out += "gantry_node_isolated{" + Labels({{"node", node.name}, {"Hostname", node.name}, {"what", what}}) + "} " +
+               (on ? "1" : "0") + "\n";
+      }
+    }
     Reply reply;
     reply.text = std::move(out);
     reply.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -139,8 +139,10 @@ class ControllerMetricsTest : public ::testing::Test {
                       {"utilization", util}});
       if (mig.contains(std::to_string(i))) gpus.back()["mig"] = mig[std::to_string(i)];
     }
-    Reply r = ctl_->Heartbeat(
-        kMetricsAgent, "h100-0", {{"gpus", gpus}, {"running", running}, {"exits", exits}}, "127.0.0.1");
+    Reply r = ctl_->Heartbeat(kMetricsAgent, "h100-0",
+                              {{"gpus", gpus}, {"running", running}, {"exits", exits},
+                               {"isolation", {{"cgroups", true}, {"gpu_devices", false}}}},
+                              "127.0.0.1");
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
   }
   // The value of the series `series` ("name{labels}") in /metrics; -1 when absent.
@@ -233,6 +235,10 @@ TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
   EXPECT_EQ(Count(busy, "queue=\"\",gantry_job=\"\",user=\"\"} 0.5\n"), 4);
   EXPECT_EQ(Sample(m, "gantry_node_up{node=\"h100-0\",Hostname=\"h100-0\",pool=\"h100\"}"), 1);
   EXPECT_EQ(Sample(m, "gantry_node_up{node=\"h100-1\",Hostname=\"h100-1\",pool=\"h100\"}"), 0);
+  // What keeps each node's workers apart, as its agent reports it (h100-1 has none: no series).
+  EXPECT_EQ(Sample(m, "gantry_node_isolated{node=\"h100-0\",Hostname=\"h100-0\",what=\"cgroups\"}"), 1);
+  EXPECT_EQ(Sample(m, "gantry_node_isolated{node=\"h100-0\",Hostname=\"h100-0\",what=\"gpu_devices\"}"), 0);
+  EXPECT_EQ(Count(Series(ctl_->Metrics(), "gantry_node_isolated"), "node=\"h100-1\""), 0);
   // Every queue and tier has a wait histogram from the start; two started in research.
   EXPECT_EQ(Sample(m, "gantry_queue_wait_seconds_count{queue=\"research\",tier=\"standard\"}"), 2);
   EXPECT_EQ(

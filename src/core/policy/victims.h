@@ -4,9 +4,10 @@
 // victims and their costs made on its first use in a pass): never critical work, nor a
 // job resumed less than `min_run_before_repreempt` ago (except in a queue ordered by
 // attained service, whose ranks protect it once it has run a quantum); cheapest first:
-// best-effort before standard, then the least work lost since the last checkpoint. For a job it picks, under one of four rules (Mode), the cheapest eligible
-// victims (at most kMaxVictims), releases them on the ledger in a what-if until the job
-// fits, then gives back any the job can do without, most expensive first. For a critical
+// best-effort before standard, then the least work lost since the last checkpoint. For a
+// job it picks, under one of four rules (Mode), the cheapest eligible victims (at most
+// kMaxVictims), releases them on the ledger in a what-if until the job fits, then gives
+// back any the job can do without, most expensive first. For a critical
 // job whose cheapest victims leave no room (their GPUs scattered: shares of many GPUs,
 // say) it tries the victims of one node at a time instead, cheapest nodes first.
 // A job that is not critical takes a checkpointing victim only within

@@ -200,6 +200,18 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
     std::lock_guard lk(mu_);
     workers_ = std::move(workers);
   }
+  // A worker (seq `seq`, holding `alloc`) that tries to open each of `devices` (nodes in
+  // the test's folder: device_nodes.h), writes the answers to dir_/JOB.opens (Opens) and
+  // runs on.
+  json Opener(const std::string& job, int seq, const std::vector<std::string>& devices, json alloc) const {
+    const std::string out = (dir_ / (job + ".opens")).string();
+    const std::string cmd = "cd " + dir_.string() + "; " + OpenEachCommand(devices) + " > " + out + ".tmp; mv " +
+                            out + ".tmp " + out + "; sleep 60";
+    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
+                {"command", {"sh", "-c", cmd}}, {"alloc", std::move(alloc)}};
+  }
+  // What Opener's worker `job` wrote (polled for 10 s).
+  std::string Opens(const std::string& job) const { return AwaitText(dir_ / (job + ".opens")); }
   // A made-up /proc for the agent (--proc): the nvidia-caps character major (kCapsMajor)
   // and the driver's list of MIG access devices, `mig_minors`.
   static constexpr int kCapsMajor = 236;
@@ -240,12 +252,7 @@ json Mig1g(const std::string& uuid, int start) {
 TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
   json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0"),
                Gpu("GPU-c", "00000000:19:00.0")};
-  gpus[2]["mig"] = {{{"uuid", "MIG-c0"},
-                     {"profile", "1g.10gb"},
-                     {"start", 6},
-                     {"size", 1},
-                     {"memory_bytes", 10 * kGB},
-                     {"memory_used_bytes", 0}}};
+  gpus[2]["mig"] = json::array({Mig1g("MIG-c0", 6)});
   Script({{"gpus", gpus}});
   {
     std::lock_guard lk(mu_);
@@ -425,20 +432,12 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
       !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
-  auto worker = [&](const std::string& job, int seq, const json& alloc) {
-    const std::string out = (dir_ / (job + ".opens")).string();
-    const std::string cmd = "cd " + dir_.string() + "; " +
-                            OpenEachCommand({"nvidia0", "nvidia1", "nvidia7", "nvidiactl"}) + " > " + out +
-                            ".tmp; mv " + out + ".tmp " + out + "; sleep 60";
-    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
-                {"command", {"sh", "-c", cmd}}, {"alloc", alloc}};
-  };
-  SetWorkers({worker("whole", 1, {{"sharing", "exclusive"}, {"gpus", {1}}}),
-              worker("share", 2, {{"sharing", "mps"}, {"gpu", 2}, {"share_milli", 500}}),
-              worker("cpu", 3, {{"sharing", "exclusive"}, {"gpus", json::array()}})});
+  const std::vector<std::string> devices = {"nvidia0", "nvidia1", "nvidia7", "nvidiactl"};
+  SetWorkers({Opener("whole", 1, devices, {{"sharing", "exclusive"}, {"gpus", {1}}}),
+              Opener("share", 2, devices, {{"sharing", "mps"}, {"gpu", 2}, {"share_milli", 500}}),
+              Opener("cpu", 3, devices, {{"sharing", "exclusive"}, {"gpus", json::array()}})});
   StartAgent();
-  auto opens = [&](const std::string& job) { return AwaitText(dir_ / (job + ".opens")); };
-  const std::string whole = opens("whole"), share = opens("share"), cpu = opens("cpu");
+  const std::string whole = Opens("whole"), share = Opens("share"), cpu = Opens("cpu");
   const bool constrained = DevicesConstrained();
   if (GetParam() == "off") {
     EXPECT_FALSE(constrained) << AgentLog();
@@ -482,20 +481,14 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeEachOfFiveWorkersOpensExactlyItsOwnGpus)
       {"mps2", {{{"sharing", "mps"}, {"gpu", 7}, {"share_milli", 500}}, {7}}}};
   json list = json::array();
   int seq = 0;
-  for (const auto& [job, w] : workers) {
-    const std::string out = (dir_ / (job + ".opens")).string();
-    const std::string cmd = "cd " + dir_.string() + "; " + OpenEachCommand(names) + " > " + out + ".tmp; mv " +
-                            out + ".tmp " + out + "; sleep 60";
-    list.push_back({{"job", job}, {"run", 1}, {"rank", 0}, {"seq", ++seq}, {"action", "run"},
-                    {"command", {"sh", "-c", cmd}}, {"alloc", w.first}});
-  }
+  for (const auto& [job, w] : workers) list.push_back(Opener(job, ++seq, names, w.first));
   SetWorkers(list);
   StartAgent();
   Await(0, [](const json& h) { return h.value("running", json::array()).size() == 5; });
   const bool constrained = DevicesConstrained();
   if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
   for (const auto& [job, w] : workers) {
-    const std::string text = AwaitText(dir_ / (job + ".opens"));
+    const std::string text = Opens(job);
     ASSERT_FALSE(text.empty()) << job << " wrote nothing";
     for (int gpu = 0; gpu < 8; ++gpu) {
       const bool own = std::find(w.second.begin(), w.second.end(), gpu) != w.second.end();
@@ -579,18 +572,11 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
   }
   ASSERT_EQ(MakeGpuNodes(dir_, caps, kCapsMajor), "");
   for (const auto& [name, minor] : caps) names.push_back(name);
-  auto worker = [&](const std::string& job, int seq, json alloc) {
-    const std::string out = (dir_ / (job + ".opens")).string();
-    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
-                {"command", {"sh", "-c", "cd " + dir_.string() + "; " + OpenEachCommand(names) + " > " + out +
-                                             ".tmp; mv " + out + ".tmp " + out + "; sleep 60"}},
-                {"alloc", std::move(alloc)}};
-  };
   // job -> its GPU, GPU instance
   const std::map<std::string, std::pair<int, int>> own = {{"a0", {0, 0}}, {"a2", {0, 2}}, {"made", {1, 20}}};
-  SetWorkers({worker("a0", 1, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}}),
-              worker("a2", 2, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 2}}),
-              worker("made", 3,
+  SetWorkers({Opener("a0", 1, names, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}}),
+              Opener("a2", 2, names, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 2}}),
+              Opener("made", 3, names,
                      {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}, {"create", true},
                       {"memory_slices", 1}, {"compute_slices", 1}})});
   StartAgent();
@@ -604,7 +590,7 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
       << AgentLog();
   for (const auto& [job, where] : own) {
     const auto [gpu, gi] = where;
-    const std::string text = AwaitText(dir_ / (job + ".opens"));
+    const std::string text = Opens(job);
     ASSERT_FALSE(text.empty()) << job << " wrote nothing";
     for (int g = 0; g < 2; ++g) {
       EXPECT_EQ(Refused(text, "nvidia" + std::to_string(g)), constrained && g != gpu) << job << ":\n" << text;
@@ -630,7 +616,7 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
 TEST_P(AgentOnFakeNvml, AMigWorkerTheDriversListDoesNotCoverRunsUnfencedAndTheAgentSaysSo) {
   json gpus = {Gpu("GPU-a", "00000000:17:00.0")};
   gpus[0]["minor"] = 5;
-  gpus[0]["mig"] = {Mig1g("MIG-a0", 0)};
+  gpus[0]["mig"] = json::array({Mig1g("MIG-a0", 0)});
   Script({{"gpus", gpus}});
   FakeProc("config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n");
   SetWorkers({Worker("a", {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}})});
@@ -653,7 +639,7 @@ TEST_P(AgentOnFakeNvml, AContainerGetsItsGpusDeviceFilesByMinorAndItsMigInstance
   json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
   gpus[0]["minor"] = 7;
   gpus[1]["minor"] = 3;
-  gpus[1]["mig"] = {Mig1g("MIG-b0", 0)};
+  gpus[1]["mig"] = json::array({Mig1g("MIG-b0", 0)});
   Script({{"gpus", gpus}});
   FakeProc("config 1\nmonitor 2\ngpu3/gi0/access 30\ngpu3/gi0/ci0/access 31\ngpu3/gi1/access 39\n"
            "gpu3/gi1/ci0/access 40\n");
@@ -736,12 +722,8 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyI
       for (int ci : {-1, 0}) names.push_back("cap" + std::to_string(cap(g, i, ci)));
     }
     for (int i = 0; i < kInstances; ++i) {
-      const std::string job = "g" + std::to_string(g) + "i" + std::to_string(i);
-      const std::string out = (dir_ / (job + ".opens")).string();
-      list.push_back({{"job", job}, {"run", 1}, {"rank", 0}, {"seq", 1 + g * kInstances + i}, {"action", "run"},
-                      {"command", {"sh", "-c", "cd " + dir_.string() + "; " + OpenEachCommand(names) + " > " + out +
-                                                   ".tmp; mv " + out + ".tmp " + out + "; sleep 60"}},
-                      {"alloc", {{"sharing", "mig"}, {"gpu", g}, {"mig", "1g.10gb"}, {"start", i}}}});
+      list.push_back(Opener("g" + std::to_string(g) + "i" + std::to_string(i), 1 + g * kInstances + i, names,
+                            {{"sharing", "mig"}, {"gpu", g}, {"mig", "1g.10gb"}, {"start", i}}));
     }
   }
   SetWorkers(list);
@@ -755,7 +737,7 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyI
   for (int g = 0; g < kGpus; ++g) {
     for (int i = 0; i < kInstances; ++i) {
       const std::string job = "g" + std::to_string(g) + "i" + std::to_string(i);
-      const std::string text = AwaitText(dir_ / (job + ".opens"));
+      const std::string text = Opens(job);
       ASSERT_FALSE(text.empty()) << job << " wrote nothing";
       for (int other = 0; other < kGpus; ++other) {
         EXPECT_EQ(Refused(text, "nvidia" + std::to_string(other)), constrained && other != g) << job << ":\n" << text;
@@ -830,8 +812,7 @@ class AgentMakesMig : public AgentOnFakeNvml {
   json Gpus() {
     json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")};
     gpus[0]["mig"] = json::array();
-    gpus[1]["mig"] = {{{"uuid", "MIG-b6"}, {"profile", "1g.10gb"}, {"start", 6}, {"size", 1},
-                       {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}}};
+    gpus[1]["mig"] = json::array({Mig1g("MIG-b6", 6)});
     return gpus;
   }
 };

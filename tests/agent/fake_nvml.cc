@@ -512,23 +512,23 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t dev, u
   return kSuccess;
 }
 
-FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t mig, unsigned int* id) {
+// What `of` says of MIG device `mig` (the two id getters below).
+static nvmlReturn_t MigDeviceId(nvmlDevice_t mig, unsigned int* id, unsigned (*of)(const Ref&)) {
   std::lock_guard lk(mu);
   Ref r;
   if (nvmlReturn_t rc = Find(mig, r); rc != kSuccess) return rc;
   if (!r.mig || r.compute) return kInvalidArgument;
-  *id = r.made ? r.made->gi_id : r.mig_index;
+  *id = of(r);
   return kSuccess;
+}
+
+FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t mig, unsigned int* id) {
+  return MigDeviceId(mig, id, [](const Ref& r) { return r.made ? r.made->gi_id : r.mig_index; });
 }
 
 // A made instance's one compute instance is 0; a scripted one's its "ci_id" (default 0).
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t mig, unsigned int* id) {
-  std::lock_guard lk(mu);
-  Ref r;
-  if (nvmlReturn_t rc = Find(mig, r); rc != kSuccess) return rc;
-  if (!r.mig || r.compute) return kInvalidArgument;
-  *id = r.made ? 0u : r.mig->value("ci_id", 0u);
-  return kSuccess;
+  return MigDeviceId(mig, id, [](const Ref& r) { return r.made ? 0u : r.mig->value("ci_id", 0u); });
 }
 
 FAKE_EXPORT nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t dev, unsigned int id,

@@ -25,6 +25,18 @@ class DynBitset {
   void reset(uint32_t i) { words_[i >> 6] &= ~(uint64_t{1} << (i & 63)); }
   void assign(uint32_t i, bool v) { v ? set(i) : reset(i); }
 
+  bool Any() const {
+    for (uint64_t w : words_) {
+      if (w != 0) return true;
+    }
+    return false;
+  }
+  uint32_t Count() const {
+    uint32_t n = 0;
+    for (uint64_t w : words_) n += static_cast<uint32_t>(std::popcount(w));
+    return n;
+  }
+
   // Lowest set index in [from, to), or kNone.
   uint32_t FindNext(uint32_t from, uint32_t to) const {
     if (from >= to) return kNone;

@@ -170,50 +170,48 @@ void Ledger::Release(const WorkerAlloc& w) {
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
   Touch(w.node);
-  auto give_whole = [&](int local) {
+  for (uint64_t m = ReleaseGpus(gpus_.data() + n.first_gpu.v, w, cluster_->catalog(), n.model); m != 0; m &= m - 1) {
+    const int local = std::countr_zero(m);  // a GPU now free whole
     ++ns.free_whole;
     ++domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
     ++leaf_free_[n.leaf.v];
-  };
-  switch (w.sharing) {
-    case Sharing::kExclusive:
-      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
-        int local = std::countr_zero(m);
-        GpuState& s = gpus_[gpu_id(w.node, local).v];
-        assert(s.mode == GpuMode::kWhole);
-        s.mode = GpuMode::kFree;
-        give_whole(local);
-      }
-      break;
-    case Sharing::kMig: {
-      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
-      const MigProfile& p = cluster_->catalog().model(n.model).mig_profiles[w.mig_profile];
-      assert(s.mode == GpuMode::kMig && s.holders > 0);
-      s.mig_memory = static_cast<uint8_t>(s.mig_memory & ~SliceMask(w.mig_start, p.memory_slices));
-      s.mig_compute = static_cast<uint8_t>(s.mig_compute - p.compute_slices);
-      if (--s.holders == 0) {
-        s = GpuState{};
-        give_whole(w.gpu);
-      }
-      break;
-    }
-    case Sharing::kMps:
-    case Sharing::kTimeslice: {
-      GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
-      assert(s.mode == GpuMode::kShared && s.holders > 0);
-      s.share_used = static_cast<int16_t>(s.share_used - w.share_milli);
-      s.vram_used -= w.vram_bytes;
-      if (--s.holders == 0) {
-        s = GpuState{};
-        give_whole(w.gpu);
-      }
-      break;
-    }
   }
   ns.free_cpus_milli += w.cpus_milli;
   ns.free_memory_bytes += w.memory_bytes;
   used_units_ -= GpuUnitsHeld(w);
   Retouch(w);
+}
+
+uint64_t Ledger::ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model) {
+  switch (w.sharing) {
+    case Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
+        GpuState& s = gpus[std::countr_zero(m)];
+        assert(s.mode == GpuMode::kWhole);
+        s.mode = GpuMode::kFree;
+      }
+      return w.gpu_mask;
+    case Sharing::kMig: {
+      GpuState& s = gpus[w.gpu];
+      const MigProfile& p = catalog.model(model).mig_profiles[w.mig_profile];
+      assert(s.mode == GpuMode::kMig && s.holders > 0);
+      s.mig_memory = static_cast<uint8_t>(s.mig_memory & ~SliceMask(w.mig_start, p.memory_slices));
+      s.mig_compute = static_cast<uint8_t>(s.mig_compute - p.compute_slices);
+      break;
+    }
+    case Sharing::kMps:
+    case Sharing::kTimeslice: {
+      GpuState& s = gpus[w.gpu];
+      assert(s.mode == GpuMode::kShared && s.holders > 0);
+      s.share_used = static_cast<int16_t>(s.share_used - w.share_milli);
+      s.vram_used -= w.vram_bytes;
+      break;
+    }
+  }
+  GpuState& s = gpus[w.gpu];  // a MIG instance or a share: the GPU is free once its last holder goes
+  if (--s.holders > 0) return 0;
+  s = GpuState{};
+  return uint64_t{1} << w.gpu;
 }
 
 void Ledger::TakeGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model) {

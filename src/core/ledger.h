@@ -112,6 +112,8 @@ class Ledger {
   // The GPU side of allocating worker `w` on a node whose GPUs (of `model`) are `gpus`:
   // what Allocate does to the ledger's GPU states, and what-ifs do to a copy.
   static void TakeGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model);
+  // Its counterpart for releasing `w`: the local GPUs it leaves free whole (bit i = GPU i).
+  static uint64_t ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model);
   bool Fits(const WorkerAlloc& w) const;
 
   void Allocate(const WorkerAlloc& w);

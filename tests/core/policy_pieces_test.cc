@@ -2,7 +2,9 @@
 // answers on a cluster small enough to reason about by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "core/policy/queue_order.h"
 #include "core/policy/reserver.h"
@@ -119,6 +121,104 @@ TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
   std::sort(needed.begin(), needed.end());
   EXPECT_EQ(needed, (std::vector<JobId>{notebook, train}));
   EXPECT_EQ(Used(), before);
+}
+
+// Choose releases its candidates only where a bound on what they free says the job could
+// fit (VictimSelector::MayMakeRoom); wherever asserts are on, the bound is checked against
+// the what-if itself. Each kind of request, once where the best-effort victims cannot make
+// room (other work stays on the GPUs, nodes or leaf it needs) and once where they can.
+TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
+  const Catalog catalog = Catalog::BuiltIn();
+  // Leaves of two nodes; the last node's two GPUs take MIG instances and MPS shares.
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 4, 8, "H100-80GB", 2),
+                                       Pool(catalog, "split", 1, 2, "H100-80GB", 0, 1,
+                                            Bit(Sharing::kMig) | Bit(Sharing::kMps))});
+  const QueueTree queues = MakeQueues({QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  Scheduler sched(cluster, queues, MakePolicy("fifo"));
+  const ModelId h100 = testing::Model(catalog, "H100-80GB");
+  auto run = [&](JobSpec spec, Tier tier, WorkerAlloc at) {
+    spec.tier = tier;
+    const JobId id = sched.Submit(spec, 0);
+    std::string why;
+    EXPECT_TRUE(sched.Adopt(id, {at}, 0, &why)) << spec.id << ": " << why;
+    return id;
+  };
+  auto whole = [&](uint32_t node, uint64_t mask) {
+    WorkerAlloc w;
+    w.node = NodeId(node);
+    w.gpu_mask = mask;
+    return w;
+  };
+  // Leaf 0: node 0 best-effort, node 1 critical. Leaf 1: node 2 half best-effort, half
+  // critical; node 3 best-effort.
+  const JobId be0 = run(Whole(catalog, "be0", 1, 8), Tier::kBestEffort, whole(0, 0xff));
+  run(Whole(catalog, "crit1", 1, 8), Tier::kCritical, whole(1, 0xff));
+  const JobId be2 = run(Whole(catalog, "be2", 1, 4), Tier::kBestEffort, whole(2, 0x0f));
+  run(Whole(catalog, "crit2", 1, 4), Tier::kCritical, whole(2, 0xf0));
+  const JobId be3 = run(Whole(catalog, "be3", 1, 8), Tier::kBestEffort, whole(3, 0xff));
+  // The split node: GPU 0 holds two 3g.40gb instances (best-effort at slice 0, critical
+  // at 4); GPU 1 MPS shares of 0.5 (critical) and 0.3 (best-effort).
+  const int g3 = catalog.FindProfile(h100, "3g.40gb");
+  ASSERT_GE(g3, 0);
+  auto mig = [&](int start) {
+    WorkerAlloc w;
+    w.node = NodeId(4);
+    w.sharing = Sharing::kMig;
+    w.gpu = 0;
+    w.mig_profile = static_cast<int8_t>(g3);
+    w.mig_start = static_cast<int8_t>(start);
+    return w;
+  };
+  auto mps = [&](int milli) {
+    WorkerAlloc w;
+    w.node = NodeId(4);
+    w.sharing = Sharing::kMps;
+    w.gpu = 1;
+    w.share_milli = static_cast<int16_t>(milli);
+    w.vram_bytes = 10 * kGB;
+    return w;
+  };
+  const JobId be_mig = run(testing::Mig(catalog, "be-mig", "3g.40gb"), Tier::kBestEffort, mig(0));
+  run(testing::Mig(catalog, "crit-mig", "3g.40gb"), Tier::kCritical, mig(4));
+  run(testing::Shared(catalog, "crit-mps", Sharing::kMps, 500, 10), Tier::kCritical, mps(500));
+  const JobId be_mps = run(testing::Shared(catalog, "be-mps", Sharing::kMps, 300, 10), Tier::kBestEffort, mps(300));
+
+  QueueOrdering ordering;
+  ordering.Init(sched);
+  VictimSelector victims(ordering);
+  const std::function<bool(JobId)> never = [](JobId) { return false; };
+  const GpuUnits used = sched.ledger().used_units();
+  // The victims Choose picks for a standard job of this shape beyond its guarantee
+  // (best_effort_yields_to: standard), or nullopt for none. (For a critical job Choose
+  // would go on node by node where the cheapest victims leave no room.)
+  auto choose = [&](JobSpec spec) -> std::optional<std::vector<JobId>> {
+    spec.tier = Tier::kStandard;
+    const JobId id = sched.Submit(spec, 10 * kS);
+    victims.NewPass();
+    std::vector<JobId> needed;
+    Allocation fit;
+    const bool ok = victims.Choose(sched, sched.job(id), VictimSelector::Mode::kTier, ~ModelMask{0}, 0, 10 * kS,
+                                   never, needed, fit);
+    EXPECT_EQ(sched.ledger().used_units(), used) << spec.id << ": the what-if leaves the ledger as it was";
+    sched.Finish(id, 10 * kS);  // gone again
+    if (!ok) return std::nullopt;
+    std::sort(needed.begin(), needed.end());
+    return needed;
+  };
+  using Victims = std::optional<std::vector<JobId>>;
+  // Two whole nodes in one leaf: each leaf keeps a critical job on one of its nodes.
+  EXPECT_EQ(choose(Whole(catalog, "leaf-gang", 2, 8, Topology::kLeaf)), Victims{});
+  EXPECT_EQ(choose(Whole(catalog, "leaf-halves", 3, 4, Topology::kLeaf)), (Victims{{be2, be3}}));
+  EXPECT_EQ(choose(Whole(catalog, "spine-gang", 2, 8, Topology::kSpine)), (Victims{{be0, be3}}));
+  EXPECT_EQ(choose(Whole(catalog, "node-8", 1, 8, Topology::kNode)), (Victims{{be0}}));
+  EXPECT_EQ(choose(Whole(catalog, "node-16", 2, 8, Topology::kNode)), Victims{});
+  EXPECT_EQ(choose(Whole(catalog, "spine-3", 3, 8, Topology::kSpine)), Victims{});
+  // A whole GPU's instance: the critical instance stays on GPU 0, shares on GPU 1.
+  EXPECT_EQ(choose(testing::Mig(catalog, "mig-7g", "7g.80gb")), Victims{});
+  EXPECT_EQ(choose(testing::Mig(catalog, "mig-3g", "3g.40gb")), (Victims{{be_mig}}));
+  // Shares: 0.5 stays taken on GPU 1.
+  EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.6", Sharing::kMps, 600, 10)), Victims{});
+  EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.5", Sharing::kMps, 500, 10)), (Victims{{be_mps}}));
 }
 
 }  // namespace

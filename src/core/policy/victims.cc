@@ -1,6 +1,7 @@
 #include "core/policy/victims.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cassert>
 #include <limits>
@@ -82,8 +83,19 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     return freed >= over_burst && ledger.up_units() - ledger.used_units() >= need &&
            s.placer().Place(spec, Fit::kBest, fit);
   };
+  // Where a bound on what all of them free says there is no room, they are not released
+  // (the bound is checked against the what-if wherever asserts are on).
+  const bool may = MayMakeRoom(s, spec, ask.accepts);
+#ifdef NDEBUG
+  if (may) {
+    for (const Victim& c : candidates) take(c);
+  }
+  if (may && room()) {  // then the cheapest that make room, one by one
+#else
   for (const Victim& c : candidates) take(c);
-  if (room()) {  // then the cheapest that make room, one by one
+  if (room()) {
+    assert(may);
+#endif
     ledger.Release(fit);
     fit.clear();
     ledger.Rollback(what_if);
@@ -103,6 +115,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
       ledger.Rollback(what_if);
       return false;
     }
+    freed = 0;  // the units of the victims node by node
+    for (JobId v : chosen) freed += s.job(v).units;
   }
   ledger.Release(fit);
   fit.clear();
@@ -130,6 +144,136 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   // The victims keep their GPUs through their grace period.
   ledger.Rollback(what_if);
   return true;
+}
+
+// Most what-ifs that fail do so for want of the right GPUs, not of victims: at 100,000
+// GPUs with 10,000 pending jobs, MIG instances, MPS shares and leaf gangs whose 64
+// cheapest candidates are scattered over the cluster (2,500 of a run's 7,200 what-ifs),
+// each what-if releasing them all, searching and rolling back. The bound counts, on the
+// nodes the candidates hold, the GPUs as the releases would leave them (Ledger::ReleaseGpus
+// on copies), and elsewhere reads the ledger's indexes; a placement needs more (CPUs,
+// memory, VRAM, the model, the placer's choices), so where the bound finds no room the
+// what-if would not either. O(the candidates' workers + the pools' index words, and the
+// leaves for a leaf gang that the counts do not rule out).
+bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts) {
+  const Ledger& ledger = s.ledger();
+  const Cluster& cluster = s.cluster();
+  const bool whole = spec.sharing == Sharing::kExclusive;
+  const int g = spec.gpus;
+  const int workers = spec.replicas;
+  if (whole ? g < 1 : workers != 1) return true;  // CPU-only jobs, gangs of shares: not bounded
+  // The nodes the candidates hold.
+  holds_.clear();
+  for (const Victim& c : candidates_) {
+    for (const WorkerAlloc& w : s.job(c.id).alloc) holds_.emplace_back(w.node.v, &w);
+  }
+  std::sort(holds_.begin(), holds_.end());
+  after_.clear();
+  std::array<GpuState, kMaxGpusPerNode> gpus;
+  for (size_t i = 0; i < holds_.size();) {
+    const NodeId id(holds_[i].first);
+    const Node& node = cluster.node(id);
+    uint64_t freed = 0;
+    for (int k = 0; k < node.gpus; ++k) gpus[k] = ledger.gpu(GpuId(node.first_gpu.v + k));
+    for (; i < holds_.size() && holds_[i].first == id.v; ++i) {
+      freed |= Ledger::ReleaseGpus(gpus.data(), *holds_[i].second, cluster.catalog(), node.model);
+    }
+    if (!ledger.node(id).up || (PoolBit(node.pool) & accepts) == 0) continue;
+    if (whole) {
+      const int now = ledger.node(id).free_whole;
+      const int free = now + std::popcount(freed);
+      if (free >= g * workers) return true;
+      after_.push_back(After{id.v, free, free - now});
+      continue;
+    }
+    const int profile = spec.sharing == Sharing::kMig ? spec.mig_index[node.model.v] : -1;
+    for (int k = 0; k < node.gpus; ++k) {
+      const GpuState& a = gpus[k];
+      if (a.mode == GpuMode::kFree) return true;
+      if (profile >= 0 && Ledger::MigStartOn(a, cluster.catalog().model(node.model).mig_profiles[profile]) >= 0) {
+        return true;
+      }
+      if (spec.sharing != Sharing::kMig && a.mode == GpuMode::kShared && a.share_mode == spec.sharing &&
+          a.share_used + spec.share_milli <= kShareScale) {
+        return true;
+      }
+    }
+  }
+  // Elsewhere the GPUs are as they are now.
+  const std::vector<Pool>& pools = cluster.pools();
+  auto accepted = [&](uint32_t p) { return (PoolBit(PoolId(p)) & accepts) != 0; };
+  if (!whole) {
+    for (uint32_t p = 0; p < pools.size(); ++p) {
+      if (!accepted(p)) continue;
+      const PoolId pool(p);
+      for (int k = 1; k <= pools[p].spec.gpus; ++k) {
+        if (ledger.nodes_with_free(pool, k).Any()) return true;  // a free GPU
+      }
+      if (spec.sharing == Sharing::kMig) {
+        const ModelId model = pools[p].spec.model;
+        if (model.valid() && spec.mig_index[model.v] >= 0 && ledger.mig_fit(pool, spec.mig_index[model.v]).Any()) {
+          return true;
+        }
+      } else {
+        for (int level = Ledger::ShareLevel(spec.share_milli); level < Ledger::kShareLevels; ++level) {
+          if (ledger.shared_level(pool, spec.sharing, level).Any()) return true;
+        }
+      }
+    }
+    return false;
+  }
+  if (spec.topology <= Topology::kNode) {  // all its workers on one node
+    for (uint32_t p = 0; p < pools.size(); ++p) {
+      for (int k = g * workers; accepted(p) && k <= pools[p].spec.gpus; ++k) {
+        if (ledger.nodes_with_free(PoolId(p), k).Any()) return true;
+      }
+    }
+    return false;
+  }
+  // Workers of g GPUs that the accepted pools' nodes could take, in all.
+  int fits = 0;
+  for (const After& a : after_) fits += a.free_whole / g - (a.free_whole - a.gained) / g;
+  for (uint32_t p = 0; p < pools.size() && fits < workers; ++p) {
+    for (int k = pools[p].spec.gpus; accepted(p) && k >= g && fits < workers; --k) {
+      const DynBitset& nodes = ledger.nodes_with_free(PoolId(p), k);
+      fits += workers == 1 ? nodes.Any() : static_cast<int>(nodes.Count()) * (k / g);
+    }
+  }
+  if (fits < workers) return false;
+  if (spec.topology == Topology::kSpine) return true;
+  // A leaf gang: in one leaf. The GPUs the releases free, by leaf.
+  leaf_gain_.clear();
+  for (const After& a : after_) leaf_gain_.emplace_back(cluster.node(NodeId(a.node)).leaf.v, a.gained);
+  std::sort(leaf_gain_.begin(), leaf_gain_.end());
+  size_t leaves = 0;
+  for (size_t i = 0; i < leaf_gain_.size(); ++i) {
+    if (leaves > 0 && leaf_gain_[leaves - 1].first == leaf_gain_[i].first) {
+      leaf_gain_[leaves - 1].second += leaf_gain_[i].second;
+    } else {
+      leaf_gain_[leaves++] = leaf_gain_[i];
+    }
+  }
+  leaf_gain_.resize(leaves);
+  for (uint32_t p = 0; p < pools.size(); ++p) {
+    for (int l = 0; accepted(p) && l < pools[p].leaf_count; ++l) {
+      const LeafId leaf(pools[p].first_leaf.v + static_cast<uint32_t>(l));
+      // Its free GPUs with those freed there first (a bound on the workers it takes), then,
+      // where that is enough, node by node.
+      auto gained = std::lower_bound(leaf_gain_.begin(), leaf_gain_.end(), std::pair{leaf.v, 0});
+      const int more = gained != leaf_gain_.end() && gained->first == leaf.v ? gained->second : 0;
+      if ((ledger.leaf_free(leaf) + more) / g < workers) continue;
+      int in_leaf = 0;
+      for (NodeId n : cluster.leaf(leaf).nodes) {
+        auto a = std::lower_bound(after_.begin(), after_.end(), n.v,
+                                  [](const After& x, uint32_t node) { return x.node < node; });
+        in_leaf += a != after_.end() && a->node == n.v ? a->free_whole / g
+                   : ledger.node(n).up                 ? ledger.node(n).free_whole / g
+                                                       : 0;
+      }
+      if (in_leaf >= workers) return true;
+    }
+  }
+  return false;
 }
 
 void VictimSelector::Holdings(const Scheduler& s, const JobRecord& job) {

@@ -170,6 +170,10 @@ class VictimSelector {
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
   // the job.
   void Candidates(const Scheduler& s, const Ask& a);
+  // Whether releasing every candidate could leave room for `spec` on pools `accepts`:
+  // an upper bound, counting GPUs as the releases would leave them and ignoring CPUs,
+  // memory, VRAM and the placer's choices, so false is certain. See MayMakeRoom in the .cc.
+  bool MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts);
   // Whether the what-if may take victim `c`: standard work only where all of it is
   // borrowed, counting `taken`, which then grows by it.
   bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
@@ -222,6 +226,16 @@ class VictimSelector {
   std::vector<Victim> eligible_;     // NodeByNode: the eligible victims
   std::vector<NodeCost> nodes_;      // NodeByNode: the nodes it tries first, with their costs
   std::vector<uint32_t> touched_;    // NodeByNode: the same, by node
+  // MayMakeRoom: the candidates' workers by node, and per node they touch the whole GPUs
+  // free after releasing them (and that many more than now).
+  std::vector<std::pair<uint32_t, const WorkerAlloc*>> holds_;
+  struct After {
+    uint32_t node;
+    int free_whole;  // after
+    int gained;      // GPUs free after, not now
+  };
+  std::vector<After> after_;                          // by node
+  std::vector<std::pair<uint32_t, int>> leaf_gain_;  // GPUs gained by leaf
 
   // NodeByNode's index of the pass, made on its first call, a pool at a time as asked
   // for: the victims on each node, and per pool the nodes holding best-effort victims by

@@ -83,28 +83,40 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     return freed >= over_burst && ledger.up_units() - ledger.used_units() >= need &&
            s.placer().Place(spec, Fit::kBest, fit);
   };
-  // Where a bound on what all of them free says there is no room, they are not released
-  // (the bound is checked against the what-if wherever asserts are on).
-  const bool may = MayMakeRoom(s, spec, ask.accepts);
-#ifdef NDEBUG
-  if (may) {
-    for (const Victim& c : candidates) take(c);
-  }
-  if (may && room()) {  // then the cheapest that make room, one by one
-#else
-  for (const Victim& c : candidates) take(c);
-  if (room()) {
-    assert(may);
-#endif
-    ledger.Release(fit);
-    fit.clear();
+  auto restart = [&] {
     ledger.Rollback(what_if);
     what_if = ledger.Checkpoint();
     chosen.clear();
     freed = 0;
     taken.clear();
-    for (const Victim& c : candidates) {
-      if (take(c) && room()) break;
+  };
+  // Most what-ifs that find room need only the cheapest victim (three quarters at 100,000
+  // GPUs): it is tried alone first where the job may fit on the GPUs it frees, and the
+  // rest are not released. (Only a guess: where it is wrong, one placement is lost, and
+  // the walk below finds the same victims.)
+  if (candidates.size() > 1 && MayMakeRoom(s, spec, ask.accepts, {candidates.data(), 1}, /*released_only=*/true)) {
+    if (!take(candidates[0]) || !room()) restart();
+  }
+  if (fit.empty()) {
+    // Where a bound on what all of them free says there is no room, they are not released
+    // (the bound is checked against the what-if wherever asserts are on).
+    const bool may = MayMakeRoom(s, spec, ask.accepts, candidates, /*released_only=*/false);
+#ifdef NDEBUG
+    if (may) {
+      for (const Victim& c : candidates) take(c);
+    }
+    if (may && room()) {  // then the cheapest that make room, one by one
+#else
+    for (const Victim& c : candidates) take(c);
+    if (room()) {
+      assert(may);
+#endif
+      ledger.Release(fit);
+      fit.clear();
+      restart();
+      for (const Victim& c : candidates) {
+        if (take(c) && room()) break;
+      }
     }
   }
   if (fit.empty()) {
@@ -155,7 +167,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
 // memory, VRAM, the model, the placer's choices), so where the bound finds no room the
 // what-if would not either. O(the candidates' workers + the pools' index words, and the
 // leaves for a leaf gang that the counts do not rule out).
-bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts) {
+bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts,
+                                 std::span<const Victim> victims, bool released_only) {
   const Ledger& ledger = s.ledger();
   const Cluster& cluster = s.cluster();
   const bool whole = spec.sharing == Sharing::kExclusive;
@@ -164,7 +177,7 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
   if (whole ? g < 1 : workers != 1) return true;  // CPU-only jobs, gangs of shares: not bounded
   // The nodes the candidates hold.
   holds_.clear();
-  for (const Victim& c : candidates_) {
+  for (const Victim& c : victims) {
     for (const WorkerAlloc& w : s.job(c.id).alloc) holds_.emplace_back(w.node.v, &w);
   }
   std::sort(holds_.begin(), holds_.end());
@@ -187,18 +200,22 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
       continue;
     }
     const int profile = spec.sharing == Sharing::kMig ? spec.mig_index[node.model.v] : -1;
+    const int64_t vram = node.model.valid() ? cluster.catalog().model(node.model).memory_bytes : 0;
     for (int k = 0; k < node.gpus; ++k) {
       const GpuState& a = gpus[k];
-      if (a.mode == GpuMode::kFree) return true;
       if (profile >= 0 && Ledger::MigStartOn(a, cluster.catalog().model(node.model).mig_profiles[profile]) >= 0) {
-        return true;
+        return true;  // (a free GPU included)
       }
-      if (spec.sharing != Sharing::kMig && a.mode == GpuMode::kShared && a.share_mode == spec.sharing &&
-          a.share_used + spec.share_milli <= kShareScale) {
+      if (spec.sharing != Sharing::kMig &&
+          (a.mode == GpuMode::kFree ? spec.vram_bytes <= vram
+                                    : a.mode == GpuMode::kShared && a.share_mode == spec.sharing &&
+                                          a.share_used + spec.share_milli <= kShareScale &&
+                                          a.vram_used + spec.vram_bytes <= vram)) {
         return true;
       }
     }
   }
+  if (released_only) return false;
   // Elsewhere the GPUs are as they are now.
   const std::vector<Pool>& pools = cluster.pools();
   auto accepted = [&](uint32_t p) { return (PoolBit(PoolId(p)) & accepts) != 0; };

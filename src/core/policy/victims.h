@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -170,10 +171,12 @@ class VictimSelector {
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
   // the job.
   void Candidates(const Scheduler& s, const Ask& a);
-  // Whether releasing every candidate could leave room for `spec` on pools `accepts`:
-  // an upper bound, counting GPUs as the releases would leave them and ignoring CPUs,
-  // memory, VRAM and the placer's choices, so false is certain. See MayMakeRoom in the .cc.
-  bool MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts);
+  // Whether releasing `victims` could leave room for `spec` on pools `accepts`: an upper
+  // bound, counting GPUs as the releases would leave them and ignoring CPUs, memory, VRAM
+  // on whole GPUs and the placer's choices, so false is certain. `released_only`: on the
+  // nodes they hold only (all of a single-node job's workers there), a guess, not a bound.
+  bool MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts, std::span<const Victim> victims,
+                   bool released_only);
   // Whether the what-if may take victim `c`: standard work only where all of it is
   // borrowed, counting `taken`, which then grows by it.
   bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);

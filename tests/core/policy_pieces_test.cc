@@ -143,12 +143,7 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
     EXPECT_TRUE(sched.Adopt(id, {at}, 0, &why)) << spec.id << ": " << why;
     return id;
   };
-  auto whole = [&](uint32_t node, uint64_t mask) {
-    WorkerAlloc w;
-    w.node = NodeId(node);
-    w.gpu_mask = mask;
-    return w;
-  };
+  auto whole = [&](uint32_t node, uint64_t mask) { return WorkerAlloc{.node = NodeId(node), .gpu_mask = mask}; };
   // Leaf 0: node 0 best-effort, node 1 critical. Leaf 1: node 2 half best-effort, half
   // critical; node 3 best-effort.
   const JobId be0 = run(Whole(catalog, "be0", 1, 8), Tier::kBestEffort, whole(0, 0xff));
@@ -161,22 +156,12 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
   const int g3 = catalog.FindProfile(h100, "3g.40gb");
   ASSERT_GE(g3, 0);
   auto mig = [&](int start) {
-    WorkerAlloc w;
-    w.node = NodeId(4);
-    w.sharing = Sharing::kMig;
-    w.gpu = 0;
-    w.mig_profile = static_cast<int8_t>(g3);
-    w.mig_start = static_cast<int8_t>(start);
-    return w;
+    return WorkerAlloc{.node = NodeId(4), .sharing = Sharing::kMig, .gpu = 0, .mig_profile = static_cast<int8_t>(g3),
+                       .mig_start = static_cast<int8_t>(start)};
   };
   auto mps = [&](int milli) {
-    WorkerAlloc w;
-    w.node = NodeId(4);
-    w.sharing = Sharing::kMps;
-    w.gpu = 1;
-    w.share_milli = static_cast<int16_t>(milli);
-    w.vram_bytes = 10 * kGB;
-    return w;
+    return WorkerAlloc{.node = NodeId(4), .sharing = Sharing::kMps, .gpu = 1, .share_milli = static_cast<int16_t>(milli),
+                       .vram_bytes = 10 * kGB};
   };
   const JobId be_mig = run(testing::Mig(catalog, "be-mig", "3g.40gb"), Tier::kBestEffort, mig(0));
   run(testing::Mig(catalog, "crit-mig", "3g.40gb"), Tier::kCritical, mig(4));

@@ -164,8 +164,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
 // each what-if releasing them all, searching and rolling back. The bound counts, on the
 // nodes the candidates hold, the GPUs as the releases would leave them (Ledger::ReleaseGpus
 // on copies), and elsewhere reads the ledger's indexes; a placement needs more (CPUs,
-// memory, VRAM, the model, the placer's choices), so where the bound finds no room the
-// what-if would not either. O(the candidates' workers + the pools' index words, and the
+// memory, VRAM but on the released shared GPUs, the model, the placer's choices), so
+// where the bound finds no room the what-if would not either. O(the candidates' workers + the pools' index words, and the
 // leaves for a leaf gang that the counts do not rule out).
 bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts,
                                  std::span<const Victim> victims, bool released_only) {
@@ -199,7 +199,7 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
       after_.push_back(After{id.v, free, free - now});
       continue;
     }
-    const int profile = spec.sharing == Sharing::kMig ? spec.mig_index[node.model.v] : -1;
+    const int profile = spec.sharing == Sharing::kMig && node.model.valid() ? spec.mig_index[node.model.v] : -1;
     const int64_t vram = node.model.valid() ? cluster.catalog().model(node.model).memory_bytes : 0;
     for (int k = 0; k < node.gpus; ++k) {
       const GpuState& a = gpus[k];

@@ -35,7 +35,7 @@ inline Outcome Gantry(const std::string& args) {
   return Shell(std::string(GANTRY_BINARY) + " " + args + " 2>&1");
 }
 
-inline std::string Examples() { return std::string(GANTRY_SOURCE_DIR) + "/examples"; }
+inline std::string Examples() { return GANTRY_SOURCE_DIR "/examples"; }
 
 class CliTest : public ::testing::Test {
  protected:

@@ -165,8 +165,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
 // nodes the candidates hold, the GPUs as the releases would leave them (Ledger::ReleaseGpus
 // on copies), and elsewhere reads the ledger's indexes; a placement needs more (CPUs,
 // memory, VRAM but on the released shared GPUs, the model, the placer's choices), so
-// where the bound finds no room the what-if would not either. O(the candidates' workers + the pools' index words, and the
-// leaves for a leaf gang that the counts do not rule out).
+// where the bound finds no room the what-if would not either. O(the candidates' workers +
+// the pools' index words, and the leaves for a leaf gang that the counts do not rule out).
 bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts,
                                  std::span<const Victim> victims, bool released_only) {
   const Ledger& ledger = s.ledger();
@@ -219,13 +219,17 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
   // Elsewhere the GPUs are as they are now.
   const std::vector<Pool>& pools = cluster.pools();
   auto accepted = [&](uint32_t p) { return (PoolBit(PoolId(p)) & accepts) != 0; };
+  auto node_with_free = [&](uint32_t p, int at_least) {  // an up node of pool p with that many free GPUs
+    for (int k = at_least; k <= pools[p].spec.gpus; ++k) {
+      if (ledger.nodes_with_free(PoolId(p), k).Any()) return true;
+    }
+    return false;
+  };
   if (!whole) {
     for (uint32_t p = 0; p < pools.size(); ++p) {
       if (!accepted(p)) continue;
       const PoolId pool(p);
-      for (int k = 1; k <= pools[p].spec.gpus; ++k) {
-        if (ledger.nodes_with_free(pool, k).Any()) return true;  // a free GPU
-      }
+      if (node_with_free(p, 1)) return true;  // a free GPU
       if (spec.sharing == Sharing::kMig) {
         const ModelId model = pools[p].spec.model;
         if (model.valid() && spec.mig_index[model.v] >= 0 && ledger.mig_fit(pool, spec.mig_index[model.v]).Any()) {
@@ -241,9 +245,7 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
   }
   if (spec.topology <= Topology::kNode) {  // all its workers on one node
     for (uint32_t p = 0; p < pools.size(); ++p) {
-      for (int k = g * workers; accepted(p) && k <= pools[p].spec.gpus; ++k) {
-        if (ledger.nodes_with_free(PoolId(p), k).Any()) return true;
-      }
+      if (accepted(p) && node_with_free(p, g * workers)) return true;
     }
     return false;
   }

@@ -123,6 +123,59 @@ TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
   EXPECT_EQ(Used(), before);
 }
 
+// The cheapest victim is the one that loses least (GPUs x whole seconds since its last
+// checkpoint, or since it started without checkpoints; ties by id), at whatever time the
+// clock reads: the index keeps victims in an order that does not move with the clock
+// (by their checkpoint phase), read from the clock's phase round.
+TEST_F(PiecesTest, TheCheapestVictimIsTheOneThatLosesLeastAsTheClockMoves) {
+  auto start = [&](const char* id, int gpus, Tier tier, Ticks checkpoint, Ticks now) {
+    JobSpec j = Whole(catalog_, id, 1, gpus);
+    j.queue = *queues_.Find("lab");
+    j.tier = tier;
+    j.checkpoint = checkpoint;
+    const JobId job = sched_.Submit(j, now);
+    sched_.Schedule(now);
+    EXPECT_EQ(sched_.job(job).phase, Phase::kRunning) << id;
+    return job;
+  };
+  const JobId a = start("a", 1, Tier::kBestEffort, 100 * kS, 0);
+  const JobId b = start("b", 2, Tier::kBestEffort, 100 * kS, 30 * kS);
+  const JobId e = start("e", 1, Tier::kBestEffort, 100 * kS, 500);  // half a second after a
+  start("c", 1, Tier::kBestEffort, 0, 50 * kS);  // never checkpoints: lost since its start
+  const JobId d = start("d", 1, Tier::kBestEffort, 100 * kS, 60 * kS);
+  start("fill", 8, Tier::kStandard, 0, 60 * kS);
+  start("rest", 2, Tier::kStandard, 0, 60 * kS);
+  ASSERT_EQ(Used(), 16 * kGpuUnits);
+  JobSpec serve = Whole(catalog_, "serve", 1, 1);
+  serve.queue = *queues_.Find("prod");
+  serve.tier = Tier::kCritical;
+  const JobId waiting = sched_.Submit(serve, 60 * kS);
+  QueueOrdering ordering;
+  ordering.Init(sched_);
+  VictimSelector victims(ordering);
+  auto cheapest = [&](Ticks now) {
+    victims.NewPass();
+    std::vector<JobId> needed;
+    Allocation fit;
+    EXPECT_TRUE(victims.Choose(sched_, sched_.job(waiting), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0, now,
+                               never_, needed, fit));
+    EXPECT_EQ(needed.size(), 1u);
+    return needed.empty() ? JobId() : needed[0];
+  };
+  // Lost at 120.2 s: a 20 s, e 19 s, b 2 x 90, c 70, d 60.
+  EXPECT_EQ(cheapest(120'200), e);
+  // At 120.6 s a and e have both lost 20 whole seconds: the lower id.
+  EXPECT_EQ(cheapest(120'600), a);
+  // At 170 s: a 70, e 69, b 2 x 40, c 120, d 10.
+  EXPECT_EQ(cheapest(170 * kS), d);
+  // At 205 s a and e checkpointed again (5 and 4 s), b 2 x 75, c 155, d 45.
+  EXPECT_EQ(cheapest(205 * kS), e);
+  // At 255 s: a 55, e 54, b 2 x 25 (50), c 205, d 95.
+  EXPECT_EQ(cheapest(255 * kS), b);
+  // At 100,050 s: a 50, e 49 (49.5), b 2 x 20 (40), c 100,000, d 90.
+  EXPECT_EQ(cheapest(100'050 * kS), b);
+}
+
 // Choose releases its candidates only where a bound on what they free says the job could
 // fit (VictimSelector::MayMakeRoom); wherever asserts are on, the bound is checked against
 // the what-if itself. Each kind of request, once where the best-effort victims cannot make

@@ -41,7 +41,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     Ticks wake = kForever;
     for (Group& g : groups_) {
       if ((g.pools & ask.accepts) == 0) continue;
-      Prepare(s, g);
+      Windows(s, g);
       wake = std::min(wake, g.next_window[mode == Mode::kRank ? 1 : 0]);
     }
     if (wake < kForever) s.WakeAt(wake);
@@ -149,6 +149,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   for (JobId v : needed) {  // the caller preempts them
     const uint32_t pos = s.running_place(v);
     info_[pos].signaled = true;
+    signaled_.push_back(pos);
     Signaled(s, pos);
   }
   // Where the job will go once the needed victims are gone (held as its claim).
@@ -326,7 +327,14 @@ bool VictimSelector::AllBorrowed(const Scheduler& s, const JobRecord& job, const
 
 void VictimSelector::Index(Scheduler& s, Ticks now) {
   now_ = now;
-  for (Group& g : groups_) g.prepared = false;
+  for (Group& g : groups_) {
+    g.prepared = g.all_made = g.windows_made = false;
+    for (Bucket& b : g.buckets) b.skipped = 0;
+  }
+  for (uint32_t pos : signaled_) {
+    if (pos < info_.size()) info_[pos].signaled = false;
+  }
+  signaled_.clear();
   group_of_.resize(s.queues().size() + 1);
   const std::vector<JobId>& running = s.running();
   const std::vector<uint64_t>& stamps = s.running_stamps();
@@ -349,9 +357,11 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       info.queue = victim.spec.queue;
       info.preemptions = victim.preemptions;
       info.last_start = victim.last_start;
+      info.id = running[pos];
       info.checkpoint = victim.spec.checkpoint;
       info.units = victim.units;
       info.mark = kForever;
+      info.signaled = false;
       Where& where = where_[pos];
       where.pools = 0;
       where.nodes.clear();
@@ -363,10 +373,13 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       }
       // Not signaled (being stopped), nor critical.
       if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
-      resumed_[pos] = info.member != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
+      resumed_[pos] = info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
     }
     if (const Ticks start = resumed_[pos]; start != kNotResumed && now - start < min_run) {
       unprotect_ = std::min(unprotect_, start + min_run);
+      // Guarded this pass: a rule may take it only where its queue orders by rank.
+      const Info& info = info_[pos];
+      if (!ordering_.ByRank(info.queue)) ++groups_[info.group].buckets[info.bucket].skipped;
     }
   }
   indexed_ = true;
@@ -390,69 +403,181 @@ void VictimSelector::Join(uint32_t pos) {
     g.queue = queue;
   }
   info.group = *at;
-  std::vector<uint32_t>& members = groups_[info.group].members;
-  info.member = static_cast<uint32_t>(members.size());
-  members.push_back(pos);
+  Group& g = groups_[info.group];
+  auto bucket = std::find_if(g.buckets.begin(), g.buckets.end(),
+                             [&](const Bucket& b) { return b.units == info.units && b.checkpoint == info.checkpoint; });
+  if (bucket == g.buckets.end()) {
+    bucket = g.buckets.emplace(g.buckets.end());
+    bucket->units = info.units;
+    bucket->checkpoint = info.checkpoint;
+  }
+  info.bucket = static_cast<uint32_t>(bucket - g.buckets.begin());
+  bucket->entries.insert(Entry{Phase(info.last_start, info.checkpoint), info.id.v, pos});
 }
 
 void VictimSelector::Leave(uint32_t pos) {
   Info& info = info_[pos];
-  if (info.member == UINT32_MAX) return;
-  std::vector<uint32_t>& members = groups_[info.group].members;
-  members[info.member] = members.back();
-  info_[members.back()].member = info.member;
-  members.pop_back();
-  info.member = UINT32_MAX;
+  if (info.bucket == UINT32_MAX) return;
+  groups_[info.group].buckets[info.bucket].entries.erase(Entry{Phase(info.last_start, info.checkpoint), info.id.v, pos});
+  info.bucket = UINT32_MAX;
+}
+
+std::optional<VictimSelector::Victim> VictimSelector::Read(const Scheduler& s, const Group& g, uint32_t pos) {
+  const Ticks now = now_;
+  Info& info = info_[pos];
+  info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
+  if (info.guarded && !ordering_.ByRank(info.queue)) return std::nullopt;
+  const Ticks ck = info.checkpoint;
+  Ticks since = now - info.last_start;  // without checkpoints: since it started
+  if (ck > 0) {  // since its last checkpoint: the mark kept, unless one came since
+    if (!(info.mark <= now && now - info.mark < ck)) info.mark = now - since % ck;
+    since = now - info.mark;
+  }
+  info.cost = Victim::Cost(g.category, info.units * (since / kTicksPerSecond));
+  // Within a pass running() only grows (starts); jobs leave it between passes (Finish,
+  // Requeue), so a member's place still names the job Index read there.
+  return Victim{info.cost, s.running()[pos], pos};
 }
 
 void VictimSelector::Prepare(const Scheduler& s, Group& g) {
   if (g.prepared) return;
   g.prepared = true;
   g.victims.clear();
-  g.sorted_to = 0;
+  g.heap.clear();
+  g.cursors.resize(g.buckets.size());
   g.min_units = std::numeric_limits<GpuUnits>::max();
+  g.any = false;
+  for (uint32_t k = 0; k < g.buckets.size(); ++k) {
+    const Bucket& b = g.buckets[k];
+    if (b.entries.size() == b.skipped) continue;
+    g.any = true;
+    g.min_units = std::min(g.min_units, b.units);
+    Cursor& c = g.cursors[k];
+    c.bucket = k;
+    // The cheapest member's phase is the clock's or the nearest below it; then
+    // downwards, and round from the top.
+    c.start = c.at = b.entries.upper_bound(Entry{Phase(now_, b.checkpoint), 0, UINT32_MAX});
+    c.round = false;
+    c.subs.clear();
+    if (Fill(s, g, c)) g.heap.push_back(k);
+  }
+  std::make_heap(g.heap.begin(), g.heap.end(), [&](uint32_t x, uint32_t y) {
+    return g.cursors[y].subs.front().victim < g.cursors[x].subs.front().victim;
+  });
+}
+
+bool VictimSelector::Settle(const Scheduler& s, const Group& g, Sub& x) {
+  for (;;) {
+    if (const std::optional<Victim> v = Read(s, g, x.at->pos)) {
+      x.victim = *v;
+      return true;
+    }
+    if (x.at == x.first) return false;
+    --x.at;
+  }
+}
+
+bool VictimSelector::Fill(const Scheduler& s, const Group& g, Cursor& c) {
+  if (!c.subs.empty()) return true;
+  const Bucket& b = g.buckets[c.bucket];
+  const Entries& entries = b.entries;
+  auto by_id = [](const Sub& x, const Sub& y) { return y.victim.id < x.victim.id; };
+  // The next phase down (round from the top once), if any is unread.
+  auto next_phase = [&]() -> std::optional<Ticks> {
+    if (c.at == entries.begin()) {
+      if (c.round) return std::nullopt;
+      c.round = true;
+      c.at = entries.end();
+    }
+    if (c.round && c.at == c.start) return std::nullopt;
+    return std::prev(c.at)->phase;
+  };
+  // What a member of that phase has lost (as Read works it out).
+  auto cost = [&](Ticks phase) {
+    const Ticks ck = b.checkpoint;
+    const Ticks since = ck > 0 ? Phase(Phase(now_, ck) - phase, ck) : now_ - phase;
+    return Victim::Cost(g.category, b.units * (since / kTicksPerSecond));
+  };
+  while (c.subs.empty()) {
+    std::optional<Ticks> phase = next_phase();
+    if (!phase) return false;
+    const uint64_t run = cost(*phase);
+    do {  // every phase of that cost
+      const auto first = entries.lower_bound(Entry{*phase, UINT32_MAX, 0});
+      Sub x{std::prev(c.at), first, {}};
+      c.at = first;
+      if (Settle(s, g, x)) {
+        c.subs.push_back(x);
+        std::push_heap(c.subs.begin(), c.subs.end(), by_id);
+      }
+      phase = next_phase();
+    } while (phase && cost(*phase) == run);
+  }
+  return true;
+}
+
+bool VictimSelector::More(const Scheduler& s, Group& g) {
+  if (g.heap.empty()) return false;
+  auto later = [&](uint32_t x, uint32_t y) {
+    return g.cursors[y].subs.front().victim < g.cursors[x].subs.front().victim;
+  };
+  auto by_id = [](const Sub& x, const Sub& y) { return y.victim.id < x.victim.id; };
+  std::pop_heap(g.heap.begin(), g.heap.end(), later);
+  Cursor& c = g.cursors[g.heap.back()];
+  std::pop_heap(c.subs.begin(), c.subs.end(), by_id);
+  Sub& x = c.subs.back();
+  assert(g.victims.empty() || g.victims.back() < x.victim);  // the order a sort gives
+  g.victims.push_back(x.victim);
+  if (x.at != x.first && (--x.at, Settle(s, g, x))) {
+    std::push_heap(c.subs.begin(), c.subs.end(), by_id);
+  } else {
+    c.subs.pop_back();
+  }
+  if (Fill(s, g, c)) {
+    std::push_heap(g.heap.begin(), g.heap.end(), later);
+  } else {
+    g.heap.pop_back();
+  }
+  return true;
+}
+
+const std::vector<VictimSelector::Victim>& VictimSelector::All(const Scheduler& s, Group& g) {
+  if (!g.all_made) {
+    g.all_made = true;
+    g.all.clear();
+    for (const Bucket& b : g.buckets) {
+      for (const Entry& e : b.entries) {
+        if (const std::optional<Victim> v = Read(s, g, e.pos)) g.all.push_back(*v);
+      }
+    }
+  }
+  return g.all;
+}
+
+void VictimSelector::Windows(const Scheduler& s, Group& g) {
+  if (g.windows_made) return;
+  g.windows_made = true;
   g.next_window[0] = g.next_window[1] = kForever;
   const Ticks now = now_;
   const Ticks windows[2] = {s.params().preempt_after_checkpoint,
                             std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
-  // Within a pass running() only grows (starts); jobs leave it between passes (Finish,
-  // Requeue), so a member's place still names the job Index read there.
-  const std::vector<JobId>& running = s.running();
-  // Members are in no order: their entries are fetched a few ahead (each read otherwise
-  // waits on memory; at 100,000 GPUs that wait was two thirds of Prepare's time).
-  constexpr size_t kAhead = 8;
-  const std::vector<uint32_t>& members = g.members;
-  for (size_t i = 0; i < members.size(); ++i) {
-    if (i + kAhead < members.size()) __builtin_prefetch(&info_[members[i + kAhead]]);
-    const uint32_t pos = members[i];
-    Info& info = info_[pos];
-    info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
-    if (info.guarded && !ordering_.ByRank(info.queue)) continue;
-    const Ticks ck = info.checkpoint;
-    Ticks since = now - info.last_start;  // without checkpoints: since it started
-    if (ck > 0) {  // since its last checkpoint: the mark kept, unless one came since
-      if (!(info.mark <= now && now - info.mark < ck)) info.mark = now - since % ck;
-      since = now - info.mark;
-    }
-    info.signaled = false;
-    info.cost = Victim::Cost(g.category, info.units * (since / kTicksPerSecond));
-    g.victims.push_back(Victim{info.cost, running[pos], pos});
-    g.min_units = std::min(g.min_units, info.units);
-    for (int k = 0; k < 2; ++k) {
-      if (!info.guarded && windows[k] > 0 && ck > 0 && since > windows[k]) {
-        g.next_window[k] = std::min(g.next_window[k], now + ck - since);
+  for (const Bucket& b : g.buckets) {
+    const Ticks ck = b.checkpoint;
+    if (ck <= 0 || b.entries.empty()) continue;
+    // The member furthest from its last checkpoint, not guarded (the upward neighbour of
+    // the clock's phase, round): its next checkpoint is the bucket's earliest.
+    auto at = b.entries.upper_bound(Entry{Phase(now, ck), 0, UINT32_MAX});
+    for (size_t left = b.entries.size(); left > 0; --left, ++at) {
+      if (at == b.entries.end()) at = b.entries.begin();
+      const Info& info = info_[at->pos];
+      if (info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt) continue;
+      const Ticks since = (now - info.last_start) % ck;
+      for (int k = 0; k < 2; ++k) {
+        if (windows[k] > 0 && since > windows[k]) g.next_window[k] = std::min(g.next_window[k], now + ck - since);
       }
+      break;
     }
   }
-}
-
-void VictimSelector::SortChunk(Group& g) {
-  // As long as the sorted part (at least kMaxVictims), the cheapest of the rest first.
-  const auto first = g.victims.begin() + static_cast<std::ptrdiff_t>(g.sorted_to);
-  const auto last = first + static_cast<std::ptrdiff_t>(std::min(g.victims.size() - g.sorted_to, std::max(kMaxVictims, g.sorted_to)));
-  std::nth_element(first, last, g.victims.end());
-  std::sort(first, last);
-  g.sorted_to = static_cast<size_t>(last - g.victims.begin());
 }
 
 bool VictimSelector::Reads(const Scheduler& s, const Ask& a, Group& g) {
@@ -472,7 +597,7 @@ bool VictimSelector::Reads(const Scheduler& s, const Ask& a, Group& g) {
     }
   }
   Prepare(s, g);
-  if (g.victims.empty()) return false;
+  if (!g.any) return false;
   if (g.category != 0 && a.mode == Mode::kGuarantee) {
     // Borrowing enough that its smallest job may be wholly borrowed (per model: judged
     // job by job).
@@ -489,8 +614,7 @@ void VictimSelector::Walk(const Scheduler& s, const Ask& a, Visit visit) {
   }
   if (walk_.size() == 1) {  // without the merge
     Group& g = *walk_[0];
-    for (size_t i = 0; i < g.victims.size(); ++i) {
-      if (i == g.sorted_to) SortChunk(g);
+    for (size_t i = 0; i < g.victims.size() || More(s, g); ++i) {
       if (!visit(g.victims[i])) return;
     }
     return;
@@ -501,8 +625,7 @@ void VictimSelector::Walk(const Scheduler& s, const Ask& a, Visit visit) {
   };
   auto push = [&](uint32_t k, size_t i) {
     Group& g = *walk_[k];
-    if (i == g.victims.size()) return;
-    if (i == g.sorted_to) SortChunk(g);
+    if (i == g.victims.size() && !More(s, g)) return;
     heads_.emplace_back(k, i);
     std::push_heap(heads_.begin(), heads_.end(), later);
   };
@@ -643,7 +766,7 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
   touched.clear();
   for (Group& g : groups_) {
     if (!Reads(s, a, g)) continue;
-    for (const Victim& c : g.victims) {
+    for (const Victim& c : All(s, g)) {
       if (Eligible(s, a, c)) eligible_.push_back(c);
     }
   }
@@ -681,7 +804,7 @@ void VictimSelector::IndexNodes(const Scheduler& s) {
   for (Group& g : groups_) {  // a group's members all hold GPUs in the same pools
     if (std::popcount(g.pools) <= 1) continue;
     Prepare(s, g);
-    if (!g.victims.empty()) x.single_pool = false;
+    if (g.any) x.single_pool = false;
   }
   const size_t count = s.cluster().nodes().size();
   x.first.resize(count);
@@ -705,8 +828,7 @@ void VictimSelector::IndexPool(const Scheduler& s, PoolId p) {
   const uint64_t bit = PoolBit(p);
   for (Group& g : groups_) {
     if (g.pools != bit) continue;
-    Prepare(s, g);
-    for (const Victim& c : g.victims) {
+    for (const Victim& c : All(s, g)) {
       for (uint32_t n : where_[c.info].nodes) ++x.count[n];
     }
   }
@@ -717,9 +839,9 @@ void VictimSelector::IndexPool(const Scheduler& s, PoolId p) {
     x.count[n] = 0;  // counted again as the victims are laid out
   }
   x.on.resize(at);
-  for (const Group& g : groups_) {
+  for (Group& g : groups_) {
     if (g.pools != bit) continue;
-    for (const Victim& c : g.victims) {
+    for (const Victim& c : All(s, g)) {
       const Info& v = info_[c.info];
       for (uint32_t n : where_[c.info].nodes) {
         x.on[x.first[n] + x.count[n]++] = c;

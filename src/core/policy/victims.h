@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <optional>
+#include <set>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -84,8 +86,8 @@ class VictimSelector {
   // the index touch no job record, and a pass's index reads only the jobs that changed:
   // at 100,000 GPUs, reading some 18,000 running jobs' records at every pass, and again
   // in each walk, was most of a replay's time). Its group membership is kept the same way.
-  // Laid out for Prepare, which reads and writes one per victim at each pass: one cache
-  // line (where a job runs, read only by the node-by-node what-if, is apart in where_).
+  // One cache line for each victim a walk reads (where a job runs, read only by the
+  // node-by-node what-if, is apart in where_).
   struct alignas(64) Info {
     Ticks last_start = 0;
     Ticks checkpoint = 0;
@@ -97,13 +99,15 @@ class VictimSelector {
     QueueId queue;
     int preemptions = 0;
     uint32_t group = UINT32_MAX;  // its group in groups_ (kept with the stamp)
-    uint32_t member = UINT32_MAX;  // its place in that group's members; UINT32_MAX: in none
+    uint32_t bucket = UINT32_MAX;  // its bucket in that group; UINT32_MAX: in none
+    JobId id;  // the job it was read for (its bucket's entry is keyed by it)
     Tier tier = Tier::kStandard;
     // This pass: resumed less than min_run_before_repreempt ago: only an attained-service
     // order, whose ranks protect it, may take it (once it has run a quantum).
     bool guarded = false;
     bool signaled = false;  // Choose gave it as needed: its preemption is under way
   };
+  static_assert(sizeof(Info) == 64);
   // Where a running job holds GPUs, by its place (beside info_).
   struct Where {
     uint64_t pools = 0;          // pools it holds GPUs in (PoolBit)
@@ -117,24 +121,67 @@ class VictimSelector {
   // (Info::pools), standard victims by pools and queue, so a walk reads only the groups
   // its rule may take from (at 100,000 GPUs in two pools, 94% of the victims a walk
   // read were in a pool its job could not use, and of the rest most were in queues
-  // within their guarantee). Members are kept across passes; a group's victims, whose
-  // costs move with the clock, are made on its first use in a pass (Prepare): at 100,000
-  // GPUs and 1,000 pending jobs a pass used groups holding 11% of the victims.
+  // within their guarantee). Within a group, members are in buckets of one size (units)
+  // and checkpoint interval, each kept in an order that does not move with the clock, so
+  // a pass reads only as far into a group as its walks do. A member's cost is its units
+  // x the seconds since its last checkpoint (since it started, without checkpoints); in
+  // a bucket, that order is by `phase` (its start modulo the interval, or its start),
+  // read downwards from the clock's own phase and round: at 100,000 GPUs, working out
+  // every member's cost at every pass was a fifth of a steady pass.
+  struct Entry {
+    Ticks phase;
+    uint32_t id;   // the job's (JobId::v): within a phase, read downwards, by id
+    uint32_t pos;  // its place in Scheduler::running()
+    bool operator<(const Entry& o) const {
+      if (phase != o.phase) return phase < o.phase;
+      if (id != o.id) return id > o.id;
+      return pos < o.pos;
+    }
+  };
+  using Entries = std::set<Entry>;
+  struct Bucket {
+    GpuUnits units = 0;
+    Ticks checkpoint = 0;
+    Entries entries;
+    uint32_t skipped = 0;  // this pass: members no rule may take (guarded, not by rank)
+  };
+  // A bucket read cheapest first (this pass). Members of one cost (phases within a
+  // second of each other) go by id, as a sort of the whole group would order them: a
+  // run of them is read as one sub-cursor per phase, merged by id.
+  struct Sub {
+    Entries::const_iterator at, first;  // reading downwards from `at` to `first`
+    Victim victim;                       // at's
+  };
+  struct Cursor {
+    uint32_t bucket = 0;
+    Entries::const_iterator start, at;  // the phases below `at` (round to `start`) are unread
+    bool round = false;                 // read past the lowest phase, round to the top
+    std::vector<Sub> subs;              // the run's phases: a min-heap by their victim's id
+  };
   struct Group {
     uint64_t pools = 0;
     int category = 0;  // as Victim::category()
     QueueId queue;     // standard work's
-    std::vector<uint32_t> members;  // places in Scheduler::running() of its jobs (Info::member)
-    bool prepared = false;          // this pass: victims, min_units and next_window made
-    std::vector<Victim> victims;  // sorted as far as walks read
-    size_t sorted_to = 0;         // [0, sorted_to) is in order
-    GpuUnits min_units = 0;       // its smallest victim's
+    std::vector<Bucket> buckets;  // kept across passes (never dropped)
+    // This pass, made on first use: the victims in order as far as walks read (merged
+    // from the buckets' cursors, a min-heap by their heads), min_units over the buckets
+    // with a victim, and whether any has one.
+    bool prepared = false;
+    std::vector<Victim> victims;
+    std::vector<Cursor> cursors;
+    std::vector<uint32_t> heap;  // cursors with victims left
+    GpuUnits min_units = 0;
+    bool any = false;
+    // This pass, made on first use: every victim, in no order (for node by node).
+    bool all_made = false;
+    std::vector<Victim> all;
     // The earliest a victim of it comes back into a preemption window (the next
     // checkpoint of one past its window), for the window of the rank rule ([1]) and of
     // the others ([0]); kForever for none. Whoever the rules take now, a job waiting for
     // room is woken then: borrowing moves, and a victim its rule leaves now may be one it
     // takes at that checkpoint (without the wake, seed 6 at load 1.2 waited 0.71x fifo's
-    // delay instead of 0.53x: docs/policies.md).
+    // delay instead of 0.53x: docs/policies.md). Made on first use in a pass.
+    bool windows_made = false;
     Ticks next_window[2] = {kForever, kForever};
   };
   // What Choose is asked, as its helpers read it.
@@ -152,20 +199,37 @@ class VictimSelector {
   // A new pass's index: the groups' members brought up to date (the running jobs neither
   // critical nor being stopped), and unprotect_.
   void Index(Scheduler& s, Ticks now);
-  // Info at `pos` into its group's members, or out of them.
+  // Info at `pos` into its group's bucket, or out of it.
   void Join(uint32_t pos);
   void Leave(uint32_t pos);
-  // The group's victims this pass: its members no rule protects, with their costs now.
+  // A bucket's key for a member, and the clock's (the member's cost grows as the
+  // clock's phase moves away from its own, downwards and round).
+  static Ticks Phase(Ticks t, Ticks checkpoint) {
+    return checkpoint > 0 ? ((t % checkpoint) + checkpoint) % checkpoint : t;
+  }
+  // A member as a victim now, or nothing where no rule may take it (guarded, and its
+  // queue not by rank); fills its Info's guarded, mark and cost for the pass.
+  std::optional<Victim> Read(const Scheduler& s, const Group& g, uint32_t pos);
+  // The group's cursors and min_units for this pass (made on first use).
   void Prepare(const Scheduler& s, Group& g);
+  // Cursor c's head (its cheapest victim left): subs_.front(), after starting its next
+  // run where the last is read; false when it has none left.
+  bool Fill(const Scheduler& s, const Group& g, Cursor& c);
+  // Moves sub x to its next victim a rule may take; false when it has none left.
+  bool Settle(const Scheduler& s, const Group& g, Sub& x);
+  // Appends the group's next victim in order to g.victims; false when none is left.
+  bool More(const Scheduler& s, Group& g);
+  // Every victim of the group this pass, in no order.
+  const std::vector<Victim>& All(const Scheduler& s, Group& g);
+  // The group's next_window for this pass.
+  void Windows(const Scheduler& s, Group& g);
   // Whether running job `c`, in a pool the job's workers may use, may make room for it.
   bool Eligible(const Scheduler& s, const Ask& a, const Victim& c);
-  // Sorts the next chunk of a group, as long as its sorted part.
-  void SortChunk(Group& g);
   // Whether group `g` may hold a victim for the job (where not, Eligible is false for
   // each of its victims); prepares it where its victims decide.
   bool Reads(const Scheduler& s, const Ask& a, Group& g);
   // Calls visit(c) on the victims of the groups Reads() names, cheapest first (each
-  // group sorted a chunk at a time as far as read), until visit returns false.
+  // group read as far as needed), until visit returns false.
   template <typename Visit>
   void Walk(const Scheduler& s, const Ask& a, Visit visit);
   // Fills candidates_: the cheapest victims (at most kMaxVictims) that may make room for
@@ -208,6 +272,7 @@ class VictimSelector {
   // guard runs from it), else kNotResumed.
   static constexpr Ticks kNotResumed = std::numeric_limits<Ticks>::min();
   std::vector<Ticks> resumed_;
+  std::vector<uint32_t> signaled_;  // places whose Info::signaled this pass set (reset at Index)
   bool indexed_ = false;
   Ticks now_ = 0;  // the pass's (Index)
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard

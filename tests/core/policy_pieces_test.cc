@@ -29,11 +29,12 @@ class PiecesTest : public ::testing::Test {
         queues_(MakeQueues({QueueSpec{"prod", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
                             QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
-  JobId Start(const char* id, int gpus, const char* queue, Tier tier, Ticks estimate, Ticks now) {
+  JobId Start(const char* id, int gpus, const char* queue, Tier tier, Ticks estimate, Ticks now, Ticks checkpoint = 0) {
     JobSpec j = Whole(catalog_, id, 1, gpus);
     j.queue = *queues_.Find(queue);
     j.tier = tier;
     j.runtime_estimate = estimate;
+    j.checkpoint = checkpoint;
     const JobId job = sched_.Submit(j, now);
     sched_.Schedule(now);
     EXPECT_EQ(sched_.job(job).phase, Phase::kRunning) << id;
@@ -129,14 +130,7 @@ TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
 // (by their checkpoint phase), read from the clock's phase round.
 TEST_F(PiecesTest, TheCheapestVictimIsTheOneThatLosesLeastAsTheClockMoves) {
   auto start = [&](const char* id, int gpus, Tier tier, Ticks checkpoint, Ticks now) {
-    JobSpec j = Whole(catalog_, id, 1, gpus);
-    j.queue = *queues_.Find("lab");
-    j.tier = tier;
-    j.checkpoint = checkpoint;
-    const JobId job = sched_.Submit(j, now);
-    sched_.Schedule(now);
-    EXPECT_EQ(sched_.job(job).phase, Phase::kRunning) << id;
-    return job;
+    return Start(id, gpus, "lab", tier, 1000 * kS, now, checkpoint);
   };
   const JobId a = start("a", 1, Tier::kBestEffort, 100 * kS, 0);
   const JobId b = start("b", 2, Tier::kBestEffort, 100 * kS, 30 * kS);

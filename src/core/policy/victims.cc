@@ -131,8 +131,9 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     for (JobId v : chosen) freed += s.job(v).units;
   }
   ledger.Release(fit);
-  fit.clear();
   // Fewest victims: give back, most expensive first, any victim the job can do without.
+  Allocation found;
+  found.swap(fit);
   needed.clear();
   for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
     ledger.Allocate(s.job(*it).alloc);
@@ -152,8 +153,23 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     signaled_.push_back(pos);
     Signaled(s, pos);
   }
-  // Where the job will go once the needed victims are gone (held as its claim).
-  if (s.placer().Place(spec, Fit::kBest, fit)) ledger.Release(fit);
+  // Where the job will go once the needed victims are gone (held as its claim): where
+  // none was given back, the ledger is as it was when `found` was placed.
+  if (needed.size() == chosen.size()) {
+    fit.swap(found);
+#ifndef NDEBUG  // the placement is the ledger's to give: the same again (the sanitized tests)
+    Allocation again;
+    const bool placed = s.placer().Place(spec, Fit::kBest, again);
+    if (placed) ledger.Release(again);
+    assert(placed && again.size() == fit.size());
+    for (size_t i = 0; i < fit.size(); ++i) {
+      assert(again[i].node == fit[i].node && again[i].gpu_mask == fit[i].gpu_mask && again[i].gpu == fit[i].gpu &&
+             again[i].mig_start == fit[i].mig_start && again[i].share_milli == fit[i].share_milli);
+    }
+#endif
+  } else if (s.placer().Place(spec, Fit::kBest, fit)) {
+    ledger.Release(fit);
+  }
   // The victims keep their GPUs through their grace period.
   ledger.Rollback(what_if);
   return true;

@@ -139,7 +139,16 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     ledger.Allocate(s.job(*it).alloc);
     Allocation probe;
     const GpuUnits units = s.job(*it).units;
-    if (freed - units >= over_burst && s.placer().Place(spec, Fit::kBest, probe)) {
+    // The search is saved where the bound, with nothing more released, finds no room (most
+    // single victims: the job did not fit before them).
+    const bool may = freed - units >= over_burst && MayMakeRoom(s, spec, ask.accepts, {}, /*released_only=*/false);
+#ifdef NDEBUG
+    if (may && s.placer().Place(spec, Fit::kBest, probe)) {
+#else
+    const bool placed = freed - units >= over_burst && s.placer().Place(spec, Fit::kBest, probe);
+    assert(may || !placed);
+    if (placed) {
+#endif
       ledger.Release(probe);  // still fits without this victim
       freed -= units;
     } else {

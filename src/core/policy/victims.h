@@ -163,11 +163,17 @@ class VictimSelector {
     int category = 0;  // as Victim::category()
     QueueId queue;     // standard work's
     std::vector<Bucket> buckets;  // kept across passes (never dropped)
+    std::vector<uint32_t> members;  // the same members, unordered (for All: a scan, not a tree walk)
     // This pass, made on first use: the victims in order as far as walks read (merged
     // from the buckets' cursors, a min-heap by their heads), min_units over the buckets
     // with a victim, and whether any has one.
     bool prepared = false;
-    std::vector<Victim> victims;
+    std::vector<Victim> victims;  // [0, ready) in order
+    size_t ready = 0;
+    // Read deeper than kLazyVictims in a pass: the rest are all in `victims`, sorted a
+    // chunk at a time as reached (a walk past many ineligible victims, with 100,000
+    // jobs waiting, read victims one at a time slower than a sort of them all).
+    bool bulk = false;
     std::vector<Cursor> cursors;
     std::vector<uint32_t> heap;  // cursors with victims left
     GpuUnits min_units = 0;
@@ -217,8 +223,11 @@ class VictimSelector {
   bool Fill(const Scheduler& s, const Group& g, Cursor& c);
   // Moves sub x to its next victim a rule may take; false when it has none left.
   bool Settle(const Scheduler& s, const Group& g, Sub& x);
-  // Appends the group's next victim in order to g.victims; false when none is left.
+  // Brings the group's next victims in order into g.victims[ready, ...); false when none
+  // is left.
   bool More(const Scheduler& s, Group& g);
+  // Bulk: sorts the next chunk, as long as the sorted part.
+  static void SortChunk(Group& g);
   // Every victim of the group this pass, in no order.
   const std::vector<Victim>& All(const Scheduler& s, Group& g);
   // The group's next_window for this pass.
@@ -272,6 +281,7 @@ class VictimSelector {
   // guard runs from it), else kNotResumed.
   static constexpr Ticks kNotResumed = std::numeric_limits<Ticks>::min();
   std::vector<Ticks> resumed_;
+  std::vector<uint32_t> member_;    // by place: its index in its group's members
   std::vector<uint32_t> signaled_;  // places whose Info::signaled this pass set (reset at Index)
   bool indexed_ = false;
   Ticks now_ = 0;  // the pass's (Index)

@@ -1,7 +1,8 @@
 // VictimSelector: whom a preemption takes, for the gantry policy.
 //
-// It indexes the running jobs no rule protects, in groups kept across passes (each group's
-// victims and their costs made on its first use in a pass): never critical work, nor a
+// It indexes the running jobs no rule protects, in groups kept across passes (each group
+// in an order that does not move with the clock, read in a pass only as far as needed):
+// never critical work, nor a
 // job resumed less than `min_run_before_repreempt` ago (except in a queue ordered by
 // attained service, whose ranks protect it once it has run a quantum); cheapest first:
 // best-effort before standard, then the least work lost since the last checkpoint. For a
@@ -218,7 +219,7 @@ class VictimSelector {
   std::optional<Victim> Read(const Scheduler& s, const Group& g, uint32_t pos);
   // The group's cursors and min_units for this pass (made on first use).
   void Prepare(const Scheduler& s, Group& g);
-  // Cursor c's head (its cheapest victim left): subs_.front(), after starting its next
+  // Cursor c's head (its cheapest victim left): c.subs.front(), after starting its next
   // run where the last is read; false when it has none left.
   bool Fill(const Scheduler& s, const Group& g, Cursor& c);
   // Moves sub x to its next victim a rule may take; false when it has none left.

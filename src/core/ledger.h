@@ -36,6 +36,7 @@ struct WorkerAlloc {
   int64_t vram_bytes = 0;    // kMps, kTimeslice: VRAM taken on the shared GPU
   int64_t cpus_milli = 0;
   int64_t memory_bytes = 0;
+  bool operator==(const WorkerAlloc&) const = default;
 };
 using Allocation = std::vector<WorkerAlloc>;
 

@@ -162,11 +162,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     Allocation again;
     const bool placed = s.placer().Place(spec, Fit::kBest, again);
     if (placed) ledger.Release(again);
-    assert(placed && again.size() == fit.size());
-    for (size_t i = 0; i < fit.size(); ++i) {
-      assert(again[i].node == fit[i].node && again[i].gpu_mask == fit[i].gpu_mask && again[i].gpu == fit[i].gpu &&
-             again[i].mig_start == fit[i].mig_start && again[i].share_milli == fit[i].share_milli);
-    }
+    assert(placed && again == fit);
 #endif
   } else if (s.placer().Place(spec, Fit::kBest, fit)) {
     ledger.Release(fit);
@@ -379,7 +375,6 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       info.checkpoint = victim.spec.checkpoint;
       info.units = victim.units;
       info.mark = kForever;
-      info.signaled = false;
       Where& where = where_[pos];
       where.pools = 0;
       where.nodes.clear();
@@ -449,7 +444,7 @@ void VictimSelector::Leave(uint32_t pos) {
 std::optional<VictimSelector::Victim> VictimSelector::Read(const Scheduler& s, const Group& g, uint32_t pos) {
   const Ticks now = now_;
   Info& info = info_[pos];
-  info.guarded = info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt;
+  info.guarded = Guarded(s, info);
   if (info.guarded && !ordering_.ByRank(info.queue)) return std::nullopt;
   const Ticks ck = info.checkpoint;
   Ticks since = now - info.last_start;  // without checkpoints: since it started
@@ -487,9 +482,7 @@ void VictimSelector::Prepare(const Scheduler& s, Group& g) {
     c.subs.clear();
     if (Fill(s, g, c)) g.heap.push_back(k);
   }
-  std::make_heap(g.heap.begin(), g.heap.end(), [&](uint32_t x, uint32_t y) {
-    return g.cursors[y].subs.front().victim < g.cursors[x].subs.front().victim;
-  });
+  std::make_heap(g.heap.begin(), g.heap.end(), [&](uint32_t x, uint32_t y) { return HeadAfter(g, x, y); });
 }
 
 bool VictimSelector::Settle(const Scheduler& s, const Group& g, Sub& x) {
@@ -507,7 +500,6 @@ bool VictimSelector::Fill(const Scheduler& s, const Group& g, Cursor& c) {
   if (!c.subs.empty()) return true;
   const Bucket& b = g.buckets[c.bucket];
   const Entries& entries = b.entries;
-  auto by_id = [](const Sub& x, const Sub& y) { return y.victim.id < x.victim.id; };
   // The next phase down (round from the top once), if any is unread.
   auto next_phase = [&]() -> std::optional<Ticks> {
     if (c.at == entries.begin()) {
@@ -534,7 +526,7 @@ bool VictimSelector::Fill(const Scheduler& s, const Group& g, Cursor& c) {
       c.at = first;
       if (Settle(s, g, x)) {
         c.subs.push_back(x);
-        std::push_heap(c.subs.begin(), c.subs.end(), by_id);
+        std::push_heap(c.subs.begin(), c.subs.end(), IdAfter);
       }
       phase = next_phase();
     } while (phase && cost(*phase) == run);
@@ -557,19 +549,16 @@ bool VictimSelector::More(const Scheduler& s, Group& g) {
     return true;
   }
   if (g.heap.empty()) return false;
-  auto later = [&](uint32_t x, uint32_t y) {
-    return g.cursors[y].subs.front().victim < g.cursors[x].subs.front().victim;
-  };
-  auto by_id = [](const Sub& x, const Sub& y) { return y.victim.id < x.victim.id; };
+  auto later = [&](uint32_t x, uint32_t y) { return HeadAfter(g, x, y); };
   std::pop_heap(g.heap.begin(), g.heap.end(), later);
   Cursor& c = g.cursors[g.heap.back()];
-  std::pop_heap(c.subs.begin(), c.subs.end(), by_id);
+  std::pop_heap(c.subs.begin(), c.subs.end(), IdAfter);
   Sub& x = c.subs.back();
   assert(g.victims.empty() || g.victims.back() < x.victim);  // the order a sort gives
   g.victims.push_back(x.victim);
   g.ready = g.victims.size();
   if (x.at != x.first && (--x.at, Settle(s, g, x))) {
-    std::push_heap(c.subs.begin(), c.subs.end(), by_id);
+    std::push_heap(c.subs.begin(), c.subs.end(), IdAfter);
   } else {
     c.subs.pop_back();
   }
@@ -620,7 +609,7 @@ void VictimSelector::Windows(const Scheduler& s, Group& g) {
     for (size_t left = b.entries.size(); left > 0; --left, ++at) {
       if (at == b.entries.end()) at = b.entries.begin();
       const Info& info = info_[at->pos];
-      if (info.preemptions > 0 && now - info.last_start < s.params().min_run_before_repreempt) continue;
+      if (Guarded(s, info)) continue;
       const Ticks since = (now - info.last_start) % ck;
       for (int k = 0; k < 2; ++k) {
         if (windows[k] > 0 && since > windows[k]) g.next_window[k] = std::min(g.next_window[k], now + ck - since);

@@ -214,6 +214,16 @@ class VictimSelector {
   static Ticks Phase(Ticks t, Ticks checkpoint) {
     return checkpoint > 0 ? ((t % checkpoint) + checkpoint) % checkpoint : t;
   }
+  // This pass: resumed less than min_run_before_repreempt ago.
+  bool Guarded(const Scheduler& s, const Info& v) const {
+    return v.preemptions > 0 && now_ - v.last_start < s.params().min_run_before_repreempt;
+  }
+  // Heap orders: a group's cursors by their heads (the cheapest on top), a run's
+  // sub-cursors by their victim's id (the lowest on top).
+  static bool HeadAfter(const Group& g, uint32_t x, uint32_t y) {
+    return g.cursors[y].subs.front().victim < g.cursors[x].subs.front().victim;
+  }
+  static bool IdAfter(const Sub& x, const Sub& y) { return y.victim.id < x.victim.id; }
   // A member as a victim now, or nothing where no rule may take it (guarded, and its
   // queue not by rank); fills its Info's guarded, mark and cost for the pass.
   std::optional<Victim> Read(const Scheduler& s, const Group& g, uint32_t pos);

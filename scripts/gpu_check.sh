@@ -180,6 +180,12 @@ print('opened /dev/nvidia0'); sys.exit(3)"
   expect "the agent put its workers in cgroups" grep -q "workers run in cgroups" "$OUT/plain-agent.log"
   expect "a job past its memory_gb is stopped by its cgroup" test "$(state oom)" = failed
   expect "a job without GPUs may not open /dev/nvidia0 (device rules)" test "$(state nogpu)" = finished
+  # What the node reports of its isolation (heartbeat -> /v1/nodes, `gantry nodes`).
+  expect "the node reports its workers in cgroups and fenced to their GPUs" "$PY" -c "
+import json, sys
+n = [n for n in json.load(open('$OUT/nodes.json'))['nodes'] if n['name'] == 'gpu-0'][0]
+print('  isolation:', n.get('isolation')); i = n.get('isolation', {})
+sys.exit(not (i.get('cgroups') and i.get('gpu_devices')))"
   stop
 fi
 

@@ -6,6 +6,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git python3
   nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libfmt-dev libspdlog-dev
   libsqlite3-dev sqlite3 libcpp-httplib-dev libboost-dev libssl-dev zlib1g-dev iproute2
+  libabsl-dev  # the core's B-tree sets (absl::btree_set): victims by checkpoint phase, jobs by end
   openssl  # the TLS test makes its certificate with the openssl command
   libpq-dev postgresql-15  # the PostgreSQL store; its tests start a throwaway server
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -19,6 +19,8 @@
 #include <memory>
 #include <optional>
 #include <set>
+
+#include <absl/container/btree_set.h>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -375,7 +377,7 @@ class Scheduler {
   Ticks Remaining(JobId id) const;
   // Running and signaled jobs by expected end, as reckoned when each started or was
   // signaled (estimates learnt later do not move them), then id.
-  const std::set<std::pair<Ticks, JobId>>& running_by_end() const { return by_end_; }
+  const absl::btree_set<std::pair<Ticks, JobId>>& running_by_end() const { return by_end_; }
   // The work (progress, without lost work) of the queue's last 1,024 completed jobs, in
   // no particular order, and how many were ever recorded (changes with each): the
   // Gittins order's distribution of run times.
@@ -486,7 +488,7 @@ class Scheduler {
   std::vector<uint32_t> running_pos_;  // per job: its index in running_ while there
   std::vector<uint64_t> running_stamp_;  // beside running_ (running_stamps())
   uint64_t stamps_ = 0;
-  std::set<std::pair<Ticks, JobId>> by_end_;
+  absl::btree_set<std::pair<Ticks, JobId>> by_end_;
   std::function<void()> decision_hook_;
   std::vector<double> decayed_;
   Ticks decayed_at_ = 0;

@@ -23,6 +23,8 @@
 #include <limits>
 #include <optional>
 #include <set>
+
+#include <absl/container/btree_set.h>
 #include <span>
 #include <tuple>
 #include <utility>
@@ -139,7 +141,10 @@ class VictimSelector {
       return pos < o.pos;
     }
   };
-  using Entries = std::set<Entry>;
+  // A B-tree, not std::set: at 100,000 GPUs the trees hold ~59,000 running jobs, and a
+  // node per entry made each insert, erase and cursor step a cache miss (10% of a pass
+  // with 10,000 pending jobs, with the end-ordered set below).
+  using Entries = absl::btree_set<Entry>;
   struct Bucket {
     GpuUnits units = 0;
     Ticks checkpoint = 0;

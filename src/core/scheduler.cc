@@ -243,7 +243,7 @@ void Scheduler::Release(JobId id) {
   running_pos_[running_.back().v] = pos;
   running_[pos] = running_.back();
   running_.pop_back();
-  running_stamp_[pos] = ++stamps_;  // another job there now (or none)
+  Stamp(pos);  // another job there now (or none)
   running_stamp_.pop_back();
   SetExpectedEnd(id, -1);
   ledger_.Release(job.alloc);
@@ -483,12 +483,33 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
   return true;
 }
 
+void Scheduler::Stamp(uint32_t pos) {
+  running_stamp_[pos] = ++stamps_;
+  if (!stamped_all_) return;
+  if (stamped_.size() > 2 * running_.size() + 1024) {  // nobody took them: read all instead
+    stamped_all_ = false;
+    stamped_.clear();
+    return;
+  }
+  stamped_.push_back(pos);
+}
+
+bool Scheduler::TakeRunningChanges(const void* taker, std::vector<uint32_t>& out) {
+  out.clear();
+  out.swap(stamped_);
+  const bool all = stamped_all_ && taker == stamps_taker_;
+  stamps_taker_ = taker;
+  stamped_all_ = true;
+  return all;
+}
+
 void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
   JobRecord& job = Rec(id);
   RemovePending(id);
   running_pos_[id.v] = static_cast<uint32_t>(running_.size());
   running_.push_back(id);
-  running_stamp_.push_back(++stamps_);
+  running_stamp_.push_back(0);
+  Stamp(static_cast<uint32_t>(running_.size() - 1));
   job.units = units;
   AddUsage(job.spec, job.alloc, units, 1);
   BudgetRun(id, now, 1);
@@ -546,7 +567,7 @@ void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
   assert(job.phase == Phase::kRunning && job.spec.tier != Tier::kCritical);
   ++Rec(by).victims_pending;
   job.phase = Phase::kSignaled;
-  running_stamp_[running_pos_[victim.v]] = ++stamps_;
+  Stamp(running_pos_[victim.v]);
   job.signaled_at = now;
   job.preempted_by = by;
   SetExpectedEnd(victim, ExpectedEnd(victim));

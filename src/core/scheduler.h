@@ -366,6 +366,12 @@ class Scheduler {
   // changes (another job moved into the place, a new run, a signal), so a policy can keep
   // what it reads of running jobs' records across passes and read again only what moved.
   const std::vector<uint64_t>& running_stamps() const { return running_stamp_; }
+  // The places stamped since `taker`'s last call, into `out` (some may be past the end
+  // of running() now: gone; some twice). False where they were not all kept (the first
+  // call, another taker since, or more stamps than there are running jobs): then every
+  // place must be read. So the one piece that keeps what it read across passes reads
+  // what moved without a walk over every running job (59,000 at 100,000 GPUs).
+  bool TakeRunningChanges(const void* taker, std::vector<uint32_t>& out);
   // A running or signaled job's place in running() (stable within a pass: the set only
   // grows until a job's run ends, between passes).
   uint32_t running_place(JobId id) const { return running_pos_[id.v]; }
@@ -488,6 +494,10 @@ class Scheduler {
   std::vector<uint32_t> running_pos_;  // per job: its index in running_ while there
   std::vector<uint64_t> running_stamp_;  // beside running_ (running_stamps())
   uint64_t stamps_ = 0;
+  void Stamp(uint32_t pos);  // a new stamp at pos, noted for TakeRunningChanges
+  std::vector<uint32_t> stamped_;  // places stamped since the last TakeRunningChanges
+  bool stamped_all_ = false;        // stamped_ holds every one of them
+  const void* stamps_taker_ = nullptr;
   absl::btree_set<std::pair<Ticks, JobId>> by_end_;
   std::function<void()> decision_hook_;
   std::vector<double> decayed_;

@@ -124,6 +124,31 @@ TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
   EXPECT_EQ(Used(), before);
 }
 
+// A victim signaled in one pass stays out of the index in the next, while it is being
+// stopped: what the index keeps of running jobs is read again where the scheduler stamped
+// their places (a mutant that does not stamp a signal's place chooses the notebook twice).
+TEST_F(PiecesTest, AVictimBeingStoppedIsNotChosenAgainInTheNextPass) {
+  const JobId notebook = Start("notebook", 4, "lab", Tier::kBestEffort, 1000 * kS, 0);
+  const JobId other = Start("other", 4, "lab", Tier::kBestEffort, 1000 * kS, 0);
+  Start("rest", 8, "lab", Tier::kStandard, 1000 * kS, 0);
+  const JobId serve = Pending("serve", 1, 4, "prod", 10 * kS);
+  QueueOrdering ordering;
+  ordering.Init(sched_);
+  VictimSelector victims(ordering);
+  std::vector<JobId> needed;
+  Allocation fit;
+  victims.NewPass();
+  ASSERT_TRUE(victims.Choose(sched_, sched_.job(serve), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0,
+                             10 * kS, never_, needed, fit));
+  ASSERT_EQ(needed, std::vector<JobId>{notebook}) << "the one that lost least (the lower id)";
+  sched_.Preempt(notebook, serve, "for serve", 10 * kS);
+  const JobId serve2 = Pending("serve2", 1, 4, "prod", 11 * kS);
+  victims.NewPass();
+  ASSERT_TRUE(victims.Choose(sched_, sched_.job(serve2), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0,
+                             11 * kS, never_, needed, fit));
+  EXPECT_EQ(needed, std::vector<JobId>{other}) << "the notebook is being stopped already";
+}
+
 // The cheapest victim is the one that loses least (GPUs x whole seconds since its last
 // checkpoint, or since it started without checkpoints; ties by id), at whatever time the
 // clock reads: the index keeps victims in an order that does not move with the clock

@@ -1,5 +1,7 @@
 #include "core/scheduler.h"
 
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include "test_util.h"
@@ -162,6 +164,50 @@ TEST_F(SchedulerTest, AnEndedJobForgottenReadsAsEndedAndItsIdIsNeverGivenAgain) 
 // full_pass_interval: GPUs freed within the interval of the last full pass wait for the
 // next one, with the jobs in line ahead of any that arrive meanwhile; critical arrivals do
 // not wait; without a release an arrival is tried at once as before.
+// What a piece that keeps running jobs' records across passes is told: every place
+// stamped since its last call (a start, a job moved into an ended one's place), all of
+// them or a plain "read everything" (the first call, another taker in between).
+TEST_F(SchedulerTest, RunningChangesNameEveryStampedPlaceOrSayReadAll) {
+  std::vector<uint32_t> changed;
+  const int me = 0, other = 0;
+  EXPECT_FALSE(sched_.TakeRunningChanges(&me, changed));  // the first call: read all
+  JobId a = sched_.Submit(Job("a", 1, 4), 0);
+  JobId b = sched_.Submit(Job("b", 1, 4), 0);
+  JobId c = sched_.Submit(Job("c", 1, 4), 0);
+  sched_.Schedule(1 * kS);
+  ASSERT_EQ(sched_.running().size(), 3u);
+  auto stamped = [&](const void* taker) {
+    const bool all = sched_.TakeRunningChanges(taker, changed);
+    std::sort(changed.begin(), changed.end());
+    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+    return all;
+  };
+  ASSERT_TRUE(stamped(&me));
+  EXPECT_EQ(changed, (std::vector<uint32_t>{0, 1, 2}));  // three starts
+  ASSERT_TRUE(stamped(&me));
+  EXPECT_TRUE(changed.empty());  // nothing since
+  // a ends: the last job moves into its place (stamped); the last place is gone (the
+  // running set is shorter: a taker drops what it kept past the end).
+  const uint32_t at = sched_.running_place(a);
+  const std::vector<uint64_t> before = sched_.running_stamps();
+  sched_.Finish(a, 2 * kS, true);
+  ASSERT_TRUE(stamped(&me));
+  ASSERT_EQ(sched_.running().size(), 2u);
+  for (uint32_t pos = 0; pos < 2; ++pos) {  // exactly the places whose stamp moved, and the gone one
+    const bool moved = sched_.running_stamps()[pos] != before[pos];
+    EXPECT_EQ(moved, std::find(changed.begin(), changed.end(), pos) != changed.end()) << pos;
+  }
+  EXPECT_NE(std::find(changed.begin(), changed.end(), at), changed.end());
+  (void)b;
+  (void)c;
+  // Another taker in between: both are told to read everything once.
+  sched_.Submit(Job("d", 1, 4), 3 * kS);
+  sched_.Schedule(3 * kS);
+  EXPECT_FALSE(stamped(&other));
+  EXPECT_FALSE(stamped(&me));
+  EXPECT_TRUE(stamped(&me));
+}
+
 TEST(FullPassInterval, FreedGpusWaitForTheNextFullPassWithTheLineKept) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "h", 2, 8, "H100-80GB")});

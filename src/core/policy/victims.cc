@@ -359,42 +359,66 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
   member_.resize(running.size(), UINT32_MAX);
   unprotect_ = kForever;
   const Ticks min_run = s.params().min_run_before_repreempt;
-  // One pass over two words per running job (seen_, resumed_) beside the scheduler's
-  // stamps: the Info of a job that did not change is not read.
-  for (uint32_t pos = 0; pos < running.size(); ++pos) {
-    if (seen_[pos] != stamps[pos]) {  // another job, run or phase here: read its record
-      seen_[pos] = stamps[pos];
-      Leave(pos);
-      Info& info = info_[pos];
-      const JobRecord& victim = s.job(running[pos]);
-      info.tier = victim.spec.tier;
-      info.queue = victim.spec.queue;
-      info.preemptions = victim.preemptions;
-      info.last_start = victim.last_start;
-      info.id = running[pos];
-      info.checkpoint = victim.spec.checkpoint;
-      info.units = victim.units;
-      info.mark = kForever;
-      Where& where = where_[pos];
-      where.pools = 0;
-      where.nodes.clear();
-      for (const WorkerAlloc& w : victim.alloc) {
-        where.pools |= PoolBit(s.cluster().node(w.node).pool);
-        if (std::find(where.nodes.begin(), where.nodes.end(), w.node.v) == where.nodes.end()) {
-          where.nodes.push_back(w.node.v);
-        }
+  // The Info of a job whose place was not stamped since the last pass is not read again:
+  // the places the scheduler stamped since, or where it did not keep them all, one pass
+  // over a word per running job (seen_) beside its stamps.
+  auto read = [&](uint32_t pos) {  // another job, run or phase here: read its record
+    seen_[pos] = stamps[pos];
+    Leave(pos);
+    Info& info = info_[pos];
+    const JobRecord& victim = s.job(running[pos]);
+    info.tier = victim.spec.tier;
+    info.queue = victim.spec.queue;
+    info.preemptions = victim.preemptions;
+    info.last_start = victim.last_start;
+    info.id = running[pos];
+    info.checkpoint = victim.spec.checkpoint;
+    info.units = victim.units;
+    info.mark = kForever;
+    Where& where = where_[pos];
+    where.pools = 0;
+    where.nodes.clear();
+    for (const WorkerAlloc& w : victim.alloc) {
+      where.pools |= PoolBit(s.cluster().node(w.node).pool);
+      if (std::find(where.nodes.begin(), where.nodes.end(), w.node.v) == where.nodes.end()) {
+        where.nodes.push_back(w.node.v);
       }
-      // Not signaled (being stopped), nor critical.
-      if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
-      resumed_[pos] = info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
     }
-    if (const Ticks start = resumed_[pos]; start != kNotResumed && now - start < min_run) {
-      unprotect_ = std::min(unprotect_, start + min_run);
-      // Guarded this pass: a rule may take it only where its queue orders by rank.
-      const Info& info = info_[pos];
-      if (!ordering_.ByRank(info.queue)) ++groups_[info.group].buckets[info.bucket].skipped;
+    // Not signaled (being stopped), nor critical.
+    if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
+    resumed_[pos] = info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
+    if (resumed_[pos] != kNotResumed && !listed_[pos]) {
+      listed_[pos] = 1;
+      resumed_list_.push_back(pos);
+    }
+  };
+  listed_.resize(running.size(), 0);
+  if (s.TakeRunningChanges(this, stamped_)) {
+    for (uint32_t pos : stamped_) {
+      if (pos < running.size() && seen_[pos] != stamps[pos]) read(pos);
+    }
+  } else {
+    for (uint32_t pos = 0; pos < running.size(); ++pos) {
+      if (seen_[pos] != stamps[pos]) read(pos);
     }
   }
+  // The members resumed within min_run_before_repreempt (a list of those resumed after a
+  // preemption, each dropped once its guard is over or its place is gone or read anew).
+  size_t kept = 0;
+  for (uint32_t pos : resumed_list_) {
+    if (pos >= running.size()) continue;  // gone (listed_ was cut with it)
+    const Ticks start = resumed_[pos];
+    if (start == kNotResumed || now - start >= min_run) {
+      listed_[pos] = 0;
+      continue;
+    }
+    unprotect_ = std::min(unprotect_, start + min_run);
+    // Guarded this pass: a rule may take it only where its queue orders by rank.
+    const Info& info = info_[pos];
+    if (!ordering_.ByRank(info.queue)) ++groups_[info.group].buckets[info.bucket].skipped;
+    resumed_list_[kept++] = pos;
+  }
+  resumed_list_.resize(kept);
   indexed_ = true;
   by_node_.made = false;
 }

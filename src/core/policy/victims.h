@@ -297,6 +297,9 @@ class VictimSelector {
   // guard runs from it), else kNotResumed.
   static constexpr Ticks kNotResumed = std::numeric_limits<Ticks>::min();
   std::vector<Ticks> resumed_;
+  std::vector<uint32_t> resumed_list_;  // places whose resumed_ may still guard (each once)
+  std::vector<uint8_t> listed_;         // by place: in resumed_list_
+  std::vector<uint32_t> stamped_;       // Index: places the scheduler stamped since the last
   std::vector<uint32_t> member_;    // by place: its index in its group's members
   std::vector<uint32_t> signaled_;  // places whose Info::signaled this pass set (reset at Index)
   bool indexed_ = false;

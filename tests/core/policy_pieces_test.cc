@@ -49,6 +49,16 @@ class PiecesTest : public ::testing::Test {
     return job;
   }
   GpuUnits Used() const { return sched_.ledger().used_units(); }
+  // The victims `job` needs at `now` (inside its guarantee), in a new pass of `victims`.
+  std::vector<JobId> Victims(VictimSelector& victims, JobId job, Ticks now, Allocation* fit = nullptr) {
+    victims.NewPass();
+    std::vector<JobId> needed;
+    Allocation where;
+    EXPECT_TRUE(victims.Choose(sched_, sched_.job(job), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0, now,
+                               never_, needed, where));
+    if (fit) *fit = where;
+    return needed;
+  }
 
   Catalog catalog_;
   Cluster cluster_;
@@ -105,20 +115,15 @@ TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
   QueueOrdering ordering;
   ordering.Init(sched_);
   VictimSelector victims(ordering);
-  std::vector<JobId> needed;
   Allocation fit;
   const GpuUnits before = Used();
-  ASSERT_TRUE(victims.Choose(sched_, sched_.job(serve), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0,
-                             10 * kS, never_, needed, fit));
-  EXPECT_EQ(needed, std::vector<JobId>{notebook}) << "one best-effort job makes the room";
+  EXPECT_EQ(Victims(victims, serve, 10 * kS, &fit), std::vector<JobId>{notebook}) << "one best-effort job makes the room";
   EXPECT_EQ(fit.size(), 1u);
   EXPECT_EQ(Used(), before);
 
   // Asking 8: the notebook and the borrowed 4-GPU job on its node, not the 8-GPU job.
   const JobId big = Pending("big", 1, 8, "prod", 10 * kS);
-  victims.NewPass();
-  ASSERT_TRUE(victims.Choose(sched_, sched_.job(big), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0,
-                             10 * kS, never_, needed, fit));
+  std::vector<JobId> needed = Victims(victims, big, 10 * kS);
   std::sort(needed.begin(), needed.end());
   EXPECT_EQ(needed, (std::vector<JobId>{notebook, train}));
   EXPECT_EQ(Used(), before);
@@ -135,18 +140,10 @@ TEST_F(PiecesTest, AVictimBeingStoppedIsNotChosenAgainInTheNextPass) {
   QueueOrdering ordering;
   ordering.Init(sched_);
   VictimSelector victims(ordering);
-  std::vector<JobId> needed;
-  Allocation fit;
-  victims.NewPass();
-  ASSERT_TRUE(victims.Choose(sched_, sched_.job(serve), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0,
-                             10 * kS, never_, needed, fit));
-  ASSERT_EQ(needed, std::vector<JobId>{notebook}) << "the one that lost least (the lower id)";
+  ASSERT_EQ(Victims(victims, serve, 10 * kS), std::vector<JobId>{notebook}) << "the one that lost least (the lower id)";
   sched_.Preempt(notebook, serve, "for serve", 10 * kS);
   const JobId serve2 = Pending("serve2", 1, 4, "prod", 11 * kS);
-  victims.NewPass();
-  ASSERT_TRUE(victims.Choose(sched_, sched_.job(serve2), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0,
-                             11 * kS, never_, needed, fit));
-  EXPECT_EQ(needed, std::vector<JobId>{other}) << "the notebook is being stopped already";
+  EXPECT_EQ(Victims(victims, serve2, 11 * kS), std::vector<JobId>{other}) << "the notebook is being stopped already";
 }
 
 // The cheapest victim is the one that loses least (GPUs x whole seconds since its last
@@ -173,11 +170,7 @@ TEST_F(PiecesTest, TheCheapestVictimIsTheOneThatLosesLeastAsTheClockMoves) {
   ordering.Init(sched_);
   VictimSelector victims(ordering);
   auto cheapest = [&](Ticks now) {
-    victims.NewPass();
-    std::vector<JobId> needed;
-    Allocation fit;
-    EXPECT_TRUE(victims.Choose(sched_, sched_.job(waiting), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0, now,
-                               never_, needed, fit));
+    const std::vector<JobId> needed = Victims(victims, waiting, now);
     EXPECT_EQ(needed.size(), 1u);
     return needed.empty() ? JobId() : needed[0];
   };

@@ -58,6 +58,13 @@ struct PolicyParams {
   // beyond their queue's guarantee as well (inside it both may); none: no job does.
   // Kueue's borrowWithinCohort, its maxPriorityThreshold as a tier.
   std::optional<Tier> best_effort_yields_to = Tier::kCritical;
+  // Where standard jobs may: beyond its guarantee a standard job takes a best-effort job
+  // only while that job would lose at most this much of its run (since its start or last
+  // checkpoint); critical work takes it regardless (0 = no limit). Young best-effort work
+  // is cheap to restart; a notebook that has run for hours is not (docs/policies.md,
+  // session 26: `standard` with this limit meets the queueing-delay target everywhere
+  // measured, and costs 3x on the 100k replay, so it is not the default).
+  Ticks best_effort_yields_within = 3'600'000;
   // Live idle reclamation: a GPU under this utilization (0..1) counts as idle.
   double reclaim_idle_below = 0.05;
   // Critical jobs are never reclaimed unless this is set.

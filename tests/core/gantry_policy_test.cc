@@ -604,7 +604,9 @@ TEST(GantryPreemptionTest, AClaimHoldsTheSlicesItsVictimsLeaveUntilTheLastIsGone
                                             SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMig)))});
   const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
                                        QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
-  Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
+  PolicyParams params;
+  params.best_effort_yields_to = Tier::kCritical;  // the small job waits (it does not preempt)
+  Scheduler s(cluster, queues, MakePolicy("gantry"), params);
   auto submit = [&](const char* id, const char* profile, const char* queue, Tier tier, Ticks grace,
                     Ticks now) {
     JobSpec j = testing::Mig(catalog, id, profile);
@@ -742,6 +744,7 @@ Ticks GangStartUnderAStreamOfSmallJobs(Ticks max_wait) {
   PolicyParams params;
   params.max_wait = max_wait;
   params.preempt_after_checkpoint = 5 * kS;
+  params.best_effort_yields_to = Tier::kCritical;  // only the drain takes best-effort work
   Scheduler sched(cluster, queues, MakePolicy("gantry"), params);
   std::map<JobId, Ticks> runs;  // how long each small job runs once started
   auto small = [&](int i, Ticks now, Ticks run) {
@@ -845,6 +848,63 @@ TEST(GantryMaxWaitTest, AJobKeptOutByItsQueuesBurstLimitStartsPastMaxWait) {
   EXPECT_LE(start, 400 * kS);
 }
 
+// With best_effort_yields_to: standard, beyond its guarantee a standard job takes
+// best-effort work only while that work would lose at most best_effort_yields_within (an
+// hour by default) since its start or last checkpoint; a critical job takes it
+// regardless; with critical (the default) it is left to critical work alone.
+TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuarantee) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
+  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"serve", "", 0, -1, 1, {}, {}, false, {}, {}, {}},
+                                       QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  // Four best-effort jobs of 2 GPUs that never checkpoint fill the node: two started at
+  // 0 s, two at 3,000 s. At 4,000 s a standard and then a critical job of 2 GPUs arrive.
+  // Returns who each of them took (nothing: still waiting).
+  auto run = [&](PolicyParams params, Tier tier) {
+    Scheduler s(cluster, queues, MakePolicy("gantry"), params);
+    std::vector<JobId> be;
+    for (int i = 0; i < 4; ++i) {
+      JobSpec j = Whole(catalog, "nb" + std::to_string(i), 1, 2);
+      j.queue = *queues.Find("lab");
+      j.tier = Tier::kBestEffort;
+      const Ticks at = i < 2 ? 0 : 3000 * kS;
+      be.push_back(s.Submit(j, at));
+      s.Schedule(at);
+    }
+    JobSpec j = Whole(catalog, "job", 1, 2);
+    j.queue = *queues.Find(tier == Tier::kCritical ? "serve" : "train");
+    j.tier = tier;
+    s.Submit(j, 4000 * kS);
+    std::vector<int> taken;  // indexes into be
+    for (const Decision& d : s.Schedule(4000 * kS)) {
+      if (d.kind == Decision::Kind::kPreempt) taken.push_back(static_cast<int>(std::find(be.begin(), be.end(), d.job) - be.begin()));
+    }
+    return taken;
+  };
+  PolicyParams defaults;
+  ASSERT_EQ(defaults.best_effort_yields_to, Tier::kCritical);
+  ASSERT_EQ(defaults.best_effort_yields_within, 3600 * kS);
+  defaults.best_effort_yields_to = Tier::kStandard;
+  // The standard job takes a job that ran 1,000 s (the cheapest), never one of 4,000 s.
+  EXPECT_EQ(run(defaults, Tier::kStandard), std::vector<int>{2});
+  // Within 500 s: none of them is young enough; the standard job waits.
+  PolicyParams tight = defaults;
+  tight.best_effort_yields_within = 500 * kS;
+  EXPECT_EQ(run(tight, Tier::kStandard), std::vector<int>{});
+  // Critical work takes the cheapest regardless of the limit.
+  EXPECT_EQ(run(tight, Tier::kCritical), std::vector<int>{2});
+  // No limit: the standard job takes the cheapest, as critical work does.
+  PolicyParams unlimited = defaults;
+  unlimited.best_effort_yields_within = 0;
+  EXPECT_EQ(run(unlimited, Tier::kStandard), std::vector<int>{2});
+  // With best_effort_yields_to: critical, standard work beyond its guarantee waits.
+  PolicyParams critical_only = defaults;
+  critical_only.best_effort_yields_to = Tier::kCritical;
+  EXPECT_EQ(run(critical_only, Tier::kStandard), std::vector<int>{});
+  EXPECT_EQ(run(critical_only, Tier::kCritical), std::vector<int>{2});
+}
+
 // max_wait with preemption: a standard gang outside its queue's guarantee behind
 // best-effort jobs that run for hours (checkpointing every 100 s, 10 s of grace). Returns
 // when the gang started and how many preemptions it took (-1: still waiting at 2,000 s).
@@ -856,6 +916,7 @@ std::pair<Ticks, int> GangStartBehindLongBestEffortJobs(Ticks max_wait) {
   PolicyParams params;
   params.max_wait = max_wait;
   params.preempt_after_checkpoint = 5 * kS;
+  params.best_effort_yields_to = Tier::kCritical;  // only the drain takes best-effort work
   Scheduler sched(cluster, queues, MakePolicy("gantry"), params);
   for (int i = 0; i < 8; ++i) {
     JobSpec j = Whole(catalog, "be" + std::to_string(i), 1, 1);

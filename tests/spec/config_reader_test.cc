@@ -182,6 +182,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   preempt_after_checkpoint_s: 30
   default_grace_s: 45
   best_effort_yields_to: standard
+  best_effort_yields_within_s: 600
 )");
   const core::PolicyParams& p = c.policy.params;
   EXPECT_EQ(c.policy.default_grace, 45'000);
@@ -195,7 +196,11 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.backfill_lease_after, 7'200'000);
   EXPECT_EQ(p.preempt_after_checkpoint, 30'000);
   EXPECT_EQ(p.best_effort_yields_to, core::Tier::kStandard);
+  EXPECT_EQ(p.best_effort_yields_within, 600'000);
+  // By default only critical work takes best-effort work beyond its guarantee; where
+  // standard work may, within an hour of the victim's start or last checkpoint.
   EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_to, core::Tier::kCritical);
+  EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_within, 3'600'000);
   // Absent keys keep the core's defaults.
   EXPECT_EQ(Parse(kPool).policy.params.fairshare_half_life,
             core::PolicyParams{}.fairshare_half_life);
@@ -290,7 +295,7 @@ extra: 1
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
                 "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
-                "best_effort_yields_to)",
+                "best_effort_yields_to, best_effort_yields_within_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }

@@ -724,6 +724,12 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
       break;
     case Mode::kTier:
       if (c.category() != 0) return false;
+      // Standard work takes only best-effort work that would lose little (the limit in
+      // seconds of its own run, so the loss in units x seconds against units x limit).
+      if (const Ticks within = s.params().best_effort_yields_within;
+          job.spec.tier != Tier::kCritical && within > 0 && c.lost() > v.units * (within / kTicksPerSecond)) {
+        return false;
+      }
       break;
     default:
       if (c.category() == 0 && job.spec.tier != Tier::kBestEffort) break;

@@ -19,11 +19,11 @@
 #include <memory>
 #include <optional>
 #include <set>
-
-#include <absl/container/btree_set.h>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <absl/container/btree_set.h>
 
 #include "core/fragmentation.h"
 #include "core/ledger.h"
@@ -62,8 +62,8 @@ struct PolicyParams {
   // only while that job would lose at most this much of its run (since its start or last
   // checkpoint); critical work takes it regardless (0 = no limit). Young best-effort work
   // is cheap to restart; a notebook that has run for hours is not (docs/policies.md,
-  // session 26: `standard` with this limit meets the queueing-delay target everywhere
-  // measured, and costs 3x on the 100k replay, so it is not the default).
+  // session 26: `standard` with this limit meets the queueing-delay target on every
+  // workload at load 1.2 and above; not the default yet, see there).
   Ticks best_effort_yields_within = 3'600'000;
   // Live idle reclamation: a GPU under this utilization (0..1) counts as idle.
   double reclaim_idle_below = 0.05;

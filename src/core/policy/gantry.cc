@@ -709,12 +709,9 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   // Within a pass, a request that found no victims enough keeps failing: jobs started
   // since hold more, not less, and signaled victims are no longer candidates.
   const double job_rank = mode == Mode::kRank ? ordering_.Rank(s, job, now) : 0;
-  // Keyed by fit class for the node-by-node what-if and for taking best-effort work
-  // beyond the guarantee (VRAM varies from job to job; placement reads it by class), else
-  // by shape.
+  // By fit class for the node-by-node what-if and for kTier, which reads no queue either
+  // (PreemptKey).
   const bool by_class = VictimSelector::ByNode(job.spec.tier, mode) || mode == Mode::kTier;
-  // Taking best-effort work beyond the guarantee (kTier) reads no queue: one answer for
-  // every queue's job of the shape.
   const QueueId key_queue = mode == Mode::kTier ? QueueId() : job.spec.queue;
   PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id), by_class, key_queue, job.spec.tier, mode, models, job_rank};
   if (auto it = cache ? preempt_failed_.find(key) : preempt_failed_.end(); it != preempt_failed_.end()) {

@@ -83,7 +83,9 @@ class GantryPolicy final : public Policy {
     // Scheduler::shape_id; for a critical job's guarantee what-if its fit class instead
     // (by_class): critical work is mostly small inference jobs whose VRAM varies from job
     // to job, and its node-by-node what-if walks every running job (half the time of the
-    // 1M-job replay's first hours). Other modes keep the shape: per class, they changed
+    // 1M-job replay's first hours). Likewise taking best-effort work beyond the guarantee
+    // (kTier), which reads no queue either (the key's queue is none there): per shape,
+    // nearly every standard job missed. Other modes keep the shape: per class, they changed
     // which jobs preempted on a gen workload with gittins. Per class: the same decisions on
     // every workload compared, and a waiting job's checkpoint hint may differ (a cached
     // answer skips a walk, and walks decide when the index is sorted: docs/benchmarks.md).

@@ -387,12 +387,8 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     // Not signaled (being stopped), nor critical.
     if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
     resumed_[pos] = info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
-    if (resumed_[pos] != kNotResumed && !listed_[pos]) {
-      listed_[pos] = 1;
-      resumed_list_.push_back(pos);
-    }
+    if (resumed_[pos] != kNotResumed) resumed_list_.push_back(pos);
   };
-  listed_.resize(running.size(), 0);
   if (s.TakeRunningChanges(this, stamped_)) {
     for (uint32_t pos : stamped_) {
       if (pos < running.size() && seen_[pos] != stamps[pos]) read(pos);
@@ -402,16 +398,16 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
       if (seen_[pos] != stamps[pos]) read(pos);
     }
   }
-  // The members resumed within min_run_before_repreempt (a list of those resumed after a
-  // preemption, each dropped once its guard is over or its place is gone or read anew).
+  // The members resumed within min_run_before_repreempt: a list of the places read as
+  // resumed after a preemption (once each: a place read again is listed again), each
+  // dropped once its guard is over or its place is gone.
+  std::sort(resumed_list_.begin(), resumed_list_.end());
+  resumed_list_.erase(std::unique(resumed_list_.begin(), resumed_list_.end()), resumed_list_.end());
   size_t kept = 0;
   for (uint32_t pos : resumed_list_) {
-    if (pos >= running.size()) continue;  // gone (listed_ was cut with it)
+    if (pos >= running.size()) continue;  // gone
     const Ticks start = resumed_[pos];
-    if (start == kNotResumed || now - start >= min_run) {
-      listed_[pos] = 0;
-      continue;
-    }
+    if (start == kNotResumed || now - start >= min_run) continue;
     unprotect_ = std::min(unprotect_, start + min_run);
     // Guarded this pass: a rule may take it only where its queue orders by rank.
     const Info& info = info_[pos];

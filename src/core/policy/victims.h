@@ -22,13 +22,12 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include <set>
-
-#include <absl/container/btree_set.h>
 #include <span>
 #include <tuple>
 #include <utility>
 #include <vector>
+
+#include <absl/container/btree_set.h>
 
 #include "core/policy/queue_order.h"
 #include "core/scheduler.h"
@@ -297,9 +296,8 @@ class VictimSelector {
   // guard runs from it), else kNotResumed.
   static constexpr Ticks kNotResumed = std::numeric_limits<Ticks>::min();
   std::vector<Ticks> resumed_;
-  std::vector<uint32_t> resumed_list_;  // places whose resumed_ may still guard (each once)
-  std::vector<uint8_t> listed_;         // by place: in resumed_list_
-  std::vector<uint32_t> stamped_;       // Index: places the scheduler stamped since the last
+  std::vector<uint32_t> resumed_list_;  // places whose resumed_ may still guard
+  std::vector<uint32_t> stamped_;       // Index's scratch: places stamped since the last pass
   std::vector<uint32_t> member_;    // by place: its index in its group's members
   std::vector<uint32_t> signaled_;  // places whose Info::signaled this pass set (reset at Index)
   bool indexed_ = false;

@@ -191,6 +191,22 @@ TEST_F(GantryTest, AJobThatCanWaitPreemptsOnlyJustAfterTheVictimsCheckpoint) {
   (void)r1;
 }
 
+TEST_F(GantryTest, AJobWaitingForCheckpointsIsWokenOnAGridInsideTheWindow) {
+  // The victims checkpoint at 607 s and 613 s: one wake serves both, at the next multiple
+  // of a quarter of preempt_after_checkpoint (120 s / 4 = 30 s), while they are inside it.
+  JobId r1 = Submit("r1", "research", Tier::kStandard, 1, 8, 7 * kS, 600 * kS);
+  Pass(7 * kS);
+  JobId r2 = Submit("r2", "research", Tier::kStandard, 1, 8, 13 * kS, 600 * kS);
+  Pass(13 * kS);
+  ASSERT_EQ(sched_.job(r2).phase, Phase::kRunning);
+  JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 300 * kS);
+  EXPECT_TRUE(Preempted(Pass(300 * kS)).empty());
+  EXPECT_EQ(sched_.next_wakeup(), 630 * kS);
+  EXPECT_EQ(Preempted(Pass(630 * kS)).size(), 1u);
+  EXPECT_EQ(sched_.job(n).victims_pending, 1);
+  (void)r1;
+}
+
 TEST_F(GantryTest, AJobIsNotToldToWaitForCheckpointsOfJobsItMayNotTake) {
   // serving (guarantee 8) and research (guarantee 4, one 6-GPU job: not wholly borrowed)
   // fill the cluster with jobs that checkpoint every 600 s; neither may be taken back.
@@ -883,9 +899,8 @@ TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuar
     return taken;
   };
   PolicyParams defaults;
-  ASSERT_EQ(defaults.best_effort_yields_to, Tier::kCritical);
+  ASSERT_EQ(defaults.best_effort_yields_to, Tier::kStandard);
   ASSERT_EQ(defaults.best_effort_yields_within, 3600 * kS);
-  defaults.best_effort_yields_to = Tier::kStandard;
   // The standard job takes a job that ran 1,000 s (the cheapest), never one of 4,000 s.
   EXPECT_EQ(run(defaults, Tier::kStandard), std::vector<int>{2});
   // Within 500 s: none of them is young enough; the standard job waits.

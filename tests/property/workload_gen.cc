@@ -564,7 +564,7 @@ Workload GenerateWorkload(const WorkloadOptions& options) {
   // Whom best-effort work gives way to beyond a queue's guarantee: the default (critical)
   // on a third, standard or none on the rest (drawn apart too).
   Rng yields(options.seed ^ 0xbe5e);
-  const std::vector<std::string> yields_to = {"", "standard", "none"};
+  const std::vector<std::string> yields_to = {"", "critical", "none"};
   cluster.best_effort_yields_to = yields.Pick(yields_to);
   Workload w;
   w.config_yaml = ConfigYaml(cluster, options.seed);

@@ -327,7 +327,8 @@ TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
 }
 
 // Beyond its queue's guarantee a critical job still takes best-effort work's GPUs (the
-// default policy.best_effort_yields_to), through the same stop-and-requeue.
+// default policy.best_effort_yields_to, standard, counts critical work in), through the same
+// stop-and-requeue.
 TEST_F(ControllerTest, ACriticalJobBeyondItsGuaranteeStopsBestEffortWork) {
   Beat("h100-0");
   Beat("h100-1");

@@ -181,7 +181,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   backfill_lease_after_s: 7200
   preempt_after_checkpoint_s: 30
   default_grace_s: 45
-  best_effort_yields_to: standard
+  best_effort_yields_to: critical
   best_effort_yields_within_s: 600
 )");
   const core::PolicyParams& p = c.policy.params;
@@ -195,11 +195,11 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.default_runtime_estimate, 60'000);
   EXPECT_EQ(p.backfill_lease_after, 7'200'000);
   EXPECT_EQ(p.preempt_after_checkpoint, 30'000);
-  EXPECT_EQ(p.best_effort_yields_to, core::Tier::kStandard);
+  EXPECT_EQ(p.best_effort_yields_to, core::Tier::kCritical);
   EXPECT_EQ(p.best_effort_yields_within, 600'000);
-  // By default only critical work takes best-effort work beyond its guarantee; where
-  // standard work may, within an hour of the victim's start or last checkpoint.
-  EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_to, core::Tier::kCritical);
+  // By default standard work takes best-effort work beyond its guarantee too, within an
+  // hour of the victim's start or last checkpoint.
+  EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_to, core::Tier::kStandard);
   EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_within, 3'600'000);
   // Absent keys keep the core's defaults.
   EXPECT_EQ(Parse(kPool).policy.params.fairshare_half_life,

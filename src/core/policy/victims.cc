@@ -632,7 +632,9 @@ void VictimSelector::Windows(const Scheduler& s, Group& g) {
       if (Guarded(s, info)) continue;
       const Ticks since = (now - info.last_start) % ck;
       for (int k = 0; k < 2; ++k) {
-        if (windows[k] > 0 && since > windows[k]) g.next_window[k] = std::min(g.next_window[k], now + ck - since);
+        if (windows[k] > 0 && since > windows[k]) {
+          g.next_window[k] = std::min(g.next_window[k], WindowOpens(now + ck - since, windows[k]));
+        }
       }
       break;
     }
@@ -745,7 +747,7 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
                            ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
                            : s.params().preempt_after_checkpoint;
   if (const Ticks since = Since(v); window > 0 && job.spec.tier != Tier::kCritical && since > window) {
-    next_checkpoint_ = std::min(next_checkpoint_, now + v.checkpoint - since);
+    next_checkpoint_ = std::min(next_checkpoint_, WindowOpens(now + v.checkpoint - since, window));
     return false;
   }
   return true;

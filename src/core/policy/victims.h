@@ -218,6 +218,16 @@ class VictimSelector {
   static Ticks Phase(Ticks t, Ticks checkpoint) {
     return checkpoint > 0 ? ((t % checkpoint) + checkpoint) % checkpoint : t;
   }
+  // When a victim past its window (preempt_after_checkpoint) is next inside it: at its
+  // next checkpoint, rounded up to a multiple of a quarter of the window. It is still
+  // inside then (it loses at most a quarter of the window more), and the wakes this asks
+  // for fall on one grid for every waiting job and victim. Woken at each best-effort
+  // checkpoint, waiting standard jobs made half the passes of the 100k replay (179k of
+  // 362k; 225k with the grid).
+  static Ticks WindowOpens(Ticks checkpoint_at, Ticks window) {
+    const Ticks step = window / 4;
+    return step > 1 ? (checkpoint_at + step - 1) / step * step : checkpoint_at;
+  }
   // This pass: resumed less than min_run_before_repreempt ago.
   bool Guarded(const Scheduler& s, const Info& v) const {
     return v.preemptions > 0 && now_ - v.last_start < s.params().min_run_before_repreempt;

@@ -21,10 +21,13 @@
 #                3:1.1:training=0.5,sweep=0.25,batch=0.25" (the last: gang-heavy)
 #   --set        a `policy:` setting added to each generated cluster config, e.g.
 #                --set "best_effort_yields_to: none" (repeatable)
+#   --order      QUEUE=ORDER: that queue of each generated config (and its children)
+#                ordered by ORDER (fair-share, las, gittins), e.g. --order research=gittins
+#                (repeatable)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=build/release out=/tmp/gantry-policies gpus=256 days=7 sets=()
+build=build/release out=/tmp/gantry-policies gpus=256 days=7 sets=() orders=()
 workloads="1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6 3:1.1:training=0.5,sweep=0.25,batch=0.25"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -34,7 +37,8 @@ while [[ $# -gt 0 ]]; do
     --days) days=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --set) sets+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --order) orders+=("$2"); shift 2 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "policy_compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +59,13 @@ for w in $workloads; do
       { echo "policy_compare.sh: $dir/cluster.yaml does not end with its policy section" >&2; exit 2; }
     printf '  %s\n' "${sets[@]}" >> "$dir/cluster.yaml"
   fi
+  for o in ${orders[@]+"${orders[@]}"}; do
+    queue=${o%%=*} order=${o#*=}
+    sed -n '/^queues:$/,/^[a-z_]*:$/p' "$dir/cluster.yaml" | grep -q "^  - name: $queue\$" ||
+      { echo "policy_compare.sh: $dir/cluster.yaml has no queue $queue (--order)" >&2; exit 2; }
+    sed -i "/^queues:\$/,/^[a-z_]*:\$/{/^  - name: $queue\$/a\\    order: $order
+}" "$dir/cluster.yaml"
+  done
   echo "$seed $load ${mix:--}" > "$dir/workload.txt"
   for policy in fifo gantry; do
     "$gantry" sim --config "$dir/cluster.yaml" --trace "$dir/trace.jsonl" \

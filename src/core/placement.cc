@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 
 namespace gantry::core {
 
@@ -292,9 +293,28 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
 
 // ---- FGD: least fragmentation growth over a bounded candidate set ----
 
+int Placer::FgdScore(int64_t delta) const {
+  const double gpus = static_cast<double>(delta) / static_cast<double>(frag_->total_weight()) /
+                      static_cast<double>(kGpuUnits);
+  return static_cast<int>(100.0 / (1.0 + std::exp(gpus)));
+}
+
+uint64_t Placer::TieKey(const WorkerAlloc& w) const {
+  uint64_t x = (uint64_t{w.node.v} << 24) ^ (w.gpu_mask << 8) ^
+               (static_cast<uint64_t>(static_cast<uint8_t>(w.gpu)) << 4) ^
+               static_cast<uint64_t>(static_cast<uint8_t>(w.mig_start)) ^ (fgd_draws_ * 0x9E3779B97F4A7C15ull);
+  x ^= x >> 30;  // splitmix64's finaliser
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 void Placer::Consider(const WorkerAlloc& w, Best& best) const {
-  const int64_t delta = frag_->Delta(w);
-  if (!best.found || delta < best.delta) best = Best{true, delta, w};  // ties keep the earlier
+  const int score = FgdScore(frag_->Delta(w));
+  if (best.found && score < best.score) return;
+  const uint64_t tie = TieKey(w);
+  if (!best.found || score > best.score || tie < best.tie) best = Best{true, score, tie, w};
 }
 
 Placer::Take Placer::TakeSplit(int state) {
@@ -446,6 +466,7 @@ void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, 
 bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w) {
   const Cluster& cluster = ledger_.cluster();
   Best best;
+  ++fgd_draws_;
   fgd_truncated_ = false;
   auto score_pool = [&](PoolId pool) {
     if (!PoolAccepts(job, pool)) return;

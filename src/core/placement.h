@@ -94,9 +94,10 @@ class Placer {
   // seeds (FGD's figure: 95.39%); scored as FGD does, 95.46% (docs/benchmarks.md).
   int FgdScore(int64_t delta) const;
   // A tie-break that spreads tied candidates the way a random pick does, yet is the
-  // same on every run: a hash of the candidate's place and the placement's number.
+  // same on every run and for every placement of one job on one ledger state: a hash
+  // of the candidate's place and the job's id.
   uint64_t TieKey(const WorkerAlloc& w) const;
-  uint64_t fgd_draws_ = 0;  // FGD placements so far (TieKey's salt)
+  uint64_t fgd_salt_ = 0;  // the job being placed (TieKey's salt)
   bool PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w);
   void Consider(const WorkerAlloc& w, Best& best) const;
   // Whether a partly used GPU in `state` joins the candidates (levels_ counts them): at

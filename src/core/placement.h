@@ -91,7 +91,8 @@ class Placer {
   // change being in fragmented GPUs, so changes within a few hundredths of a GPU tie,
   // and the scheduler then picks one of the tied nodes at random. Scored exactly, with
   // the first in best-fit order kept on ties, the openb fill averaged 95.27% over 40
-  // seeds (FGD's figure: 95.39%); scored as FGD does, 95.46% (docs/benchmarks.md).
+  // seeds; scored as FGD does, 95.43% (FGD's figure: 95.39% on its ten seeds, where
+  // gantry gives 95.35%; docs/benchmarks.md). Only called while the mix is active.
   int FgdScore(int64_t delta) const;
   // A tie-break that spreads tied candidates the way a random pick does, yet is the
   // same on every run and for every placement of one job on one ledger state: a hash

@@ -299,10 +299,10 @@ int Placer::FgdScore(int64_t delta) const {
   return static_cast<int>(100.0 / (1.0 + std::exp(gpus)));
 }
 
-uint64_t Placer::TieKey(const WorkerAlloc& w) const {
+uint64_t Placer::TieKey(const WorkerAlloc& w, uint64_t salt) {
   uint64_t x = (uint64_t{w.node.v} << 24) ^ (w.gpu_mask << 8) ^
                (static_cast<uint64_t>(static_cast<uint8_t>(w.gpu)) << 4) ^
-               static_cast<uint64_t>(static_cast<uint8_t>(w.mig_start)) ^ (fgd_salt_ * 0x9E3779B97F4A7C15ull);
+               static_cast<uint64_t>(static_cast<uint8_t>(w.mig_start)) ^ (salt * 0x9E3779B97F4A7C15ull);
   x ^= x >> 30;  // splitmix64's finaliser
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 27;
@@ -313,8 +313,13 @@ uint64_t Placer::TieKey(const WorkerAlloc& w) const {
 void Placer::Consider(const WorkerAlloc& w, Best& best) const {
   const int score = FgdScore(frag_->Delta(w));
   if (best.found && score < best.score) return;
-  const uint64_t tie = TieKey(w);
-  if (!best.found || score > best.score || tie < best.tie) best = Best{true, score, tie, w};
+  const uint64_t tie = TieKey(w, best.salt);
+  if (!best.found || score > best.score || tie < best.tie) {
+    best.found = true;
+    best.score = score;
+    best.tie = tie;
+    best.w = w;
+  }
 }
 
 Placer::Take Placer::TakeSplit(int state) {
@@ -465,11 +470,11 @@ void Placer::MigCandidates(const JobSpec& job, PoolId pool, const Scope& scope, 
 
 bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w) {
   const Cluster& cluster = ledger_.cluster();
-  Best best;
   // The job's own order of tied places (FNV-1a of its id): the same job on the same
   // ledger goes to the same place, as what-ifs rely on (VictimSelector::Choose).
-  fgd_salt_ = 14695981039346656037ull;
-  for (const char ch : job.id) fgd_salt_ = (fgd_salt_ ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  Best best;
+  best.salt = 14695981039346656037ull;
+  for (const char ch : job.id) best.salt = (best.salt ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
   fgd_truncated_ = false;
   auto score_pool = [&](PoolId pool) {
     if (!PoolAccepts(job, pool)) return;

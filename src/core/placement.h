@@ -80,8 +80,10 @@ class Placer {
   // fewer than `gpus` bits when there is no room.
   uint64_t WholeMask(NodeId n, const Scope& scope, int gpus) const;
 
-  // FGD: the best-scored candidate so far (FgdScore; on ties the lowest TieKey).
+  // FGD: the best-scored candidate so far (FgdScore; on ties the lowest TieKey), and the
+  // job's salt for TieKey.
   struct Best {
+    uint64_t salt = 0;
     bool found = false;
     int score = 0;
     uint64_t tie = 0;
@@ -96,9 +98,8 @@ class Placer {
   int FgdScore(int64_t delta) const;
   // A tie-break that spreads tied candidates the way a random pick does, yet is the
   // same on every run and for every placement of one job on one ledger state: a hash
-  // of the candidate's place and the job's id.
-  uint64_t TieKey(const WorkerAlloc& w) const;
-  uint64_t fgd_salt_ = 0;  // the job being placed (TieKey's salt)
+  // of the candidate's place and the job's salt (FNV-1a of its id).
+  static uint64_t TieKey(const WorkerAlloc& w, uint64_t salt);
   bool PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc& w);
   void Consider(const WorkerAlloc& w, Best& best) const;
   // Whether a partly used GPU in `state` joins the candidates (levels_ counts them): at

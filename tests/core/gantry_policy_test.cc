@@ -864,10 +864,10 @@ TEST(GantryMaxWaitTest, AJobKeptOutByItsQueuesBurstLimitStartsPastMaxWait) {
   EXPECT_LE(start, 400 * kS);
 }
 
-// With best_effort_yields_to: standard, beyond its guarantee a standard job takes
-// best-effort work only while that work would lose at most best_effort_yields_within (an
-// hour by default) since its start or last checkpoint; a critical job takes it
-// regardless; with critical (the default) it is left to critical work alone.
+// With best_effort_yields_to: standard (the default), beyond its guarantee a standard job
+// takes best-effort work only while that work would lose at most best_effort_yields_within
+// (an hour by default) since its start or last checkpoint; a critical job takes it
+// regardless; with critical it is left to critical work alone.
 TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuarantee) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});

@@ -561,8 +561,8 @@ Workload GenerateWorkload(const WorkloadOptions& options) {
   // other draws, and so each seed's workload, stay as they were before the setting).
   Rng cycle(options.seed ^ 0xc1c1e);
   if (cycle.Chance(0.35)) cluster.full_pass_interval_s = cycle.Int(1, 60);
-  // Whom best-effort work gives way to beyond a queue's guarantee: the default (critical)
-  // on a third, standard or none on the rest (drawn apart too).
+  // Whom best-effort work gives way to beyond a queue's guarantee: the default (standard)
+  // on a third, critical or none on the rest (drawn apart too).
   Rng yields(options.seed ^ 0xbe5e);
   const std::vector<std::string> yields_to = {"", "critical", "none"};
   cluster.best_effort_yields_to = yields.Pick(yields_to);

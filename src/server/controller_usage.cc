@@ -193,7 +193,12 @@ void Controller::ReclaimIdle(Ticks now) {
   }
   for (auto& [seq, reason] : idle) {
     Job& job = jobs_.at(seq);
-    log::Info("job reclaimed", {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
+    // "job reclaimed" is EndJob's line, once the workers have gone.
+    log::Info("reclaiming idle job", {{"job", job.name},
+                                      {"queue", job.queue},
+                                      {"user", job.user},
+                                      {"grace_s", spec::FormatSeconds(job.spec.grace)},
+                                      {"reason", reason}});
     BeginStop(job, StopKind::kReclaim, std::move(reason), job.spec.grace, now);
   }
 }

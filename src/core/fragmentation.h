@@ -19,9 +19,9 @@
 // sum_m weight_m F_n(m); FragmentedGpus divides by the total weight for the report.
 //
 // The mix is learned online (Observe, once per submitted job that uses GPUs, weighted
-// by its workers; CPU-only jobs are left out: counted as FGD's artifact counts them
-// (isInvolvedCpuPods: true), they shift every candidate's change alike and dilute the
-// GPU classes, no gain on the openb fill, docs/benchmarks.md session 28): a bounded
+// by its workers; CPU-only jobs are left out. FGD's artifact counts them
+// (isInvolvedCpuPods: true), which shifts every candidate's change alike and dilutes
+// the GPU classes: no gain on the openb fill, docs/benchmarks.md, session 28): a bounded
 // table of the last kTracked distinct shapes (VRAM counts exactly for shares only; for
 // whole GPUs and MIG, as the set of models it fits) with decayed counts (all halved every
 // kDecayEvery workers; a new shape evicts the lightest). The mix in

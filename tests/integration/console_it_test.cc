@@ -160,13 +160,6 @@ queues:
   - name: vision
 )";
 
-
-size_t Occurrences(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 // Checks that the console's map (its HTML) draws every GPU /v1/nodes lists, each with
 // the jobs the API says hold it, and no other; returns the GPUs counted.
 size_t ExpectMapDrawsEveryGpu(const std::string& map, const json& nodes) {

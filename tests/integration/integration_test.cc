@@ -1210,13 +1210,8 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   for (const char* id : {"busy", "crit", "kept"}) EXPECT_EQ(CountEvents(events, "reclaim", id), 0) << id;
   // The operational log says it once at the signal and once at the end.
   const std::string log = h.Read("gantryd.log");
-  auto count = [&](const std::string& what) {
-    int n = 0;
-    for (size_t at = log.find(what); at != std::string::npos; at = log.find(what, at + 1)) ++n;
-    return n;
-  };
-  EXPECT_EQ(count("reclaiming idle job job=notebook "), 1) << log;
-  EXPECT_EQ(count("job reclaimed job=notebook "), 1) << log;
+  EXPECT_EQ(Occurrences(log, "reclaiming idle job job=notebook "), 1u) << log;
+  EXPECT_EQ(Occurrences(log, "job reclaimed job=notebook "), 1u) << log;
   for (const char* id : {"busy", "crit", "kept"}) EXPECT_TRUE(Times(h.Path(std::string("out/") + id + ".1.0.log"), "term").empty()) << id;
   // The metrics count it.
   httplib::Client c(h.ServerUrl());

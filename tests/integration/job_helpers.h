@@ -62,6 +62,13 @@ inline int CountEvents(const std::vector<json>& events, const std::string& type,
   }));
 }
 
+// How often `needle` occurs in `text` (overlapping occurrences count).
+inline size_t Occurrences(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 inline std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::stringstream in(s);

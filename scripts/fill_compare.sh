@@ -6,12 +6,13 @@
 # seed the allocation and the unallocated GPUs at the last arrival (fill mode has no
 # departures, so that is the figure FGD reports), the bound (no placement of the pods
 # then waiting could allocate more: the free capacity none of them fits is left out),
-# the fragmentation at the last arrival, and the ratio of gantry's unallocated GPUs to
-# fifo's; then the means.
+# the fragmentation at the last arrival, the ratio of gantry's unallocated GPUs to
+# fifo's, and gantry's preemptions by the last arrival (consolidation's moves among them,
+# with --consolidate); then the means.
 # Not part of the test suite; docs/benchmarks.md has the figures.
 #
 #   scripts/fill_compare.sh [--build DIR] [--out DIR] [--seeds "42 43 ..."] [--fill X]
-#                           [--list NAME] [--traces DIR] [--jobs N]
+#                           [--list NAME] [--traces DIR] [--jobs N] [--consolidate S]
 #
 #   --build   build folder with src/gantry (default build/release)
 #   --out     work folder for converted traces and reports (default /tmp/gantry-fill)
@@ -20,10 +21,12 @@
 #   --list    pod list: openb_pod_list_<NAME>.csv (default "default")
 #   --traces  folder of the openb CSVs (default ../shared/traces/alibaba-gpu-v2023-openb)
 #   --jobs    simulations run at once (default 1: the machine is shared)
+#   --consolidate  the converted configs get policy.consolidate_within_s: S (gantry moves
+#             running pods that would lose at most S s to make room; docs/policies.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=build/release out=/tmp/gantry-fill fill=1.3 list=default jobs=1
+build=build/release out=/tmp/gantry-fill fill=1.3 list=default jobs=1 consolidate=
 seeds="42 43 44 45 46 47 48 49 50 51"
 traces=../shared/traces/alibaba-gpu-v2023-openb
 while [[ $# -gt 0 ]]; do
@@ -35,7 +38,8 @@ while [[ $# -gt 0 ]]; do
     --list) list=$2; shift 2 ;;
     --traces) traces=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --consolidate) consolidate=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "fill_compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -52,7 +56,7 @@ mkdir -p "$out"
 run() {  # seed policy
   local dir=$out/$list-$1
   /usr/bin/time -f %e -o "$dir/time_$2.txt" "$gantry" sim --config "$dir/cluster.yaml" \
-    --trace "$dir/trace.jsonl" --policy "$2" --no-wait-events --events /dev/null \
+    --trace "$dir/trace.jsonl" --policy "$2" --no-wait-events --events "$dir/events_$2.jsonl" \
     --report "$dir/report_$2.json" -q
 }
 
@@ -61,6 +65,10 @@ for seed in $seeds; do
   mkdir -p "$dir"
   "$gantry" trace convert --format openb --node-list "$nodes" "$pods" --fill "$fill" \
     --seed "$seed" --out "$dir" > "$dir/convert.txt"
+  if [[ -n $consolidate ]]; then
+    grep -q '^policy:' "$dir/cluster.yaml" && { echo "fill_compare.sh: $dir/cluster.yaml has a policy section" >&2; exit 2; }
+    printf 'policy:\n  consolidate_within_s: %s\n' "$consolidate" >> "$dir/cluster.yaml"
+  fi
 done
 export -f run
 export gantry out list
@@ -68,9 +76,9 @@ for seed in $seeds; do
   for policy in fifo gantry; do echo "$seed $policy"; done
 done | xargs -P "$jobs" -n 2 bash -c 'run "$0" "$1"'
 
-python3 - "$out" "$list" "$fill" $seeds <<'EOF'
+python3 - "$out" "$list" "$fill" "${consolidate:-off}" $seeds <<'EOF'
 import json, re, sys
-out, lst, fill, seeds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+out, lst, fill, consolidate, seeds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 rows = []
 for s in seeds:
     d = f"{out}/{lst}-{s}"
@@ -92,18 +100,29 @@ for s in seeds:
         alloc = r[p]["allocation_ratio_at_last_arrival_pct"]
         row[p] = (alloc, (100 - alloc) / 100 * gpus, r[p].get("fragmentation_at_last_arrival_pct", float("nan")), t[p],
                   r[p].get("allocation_bound_at_last_arrival_pct", float("nan")))
+    # Preemptions by the last arrival (the figures' moment), consolidation's moves among them.
+    last = max(json.loads(l)["submit"] for l in open(f"{d}/trace.jsonl"))
+    pre = moves = 0
+    for l in open(f"{d}/events_gantry.jsonl"):
+        if '"preempt"' in l:
+            e = json.loads(l)
+            if e["type"] == "preempt" and e["t"] <= last:
+                pre += 1
+                moves += e["reason"].startswith("consolidation:")
+    row["preempt"] = (pre, moves)
     row["ratio"] = row["gantry"][1] / row["fifo"][1] if row["fifo"][1] > 0 else float("nan")
     rows.append(row)
-print(f"openb fill: pod list {lst}, fill {fill}, {rows[0]['gpus']} GPUs; figures at the last arrival")
-print("| seed | fifo allocated % | gantry allocated % | fifo bound % | gantry bound % | fifo unallocated GPUs | gantry unallocated GPUs | gantry / fifo | fifo fragmented % | gantry fragmented % | fifo sim s | gantry sim s |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+print(f"openb fill: pod list {lst}, fill {fill}, {rows[0]['gpus']} GPUs, consolidate_within_s {consolidate}; "
+      "figures at the last arrival")
+print("| seed | fifo allocated % | gantry allocated % | fifo bound % | gantry bound % | fifo unallocated GPUs | gantry unallocated GPUs | gantry / fifo | fifo fragmented % | gantry fragmented % | fifo sim s | gantry sim s | gantry preemptions (moves) |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for x in rows:
     f, g = x["fifo"], x["gantry"]
-    print(f"| {x['seed']} | {f[0]:.2f} | {g[0]:.2f} | {f[4]:.2f} | {g[4]:.2f} | {f[1]:.1f} | {g[1]:.1f} | {x['ratio']:.3f} | {f[2]:.2f} | {g[2]:.2f} | {f[3]:.1f} | {g[3]:.1f} |")
+    print(f"| {x['seed']} | {f[0]:.2f} | {g[0]:.2f} | {f[4]:.2f} | {g[4]:.2f} | {f[1]:.1f} | {g[1]:.1f} | {x['ratio']:.3f} | {f[2]:.2f} | {g[2]:.2f} | {f[3]:.1f} | {g[3]:.1f} | {x['preempt'][0]} ({x['preempt'][1]}) |")
 n = len(rows)
 mean = lambda k, i: sum(x[k][i] for x in rows) / n
 mr = sum(x["ratio"] for x in rows) / n
-print(f"| mean | {mean('fifo', 0):.2f} | {mean('gantry', 0):.2f} | {mean('fifo', 4):.2f} | {mean('gantry', 4):.2f} | {mean('fifo', 1):.1f} | {mean('gantry', 1):.1f} | {mr:.3f} | {mean('fifo', 2):.2f} | {mean('gantry', 2):.2f} | {mean('fifo', 3):.1f} | {mean('gantry', 3):.1f} |")
+print(f"| mean | {mean('fifo', 0):.2f} | {mean('gantry', 0):.2f} | {mean('fifo', 4):.2f} | {mean('gantry', 4):.2f} | {mean('fifo', 1):.1f} | {mean('gantry', 1):.1f} | {mr:.3f} | {mean('fifo', 2):.2f} | {mean('gantry', 2):.2f} | {mean('fifo', 3):.1f} | {mean('gantry', 3):.1f} | {sum(x['preempt'][0] for x in rows) / n:.1f} ({sum(x['preempt'][1] for x in rows) / n:.1f}) |")
 ratio_of_means = mean("gantry", 1) / mean("fifo", 1)
 print(f"gantry leaves {ratio_of_means:.3f}x fifo's unallocated GPUs (ratio of the means; "
       f"mean of the per-seed ratios {mr:.3f}); target <= 0.6: {'met' if ratio_of_means <= 0.6 else 'NOT met'}")

@@ -535,6 +535,14 @@ bool Placer::PlaceWorkers(const JobSpec& job, Fit fit, const Scope& scope, Alloc
   return true;
 }
 
+bool Placer::PlaceOn(const JobSpec& job, Fit fit, NodeId n, Allocation& out) {
+  const Cluster& cluster = ledger_.cluster();
+  const PoolId pool = cluster.node(n).pool;
+  if (!PoolAccepts(job, pool) || !ledger_.node(n).up) return false;
+  const uint32_t i = n.v - cluster.pool(pool).first_node.v;
+  return PlaceWorkers(job, fit, Scope{pool, i, i + 1}, out);
+}
+
 bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
   const Cluster& cluster = ledger_.cluster();
   const Topology topology = Effective(job);

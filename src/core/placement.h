@@ -50,6 +50,8 @@ class Placer {
 
   // On success `out` holds one WorkerAlloc per worker, already in the ledger.
   bool Place(const JobSpec& job, Fit fit, Allocation& out);
+  // The same, every worker on node `n` (false where its pool does not accept the job).
+  bool PlaceOn(const JobSpec& job, Fit fit, NodeId n, Allocation& out);
 
   // Human-readable request, e.g. "2 x 8 GPUs of H100-80GB in one leaf".
   static std::string Describe(const JobSpec& job, const Catalog& catalog);

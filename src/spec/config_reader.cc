@@ -576,7 +576,7 @@ class ConfigParser {
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
               "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s",
               "reclaim_idle_after_s_by_tier", "full_pass_interval_s", "best_effort_yields_to",
-              "best_effort_yields_within_s"});
+              "best_effort_yields_within_s", "consolidate_within_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -590,6 +590,7 @@ class ConfigParser {
     seconds("preempt_after_checkpoint_s", Range{0, false, kMaxSeconds}, p.preempt_after_checkpoint);
     seconds("default_grace_s", Range{0, false, kMaxSeconds}, policy.default_grace);
     seconds("best_effort_yields_within_s", Range{0, false, kMaxSeconds}, p.best_effort_yields_within);
+    seconds("consolidate_within_s", Range{0, false, kMaxSeconds}, p.consolidate_within);
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
     if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
     if (auto c = f.Bool("reclaim_critical")) p.reclaim_critical = *c;

@@ -183,6 +183,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   default_grace_s: 45
   best_effort_yields_to: critical
   best_effort_yields_within_s: 600
+  consolidate_within_s: 900
 )");
   const core::PolicyParams& p = c.policy.params;
   EXPECT_EQ(c.policy.default_grace, 45'000);
@@ -197,6 +198,8 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.preempt_after_checkpoint, 30'000);
   EXPECT_EQ(p.best_effort_yields_to, core::Tier::kCritical);
   EXPECT_EQ(p.best_effort_yields_within, 600'000);
+  EXPECT_EQ(p.consolidate_within, 900'000);
+  EXPECT_EQ(Parse(kPool).policy.params.consolidate_within, 0);  // off unless set
   // By default standard work takes best-effort work beyond its guarantee too, within an
   // hour of the victim's start or last checkpoint.
   EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_to, core::Tier::kStandard);
@@ -295,7 +298,7 @@ extra: 1
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
                 "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
-                "best_effort_yields_to, best_effort_yields_within_s)",
+                "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }

@@ -340,8 +340,10 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   evicted_stale_ = true;  // jobs and claims moved since the last pass
   refined_.clear();
   preempt_failed_.clear();
+  consolidate_failed_.clear();
   reserver_.NewPass();
   victims_.NewPass();
+  consolidator_.NewPass();
   Init(s);  // per-queue settings, on first use
   // A drain lasts while its job waits and every node it names is up.
   std::erase_if(drains_, [&](const Drain& d) {
@@ -632,6 +634,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, inside, at_checkpoint);
     if (drain_owner) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
     if (preempted) return;
+    if (!drain_owner && TryConsolidate(s, id, now)) return;
     // A job due for a reservation that has waited past backfill_lease_after takes back
     // what backfilled jobs hold past their lease.
     const bool reservable =
@@ -729,19 +732,26 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   std::sort(needed.begin(), needed.end());
   const std::string name = std::string(Name(job.spec.tier)) + " job " + job.spec.id;
   const std::string who = asker == Asker::kPastMaxWait ? name + ", waiting past max_wait_s," : name;
+  Claim(s, id, needed, std::move(fit), now, [&](JobId v) {
+    const JobRecord& victim = s.job(v);
+    const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
+    return mode == Mode::kLessees ? name + " is due for GPUs this job was backfilled onto; it ran past its estimate"
+           : mode == Mode::kRank
+               ? name + " comes first in queue " + queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
+                     " order (attained service)"
+           : victim.spec.tier == Tier::kBestEffort ? who + " needs capacity held by best-effort work"
+                                                   : who + " needs capacity borrowed by queue " + queue;
+  });
+  return true;
+}
+
+template <typename Reason>
+void GantryPolicy::Claim(Scheduler& s, JobId id, const std::vector<JobId>& needed, Allocation fit, Ticks now,
+                         Reason reason) {
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
     ++ByJob(evicted_count_, v, s);
-    const JobRecord& victim = s.job(v);
-    const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
-    std::string reason =
-        mode == Mode::kLessees ? name + " is due for GPUs this job was backfilled onto; it ran past its estimate"
-        : mode == Mode::kRank
-            ? name + " comes first in queue " + queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
-                  " order (attained service)"
-        : victim.spec.tier == Tier::kBestEffort ? who + " needs capacity held by best-effort work"
-                                                : who + " needs capacity borrowed by queue " + queue;
-    s.Preempt(v, id, std::move(reason), now);
+    s.Preempt(v, id, reason(v), now);
   }
   // Hold what the what-if found for the job until its victims are gone.
   Ticks release = now;
@@ -754,6 +764,29 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   ByJob(claiming_, id, s) = 1;
   Hold(s, claims_.back(), ~uint64_t{0}, /*fence=*/true);
   MarkConsidered(s, id);
+}
+
+bool GantryPolicy::TryConsolidate(Scheduler& s, JobId id, Ticks now) {
+  const JobRecord& job = s.job(id);
+  if (s.params().consolidate_within <= 0 || job.spec.replicas != 1) return false;
+  const uint32_t shape = s.shape_id(id);
+  if (consolidate_failed_.contains(shape)) return false;
+  Consolidator::Plan plan;
+  if (!consolidator_.Find(s, job, now, plan)) {
+    consolidate_failed_.insert(shape);
+    return false;
+  }
+  const std::string name = std::string(Name(job.spec.tier)) + " job " + job.spec.id;
+  std::vector<JobId> moved = plan.moved;
+  std::sort(moved.begin(), moved.end());
+  Claim(s, id, moved, std::move(plan.fit), now, [&](JobId v) {
+    const auto i = static_cast<size_t>(std::find(plan.moved.begin(), plan.moved.end(), v) - plan.moved.begin());
+    return "consolidation: moved to node " + s.cluster().node(plan.to[i][0].node).name + " to make room for " + name +
+           " (policy.consolidate_within_s)";
+  });
+  // The victims' index and the movable jobs were read before these preemptions.
+  victims_.NewPass();
+  consolidator_.Reindex();
   return true;
 }
 

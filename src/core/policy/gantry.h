@@ -59,6 +59,7 @@
 #include <string>
 #include <vector>
 
+#include "core/policy/consolidator.h"
 #include "core/policy/queue_order.h"
 #include "core/policy/reserver.h"
 #include "core/policy/victims.h"
@@ -129,6 +130,13 @@ class GantryPolicy final : public Policy {
   // guarantee; ~0: anywhere).
   bool TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models = ~ModelMask{0},
                   Asker asker = Asker::kJob);
+  // Signals `needed` for job `id` (each with the text reason(victim)) and holds `fit` as the job's
+  // claim until they are gone.
+  template <typename Reason>
+  void Claim(Scheduler& s, JobId id, const std::vector<JobId>& needed, Allocation fit, Ticks now, Reason reason);
+  // Moves running jobs elsewhere where that makes room for job `id` (Consolidator), when
+  // the site allows it (consolidate_within); true if it did.
+  bool TryConsolidate(Scheduler& s, JobId id, Ticks now);
   // The owner of drain `d` takes what best-effort work and capacity borrowed by other
   // queues hold (just after their checkpoints, cheapest first, anywhere it then fits), as
   // a job inside its guarantee does (its victims' reason says it waited past max_wait):
@@ -222,6 +230,8 @@ class GantryPolicy final : public Policy {
   std::map<PreemptKey, Ticks> preempt_failed_;  // with their next_checkpoint_
   Ticks next_checkpoint_ = kForever;
   Reserver reserver_;
+  Consolidator consolidator_;
+  std::set<uint32_t> consolidate_failed_;  // this pass: shape ids that found no moves
 };
 
 }  // namespace gantry::core

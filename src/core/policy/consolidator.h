@@ -1,0 +1,68 @@
+// Consolidator: room for a job that fits nowhere, made by moving a few running jobs
+// elsewhere (KAI's consolidation action; what the Kubernetes descheduler does after the
+// fact). Off unless the site sets `policy.consolidate_within_s`.
+//
+// A pending job of one worker that found no room, no victims and nothing held for it
+// looks for a node where it would fit if some running jobs there went elsewhere now: at
+// most kMaxMoves of them, each of one worker, not critical, of the job's tier or lower,
+// that would lose at most `consolidate_within` of its run (since its start or last
+// checkpoint) and that was not resumed less than `min_run_before_repreempt` ago. A what-if
+// on the ledger releases the movable jobs of the node, places the job there, puts back
+// where they were those that still fit (the biggest first) and places the rest anywhere
+// (best fit); a node counts only when all of them find room. At most kJobsPerPass jobs
+// look per pass. Of the kNodesTried nodes
+// closest to fitting (most free GPU share, then fewest movable jobs), the plan with the
+// fewest moves wins (then the fewest GPUs moved, then the lowest node id). The moves are
+// preemptions: the job claims its place until the moved jobs are gone (their grace), and
+// they are requeued and placed again in their turn; their places are not held for them,
+// so work arriving during the grace may take one, and a moved job then waits.
+// The ledger is left as found. Thread-safety: none; one per policy.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/scheduler.h"
+
+namespace gantry::core {
+
+class Consolidator {
+ public:
+  static constexpr int kMaxMoves = 2;     // running jobs moved for one job
+  static constexpr int kNodesTried = 16;  // nodes tried per job
+  // Jobs that look for moves per pass, in the pass's order (KAI's queueDepthPerAction):
+  // the what-ifs cost O(nodes) each, and after departures a full pass visits thousands of
+  // waiting jobs.
+  static constexpr int kJobsPerPass = 16;
+
+  struct Plan {
+    Allocation fit;              // where the job goes once the moved jobs are gone
+    std::vector<JobId> moved;    // jobs to move (preempt)
+    std::vector<Allocation> to;  // where each would go now (not held)
+  };
+
+  // A new pass: the movable jobs are indexed again on first use.
+  void NewPass() {
+    indexed_ = false;
+    tries_ = 0;
+  }
+  // The index is stale (a preemption since), the pass goes on.
+  void Reindex() { indexed_ = false; }
+  // Moves that make room for pending job `job` (one worker), in `plan`; false if none.
+  bool Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& plan);
+
+ private:
+  void Index(const Scheduler& s, Ticks now);
+  // One node's what-if: true (and `plan`) where the job fits there after at most
+  // kMaxMoves moves. The ledger is left as found.
+  bool TryNode(Scheduler& s, const JobRecord& job, NodeId n, Plan& plan);
+
+  bool indexed_ = false;
+  int tries_ = 0;  // this pass
+  // This pass: movable jobs (running, one worker, not critical, within the limits) by
+  // node, and the nodes that have any.
+  std::vector<std::vector<JobId>> by_node_;
+  std::vector<uint32_t> nodes_;
+};
+
+}  // namespace gantry::core

@@ -402,7 +402,11 @@ bool Harness::ServerRunning() {
 int Harness::StartAgent(const std::string& node, const std::string& url, const std::vector<std::string>& extra) {
   const int i = static_cast<int>(agents_.size());
   std::vector<std::string> argv = {GANTRY_AGENT_BINARY, "--server", url.empty() ? ServerUrl() : url, "--node", node,
-                                   "--emulate", "8xH100-80GB", "--state-dir", Path("agent-" + node)};
+                                   "--state-dir", Path("agent-" + node)};
+  // 8 emulated H100s unless `extra` says otherwise.
+  if (std::find(extra.begin(), extra.end(), "--emulate") == extra.end()) {
+    argv.insert(argv.end(), {"--emulate", "8xH100-80GB"});
+  }
   if (!tls_cert_.empty()) argv.insert(argv.end(), {"--ca-cert", tls_cert_});
   // Jobs run as the test's user: the tests' tokens name no Unix account (the run-as-user
   // tests say --run-as user themselves).

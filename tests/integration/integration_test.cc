@@ -1401,3 +1401,95 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
 
 }  // namespace
 }  // namespace gantry::it
+
+namespace gantry::it {
+namespace {
+
+// Consolidation live (policy.consolidate_within_s, docs/policies.md): two nodes of one
+// shared GPU, half of each used; a job of a whole GPU moves one half-GPU job to the other
+// node, and every job runs as a real process, the moved one from a second run.
+constexpr const char* kConsolidateCluster = R"(cluster: consolidate
+pools:
+  - name: s
+    count: 2
+    gpus: 1
+    gpu_model: H100-80GB
+    cpus: 16
+    memory_gb: 64
+    sharing: [mps]
+queues:
+  - name: research
+policy:
+  consolidate_within_s: 3600
+)";
+
+TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {
+  Harness h("consolidate");
+  h.Setup(kConsolidateCluster, {{"a", "research"}});
+  h.Write("job.sh", kJobScript, true);
+  fs::create_directories(h.Path("out"));
+  h.StartServer();
+  for (int i = 0; i < 2; ++i) h.StartAgent("s-" + std::to_string(i), "", {"--emulate", "1xH100-80GB"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
+  auto spec = [&](const std::string& id, const std::string& shape, int ms) {
+    h.Write(id + ".yaml", "id: " + id + "\nqueue: research\n" + shape + "grace_s: 1\ncommand: [" + h.Path("job.sh") +
+                              ", " + h.Path("out") + ", \"" + std::to_string(ms) + "\"]\n");
+    return h.Path(id + ".yaml");
+  };
+  const std::string half = "sharing: mps\ngpus: 0.5\nvram_gb: 20\n";
+  // h1 and h2 share a GPU (best fit packs them), h3 takes the other; h2 is cancelled.
+  for (const char* id : {"h1", "h2", "h3"}) {
+    Submit(h, "a", {spec(id, half, 12000)});
+    ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "running"; }, 10)) << id;
+  }
+  const std::string packed = h.Job("h1")["nodes"][0];
+  ASSERT_EQ(h.Job("h2")["nodes"][0], packed);
+  const std::string other = h.Job("h3")["nodes"][0];
+  ASSERT_NE(other, packed);
+  ASSERT_EQ(h.Cli({"cancel", "h2"}, h.token("a")).rc, 0);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("h2")["state"] != "running" && h.Job("h2")["state"] != "stopping"; }, 10));
+  // Half of each GPU is free: a whole GPU fits nowhere until one half-GPU job moves.
+  Submit(h, "a", {spec("big", "gpus: 1\nvram_gb: 40\n", 2000)});
+  const std::set<std::string> ids = {"h1", "h3", "big"};
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  for (const std::string& id : ids) EXPECT_EQ(h.Job(id)["state"], "finished") << id;
+  // One of them moved, for big, and said so.
+  std::string moved;
+  for (const json& e : Events(h)) {
+    if (e.value("type", "") != "preempt") continue;
+    EXPECT_TRUE(moved.empty()) << "a second preemption: " << e.dump();
+    moved = e.value("job", "");
+    EXPECT_EQ(e.value("by", ""), "big");
+    EXPECT_EQ(e.value("reason", "").rfind("consolidation: moved to node ", 0), 0u) << e.dump();
+  }
+  ASSERT_TRUE(moved == "h1" || moved == "h3") << moved;
+  const std::string stayed = moved == "h1" ? "h3" : "h1";
+  const std::string left = moved == "h1" ? packed : other;  // the node it left, big's
+  const std::string to = moved == "h1" ? other : packed;
+  EXPECT_EQ(h.Job("big")["nodes"][0], left);
+  EXPECT_EQ(h.Job(moved)["nodes"][0], to);
+  // Its first run was signaled and ended before big started; its second ran to the end
+  // beside the job that stayed, which ran once, untouched.
+  std::vector<std::string> runs;
+  for (const auto& f : fs::directory_iterator(h.Path("out"))) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind(moved + ".", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".log") runs.push_back(f.path().string());
+  }
+  std::sort(runs.begin(), runs.end());
+  ASSERT_EQ(runs.size(), 2u);
+  ASSERT_EQ(Times(runs[0], "term").size(), 1u);
+  EXPECT_TRUE(Times(runs[0], "end").empty());
+  EXPECT_EQ(Times(runs[1], "end").size(), 1u);
+  const std::vector<double> big_start = Times(h.Path("out/big.1.0.log"), "start");
+  ASSERT_EQ(big_start.size(), 1u);
+  EXPECT_LE(Times(runs[0], "graceful").at(0), big_start[0]);
+  size_t stayed_runs = 0;
+  for (const auto& f : fs::directory_iterator(h.Path("out"))) {
+    const std::string name = f.path().filename().string();
+    if (name.rfind(stayed + ".", 0) == 0 && name.substr(name.size() - 4) == ".log") ++stayed_runs;
+  }
+  EXPECT_EQ(stayed_runs, 1u);
+}
+
+}  // namespace
+}  // namespace gantry::it

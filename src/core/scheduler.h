@@ -66,9 +66,10 @@ struct PolicyParams {
   // above with less work lost than with `critical` alone).
   Ticks best_effort_yields_within = 3'600'000;
   // A job of one worker that finds no room may move running jobs of one worker (its tier
-  // or lower, not critical) that would lose at most this much of their run (since their
-  // start or last checkpoint) to other nodes, a few at a time, where that makes room
-  // for it (core/policy/consolidator.h). 0 = never (the default).
+  // or lower, not critical, started at least min_run_before_repreempt ago) that would
+  // lose at most this much of their run (since their start or last checkpoint) to other
+  // nodes, a few at a time, where that makes room for it (core/policy/consolidator.h).
+  // 0 = never (the default).
   Ticks consolidate_within = 0;
   // Live idle reclamation: a GPU under this utilization (0..1) counts as idle.
   double reclaim_idle_below = 0.05;

@@ -22,7 +22,8 @@ struct Case {
 
 // Two nodes of one shared GPU. At 0 s three jobs of half a GPU start (two packed on one GPU,
 // the third on the other); at 10 s one of the pair ends, leaving part of each GPU
-// used. At 100 s a job of one whole GPU arrives: it fits nowhere as things are.
+// used. At 1,000 s (past min_run_before_repreempt, 600 s) a job of one whole GPU arrives:
+// it fits nowhere as things are.
 class ConsolidationTest : public ::testing::Test {
  protected:
   const Catalog catalog_ = Catalog::BuiltIn();
@@ -31,9 +32,9 @@ class ConsolidationTest : public ::testing::Test {
   const QueueTree queues_ =
       testing::MakeQueues({QueueSpec{"q", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
 
-  // Runs case `c`; returns the pass's decisions at 100 s (the pointers Preemptions
+  // Runs case `c` (the job arriving at `at`); returns the pass's decisions then (the pointers Preemptions
   // gives point into them).
-  std::vector<Decision> Run(const Case& c, Ticks consolidate_within) {
+  std::vector<Decision> Run(const Case& c, Ticks consolidate_within, Ticks at = 1000 * kS) {
     PolicyParams params;
     params.consolidate_within = consolidate_within;
     s_ = std::make_unique<Scheduler>(cluster_, queues_, MakePolicy("gantry"), params);
@@ -54,8 +55,8 @@ class ConsolidationTest : public ::testing::Test {
     std::erase(running_, mate);
     JobSpec big = testing::Whole(catalog_, "big", 1, 1);
     big.tier = c.job;
-    big_ = s_->Submit(big, 100 * kS);
-    return s_->Schedule(100 * kS);
+    big_ = s_->Submit(big, at);
+    return s_->Schedule(at);
   }
 
   static std::vector<const Decision*> Preemptions(const std::vector<Decision>& decisions) {
@@ -93,8 +94,8 @@ TEST_F(ConsolidationTest, OneJobMovesAndBothStart) {
   EXPECT_EQ(s_->job(big_).wait.cause, WaitCause::kPreemption);
   // Its grace over, the moved job leaves; the big job takes its node, and the moved job
   // shares the other GPU with the one that stayed.
-  s_->Requeue(mover, 130 * kS);
-  const auto after = s_->Schedule(130 * kS);
+  s_->Requeue(mover, 1030 * kS);
+  const auto after = s_->Schedule(1030 * kS);
   EXPECT_TRUE(Preemptions(after).empty());
   ASSERT_EQ(s_->job(big_).phase, Phase::kRunning);
   EXPECT_EQ(s_->job(big_).alloc[0].node, freed);
@@ -117,19 +118,26 @@ TEST_F(ConsolidationTest, NoMoveWhereTheMovedJobWouldFindNoRoom) {
   s.Schedule(0);
   ASSERT_EQ(s.job(jobs[0]).phase, Phase::kRunning);
   ASSERT_EQ(s.job(jobs[1]).phase, Phase::kRunning);
-  const JobId big = s.Submit(testing::Whole(catalog_, "big", 1, 1), 100 * kS);
-  EXPECT_TRUE(Preemptions(s.Schedule(100 * kS)).empty());
+  const JobId big = s.Submit(testing::Whole(catalog_, "big", 1, 1), 1000 * kS);
+  EXPECT_TRUE(Preemptions(s.Schedule(1000 * kS)).empty());
   EXPECT_EQ(s.job(big).phase, Phase::kPending);
 }
 
 TEST_F(ConsolidationTest, OnlyJobsThatLoseLittleMove) {
-  // The running jobs have run 100 s and never checkpoint: 50 s is too little to move them.
+  // The running jobs have run 1,000 s and never checkpoint: 50 s is too little to move them.
   EXPECT_TRUE(Preemptions(Run(Case{}, 50 * kS)).empty());
   EXPECT_EQ(s_->job(big_).phase, Phase::kPending);
-  // Checkpointing every 60 s, at 100 s they would lose 40 s: they may move.
+  // Checkpointing every 60 s, at 1,000 s they would lose 40 s: they may move.
   Case checkpointing;
   checkpointing.checkpoint = 60 * kS;
   EXPECT_EQ(Preemptions(Run(checkpointing, 50 * kS)).size(), 1u);
+}
+
+TEST_F(ConsolidationTest, NotWithinMinRunOfTheirStart) {
+  // At 100 s they started less than min_run_before_repreempt (600 s) ago: none moves.
+  EXPECT_TRUE(Preemptions(Run(Case{}, 3600 * kS, 100 * kS)).empty());
+  EXPECT_EQ(s_->job(big_).phase, Phase::kPending);
+  EXPECT_EQ(Preemptions(Run(Case{}, 3600 * kS, 600 * kS)).size(), 1u);
 }
 
 TEST_F(ConsolidationTest, NeverCriticalWorkNorAHigherTier) {

@@ -1421,6 +1421,7 @@ queues:
   - name: research
 policy:
   consolidate_within_s: 3600
+  min_run_before_repreempt_s: 0  # the jobs to move started a second ago
 )";
 
 TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {

@@ -23,7 +23,9 @@ void Consolidator::Index(const Scheduler& s, Ticks now) {
   for (JobId id : s.running()) {
     const JobRecord& r = s.job(id);
     if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.alloc.size() != 1) continue;
-    if (r.preemptions > 0 && now - r.last_start < p.min_run_before_repreempt) continue;
+    // Not within min_run_before_repreempt of its start (else a job moved for another
+    // that then finds its new place taken could move that one back, and so on).
+    if (now - r.last_start < p.min_run_before_repreempt) continue;
     const Ticks run = now - r.last_start;
     if ((r.spec.checkpoint > 0 ? run % r.spec.checkpoint : run) > p.consolidate_within) continue;
     const uint32_t n = r.alloc[0].node.v;

@@ -6,7 +6,7 @@
 // looks for a node where it would fit if some running jobs there went elsewhere now: at
 // most kMaxMoves of them, each of one worker, not critical, of the job's tier or lower,
 // that would lose at most `consolidate_within` of its run (since its start or last
-// checkpoint) and that was not resumed less than `min_run_before_repreempt` ago. A what-if
+// checkpoint) and that did not start (or resume) less than `min_run_before_repreempt` ago. A what-if
 // on the ledger releases the movable jobs of the node, places the job there, puts back
 // where they were those that still fit (the biggest first) and places the rest anywhere
 // (best fit); a node counts only when all of them find room. At most kJobsPerPass jobs

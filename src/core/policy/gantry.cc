@@ -769,11 +769,11 @@ void GantryPolicy::Claim(Scheduler& s, JobId id, const std::vector<JobId>& neede
 bool GantryPolicy::TryConsolidate(Scheduler& s, JobId id, Ticks now) {
   const JobRecord& job = s.job(id);
   if (s.params().consolidate_within <= 0 || job.spec.replicas != 1) return false;
-  const uint32_t shape = s.shape_id(id);
-  if (consolidate_failed_.contains(shape)) return false;
+  const std::pair key{s.shape_id(id), job.spec.tier};
+  if (consolidate_failed_.contains(key)) return false;
   Consolidator::Plan plan;
   if (!consolidator_.Find(s, job, now, plan)) {
-    consolidate_failed_.insert(shape);
+    consolidate_failed_.insert(key);
     return false;
   }
   const std::string name = std::string(Name(job.spec.tier)) + " job " + job.spec.id;

@@ -231,7 +231,8 @@ class GantryPolicy final : public Policy {
   Ticks next_checkpoint_ = kForever;
   Reserver reserver_;
   Consolidator consolidator_;
-  std::set<uint32_t> consolidate_failed_;  // this pass: shape ids that found no moves
+  // This pass: (shape id, tier) of jobs that found no moves (the tier decides who moves).
+  std::set<std::pair<uint32_t, Tier>> consolidate_failed_;
 };
 
 }  // namespace gantry::core

@@ -33,6 +33,21 @@ void Consolidator::Index(const Scheduler& s, Ticks now) {
     by_node_[n].push_back(id);
   }
   std::sort(nodes_.begin(), nodes_.end());
+  // What each node's movable jobs hold, for every job and for best-effort ones (read
+  // here once, not from each job's record at every look).
+  held_.assign(nodes_.size(), {});
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    for (JobId m : by_node_[nodes_[i]]) {
+      const JobRecord& r = s.job(m);
+      for (int k = 0; k < 2; ++k) {
+        if (k == 1 && r.spec.tier != Tier::kBestEffort) continue;
+        held_[i][k].units += r.units;
+        held_[i][k].cpus_milli += r.spec.cpus_milli;
+        held_[i][k].memory_bytes += r.spec.memory_bytes;
+        ++held_[i][k].count;
+      }
+    }
+  }
   indexed_ = true;
 }
 
@@ -43,28 +58,29 @@ bool Consolidator::Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& pla
   const Ledger& ledger = s.ledger();
   const Cluster& cluster = s.cluster();
   const JobSpec& spec = job.spec;
-  // Nodes where the job could fit were their movable jobs gone, closest to fitting first.
-  std::vector<std::tuple<GpuUnits, size_t, uint32_t>> candidates;
-  for (uint32_t n : nodes_) {
-    const NodeId node(n);
+  // Nodes where the job could fit were their movable jobs gone (as indexed: one that a
+  // preemption signaled since still counts here, TryNode leaves it), closest to fitting
+  // first.
+  accepts_.assign(cluster.pools().size(), 2);  // per pool: 2 = not asked yet
+  const int k = spec.tier == Tier::kBestEffort ? 1 : 0;
+  candidates_.clear();
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const NodeId node(nodes_[i]);
     const PoolId pool = cluster.node(node).pool;
-    if (!ledger.node(node).up || !PoolAccepts(cluster, spec, pool)) continue;
+    if (accepts_[pool.v] == 2) accepts_[pool.v] = PoolAccepts(cluster, spec, pool) ? 1 : 0;
+    const Held& movable = held_[i][k];
+    const NodeState& state = ledger.node(node);
+    if (accepts_[pool.v] == 0 || !state.up || movable.count == 0 ||
+        state.free_cpus_milli + movable.cpus_milli < spec.cpus_milli ||
+        state.free_memory_bytes + movable.memory_bytes < spec.memory_bytes) {
+      continue;
+    }
     GpuUnits free = 0;
     for (int g = 0; g < cluster.pool(pool).spec.gpus; ++g) free += FreeUnits(ledger.gpu(ledger.gpu_id(node, g)));
-    GpuUnits units = free;
-    int64_t cpus = ledger.node(node).free_cpus_milli, memory = ledger.node(node).free_memory_bytes;
-    size_t movable = 0;
-    for (JobId m : by_node_[n]) {
-      const JobRecord& r = s.job(m);
-      if (!Movable(r, spec)) continue;
-      units += r.units;
-      cpus += r.spec.cpus_milli;
-      memory += r.spec.memory_bytes;
-      ++movable;
-    }
-    if (movable == 0 || units < job.min_units || cpus < spec.cpus_milli || memory < spec.memory_bytes) continue;
-    candidates.emplace_back(-free, movable, n);
+    if (free + movable.units < job.min_units) continue;
+    candidates_.emplace_back(-free, movable.count, nodes_[i]);
   }
+  auto& candidates = candidates_;
   const size_t tried = std::min<size_t>(candidates.size(), kNodesTried);
   std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(tried), candidates.end());
   bool found = false;

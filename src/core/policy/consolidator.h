@@ -19,7 +19,9 @@
 // The ledger is left as found. Thread-safety: none; one per policy.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <tuple>
 #include <vector>
 
 #include "core/scheduler.h"
@@ -63,6 +65,15 @@ class Consolidator {
   // node, and the nodes that have any.
   std::vector<std::vector<JobId>> by_node_;
   std::vector<uint32_t> nodes_;
+  // By place in nodes_: what its movable jobs hold, [0] all of them, [1] best-effort ones.
+  struct Held {
+    GpuUnits units = 0;
+    int64_t cpus_milli = 0, memory_bytes = 0;
+    uint32_t count = 0;
+  };
+  std::vector<std::array<Held, 2>> held_;
+  std::vector<uint8_t> accepts_;  // Find's scratch: per pool, whether it accepts the job
+  std::vector<std::tuple<GpuUnits, uint32_t, uint32_t>> candidates_;  // Find's scratch
 };
 
 }  // namespace gantry::core

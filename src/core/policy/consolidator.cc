@@ -14,7 +14,6 @@ bool Movable(const JobRecord& r, const JobSpec& spec) {
 
 }  // namespace
 
-
 void Consolidator::Index(const Scheduler& s, Ticks now) {
   by_node_.resize(s.cluster().nodes().size());
   for (uint32_t n : nodes_) by_node_[n].clear();

@@ -6,16 +6,16 @@
 // looks for a node where it would fit if some running jobs there went elsewhere now: at
 // most kMaxMoves of them, each of one worker, not critical, of the job's tier or lower,
 // that would lose at most `consolidate_within` of its run (since its start or last
-// checkpoint) and that did not start (or resume) less than `min_run_before_repreempt` ago. A what-if
-// on the ledger releases the movable jobs of the node, places the job there, puts back
-// where they were those that still fit (the biggest first) and places the rest anywhere
-// (best fit); a node counts only when all of them find room. At most kJobsPerPass jobs
-// look per pass. Of the kNodesTried nodes
-// closest to fitting (most free GPU share, then fewest movable jobs), the plan with the
-// fewest moves wins (then the fewest GPUs moved, then the lowest node id). The moves are
-// preemptions: the job claims its place until the moved jobs are gone (their grace), and
-// they are requeued and placed again in their turn; their places are not held for them,
-// so work arriving during the grace may take one, and a moved job then waits.
+// checkpoint) and that did not start (or resume) less than `min_run_before_repreempt`
+// ago. A what-if on the ledger releases the movable jobs of the node, places the job
+// there, puts back where they were those that still fit (the biggest first) and places
+// the rest anywhere (best fit); a node counts only when all of them find room. Of the
+// kNodesTried nodes closest to fitting (most free GPU share, then fewest movable jobs,
+// then lowest id), the plan with the fewest moves wins (then the fewest GPUs moved, then
+// the first tried). At most kJobsPerPass jobs look per pass. The moves are preemptions:
+// the job claims its place until the moved jobs are gone (their grace), and they are
+// requeued and placed again in their turn; their places are not held for them, so work
+// arriving during the grace may take one, and a moved job then waits.
 // The ledger is left as found. Thread-safety: none; one per policy.
 #pragma once
 

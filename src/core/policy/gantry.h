@@ -49,7 +49,9 @@
 // another job starts in a victim's MIG slice or share and the claim lapses when the
 // last victim leaves); claims are held before drains, and drains before reservations.
 // Placement: best fit (fullest node, leaf and shared GPU first), keeping whole nodes and
-// leaves free for big gangs.
+// leaves free for big gangs. With `consolidate_within` set, a job of one worker that
+// finds no room and no victims may move a few running jobs elsewhere, as preemptions
+// under its claim (core/policy/consolidator.h).
 // Thread-safety: none; driven by one Scheduler.
 #pragma once
 

@@ -1440,7 +1440,7 @@ TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {
   const std::string half = "sharing: mps\ngpus: 0.5\nvram_gb: 20\n";
   // h1 and h2 share a GPU (best fit packs them), h3 takes the other; h2 is cancelled.
   for (const char* id : {"h1", "h2", "h3"}) {
-    Submit(h, "a", {spec(id, half, 12000)});
+    Submit(h, "a", {spec(id, half, 6000)});
     ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "running"; }, 10)) << id;
   }
   const std::string packed = h.Job("h1")["nodes"][0];

@@ -1471,25 +1471,17 @@ TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {
   EXPECT_EQ(h.Job(moved)["nodes"][0], to);
   // Its first run was signaled and ended before big started; its second ran to the end
   // beside the job that stayed, which ran once, untouched.
-  std::vector<std::string> runs;
-  for (const auto& f : fs::directory_iterator(h.Path("out"))) {
-    const std::string name = f.path().filename().string();
-    if (name.rfind(moved + ".", 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".log") runs.push_back(f.path().string());
-  }
-  std::sort(runs.begin(), runs.end());
+  const auto runs = Envs(h, moved);  // run -> rank -> env
   ASSERT_EQ(runs.size(), 2u);
-  ASSERT_EQ(Times(runs[0], "term").size(), 1u);
-  EXPECT_TRUE(Times(runs[0], "end").empty());
-  EXPECT_EQ(Times(runs[1], "end").size(), 1u);
-  const std::vector<double> big_start = Times(h.Path("out/big.1.0.log"), "start");
+  auto log = [&](const std::string& id, int run) { return h.Path("out/" + id + "." + std::to_string(run) + ".0.log"); };
+  const int first = runs.begin()->first, second = runs.rbegin()->first;
+  ASSERT_EQ(Times(log(moved, first), "term").size(), 1u);
+  EXPECT_TRUE(Times(log(moved, first), "end").empty());
+  EXPECT_EQ(Times(log(moved, second), "end").size(), 1u);
+  const std::vector<double> big_start = Times(log("big", 1), "start");
   ASSERT_EQ(big_start.size(), 1u);
-  EXPECT_LE(Times(runs[0], "graceful").at(0), big_start[0]);
-  size_t stayed_runs = 0;
-  for (const auto& f : fs::directory_iterator(h.Path("out"))) {
-    const std::string name = f.path().filename().string();
-    if (name.rfind(stayed + ".", 0) == 0 && name.substr(name.size() - 4) == ".log") ++stayed_runs;
-  }
-  EXPECT_EQ(stayed_runs, 1u);
+  EXPECT_LE(Times(log(moved, first), "graceful").at(0), big_start[0]);
+  EXPECT_EQ(Envs(h, stayed).size(), 1u);
 }
 
 }  // namespace

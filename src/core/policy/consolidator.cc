@@ -79,14 +79,13 @@ bool Consolidator::Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& pla
     if (free + movable.units < job.min_units) continue;
     candidates_.emplace_back(-free, movable.count, nodes_[i]);
   }
-  auto& candidates = candidates_;
-  const size_t tried = std::min<size_t>(candidates.size(), kNodesTried);
-  std::partial_sort(candidates.begin(), candidates.begin() + static_cast<std::ptrdiff_t>(tried), candidates.end());
+  const size_t tried = std::min<size_t>(candidates_.size(), kNodesTried);
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tried), candidates_.end());
   bool found = false;
   GpuUnits best_units = 0;
   Plan trial;
   for (size_t i = 0; i < tried; ++i) {
-    if (!TryNode(s, job, NodeId(std::get<2>(candidates[i])), trial)) continue;
+    if (!TryNode(s, job, NodeId(std::get<2>(candidates_[i])), trial)) continue;
     GpuUnits units = 0;
     for (JobId m : trial.moved) units += s.job(m).units;
     if (!found || std::pair(trial.moved.size(), units) < std::pair(plan.moved.size(), best_units)) {

@@ -606,7 +606,20 @@ void Agent::Ended(Worker& w, int exit_code, int signal) {
 }
 
 void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
-  if (w.exited || w.stopping) return;
+  if (w.exited || w.killed) return;
+  if (w.stopping) {  // signalled already: only a shorter grace (a forced cancel) changes anything;
+    // each answer restates the grace left, a little less by the time it arrives: ignored.
+    if (now + std::max<int64_t>(0, grace_ms) + 1000 < w.kill_at) {
+      w.kill_at = now + std::max<int64_t>(0, grace_ms);
+      if (grace_ms <= 0) {
+        Kill(w.pid, w.cgroup);
+        w.killed = true;
+      } else if (!w.record_path.empty()) {
+        WriteRecord(w);
+      }
+    }
+    return;
+  }
   w.stopping = true;
   w.kill_at = now + std::max<int64_t>(0, grace_ms);
   if (grace_ms <= 0 || sig == SIGKILL) {

@@ -593,11 +593,11 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
   return 0;
 }
 
-int Cancel(const Globals& g, const std::vector<std::string>& ids) {
+int Cancel(const Globals& g, const std::vector<std::string>& ids, bool force) {
   Client c(g);
   int worst = 0;
   for (const std::string& id : ids) {
-    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json");
+    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel" + (force ? "?force=true" : ""), "", "application/json");
     if (int rc = Check(r, "cancel")) {
       worst = std::max(worst, rc);
       continue;
@@ -1074,9 +1074,13 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   show->callback([&exit_code] { exit_code = show_series ? Series(g, show_id, show_json) : Show(g, show_id, show_json); });
 
   static std::vector<std::string> cancel_ids;
+  static bool cancel_force = false;
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");
   cancel->add_option("ids", cancel_ids, "Job ids")->required();
-  cancel->callback([&exit_code] { exit_code = Cancel(g, cancel_ids); });
+  cancel->add_flag("--force", cancel_force,
+                   "End the grace now: SIGKILL the workers' process groups without waiting for a checkpoint "
+                   "(also for a job already stopping)");
+  cancel->callback([&exit_code] { exit_code = Cancel(g, cancel_ids, cancel_force); });
 
   static std::string logs_id;
   static int logs_rank = 0, logs_run = 0;

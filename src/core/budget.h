@@ -12,6 +12,8 @@
 #include <string_view>
 #include <utility>
 
+#include "core/model/types.h"
+
 namespace gantry::core {
 
 enum class BudgetPeriod : uint8_t { kWeek, kMonth };
@@ -22,6 +24,10 @@ struct BudgetSpec {
   double gpu_hours = 0;  // weighted GPU-hours per period
   BudgetPeriod period = BudgetPeriod::kMonth;
   WhenSpent when_spent = WhenSpent::kBestEffort;
+  // The tiers whose new work the budget stops once spent (the site decides; by default
+  // critical work is exempt). Critical work cannot run as best-effort (its reserved
+  // capacity and spot rules differ), so when the budget covers it, it waits.
+  TierMask applies_to = Bit(Tier::kStandard) | Bit(Tier::kBestEffort);
 };
 
 std::string_view Name(BudgetPeriod p);  // "week", "month"

@@ -401,7 +401,7 @@ void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) 
 bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {
   const JobSpec& spec = Rec(id).spec;  // TryStartJob's first three checks
   return WindowClosed(id, now) ||
-         (spec.tier != Tier::kCritical && BudgetHolds(spec.queue)) || BurstBlocker(spec.queue, Rec(id).min_units);
+         BudgetHolds(spec.queue, spec.tier) || BurstBlocker(spec.queue, Rec(id).min_units);
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
@@ -440,7 +440,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
                                     Clock(spec.window->start_min) + " and " +
                                     Clock(spec.window->end_min) + " UTC");
   }
-  if (auto b = spec.tier == Tier::kCritical ? std::nullopt : BudgetHolds(spec.queue)) {
+  if (auto b = BudgetHolds(spec.queue, spec.tier)) {
     const BudgetSpec& budget = *queues_.queue(*b).spec.budget;
     const BudgetAccount& a = budgets_[b->v];
     return fail(WaitReason::Of(WaitCause::kBudget, *b), "budget: queue " + queues_.queue(*b).spec.name + " spent its " +
@@ -542,7 +542,7 @@ bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::str
     units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
   }
   // The limits TryStart applies (a window governs starting only: the caller drops it).
-  if (auto b = spec.tier == Tier::kCritical ? std::nullopt : BudgetHolds(spec.queue)) {
+  if (auto b = BudgetHolds(spec.queue, spec.tier)) {
     return refuse("queue " + queues_.queue(*b).spec.name + " spent its GPU-hour budget");
   }
   if (auto blocker = BurstBlocker(spec.queue, units)) {
@@ -672,11 +672,15 @@ void Scheduler::BudgetRun(JobId id, Ticks t, int sign) {
   if (sign < 0) job.cost_rate = 0;
 }
 
-std::optional<QueueId> Scheduler::BudgetHolds(QueueId q) const {
+std::optional<QueueId> Scheduler::BudgetHolds(QueueId q, Tier tier) const {
   if (budgets_.empty()) return std::nullopt;
   for (QueueId b : queues_.queue(q).self_and_ancestors) {
     const auto& budget = queues_.queue(b).spec.budget;
-    if (budget && budget->when_spent == WhenSpent::kWait && budgets_[b.v].out) return b;
+    // Critical work never runs as best-effort: a spent budget that covers it holds it.
+    if (budget && (budget->applies_to & Bit(tier)) && budgets_[b.v].out &&
+        (budget->when_spent == WhenSpent::kWait || tier == Tier::kCritical)) {
+      return b;
+    }
   }
   return std::nullopt;
 }
@@ -685,7 +689,10 @@ std::optional<QueueId> Scheduler::BudgetDemotes(QueueId q) const {
   if (budgets_.empty()) return std::nullopt;
   for (QueueId b : queues_.queue(q).self_and_ancestors) {
     const auto& budget = queues_.queue(b).spec.budget;
-    if (budget && budget->when_spent == WhenSpent::kBestEffort && budgets_[b.v].out) return b;
+    if (budget && budget->when_spent == WhenSpent::kBestEffort && (budget->applies_to & Bit(Tier::kStandard)) &&
+        budgets_[b.v].out) {
+      return b;
+    }
   }
   return std::nullopt;
 }

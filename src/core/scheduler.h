@@ -296,8 +296,10 @@ class Scheduler {
   void AddBudgetSpent(QueueId q, double gpu_hours, Ticks at);
   // Weighted GPU-hours per hour of `alloc` for a job of `spec`.
   double CostPerHour(const JobSpec& spec, const Allocation& alloc) const;
-  // The spent budget that makes new work of queue q wait / run as best-effort, if any.
-  std::optional<QueueId> BudgetHolds(QueueId q) const;
+  // The spent budget that makes new work of queue q of `tier` wait / its standard work run
+  // as best-effort, if any (only budgets whose applies_to has the tier; critical work a
+  // spent budget covers waits, whatever its when_spent).
+  std::optional<QueueId> BudgetHolds(QueueId q, Tier tier) const;
   std::optional<QueueId> BudgetDemotes(QueueId q) const;
 
   // ---- for policies ----

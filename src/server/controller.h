@@ -166,7 +166,9 @@ class Controller {
   void ShowJob(std::string token, std::string name, Done done);
   // A job's usage time series: {"samples": [{t, run, gpus, util, vram_peak_gb}]}.
   void JobUsageSeries(std::string token, std::string name, Done done);
-  void Cancel(std::string token, std::string name, Done done);
+  // `force`: a running or stopping job's grace ends now (its workers' process groups are
+  // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
+  void Cancel(std::string token, std::string name, bool force, Done done);
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, Done done);
   void Nodes(std::string token, Done done);
@@ -196,7 +198,7 @@ class Controller {
     return ListJobs(token, JobQuery{state_filter, "", "", all, -1});
   }
   Reply ShowJob(const std::string& token, const std::string& name);
-  Reply Cancel(const std::string& token, const std::string& name);
+  Reply Cancel(const std::string& token, const std::string& name, bool force = false);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank);
   Reply Nodes(const std::string& token);
   Reply Drain(const std::string& token, const std::string& node, bool drain, std::string reason);
@@ -294,8 +296,9 @@ class Controller {
   bool ArrayHasRoom(const Job& job) const;
   int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
   void ReleaseThrottled(const std::string& array, int limit, Ticks now);
-  // Cancels an active job: a pending one ends now, a running one gets its grace.
-  void CancelJob(Job& job, const std::string& reason, Ticks now);
+  // Cancels an active job: a pending one ends now, a running one gets its grace (none
+  // with `force`, which also cuts a stopping job's grace short).
+  void CancelJob(Job& job, const std::string& reason, Ticks now, bool force = false);
   void Settle(Job& job, Ticks now);
   // How job `name` stands for a dependency: nullopt when there is no such job (or
   // `viewer` may not see it), "" while it is active, else how it ended.

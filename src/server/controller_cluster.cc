@@ -345,8 +345,8 @@ Reply Controller::ListJobs(const std::string& token, JobQuery query) {
 Reply Controller::ShowJob(const std::string& token, const std::string& name) {
   return Wait([&](Done d) { ShowJob(token, name, std::move(d)); });
 }
-Reply Controller::Cancel(const std::string& token, const std::string& name) {
-  return Wait([&](Done d) { Cancel(token, name, std::move(d)); });
+Reply Controller::Cancel(const std::string& token, const std::string& name, bool force) {
+  return Wait([&](Done d) { Cancel(token, name, force, std::move(d)); });
 }
 Reply Controller::LogPath(const std::string& token, const std::string& name, int run, int rank) {
   return Wait([&](Done d) { LogPath(token, name, run, rank, std::move(d)); });

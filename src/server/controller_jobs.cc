@@ -731,8 +731,9 @@ void Controller::ShowJob(std::string token, std::string name, Done done) {
   });
 }
 
-void Controller::Cancel(std::string token, std::string name, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
+void Controller::Cancel(std::string token, std::string name, bool force, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name, force](const Principal& user) -> Reply {
+    const std::string reason = (force ? "force-cancelled by " : "cancelled by ") + user.Describe();
     Job* job = FindJob(name);
     if (!job && arrays_.count(name)) {
       // An array's id cancels every task still active, as scancel does.
@@ -746,7 +747,7 @@ void Controller::Cancel(std::string token, std::string name, Done done) {
                                                     t->second.queue + " (team " + t->second.team + ")");
         }
         if (t->second.active()) {
-          CancelJob(t->second, "cancelled by " + user.Describe(), now_);
+          CancelJob(t->second, reason, now_, force);
           ++cancelled;
         }
       }
@@ -762,7 +763,7 @@ void Controller::Cancel(std::string token, std::string name, Done done) {
     if (job->state == JobState::kDone) {
       return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
     }
-    CancelJob(*job, "cancelled by " + user.Describe(), now_);
+    CancelJob(*job, reason, now_, force);
     Reply r;
     r.body = {{"id", job->name},
               {"state", job->state_word()}};
@@ -770,23 +771,26 @@ void Controller::Cancel(std::string token, std::string name, Done done) {
   });
 }
 
-void Controller::CancelJob(Job& job_ref, const std::string& reason, Ticks now) {
-    Job* job = &job_ref;
-    switch (job->state) {
-      case JobState::kDone: break;
-      case JobState::kPending:
-        if (job->core.valid()) sched_->Finish(job->core, now);
-        log_.Cancel(now, job->name, reason);
-        EndJob(*job, "cancelled", reason, now);
-        dirty_ = true;
-        break;
-      case JobState::kRunning: BeginStop(*job, StopKind::kCancel, reason, job->spec.grace, now); break;
-      case JobState::kStopping:
-        job->stop = StopKind::kCancel;
-        job->stop_reason = reason;
-        Persist(*job);
-        break;
-    }
+void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool force) {
+  switch (job.state) {
+    case JobState::kDone: break;
+    case JobState::kPending:
+      if (job.core.valid()) sched_->Finish(job.core, now);
+      log_.Cancel(now, job.name, reason);
+      EndJob(job, "cancelled", reason, now);
+      dirty_ = true;
+      break;
+    case JobState::kRunning: BeginStop(job, StopKind::kCancel, reason, force ? 0 : job.spec.grace, now); break;
+    case JobState::kStopping:
+      job.stop = StopKind::kCancel;
+      job.stop_reason = reason;
+      if (force && job.stop_deadline > now) {
+        job.stop_deadline = now;  // the agents kill at once; kill_slack later it is over
+        Touch(job);
+      }
+      Persist(job);
+      break;
+  }
 }
 
 void Controller::LogPath(std::string token, std::string name, int run, int rank, Done done) {

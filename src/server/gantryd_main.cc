@@ -595,6 +595,12 @@ int Serve(const ServeArgs& a) {
     return finish(kExitRunFailure);
   }
   write_port_file(*bound);
+  bool tiers_set = false;
+  for (uint32_t q = 0; q < config->queues.size(); ++q) tiers_set |= config->queues.queue(core::QueueId(q)).spec.tiers.has_value();
+  if (!tiers_set) {
+    log::Warn("no queue sets tiers: every team may submit critical work (never preempted, it preempts others); "
+              "set queues[].tiers to keep it to the queues that need it");
+  }
   log::Info("listening on " + host + ":" + std::to_string(*bound) + (tls.enabled() ? " (TLS)" : ""),
             {{"cluster", config->cluster.name()},
              {"nodes", std::to_string(config->cluster.nodes().size())},

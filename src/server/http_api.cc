@@ -287,7 +287,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "usage"}, a)) return c.JobUsageSeries(TokenOf(req), a[0], reply);
   if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
       (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
-    return c.Cancel(TokenOf(req), a[0], reply);
+    const std::string force = req.param("force");
+    if (!force.empty() && force != "1" && force != "true" && force != "0" && force != "false") {
+      return bad("force: expected true or false");
+    }
+    return c.Cancel(TokenOf(req), a[0], force == "1" || force == "true", reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "logs"}, a)) {
     int64_t run = 0, rank = 0, offset = 0;

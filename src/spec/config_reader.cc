@@ -426,7 +426,8 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
-                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order", "max_wait_s"});
+                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order", "max_wait_s",
+                "tiers"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -458,6 +459,7 @@ class ConfigParser {
                   : *o == "gittins" ? core::QueueOrder::kGittins
                                     : core::QueueOrder::kFairShare;
       }
+      if (const Doc* t = f.Get("tiers"); t != nullptr && !t->is_null()) q.tiers = ReadTiers(f, "tiers", *t);
       ReadBudget(f, q);
       f.Finish();
       NoteDirty(path, before);
@@ -502,6 +504,32 @@ class ConfigParser {
     if (!f.has("guaranteed_gpus")) q.guaranteed = sum;
   }
 
+  // `tiers: [standard, best-effort]`: a list of tier names, each once (an empty list is
+  // allowed: the queue may then hold nothing new, as a closed account).
+  core::TierMask ReadTiers(Fields& f, std::string_view key, const Doc& v) {
+    core::TierMask mask = 0;
+    const std::string path = f.Path(key);
+    if (!v.is_list()) {
+      f.Report(key, "expected a list of tiers (critical, standard, best-effort), got " + Describe(v));
+      return core::kAllTiers;
+    }
+    for (size_t j = 0; j < v.items.size(); ++j) {
+      const Doc& item = v.items[j];
+      const std::string field = path + "[" + std::to_string(j) + "]";
+      auto name = d_.String(item, item.line, field);
+      if (!name) continue;
+      std::optional<core::Tier> tier = core::TierNamed(*name);
+      if (!tier) {
+        d_.Report(item.line, field, "unknown tier " + Quote(*name) + " (known: critical, standard, best-effort)");
+      } else if (mask & core::Bit(*tier)) {
+        d_.Report(item.line, field, "tier " + *name + " is listed twice");
+      } else {
+        mask |= core::Bit(*tier);
+      }
+    }
+    return mask;
+  }
+
   // `budget: {gpu_hours: 5000, period: month, when_spent: best-effort}` (core/budget.h).
   void ReadBudget(Fields& f, QueueSpec& q) {
     const Doc* v = f.Get("budget");
@@ -510,7 +538,7 @@ class ConfigParser {
       f.Report("budget", "expected a mapping with gpu_hours, period and when_spent, got " + Describe(*v));
       return;
     }
-    Fields b(d_, *v, f.Path("budget"), {"gpu_hours", "period", "when_spent"});
+    Fields b(d_, *v, f.Path("budget"), {"gpu_hours", "period", "when_spent", "applies_to"});
     lines_.NoteEntries(b, *v);
     core::BudgetSpec budget;
     if (auto h = b.Number("gpu_hours", Range{0, true, 1e12})) {
@@ -523,6 +551,9 @@ class ConfigParser {
     }
     if (auto w = b.Choice("when_spent", {"best-effort", "wait"})) {
       budget.when_spent = *w == "wait" ? core::WhenSpent::kWait : core::WhenSpent::kBestEffort;
+    }
+    if (const Doc* t = b.Get("applies_to"); t != nullptr && !t->is_null()) {
+      budget.applies_to = ReadTiers(b, "applies_to", *t);
     }
     b.Finish();
     q.budget = budget;
@@ -576,7 +607,7 @@ class ConfigParser {
               "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
               "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s",
               "reclaim_idle_after_s_by_tier", "full_pass_interval_s", "best_effort_yields_to",
-              "best_effort_yields_within_s", "consolidate_within_s"});
+              "best_effort_yields_within_s", "consolidate_within_s", "max_grace_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -599,6 +630,22 @@ class ConfigParser {
       p.best_effort_yields_to = *t == "critical"   ? core::Tier::kCritical
                                 : *t == "standard" ? std::optional{core::Tier::kStandard}
                                                    : std::nullopt;
+    }
+    // `max_grace_s: 300` (every tier) or `{critical: 900, best-effort: 30}` (the rest keep
+    // their defaults).
+    if (const Doc* g = f.Get("max_grace_s"); g != nullptr && !g->is_null()) {
+      if (g->is_map()) {
+        Fields t(d_, *g, f.Path("max_grace_s"), {"critical", "standard", "best-effort"});
+        lines_.NoteEntries(t, *g);
+        for (int tier = 0; tier < core::kTierCount; ++tier) {
+          if (auto sec = t.Number(core::Name(static_cast<core::Tier>(tier)), Range{0, false, kMaxSeconds})) {
+            policy.max_grace[static_cast<size_t>(tier)] = SecondsToTicks(*sec);
+          }
+        }
+        t.Finish();
+      } else if (auto sec = f.Number("max_grace_s", Range{0, false, kMaxSeconds})) {
+        policy.max_grace.fill(SecondsToTicks(*sec));
+      }
     }
     // `reclaim_idle_after_s_by_tier: {best-effort: 300, standard: 1800}`.
     if (const Doc* by = f.Get("reclaim_idle_after_s_by_tier"); by != nullptr && !by->is_null()) {

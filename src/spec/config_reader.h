@@ -6,6 +6,7 @@
 // Thread-safety: stateless functions.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -27,9 +28,14 @@ namespace gantry::spec {
 // The config's `accounting` section fills params.gpu_hour_price (`gpu_hour_prices`, a
 // price per GPU-hour by model, 1 where absent; it weighs budgets and makes costs) and
 // `currency` (a label for reports).
+// max_grace_s caps the grace a job may ask for, per tier (a number for every tier, or
+// `{critical: 600, standard: 600, best-effort: 60}`): a job spec asking more is refused,
+// a trace line's grace is cut to it, and so is default_grace_s. A preempted or cancelled
+// job keeps its GPUs for its grace, so without a cap a team could hold them for years.
 struct PolicyConfig {
   core::PolicyParams params;
   int64_t default_grace = 30'000;  // ms (Ticks)
+  std::array<core::Ticks, core::kTierCount> max_grace = {600'000, 600'000, 60'000};  // by Tier
   std::string currency;
 };
 

@@ -12,6 +12,7 @@
 
 #include "spec/decode.h"
 #include "spec/doc.h"
+#include "spec/event_log.h"
 #include "spec/read_file.h"
 
 namespace gantry::spec {
@@ -169,11 +170,18 @@ class JobDecoder {
     }
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
       job.checkpoint = SecondsToTicks(*v);
+    const core::Ticks max_grace = config_.policy.max_grace[static_cast<size_t>(job.tier)];
     if (auto v = f.Number("grace_s", Range{0, false, kMaxSeconds})) {
       job.grace = SecondsToTicks(*v);
+      if (job.grace > max_grace && mode == Mode::kSpec) {
+        f.Report("grace_s", FormatSeconds(job.grace) + " s is above this cluster's limit for " +
+                                std::string(core::Name(job.tier)) + " jobs (policy.max_grace_s: " +
+                                FormatSeconds(max_grace) + " s)");
+      }
     } else if (mode == Mode::kSpec && !f.has("grace_s")) {
       job.grace = config_.policy.default_grace;  // the cluster's default (30 s unless set)
     }
+    job.grace = std::min(job.grace, max_grace);  // a trace line's, or the default
     if (auto v = Duration(f, "runtime_estimate_s")) job.runtime_estimate = *v;
     if (auto v = Duration(f, "time_limit_s")) {
       job.time_limit = *v;

@@ -117,7 +117,7 @@ TEST(Adopt, RefusesAnAllocationThatOverlapsAnother) {
 TEST(Adopt, RefusesWhatTryStartWouldForTheQueuesBurstLimit) {
   World w = MakeWorld();
   const Catalog& c = w.cluster.catalog();
-  const QueueTree queues = MakeQueues({QueueSpec{"q", "", 0, 6 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"q", "", 0, 6 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(w.cluster, queues, MakePolicy("fifo"));
   WorkerAlloc four;
   four.node = NodeId(1);

@@ -54,14 +54,14 @@ TEST(BudgetPeriod, EveryDayOfThreeCenturies) {
 // Monday 2026-11-30, one day before a new month.
 class BudgetTest : public ::testing::Test {
  protected:
-  void Make(WhenSpent when, std::vector<double> prices = {}) {
+  void Make(WhenSpent when, std::vector<double> prices = {}, TierMask applies_to = BudgetSpec{}.applies_to) {
     catalog_ = Catalog::BuiltIn();
     cluster_ = std::make_unique<Cluster>(
         MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB"), Pool(catalog_, "a", 1, 8, "A100-80GB")}));
-    QueueSpec org{"org", "", 0, -1, 1, {}, {}, false, BudgetSpec{6, BudgetPeriod::kMonth, when}, {}, {}};
-    QueueSpec team{"team", "org", 0, -1, 1, {}, {}, false, BudgetSpec{4, BudgetPeriod::kMonth, when}, {}, {}};
-    QueueSpec sibling{"sibling", "org", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}};
-    QueueSpec other{"other", "", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}};
+    QueueSpec org{"org", "", 0, -1, 1, {}, {}, false, BudgetSpec{6, BudgetPeriod::kMonth, when, applies_to}, {}, {}, {}};
+    QueueSpec team{"team", "org", 0, -1, 1, {}, {}, false, BudgetSpec{4, BudgetPeriod::kMonth, when, applies_to}, {}, {}, {}};
+    QueueSpec sibling{"sibling", "org", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}, {}};
+    QueueSpec other{"other", "", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}, {}};
     queues_ = std::make_unique<QueueTree>(MakeQueues({org, team, sibling, other}));
     PolicyParams params;
     params.epoch_unix_ms = kNov30;
@@ -111,6 +111,46 @@ TEST_F(BudgetTest, PastItsBudgetNewWorkRunsAsBestEffortAndRunningWorkStays) {
   EXPECT_EQ(sched_->job(b).asked_tier, Tier::kStandard);
   EXPECT_EQ(sched_->job(s).spec.tier, Tier::kStandard);
   EXPECT_EQ(sched_->job(crit).spec.tier, Tier::kCritical);
+}
+
+// The site decides whether a budget covers critical work (issue 47 B2: a team that
+// declared `critical` skipped its spent budget). Covered, it waits: it cannot run as
+// best-effort, whose reserved capacity and spot rules differ.
+TEST_F(BudgetTest, ABudgetThatCoversCriticalWorkHoldsItOnceSpent) {
+  Make(WhenSpent::kBestEffort, {}, kAllTiers);
+  const JobId a = sched_->Submit(Job("a", 2, "team"), 0);
+  sched_->Schedule(0);
+  sched_->Schedule(2 * kHour);
+  ASSERT_TRUE(sched_->budget_account(*queues_->Find("team"))->out);
+  JobSpec c = Job("c", 1, "team");
+  c.tier = Tier::kCritical;
+  const JobId crit = sched_->Submit(c, 2 * kHour + 1);
+  const JobId b = sched_->Submit(Job("b", 2, "team"), 2 * kHour + 1);
+  sched_->Schedule(2 * kHour + 1);
+  EXPECT_EQ(sched_->job(a).phase, Phase::kRunning);
+  EXPECT_EQ(sched_->job(crit).phase, Phase::kPending);
+  EXPECT_EQ(sched_->job(crit).spec.tier, Tier::kCritical);
+  EXPECT_EQ(sched_->job(crit).wait_reason,
+            "budget: queue team spent its 4 GPU-hours of the month from 2026-11-01 00:00 UTC; new work waits "
+            "until 2026-12-01 00:00 UTC");
+  EXPECT_EQ(sched_->job(b).phase, Phase::kRunning);  // standard work still runs as best-effort
+  EXPECT_EQ(sched_->job(b).spec.tier, Tier::kBestEffort);
+}
+
+TEST_F(BudgetTest, ABudgetThatLeavesStandardWorkOutNeitherDemotesNorHoldsIt) {
+  Make(WhenSpent::kWait, {}, Bit(Tier::kBestEffort));
+  sched_->Submit(Job("a", 4, "team"), 0);
+  sched_->Schedule(0);
+  sched_->Schedule(kHour);
+  ASSERT_TRUE(sched_->budget_account(*queues_->Find("team"))->out);
+  const JobId b = sched_->Submit(Job("b", 1, "team"), kHour);
+  JobSpec e = Job("e", 1, "team");
+  e.tier = Tier::kBestEffort;
+  const JobId be = sched_->Submit(e, kHour);
+  sched_->Schedule(kHour + 1);
+  EXPECT_EQ(sched_->job(b).phase, Phase::kRunning);
+  EXPECT_EQ(sched_->job(b).spec.tier, Tier::kStandard);
+  EXPECT_EQ(sched_->job(be).phase, Phase::kPending);
 }
 
 TEST_F(BudgetTest, PastItsBudgetNewWorkWaitsForTheNextPeriodAndSaysSo) {

@@ -30,7 +30,7 @@ class ConsolidationTest : public ::testing::Test {
   const Cluster cluster_ = testing::MakeCluster(
       {testing::Pool(catalog_, "s", 2, 1, "H100-80GB", 0, 1, testing::kAll)});
   const QueueTree queues_ =
-      testing::MakeQueues({QueueSpec{"q", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+      testing::MakeQueues({QueueSpec{"q", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
 
   // Runs case `c` (the job arriving at `at`); returns the pass's decisions then (the pointers Preemptions
   // gives point into them).

@@ -25,9 +25,9 @@ class GantryTest : public ::testing::Test {
   explicit GantryTest(PolicyParams params = Params())
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
-        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
-                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
-                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}})),
+        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("gantry"), std::move(params)) {}
 
   static PolicyParams Params() {
@@ -248,8 +248,8 @@ TEST_F(GantryTest, NoPreemptionOutsideTheGuaranteeAndNeverOfCriticalWork) {
 TEST(GantryPreemptionTest, BestEffortWorkGivesWayBeyondTheGuaranteeToTheTiersTheSiteNames) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 2, 8, "H100-80GB", 2)});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
   auto make = [&](std::optional<Tier> yields_to) {
     PolicyParams params;
     params.best_effort_yields_to = yields_to;
@@ -435,8 +435,8 @@ class GuaranteePerModelTest : public ::testing::Test {
 
   // serving's and research's guarantees: per model when `per_model`, else over all models.
   std::unique_ptr<Scheduler> Make(bool per_model) {
-    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}};
-    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}};
+    QueueSpec serving{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}};
+    QueueSpec research{"research", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}};
     if (per_model) {
       serving.guaranteed_by_model = {{a100_, "A100-80GB", 8 * kGpuUnits}};
       research.guaranteed_by_model = {{h100_, "H100-80GB", 8 * kGpuUnits}};
@@ -540,8 +540,8 @@ void SharesScatteredOverManyGpusAreClearedNodeByNode(int nodes) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "a", nodes, 8, "A100-80GB", 0, 1,
                                             SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   // Four shares are standard work of a borrowing queue (`research` has no guarantee), one
   // to a node (each asks for most of a node's CPUs): a critical job may take them, so
@@ -618,8 +618,8 @@ TEST(GantryPreemptionTest, AClaimHoldsTheSlicesItsVictimsLeaveUntilTheLastIsGone
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 1, "H100-80GB", 0, 1,
                                             SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMig)))});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   PolicyParams params;
   params.best_effort_yields_to = Tier::kCritical;  // the small job waits (it does not preempt)
   Scheduler s(cluster, queues, MakePolicy("gantry"), params);
@@ -666,8 +666,8 @@ TEST(GantryPreemptionTest, AClaimHoldsTheSlicesItsVictimsLeaveUntilTheLastIsGone
 TEST(GantryPreemptionTest, ACriticalClaimantStartsOnTheGpuItClaimed) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 4, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   auto submit = [&](const char* id, const char* queue, Tier tier, Ticks now) {
     JobSpec j = Whole(catalog, id, 1, 1);
@@ -708,9 +708,9 @@ TEST(GantryPreemptionTest, ACriticalClaimantStartsOnTheGpuItClaimed) {
 TEST(GantryPreemptionTest, ACriticalClaimantWhoseClaimIsGoneTakesOtherHeldGpus) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 3, 1, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"train", "", 2 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"train", "", 2 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   auto submit = [&](const char* id, const char* queue, Tier tier, int replicas, Ticks grace, Ticks now) {
     JobSpec j = Whole(catalog, id, replicas, 1);
@@ -871,9 +871,9 @@ TEST(GantryMaxWaitTest, AJobKeptOutByItsQueuesBurstLimitStartsPastMaxWait) {
 TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuarantee) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"serve", "", 0, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"serve", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   // Four best-effort jobs of 2 GPUs that never checkpoint fill the node: two started at
   // 0 s, two at 3,000 s. At 4,000 s a standard and then a critical job of 2 GPUs arrive.
   // Returns who each of them took (nothing: still waiting).
@@ -926,8 +926,8 @@ TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuar
 std::pair<Ticks, int> GangStartBehindLongBestEffortJobs(Ticks max_wait) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"scavenge", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"scavenge", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   PolicyParams params;
   params.max_wait = max_wait;
   params.preempt_after_checkpoint = 5 * kS;
@@ -983,8 +983,8 @@ TEST(GantryMaxWaitTest, ADrainPreemptsBestEffortWorkAtItsCheckpoints) {
 TEST(GantryMaxWaitTest, AClaimOnADrainsGpusIsServedFirst) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 4, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                                       QueueSpec{"batch", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                                       QueueSpec{"batch", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   PolicyParams params;
   params.max_wait = 100 * kS;
   Scheduler s(cluster, queues, MakePolicy("gantry"), params);

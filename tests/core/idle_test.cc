@@ -19,8 +19,8 @@ class StrandedTest : public ::testing::Test {
   StrandedTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Node()})),
-        queues_(MakeQueues({QueueSpec{"a", "", 0, 1 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
-                            QueueSpec{"b", "", 0, -1, 1, {}, {}, false, {}, {}, {}}})),
+        queues_(MakeQueues({QueueSpec{"a", "", 0, 1 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+                            QueueSpec{"b", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
   PoolSpec Node() const {
     PoolSpec p = Pool(catalog_, "h", 1, 2, "H100-80GB", 0, 1, Bit(Sharing::kExclusive) | Bit(Sharing::kMps));

@@ -26,8 +26,8 @@ class PiecesTest : public ::testing::Test {
   PiecesTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB")})),
-        queues_(MakeQueues({QueueSpec{"prod", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}},
-                            QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}}})),
+        queues_(MakeQueues({QueueSpec{"prod", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                            QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
   JobId Start(const char* id, int gpus, const char* queue, Tier tier, Ticks estimate, Ticks now, Ticks checkpoint = 0) {
     JobSpec j = Whole(catalog_, id, 1, gpus);
@@ -198,7 +198,7 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 4, 8, "H100-80GB", 2),
                                        Pool(catalog, "split", 1, 2, "H100-80GB", 0, 1,
                                             Bit(Sharing::kMig) | Bit(Sharing::kMps))});
-  const QueueTree queues = MakeQueues({QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}}});
+  const QueueTree queues = MakeQueues({QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler sched(cluster, queues, MakePolicy("fifo"));
   const ModelId h100 = testing::Model(catalog, "H100-80GB");
   auto run = [&](JobSpec spec, Tier tier, WorkerAlloc at) {

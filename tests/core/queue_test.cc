@@ -57,6 +57,29 @@ TEST(QueueTreeTest, LinksChildrenAndAncestors) {
   EXPECT_FALSE(t->Find("nope").has_value());
 }
 
+// Issue 47 B2: any team could declare `critical`. A queue's `tiers` bound its own jobs
+// and those of every queue under it; a child cannot widen what its parent allows.
+TEST(QueueTreeTest, TiersBoundTheQueueAndEveryQueueUnderIt) {
+  QueueSpec org = Q("org");
+  org.tiers = Bit(Tier::kStandard) | Bit(Tier::kBestEffort);
+  QueueSpec team = Q("team", "org");
+  team.tiers = kAllTiers;  // cannot widen org's
+  QueueSpec serving = Q("serving");
+  serving.tiers = Bit(Tier::kCritical);
+  auto t = QueueTree::Build({org, team, serving, Q("open")});
+  ASSERT_TRUE(t.ok()) << t.error().ToString();
+  EXPECT_EQ(t->WhyTierRefused(*t->Find("team"), Tier::kCritical),
+            "asks for tier critical, which queue org may not use (its tiers: standard, best-effort)");
+  EXPECT_EQ(t->WhyTierRefused(*t->Find("org"), Tier::kStandard), std::nullopt);
+  EXPECT_EQ(t->WhyTierRefused(*t->Find("team"), Tier::kBestEffort), std::nullopt);
+  EXPECT_EQ(t->WhyTierRefused(*t->Find("serving"), Tier::kBestEffort),
+            "asks for tier best-effort, which queue serving may not use (its tiers: critical)");
+  for (int tier = 0; tier < kTierCount; ++tier) {  // no setting: every tier
+    EXPECT_EQ(t->WhyTierRefused(*t->Find("open"), static_cast<Tier>(tier)), std::nullopt);
+  }
+  EXPECT_EQ(TierList(0), "none");
+}
+
 TEST(QueueTreeTest, DuplicateName) {
   EXPECT_EQ(Errors({Q("a"), Q("b"), Q("a")}),
             (std::vector<std::string>{"queues[a].name: duplicate queue name \"a\""}));

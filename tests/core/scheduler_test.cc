@@ -29,8 +29,8 @@ class SchedulerTest : public ::testing::Test {
   SchedulerTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB")})),
-        queues_(MakeQueues({QueueSpec{"a", "", 4 * kGpuUnits, 8 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
-                            QueueSpec{"b", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}}})),
+        queues_(MakeQueues({QueueSpec{"a", "", 4 * kGpuUnits, 8 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+                            QueueSpec{"b", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
 
   JobSpec Job(const char* id, int replicas, int gpus, const char* queue = "b") {
@@ -87,6 +87,24 @@ TEST_F(SchedulerTest, JobsThatCouldNeverRunAreRejected) {
   EXPECT_EQ(rejects[1].job, q);
   EXPECT_NE(rejects[1].reason.find("burst_gpus 8 of queue a"), std::string::npos);
   EXPECT_EQ(sched_.job(v).phase, Phase::kDone);
+}
+
+TEST(SchedulerTiers, AJobOfATierItsQueueMayNotUseIsRejected) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
+  QueueSpec team{"team", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}};
+  team.tiers = Bit(Tier::kStandard) | Bit(Tier::kBestEffort);
+  const QueueTree queues = MakeQueues({team});
+  Scheduler sched(cluster, queues, MakePolicy("gantry"), PolicyParams{});
+  JobSpec critical = Whole(catalog, "c", 1, 1);
+  critical.tier = Tier::kCritical;
+  const JobId c = sched.Submit(critical, 0);
+  const JobId s = sched.Submit(Whole(catalog, "s", 1, 1), 0);
+  auto rejects = Of(sched.Schedule(0), Decision::Kind::kReject);
+  ASSERT_EQ(rejects.size(), 1u);
+  EXPECT_EQ(rejects[0].job, c);
+  EXPECT_EQ(rejects[0].reason, "asks for tier critical, which queue team may not use (its tiers: standard, best-effort)");
+  EXPECT_EQ(sched.job(s).phase, Phase::kRunning);
 }
 
 TEST_F(SchedulerTest, WindowsHoldJobsUntilTheyOpen) {

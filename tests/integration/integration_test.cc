@@ -1259,6 +1259,91 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
 // runs: that job is left alone, new work runs as best-effort. vision's runs out too and
 // new work waits for the next period, with the reason, also after a gantryd restart.
 // `gantry usage` agrees with the event log, costs weighted by the price of an H100-hour.
+// Issue 47 B: an operator's first day. A best-effort job asked a grace of 1e9 s and
+// ignored SIGTERM, so once cancelled it kept its GPUs ("victims' GPUs free by 2058");
+// any team could declare `critical`. Now: the grace a tier may ask is capped, a queue
+// says which tiers it may use, and `cancel --force` ends a stopping job's grace at once,
+// killing its whole process group.
+constexpr const char* kTierCluster = R"(cluster: tiers
+pools:
+  - name: h100
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+queues:
+  - name: research
+    tiers: [standard, best-effort]
+  - name: serving
+    tiers: [critical]
+policy:
+  max_grace_s: {best-effort: 60}
+)";
+
+
+TEST(Integration, GraceIsCappedPerTierQueuesBoundTiersAndForceCancelKillsTheGroup) {
+  Harness h("tiers");
+  h.Setup(kTierCluster, {{"a", "research"}, {"b", "serving"}});
+  // Ignores SIGTERM, as do its children (SIG_IGN is inherited); writes both pids.
+  h.Write("stubborn.sh", R"SH(#!/bin/sh
+trap '' TERM
+sleep 600 &
+echo "$$ $!" > "$1/$GANTRY_JOB_ID.pids"
+wait
+)SH",
+          true);
+  fs::create_directories(h.Path("out"));
+  h.StartServer();
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+
+  RunResult hog = h.Cli({"submit", "--id", "hog", "--queue", "research", "--tier", "best-effort", "--gpus", "1",
+                         "--vram-gb", "10", "--grace-s", "1000000000", "--", h.Path("stubborn.sh"), h.Path("out")},
+                        h.token("a"));
+  EXPECT_NE(hog.rc, 0);
+  EXPECT_NE(hog.err.find("grace_s: 1000000000 s is above this cluster's limit for best-effort jobs "
+                         "(policy.max_grace_s: 60 s)"),
+            std::string::npos)
+      << hog.err;
+  RunResult crit = h.Cli({"submit", "--id", "vip", "--queue", "research", "--tier", "critical", "--gpus", "1",
+                          "--vram-gb", "10", "--", h.Path("stubborn.sh"), h.Path("out")},
+                         h.token("a"));
+  EXPECT_NE(crit.rc, 0);
+  EXPECT_NE(crit.err.find("asks for tier critical, which queue research may not use (its tiers: standard, "
+                          "best-effort)"),
+            std::string::npos)
+      << crit.err;
+  EXPECT_EQ(h.Get("/v1/jobs/vip", h.token("admin")).value("state", "none"), "none");  // nothing kept
+
+  Submit(h, "a", {"--id", "be", "--queue", "research", "--tier", "best-effort", "--gpus", "1", "--vram-gb", "10",
+                  "--grace-s", "60", "--", h.Path("stubborn.sh"), h.Path("out")});
+  ASSERT_TRUE(Harness::WaitFor([&] { return fs::exists(h.Path("out/be.pids")); }, 10));
+  pid_t shell = 0, child = 0;
+  std::istringstream(h.Read("out/be.pids")) >> shell >> child;
+  ASSERT_TRUE(Alive(shell) && Alive(child));
+  ASSERT_EQ(h.Cli({"cancel", "be"}, h.token("a")).rc, 0);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  EXPECT_EQ(h.Job("be").value("state", ""), "stopping");  // SIGTERM ignored: its grace runs
+  EXPECT_TRUE(Alive(shell) && Alive(child));
+  const auto forced = std::chrono::steady_clock::now();
+  RunResult force = h.Cli({"cancel", "--force", "be"}, h.token("admin"));
+  ASSERT_EQ(force.rc, 0) << force.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Alive(shell) && !Alive(child); }, 5)) << "the group outlived --force";
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("be").value("state", "") == "cancelled"; }, 10))
+      << h.Job("be").dump();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - forced).count(), 10.0);
+  EXPECT_NE(h.Job("be").value("reason", "").find("force-cancelled by admin"), std::string::npos) << h.Job("be").dump();
+
+  // The serving team's critical work runs; a bad force value is refused.
+  Submit(h, "b", {"--id", "inf", "--queue", "serving", "--tier", "critical", "--gpus", "1", "--vram-gb", "10", "--",
+                  h.Path("stubborn.sh"), h.Path("out")});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("inf").value("state", "") == "running"; }, 10));
+  int status = 0;
+  h.Post("/v1/jobs/inf/cancel?force=maybe", "", h.token("b"), &status);
+  EXPECT_EQ(status, 400);
+  ASSERT_EQ(h.Cli({"cancel", "--force", "inf"}, h.token("b")).rc, 0);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("inf").value("state", "") == "cancelled"; }, 10));
+}
+
 constexpr const char* kBudgetCluster = R"(cluster: budget
 pools:
   - name: h100

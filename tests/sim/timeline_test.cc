@@ -24,8 +24,8 @@ namespace fs = std::filesystem;
 
 core::QueueTree Queues() {
   // "team" is a child of "org": its usage counts toward org's guarantee and burst.
-  auto q = core::QueueTree::Build({core::QueueSpec{"org", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}},
-                                   core::QueueSpec{"team", "org", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}}});
+  auto q = core::QueueTree::Build({core::QueueSpec{"org", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+                                   core::QueueSpec{"team", "org", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   EXPECT_TRUE(q.ok());
   return std::move(q).value();
 }

@@ -292,13 +292,13 @@ extra: 1
                 "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
                 "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
                 "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle, "
-                "budget, order, max_wait_s)",
+                "budget, order, max_wait_s, tiers)",
                 "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
                 "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
                 "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
                 "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
                 "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
-                "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s)",
+                "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s)",
                 "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
                 "policy, accounting)"}));
 }
@@ -347,7 +347,7 @@ accounting:
                 "c.yaml:8: queues[a].budget.gpu_hours: must be above 0, got 0",
                 "c.yaml:8: queues[a].budget.period: must be one of week, month, got \"day\"",
                 "c.yaml:8: queues[a].budget.when_spent: must be one of best-effort, wait, got \"never\"",
-                "c.yaml:8: queues[a].budget.cap: unknown field (known: gpu_hours, period, when_spent)",
+                "c.yaml:8: queues[a].budget.cap: unknown field (known: gpu_hours, period, when_spent, applies_to)",
                 "c.yaml:10: queues[b].budget: expected a mapping with gpu_hours, period and when_spent, got \"12\"",
                 "c.yaml:12: queues[c].budget.gpu_hours: required",
                 "c.yaml:14: accounting.gpu_hour_prices.H200-141GB: must be at least 0, got -1",
@@ -355,6 +355,48 @@ accounting:
                 "H100-80GB, H100-94GB, H200-141GB, B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, "
                 "V100-32GB)",
                 "c.yaml:15: accounting.money: unknown field (known: currency, gpu_hour_prices)"}));
+}
+
+// Issue 47 B: which tiers a queue may use, which tiers a budget covers, and the grace
+// a job may ask for per tier.
+TEST(ConfigReaderTest, TiersPerQueueBudgetTiersAndGraceCaps) {
+  const ClusterConfig c = Parse(std::string(kPool) + R"(queues:
+  - name: serving
+    tiers: [critical]
+  - name: research
+    tiers: [standard, best-effort]
+    budget: {gpu_hours: 10, applies_to: [critical, standard, best-effort]}
+  - name: open
+policy:
+  max_grace_s: {best-effort: 30, critical: 900}
+)");
+  const auto tiers = [&](const char* q) { return c.queues.queue(*c.queues.Find(q)).spec.tiers; };
+  EXPECT_EQ(tiers("serving"), Bit(core::Tier::kCritical));
+  EXPECT_EQ(tiers("research"), Bit(core::Tier::kStandard) | Bit(core::Tier::kBestEffort));
+  EXPECT_EQ(tiers("open"), std::nullopt);
+  EXPECT_EQ(c.queues.queue(*c.queues.Find("research")).spec.budget->applies_to, core::kAllTiers);
+  EXPECT_EQ(c.policy.max_grace, (std::array<core::Ticks, 3>{900'000, 600'000, 30'000}));
+  EXPECT_EQ(Parse(kPool).policy.max_grace, (std::array<core::Ticks, 3>{600'000, 600'000, 60'000}));
+  EXPECT_EQ(Parse(std::string(kPool) + "policy:\n  max_grace_s: 120\n").policy.max_grace,
+            (std::array<core::Ticks, 3>{120'000, 120'000, 120'000}));
+
+  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  - name: a
+    tiers: [gold, standard, standard]
+  - name: b
+    tiers: critical
+    budget: {gpu_hours: 1, applies_to: [urgent]}
+policy:
+  max_grace_s: {best_effort: 1, standard: -1}
+)"),
+            (std::vector<std::string>{
+                "c.yaml:8: queues[a].tiers[0]: unknown tier \"gold\" (known: critical, standard, best-effort)",
+                "c.yaml:8: queues[a].tiers[2]: tier standard is listed twice",
+                "c.yaml:10: queues[b].tiers: expected a list of tiers (critical, standard, best-effort), got \"critical\"",
+                "c.yaml:11: queues[b].budget.applies_to[0]: unknown tier \"urgent\" (known: critical, standard, "
+                "best-effort)",
+                "c.yaml:13: policy.max_grace_s.standard: must be at least 0, got -1",
+                "c.yaml:13: policy.max_grace_s.best_effort: unknown field; did you mean best-effort?"}));
 }
 
 // Issue 14: bounded waits, per queue and for the site.

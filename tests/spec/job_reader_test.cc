@@ -426,6 +426,32 @@ TEST_F(JobReaderTest, AJobSpecWithoutGraceGetsTheClustersDefault) {
   EXPECT_EQ(line->spec.grace, 0);
 }
 
+// Issue 47 B1: a best-effort job asked grace_s 1e9 and, preempted, kept its GPUs for
+// 30 years. A job spec asking more than its tier's cap (policy.max_grace_s) is refused,
+// naming the field; a trace line's grace, and the default, are cut to the cap.
+TEST_F(JobReaderTest, GraceAboveItsTiersCapIsRefusedInSpecsAndCutInTraces) {
+  Diagnostics d;
+  auto hog = ParseJobJson(R"({"queue": "research", "tier": "best-effort", "gpus": 1, "vram_gb": 10,
+"grace_s": 1e9})", "api", config(), d);
+  EXPECT_FALSE(hog.has_value());
+  EXPECT_EQ(d.ToString(),
+            "api:2: grace_s: 1000000000 s is above this cluster's limit for best-effort jobs (policy.max_grace_s: 60 s)\n");
+  Diagnostics ok;
+  auto std600 = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10, "grace_s": 600})", "api", config(), ok);
+  ASSERT_TRUE(std600.has_value()) << ok.ToString();
+  EXPECT_EQ(std600->grace, 600'000);
+  ClusterConfig site = config();
+  site.policy.default_grace = 90'000;  // above best-effort's cap: cut to it
+  auto be = ParseJobJson(R"({"queue": "research", "tier": "best-effort", "gpus": 1, "vram_gb": 10})", "api", site, ok);
+  ASSERT_TRUE(be.has_value()) << ok.ToString();
+  EXPECT_EQ(be->grace, 60'000);
+  auto line = ParseTraceLine(R"({"submit": 0, "duration": 10, "tier": "best-effort", "gpus": 1, "vram_gb": 10,
+"grace_s": 1e9})", "jobs.jsonl", 1, config(), ok);
+  ASSERT_TRUE(line.has_value()) << ok.ToString();
+  EXPECT_EQ(line->spec.grace, 60'000);
+  EXPECT_TRUE(ok.empty()) << ok.ToString();
+}
+
 TEST_F(JobReaderTest, YamlJobs) {
   const char* yaml = R"(# a training job
 id: train-1

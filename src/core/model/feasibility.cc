@@ -316,6 +316,7 @@ GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog) {
 }
 
 std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster, const QueueTree& queues) {
+  if (auto why = queues.WhyTierRefused(job.queue, job.tier)) return why;
   if (auto why = WhyInfeasible(job, cluster)) return why;
   const GpuUnits need = MinUnits(job, cluster.catalog());
   for (QueueId q : queues.queue(job.queue).self_and_ancestors) {

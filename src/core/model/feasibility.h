@@ -28,8 +28,9 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
 // whose instance is smallest. Cost: O(models).
 GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog);
 
-// Why `job` can never start: WhyInfeasible, or it needs more GPUs at once than its queue
-// or a queue above it may ever hold (burst_gpus). The scheduler rejects such jobs at
+// Why `job` can never start: its queue may not use its tier (QueueSpec::tiers),
+// WhyInfeasible, or it needs more GPUs at once than its queue or a queue above it may ever
+// hold (burst_gpus). The scheduler rejects such jobs at
 // submit; `gantry validate` names them first. Cost: O(pools + queue depth).
 std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster, const QueueTree& queues);
 

@@ -186,6 +186,17 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
   return errors;
 }
 
+std::optional<std::string> QueueTree::WhyTierRefused(QueueId q, Tier tier) const {
+  for (QueueId a : queue(q).self_and_ancestors) {
+    const QueueSpec& s = queue(a).spec;
+    if (s.tiers && !(*s.tiers & Bit(tier))) {
+      return "asks for tier " + std::string(Name(tier)) + ", which queue " + s.name + " may not use (its tiers: " +
+             TierList(*s.tiers) + ")";
+    }
+  }
+  return std::nullopt;
+}
+
 GpuUnits QueueTree::GuaranteeOn(const QueueSpec& q, ModelId model) {
   for (const ModelGuarantee& g : q.guaranteed_by_model) {
     if (g.model == model) return g.units;

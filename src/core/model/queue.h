@@ -51,6 +51,10 @@ struct QueueSpec {
   std::optional<QueueOrder> order;
   // A job of this queue (or under it) pending this long drains (policy max_wait; 0: never).
   std::optional<Ticks> max_wait;
+  // The tiers jobs of this queue and those under it may ask for: every queue on the way up
+  // that sets it must list the tier (none sets it: every tier). A site keeps `critical` (never preempted, it
+  // preempts others) to the teams it trusts with it, as Slurm's allowed QoS per account.
+  std::optional<TierMask> tiers;
 };
 
 struct Queue {
@@ -81,6 +85,9 @@ class QueueTree {
   const Queue& queue(QueueId id) const { return queues_[id.v]; }
   // The queue's own guarantee on `model` (per-model queues only; 0 when not listed).
   static GpuUnits GuaranteeOn(const QueueSpec& q, ModelId model);
+  // Why queue q's jobs may not ask for `tier` (naming the queue whose `tiers` rules it),
+  // or nullopt when they may.
+  std::optional<std::string> WhyTierRefused(QueueId q, Tier tier) const;
   std::optional<QueueId> Find(std::string_view name) const;
   // A per-queue setting as it applies to queue q: q's own, else the nearest ancestor's
   // (reclaim_idle_after, order, max_wait); nullopt when no queue on the way up sets it.

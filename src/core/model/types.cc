@@ -11,6 +11,21 @@ std::string_view Name(Tier t) {
   return "?";
 }
 
+std::optional<Tier> TierNamed(std::string_view name) {
+  for (int t = 0; t < kTierCount; ++t) {
+    if (Name(static_cast<Tier>(t)) == name) return static_cast<Tier>(t);
+  }
+  return std::nullopt;
+}
+
+std::string TierList(TierMask tiers) {
+  std::string out;
+  for (int t = 0; t < kTierCount; ++t) {
+    if (tiers & Bit(static_cast<Tier>(t))) out += (out.empty() ? "" : ", ") + std::string(Name(static_cast<Tier>(t)));
+  }
+  return out.empty() ? "none" : out;
+}
+
 std::string_view Name(Sharing s) {
   switch (s) {
     case Sharing::kExclusive: return "exclusive";

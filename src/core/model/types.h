@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include "base/strong_id.h"
@@ -36,6 +38,9 @@ using JobId = StrongId<struct JobTag>;
 
 enum class Tier : uint8_t { kCritical = 0, kStandard = 1, kBestEffort = 2 };
 inline constexpr int kTierCount = 3;
+using TierMask = uint8_t;  // bit (1 << Tier) set: that tier included
+inline constexpr TierMask Bit(Tier t) { return TierMask(1u << static_cast<int>(t)); }
+inline constexpr TierMask kAllTiers = 0b111;
 
 // How a worker uses its GPUs. Exclusive covers whole GPUs and CPU-only workers.
 enum class Sharing : uint8_t { kExclusive = 0, kMig = 1, kMps = 2, kTimeslice = 3 };
@@ -46,6 +51,9 @@ inline constexpr SharingMask Bit(Sharing s) { return SharingMask(1u << static_ca
 enum class Topology : uint8_t { kNvlink = 0, kNode = 1, kLeaf = 2, kSpine = 3 };
 
 std::string_view Name(Tier t);
+std::optional<Tier> TierNamed(std::string_view name);  // "critical", "standard", "best-effort"
+// "critical, standard" (in tier order), "none" for an empty mask.
+std::string TierList(TierMask tiers);
 std::string_view Name(Sharing s);
 std::string_view Name(Topology t);
 

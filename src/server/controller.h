@@ -308,6 +308,8 @@ class Controller {
   void AddRunning(const Job& job);
   void RemoveRunning(const Job& job);
   nlohmann::json DesiredWorkers(core::NodeId n, Ticks now);
+  // One worker's entry in it as when running (cached in Worker::desired for the run).
+  nlohmann::json DesiredWorker(const Job& job, const Worker& w);
   // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md);
   // `nodes`: JobNodes(job), computed once by the caller.
   spec::OutputNames OutputNamesOf(const Job& job, const Worker& w, const std::vector<std::string>& nodes) const;
@@ -374,6 +376,10 @@ class Controller {
   std::vector<NodeInfo> nodes_;                       // by core NodeId
   std::unordered_map<std::string, Principal> tokens_; // cache: hash -> principal
   Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
+  // Housekeeping's timers (node timeouts, time limits, idle reclaim, overdue stops) run
+  // at most this often.
+  static constexpr Ticks kTimersEveryMs = 100;
+  Ticks next_timers_ = 0;
   Ticks jobs_purged_ = -1;     // and ended jobs past their retention, in batches
   bool purge_more_ = false;    // the last batch was full: another at the next batch
   bool restoring_ = false;     // inside Restore

@@ -97,90 +97,104 @@ json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
   json out = json::array();
   for (int64_t seq : node_jobs_[n.v]) {
     const Job& job = jobs_.at(seq);
-    const std::vector<std::string> nodes = JobNodes(job);
-    std::map<uint32_t, int> local_rank;  // node -> workers of this job seen there so far
+    const bool stopping = job.state == JobState::kStopping;
     for (const Worker& w : job.workers) {
-      const int local = local_rank[w.alloc.node.v]++;
       if (w.alloc.node != n || w.exited) continue;
-      const Worker& leader = job.workers.front();
-      const NodeInfo& leader_node = nodes_[leader.alloc.node.v];
-      const std::string master =
-          leader_node.address.empty() ? cluster_.node(leader.alloc.node).name : leader_node.address;
-      const int port = MasterPort(job.seq, job.run);
-      json env = json::object();
-      for (const auto& [k, v] : job.spec.env) env[k] = v;
-      env["GANTRY_JOB_ID"] = job.name;
-      env["GANTRY_QUEUE"] = job.queue;
-      env["GANTRY_TIER"] = std::string(core::Name(job.spec.tier));
-      env["GANTRY_RUN"] = std::to_string(job.run);
-      env["GANTRY_RANK"] = std::to_string(w.rank);
-      env["GANTRY_LOCAL_RANK"] = std::to_string(local);
-      env["GANTRY_WORLD_SIZE"] = std::to_string(job.workers.size());
-      env["GANTRY_MASTER_ADDR"] = master;
-      env["GANTRY_MASTER_PORT"] = std::to_string(port);
-      env["GANTRY_PROGRESS_S"] = spec::FormatSeconds(job.progress);
-      env["GANTRY_CHECKPOINT_S"] = spec::FormatSeconds(job.spec.checkpoint);
-      env["GANTRY_GRACE_S"] = spec::FormatSeconds(job.spec.grace);
-      if (!job.array.empty()) {  // an array task (gantry submit --array)
-        env["GANTRY_ARRAY_JOB_ID"] = job.array;
-        env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);
+      if (!w.desired) w.desired = std::make_shared<const json>(DesiredWorker(job, w));
+      json wj = *w.desired;
+      if (stopping) {
+        wj["action"] = "stop";
+        wj["grace_ms"] = std::max<Ticks>(0, job.stop_deadline - now);
       }
-      const spec::OutputNames names = OutputNamesOf(job, w, nodes);
-      SlurmEnv(job, w, local, nodes, names, env);
-      // The names PyTorch's launcher reads, unless the job set them itself.
-      for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
-                          {"LOCAL_RANK", std::to_string(local)},
-                          {"WORLD_SIZE", std::to_string(job.workers.size())},
-                          {"MASTER_ADDR", master},
-                          {"MASTER_PORT", std::to_string(port)}}) {
-        if (!env.contains(k)) env[k] = v;
-      }
-      const bool stopping = job.state == JobState::kStopping;
-      json wj = {{"job", job.name},
-                 {"seq", job.seq},
-                 {"run", job.run},
-                 {"rank", w.rank},
-                 {"action", stopping ? "stop" : "run"},
-                 {"grace_ms", stopping ? std::max<Ticks>(0, job.stop_deadline - now) : job.spec.grace},
-                 {"command", job.spec.command},
-                 {"env", env},
-                 {"workdir", job.spec.workdir},
-                 {"user", job.user},
-                 {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
-                 {"limits", WorkerLimits(w.alloc, cluster_)}};
-      // `gantry sbatch`: the script the agent writes on the node and runs, the files the
-      // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
-      // batch step writes to -o), and the signal it gets first when stopped.
-      if (!job.spec.script.empty()) wj["script"] = job.spec.script;
-      if (!job.spec.image.empty()) wj["image"] = job.spec.image;
-      if (job.spec.stop_signal > 0) wj["signal"] = job.spec.stop_signal;
-      for (const auto& [key, pattern] : {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
-                                         {"stderr", job.spec.stderr_path}}) {
-        if (pattern.empty() || (w.rank != 0 && !spec::PatternPerRank(pattern))) continue;
-        wj[key] = spec::ExpandOutputPattern(pattern, names);
-      }
-      // A mig_managed pool: the agent creates the instance at this placement (and destroys
-      // it when the worker ends), so it needs the placement's size too.
-      if (w.alloc.sharing == core::Sharing::kMig && cluster_.pool(cluster_.node(n).pool).spec.mig_managed) {
-        const core::MigProfile& p =
-            cluster_.catalog().model(cluster_.node(n).model).mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
-        wj["alloc"]["create"] = true;
-        wj["alloc"]["memory_slices"] = p.memory_slices;
-        wj["alloc"]["compute_slices"] = p.compute_slices;
-      }
-      // For emulated agents only (`emulate` in the spec, a test aid): how busy to look.
-      // Without one a job looks busy at 90% using the VRAM it asked for.
-      const core::JobSpec::Emulate em = job.spec.emulate.value_or(core::JobSpec::Emulate{});
-      const int64_t vram = em.vram_used_bytes >= 0
-                               ? em.vram_used_bytes
-                               : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask));
-      wj["emulate"] = {{"util", em.util},
-                       {"vram_used_bytes", vram},
-                       {"idle_after_ms", em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1}};
       out.push_back(std::move(wj));
     }
   }
   return out;
+}
+
+json Controller::DesiredWorker(const Job& job, const Worker& w) {
+  const core::NodeId n = w.alloc.node;
+  const std::vector<std::string> nodes = JobNodes(job);
+  int local = 0;  // the workers of this job before it on its node
+  for (const Worker& o : job.workers) {
+    if (&o == &w) break;
+    local += o.alloc.node == n;
+  }
+  const Worker& leader = job.workers.front();
+  const NodeInfo& leader_node = nodes_[leader.alloc.node.v];
+  const std::string master =
+      leader_node.address.empty() ? cluster_.node(leader.alloc.node).name : leader_node.address;
+  const int port = MasterPort(job.seq, job.run);
+  json env = json::object();
+  for (const auto& [k, v] : job.spec.env) env[k] = v;
+  env["GANTRY_JOB_ID"] = job.name;
+  env["GANTRY_QUEUE"] = job.queue;
+  env["GANTRY_TIER"] = std::string(core::Name(job.spec.tier));
+  env["GANTRY_RUN"] = std::to_string(job.run);
+  env["GANTRY_RANK"] = std::to_string(w.rank);
+  env["GANTRY_LOCAL_RANK"] = std::to_string(local);
+  env["GANTRY_WORLD_SIZE"] = std::to_string(job.workers.size());
+  env["GANTRY_MASTER_ADDR"] = master;
+  env["GANTRY_MASTER_PORT"] = std::to_string(port);
+  env["GANTRY_PROGRESS_S"] = spec::FormatSeconds(job.progress);
+  env["GANTRY_CHECKPOINT_S"] = spec::FormatSeconds(job.spec.checkpoint);
+  env["GANTRY_GRACE_S"] = spec::FormatSeconds(job.spec.grace);
+  if (!job.array.empty()) {  // an array task (gantry submit --array)
+    env["GANTRY_ARRAY_JOB_ID"] = job.array;
+    env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);
+  }
+  const spec::OutputNames names = OutputNamesOf(job, w, nodes);
+  SlurmEnv(job, w, local, nodes, names, env);
+  // The names PyTorch's launcher reads, unless the job set them itself.
+  for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
+                      {"LOCAL_RANK", std::to_string(local)},
+                      {"WORLD_SIZE", std::to_string(job.workers.size())},
+                      {"MASTER_ADDR", master},
+                      {"MASTER_PORT", std::to_string(port)}}) {
+    if (!env.contains(k)) env[k] = v;
+  }
+  json wj = {{"job", job.name},
+             {"seq", job.seq},
+             {"run", job.run},
+             {"rank", w.rank},
+             {"action", "run"},
+             {"grace_ms", job.spec.grace},
+             {"command", job.spec.command},
+             {"env", env},
+             {"workdir", job.spec.workdir},
+             {"user", job.user},
+             {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
+             {"limits", WorkerLimits(w.alloc, cluster_)}};
+  // `gantry sbatch`: the script the agent writes on the node and runs, the files the
+  // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
+  // batch step writes to -o), and the signal it gets first when stopped.
+  if (!job.spec.script.empty()) wj["script"] = job.spec.script;
+  if (!job.spec.image.empty()) wj["image"] = job.spec.image;
+  if (job.spec.stop_signal > 0) wj["signal"] = job.spec.stop_signal;
+  for (const auto& [key, pattern] : {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
+                                     {"stderr", job.spec.stderr_path}}) {
+    if (pattern.empty() || (w.rank != 0 && !spec::PatternPerRank(pattern))) continue;
+    wj[key] = spec::ExpandOutputPattern(pattern, names);
+  }
+  // A mig_managed pool: the agent creates the instance at this placement (and destroys
+  // it when the worker ends), so it needs the placement's size too.
+  if (w.alloc.sharing == core::Sharing::kMig && cluster_.pool(cluster_.node(n).pool).spec.mig_managed) {
+    const core::MigProfile& p =
+        cluster_.catalog().model(cluster_.node(n).model).mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
+    wj["alloc"]["create"] = true;
+    wj["alloc"]["memory_slices"] = p.memory_slices;
+    wj["alloc"]["compute_slices"] = p.compute_slices;
+  }
+  // For emulated agents only (`emulate` in the spec, a test aid): how busy to look.
+  // Without one a job looks busy at 90% using the VRAM it asked for.
+  const core::JobSpec::Emulate em = job.spec.emulate.value_or(core::JobSpec::Emulate{});
+  const int64_t vram = em.vram_used_bytes >= 0
+                           ? em.vram_used_bytes
+                           : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask));
+  wj["emulate"] = {{"util", em.util},
+                   {"vram_used_bytes", vram},
+                   {"idle_after_ms", em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1}};
+  return wj;
 }
 
 void Controller::Heartbeat(std::string token, std::string node_name, json body, std::string remote_addr,

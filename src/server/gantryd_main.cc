@@ -465,6 +465,12 @@ int Serve(const ServeArgs& a) {
   sigaddset(&stop_signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
+  if (auto* sqlite = dynamic_cast<server::SqliteStore*>(store->get())) {
+    if (Status s = sqlite->StartCheckpointer(); !s) {
+      std::cerr << "gantryd: --db: " << s.error().message << "\n";
+      return kExitRunFailure;
+    }
+  }
 
   std::atomic<bool> stopping{false};
   std::mutex serving_mu;

@@ -3,7 +3,12 @@
 #include <sqlite3.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <mutex>
+#include <string>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "base/clock.h"
@@ -174,6 +179,7 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
     return Error{"db", "cannot open " + path + ": " + msg};
   }
   std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  store->path_ = path;
   sqlite3_busy_timeout(db, 5000);  // `gantryd token create` may write while gantryd runs
   // WAL: readers never block the writer; FULL: the log is synced at every commit, so an
   // id handed out is on disk.
@@ -230,7 +236,54 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
   return store;
 }
 
-SqliteStore::~SqliteStore() { sqlite3_close(db_); }
+struct SqliteStore::Checkpointer {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  std::thread thread;
+};
+
+SqliteStore::SqliteStore(sqlite3* db) : db_(db) {}
+
+Status SqliteStore::StartCheckpointer() {
+  if (checkpointer_) return Ok{};
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    std::string msg = db ? sqlite3_errmsg(db) : "cannot open";
+    sqlite3_close(db);
+    return Error{"db", "checkpointer: cannot open " + path_ + ": " + msg};
+  }
+  sqlite3_busy_timeout(db, 1000);
+  if (Status s = Exec("PRAGMA wal_autocheckpoint=0"); !s) {
+    sqlite3_close(db);
+    return s;
+  }
+  checkpointer_ = std::make_unique<Checkpointer>();
+  checkpointer_->thread = std::thread([c = checkpointer_.get(), db] {
+    std::unique_lock lk(c->mu);
+    while (!c->cv.wait_for(lk, std::chrono::milliseconds(200), [c] { return c->stop; })) {
+      lk.unlock();
+      // PASSIVE: copies what no reader still needs, never waits for the writer or blocks it.
+      int log = 0, done = 0;
+      sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &done);
+      lk.lock();
+    }
+    sqlite3_close(db);
+  });
+  return Ok{};
+}
+
+SqliteStore::~SqliteStore() {
+  if (checkpointer_) {
+    {
+      std::lock_guard lk(checkpointer_->mu);
+      checkpointer_->stop = true;
+    }
+    checkpointer_->cv.notify_all();
+    checkpointer_->thread.join();
+  }
+  sqlite3_close(db_);
+}
 
 Status SqliteStore::Exec(const char* sql) {
   char* err = nullptr;

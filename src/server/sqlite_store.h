@@ -23,6 +23,11 @@ class SqliteStore final : public Store {
   // Opens or creates the database at `path`.
   static Result<std::unique_ptr<SqliteStore>> Open(const std::string& path);
   ~SqliteStore() override;
+  // gantryd's: checkpoints the WAL into the database from a thread of its own (a second
+  // connection, PASSIVE, every 200 ms) instead of inside every 1,000th page's commit,
+  // where it wrote and synced megabytes on the controller thread (a 50-190 ms stall of
+  // /healthz at 1,024 nodes). Commits stay synced as before.
+  Status StartCheckpointer();
 
   Status Begin() override;
   Status Commit() override;
@@ -63,7 +68,7 @@ class SqliteStore final : public Store {
   Result<std::optional<LeaseInfo>> Leader() override;
 
  private:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  explicit SqliteStore(sqlite3* db);
   Status Exec(const char* sql);
   bool InTransaction() const;
   bool HasColumn(const char* table, const char* column);
@@ -73,7 +78,10 @@ class SqliteStore final : public Store {
   Status Write(F&& write);
 
   sqlite3* db_;
+  std::string path_;
   int64_t epoch_ = 0;  // the lease epoch this store writes under; 0: no lease, no fencing
+  struct Checkpointer;
+  std::unique_ptr<Checkpointer> checkpointer_;
 };
 
 }  // namespace gantry::server

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -49,6 +50,10 @@ struct Worker {
   double busy_gpu_ms = 0, reported_gpu_ms = 0;
   int64_t vram_peak = 0;
   double util_peak = 0;
+  // What its agent is sent to run it (Controller::DesiredWorkers), built once per run: a
+  // node's answer is rebuilt whenever anything on it changes, and most of its workers
+  // did not (not kept across a gantryd restart).
+  mutable std::shared_ptr<const nlohmann::json> desired;
 };
 
 // What a job used over all its runs: GPUs held, how busy they were, VRAM. Reports

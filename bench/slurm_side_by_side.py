@@ -8,12 +8,18 @@ process (emulated nodes, each with its own connections); two more nodes on anoth
 model run real gantry-agent processes for the idle probes, which time `gantry submit`
 to the job's own `date +%s.%N`, as the peer does with sbatch. Four parallel `gantry
 submit` loops submit everything at once; GPU allocation is sampled each second; then
-the idle probes; then HTTP submits/s from 8 threads on keep-alive connections.
+the idle probes; then HTTP submits/s from 8 threads on keep-alive connections (the probe
+nodes drained, so the CPU-only jobs start on the swarm's nodes).
 
-    python3 bench/slurm_side_by_side.py --nodes 16 64 256 [--build build/release]
+    python3 bench/slurm_side_by_side.py --nodes 64 256 --with-slurm [--build build/release]
+    python3 bench/slurm_side_by_side.py --tiny        # CI: checks the script end to end
 
-Prints a markdown table with the Slurm peer's column (from its RESULTS.md, same machine
-type) and writes the raw figures to --out (JSON). Every loop is bounded in time.
+Prints a markdown table with the Slurm peer's column and writes the raw figures to --out
+(JSON). With --with-slurm the peer (../shared/peers/slurm/run.sh, as root) runs right
+after Gantry at each size on the same machine, and its figures are used: these machines'
+speed moves by 2x within an hour, so only same-run ratios compare; without it, the
+figures its RESULTS.md recorded on 2026-11-21. Every loop is bounded in time; exits 1
+when a job did not finish or a call failed.
 """
 import argparse, http.client, importlib.util, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
@@ -93,8 +99,11 @@ def run_size(a, peer, nodes, work):
     procs.append(subprocess.Popen([swarm, '--server', url, '--pool', 'gpu:%d:8xH100-80GB' % nodes, '--stats',
                                    stats_path], env=env, stdout=log('swarm.out'), stderr=log('swarm.log')))
     for i in range(2):
+        # --run-as agent: the probes' token names no user, and a root agent runs jobs as
+        # their users by default (the script died on an empty list when it did).
         procs.append(subprocess.Popen([agent, '--server', url, '--node', 'probe-%d' % i, '--emulate',
-                                       '8xA100-80GB', '--state-dir', os.path.join(d, 'agent-%d' % i)], env=env,
+                                       '8xA100-80GB', '--run-as', 'agent', '--state-dir',
+                                       os.path.join(d, 'agent-%d' % i)], env=env,
                                       stderr=log('agent-%d.log' % i)))
     srv = Server(port, admin)
     cli_env = dict(os.environ, GANTRY_SERVER=url, GANTRY_TOKEN=admin)
@@ -211,7 +220,13 @@ def run_size(a, peer, nodes, work):
                 errors.append('probe %d did not run within 10 s' % i)
             time.sleep(0.3)
 
-        # HTTP submits/s: 8 threads, keep-alive connections, CPU-only jobs.
+        # HTTP submits/s: 8 threads, keep-alive connections, CPU-only jobs. The two probe
+        # nodes are drained first: their A100s serve no job of the workload, so the
+        # fragmentation-aware placement sends CPU-only jobs there (1,641 of 4,000 once),
+        # and every start on them is a real process (a shim and `true`) on the same two
+        # cores as gantryd and the clients. The row measures the control plane.
+        for i in range(2):
+            srv.call('POST', '/v1/nodes/probe-%d/drain' % i, json.dumps({'reason': 'HTTP phase: swarm only'}))
         http_n = a.http_submits
         counter = [0]
         body = json.dumps({'queue': 'research', 'gpus': 0, 'command': ['true']})
@@ -272,10 +287,13 @@ def table(results):
     lines = [head, '|---|' + '---|---|' * len(cols)]
 
     def row(name, g, s):
-        lines.append('| %s | ' % name + ' | '.join('%s | %s' % (g(r), s(SLURM.get(r['nodes'], {})))
+        lines.append('| %s | ' % name + ' | '.join('%s | %s' % (g(r), s(r.get('slurm') or SLURM.get(r['nodes'], {})))
                                                   for r in results) + ' |')
     row('jobs submitted / finished', lambda r: '%d / %d' % (r['submitted'], r['finished']), lambda s: 'all')
     row('CLI submit rate, 4 loops (jobs/s)', lambda r: f(r['submit_rate']), lambda s: f(s.get('submit_rate')))
+    row('CLI submit rate, gantry / Slurm', lambda r: f(r['submit_rate'] / (r.get('slurm') or SLURM.get(r['nodes'], {}))
+                                                        .get('submit_rate', float('nan')), '%.2fx'),
+        lambda s: 'same run' if s.get('same_run') else 'recorded 2026-11-21')
     row('CLI submit p50 / p99 (ms)', lambda r: '%s / %s' % (f(r['submit_p50_ms']), f(r['submit_p99_ms'])),
         lambda s: '%s / %s' % (f(s.get('submit_p50')), f(s.get('submit_p99'))))
     row('HTTP submits/s, 8 threads', lambda r: f(r['http_submits_per_s']), lambda s: '-')
@@ -296,6 +314,27 @@ def table(results):
     return '\n'.join(lines)
 
 
+def run_slurm(a, n, work):
+    """The Slurm peer at n nodes, now, on this machine (its run.sh), in the figures' form."""
+    out = tempfile.mkdtemp(prefix='slurm-peer-%d-' % n, dir=work)
+    env = dict(os.environ, NODES=str(n), JOBS_PER_NODE=str(a.jobs_per_node), SEED=str(a.seed),
+               DUR_MIN=str(a.dur_min), DUR_MAX=str(a.dur_max), SUBMITTERS=str(a.submitters), PROBES=str(a.probes),
+               OUTDIR=out)
+    p = subprocess.run(['bash', os.path.join(os.path.dirname(PEER), 'run.sh')], env=env, capture_output=True,
+                       text=True, timeout=a.timeout + 600)
+    path = os.path.join(out, 'multi_n%d.json' % n)
+    if p.returncode != 0 or not os.path.exists(path):
+        raise RuntimeError('the Slurm peer failed at %d nodes: %s' % (n, p.stderr[-2000:]))
+    r = json.load(open(path))
+    g = lambda k, q: (r.get(k) or {}).get(q)
+    ms = lambda v: None if v is None else v * 1000
+    return dict(same_run=True, submit_rate=r.get('submit_jobs_per_s'), submit_p50=ms(g('sbatch_call_s', 'p50')),
+                submit_p99=ms(g('sbatch_call_s', 'p99')), idle_p50=g('probe_lat', 'p50'), idle_max=g('probe_lat', 'max'),
+                makespan=r.get('makespan_s'), ideal=r.get('ideal_makespan_s'),
+                alloc_pending=100 * r['util_while_backlogged'] if r.get('util_while_backlogged') is not None else None,
+                wait_p50=g('wait_s', 'p50'))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--nodes', type=int, nargs='+', default=[16, 64, 256])
@@ -310,18 +349,33 @@ def main():
     ap.add_argument('--timeout', type=int, default=600)
     ap.add_argument('--out', default='side_by_side.json')
     ap.add_argument('--keep', action='store_true')
+    ap.add_argument('--with-slurm', action='store_true',
+                    help="run the Slurm peer (../shared/peers/slurm/run.sh, root) after Gantry at each size, "
+                         "and compare with those figures instead of the recorded ones")
+    ap.add_argument('--tiny', action='store_true', help='CI: 4 nodes, 8 jobs of 1 s, 3 probes, 100 HTTP submits')
     a = ap.parse_args()
+    if a.tiny:
+        a.nodes, a.jobs_per_node, a.dur_min, a.dur_max, a.probes, a.http_submits, a.timeout = [4], 2, 1, 1, 3, 100, 120
     peer = load_peer()
     work = tempfile.gettempdir()
     results = []
     for n in a.nodes:
         print('== %d nodes' % n, file=sys.stderr, flush=True)
         r = run_size(a, peer, n, work)
+        if a.with_slurm:
+            print('== the Slurm peer at %d nodes' % n, file=sys.stderr, flush=True)
+            r['slurm'] = run_slurm(a, n, work)
         print(json.dumps(r), file=sys.stderr, flush=True)
         results.append(r)
     with open(a.out, 'w') as f:
         json.dump(results, f, indent=1)
     print(table(results))
+    # A run that lost jobs or hit errors must not pass as a benchmark (CI's tiny mode).
+    bad = [r for r in results if r['finished'] != r['jobs'] or r['errors'] or not r['http_submits_per_s']]
+    if bad:
+        print('side-by-side: %s' % '; '.join('%d nodes: %d of %d finished, errors %s' % (
+            r['nodes'], r['finished'], r['jobs'], r['errors']) for r in bad), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == '__main__':

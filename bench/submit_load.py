@@ -1,0 +1,235 @@
+#!/usr/bin/env python3
+"""HTTP submits that start jobs, under heartbeating nodes (issue 49).
+
+Starts gantryd (SQLite) on loopback, one gantry-swarm speaking for --nodes emulated nodes
+of 8 H100s (2 s heartbeats), and --agents real gantry-agent processes (8 emulated A100s
+each, `--run-as agent`), optionally runs a finished workload first (--prefill jobs of
+`true` spread over everything, waited for), then has --threads keep-alive HTTP clients
+submit --submits CPU-only jobs (`true`) as fast as gantryd answers, while a sampler
+times GET /healthz every 50 ms (it waits for the controller thread, so its latency is
+that thread's). Waits until every submitted job ended, then prints one JSON object:
+
+    (--gpus G: H100 jobs of G GPUs running `sleep --sleep` on the swarm's nodes instead)
+
+    submits_per_s, healthz_p50_ms / p99 / max, heartbeat_rtt_p99_ms (the swarm's, over
+    the submit phase), gantryd_cpu_s (during the submits), lease_misses, ended, errors
+
+    python3 bench/submit_load.py --nodes 1024 --agents 0 --submits 4096
+    python3 bench/submit_load.py --tiny      # CI: 8 nodes, 1 agent, 200 submits
+
+Every loop is bounded in time; all processes are stopped at the end.
+"""
+import argparse, http.client, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TICK = os.sysconf('SC_CLK_TCK')
+
+
+def pct(xs, p):
+    if not xs:
+        return None
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
+
+
+def cpu_s(pid):
+    with open('/proc/%d/stat' % pid) as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / float(TICK)
+
+
+class Server:
+    def __init__(self, port, token):
+        self.port, self.token = port, token
+
+    def call(self, method, path, body=None, timeout=30, conn=None):
+        c = conn or http.client.HTTPConnection('127.0.0.1', self.port, timeout=timeout)
+        headers = {'Authorization': 'Bearer ' + self.token}
+        if body is not None:
+            headers['Content-Type'] = 'application/json'
+        c.request(method, path, body=body, headers=headers)
+        r = c.getresponse()
+        data = r.read()
+        if conn is None:
+            c.close()
+        return r.status, data
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    ap.add_argument('--build', default=os.path.join(ROOT, 'build', 'release'))
+    ap.add_argument('--nodes', type=int, default=64)
+    ap.add_argument('--agents', type=int, default=2)
+    ap.add_argument('--prefill', type=int, default=0, help='jobs run to their end before the submits')
+    ap.add_argument('--prefill-gpu', action='store_true', help='the prefill is GPU jobs and gangs (1 s each)')
+    ap.add_argument('--submits', type=int, default=4000)
+    ap.add_argument('--threads', type=int, default=8)
+    ap.add_argument('--gpus', type=int, default=0, help='GPUs per submitted job (0: CPU-only `true`)')
+    ap.add_argument('--sleep', type=float, default=5, help='how long a GPU job runs (the swarm reads `sleep N`)')
+    ap.add_argument('--timeout', type=float, default=300)
+    ap.add_argument('--tiny', action='store_true', help='CI: 8 nodes, 1 agent, 20 prefill, 200 submits')
+    ap.add_argument('--keep', action='store_true', help='keep the work directory')
+    ap.add_argument('--perf', help="record gantryd's submit phase with perf into this file")
+    ap.add_argument('--gantryd-flag', action='append', default=[], help='passed to gantryd serve')
+    a = ap.parse_args()
+    if a.tiny:
+        a.nodes, a.agents, a.prefill, a.submits, a.threads, a.timeout = 8, 1, 20, 200, 4, 120
+    b = os.path.abspath(a.build)
+    gantryd, agent, swarm = (os.path.join(b, 'src', x) for x in ('gantryd', 'gantry-agent', 'gantry-swarm'))
+    d = tempfile.mkdtemp(prefix='gantry-load-')
+    with open(os.path.join(d, 'cluster.yaml'), 'w') as f:
+        f.write('pools:\n  - name: gpu\n    count: %d\n    gpus: 8\n    gpu_model: H100-80GB\n' % a.nodes)
+        if a.agents:
+            f.write('  - name: probe\n    count: %d\n    gpus: 8\n    gpu_model: A100-80GB\n' % a.agents)
+        # As the side-by-side's: one queue guaranteed every GPU.
+        f.write('queues:\n  - name: research\n    guaranteed_gpus: %d\n' % (8 * (a.nodes + a.agents)))
+    db = os.path.join(d, 'state.db')
+    subprocess.run([gantryd, 'init', '--db', db], capture_output=True, check=True)
+    tok = lambda *r: subprocess.run([gantryd, 'token', 'create', '--db', db] + list(r), capture_output=True,
+                                    text=True, check=True).stdout.strip()
+    admin, agent_tok = tok('--admin'), tok('--agent', '--any-node')
+    procs = []
+    log = lambda n: open(os.path.join(d, n), 'w')
+    port_file = os.path.join(d, 'port')
+    procs.append(subprocess.Popen([gantryd, '--config', os.path.join(d, 'cluster.yaml'), '--db', db, '--listen',
+                                   '127.0.0.1:0', '--port-file', port_file] + a.gantryd_flag,
+                                  stderr=log('gantryd.log')))
+    errors = []
+    try:
+        t_end = time.time() + 10
+        while not os.path.exists(port_file) and time.time() < t_end:
+            time.sleep(0.05)
+        port = int(open(port_file).read())
+        url = 'http://127.0.0.1:%d' % port
+        env = dict(os.environ, GANTRY_SERVER=url, GANTRY_TOKEN=agent_tok)
+        stats_path = os.path.join(d, 'swarm.json')
+        if a.nodes:
+            procs.append(subprocess.Popen([swarm, '--server', url, '--pool', 'gpu:%d:8xH100-80GB' % a.nodes,
+                                           '--stats', stats_path], env=env, stdout=log('swarm.out'),
+                                          stderr=log('swarm.log')))
+        # (--run-as agent: the benchmark's token names no user; older agents lack the flag.)
+        run_as = ['--run-as', 'agent'] if a.agents and '--run-as' in subprocess.run(
+            [agent, '--help'], capture_output=True, text=True).stdout else []
+        for i in range(a.agents):
+            procs.append(subprocess.Popen([agent, '--server', url, '--node', 'probe-%d' % i, '--emulate',
+                                           '8xA100-80GB'] + run_as + ['--state-dir',
+                                           os.path.join(d, 'agent-%d' % i)], env=env, stderr=log('agent-%d.log' % i)))
+        srv = Server(port, admin)
+        health = lambda: json.loads(srv.call('GET', '/healthz')[1])
+        t_end = time.time() + 120
+        while time.time() < t_end and health().get('nodes_up', 0) < a.nodes + a.agents:
+            time.sleep(0.2)
+        if health().get('nodes_up', 0) < a.nodes + a.agents:
+            raise RuntimeError('nodes did not come up: %s' % health())
+
+        body = json.dumps({'queue': 'research', 'gpus': 0, 'command': ['true']} if not a.gpus else
+                          {'queue': 'research', 'gpus': a.gpus, 'gpu_model': 'H100-80GB', 'vram_gb': 40,
+                           'command': ['sleep', str(a.sleep)]})
+
+        def drain(what):
+            t_end = time.time() + a.timeout
+            while time.time() < t_end:
+                h = health()
+                if h['jobs_pending'] == 0 and h['jobs_running'] == 0:
+                    return True
+                time.sleep(0.2)
+            errors.append('%s: jobs still active after %.0f s' % (what, a.timeout))
+            return False
+
+        for i in range(a.prefill):
+            # The side-by-side's mix on the swarm: 1, 2, 4 and 8 GPUs and 2-node gangs, 1 s.
+            gpus, reps = [(1, 1), (2, 1), (4, 1), (8, 1), (8, 2)][i % 5] if a.prefill_gpu else (0, 1)
+            pre = body if not a.prefill_gpu else json.dumps(
+                {'queue': 'research', 'gpus': gpus, 'replicas': reps, 'gpu_model': 'H100-80GB', 'vram_gb': 40,
+                 'command': ['sh', '-c', 'sleep 1']})
+            st, data = srv.call('POST', '/v1/jobs', body=pre)
+            if st != 201:
+                errors.append('prefill submit %d %s' % (st, data[:200]))
+        if a.prefill:
+            drain('prefill')
+
+        swarm0 = json.load(open(stats_path)) if os.path.exists(stats_path) else {}
+        health_ms, stop = [], threading.Event()
+
+        def sampler():
+            c = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+            while not stop.is_set():
+                ts = time.time()
+                srv.call('GET', '/healthz', conn=c)
+                health_ms.append((time.time() - ts) * 1000)
+                stop.wait(0.05)
+            c.close()
+
+        lock, counter = threading.Lock(), [0]
+
+        def submitter():
+            c = http.client.HTTPConnection('127.0.0.1', port, timeout=30)
+            while True:
+                with lock:
+                    if counter[0] >= a.submits:
+                        break
+                    counter[0] += 1
+                st, data = srv.call('POST', '/v1/jobs', body=body, conn=c)
+                if st != 201:
+                    errors.append('submit %d %s' % (st, data[:200]))
+            c.close()
+
+        th = threading.Thread(target=sampler, daemon=True)
+        th.start()
+        perf = subprocess.Popen(['perf', 'record', '-F', '999', '--call-graph', 'dwarf,16384', '-o', a.perf, '-p',
+                                 str(procs[0].pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if a.perf else None
+        if perf:
+            time.sleep(1)
+        cpus0, t0 = [cpu_s(p.pid) for p in procs], time.time()
+        ths = [threading.Thread(target=submitter) for _ in range(a.threads)]
+        for t in ths:
+            t.start()
+        for t in ths:
+            t.join()
+        wall = time.time() - t0
+        cpus = [cpu_s(p.pid) - c for p, c in zip(procs, cpus0)]
+        cpu = cpus[0]
+        stop.set()
+        th.join(timeout=10)
+        if perf:
+            perf.send_signal(signal.SIGINT)
+            perf.wait(timeout=60)
+        time.sleep(1.2)  # the swarm rewrites its stats each second
+        swarm1 = json.load(open(stats_path)) if os.path.exists(stats_path) else {}
+        drain('submits')
+        drained_s = time.time() - t0
+        h = health()
+        st, data = srv.call('GET', '/v1/jobs?all=1&limit=%d' % (a.submits + a.prefill + 10), timeout=120)
+        listed = json.loads(data).get('jobs', []) if st == 200 else []
+        on_agents = sum(1 for j in listed[:a.submits] if any(str(n).startswith('probe-') for n in j.get('nodes', [])))
+        out = dict(nodes=a.nodes, agents=a.agents, prefill=a.prefill, submits=a.submits, threads=a.threads,
+                   submits_per_s=round(a.submits / wall, 1), gantryd_cpu_s=round(cpu, 2),
+                   swarm_cpu_s=round(cpus[1], 2) if a.nodes else None,
+                   agents_cpu_s=round(sum(cpus[1 + (a.nodes > 0):]), 2),
+                   healthz_p50_ms=pct(health_ms, 50), healthz_p99_ms=pct(health_ms, 99),
+                   healthz_max_ms=max(health_ms) if health_ms else None,
+                   heartbeat_rtt_p99_ms=swarm1.get('heartbeat_rtt_ms', {}).get('p99'),
+                   lease_misses=swarm1.get('lease_misses', 0) - swarm0.get('lease_misses', 0),
+                   on_agents_of_last=on_agents, all_ended_s=round(drained_s, 2),
+                   active_after=h['jobs_pending'] + h['jobs_running'], errors=errors[:10])
+        for k in ('healthz_p50_ms', 'healthz_p99_ms', 'healthz_max_ms'):
+            if out[k] is not None:
+                out[k] = round(out[k], 1)
+        print(json.dumps(out))
+        return 1 if errors or out['active_after'] else 0
+    finally:
+        for p in reversed(procs):
+            p.send_signal(signal.SIGTERM)
+        for p in reversed(procs):
+            try:
+                p.wait(timeout=40)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        if not a.keep:
+            shutil.rmtree(d, ignore_errors=True)
+        else:
+            print('kept ' + d, file=sys.stderr)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

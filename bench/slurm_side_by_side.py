@@ -291,8 +291,9 @@ def table(results):
                                                   for r in results) + ' |')
     row('jobs submitted / finished', lambda r: '%d / %d' % (r['submitted'], r['finished']), lambda s: 'all')
     row('CLI submit rate, 4 loops (jobs/s)', lambda r: f(r['submit_rate']), lambda s: f(s.get('submit_rate')))
-    row('CLI submit rate, gantry / Slurm', lambda r: f(r['submit_rate'] / (r.get('slurm') or SLURM.get(r['nodes'], {}))
-                                                        .get('submit_rate', float('nan')), '%.2fx'),
+    ratio = lambda r: ((r.get('slurm') or SLURM.get(r['nodes'], {})).get('submit_rate') or None) and \
+        r['submit_rate'] / (r.get('slurm') or SLURM[r['nodes']])['submit_rate']
+    row('CLI submit rate, gantry / Slurm', lambda r: f(ratio(r), '%.2fx'),
         lambda s: 'same run' if s.get('same_run') else 'recorded 2026-11-21')
     row('CLI submit p50 / p99 (ms)', lambda r: '%s / %s' % (f(r['submit_p50_ms']), f(r['submit_p99_ms'])),
         lambda s: '%s / %s' % (f(s.get('submit_p50')), f(s.get('submit_p99'))))

@@ -13,8 +13,14 @@
 #   (the swarm's stats at the end)
 #
 #   bench/console_scale.sh [--build DIR] [--nodes N] [--jobs J] [--ended E] [--out DIR]
+#                          [--tiny]
 #
 # Defaults: build/release, 1,000 nodes (8,000 GPUs), 12,000 jobs, 2,000 ended.
+# --tiny: the CI check that the script still works end to end (ctest -L bench): 4 nodes,
+# 40 jobs, 8 ended unless given, out DIR/bench-tiny/console_scale unless given; exits 1
+# unless every API path answered, every submit was accepted (the jobs list counts them
+# all), chromium signed in and drew every view without an error or a console error, and
+# the swarm's heartbeats all succeeded with no lease missed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/release
@@ -22,17 +28,27 @@ nodes=1000
 jobs=12000
 ended=2000
 out=build/console-scale
+tiny=0 given=" "
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
-    --nodes) nodes=$2; shift 2 ;;
-    --jobs) jobs=$2; shift 2 ;;
-    --ended) ended=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --nodes) nodes=$2; given+="nodes "; shift 2 ;;
+    --jobs) jobs=$2; given+="jobs "; shift 2 ;;
+    --ended) ended=$2; given+="ended "; shift 2 ;;
+    --out) out=$2; given+="out "; shift 2 ;;
+    --tiny) tiny=1; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "console_scale.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+settle=5  # seconds for the short jobs to end, a few passes and history samples
+if [[ $tiny -eq 1 ]]; then  # sizes for a check, not a measurement (options given win)
+  [[ $given == *" nodes "* ]] || nodes=4
+  [[ $given == *" jobs "* ]] || jobs=40
+  [[ $given == *" ended "* ]] || ended=8
+  [[ $given == *" out "* ]] || out=$build/bench-tiny/console_scale
+  settle=3
+fi
 chromium=$(command -v chromium || command -v chromium-browser || true)
 [[ -n $chromium ]] || { echo "console_scale.sh: chromium not found (scripts/setup.sh installs it)" >&2; exit 2; }
 rm -rf "$out" && mkdir -p "$out"
@@ -87,7 +103,7 @@ for t in threads: t.start()
 for t in threads: t.join()
 print(f"# submitted {jobs + ended} jobs in {time.time() - t0:.1f} s", file=sys.stderr)
 EOF
-sleep 5  # the short ones end, a few passes and history samples
+sleep "$settle"  # the short ones end, a few passes and history samples
 
 for path in /v1/nodes /v1/jobs "/v1/jobs?all=1" "/v1/jobs?all=1&limit=500" /v1/queues /v1/cluster/history /healthz; do
   python3 - "$url$path" "$admin" "$path" <<'EOF'
@@ -124,3 +140,29 @@ s = json.load(open(sys.argv[1]))
 print(f"heartbeat\t{s['heartbeats']}\t{s['heartbeat_failures']}\t{s['lease_misses']}\t{s['workers_stopped_by_lease']}\t"
       f"{s['heartbeat_rtt_ms']['p99']:.0f}")
 EOF
+if [[ $tiny -eq 1 ]]; then
+  python3 - "$url" "$admin" "$out" "$((jobs + ended))" <<'EOF'
+import json, sys, urllib.request
+url, admin, out, submitted = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+problems = []
+req = urllib.request.Request(url + "/v1/jobs?all=1&limit=1", headers={"Authorization": "Bearer " + admin})
+with urllib.request.urlopen(req, timeout=30) as r:
+    total = json.load(r)["total"]
+if total != submitted:
+    problems.append(f"{total} jobs listed, {submitted} submitted")
+cdp = json.load(open(f"{out}/cdp.json"))
+if not cdp.get("signed_in"):
+    problems.append("chromium did not sign in")
+for view in ("queues", "jobs", "usage", "map"):
+    v = cdp["views"].get(view, {"error": "not drawn"})
+    if v.get("error") or not v.get("html") or v.get("render_ms", -1) < 0:
+        problems.append(f"view {view}: {v.get('error') or 'empty'}")
+problems += [f"console error: {e}" for e in cdp.get("console_errors", [])]
+s = json.load(open(f"{out}/swarm.json"))
+if s["heartbeats"] <= 0 or s["heartbeat_failures"] or s["lease_misses"] or s["workers_stopped_by_lease"]:
+    problems.append(f"swarm: {s}")
+if problems:
+    sys.exit("console_scale.sh --tiny: " + "; ".join(problems))
+print(f"console_scale.sh --tiny: ok ({total} jobs, 4 views drawn, {s['heartbeats']} heartbeats)", file=sys.stderr)
+EOF
+fi

@@ -8,29 +8,44 @@
 #   round <jobs submitted so far> <jobs ended> <gantryd VmRSS MiB> <seconds since start>
 #
 #   bench/gantryd_memory.sh [--build DIR] [--nodes N] [--jobs J] [--round R] [--env-kb K]
-#                           [--long-every L] [--out DIR]
+#                           [--long-every L] [--out DIR] [--tiny]
 #
 # --long-every L: every L-th job runs for a day instead (a service, say) and is still
 # running at the end; a round ends when only those run.
 # Defaults: build/release, 64 nodes, 60,000 jobs in rounds of 10,000, 2 KB of environment.
 # gantryd keeps the last 10,000 ended jobs in memory for `ls` and `show` (older ones are
 # in the store), so past the first rounds its memory should stay flat.
+# --tiny: the CI check that the script still works end to end (ctest -L bench), in a few
+# seconds: 4 nodes, 200 jobs in rounds of 100, 1 KB of environment, every 50th job long,
+# out DIR/bench-tiny/gantryd_memory (options given win); exits 1 unless a line came for
+# the start and each round, the last with every job submitted and every short one ended,
+# each with gantryd's memory. The lines are also written to OUT/rounds.tsv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/release nodes=64 jobs=60000 round=10000 env_kb=2 long_every=0 out=build/gantryd-memory
+tiny=0 given=" "
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
-    --nodes) nodes=$2; shift 2 ;;
-    --jobs) jobs=$2; shift 2 ;;
-    --round) round=$2; shift 2 ;;
-    --env-kb) env_kb=$2; shift 2 ;;
-    --long-every) long_every=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+    --nodes) nodes=$2; given+="nodes "; shift 2 ;;
+    --jobs) jobs=$2; given+="jobs "; shift 2 ;;
+    --round) round=$2; given+="round "; shift 2 ;;
+    --env-kb) env_kb=$2; given+="env_kb "; shift 2 ;;
+    --long-every) long_every=$2; given+="long_every "; shift 2 ;;
+    --out) out=$2; given+="out "; shift 2 ;;
+    --tiny) tiny=1; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "gantryd_memory.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [[ $tiny -eq 1 ]]; then  # sizes for a check, not a measurement (options given win)
+  [[ $given == *" nodes "* ]] || nodes=4
+  [[ $given == *" jobs "* ]] || jobs=200
+  [[ $given == *" round "* ]] || round=100
+  [[ $given == *" env_kb "* ]] || env_kb=1
+  [[ $given == *" long_every "* ]] || long_every=50
+  [[ $given == *" out "* ]] || out=$build/bench-tiny/gantryd_memory
+fi
 rm -rf "$out" && mkdir -p "$out"
 out=$(cd "$out" && pwd)
 B=$(cd "$build/src" && pwd)
@@ -50,7 +65,7 @@ EOF
 source bench/swarm_cluster.sh
 start_swarm_cluster "$out" "$B" "$nodes" team-a team-b team-c team-d
 
-python3 - "$url" "$out" "$jobs" "$round" "$env_kb" "$gpid" "$long_every" <<'EOF'
+python3 - "$url" "$out" "$jobs" "$round" "$env_kb" "$gpid" "$long_every" <<'EOF' | tee "$out/rounds.tsv"
 import http.client, json, sys, threading, time, urllib.parse
 url, out, jobs, rnd, env_kb, gpid = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), sys.argv[6]
 long_every = int(sys.argv[7])
@@ -101,3 +116,18 @@ while done < jobs:
     while active() > longs: time.sleep(0.5)
     print(f"round\t{done}\t{done - longs}\t{rss_mib():.1f}\t{time.time() - t0:.0f}", flush=True)
 EOF
+if [[ $tiny -eq 1 ]]; then
+  python3 - "$out/rounds.tsv" "$jobs" "$round" "$long_every" <<'EOF'
+import sys
+lines = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+jobs, rnd, long_every = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+longs = sum(1 for i in range(jobs) if long_every > 0 and i % long_every == long_every - 1)
+want = 1 + -(-jobs // rnd)
+ok = (len(lines) == want and all(len(l) == 5 and l[0] == "round" and float(l[3]) > 0 for l in lines)
+      and lines[-1][1:3] == [str(jobs), str(jobs - longs)])
+if not ok:
+    sys.exit(f"gantryd_memory.sh --tiny: {len(lines)} lines (expected {want}, the last round {jobs} "
+             f"submitted and {jobs - longs} ended): {lines[-1:] if lines else 'none'}")
+print(f"gantryd_memory.sh --tiny: ok ({want - 1} rounds, {jobs} jobs, {longs} long ones still running)", file=sys.stderr)
+EOF
+fi

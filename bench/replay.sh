@@ -5,7 +5,7 @@
 #
 #   bench/replay.sh [--build DIR] [--out DIR] [--seed N] [--gpus N] [--days D]
 #                   [--load L] [--mix SPEC] [--policies "fifo gantry"] [--timeout S]
-#                   [--full-pass-interval S]
+#                   [--full-pass-interval S] [--tiny]
 #
 # Defaults: 10,000 GPUs (1,250 GPU nodes of 8, leaves of 16, plus CPU nodes), 5 days at
 # load 0.95, and a mix weighted to training and fine-tuning so the trace holds about
@@ -17,6 +17,10 @@
 #   replay <policy> <jobs> <wall_s> <peak_rss_mib> <violations> <rc> <passes> <lat_p50_ms> <lat_p99_ms> <lat_max_ms> <cpu_s>
 # (cpu_s: user + system seconds; on a shared machine wall time also counts waiting for a core)
 # and leaves the files (trace, events, reports, time -v output) under --out.
+# --tiny: the CI check that the script still works end to end (ctest -L bench): 64 GPUs,
+# one day (a few hundred jobs, seconds), out under the build folder (DIR/bench-tiny/replay)
+# unless --out is given; exits 1 unless every policy's line is there with exit 0, a
+# number of jobs, 0 violations from gantry-check, and the report's pass latencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,23 +34,30 @@ mix="realtime=0.025,batch=0.025,notebook=0.025,sweep=0.015,training=0.71,finetun
 policies="fifo gantry"
 timeout_s=600
 interval=
+tiny=0 out_given=0 gpus_given= days_given=
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
+    --out) out=$2; out_given=1; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
-    --gpus) gpus=$2; shift 2 ;;
-    --days) days=$2; shift 2 ;;
+    --gpus) gpus=$2; gpus_given=1; shift 2 ;;
+    --days) days=$2; days_given=1; shift 2 ;;
     --load) load=$2; shift 2 ;;
     --mix) mix=$2; shift 2 ;;
     --policies) policies=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --full-pass-interval) interval=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    --tiny) tiny=1; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "replay.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
+if [[ $tiny -eq 1 ]]; then  # sizes for a check, not a measurement (options given win)
+  [[ -n $gpus_given ]] || gpus=64
+  [[ -n $days_given ]] || days=1
+  [[ $out_given -eq 1 ]] || out=$build/bench-tiny/replay
+fi
 gantry=$build/src/gantry
 check=$build/tests/checker/gantry-check
 for bin in "$gantry" "$check"; do
@@ -72,6 +83,7 @@ if [[ -n $interval ]]; then  # gen writes a policy section (added when it has no
   fi
 fi
 
+failed=0
 for policy in $policies; do
   run=$gen/$policy${interval:+-interval-$interval}
   mkdir -p "$run"
@@ -99,4 +111,17 @@ print(lat.get("passes", "-"), lat.get("p50", "-"), lat.get("p99", "-"), lat.get(
   fi
   printf 'replay\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
     "$policy${interval:+ (full passes every $interval s)}" "$jobs" "$wall" "$rss_mib" "$violations" "$rc" "$passes" "$p50" "$p99" "$max" "$cpu"
+  if [[ $tiny -eq 1 ]]; then
+    num='^[0-9]+([.][0-9]+)?$'
+    if [[ $rc != 0 || $violations != 0 || ! $jobs -gt 0 || ! $wall =~ $num || ! $rss_mib =~ $num ||
+          ! $passes -gt 0 || ! $p50 =~ $num || ! $p99 =~ $num || ! $max =~ $num || ! $cpu =~ $num ]]; then
+      echo "replay.sh --tiny: $policy: a figure is missing or wrong (exit $rc, $violations violations;" \
+           "see $run/sim.txt and $run/check.txt)" >&2
+      failed=1
+    fi
+  fi
 done
+if [[ $tiny -eq 1 ]]; then
+  [[ $failed -eq 0 ]] || exit 1
+  echo "replay.sh --tiny: ok ($policies: every line complete, 0 violations)" >&2
+fi

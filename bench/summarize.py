@@ -8,6 +8,14 @@ A FILE ending in .json is Google Benchmark's --benchmark_out (JSON) of bench/cor
 holds the lines bench/replay.sh prints. Missing or empty files are skipped (that part
 is left out). Prints markdown to stdout. Targets are issue 5's, and issue 14's for the
 replays (the 100,000-job replay with gantry under 20 s; 1,000,000 jobs under 5 minutes).
+
+    bench/summarize.py --tiny
+
+The CI check (ctest -L bench): writes a small core_bench JSON (every benchmark family
+this script reads, with the counters bench/core_bench reports) and replay.sh lines (a
+small run, one stopped at its time limit, a 1,000,000-job run) to a temporary folder,
+summarizes them, and exits 1 unless every table and every kind of target verdict (met,
+not met, n/a) is in the markdown. scripts/bench.sh --tiny runs it on real output.
 """
 import json
 import math
@@ -69,9 +77,9 @@ def verdict(ok):
     return "met" if ok else "**not met**"
 
 
-def main():
+def main(paths=None):
     core, replay = {}, []
-    for path in sys.argv[1:]:
+    for path in sys.argv[1:] if paths is None else paths:
         if path.endswith(".json"):
             core.update(load_core(path))
             continue
@@ -231,5 +239,65 @@ def main():
         print()
 
 
+def tiny():
+    """Summarizes sample inputs of every kind; 0 when each part of the markdown is there."""
+    import contextlib
+    import io
+    import os
+    import tempfile
+
+    sched = {"decisions_per_pass": 98_000, "decisions_per_s": 1.2e6, "ns_per_decision": 830,
+             "ns_per_decision_p50": 800, "ns_per_decision_p99": 990, "pass_ms_p50": 80, "pass_ms_p99": 97,
+             "pass_ms_max": 99, "starts_per_pass": 900, "fill": 0.97, "cpu_decisions_per_s": 1.3e6,
+             "cpu_ns_per_decision": 770, "cpu_ns_per_decision_p50": 760, "cpu_ns_per_decision_p99": 950,
+             "cpu_pass_ms_p50": 75, "cpu_pass_ms_p99": 93}
+    timed = dict(sched, decision_ns_p50=400, decision_ns_p99=2_000_000, decision_ns_p999=3e6, decision_ns_max=4e6)
+    place = {"decisions_per_s": 3e6, "ns_per_decision": 330, "ns_p50": 130, "ns_p99": 1700, "ns_p999": 1900,
+             "ns_max": 35_000, "placed_frac": 0.91, "fill": 0.85}
+    benchmarks = []
+    def bench(name, iterations, counters):
+        benchmarks.append(dict(counters, name=f"{name}/iterations:{iterations}/manual_time", iterations=iterations))
+    for p in ("fifo", "gantry"):
+        bench(f"schedule/{p}/gpus:10000/pending:100000", 10, sched)
+        bench(f"schedule/{p}-timed/gpus:10000/pending:100000", 10, timed)  # p99 2 ms: not met
+        for g in (1000, 10000):
+            for n in (1000, 10000):
+                grow = g / 100 + n / 100 if p == "fifo" else -g / 100 - n / 1000  # above n log n, within
+                bench(f"scale/{p}/gpus:{g}/pending:{n}", 40, dict(sched, cpu_ns_per_decision=300 + grow))
+    for f in ("first", "best"):
+        bench(f"place/{f}/gpus:10000", 200_000, place)
+        for g in (1000, 10000):
+            bench(f"scale-place/{f}/gpus:{g}", 100_000, place)
+    replay = ["replay\tfifo\t2000\t1.5\t120\t0\t0\t900\t0.01\t0.2\t0.9\t1.40",
+              "replay\tgantry\t2000\t700\t150\t-\t124\t-\t-\t-\t-\t690",
+              "replay\tgantry (full passes every 10 s)\t1000000\t250\t3000\t0\t0\t5000\t1\t20\t90\t240"]
+    expected = ["### Scheduling passes", "| gantry (CPU) |", "`gantry-timed` clocks every single decision",
+                "### Single placements: `Placer::Place`", "| best (gantry) |", "### Scale curve",
+                "**fifo** (rows: GPUs", "**gantry** (rows: GPUs", "within n log n", "above n log n",
+                "**Single placements against cluster size**", "### Whole-trace replay",
+                "(stopped at the time limit)", "| 1,000,000 |", "### Targets (issues 5 and 14)",
+                "| met |", "| **not met** |", "| n/a (smaller run) |", "1,000,000 jobs: < 5 min wall"]
+    with tempfile.TemporaryDirectory(prefix="summarize-tiny.") as d:
+        core_path, replay_path = os.path.join(d, "core.json"), os.path.join(d, "replay.tsv")
+        with open(core_path, "w") as f:
+            json.dump({"context": {}, "benchmarks": benchmarks}, f)
+        with open(replay_path, "w") as f:
+            f.write("# a comment line the summary skips\n" + "\n".join(replay) + "\n")
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            main([core_path, replay_path, os.path.join(d, "missing.json"), os.path.join(d, "missing.tsv")])
+    text = out.getvalue()
+    print(text, end="")
+    missing = [e for e in expected if e not in text]
+    rows = text.count("\n| ")
+    if missing or rows < 30:
+        print(f"summarize.py --tiny: the summary lacks {missing} ({rows} table rows)", file=sys.stderr)
+        return 1
+    print(f"summarize.py --tiny: ok ({rows} table rows, every section and verdict)", file=sys.stderr)
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--tiny"]:
+        sys.exit(tiny())
     main()

@@ -13,6 +13,7 @@
 #
 #   scripts/fill_compare.sh [--build DIR] [--out DIR] [--seeds "42 43 ..."] [--fill X]
 #                           [--list NAME] [--traces DIR] [--jobs N] [--consolidate S]
+#                           [--tiny]
 #
 #   --build   build folder with src/gantry (default build/release)
 #   --out     work folder for converted traces and reports (default /tmp/gantry-fill)
@@ -23,29 +24,47 @@
 #   --jobs    simulations run at once (default 1: the machine is shared)
 #   --consolidate  the converted configs get policy.consolidate_within_s: S (gantry moves
 #             running pods that would lose at most S s to make room; docs/policies.md)
+#   --tiny    the CI check that the script still works end to end (ctest -L bench), in
+#             about a second, without the public traces: unless --traces is given, a
+#             made-up openb node list of 11 nodes and pod list of 60 pods
+#             (tests/bench/tiny_traces.py) in OUT/traces; seeds "42 43" unless given;
+#             OUT defaults to BUILD/bench-tiny/fill_compare. Exits 1 unless the table has
+#             a full row per seed and the mean, and the closing lines are there. The
+#             table is also written to OUT/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build/release out=/tmp/gantry-fill fill=1.3 list=default jobs=1 consolidate=
 seeds="42 43 44 45 46 47 48 49 50 51"
 traces=../shared/traces/alibaba-gpu-v2023-openb
+tiny=0 given=" "
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --seeds) seeds=$2; shift 2 ;;
+    --out) out=$2; given+="out "; shift 2 ;;
+    --seeds) seeds=$2; given+="seeds "; shift 2 ;;
     --fill) fill=$2; shift 2 ;;
     --list) list=$2; shift 2 ;;
-    --traces) traces=$2; shift 2 ;;
+    --traces) traces=$2; given+="traces "; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --consolidate) consolidate=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    --tiny) tiny=1; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "fill_compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 
 gantry=$build/src/gantry
 [[ -x $gantry ]] || { echo "fill_compare.sh: no $gantry (build the gantry target first)" >&2; exit 2; }
+if [[ $tiny -eq 1 ]]; then  # sizes for a check, not a measurement (options given win)
+  [[ $given == *" out "* ]] || out=$build/bench-tiny/fill_compare
+  [[ $given == *" seeds "* ]] || seeds="42 43"
+  if [[ $given != *" traces "* ]]; then
+    rm -rf "$out/traces"
+    python3 tests/bench/tiny_traces.py "$out/traces"
+    traces=$out/traces/alibaba-gpu-v2023-openb
+  fi
+fi
 nodes=$traces/openb_node_list_all_node.csv
 pods=$traces/openb_pod_list_$list.csv
 for f in "$nodes" "$pods"; do
@@ -76,7 +95,7 @@ for seed in $seeds; do
   for policy in fifo gantry; do echo "$seed $policy"; done
 done | xargs -P "$jobs" -n 2 bash -c 'run "$0" "$1"'
 
-python3 - "$out" "$list" "$fill" "${consolidate:-off}" $seeds <<'EOF'
+python3 - "$out" "$list" "$fill" "${consolidate:-off}" $seeds <<'EOF' | tee "$out/table.md"
 import json, re, sys
 out, lst, fill, consolidate, seeds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
 rows = []
@@ -130,3 +149,10 @@ print(f"gantry allocates {mean('gantry', 0):.2f}% on average (FGD's artifact: 95
       f"seeds 42-51); no placement of the pods then waiting could take it past {mean('gantry', 4):.2f}% "
       f"(the bound: 100% less the free GPU capacity none of them fits)")
 EOF
+if [[ $tiny -eq 1 ]]; then
+  set -- $seeds
+  python3 tests/bench/check_tables.py "$out/table.md" "fill_compare.sh --tiny" "13:$(($# + 1))"
+  for want in "openb fill: pod list $list" "gantry leaves" "no placement of the pods then waiting"; do
+    grep -qF "$want" "$out/table.md" || { echo "fill_compare.sh --tiny: no \"$want\" line" >&2; exit 1; }
+  done
+fi

@@ -19,8 +19,38 @@
 #     grep -v -E 'libc.so|libm.so|libresolv|ld-linux' | xargs -I{} cp -L {} B/lib/
 # (glibc stays the machine's own: it must be 2.36 or newer). Writes OUT_DIR/check.log (the story, with every `gantry show` taken), the event
 # log and the agent's and gantryd's logs. Exit status 0 when every expectation at the end
-# holds; each failed one is printed as FAIL.
+# holds; each failed one is printed as FAIL; 2, saying so, on a machine with no NVIDIA GPU
+# (nvidia-smi missing or listing none).
+#
+#   scripts/gpu_check.sh --tiny BUILD_DIR OUT_DIR
+#
+# The CI check (ctest -L bench; CI has no GPU): the parts that need no GPU, in a few
+# seconds. BIN_DIR is made in OUT_DIR/bin from a build folder (src/gantryd, src/gantry,
+# src/gantry-agent, tests/agent/agent_gpu_test); the cluster config is written as for
+# the real run (model H100-80GB) and must pass `gantry validate`; job.py must compile;
+# gantryd and one agent on a free port (--emulate 1xH100-80GB instead of NVML) must bring
+# node gpu-0 up through the script's own start(), and a CPU-only job submitted as the
+# phases submit theirs must finish and read back through show --json (the helpers the
+# expectations use). Then, on a machine without a GPU, the real run must refuse at once
+# with status 2 and say why; with one, that step is left to the real run. Exits 1 when
+# an expectation fails (each printed as FAIL).
 set -uo pipefail
+TINY=0
+if [ "${1:-}" = --tiny ]; then
+  TINY=1
+  shift
+  BUILD=$(cd "$1" && pwd) || exit 2
+  mkdir -p "$2/bin"
+  for f in src/gantryd src/gantry src/gantry-agent tests/agent/agent_gpu_test; do
+    [ -x "$BUILD/$f" ] || { echo "gpu_check.sh --tiny: no $BUILD/$f" >&2; exit 2; }
+    ln -sf "$BUILD/$f" "$2/bin/"
+  done
+  set -- "$2/bin" "$2"
+elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "gpu_check.sh: no NVIDIA GPU on this machine (nvidia-smi $(command -v nvidia-smi >/dev/null &&
+    echo 'lists none' || echo 'is missing')): this check needs one (scripts/gpu_check.sh --tiny runs its other parts)" >&2
+  exit 2
+fi
 BIN=$(cd "$1" && pwd)
 OUT=$2
 mkdir -p "$OUT"
@@ -37,12 +67,14 @@ expect() {  # expect DESCRIPTION COMMAND...
   if "${@:2}"; then echo "ok:   $1"; else echo "FAIL: $1"; fails=$((fails + 1)); fi
 }
 
+if [ $TINY -eq 0 ]; then
 echo "== machine"; date -u; uname -r; nvidia-smi --query-gpu=name,memory.total,driver_version,mig.mode.current --format=csv
 echo "== gpu test (NVML discovery, a job sees exactly its GPU)"
 "$BIN/agent_gpu_test"
 expect "agent_gpu_test passes" test $? -eq 0
+fi
 
-name=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+name=$([ $TINY -eq 1 ] && echo H100 || nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
 case "$name" in
   *H200*) model=H200-141GB ;;
   *H100*) model=H100-80GB ;;
@@ -98,7 +130,7 @@ start() {
   GPID=$!
   sleep 1
   GANTRY_TOKEN=$agent "$BIN/gantry-agent" --server http://127.0.0.1:$PORT --node gpu-0 \
-    --state-dir "$W/$tag-agent" --run-as agent >"$OUT/$tag-agent.log" 2>&1 &
+    --state-dir "$W/$tag-agent" --run-as agent ${EMULATE:+--emulate "$EMULATE"} >"$OUT/$tag-agent.log" 2>&1 &
   APID=$!
   for _ in $(seq 50); do T=$ADMIN g nodes 2>/dev/null | grep -q ' up ' && break; sleep 0.2; done
 }
@@ -133,6 +165,33 @@ except Exception as e: print("samples", repr(e))
 print("device util", n.nvmlDeviceGetUtilizationRates(h).gpu)
 PYEOF
 }
+
+if [ $TINY -eq 1 ]; then
+  echo "== tiny: what needs no GPU"
+  expect "the cluster config passes gantry validate" "$BIN/gantry" validate "$W/cluster.yaml"
+  expect "job.py compiles" "$PY" -c "import sys; compile(open(sys.argv[1]).read(), sys.argv[1], 'exec')" "$W/job.py"
+  EMULATE=1x$model
+  start tiny "$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+  gpu0_up() { T=$ADMIN g nodes | tee "$OUT/tiny-nodes.txt" | grep -q '^gpu-0 .* up '; }
+  expect "gantryd and an (emulated) agent bring node gpu-0 up" gpu0_up
+  g submit --id cpu-only --queue research --gpus 0 --cpus 1 --memory-gb 1 --grace-s 5 -- "$PY" -c "print('tiny')"
+  for _ in $(seq 100); do ended cpu-only && break; sleep 0.1; done
+  g show cpu-only --json >"$OUT/cpu-only.json"
+  expect "a CPU-only job finished (show --json read back)" test "$(field cpu-only '["state"]')" = finished
+  stop
+  if nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+    echo "== a GPU is here: the real run is scripts/gpu_check.sh BIN_DIR OUT_DIR"
+  else
+    echo "== no GPU: the real run must refuse"
+    bash "$0" "$BIN" "$OUT/refused" >"$OUT/refused.txt" 2>&1
+    rc=$?
+    sed 's/^/  /' "$OUT/refused.txt"
+    expect "without a GPU the real run exits 2 at once" test $rc -eq 2
+    expect "and says why" grep -q "no NVIDIA GPU on this machine" "$OUT/refused.txt"
+  fi
+  echo "$fails expectation(s) failed"
+  exit $((fails > 0))
+fi
 
 # GPU_CHECK_PHASES: which phases run ("plain mps", the default; "mps" alone to recheck it).
 PHASES=" ${GPU_CHECK_PHASES:-plain mps} "

@@ -7,25 +7,43 @@
 # the figures.
 #
 #   scripts/max_wait_curve.sh [--build DIR] [--out DIR] [--settings "H H ..."]
-#                             [--workloads "SEED:LOAD[:MIX] ..."]
+#                             [--workloads "SEED:LOAD[:MIX] ..."] [--gpus N] [--days D]
+#                             [--tiny]
 #
 #   --settings   max_wait in hours, 0 = off (default "0 48 24 12 6")
 #   --workloads  as scripts/policy_compare.sh (default: its eight)
+#   --gpus, --days  cluster size and days of arrivals for gen (default 256 and 7)
+#   --tiny       the CI check that the script still works end to end (ctest -L bench), in
+#                about a second: 64 GPUs, 2 days, workload "1:1.2", settings "0 6" unless
+#                given, work folder BUILD/bench-tiny/max_wait_curve unless --out is given;
+#                exits 1 unless the table has a full row per workload and setting. The
+#                table is also written to OUT/table.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-build=build/release out=/tmp/gantry-maxwait settings="0 48 24 12 6"
+build=build/release out=/tmp/gantry-maxwait settings="0 48 24 12 6" gpus=256 days=7
+tiny=0 given=" "
 workloads="1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6 3:1.1:training=0.5,sweep=0.25,batch=0.25"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --settings) settings=$2; shift 2 ;;
-    --workloads) workloads=$2; shift 2 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --out) out=$2; given+="out "; shift 2 ;;
+    --settings) settings=$2; given+="settings "; shift 2 ;;
+    --workloads) workloads=$2; given+="workloads "; shift 2 ;;
+    --gpus) gpus=$2; given+="gpus "; shift 2 ;;
+    --days) days=$2; given+="days "; shift 2 ;;
+    --tiny) tiny=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "max_wait_curve.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [[ $tiny -eq 1 ]]; then  # sizes for a check, not a measurement (options given win)
+  [[ $given == *" out "* ]] || out=$build/bench-tiny/max_wait_curve
+  [[ $given == *" settings "* ]] || settings="0 6"
+  [[ $given == *" workloads "* ]] || workloads="1:1.2"
+  [[ $given == *" gpus "* ]] || gpus=64
+  [[ $given == *" days "* ]] || days=2
+fi
 gantry=$build/src/gantry
 [[ -x $gantry ]] || { echo "max_wait_curve.sh: no $gantry (build the gantry target first)" >&2; exit 2; }
 mkdir -p "$out"
@@ -35,7 +53,7 @@ for w in $workloads; do
   IFS=: read -r seed load mix <<< "$w"
   dir=$out/s$seed-l$load${mix:+-mix}
   mkdir -p "$dir"
-  "$gantry" gen --seed "$seed" --gpus 256 --days 7 --load "$load" ${mix:+--mix "$mix"} --out "$dir" > /dev/null
+  "$gantry" gen --seed "$seed" --gpus "$gpus" --days "$days" --load "$load" ${mix:+--mix "$mix"} --out "$dir" > /dev/null
   for h in $settings; do
     config=$dir/cluster-$h.yaml
     if [[ $h == 0 ]]; then
@@ -51,7 +69,7 @@ for w in $workloads; do
   done
 done
 
-python3 - "${runs[@]}" <<'PY'
+python3 - "${runs[@]}" <<'PY' | tee "$out/table.md"
 import json, sys
 
 print("| seed | load | mix | max_wait h | longest wait, gang 16+ GPUs h | longest wait, any job h | jobs waiting past the setting | mean JCT s | util % | GPU-h lost to preemption (% of used) |")
@@ -80,3 +98,6 @@ for run in sys.argv[1:]:
           f"{past if h != '0' else '-'} | {r['jct_s']['mean']:,.0f} | {r['gpu_utilization_pct']:.1f} | "
           f"{lost:,.0f} ({100 * lost / used:.2f}%) |")
 PY
+if [[ $tiny -eq 1 ]]; then
+  python3 tests/bench/check_tables.py "$out/table.md" "max_wait_curve.sh --tiny" "10:${#runs[@]}"
+fi

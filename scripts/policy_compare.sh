@@ -12,6 +12,7 @@
 #
 #   scripts/policy_compare.sh [--build DIR] [--out DIR] [--gpus N] [--days D]
 #                             [--workloads "SEED:LOAD[:MIX] ..."] [--set "KEY: VALUE"]...
+#                             [--order QUEUE=ORDER]... [--tiny]
 #
 #   --build      build folder with src/gantry (default build/release)
 #   --out        work folder (default /tmp/gantry-policies)
@@ -24,24 +25,38 @@
 #   --order      QUEUE=ORDER: that queue of each generated config (and its children)
 #                ordered by ORDER (fair-share, las, gittins), e.g. --order research=gittins
 #                (repeatable)
+#   --tiny       the CI check that the script still works end to end (ctest -L bench), in
+#                about a second: 64 GPUs, 2 days, workloads "1:1.2 3:1.1:training=0.5,
+#                sweep=0.25,batch=0.25" unless given, work folder BUILD/bench-tiny/
+#                policy_compare unless --out is given; exits 1 unless both tables have
+#                their rows (two policies per workload, then one per workload), each with
+#                every column. The tables are also written to OUT/tables.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build/release out=/tmp/gantry-policies gpus=256 days=7 sets=() orders=()
+tiny=0 given=" "
 workloads="1:0.95 1:1.2 2:1.2 1:1.4 2:1.4 1:1.6 2:1.6 3:1.1:training=0.5,sweep=0.25,batch=0.25"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --gpus) gpus=$2; shift 2 ;;
-    --days) days=$2; shift 2 ;;
-    --workloads) workloads=$2; shift 2 ;;
+    --out) out=$2; given+="out "; shift 2 ;;
+    --gpus) gpus=$2; given+="gpus "; shift 2 ;;
+    --days) days=$2; given+="days "; shift 2 ;;
+    --workloads) workloads=$2; given+="workloads "; shift 2 ;;
     --set) sets+=("$2"); shift 2 ;;
     --order) orders+=("$2"); shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --tiny) tiny=1; shift ;;
+    -h|--help) sed -n '2,33p' "$0"; exit 0 ;;
     *) echo "policy_compare.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+if [[ $tiny -eq 1 ]]; then  # sizes for a check, not a measurement (options given win)
+  [[ $given == *" out "* ]] || out=$build/bench-tiny/policy_compare
+  [[ $given == *" gpus "* ]] || gpus=64
+  [[ $given == *" days "* ]] || days=2
+  [[ $given == *" workloads "* ]] || workloads="1:1.2 3:1.1:training=0.5,sweep=0.25,batch=0.25"
+fi
 gantry=$build/src/gantry
 [[ -x $gantry ]] || { echo "policy_compare.sh: no $gantry (build the gantry target first)" >&2; exit 2; }
 mkdir -p "$out"
@@ -75,7 +90,7 @@ for w in $workloads; do
   dirs+=("$dir")
 done
 
-python3 - "${dirs[@]}" <<'EOF'
+python3 - "${dirs[@]}" <<'EOF' | tee "$out/tables.md"
 import json, re, sys
 
 def pools(path):  # the `pools:` list of a gen cluster config, without a YAML parser
@@ -159,3 +174,7 @@ for d in sys.argv[1:]:
     print(f"| {seed} | {load} | {mix} | {only_h100 / (sum(leaves) * span):.2f} | "
           f"{n_big}, {big / (leaves[0] * span):.2f} |")
 EOF
+if [[ $tiny -eq 1 ]]; then
+  python3 tests/bench/check_tables.py "$out/tables.md" "policy_compare.sh --tiny" \
+    "13:$((2 * ${#dirs[@]}))" "5:${#dirs[@]}"
+fi

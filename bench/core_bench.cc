@@ -67,6 +67,8 @@ using core::Fit;
 using core::GpuUnits;
 using core::JobId;
 using core::JobSpec;
+using core::kGB;
+using core::kGpuUnits;
 using core::Ledger;
 using core::ModelId;
 using core::Phase;
@@ -80,15 +82,13 @@ using core::Sharing;
 using core::Ticks;
 using core::Tier;
 using core::Topology;
-using core::kGB;
-using core::kGpuUnits;
 
 using Clock = std::chrono::steady_clock;
 
 constexpr int kGpusPerNode = 8;
 constexpr int kLeafNodes = 16;
 constexpr int kQueues = 20;
-constexpr uint64_t kJobSeed = 0x6a6f62735f353231;   // the job stream
+constexpr uint64_t kJobSeed = 0x6a6f62735f353231;    // the job stream
 constexpr uint64_t kChurnSeed = 0x636875726e5f3035;  // which jobs finish, which are released
 constexpr double kPlaceFill = 0.85;                  // place/...: held GPU units over capacity
 constexpr Ticks kBacklogSpan = 8 * 3'600'000;        // the backlog arrived over 8 hours
@@ -234,8 +234,9 @@ Percentiles Summarize(std::vector<T>& v) {
   Percentiles p;
   if (v.empty()) return p;
   auto at = [&](double q) {
-    const size_t k = std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) -
-                                                 (q > 0 ? 1 : 0));
+    const size_t k =
+        std::min(v.size() - 1, static_cast<size_t>(std::ceil(q * static_cast<double>(v.size()))) -
+                                   (q > 0 ? 1 : 0));
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
     return static_cast<double>(v[k]);
   };
@@ -259,7 +260,8 @@ class CountingPolicy final : public core::Policy {
     if (full) {
       considered_ = s.pending().size();
     } else {
-      for (JobId id : s.arrived_since_last_pass()) considered_ += s.job(id).phase == Phase::kPending;
+      for (JobId id : s.arrived_since_last_pass())
+        considered_ += s.job(id).phase == Phase::kPending;
     }
     full_ = full;
     inner_->Schedule(s, now, full);
@@ -347,7 +349,8 @@ class Driver {
     hook_calls_ = 0;
     const std::vector<Decision>& decisions = sched_->Schedule(now_);
     const auto t1 = Clock::now();
-    if (latencies_ && hook_calls_ > 0) latencies_->push_back(static_cast<int32_t>(Nanos(t1 - mark_)));
+    if (latencies_ && hook_calls_ > 0)
+      latencies_->push_back(static_cast<int32_t>(Nanos(t1 - mark_)));
     const int64_t ns = Nanos(t1 - t0);
     cpu_ns_ = ThreadCpuNanos() - c0;
     starts_ = Apply(decisions);
@@ -411,14 +414,15 @@ void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int back
   size_t decisions = 0, starts = 0, pending = 0, full = 0;
   double fill = 0;
   for (auto _ : state) {
-    state.PauseTiming();  // manual time: only the pass counts; this keeps the
+    state.PauseTiming();   // manual time: only the pass counts; this keeps the
     driver.Churn(kChurn);  // library's own CPU-time figures honest too
     state.ResumeTiming();
     const int64_t ns = driver.Pass();
     const int64_t cpu_ns = driver.cpu_ns();
     if (trace) {
-      std::fprintf(stderr, "pass %.1f ms considered %zu starts %zu pending %zu\n", static_cast<double>(cpu_ns) * 1e-6,
-                   driver.considered(), driver.starts(), driver.pending());
+      std::fprintf(stderr, "pass %.1f ms considered %zu starts %zu pending %zu\n",
+                   static_cast<double>(cpu_ns) * 1e-6, driver.considered(), driver.starts(),
+                   driver.pending());
     }
     state.SetIterationTime(static_cast<double>(ns) * 1e-9);
     const double considered = static_cast<double>(std::max<size_t>(1, driver.considered()));
@@ -553,7 +557,8 @@ void Register() {
         ->Unit(benchmark::kMillisecond)
         ->Iterations(PassesFor(policy, 100'000));
   }
-  for (const auto& [fit, label] : {std::pair{Fit::kFirst, "first"}, std::pair{Fit::kBest, "best"}}) {
+  for (const auto& [fit, label] :
+       {std::pair{Fit::kFirst, "first"}, std::pair{Fit::kBest, "best"}}) {
     const std::string name = std::string("place/") + label + "/gpus:10000";
     benchmark::RegisterBenchmark(name.c_str(), BM_Place, fit, 10'000)
         ->UseManualTime()
@@ -580,9 +585,11 @@ void Register() {
       }
     }
   }
-  for (const auto& [fit, label] : {std::pair{Fit::kFirst, "first"}, std::pair{Fit::kBest, "best"}}) {
+  for (const auto& [fit, label] :
+       {std::pair{Fit::kFirst, "first"}, std::pair{Fit::kBest, "best"}}) {
     for (int gpus : {1'000, 10'000, 100'000}) {
-      const std::string name = std::string("scale-place/") + label + "/gpus:" + std::to_string(gpus);
+      const std::string name =
+          std::string("scale-place/") + label + "/gpus:" + std::to_string(gpus);
       benchmark::RegisterBenchmark(name.c_str(), BM_Place, fit, gpus)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)

@@ -39,11 +39,16 @@ int main(int argc, char** argv) {
   std::string db = "/tmp/gantry-usage-series-bench.db";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i];
-    if (k == "--nodes") nodes = std::atoi(argv[i + 1]);
-    else if (k == "--gpus") gpus = std::atoi(argv[i + 1]);
-    else if (k == "--interval-s") interval_s = std::atof(argv[i + 1]);
-    else if (k == "--days") days = std::atof(argv[i + 1]);
-    else if (k == "--db") db = argv[i + 1];
+    if (k == "--nodes")
+      nodes = std::atoi(argv[i + 1]);
+    else if (k == "--gpus")
+      gpus = std::atoi(argv[i + 1]);
+    else if (k == "--interval-s")
+      interval_s = std::atof(argv[i + 1]);
+    else if (k == "--days")
+      days = std::atof(argv[i + 1]);
+    else if (k == "--db")
+      db = argv[i + 1];
     else {
       std::fprintf(stderr, "usage_series_bench: unknown option %s\n", k.c_str());
       return 2;
@@ -65,13 +70,20 @@ int main(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   for (int64_t r = 0; r < rounds; ++r) {
     for (int64_t j0 = 0; j0 < jobs; j0 += kBatch) {
-      if (auto s = (*store)->Begin(); !s) return std::fprintf(stderr, "%s\n", s.error().message.c_str()), 1;
+      if (auto s = (*store)->Begin(); !s)
+        return std::fprintf(stderr, "%s\n", s.error().message.c_str()), 1;
       for (int64_t j = j0; j < std::min(jobs, j0 + kBatch); ++j) {
-        const gantry::server::UsageSample u{j + 1, 1, t0 + r * interval_ms + j % 1000, 1, 0.5 + 0.05 * static_cast<double>((j * 7 + r) % 10),
+        const gantry::server::UsageSample u{j + 1,
+                                            1,
+                                            t0 + r * interval_ms + j % 1000,
+                                            1,
+                                            0.5 + 0.05 * static_cast<double>((j * 7 + r) % 10),
                                             int64_t{40} << 30};
-        if (auto s = (*store)->AddUsageSample(u); !s) return std::fprintf(stderr, "%s\n", s.error().message.c_str()), 1;
+        if (auto s = (*store)->AddUsageSample(u); !s)
+          return std::fprintf(stderr, "%s\n", s.error().message.c_str()), 1;
       }
-      if (auto s = (*store)->Commit(); !s) return std::fprintf(stderr, "%s\n", s.error().message.c_str()), 1;
+      if (auto s = (*store)->Commit(); !s)
+        return std::fprintf(stderr, "%s\n", s.error().message.c_str()), 1;
     }
   }
   const double write_s = Seconds(start);
@@ -88,10 +100,13 @@ int main(int argc, char** argv) {
   if (auto s = (*store)->Commit(); !s) return 1;
   const double prune_s = Seconds(prune_start);
   std::printf(
-      "nodes=%d gpus_per_node=%d jobs=%lld interval_s=%g days=%g rows=%lld db_bytes=%lld bytes_per_row=%.1f "
-      "write_s=%.2f rows_per_s=%.0f one_job_series_rows=%zu read_ms=%.2f pruned_rows=%lld prune_s=%.2f\n",
+      "nodes=%d gpus_per_node=%d jobs=%lld interval_s=%g days=%g rows=%lld db_bytes=%lld "
+      "bytes_per_row=%.1f "
+      "write_s=%.2f rows_per_s=%.0f one_job_series_rows=%zu read_ms=%.2f pruned_rows=%lld "
+      "prune_s=%.2f\n",
       nodes, gpus, static_cast<long long>(jobs), interval_s, days, static_cast<long long>(rows),
-      static_cast<long long>(bytes), static_cast<double>(bytes) / static_cast<double>(rows), write_s,
-      static_cast<double>(rows) / write_s, series->size(), read_ms, static_cast<long long>(*pruned), prune_s);
+      static_cast<long long>(bytes), static_cast<double>(bytes) / static_cast<double>(rows),
+      write_s, static_cast<double>(rows) / write_s, series->size(), read_ms,
+      static_cast<long long>(*pruned), prune_s);
   return 0;
 }

@@ -1,10 +1,10 @@
+#include "agent/agent.h"
 #include "base/image_reference.h"
 #include "base/url.h"
-#include "agent/agent.h"
 
-#include <httplib.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <httplib.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -127,7 +127,8 @@ json Agent::Usage(const Worker& w, int64_t now, const std::map<int, std::string>
     if (!m.is_object()) return json();
     const int64_t idle_after = m.value("idle_after_ms", int64_t{-1});
     const bool idle = idle_after >= 0 && now - w.started_ms >= idle_after;
-    return {{"util", idle ? 0.0 : m.value("util", 0.0)}, {"vram_used_bytes", m.value("vram_used_bytes", int64_t{0})}};
+    return {{"util", idle ? 0.0 : m.value("util", 0.0)},
+            {"vram_used_bytes", m.value("vram_used_bytes", int64_t{0})}};
   }
   const std::string key = Key(w.job, w.run, w.rank);
   return NvmlUsage(w.share, last_gpus_, [&](int pid) {
@@ -176,10 +177,16 @@ json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
     mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
     if (m.gpu_instance_id >= 0) mig.back()["gi_id"] = m.gpu_instance_id;
   }
-  json gj = {{"index", g.index},     {"uuid", g.uuid},          {"name", g.name},
-             {"memory_bytes", g.memory_bytes}, {"memory_used_bytes", g.memory_used_bytes},
-             {"mig_mode", g.mig_mode}, {"mig", mig},
-             {"utilization", g.utilization}, {"idle_ms", idle_ms}, {"lost", g.lost},
+  json gj = {{"index", g.index},
+             {"uuid", g.uuid},
+             {"name", g.name},
+             {"memory_bytes", g.memory_bytes},
+             {"memory_used_bytes", g.memory_used_bytes},
+             {"mig_mode", g.mig_mode},
+             {"mig", mig},
+             {"utilization", g.utilization},
+             {"idle_ms", idle_ms},
+             {"lost", g.lost},
              {"nvlink_peers", g.nvlink_peers}};
   if (!g.model.empty()) gj["model"] = g.model;
   return gj;
@@ -227,7 +234,8 @@ void Agent::Say(const std::string& line, bool warning) {
 
 int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
   std::error_code ec;
-  for (const char* sub : {"logs", "work", "workers"}) fs::create_directories(fs::path(options_.state_dir) / sub, ec);
+  for (const char* sub : {"logs", "work", "workers"})
+    fs::create_directories(fs::path(options_.state_dir) / sub, ec);
   if (ec) {
     Say("cannot create the state directory " + options_.state_dir + ": " + ec.message());
     return 1;
@@ -251,12 +259,16 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
   }
   cgroups_ = std::move(*cgroups);
   Say(cgroups_ ? "workers run in cgroups: " + cgroups_->Describe()
-               : "workers are NOT isolated (--cgroups " + options_.cgroups + "): jobs' memory_gb and cpus are not "
-                 "enforced" + (no_cgroups.empty() ? std::string() : ": " + no_cgroups),
+               : "workers are NOT isolated (--cgroups " + options_.cgroups +
+                     "): jobs' memory_gb and cpus are not "
+                     "enforced" +
+                     (no_cgroups.empty() ? std::string() : ": " + no_cgroups),
       cgroups_ == nullptr);
   const bool fences = cgroups_ && cgroups_->constrains_devices();
   if (cgroups_ && !fences) {
-    Say("workers' GPU devices are NOT constrained (a job may open GPUs not its own): " + cgroups_->devices_why(), true);
+    Say("workers' GPU devices are NOT constrained (a job may open GPUs not its own): " +
+            cgroups_->devices_why(),
+        true);
   }
   // MIG instances' access devices: denied to the MIG workers sharing a GPU but their own
   // instance's, and given to a container as --device. No mig-minors file: no MIG-capable
@@ -269,28 +281,32 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
           " access devices (nvidia-caps, major " + std::to_string(mig_caps_->major_number()) + ")");
     }
   } else if (mig_driver) {
-    Say("MIG instances are NOT fenced from each other, nor given to containers as devices: " + caps.error().ToString(),
+    Say("MIG instances are NOT fenced from each other, nor given to containers as devices: " +
+            caps.error().ToString(),
         true);
   }
   // What the heartbeat says of it, for `gantry nodes`.
   isolation_ = {{"cgroups", cgroups_ != nullptr}, {"gpu_devices", fences}};
   if (mig_driver) isolation_["mig"] = fences && mig_caps_.has_value();
-  const std::string run_as = options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
+  const std::string run_as =
+      options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {
     Say("--run-as: expected user or agent, got " + run_as);
     return 1;
   }
   run_as_user_ = run_as == "user";
   if (run_as_user_ && ::geteuid() != 0) {
-    Say("--run-as user needs root (to become each job's user); this agent runs as uid " + std::to_string(::geteuid()));
+    Say("--run-as user needs root (to become each job's user); this agent runs as uid " +
+        std::to_string(::geteuid()));
     return 1;
   }
-  Say(run_as_user_ ? "jobs run as the Unix account their token names (--run-as user)"
-                   : ::geteuid() == 0 ? "jobs run as root, the agent's user (--run-as agent)"
-                                      : "jobs run as uid " + std::to_string(::geteuid()) + ", the agent's user");
+  Say(run_as_user_       ? "jobs run as the Unix account their token names (--run-as user)"
+      : ::geteuid() == 0 ? "jobs run as root, the agent's user (--run-as agent)"
+                         : "jobs run as uid " + std::to_string(::geteuid()) + ", the agent's user");
   // One agent per state directory; its id is the directory's, so the server takes a
   // restarted agent for the one it replaces (and its re-adopted workers with it) at once.
-  lock_fd_ = ::open((fs::path(options_.state_dir) / "agent.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  lock_fd_ = ::open((fs::path(options_.state_dir) / "agent.lock").c_str(),
+                    O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ < 0 || ::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
     Say("another gantry-agent uses the state directory " + options_.state_dir + " (" +
         (lock_fd_ < 0 ? std::strerror(errno) : "its lock is held") + ")");
@@ -307,8 +323,9 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
     }
   }
   // The shims' supervisor (ShimMain): this process, until it ends.
-  WriteFileAtomically((fs::path(options_.state_dir) / "agent.pid").string(),
-                      std::to_string(::getpid()) + " " + std::to_string(ProcessStartTime(::getpid())) + "\n");
+  WriteFileAtomically(
+      (fs::path(options_.state_dir) / "agent.pid").string(),
+      std::to_string(::getpid()) + " " + std::to_string(ProcessStartTime(::getpid())) + "\n");
   Say("joining " + servers_.current() + " with " + gpus_->Describe());
   Recover();
   std::atomic<bool> fence_stop{false};
@@ -392,14 +409,31 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
 
 void Agent::WriteRecord(const Worker& w) {
   // All a successor needs to take the worker over (Readopt).
-  json r = {{"job", w.job}, {"seq", w.seq}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid},
-            {"start_time", w.start_time}, {"log", w.log_path}, {"cgroup", w.cgroup},
-            {"status", w.status_path}, {"grace_ms", w.grace_ms}, {"stop_signal", w.stop_signal},
-            {"out_path", w.out_path}, {"out_user", w.out_user}, {"uid", w.uid}, {"gid", w.gid},
-            {"groups", w.groups}, {"script_path", w.script_path}, {"container", w.container},
-            {"memory_bytes", w.memory_bytes}, {"emulate", w.emulate},
-            {"share", {{"sharing", w.share.sharing}, {"gpus", w.share.gpus},
-                       {"share_milli", w.share.share_milli}, {"mig_uuid", w.share.mig_uuid}}}};
+  json r = {{"job", w.job},
+            {"seq", w.seq},
+            {"run", w.run},
+            {"rank", w.rank},
+            {"pid", w.pid},
+            {"start_time", w.start_time},
+            {"log", w.log_path},
+            {"cgroup", w.cgroup},
+            {"status", w.status_path},
+            {"grace_ms", w.grace_ms},
+            {"stop_signal", w.stop_signal},
+            {"out_path", w.out_path},
+            {"out_user", w.out_user},
+            {"uid", w.uid},
+            {"gid", w.gid},
+            {"groups", w.groups},
+            {"script_path", w.script_path},
+            {"container", w.container},
+            {"memory_bytes", w.memory_bytes},
+            {"emulate", w.emulate},
+            {"share",
+             {{"sharing", w.share.sharing},
+              {"gpus", w.share.gpus},
+              {"share_milli", w.share.share_milli},
+              {"mig_uuid", w.share.mig_uuid}}}};
   if (w.stopping) {  // signalled: SIGKILL at this wall-clock time (ms)
     r["kill_at_ms"] = WallMs() + (w.kill_at - Now());
   }
@@ -464,7 +498,8 @@ void Agent::Recover() {
     w.log_path = r.value("log", std::string());
     w.record_path = entry.path().string();
     const std::string key = Key(w.job, w.run, w.rank);
-    const std::string what = "job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank);
+    const std::string what =
+        "job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank);
     if (Readopt(r, w)) {
       kept_cgroups.insert(w.cgroup);
       kept_containers.insert(w.container);
@@ -475,7 +510,8 @@ void Agent::Recover() {
       continue;
     }
     // Its shim is gone: it says how the worker ended, unless it was killed itself.
-    const std::optional<ShimStatus> status = ReadShimStatus(w.status_path);  // none for "": an older record
+    const std::optional<ShimStatus> status =
+        ReadShimStatus(w.status_path);  // none for "": an older record
     const long long started = w.start_time >= 0 ? w.start_time : r.value("start_time", -2LL);
     // What the worker started may still run in its group. Kill them all.
     const std::vector<pid_t> left =
@@ -494,7 +530,8 @@ void Agent::Recover() {
       w.signal = status->signal;
       w.lost = status->fenced;
       w.note = (status->fenced ? "stopped by its shim: gantry-agent was down for its lease"
-                               : "ended while gantry-agent was down") + leftovers;
+                               : "ended while gantry-agent was down") +
+               leftovers;
     } else {
       w.note = leader        ? "left running by a previous gantry-agent; killed"
                : killed == 0 ? "ended while gantry-agent was down"
@@ -511,7 +548,8 @@ void Agent::Recover() {
   // lease file's time) until this one is answered: a successor that cannot reach the
   // server must not let them run on past the server's node timeout.
   if (readopted > 0) {
-    const std::optional<LeaseFile> lease = ReadLease((fs::path(options_.state_dir) / "lease").string());
+    const std::optional<LeaseFile> lease =
+        ReadLease((fs::path(options_.state_dir) / "lease").string());
     if (lease && lease->lease_ms > 0) {
       lease_ms_ = lease->lease_ms;
       node_timeout_ms_ = lease->node_timeout_ms;
@@ -600,9 +638,11 @@ void Agent::Ended(Worker& w, int exit_code, int signal) {
   w.exit_code = exit_code;
   w.signal = signal;
   w.lost = w.lose_on_exit || fenced;
-  if (fenced && w.note.empty()) w.note = "stopped by the agent when the server could not be reached";
+  if (fenced && w.note.empty())
+    w.note = "stopped by the agent when the server could not be reached";
   Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
-      (signal ? " killed by signal " + std::to_string(signal) : " exited with code " + std::to_string(exit_code)));
+      (signal ? " killed by signal " + std::to_string(signal)
+              : " exited with code " + std::to_string(exit_code)));
 }
 
 void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
@@ -671,8 +711,8 @@ void Agent::FenceLoop(const std::atomic<bool>& stop) {
       }
     }
     if (!active || signalled > 0) {
-      Say("no answer from the server for " + std::to_string(now - last) + " ms (lease " + std::to_string(lease) +
-              " ms): stopping " + std::to_string(signalled) + " worker(s)",
+      Say("no answer from the server for " + std::to_string(now - last) + " ms (lease " +
+              std::to_string(lease) + " ms): stopping " + std::to_string(signalled) + " worker(s)",
           true);
     }
     active = true;
@@ -685,7 +725,8 @@ void Agent::UploadLogs() {
     // could not open it wrote why to the agent's log, which is uploaded instead).
     int fd = -1;
     if (!w.out_path.empty()) {
-      fd = w.out_user ? OpenAsUser(w.out_path, w.uid, w.gid, w.groups) : ::open(w.out_path.c_str(), O_RDONLY | O_CLOEXEC);
+      fd = w.out_user ? OpenAsUser(w.out_path, w.uid, w.gid, w.groups)
+                      : ::open(w.out_path.c_str(), O_RDONLY | O_CLOEXEC);
     }
     if (fd < 0) fd = ::open(w.log_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) continue;
@@ -696,8 +737,9 @@ void Agent::UploadLogs() {
       const ssize_t got_bytes = ::pread(fd, data.data(), data.size(), w.uploaded);
       if (got_bytes <= 0) break;
       data.resize(static_cast<size_t>(got_bytes));
-      const std::string path = "/v1/agents/" + UrlEncode(options_.node) + "/logs?job=" + UrlEncode(w.job) +
-                               "&run=" + std::to_string(w.run) + "&rank=" + std::to_string(w.rank) +
+      const std::string path = "/v1/agents/" + UrlEncode(options_.node) +
+                               "/logs?job=" + UrlEncode(w.job) + "&run=" + std::to_string(w.run) +
+                               "&rank=" + std::to_string(w.rank) +
                                "&offset=" + std::to_string(w.uploaded);
       auto res = http_->Post(path.c_str(), data, "application/octet-stream");
       if (!res) {  // the server is away: try again at the next heartbeat
@@ -738,7 +780,8 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
       for (GpuInfo& g : last_gpus_) {
         if (std::find(held.begin(), held.end(), g.index) == held.end()) continue;
         g.utilization = u.value("util", 0.0);
-        g.memory_used_bytes = u.value("vram_used_bytes", int64_t{0}) / static_cast<int64_t>(held.size());
+        g.memory_used_bytes =
+            u.value("vram_used_bytes", int64_t{0}) / static_cast<int64_t>(held.size());
       }
     }
     usage[key] = std::move(u);
@@ -759,18 +802,26 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     } else {
       std::string mig_note;
       if (MigPending(key, now, leaving, &mig_note)) continue;  // reported once its instance is gone
-      exits.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"exit_code", w.exit_code},
-                       {"signal", w.signal}, {"lost", w.lost}, {"note", w.note + mig_note}});
+      exits.push_back({{"job", w.job},
+                       {"run", w.run},
+                       {"rank", w.rank},
+                       {"exit_code", w.exit_code},
+                       {"signal", w.signal},
+                       {"lost", w.lost},
+                       {"note", w.note + mig_note}});
       if (!w.drain.empty()) exits.back()["drain"] = w.drain;
       reported.push_back(key);
     }
   }
-  json body = {{"agent_id", agent_id_}, {"gpus", gpus}, {"running", running}, {"exits", exits},
+  json body = {{"agent_id", agent_id_},
+               {"gpus", gpus},
+               {"running", running},
+               {"exits", exits},
                {"isolation", isolation_}};
   if (!options_.address.empty()) body["address"] = options_.address;
   if (leaving) body["leaving"] = true;
-  auto res = http_->Post(("/v1/agents/" + UrlEncode(options_.node) + "/heartbeat").c_str(), body.dump(),
-                         "application/json");
+  auto res = http_->Post(("/v1/agents/" + UrlEncode(options_.node) + "/heartbeat").c_str(),
+                         body.dump(), "application/json");
   if (!res) {
     // One line when the server becomes unreachable, not one per heartbeat.
     const std::string err = "cannot reach " + servers_.current();
@@ -786,7 +837,10 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   if (res->status == 503 && reply.is_object() && reply.value("role", "") == "standby") {
     // A standby: go to the leader it names (or the next server), at once.
     const std::string err = servers_.current() + " is a standby";
-    if (err != last_error_) Say(err + (reply.value("leader", "").empty() ? "" : "; the leader is " + reply.value("leader", "")));
+    if (err != last_error_)
+      Say(err + (reply.value("leader", "").empty()
+                     ? ""
+                     : "; the leader is " + reply.value("leader", "")));
     last_error_ = err;
     servers_.Failed(reply.value("leader", ""));
     Connect();
@@ -806,7 +860,8 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   const int64_t lease = reply.value("lease_ms", int64_t{0});
   lease_ms_ = lease;
   node_timeout_ms_ = reply.value("node_timeout_ms", int64_t{0});
-  WriteLease((fs::path(options_.state_dir) / "lease").string(), lease, node_timeout_ms_.load());  // the shims' fence
+  WriteLease((fs::path(options_.state_dir) / "lease").string(), lease,
+             node_timeout_ms_.load());  // the shims' fence
   // Calls give up well within the lease, so a lost link is noticed and retried promptly.
   const int64_t timeout_ms = std::clamp<int64_t>(lease / 3, 300, 5000);
   http_->set_connection_timeout(timeout_ms / 1000, (timeout_ms % 1000) * 1000);
@@ -833,7 +888,8 @@ void Agent::Apply(const json& answer, int64_t now) {
   {
     std::lock_guard lk(watch_mu_);
     if (epoch < applied_epoch_) return;  // from a leader since replaced
-    if (epoch == applied_epoch_ && instance == applied_instance_ && version < applied_version_) return;
+    if (epoch == applied_epoch_ && instance == applied_instance_ && version < applied_version_)
+      return;
     applied_epoch_ = epoch;
     applied_instance_ = instance;
     applied_version_ = version;
@@ -864,13 +920,15 @@ void Agent::WatchLoop(const std::atomic<bool>& stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    const std::string path = "/v1/agents/" + UrlEncode(options_.node) + "/watch?instance=" + UrlEncode(instance) +
+    const std::string path = "/v1/agents/" + UrlEncode(options_.node) +
+                             "/watch?instance=" + UrlEncode(instance) +
                              "&version=" + std::to_string(version) + "&timeout_ms=20000";
     auto res = watch_http_->Get(path.c_str());
     json body = res && res->status == 200 ? json::parse(res->body, nullptr, false) : json();
     if (!body.is_object()) {
       // The server is away or refused: heartbeats report that; try again shortly.
-      for (int i = 0; i < 25 && !stop.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int i = 0; i < 25 && !stop.load(); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
     {
@@ -892,7 +950,8 @@ void Agent::Remember(const std::string& key) {
 void Agent::Reconcile(const json& desired, int64_t now) {
   std::set<std::string> wanted;
   for (const json& e : desired) {
-    const std::string key = Key(e.at("job").get<std::string>(), e.at("run").get<int>(), e.at("rank").get<int>());
+    const std::string key =
+        Key(e.at("job").get<std::string>(), e.at("run").get<int>(), e.at("rank").get<int>());
     wanted.insert(key);
     const bool run = e.value("action", std::string("run")) == "run";
     auto it = workers_.find(key);
@@ -902,7 +961,9 @@ void Agent::Reconcile(const json& desired, int64_t now) {
     }
     const int64_t grace = e.value("grace_ms", int64_t{0});
     if (it != workers_.end()) {
-      Stop(it->second, it->second.stop_signal > 0 ? it->second.stop_signal : options_.preempt_signal, grace, now);
+      Stop(it->second,
+           it->second.stop_signal > 0 ? it->second.stop_signal : options_.preempt_signal, grace,
+           now);
     } else if (!done_.count(key)) {
       // Stopped before it ever started here: report it ended, so the server need not wait.
       Worker w;
@@ -931,7 +992,8 @@ void Agent::StartWorker(const json& e, int64_t now) {
   w.run = e.at("run").get<int>();
   w.rank = e.at("rank").get<int>();
   w.grace_ms = e.value("grace_ms", int64_t{0});
-  const std::string stem = std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" + std::to_string(w.rank);
+  const std::string stem =
+      std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" + std::to_string(w.rank);
   w.log_path = (fs::path(options_.state_dir) / "logs" / (stem + ".log")).string();
   w.record_path = (fs::path(options_.state_dir) / "workers" / (stem + ".json")).string();
   w.status_path = (fs::path(options_.state_dir) / "workers" / (stem + ".exit")).string();
@@ -945,13 +1007,15 @@ void Agent::StartWorker(const json& e, int64_t now) {
   }
   spec.workdir = e.value("workdir", std::string());
   spec.own_workdir = spec.workdir.empty();
-  if (spec.own_workdir) spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
+  if (spec.own_workdir)
+    spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
   spec.log_path = w.log_path;
   w.stop_signal = e.value("signal", 0);
   // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as
   // its user (Launch), so it can write only where that user may.
-  for (const auto& [field, out] : {std::pair<const char*, std::string*>{"stdout", &spec.stdout_path},
-                                   {"stderr", &spec.stderr_path}}) {
+  for (const auto& [field, out] :
+       {std::pair<const char*, std::string*>{"stdout", &spec.stdout_path},
+        {"stderr", &spec.stderr_path}}) {
     const std::string p = e.value(field, std::string());
     if (!p.empty()) *out = fs::path(p).is_absolute() ? p : (fs::path(spec.workdir) / p).string();
   }
@@ -1008,8 +1072,9 @@ void Agent::StartWorker(const json& e, int64_t now) {
       if (sharing == "mps") {
         // MPS: the share as a percentage of the GPU's threads, and the VRAM as a pinned
         // memory limit on (visible) device 0.
-        spec.env.emplace_back("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                              std::to_string(std::max(1, static_cast<int>(std::lround(milli / 10.0)))));
+        spec.env.emplace_back(
+            "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+            std::to_string(std::max(1, static_cast<int>(std::lround(milli / 10.0)))));
         const int64_t vram = alloc.value("vram_bytes", int64_t{0});
         if (vram > 0) {
           spec.env.emplace_back("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
@@ -1020,7 +1085,8 @@ void Agent::StartWorker(const json& e, int64_t now) {
     }
   }
   spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
-  spec.env.emplace_back("GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
+  spec.env.emplace_back(
+      "GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
   for (std::stringstream in(indexes); std::getline(in, visible_index, ',');) {
     w.share.gpus.push_back(std::stoi(visible_index));
   }
@@ -1035,11 +1101,15 @@ void Agent::StartWorker(const json& e, int64_t now) {
   const std::string user = e.value("user", std::string());
   if (problem.empty() && run_as_user_) {
     if (user.empty()) {
-      problem = "the job names no user (its token has none) and this agent runs jobs as their users (--run-as user)";
+      problem =
+          "the job names no user (its token has none) and this agent runs jobs as their users "
+          "(--run-as user)";
     } else {
-      struct passwd pw {}, *found = nullptr;
+      struct passwd pw {
+      }, *found = nullptr;
       std::vector<char> buf(16384);
-      if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+      if (::getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found) != 0 ||
+          found == nullptr) {
         problem = "user " + user + " has no Unix account on this node";
       } else {
         spec.as_user = true;
@@ -1053,7 +1123,9 @@ void Agent::StartWorker(const json& e, int64_t now) {
         }
         spec.groups.resize(static_cast<size_t>(std::max(n, 0)));
         // The user's, not the agent's (root's), unless the job set them.
-        for (auto [k, v] : {std::pair<std::string, std::string>{"HOME", pw.pw_dir}, {"USER", user}, {"LOGNAME", user}}) {
+        for (auto [k, v] : {std::pair<std::string, std::string>{"HOME", pw.pw_dir},
+                            {"USER", user},
+                            {"LOGNAME", user}}) {
           bool set = false;
           for (const auto& kv : spec.env) set |= kv.first == k;
           if (!set) spec.env.emplace_back(k, v);
@@ -1073,9 +1145,11 @@ void Agent::StartWorker(const json& e, int64_t now) {
       f << script;
       if (!f.flush()) problem = "cannot write the batch script " + w.script_path;
     }
-    if (problem.empty() && ((spec.as_user && ::chown(w.script_path.c_str(), spec.uid, spec.gid) != 0) ||
-                            ::chmod(w.script_path.c_str(), 0500) != 0)) {
-      problem = "cannot give the batch script " + w.script_path + " to its user: " + std::strerror(errno);
+    if (problem.empty() &&
+        ((spec.as_user && ::chown(w.script_path.c_str(), spec.uid, spec.gid) != 0) ||
+         ::chmod(w.script_path.c_str(), 0500) != 0)) {
+      problem =
+          "cannot give the batch script " + w.script_path + " to its user: " + std::strerror(errno);
     }
     spec.argv.insert(spec.argv.begin(), w.script_path);
   }
@@ -1086,10 +1160,11 @@ void Agent::StartWorker(const json& e, int64_t now) {
   if (problem.empty() && cgroups_) {
     // Its GPUs' device files only. Not for a container: its devices are podman's --device,
     // and the runtime podman starts from this cgroup must make those nodes.
-    auto join = cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
-                                        .cpus_milli = limits.value("cpus_milli", int64_t{0}),
-                                        .denied_devices = image.empty() ? DeniedDevices(w.share, w.job)
-                                                                        : std::vector<CharDevice>{}});
+    auto join =
+        cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
+                                .cpus_milli = limits.value("cpus_milli", int64_t{0}),
+                                .denied_devices = image.empty() ? DeniedDevices(w.share, w.job)
+                                                                : std::vector<CharDevice>{}});
     if (join) {
       w.cgroup = stem;
       spec.join = std::move(*join);
@@ -1101,27 +1176,31 @@ void Agent::StartWorker(const json& e, int64_t now) {
   // worker. It runs as root (rootful podman), the job as its user inside.
   if (problem.empty() && !image.empty()) {
     // gantryd refuses such names; an agent runs none it is sent either (podman runs as root).
-    if (const std::string why = ImageReferenceProblem(image); !why.empty()) problem = "image " + image + ": " + why;
+    if (const std::string why = ImageReferenceProblem(image); !why.empty())
+      problem = "image " + image + ": " + why;
   }
   if (problem.empty() && !image.empty()) {
-    ContainerSpec c{.name = ContainerName(options_.node, w.seq, w.run, w.rank),
-                    .node = options_.node,
-                    .job = w.job,
-                    .image = image,
-                    .command = spec.argv,
-                    .env = spec.env,
-                    .workdir = spec.workdir,
-                    .mounts = {},
-                    .devices = {},
-                    .memory_bytes = w.memory_bytes,
-                    .cpus_milli = limits.value("cpus_milli", int64_t{0}),
-                    .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
+    ContainerSpec c{
+        .name = ContainerName(options_.node, w.seq, w.run, w.rank),
+        .node = options_.node,
+        .job = w.job,
+        .image = image,
+        .command = spec.argv,
+        .env = spec.env,
+        .workdir = spec.workdir,
+        .mounts = {},
+        .devices = {},
+        .memory_bytes = w.memory_bytes,
+        .cpus_milli = limits.value("cpus_milli", int64_t{0}),
+        .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
     if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
     if (gpus_->Describe().rfind("emulated", 0) != 0) {  // emulated GPUs have no devices
       std::vector<std::string> uuids, nodes;
-      for (std::stringstream in(visible); std::getline(in, visible_index, ',');) uuids.push_back(visible_index);
+      for (std::stringstream in(visible); std::getline(in, visible_index, ',');)
+        uuids.push_back(visible_index);
       for (const GpuInfo& g : last_gpus_) {  // by minor number: /dev/nvidiaN need not be GPU N
-        if (std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end()) continue;
+        if (std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end())
+          continue;
         nodes.push_back("/dev/nvidia" + std::to_string(g.minor >= 0 ? g.minor : g.index));
         if (const auto mig = MigDevices(g, w.share.mig_uuid)) {
           nodes.insert(nodes.end(), {MigCaps::Path(mig->first), MigCaps::Path(mig->second)});
@@ -1187,11 +1266,11 @@ void Agent::StartWorker(const json& e, int64_t now) {
                         .cgroup = w.cgroup};
   }
   WriteRecord(w);
-  Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) + " started, pid " +
-      std::to_string(w.pid) + (visible.empty() ? "" : ", CUDA_VISIBLE_DEVICES=" + visible));
+  Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
+      " started, pid " + std::to_string(w.pid) +
+      (visible.empty() ? "" : ", CUDA_VISIBLE_DEVICES=" + visible));
   workers_[key] = w;
 }
-
 
 std::vector<CharDevice> Agent::DeniedDevices(const WorkerShare& share, const std::string& job) {
   std::vector<CharDevice> denied;
@@ -1209,10 +1288,14 @@ std::vector<CharDevice> Agent::DeniedDevices(const WorkerShare& share, const std
     const std::vector<CharDevice> caps = mig_caps_->OnGpu(g.minor);
     const auto mine = MigDevices(g, share.mig_uuid);
     if (caps.empty() || (!share.mig_uuid.empty() && !mine)) {
-      Say("job " + job + ": the MIG instances of GPU " + std::to_string(g.index) + " are NOT fenced from it" +
+      Say("job " + job + ": the MIG instances of GPU " + std::to_string(g.index) +
+              " are NOT fenced from it" +
               (share.mig_uuid.empty() ? std::string() : " (in " + share.mig_uuid + ")") + ": " +
-              (caps.empty() ? "the driver's mig-minors lists no access devices for /dev/nvidia" + std::to_string(g.minor)
-                            : std::string("NVML or the driver did not tell its GPU and compute instance's devices")),
+              (caps.empty()
+                   ? "the driver's mig-minors lists no access devices for /dev/nvidia" +
+                         std::to_string(g.minor)
+                   : std::string(
+                         "NVML or the driver did not tell its GPU and compute instance's devices")),
           true);
       continue;
     }
@@ -1223,7 +1306,8 @@ std::vector<CharDevice> Agent::DeniedDevices(const WorkerShare& share, const std
   return denied;
 }
 
-std::optional<std::pair<CharDevice, CharDevice>> Agent::MigDevices(const GpuInfo& gpu, const std::string& uuid) const {
+std::optional<std::pair<CharDevice, CharDevice>> Agent::MigDevices(const GpuInfo& gpu,
+                                                                   const std::string& uuid) const {
   if (uuid.empty() || !mig_caps_ || gpu.minor < 0) return std::nullopt;
   int gi = -1, ci = -1;
   if (auto made = migs_.find(uuid); made != migs_.end()) {
@@ -1238,18 +1322,19 @@ std::optional<std::pair<CharDevice, CharDevice>> Agent::MigDevices(const GpuInfo
   return mig_caps_->Instance(gpu.minor, gi, ci);
 }
 
-Result<std::string> Agent::MigFor(const GpuInfo& g, const MigPlacement& want, const std::string& key,
-                                  const std::string& job, int64_t now) {
+Result<std::string> Agent::MigFor(const GpuInfo& g, const MigPlacement& want,
+                                  const std::string& key, const std::string& job, int64_t now) {
   const auto overlaps = [&](int start, int size) {
-    return start < want.start + std::max(want.memory_slices, 1) && want.start < start + std::max(size, 1);
+    return start < want.start + std::max(want.memory_slices, 1) &&
+           want.start < start + std::max(size, 1);
   };
   ReleaseMigs(now, /*now_or_never=*/true);  // an ended worker's instance in the way goes first
   for (const auto& [uuid, h] : migs_) {
     if (h.made.gpu != g.index || !overlaps(h.made.start, h.made.size)) continue;
     return Error{"mig", "MIG instance " + uuid + " (" + h.made.profile + " at memory slice " +
                             std::to_string(h.made.start) + "), which this agent made for " +
-                            (h.owner.empty() ? "a worker now gone" : "job " + h.job) + ", is still there" +
-                            (h.error.empty() ? "" : ": " + h.error)};
+                            (h.owner.empty() ? "a worker now gone" : "job " + h.job) +
+                            ", is still there" + (h.error.empty() ? "" : ": " + h.error)};
   }
   if (const MigInstance* m = FindMig(g, want.profile, want.start)) {
     // Laid out by someone else (an administrator, a MIG manager): used as it is, never destroyed.
@@ -1267,8 +1352,8 @@ Result<std::string> Agent::MigFor(const GpuInfo& g, const MigPlacement& want, co
   h.owner = key;
   h.job = job;
   SaveMigs();
-  Say("created MIG instance " + made->uuid + " (" + made->profile + " at memory slice " + std::to_string(made->start) +
-      ") on GPU " + std::to_string(g.index) + " for job " + job);
+  Say("created MIG instance " + made->uuid + " (" + made->profile + " at memory slice " +
+      std::to_string(made->start) + ") on GPU " + std::to_string(g.index) + " for job " + job);
   return made->uuid;
 }
 
@@ -1314,9 +1399,10 @@ bool Agent::MigPending(const std::string& key, int64_t now, bool give_up, std::s
   for (auto& [uuid, h] : migs_) {
     if (h.owner != key) continue;
     if (!give_up && (h.ended_at < 0 || now - h.ended_at < kMigReleaseWaitMs)) return true;
-    *note = "; its MIG instance " + uuid + " is not destroyed yet" + (h.error.empty() ? "" : ": " + h.error);
-    Say("reporting job " + h.job + "'s worker ended, with its MIG instance " + uuid + " still there" +
-            (h.error.empty() ? "" : ": " + h.error),
+    *note = "; its MIG instance " + uuid + " is not destroyed yet" +
+            (h.error.empty() ? "" : ": " + h.error);
+    Say("reporting job " + h.job + "'s worker ended, with its MIG instance " + uuid +
+            " still there" + (h.error.empty() ? "" : ": " + h.error),
         true);
     h.owner.clear();  // still destroyed when it can be
     SaveMigs();
@@ -1329,9 +1415,15 @@ void Agent::SaveMigs() const {
   json list = json::array();
   for (const auto& [uuid, h] : migs_) {
     const MadeMig& m = h.made;
-    list.push_back({{"gpu", m.gpu}, {"gpu_uuid", m.gpu_uuid}, {"uuid", m.uuid}, {"profile", m.profile},
-                    {"start", m.start}, {"size", m.size}, {"gpu_instance", m.gpu_instance},
-                    {"compute_instance", m.compute_instance}, {"job", h.job}});
+    list.push_back({{"gpu", m.gpu},
+                    {"gpu_uuid", m.gpu_uuid},
+                    {"uuid", m.uuid},
+                    {"profile", m.profile},
+                    {"start", m.start},
+                    {"size", m.size},
+                    {"gpu_instance", m.gpu_instance},
+                    {"compute_instance", m.compute_instance},
+                    {"job", h.job}});
   }
   const fs::path path = fs::path(options_.state_dir) / "mig.json";
   std::error_code ec;
@@ -1365,8 +1457,9 @@ void Agent::LoadMigs(const std::map<std::string, std::string>& kept) {
       migs_[h.made.uuid] = std::move(h);
       continue;
     }
-    Say("MIG instance " + h.made.uuid + " (" + h.made.profile + " at memory slice " + std::to_string(h.made.start) +
-        ") on GPU " + std::to_string(h.made.gpu) + " was made by a previous gantry-agent: destroying it");
+    Say("MIG instance " + h.made.uuid + " (" + h.made.profile + " at memory slice " +
+        std::to_string(h.made.start) + ") on GPU " + std::to_string(h.made.gpu) +
+        " was made by a previous gantry-agent: destroying it");
     migs_[h.made.uuid] = std::move(h);  // no owner: destroyed by the main loop
   }
 }

@@ -65,14 +65,14 @@ class Client;
 namespace gantry::agent {
 
 struct AgentOptions {
-  std::string server;      // base URL, e.g. http://127.0.0.1:8080; several comma-separated
-                           // (a leader and its standbys): the agent follows the leader
-  std::string token;       // an agent (or admin) token
-  std::string ca_cert;     // for https:// servers: a PEM CA certificate to trust (else the system's)
-  std::string node;        // a node name from the cluster config
-  std::string address;     // advertised to gang peers; empty: what the server sees
-  std::string state_dir;   // logs/, work/, workers/
-  int preempt_signal = 15; // SIGTERM
+  std::string server;     // base URL, e.g. http://127.0.0.1:8080; several comma-separated
+                          // (a leader and its standbys): the agent follows the leader
+  std::string token;      // an agent (or admin) token
+  std::string ca_cert;    // for https:// servers: a PEM CA certificate to trust (else the system's)
+  std::string node;       // a node name from the cluster config
+  std::string address;    // advertised to gang peers; empty: what the server sees
+  std::string state_dir;  // logs/, work/, workers/
+  int preempt_signal = 15;      // SIGTERM
   int64_t heartbeat_ms = 1000;  // until the server says otherwise
   int64_t max_shutdown_grace_ms = 30000;
   std::string cgroups = "auto";  // auto, v1, v2 or off (agent/cgroup.h)
@@ -130,7 +130,7 @@ class Agent {
     pid_t pid = 0;
     int64_t grace_ms = 0;
     bool stopping = false;
-    int64_t kill_at = 0;     // steady ms; SIGKILL when still alive then
+    int64_t kill_at = 0;  // steady ms; SIGKILL when still alive then
     bool killed = false;
     bool lose_on_exit = false;  // the agent itself ended it (fence, shutdown): report lost
     bool exited = false;
@@ -138,8 +138,8 @@ class Agent {
     bool lost = false;
     std::string note;
     std::string log_path;
-    std::string out_path;     // sbatch -o: the file its stdout goes to, uploaded once it exists
-    bool out_user = false;    // out_path is read as this user (it runs as them)
+    std::string out_path;   // sbatch -o: the file its stdout goes to, uploaded once it exists
+    bool out_user = false;  // out_path is read as this user (it runs as them)
     uid_t uid = 0;
     gid_t gid = 0;
     std::vector<gid_t> groups;
@@ -147,13 +147,13 @@ class Agent {
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
     int64_t uploaded = 0;
     std::string record_path;
-    std::string status_path;  // where its shim writes how it ended (launcher.h, ShimMain)
+    std::string status_path;    // where its shim writes how it ended (launcher.h, ShimMain)
     long long start_time = -1;  // its shim's (pid's) start time: tells it from a later process
     // Re-adopted from a previous agent: its shim is not this agent's child, so its end is
     // seen by polling (the shim gone, its status file read) instead of waitpid.
     bool adopted = false;
-    std::string cgroup;  // its cgroup's name; empty without cgroups
-    std::string container;  // its container's name; empty for a job without an image
+    std::string cgroup;        // its cgroup's name; empty without cgroups
+    std::string container;     // its container's name; empty for a job without an image
     int64_t memory_bytes = 0;  // its memory limit, for the OOM note
     // For usage reports: what it holds of the GPUs, when it started (steady ms), and the
     // server's emulation model.
@@ -165,12 +165,12 @@ class Agent {
   // A MIG instance this agent created, until it is destroyed.
   struct HeldMig {
     MadeMig made;
-    std::string owner;     // the worker it was made for (Key); empty: its owner is gone
-                           // (reported without it, or a previous agent's)
-    std::string job;       // the owner's job, for messages
-    int64_t ended_at = -1; // steady ms its owner was first seen ended; -1 while it runs
-    int64_t next_try = 0;  // steady ms of the next destroy attempt
-    std::string error;     // why the last attempt failed
+    std::string owner;      // the worker it was made for (Key); empty: its owner is gone
+                            // (reported without it, or a previous agent's)
+    std::string job;        // the owner's job, for messages
+    int64_t ended_at = -1;  // steady ms its owner was first seen ended; -1 while it runs
+    int64_t next_try = 0;   // steady ms of the next destroy attempt
+    std::string error;      // why the last attempt failed
   };
   // The MIG UUID for a worker (`key`) on a mig_managed GPU: the instance of its profile at
   // its placement, created when there is none; an error saying why there cannot be one.
@@ -188,7 +188,8 @@ class Agent {
   void LoadMigs(const std::map<std::string, std::string>& kept);
   // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (see
   // NvmlUsage). `owners`: GpuProcessOwners().
-  nlohmann::json Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const;
+  nlohmann::json Usage(const Worker& w, int64_t now,
+                       const std::map<int, std::string>& owners) const;
   // The running worker (its key) each GPU process in last_gpus_ belongs to: the one whose
   // session it is in (Launch makes each worker a session leader), else, with cgroups, the
   // one whose cgroup holds it (a process that left the session with setsid). NVML gives
@@ -234,7 +235,8 @@ class Agent {
 
   AgentOptions options_;
   std::unique_ptr<GpuSource> gpus_;
-  std::unique_ptr<Cgroups> cgroups_;  // null: workers are process groups only; read-only once running
+  std::unique_ptr<Cgroups>
+      cgroups_;  // null: workers are process groups only; read-only once running
   // MIG instances' access devices (read at start); absent where there are none (no
   // MIG-capable driver, capabilities not device files).
   std::optional<MigCaps> mig_caps_;
@@ -245,7 +247,8 @@ class Agent {
   std::vector<CharDevice> DeniedDevices(const WorkerShare& share, const std::string& job);
   // The access devices of the MIG instance `uuid` on `gpu` (made here or laid out before);
   // nullopt when NVML or the driver did not tell its ids or devices.
-  std::optional<std::pair<CharDevice, CharDevice>> MigDevices(const GpuInfo& gpu, const std::string& uuid) const;
+  std::optional<std::pair<CharDevice, CharDevice>> MigDevices(const GpuInfo& gpu,
+                                                              const std::string& uuid) const;
   bool run_as_user_ = false;
   std::vector<std::string> unremoved_;  // cgroups of ended workers, until removed
   std::unique_ptr<httplib::Client> http_;
@@ -253,7 +256,7 @@ class Agent {
   std::string agent_id_;  // kept in the state directory: a restarted agent is the same agent
   int lock_fd_ = -1;      // the state directory's lock, held while running
   std::vector<GpuInfo> last_gpus_;
-  std::map<int, int64_t> busy_at_;         // GPU index -> last time it was seen busy (or first seen)
+  std::map<int, int64_t> busy_at_;  // GPU index -> last time it was seen busy (or first seen)
   std::map<std::string, Worker> workers_;  // key -> worker, until its exit is acknowledged
   std::set<std::string> done_;             // keys whose exit the server acknowledged
   std::deque<std::string> done_order_;     // bounded memory for done_
@@ -271,8 +274,8 @@ class Agent {
     std::string cgroup;
   };
   std::mutex fence_mu_;
-  std::map<pid_t, Live> live_;   // running workers by pid (== process group)
-  std::set<pid_t> fenced_;       // workers the fence stopped: reported lost
+  std::map<pid_t, Live> live_;  // running workers by pid (== process group)
+  std::set<pid_t> fenced_;      // workers the fence stopped: reported lost
   std::atomic<int64_t> lease_ms_{0};
   std::atomic<int64_t> node_timeout_ms_{0};
   std::atomic<int64_t> last_ok_{0};  // steady ms of the last successful heartbeat
@@ -281,13 +284,13 @@ class Agent {
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
   std::unique_ptr<httplib::Client> watch_http_;
-  std::string server_now_;        // the server heartbeats go to; the watch follows it
+  std::string server_now_;  // the server heartbeats go to; the watch follows it
   // The newest answer applied: its server's lease epoch and instance, and the version.
   int64_t applied_epoch_ = -1;
   std::string applied_instance_;
   int64_t applied_version_ = -1;
   std::optional<nlohmann::json> watched_;  // an answer the main loop has not applied yet
-  bool exits_pending_ = false;             // main loop only: a worker ended since the last heartbeat
+  bool exits_pending_ = false;  // main loop only: a worker ended since the last heartbeat
 };
 
 }  // namespace gantry::agent

@@ -19,11 +19,11 @@
 #include <iostream>
 #include <string_view>
 
-#include "base/log.h"
 #include "agent/agent.h"
-#include "agent/launcher.h"
 #include "agent/emulated.h"
+#include "agent/launcher.h"
 #include "agent/nvml.h"
+#include "base/log.h"
 
 using namespace gantry;
 
@@ -44,8 +44,9 @@ class NoGpus final : public agent::GpuSource {
 };
 
 int SignalNumber(const std::string& s) {
-  static const std::pair<const char*, int> kNames[] = {
-      {"TERM", SIGTERM}, {"INT", SIGINT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"HUP", SIGHUP}, {"KILL", SIGKILL}};
+  static const std::pair<const char*, int> kNames[] = {{"TERM", SIGTERM}, {"INT", SIGINT},
+                                                       {"USR1", SIGUSR1}, {"USR2", SIGUSR2},
+                                                       {"HUP", SIGHUP},   {"KILL", SIGKILL}};
   std::string n = s.rfind("SIG", 0) == 0 ? s.substr(3) : s;
   for (const auto& [name, num] : kNames) {
     if (n == name) return num;
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string_view(argv[1]) == "--shim-worker") return agent::ShimMain(argc, argv);
   CLI::App app{"gantry-agent: runs Gantry jobs on one node"};
   agent::AgentOptions o;
-  std::string emulate, token_file, emulate_lost, preempt_signal = "TERM", container_run = "podman run";
+  std::string emulate, token_file, emulate_lost, preempt_signal = "TERM",
+                                                 container_run = "podman run";
   bool no_gpus = false;
   if (const char* s = std::getenv("GANTRY_SERVER")) o.server = s;
   if (const char* t = std::getenv("GANTRY_TOKEN")) o.token = t;
@@ -68,26 +70,33 @@ int main(int argc, char** argv) {
   app.add_option("--server", o.server, "gantryd URL (default: $GANTRY_SERVER)");
   app.add_option("--node", o.node, "This node's name in the cluster config")->required();
   app.add_option("--ca-cert", o.ca_cert,
-                 "For https:// servers: trust this PEM CA certificate (default: $GANTRY_CA_CERT, else the system's)");
-  app.add_option("--token-file", token_file, "File holding the agent token (default: $GANTRY_TOKEN)");
+                 "For https:// servers: trust this PEM CA certificate (default: $GANTRY_CA_CERT, "
+                 "else the system's)");
+  app.add_option("--token-file", token_file,
+                 "File holding the agent token (default: $GANTRY_TOKEN)");
   app.add_option("--emulate", emulate, "Emulate GPUs instead of NVML, e.g. 8xH100-80GB");
   app.add_option("--emulate-lost-file", emulate_lost,
                  "With --emulate: a file of GPU indexes to report as lost (tests)");
   app.add_flag("--no-gpus", no_gpus, "A CPU-only node: report no GPUs, skip NVML");
-  app.add_option("--state-dir", o.state_dir,
-                 "Logs, work directories, worker records and the agent's id (one agent per directory; "
-                 "a restarted agent on it takes over the workers still running)")
+  app.add_option(
+         "--state-dir", o.state_dir,
+         "Logs, work directories, worker records and the agent's id (one agent per directory; "
+         "a restarted agent on it takes over the workers still running)")
       ->default_str("/var/lib/gantry-agent");
   app.add_option("--cgroups", o.cgroups,
-                 "Worker isolation: auto (a cgroup per worker when a writable v2 or v1 hierarchy is found), "
+                 "Worker isolation: auto (a cgroup per worker when a writable v2 or v1 hierarchy "
+                 "is found), "
                  "v2, v1 (that or fail) or off")
       ->capture_default_str();
-  app.add_option("--run-as", o.run_as,
-                 "user: each job as the Unix account its token names (default when root); agent: as this "
-                 "agent's user");
+  app.add_option(
+      "--run-as", o.run_as,
+      "user: each job as the Unix account its token names (default when root); agent: as this "
+      "agent's user");
   std::string log_format = "text";
-  app.add_option("--log-format", log_format, "Log on stderr: text or json (JSON Lines)")->capture_default_str();
-  app.add_option("--address", o.address, "Address gang peers reach this node at (default: as the server sees it)");
+  app.add_option("--log-format", log_format, "Log on stderr: text or json (JSON Lines)")
+      ->capture_default_str();
+  app.add_option("--address", o.address,
+                 "Address gang peers reach this node at (default: as the server sees it)");
   app.add_option("--preempt-signal", preempt_signal, "Signal sent first when a job is preempted")
       ->capture_default_str();
   app.add_option("--container-run", container_run,

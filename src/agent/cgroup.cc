@@ -73,7 +73,8 @@ std::vector<Mount> CgroupMounts() {
     if (f.size() < 5 || dash + 2 >= f.size()) continue;
     const std::string& type = f[dash + 1];
     if (type != "cgroup" && type != "cgroup2") continue;
-    out.push_back({f[3], f[4], type, dash + 3 < f.size() ? Split(f[dash + 3], ',') : std::vector<std::string>{}});
+    out.push_back({f[3], f[4], type,
+                   dash + 3 < f.size() ? Split(f[dash + 3], ',') : std::vector<std::string>{}});
   }
   return out;
 }
@@ -95,8 +96,8 @@ std::string Errno(int err) { return std::strerror(err); }
 // `parent` first; when `parent` holds processes (EBUSY), moves this agent into
 // `parent`/`name`-agent and tries again. The base's path, or empty with the reason added
 // to `problems`.
-std::string PrepareV2Base(const std::string& parent, const std::string& name, const std::string& enable,
-                          std::vector<std::string>* problems) {
+std::string PrepareV2Base(const std::string& parent, const std::string& name,
+                          const std::string& enable, std::vector<std::string>* problems) {
   if (WriteFile(parent + "/cgroup.subtree_control", enable) != 0) {
     const std::string leaf = parent + "/" + name + "-agent";
     std::error_code ec;
@@ -153,8 +154,11 @@ std::vector<bpf_insn> DeviceProgram(const std::vector<CharDevice>& denied) {
   // (2). The verifier refuses unreachable instructions, so the deny block exists only with
   // a test that reaches it.
   const int n = static_cast<int>(denied.size()), deny = 6 + 2 * n, allow = deny + 2;
-  auto to = [&](int target) { return static_cast<int16_t>(target - static_cast<int>(p.size()) - 1); };
-  insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, access_type), 0);
+  auto to = [&](int target) {
+    return static_cast<int16_t>(target - static_cast<int>(p.size()) - 1);
+  };
+  insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, access_type),
+       0);
   insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xFFFF);  // the type; the access is above
   insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0, to(allow), BPF_DEVCG_DEV_CHAR);
   insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1, offsetof(bpf_cgroup_dev_ctx, major), 0);
@@ -197,12 +201,14 @@ std::string DenyDevices(const std::string& dir, const std::vector<CharDevice>& d
     ::close(cg);
   }
   ::close(prog);
-  return err == 0 ? std::string() : "cannot attach a BPF device program to " + dir + ": " + Errno(err);
+  return err == 0 ? std::string()
+                  : "cannot attach a BPF device program to " + dir + ": " + Errno(err);
 }
 
 }  // namespace
 
-Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const std::string& scope, std::string* why) {
+Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const std::string& scope,
+                                               std::string* why) {
   if (mode == "off") return std::unique_ptr<Cgroups>();
   if (mode != "auto" && mode != "v1" && mode != "v2") {
     return Error{"--cgroups", "expected auto, v1, v2 or off, got " + mode};
@@ -264,7 +270,8 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       const std::string probe = base + "/gantry-devices-probe";
       std::error_code ec;
       fs::create_directory(probe, ec);
-      cg->devices_why_ = ec ? "cannot make " + probe + ": " + ec.message() : DenyDevices(probe, {{kNvidiaMajor, 0}});
+      cg->devices_why_ = ec ? "cannot make " + probe + ": " + ec.message()
+                            : DenyDevices(probe, {{kNvidiaMajor, 0}});
       ::rmdir(probe.c_str());
       return cg;
     }
@@ -297,9 +304,11 @@ Result<std::unique_ptr<Cgroups>> Cgroups::Open(const std::string& mode, const st
       cg->bases_.push_back(base);
       cg->controllers_.push_back(controller);
     }
-    cg->devices_why_ = Contains(cg->controllers_, "devices") ? "" : "no cgroup v1 devices hierarchy";
+    cg->devices_why_ =
+        Contains(cg->controllers_, "devices") ? "" : "no cgroup v1 devices hierarchy";
     for (const std::string& p : problems) {  // it exists, but its cgroup could not be made
-      if (!cg->devices_why_.empty() && p.find("/devices/") != std::string::npos) cg->devices_why_ = p;
+      if (!cg->devices_why_.empty() && p.find("/devices/") != std::string::npos)
+        cg->devices_why_ = p;
     }
     if (!cg->controllers_.empty() && cg->controllers_[0] == "memory") return cg;
   }
@@ -327,7 +336,8 @@ std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   return out;
 }
 
-Result<std::vector<std::string>> Cgroups::Create(const std::string& name, const CgroupLimits& limits) {
+Result<std::vector<std::string>> Cgroups::Create(const std::string& name,
+                                                 const CgroupLimits& limits) {
   if (fs::exists(bases_[0] + "/" + name)) KillAndRemove(name);
   std::vector<std::string> join;
   for (size_t i = 0; i < bases_.size(); ++i) {
@@ -338,17 +348,19 @@ Result<std::vector<std::string>> Cgroups::Create(const std::string& name, const 
     std::string problem;  // the first limit that could not be set
     auto set = [&](const std::string& file, const std::string& value) {
       const int err = WriteFile(dir + "/" + file, value);
-      if (err != 0 && problem.empty()) problem = "cannot write " + value + " to " + dir + "/" + file + ": " + Errno(err);
+      if (err != 0 && problem.empty())
+        problem = "cannot write " + value + " to " + dir + "/" + file + ": " + Errno(err);
       return err == 0;
     };
-    auto optional = [&](const std::string& file, const std::string& value) {  // absent on some kernels
+    auto optional = [&](const std::string& file,
+                        const std::string& value) {  // absent on some kernels
       (void)WriteFile(dir + "/" + file, value);
     };
     const std::string& c = controllers_[i];
     if (version_ == 2) {
       if (limits.memory_bytes > 0) {
         set("memory.max", std::to_string(limits.memory_bytes));
-        optional("memory.swap.max", "0");  // absent without swap accounting
+        optional("memory.swap.max", "0");   // absent without swap accounting
         optional("memory.oom.group", "1");  // an OOM kill takes the whole worker
       }
       if (limits.cpus_milli > 0 && Contains(controllers_, "cpu")) {
@@ -359,11 +371,13 @@ Result<std::vector<std::string>> Cgroups::Create(const std::string& name, const 
       }
     } else if (c == "devices") {
       for (const CharDevice& d : limits.denied_devices) {
-        set("devices.deny", "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
+        set("devices.deny",
+            "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
       }
     } else if (c == "memory" && limits.memory_bytes > 0) {
       set("memory.limit_in_bytes", std::to_string(limits.memory_bytes));
-      optional("memory.memsw.limit_in_bytes", std::to_string(limits.memory_bytes));  // no swap past it
+      optional("memory.memsw.limit_in_bytes",
+               std::to_string(limits.memory_bytes));  // no swap past it
     } else if (c == "cpu" && limits.cpus_milli > 0) {
       set("cpu.cfs_period_us", "100000");
       set("cpu.cfs_quota_us", std::to_string(limits.cpus_milli * 100));

@@ -50,7 +50,8 @@ class Cgroups {
   // `*why` says why), "v1" or "v2" (that or an error), "off" (nullptr).
   // `scope` names the agent's subtree (gantry-SCOPE), so that agents for several nodes,
   // or of several test clusters, may share a cgroup: the node and its state directory.
-  static Result<std::unique_ptr<Cgroups>> Open(const std::string& mode, const std::string& scope, std::string* why);
+  static Result<std::unique_ptr<Cgroups>> Open(const std::string& mode, const std::string& scope,
+                                               std::string* why);
   // Removes the subtree when no worker cgroup is left in it.
   ~Cgroups();
 
@@ -87,7 +88,8 @@ class Cgroups {
 
   int version_ = 0;
   std::string devices_why_ = "not probed";  // empty: devices are constrained
-  std::vector<std::string> bases_;  // gantry-NODE, one per hierarchy (v2: one); bases_[0] tracks processes
+  std::vector<std::string>
+      bases_;  // gantry-NODE, one per hierarchy (v2: one); bases_[0] tracks processes
   std::vector<std::string> controllers_;
 };
 

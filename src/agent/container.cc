@@ -35,21 +35,25 @@ Result<ContainerRuntime> ContainerRuntime::Parse(const std::string& text) {
     }
   }
   if (!seen_run || rt.podman.empty()) {
-    return Error{"--container-run", "expected \"podman [global options] run [run options]\", got \"" + text + "\""};
+    return Error{"--container-run",
+                 "expected \"podman [global options] run [run options]\", got \"" + text + "\""};
   }
-  for (const char* p : {"/usr/libexec/podman/catatonit", "/usr/bin/catatonit"}) rt.init |= ::access(p, X_OK) == 0;
+  for (const char* p : {"/usr/libexec/podman/catatonit", "/usr/bin/catatonit"})
+    rt.init |= ::access(p, X_OK) == 0;
   return rt;
 }
 
 std::string ContainerName(const std::string& node, int64_t seq, int run, int rank) {
-  std::string name = "gantry-" + node + "-" + std::to_string(seq) + "-" + std::to_string(run) + "-" + std::to_string(rank);
+  std::string name = "gantry-" + node + "-" + std::to_string(seq) + "-" + std::to_string(run) +
+                     "-" + std::to_string(rank);
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') c = '-';
   }
   return name;
 }
 
-std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids, const std::vector<std::string>& nodes,
+std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids,
+                                             const std::vector<std::string>& nodes,
                                              const std::vector<std::string>& cdi_dirs) {
   std::vector<std::string> out;
   if (uuids.empty() && nodes.empty()) return out;
@@ -66,7 +70,8 @@ std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uui
     return out;
   }
   out = nodes;
-  for (const char* c : {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
+  for (const char* c :
+       {"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia-modeset"}) {
     if (::access(c, F_OK) == 0) out.push_back(c);
   }
   return out;
@@ -79,11 +84,12 @@ std::vector<std::string> ContainerArgv(const ContainerRuntime& rt, const Contain
   // Gang peers reach each other at the node's address (MASTER_ADDR, NCCL): the host's
   // network; NCCL's shared-memory transport wants the host's IPC, as NVIDIA's containers
   // are run.
-  a.insert(a.end(), {"--rm", "--name", s.name, "--label", "gantry.node=" + s.node, "--label", "gantry.job=" + s.job,
-                     "--network", "host", "--ipc", "host"});
+  a.insert(a.end(), {"--rm", "--name", s.name, "--label", "gantry.node=" + s.node, "--label",
+                     "gantry.job=" + s.job, "--network", "host", "--ipc", "host"});
   if (rt.init) a.push_back("--init");
   if (!s.user.empty()) a.insert(a.end(), {"--user", s.user});
-  if (!s.workdir.empty()) a.insert(a.end(), {"--volume", s.workdir + ":" + s.workdir, "--workdir", s.workdir});
+  if (!s.workdir.empty())
+    a.insert(a.end(), {"--volume", s.workdir + ":" + s.workdir, "--workdir", s.workdir});
   for (const std::string& m : s.mounts) a.insert(a.end(), {"--volume", m + ":" + m + ":ro"});
   for (const std::string& d : s.devices) a.insert(a.end(), {"--device", d});
   if (s.memory_bytes > 0) a.insert(a.end(), {"--memory", std::to_string(s.memory_bytes) + "b"});
@@ -119,7 +125,8 @@ void SpawnQuietly(const std::vector<std::string>& argv) {
   std::vector<char*> c = CArgv(args);
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
-  for (int fd : {0, 1, 2}) posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
+  for (int fd : {0, 1, 2})
+    posix_spawn_file_actions_addopen(&fa, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0);
   pid_t pid = 0;
   (void)posix_spawnp(&pid, c[0], &fa, nullptr, c.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -156,7 +163,8 @@ Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout
   int open_fds = 2;
   bool timed_out = false;
   while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
       timed_out = true;
       break;
@@ -184,15 +192,19 @@ Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout
   }
   if (timed_out) return Error{argv[0], "no answer in " + std::to_string(timeout_ms) + " ms"};
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    return Error{argv[0], "exit status " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status)) +
+    return Error{argv[0], "exit status " +
+                              std::to_string(WIFEXITED(status) ? WEXITSTATUS(status)
+                                                               : 128 + WTERMSIG(status)) +
                               ": " + text[1]};
   }
   return text[0];
 }
 
-Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt, const std::string& node) {
+Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt,
+                                                const std::string& node) {
   std::vector<std::string> argv = rt.podman;
-  argv.insert(argv.end(), {"ps", "--all", "--filter", "label=gantry.node=" + node, "--format", "{{.Names}}"});
+  argv.insert(argv.end(),
+              {"ps", "--all", "--filter", "label=gantry.node=" + node, "--format", "{{.Names}}"});
   auto out = RunCapture(argv);
   if (!out) return out.error();
   std::vector<std::string> names;

@@ -22,25 +22,27 @@ namespace gantry::agent {
 struct ContainerRuntime {
   std::vector<std::string> podman = {"podman"};
   std::vector<std::string> run_options;
-  bool init = false;  // --init: podman's catatonit is installed (signals reach the job, zombies are reaped)
+  bool init =
+      false;  // --init: podman's catatonit is installed (signals reach the job, zombies are reaped)
 
   // Splits the --container-run text at the word `run`; an error when it has none.
   static Result<ContainerRuntime> Parse(const std::string& text);
 };
 
 struct ContainerSpec {
-  std::string name;    // ContainerName
-  std::string node;    // labels: gantry.node, gantry.job
+  std::string name;  // ContainerName
+  std::string node;  // labels: gantry.node, gantry.job
   std::string job;
   std::string image;
   std::vector<std::string> command;  // empty: the image's own
   std::vector<std::pair<std::string, std::string>> env;
-  std::string workdir;                   // mounted at the same path and the working directory
-  std::vector<std::string> mounts;       // more host paths at the same path, read-only (the batch script)
-  std::vector<std::string> devices;      // --device arguments (ContainerGpuDevices)
-  int64_t memory_bytes = 0;              // 0: no limit
-  int64_t cpus_milli = 0;                // 0: no limit
-  std::string user;                      // "uid:gid", empty: the image's
+  std::string workdir;  // mounted at the same path and the working directory
+  std::vector<std::string>
+      mounts;  // more host paths at the same path, read-only (the batch script)
+  std::vector<std::string> devices;  // --device arguments (ContainerGpuDevices)
+  int64_t memory_bytes = 0;          // 0: no limit
+  int64_t cpus_milli = 0;            // 0: no limit
+  std::string user;                  // "uid:gid", empty: the image's
 };
 
 // "gantry-NODE-SEQ-RUN-RANK", with characters podman refuses in names replaced by '-'.
@@ -51,8 +53,10 @@ std::string ContainerName(const std::string& node, int64_t seq, int run, int ran
 // CDI specs (cdi_dirs holds a .yaml or .json), else the device nodes: `nodes` (the agent's:
 // /dev/nvidiaN by each GPU's minor number, a MIG instance's two nvidia-caps devices), and
 // the driver's control nodes that exist. Nothing for no GPUs.
-std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids, const std::vector<std::string>& nodes,
-                                             const std::vector<std::string>& cdi_dirs = {"/etc/cdi", "/var/run/cdi"});
+std::vector<std::string> ContainerGpuDevices(const std::vector<std::string>& uuids,
+                                             const std::vector<std::string>& nodes,
+                                             const std::vector<std::string>& cdi_dirs = {
+                                                 "/etc/cdi", "/var/run/cdi"});
 
 // The full argv of the worker's `podman run`.
 std::vector<std::string> ContainerArgv(const ContainerRuntime& rt, const ContainerSpec& spec);
@@ -70,6 +74,7 @@ void SpawnQuietly(const std::vector<std::string>& argv);
 Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout_ms = 30000);
 
 // The names of this node's containers (label gantry.node=NODE), running or not.
-Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt, const std::string& node);
+Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt,
+                                                const std::string& node);
 
 }  // namespace gantry::agent

@@ -37,7 +37,8 @@ std::string FakeUuid(const std::string& prefix, const std::string& seed) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(a >> 32),
                 static_cast<unsigned>((a >> 16) & 0xffff), static_cast<unsigned>(a & 0xffff),
-                static_cast<unsigned>(b >> 48), static_cast<unsigned long long>(b & 0xffffffffffffull));
+                static_cast<unsigned>(b >> 48),
+                static_cast<unsigned long long>(b & 0xffffffffffffull));
   return prefix + buf;
 }
 
@@ -59,11 +60,13 @@ Result<EmulateSpec> ParseEmulate(const std::string& text) {
   // Memory from the model name's "<n>GB" suffix (every catalog name has one).
   const size_t gb = spec.model.rfind("GB");
   size_t digits = gb;
-  while (digits > 0 && gb != std::string::npos && std::isdigit(static_cast<unsigned char>(spec.model[digits - 1]))) {
+  while (digits > 0 && gb != std::string::npos &&
+         std::isdigit(static_cast<unsigned char>(spec.model[digits - 1]))) {
     --digits;
   }
   if (gb == std::string::npos || gb + 2 != spec.model.size() || digits == gb) {
-    return Error{"emulate", "model must end in its memory, e.g. H100-80GB, got \"" + spec.model + "\""};
+    return Error{"emulate",
+                 "model must end in its memory, e.g. H100-80GB, got \"" + spec.model + "\""};
   }
   spec.memory_bytes = std::stoll(spec.model.substr(digits, gb - digits)) * 1'000'000'000;
   return spec;
@@ -108,14 +111,14 @@ std::string EmulatedGpus::MigUuid(const GpuInfo& gpu, const std::string& profile
 // Named as MigUuid names the placement, so a worker sees one name for it either way.
 Result<MadeMig> EmulatedGpus::CreateMig(const GpuInfo& gpu, const MigPlacement& mig) {
   if (mig.start < 0 || mig.memory_slices <= 0) {
-    return Error{"mig", "no placement for " + mig.profile + " (start " + std::to_string(mig.start) + ", " +
-                            std::to_string(mig.memory_slices) + " memory slices)"};
+    return Error{"mig", "no placement for " + mig.profile + " (start " + std::to_string(mig.start) +
+                            ", " + std::to_string(mig.memory_slices) + " memory slices)"};
   }
   std::vector<MigInstance>& layout = made_[gpu.index];
   for (const MigInstance& m : layout) {
     if (m.start < mig.start + mig.memory_slices && mig.start < m.start + m.size) {
-      return Error{"mig", "MIG instance " + m.uuid + " (" + m.profile + " at memory slice " + std::to_string(m.start) +
-                              ") overlaps the placement"};
+      return Error{"mig", "MIG instance " + m.uuid + " (" + m.profile + " at memory slice " +
+                              std::to_string(m.start) + ") overlaps the placement"};
     }
   }
   MadeMig made;

@@ -19,8 +19,8 @@ namespace gantry::agent {
 
 struct EmulateSpec {
   int count = 0;
-  std::string model;        // e.g. "H100-80GB"
-  int64_t memory_bytes = 0; // from the "<n>GB" at the end of the model name
+  std::string model;         // e.g. "H100-80GB"
+  int64_t memory_bytes = 0;  // from the "<n>GB" at the end of the model name
 };
 
 // Parses "COUNTxMODEL", e.g. "8xH100-80GB".

@@ -33,11 +33,11 @@ struct DeviceProcesses {
 };
 
 struct MigInstance {
-  std::string uuid;     // "MIG-..." as CUDA_VISIBLE_DEVICES takes it
-  std::string profile;  // e.g. "1g.10gb"
-  int start = -1;       // first memory slice of its placement
-  int size = 0;         // memory slices it spans; 0 where NVML did not say
-  int gpu_instance_id = -1;  // NVML's GPU instance id (dcgm-exporter's GPU_I_ID); -1: not told
+  std::string uuid;              // "MIG-..." as CUDA_VISIBLE_DEVICES takes it
+  std::string profile;           // e.g. "1g.10gb"
+  int start = -1;                // first memory slice of its placement
+  int size = 0;                  // memory slices it spans; 0 where NVML did not say
+  int gpu_instance_id = -1;      // NVML's GPU instance id (dcgm-exporter's GPU_I_ID); -1: not told
   int compute_instance_id = -1;  // NVML's compute instance id within its GPU instance; -1: not told
   // Last sample (NVML; emulation leaves them unknown): the instance's own memory and
   // utilization (0..1, unknown where NVML does not give it for MIG devices) and processes.
@@ -49,16 +49,16 @@ struct MigInstance {
 
 struct GpuInfo {
   int index = 0;
-  int minor = -1;        // /dev/nvidiaN's N (NVML's minor number); -1: no device file known (emulation)
-  std::string uuid;      // "GPU-..."
-  std::string name;      // NVML's product name, e.g. "NVIDIA H100 80GB HBM3"
-  std::string model;     // catalog name when known (emulation), else empty
+  int minor = -1;    // /dev/nvidiaN's N (NVML's minor number); -1: no device file known (emulation)
+  std::string uuid;  // "GPU-..."
+  std::string name;  // NVML's product name, e.g. "NVIDIA H100 80GB HBM3"
+  std::string model;  // catalog name when known (emulation), else empty
   int64_t memory_bytes = 0;
   int64_t memory_used_bytes = 0;  // last sample
   bool mig_mode = false;
   std::vector<MigInstance> mig;
-  double utilization = 0;  // 0..1, last sample
-  bool lost = false;       // fell off the bus (NVML_ERROR_GPU_IS_LOST)
+  double utilization = 0;         // 0..1, last sample
+  bool lost = false;              // fell off the bus (NVML_ERROR_GPU_IS_LOST)
   std::vector<int> nvlink_peers;  // indexes of GPUs with an active NVLink to this one
   DeviceProcesses processes;      // last sample (NVML; not read for a GPU in MIG mode)
 };
@@ -79,7 +79,7 @@ struct MadeMig {
   std::string gpu_uuid;  // the GPU's
   std::string uuid;      // the MIG device's, for CUDA_VISIBLE_DEVICES
   std::string profile;
-  int start = -1, size = 0;  // memory slices
+  int start = -1, size = 0;                         // memory slices
   unsigned gpu_instance = 0, compute_instance = 0;  // ids on that GPU
 };
 

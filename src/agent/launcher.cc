@@ -2,8 +2,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <grp.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -14,9 +14,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -32,8 +32,16 @@ namespace {
 // Variables of the agent's environment that jobs inherit; GANTRY_TOKEN and the rest do not.
 // The MPS directories tell an MPS share where the site's MPS daemon listens (when not in
 // the default /tmp/nvidia-mps), as the agent was started.
-constexpr const char* kInherited[] = {"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME",
-                                      "SHELL", "TMPDIR", "CUDA_MPS_PIPE_DIRECTORY",
+constexpr const char* kInherited[] = {"PATH",
+                                      "HOME",
+                                      "LANG",
+                                      "LC_ALL",
+                                      "TZ",
+                                      "USER",
+                                      "LOGNAME",
+                                      "SHELL",
+                                      "TMPDIR",
+                                      "CUDA_MPS_PIPE_DIRECTORY",
                                       "CUDA_MPS_LOG_DIRECTORY"};
 
 // A pid in decimal into `out` (24 bytes), for a child after fork: nothing that allocates.
@@ -66,13 +74,15 @@ bool SetFsIdentity(uid_t uid, gid_t gid, const gid_t* groups, size_t count) {
   if (::syscall(SYS_setgroups, count, groups) != 0) return false;
   ::syscall(SYS_setfsgid, gid);
   ::syscall(SYS_setfsuid, uid);
-  return ::syscall(SYS_setfsuid, -1) == static_cast<long>(uid) && ::syscall(SYS_setfsgid, -1) == static_cast<long>(gid);
+  return ::syscall(SYS_setfsuid, -1) == static_cast<long>(uid) &&
+         ::syscall(SYS_setfsgid, -1) == static_cast<long>(gid);
 }
 
 // Becomes the worker's user (groups, gid, then uid), in a child after fork:
 // async-signal-safe. Whether it took.
 bool BecomeUser(const LaunchSpec& spec) {
-  return ::setgroups(spec.groups.size(), spec.groups.data()) == 0 && ::setgid(spec.gid) == 0 && ::setuid(spec.uid) == 0;
+  return ::setgroups(spec.groups.size(), spec.groups.data()) == 0 && ::setgid(spec.gid) == 0 &&
+         ::setuid(spec.uid) == 0;
 }
 
 // The agent's own identity, to put back after SetFsIdentity.
@@ -110,8 +120,8 @@ Status MakeWorkdir(const LaunchSpec& spec) {
     fs::create_directories(spec.workdir, ec);
     if (ec) return Error{"workdir", spec.workdir + ": " + ec.message()};
     if (spec.as_user && ::chown(spec.workdir.c_str(), spec.uid, spec.gid) != 0) {
-      return Error{"workdir", spec.workdir + ": cannot give it to uid " + std::to_string(spec.uid) + ": " +
-                                  std::strerror(errno)};
+      return Error{"workdir", spec.workdir + ": cannot give it to uid " + std::to_string(spec.uid) +
+                                  ": " + std::strerror(errno)};
     }
     return Ok{};
   }
@@ -137,8 +147,11 @@ Status MakeWorkdir(const LaunchSpec& spec) {
   }
   const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 255;
   if (code == 0) return Ok{};
-  return Error{"workdir", spec.workdir + ": cannot create it as uid " + std::to_string(spec.uid) + ": " +
-                              (code == 200 ? "cannot become that user" : code == 255 ? "killed" : std::strerror(code))};
+  return Error{"workdir", spec.workdir + ": cannot create it as uid " + std::to_string(spec.uid) +
+                              ": " +
+                              (code == 200   ? "cannot become that user"
+                               : code == 255 ? "killed"
+                                             : std::strerror(code))};
 }
 
 Result<pid_t> Launch(const LaunchSpec& spec) {
@@ -155,15 +168,16 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   for (const char* name : kInherited) {
     bool overridden = false;
     for (const auto& [k, v] : spec.env) overridden |= k == name;
-    if (const char* v = std::getenv(name); v && !overridden) env_strings.push_back(std::string(name) + "=" + v);
+    if (const char* v = std::getenv(name); v && !overridden)
+      env_strings.push_back(std::string(name) + "=" + v);
   }
   // A name given twice: the later value, as podman's --env and a shell would take it (the
   // agent's CUDA_VISIBLE_DEVICES comes after the job's own variables and must win; glibc's
   // getenv would take the first).
   for (size_t i = 0; i < spec.env.size(); ++i) {
     const std::string& name = spec.env[i].first;
-    const bool later = std::any_of(spec.env.begin() + static_cast<std::ptrdiff_t>(i) + 1, spec.env.end(),
-                                   [&](const auto& e) { return e.first == name; });
+    const bool later = std::any_of(spec.env.begin() + static_cast<std::ptrdiff_t>(i) + 1,
+                                   spec.env.end(), [&](const auto& e) { return e.first == name; });
     if (!later) env_strings.push_back(name + "=" + spec.env[i].second);
   }
   std::vector<char*> envp, argv;
@@ -194,27 +208,31 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string join_error = "gantry-agent: cannot join the worker's cgroup: ";
   const std::string output_error = "gantry-agent: cannot open the output file ";
   const std::string stdout_where = spec.stdout_path + ": ", stderr_where = spec.stderr_path + ": ";
-  const std::string user_error = "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
+  const std::string user_error =
+      "gantry-agent: cannot become uid " + std::to_string(spec.uid) + ": ";
 
   const bool fs_as_user = !spec.as_user && spec.files_as_user;
   std::optional<Identity> agent;  // put back after opening the output files as the user
   if (fs_as_user) agent.emplace();
-  const std::string identity_error = "gantry-agent: cannot take the identity of uid " + std::to_string(spec.uid) +
-                                     " to open the output files";
+  const std::string identity_error = "gantry-agent: cannot take the identity of uid " +
+                                     std::to_string(spec.uid) + " to open the output files";
 
   // The shim's command line, but for the worker's pid (formatted in the child).
   const bool shimmed = !spec.shim_program.empty();
-  std::string shim_program = spec.shim_program, shim_flag = "--shim-worker", shim_status = spec.shim_status,
-              shim_lease = spec.shim_lease, shim_agent = spec.shim_agent, shim_signal = std::to_string(spec.shim_signal),
+  std::string shim_program = spec.shim_program, shim_flag = "--shim-worker",
+              shim_status = spec.shim_status, shim_lease = spec.shim_lease,
+              shim_agent = spec.shim_agent, shim_signal = std::to_string(spec.shim_signal),
               shim_grace = std::to_string(spec.shim_grace_ms);
   char worker_pid_text[24] = {0};
-  char* shim_argv[] = {shim_program.data(), shim_flag.data(), worker_pid_text, shim_status.data(), shim_lease.data(),
-                       shim_agent.data(), shim_signal.data(), shim_grace.data(), nullptr};
+  char* shim_argv[] = {shim_program.data(), shim_flag.data(),  worker_pid_text,
+                       shim_status.data(),  shim_lease.data(), shim_agent.data(),
+                       shim_signal.data(),  shim_grace.data(), nullptr};
   // The shim is the agent's own binary: it loads with the agent's library path (a bundle
   // whose libraries lie beside it, found through LD_LIBRARY_PATH, as on a GPU machine of
   // another distribution), and with nothing else of the agent's environment.
   const char* library_path = std::getenv("LD_LIBRARY_PATH");
-  std::string shim_library_path = std::string("LD_LIBRARY_PATH=") + (library_path ? library_path : "");
+  std::string shim_library_path =
+      std::string("LD_LIBRARY_PATH=") + (library_path ? library_path : "");
   char* shim_envp[] = {library_path ? shim_library_path.data() : nullptr, nullptr};
 
   const pid_t launcher = ::getpid();
@@ -268,7 +286,8 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       ::dup2(log, 2);
       // sbatch -o/-e, opened as the worker's user (after setuid above, or with its file-system
       // identity for a container's podman): the user's own files.
-      if (fs_as_user && !SetFsIdentity(spec.uid, spec.gid, spec.groups.data(), spec.groups.size())) {
+      if (fs_as_user &&
+          !SetFsIdentity(spec.uid, spec.gid, spec.groups.data(), spec.groups.size())) {
         fail(identity_error, std::string(), "");
       }
       if (!spec.stdout_path.empty()) {
@@ -301,7 +320,8 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     // The shim: leader of the session and group, immune to the signals the agent sends
     // the group to stop a worker (SIG_IGN outlives exec), and to the agent's death.
     ::setsid();
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2}) ::signal(sig, SIG_IGN);
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
+      ::signal(sig, SIG_IGN);
     if (spec.shim_signal > 0 && spec.shim_signal != SIGKILL && spec.shim_signal != SIGSTOP) {
       ::signal(spec.shim_signal, SIG_IGN);  // the job's own stop signal
     }
@@ -332,7 +352,9 @@ int64_t MonotonicMs() {
 }
 
 void WriteShimStatus(const std::string& path, int exit_code, int sig, bool fenced) {
-  WriteFileAtomically(path, nlohmann::json{{"exit_code", exit_code}, {"signal", sig}, {"fenced", fenced}}.dump() + "\n");
+  WriteFileAtomically(
+      path,
+      nlohmann::json{{"exit_code", exit_code}, {"signal", sig}, {"fenced", fenced}}.dump() + "\n");
 }
 
 int64_t MtimeMs(const struct stat& st) {
@@ -343,7 +365,9 @@ int64_t MtimeMs(const struct stat& st) {
 
 int ShimMain(int argc, char** argv) {
   if (argc != 8) {
-    std::fprintf(stderr, "gantry-agent --shim-worker PID STATUS LEASE AGENT SIGNAL GRACE_MS: started by gantry-agent only\n");
+    std::fprintf(stderr,
+                 "gantry-agent --shim-worker PID STATUS LEASE AGENT SIGNAL GRACE_MS: started by "
+                 "gantry-agent only\n");
     return 2;
   }
   const pid_t worker = static_cast<pid_t>(std::atoi(argv[2]));
@@ -353,7 +377,8 @@ int ShimMain(int argc, char** argv) {
   const rlimit no_core{0, 0};
   ::setrlimit(RLIMIT_CORE, &no_core);  // it may end by its worker's SIGSEGV
   // The stop signal reaches the whole group, the shim included: not to end it.
-  if (stop_signal > 0 && stop_signal != SIGKILL && stop_signal != SIGSTOP) ::signal(stop_signal, SIG_IGN);
+  if (stop_signal > 0 && stop_signal != SIGKILL && stop_signal != SIGSTOP)
+    ::signal(stop_signal, SIG_IGN);
   // Whether an agent supervises the worker: the one named in AGENT, alive (the same process).
   auto supervised = [&] {
     std::ifstream in(agent);
@@ -394,7 +419,8 @@ int ShimMain(int argc, char** argv) {
     int st = 0;
     const pid_t r = ::waitpid(worker, &st, WNOHANG);
     if (r == worker && (WIFEXITED(st) || WIFSIGNALED(st))) {
-      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0, sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
+      const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 0,
+                sig = WIFSIGNALED(st) ? WTERMSIG(st) : 0;
       WriteShimStatus(status, code, sig, signalled);
       // Ends as its worker did (what the worker left in the group, the agent kills).
       if (sig != 0) {
@@ -421,7 +447,8 @@ int ShimMain(int argc, char** argv) {
       // An agent that is there but cannot act (frozen by SIGSTOP, stuck) has not fenced
       // the worker by when its own fence would have killed it (lease + budget): SIGKILL,
       // halfway between then and the server's node timeout.
-      const int64_t backstop = lease_ms + budget + std::max<int64_t>(0, node_timeout_ms - lease_ms - budget) / 2;
+      const int64_t backstop =
+          lease_ms + budget + std::max<int64_t>(0, node_timeout_ms - lease_ms - budget) / 2;
       if (node_timeout_ms > 0 && now - fresh_at > backstop) kill_all();
     }
     ::usleep(100'000);
@@ -429,14 +456,16 @@ int ShimMain(int argc, char** argv) {
 }
 
 void WriteLease(const std::string& path, int64_t lease_ms, int64_t node_timeout_ms) {
-  WriteFileAtomically(path, std::to_string(lease_ms) + " " + std::to_string(node_timeout_ms) + "\n");
+  WriteFileAtomically(path,
+                      std::to_string(lease_ms) + " " + std::to_string(node_timeout_ms) + "\n");
 }
 
 std::optional<LeaseFile> ReadLease(const std::string& path) {
   struct stat st {};
   std::ifstream in(path);
   LeaseFile f;
-  if (!(in >> f.lease_ms >> f.node_timeout_ms) || ::stat(path.c_str(), &st) != 0) return std::nullopt;
+  if (!(in >> f.lease_ms >> f.node_timeout_ms) || ::stat(path.c_str(), &st) != 0)
+    return std::nullopt;
   f.age_ms = std::max<int64_t>(0, WallMs() - MtimeMs(st));
   return f;
 }
@@ -444,7 +473,8 @@ std::optional<LeaseFile> ReadLease(const std::string& path) {
 std::optional<ShimStatus> ReadShimStatus(const std::string& path) {
   std::ifstream in(path);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (!j.is_object() || !j.contains("exit_code") || !j.contains("signal") || !j.contains("fenced")) return std::nullopt;
+  if (!j.is_object() || !j.contains("exit_code") || !j.contains("signal") || !j.contains("fenced"))
+    return std::nullopt;
   return ShimStatus{j.value("exit_code", 0), j.value("signal", 0), j.value("fenced", false)};
 }
 
@@ -506,7 +536,8 @@ long long ProcessStartTime(pid_t pid) {
 bool Running(pid_t pid, long long start) {
   long long pgrp = 0, started = 0;
   char state = '?';
-  return start >= 0 && GroupAndStart(pid, pgrp, started, &state) && started == start && state != 'Z';
+  return start >= 0 && GroupAndStart(pid, pgrp, started, &state) && started == start &&
+         state != 'Z';
 }
 
 pid_t SessionOf(pid_t pid) {
@@ -524,8 +555,8 @@ std::vector<pid_t> GroupMembersSince(pid_t pgid, long long since) {
     if (*end != '\0' || v <= 1) continue;
     long long pgrp = 0, start = 0;
     char state = '?';
-    if (GroupAndStart(static_cast<pid_t>(v), pgrp, start, &state) && pgrp == pgid && start >= since &&
-        state != 'Z') {
+    if (GroupAndStart(static_cast<pid_t>(v), pgrp, start, &state) && pgrp == pgid &&
+        start >= since && state != 'Z') {
       out.push_back(static_cast<pid_t>(v));
     }
   }

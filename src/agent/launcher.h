@@ -24,8 +24,9 @@ namespace gantry::agent {
 
 struct LaunchSpec {
   std::vector<std::string> argv;
-  std::vector<std::pair<std::string, std::string>> env;  // added to the base environment; of a name given twice, the later value
-  std::string workdir;   // created when missing (MakeWorkdir)
+  std::vector<std::pair<std::string, std::string>>
+      env;              // added to the base environment; of a name given twice, the later value
+  std::string workdir;  // created when missing (MakeWorkdir)
   // The workdir is the agent's own (its state directory's work/SEQ: the job named none),
   // not one the job asked for.
   bool own_workdir = false;
@@ -50,12 +51,12 @@ struct LaunchSpec {
   // Launch's child becomes the session leader, forks the worker (which stays in its
   // session and process group) and execs `shim_program --shim-worker PID STATUS LEASE
   // AGENT SIGNAL GRACE_MS` (ShimMain), which waits for the worker. See ShimMain.
-  std::string shim_program;  // "/proc/self/exe" for the agent
-  std::string shim_status;   // where the shim writes how the worker ended
-  std::string shim_lease;    // the agent's lease file (WriteLease)
-  std::string shim_agent;    // the file naming the supervising agent: "PID START_TIME"
-  int shim_signal = 15;      // the worker's first stop signal
-  int64_t shim_grace_ms = 0; // and its grace before SIGKILL
+  std::string shim_program;   // "/proc/self/exe" for the agent
+  std::string shim_status;    // where the shim writes how the worker ended
+  std::string shim_lease;     // the agent's lease file (WriteLease)
+  std::string shim_agent;     // the file naming the supervising agent: "PID START_TIME"
+  int shim_signal = 15;       // the worker's first stop signal
+  int64_t shim_grace_ms = 0;  // and its grace before SIGKILL
 };
 
 // Makes spec.workdir when it is missing. The agent's own (own_workdir) it makes and, for a
@@ -71,8 +72,8 @@ Status MakeWorkdir(const LaunchSpec& spec);
 // file a job named (sbatch -o) must be what the job's user could read.
 int OpenAsUser(const std::string& path, uid_t uid, gid_t gid, const std::vector<gid_t>& groups);
 
-// Forks and execs (MakeWorkdir first). The child's process group id equals its pid. An exec failure is
-// written to the log and the child exits with 127, as a shell would. The worker gets
+// Forks and execs (MakeWorkdir first). The child's process group id equals its pid. An exec failure
+// is written to the log and the child exits with 127, as a shell would. The worker gets
 // PR_SET_PDEATHSIG=SIGKILL: it dies when the thread that launched it ends (the agent's
 // main loop, or with shim_program its shim, which returns as the child).
 Result<pid_t> Launch(const LaunchSpec& spec);
@@ -142,8 +143,8 @@ bool Running(pid_t pid, long long start);
 pid_t SessionOf(pid_t pid);
 
 // The live (not zombie) processes in process group `pgid` that started at or after
-// `since` (a start time as above): a worker's, leader included while it runs. The start time keeps a
-// later, unrelated group that reused the number out of it.
+// `since` (a start time as above): a worker's, leader included while it runs. The start time keeps
+// a later, unrelated group that reused the number out of it.
 std::vector<pid_t> GroupMembersSince(pid_t pgid, long long since);
 
 }  // namespace gantry::agent

@@ -20,7 +20,8 @@ std::optional<std::string> ReadAll(const std::string& path) {
 std::optional<int> Number(std::string_view s) {
   int v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || end != s.data() + s.size() || v < 0 || v >= (1 << 20)) return std::nullopt;
+  if (ec != std::errc() || end != s.data() + s.size() || v < 0 || v >= (1 << 20))
+    return std::nullopt;
   return v;
 }
 
@@ -30,7 +31,8 @@ std::optional<std::tuple<int, int, int>> AccessName(std::string_view name) {
   std::vector<std::string_view> parts;
   for (size_t at = 0;;) {
     const size_t slash = name.find('/', at);
-    parts.push_back(name.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at));
+    parts.push_back(
+        name.substr(at, slash == std::string_view::npos ? std::string_view::npos : slash - at));
     if (slash == std::string_view::npos) break;
     at = slash + 1;
   }
@@ -58,7 +60,8 @@ Result<MigCaps> MigCaps::Parse(const std::string& text, const std::string& file,
     if (!(fields >> name)) continue;  // a blank line
     const auto value = fields >> minor ? Number(minor) : std::nullopt;
     if (!value || fields >> extra) {
-      return Error{file + ":" + std::to_string(n), "expected NAME MINOR (e.g. gpu0/gi1/access 12), got \"" + line + "\""};
+      return Error{file + ":" + std::to_string(n),
+                   "expected NAME MINOR (e.g. gpu0/gi1/access 12), got \"" + line + "\""};
     }
     if (const auto key = AccessName(name)) caps.minors_[*key] = *value;
   }
@@ -66,7 +69,8 @@ Result<MigCaps> MigCaps::Parse(const std::string& text, const std::string& file,
 }
 
 Result<MigCaps> MigCaps::Load(const std::string& proc) {
-  const std::string minors_path = proc + "/driver/nvidia-caps/mig-minors", devices_path = proc + "/devices";
+  const std::string minors_path = proc + "/driver/nvidia-caps/mig-minors",
+                    devices_path = proc + "/devices";
   const auto minors = ReadAll(minors_path);
   if (!minors) return Error{minors_path, "cannot read it (no MIG-capable NVIDIA driver loaded?)"};
   // /proc/devices: "Character devices:", then "MAJOR NAME" lines, then block devices.
@@ -81,16 +85,17 @@ Result<MigCaps> MigCaps::Load(const std::string& proc) {
     if (fields >> number >> name && name == "nvidia-caps") major = Number(number);
   }
   if (!major) {
-    return Error{devices_path, "no nvidia-caps character device (MIG capabilities are not device files: "
-                               "nv_cap_enable_devfs=0?)"};
+    return Error{devices_path,
+                 "no nvidia-caps character device (MIG capabilities are not device files: "
+                 "nv_cap_enable_devfs=0?)"};
   }
   return Parse(*minors, minors_path, *major);
 }
 
 std::vector<CharDevice> MigCaps::OnGpu(int gpu_minor) const {
   std::vector<CharDevice> out;
-  for (auto it = minors_.lower_bound({gpu_minor, -1, -1}); it != minors_.end() && std::get<0>(it->first) == gpu_minor;
-       ++it) {
+  for (auto it = minors_.lower_bound({gpu_minor, -1, -1});
+       it != minors_.end() && std::get<0>(it->first) == gpu_minor; ++it) {
     out.push_back({major_, it->second});
   }
   return out;

@@ -45,7 +45,9 @@ class MigCaps {
   std::optional<std::pair<CharDevice, CharDevice>> Instance(int gpu_minor, int gpu_instance,
                                                             int compute_instance) const;
   // The device file of one (/dev/nvidia-caps/nvidia-capN), for a container's --device.
-  static std::string Path(const CharDevice& d) { return "/dev/nvidia-caps/nvidia-cap" + std::to_string(d.minor); }
+  static std::string Path(const CharDevice& d) {
+    return "/dev/nvidia-caps/nvidia-cap" + std::to_string(d.minor);
+  }
 
  private:
   int major_ = 0;

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstddef>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -74,7 +74,8 @@ bool ReadProcesses(nvml::Return (*list)(nvml::Device, unsigned*, void*), nvml::D
       unsigned int pid = 0;
       unsigned long long used = 0;
       std::memcpy(&pid, buf.data() + i * stride + offsetof(nvml::ProcessInfo, pid), sizeof pid);
-      std::memcpy(&used, buf.data() + i * stride + offsetof(nvml::ProcessInfo, used_gpu_memory), sizeof used);
+      std::memcpy(&used, buf.data() + i * stride + offsetof(nvml::ProcessInfo, used_gpu_memory),
+                  sizeof used);
       GpuProcess& p = out[static_cast<int>(pid)];
       p.pid = static_cast<int>(pid);
       p.mps_client = p.mps_client || mps_clients;
@@ -132,7 +133,8 @@ DeviceProcesses ReadDevice(const NvmlApi& api, nvml::Device dev, const std::stri
   std::map<int, GpuProcess> procs;
   if (api.compute_processes) d.listed = ReadProcesses(api.compute_processes, dev, procs);
   // Under MPS the clients are in the MPS list; the compute list may show only the MPS server.
-  if (d.listed && api.mps_processes) ReadProcesses(api.mps_processes, dev, procs, /*mps_clients=*/true);
+  if (d.listed && api.mps_processes)
+    ReadProcesses(api.mps_processes, dev, procs, /*mps_clients=*/true);
   unsigned long long from_start = 0;
   unsigned long long* last_seen = cursor ? &(*cursor)[uuid] : &from_start;
   d.sampled = SampleProcesses(api, dev, last_seen, procs);
@@ -159,7 +161,8 @@ bool MigPlacementOf(const NvmlApi& api, nvml::Device dev, nvml::Device mig, unsi
 // "1g.10gb" -> {1, 10}: compute slices and GB; false when the name is not of that form.
 bool ParseProfile(const std::string& name, int* compute_slices, double* gb) {
   const size_t g = name.find("g.");
-  if (g == 0 || g == std::string::npos || name.size() < g + 5 || name.compare(name.size() - 2, 2, "gb") != 0) {
+  if (g == 0 || g == std::string::npos || name.size() < g + 5 ||
+      name.compare(name.size() - 2, 2, "gb") != 0) {
     return false;
   }
   const std::string n = name.substr(0, g), m = name.substr(g + 2, name.size() - g - 4);
@@ -177,20 +180,29 @@ bool ParseProfile(const std::string& name, int* compute_slices, double* gb) {
 // NVML_COMPUTE_INSTANCE_PROFILE_* covering `slices` compute slices; -1 for none.
 int ComputeInstanceProfile(int slices) {
   switch (slices) {
-    case 1: return nvml::kComputeInstanceProfile1Slice;
-    case 2: return nvml::kComputeInstanceProfile2Slice;
-    case 3: return nvml::kComputeInstanceProfile3Slice;
-    case 4: return nvml::kComputeInstanceProfile4Slice;
-    case 6: return nvml::kComputeInstanceProfile6Slice;
-    case 7: return nvml::kComputeInstanceProfile7Slice;
-    case 8: return nvml::kComputeInstanceProfile8Slice;
-    default: return -1;
+    case 1:
+      return nvml::kComputeInstanceProfile1Slice;
+    case 2:
+      return nvml::kComputeInstanceProfile2Slice;
+    case 3:
+      return nvml::kComputeInstanceProfile3Slice;
+    case 4:
+      return nvml::kComputeInstanceProfile4Slice;
+    case 6:
+      return nvml::kComputeInstanceProfile6Slice;
+    case 7:
+      return nvml::kComputeInstanceProfile7Slice;
+    case 8:
+      return nvml::kComputeInstanceProfile8Slice;
+    default:
+      return -1;
   }
 }
 
 std::string Slices(int start, int size) {
-  return size <= 1 ? "memory slice " + std::to_string(start)
-                   : "memory slices " + std::to_string(start) + "-" + std::to_string(start + size - 1);
+  return size <= 1
+             ? "memory slice " + std::to_string(start)
+             : "memory slices " + std::to_string(start) + "-" + std::to_string(start + size - 1);
 }
 
 }  // namespace
@@ -235,7 +247,8 @@ Result<NvmlApi> LoadNvml(const std::string& library) {
     Resolve(lib, "nvmlDeviceGetComputeRunningProcesses_v2", api.compute_processes);
   }
   Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v3", api.mps_processes);
-  if (!api.mps_processes) Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v2", api.mps_processes);
+  if (!api.mps_processes)
+    Resolve(lib, "nvmlDeviceGetMPSComputeRunningProcesses_v2", api.mps_processes);
   Resolve(lib, "nvmlDeviceGetProcessUtilization", api.process_utilization);
   Resolve(lib, "nvmlDeviceGetGpuInstanceProfileInfo", api.gpu_instance_profile_info);
   Resolve(lib, "nvmlDeviceCreateGpuInstanceWithPlacement", api.create_gpu_instance);
@@ -271,7 +284,9 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
       return r == nvml::kSuccess;
     };
     if (!check(rc)) {
-      if (!g.lost) return Error{"nvml", "nvmlDeviceGetHandleByIndex(" + std::to_string(i) + "): " + Why(api, rc)};
+      if (!g.lost)
+        return Error{"nvml",
+                     "nvmlDeviceGetHandleByIndex(" + std::to_string(i) + "): " + Why(api, rc)};
       g.uuid = "GPU-lost-" + std::to_string(i);
       gpus.push_back(g);
       devices.push_back(nullptr);
@@ -281,7 +296,8 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
     if (check(api.device_name(dev, buf, sizeof buf))) g.name = buf;
     std::memset(buf, 0, sizeof buf);
     if (check(api.device_uuid(dev, buf, sizeof buf))) g.uuid = buf;
-    if (unsigned minor = 0; api.minor_number && check(api.minor_number(dev, &minor))) g.minor = static_cast<int>(minor);
+    if (unsigned minor = 0; api.minor_number && check(api.minor_number(dev, &minor)))
+      g.minor = static_cast<int>(minor);
     nvml::Memory mem{};
     if (check(api.device_memory(dev, &mem))) {
       g.memory_bytes = static_cast<int64_t>(mem.total);
@@ -301,7 +317,8 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
           char mb[256] = {};
           if (api.device_uuid(mig, mb, sizeof mb) == nvml::kSuccess) inst.uuid = mb;
           std::memset(mb, 0, sizeof mb);
-          if (api.device_name(mig, mb, sizeof mb) == nvml::kSuccess) inst.profile = MigProfileFromName(mb);
+          if (api.device_name(mig, mb, sizeof mb) == nvml::kSuccess)
+            inst.profile = MigProfileFromName(mb);
           unsigned gi_id = 0;
           nvml::GpuInstancePlacement placement{};
           if (MigPlacementOf(api, dev, mig, &gi_id, &placement)) {
@@ -309,7 +326,8 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
             inst.size = static_cast<int>(placement.size);
             inst.gpu_instance_id = static_cast<int>(gi_id);
           }
-          if (unsigned ci_id = 0; api.compute_instance_id && api.compute_instance_id(mig, &ci_id) == nvml::kSuccess) {
+          if (unsigned ci_id = 0;
+              api.compute_instance_id && api.compute_instance_id(mig, &ci_id) == nvml::kSuccess) {
             inst.compute_instance_id = static_cast<int>(ci_id);
           }
           nvml::Memory mig_mem{};
@@ -328,9 +346,11 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
       }
     }
     nvml::PciInfo pci{};
-    if (api.pci_info && check(api.pci_info(dev, &pci))) by_bus[NormalizeBusId(pci.bus_id)] = g.index;
+    if (api.pci_info && check(api.pci_info(dev, &pci)))
+      by_bus[NormalizeBusId(pci.bus_id)] = g.index;
     // A GPU in MIG mode runs nothing itself: its processes are its instances'.
-    if (!g.lost && !g.mig_mode && !g.uuid.empty()) g.processes = ReadDevice(api, dev, g.uuid, cursor);
+    if (!g.lost && !g.mig_mode && !g.uuid.empty())
+      g.processes = ReadDevice(api, dev, g.uuid, cursor);
     gpus.push_back(std::move(g));
     devices.push_back(dev);
   }
@@ -345,7 +365,8 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
         auto it = by_bus.find(NormalizeBusId(remote.bus_id));
         if (it == by_bus.end()) continue;  // an NVSwitch: the peers are not known from here
         std::vector<int>& peers = gpus[i].nvlink_peers;
-        if (std::find(peers.begin(), peers.end(), it->second) == peers.end()) peers.push_back(it->second);
+        if (std::find(peers.begin(), peers.end(), it->second) == peers.end())
+          peers.push_back(it->second);
       }
       std::sort(gpus[i].nvlink_peers.begin(), gpus[i].nvlink_peers.end());
     }
@@ -353,23 +374,41 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
   return gpus;
 }
 
-Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev, const std::string& profile) {
+Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev,
+                                      const std::string& profile) {
   int slices = 0;
   double gb = 0;
   if (!ParseProfile(profile, &slices, &gb)) {
-    return Error{"mig", "MIG profile \"" + profile + "\" is not of the form <compute slices>g.<memory>gb"};
+    return Error{"mig",
+                 "MIG profile \"" + profile + "\" is not of the form <compute slices>g.<memory>gb"};
   }
-  if (!api.gpu_instance_profile_info) return Error{"mig", "NVML lacks nvmlDeviceGetGpuInstanceProfileInfo"};
+  if (!api.gpu_instance_profile_info)
+    return Error{"mig", "NVML lacks nvmlDeviceGetGpuInstanceProfileInfo"};
   std::vector<unsigned> candidates;
   switch (slices) {
-    case 1: candidates = {nvml::kGpuInstanceProfile1Slice, nvml::kGpuInstanceProfile1SliceRev2}; break;
-    case 2: candidates = {nvml::kGpuInstanceProfile2Slice}; break;
-    case 3: candidates = {nvml::kGpuInstanceProfile3Slice}; break;
-    case 4: candidates = {nvml::kGpuInstanceProfile4Slice}; break;
-    case 6: candidates = {nvml::kGpuInstanceProfile6Slice}; break;
-    case 7: candidates = {nvml::kGpuInstanceProfile7Slice}; break;
-    case 8: candidates = {nvml::kGpuInstanceProfile8Slice}; break;
-    default: break;
+    case 1:
+      candidates = {nvml::kGpuInstanceProfile1Slice, nvml::kGpuInstanceProfile1SliceRev2};
+      break;
+    case 2:
+      candidates = {nvml::kGpuInstanceProfile2Slice};
+      break;
+    case 3:
+      candidates = {nvml::kGpuInstanceProfile3Slice};
+      break;
+    case 4:
+      candidates = {nvml::kGpuInstanceProfile4Slice};
+      break;
+    case 6:
+      candidates = {nvml::kGpuInstanceProfile6Slice};
+      break;
+    case 7:
+      candidates = {nvml::kGpuInstanceProfile7Slice};
+      break;
+    case 8:
+      candidates = {nvml::kGpuInstanceProfile8Slice};
+      break;
+    default:
+      break;
   }
   std::optional<unsigned> best;
   double best_gap = 0;
@@ -390,8 +429,9 @@ Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev, cons
     }
   }
   if (!best) {
-    return Error{"mig", "the GPU has no MIG profile with " + std::to_string(slices) + " compute slice(s) for " +
-                            profile + (last_error.empty() ? "" : " (NVML: " + last_error + ")")};
+    return Error{"mig", "the GPU has no MIG profile with " + std::to_string(slices) +
+                            " compute slice(s) for " + profile +
+                            (last_error.empty() ? "" : " (NVML: " + last_error + ")")};
   }
   return *best;
 }
@@ -400,7 +440,8 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
   const std::pair<bool, const char*> needed[] = {
       {api.gpu_instance_profile_info != nullptr, "nvmlDeviceGetGpuInstanceProfileInfo"},
       {api.create_gpu_instance != nullptr, "nvmlDeviceCreateGpuInstanceWithPlacement"},
-      {api.compute_instance_profile_info != nullptr, "nvmlGpuInstanceGetComputeInstanceProfileInfo"},
+      {api.compute_instance_profile_info != nullptr,
+       "nvmlGpuInstanceGetComputeInstanceProfileInfo"},
       {api.create_compute_instance != nullptr, "nvmlGpuInstanceCreateComputeInstance"},
       {api.compute_instance_info != nullptr, "nvmlComputeInstanceGetInfo_v2"},
       {api.compute_instance_by_id != nullptr, "nvmlGpuInstanceGetComputeInstanceById"},
@@ -414,8 +455,9 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
       {api.gpu_instance_info != nullptr, "nvmlGpuInstanceGetInfo"}};
   for (const auto& [have, name] : needed) {
     if (!have) {
-      return Error{"mig", std::string("this driver's NVML lacks ") + name +
-                              ": it cannot create MIG instances at a placement (a newer driver can)"};
+      return Error{"mig",
+                   std::string("this driver's NVML lacks ") + name +
+                       ": it cannot create MIG instances at a placement (a newer driver can)"};
     }
   }
   const int compute_slices = [&] {
@@ -425,11 +467,13 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
   }();
   if (want.start < 0 || want.memory_slices <= 0 ||
       (want.compute_slices > 0 && compute_slices > 0 && want.compute_slices != compute_slices)) {
-    return Error{"mig", "no valid placement for " + want.profile + " (start " + std::to_string(want.start) + ", " +
-                            std::to_string(want.memory_slices) + " memory slices)"};
+    return Error{"mig", "no valid placement for " + want.profile + " (start " +
+                            std::to_string(want.start) + ", " + std::to_string(want.memory_slices) +
+                            " memory slices)"};
   }
   nvml::Device dev = nullptr;
-  if (nvml::Return rc = api.device_by_index(static_cast<unsigned>(gpu.index), &dev); rc != nvml::kSuccess) {
+  if (nvml::Return rc = api.device_by_index(static_cast<unsigned>(gpu.index), &dev);
+      rc != nvml::kSuccess) {
     return Error{"mig", "nvmlDeviceGetHandleByIndex: " + Why(api, rc)};
   }
   char uuid[256] = {};
@@ -437,11 +481,13 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
     return Error{"mig", "GPU " + std::to_string(gpu.index) + " is no longer " + gpu.uuid};
   }
   unsigned current = 0, pending = 0;
-  if (nvml::Return rc = api.mig_mode(dev, &current, &pending); rc != nvml::kSuccess || current != 1) {
+  if (nvml::Return rc = api.mig_mode(dev, &current, &pending);
+      rc != nvml::kSuccess || current != 1) {
     return Error{"mig", "the GPU is not in MIG mode (" +
-                            (rc != nvml::kSuccess ? "nvmlDeviceGetMigMode: " + Why(api, rc)
-                                                  : "enable it with nvidia-smi -i " + std::to_string(gpu.index) +
-                                                        " -mig 1; the agent does not, as that resets the GPU") +
+                            (rc != nvml::kSuccess
+                                 ? "nvmlDeviceGetMigMode: " + Why(api, rc)
+                                 : "enable it with nvidia-smi -i " + std::to_string(gpu.index) +
+                                       " -mig 1; the agent does not, as that resets the GPU") +
                             ")"};
   }
   // The MIG devices there now: nothing may overlap the placement (NVML would refuse it
@@ -450,17 +496,19 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
   if (nvml::Return rc = api.max_mig_devices(dev, &max); rc != nvml::kSuccess) {
     return Error{"mig", "nvmlDeviceGetMaxMigDeviceCount: " + Why(api, rc)};
   }
-  auto mig_devices = [&](const std::function<bool(nvml::Device, unsigned, nvml::GpuInstancePlacement)>& each) {
-    for (unsigned m = 0; m < max; ++m) {
-      nvml::Device mig = nullptr;
-      unsigned gi_id = 0;
-      nvml::GpuInstancePlacement at{};
-      if (api.mig_device_by_index(dev, m, &mig) != nvml::kSuccess) continue;  // an empty slot
-      if (!MigPlacementOf(api, dev, mig, &gi_id, &at)) continue;
-      if (!each(mig, gi_id, at)) return;
-    }
-  };
-  const unsigned start = static_cast<unsigned>(want.start), size = static_cast<unsigned>(want.memory_slices);
+  auto mig_devices =
+      [&](const std::function<bool(nvml::Device, unsigned, nvml::GpuInstancePlacement)>& each) {
+        for (unsigned m = 0; m < max; ++m) {
+          nvml::Device mig = nullptr;
+          unsigned gi_id = 0;
+          nvml::GpuInstancePlacement at{};
+          if (api.mig_device_by_index(dev, m, &mig) != nvml::kSuccess) continue;  // an empty slot
+          if (!MigPlacementOf(api, dev, mig, &gi_id, &at)) continue;
+          if (!each(mig, gi_id, at)) return;
+        }
+      };
+  const unsigned start = static_cast<unsigned>(want.start),
+                 size = static_cast<unsigned>(want.memory_slices);
   std::string overlap;
   mig_devices([&](nvml::Device mig, unsigned, nvml::GpuInstancePlacement at) {
     if (at.start >= start + size || start >= at.start + at.size) return true;
@@ -469,7 +517,8 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
     api.device_uuid(mig, id, sizeof id);
     overlap = "MIG instance " + std::string(id) + " (" + MigProfileFromName(name) + " at " +
               Slices(static_cast<int>(at.start), static_cast<int>(at.size)) + ") overlaps " +
-              Slices(want.start, want.memory_slices) + "; the agent creates only on free slices and moves no instance";
+              Slices(want.start, want.memory_slices) +
+              "; the agent creates only on free slices and moves no instance";
     return false;
   });
   if (!overlap.empty()) return Error{"mig", overlap};
@@ -480,7 +529,8 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
 
   const nvml::GpuInstancePlacement placement{start, size};
   nvml::GpuInstance gi = nullptr;
-  if (nvml::Return rc = api.create_gpu_instance(dev, *profile, &placement, &gi); rc != nvml::kSuccess) {
+  if (nvml::Return rc = api.create_gpu_instance(dev, *profile, &placement, &gi);
+      rc != nvml::kSuccess) {
     return Error{"mig", "nvmlDeviceCreateGpuInstanceWithPlacement: " + Why(api, rc)};
   }
   // From here a failure destroys what was made, so nothing is left half-made.
@@ -495,8 +545,9 @@ Result<MadeMig> CreateMigNvml(const NvmlApi& api, const GpuInfo& gpu, const MigP
     return undo("nvmlGpuInstanceGetInfo: " + Why(api, rc));
   }
   nvml::ComputeInstanceProfileInfo ci_info{};
-  if (nvml::Return rc = api.compute_instance_profile_info(gi, static_cast<unsigned>(ci_profile),
-                                                          nvml::kComputeInstanceEngineProfileShared, &ci_info);
+  if (nvml::Return rc =
+          api.compute_instance_profile_info(gi, static_cast<unsigned>(ci_profile),
+                                            nvml::kComputeInstanceEngineProfileShared, &ci_info);
       rc != nvml::kSuccess) {
     return undo("nvmlGpuInstanceGetComputeInstanceProfileInfo: " + Why(api, rc));
   }
@@ -541,8 +592,8 @@ Status DestroyMigNvml(const NvmlApi& api, const MadeMig& mig) {
   for (unsigned i = 0; i < count && !dev; ++i) {
     nvml::Device d = nullptr;
     char uuid[256] = {};
-    if (api.device_by_index(i, &d) == nvml::kSuccess && api.device_uuid(d, uuid, sizeof uuid) == nvml::kSuccess &&
-        mig.gpu_uuid == uuid) {
+    if (api.device_by_index(i, &d) == nvml::kSuccess &&
+        api.device_uuid(d, uuid, sizeof uuid) == nvml::kSuccess && mig.gpu_uuid == uuid) {
       dev = d;
     }
   }
@@ -556,7 +607,8 @@ Status DestroyMigNvml(const NvmlApi& api, const MadeMig& mig) {
     return Error{"mig", "nvmlGpuInstanceGetInfo: " + Why(api, rc)};
   }
   // Its id now names an instance at another placement: made by someone else since. Not ours.
-  if (static_cast<int>(info.placement.start) != mig.start || static_cast<int>(info.placement.size) != mig.size) {
+  if (static_cast<int>(info.placement.start) != mig.start ||
+      static_cast<int>(info.placement.size) != mig.size) {
     return Ok{};
   }
   nvml::ComputeInstance ci = nullptr;
@@ -572,8 +624,10 @@ Status DestroyMigNvml(const NvmlApi& api, const MadeMig& mig) {
   }
   rc = api.destroy_gpu_instance(gi);
   if (rc != nvml::kSuccess) {
-    return Error{"mig", "nvmlGpuInstanceDestroy: " + Why(api, rc) +
-                            (rc == nvml::kErrorInUse ? " (it still has a compute instance or processes)" : "")};
+    return Error{
+        "mig",
+        "nvmlGpuInstanceDestroy: " + Why(api, rc) +
+            (rc == nvml::kErrorInUse ? " (it still has a compute instance or processes)" : "")};
   }
   return Ok{};
 }

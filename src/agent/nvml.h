@@ -27,13 +27,13 @@ inline constexpr Return kErrorNotSupported = 3;
 inline constexpr Return kErrorNotFound = 6;
 inline constexpr Return kErrorInsufficientSize = 7;
 inline constexpr Return kErrorGpuIsLost = 15;
-inline constexpr Return kErrorInUse = 19;                   // NVML_ERROR_IN_USE
+inline constexpr Return kErrorInUse = 19;                  // NVML_ERROR_IN_USE
 inline constexpr Return kErrorInsufficientResources = 23;  // NVML_ERROR_INSUFFICIENT_RESOURCES
-inline constexpr unsigned kMaxLinks = 18;  // NVML_NVLINK_MAX_LINKS
-using Device = struct DeviceOpaque*;       // nvmlDevice_t
-using GpuInstance = struct GpuInstanceOpaque*;  // nvmlGpuInstance_t
-using ComputeInstance = struct ComputeInstanceOpaque*;  // nvmlComputeInstance_t
-struct Memory {  // nvmlMemory_t
+inline constexpr unsigned kMaxLinks = 18;                  // NVML_NVLINK_MAX_LINKS
+using Device = struct DeviceOpaque*;                       // nvmlDevice_t
+using GpuInstance = struct GpuInstanceOpaque*;             // nvmlGpuInstance_t
+using ComputeInstance = struct ComputeInstanceOpaque*;     // nvmlComputeInstance_t
+struct Memory {                                            // nvmlMemory_t
   unsigned long long total, free, used;
 };
 struct Utilization {  // nvmlUtilization_t
@@ -87,7 +87,8 @@ static_assert(sizeof(ComputeInstanceProfileInfo) == 36);
 struct ComputeInstancePlacement {  // nvmlComputeInstancePlacement_t: compute slices
   unsigned int start, size;
 };
-struct ComputeInstanceInfo {  // nvmlComputeInstanceInfo_t, as nvmlComputeInstanceGetInfo_v2 fills it
+struct ComputeInstanceInfo {  // nvmlComputeInstanceInfo_t, as nvmlComputeInstanceGetInfo_v2 fills
+                              // it
   Device device;
   GpuInstance gpu_instance;
   unsigned int id, profile_id;
@@ -106,20 +107,21 @@ struct ProcessInfo {
 };
 static_assert(sizeof(ProcessInfo) == 24);
 inline constexpr unsigned long long kValueNotAvailable = ~0ull;  // NVML_VALUE_NOT_AVAILABLE
-struct ProcessUtilizationSample {  // nvmlProcessUtilizationSample_t
+struct ProcessUtilizationSample {                                // nvmlProcessUtilizationSample_t
   unsigned int pid;
-  unsigned long long time_stamp;  // CPU time, microseconds
+  unsigned long long time_stamp;                       // CPU time, microseconds
   unsigned int sm_util, mem_util, enc_util, dec_util;  // percent
 };
 static_assert(sizeof(ProcessUtilizationSample) == 32);
 }  // namespace nvml
 
 struct NvmlApi {
-  nvml::Return (*init)() = nullptr;                      // nvmlInit_v2
-  nvml::Return (*shutdown)() = nullptr;                  // nvmlShutdown
-  const char* (*error_string)(nvml::Return) = nullptr;   // nvmlErrorString
-  nvml::Return (*device_count)(unsigned*) = nullptr;     // nvmlDeviceGetCount_v2
-  nvml::Return (*device_by_index)(unsigned, nvml::Device*) = nullptr;  // nvmlDeviceGetHandleByIndex_v2
+  nvml::Return (*init)() = nullptr;                     // nvmlInit_v2
+  nvml::Return (*shutdown)() = nullptr;                 // nvmlShutdown
+  const char* (*error_string)(nvml::Return) = nullptr;  // nvmlErrorString
+  nvml::Return (*device_count)(unsigned*) = nullptr;    // nvmlDeviceGetCount_v2
+  nvml::Return (*device_by_index)(unsigned,
+                                  nvml::Device*) = nullptr;  // nvmlDeviceGetHandleByIndex_v2
   nvml::Return (*device_name)(nvml::Device, char*, unsigned) = nullptr;
   nvml::Return (*device_uuid)(nvml::Device, char*, unsigned) = nullptr;
   nvml::Return (*device_memory)(nvml::Device, nvml::Memory*) = nullptr;
@@ -128,7 +130,8 @@ struct NvmlApi {
   nvml::Return (*max_mig_devices)(nvml::Device, unsigned*) = nullptr;
   nvml::Return (*mig_device_by_index)(nvml::Device, unsigned, nvml::Device*) = nullptr;
   nvml::Return (*gpu_instance_id)(nvml::Device, unsigned*) = nullptr;
-  nvml::Return (*compute_instance_id)(nvml::Device, unsigned*) = nullptr;  // nvmlDeviceGetComputeInstanceId
+  nvml::Return (*compute_instance_id)(nvml::Device,
+                                      unsigned*) = nullptr;  // nvmlDeviceGetComputeInstanceId
   nvml::Return (*gpu_instance_by_id)(nvml::Device, unsigned, nvml::GpuInstance*) = nullptr;
   nvml::Return (*gpu_instance_info)(nvml::GpuInstance, nvml::GpuInstanceInfo*) = nullptr;
   nvml::Return (*utilization)(nvml::Device, nvml::Utilization*) = nullptr;
@@ -139,15 +142,18 @@ struct NvmlApi {
   // Per-process accounting (optional). The process lists take an untyped buffer: see
   // nvml::ProcessInfo for why.
   nvml::Return (*compute_processes)(nvml::Device, unsigned*, void*) = nullptr;  // _v3, else _v2
-  nvml::Return (*mps_processes)(nvml::Device, unsigned*, void*) = nullptr;      // MPS clients: _v3, else _v2
+  nvml::Return (*mps_processes)(nvml::Device, unsigned*,
+                                void*) = nullptr;  // MPS clients: _v3, else _v2
   nvml::Return (*process_utilization)(nvml::Device, nvml::ProcessUtilizationSample*, unsigned*,
-                                      unsigned long long) = nullptr;  // nvmlDeviceGetProcessUtilization
+                                      unsigned long long) =
+      nullptr;  // nvmlDeviceGetProcessUtilization
   // Creating and destroying MIG instances (optional; all of them, with the MIG lookups
   // above, are needed to create any).
   nvml::Return (*gpu_instance_profile_info)(nvml::Device, unsigned, nvml::GpuInstanceProfileInfo*) =
       nullptr;  // nvmlDeviceGetGpuInstanceProfileInfo
   nvml::Return (*create_gpu_instance)(nvml::Device, unsigned, const nvml::GpuInstancePlacement*,
-                                      nvml::GpuInstance*) = nullptr;  // nvmlDeviceCreateGpuInstanceWithPlacement
+                                      nvml::GpuInstance*) =
+      nullptr;  // nvmlDeviceCreateGpuInstanceWithPlacement
   nvml::Return (*compute_instance_profile_info)(nvml::GpuInstance, unsigned, unsigned,
                                                 nvml::ComputeInstanceProfileInfo*) =
       nullptr;  // nvmlGpuInstanceGetComputeInstanceProfileInfo
@@ -157,8 +163,9 @@ struct NvmlApi {
       nullptr;  // nvmlComputeInstanceGetInfo_v2
   nvml::Return (*compute_instance_by_id)(nvml::GpuInstance, unsigned, nvml::ComputeInstance*) =
       nullptr;  // nvmlGpuInstanceGetComputeInstanceById
-  nvml::Return (*destroy_compute_instance)(nvml::ComputeInstance) = nullptr;  // nvmlComputeInstanceDestroy
-  nvml::Return (*destroy_gpu_instance)(nvml::GpuInstance) = nullptr;          // nvmlGpuInstanceDestroy
+  nvml::Return (*destroy_compute_instance)(nvml::ComputeInstance) =
+      nullptr;                                                        // nvmlComputeInstanceDestroy
+  nvml::Return (*destroy_gpu_instance)(nvml::GpuInstance) = nullptr;  // nvmlGpuInstanceDestroy
 };
 
 // Opens the library and resolves the table; an error says why ("libnvidia-ml.so.1: cannot
@@ -186,7 +193,8 @@ std::string MigProfileFromName(const std::string& name);
 // 10 GB) on `dev`: of the profiles with that many compute slices the device supports, the
 // one whose memory is nearest the name's (1g.10gb and 1g.20gb both have one). An error
 // naming the profile when the name is not of that form or the device has none.
-Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev, const std::string& profile);
+Result<unsigned> GpuInstanceProfileId(const NvmlApi& api, nvml::Device dev,
+                                      const std::string& profile);
 
 // Creates, on GPU `gpu` (its index and UUID), a GPU instance of `mig.profile` at exactly
 // memory slices [mig.start, mig.start + mig.memory_slices) and a compute instance covering

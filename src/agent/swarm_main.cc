@@ -31,16 +31,16 @@
 #include <fstream>
 #include <iostream>
 #include <map>
-#include <set>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "agent/agent.h"
-#include "base/atomic_file.h"
 #include "agent/emulated.h"
+#include "base/atomic_file.h"
 #include "base/url.h"
 
 namespace net = boost::asio;
@@ -53,7 +53,8 @@ using namespace gantry;
 namespace {
 
 int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
@@ -87,16 +88,21 @@ struct Stats {
   double Percentile(double p) const {
     if (rtt_ms.empty()) return 0;
     std::vector<double> v = rtt_ms;
-    const size_t k = std::min(v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5));
+    const size_t k = std::min(
+        v.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(v.size() - 1) + 0.5));
     std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(k), v.end());
     return v[k];
   }
   json ToJson() const {
     double max = rtt_ms.empty() ? 0 : *std::max_element(rtt_ms.begin(), rtt_ms.end());
-    return {{"heartbeats", heartbeats},        {"heartbeat_failures", heartbeat_failures},
-            {"watch_answers", watches},         {"lease_misses", lease_misses},
-            {"workers_started", started},       {"workers_ended", ended},
-            {"workers_stopped_by_lease", fenced}, {"nodes_registered", nodes_registered},
+    return {{"heartbeats", heartbeats},
+            {"heartbeat_failures", heartbeat_failures},
+            {"watch_answers", watches},
+            {"lease_misses", lease_misses},
+            {"workers_started", started},
+            {"workers_ended", ended},
+            {"workers_stopped_by_lease", fenced},
+            {"nodes_registered", nodes_registered},
             {"heartbeat_rtt_ms", {{"p50", Percentile(50)}, {"p99", Percentile(99)}, {"max", max}}}};
   }
 };
@@ -119,8 +125,10 @@ class Conn {
       : stream_(ioc), ep_(ep), host_(std::move(host)), token_(std::move(token)) {}
 
   // The response, or nothing (connection closed, to be reopened by the next call).
-  net::awaitable<std::optional<http::response<http::string_body>>> Call(http::verb verb, const std::string& target,
-                                                                        std::string body, int64_t timeout_ms) {
+  net::awaitable<std::optional<http::response<http::string_body>>> Call(http::verb verb,
+                                                                        const std::string& target,
+                                                                        std::string body,
+                                                                        int64_t timeout_ms) {
     beast::error_code ec;
     if (!open_) {
       stream_.expires_after(std::chrono::milliseconds(timeout_ms));
@@ -141,7 +149,8 @@ class Conn {
     stream_.expires_after(std::chrono::milliseconds(timeout_ms));
     co_await http::async_write(stream_, req, net::redirect_error(net::use_awaitable, ec));
     http::response<http::string_body> res;
-    if (!ec) co_await http::async_read(stream_, buffer_, res, net::redirect_error(net::use_awaitable, ec));
+    if (!ec)
+      co_await http::async_read(stream_, buffer_, res, net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       Close();
       co_return std::nullopt;
@@ -166,8 +175,8 @@ class Conn {
 
 class Node {
  public:
-  Node(net::io_context& ioc, tcp::endpoint ep, const std::string& host, const std::string& token, std::string name,
-       agent::EmulateSpec spec, Stats& stats)
+  Node(net::io_context& ioc, tcp::endpoint ep, const std::string& host, const std::string& token,
+       std::string name, agent::EmulateSpec spec, Stats& stats)
       : name_(std::move(name)),
         gpus_(name_, spec),
         beat_(ioc, ep, host, token),
@@ -190,8 +199,10 @@ class Node {
       for (const auto& [key, w] : workers_) {
         if (!w.exited) until = std::min(until, w.end_at);
       }
-      if (lease_ms_ > 0 && last_ok_ > 0 && !fenced_) until = std::min(until, last_ok_ + lease_ms_ + 1);
-      wake_.expires_at(std::chrono::steady_clock::time_point(std::chrono::milliseconds(std::max(until, NowMs()))));
+      if (lease_ms_ > 0 && last_ok_ > 0 && !fenced_)
+        until = std::min(until, last_ok_ + lease_ms_ + 1);
+      wake_.expires_at(std::chrono::steady_clock::time_point(
+          std::chrono::milliseconds(std::max(until, NowMs()))));
       beast::error_code ec;
       co_await wake_.async_wait(net::redirect_error(net::use_awaitable, ec));
     }
@@ -204,10 +215,12 @@ class Node {
         co_await t.async_wait(net::use_awaitable);
         continue;
       }
-      const std::string target = "/v1/agents/" + UrlEncode(name_) + "/watch?instance=" + UrlEncode(instance_) +
+      const std::string target = "/v1/agents/" + UrlEncode(name_) +
+                                 "/watch?instance=" + UrlEncode(instance_) +
                                  "&version=" + std::to_string(version_) + "&timeout_ms=20000";
       auto res = co_await watch_.Call(http::verb::get, target, "", 30000);
-      json body = res && res->result_int() == 200 ? json::parse(res->body(), nullptr, false) : json();
+      json body =
+          res && res->result_int() == 200 ? json::parse(res->body(), nullptr, false) : json();
       if (!body.is_object()) {
         net::steady_timer t(co_await net::this_coro::executor, std::chrono::milliseconds(500));
         co_await t.async_wait(net::use_awaitable);
@@ -265,22 +278,29 @@ class Node {
       if (!w.exited) {
         running.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"pid", 0}});
       } else {
-        exits.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"exit_code", w.exit_code},
-                         {"signal", w.signal}, {"lost", w.lost}, {"note", w.note}});
+        exits.push_back({{"job", w.job},
+                         {"run", w.run},
+                         {"rank", w.rank},
+                         {"exit_code", w.exit_code},
+                         {"signal", w.signal},
+                         {"lost", w.lost},
+                         {"note", w.note}});
         reported.push_back(key);
       }
     }
     json body = {{"agent_id", id_}, {"gpus", gpus}, {"running", running}, {"exits", exits}};
     const int64_t timeout = std::clamp<int64_t>(lease_ms_ / 3, 300, 5000);
     const int64_t t0 = NowMs();
-    auto res = co_await beat_.Call(http::verb::post, "/v1/agents/" + UrlEncode(name_) + "/heartbeat", body.dump(),
-                                   timeout);
+    auto res = co_await beat_.Call(
+        http::verb::post, "/v1/agents/" + UrlEncode(name_) + "/heartbeat", body.dump(), timeout);
     ++stats_.heartbeats;
-    json reply = res && res->result_int() == 200 ? json::parse(res->body(), nullptr, false) : json();
+    json reply =
+        res && res->result_int() == 200 ? json::parse(res->body(), nullptr, false) : json();
     if (!reply.is_object()) {
       ++stats_.heartbeat_failures;
       if (res && !failed_said_) {
-        std::cerr << "gantry-swarm[" << name_ << "]: server said " << res->result_int() << ": " << res->body();
+        std::cerr << "gantry-swarm[" << name_ << "]: server said " << res->result_int() << ": "
+                  << res->body();
         failed_said_ = true;
       }
       co_return;
@@ -307,7 +327,8 @@ class Node {
     version_ = version;
     std::map<std::string, bool> wanted;
     for (const json& e : answer.value("workers", json::array())) {
-      const std::string key = Key(e.at("job").get<std::string>(), e.at("run").get<int>(), e.at("rank").get<int>());
+      const std::string key =
+          Key(e.at("job").get<std::string>(), e.at("run").get<int>(), e.at("rank").get<int>());
       wanted[key] = true;
       auto it = workers_.find(key);
       const bool run = e.value("action", std::string("run")) == "run";
@@ -317,7 +338,8 @@ class Node {
         w.seq = e.value("seq", int64_t{0});
         w.run = e.at("run").get<int>();
         w.rank = e.at("rank").get<int>();
-        w.end_at = now + static_cast<int64_t>(SleepSeconds(e.value("command", std::vector<std::string>{})) * 1000);
+        w.end_at = now + static_cast<int64_t>(
+                             SleepSeconds(e.value("command", std::vector<std::string>{})) * 1000);
         workers_[key] = w;
         ++stats_.started;
       } else if (!run && it != workers_.end()) {
@@ -363,10 +385,12 @@ int main(int argc, char** argv) {
   if (const char* s = std::getenv("GANTRY_SERVER")) server = s;
   app.add_option("--server", server, "gantryd URL, http://HOST:PORT (default: $GANTRY_SERVER)");
   app.add_option("--token-file", token_file, "Agent token file (default: $GANTRY_TOKEN)");
-  app.add_option("--pool", pools, "NAME:COUNT:GPUS, e.g. h100:256:8xH100-80GB (nodes NAME-0 .. NAME-COUNT-1)")
+  app.add_option("--pool", pools,
+                 "NAME:COUNT:GPUS, e.g. h100:256:8xH100-80GB (nodes NAME-0 .. NAME-COUNT-1)")
       ->required();
   app.add_option("--stats", stats_path, "Rewrite these stats (JSON) every second");
-  app.add_option("--duration-s", duration_s, "Stop after this long (default: at SIGTERM or SIGINT)");
+  app.add_option("--duration-s", duration_s,
+                 "Stop after this long (default: at SIGTERM or SIGINT)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -379,7 +403,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::string hostport = server.substr(server.find("://") == std::string::npos ? 0 : server.find("://") + 3);
+  std::string hostport =
+      server.substr(server.find("://") == std::string::npos ? 0 : server.find("://") + 3);
   while (!hostport.empty() && hostport.back() == '/') hostport.pop_back();
   const size_t colon = hostport.rfind(':');
   if (colon == std::string::npos) {
@@ -408,18 +433,22 @@ int main(int argc, char** argv) {
     const size_t a = p.find(':'), b = p.find(':', a == std::string::npos ? 0 : a + 1);
     int count = 0;
     try {
-      count = a == std::string::npos || b == std::string::npos ? 0 : std::stoi(p.substr(a + 1, b - a - 1));
+      count = a == std::string::npos || b == std::string::npos
+                  ? 0
+                  : std::stoi(p.substr(a + 1, b - a - 1));
     } catch (const std::exception&) {
     }
     auto spec = b == std::string::npos ? Result<agent::EmulateSpec>(Error{"pool", "missing GPUS"})
                                        : agent::ParseEmulate(p.substr(b + 1));
     if (count <= 0 || !spec) {
-      std::cerr << "gantry-swarm: --pool: expected NAME:COUNT:GPUS (e.g. h100:256:8xH100-80GB), got " << p << "\n";
+      std::cerr
+          << "gantry-swarm: --pool: expected NAME:COUNT:GPUS (e.g. h100:256:8xH100-80GB), got " << p
+          << "\n";
       return 2;
     }
     for (int i = 0; i < count; ++i) {
-      nodes.push_back(std::make_unique<Node>(ioc, ep, hostport, token, p.substr(0, a) + "-" + std::to_string(i),
-                                             *spec, stats));
+      nodes.push_back(std::make_unique<Node>(
+          ioc, ep, hostport, token, p.substr(0, a) + "-" + std::to_string(i), *spec, stats));
     }
   }
   bool stop = false;
@@ -435,7 +464,8 @@ int main(int argc, char** argv) {
   const int64_t start = NowMs();
   std::function<void()> tick = [&] {
     write_stats();
-    if (duration_s > 0 && static_cast<double>(NowMs() - start) >= duration_s * 1000) return ioc.stop();
+    if (duration_s > 0 && static_cast<double>(NowMs() - start) >= duration_s * 1000)
+      return ioc.stop();
     ticker.expires_after(std::chrono::seconds(1));
     ticker.async_wait([&](beast::error_code e) {
       if (!e) tick();

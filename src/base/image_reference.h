@@ -21,8 +21,9 @@ inline std::string ImageReferenceProblem(std::string_view image) {
   if (image.size() > 512) return "is longer than 512 characters";
   std::string_view rest = image;
   if (rest.starts_with("docker://")) rest.remove_prefix(9);
-  for (std::string_view transport : {"containers-storage:", "dir:", "docker-archive:", "docker-daemon:", "docker:",
-                                     "oci:", "oci-archive:", "ostree:", "sif:", "tarball:"}) {
+  for (std::string_view transport :
+       {"containers-storage:", "dir:", "docker-archive:", "docker-daemon:", "docker:", "oci:",
+        "oci-archive:", "ostree:", "sif:", "tarball:"}) {
     if (rest.starts_with(transport)) {
       return "names podman's " + std::string(transport.substr(0, transport.size() - 1)) +
              " transport, which reads files on the node; only registry images are run";
@@ -33,7 +34,8 @@ inline std::string ImageReferenceProblem(std::string_view image) {
       R"(^(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9]))*(?::[0-9]+)?/)?)"
       R"([a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
       R"((?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?$)");
-  if (!std::regex_match(rest.begin(), rest.end(), kReference)) return "is not [REGISTRY/]NAME[:TAG][@DIGEST]";
+  if (!std::regex_match(rest.begin(), rest.end(), kReference))
+    return "is not [REGISTRY/]NAME[:TAG][@DIGEST]";
   return "";
 }
 

@@ -27,12 +27,13 @@ State& state() {
 std::string Now() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t secs = std::chrono::system_clock::to_time_t(now);
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[80];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<int>(ms));
   return buf;
 }
 
@@ -55,12 +56,15 @@ bool Configure(std::string_view program, std::string_view format) {
 
 void Write(Level level, std::string_view message, Fields fields) {
   State& s = state();
-  const char* name = level == Level::kInfo ? "info" : level == Level::kWarning ? "warning" : "error";
+  const char* name = level == Level::kInfo      ? "info"
+                     : level == Level::kWarning ? "warning"
+                                                : "error";
   const char* priority = level == Level::kInfo ? "<6>" : level == Level::kWarning ? "<4>" : "<3>";
   std::string line = s.journal ? priority : "";
   std::lock_guard lk(s.mu);
   if (s.json) {
-    nlohmann::ordered_json j = {{"ts", Now()}, {"level", name}, {"program", s.program}, {"msg", std::string(message)}};
+    nlohmann::ordered_json j = {
+        {"ts", Now()}, {"level", name}, {"program", s.program}, {"msg", std::string(message)}};
     for (const auto& [k, v] : fields) j[std::string(k)] = std::string(v);
     line += j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } else {

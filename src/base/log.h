@@ -25,8 +25,14 @@ using Fields = std::initializer_list<std::pair<std::string_view, std::string_vie
 // Once, at start: the program's name and the form ("text" or "json"); false for another form.
 bool Configure(std::string_view program, std::string_view format);
 void Write(Level level, std::string_view message, Fields fields = {});
-inline void Info(std::string_view message, Fields fields = {}) { Write(Level::kInfo, message, fields); }
-inline void Warn(std::string_view message, Fields fields = {}) { Write(Level::kWarning, message, fields); }
-inline void Error(std::string_view message, Fields fields = {}) { Write(Level::kError, message, fields); }
+inline void Info(std::string_view message, Fields fields = {}) {
+  Write(Level::kInfo, message, fields);
+}
+inline void Warn(std::string_view message, Fields fields = {}) {
+  Write(Level::kWarning, message, fields);
+}
+inline void Error(std::string_view message, Fields fields = {}) {
+  Write(Level::kError, message, fields);
+}
 
 }  // namespace gantry::log

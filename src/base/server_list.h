@@ -19,7 +19,8 @@ class ServerList {
       if (end == std::string::npos) end = spec.size();
       std::string url = spec.substr(start, end - start);
       while (!url.empty() && url.back() == '/') url.pop_back();
-      if (!url.empty()) urls_.push_back(url.find("://") == std::string::npos ? "http://" + url : url);
+      if (!url.empty())
+        urls_.push_back(url.find("://") == std::string::npos ? "http://" + url : url);
       start = end + 1;
     }
     if (urls_.empty()) urls_.push_back("http://127.0.0.1:8080");

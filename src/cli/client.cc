@@ -1,7 +1,7 @@
+#include "cli/client.h"
 #include "base/clock.h"
 #include "base/server_list.h"
 #include "base/url.h"
-#include "cli/client.h"
 #include "cli/sbatch.h"
 #include "cli/slurm_format.h"
 
@@ -14,12 +14,12 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
-#include <optional>
 #include <fstream>
-#include <iostream>
-#include <memory>
 #include <iomanip>
+#include <iostream>
 #include <map>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -102,15 +102,18 @@ class Client {
       if (out.status == 503) {
         json j = out.Json();
         if (j.is_object() && j.value("role", "") == "standby") leader = j.value("leader", "");
-        if (j.is_object() && j.value("role", "") != "standby") return out;  // shutting down, not a standby
+        if (j.is_object() && j.value("role", "") != "standby")
+          return out;  // shutting down, not a standby
       } else if (out.status == 429) {
         // The team's submit rate: wait as told (once said on stderr) and try again.
         json j = out.Json();
         auto it = out.headers.find("Retry-After");
-        const int64_t wait_s = it == out.headers.end() ? 1 : std::max<int64_t>(1, std::atoll(it->second.c_str()));
+        const int64_t wait_s =
+            it == out.headers.end() ? 1 : std::max<int64_t>(1, std::atoll(it->second.c_str()));
         if (std::chrono::steady_clock::now() + std::chrono::seconds(wait_s) >= give_up) return out;
         if (!said_limited_) {
-          std::cerr << "gantry: " << (j.is_object() ? j.value("error", out.body) : out.body) << " (waiting)\n";
+          std::cerr << "gantry: " << (j.is_object() ? j.value("error", out.body) : out.body)
+                    << " (waiting)\n";
           said_limited_ = true;
         }
         std::this_thread::sleep_for(std::chrono::seconds(wait_s));
@@ -131,7 +134,8 @@ class Client {
   Response Wrap(httplib::Result r) {
     Response out;
     if (!r) {
-      out.error = "cannot reach gantryd at " + servers_.current() + ": " + httplib::to_string(r.error());
+      out.error =
+          "cannot reach gantryd at " + servers_.current() + ": " + httplib::to_string(r.error());
       return out;
     }
     out.status = r->status;
@@ -195,7 +199,8 @@ std::string NewKey() {
 
 struct SubmitArgs {
   std::vector<std::string> args;  // a spec file, or the command after --
-  std::string id, queue, tier, sharing, mig, topology, workdir, image, idempotency_key, array, after;
+  std::string id, queue, tier, sharing, mig, topology, workdir, image, idempotency_key, array,
+      after;
   std::vector<std::string> gpu_model, env;
   // Unset unless given: every given value goes to the server as given, so the CLI rejects
   // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
@@ -205,18 +210,21 @@ struct SubmitArgs {
 };
 
 bool UsesFlags(const SubmitArgs& a) {
-  return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() || !a.topology.empty() ||
-         !a.workdir.empty() || !a.image.empty() || !a.gpu_model.empty() || !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb ||
-         a.cpus || a.memory_gb || a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas;
+  return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() ||
+         !a.topology.empty() || !a.workdir.empty() || !a.image.empty() || !a.gpu_model.empty() ||
+         !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb || a.cpus || a.memory_gb ||
+         a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas;
 }
 
 // POST /v1/jobs, retried while gantryd cannot be reached or is a standby.
-Response PostJob(const Globals& g, const std::string& body, const std::string& type, const std::string& file,
-                 const std::string& array, const std::string& after, const std::string& idempotency_key) {
+Response PostJob(const Globals& g, const std::string& body, const std::string& type,
+                 const std::string& file, const std::string& array, const std::string& after,
+                 const std::string& idempotency_key) {
   Client c(g);
   // The key makes a retry after a lost answer safe: the server returns the same job.
-  httplib::Headers headers = {{"Idempotency-Key", idempotency_key.empty() ? NewKey() : idempotency_key},
-                              {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
+  httplib::Headers headers = {
+      {"Idempotency-Key", idempotency_key.empty() ? NewKey() : idempotency_key},
+      {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
   std::string path = "/v1/jobs";
   if (!array.empty()) path += "?array=" + UrlEncode(array);
   if (!after.empty()) path += std::string(array.empty() ? "?" : "&") + "after=" + UrlEncode(after);
@@ -233,8 +241,9 @@ int Submit(const Globals& g, const SubmitArgs& a) {
   std::string body, type, file;
   if (UsesFlags(a)) {
     if (a.args.empty()) {
-      std::cerr << "gantry submit: give the command after --, e.g. gantry submit --gpus 1 --vram-gb 20 "
-                   "--queue q -- python train.py\n";
+      std::cerr
+          << "gantry submit: give the command after --, e.g. gantry submit --gpus 1 --vram-gb 20 "
+             "--queue q -- python train.py\n";
       return kExitBadInput;
     }
     json j = json::object();
@@ -280,7 +289,8 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     file = "flags";
   } else {
     if (a.args.size() != 1) {
-      std::cerr << "gantry submit: give one job spec file (YAML or JSON), or flags and -- COMMAND\n";
+      std::cerr
+          << "gantry submit: give one job spec file (YAML or JSON), or flags and -- COMMAND\n";
       return kExitBadInput;
     }
     file = a.args[0];
@@ -314,7 +324,8 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
   std::vector<std::string> options, args;
   std::string script;
   if (!SplitSbatchArgs(words, options, script, args)) {
-    std::cerr << "gantry sbatch: give a batch script: gantry sbatch [options] script.sh [args...]\n";
+    std::cerr
+        << "gantry sbatch: give a batch script: gantry sbatch [options] script.sh [args...]\n";
     return kExitBadInput;
   }
   std::ifstream in(script, std::ios::binary);
@@ -394,7 +405,8 @@ int Ls(const Globals& g, const LsArgs& a) {
   if (int rc = Check(r, "ls")) return rc;
   json j = r.Json();
   auto listed = [](const std::vector<std::string>& names, const json& v) {
-    return names.size() < 2 || std::find(names.begin(), names.end(), v.is_string() ? v.get<std::string>() : "") != names.end();
+    return names.size() < 2 || std::find(names.begin(), names.end(),
+                                         v.is_string() ? v.get<std::string>() : "") != names.end();
   };
   json kept = json::array();
   for (json& job : j["jobs"]) {
@@ -414,28 +426,35 @@ int Ls(const Globals& g, const LsArgs& a) {
     }
     for (const json& job : j["jobs"]) {
       std::vector<std::string> values;
-      for (const Column& col : *cols) values.push_back(col.field.empty() ? col.literal : FieldValue(job, col.field, at));
+      for (const Column& col : *cols)
+        values.push_back(col.field.empty() ? col.literal : FieldValue(job, col.field, at));
       std::cout << RenderRow(*cols, values, "", true, false) << "\n";
     }
     return 0;
   }
   const double now = WallSeconds();
-  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("TIER", 12) << Pad("STATE", 11) << Pad("TIME", 11)
-            << Pad("NODES", 6) << Pad("REQUEST", 30) << "NODELIST(REASON)\n";
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("TIER", 12)
+            << Pad("STATE", 11) << Pad("TIME", 11) << Pad("NODES", 6) << Pad("REQUEST", 30)
+            << "NODELIST(REASON)\n";
   for (const json& job : j["jobs"]) {
     const std::string state_s = job.value("state", "");
     double t = 0;
     if (job.contains("run_start")) t = now - job["run_start"].get<double>();
-    if (!job["end"].is_null() && !job["start"].is_null()) t = job["end"].get<double>() - job["start"].get<double>();
+    if (!job["end"].is_null() && !job["start"].is_null())
+      t = job["end"].get<double>() - job["start"].get<double>();
     std::string where;
     for (const auto& n : job["nodes"]) where += (where.empty() ? "" : ",") + n.get<std::string>();
     const std::string reason = job.value("reason", "");
     const std::string last = state_s == "running" ? where : "(" + reason + ")";
     const std::string user = job.value("user", "");
-    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(user.empty() ? "-" : user, 10)
-              << Pad(job.contains("tier_now") ? job.value("tier_now", "") + "*" : job.value("tier", ""), 12)
-              << Pad(state_s, 11) << Pad(Elapsed(t), 11) << Pad(std::to_string(job["nodes"].size()), 6)
-              << Pad(job.value("request", ""), 30) << (reason.empty() && state_s != "running" ? "" : last) << "\n";
+    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12)
+              << Pad(user.empty() ? "-" : user, 10)
+              << Pad(job.contains("tier_now") ? job.value("tier_now", "") + "*"
+                                              : job.value("tier", ""),
+                     12)
+              << Pad(state_s, 11) << Pad(Elapsed(t), 11)
+              << Pad(std::to_string(job["nodes"].size()), 6) << Pad(job.value("request", ""), 30)
+              << (reason.empty() && state_s != "running" ? "" : last) << "\n";
   }
   return 0;
 }
@@ -458,24 +477,27 @@ int Top(const Globals& g, bool json_out) {
     std::cout << json(jobs).dump() << "\n";
     return 0;
   }
-  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 30) << Pad("NOW", 6)
-            << Pad("VRAM NOW/PEAK/ASKED GB", 24) << Pad("BUSY", 6) << Pad("IDLE", 10) << "NODES\n";
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 30)
+            << Pad("NOW", 6) << Pad("VRAM NOW/PEAK/ASKED GB", 24) << Pad("BUSY", 6)
+            << Pad("IDLE", 10) << "NODES\n";
   for (const json& job : jobs) {
     const json& u = job.value("usage", json::object());
     std::string where;
     for (const auto& n : job["nodes"]) where += (where.empty() ? "" : ",") + n.get<std::string>();
     const std::string user = job.value("user", "");
     const bool seen = u.contains("util_now");
-    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12) << Pad(user.empty() ? "-" : user, 10)
-              << Pad(job.value("request", ""), 30)
-              << Pad(seen ? std::to_string(std::lround(100 * u.value("util_now", 0.0))) + "%" : "-", 6)
+    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12)
+              << Pad(user.empty() ? "-" : user, 10) << Pad(job.value("request", ""), 30)
+              << Pad(seen ? std::to_string(std::lround(100 * u.value("util_now", 0.0))) + "%" : "-",
+                     6)
               << Pad(seen ? Num(std::round(u.value("vram_now_gb", 0.0) * 10) / 10) + "/" +
                                 Num(std::round(u.value("vram_peak_gb", 0.0) * 10) / 10) + "/" +
                                 Num(u.value("vram_asked_gb", 0.0))
                           : "-",
                      24)
-              << Pad(u.contains("utilization") ? std::to_string(std::lround(100 * u.value("utilization", 0.0))) + "%"
-                                               : "-",
+              << Pad(u.contains("utilization")
+                         ? std::to_string(std::lround(100 * u.value("utilization", 0.0))) + "%"
+                         : "-",
                      6)
               << Pad(seen ? Elapsed(u.value("idle_s", 0.0)) : "-", 10) << where << "\n";
   }
@@ -492,20 +514,22 @@ int Series(const Globals& g, const std::string& id, bool json_out) {
     std::cout << j.dump() << "\n";
     return 0;
   }
-  std::cout << Pad("TIME (UTC)", 21) << Pad("RUN", 5) << Pad("GPUS", 7) << Pad("UTIL", 6) << "VRAM PEAK GB\n";
+  std::cout << Pad("TIME (UTC)", 21) << Pad("RUN", 5) << Pad("GPUS", 7) << Pad("UTIL", 6)
+            << "VRAM PEAK GB\n";
   for (const json& s : j["samples"]) {
     const std::time_t t = static_cast<std::time_t>(s.value("t", 0.0));
     std::tm tm{};
     gmtime_r(&t, &tm);
     char when[32];
     std::strftime(when, sizeof when, "%F %T", &tm);
-    std::cout << Pad(when, 21) << Pad(std::to_string(s.value("run", 0)), 5) << Pad(Num(s.value("gpus", 0.0)), 7)
+    std::cout << Pad(when, 21) << Pad(std::to_string(s.value("run", 0)), 5)
+              << Pad(Num(s.value("gpus", 0.0)), 7)
               << Pad(std::to_string(std::lround(100 * s.value("util", 0.0))) + "%", 6)
               << Num(std::round(s.value("vram_peak_gb", 0.0) * 10) / 10) << "\n";
   }
   if (j["samples"].empty()) {
-    std::cout << "(no samples yet: one per " << Num(j.value("interval_s", 0.0)) << " s of reported usage, kept "
-              << Num(j.value("retention_days", 0.0)) << " days)\n";
+    std::cout << "(no samples yet: one per " << Num(j.value("interval_s", 0.0))
+              << " s of reported usage, kept " << Num(j.value("retention_days", 0.0)) << " days)\n";
   }
   return 0;
 }
@@ -519,9 +543,9 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  for (const char* k : {"id", "array", "queue", "team", "user", "tier", "tier_now", "tier_reason", "state", "reason",
-                        "request", "run", "preemptions",
-                        "requeues", "progress_s", "exit_code"}) {
+  for (const char* k :
+       {"id", "array", "queue", "team", "user", "tier", "tier_now", "tier_reason", "state",
+        "reason", "request", "run", "preemptions", "requeues", "progress_s", "exit_code"}) {
     if (!j.contains(k) || j[k].is_null()) continue;
     const json& v = j[k];
     std::cout << Pad(k, 14) << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";
@@ -540,7 +564,8 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
   if (submit > 0) std::cout << Pad("submitted", 14) << when(submit) << "\n";
   if (j.contains("start") && j["start"].is_number()) {
     const double start = j["start"].get<double>();
-    std::cout << Pad("started", 14) << when(start) << "  (waited " << Elapsed(start - submit) << ")\n";
+    std::cout << Pad("started", 14) << when(start) << "  (waited " << Elapsed(start - submit)
+              << ")\n";
     if (j.contains("end") && j["end"].is_number()) {
       const double end = j["end"].get<double>();
       std::cout << Pad("ended", 14) << when(end) << "  (ran " << Elapsed(end - start) << ")\n";
@@ -567,15 +592,17 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     }
     std::cout << Pad("usage", 14) << line << "\n";
     if (u.contains("vram_peak_gb")) {
-      std::cout << Pad("vram", 14) << "peak " << num(u.value("vram_peak_gb", 0.0), 1) << " GB, mean "
-                << num(u.value("vram_mean_gb", 0.0), 1) << " GB per worker; asked "
+      std::cout << Pad("vram", 14) << "peak " << num(u.value("vram_peak_gb", 0.0), 1)
+                << " GB, mean " << num(u.value("vram_mean_gb", 0.0), 1) << " GB per worker; asked "
                 << num(u.value("vram_asked_gb", 0.0), 1) << " GB per GPU\n";
     }
-    if (u.contains("advice")) std::cout << Pad("advice", 14) << u["advice"].value("text", "") << "\n";
+    if (u.contains("advice"))
+      std::cout << Pad("advice", 14) << u["advice"].value("text", "") << "\n";
     if (u.contains("idle_s")) {
       const double after = u.value("reclaim_idle_after_s", 0.0);
       std::cout << Pad("now", 14) << num(100 * u.value("util_now", 0.0), 0) << "% busy";
-      if (u.value("idle_s", 0.0) >= 1) std::cout << ", idle for " << Elapsed(u.value("idle_s", 0.0));
+      if (u.value("idle_s", 0.0) >= 1)
+        std::cout << ", idle for " << Elapsed(u.value("idle_s", 0.0));
       if (u.contains("keep_when_idle")) {
         std::cout << "; kept when idle: " << u["keep_when_idle"].get<std::string>();
       } else if (after > 0) {
@@ -588,7 +615,9 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
   if (j.contains("command")) std::cout << Pad("command", 14) << j["command"].dump() << "\n";
   for (const auto& w : j.value("workers", json::array())) {
     std::cout << Pad("worker " + std::to_string(w.value("rank", 0)), 14) << w["alloc"].dump()
-              << (w.value("exited", false) ? "  exited " + std::to_string(w.value("exit_code", 0)) : "") << "\n";
+              << (w.value("exited", false) ? "  exited " + std::to_string(w.value("exit_code", 0))
+                                           : "")
+              << "\n";
   }
   return 0;
 }
@@ -597,7 +626,8 @@ int Cancel(const Globals& g, const std::vector<std::string>& ids, bool force) {
   Client c(g);
   int worst = 0;
   for (const std::string& id : ids) {
-    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel" + (force ? "?force=true" : ""), "", "application/json");
+    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel" + (force ? "?force=true" : ""), "",
+                        "application/json");
     if (int rc = Check(r, "cancel")) {
       worst = std::max(worst, rc);
       continue;
@@ -625,12 +655,15 @@ int Logs(const Globals& g, const std::string& id, int rank, int run, bool follow
     if (!follow) return 0;
     auto it = r.headers.find("X-Gantry-Log-Size");
     const int64_t size = it != r.headers.end() ? std::stoll(it->second) : 0;
-    if (offset < 0) offset = size;
-    else offset += static_cast<int64_t>(r.body.size());
+    if (offset < 0)
+      offset = size;
+    else
+      offset += static_cast<int64_t>(r.body.size());
     Response s = c.Get("/v1/jobs/" + UrlEncode(id));
     if (s.status == 200) {
       const std::string state = s.Json().value("state", "");
-      if (state != "running" && state != "stopping" && state != "pending" && r.body.empty()) return 0;
+      if (state != "running" && state != "stopping" && state != "pending" && r.body.empty())
+        return 0;
     }
     std::this_thread::sleep_for(std::chrono::seconds(1));
   }
@@ -653,17 +686,20 @@ int Nodes(const Globals& g, bool json_out) {
   auto isolation = [](const json& n) {
     const json i = n.value("isolation", json::object());
     std::string out;
-    for (const auto& [key, name] : {std::pair{"cgroups", "cgroups"}, {"gpu_devices", "devices"}, {"mig", "mig"}}) {
+    for (const auto& [key, name] :
+         {std::pair{"cgroups", "cgroups"}, {"gpu_devices", "devices"}, {"mig", "mig"}}) {
       if (!i.contains(key)) continue;
       out += (out.empty() ? "" : ",") + std::string(i.value(key, false) ? "" : "no-") + name;
     }
     return out.empty() ? std::string("-") : out;
   };
-  std::cout << Pad("NODE", 16) << Pad("POOL", 10) << Pad("MODEL", 12) << Pad("STATE", 9) << Pad("GPUS", 6)
-            << Pad("FREE", 6) << Pad("ADDRESS", 16) << Pad("ISOLATION", 30) << "REASON\n";
+  std::cout << Pad("NODE", 16) << Pad("POOL", 10) << Pad("MODEL", 12) << Pad("STATE", 9)
+            << Pad("GPUS", 6) << Pad("FREE", 6) << Pad("ADDRESS", 16) << Pad("ISOLATION", 30)
+            << "REASON\n";
   for (const json& n : j["nodes"]) {
-    std::cout << Pad(n.value("name", ""), 16) << Pad(n.value("pool", ""), 10) << Pad(n.value("model", ""), 12)
-              << Pad(n.value("state", ""), 9) << Pad(std::to_string(n.value("gpus", 0)), 6)
+    std::cout << Pad(n.value("name", ""), 16) << Pad(n.value("pool", ""), 10)
+              << Pad(n.value("model", ""), 12) << Pad(n.value("state", ""), 9)
+              << Pad(std::to_string(n.value("gpus", 0)), 6)
               << Pad(std::to_string(n.value("free_gpus", 0)), 6) << Pad(n.value("address", ""), 16)
               << Pad(isolation(n), 30) << n.value("reason", "") << "\n";
   }
@@ -679,20 +715,23 @@ int Queues(const Globals& g, bool json_out) {
     std::cout << j["queues"].dump() << "\n";
     return 0;
   }
-  std::cout << Pad("QUEUE", 14) << Pad("PARENT", 12) << Pad("USED", 8) << Pad("GUARANTEE", 11) << Pad("BURST", 8)
-            << Pad("USED/GUAR", 11) << Pad("PENDING", 9) << Pad("RUNNING", 9) << "BUDGET (GPU-HOURS SPENT/PER PERIOD)\n";
+  std::cout << Pad("QUEUE", 14) << Pad("PARENT", 12) << Pad("USED", 8) << Pad("GUARANTEE", 11)
+            << Pad("BURST", 8) << Pad("USED/GUAR", 11) << Pad("PENDING", 9) << Pad("RUNNING", 9)
+            << "BUDGET (GPU-HOURS SPENT/PER PERIOD)\n";
   for (const json& q : j["queues"]) {
     const double used = q.value("used_gpus", 0.0), guar = q.value("guaranteed_gpus", 0.0);
     std::cout << Pad(q.value("name", ""), 14) << Pad(q.value("parent", ""), 12) << Pad(Num(used), 8)
-              << Pad(Num(guar), 11) << Pad(q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()), 8)
+              << Pad(Num(guar), 11)
+              << Pad(q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()), 8)
               << Pad(guar > 0 ? std::to_string(std::lround(100 * used / guar)) + "%" : "-", 11)
-              << Pad(std::to_string(q.value("pending", 0)), 9) << Pad(std::to_string(q.value("running", 0)), 9);
+              << Pad(std::to_string(q.value("pending", 0)), 9)
+              << Pad(std::to_string(q.value("running", 0)), 9);
     if (q.contains("budget")) {
       const json& b = q["budget"];
-      std::cout << Num(std::round(b.value("spent_gpu_hours", 0.0) * 10) / 10) << "/" << Num(b.value("gpu_hours", 0.0))
-                << " per " << b.value("period", "") << (b.value("spent", false) ? ", spent: new work " +
-                                                                                       b.value("when_spent", "")
-                                                                                 : "");
+      std::cout << Num(std::round(b.value("spent_gpu_hours", 0.0) * 10) / 10) << "/"
+                << Num(b.value("gpu_hours", 0.0)) << " per " << b.value("period", "")
+                << (b.value("spent", false) ? ", spent: new work " + b.value("when_spent", "")
+                                            : "");
     } else {
       std::cout << "-";
     }
@@ -713,7 +752,8 @@ bool ParseWhen(const std::string& s, double now, double& out) {
       if ((s[10] != 'T' && s[10] != ' ') ||
           std::sscanf(s.c_str() + 11, "%2d:%2d%n", &h, &mi, &more) != 2 ||
           (s.size() > 11 + static_cast<size_t>(more) &&
-           (std::sscanf(s.c_str() + 11 + more, ":%2d", &sec) != 1 || s.size() != 11 + static_cast<size_t>(more) + 3))) {
+           (std::sscanf(s.c_str() + 11 + more, ":%2d", &sec) != 1 ||
+            s.size() != 11 + static_cast<size_t>(more) + 3))) {
         return false;
       }
     }
@@ -737,7 +777,11 @@ bool ParseWhen(const std::string& s, double now, double& out) {
       out = v;
       return true;
     }
-    const double mult = unit == "s" ? 1 : unit == "m" ? 60 : unit == "h" ? 3600 : unit == "d" ? 86400 : -1;
+    const double mult = unit == "s"   ? 1
+                        : unit == "m" ? 60
+                        : unit == "h" ? 3600
+                        : unit == "d" ? 86400
+                                      : -1;
     if (mult < 0) return false;
     out = now - v * mult;
     return true;
@@ -775,8 +819,10 @@ int Advice(const Globals& g, double from, double to) {
   std::map<std::string, Sums> by_queue;
   const json all = r.Json();
   for (const json& job : all["jobs"]) {
-    const double start = job.contains("start") && job["start"].is_number() ? job["start"].get<double>() : -1;
-    const double end = job.contains("end") && job["end"].is_number() ? job["end"].get<double>() : to;
+    const double start =
+        job.contains("start") && job["start"].is_number() ? job["start"].get<double>() : -1;
+    const double end =
+        job.contains("end") && job["end"].is_number() ? job["end"].get<double>() : to;
     if (!job.contains("usage") || start < 0 || start > to || end < from) continue;
     const json& u = job["usage"];
     Sums& q = by_queue[job.value("queue", "")];
@@ -788,35 +834,41 @@ int Advice(const Globals& g, double from, double to) {
     ++q.jobs;
     char num[32];
     std::snprintf(num, sizeof num, "%.3f", frees);
-    rows.push_back({frees, Pad(job.value("id", ""), 14) + Pad(job.value("queue", ""), 12) +
-                               Pad(job.value("user", "").empty() ? "-" : job.value("user", ""), 10) +
-                               Pad(job.value("request", ""), 28) + Pad(a.value("shape", ""), 22) + Pad(num, 10) +
-                               a.value("text", "")});
+    rows.push_back(
+        {frees, Pad(job.value("id", ""), 14) + Pad(job.value("queue", ""), 12) +
+                    Pad(job.value("user", "").empty() ? "-" : job.value("user", ""), 10) +
+                    Pad(job.value("request", ""), 28) + Pad(a.value("shape", ""), 22) +
+                    Pad(num, 10) + a.value("text", "")});
   }
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.frees > b.frees; });
-  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 28) << Pad("WOULD FIT", 22)
-            << Pad("FREES", 10) << "WHY\n";
+  std::stable_sort(rows.begin(), rows.end(),
+                   [](const Row& a, const Row& b) { return a.frees > b.frees; });
+  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 28)
+            << Pad("WOULD FIT", 22) << Pad("FREES", 10) << "WHY\n";
   for (const Row& row : rows) std::cout << row.line << "\n";
-  std::cout << "\n" << Pad("QUEUE", 14) << Pad("JOBS", 6) << Pad("GPU-HOURS", 11) << "RIGHT-SIZING FREES\n";
+  std::cout << "\n"
+            << Pad("QUEUE", 14) << Pad("JOBS", 6) << Pad("GPU-HOURS", 11) << "RIGHT-SIZING FREES\n";
   for (const auto& [queue, s] : by_queue) {
     char line[96];
-    std::snprintf(line, sizeof line, "%-11.3f%.3f (%.0f%%)", s.held, s.frees, s.held > 0 ? 100 * s.frees / s.held : 0.0);
+    std::snprintf(line, sizeof line, "%-11.3f%.3f (%.0f%%)", s.held, s.frees,
+                  s.held > 0 ? 100 * s.frees / s.held : 0.0);
     std::cout << Pad(queue, 14) << Pad(std::to_string(s.jobs), 6) << line << "\n";
   }
   return 0;
 }
 
-int Usage(const Globals& g, const std::string& since, const std::string& until, const std::string& by, bool csv,
-          bool json_out, bool advice) {
+int Usage(const Globals& g, const std::string& since, const std::string& until,
+          const std::string& by, bool csv, bool json_out, bool advice) {
   const double now = WallSeconds();
   double from = now - 86400, to = now;
   if (!since.empty() && !ParseWhen(since, now, from)) {
-    std::cerr << "gantry usage: --since: expected e.g. 24h, 7d, 2026-11-01, 2026-11-01T08:00 (UTC) or Unix seconds, got "
+    std::cerr << "gantry usage: --since: expected e.g. 24h, 7d, 2026-11-01, 2026-11-01T08:00 (UTC) "
+                 "or Unix seconds, got "
               << since << "\n";
     return kExitBadInput;
   }
   if (!until.empty() && !ParseWhen(until, now, to)) {
-    std::cerr << "gantry usage: --until: expected e.g. 1h, 2026-12-01 (UTC) or Unix seconds, got " << until << "\n";
+    std::cerr << "gantry usage: --until: expected e.g. 1h, 2026-12-01 (UTC) or Unix seconds, got "
+              << until << "\n";
     return kExitBadInput;
   }
   std::vector<std::string> keys;
@@ -824,7 +876,8 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
     const size_t comma = std::min(by.find(',', pos), by.size());
     const std::string k = by.substr(pos, comma - pos);
     if (k != "queue" && k != "user" && k != "model") {
-      std::cerr << "gantry usage: --by: expected queue, user or model (comma-separated), got " << by << "\n";
+      std::cerr << "gantry usage: --by: expected queue, user or model (comma-separated), got " << by
+                << "\n";
       return kExitBadInput;
     }
     keys.push_back(k);
@@ -863,17 +916,20 @@ int Usage(const Globals& g, const std::string& since, const std::string& until, 
   };
   if (csv) {
     for (const std::string& k : keys) std::cout << k << ",";
-    std::cout << "gpu_hours,busy_gpu_hours,reported_gpu_hours,cost,currency,right_sizing_frees_gpu_hours\n";
+    std::cout << "gpu_hours,busy_gpu_hours,reported_gpu_hours,cost,currency,right_sizing_frees_gpu_"
+                 "hours\n";
     for (const auto& [key, s] : groups) {
       for (const std::string& v : key) std::cout << CsvField(v) << ",";
-      std::cout << fixed(s.held, 6) << "," << fixed(s.busy, 6) << "," << fixed(s.reported, 6) << "," << fixed(s.cost, 6)
-                << "," << CsvField(currency) << "," << fixed(s.frees, 6) << "\n";
+      std::cout << fixed(s.held, 6) << "," << fixed(s.busy, 6) << "," << fixed(s.reported, 6) << ","
+                << fixed(s.cost, 6) << "," << CsvField(currency) << "," << fixed(s.frees, 6)
+                << "\n";
     }
     return 0;
   }
-  for (const std::string& k : keys) std::cout << Pad(k == "queue" ? "QUEUE" : k == "user" ? "USER" : "MODEL", 14);
-  std::cout << Pad("GPU-HOURS", 11) << Pad("BUSY", 11) << Pad("UTIL", 6) << Pad("COST" + (currency.empty() ? "" : " " + currency), 12)
-            << "RIGHT-SIZING FREES\n";
+  for (const std::string& k : keys)
+    std::cout << Pad(k == "queue" ? "QUEUE" : k == "user" ? "USER" : "MODEL", 14);
+  std::cout << Pad("GPU-HOURS", 11) << Pad("BUSY", 11) << Pad("UTIL", 6)
+            << Pad("COST" + (currency.empty() ? "" : " " + currency), 12) << "RIGHT-SIZING FREES\n";
   for (const auto& [key, s] : groups) {
     for (const std::string& v : key) std::cout << Pad(v.empty() ? "-" : v, 14);
     const bool seen = s.reported > 0;
@@ -900,13 +956,17 @@ int Acct(const Globals& g, const AcctArgs& a) {
   f.start = std::floor(now / 86400) * 86400;
   f.end = now;
   f.any_time = !a.jobs.empty() && a.start.empty();
-  if (!a.start.empty() && !(a.start == "now" ? (f.start = now, true) : ParseWhen(a.start, now, f.start))) {
-    std::cerr << "gantry acct: --starttime: expected e.g. 2026-11-01, 2026-11-01T08:00 (UTC), 24h, 7d (ago), now "
-                 "or Unix seconds, got " << a.start << "\n";
+  if (!a.start.empty() &&
+      !(a.start == "now" ? (f.start = now, true) : ParseWhen(a.start, now, f.start))) {
+    std::cerr << "gantry acct: --starttime: expected e.g. 2026-11-01, 2026-11-01T08:00 (UTC), 24h, "
+                 "7d (ago), now "
+                 "or Unix seconds, got "
+              << a.start << "\n";
     return kExitBadInput;
   }
   if (!a.end.empty() && !(a.end == "now" ? (f.end = now, true) : ParseWhen(a.end, now, f.end))) {
-    std::cerr << "gantry acct: --endtime: expected the same forms as --starttime, got " << a.end << "\n";
+    std::cerr << "gantry acct: --endtime: expected the same forms as --starttime, got " << a.end
+              << "\n";
     return kExitBadInput;
   }
   f.users = SplitList(a.users);
@@ -916,16 +976,18 @@ int Acct(const Globals& g, const AcctArgs& a) {
     const std::string st = NormalizeState(s);
     if (st.empty()) {
       std::cerr << "gantry acct: --state: unknown state " << s
-                << " (known: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, "
+                << " (known: PENDING, RUNNING, COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, "
+                   "PREEMPTED, "
                    "REQUEUED, OUT_OF_MEMORY, or their codes PD R CG CD F CA TO PR RQ OOM)\n";
       return kExitBadInput;
     }
     f.states.push_back(st);
   }
   std::string error;
-  auto cols = ParseSacctFormat(a.format.empty() ? "JobID,JobName,Account,User,State,ExitCode,Start,End,Elapsed,"
-                                                  "AllocGPUs,GPUHours"
-                                                : a.format,
+  auto cols = ParseSacctFormat(a.format.empty()
+                                   ? "JobID,JobName,Account,User,State,ExitCode,Start,End,Elapsed,"
+                                     "AllocGPUs,GPUHours"
+                                   : a.format,
                                error);
   if (!cols) {
     std::cerr << "gantry acct: --format: " << error << "\n";
@@ -966,7 +1028,8 @@ int Drain(const Globals& g, const std::string& node, bool drain, const std::stri
   Client c(g);
   json body = json::object();
   if (!reason.empty()) body["reason"] = reason;
-  Response r = c.Post("/v1/nodes/" + UrlEncode(node) + (drain ? "/drain" : "/resume"), body.dump(), "application/json");
+  Response r = c.Post("/v1/nodes/" + UrlEncode(node) + (drain ? "/drain" : "/resume"), body.dump(),
+                      "application/json");
   if (int rc = Check(r, drain ? "drain" : "resume")) return rc;
   std::cout << node << ": " << (drain ? "drained" : "resumed") << "\n";
   return 0;
@@ -977,13 +1040,17 @@ int Drain(const Globals& g, const std::string& node, bool drain, const std::stri
 void AddClientCommands(CLI::App& app, int& exit_code) {
   // Owned for the life of the process: the parsed values must outlive parse().
   static Globals g;
-  app.add_option("--server", g.server, "gantryd URL, or several comma-separated (a leader and its standbys; default: $GANTRY_SERVER, else http://127.0.0.1:8080)");
+  app.add_option("--server", g.server,
+                 "gantryd URL, or several comma-separated (a leader and its standbys; default: "
+                 "$GANTRY_SERVER, else http://127.0.0.1:8080)");
   app.add_option("--token", g.token, "API token (default: $GANTRY_TOKEN)");
   app.add_option("--ca-cert", g.ca_cert,
-                 "For https:// servers: trust this PEM CA certificate (default: $GANTRY_CA_CERT, else the system's)");
+                 "For https:// servers: trust this PEM CA certificate (default: $GANTRY_CA_CERT, "
+                 "else the system's)");
 
   static SubmitArgs s;
-  CLI::App* submit = app.add_subcommand("submit", "Submit a job: a YAML/JSON spec file, or flags and -- COMMAND");
+  CLI::App* submit =
+      app.add_subcommand("submit", "Submit a job: a YAML/JSON spec file, or flags and -- COMMAND");
   submit->add_option("args", s.args, "JOB.yaml, or the command after --");
   submit->add_option("--id", s.id, "Job id (default: assigned)");
   submit->add_option("--queue", s.queue, "Queue");
@@ -992,28 +1059,34 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--gpus", s.gpus, "GPUs per worker (a fraction with --sharing mps|timeslice)");
   submit->add_option("--mig", s.mig, "One MIG instance per worker, e.g. 1g.10gb");
   submit->add_option("--sharing", s.sharing, "exclusive, mps or timeslice");
-  submit->add_option("--gpu-model", s.gpu_model, "Acceptable GPU model (repeatable)")->allow_extra_args(false);
+  submit->add_option("--gpu-model", s.gpu_model, "Acceptable GPU model (repeatable)")
+      ->allow_extra_args(false);
   submit->add_option("--vram-gb", s.vram_gb, "GPU memory per worker");
   submit->add_option("--cpus", s.cpus, "CPUs per worker");
   submit->add_option("--memory-gb", s.memory_gb, "Memory per worker");
   submit->add_option("--topology", s.topology, "nvlink, node, leaf or spine");
   submit->add_option("--checkpoint-s", s.checkpoint_s, "Checkpoint interval");
   submit->add_option("--grace-s", s.grace_s, "Grace after the preemption signal");
-  submit->add_option("--time-limit-s", s.time_limit_s,
-                     "Stop each run after this long (signal, grace, kill) and fail the job, as sbatch --time");
+  submit->add_option(
+      "--time-limit-s", s.time_limit_s,
+      "Stop each run after this long (signal, grace, kill) and fail the job, as sbatch --time");
   // One value per flag (else a vector option takes every word up to the next flag, and
   // `--env A=1 -- cmd -c x` lost its command to it).
   submit->add_option("--env", s.env, "NAME=VALUE (repeatable)")->allow_extra_args(false);
   submit->add_option("--workdir", s.workdir, "Working directory on the node");
-  submit->add_option("--image", s.image, "Run the command in this container image (podman on the node)");
-  submit->add_option("--idempotency-key", s.idempotency_key, "Reuse to make a resubmission a no-op");
-  submit->add_option("--array", s.array,
-                     "One job per index, in one request: 0-999, 1,3,5-7 or 0-15:4, with %N to run at most N "
-                     "at once (tasks are ID_INDEX; "
-                     "GANTRY_ARRAY_TASK_ID tells each its index; `cancel ID` cancels the array)");
-  submit->add_option("--after", s.after,
-                     "Hold until these jobs end: JOB (finished with exit 0), JOB:ok or JOB:any, comma-separated; "
-                     "an array's id stands for all its tasks");
+  submit->add_option("--image", s.image,
+                     "Run the command in this container image (podman on the node)");
+  submit->add_option("--idempotency-key", s.idempotency_key,
+                     "Reuse to make a resubmission a no-op");
+  submit->add_option(
+      "--array", s.array,
+      "One job per index, in one request: 0-999, 1,3,5-7 or 0-15:4, with %N to run at most N "
+      "at once (tasks are ID_INDEX; "
+      "GANTRY_ARRAY_TASK_ID tells each its index; `cancel ID` cancels the array)");
+  submit->add_option(
+      "--after", s.after,
+      "Hold until these jobs end: JOB (finished with exit 0), JOB:ok or JOB:any, comma-separated; "
+      "an array's id stands for all its tasks");
   submit->add_flag("--json", s.json_out, "Print the server's answer as JSON");
   submit->callback([&exit_code] { exit_code = Submit(g, s); });
 
@@ -1022,46 +1095,57 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   ls->add_flag("--json", la.json_out, "JSON output");
   ls->add_flag("-a,--all", la.all, "Include ended jobs");
   ls->add_option("--state", la.state, "Only jobs in this state");
-  ls->add_option("-u,--user", la.user, "Only these submitters' jobs (comma-separated), as squeue -u");
+  ls->add_option("-u,--user", la.user,
+                 "Only these submitters' jobs (comma-separated), as squeue -u");
   ls->add_option("-A,--queue", la.queue, "Only these queues' jobs (comma-separated), as squeue -A");
-  ls->add_option("-o,--format", la.format,
-                 "squeue's -o format: %i %j %u %P %q %T %t %M %l %D %R %b %a ... with optional widths, "
-                 "e.g. \"%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R\" (docs/slurm.md)");
-  ls->add_option("-O,--Format", la.names, "squeue's -O field names, e.g. JobID,Name:30,State,TimeUsed,ReasonList");
+  ls->add_option(
+      "-o,--format", la.format,
+      "squeue's -o format: %i %j %u %P %q %T %t %M %l %D %R %b %a ... with optional widths, "
+      "e.g. \"%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R\" (docs/slurm.md)");
+  ls->add_option("-O,--Format", la.names,
+                 "squeue's -O field names, e.g. JobID,Name:30,State,TimeUsed,ReasonList");
   ls->add_flag("--noheader", la.noheader, "With --format/--Format: no header line");
   ls->callback([&exit_code] { exit_code = Ls(g, la); });
 
-  CLI::App* sbatch = app.add_subcommand(
-      "sbatch", "Submit a Slurm batch script: [options] script.sh [args...]; its #SBATCH directives, overridden by "
-                "options given here (docs/slurm.md)");
+  CLI::App* sbatch = app.add_subcommand("sbatch",
+                                        "Submit a Slurm batch script: [options] script.sh "
+                                        "[args...]; its #SBATCH directives, overridden by "
+                                        "options given here (docs/slurm.md)");
   // Every word, in order, is read by cli/sbatch.cc: sbatch's options, the script, and
   // from there on the script's arguments (prefix_command passes them through untouched).
   sbatch->prefix_command();
   sbatch->callback([&exit_code, sbatch] { exit_code = Sbatch(g, sbatch->remaining()); });
 
   static AcctArgs aa;
-  CLI::App* acct = app.add_subcommand("acct", "Ended and running jobs, as sacct shows them (docs/slurm.md)");
-  acct->add_option("-S,--starttime", aa.start, "Jobs active at or after: 2026-11-01, 2026-11-01T08:00 (UTC), 7d (ago), "
-                                               "now or Unix seconds (default: midnight UTC today)");
-  acct->add_option("-E,--endtime", aa.end, "Jobs active at or before, the same forms (default: now)");
+  CLI::App* acct =
+      app.add_subcommand("acct", "Ended and running jobs, as sacct shows them (docs/slurm.md)");
+  acct->add_option("-S,--starttime", aa.start,
+                   "Jobs active at or after: 2026-11-01, 2026-11-01T08:00 (UTC), 7d (ago), "
+                   "now or Unix seconds (default: midnight UTC today)");
+  acct->add_option("-E,--endtime", aa.end,
+                   "Jobs active at or before, the same forms (default: now)");
   acct->add_option("-u,--user", aa.users, "Only these users (comma-separated)");
   acct->add_option("-A,--account", aa.accounts, "Only these queues (comma-separated)");
-  acct->add_option("-s,--state", aa.states, "Only these states: COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, "
-                                            "REQUEUED, RUNNING, PENDING, ... or CD, F, CA, TO, PR, RQ, R, PD");
-  acct->add_option("-j,--jobs", aa.jobs, "Only these jobs or arrays (comma-separated); without -S, at any time");
+  acct->add_option("-s,--state", aa.states,
+                   "Only these states: COMPLETED, FAILED, CANCELLED, TIMEOUT, PREEMPTED, "
+                   "REQUEUED, RUNNING, PENDING, ... or CD, F, CA, TO, PR, RQ, R, PD");
+  acct->add_option("-j,--jobs", aa.jobs,
+                   "Only these jobs or arrays (comma-separated); without -S, at any time");
   acct->add_option("-o,--format", aa.format,
                    "sacct fields, e.g. JobID,JobName%30,State,ExitCode,Elapsed,AllocTRES,GPUHours");
   acct->add_flag("-p,--parsable", aa.parsable, "'|' after every field");
   acct->add_flag("-P,--parsable2", aa.parsable2, "'|' between fields");
   acct->add_flag("-n,--noheader", aa.noheader, "No header");
   static bool acct_ignored = false;
-  acct->add_flag("-X,--allocations,-a,--allusers", acct_ignored, "Accepted for sacct's sake: a Gantry job has no steps, and the "
-                                                   "jobs shown are those the token may list");
+  acct->add_flag("-X,--allocations,-a,--allusers", acct_ignored,
+                 "Accepted for sacct's sake: a Gantry job has no steps, and the "
+                 "jobs shown are those the token may list");
   acct->add_flag("--json", aa.json_out, "The matching jobs as JSON");
   acct->callback([&exit_code] { exit_code = Acct(g, aa); });
 
   static bool top_json = false;
-  CLI::App* top = app.add_subcommand("top", "Running jobs with their GPUs' utilization and VRAM now, idlest first");
+  CLI::App* top = app.add_subcommand(
+      "top", "Running jobs with their GPUs' utilization and VRAM now, idlest first");
   top->add_flag("--json", top_json, "JSON output");
   top->callback([&exit_code] { exit_code = Top(g, top_json); });
 
@@ -1070,16 +1154,20 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   CLI::App* show = app.add_subcommand("show", "Show one job");
   show->add_option("id", show_id, "Job id")->required();
   show->add_flag("--json", show_json, "JSON output");
-  show->add_flag("--series", show_series, "The job's usage time series (a sample per --usage-sample-s of gantryd)");
-  show->callback([&exit_code] { exit_code = show_series ? Series(g, show_id, show_json) : Show(g, show_id, show_json); });
+  show->add_flag("--series", show_series,
+                 "The job's usage time series (a sample per --usage-sample-s of gantryd)");
+  show->callback([&exit_code] {
+    exit_code = show_series ? Series(g, show_id, show_json) : Show(g, show_id, show_json);
+  });
 
   static std::vector<std::string> cancel_ids;
   static bool cancel_force = false;
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");
   cancel->add_option("ids", cancel_ids, "Job ids")->required();
-  cancel->add_flag("--force", cancel_force,
-                   "End the grace now: SIGKILL the workers' process groups without waiting for a checkpoint "
-                   "(also for a job already stopping)");
+  cancel->add_flag(
+      "--force", cancel_force,
+      "End the grace now: SIGKILL the workers' process groups without waiting for a checkpoint "
+      "(also for a job already stopping)");
   cancel->callback([&exit_code] { exit_code = Cancel(g, cancel_ids, cancel_force); });
 
   static std::string logs_id;
@@ -1104,15 +1192,19 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
 
   static std::string usage_since, usage_until, usage_by = "queue,user,model";
   static bool usage_json = false, usage_csv = false, usage_advice = false;
-  CLI::App* usage = app.add_subcommand("usage", "GPU-hours per queue, user and GPU model over a period");
+  CLI::App* usage =
+      app.add_subcommand("usage", "GPU-hours per queue, user and GPU model over a period");
   usage->add_option("--since", usage_since,
-                    "Start: 24h, 7d (ago), a UTC date 2026-11-01 or time 2026-11-01T08:00, or Unix seconds (default: 24h)");
+                    "Start: 24h, 7d (ago), a UTC date 2026-11-01 or time 2026-11-01T08:00, or Unix "
+                    "seconds (default: 24h)");
   usage->add_option("--until", usage_until, "End, the same forms (default: now)");
-  usage->add_option("--by", usage_by, "Group by queue, user, model, or several comma-separated (default: all three)");
+  usage->add_option("--by", usage_by,
+                    "Group by queue, user, model, or several comma-separated (default: all three)");
   usage->add_flag("--csv", usage_csv, "CSV output (for chargeback)");
   usage->add_flag("--json", usage_json, "JSON output (the server's rows)");
   usage->add_flag("--advice", usage_advice,
-                  "Jobs of the period (still in gantryd's memory) that could have been smaller: what would have "
+                  "Jobs of the period (still in gantryd's memory) that could have been smaller: "
+                  "what would have "
                   "held them and the GPU-hours it would free, then per queue");
   usage->callback([&exit_code] {
     exit_code = Usage(g, usage_since, usage_until, usage_by, usage_csv, usage_json, usage_advice);
@@ -1127,7 +1219,9 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   resume->add_option("node", resume_node, "Node name")->required();
   resume->callback([&exit_code] { exit_code = Drain(g, resume_node, false, ""); });
 
-  for (CLI::App* sub : {submit, ls, top, show, cancel, logs, nodes, queues, usage, drain, resume, acct}) sub->fallthrough();
+  for (CLI::App* sub :
+       {submit, ls, top, show, cancel, logs, nodes, queues, usage, drain, resume, acct})
+    sub->fallthrough();
 }
 
 }  // namespace gantry::cli

@@ -22,14 +22,30 @@ struct OptionDef {
 };
 
 constexpr OptionDef kOptions[] = {
-    {"job-name", 'J', true},      {"partition", 'p', true},   {"qos", 'q', true},
-    {"account", 'A', true},       {"time", 't', true},        {"nodes", 'N', true},
-    {"ntasks", 'n', true},        {"ntasks-per-node", 0, true}, {"gres", 0, true},
-    {"gpus", 'G', true},          {"gpus-per-node", 0, true}, {"gpus-per-task", 0, true},
-    {"mem", 0, true},             {"mem-per-cpu", 0, true},   {"mem-per-gpu", 0, true},
-    {"cpus-per-task", 'c', true}, {"chdir", 'D', true},       {"export", 0, true},
-    {"signal", 0, true},          {"output", 'o', true},      {"error", 'e', true},
-    {"array", 'a', true},         {"dependency", 'd', true},  {"parsable", 0, false},
+    {"job-name", 'J', true},
+    {"partition", 'p', true},
+    {"qos", 'q', true},
+    {"account", 'A', true},
+    {"time", 't', true},
+    {"nodes", 'N', true},
+    {"ntasks", 'n', true},
+    {"ntasks-per-node", 0, true},
+    {"gres", 0, true},
+    {"gpus", 'G', true},
+    {"gpus-per-node", 0, true},
+    {"gpus-per-task", 0, true},
+    {"mem", 0, true},
+    {"mem-per-cpu", 0, true},
+    {"mem-per-gpu", 0, true},
+    {"cpus-per-task", 'c', true},
+    {"chdir", 'D', true},
+    {"export", 0, true},
+    {"signal", 0, true},
+    {"output", 'o', true},
+    {"error", 'e', true},
+    {"array", 'a', true},
+    {"dependency", 'd', true},
+    {"parsable", 0, false},
     {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
 };
 
@@ -38,7 +54,8 @@ constexpr OptionDef kOptions[] = {
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"mail-type", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
     {"mail-user", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
-    {"constraint", "node features are not modelled; name a GPU model with --gres=gpu:MODEL:N or a pool with -p"},
+    {"constraint",
+     "node features are not modelled; name a GPU model with --gres=gpu:MODEL:N or a pool with -p"},
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclusive", "whole nodes are not reserved; ask for the GPUs, CPUs and memory the job uses"},
@@ -89,7 +106,8 @@ struct Given {
 
 class Parser {
  public:
-  Parser(const std::string& script_name, const SbatchContext& ctx) : script_(script_name), ctx_(ctx) {}
+  Parser(const std::string& script_name, const SbatchContext& ctx)
+      : script_(script_name), ctx_(ctx) {}
 
   // Reads options from `tokens` (a directive line's or the command line's) into given_;
   // later ones override earlier ones.
@@ -117,7 +135,8 @@ class Parser {
         shown = t.substr(0, 2);
         def = FindShort(t[1]);
         if (def == nullptr) {
-          Error(where, shown, "unknown or unsupported option (docs/slurm.md lists what gantry sbatch reads)");
+          Error(where, shown,
+                "unknown or unsupported option (docs/slurm.md lists what gantry sbatch reads)");
           continue;
         }
         if (t.size() > 2) {
@@ -158,8 +177,9 @@ class Parser {
     }
     if (auto v = Get("partition")) {
       if (v->value.empty() || v->value.find(',') != std::string::npos) {
-        Error(v->where, "--partition", "give one pool (Gantry restricts a job to one pool or none), got \"" +
-                                           v->value + "\"");
+        Error(
+            v->where, "--partition",
+            "give one pool (Gantry restricts a job to one pool or none), got \"" + v->value + "\"");
       } else {
         s["pool"] = v->value;
       }
@@ -168,8 +188,9 @@ class Parser {
       std::string q = v->value;
       if (q == "normal") q = "standard";  // Slurm's default QOS
       if (q != "critical" && q != "standard" && q != "best-effort") {
-        Error(v->where, "--qos", "is the tier: critical, standard (or normal) or best-effort, got \"" + v->value +
-                                     "\"");
+        Error(
+            v->where, "--qos",
+            "is the tier: critical, standard (or normal) or best-effort, got \"" + v->value + "\"");
       } else {
         s["tier"] = q;
       }
@@ -205,7 +226,8 @@ class Parser {
       std::string pattern;
       if (auto v = Get(key)) {
         pattern = v->value;
-        if (auto why = spec::CheckOutputPattern(pattern)) Error(v->where, std::string("--") + key, *why);
+        if (auto why = spec::CheckOutputPattern(pattern))
+          Error(v->where, std::string("--") + key, *why);
       } else if (std::string(key) == "output") {
         pattern = out.array.empty() ? "slurm-%j.out" : "slurm-%A_%a.out";  // Slurm's default
       }
@@ -233,7 +255,8 @@ class Parser {
         return;
       }
     }
-    Error(where, shown, "unknown or unsupported option (docs/slurm.md lists what gantry sbatch reads)");
+    Error(where, shown,
+          "unknown or unsupported option (docs/slurm.md lists what gantry sbatch reads)");
   }
 
   // A positive whole number, or nullopt with an error.
@@ -241,7 +264,8 @@ class Parser {
     const std::string& t = v.value;
     if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos ||
         std::stoll(t) < min) {
-      Error(v.where, option, "expected a whole number of at least " + std::to_string(min) + ", got \"" + t + "\"");
+      Error(v.where, option,
+            "expected a whole number of at least " + std::to_string(min) + ", got \"" + t + "\"");
       return std::nullopt;
     }
     return std::stoll(t);
@@ -289,8 +313,9 @@ class Parser {
     s["grace_s"] = lead;
     if (limit > 0) {
       if (limit <= lead) {
-        Error(v->where, "--signal", "the signal comes " + std::to_string(lead) + " s before the limit, but --time is " +
-                                        std::to_string(limit) + " s");
+        Error(v->where, "--signal",
+              "the signal comes " + std::to_string(lead) + " s before the limit, but --time is " +
+                  std::to_string(limit) + " s");
         return;
       }
       s["time_limit_s"] = limit - lead;
@@ -298,7 +323,8 @@ class Parser {
   }
 
   // [MODEL:]N as --gpus and --gpus-per-node give it, or gpu[:MODEL]:N as --gres.
-  bool Gpus(const Given& v, const std::string& option, bool gres, std::string& model, long long& n) {
+  bool Gpus(const Given& v, const std::string& option, bool gres, std::string& model,
+            long long& n) {
     std::string t = v.value;
     if (gres) {
       if (t.find(',') != std::string::npos) {
@@ -306,7 +332,8 @@ class Parser {
         return false;
       }
       if (t.rfind("gpu", 0) != 0 || (t.size() > 3 && t[3] != ':')) {
-        Error(v.where, option, "only GPUs are generic resources here (gpu:N or gpu:MODEL:N), got \"" + t + "\"");
+        Error(v.where, option,
+              "only GPUs are generic resources here (gpu:N or gpu:MODEL:N), got \"" + t + "\"");
         return false;
       }
       t = t.size() > 4 ? t.substr(4) : "1";  // gres "gpu" alone is one
@@ -316,8 +343,9 @@ class Parser {
       model = t.substr(0, colon);
       t = t.substr(colon + 1);
       if (model.empty() || model.find(':') != std::string::npos) {
-        Error(v.where, option, "expected " + std::string(gres ? "gpu:MODEL:N" : "MODEL:N") + ", got \"" + v.value +
-                                   "\"");
+        Error(v.where, option,
+              "expected " + std::string(gres ? "gpu:MODEL:N" : "MODEL:N") + ", got \"" + v.value +
+                  "\"");
         return false;
       }
     }
@@ -335,7 +363,8 @@ class Parser {
       // N-M: Gantry gives a job what it asks; a range is accepted only as one number.
       if (const size_t dash = t.find('-'); dash != std::string::npos) {
         if (t.substr(0, dash) != t.substr(dash + 1)) {
-          Error(v->where, "--nodes", "a range of node counts cannot be expressed: give one number, got \"" + t + "\"");
+          Error(v->where, "--nodes",
+                "a range of node counts cannot be expressed: give one number, got \"" + t + "\"");
           return;
         }
         t = t.substr(0, dash);
@@ -352,23 +381,26 @@ class Parser {
       if (!tasks) return;
       const long long n = nodes.value_or(1);
       if (per_node && nodes && *tasks != n * *per_node) {
-        Error(v->where, "--ntasks", std::to_string(*tasks) + " tasks is not --nodes x --ntasks-per-node (" +
-                                        std::to_string(n * *per_node) + ")");
+        Error(v->where, "--ntasks",
+              std::to_string(*tasks) + " tasks is not --nodes x --ntasks-per-node (" +
+                  std::to_string(n * *per_node) + ")");
         return;
       }
       if (per_node && !nodes) {
         if (*tasks % *per_node != 0) {
-          Error(v->where, "--ntasks", std::to_string(*tasks) + " tasks do not fill nodes of " +
-                                          std::to_string(*per_node) + " (--ntasks-per-node)");
+          Error(v->where, "--ntasks",
+                std::to_string(*tasks) + " tasks do not fill nodes of " +
+                    std::to_string(*per_node) + " (--ntasks-per-node)");
           return;
         }
         nodes = *tasks / *per_node;
       }
       if (!per_node && nodes) {
         if (*tasks % *nodes != 0) {
-          Error(v->where, "--ntasks", std::to_string(*tasks) + " tasks cannot be spread evenly over " +
-                                          std::to_string(*nodes) +
-                                          " nodes: Gantry's workers are identical, so give a multiple");
+          Error(v->where, "--ntasks",
+                std::to_string(*tasks) + " tasks cannot be spread evenly over " +
+                    std::to_string(*nodes) +
+                    " nodes: Gantry's workers are identical, so give a multiple");
           return;
         }
         per_node = *tasks / *nodes;
@@ -380,12 +412,13 @@ class Parser {
     }
     const long long replicas = tasks ? *tasks : *nodes * *per_node;
     if (replicas > 100000) {
-      Error(Where({"nodes", "ntasks", "ntasks-per-node"}), "--nodes", "at most 100000 tasks, got " +
-                                                                           std::to_string(replicas));
+      Error(Where({"nodes", "ntasks", "ntasks-per-node"}), "--nodes",
+            "at most 100000 tasks, got " + std::to_string(replicas));
       return;
     }
     s["replicas"] = replicas;
-    if (replicas > 1 && nodes && *nodes == 1) s["topology"] = "node";  // all on one node, as -N 1 asks
+    if (replicas > 1 && nodes && *nodes == 1)
+      s["topology"] = "node";  // all on one node, as -N 1 asks
 
     // GPUs per worker, from exactly one way of asking.
     std::vector<const char*> ways;
@@ -408,19 +441,23 @@ class Parser {
         gpus = n;
       } else if (way == "gpus") {  // the job's total
         if (n % replicas != 0) {
-          Error(v.where, "--gpus", std::to_string(n) + " GPUs cannot be split evenly over " + std::to_string(replicas) +
-                                       " tasks: Gantry's workers are identical (use --gpus-per-task)");
+          Error(v.where, "--gpus",
+                std::to_string(n) + " GPUs cannot be split evenly over " +
+                    std::to_string(replicas) +
+                    " tasks: Gantry's workers are identical (use --gpus-per-task)");
           return;
         }
         gpus = n / replicas;
       } else {  // per node
         if (!per_node) {
-          Error(v.where, "--" + way, "GPUs per node need --ntasks-per-node or --nodes (what a worker gets)");
+          Error(v.where, "--" + way,
+                "GPUs per node need --ntasks-per-node or --nodes (what a worker gets)");
           return;
         }
         if (n % *per_node != 0) {
-          Error(v.where, "--" + way, std::to_string(n) + " GPUs per node cannot be split evenly over " +
-                                         std::to_string(*per_node) + " tasks per node");
+          Error(v.where, "--" + way,
+                std::to_string(n) + " GPUs per node cannot be split evenly over " +
+                    std::to_string(*per_node) + " tasks per node");
           return;
         }
         gpus = n / *per_node;
@@ -459,7 +496,8 @@ class Parser {
     if (way == "mem") {
       if (*mib == 0) return;  // Slurm: all of the node's memory; Gantry: no limit
       if (!per_node) {
-        Error(v.where, "--mem", "memory per node needs --ntasks-per-node or --nodes (what a worker gets)");
+        Error(v.where, "--mem",
+              "memory per node needs --ntasks-per-node or --nodes (what a worker gets)");
         return;
       }
       per_worker = static_cast<double>(*mib) / static_cast<double>(*per_node);
@@ -540,13 +578,15 @@ class Parser {
   // Not the token or server of the submitter, not Slurm's (gantryd sets its own), not
   // the shell's bookkeeping, not exported bash functions.
   static bool Exportable(const std::string& k) {
-    if (k.rfind("GANTRY_", 0) == 0 || k.rfind("SLURM_", 0) == 0 || k.rfind("SBATCH_", 0) == 0) return false;
+    if (k.rfind("GANTRY_", 0) == 0 || k.rfind("SLURM_", 0) == 0 || k.rfind("SBATCH_", 0) == 0)
+      return false;
     if (k.rfind("BASH_FUNC_", 0) == 0) return false;
     for (const char* skip : {"PWD", "OLDPWD", "SHLVL", "_"}) {
       if (k == skip) return false;
     }
-    return std::all_of(k.begin(), k.end(),
-                       [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
+    return std::all_of(
+               k.begin(), k.end(),
+               [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }) &&
            !std::isdigit(static_cast<unsigned char>(k[0]));
   }
 
@@ -555,7 +595,8 @@ class Parser {
     std::string after;
     const std::string& t = v.value;
     if (t.find('?') != std::string::npos) {
-      Error(v.where, "--dependency", "'?' (any one of) is not supported: Gantry waits for every dependency");
+      Error(v.where, "--dependency",
+            "'?' (any one of) is not supported: Gantry waits for every dependency");
       return "";
     }
     for (size_t pos = 0; pos <= t.size();) {
@@ -566,11 +607,13 @@ class Parser {
       const std::string kind = item.substr(0, colon);
       if (kind == "afternotok" || kind == "after" || kind == "aftercorr" || kind == "singleton" ||
           kind == "afterburstbuffer") {
-        Error(v.where, "--dependency", kind + " is not supported (Gantry has afterok and afterany)");
+        Error(v.where, "--dependency",
+              kind + " is not supported (Gantry has afterok and afterany)");
         return "";
       }
       if (kind != "afterok" && kind != "afterany") {
-        Error(v.where, "--dependency", "expected afterok:ID[:ID...] or afterany:ID[:ID...], got \"" + item + "\"");
+        Error(v.where, "--dependency",
+              "expected afterok:ID[:ID...] or afterany:ID[:ID...], got \"" + item + "\"");
         return "";
       }
       if (colon == std::string::npos || colon + 1 == item.size()) {
@@ -582,8 +625,9 @@ class Parser {
         const std::string id = item.substr(p, c - p);
         p = c + 1;
         if (id.empty() || id.find('+') != std::string::npos) {
-          Error(v.where, "--dependency", "expected a job id in \"" + item + "\"" +
-                                             (id.find('+') != std::string::npos ? " (+TIME is not supported)" : ""));
+          Error(v.where, "--dependency",
+                "expected a job id in \"" + item + "\"" +
+                    (id.find('+') != std::string::npos ? " (+TIME is not supported)" : ""));
           return "";
         }
         after += (after.empty() ? "" : ",") + id + (kind == "afterok" ? ":ok" : ":any");
@@ -635,8 +679,8 @@ bool Words(const std::string& line, std::vector<std::string>& out) {
 
 }  // namespace
 
-bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::string>& options, std::string& script,
-                     std::vector<std::string>& args) {
+bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::string>& options,
+                     std::string& script, std::vector<std::string>& args) {
   for (size_t i = 0; i < words.size(); ++i) {
     const std::string& w = words[i];
     if (w.size() < 2 || w[0] != '-') {
@@ -664,7 +708,8 @@ bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::str
 }
 
 std::optional<long long> ParseSlurmTime(const std::string& text, std::string& error) {
-  if (text == "UNLIMITED" || text == "INFINITE" || text == "unlimited" || text == "infinite") return 0;
+  if (text == "UNLIMITED" || text == "INFINITE" || text == "unlimited" || text == "infinite")
+    return 0;
   auto fail = [&] {
     error = "expected MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, got \"" + text + "\"";
     return std::nullopt;
@@ -673,7 +718,8 @@ std::optional<long long> ParseSlurmTime(const std::string& text, std::string& er
   std::string rest = text;
   if (const size_t dash = text.find('-'); dash != std::string::npos) {
     const std::string d = text.substr(0, dash);
-    if (d.empty() || d.size() > 5 || d.find_first_not_of("0123456789") != std::string::npos) return fail();
+    if (d.empty() || d.size() > 5 || d.find_first_not_of("0123456789") != std::string::npos)
+      return fail();
     days = std::stoll(d);
     rest = text.substr(dash + 1);
   }
@@ -681,7 +727,8 @@ std::optional<long long> ParseSlurmTime(const std::string& text, std::string& er
   for (size_t pos = 0; pos <= rest.size();) {
     const size_t colon = std::min(rest.find(':', pos), rest.size());
     const std::string p = rest.substr(pos, colon - pos);
-    if (p.empty() || p.size() > 7 || p.find_first_not_of("0123456789") != std::string::npos) return fail();
+    if (p.empty() || p.size() > 7 || p.find_first_not_of("0123456789") != std::string::npos)
+      return fail();
     parts.push_back(std::stoll(p));
     pos = colon + 1;
   }
@@ -718,12 +765,14 @@ std::optional<long long> ParseSlurmMemory(const std::string& text, std::string& 
   return mult == 0 ? (n + 1023) / 1024 : n * mult;
 }
 
-SbatchJob ParseSbatch(const std::string& script_name, const std::string& text, const std::vector<std::string>& options,
-                      const std::vector<std::string>& args, const SbatchContext& ctx) {
+SbatchJob ParseSbatch(const std::string& script_name, const std::string& text,
+                      const std::vector<std::string>& options, const std::vector<std::string>& args,
+                      const SbatchContext& ctx) {
   Parser p(script_name, ctx);
   if (text.rfind("#!", 0) != 0) {
     p.Error(script_name + ":1", "script",
-            "this does not look like a batch script: the first line must start with #! and the interpreter, e.g. "
+            "this does not look like a batch script: the first line must start with #! and the "
+            "interpreter, e.g. "
             "#!/bin/bash");
   }
   // Directives: "#SBATCH" lines from the top, up to the first command line.

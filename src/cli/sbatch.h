@@ -30,19 +30,20 @@ struct SbatchJob {
   std::string array;                               // ?array= (--array), empty if none
   std::string after;                               // ?after= (--dependency), empty if none
   bool parsable = false;                           // --parsable: print just the id
-  std::vector<std::string> errors;                 // "FILE:LINE: --opt: message"; spec unusable if any
+  std::vector<std::string> errors;  // "FILE:LINE: --opt: message"; spec unusable if any
 };
 
 // `script_name` labels errors; `text` is the script; `options` the sbatch options given
 // before it on the command line; `args` what follows it (the script's arguments).
-SbatchJob ParseSbatch(const std::string& script_name, const std::string& text, const std::vector<std::string>& options,
-                      const std::vector<std::string>& args, const SbatchContext& ctx);
+SbatchJob ParseSbatch(const std::string& script_name, const std::string& text,
+                      const std::vector<std::string>& options, const std::vector<std::string>& args,
+                      const SbatchContext& ctx);
 
 // The command line after `sbatch`: the options, the script (the first word that is
 // neither an option nor an option's value) and its arguments. False when there is no
 // script.
-bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::string>& options, std::string& script,
-                     std::vector<std::string>& args);
+bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::string>& options,
+                     std::string& script, std::vector<std::string>& args);
 
 // A Slurm time ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS"; "UNLIMITED" and
 // "INFINITE" are none) in seconds; nullopt and `error` set when malformed. 0 means none.

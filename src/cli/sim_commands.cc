@@ -39,7 +39,7 @@ struct SimArgs {
 };
 
 struct CompareArgs {
-  InputArgs in;  // in.config: one config, or several comma-separated
+  InputArgs in;                   // in.config: one config, or several comma-separated
   std::vector<std::string> sets;  // --set: each a variant of the first config
   std::vector<std::string> policies = core::PolicyNames();
   std::string html, json;
@@ -93,13 +93,15 @@ int LoadInputs(const std::string& cmd, InputArgs& a, const std::vector<std::stri
     if (core::MakePolicy(policy)) continue;
     std::string known;
     for (const auto& n : core::PolicyNames()) known += (known.empty() ? "" : ", ") + n;
-    std::cerr << fmt::format("{}: --policy: unknown policy \"{}\" (known: {})\n", cmd, policy, known);
+    std::cerr << fmt::format("{}: --policy: unknown policy \"{}\" (known: {})\n", cmd, policy,
+                             known);
     return kExitBadInput;
   }
   spec::Diagnostics diags;
   in.config = spec::ReadClusterConfig(a.config, diags);
   if (in.config && !a.failures.empty()) {
-    if (auto f = spec::ReadFailures(a.failures, in.config->cluster, diags)) in.failures = std::move(*f);
+    if (auto f = spec::ReadFailures(a.failures, in.config->cluster, diags))
+      in.failures = std::move(*f);
   }
   if (in.config) {  // check the whole trace first: every problem at once, before any output
     spec::TraceReader check(a.trace, *in.config);
@@ -119,8 +121,8 @@ int LoadInputs(const std::string& cmd, InputArgs& a, const std::vector<std::stri
 
 // Replays the trace through one policy, with a progress line on a terminal.
 std::unique_ptr<sim::Simulator> Replay(const Inputs& in, const std::string& trace_path,
-                                       sim::SimOptions options, std::ostream& events,
-                                       bool progress, const std::string& label) {
+                                       sim::SimOptions options, std::ostream& events, bool progress,
+                                       const std::string& label) {
   ProgressLine line(progress, label, in.jobs);
   options.progress = line.Callback();  // called only inside Run, while `line` lives
   auto simulator = std::make_unique<sim::Simulator>(*in.config, options, events);
@@ -144,7 +146,8 @@ bool WriteFile(const std::string& cmd, const char* option, const std::string& pa
 
 std::string Describe(const InputArgs& a, const Inputs& in) {
   if (in.example) return "the bundled example (examples/ in the source tree)";
-  std::string s = fmt::format("trace {} on cluster {} ({})", a.trace, in.config->cluster.name(), a.config);
+  std::string s =
+      fmt::format("trace {} on cluster {} ({})", a.trace, in.config->cluster.name(), a.config);
   if (!a.failures.empty()) s += ", failures " + a.failures;
   return s + fmt::format(", {} jobs", in.jobs);
 }
@@ -177,10 +180,12 @@ int RunSim(SimArgs a) {
     return kExitRunFailure;
   }
   if (!a.html.empty()) {
-    const std::vector<sim::RunSummary> runs{sim::SummarizeRun(a.policy, report, simulator->timeline())};
+    const std::vector<sim::RunSummary> runs{
+        sim::SummarizeRun(a.policy, report, simulator->timeline())};
     const std::string title = fmt::format("Gantry simulation: policy {}", a.policy);
-    if (!WriteFile(cmd, "--html", a.html,
-                   [&](std::ostream& out) { sim::WriteHtml(out, title, Describe(a.in, in), runs); })) {
+    if (!WriteFile(cmd, "--html", a.html, [&](std::ostream& out) {
+          sim::WriteHtml(out, title, Describe(a.in, in), runs);
+        })) {
       return kExitRunFailure;
     }
   }
@@ -210,7 +215,8 @@ int LoadVariants(const std::string& cmd, CompareArgs& a, std::vector<Variant>& o
   std::vector<std::string> configs;
   for (size_t at = 0; !a.in.config.empty();) {
     const size_t comma = a.in.config.find(',', at);
-    configs.push_back(a.in.config.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    configs.push_back(
+        a.in.config.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
     if (comma == std::string::npos) break;
     at = comma + 1;
   }
@@ -241,7 +247,8 @@ int LoadVariants(const std::string& cmd, CompareArgs& a, std::vector<Variant>& o
     std::error_code ec;
     fs::create_directories(dir, ec);
     const fs::path file = dir / fmt::format("{}-set{}.yaml", Stem(base.in.config), i + 1);
-    if (!WriteFile(cmd, "--set", file.string(), [&](std::ostream& o) { o << *yaml; })) return kExitRunFailure;
+    if (!WriteFile(cmd, "--set", file.string(), [&](std::ostream& o) { o << *yaml; }))
+      return kExitRunFailure;
     Variant v;
     v.in = base.in;
     v.in.config = file.string();
@@ -262,7 +269,7 @@ int RunCompare(CompareArgs a) {
   const size_t total = variants.size() * a.policies.size();
   for (const Variant& v : variants) {
     for (const std::string& policy : a.policies) {
-      const std::string label = v.label.empty()            ? policy
+      const std::string label = v.label.empty()          ? policy
                                 : a.policies.size() == 1 ? v.label
                                                          : v.label + " / " + policy;
       std::ofstream events("/dev/null");  // compare keeps no event log
@@ -285,7 +292,9 @@ int RunCompare(CompareArgs a) {
   if (!a.html.empty()) {
     std::string names;
     for (const sim::RunSummary& r : runs) names += (names.empty() ? "" : ", ") + r.policy;
-    const std::string title = (variants.size() > 1 ? "Gantry what-if comparison: " : "Gantry policy comparison: ") + names;
+    const std::string title =
+        (variants.size() > 1 ? "Gantry what-if comparison: " : "Gantry policy comparison: ") +
+        names;
     if (!WriteFile(cmd, "--html", a.html,
                    [&](std::ostream& out) { sim::WriteHtml(out, title, about, runs); })) {
       return kExitRunFailure;
@@ -337,17 +346,20 @@ void AddSimCommands(CLI::App& app, int& exit_code) {
   sim->callback([s, &exit_code] { exit_code = Guard("gantry sim", [&] { return RunSim(*s); }); });
 
   auto c = std::make_shared<CompareArgs>();
-  CLI::App* compare =
-      app.add_subcommand("compare", "Replay a trace through several policies or what-if configs, figures side by side");
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "Replay a trace through several policies or what-if configs, figures side by side");
   AddInputOptions(compare, c->in);
   compare->add_option("--policy,--policies", c->policies, "Policies, comma-separated")
       ->delimiter(',')
       ->capture_default_str();
-  compare->add_option("--set", c->sets,
-                      "A what-if variant of the (first) config, compared beside it: PATH=VALUE pairs "
-                      "separated by ';', e.g. 'pools.h100.count=12' or 'queues.nlp.guaranteed_gpus=16; "
-                      "policy.backfill_depth=20' (repeatable: one variant each)");
-  compare->add_option("--html", c->html, "HTML report to write (the table and each policy's plots)");
+  compare->add_option(
+      "--set", c->sets,
+      "A what-if variant of the (first) config, compared beside it: PATH=VALUE pairs "
+      "separated by ';', e.g. 'pools.h100.count=12' or 'queues.nlp.guaranteed_gpus=16; "
+      "policy.backfill_depth=20' (repeatable: one variant each)");
+  compare->add_option("--html", c->html,
+                      "HTML report to write (the table and each policy's plots)");
   compare->add_option("--json", c->json, "JSON to write (the table and each policy's report)");
   compare->add_flag("--no-progress", c->no_progress, "No progress line on a terminal");
   compare->callback(

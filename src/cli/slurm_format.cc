@@ -58,12 +58,12 @@ constexpr FieldDef kFields[] = {
 
 // squeue -O and sacct names that mean a field above.
 constexpr std::pair<const char*, const char*> kAliases[] = {
-    {"user", "username"},        {"jobname", "name"},         {"elapsed", "timeused"},
-    {"nnodes", "numnodes"},      {"ntasks", "numtasks"},      {"alloccpus", "numcpus"},
-    {"ncpus", "numcpus"},        {"submit", "submittime"},    {"start", "starttime"},
-    {"end", "endtime"},          {"allocgpus", "gpus"},       {"gres", "tres-per-node"},
-    {"tres", "alloctres"},       {"arraytask", "arraytaskid"}, {"arrayjob", "arrayjobid"},
-    {"st", "statecompact"},      {"mincpus", "cpus-per-task"},
+    {"user", "username"},   {"jobname", "name"},          {"elapsed", "timeused"},
+    {"nnodes", "numnodes"}, {"ntasks", "numtasks"},       {"alloccpus", "numcpus"},
+    {"ncpus", "numcpus"},   {"submit", "submittime"},     {"start", "starttime"},
+    {"end", "endtime"},     {"allocgpus", "gpus"},        {"gres", "tres-per-node"},
+    {"tres", "alloctres"},  {"arraytask", "arraytaskid"}, {"arrayjob", "arrayjobid"},
+    {"st", "statecompact"}, {"mincpus", "cpus-per-task"},
 };
 
 std::string Lower(std::string s) {
@@ -92,7 +92,8 @@ std::string KnownNames(bool sacct) {
 }
 
 std::optional<int> Width(const std::string& t) {
-  if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  if (t.empty() || t.size() > 4 || t.find_first_not_of("0123456789") != std::string::npos)
+    return std::nullopt;
   return std::stoi(t);
 }
 
@@ -142,7 +143,8 @@ std::string SlurmDuration(double seconds) {
   const long long s = std::max(0LL, std::llround(seconds));
   char buf[48];
   if (s >= 86400) {
-    std::snprintf(buf, sizeof buf, "%lld-%02lld:%02lld:%02lld", s / 86400, s / 3600 % 24, s / 60 % 60, s % 60);
+    std::snprintf(buf, sizeof buf, "%lld-%02lld:%02lld:%02lld", s / 86400, s / 3600 % 24,
+                  s / 60 % 60, s % 60);
   } else if (s >= 3600) {
     std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, s / 60 % 60, s % 60);
   } else {
@@ -172,9 +174,9 @@ std::string SlurmState(const json& job) {
 
 std::string SlurmStateCode(const std::string& state) {
   static constexpr std::pair<const char*, const char*> kCodes[] = {
-      {"PENDING", "PD"},   {"RUNNING", "R"},   {"COMPLETING", "CG"}, {"COMPLETED", "CD"},
-      {"FAILED", "F"},     {"CANCELLED", "CA"}, {"TIMEOUT", "TO"},   {"PREEMPTED", "PR"},
-      {"REQUEUED", "RQ"},  {"OUT_OF_MEMORY", "OOM"}};
+      {"PENDING", "PD"},  {"RUNNING", "R"},        {"COMPLETING", "CG"}, {"COMPLETED", "CD"},
+      {"FAILED", "F"},    {"CANCELLED", "CA"},     {"TIMEOUT", "TO"},    {"PREEMPTED", "PR"},
+      {"REQUEUED", "RQ"}, {"OUT_OF_MEMORY", "OOM"}};
   for (const auto& [name, code] : kCodes) {
     if (state == name) return code;
   }
@@ -185,14 +187,15 @@ std::string NormalizeState(const std::string& s) {
   std::string up = s;
   for (char& c : up) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (up == "CANCELED") up = "CANCELLED";
-  for (const char* name : {"PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
-                           "PREEMPTED", "REQUEUED", "OUT_OF_MEMORY"}) {
+  for (const char* name : {"PENDING", "RUNNING", "COMPLETING", "COMPLETED", "FAILED", "CANCELLED",
+                           "TIMEOUT", "PREEMPTED", "REQUEUED", "OUT_OF_MEMORY"}) {
     if (up == name || up == SlurmStateCode(name)) return name;
   }
   return "";
 }
 
-std::optional<std::vector<Column>> ParseSqueueFormat(const std::string& format, std::string& error) {
+std::optional<std::vector<Column>> ParseSqueueFormat(const std::string& format,
+                                                     std::string& error) {
   std::vector<Column> out;
   std::string literal;
   for (size_t i = 0; i < format.size(); ++i) {
@@ -207,7 +210,8 @@ std::optional<std::vector<Column>> ParseSqueueFormat(const std::string& format, 
       ++j;
     }
     size_t digits = j;
-    while (digits < format.size() && std::isdigit(static_cast<unsigned char>(format[digits]))) ++digits;
+    while (digits < format.size() && std::isdigit(static_cast<unsigned char>(format[digits])))
+      ++digits;
     if (digits > j) {
       auto w = Width(format.substr(j, digits - j));
       if (!w) {
@@ -315,15 +319,28 @@ std::string ColumnHeader(const Column& c, bool sacct) {
     if (c.field != f.name) continue;
     if (!sacct) return f.squeue_header;
     // sacct's own spelling: JobID, JobName, ...
-    static constexpr std::pair<const char*, const char*> kSacct[] = {
-        {"jobid", "JobID"},         {"jobname", "JobName"},     {"user", "User"},
-        {"partition", "Partition"}, {"qos", "QOS"},             {"account", "Account"},
-        {"state", "State"},         {"elapsed", "Elapsed"},     {"timelimit", "Timelimit"},
-        {"nnodes", "NNodes"},       {"ntasks", "NTasks"},       {"alloccpus", "AllocCPUS"},
-        {"reason", "Reason"},       {"nodelist", "NodeList"},   {"submit", "Submit"},
-        {"start", "Start"},         {"end", "End"},             {"exitcode", "ExitCode"},
-        {"alloctres", "AllocTRES"}, {"allocgpus", "AllocGPUs"}, {"gpuhours", "GPUHours"},
-        {"elapsedraw", "ElapsedRaw"}};
+    static constexpr std::pair<const char*, const char*> kSacct[] = {{"jobid", "JobID"},
+                                                                     {"jobname", "JobName"},
+                                                                     {"user", "User"},
+                                                                     {"partition", "Partition"},
+                                                                     {"qos", "QOS"},
+                                                                     {"account", "Account"},
+                                                                     {"state", "State"},
+                                                                     {"elapsed", "Elapsed"},
+                                                                     {"timelimit", "Timelimit"},
+                                                                     {"nnodes", "NNodes"},
+                                                                     {"ntasks", "NTasks"},
+                                                                     {"alloccpus", "AllocCPUS"},
+                                                                     {"reason", "Reason"},
+                                                                     {"nodelist", "NodeList"},
+                                                                     {"submit", "Submit"},
+                                                                     {"start", "Start"},
+                                                                     {"end", "End"},
+                                                                     {"exitcode", "ExitCode"},
+                                                                     {"alloctres", "AllocTRES"},
+                                                                     {"allocgpus", "AllocGPUs"},
+                                                                     {"gpuhours", "GPUHours"},
+                                                                     {"elapsedraw", "ElapsedRaw"}};
     for (const auto& [n, h] : kSacct) {
       if (f.sacct_name != nullptr && std::string(f.sacct_name) == n) return h;
     }
@@ -336,7 +353,8 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   const std::string id = Str(job, "id");
   const std::string state = SlurmState(job);
   const std::vector<std::string> nodes = Nodes(job);
-  const bool placed = !nodes.empty() && (state == "RUNNING" || state == "COMPLETING" || state == "PREEMPTED");
+  const bool placed =
+      !nodes.empty() && (state == "RUNNING" || state == "COMPLETING" || state == "PREEMPTED");
   const double gpus = Num(job, "gpus");
   const double replicas = Num(job, "replicas", 1);
   if (field == "jobid") return id;
@@ -344,9 +362,10 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
     const std::string a = Str(job, "array");
     return field == "jobarrayid" || a.empty() ? id : a;
   }
-  if (field == "arraytaskid") return job.contains("array_index") && job["array_index"].is_number()
-                                         ? Int(job["array_index"].get<double>())
-                                         : "N/A";
+  if (field == "arraytaskid")
+    return job.contains("array_index") && job["array_index"].is_number()
+               ? Int(job["array_index"].get<double>())
+               : "N/A";
   if (field == "name") return Str(job, "name").empty() ? id : Str(job, "name");
   if (field == "username") return Str(job, "user").empty() ? "-" : Str(job, "user");
   if (field == "partition") return Str(job, "pool").empty() ? "-" : Str(job, "pool");
@@ -366,8 +385,10 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   }
   if (field == "numnodes") return nodes.empty() ? "-" : std::to_string(nodes.size());
   if (field == "numtasks") return Int(replicas);
-  if (field == "numcpus") return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus")) * replicas) : "-";
-  if (field == "cpus-per-task") return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus"))) : "-";
+  if (field == "numcpus")
+    return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus")) * replicas) : "-";
+  if (field == "cpus-per-task")
+    return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus"))) : "-";
   if (field == "reasonlist") return placed ? spec::HostList(nodes) : "(" + Str(job, "reason") + ")";
   if (field == "reason") return placed || Str(job, "reason").empty() ? "None" : Str(job, "reason");
   if (field == "nodelist") return nodes.empty() ? "None assigned" : spec::HostList(nodes);
@@ -392,7 +413,8 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   }
   if (field == "gpuhours") {
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%.3f", job.contains("usage") ? job["usage"].value("gpu_hours", 0.0) : 0.0);
+    std::snprintf(buf, sizeof buf, "%.3f",
+                  job.contains("usage") ? job["usage"].value("gpu_hours", 0.0) : 0.0);
     return buf;
   }
   return "";
@@ -426,7 +448,8 @@ bool AcctMatches(const json& job, const AcctFilter& f) {
   };
   if (!in(f.users, Str(job, "user")) || !in(f.accounts, Str(job, "queue"))) return false;
   if (!f.states.empty() && !in(f.states, SlurmState(job))) return false;
-  if (!f.jobs.empty() && !in(f.jobs, Str(job, "id")) && (Str(job, "array").empty() || !in(f.jobs, Str(job, "array")))) {
+  if (!f.jobs.empty() && !in(f.jobs, Str(job, "id")) &&
+      (Str(job, "array").empty() || !in(f.jobs, Str(job, "array")))) {
     return false;
   }
   if (f.any_time) return true;

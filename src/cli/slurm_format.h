@@ -17,7 +17,7 @@ namespace gantry::cli {
 // One column of a format: a field (its canonical name, as in squeue -O / sacct
 // --format), a width (0: as wide as the value) and alignment; or literal text.
 struct Column {
-  std::string field;    // empty: `literal`
+  std::string field;  // empty: `literal`
   std::string literal;
   int width = 0;
   bool right = false;

@@ -81,8 +81,10 @@ int RunGen(GenArgs a) {
   const double offered = s.offered_load(), asked = a.options.load;
   if (asked > 0 && std::abs(offered - asked) > 0.1 * asked) {
     std::cerr << fmt::format(
-        "gantry gen: warning: offered load {:.3f}, not the {:.3f} asked (--load): on {} GPUs over {:g} days a "
-        "single job of the mix is a large part of the load, and each kind can only be met to within one job; "
+        "gantry gen: warning: offered load {:.3f}, not the {:.3f} asked (--load): on {} GPUs over "
+        "{:g} days a "
+        "single job of the mix is a large part of the load, and each kind can only be met to "
+        "within one job; "
         "use more --gpus or --days, or another --seed\n",
         offered, asked, s.gpus, a.options.days);
   }

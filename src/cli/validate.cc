@@ -20,7 +20,8 @@ namespace {
 enum class Kind { kConfig, kJobYaml, kTrace, kFailures, kUnknown };
 
 bool EndsWith(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 std::optional<nlohmann::json> FirstRecord(const std::string& path) {
@@ -47,7 +48,8 @@ Kind KindOf(const std::string& path) {
   }
   if (EndsWith(path, ".jsonl") || EndsWith(path, ".json")) {
     auto first = FirstRecord(path);
-    return first && first->is_object() && first->contains("down_s") ? Kind::kFailures : Kind::kTrace;
+    return first && first->is_object() && first->contains("down_s") ? Kind::kFailures
+                                                                    : Kind::kTrace;
   }
   return Kind::kUnknown;
 }
@@ -60,7 +62,8 @@ std::set<std::string> QueueNames(const std::vector<std::string>& files) {
     if (EndsWith(f, ".yaml") || EndsWith(f, ".yml")) {
       try {
         YAML::Node n = YAML::LoadFile(f);
-        if (n.IsMap() && n["queue"] && n["queue"].IsScalar()) names.insert(n["queue"].as<std::string>());
+        if (n.IsMap() && n["queue"] && n["queue"].IsScalar())
+          names.insert(n["queue"].as<std::string>());
       } catch (const YAML::Exception&) {
       }
       continue;
@@ -95,13 +98,16 @@ std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& file
 // instance gets no such bound (an instance elsewhere on the GPU may still take the
 // compute slices it needs), and neither does one with a window (it waits for it
 // besides). Why, or nullopt when its queue has no max_wait_s or the bound holds.
-std::optional<std::string> WhyUnbounded(const core::JobSpec& job, const spec::ClusterConfig& config) {
+std::optional<std::string> WhyUnbounded(const core::JobSpec& job,
+                                        const spec::ClusterConfig& config) {
   if (core::MaxWaitFor(job.queue, config.queues, config.policy.params) <= 0) return std::nullopt;
   if (job.sharing == core::Sharing::kMig) {
-    return "it asks a MIG instance, and a drain holds the free memory slices of its place, not the compute "
+    return "it asks a MIG instance, and a drain holds the free memory slices of its place, not the "
+           "compute "
            "slices an instance elsewhere on the GPU may take";
   }
-  if (job.window) return "it may start only inside its daily window, which the bound does not count";
+  if (job.window)
+    return "it may start only inside its daily window, which the bound does not count";
   return std::nullopt;
 }
 
@@ -171,17 +177,22 @@ int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostr
       }
       if (diags.size() == before) {
         out << fmt::format("{}: trace, {} jobs", f, jobs);
-        if (impossible) out << fmt::format(" ({} no GPU of the cluster could hold: the simulator rejects them)", impossible);
+        if (impossible)
+          out << fmt::format(" ({} no GPU of the cluster could hold: the simulator rejects them)",
+                             impossible);
         out << "\n";
         if (never) {
-          out << fmt::format("  {} can never start under their queues' burst_gpus (the simulator rejects them): ", never);
+          out << fmt::format(
+              "  {} can never start under their queues' burst_gpus (the simulator rejects them): ",
+              never);
           for (size_t i = 0; i < named.size(); ++i) out << (i ? "; " : "") << named[i];
           out << (never > named.size() ? "; ..." : "") << "\n";
         }
         if (unbounded) {
-          out << fmt::format("  {} in queues with max_wait_s ask MIG instances, or have a window: "
-                             "max_wait_s cannot bound their wait\n",
-                             unbounded);
+          out << fmt::format(
+              "  {} in queues with max_wait_s ask MIG instances, or have a window: "
+              "max_wait_s cannot bound their wait\n",
+              unbounded);
         }
       }
       continue;

@@ -16,14 +16,14 @@ namespace gantry::core {
 // What one worker was seen to use.
 struct Observed {
   int64_t vram_peak_bytes = 0;  // the most one worker held (all its GPUs together)
-  double util_peak = 0;         // 0..1 of what it holds (its GPUs, instance or share), highest sample
+  double util_peak = 0;  // 0..1 of what it holds (its GPUs, instance or share), highest sample
 };
 
 struct Advice {
-  double gpus = 0;         // GPU-equivalents one worker holds as asked (MIG: compute/7, shares)
-  double fit_gpus = 0;     // the same for the advised shape; == gpus when there is no advice
-  std::string shape;       // e.g. "MIG 1g.10gb", "MPS share 0.25", "2 GPUs"; empty: none
-  std::string text;        // for people: what and why
+  double gpus = 0;      // GPU-equivalents one worker holds as asked (MIG: compute/7, shares)
+  double fit_gpus = 0;  // the same for the advised shape; == gpus when there is no advice
+  std::string shape;    // e.g. "MIG 1g.10gb", "MPS share 0.25", "2 GPUs"; empty: none
+  std::string text;     // for people: what and why
 };
 
 // Headroom over what was seen: 20% on VRAM and on utilization.

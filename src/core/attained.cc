@@ -19,8 +19,9 @@ double GittinsIndex(std::span<const Ticks> sorted, Ticks attained) {
 }
 
 int LasLevel(std::span<const double> thresholds_gpu_s, double gpu_seconds) {
-  return static_cast<int>(std::upper_bound(thresholds_gpu_s.begin(), thresholds_gpu_s.end(), gpu_seconds) -
-                          thresholds_gpu_s.begin());
+  return static_cast<int>(
+      std::upper_bound(thresholds_gpu_s.begin(), thresholds_gpu_s.end(), gpu_seconds) -
+      thresholds_gpu_s.begin());
 }
 
 }  // namespace gantry::core

@@ -48,7 +48,8 @@ std::pair<int64_t, int64_t> BudgetPeriodAt(BudgetPeriod period, int64_t unix_ms)
   }
   const Civil c = CivilFromDays(day);
   const int64_t first = DaysFromCivil(c.year, c.month, 1);
-  const int64_t next = c.month == 12 ? DaysFromCivil(c.year + 1, 1, 1) : DaysFromCivil(c.year, c.month + 1, 1);
+  const int64_t next =
+      c.month == 12 ? DaysFromCivil(c.year + 1, 1, 1) : DaysFromCivil(c.year, c.month + 1, 1);
   return {first * kDayMs, next * kDayMs};
 }
 
@@ -56,8 +57,8 @@ std::string UtcMinute(int64_t unix_ms) {
   const int64_t day = FloorDiv(unix_ms, kDayMs);
   const Civil c = CivilFromDays(day);
   const auto minute = static_cast<unsigned>((unix_ms - day * kDayMs) / 60'000);
-  return std::to_string(c.year) + "-" + Two(c.month) + "-" + Two(c.day) + " " + Two(minute / 60) + ":" +
-         Two(minute % 60) + " UTC";
+  return std::to_string(c.year) + "-" + Two(c.month) + "-" + Two(c.day) + " " + Two(minute / 60) +
+         ":" + Two(minute % 60) + " UTC";
 }
 
 }  // namespace gantry::core

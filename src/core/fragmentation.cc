@@ -39,10 +39,16 @@ void Fragmentation::Observe(const JobSpec& job) {
   // from ranges) make one class, whose VRAM is the largest seen.
   const bool shared = job.sharing == Sharing::kMps || job.sharing == Sharing::kTimeslice;
   // Critical work differs only in avoiding spot pools: without them, one class.
-  Key key{job.sharing,     spot_ && job.tier == Tier::kCritical, job.gpus,
-          job.share_milli, job.mig_profile,                      job.models,
-          shared ? job.vram_bytes : 0, shared ? ModelMask{0} : FitsVram(job),
-          job.cpus_milli,  job.memory_bytes};
+  Key key{job.sharing,
+          spot_ && job.tier == Tier::kCritical,
+          job.gpus,
+          job.share_milli,
+          job.mig_profile,
+          job.models,
+          shared ? job.vram_bytes : 0,
+          shared ? ModelMask{0} : FitsVram(job),
+          job.cpus_milli,
+          job.memory_bytes};
   auto it = tracked_.find(key);
   if (it == tracked_.end()) {
     if (tracked_.size() >= kTracked) {  // evict the lightest shape (the first on ties)
@@ -199,9 +205,9 @@ int64_t Fragmentation::NodeScore(NodeId n) const {
   if (e.epoch != epoch_ || e.node_version != version) {
     const Node& node = ledger_.cluster().node(n);
     const NodeState& s = ledger_.node(n);
-    e.score = node.gpus == 0 ? 0
-                             : Score(n, &ledger_.gpu(node.first_gpu), s.free_cpus_milli,
-                                     s.free_memory_bytes);
+    e.score = node.gpus == 0
+                  ? 0
+                  : Score(n, &ledger_.gpu(node.first_gpu), s.free_cpus_milli, s.free_memory_bytes);
     e.epoch = epoch_;
     e.node_version = version;
   }

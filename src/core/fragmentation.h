@@ -46,9 +46,9 @@ namespace gantry::core {
 
 class Fragmentation {
  public:
-  static constexpr size_t kMaxClasses = 128;    // classes in the mix in use (see .cc)
-  static constexpr size_t kTracked = 256;       // distinct shapes counted
-  static constexpr uint64_t kDecayEvery = 8192; // workers between halvings of the counts
+  static constexpr size_t kMaxClasses = 128;     // classes in the mix in use (see .cc)
+  static constexpr size_t kTracked = 256;        // distinct shapes counted
+  static constexpr uint64_t kDecayEvery = 8192;  // workers between halvings of the counts
 
   // One task class of the mix: a single worker's request (replicas 1, spine) and its
   // weight (decayed count of workers of that shape).
@@ -118,14 +118,14 @@ class Fragmentation {
   const Ledger& ledger_;
   bool spot_ = false;  // the cluster has spot pools (critical work is a class of its own)
   std::map<Key, Tracked> tracked_;
-  uint64_t observed_ = 0;            // workers ever observed
+  uint64_t observed_ = 0;  // workers ever observed
   uint64_t since_decay_ = 0;
   uint64_t since_rebuild_ = 0;
   std::vector<TaskClass> mix_;
   uint64_t total_weight_ = 0;
-  std::vector<ClassView> views_;     // mix_, packed for Score
-  std::vector<uint8_t> pool_ok_;     // [pool * mix_.size() + class]: class may use the pool
-  uint64_t epoch_ = 0;               // rebuilds so far
+  std::vector<ClassView> views_;  // mix_, packed for Score
+  std::vector<uint8_t> pool_ok_;  // [pool * mix_.size() + class]: class may use the pool
+  uint64_t epoch_ = 0;            // rebuilds so far
   mutable std::vector<CacheEntry> cache_;
   mutable std::vector<GpuState> scratch_;  // Delta's what-if copy of a node's GPUs
   mutable uint64_t total_version_ = UINT64_MAX;

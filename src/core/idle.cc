@@ -11,14 +11,22 @@ namespace gantry::core {
 
 std::string_view Name(IdleCause c) {
   switch (c) {
-    case IdleCause::kDown: return "down";
-    case IdleCause::kNoDemand: return "nothing waits";
-    case IdleCause::kWrongModel: return "wrong model";
-    case IdleCause::kWrongPool: return "wrong pool or sharing";
-    case IdleCause::kReservation: return "held for a reservation";
-    case IdleCause::kFragmented: return "fragmented";
-    case IdleCause::kLimits: return "queue limits";
-    case IdleCause::kNotYetPlaced: return "not yet placed or other";
+    case IdleCause::kDown:
+      return "down";
+    case IdleCause::kNoDemand:
+      return "nothing waits";
+    case IdleCause::kWrongModel:
+      return "wrong model";
+    case IdleCause::kWrongPool:
+      return "wrong pool or sharing";
+    case IdleCause::kReservation:
+      return "held for a reservation";
+    case IdleCause::kFragmented:
+      return "fragmented";
+    case IdleCause::kLimits:
+      return "queue limits";
+    case IdleCause::kNotYetPlaced:
+      return "not yet placed or other";
   }
   return "other";
 }
@@ -28,14 +36,18 @@ namespace {
 // What a pending job waiting for `cause` could say of GPUs it may use.
 IdleCause DemandOf(WaitCause cause) {
   switch (cause) {
-    case WaitCause::kReservation: return IdleCause::kReservation;
+    case WaitCause::kReservation:
+      return IdleCause::kReservation;
     case WaitCause::kCapacity:
-    case WaitCause::kPreemption: return IdleCause::kFragmented;
+    case WaitCause::kPreemption:
+      return IdleCause::kFragmented;
     case WaitCause::kQuota:
     case WaitCause::kBudget:
-    case WaitCause::kWindow: return IdleCause::kLimits;
+    case WaitCause::kWindow:
+      return IdleCause::kLimits;
     case WaitCause::kNotYetPlaced:
-    case WaitCause::kOther: break;
+    case WaitCause::kOther:
+      break;
   }
   return IdleCause::kNotYetPlaced;
 }
@@ -77,19 +89,20 @@ IdleGpus IdleByCause(const Scheduler& s) {
     }
     double free = 0;
     for (int g = 0; g < n.gpus; ++g) {
-      free += static_cast<double>(FreeUnits(ledger.gpu(ledger.gpu_id(NodeId(i), g)))) / static_cast<double>(kGpuUnits);
+      free += static_cast<double>(FreeUnits(ledger.gpu(ledger.gpu_id(NodeId(i), g)))) /
+              static_cast<double>(kGpuUnits);
     }
     if (free <= 0) continue;
     const size_t p = n.pool.v;
     const uint32_t d = demand[p];
     // The first explanation that holds, the most specific first.
-    IdleCause c = s.pending().empty()                 ? IdleCause::kNoDemand
-                  : !model_wanted[p]                  ? IdleCause::kWrongModel
-                  : d == 0                            ? IdleCause::kWrongPool
-                  : has(d, IdleCause::kReservation)   ? IdleCause::kReservation
-                  : has(d, IdleCause::kFragmented)    ? IdleCause::kFragmented
-                  : has(d, IdleCause::kLimits)        ? IdleCause::kLimits
-                                                      : IdleCause::kNotYetPlaced;
+    IdleCause c = s.pending().empty()               ? IdleCause::kNoDemand
+                  : !model_wanted[p]                ? IdleCause::kWrongModel
+                  : d == 0                          ? IdleCause::kWrongPool
+                  : has(d, IdleCause::kReservation) ? IdleCause::kReservation
+                  : has(d, IdleCause::kFragmented)  ? IdleCause::kFragmented
+                  : has(d, IdleCause::kLimits)      ? IdleCause::kLimits
+                                                    : IdleCause::kNotYetPlaced;
     idle[static_cast<int>(c)] += free;
   }
   return idle;
@@ -109,7 +122,8 @@ GpuUnits StrandedUnits(const Scheduler& s) {
     if (spec.uses_gpu()) shapes.push_back(&spec);
   }
   std::sort(shapes.begin(), shapes.end(), [&](auto a, auto b) { return shape(*a) < shape(*b); });
-  shapes.erase(std::unique(shapes.begin(), shapes.end(), [&](auto a, auto b) { return shape(*a) == shape(*b); }),
+  shapes.erase(std::unique(shapes.begin(), shapes.end(),
+                           [&](auto a, auto b) { return shape(*a) == shape(*b); }),
                shapes.end());
   std::vector<std::vector<const JobSpec*>> by_pool(cluster.pools().size());
   for (size_t p = 0; p < by_pool.size(); ++p) {

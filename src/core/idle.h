@@ -20,10 +20,17 @@
 namespace gantry::core {
 
 enum class IdleCause : uint8_t {
-  kDown, kNoDemand, kWrongModel, kWrongPool, kReservation, kFragmented, kLimits, kNotYetPlaced
+  kDown,
+  kNoDemand,
+  kWrongModel,
+  kWrongPool,
+  kReservation,
+  kFragmented,
+  kLimits,
+  kNotYetPlaced
 };
 inline constexpr int kIdleCauses = 8;
-std::string_view Name(IdleCause c);  // "down", "nothing waits", "wrong model", ...
+std::string_view Name(IdleCause c);                // "down", "nothing waits", "wrong model", ...
 using IdleGpus = std::array<double, kIdleCauses>;  // GPUs per cause
 
 // Free GPUs now by cause; the causes other than kDown add up to the up GPUs not allocated.

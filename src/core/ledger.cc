@@ -26,7 +26,8 @@ Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
     const auto gpu_count = static_cast<uint32_t>(spec.count * spec.gpus);
     pool_first_gpu_[p] = spec.count > 0 ? cluster.node(pools[p].first_node).first_gpu.v : 0;
     buckets_[p].assign(static_cast<size_t>(spec.gpus) + 1, DynBitset(node_count));
-    size_t profiles = spec.model.valid() ? cluster.catalog().model(spec.model).mig_profiles.size() : 0;
+    size_t profiles =
+        spec.model.valid() ? cluster.catalog().model(spec.model).mig_profiles.size() : 0;
     mig_fit_[p].assign(profiles, DynBitset(gpu_count));
     shared_[p].assign(2, DynBitset(gpu_count));
     shared_level_[p].assign(2 * kShareLevels, DynBitset(gpu_count));
@@ -98,7 +99,8 @@ bool Ledger::Fits(const WorkerAlloc& w) const {
     case Sharing::kTimeslice: {
       if (w.gpu < 0 || w.gpu >= n.gpus) return false;
       const GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
-      if (s.mode == GpuMode::kFree) return w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
+      if (s.mode == GpuMode::kFree)
+        return w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
       return s.mode == GpuMode::kShared && s.share_mode == w.sharing &&
              s.share_used + w.share_milli <= kShareScale &&
              s.vram_used + w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
@@ -109,14 +111,17 @@ bool Ledger::Fits(const WorkerAlloc& w) const {
 
 GpuUnits Ledger::GpuUnitsHeld(const WorkerAlloc& w) const {
   switch (w.sharing) {
-    case Sharing::kExclusive: return GpuUnits{std::popcount(w.gpu_mask)} * kGpuUnits;
+    case Sharing::kExclusive:
+      return GpuUnits{std::popcount(w.gpu_mask)} * kGpuUnits;
     case Sharing::kMig: {
       const Node& n = cluster_->node(w.node);
-      return GpuUnits{cluster_->catalog().model(n.model).mig_profiles[w.mig_profile].compute_slices} *
+      return GpuUnits{
+                 cluster_->catalog().model(n.model).mig_profiles[w.mig_profile].compute_slices} *
              kUnitsPerMigSlice;
     }
     case Sharing::kMps:
-    case Sharing::kTimeslice: return GpuUnits{w.share_milli} * kUnitsPerShareMilli;
+    case Sharing::kTimeslice:
+      return GpuUnits{w.share_milli} * kUnitsPerShareMilli;
   }
   return 0;
 }
@@ -170,7 +175,8 @@ void Ledger::Release(const WorkerAlloc& w) {
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
   Touch(w.node);
-  for (uint64_t m = ReleaseGpus(gpus_.data() + n.first_gpu.v, w, cluster_->catalog(), n.model); m != 0; m &= m - 1) {
+  for (uint64_t m = ReleaseGpus(gpus_.data() + n.first_gpu.v, w, cluster_->catalog(), n.model);
+       m != 0; m &= m - 1) {
     const int local = std::countr_zero(m);  // a GPU now free whole
     ++ns.free_whole;
     ++domain_free_[domain_base_[w.node.v] + local / n.gpus_per_domain];
@@ -182,7 +188,8 @@ void Ledger::Release(const WorkerAlloc& w) {
   Retouch(w);
 }
 
-uint64_t Ledger::ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model) {
+uint64_t Ledger::ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog,
+                             ModelId model) {
   switch (w.sharing) {
     case Sharing::kExclusive:
       for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
@@ -208,7 +215,8 @@ uint64_t Ledger::ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog
       break;
     }
   }
-  GpuState& s = gpus[w.gpu];  // a MIG instance or a share: the GPU is free once its last holder goes
+  GpuState& s =
+      gpus[w.gpu];  // a MIG instance or a share: the GPU is free once its last holder goes
   if (--s.holders > 0) return 0;
   s = GpuState{};
   return uint64_t{1} << w.gpu;

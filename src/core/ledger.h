@@ -28,12 +28,12 @@ namespace gantry::core {
 struct WorkerAlloc {
   NodeId node;
   Sharing sharing = Sharing::kExclusive;
-  uint64_t gpu_mask = 0;     // kExclusive: bit i = local GPU i held whole
-  int8_t gpu = -1;           // kMig, kMps, kTimeslice: local GPU index
-  int8_t mig_profile = -1;   // kMig: profile index in the node's model
-  int8_t mig_start = -1;     // kMig: first memory slice
-  int16_t share_milli = 0;   // kMps, kTimeslice
-  int64_t vram_bytes = 0;    // kMps, kTimeslice: VRAM taken on the shared GPU
+  uint64_t gpu_mask = 0;    // kExclusive: bit i = local GPU i held whole
+  int8_t gpu = -1;          // kMig, kMps, kTimeslice: local GPU index
+  int8_t mig_profile = -1;  // kMig: profile index in the node's model
+  int8_t mig_start = -1;    // kMig: first memory slice
+  int16_t share_milli = 0;  // kMps, kTimeslice
+  int64_t vram_bytes = 0;   // kMps, kTimeslice: VRAM taken on the shared GPU
   int64_t cpus_milli = 0;
   int64_t memory_bytes = 0;
   bool operator==(const WorkerAlloc&) const = default;
@@ -56,10 +56,14 @@ struct GpuState {
 // a MIG GPU, the free part of a shared one.
 inline GpuUnits FreeUnits(const GpuState& s) {
   switch (s.mode) {
-    case GpuMode::kFree: return kGpuUnits;
-    case GpuMode::kWhole: return 0;
-    case GpuMode::kMig: return GpuUnits{kMigComputeSlices - s.mig_compute} * kUnitsPerMigSlice;
-    case GpuMode::kShared: return GpuUnits{kShareScale - s.share_used} * kUnitsPerShareMilli;
+    case GpuMode::kFree:
+      return kGpuUnits;
+    case GpuMode::kWhole:
+      return 0;
+    case GpuMode::kMig:
+      return GpuUnits{kMigComputeSlices - s.mig_compute} * kUnitsPerMigSlice;
+    case GpuMode::kShared:
+      return GpuUnits{kShareScale - s.share_used} * kUnitsPerShareMilli;
   }
   return 0;
 }
@@ -114,7 +118,8 @@ class Ledger {
   // what Allocate does to the ledger's GPU states, and what-ifs do to a copy.
   static void TakeGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model);
   // Its counterpart for releasing `w`: the local GPUs it leaves free whole (bit i = GPU i).
-  static uint64_t ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog, ModelId model);
+  static uint64_t ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog,
+                              ModelId model);
   bool Fits(const WorkerAlloc& w) const;
 
   void Allocate(const WorkerAlloc& w);
@@ -179,11 +184,11 @@ class Ledger {
   std::vector<int> domain_free_;
   std::vector<int> leaf_free_;
   std::vector<uint32_t> pool_first_gpu_;
-  std::vector<std::vector<DynBitset>> buckets_;   // [pool][k]
-  std::vector<std::vector<DynBitset>> mig_fit_;   // [pool][profile]
-  std::vector<std::vector<DynBitset>> shared_;    // [pool][mps, timeslice]
+  std::vector<std::vector<DynBitset>> buckets_;       // [pool][k]
+  std::vector<std::vector<DynBitset>> mig_fit_;       // [pool][profile]
+  std::vector<std::vector<DynBitset>> shared_;        // [pool][mps, timeslice]
   std::vector<std::vector<DynBitset>> shared_level_;  // [pool][mode * kShareLevels + level]
-  std::vector<int8_t> share_level_;  // per GPU: its bit in shared_level_, -1 none
+  std::vector<int8_t> share_level_;                   // per GPU: its bit in shared_level_, -1 none
   GpuUnits used_units_ = 0;
   GpuUnits up_units_ = 0;
   std::vector<uint64_t> node_version_;

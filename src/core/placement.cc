@@ -23,7 +23,9 @@ std::string Placer::Describe(const JobSpec& job, const Catalog& catalog) {
     case Sharing::kExclusive:
       s += job.gpus == 0 ? std::string("CPU-only worker") : std::to_string(job.gpus) + " GPU(s)";
       break;
-    case Sharing::kMig: s += "MIG " + job.mig_profile; break;
+    case Sharing::kMig:
+      s += "MIG " + job.mig_profile;
+      break;
     case Sharing::kMps:
     case Sharing::kTimeslice:
       s += std::to_string(job.share_milli / 1000.0).substr(0, 5) + " GPU " +
@@ -268,9 +270,11 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
           w.node = n;
           return true;
         }
-      case Sharing::kMig: return PlaceMig(job, fit, pool, s, w);
+      case Sharing::kMig:
+        return PlaceMig(job, fit, pool, s, w);
       case Sharing::kMps:
-      case Sharing::kTimeslice: return PlaceShared(job, fit, pool, s, w);
+      case Sharing::kTimeslice:
+        return PlaceShared(job, fit, pool, s, w);
     }
     return false;
   };
@@ -302,7 +306,8 @@ int Placer::FgdScore(int64_t delta) const {
 uint64_t Placer::TieKey(const WorkerAlloc& w, uint64_t salt) {
   uint64_t x = (uint64_t{w.node.v} << 24) ^ (w.gpu_mask << 8) ^
                (static_cast<uint64_t>(static_cast<uint8_t>(w.gpu)) << 4) ^
-               static_cast<uint64_t>(static_cast<uint8_t>(w.mig_start)) ^ (salt * 0x9E3779B97F4A7C15ull);
+               static_cast<uint64_t>(static_cast<uint8_t>(w.mig_start)) ^
+               (salt * 0x9E3779B97F4A7C15ull);
   x ^= x >> 30;  // splitmix64's finaliser
   x *= 0xBF58476D1CE4E5B9ull;
   x ^= x >> 27;
@@ -323,8 +328,8 @@ void Placer::Consider(const WorkerAlloc& w, Best& best) const {
 }
 
 Placer::Take Placer::TakeSplit(int state) {
-  auto level = std::find_if(levels_.begin(), levels_.end(),
-                            [&](const auto& l) { return l.first == state; });
+  auto level =
+      std::find_if(levels_.begin(), levels_.end(), [&](const auto& l) { return l.first == state; });
   if (level == levels_.end()) {
     if (levels_.size() >= static_cast<size_t>(kSplitLevels)) return Take::kStop;
     levels_.emplace_back(state, 0);
@@ -474,7 +479,8 @@ bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc&
   // ledger goes to the same place, as what-ifs rely on (VictimSelector::Choose).
   Best best;
   best.salt = 14695981039346656037ull;
-  for (const char ch : job.id) best.salt = (best.salt ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  for (const char ch : job.id)
+    best.salt = (best.salt ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
   fgd_truncated_ = false;
   auto score_pool = [&](PoolId pool) {
     if (!PoolAccepts(job, pool)) return;
@@ -484,10 +490,16 @@ bool Placer::PlaceWorkerFgd(const JobSpec& job, const Scope& scope, WorkerAlloc&
       s.hi = static_cast<uint32_t>(cluster.pool(pool).spec.count);
     }
     switch (job.sharing) {
-      case Sharing::kExclusive: WholeCandidates(job, pool, s, w, best); break;
-      case Sharing::kMig: MigCandidates(job, pool, s, w, best); break;
+      case Sharing::kExclusive:
+        WholeCandidates(job, pool, s, w, best);
+        break;
+      case Sharing::kMig:
+        MigCandidates(job, pool, s, w, best);
+        break;
       case Sharing::kMps:
-      case Sharing::kTimeslice: SharedCandidates(job, pool, s, w, best); break;
+      case Sharing::kTimeslice:
+        SharedCandidates(job, pool, s, w, best);
+        break;
     }
   };
   if (scope.pool.valid()) {
@@ -568,7 +580,8 @@ bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
     for (LeafId leaf : leaves) {
       const Leaf& l = cluster.leaf(leaf);
       const Pool& pool = cluster.pool(l.pool);
-      Scope s{l.pool, l.nodes.front().v - pool.first_node.v, l.nodes.back().v - pool.first_node.v + 1};
+      Scope s{l.pool, l.nodes.front().v - pool.first_node.v,
+              l.nodes.back().v - pool.first_node.v + 1};
       if (PlaceWorkers(job, fit, s, out)) return true;
     }
     return false;

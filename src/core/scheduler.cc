@@ -37,7 +37,8 @@ Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const Polic
   if (spec.queue.valid()) {
     if (auto after = queues.Nearest(spec.queue, &QueueSpec::reclaim_idle_after)) return *after;
   }
-  if (const auto& by_tier = params.reclaim_idle_after_by_tier[static_cast<size_t>(spec.tier)]) return *by_tier;
+  if (const auto& by_tier = params.reclaim_idle_after_by_tier[static_cast<size_t>(spec.tier)])
+    return *by_tier;
   return params.reclaim_idle_after;
 }
 
@@ -64,7 +65,8 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
       observed_count_(queues.size(), 0) {
   models_ = cluster.catalog().size();
   for (size_t q = 0; q < queues.size(); ++q) {
-    if (queues.queue(QueueId(static_cast<uint32_t>(q))).spec.budget) budgeted_.push_back(QueueId(static_cast<uint32_t>(q)));
+    if (queues.queue(QueueId(static_cast<uint32_t>(q))).spec.budget)
+      budgeted_.push_back(QueueId(static_cast<uint32_t>(q)));
   }
   if (!budgeted_.empty()) budgets_.resize(queues.size());
   for (size_t q = 0; q < queues.size(); ++q) {
@@ -76,9 +78,13 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
 }
 
 Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) {
-  return Shape{s.sharing,    s.tier == Tier::kCritical, s.topology,   s.replicas,
-               s.gpus,       s.share_milli,             s.models,     0,
-               s.vram_bytes, s.cpus_milli,              s.memory_bytes, s.mig_profile, s.pool};
+  return Shape{s.sharing,      s.tier == Tier::kCritical,
+               s.topology,     s.replicas,
+               s.gpus,         s.share_milli,
+               s.models,       0,
+               s.vram_bytes,   s.cpus_milli,
+               s.memory_bytes, s.mig_profile,
+               s.pool};
 }
 
 Scheduler::Shape Scheduler::FitClassOf(const JobSpec& s, const Catalog& catalog) {
@@ -115,8 +121,9 @@ void Scheduler::DecayUsage(Ticks now) {
   if (now <= decayed_at_) return;
   // Exponentially weighted average of each queue's usage with the configured half-life:
   // a queue's past consumption fades, so fair share forgives old usage (Slurm's decay).
-  const double keep = std::exp2(-static_cast<double>(now - decayed_at_) /
-                                static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
+  const double keep =
+      std::exp2(-static_cast<double>(now - decayed_at_) /
+                static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
   for (size_t q = 0; q < decayed_.size(); ++q) {
     decayed_[q] = decayed_[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
   }
@@ -149,7 +156,9 @@ void Scheduler::SetExpectedEnd(JobId id, Ticks end) {
   if (end >= 0) by_end_.emplace(end, id);
 }
 
-GpuUnits Scheduler::MinUnits(const JobSpec& spec) const { return core::MinUnits(spec, cluster_.catalog()); }
+GpuUnits Scheduler::MinUnits(const JobSpec& spec) const {
+  return core::MinUnits(spec, cluster_.catalog());
+}
 
 JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   const JobId id(jobs_given_++);
@@ -163,8 +172,11 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   // (A budget's demotion moves the tier between standard and best-effort only, so the
   // shape, which tells only critical work apart, never changes.)
   rec.min_units = MinUnits(rec.spec);
-  rec.shape = shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
-  rec.fit_class = class_ids_.emplace(FitClassOf(rec.spec, cluster_.catalog()), static_cast<uint32_t>(class_ids_.size()))
+  rec.shape =
+      shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
+  rec.fit_class = class_ids_
+                      .emplace(FitClassOf(rec.spec, cluster_.catalog()),
+                               static_cast<uint32_t>(class_ids_.size()))
                       .first->second;
   std::optional<std::string> why = WhyNeverStarts(rec.spec, cluster_, queues_);
   if (why) {
@@ -395,13 +407,14 @@ void Scheduler::Wait(JobId id, const WaitReason& wait, std::string_view reason) 
   job.wait = wait;  // its `at` may move while the text stays: no new decision for that
   if (job.wait_reason == reason) return;
   job.wait_reason = reason;
-  decisions_.push_back(Decision{Decision::Kind::kWait, id, JobId(), std::string(reason), wait.cause, wait.at});
+  decisions_.push_back(
+      Decision{Decision::Kind::kWait, id, JobId(), std::string(reason), wait.cause, wait.at});
 }
 
 bool Scheduler::HeldBeforePlacement(JobId id, Ticks now) const {
   const JobSpec& spec = Rec(id).spec;  // TryStartJob's first three checks
-  return WindowClosed(id, now) ||
-         BudgetHolds(spec.queue, spec.tier) || BurstBlocker(spec.queue, Rec(id).min_units);
+  return WindowClosed(id, now) || BudgetHolds(spec.queue, spec.tier) ||
+         BurstBlocker(spec.queue, Rec(id).min_units);
 }
 
 bool Scheduler::TryStart(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait) {
@@ -423,30 +436,32 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
   };
   auto quota = [&](QueueId blocker) {  // without the queue's usage, which moves (AtLabel)
     const QueueSpec& q = queues_.queue(blocker).spec;
-    return "quota: queue " + q.name + " would pass its burst_gpus " + Gpus(q.burst) + " with this job";
+    return "quota: queue " + q.name + " would pass its burst_gpus " + Gpus(q.burst) +
+           " with this job";
   };
   if (WindowClosed(id, now)) {
     pass_wakeup_ = std::min(pass_wakeup_, spec.window->NextOpen(now));
     // A job's window, so its text, never changes: written once, not at every pass (a
     // week's replay with fine-tuning windows spent 10% of its time here).
-    const WaitReason window = WaitReason::Of(WaitCause::kWindow, QueueId(), JobId(), spec.window->NextOpen(now));
+    const WaitReason window =
+        WaitReason::Of(WaitCause::kWindow, QueueId(), JobId(), spec.window->NextOpen(now));
     if (job.wait.cause == WaitCause::kWindow) {
       job.wait = window;
       if (wait) *wait = window;
       if (why) *why = job.wait_reason;
       return false;
     }
-    return fail(window, "window: may start only between " +
-                                    Clock(spec.window->start_min) + " and " +
-                                    Clock(spec.window->end_min) + " UTC");
+    return fail(window, "window: may start only between " + Clock(spec.window->start_min) +
+                            " and " + Clock(spec.window->end_min) + " UTC");
   }
   if (auto b = BudgetHolds(spec.queue, spec.tier)) {
     const BudgetSpec& budget = *queues_.queue(*b).spec.budget;
     const BudgetAccount& a = budgets_[b->v];
-    return fail(WaitReason::Of(WaitCause::kBudget, *b), "budget: queue " + queues_.queue(*b).spec.name + " spent its " +
-                                    Number(budget.gpu_hours) + " GPU-hours of the " +
-                                    std::string(Name(budget.period)) + " from " + UtcMinute(a.start_unix_ms) +
-                                    "; new work waits until " + UtcMinute(a.end_unix_ms));
+    return fail(WaitReason::Of(WaitCause::kBudget, *b),
+                "budget: queue " + queues_.queue(*b).spec.name + " spent its " +
+                    Number(budget.gpu_hours) + " GPU-hours of the " +
+                    std::string(Name(budget.period)) + " from " + UtcMinute(a.start_unix_ms) +
+                    "; new work waits until " + UtcMinute(a.end_unix_ms));
   }
   if (auto blocker = BurstBlocker(spec.queue, job.min_units)) {
     return fail(WaitReason::Of(WaitCause::kQuota, *blocker), quota(*blocker));
@@ -459,7 +474,8 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
   if (!placer_.Place(spec, fit, scratch_)) {
     if (no_room_text_.size() <= job.fit_class) no_room_text_.resize(class_ids_.size());
     std::string& text = no_room_text_[job.fit_class];
-    if (text.empty()) text = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
+    if (text.empty())
+      text = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
     if (cache) {
       if (failed_shapes_.size() <= slot) failed_shapes_.resize(class_ids_.size() * kShapeContexts);
       failed_shapes_[slot] = pass_;
@@ -538,7 +554,8 @@ bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::str
     if (!w.node.valid() || w.node.v >= cluster_.nodes().size()) {
       return refuse("it names a node that is not in the cluster");
     }
-    if (!ledger_.node(w.node).up) return refuse("node " + cluster_.node(w.node).name + " is not up");
+    if (!ledger_.node(w.node).up)
+      return refuse("node " + cluster_.node(w.node).name + " is not up");
     units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
   }
   // The limits TryStart applies (a window governs starting only: the caller drops it).
@@ -587,7 +604,8 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   // Full passes at most every full_pass_interval: one due sooner is owed, at the time the
   // interval allows, and until then only critical arrivals are tried (besides claims).
   const Ticks interval = params_.full_pass_interval;
-  full_pass_owed_ = full && interval > 0 && last_full_pass_ >= 0 && now < last_full_pass_ + interval;
+  full_pass_owed_ =
+      full && interval > 0 && last_full_pass_ >= 0 && now < last_full_pass_ + interval;
   if (full_pass_owed_) {
     full = false;
     // The others say why they are not tried yet.
@@ -596,7 +614,8 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
       if (job(id).spec.tier == Tier::kCritical) return false;
       if (job(id).phase == Phase::kPending) {
         Wait(id, WaitReason::Of(WaitCause::kNotYetPlaced, QueueId(), JobId(), at),
-             "not yet placed: GPUs were freed since the last full pass; it is tried at the next, at t=" +
+             "not yet placed: GPUs were freed since the last full pass; it is tried at the next, "
+             "at t=" +
                  SecondsText(at) + " s, after the jobs ahead of it (policy.full_pass_interval_s)");
       }
       return true;
@@ -626,7 +645,8 @@ double Scheduler::CostPerHour(const JobSpec& spec, const Allocation& alloc) cons
   for (const WorkerAlloc& w : alloc) {
     const ModelId model = cluster_.node(w.node).model;
     if (!model.valid()) continue;
-    cost += static_cast<double>(spec.WorkerUnits(cluster_.catalog(), model)) / kGpuUnits * GpuHourPrice(params_, model);
+    cost += static_cast<double>(spec.WorkerUnits(cluster_.catalog(), model)) / kGpuUnits *
+            GpuHourPrice(params_, model);
   }
   return cost;
 }
@@ -666,7 +686,8 @@ void Scheduler::BudgetRun(JobId id, Ticks t, int sign) {
     // A run that started (or stopped) before the account's time, as a restarted server
     // adopting its running jobs: count (or take back) what it spent since then.
     const Ticks from = std::max(t, a.start_unix_ms - params_.epoch_unix_ms);
-    if (a.at > from) a.spent = std::max(0.0, a.spent + sign * job.cost_rate * static_cast<double>(a.at - from));
+    if (a.at > from)
+      a.spent = std::max(0.0, a.spent + sign * job.cost_rate * static_cast<double>(a.at - from));
     a.rate = std::max(0.0, a.rate + sign * job.cost_rate);
   }
   if (sign < 0) job.cost_rate = 0;
@@ -689,8 +710,8 @@ std::optional<QueueId> Scheduler::BudgetDemotes(QueueId q) const {
   if (budgets_.empty()) return std::nullopt;
   for (QueueId b : queues_.queue(q).self_and_ancestors) {
     const auto& budget = queues_.queue(b).spec.budget;
-    if (budget && budget->when_spent == WhenSpent::kBestEffort && (budget->applies_to & Bit(Tier::kStandard)) &&
-        budgets_[b.v].out) {
+    if (budget && budget->when_spent == WhenSpent::kBestEffort &&
+        (budget->applies_to & Bit(Tier::kStandard)) && budgets_[b.v].out) {
       return b;
     }
   }

@@ -43,11 +43,12 @@ struct PolicyParams {
   // set (reclaim_idle_after_s_by_tier), and a queue's own setting wins over both.
   Ticks reclaim_idle_after = 900'000;
   std::array<std::optional<Ticks>, kTierCount> reclaim_idle_after_by_tier{};
-  Ticks fairshare_half_life = 86'400'000;     // decay of past usage (Slurm: PriorityDecayHalfLife)
-  Ticks aging = 4 * 3'600'000;                // a job waiting this long goes ahead of fair share
-  Ticks min_run_before_repreempt = 600'000;   // a resumed job runs this long before it can be preempted again
-  int backfill_depth = 1;                     // reservations per pass: 1 = EASY, more = conservative
-  Ticks default_runtime_estimate = 3'600'000; // when neither the job nor its queue's history tells
+  Ticks fairshare_half_life = 86'400'000;  // decay of past usage (Slurm: PriorityDecayHalfLife)
+  Ticks aging = 4 * 3'600'000;             // a job waiting this long goes ahead of fair share
+  Ticks min_run_before_repreempt =
+      600'000;             // a resumed job runs this long before it can be preempted again
+  int backfill_depth = 1;  // reservations per pass: 1 = EASY, more = conservative
+  Ticks default_runtime_estimate = 3'600'000;  // when neither the job nor its queue's history tells
   // A job waiting this long may preempt jobs backfilled past their estimate (0 = never).
   Ticks backfill_lease_after = 48 * 3'600'000;
   // A job that is not critical, preempting for its guarantee, takes a victim that
@@ -98,7 +99,8 @@ struct PolicyParams {
 
 // The price of a GPU-hour on `model` (1 when the config names none).
 inline double GpuHourPrice(const PolicyParams& params, ModelId model) {
-  return model.valid() && model.v < params.gpu_hour_price.size() ? params.gpu_hour_price[model.v] : 1.0;
+  return model.valid() && model.v < params.gpu_hour_price.size() ? params.gpu_hour_price[model.v]
+                                                                 : 1.0;
 }
 
 // How long `spec`'s GPUs may stay idle before its job is reclaimed; 0 = never. The
@@ -112,7 +114,14 @@ Ticks MaxWaitFor(QueueId q, const QueueTree& queues, const PolicyParams& params)
 // it, is for people and the event log). kNotYetPlaced: no pass has tried it since it
 // became pending.
 enum class WaitCause : uint8_t {
-  kNotYetPlaced, kCapacity, kReservation, kPreemption, kQuota, kBudget, kWindow, kOther
+  kNotYetPlaced,
+  kCapacity,
+  kReservation,
+  kPreemption,
+  kQuota,
+  kBudget,
+  kWindow,
+  kOther
 };
 inline constexpr int kWaitCauses = 8;
 std::string_view Name(WaitCause c);  // "not yet placed", "capacity", "held for a reservation", ...
@@ -139,7 +148,8 @@ struct WaitReason {
                   // GPUs' jobs; kCapacity with a reservation or drain of its own: the
                   // reserved start; kPreemption: when its victims' grace ends
   bool operator==(const WaitReason&) const = default;
-  static WaitReason Of(WaitCause cause, QueueId queue = QueueId(), JobId holder = JobId(), Ticks at = -1) {
+  static WaitReason Of(WaitCause cause, QueueId queue = QueueId(), JobId holder = JobId(),
+                       Ticks at = -1) {
     WaitReason w;
     w.cause = cause;
     w.queue = queue;
@@ -157,8 +167,8 @@ struct JobRecord {
   Ticks first_start = -1;
   Ticks last_start = -1;
   Ticks signaled_at = -1;
-  Allocation alloc;         // while running or signaled
-  GpuUnits units = 0;       // GPU units held now
+  Allocation alloc;    // while running or signaled
+  GpuUnits units = 0;  // GPU units held now
   JobId preempted_by;
   std::string wait_reason;  // last reason reported for waiting
   WaitReason wait;          // the same, for code
@@ -169,20 +179,20 @@ struct JobRecord {
   Ticks expected_end = -1;  // while running: ExpectedEnd as of its start or signal
   Tier asked_tier = Tier::kStandard;  // spec.tier as submitted; spec.tier is best-effort
                                       // instead while a spent budget demotes it
-  double cost_rate = 0;     // while running: weighted GPU-hours per tick it spends
-  uint32_t shape = 0;       // its request shape, interned at submit (Scheduler::shape_id)
-  uint32_t fit_class = 0;   // its fit class, interned at submit (Scheduler::FitClassOf)
-  GpuUnits min_units = 0;   // MinUnits(spec), from its submit (the spec's units never change)
+  double cost_rate = 0;               // while running: weighted GPU-hours per tick it spends
+  uint32_t shape = 0;                 // its request shape, interned at submit (Scheduler::shape_id)
+  uint32_t fit_class = 0;             // its fit class, interned at submit (Scheduler::FitClassOf)
+  GpuUnits min_units = 0;  // MinUnits(spec), from its submit (the spec's units never change)
 };
 
 struct Decision {
   enum class Kind : uint8_t { kStart, kPreempt, kReject, kWait };
   Kind kind = Kind::kWait;
   JobId job;
-  JobId by;            // kPreempt: the job the victim makes room for
-  std::string reason;  // kPreempt, kReject, kWait
+  JobId by;                             // kPreempt: the job the victim makes room for
+  std::string reason;                   // kPreempt, kReject, kWait
   WaitCause cause = WaitCause::kOther;  // kWait
-  Ticks at = -1;                         // kWait: the wait's `at` when its text was written
+  Ticks at = -1;                        // kWait: the wait's `at` when its text was written
 };
 
 class Scheduler;
@@ -268,7 +278,9 @@ class Scheduler {
   }
   // The same for a submitted job (its least units are kept from its submit: the fair-share
   // order asks for every queue's next job, and MIG jobs weigh every model to know them).
-  ModelMask GuaranteedModels(JobId id) const { return GuaranteedModels(Rec(id).spec, 0, Rec(id).min_units); }
+  ModelMask GuaranteedModels(JobId id) const {
+    return GuaranteedModels(Rec(id).spec, 0, Rec(id).min_units);
+  }
   // Whether queue q would still hold at least its guarantee without `units` of what it
   // holds on `model`, i.e. those units are borrowed (on that model for a per-model
   // guarantee; over all models, `model` ignored, otherwise).
@@ -346,7 +358,8 @@ class Scheduler {
   // with `why`, hands the reason back unrecorded for the policy to refine. `wait`, when
   // given, says which check failed (cause kWindow, kBudget, kQuota or kCapacity;
   // kNotYetPlaced after a start).
-  bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr, WaitReason* wait = nullptr);
+  bool TryStart(JobId id, Ticks now, Fit fit, std::string* why = nullptr,
+                WaitReason* wait = nullptr);
   // Whether job `id` has a window and it is closed at `now`.
   bool WindowClosed(JobId id, Ticks now) const {
     const auto& window = Rec(id).spec.window;
@@ -448,7 +461,7 @@ class Scheduler {
   // Budgets: brings accounts up to `now` (a new period starts afresh), updates which are
   // spent and retiers pending jobs where that changed; a job starting (sign 1) or
   // stopping (-1) at `t` changes its queues' spending rate.
-  bool UpdateBudgets(Ticks now);  // true when some budget became spent or renewed
+  bool UpdateBudgets(Ticks now);        // true when some budget became spent or renewed
   Ticks BudgetWakeup(Ticks now) const;  // when a budget runs out or a spent one renews
   void AdvanceBudget(QueueId q, Ticks t);
   void BudgetRun(JobId id, Ticks t, int sign);
@@ -476,8 +489,12 @@ class Scheduler {
   uint32_t forgotten_ = 0;
   static const JobRecord kForgotten;  // an emptied record: what job() reads once forgotten
   bool Forgotten(JobId id) const;
-  JobRecord& Rec(JobId id) { return chunks_[id.v >> kChunkBits]->records[id.v & (kChunk - 1)]; }  // not forgotten
-  const JobRecord& Rec(JobId id) const { return chunks_[id.v >> kChunkBits]->records[id.v & (kChunk - 1)]; }
+  JobRecord& Rec(JobId id) {
+    return chunks_[id.v >> kChunkBits]->records[id.v & (kChunk - 1)];
+  }  // not forgotten
+  const JobRecord& Rec(JobId id) const {
+    return chunks_[id.v >> kChunkBits]->records[id.v & (kChunk - 1)];
+  }
   // A signaled victim let go of its GPUs: its preemptor waits for one fewer (one
   // forgotten meanwhile waits for none).
   void VictimLeft(const JobRecord& victim);
@@ -498,7 +515,7 @@ class Scheduler {
   // depends on the class alone; it was 7% of a replay's time when written at each).
   std::vector<std::string> no_room_text_;
   bool freed_since_pass_ = true;
-  Ticks last_full_pass_ = -1;  // when the last full pass ran (-1: none yet)
+  Ticks last_full_pass_ = -1;    // when the last full pass ran (-1: none yet)
   bool full_pass_owed_ = false;  // one was due within full_pass_interval of the last
   Ticks next_wakeup_ = kForever;
   Ticks pass_wakeup_ = kForever;
@@ -506,12 +523,12 @@ class Scheduler {
   uint8_t shape_context_ = 0;
   std::vector<std::set<std::pair<Ticks, JobId>>> pending_by_queue_;  // [tier * queues + q]
   std::vector<JobId> running_;
-  std::vector<uint32_t> running_pos_;  // per job: its index in running_ while there
+  std::vector<uint32_t> running_pos_;    // per job: its index in running_ while there
   std::vector<uint64_t> running_stamp_;  // beside running_ (running_stamps())
   uint64_t stamps_ = 0;
-  void Stamp(uint32_t pos);  // a new stamp at pos, noted for TakeRunningChanges
+  void Stamp(uint32_t pos);        // a new stamp at pos, noted for TakeRunningChanges
   std::vector<uint32_t> stamped_;  // places stamped since the last TakeRunningChanges
-  bool stamped_all_ = false;        // stamped_ holds every one of them
+  bool stamped_all_ = false;       // stamped_ holds every one of them
   const void* stamps_taker_ = nullptr;
   absl::btree_set<std::pair<Ticks, JobId>> by_end_;
   std::function<void()> decision_hook_;
@@ -524,9 +541,9 @@ class Scheduler {
   static constexpr size_t kObserved = 1024;
   std::vector<std::vector<Ticks>> observed_;  // per queue: last kObserved completed runs (ring)
   std::vector<uint64_t> observed_count_;      // per queue: runs ever added
-  std::vector<QueueId> budgeted_;           // queues with a budget
-  std::vector<BudgetAccount> budgets_;      // by queue; empty when no queue has a budget
-  std::vector<JobId> budget_check_;         // submitted or requeued since the last pass
+  std::vector<QueueId> budgeted_;             // queues with a budget
+  std::vector<BudgetAccount> budgets_;        // by queue; empty when no queue has a budget
+  std::vector<JobId> budget_check_;           // submitted or requeued since the last pass
 };
 
 }  // namespace gantry::core

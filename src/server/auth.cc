@@ -44,18 +44,24 @@ std::string NewToken() {
 
 std::string Principal::Describe() const {
   switch (role) {
-    case Role::kAdmin: return user.empty() ? "admin" : "admin " + user;
-    case Role::kAgent: return "agent";
-    case Role::kTeam: return user.empty() ? "team " + team : "user " + user + " of team " + team;
+    case Role::kAdmin:
+      return user.empty() ? "admin" : "admin " + user;
+    case Role::kAgent:
+      return "agent";
+    case Role::kTeam:
+      return user.empty() ? "team " + team : "user " + user + " of team " + team;
   }
   return "?";
 }
 
 Principal PrincipalOf(const StoredToken& token) {
   Principal p;
-  p.role = token.role == "admin" ? Role::kAdmin : token.role == "agent" ? Role::kAgent : Role::kTeam;
+  p.role = token.role == "admin"   ? Role::kAdmin
+           : token.role == "agent" ? Role::kAgent
+                                   : Role::kTeam;
   p.team = token.team;
-  (p.role == Role::kAgent ? p.nodes : p.queues) = token.queues;  // an agent token's scope is its nodes
+  (p.role == Role::kAgent ? p.nodes : p.queues) =
+      token.queues;  // an agent token's scope is its nodes
   p.label = token.label;
   p.user = token.user;
   return p;

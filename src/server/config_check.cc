@@ -11,8 +11,9 @@ std::optional<core::JobSpec> ReadJobSpec(const Job& job, const spec::ClusterConf
                                          std::vector<std::string>* problems) {
   spec::Diagnostics diags;
   const std::string file = job.spec_file.empty() ? "request" : job.spec_file;
-  std::optional<core::JobSpec> spec = job.spec_format == "yaml" ? spec::ParseJobYaml(job.spec_text, file, config, diags)
-                                                                : spec::ParseJobJson(job.spec_text, file, config, diags);
+  std::optional<core::JobSpec> spec = job.spec_format == "yaml"
+                                          ? spec::ParseJobYaml(job.spec_text, file, config, diags)
+                                          : spec::ParseJobJson(job.spec_text, file, config, diags);
   if (problems) {
     for (const spec::Diag& d : diags.items()) problems->push_back(d.ToString());
   }
@@ -29,8 +30,8 @@ Result<std::vector<std::string>> ConfigBreakage(const spec::ClusterConfig& confi
     Job job;
     job.name = sj.name;
     const nlohmann::json doc = nlohmann::json::parse(sj.doc, nullptr, false);
-    const std::string what = "job " + sj.name + " (" + doc.value("state", std::string("?")) + ", queue " + sj.queue +
-                             ", team " + sj.team + ")";
+    const std::string what = "job " + sj.name + " (" + doc.value("state", std::string("?")) +
+                             ", queue " + sj.queue + ", team " + sj.team + ")";
     if (auto r = JobFromDoc(doc, config.cluster, job); !r) {
       out.push_back(what + ": its allocation cannot be read: " + r.error().ToString());
       continue;
@@ -38,7 +39,8 @@ Result<std::vector<std::string>> ConfigBreakage(const spec::ClusterConfig& confi
     std::vector<std::string> problems;
     auto spec = ReadJobSpec(job, config, &problems);
     if (!spec) {
-      out.push_back(what + ": its spec no longer reads: " + (problems.empty() ? "?" : problems.front()));
+      out.push_back(what +
+                    ": its spec no longer reads: " + (problems.empty() ? "?" : problems.front()));
     } else if (auto why = core::WhyInfeasible(*spec, config.cluster)) {
       out.push_back(what + ": it could never run: " + *why);
     }

@@ -190,7 +190,8 @@ void Controller::AnswerWatchers(Ticks now, bool all) {
 
 // ---------------------------------------------------------------- restore
 
-std::optional<core::JobSpec> Controller::ReadSpec(const Job& job, std::vector<std::string>* problems) {
+std::optional<core::JobSpec> Controller::ReadSpec(const Job& job,
+                                                  std::vector<std::string>* problems) {
   return ReadJobSpec(job, config_, problems);
 }
 
@@ -201,7 +202,7 @@ Status Controller::Restore() {
     epoch_ms_ = std::stoll(**epoch);
   } else {
     // The Monday 00:00 UTC on or before today: core time 0 is a Monday midnight UTC.
-    const int64_t day = clock_() / kDay;             // 1970-01-01 was a Thursday
+    const int64_t day = clock_() / kDay;                     // 1970-01-01 was a Thursday
     const int64_t monday = day - (((day - 4) % 7) + 7) % 7;  // 1970-01-05 was a Monday
     epoch_ms_ = monday * kDay;
     if (auto s = store_.SetMeta("epoch_ms", std::to_string(epoch_ms_)); !s) return s;
@@ -266,12 +267,13 @@ Status Controller::Restore() {
     if (!problems.empty() || !j.end_reason.empty()) {
       // Only with --force-config (gantryd refuses to start otherwise): said loudly.
       const std::string why = !problems.empty() ? problems.front() : j.end_reason;
-      std::fprintf(stderr, "gantryd: job %s failed: cannot be read back after a restart: %s\n", j.name.c_str(),
-                   why.c_str());
+      std::fprintf(stderr, "gantryd: job %s failed: cannot be read back after a restart: %s\n",
+                   j.name.c_str(), why.c_str());
       EndJob(j, "failed", "cannot be read back after a restart: " + why, now);
       continue;
     }
-    if (j.state == JobState::kPending && !j.after.empty()) {  // held for --after: not in the scheduler
+    if (j.state == JobState::kPending &&
+        !j.after.empty()) {  // held for --after: not in the scheduler
       held.push_back(j.seq);
       continue;
     }
@@ -349,7 +351,8 @@ Status Controller::Restore() {
         if (w.alloc.node == n && !w.exited) w.exited = w.lost = true;
       }
       if (j.state == JobState::kRunning) {
-        BeginStop(j, StopKind::kLost, "node " + cluster_.node(n).name + " failed", j.spec.grace, now);
+        BeginStop(j, StopKind::kLost, "node " + cluster_.node(n).name + " failed", j.spec.grace,
+                  now);
       } else if (j.state == JobState::kStopping && j.AllExited()) {
         EndStop(j, now);
       }

@@ -55,9 +55,9 @@
 #include "server/metrics.h"
 #include "server/state.h"
 #include "server/store.h"
-#include "spec/event_log.h"
 #include "spec/batch.h"
 #include "spec/config_reader.h"
+#include "spec/event_log.h"
 
 namespace gantry::server {
 
@@ -69,7 +69,7 @@ enum class Code : uint8_t {
   kUnauthenticated,  // no token, or an unknown one
   kForbidden,        // a valid token that may not do this
   kNotFound,
-  kConflict,         // duplicate id, idempotency key reused with another request
+  kConflict,  // duplicate id, idempotency key reused with another request
   kTooLarge,
   kUnprocessable,    // well-formed but can never run (no GPU could hold it)
   kTooManyRequests,  // a team's submit rate limit (body.retry_after_s)
@@ -92,16 +92,16 @@ struct ControllerOptions {
   int64_t pass_interval_ms = 1000;  // scheduling pass timer
   int64_t node_timeout_ms = 30000;  // an agent silent this long: node down, jobs requeued
   int64_t heartbeat_ms = 2000;      // what agents are told to use
-  int64_t lease_ms = 0;             // agents kill their jobs when cut off this long (0: 60% of timeout)
-  int64_t kill_slack_ms = 5000;     // after a grace deadline, before assuming a worker is gone
+  int64_t lease_ms = 0;  // agents kill their jobs when cut off this long (0: 60% of timeout)
+  int64_t kill_slack_ms = 5000;  // after a grace deadline, before assuming a worker is gone
   int64_t max_spec_bytes = 64 * 1024;
-  int64_t recent_done = 10000;      // ended jobs kept in memory for `ls` and `show`
-  int max_array_tasks = 10000;      // tasks in one --array
-  std::string log_dir;              // job output uploaded by agents
+  int64_t recent_done = 10000;  // ended jobs kept in memory for `ls` and `show`
+  int max_array_tasks = 10000;  // tasks in one --array
+  std::string log_dir;          // job output uploaded by agents
   // Per-team submit rate limit (token bucket; admins are exempt): `submit_rate` requests a
   // second refill a bucket of `submit_burst`; past it, 429 with Retry-After. 0: no limit.
   double submit_rate = 0;
-  double submit_burst = 0;          // 0: twice the rate
+  double submit_burst = 0;  // 0: twice the rate
   // The usage time series (issue 12): a sample per running job this often, kept this long.
   int64_t usage_sample_ms = 300'000;
   int64_t usage_retention_ms = 14 * 86'400'000LL;
@@ -113,8 +113,8 @@ struct ControllerOptions {
   // history_samples kept (a day at the defaults).
   int64_t history_sample_ms = 60'000;
   size_t history_samples = 1440;
-  std::string leader;               // this gantryd's name in the leader lease (its URL), for /healthz
-  int64_t epoch = 0;                // the lease epoch it holds
+  std::string leader;  // this gantryd's name in the leader lease (its URL), for /healthz
+  int64_t epoch = 0;   // the lease epoch it holds
 };
 
 // Called once with the reply, on the controller thread, after the batch committed.
@@ -244,7 +244,8 @@ class Controller {
   // A 401 or 403 goes to the operational log with who asked and why it was refused.
   static void LogRefusal(const Reply& r, const std::string& who);
   // CallAsAgent's checks once the token is known: an agent (or admin) token for this node.
-  Reply AsAgent(const Principal& p, const std::string& node, const std::function<Reply(core::NodeId)>& fn);
+  Reply AsAgent(const Principal& p, const std::string& node,
+                const std::function<Reply(core::NodeId)>& fn);
   void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn);
   // Call() as an agent (or admin): fn gets the node, or the reply is the error.
   void CallAsAgent(std::string token, std::string node, Done done,
@@ -259,7 +260,7 @@ class Controller {
   void Housekeeping(Ticks now);
   struct ClusterSample {
     Ticks t = 0;
-    double up = 0, used = 0;  // GPUs
+    double up = 0, used = 0;             // GPUs
     std::map<std::string, int> pending;  // jobs by the first word of their wait reason
     core::IdleGpus idle{};
     std::vector<double> queues;  // GPUs held by each queue and those under it, by QueueId
@@ -312,7 +313,8 @@ class Controller {
   nlohmann::json DesiredWorker(const Job& job, const Worker& w);
   // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md);
   // `nodes`: JobNodes(job), computed once by the caller.
-  spec::OutputNames OutputNamesOf(const Job& job, const Worker& w, const std::vector<std::string>& nodes) const;
+  spec::OutputNames OutputNamesOf(const Job& job, const Worker& w,
+                                  const std::vector<std::string>& nodes) const;
   void SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
                 const spec::OutputNames& names, nlohmann::json& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
@@ -352,7 +354,7 @@ class Controller {
     int64_t at_ms = 0;
   };
   std::map<std::string, Bucket> submit_buckets_;
-  int64_t rate_limited_ = 0;  // submits refused for the rate limit (metrics)
+  int64_t rate_limited_ = 0;      // submits refused for the rate limit (metrics)
   int64_t duplicate_agents_ = 0;  // heartbeats refused: another live agent holds the node
   // A 429 when `user`'s team is over its submit rate; takes a token otherwise.
   std::optional<Reply> OverSubmitRate(const Principal& user);
@@ -365,43 +367,45 @@ class Controller {
   int64_t next_seq_ = 1;
   std::map<int64_t, Job> jobs_;                       // by seq
   std::unordered_map<std::string, int64_t> by_name_;  // name -> seq
-  std::unordered_map<std::string, std::vector<int64_t>> arrays_;      // array id -> its tasks (in memory)
-  std::unordered_map<std::string, std::vector<int64_t>> dependents_;  // job name -> held jobs waiting on it
-  std::vector<int64_t> core_to_seq_;                  // core JobId -> seq
-  std::set<int64_t> running_;                         // seqs of running or stopping jobs
-  std::vector<std::set<int64_t>> node_jobs_;          // by NodeId: running_ jobs with a worker there
-  std::vector<int64_t> node_version_;                 // by NodeId: bumped by Touch
-  std::vector<std::vector<Watcher>> watchers_;        // by NodeId: parked watches
-  std::deque<int64_t> done_order_;                    // ended jobs in memory, oldest first
-  std::vector<NodeInfo> nodes_;                       // by core NodeId
-  std::unordered_map<std::string, Principal> tokens_; // cache: hash -> principal
-  Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
+  std::unordered_map<std::string, std::vector<int64_t>>
+      arrays_;  // array id -> its tasks (in memory)
+  std::unordered_map<std::string, std::vector<int64_t>>
+      dependents_;                              // job name -> held jobs waiting on it
+  std::vector<int64_t> core_to_seq_;            // core JobId -> seq
+  std::set<int64_t> running_;                   // seqs of running or stopping jobs
+  std::vector<std::set<int64_t>> node_jobs_;    // by NodeId: running_ jobs with a worker there
+  std::vector<int64_t> node_version_;           // by NodeId: bumped by Touch
+  std::vector<std::vector<Watcher>> watchers_;  // by NodeId: parked watches
+  std::deque<int64_t> done_order_;              // ended jobs in memory, oldest first
+  std::vector<NodeInfo> nodes_;                 // by core NodeId
+  std::unordered_map<std::string, Principal> tokens_;  // cache: hash -> principal
+  Ticks samples_pruned_ = -1;                          // the usage time series is pruned hourly
   // Housekeeping's timers (node timeouts, time limits, idle reclaim, overdue stops) run
   // at most this often.
   static constexpr Ticks kTimersEveryMs = 100;
   Ticks next_timers_ = 0;
-  Ticks jobs_purged_ = -1;     // and ended jobs past their retention, in batches
-  bool purge_more_ = false;    // the last batch was full: another at the next batch
-  bool restoring_ = false;     // inside Restore
+  Ticks jobs_purged_ = -1;            // and ended jobs past their retention, in batches
+  bool purge_more_ = false;           // the last batch was full: another at the next batch
+  bool restoring_ = false;            // inside Restore
   std::vector<int64_t> purged_logs_;  // seqs whose output goes after the commit
   std::deque<ClusterSample> history_;
-  Ticks history_at_ = -1;  // the last sample
-  Ticks tokens_flushed_ = 0;                          // the cache is dropped every 10 s (revocations)
+  Ticks history_at_ = -1;     // the last sample
+  Ticks tokens_flushed_ = 0;  // the cache is dropped every 10 s (revocations)
   std::ostringstream event_buf_;
   spec::EventLog log_;
-  bool dirty_ = true;                                 // something changed: run a pass
+  bool dirty_ = true;  // something changed: run a pass
   Ticks next_pass_ = 0;
-  std::string instance_;                              // random per process start
+  std::string instance_;  // random per process start
 
   // Metrics.
-  Histogram sched_latency_{{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                            0.1, 0.25, 0.5, 1}};
+  Histogram sched_latency_{
+      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
   // Queue wait per queue and tier (QueueWait): constructed with one empty histogram per
   // tier, which gives the buckets, and grown to queues x tiers on first use.
   std::vector<Histogram> queue_wait_;
   std::vector<uint64_t> preemptions_;  // per queue
   uint64_t submitted_ = 0, requeued_ = 0, purged_ = 0;
-  std::map<std::string, uint64_t> ended_;  // by end
+  std::map<std::string, uint64_t> ended_;     // by end
   std::map<std::string, uint64_t> reclaims_;  // by queue
   // GPU time since this process's first batch (metrics_since_): held by runs that ended
   // (the running ones are added when rendered) and busy as agents report it, in GPU-ms by

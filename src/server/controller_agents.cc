@@ -18,7 +18,9 @@ namespace {
 
 // Ports for a gang's rendezvous, spread by job and run so that two runs on one node
 // rarely collide.
-int MasterPort(int64_t seq, int run) { return 20000 + static_cast<int>((seq * 7919 + run) % 40000); }
+int MasterPort(int64_t seq, int run) {
+  return 20000 + static_cast<int>((seq * 7919 + run) % 40000);
+}
 
 }  // namespace
 
@@ -31,7 +33,8 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
   o.job = job.name;
   o.name = job.spec.name.empty() ? job.name : job.spec.name;
   o.array_job = job.array.empty() ? job.name : job.array;
-  o.array_task = job.array.empty() ? "4294967294" : std::to_string(job.array_index);  // Slurm's NO_VAL
+  o.array_task =
+      job.array.empty() ? "4294967294" : std::to_string(job.array_index);  // Slurm's NO_VAL
   o.node = node;
   o.user = job.user;
   o.rank = w.rank;
@@ -43,8 +46,9 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
 // whether it came through `gantry sbatch` or not), never over one the job set itself.
 // Slurm's job-wide view in Gantry's terms: a task is a worker, SLURM_GPUS_ON_NODE is what
 // this worker sees (CUDA_VISIBLE_DEVICES), and the partition is the pool of its node.
-void Controller::SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
-                          const spec::OutputNames& names, json& env) const {
+void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
+                          const std::vector<std::string>& nodes, const spec::OutputNames& names,
+                          json& env) const {
   std::vector<int> per_node(nodes.size(), 0);
   for (const Worker& x : job.workers) {
     const std::string& n = cluster_.node(x.alloc.node).name;
@@ -52,7 +56,8 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local, const std:
   }
   const core::Node& node = cluster_.node(w.alloc.node);
   int gpus = std::popcount(w.alloc.gpu_mask);
-  if (w.alloc.sharing != core::Sharing::kExclusive) gpus = 1;  // a MIG instance or a share of one GPU
+  if (w.alloc.sharing != core::Sharing::kExclusive)
+    gpus = 1;  // a MIG instance or a share of one GPU
   std::vector<std::pair<std::string, std::string>> vars = {
       {"SLURM_JOB_ID", job.name},
       {"SLURM_JOBID", job.name},
@@ -80,14 +85,16 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local, const std:
     vars.emplace_back("SLURM_ARRAY_JOB_ID", job.array);
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
   }
-  if (job.spec.cpus_milli > 0) vars.emplace_back("SLURM_CPUS_PER_TASK", std::to_string((job.spec.cpus_milli + 999) / 1000));
+  if (job.spec.cpus_milli > 0)
+    vars.emplace_back("SLURM_CPUS_PER_TASK", std::to_string((job.spec.cpus_milli + 999) / 1000));
   if (job.spec.memory_bytes > 0) {
     vars.emplace_back("SLURM_MEM_PER_NODE",
                       std::to_string(int64_t{per_node[static_cast<size_t>(names.node_index)]} *
                                      ((job.spec.memory_bytes + (1 << 20) - 1) >> 20)));
   }
   if (!job.user.empty()) vars.emplace_back("SLURM_JOB_USER", job.user);
-  if (!job.spec.workdir.empty()) vars.emplace_back("SLURM_SUBMIT_DIR", job.spec.workdir);  // sbatch sets its own
+  if (!job.spec.workdir.empty())
+    vars.emplace_back("SLURM_SUBMIT_DIR", job.spec.workdir);  // sbatch sets its own
   for (const auto& [k, v] : vars) {
     if (!env.contains(k)) env[k] = v;
   }
@@ -171,16 +178,19 @@ json Controller::DesiredWorker(const Job& job, const Worker& w) {
   if (!job.spec.script.empty()) wj["script"] = job.spec.script;
   if (!job.spec.image.empty()) wj["image"] = job.spec.image;
   if (job.spec.stop_signal > 0) wj["signal"] = job.spec.stop_signal;
-  for (const auto& [key, pattern] : {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
-                                     {"stderr", job.spec.stderr_path}}) {
+  for (const auto& [key, pattern] :
+       {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
+        {"stderr", job.spec.stderr_path}}) {
     if (pattern.empty() || (w.rank != 0 && !spec::PatternPerRank(pattern))) continue;
     wj[key] = spec::ExpandOutputPattern(pattern, names);
   }
   // A mig_managed pool: the agent creates the instance at this placement (and destroys
   // it when the worker ends), so it needs the placement's size too.
-  if (w.alloc.sharing == core::Sharing::kMig && cluster_.pool(cluster_.node(n).pool).spec.mig_managed) {
-    const core::MigProfile& p =
-        cluster_.catalog().model(cluster_.node(n).model).mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
+  if (w.alloc.sharing == core::Sharing::kMig &&
+      cluster_.pool(cluster_.node(n).pool).spec.mig_managed) {
+    const core::MigProfile& p = cluster_.catalog()
+                                    .model(cluster_.node(n).model)
+                                    .mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
     wj["alloc"]["create"] = true;
     wj["alloc"]["memory_slices"] = p.memory_slices;
     wj["alloc"]["compute_slices"] = p.compute_slices;
@@ -188,142 +198,156 @@ json Controller::DesiredWorker(const Job& job, const Worker& w) {
   // For emulated agents only (`emulate` in the spec, a test aid): how busy to look.
   // Without one a job looks busy at 90% using the VRAM it asked for.
   const core::JobSpec::Emulate em = job.spec.emulate.value_or(core::JobSpec::Emulate{});
-  const int64_t vram = em.vram_used_bytes >= 0
-                           ? em.vram_used_bytes
-                           : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask));
-  wj["emulate"] = {{"util", em.util},
-                   {"vram_used_bytes", vram},
-                   {"idle_after_ms", em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1}};
+  const int64_t vram =
+      em.vram_used_bytes >= 0
+          ? em.vram_used_bytes
+          : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask));
+  wj["emulate"] = {
+      {"util", em.util},
+      {"vram_used_bytes", vram},
+      {"idle_after_ms", em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1}};
   return wj;
 }
 
-void Controller::Heartbeat(std::string token, std::string node_name, json body, std::string remote_addr,
-                           Done done) {
-  CallAsAgent(std::move(token), std::move(node_name), std::move(done),
-              [this, body = std::move(body), remote_addr = std::move(remote_addr)](core::NodeId n) -> Reply {
-    const std::string& node = cluster_.node(n).name;
-    AgentReport report = ParseAgentReport(body);  // throws on malformed input: nothing changed yet
-    const Ticks now = now_;
-    NodeInfo& info = nodes_[n.v];
-    const core::Node& cn = cluster_.node(n);
-    // One live agent per node: a second process for the same node (a mistyped --node, a
-    // copied config) is refused until the first has been silent for its lease, by which
-    // time that one has stopped its workers itself; the newest wins only then.
-    if (info.up && !info.agent_id.empty() && report.agent_id != info.agent_id &&
-        now - info.last_seen < options_.lease_ms) {
-      ++duplicate_agents_;
-      log::Warn("second agent for a live node refused",
-                {{"node", node}, {"agent", report.agent_id}, {"live_agent", info.agent_id}, {"from", remote_addr}});
-      return Reply::Error(Code::kConflict,
-                          "node " + node + " is held by another live agent (instance " + info.agent_id + ", heard " +
-                              FormatValue(static_cast<double>(now - info.last_seen) / 1000.0) +
-                              " s ago): a second agent for one node is refused until the first has been silent for "
-                              "its lease (" + FormatValue(static_cast<double>(options_.lease_ms) / 1000.0) + " s)");
-    }
-    // The agent's GPUs must be what the config says this node has.
-    std::string refused;
-    if (static_cast<int>(report.gpus.size()) != cn.gpus) {
-      refused = "agent reports " + std::to_string(report.gpus.size()) + " GPUs; the cluster config gives " +
-                node + " " + std::to_string(cn.gpus);
-    } else if (cn.gpus > 0) {
-      const core::GpuModel& model = cluster_.catalog().model(cn.model);
-      for (const GpuReport& g : report.gpus) {
-        if (!GpuMatchesModel(g, model)) {
-          refused = "GPU " + std::to_string(g.index) + " is " + (g.model.empty() ? g.name : g.model) +
-                    "; the cluster config gives " + node + " " + model.name;
-          break;
+void Controller::Heartbeat(std::string token, std::string node_name, json body,
+                           std::string remote_addr, Done done) {
+  CallAsAgent(
+      std::move(token), std::move(node_name), std::move(done),
+      [this, body = std::move(body),
+       remote_addr = std::move(remote_addr)](core::NodeId n) -> Reply {
+        const std::string& node = cluster_.node(n).name;
+        AgentReport report =
+            ParseAgentReport(body);  // throws on malformed input: nothing changed yet
+        const Ticks now = now_;
+        NodeInfo& info = nodes_[n.v];
+        const core::Node& cn = cluster_.node(n);
+        // One live agent per node: a second process for the same node (a mistyped --node, a
+        // copied config) is refused until the first has been silent for its lease, by which
+        // time that one has stopped its workers itself; the newest wins only then.
+        if (info.up && !info.agent_id.empty() && report.agent_id != info.agent_id &&
+            now - info.last_seen < options_.lease_ms) {
+          ++duplicate_agents_;
+          log::Warn("second agent for a live node refused", {{"node", node},
+                                                             {"agent", report.agent_id},
+                                                             {"live_agent", info.agent_id},
+                                                             {"from", remote_addr}});
+          return Reply::Error(
+              Code::kConflict,
+              "node " + node + " is held by another live agent (instance " + info.agent_id +
+                  ", heard " + FormatValue(static_cast<double>(now - info.last_seen) / 1000.0) +
+                  " s ago): a second agent for one node is refused until the first has been silent "
+                  "for "
+                  "its lease (" +
+                  FormatValue(static_cast<double>(options_.lease_ms) / 1000.0) + " s)");
         }
-      }
-    }
-    if (!refused.empty()) {
-      const bool changed = info.refused != refused;
-      info.refused = refused;
-      if (info.up) NodeDown(n, now);
-      if (changed) PersistNode(n);
-      return Reply::Error(Code::kConflict, "node " + node + " refused: " + refused);
-    }
-    info.refused.clear();
-    info.last_seen = now;
-    const std::string address = report.address.empty() ? remote_addr : report.address;
-    // Utilization changes at every heartbeat; only the inventory is worth a write.
-    auto inventory = [](std::vector<GpuReport> gpus) {
-      for (GpuReport& g : gpus) {
-        g.utilization = 0;
-        g.memory_used_bytes = 0;
-        g.idle_ms = 0;
-      }
-      return GpusToJson(gpus).dump();
-    };
-    bool changed = info.address != address || info.agent_id != report.agent_id ||
-                   inventory(info.gpus) != inventory(report.gpus) || info.isolation != report.isolation;
-    info.address = address;
-    info.agent_id = report.agent_id;
-    if (info.isolation != report.isolation) {  // said once per change, not per heartbeat
-      std::string missing;
-      for (const auto& [what, on] : report.isolation) {
-        if (!on) missing += (missing.empty() ? "" : ", ") + what;
-      }
-      if (!missing.empty()) log::Warn("node's workers not isolated", {{"node", node}, {"missing", missing}});
-    }
-    info.isolation = std::move(report.isolation);
-    info.gpus = std::move(report.gpus);
-    if (!info.up) {
-      info.up = true;
-      log_.NodeUp(now, node);
-      log::Info("node up", {{"node", node}, {"agent", report.agent_id}, {"address", address}});
-      changed = true;
-    }
-    for (const GpuReport& g : info.gpus) {
-      if (g.lost && !info.drained) {
-        info.drained = true;
-        info.drain_reason = "GPU " + std::to_string(g.index) + " (" + g.uuid + ") lost";
-        changed = true;
-      }
-    }
-    SetCoreNodeUp(n);
-    if (changed) PersistNode(n);
-    for (const ExitReport& e : report.exits) {
-      Job* job = FindJob(e.job);
-      if (!job || !job->active() || job->run != e.run || e.rank < 0 ||
-          e.rank >= static_cast<int>(job->workers.size())) {
-        continue;  // an old run, or already settled
-      }
-      Worker& w = job->workers[static_cast<size_t>(e.rank)];
-      if (w.alloc.node != n) continue;
-      // The agent could not give the worker its GPU share (a MIG instance it could not
-      // create): the worker comes back lost, so the job is requeued, and the node is drained
-      // with the agent's reason, as Slurm drains a node whose prolog failed, so the job does
-      // not land on that GPU again at once. `gantry nodes resume` puts it back.
-      if (!e.drain.empty() && !w.exited && !info.drained) {
-        info.drained = true;
-        info.drain_reason = e.drain + " (job " + job->name + " requeued)";
-        log::Warn("node drained: a worker could not start", {{"node", node}, {"job", job->name}, {"reason", e.drain}});
+        // The agent's GPUs must be what the config says this node has.
+        std::string refused;
+        if (static_cast<int>(report.gpus.size()) != cn.gpus) {
+          refused = "agent reports " + std::to_string(report.gpus.size()) +
+                    " GPUs; the cluster config gives " + node + " " + std::to_string(cn.gpus);
+        } else if (cn.gpus > 0) {
+          const core::GpuModel& model = cluster_.catalog().model(cn.model);
+          for (const GpuReport& g : report.gpus) {
+            if (!GpuMatchesModel(g, model)) {
+              refused = "GPU " + std::to_string(g.index) + " is " +
+                        (g.model.empty() ? g.name : g.model) + "; the cluster config gives " +
+                        node + " " + model.name;
+              break;
+            }
+          }
+        }
+        if (!refused.empty()) {
+          const bool changed = info.refused != refused;
+          info.refused = refused;
+          if (info.up) NodeDown(n, now);
+          if (changed) PersistNode(n);
+          return Reply::Error(Code::kConflict, "node " + node + " refused: " + refused);
+        }
+        info.refused.clear();
+        info.last_seen = now;
+        const std::string address = report.address.empty() ? remote_addr : report.address;
+        // Utilization changes at every heartbeat; only the inventory is worth a write.
+        auto inventory = [](std::vector<GpuReport> gpus) {
+          for (GpuReport& g : gpus) {
+            g.utilization = 0;
+            g.memory_used_bytes = 0;
+            g.idle_ms = 0;
+          }
+          return GpusToJson(gpus).dump();
+        };
+        bool changed = info.address != address || info.agent_id != report.agent_id ||
+                       inventory(info.gpus) != inventory(report.gpus) ||
+                       info.isolation != report.isolation;
+        info.address = address;
+        info.agent_id = report.agent_id;
+        if (info.isolation != report.isolation) {  // said once per change, not per heartbeat
+          std::string missing;
+          for (const auto& [what, on] : report.isolation) {
+            if (!on) missing += (missing.empty() ? "" : ", ") + what;
+          }
+          if (!missing.empty())
+            log::Warn("node's workers not isolated", {{"node", node}, {"missing", missing}});
+        }
+        info.isolation = std::move(report.isolation);
+        info.gpus = std::move(report.gpus);
+        if (!info.up) {
+          info.up = true;
+          log_.NodeUp(now, node);
+          log::Info("node up", {{"node", node}, {"agent", report.agent_id}, {"address", address}});
+          changed = true;
+        }
+        for (const GpuReport& g : info.gpus) {
+          if (g.lost && !info.drained) {
+            info.drained = true;
+            info.drain_reason = "GPU " + std::to_string(g.index) + " (" + g.uuid + ") lost";
+            changed = true;
+          }
+        }
         SetCoreNodeUp(n);
-        PersistNode(n);
-      }
-      WorkerExited(*job, w, e, now);
-    }
-    for (const RunningReport& r : report.running) {
-      if (!r.util) continue;
-      Job* job = FindJob(r.job);
-      if (!job || job->state != JobState::kRunning || job->run != r.run || r.rank < 0 ||
-          r.rank >= static_cast<int>(job->workers.size())) {
-        continue;
-      }
-      Worker& w = job->workers[static_cast<size_t>(r.rank)];
-      if (w.alloc.node == n && !w.exited) RecordUsage(*job, w, r, now);
-    }
-    if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
-    Reply r;
-    r.body = {{"instance", instance_},
-              {"epoch", options_.epoch},
-              {"heartbeat_ms", options_.heartbeat_ms},
-              {"lease_ms", options_.lease_ms},
-              {"node_timeout_ms", options_.node_timeout_ms},
-              {"version", node_version_[n.v]},
-              {"workers", DesiredWorkers(n, now)}};
-    return r;
-  });
+        if (changed) PersistNode(n);
+        for (const ExitReport& e : report.exits) {
+          Job* job = FindJob(e.job);
+          if (!job || !job->active() || job->run != e.run || e.rank < 0 ||
+              e.rank >= static_cast<int>(job->workers.size())) {
+            continue;  // an old run, or already settled
+          }
+          Worker& w = job->workers[static_cast<size_t>(e.rank)];
+          if (w.alloc.node != n) continue;
+          // The agent could not give the worker its GPU share (a MIG instance it could not
+          // create): the worker comes back lost, so the job is requeued, and the node is drained
+          // with the agent's reason, as Slurm drains a node whose prolog failed, so the job does
+          // not land on that GPU again at once. `gantry nodes resume` puts it back.
+          if (!e.drain.empty() && !w.exited && !info.drained) {
+            info.drained = true;
+            info.drain_reason = e.drain + " (job " + job->name + " requeued)";
+            log::Warn("node drained: a worker could not start",
+                      {{"node", node}, {"job", job->name}, {"reason", e.drain}});
+            SetCoreNodeUp(n);
+            PersistNode(n);
+          }
+          WorkerExited(*job, w, e, now);
+        }
+        for (const RunningReport& r : report.running) {
+          if (!r.util) continue;
+          Job* job = FindJob(r.job);
+          if (!job || job->state != JobState::kRunning || job->run != r.run || r.rank < 0 ||
+              r.rank >= static_cast<int>(job->workers.size())) {
+            continue;
+          }
+          Worker& w = job->workers[static_cast<size_t>(r.rank)];
+          if (w.alloc.node == n && !w.exited) RecordUsage(*job, w, r, now);
+        }
+        if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
+        Reply r;
+        r.body = {{"instance", instance_},
+                  {"epoch", options_.epoch},
+                  {"heartbeat_ms", options_.heartbeat_ms},
+                  {"lease_ms", options_.lease_ms},
+                  {"node_timeout_ms", options_.node_timeout_ms},
+                  {"version", node_version_[n.v]},
+                  {"workers", DesiredWorkers(n, now)}};
+        return r;
+      });
 }
 
 void Controller::Watch(std::string token, std::string node, std::string instance, int64_t version,
@@ -336,7 +360,8 @@ void Controller::Watch(std::string token, std::string node, std::string instance
                 if (instance != instance_ || version != node_version_[n.v] || timeout_ms <= 0) {
                   return WatchReply(n, now);
                 }
-                watchers_[n.v].push_back(Watcher{keep, version, now + std::min<int64_t>(timeout_ms, 120000)});
+                watchers_[n.v].push_back(
+                    Watcher{keep, version, now + std::min<int64_t>(timeout_ms, 120000)});
                 Reply r;
                 r.deferred = true;
                 return r;
@@ -345,29 +370,31 @@ void Controller::Watch(std::string token, std::string node, std::string instance
 
 void Controller::UploadLog(std::string token, std::string node, std::string name, int run, int rank,
                            int64_t offset, std::string data, Done done) {
-  CallAsAgent(std::move(token), std::move(node), std::move(done),
-              [this, name = std::move(name), run, rank, offset, data = std::move(data)](core::NodeId) -> Reply {
-    Job* job = FindJob(name);
-    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (run <= 0 || run > job->run || rank < 0 || rank >= job->spec.replicas || offset < 0) {
-      return Reply::Error(Code::kBadRequest, "run, rank or offset out of range");
-    }
-    const fs::path dir = fs::path(options_.log_dir) / std::to_string(job->seq);
-    const fs::path path = dir / (std::to_string(run) + "." + std::to_string(rank) + ".log");
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    int64_t size = fs::exists(path, ec) ? static_cast<int64_t>(fs::file_size(path, ec)) : 0;
-    if (offset <= size && offset + static_cast<int64_t>(data.size()) > size) {
-      std::ofstream out(path, std::ios::binary | std::ios::app);
-      const size_t skip = static_cast<size_t>(size - offset);
-      out.write(data.data() + skip, static_cast<std::streamsize>(data.size() - skip));
-      out.flush();
-      if (out) size += static_cast<int64_t>(data.size() - skip);
-    }
-    Reply r;
-    r.body = {{"size", size}};
-    return r;
-  });
+  CallAsAgent(
+      std::move(token), std::move(node), std::move(done),
+      [this, name = std::move(name), run, rank, offset,
+       data = std::move(data)](core::NodeId) -> Reply {
+        Job* job = FindJob(name);
+        if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+        if (run <= 0 || run > job->run || rank < 0 || rank >= job->spec.replicas || offset < 0) {
+          return Reply::Error(Code::kBadRequest, "run, rank or offset out of range");
+        }
+        const fs::path dir = fs::path(options_.log_dir) / std::to_string(job->seq);
+        const fs::path path = dir / (std::to_string(run) + "." + std::to_string(rank) + ".log");
+        std::error_code ec;
+        fs::create_directories(dir, ec);
+        int64_t size = fs::exists(path, ec) ? static_cast<int64_t>(fs::file_size(path, ec)) : 0;
+        if (offset <= size && offset + static_cast<int64_t>(data.size()) > size) {
+          std::ofstream out(path, std::ios::binary | std::ios::app);
+          const size_t skip = static_cast<size_t>(size - offset);
+          out.write(data.data() + skip, static_cast<std::streamsize>(data.size() - skip));
+          out.flush();
+          if (out) size += static_cast<int64_t>(data.size() - skip);
+        }
+        Reply r;
+        r.body = {{"size", size}};
+        return r;
+      });
 }
 
 }  // namespace gantry::server

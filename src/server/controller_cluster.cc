@@ -21,7 +21,8 @@ void Controller::Nodes(std::string token, Done done) {
     const Ticks now = now_;
     // Who holds each GPU, and the holders' queues beside them (so a map colours a GPU by
     // queue without listing every job).
-    std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count()), gpu_queues(cluster_.gpu_count());
+    std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count()),
+        gpu_queues(cluster_.gpu_count());
     for (int64_t seq : running_) {
       const Job& job = jobs_.at(seq);
       for (const Worker& w : job.workers) {
@@ -43,30 +44,35 @@ void Controller::Nodes(std::string token, Done done) {
     for (uint32_t i = 0; i < nodes_.size(); ++i) {
       const core::Node& node = cluster_.node(core::NodeId(i));
       const NodeInfo& info = nodes_[i];
-      const bool never = !info.up && info.agent_id.empty() && info.address.empty() && info.refused.empty();
+      const bool never =
+          !info.up && info.agent_id.empty() && info.address.empty() && info.refused.empty();
       std::string state = !info.refused.empty() ? "refused"
-                          : never                ? "unseen"
-                          : !info.up             ? "down"
-                          : info.drained         ? "drained"
-                                                 : "up";
+                          : never               ? "unseen"
+                          : !info.up            ? "down"
+                          : info.drained        ? "drained"
+                                                : "up";
       std::string reason = !info.refused.empty() ? info.refused : info.drain_reason;
       if (never) {
         reason = "never seen: no agent has registered as this node";
       } else if (!info.up && reason.empty()) {
-        reason = info.last_seen >= 0 ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
-                                     : "no heartbeat since before gantryd's last restart";
+        reason = info.last_seen >= 0
+                     ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
+                     : "no heartbeat since before gantryd's last restart";
       }
       json gpus = json::array();
       int free = 0;
       for (int g = 0; g < node.gpus; ++g) {
         const core::GpuId gid(node.first_gpu.v + static_cast<uint32_t>(g));
         const core::GpuState& s = sched_->ledger().gpu(gid);
-        double alloc = s.mode == core::GpuMode::kWhole  ? 1.0
-                       : s.mode == core::GpuMode::kMig  ? s.mig_compute / 7.0
+        double alloc = s.mode == core::GpuMode::kWhole    ? 1.0
+                       : s.mode == core::GpuMode::kMig    ? s.mig_compute / 7.0
                        : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
-                                                         : 0.0;
+                                                          : 0.0;
         if (s.mode == core::GpuMode::kFree) ++free;
-        json gj = {{"index", g}, {"allocated", alloc}, {"jobs", gpu_jobs[gid.v]}, {"queues", gpu_queues[gid.v]}};
+        json gj = {{"index", g},
+                   {"allocated", alloc},
+                   {"jobs", gpu_jobs[gid.v]},
+                   {"queues", gpu_queues[gid.v]}};
         if (static_cast<size_t>(g) < info.gpus.size()) {
           gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
           gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
@@ -91,8 +97,9 @@ void Controller::Nodes(std::string token, Done done) {
                  {"address", info.address},
                  {"isolation", info.isolation},
                  {"gpu_detail", gpus}};
-      nj["last_seen_s"] = info.last_seen >= 0 ? json(static_cast<double>(now - info.last_seen) / 1000.0)
-                                              : json(nullptr);
+      nj["last_seen_s"] = info.last_seen >= 0
+                              ? json(static_cast<double>(now - info.last_seen) / 1000.0)
+                              : json(nullptr);
       nodes.push_back(std::move(nj));
     }
     Reply r;
@@ -104,14 +111,15 @@ void Controller::Nodes(std::string token, Done done) {
 json Controller::SampleJson(const ClusterSample& c) const {
   json idle = json::object();
   for (int i = 0; i < core::kIdleCauses; ++i) {
-    idle[std::string(core::Name(static_cast<core::IdleCause>(i)))] = std::round(c.idle[i] * 1000) / 1000;
+    idle[std::string(core::Name(static_cast<core::IdleCause>(i)))] =
+        std::round(c.idle[i] * 1000) / 1000;
   }
   json queues = json::object();
   for (size_t q = 0; q < c.queues.size(); ++q) {
     queues[config_.queues.queue(core::QueueId(static_cast<uint32_t>(q))).spec.name] = c.queues[q];
   }
   return {{"t", UnixSeconds(c.t)}, {"up_gpus", c.up}, {"used_gpus", c.used},
-          {"pending", c.pending}, {"idle", idle}, {"queues", queues}};
+          {"pending", c.pending},  {"idle", idle},    {"queues", queues}};
 }
 
 Controller::ClusterSample Controller::SampleFromJson(const json& j) const {
@@ -132,7 +140,8 @@ Controller::ClusterSample Controller::SampleFromJson(const json& j) const {
   c.queues.assign(config_.queues.size(), 0.0);
   if (const auto queues = j.find("queues"); queues != j.end() && queues->is_object()) {
     for (const auto& [name, gpus] : queues->items()) {
-      if (auto q = config_.queues.Find(name); q && gpus.is_number()) c.queues[q->v] = gpus.get<double>();
+      if (auto q = config_.queues.Find(name); q && gpus.is_number())
+        c.queues[q->v] = gpus.get<double>();
     }
   }
   return c;
@@ -147,37 +156,45 @@ void Controller::ClusterHistory(std::string token, double since_unix_s, Done don
     }
     Reply r;
     r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0},
-              {"kept", options_.history_samples}, {"samples", samples}};
+              {"kept", options_.history_samples},
+              {"samples", samples}};
     return r;
   });
 }
 
-void Controller::Drain(std::string token, std::string node, bool drain, std::string reason, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, node, drain, reason](const Principal& user) -> Reply {
-    if (!user.admin()) {
-      return Reply::Error(Code::kForbidden, std::string(drain ? "drain" : "resume") +
-                                                " is a cluster operation: it needs the admin token, not " +
-                                                user.Describe() + "'s");
-    }
-    auto n = cluster_.FindNode(node);
-    if (!n) return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
-    NodeInfo& info = nodes_[n->v];
-    info.drained = drain;
-    info.drain_reason = drain ? (reason.empty() ? "drained by admin" : reason) : "";
-    log::Info(drain ? "node drained" : "node resumed",
-              {{"node", node}, {"by", user.Describe()}, {"reason", info.drain_reason}});
-    SetCoreNodeUp(*n);
-    PersistNode(*n);
-    Reply r;
-    r.body = {{"node", node}, {"drained", drain}};
-    return r;
-  });
+void Controller::Drain(std::string token, std::string node, bool drain, std::string reason,
+                       Done done) {
+  CallAsUser(std::move(token), std::move(done),
+             [this, node, drain, reason](const Principal& user) -> Reply {
+               if (!user.admin()) {
+                 return Reply::Error(Code::kForbidden,
+                                     std::string(drain ? "drain" : "resume") +
+                                         " is a cluster operation: it needs the admin token, not " +
+                                         user.Describe() + "'s");
+               }
+               auto n = cluster_.FindNode(node);
+               if (!n)
+                 return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
+               NodeInfo& info = nodes_[n->v];
+               info.drained = drain;
+               info.drain_reason = drain ? (reason.empty() ? "drained by admin" : reason) : "";
+               log::Info(drain ? "node drained" : "node resumed",
+                         {{"node", node}, {"by", user.Describe()}, {"reason", info.drain_reason}});
+               SetCoreNodeUp(*n);
+               PersistNode(*n);
+               Reply r;
+               r.body = {{"node", node}, {"drained", drain}};
+               return r;
+             });
 }
 
 void Controller::WhoAmI(std::string token, Done done) {
   CallAsUser(std::move(token), std::move(done), [](const Principal& p) -> Reply {
     Reply r;
-    r.body = {{"principal", p.Describe()}, {"admin", p.admin()}, {"team", p.team}, {"queues", p.queues},
+    r.body = {{"principal", p.Describe()},
+              {"admin", p.admin()},
+              {"team", p.team},
+              {"queues", p.queues},
               {"user", p.user}};
     return r;
   });
@@ -192,7 +209,8 @@ void Controller::Queues(std::string token, Done done) {
       const bool waits = job.state == JobState::kPending;
       const bool runs = job.state == JobState::kRunning || job.state == JobState::kStopping;
       if (!waits && !runs) continue;
-      for (core::QueueId q : config_.queues.queue(job.spec.queue).self_and_ancestors) ++(waits ? pending : running)[q.v];
+      for (core::QueueId q : config_.queues.queue(job.spec.queue).self_and_ancestors)
+        ++(waits ? pending : running)[q.v];
     }
     json queues = json::array();
     for (uint32_t i = 0; i < config_.queues.size(); ++i) {
@@ -240,7 +258,8 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
     const int64_t now_ms = WallMs(now_);
     const int64_t from = static_cast<int64_t>(from_s * 1000);
     const int64_t to = std::min(now_ms, static_cast<int64_t>(to_s * 1000));
-    if (to <= from) return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
+    if (to <= from)
+      return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
     auto runs = store_.Runs(from, to);
     if (!runs) Fatal("store: " + runs.error().message);
     // GPU-hours held in the period; of the time agents reported on, how busy, and what
@@ -255,24 +274,29 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
       if (overlap <= 0) continue;
       if (r.end_ms < 0) {  // still running: its usage so far is in memory
         auto it = jobs_.find(r.job_seq);
-        if (it != jobs_.end() && it->second.run == r.run && r.rank < static_cast<int>(it->second.workers.size())) {
+        if (it != jobs_.end() && it->second.run == r.run &&
+            r.rank < static_cast<int>(it->second.workers.size())) {
           const Worker& w = it->second.workers[static_cast<size_t>(r.rank)];
           r.busy_gpu_ms = w.busy_gpu_ms;
           r.reported_gpu_ms = w.reported_gpu_ms;
-          r.fit_gpus = w.reported_gpu_ms > 0 ? core::RightSize(cluster_, cluster_.node(w.alloc.node).model,
-                                                               it->second.spec, {w.vram_peak, w.util_peak})
-                                                   .fit_gpus
-                                             : -1;
+          r.fit_gpus = w.reported_gpu_ms > 0
+                           ? core::RightSize(cluster_, cluster_.node(w.alloc.node).model,
+                                             it->second.spec, {w.vram_peak, w.util_peak})
+                                 .fit_gpus
+                           : -1;
         }
       }
-      const double share = static_cast<double>(overlap) / static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
+      const double share = static_cast<double>(overlap) /
+                           static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
       Sums& s = sums[{r.queue, r.user, r.model}];
       s.held += r.gpus * static_cast<double>(overlap) / 3.6e6;
       const core::ModelId model = cluster_.catalog().Find(r.model).value_or(core::ModelId());
-      s.cost += r.gpus * static_cast<double>(overlap) / 3.6e6 * core::GpuHourPrice(config_.policy.params, model);
+      s.cost += r.gpus * static_cast<double>(overlap) / 3.6e6 *
+                core::GpuHourPrice(config_.policy.params, model);
       s.busy += r.busy_gpu_ms * share / 3.6e6;
       s.reported += r.reported_gpu_ms * share / 3.6e6;
-      if (r.fit_gpus >= 0) s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
+      if (r.fit_gpus >= 0)
+        s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
     }
     json rows = json::array();
     for (const auto& [key, s] : sums) {
@@ -287,8 +311,10 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
                       {"cost", s.cost}});
     }
     Reply r;
-    r.body = {{"from", static_cast<double>(from) / 1000.0}, {"to", static_cast<double>(to) / 1000.0},
-              {"currency", config_.policy.currency}, {"usage", rows}};
+    r.body = {{"from", static_cast<double>(from) / 1000.0},
+              {"to", static_cast<double>(to) / 1000.0},
+              {"currency", config_.policy.currency},
+              {"usage", rows}};
     return r;
   });
 }
@@ -296,20 +322,22 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
 // ---------------------------------------------------------------- health and metrics
 
 void Controller::Health(Done done) {
-  Post([this]() -> Reply {
-    int up = 0;
-    for (const NodeInfo& n : nodes_) up += n.up ? 1 : 0;
-    Reply ok;
-    ok.body = {{"status", "ok"},
-               {"instance", instance_},
-               {"role", "leader"},
-               {"leader", options_.leader},
-               {"epoch", options_.epoch},
-               {"nodes_up", up},
-               {"jobs_running", running_.size()},
-               {"jobs_pending", sched_->pending().size()}};
-    return ok;
-  }, std::move(done));
+  Post(
+      [this]() -> Reply {
+        int up = 0;
+        for (const NodeInfo& n : nodes_) up += n.up ? 1 : 0;
+        Reply ok;
+        ok.body = {{"status", "ok"},
+                   {"instance", instance_},
+                   {"role", "leader"},
+                   {"leader", options_.leader},
+                   {"epoch", options_.epoch},
+                   {"nodes_up", up},
+                   {"jobs_running", running_.size()},
+                   {"jobs_pending", sched_->pending().size()}};
+        return ok;
+      },
+      std::move(done));
 }
 
 void Controller::RunExclusive(const std::function<void()>& fn) {
@@ -354,7 +382,8 @@ Reply Controller::LogPath(const std::string& token, const std::string& name, int
 Reply Controller::Nodes(const std::string& token) {
   return Wait([&](Done d) { Nodes(token, std::move(d)); });
 }
-Reply Controller::Drain(const std::string& token, const std::string& node, bool drain, std::string reason) {
+Reply Controller::Drain(const std::string& token, const std::string& node, bool drain,
+                        std::string reason) {
   return Wait([&](Done d) { Drain(token, node, drain, std::move(reason), std::move(d)); });
 }
 Reply Controller::Queues(const std::string& token) {
@@ -363,12 +392,13 @@ Reply Controller::Queues(const std::string& token) {
 Reply Controller::Usage(const std::string& token, double from_s, double to_s) {
   return Wait([&](Done d) { Usage(token, from_s, to_s, std::move(d)); });
 }
-Reply Controller::Heartbeat(const std::string& token, const std::string& node, const nlohmann::json& body,
-                            const std::string& remote_addr) {
+Reply Controller::Heartbeat(const std::string& token, const std::string& node,
+                            const nlohmann::json& body, const std::string& remote_addr) {
   return Wait([&](Done d) { Heartbeat(token, node, body, remote_addr, std::move(d)); });
 }
-Reply Controller::UploadLog(const std::string& token, const std::string& node, const std::string& job,
-                            int run, int rank, int64_t offset, const std::string& data) {
+Reply Controller::UploadLog(const std::string& token, const std::string& node,
+                            const std::string& job, int run, int rank, int64_t offset,
+                            const std::string& data) {
   return Wait([&](Done d) { UploadLog(token, node, job, run, rank, offset, data, std::move(d)); });
 }
 std::string Controller::Metrics() {
@@ -402,7 +432,8 @@ std::string HumanTime(int64_t at_ms, int64_t now_ms) {
   } else {
     span = std::to_string(a / 86400) + " d " + std::to_string(a % 86400 / 3600) + " h";
   }
-  return date(at_ms, today ? "%H:%M UTC" : "%F %H:%M UTC") + (d >= 0 ? " (in " + span + ")" : " (" + span + " ago)");
+  return date(at_ms, today ? "%H:%M UTC" : "%F %H:%M UTC") +
+         (d >= 0 ? " (in " + span + ")" : " (" + span + " ago)");
 }
 
 std::string HumanTimes(const std::string& text, int64_t epoch_ms, int64_t now_ms) {

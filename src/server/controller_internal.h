@@ -17,7 +17,8 @@ namespace gantry::server {
 // answered request is lost) and a restart (systemd's Restart=, or a standby) rebuilds
 // from the database. Said in the operational log, in its format.
 [[noreturn]] inline void Fatal(const std::string& what) {
-  log::Error("fatal: " + what + "; exiting: nothing unsaved was answered, a restart rebuilds from the database");
+  log::Error("fatal: " + what +
+             "; exiting: nothing unsaved was answered, a restart rebuilds from the database");
   std::_Exit(1);
 }
 

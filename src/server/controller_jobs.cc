@@ -3,8 +3,8 @@
 #include "base/log.h"
 #include "server/controller_internal.h"
 
-#include <bit>
 #include <algorithm>
+#include <bit>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -23,7 +23,8 @@ using nlohmann::json;
 
 std::optional<std::string> BadJobName(const std::string& name) {
   // Names reach URLs, log paths and shells: a safe set, as Slurm's job names in practice.
-  if (name.empty() || name.size() > 100) return "must be 1 to 100 characters, got " + std::to_string(name.size());
+  if (name.empty() || name.size() > 100)
+    return "must be 1 to 100 characters, got " + std::to_string(name.size());
   for (char c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
       return "\"" + name + "\" may hold only letters, digits, '-', '_' and '.'";
@@ -35,12 +36,16 @@ std::optional<std::string> BadJobName(const std::string& name) {
   // j<digits> and j<digits>_<digits> (array tasks) are the server's own names.
   const size_t underscore = name.find('_');
   auto digits = [](std::string_view v) {
-    return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+    return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
   };
-  if (name[0] == 'j' && digits(std::string_view(name).substr(1, underscore == std::string::npos ? std::string::npos
-                                                                                                 : underscore - 1)) &&
+  if (name[0] == 'j' &&
+      digits(std::string_view(name).substr(
+          1, underscore == std::string::npos ? std::string::npos : underscore - 1)) &&
       (underscore == std::string::npos || digits(std::string_view(name).substr(underscore + 1)))) {
-    return "\"" + name + "\" is reserved: j followed by digits is how the server names jobs without an id";
+    return "\"" + name +
+           "\" is reserved: j followed by digits is how the server names jobs without an id";
   }
   return std::nullopt;
 }
@@ -75,7 +80,8 @@ void Controller::LogRefusal(const Reply& r, const std::string& who) {
                         {"error", r.body.value("error", std::string())}});
 }
 
-void Controller::CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn) {
+void Controller::CallAsUser(std::string token, Done done,
+                            std::function<Reply(const Principal&)> fn) {
   Post(
       [this, token = std::move(token), fn = std::move(fn)]() -> Reply {
         Reply err;
@@ -100,14 +106,17 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
       std::move(done));
 }
 
-Reply Controller::AsAgent(const Principal& p, const std::string& node, const std::function<Reply(core::NodeId)>& fn) {
+Reply Controller::AsAgent(const Principal& p, const std::string& node,
+                          const std::function<Reply(core::NodeId)>& fn) {
   if (p.role != Role::kAgent && !p.admin()) {
-    return Reply::Error(Code::kForbidden, "agent endpoints need an agent or admin token, not " + p.Describe() + "'s");
+    return Reply::Error(Code::kForbidden,
+                        "agent endpoints need an agent or admin token, not " + p.Describe() + "'s");
   }
   if (!p.nodes.empty() && std::find(p.nodes.begin(), p.nodes.end(), node) == p.nodes.end()) {
     std::string own;
     for (const std::string& x : p.nodes) own += (own.empty() ? "" : ", ") + x;
-    return Reply::Error(Code::kForbidden, "this agent token is bound to node " + own + "; it may not speak for " + node);
+    return Reply::Error(Code::kForbidden, "this agent token is bound to node " + own +
+                                              "; it may not speak for " + node);
   }
   auto n = cluster_.FindNode(node);
   if (!n) {
@@ -168,8 +177,9 @@ Result<ArraySpec> ParseArraySpec(const std::string& text, int max_tasks) {
   if (pct != std::string::npos) {
     int64_t limit = 0;
     if (!ParseInt(text.substr(pct + 1), max_tasks, limit) || limit < 1) {
-      return Error{"array", "throttle \"%" + text.substr(pct + 1) + "\": expected %N, N from 1 to " +
-                                std::to_string(max_tasks) + " (at most N tasks at once)"};
+      return Error{"array", "throttle \"%" + text.substr(pct + 1) +
+                                "\": expected %N, N from 1 to " + std::to_string(max_tasks) +
+                                " (at most N tasks at once)"};
     }
     parsed.limit = static_cast<int>(limit);
   }
@@ -184,15 +194,19 @@ Result<ArraySpec> ParseArraySpec(const std::string& text, int max_tasks) {
     int64_t lo = 0, hi = 0, step = 1;
     const size_t dash = part.find('-'), colon = part.find(':');
     const std::string range = part.substr(0, colon);
-    bool ok = colon == std::string::npos || (dash != std::string::npos && ParseInt(part.substr(colon + 1), kMaxIndex, step) && step > 0);
+    bool ok = colon == std::string::npos ||
+              (dash != std::string::npos && ParseInt(part.substr(colon + 1), kMaxIndex, step) &&
+               step > 0);
     if (ok && dash == std::string::npos) {
       ok = ParseInt(range, kMaxIndex, lo);
       hi = lo;
     } else if (ok) {
-      ok = ParseInt(range.substr(0, dash), kMaxIndex, lo) && ParseInt(range.substr(dash + 1), kMaxIndex, hi) && lo <= hi;
+      ok = ParseInt(range.substr(0, dash), kMaxIndex, lo) &&
+           ParseInt(range.substr(dash + 1), kMaxIndex, hi) && lo <= hi;
     }
     if (!ok) {
-      return Error{"array", "\"" + part + "\" is not an index, a range A-B (A <= B) or A-B:STEP, up to " +
+      return Error{"array", "\"" + part +
+                                "\" is not an index, a range A-B (A <= B) or A-B:STEP, up to " +
                                 std::to_string(kMaxIndex)};
     }
     for (int64_t i = lo; i <= hi; i += step) {
@@ -220,7 +234,10 @@ Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
     const std::string kind = colon == std::string::npos ? "ok" : part.substr(colon + 1);
     d.job = part.substr(0, colon);
     if (d.job.empty() || (kind != "ok" && kind != "any")) {
-      return Error{"after", "\"" + part + "\": expected JOB, JOB:ok (it must finish with exit 0) or JOB:any (any end)"};
+      return Error{
+          "after",
+          "\"" + part +
+              "\": expected JOB, JOB:ok (it must finish with exit 0) or JOB:any (any end)"};
     }
     d.any = kind == "any";
     out.push_back(d);
@@ -228,14 +245,16 @@ Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
   return out;
 }
 
-std::optional<std::string> Controller::EndStateOf(const std::string& name, const Principal* viewer) {
+std::optional<std::string> Controller::EndStateOf(const std::string& name,
+                                                  const Principal* viewer) {
   if (const Job* j = FindJob(name)) {
     if (viewer && !MaySee(*viewer, *j)) return std::nullopt;
     return j->active() ? std::string() : j->end;
   }
   auto stored = store_.FindJob(name);  // ended long ago: no longer in memory
   if (!stored) Fatal("store: " + stored.error().message);
-  if (!*stored || (viewer && !MaySubmitTo(*viewer, config_.queues, (*stored)->queue))) return std::nullopt;
+  if (!*stored || (viewer && !MaySubmitTo(*viewer, config_.queues, (*stored)->queue)))
+    return std::nullopt;
   if ((*stored)->active) return std::string();
   return json::parse((*stored)->doc, nullptr, false).value("end", std::string("unknown"));
 }
@@ -319,8 +338,9 @@ std::optional<Reply> Controller::OverSubmitRate(const Principal& user) {
   auto [it, fresh] = submit_buckets_.try_emplace(user.team, Bucket{burst, now_ms});
   Bucket& b = it->second;
   if (!fresh) {
-    b.tokens = std::min(burst, b.tokens + static_cast<double>(std::max<int64_t>(0, now_ms - b.at_ms)) / 1000.0 *
-                                              options_.submit_rate);
+    b.tokens =
+        std::min(burst, b.tokens + static_cast<double>(std::max<int64_t>(0, now_ms - b.at_ms)) /
+                                       1000.0 * options_.submit_rate);
     b.at_ms = now_ms;
   }
   if (b.tokens >= 1) {
@@ -330,167 +350,183 @@ std::optional<Reply> Controller::OverSubmitRate(const Principal& user) {
   ++rate_limited_;
   const double wait_s = (1 - b.tokens) / options_.submit_rate;
   Reply r = Reply::Error(Code::kTooManyRequests,
-                         "team " + user.team + " is over its submit rate (" + FormatValue(options_.submit_rate) +
-                             " a second, bursts of " + FormatValue(burst) + "): retry in " +
+                         "team " + user.team + " is over its submit rate (" +
+                             FormatValue(options_.submit_rate) + " a second, bursts of " +
+                             FormatValue(burst) + "): retry in " +
                              FormatValue(std::ceil(wait_s * 100) / 100) + " s");
   r.body["retry_after_s"] = static_cast<int64_t>(std::ceil(wait_s));
   return r;
 }
 
 void Controller::Submit(std::string token, SubmitRequest req, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, req = std::move(req)](const Principal& user) -> Reply {
-    const Ticks now = now_;
-    if (auto limited = OverSubmitRate(user)) return *limited;
-    if (static_cast<int64_t>(req.body.size()) > options_.max_spec_bytes) {
-      return Reply::Error(Code::kTooLarge, "job spec is " + std::to_string(req.body.size()) +
-                                               " bytes; the limit is " +
-                                               std::to_string(options_.max_spec_bytes));
-    }
-    Job job;
-    job.spec_format = req.format == "yaml" ? "yaml" : "json";
-    job.spec_text = req.body;
-    job.spec_file = req.file.empty() ? "request" : req.file;
-    std::vector<std::string> problems;
-    std::optional<core::JobSpec> spec = ReadSpec(job, &problems);
-    if (spec && spec->command.empty() && spec->script.empty()) {
-      problems.push_back(job.spec_file + ": command: required: the agent needs something to run");
-    }
-    if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
-    job.queue = config_.queues.queue(spec->queue).spec.name;
-    if (!MaySubmitTo(user, config_.queues, job.queue)) {
-      std::string own;
-      for (const std::string& q : user.queues) own += (own.empty() ? "" : ", ") + q;
-      return Reply::Error(Code::kForbidden, user.Describe() + " may not submit to queue " + job.queue +
-                                                " (its queues: " + (own.empty() ? "none" : own) + ")");
-    }
-    job.team = user.admin() ? "admin" : user.team;
-    job.user = user.user;
-    if (!req.idempotency_key.empty()) {
-      if (req.idempotency_key.size() > 200) {
-        return Reply::Error(Code::kBadRequest, "Idempotency-Key: at most 200 characters");
-      }
-      job.idem_key = req.idempotency_key;
-      job.idem_hash = Sha256Hex(job.spec_format + "\n" + req.body +
-                                (req.array.empty() && req.after.empty()
-                                     ? std::string()
-                                     : "\narray=" + req.array + "\nafter=" + req.after));
-      auto prior = store_.FindIdempotent(job.team, job.idem_key);
-      if (!prior) Fatal("store: " + prior.error().message);
-      if (*prior) {
-        if ((*prior)->idem_hash != job.idem_hash) {
-          return Reply::Error(Code::kConflict, "Idempotency-Key " + job.idem_key +
-                                                   " was already used with a different request");
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, req = std::move(req)](const Principal& user) -> Reply {
+        const Ticks now = now_;
+        if (auto limited = OverSubmitRate(user)) return *limited;
+        if (static_cast<int64_t>(req.body.size()) > options_.max_spec_bytes) {
+          return Reply::Error(Code::kTooLarge, "job spec is " + std::to_string(req.body.size()) +
+                                                   " bytes; the limit is " +
+                                                   std::to_string(options_.max_spec_bytes));
         }
-        Reply r;
-        const std::string array = json::parse((*prior)->doc, nullptr, false).value("array", std::string());
-        r.body = {{"id", array.empty() ? (*prior)->name : array}, {"existing", true}};
-        return r;
-      }
-    }
-    if (!spec->id.empty()) {
-      if (auto why = BadJobName(spec->id)) {
-        return Reply::Error(Code::kBadRequest, "invalid job spec", {job.spec_file + ": id: " + *why});
-      }
-    }
-    std::vector<int> indexes;  // an array's, else empty
-    int array_limit = 0;
-    if (!req.array.empty()) {
-      auto parsed = ParseArraySpec(req.array, options_.max_array_tasks);
-      if (!parsed) return Reply::Error(Code::kBadRequest, "array " + req.array + ": " + parsed.error().message);
-      indexes = std::move(parsed->indexes);
-      array_limit = parsed->limit;
-    }
-    std::vector<Dependency> after;  // those not met yet
-    if (!req.after.empty()) {
-      auto parsed = ParseAfterSpec(req.after);
-      if (!parsed) return Reply::Error(Code::kBadRequest, "after " + req.after + ": " + parsed.error().message);
-      for (const Dependency& d : *parsed) {
-        std::vector<std::string> names = {d.job};  // an array stands for all its tasks
-        if (auto a = arrays_.find(d.job); a != arrays_.end() && !by_name_.count(d.job)) {
-          names.clear();
-          for (int64_t seq : a->second) {
-            if (auto t = jobs_.find(seq); t != jobs_.end()) names.push_back(t->second.name);
+        Job job;
+        job.spec_format = req.format == "yaml" ? "yaml" : "json";
+        job.spec_text = req.body;
+        job.spec_file = req.file.empty() ? "request" : req.file;
+        std::vector<std::string> problems;
+        std::optional<core::JobSpec> spec = ReadSpec(job, &problems);
+        if (spec && spec->command.empty() && spec->script.empty()) {
+          problems.push_back(job.spec_file +
+                             ": command: required: the agent needs something to run");
+        }
+        if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
+        job.queue = config_.queues.queue(spec->queue).spec.name;
+        if (!MaySubmitTo(user, config_.queues, job.queue)) {
+          std::string own;
+          for (const std::string& q : user.queues) own += (own.empty() ? "" : ", ") + q;
+          return Reply::Error(Code::kForbidden,
+                              user.Describe() + " may not submit to queue " + job.queue +
+                                  " (its queues: " + (own.empty() ? "none" : own) + ")");
+        }
+        job.team = user.admin() ? "admin" : user.team;
+        job.user = user.user;
+        if (!req.idempotency_key.empty()) {
+          if (req.idempotency_key.size() > 200) {
+            return Reply::Error(Code::kBadRequest, "Idempotency-Key: at most 200 characters");
           }
+          job.idem_key = req.idempotency_key;
+          job.idem_hash = Sha256Hex(job.spec_format + "\n" + req.body +
+                                    (req.array.empty() && req.after.empty()
+                                         ? std::string()
+                                         : "\narray=" + req.array + "\nafter=" + req.after));
+          auto prior = store_.FindIdempotent(job.team, job.idem_key);
+          if (!prior) Fatal("store: " + prior.error().message);
+          if (*prior) {
+            if ((*prior)->idem_hash != job.idem_hash) {
+              return Reply::Error(
+                  Code::kConflict,
+                  "Idempotency-Key " + job.idem_key + " was already used with a different request");
+            }
+            Reply r;
+            const std::string array =
+                json::parse((*prior)->doc, nullptr, false).value("array", std::string());
+            r.body = {{"id", array.empty() ? (*prior)->name : array}, {"existing", true}};
+            return r;
+          }
+        }
+        if (!spec->id.empty()) {
+          if (auto why = BadJobName(spec->id)) {
+            return Reply::Error(Code::kBadRequest, "invalid job spec",
+                                {job.spec_file + ": id: " + *why});
+          }
+        }
+        std::vector<int> indexes;  // an array's, else empty
+        int array_limit = 0;
+        if (!req.array.empty()) {
+          auto parsed = ParseArraySpec(req.array, options_.max_array_tasks);
+          if (!parsed)
+            return Reply::Error(Code::kBadRequest,
+                                "array " + req.array + ": " + parsed.error().message);
+          indexes = std::move(parsed->indexes);
+          array_limit = parsed->limit;
+        }
+        std::vector<Dependency> after;  // those not met yet
+        if (!req.after.empty()) {
+          auto parsed = ParseAfterSpec(req.after);
+          if (!parsed)
+            return Reply::Error(Code::kBadRequest,
+                                "after " + req.after + ": " + parsed.error().message);
+          for (const Dependency& d : *parsed) {
+            std::vector<std::string> names = {d.job};  // an array stands for all its tasks
+            if (auto a = arrays_.find(d.job); a != arrays_.end() && !by_name_.count(d.job)) {
+              names.clear();
+              for (int64_t seq : a->second) {
+                if (auto t = jobs_.find(seq); t != jobs_.end()) names.push_back(t->second.name);
+              }
+            }
+            for (const std::string& name : names) {
+              const std::optional<std::string> end = EndStateOf(name, &user);
+              if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
+              if (end->empty()) {
+                after.push_back(Dependency{name, d.any});
+              } else if (!d.any && *end != "finished") {
+                return Reply::Error(Code::kUnprocessable,
+                                    "after: " + name + " ended " + *end + ", so " + name +
+                                        ":ok can never be met (use " + name + ":any)");
+              }
+            }
+          }
+        }
+        const std::string base = spec->id.empty() ? "j" + std::to_string(next_seq_) : spec->id;
+        std::vector<std::string> names;
+        for (int i : indexes) names.push_back(base + "_" + std::to_string(i));
+        if (indexes.empty()) names.push_back(base);
+        if (auto why = BadJobName(names.back()); why && !spec->id.empty()) {
+          return Reply::Error(Code::kBadRequest, "invalid job spec",
+                              {job.spec_file + ": id: " + *why});
+        }
+        if (arrays_.count(base) || (!indexes.empty() && by_name_.count(base))) {
+          return Reply::Error(Code::kConflict, "job id " + base + " already exists");
         }
         for (const std::string& name : names) {
-          const std::optional<std::string> end = EndStateOf(name, &user);
-          if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
-          if (end->empty()) {
-            after.push_back(Dependency{name, d.any});
-          } else if (!d.any && *end != "finished") {
-            return Reply::Error(Code::kUnprocessable, "after: " + name + " ended " + *end + ", so " + name +
-                                                          ":ok can never be met (use " + name + ":any)");
-          }
+          if (by_name_.count(name))
+            return Reply::Error(Code::kConflict, "job id " + name + " already exists");
+          auto old = store_.FindJob(name);
+          if (!old) Fatal("store: " + old.error().message);
+          if (*old) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
         }
-      }
-    }
-    const std::string base = spec->id.empty() ? "j" + std::to_string(next_seq_) : spec->id;
-    std::vector<std::string> names;
-    for (int i : indexes) names.push_back(base + "_" + std::to_string(i));
-    if (indexes.empty()) names.push_back(base);
-    if (auto why = BadJobName(names.back()); why && !spec->id.empty()) {
-      return Reply::Error(Code::kBadRequest, "invalid job spec", {job.spec_file + ": id: " + *why});
-    }
-    if (arrays_.count(base) || (!indexes.empty() && by_name_.count(base))) {
-      return Reply::Error(Code::kConflict, "job id " + base + " already exists");
-    }
-    for (const std::string& name : names) {
-      if (by_name_.count(name)) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
-      auto old = store_.FindJob(name);
-      if (!old) Fatal("store: " + old.error().message);
-      if (*old) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
-    }
-    spec->id = names.front();
-    if (auto why = core::WhyInfeasible(*spec, cluster_)) {
-      return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
-    }
-    if (auto why = core::WhyNeverStarts(*spec, cluster_, config_.queues)) {  // above a burst limit
-      return Reply::Error(Code::kUnprocessable, "job can never run: it " + *why);
-    }
-    job.submit = now;
-    job.spec = *spec;
-    job.after = after;
-    int given = 0;  // the array's tasks given to the scheduler (its throttle counts them)
-    for (size_t k = 0; k < names.size(); ++k) {
-      Job task = job;  // one job per array index, all in this request's transaction
-      if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
-      task.seq = next_seq_++;
-      task.name = names[k];
-      task.spec.id = task.name;
-      if (!indexes.empty()) {
-        task.array = base;
-        task.array_index = indexes[k];
-        task.array_limit = array_limit;
-      }
-      Job& j = jobs_.emplace(task.seq, std::move(task)).first->second;
-      by_name_[j.name] = j.seq;
-      if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
-      log_.Submit(now, j.name);
-      j.Note(now, "submitted");
-      if (k == 0) {  // who did what: one line per request, not per array task
-        log::Info(indexes.empty() ? "job submitted" : "array submitted",
-                  {{"job", indexes.empty() ? j.name : base},
-                   {"tasks", std::to_string(names.size())},
-                   {"queue", j.queue},
-                   {"by", user.Describe()}});
-      }
-      if (j.after.empty()) {
-        // (Release would count the array's tasks anew for each: a 10,000-task array.)
-        if (array_limit == 0 || given < array_limit) GiveToScheduler(j, now);
-        given += j.core.valid() ? 1 : 0;
-      } else {
-        for (const Dependency& d : j.after) dependents_[d.job].push_back(j.seq);
-      }
-      Persist(j);
-      ++submitted_;
-    }
-    dirty_ = true;
-    Reply r;
-    r.code = Code::kCreated;
-    r.body = {{"id", indexes.empty() ? names.front() : base}};
-    if (!indexes.empty()) r.body["tasks"] = indexes.size();
-    return r;
-  });
+        spec->id = names.front();
+        if (auto why = core::WhyInfeasible(*spec, cluster_)) {
+          return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
+        }
+        if (auto why =
+                core::WhyNeverStarts(*spec, cluster_, config_.queues)) {  // above a burst limit
+          return Reply::Error(Code::kUnprocessable, "job can never run: it " + *why);
+        }
+        job.submit = now;
+        job.spec = *spec;
+        job.after = after;
+        int given = 0;  // the array's tasks given to the scheduler (its throttle counts them)
+        for (size_t k = 0; k < names.size(); ++k) {
+          Job task = job;  // one job per array index, all in this request's transaction
+          if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
+          task.seq = next_seq_++;
+          task.name = names[k];
+          task.spec.id = task.name;
+          if (!indexes.empty()) {
+            task.array = base;
+            task.array_index = indexes[k];
+            task.array_limit = array_limit;
+          }
+          Job& j = jobs_.emplace(task.seq, std::move(task)).first->second;
+          by_name_[j.name] = j.seq;
+          if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
+          log_.Submit(now, j.name);
+          j.Note(now, "submitted");
+          if (k == 0) {  // who did what: one line per request, not per array task
+            log::Info(indexes.empty() ? "job submitted" : "array submitted",
+                      {{"job", indexes.empty() ? j.name : base},
+                       {"tasks", std::to_string(names.size())},
+                       {"queue", j.queue},
+                       {"by", user.Describe()}});
+          }
+          if (j.after.empty()) {
+            // (Release would count the array's tasks anew for each: a 10,000-task array.)
+            if (array_limit == 0 || given < array_limit) GiveToScheduler(j, now);
+            given += j.core.valid() ? 1 : 0;
+          } else {
+            for (const Dependency& d : j.after) dependents_[d.job].push_back(j.seq);
+          }
+          Persist(j);
+          ++submitted_;
+        }
+        dirty_ = true;
+        Reply r;
+        r.code = Code::kCreated;
+        r.body = {{"id", indexes.empty() ? names.front() : base}};
+        if (!indexes.empty()) r.body["tasks"] = indexes.size();
+        return r;
+      });
 }
 
 std::vector<std::string> Controller::JobNodes(const Job& job) const {
@@ -511,7 +547,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
         // The core's text leaves out times that move (core::AtLabel): given here, as of now.
         const core::JobRecord& rec = sched_->job(job.core);
         reason = HumanTimes(rec.wait_reason, epoch_ms_, WallMs(now_));
-        if (const std::string_view label = core::AtLabel(rec.wait.cause); rec.wait.at >= 0 && !label.empty()) {
+        if (const std::string_view label = core::AtLabel(rec.wait.cause);
+            rec.wait.at >= 0 && !label.empty()) {
           reason += "; " + std::string(label) + " " + HumanTime(WallMs(rec.wait.at), WallMs(now_));
         }
         if (rec.wait.cause == core::WaitCause::kQuota && rec.wait.queue.valid()) {
@@ -522,18 +559,25 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
         reason = "dependency: waiting for ";
         const size_t shown = std::min<size_t>(job.after.size(), 3);
         for (size_t i = 0; i < shown; ++i) {
-          reason += (i ? ", " : "") + job.after[i].job + (job.after[i].any ? " to end" : " to finish");
+          reason +=
+              (i ? ", " : "") + job.after[i].job + (job.after[i].any ? " to end" : " to finish");
         }
-        if (job.after.size() > shown) reason += " and " + std::to_string(job.after.size() - shown) + " more";
+        if (job.after.size() > shown)
+          reason += " and " + std::to_string(job.after.size() - shown) + " more";
       } else if (!job.core.valid() && job.array_limit > 0) {
         reason = "throttle: at most " + std::to_string(job.array_limit) + " of array " + job.array +
                  "'s tasks run at once (--array ...%" + std::to_string(job.array_limit) + ")";
       }
       if (reason.empty()) reason = "waiting for the next scheduling pass";
       break;
-    case JobState::kRunning: break;
-    case JobState::kStopping: reason = std::string(Name(job.stop)) + ": " + job.stop_reason; break;
-    case JobState::kDone: reason = job.end_reason; break;
+    case JobState::kRunning:
+      break;
+    case JobState::kStopping:
+      reason = std::string(Name(job.stop)) + ": " + job.stop_reason;
+      break;
+    case JobState::kDone:
+      reason = job.end_reason;
+      break;
   }
   const std::vector<std::string> nodes = JobNodes(job);
   json j = {{"id", job.name},
@@ -565,7 +609,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     const core::WaitReason& w = sched_->job(job.core).wait;
     json wait = {{"cause", std::string(core::Word(w.cause))}};
     if (w.queue.valid()) wait["queue"] = config_.queues.queue(w.queue).spec.name;
-    if (w.holder.valid() && w.holder.v < core_to_seq_.size() && jobs_.count(core_to_seq_[w.holder.v])) {
+    if (w.holder.valid() && w.holder.v < core_to_seq_.size() &&
+        jobs_.count(core_to_seq_[w.holder.v])) {
       wait["holder"] = jobs_.at(core_to_seq_[w.holder.v]).name;
     }
     if (w.at >= 0) wait["at"] = UnixSeconds(w.at);
@@ -589,7 +634,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
       gpus += w.alloc.sharing == core::Sharing::kExclusive ? std::popcount(w.alloc.gpu_mask) : 1;
     }
     if (job.workers.empty() && job.spec.uses_gpu()) {
-      gpus = job.spec.replicas * (job.spec.sharing == core::Sharing::kExclusive ? job.spec.gpus : 1);
+      gpus =
+          job.spec.replicas * (job.spec.sharing == core::Sharing::kExclusive ? job.spec.gpus : 1);
     }
     j["gpus"] = gpus;
   }
@@ -619,7 +665,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   }
   j["workers"] = workers;
   json history = json::array();
-  for (const Job::Happened& h : job.history) history.push_back({{"t", UnixSeconds(h.t)}, {"what", h.what}});
+  for (const Job::Happened& h : job.history)
+    history.push_back({{"t", UnixSeconds(h.t)}, {"what", h.what}});
   j["history"] = std::move(history);
   if (viewer && MaySee(*viewer, job)) {
     j["command"] = job.spec.command;
@@ -635,7 +682,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
 
 std::string Controller::PoolOf(const Job& job) const {
   if (job.spec.pool.valid()) return cluster_.pool(job.spec.pool).spec.name;
-  if (!job.workers.empty()) return cluster_.pool(cluster_.node(job.workers.front().alloc.node).pool).spec.name;
+  if (!job.workers.empty())
+    return cluster_.pool(cluster_.node(job.workers.front().alloc.node).pool).spec.name;
   return "";
 }
 
@@ -646,66 +694,74 @@ std::string Controller::WaitWord(const Job& job) const {
 }
 
 void Controller::ListJobs(std::string token, JobQuery q, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, q = std::move(q)](const Principal&) -> Reply {
-    static const std::set<std::string> kActive = {"pending", "running", "stopping"};
-    static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected", "reclaimed"};
-    if (!q.state.empty() && !kActive.count(q.state) && !kEnded.count(q.state)) {
-      return Reply::Error(Code::kBadRequest, "state: no state \"" + q.state +
-                                                 "\"; one of pending, running, stopping, finished, failed, "
-                                                 "cancelled, rejected, reclaimed");
-    }
-    // Asking for an ended state lists ended jobs (those still in memory) without --all.
-    const bool with_ended = q.all || kEnded.count(q.state) > 0;
-    // One walk counts and picks; only the jobs listed are written out (a site's 14,000
-    // jobs took 0.2 s of this thread per console refresh when all were).
-    std::set<std::string> queues, states, users;
-    std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
-    std::vector<const Job*> matched;
-    for (const auto& [seq, job] : jobs_) {
-      if (!with_ended && !job.active()) continue;
-      const std::string state = job.state_word();
-      queues.insert(job.queue);
-      states.insert(state);
-      if (!job.user.empty()) users.insert(job.user);
-      if ((!q.state.empty() && state != q.state) || (!q.queue.empty() && job.queue != q.queue) ||
-          (!q.user.empty() && job.user != q.user)) {
-        continue;
-      }
-      matched.push_back(&job);
-      if (job.state == JobState::kPending) {
-        const std::string cause = WaitWord(job);
-        ++waiting[{cause, cause == "capacity" ? PoolOf(job) : ""}];
-      }
-    }
-    size_t listed = matched.size();
-    if (q.limit >= 0) {
-      auto rank = [](const Job* j) { return j->state == JobState::kPending ? 0 : j->active() ? 1 : 2; };
-      listed = std::min(listed, static_cast<size_t>(q.limit));
-      std::partial_sort(matched.begin(), matched.begin() + static_cast<std::ptrdiff_t>(listed), matched.end(),
-                        [&](const Job* a, const Job* b) {
-                          if (rank(a) != rank(b)) return rank(a) < rank(b);
-                          if (rank(a) == 2 && a->end_time != b->end_time) return a->end_time > b->end_time;
-                          return a->seq < b->seq;
-                        });
-    }
-    json jobs = json::array();
-    for (size_t i = 0; i < listed; ++i) jobs.push_back(JobSummary(*matched[i], false, nullptr));
-    std::vector<std::pair<int64_t, json>> groups;
-    for (const auto& [key, n] : waiting) {
-      json g = {{"cause", key.first}, {"jobs", n}};
-      if (!key.second.empty()) g["pool"] = key.second;
-      groups.emplace_back(n, std::move(g));
-    }
-    std::stable_sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-    json by_cause = json::array();
-    for (auto& [n, g] : groups) by_cause.push_back(std::move(g));
-    Reply r;
-    r.body = {{"jobs", std::move(jobs)},
-              {"total", matched.size()},
-              {"waiting", std::move(by_cause)},
-              {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
-    return r;
-  });
+  CallAsUser(
+      std::move(token), std::move(done), [this, q = std::move(q)](const Principal&) -> Reply {
+        static const std::set<std::string> kActive = {"pending", "running", "stopping"};
+        static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected",
+                                                     "reclaimed"};
+        if (!q.state.empty() && !kActive.count(q.state) && !kEnded.count(q.state)) {
+          return Reply::Error(Code::kBadRequest,
+                              "state: no state \"" + q.state +
+                                  "\"; one of pending, running, stopping, finished, failed, "
+                                  "cancelled, rejected, reclaimed");
+        }
+        // Asking for an ended state lists ended jobs (those still in memory) without --all.
+        const bool with_ended = q.all || kEnded.count(q.state) > 0;
+        // One walk counts and picks; only the jobs listed are written out (a site's 14,000
+        // jobs took 0.2 s of this thread per console refresh when all were).
+        std::set<std::string> queues, states, users;
+        std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
+        std::vector<const Job*> matched;
+        for (const auto& [seq, job] : jobs_) {
+          if (!with_ended && !job.active()) continue;
+          const std::string state = job.state_word();
+          queues.insert(job.queue);
+          states.insert(state);
+          if (!job.user.empty()) users.insert(job.user);
+          if ((!q.state.empty() && state != q.state) ||
+              (!q.queue.empty() && job.queue != q.queue) ||
+              (!q.user.empty() && job.user != q.user)) {
+            continue;
+          }
+          matched.push_back(&job);
+          if (job.state == JobState::kPending) {
+            const std::string cause = WaitWord(job);
+            ++waiting[{cause, cause == "capacity" ? PoolOf(job) : ""}];
+          }
+        }
+        size_t listed = matched.size();
+        if (q.limit >= 0) {
+          auto rank = [](const Job* j) {
+            return j->state == JobState::kPending ? 0 : j->active() ? 1 : 2;
+          };
+          listed = std::min(listed, static_cast<size_t>(q.limit));
+          std::partial_sort(matched.begin(), matched.begin() + static_cast<std::ptrdiff_t>(listed),
+                            matched.end(), [&](const Job* a, const Job* b) {
+                              if (rank(a) != rank(b)) return rank(a) < rank(b);
+                              if (rank(a) == 2 && a->end_time != b->end_time)
+                                return a->end_time > b->end_time;
+                              return a->seq < b->seq;
+                            });
+        }
+        json jobs = json::array();
+        for (size_t i = 0; i < listed; ++i) jobs.push_back(JobSummary(*matched[i], false, nullptr));
+        std::vector<std::pair<int64_t, json>> groups;
+        for (const auto& [key, n] : waiting) {
+          json g = {{"cause", key.first}, {"jobs", n}};
+          if (!key.second.empty()) g["pool"] = key.second;
+          groups.emplace_back(n, std::move(g));
+        }
+        std::stable_sort(groups.begin(), groups.end(),
+                         [](const auto& a, const auto& b) { return a.first > b.first; });
+        json by_cause = json::array();
+        for (auto& [n, g] : groups) by_cause.push_back(std::move(g));
+        Reply r;
+        r.body = {{"jobs", std::move(jobs)},
+                  {"total", matched.size()},
+                  {"waiting", std::move(by_cause)},
+                  {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
+        return r;
+      });
 }
 
 void Controller::ShowJob(std::string token, std::string name, Done done) {
@@ -732,55 +788,61 @@ void Controller::ShowJob(std::string token, std::string name, Done done) {
 }
 
 void Controller::Cancel(std::string token, std::string name, bool force, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name, force](const Principal& user) -> Reply {
-    const std::string reason = (force ? "force-cancelled by " : "cancelled by ") + user.Describe();
-    Job* job = FindJob(name);
-    if (!job && arrays_.count(name)) {
-      // An array's id cancels every task still active, as scancel does.
-      std::vector<int64_t> tasks = arrays_.at(name);
-      int cancelled = 0;
-      for (int64_t seq : tasks) {
-        auto t = jobs_.find(seq);
-        if (t == jobs_.end()) continue;
-        if (!MaySubmitTo(user, config_.queues, t->second.queue)) {
-          return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " + name + " in queue " +
-                                                    t->second.queue + " (team " + t->second.team + ")");
+  CallAsUser(
+      std::move(token), std::move(done), [this, name, force](const Principal& user) -> Reply {
+        const std::string reason =
+            (force ? "force-cancelled by " : "cancelled by ") + user.Describe();
+        Job* job = FindJob(name);
+        if (!job && arrays_.count(name)) {
+          // An array's id cancels every task still active, as scancel does.
+          std::vector<int64_t> tasks = arrays_.at(name);
+          int cancelled = 0;
+          for (int64_t seq : tasks) {
+            auto t = jobs_.find(seq);
+            if (t == jobs_.end()) continue;
+            if (!MaySubmitTo(user, config_.queues, t->second.queue)) {
+              return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " +
+                                                        name + " in queue " + t->second.queue +
+                                                        " (team " + t->second.team + ")");
+            }
+            if (t->second.active()) {
+              CancelJob(t->second, reason, now_, force);
+              ++cancelled;
+            }
+          }
+          Reply r;
+          r.body = {{"id", name}, {"cancelled", cancelled}};
+          return r;
         }
-        if (t->second.active()) {
-          CancelJob(t->second, reason, now_, force);
-          ++cancelled;
+        if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+        if (!MaySubmitTo(user, config_.queues, job->queue)) {
+          return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
+                                                    " in queue " + job->queue + " (team " +
+                                                    job->team + ")");
         }
-      }
-      Reply r;
-      r.body = {{"id", name}, {"cancelled", cancelled}};
-      return r;
-    }
-    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySubmitTo(user, config_.queues, job->queue)) {
-      return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
-                                                " in queue " + job->queue + " (team " + job->team + ")");
-    }
-    if (job->state == JobState::kDone) {
-      return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
-    }
-    CancelJob(*job, reason, now_, force);
-    Reply r;
-    r.body = {{"id", job->name},
-              {"state", job->state_word()}};
-    return r;
-  });
+        if (job->state == JobState::kDone) {
+          return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
+        }
+        CancelJob(*job, reason, now_, force);
+        Reply r;
+        r.body = {{"id", job->name}, {"state", job->state_word()}};
+        return r;
+      });
 }
 
 void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool force) {
   switch (job.state) {
-    case JobState::kDone: break;
+    case JobState::kDone:
+      break;
     case JobState::kPending:
       if (job.core.valid()) sched_->Finish(job.core, now);
       log_.Cancel(now, job.name, reason);
       EndJob(job, "cancelled", reason, now);
       dirty_ = true;
       break;
-    case JobState::kRunning: BeginStop(job, StopKind::kCancel, reason, force ? 0 : job.spec.grace, now); break;
+    case JobState::kRunning:
+      BeginStop(job, StopKind::kCancel, reason, force ? 0 : job.spec.grace, now);
+      break;
     case JobState::kStopping:
       job.stop = StopKind::kCancel;
       job.stop_reason = reason;
@@ -794,24 +856,28 @@ void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool 
 }
 
 void Controller::LogPath(std::string token, std::string name, int run, int rank, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name, run, rank](const Principal& user) mutable -> Reply {
-    Job* job = FindJob(name);
-    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySee(user, *job)) {
-      return Reply::Error(Code::kForbidden, user.Describe() + " may not read the output of job " + name +
-                                                " in queue " + job->queue);
-    }
-    if (run <= 0) run = job->run;
-    if (run <= 0) return Reply::Error(Code::kNotFound, "job " + name + " has not started yet");
-    if (rank < 0 || rank >= job->spec.replicas) {
-      return Reply::Error(Code::kBadRequest, "rank: must be 0.." + std::to_string(job->spec.replicas - 1));
-    }
-    const fs::path path = fs::path(options_.log_dir) / std::to_string(job->seq) /
-                          (std::to_string(run) + "." + std::to_string(rank) + ".log");
-    Reply r;
-    r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
-    return r;
-  });
+  CallAsUser(std::move(token), std::move(done),
+             [this, name, run, rank](const Principal& user) mutable -> Reply {
+               Job* job = FindJob(name);
+               if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+               if (!MaySee(user, *job)) {
+                 return Reply::Error(Code::kForbidden, user.Describe() +
+                                                           " may not read the output of job " +
+                                                           name + " in queue " + job->queue);
+               }
+               if (run <= 0) run = job->run;
+               if (run <= 0)
+                 return Reply::Error(Code::kNotFound, "job " + name + " has not started yet");
+               if (rank < 0 || rank >= job->spec.replicas) {
+                 return Reply::Error(Code::kBadRequest,
+                                     "rank: must be 0.." + std::to_string(job->spec.replicas - 1));
+               }
+               const fs::path path = fs::path(options_.log_dir) / std::to_string(job->seq) /
+                                     (std::to_string(run) + "." + std::to_string(rank) + ".log");
+               Reply r;
+               r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
+               return r;
+             });
 }
 
 }  // namespace gantry::server

@@ -33,7 +33,9 @@ void Controller::Pass(Ticks now) {
   for (const core::Decision& d : decisions) {
     Job& job = jobs_.at(core_to_seq_[d.job.v]);
     switch (d.kind) {
-      case core::Decision::Kind::kStart: StartRun(job, now); break;
+      case core::Decision::Kind::kStart:
+        StartRun(job, now);
+        break;
       case core::Decision::Kind::kPreempt:
         if (job.state == JobState::kRunning) {
           job.preempted_by = jobs_.at(core_to_seq_[d.by.v]).name;
@@ -44,7 +46,9 @@ void Controller::Pass(Ticks now) {
         log_.Reject(now, job.name, d.reason);
         EndJob(job, "rejected", d.reason, now);
         break;
-      case core::Decision::Kind::kWait: log_.Wait(now, job.name, d.reason, d.at); break;
+      case core::Decision::Kind::kWait:
+        log_.Wait(now, job.name, d.reason, d.at);
+        break;
     }
   }
   dirty_ = false;
@@ -56,10 +60,12 @@ void Controller::StartRun(Job& job, Ticks now) {
   job.state = JobState::kRunning;
   ++job.run;
   job.run_start = now;
-  job.run_tier = rec.spec.tier != job.spec.tier ? std::optional<core::Tier>(rec.spec.tier) : std::nullopt;
+  job.run_tier =
+      rec.spec.tier != job.spec.tier ? std::optional<core::Tier>(rec.spec.tier) : std::nullopt;
   if (job.first_start < 0) {
     job.first_start = now;
-    QueueWait(job.spec.queue, job.spec.tier).Observe(static_cast<double>(now - job.submit) / 1000.0);
+    QueueWait(job.spec.queue, job.spec.tier)
+        .Observe(static_cast<double>(now - job.submit) / 1000.0);
   }
   job.workers.clear();
   for (size_t i = 0; i < rec.alloc.size(); ++i) {
@@ -91,8 +97,11 @@ void Controller::StartRun(Job& job, Ticks now) {
     std::string nodes;
     for (const std::string& n : JobNodes(job)) nodes += (nodes.empty() ? "" : ",") + n;
     job.Note(now, "run " + std::to_string(job.run) + " started on " + nodes);
-    log::Info("job started", {{"job", job.name}, {"run", std::to_string(job.run)}, {"queue", job.queue},
-                              {"user", job.user}, {"nodes", nodes}});
+    log::Info("job started", {{"job", job.name},
+                              {"run", std::to_string(job.run)},
+                              {"queue", job.queue},
+                              {"user", job.user},
+                              {"nodes", nodes}});
   }
   Persist(job);
 }
@@ -112,11 +121,13 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
 }
 
 void Controller::EndRunRows(Job& job, Ticks now) {
-  if (job.run_start >= 0) job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
+  if (job.run_start >= 0)
+    job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
   AddHeldGpuMs(job, now, held_gpu_ms_);
   if (job.run > 0) {
     SaveRunUsage(job);
-    if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) Fatal("store: " + s.error().message);
+    if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s)
+      Fatal("store: " + s.error().message);
   }
 }
 
@@ -133,8 +144,8 @@ void Controller::EndStop(Job& job, Ticks now) {
       job.progress += kept;
       if (job.stop == StopKind::kPreempt) {
         log_.Preempt(now, job.name, job.preempted_by, job.stop_reason, job.signaled_at);
-        job.Note(now, "preempted" + (job.preempted_by.empty() ? "" : " for " + job.preempted_by) + ": " +
-                          job.stop_reason);
+        job.Note(now, "preempted" + (job.preempted_by.empty() ? "" : " for " + job.preempted_by) +
+                          ": " + job.stop_reason);
         ++job.preemptions;
         ++preemptions_[job.spec.queue.v];
       } else {
@@ -168,7 +179,8 @@ void Controller::EndStop(Job& job, Ticks now) {
       ++reclaims_[job.queue];
       EndJob(job, "reclaimed", job.stop_reason, now);
       return;
-    case StopKind::kNone: return;
+    case StopKind::kNone:
+      return;
   }
 }
 
@@ -246,7 +258,8 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
   w.exit_code = e.exit_code;
   w.signal = e.signal;
   w.lost = e.lost;
-  const std::string where = "worker " + std::to_string(w.rank) + " on " + cluster_.node(w.alloc.node).name;
+  const std::string where =
+      "worker " + std::to_string(w.rank) + " on " + cluster_.node(w.alloc.node).name;
   if (job.state == JobState::kRunning) {
     if (e.lost) {
       BeginStop(job, StopKind::kLost, where + " was lost" + (e.note.empty() ? "" : ": " + e.note),
@@ -321,11 +334,13 @@ void Controller::SampleCluster(Ticks now) {
   }
   c.idle = core::IdleByCause(*sched_);
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    c.queues.push_back(static_cast<double>(sched_->queue_usage(core::QueueId(q))) / core::kGpuUnits);
+    c.queues.push_back(static_cast<double>(sched_->queue_usage(core::QueueId(q))) /
+                       core::kGpuUnits);
   }
   // Kept in the store too, so a restart or a standby taking over keeps the console's day
   // (pruned hourly with the usage series, Housekeeping).
-  if (Status s = store_.AddClusterSample(WallMs(now), SampleJson(c).dump()); !s) Fatal("store: " + s.error().message);
+  if (Status s = store_.AddClusterSample(WallMs(now), SampleJson(c).dump()); !s)
+    Fatal("store: " + s.error().message);
   history_.push_back(std::move(c));
   while (history_.size() > options_.history_samples) history_.pop_front();
 }
@@ -385,8 +400,10 @@ void Controller::Housekeeping(Ticks now) {
     auto pruned = store_.PruneUsageSamples(WallMs(now) - options_.usage_retention_ms);
     if (!pruned) Fatal("store: " + pruned.error().message);
     // And the console's history beyond the samples it keeps.
-    const int64_t kept_ms = static_cast<int64_t>(options_.history_samples) * options_.history_sample_ms;
-    if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s) Fatal("store: " + s.error().message);
+    const int64_t kept_ms =
+        static_cast<int64_t>(options_.history_samples) * options_.history_sample_ms;
+    if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s)
+      Fatal("store: " + s.error().message);
   }
   PurgeJobs(now);
   if (now - tokens_flushed_ >= 10'000) {
@@ -408,15 +425,16 @@ void Controller::Housekeeping(Ticks now) {
   std::vector<int64_t> timed_out;
   for (int64_t seq : running_) {
     const Job& job = jobs_.at(seq);
-    if (job.state == JobState::kRunning && job.spec.time_limit && now - job.run_start >= *job.spec.time_limit) {
+    if (job.state == JobState::kRunning && job.spec.time_limit &&
+        now - job.run_start >= *job.spec.time_limit) {
       timed_out.push_back(seq);
     }
   }
   for (int64_t seq : timed_out) {
     Job& job = jobs_.at(seq);
     BeginStop(job, StopKind::kFail,
-              "time limit reached: ran " + spec::FormatSeconds(now - job.run_start) + " s of its time_limit_s " +
-                  spec::FormatSeconds(*job.spec.time_limit),
+              "time limit reached: ran " + spec::FormatSeconds(now - job.run_start) +
+                  " s of its time_limit_s " + spec::FormatSeconds(*job.spec.time_limit),
               job.spec.grace, now);
   }
   ReclaimIdle(now);

@@ -56,8 +56,12 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
   } else if (now - job.sample_at >= options_.usage_sample_ms) {
     const double reported = job.usage.reported_gpu_ms - job.sample_reported;
     if (reported > 0) {
-      const UsageSample s{job.seq, job.run, WallMs(now), JobGpus(job),
-                          (job.usage.busy_gpu_ms - job.sample_busy) / reported, job.sample_vram};
+      const UsageSample s{job.seq,
+                          job.run,
+                          WallMs(now),
+                          JobGpus(job),
+                          (job.usage.busy_gpu_ms - job.sample_busy) / reported,
+                          job.sample_vram};
       if (Status st = store_.AddUsageSample(s); !st) Fatal("store: " + st.error().message);
     }
     job.sample_at = now;
@@ -81,7 +85,8 @@ void Controller::SaveRunUsage(const Job& job) {
     r.busy_gpu_ms = w.busy_gpu_ms;
     r.reported_gpu_ms = w.reported_gpu_ms;
     r.vram_peak = w.vram_peak;
-    r.fit_gpus = core::RightSize(cluster_, cluster_.node(w.alloc.node).model, job.spec, {w.vram_peak, w.util_peak})
+    r.fit_gpus = core::RightSize(cluster_, cluster_.node(w.alloc.node).model, job.spec,
+                                 {w.vram_peak, w.util_peak})
                      .fit_gpus;
     if (Status s = store_.SetRunUsage(r); !s) Fatal("store: " + s.error().message);
   }
@@ -104,8 +109,8 @@ Status Controller::SeedBudgets(Ticks now) {
       if (!rq) continue;  // a queue the config no longer has
       const auto& chain = config_.queues.queue(*rq).self_and_ancestors;
       if (std::find(chain.begin(), chain.end(), q) == chain.end()) continue;
-      const double price =
-          core::GpuHourPrice(config_.policy.params, cluster_.catalog().Find(r.model).value_or(core::ModelId()));
+      const double price = core::GpuHourPrice(
+          config_.policy.params, cluster_.catalog().Find(r.model).value_or(core::ModelId()));
       const int64_t overlap = std::min(r.end_ms, now_ms) - std::max(r.start_ms, start);
       if (overlap > 0) spent += r.gpus * price * static_cast<double>(overlap) / 3.6e6;
     }
@@ -128,7 +133,8 @@ void Controller::NoteBudgets(Ticks now) {
                {"spent_gpu_hours", spent},
                {"budget_gpu_hours", budget},
                {"period_end", until},
-               {"new_work", a->out ? core::Name(q.spec.budget->when_spent) : std::string_view("as asked")}});
+               {"new_work",
+                a->out ? core::Name(q.spec.budget->when_spent) : std::string_view("as asked")}});
   }
 }
 
@@ -146,9 +152,10 @@ void Controller::JobUsageSeries(std::string token, std::string name, Done done) 
       seq = (*stored)->seq;
       queue = (*stored)->queue;
     }
-    if (!MaySubmitTo(user, config_.queues, queue)) {  // MaySee's rule, for a job in memory or only stored
-      return Reply::Error(Code::kForbidden,
-                          user.Describe() + " may not read the usage of job " + name + " in queue " + queue);
+    if (!MaySubmitTo(user, config_.queues,
+                     queue)) {  // MaySee's rule, for a job in memory or only stored
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not read the usage of job " +
+                                                name + " in queue " + queue);
     }
     auto samples = store_.UsageSamples(seq);
     if (!samples) Fatal("store: " + samples.error().message);
@@ -187,9 +194,10 @@ void Controller::ReclaimIdle(Ticks now) {
     }
     if (!all || busy < 0 || now - busy < after) continue;
     idle.emplace_back(seq, "GPU idle for " + spec::FormatSeconds((now - busy) / 1000 * 1000) +
-                               " s: utilization under " + FormatValue(params.reclaim_idle_below * 100) +
-                               "% since " + HumanTime(WallMs(busy), WallMs(now)) + ", past reclaim_idle_after_s " +
-                               spec::FormatSeconds(after));
+                               " s: utilization under " +
+                               FormatValue(params.reclaim_idle_below * 100) + "% since " +
+                               HumanTime(WallMs(busy), WallMs(now)) +
+                               ", past reclaim_idle_after_s " + spec::FormatSeconds(after));
   }
   for (auto& [seq, reason] : idle) {
     Job& job = jobs_.at(seq);
@@ -208,7 +216,8 @@ json Controller::UsageSummary(const Job& job, Ticks now) const {
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
     u.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
   }
-  json j = {{"gpu_hours", u.gpu_ms / 3.6e6}, {"vram_asked_gb", static_cast<double>(job.spec.vram_bytes) / 1e9}};
+  json j = {{"gpu_hours", u.gpu_ms / 3.6e6},
+            {"vram_asked_gb", static_cast<double>(job.spec.vram_bytes) / 1e9}};
   if (u.reported_ms > 0) {
     j["busy_gpu_hours"] = u.busy_gpu_ms / 3.6e6;
     j["utilization"] = u.reported_gpu_ms > 0 ? u.busy_gpu_ms / u.reported_gpu_ms : 0.0;
@@ -218,7 +227,8 @@ json Controller::UsageSummary(const Job& job, Ticks now) const {
     j["util_peak"] = u.util_peak;
     // Right-sizing: what would have held it, from what it was seen to use.
     if (auto model = cluster_.catalog().Find(u.model)) {
-      const core::Advice a = core::RightSize(cluster_, *model, job.spec, {u.vram_peak, u.util_peak});
+      const core::Advice a =
+          core::RightSize(cluster_, *model, job.spec, {u.vram_peak, u.util_peak});
       if (!a.shape.empty()) {
         j["advice"] = {{"shape", a.shape},
                        {"text", a.text},

@@ -19,25 +19,25 @@
 // Signals: TERM and INT stop gracefully; HUP reopens the event log (for log rotation).
 // Exit status: 0 after a clean stop (SIGTERM, SIGINT), 1 on a run-time failure, 2 on bad
 // input (config problems are printed as FILE:LINE: FIELD: MESSAGE).
-#include <cctype>
-#include <csignal>
 #include <pthread.h>
 #include <unistd.h>
+#include <cctype>
+#include <csignal>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
-#include <functional>
-#include <mutex>
-#include <nlohmann/json.hpp>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
+#include "base/atomic_file.h"
 #include "base/clock.h"
 #include "base/log.h"
-#include "base/atomic_file.h"
 #include "server/auth.h"
 #include "server/config_check.h"
 #include "server/controller.h"
@@ -75,11 +75,13 @@ constexpr const char* kInitKey = "initialized_ms";
 // Opens the database at `db` (a SQLite file, or a postgresql:// URL); creates or marks it
 // only when `create` (gantryd init, --init).
 Result<std::unique_ptr<server::Store>> OpenStore(const std::string& db, bool create) {
-  const std::string fix = "create one with `gantryd init --db " + Redacted(db) +
-                          "` (or start with --init); a wrong --db would otherwise start an empty cluster";
+  const std::string fix =
+      "create one with `gantryd init --db " + Redacted(db) +
+      "` (or start with --init); a wrong --db would otherwise start an empty cluster";
   if (!IsPostgres(db)) {
     std::error_code ec;
-    if (!create && !std::filesystem::exists(db, ec)) return Error{"db", "no database at " + db + ": " + fix};
+    if (!create && !std::filesystem::exists(db, ec))
+      return Error{"db", "no database at " + db + ": " + fix};
     auto store = server::SqliteStore::Open(db);
     if (!store) return store.error();
     return std::unique_ptr<server::Store>(std::move(*store));
@@ -127,16 +129,18 @@ int TokenCreate(const TokenArgs& a) {
   t.user = a.user;
   if (!t.user.empty()) {
     // A Unix account name as useradd takes it (the agents look it up by name).
-    bool valid = t.user.size() <= 32 && (std::islower(static_cast<unsigned char>(t.user[0])) || t.user[0] == '_');
+    bool valid = t.user.size() <= 32 &&
+                 (std::islower(static_cast<unsigned char>(t.user[0])) || t.user[0] == '_');
     for (char c : t.user) {
-      valid &= std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-               c == '_' || c == '-' || c == '.';
+      valid &= std::islower(static_cast<unsigned char>(c)) ||
+               std::isdigit(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
     }
     if (!valid || t.role == "agent") {
       std::cerr << "gantryd token create: --user " << t.user
-                << (t.role == "agent" ? ": agent tokens name no user\n"
-                                      : ": expected a Unix account name (lower-case letters, digits, _ - .; "
-                                        "at most 32, starting with a letter or _)\n");
+                << (t.role == "agent"
+                        ? ": agent tokens name no user\n"
+                        : ": expected a Unix account name (lower-case letters, digits, _ - .; "
+                          "at most 32, starting with a letter or _)\n");
       return kExitBadInput;
     }
   }
@@ -147,8 +151,10 @@ int TokenCreate(const TokenArgs& a) {
   if (t.role == "agent") {
     // Bound to its node, so that one node's credential cannot speak for another.
     if (a.nodes.empty() == !a.any_node) {
-      std::cerr << "gantryd token create: an agent token needs --node NAME (one token per node; several "
-                   "comma-separated) or --any-node (for a swarm of emulated nodes, or a trusted bootstrap)\n";
+      std::cerr
+          << "gantryd token create: an agent token needs --node NAME (one token per node; several "
+             "comma-separated) or --any-node (for a swarm of emulated nodes, or a trusted "
+             "bootstrap)\n";
       return kExitBadInput;
     }
     t.queues = Split(a.nodes);  // an agent token's scope is its nodes
@@ -210,7 +216,8 @@ int TokenList(const TokenArgs& a) {
     for (const auto& q : t.queues) queues += (queues.empty() ? "" : ",") + q;
     if (t.role == "agent" && queues.empty()) queues = "(any node)";
     std::printf("%-13s %-6s %-12s %-12s %-21s %s\n", t.hash.substr(0, 12).c_str(), t.role.c_str(),
-                t.team.c_str(), t.user.empty() ? "-" : t.user.c_str(), queues.c_str(), t.label.c_str());
+                t.team.c_str(), t.user.empty() ? "-" : t.user.c_str(), queues.c_str(),
+                t.label.c_str());
   }
   return 0;
 }
@@ -249,11 +256,13 @@ int Init(const std::string& db) {
 
 struct ServeArgs {
   bool init = false, force_config = false;
-  std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file, advertise,
-      tls_cert, tls_key, log_format = "text";
+  std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file,
+                          advertise, tls_cert, tls_key, log_format = "text";
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
-  double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60, job_retention_days = 0;
-  double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0, submit_burst = 0;
+  double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60,
+         job_retention_days = 0;
+  double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0,
+         submit_burst = 0;
 };
 
 // A gantryd that does not hold the leader lease: it answers every request 503 with
@@ -271,11 +280,12 @@ class Standby {
           server::HttpResponse r;
           r.status = 503;
           r.headers.emplace_back("Retry-After", "1");
-          r.body = nlohmann::json{{"error", "this gantryd is a standby; " +
-                                                (leader.empty() ? "no leader yet" : "the leader is " + leader)},
-                                  {"role", "standby"},
-                                  {"leader", leader}}
-                       .dump();
+          r.body = nlohmann::json{
+              {"error", "this gantryd is a standby; " +
+                            (leader.empty() ? "no leader yet" : "the leader is " + leader)},
+              {"role", "standby"},
+              {"leader",
+               leader}}.dump();
           respond(std::move(r));
         }) {}
   Result<int> Bind(const std::string& host, int port) { return server_.Bind(host, port); }
@@ -315,8 +325,9 @@ void Nap(int64_t ms, const std::atomic<bool>& stopping) {
 // As a standby, tries for the lease every ttl/6 until it is taken (its epoch) or the
 // process is told to stop (nullopt). A store failure other than "someone else leads" is
 // an error.
-Result<std::optional<int64_t>> WaitForLease(server::Store& store, const std::string& me, int64_t ttl_ms,
-                                            Standby& standby, const std::atomic<bool>& stopping) {
+Result<std::optional<int64_t>> WaitForLease(server::Store& store, const std::string& me,
+                                            int64_t ttl_ms, Standby& standby,
+                                            const std::atomic<bool>& stopping) {
   std::string said;
   while (!stopping.load()) {
     auto epoch = store.AcquireLease(me, ttl_ms);
@@ -356,8 +367,10 @@ class Renewer {
       Nap(ttl_ms_ / 3, stop_);
       if (stop_.load()) return;
       if (Status s = store_->RenewLease(me_, epoch_, ttl_ms_); !s) {
-        std::fprintf(stderr, "gantryd: fatal: the leader lease was lost (%s); exiting, a standby takes over\n",
-                     s.error().message.c_str());
+        std::fprintf(
+            stderr,
+            "gantryd: fatal: the leader lease was lost (%s); exiting, a standby takes over\n",
+            s.error().message.c_str());
         std::fflush(stderr);
         std::_Exit(kExitRunFailure);
       }
@@ -372,7 +385,8 @@ class Renewer {
 
 // What `config` would break among the stored active jobs, printed; 0 when nothing (or
 // when `force`: they are failed, each said on stderr), else kExitBadInput.
-int CheckConfig(const spec::ClusterConfig& config, server::Store& store, const std::string& path, bool force) {
+int CheckConfig(const spec::ClusterConfig& config, server::Store& store, const std::string& path,
+                bool force) {
   auto broken = server::ConfigBreakage(config, store);
   if (!broken) {
     std::cerr << "gantryd: --db: " << broken.error().message << "\n";
@@ -385,7 +399,8 @@ int CheckConfig(const spec::ClusterConfig& config, server::Store& store, const s
     std::cerr << "gantryd: --force-config: they are failed now\n";
     return 0;
   }
-  std::cerr << "gantryd: nothing was changed; restore what they use (or cancel them) and start again, or start "
+  std::cerr << "gantryd: nothing was changed; restore what they use (or cancel them) and start "
+               "again, or start "
                "with --force-config to fail them\n";
   return kExitBadInput;
 }
@@ -403,7 +418,8 @@ int CheckConfigCommand(const std::string& config_path, const std::string& db) {
     return kExitRunFailure;
   }
   const int rc = CheckConfig(*config, **store, config_path, false);
-  if (rc == 0) std::cerr << "gantryd check-config: " << config_path << " reads back every active job\n";
+  if (rc == 0)
+    std::cerr << "gantryd check-config: " << config_path << " reads back every active job\n";
   return rc;
 }
 
@@ -474,8 +490,8 @@ int Serve(const ServeArgs& a) {
 
   std::atomic<bool> stopping{false};
   std::mutex serving_mu;
-  std::function<void()> stop_serving;      // stops what serves now (standby or API)
-  server::Controller* live = nullptr;      // the running controller, for SIGHUP
+  std::function<void()> stop_serving;  // stops what serves now (standby or API)
+  server::Controller* live = nullptr;  // the running controller, for SIGHUP
   std::thread waiter([&] {
     int sig = 0;
     while (sigwait(&stop_signals, &sig) == 0) {
@@ -493,7 +509,8 @@ int Serve(const ServeArgs& a) {
       if (events) {
         log::Info("SIGHUP: reopened the event log", {{"file", a.events}});
       } else {
-        log::Error("SIGHUP: cannot reopen the event log: events are not written", {{"file", a.events}});
+        log::Error("SIGHUP: cannot reopen the event log: events are not written",
+                   {{"file", a.events}});
       }
     }
     stopping = true;
@@ -532,7 +549,8 @@ int Serve(const ServeArgs& a) {
     }
     port = *bound;
     write_port_file(port);  // a standby listens too (its 503s name the leader)
-    if (me.empty()) me = std::string(tls.enabled() ? "https://" : "http://") + host + ":" + std::to_string(port);
+    if (me.empty())
+      me = std::string(tls.enabled() ? "https://" : "http://") + host + ":" + std::to_string(port);
     {
       std::lock_guard lk(serving_mu);
       stop_serving = [&standby] { standby.Stop(); };
@@ -580,13 +598,15 @@ int Serve(const ServeArgs& a) {
   opts.usage_retention_ms = static_cast<int64_t>(a.usage_retention_days * 86'400'000);
   opts.job_retention_ms = static_cast<int64_t>(a.job_retention_days * 86'400'000);
   opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
-  opts.log_dir = a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
+  opts.log_dir =
+      a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
   opts.submit_rate = a.submit_rate;
   opts.submit_burst = a.submit_burst;
   opts.leader = me;
   opts.epoch = epoch;
 
-  server::Controller controller(*config, **store, opts, a.events.empty() ? nullptr : &events, WallMs);
+  server::Controller controller(*config, **store, opts, a.events.empty() ? nullptr : &events,
+                                WallMs);
   if (Status s = controller.Start(); !s) {
     std::cerr << "gantryd: " << s.error().ToString() << "\n";
     return finish(kExitRunFailure);
@@ -602,10 +622,13 @@ int Serve(const ServeArgs& a) {
   }
   write_port_file(*bound);
   bool tiers_set = false;
-  for (uint32_t q = 0; q < config->queues.size(); ++q) tiers_set |= config->queues.queue(core::QueueId(q)).spec.tiers.has_value();
+  for (uint32_t q = 0; q < config->queues.size(); ++q)
+    tiers_set |= config->queues.queue(core::QueueId(q)).spec.tiers.has_value();
   if (!tiers_set) {
-    log::Warn("no queue sets tiers: every team may submit critical work (never preempted, it preempts others); "
-              "set queues[].tiers to keep it to the queues that need it");
+    log::Warn(
+        "no queue sets tiers: every team may submit critical work (never preempted, it preempts "
+        "others); "
+        "set queues[].tiers to keep it to the queues that need it");
   }
   log::Info("listening on " + host + ":" + std::to_string(*bound) + (tls.enabled() ? " (TLS)" : ""),
             {{"cluster", config->cluster.name()},
@@ -638,20 +661,25 @@ int main(int argc, char** argv) {
   CLI::App app{"gantryd: the Gantry control plane"};
   ServeArgs serve;
   app.add_option("--config", serve.config, "Cluster config (YAML)");
-  app.add_option("--db", serve.db,
-                 "State database: a SQLite file, or postgresql://... shared by a leader and its standbys "
-                 "(made by `gantryd init`)");
+  app.add_option(
+      "--db", serve.db,
+      "State database: a SQLite file, or postgresql://... shared by a leader and its standbys "
+      "(made by `gantryd init`)");
   app.add_flag("--init", serve.init, "Create the database when it does not exist");
-  app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")->capture_default_str();
+  app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")
+      ->capture_default_str();
   app.add_option("--events", serve.events, "Append the event log (JSON Lines) here");
   app.add_option("--policy", serve.policy, "Scheduling policy")->capture_default_str();
   app.add_option("--log-format", serve.log_format,
-                 "Operational log on stderr: text (time level gantryd: message key=value ...) or json (JSON "
+                 "Operational log on stderr: text (time level gantryd: message key=value ...) or "
+                 "json (JSON "
                  "Lines); with a syslog priority prefix under journald")
       ->capture_default_str();
-  app.add_option("--log-dir", serve.log_dir, "Where job output uploaded by agents is kept (default: DB.logs)");
+  app.add_option("--log-dir", serve.log_dir,
+                 "Where job output uploaded by agents is kept (default: DB.logs)");
   app.add_option("--port-file", serve.port_file, "Write the bound port here once listening");
-  app.add_option("--pass-interval-ms", serve.pass_interval_ms, "Scheduling pass timer")->capture_default_str();
+  app.add_option("--pass-interval-ms", serve.pass_interval_ms, "Scheduling pass timer")
+      ->capture_default_str();
   app.add_option("--heartbeat-ms", serve.heartbeat_ms, "Heartbeat interval agents are told to use")
       ->capture_default_str();
   app.add_option("--node-timeout-s", serve.node_timeout_s,
@@ -659,32 +687,40 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--lease-s", serve.lease_s,
                  "Agents cut off this long kill their jobs (default: 60% of the node timeout)");
-  app.add_option("--advertise", serve.advertise,
-                 "With PostgreSQL: the URL clients and agents use for this gantryd (default: http://LISTEN)");
-  app.add_option("--leader-ttl-s", serve.leader_ttl_s,
-                 "With PostgreSQL: the leader lease; a standby takes over this long after the leader stops")
+  app.add_option(
+      "--advertise", serve.advertise,
+      "With PostgreSQL: the URL clients and agents use for this gantryd (default: http://LISTEN)");
+  app.add_option(
+         "--leader-ttl-s", serve.leader_ttl_s,
+         "With PostgreSQL: the leader lease; a standby takes over this long after the leader stops")
       ->capture_default_str();
   app.add_option("--submit-rate", serve.submit_rate,
                  "Per-team limit on submit requests a second (429 past it; admins exempt; 0: none)")
       ->capture_default_str();
-  app.add_option("--submit-burst", serve.submit_burst, "Per-team submit burst (default: twice --submit-rate)");
-  app.add_option("--tls-cert", serve.tls_cert, "Serve HTTPS with this PEM certificate chain (with --tls-key)");
+  app.add_option("--submit-burst", serve.submit_burst,
+                 "Per-team submit burst (default: twice --submit-rate)");
+  app.add_option("--tls-cert", serve.tls_cert,
+                 "Serve HTTPS with this PEM certificate chain (with --tls-key)");
   app.add_option("--tls-key", serve.tls_key, "The PEM private key for --tls-cert");
   app.add_option("--history-sample-s", serve.history_sample_s,
-                 "The console's cluster history (pending jobs by why, idle GPUs by why): a sample this often, "
+                 "The console's cluster history (pending jobs by why, idle GPUs by why): a sample "
+                 "this often, "
                  "the last 1,440 kept in memory")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 86400.0));
-  app.add_option("--usage-sample-s", serve.usage_sample_s,
-                 "One usage sample per running job this often (the time series of gantry show --series)")
+  app.add_option(
+         "--usage-sample-s", serve.usage_sample_s,
+         "One usage sample per running job this often (the time series of gantry show --series)")
       ->capture_default_str()
       ->check(CLI::Range(0.1, 86400.0));
-  app.add_option("--usage-retention-days", serve.usage_retention_days, "Usage samples older than this are deleted")
+  app.add_option("--usage-retention-days", serve.usage_retention_days,
+                 "Usage samples older than this are deleted")
       ->capture_default_str()
       ->check(CLI::Range(0.001, 36500.0));
-  app.add_option("--job-retention-days", serve.job_retention_days,
-                 "Ended jobs (and their output) are deleted this long after they ended; their usage "
-                 "stays for accounting. 0: kept forever")
+  app.add_option(
+         "--job-retention-days", serve.job_retention_days,
+         "Ended jobs (and their output) are deleted this long after they ended; their usage "
+         "stays for accounting. 0: kept forever")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 36500.0));
   app.add_option("--kill-slack-s", serve.kill_slack_s,
@@ -694,7 +730,8 @@ int main(int argc, char** argv) {
   app.add_flag("--force-config", serve.force_config,
                "Start even when the config breaks active jobs (they are failed; see check-config)");
   std::string check_config, check_db;
-  CLI::App* check = app.add_subcommand("check-config", "Say which active jobs a config would break (exit 2 if any)");
+  CLI::App* check = app.add_subcommand(
+      "check-config", "Say which active jobs a config would break (exit 2 if any)");
   check->add_option("--config", check_config, "The cluster config to check")->required();
   check->add_option("--db", check_db, "The state database")->required();
 
@@ -712,12 +749,15 @@ int main(int argc, char** argv) {
   create->add_flag("--agent", token.agent, "For gantry-agent");
   create->add_option("--team", token.team, "Team name");
   create->add_option("--queues", token.queues, "Queues the team submits to, comma-separated");
-  create->add_option("--node", token.nodes, "With --agent: the node it may speak for (several: comma-separated)");
-  create->add_flag("--any-node", token.any_node, "With --agent: any node (emulated swarms; not for real nodes)");
+  create->add_option("--node", token.nodes,
+                     "With --agent: the node it may speak for (several: comma-separated)");
+  create->add_flag("--any-node", token.any_node,
+                   "With --agent: any node (emulated swarms; not for real nodes)");
   create->add_option("--label", token.label, "Free text shown by `token list`");
-  create->add_option("--user", token.user,
-                     "The person (a Unix account name): shown as the USER of their jobs, counted in usage, and "
-                     "the account their jobs run as on agents with --run-as user");
+  create->add_option(
+      "--user", token.user,
+      "The person (a Unix account name): shown as the USER of their jobs, counted in usage, and "
+      "the account their jobs run as on agents with --run-as user");
   CLI::App* list = tok->add_subcommand("list", "List tokens (hash prefixes, roles, teams)");
   list->add_option("--db", token.db, "State database")->required();
   CLI::App* revoke = tok->add_subcommand("revoke", "Revoke a token by the start of its hash");

@@ -12,17 +12,28 @@ using nlohmann::json;
 
 int StatusOf(Code code) {
   switch (code) {
-    case Code::kOk: return 200;
-    case Code::kCreated: return 201;
-    case Code::kBadRequest: return 400;
-    case Code::kUnauthenticated: return 401;
-    case Code::kForbidden: return 403;
-    case Code::kNotFound: return 404;
-    case Code::kConflict: return 409;
-    case Code::kTooLarge: return 413;
-    case Code::kUnprocessable: return 422;
-    case Code::kTooManyRequests: return 429;
-    case Code::kUnavailable: return 503;
+    case Code::kOk:
+      return 200;
+    case Code::kCreated:
+      return 201;
+    case Code::kBadRequest:
+      return 400;
+    case Code::kUnauthenticated:
+      return 401;
+    case Code::kForbidden:
+      return 403;
+    case Code::kNotFound:
+      return 404;
+    case Code::kConflict:
+      return 409;
+    case Code::kTooLarge:
+      return 413;
+    case Code::kUnprocessable:
+      return 422;
+    case Code::kTooManyRequests:
+      return 429;
+    case Code::kUnavailable:
+      return 503;
   }
   return 500;
 }
@@ -68,16 +79,18 @@ std::optional<std::string> NumberParam(const HttpRequest& req, const char* name,
   return std::string(name) + ": expected " + expected + ", got \"" + v + "\"";
 }
 
-std::optional<std::string> IntParam(const HttpRequest& req, const char* name, int64_t fallback, int64_t& out) {
+std::optional<std::string> IntParam(const HttpRequest& req, const char* name, int64_t fallback,
+                                    int64_t& out) {
   return NumberParam<int64_t>(
-      req, name, fallback, out, [](const std::string& v, size_t* used) { return std::stoll(v, used); },
-      "an integer");
+      req, name, fallback, out,
+      [](const std::string& v, size_t* used) { return std::stoll(v, used); }, "an integer");
 }
 
-std::optional<std::string> DoubleParam(const HttpRequest& req, const char* name, double fallback, double& out) {
+std::optional<std::string> DoubleParam(const HttpRequest& req, const char* name, double fallback,
+                                       double& out) {
   return NumberParam<double>(
-      req, name, fallback, out, [](const std::string& v, size_t* used) { return std::stod(v, used); },
-      "a number");
+      req, name, fallback, out,
+      [](const std::string& v, size_t* used) { return std::stod(v, used); }, "a number");
 }
 
 std::string Basename(const std::string& s) {
@@ -101,7 +114,8 @@ std::string CookieOf(const HttpRequest& req, std::string_view name) {
     const size_t end = std::min(all.find(';', at), all.size());
     std::string_view pair = std::string_view(all).substr(at, end - at);
     while (!pair.empty() && pair.front() == ' ') pair.remove_prefix(1);
-    if (pair.size() > name.size() && pair.substr(0, name.size()) == name && pair[name.size()] == '=') {
+    if (pair.size() > name.size() && pair.substr(0, name.size()) == name &&
+        pair[name.size()] == '=') {
       return std::string(pair.substr(name.size() + 1));
     }
     at = end + 1;
@@ -116,8 +130,9 @@ std::string TokenOf(const HttpRequest& req) {
 
 // The session cookie's Set-Cookie value: `token` for `max_age_s` (0 expires it).
 std::string SessionCookie(const std::string& token, int max_age_s, bool secure) {
-  return std::string(kSessionCookie) + "=" + token + "; Path=/; Max-Age=" + std::to_string(max_age_s) +
-         "; HttpOnly; SameSite=Strict" + (secure ? "; Secure" : "");
+  return std::string(kSessionCookie) + "=" + token +
+         "; Path=/; Max-Age=" + std::to_string(max_age_s) + "; HttpOnly; SameSite=Strict" +
+         (secure ? "; Secure" : "");
 }
 
 // The CSRF token of a session: derived from its token (a hash no other site can compute
@@ -127,12 +142,14 @@ std::string CsrfFor(const std::string& token) { return Sha256Hex("gantry csrf\n"
 // Equal strings, compared in time independent of where they differ.
 bool SameSecret(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
 }
 
 // Whether the path is `pattern`, where "*" matches any one segment (collected in order).
-bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern, std::vector<std::string>& args) {
+bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern,
+           std::vector<std::string>& args) {
   if (req.segments.size() != pattern.size()) return false;
   args.clear();
   size_t i = 0;
@@ -205,18 +222,22 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   auto reply = [server, respond](Reply r) {
     server->Defer([respond, r = std::move(r)] { respond(ToResponse(r)); });
   };
-  auto bad = [&](const std::string& message) { respond(ErrorResponse(Code::kBadRequest, message)); };
+  auto bad = [&](const std::string& message) {
+    respond(ErrorResponse(Code::kBadRequest, message));
+  };
   const std::string& m = req.method;
   std::vector<std::string> a;
 
   // Signed in by cookie (the console): what changes something must carry the session's
   // CSRF token, which a page of another site cannot read, so it cannot forge the request.
-  const std::string cookie = req.header("authorization").empty() ? CookieOf(req, kSessionCookie) : "";
+  const std::string cookie =
+      req.header("authorization").empty() ? CookieOf(req, kSessionCookie) : "";
   const bool signing_in = m == "POST" && Match(req, {"v1", "session"}, a);
   if (!cookie.empty() && m != "GET" && m != "HEAD" && !signing_in &&
       !SameSecret(req.header("x-csrf-token"), CsrfFor(cookie))) {
-    return respond(ErrorResponse(Code::kForbidden, "CSRF check failed: a request signed in by cookie must carry "
-                                                   "the session's X-CSRF-Token (GET /v1/session gives it)"));
+    return respond(ErrorResponse(Code::kForbidden,
+                                 "CSRF check failed: a request signed in by cookie must carry "
+                                 "the session's X-CSRF-Token (GET /v1/session gives it)"));
   }
   // Sessions: sign in (the token in the body, once), who is signed in, sign out.
   const bool secure = options_.tls.enabled();
@@ -234,13 +255,16 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   };
   if (signing_in) {
     json b = json::parse(req.body, nullptr, false);
-    if (!b.is_object() || !b.contains("token") || !b["token"].is_string()) return bad("body: expected {\"token\": \"...\"}");
+    if (!b.is_object() || !b.contains("token") || !b["token"].is_string())
+      return bad("body: expected {\"token\": \"...\"}");
     std::string token = b["token"].get<std::string>();
     // A cookie value may not hold these; no token Gantry issues does.
-    if (token.find_first_of(";, \t\r\n\"\\") != std::string::npos) return bad("token: not a Gantry token");
+    if (token.find_first_of(";, \t\r\n\"\\") != std::string::npos)
+      return bad("token: not a Gantry token");
     return c.WhoAmI(token, session_reply(token, true));
   }
-  if (m == "GET" && Match(req, {"v1", "session"}, a)) return c.WhoAmI(TokenOf(req), session_reply(TokenOf(req), false));
+  if (m == "GET" && Match(req, {"v1", "session"}, a))
+    return c.WhoAmI(TokenOf(req), session_reply(TokenOf(req), false));
   if (m == "DELETE" && Match(req, {"v1", "session"}, a)) {
     HttpResponse res;
     res.body = "{\"signed_out\":true}\n";
@@ -284,7 +308,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.ListJobs(TokenOf(req), std::move(q), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs", "*"}, a)) return c.ShowJob(TokenOf(req), a[0], reply);
-  if (m == "GET" && Match(req, {"v1", "jobs", "*", "usage"}, a)) return c.JobUsageSeries(TokenOf(req), a[0], reply);
+  if (m == "GET" && Match(req, {"v1", "jobs", "*", "usage"}, a))
+    return c.JobUsageSeries(TokenOf(req), a[0], reply);
   if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
       (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
     const std::string force = req.param("force");
@@ -300,10 +325,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
       if (problem) return bad(*problem);
     }
     // The file is read on an I/O thread, never on the controller's.
-    return c.LogPath(TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank),
-                     [this, server, respond, req](Reply r) {
-                       server->Defer([this, respond, req, r = std::move(r)] { SendLog(req, r, respond); });
-                     });
+    return c.LogPath(
+        TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank),
+        [this, server, respond, req](Reply r) {
+          server->Defer([this, respond, req, r = std::move(r)] { SendLog(req, r, respond); });
+        });
   }
   if (m == "GET" && Match(req, {"v1", "nodes"}, a)) return c.Nodes(TokenOf(req), reply);
   if (m == "GET" && Match(req, {"v1", "cluster", "history"}, a)) {
@@ -311,7 +337,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     if (auto problem = DoubleParam(req, "since", 0, since)) return bad(*problem);
     return c.ClusterHistory(TokenOf(req), since, reply);
   }
-  if (m == "POST" && (Match(req, {"v1", "nodes", "*", "drain"}, a) || Match(req, {"v1", "nodes", "*", "resume"}, a))) {
+  if (m == "POST" && (Match(req, {"v1", "nodes", "*", "drain"}, a) ||
+                      Match(req, {"v1", "nodes", "*", "resume"}, a))) {
     const bool on = req.segments[3] == "drain";
     std::string reason;
     if (!req.body.empty()) {
@@ -327,7 +354,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   if (m == "GET" && Match(req, {"v1", "usage"}, a)) {
     const double now = WallSeconds();
     double from = 0, to = 0;
-    for (auto problem : {DoubleParam(req, "since", now - 86400, from), DoubleParam(req, "until", now, to)}) {
+    for (auto problem :
+         {DoubleParam(req, "since", now - 86400, from), DoubleParam(req, "until", now, to)}) {
       if (problem) return bad(*problem);
     }
     return c.Usage(TokenOf(req), from, to, reply);
@@ -335,12 +363,14 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
 
   if (m == "POST" && Match(req, {"v1", "agents", "*", "heartbeat"}, a)) {
     json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) return bad("heartbeat: the body must be a JSON object");
+    if (body.is_discarded() || !body.is_object())
+      return bad("heartbeat: the body must be a JSON object");
     return c.Heartbeat(TokenOf(req), a[0], std::move(body), req.remote_addr, reply);
   }
   if (m == "GET" && Match(req, {"v1", "agents", "*", "watch"}, a)) {
     int64_t version = 0, timeout_ms = 0;
-    for (auto problem : {IntParam(req, "version", -1, version), IntParam(req, "timeout_ms", 20000, timeout_ms)}) {
+    for (auto problem :
+         {IntParam(req, "version", -1, version), IntParam(req, "timeout_ms", 20000, timeout_ms)}) {
       if (problem) return bad(*problem);
     }
     return c.Watch(TokenOf(req), a[0], req.param("instance"), version, timeout_ms, reply);
@@ -351,8 +381,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                          IntParam(req, "offset", -1, offset)}) {
       if (problem) return bad(*problem);
     }
-    return c.UploadLog(TokenOf(req), a[0], req.param("job"), static_cast<int>(run), static_cast<int>(rank),
-                       offset, std::move(req.body), reply);
+    return c.UploadLog(TokenOf(req), a[0], req.param("job"), static_cast<int>(run),
+                       static_cast<int>(rank), offset, std::move(req.body), reply);
   }
   respond(ErrorResponse(Code::kNotFound, "no such endpoint: " + m + " " + req.path()));
 }

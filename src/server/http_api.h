@@ -28,7 +28,7 @@ int StatusOf(Code code);
 struct HttpOptions {
   size_t max_body_bytes = 1 << 20;  // agents' log chunks stay well below
   size_t max_log_reply_bytes = 4 << 20;
-  int threads = 2;                  // I/O threads
+  int threads = 2;  // I/O threads
   TlsFiles tls;
 };
 

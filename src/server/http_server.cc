@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <zlib.h>
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -11,7 +12,6 @@
 #include <cctype>
 #include <chrono>
 #include <thread>
-#include <zlib.h>
 
 namespace gantry::server {
 
@@ -63,7 +63,8 @@ void SplitTarget(const std::string& target, HttpRequest& req) {
     std::string_view kv = query.substr(0, amp);
     const size_t eq = kv.find('=');
     std::string key = Decode(kv.substr(0, eq), true);
-    std::string value = eq == std::string_view::npos ? std::string() : Decode(kv.substr(eq + 1), true);
+    std::string value =
+        eq == std::string_view::npos ? std::string() : Decode(kv.substr(eq + 1), true);
     if (!key.empty()) req.params.emplace(std::move(key), std::move(value));
     if (amp == std::string_view::npos) break;
     query.remove_prefix(amp + 1);
@@ -92,7 +93,8 @@ bool AcceptsGzip(std::string_view accept) {
     std::string_view item = accept.substr(0, comma);
     accept = comma == std::string_view::npos ? std::string_view() : accept.substr(comma + 1);
     const size_t semi = item.find(';');
-    std::string_view coding = item.substr(0, semi), params = semi == std::string_view::npos ? "" : item.substr(semi + 1);
+    std::string_view coding = item.substr(0, semi),
+                     params = semi == std::string_view::npos ? "" : item.substr(semi + 1);
     auto trim = [](std::string_view v) {
       while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
       while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
@@ -105,13 +107,15 @@ bool AcceptsGzip(std::string_view accept) {
       std::string_view p = trim(params.substr(0, next));
       params = next == std::string_view::npos ? std::string_view() : params.substr(next + 1);
       if (p.size() >= 2 && (p[0] == 'q' || p[0] == 'Q') && p[1] == '=') {
-        accepted = p.substr(2).find_first_not_of("0.") != std::string_view::npos;  // q=0, 0.0, 0.000: no
+        accepted =
+            p.substr(2).find_first_not_of("0.") != std::string_view::npos;  // q=0, 0.0, 0.000: no
       }
     }
     auto is = [&](std::string_view name) {
       return coding.size() == name.size() &&
-             std::equal(coding.begin(), coding.end(), name.begin(),
-                        [](char a, char b) { return std::tolower(static_cast<unsigned char>(a)) == b; });
+             std::equal(coding.begin(), coding.end(), name.begin(), [](char a, char b) {
+               return std::tolower(static_cast<unsigned char>(a)) == b;
+             });
     };
     if (is("gzip") || is("x-gzip")) gzip = accepted;
     if (coding == "*") any = accepted;
@@ -179,10 +183,12 @@ struct HttpServer::Impl {
       parser.header_limit(64 * 1024);
       beast::error_code ec;
       lowest.expires_after(std::chrono::milliseconds(options.idle_timeout_ms));
-      co_await http::async_read_header(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+      co_await http::async_read_header(stream, buffer, parser,
+                                       net::redirect_error(net::use_awaitable, ec));
       if (!ec) {
         lowest.expires_after(std::chrono::milliseconds(options.io_timeout_ms));
-        co_await http::async_read(stream, buffer, parser, net::redirect_error(net::use_awaitable, ec));
+        co_await http::async_read(stream, buffer, parser,
+                                  net::redirect_error(net::use_awaitable, ec));
       }
       HttpResponse res;
       bool gzip_ok = false;
@@ -190,11 +196,12 @@ struct HttpServer::Impl {
       unsigned version = 11;
       if (ec == http::error::body_limit) {
         res.status = 413;
-        res.body = ErrorBody("request body too large: the limit is " + std::to_string(options.max_body_bytes) +
-                             " bytes");
+        res.body = ErrorBody("request body too large: the limit is " +
+                             std::to_string(options.max_body_bytes) + " bytes");
       } else if (ec == http::error::end_of_stream || ec == net::error::eof ||
                  ec == net::error::connection_reset || ec == beast::error::timeout ||
-                 ec == net::error::operation_aborted || (ec && buffer.size() == 0 && !parser.got_some())) {
+                 ec == net::error::operation_aborted ||
+                 (ec && buffer.size() == 0 && !parser.got_some())) {
         co_return;  // the peer closed, or went quiet
       } else if (ec) {
         res.status = 400;
@@ -222,7 +229,8 @@ struct HttpServer::Impl {
       out.set(http::field::content_type, res.content_type);
       for (const auto& [k, v] : res.headers) out.set(k, v);
       out.keep_alive(keep_alive && !stopped.load());
-      if (res.body.size() >= kGzipMinBytes && out.find(http::field::content_encoding) == out.end()) {
+      if (res.body.size() >= kGzipMinBytes &&
+          out.find(http::field::content_encoding) == out.end()) {
         out.set(http::field::vary, "Accept-Encoding");
         if (gzip_ok) {
           if (std::optional<std::string> packed = Gzip(res.body)) {
@@ -251,8 +259,8 @@ struct HttpServer::Impl {
       std::array<char, 16384> sink;
       for (size_t drained = 0; drained < (64u << 20);) {
         beast::error_code ec;
-        const size_t n =
-            co_await stream.async_read_some(net::buffer(sink), net::redirect_error(net::use_awaitable, ec));
+        const size_t n = co_await stream.async_read_some(
+            net::buffer(sink), net::redirect_error(net::use_awaitable, ec));
         if (ec) break;
         drained += n;
       }
@@ -268,7 +276,8 @@ struct HttpServer::Impl {
     try {
       if (ssl) {
         beast::ssl_stream<beast::tcp_stream> stream(std::move(socket), *ssl);
-        beast::get_lowest_layer(stream).expires_after(std::chrono::milliseconds(options.io_timeout_ms));
+        beast::get_lowest_layer(stream).expires_after(
+            std::chrono::milliseconds(options.io_timeout_ms));
         co_await stream.async_handshake(net::ssl::stream_base::server,
                                         net::redirect_error(net::use_awaitable, ec));
         if (!ec) co_await Session(stream, remote);
@@ -285,8 +294,8 @@ struct HttpServer::Impl {
   net::awaitable<void> Accept() {
     while (!stopped.load()) {
       beast::error_code ec;
-      tcp::socket socket = co_await acceptor.async_accept(net::make_strand(ioc),
-                                                          net::redirect_error(net::use_awaitable, ec));
+      tcp::socket socket = co_await acceptor.async_accept(
+          net::make_strand(ioc), net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         if (ec == net::error::operation_aborted || !acceptor.is_open()) co_return;
         // Out of descriptors and the like: wait a little rather than spin.
@@ -314,7 +323,8 @@ Result<int> HttpServer::Bind(const std::string& host, int port) {
                        net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
                        net::ssl::context::no_tlsv1_1);
     s.ssl->use_certificate_chain_file(s.options.tls.cert, ec);
-    if (ec) return Error{"tls", "--tls-cert: cannot use " + s.options.tls.cert + ": " + ec.message()};
+    if (ec)
+      return Error{"tls", "--tls-cert: cannot use " + s.options.tls.cert + ": " + ec.message()};
     s.ssl->use_private_key_file(s.options.tls.key, net::ssl::context::pem, ec);
     if (ec) return Error{"tls", "--tls-key: cannot use " + s.options.tls.key + ": " + ec.message()};
   }
@@ -325,7 +335,9 @@ Result<int> HttpServer::Bind(const std::string& host, int port) {
   if (!ec) s.acceptor.set_option(net::socket_base::reuse_address(true), ec);
   if (!ec) s.acceptor.bind(endpoint, ec);
   if (!ec) s.acceptor.listen(net::socket_base::max_listen_connections, ec);
-  if (ec) return Error{"listen", "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message()};
+  if (ec)
+    return Error{"listen",
+                 "cannot listen on " + host + ":" + std::to_string(port) + ": " + ec.message()};
   return static_cast<int>(s.acceptor.local_endpoint().port());
 }
 

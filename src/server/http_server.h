@@ -77,7 +77,7 @@ std::optional<std::string> Gzip(std::string_view data);
 
 struct HttpServerOptions {
   size_t max_body_bytes = 1 << 20;
-  int threads = 2;                 // I/O threads
+  int threads = 2;                   // I/O threads
   int64_t idle_timeout_ms = 300000;  // a keep-alive connection with no request this long is closed
   int64_t io_timeout_ms = 30000;     // reading one request's body, writing one response
   TlsFiles tls;                      // serve HTTPS when set

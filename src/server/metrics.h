@@ -14,7 +14,8 @@ namespace gantry::server {
 
 class Histogram {
  public:
-  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size()) {}
+  explicit Histogram(std::vector<double> bounds)
+      : bounds_(std::move(bounds)), counts_(bounds_.size()) {}
   void Observe(double v);
   // Appends `name_bucket{le=...}`, `name_sum` and `name_count` lines; `labels` is either
   // empty or "key=\"value\",..." without braces.

@@ -251,7 +251,8 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url) {
   auto version = current();
   if (!version) return fail(version.error());
   if (*version > kPgSchemaVersion) {
-    return Error{"db", where + "written by a newer gantryd (schema " + std::to_string(*version) + ")"};
+    return Error{"db",
+                 where + "written by a newer gantryd (schema " + std::to_string(*version) + ")"};
   }
   if (*version < kPgSchemaVersion) {
     if (auto r = store->ExecScript(kPgSchema); !r) return fail(r.error());
@@ -526,40 +527,52 @@ Status PgStore::EndRun(int64_t job_seq, int run, int64_t end_ms) {
 Status PgStore::AddUsageSample(const UsageSample& u) {
   return Write([&]() -> Status {
     auto r = Query(
-        "INSERT INTO usage_samples VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (job_seq, t_ms, run) DO UPDATE "
+        "INSERT INTO usage_samples VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (job_seq, t_ms, "
+        "run) DO UPDATE "
         "SET gpus = EXCLUDED.gpus, util = EXCLUDED.util, vram_peak = EXCLUDED.vram_peak",
-        PgParams().Add(u.job_seq).Add(int64_t{u.run}).Add(u.t_ms).Add(u.gpus).Add(u.util).Add(u.vram_peak));
+        PgParams()
+            .Add(u.job_seq)
+            .Add(int64_t{u.run})
+            .Add(u.t_ms)
+            .Add(u.gpus)
+            .Add(u.util)
+            .Add(u.vram_peak));
     if (!r) return r.error();
     return Ok{};
   });
 }
 
 Result<std::vector<UsageSample>> PgStore::UsageSamples(int64_t job_seq) {
-  auto r = Query("SELECT job_seq, run, t_ms, gpus, util, vram_peak FROM usage_samples WHERE job_seq = $1 "
-                 "ORDER BY t_ms, run",
-                 PgParams().Add(job_seq));
+  auto r = Query(
+      "SELECT job_seq, run, t_ms, gpus, util, vram_peak FROM usage_samples WHERE job_seq = $1 "
+      "ORDER BY t_ms, run",
+      PgParams().Add(job_seq));
   if (!r) return r.error();
   std::vector<UsageSample> out;
   for (int i = 0; i < r->size(); ++i) {
-    out.push_back(UsageSample{r->Int(i, 0), static_cast<int>(r->Int(i, 1)), r->Int(i, 2), r->Real(i, 3),
-                              r->Real(i, 4), r->Int(i, 5)});
+    out.push_back(UsageSample{r->Int(i, 0), static_cast<int>(r->Int(i, 1)), r->Int(i, 2),
+                              r->Real(i, 3), r->Real(i, 4), r->Int(i, 5)});
   }
   return out;
 }
 
 Status PgStore::AddClusterSample(int64_t t_ms, const std::string& sample) {
   return Write([&]() -> Status {
-    auto r = Query("INSERT INTO cluster_history VALUES ($1, $2) ON CONFLICT (t_ms) DO UPDATE SET sample = EXCLUDED.sample",
-                   PgParams().Add(t_ms).Add(sample));
+    auto r = Query(
+        "INSERT INTO cluster_history VALUES ($1, $2) ON CONFLICT (t_ms) DO UPDATE SET sample = "
+        "EXCLUDED.sample",
+        PgParams().Add(t_ms).Add(sample));
     if (!r) return r.error();
     return Ok{};
   });
 }
 
 Result<std::vector<std::pair<int64_t, std::string>>> PgStore::ClusterSamples(int64_t limit) {
-  auto r = Query("SELECT t_ms, sample FROM (SELECT t_ms, sample FROM cluster_history ORDER BY t_ms DESC LIMIT $1) "
-                 "AS latest ORDER BY t_ms",
-                 PgParams().Add(limit));
+  auto r = Query(
+      "SELECT t_ms, sample FROM (SELECT t_ms, sample FROM cluster_history ORDER BY t_ms DESC LIMIT "
+      "$1) "
+      "AS latest ORDER BY t_ms",
+      PgParams().Add(limit));
   if (!r) return r.error();
   std::vector<std::pair<int64_t, std::string>> out;
   for (int i = 0; i < r->size(); ++i) out.emplace_back(r->Int(i, 0), r->Text(i, 1));
@@ -591,8 +604,14 @@ Status PgStore::SetRunUsage(const StoredRun& run) {
     auto r = Query(
         "UPDATE runs SET busy_gpu_ms = $1, reported_gpu_ms = $2, vram_peak = $3, fit_gpus = $4 "
         "WHERE job_seq = $5 AND run = $6 AND rank = $7",
-        PgParams().Add(run.busy_gpu_ms).Add(run.reported_gpu_ms).Add(run.vram_peak).Add(run.fit_gpus)
-            .Add(run.job_seq).Add(int64_t{run.run}).Add(int64_t{run.rank}));
+        PgParams()
+            .Add(run.busy_gpu_ms)
+            .Add(run.reported_gpu_ms)
+            .Add(run.vram_peak)
+            .Add(run.fit_gpus)
+            .Add(run.job_seq)
+            .Add(int64_t{run.run})
+            .Add(int64_t{run.rank}));
     if (!r) return r.error();
     return Ok{};
   });

@@ -7,9 +7,9 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
-#include <nlohmann/json.hpp>
 
 #include "base/clock.h"
 
@@ -183,8 +183,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
   sqlite3_busy_timeout(db, 5000);  // `gantryd token create` may write while gantryd runs
   // WAL: readers never block the writer; FULL: the log is synced at every commit, so an
   // id handed out is on disk.
-  for (const char* pragma : {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
-                             "PRAGMA foreign_keys=ON"}) {
+  for (const char* pragma :
+       {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL", "PRAGMA foreign_keys=ON"}) {
     if (Status s = store->Exec(pragma); !s) return Error{"db", path + ": " + s.error().message};
   }
   if (Status s = store->Exec(kSchema); !s) return Error{"db", path + ": " + s.error().message};
@@ -221,15 +221,20 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
         s = store->Exec("ALTER TABLE jobs ADD COLUMN ended_ms INTEGER");
       }
       if (s && v == 5) {
-        s = store->Exec("UPDATE jobs SET ended_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) "
-                        "WHERE active = 0 AND ended_ms IS NULL");
+        s = store->Exec(
+            "UPDATE jobs SET ended_ms = CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER) "
+            "WHERE active = 0 AND ended_ms IS NULL");
       }
-      if (!s) return Error{"db", path + ": upgrading to schema " + std::to_string(v) + ": " + s.error().message};
+      if (!s)
+        return Error{
+            "db", path + ": upgrading to schema " + std::to_string(v) + ": " + s.error().message};
     }
-    if (Status s = store->SetMeta("schema_version", std::to_string(kSchemaVersion)); !s) return s.error();
+    if (Status s = store->SetMeta("schema_version", std::to_string(kSchemaVersion)); !s)
+      return s.error();
   }
   // After the upgrades: the column is new in schema 5.
-  if (Status s = store->Exec("CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended_ms) WHERE ended_ms IS NOT NULL");
+  if (Status s = store->Exec(
+          "CREATE INDEX IF NOT EXISTS jobs_ended ON jobs (ended_ms) WHERE ended_ms IS NOT NULL");
       !s) {
     return Error{"db", path + ": " + s.error().message};
   }
@@ -355,7 +360,8 @@ Status SqliteStore::SetMeta(const std::string& key, const std::string& value) {
 Status SqliteStore::PutJob(const StoredJob& j) {
   return Write([&] {
     Stmt s(db_,
-           "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms) "
+           "INSERT OR REPLACE INTO jobs (seq, name, team, queue, active, idem_key, idem_hash, doc, "
+           "ended_ms) "
            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s.Bind(1, j.seq).Bind(2, j.name).Bind(3, j.team).Bind(4, j.queue);
     s.Bind(5, int64_t{j.active ? 1 : 0}).BindOrNull(6, j.idem_key).BindOrNull(7, j.idem_hash);
@@ -393,7 +399,8 @@ Result<std::optional<StoredJob>> SqliteStore::FindJob(const std::string& name) {
 
 Result<std::optional<StoredJob>> SqliteStore::FindIdempotent(const std::string& team,
                                                              const std::string& key) {
-  std::string sql = std::string("SELECT ") + kJobColumns + " FROM jobs WHERE team = ? AND idem_key = ?";
+  std::string sql =
+      std::string("SELECT ") + kJobColumns + " FROM jobs WHERE team = ? AND idem_key = ?";
   Stmt s(db_, sql.c_str());
   s.Bind(1, team).Bind(2, key);
   std::optional<StoredJob> j;
@@ -451,7 +458,8 @@ Result<std::vector<StoredNode>> SqliteStore::LoadNodes() {
 Status SqliteStore::StartRun(const StoredRun& r) {
   return Write([&] {
     Stmt s(db_,
-           "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
+           "INSERT OR REPLACE INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, "
+           "username) "
            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s.Bind(1, r.job_seq).Bind(2, int64_t{r.run}).Bind(3, int64_t{r.rank}).Bind(4, r.queue);
     s.Bind(5, r.model).Bind(6, r.gpus).Bind(7, r.start_ms).Bind(8, r.end_ms).Bind(9, r.user);
@@ -481,17 +489,25 @@ Status SqliteStore::SetRunUsage(const StoredRun& r) {
 Status SqliteStore::AddUsageSample(const UsageSample& u) {
   return Write([&] {
     Stmt s(db_, "INSERT OR REPLACE INTO usage_samples VALUES (?, ?, ?, ?, ?, ?)");
-    s.Bind(1, u.job_seq).Bind(2, int64_t{u.run}).Bind(3, u.t_ms).Bind(4, u.gpus).Bind(5, u.util).Bind(6, u.vram_peak);
+    s.Bind(1, u.job_seq)
+        .Bind(2, int64_t{u.run})
+        .Bind(3, u.t_ms)
+        .Bind(4, u.gpus)
+        .Bind(5, u.util)
+        .Bind(6, u.vram_peak);
     return Run(s);
   });
 }
 
 Result<std::vector<UsageSample>> SqliteStore::UsageSamples(int64_t job_seq) {
-  Stmt s(db_, "SELECT job_seq, run, t_ms, gpus, util, vram_peak FROM usage_samples WHERE job_seq = ? ORDER BY t_ms, run");
+  Stmt s(db_,
+         "SELECT job_seq, run, t_ms, gpus, util, vram_peak FROM usage_samples WHERE job_seq = ? "
+         "ORDER BY t_ms, run");
   s.Bind(1, job_seq);
   std::vector<UsageSample> out;
   while (s.Step()) {
-    out.push_back(UsageSample{s.Int(0), static_cast<int>(s.Int(1)), s.Int(2), s.Real(3), s.Real(4), s.Int(5)});
+    out.push_back(UsageSample{s.Int(0), static_cast<int>(s.Int(1)), s.Int(2), s.Real(3), s.Real(4),
+                              s.Int(5)});
   }
   if (Status st = s.status(); !st) return st.error();
   return out;
@@ -506,7 +522,9 @@ Status SqliteStore::AddClusterSample(int64_t t_ms, const std::string& sample) {
 }
 
 Result<std::vector<std::pair<int64_t, std::string>>> SqliteStore::ClusterSamples(int64_t limit) {
-  Stmt s(db_, "SELECT t_ms, sample FROM (SELECT t_ms, sample FROM cluster_history ORDER BY t_ms DESC LIMIT ?) ORDER BY t_ms");
+  Stmt s(db_,
+         "SELECT t_ms, sample FROM (SELECT t_ms, sample FROM cluster_history ORDER BY t_ms DESC "
+         "LIMIT ?) ORDER BY t_ms");
   s.Bind(1, limit);
   std::vector<std::pair<int64_t, std::string>> out;
   while (s.Step()) out.emplace_back(s.Int(0), s.Text(1));
@@ -575,7 +593,8 @@ Status SqliteStore::AddToken(const StoredToken& t) {
 }
 
 Result<std::optional<StoredToken>> SqliteStore::FindToken(const std::string& hash) {
-  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms, username FROM tokens WHERE hash = ?");
+  Stmt s(db_,
+         "SELECT hash, role, team, queues, label, created_ms, username FROM tokens WHERE hash = ?");
   s.Bind(1, hash);
   std::optional<StoredToken> t;
   if (s.Step()) t = TokenFrom(s);
@@ -584,7 +603,9 @@ Result<std::optional<StoredToken>> SqliteStore::FindToken(const std::string& has
 }
 
 Result<std::vector<StoredToken>> SqliteStore::ListTokens() {
-  Stmt s(db_, "SELECT hash, role, team, queues, label, created_ms, username FROM tokens ORDER BY created_ms");
+  Stmt s(db_,
+         "SELECT hash, role, team, queues, label, created_ms, username FROM tokens ORDER BY "
+         "created_ms");
   std::vector<StoredToken> out;
   while (s.Step()) out.push_back(TokenFrom(s));
   if (Status st = s.status(); !st) return st.error();

@@ -11,22 +11,32 @@ using nlohmann::json;
 
 std::string_view Name(JobState s) {
   switch (s) {
-    case JobState::kPending: return "pending";
-    case JobState::kRunning: return "running";
-    case JobState::kStopping: return "stopping";
-    case JobState::kDone: return "done";
+    case JobState::kPending:
+      return "pending";
+    case JobState::kRunning:
+      return "running";
+    case JobState::kStopping:
+      return "stopping";
+    case JobState::kDone:
+      return "done";
   }
   return "?";
 }
 
 std::string_view Name(StopKind k) {
   switch (k) {
-    case StopKind::kNone: return "none";
-    case StopKind::kPreempt: return "preempt";
-    case StopKind::kCancel: return "cancel";
-    case StopKind::kFail: return "fail";
-    case StopKind::kLost: return "lost";
-    case StopKind::kReclaim: return "reclaim";
+    case StopKind::kNone:
+      return "none";
+    case StopKind::kPreempt:
+      return "preempt";
+    case StopKind::kCancel:
+      return "cancel";
+    case StopKind::kFail:
+      return "fail";
+    case StopKind::kLost:
+      return "lost";
+    case StopKind::kReclaim:
+      return "reclaim";
   }
   return "?";
 }
@@ -41,9 +51,10 @@ std::optional<E> Parse(std::string_view s, const E (&values)[N]) {
 }
 constexpr JobState kStates[] = {JobState::kPending, JobState::kRunning, JobState::kStopping,
                                 JobState::kDone};
-constexpr core::Tier kTiers[] = {core::Tier::kCritical, core::Tier::kStandard, core::Tier::kBestEffort};
+constexpr core::Tier kTiers[] = {core::Tier::kCritical, core::Tier::kStandard,
+                                 core::Tier::kBestEffort};
 constexpr StopKind kStops[] = {StopKind::kNone, StopKind::kPreempt, StopKind::kCancel,
-                               StopKind::kFail, StopKind::kLost, StopKind::kReclaim};
+                               StopKind::kFail, StopKind::kLost,    StopKind::kReclaim};
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -58,11 +69,13 @@ bool Job::AllExited() const {
 
 AgentReport ParseAgentReport(const json& body) {
   AgentReport r;
-  if (!body.is_object()) throw json::type_error::create(302, "the report must be a JSON object", &body);
+  if (!body.is_object())
+    throw json::type_error::create(302, "the report must be a JSON object", &body);
   r.agent_id = body.value("agent_id", std::string());
   r.leaving = body.value("leaving", false);
   r.address = body.value("address", std::string());
-  if (body.contains("isolation")) r.isolation = body.at("isolation").get<std::map<std::string, bool>>();
+  if (body.contains("isolation"))
+    r.isolation = body.at("isolation").get<std::map<std::string, bool>>();
   if (body.contains("gpus")) r.gpus = GpusFromJson(body.at("gpus"));
   for (const json& e : body.value("running", json::array())) {
     RunningReport& rr = r.running.emplace_back();
@@ -72,7 +85,8 @@ AgentReport ParseAgentReport(const json& body) {
     rr.pid = e.value("pid", int64_t{0});
     if (e.contains("util")) {
       r.running.back().util = std::clamp(e.at("util").get<double>(), 0.0, 1.0);
-      r.running.back().vram_used_bytes = std::max<int64_t>(0, e.value("vram_used_bytes", int64_t{0}));
+      r.running.back().vram_used_bytes =
+          std::max<int64_t>(0, e.value("vram_used_bytes", int64_t{0}));
     }
   }
   for (const json& e : body.value("exits", json::array())) {
@@ -94,11 +108,18 @@ json GpusToJson(const std::vector<GpuReport>& gpus) {
   json out = json::array();
   for (const GpuReport& g : gpus) {
     json mig = json::array();
-    for (const auto& m : g.mig) mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
-    json j = {{"index", g.index},         {"uuid", g.uuid},       {"name", g.name},
-              {"memory_bytes", g.memory_bytes}, {"mig_mode", g.mig_mode}, {"mig", mig},
-              {"utilization", g.utilization}, {"memory_used_bytes", g.memory_used_bytes},
-              {"idle_ms", g.idle_ms}, {"lost", g.lost},
+    for (const auto& m : g.mig)
+      mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+    json j = {{"index", g.index},
+              {"uuid", g.uuid},
+              {"name", g.name},
+              {"memory_bytes", g.memory_bytes},
+              {"mig_mode", g.mig_mode},
+              {"mig", mig},
+              {"utilization", g.utilization},
+              {"memory_used_bytes", g.memory_used_bytes},
+              {"idle_ms", g.idle_ms},
+              {"lost", g.lost},
               {"nvlink_peers", g.nvlink_peers}};
     if (!g.model.empty()) j["model"] = g.model;
     out.push_back(std::move(j));
@@ -132,19 +153,30 @@ std::vector<GpuReport> GpusFromJson(const json& j) {
 
 double WorkerGpus(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   switch (w.sharing) {
-    case core::Sharing::kExclusive: return std::popcount(w.gpu_mask);
+    case core::Sharing::kExclusive:
+      return std::popcount(w.gpu_mask);
     case core::Sharing::kMig:
-      return cluster.catalog().model(cluster.node(w.node).model).mig_profiles[w.mig_profile].compute_slices / 7.0;
+      return cluster.catalog()
+                 .model(cluster.node(w.node).model)
+                 .mig_profiles[w.mig_profile]
+                 .compute_slices /
+             7.0;
     case core::Sharing::kMps:
-    case core::Sharing::kTimeslice: return w.share_milli / 1000.0;
+    case core::Sharing::kTimeslice:
+      return w.share_milli / 1000.0;
   }
   return 0;
 }
 
 json UsageToJson(const Usage& u) {
-  return {{"gpu_ms", u.gpu_ms},           {"busy_gpu_ms", u.busy_gpu_ms}, {"reported_gpu_ms", u.reported_gpu_ms},
-          {"vram_ms", u.vram_ms},         {"reported_ms", u.reported_ms}, {"vram_peak", u.vram_peak},
-          {"util_peak", u.util_peak},     {"model", u.model}};
+  return {{"gpu_ms", u.gpu_ms},
+          {"busy_gpu_ms", u.busy_gpu_ms},
+          {"reported_gpu_ms", u.reported_gpu_ms},
+          {"vram_ms", u.vram_ms},
+          {"reported_ms", u.reported_ms},
+          {"vram_peak", u.vram_peak},
+          {"util_peak", u.util_peak},
+          {"model", u.model}};
 }
 
 Usage UsageFromJson(const json& j) {
@@ -166,7 +198,8 @@ json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   const core::PoolSpec& pool = cluster.pool(node.pool).spec;
   const double gpus = WorkerGpus(w, cluster);
   auto limit = [&](int64_t asked, int64_t per_gpu) {
-    return asked > 0 ? asked : static_cast<int64_t>(std::llround(static_cast<double>(per_gpu) * gpus));
+    return asked > 0 ? asked
+                     : static_cast<int64_t>(std::llround(static_cast<double>(per_gpu) * gpus));
   };
   return {{"memory_bytes", limit(w.memory_bytes, pool.default_memory_per_gpu_bytes)},
           {"cpus_milli", limit(w.cpus_milli, pool.default_cpus_per_gpu_milli)}};
@@ -249,10 +282,11 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"exit_code", w.exit_code},
                        {"signal", w.signal},
                        {"lost", w.lost},
-                       {"usage", {{"busy_gpu_ms", w.busy_gpu_ms},
-                                  {"reported_gpu_ms", w.reported_gpu_ms},
-                                  {"vram_peak", w.vram_peak},
-                                  {"util_peak", w.util_peak}}}});
+                       {"usage",
+                        {{"busy_gpu_ms", w.busy_gpu_ms},
+                         {"reported_gpu_ms", w.reported_gpu_ms},
+                         {"vram_peak", w.vram_peak},
+                         {"util_peak", w.util_peak}}}});
   }
   json after = json::array();
   for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
@@ -384,7 +418,8 @@ bool GpuMatchesModel(const GpuReport& gpu, const core::GpuModel& model) {
   if (!gpu.model.empty()) return gpu.model == model.name;
   const std::string family = Lower(model.name.substr(0, model.name.find('-')));
   if (Lower(gpu.name).find(family) == std::string::npos) return false;
-  const double ratio = static_cast<double>(gpu.memory_bytes) / static_cast<double>(model.memory_bytes);
+  const double ratio =
+      static_cast<double>(gpu.memory_bytes) / static_cast<double>(model.memory_bytes);
   return std::fabs(ratio - 1.0) <= 0.12;
 }
 

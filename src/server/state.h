@@ -79,7 +79,7 @@ struct Dependency {
 struct Job {
   int64_t seq = 0;
   std::string name;
-  std::string array;        // an array task: the array's id (tasks are named ARRAY_INDEX)
+  std::string array;  // an array task: the array's id (tasks are named ARRAY_INDEX)
   int array_index = -1;
   // --array SPEC%N (Slurm's throttle): at most N of the array's tasks are given to the
   // scheduler at once (pending there, running or stopping); the rest are held, in index
@@ -87,18 +87,18 @@ struct Job {
   int array_limit = 0;
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   std::string team;
-  std::string user;         // the submitter, when their token names one (a Unix account name)
+  std::string user;  // the submitter, when their token names one (a Unix account name)
   std::string queue;
   std::string spec_format;  // "json" or "yaml": how spec_text is written
   std::string spec_text;    // as submitted; re-read against the config on restart
   std::string spec_file;    // the client's file name, for diagnostics
   std::string idem_key, idem_hash;
-  core::JobSpec spec;       // resolved (not stored: re-read from spec_text)
-  core::JobId core;         // in the scheduler; invalid once done
+  core::JobSpec spec;  // resolved (not stored: re-read from spec_text)
+  core::JobId core;    // in the scheduler; invalid once done
 
   JobState state = JobState::kPending;
   Ticks submit = 0;
-  int run = 0;              // runs started so far; the current run's number
+  int run = 0;  // runs started so far; the current run's number
   Ticks run_start = -1;
   Ticks first_start = -1;
   // The tier the current run started at where it is not the asked one (a spent budget made
@@ -112,15 +112,15 @@ struct Job {
   std::string stop_reason;
   std::string preempted_by;
 
-  Ticks progress = 0;       // checkpointed run time kept across runs
+  Ticks progress = 0;  // checkpointed run time kept across runs
   int preemptions = 0;
   int requeues = 0;
-  std::string end;          // done: finished, failed, cancelled, rejected
+  std::string end;  // done: finished, failed, cancelled, rejected
   std::string end_reason;
   int exit_code = 0;
   Ticks end_time = -1;
   Usage usage;
-  Ticks usage_saved = -1;   // when usage was last written (in memory)
+  Ticks usage_saved = -1;  // when usage was last written (in memory)
   // What happened to it, oldest first (the console's job page): submitted, each start,
   // preemption and requeue, its end; at most kHistory entries (the first and the latest).
   struct Happened {
@@ -138,7 +138,9 @@ struct Job {
 
   bool active() const { return state != JobState::kDone; }
   // As the API and `gantry ls` show it: pending, running, stopping, or how it ended.
-  std::string state_word() const { return state == JobState::kDone ? end : std::string(Name(state)); }
+  std::string state_word() const {
+    return state == JobState::kDone ? end : std::string(Name(state));
+  }
   bool AllExited() const;
 };
 
@@ -146,8 +148,8 @@ struct Job {
 struct GpuReport {
   int index = 0;
   std::string uuid;
-  std::string name;         // NVML's product name, or the emulated model
-  std::string model;        // catalog model, when the agent knows it (emulation)
+  std::string name;   // NVML's product name, or the emulated model
+  std::string model;  // catalog model, when the agent knows it (emulation)
   int64_t memory_bytes = 0;
   bool mig_mode = false;
   struct Mig {
@@ -156,10 +158,10 @@ struct GpuReport {
     int gi_id = -1;  // NVML's GPU instance id, where the agent's driver said
   };
   std::vector<Mig> mig;
-  double utilization = 0;   // 0..1, last sample
+  double utilization = 0;         // 0..1, last sample
   int64_t memory_used_bytes = 0;  // last sample
-  int64_t idle_ms = 0;      // how long utilization has been 0
-  bool lost = false;        // NVML says the GPU fell off the bus
+  int64_t idle_ms = 0;            // how long utilization has been 0
+  bool lost = false;              // NVML says the GPU fell off the bus
   std::vector<int> nvlink_peers;
 };
 
@@ -198,14 +200,14 @@ nlohmann::json GpusToJson(const std::vector<GpuReport>& gpus);
 std::vector<GpuReport> GpusFromJson(const nlohmann::json& j);
 
 struct NodeInfo {
-  bool up = false;          // an agent heartbeats
+  bool up = false;  // an agent heartbeats
   bool drained = false;
   std::string drain_reason;
   Ticks last_seen = -1;
   std::string address;
   std::string agent_id;
   std::vector<GpuReport> gpus;
-  std::string refused;      // why the agent's report was refused (inventory mismatch)
+  std::string refused;                    // why the agent's report was refused (inventory mismatch)
   std::map<std::string, bool> isolation;  // as its agent last reported it (AgentReport)
 };
 
@@ -214,7 +216,8 @@ nlohmann::json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster
 // for (memory_gb, cpus), else its pool's default_*_per_gpu times the GPUs it holds (a
 // share counts as its fraction, a MIG instance as its compute slices out of 7).
 nlohmann::json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster);
-Result<core::WorkerAlloc> WorkerAllocFromJson(const nlohmann::json& j, const core::Cluster& cluster);
+Result<core::WorkerAlloc> WorkerAllocFromJson(const nlohmann::json& j,
+                                              const core::Cluster& cluster);
 
 // The job's `doc` in the store: everything but the indexed columns and the resolved spec.
 // GPUs one worker holds: whole GPUs, a MIG instance's compute share, an MPS share.

@@ -23,19 +23,20 @@
 namespace gantry::server {
 
 struct StoredJob {
-  int64_t seq = 0;       // dense submission order; the primary key
-  std::string name;      // the job id users see (unique)
-  std::string team;      // the submitting token's team ("" for admin)
+  int64_t seq = 0;   // dense submission order; the primary key
+  std::string name;  // the job id users see (unique)
+  std::string team;  // the submitting token's team ("" for admin)
   std::string queue;
-  bool active = true;    // pending, running or stopping; false once it ended
-  std::string idem_key;  // "" when none; unique per team
-  std::string idem_hash; // hash of the request the key was first used with
-  std::string doc;       // JSON: spec text and run state (the controller's format)
-  int64_t ended_ms = -1; // wall clock when it ended (ms since the Unix epoch); -1 while active
+  bool active = true;     // pending, running or stopping; false once it ended
+  std::string idem_key;   // "" when none; unique per team
+  std::string idem_hash;  // hash of the request the key was first used with
+  std::string doc;        // JSON: spec text and run state (the controller's format)
+  int64_t ended_ms = -1;  // wall clock when it ended (ms since the Unix epoch); -1 while active
 };
 
 // The jobs table's columns as both stores select them, in the order they read a row.
-inline constexpr const char* kJobColumns = "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
+inline constexpr const char* kJobColumns =
+    "seq, name, team, queue, active, idem_key, idem_hash, doc, ended_ms";
 
 struct StoredNode {
   std::string name;
@@ -49,7 +50,7 @@ struct StoredRun {
   int rank = 0;
   std::string queue;
   std::string model;
-  double gpus = 0;  // GPUs held (fractions for MIG and shares)
+  double gpus = 0;       // GPUs held (fractions for MIG and shares)
   int64_t start_ms = 0;  // wall clock, ms since the Unix epoch
   int64_t end_ms = -1;
   std::string user;  // the submitter, when their token named one
@@ -83,13 +84,14 @@ struct LeaseInfo {
 };
 
 struct StoredToken {
-  std::string hash;    // hex SHA-256 of the token; the token itself is never stored
-  std::string role;    // "admin", "team" or "agent"
-  std::string team;    // role team
+  std::string hash;                 // hex SHA-256 of the token; the token itself is never stored
+  std::string role;                 // "admin", "team" or "agent"
+  std::string team;                 // role team
   std::vector<std::string> queues;  // role team: queues it may submit to and cancel in;
                                     // role agent: the node(s) it may speak for (empty: any)
-  std::string user;    // role team: the person, a Unix account name (empty: none; jobs then run as no one)
-  std::string label;   // free text shown by `gantryd token list`
+  std::string
+      user;  // role team: the person, a Unix account name (empty: none; jobs then run as no one)
+  std::string label;  // free text shown by `gantryd token list`
   int64_t created_ms = 0;
 };
 

@@ -14,11 +14,20 @@ std::string Escape(std::string_view s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -78,12 +87,14 @@ void WriteHtml(std::ostream& out, const std::string& title, const std::string& s
   out << "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
       << "<meta name=\"generator\" content=\"gantry\">\n"
       << "<title>" << Escape(title) << "</title>\n"
-      << "<style>\n" << html::kReportCss << "</style>\n"
+      << "<style>\n"
+      << html::kReportCss << "</style>\n"
       << "<script>" << kErrorCapture << "</script>\n"
       << "</head><body>\n<div id=\"errors\" class=\"errors\"></div>\n<div id=\"page\"></div>\n"
       << "<script type=\"application/json\" id=\"gantry-data\">" << ScriptSafe(data)
       << "</script>\n"
-      << "<script>\n" << html::kReportJs << "</script>\n</body></html>\n";
+      << "<script>\n"
+      << html::kReportJs << "</script>\n</body></html>\n";
 }
 
 }  // namespace gantry::sim

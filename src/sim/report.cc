@@ -45,7 +45,8 @@ void Report::Advance(core::Ticks t, core::GpuUnits up_units, core::GpuUnits used
   // The simulator advances after each instant: at the latest arrival's, the values
   // after its pass.
   if (t == last_submit_ && up_units > 0) {
-    ratio_at_last_arrival_ = 100.0 * static_cast<double>(used_units) / static_cast<double>(up_units);
+    ratio_at_last_arrival_ =
+        100.0 * static_cast<double>(used_units) / static_cast<double>(up_units);
   }
 }
 
@@ -97,26 +98,28 @@ void Report::Finished(core::Ticks t, core::Tier tier, core::QueueId queue, core:
   by_queue_[queue.v].jct_s.push_back(s);
 }
 
-void Report::RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units,
-                      core::Ticks start, core::Ticks end, core::Ticks lost_ms, Cause cause) {
+void Report::RunEnded(core::QueueId queue, core::Tier tier, core::GpuUnits units, core::Ticks start,
+                      core::Ticks end, core::Ticks lost_ms, Cause cause) {
   by_queue_[queue.v].alloc += UnitMs{units} * (end - start);
   by_tier_[static_cast<int>(tier)].alloc += UnitMs{units} * (end - start);
   lost_ += UnitMs{units} * lost_ms;
   lost_by_cause_[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
   by_queue_[queue.v].lost_by_cause[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
-  by_tier_[static_cast<int>(tier)].lost_by_cause[static_cast<int>(cause)] += UnitMs{units} * lost_ms;
+  by_tier_[static_cast<int>(tier)].lost_by_cause[static_cast<int>(cause)] +=
+      UnitMs{units} * lost_ms;
 }
 
 double Report::gpu_utilization_pct() const {
   const UnitMs cap = cap_at_finish_ - cap_at_submit_;
   if (cap <= 0) return 0;
-  return 100.0 * static_cast<double>(alloc_at_finish_ - alloc_at_submit_) / static_cast<double>(cap);
+  return 100.0 * static_cast<double>(alloc_at_finish_ - alloc_at_submit_) /
+         static_cast<double>(cap);
 }
 
 namespace {
 Json Figures(const Percentiles& p) {
-  return Json{{"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95}, {"p99", p.p99}, {"max", p.max},
-              {"count", p.count}};
+  return Json{{"mean", p.mean}, {"p50", p.p50}, {"p95", p.p95},
+              {"p99", p.p99},   {"max", p.max}, {"count", p.count}};
 }
 // Unit-milliseconds (GPU units x ms) as GPU-hours.
 template <typename T>
@@ -127,7 +130,7 @@ double GpuHours(T unit_ms) {
 
 void Report::Write(std::ostream& out) const {
   Json j;
-  auto by_cause = [](const UnitMs (&lost)[kCauses]) {
+  auto by_cause = [](const UnitMs(&lost)[kCauses]) {
     return Json{{"preempt", GpuHours(lost[0])},
                 {"requeue", GpuHours(lost[1])},
                 {"reclaim", GpuHours(lost[2])}};
@@ -140,7 +143,8 @@ void Report::Write(std::ostream& out) const {
                {"unfinished", unfinished_}};
   if (!rejected_jobs_.empty()) {
     Json rejected = Json::array();
-    for (const auto& [job, reason] : rejected_jobs_) rejected.push_back({{"job", job}, {"reason", reason}});
+    for (const auto& [job, reason] : rejected_jobs_)
+      rejected.push_back({{"job", job}, {"reason", reason}});
     j["rejected_jobs"] = std::move(rejected);
   }
   j["gpu_utilization_pct"] = gpu_utilization_pct();
@@ -177,14 +181,18 @@ void Report::Write(std::ostream& out) const {
                         ? static_cast<double>(last_finish_ - first_submit_) / kTicksPerSecond
                         : 0.0;
   Percentiles lat = Summarize(pass_ms_);
-  j["scheduling_latency_ms"] = {{"p50", lat.p50}, {"p99", lat.p99}, {"max", lat.max},
-                                {"mean", lat.mean}, {"passes", lat.count}};
+  j["scheduling_latency_ms"] = {{"p50", lat.p50},
+                                {"p99", lat.p99},
+                                {"max", lat.max},
+                                {"mean", lat.mean},
+                                {"passes", lat.count}};
   UnitMs total = 0;
   for (const Group& g : by_queue_) total += g.alloc;
   auto group = [&](const Group& g) {
     Percentiles w = Summarize(g.wait_ms), c = Summarize(g.jct_s);
     return Json{{"gpu_hours", GpuHours(g.alloc)},
-                {"share_pct", total ? 100.0 * static_cast<double>(g.alloc) / static_cast<double>(total) : 0.0},
+                {"share_pct",
+                 total ? 100.0 * static_cast<double>(g.alloc) / static_cast<double>(total) : 0.0},
                 {"started", w.count},
                 {"finished", c.count},
                 {"queue_wait_ms", {{"mean", w.mean}, {"p50", w.p50}, {"p99", w.p99}}},
@@ -296,12 +304,15 @@ void Report::Summary(std::ostream& out) const {
                        rejected_jobs_.size() - kNamed);
   }
   if (unfinished_) {
-    out << fmt::format("  WARNING: {} jobs never finished (still waiting when nothing was left to happen)\n",
-                       unfinished_);
+    out << fmt::format(
+        "  WARNING: {} jobs never finished (still waiting when nothing was left to happen)\n",
+        unfinished_);
   }
   out << fmt::format("  GPU utilization     {:.1f}%\n", gpu_utilization_pct());
-  out << fmt::format("  allocation ratio    {:.1f}% of GPUs up, at the last arrival (at most {:.1f}% for the jobs then waiting)\n",
-                     ratio_at_last_arrival_, bound_at_last_arrival_);
+  out << fmt::format(
+      "  allocation ratio    {:.1f}% of GPUs up, at the last arrival (at most {:.1f}% for the jobs "
+      "then waiting)\n",
+      ratio_at_last_arrival_, bound_at_last_arrival_);
   out << fmt::format("  fragmented GPUs     {:.1f}% of GPUs up at the last arrival, mean {:.1f}%\n",
                      frag_at_last_arrival_, fragmentation_mean_pct());
   if (!idle_by_cause_.empty()) {
@@ -309,30 +320,32 @@ void Report::Summary(std::ostream& out) const {
     std::string causes;
     for (const auto& [cause, gpus] : idle_by_cause_) {
       total += gpus;
-      if (gpus >= 0.05) causes += fmt::format("{}{:.1f} {}", causes.empty() ? "" : ", ", gpus, cause);
+      if (gpus >= 0.05)
+        causes += fmt::format("{}{:.1f} {}", causes.empty() ? "" : ", ", gpus, cause);
     }
-    out << fmt::format("  idle GPUs           mean {:.1f}{}{}\n", total, causes.empty() ? "" : ": ", causes);
+    out << fmt::format("  idle GPUs           mean {:.1f}{}{}\n", total, causes.empty() ? "" : ": ",
+                       causes);
   }
   out << fmt::format("  queue wait          mean {:.1f} s, p99 {:.1f} s\n", wait.mean / 1000,
                      wait.p99 / 1000);
   if (!critical_in_guarantee_wait_ms_.empty()) {
     const Percentiles c = Summarize(critical_in_guarantee_wait_ms_);
-    out << fmt::format("  critical in guarantee: {} jobs, wait mean {:.1f} s, p99 {:.1f} s\n", c.count,
-                       c.mean / 1000, c.p99 / 1000);
+    out << fmt::format("  critical in guarantee: {} jobs, wait mean {:.1f} s, p99 {:.1f} s\n",
+                       c.count, c.mean / 1000, c.p99 / 1000);
   }
   out << fmt::format("  job completion      mean {:.1f} s, p99 {:.1f} s\n", jct.mean, jct.p99);
-  out << fmt::format("  preemptions         {} ({:.2f}% of starts), {} requeued by failures\n",
-                     preemptions_,
-                     starts_ ? 100.0 * static_cast<double>(preemptions_) / static_cast<double>(starts_) : 0.0,
-                     requeues_);
   out << fmt::format(
-      "  lost work           {:.2f} GPU-hours (preemption {:.2f}, failures {:.2f}, idle reclaim {:.2f})\n",
-      GpuHours(lost_),
-      GpuHours(lost_by_cause_[0]),
-      GpuHours(lost_by_cause_[1]),
+      "  preemptions         {} ({:.2f}% of starts), {} requeued by failures\n", preemptions_,
+      starts_ ? 100.0 * static_cast<double>(preemptions_) / static_cast<double>(starts_) : 0.0,
+      requeues_);
+  out << fmt::format(
+      "  lost work           {:.2f} GPU-hours (preemption {:.2f}, failures {:.2f}, idle reclaim "
+      "{:.2f})\n",
+      GpuHours(lost_), GpuHours(lost_by_cause_[0]), GpuHours(lost_by_cause_[1]),
       GpuHours(lost_by_cause_[2]));
-  out << fmt::format("  makespan            {:.0f} s\n",
-                     last_finish_ >= 0 ? static_cast<double>(last_finish_ - first_submit_) / 1000 : 0.0);
+  out << fmt::format(
+      "  makespan            {:.0f} s\n",
+      last_finish_ >= 0 ? static_cast<double>(last_finish_ - first_submit_) / 1000 : 0.0);
   out << fmt::format("  scheduling latency  p50 {:.3f} ms, p99 {:.3f} ms over {} passes\n", lat.p50,
                      lat.p99, lat.count);
 }

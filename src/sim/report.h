@@ -34,7 +34,9 @@ class Report {
 
   void Submitted(core::Ticks t);
   // Free GPUs over the run, time-weighted, by why nothing used them (Timeline's causes).
-  void IdleByCause(std::vector<std::pair<std::string, double>> means) { idle_by_cause_ = std::move(means); }
+  void IdleByCause(std::vector<std::pair<std::string, double>> means) {
+    idle_by_cause_ = std::move(means);
+  }
   void Rejected(std::string job, std::string reason) {
     ++rejected_;
     rejected_jobs_.emplace_back(std::move(job), std::move(reason));
@@ -105,7 +107,8 @@ class Report {
   // jobs could pass from that state is 100% less these.
   void StrandedAtLastArrival(core::GpuUnits up_units, core::GpuUnits stranded_units) {
     if (up_units > 0) {
-      bound_at_last_arrival_ = 100.0 * static_cast<double>(up_units - stranded_units) / static_cast<double>(up_units);
+      bound_at_last_arrival_ =
+          100.0 * static_cast<double>(up_units - stranded_units) / static_cast<double>(up_units);
     }
   }
   double allocation_bound_at_last_arrival_pct() const { return bound_at_last_arrival_; }
@@ -130,7 +133,7 @@ class Report {
   double ratio_at_last_arrival_ = 0;
   double frag_at_last_arrival_ = 0;
   double bound_at_last_arrival_ = 0;
-  double frag_gpus_ = 0;     // fragmented GPUs in force since frag_t_
+  double frag_gpus_ = 0;  // fragmented GPUs in force since frag_t_
   core::Ticks frag_t_ = 0;
   double frag_ = 0, frag_at_submit_ = 0, frag_at_finish_ = 0;  // integrals, GPU-ms
   std::vector<double> wait_ms_[core::kTierCount];
@@ -149,8 +152,8 @@ class Report {
     UnitMs alloc = 0;
     std::map<std::string, UnitMs> alloc_by_model;  // queues only
     size_t preemptions = 0;
-    UnitMs lost_by_cause[kCauses] = {};  // work its jobs lost, by Cause
-    size_t budget_spent = 0;  // times its budget ran out (queues only)
+    UnitMs lost_by_cause[kCauses] = {};        // work its jobs lost, by Cause
+    size_t budget_spent = 0;                   // times its budget ran out (queues only)
     double observed = 0, busy = 0, frees = 0;  // unit-ms, jobs with observed usage (queues only)
     std::vector<double> wait_ms, jct_s;
   };

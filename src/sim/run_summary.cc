@@ -1,8 +1,8 @@
 #include "sim/run_summary.h"
 
+#include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <fmt/format.h>
 #include <sstream>
 
 namespace gantry::sim {
@@ -46,7 +46,8 @@ constexpr Figure kFigures[] = {
     {"queue wait mean (s)", "/queue_wait_time_ms/all/mean", 1e-3, 1},
     {"queue wait p99 (s)", "/queue_wait_time_ms/all/p99", 1e-3, 1},
     {"critical queue wait p99 (s)", "/queue_wait_time_ms/critical/p99", 1e-3, 1},
-    {"critical in guarantee, wait p99 (s)", "/queue_wait_time_ms/critical_in_guarantee/p99", 1e-3, 1},
+    {"critical in guarantee, wait p99 (s)", "/queue_wait_time_ms/critical_in_guarantee/p99", 1e-3,
+     1},
     {"standard queue wait p99 (s)", "/queue_wait_time_ms/standard/p99", 1e-3, 1},
     {"best-effort queue wait p99 (s)", "/queue_wait_time_ms/best-effort/p99", 1e-3, 1},
     {"preemption rate (% of starts)", "/preemption_rate_pct", 1, 2},
@@ -122,7 +123,8 @@ FigureTable MainFigures(const std::vector<RunSummary>& runs) {
     }
   }
   for (const std::string& name : queues) {
-    std::vector<std::string> wait{"queue " + name + ": wait mean (s)"}, held{"queue " + name + ": GPU-hours"};
+    std::vector<std::string> wait{"queue " + name + ": wait mean (s)"},
+        held{"queue " + name + ": GPU-hours"};
     for (const RunSummary& r : runs) {
       const auto it = ByQueue(r).find(name);
       const Json& q = it != ByQueue(r).end() ? *it : EmptyObject();
@@ -130,7 +132,8 @@ FigureTable MainFigures(const std::vector<RunSummary>& runs) {
       wait.push_back(w.contains("mean") && w["mean"].is_number() && q.value("started", 0) > 0
                          ? fmt::format("{:.1f}", w["mean"].get<double>() / 1000)
                          : "-");
-      held.push_back(q.contains("gpu_hours") ? fmt::format("{:.1f}", q["gpu_hours"].get<double>()) : "-");
+      held.push_back(q.contains("gpu_hours") ? fmt::format("{:.1f}", q["gpu_hours"].get<double>())
+                                             : "-");
     }
     t.rows.push_back(std::move(wait));
     t.rows.push_back(std::move(held));
@@ -141,7 +144,8 @@ FigureTable MainFigures(const std::vector<RunSummary>& runs) {
 void PrintTable(std::ostream& out, const FigureTable& table) {
   std::vector<size_t> width(table.columns.size(), 0);
   auto widen = [&](const std::vector<std::string>& row) {
-    for (size_t i = 0; i < row.size() && i < width.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    for (size_t i = 0; i < row.size() && i < width.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
   };
   widen(table.columns);
   for (const auto& row : table.rows) widen(row);

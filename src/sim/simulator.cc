@@ -15,9 +15,12 @@ using core::Ticks;
 namespace {
 Timeline::Ending EndingOf(Report::Cause cause) {
   switch (cause) {
-    case Report::Cause::kPreempt: return Timeline::Ending::kPreempted;
-    case Report::Cause::kRequeue: return Timeline::Ending::kRequeued;
-    case Report::Cause::kReclaim: return Timeline::Ending::kReclaimed;
+    case Report::Cause::kPreempt:
+      return Timeline::Ending::kPreempted;
+    case Report::Cause::kRequeue:
+      return Timeline::Ending::kRequeued;
+    case Report::Cause::kReclaim:
+      return Timeline::Ending::kReclaimed;
   }
   return Timeline::Ending::kPreempted;
 }
@@ -26,7 +29,8 @@ Timeline::Ending EndingOf(Report::Cause cause) {
 Simulator::Simulator(const spec::ClusterConfig& config, SimOptions options, std::ostream& events)
     : config_(config),
       options_(std::move(options)),
-      sched_(config.cluster, config.queues, core::MakePolicy(options_.policy), config.policy.params),
+      sched_(config.cluster, config.queues, core::MakePolicy(options_.policy),
+             config.policy.params),
       log_(events, config.cluster),
       report_(config.queues, options_.policy),
       timeline_(config.queues),
@@ -55,7 +59,8 @@ void Simulator::Observe(Ticks now) {
   timeline_.SetState(now, sched_.ledger().up_units(), sched_.ledger().used_units(),
                      sched_.pending().size());
   // Fragmentation costs O(nodes) after a change: sampled once per bucket.
-  if (timeline_.WantsSample(now)) timeline_.SampleFragmentation(now, sched_.fragmented_gpus(), core::IdleByCause(sched_));
+  if (timeline_.WantsSample(now))
+    timeline_.SampleFragmentation(now, sched_.fragmented_gpus(), core::IdleByCause(sched_));
   if (options_.progress && handled_ >= next_progress_) {
     next_progress_ = handled_ + options_.progress_every;
     options_.progress(SimProgress{handled_, now, jobs_.size(), jobs_.size() - active_});
@@ -176,7 +181,8 @@ void Simulator::Pass(Ticks now) {
         const Ticks finish = now + (s.duration - s.progress);
         Push(finish, Kind::kFinish, d.job.v, s.run);
         // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
-        const Ticks reclaim_after = core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
+        const Ticks reclaim_after =
+            core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
         if (s.idle_after >= 0 && reclaim_after > 0) {
           const Ticks idle_at = now + std::max<Ticks>(0, s.idle_after - s.progress);
           if (idle_at + reclaim_after < finish) {
@@ -219,14 +225,18 @@ void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
     if (!model.valid()) continue;  // a CPU node
     const core::GpuUnits units = job.spec.WorkerUnits(cluster.catalog(), model);
     if (units == 0) continue;  // a CPU-only worker
-    report_.ModelUsage(job.spec.queue, cluster.catalog().model(model).name, UnitMs{units} * (end - start));
+    report_.ModelUsage(job.spec.queue, cluster.catalog().model(model).name,
+                       UnitMs{units} * (end - start));
     if (s.util < 0) continue;
-    const Ticks busy = s.idle_after < 0 ? end - start : std::clamp<Ticks>(s.idle_after - progress, 0, end - start);
+    const Ticks busy =
+        s.idle_after < 0 ? end - start : std::clamp<Ticks>(s.idle_after - progress, 0, end - start);
     const core::Advice a = core::RightSize(cluster, model, job.spec, {s.vram_used, s.util});
-    const double fit_units = a.gpus > 0 ? static_cast<double>(units) * a.fit_gpus / a.gpus : static_cast<double>(units);
-    report_.ObservedUsage(job.spec.queue, static_cast<double>(units) * static_cast<double>(end - start),
-                          static_cast<double>(units) * static_cast<double>(busy) * s.util,
-                          (static_cast<double>(units) - fit_units) * static_cast<double>(end - start));
+    const double fit_units =
+        a.gpus > 0 ? static_cast<double>(units) * a.fit_gpus / a.gpus : static_cast<double>(units);
+    report_.ObservedUsage(
+        job.spec.queue, static_cast<double>(units) * static_cast<double>(end - start),
+        static_cast<double>(units) * static_cast<double>(busy) * s.util,
+        (static_cast<double>(units) - fit_units) * static_cast<double>(end - start));
   }
 }
 
@@ -291,8 +301,8 @@ void Simulator::Handle(const Event& e) {
       EndRun(id, t, Report::Cause::kReclaim);
       log_.Reclaim(t, Name(id),
                    "GPU idle for " +
-                       spec::FormatSeconds(core::ReclaimIdleAfter(sched_.job(id).spec, config_.queues,
-                                                            config_.policy.params)) +
+                       spec::FormatSeconds(core::ReclaimIdleAfter(
+                           sched_.job(id).spec, config_.queues, config_.policy.params)) +
                        " s");
       report_.Reclaimed();
       sched_.Finish(id, t);
@@ -332,7 +342,8 @@ void Simulator::Handle(const Event& e) {
       sched_.SetNodeUp(n, true);
       return;
     }
-    case Kind::kWakeup: return;
+    case Kind::kWakeup:
+      return;
   }
 }
 

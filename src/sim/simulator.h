@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "core/scheduler.h"
-#include "spec/event_log.h"
 #include "sim/report.h"
 #include "sim/timeline.h"
 #include "spec/config_reader.h"
+#include "spec/event_log.h"
 #include "spec/job_reader.h"
 
 namespace gantry::sim {
@@ -78,13 +78,14 @@ class Simulator {
   struct SimJob {
     core::Ticks duration = 0;
     core::Ticks idle_after = -1;
-    double util = -1;             // observed usage (trace util, vram_used_gb); -1: unknown
+    double util = -1;  // observed usage (trace util, vram_used_gb); -1: unknown
     int64_t vram_used = 0;
     core::Ticks progress = 0;  // kept across runs (checkpoints)
     core::Ticks run_start = 0;
-    uint32_t run = 0;          // bumped when a run ends; stale events carry an old value
-    core::GpuUnits critical_pending = 0;  // critical, not started yet: its units in pending_critical_
-    bool in_guarantee = false;            // critical, arrived inside its queue's guarantee
+    uint32_t run = 0;  // bumped when a run ends; stale events carry an old value
+    core::GpuUnits critical_pending =
+        0;                      // critical, not started yet: its units in pending_critical_
+    bool in_guarantee = false;  // critical, arrived inside its queue's guarantee
     std::optional<Timeline::WaitCause> waits;  // pending: why (the timeline's levels)
   };
   // A job's pending cause changed (null: not pending).
@@ -115,14 +116,14 @@ class Simulator {
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
   std::vector<SimJob> jobs_;
   std::map<uint32_t, std::string> preempt_reason_;  // signaled jobs: why
-  std::vector<core::Ticks> node_up_at_;  // latest scheduled recovery per node
+  std::vector<core::Ticks> node_up_at_;             // latest scheduled recovery per node
   const std::vector<spec::Failure>* failures_ = nullptr;
   uint64_t seq_ = 0;
   core::Ticks wakeup_at_ = core::kForever;
-  size_t active_ = 0;  // jobs submitted and not yet done
+  size_t active_ = 0;                             // jobs submitted and not yet done
   std::vector<core::GpuUnits> pending_critical_;  // per queue: units of critical jobs never started
-  std::vector<char> budget_out_;  // by queue, as of the last pass
-  uint64_t handled_ = 0;  // events handled (SimProgress::events)
+  std::vector<char> budget_out_;                  // by queue, as of the last pass
+  uint64_t handled_ = 0;                          // events handled (SimProgress::events)
   uint64_t next_progress_ = 0;
   core::Ticks last_t_ = 0;  // latest instant handled
 };

@@ -21,9 +21,7 @@ Timeline::Timeline(const core::QueueTree& queues)
   for (LevelSeries& s : levels_) s.sum.assign(kMaxBuckets, 0.0);
 }
 
-Ticks Timeline::BucketEnd(size_t i) const {
-  return origin_ + static_cast<Ticks>(i + 1) * width_;
-}
+Ticks Timeline::BucketEnd(size_t i) const { return origin_ + static_cast<Ticks>(i + 1) * width_; }
 
 void Timeline::Reach(Ticks t) {
   if (!started_) {
@@ -89,10 +87,14 @@ namespace {
 // The level of a sharing mode, or -1 for whole GPUs.
 int SharingLevel(core::Sharing s) {
   switch (s) {
-    case core::Sharing::kMig: return Timeline::kMigUnits;
-    case core::Sharing::kMps: return Timeline::kMpsUnits;
-    case core::Sharing::kTimeslice: return Timeline::kTimesliceUnits;
-    case core::Sharing::kExclusive: return -1;
+    case core::Sharing::kMig:
+      return Timeline::kMigUnits;
+    case core::Sharing::kMps:
+      return Timeline::kMpsUnits;
+    case core::Sharing::kTimeslice:
+      return Timeline::kTimesliceUnits;
+    case core::Sharing::kExclusive:
+      return -1;
   }
   return -1;
 }
@@ -114,7 +116,8 @@ void Timeline::RunEnded(Ticks t, core::Tier tier, core::QueueId queue, core::Sha
   const size_t i = Index(t);
   const auto lost = static_cast<double>(units) * static_cast<double>(lost_ms);
   switch (how) {
-    case Ending::kFinished: break;
+    case Ending::kFinished:
+      break;
     case Ending::kPreempted:
       counters_[kPreemptions][i] += 1;
       counters_[kLostPreempt][i] += lost;
@@ -211,7 +214,8 @@ Timeline::IdleGpus Timeline::IdleMeans() const {
     if (frag_n_[i] > 0) {
       for (int c = 0; c < kIdleCauses; ++c) held[c] = idle_sum_[c][i] / frag_n_[i];
     }
-    const double span = static_cast<double>(std::min(BucketEnd(i), end_) - (origin_ + static_cast<Ticks>(i) * width_));
+    const double span = static_cast<double>(std::min(BucketEnd(i), end_) -
+                                            (origin_ + static_cast<Ticks>(i) * width_));
     for (int c = 0; c < kIdleCauses; ++c) out[c] += held[c] * span;
   }
   for (double& v : out) v /= static_cast<double>(end_ - origin_);
@@ -302,8 +306,8 @@ Json Timeline::ToJson() const {
     e["name"] = queue.spec.name;
     e["parent"] = queue.spec.parent.empty() ? Json(nullptr) : Json(queue.spec.parent);
     e["guaranteed_gpus"] = static_cast<double>(queue.spec.guaranteed) / gpu;
-    e["burst_gpus"] = queue.spec.burst >= 0 ? Json(static_cast<double>(queue.spec.burst) / gpu)
-                                            : Json(nullptr);
+    e["burst_gpus"] =
+        queue.spec.burst >= 0 ? Json(static_cast<double>(queue.spec.burst) / gpu) : Json(nullptr);
     e["mean_gpus"] = Round(started_ ? Mean(QueueLevel(core::QueueId(q))) / gpu : 0.0);
     e["mean_subtree_gpus"] = Round(subtree[q] / gpu);
     queues.push_back(e);

@@ -41,11 +41,25 @@ class Timeline {
   static constexpr core::Ticks kFirstWidth = core::kTicksPerSecond;
 
   // Level series; tiers and queues follow at TierLevel / QueueLevel.
-  enum Level : uint32_t { kUpUnits, kUsedUnits, kPending, kMigUnits, kMpsUnits, kTimesliceUnits, kFixedLevels };
+  enum Level : uint32_t {
+    kUpUnits,
+    kUsedUnits,
+    kPending,
+    kMigUnits,
+    kMpsUnits,
+    kTimesliceUnits,
+    kFixedLevels
+  };
   static uint32_t TierLevel(core::Tier t) { return kFixedLevels + static_cast<uint32_t>(t); }
   static uint32_t QueueLevel(core::QueueId q) { return kFixedLevels + core::kTierCount + q.v; }
   enum Counter : uint32_t {
-    kPreemptions, kRequeues, kReclaims, kLostPreempt, kLostRequeue, kLostReclaim, kCounters
+    kPreemptions,
+    kRequeues,
+    kReclaims,
+    kLostPreempt,
+    kLostRequeue,
+    kLostReclaim,
+    kCounters
   };
   // How a run ended (the lost-work counters are per cause).
   enum class Ending : uint8_t { kFinished, kPreempted, kRequeued, kReclaimed };
@@ -97,8 +111,8 @@ class Timeline {
 
  private:
   struct LevelSeries {
-    double value = 0;       // in force since `since`
-    core::Ticks since = 0;  // integrated up to here
+    double value = 0;         // in force since `since`
+    core::Ticks since = 0;    // integrated up to here
     std::vector<double> sum;  // per bucket: value x ms
   };
   void Reach(core::Ticks t);  // makes t fall inside the buckets, merging as needed
@@ -106,7 +120,8 @@ class Timeline {
   void Add(uint32_t level, core::Ticks t, double delta);
   void Merge();
   uint32_t CauseLevel(WaitCause c) const {
-    return kFixedLevels + core::kTierCount + static_cast<uint32_t>(queues_.size()) + static_cast<uint32_t>(c);
+    return kFixedLevels + core::kTierCount + static_cast<uint32_t>(queues_.size()) +
+           static_cast<uint32_t>(c);
   }
   size_t Index(core::Ticks t) const { return static_cast<size_t>((t - origin_) / width_); }
   core::Ticks BucketEnd(size_t i) const;
@@ -120,7 +135,7 @@ class Timeline {
   std::vector<double> frag_sum_;
   std::vector<std::vector<double>> idle_sum_;  // per IdleCause, per bucket
   std::vector<uint32_t> frag_n_;               // samples per bucket (of both)
-  size_t last_sample_ = SIZE_MAX;  // bucket of the latest fragmentation sample
+  size_t last_sample_ = SIZE_MAX;              // bucket of the latest fragmentation sample
 };
 
 }  // namespace gantry::sim

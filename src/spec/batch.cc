@@ -10,11 +10,12 @@ namespace {
 constexpr std::string_view kFields = "jxAaNnut%";
 
 constexpr std::pair<std::string_view, int> kSignals[] = {
-    {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT}, {"KILL", SIGKILL},
-    {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
-    {"CONT", SIGCONT}, {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU},
-    {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},
-    {"PWR", SIGPWR},   {"SYS", SIGSYS}};
+    {"HUP", SIGHUP},       {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"ABRT", SIGABRT},
+    {"KILL", SIGKILL},     {"USR1", SIGUSR1}, {"USR2", SIGUSR2},   {"PIPE", SIGPIPE},
+    {"ALRM", SIGALRM},     {"TERM", SIGTERM}, {"CONT", SIGCONT},   {"STOP", SIGSTOP},
+    {"TSTP", SIGTSTP},     {"URG", SIGURG},   {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
+    {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"IO", SIGIO},
+    {"PWR", SIGPWR},       {"SYS", SIGSYS}};
 
 }  // namespace
 
@@ -26,7 +27,8 @@ std::optional<std::string> CheckOutputPattern(std::string_view pattern) {
     if (i + 1 == pattern.size()) return "ends with a lone %: write %% for a percent sign";
     if (kFields.find(pattern[i + 1]) == std::string_view::npos) {
       return "unknown field %" + std::string(1, pattern[i + 1]) +
-             " (known: %j job id, %x name, %A array id, %a task index, %N node, %n node index, %u user, "
+             " (known: %j job id, %x name, %A array id, %a task index, %N node, %n node index, %u "
+             "user, "
              "%t rank, %% a percent sign)";
     }
     ++i;
@@ -42,16 +44,37 @@ std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& n) 
       continue;
     }
     switch (pattern[++i]) {
-      case 'j': out += n.job; break;
-      case 'x': out += n.name; break;
-      case 'A': out += n.array_job; break;
-      case 'a': out += n.array_task; break;
-      case 'N': out += n.node; break;
-      case 'n': out += std::to_string(n.node_index); break;
-      case 'u': out += n.user; break;
-      case 't': out += std::to_string(n.rank); break;
-      case '%': out += '%'; break;
-      default: out += '%'; out += pattern[i]; break;
+      case 'j':
+        out += n.job;
+        break;
+      case 'x':
+        out += n.name;
+        break;
+      case 'A':
+        out += n.array_job;
+        break;
+      case 'a':
+        out += n.array_task;
+        break;
+      case 'N':
+        out += n.node;
+        break;
+      case 'n':
+        out += std::to_string(n.node_index);
+        break;
+      case 'u':
+        out += n.user;
+        break;
+      case 't':
+        out += std::to_string(n.rank);
+        break;
+      case '%':
+        out += '%';
+        break;
+      default:
+        out += '%';
+        out += pattern[i];
+        break;
     }
   }
   return out;
@@ -101,7 +124,8 @@ std::string HostList(const std::vector<std::string>& nodes) {
     for (size_t i = 0; i < g.numbers.size();) {
       size_t j = i;
       while (j + 1 < g.numbers.size() && g.numbers[j + 1].size() == g.numbers[i].size() &&
-             g.numbers[j + 1].size() < 18 && std::stoll(g.numbers[j + 1]) == std::stoll(g.numbers[j]) + 1) {
+             g.numbers[j + 1].size() < 18 &&
+             std::stoll(g.numbers[j + 1]) == std::stoll(g.numbers[j]) + 1) {
         ++j;
       }
       ranges += (ranges.empty() ? "" : ",") + g.numbers[i] + (j > i ? "-" + g.numbers[j] : "");

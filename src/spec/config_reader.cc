@@ -139,12 +139,14 @@ class ConfigParser {
  private:
   // Guarantees are promises: the top-level queues' (which bound their children's) must fit
   // in the cluster, in all and on each GPU model a queue guarantees by model.
-  static std::vector<Error> GuaranteesAboveCapacity(const core::Cluster& cluster, const core::QueueTree& tree) {
+  static std::vector<Error> GuaranteesAboveCapacity(const core::Cluster& cluster,
+                                                    const core::QueueTree& tree) {
     std::vector<Error> errors;
     auto gpus = [](core::GpuUnits u) { return core::GpusText(u) + " GPUs"; };
     std::vector<core::GpuUnits> by_model(cluster.catalog().size(), 0);
     for (const core::Node& n : cluster.nodes()) {
-      if (n.gpus > 0 && n.model.valid()) by_model[n.model.v] += static_cast<core::GpuUnits>(n.gpus) * core::kGpuUnits;
+      if (n.gpus > 0 && n.model.valid())
+        by_model[n.model.v] += static_cast<core::GpuUnits>(n.gpus) * core::kGpuUnits;
     }
     const core::GpuUnits total = static_cast<core::GpuUnits>(cluster.gpu_count()) * core::kGpuUnits;
     core::GpuUnits sum = 0;
@@ -157,19 +159,22 @@ class ConfigParser {
       if (first.empty()) first = "queues[" + q.spec.name + "]";
       sum += q.spec.guaranteed;
       parts += (parts.empty() ? "" : ", ") + q.spec.name + " " + gpus(q.spec.guaranteed);
-      for (const core::ModelGuarantee& g : q.spec.guaranteed_by_model) sum_by_model[g.model.v] += g.units;
+      for (const core::ModelGuarantee& g : q.spec.guaranteed_by_model)
+        sum_by_model[g.model.v] += g.units;
     }
     if (sum > total) {
-      errors.push_back(Error{first + ".guaranteed_gpus",
-                             "top-level queues' guarantees add up to " + gpus(sum) + " (" + parts +
-                                 "), above the cluster's " + gpus(total) + ": they could not all be honoured"});
+      errors.push_back(
+          Error{first + ".guaranteed_gpus", "top-level queues' guarantees add up to " + gpus(sum) +
+                                                " (" + parts + "), above the cluster's " +
+                                                gpus(total) + ": they could not all be honoured"});
     }
     for (size_t m = 0; m < by_model.size(); ++m) {
       if (sum_by_model[m] <= by_model[m]) continue;
-      const std::string& name = cluster.catalog().model(core::ModelId(static_cast<uint32_t>(m))).name;
+      const std::string& name =
+          cluster.catalog().model(core::ModelId(static_cast<uint32_t>(m))).name;
       errors.push_back(Error{first + ".guaranteed_gpus_by_model." + name,
-                             "guarantees on " + name + " add up to " + gpus(sum_by_model[m]) + ", above the cluster's " +
-                                 gpus(by_model[m]) + " " + name});
+                             "guarantees on " + name + " add up to " + gpus(sum_by_model[m]) +
+                                 ", above the cluster's " + gpus(by_model[m]) + " " + name});
     }
     return errors;
   }
@@ -360,9 +365,11 @@ class ConfigParser {
         p.mig_managed = *m;
         // Only MIG jobs get instances made for them; without mig the flag would do nothing
         // (not said again where `sharing` itself was wrong).
-        if (*m && (p.sharing & core::Bit(core::Sharing::kMig)) == 0 && d_.reported() == before_sharing) {
-          f.Report("mig_managed", "the agents create MIG instances only for MIG jobs: list mig under "
-                                  "sharing, or drop mig_managed");
+        if (*m && (p.sharing & core::Bit(core::Sharing::kMig)) == 0 &&
+            d_.reported() == before_sharing) {
+          f.Report("mig_managed",
+                   "the agents create MIG instances only for MIG jobs: list mig under "
+                   "sharing, or drop mig_managed");
         }
       }
       f.Finish();
@@ -426,8 +433,8 @@ class ConfigParser {
       const size_t before = d_.reported();
       Fields f(d_, item, path,
                {"name", "parent", "guaranteed_gpus", "guaranteed_gpus_by_model", "burst_gpus",
-                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order", "max_wait_s",
-                "tiers"});
+                "weight", "reclaim_idle_after_s", "allow_keep_when_idle", "budget", "order",
+                "max_wait_s", "tiers"});
       lines_.NoteEntries(f, item);
       QueueSpec q;
       if (auto n = f.String("name")) {
@@ -453,13 +460,15 @@ class ConfigParser {
         q.reclaim_idle_after = SecondsToTicks(*r);
       }
       if (auto a = f.Bool("allow_keep_when_idle")) q.allow_keep_when_idle = *a;
-      if (auto w = f.Number("max_wait_s", Range{0, false, kMaxSeconds})) q.max_wait = SecondsToTicks(*w);
+      if (auto w = f.Number("max_wait_s", Range{0, false, kMaxSeconds}))
+        q.max_wait = SecondsToTicks(*w);
       if (auto o = f.Choice("order", {"fair-share", "las", "gittins"})) {
-        q.order = *o == "las" ? core::QueueOrder::kLas
+        q.order = *o == "las"       ? core::QueueOrder::kLas
                   : *o == "gittins" ? core::QueueOrder::kGittins
                                     : core::QueueOrder::kFairShare;
       }
-      if (const Doc* t = f.Get("tiers"); t != nullptr && !t->is_null()) q.tiers = ReadTiers(f, "tiers", *t);
+      if (const Doc* t = f.Get("tiers"); t != nullptr && !t->is_null())
+        q.tiers = ReadTiers(f, "tiers", *t);
       ReadBudget(f, q);
       f.Finish();
       NoteDirty(path, before);
@@ -486,8 +495,8 @@ class ConfigParser {
       lines_.Note(field, e.line);
       const std::optional<core::ModelId> model = catalog.Find(e.key);
       if (!model) {
-        d_.Report(e.line, field, "unknown GPU model " + Quote(e.key) + " (known: " +
-                                     KnownModels(catalog) + ")");
+        d_.Report(e.line, field,
+                  "unknown GPU model " + Quote(e.key) + " (known: " + KnownModels(catalog) + ")");
         continue;
       }
       if (std::none_of(pools.begin(), pools.end(),
@@ -510,7 +519,8 @@ class ConfigParser {
     core::TierMask mask = 0;
     const std::string path = f.Path(key);
     if (!v.is_list()) {
-      f.Report(key, "expected a list of tiers (critical, standard, best-effort), got " + Describe(v));
+      f.Report(key,
+               "expected a list of tiers (critical, standard, best-effort), got " + Describe(v));
       return core::kAllTiers;
     }
     for (size_t j = 0; j < v.items.size(); ++j) {
@@ -520,7 +530,8 @@ class ConfigParser {
       if (!name) continue;
       std::optional<core::Tier> tier = core::TierNamed(*name);
       if (!tier) {
-        d_.Report(item.line, field, "unknown tier " + Quote(*name) + " (known: critical, standard, best-effort)");
+        d_.Report(item.line, field,
+                  "unknown tier " + Quote(*name) + " (known: critical, standard, best-effort)");
       } else if (mask & core::Bit(*tier)) {
         d_.Report(item.line, field, "tier " + *name + " is listed twice");
       } else {
@@ -535,7 +546,8 @@ class ConfigParser {
     const Doc* v = f.Get("budget");
     if (v == nullptr || v->is_null()) return;
     if (!v->is_map()) {
-      f.Report("budget", "expected a mapping with gpu_hours, period and when_spent, got " + Describe(*v));
+      f.Report("budget",
+               "expected a mapping with gpu_hours, period and when_spent, got " + Describe(*v));
       return;
     }
     Fields b(d_, *v, f.Path("budget"), {"gpu_hours", "period", "when_spent", "applies_to"});
@@ -564,7 +576,8 @@ class ConfigParser {
     const Doc* v = top.Get("accounting");
     if (v == nullptr || v->is_null()) return;
     if (!v->is_map()) {
-      top.Report("accounting", "expected a mapping with currency and gpu_hour_prices, got " + Describe(*v));
+      top.Report("accounting",
+                 "expected a mapping with currency and gpu_hour_prices, got " + Describe(*v));
       return;
     }
     Fields f(d_, *v, "accounting", {"currency", "gpu_hour_prices"});
@@ -574,7 +587,8 @@ class ConfigParser {
     if (prices != nullptr && !prices->is_null()) {
       const std::string path = f.Path("gpu_hour_prices");
       if (!prices->is_map()) {
-        f.Report("gpu_hour_prices", "expected a mapping of GPU model to price per GPU-hour, got " + Describe(*prices));
+        f.Report("gpu_hour_prices",
+                 "expected a mapping of GPU model to price per GPU-hour, got " + Describe(*prices));
       } else {
         policy.params.gpu_hour_price.assign(catalog.size(), 1.0);
         for (const DocEntry& e : prices->entries) {
@@ -582,10 +596,13 @@ class ConfigParser {
           lines_.Note(field, e.line);
           const std::optional<core::ModelId> model = catalog.Find(e.key);
           if (!model) {
-            d_.Report(e.line, field, "unknown GPU model " + Quote(e.key) + " (known: " + KnownModels(catalog) + ")");
+            d_.Report(
+                e.line, field,
+                "unknown GPU model " + Quote(e.key) + " (known: " + KnownModels(catalog) + ")");
             continue;
           }
-          if (auto p = d_.Number(e.value, e.line, field, Range{0, false, 1e9})) policy.params.gpu_hour_price[model->v] = *p;
+          if (auto p = d_.Number(e.value, e.line, field, Range{0, false, 1e9}))
+            policy.params.gpu_hour_price[model->v] = *p;
         }
       }
     }
@@ -602,12 +619,26 @@ class ConfigParser {
       return policy;
     }
     Fields f(d_, *v, "policy",
-             {"reclaim_idle_after_s", "fairshare_half_life_s", "aging_s",
-              "min_run_before_repreempt_s", "backfill_depth", "default_runtime_estimate_s",
-              "backfill_lease_after_s", "preempt_after_checkpoint_s", "default_grace_s",
-              "reclaim_idle_below", "reclaim_critical", "las_thresholds_gpu_s", "attained_quantum_s", "max_wait_s",
-              "reclaim_idle_after_s_by_tier", "full_pass_interval_s", "best_effort_yields_to",
-              "best_effort_yields_within_s", "consolidate_within_s", "max_grace_s"});
+             {"reclaim_idle_after_s",
+              "fairshare_half_life_s",
+              "aging_s",
+              "min_run_before_repreempt_s",
+              "backfill_depth",
+              "default_runtime_estimate_s",
+              "backfill_lease_after_s",
+              "preempt_after_checkpoint_s",
+              "default_grace_s",
+              "reclaim_idle_below",
+              "reclaim_critical",
+              "las_thresholds_gpu_s",
+              "attained_quantum_s",
+              "max_wait_s",
+              "reclaim_idle_after_s_by_tier",
+              "full_pass_interval_s",
+              "best_effort_yields_to",
+              "best_effort_yields_within_s",
+              "consolidate_within_s",
+              "max_grace_s"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -620,7 +651,8 @@ class ConfigParser {
     seconds("backfill_lease_after_s", Range{0, false, kMaxSeconds}, p.backfill_lease_after);
     seconds("preempt_after_checkpoint_s", Range{0, false, kMaxSeconds}, p.preempt_after_checkpoint);
     seconds("default_grace_s", Range{0, false, kMaxSeconds}, policy.default_grace);
-    seconds("best_effort_yields_within_s", Range{0, false, kMaxSeconds}, p.best_effort_yields_within);
+    seconds("best_effort_yields_within_s", Range{0, false, kMaxSeconds},
+            p.best_effort_yields_within);
     seconds("consolidate_within_s", Range{0, false, kMaxSeconds}, p.consolidate_within);
     if (auto n = f.Integer("backfill_depth", 0, 1000)) p.backfill_depth = static_cast<int>(*n);
     if (auto b = f.Number("reclaim_idle_below", Range{0, false, 1})) p.reclaim_idle_below = *b;
@@ -638,7 +670,8 @@ class ConfigParser {
         Fields t(d_, *g, f.Path("max_grace_s"), {"critical", "standard", "best-effort"});
         lines_.NoteEntries(t, *g);
         for (int tier = 0; tier < core::kTierCount; ++tier) {
-          if (auto sec = t.Number(core::Name(static_cast<core::Tier>(tier)), Range{0, false, kMaxSeconds})) {
+          if (auto sec = t.Number(core::Name(static_cast<core::Tier>(tier)),
+                                  Range{0, false, kMaxSeconds})) {
             policy.max_grace[static_cast<size_t>(tier)] = SecondsToTicks(*sec);
           }
         }
@@ -651,9 +684,11 @@ class ConfigParser {
     if (const Doc* by = f.Get("reclaim_idle_after_s_by_tier"); by != nullptr && !by->is_null()) {
       if (!by->is_map()) {
         f.Report("reclaim_idle_after_s_by_tier",
-                 "expected a mapping of tiers (critical, standard, best-effort) to seconds, got " + Describe(*by));
+                 "expected a mapping of tiers (critical, standard, best-effort) to seconds, got " +
+                     Describe(*by));
       } else {
-        Fields t(d_, *by, f.Path("reclaim_idle_after_s_by_tier"), {"critical", "standard", "best-effort"});
+        Fields t(d_, *by, f.Path("reclaim_idle_after_s_by_tier"),
+                 {"critical", "standard", "best-effort"});
         lines_.NoteEntries(t, *by);
         for (int tier = 0; tier < core::kTierCount; ++tier) {
           const std::string_view name = core::Name(static_cast<core::Tier>(tier));

@@ -34,7 +34,7 @@ namespace gantry::spec {
 // job keeps its GPUs for its grace, so without a cap a team could hold them for years.
 struct PolicyConfig {
   core::PolicyParams params;
-  int64_t default_grace = 30'000;  // ms (Ticks)
+  int64_t default_grace = 30'000;                                                    // ms (Ticks)
   std::array<core::Ticks, core::kTierCount> max_grace = {600'000, 600'000, 60'000};  // by Tier
   std::string currency;
 };

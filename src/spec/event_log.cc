@@ -24,11 +24,21 @@ void WriteJsonString(std::ostream& out, std::string_view s) {
   out << '"';
   for (char c : s) {
     switch (c) {
-      case '"': out << "\\\""; break;
-      case '\\': out << "\\\\"; break;
-      case '\n': out << "\\n"; break;
-      case '\r': out << "\\r"; break;
-      case '\t': out << "\\t"; break;
+      case '"':
+        out << "\\\"";
+        break;
+      case '\\':
+        out << "\\\\";
+        break;
+      case '\n':
+        out << "\\n";
+        break;
+      case '\r':
+        out << "\\r";
+        break;
+      case '\t':
+        out << "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -79,7 +89,8 @@ void EventLog::Start(core::Ticks t, std::string_view job, const core::Allocation
       }
       case core::Sharing::kMig:
         out_ << ",\"gpu\":" << int{w.gpu} << ",\"mig\":";
-        WriteJsonString(out_, cluster_.catalog().model(node.model).mig_profiles[w.mig_profile].name);
+        WriteJsonString(out_,
+                        cluster_.catalog().model(node.model).mig_profiles[w.mig_profile].name);
         out_ << ",\"start\":" << int{w.mig_start};
         break;
       case core::Sharing::kMps:
@@ -125,14 +136,14 @@ void EventLog::JobEvent(core::Ticks t, std::string_view type, std::string_view j
 void EventLog::Reject(core::Ticks t, std::string_view job, std::string_view error) {
   JobEvent(t, "reject", job, "error", error);
 }
-void EventLog::Budget(core::Ticks t, std::string_view queue, std::string_view state, double spent_gpu_hours,
-                      double budget_gpu_hours) {
+void EventLog::Budget(core::Ticks t, std::string_view queue, std::string_view state,
+                      double spent_gpu_hours, double budget_gpu_hours) {
   Head(t, "budget");
   Field("queue", queue);
   Field("state", state);
   char buf[64];
-  std::snprintf(buf, sizeof buf, ",\"spent_gpu_hours\":%.6g,\"budget_gpu_hours\":%.6g", spent_gpu_hours,
-                budget_gpu_hours);
+  std::snprintf(buf, sizeof buf, ",\"spent_gpu_hours\":%.6g,\"budget_gpu_hours\":%.6g",
+                spent_gpu_hours, budget_gpu_hours);
   out_ << buf;
   End();
 }

@@ -114,13 +114,35 @@ class JobDecoder {
               " holding a job spec, got " + Describe(doc));
       return false;
     }
-    const std::initializer_list<std::string_view> spec_fields = {
-        "id",        "queue",    "tier",         "replicas",          "gpus",
-        "mig",       "sharing",  "gpu_model",    "vram_gb",           "cpus",
-        "memory_gb", "topology", "checkpoint_s", "grace_s",           "window",
-        "command",   "env",      "workdir",      "runtime_estimate_s", "time_limit_s",
-        "keep_when_idle", "emulate",  "name",         "pool",              "script",
-        "stdout",    "stderr",   "signal",       "image"};
+    const std::initializer_list<std::string_view> spec_fields = {"id",
+                                                                 "queue",
+                                                                 "tier",
+                                                                 "replicas",
+                                                                 "gpus",
+                                                                 "mig",
+                                                                 "sharing",
+                                                                 "gpu_model",
+                                                                 "vram_gb",
+                                                                 "cpus",
+                                                                 "memory_gb",
+                                                                 "topology",
+                                                                 "checkpoint_s",
+                                                                 "grace_s",
+                                                                 "window",
+                                                                 "command",
+                                                                 "env",
+                                                                 "workdir",
+                                                                 "runtime_estimate_s",
+                                                                 "time_limit_s",
+                                                                 "keep_when_idle",
+                                                                 "emulate",
+                                                                 "name",
+                                                                 "pool",
+                                                                 "script",
+                                                                 "stdout",
+                                                                 "stderr",
+                                                                 "signal",
+                                                                 "image"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -175,8 +197,8 @@ class JobDecoder {
       job.grace = SecondsToTicks(*v);
       if (job.grace > max_grace && mode == Mode::kSpec) {
         f.Report("grace_s", FormatSeconds(job.grace) + " s is above this cluster's limit for " +
-                                std::string(core::Name(job.tier)) + " jobs (policy.max_grace_s: " +
-                                FormatSeconds(max_grace) + " s)");
+                                std::string(core::Name(job.tier)) +
+                                " jobs (policy.max_grace_s: " + FormatSeconds(max_grace) + " s)");
       }
     } else if (mode == Mode::kSpec && !f.has("grace_s")) {
       job.grace = config_.policy.default_grace;  // the cluster's default (30 s unless set)
@@ -198,8 +220,11 @@ class JobDecoder {
     }
     if (auto i = f.String("image")) {
       if (const std::string why = ImageReferenceProblem(*i); !why.empty()) {
-        f.Report("image", "expected a container image name such as docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime "
-                          "(this one " + why + ")");
+        f.Report("image",
+                 "expected a container image name such as "
+                 "docker.io/pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime "
+                 "(this one " +
+                     why + ")");
       }
       job.image = *i;
     }
@@ -230,7 +255,8 @@ class JobDecoder {
         out.idle_after = SecondsToTicks(*v);
       }
       if (auto v = f.Number("util", Range{0, false, 1})) out.util = *v;
-      if (auto v = f.Number("vram_used_gb", Range{0, false, kMaxGb})) out.vram_used_bytes = std::llround(*v * 1e9);
+      if (auto v = f.Number("vram_used_gb", Range{0, false, kMaxGb}))
+        out.vram_used_bytes = std::llround(*v * 1e9);
     }
     f.Finish();
     return d_.reported() == before;
@@ -266,7 +292,8 @@ class JobDecoder {
         if (name == *p) job.pool = core::PoolId(static_cast<uint32_t>(i));
         known += (known.empty() ? "" : ", ") + name;
       }
-      if (!job.pool.valid()) f.Report("pool", "unknown pool " + Quote(*p) + " (known: " + known + ")");
+      if (!job.pool.valid())
+        f.Report("pool", "unknown pool " + Quote(*p) + " (known: " + known + ")");
     }
     if (auto s = f.String("script")) {
       if (s->rfind("#!", 0) != 0) {
@@ -283,7 +310,8 @@ class JobDecoder {
     if (auto s = f.String("signal")) {
       const int sig = SignalNumber(*s);
       if (sig <= 0) {
-        f.Report("signal", "unknown signal " + Quote(*s) + " (e.g. TERM, USR1, SIGUSR2 or a number 1-64)");
+        f.Report("signal",
+                 "unknown signal " + Quote(*s) + " (e.g. TERM, USR1, SIGUSR2 or a number 1-64)");
       } else {
         job.stop_signal = sig;
       }
@@ -517,7 +545,8 @@ class JobDecoder {
     auto reason = f.String("keep_when_idle");
     if (!reason) return;
     if (reason->empty()) {
-      f.Report("keep_when_idle", "give the reason the job may keep idle GPUs, e.g. \"serving: idles at night\"");
+      f.Report("keep_when_idle",
+               "give the reason the job may keep idle GPUs, e.g. \"serving: idles at night\"");
       return;
     }
     if (!job.queue.valid()) return;
@@ -528,9 +557,10 @@ class JobDecoder {
         return;
       }
     }
-    f.Report("keep_when_idle", "queue " + Quote(tree.queue(job.queue).spec.name) +
-                                   " does not allow jobs to opt out of idle reclamation (an administrator sets "
-                                   "allow_keep_when_idle: true on the queue)");
+    f.Report("keep_when_idle",
+             "queue " + Quote(tree.queue(job.queue).spec.name) +
+                 " does not allow jobs to opt out of idle reclamation (an administrator sets "
+                 "allow_keep_when_idle: true on the queue)");
   }
 
   // emulate: {util, vram_used_gb, idle_after_s}: what an emulated agent makes the job's
@@ -539,14 +569,18 @@ class JobDecoder {
     const Doc* v = f.Get("emulate");
     if (v == nullptr) return;
     if (!v->is_map()) {
-      f.Report("emulate", "expected a mapping {util: 0..1, vram_used_gb: GB, idle_after_s: S}, got " + Describe(*v));
+      f.Report("emulate",
+               "expected a mapping {util: 0..1, vram_used_gb: GB, idle_after_s: S}, got " +
+                   Describe(*v));
       return;
     }
     Fields e(d_, *v, "emulate", {"util", "vram_used_gb", "idle_after_s"});
     JobSpec::Emulate out;
     if (auto u = e.Number("util", Range{0, false, 1})) out.util = *u;
-    if (auto g = e.Number("vram_used_gb", Range{0, false, kMaxGb})) out.vram_used_bytes = std::llround(*g * 1e9);
-    if (auto s = e.Number("idle_after_s", Range{0, false, kMaxSeconds})) out.idle_after = SecondsToTicks(*s);
+    if (auto g = e.Number("vram_used_gb", Range{0, false, kMaxGb}))
+      out.vram_used_bytes = std::llround(*g * 1e9);
+    if (auto s = e.Number("idle_after_s", Range{0, false, kMaxSeconds}))
+      out.idle_after = SecondsToTicks(*s);
     e.Finish();
     job.emulate = out;
   }

@@ -73,7 +73,6 @@ struct Failure {
 
 // Reads a failures file ({"t","node","down_s"} per line), sorted by t on return.
 std::optional<std::vector<Failure>> ReadFailures(const std::string& path,
-                                                 const core::Cluster& cluster,
-                                                 Diagnostics& diags);
+                                                 const core::Cluster& cluster, Diagnostics& diags);
 
 }  // namespace gantry::spec

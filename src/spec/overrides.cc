@@ -29,7 +29,8 @@ std::string Trim(const std::string& s) {
 // The item of list `seq` named `name` (its `name` key); an undefined node when none is.
 YAML::Node Named(const YAML::Node& seq, const std::string& name) {
   for (const YAML::Node& item : seq) {
-    if (item.IsMap() && item["name"] && item["name"].IsScalar() && item["name"].Scalar() == name) return item;
+    if (item.IsMap() && item["name"] && item["name"].IsScalar() && item["name"].Scalar() == name)
+      return item;
   }
   return YAML::Node(YAML::NodeType::Undefined);
 }
@@ -66,16 +67,21 @@ Result<std::string> ApplyOverrides(const std::string& yaml, const std::string& o
       const bool last = i + 1 == path.size();
       if (at.IsSequence()) {
         YAML::Node item = Named(at, seg);
-        if (!item) return Error{"--set", "\"" + pair + "\": " + walked + " has no item named \"" + seg + "\""};
-        if (last) return Error{"--set", "\"" + pair + "\": the path ends at a list item; name one of its fields"};
+        if (!item)
+          return Error{"--set",
+                       "\"" + pair + "\": " + walked + " has no item named \"" + seg + "\""};
+        if (last)
+          return Error{"--set",
+                       "\"" + pair + "\": the path ends at a list item; name one of its fields"};
         at.reset(item);
       } else if (at.IsMap()) {
         if (last) {
           at[seg] = value;
         } else {
           const YAML::Node& lookup = at;  // const: looking does not add the key
-          if (!lookup[seg]) at[seg] = YAML::Node(YAML::NodeType::Map);  // as yq does; the reader
-                                                                      // refuses a key it does not know
+          if (!lookup[seg])
+            at[seg] = YAML::Node(YAML::NodeType::Map);  // as yq does; the reader
+                                                        // refuses a key it does not know
           at.reset(at[seg]);
         }
       } else {

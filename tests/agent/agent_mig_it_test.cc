@@ -45,8 +45,9 @@ class FakeNvmlAgent {
  public:
   FakeNvmlAgent(const Harness& h, const std::string& script) {
     agent::LaunchSpec spec;
-    spec.argv = {GANTRY_AGENT_BINARY, "--server", h.ServerUrl(), "--node", "mig-0", "--state-dir",
-                 h.Path("agent-mig-0"), "--run-as", "agent", "--cgroups", "off"};
+    spec.argv = {
+        GANTRY_AGENT_BINARY,   "--server", h.ServerUrl(), "--node",    "mig-0", "--state-dir",
+        h.Path("agent-mig-0"), "--run-as", "agent",       "--cgroups", "off"};
     spec.env = {{"GANTRY_TOKEN", h.token("agent")},
                 {"LD_LIBRARY_PATH", FAKE_NVML_DIR "/full"},
                 {"GANTRY_FAKE_NVML", script}};
@@ -105,9 +106,10 @@ std::vector<std::string> Layout(const Harness& h) {
 }
 
 std::string SubmitMig(const Harness& h, const std::string& id) {
-  return Submit(h, "a",
-                {"--id", id, "--queue", "q", "--mig", "3g.40gb", "--vram-gb", "30", "--", "sh", "-c",
-                 "echo $CUDA_VISIBLE_DEVICES > " + h.Path("out/" + id + ".visible") + "; sleep 1"});
+  return Submit(
+      h, "a",
+      {"--id", id, "--queue", "q", "--mig", "3g.40gb", "--vram-gb", "30", "--", "sh", "-c",
+       "echo $CUDA_VISIBLE_DEVICES > " + h.Path("out/" + id + ".visible") + "; sleep 1"});
 }
 
 TEST(MigManaged, TheAgentLaysOutInstancesWhereGantrydPlacesThemAndAFailedCreationRequeuesTheJob) {
@@ -137,7 +139,8 @@ TEST(MigManaged, TheAgentLaysOutInstancesWhereGantrydPlacesThemAndAFailedCreatio
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("m1").value("state", "") == "finished"; }, 15))
       << h.Job("m1").dump();
   EXPECT_TRUE(Harness::WaitFor([&] { return Layout(h).empty(); }, 10)) << Node(h).dump();
-  EXPECT_NE(h.Read("agent-mig-0.log").find("destroyed MIG instance " + visible.substr(0, visible.find('\n'))),
+  EXPECT_NE(h.Read("agent-mig-0.log")
+                .find("destroyed MIG instance " + visible.substr(0, visible.find('\n'))),
             std::string::npos);
 
   // NVML refuses the next creation: the job goes back to pending with the reason, and the
@@ -148,9 +151,12 @@ TEST(MigManaged, TheAgentLaysOutInstancesWhereGantrydPlacesThemAndAFailedCreatio
   ASSERT_TRUE(Harness::WaitFor([&] { return Node(h).value("state", "") == "drained"; }, 15))
       << Node(h).dump() << h.Read("agent-mig-0.log");
   const std::string why = Node(h).value("reason", "");
-  EXPECT_NE(why.find("cannot create MIG instance 3g.40gb at memory slice "), std::string::npos) << why;
-  EXPECT_NE(why.find("nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources (job m2 requeued)"),
-            std::string::npos)
+  EXPECT_NE(why.find("cannot create MIG instance 3g.40gb at memory slice "), std::string::npos)
+      << why;
+  EXPECT_NE(
+      why.find(
+          "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources (job m2 requeued)"),
+      std::string::npos)
       << why;
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("m2").value("state", "") == "pending"; }, 10));
   const json m2 = h.Job("m2");
@@ -162,12 +168,14 @@ TEST(MigManaged, TheAgentLaysOutInstancesWhereGantrydPlacesThemAndAFailedCreatio
   for (const json& e : Events(h)) {
     if (e.value("type", "") == "requeue" && e.value("job", "") == "m2") {
       requeued = true;
-      EXPECT_NE(e.value("reason", "").find("Insufficient Resources"), std::string::npos) << e.dump();
+      EXPECT_NE(e.value("reason", "").find("Insufficient Resources"), std::string::npos)
+          << e.dump();
     }
   }
   EXPECT_TRUE(requeued) << "no requeue event for m2";
   RunResult logs = h.Cli({"logs", "m2"}, h.token("a"));
-  EXPECT_NE(logs.out.find("gantry-agent: cannot start: cannot create MIG instance 3g.40gb"), std::string::npos)
+  EXPECT_NE(logs.out.find("gantry-agent: cannot start: cannot create MIG instance 3g.40gb"),
+            std::string::npos)
       << logs.out << logs.err;
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_EQ(h.Job("m2").value("state", ""), "pending") << "not placed again on the drained node";

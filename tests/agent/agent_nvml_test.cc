@@ -39,15 +39,15 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
            ("gantry-agent-nvml-" + std::to_string(::getpid()) + "-" + GetParam());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
-    server_.Post("/v1/agents/n1/heartbeat",
-                 [this](const httplib::Request& req, httplib::Response& res) {
-                   std::lock_guard lk(mu_);
-                   heartbeats_.push_back(json::parse(req.body));
-                   json answer = {{"heartbeat_ms", 50},     {"lease_ms", 30000}, {"node_timeout_ms", 60000},
-                                  {"instance", "test"},     {"version", 1},      {"workers", workers_}};
-                   answer.update(heartbeat_answer_);
-                   res.set_content(answer.dump(), "application/json");
-                 });
+    server_.Post(
+        "/v1/agents/n1/heartbeat", [this](const httplib::Request& req, httplib::Response& res) {
+          std::lock_guard lk(mu_);
+          heartbeats_.push_back(json::parse(req.body));
+          json answer = {{"heartbeat_ms", 50}, {"lease_ms", 30000}, {"node_timeout_ms", 60000},
+                         {"instance", "test"}, {"version", 1},      {"workers", workers_}};
+          answer.update(heartbeat_answer_);
+          res.set_content(answer.dump(), "application/json");
+        });
     // Watch answers queued by a test, one per call; none: 404 (the agent tries again).
     server_.Get("/v1/agents/n1/watch", [this](const httplib::Request&, httplib::Response& res) {
       std::lock_guard lk(mu_);
@@ -153,9 +153,17 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   // Starts gantry-agent on the fake NVML (its script dir_/nvml.json), with `env` added.
   void StartAgent(const std::vector<std::pair<std::string, std::string>>& env = {}) {
     LaunchSpec spec;
-    spec.argv = {GANTRY_AGENT_BINARY, "--server", "http://127.0.0.1:" + std::to_string(port_),
-                 "--node", "n1", "--state-dir", (dir_ / "state").string(), "--run-as", "agent",
-                 "--cgroups", GetParam()};
+    spec.argv = {GANTRY_AGENT_BINARY,
+                 "--server",
+                 "http://127.0.0.1:" + std::to_string(port_),
+                 "--node",
+                 "n1",
+                 "--state-dir",
+                 (dir_ / "state").string(),
+                 "--run-as",
+                 "agent",
+                 "--cgroups",
+                 GetParam()};
     spec.argv.insert(spec.argv.end(), agent_args_.begin(), agent_args_.end());
     spec.env = {{"LD_LIBRARY_PATH", FAKE_NVML_DIR "/full"},
                 {"GANTRY_FAKE_NVML", (dir_ / "nvml.json").string()}};
@@ -203,12 +211,18 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   // A worker (seq `seq`, holding `alloc`) that tries to open each of `devices` (nodes in
   // the test's folder: device_nodes.h), writes the answers to dir_/JOB.opens (Opens) and
   // runs on.
-  json Opener(const std::string& job, int seq, const std::vector<std::string>& devices, json alloc) const {
+  json Opener(const std::string& job, int seq, const std::vector<std::string>& devices,
+              json alloc) const {
     const std::string out = (dir_ / (job + ".opens")).string();
-    const std::string cmd = "cd " + dir_.string() + "; " + OpenEachCommand(devices) + " > " + out + ".tmp; mv " +
-                            out + ".tmp " + out + "; sleep 60";
-    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
-                {"command", {"sh", "-c", cmd}}, {"alloc", std::move(alloc)}};
+    const std::string cmd = "cd " + dir_.string() + "; " + OpenEachCommand(devices) + " > " + out +
+                            ".tmp; mv " + out + ".tmp " + out + "; sleep 60";
+    return json{{"job", job},
+                {"run", 1},
+                {"rank", 0},
+                {"seq", seq},
+                {"action", "run"},
+                {"command", {"sh", "-c", cmd}},
+                {"alloc", std::move(alloc)}};
   }
   // What Opener's worker `job` wrote (polled for 10 s).
   std::string Opens(const std::string& job) const { return AwaitText(dir_ / (job + ".opens")); }
@@ -217,8 +231,9 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   static constexpr int kCapsMajor = 236;
   void FakeProc(const std::string& mig_minors) {
     fs::create_directories(dir_ / "proc" / "driver" / "nvidia-caps");
-    std::ofstream(dir_ / "proc" / "devices") << "Character devices:\n195 nvidia-frontend\n" << kCapsMajor
-                                             << " nvidia-caps\n\nBlock devices:\n  8 sd\n";
+    std::ofstream(dir_ / "proc" / "devices")
+        << "Character devices:\n195 nvidia-frontend\n"
+        << kCapsMajor << " nvidia-caps\n\nBlock devices:\n  8 sd\n";
     std::ofstream(dir_ / "proc" / "driver" / "nvidia-caps" / "mig-minors") << mig_minors;
     agent_args_.insert(agent_args_.end(), {"--proc", (dir_ / "proc").string()});
   }
@@ -233,7 +248,7 @@ class AgentOnFakeNvml : public ::testing::TestWithParam<std::string> {
   json heartbeat_answer_ = json::object();  // fields that replace the heartbeat answer's
   std::vector<json> watch_answers_;
   pid_t agent_ = 0;
-  std::vector<std::string> agent_args_;  // more arguments for StartAgent
+  std::vector<std::string> agent_args_;             // more arguments for StartAgent
   std::vector<std::pair<pid_t, long long>> stray_;  // pid, start time
 };
 
@@ -245,8 +260,8 @@ json Gpu(const std::string& uuid, const std::string& bus) {
 // A 1g.10gb MIG instance laid out at memory slice `start` (the fake's GPU instance id is
 // its place in the GPU's list).
 json Mig1g(const std::string& uuid, int start) {
-  return {{"uuid", uuid}, {"profile", "1g.10gb"}, {"start", start}, {"size", 1},
-          {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}};
+  return {{"uuid", uuid}, {"profile", "1g.10gb"},     {"start", start},
+          {"size", 1},    {"memory_bytes", 10 * kGB}, {"memory_used_bytes", 0}};
 }
 
 TEST_P(AgentOnFakeNvml, HeartbeatsCarryEachWorkersOwnUsageOnSharedGpus) {
@@ -334,7 +349,8 @@ TEST_P(AgentOnFakeNvml, AnAnswerFromAReplacedServerArrivingLateKillsNothing) {
   // The predecessor's answer (epoch 4, a higher version of its own count, no workers).
   {
     std::lock_guard lk(mu_);
-    watch_answers_.push_back({{"instance", "predecessor"}, {"epoch", 4}, {"version", 40}, {"workers", json::array()}});
+    watch_answers_.push_back(
+        {{"instance", "predecessor"}, {"epoch", 4}, {"version", 40}, {"workers", json::array()}});
   }
   ASSERT_TRUE([&] {
     for (int i = 0; i < 500; ++i) {
@@ -354,7 +370,8 @@ TEST_P(AgentOnFakeNvml, AnAnswerFromAReplacedServerArrivingLateKillsNothing) {
   // A later server's answer without the worker is applied: the worker is stopped.
   {
     std::lock_guard lk(mu_);
-    watch_answers_.push_back({{"instance", "next"}, {"epoch", 6}, {"version", 0}, {"workers", json::array()}});
+    watch_answers_.push_back(
+        {{"instance", "next"}, {"epoch", 6}, {"version", 0}, {"workers", json::array()}});
   }
   const json stopped = Await(after, [](const json& h) { return !Exit(h, "x").is_null(); });
   EXPECT_EQ(Exit(stopped, "x").value("signal", 0), SIGKILL) << stopped.dump();
@@ -366,8 +383,14 @@ TEST_P(AgentOnFakeNvml, AnAnswerFromAReplacedServerArrivingLateKillsNothing) {
 TEST_P(AgentOnFakeNvml, AWorkerBeingStoppedWhenItsAgentDiesGetsItsStopSignalOnce) {
   Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0")}}});
   const fs::path terms = dir_ / "x.terms";
-  json w = {{"job", "x"}, {"run", 1}, {"rank", 0}, {"seq", 1}, {"action", "run"},
-            {"command", {"sh", "-c", "trap 'echo term >> " + terms.string() + "' TERM; while true; do sleep 0.05; done"}},
+  json w = {{"job", "x"},
+            {"run", 1},
+            {"rank", 0},
+            {"seq", 1},
+            {"action", "run"},
+            {"command",
+             {"sh", "-c",
+              "trap 'echo term >> " + terms.string() + "' TERM; while true; do sleep 0.05; done"}},
             {"alloc", {{"sharing", "exclusive"}, {"gpus", {0}}}}};
   SetWorkers({w});
   StartAgent();
@@ -379,7 +402,8 @@ TEST_P(AgentOnFakeNvml, AWorkerBeingStoppedWhenItsAgentDiesGetsItsStopSignalOnce
     std::ifstream in(terms);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
-  for (int i = 0; i < 300 && read().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 300 && read().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   ASSERT_EQ(read(), "term\n");
   const auto signalled = std::chrono::steady_clock::now();
   KillAgent();
@@ -387,7 +411,8 @@ TEST_P(AgentOnFakeNvml, AWorkerBeingStoppedWhenItsAgentDiesGetsItsStopSignalOnce
   const size_t before = Heartbeats();
   StartAgent();  // the server still says stop
   const json ended = Await(before, [](const json& h) { return !Exit(h, "x").is_null(); });
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - signalled).count();
   EXPECT_EQ(Exit(ended, "x").value("signal", 0), SIGKILL) << ended.dump();
   EXPECT_EQ(read(), "term\n") << "signalled again by the successor";
   EXPECT_GT(took, 1.0) << "killed before its grace was up";
@@ -413,7 +438,8 @@ TEST_P(AgentOnFakeNvml, ASecondAgentOnTheSameStateDirectoryRefusesToStart) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(code, 1);
-  EXPECT_NE(AgentLog().find("another gantry-agent uses the state directory"), std::string::npos) << AgentLog();
+  EXPECT_NE(AgentLog().find("another gantry-agent uses the state directory"), std::string::npos)
+      << AgentLog();
   EXPECT_EQ(::kill(first, 0), 0) << "the first agent ended";
   const size_t now = Heartbeats();
   Await(now, [](const json&) { return true; });  // and still heartbeats
@@ -425,10 +451,12 @@ TEST_P(AgentOnFakeNvml, ASecondAgentOnTheSameStateDirectoryRefusesToStart) {
 // the test's folder (the rule is by major and minor, not path: device_nodes.h). Without
 // cgroups nothing is refused, and the agent says so at start.
 TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
-  json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0"), Gpu("GPU-c", "00000000:19:00.0")};
+  json gpus = {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0"),
+               Gpu("GPU-c", "00000000:19:00.0")};
   gpus[2]["minor"] = 7;
   Script({{"gpus", gpus}});
-  if (const std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia7", 7}, {"nvidiactl", 255}});
+  if (const std::string why =
+          MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia7", 7}, {"nvidiactl", 255}});
       !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
@@ -443,9 +471,12 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
     EXPECT_FALSE(constrained) << AgentLog();
     EXPECT_NE(AgentLog().find("workers are NOT isolated"), std::string::npos) << AgentLog();
   }
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
-  const std::map<std::string, std::vector<bool>> want = {  // nvidia0, nvidia1, nvidia7 refused
-      {"whole", {true, false, true}}, {"share", {true, true, false}}, {"cpu", {true, true, true}}};
+  if (GetParam() == "auto" && !constrained)
+    GTEST_SKIP() << "no device control here: " << AgentLog();
+  const std::map<std::string, std::vector<bool>> want = {// nvidia0, nvidia1, nvidia7 refused
+                                                         {"whole", {true, false, true}},
+                                                         {"share", {true, true, false}},
+                                                         {"cpu", {true, true, true}}};
   for (const auto& [job, text] : {std::pair{"whole", whole}, {"share", share}, {"cpu", cpu}}) {
     const std::vector<bool>& w = want.at(job);
     EXPECT_EQ(Refused(text, "nvidia0"), constrained && w[0]) << job << ":\n" << text;
@@ -471,9 +502,11 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeEachOfFiveWorkersOpensExactlyItsOwnGpus)
     names.push_back("nvidia" + std::to_string(7 - i));
   }
   Script({{"gpus", gpus}});
-  if (const std::string why = MakeGpuNodes(dir_, nodes); !why.empty()) GTEST_SKIP() << "cannot make device nodes here: " << why;
+  if (const std::string why = MakeGpuNodes(dir_, nodes); !why.empty())
+    GTEST_SKIP() << "cannot make device nodes here: " << why;
   names.push_back("nvidiactl");
-  const std::map<std::string, std::pair<json, std::vector<int>>> workers = {  // alloc, its GPUs (indexes)
+  const std::map<std::string, std::pair<json, std::vector<int>>> workers = {
+      // alloc, its GPUs (indexes)
       {"four", {{{"sharing", "exclusive"}, {"gpus", {0, 1, 2, 3}}}, {0, 1, 2, 3}}},
       {"two", {{{"sharing", "exclusive"}, {"gpus", {4, 5}}}, {4, 5}}},
       {"one", {{{"sharing", "exclusive"}, {"gpus", {6}}}, {6}}},
@@ -486,14 +519,16 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeEachOfFiveWorkersOpensExactlyItsOwnGpus)
   StartAgent();
   Await(0, [](const json& h) { return h.value("running", json::array()).size() == 5; });
   const bool constrained = DevicesConstrained();
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
+  if (GetParam() == "auto" && !constrained)
+    GTEST_SKIP() << "no device control here: " << AgentLog();
   for (const auto& [job, w] : workers) {
     const std::string text = Opens(job);
     ASSERT_FALSE(text.empty()) << job << " wrote nothing";
     for (int gpu = 0; gpu < 8; ++gpu) {
       const bool own = std::find(w.second.begin(), w.second.end(), gpu) != w.second.end();
       EXPECT_EQ(Refused(text, "nvidia" + std::to_string(7 - gpu)), constrained && !own)
-          << job << ", GPU " << gpu << ":\n" << text;
+          << job << ", GPU " << gpu << ":\n"
+          << text;
     }
     EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
   }
@@ -505,7 +540,8 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeEachOfFiveWorkersOpensExactlyItsOwnGpus)
 // (a file `go`), so every check is made by the same running process.
 TEST_P(AgentOnFakeNvml, AWorkersDeviceRulesOutliveItsAgent) {
   Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")}}});
-  if (const std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}});
+  if (const std::string why =
+          MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}});
       !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
@@ -513,12 +549,18 @@ TEST_P(AgentOnFakeNvml, AWorkersDeviceRulesOutliveItsAgent) {
                            "; n=0; while :; do if [ -e go ]; then rm go; n=$((n+1)); (" +
                            OpenEachCommand({"nvidia0", "nvidia1", "nvidiactl"}) +
                            ") > opens.tmp; mv opens.tmp opens$n; fi; sleep 0.02; done";
-  SetWorkers({{{"job", "x"}, {"run", 1}, {"rank", 0}, {"seq", 1}, {"action", "run"},
-               {"command", {"sh", "-c", loop}}, {"alloc", {{"sharing", "exclusive"}, {"gpus", {1}}}}}});
+  SetWorkers({{{"job", "x"},
+               {"run", 1},
+               {"rank", 0},
+               {"seq", 1},
+               {"action", "run"},
+               {"command", {"sh", "-c", loop}},
+               {"alloc", {{"sharing", "exclusive"}, {"gpus", {1}}}}}});
   StartAgent();
   Await(0, [](const json& h) { return !Running(h, "x").is_null(); });
   const bool constrained = DevicesConstrained();
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
+  if (GetParam() == "auto" && !constrained)
+    GTEST_SKIP() << "no device control here: " << AgentLog();
   int asked = 0;
   auto opens = [&] {  // asks the worker to open each device; its answer
     std::ofstream(dir_ / "go").flush();
@@ -567,33 +609,48 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
   }
   FakeProc(minors);
   std::vector<std::string> names = {"nvidia0", "nvidia1", "nvidiactl"};
-  if (std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}}); !why.empty()) {
+  if (std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}});
+      !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
   ASSERT_EQ(MakeGpuNodes(dir_, caps, kCapsMajor), "");
   for (const auto& [name, minor] : caps) names.push_back(name);
   // job -> its GPU, GPU instance
-  const std::map<std::string, std::pair<int, int>> own = {{"a0", {0, 0}}, {"a2", {0, 2}}, {"made", {1, 20}}};
-  SetWorkers({Opener("a0", 1, names, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}}),
-              Opener("a2", 2, names, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 2}}),
-              Opener("made", 3, names,
-                     {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}, {"create", true},
-                      {"memory_slices", 1}, {"compute_slices", 1}})});
+  const std::map<std::string, std::pair<int, int>> own = {
+      {"a0", {0, 0}}, {"a2", {0, 2}}, {"made", {1, 20}}};
+  SetWorkers(
+      {Opener("a0", 1, names, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 0}}),
+       Opener("a2", 2, names, {{"sharing", "mig"}, {"gpu", 0}, {"mig", "1g.10gb"}, {"start", 2}}),
+       Opener("made", 3, names,
+              {{"sharing", "mig"},
+               {"gpu", 1},
+               {"mig", "1g.10gb"},
+               {"start", 0},
+               {"create", true},
+               {"memory_slices", 1},
+               {"compute_slices", 1}})});
   StartAgent();
-  const json beat = Await(0, [](const json& h) { return h.value("running", json::array()).size() == 3; });
+  const json beat =
+      Await(0, [](const json& h) { return h.value("running", json::array()).size() == 3; });
   const bool constrained = DevicesConstrained();
   // What the heartbeat says keeps workers apart (for `gantry nodes`).
-  EXPECT_EQ(beat["isolation"], (json{{"cgroups", GetParam() != "off"}, {"gpu_devices", constrained}, {"mig", constrained}}))
+  EXPECT_EQ(
+      beat["isolation"],
+      (json{{"cgroups", GetParam() != "off"}, {"gpu_devices", constrained}, {"mig", constrained}}))
       << beat.dump();
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
-  EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other") != std::string::npos, constrained)
+  if (GetParam() == "auto" && !constrained)
+    GTEST_SKIP() << "no device control here: " << AgentLog();
+  EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other") != std::string::npos,
+            constrained)
       << AgentLog();
   for (const auto& [job, where] : own) {
     const auto [gpu, gi] = where;
     const std::string text = Opens(job);
     ASSERT_FALSE(text.empty()) << job << " wrote nothing";
     for (int g = 0; g < 2; ++g) {
-      EXPECT_EQ(Refused(text, "nvidia" + std::to_string(g)), constrained && g != gpu) << job << ":\n" << text;
+      EXPECT_EQ(Refused(text, "nvidia" + std::to_string(g)), constrained && g != gpu)
+          << job << ":\n"
+          << text;
       for (int i : {0, 1, 2, 20}) {
         for (bool ci : {false, true}) {
           const bool mine = g == gpu && i == gi;
@@ -601,7 +658,9 @@ TEST_P(AgentOnFakeNvml, MigWorkersOnOneGpuOpenOnlyTheirOwnInstancesAccessDevices
           // access devices are not denied (its own GPU's are what the rules must cover).
           if (g != gpu) continue;
           EXPECT_EQ(Refused(text, "cap" + std::to_string(cap(g, i, ci))), constrained && !mine)
-              << job << ": GPU " << g << " GPU instance " << i << (ci ? " compute instance 0" : "") << ":\n" << text;
+              << job << ": GPU " << g << " GPU instance " << i << (ci ? " compute instance 0" : "")
+              << ":\n"
+              << text;
         }
       }
     }
@@ -624,10 +683,13 @@ TEST_P(AgentOnFakeNvml, AMigWorkerTheDriversListDoesNotCoverRunsUnfencedAndTheAg
   Pids("a");
   Await(0, [](const json& h) { return !Running(h, "a").is_null(); });
   const bool constrained = DevicesConstrained();
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
-  EXPECT_EQ(AgentLog().find("job a: the MIG instances of GPU 0 are NOT fenced from it (in MIG-a0): the driver's "
-                            "mig-minors lists no access devices for /dev/nvidia5") != std::string::npos,
-            constrained)
+  if (GetParam() == "auto" && !constrained)
+    GTEST_SKIP() << "no device control here: " << AgentLog();
+  EXPECT_EQ(
+      AgentLog().find(
+          "job a: the MIG instances of GPU 0 are NOT fenced from it (in MIG-a0): the driver's "
+          "mig-minors lists no access devices for /dev/nvidia5") != std::string::npos,
+      constrained)
       << AgentLog();
 }
 
@@ -641,21 +703,26 @@ TEST_P(AgentOnFakeNvml, AContainerGetsItsGpusDeviceFilesByMinorAndItsMigInstance
   gpus[1]["minor"] = 3;
   gpus[1]["mig"] = json::array({Mig1g("MIG-b0", 0)});
   Script({{"gpus", gpus}});
-  FakeProc("config 1\nmonitor 2\ngpu3/gi0/access 30\ngpu3/gi0/ci0/access 31\ngpu3/gi1/access 39\n"
-           "gpu3/gi1/ci0/access 40\n");
+  FakeProc(
+      "config 1\nmonitor 2\ngpu3/gi0/access 30\ngpu3/gi0/ci0/access 31\ngpu3/gi1/access 39\n"
+      "gpu3/gi1/ci0/access 40\n");
   const fs::path podman = dir_ / "podman";
   {
     std::ofstream script(podman);
-    script << "#!/bin/sh\n[ \"$1\" = run ] && echo \"$*\" >> " << (dir_ / "podman.log").string() << "\nexit 0\n";
+    script << "#!/bin/sh\n[ \"$1\" = run ] && echo \"$*\" >> " << (dir_ / "podman.log").string()
+           << "\nexit 0\n";
   }
   fs::permissions(podman, fs::perms::owner_all);
   agent_args_.insert(agent_args_.end(), {"--container-run", podman.string() + " run"});
   auto worker = [](const std::string& job, int seq, const json& alloc) {
-    return json{{"job", job}, {"run", 1}, {"rank", 0}, {"seq", seq}, {"action", "run"},
-                {"image", "docker.io/library/busybox:1.36"}, {"command", {"true"}}, {"alloc", alloc}};
+    return json{{"job", job},          {"run", 1},
+                {"rank", 0},           {"seq", seq},
+                {"action", "run"},     {"image", "docker.io/library/busybox:1.36"},
+                {"command", {"true"}}, {"alloc", alloc}};
   };
-  SetWorkers({worker("whole", 1, {{"sharing", "exclusive"}, {"gpus", {0}}}),
-              worker("mig", 2, {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}})});
+  SetWorkers(
+      {worker("whole", 1, {{"sharing", "exclusive"}, {"gpus", {0}}}),
+       worker("mig", 2, {{"sharing", "mig"}, {"gpu", 1}, {"mig", "1g.10gb"}, {"start", 0}})});
   StartAgent();
   std::map<std::string, std::string> runs;  // container name's seq -> podman's arguments
   for (int i = 0; i < 1000 && runs.size() < 2; ++i) {
@@ -694,7 +761,8 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyI
       const std::string at = "gpu" + std::to_string(g) + "/gi" + std::to_string(gi);
       minors += at + "/access " + std::to_string(cap(g, gi, -1)) + "\n";
       for (int ci = 0; ci < 8; ++ci) {
-        minors += at + "/ci" + std::to_string(ci) + "/access " + std::to_string(cap(g, gi, ci)) + "\n";
+        minors +=
+            at + "/ci" + std::to_string(ci) + "/access " + std::to_string(cap(g, gi, ci)) + "\n";
       }
     }
   }
@@ -706,32 +774,40 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyI
     gpu["mig"] = json::array();
     for (int i = 0; i < kInstances; ++i) {
       gpu["mig"].push_back(Mig1g("MIG-" + std::to_string(g) + "-" + std::to_string(i), i));
-      for (int ci : {-1, 0}) caps.emplace_back("cap" + std::to_string(cap(g, i, ci)), cap(g, i, ci));
+      for (int ci : {-1, 0})
+        caps.emplace_back("cap" + std::to_string(cap(g, i, ci)), cap(g, i, ci));
     }
     gpus.push_back(gpu);
     nodes.emplace_back("nvidia" + std::to_string(g), g);
   }
   Script({{"gpus", gpus}});
-  if (std::string why = MakeGpuNodes(dir_, nodes); !why.empty()) GTEST_SKIP() << "cannot make device nodes here: " << why;
+  if (std::string why = MakeGpuNodes(dir_, nodes); !why.empty())
+    GTEST_SKIP() << "cannot make device nodes here: " << why;
   ASSERT_EQ(MakeGpuNodes(dir_, caps, kCapsMajor), "");
   json list = json::array();
   for (int g = 0; g < kGpus; ++g) {
-    std::vector<std::string> names = {"nvidiactl"};  // every /dev/nvidiaN, and its GPU's access devices
+    std::vector<std::string> names = {
+        "nvidiactl"};  // every /dev/nvidiaN, and its GPU's access devices
     for (int other = 0; other < kGpus; ++other) names.push_back("nvidia" + std::to_string(other));
     for (int i = 0; i < kInstances; ++i) {
       for (int ci : {-1, 0}) names.push_back("cap" + std::to_string(cap(g, i, ci)));
     }
     for (int i = 0; i < kInstances; ++i) {
-      list.push_back(Opener("g" + std::to_string(g) + "i" + std::to_string(i), 1 + g * kInstances + i, names,
+      list.push_back(Opener("g" + std::to_string(g) + "i" + std::to_string(i),
+                            1 + g * kInstances + i, names,
                             {{"sharing", "mig"}, {"gpu", g}, {"mig", "1g.10gb"}, {"start", i}}));
     }
   }
   SetWorkers(list);
   StartAgent();
-  Await(0, [](const json& h) { return h.value("running", json::array()).size() == kGpus * kInstances; });
+  Await(0, [](const json& h) {
+    return h.value("running", json::array()).size() == kGpus * kInstances;
+  });
   const bool constrained = DevicesConstrained();
-  if (GetParam() == "auto" && !constrained) GTEST_SKIP() << "no device control here: " << AgentLog();
-  EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other: 4320 access devices") != std::string::npos,
+  if (GetParam() == "auto" && !constrained)
+    GTEST_SKIP() << "no device control here: " << AgentLog();
+  EXPECT_EQ(AgentLog().find("MIG instances are fenced from each other: 4320 access devices") !=
+                std::string::npos,
             constrained)
       << AgentLog();
   for (int g = 0; g < kGpus; ++g) {
@@ -740,12 +816,15 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyI
       const std::string text = Opens(job);
       ASSERT_FALSE(text.empty()) << job << " wrote nothing";
       for (int other = 0; other < kGpus; ++other) {
-        EXPECT_EQ(Refused(text, "nvidia" + std::to_string(other)), constrained && other != g) << job << ":\n" << text;
+        EXPECT_EQ(Refused(text, "nvidia" + std::to_string(other)), constrained && other != g)
+            << job << ":\n"
+            << text;
       }
       for (int j = 0; j < kInstances; ++j) {
         for (int ci : {-1, 0}) {
           EXPECT_EQ(Refused(text, "cap" + std::to_string(cap(g, j, ci))), constrained && j != i)
-              << job << ": instance " << j << (ci < 0 ? "" : " compute instance 0") << ":\n" << text;
+              << job << ": instance " << j << (ci < 0 ? "" : " compute instance 0") << ":\n"
+              << text;
         }
       }
       EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
@@ -760,8 +839,8 @@ INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "of
 class AgentMakesMig : public AgentOnFakeNvml {
  protected:
   // A worker that writes the MIG UUID it was given, then runs until stopped.
-  json MigWorker(const std::string& job, int gpu, const std::string& profile, int start, int memory_slices,
-                 int compute_slices, bool create) {
+  json MigWorker(const std::string& job, int gpu, const std::string& profile, int start,
+                 int memory_slices, int compute_slices, bool create) {
     const std::string out = (dir_ / (job + ".visible")).string();
     json alloc = {{"sharing", "mig"}, {"gpu", gpu}, {"mig", profile}, {"start", start}};
     if (create) {
@@ -774,8 +853,10 @@ class AgentMakesMig : public AgentOnFakeNvml {
             {"rank", 0},
             {"seq", 100 + job.back()},
             {"action", "run"},
-            {"command", {"sh", "-c", "echo $CUDA_VISIBLE_DEVICES > " + out + ".tmp; mv " + out + ".tmp " + out +
-                                         "; exec sleep 60"}},
+            {"command",
+             {"sh", "-c",
+              "echo $CUDA_VISIBLE_DEVICES > " + out + ".tmp; mv " + out + ".tmp " + out +
+                  "; exec sleep 60"}},
             {"alloc", alloc}};
   }
   std::string Visible(const std::string& job) {
@@ -820,13 +901,15 @@ class AgentMakesMig : public AgentOnFakeNvml {
 TEST_P(AgentMakesMig, CreatesEachInstanceAtItsPlacementAndDestroysItBeforeTheExitIsReported) {
   json gpus = Gpus();
   Script({{"gpus", gpus}});
-  SetWorkers({MigWorker("a", 0, "3g.40gb", 4, 4, 3, true), MigWorker("b", 1, "1g.10gb", 6, 1, 1, false)});
+  SetWorkers(
+      {MigWorker("a", 0, "3g.40gb", 4, 4, 3, true), MigWorker("b", 1, "1g.10gb", 6, 1, 1, false)});
   StartAgent();
   EXPECT_EQ(Visible("a"), "MIG-GPU-a-20") << "the instance the agent created";
   EXPECT_EQ(Visible("b"), "MIG-b6") << "not mig_managed: the instance laid out beforehand";
   const json made = Await(0, [](const json& h) { return !Mig(h, 0, 4).is_null(); });
   // With the GPU instance id NVML gave the created instance (the fake numbers them from 20).
-  EXPECT_EQ(Mig(made, 0, 4), (json{{"uuid", "MIG-GPU-a-20"}, {"profile", "3g.40gb"}, {"start", 4}, {"gi_id", 20}}));
+  EXPECT_EQ(Mig(made, 0, 4),
+            (json{{"uuid", "MIG-GPU-a-20"}, {"profile", "3g.40gb"}, {"start", 4}, {"gi_id", 20}}));
   EXPECT_TRUE(fs::exists(dir_ / "state" / "mig.json")) << "kept for a restarted agent";
   // Its processes still hold the instance when the worker is stopped (NVML: in use): the
   // exit waits until the instance is gone, so the server frees the slices only then.
@@ -838,11 +921,13 @@ TEST_P(AgentMakesMig, CreatesEachInstanceAtItsPlacementAndDestroysItBeforeTheExi
   {
     std::lock_guard lk(mu_);
     for (size_t h = stopped; h < heartbeats_.size(); ++h) {
-      EXPECT_TRUE(Exit(heartbeats_[h], "a").is_null()) << "reported before its instance was destroyed";
+      EXPECT_TRUE(Exit(heartbeats_[h], "a").is_null())
+          << "reported before its instance was destroyed";
     }
     EXPECT_FALSE(Mig(heartbeats_.back(), 0, 4).is_null());
   }
-  EXPECT_NE(AgentLog().find("cannot destroy MIG instance MIG-GPU-a-20 yet: nvmlComputeInstanceDestroy: In use"),
+  EXPECT_NE(AgentLog().find(
+                "cannot destroy MIG instance MIG-GPU-a-20 yet: nvmlComputeInstanceDestroy: In use"),
             std::string::npos)
       << AgentLog();
   gpus[0].erase("busy");
@@ -856,7 +941,8 @@ TEST_P(AgentMakesMig, CreatesEachInstanceAtItsPlacementAndDestroysItBeforeTheExi
   SetWorkers(json::array());
   const json b_ended = Await(Heartbeats(), [](const json& h) { return !Exit(h, "b").is_null(); });
   EXPECT_EQ(Mig(b_ended, 1, 6).value("uuid", ""), "MIG-b6");
-  EXPECT_EQ(AgentLog().find("MIG instance MIG-b6"), std::string::npos) << "never touched: " << AgentLog();
+  EXPECT_EQ(AgentLog().find("MIG instance MIG-b6"), std::string::npos)
+      << "never touched: " << AgentLog();
 }
 
 TEST_P(AgentMakesMig, ACreationThatFailsEndsTheWorkerLostWithTheReasonAndAsksForADrain) {
@@ -878,13 +964,15 @@ TEST_P(AgentMakesMig, ACreationThatFailsEndsTheWorkerLostWithTheReasonAndAsksFor
   EXPECT_EQ(c.value("drain", ""), why_c);
   EXPECT_TRUE(c.value("lost", false)) << "not the job's fault: it goes back to pending";
   EXPECT_TRUE(d.value("lost", false));
-  EXPECT_NE(d.value("drain", "").find("cannot create MIG instance 3g.40gb at memory slice 4 on GPU 1 (GPU-b): "
-                                      "MIG instance MIG-b6 (1g.10gb at memory slice 6) overlaps memory slices 4-7"),
+  EXPECT_NE(d.value("drain", "")
+                .find("cannot create MIG instance 3g.40gb at memory slice 4 on GPU 1 (GPU-b): "
+                      "MIG instance MIG-b6 (1g.10gb at memory slice 6) overlaps memory slices 4-7"),
             std::string::npos)
       << d.dump();
   EXPECT_FALSE(e.value("lost", true));
   EXPECT_FALSE(e.contains("drain"));
-  EXPECT_NE(e.value("note", "").find("no MIG instance 1g.10gb at memory slice 2 on GPU 0"), std::string::npos)
+  EXPECT_NE(e.value("note", "").find("no MIG instance 1g.10gb at memory slice 2 on GPU 0"),
+            std::string::npos)
       << e.dump();
   EXPECT_TRUE(Mig(h, 0, 0).is_null());
   EXPECT_EQ(Mig(h, 1, 6).value("uuid", ""), "MIG-b6");
@@ -912,9 +1000,11 @@ TEST_P(AgentMakesMig, ARestartedAgentDestroysWhatItsPreviousRunMade) {
   StartAgent(env);
   const json after = Await(before, [](const json& h) { return !Exit(h, "f").is_null(); });
   const json h = Await(before, [](const json& x) { return Mig(x, 0, 0).is_null(); });
-  EXPECT_NE(AgentLog().find("MIG instance MIG-GPU-a-20 (7g.80gb at memory slice 0) on GPU 0 was made by a previous "
-                            "gantry-agent: destroying it"),
-            std::string::npos)
+  EXPECT_NE(
+      AgentLog().find(
+          "MIG instance MIG-GPU-a-20 (7g.80gb at memory slice 0) on GPU 0 was made by a previous "
+          "gantry-agent: destroying it"),
+      std::string::npos)
       << AgentLog();
   EXPECT_TRUE(Exit(after, "f").value("lost", false));
   EXPECT_FALSE(h.is_null());
@@ -935,7 +1025,8 @@ TEST_P(AgentMakesMig, ARestartedAgentKeepsTheMigInstanceOfAWorkerItReadopts) {
     return false;
   };
   const json h = Await(before, running);
-  EXPECT_FALSE(Mig(h, 0, 0).is_null()) << "the instance of a running worker was destroyed: " << h.dump();
+  EXPECT_FALSE(Mig(h, 0, 0).is_null())
+      << "the instance of a running worker was destroyed: " << h.dump();
   EXPECT_NE(AgentLog().find("job f run 1 rank 0: re-adopted"), std::string::npos) << AgentLog();
   EXPECT_EQ(AgentLog().find("destroying it"), std::string::npos) << AgentLog();
   SetWorkers(json::array());  // stopped: it ends, and its instance goes

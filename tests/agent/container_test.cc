@@ -30,7 +30,8 @@ TEST(ContainerTest, TheRunSettingSplitsAtRun) {
 }
 
 TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
-  ContainerRuntime rt = *ContainerRuntime::Parse("podman --runtime runc run --ulimit nofile=1024:1024");
+  ContainerRuntime rt =
+      *ContainerRuntime::Parse("podman --runtime runc run --ulimit nofile=1024:1024");
   rt.init = true;
   ContainerSpec s{.name = ContainerName("h100-0", 7, 2, 1),
                   .node = "h100-0",
@@ -46,15 +47,17 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
                   .user = "1000:1000"};
   EXPECT_EQ(s.name, "gantry-h100-0-7-2-1");
   const std::vector<std::string> a = ContainerArgv(rt, s);
-  EXPECT_TRUE(Has(a, {"podman", "--runtime", "runc", "run", "--ulimit", "nofile=1024:1024", "--rm", "--name",
-                      "gantry-h100-0-7-2-1"}));
+  EXPECT_TRUE(Has(a, {"podman", "--runtime", "runc", "run", "--ulimit", "nofile=1024:1024", "--rm",
+                      "--name", "gantry-h100-0-7-2-1"}));
   EXPECT_TRUE(Has(a, {"--label", "gantry.node=h100-0"}));
   EXPECT_TRUE(Has(a, {"--label", "gantry.job=train"}));
   EXPECT_TRUE(Has(a, {"--network", "host"}));
   EXPECT_TRUE(Has(a, {"--init"}));
   EXPECT_TRUE(Has(a, {"--user", "1000:1000"}));
   EXPECT_TRUE(Has(a, {"--volume", "/home/ann/run:/home/ann/run", "--workdir", "/home/ann/run"}));
-  EXPECT_TRUE(Has(a, {"--volume", "/var/lib/gantry-agent/scripts/7-2-1.sh:/var/lib/gantry-agent/scripts/7-2-1.sh:ro"}));
+  EXPECT_TRUE(
+      Has(a, {"--volume",
+              "/var/lib/gantry-agent/scripts/7-2-1.sh:/var/lib/gantry-agent/scripts/7-2-1.sh:ro"}));
   EXPECT_TRUE(Has(a, {"--device", "nvidia.com/gpu=GPU-a"}));
   EXPECT_TRUE(Has(a, {"--memory", "8000000000b"}));
   EXPECT_TRUE(Has(a, {"--cpus", "2.500"}));
@@ -64,8 +67,8 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
   EXPECT_TRUE(Has(a, {"docker.io/pytorch/pytorch:latest", "python", "train.py", "--lr", "0.1"}));
   EXPECT_EQ(a.back(), "0.1");
   EXPECT_EQ(ContainerRemoveArgv(rt, s.name),
-            (std::vector<std::string>{"podman", "--runtime", "runc", "rm", "--force", "--ignore", "--time", "0",
-                                      "gantry-h100-0-7-2-1"}));
+            (std::vector<std::string>{"podman", "--runtime", "runc", "rm", "--force", "--ignore",
+                                      "--time", "0", "gantry-h100-0-7-2-1"}));
   // Names podman refuses are made safe.
   EXPECT_EQ(ContainerName("rack 1/node:3", 1, 1, 0), "gantry-rack-1-node-3-1-1-0");
 }
@@ -74,7 +77,8 @@ TEST(ContainerTest, GpusGoByCdiNameWhereTheNodeHasSpecsElseAsDeviceNodes) {
   const fs::path dir = fs::temp_directory_path() / ("gantry-cdi-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::vector<std::string> uuids = {"GPU-a", "MIG-b"};
-  std::vector<std::string> nodes = ContainerGpuDevices(uuids, {"/dev/nvidia0", "/dev/nvidia3"}, {dir.string()});
+  std::vector<std::string> nodes =
+      ContainerGpuDevices(uuids, {"/dev/nvidia0", "/dev/nvidia3"}, {dir.string()});
   ASSERT_GE(nodes.size(), 2u);
   EXPECT_EQ(nodes[0], "/dev/nvidia0");
   EXPECT_EQ(nodes[1], "/dev/nvidia3");
@@ -91,7 +95,8 @@ TEST(ContainerTest, RunCaptureGivesOutputOrTheFailure) {
   EXPECT_EQ(*ok, "out\n");
   auto failed = RunCapture({"sh", "-c", "echo why >&2; exit 4"});
   ASSERT_FALSE(failed.ok());
-  EXPECT_NE(failed.error().message.find("exit status 4: why"), std::string::npos) << failed.error().message;
+  EXPECT_NE(failed.error().message.find("exit status 4: why"), std::string::npos)
+      << failed.error().message;
   auto missing = RunCapture({"/nonexistent/podman", "ps"});
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().message.rfind("cannot run it", 0), 0u) << missing.error().message;

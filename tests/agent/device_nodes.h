@@ -18,10 +18,12 @@ namespace gantry::agent {
 
 // Makes `dir`/NAME as character device MAJOR:MINOR for each node (195: NVIDIA's GPUs);
 // empty, or why it could not (no CAP_MKNOD, a nodev mount).
-inline std::string MakeGpuNodes(const std::filesystem::path& dir, const std::vector<std::pair<std::string, int>>& nodes,
+inline std::string MakeGpuNodes(const std::filesystem::path& dir,
+                                const std::vector<std::pair<std::string, int>>& nodes,
                                 int major = 195) {
   for (const auto& [name, minor] : nodes) {
-    if (::mknod((dir / name).c_str(), S_IFCHR | 0666, ::makedev(major, minor)) != 0) return std::strerror(errno);
+    if (::mknod((dir / name).c_str(), S_IFCHR | 0666, ::makedev(major, minor)) != 0)
+      return std::strerror(errno);
   }
   return {};
 }
@@ -32,14 +34,17 @@ inline std::string OpenEachCommand(const std::vector<std::string>& names) {
   std::string list;
   for (const std::string& n : names) list += (list.empty() ? "" : " ") + n;
   return "for d in " + list +
-         "; do (exec 3< $d) 2>/dev/null && echo \"$d open\" || echo \"$d $(exec 2>&1; exec 3< $d)\"; done";
+         "; do (exec 3< $d) 2>/dev/null && echo \"$d open\" || echo \"$d $(exec 2>&1; exec 3< "
+         "$d)\"; done";
 }
 
 // Whether OpenEachCommand's output says the open of `dev` was refused (EPERM).
 inline bool Refused(const std::string& output, const std::string& dev) {
   const size_t at = output.find(dev + " ");
-  const std::string line = at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
-  return line.find("ermission denied") != std::string::npos || line.find("not permitted") != std::string::npos;
+  const std::string line =
+      at == std::string::npos ? "" : output.substr(at, output.find('\n', at) - at);
+  return line.find("ermission denied") != std::string::npos ||
+         line.find("not permitted") != std::string::npos;
 }
 
 }  // namespace gantry::agent

@@ -15,7 +15,8 @@ TEST(Emulated, ParsesCountAndModel) {
   EXPECT_EQ(s->model, "H100-80GB");
   EXPECT_EQ(s->memory_bytes, 80'000'000'000);
   EXPECT_EQ(ParseEmulate("2xH200-141GB")->memory_bytes, 141'000'000'000);
-  for (const char* bad : {"", "8", "x H100-80GB", "0xH100-80GB", "8xH100", "eightxH100-80GB", "99xH100-80GB"}) {
+  for (const char* bad :
+       {"", "8", "x H100-80GB", "0xH100-80GB", "8xH100", "eightxH100-80GB", "99xH100-80GB"}) {
     EXPECT_FALSE(ParseEmulate(bad).ok()) << bad;
   }
 }
@@ -43,7 +44,8 @@ TEST(Emulated, UuidsAreStablePerNodeAndDistinct) {
 }
 
 TEST(Emulated, LostGpusFromAFile) {
-  const auto file = std::filesystem::temp_directory_path() / ("gantry-lost-" + std::to_string(::getpid()));
+  const auto file =
+      std::filesystem::temp_directory_path() / ("gantry-lost-" + std::to_string(::getpid()));
   std::ofstream(file) << "2\n5\n";
   EmulatedGpus a("n", *ParseEmulate("8xH100-80GB"), file.string());
   auto g = *a.Discover();

@@ -27,8 +27,9 @@
 //               "processes": [...]}],  // present (even empty): the GPU is in MIG mode
 //      "fail_create": "insufficient_resources",  // or "no_permission": what
 //                                     // nvmlDeviceCreateGpuInstanceWithPlacement answers
-//      "fail_compute": true,          // nvmlGpuInstanceCreateComputeInstance: insufficient resources
-//      "busy": [6]}]}                 // instances made here starting at these memory slices
+//      "fail_compute": true,          // nvmlGpuInstanceCreateComputeInstance: insufficient
+//      resources "busy": [6]}]}                 // instances made here starting at these memory
+//      slices
 //                                     // have processes: destroying them is NVML_ERROR_IN_USE
 //
 // MIG instances can be created and destroyed (the entry points of a driver with
@@ -149,7 +150,8 @@ struct Made {
   json doc;  // uuid, profile, start, size, memory_bytes
 };
 std::vector<Made> made;
-constexpr unsigned kFirstMadeId = 20;  // GPU instance ids of made ones; the script's are their index
+constexpr unsigned kFirstMadeId =
+    20;  // GPU instance ids of made ones; the script's are their index
 
 // Handles are small numbers, stable across re-reads of the script: GPU i is i + 1; of GPU i,
 // MIG device k (the script's, then those made here) and the GPU instance of script entry k
@@ -199,8 +201,13 @@ void LoadMade() {
   if (!path) return;
   json j = json::array();
   for (const Made& m : made) {
-    j.push_back({{"gpu", m.gpu}, {"gi_id", m.gi_id}, {"profile", m.profile}, {"start", m.start},
-                 {"size", m.size}, {"has_ci", m.has_ci}, {"doc", m.doc}});
+    j.push_back({{"gpu", m.gpu},
+                 {"gi_id", m.gi_id},
+                 {"profile", m.profile},
+                 {"start", m.start},
+                 {"size", m.size},
+                 {"has_ci", m.has_ci},
+                 {"doc", m.doc}});
   }
   const std::string tmp = std::string(path) + ".tmp";
   std::ofstream(tmp) << j.dump();
@@ -225,7 +232,9 @@ std::vector<std::pair<const json*, Made*>> MigDevices(unsigned g) {
   return out;
 }
 
-[[maybe_unused]] size_t ScriptMigs(const json& gpu) { return gpu.contains("mig") ? gpu["mig"].size() : 0; }
+[[maybe_unused]] size_t ScriptMigs(const json& gpu) {
+  return gpu.contains("mig") ? gpu["mig"].size() : 0;
+}
 
 [[maybe_unused]] Made* FindMade(unsigned g, unsigned gi_id) {
   for (Made& m : made) {
@@ -236,10 +245,12 @@ std::vector<std::pair<const json*, Made*>> MigDevices(unsigned g) {
 
 // A made GPU instance's handle, and its compute instance's.
 [[maybe_unused]] nvmlGpuInstance_t GiHandle(unsigned gpu, unsigned gi_id) {
-  return reinterpret_cast<nvmlGpuInstance_t>(static_cast<uintptr_t>((gpu + 1) * 1000 + 100 + gi_id));
+  return reinterpret_cast<nvmlGpuInstance_t>(
+      static_cast<uintptr_t>((gpu + 1) * 1000 + 100 + gi_id));
 }
 [[maybe_unused]] nvmlComputeInstance_t CiHandle(unsigned gpu, unsigned gi_id) {
-  return reinterpret_cast<nvmlComputeInstance_t>(static_cast<uintptr_t>((gpu + 1) * 1000 + 500 + gi_id));
+  return reinterpret_cast<nvmlComputeInstance_t>(
+      static_cast<uintptr_t>((gpu + 1) * 1000 + 500 + gi_id));
 }
 
 nvmlReturn_t Find(const void* handle, Ref& ref) {
@@ -666,7 +677,8 @@ FAKE_EXPORT nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
   }
   unsigned next = kFirstMadeId;
   for (const Made& m : made) {
-    if (m.gpu == r.gpu_index && m.start < end && start < m.start + m.size) return kInsufficientResources;
+    if (m.gpu == r.gpu_index && m.start < end && start < m.start + m.size)
+      return kInsufficientResources;
     if (m.gpu == r.gpu_index) next = std::max(next, m.gi_id + 1);
   }
   Made m;

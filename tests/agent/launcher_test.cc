@@ -5,8 +5,8 @@
 #include "agent/cgroup.h"
 #include "device_nodes.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -27,8 +27,9 @@ namespace fs = std::filesystem;
 class LauncherTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gantry-launch-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("gantry-launch-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -53,8 +54,9 @@ TEST_F(LauncherTest, RunsInItsOwnGroupWithACleanEnvironment) {
   ::setenv("GANTRY_TOKEN", "secret", 1);
   ::setenv("CUDA_MPS_PIPE_DIRECTORY", "/run/mps", 1);
   LaunchSpec spec;
-  spec.argv = {"sh", "-c", "echo pgid=$(ps -o pgid= $$ | tr -d ' ') pid=$$; echo token=$GANTRY_TOKEN; "
-                           "echo mps=$CUDA_MPS_PIPE_DIRECTORY; echo job=$JOB_VAR; pwd; echo err >&2; exit 7"};
+  spec.argv = {"sh", "-c",
+               "echo pgid=$(ps -o pgid= $$ | tr -d ' ') pid=$$; echo token=$GANTRY_TOKEN; "
+               "echo mps=$CUDA_MPS_PIPE_DIRECTORY; echo job=$JOB_VAR; pwd; echo err >&2; exit 7"};
   spec.env = {{"JOB_VAR", "hello"}};
   spec.workdir = (dir_ / "work").string();
   spec.log_path = (dir_ / "out.log").string();
@@ -65,7 +67,9 @@ TEST_F(LauncherTest, RunsInItsOwnGroupWithACleanEnvironment) {
   ::unsetenv("CUDA_MPS_PIPE_DIRECTORY");
   EXPECT_EQ(e.exit_code, 7);
   const std::string out = Read("out.log");
-  EXPECT_NE(out.find("pgid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid)), std::string::npos) << out;
+  EXPECT_NE(out.find("pgid=" + std::to_string(*pid) + " pid=" + std::to_string(*pid)),
+            std::string::npos)
+      << out;
   EXPECT_NE(out.find("token=\n"), std::string::npos) << out;  // the agent's token does not leak
   EXPECT_NE(out.find("mps=/run/mps\n"), std::string::npos) << out;  // where the MPS daemon listens
   EXPECT_NE(out.find("job=hello"), std::string::npos);
@@ -94,7 +98,8 @@ TEST_F(LauncherTest, AWorkdirTheJobNamesIsMadeAsItsUserAndNeverGivenAway) {
   spec.workdir = (dir_ / "closed" / "ssh").string();
   Status made = MakeWorkdir(spec);
   ASSERT_FALSE(made);
-  EXPECT_NE(made.error().ToString().find("cannot create it as uid 65534: Permission denied"), std::string::npos)
+  EXPECT_NE(made.error().ToString().find("cannot create it as uid 65534: Permission denied"),
+            std::string::npos)
       << made.error().ToString();
   EXPECT_FALSE(fs::exists(dir_ / "closed" / "ssh"));
   // A worker launched there fails the same way, before it runs anything.
@@ -125,7 +130,8 @@ TEST_F(LauncherTest, OpenAsUserReadsOnlyWhatTheUserMayAndPutsTheAgentBack) {
   std::ofstream(dir_ / "secret") << "root only\n";
   fs::permissions(dir_ / "secret", fs::perms::owner_read | fs::perms::owner_write);
   std::ofstream(dir_ / "public") << "anyone\n";
-  fs::permissions(dir_ / "public", fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  fs::permissions(dir_ / "public",
+                  fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
   const std::vector<gid_t> groups = {65534};
   EXPECT_EQ(OpenAsUser((dir_ / "secret").string(), 65534, 65534, groups), -1);
   EXPECT_EQ(errno, EACCES);
@@ -156,7 +162,9 @@ TEST_F(LauncherTest, OpenAsUserReadsOnlyWhatTheUserMayAndPutsTheAgentBack) {
 TEST_F(LauncherTest, OfAVariableGivenTwiceTheLaterIsTheOneSet) {
   LaunchSpec spec;
   spec.argv = {"env"};
-  spec.env = {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"}, {"JOB_VAR", "x"}, {"CUDA_VISIBLE_DEVICES", "GPU-a"}};
+  spec.env = {{"CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7"},
+              {"JOB_VAR", "x"},
+              {"CUDA_VISIBLE_DEVICES", "GPU-a"}};
   spec.log_path = (dir_ / "out.log").string();
   auto pid = Launch(spec);
   ASSERT_TRUE(pid.ok()) << pid.error().message;
@@ -212,10 +220,10 @@ TEST_F(LauncherTest, StartTimeTellsAProcessFromItsSuccessor) {
 TEST_F(LauncherTest, SessionOfTellsAWorkersProcessesFromOthers) {
   LaunchSpec spec;
   spec.argv = {"sh", "-c",
-               "sleep 30 & echo $! > " + (dir_ / "child.tmp").string() + "; setsid sleep 30 & echo $! > " +
-                   (dir_ / "escaped.tmp").string() + "; mv " + (dir_ / "child.tmp").string() + " " +
-                   (dir_ / "child").string() + "; mv " + (dir_ / "escaped.tmp").string() + " " +
-                   (dir_ / "escaped").string() + "; wait"};
+               "sleep 30 & echo $! > " + (dir_ / "child.tmp").string() +
+                   "; setsid sleep 30 & echo $! > " + (dir_ / "escaped.tmp").string() + "; mv " +
+                   (dir_ / "child.tmp").string() + " " + (dir_ / "child").string() + "; mv " +
+                   (dir_ / "escaped.tmp").string() + " " + (dir_ / "escaped").string() + "; wait"};
   spec.log_path = (dir_ / "out.log").string();
   auto pid = Launch(spec);
   ASSERT_TRUE(pid.ok());
@@ -233,14 +241,14 @@ TEST_F(LauncherTest, SessionOfTellsAWorkersProcessesFromOthers) {
   }
   EXPECT_EQ(SessionOf(*pid), *pid);
   EXPECT_EQ(SessionOf(child), *pid);
-  EXPECT_EQ(SessionOf(escaped), escaped) << "it left for a session of its own (cgroups still find it)";
+  EXPECT_EQ(SessionOf(escaped), escaped)
+      << "it left for a session of its own (cgroups still find it)";
   EXPECT_NE(SessionOf(::getpid()), *pid);
   ::kill(escaped, SIGKILL);
   SignalGroup(*pid, SIGKILL);
   Wait(*pid);
   EXPECT_EQ(SessionOf(999999999), -1);
 }
-
 
 // Issue 16, bug 4: a worker dies with the thread that launched it (the agent's main loop),
 // and what it started can be found by its process group and start time.
@@ -268,7 +276,8 @@ TEST_F(LauncherTest, AWorkerDiesWithItsLauncherAndWhatItLeftIsFoundByGroup) {
   ASSERT_GT(child, 0);
   const std::vector<pid_t> left = GroupMembersSince(pid, started);
   EXPECT_EQ(left, std::vector<pid_t>{child});
-  EXPECT_TRUE(GroupMembersSince(pid, started + 1'000'000'000).empty()) << "a later group must not match";
+  EXPECT_TRUE(GroupMembersSince(pid, started + 1'000'000'000).empty())
+      << "a later group must not match";
   for (pid_t p : left) ::kill(p, SIGKILL);
 }
 
@@ -307,7 +316,8 @@ TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
   EXPECT_TRUE(cg->OomKilled("w1")) << Read("w1.log");
   // v1: the kernel kills tail and the shell tells of it; v2: memory.oom.group kills the
   // whole worker, the shell too.
-  EXPECT_TRUE(e.exit_code == 128 + SIGKILL || e.signal == SIGKILL) << e.exit_code << " " << e.signal;
+  EXPECT_TRUE(e.exit_code == 128 + SIGKILL || e.signal == SIGKILL)
+      << e.exit_code << " " << e.signal;
   cg->KillAndRemove("w1");
   EXPECT_TRUE(cg->Names().empty());
 
@@ -334,11 +344,13 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
   if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
   if (!cg->constrains_devices()) GTEST_SKIP() << cg->Describe() << ": " << cg->devices_why();
   fs::create_directories(dir_);
-  if (const std::string why = MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia2", 2}, {"nvidiactl", 255}});
+  if (const std::string why =
+          MakeGpuNodes(dir_, {{"nvidia0", 0}, {"nvidia1", 1}, {"nvidia2", 2}, {"nvidiactl", 255}});
       !why.empty()) {
     GTEST_SKIP() << "cannot make device nodes here: " << why;
   }
-  // MIG access devices, of another major (nvidia-caps'), two with the minors of nvidia1 and nvidia2.
+  // MIG access devices, of another major (nvidia-caps'), two with the minors of nvidia1 and
+  // nvidia2.
   constexpr int kCaps = 236;
   ASSERT_EQ(MakeGpuNodes(dir_, {{"cap1", 1}, {"cap2", 2}, {"cap12", 12}}, kCaps), "");
   auto opens = [&](const std::string& worker, const std::vector<int>& denied_gpus,
@@ -349,7 +361,9 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
     EXPECT_TRUE(join.ok()) << join.error().ToString();
     if (!join.ok()) return std::string();
     LaunchSpec spec;
-    spec.argv = {"/bin/sh", "-c", OpenEachCommand({"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "cap1", "cap2", "cap12"})};
+    spec.argv = {
+        "/bin/sh", "-c",
+        OpenEachCommand({"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "cap1", "cap2", "cap12"})};
     spec.workdir = dir_.string();
     spec.log_path = (dir_ / (worker + ".log")).string();
     spec.join = *join;
@@ -378,7 +392,8 @@ TEST_F(CgroupTest, AWorkerMayOpenOnlyItsOwnGpusDeviceFiles) {
   // minor 2 of NVIDIA's GPUs only: not cap2.
   const std::string mig = opens("mig", {0, 2}, {{kCaps, 12}});
   EXPECT_TRUE(Refused(mig, "cap12")) << mig;
-  for (const char* d : {"cap1", "cap2", "nvidia1", "nvidiactl"}) EXPECT_FALSE(Refused(mig, d)) << mig;
+  for (const char* d : {"cap1", "cap2", "nvidia1", "nvidiactl"})
+    EXPECT_FALSE(Refused(mig, d)) << mig;
   for (const char* d : {"nvidia0", "nvidia2"}) EXPECT_TRUE(Refused(mig, d)) << mig;
   const std::string all = opens("all", {});
   for (const char* d : {"nvidia0", "nvidia1", "nvidia2", "nvidiactl", "cap1", "cap2", "cap12"}) {
@@ -400,7 +415,8 @@ TEST_F(CgroupTest, ProcessesThatLeftTheGroupAreFoundAndKilledByCgroup) {
   const std::string file = (dir_ / "daemon").string();
   spec.argv = {"/bin/sh", "-c",
                "setsid /bin/sh -c 'echo $$ > " + file + ".tmp && mv " + file + ".tmp " + file +
-                   " && exec sleep 300' > /dev/null 2>&1 & while [ ! -s " + file + " ]; do sleep 0.01; done"};
+                   " && exec sleep 300' > /dev/null 2>&1 & while [ ! -s " + file +
+                   " ]; do sleep 0.01; done"};
   spec.log_path = (dir_ / "w3.log").string();
   spec.join = *join;
   auto pid = Launch(spec);
@@ -433,7 +449,8 @@ class ShimTest : public LauncherTest {
     fs::create_directories(dir_);
   }
   // `supervisor`: the pid the AGENT file names (this test: alive; 0: a gone one).
-  LaunchSpec Spec(const std::string& script, pid_t supervisor, int signal = SIGTERM, int64_t grace_ms = 0) {
+  LaunchSpec Spec(const std::string& script, pid_t supervisor, int signal = SIGTERM,
+                  int64_t grace_ms = 0) {
     LaunchSpec spec;
     spec.argv = {"sh", "-c", script};
     spec.workdir = dir_.string();
@@ -444,8 +461,9 @@ class ShimTest : public LauncherTest {
     spec.shim_agent = (dir_ / "agent.pid").string();
     spec.shim_signal = signal;
     spec.shim_grace_ms = grace_ms;
-    std::ofstream(dir_ / "agent.pid") << (supervisor > 0 ? supervisor : 999999) << " "
-                                      << (supervisor > 0 ? ProcessStartTime(supervisor) : 0) << "\n";
+    std::ofstream(dir_ / "agent.pid")
+        << (supervisor > 0 ? supervisor : 999999) << " "
+        << (supervisor > 0 ? ProcessStartTime(supervisor) : 0) << "\n";
     return spec;
   }
 };
@@ -463,7 +481,8 @@ TEST_F(ShimTest, AWorkersExitComesBackThroughItsShimAndIsWritten) {
   // ends by the same signal.
   pid = Launch(Spec("echo $$ > " + (dir_ / "w.pid").string() + "; sleep 30", ::getpid()));
   ASSERT_TRUE(pid.ok());
-  for (int i = 0; i < 200 && Read("w.pid").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && Read("w.pid").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   const pid_t worker = std::stoi(Read("w.pid"));
   EXPECT_NE(worker, *pid) << "the worker is the shim's child, not the shim";
   EXPECT_EQ(SessionOf(worker), *pid) << "in the shim's session";
@@ -482,8 +501,12 @@ TEST_F(ShimTest, TheShimLoadsWithTheAgentsLibraryPathAndTheWorkerWithoutIt) {
   const char* before = std::getenv("LD_LIBRARY_PATH");
   const std::string saved = before ? before : "";
   ::setenv("LD_LIBRARY_PATH", "/opt/gantry/lib", 1);
-  auto pid = Launch(Spec("while [ ! -e go ]; do sleep 0.01; done; env > worker.env; exit 3", ::getpid()));
-  if (before) ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1); else ::unsetenv("LD_LIBRARY_PATH");
+  auto pid =
+      Launch(Spec("while [ ! -e go ]; do sleep 0.01; done; env > worker.env; exit 3", ::getpid()));
+  if (before)
+    ::setenv("LD_LIBRARY_PATH", saved.c_str(), 1);
+  else
+    ::unsetenv("LD_LIBRARY_PATH");
   ASSERT_TRUE(pid.ok()) << pid.error().message;
   // The shim's environment once it is the agent's binary (its command line says so).
   const fs::path proc = "/proc/" + std::to_string(*pid);
@@ -493,10 +516,12 @@ TEST_F(ShimTest, TheShimLoadsWithTheAgentsLibraryPathAndTheWorkerWithoutIt) {
     std::replace(text.begin(), text.end(), '\0', '\n');
     return text;
   };
-  for (int i = 0; i < 500 && slurp(proc / "cmdline").find("--shim-worker") == std::string::npos; ++i) {
+  for (int i = 0; i < 500 && slurp(proc / "cmdline").find("--shim-worker") == std::string::npos;
+       ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(slurp(proc / "environ"), "LD_LIBRARY_PATH=/opt/gantry/lib\n") << "the agent's library path, nothing else";
+  EXPECT_EQ(slurp(proc / "environ"), "LD_LIBRARY_PATH=/opt/gantry/lib\n")
+      << "the agent's library path, nothing else";
   std::ofstream(dir_ / "go") << "";
   EXPECT_EQ(Wait(*pid).exit_code, 3) << "the worker's exit, through its shim";
   EXPECT_EQ(Read("worker.env").find("LD_LIBRARY_PATH"), std::string::npos) << Read("worker.env");
@@ -509,11 +534,13 @@ TEST_F(ShimTest, WithoutAnAgentAShimStopsItsWorkerOnceTheLeaseRunsOut) {
   WriteLease((dir_ / "lease").string(), 300, 1300);
   const std::string log = (dir_ / "w.log").string();
   const auto started = std::chrono::steady_clock::now();
-  auto pid = Launch(Spec("trap 'echo term >> " + log + "; exit 0' TERM; while true; do sleep 0.05; done", 0,
-                         SIGTERM, 10'000));
+  auto pid =
+      Launch(Spec("trap 'echo term >> " + log + "; exit 0' TERM; while true; do sleep 0.05; done",
+                  0, SIGTERM, 10'000));
   ASSERT_TRUE(pid.ok());
   const Exited e = Wait(*pid);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   EXPECT_EQ(Read("w.log"), "term\n") << "its stop signal first";
   EXPECT_EQ(e.exit_code, 0);
   EXPECT_GT(took, 0.25);
@@ -540,7 +567,8 @@ TEST_F(ShimTest, AJobsOwnStopSignalReachesItThroughItsShim) {
                              "; while true; do sleep 0.05; done",
                          ::getpid(), SIGALRM, 5000));
   ASSERT_TRUE(pid.ok());
-  for (int i = 0; i < 200 && Read("w.log").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && Read("w.log").empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the shim has set itself up
   SignalGroup(*pid, SIGALRM);
   const Exited e = Wait(*pid);
@@ -555,11 +583,12 @@ TEST_F(ShimTest, UnderAnAgentThatCannotActAShimKillsItsWorkerBeforeTheNodeTimeou
   WriteLease((dir_ / "lease").string(), 200, 2000);
   const std::string log = (dir_ / "w.log").string();
   const auto started = std::chrono::steady_clock::now();
-  auto pid = Launch(Spec("trap 'echo term >> " + log + "' TERM; while true; do sleep 0.05; done", ::getpid(),
-                         SIGTERM, 10'000));
+  auto pid = Launch(Spec("trap 'echo term >> " + log + "' TERM; while true; do sleep 0.05; done",
+                         ::getpid(), SIGTERM, 10'000));
   ASSERT_TRUE(pid.ok());
   EXPECT_EQ(Wait(*pid).signal, SIGKILL);
-  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   EXPECT_GT(took, 1.2) << "before the agent's own fence would have acted";
   EXPECT_LT(took, 2.0) << "past the node timeout";
   EXPECT_EQ(Read("w.log"), "") << "the stop signal is the agent's to send";

@@ -47,17 +47,20 @@ TEST(MigCapsTest, FindsAnInstancesTwoDevicesAndEveryDeviceOfAGpu) {
 }
 
 TEST(MigCapsTest, ABadLineIsNamedByFileAndLineAndUnknownNamesAreSkipped) {
-  auto bad = MigCaps::Parse("config 1\ngpu0/gi0/access three\n", "/proc/driver/nvidia-caps/mig-minors", 236);
+  auto bad = MigCaps::Parse("config 1\ngpu0/gi0/access three\n",
+                            "/proc/driver/nvidia-caps/mig-minors", 236);
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().ToString(),
-            "/proc/driver/nvidia-caps/mig-minors:2: expected NAME MINOR (e.g. gpu0/gi1/access 12), got "
-            "\"gpu0/gi0/access three\"");
+  EXPECT_EQ(
+      bad.error().ToString(),
+      "/proc/driver/nvidia-caps/mig-minors:2: expected NAME MINOR (e.g. gpu0/gi1/access 12), got "
+      "\"gpu0/gi0/access three\"");
   EXPECT_FALSE(MigCaps::Parse("gpu0/gi0/access 3 4\n", "f", 1).ok()) << "a third field";
   EXPECT_FALSE(MigCaps::Parse("gpu0/gi0/access -3\n", "f", 1).ok());
   EXPECT_FALSE(MigCaps::Parse("gpu0/gi0/access\n", "f", 1).ok());
   // Names of a later driver, or not quite ours, are not instances: skipped, not refused.
-  auto odd = MigCaps::Parse("\nfabric-imex-mgmt 7\ngpu0/gi0/xx/access 8\ngpux/gi0/access 9\ngpu0/gi0/ci0/access 10\n",
-                            "f", 1);
+  auto odd = MigCaps::Parse(
+      "\nfabric-imex-mgmt 7\ngpu0/gi0/xx/access 8\ngpux/gi0/access 9\ngpu0/gi0/ci0/access 10\n",
+      "f", 1);
   ASSERT_TRUE(odd.ok()) << odd.error().ToString();
   EXPECT_EQ(odd->OnGpu(0), (std::vector<CharDevice>{{1, 10}}));
 }
@@ -68,17 +71,26 @@ TEST(MigCapsTest, ABadLineIsNamedByFileAndLineAndUnknownNamesAreSkipped) {
 TEST(MigCapsTest, MangledListsAreReadOrRefusedByLine) {
   std::mt19937 rng(7);
   const std::string base = kMinors;
-  const std::string junk[] = {" ", "\t", "\n", "/", "gpu", "gi", "ci", "access", "-", "99999999999", "x"};
+  const std::string junk[] = {" ",  "\t",     "\n", "/",           "gpu", "gi",
+                              "ci", "access", "-",  "99999999999", "x"};
   int refused = 0;
   for (int round = 0; round < 3000; ++round) {
     std::string text = base;
     for (int edits = 1 + static_cast<int>(rng() % 4); edits > 0; --edits) {
       const size_t at = rng() % (text.size() + 1);
       switch (rng() % 4) {
-        case 0: if (at < text.size()) text[at] = static_cast<char>(rng() % 256); break;
-        case 1: text.resize(at); break;
-        case 2: text.insert(at, junk[rng() % std::size(junk)]); break;
-        default: text.insert(at, text.substr(at, rng() % 40)); break;
+        case 0:
+          if (at < text.size()) text[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          text.resize(at);
+          break;
+        case 2:
+          text.insert(at, junk[rng() % std::size(junk)]);
+          break;
+        default:
+          text.insert(at, text.substr(at, rng() % 40));
+          break;
       }
     }
     const int lines = static_cast<int>(std::count(text.begin(), text.end(), '\n')) + 1;
@@ -100,7 +112,8 @@ TEST(MigCapsTest, MangledListsAreReadOrRefusedByLine) {
 }
 
 TEST(MigCapsTest, LoadReadsTheListAndTheMajorFromProc) {
-  const fs::path proc = fs::temp_directory_path() / ("gantry-migcaps-" + std::to_string(::getpid()));
+  const fs::path proc =
+      fs::temp_directory_path() / ("gantry-migcaps-" + std::to_string(::getpid()));
   fs::remove_all(proc);
   fs::create_directories(proc / "driver" / "nvidia-caps");
   auto missing = MigCaps::Load(proc.string());
@@ -108,14 +121,16 @@ TEST(MigCapsTest, LoadReadsTheListAndTheMajorFromProc) {
   EXPECT_NE(missing.error().ToString().find("mig-minors: cannot read it"), std::string::npos)
       << missing.error().ToString();
   std::ofstream(proc / "driver" / "nvidia-caps" / "mig-minors") << kMinors;
-  std::ofstream(proc / "devices") << "Character devices:\n  1 mem\n195 nvidia-frontend\n511 nvidia-uvm\n\n"
-                                     "Block devices:\n237 nvidia-caps\n";
+  std::ofstream(proc / "devices")
+      << "Character devices:\n  1 mem\n195 nvidia-frontend\n511 nvidia-uvm\n\n"
+         "Block devices:\n237 nvidia-caps\n";
   auto no_major = MigCaps::Load(proc.string());
   ASSERT_FALSE(no_major.ok()) << "a block device of that name is not it";
   EXPECT_NE(no_major.error().ToString().find("no nvidia-caps character device"), std::string::npos)
       << no_major.error().ToString();
-  std::ofstream(proc / "devices") << "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n"
-                                     "511 nvidia-uvm\n\nBlock devices:\n  8 sd\n";
+  std::ofstream(proc / "devices")
+      << "Character devices:\n  1 mem\n195 nvidia-frontend\n236 nvidia-caps\n"
+         "511 nvidia-uvm\n\nBlock devices:\n  8 sd\n";
   auto caps = MigCaps::Load(proc.string());
   ASSERT_TRUE(caps.ok()) << caps.error().ToString();
   EXPECT_EQ(caps->major_number(), 236);

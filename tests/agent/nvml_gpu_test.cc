@@ -23,14 +23,17 @@ TEST(NvmlGpu, DiscoversRealGpusAndRunsACudaVisibleJob) {
   for (const GpuInfo& g : *gpus) {
     EXPECT_EQ(g.uuid.rfind("GPU-", 0), 0u) << g.uuid;
     EXPECT_GT(g.memory_bytes, 1'000'000'000);
-    std::cout << "GPU " << g.index << ": " << g.name << " " << g.uuid << " " << g.memory_bytes / 1'000'000'000
-              << " GB, MIG " << (g.mig_mode ? "on" : "off") << ", NVLink peers " << g.nvlink_peers.size() << "\n";
+    std::cout << "GPU " << g.index << ": " << g.name << " " << g.uuid << " "
+              << g.memory_bytes / 1'000'000'000 << " GB, MIG " << (g.mig_mode ? "on" : "off")
+              << ", NVLink peers " << g.nvlink_peers.size() << "\n";
   }
   if (::access("/usr/bin/nvidia-smi", X_OK) != 0) GTEST_SKIP() << "no nvidia-smi to play the job";
-  const std::string dir = std::filesystem::temp_directory_path() / ("gantry-gpu-" + std::to_string(::getpid()));
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("gantry-gpu-" + std::to_string(::getpid()));
   LaunchSpec spec;
   spec.argv = {"nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"};
-  spec.env = {{"CUDA_VISIBLE_DEVICES", (*gpus)[0].uuid}, {"NVIDIA_VISIBLE_DEVICES", (*gpus)[0].uuid}};
+  spec.env = {{"CUDA_VISIBLE_DEVICES", (*gpus)[0].uuid},
+              {"NVIDIA_VISIBLE_DEVICES", (*gpus)[0].uuid}};
   spec.log_path = dir + "/out.log";
   auto pid = Launch(spec);
   ASSERT_TRUE(pid.ok());

@@ -449,7 +449,8 @@ json MigGpu() {
   return g;
 }
 
-MigPlacement Placement(const std::string& profile, int start, int memory_slices, int compute_slices) {
+MigPlacement Placement(const std::string& profile, int start, int memory_slices,
+                       int compute_slices) {
   return MigPlacement{.profile = profile,
                       .start = start,
                       .memory_slices = memory_slices,
@@ -480,8 +481,9 @@ TEST_F(FakeNvmlTest, CreatesMigInstancesAtExactlyThePlacementAndDestroysThem) {
   ASSERT_TRUE(large.ok()) << large.error().message;
   auto half = nvml->CreateMig(gpu, Placement("3g.40gb", 4, 4, 3));
   ASSERT_FALSE(half.ok()) << "slices 4-7 hold the administrator's instance at 6";
-  EXPECT_NE(half.error().message.find("MIG instance MIG-admin (1g.10gb at memory slice 6) overlaps memory "
-                                      "slices 4-7"),
+  EXPECT_NE(half.error().message.find(
+                "MIG instance MIG-admin (1g.10gb at memory slice 6) overlaps memory "
+                "slices 4-7"),
             std::string::npos)
       << half.error().message;
   gpu = Sample(*nvml)[0];
@@ -495,7 +497,8 @@ TEST_F(FakeNvmlTest, CreatesMigInstancesAtExactlyThePlacementAndDestroysThem) {
   // Ours overlap too: never two tenants on one slice.
   auto again = nvml->CreateMig(gpu, Placement("2g.20gb", 0, 2, 2));
   ASSERT_FALSE(again.ok());
-  EXPECT_NE(again.error().message.find("MIG instance " + small->uuid), std::string::npos) << again.error().message;
+  EXPECT_NE(again.error().message.find("MIG instance " + small->uuid), std::string::npos)
+      << again.error().message;
   ASSERT_TRUE(nvml->DestroyMig(*small).ok());
   gpu = Sample(*nvml)[0];
   EXPECT_EQ(gpu.mig.size(), 2u);
@@ -520,12 +523,14 @@ TEST_F(FakeNvmlTest, AFailedCreationSaysWhyAndLeavesNothingBehind) {
   ASSERT_TRUE(nvml);
   auto made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
   ASSERT_FALSE(made.ok());
-  EXPECT_EQ(made.error().message, "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources");
+  EXPECT_EQ(made.error().message,
+            "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Resources");
   gpu["fail_create"] = "no_permission";
   Script({{"gpus", {gpu}}});
   made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
   ASSERT_FALSE(made.ok());
-  EXPECT_EQ(made.error().message, "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Permissions");
+  EXPECT_EQ(made.error().message,
+            "nvmlDeviceCreateGpuInstanceWithPlacement: Insufficient Permissions");
   // The GPU instance is made but its compute instance is refused: the GPU instance goes too.
   gpu.erase("fail_create");
   gpu["fail_compute"] = true;
@@ -543,7 +548,8 @@ TEST_F(FakeNvmlTest, AFailedCreationSaysWhyAndLeavesNothingBehind) {
   // Wrong input and GPUs that cannot: each said.
   made = nvml->CreateMig(after, Placement("1g.10gb+me", 1, 1, 1));
   ASSERT_FALSE(made.ok());
-  EXPECT_NE(made.error().message.find("not of the form"), std::string::npos) << made.error().message;
+  EXPECT_NE(made.error().message.find("not of the form"), std::string::npos)
+      << made.error().message;
   json empty = H100("GPU-aaaa", "00000000:17:00.0");
   empty["mig"] = json::array();  // in MIG mode, all slices free
   Script({{"gpus", {empty}}});
@@ -554,7 +560,8 @@ TEST_F(FakeNvmlTest, AFailedCreationSaysWhyAndLeavesNothingBehind) {
   Script({{"gpus", {H100("GPU-aaaa", "00000000:17:00.0")}}});
   made = nvml->CreateMig(Sample(*nvml)[0], Placement("1g.10gb", 0, 1, 1));
   ASSERT_FALSE(made.ok());
-  EXPECT_NE(made.error().message.find("not in MIG mode"), std::string::npos) << made.error().message;
+  EXPECT_NE(made.error().message.find("not in MIG mode"), std::string::npos)
+      << made.error().message;
 }
 
 TEST_F(FakeNvmlTest, AnInstanceInUseIsDestroyedOnlyOnceItsProcessesAreGone) {
@@ -569,7 +576,8 @@ TEST_F(FakeNvmlTest, AnInstanceInUseIsDestroyedOnlyOnceItsProcessesAreGone) {
   Sample(*nvml);
   Status gone = nvml->DestroyMig(*made);
   ASSERT_FALSE(gone.ok());
-  EXPECT_EQ(gone.error().message, "nvmlComputeInstanceDestroy: In use by another client (processes still run on it)");
+  EXPECT_EQ(gone.error().message,
+            "nvmlComputeInstanceDestroy: In use by another client (processes still run on it)");
   EXPECT_TRUE(At(Sample(*nvml)[0], 0));
   Script({{"gpus", {MigGpu()}}});
   Sample(*nvml);
@@ -588,8 +596,9 @@ TEST_F(FakeNvmlTest, ADriverThatCannotCreateInstancesSaysSo) {
     const GpuInfo gpu = Sample(*nvml)[0];
     auto made = nvml->CreateMig(gpu, Placement("1g.10gb", 0, 1, 1));
     ASSERT_FALSE(made.ok());
-    EXPECT_NE(made.error().message.find("this driver's NVML lacks nvmlDeviceGetGpuInstanceProfileInfo: it cannot "
-                                        "create MIG instances at a placement"),
+    EXPECT_NE(made.error().message.find(
+                  "this driver's NVML lacks nvmlDeviceGetGpuInstanceProfileInfo: it cannot "
+                  "create MIG instances at a placement"),
               std::string::npos)
         << made.error().message;
     if (library == kNoMigCreate) {
@@ -628,7 +637,8 @@ TEST(EmulatedMig, CreatesListsAndDestroysInstances) {
   auto made = gpus.CreateMig(list[1], Placement("3g.40gb", 4, 4, 3));
   ASSERT_TRUE(made.ok()) << made.error().message;
   EXPECT_EQ(made->uuid, gpus.MigUuid(list[1], "3g.40gb", 4));
-  EXPECT_FALSE(gpus.CreateMig(list[1], Placement("1g.10gb", 6, 1, 1)).ok()) << "overlaps slices 4-7";
+  EXPECT_FALSE(gpus.CreateMig(list[1], Placement("1g.10gb", 6, 1, 1)).ok())
+      << "overlaps slices 4-7";
   list = *gpus.Discover();
   ASSERT_EQ(list[1].mig.size(), 1u);
   EXPECT_EQ(list[1].mig[0].profile, "3g.40gb");

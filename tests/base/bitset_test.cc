@@ -1,8 +1,8 @@
 #include "base/bitset.h"
 
+#include <gtest/gtest.h>
 #include <random>
 #include <vector>
-#include <gtest/gtest.h>
 
 namespace gantry {
 namespace {
@@ -11,7 +11,9 @@ namespace {
 // stretches: every FindNext over random ranges gives the lowest set id in range.
 TEST(DynBitsetTest, FindNextGivesTheLowestSetIdInRangeAsAWalkWould) {
   std::mt19937 rng(11);
-  auto uniform = [&](uint32_t lo, uint32_t hi) { return std::uniform_int_distribution<uint32_t>(lo, hi)(rng); };
+  auto uniform = [&](uint32_t lo, uint32_t hi) {
+    return std::uniform_int_distribution<uint32_t>(lo, hi)(rng);
+  };
   int found = 0;
   for (uint32_t size : {1u, 63u, 64u, 65u, 4095u, 4096u, 4097u, 12500u, 100000u}) {
     DynBitset bits(size);
@@ -33,7 +35,8 @@ TEST(DynBitsetTest, FindNextGivesTheLowestSetIdInRangeAsAWalkWould) {
             break;
           }
         }
-        ASSERT_EQ(bits.FindNext(from, to), expect) << "size " << size << " [" << from << ", " << to << ")";
+        ASSERT_EQ(bits.FindNext(from, to), expect)
+            << "size " << size << " [" << from << ", " << to << ")";
         found += expect != DynBitset::kNone;
       }
       bool any = false;

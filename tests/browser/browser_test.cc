@@ -37,8 +37,8 @@ std::string Chromium() {
 struct Series {
   std::string name;
   bool path = false;
-  std::string d;       // path data
-  double width = 0;    // bar width
+  std::string d;     // path data
+  double width = 0;  // bar width
 };
 
 // The value of attribute `attr` in the tag that starts at `pos`.
@@ -74,18 +74,20 @@ std::map<std::string, Plot> Plots(const std::string& dom) {
     }
     if (next_plot == std::string::npos) break;
     // A plot ends where the next one or its section does.
-    const size_t end = std::min({dom.find(kPlot, next_plot + 1), dom.find("</section>", next_plot),
-                                 dom.size()});
+    const size_t end =
+        std::min({dom.find(kPlot, next_plot + 1), dom.find("</section>", next_plot), dom.size()});
     const std::string block = dom.substr(next_plot, end - next_plot);
     Plot& p = plots[policy + "/" + Attr(dom, next_plot, "data-plot")];
-    for (size_t s = block.find("<svg"); s != std::string::npos; s = block.find("<svg", s + 1)) ++p.svgs;
+    for (size_t s = block.find("<svg"); s != std::string::npos; s = block.find("<svg", s + 1))
+      ++p.svgs;
     for (size_t s = block.find("<path class=\"series\""); s != std::string::npos;
          s = block.find("<path class=\"series\"", s + 1)) {
       p.series.push_back(Series{Attr(block, s, "data-series"), true, Attr(block, s, "d"), 0});
     }
     for (size_t s = block.find("<rect class=\"bar\""); s != std::string::npos;
          s = block.find("<rect class=\"bar\"", s + 1)) {
-      p.series.push_back(Series{Attr(block, s, "data-series"), false, "", std::atof(Attr(block, s, "width").c_str())});
+      p.series.push_back(Series{Attr(block, s, "data-series"), false, "",
+                                std::atof(Attr(block, s, "width").c_str())});
     }
     pos = end;
   }
@@ -99,10 +101,13 @@ std::map<std::string, std::vector<std::string>> Expected(const Json& report) {
   for (const auto& [name, q] : report["by_queue"].items()) want["alloc-queue"].push_back(name);
   want["alloc-queue"].push_back("GPUs up");
   want["pending"] = {"pending jobs"};
-  want["pending-cause"] = {"not yet placed", "capacity", "held for a reservation", "preemption under way",
-                           "queue at its burst", "budget spent", "outside its window", "other", "pending jobs"};
+  want["pending-cause"] = {
+      "not yet placed",     "capacity",     "held for a reservation", "preemption under way",
+      "queue at its burst", "budget spent", "outside its window",     "other",
+      "pending jobs"};
   for (const char* tier : {"critical", "standard", "best-effort"}) {
-    if (report["queue_wait_time_ms"][tier]["count"].get<int>() > 0) want["wait-cdf"].push_back(tier);
+    if (report["queue_wait_time_ms"][tier]["count"].get<int>() > 0)
+      want["wait-cdf"].push_back(tier);
   }
   for (const auto& [name, q] : report["by_queue"].items()) {
     want["queue-usage"].push_back("mean allocated");
@@ -111,8 +116,14 @@ std::map<std::string, std::vector<std::string>> Expected(const Json& report) {
   }
   want["sharing"] = {"MIG instances", "MPS shares", "time-slice shares"};
   want["fragmentation"] = {"unallocated GPUs (up minus allocated)", "fragmented GPUs (FGD)"};
-  want["idle-cause"] = {"down", "nothing waits", "wrong model", "wrong pool or sharing", "held for a reservation",
-                        "fragmented", "queue limits", "not yet placed or other",
+  want["idle-cause"] = {"down",
+                        "nothing waits",
+                        "wrong model",
+                        "wrong pool or sharing",
+                        "held for a reservation",
+                        "fragmented",
+                        "queue limits",
+                        "not yet placed or other",
                         "unallocated GPUs (up minus allocated)"};
   want["preemptions"] = {"preemptions", "requeues (node failures)", "idle reclaims"};
   want["lost-work"] = {"preemption", "node failure", "idle reclaim"};
@@ -123,7 +134,8 @@ class BrowserTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("gantry-browser-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("gantry-browser-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -147,10 +159,10 @@ class BrowserTest : public ::testing::Test {
                        "leave the label out: ctest -LE browser";
       return "";
     }
-    const std::string cmd = "timeout 120 " + chromium +
-                            " --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" +
-                            Path("profile") + " --virtual-time-budget=5000 --dump-dom file://" + html +
-                            " 2>" + Path("chromium.log");
+    const std::string cmd =
+        "timeout 120 " + chromium +
+        " --headless --no-sandbox --disable-gpu --no-first-run --user-data-dir=" + Path("profile") +
+        " --virtual-time-budget=5000 --dump-dom file://" + html + " 2>" + Path("chromium.log");
     Outcome r = Shell(cmd);
     EXPECT_EQ(r.status, 0) << cmd << "\n(see " << Path("chromium.log") << ")";
     std::ofstream(Path("dom.html")) << r.output;
@@ -163,13 +175,15 @@ class BrowserTest : public ::testing::Test {
     ASSERT_FALSE(dom.empty());
     const size_t html_tag = dom.find("<html");
     ASSERT_NE(html_tag, std::string::npos);
-    EXPECT_EQ(Attr(dom, html_tag, "data-errors"), "[]") << "JavaScript errors, see " << Path("dom.html");
+    EXPECT_EQ(Attr(dom, html_tag, "data-errors"), "[]")
+        << "JavaScript errors, see " << Path("dom.html");
     EXPECT_EQ(Attr(dom, html_tag, "data-done"), "1") << "the report's script did not finish";
     const size_t thead = dom.find("<thead>");
     ASSERT_NE(thead, std::string::npos) << "no summary table";
     const std::string head = dom.substr(thead, dom.find("</thead>", thead) - thead);
     size_t columns = 0;
-    for (size_t s = head.find("<th>"); s != std::string::npos; s = head.find("<th>", s + 1)) ++columns;
+    for (size_t s = head.find("<th>"); s != std::string::npos; s = head.find("<th>", s + 1))
+      ++columns;
     EXPECT_EQ(columns, reports.size() + 1) << head;
 
     const std::map<std::string, Plot> plots = Plots(dom);
@@ -211,17 +225,17 @@ Json ReadJson(const std::string& path) {
 TEST_F(BrowserTest, SimReportOfAGeneratedWorkloadDrawsEveryPlot) {
   Gantry("gen --seed 7 --gpus 64 --days 2 --out " + Path("gen") + " --quiet");
   Gantry("sim --config " + Path("gen/cluster.yaml") + " --trace " + Path("gen/trace.jsonl") +
-         " --failures " + Path("gen/failures.jsonl") + " --report " + Path("report.json") + " --html " +
-         Path("report.html") + " --quiet");
+         " --failures " + Path("gen/failures.jsonl") + " --report " + Path("report.json") +
+         " --html " + Path("report.html") + " --quiet");
   const Json report = ReadJson(Path("report.json"));
   CheckPage(Dom(Path("report.html")), {{report["policy"].get<std::string>(), report}});
 }
 
 TEST_F(BrowserTest, CompareReportOfTheExampleDrawsEveryPolicysPlots) {
   const std::string examples = std::string(GANTRY_SOURCE_DIR) + "/examples/";
-  Gantry("compare --config " + examples + "cluster.yaml --trace " + examples + "trace.jsonl --failures " +
-         examples + "failures.jsonl --policy fifo,gantry --json " + Path("compare.json") + " --html " +
-         Path("compare.html"));
+  Gantry("compare --config " + examples + "cluster.yaml --trace " + examples +
+         "trace.jsonl --failures " + examples + "failures.jsonl --policy fifo,gantry --json " +
+         Path("compare.json") + " --html " + Path("compare.html"));
   const Json j = ReadJson(Path("compare.json"));
   std::map<std::string, Json> reports;
   for (const Json& r : j["reports"]) reports[r["policy"].get<std::string>()] = r;

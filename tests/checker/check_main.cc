@@ -35,13 +35,20 @@ int main(int argc, char** argv) {
     }
     if (i + 1 >= argc) return Usage(("missing value for " + std::string(arg)).c_str());
     const std::string value = argv[++i];
-    if (arg == "--config") config = value;
-    else if (arg == "--trace") trace = value;
-    else if (arg == "--failures") failures = value;
-    else if (arg == "--events") events = value;
-    else if (arg == "--report") report = value;
-    else if (arg == "--max") max_lines = std::strtol(value.c_str(), nullptr, 10);
-    else return Usage(("unknown option " + std::string(arg)).c_str());
+    if (arg == "--config")
+      config = value;
+    else if (arg == "--trace")
+      trace = value;
+    else if (arg == "--failures")
+      failures = value;
+    else if (arg == "--events")
+      events = value;
+    else if (arg == "--report")
+      report = value;
+    else if (arg == "--max")
+      max_lines = std::strtol(value.c_str(), nullptr, 10);
+    else
+      return Usage(("unknown option " + std::string(arg)).c_str());
   }
   if (config.empty() || trace.empty() || events.empty()) {
     return Usage("--config, --trace and --events are required");
@@ -59,11 +66,11 @@ int main(int argc, char** argv) {
     ++printed;
   }
   const auto& s = result.stats;
-  std::printf("%zu violations (%lld jobs, %lld events, %lld finished, %lld rejected, "
-              "%lld reclaimed, %lld unfinished)\n",
-              result.violations.size(), static_cast<long long>(s.jobs),
-              static_cast<long long>(s.events), static_cast<long long>(s.finished),
-              static_cast<long long>(s.rejected), static_cast<long long>(s.reclaimed),
-              static_cast<long long>(s.unfinished));
+  std::printf(
+      "%zu violations (%lld jobs, %lld events, %lld finished, %lld rejected, "
+      "%lld reclaimed, %lld unfinished)\n",
+      result.violations.size(), static_cast<long long>(s.jobs), static_cast<long long>(s.events),
+      static_cast<long long>(s.finished), static_cast<long long>(s.rejected),
+      static_cast<long long>(s.reclaimed), static_cast<long long>(s.unfinished));
   return result.violations.empty() ? 0 : 1;
 }

@@ -18,8 +18,8 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 namespace gantry::checker {
 namespace {
@@ -71,11 +71,16 @@ struct GpuModel {
 
 std::vector<int> StandardStarts(int compute, int mem_slices) {
   switch (mem_slices) {
-    case 8: return {0};
-    case 4: return compute >= 4 ? std::vector<int>{0} : std::vector<int>{0, 4};
-    case 2: return compute >= 2 ? std::vector<int>{0, 2, 4} : std::vector<int>{0, 2, 4, 6};
-    case 1: return {0, 1, 2, 3, 4, 5, 6};
-    default: return {};
+    case 8:
+      return {0};
+    case 4:
+      return compute >= 4 ? std::vector<int>{0} : std::vector<int>{0, 4};
+    case 2:
+      return compute >= 2 ? std::vector<int>{0, 2, 4} : std::vector<int>{0, 2, 4, 6};
+    case 1:
+      return {0, 1, 2, 3, 4, 5, 6};
+    default:
+      return {};
   }
 }
 
@@ -129,10 +134,14 @@ MigProfile ProfileFromName(const std::string& name, double gpu_memory_gb) {
     throw InputError(fmt::format("mig profile '{}': expected a name like 1g.10gb", name));
   }
   int mem_slices = 0;
-  if (compute == 7) mem_slices = 8;
-  else if (compute >= 3) mem_slices = 4;
-  else if (compute == 2) mem_slices = 2;
-  else mem_slices = (mem * 8.0 > gpu_memory_gb * 1.5) ? 2 : 1;
+  if (compute == 7)
+    mem_slices = 8;
+  else if (compute >= 3)
+    mem_slices = 4;
+  else if (compute == 2)
+    mem_slices = 2;
+  else
+    mem_slices = (mem * 8.0 > gpu_memory_gb * 1.5) ? 2 : 1;
   MigProfile p;
   p.name = name;
   p.compute = compute;
@@ -208,7 +217,7 @@ struct Node {
 struct Queue {
   std::string name;
   int parent = -1;
-  int64_t burst_units = -1;  // -1: no burst limit
+  int64_t burst_units = -1;   // -1: no burst limit
   bool budget_waits = false;  // budget.when_spent: wait
 };
 
@@ -262,8 +271,7 @@ Config LoadConfig(const std::string& path) {
           const std::string pctx = fmt::format("{}.mig_profiles[{}]", ctx, k);
           MigProfile prof = ProfileFromName(YamlString(p, "name", "", pctx), m.memory_gb);
           prof.compute = static_cast<int>(YamlNumber(p, "compute_slices", prof.compute, pctx));
-          prof.mem_slices =
-              static_cast<int>(YamlNumber(p, "memory_slices", prof.mem_slices, pctx));
+          prof.mem_slices = static_cast<int>(YamlNumber(p, "memory_slices", prof.mem_slices, pctx));
           prof.memory_gb = YamlNumber(p, "memory_gb", prof.memory_gb, pctx);
           prof.starts = StandardStarts(prof.compute, prof.mem_slices);
           if (YAML::Node starts = p["starts"]; starts && starts.IsSequence()) {
@@ -347,8 +355,8 @@ Config LoadConfig(const std::string& path) {
       if (parents[i].empty()) continue;
       auto it = c.queue_by_name.find(parents[i]);
       if (it == c.queue_by_name.end()) {
-        throw InputError(fmt::format("{}: queues[{}]: parent: unknown queue '{}'", path, i,
-                                     parents[i]));
+        throw InputError(
+            fmt::format("{}: queues[{}]: parent: unknown queue '{}'", path, i, parents[i]));
       }
       c.queues[i].parent = it->second;
     }
@@ -383,7 +391,7 @@ struct Job {
   int whole_gpus = 0;
   std::string mig;
   int64_t share_milli = 0;
-  std::string share_mode;  // "mps" or "timeslice"
+  std::string share_mode;           // "mps" or "timeslice"
   std::vector<std::string> models;  // empty: any
   double vram_gb = 0;
   int64_t cpus_milli = 0;
@@ -558,11 +566,11 @@ struct JobRun {
   bool ever_started = false;
   double submit_t = 0;
   double first_start = 0;
-  double progress = 0;      // kept progress before the current run
-  double runtime_sum = 0;   // run time of all ended runs, kept or not
+  double progress = 0;     // kept progress before the current run
+  double runtime_sum = 0;  // run time of all ended runs, kept or not
   double run_start = 0;
   double finish_t = 0;
-  int64_t run_units = 0;    // GPU units of the current run (all workers)
+  int64_t run_units = 0;  // GPU units of the current run (all workers)
   std::map<std::string, int64_t> run_units_by_model;
   int64_t run_seq = 0;
   std::vector<Worker> workers;
@@ -661,8 +669,8 @@ class Replayer {
  private:
   void Add(int64_t line, double t, std::string subject, std::string_view invariant,
            std::string message) {
-    out_.push_back(Violation{line, t, std::move(subject), std::string(invariant),
-                             std::move(message)});
+    out_.push_back(
+        Violation{line, t, std::move(subject), std::string(invariant), std::move(message)});
   }
 
   void OnLine(int64_t line, const std::string& text) {
@@ -700,8 +708,10 @@ class Replayer {
         Add(line, t, node, inv::kUnknownNode, "no such node in the config");
         return;
       }
-      if (type == "node_down") OnNodeDown(line, t, it->second);
-      else OnNodeUp(line, t, it->second);
+      if (type == "node_down")
+        OnNodeDown(line, t, it->second);
+      else
+        OnNodeUp(line, t, it->second);
       return;
     }
     if (type == "budget") {  // a queue's GPU-hour budget spent or renewed
@@ -711,15 +721,15 @@ class Replayer {
       if (it == config_.queue_by_name.end()) {
         Add(line, t, "", inv::kEventFormat, fmt::format("budget of unknown queue '{}'", queue));
       } else if (state != "spent" && state != "renewed") {
-        Add(line, t, "", inv::kEventFormat, fmt::format("budget state '{}' (spent or renewed)", state));
+        Add(line, t, "", inv::kEventFormat,
+            fmt::format("budget state '{}' (spent or renewed)", state));
       } else {
         budget_spent_[static_cast<std::size_t>(it->second)] = state == "spent";
       }
       return;
     }
-    static const std::set<std::string> kJobEvents = {"submit", "start",  "preempt", "finish",
-                                                     "reject", "reclaim", "requeue", "cancel",
-                                                     "wait"};
+    static const std::set<std::string> kJobEvents = {
+        "submit", "start", "preempt", "finish", "reject", "reclaim", "requeue", "cancel", "wait"};
     if (kJobEvents.count(type) == 0) {
       Add(line, t, "", inv::kEventFormat, fmt::format("unknown event type '{}'", type));
       return;
@@ -736,13 +746,18 @@ class Replayer {
     }
     const Job& job = *jit->second;
     JobRun& run = runs_[id];
-    if (type == "submit") OnSubmit(line, t, job, run);
-    else if (type == "start") OnStart(line, t, job, run, ev);
-    else if (type == "finish") OnFinish(line, t, job, run);
+    if (type == "submit")
+      OnSubmit(line, t, job, run);
+    else if (type == "start")
+      OnStart(line, t, job, run, ev);
+    else if (type == "finish")
+      OnFinish(line, t, job, run);
     else if (type == "preempt" || type == "requeue" || type == "reclaim")
       OnInterrupt(line, t, job, run, type, ev);
-    else if (type == "reject") OnReject(line, t, job, run);
-    else if (type == "cancel") OnCancel(line, t, job, run);
+    else if (type == "reject")
+      OnReject(line, t, job, run);
+    else if (type == "cancel")
+      OnCancel(line, t, job, run);
     else if (type == "wait") {
       if (run.state != State::kPending) {
         Add(line, t, id, inv::kLifecycle, "wait event for a job that is not pending");
@@ -752,10 +767,14 @@ class Replayer {
 
   static const char* StateName(State s) {
     switch (s) {
-      case State::kNone: return "not submitted";
-      case State::kPending: return "pending";
-      case State::kRunning: return "running";
-      case State::kDone: return "in a final state";
+      case State::kNone:
+        return "not submitted";
+      case State::kPending:
+        return "pending";
+      case State::kRunning:
+        return "running";
+      case State::kDone:
+        return "in a final state";
     }
     return "?";
   }
@@ -791,7 +810,8 @@ class Replayer {
     const std::string node_name = e["node"].get<std::string>();
     auto nit = config_.node_by_name.find(node_name);
     if (nit == config_.node_by_name.end()) {
-      Add(line, t, job.id, inv::kUnknownNode, fmt::format("{}: no node named {}", where, node_name));
+      Add(line, t, job.id, inv::kUnknownNode,
+          fmt::format("{}: no node named {}", where, node_name));
       return false;
     }
     w.node = nit->second;
@@ -830,8 +850,7 @@ class Replayer {
                has_share = e.contains("share");
     switch (job.kind) {
       case Kind::kCpu: {
-        const bool gpus_empty =
-            !e.contains("gpus") || (e["gpus"].is_array() && e["gpus"].empty());
+        const bool gpus_empty = !e.contains("gpus") || (e["gpus"].is_array() && e["gpus"].empty());
         if (!gpus_empty || has_gpu || has_mig || has_share) {
           Add(line, t, job.id, inv::kAllocShape, where + ": a CPU-only worker holds GPUs");
           return false;
@@ -867,8 +886,8 @@ class Replayer {
         check_model();
         if (node.model != nullptr && job.vram_gb > node.model->memory_gb + 1e-9) {
           Add(line, t, job.id, inv::kVram,
-              fmt::format("{}: vram_gb {} > {} GB of {}", where, job.vram_gb,
-                          node.model->memory_gb, node.model->name));
+              fmt::format("{}: vram_gb {} > {} GB of {}", where, job.vram_gb, node.model->memory_gb,
+                          node.model->name));
         }
         return ok || !w.gpus.empty();
       }
@@ -918,16 +937,16 @@ class Replayer {
         w.share_milli = ToMilli(e["share"].get<double>());
         if (w.share_milli != job.share_milli) {
           Add(line, t, job.id, inv::kAllocShape,
-              fmt::format("{}: share {} but the job asks for {}", where,
-                          e["share"].get<double>(), FromMilli(job.share_milli)));
+              fmt::format("{}: share {} but the job asks for {}", where, e["share"].get<double>(),
+                          FromMilli(job.share_milli)));
         }
         if (!gpu_in_range(e["gpu"], w.gpu)) return false;
         check_model();
         check_sharing(job.share_mode);
         if (job.vram_gb > node.model->memory_gb + 1e-9) {
           Add(line, t, job.id, inv::kVram,
-              fmt::format("{}: vram_gb {} > {} GB of {}", where, job.vram_gb,
-                          node.model->memory_gb, node.model->name));
+              fmt::format("{}: vram_gb {} > {} GB of {}", where, job.vram_gb, node.model->memory_gb,
+                          node.model->name));
         }
         return true;
       }
@@ -989,10 +1008,14 @@ class Replayer {
 
   int64_t WorkerUnits(const Worker& w) const {
     switch (w.kind) {
-      case Kind::kWhole: return static_cast<int64_t>(w.gpus.size()) * kUnitsPerGpu;
-      case Kind::kMig: return w.mig_compute * kUnitsPerMigSlice;
-      case Kind::kShare: return w.share_milli * kUnitsPerShareMilli;
-      default: return 0;
+      case Kind::kWhole:
+        return static_cast<int64_t>(w.gpus.size()) * kUnitsPerGpu;
+      case Kind::kMig:
+        return w.mig_compute * kUnitsPerMigSlice;
+      case Kind::kShare:
+        return w.share_milli * kUnitsPerShareMilli;
+      default:
+        return 0;
     }
   }
 
@@ -1083,8 +1106,8 @@ class Replayer {
         }
         if (node.model != nullptr && vram > node.model->memory_gb + 1e-9) {
           Add(line, t, job.id, inv::kShareCapacity,
-              fmt::format("{} GPU {}: shared vram_gb adds up to {} > {} GB", node.name, w.gpu,
-                          vram, node.model->memory_gb));
+              fmt::format("{} GPU {}: shared vram_gb adds up to {} > {} GB", node.name, w.gpu, vram,
+                          node.model->memory_gb));
         }
         g.shares.push_back(ShareInst{job.id, w.share_milli, job.vram_gb, job.share_mode});
         break;
@@ -1107,16 +1130,16 @@ class Replayer {
         break;
       case Kind::kMig: {
         auto& v = ns.gpus[static_cast<std::size_t>(w.gpu)].mig;
-        v.erase(std::remove_if(v.begin(), v.end(),
-                               [&](const MigInst& m) { return m.job == job.id; }),
-                v.end());
+        v.erase(
+            std::remove_if(v.begin(), v.end(), [&](const MigInst& m) { return m.job == job.id; }),
+            v.end());
         break;
       }
       case Kind::kShare: {
         auto& v = ns.gpus[static_cast<std::size_t>(w.gpu)].shares;
-        v.erase(std::remove_if(v.begin(), v.end(),
-                               [&](const ShareInst& s) { return s.job == job.id; }),
-                v.end());
+        v.erase(
+            std::remove_if(v.begin(), v.end(), [&](const ShareInst& s) { return s.job == job.id; }),
+            v.end());
         break;
       }
       default:
@@ -1180,7 +1203,8 @@ class Replayer {
       const auto qi = static_cast<std::size_t>(q);
       if (job.tier != "critical" && config_.queues[qi].budget_waits && budget_spent_[qi]) {
         Add(line, t, job.id, inv::kBudget,
-            fmt::format("started while queue {}'s budget is spent (when_spent: wait)", config_.queues[qi].name));
+            fmt::format("started while queue {}'s budget is spent (when_spent: wait)",
+                        config_.queues[qi].name));
       }
       holding_[qi] += units;
       const Queue& queue = config_.queues[qi];
@@ -1283,8 +1307,7 @@ class Replayer {
       kept = std::floor(run_time / job.checkpoint_s + 1e-9) * job.checkpoint_s;
     }
     kept = std::clamp(kept, 0.0, std::max(0.0, remaining));
-    lost_gpu_seconds_ +=
-        (run_time - kept) * static_cast<double>(run.run_units) / kUnitsPerGpu;
+    lost_gpu_seconds_ += (run_time - kept) * static_cast<double>(run.run_units) / kUnitsPerGpu;
     run.progress += kept;
     Release(t, job, run);
     if (type == "reclaim") {
@@ -1394,7 +1417,7 @@ class Replayer {
   std::map<std::string, const Job*> jobs_;
   std::map<std::string, JobRun> runs_;
   std::vector<NodeState> nodes_;
-  std::vector<int64_t> holding_;  // per queue, GPU units held by it and its descendants
+  std::vector<int64_t> holding_;    // per queue, GPU units held by it and its descendants
   std::vector<bool> budget_spent_;  // per queue: its budget event said spent, not renewed
   std::vector<Obligation> obligations_;
   std::vector<RunRecord> records_;
@@ -1408,8 +1431,8 @@ class Replayer {
 
 // node_down/node_up of the log against the failures file: the union of down time per node,
 // up to the end of the log, must be the same.
-void CheckFailures(const Config& config, const std::vector<Failure>& failures,
-                   const Replayer& r, std::vector<Violation>& out) {
+void CheckFailures(const Config& config, const std::vector<Failure>& failures, const Replayer& r,
+                   std::vector<Violation>& out) {
   const double end = r.last_t();
   std::map<int, std::vector<Interval>> expected;
   for (const Failure& f : failures) {
@@ -1437,8 +1460,8 @@ void CheckFailures(const Config& config, const std::vector<Failure>& failures,
                           FmtTime(got[k].first), FmtTime(got[k].second));
       } else {
         msg = fmt::format("log has it down [{}, {}) but the failures file says [{}, {})",
-                          FmtTime(got[k].first), FmtTime(got[k].second),
-                          FmtTime(want[k].first), FmtTime(want[k].second));
+                          FmtTime(got[k].first), FmtTime(got[k].second), FmtTime(want[k].first),
+                          FmtTime(want[k].second));
       }
       out.push_back(Violation{0, k < got.size() ? got[k].first : want[k].first,
                               config.nodes[i].name, std::string(inv::kFailures), msg});
@@ -1555,9 +1578,9 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
       if (v.contains("gpu_hours_with_children")) {
         expect({"by_queue", queue, "gpu_hours_with_children"}, subtree_gpu_s[queue] / 3600.0);
       }
-      for (const auto& [key, want] : {std::pair{"gpu_hours_by_model", &model_gpu_s},
-                                      std::pair{"gpu_hours_by_model_with_children",
-                                                &subtree_model_gpu_s}}) {
+      for (const auto& [key, want] :
+           {std::pair{"gpu_hours_by_model", &model_gpu_s},
+            std::pair{"gpu_hours_by_model_with_children", &subtree_model_gpu_s}}) {
         if (!v.contains(key)) continue;
         std::set<std::string> models;
         for (const auto& [model, x] : v[key].items()) models.insert(model);
@@ -1615,15 +1638,14 @@ CheckResult CheckRunDetailed(const std::string& config_yaml_path, const std::str
     result.input_error = e.what();
   }
   if (!result.input_error.empty()) {
-    result.violations.push_back(
-        Violation{0, 0, "", std::string(inv::kInput), result.input_error});
+    result.violations.push_back(Violation{0, 0, "", std::string(inv::kInput), result.input_error});
   }
   return result;
 }
 
-std::vector<Violation> CheckRun(const std::string& config_yaml_path,
-                                const std::string& trace_path, const std::string& failures_path,
-                                const std::string& events_path, const std::string& report_path) {
+std::vector<Violation> CheckRun(const std::string& config_yaml_path, const std::string& trace_path,
+                                const std::string& failures_path, const std::string& events_path,
+                                const std::string& report_path) {
   return CheckRunDetailed(config_yaml_path, trace_path, failures_path, events_path, report_path)
       .violations;
 }

@@ -3,8 +3,8 @@
 #include "checker/invariant_checker.h"
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -291,8 +291,8 @@ TEST_F(CheckerTest, MigCountsAsSevenths) {
 // One failing case (or more) per invariant.
 
 TEST_F(CheckerTest, InputUnreadable) {
-  const CheckResult r = CheckRunDetailed((dir_ / "missing.yaml").string(),
-                                         Write("t.jsonl", kTrace), "", Write("e.jsonl", ""), "");
+  const CheckResult r = CheckRunDetailed((dir_ / "missing.yaml").string(), Write("t.jsonl", kTrace),
+                                         "", Write("e.jsonl", ""), "");
   EXPECT_FALSE(r.input_error.empty());
   EXPECT_TRUE(Flagged(r.violations, inv::kInput)) << Dump(r.violations);
   Files f;
@@ -302,9 +302,8 @@ TEST_F(CheckerTest, InputUnreadable) {
 
 TEST_F(CheckerTest, EventFormat) {
   ExpectFlagged(inv::kEventFormat, InsertAfter(CleanLog(), R"("finish","job":"crit")", "{oops"));
-  ExpectFlagged(inv::kEventFormat,
-                InsertAfter(CleanLog(), R"("finish","job":"crit")",
-                            R"({"t":100,"type":"explode","job":"crit"})"));
+  ExpectFlagged(inv::kEventFormat, InsertAfter(CleanLog(), R"("finish","job":"crit")",
+                                               R"({"t":100,"type":"explode","job":"crit"})"));
   ExpectFlagged(inv::kEventFormat,
                 InsertAfter(CleanLog(), R"("finish","job":"crit")", R"({"type":"finish"})"));
 }
@@ -346,9 +345,11 @@ TEST_F(CheckerTest, LifecycleRejectAfterStart) {
 }
 
 TEST_F(CheckerTest, LifecycleStartWhileRunning) {
-  ExpectFlagged(inv::kLifecycle,
-                InsertAfter(CleanLog(), R"("finish","job":"crit")",
-                            R"({"t":100,"type":"start","job":"m1","alloc":[{"node":"gpu-2","gpu":1,"mig":"1g.10gb","start":0}]})"));
+  ExpectFlagged(
+      inv::kLifecycle,
+      InsertAfter(
+          CleanLog(), R"("finish","job":"crit")",
+          R"({"t":100,"type":"start","job":"m1","alloc":[{"node":"gpu-2","gpu":1,"mig":"1g.10gb","start":0}]})"));
 }
 
 TEST_F(CheckerTest, LifecycleWaitWhileRunning) {
@@ -363,53 +364,66 @@ TEST_F(CheckerTest, SubmitTime) {
 }
 
 TEST_F(CheckerTest, UnknownNode) {
-  ExpectFlagged(inv::kUnknownNode,
-                Replace(CleanLog(), R"("start","job":"crit")",
-                        R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-4","gpus":[0]}]})"));
-  ExpectFlagged(inv::kUnknownNode,  // the spot pool's nodes are named by name_prefix
-                Replace(CleanLog(), R"("start","job":"night")",
-                        R"({"t":90000,"type":"start","job":"night","alloc":[{"node":"spot-0","gpus":[1]}]})"));
+  ExpectFlagged(
+      inv::kUnknownNode,
+      Replace(CleanLog(), R"("start","job":"crit")",
+              R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-4","gpus":[0]}]})"));
+  ExpectFlagged(
+      inv::kUnknownNode,  // the spot pool's nodes are named by name_prefix
+      Replace(
+          CleanLog(), R"("start","job":"night")",
+          R"({"t":90000,"type":"start","job":"night","alloc":[{"node":"spot-0","gpus":[1]}]})"));
   ExpectFlagged(inv::kUnknownNode, InsertAfter(CleanLog(), R"("finish","job":"crit")",
                                                R"({"t":100,"type":"node_down","node":"nope-1"})"));
 }
 
 TEST_F(CheckerTest, GpuIndex) {
-  ExpectFlagged(inv::kGpuIndex,
-                Replace(CleanLog(), R"("start","job":"crit")",
-                        R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-3","gpus":[8]}]})"));
-  ExpectFlagged(inv::kGpuIndex,
-                Replace(CleanLog(), R"("start","job":"night")",
-                        R"({"t":90000,"type":"start","job":"night","alloc":[{"node":"sp-0","gpus":[4]}]})"));
+  ExpectFlagged(
+      inv::kGpuIndex,
+      Replace(CleanLog(), R"("start","job":"crit")",
+              R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-3","gpus":[8]}]})"));
+  ExpectFlagged(
+      inv::kGpuIndex,
+      Replace(CleanLog(), R"("start","job":"night")",
+              R"({"t":90000,"type":"start","job":"night","alloc":[{"node":"sp-0","gpus":[4]}]})"));
 }
 
 TEST_F(CheckerTest, GangIncomplete) {
-  ExpectFlagged(inv::kGang,
-                Replace(CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]})",
-                        R"({"t":0,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]}]})"));
+  ExpectFlagged(
+      inv::kGang,
+      Replace(CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]})",
+              R"({"t":0,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]}]})"));
 }
 
 TEST_F(CheckerTest, AllocShapeWholeGpuCount) {
-  ExpectFlagged(inv::kAllocShape,
-                Replace(CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]})",
-                        R"({"t":0,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1,2]},{"node":"gpu-0","gpus":[3]}]})"));
+  ExpectFlagged(
+      inv::kAllocShape,
+      Replace(
+          CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]})",
+          R"({"t":0,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1,2]},{"node":"gpu-0","gpus":[3]}]})"));
 }
 
 TEST_F(CheckerTest, AllocShapeMigProfile) {
-  ExpectFlagged(inv::kAllocShape,
-                Replace(CleanLog(), R"("start","job":"m2")",
-                        R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.20gb","start":2}]})"));
+  ExpectFlagged(
+      inv::kAllocShape,
+      Replace(
+          CleanLog(), R"("start","job":"m2")",
+          R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.20gb","start":2}]})"));
 }
 
 TEST_F(CheckerTest, AllocShapeShareFraction) {
-  ExpectFlagged(inv::kAllocShape,
-                Replace(CleanLog(), R"("start","job":"t1")",
-                        R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"gpu-1","gpu":2,"share":0.5}]})"));
+  ExpectFlagged(
+      inv::kAllocShape,
+      Replace(
+          CleanLog(), R"("start","job":"t1")",
+          R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"gpu-1","gpu":2,"share":0.5}]})"));
 }
 
 TEST_F(CheckerTest, AllocShapeCpuJobWithGpus) {
-  ExpectFlagged(inv::kAllocShape,
-                Replace(CleanLog(), R"("start","job":"c2")",
-                        R"({"t":0,"type":"start","job":"c2","alloc":[{"node":"gpu-2","gpus":[3]}]})"));
+  ExpectFlagged(
+      inv::kAllocShape,
+      Replace(CleanLog(), R"("start","job":"c2")",
+              R"({"t":0,"type":"start","job":"c2","alloc":[{"node":"gpu-2","gpus":[3]}]})"));
 }
 
 TEST_F(CheckerTest, AllocShapeMissingAlloc) {
@@ -418,16 +432,19 @@ TEST_F(CheckerTest, AllocShapeMissingAlloc) {
 }
 
 TEST_F(CheckerTest, GpuModelNotAccepted) {
-  ExpectFlagged(inv::kGpuModel,
-                Replace(CleanLog(), R"("start","job":"win")",
-                        R"({"t":28800,"type":"start","job":"win","alloc":[{"node":"sp-0","gpus":[0]}]})"));
+  ExpectFlagged(
+      inv::kGpuModel,
+      Replace(CleanLog(), R"("start","job":"win")",
+              R"({"t":28800,"type":"start","job":"win","alloc":[{"node":"sp-0","gpus":[0]}]})"));
 }
 
 TEST_F(CheckerTest, VramWholeGpu) {
   // w1 needs 60 GB per GPU; the spot node's L40S has 48.
-  ExpectFlagged(inv::kVram,
-                Replace(CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[4,5]})",
-                        R"({"t":260,"type":"start","job":"w1","alloc":[{"node":"sp-0","gpus":[0,1]},{"node":"sp-0","gpus":[2,3]}]})"));
+  ExpectFlagged(
+      inv::kVram,
+      Replace(
+          CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[4,5]})",
+          R"({"t":260,"type":"start","job":"w1","alloc":[{"node":"sp-0","gpus":[0,1]},{"node":"sp-0","gpus":[2,3]}]})"));
 }
 
 TEST_F(CheckerTest, VramMigInstance) {
@@ -438,9 +455,11 @@ TEST_F(CheckerTest, VramMigInstance) {
 }
 
 TEST_F(CheckerTest, SharingModeNotAllowedOnPool) {
-  ExpectFlagged(inv::kSharingMode,
-                Replace(CleanLog(), R"("start","job":"t1")",
-                        R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"sp-0","gpu":2,"share":0.3}]})"));
+  ExpectFlagged(
+      inv::kSharingMode,
+      Replace(
+          CleanLog(), R"("start","job":"t1")",
+          R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"sp-0","gpu":2,"share":0.3}]})"));
   Files f;
   f.config = ReplaceText(std::string(kConfig), "sharing: [mig, mps, timeslice]",
                          "sharing: [mps, timeslice]");
@@ -449,9 +468,11 @@ TEST_F(CheckerTest, SharingModeNotAllowedOnPool) {
 
 TEST_F(CheckerTest, MigPlacementStart) {
   // 1g.10gb may start at memory slices 0..6 only.
-  ExpectFlagged(inv::kMigPlacement,
-                Replace(CleanLog(), R"("start","job":"m2")",
-                        R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.10gb","start":7}]})"));
+  ExpectFlagged(
+      inv::kMigPlacement,
+      Replace(
+          CleanLog(), R"("start","job":"m2")",
+          R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.10gb","start":7}]})"));
 }
 
 TEST_F(CheckerTest, MigPlacementLargerProfileStarts) {
@@ -459,43 +480,54 @@ TEST_F(CheckerTest, MigPlacementLargerProfileStarts) {
   Files f;
   f.trace = ReplaceText(std::string(kTrace), R"("tier":"standard","mig":"1g.10gb")",
                         R"("tier":"standard","mig":"1g.20gb")");
-  auto ok = Replace(CleanLog(), R"("start","job":"m2")",
-                    R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.20gb","start":2}]})");
+  auto ok = Replace(
+      CleanLog(), R"("start","job":"m2")",
+      R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.20gb","start":2}]})");
   EXPECT_TRUE(Check(ok, f).empty()) << Dump(Check(ok, f));
-  ExpectFlagged(inv::kMigPlacement,
-                Replace(CleanLog(), R"("start","job":"m2")",
-                        R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.20gb","start":3}]})"),
-                f);
+  ExpectFlagged(
+      inv::kMigPlacement,
+      Replace(
+          CleanLog(), R"("start","job":"m2")",
+          R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.20gb","start":3}]})"),
+      f);
 }
 
 TEST_F(CheckerTest, MigProfileUnknownToModel) {
   Files f;
   f.trace = ReplaceText(std::string(kTrace), R"("tier":"standard","mig":"1g.10gb")",
                         R"("tier":"standard","mig":"1g.5gb")");
-  ExpectFlagged(inv::kMigPlacement,
-                Replace(CleanLog(), R"("start","job":"m2")",
-                        R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.5gb","start":1}]})"),
-                f);
+  ExpectFlagged(
+      inv::kMigPlacement,
+      Replace(
+          CleanLog(), R"("start","job":"m2")",
+          R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.5gb","start":1}]})"),
+      f);
 }
 
 TEST_F(CheckerTest, TopologyNvlinkDomains) {
   // GPUs 0-3 and 4-7 are the two NVLink domains of a node.
-  ExpectFlagged(inv::kTopology,
-                Replace(CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]})",
-                        R"({"t":0,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[2,3]},{"node":"gpu-0","gpus":[4,5]}]})"));
+  ExpectFlagged(
+      inv::kTopology,
+      Replace(
+          CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[0,1]})",
+          R"({"t":0,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[2,3]},{"node":"gpu-0","gpus":[4,5]}]})"));
 }
 
 TEST_F(CheckerTest, TopologyNvlinkOneNode) {
-  ExpectFlagged(inv::kTopology,
-                Replace(CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[4,5]})",
-                        R"({"t":260,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[4,5]},{"node":"gpu-2","gpus":[6,7]}]})"));
+  ExpectFlagged(
+      inv::kTopology,
+      Replace(
+          CleanLog(), R"("start","job":"w1","alloc":[{"node":"gpu-0","gpus":[4,5]})",
+          R"({"t":260,"type":"start","job":"w1","alloc":[{"node":"gpu-0","gpus":[4,5]},{"node":"gpu-2","gpus":[6,7]}]})"));
 }
 
 TEST_F(CheckerTest, TopologyLeaf) {
   // Leaves hold gpu-0,gpu-1 and gpu-2,gpu-3.
-  ExpectFlagged(inv::kTopology,
-                Replace(CleanLog(), R"("start","job":"lf")",
-                        R"({"t":3000,"type":"start","job":"lf","alloc":[{"node":"gpu-1","gpus":[0,1,2,3,4,5,6,7]},{"node":"gpu-2","gpus":[0,1,2,3,4,5,6,7]}]})"));
+  ExpectFlagged(
+      inv::kTopology,
+      Replace(
+          CleanLog(), R"("start","job":"lf")",
+          R"({"t":3000,"type":"start","job":"lf","alloc":[{"node":"gpu-1","gpus":[0,1,2,3,4,5,6,7]},{"node":"gpu-2","gpus":[0,1,2,3,4,5,6,7]}]})"));
 }
 
 TEST_F(CheckerTest, TopologyNode) {
@@ -505,27 +537,33 @@ TEST_F(CheckerTest, TopologyNode) {
 }
 
 TEST_F(CheckerTest, WholeGpuHeldTwice) {
-  ExpectFlagged(inv::kGpuExclusive,
-                Replace(CleanLog(), R"("start","job":"crit")",
-                        R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-0","gpus":[1]}]})"));
+  ExpectFlagged(
+      inv::kGpuExclusive,
+      Replace(CleanLog(), R"("start","job":"crit")",
+              R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-0","gpus":[1]}]})"));
 }
 
 TEST_F(CheckerTest, WholeGpuOnMigSplitGpu) {
-  ExpectFlagged(inv::kGpuExclusive,
-                Replace(CleanLog(), R"("start","job":"crit")",
-                        R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-1","gpus":[0]}]})"));
+  ExpectFlagged(
+      inv::kGpuExclusive,
+      Replace(CleanLog(), R"("start","job":"crit")",
+              R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"gpu-1","gpus":[0]}]})"));
 }
 
 TEST_F(CheckerTest, ShareOnMigSplitGpu) {
-  ExpectFlagged(inv::kGpuExclusive,
-                Replace(CleanLog(), R"("start","job":"t1")",
-                        R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"gpu-1","gpu":0,"share":0.3}]})"));
+  ExpectFlagged(
+      inv::kGpuExclusive,
+      Replace(
+          CleanLog(), R"("start","job":"t1")",
+          R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"gpu-1","gpu":0,"share":0.3}]})"));
 }
 
 TEST_F(CheckerTest, MigOverlap) {
-  ExpectFlagged(inv::kMigOverlap,
-                Replace(CleanLog(), R"("start","job":"m2")",
-                        R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.10gb","start":0}]})"));
+  ExpectFlagged(
+      inv::kMigOverlap,
+      Replace(
+          CleanLog(), R"("start","job":"m2")",
+          R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.10gb","start":0}]})"));
 }
 
 TEST_F(CheckerTest, MigComputeOverSeven) {
@@ -548,10 +586,12 @@ pools:
                         R"("tier":"standard","mig":"4g.40gb")");
   f.trace = ReplaceText(f.trace, R"("tier":"critical","mig":"1g.10gb")",
                         R"("tier":"critical","mig":"4g.40gb")");
-  auto log = Replace(CleanLog(), R"("start","job":"m1")",
-                     R"({"t":0,"type":"start","job":"m1","alloc":[{"node":"x-0","gpu":0,"mig":"4g.40gb","start":0}]})");
-  log = Replace(log, R"("start","job":"m2")",
-                R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"x-0","gpu":0,"mig":"4g.40gb","start":4}]})");
+  auto log = Replace(
+      CleanLog(), R"("start","job":"m1")",
+      R"({"t":0,"type":"start","job":"m1","alloc":[{"node":"x-0","gpu":0,"mig":"4g.40gb","start":0}]})");
+  log = Replace(
+      log, R"("start","job":"m2")",
+      R"({"t":0,"type":"start","job":"m2","alloc":[{"node":"x-0","gpu":0,"mig":"4g.40gb","start":4}]})");
   const std::vector<Violation> vs = Check(log, f);
   ASSERT_TRUE(Flagged(vs, inv::kMigOverlap)) << Dump(vs);
   for (const Violation& v : vs) EXPECT_EQ(v.invariant, inv::kMigOverlap) << Dump(vs);
@@ -561,10 +601,12 @@ TEST_F(CheckerTest, SharesAboveOne) {
   Files f;
   f.trace = ReplaceText(std::string(kTrace), R"("gpus":0.5,"sharing":"mps")",
                         R"("gpus":0.8,"sharing":"mps")");
-  ExpectFlagged(inv::kShareCapacity,
-                Replace(CleanLog(), R"("start","job":"s2")",
-                        R"({"t":0,"type":"start","job":"s2","alloc":[{"node":"gpu-1","gpu":1,"share":0.8}]})"),
-                f);
+  ExpectFlagged(
+      inv::kShareCapacity,
+      Replace(
+          CleanLog(), R"("start","job":"s2")",
+          R"({"t":0,"type":"start","job":"s2","alloc":[{"node":"gpu-1","gpu":1,"share":0.8}]})"),
+      f);
 }
 
 TEST_F(CheckerTest, SharesExactlyOneIsFine) {
@@ -572,8 +614,9 @@ TEST_F(CheckerTest, SharesExactlyOneIsFine) {
   Files f;
   f.trace = ReplaceText(std::string(kTrace), R"("gpus":0.5,"sharing":"mps","vram_gb":40)",
                         R"("gpus":0.75,"sharing":"mps","vram_gb":40)");
-  auto log = Replace(CleanLog(), R"("start","job":"s2")",
-                     R"({"t":0,"type":"start","job":"s2","alloc":[{"node":"gpu-1","gpu":1,"share":0.75}]})");
+  auto log = Replace(
+      CleanLog(), R"("start","job":"s2")",
+      R"({"t":0,"type":"start","job":"s2","alloc":[{"node":"gpu-1","gpu":1,"share":0.75}]})");
   const std::vector<Violation> vs = Check(log, f);
   EXPECT_TRUE(vs.empty()) << Dump(vs);
 }
@@ -586,28 +629,31 @@ TEST_F(CheckerTest, SharesVramAboveGpuMemory) {
 }
 
 TEST_F(CheckerTest, SharesMpsAndTimesliceMixed) {
-  ExpectFlagged(inv::kShareCapacity,
-                Replace(CleanLog(), R"("start","job":"t1")",
-                        R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"gpu-1","gpu":1,"share":0.25}]})"),
-                [] {
-                  Files f;
-                  f.trace = ReplaceText(std::string(kTrace), R"("gpus":0.3,"sharing":"timeslice")",
-                                        R"("gpus":0.25,"sharing":"timeslice")");
-                  return f;
-                }());
+  ExpectFlagged(
+      inv::kShareCapacity,
+      Replace(
+          CleanLog(), R"("start","job":"t1")",
+          R"({"t":0,"type":"start","job":"t1","alloc":[{"node":"gpu-1","gpu":1,"share":0.25}]})"),
+      [] {
+        Files f;
+        f.trace = ReplaceText(std::string(kTrace), R"("gpus":0.3,"sharing":"timeslice")",
+                              R"("gpus":0.25,"sharing":"timeslice")");
+        return f;
+      }());
 }
 
 TEST_F(CheckerTest, NodeCpusExceeded) {
   // c1 (12 cpus, 40 GB) and c2 (8 cpus, 30 GB) on the 16-cpu, 64 GB CPU node.
-  ExpectFlagged(inv::kNodeCapacity,
-                Replace(CleanLog(), R"("start","job":"c2")",
-                        R"({"t":0,"type":"start","job":"c2","alloc":[{"node":"cpu-0","gpus":[]}]})"));
+  ExpectFlagged(
+      inv::kNodeCapacity,
+      Replace(CleanLog(), R"("start","job":"c2")",
+              R"({"t":0,"type":"start","job":"c2","alloc":[{"node":"cpu-0","gpus":[]}]})"));
 }
 
 TEST_F(CheckerTest, NodeMemoryExceeded) {
   Files f;
-  f.trace = ReplaceText(std::string(kTrace), R"("cpus":8,"memory_gb":30)",
-                        R"("cpus":1,"memory_gb":30)");
+  f.trace =
+      ReplaceText(std::string(kTrace), R"("cpus":8,"memory_gb":30)", R"("cpus":1,"memory_gb":30)");
   const std::vector<Violation> vs =
       Check(Replace(CleanLog(), R"("start","job":"c2")",
                     R"({"t":0,"type":"start","job":"c2","alloc":[{"node":"cpu-0","gpus":[]}]})"),
@@ -619,21 +665,24 @@ TEST_F(CheckerTest, NodeMemoryExceeded) {
 TEST_F(CheckerTest, CriticalPreempted) {
   auto log = InsertAfter(CleanLog(), R"("finish","job":"t1")",
                          R"({"t":400,"type":"preempt","job":"m1","by":"x"})");
-  log = Replace(log, R"("finish","job":"m1")",
-                R"({"t":400,"type":"start","job":"m1","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.10gb","start":0}]})");
+  log = Replace(
+      log, R"("finish","job":"m1")",
+      R"({"t":400,"type":"start","job":"m1","alloc":[{"node":"gpu-1","gpu":0,"mig":"1g.10gb","start":0}]})");
   ExpectFlagged(inv::kCriticalPreempted, log);
 }
 
 TEST_F(CheckerTest, CriticalOnSpot) {
-  ExpectFlagged(inv::kCriticalOnSpot,
-                Replace(CleanLog(), R"("start","job":"crit")",
-                        R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"sp-0","gpus":[0]}]})"));
+  ExpectFlagged(
+      inv::kCriticalOnSpot,
+      Replace(CleanLog(), R"("start","job":"crit")",
+              R"({"t":0,"type":"start","job":"crit","alloc":[{"node":"sp-0","gpus":[0]}]})"));
 }
 
 TEST_F(CheckerTest, UnknownQueue) {
   Files f;
-  f.trace = ReplaceText(std::string(kTrace), R"("id":"crit","submit":0,"duration":100,"queue":"serving")",
-                        R"("id":"crit","submit":0,"duration":100,"queue":"nope")");
+  f.trace =
+      ReplaceText(std::string(kTrace), R"("id":"crit","submit":0,"duration":100,"queue":"serving")",
+                  R"("id":"crit","submit":0,"duration":100,"queue":"nope")");
   ExpectFlagged(inv::kUnknownQueue, CleanLog(), f);
 }
 
@@ -654,10 +703,12 @@ TEST_F(CheckerTest, BurstOfParentBoundsChildren) {
 // them start.
 TEST_F(CheckerTest, StartWhileAWaitBudgetIsSpent) {
   auto spent = CleanLog();
-  spent.insert(spent.begin(),
-               R"({"t":0,"type":"budget","queue":"serving","state":"spent","spent_gpu_hours":5,"budget_gpu_hours":5})");
+  spent.insert(
+      spent.begin(),
+      R"({"t":0,"type":"budget","queue":"serving","state":"spent","spent_gpu_hours":5,"budget_gpu_hours":5})");
   Files waits;
-  waits.config = ReplaceText(std::string(kConfig), "burst_gpus: 8", "burst_gpus: 8\n    budget: {gpu_hours: 5, when_spent: wait}");
+  waits.config = ReplaceText(std::string(kConfig), "burst_gpus: 8",
+                             "burst_gpus: 8\n    budget: {gpu_hours: 5, when_spent: wait}");
   const std::vector<Violation> vs = Check(spent, waits);
   EXPECT_TRUE(Flagged(vs, inv::kBudget)) << Dump(vs);
   for (const Violation& v : vs) {
@@ -667,12 +718,14 @@ TEST_F(CheckerTest, StartWhileAWaitBudgetIsSpent) {
     }
   }
   Files demotes;
-  demotes.config = ReplaceText(std::string(kConfig), "burst_gpus: 8", "burst_gpus: 8\n    budget: {gpu_hours: 5}");
+  demotes.config = ReplaceText(std::string(kConfig), "burst_gpus: 8",
+                               "burst_gpus: 8\n    budget: {gpu_hours: 5}");
   EXPECT_FALSE(Flagged(Check(spent, demotes), inv::kBudget));
   // Renewed before the starts: clean.
   auto renewed = spent;
-  renewed.insert(renewed.begin() + 1,
-                 R"({"t":0,"type":"budget","queue":"serving","state":"renewed","spent_gpu_hours":0,"budget_gpu_hours":5})");
+  renewed.insert(
+      renewed.begin() + 1,
+      R"({"t":0,"type":"budget","queue":"serving","state":"renewed","spent_gpu_hours":0,"budget_gpu_hours":5})");
   EXPECT_FALSE(Flagged(Check(renewed, waits), inv::kBudget));
   auto bad = spent;
   bad[0] = R"({"t":0,"type":"budget","queue":"nope","state":"spent"})";
@@ -680,28 +733,32 @@ TEST_F(CheckerTest, StartWhileAWaitBudgetIsSpent) {
 }
 
 TEST_F(CheckerTest, WindowOutside) {
-  auto log = Replace(CleanLog(), R"("start","job":"win")",
-                     R"({"t":36000,"type":"start","job":"win","alloc":[{"node":"gpu-3","gpus":[0]}]})");
+  auto log =
+      Replace(CleanLog(), R"("start","job":"win")",
+              R"({"t":36000,"type":"start","job":"win","alloc":[{"node":"gpu-3","gpus":[0]}]})");
   log = Replace(log, R"("finish","job":"win")", R"({"t":36100,"type":"finish","job":"win"})");
   ExpectFlagged(inv::kWindow, log);  // 10:00 is the end of [08:00, 10:00)
 }
 
 TEST_F(CheckerTest, WindowWrappingPastMidnight) {
   // [22:00, 02:00): Tuesday 02:00 is outside, Monday 23:00 inside.
-  auto log = Replace(CleanLog(), R"("start","job":"night")",
-                     R"({"t":93600,"type":"start","job":"night","alloc":[{"node":"gpu-3","gpus":[1]}]})");
+  auto log =
+      Replace(CleanLog(), R"("start","job":"night")",
+              R"({"t":93600,"type":"start","job":"night","alloc":[{"node":"gpu-3","gpus":[1]}]})");
   log = Replace(log, R"("finish","job":"night")", R"({"t":93660,"type":"finish","job":"night"})");
   ExpectFlagged(inv::kWindow, log);
-  auto ok = Replace(CleanLog(), R"("start","job":"night")",
-                    R"({"t":82800,"type":"start","job":"night","alloc":[{"node":"gpu-3","gpus":[1]}]})");
+  auto ok =
+      Replace(CleanLog(), R"("start","job":"night")",
+              R"({"t":82800,"type":"start","job":"night","alloc":[{"node":"gpu-3","gpus":[1]}]})");
   ok = Replace(ok, R"("finish","job":"night")", R"({"t":82860,"type":"finish","job":"night"})");
   EXPECT_TRUE(Check(ok).empty()) << Dump(Check(ok));
 }
 
 TEST_F(CheckerTest, StartOnDownNode) {
-  ExpectFlagged(inv::kNodeDownStart,
-                Replace(CleanLog(), R"("start","job":"r1","alloc":[{"node":"gpu-2")",
-                        R"({"t":2000,"type":"start","job":"r1","alloc":[{"node":"gpu-3","gpus":[5]}]})"));
+  ExpectFlagged(
+      inv::kNodeDownStart,
+      Replace(CleanLog(), R"("start","job":"r1","alloc":[{"node":"gpu-2")",
+              R"({"t":2000,"type":"start","job":"r1","alloc":[{"node":"gpu-3","gpus":[5]}]})"));
 }
 
 TEST_F(CheckerTest, NotReleasedAtNodeDown) {
@@ -712,8 +769,8 @@ TEST_F(CheckerTest, NotReleasedAtNodeDown) {
 }
 
 TEST_F(CheckerTest, ReleasedLaterThanNodeDown) {
-  auto log = Replace(CleanLog(), R"("requeue","job":"r1")",
-                     R"({"t":2000.5,"type":"requeue","job":"r1"})");
+  auto log =
+      Replace(CleanLog(), R"("requeue","job":"r1")", R"({"t":2000.5,"type":"requeue","job":"r1"})");
   log = Replace(log, R"("start","job":"r1","alloc":[{"node":"gpu-2")",
                 R"({"t":2000.5,"type":"start","job":"r1","alloc":[{"node":"gpu-2","gpus":[0]}]})");
   log = Replace(log, R"("finish","job":"r1")", R"({"t":2700.5,"type":"finish","job":"r1"})");
@@ -746,8 +803,8 @@ TEST_F(CheckerTest, FailuresNodeUpWhileUp) {
 }
 
 TEST_F(CheckerTest, ProgressFinishTooLate) {
-  ExpectFlagged(inv::kProgress,
-                Replace(CleanLog(), R"("finish","job":"w1")", R"({"t":1061,"type":"finish","job":"w1"})"));
+  ExpectFlagged(inv::kProgress, Replace(CleanLog(), R"("finish","job":"w1")",
+                                        R"({"t":1061,"type":"finish","job":"w1"})"));
 }
 
 TEST_F(CheckerTest, ProgressCheckpointNotCredited) {
@@ -759,17 +816,17 @@ TEST_F(CheckerTest, ProgressCheckpointNotCredited) {
 
 TEST_F(CheckerTest, ProgressRequeueKeepsOnlyCheckpoint) {
   // r1 ran 500 s with checkpoint_s 300: it keeps 300, so it ends at 2000 + 700.
-  ExpectFlagged(inv::kProgress,
-                Replace(CleanLog(), R"("finish","job":"r1")", R"({"t":2500,"type":"finish","job":"r1"})"));
+  ExpectFlagged(inv::kProgress, Replace(CleanLog(), R"("finish","job":"r1")",
+                                        R"({"t":2500,"type":"finish","job":"r1"})"));
 }
 
 TEST_F(CheckerTest, ProgressRunPastItsEnd) {
   auto log = Replace(CleanLog(), R"("finish","job":"crit")",
                      R"({"t":100,"type":"wait","job":"night","reason":"x"})");
-  log = InsertAfter(log, R"("preempt","job":"w1")",
-                    R"({"t":250,"type":"requeue","job":"crit"})");
-  log = InsertAfter(log, R"("finish","job":"c2")",
-                    R"({"t":300,"type":"start","job":"crit","alloc":[{"node":"gpu-3","gpus":[0]}]})");
+  log = InsertAfter(log, R"("preempt","job":"w1")", R"({"t":250,"type":"requeue","job":"crit"})");
+  log =
+      InsertAfter(log, R"("finish","job":"c2")",
+                  R"({"t":300,"type":"start","job":"crit","alloc":[{"node":"gpu-3","gpus":[0]}]})");
   log = InsertAfter(log, R"("finish","job":"t1")", R"({"t":400,"type":"finish","job":"crit"})");
   ExpectFlagged(inv::kProgress, log);  // crit needed 100 s but was requeued after 250
 }
@@ -780,7 +837,8 @@ TEST_F(CheckerTest, GraceExceeded) {
 }
 
 TEST_F(CheckerTest, ReclaimTooEarly) {
-  auto log = Replace(CleanLog(), R"("reclaim","job":"s1")", R"({"t":999,"type":"reclaim","job":"s1"})");
+  auto log =
+      Replace(CleanLog(), R"("reclaim","job":"s1")", R"({"t":999,"type":"reclaim","job":"s1"})");
   ExpectFlagged(inv::kReclaim, log);
 }
 
@@ -792,7 +850,8 @@ TEST_F(CheckerTest, ReclaimOfJobThatNeverIdles) {
 
 TEST_F(CheckerTest, ReclaimDisabledByPolicy) {
   Files f;
-  f.config = ReplaceText(std::string(kConfig), "reclaim_idle_after_s: 900", "reclaim_idle_after_s: 0");
+  f.config =
+      ReplaceText(std::string(kConfig), "reclaim_idle_after_s: 900", "reclaim_idle_after_s: 0");
   ExpectFlagged(inv::kReclaim, CleanLog(), f);
 }
 
@@ -848,14 +907,19 @@ nlohmann::json SmallReport() {
 }
 
 const std::vector<std::string>& ReportFields() {
-  static const std::vector<std::string> fields = {
-      "/jobs/submitted",       "/jobs/finished",
-      "/jobs/rejected",        "/jobs/reclaimed",
-      "/gpu_utilization_pct",  "/preemption_rate_pct",
-      "/preemptions",          "/lost_gpu_hours",
-      "/makespan_s",           "/queue_wait_time_ms/all/mean",
-      "/jct_s/mean",           "/by_queue/research/gpu_hours",
-      "/by_queue/serving/gpu_hours"};
+  static const std::vector<std::string> fields = {"/jobs/submitted",
+                                                  "/jobs/finished",
+                                                  "/jobs/rejected",
+                                                  "/jobs/reclaimed",
+                                                  "/gpu_utilization_pct",
+                                                  "/preemption_rate_pct",
+                                                  "/preemptions",
+                                                  "/lost_gpu_hours",
+                                                  "/makespan_s",
+                                                  "/queue_wait_time_ms/all/mean",
+                                                  "/jct_s/mean",
+                                                  "/by_queue/research/gpu_hours",
+                                                  "/by_queue/serving/gpu_hours"};
   return fields;
 }
 
@@ -902,7 +966,8 @@ TEST_F(ReportTest, EachMissingFieldIsFlagged) {
 TEST_F(ReportTest, UsageByModelAndWithChildren) {
   nlohmann::json r = SmallReport();
   const double a = 100.0 / 3600.0, b = 110.0 / 3600.0;
-  r["by_queue"]["ml"] = {{"gpu_hours", 0.0}, {"gpu_hours_with_children", a},
+  r["by_queue"]["ml"] = {{"gpu_hours", 0.0},
+                         {"gpu_hours_with_children", a},
                          {"gpu_hours_by_model", nlohmann::json::object()},
                          {"gpu_hours_by_model_with_children", {{"H100-80GB", a}}}};
   r["by_queue"]["research"]["gpu_hours_with_children"] = a;

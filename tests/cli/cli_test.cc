@@ -15,11 +15,14 @@ using gantry::testing::Outcome;
 
 TEST_F(CliTest, BadTraceLineExitsTwoNamingLineAndField) {
   std::ofstream(Path("bad.jsonl"))
-      << R"({"id":"a","submit":0,"duration":10,"queue":"research","gpus":1,"vram_gb":8})" "\n"
-      << R"({"id":"b","submit":1,"duration":10,"queue":"research","gpus":1,"vram_gb":8})" "\n"
-      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":-2,"vram_gb":8})" "\n";
+      << R"({"id":"a","submit":0,"duration":10,"queue":"research","gpus":1,"vram_gb":8})"
+         "\n"
+      << R"({"id":"b","submit":1,"duration":10,"queue":"research","gpus":1,"vram_gb":8})"
+         "\n"
+      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":-2,"vram_gb":8})"
+         "\n";
   Outcome r = Gantry("sim --config " + Examples() + "/cluster.yaml --trace " + Path("bad.jsonl") +
-                 " --events " + Path("e.jsonl") + " --report " + Path("r.json"));
+                     " --events " + Path("e.jsonl") + " --report " + Path("r.json"));
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("bad.jsonl:3: gpus:"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(Path("r.json")));  // nothing ran
@@ -27,9 +30,12 @@ TEST_F(CliTest, BadTraceLineExitsTwoNamingLineAndField) {
 
 TEST_F(CliTest, EveryProblemIsReportedAtOnce) {
   std::ofstream(Path("bad.jsonl"))
-      << R"({"id":"a","submit":0,"duration":10,"queue":"nope","gpus":1,"vram_gb":8})" "\n"
-      << R"({"id":"b","submit":1,"duration":10,"queue":"research","gpus":1,"vram_gb":8,"vram":3})" "\n"
-      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":0.5,"vram_gb":8})" "\n";
+      << R"({"id":"a","submit":0,"duration":10,"queue":"nope","gpus":1,"vram_gb":8})"
+         "\n"
+      << R"({"id":"b","submit":1,"duration":10,"queue":"research","gpus":1,"vram_gb":8,"vram":3})"
+         "\n"
+      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":0.5,"vram_gb":8})"
+         "\n";
   Outcome r = Gantry("validate " + Examples() + "/cluster.yaml " + Path("bad.jsonl"));
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("bad.jsonl:1: queue"), std::string::npos) << r.output;
@@ -39,7 +45,7 @@ TEST_F(CliTest, EveryProblemIsReportedAtOnce) {
 
 TEST_F(CliTest, ExamplesValidateAndTheBundledExampleRuns) {
   Outcome v = Gantry("validate " + Examples() + "/cluster.yaml " + Examples() + "/trace.jsonl " +
-                 Examples() + "/failures.jsonl");
+                     Examples() + "/failures.jsonl");
   EXPECT_EQ(v.status, 0) << v.output;
   Outcome s = Gantry("sim --events " + Path("e.jsonl") + " --report " + Path("r.json"));
   EXPECT_EQ(s.status, 0) << s.output;
@@ -51,15 +57,17 @@ TEST_F(CliTest, ExamplesValidateAndTheBundledExampleRuns) {
 // flag once took every word after it, `--` included, and `-c` was refused).
 TEST_F(CliTest, ARepeatableFlagBeforeTheCommandTakesOneValue) {
   for (const char* flags : {"--env A=1", "--gpu-model H100-80GB --env A=1 --env B=2"}) {
-    const Outcome o = Gantry(std::string("--server http://127.0.0.1:9 submit ") + flags + " -- /bin/sh -c true");
+    const Outcome o =
+        Gantry(std::string("--server http://127.0.0.1:9 submit ") + flags + " -- /bin/sh -c true");
     EXPECT_EQ(o.output.find("not expected"), std::string::npos) << flags << ": " << o.output;
-    EXPECT_NE(o.output.find("cannot reach gantryd"), std::string::npos) << flags << ": " << o.output;
+    EXPECT_NE(o.output.find("cannot reach gantryd"), std::string::npos)
+        << flags << ": " << o.output;
   }
 }
 
 TEST_F(CliTest, UnknownPolicyIsBadInput) {
   Outcome r = Gantry("sim --config " + Examples() + "/cluster.yaml --trace " + Examples() +
-                 "/trace.jsonl --policy nope --events " + Path("e.jsonl"));
+                     "/trace.jsonl --policy nope --events " + Path("e.jsonl"));
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("unknown policy"), std::string::npos) << r.output;
 }
@@ -75,21 +83,29 @@ TEST_F(CliTest, BadConfigNamesFileLineAndField) {
 }
 
 TEST_F(CliTest, ValidateNamesJobsThatCanNeverStartAndWaitsMaxWaitCannotBound) {
-  std::ofstream(Path("cluster.yaml")) << "cluster: x\npools:\n  - name: p\n    count: 4\n"
-                                         "    gpus: 8\n    gpu_model: H100-80GB\n    sharing: [mps, mig]\n"
-                                         "queues:\n  - name: small\n    burst_gpus: 8\n"
-                                         "  - name: bounded\n    max_wait_s: 3600\n";
+  std::ofstream(Path("cluster.yaml"))
+      << "cluster: x\npools:\n  - name: p\n    count: 4\n"
+         "    gpus: 8\n    gpu_model: H100-80GB\n    sharing: [mps, mig]\n"
+         "queues:\n  - name: small\n    burst_gpus: 8\n"
+         "  - name: bounded\n    max_wait_s: 3600\n";
   std::ofstream(Path("t.jsonl"))
-      << R"({"id":"fits","submit":0,"duration":10,"queue":"small","gpus":8,"vram_gb":8})" "\n"
-      << R"({"id":"wide","submit":1,"duration":10,"queue":"small","replicas":2,"gpus":8,"vram_gb":8})" "\n"
-      << R"({"id":"share","submit":2,"duration":10,"queue":"bounded","gpus":0.5,"sharing":"mps","vram_gb":8})" "\n"
-      << R"({"id":"slice","submit":2,"duration":10,"queue":"bounded","mig":"1g.10gb","vram_gb":8})" "\n"
-      << R"({"id":"night","submit":3,"duration":10,"queue":"bounded","gpus":1,"vram_gb":8,"window":{"start":"20:00","end":"06:00"}})" "\n"
-      << R"({"id":"gang","submit":4,"duration":10,"queue":"bounded","replicas":2,"gpus":8,"vram_gb":8})" "\n";
+      << R"({"id":"fits","submit":0,"duration":10,"queue":"small","gpus":8,"vram_gb":8})"
+         "\n"
+      << R"({"id":"wide","submit":1,"duration":10,"queue":"small","replicas":2,"gpus":8,"vram_gb":8})"
+         "\n"
+      << R"({"id":"share","submit":2,"duration":10,"queue":"bounded","gpus":0.5,"sharing":"mps","vram_gb":8})"
+         "\n"
+      << R"({"id":"slice","submit":2,"duration":10,"queue":"bounded","mig":"1g.10gb","vram_gb":8})"
+         "\n"
+      << R"({"id":"night","submit":3,"duration":10,"queue":"bounded","gpus":1,"vram_gb":8,"window":{"start":"20:00","end":"06:00"}})"
+         "\n"
+      << R"({"id":"gang","submit":4,"duration":10,"queue":"bounded","replicas":2,"gpus":8,"vram_gb":8})"
+         "\n";
   Outcome t = Gantry("validate " + Path("cluster.yaml") + " " + Path("t.jsonl"));
   EXPECT_EQ(t.status, 0) << t.output;
   EXPECT_NE(t.output.find("t.jsonl: trace, 6 jobs\n"), std::string::npos) << t.output;
-  EXPECT_NE(t.output.find("1 can never start under their queues' burst_gpus (the simulator rejects them): wide needs "
+  EXPECT_NE(t.output.find("1 can never start under their queues' burst_gpus (the simulator rejects "
+                          "them): wide needs "
                           "16 GPUs, above the burst_gpus 8 of queue small"),
             std::string::npos)
       << t.output;
@@ -98,19 +114,24 @@ TEST_F(CliTest, ValidateNamesJobsThatCanNeverStartAndWaitsMaxWaitCannotBound) {
             std::string::npos)
       << t.output;
   // A job spec: the same rejection is an error, an unbounded wait a note.
-  std::ofstream(Path("wide.yaml")) << "queue: small\nreplicas: 2\ngpus: 8\nvram_gb: 8\ncommand: [x]\n";
-  std::ofstream(Path("share.yaml")) << "queue: bounded\ngpus: 0.5\nsharing: mps\nvram_gb: 8\ncommand: [x]\n";
+  std::ofstream(Path("wide.yaml"))
+      << "queue: small\nreplicas: 2\ngpus: 8\nvram_gb: 8\ncommand: [x]\n";
+  std::ofstream(Path("share.yaml"))
+      << "queue: bounded\ngpus: 0.5\nsharing: mps\nvram_gb: 8\ncommand: [x]\n";
   std::ofstream(Path("slice.yaml")) << "queue: bounded\nmig: 1g.10gb\nvram_gb: 8\ncommand: [x]\n";
   Outcome w = Gantry("validate " + Path("cluster.yaml") + " " + Path("wide.yaml"));
   EXPECT_EQ(w.status, 2) << w.output;
-  EXPECT_NE(w.output.find("wide.yaml: this job can never start (gantryd rejects it): needs 16 GPUs"), std::string::npos)
+  EXPECT_NE(
+      w.output.find("wide.yaml: this job can never start (gantryd rejects it): needs 16 GPUs"),
+      std::string::npos)
       << w.output;
   Outcome sh = Gantry("validate " + Path("cluster.yaml") + " " + Path("share.yaml"));
   EXPECT_EQ(sh.status, 0) << sh.output;
   EXPECT_EQ(sh.output.find("cannot bound"), std::string::npos) << sh.output;
   Outcome sl = Gantry("validate " + Path("cluster.yaml") + " " + Path("slice.yaml"));
   EXPECT_EQ(sl.status, 0) << sl.output;
-  EXPECT_NE(sl.output.find("slice.yaml: ok, but max_wait_s cannot bound its wait: it asks a MIG instance"),
+  EXPECT_NE(sl.output.find(
+                "slice.yaml: ok, but max_wait_s cannot bound its wait: it asks a MIG instance"),
             std::string::npos)
       << sl.output;
 }

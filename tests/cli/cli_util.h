@@ -41,7 +41,8 @@ class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() /
-           ("gantry-cli-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("gantry-cli-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

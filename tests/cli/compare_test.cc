@@ -20,8 +20,8 @@ using gantry::testing::Outcome;
 using Json = nlohmann::json;
 
 std::string ExampleInputs() {
-  return " --config " + Examples() + "/cluster.yaml --trace " + Examples() + "/trace.jsonl --failures " +
-         Examples() + "/failures.jsonl";
+  return " --config " + Examples() + "/cluster.yaml --trace " + Examples() +
+         "/trace.jsonl --failures " + Examples() + "/failures.jsonl";
 }
 
 Json ReadJson(const std::string& path) {
@@ -48,16 +48,17 @@ void ExpectNoProgressText(const Outcome& r) {
 }
 
 TEST_F(CliTest, CompareRunsEachPolicyAndPrintsTheFiguresSideBySide) {
-  Outcome r = Gantry("compare" + ExampleInputs() + " --policy fifo,gantry --json " + Path("c.json") +
-                     " --html " + Path("c.html"));
+  Outcome r = Gantry("compare" + ExampleInputs() + " --policy fifo,gantry --json " +
+                     Path("c.json") + " --html " + Path("c.html"));
   ASSERT_EQ(r.status, 0) << r.output;
   ExpectNoProgressText(r);
-  EXPECT_EQ(Row(r.output, "figure"), (std::vector<std::string>{"figure", "fifo", "gantry"})) << r.output;
+  EXPECT_EQ(Row(r.output, "figure"), (std::vector<std::string>{"figure", "fifo", "gantry"}))
+      << r.output;
   for (const char* label :
-       {"GPU utilisation (%)", "JCT mean (s)", "JCT p99 (s)", "queue wait mean (s)", "queue wait p99 (s)",
-        "critical queue wait p99 (s)", "critical in guarantee, wait p99 (s)",
-        "preemption rate (% of starts)", "GPU-hours lost to preemption",
-        "jobs rejected", "jobs unfinished", "allocation ratio at last arrival (%)"}) {
+       {"GPU utilisation (%)", "JCT mean (s)", "JCT p99 (s)", "queue wait mean (s)",
+        "queue wait p99 (s)", "critical queue wait p99 (s)", "critical in guarantee, wait p99 (s)",
+        "preemption rate (% of starts)", "GPU-hours lost to preemption", "jobs rejected",
+        "jobs unfinished", "allocation ratio at last arrival (%)"}) {
     EXPECT_EQ(Row(r.output, label).size(), 3u) << label << "\n" << r.output;
   }
   const Json j = ReadJson(Path("c.json"));
@@ -68,7 +69,8 @@ TEST_F(CliTest, CompareRunsEachPolicyAndPrintsTheFiguresSideBySide) {
   EXPECT_EQ(j["table"]["columns"], Json::parse(R"(["figure","fifo","gantry"])"));
   for (const Json& row : j["table"]["rows"]) EXPECT_EQ(row.size(), 3u) << row;
   // The printed value is the report's.
-  EXPECT_EQ(Row(r.output, "jobs submitted")[1], std::to_string(j["reports"][0]["jobs"]["submitted"].get<int>()));
+  EXPECT_EQ(Row(r.output, "jobs submitted")[1],
+            std::to_string(j["reports"][0]["jobs"]["submitted"].get<int>()));
   std::ifstream html(Path("c.html"));
   std::stringstream page;
   page << html.rdbuf();
@@ -77,12 +79,14 @@ TEST_F(CliTest, CompareRunsEachPolicyAndPrintsTheFiguresSideBySide) {
 }
 
 TEST_F(CliTest, CompareGivesTheSameFiguresAsSeparateSimRuns) {
-  Outcome c = Gantry("compare" + ExampleInputs() + " --policy gantry,fifo --json " + Path("c.json"));
+  Outcome c =
+      Gantry("compare" + ExampleInputs() + " --policy gantry,fifo --json " + Path("c.json"));
   ASSERT_EQ(c.status, 0) << c.output;
   const Json runs = ReadJson(Path("c.json"))["reports"];
   const char* policies[] = {"gantry", "fifo"};
   for (size_t i = 0; i < 2; ++i) {
-    Outcome s = Gantry("sim" + ExampleInputs() + " --policy " + policies[i] + " --report " + Path("r.json"));
+    Outcome s = Gantry("sim" + ExampleInputs() + " --policy " + policies[i] + " --report " +
+                       Path("r.json"));
     ASSERT_EQ(s.status, 0) << s.output;
     Json single = ReadJson(Path("r.json"));
     Json compared = runs[i];
@@ -96,9 +100,12 @@ TEST_F(CliTest, CompareGivesTheSameFiguresAsSeparateSimRuns) {
 
 TEST_F(CliTest, CompareRejectsBadInputLikeSim) {
   std::ofstream(Path("bad.jsonl"))
-      << R"({"id":"a","submit":0,"duration":10,"queue":"research","gpus":1,"vram_gb":8})" "\n"
-      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":-2,"vram_gb":8})" "\n";
-  const std::string inputs = " --config " + Examples() + "/cluster.yaml --trace " + Path("bad.jsonl");
+      << R"({"id":"a","submit":0,"duration":10,"queue":"research","gpus":1,"vram_gb":8})"
+         "\n"
+      << R"({"id":"c","submit":2,"duration":10,"queue":"research","gpus":-2,"vram_gb":8})"
+         "\n";
+  const std::string inputs =
+      " --config " + Examples() + "/cluster.yaml --trace " + Path("bad.jsonl");
   Outcome r = Gantry("compare" + inputs + " --policy fifo,gantry --json " + Path("c.json"));
   EXPECT_EQ(r.status, 2) << r.output;
   EXPECT_NE(r.output.find("bad.jsonl:2: gpus:"), std::string::npos) << r.output;
@@ -116,7 +123,8 @@ TEST_F(CliTest, CompareRejectsBadInputLikeSim) {
 }
 
 TEST_F(CliTest, SimWritesASelfContainedHtmlReport) {
-  Outcome r = Gantry("sim" + ExampleInputs() + " --report " + Path("r.json") + " --html " + Path("r.html"));
+  Outcome r =
+      Gantry("sim" + ExampleInputs() + " --report " + Path("r.json") + " --html " + Path("r.html"));
   ASSERT_EQ(r.status, 0) << r.output;
   ExpectNoProgressText(r);
   EXPECT_NE(r.output.find("HTML report"), std::string::npos) << r.output;
@@ -137,7 +145,8 @@ TEST_F(CliTest, SimWritesASelfContainedHtmlReport) {
   Outcome quiet = Gantry("sim" + ExampleInputs() + " --no-progress --quiet");
   EXPECT_EQ(quiet.status, 0) << quiet.output;
   EXPECT_EQ(quiet.output, "");
-  Outcome unwritable = Gantry("sim" + ExampleInputs() + " --quiet --html " + Path("no/such/dir/r.html"));
+  Outcome unwritable =
+      Gantry("sim" + ExampleInputs() + " --quiet --html " + Path("no/such/dir/r.html"));
   EXPECT_EQ(unwritable.status, 1) << unwritable.output;
   EXPECT_NE(unwritable.output.find("gantry sim: --html: cannot write"), std::string::npos)
       << unwritable.output;
@@ -172,7 +181,8 @@ TEST_F(CliTest, ProgressLineOnlyOnATerminal) {
   EXPECT_NE(tty.output.find(" done, "), std::string::npos) << tty.output;
   EXPECT_NE(tty.output.find("events/s"), std::string::npos) << tty.output;
   EXPECT_GE(tty.output.size(), 4u);
-  EXPECT_EQ(tty.output.substr(tty.output.size() - 4), "\r\033[K") << "the line is erased at the end";
+  EXPECT_EQ(tty.output.substr(tty.output.size() - 4), "\r\033[K")
+      << "the line is erased at the end";
   Outcome off = gantry::testing::Shell("script -qec '" + sim + " --no-progress' /dev/null");
   ASSERT_EQ(off.status, 0) << off.output;
   EXPECT_EQ(off.output, "");
@@ -185,8 +195,8 @@ TEST_F(CliTest, ProgressLineOnlyOnATerminal) {
 TEST_F(CliTest, GenWarnsWhenTheOfferedLoadMissesTheAskedOne) {
   int warned = 0;
   for (int seed = 1; seed <= 4; ++seed) {
-    Outcome gen = Gantry("gen --gpus 32 --days 0.25 --load 0.8 --seed " + std::to_string(seed) + " --out " +
-                         Path(("gen" + std::to_string(seed)).c_str()));
+    Outcome gen = Gantry("gen --gpus 32 --days 0.25 --load 0.8 --seed " + std::to_string(seed) +
+                         " --out " + Path(("gen" + std::to_string(seed)).c_str()));
     ASSERT_EQ(gen.status, 0) << gen.output;
     const size_t at = gen.output.find("offered load");
     ASSERT_NE(at, std::string::npos) << gen.output;
@@ -195,7 +205,8 @@ TEST_F(CliTest, GenWarnsWhenTheOfferedLoadMissesTheAskedOne) {
     EXPECT_EQ(gen.output.find("warning: offered load") != std::string::npos, far) << gen.output;
     warned += far;
   }
-  EXPECT_GT(warned, 0) << "no seed of a quarter day on 32 GPUs missed the load: the check proves nothing";
+  EXPECT_GT(warned, 0)
+      << "no seed of a quarter day on 32 GPUs missed the load: the check proves nothing";
   Outcome week = Gantry("gen --gpus 32 --load 0.8 --seed 1 --out " + Path("week"));
   ASSERT_EQ(week.status, 0) << week.output;
   EXPECT_EQ(week.output.find("warning"), std::string::npos) << week.output;
@@ -204,47 +215,57 @@ TEST_F(CliTest, GenWarnsWhenTheOfferedLoadMissesTheAskedOne) {
 // What-if (issue 15 item 3): `--set` runs a variant of the config beside it, and the table
 // shows the differences that matter: per queue waits and GPU-hours, cost per GPU-hour.
 TEST_F(CliTest, CompareRunsWhatIfVariantsOfTheConfigBesideIt) {
-  Outcome r = Gantry("compare" + ExampleInputs() + " --policy gantry --set 'pools.h100.count=8' --set " +
-                     "'pools.h100.count=3; queues.serving.burst_gpus=8' --json " + Path("w.json"));
+  Outcome r =
+      Gantry("compare" + ExampleInputs() + " --policy gantry --set 'pools.h100.count=8' --set " +
+             "'pools.h100.count=3; queues.serving.burst_gpus=8' --json " + Path("w.json"));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_EQ(Row(r.output, "figure"),
-            (std::vector<std::string>{"figure", "cluster", "pools.h100.count=8", "pools.h100.count=3;",
-                                      "queues.serving.burst_gpus=8"}))
+            (std::vector<std::string>{"figure", "cluster", "pools.h100.count=8",
+                                      "pools.h100.count=3;", "queues.serving.burst_gpus=8"}))
       << r.output;
   const Json j = ReadJson(Path("w.json"));
   ASSERT_EQ(j["reports"].size(), 3u);
-  EXPECT_EQ(j["runs"], Json::parse(R"(["cluster","pools.h100.count=8","pools.h100.count=3; queues.serving.burst_gpus=8"])"));
+  EXPECT_EQ(
+      j["runs"],
+      Json::parse(
+          R"(["cluster","pools.h100.count=8","pools.h100.count=3; queues.serving.burst_gpus=8"])"));
   // The runs differ as the configs do: more H100 nodes, less waiting; fewer, more.
-  const auto wait = [&](size_t i) { return j["reports"][i]["queue_wait_time_ms"]["all"]["mean"].get<double>(); };
+  const auto wait = [&](size_t i) {
+    return j["reports"][i]["queue_wait_time_ms"]["all"]["mean"].get<double>();
+  };
   EXPECT_LE(wait(1), wait(0)) << r.output;
   EXPECT_GT(wait(2), wait(0)) << r.output;
   for (const char* label : {"cost per GPU-hour", "standard queue wait p99 (s)"}) {
     EXPECT_NE(r.output.find(label), std::string::npos) << label << "\n" << r.output;
   }
   for (const auto& [name, q] : j["reports"][0]["by_queue"].items()) {
-    EXPECT_NE(r.output.find("queue " + name + ": wait mean (s)"), std::string::npos) << name << "\n" << r.output;
+    EXPECT_NE(r.output.find("queue " + name + ": wait mean (s)"), std::string::npos) << name << "\n"
+                                                                                     << r.output;
   }
   // A path that matches nothing: a clear error, nothing run.
   Outcome bad = Gantry("compare" + ExampleInputs() + " --set 'pools.h200.count=8'");
   EXPECT_EQ(bad.status, 2) << bad.output;
-  EXPECT_NE(bad.output.find("gantry compare: --set: \"pools.h200.count=8\": pools has no item named \"h200\""),
+  EXPECT_NE(bad.output.find(
+                "gantry compare: --set: \"pools.h200.count=8\": pools has no item named \"h200\""),
             std::string::npos)
       << bad.output;
   // Two whole configs, comma-separated.
-  Outcome two = Gantry("compare --config " + Examples() + "/cluster.yaml," + Path("cluster-copy.yaml") + " --trace " +
-                       Examples() + "/trace.jsonl --policy fifo,gantry");
+  Outcome two =
+      Gantry("compare --config " + Examples() + "/cluster.yaml," + Path("cluster-copy.yaml") +
+             " --trace " + Examples() + "/trace.jsonl --policy fifo,gantry");
   EXPECT_NE(two.status, 0);  // the copy does not exist yet
   {
     std::ifstream in(Examples() + "/cluster.yaml");
     std::ofstream out(Path("cluster-copy.yaml"));
     out << in.rdbuf();
   }
-  two = Gantry("compare --config " + Examples() + "/cluster.yaml," + Path("cluster-copy.yaml") + " --trace " +
-               Examples() + "/trace.jsonl --policy fifo,gantry");
+  two = Gantry("compare --config " + Examples() + "/cluster.yaml," + Path("cluster-copy.yaml") +
+               " --trace " + Examples() + "/trace.jsonl --policy fifo,gantry");
   ASSERT_EQ(two.status, 0) << two.output;
-  EXPECT_EQ(Row(two.output, "figure"), (std::vector<std::string>{"figure", "cluster", "/", "fifo", "cluster", "/",
-                                                                  "gantry", "cluster-copy", "/", "fifo",
-                                                                  "cluster-copy", "/", "gantry"}))
+  EXPECT_EQ(Row(two.output, "figure"),
+            (std::vector<std::string>{"figure", "cluster", "/", "fifo", "cluster", "/", "gantry",
+                                      "cluster-copy", "/", "fifo", "cluster-copy", "/", "gantry"}))
       << two.output;
-  EXPECT_EQ(Row(two.output, "jobs finished")[1], Row(two.output, "jobs finished")[3]);  // same inputs, same figures
+  EXPECT_EQ(Row(two.output, "jobs finished")[1],
+            Row(two.output, "jobs finished")[3]);  // same inputs, same figures
 }

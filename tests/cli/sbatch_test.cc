@@ -85,7 +85,8 @@ TEST(Sbatch, EveryDirectiveMapsToItsField) {
   EXPECT_DOUBLE_EQ(s["memory_gb"].get<double>(), 17.179869);  // 64 GiB over 4 tasks, in GB (1e9)
   EXPECT_EQ(s["cpus"], 6);
   EXPECT_EQ(s["workdir"], "/data/run");
-  EXPECT_EQ(s["env"], json({{"SLURM_SUBMIT_DIR", "/home/ann/run"}, {"SLURM_SUBMIT_HOST", "login1"}}));
+  EXPECT_EQ(s["env"],
+            json({{"SLURM_SUBMIT_DIR", "/home/ann/run"}, {"SLURM_SUBMIT_HOST", "login1"}}));
   EXPECT_EQ(s["stdout"], "out-%j.txt");
   EXPECT_EQ(s["stderr"], "err-%x-%t.txt");
   EXPECT_EQ(j.array, "0-3");
@@ -97,7 +98,7 @@ TEST(Sbatch, DefaultsAreSlurms) {
   SbatchJob j = Parse("#!/bin/sh\necho hi\n");
   ASSERT_TRUE(j.errors.empty()) << Errors(j);
   EXPECT_EQ(j.spec["replicas"], 1);
-  EXPECT_FALSE(j.spec.contains("command"));        // no arguments
+  EXPECT_FALSE(j.spec.contains("command"));       // no arguments
   EXPECT_EQ(j.spec["workdir"], "/home/ann/run");  // where sbatch ran
   EXPECT_EQ(j.spec["stdout"], "slurm-%j.out");
   EXPECT_FALSE(j.spec.contains("stderr"));
@@ -116,9 +117,9 @@ TEST(Sbatch, EveryTimeFormat) {
   struct Case {
     const char* text;
     long long seconds;
-  } cases[] = {{"30", 1800},          {"30:15", 1815},    {"2:03:04", 7384},   {"1-02", 93600},
-               {"1-02:03", 93780},    {"1-02:03:04", 93784}, {"0:45", 45},    {"120", 7200},
-               {"UNLIMITED", 0},      {"INFINITE", 0}};
+  } cases[] = {{"30", 1800},       {"30:15", 1815},       {"2:03:04", 7384}, {"1-02", 93600},
+               {"1-02:03", 93780}, {"1-02:03:04", 93784}, {"0:45", 45},      {"120", 7200},
+               {"UNLIMITED", 0},   {"INFINITE", 0}};
   for (const Case& c : cases) {
     std::string error;
     auto t = ParseSlurmTime(c.text, error);
@@ -132,7 +133,8 @@ TEST(Sbatch, EveryTimeFormat) {
       EXPECT_FALSE(j.spec.contains("time_limit_s")) << c.text;
     }
   }
-  for (const char* bad : {"", "1:2:3:4", "a", "1-", "-1", "1-2-3", "1:", ":5", "1.5", "1-02:03:04:05"}) {
+  for (const char* bad :
+       {"", "1:2:3:4", "a", "1-", "-1", "1-2-3", "1:", ":5", "1.5", "1-02:03:04:05"}) {
     std::string error;
     EXPECT_FALSE(ParseSlurmTime(bad, error).has_value()) << bad;
     EXPECT_NE(error.find("D-HH:MM:SS"), std::string::npos) << bad;
@@ -154,7 +156,8 @@ TEST(Sbatch, MemorySizes) {
   SbatchJob gpu = Parse("#!/bin/sh\n#SBATCH --gpus-per-task=2 --mem-per-gpu=1000M\n");
   ASSERT_TRUE(gpu.errors.empty()) << Errors(gpu);
   EXPECT_DOUBLE_EQ(gpu.spec["memory_gb"].get<double>(), 2.097152);
-  EXPECT_FALSE(Parse("#!/bin/sh\n#SBATCH --mem=0\n").spec.contains("memory_gb"));  // all of it: no limit
+  EXPECT_FALSE(
+      Parse("#!/bin/sh\n#SBATCH --mem=0\n").spec.contains("memory_gb"));  // all of it: no limit
 }
 
 TEST(Sbatch, GpuRequestsInEveryForm) {
@@ -179,8 +182,9 @@ TEST(Sbatch, GpuRequestsInEveryForm) {
 }
 
 TEST(Sbatch, CommandLineOverridesDirectives) {
-  SbatchJob j = Parse("#!/bin/sh\n#SBATCH --time=10\n#SBATCH -J script\n#SBATCH -p a100\n#SBATCH --gres=gpu:1\n",
-                      {"--time", "5:00", "-Jcli", "--partition=h100", "--parsable"});
+  SbatchJob j = Parse(
+      "#!/bin/sh\n#SBATCH --time=10\n#SBATCH -J script\n#SBATCH -p a100\n#SBATCH --gres=gpu:1\n",
+      {"--time", "5:00", "-Jcli", "--partition=h100", "--parsable"});
   ASSERT_TRUE(j.errors.empty()) << Errors(j);
   EXPECT_EQ(j.spec["time_limit_s"], 300);
   EXPECT_EQ(j.spec["name"], "cli");
@@ -192,11 +196,13 @@ TEST(Sbatch, CommandLineOverridesDirectives) {
 }
 
 TEST(Sbatch, DirectivesEndAtTheFirstCommand) {
-  SbatchJob j = Parse("#!/bin/bash\n#SBATCH -t 5\nmodule load cuda\n#SBATCH -t 50\n#SBATCH --bogus\n");
+  SbatchJob j =
+      Parse("#!/bin/bash\n#SBATCH -t 5\nmodule load cuda\n#SBATCH -t 50\n#SBATCH --bogus\n");
   ASSERT_TRUE(j.errors.empty()) << Errors(j);
   EXPECT_EQ(j.spec["time_limit_s"], 300);
   // Not directives: another case, a word glued on, a commented-out one, an indented one counts.
-  SbatchJob k = Parse("#!/bin/bash\n#sbatch --bogus\n#SBATCHX --bogus\n##SBATCH --bogus\n  #SBATCH -t 7\n");
+  SbatchJob k =
+      Parse("#!/bin/bash\n#sbatch --bogus\n#SBATCHX --bogus\n##SBATCH --bogus\n  #SBATCH -t 7\n");
   ASSERT_TRUE(k.errors.empty()) << Errors(k);
   EXPECT_EQ(k.spec["time_limit_s"], 420);
   // Quoted values keep their blanks.
@@ -218,31 +224,40 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
       "#SBATCH -Y\n",
       {"--partition=a,b"});
   const std::string e = Errors(j);
-  for (const char* want : {"job.sh:2: --frobnicate: unknown", "job.sh:3: --mail-type: not supported",
-                           "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
-                           "job.sh:6: --qos: is the tier", "job.sh:7: --dependency: afternotok is not supported",
-                           "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
-                           "job.sh:10: #SBATCH: a quote is not closed", "job.sh:11: -Y: unknown",
-                           "command line: --partition: give one pool"}) {
+  for (const char* want :
+       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --mail-type: not supported",
+        "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
+        "job.sh:6: --qos: is the tier", "job.sh:7: --dependency: afternotok is not supported",
+        "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
+        "job.sh:10: #SBATCH: a quote is not closed", "job.sh:11: -Y: unknown",
+        "command line: --partition: give one pool"}) {
     EXPECT_NE(e.find(want), std::string::npos) << "missing \"" << want << "\" in:\n" << e;
   }
   EXPECT_EQ(j.errors.size(), 11u) << e;
-  EXPECT_NE(Errors(Parse("echo no shebang\n")).find("job.sh:1: script: this does not look like a batch script"),
+  EXPECT_NE(Errors(Parse("echo no shebang\n"))
+                .find("job.sh:1: script: this does not look like a batch script"),
             std::string::npos);
 }
 
 TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
   auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
-  EXPECT_NE(error("-N 2-4").find("--nodes: a range of node counts cannot be expressed"), std::string::npos);
-  EXPECT_NE(error("-G 3 -N 2").find("--gpus: 3 GPUs cannot be split evenly over 2 tasks"), std::string::npos);
-  EXPECT_NE(error("--gres=gpu:3 --ntasks-per-node=2").find("cannot be split evenly over 2 tasks per node"),
+  EXPECT_NE(error("-N 2-4").find("--nodes: a range of node counts cannot be expressed"),
+            std::string::npos);
+  EXPECT_NE(error("-G 3 -N 2").find("--gpus: 3 GPUs cannot be split evenly over 2 tasks"),
+            std::string::npos);
+  EXPECT_NE(error("--gres=gpu:3 --ntasks-per-node=2")
+                .find("cannot be split evenly over 2 tasks per node"),
             std::string::npos);
   EXPECT_NE(error("--gres=gpu:2 -G 2").find("--gpus: give the GPUs one way"), std::string::npos);
-  EXPECT_NE(error("-n 5 -N 2").find("--ntasks: 5 tasks cannot be spread evenly over 2 nodes"), std::string::npos);
-  EXPECT_NE(error("-n 6 -N 2 --ntasks-per-node=2").find("is not --nodes x --ntasks-per-node"), std::string::npos);
-  EXPECT_NE(error("-n 4 --gres=gpu:2").find("GPUs per node need --ntasks-per-node or --nodes"), std::string::npos);
-  EXPECT_NE(error("--time=1 --signal=USR1@60").find("--signal: the signal comes 60 s before the limit"),
+  EXPECT_NE(error("-n 5 -N 2").find("--ntasks: 5 tasks cannot be spread evenly over 2 nodes"),
             std::string::npos);
+  EXPECT_NE(error("-n 6 -N 2 --ntasks-per-node=2").find("is not --nodes x --ntasks-per-node"),
+            std::string::npos);
+  EXPECT_NE(error("-n 4 --gres=gpu:2").find("GPUs per node need --ntasks-per-node or --nodes"),
+            std::string::npos);
+  EXPECT_NE(
+      error("--time=1 --signal=USR1@60").find("--signal: the signal comes 60 s before the limit"),
+      std::string::npos);
   EXPECT_NE(error("--mem=1G --mem-per-cpu=1G").find("give the memory one way"), std::string::npos);
   EXPECT_NE(error("--mem-per-cpu=1G").find("needs --cpus-per-task"), std::string::npos);
   EXPECT_NE(error("--dependency=afterok:j1?afterok:j2").find("'?' (any one of) is not supported"),
@@ -252,30 +267,35 @@ TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
   EXPECT_NE(error("--export=NONE,LR").find("NONE cannot be combined"), std::string::npos);
   EXPECT_NE(error("--parsable=1").find("--parsable: takes no value"), std::string::npos);
   EXPECT_NE(error("--time").find("--time: needs a value"), std::string::npos);
-  EXPECT_NE(error("-N 0").find("--nodes: expected a whole number of at least 1"), std::string::npos);
+  EXPECT_NE(error("-N 0").find("--nodes: expected a whole number of at least 1"),
+            std::string::npos);
 }
 
 TEST(Sbatch, ExportListsAndSignals) {
   SbatchJob j = Parse("#!/bin/sh\n#SBATCH --export=LR,EXTRA=1 --signal=TERM\n");
   ASSERT_TRUE(j.errors.empty()) << Errors(j);
-  EXPECT_EQ(j.spec["env"], json({{"LR", "0.1"}, {"EXTRA", "1"}, {"SLURM_SUBMIT_DIR", "/home/ann/run"},
+  EXPECT_EQ(j.spec["env"], json({{"LR", "0.1"},
+                                 {"EXTRA", "1"},
+                                 {"SLURM_SUBMIT_DIR", "/home/ann/run"},
                                  {"SLURM_SUBMIT_HOST", "login1"}}));
   EXPECT_EQ(j.spec["grace_s"], 60);  // Slurm's default lead time
   EXPECT_FALSE(j.spec.contains("time_limit_s"));
   SbatchJob all = Parse("#!/bin/sh\n#SBATCH --export=ALL,EXTRA=2\n");
   EXPECT_EQ(all.spec["env"]["HOME"], "/home/ann");
   EXPECT_EQ(all.spec["env"]["EXTRA"], "2");
-  EXPECT_NE(Errors(Parse("#!/bin/sh\n#SBATCH --export=GANTRY_TOKEN\n")).find("cannot export \"GANTRY_TOKEN\""),
+  EXPECT_NE(Errors(Parse("#!/bin/sh\n#SBATCH --export=GANTRY_TOKEN\n"))
+                .find("cannot export \"GANTRY_TOKEN\""),
             std::string::npos);
 }
 
 TEST(Sbatch, SplitsTheCommandLine) {
   std::vector<std::string> options, args;
   std::string script;
-  ASSERT_TRUE(SplitSbatchArgs({"-N", "2", "--time=5", "-t", "7", "--parsable", "--mail-user", "x", "run.sh", "-N",
-                               "--lr", "0.1"},
+  ASSERT_TRUE(SplitSbatchArgs({"-N", "2", "--time=5", "-t", "7", "--parsable", "--mail-user", "x",
+                               "run.sh", "-N", "--lr", "0.1"},
                               options, script, args));
-  EXPECT_EQ(options, (std::vector<std::string>{"-N", "2", "--time=5", "-t", "7", "--parsable", "--mail-user", "x"}));
+  EXPECT_EQ(options, (std::vector<std::string>{"-N", "2", "--time=5", "-t", "7", "--parsable",
+                                               "--mail-user", "x"}));
   EXPECT_EQ(script, "run.sh");
   EXPECT_EQ(args, (std::vector<std::string>{"-N", "--lr", "0.1"}));
   options.clear();
@@ -285,10 +305,26 @@ TEST(Sbatch, SplitsTheCommandLine) {
 // Random lines and random directives give errors or a spec, never a crash.
 TEST(Sbatch, RandomScriptsNeverCrash) {
   std::mt19937 rng(20260115);
-  const std::vector<std::string> words = {
-      "#SBATCH", "--time=", "-t", "1-", ":", "--gres=gpu:", "-N", "--nodes=", "-n", "--ntasks-per-node=", "-G",
-      "--mem=", "G", "--signal=", "B:", "@", "--array=", "--dependency=afterok:", "-o", "%j", "%", "\"", "'", "#",
-      "=", "-", "--", "0", "1", "99999999999", "--export=", "ALL", "NONE", ",", "-J", " ", "\t", "\r", "x"};
+  const std::vector<std::string> words = {"#SBATCH",   "--time=",
+                                          "-t",        "1-",
+                                          ":",         "--gres=gpu:",
+                                          "-N",        "--nodes=",
+                                          "-n",        "--ntasks-per-node=",
+                                          "-G",        "--mem=",
+                                          "G",         "--signal=",
+                                          "B:",        "@",
+                                          "--array=",  "--dependency=afterok:",
+                                          "-o",        "%j",
+                                          "%",         "\"",
+                                          "'",         "#",
+                                          "=",         "-",
+                                          "--",        "0",
+                                          "1",         "99999999999",
+                                          "--export=", "ALL",
+                                          "NONE",      ",",
+                                          "-J",        " ",
+                                          "\t",        "\r",
+                                          "x"};
   for (int n = 0; n < 3000; ++n) {
     std::string text = rng() % 8 == 0 ? "" : "#!/bin/sh\n";
     const int lines = static_cast<int>(rng() % 6);
@@ -299,7 +335,8 @@ TEST(Sbatch, RandomScriptsNeverCrash) {
       text += line + "\n";
     }
     std::vector<std::string> options;
-    for (int p = static_cast<int>(rng() % 3); p > 0; --p) options.push_back(words[rng() % words.size()]);
+    for (int p = static_cast<int>(rng() % 3); p > 0; --p)
+      options.push_back(words[rng() % words.size()]);
     SbatchJob j = Parse(text, options);
     if (j.errors.empty()) {
       EXPECT_TRUE(j.spec.contains("replicas")) << text;
@@ -326,7 +363,8 @@ TEST(OutputPatterns, ExpandForEachWorker) {
 }
 
 TEST(OutputPatterns, HostListsAndTasksPerNode) {
-  EXPECT_EQ(spec::HostList({"h100-0", "h100-1", "h100-2", "h100-5", "cpu-0"}), "h100-[0-2,5],cpu-0");
+  EXPECT_EQ(spec::HostList({"h100-0", "h100-1", "h100-2", "h100-5", "cpu-0"}),
+            "h100-[0-2,5],cpu-0");
   EXPECT_EQ(spec::HostList({"node07", "node08", "node10"}), "node[07-08,10]");
   EXPECT_EQ(spec::HostList({"login"}), "login");
   EXPECT_EQ(spec::HostList({"a-3"}), "a-3");
@@ -340,14 +378,16 @@ TEST(SbatchSpec, APoolRestrictsPlacementAndTheBatchFieldsAreChecked) {
   spec::Diagnostics diags;
   auto config = spec::ParseClusterConfig(
       "cluster: t\npools:\n  - {name: h100, count: 1, gpus: 8, gpu_model: H100-80GB}\n"
-      "  - {name: small, count: 1, gpus: 2, gpu_model: H100-80GB}\n  - {name: empty, count: 0, gpus: 8, gpu_model: "
+      "  - {name: small, count: 1, gpus: 2, gpu_model: H100-80GB}\n  - {name: empty, count: 0, "
+      "gpus: 8, gpu_model: "
       "H100-80GB}\nqueues:\n  - {name: default}\n",
       "cluster.yaml", diags);
   ASSERT_TRUE(config) << diags.ToString();
   const core::Cluster& cluster = config->cluster;
-  auto job = spec::ParseJobJson(R"({"pool": "small", "gpus": 1, "vram_gb": 1, "name": "t", "signal": "USR1",
+  auto job = spec::ParseJobJson(
+      R"({"pool": "small", "gpus": 1, "vram_gb": 1, "name": "t", "signal": "USR1",
                                     "script": "#!/bin/sh\ntrue\n", "stdout": "o-%j", "stderr": "e-%t"})",
-                                "job.json", *config, diags);
+      "job.json", *config, diags);
   ASSERT_TRUE(job) << diags.ToString();
   EXPECT_EQ(job->name, "t");
   EXPECT_EQ(job->stop_signal, spec::SignalNumber("USR1"));
@@ -363,23 +403,39 @@ TEST(SbatchSpec, APoolRestrictsPlacementAndTheBatchFieldsAreChecked) {
   EXPECT_EQ(core::WhyInfeasible(*job, cluster), "pool empty has no nodes");
 
   spec::Diagnostics bad;
-  EXPECT_FALSE(spec::ParseJobJson(R"({"pool": "nope", "script": "echo", "stdout": "%Q", "signal": "USR9",
+  EXPECT_FALSE(
+      spec::ParseJobJson(R"({"pool": "nope", "script": "echo", "stdout": "%Q", "signal": "USR9",
                                       "command": ["x"]})",
-                                  "job.json", *config, bad));
+                         "job.json", *config, bad));
   const std::string text = bad.ToString();
-  for (const char* want : {"pool: unknown pool \"nope\" (known: h100, small, empty)", "script: must start with #!",
-                           "stdout: unknown field %Q", "signal: unknown signal \"USR9\""}) {
+  for (const char* want :
+       {"pool: unknown pool \"nope\" (known: h100, small, empty)", "script: must start with #!",
+        "stdout: unknown field %Q", "signal: unknown signal \"USR9\""}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << " not in:\n" << text;
   }
 }
 
 json Job(const std::string& state, const std::string& reason = "") {
-  return json{{"id", "j7"},         {"queue", "nlp"},  {"user", "ann"},        {"tier", "standard"},
-              {"state", state},     {"reason", reason}, {"replicas", 2},       {"gpus", 4},
-              {"nodes", {"h100-0", "h100-1"}}, {"pool", "h100"}, {"submit", 1000.0}, {"start", 1100.0},
-              {"end", state == "running" ? json() : json(4700.0)}, {"run_start", 1100.0},
-              {"time_limit_s", 7200.0}, {"name", "train"}, {"cpus", 2.5},
-              {"usage", {{"gpu_hours", 4.0}}}, {"preemptions", 0}, {"requeues", 0}};
+  return json{{"id", "j7"},
+              {"queue", "nlp"},
+              {"user", "ann"},
+              {"tier", "standard"},
+              {"state", state},
+              {"reason", reason},
+              {"replicas", 2},
+              {"gpus", 4},
+              {"nodes", {"h100-0", "h100-1"}},
+              {"pool", "h100"},
+              {"submit", 1000.0},
+              {"start", 1100.0},
+              {"end", state == "running" ? json() : json(4700.0)},
+              {"run_start", 1100.0},
+              {"time_limit_s", 7200.0},
+              {"name", "train"},
+              {"cpus", 2.5},
+              {"usage", {{"gpu_hours", 4.0}}},
+              {"preemptions", 0},
+              {"requeues", 0}};
 }
 
 TEST(SlurmFormat, SqueueLettersAndNames) {
@@ -392,12 +448,15 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
     values.push_back(c.field.empty() ? c.literal : FieldValue(Job("running"), c.field, 1160));
   }
   EXPECT_EQ(RenderRow(*cols, heads, "", true, false),
-            " JOBID PARTITION NAME USER QOS STATE ST TIME TIME_LIMIT NODES NODELIST(REASON) TRES_PER_NODE ACCOUNT %");
-  EXPECT_EQ(RenderRow(*cols, values, "", true, false),
-            "    j7 h100      train ann standard RUNNING R 1:00 2:00:00 2 h100-[0-1] gres/gpu:2 nlp %");
+            " JOBID PARTITION NAME USER QOS STATE ST TIME TIME_LIMIT NODES NODELIST(REASON) "
+            "TRES_PER_NODE ACCOUNT %");
+  EXPECT_EQ(
+      RenderRow(*cols, values, "", true, false),
+      "    j7 h100      train ann standard RUNNING R 1:00 2:00:00 2 h100-[0-1] gres/gpu:2 nlp %");
   EXPECT_FALSE(ParseSqueueFormat("%.5Z", error));
   EXPECT_NE(error.find("unknown field %Z"), std::string::npos);
-  auto names = ParseSqueueNames("JobID:.4,Name,UserName:5,State,TimeUsed,TimeLimit,NumNodes,ReasonList,Partition", error);
+  auto names = ParseSqueueNames(
+      "JobID:.4,Name,UserName:5,State,TimeUsed,TimeLimit,NumNodes,ReasonList,Partition", error);
   ASSERT_TRUE(names) << error;
   EXPECT_EQ((*names)[0].width, 4);
   EXPECT_TRUE((*names)[0].right);
@@ -410,8 +469,10 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
 
 TEST(SlurmFormat, SacctStatesExitCodesAndFilters) {
   EXPECT_EQ(SlurmState(Job("finished")), "COMPLETED");
-  EXPECT_EQ(SlurmState(Job("failed", "time limit reached: ran 7200 s of its time_limit_s 7200")), "TIMEOUT");
-  EXPECT_EQ(SlurmState(Job("failed", "worker 0 exited with code 137: out of memory: ...")), "OUT_OF_MEMORY");
+  EXPECT_EQ(SlurmState(Job("failed", "time limit reached: ran 7200 s of its time_limit_s 7200")),
+            "TIMEOUT");
+  EXPECT_EQ(SlurmState(Job("failed", "worker 0 exited with code 137: out of memory: ...")),
+            "OUT_OF_MEMORY");
   EXPECT_EQ(SlurmState(Job("failed", "worker 0 exited with code 1")), "FAILED");
   EXPECT_EQ(SlurmState(Job("cancelled")), "CANCELLED");
   EXPECT_EQ(SlurmState(Job("stopping", "preempt: by j9")), "PREEMPTED");

@@ -21,20 +21,25 @@ struct World {
 World MakeWorld() {
   const Catalog c = Catalog::BuiltIn();
   const SharingMask sharing = Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps);
-  return World{MakeCluster({testing::Pool(c, "h100", 4, 8, "H100-80GB", 2, 1, sharing)}), MakeQueues({})};
+  return World{MakeCluster({testing::Pool(c, "h100", 4, 8, "H100-80GB", 2, 1, sharing)}),
+               MakeQueues({})};
 }
 
 JobSpec RandomJob(const Catalog& c, std::mt19937& rng, int i) {
   const std::string id = "j" + std::to_string(i);
   switch (rng() % 6) {
-    case 0: return Whole(c, id, 1, 1 + static_cast<int>(rng() % 4));
-    case 1: return Whole(c, id, 2, 2 + static_cast<int>(rng() % 3), Topology::kNode);
-    case 2: return Whole(c, id, 1, 8);
+    case 0:
+      return Whole(c, id, 1, 1 + static_cast<int>(rng() % 4));
+    case 1:
+      return Whole(c, id, 2, 2 + static_cast<int>(rng() % 3), Topology::kNode);
+    case 2:
+      return Whole(c, id, 1, 8);
     case 3: {
       const char* profiles[] = {"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb"};
       return Mig(c, id, profiles[rng() % 4]);
     }
-    default: return Shared(c, id, Sharing::kMps, 100 + 50 * static_cast<int>(rng() % 10), 5);
+    default:
+      return Shared(c, id, Sharing::kMps, 100 + 50 * static_cast<int>(rng() % 10), 5);
   }
 }
 
@@ -79,7 +84,8 @@ TEST(Adopt, RestoresExactlyTheOldLedger) {
       if (rec.phase != Phase::kRunning) continue;
       const JobId id = fresh.Submit(rec.spec, rec.submit);
       std::string why;
-      ASSERT_TRUE(fresh.Adopt(id, rec.alloc, rec.last_start, &why)) << "seed " << seed << " job " << rec.spec.id << ": " << why;
+      ASSERT_TRUE(fresh.Adopt(id, rec.alloc, rec.last_start, &why))
+          << "seed " << seed << " job " << rec.spec.id << ": " << why;
       EXPECT_EQ(fresh.job(id).phase, Phase::kRunning);
       EXPECT_EQ(fresh.job(id).last_start, rec.last_start);
       ++adopted;
@@ -111,13 +117,15 @@ TEST(Adopt, RefusesAnAllocationThatOverlapsAnother) {
   EXPECT_EQ(s.job(b).phase, Phase::kPending);
   EXPECT_EQ(s.ledger().node(NodeId(0)).free_whole, 6);
   // Every other node is still up and unblocked.
-  for (uint32_t n = 1; n < w.cluster.nodes().size(); ++n) EXPECT_EQ(s.ledger().node(NodeId(n)).free_whole, 8);
+  for (uint32_t n = 1; n < w.cluster.nodes().size(); ++n)
+    EXPECT_EQ(s.ledger().node(NodeId(n)).free_whole, 8);
 }
 
 TEST(Adopt, RefusesWhatTryStartWouldForTheQueuesBurstLimit) {
   World w = MakeWorld();
   const Catalog& c = w.cluster.catalog();
-  const QueueTree queues = MakeQueues({QueueSpec{"q", "", 0, 6 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"q", "", 0, 6 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(w.cluster, queues, MakePolicy("fifo"));
   WorkerAlloc four;
   four.node = NodeId(1);

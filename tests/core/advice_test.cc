@@ -13,8 +13,9 @@ using testing::Pool;
 class AdviceTest : public ::testing::Test {
  protected:
   Catalog cat_ = Catalog::BuiltIn();
-  Cluster mig_mps_ = MakeCluster(
-      {Pool(cat_, "h100", 2, 8, "H100-80GB", 0, 1, Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps))});
+  Cluster mig_mps_ =
+      MakeCluster({Pool(cat_, "h100", 2, 8, "H100-80GB", 0, 1,
+                        Bit(Sharing::kExclusive) | Bit(Sharing::kMig) | Bit(Sharing::kMps))});
   Cluster mps_only_ = MakeCluster(
       {Pool(cat_, "h100", 2, 8, "H100-80GB", 0, 1, Bit(Sharing::kExclusive) | Bit(Sharing::kMps))});
   Cluster whole_ = MakeCluster({Pool(cat_, "h100", 2, 8, "H100-80GB")});

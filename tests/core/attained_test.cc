@@ -69,7 +69,8 @@ class AttainedOrderTest : public ::testing::TestWithParam<QueueOrder> {
     return sched_.Submit(j, now);
   }
   std::vector<Decision> Pass(Ticks now) { return sched_.Schedule(now); }
-  static std::vector<JobId> Preempted(const std::vector<Decision>& ds, std::string* reason = nullptr) {
+  static std::vector<JobId> Preempted(const std::vector<Decision>& ds,
+                                      std::string* reason = nullptr) {
     std::vector<JobId> out;
     for (const auto& d : ds) {
       if (d.kind != Decision::Kind::kPreempt) continue;
@@ -151,7 +152,9 @@ TEST_P(RankedOrderTest, AVictimThatCheckpointsIsTakenOnlyJustAfterACheckpoint) {
 }
 
 std::string OrderName(const ::testing::TestParamInfo<QueueOrder>& param) {
-  return param.param == QueueOrder::kFairShare ? "FairShare" : param.param == QueueOrder::kLas ? "Las" : "Gittins";
+  return param.param == QueueOrder::kFairShare ? "FairShare"
+         : param.param == QueueOrder::kLas     ? "Las"
+                                               : "Gittins";
 }
 
 TEST_P(RankedOrderTest, RoomUnderTheBurstLimitIsHeldForTheJobThatPreemptedForIt) {
@@ -183,10 +186,11 @@ TEST_P(RankedOrderTest, RoomUnderTheBurstLimitIsHeldForTheJobThatPreemptedForIt)
 }
 
 INSTANTIATE_TEST_SUITE_P(Orders, AttainedOrderTest,
-                         ::testing::Values(QueueOrder::kFairShare, QueueOrder::kLas, QueueOrder::kGittins),
+                         ::testing::Values(QueueOrder::kFairShare, QueueOrder::kLas,
+                                           QueueOrder::kGittins),
                          OrderName);
-INSTANTIATE_TEST_SUITE_P(Orders, RankedOrderTest, ::testing::Values(QueueOrder::kLas, QueueOrder::kGittins),
-                         OrderName);
+INSTANTIATE_TEST_SUITE_P(Orders, RankedOrderTest,
+                         ::testing::Values(QueueOrder::kLas, QueueOrder::kGittins), OrderName);
 
 }  // namespace
 }  // namespace gantry::core

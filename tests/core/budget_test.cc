@@ -23,13 +23,17 @@ constexpr int64_t kDec01 = 1796083200000;
 TEST(BudgetPeriod, WeeksStartOnMondayAndMonthsOnTheFirstUtc) {
   const int64_t wed = kNov23 + 2 * 86'400'000 + 13 * kHour;  // Wednesday 13:00
   EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kWeek, wed), std::make_pair(kNov23, kNov30));
-  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kWeek, kNov30), std::make_pair(kNov30, kNov30 + 7 * 86'400'000));
+  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kWeek, kNov30),
+            std::make_pair(kNov30, kNov30 + 7 * 86'400'000));
   EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kWeek, kNov30 - 1).first, kNov23);
-  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kMonth, wed), std::make_pair(int64_t{1793491200000}, kDec01));
+  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kMonth, wed),
+            std::make_pair(int64_t{1793491200000}, kDec01));
   // December rolls into the next year; before 1970 still works.
   EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kMonth, 1798675200000).second, 1798761600000);
-  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kMonth, -1), std::make_pair(int64_t{-31 * 86'400'000LL}, int64_t{0}));
-  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kWeek, 0).first, -3 * 86'400'000LL);  // 1970-01-01 was a Thursday
+  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kMonth, -1),
+            std::make_pair(int64_t{-31 * 86'400'000LL}, int64_t{0}));
+  EXPECT_EQ(BudgetPeriodAt(BudgetPeriod::kWeek, 0).first,
+            -3 * 86'400'000LL);  // 1970-01-01 was a Thursday
   EXPECT_EQ(UtcMinute(kDec01), "2026-12-01 00:00 UTC");
   EXPECT_EQ(UtcMinute(kNov30 - 60'000), "2026-11-29 23:59 UTC");
 }
@@ -54,12 +58,18 @@ TEST(BudgetPeriod, EveryDayOfThreeCenturies) {
 // Monday 2026-11-30, one day before a new month.
 class BudgetTest : public ::testing::Test {
  protected:
-  void Make(WhenSpent when, std::vector<double> prices = {}, TierMask applies_to = BudgetSpec{}.applies_to) {
+  void Make(WhenSpent when, std::vector<double> prices = {},
+            TierMask applies_to = BudgetSpec{}.applies_to) {
     catalog_ = Catalog::BuiltIn();
-    cluster_ = std::make_unique<Cluster>(
-        MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB"), Pool(catalog_, "a", 1, 8, "A100-80GB")}));
-    QueueSpec org{"org", "", 0, -1, 1, {}, {}, false, BudgetSpec{6, BudgetPeriod::kMonth, when, applies_to}, {}, {}, {}};
-    QueueSpec team{"team", "org", 0, -1, 1, {}, {}, false, BudgetSpec{4, BudgetPeriod::kMonth, when, applies_to}, {}, {}, {}};
+    cluster_ = std::make_unique<Cluster>(MakeCluster(
+        {Pool(catalog_, "h", 2, 8, "H100-80GB"), Pool(catalog_, "a", 1, 8, "A100-80GB")}));
+    QueueSpec org{
+        "org", "", 0, -1, 1, {}, {}, false, BudgetSpec{6, BudgetPeriod::kMonth, when, applies_to},
+        {},    {}, {}};
+    QueueSpec team{"team", "org", 0,
+                   -1,     1,     {},
+                   {},     false, BudgetSpec{4, BudgetPeriod::kMonth, when, applies_to},
+                   {},     {},    {}};
     QueueSpec sibling{"sibling", "org", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}, {}};
     QueueSpec other{"other", "", 0, -1, 1, {}, {}, false, std::nullopt, {}, {}, {}};
     queues_ = std::make_unique<QueueTree>(MakeQueues({org, team, sibling, other}));
@@ -131,7 +141,8 @@ TEST_F(BudgetTest, ABudgetThatCoversCriticalWorkHoldsItOnceSpent) {
   EXPECT_EQ(sched_->job(crit).phase, Phase::kPending);
   EXPECT_EQ(sched_->job(crit).spec.tier, Tier::kCritical);
   EXPECT_EQ(sched_->job(crit).wait_reason,
-            "budget: queue team spent its 4 GPU-hours of the month from 2026-11-01 00:00 UTC; new work waits "
+            "budget: queue team spent its 4 GPU-hours of the month from 2026-11-01 00:00 UTC; new "
+            "work waits "
             "until 2026-12-01 00:00 UTC");
   EXPECT_EQ(sched_->job(b).phase, Phase::kRunning);  // standard work still runs as best-effort
   EXPECT_EQ(sched_->job(b).spec.tier, Tier::kBestEffort);
@@ -163,7 +174,8 @@ TEST_F(BudgetTest, PastItsBudgetNewWorkWaitsForTheNextPeriodAndSaysSo) {
   EXPECT_EQ(sched_->job(a).phase, Phase::kRunning);
   EXPECT_EQ(sched_->job(b).phase, Phase::kPending);
   EXPECT_EQ(sched_->job(b).wait_reason,
-            "budget: queue team spent its 4 GPU-hours of the month from 2026-11-01 00:00 UTC; new work waits "
+            "budget: queue team spent its 4 GPU-hours of the month from 2026-11-01 00:00 UTC; new "
+            "work waits "
             "until 2026-12-01 00:00 UTC");
   // Woken when the parent's budget (6) runs out too while `a` runs on, then for the new
   // month; the reason names the nearer.
@@ -233,7 +245,8 @@ TEST_F(BudgetTest, PricesWeighModelsAndEarlierSpendingCounts) {
   EXPECT_NEAR(Spent("team"), 1.0 + 2.0, 1e-9);  // before + one H100-hour at 2
   EXPECT_NEAR(Spent("org"), 1.5 + 2.0, 1e-9);   // its own sum before, not team's again
   sched_->Schedule(kHour + kHour / 2);
-  EXPECT_NEAR(Spent("team"), 3.0 + 1.0 + 0.5, 1e-9);  // + H100 half hour at 2, 2 A100 half hours at 0.5
+  EXPECT_NEAR(Spent("team"), 3.0 + 1.0 + 0.5,
+              1e-9);  // + H100 half hour at 2, 2 A100 half hours at 0.5
   EXPECT_NEAR(sched_->CostPerHour(sched_->job(a).spec, sched_->job(a).alloc), 1.0, 1e-12);
 }
 

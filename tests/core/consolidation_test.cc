@@ -27,13 +27,13 @@ struct Case {
 class ConsolidationTest : public ::testing::Test {
  protected:
   const Catalog catalog_ = Catalog::BuiltIn();
-  const Cluster cluster_ = testing::MakeCluster(
-      {testing::Pool(catalog_, "s", 2, 1, "H100-80GB", 0, 1, testing::kAll)});
+  const Cluster cluster_ =
+      testing::MakeCluster({testing::Pool(catalog_, "s", 2, 1, "H100-80GB", 0, 1, testing::kAll)});
   const QueueTree queues_ =
       testing::MakeQueues({QueueSpec{"q", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
 
-  // Runs case `c` (the job arriving at `at`); returns the pass's decisions then (the pointers Preemptions
-  // gives point into them).
+  // Runs case `c` (the job arriving at `at`); returns the pass's decisions then (the pointers
+  // Preemptions gives point into them).
   std::vector<Decision> Run(const Case& c, Ticks consolidate_within, Ticks at = 1000 * kS) {
     PolicyParams params;
     params.consolidate_within = consolidate_within;
@@ -87,10 +87,12 @@ TEST_F(ConsolidationTest, OneJobMovesAndBothStart) {
   const JobId stays = mover == running_[0] ? running_[1] : running_[0];
   EXPECT_EQ(moved[0]->by, big_);
   EXPECT_EQ(moved[0]->reason.rfind("consolidation: moved to node ", 0), 0u) << moved[0]->reason;
-  EXPECT_NE(moved[0]->reason.find("to make room for standard job big"), std::string::npos) << moved[0]->reason;
+  EXPECT_NE(moved[0]->reason.find("to make room for standard job big"), std::string::npos)
+      << moved[0]->reason;
   const NodeId freed = s_->job(mover).alloc[0].node;
   const NodeId other = s_->job(stays).alloc[0].node;
-  EXPECT_NE(moved[0]->reason.find(cluster_.node(other).name), std::string::npos) << moved[0]->reason;
+  EXPECT_NE(moved[0]->reason.find(cluster_.node(other).name), std::string::npos)
+      << moved[0]->reason;
   EXPECT_EQ(s_->job(big_).wait.cause, WaitCause::kPreemption);
   // Its grace over, the moved job leaves; the big job takes its node, and the moved job
   // shares the other GPU with the one that stayed.
@@ -113,7 +115,8 @@ TEST_F(ConsolidationTest, NoMoveWhereTheMovedJobWouldFindNoRoom) {
   Scheduler s(cluster_, queues_, MakePolicy("gantry"), params);
   std::vector<JobId> jobs;
   for (int i = 0; i < 2; ++i) {
-    jobs.push_back(s.Submit(testing::Shared(catalog_, "shared" + std::to_string(i), Sharing::kMps, 600, 10), 0));
+    jobs.push_back(s.Submit(
+        testing::Shared(catalog_, "shared" + std::to_string(i), Sharing::kMps, 600, 10), 0));
   }
   s.Schedule(0);
   ASSERT_EQ(s.job(jobs[0]).phase, Phase::kRunning);

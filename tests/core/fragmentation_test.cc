@@ -177,8 +177,8 @@ TEST(FragmentationTest, NodeFragmentationByHand) {
 
 TEST(FragmentationTest, CpuAndModelRuleOutAClass) {
   Catalog c = Catalog::BuiltIn();
-  Cluster cluster = MakeCluster({Pool(c, "a", 1, 2, "A100-80GB", 0, 1, kAll),
-                                 Pool(c, "t", 1, 2, "T4-16GB")});
+  Cluster cluster =
+      MakeCluster({Pool(c, "a", 1, 2, "A100-80GB", 0, 1, kAll), Pool(c, "t", 1, 2, "T4-16GB")});
   Ledger ledger(cluster);
   Fragmentation frag(ledger);
   JobSpec big = Whole(c, "cpu-heavy", 1, 1);
@@ -209,7 +209,8 @@ TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
   frag.Observe(testing::Mig(c, "m1", "1g.10gb"));
   Placer placer(ledger, &frag);
   std::mt19937_64 rng(7);
-  const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1), Whole(c, "two", 1, 2),
+  const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1),
+                                     Whole(c, "two", 1, 2),
                                      Shared(c, "q", Sharing::kMps, 250, 4),
                                      Shared(c, "h", Sharing::kMps, 500, 4),
                                      testing::Mig(c, "m3", "3g.40gb"),
@@ -240,11 +241,13 @@ TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
 // what-ifs rolled back, nodes going down and up, and the mix changing under it.
 TEST(FragmentationTest, TotalFollowsChangedNodesOnly) {
   Catalog c = Catalog::BuiltIn();
-  Cluster cluster = MakeCluster({Pool(c, "a", 6, 4, "A100-80GB", 0, 1, kAll), Pool(c, "h", 5, 8, "H100-80GB", 2)});
+  Cluster cluster = MakeCluster(
+      {Pool(c, "a", 6, 4, "A100-80GB", 0, 1, kAll), Pool(c, "h", 5, 8, "H100-80GB", 2)});
   Ledger ledger(cluster);
   Fragmentation frag(ledger);
   const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1), Whole(c, "four", 1, 4),
-                                     Shared(c, "q", Sharing::kMps, 250, 4), testing::Mig(c, "m1", "1g.10gb")};
+                                     Shared(c, "q", Sharing::kMps, 250, 4),
+                                     testing::Mig(c, "m1", "1g.10gb")};
   for (const JobSpec& j : jobs) frag.Observe(j);
   Placer placer(ledger, &frag);
   std::mt19937_64 rng(11);
@@ -262,11 +265,13 @@ TEST(FragmentationTest, TotalFollowsChangedNodesOnly) {
       const size_t i = rng() % live.size();
       ledger.Release(live[i]);
       live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
-    } else if (roll == 3) {  // a node fails (its jobs end, as the scheduler ends them) or comes back
+    } else if (roll ==
+               3) {  // a node fails (its jobs end, as the scheduler ends them) or comes back
       const NodeId n(static_cast<uint32_t>(rng() % cluster.nodes().size()));
       if (ledger.node(n).up) {
         std::erase_if(live, [&](const Allocation& a) {
-          const bool on = std::any_of(a.begin(), a.end(), [&](const WorkerAlloc& w) { return w.node == n; });
+          const bool on =
+              std::any_of(a.begin(), a.end(), [&](const WorkerAlloc& w) { return w.node == n; });
           if (on) ledger.Release(a);
           return on;
         });
@@ -291,19 +296,23 @@ TEST(FragmentationTest, TotalFollowsChangedNodesOnly) {
 // places, and falls back to it only past kLooksPerBucket), over random ledger states.
 TEST(FragmentationTest, FitsWhereverBestFitFits) {
   Catalog c = Catalog::BuiltIn();
-  Cluster cluster = MakeCluster({Pool(c, "a", 6, 4, "A100-80GB", 3, 2, kAll),
-                                 Pool(c, "h", 4, 8, "H100-80GB", 2),
-                                 Pool(c, "cpu", 2, 0, nullptr)});
+  Cluster cluster =
+      MakeCluster({Pool(c, "a", 6, 4, "A100-80GB", 3, 2, kAll), Pool(c, "h", 4, 8, "H100-80GB", 2),
+                   Pool(c, "cpu", 2, 0, nullptr)});
   Ledger ledger(cluster);
   Fragmentation frag(ledger);
   Placer fgd(ledger, &frag), plain(ledger);
-  std::vector<JobSpec> jobs = {Whole(c, "w1", 1, 1),   Whole(c, "w2", 1, 2),
-                               Whole(c, "w4", 1, 4),   Whole(c, "w8", 1, 8),
-                               Whole(c, "cpu", 1, 0),  Whole(c, "g", 2, 2, Topology::kNode),
+  std::vector<JobSpec> jobs = {Whole(c, "w1", 1, 1),
+                               Whole(c, "w2", 1, 2),
+                               Whole(c, "w4", 1, 4),
+                               Whole(c, "w8", 1, 8),
+                               Whole(c, "cpu", 1, 0),
+                               Whole(c, "g", 2, 2, Topology::kNode),
                                Whole(c, "l", 2, 4, Topology::kLeaf),
                                Shared(c, "m3", Sharing::kMps, 300, 8),
                                Shared(c, "t6", Sharing::kTimeslice, 600, 8),
-                               testing::Mig(c, "1g", "1g.10gb"), testing::Mig(c, "3g", "3g.40gb")};
+                               testing::Mig(c, "1g", "1g.10gb"),
+                               testing::Mig(c, "3g", "3g.40gb")};
   for (size_t i = 0; i < jobs.size(); ++i) {
     jobs[i].cpus_milli = int64_t{8'000} * static_cast<int64_t>(i % 4 + 1);
     frag.Observe(jobs[i]);
@@ -335,8 +344,8 @@ TEST(FragmentationTest, FitsWhereverBestFitFits) {
 // 1-GPU class needs.
 TEST(FragmentationTest, ShareDoesNotBreakAWholeGpu) {
   Catalog c = Catalog::BuiltIn();
-  Cluster cluster = MakeCluster({Pool(c, "p0", 1, 2, "A100-80GB", 0, 1, kAll),
-                                 Pool(c, "p1", 1, 2, "A100-80GB", 0, 1, kAll)});
+  Cluster cluster = MakeCluster(
+      {Pool(c, "p0", 1, 2, "A100-80GB", 0, 1, kAll), Pool(c, "p1", 1, 2, "A100-80GB", 0, 1, kAll)});
   const JobSpec half = Shared(c, "half", Sharing::kMps, 500, 8);
   for (bool fgd : {false, true}) {
     Ledger ledger(cluster);
@@ -422,7 +431,8 @@ TEST(FragmentationTest, TiedPlacesAreSpreadTheSameWayOnEveryRun) {
     std::vector<NodeId> nodes;
     for (int i = 0; i < 6; ++i) {
       Allocation a;
-      ASSERT_TRUE(placer.Place(Shared(c, "s" + std::to_string(i), Sharing::kMps, 300, 8), Fit::kBest, a));
+      ASSERT_TRUE(
+          placer.Place(Shared(c, "s" + std::to_string(i), Sharing::kMps, 300, 8), Fit::kBest, a));
       nodes.push_back(a[0].node);
     }
     runs.push_back(nodes);

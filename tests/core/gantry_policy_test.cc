@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <set>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "test_util.h"
@@ -25,9 +25,13 @@ class GantryTest : public ::testing::Test {
   explicit GantryTest(PolicyParams params = Params())
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB", 2)})),
-        queues_(MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
-                            QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
-                            QueueSpec{"nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}})),
+        queues_(MakeQueues(
+            {QueueSpec{
+                 "serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+             QueueSpec{
+                 "research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+             QueueSpec{
+                 "nlp", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("gantry"), std::move(params)) {}
 
   static PolicyParams Params() {
@@ -219,7 +223,8 @@ TEST_F(GantryTest, AJobIsNotToldToWaitForCheckpointsOfJobsItMayNotTake) {
   EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
   // It is not told to wait for their checkpoints; it is woken at the next one all the same
   // (by then borrowing may have moved and made one of them a job it may take).
-  EXPECT_EQ(sched_.job(n).wait_reason.find("checkpoint"), std::string::npos) << sched_.job(n).wait_reason;
+  EXPECT_EQ(sched_.job(n).wait_reason.find("checkpoint"), std::string::npos)
+      << sched_.job(n).wait_reason;
   EXPECT_EQ(sched_.next_wakeup(), 600 * kS);
   EXPECT_TRUE(Preempted(Pass(650 * kS)).empty());
 }
@@ -248,14 +253,16 @@ TEST_F(GantryTest, NoPreemptionOutsideTheGuaranteeAndNeverOfCriticalWork) {
 TEST(GantryPreemptionTest, BestEffortWorkGivesWayBeyondTheGuaranteeToTheTiersTheSiteNames) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 2, 8, "H100-80GB", 2)});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues = MakeQueues(
+      {QueueSpec{"serving", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+       QueueSpec{"research", "", 4 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
   auto make = [&](std::optional<Tier> yields_to) {
     PolicyParams params;
     params.best_effort_yields_to = yields_to;
     return std::make_unique<Scheduler>(cluster, queues, MakePolicy("gantry"), params);
   };
-  auto submit = [&](Scheduler& s, const char* id, const char* queue, Tier tier, int gpus, Ticks now) {
+  auto submit = [&](Scheduler& s, const char* id, const char* queue, Tier tier, int gpus,
+                    Ticks now) {
     JobSpec j = Whole(catalog, id, 1, gpus);
     j.queue = *queues.Find(queue);
     j.tier = tier;
@@ -269,8 +276,8 @@ TEST(GantryPreemptionTest, BestEffortWorkGivesWayBeyondTheGuaranteeToTheTiersThe
     }
     return out;
   };
-  for (const std::optional<Tier> yields_to : {std::optional{Tier::kCritical}, std::optional{Tier::kStandard},
-                                              std::optional<Tier>()}) {
+  for (const std::optional<Tier> yields_to :
+       {std::optional{Tier::kCritical}, std::optional{Tier::kStandard}, std::optional<Tier>()}) {
     SCOPED_TRACE(yields_to ? std::string(Name(*yields_to)) : "none");
     const std::unique_ptr<Scheduler> sched = make(yields_to);
     Scheduler& s = *sched;
@@ -301,7 +308,8 @@ TEST(GantryPreemptionTest, BestEffortWorkGivesWayBeyondTheGuaranteeToTheTiersThe
   }
   // The default: a standard job beyond its guarantee does not take best-effort GPUs; with
   // `standard` it does.
-  for (const std::optional<Tier> yields_to : {std::optional{Tier::kCritical}, std::optional{Tier::kStandard}}) {
+  for (const std::optional<Tier> yields_to :
+       {std::optional{Tier::kCritical}, std::optional{Tier::kStandard}}) {
     SCOPED_TRACE(std::string(Name(*yields_to)));
     const std::unique_ptr<Scheduler> sched = make(yields_to);
     Scheduler& s = *sched;
@@ -407,7 +415,8 @@ TEST_F(GantryTest, BackfilledJobsPastTheirEstimateGiveWayToAStarvingReservation)
 
 TEST_F(GantryTest, FairShareFavoursTheQueueThatUsedLess) {
   // Both queues want the whole cluster; nlp has used nothing, research a lot.
-  for (int i = 0; i < 4; ++i) Submit(("r" + std::to_string(i)).c_str(), "research", Tier::kStandard, 1, 4, 0);
+  for (int i = 0; i < 4; ++i)
+    Submit(("r" + std::to_string(i)).c_str(), "research", Tier::kStandard, 1, 4, 0);
   Pass(0);
   for (uint32_t j = 0; j < 4; ++j) sched_.Finish(JobId(j), 36'000 * kS, true);
   JobId r = Submit("r-late", "research", Tier::kStandard, 1, 8, 36'000 * kS);
@@ -430,8 +439,8 @@ class GuaranteePerModelTest : public ::testing::Test {
       : catalog_(Catalog::BuiltIn()),
         h100_(*catalog_.Find("H100-80GB")),
         a100_(*catalog_.Find("A100-80GB")),
-        cluster_(MakeCluster({Pool(catalog_, "h", 1, 8, "H100-80GB"),
-                              Pool(catalog_, "a", 1, 8, "A100-80GB")})) {}
+        cluster_(MakeCluster(
+            {Pool(catalog_, "h", 1, 8, "H100-80GB"), Pool(catalog_, "a", 1, 8, "A100-80GB")})) {}
 
   // serving's and research's guarantees: per model when `per_model`, else over all models.
   std::unique_ptr<Scheduler> Make(bool per_model) {
@@ -499,8 +508,7 @@ TEST_F(GuaranteePerModelTest, AJobPreemptsOnlyOnTheModelsItsGuaranteeCovers) {
     // is the best-effort job; per model serving's guarantee is on A100 only, so it takes
     // back the A100s research borrows (research's guarantee is on H100).
     JobId job = Submit(*s, "job", "serving", Tier::kStandard, ~ModelMask{0}, 10 * kS);
-    EXPECT_EQ(s->GuaranteedModels(s->job(job).spec),
-              per_model ? Bit(a100_) : ~ModelMask{0});
+    EXPECT_EQ(s->GuaranteedModels(s->job(job).spec), per_model ? Bit(a100_) : ~ModelMask{0});
     const std::vector<Decision> ds = s->Schedule(10 * kS);
     std::vector<JobId> preempted;
     for (const Decision& d : ds) {
@@ -538,10 +546,12 @@ TEST_F(GuaranteePerModelTest, UsagePerModelFollowsStartsAndEnds) {
 // the walk.
 void SharesScatteredOverManyGpusAreClearedNodeByNode(int nodes) {
   const Catalog catalog = Catalog::BuiltIn();
-  const Cluster cluster = MakeCluster({Pool(catalog, "a", nodes, 8, "A100-80GB", 0, 1,
-                                            SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const Cluster cluster =
+      MakeCluster({Pool(catalog, "a", nodes, 8, "A100-80GB", 0, 1,
+                        SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMps)))});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"serving", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   // Four shares are standard work of a borrowing queue (`research` has no guarantee), one
   // to a node (each asks for most of a node's CPUs): a critical job may take them, so
@@ -609,17 +619,18 @@ TEST(GantryPreemptionTest, SharesScatteredOverManyGpusAreClearedNodeByNodeFromTh
   SharesScatteredOverManyGpusAreClearedNodeByNode(12);
 }
 
-
 // A claim holds what its victims free of a GPU as they leave one by one: a job waiting
 // for a MIG slice must not start in the slot the first victim left (the claimant would
 // then find no room when the last one leaves, and preempt again; with an attained-service
 // queue and max_wait this went on for ever: docs/policies.md, property seed 147).
 TEST(GantryPreemptionTest, AClaimHoldsTheSlicesItsVictimsLeaveUntilTheLastIsGone) {
   const Catalog catalog = Catalog::BuiltIn();
-  const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 1, "H100-80GB", 0, 1,
-                                            SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMig)))});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const Cluster cluster =
+      MakeCluster({Pool(catalog, "h", 1, 1, "H100-80GB", 0, 1,
+                        SharingMask(Bit(Sharing::kExclusive) | Bit(Sharing::kMig)))});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   PolicyParams params;
   params.best_effort_yields_to = Tier::kCritical;  // the small job waits (it does not preempt)
   Scheduler s(cluster, queues, MakePolicy("gantry"), params);
@@ -666,8 +677,9 @@ TEST(GantryPreemptionTest, AClaimHoldsTheSlicesItsVictimsLeaveUntilTheLastIsGone
 TEST(GantryPreemptionTest, ACriticalClaimantStartsOnTheGpuItClaimed) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 4, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
   auto submit = [&](const char* id, const char* queue, Tier tier, Ticks now) {
     JobSpec j = Whole(catalog, id, 1, 1);
@@ -708,11 +720,13 @@ TEST(GantryPreemptionTest, ACriticalClaimantStartsOnTheGpuItClaimed) {
 TEST(GantryPreemptionTest, ACriticalClaimantWhoseClaimIsGoneTakesOtherHeldGpus) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 3, 1, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"train", "", 2 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"serving", "", kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"train", "", 2 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"research", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler s(cluster, queues, MakePolicy("gantry"), PolicyParams{});
-  auto submit = [&](const char* id, const char* queue, Tier tier, int replicas, Ticks grace, Ticks now) {
+  auto submit = [&](const char* id, const char* queue, Tier tier, int replicas, Ticks grace,
+                    Ticks now) {
     JobSpec j = Whole(catalog, id, replicas, 1);
     j.queue = *queues.Find(queue);
     j.tier = tier;
@@ -781,7 +795,8 @@ Ticks GangStartUnderAStreamOfSmallJobs(Ticks max_wait) {
   std::map<Ticks, std::vector<JobId>> ends;  // when the driver ends a run
   auto pass = [&](Ticks now) {
     for (const Decision& d : sched.Schedule(now)) {
-      if (d.kind == Decision::Kind::kStart && d.job != gang) ends[now + runs[d.job]].push_back(d.job);
+      if (d.kind == Decision::Kind::kStart && d.job != gang)
+        ends[now + runs[d.job]].push_back(d.job);
     }
   };
   pass(0);
@@ -871,9 +886,10 @@ TEST(GantryMaxWaitTest, AJobKeptOutByItsQueuesBurstLimitStartsPastMaxWait) {
 TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuarantee) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"serve", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"serve", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   // Four best-effort jobs of 2 GPUs that never checkpoint fill the node: two started at
   // 0 s, two at 3,000 s. At 4,000 s a standard and then a critical job of 2 GPUs arrive.
   // Returns who each of them took (nothing: still waiting).
@@ -894,7 +910,8 @@ TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuar
     s.Submit(j, 4000 * kS);
     std::vector<int> taken;  // indexes into be
     for (const Decision& d : s.Schedule(4000 * kS)) {
-      if (d.kind == Decision::Kind::kPreempt) taken.push_back(static_cast<int>(std::find(be.begin(), be.end(), d.job) - be.begin()));
+      if (d.kind == Decision::Kind::kPreempt)
+        taken.push_back(static_cast<int>(std::find(be.begin(), be.end(), d.job) - be.begin()));
     }
     return taken;
   };
@@ -926,8 +943,9 @@ TEST(GantryPreemptionTest, StandardWorkTakesOnlyYoungBestEffortWorkBeyondItsGuar
 std::pair<Ticks, int> GangStartBehindLongBestEffortJobs(Ticks max_wait) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 8, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"scavenge", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"train", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"scavenge", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   PolicyParams params;
   params.max_wait = max_wait;
   params.preempt_after_checkpoint = 5 * kS;
@@ -958,7 +976,9 @@ std::pair<Ticks, int> GangStartBehindLongBestEffortJobs(Ticks max_wait) {
       ++preemptions;
       released[now + 10 * kS].push_back(d.job);
       // The victims are told why: the gang waited past max_wait_s.
-      EXPECT_EQ(d.reason, "standard job gang, waiting past max_wait_s, needs capacity held by best-effort work");
+      EXPECT_EQ(
+          d.reason,
+          "standard job gang, waiting past max_wait_s, needs capacity held by best-effort work");
     }
     if (sched.job(gang).phase == Phase::kRunning) return {now, preemptions};
   }
@@ -983,8 +1003,9 @@ TEST(GantryMaxWaitTest, ADrainPreemptsBestEffortWorkAtItsCheckpoints) {
 TEST(GantryMaxWaitTest, AClaimOnADrainsGpusIsServedFirst) {
   const Catalog catalog = Catalog::BuiltIn();
   const Cluster cluster = MakeCluster({Pool(catalog, "h", 1, 4, "H100-80GB")});
-  const QueueTree queues = MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                                       QueueSpec{"batch", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"serving", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                  QueueSpec{"batch", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   PolicyParams params;
   params.max_wait = 100 * kS;
   Scheduler s(cluster, queues, MakePolicy("gantry"), params);

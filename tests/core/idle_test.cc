@@ -23,7 +23,8 @@ class StrandedTest : public ::testing::Test {
                             QueueSpec{"b", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
   PoolSpec Node() const {
-    PoolSpec p = Pool(catalog_, "h", 1, 2, "H100-80GB", 0, 1, Bit(Sharing::kExclusive) | Bit(Sharing::kMps));
+    PoolSpec p =
+        Pool(catalog_, "h", 1, 2, "H100-80GB", 0, 1, Bit(Sharing::kExclusive) | Bit(Sharing::kMps));
     p.cpus_milli = 16'000;
     return p;
   }
@@ -44,7 +45,8 @@ constexpr GpuUnits kRemnant19 = 190 * kUnitsPerShareMilli;  // what a 0.81 share
 TEST_F(StrandedTest, RemnantsAndGpusNoPendingJobCanUseAreStranded) {
   sched_.Submit(Share("s81", 810, 12, "a"), 0);
   sched_.Schedule(0);
-  EXPECT_EQ(StrandedUnits(sched_), kGpuUnits + kRemnant19) << "nothing waits: no free unit can be used";
+  EXPECT_EQ(StrandedUnits(sched_), kGpuUnits + kRemnant19)
+      << "nothing waits: no free unit can be used";
 
   // Two whole GPUs can never be had while the share runs: the free GPU and the remnant
   // beside the share are both out of its reach.

@@ -142,10 +142,12 @@ TEST_F(LedgerTest, RollbackUndoesAWhatIfAndNestedCommitsFollowTheOuterMark) {
     std::vector<std::tuple<int, int, int, int, int64_t>> gpus;
     for (uint32_t g = 0; g < cluster_.gpu_count(); ++g) {
       const GpuState& s = ledger_.gpu(GpuId(g));
-      gpus.emplace_back(static_cast<int>(s.mode), s.mig_memory, s.mig_compute, s.share_used, s.vram_used);
+      gpus.emplace_back(static_cast<int>(s.mode), s.mig_memory, s.mig_compute, s.share_used,
+                        s.vram_used);
     }
     return std::tuple{gpus, ledger_.used_units(), ledger_.node(NodeId(0)).free_whole,
-                      ledger_.node(NodeId(1)).free_cpus_milli, ledger_.nodes_with_free(PoolId(0), 4).test(0)};
+                      ledger_.node(NodeId(1)).free_cpus_milli,
+                      ledger_.nodes_with_free(PoolId(0), 4).test(0)};
   };
   const auto before = snapshot();
 

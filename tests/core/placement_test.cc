@@ -1,9 +1,9 @@
 #include "core/placement.h"
 
+#include <gtest/gtest.h>
 #include <bit>
 #include <climits>
 #include <random>
-#include <gtest/gtest.h>
 
 #include "test_util.h"
 
@@ -72,8 +72,9 @@ TEST(PlacementTest, TopologyDomainsHold) {
 
 TEST(PlacementTest, CriticalWorkNeverLandsOnSpot) {
   Catalog c = Catalog::BuiltIn();
-  Cluster cluster = MakeCluster({Pool(c, "spot", 1, 8, "L40S-48GB", 0, 1, Bit(Sharing::kExclusive), true),
-                                 Pool(c, "h", 1, 8, "H100-80GB")});
+  Cluster cluster =
+      MakeCluster({Pool(c, "spot", 1, 8, "L40S-48GB", 0, 1, Bit(Sharing::kExclusive), true),
+                   Pool(c, "h", 1, 8, "H100-80GB")});
   Ledger ledger(cluster);
   Placer placer(ledger);
   JobSpec crit = Whole(c, "c", 1, 8);
@@ -145,7 +146,8 @@ TEST(PlacementTest, FgdFindsTheOneSharedGpuWithRoomPastItsLooks) {
   Placer first(ledger), fgd(ledger, &frag);
   // GPUs 0-78: half their share and 75 of 80 GB taken; GPU 79: half its share, 10 GB.
   Allocation a;
-  for (int i = 0; i < 79; ++i) ASSERT_TRUE(first.Place(testing::Shared(c, "full", Sharing::kMps, 500, 75), Fit::kFirst, a));
+  for (int i = 0; i < 79; ++i)
+    ASSERT_TRUE(first.Place(testing::Shared(c, "full", Sharing::kMps, 500, 75), Fit::kFirst, a));
   ASSERT_TRUE(first.Place(testing::Shared(c, "roomy", Sharing::kMps, 500, 10), Fit::kFirst, a));
   ASSERT_EQ(a[0].node, NodeId(9));
   ASSERT_EQ(a[0].gpu, 7);
@@ -193,7 +195,9 @@ TEST(PlacementTest, SharedSearchPicksWhatAWalkOfEveryGpuWould) {
         if (left < want_left) want = i, want_left = left;
       }
       std::vector<GpuMode> before;
-      for (int i = 0; i < 32; ++i) before.push_back(ledger.gpu(ledger.gpu_id(NodeId(static_cast<uint32_t>(i / 8)), i % 8)).mode);
+      for (int i = 0; i < 32; ++i)
+        before.push_back(
+            ledger.gpu(ledger.gpu_id(NodeId(static_cast<uint32_t>(i / 8)), i % 8)).mode);
       Allocation got;
       const bool placed = placer.Place(job, fit, got);
       if (want < 0) {  // no shared GPU with room: a free GPU, if any

@@ -26,10 +26,12 @@ class PiecesTest : public ::testing::Test {
   PiecesTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB")})),
-        queues_(MakeQueues({QueueSpec{"prod", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
-                            QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
+        queues_(
+            MakeQueues({QueueSpec{"prod", "", 8 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}},
+                        QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
-  JobId Start(const char* id, int gpus, const char* queue, Tier tier, Ticks estimate, Ticks now, Ticks checkpoint = 0) {
+  JobId Start(const char* id, int gpus, const char* queue, Tier tier, Ticks estimate, Ticks now,
+              Ticks checkpoint = 0) {
     JobSpec j = Whole(catalog_, id, 1, gpus);
     j.queue = *queues_.Find(queue);
     j.tier = tier;
@@ -50,12 +52,13 @@ class PiecesTest : public ::testing::Test {
   }
   GpuUnits Used() const { return sched_.ledger().used_units(); }
   // The victims `job` needs at `now` (inside its guarantee), in a new pass of `victims`.
-  std::vector<JobId> Victims(VictimSelector& victims, JobId job, Ticks now, Allocation* fit = nullptr) {
+  std::vector<JobId> Victims(VictimSelector& victims, JobId job, Ticks now,
+                             Allocation* fit = nullptr) {
     victims.NewPass();
     std::vector<JobId> needed;
     Allocation where;
-    EXPECT_TRUE(victims.Choose(sched_, sched_.job(job), VictimSelector::Mode::kGuarantee, ~ModelMask{0}, 0, now,
-                               never_, needed, where));
+    EXPECT_TRUE(victims.Choose(sched_, sched_.job(job), VictimSelector::Mode::kGuarantee,
+                               ~ModelMask{0}, 0, now, never_, needed, where));
     if (fit) *fit = where;
     return needed;
   }
@@ -117,7 +120,8 @@ TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
   VictimSelector victims(ordering);
   Allocation fit;
   const GpuUnits before = Used();
-  EXPECT_EQ(Victims(victims, serve, 10 * kS, &fit), std::vector<JobId>{notebook}) << "one best-effort job makes the room";
+  EXPECT_EQ(Victims(victims, serve, 10 * kS, &fit), std::vector<JobId>{notebook})
+      << "one best-effort job makes the room";
   EXPECT_EQ(fit.size(), 1u);
   EXPECT_EQ(Used(), before);
 
@@ -140,10 +144,12 @@ TEST_F(PiecesTest, AVictimBeingStoppedIsNotChosenAgainInTheNextPass) {
   QueueOrdering ordering;
   ordering.Init(sched_);
   VictimSelector victims(ordering);
-  ASSERT_EQ(Victims(victims, serve, 10 * kS), std::vector<JobId>{notebook}) << "the one that lost least (the lower id)";
+  ASSERT_EQ(Victims(victims, serve, 10 * kS), std::vector<JobId>{notebook})
+      << "the one that lost least (the lower id)";
   sched_.Preempt(notebook, serve, "for serve", 10 * kS);
   const JobId serve2 = Pending("serve2", 1, 4, "prod", 11 * kS);
-  EXPECT_EQ(Victims(victims, serve2, 11 * kS), std::vector<JobId>{other}) << "the notebook is being stopped already";
+  EXPECT_EQ(Victims(victims, serve2, 11 * kS), std::vector<JobId>{other})
+      << "the notebook is being stopped already";
 }
 
 // The cheapest victim is the one that loses least (GPUs x whole seconds since its last
@@ -195,10 +201,11 @@ TEST_F(PiecesTest, TheCheapestVictimIsTheOneThatLosesLeastAsTheClockMoves) {
 TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
   const Catalog catalog = Catalog::BuiltIn();
   // Leaves of two nodes; the last node's two GPUs take MIG instances and MPS shares.
-  const Cluster cluster = MakeCluster({Pool(catalog, "h", 4, 8, "H100-80GB", 2),
-                                       Pool(catalog, "split", 1, 2, "H100-80GB", 0, 1,
-                                            Bit(Sharing::kMig) | Bit(Sharing::kMps))});
-  const QueueTree queues = MakeQueues({QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  const Cluster cluster = MakeCluster(
+      {Pool(catalog, "h", 4, 8, "H100-80GB", 2),
+       Pool(catalog, "split", 1, 2, "H100-80GB", 0, 1, Bit(Sharing::kMig) | Bit(Sharing::kMps))});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"lab", "", 0, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   Scheduler sched(cluster, queues, MakePolicy("fifo"));
   const ModelId h100 = testing::Model(catalog, "H100-80GB");
   auto run = [&](JobSpec spec, Tier tier, WorkerAlloc at) {
@@ -208,7 +215,9 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
     EXPECT_TRUE(sched.Adopt(id, {at}, 0, &why)) << spec.id << ": " << why;
     return id;
   };
-  auto whole = [&](uint32_t node, uint64_t mask) { return WorkerAlloc{.node = NodeId(node), .gpu_mask = mask}; };
+  auto whole = [&](uint32_t node, uint64_t mask) {
+    return WorkerAlloc{.node = NodeId(node), .gpu_mask = mask};
+  };
   // Leaf 0: node 0 best-effort, node 1 critical. Leaf 1: node 2 half best-effort, half
   // critical; node 3 best-effort.
   const JobId be0 = run(Whole(catalog, "be0", 1, 8), Tier::kBestEffort, whole(0, 0xff));
@@ -221,17 +230,24 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
   const int g3 = catalog.FindProfile(h100, "3g.40gb");
   ASSERT_GE(g3, 0);
   auto mig = [&](int start) {
-    return WorkerAlloc{.node = NodeId(4), .sharing = Sharing::kMig, .gpu = 0, .mig_profile = static_cast<int8_t>(g3),
+    return WorkerAlloc{.node = NodeId(4),
+                       .sharing = Sharing::kMig,
+                       .gpu = 0,
+                       .mig_profile = static_cast<int8_t>(g3),
                        .mig_start = static_cast<int8_t>(start)};
   };
   auto mps = [&](int milli) {
-    return WorkerAlloc{.node = NodeId(4), .sharing = Sharing::kMps, .gpu = 1, .share_milli = static_cast<int16_t>(milli),
+    return WorkerAlloc{.node = NodeId(4),
+                       .sharing = Sharing::kMps,
+                       .gpu = 1,
+                       .share_milli = static_cast<int16_t>(milli),
                        .vram_bytes = 10 * kGB};
   };
   const JobId be_mig = run(testing::Mig(catalog, "be-mig", "3g.40gb"), Tier::kBestEffort, mig(0));
   run(testing::Mig(catalog, "crit-mig", "3g.40gb"), Tier::kCritical, mig(4));
   run(testing::Shared(catalog, "crit-mps", Sharing::kMps, 500, 10), Tier::kCritical, mps(500));
-  const JobId be_mps = run(testing::Shared(catalog, "be-mps", Sharing::kMps, 300, 10), Tier::kBestEffort, mps(300));
+  const JobId be_mps =
+      run(testing::Shared(catalog, "be-mps", Sharing::kMps, 300, 10), Tier::kBestEffort, mps(300));
 
   QueueOrdering ordering;
   ordering.Init(sched);
@@ -247,9 +263,10 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
     victims.NewPass();
     std::vector<JobId> needed;
     Allocation fit;
-    const bool ok = victims.Choose(sched, sched.job(id), VictimSelector::Mode::kTier, ~ModelMask{0}, 0, 10 * kS,
-                                   never, needed, fit);
-    EXPECT_EQ(sched.ledger().used_units(), used) << spec.id << ": the what-if leaves the ledger as it was";
+    const bool ok = victims.Choose(sched, sched.job(id), VictimSelector::Mode::kTier, ~ModelMask{0},
+                                   0, 10 * kS, never, needed, fit);
+    EXPECT_EQ(sched.ledger().used_units(), used)
+        << spec.id << ": the what-if leaves the ledger as it was";
     sched.Finish(id, 10 * kS);  // gone again
     if (!ok) return std::nullopt;
     std::sort(needed.begin(), needed.end());
@@ -268,7 +285,8 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
   EXPECT_EQ(choose(testing::Mig(catalog, "mig-3g", "3g.40gb")), (Victims{{be_mig}}));
   // Shares: 0.5 stays taken on GPU 1.
   EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.6", Sharing::kMps, 600, 10)), Victims{});
-  EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.5", Sharing::kMps, 500, 10)), (Victims{{be_mps}}));
+  EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.5", Sharing::kMps, 500, 10)),
+            (Victims{{be_mps}}));
 }
 
 }  // namespace

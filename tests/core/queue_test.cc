@@ -68,8 +68,9 @@ TEST(QueueTreeTest, TiersBoundTheQueueAndEveryQueueUnderIt) {
   serving.tiers = Bit(Tier::kCritical);
   auto t = QueueTree::Build({org, team, serving, Q("open")});
   ASSERT_TRUE(t.ok()) << t.error().ToString();
-  EXPECT_EQ(t->WhyTierRefused(*t->Find("team"), Tier::kCritical),
-            "asks for tier critical, which queue org may not use (its tiers: standard, best-effort)");
+  EXPECT_EQ(
+      t->WhyTierRefused(*t->Find("team"), Tier::kCritical),
+      "asks for tier critical, which queue org may not use (its tiers: standard, best-effort)");
   EXPECT_EQ(t->WhyTierRefused(*t->Find("org"), Tier::kStandard), std::nullopt);
   EXPECT_EQ(t->WhyTierRefused(*t->Find("team"), Tier::kBestEffort), std::nullopt);
   EXPECT_EQ(t->WhyTierRefused(*t->Find("serving"), Tier::kBestEffort),

@@ -29,8 +29,9 @@ class SchedulerTest : public ::testing::Test {
   SchedulerTest()
       : catalog_(Catalog::BuiltIn()),
         cluster_(MakeCluster({Pool(catalog_, "h", 2, 8, "H100-80GB")})),
-        queues_(MakeQueues({QueueSpec{"a", "", 4 * kGpuUnits, 8 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
-                            QueueSpec{"b", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
+        queues_(MakeQueues(
+            {QueueSpec{"a", "", 4 * kGpuUnits, 8 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+             QueueSpec{"b", "", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}}})),
         sched_(cluster_, queues_, MakePolicy("fifo")) {}
 
   JobSpec Job(const char* id, int replicas, int gpus, const char* queue = "b") {
@@ -103,7 +104,9 @@ TEST(SchedulerTiers, AJobOfATierItsQueueMayNotUseIsRejected) {
   auto rejects = Of(sched.Schedule(0), Decision::Kind::kReject);
   ASSERT_EQ(rejects.size(), 1u);
   EXPECT_EQ(rejects[0].job, c);
-  EXPECT_EQ(rejects[0].reason, "asks for tier critical, which queue team may not use (its tiers: standard, best-effort)");
+  EXPECT_EQ(
+      rejects[0].reason,
+      "asks for tier critical, which queue team may not use (its tiers: standard, best-effort)");
   EXPECT_EQ(sched.job(s).phase, Phase::kRunning);
 }
 
@@ -211,7 +214,8 @@ TEST_F(SchedulerTest, RunningChangesNameEveryStampedPlaceOrSayReadAll) {
   sched_.Finish(a, 2 * kS, true);
   ASSERT_TRUE(stamped(&me));
   ASSERT_EQ(sched_.running().size(), 2u);
-  for (uint32_t pos = 0; pos < 2; ++pos) {  // exactly the places whose stamp moved, and the gone one
+  for (uint32_t pos = 0; pos < 2;
+       ++pos) {  // exactly the places whose stamp moved, and the gone one
     const bool moved = sched_.running_stamps()[pos] != before[pos];
     EXPECT_EQ(moved, std::find(changed.begin(), changed.end(), pos) != changed.end()) << pos;
   }
@@ -254,7 +258,8 @@ TEST(FullPassInterval, FreedGpusWaitForTheNextFullPassWithTheLineKept) {
     EXPECT_EQ(s.job(x).wait.cause, WaitCause::kNotYetPlaced);
     EXPECT_EQ(s.job(x).wait.at, 10 * kS);
     EXPECT_EQ(s.job(x).wait_reason,
-              "not yet placed: GPUs were freed since the last full pass; it is tried at the next, at t=10 s, "
+              "not yet placed: GPUs were freed since the last full pass; it is tried at the next, "
+              "at t=10 s, "
               "after the jobs ahead of it (policy.full_pass_interval_s)");
     EXPECT_EQ(s.next_wakeup(), 10 * kS);
     // The owed full pass: w, first in line, takes the free node; x finds no room.
@@ -279,12 +284,12 @@ TEST(SchedulerDeterminism, SameCallsGiveSameDecisions) {
     Scheduler s(cluster, queues, MakePolicy("fifo"));
     std::vector<std::pair<uint32_t, uint64_t>> trail;
     for (int i = 0; i < 40; ++i) {
-      s.Submit(Whole(c, "j" + std::to_string(i), 1 + i % 3, 1 + i % 8,
-                     static_cast<Topology>(i % 4)),
-               i);
+      s.Submit(
+          Whole(c, "j" + std::to_string(i), 1 + i % 3, 1 + i % 8, static_cast<Topology>(i % 4)), i);
       for (const auto& d : s.Schedule(i)) {
         if (d.kind == Decision::Kind::kStart) {
-          for (const auto& w : s.job(d.job).alloc) trail.emplace_back(d.job.v * 1000 + w.node.v, w.gpu_mask);
+          for (const auto& w : s.job(d.job).alloc)
+            trail.emplace_back(d.job.v * 1000 + w.node.v, w.gpu_mask);
         }
       }
       if (i % 5 == 4) {

@@ -20,8 +20,8 @@ inline ModelId Model(const Catalog& c, const char* name) {
 }
 
 inline PoolSpec Pool(const Catalog& c, std::string name, int count, int gpus, const char* model,
-                     int leaf_size = 0, int domains = 1, SharingMask sharing = Bit(Sharing::kExclusive),
-                     bool spot = false) {
+                     int leaf_size = 0, int domains = 1,
+                     SharingMask sharing = Bit(Sharing::kExclusive), bool spot = false) {
   PoolSpec p;
   p.name = std::move(name);
   p.count = count;

@@ -30,8 +30,8 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <set>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "harness.h"
@@ -81,7 +81,8 @@ struct Interval {
 
 // A run's time on its node, from its log: first line to last.
 Interval RunInterval(const Harness& h, const std::string& id, int run, int rank) {
-  const std::string log = h.Path("out/" + id + "." + std::to_string(run) + "." + std::to_string(rank) + ".log");
+  const std::string log =
+      h.Path("out/" + id + "." + std::to_string(run) + "." + std::to_string(rank) + ".log");
   Interval iv{1e300, 0, id, run};
   for (const char* kind : {"start", "alive", "term", "graceful", "end"}) {
     for (double t : Times(log, kind)) {
@@ -113,8 +114,13 @@ bool Clash(const Use& a, const Use& b) {
 class Chaos {
  public:
   Chaos(Harness& h, Netns* net, bool postgres, std::vector<std::string> flags, std::string disk)
-      : h_(h), net_(net), postgres_(postgres), flags_(std::move(flags)), disk_(std::move(disk)),
-        rng_(static_cast<unsigned>(EnvInt("GANTRY_CHAOS_SEED", 1))), heal_at_(kAgents) {}
+      : h_(h),
+        net_(net),
+        postgres_(postgres),
+        flags_(std::move(flags)),
+        disk_(std::move(disk)),
+        rng_(static_cast<unsigned>(EnvInt("GANTRY_CHAOS_SEED", 1))),
+        heal_at_(kAgents) {}
 
   ~Chaos() {
     stop_ = true;
@@ -125,7 +131,8 @@ class Chaos {
     h_.StartServer(flags_);
     if (postgres_) h_.StartPeer(flags_);
     urls_ = postgres_ ? h_.ServerUrl() + "," + h_.PeerUrl() : h_.ServerUrl();
-    for (int i = 0; i < kAgents; ++i) agent_.push_back(h_.StartAgent("h100-" + std::to_string(i), urls_));
+    for (int i = 0; i < kAgents; ++i)
+      agent_.push_back(h_.StartAgent("h100-" + std::to_string(i), urls_));
     ASSERT_TRUE(Harness::WaitFor([&] { return h_.NodesUp(kAgents); }, 15));
     submitter_ = std::thread([this] { Submit(); });
   }
@@ -141,7 +148,7 @@ class Chaos {
       SleepAndHeal(std::chrono::milliseconds(1500 + rng_() % 2000));
       std::string what = n < static_cast<int>(kinds.size()) ? kinds[static_cast<size_t>(n)]
                          : rng_() % 2 == 0                  ? "leader"
-                                                            : kinds[1 + rng_() % (kinds.size() - 1)];
+                                           : kinds[1 + rng_() % (kinds.size() - 1)];
       ++n;
       if (what == "leader") {
         KillLeader();
@@ -161,7 +168,8 @@ class Chaos {
         const size_t i = rng_() % kAgents;
         if (heal_at_[i] != Clock::time_point()) continue;  // already cut off
         net_->SetLink(static_cast<int>(i) + 1, false);
-        heal_at_[i] = Clock::now() + std::chrono::milliseconds(1000 + rng_() % 7000);  // lease: 3.6 s
+        heal_at_[i] =
+            Clock::now() + std::chrono::milliseconds(1000 + rng_() % 7000);  // lease: 3.6 s
         ++cuts_;
       } else {
         FillDisk();
@@ -173,10 +181,12 @@ class Chaos {
     }
     stop_ = true;
     if (submitter_.joinable()) submitter_.join();
-    std::cerr << "chaos: " << accepted_.size() << " jobs accepted, " << refused_ << " submits refused; "
-              << leader_kills_ << " leader kills (longest until served again " << longest_outage_ << " s), "
-              << agent_kills_ << " agent kills, " << freezes_ << " freezes, " << cuts_ << " link cuts, "
-              << disk_fulls_ << " full disks (gantryd exited " << server_exits_ << " times)\n";
+    std::cerr << "chaos: " << accepted_.size() << " jobs accepted, " << refused_
+              << " submits refused; " << leader_kills_
+              << " leader kills (longest until served again " << longest_outage_ << " s), "
+              << agent_kills_ << " agent kills, " << freezes_ << " freezes, " << cuts_
+              << " link cuts, " << disk_fulls_ << " full disks (gantryd exited " << server_exits_
+              << " times)\n";
   }
 
   // Every accepted job ended; none lost, none ran twice at once, no GPU overused.
@@ -185,7 +195,8 @@ class Chaos {
     EXPECT_EQ(ids.size(), accepted_.size()) << "an id was given twice";
     // The backlog a long run leaves (hundreds of gangs after 100 kills) drains at the
     // cluster's pace: wait while jobs keep ending.
-    ASSERT_TRUE(AllEndWhileProgressing(h_, ids, 90)) << h_.Cli({"ls", "--all"}, h_.token("admin")).out;
+    ASSERT_TRUE(AllEndWhileProgressing(h_, ids, 90))
+        << h_.Cli({"ls", "--all"}, h_.token("admin")).out;
     const auto states = States(h_);
     std::map<std::string, std::vector<Use>> by_gpu;  // node/GPU index -> its uses
     int runs = 0;
@@ -225,15 +236,19 @@ class Chaos {
         double shares = 0;  // MPS shares running when this use started
         for (size_t y = 0; y < uses.size(); ++y) {
           const Use &a = uses[x], &b = uses[y];
-          if (a.mode == "mps" && b.mode == "mps" && b.iv.from <= a.iv.from && a.iv.from < b.iv.to) shares += b.share;
+          if (a.mode == "mps" && b.mode == "mps" && b.iv.from <= a.iv.from && a.iv.from < b.iv.to)
+            shares += b.share;
           if (y <= x) continue;
-          EXPECT_FALSE(Clash(a, b)) << gpu << " ran " << a.iv.job << "." << a.iv.run << " (" << a.mode << ") and "
-                                    << b.iv.job << "." << b.iv.run << " (" << b.mode << ") at the same time";
+          EXPECT_FALSE(Clash(a, b))
+              << gpu << " ran " << a.iv.job << "." << a.iv.run << " (" << a.mode << ") and "
+              << b.iv.job << "." << b.iv.run << " (" << b.mode << ") at the same time";
         }
-        EXPECT_LE(shares, 1.001) << gpu << ": MPS shares past the whole GPU when " << uses[x].iv.job << " started";
+        EXPECT_LE(shares, 1.001) << gpu << ": MPS shares past the whole GPU when " << uses[x].iv.job
+                                 << " started";
       }
     }
-    std::cerr << "chaos: " << runs << " runs of " << ids.size() << " jobs checked on " << by_gpu.size() << " GPUs\n";
+    std::cerr << "chaos: " << runs << " runs of " << ids.size() << " jobs checked on "
+              << by_gpu.size() << " GPUs\n";
     EXPECT_GE(runs, static_cast<int>(ids.size()));
     EXPECT_TRUE(modes.count("exclusive") && modes.count("mig") && modes.count("mps"))
         << "the mix should have run whole GPUs, MIG and MPS";
@@ -254,21 +269,23 @@ class Chaos {
       const std::string queue = team_a ? "research" : "nlp";
       const int kind = static_cast<int>(r() % 12);
       if (kind == 0 && team_a) {
-        argv.insert(argv.end(), {"--queue", "serving", "--tier", "critical", "--gpus", "2", "--vram-gb", "20"});
+        argv.insert(argv.end(),
+                    {"--queue", "serving", "--tier", "critical", "--gpus", "2", "--vram-gb", "20"});
       } else if (kind <= 2) {
-        argv.insert(argv.end(), {"--queue", queue, "--gpus", "8", "--replicas", "2", "--vram-gb", "20"});
+        argv.insert(argv.end(),
+                    {"--queue", queue, "--gpus", "8", "--replicas", "2", "--vram-gb", "20"});
       } else if (kind == 3) {
         const char* profile[][2] = {{"1g.10gb", "8"}, {"2g.20gb", "16"}, {"3g.40gb", "32"}};
         const auto& p = profile[r() % 3];
         argv.insert(argv.end(), {"--queue", queue, "--mig", p[0], "--vram-gb", p[1], "--replicas",
                                  std::to_string(1 + r() % 2)});
       } else if (kind == 4) {
-        argv.insert(argv.end(),
-                    {"--queue", queue, "--sharing", "mps", "--gpus", r() % 2 ? "0.25" : "0.5", "--vram-gb", "10"});
+        argv.insert(argv.end(), {"--queue", queue, "--sharing", "mps", "--gpus",
+                                 r() % 2 ? "0.25" : "0.5", "--vram-gb", "10"});
       } else {
         const char* gpus[] = {"1", "2", "4", "8"};
-        argv.insert(argv.end(), {"--queue", queue, "--gpus", gpus[r() % 4], "--vram-gb", "20", "--tier",
-                                 kind == 5 ? "best-effort" : "standard"});
+        argv.insert(argv.end(), {"--queue", queue, "--gpus", gpus[r() % 4], "--vram-gb", "20",
+                                 "--tier", kind == 5 ? "best-effort" : "standard"});
       }
       argv.insert(argv.end(), {"--grace-s", "1", "--checkpoint-s", "1", "--"});
       for (auto& s : Job(h_, 500 + static_cast<int>(r() % 2000), 0.2)) argv.push_back(s);
@@ -314,7 +331,8 @@ class Chaos {
           heal_at_[i] = {};
         }
       }
-      std::this_thread::sleep_for(std::min<Clock::duration>(end - Clock::now(), std::chrono::milliseconds(50)));
+      std::this_thread::sleep_for(
+          std::min<Clock::duration>(end - Clock::now(), std::chrono::milliseconds(50)));
     }
   }
 
@@ -329,7 +347,8 @@ class Chaos {
       h_.StartServer(flags_);  // as systemd's Restart= would
       ASSERT_TRUE(Harness::WaitFor([&] { return Healthy(h_.ServerUrl()); }, 15)) << "no restart";
     }
-    longest_outage_ = std::max(longest_outage_, std::chrono::duration<double>(Clock::now() - t0).count());
+    longest_outage_ =
+        std::max(longest_outage_, std::chrono::duration<double>(Clock::now() - t0).count());
     ++leader_kills_;
   }
 
@@ -355,7 +374,8 @@ class Chaos {
       const auto t0 = Clock::now();
       h_.StartServer(flags_);
       ASSERT_TRUE(Harness::WaitFor([&] { return Healthy(h_.ServerUrl()); }, 15)) << "no restart";
-      longest_outage_ = std::max(longest_outage_, std::chrono::duration<double>(Clock::now() - t0).count());
+      longest_outage_ =
+          std::max(longest_outage_, std::chrono::duration<double>(Clock::now() - t0).count());
     }
   }
 
@@ -374,7 +394,8 @@ class Chaos {
   std::vector<std::string> accepted_;
   std::string refusals_;
   int refused_ = 0;
-  int leader_kills_ = 0, agent_kills_ = 0, freezes_ = 0, cuts_ = 0, disk_fulls_ = 0, server_exits_ = 0;
+  int leader_kills_ = 0, agent_kills_ = 0, freezes_ = 0, cuts_ = 0, disk_fulls_ = 0,
+      server_exits_ = 0;
   double longest_outage_ = 0;
 };
 
@@ -446,7 +467,8 @@ TEST(Chaos, OnSqliteAFullDiskSlowFsyncRestartsAndCutLinksLoseNothing) {
   chaos.Start();
   if (HasFatalFailure()) return;
   chaos.Run(EnvInt("GANTRY_CHAOS_EVENTS", 8), EnvInt("GANTRY_CHAOS_LEADER_KILLS", 0));
-  EXPECT_NE(h.Read("gantryd.log").find("slow_fsync: each"), std::string::npos) << "the slow disk was not in force";
+  EXPECT_NE(h.Read("gantryd.log").find("slow_fsync: each"), std::string::npos)
+      << "the slow disk was not in force";
   // A submit may fail while the disk is full, with a clear error; none that was accepted
   // may be lost.
   if (chaos.refused() > 0) std::cerr << "chaos: refused submits said:\n" << chaos.refusals();

@@ -54,8 +54,10 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
   Harness h("console");
   h.Setup(kConsoleCluster, {{"a", "research"}, {"b", "vision"}});
   h.StartServer();
-  const std::string mine = Submit(h, "a", {"--queue", "research", "--gpus", "8", "--vram-gb", "10", "--", "true"});
-  const std::string theirs = Submit(h, "b", {"--queue", "vision", "--gpus", "8", "--vram-gb", "10", "--", "true"});
+  const std::string mine =
+      Submit(h, "a", {"--queue", "research", "--gpus", "8", "--vram-gb", "10", "--", "true"});
+  const std::string theirs =
+      Submit(h, "b", {"--queue", "vision", "--gpus", "8", "--vram-gb", "10", "--", "true"});
   httplib::Client cli(h.ServerUrl());
 
   // A wrong token: no session.
@@ -127,7 +129,8 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
   auto out = cli.Delete("/v1/session", with_csrf);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->status, 200);
-  EXPECT_NE(SetCookie(out).find("gantry_session=; Path=/; Max-Age=0; HttpOnly"), std::string::npos) << SetCookie(out);
+  EXPECT_NE(SetCookie(out).find("gantry_session=; Path=/; Max-Age=0; HttpOnly"), std::string::npos)
+      << SetCookie(out);
 
   // The page keeps no token where its scripts (or anyone's) could read it.
   auto page = cli.Get("/");
@@ -138,12 +141,14 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
   // In a real browser with no session: the sign-in form shows, the tables are empty, and
   // the script ran to the end without an error (an error would leave the form hidden).
   const std::string chromium = Chromium();
-  ASSERT_FALSE(chromium.empty()) << "chromium not found: scripts/setup.sh installs Debian's chromium";
-  const RunResult dom = it::Run({chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-                             "--user-data-dir=" + h.Path("profile"), "--virtual-time-budget=3000", "--dump-dom",
-                             h.ServerUrl() + "/"});
+  ASSERT_FALSE(chromium.empty())
+      << "chromium not found: scripts/setup.sh installs Debian's chromium";
+  const RunResult dom = it::Run({chromium, "--headless", "--no-sandbox", "--disable-gpu",
+                                 "--no-first-run", "--user-data-dir=" + h.Path("profile"),
+                                 "--virtual-time-budget=3000", "--dump-dom", h.ServerUrl() + "/"});
   ASSERT_EQ(dom.rc, 0);
-  EXPECT_NE(dom.out.find("<form id=\"signin\">"), std::string::npos) << dom.out;  // no longer hidden
+  EXPECT_NE(dom.out.find("<form id=\"signin\">"), std::string::npos)
+      << dom.out;  // no longer hidden
   EXPECT_NE(dom.out.find("<span id=\"who\" hidden=\"\">"), std::string::npos) << dom.out;
   EXPECT_NE(dom.out.find("<div id=\"page\"></div>"), std::string::npos) << dom.out;
 }
@@ -175,8 +180,10 @@ size_t ExpectMapDrawsEveryGpu(const std::string& map, const json& nodes) {
     for (const json& g : node["gpu_detail"]) {
       ++gpus;
       std::string holders;
-      for (const json& j : g["jobs"]) holders += (holders.empty() ? "" : ",") + j.get<std::string>();
-      const std::string cell = "data-gpu=\"" + std::to_string(g.value("index", -1)) + "\" data-jobs=\"" + holders + "\"";
+      for (const json& j : g["jobs"])
+        holders += (holders.empty() ? "" : ",") + j.get<std::string>();
+      const std::string cell =
+          "data-gpu=\"" + std::to_string(g.value("index", -1)) + "\" data-jobs=\"" + holders + "\"";
       from = map.find(cell, from);
       if (from == std::string::npos) {
         ADD_FAILURE() << node.value("name", "") << " " << cell << " is not on the map";
@@ -197,39 +204,52 @@ size_t ExpectMapDrawsEveryGpu(const std::string& map, const json& nodes) {
 // screenshots are kept in the build tree (console-screenshots/) as the test's artefacts.
 TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   const std::string chromium = Chromium();
-  ASSERT_FALSE(chromium.empty()) << "chromium not found: scripts/setup.sh installs Debian's chromium";
+  ASSERT_FALSE(chromium.empty())
+      << "chromium not found: scripts/setup.sh installs Debian's chromium";
   Harness h("console-map");
   h.Setup(kMapCluster, {{"a", "research"}, {"b", "vision"}});
   h.StartServer({"--history-sample-s", "0.2"});
   h.StartAgent("h100-0");
   h.StartAgent("h100-1", "", {"--cgroups", "off"});  // its workers not isolated: the map says so
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
-  const std::vector<std::string> sleep = {"--", "sh", "-c", "echo hello from $GANTRY_JOB_ID; sleep 120"};
+  const std::vector<std::string> sleep = {"--", "sh", "-c",
+                                          "echo hello from $GANTRY_JOB_ID; sleep 120"};
   auto submit = [&](const std::string& team, std::vector<std::string> args) {
     args.insert(args.end(), sleep.begin(), sleep.end());
     return Submit(h, team, args);
   };
-  const std::string train = submit("a", {"--id", "train", "--queue", "research", "--gpus", "4", "--vram-gb", "10"});
-  const std::string mig = submit("a", {"--id", "slice", "--queue", "research", "--mig", "1g.10gb", "--vram-gb", "10"});
-  const std::string share = submit("a", {"--id", "share", "--queue", "research", "--gpus", "0.5", "--sharing", "mps",
-                                         "--vram-gb", "10"});
-  const std::string theirs = submit("b", {"--id", "theirs", "--queue", "vision", "--gpus", "2", "--vram-gb", "10"});
-  const std::string wide = submit("a", {"--id", "wide", "--queue", "research", "--replicas", "2", "--gpus", "8",
-                                        "--vram-gb", "10"});
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    for (const std::string& id : {train, mig, share, theirs}) {
-      if (h.Job(id).value("state", "") != "running") return false;
-    }
-    return h.Job(wide).value("state", "") == "pending" && !h.Job(wide).value("reason", "").empty();
-  }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    return h.Cli({"logs", train}, h.token("a")).out.find("hello from train") != std::string::npos;
-  }, 15));
+  const std::string train =
+      submit("a", {"--id", "train", "--queue", "research", "--gpus", "4", "--vram-gb", "10"});
+  const std::string mig =
+      submit("a", {"--id", "slice", "--queue", "research", "--mig", "1g.10gb", "--vram-gb", "10"});
+  const std::string share = submit("a", {"--id", "share", "--queue", "research", "--gpus", "0.5",
+                                         "--sharing", "mps", "--vram-gb", "10"});
+  const std::string theirs =
+      submit("b", {"--id", "theirs", "--queue", "vision", "--gpus", "2", "--vram-gb", "10"});
+  const std::string wide = submit("a", {"--id", "wide", "--queue", "research", "--replicas", "2",
+                                        "--gpus", "8", "--vram-gb", "10"});
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        for (const std::string& id : {train, mig, share, theirs}) {
+          if (h.Job(id).value("state", "") != "running") return false;
+        }
+        return h.Job(wide).value("state", "") == "pending" &&
+               !h.Job(wide).value("reason", "").empty();
+      },
+      30))
+      << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return h.Cli({"logs", train}, h.token("a")).out.find("hello from train") !=
+               std::string::npos;
+      },
+      15));
 
   const std::string shots = (fs::current_path() / "console-screenshots").string();
-  const RunResult run = it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/", h.token("a"), shots, "map",
-                                 "queues", "jobs", "usage", "job/" + train, "job/" + theirs},
-                                {}, 120);
+  const RunResult run =
+      it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/", h.token("a"), shots, "map",
+               "queues", "jobs", "usage", "job/" + train, "job/" + theirs},
+              {}, 120);
   ASSERT_EQ(run.rc, 0) << run.err;
   const json r = json::parse(run.out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << run.out << run.err;
@@ -245,7 +265,8 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   // The map against /v1/nodes: every GPU, with the jobs holding it.
   const std::string map = r["views"]["map"].value("html", "");
   EXPECT_EQ(ExpectMapDrawsEveryGpu(map, h.Get("/v1/nodes", h.token("admin"))), 16u);
-  for (const std::string& id : {train, mig, share, theirs}) EXPECT_NE(map.find(id), std::string::npos) << id;
+  for (const std::string& id : {train, mig, share, theirs})
+    EXPECT_NE(map.find(id), std::string::npos) << id;
   // A node whose agent says its workers are not fully isolated has a dashed border: h100-1
   // (--cgroups off), h100-0 where this machine gives its agent no cgroups or device rules.
   int marked = 0;
@@ -259,7 +280,8 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
     ASSERT_NE(at, std::string::npos) << name << " not on the map";
     const size_t div = map.rfind("<div class=\"node ", at);
     ASSERT_NE(div, std::string::npos) << name;
-    EXPECT_EQ(map.substr(div, at - div).find("unisolated") != std::string::npos, open) << name << ": " << n.dump();
+    EXPECT_EQ(map.substr(div, at - div).find("unisolated") != std::string::npos, open)
+        << name << ": " << n.dump();
     marked += name == "h100-1" && open;
   }
   EXPECT_EQ(marked, 1) << "h100-1 runs its workers without cgroups: " << nodes.dump();
@@ -279,12 +301,14 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   EXPECT_NEAR(last["queues"].value("vision", -1.0), 2.0, 1e-9) << last.dump();
   // A poller asks only for what is newer than what it has (the console does).
   const json newer = h.Get("/v1/cluster/history?since=" + last["t"].dump(), h.token("a"));
-  for (const json& s : newer["samples"]) EXPECT_GT(s["t"].get<double>(), last["t"].get<double>()) << newer.dump();
+  for (const json& s : newer["samples"])
+    EXPECT_GT(s["t"].get<double>(), last["t"].get<double>()) << newer.dump();
   EXPECT_EQ(newer.value("kept", 0), history.value("kept", -1));
   int status = 0;
   h.Get("/v1/cluster/history?since=yesterday", h.token("a"), &status);
   EXPECT_EQ(status, 400);
-  EXPECT_NE(r["views"]["queues"].value("html", "").find("data-series=\"vision\""), std::string::npos);
+  EXPECT_NE(r["views"]["queues"].value("html", "").find("data-series=\"vision\""),
+            std::string::npos);
   EXPECT_NE(jobs.find("Idle GPUs by why nothing uses them"), std::string::npos) << jobs;
   EXPECT_NE(jobs.find("data-series=\"capacity\""), std::string::npos) << jobs;
   // Its own job: command, what happened, usage, log.
@@ -312,45 +336,57 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
 // at 1,000 nodes: bench/console_scale.sh.
 TEST(Console, AtASitesSizeTheMapDrawsEveryGpuAndTheJobsTableIsCapped) {
   const std::string chromium = Chromium();
-  ASSERT_FALSE(chromium.empty()) << "chromium not found: scripts/setup.sh installs Debian's chromium";
+  ASSERT_FALSE(chromium.empty())
+      << "chromium not found: scripts/setup.sh installs Debian's chromium";
   constexpr int kNodes = 256, kJobs = 2600;
   Harness h("console-scale");
   h.Setup("pools:\n  - name: gpu\n    count: " + std::to_string(kNodes) +
-              "\n    gpus: 8\n    gpu_model: H100-80GB\nqueues:\n  - name: research\n  - name: vision\n",
+              "\n    gpus: 8\n    gpu_model: H100-80GB\nqueues:\n  - name: research\n  - name: "
+              "vision\n",
           {{"a", "research"}, {"b", "vision"}});
   h.StartServer();
   h.StartSwarm({"gpu:" + std::to_string(kNodes) + ":8xH100-80GB"}, "swarm.json");
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(kNodes); }, 60)) << "not every node registered";
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(kNodes); }, 60))
+      << "not every node registered";
   for (int i = 0; i < kJobs; ++i) {
     static const int kGpus[] = {1, 2, 4, 8};
     int status = 0;
     h.Post("/v1/jobs",
-           json{{"queue", i % 2 ? "vision" : "research"}, {"gpus", kGpus[i % 4]}, {"vram_gb", 40},
-                {"command", {"sleep", "3600"}}}.dump(),
+           json{{"queue", i % 2 ? "vision" : "research"},
+                {"gpus", kGpus[i % 4]},
+                {"vram_gb", 40},
+                {"command", {"sleep", "3600"}}}
+               .dump(),
            h.token(i % 2 ? "b" : "a"), &status);
     ASSERT_EQ(status, 201) << i;
   }
   // Settled: the cluster full (2,048 GPUs of the 3.75 per job asked on average), the rest waiting.
   json health;
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    health = h.Get("/healthz", "");
-    return health.value("jobs_running", 0) + health.value("jobs_pending", 0) == kJobs &&
-           health.value("jobs_running", 0) >= 500 && health.value("jobs_pending", 0) > 500;
-  }, 60)) << health.dump();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        health = h.Get("/healthz", "");
+        return health.value("jobs_running", 0) + health.value("jobs_pending", 0) == kJobs &&
+               health.value("jobs_running", 0) >= 500 && health.value("jobs_pending", 0) > 500;
+      },
+      60))
+      << health.dump();
   const json pending = h.Get("/v1/jobs?state=pending", h.token("admin"));
 
   const std::string shots = (fs::current_path() / "console-scale-screenshots").string();
-  const RunResult run = it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/", h.token("admin"), shots,
-                                 "jobs", "map", "jobs?queue=vision"}, {}, 180);
+  const RunResult run = it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/",
+                                 h.token("admin"), shots, "jobs", "map", "jobs?queue=vision"},
+                                {}, 180);
   ASSERT_EQ(run.rc, 0) << run.err;
   const json r = json::parse(run.out, nullptr, false);
   ASSERT_TRUE(r.is_object()) << run.out << run.err;
   EXPECT_TRUE(r["console_errors"].empty()) << r["console_errors"].dump(2);
   for (const auto& [view, v] : r["views"].items()) EXPECT_EQ(v.value("error", "?"), "") << view;
-  EXPECT_EQ(ExpectMapDrawsEveryGpu(r["views"]["map"].value("html", ""), h.Get("/v1/nodes", h.token("admin"))),
+  EXPECT_EQ(ExpectMapDrawsEveryGpu(r["views"]["map"].value("html", ""),
+                                   h.Get("/v1/nodes", h.token("admin"))),
             static_cast<size_t>(kNodes * 8));
   const std::string jobs = r["views"]["jobs"].value("html", "");
-  EXPECT_NE(jobs.find("Showing 500 of " + std::to_string(kJobs) + " jobs"), std::string::npos) << jobs.substr(0, 2000);
+  EXPECT_NE(jobs.find("Showing 500 of " + std::to_string(kJobs) + " jobs"), std::string::npos)
+      << jobs.substr(0, 2000);
   // The waiting line counts every pending job (by why it waits), not only the rows drawn.
   const size_t from = jobs.find("<p id=\"waiting\">");
   ASSERT_NE(from, std::string::npos) << jobs.substr(0, 2000);

@@ -55,17 +55,21 @@ std::string PodmanRun(std::string* why) {
       *why = "no /bin/busybox to build the test image from (Debian's busybox-static)";
       return "";
     }
-    RunResult built = Run({"sh", "-c",
-                           "set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp; cp /bin/busybox $d/bin/; "
-                           "for a in sh sleep echo cat env pwd test ls id; do ln -s busybox $d/bin/$a; done; "
-                           "tar -C $d -c . | podman import - " + std::string(kImage) + "; rm -rf $d"},
-                          {}, 120);
+    RunResult built =
+        Run({"sh", "-c",
+             "set -e; d=$(mktemp -d); mkdir -p $d/bin $d/tmp; cp /bin/busybox $d/bin/; "
+             "for a in sh sleep echo cat env pwd test ls id; do ln -s busybox $d/bin/$a; done; "
+             "tar -C $d -c . | podman import - " +
+                 std::string(kImage) + "; rm -rf $d"},
+            {}, 120);
     if (built.rc != 0) {
       *why = "cannot build the test image: " + built.err;
       return "";
     }
   }
-  for (const std::string run : {"podman run", "podman --runtime runc run --ulimit nofile=1024:1024 --ulimit nproc=1000:1000"}) {
+  for (const std::string run :
+       {"podman run",
+        "podman --runtime runc run --ulimit nofile=1024:1024 --ulimit nproc=1000:1000"}) {
     std::vector<std::string> argv = Words(run);
     argv.insert(argv.end(), {"--rm", kImage, "sh", "-c", "exit 0"});
     RunResult r = Run(argv, {}, 120);
@@ -95,8 +99,8 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
                     const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {"submit"};
     args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image", kImage,
-                             "--workdir", work, "--grace-s", "5"});
+    args.insert(args.end(), {"--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10",
+                             "--image", kImage, "--workdir", work, "--grace-s", "5"});
     args.push_back("--");
     args.insert(args.end(), command.begin(), command.end());
     RunResult r = h.Cli(args, h.token("a"));
@@ -105,13 +109,16 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   auto state = [&](const std::string& id) { return h.Job(id).value("state", ""); };
 
   // Inside the image: no host files, the job's variables, its working directory shared.
-  submit("inside", {"sh", "-c",
-                    "test -e /etc/debian_version && echo host || echo isolated; "
-                    "echo node=$GANTRY_NODE job=$GANTRY_JOB_ID extra=$EXTRA; pwd; echo written > out.txt"},
+  submit("inside",
+         {"sh", "-c",
+          "test -e /etc/debian_version && echo host || echo isolated; "
+          "echo node=$GANTRY_NODE job=$GANTRY_JOB_ID extra=$EXTRA; pwd; echo written > out.txt"},
          {"--env", "EXTRA=yes"});
   submit("exit3", {"sh", "-c", "exit 3"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return state("inside") == "finished" && state("exit3") == "failed"; }, 60))
-      << h.Job("inside").dump() << "\n" << h.Job("exit3").dump();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return state("inside") == "finished" && state("exit3") == "failed"; }, 60))
+      << h.Job("inside").dump() << "\n"
+      << h.Job("exit3").dump();
   RunResult logs = h.Cli({"logs", "inside"}, h.token("a"));
   EXPECT_NE(logs.out.find("isolated"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find("node=h100-0 job=inside extra=yes"), std::string::npos) << logs.out;
@@ -124,25 +131,30 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   // A cancel stops it (SIGTERM reaches sleep through podman and --init) and the
   // container goes.
   submit("long", {"sleep", "300"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=long") == 1 && state("long") == "running"; }, 60));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return ContainersOf("gantry.job=long") == 1 && state("long") == "running"; }, 60));
   ASSERT_EQ(h.Cli({"cancel", "long"}, h.token("a")).rc, 0);
-  EXPECT_TRUE(Harness::WaitFor([&] { return state("long") == "cancelled"; }, 15)) << h.Job("long").dump();
+  EXPECT_TRUE(Harness::WaitFor([&] { return state("long") == "cancelled"; }, 15))
+      << h.Job("long").dump();
   EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=long") == 0; }, 15));
 
   // An agent killed outright and started again: its successor takes the running
   // container over (its `podman run` runs on under its shim); a cancel then removes it.
   submit("orphan", {"sleep", "300"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 1 && state("orphan") == "running"; }, 60));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return ContainersOf("gantry.job=orphan") == 1 && state("orphan") == "running"; }, 60));
   h.StopAgent(agent, SIGKILL);
   EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1) << "podman's conmon keeps it";
   h.StartAgent("h100-0", "", {"--container-run", run});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1) << "the successor removed the container it re-adopted";
+  EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1)
+      << "the successor removed the container it re-adopted";
   EXPECT_EQ(state("orphan"), "running");
   EXPECT_EQ(h.Job("orphan").value("run", 0), 1) << "it was requeued";
   ASSERT_EQ(h.Cli({"cancel", "orphan"}, h.token("a")).rc, 0);
-  EXPECT_TRUE(Harness::WaitFor([&] { return state("orphan") == "cancelled"; }, 15)) << h.Job("orphan").dump();
+  EXPECT_TRUE(Harness::WaitFor([&] { return state("orphan") == "cancelled"; }, 15))
+      << h.Job("orphan").dump();
   EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 0; }, 30));
   EXPECT_EQ(ContainersOf("gantry.node=h100-0"), 0);
 }
@@ -167,8 +179,8 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   fs::create_directories(h.Path("shared"));
   fs::permissions(h.Path("shared"), fs::perms::all);
   auto submit = [&](const std::string& id, const std::string& workdir, const std::string& command) {
-    RunResult r = h.Cli({"submit", "--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image",
-                         kImage, "--workdir", workdir, "--", "sh", "-c", command},
+    RunResult r = h.Cli({"submit", "--id", id, "--queue", "research", "--gpus", "1", "--vram-gb",
+                         "10", "--image", kImage, "--workdir", workdir, "--", "sh", "-c", command},
                         h.token("nobody"));
     ASSERT_EQ(r.rc, 0) << r.err;
   };
@@ -177,13 +189,16 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   // The job's variables go into the container, not to podman (which runs as root): a
   // CONTAINERS_CONF naming the user's own conmon must not have root run it.
   fs::create_directories(h.Path("shared/bin"));
-  h.Write("shared/bin/conmon", "#!/bin/sh\nid -u > " + h.Path("shared/fake-conmon-ran") + "\nexit 1\n", true);
-  h.Write("shared/containers.conf", "[engine]\nconmon_path = [\"" + h.Path("shared/bin/conmon") + "\"]\n");
+  h.Write("shared/bin/conmon",
+          "#!/bin/sh\nid -u > " + h.Path("shared/fake-conmon-ran") + "\nexit 1\n", true);
+  h.Write("shared/containers.conf",
+          "[engine]\nconmon_path = [\"" + h.Path("shared/bin/conmon") + "\"]\n");
   {
-    RunResult r = h.Cli({"submit", "--env", "CONTAINERS_CONF=" + h.Path("shared/containers.conf"), "--id", "conf",
-                         "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image", kImage, "--workdir",
-                         h.Path("shared"), "--", "/bin/sh", "-c", "echo ran > conf.txt"},
-                        h.token("nobody"));
+    RunResult r =
+        h.Cli({"submit", "--env", "CONTAINERS_CONF=" + h.Path("shared/containers.conf"), "--id",
+               "conf", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--image", kImage,
+               "--workdir", h.Path("shared"), "--", "/bin/sh", "-c", "echo ran > conf.txt"},
+              h.token("nobody"));
     ASSERT_EQ(r.rc, 0) << r.err;
   }
   // sbatch -o naming root's file: podman runs as the agent, but the output file is opened
@@ -191,33 +206,46 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   h.Write("shared/roots.txt", "root's own\n");
   fs::permissions(h.Path("shared/roots.txt"), fs::perms::owner_read | fs::perms::owner_write);
   h.Write("shared/clobber.sh", "#!/bin/sh\necho clobbered\n", true);
-  const RunResult clobber = h.Cli({"sbatch", "-A", "research", "-G", "1", "--container-image", kImage, "-D",
-                                   h.Path("shared"), "-o", h.Path("shared/roots.txt"), h.Path("shared/clobber.sh")},
-                                  h.token("nobody"));
+  const RunResult clobber =
+      h.Cli({"sbatch", "-A", "research", "-G", "1", "--container-image", kImage, "-D",
+             h.Path("shared"), "-o", h.Path("shared/roots.txt"), h.Path("shared/clobber.sh")},
+            h.token("nobody"));
   ASSERT_EQ(clobber.rc, 0) << clobber.err;
   ASSERT_EQ(clobber.out.rfind("Submitted batch job ", 0), 0u) << clobber.out;
   std::string clobber_id = clobber.out.substr(20);
-  while (!clobber_id.empty() && (clobber_id.back() == '\n' || clobber_id.back() == ' ')) clobber_id.pop_back();
+  while (!clobber_id.empty() && (clobber_id.back() == '\n' || clobber_id.back() == ' '))
+    clobber_id.pop_back();
   submit("mine", h.Path("shared"), "id -u > uid.txt");
-  ASSERT_TRUE(Harness::WaitFor([&] { return state("escape") == "failed" && state("mine") == "finished"; }, 60))
-      << h.Job("escape").dump() << "\n" << h.Job("mine").dump();
-  EXPECT_NE(h.Job("escape").value("reason", "").find("cannot create it as uid 65534: Permission denied"),
-            std::string::npos) << h.Job("escape").dump();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return state("escape") == "failed" && state("mine") == "finished"; }, 60))
+      << h.Job("escape").dump() << "\n"
+      << h.Job("mine").dump();
+  EXPECT_NE(
+      h.Job("escape").value("reason", "").find("cannot create it as uid 65534: Permission denied"),
+      std::string::npos)
+      << h.Job("escape").dump();
   EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
   EXPECT_EQ(h.Read("shared/uid.txt"), "65534\n");
-  ASSERT_TRUE(Harness::WaitFor([&] { return state("conf") == "finished"; }, 60)) << h.Job("conf").dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return state("conf") == "finished"; }, 60))
+      << h.Job("conf").dump();
   EXPECT_EQ(h.Read("shared/conf.txt"), "ran\n");
-  EXPECT_FALSE(fs::exists(h.Path("shared/fake-conmon-ran"))) << "podman, as root, ran the job's conmon: uid "
-                                                             << h.Read("shared/fake-conmon-ran");
+  EXPECT_FALSE(fs::exists(h.Path("shared/fake-conmon-ran")))
+      << "podman, as root, ran the job's conmon: uid " << h.Read("shared/fake-conmon-ran");
   struct stat st {};
   ASSERT_EQ(::stat(h.Path("shared").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, 0u) << "the agent gave an existing workdir to the job's user";
-  ASSERT_TRUE(Harness::WaitFor([&] { return state(clobber_id) == "failed"; }, 60)) << h.Job(clobber_id).dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return state(clobber_id) == "failed"; }, 60))
+      << h.Job(clobber_id).dump();
   EXPECT_EQ(h.Read("shared/roots.txt"), "root's own\n");
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    return h.Cli({"logs", clobber_id}, h.token("nobody")).out.find("cannot open the output file") != std::string::npos;
-  }, 10)) << h.Cli({"logs", clobber_id}, h.token("nobody")).out;
-  EXPECT_EQ(h.Cli({"logs", clobber_id}, h.token("nobody")).out.find("root's own"), std::string::npos);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return h.Cli({"logs", clobber_id}, h.token("nobody"))
+                   .out.find("cannot open the output file") != std::string::npos;
+      },
+      10))
+      << h.Cli({"logs", clobber_id}, h.token("nobody")).out;
+  EXPECT_EQ(h.Cli({"logs", clobber_id}, h.token("nobody")).out.find("root's own"),
+            std::string::npos);
 }
 
 }  // namespace

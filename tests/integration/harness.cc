@@ -1,18 +1,18 @@
 #include "harness.h"
 
-#include <algorithm>
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <netinet/in.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
-#include <httplib.h>
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -77,7 +77,8 @@ pid_t SpawnRaw(const std::vector<std::string>& argv, const std::string& out, con
 
 }  // namespace
 
-RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env, double timeout_s) {
+RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+              double timeout_s) {
   char tmpl[] = "/tmp/gantry-run-XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   const pid_t pid = SpawnRaw(argv, dir + "/out", dir + "/err", env);
@@ -150,8 +151,10 @@ Netns::Netns(int hosts) {
         "gp" + tag_ + "x" + std::to_string(i)});
     sh({"ip", "link", "set", "gv" + tag_ + "x" + std::to_string(i), "netns", ns});
     sh({"ip", "link", "set", "gp" + tag_ + "x" + std::to_string(i), "netns", switch_});
-    sh({"ip", "netns", "exec", ns, "ip", "link", "set", "gv" + tag_ + "x" + std::to_string(i), "name", "eth0"});
-    sh({"ip", "netns", "exec", switch_, "ip", "link", "set", "gp" + tag_ + "x" + std::to_string(i), "name", peer});
+    sh({"ip", "netns", "exec", ns, "ip", "link", "set", "gv" + tag_ + "x" + std::to_string(i),
+        "name", "eth0"});
+    sh({"ip", "netns", "exec", switch_, "ip", "link", "set", "gp" + tag_ + "x" + std::to_string(i),
+        "name", peer});
     sh({"ip", "netns", "exec", switch_, "ip", "link", "set", peer, "master", "br0"});
     sh({"ip", "netns", "exec", switch_, "ip", "link", "set", peer, "up"});
     sh({"ip", "netns", "exec", ns, "ip", "addr", "add", Address(i) + "/24", "dev", "eth0"});
@@ -182,7 +185,8 @@ void Netns::Within(int host, const std::function<void()>& fn) const {
 }
 
 void Netns::SetLink(int host, bool up) {
-  RunResult r = Run({"ip", "netns", "exec", Name(host), "ip", "link", "set", "eth0", up ? "up" : "down"});
+  RunResult r =
+      Run({"ip", "netns", "exec", Name(host), "ip", "link", "set", "eth0", up ? "up" : "down"});
   EXPECT_EQ(r.rc, 0) << r.err;
 }
 
@@ -266,12 +270,14 @@ void Proxy::Accept() {
 // ------------------------------------------------------------------ Harness
 
 Harness::Harness(const std::string& name, Netns* netns) : netns_(netns) {
-  const std::string base = fs::temp_directory_path() / ("gantry-it-" + name + "-" + std::to_string(::getpid()));
+  const std::string base =
+      fs::temp_directory_path() / ("gantry-it-" + name + "-" + std::to_string(::getpid()));
   fs::remove_all(base);
   fs::create_directories(base);
   dir_ = base;
   db_ = Path("state.db");
-  if (const char* keep = std::getenv("GANTRY_IT_KEEP"); keep && *keep == '1') keep_ = true;  // for debugging
+  if (const char* keep = std::getenv("GANTRY_IT_KEEP"); keep && *keep == '1')
+    keep_ = true;  // for debugging
 }
 
 Harness::~Harness() {
@@ -279,7 +285,8 @@ Harness::~Harness() {
   Stop(server_, SIGTERM);
   Stop(peer_, SIGTERM);
   if (keep_ || ::testing::Test::HasFailure() || std::uncaught_exceptions() > 0) {
-    std::cerr << "integration: kept " << dir_ << " (logs: gantryd.log, agent-*.log, events.jsonl)\n";
+    std::cerr << "integration: kept " << dir_
+              << " (logs: gantryd.log, agent-*.log, events.jsonl)\n";
     std::cerr << "--- gantryd.log (tail)\n";
     const std::string log = Slurp(Path("gantryd.log"));
     std::cerr << log.substr(log.size() > 3000 ? log.size() - 3000 : 0) << "\n";
@@ -295,17 +302,20 @@ void Harness::Write(const std::string& rel, const std::string& text, bool execut
 
 std::string Harness::Read(const std::string& rel) const { return Slurp(Path(rel)); }
 
-void Harness::Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues) {
+void Harness::Setup(const std::string& cluster_yaml,
+                    const std::map<std::string, std::string>& team_queues) {
   Write("cluster.yaml", cluster_yaml);
   RunResult init = Run({GANTRYD_BINARY, "init", "--db", db_});
   EXPECT_EQ(init.rc, 0) << init.err;
   AddToken("admin", {"--admin"});
   AddToken("agent", {"--agent", "--any-node"});
-  for (const auto& [team, queues] : team_queues) AddToken(team, {"--team", team, "--queues", queues});
+  for (const auto& [team, queues] : team_queues)
+    AddToken(team, {"--team", team, "--queues", queues});
 }
 
 void Harness::AddToken(const std::string& who, const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {GANTRYD_BINARY, "token", "create", "--db", db_, "--config", Path("cluster.yaml")};
+  std::vector<std::string> argv = {GANTRYD_BINARY,      "token", "create", "--db", db_, "--config",
+                                   Path("cluster.yaml")};
   argv.insert(argv.end(), args.begin(), args.end());
   RunResult r = Run(argv);
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -316,7 +326,8 @@ void Harness::AddToken(const std::string& who, const std::vector<std::string>& a
 
 std::string Harness::ServerUrl() const {
   const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
-  return std::string(tls_cert_.empty() ? "http://" : "https://") + host + ":" + std::to_string(port_);
+  return std::string(tls_cert_.empty() ? "http://" : "https://") + host + ":" +
+         std::to_string(port_);
 }
 
 pid_t Harness::Spawn(std::vector<std::string> argv, const std::string& log,
@@ -329,13 +340,30 @@ pid_t Harness::Spawn(std::vector<std::string> argv, const std::string& log,
   return SpawnRaw(argv, log, log, env);
 }
 
-int Harness::SpawnServer(Proc& p, int port, const std::string& name, const std::vector<std::string>& extra) {
+int Harness::SpawnServer(Proc& p, int port, const std::string& name,
+                         const std::vector<std::string>& extra) {
   const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
-  std::vector<std::string> argv = {GANTRYD_BINARY, "--config", Path("cluster.yaml"), "--db", db_,
-                                   "--listen", host + ":" + std::to_string(port), "--events", Path("events.jsonl"),
-                                   "--port-file", Path(name + ".port"), "--pass-interval-ms", "100",
-                                   "--heartbeat-ms", "100", "--node-timeout-s", "3", "--kill-slack-s", "2",
-                                   "--log-dir", Path("logs")};
+  std::vector<std::string> argv = {GANTRYD_BINARY,
+                                   "--config",
+                                   Path("cluster.yaml"),
+                                   "--db",
+                                   db_,
+                                   "--listen",
+                                   host + ":" + std::to_string(port),
+                                   "--events",
+                                   Path("events.jsonl"),
+                                   "--port-file",
+                                   Path(name + ".port"),
+                                   "--pass-interval-ms",
+                                   "100",
+                                   "--heartbeat-ms",
+                                   "100",
+                                   "--node-timeout-s",
+                                   "3",
+                                   "--kill-slack-s",
+                                   "2",
+                                   "--log-dir",
+                                   Path("logs")};
   if (!tls_cert_.empty()) argv.insert(argv.end(), {"--tls-cert", tls_cert_, "--tls-key", tls_key_});
   // `extra` adds flags or replaces the value of one set above.
   for (size_t i = 0; i < extra.size(); ++i) {
@@ -365,11 +393,13 @@ void Harness::StartServer(const std::vector<std::string>& extra) {
   // In a namespace the test reaches the server by running curl-free HTTP from inside it;
   // the port file alone says it is listening.
   if (!netns_) {
-    ASSERT_TRUE(WaitFor([&] {
-      int status = 0;
-      Get("/healthz", "", &status);
-      return status == 200;
-    }, 10));
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          int status = 0;
+          Get("/healthz", "", &status);
+          return status == 200;
+        },
+        10));
   }
 }
 
@@ -382,7 +412,8 @@ void Harness::KillPeer(int sig) { Stop(peer_, sig); }
 
 std::string Harness::PeerUrl() const {
   const std::string host = netns_ ? netns_->Address(0) : "127.0.0.1";
-  return std::string(tls_cert_.empty() ? "http://" : "https://") + host + ":" + std::to_string(peer_port_);
+  return std::string(tls_cert_.empty() ? "http://" : "https://") + host + ":" +
+         std::to_string(peer_port_);
 }
 
 void Harness::SwapWithPeer() {
@@ -399,10 +430,12 @@ bool Harness::ServerRunning() {
   return false;
 }
 
-int Harness::StartAgent(const std::string& node, const std::string& url, const std::vector<std::string>& extra) {
+int Harness::StartAgent(const std::string& node, const std::string& url,
+                        const std::vector<std::string>& extra) {
   const int i = static_cast<int>(agents_.size());
-  std::vector<std::string> argv = {GANTRY_AGENT_BINARY, "--server", url.empty() ? ServerUrl() : url, "--node", node,
-                                   "--state-dir", Path("agent-" + node)};
+  std::vector<std::string> argv = {
+      GANTRY_AGENT_BINARY, "--server",           url.empty() ? ServerUrl() : url, "--node", node,
+      "--state-dir",       Path("agent-" + node)};
   // 8 emulated H100s unless `extra` says otherwise.
   if (std::find(extra.begin(), extra.end(), "--emulate") == extra.end()) {
     argv.insert(argv.end(), {"--emulate", "8xH100-80GB"});
@@ -410,12 +443,14 @@ int Harness::StartAgent(const std::string& node, const std::string& url, const s
   if (!tls_cert_.empty()) argv.insert(argv.end(), {"--ca-cert", tls_cert_});
   // Jobs run as the test's user: the tests' tokens name no Unix account (the run-as-user
   // tests say --run-as user themselves).
-  if (std::find(extra.begin(), extra.end(), "--run-as") == extra.end()) argv.insert(argv.end(), {"--run-as", "agent"});
+  if (std::find(extra.begin(), extra.end(), "--run-as") == extra.end())
+    argv.insert(argv.end(), {"--run-as", "agent"});
   argv.insert(argv.end(), extra.begin(), extra.end());
   Proc p;
   p.log = Path("agent-" + node + ".log");
   // A restarted agent comes back on its node's host.
-  const int host = agent_host_.emplace(node, static_cast<int>(agent_host_.size()) + 1).first->second;
+  const int host =
+      agent_host_.emplace(node, static_cast<int>(agent_host_.size()) + 1).first->second;
   p.pid = Spawn(argv, p.log, {{"GANTRY_TOKEN", token("agent")}}, netns_ ? host : -1);
   agents_.push_back(p);
   return i;
@@ -423,7 +458,8 @@ int Harness::StartAgent(const std::string& node, const std::string& url, const s
 
 int Harness::StartSwarm(const std::vector<std::string>& pools, const std::string& stats) {
   const int i = static_cast<int>(agents_.size());
-  std::vector<std::string> argv = {GANTRY_SWARM_BINARY, "--server", ServerUrl(), "--stats", Path(stats)};
+  std::vector<std::string> argv = {GANTRY_SWARM_BINARY, "--server", ServerUrl(), "--stats",
+                                   Path(stats)};
   for (const std::string& p : pools) {
     argv.push_back("--pool");
     argv.push_back(p);
@@ -469,8 +505,8 @@ json Harness::Get(const std::string& path, const std::string& token, int* status
   return json::parse(res->body, nullptr, false);
 }
 
-json Harness::Post(const std::string& path, const std::string& body, const std::string& token, int* status,
-                   const std::string& type) const {
+json Harness::Post(const std::string& path, const std::string& body, const std::string& token,
+                   int* status, const std::string& type) const {
   httplib::Client c(ServerUrl());
   if (!tls_cert_.empty()) c.set_ca_cert_path(tls_cert_);
   c.set_connection_timeout(2, 0);

@@ -9,9 +9,9 @@
 
 #include <atomic>
 #include <functional>
-#include <mutex>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,8 +28,8 @@ struct RunResult {
 };
 
 // Runs argv to completion (stdout and stderr captured), with `env` added.
-RunResult Run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
-              double timeout_s = 30);
+RunResult Run(const std::vector<std::string>& argv,
+              const std::map<std::string, std::string>& env = {}, double timeout_s = 30);
 
 // Network namespaces for "separate hosts": one per host plus a switch namespace with a
 // bridge. Available() says whether this machine allows it (root, iproute2) and why not.
@@ -98,7 +98,8 @@ class Harness {
   }
   // Writes cluster.yaml, initialises the database and creates the tokens: admin_,
   // agent_, and one per team.
-  void Setup(const std::string& cluster_yaml, const std::map<std::string, std::string>& team_queues);
+  void Setup(const std::string& cluster_yaml,
+             const std::map<std::string, std::string>& team_queues);
   // `gantryd token create ARGS` (after Setup); token(who) is the result.
   void AddToken(const std::string& who, const std::vector<std::string>& args);
   const std::string& token(const std::string& who) const { return tokens_.at(who); }
@@ -138,13 +139,13 @@ class Harness {
 
   // HTTP GET/POST to gantryd; status in *status.
   json Get(const std::string& path, const std::string& token, int* status = nullptr) const;
-  json Post(const std::string& path, const std::string& body, const std::string& token, int* status = nullptr,
-            const std::string& type = "application/json") const;
+  json Post(const std::string& path, const std::string& body, const std::string& token,
+            int* status = nullptr, const std::string& type = "application/json") const;
   // Runs the gantry CLI against the server with `token` (GANTRY_TOKEN).
   RunResult Cli(const std::vector<std::string>& args, const std::string& token) const;
 
-  json Jobs() const;                       // every job, as the admin sees them
-  json Job(const std::string& id) const;   // one job's details
+  json Jobs() const;                      // every job, as the admin sees them
+  json Job(const std::string& id) const;  // one job's details
   bool NodesUp(int n) const;
 
   // Keeps the directory (and says where) instead of deleting it.
@@ -155,11 +156,12 @@ class Harness {
     pid_t pid = -1;
     std::string log;
   };
-  pid_t Spawn(std::vector<std::string> argv, const std::string& log, const std::map<std::string, std::string>& env,
-              int host);
+  pid_t Spawn(std::vector<std::string> argv, const std::string& log,
+              const std::map<std::string, std::string>& env, int host);
   void Stop(Proc& p, int sig);
   // Spawns gantryd on `port` (0: any), waits for its port file and returns the port.
-  int SpawnServer(Proc& p, int port, const std::string& name, const std::vector<std::string>& extra);
+  int SpawnServer(Proc& p, int port, const std::string& name,
+                  const std::vector<std::string>& extra);
 
   std::string dir_;
   Netns* netns_;

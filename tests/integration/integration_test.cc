@@ -73,40 +73,47 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   const std::string& a = "a";
   const std::string& b = "b";
   // A YAML spec: a gang of two 4-GPU workers on one node.
-  h.Write("gang.yaml", "id: gang\nqueue: research\nreplicas: 2\ngpus: 4\nvram_gb: 60\ntopology: node\n"
-                       "checkpoint_s: 1\ngrace_s: 2\ncommand: [" + h.Path("job.sh") + ", " + h.Path("out") +
-                       ", \"2500\"]\n");
+  h.Write("gang.yaml",
+          "id: gang\nqueue: research\nreplicas: 2\ngpus: 4\nvram_gb: 60\ntopology: node\n"
+          "checkpoint_s: 1\ngrace_s: 2\ncommand: [" +
+              h.Path("job.sh") + ", " + h.Path("out") + ", \"2500\"]\n");
   std::set<std::string> ids;
   ids.insert(Submit(h, a, {h.Path("gang.yaml")}));
   // Best-effort borrowers that fill the cluster and will be preempted.
   for (const char* id : {"be1", "be2"}) {
-    std::vector<std::string> args = {"--id", id, "--queue", "research", "--tier", "best-effort", "--gpus", "8",
-                                     "--vram-gb", "40", "--grace-s", "3", "--checkpoint-s", "1", "--"};
+    std::vector<std::string> args = {
+        "--id",      id,   "--queue",   "research", "--tier",         "best-effort", "--gpus", "8",
+        "--vram-gb", "40", "--grace-s", "3",        "--checkpoint-s", "1",           "--"};
     for (auto& s : Job(h, 5000)) args.push_back(s);
     ids.insert(Submit(h, a, args));
   }
   // Running as real processes (their env files written), so that a preemption finds a
   // process to signal: the preemptors below may come within milliseconds.
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    auto st = States(h);
-    return st["gang"] == "running" && st["be1"] == "running" && st["be2"] == "running" &&
-           !Envs(h, "gang").empty() && !Envs(h, "be1").empty() && !Envs(h, "be2").empty();
-  }, 15));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        auto st = States(h);
+        return st["gang"] == "running" && st["be1"] == "running" && st["be2"] == "running" &&
+               !Envs(h, "gang").empty() && !Envs(h, "be1").empty() && !Envs(h, "be2").empty();
+      },
+      15));
   // MIG, MPS and a small exclusive job, from both teams.
   {
-    std::vector<std::string> args = {"--id", "mig", "--queue", "research", "--mig", "1g.10gb", "--replicas", "3",
-                                     "--vram-gb", "8", "--"};
+    std::vector<std::string> args = {"--id",      "mig",     "--queue",    "research",
+                                     "--mig",     "1g.10gb", "--replicas", "3",
+                                     "--vram-gb", "8",       "--"};
     for (auto& s : Job(h, 1500)) args.push_back(s);
     ids.insert(Submit(h, a, args));
   }
   {
-    std::vector<std::string> args = {"--id", "mps", "--queue", "nlp", "--gpus", "0.25", "--sharing", "mps",
-                                     "--replicas", "2", "--vram-gb", "10", "--"};
+    std::vector<std::string> args = {"--id",      "mps",       "--queue", "nlp",        "--gpus",
+                                     "0.25",      "--sharing", "mps",     "--replicas", "2",
+                                     "--vram-gb", "10",        "--"};
     for (auto& s : Job(h, 1500)) args.push_back(s);
     ids.insert(Submit(h, b, args));
   }
   {
-    std::vector<std::string> args = {"--id", "nlp2", "--queue", "nlp", "--gpus", "2", "--vram-gb", "20", "--"};
+    std::vector<std::string> args = {"--id", "nlp2",      "--queue", "nlp", "--gpus",
+                                     "2",    "--vram-gb", "20",      "--"};
     for (auto& s : Job(h, 2000)) args.push_back(s);
     ids.insert(Submit(h, b, args));
   }
@@ -132,16 +139,19 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   EXPECT_TRUE(both.count("nlp2") && both.count("be1") && both.count("mig")) << both.size();
   // A critical job of team b: capacity must be taken back from team a's borrowers.
   {
-    std::vector<std::string> args = {"--id", "crit", "--queue", "serving", "--tier", "critical", "--gpus", "8",
-                                     "--vram-gb", "40", "--"};
+    std::vector<std::string> args = {"--id",   "crit", "--queue",   "serving", "--tier", "critical",
+                                     "--gpus", "8",    "--vram-gb", "40",      "--"};
     for (auto& s : Job(h, 1500)) args.push_back(s);
     ids.insert(Submit(h, b, args));
   }
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60)) << h.Cli({"ls", "--all"}, h.token(a)).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
+      << h.Cli({"ls", "--all"}, h.token(a)).out;
   for (const auto& [id, state] : States(h)) EXPECT_EQ(state, "finished") << id;
 
   // Every worker ran as a real process with the right environment.
-  auto uuids = [](const std::string& v) { return v.empty() ? std::vector<std::string>{} : Split(v, ','); };
+  auto uuids = [](const std::string& v) {
+    return v.empty() ? std::vector<std::string>{} : Split(v, ',');
+  };
   for (const std::string& id : ids) {
     auto runs = Envs(h, id);
     ASSERT_FALSE(runs.empty()) << id << " never ran";
@@ -165,13 +175,15 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
     EXPECT_EQ(gpus.size(), 4u);
     for (const auto& g : gpus) EXPECT_EQ(g.rfind("GPU-", 0), 0u) << g;
     EXPECT_EQ(uuids(env.at("GANTRY_GPUS")).size(), 4u) << env.at("GANTRY_GPUS");
-    EXPECT_EQ(env.at("GANTRY_NODE"), gang.begin()->second.at(0).at("GANTRY_NODE"));  // topology: node
+    EXPECT_EQ(env.at("GANTRY_NODE"),
+              gang.begin()->second.at(0).at("GANTRY_NODE"));  // topology: node
   }
   auto mig = Envs(h, "mig");
   ASSERT_EQ(mig.begin()->second.size(), 3u);
   std::set<std::string> mig_devices;
   for (const auto& [rank, env] : mig.begin()->second) {
-    EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES").rfind("MIG-", 0), 0u) << env.at("CUDA_VISIBLE_DEVICES");
+    EXPECT_EQ(env.at("CUDA_VISIBLE_DEVICES").rfind("MIG-", 0), 0u)
+        << env.at("CUDA_VISIBLE_DEVICES");
     EXPECT_EQ(env.at("GANTRY_MIG_PROFILE"), "1g.10gb");
     EXPECT_EQ(uuids(env.at("GANTRY_GPUS")).size(), 1u) << "the MIG instance's parent GPU";
     mig_devices.insert(env.at("GANTRY_NODE") + env.at("CUDA_VISIBLE_DEVICES"));
@@ -194,7 +206,8 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   for (const json& e : events) {
     if (e["type"] != "preempt") continue;
     const std::string victim = e["job"];
-    EXPECT_TRUE(victim == "be1" || victim == "be2" || victim == "gang") << victim << " should not be preempted";
+    EXPECT_TRUE(victim == "be1" || victim == "be2" || victim == "gang")
+        << victim << " should not be preempted";
     EXPECT_TRUE(e.contains("signaled")) << e.dump();
     const auto runs = Envs(h, victim);
     ASSERT_FALSE(runs.empty());
@@ -220,7 +233,8 @@ TEST(Integration, MixedWorkloadRunsAsRealProcessesWithTheRightEnvironment) {
   // way the agent says which).
   EXPECT_NE(nodes.out.find("ISOLATION"), std::string::npos) << nodes.out;
   const size_t at = nodes.out.find("h100-2");
-  EXPECT_NE(nodes.out.substr(at, nodes.out.find('\n', at) - at).find("cgroups,"), std::string::npos) << nodes.out;
+  EXPECT_NE(nodes.out.substr(at, nodes.out.find('\n', at) - at).find("cgroups,"), std::string::npos)
+      << nodes.out;
   RunResult queues = h.Cli({"queues"}, h.token(b));
   EXPECT_NE(queues.out.find("serving"), std::string::npos);
   RunResult usage = h.Cli({"usage", "--since", "1h", "--json"}, h.token(b));
@@ -245,24 +259,33 @@ TEST(Integration, KillingGantrydMidWorkloadLosesNothingAndRunsNothingTwice) {
   StartCluster(h);
   std::set<std::string> ids;
   for (int i = 0; i < 12; ++i) {
-    std::vector<std::string> args = {"--queue", "research", "--gpus", std::to_string(1 + i % 4), "--vram-gb", "20",
-                                     "--idempotency-key", "crash-" + std::to_string(i), "--"};
+    std::vector<std::string> args = {"--queue",
+                                     "research",
+                                     "--gpus",
+                                     std::to_string(1 + i % 4),
+                                     "--vram-gb",
+                                     "20",
+                                     "--idempotency-key",
+                                     "crash-" + std::to_string(i),
+                                     "--"};
     for (auto& s : Job(h, 2500)) args.push_back(s);
     ids.insert(Submit(h, "a", args));
   }
   EXPECT_EQ(ids.size(), 12u);
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    int running = 0;
-    for (const auto& [id, st] : States(h)) running += st == "running";
-    return running >= 4;
-  }, 15));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        int running = 0;
+        for (const auto& [id, st] : States(h)) running += st == "running";
+        return running >= 4;
+      },
+      15));
   h.KillServer(SIGKILL);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   h.StartServer();
   // A retried submission (same idempotency key) is the same job, not a second one.
   {
-    std::vector<std::string> args = {"--queue", "research", "--gpus", "1", "--vram-gb", "20", "--idempotency-key",
-                                     "crash-0", "--"};
+    std::vector<std::string> args = {"--queue", "research",          "--gpus",  "1", "--vram-gb",
+                                     "20",      "--idempotency-key", "crash-0", "--"};
     for (auto& s : Job(h, 2500)) args.push_back(s);
     EXPECT_TRUE(ids.count(Submit(h, "a", args)));
   }
@@ -271,7 +294,8 @@ TEST(Integration, KillingGantrydMidWorkloadLosesNothingAndRunsNothingTwice) {
     for (auto& s : Job(h, 1500)) args.push_back(s);
     ids.insert(Submit(h, "a", args));
   }
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
+      << h.Cli({"ls", "--all"}, h.token("a")).out;
   const auto states = States(h);
   EXPECT_EQ(states.size(), ids.size()) << "a job was lost or duplicated";
   const std::vector<json> events = Events(h);
@@ -281,7 +305,9 @@ TEST(Integration, KillingGantrydMidWorkloadLosesNothingAndRunsNothingTwice) {
     auto runs = Envs(h, id);
     EXPECT_EQ(runs.size(), 1u) << id << " ran " << runs.size() << " times";
     for (const auto& [rank, env] : runs.begin()->second) {
-      EXPECT_EQ(Times(h.Path("out/" + id + ".1." + std::to_string(rank) + ".log"), "start").size(), 1u) << id;
+      EXPECT_EQ(Times(h.Path("out/" + id + ".1." + std::to_string(rank) + ".log"), "start").size(),
+                1u)
+          << id;
     }
     EXPECT_EQ(CountEvents(events, "start", id), 1) << id;
     EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
@@ -292,7 +318,8 @@ TEST(Integration, TeamsCannotTouchEachOthersQueuesAndBadRequestsChangeNothing) {
   Harness h("tokens");
   Prepare(h);
   StartCluster(h, 1);
-  std::vector<std::string> args = {"--id", "bjob", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--"};
+  std::vector<std::string> args = {"--id", "bjob",      "--queue", "nlp", "--gpus",
+                                   "1",    "--vram-gb", "10",      "--"};
   for (auto& s : Job(h, 20000)) args.push_back(s);
   Submit(h, "b", args);
   const size_t events_before = Events(h).size();
@@ -309,7 +336,8 @@ TEST(Integration, TeamsCannotTouchEachOthersQueuesAndBadRequestsChangeNothing) {
   EXPECT_NE(bogus.err.find("no state"), std::string::npos) << bogus.err;
 
   // Team a submits to team b's queue: refused, with the reason.
-  RunResult r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("a"));
+  RunResult r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"},
+                      h.token("a"));
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("team a may not submit to queue nlp"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("HTTP 403"), std::string::npos) << r.err;
@@ -324,7 +352,8 @@ TEST(Integration, TeamsCannotTouchEachOthersQueuesAndBadRequestsChangeNothing) {
   EXPECT_NE(r.err.find("HTTP 401"), std::string::npos);
   r = h.Cli({"cancel", "bjob"}, "gty_0000");
   EXPECT_NE(r.err.find("invalid token"), std::string::npos) << r.err;
-  r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("agent"));
+  r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"},
+            h.token("agent"));
   EXPECT_NE(r.err.find("HTTP 403"), std::string::npos) << r.err;
   r = h.Cli({"drain", "h100-0"}, h.token("b"));
   EXPECT_NE(r.err.find("needs the admin token"), std::string::npos) << r.err;
@@ -347,12 +376,13 @@ TEST(Integration, TeamsCannotTouchEachOthersQueuesAndBadRequestsChangeNothing) {
   EXPECT_EQ(status, 413);
   EXPECT_NE(body.value("error", "").find("too large"), std::string::npos) << body.dump();
   body = h.Post("/v1/jobs",
-                R"({"queue":"nlp","gpus":1,"vram_gb":10,"command":"true","env":{"X":")" + std::string(200000, 'x') +
-                    "\"}}",
+                R"({"queue":"nlp","gpus":1,"vram_gb":10,"command":"true","env":{"X":")" +
+                    std::string(200000, 'x') + "\"}}",
                 h.token("b"), &status);
   EXPECT_EQ(status, 413);
   // A job no GPU could hold.
-  r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "500", "--", "true"}, h.token("b"));
+  r = h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "500", "--", "true"},
+            h.token("b"));
   EXPECT_EQ(r.rc, 2);
   EXPECT_NE(r.err.find("can never run"), std::string::npos) << r.err;
 
@@ -380,11 +410,12 @@ TEST(Integration, AnAgentCutOffAndHealedLeavesNoDuplicateJob) {
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
   // Pin the job to h100-0 by draining h100-1 until it starts.
   ASSERT_EQ(h.Cli({"drain", "h100-1"}, h.token("admin")).rc, 0);
-  std::vector<std::string> args = {"--id", "p", "--queue", "research", "--gpus", "8", "--vram-gb", "40",
-                                   "--grace-s", "1", "--"};
+  std::vector<std::string> args = {"--id",      "p",  "--queue",   "research", "--gpus", "8",
+                                   "--vram-gb", "40", "--grace-s", "1",        "--"};
   for (auto& s : Job(h, 4000, 0.1)) args.push_back(s);
   Submit(h, "a", args);
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/p.1.0.log"), "alive").empty(); }, 10));
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return !Times(h.Path("out/p.1.0.log"), "alive").empty(); }, 10));
   ASSERT_EQ(h.Job("p")["nodes"][0], "h100-0");
   ASSERT_EQ(h.Cli({"resume", "h100-1"}, h.token("admin")).rc, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
@@ -402,7 +433,8 @@ TEST(Integration, AnAgentCutOffAndHealedLeavesNoDuplicateJob) {
   const auto run2 = Times(h.Path("out/p.2.0.log"), "alive");
   ASSERT_FALSE(run1.empty());
   ASSERT_FALSE(run2.empty());
-  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()),
+            *std::min_element(run2.begin(), run2.end()));
   EXPECT_EQ(Times(h.Path("out/p.1.0.log"), "term").size(), 1u);
   const std::vector<json> events = Events(h);
   EXPECT_EQ(CountEvents(events, "finish", "p"), 1);
@@ -415,14 +447,17 @@ TEST(Integration, AFrozenAgentsWorkerIsStoppedByItsShimBeforeTheJobRunsElsewhere
   Prepare(h);
   StartCluster(h, 2);
   ASSERT_EQ(h.Cli({"drain", "h100-1"}, h.token("admin")).rc, 0);
-  std::vector<std::string> args = {"--id", "f", "--queue", "research", "--gpus", "8", "--vram-gb", "40", "--"};
+  std::vector<std::string> args = {"--id", "f",         "--queue", "research", "--gpus",
+                                   "8",    "--vram-gb", "40",      "--"};
   for (auto& s : Job(h, 6000, 0.1)) args.push_back(s);
   Submit(h, "a", args);
   // Running for real: the worker process has logged that it is alive.
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/f.1.0.log"), "alive").empty(); }, 10));
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return !Times(h.Path("out/f.1.0.log"), "alive").empty(); }, 10));
   ASSERT_EQ(h.Cli({"resume", "h100-1"}, h.token("admin")).rc, 0);
   // A frozen agent cannot fence: its worker's shim does, before the server moves the job.
-  const double frozen = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double frozen =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   ::kill(h.agent_pid(0), SIGSTOP);
   ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "f")[2].empty(); }, 15)) << "f was not moved";
   ::kill(h.agent_pid(0), SIGCONT);
@@ -431,11 +466,13 @@ TEST(Integration, AFrozenAgentsWorkerIsStoppedByItsShimBeforeTheJobRunsElsewhere
   const auto run2 = Times(h.Path("out/f.2.0.log"), "alive");
   ASSERT_FALSE(run1.empty());
   ASSERT_FALSE(run2.empty());
-  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()))
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()),
+            *std::min_element(run2.begin(), run2.end()))
       << "the moved copy ran beside the new one";
   // Killed by its shim 2.7 s after the agent's last answered heartbeat (lease 1.8 s, its
   // fence's budget 0.6 s, half of the 0.6 s left), within the 3 s node timeout.
-  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), frozen + 3.0) << "it ran past the node timeout";
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), frozen + 3.0)
+      << "it ran past the node timeout";
   EXPECT_EQ(Times(h.Path("out/f.1.0.log"), "end").size(), 0u) << "the moved copy ran to its end";
 }
 
@@ -469,11 +506,15 @@ pid_t StartOrphanJob(Harness& h, int ms) {
   Prepare(h);
   h.Write("orphan.sh", kOrphanScript, true);
   StartCluster(h, 1);
-  Submit(h, "a", {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--", h.Path("orphan.sh"),
-                  h.Path("out"), std::to_string(ms)});
-  const bool started = Harness::WaitFor([&] {
-    return !Times(h.Path("out/r.1.0.log"), "alive").empty() && fs::exists(h.Path("out/r.1.0.child"));
-  }, 10);
+  Submit(h, "a",
+         {"--id", "r", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--",
+          h.Path("orphan.sh"), h.Path("out"), std::to_string(ms)});
+  const bool started = Harness::WaitFor(
+      [&] {
+        return !Times(h.Path("out/r.1.0.log"), "alive").empty() &&
+               fs::exists(h.Path("out/r.1.0.child"));
+      },
+      10);
   return started ? std::stoi(h.Read("out/r.1.0.child")) : 0;
 }
 
@@ -487,10 +528,13 @@ TEST(Integration, AnAgentKilledAndRestartedWithinItsLeaseReadoptsItsRunningWorke
   h.StopAgent(0, SIGKILL);
   const size_t alive_then = Times(h.Path("out/r.1.0.log"), "alive").size();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_GT(Times(h.Path("out/r.1.0.log"), "alive").size(), alive_then) << "the worker died with its agent";
+  EXPECT_GT(Times(h.Path("out/r.1.0.log"), "alive").size(), alive_then)
+      << "the worker died with its agent";
   h.StartAgent("h100-0");
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("r")["state"] == "finished"; }, 20)) << h.Job("r").dump();
-  EXPECT_EQ(Times(h.Path("out/r.1.0.log"), "end").size(), 1u) << "the worker did not run to its end";
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("r")["state"] == "finished"; }, 20))
+      << h.Job("r").dump();
+  EXPECT_EQ(Times(h.Path("out/r.1.0.log"), "end").size(), 1u)
+      << "the worker did not run to its end";
   EXPECT_FALSE(fs::exists(h.Path("out/r.2.0.log"))) << "r ran again";
   EXPECT_EQ(CountEvents(Events(h), "requeue", "r"), 0);
   EXPECT_EQ(CountEvents(Events(h), "finish", "r"), 1);
@@ -499,14 +543,18 @@ TEST(Integration, AnAgentKilledAndRestartedWithinItsLeaseReadoptsItsRunningWorke
   // What the worker left in its group goes when it ends, as with any worker.
   EXPECT_TRUE(Harness::WaitFor([&] { return !Alive(child); }, 5)) << "its child outlived it";
   // An upgrade: SIGUSR2 makes the agent leave at once, its workers running, for the next.
-  Submit(h, "a", {"--id", "u", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--", h.Path("orphan.sh"),
-                  h.Path("out"), "3000"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/u.1.0.log"), "alive").empty(); }, 10));
+  Submit(h, "a",
+         {"--id", "u", "--queue", "research", "--gpus", "4", "--vram-gb", "40", "--",
+          h.Path("orphan.sh"), h.Path("out"), "3000"});
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return !Times(h.Path("out/u.1.0.log"), "alive").empty(); }, 10));
   h.StopAgent(1, SIGUSR2);
-  EXPECT_NE(h.Read("agent-h100-0.log").find("leaving 1 running worker(s) to the next gantry-agent"), std::string::npos)
+  EXPECT_NE(h.Read("agent-h100-0.log").find("leaving 1 running worker(s) to the next gantry-agent"),
+            std::string::npos)
       << h.Read("agent-h100-0.log");
   h.StartAgent("h100-0");
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("u")["state"] == "finished"; }, 20)) << h.Job("u").dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("u")["state"] == "finished"; }, 20))
+      << h.Job("u").dump();
   EXPECT_EQ(Times(h.Path("out/u.1.0.log"), "end").size(), 1u);
   EXPECT_EQ(CountEvents(Events(h), "requeue", "u"), 0);
 }
@@ -518,7 +566,8 @@ TEST(Integration, AnAgentGoneForItsLeaseHasItsWorkerStoppedBeforeTheJobIsRequeue
   Harness h("agent-gone");
   const pid_t child = StartOrphanJob(h, 60000);
   ASSERT_GT(child, 0);
-  const double killed_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double killed_at =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   h.StopAgent(0, SIGKILL);
   ASSERT_TRUE(Harness::WaitFor([&] { return CountEvents(Events(h), "requeue", "r") == 1; }, 15));
   const auto run1 = Times(h.Path("out/r.1.0.log"), "alive");
@@ -528,10 +577,12 @@ TEST(Integration, AnAgentGoneForItsLeaseHasItsWorkerStoppedBeforeTheJobIsRequeue
   EXPECT_LT(run1.back(), killed_at + 3.0) << "the worker ran past the server's node timeout";
   EXPECT_FALSE(Alive(child)) << "its group was not stopped";
   h.StartAgent("h100-0");
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/r.2.0.log"), "alive").empty(); }, 15))
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return !Times(h.Path("out/r.2.0.log"), "alive").empty(); }, 15))
       << "r did not run again";
   EXPECT_LT(run1.back(), Times(h.Path("out/r.2.0.log"), "alive").front());
-  EXPECT_NE(h.Read("agent-h100-0.log").find("stopped by its shim"), std::string::npos) << h.Read("agent-h100-0.log");
+  EXPECT_NE(h.Read("agent-h100-0.log").find("stopped by its shim"), std::string::npos)
+      << h.Read("agent-h100-0.log");
   EXPECT_EQ(CountEvents(Events(h), "requeue", "r"), 1);
   EXPECT_EQ(h.Cli({"cancel", "r"}, h.token("a")).rc, 0);
 }
@@ -547,13 +598,17 @@ TEST(Integration, EveryAgentOfASiteUpgradedAndThenKilledAtOnceKeepsEveryJobRunni
   const int jobs = 2 * nodes;
   Harness h("site-upgrade");
   h.Setup("cluster: site\npools:\n  - name: h100\n    count: " + std::to_string(nodes) +
-              "\n    gpus: 8\n    gpu_model: H100-80GB\n    leaf_size: 16\n    cpus: 64\n    memory_gb: 512\n"
+              "\n    gpus: 8\n    gpu_model: H100-80GB\n    leaf_size: 16\n    cpus: 64\n    "
+              "memory_gb: 512\n"
               "queues:\n  - name: research\n    guaranteed_gpus: 8\n",
           {{"a", "research"}});
   // Start and end lines only: 64 workers logging every 0.1 s would load the machine more
   // than the agents do.
-  h.Write("run.sh", "#!/bin/sh\nout=\"$1/$GANTRY_JOB_ID.$GANTRY_RUN.$GANTRY_RANK.log\"\n"
-                    "echo \"start $(date +%s.%N)\" >> \"$out\"\nsleep \"$2\"\necho \"end $(date +%s.%N)\" >> \"$out\"\n", true);
+  h.Write("run.sh",
+          "#!/bin/sh\nout=\"$1/$GANTRY_JOB_ID.$GANTRY_RUN.$GANTRY_RANK.log\"\n"
+          "echo \"start $(date +%s.%N)\" >> \"$out\"\nsleep \"$2\"\necho \"end $(date +%s.%N)\" >> "
+          "\"$out\"\n",
+          true);
   fs::create_directories(h.Path("out"));
   // Site timings (a heartbeat a second, the 30 s node timeout: an 18 s lease).
   h.StartServer({"--heartbeat-ms", "1000", "--node-timeout-s", "30"});
@@ -562,22 +617,29 @@ TEST(Integration, EveryAgentOfASiteUpgradedAndThenKilledAtOnceKeepsEveryJobRunni
   const int seconds = 15 + nodes / 4;  // outlasts both rounds on a loaded 2-core machine
   for (int j = 0; j < jobs; ++j) {
     int status = 0;
-    const json spec = {{"id", "w" + std::to_string(j)}, {"queue", "research"}, {"gpus", 4}, {"vram_gb", 40},
+    const json spec = {{"id", "w" + std::to_string(j)},
+                       {"queue", "research"},
+                       {"gpus", 4},
+                       {"vram_gb", 40},
                        {"command", {h.Path("run.sh"), h.Path("out"), std::to_string(seconds)}}};
     const json reply = h.Post("/v1/jobs", spec.dump(), h.token("a"), &status);
     ASSERT_EQ(status, 201) << reply.dump();
   }
   auto started = [&] {
     int n = 0;
-    for (int j = 0; j < jobs; ++j) n += !Times(h.Path("out/w" + std::to_string(j) + ".1.0.log"), "start").empty();
+    for (int j = 0; j < jobs; ++j)
+      n += !Times(h.Path("out/w" + std::to_string(j) + ".1.0.log"), "start").empty();
     return n;
   };
-  ASSERT_TRUE(Harness::WaitFor([&] { return started() == jobs; }, 60)) << started() << " of " << jobs << " started";
+  ASSERT_TRUE(Harness::WaitFor([&] { return started() == jobs; }, 60))
+      << started() << " of " << jobs << " started";
   auto readopted = [&] {
     size_t n = 0;
     for (int i = 0; i < nodes; ++i) {
       const std::string log = h.Read("agent-h100-" + std::to_string(i) + ".log");
-      for (size_t at = log.find(": re-adopted,"); at != std::string::npos; at = log.find(": re-adopted,", at + 1)) ++n;
+      for (size_t at = log.find(": re-adopted,"); at != std::string::npos;
+           at = log.find(": re-adopted,", at + 1))
+        ++n;
     }
     return static_cast<int>(n);
   };
@@ -590,21 +652,24 @@ TEST(Integration, EveryAgentOfASiteUpgradedAndThenKilledAtOnceKeepsEveryJobRunni
     first += nodes;
     std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
     for (int i = 0; i < nodes; ++i) h.StartAgent("h100-" + std::to_string(i));
-    EXPECT_TRUE(Harness::WaitFor([&] { return readopted() == expect; }, 60)) << readopted() << " re-adopted, not " << expect;
+    EXPECT_TRUE(Harness::WaitFor([&] { return readopted() == expect; }, 60))
+        << readopted() << " re-adopted, not " << expect;
     std::cerr << "[ site ] " << nodes << " agents (" << strsignal(sig) << "): " << readopted()
               << " workers re-adopted in all, this round in "
-              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s\n";
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+              << " s\n";
   };
   round(SIGUSR2, 0, jobs);  // an upgrade: the agents leave their workers to the next
   std::this_thread::sleep_for(std::chrono::seconds(3));  // heartbeats answered: fresh leases
-  round(SIGKILL, 300, 2 * jobs);  // a crash of every agent
+  round(SIGKILL, 300, 2 * jobs);                         // a crash of every agent
   std::set<std::string> ids;
   for (int j = 0; j < jobs; ++j) ids.insert("w" + std::to_string(j));
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, seconds + 60));
   const std::vector<json> events = Events(h);
   for (const std::string& id : ids) {
     EXPECT_EQ(h.Job(id)["state"], "finished") << id;
-    EXPECT_EQ(Times(h.Path("out/" + id + ".1.0.log"), "end").size(), 1u) << id << " did not run to its end once";
+    EXPECT_EQ(Times(h.Path("out/" + id + ".1.0.log"), "end").size(), 1u)
+        << id << " did not run to its end once";
     EXPECT_FALSE(fs::exists(h.Path("out/" + id + ".2.0.log"))) << id << " ran again";
     EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
     EXPECT_EQ(CountEvents(events, "finish", id), 1) << id;
@@ -622,18 +687,24 @@ TEST(Integration, WorkersRunInCgroupsAnOomKillIsReportedAndNothingOutlivesAWorke
   if (log.find("workers run in cgroups") == std::string::npos) {
     GTEST_SKIP() << "the agent found no writable cgroup here: " << log;
   }
-  Submit(h, "a", {"--id", "hog", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--memory-gb", "0.064",
-                  "--", "/bin/sh", "-c", "head -c 300000000 /dev/zero | tail"});
+  Submit(h, "a",
+         {"--id", "hog", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--memory-gb",
+          "0.064", "--", "/bin/sh", "-c", "head -c 300000000 /dev/zero | tail"});
   const std::string daemon_file = h.Path("out/daemon.pid");
-  Submit(h, "a", {"--id", "daemon", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "/bin/sh", "-c",
-                  "setsid sleep 300 > /dev/null 2>&1 & echo $! > " + daemon_file + "; sleep 0.5"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("hog")["state"] == "failed"; }, 20)) << h.Job("hog").dump();
+  Submit(
+      h, "a",
+      {"--id", "daemon", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "/bin/sh",
+       "-c", "setsid sleep 300 > /dev/null 2>&1 & echo $! > " + daemon_file + "; sleep 0.5"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("hog")["state"] == "failed"; }, 20))
+      << h.Job("hog").dump();
   const std::string reason = h.Job("hog")["reason"];
-  EXPECT_NE(reason.find("out of memory: it reached its memory limit of 0.064"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("out of memory: it reached its memory limit of 0.064"), std::string::npos)
+      << reason;
   EXPECT_EQ(h.Job("hog")["exit_code"], 137) << h.Job("hog").dump();
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("daemon")["state"] == "finished"; }, 20));
   const pid_t daemon = std::stoi(h.Read("out/daemon.pid"));
-  EXPECT_TRUE(Harness::WaitFor([&] { return !Alive(daemon); }, 5)) << "the daemon outlived its worker";
+  EXPECT_TRUE(Harness::WaitFor([&] { return !Alive(daemon); }, 5))
+      << "the daemon outlived its worker";
 }
 
 // Issue 16, identity: a token names a user of a team; their jobs show it (ls USER, show,
@@ -651,9 +722,10 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
   fs::permissions(h.Path("out"), fs::perms::all);  // nobody writes its answer there
   auto submit = [&](const std::string& who, const std::string& id) {
-    const RunResult r = h.Cli({"submit", "--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--",
-                               "/bin/sh", "-c", "id -u > " + h.Path("out/" + id + ".uid") + "; echo $HOME $USER"},
-                              h.token(who));
+    const RunResult r =
+        h.Cli({"submit", "--id", id, "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--",
+               "/bin/sh", "-c", "id -u > " + h.Path("out/" + id + ".uid") + "; echo $HOME $USER"},
+              h.token(who));
     EXPECT_EQ(r.rc, 0) << r.err;
   };
   submit("nobody", "mine");
@@ -663,9 +735,10 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   // given to it: the job fails saying so.
   fs::create_directories(h.Path("rootonly"));
   fs::permissions(h.Path("rootonly"), fs::perms::owner_all);
-  ASSERT_EQ(h.Cli({"submit", "--id", "escape", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--workdir",
-                   h.Path("rootonly/ssh"), "--", "true"},
-                  h.token("nobody")).rc,
+  ASSERT_EQ(h.Cli({"submit", "--id", "escape", "--queue", "research", "--gpus", "1", "--vram-gb",
+                   "10", "--workdir", h.Path("rootonly/ssh"), "--", "true"},
+                  h.token("nobody"))
+                .rc,
             0);
   // sbatch -o naming a file its user may not write: not truncated (the worker opens it as
   // its user), and not read back as the job's log by the (root) agent either.
@@ -674,32 +747,44 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
   fs::create_directories(h.Path("open"));
   fs::permissions(h.Path("open"), fs::perms::all);
   h.Write("open/peek.sh", "#!/bin/sh\necho peeked\n", true);
-  const RunResult peek = h.Cli({"sbatch", "-A", "research", "-G", "1", "-J", "peek", "-D", h.Path("open"), "-o",
-                                h.Path("rootonly/secret.txt"), h.Path("open/peek.sh")},
-                               h.token("nobody"));
+  const RunResult peek =
+      h.Cli({"sbatch", "-A", "research", "-G", "1", "-J", "peek", "-D", h.Path("open"), "-o",
+             h.Path("rootonly/secret.txt"), h.Path("open/peek.sh")},
+            h.token("nobody"));
   ASSERT_EQ(peek.rc, 0) << peek.err;
   ASSERT_EQ(peek.out.rfind("Submitted batch job ", 0), 0u) << peek.out;
   std::string peek_id = peek.out.substr(20);
   while (!peek_id.empty() && (peek_id.back() == '\n' || peek_id.back() == ' ')) peek_id.pop_back();
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("mine")["state"] == "finished"; }, 20)) << h.Job("mine").dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("mine")["state"] == "finished"; }, 20))
+      << h.Job("mine").dump();
   EXPECT_EQ(h.Read("out/mine.uid"), "65534\n");
   EXPECT_EQ(h.Job("mine")["user"], "nobody");
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("ghost")["state"] == "failed"; }, 20));
-  EXPECT_NE(h.Job("ghost")["reason"].get<std::string>().find("user gantry-no-such-user has no Unix account"),
-            std::string::npos) << h.Job("ghost").dump();
+  EXPECT_NE(h.Job("ghost")["reason"].get<std::string>().find(
+                "user gantry-no-such-user has no Unix account"),
+            std::string::npos)
+      << h.Job("ghost").dump();
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("anon")["state"] == "failed"; }, 20));
   EXPECT_NE(h.Job("anon")["reason"].get<std::string>().find("names no user"), std::string::npos)
       << h.Job("anon").dump();
   EXPECT_FALSE(fs::exists(h.Path("out/anon.uid"))) << "a job without a user ran (as root)";
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("escape")["state"] == "failed"; }, 20)) << h.Job("escape").dump();
-  EXPECT_NE(h.Job("escape")["reason"].get<std::string>().find("cannot create it as uid 65534: Permission denied"),
-            std::string::npos) << h.Job("escape").dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("escape")["state"] == "failed"; }, 20))
+      << h.Job("escape").dump();
+  EXPECT_NE(h.Job("escape")["reason"].get<std::string>().find(
+                "cannot create it as uid 65534: Permission denied"),
+            std::string::npos)
+      << h.Job("escape").dump();
   EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(peek_id)["state"] == "failed"; }, 20)) << h.Job(peek_id).dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(peek_id)["state"] == "failed"; }, 20))
+      << h.Job(peek_id).dump();
   EXPECT_EQ(h.Read("rootonly/secret.txt"), "top secret\n");
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    return h.Cli({"logs", peek_id}, h.token("nobody")).out.find("cannot open the output file") != std::string::npos;
-  }, 10)) << h.Cli({"logs", peek_id}, h.token("nobody")).out;
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return h.Cli({"logs", peek_id}, h.token("nobody"))
+                   .out.find("cannot open the output file") != std::string::npos;
+      },
+      10))
+      << h.Cli({"logs", peek_id}, h.token("nobody")).out;
   EXPECT_EQ(h.Cli({"logs", peek_id}, h.token("nobody")).out.find("top secret"), std::string::npos);
   const RunResult ls = h.Cli({"ls", "--all"}, h.token("admin"));
   EXPECT_NE(ls.out.find("USER"), std::string::npos) << ls.out;
@@ -717,28 +802,36 @@ TEST(Integration, OperationalLogsAreJsonLinesThatSayWhoDidWhat) {
   h.StartServer({"--log-format", "json"});
   h.StartAgent("h100-0", "", {"--log-format", "json"});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
-  Submit(h, "a", {"--id", "ok", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
-  Submit(h, "a", {"--id", "bad", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "false"});
-  EXPECT_NE(h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"}, h.token("a")).rc, 0);
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("ok")["state"] == "finished" && h.Job("bad")["state"] == "failed"; },
-                               20));
+  Submit(h, "a",
+         {"--id", "ok", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  Submit(h, "a",
+         {"--id", "bad", "--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "false"});
+  EXPECT_NE(h.Cli({"submit", "--queue", "nlp", "--gpus", "1", "--vram-gb", "10", "--", "true"},
+                  h.token("a"))
+                .rc,
+            0);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return h.Job("ok")["state"] == "finished" && h.Job("bad")["state"] == "failed"; }, 20));
   auto lines = [&](const std::string& file) {
     std::vector<json> out;
     std::istringstream in(h.Read(file));
     for (std::string line; std::getline(in, line);) {
       if (line.rfind("=== start", 0) == 0 || line.empty()) continue;  // the harness's own marker
       json j = json::parse(line, nullptr, false);
-      EXPECT_TRUE(j.is_object() && j.contains("ts") && j.contains("level") && j.contains("msg")) << file << ": " << line;
+      EXPECT_TRUE(j.is_object() && j.contains("ts") && j.contains("level") && j.contains("msg"))
+          << file << ": " << line;
       if (j.is_object()) out.push_back(j);
     }
     return out;
   };
-  auto has = [](const std::vector<json>& log, const std::string& msg, const std::string& key, const std::string& value) {
+  auto has = [](const std::vector<json>& log, const std::string& msg, const std::string& key,
+                const std::string& value) {
     return std::any_of(log.begin(), log.end(), [&](const json& j) {
       return j.value("msg", "") == msg && j.value(key, "").find(value) != std::string::npos;
     });
   };
-  ASSERT_TRUE(Harness::WaitFor([&] { return has(lines("gantryd.log"), "job failed", "job", "bad"); }, 5));
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return has(lines("gantryd.log"), "job failed", "job", "bad"); }, 5));
   const std::vector<json> server = lines("gantryd.log");
   EXPECT_TRUE(has(server, "node up", "node", "h100-0"));
   EXPECT_TRUE(has(server, "job submitted", "by", "team a"));
@@ -764,17 +857,19 @@ TEST(Integration, SeparateHostsInNetworkNamespaces) {
                            h.Path("job.sh") + ", " + h.Path("out") + ", \"2000\"]\n");
   ids.insert(Submit(h, "a", {h.Path("gang.yaml")}));
   {
-    std::vector<std::string> args = {"--id", "mig", "--queue", "nlp", "--mig", "1g.10gb", "--vram-gb", "8", "--"};
+    std::vector<std::string> args = {"--id",    "mig",       "--queue", "nlp", "--mig",
+                                     "1g.10gb", "--vram-gb", "8",       "--"};
     for (auto& s : Job(h, 1000)) args.push_back(s);
     ids.insert(Submit(h, "b", args));
   }
   {
-    std::vector<std::string> args = {"--id", "moved", "--queue", "research", "--gpus", "8", "--vram-gb", "40",
-                                     "--grace-s", "1", "--"};
+    std::vector<std::string> args = {"--id",      "moved", "--queue",   "research", "--gpus", "8",
+                                     "--vram-gb", "40",    "--grace-s", "1",        "--"};
     for (auto& s : Job(h, 5000, 0.1)) args.push_back(s);
     ids.insert(Submit(h, "a", args));
   }
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(h.Path("out/moved.1.0.log"), "alive").empty(); }, 20))
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return !Times(h.Path("out/moved.1.0.log"), "alive").empty(); }, 20))
       << "moved did not start";
   // The gang's workers found their master at the address of rank 0's host.
   ASSERT_TRUE(Harness::WaitFor([&] { return Envs(h, "gang")[1].size() == 2; }, 15));
@@ -786,15 +881,18 @@ TEST(Integration, SeparateHostsInNetworkNamespaces) {
   const std::string node = h.Job("moved")["nodes"][0];
   const int host = std::stoi(node.substr(node.find('-') + 1)) + 1;
   net.SetLink(host, false);
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "moved")[2].empty(); }, 20)) << "moved was not moved";
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Envs(h, "moved")[2].empty(); }, 20))
+      << "moved was not moved";
   net.SetLink(host, true);
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40))
+      << h.Cli({"ls", "--all"}, h.token("a")).out;
   for (const auto& [id, state] : States(h)) EXPECT_EQ(state, "finished") << id;
   const auto run1 = Times(h.Path("out/moved.1.0.log"), "alive");
   const auto run2 = Times(h.Path("out/moved.2.0.log"), "alive");
   ASSERT_FALSE(run1.empty());
   ASSERT_FALSE(run2.empty());
-  EXPECT_LT(*std::max_element(run1.begin(), run1.end()), *std::min_element(run2.begin(), run2.end()));
+  EXPECT_LT(*std::max_element(run1.begin(), run1.end()),
+            *std::min_element(run2.begin(), run2.end()));
 }
 
 }  // namespace
@@ -807,10 +905,12 @@ namespace {
 // stopped their jobs. Creating a database is explicit now.
 TEST(Integration, AMissingDatabaseIsAnErrorNotAnEmptyCluster) {
   Harness h("nodb");
-  h.Write("cluster.yaml", "pools:\n  - name: h100\n    count: 1\n    gpus: 8\n    gpu_model: H100-80GB\n"
-                          "queues:\n  - name: q\n    guaranteed_gpus: 8\n");
+  h.Write("cluster.yaml",
+          "pools:\n  - name: h100\n    count: 1\n    gpus: 8\n    gpu_model: H100-80GB\n"
+          "queues:\n  - name: q\n    guaranteed_gpus: 8\n");
   const std::string db = h.Path("typo.db");
-  RunResult serve = it::Run({GANTRYD_BINARY, "--config", h.Path("cluster.yaml"), "--db", db, "--listen", "127.0.0.1:0"});
+  RunResult serve = it::Run(
+      {GANTRYD_BINARY, "--config", h.Path("cluster.yaml"), "--db", db, "--listen", "127.0.0.1:0"});
   EXPECT_NE(serve.rc, 0);
   EXPECT_NE(serve.err.find("no database at " + db), std::string::npos) << serve.err;
   EXPECT_NE(serve.err.find("gantryd init"), std::string::npos) << serve.err;
@@ -838,7 +938,8 @@ TEST(Integration, SighupReopensTheEventLogAndEndsNothing) {
   ASSERT_EQ(::kill(h.agent_pid(0), SIGHUP), 0);
   ASSERT_TRUE(Harness::WaitFor([&] { return std::filesystem::exists(h.Path("events.jsonl")); }, 10))
       << "the event log was not reopened";
-  const std::string second = Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  const std::string second =
+      Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(second)["state"] == "finished"; }, 20))
       << "the job did not run after SIGHUP: " << h.Job(second).dump();
   EXPECT_EQ(CountEvents(Events(h), "submit", second), 1);
@@ -847,7 +948,6 @@ TEST(Integration, SighupReopensTheEventLogAndEndsNothing) {
   EXPECT_EQ(::kill(h.agent_pid(0), 0), 0) << "gantry-agent ended";
   EXPECT_TRUE(h.NodesUp(1));
 }
-
 
 // --job-retention-days on a real gantryd: ended jobs past their retention leave the store
 // and memory with their output (the first housekeeping of a process purges, then hourly);
@@ -859,19 +959,28 @@ TEST(Integration, EndedJobsPastTheirRetentionArePurgedWithTheirOutput) {
   h.StartServer(retention);
   h.StartAgent("h100-0");
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
-  const std::string old =
-      Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "sh", "-c", "echo hello"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(old)["state"] == "finished"; }, 20)) << h.Job(old).dump();
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Cli({"logs", old}, h.token("a")).out.find("hello") != std::string::npos; }, 10));
+  const std::string old = Submit(
+      h, "a",
+      {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "sh", "-c", "echo hello"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(old)["state"] == "finished"; }, 20))
+      << h.Job(old).dump();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return h.Cli({"logs", old}, h.token("a")).out.find("hello") != std::string::npos;
+      },
+      10));
   ASSERT_FALSE(fs::is_empty(h.Path("logs")));
   std::this_thread::sleep_for(std::chrono::milliseconds(5000));  // past its retention
   h.KillServer(SIGTERM);
   h.StartServer(retention);
   int status = 0;
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    h.Get("/v1/jobs/" + old, h.token("admin"), &status);
-    return status == 404;
-  }, 10)) << "status " << status;
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        h.Get("/v1/jobs/" + old, h.token("admin"), &status);
+        return status == 404;
+      },
+      10))
+      << "status " << status;
   EXPECT_TRUE(fs::is_empty(h.Path("logs")));
   EXPECT_NE(h.Cli({"logs", old}, h.token("a")).rc, 0);
   httplib::Client c(h.ServerUrl());
@@ -881,7 +990,8 @@ TEST(Integration, EndedJobsPastTheirRetentionArePurgedWithTheirOutput) {
   const std::string next =
       Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
   EXPECT_NE(next, old);
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(next)["state"] == "finished"; }, 20)) << h.Job(next).dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(next)["state"] == "finished"; }, 20))
+      << h.Job(next).dump();
 }
 
 // Issue 13, a standby on PostgreSQL: a leader and a standby gantryd share one database.
@@ -911,7 +1021,8 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
     return body.is_object() ? body : json::object();
   };
   int status = 0;
-  ASSERT_TRUE(Harness::WaitFor([&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
   EXPECT_EQ(status, 503);
   EXPECT_EQ(health(h.PeerUrl(), &status).value("role", ""), "standby");
   const std::string both = h.ServerUrl() + "," + h.PeerUrl();
@@ -924,19 +1035,22 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
     for (auto& s : Job(h, 6000)) args.push_back(s);
     ids.insert(Submit(h, "a", args));
   }
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    int running = 0;
-    for (const auto& [id, st] : States(h)) running += st == "running";
-    return running == 4;
-  }, 15));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        int running = 0;
+        for (const auto& [id, st] : States(h)) running += st == "running";
+        return running == 4;
+      },
+      15));
   // A client submitting all along, through both URLs.
   std::atomic<bool> stop{false};
   std::vector<std::string> accepted;
   std::string refusals;
   std::thread submitter([&] {
     while (!stop.load()) {
-      std::vector<std::string> argv = {GANTRY_BINARY, "--server", both, "submit", "--queue", "nlp", "--gpus", "1",
-                                       "--vram-gb", "10", "--"};
+      std::vector<std::string> argv = {GANTRY_BINARY, "--server", both,     "submit",
+                                       "--queue",     "nlp",      "--gpus", "1",
+                                       "--vram-gb",   "10",       "--"};
       for (auto& s : Job(h, 300)) argv.push_back(s);
       RunResult r = it::Run(argv, {{"GANTRY_TOKEN", h.token("b")}});
       std::string id = r.out;
@@ -951,11 +1065,15 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto killed = std::chrono::steady_clock::now();
   h.KillServer(SIGKILL);
-  ASSERT_TRUE(Harness::WaitFor([&] {
-    health(h.PeerUrl(), &status);
-    return status == 200;
-  }, 10)) << "the standby did not take over";
-  const double failover_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        health(h.PeerUrl(), &status);
+        return status == 200;
+      },
+      10))
+      << "the standby did not take over";
+  const double failover_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   std::cerr << "failover: the standby served " << failover_s << " s after the leader was killed\n";
   EXPECT_LT(failover_s, 5.0);
   std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -965,11 +1083,13 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   EXPECT_GE(accepted.size(), 3u);
   h.SwapWithPeer();
   h.StartPeer(flags);  // the old leader, back as the standby
-  ASSERT_TRUE(Harness::WaitFor([&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
   EXPECT_EQ(status, 503);
 
   ids.insert(accepted.begin(), accepted.end());
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
+      << h.Cli({"ls", "--all"}, h.token("admin")).out;
   const auto states = States(h);
   const std::vector<json> events = Events(h);
   for (const std::string& id : ids) {
@@ -982,33 +1102,34 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
 }
 
-
 // Issue 13, hardening: TLS for the API and the agents. gantryd serves HTTPS with a
 // certificate made by openssl as docs/control-plane.md says; an agent and the CLI given
 // the CA certificate run a job through it; plain HTTP to the port and a client that does
 // not trust the certificate get nothing.
 TEST(Integration, TlsCarriesTheApiAndAgentsAndRefusesUntrustedClients) {
   Harness h("tls");
-  RunResult gen = it::Run({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", h.Path("key.pem"),
-                           "-out", h.Path("cert.pem"), "-days", "2", "-subj", "/CN=127.0.0.1", "-addext",
-                           "subjectAltName=IP:127.0.0.1"});
+  RunResult gen = it::Run({"openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+                           h.Path("key.pem"), "-out", h.Path("cert.pem"), "-days", "2", "-subj",
+                           "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"});
   ASSERT_EQ(gen.rc, 0) << gen.err;
   h.UseTls(h.Path("cert.pem"), h.Path("key.pem"));
   Prepare(h);
   StartCluster(h, 1);
   ASSERT_EQ(h.ServerUrl().rfind("https://", 0), 0u);
-  const std::string id = Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "finished"; }, 20)) << h.Job(id).dump();
+  const std::string id =
+      Submit(h, "a", {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--", "true"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "finished"; }, 20))
+      << h.Job(id).dump();
 
   httplib::Client plain("http://127.0.0.1:" + std::to_string(h.port()));
   plain.set_read_timeout(2, 0);
   auto r = plain.Get("/healthz");
   EXPECT_TRUE(!r || r->status != 200) << "plain HTTP was served on the TLS port";
-  RunResult untrusted = it::Run({GANTRY_BINARY, "--server", h.ServerUrl(), "ls"}, {{"GANTRY_TOKEN", h.token("a")}});
+  RunResult untrusted =
+      it::Run({GANTRY_BINARY, "--server", h.ServerUrl(), "ls"}, {{"GANTRY_TOKEN", h.token("a")}});
   EXPECT_NE(untrusted.rc, 0) << untrusted.out;
   EXPECT_NE(untrusted.err.find("cannot reach gantryd"), std::string::npos) << untrusted.err;
 }
-
 
 // Issue 13: an array and a dependency through the CLI, as real processes: each task sees
 // its index, and the job --after the array starts only once every task has ended.
@@ -1016,7 +1137,8 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
   Harness h("array");
   Prepare(h);
   StartCluster(h, 1);
-  std::vector<std::string> args = {"--queue", "research", "--gpus", "1", "--vram-gb", "10", "--array", "0-3", "--"};
+  std::vector<std::string> args = {"--queue", "research", "--gpus", "1", "--vram-gb",
+                                   "10",      "--array",  "0-3",    "--"};
   for (auto& s : Job(h, 400)) args.push_back(s);
   const std::string array = Submit(h, "a", args);
   ASSERT_FALSE(array.empty());
@@ -1025,7 +1147,8 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
   const std::string merge = Submit(h, "a", after);
   std::set<std::string> ids = {merge};
   for (int i = 0; i < 4; ++i) ids.insert(array + "_" + std::to_string(i));
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30))
+      << h.Cli({"ls", "--all"}, h.token("a")).out;
   double last_end = 0;
   std::set<std::string> seen;
   for (int i = 0; i < 4; ++i) {
@@ -1035,7 +1158,8 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
     ASSERT_EQ(runs.size(), 1u) << id;
     seen.insert(runs.begin()->second.at(0).at("GANTRY_ARRAY_TASK_ID"));
     EXPECT_EQ(runs.begin()->second.at(0).at("GANTRY_ARRAY_JOB_ID"), array);
-    for (double t : Times(h.Path("out/" + id + ".1.0.log"), "end")) last_end = std::max(last_end, t);
+    for (double t : Times(h.Path("out/" + id + ".1.0.log"), "end"))
+      last_end = std::max(last_end, t);
   }
   EXPECT_EQ(seen, (std::set<std::string>{"0", "1", "2", "3"}));
   EXPECT_EQ(h.Job(merge)["state"], "finished");
@@ -1046,7 +1170,6 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
   EXPECT_NE(cancel.out.find("0 task(s) cancelled"), std::string::npos) << cancel.out << cancel.err;
 }
 
-
 // Issue 16, bug 5: removing a queue and restarting failed its running jobs for good, with
 // nothing in gantryd's log. gantryd now refuses a config that would break active jobs
 // (saying which), `gantryd check-config` says the same beforehand, and with the config
@@ -1054,7 +1177,8 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
 TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
   Harness h("config");
   Prepare(h);
-  const std::vector<std::string> slow_timeout = {"--node-timeout-s", "30"};  // agents keep their lease
+  const std::vector<std::string> slow_timeout = {"--node-timeout-s",
+                                                 "30"};  // agents keep their lease
   h.StartServer(slow_timeout);
   h.StartAgent("h100-0");
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
@@ -1068,19 +1192,21 @@ TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
   const size_t at = without.find("  - name: nlp\n");
   without.erase(at, without.find("  - name: serving") - at);
   h.Write("without-nlp.yaml", without);
-  RunResult refused = it::Run({GANTRYD_BINARY, "--config", h.Path("without-nlp.yaml"), "--db", h.Path("state.db"),
-                               "--listen", "127.0.0.1:0", "--log-dir", h.Path("logs")},
-                              {}, 20);
+  RunResult refused =
+      it::Run({GANTRYD_BINARY, "--config", h.Path("without-nlp.yaml"), "--db", h.Path("state.db"),
+               "--listen", "127.0.0.1:0", "--log-dir", h.Path("logs")},
+              {}, 20);
   EXPECT_EQ(refused.rc, 2) << refused.err;
   EXPECT_NE(refused.err.find("would break 1 active job(s)"), std::string::npos) << refused.err;
-  EXPECT_NE(refused.err.find("job " + id + " (running, queue nlp"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("job " + id + " (running, queue nlp"), std::string::npos)
+      << refused.err;
   EXPECT_NE(refused.err.find("nlp"), std::string::npos) << refused.err;
-  RunResult check = it::Run({GANTRYD_BINARY, "check-config", "--config", h.Path("without-nlp.yaml"), "--db",
-                             h.Path("state.db")});
+  RunResult check = it::Run({GANTRYD_BINARY, "check-config", "--config", h.Path("without-nlp.yaml"),
+                             "--db", h.Path("state.db")});
   EXPECT_EQ(check.rc, 2) << check.err;
   EXPECT_NE(check.err.find("job " + id), std::string::npos) << check.err;
-  RunResult fine = it::Run({GANTRYD_BINARY, "check-config", "--config", h.Path("cluster.yaml"), "--db",
-                            h.Path("state.db")});
+  RunResult fine = it::Run({GANTRYD_BINARY, "check-config", "--config", h.Path("cluster.yaml"),
+                            "--db", h.Path("state.db")});
   EXPECT_EQ(fine.rc, 0) << fine.err;
 
   h.StartServer(slow_timeout);  // the config as it was: the job carries on
@@ -1095,7 +1221,8 @@ TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
   h.Write("cluster.yaml", without);
   h.StartServer({"--node-timeout-s", "30", "--force-config"});
   EXPECT_EQ(h.Job(second)["state"], "failed");
-  EXPECT_NE(h.Read("gantryd.log").find("gantryd: job " + second + " failed: cannot be read back"), std::string::npos)
+  EXPECT_NE(h.Read("gantryd.log").find("gantryd: job " + second + " failed: cannot be read back"),
+            std::string::npos)
       << h.Read("gantryd.log");
 }
 
@@ -1135,34 +1262,45 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   h.StartServer({"--usage-sample-s", "0.5"});  // the time series, sampled fast
   for (int i = 0; i < 2; ++i) h.StartAgent("h100-" + std::to_string(i));
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
-  auto spec = [&](const std::string& id, const std::string& queue, const std::string& shape, const std::string& extra,
-                  int ms) {
-    h.Write(id + ".yaml", "id: " + id + "\nqueue: " + queue + "\n" + shape + "grace_s: 1\n" + extra + "command: [" +
-                              h.Path("job.sh") + ", " + h.Path("out") + ", \"" + std::to_string(ms) + "\"]\n");
+  auto spec = [&](const std::string& id, const std::string& queue, const std::string& shape,
+                  const std::string& extra, int ms) {
+    h.Write(id + ".yaml", "id: " + id + "\nqueue: " + queue + "\n" + shape + "grace_s: 1\n" +
+                              extra + "command: [" + h.Path("job.sh") + ", " + h.Path("out") +
+                              ", \"" + std::to_string(ms) + "\"]\n");
     return h.Path(id + ".yaml");
   };
   std::set<std::string> ids;
   // A notebook on an MPS share: busy for 1 s, then idle; reclaimed 2 s later.
-  ids.insert(Submit(h, "a", {spec("notebook", "research", "tier: best-effort\nsharing: mps\ngpus: 0.25\nvram_gb: 10\n",
-                                  "emulate: {util: 0.6, vram_used_gb: 9, idle_after_s: 1}\n", 20000)}));
+  ids.insert(Submit(
+      h, "a",
+      {spec("notebook", "research", "tier: best-effort\nsharing: mps\ngpus: 0.25\nvram_gb: 10\n",
+            "emulate: {util: 0.6, vram_used_gb: 9, idle_after_s: 1}\n", 20000)}));
   // Busy jobs, an idle critical one, and an idle one that may keep its GPUs.
-  ids.insert(Submit(h, "a", {spec("busy", "research", "gpus: 1\nvram_gb: 80\n",
-                                  "emulate: {util: 0.5, vram_used_gb: 9}\n", 6000)}));
+  ids.insert(Submit(h, "a",
+                    {spec("busy", "research", "gpus: 1\nvram_gb: 80\n",
+                          "emulate: {util: 0.5, vram_used_gb: 9}\n", 6000)}));
   // A job asking a whole 80 GB GPU that uses 9 GB and 10% of it.
-  ids.insert(Submit(h, "a", {spec("big80", "research", "gpus: 1\nvram_gb: 80\n",
-                                  "emulate: {util: 0.1, vram_used_gb: 9}\n", 6000)}));
-  ids.insert(Submit(h, "b", {spec("crit", "serving", "tier: critical\ngpus: 1\nvram_gb: 20\n", "emulate: {idle_after_s: 0}\n", 6000)}));
-  ids.insert(Submit(h, "b", {spec("kept", "serving", "gpus: 2\nvram_gb: 20\n",
-                                  "keep_when_idle: \"serving: idles at night\"\nemulate: {idle_after_s: 0}\n", 6000)}));
+  ids.insert(Submit(h, "a",
+                    {spec("big80", "research", "gpus: 1\nvram_gb: 80\n",
+                          "emulate: {util: 0.1, vram_used_gb: 9}\n", 6000)}));
+  ids.insert(Submit(h, "b",
+                    {spec("crit", "serving", "tier: critical\ngpus: 1\nvram_gb: 20\n",
+                          "emulate: {idle_after_s: 0}\n", 6000)}));
+  ids.insert(Submit(
+      h, "b",
+      {spec("kept", "serving", "gpus: 2\nvram_gb: 20\n",
+            "keep_when_idle: \"serving: idles at night\"\nemulate: {idle_after_s: 0}\n", 6000)}));
   // Opting out needs the queue's leave.
   {
-    RunResult r = h.Cli({"submit", spec("sneaky", "research", "gpus: 1\nvram_gb: 20\n", "keep_when_idle: \"mine\"\n", 1000)},
+    RunResult r = h.Cli({"submit", spec("sneaky", "research", "gpus: 1\nvram_gb: 20\n",
+                                        "keep_when_idle: \"mine\"\n", 1000)},
                         h.token("a"));
     EXPECT_NE(r.rc, 0);
     EXPECT_NE(r.err.find("allow_keep_when_idle"), std::string::npos) << r.err;
   }
   // While `busy` runs, gantryd knows what it uses.
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("busy")["usage"].contains("vram_peak_gb"); }, 10));
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return h.Job("busy")["usage"].contains("vram_peak_gb"); }, 10));
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const json busy = h.Job("busy")["usage"];
   EXPECT_NEAR(busy.value("vram_peak_gb", 0.0), 9.0, 1e-9) << busy.dump();
@@ -1183,7 +1321,8 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_EQ(big["advice"].value("shape", ""), "MIG 1g.20gb") << big.dump();
   EXPECT_NEAR(big["advice"].value("fit_gpus_per_worker", 0.0), 1.0 / 7, 1e-9);
   EXPECT_EQ(busy["advice"].value("shape", ""), "MPS share 0.625") << busy.dump();  // 50% busy
-  EXPECT_NE(h.Cli({"show", "big80"}, h.token("a")).out.find("MIG 1g.20gb would hold it"), std::string::npos);
+  EXPECT_NE(h.Cli({"show", "big80"}, h.token("a")).out.find("MIG 1g.20gb would hold it"),
+            std::string::npos);
   // Rolled up for the team: its jobs that could be smaller, and per queue.
   const std::string advice = h.Cli({"usage", "--advice", "--since", "1h"}, h.token("admin")).out;
   const size_t big_row = advice.find("\nbig80 ");
@@ -1192,10 +1331,12 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_NE(advice.find("\nbusy "), std::string::npos) << advice;
   EXPECT_NE(advice.find("RIGHT-SIZING FREES"), std::string::npos) << advice;
 
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30))
+      << h.Cli({"ls", "--all"}, h.token("admin")).out;
   const auto states = States(h);
   EXPECT_EQ(states.at("notebook"), "reclaimed");
-  for (const char* id : {"busy", "big80", "crit", "kept"}) EXPECT_EQ(states.at(id), "finished") << id;
+  for (const char* id : {"busy", "big80", "crit", "kept"})
+    EXPECT_EQ(states.at(id), "finished") << id;
   const json nb = h.Job("notebook");
   EXPECT_NE(nb.value("reason", "").find("GPU idle for"), std::string::npos) << nb.dump();
   // It got its signal within a heartbeat or two (100 ms here) of going idle + 2 s.
@@ -1207,12 +1348,14 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_LT(term[0] - start[0], 3.0 + 0.6);
   const std::vector<json> events = Events(h);
   EXPECT_EQ(CountEvents(events, "reclaim", "notebook"), 1);
-  for (const char* id : {"busy", "crit", "kept"}) EXPECT_EQ(CountEvents(events, "reclaim", id), 0) << id;
+  for (const char* id : {"busy", "crit", "kept"})
+    EXPECT_EQ(CountEvents(events, "reclaim", id), 0) << id;
   // The operational log says it once at the signal and once at the end.
   const std::string log = h.Read("gantryd.log");
   EXPECT_EQ(Occurrences(log, "reclaiming idle job job=notebook "), 1u) << log;
   EXPECT_EQ(Occurrences(log, "job reclaimed job=notebook "), 1u) << log;
-  for (const char* id : {"busy", "crit", "kept"}) EXPECT_TRUE(Times(h.Path(std::string("out/") + id + ".1.0.log"), "term").empty()) << id;
+  for (const char* id : {"busy", "crit", "kept"})
+    EXPECT_TRUE(Times(h.Path(std::string("out/") + id + ".1.0.log"), "term").empty()) << id;
   // The metrics count it.
   httplib::Client c(h.ServerUrl());
   auto m = c.Get("/metrics");
@@ -1234,7 +1377,8 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_LT(research.value("busy_gpu_hours", 0.0) / reported, 0.4) << research.dump();
   EXPECT_GT(research.value("right_sizing_frees_gpu_hours", 0.0), 5.0 / 3600) << research.dump();
   EXPECT_LT(research.value("right_sizing_frees_gpu_hours", 0.0), research.value("gpu_hours", 0.0));
-  EXPECT_NEAR(by_queue["serving"].value("busy_gpu_hours", 1.0), 0.0, 1e-9) << by_queue["serving"].dump();
+  EXPECT_NEAR(by_queue["serving"].value("busy_gpu_hours", 1.0), 0.0, 1e-9)
+      << by_queue["serving"].dump();
   // The time series: `busy` ran 6 s at 50% on one GPU using 9 GB, a sample per 0.5 s.
   const json series = h.Get("/v1/jobs/busy/usage", h.token("a"));
   ASSERT_TRUE(series.contains("samples")) << series.dump();
@@ -1253,7 +1397,6 @@ TEST(Integration, AnIdleJobIsReclaimedOnTimeAndNothingElseIsTouched) {
   EXPECT_NE(h.Cli({"show", "busy", "--series"}, h.token("a")).out.find(" 50%"), std::string::npos);
   EXPECT_NE(h.Cli({"usage"}, h.token("admin")).out.find("RIGHT-SIZING FREES"), std::string::npos);
 }
-
 
 // Issue 12 item 5: GPU-hour budgets live. research's budget runs out while its first job
 // runs: that job is left alone, new work runs as best-effort. vision's runs out too and
@@ -1279,7 +1422,6 @@ policy:
   max_grace_s: {best-effort: 60}
 )";
 
-
 TEST(Integration, GraceIsCappedPerTierQueuesBoundTiersAndForceCancelKillsTheGroup) {
   Harness h("tiers");
   h.Setup(kTierCluster, {{"a", "research"}, {"b", "serving"}});
@@ -1296,26 +1438,31 @@ wait
   h.StartAgent("h100-0");
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
 
-  RunResult hog = h.Cli({"submit", "--id", "hog", "--queue", "research", "--tier", "best-effort", "--gpus", "1",
-                         "--vram-gb", "10", "--grace-s", "1000000000", "--", h.Path("stubborn.sh"), h.Path("out")},
-                        h.token("a"));
+  RunResult hog = h.Cli(
+      {"submit", "--id", "hog", "--queue", "research", "--tier", "best-effort", "--gpus", "1",
+       "--vram-gb", "10", "--grace-s", "1000000000", "--", h.Path("stubborn.sh"), h.Path("out")},
+      h.token("a"));
   EXPECT_NE(hog.rc, 0);
   EXPECT_NE(hog.err.find("grace_s: 1000000000 s is above this cluster's limit for best-effort jobs "
                          "(policy.max_grace_s: 60 s)"),
             std::string::npos)
       << hog.err;
-  RunResult crit = h.Cli({"submit", "--id", "vip", "--queue", "research", "--tier", "critical", "--gpus", "1",
-                          "--vram-gb", "10", "--", h.Path("stubborn.sh"), h.Path("out")},
-                         h.token("a"));
+  RunResult crit =
+      h.Cli({"submit", "--id", "vip", "--queue", "research", "--tier", "critical", "--gpus", "1",
+             "--vram-gb", "10", "--", h.Path("stubborn.sh"), h.Path("out")},
+            h.token("a"));
   EXPECT_NE(crit.rc, 0);
-  EXPECT_NE(crit.err.find("asks for tier critical, which queue research may not use (its tiers: standard, "
-                          "best-effort)"),
+  EXPECT_NE(crit.err.find(
+                "asks for tier critical, which queue research may not use (its tiers: standard, "
+                "best-effort)"),
             std::string::npos)
       << crit.err;
-  EXPECT_EQ(h.Get("/v1/jobs/vip", h.token("admin")).value("state", "none"), "none");  // nothing kept
+  EXPECT_EQ(h.Get("/v1/jobs/vip", h.token("admin")).value("state", "none"),
+            "none");  // nothing kept
 
-  Submit(h, "a", {"--id", "be", "--queue", "research", "--tier", "best-effort", "--gpus", "1", "--vram-gb", "10",
-                  "--grace-s", "60", "--", h.Path("stubborn.sh"), h.Path("out")});
+  Submit(h, "a",
+         {"--id", "be", "--queue", "research", "--tier", "best-effort", "--gpus", "1", "--vram-gb",
+          "10", "--grace-s", "60", "--", h.Path("stubborn.sh"), h.Path("out")});
   ASSERT_TRUE(Harness::WaitFor([&] { return fs::exists(h.Path("out/be.pids")); }, 10));
   pid_t shell = 0, child = 0;
   std::istringstream(h.Read("out/be.pids")) >> shell >> child;
@@ -1327,15 +1474,18 @@ wait
   const auto forced = std::chrono::steady_clock::now();
   RunResult force = h.Cli({"cancel", "--force", "be"}, h.token("admin"));
   ASSERT_EQ(force.rc, 0) << force.err;
-  ASSERT_TRUE(Harness::WaitFor([&] { return !Alive(shell) && !Alive(child); }, 5)) << "the group outlived --force";
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Alive(shell) && !Alive(child); }, 5))
+      << "the group outlived --force";
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("be").value("state", "") == "cancelled"; }, 10))
       << h.Job("be").dump();
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - forced).count(), 10.0);
-  EXPECT_NE(h.Job("be").value("reason", "").find("force-cancelled by admin"), std::string::npos) << h.Job("be").dump();
+  EXPECT_NE(h.Job("be").value("reason", "").find("force-cancelled by admin"), std::string::npos)
+      << h.Job("be").dump();
 
   // The serving team's critical work runs; a bad force value is refused.
-  Submit(h, "b", {"--id", "inf", "--queue", "serving", "--tier", "critical", "--gpus", "1", "--vram-gb", "10", "--",
-                  h.Path("stubborn.sh"), h.Path("out")});
+  Submit(h, "b",
+         {"--id", "inf", "--queue", "serving", "--tier", "critical", "--gpus", "1", "--vram-gb",
+          "10", "--", h.Path("stubborn.sh"), h.Path("out")});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("inf").value("state", "") == "running"; }, 10));
   int status = 0;
   h.Post("/v1/jobs/inf/cancel?force=maybe", "", h.token("b"), &status);
@@ -1374,8 +1524,8 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
   auto spec = [&](const std::string& id, const std::string& queue, int gpus, int ms) {
     h.Write(id + ".yaml", "id: " + id + "\nqueue: " + queue + "\ngpus: " + std::to_string(gpus) +
-                              "\nvram_gb: 20\ngrace_s: 1\ncommand: [" + h.Path("job.sh") + ", " + h.Path("out") +
-                              ", \"" + std::to_string(ms) + "\"]\n");
+                              "\nvram_gb: 20\ngrace_s: 1\ncommand: [" + h.Path("job.sh") + ", " +
+                              h.Path("out") + ", \"" + std::to_string(ms) + "\"]\n");
     return h.Path(id + ".yaml");
   };
   auto budget = [&](const std::string& queue) {
@@ -1390,7 +1540,8 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   std::set<std::string> ids;
   ids.insert(Submit(h, "a", {spec("r1", "research", 4, 5000)}));
   ids.insert(Submit(h, "b", {spec("v1", "vision", 2, 5000)}));
-  ASSERT_TRUE(Harness::WaitFor([&] { return budget("research").value("spent", false); }, 10)) << budget("research");
+  ASSERT_TRUE(Harness::WaitFor([&] { return budget("research").value("spent", false); }, 10))
+      << budget("research");
   EXPECT_EQ(budget("research").value("period", ""), "month");
   EXPECT_GE(budget("research").value("spent_gpu_hours", 0.0), 0.004 * (1 - 1e-6));
   EXPECT_FALSE(budget("vision").value("spent", true)) << budget("vision");
@@ -1401,15 +1552,19 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   const json r2 = h.Job("r2");
   EXPECT_EQ(r2.value("tier", ""), "standard");
   EXPECT_EQ(r2.value("tier_now", ""), "best-effort") << r2.dump();
-  EXPECT_NE(r2.value("tier_reason", "").find("queue research spent its GPU-hours"), std::string::npos) << r2.dump();
+  EXPECT_NE(r2.value("tier_reason", "").find("queue research spent its GPU-hours"),
+            std::string::npos)
+      << r2.dump();
   EXPECT_NE(h.Cli({"ls"}, h.token("a")).out.find("best-effort*"), std::string::npos);
 
-  ASSERT_TRUE(Harness::WaitFor([&] { return budget("vision").value("spent", false); }, 10)) << budget("vision");
+  ASSERT_TRUE(Harness::WaitFor([&] { return budget("vision").value("spent", false); }, 10))
+      << budget("vision");
   ids.insert(Submit(h, "b", {spec("v2", "vision", 1, 1000)}));
   auto held = [&] {
     const json v2 = h.Job("v2");
     return v2.value("state", "") == "pending" &&
-           v2.value("reason", "").find("budget: queue vision spent its 0.004 GPU-hours of the week from") !=
+           v2.value("reason", "")
+                   .find("budget: queue vision spent its 0.004 GPU-hours of the week from") !=
                std::string::npos &&
            v2.value("reason", "").find("new work waits until") != std::string::npos;
   };
@@ -1422,7 +1577,8 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("v1").value("state", "") == "finished"; }, 10));
   h.KillServer(SIGKILL);
   h.StartServer();
-  ASSERT_TRUE(Harness::WaitFor([&] { return budget("vision").value("spent", false); }, 15)) << budget("vision");
+  ASSERT_TRUE(Harness::WaitFor([&] { return budget("vision").value("spent", false); }, 15))
+      << budget("vision");
   EXPECT_GE(budget("vision").value("spent_gpu_hours", 0.0), 0.004 * (1 - 1e-6));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_TRUE(held()) << h.Job("v2").dump();
@@ -1432,14 +1588,16 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   EXPECT_EQ(r2_after.value("state", ""), "running") << r2_after.dump();
   EXPECT_EQ(r2_after.value("tier_now", ""), "best-effort") << r2_after.dump();
 
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30)) << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30))
+      << h.Cli({"ls", "--all"}, h.token("admin")).out;
   const auto states = States(h);
   for (const char* id : {"r1", "r2", "v1"}) EXPECT_EQ(states.at(id), "finished") << id;
   EXPECT_EQ(states.at("v2"), "cancelled");
 
   // The event log: budget events, and GPU-hours per queue from its starts and ends.
   const std::vector<json> events = Events(h);
-  std::map<std::string, std::string> queue_of = {{"r1", "research"}, {"r2", "research"}, {"v1", "vision"}, {"v2", "vision"}};
+  std::map<std::string, std::string> queue_of = {
+      {"r1", "research"}, {"r2", "research"}, {"v1", "vision"}, {"v2", "vision"}};
   std::map<std::string, std::pair<double, double>> open;  // job -> start, gpus
   std::map<std::string, double> from_log;                 // queue -> GPU-hours
   int spent_events = 0;
@@ -1448,9 +1606,11 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
     if (type == "budget" && e.value("state", "") == "spent") ++spent_events;
     if (type == "start") {
       double gpus = 0;
-      for (const json& w : e["alloc"]) gpus += static_cast<double>(w.value("gpus", json::array()).size());
+      for (const json& w : e["alloc"])
+        gpus += static_cast<double>(w.value("gpus", json::array()).size());
       open[job] = {e["t"].get<double>(), gpus};
-    } else if ((type == "finish" || type == "preempt" || type == "requeue" || type == "cancel" || type == "reclaim") &&
+    } else if ((type == "finish" || type == "preempt" || type == "requeue" || type == "cancel" ||
+                type == "reclaim") &&
                open.count(job)) {
       from_log[queue_of[job]] += open[job].second * (e["t"].get<double>() - open[job].first) / 3600;
       open.erase(job);
@@ -1478,7 +1638,8 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   RunResult csv = h.Cli({"usage", "--by", "queue", "--csv", "--since", date}, h.token("admin"));
   ASSERT_EQ(csv.rc, 0) << csv.err;
   EXPECT_EQ(csv.out.substr(0, csv.out.find('\n')),
-            "queue,gpu_hours,busy_gpu_hours,reported_gpu_hours,cost,currency,right_sizing_frees_gpu_hours");
+            "queue,gpu_hours,busy_gpu_hours,reported_gpu_hours,cost,currency,right_sizing_frees_"
+            "gpu_hours");
   EXPECT_NE(csv.out.find("\nresearch,"), std::string::npos) << csv.out;
   EXPECT_NE(csv.out.find(",EUR,"), std::string::npos) << csv.out;
   EXPECT_NE(h.Cli({"usage", "--since", "2026-02-30"}, h.token("admin")).rc, 0);
@@ -1515,11 +1676,13 @@ TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {
   h.Write("job.sh", kJobScript, true);
   fs::create_directories(h.Path("out"));
   h.StartServer();
-  for (int i = 0; i < 2; ++i) h.StartAgent("s-" + std::to_string(i), "", {"--emulate", "1xH100-80GB"});
+  for (int i = 0; i < 2; ++i)
+    h.StartAgent("s-" + std::to_string(i), "", {"--emulate", "1xH100-80GB"});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(2); }, 15));
   auto spec = [&](const std::string& id, const std::string& shape, int ms) {
-    h.Write(id + ".yaml", "id: " + id + "\nqueue: research\n" + shape + "grace_s: 1\ncommand: [" + h.Path("job.sh") +
-                              ", " + h.Path("out") + ", \"" + std::to_string(ms) + "\"]\n");
+    h.Write(id + ".yaml", "id: " + id + "\nqueue: research\n" + shape + "grace_s: 1\ncommand: [" +
+                              h.Path("job.sh") + ", " + h.Path("out") + ", \"" +
+                              std::to_string(ms) + "\"]\n");
     return h.Path(id + ".yaml");
   };
   const std::string half = "sharing: mps\ngpus: 0.5\nvram_gb: 20\n";
@@ -1533,11 +1696,13 @@ TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {
   const std::string other = h.Job("h3")["nodes"][0];
   ASSERT_NE(other, packed);
   ASSERT_EQ(h.Cli({"cancel", "h2"}, h.token("a")).rc, 0);
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("h2")["state"] != "running" && h.Job("h2")["state"] != "stopping"; }, 10));
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return h.Job("h2")["state"] != "running" && h.Job("h2")["state"] != "stopping"; }, 10));
   // Half of each GPU is free: a whole GPU fits nowhere until one half-GPU job moves.
   Submit(h, "a", {spec("big", "gpus: 1\nvram_gb: 40\n", 2000)});
   const std::set<std::string> ids = {"h1", "h3", "big"};
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("a")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40))
+      << h.Cli({"ls", "--all"}, h.token("a")).out;
   for (const std::string& id : ids) EXPECT_EQ(h.Job(id)["state"], "finished") << id;
   // One of them moved, for big, and said so.
   std::string moved;
@@ -1558,7 +1723,9 @@ TEST(Integration, AJobThatFitsNowhereMovesAHalfGpuJobAndAllRunAsRealProcesses) {
   // beside the job that stayed, which ran once, untouched.
   const auto runs = Envs(h, moved);  // run -> rank -> env
   ASSERT_EQ(runs.size(), 2u);
-  auto log = [&](const std::string& id, int run) { return h.Path("out/" + id + "." + std::to_string(run) + ".0.log"); };
+  auto log = [&](const std::string& id, int run) {
+    return h.Path("out/" + id + "." + std::to_string(run) + ".0.log");
+  };
   const int first = runs.begin()->first, second = runs.rbegin()->first;
   ASSERT_EQ(Times(log(moved, first), "term").size(), 1u);
   EXPECT_TRUE(Times(log(moved, first), "end").empty());

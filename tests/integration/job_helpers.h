@@ -56,7 +56,8 @@ inline std::vector<json> Events(const Harness& h) {
   return out;
 }
 
-inline int CountEvents(const std::vector<json>& events, const std::string& type, const std::string& job) {
+inline int CountEvents(const std::vector<json>& events, const std::string& type,
+                       const std::string& job) {
   return static_cast<int>(std::count_if(events.begin(), events.end(), [&](const json& e) {
     return e.value("type", "") == type && e.value("job", "") == job;
   }));
@@ -77,7 +78,8 @@ inline std::vector<std::string> Split(const std::string& s, char sep) {
   return out;
 }
 
-inline std::string Submit(const Harness& h, const std::string& team, std::vector<std::string> args) {
+inline std::string Submit(const Harness& h, const std::string& team,
+                          std::vector<std::string> args) {
   args.insert(args.begin(), "submit");
   RunResult r = h.Cli(args, h.token(team));
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -95,16 +97,21 @@ inline size_t CountEnded(const Harness& h, const std::set<std::string>& ids) {
   size_t ended = 0;
   for (const json& j : jobs) {
     const std::string state = j.value("state", "");
-    if (ids.count(j.value("id", "")) && state != "pending" && state != "running" && state != "stopping") ++ended;
+    if (ids.count(j.value("id", "")) && state != "pending" && state != "running" &&
+        state != "stopping")
+      ++ended;
   }
   return ended;
 }
 
-inline bool AllEnded(const Harness& h, const std::set<std::string>& ids) { return CountEnded(h, ids) == ids.size(); }
+inline bool AllEnded(const Harness& h, const std::set<std::string>& ids) {
+  return CountEnded(h, ids) == ids.size();
+}
 
 // Waits until every job of `ids` ended, for as long as jobs keep ending: false when none
 // ended for `stall_s` (a backlog that drains slowly is fine; a stuck one is not).
-inline bool AllEndWhileProgressing(const Harness& h, const std::set<std::string>& ids, double stall_s) {
+inline bool AllEndWhileProgressing(const Harness& h, const std::set<std::string>& ids,
+                                   double stall_s) {
   size_t ended = 0;
   for (;;) {
     size_t now = ended;
@@ -127,7 +134,8 @@ inline std::map<std::string, std::string> States(const Harness& h) {
 }
 
 // Every worker of every run of `id` that wrote an env file: run -> rank -> env.
-inline std::map<int, std::map<int, std::map<std::string, std::string>>> Envs(const Harness& h, const std::string& id) {
+inline std::map<int, std::map<int, std::map<std::string, std::string>>> Envs(
+    const Harness& h, const std::string& id) {
   std::map<int, std::map<int, std::map<std::string, std::string>>> out;
   for (const auto& e : std::filesystem::directory_iterator(h.Path("out"))) {
     const std::string name = e.path().filename().string();

@@ -103,7 +103,8 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   fs::create_directories(work);
   h.Write("train.sh", kTrainScript);
   // Options on the command line override the script's: 3 s here, so the limit comes soon.
-  RunResult r = h.Cli({"sbatch", "--time=0:03", "-D", work, h.Path("train.sh"), "--lr", "0.1"}, h.token("ann"));
+  RunResult r = h.Cli({"sbatch", "--time=0:03", "-D", work, h.Path("train.sh"), "--lr", "0.1"},
+                      h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   ASSERT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
   const std::string id = Trim(r.out.substr(20));
@@ -146,13 +147,15 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
     EXPECT_EQ(env["SLURM_JOB_NODELIST"].rfind("h100-", 0), 0u) << env["SLURM_JOB_NODELIST"];
     EXPECT_EQ(env["SLURMD_NODENAME"], env["SLURM_JOB_NODELIST"]);
     EXPECT_EQ(env["SLURM_SUBMIT_DIR"], fs::current_path().string());
-    EXPECT_EQ(env["PWD"], work);  // -D
+    EXPECT_EQ(env["PWD"], work);     // -D
     EXPECT_EQ(env["EXTRA"], "yes");  // --export=ALL,EXTRA=yes
     EXPECT_EQ(env.count("GANTRY_TOKEN"), 0u) << "the submitter's token reached the job";
-    EXPECT_EQ(std::count(env["CUDA_VISIBLE_DEVICES"].begin(), env["CUDA_VISIBLE_DEVICES"].end(), ','), 1);
+    EXPECT_EQ(
+        std::count(env["CUDA_VISIBLE_DEVICES"].begin(), env["CUDA_VISIBLE_DEVICES"].end(), ','), 1);
     // -o and -e: real files where the worker ran, one per task (%t).
     const std::string out = h.Read("work/train-" + id + "-" + r_s + ".out");
-    EXPECT_NE(out.find("hello from task " + r_s + " of 2, args --lr 0.1"), std::string::npos) << out;
+    EXPECT_NE(out.find("hello from task " + r_s + " of 2, args --lr 0.1"), std::string::npos)
+        << out;
     const std::string err = h.Read("work/train-" + id + "-" + r_s + ".err");
     EXPECT_NE(err.find("a warning from task " + r_s), std::string::npos) << err;
     // --signal=B:USR1@1: the job's own signal, a second before the kill.
@@ -163,18 +166,21 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_NE(logs.out.find("hello from task 1 of 2"), std::string::npos) << logs.out << logs.err;
 
   // sacct's answer.
-  RunResult acct = h.Cli({"acct", "-j", id, "--parsable2", "--format", "JobID,JobName,Account,User,State,AllocTRES"},
-                         h.token("ann"));
+  RunResult acct = h.Cli(
+      {"acct", "-j", id, "--parsable2", "--format", "JobID,JobName,Account,User,State,AllocTRES"},
+      h.token("ann"));
   ASSERT_EQ(acct.rc, 0) << acct.err;
   EXPECT_EQ(acct.out, "JobID|JobName|Account|User|State|AllocTRES\n" + id +
                           "|train|research|ann|TIMEOUT|cpu=4,gres/gpu=4,node=1\n");
-  RunResult timeouts = h.Cli({"acct", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
+  RunResult timeouts =
+      h.Cli({"acct", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
   EXPECT_EQ(timeouts.out, id + "\n") << timeouts.err;
   // A bad directive is refused with the script, line and directive, and nothing is submitted.
   h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --exclusive\n");
   RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));
   EXPECT_EQ(bad.rc, 2);
-  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --exclusive: not supported"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --exclusive: not supported"), std::string::npos)
+      << bad.err;
   EXPECT_EQ(h.Jobs().size(), 1u);
 }
 
@@ -186,11 +192,13 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   h.Write("sweep.sh", kArrayScript);
   h.Write("merge.sh", kMergeScript);
   // Throttled (%2): two tasks at a time, though the cluster has room for all four.
-  RunResult a = h.Cli({"sbatch", "--parsable", "--array=0-3%2", "-D", work, h.Path("sweep.sh")}, h.token("ann"));
+  RunResult a = h.Cli({"sbatch", "--parsable", "--array=0-3%2", "-D", work, h.Path("sweep.sh")},
+                      h.token("ann"));
   ASSERT_EQ(a.rc, 0) << a.err;
   const std::string array = Trim(a.out);
-  RunResult m = h.Cli({"sbatch", "--parsable", "--dependency=afterok:" + array, "-D", work, h.Path("merge.sh")},
-                      h.token("ann"));
+  RunResult m = h.Cli(
+      {"sbatch", "--parsable", "--dependency=afterok:" + array, "-D", work, h.Path("merge.sh")},
+      h.token("ann"));
   ASSERT_EQ(m.rc, 0) << m.err;
   const std::string merge = Trim(m.out);
 
@@ -201,7 +209,8 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
 
   std::set<std::string> ids = {merge};
   for (int i = 0; i < 4; ++i) ids.insert(array + "_" + std::to_string(i));
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40)) << h.Cli({"ls", "--all"}, h.token("ann")).out;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40))
+      << h.Cli({"ls", "--all"}, h.token("ann")).out;
   double last_end = 0;
   std::vector<std::pair<double, int>> edges;  // (time, +1 at a start, -1 at an end)
   for (int i = 0; i < 4; ++i) {
@@ -227,16 +236,20 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   const std::vector<double> start = Times(work + "/merge.txt", "start");
   ASSERT_EQ(start.size(), 1u);
   EXPECT_GT(start[0], last_end) << "the dependent job started before the array ended";
-  EXPECT_EQ(h.Read("work/slurm-" + merge + ".out"), "8\n");  // Slurm's default -o; every task's two lines
+  EXPECT_EQ(h.Read("work/slurm-" + merge + ".out"),
+            "8\n");  // Slurm's default -o; every task's two lines
 
-  RunResult acct = h.Cli({"acct", "-j", array + "," + merge, "-P", "-n", "-o", "JobID,State,ExitCode"},
-                         h.token("ann"));
+  RunResult acct =
+      h.Cli({"acct", "-j", array + "," + merge, "-P", "-n", "-o", "JobID,State,ExitCode"},
+            h.token("ann"));
   std::string want;
   for (int i = 0; i < 4; ++i) want += array + "_" + std::to_string(i) + "|COMPLETED|0:0\n";
   EXPECT_EQ(acct.out, want + merge + "|COMPLETED|0:0\n") << acct.err;
   // squeue -O over ended jobs too (--all).
-  RunResult o = h.Cli({"ls", "--all", "-O", "JobID:12,Name:8,State:.10", "--noheader"}, h.token("ann"));
-  EXPECT_NE(o.out.find(merge + std::string(12 - merge.size(), ' ') + "merge   " + " COMPLETED"), std::string::npos)
+  RunResult o =
+      h.Cli({"ls", "--all", "-O", "JobID:12,Name:8,State:.10", "--noheader"}, h.token("ann"));
+  EXPECT_NE(o.out.find(merge + std::string(12 - merge.size(), ' ') + "merge   " + " COMPLETED"),
+            std::string::npos)
       << o.out;
 }
 

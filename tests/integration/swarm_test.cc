@@ -35,7 +35,8 @@ TEST(Integration, SwarmOf256NodesRunsAWorkloadWithoutMissingALease) {
           {{"ta", "a"}, {"tb", "b"}});
   h.StartServer();
   h.StartSwarm({"gpu:" + std::to_string(kSwarmNodes) + ":8xH100-80GB"}, "swarm.json");
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(kSwarmNodes); }, 60)) << "not every node registered";
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(kSwarmNodes); }, 60))
+      << "not every node registered";
 
   // The Slurm peer's mix: 1, 2, 4, 8 GPUs on one node, 16 as 2 nodes x 8; 1-3 s each.
   const int jobs = 1500;

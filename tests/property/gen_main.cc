@@ -56,9 +56,8 @@ int main(int argc, char** argv) {
   try {
     const gantry::property::Workload w = gantry::property::GenerateWorkload(options);
     const gantry::property::WorkloadPaths paths = gantry::property::WriteWorkload(w, out);
-    std::printf("%s\n%s\n%s\n%zu jobs, %zu impossible\n", paths.config.c_str(),
-                paths.trace.c_str(), paths.failures.c_str(), w.job_ids.size(),
-                w.impossible_jobs.size());
+    std::printf("%s\n%s\n%s\n%zu jobs, %zu impossible\n", paths.config.c_str(), paths.trace.c_str(),
+                paths.failures.c_str(), w.job_ids.size(), w.impossible_jobs.size());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gantry-propgen: %s\n", e.what());
     return 1;

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include "checker/invariant_checker.h"
 #include "property/workload_gen.h"
@@ -99,8 +99,10 @@ Outcome RunCommand(const std::vector<std::string>& args, const fs::path& log) {
   cmd += "> " + Quote(log.string()) + " 2>&1";
   const int status = std::system(cmd.c_str());
   Outcome o;
-  if (status != -1 && WIFEXITED(status)) o.exit_code = WEXITSTATUS(status);
-  else if (status != -1 && WIFSIGNALED(status)) o.exit_code = 128 + WTERMSIG(status);
+  if (status != -1 && WIFEXITED(status))
+    o.exit_code = WEXITSTATUS(status);
+  else if (status != -1 && WIFSIGNALED(status))
+    o.exit_code = 128 + WTERMSIG(status);
   std::string out = ReadFile(log.string());
   if (out.size() > 4000) out = "..." + out.substr(out.size() - 4000);
   o.output_tail = out;
@@ -108,8 +110,8 @@ Outcome RunCommand(const std::vector<std::string>& args, const fs::path& log) {
 }
 
 fs::path ScratchDir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() /
-                       ("gantry_property_" + std::to_string(::getpid())) / name;
+  const fs::path dir =
+      fs::temp_directory_path() / ("gantry_property_" + std::to_string(::getpid())) / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -133,19 +135,22 @@ Outcome Simulate(const std::string& binary, const WorkloadPaths& in, const std::
   files.inputs = in;
   files.events = (dir / "events.jsonl").string();
   files.report = (dir / "report.json").string();
-  return RunCommand({binary, "sim", "--config", in.config, "--trace", in.trace, "--failures",
-                     in.failures, "--policy", policy, "--events", files.events, "--report",
-                     files.report},
-                    dir / "gantry.log");
+  return RunCommand(
+      {binary, "sim", "--config", in.config, "--trace", in.trace, "--failures", in.failures,
+       "--policy", policy, "--events", files.events, "--report", files.report},
+      dir / "gantry.log");
 }
 
 std::string Reproduce(uint64_t seed, int jobs, const std::string& policy, const fs::path& dir) {
   return "reproduce: gantry-propgen --seed " + std::to_string(seed) + " --jobs " +
-         std::to_string(jobs) + " --out D && gantry sim --config D/cluster.yaml --trace "
-         "D/trace.jsonl --failures D/failures.jsonl --policy " + policy +
+         std::to_string(jobs) +
+         " --out D && gantry sim --config D/cluster.yaml --trace "
+         "D/trace.jsonl --failures D/failures.jsonl --policy " +
+         policy +
          " --events D/events.jsonl --report D/report.json && gantry-check --config "
          "D/cluster.yaml --trace D/trace.jsonl --failures D/failures.jsonl --events "
-         "D/events.jsonl --report D/report.json\n(files kept in " + dir.string() + ")";
+         "D/events.jsonl --report D/report.json\n(files kept in " +
+         dir.string() + ")";
 }
 
 // ---------------------------------------------------------------------------------------
@@ -164,20 +169,20 @@ TEST(WorkloadGen, SameSeedSameBytes) {
 // Field names must be the contract's exactly: Gantry rejects unknown fields.
 TEST(WorkloadGen, UsesOnlyContractFieldNames) {
   const std::set<std::string> job_fields = {
-      "id",     "submit",    "duration", "queue",        "tier",    "replicas", "gpus",
-      "mig",    "sharing",   "gpu_model", "vram_gb",     "cpus",    "memory_gb", "topology",
-      "checkpoint_s", "grace_s", "window", "idle_after_s", "command", "env",      "workdir"};
+      "id",           "submit",  "duration",  "queue",        "tier",    "replicas",  "gpus",
+      "mig",          "sharing", "gpu_model", "vram_gb",      "cpus",    "memory_gb", "topology",
+      "checkpoint_s", "grace_s", "window",    "idle_after_s", "command", "env",       "workdir"};
   const std::set<std::string> top = {"cluster", "gpu_models", "pools", "queues", "policy"};
-  const std::set<std::string> pool_fields = {"name",      "name_prefix", "count",    "gpus",
+  const std::set<std::string> pool_fields = {"name",      "name_prefix",    "count",     "gpus",
                                              "gpu_model", "nvlink_domains", "leaf_size", "cpus",
-                                             "memory_gb", "spot",        "sharing"};
+                                             "memory_gb", "spot",           "sharing"};
   // `order`, `max_wait_s`, the policy's attained-service settings, full_pass_interval_s and
   // best_effort_yields_to are Gantry's additions to the contract (docs/policies.md).
-  const std::set<std::string> queue_fields = {"name", "parent", "guaranteed_gpus", "burst_gpus",
-                                              "weight", "order", "max_wait_s"};
+  const std::set<std::string> queue_fields = {"name",   "parent", "guaranteed_gpus", "burst_gpus",
+                                              "weight", "order",  "max_wait_s"};
   const std::set<std::string> policy_fields = {"reclaim_idle_after_s", "las_thresholds_gpu_s",
-                                               "attained_quantum_s", "max_wait_s", "full_pass_interval_s",
-                                               "best_effort_yields_to"};
+                                               "attained_quantum_s",   "max_wait_s",
+                                               "full_pass_interval_s", "best_effort_yields_to"};
   const std::set<std::string> model_fields = {"name", "memory_gb"};
   auto keys_within = [](const YAML::Node& n, const std::set<std::string>& allowed,
                         const std::string& where) {
@@ -249,8 +254,8 @@ TEST(WorkloadGen, CoversTheContractAndParses) {
     const fs::path dir = ScratchDir("parse_" + std::to_string(seed));
     const WorkloadPaths p = WriteWorkload(w, dir.string());
     std::ofstream(dir / "empty.jsonl").close();
-    const checker::CheckResult r = checker::CheckRunDetailed(
-        p.config, p.trace, p.failures, (dir / "empty.jsonl").string(), "");
+    const checker::CheckResult r = checker::CheckRunDetailed(p.config, p.trace, p.failures,
+                                                             (dir / "empty.jsonl").string(), "");
     EXPECT_TRUE(r.input_error.empty()) << r.input_error;
     for (const checker::Violation& v : r.violations) {
       // Every job is missing from the empty log; failures from the file are not in it.
@@ -260,11 +265,26 @@ TEST(WorkloadGen, CoversTheContractAndParses) {
     }
     RemoveScratch(dir);
   }
-  for (const char* want :
-       {"spot", "cpu pool", "domains 2", "queue tree", "failures", "mig", "mps", "timeslice",
-        "cpu job", "gang", "window", "idle", "topology nvlink", "topology node",
-        "topology leaf", "topology spine", "tier critical", "tier standard", "tier best-effort",
-        "model list"}) {
+  for (const char* want : {"spot",
+                           "cpu pool",
+                           "domains 2",
+                           "queue tree",
+                           "failures",
+                           "mig",
+                           "mps",
+                           "timeslice",
+                           "cpu job",
+                           "gang",
+                           "window",
+                           "idle",
+                           "topology nvlink",
+                           "topology node",
+                           "topology leaf",
+                           "topology spine",
+                           "tier critical",
+                           "tier standard",
+                           "tier best-effort",
+                           "model list"}) {
     EXPECT_TRUE(seen.count(want)) << "no workload of seeds 1..5 has: " << want;
   }
 }
@@ -293,13 +313,14 @@ TEST_P(PropertySeeds, RandomWorkloadsKeepEveryInvariant) {
       const Outcome o = Simulate(binary, WriteWorkload(w, dir.string()), policy, dir, files);
       if (o.exit_code != 0) {
         ADD_FAILURE() << "seed " << seed << " policy " << policy << ": gantry sim exited "
-                      << o.exit_code << "\n" << o.output_tail << "\n"
+                      << o.exit_code << "\n"
+                      << o.output_tail << "\n"
                       << Reproduce(seed, jobs, policy, dir);
         continue;
       }
       const checker::CheckResult r =
-          checker::CheckRunDetailed(files.inputs.config, files.inputs.trace,
-                                    files.inputs.failures, files.events, files.report);
+          checker::CheckRunDetailed(files.inputs.config, files.inputs.trace, files.inputs.failures,
+                                    files.events, files.report);
       bool ok = true;
       if (!r.violations.empty()) {
         ok = false;
@@ -307,9 +328,9 @@ TEST_P(PropertySeeds, RandomWorkloadsKeepEveryInvariant) {
         for (std::size_t i = 0; i < r.violations.size() && i < 20; ++i) {
           first += "  " + checker::FormatViolation(r.violations[i]) + "\n";
         }
-        ADD_FAILURE() << "seed " << seed << " policy " << policy << ": "
-                      << r.violations.size() << " violations; the first:\n" << first
-                      << Reproduce(seed, jobs, policy, dir);
+        ADD_FAILURE() << "seed " << seed << " policy " << policy << ": " << r.violations.size()
+                      << " violations; the first:\n"
+                      << first << Reproduce(seed, jobs, policy, dir);
       }
       // Every job fits an empty cluster except the impossible ones: exactly those must be
       // rejected, and nothing may be left waiting.
@@ -332,8 +353,8 @@ TEST_P(PropertySeeds, RandomWorkloadsKeepEveryInvariant) {
         ADD_FAILURE() << "seed " << seed << " policy " << policy
                       << ":\n  feasible jobs rejected:" << wrongly_rejected
                       << "\n  impossible jobs not rejected:" << not_rejected << "\n  "
-                      << r.stats.unfinished << " jobs still waiting at the end:" << waiting
-                      << "\n" << Reproduce(seed, jobs, policy, dir);
+                      << r.stats.unfinished << " jobs still waiting at the end:" << waiting << "\n"
+                      << Reproduce(seed, jobs, policy, dir);
       }
       if (ok) RemoveScratch(dir);
     }
@@ -354,7 +375,8 @@ TEST(Property, SameSeedGivesByteIdenticalEventLog) {
   for (int run = 0; run < 2; ++run) {
     dirs[run] = ScratchDir("determinism_" + std::to_string(run));
     SimFiles files;
-    const Outcome o = Simulate(binary, WriteWorkload(w, dirs[run].string()), policy, dirs[run], files);
+    const Outcome o =
+        Simulate(binary, WriteWorkload(w, dirs[run].string()), policy, dirs[run], files);
     ASSERT_EQ(o.exit_code, 0) << "gantry sim exited " << o.exit_code << "\n" << o.output_tail;
     logs[run] = ReadFile(files.events);
   }

@@ -25,9 +25,9 @@ struct WorkloadOptions {
 };
 
 struct Workload {
-  std::string config_yaml;     // cluster config (section 1)
-  std::string trace_jsonl;     // one job per line, sorted by submit (section 3)
-  std::string failures_jsonl;  // {"t","node","down_s"} per line, sorted by t
+  std::string config_yaml;                   // cluster config (section 1)
+  std::string trace_jsonl;                   // one job per line, sorted by submit (section 3)
+  std::string failures_jsonl;                // {"t","node","down_s"} per line, sorted by t
   std::vector<std::string> impossible_jobs;  // ids that can never be placed
   std::vector<std::string> job_ids;          // all ids, in trace order
 };

@@ -26,9 +26,10 @@ TEST(Auth, BearerToken) {
 }
 
 TEST(Auth, TeamsUseTheirQueuesAndTheirDescendants) {
-  std::vector<core::QueueSpec> specs = {{"ml", "", 8 * core::kGpuUnits, -1, 1.0, {}, {}, false, {}, {}, {}, {}},
-                                        {"research", "ml", 4 * core::kGpuUnits, -1, 1.0, {}, {}, false, {}, {}, {}, {}},
-                                        {"serving", "", 0, -1, 1.0, {}, {}, false, {}, {}, {}, {}}};
+  std::vector<core::QueueSpec> specs = {
+      {"ml", "", 8 * core::kGpuUnits, -1, 1.0, {}, {}, false, {}, {}, {}, {}},
+      {"research", "ml", 4 * core::kGpuUnits, -1, 1.0, {}, {}, false, {}, {}, {}, {}},
+      {"serving", "", 0, -1, 1.0, {}, {}, false, {}, {}, {}, {}}};
   auto tree = core::QueueTree::Build(specs);
   ASSERT_TRUE(tree.ok());
   Principal team;

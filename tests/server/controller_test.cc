@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <limits>
 #include <filesystem>
 #include <future>
+#include <limits>
 #include <sstream>
 
 #include "server/controller_internal.h"
@@ -50,8 +50,11 @@ const char* kAgent0 = "agent-h100-0-token";  // bound to node h100-0
 json Gpus(int n) {
   json gpus = json::array();
   for (int i = 0; i < n; ++i) {
-    gpus.push_back({{"index", i}, {"uuid", "GPU-" + std::to_string(i)}, {"name", "Emulated H100-80GB"},
-                    {"model", "H100-80GB"}, {"memory_bytes", 80'000'000'000}});
+    gpus.push_back({{"index", i},
+                    {"uuid", "GPU-" + std::to_string(i)},
+                    {"name", "Emulated H100-80GB"},
+                    {"model", "H100-80GB"},
+                    {"memory_bytes", 80'000'000'000}});
   }
   return gpus;
 }
@@ -59,8 +62,9 @@ json Gpus(int n) {
 class ControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("gantry-ctl-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("gantry-ctl-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     spec::Diagnostics diags;
@@ -93,7 +97,8 @@ class ControllerTest : public ::testing::Test {
     o.node_timeout_ms = 3000;
     o.kill_slack_ms = 1000;
     o.log_dir = (dir_ / "logs").string();
-    ctl_ = std::make_unique<Controller>(*config_, *store_, o, &events_, [this] { return clock_.load(); });
+    ctl_ = std::make_unique<Controller>(*config_, *store_, o, &events_,
+                                        [this] { return clock_.load(); });
     ASSERT_TRUE(ctl_->Start().ok());
   }
   // Simulates a crash: the controller is gone (everything it answered was committed),
@@ -144,7 +149,8 @@ class ControllerTest : public ::testing::Test {
 };
 
 TEST_F(ControllerTest, JobRunsOnAnAgentAndFinishes) {
-  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"replicas":2,"vram_gb":40,"command":"true"})");
+  Reply r =
+      Submit(kTeamA, R"({"queue":"research","gpus":2,"replicas":2,"vram_gb":40,"command":"true"})");
   ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
   const std::string id = r.body["id"];
   ctl_->Poke();
@@ -166,7 +172,8 @@ TEST_F(ControllerTest, JobRunsOnAnAgentAndFinishes) {
   beat = Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 1}, {"exit_code", 0}}}));
   EXPECT_EQ(Show(id)["state"], "finished");
   EXPECT_TRUE(beat["workers"].empty());
-  EXPECT_NE(events_.str().find("\"type\":\"finish\",\"job\":\"" + id + "\""), std::string::npos) << events_.str();
+  EXPECT_NE(events_.str().find("\"type\":\"finish\",\"job\":\"" + id + "\""), std::string::npos)
+      << events_.str();
 }
 
 TEST_F(ControllerTest, TheSchedulerForgetsEndedJobsAndTheyStayListed) {
@@ -177,8 +184,10 @@ TEST_F(ControllerTest, TheSchedulerForgetsEndedJobsAndTheyStayListed) {
     const size_t at = m.find("\ngantry_scheduler_job_records ");
     return at == std::string::npos ? -1 : std::stoi(m.substr(at + 30));
   };
-  Reply done = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"true","env":{"A":"1"}})");
-  Reply cancelled = Submit(kTeamA, R"({"queue":"research","gpus":8,"replicas":2,"vram_gb":40,"command":"true"})");
+  Reply done = Submit(
+      kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"true","env":{"A":"1"}})");
+  Reply cancelled =
+      Submit(kTeamA, R"({"queue":"research","gpus":8,"replicas":2,"vram_gb":40,"command":"true"})");
   EXPECT_EQ(records(), 2);
   Beat("h100-0");
   ctl_->Poke();
@@ -187,7 +196,8 @@ TEST_F(ControllerTest, TheSchedulerForgetsEndedJobsAndTheyStayListed) {
   EXPECT_EQ(Show(cancelled.body["id"])["state"], "pending");  // one node: no room for 2 x 8
   ASSERT_EQ(ctl_->Cancel(kTeamA, cancelled.body["id"]).code, Code::kOk);
   Advance(1000);
-  Beat("h100-0", json::array({{{"job", done.body["id"]}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  Beat("h100-0",
+       json::array({{{"job", done.body["id"]}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
   EXPECT_EQ(Show(done.body["id"])["state"], "finished");
   EXPECT_EQ(Show(cancelled.body["id"])["state"], "cancelled");
   EXPECT_EQ(records(), 0);
@@ -251,11 +261,14 @@ TEST_F(ControllerTest, EndedJobsArePurgedPastTheirRetentionWithTheirOutput) {
 }
 
 TEST_F(ControllerTest, AFailedWorkerFailsTheGangAndStopsTheOthers) {
-  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"replicas":2,"vram_gb":40,"grace_s":5,"command":"x"})");
+  Reply r = Submit(
+      kTeamA,
+      R"({"queue":"research","gpus":1,"replicas":2,"vram_gb":40,"grace_s":5,"command":"x"})");
   const std::string id = r.body["id"];
   Beat("h100-0");
   ctl_->Poke();
-  json beat = Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 3}}}));
+  json beat =
+      Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 3}}}));
   ASSERT_EQ(beat["workers"].size(), 1u);
   EXPECT_EQ(beat["workers"][0]["action"], "stop");
   EXPECT_EQ(beat["workers"][0]["rank"], 1);
@@ -266,7 +279,8 @@ TEST_F(ControllerTest, AFailedWorkerFailsTheGangAndStopsTheOthers) {
 }
 
 TEST_F(ControllerTest, SilentNodeRequeuesItsJobsWithTheirCheckpoint) {
-  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"checkpoint_s":1,"command":"x"})");
+  Reply r = Submit(kTeamA,
+                   R"({"queue":"research","gpus":8,"vram_gb":40,"checkpoint_s":1,"command":"x"})");
   const std::string id = r.body["id"];
   Beat("h100-0");
   ctl_->Poke();
@@ -283,7 +297,8 @@ TEST_F(ControllerTest, SilentNodeRequeuesItsJobsWithTheirCheckpoint) {
   EXPECT_EQ(show["state"], "running");
   EXPECT_EQ(show["nodes"], json::array({"h100-1"}));
   EXPECT_NE(events_.str().find("\"type\":\"node_down\",\"node\":\"h100-0\""), std::string::npos);
-  EXPECT_NE(events_.str().find("\"type\":\"requeue\",\"job\":\"" + id + "\",\"reason\":\"node h100-0 failed\""),
+  EXPECT_NE(events_.str().find("\"type\":\"requeue\",\"job\":\"" + id +
+                               "\",\"reason\":\"node h100-0 failed\""),
             std::string::npos)
       << events_.str();
   // The node comes back: it is told nothing of the moved job (so it kills any copy).
@@ -296,12 +311,15 @@ TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
   Beat("h100-1");
   std::vector<std::string> borrowers;
   for (int i = 0; i < 2; ++i) {
-    Reply r = Submit(kTeamA, R"({"queue":"research","tier":"best-effort","gpus":8,"vram_gb":40,"grace_s":7,"command":"x"})");
+    Reply r = Submit(
+        kTeamA,
+        R"({"queue":"research","tier":"best-effort","gpus":8,"vram_gb":40,"grace_s":7,"command":"x"})");
     borrowers.push_back(r.body["id"]);
   }
   ctl_->Poke();
   for (const auto& id : borrowers) ASSERT_EQ(Show(id)["state"], "running");
-  Reply crit = Submit(kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
+  Reply crit = Submit(
+      kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
   ASSERT_EQ(crit.code, Code::kCreated);
   ctl_->Poke();
   std::string victim;
@@ -332,14 +350,18 @@ TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
 TEST_F(ControllerTest, ACriticalJobBeyondItsGuaranteeStopsBestEffortWork) {
   Beat("h100-0");
   Beat("h100-1");
-  Reply fill = Submit(kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
-  Reply be = Submit(kTeamA, R"({"queue":"research","tier":"best-effort","gpus":8,"vram_gb":40,"grace_s":7,"command":"x"})");
+  Reply fill = Submit(
+      kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
+  Reply be = Submit(
+      kTeamA,
+      R"({"queue":"research","tier":"best-effort","gpus":8,"vram_gb":40,"grace_s":7,"command":"x"})");
   ctl_->Poke();
   ASSERT_EQ(Show(fill.body["id"])["state"], "running");
   const std::string victim = be.body["id"];
   ASSERT_EQ(Show(victim)["state"], "running");
   // serving holds its 8 guaranteed GPUs: this one is beyond them.
-  Reply crit = Submit(kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
+  Reply crit = Submit(
+      kTeamB, R"({"queue":"serving","tier":"critical","gpus":8,"vram_gb":40,"command":"x"})");
   ctl_->Poke();
   ASSERT_EQ(Show(victim)["state"], "stopping");
   const std::string node = Show(victim)["nodes"][0];
@@ -348,9 +370,10 @@ TEST_F(ControllerTest, ACriticalJobBeyondItsGuaranteeStopsBestEffortWork) {
   ctl_->Poke();
   EXPECT_EQ(Show(victim)["state"], "pending");
   EXPECT_EQ(Show(crit.body["id"])["state"], "running");
-  EXPECT_NE(events_.str().find("\"type\":\"preempt\",\"job\":\"" + victim + "\",\"by\":\"" +
-                               crit.body["id"].get<std::string>() + "\",\"reason\":\"critical job " +
-                               crit.body["id"].get<std::string>() + " needs capacity held by best-effort work\""),
+  EXPECT_NE(events_.str().find(
+                "\"type\":\"preempt\",\"job\":\"" + victim + "\",\"by\":\"" +
+                crit.body["id"].get<std::string>() + "\",\"reason\":\"critical job " +
+                crit.body["id"].get<std::string>() + " needs capacity held by best-effort work\""),
             std::string::npos)
       << events_.str();
 }
@@ -359,7 +382,8 @@ TEST_F(ControllerTest, RestartReadoptsRunningJobsAndKeepsPendingOnes) {
   Beat("h100-0");
   Reply a = Submit(kTeamA, R"({"queue":"research","gpus":4,"vram_gb":40,"command":"x"})");
   Reply m = Submit(kTeamA, R"({"queue":"research","mig":"3g.40gb","vram_gb":30,"command":"x"})");
-  Reply s = Submit(kTeamA, R"({"queue":"research","gpus":0.5,"sharing":"mps","vram_gb":30,"command":"x"})");
+  Reply s = Submit(kTeamA,
+                   R"({"queue":"research","gpus":0.5,"sharing":"mps","vram_gb":30,"command":"x"})");
   Reply big = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})");
   ctl_->Poke();
   for (const Reply* r : {&a, &m, &s}) ASSERT_EQ(Show(r->body["id"])["state"], "running");
@@ -386,7 +410,8 @@ TEST_F(ControllerTest, RestartReadoptsRunningJobsAndKeepsPendingOnes) {
   const json gpus = Beat("h100-0")["workers"].back()["alloc"]["gpus"];
   for (const json& w : before) {
     if (!w["alloc"].contains("gpus")) continue;
-    for (const json& g : w["alloc"]["gpus"]) EXPECT_EQ(std::count(gpus.begin(), gpus.end(), g), 0) << g;
+    for (const json& g : w["alloc"]["gpus"])
+      EXPECT_EQ(std::count(gpus.begin(), gpus.end(), g), 0) << g;
   }
 }
 
@@ -428,7 +453,8 @@ TEST_F(ControllerTest, AJobHeldByItsQueuesBurstSaysWhatTheQueueHoldsNow) {
   const json held = Show(c.body["id"]);
   ASSERT_EQ(held["state"], "pending") << held.dump();
   EXPECT_EQ(held["wait"]["cause"], "quota") << held.dump();
-  EXPECT_EQ(held["reason"], "quota: queue research would pass its burst_gpus 16 with this job; it holds 12 now")
+  EXPECT_EQ(held["reason"],
+            "quota: queue research would pass its burst_gpus 16 with this job; it holds 12 now")
       << held.dump();
 }
 
@@ -464,7 +490,8 @@ TEST_F(ControllerTest, IdempotencyKeyReturnsTheSameJob) {
   Restart();
   Reply after_restart = Submit(kTeamA, body, "key-1");
   EXPECT_EQ(after_restart.body["id"], first.body["id"]);
-  Reply other = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":10,"command":"x"})", "key-1");
+  Reply other =
+      Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":10,"command":"x"})", "key-1");
   EXPECT_EQ(other.code, Code::kConflict);
   Reply list = ctl_->ListJobs(kAdmin, "", true);
   EXPECT_EQ(list.body["jobs"].size(), 1u);
@@ -518,7 +545,8 @@ TEST_F(ControllerTest, TeamsStayInTheirQueues) {
   ASSERT_EQ(b.code, Code::kCreated);
   Reply into_b = Submit(kTeamA, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})");
   EXPECT_EQ(into_b.code, Code::kForbidden);
-  EXPECT_NE(into_b.body["error"].get<std::string>().find("team a may not submit to queue serving"), std::string::npos);
+  EXPECT_NE(into_b.body["error"].get<std::string>().find("team a may not submit to queue serving"),
+            std::string::npos);
   Reply cancel = ctl_->Cancel(kTeamA, b.body["id"]);
   EXPECT_EQ(cancel.code, Code::kForbidden);
   EXPECT_EQ(ctl_->Cancel("", b.body["id"]).code, Code::kUnauthenticated);
@@ -559,8 +587,11 @@ TEST_F(ControllerTest, ALostGpuDrainsItsNode) {
 // outlives a restart of the server; a malformed report is refused.
 TEST_F(ControllerTest, EachNodeShowsWhatIsolatesItsWorkersAsItsAgentSays) {
   const json isolation = {{"cgroups", true}, {"gpu_devices", false}, {"mig", false}};
-  ASSERT_EQ(ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", Gpus(8)}, {"isolation", isolation}}, "x").code, Code::kOk);
-  ASSERT_EQ(ctl_->Heartbeat(kAgent, "h100-1", {{"gpus", Gpus(8)}}, "x").code, Code::kOk);  // an older agent
+  ASSERT_EQ(
+      ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", Gpus(8)}, {"isolation", isolation}}, "x").code,
+      Code::kOk);
+  ASSERT_EQ(ctl_->Heartbeat(kAgent, "h100-1", {{"gpus", Gpus(8)}}, "x").code,
+            Code::kOk);  // an older agent
   auto node = [&](const std::string& name) {
     const json nodes = ctl_->Nodes(kAdmin).body["nodes"];
     for (const json& n : nodes) {
@@ -572,7 +603,9 @@ TEST_F(ControllerTest, EachNodeShowsWhatIsolatesItsWorkersAsItsAgentSays) {
   EXPECT_EQ(node("h100-1")["isolation"], json::object());
   Restart();
   EXPECT_EQ(node("h100-0")["isolation"], isolation) << "kept in the store";
-  EXPECT_EQ(ctl_->Heartbeat(kAgent, "h100-0", {{"gpus", Gpus(8)}, {"isolation", {{"cgroups", "yes"}}}}, "x").code,
+  EXPECT_EQ(ctl_->Heartbeat(kAgent, "h100-0",
+                            {{"gpus", Gpus(8)}, {"isolation", {{"cgroups", "yes"}}}}, "x")
+                .code,
             Code::kBadRequest);
 }
 
@@ -586,16 +619,19 @@ TEST_F(ControllerTest, UsersCannotTakeTheServersOwnIds) {
     Reply own = Submit(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})");
     EXPECT_EQ(own.code, Code::kCreated) << own.body.dump();
   }
-  EXPECT_EQ(Submit(kTeamA, R"({"id":"j2x","queue":"research","gpus":0,"command":"x"})").code, Code::kCreated);
+  EXPECT_EQ(Submit(kTeamA, R"({"id":"j2x","queue":"research","gpus":0,"command":"x"})").code,
+            Code::kCreated);
 }
 
 // Issue 16, bug 2: ids with '/' could not be shown or cancelled, and '../x' reached log paths.
 TEST_F(ControllerTest, JobNamesAreLimitedToASafeSet) {
   for (const char* bad : {"exp/run1", "../x", ".hidden", "-x", "a b", "x\\y"}) {
-    Reply r = Submit(kTeamA, json{{"id", bad}, {"queue", "research"}, {"gpus", 0}, {"command", "x"}}.dump());
+    Reply r = Submit(
+        kTeamA, json{{"id", bad}, {"queue", "research"}, {"gpus", 0}, {"command", "x"}}.dump());
     EXPECT_EQ(r.code, Code::kBadRequest) << bad;
     ASSERT_TRUE(r.body.contains("problems")) << r.body.dump();
-    EXPECT_NE(r.body["problems"][0].get<std::string>().find("id:"), std::string::npos) << r.body.dump();
+    EXPECT_NE(r.body["problems"][0].get<std::string>().find("id:"), std::string::npos)
+        << r.body.dump();
   }
   Reply ok = Submit(kTeamA, R"({"id":"exp.run-1_a","queue":"research","gpus":0,"command":"x"})");
   EXPECT_EQ(ok.code, Code::kCreated) << ok.body.dump();
@@ -613,7 +649,6 @@ TEST_F(ControllerTest, ListingByAnEndedStateNeedsNoAllAndUnknownStatesAreErrors)
   EXPECT_EQ(bogus.code, Code::kBadRequest);
   EXPECT_NE(bogus.body["error"].get<std::string>().find("cancelled"), std::string::npos);
 }
-
 
 // A console's jobs view at a site's size asks for one page and the counts of the rest.
 TEST_F(ControllerTest, AListingPageShowsActiveJobsFirstAndCountsEveryMatch) {
@@ -645,7 +680,8 @@ TEST_F(ControllerTest, AListingPageShowsActiveJobsFirstAndCountsEveryMatch) {
   EXPECT_EQ(page.body["jobs"][1]["id"], ids[2]);
   EXPECT_EQ(page.body["jobs"][2]["id"], held.body["id"]);
   // Every pending job is counted by what holds it, most first.
-  EXPECT_EQ(page.body["waiting"], json::parse(R"([{"cause":"capacity","jobs":2},{"cause":"dependency","jobs":1}])"))
+  EXPECT_EQ(page.body["waiting"],
+            json::parse(R"([{"cause":"capacity","jobs":2},{"cause":"dependency","jobs":1}])"))
       << page.body["waiting"].dump();
   EXPECT_EQ(page.body["values"]["queue"], json::parse(R"(["research","serving"])"));
   EXPECT_EQ(page.body["values"]["state"], json::parse(R"(["cancelled","pending","running"])"));
@@ -677,7 +713,8 @@ TEST_F(ControllerTest, ATeamOverItsSubmitRateGets429AndOthersDoNot) {
   ASSERT_EQ(limited.code, Code::kTooManyRequests) << limited.body.dump();
   EXPECT_EQ(StatusOf(limited.code), 429);
   EXPECT_EQ(limited.body["retry_after_s"], 1);
-  EXPECT_NE(limited.body["error"].get<std::string>().find("team a is over its submit rate"), std::string::npos)
+  EXPECT_NE(limited.body["error"].get<std::string>().find("team a is over its submit rate"),
+            std::string::npos)
       << limited.body.dump();
   EXPECT_EQ(Submit(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})").code, Code::kCreated);
   EXPECT_EQ(Submit(kAdmin, job).code, Code::kCreated);
@@ -687,7 +724,6 @@ TEST_F(ControllerTest, ATeamOverItsSubmitRateGets429AndOthersDoNot) {
   EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 6u);  // nothing refused was kept
   EXPECT_NE(ctl_->Metrics().find("gantry_submits_rate_limited_total 2"), std::string::npos);
 }
-
 
 // Issue 16, bug 3: two agents with the same --node were both accepted and a job ran on
 // both. A node-bound agent token speaks for its node only, and a second live agent for a
@@ -702,8 +738,9 @@ TEST_F(ControllerTest, AnAgentCredentialIsBoundToItsNodeAndASecondLiveAgentIsRef
   ASSERT_EQ(beat(kAgent0, "h100-0", "first").code, Code::kOk);
   Reply second = beat(kAgent, "h100-0", "second");
   EXPECT_EQ(second.code, Code::kConflict) << second.body.dump();
-  EXPECT_NE(second.body["error"].get<std::string>().find("held by another live agent (instance first"),
-            std::string::npos)
+  EXPECT_NE(
+      second.body["error"].get<std::string>().find("held by another live agent (instance first"),
+      std::string::npos)
       << second.body.dump();
   // The first keeps beating and keeps the node; the second is refused each time.
   Advance(1000);
@@ -716,7 +753,6 @@ TEST_F(ControllerTest, AnAgentCredentialIsBoundToItsNodeAndASecondLiveAgentIsRef
   EXPECT_EQ(beat(kAgent0, "h100-0", "first").code, Code::kConflict);
   EXPECT_NE(ctl_->Metrics().find("gantry_agent_duplicates_refused_total 3"), std::string::npos);
 }
-
 
 // Issue 13: `gantry submit --array 0-999` is one request: one transaction, 1,000 jobs
 // named ID_INDEX, each told its index; a repeat with the same key is the same array; the
@@ -744,9 +780,11 @@ TEST_F(ControllerTest, AnArrayIsOneRequestForManyJobs) {
     if (!*bad) continue;
     EXPECT_EQ(SubmitWith(kTeamA, body, bad, "").code, Code::kBadRequest) << bad;
   }
-  EXPECT_EQ(Submit(kTeamA, R"({"id":"j1_5","queue":"research","gpus":0,"command":"x"})").code, Code::kBadRequest);
+  EXPECT_EQ(Submit(kTeamA, R"({"id":"j1_5","queue":"research","gpus":0,"command":"x"})").code,
+            Code::kBadRequest);
   // Each task is told its index.
-  Reply gpu = SubmitWith(kTeamA, R"({"id":"sweep","queue":"research","gpus":1,"vram_gb":10,"command":"x"})", "3", "");
+  Reply gpu = SubmitWith(
+      kTeamA, R"({"id":"sweep","queue":"research","gpus":1,"vram_gb":10,"command":"x"})", "3", "");
   ASSERT_EQ(gpu.code, Code::kCreated) << gpu.body.dump();
   EXPECT_EQ(gpu.body["id"], "sweep");
   EXPECT_EQ(ctl_->Cancel(kTeamA, "j1").code, Code::kOk);
@@ -769,7 +807,8 @@ TEST_F(ControllerTest, TheClusterHistoryOutlivesARestart) {
     ctl_->ClusterHistory(kAdmin, 0, [&](Reply r) { p.set_value(std::move(r)); });
     return p.get_future().get().body;
   };
-  ASSERT_EQ(Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})").code, Code::kCreated);
+  ASSERT_EQ(Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})").code,
+            Code::kCreated);
   for (int i = 0; i < 3; ++i) {
     Beat("h100-0");
     ctl_->Poke();
@@ -794,7 +833,8 @@ TEST_F(ControllerTest, TheClusterHistoryOutlivesARestart) {
 TEST_F(ControllerTest, WithAFullPassIntervalFreedGpusGoToWaitingJobsAtTheNextFullPass) {
   ctl_.reset();
   spec::Diagnostics diags;
-  config_ = spec::ParseClusterConfig(std::string(kConfig) + "policy:\n  full_pass_interval_s: 30\n", "test.yaml", diags);
+  config_ = spec::ParseClusterConfig(std::string(kConfig) + "policy:\n  full_pass_interval_s: 30\n",
+                                     "test.yaml", diags);
   ASSERT_TRUE(config_) << diags.ToString();
   Restart();  // its first pass is full
   const std::string body = R"({"queue":"research","gpus":8,"vram_gb":40,"command":"x"})";
@@ -829,7 +869,8 @@ TEST_F(ControllerTest, WithAFullPassIntervalFreedGpusGoToWaitingJobsAtTheNextFul
 // scheduler, running or stopping), the next in index order as each ends or is cancelled,
 // the rest held with the reason; a restart keeps the throttle.
 TEST_F(ControllerTest, AnArrayThrottleRunsAtMostNTasksAtOnceInIndexOrder) {
-  Reply r = SubmitWith(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"x"})", "0-5%2", "");
+  Reply r = SubmitWith(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"x"})",
+                       "0-5%2", "");
   ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
   const std::string a = r.body["id"];
   EXPECT_EQ(r.body["tasks"], 6);
@@ -852,7 +893,9 @@ TEST_F(ControllerTest, AnArrayThrottleRunsAtMostNTasksAtOnceInIndexOrder) {
   EXPECT_EQ(running(), (std::vector<std::string>{task(0), task(1)}));
   const json held = Show(task(2));
   EXPECT_EQ(held["state"], "pending");
-  EXPECT_NE(held["reason"].get<std::string>().find("throttle: at most 2 of array " + a), std::string::npos) << held.dump();
+  EXPECT_NE(held["reason"].get<std::string>().find("throttle: at most 2 of array " + a),
+            std::string::npos)
+      << held.dump();
   exit(0);
   EXPECT_EQ(running(), (std::vector<std::string>{task(1), task(2)}));
   EXPECT_EQ(Show(task(0))["state"], "finished");
@@ -877,19 +920,27 @@ TEST_F(ControllerTest, AnArrayThrottleRunsAtMostNTasksAtOnceInIndexOrder) {
 // dependencies end; :ok needs a clean finish and is cancelled, saying why, when that can
 // no longer happen; :any takes any end. Held jobs stay held across a restart.
 TEST_F(ControllerTest, DependenciesHoldJobsUntilTheirJobsEnd) {
-  Reply a = Submit(kTeamA, R"({"id":"prep","queue":"research","gpus":1,"vram_gb":10,"command":"x"})");
+  Reply a =
+      Submit(kTeamA, R"({"id":"prep","queue":"research","gpus":1,"vram_gb":10,"command":"x"})");
   ASSERT_EQ(a.code, Code::kCreated);
-  Reply b = SubmitWith(kTeamA, R"({"id":"train","queue":"research","gpus":1,"vram_gb":10,"command":"x"})", "", "prep");
+  Reply b =
+      SubmitWith(kTeamA, R"({"id":"train","queue":"research","gpus":1,"vram_gb":10,"command":"x"})",
+                 "", "prep");
   ASSERT_EQ(b.code, Code::kCreated) << b.body.dump();
-  Reply c = SubmitWith(kTeamA, R"({"id":"report","queue":"research","gpus":0,"command":"x"})", "", "train:any");
+  Reply c = SubmitWith(kTeamA, R"({"id":"report","queue":"research","gpus":0,"command":"x"})", "",
+                       "train:any");
   ASSERT_EQ(c.code, Code::kCreated) << c.body.dump();
-  Reply d = SubmitWith(kTeamA, R"({"id":"eval","queue":"research","gpus":0,"command":"x"})", "", "train:ok");
+  Reply d = SubmitWith(kTeamA, R"({"id":"eval","queue":"research","gpus":0,"command":"x"})", "",
+                       "train:ok");
   ASSERT_EQ(d.code, Code::kCreated) << d.body.dump();
-  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "nosuch").code, Code::kNotFound);
-  EXPECT_EQ(SubmitWith(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})", "", "prep").code, Code::kNotFound)
+  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "nosuch").code,
+            Code::kNotFound);
+  EXPECT_EQ(SubmitWith(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})", "", "prep").code,
+            Code::kNotFound)
       << "another team's job must not be visible";
-  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "prep:later").code,
-            Code::kBadRequest);
+  EXPECT_EQ(
+      SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "prep:later").code,
+      Code::kBadRequest);
   Beat("h100-0");
   ctl_->Poke();
   Beat("h100-0");
@@ -914,28 +965,36 @@ TEST_F(ControllerTest, DependenciesHoldJobsUntilTheirJobsEnd) {
   EXPECT_EQ(Show("train")["state"], "failed");
   json eval = Show("eval");
   EXPECT_EQ(eval["state"], "cancelled");
-  EXPECT_NE(eval["reason"].get<std::string>().find("dependency train ended failed"), std::string::npos) << eval.dump();
+  EXPECT_NE(eval["reason"].get<std::string>().find("dependency train ended failed"),
+            std::string::npos)
+      << eval.dump();
   ctl_->Poke();
   EXPECT_NE(Show("report")["state"], "pending");  // :any: released
   // On an ended job: :ok of a failed one is refused at once; of a finished one runs.
   EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "train").code,
             Code::kUnprocessable);
-  Reply e = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "prep,train:any");
+  Reply e =
+      SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "prep,train:any");
   ASSERT_EQ(e.code, Code::kCreated);
   EXPECT_NE(Show(e.body["id"])["reason"].get<std::string>().rfind("dependency", 0), 0u);
   // An array stands for all its tasks.
-  Reply arr = SubmitWith(kTeamA, R"({"id":"shard","queue":"research","gpus":0,"command":"x"})", "0-2", "");
-  Reply merge = SubmitWith(kTeamA, R"({"id":"merge","queue":"research","gpus":0,"command":"x"})", "", "shard");
+  Reply arr =
+      SubmitWith(kTeamA, R"({"id":"shard","queue":"research","gpus":0,"command":"x"})", "0-2", "");
+  Reply merge = SubmitWith(kTeamA, R"({"id":"merge","queue":"research","gpus":0,"command":"x"})",
+                           "", "shard");
   ASSERT_EQ(merge.code, Code::kCreated) << merge.body.dump();
-  EXPECT_EQ(Show("merge")["reason"], "dependency: waiting for shard_0 to finish, shard_1 to finish, shard_2 to finish");
-  Reply arr4 = SubmitWith(kTeamA, R"({"id":"shard4","queue":"research","gpus":0,"command":"x"})", "0-3", "");
+  EXPECT_EQ(Show("merge")["reason"],
+            "dependency: waiting for shard_0 to finish, shard_1 to finish, shard_2 to finish");
+  Reply arr4 =
+      SubmitWith(kTeamA, R"({"id":"shard4","queue":"research","gpus":0,"command":"x"})", "0-3", "");
   ASSERT_EQ(arr4.code, Code::kCreated);
   Reply merge4 = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "shard4");
   EXPECT_EQ(Show(merge4.body["id"])["reason"],
-            "dependency: waiting for shard4_0 to finish, shard4_1 to finish, shard4_2 to finish and 1 more");
-  EXPECT_NE(events_.str().find("\"type\":\"cancel\",\"job\":\"eval\""), std::string::npos) << events_.str();
+            "dependency: waiting for shard4_0 to finish, shard4_1 to finish, shard4_2 to finish "
+            "and 1 more");
+  EXPECT_NE(events_.str().find("\"type\":\"cancel\",\"job\":\"eval\""), std::string::npos)
+      << events_.str();
 }
-
 
 // Issue 16: wait reasons say times as people read them, not the core's seconds.
 TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
@@ -947,18 +1006,20 @@ TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
   // 2 days 12 h after the epoch is now; 7,800 s more is 14:10.
   const double at = (2 * 86400 + 12 * 3600 + 7800);
   // (The one core text that still gives a time: an arrival waiting for the owed full pass.)
-  EXPECT_EQ(HumanTimes("not yet placed: it is tried at the next, at t=" + std::to_string(static_cast<int>(at)) + " s",
+  EXPECT_EQ(HumanTimes("not yet placed: it is tried at the next, at t=" +
+                           std::to_string(static_cast<int>(at)) + " s",
                        epoch, now),
             "not yet placed: it is tried at the next, at 14:10 UTC (in 2 h 10 min)");
   EXPECT_EQ(HumanTimes("no times here", epoch, now), "no times here");
 }
 
-
 // Issue 16: time_limit_s is enforced as Slurm's --time: at the limit the run gets its
 // checkpoint signal and grace, then the job fails saying why. It also serves as the
 // runtime estimate when none is given.
 TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
-  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":10,"grace_s":1,"time_limit_s":2,"command":"x"})");
+  Reply r = Submit(
+      kTeamA,
+      R"({"queue":"research","gpus":1,"vram_gb":10,"grace_s":1,"time_limit_s":2,"command":"x"})");
   ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
   const std::string id = r.body["id"];
   Beat("h100-0");
@@ -977,7 +1038,8 @@ TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
   Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"signal", 15}}}));
   json show = Show(id);
   EXPECT_EQ(show["state"], "failed");
-  EXPECT_NE(show["reason"].get<std::string>().find("time limit reached"), std::string::npos) << show.dump();
+  EXPECT_NE(show["reason"].get<std::string>().find("time limit reached"), std::string::npos)
+      << show.dump();
   EXPECT_EQ(Submit(kTeamA, R"({"queue":"research","gpus":0,"time_limit_s":-1,"command":"x"})").code,
             Code::kBadRequest);
 }

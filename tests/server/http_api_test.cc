@@ -5,10 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <zlib.h>
 #include <array>
 #include <filesystem>
 #include <thread>
-#include <zlib.h>
 
 #include "server/http_server.h"
 #include "server/sqlite_store.h"
@@ -49,7 +49,8 @@ class HttpApiTest : public ::testing::Test {
     port_ = *port;
     serve_ = std::thread([this] { api_->Serve(); });
     client_ = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    for (int i = 0; i < 100 && !client_->Get("/healthz"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 100 && !client_->Get("/healthz"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   void TearDown() override {
     api_->Stop();
@@ -57,7 +58,8 @@ class HttpApiTest : public ::testing::Test {
     ctl_->Stop();
     fs::remove_all(dir_);
   }
-  httplib::Result Post(const std::string& path, const std::string& body, const char* token = "tok") {
+  httplib::Result Post(const std::string& path, const std::string& body,
+                       const char* token = "tok") {
     httplib::Headers h;
     if (token) h.emplace("Authorization", std::string("Bearer ") + token);
     return client_->Post(path.c_str(), h, body, "application/json");
@@ -78,7 +80,8 @@ TEST_F(HttpApiTest, StatusesAndErrorBodies) {
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 401);
   EXPECT_EQ(r->get_header_value("WWW-Authenticate"), "Bearer");
-  EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("missing token"), std::string::npos);
+  EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("missing token"),
+            std::string::npos);
   r = Post("/v1/jobs", R"({"queue":"q","gpus":1,"vram_gb":10,"command":"x"})", "wrong");
   EXPECT_EQ(r->status, 401);
   r = Post("/v1/jobs", R"({"queue":"q","gpus":1,"vram_gb":10,"command":"x"})");
@@ -104,9 +107,11 @@ TEST_F(HttpApiTest, OversizedRequestsAreRefusedAndChangeNothing) {
   auto r = Post("/v1/jobs", big);
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 413);
-  EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("too large"), std::string::npos) << r->body;
+  EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("too large"), std::string::npos)
+      << r->body;
   // Under the HTTP limit but over the job spec limit.
-  std::string padded = R"({"queue":"q","gpus":1,"vram_gb":10,"command":"x","env":{"PAD":")" + std::string(100000, 'x') + "\"}}";
+  std::string padded = R"({"queue":"q","gpus":1,"vram_gb":10,"command":"x","env":{"PAD":")" +
+                       std::string(100000, 'x') + "\"}}";
   r = Post("/v1/jobs", padded);
   EXPECT_EQ(r->status, 413);
   httplib::Headers h = {{"Authorization", "Bearer tok"}};
@@ -128,7 +133,8 @@ TEST_F(HttpApiTest, AListingPageTakesItsFiltersFromTheQueryAndRefusesABadLimit) 
     auto r = client_->Get(bad, h);
     ASSERT_TRUE(r);
     EXPECT_EQ(r->status, 400) << bad;
-    EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("limit"), std::string::npos) << r->body;
+    EXPECT_NE(json::parse(r->body)["error"].get<std::string>().find("limit"), std::string::npos)
+        << r->body;
   }
 }
 
@@ -144,10 +150,11 @@ TEST_F(HttpApiTest, HealthAndMetricsNeedNoToken) {
   auto m = client_->Get("/metrics");
   ASSERT_TRUE(m);
   EXPECT_EQ(m->status, 200);
-  for (const char* name : {"gantry_gpu_utilization_ratio", "gantry_scheduling_latency_seconds_bucket",
-                           "gantry_queue_wait_seconds_count", "gantry_preemptions_total{queue=\"q\"}",
-                           "gantry_queue_guaranteed_gpus{queue=\"q\"} 8",
-                           "gantry_gpu_allocated_ratio{gpu=\"0\",UUID=\"\",Hostname=\"n-0\""}) {
+  for (const char* name :
+       {"gantry_gpu_utilization_ratio", "gantry_scheduling_latency_seconds_bucket",
+        "gantry_queue_wait_seconds_count", "gantry_preemptions_total{queue=\"q\"}",
+        "gantry_queue_guaranteed_gpus{queue=\"q\"} 8",
+        "gantry_gpu_allocated_ratio{gpu=\"0\",UUID=\"\",Hostname=\"n-0\""}) {
     EXPECT_NE(m->body.find(name), std::string::npos) << name;
   }
 }

@@ -140,7 +140,9 @@ class ControllerMetricsTest : public ::testing::Test {
       if (mig.contains(std::to_string(i))) gpus.back()["mig"] = mig[std::to_string(i)];
     }
     Reply r = ctl_->Heartbeat(kMetricsAgent, "h100-0",
-                              {{"gpus", gpus}, {"running", running}, {"exits", exits},
+                              {{"gpus", gpus},
+                               {"running", running},
+                               {"exits", exits},
                                {"isolation", {{"cgroups", true}, {"gpu_devices", false}}}},
                               "127.0.0.1");
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
@@ -184,8 +186,9 @@ TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
       Submit(kMetricsAlice, R"({"queue":"research","gpus":2,"vram_gb":40,"command":"x"})");
   const std::string mig =
       Submit(kMetricsAlice, R"({"queue":"research","mig":"3g.40gb","vram_gb":30,"command":"x"})");
-  const std::string mps = Submit(
-      kMetricsTeamB, R"({"queue":"serving","gpus":0.5,"sharing":"mps","vram_gb":10,"command":"x"})");
+  const std::string mps =
+      Submit(kMetricsTeamB,
+             R"({"queue":"serving","gpus":0.5,"sharing":"mps","vram_gb":10,"command":"x"})");
   ctl_->Poke();
   const std::string m = ctl_->Metrics();
   const std::string alloc = Series(m, "gantry_gpu_allocated_ratio"),
@@ -227,17 +230,21 @@ TEST_F(ControllerMetricsTest, EachGpuSaysWhoHoldsItWithDcgmExportersLabels) {
          {{{"uuid", "MIG-x"}, {"profile", "3g.40gb"}, {"start", placed["start"]}, {"gi_id", 2}},
           {{"uuid", "MIG-y"}, {"profile", "1g.10gb"}, {"start", 6}, {"gi_id", 13}}}}});
   const std::string with_id = Series(ctl_->Metrics(), "gantry_gpu_allocated_ratio");
-  EXPECT_EQ(Count(with_id, ",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",queue=\"research\",gantry_job=\"" + mig +
-                               "\",user=\"alice\"} 0.428571429\n"),
-            1)
+  EXPECT_EQ(
+      Count(with_id, ",GPU_I_PROFILE=\"3g.40gb\",GPU_I_ID=\"2\",queue=\"research\",gantry_job=\"" +
+                         mig + "\",user=\"alice\"} 0.428571429\n"),
+      1)
       << with_id;
   EXPECT_EQ(Count(with_id, "GPU_I_ID="), 1);
   EXPECT_EQ(Count(busy, "queue=\"\",gantry_job=\"\",user=\"\"} 0.5\n"), 4);
   EXPECT_EQ(Sample(m, "gantry_node_up{node=\"h100-0\",Hostname=\"h100-0\",pool=\"h100\"}"), 1);
   EXPECT_EQ(Sample(m, "gantry_node_up{node=\"h100-1\",Hostname=\"h100-1\",pool=\"h100\"}"), 0);
   // What keeps each node's workers apart, as its agent reports it (h100-1 has none: no series).
-  EXPECT_EQ(Sample(m, "gantry_node_isolated{node=\"h100-0\",Hostname=\"h100-0\",what=\"cgroups\"}"), 1);
-  EXPECT_EQ(Sample(m, "gantry_node_isolated{node=\"h100-0\",Hostname=\"h100-0\",what=\"gpu_devices\"}"), 0);
+  EXPECT_EQ(Sample(m, "gantry_node_isolated{node=\"h100-0\",Hostname=\"h100-0\",what=\"cgroups\"}"),
+            1);
+  EXPECT_EQ(
+      Sample(m, "gantry_node_isolated{node=\"h100-0\",Hostname=\"h100-0\",what=\"gpu_devices\"}"),
+      0);
   EXPECT_EQ(Count(Series(ctl_->Metrics(), "gantry_node_isolated"), "node=\"h100-1\""), 0);
   // Every queue and tier has a wait histogram from the start; two started in research.
   EXPECT_EQ(Sample(m, "gantry_queue_wait_seconds_count{queue=\"research\",tier=\"standard\"}"), 2);
@@ -282,9 +289,10 @@ TEST_F(ControllerMetricsTest, GpuSecondsHeldAndBusyCountPerQueueOnceAndRestartFr
 
 TEST_F(ControllerMetricsTest, PendingJobsAndReclaimsPerQueue) {
   Beat();
-  const std::string nb =
-      Submit(kMetricsTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"grace_s":5,"command":"x"})");
-  Submit(kMetricsTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})", nb);  // held for nb
+  const std::string nb = Submit(
+      kMetricsTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"grace_s":5,"command":"x"})");
+  Submit(kMetricsTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})",
+         nb);  // held for nb
   ctl_->Poke();
   std::string m = ctl_->Metrics();
   EXPECT_EQ(Sample(m, "gantry_queue_pending_jobs{queue=\"serving\"}"), 1);

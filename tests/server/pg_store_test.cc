@@ -1,8 +1,8 @@
 // The Store cases (store_cases.cc) on a real PostgreSQL server started by the test
 // (pg_harness.h), and what only a shared database has: contention for the lease,
 // takeover after expiry, and the fence against a deposed leader's in-flight writes.
-#include <sys/stat.h>
 #include <libpq-fe.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -136,11 +136,12 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
     auto store = Open();
     ASSERT_TRUE(store);
   }
-  ExecRaw("ALTER TABLE runs DROP COLUMN busy_gpu_ms, DROP COLUMN reported_gpu_ms, "
-          "DROP COLUMN vram_peak, DROP COLUMN fit_gpus;"
-          "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
-          "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
-          "VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000, 'ann')");
+  ExecRaw(
+      "ALTER TABLE runs DROP COLUMN busy_gpu_ms, DROP COLUMN reported_gpu_ms, "
+      "DROP COLUMN vram_peak, DROP COLUMN fit_gpus;"
+      "UPDATE meta SET value = '2' WHERE key = 'schema_version';"
+      "INSERT INTO runs (job_seq, run, rank, queue, model, gpus, start_ms, end_ms, username) "
+      "VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000, 'ann')");
 
   auto store = Open();
   ASSERT_TRUE(store);
@@ -163,13 +164,17 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
     auto store = Open();
     ASSERT_TRUE(store);
   }
-  ExecRaw("ALTER TABLE jobs DROP COLUMN ended_ms; DROP TABLE cluster_history;"
-          "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
-          "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', false, '{}');"
-          "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', true, '{}')");
+  ExecRaw(
+      "ALTER TABLE jobs DROP COLUMN ended_ms; DROP TABLE cluster_history;"
+      "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+      "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', false, "
+      "'{}');"
+      "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', true, "
+      "'{}')");
 
   const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
   auto store = Open();
   ASSERT_TRUE(store);
   EXPECT_EQ(**store->GetMeta("schema_version"), "6");
@@ -355,7 +360,8 @@ TEST_F(PgStoreTest, OpeningBesideALeadersOpenTransactionDoesNotWaitForIt) {
     opened = true;
   });
   const auto deadline = Clock::now() + std::chrono::seconds(3);
-  while (!opened.load() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  while (!opened.load() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(opened.load()) << "opening the store waited for the leader's transaction";
   ASSERT_TRUE(a->Commit().ok());
   standby.join();

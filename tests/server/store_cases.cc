@@ -110,8 +110,9 @@ TEST_P(StoreCases, ClusterHistoryKeepsTheLatestSamplesInOrder) {
     ASSERT_TRUE(store->AddClusterSample(4000, "{\"again\":true}").ok());
     auto latest = store->ClusterSamples(3);
     ASSERT_TRUE(latest.ok()) << latest.error().message;
-    EXPECT_EQ(*latest, (std::vector<std::pair<int64_t, std::string>>{
-                           {2000, "{\"t\":2000}"}, {3000, "{\"t\":3000}"}, {4000, "{\"again\":true}"}}));
+    EXPECT_EQ(*latest,
+              (std::vector<std::pair<int64_t, std::string>>{
+                  {2000, "{\"t\":2000}"}, {3000, "{\"t\":3000}"}, {4000, "{\"again\":true}"}}));
     ASSERT_TRUE(store->PruneClusterSamples(3000).ok());
   }
   auto store = Open();
@@ -280,7 +281,7 @@ TEST_P(StoreCases, RunsOverlappingAPeriod) {
   EXPECT_EQ((*all)[1].end_ms, -1);
   EXPECT_EQ(store->Runs(2500, 4000)->size(), 0u);  // run 1 ended at 2000, run 2 starts at 5000
   EXPECT_EQ(store->Runs(6000, 7000)->size(), 1u);  // run 2 still open
-  EXPECT_EQ((*all)[0].fit_gpus, -1);  // nothing reported yet
+  EXPECT_EQ((*all)[0].fit_gpus, -1);               // nothing reported yet
 
   StoredRun u;  // what run 1's worker used, set when it ended
   u.job_seq = 1;
@@ -298,7 +299,7 @@ TEST_P(StoreCases, RunsOverlappingAPeriod) {
   EXPECT_EQ((*used)[0].reported_gpu_ms, 250);
   EXPECT_EQ((*used)[0].vram_peak, int64_t{30} << 30);
   EXPECT_DOUBLE_EQ((*used)[0].fit_gpus, 1.0 / 7);
-  EXPECT_EQ((*used)[0].user, "alice");  // the rest stays
+  EXPECT_EQ((*used)[0].user, "alice");                      // the rest stays
   EXPECT_EQ((*store->Runs(6000, 7000))[0].busy_gpu_ms, 0);  // other runs untouched
 }
 
@@ -309,7 +310,8 @@ TEST_P(StoreCases, UsageSamplesByJobAndPrunedByAge) {
     ASSERT_TRUE(store->AddUsageSample(UsageSample{7, 1, t, 2, 0.5, int64_t{9} << 30}).ok());
   }
   ASSERT_TRUE(store->AddUsageSample(UsageSample{8, 2, 1500, 0.25, 0.1, 1}).ok());
-  ASSERT_TRUE(store->AddUsageSample(UsageSample{7, 1, 2000, 2, 0.75, 5}).ok());  // the same point again: replaced
+  ASSERT_TRUE(store->AddUsageSample(UsageSample{7, 1, 2000, 2, 0.75, 5})
+                  .ok());  // the same point again: replaced
   auto seven = store->UsageSamples(7);
   ASSERT_TRUE(seven.ok()) << seven.error().message;
   ASSERT_EQ(seven->size(), 3u);

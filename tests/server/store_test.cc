@@ -69,18 +69,20 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
     auto store = home.Open();
     ASSERT_TRUE(store.ok());
   }
-  const fs::path db = fs::temp_directory_path() / ("gantry-schema1-" + std::to_string(::getpid()) + ".db");
+  const fs::path db =
+      fs::temp_directory_path() / ("gantry-schema1-" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
-  ExecRaw(db,
-        "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
-        "INSERT INTO meta VALUES ('schema_version', '1');"
-        "CREATE TABLE runs (job_seq INTEGER NOT NULL, run INTEGER NOT NULL, rank INTEGER NOT NULL,"
-        " queue TEXT NOT NULL, model TEXT NOT NULL, gpus REAL NOT NULL, start_ms INTEGER NOT NULL,"
-        " end_ms INTEGER NOT NULL, PRIMARY KEY (job_seq, run, rank));"
-        "CREATE TABLE tokens (hash TEXT PRIMARY KEY, role TEXT NOT NULL, team TEXT NOT NULL,"
-        " queues TEXT NOT NULL, label TEXT NOT NULL, created_ms INTEGER NOT NULL);"
-        "INSERT INTO tokens VALUES ('00112233445566', 'team', 'nlp', '[\"nlp\"]', 'old', 1);"
-        "INSERT INTO runs VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000);");
+  ExecRaw(
+      db,
+      "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+      "INSERT INTO meta VALUES ('schema_version', '1');"
+      "CREATE TABLE runs (job_seq INTEGER NOT NULL, run INTEGER NOT NULL, rank INTEGER NOT NULL,"
+      " queue TEXT NOT NULL, model TEXT NOT NULL, gpus REAL NOT NULL, start_ms INTEGER NOT NULL,"
+      " end_ms INTEGER NOT NULL, PRIMARY KEY (job_seq, run, rank));"
+      "CREATE TABLE tokens (hash TEXT PRIMARY KEY, role TEXT NOT NULL, team TEXT NOT NULL,"
+      " queues TEXT NOT NULL, label TEXT NOT NULL, created_ms INTEGER NOT NULL);"
+      "INSERT INTO tokens VALUES ('00112233445566', 'team', 'nlp', '[\"nlp\"]', 'old', 1);"
+      "INSERT INTO runs VALUES (7, 1, 0, 'nlp', 'H100-80GB', 8, 1000, 5000);");
   auto store = SqliteStore::Open(db.string());
   ASSERT_TRUE(store.ok()) << store.error().message;
   auto old = (*store)->FindToken("00112233445566");
@@ -103,7 +105,8 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   ASSERT_TRUE((*store)->SetRunUsage(u).ok());
   EXPECT_EQ((*(*store)->Runs(0, 10000))[0].busy_gpu_ms, 42);
   EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "6");
-  ASSERT_TRUE((*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
+  ASSERT_TRUE(
+      (*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
   store->reset();
   RemoveDb(db);
 }
@@ -111,19 +114,23 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
 // Schema 4 (jobs without ended_ms): jobs that had ended count as ended at the upgrade, so
 // retention keeps them a full period from then; active ones are untouched.
 TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
-  const fs::path db = fs::temp_directory_path() / ("gantry-schema4-" + std::to_string(::getpid()) + ".db");
+  const fs::path db =
+      fs::temp_directory_path() / ("gantry-schema4-" + std::to_string(::getpid()) + ".db");
   fs::remove(db);
   {
     auto store = SqliteStore::Open(db.string());
     ASSERT_TRUE(store.ok());
   }
-  ExecRaw(db,
-        "DROP INDEX jobs_ended; ALTER TABLE jobs DROP COLUMN ended_ms; DROP TABLE cluster_history;"
-        "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
-        "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', 0, '{}');"
-        "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', 1, '{}');");
+  ExecRaw(
+      db,
+      "DROP INDEX jobs_ended; ALTER TABLE jobs DROP COLUMN ended_ms; DROP TABLE cluster_history;"
+      "UPDATE meta SET value = '4' WHERE key = 'schema_version';"
+      "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (1, 'old', 'a', 'q', 0, '{}');"
+      "INSERT INTO jobs (seq, name, team, queue, active, doc) VALUES (2, 'live', 'a', 'q', 1, "
+      "'{}');");
   const int64_t before = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::system_clock::now().time_since_epoch()).count();
+                             std::chrono::system_clock::now().time_since_epoch())
+                             .count();
   auto store = SqliteStore::Open(db.string());
   ASSERT_TRUE(store.ok()) << store.error().message;
   EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "6");

@@ -12,9 +12,9 @@
 
 #include <cctype>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -79,7 +79,8 @@ TEST_P(Golden, DecisionsMatchTheStoredEventLog) {
   const std::string log = Replay(c);
   ASSERT_FALSE(log.empty());
   const fs::path golden = GoldenPath(c);
-  if (const char* update = std::getenv("GANTRY_UPDATE_GOLDEN"); update && *update && *update != '0') {
+  if (const char* update = std::getenv("GANTRY_UPDATE_GOLDEN");
+      update && *update && *update != '0') {
     std::ofstream(golden, std::ios::binary) << log;
     std::cout << "rewrote " << golden.string() << "\n";
     return;
@@ -91,11 +92,12 @@ TEST_P(Golden, DecisionsMatchTheStoredEventLog) {
   size_t i = 0;
   while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
   if (i == want.size() && i == got.size()) return;
-  ADD_FAILURE() << golden.string() << ": the decisions changed, first at line " << i + 1 << " of "
-                << want.size() << " stored and " << got.size() << " now\n"
-                << "  stored: " << (i < want.size() ? want[i] : "(end of log)") << "\n"
-                << "  now:    " << (i < got.size() ? got[i] : "(end of log)") << "\n"
-                << "If the change is meant, rewrite the logs with GANTRY_UPDATE_GOLDEN=1 and read the diff.";
+  ADD_FAILURE()
+      << golden.string() << ": the decisions changed, first at line " << i + 1 << " of "
+      << want.size() << " stored and " << got.size() << " now\n"
+      << "  stored: " << (i < want.size() ? want[i] : "(end of log)") << "\n"
+      << "  now:    " << (i < got.size() ? got[i] : "(end of log)") << "\n"
+      << "If the change is meant, rewrite the logs with GANTRY_UPDATE_GOLDEN=1 and read the diff.";
 }
 
 std::vector<Case> Cases() {

@@ -33,7 +33,8 @@ class SimTest : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = fs::temp_directory_path() /
-           ("gantry-simtest-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("gantry-simtest-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -101,10 +102,12 @@ TEST_F(SimTest, NodeFailureRequeuesAndTheJobResumesFromItsLastCheckpoint) {
   EXPECT_NEAR(report_["lost_gpu_hours"].get<double>(), 8 * 100 / 3600.0, 1e-9);
   // Charged to its tier and its queue, by cause.
   for (const auto* group : {&report_["by_tier"]["standard"], &report_["by_queue"]["q"]}) {
-    EXPECT_NEAR((*group)["lost_gpu_hours_by_cause"]["requeue"].get<double>(), 8 * 100 / 3600.0, 1e-9);
+    EXPECT_NEAR((*group)["lost_gpu_hours_by_cause"]["requeue"].get<double>(), 8 * 100 / 3600.0,
+                1e-9);
     EXPECT_EQ((*group)["lost_gpu_hours_by_cause"]["preempt"].get<double>(), 0.0);
   }
-  EXPECT_EQ(report_["by_tier"]["critical"]["lost_gpu_hours_by_cause"]["requeue"].get<double>(), 0.0);
+  EXPECT_EQ(report_["by_tier"]["critical"]["lost_gpu_hours_by_cause"]["requeue"].get<double>(),
+            0.0);
   // Allocated 700 + 400 s of 8 GPUs; capacity up 1100 of the 1200 s.
   EXPECT_NEAR(report_["gpu_utilization_pct"].get<double>(), 100.0, 1e-9);
   EXPECT_EQ(report_["jobs"]["finished"], 1);
@@ -128,14 +131,13 @@ accounting:
 )";
 
 TEST_F(SimTest, ASpentBudgetHoldsNewWorkUntilTheNextWeekAndTheReportCharges) {
-  auto log = Run(
-      R"({"id":"a","submit":0,"duration":600,"queue":"q","gpus":4,"vram_gb":40})"
-      "\n"
-      R"({"id":"b","submit":600,"duration":600,"queue":"q","gpus":4,"vram_gb":40})"
-      "\n"
-      R"({"id":"c","submit":1000,"duration":100,"queue":"q","gpus":4,"vram_gb":40})"
-      "\n",
-      "", kBudgetNode);
+  auto log = Run(R"({"id":"a","submit":0,"duration":600,"queue":"q","gpus":4,"vram_gb":40})"
+                 "\n"
+                 R"({"id":"b","submit":600,"duration":600,"queue":"q","gpus":4,"vram_gb":40})"
+                 "\n"
+                 R"({"id":"c","submit":1000,"duration":100,"queue":"q","gpus":4,"vram_gb":40})"
+                 "\n",
+                 "", kBudgetNode);
   std::vector<std::string> want = {
       R"({"t":0,"type":"submit","job":"a"})",
       R"({"t":0,"type":"start","job":"a","alloc":[{"node":"h-0","gpus":[0,1,2,3]}]})",
@@ -184,8 +186,9 @@ TEST_F(SimTest, IdleJobsAreReclaimed) {
       R"({"id":"nb","submit":10,"duration":5000,"queue":"q","gpus":0.5,"sharing":"timeslice","vram_gb":8,"idle_after_s":100})"
       "\n");
   ASSERT_EQ(log.size(), 3u);
-  EXPECT_EQ(log[1],
-            R"({"t":10,"type":"start","job":"nb","alloc":[{"node":"h-0","gpu":0,"share":0.5,"sharing":"timeslice"}]})");
+  EXPECT_EQ(
+      log[1],
+      R"({"t":10,"type":"start","job":"nb","alloc":[{"node":"h-0","gpu":0,"share":0.5,"sharing":"timeslice"}]})");
   EXPECT_EQ(log[2], R"({"t":160,"type":"reclaim","job":"nb","reason":"GPU idle for 50 s"})");
   EXPECT_EQ(report_["jobs"]["reclaimed"], 1);
 }
@@ -221,8 +224,7 @@ queues:
   }
   Run(trace, "", big);
   EXPECT_EQ(report_["jobs"]["finished"], 1000);
-  EXPECT_NEAR(report_["gpu_utilization_pct"].get<double>(), 100.0 * 2 / 3, 1e-6)
-      << report_.dump();
+  EXPECT_NEAR(report_["gpu_utilization_pct"].get<double>(), 100.0 * 2 / 3, 1e-6) << report_.dump();
   EXPECT_NEAR(report_["by_queue"]["q"]["gpu_hours"].get<double>(), 8000.0 * 1e9 / 3600.0, 1.0);
   EXPECT_NEAR(report_["by_queue"]["q"]["share_pct"].get<double>(), 100.0, 1e-9);
 }
@@ -236,7 +238,8 @@ TEST_F(SimTest, PendingJobsByCauseAddUpToThePendingJobs) {
     trace += R"({"id":"j)" + std::to_string(i) + R"(","submit":)" + std::to_string(i) +
              R"(,"duration":100,"queue":"q","gpus":8,"vram_gb":8})" + "\n";
   }
-  trace += R"({"id":"big","submit":5,"duration":60,"queue":"q","gpus":1,"vram_gb":200})" "\n";
+  trace += R"({"id":"big","submit":5,"duration":60,"queue":"q","gpus":1,"vram_gb":200})"
+           "\n";
   Run(trace);
   const auto& by_cause = timeline_["pending_by_cause"];
   const auto& pending = timeline_["pending_jobs"];
@@ -271,8 +274,10 @@ queues:
 )";
 
 TEST_F(SimTest, IdleGpusAreExplainedByWhyNothingUsesThem) {
-  Run(R"({"id":"six","submit":0,"duration":100,"queue":"q","gpus":6,"vram_gb":8,"gpu_model":"H100-80GB"})" "\n"
-      R"({"id":"four","submit":0,"duration":100,"queue":"q","gpus":4,"vram_gb":8,"gpu_model":"H100-80GB"})" "\n",
+  Run(R"({"id":"six","submit":0,"duration":100,"queue":"q","gpus":6,"vram_gb":8,"gpu_model":"H100-80GB"})"
+      "\n"
+      R"({"id":"four","submit":0,"duration":100,"queue":"q","gpus":4,"vram_gb":8,"gpu_model":"H100-80GB"})"
+      "\n",
       "", kTwoModels);
   const auto& idle = timeline_["idle_gpus_by_cause"];
   ASSERT_TRUE(idle.is_object()) << timeline_.dump();
@@ -280,7 +285,8 @@ TEST_F(SimTest, IdleGpusAreExplainedByWhyNothingUsesThem) {
   const auto& used = timeline_["allocated_gpus"];
   for (size_t i = 0; i < up.size(); ++i) {
     double sum = 0;
-    for (const auto& [cause, values] : idle.items()) sum += cause == "down" ? 0 : values[i].get<double>();
+    for (const auto& [cause, values] : idle.items())
+      sum += cause == "down" ? 0 : values[i].get<double>();
     EXPECT_NEAR(sum, up[i].get<double>() - used[i].get<double>(), 1e-6) << "bucket " << i;
   }
   // Over the 200 s: 100 s with 2 fragmented and 8 of the wrong model, 100 s with 12
@@ -290,8 +296,10 @@ TEST_F(SimTest, IdleGpusAreExplainedByWhyNothingUsesThem) {
   EXPECT_NEAR(mean["wrong model"].get<double>(), 4.0, 0.05) << mean.dump();
   EXPECT_NEAR(mean["nothing waits"].get<double>(), 6.0, 0.05) << mean.dump();
   EXPECT_EQ(mean["down"].get<double>(), 0.0);
-  EXPECT_NE(summary_.find("idle GPUs           mean 11.0: 6.0 nothing waits, 4.0 wrong model, 1.0 fragmented"),
-            std::string::npos)
+  EXPECT_NE(
+      summary_.find(
+          "idle GPUs           mean 11.0: 6.0 nothing waits, 4.0 wrong model, 1.0 fragmented"),
+      std::string::npos)
       << summary_;
 }
 
@@ -303,7 +311,9 @@ TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {
   ASSERT_EQ(log.size(), 5u);
   EXPECT_NE(log[1].find(R"("type":"reject","job":"big","error":"vram_gb 200)"), std::string::npos)
       << log[1];
-  EXPECT_EQ(log[3], R"({"t":1,"type":"start","job":"ok","alloc":[{"node":"h-0","gpu":0,"mig":"3g.40gb","start":0}]})");
+  EXPECT_EQ(
+      log[3],
+      R"({"t":1,"type":"start","job":"ok","alloc":[{"node":"h-0","gpu":0,"mig":"3g.40gb","start":0}]})");
   EXPECT_EQ(report_["jobs"]["rejected"], 1);
   // Named, with the reason, in the report and in the summary.
   ASSERT_EQ(report_["rejected_jobs"].size(), 1u) << report_.dump();
@@ -313,13 +323,16 @@ TEST_F(SimTest, ImpossibleJobsAreRejectedWithTheReason) {
 }
 
 TEST_F(SimTest, GangsWaitForRoomAndStartWhole) {
-  auto log = Run(R"({"id":"a","submit":0,"duration":100,"queue":"q","gpus":6,"vram_gb":8})"
-                 "\n"
-                 R"({"id":"g","submit":0,"duration":100,"queue":"q","replicas":2,"gpus":2,"vram_gb":8,"topology":"node"})"
-                 "\n");
+  auto log = Run(
+      R"({"id":"a","submit":0,"duration":100,"queue":"q","gpus":6,"vram_gb":8})"
+      "\n"
+      R"({"id":"g","submit":0,"duration":100,"queue":"q","replicas":2,"gpus":2,"vram_gb":8,"topology":"node"})"
+      "\n");
   // g needs 4 GPUs and only 2 are free until a finishes at 100.
   EXPECT_EQ(log[3], R"({"t":100,"type":"finish","job":"a"})");
-  EXPECT_EQ(log[4], R"({"t":100,"type":"start","job":"g","alloc":[{"node":"h-0","gpus":[0,1]},{"node":"h-0","gpus":[2,3]}]})");
+  EXPECT_EQ(
+      log[4],
+      R"({"t":100,"type":"start","job":"g","alloc":[{"node":"h-0","gpus":[0,1]},{"node":"h-0","gpus":[2,3]}]})");
   EXPECT_NEAR(report_["queue_wait_time_ms"]["all"]["max"].get<double>(), 100000, 1e-9);
 }
 
@@ -330,7 +343,8 @@ TEST_F(SimTest, SameInputsGiveTheSameLog) {
              R"(,"duration":)" + std::to_string(100 + i * 13 % 900) + R"(,"queue":"q","gpus":)" +
              std::to_string(1 + i % 4) + R"(,"vram_gb":8,"checkpoint_s":60})" + "\n";
   }
-  const std::string failures = R"({"t":300,"node":"h-0","down_s":50})" "\n";
+  const std::string failures = R"({"t":300,"node":"h-0","down_s":50})"
+                               "\n";
   auto first = Run(trace, failures);
   auto second = Run(trace, failures);
   EXPECT_EQ(first, second);

@@ -24,8 +24,9 @@ namespace fs = std::filesystem;
 
 core::QueueTree Queues() {
   // "team" is a child of "org": its usage counts toward org's guarantee and burst.
-  auto q = core::QueueTree::Build({core::QueueSpec{"org", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
-                                   core::QueueSpec{"team", "org", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}}});
+  auto q = core::QueueTree::Build(
+      {core::QueueSpec{"org", "", 8 * kGpuUnits, 16 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}},
+       core::QueueSpec{"team", "org", 4 * kGpuUnits, -1, 1, {}, {}, false, {}, {}, {}, {}}});
   EXPECT_TRUE(q.ok());
   return std::move(q).value();
 }
@@ -125,8 +126,10 @@ TEST(TimelineTest, FragmentationIsSampledOncePerBucketAndHeld) {
   const nlohmann::ordered_json j = tl.ToJson();
   // Buckets 1 and 2 saw no change: the value of bucket 0 holds.
   EXPECT_EQ(j["fragmented_gpus"], nlohmann::ordered_json::parse("[3.0, 3.0, 3.0, 1.0]"));
-  EXPECT_EQ(j["idle_gpus_by_cause"]["fragmented"], nlohmann::ordered_json::parse("[3.0, 3.0, 3.0, 0.0]"));
-  EXPECT_EQ(j["idle_gpus_by_cause"]["nothing waits"], nlohmann::ordered_json::parse("[0.0, 0.0, 0.0, 5.0]"));
+  EXPECT_EQ(j["idle_gpus_by_cause"]["fragmented"],
+            nlohmann::ordered_json::parse("[3.0, 3.0, 3.0, 0.0]"));
+  EXPECT_EQ(j["idle_gpus_by_cause"]["nothing waits"],
+            nlohmann::ordered_json::parse("[0.0, 0.0, 0.0, 5.0]"));
   EXPECT_EQ(j["pending_jobs"].size(), 4u);  // 4 s exactly: no empty bucket at the end
   EXPECT_EQ(j["bucket_s"], 1.0);
   // Without samples the series is null (the HTML then says it is not measured).
@@ -165,7 +168,8 @@ class TimelineRunTest : public ::testing::Test {
   void SetUp() override {
     // One folder per test: ctest runs this suite's tests side by side.
     dir_ = fs::temp_directory_path() /
-           ("gantry-timeline-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+           ("gantry-timeline-" +
+            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -192,8 +196,10 @@ TEST_F(TimelineRunTest, SeriesAgreeWithEachOtherAndWithTheReport) {
   ASSERT_GT(tl.buckets(), 100u);
   for (size_t i = 0; i < tl.buckets(); ++i) {
     double tiers = 0, queues = 0;
-    for (int t = 0; t < core::kTierCount; ++t) tiers += tl.Mean(Timeline::TierLevel(static_cast<Tier>(t)), i);
-    for (uint32_t q = 0; q < config->queues.size(); ++q) queues += tl.Mean(Timeline::QueueLevel(QueueId(q)), i);
+    for (int t = 0; t < core::kTierCount; ++t)
+      tiers += tl.Mean(Timeline::TierLevel(static_cast<Tier>(t)), i);
+    for (uint32_t q = 0; q < config->queues.size(); ++q)
+      queues += tl.Mean(Timeline::QueueLevel(QueueId(q)), i);
     const double used = tl.Mean(Timeline::kUsedUnits, i);
     EXPECT_NEAR(tiers, used, 1e-6) << "bucket " << i;
     EXPECT_NEAR(queues, used, 1e-6) << "bucket " << i;
@@ -247,9 +253,12 @@ queues:
   // a (2 GPUs) finishes before the last arrival; b (4) runs; c (2) arrives last and
   // starts at once: 6 of 8 GPUs held just after the last arrival's pass.
   std::ofstream(dir_ / "trace.jsonl")
-      << R"({"id":"a","submit":0,"duration":5,"queue":"q","gpus":2,"vram_gb":8})" "\n"
-      << R"({"id":"b","submit":1,"duration":100,"queue":"q","gpus":4,"vram_gb":8})" "\n"
-      << R"({"id":"c","submit":10,"duration":100,"queue":"q","gpus":2,"vram_gb":8})" "\n";
+      << R"({"id":"a","submit":0,"duration":5,"queue":"q","gpus":2,"vram_gb":8})"
+         "\n"
+      << R"({"id":"b","submit":1,"duration":100,"queue":"q","gpus":4,"vram_gb":8})"
+         "\n"
+      << R"({"id":"c","submit":10,"duration":100,"queue":"q","gpus":2,"vram_gb":8})"
+         "\n";
   std::ostringstream events;
   Simulator sim(*config, SimOptions{}, events);
   spec::TraceReader trace((dir_ / "trace.jsonl").string(), *config);
@@ -260,8 +269,9 @@ queues:
   EXPECT_DOUBLE_EQ(sim.report().allocation_bound_at_last_arrival_pct(), 75.0);
   std::ostringstream report;
   sim.report().Write(report);
-  EXPECT_DOUBLE_EQ(nlohmann::json::parse(report.str())["allocation_ratio_at_last_arrival_pct"].get<double>(),
-                   75.0);
+  EXPECT_DOUBLE_EQ(
+      nlohmann::json::parse(report.str())["allocation_ratio_at_last_arrival_pct"].get<double>(),
+      75.0);
 }
 
 }  // namespace

@@ -217,7 +217,8 @@ TEST(ConfigReaderTest, PolicyTunables) {
                                 "c.yaml:8: policy.backfill_depth: must be at least 0, got -1",
                                 "c.yaml:9: policy.aging_s: expected a number, got \"soon\""}));
   EXPECT_EQ(OneError(std::string(kPool) + "policy:\n  best_effort_yields_to: everyone\n"),
-            "c.yaml:7: policy.best_effort_yields_to: must be one of critical, standard, none, got \"everyone\"");
+            "c.yaml:7: policy.best_effort_yields_to: must be one of critical, standard, none, got "
+            "\"everyone\"");
   EXPECT_EQ(OneError(std::string(kPool) + "policy: 5\n"),
             "c.yaml:6: policy: expected a mapping, got \"5\"");
 }
@@ -284,23 +285,26 @@ policy:
   reclaim_idle: 10
 extra: 1
 )");
-  EXPECT_EQ(e,
-            (std::vector<std::string>{
-                "c.yaml:7: pools[h100].vram_gb: unknown field (known: name, name_prefix, count, "
-                "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing, mig_managed, "
-                "default_cpus_per_gpu, default_memory_gb_per_gpu)",
-                "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
-                "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
-                "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, allow_keep_when_idle, "
-                "budget, order, max_wait_s, tiers)",
-                "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
-                "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
-                "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
-                "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
-                "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
-                "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s)",
-                "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
-                "policy, accounting)"}));
+  EXPECT_EQ(
+      e,
+      (std::vector<std::string>{
+          "c.yaml:7: pools[h100].vram_gb: unknown field (known: name, name_prefix, count, "
+          "gpus, gpu_model, nvlink_domains, leaf_size, cpus, memory_gb, spot, sharing, "
+          "mig_managed, "
+          "default_cpus_per_gpu, default_memory_gb_per_gpu)",
+          "c.yaml:8: pools[h100].nvlink_domain: unknown field; did you mean nvlink_domains?",
+          "c.yaml:11: queues[q].guarantee: unknown field (known: name, parent, "
+          "guaranteed_gpus, guaranteed_gpus_by_model, burst_gpus, weight, reclaim_idle_after_s, "
+          "allow_keep_when_idle, "
+          "budget, order, max_wait_s, tiers)",
+          "c.yaml:13: policy.reclaim_idle: unknown field (known: reclaim_idle_after_s, "
+          "fairshare_half_life_s, aging_s, min_run_before_repreempt_s, backfill_depth, "
+          "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
+          "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
+          "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
+          "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s)",
+          "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
+          "policy, accounting)"}));
 }
 
 // Issue 12: budgets per queue and prices per GPU model.
@@ -332,7 +336,8 @@ accounting:
   EXPECT_EQ(core::GpuHourPrice(c.policy.params, *cat.Find("H100-80GB")), 2.5);
   EXPECT_EQ(core::GpuHourPrice(c.policy.params, *cat.Find("A100-80GB")), 1.0);  // not named: 1
 
-  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  EXPECT_EQ(
+      Errors(std::string(kPool) + R"(queues:
   - name: a
     budget: {gpu_hours: 0, period: day, when_spent: never, cap: 3}
   - name: b
@@ -343,18 +348,22 @@ accounting:
   gpu_hour_prices: {H200-141GB: -1, B300: 2}
   money: USD
 )"),
-            (std::vector<std::string>{
-                "c.yaml:8: queues[a].budget.gpu_hours: must be above 0, got 0",
-                "c.yaml:8: queues[a].budget.period: must be one of week, month, got \"day\"",
-                "c.yaml:8: queues[a].budget.when_spent: must be one of best-effort, wait, got \"never\"",
-                "c.yaml:8: queues[a].budget.cap: unknown field (known: gpu_hours, period, when_spent, applies_to)",
-                "c.yaml:10: queues[b].budget: expected a mapping with gpu_hours, period and when_spent, got \"12\"",
-                "c.yaml:12: queues[c].budget.gpu_hours: required",
-                "c.yaml:14: accounting.gpu_hour_prices.H200-141GB: must be at least 0, got -1",
-                "c.yaml:14: accounting.gpu_hour_prices.B300: unknown GPU model \"B300\" (known: A100-40GB, A100-80GB, "
-                "H100-80GB, H100-94GB, H200-141GB, B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, "
-                "V100-32GB)",
-                "c.yaml:15: accounting.money: unknown field (known: currency, gpu_hour_prices)"}));
+      (std::vector<std::string>{
+          "c.yaml:8: queues[a].budget.gpu_hours: must be above 0, got 0",
+          "c.yaml:8: queues[a].budget.period: must be one of week, month, got \"day\"",
+          "c.yaml:8: queues[a].budget.when_spent: must be one of best-effort, wait, got \"never\"",
+          "c.yaml:8: queues[a].budget.cap: unknown field (known: gpu_hours, period, when_spent, "
+          "applies_to)",
+          "c.yaml:10: queues[b].budget: expected a mapping with gpu_hours, period and when_spent, "
+          "got \"12\"",
+          "c.yaml:12: queues[c].budget.gpu_hours: required",
+          "c.yaml:14: accounting.gpu_hour_prices.H200-141GB: must be at least 0, got -1",
+          "c.yaml:14: accounting.gpu_hour_prices.B300: unknown GPU model \"B300\" (known: "
+          "A100-40GB, A100-80GB, "
+          "H100-80GB, H100-94GB, H200-141GB, B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, "
+          "V100-16GB, "
+          "V100-32GB)",
+          "c.yaml:15: accounting.money: unknown field (known: currency, gpu_hour_prices)"}));
 }
 
 // Issue 47 B: which tiers a queue may use, which tiers a budget covers, and the grace
@@ -380,7 +389,8 @@ policy:
   EXPECT_EQ(Parse(std::string(kPool) + "policy:\n  max_grace_s: 120\n").policy.max_grace,
             (std::array<core::Ticks, 3>{120'000, 120'000, 120'000}));
 
-  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  EXPECT_EQ(
+      Errors(std::string(kPool) + R"(queues:
   - name: a
     tiers: [gold, standard, standard]
   - name: b
@@ -389,14 +399,17 @@ policy:
 policy:
   max_grace_s: {best_effort: 1, standard: -1}
 )"),
-            (std::vector<std::string>{
-                "c.yaml:8: queues[a].tiers[0]: unknown tier \"gold\" (known: critical, standard, best-effort)",
-                "c.yaml:8: queues[a].tiers[2]: tier standard is listed twice",
-                "c.yaml:10: queues[b].tiers: expected a list of tiers (critical, standard, best-effort), got \"critical\"",
-                "c.yaml:11: queues[b].budget.applies_to[0]: unknown tier \"urgent\" (known: critical, standard, "
-                "best-effort)",
-                "c.yaml:13: policy.max_grace_s.standard: must be at least 0, got -1",
-                "c.yaml:13: policy.max_grace_s.best_effort: unknown field; did you mean best-effort?"}));
+      (std::vector<std::string>{
+          "c.yaml:8: queues[a].tiers[0]: unknown tier \"gold\" (known: critical, standard, "
+          "best-effort)",
+          "c.yaml:8: queues[a].tiers[2]: tier standard is listed twice",
+          "c.yaml:10: queues[b].tiers: expected a list of tiers (critical, standard, best-effort), "
+          "got \"critical\"",
+          "c.yaml:11: queues[b].budget.applies_to[0]: unknown tier \"urgent\" (known: critical, "
+          "standard, "
+          "best-effort)",
+          "c.yaml:13: policy.max_grace_s.standard: must be at least 0, got -1",
+          "c.yaml:13: policy.max_grace_s.best_effort: unknown field; did you mean best-effort?"}));
 }
 
 // Issue 14: bounded waits, per queue and for the site.
@@ -450,19 +463,21 @@ policy:
   EXPECT_EQ(c.policy.params.las_thresholds_gpu_s, (std::vector<double>{600, 7200.5}));
   EXPECT_EQ(c.policy.params.attained_quantum, 30'000);
 
-  EXPECT_EQ(Errors(std::string(kPool) + R"(queues:
+  EXPECT_EQ(
+      Errors(std::string(kPool) + R"(queues:
   - name: a
     order: shortest
 policy:
   las_thresholds_gpu_s: [600, 600, -1, x]
   attained_quantum_s: 0
 )"),
-            (std::vector<std::string>{
-                "c.yaml:8: queues[a].order: must be one of fair-share, las, gittins, got \"shortest\"",
-                "c.yaml:10: policy.las_thresholds_gpu_s[1]: must be above the one before it (the levels ascend)",
-                "c.yaml:10: policy.las_thresholds_gpu_s[2]: must be above 0, got -1",
-                "c.yaml:10: policy.las_thresholds_gpu_s[3]: expected a number, got \"x\"",
-                "c.yaml:11: policy.attained_quantum_s: must be above 0, got 0"}));
+      (std::vector<std::string>{
+          "c.yaml:8: queues[a].order: must be one of fair-share, las, gittins, got \"shortest\"",
+          "c.yaml:10: policy.las_thresholds_gpu_s[1]: must be above the one before it (the levels "
+          "ascend)",
+          "c.yaml:10: policy.las_thresholds_gpu_s[2]: must be above 0, got -1",
+          "c.yaml:10: policy.las_thresholds_gpu_s[3]: expected a number, got \"x\"",
+          "c.yaml:11: policy.attained_quantum_s: must be above 0, got 0"}));
 }
 
 TEST(ConfigReaderTest, DuplicateKeys) {
@@ -577,8 +592,10 @@ TEST(ConfigReaderTest, MigManagedPools) {
     sharing: [mig, mps]
 )");
   EXPECT_TRUE(c.cluster.pool(core::PoolId(0)).spec.mig_managed);
-  EXPECT_FALSE(c.cluster.pool(core::PoolId(1)).spec.mig_managed) << "not asked: instances laid out beforehand";
-  EXPECT_EQ(OneError(R"(pools:
+  EXPECT_FALSE(c.cluster.pool(core::PoolId(1)).spec.mig_managed)
+      << "not asked: instances laid out beforehand";
+  EXPECT_EQ(
+      OneError(R"(pools:
   - name: p
     count: 1
     gpus: 8
@@ -586,8 +603,8 @@ TEST(ConfigReaderTest, MigManagedPools) {
     sharing: [mps]
     mig_managed: true
 )"),
-            "c.yaml:7: pools[p].mig_managed: the agents create MIG instances only for MIG jobs: list mig "
-            "under sharing, or drop mig_managed");
+      "c.yaml:7: pools[p].mig_managed: the agents create MIG instances only for MIG jobs: list mig "
+      "under sharing, or drop mig_managed");
   EXPECT_EQ(OneError(R"(pools:
   - name: p
     count: 1
@@ -606,9 +623,12 @@ TEST(ConfigReaderTest, MigManagedPools) {
     sharing: [mig]
     mig_managed: true
 )"),
-            "c.yaml:6: pools[t4].sharing[0]: mig needs a MIG-capable GPU model; T4-16GB has no MIG profiles");
+            "c.yaml:6: pools[t4].sharing[0]: mig needs a MIG-capable GPU model; T4-16GB has no MIG "
+            "profiles");
   // Off needs nothing.
-  EXPECT_FALSE(Parse(std::string(kPool) + "    mig_managed: false\n").cluster.pool(core::PoolId(0)).spec.mig_managed);
+  EXPECT_FALSE(Parse(std::string(kPool) + "    mig_managed: false\n")
+                   .cluster.pool(core::PoolId(0))
+                   .spec.mig_managed);
 }
 
 TEST(ConfigReaderTest, CoreErrorsGetTheirLines) {
@@ -717,7 +737,8 @@ TEST(ConfigReaderTest, GuaranteesAboveTheClusterAreRefused) {
     parent: ml
     guaranteed_gpus: 100
 )"),
-            "c.yaml:15: queues[ml].guaranteed_gpus: top-level queues' guarantees add up to 200 GPUs (ml 200 "
+            "c.yaml:15: queues[ml].guaranteed_gpus: top-level queues' guarantees add up to 200 "
+            "GPUs (ml 200 "
             "GPUs), above the cluster's 24 GPUs: they could not all be honoured");
   EXPECT_EQ(OneError(pools + R"(queues:
   - name: serving
@@ -725,7 +746,8 @@ TEST(ConfigReaderTest, GuaranteesAboveTheClusterAreRefused) {
   - name: batch
     guaranteed_gpus_by_model: {A100-80GB: 8}
 )"),
-            "c.yaml:15: queues[serving].guaranteed_gpus_by_model.A100-80GB: guarantees on A100-80GB add up to 20 "
+            "c.yaml:15: queues[serving].guaranteed_gpus_by_model.A100-80GB: guarantees on "
+            "A100-80GB add up to 20 "
             "GPUs, above the cluster's 16 GPUs A100-80GB");
   // Exactly the cluster is fine; so are children summing to their parent.
   const ClusterConfig c = Parse(pools + R"(queues:
@@ -768,7 +790,8 @@ TEST(ConfigReaderTest, GuaranteesPerModel) {
   EXPECT_EQ(serving.guaranteed_by_model[1].units, 2.5 * kGpuUnits);
   EXPECT_TRUE(c.queues.queue(*c.queues.Find("research")).spec.guaranteed_by_model.empty());
 
-  EXPECT_EQ(Errors(pools + R"(queues:
+  EXPECT_EQ(
+      Errors(pools + R"(queues:
   - name: serving
     guaranteed_gpus: 10
     guaranteed_gpus_by_model:
@@ -779,16 +802,16 @@ TEST(ConfigReaderTest, GuaranteesPerModel) {
   - name: batch
     guaranteed_gpus_by_model: 8
 )"),
-            (std::vector<std::string>{
-                "c.yaml:15: queues[serving].guaranteed_gpus_by_model.B200: unknown GPU model "
-                "\"B200\" (known: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, "
-                "B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, V100-32GB)",
-                "c.yaml:16: queues[serving].guaranteed_gpus_by_model.A100-40GB: no pool has GPUs "
-                "of model \"A100-40GB\"",
-                "c.yaml:17: queues[serving].guaranteed_gpus_by_model.H100-80GB: must be at least 0, "
-                "got -1",
-                "c.yaml:19: queues[batch].guaranteed_gpus_by_model: expected a mapping of GPU "
-                "model to GPUs, got \"8\""}));
+      (std::vector<std::string>{
+          "c.yaml:15: queues[serving].guaranteed_gpus_by_model.B200: unknown GPU model "
+          "\"B200\" (known: A100-40GB, A100-80GB, H100-80GB, H100-94GB, H200-141GB, "
+          "B200-180GB, L40S-48GB, L4-24GB, T4-16GB, A10-24GB, V100-16GB, V100-32GB)",
+          "c.yaml:16: queues[serving].guaranteed_gpus_by_model.A100-40GB: no pool has GPUs "
+          "of model \"A100-40GB\"",
+          "c.yaml:17: queues[serving].guaranteed_gpus_by_model.H100-80GB: must be at least 0, "
+          "got -1",
+          "c.yaml:19: queues[batch].guaranteed_gpus_by_model: expected a mapping of GPU "
+          "model to GPUs, got \"8\""}));
   EXPECT_EQ(OneError(pools + R"(queues:
   - name: serving
     guaranteed_gpus: 10

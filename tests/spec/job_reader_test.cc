@@ -413,7 +413,8 @@ TEST_F(JobReaderTest, AJobSpecWithoutGraceGetsTheClustersDefault) {
   auto j = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10})", "api", config(), d);
   ASSERT_TRUE(j.has_value()) << d.ToString();
   EXPECT_EQ(j->grace, 30'000);
-  auto zero = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10, "grace_s": 0})", "api", config(), d);
+  auto zero = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10, "grace_s": 0})",
+                           "api", config(), d);
   ASSERT_TRUE(zero.has_value()) << d.ToString();
   EXPECT_EQ(zero->grace, 0);
   ClusterConfig site = config();
@@ -421,7 +422,8 @@ TEST_F(JobReaderTest, AJobSpecWithoutGraceGetsTheClustersDefault) {
   auto j90 = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10})", "api", site, d);
   ASSERT_TRUE(j90.has_value()) << d.ToString();
   EXPECT_EQ(j90->grace, 90'000);
-  auto line = ParseTraceLine(R"({"submit": 0, "duration": 10, "gpus": 1, "vram_gb": 10})", "jobs.jsonl", 1, config(), d);
+  auto line = ParseTraceLine(R"({"submit": 0, "duration": 10, "gpus": 1, "vram_gb": 10})",
+                             "jobs.jsonl", 1, config(), d);
   ASSERT_TRUE(line.has_value()) << d.ToString();
   EXPECT_EQ(line->spec.grace, 0);
 }
@@ -432,21 +434,27 @@ TEST_F(JobReaderTest, AJobSpecWithoutGraceGetsTheClustersDefault) {
 TEST_F(JobReaderTest, GraceAboveItsTiersCapIsRefusedInSpecsAndCutInTraces) {
   Diagnostics d;
   auto hog = ParseJobJson(R"({"queue": "research", "tier": "best-effort", "gpus": 1, "vram_gb": 10,
-"grace_s": 1e9})", "api", config(), d);
+"grace_s": 1e9})",
+                          "api", config(), d);
   EXPECT_FALSE(hog.has_value());
   EXPECT_EQ(d.ToString(),
-            "api:2: grace_s: 1000000000 s is above this cluster's limit for best-effort jobs (policy.max_grace_s: 60 s)\n");
+            "api:2: grace_s: 1000000000 s is above this cluster's limit for best-effort jobs "
+            "(policy.max_grace_s: 60 s)\n");
   Diagnostics ok;
-  auto std600 = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10, "grace_s": 600})", "api", config(), ok);
+  auto std600 = ParseJobJson(R"({"queue": "research", "gpus": 1, "vram_gb": 10, "grace_s": 600})",
+                             "api", config(), ok);
   ASSERT_TRUE(std600.has_value()) << ok.ToString();
   EXPECT_EQ(std600->grace, 600'000);
   ClusterConfig site = config();
   site.policy.default_grace = 90'000;  // above best-effort's cap: cut to it
-  auto be = ParseJobJson(R"({"queue": "research", "tier": "best-effort", "gpus": 1, "vram_gb": 10})", "api", site, ok);
+  auto be = ParseJobJson(
+      R"({"queue": "research", "tier": "best-effort", "gpus": 1, "vram_gb": 10})", "api", site, ok);
   ASSERT_TRUE(be.has_value()) << ok.ToString();
   EXPECT_EQ(be->grace, 60'000);
-  auto line = ParseTraceLine(R"({"submit": 0, "duration": 10, "tier": "best-effort", "gpus": 1, "vram_gb": 10,
-"grace_s": 1e9})", "jobs.jsonl", 1, config(), ok);
+  auto line = ParseTraceLine(
+      R"({"submit": 0, "duration": 10, "tier": "best-effort", "gpus": 1, "vram_gb": 10,
+"grace_s": 1e9})",
+      "jobs.jsonl", 1, config(), ok);
   ASSERT_TRUE(line.has_value()) << ok.ToString();
   EXPECT_EQ(line->spec.grace, 60'000);
   EXPECT_TRUE(ok.empty()) << ok.ToString();
@@ -502,33 +510,43 @@ window:
 
 TEST_F(JobReaderTest, ImageNamesAContainerImageInJobSpecsOnly) {
   Diagnostics d;
-  auto j = ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: docker.io/pytorch/pytorch:2.5.1\ncommand: [python]\n",
-                        "job.yaml", config(), d);
+  auto j = ParseJobYaml(
+      "gpus: 1\nvram_gb: 10\nimage: docker.io/pytorch/pytorch:2.5.1\ncommand: [python]\n",
+      "job.yaml", config(), d);
   ASSERT_TRUE(j.has_value()) << d.ToString();
   EXPECT_EQ(j->image, "docker.io/pytorch/pytorch:2.5.1");
-  for (const char* good : {"localhost/gantry-it:busybox", "busybox", "nvcr.io/nvidia/pytorch:24.10-py3",
-                           "registry.example.com:5000/team/app_v2:1.0",
-                           "docker://docker.io/library/ubuntu@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}) {
+  for (const char* good :
+       {"localhost/gantry-it:busybox", "busybox", "nvcr.io/nvidia/pytorch:24.10-py3",
+        "registry.example.com:5000/team/app_v2:1.0",
+        "docker://docker.io/library/"
+        "ubuntu@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}) {
     Diagnostics e;
-    EXPECT_TRUE(ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + good + "\ncommand: [x]\n", "job.yaml",
-                             config(), e))
+    EXPECT_TRUE(
+        ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + good + "\ncommand: [x]\n",
+                     "job.yaml", config(), e))
         << good << ": " << e.ToString();
   }
   // Not a name, an option, and podman's transports that read the node's files (as root).
-  for (const char* bad : {"\"\"", "\"--privileged\"", "\"two words\"", "oci-archive:x.tar", "dir:/root",
-                          "docker-archive:/root/backup.tar", "containers-storage:app", "Upper/Case", "a/../b"}) {
+  for (const char* bad :
+       {"\"\"", "\"--privileged\"", "\"two words\"", "oci-archive:x.tar", "dir:/root",
+        "docker-archive:/root/backup.tar", "containers-storage:app", "Upper/Case", "a/../b"}) {
     Diagnostics e;
-    EXPECT_FALSE(ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + bad + "\n", "job.yaml", config(), e));
-    EXPECT_EQ(e.ToString().rfind("job.yaml:3: image: expected a container image name", 0), 0u) << e.ToString();
+    EXPECT_FALSE(ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\nimage: ") + bad + "\n", "job.yaml",
+                              config(), e));
+    EXPECT_EQ(e.ToString().rfind("job.yaml:3: image: expected a container image name", 0), 0u)
+        << e.ToString();
   }
   Diagnostics long_name;  // refused before the regex sees it
-  EXPECT_FALSE(ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: " + std::string(1'000'000, 'a') + "\n", "job.yaml", config(),
-                            long_name));
-  EXPECT_NE(long_name.ToString().find("(this one is longer than 512 characters)"), std::string::npos);
+  EXPECT_FALSE(ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: " + std::string(1'000'000, 'a') + "\n",
+                            "job.yaml", config(), long_name));
+  EXPECT_NE(long_name.ToString().find("(this one is longer than 512 characters)"),
+            std::string::npos);
   Diagnostics transport;
   ParseJobYaml("gpus: 1\nvram_gb: 10\nimage: oci-archive:x.tar\n", "job.yaml", config(), transport);
-  EXPECT_NE(transport.ToString().find("(this one names podman's oci-archive transport, which reads files on the node"),
-            std::string::npos) << transport.ToString();
+  EXPECT_NE(transport.ToString().find(
+                "(this one names podman's oci-archive transport, which reads files on the node"),
+            std::string::npos)
+      << transport.ToString();
   EXPECT_EQ(OneBad(T(R"("image":"busybox")")).rfind("jobs.jsonl:3: image: unknown field", 0), 0u)
       << OneBad(T(R"("image":"busybox")"));
 }
@@ -658,7 +676,8 @@ queues:
 policy:
   reclaim_idle_after_s: 900
   reclaim_idle_below: 0.1
-)", "r.yaml", d);
+)",
+                                   "r.yaml", d);
   ASSERT_TRUE(config) << d.ToString();
   EXPECT_DOUBLE_EQ(config->policy.params.reclaim_idle_below, 0.1);
   auto after = [&](const std::string& yaml) -> core::Ticks {
@@ -684,7 +703,8 @@ queues:
 policy:
   reclaim_idle_after_s_by_tier: {best-effort: 300, critical: 3600}
   reclaim_critical: true
-)", "t.yaml", td);
+)",
+                                  "t.yaml", td);
   ASSERT_TRUE(tiers) << td.ToString();
   auto tier_after = [&](const std::string& yaml) -> core::Ticks {
     Diagnostics jd;
@@ -697,27 +717,34 @@ policy:
   EXPECT_EQ(tier_after("queue: plain\n"), 900'000);  // standard: the default
   EXPECT_EQ(tier_after("queue: own\ntier: best-effort\n"), 120'000);
   Diagnostics badtier;
-  EXPECT_FALSE(ParseClusterConfig("cluster: t\npools:\n  - {name: p, count: 1, gpus: 8, gpu_model: H100-80GB}\n"
-                                  "policy:\n  reclaim_idle_after_s_by_tier: {urgent: 5}\n",
-                                  "b.yaml", badtier));
-  EXPECT_NE(badtier.ToString().find("b.yaml:5: policy.reclaim_idle_after_s_by_tier.urgent"), std::string::npos)
+  EXPECT_FALSE(ParseClusterConfig(
+      "cluster: t\npools:\n  - {name: p, count: 1, gpus: 8, gpu_model: H100-80GB}\n"
+      "policy:\n  reclaim_idle_after_s_by_tier: {urgent: 5}\n",
+      "b.yaml", badtier));
+  EXPECT_NE(badtier.ToString().find("b.yaml:5: policy.reclaim_idle_after_s_by_tier.urgent"),
+            std::string::npos)
       << badtier.ToString();
 
   Diagnostics bad;
-  EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nkeep_when_idle: mine\n", "k.yaml", *config, bad));
-  EXPECT_NE(bad.ToString().find("k.yaml:4: keep_when_idle: queue \"team\" does not allow"), std::string::npos)
+  EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nkeep_when_idle: mine\n", "k.yaml",
+                            *config, bad));
+  EXPECT_NE(bad.ToString().find("k.yaml:4: keep_when_idle: queue \"team\" does not allow"),
+            std::string::npos)
       << bad.ToString();
 
   Diagnostics em;
-  auto spec = ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nemulate: {util: 0.3, vram_used_gb: 9, idle_after_s: 60}\n",
-                           "e.yaml", *config, em);
+  auto spec = ParseJobYaml(
+      "queue: team\ngpus: 1\nvram_gb: 10\nemulate: {util: 0.3, vram_used_gb: 9, idle_after_s: "
+      "60}\n",
+      "e.yaml", *config, em);
   ASSERT_TRUE(spec) << em.ToString();
   ASSERT_TRUE(spec->emulate);
   EXPECT_DOUBLE_EQ(spec->emulate->util, 0.3);
   EXPECT_EQ(spec->emulate->vram_used_bytes, 9'000'000'000);
   EXPECT_EQ(spec->emulate->idle_after, core::Ticks{60'000});
   Diagnostics em_bad;
-  EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nemulate: {util: 1.5}\n", "e.yaml", *config, em_bad));
+  EXPECT_FALSE(ParseJobYaml("queue: team\ngpus: 1\nvram_gb: 10\nemulate: {util: 1.5}\n", "e.yaml",
+                            *config, em_bad));
   EXPECT_NE(em_bad.ToString().find("emulate.util"), std::string::npos) << em_bad.ToString();
 }
 

@@ -35,8 +35,9 @@ ClusterConfig Read(const std::string& yaml) {
 }
 
 TEST(Overrides, SetFieldsOfNamedItemsAndAddKeys) {
-  auto yaml = ApplyOverrides(kConfig, "pools.h100.count=4; queues.vision.guaranteed_gpus = 12 ;"
-                                      "pools.a100.sharing=[mig, mps]; policy.backfill_depth=20");
+  auto yaml = ApplyOverrides(kConfig,
+                             "pools.h100.count=4; queues.vision.guaranteed_gpus = 12 ;"
+                             "pools.a100.sharing=[mig, mps]; policy.backfill_depth=20");
   ASSERT_TRUE(yaml) << yaml.error().message;
   const ClusterConfig c = Read(*yaml);
   EXPECT_EQ(c.cluster.gpu_count(), 40u);  // 4 x 8 H100 + 8 A100

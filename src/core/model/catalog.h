@@ -39,7 +39,7 @@ struct MigProfile {
 };
 
 struct GpuModel {
-  std::string name;                     // e.g. "H100-80GB"
+  std::string name;  // e.g. "H100-80GB"
   int64_t memory_bytes = 0;
   std::vector<MigProfile> mig_profiles;  // empty when the model has no MIG
   bool builtin = true;

@@ -21,7 +21,7 @@ namespace gantry::core {
 // Limits that keep a config from asking for more than any real cluster has (and keep a
 // fuzzed or mistyped config from allocating gigabytes).
 inline constexpr int kMaxGpusPerNode = 64;
-inline constexpr int64_t kMaxNodes = 1'000'000;  // per cluster
+inline constexpr int64_t kMaxNodes = 1'000'000;        // per cluster
 inline constexpr int64_t kMaxGpus = int64_t{1} << 22;  // per cluster
 
 struct PoolSpec {
@@ -75,10 +75,10 @@ class Cluster {
  public:
   // Errors name the pool field: count/gpus negative, nvlink_domains not dividing gpus,
   // more than 64 GPUs per node, duplicate node names, a CPU-only pool with a model.
-  // Also: more than kMaxNodes nodes or kMaxGpus GPUs, a model not in the catalog, mig sharing on a model
-  // without MIG, an empty pool name, duplicate pool names or node-name prefixes.
-  // Error::field is "pools[<name>].<field>" ("pools[<index>]" for an unnamed pool).
-  // Cost: O(pools + nodes + GPUs).
+  // Also: more than kMaxNodes nodes or kMaxGpus GPUs, a model not in the catalog, mig sharing on a
+  // model without MIG, an empty pool name, duplicate pool names or node-name prefixes. Error::field
+  // is "pools[<name>].<field>" ("pools[<index>]" for an unnamed pool). Cost: O(pools + nodes +
+  // GPUs).
   static Result<Cluster> Build(std::string name, Catalog catalog, std::vector<PoolSpec> pools);
   // Every problem Build would refuse, in pool order (Build returns the first). O(pools).
   static std::vector<Error> Check(const Catalog& catalog, const std::vector<PoolSpec>& pools);

@@ -129,7 +129,8 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
     if (job.pool.valid() && &pool != &cluster.pool(job.pool)) continue;  // restricted to one pool
     if (pool.spec.count > 0) pools.push_back(&pool.spec);
   }
-  if (pools.empty() && job.pool.valid()) return "pool " + cluster.pool(job.pool).spec.name + " has no nodes";
+  if (pools.empty() && job.pool.valid())
+    return "pool " + cluster.pool(job.pool).spec.name + " has no nodes";
   if (pools.empty()) return "the cluster has no nodes";
   const size_t all_pools = pools.size();
 
@@ -315,14 +316,16 @@ GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog) {
   return best == kUnbounded ? 0 : best * job.replicas;
 }
 
-std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster, const QueueTree& queues) {
+std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster,
+                                          const QueueTree& queues) {
   if (auto why = queues.WhyTierRefused(job.queue, job.tier)) return why;
   if (auto why = WhyInfeasible(job, cluster)) return why;
   const GpuUnits need = MinUnits(job, cluster.catalog());
   for (QueueId q : queues.queue(job.queue).self_and_ancestors) {
     const QueueSpec& qs = queues.queue(q).spec;
     if (qs.burst >= 0 && need > qs.burst) {
-      return "needs " + GpusText(need) + " GPUs, above the burst_gpus " + GpusText(qs.burst) + " of queue " + qs.name;
+      return "needs " + GpusText(need) + " GPUs, above the burst_gpus " + GpusText(qs.burst) +
+             " of queue " + qs.name;
     }
   }
   return std::nullopt;

@@ -32,6 +32,7 @@ GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog);
 // WhyInfeasible, or it needs more GPUs at once than its queue or a queue above it may ever
 // hold (burst_gpus). The scheduler rejects such jobs at
 // submit; `gantry validate` names them first. Cost: O(pools + queue depth).
-std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster, const QueueTree& queues);
+std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster,
+                                          const QueueTree& queues);
 
 }  // namespace gantry::core

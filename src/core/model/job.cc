@@ -23,9 +23,11 @@ Ticks Window::NextOpen(Ticks now) const {
 
 GpuUnits JobSpec::WorkerUnits(const Catalog& catalog, ModelId model) const {
   switch (sharing) {
-    case Sharing::kExclusive: return GpuUnits{gpus} * kGpuUnits;
+    case Sharing::kExclusive:
+      return GpuUnits{gpus} * kGpuUnits;
     case Sharing::kMps:
-    case Sharing::kTimeslice: return GpuUnits{share_milli} * kUnitsPerShareMilli;
+    case Sharing::kTimeslice:
+      return GpuUnits{share_milli} * kUnitsPerShareMilli;
     case Sharing::kMig: {
       int p = mig_index[model.v];
       return GpuUnits{catalog.model(model).mig_profiles[p].compute_slices} * kUnitsPerMigSlice;

@@ -34,17 +34,17 @@ struct JobSpec {
   Tier tier = Tier::kStandard;
   int replicas = 1;
   Sharing sharing = Sharing::kExclusive;
-  int gpus = 0;                // whole GPUs per worker (Sharing::kExclusive)
-  int share_milli = 0;         // per worker (kMps, kTimeslice): 1..999
-  std::string mig_profile;     // per worker (kMig)
+  int gpus = 0;                   // whole GPUs per worker (Sharing::kExclusive)
+  int share_milli = 0;            // per worker (kMps, kTimeslice): 1..999
+  std::string mig_profile;        // per worker (kMig)
   std::vector<int8_t> mig_index;  // by ModelId: profile index in that model, -1 = lacks it
-  ModelMask models = 0;        // acceptable models; all models when the spec names none
-  PoolId pool;                 // only this pool's nodes (sbatch --partition); invalid: any pool
-  int64_t vram_bytes = 0;      // per worker, on each of its GPUs
-  int64_t cpus_milli = 0;      // per worker
-  int64_t memory_bytes = 0;    // per worker
+  ModelMask models = 0;           // acceptable models; all models when the spec names none
+  PoolId pool;                    // only this pool's nodes (sbatch --partition); invalid: any pool
+  int64_t vram_bytes = 0;         // per worker, on each of its GPUs
+  int64_t cpus_milli = 0;         // per worker
+  int64_t memory_bytes = 0;       // per worker
   Topology topology = Topology::kSpine;
-  Ticks checkpoint = 0;        // 0 = never
+  Ticks checkpoint = 0;  // 0 = never
   Ticks grace = 0;
   std::optional<Window> window;
   std::optional<Ticks> runtime_estimate;
@@ -93,7 +93,7 @@ struct TraceJob {
   std::optional<Ticks> idle_after;  // run time after which the job stops using its GPUs
   std::optional<double> util;       // observed: utilization of what a worker holds while busy
   std::optional<int64_t> vram_used_bytes;  // observed: peak VRAM of one worker
-  int line = 0;                     // 1-based line in the trace file
+  int line = 0;                            // 1-based line in the trace file
 };
 
 }  // namespace gantry::core

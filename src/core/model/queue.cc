@@ -26,9 +26,12 @@ std::string GpusText(GpuUnits units) {
 
 std::string_view Name(QueueOrder order) {
   switch (order) {
-    case QueueOrder::kFairShare: return "fair-share";
-    case QueueOrder::kLas: return "las";
-    case QueueOrder::kGittins: return "gittins";
+    case QueueOrder::kFairShare:
+      return "fair-share";
+    case QueueOrder::kLas:
+      return "las";
+    case QueueOrder::kGittins:
+      return "gittins";
   }
   return "fair-share";
 }
@@ -66,7 +69,8 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
       duplicate[i] = true;
       add("name", "duplicate queue name \"" + q.name + "\"");
     }
-    if (q.guaranteed < 0) add("guaranteed_gpus", "must be at least 0, got " + GpusText(q.guaranteed));
+    if (q.guaranteed < 0)
+      add("guaranteed_gpus", "must be at least 0, got " + GpusText(q.guaranteed));
     if (q.burst < -1) {
       add("burst_gpus", "must be at least 0, got " + GpusText(q.burst));
     } else if (q.burst >= 0 && q.burst < q.guaranteed) {
@@ -87,8 +91,8 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
         sum += std::max<GpuUnits>(g.units, 0);
       }
       if (sum != q.guaranteed) {
-        add("guaranteed_gpus", GpusText(q.guaranteed) + " is not the sum of guaranteed_gpus_by_model, " +
-                                   GpusText(sum));
+        add("guaranteed_gpus", GpusText(q.guaranteed) +
+                                   " is not the sum of guaranteed_gpus_by_model, " + GpusText(sum));
       }
     }
   }
@@ -150,8 +154,8 @@ std::vector<Error> QueueTree::Check(const std::vector<QueueSpec>& specs) {
       parts += specs[c].name + " " + GpusText(specs[c].guaranteed);
     }
     errors.push_back(Error{QueuePath(specs[p], p) + ".guaranteed_gpus",
-                           "children's guarantees add up to " + GpusText(child_sum[p]) + " (" + parts +
-                               "), above this queue's " + GpusText(specs[p].guaranteed)});
+                           "children's guarantees add up to " + GpusText(child_sum[p]) + " (" +
+                               parts + "), above this queue's " + GpusText(specs[p].guaranteed)});
   }
   // The same per model, where the parent's guarantee is per model: a child's guarantee
   // on a model is backed only by the parent's on that model. (A child counting any model
@@ -190,8 +194,8 @@ std::optional<std::string> QueueTree::WhyTierRefused(QueueId q, Tier tier) const
   for (QueueId a : queue(q).self_and_ancestors) {
     const QueueSpec& s = queue(a).spec;
     if (s.tiers && !(*s.tiers & Bit(tier))) {
-      return "asks for tier " + std::string(Name(tier)) + ", which queue " + s.name + " may not use (its tiers: " +
-             TierList(*s.tiers) + ")";
+      return "asks for tier " + std::string(Name(tier)) + ", which queue " + s.name +
+             " may not use (its tiers: " + TierList(*s.tiers) + ")";
     }
   }
   return std::nullopt;

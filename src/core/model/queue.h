@@ -21,7 +21,7 @@ namespace gantry::core {
 // A queue's guarantee on one GPU model (Kueue: a flavor's nominal quota).
 struct ModelGuarantee {
   ModelId model;
-  std::string name;               // the model's name, for messages
+  std::string name;  // the model's name, for messages
   GpuUnits units = 0;
 };
 
@@ -32,9 +32,9 @@ std::string_view Name(QueueOrder order);
 
 struct QueueSpec {
   std::string name;
-  std::string parent;             // empty: a root queue
+  std::string parent;  // empty: a root queue
   GpuUnits guaranteed = 0;
-  GpuUnits burst = -1;            // -1: no cap
+  GpuUnits burst = -1;  // -1: no cap
   double weight = 1.0;
   // Empty: the guarantee counts GPUs of any model. Else the guarantee is per model
   // (`guaranteed` is the sum): what the queue holds on a model past that model's count,
@@ -52,14 +52,15 @@ struct QueueSpec {
   // A job of this queue (or under it) pending this long drains (policy max_wait; 0: never).
   std::optional<Ticks> max_wait;
   // The tiers jobs of this queue and those under it may ask for: every queue on the way up
-  // that sets it must list the tier (none sets it: every tier). A site keeps `critical` (never preempted, it
-  // preempts others) to the teams it trusts with it, as Slurm's allowed QoS per account.
+  // that sets it must list the tier (none sets it: every tier). A site keeps `critical` (never
+  // preempted, it preempts others) to the teams it trusts with it, as Slurm's allowed QoS per
+  // account.
   std::optional<TierMask> tiers;
 };
 
 struct Queue {
   QueueSpec spec;
-  QueueId parent;                 // invalid for roots
+  QueueId parent;  // invalid for roots
   std::vector<QueueId> children;
   std::vector<QueueId> self_and_ancestors;  // self first, then parent, ..., root
 };

@@ -25,7 +25,7 @@ using GpuUnits = int64_t;  // 1/kGpuUnits of a GPU
 inline constexpr GpuUnits kGpuUnits = 7000;
 inline constexpr int kShareScale = 1000;  // fractional shares are in thousandths
 inline constexpr GpuUnits kUnitsPerShareMilli = kGpuUnits / kShareScale;  // 7
-inline constexpr GpuUnits kUnitsPerMigSlice = kGpuUnits / 7;             // 1000
+inline constexpr GpuUnits kUnitsPerMigSlice = kGpuUnits / 7;              // 1000
 // GPU units x ticks in one GPU-hour: what usage sums divide by for GPU-hours.
 inline constexpr double kUnitTicksPerGpuHour = double{kGpuUnits} * kTicksPerSecond * 3600;
 

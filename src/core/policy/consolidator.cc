@@ -21,7 +21,8 @@ void Consolidator::Index(const Scheduler& s, Ticks now) {
   const PolicyParams& p = s.params();
   for (JobId id : s.running()) {
     const JobRecord& r = s.job(id);
-    if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.alloc.size() != 1) continue;
+    if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.alloc.size() != 1)
+      continue;
     // Not within min_run_before_repreempt of its start (else a job moved for another
     // that then finds its new place taken could move that one back, and so on).
     if (now - r.last_start < p.min_run_before_repreempt) continue;
@@ -75,12 +76,14 @@ bool Consolidator::Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& pla
       continue;
     }
     GpuUnits free = 0;
-    for (int g = 0; g < cluster.pool(pool).spec.gpus; ++g) free += FreeUnits(ledger.gpu(ledger.gpu_id(node, g)));
+    for (int g = 0; g < cluster.pool(pool).spec.gpus; ++g)
+      free += FreeUnits(ledger.gpu(ledger.gpu_id(node, g)));
     if (free + movable.units < job.min_units) continue;
     candidates_.emplace_back(-free, movable.count, nodes_[i]);
   }
   const size_t tried = std::min<size_t>(candidates_.size(), kNodesTried);
-  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tried), candidates_.end());
+  std::partial_sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(tried),
+                    candidates_.end());
   bool found = false;
   GpuUnits best_units = 0;
   Plan trial;

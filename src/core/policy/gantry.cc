@@ -37,7 +37,8 @@ bool GantryPolicy::PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks n
   return limit > 0 && job.phase == Phase::kPending && now - job.pending_since >= limit;
 }
 
-bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const {
+bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait,
+                            std::string& why) const {
   // Those owed room: claimants that preempted by rank, and draining jobs a limit stops.
   // (Neither without attained-service orders or drains: asked at every job of a pass.)
   if (owed_room_.empty() && !ordering_.AnyByRank()) return false;
@@ -67,10 +68,12 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std:
       if (!holder.valid()) holder = o;
     }
     if (held > 0 && s.queue_usage(a) + units + held > burst) {
-      const bool draining = std::find(owed_room_.begin(), owed_room_.end(), holder) != owed_room_.end();
+      const bool draining =
+          std::find(owed_room_.begin(), owed_room_.end(), holder) != owed_room_.end();
       wait = WaitReason::Of(WaitCause::kQuota, a, holder);
-      why = "quota: room under queue " + s.queues().queue(a).spec.name + "'s burst limit is held for job " +
-            s.job(holder).spec.id + (draining ? " (waiting past max_wait_s)" : " (preempting)");
+      why = "quota: room under queue " + s.queues().queue(a).spec.name +
+            "'s burst limit is held for job " + s.job(holder).spec.id +
+            (draining ? " (waiting past max_wait_s)" : " (preempting)");
       return true;
     }
   }
@@ -106,7 +109,8 @@ void GantryPolicy::PruneLeases(Scheduler& s, Ticks now) {
   if (next < kForever && !reservations_.empty()) s.WakeAt(next);
 }
 
-void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools, bool claims, bool reservations) {
+void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools, bool claims,
+                                bool reservations) {
   for (const Reservation& r : claims_) {
     if (claims && r.job != except) Hold(s, r, pools, /*fence=*/true);
   }
@@ -117,7 +121,8 @@ void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools, bool
 
 void GantryPolicy::HoldDrains(Scheduler& s) {
   for (Drain& d : drains_) {
-    if (d.held.empty() && s.job(d.r.job).phase == Phase::kPending) HoldInto(s, d.r, ~uint64_t{0}, d.held, true);
+    if (d.held.empty() && s.job(d.r.job).phase == Phase::kPending)
+      HoldInto(s, d.r, ~uint64_t{0}, d.held, true);
   }
 }
 
@@ -145,7 +150,9 @@ std::string GantryPolicy::Holders(const Scheduler& s) const {
   return out.empty() ? "other jobs" : "job(s) " + out;
 }
 
-void GantryPolicy::MarkConsidered(const Scheduler& s, JobId id) { ByJob(considered_in_, id, s) = pass_; }
+void GantryPolicy::MarkConsidered(const Scheduler& s, JobId id) {
+  ByJob(considered_in_, id, s) = pass_;
+}
 
 template <typename Pred>
 void GantryPolicy::EraseClaims(Pred gone) {
@@ -239,7 +246,8 @@ void HoldFreePart(Ledger& ledger, NodeId node, int gpu, int lo, int hi, int shar
 
 }  // namespace
 
-void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into, bool fence) {
+void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into,
+                            bool fence) {
   Ledger& ledger = s.mutable_ledger();
   auto hold = [&](const WorkerAlloc& p) {
     if (!ledger.Fits(p)) return false;
@@ -280,7 +288,8 @@ void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, 
     if (w.sharing == Sharing::kMig) {
       const MigProfile& profile =
           s.cluster().catalog().model(s.cluster().node(w.node).model).mig_profiles[w.mig_profile];
-      HoldFreePart(ledger, w.node, w.gpu, w.mig_start, w.mig_start + profile.memory_slices, -1, -1, into);
+      HoldFreePart(ledger, w.node, w.gpu, w.mig_start, w.mig_start + profile.memory_slices, -1, -1,
+                   into);
     } else {
       // Of a GPU shared in its own mode, the share it needs; else all that is free (it
       // needs the GPU emptied of the other mode's sharers).
@@ -293,8 +302,12 @@ void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, 
 }
 
 void GantryPolicy::DropPhantoms(Scheduler& s, uint64_t pools, Held* dropped) {
-  LetGo(s, [&](const WorkerAlloc& p, JobId) { return (PoolBit(s.cluster().node(p.node).pool) & pools) != 0; },
-        dropped);
+  LetGo(
+      s,
+      [&](const WorkerAlloc& p, JobId) {
+        return (PoolBit(s.cluster().node(p.node).pool) & pools) != 0;
+      },
+      dropped);
 }
 
 template <typename Pred>
@@ -447,7 +460,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (claimant) MarkConsidered(s, id);
   const bool draining = PastMaxWait(s, job, now);
   // A draining job uses the GPUs of its own drain, as a claimant those of its claim.
-  auto own = std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
+  auto own =
+      std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
   const bool owner = claimant || own != drains_.end();
   if (draining && !claimant) MarkConsidered(s, id);
   // A draining job is owed the room its queues' burst limits leave: else a queue-mate
@@ -458,7 +472,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   if (job.victims_pending > 0) {
     s.Wait(id, WaitReason::Of(WaitCause::kPreemption),
-           "preemption: waiting for " + std::to_string(job.victims_pending) + " preempted job(s) to release their GPUs");
+           "preemption: waiting for " + std::to_string(job.victims_pending) +
+               " preempted job(s) to release their GPUs");
     return;
   }
   // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
@@ -470,8 +485,7 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
     // pass with thousands of preemptions made a pass quadratic).
     if (evicted_stale_) {
       std::erase_if(evicted_, [&](const std::pair<JobId, JobId>& e) {
-        const bool gone = s.job(e.second).phase != Phase::kPending ||
-                          !Claiming(e.second);
+        const bool gone = s.job(e.second).phase != Phase::kPending || !Claiming(e.second);
         if (gone) --evicted_count_[e.first.v];
         return gone;
       });
@@ -551,10 +565,10 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       own->held.clear();
     }
     s.set_shape_context(drains_let_go || own != drains_.end() ? Scheduler::kNoShapeCache
-                        : !held                        ? 0
-                        : free_pass                    ? 1
-                        : claimant                     ? Scheduler::kNoShapeCache
-                                                       : 0);
+                        : !held                               ? 0
+                        : free_pass                           ? 1
+                        : claimant                            ? Scheduler::kNoShapeCache
+                                                              : 0);
     why.clear();
     started = s.TryStart(id, now, Fit::kBest, &why, &wait);
   }
@@ -593,14 +607,14 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   }
   // In a queue ordered by attained service its jobs that rank worse give way, for room
   // or for the queue's burst limit; ranks move as jobs run, so look again a quantum on.
-  const bool by_rank = job.spec.tier != Tier::kBestEffort &&
-                       ordering_.ByRank(job.spec.queue);
+  const bool by_rank = job.spec.tier != Tier::kBestEffort && ordering_.ByRank(job.spec.queue);
   if (by_rank && (block == WaitCause::kCapacity || block == WaitCause::kQuota)) {
     s.WakeAt(now + std::max<Ticks>(1, s.params().attained_quantum));
   }
   if (by_rank && block == WaitCause::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
   if (draining && block == WaitCause::kQuota) {
-    if (std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) owed_room_.push_back(id);
+    if (std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end())
+      owed_room_.push_back(id);
     why += "; waited past max_wait_s: the room its queues free is held for it";
   }
   if (block == WaitCause::kCapacity) {
@@ -656,7 +670,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
         why = "reservation: the GPUs that fit are held for " + Holders(s) +
               ", and this job's estimate runs past the earliest start";
         const Reservation* first = FirstHeld();
-        wait = WaitReason::Of(WaitCause::kReservation, QueueId(), first ? first->job : JobId(), Shadow());
+        wait = WaitReason::Of(WaitCause::kReservation, QueueId(), first ? first->job : JobId(),
+                              Shadow());
       }
       RestorePhantoms(s, dropped_);  // the probe left the ledger as it was
       refined_.emplace(shape, std::pair{wait, why});
@@ -706,7 +721,8 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   s.Wait(id, wait, why);
 }
 
-bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models, Asker asker) {
+bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models,
+                              Asker asker) {
   const JobRecord& job = s.job(id);
   const bool cache = asker == Asker::kJob;
   // Within a pass, a request that found no victims enough keeps failing: jobs started
@@ -716,8 +732,15 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   // (PreemptKey).
   const bool by_class = VictimSelector::ByNode(job.spec.tier, mode) || mode == Mode::kTier;
   const QueueId key_queue = mode == Mode::kTier ? QueueId() : job.spec.queue;
-  PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id), by_class, key_queue, job.spec.tier, mode, models, job_rank};
-  if (auto it = cache ? preempt_failed_.find(key) : preempt_failed_.end(); it != preempt_failed_.end()) {
+  PreemptKey key{by_class ? s.fit_class_id(id) : s.shape_id(id),
+                 by_class,
+                 key_queue,
+                 job.spec.tier,
+                 mode,
+                 models,
+                 job_rank};
+  if (auto it = cache ? preempt_failed_.find(key) : preempt_failed_.end();
+      it != preempt_failed_.end()) {
     next_checkpoint_ = it->second;
     return false;
   }
@@ -735,19 +758,21 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   Claim(s, id, needed, std::move(fit), now, [&](JobId v) {
     const JobRecord& victim = s.job(v);
     const std::string& queue = s.queues().queue(victim.spec.queue).spec.name;
-    return mode == Mode::kLessees ? name + " is due for GPUs this job was backfilled onto; it ran past its estimate"
+    return mode == Mode::kLessees
+               ? name + " is due for GPUs this job was backfilled onto; it ran past its estimate"
            : mode == Mode::kRank
-               ? name + " comes first in queue " + queue + "'s " + std::string(Name(ordering_.Of(job.spec.queue))) +
-                     " order (attained service)"
-           : victim.spec.tier == Tier::kBestEffort ? who + " needs capacity held by best-effort work"
-                                                   : who + " needs capacity borrowed by queue " + queue;
+               ? name + " comes first in queue " + queue + "'s " +
+                     std::string(Name(ordering_.Of(job.spec.queue))) + " order (attained service)"
+           : victim.spec.tier == Tier::kBestEffort
+               ? who + " needs capacity held by best-effort work"
+               : who + " needs capacity borrowed by queue " + queue;
   });
   return true;
 }
 
 template <typename Reason>
-void GantryPolicy::Claim(Scheduler& s, JobId id, const std::vector<JobId>& needed, Allocation fit, Ticks now,
-                         Reason reason) {
+void GantryPolicy::Claim(Scheduler& s, JobId id, const std::vector<JobId>& needed, Allocation fit,
+                         Ticks now, Reason reason) {
   for (JobId v : needed) {
     evicted_.emplace_back(v, id);
     ++ByJob(evicted_count_, v, s);
@@ -757,7 +782,8 @@ void GantryPolicy::Claim(Scheduler& s, JobId id, const std::vector<JobId>& neede
   Ticks release = now;
   for (JobId v : needed) release = std::max(release, now + s.job(v).spec.grace);
   s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), JobId(), release),
-         "preemption: waiting for " + std::to_string(needed.size()) + " preempted job(s) to release their GPUs");
+         "preemption: waiting for " + std::to_string(needed.size()) +
+             " preempted job(s) to release their GPUs");
   EraseClaims([&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
   HeldChanged();
@@ -780,9 +806,10 @@ bool GantryPolicy::TryConsolidate(Scheduler& s, JobId id, Ticks now) {
   std::vector<JobId> moved = plan.moved;
   std::sort(moved.begin(), moved.end());
   Claim(s, id, moved, std::move(plan.fit), now, [&](JobId v) {
-    const auto i = static_cast<size_t>(std::find(plan.moved.begin(), plan.moved.end(), v) - plan.moved.begin());
-    return "consolidation: moved to node " + s.cluster().node(plan.to[i][0].node).name + " to make room for " + name +
-           " (policy.consolidate_within_s)";
+    const auto i = static_cast<size_t>(std::find(plan.moved.begin(), plan.moved.end(), v) -
+                                       plan.moved.begin());
+    return "consolidation: moved to node " + s.cluster().node(plan.to[i][0].node).name +
+           " to make room for " + name + " (policy.consolidate_within_s)";
   });
   // The victims' index and the movable jobs were read before these preemptions.
   victims_.NewPass();
@@ -790,10 +817,12 @@ bool GantryPolicy::TryConsolidate(Scheduler& s, JobId id, Ticks now) {
   return true;
 }
 
-bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, ModelMask inside, Ticks& at_checkpoint) {
+bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, ModelMask inside,
+                                   Ticks& at_checkpoint) {
   // Inside its guarantee everywhere, the job has already tried these victims.
   if (s.job(id).spec.tier == Tier::kBestEffort || inside == ~ModelMask{0}) return false;
-  const bool preempted = TryPreempt(s, id, now, Mode::kGuarantee, ~ModelMask{0}, Asker::kPastMaxWait);
+  const bool preempted =
+      TryPreempt(s, id, now, Mode::kGuarantee, ~ModelMask{0}, Asker::kPastMaxWait);
   if (!preempted) at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
   return preempted;
 }
@@ -801,7 +830,9 @@ bool GantryPolicy::PreemptForDrain(Scheduler& s, JobId id, Ticks now, ModelMask 
 bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   // A backfilled job past its lease ends when the reservation needs its GPUs.
   const bool lessees_end = LeasesExpireFor(s, s.job(id), now);
-  const std::function<bool(JobId)> ends_now = [&](JobId r) { return lessees_end && Overdue(s, r, now); };
+  const std::function<bool(JobId)> ends_now = [&](JobId r) {
+    return lessees_end && Overdue(s, r, now);
+  };
   Ticks start = kForever;
   Allocation fit;
   if (!reserver_.Earliest(s, id, now, ends_now, start, fit)) return false;

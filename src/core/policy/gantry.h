@@ -57,8 +57,8 @@
 
 #include <map>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/policy/consolidator.h"
@@ -135,7 +135,8 @@ class GantryPolicy final : public Policy {
   // Signals `needed` for job `id` (each with the text reason(victim)) and holds `fit` as the job's
   // claim until they are gone.
   template <typename Reason>
-  void Claim(Scheduler& s, JobId id, const std::vector<JobId>& needed, Allocation fit, Ticks now, Reason reason);
+  void Claim(Scheduler& s, JobId id, const std::vector<JobId>& needed, Allocation fit, Ticks now,
+             Reason reason);
   // Moves running jobs elsewhere where that makes room for job `id` (Consolidator), when
   // the site allows it (consolidate_within); true if it did.
   bool TryConsolidate(Scheduler& s, JobId id, Ticks now);
@@ -161,22 +162,23 @@ class GantryPolicy final : public Policy {
   // Holds (or drops) the parts of the reservations' and claims' allocations that are
   // free now, except those of `except`; only those in `pools` (PoolBit), else all.
   // (Claims, reservations or both.)
-  void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0}, bool claims = true,
-                    bool reservations = true);
+  void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0},
+                    bool claims = true, bool reservations = true);
   void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0}, bool fence = false);
   // Holds the parts of r's allocation in `pools` that are free now, recording them in `into`;
   // with `fence` (claims) also the free part of GPUs its victims still partly use.
-  void HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into, bool fence = false);
+  void HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into,
+                bool fence = false);
   // Drains are held for a whole pass (HoldDrains at its start, DropDrains at its end).
   void HoldDrains(Scheduler& s);
   void DropDrains(Scheduler& s);
-  Ticks Shadow() const;  // earliest start of a reservation or claim
+  Ticks Shadow() const;                  // earliest start of a reservation or claim
   const Reservation* FirstHeld() const;  // that reservation or claim (null: none)
   // FirstHeld, kept until claims_ or reservations_ change (every job's try asks for it).
   mutable const Reservation* first_held_ = nullptr;
   mutable bool first_held_known_ = false;
   void HeldChanged() { first_held_known_ = false; }  // after any change to either
-  std::string Holders(const Scheduler& s) const;  // who the held GPUs are for
+  std::string Holders(const Scheduler& s) const;     // who the held GPUs are for
   // Held GPUs (parts of reservations' and claims' allocations) and whom each is held for.
   struct Held {
     Allocation parts;
@@ -214,13 +216,15 @@ class GantryPolicy final : public Policy {
   std::vector<uint32_t> considered_in_;
   uint32_t pass_ = 1;  // (at its wrap, considered_in_ is cleared)
   bool Claiming(JobId id) const { return id.v < claiming_.size() && claiming_[id.v] != 0; }
-  bool Considered(JobId id) const { return id.v < considered_in_.size() && considered_in_[id.v] == pass_; }
+  bool Considered(JobId id) const {
+    return id.v < considered_in_.size() && considered_in_[id.v] == pass_;
+  }
   void MarkConsidered(const Scheduler& s, JobId id);
   // Drops the claims `gone` names, their flags with them.
   template <typename Pred>
   void EraseClaims(Pred gone);
   Held phantoms_;
-  Held dropped_;  // Consider's scratch: the held GPUs let go for one try
+  Held dropped_;                // Consider's scratch: the held GPUs let go for one try
   uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
   std::map<uint32_t, std::pair<WaitReason, std::string>> refined_;  // this pass: shape id -> why
   std::vector<JobId> order_;

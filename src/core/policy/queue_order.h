@@ -24,7 +24,9 @@ class QueueOrdering {
   // queues are known; call at the start of every pass (cheap after the first).
   void Init(const Scheduler& s);
   // Queue q's order (fair-share before Init).
-  QueueOrder Of(QueueId q) const { return q.v < orders_.size() ? orders_[q.v] : QueueOrder::kFairShare; }
+  QueueOrder Of(QueueId q) const {
+    return q.v < orders_.size() ? orders_[q.v] : QueueOrder::kFairShare;
+  }
   bool ByRank(QueueId q) const { return Of(q) != QueueOrder::kFairShare; }
   bool AnyByRank() const { return any_by_rank_; }  // some queue orders by attained service
   // A job's rank in its queue now: lower goes first (0 for every job under fair-share).
@@ -32,7 +34,8 @@ class QueueOrdering {
   // Offers the pending jobs of `tier` submitted after `after` to `consider`, one at a
   // time, in the order above. `consider` may start the job it is given (or anything
   // else that changes the queues' usage): the order follows.
-  void Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now, const std::function<void(JobId)>& consider);
+  void Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now,
+             const std::function<void(JobId)>& consider);
 
  private:
   double Gittins(const Scheduler& s, QueueId q, Ticks done);  // memoised GittinsIndex

@@ -6,8 +6,8 @@
 
 namespace gantry::core {
 
-bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now, const std::function<bool(JobId)>& ends_now,
-                        Ticks& start, Allocation& fit) {
+bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now,
+                        const std::function<bool(JobId)>& ends_now, Ticks& start, Allocation& fit) {
   Ledger& ledger = s.mutable_ledger();
   const JobSpec& spec = s.job(id).spec;
   const uint32_t shape = s.shape_id(id);

@@ -27,8 +27,8 @@ class Reserver {
 
   void NewPass() { failed_.clear(); }
   // The earliest start of pending job `id` and its placement then; false if none is found.
-  bool Earliest(Scheduler& s, JobId id, Ticks now, const std::function<bool(JobId)>& ends_now, Ticks& start,
-                Allocation& fit);
+  bool Earliest(Scheduler& s, JobId id, Ticks now, const std::function<bool(JobId)>& ends_now,
+                Ticks& start, Allocation& fit);
 
  private:
   std::set<uint32_t> failed_;  // this pass: shape ids (Scheduler::shape_id)

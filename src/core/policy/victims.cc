@@ -12,14 +12,14 @@
 namespace gantry::core {
 
 namespace {
-constexpr size_t kMaxVictims = 64;   // bounds the what-if of one preemption
+constexpr size_t kMaxVictims = 64;                // bounds the what-if of one preemption
 constexpr size_t kLazyVictims = 4 * kMaxVictims;  // read one at a time, then sorted in bulk
-constexpr size_t kMaxNodeTries = 8;  // nodes the node-by-node what-if tries
+constexpr size_t kMaxNodeTries = 8;               // nodes the node-by-node what-if tries
 }  // namespace
 
-bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models, double job_rank,
-                            Ticks now, const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed,
-                            Allocation& fit) {
+bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models,
+                            double job_rank, Ticks now, const std::function<bool(JobId)>& overdue,
+                            std::vector<JobId>& needed, Allocation& fit) {
   Ledger& ledger = s.mutable_ledger();
   fit.clear();
   if (!indexed_) Index(s, now);
@@ -49,7 +49,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   }
   if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
     std::vector<std::pair<double, size_t>> by_rank;
-    for (size_t i = 0; i < candidates_.size(); ++i) by_rank.emplace_back(-ordering_.Rank(s, s.job(candidates_[i].id), now), i);
+    for (size_t i = 0; i < candidates_.size(); ++i)
+      by_rank.emplace_back(-ordering_.Rank(s, s.job(candidates_[i].id), now), i);
     std::sort(by_rank.begin(), by_rank.end());
     std::vector<Victim> sorted;
     for (const auto& [rank, i] : by_rank) sorted.push_back(candidates_[i]);
@@ -70,7 +71,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   const GpuUnits over_burst = mode == Mode::kRank ? s.BurstExcess(job.spec.queue, need) : 0;
   std::vector<JobId> chosen;
   GpuUnits freed = 0;
-  Taken taken;  // borrowed units reclaimed so far
+  Taken taken;                                 // borrowed units reclaimed so far
   Ledger::Mark what_if = ledger.Checkpoint();  // rolled back once the victims are known
   auto take = [&](const Victim& c) {
     // Standard work on borrowed capacity: all of it must be borrowed.
@@ -95,7 +96,8 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   // GPUs): it is tried alone first where the job may fit on the GPUs it frees, and the
   // rest are not released. (Only a guess: where it is wrong, one placement is lost, and
   // the walk below finds the same victims.)
-  if (candidates.size() > 1 && MayMakeRoom(s, spec, ask.accepts, {candidates.data(), 1}, /*released_only=*/true)) {
+  if (candidates.size() > 1 &&
+      MayMakeRoom(s, spec, ask.accepts, {candidates.data(), 1}, /*released_only=*/true)) {
     if (!take(candidates[0]) || !room()) restart();
   }
   if (fit.empty()) {
@@ -213,11 +215,13 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
       after_.push_back(After{id.v, free, free - now});
       continue;
     }
-    const int profile = spec.sharing == Sharing::kMig && node.model.valid() ? spec.mig_index[node.model.v] : -1;
+    const int profile =
+        spec.sharing == Sharing::kMig && node.model.valid() ? spec.mig_index[node.model.v] : -1;
     const int64_t vram = node.model.valid() ? cluster.catalog().model(node.model).memory_bytes : 0;
     for (int k = 0; k < node.gpus; ++k) {
       const GpuState& a = gpus[k];
-      if (profile >= 0 && Ledger::MigStartOn(a, cluster.catalog().model(node.model).mig_profiles[profile]) >= 0) {
+      if (profile >= 0 &&
+          Ledger::MigStartOn(a, cluster.catalog().model(node.model).mig_profiles[profile]) >= 0) {
         return true;  // (a free GPU included)
       }
       if (spec.sharing != Sharing::kMig &&
@@ -233,7 +237,8 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
   // Elsewhere the GPUs are as they are now.
   const std::vector<Pool>& pools = cluster.pools();
   auto accepted = [&](uint32_t p) { return (PoolBit(PoolId(p)) & accepts) != 0; };
-  auto node_with_free = [&](uint32_t p, int at_least) {  // an up node of pool p with that many free GPUs
+  auto node_with_free = [&](uint32_t p,
+                            int at_least) {  // an up node of pool p with that many free GPUs
     for (int k = at_least; k <= pools[p].spec.gpus; ++k) {
       if (ledger.nodes_with_free(PoolId(p), k).Any()) return true;
     }
@@ -246,11 +251,13 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
       if (node_with_free(p, 1)) return true;  // a free GPU
       if (spec.sharing == Sharing::kMig) {
         const ModelId model = pools[p].spec.model;
-        if (model.valid() && spec.mig_index[model.v] >= 0 && ledger.mig_fit(pool, spec.mig_index[model.v]).Any()) {
+        if (model.valid() && spec.mig_index[model.v] >= 0 &&
+            ledger.mig_fit(pool, spec.mig_index[model.v]).Any()) {
           return true;
         }
       } else {
-        for (int level = Ledger::ShareLevel(spec.share_milli); level < Ledger::kShareLevels; ++level) {
+        for (int level = Ledger::ShareLevel(spec.share_milli); level < Ledger::kShareLevels;
+             ++level) {
           if (ledger.shared_level(pool, spec.sharing, level).Any()) return true;
         }
       }
@@ -276,7 +283,8 @@ bool VictimSelector::MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64
   if (spec.topology == Topology::kSpine) return true;
   // A leaf gang: in one leaf. The GPUs the releases free, by leaf.
   leaf_gain_.clear();
-  for (const After& a : after_) leaf_gain_.emplace_back(cluster.node(NodeId(a.node)).leaf.v, a.gained);
+  for (const After& a : after_)
+    leaf_gain_.emplace_back(cluster.node(NodeId(a.node)).leaf.v, a.gained);
   std::sort(leaf_gain_.begin(), leaf_gain_.end());
   size_t leaves = 0;
   for (size_t i = 0; i < leaf_gain_.size(); ++i) {
@@ -386,7 +394,8 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     }
     // Not signaled (being stopped), nor critical.
     if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
-    resumed_[pos] = info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
+    resumed_[pos] =
+        info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
     if (resumed_[pos] != kNotResumed) resumed_list_.push_back(pos);
   };
   if (s.TakeRunningChanges(this, stamped_)) {
@@ -427,7 +436,8 @@ void VictimSelector::Join(uint32_t pos) {
   const QueueId queue = category == 0 ? QueueId() : info.queue;
   std::vector<uint32_t>& slot = group_of_[category == 0 ? 0 : queue.v + 1];
   const uint64_t pools = where_[pos].pools;
-  auto at = std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == pools; });
+  auto at =
+      std::find_if(slot.begin(), slot.end(), [&](uint32_t g) { return groups_[g].pools == pools; });
   if (at == slot.end()) {
     at = slot.insert(slot.end(), static_cast<uint32_t>(groups_.size()));
     Group& g = groups_.emplace_back();
@@ -437,8 +447,9 @@ void VictimSelector::Join(uint32_t pos) {
   }
   info.group = *at;
   Group& g = groups_[info.group];
-  auto bucket = std::find_if(g.buckets.begin(), g.buckets.end(),
-                             [&](const Bucket& b) { return b.units == info.units && b.checkpoint == info.checkpoint; });
+  auto bucket = std::find_if(g.buckets.begin(), g.buckets.end(), [&](const Bucket& b) {
+    return b.units == info.units && b.checkpoint == info.checkpoint;
+  });
   if (bucket == g.buckets.end()) {
     bucket = g.buckets.emplace(g.buckets.end());
     bucket->units = info.units;
@@ -454,14 +465,16 @@ void VictimSelector::Leave(uint32_t pos) {
   Info& info = info_[pos];
   if (info.bucket == UINT32_MAX) return;
   Group& g = groups_[info.group];
-  g.buckets[info.bucket].entries.erase(Entry{Phase(info.last_start, info.checkpoint), info.id.v, pos});
+  g.buckets[info.bucket].entries.erase(
+      Entry{Phase(info.last_start, info.checkpoint), info.id.v, pos});
   info.bucket = UINT32_MAX;
   g.members[member_[pos]] = g.members.back();
   member_[g.members.back()] = member_[pos];
   g.members.pop_back();
 }
 
-std::optional<VictimSelector::Victim> VictimSelector::Read(const Scheduler& s, const Group& g, uint32_t pos) {
+std::optional<VictimSelector::Victim> VictimSelector::Read(const Scheduler& s, const Group& g,
+                                                           uint32_t pos) {
   const Ticks now = now_;
   Info& info = info_[pos];
   info.guarded = Guarded(s, info);
@@ -502,7 +515,8 @@ void VictimSelector::Prepare(const Scheduler& s, Group& g) {
     c.subs.clear();
     if (Fill(s, g, c)) g.heap.push_back(k);
   }
-  std::make_heap(g.heap.begin(), g.heap.end(), [&](uint32_t x, uint32_t y) { return HeadAfter(g, x, y); });
+  std::make_heap(g.heap.begin(), g.heap.end(),
+                 [&](uint32_t x, uint32_t y) { return HeadAfter(g, x, y); });
 }
 
 bool VictimSelector::Settle(const Scheduler& s, const Group& g, Sub& x) {
@@ -592,7 +606,8 @@ bool VictimSelector::More(const Scheduler& s, Group& g) {
 
 void VictimSelector::SortChunk(Group& g) {
   const auto first = g.victims.begin() + static_cast<std::ptrdiff_t>(g.ready);
-  const auto last = first + static_cast<std::ptrdiff_t>(std::min(g.victims.size() - g.ready, std::max(kMaxVictims, g.ready)));
+  const auto last = first + static_cast<std::ptrdiff_t>(std::min(g.victims.size() - g.ready,
+                                                                 std::max(kMaxVictims, g.ready)));
   std::nth_element(first, last, g.victims.end());
   std::sort(first, last);
   g.ready = static_cast<size_t>(last - g.victims.begin());
@@ -618,8 +633,9 @@ void VictimSelector::Windows(const Scheduler& s, Group& g) {
   g.windows_made = true;
   g.next_window[0] = g.next_window[1] = kForever;
   const Ticks now = now_;
-  const Ticks windows[2] = {s.params().preempt_after_checkpoint,
-                            std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
+  const Ticks windows[2] = {
+      s.params().preempt_after_checkpoint,
+      std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)};
   for (const Bucket& b : g.buckets) {
     const Ticks ck = b.checkpoint;
     if (ck <= 0 || b.entries.empty()) continue;
@@ -646,11 +662,13 @@ bool VictimSelector::Reads(const Scheduler& s, const Ask& a, Group& g) {
   if ((g.pools & a.accepts) == 0) return false;
   if (g.category != 0) {
     switch (a.mode) {
-      case Mode::kTier: return false;
+      case Mode::kTier:
+        return false;
       case Mode::kRank:
         if (g.queue != job.spec.queue) return false;
         break;
-      case Mode::kLessees: break;
+      case Mode::kLessees:
+        break;
       case Mode::kGuarantee:
         // Another queue's, of a tier the job may take (and below: borrowing enough).
         if (g.queue == job.spec.queue || Tier::kStandard < job.spec.tier) return false;
@@ -662,7 +680,8 @@ bool VictimSelector::Reads(const Scheduler& s, const Ask& a, Group& g) {
   if (g.category != 0 && a.mode == Mode::kGuarantee) {
     // Borrowing enough that its smallest job may be wholly borrowed (per model: judged
     // job by job).
-    return !s.queues().queue(g.queue).spec.guaranteed_by_model.empty() || s.Borrowed(g.queue, ModelId(), g.min_units);
+    return !s.queues().queue(g.queue).spec.guaranteed_by_model.empty() ||
+           s.Borrowed(g.queue, ModelId(), g.min_units);
   }
   return true;
 }
@@ -716,7 +735,8 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   // Borrowing is judged now, as starts earlier in this pass moved it.
   switch (mode) {
     case Mode::kRank:
-      if (v.queue != job.spec.queue || v.tier < job.spec.tier || !(ordering_.Rank(s, s.job(c.id), now) > a.rank)) {
+      if (v.queue != job.spec.queue || v.tier < job.spec.tier ||
+          !(ordering_.Rank(s, s.job(c.id), now) > a.rank)) {
         return false;
       }
       break;
@@ -725,7 +745,8 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
       // Standard work takes only best-effort work that would lose little (the limit in
       // seconds of its own run, so the loss in units x seconds against units x limit).
       if (const Ticks within = s.params().best_effort_yields_within;
-          job.spec.tier != Tier::kCritical && within > 0 && c.lost() > v.units * (within / kTicksPerSecond)) {
+          job.spec.tier != Tier::kCritical && within > 0 &&
+          c.lost() > v.units * (within / kTicksPerSecond)) {
         return false;
       }
       break;
@@ -734,8 +755,9 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
       if (v.queue == job.spec.queue || v.tier < job.spec.tier) return false;
       // All borrowed: where the guarantee counts every model, from the index's own copy
       // (no job record read: a walk past many victims of queues near their guarantee).
-      if (s.queues().queue(v.queue).spec.guaranteed_by_model.empty() ? !s.Borrowed(v.queue, ModelId(), v.units)
-                                                                      : !AllBorrowed(s, s.job(c.id), {})) {
+      if (s.queues().queue(v.queue).spec.guaranteed_by_model.empty()
+              ? !s.Borrowed(v.queue, ModelId(), v.units)
+              : !AllBorrowed(s, s.job(c.id), {})) {
         return false;
       }
   }
@@ -743,10 +765,11 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   // just after a checkpoint (next_checkpoint() then says when the next comes, for the
   // victims the rule takes). Rank preemption goes on all the time, so it takes a victim
   // only within a quantum of a checkpoint: each costs a victim at most a quantum of work.
-  const Ticks window = mode == Mode::kRank
-                           ? std::min(s.params().preempt_after_checkpoint, s.params().attained_quantum)
-                           : s.params().preempt_after_checkpoint;
-  if (const Ticks since = Since(v); window > 0 && job.spec.tier != Tier::kCritical && since > window) {
+  const Ticks window = mode == Mode::kRank ? std::min(s.params().preempt_after_checkpoint,
+                                                      s.params().attained_quantum)
+                                           : s.params().preempt_after_checkpoint;
+  if (const Ticks since = Since(v);
+      window > 0 && job.spec.tier != Tier::kCritical && since > window) {
     next_checkpoint_ = std::min(next_checkpoint_, WindowOpens(now + v.checkpoint - since, window));
     return false;
   }
@@ -772,7 +795,8 @@ void VictimSelector::Candidates(const Scheduler& s, const Ask& a) {
     if (Eligible(s, a, c)) candidates_.push_back(c);
     return candidates_.size() < kMaxVictims;
   });
-#ifndef NDEBUG  // what each group gave so far is the start of a sort of all its victims (the sanitized tests)
+#ifndef NDEBUG  // what each group gave so far is the start of a sort of all its victims (the
+                // sanitized tests)
   for (Group& g : groups_) {
     if (!g.prepared) continue;
     std::vector<Victim> sorted = All(s, g);
@@ -787,8 +811,8 @@ void VictimSelector::Candidates(const Scheduler& s, const Ask& a) {
 #endif
 }
 
-bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen,
-                                Allocation& fit) {
+bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
+                                std::vector<JobId>& chosen, Allocation& fit) {
   // The cheapest nodes to empty of their eligible victims: from the pass's node index
   // where nodes of best-effort victims only are enough, else from every eligible victim.
   if (!by_node_.made) IndexNodes(s);
@@ -797,13 +821,15 @@ bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
   if (!by_node_.single_pool || !CheapestNodes(s, a, nodes, runs)) {
     AllNodes(s, a, nodes, runs);
   } else {
-#ifndef NDEBUG  // the index's answer is the walk's: checked wherever asserts are on (the sanitized tests)
+#ifndef NDEBUG  // the index's answer is the walk's: checked wherever asserts are on (the sanitized
+                // tests)
     std::vector<NodeCost> walked;
     std::vector<std::vector<Victim>> walked_runs;
     AllNodes(s, a, walked, walked_runs);
     assert(walked_runs.size() == runs.size());
     for (size_t k = 0; k < runs.size(); ++k) {
-      assert(walked[k].node == nodes[k].node && walked[k].lost == nodes[k].lost && walked[k].category == 0);
+      assert(walked[k].node == nodes[k].node && walked[k].lost == nodes[k].lost &&
+             walked[k].category == 0);
       std::sort(walked_runs[k].begin(), walked_runs[k].end());
       std::vector<Victim> mine = runs[k];
       std::sort(mine.begin(), mine.end());
@@ -839,7 +865,8 @@ void VictimSelector::AllNodes(const Scheduler& s, const Ask& a, std::vector<Node
   // walk of the index (sorting every (node, victim) pair instead took half of a replay's
   // time at 100,000 GPUs).
   std::vector<NodeCost>& cost = node_cost_;
-  if (cost.size() != s.cluster().nodes().size()) cost.assign(s.cluster().nodes().size(), NodeCost{});
+  if (cost.size() != s.cluster().nodes().size())
+    cost.assign(s.cluster().nodes().size(), NodeCost{});
   eligible_.clear();
   nodes.clear();
   std::vector<uint32_t>& touched = touched_;
@@ -972,7 +999,8 @@ bool VictimSelector::CheapestNodes(const Scheduler& s, const Ask& a, std::vector
     for (const auto& [lost, n] : x.by_pool[p]) {
       if (found == kMaxNodeTries) break;
       const auto on = victims(n);
-      if (std::any_of(on.begin(), on.end(), [&](const Victim& c) { return c.category() == 1 && Eligible(s, a, c); })) {
+      if (std::any_of(on.begin(), on.end(),
+                      [&](const Victim& c) { return c.category() == 1 && Eligible(s, a, c); })) {
         continue;  // an eligible standard victim: after every node of best-effort ones
       }
       nodes.push_back(NodeCost{0, lost, n, true});

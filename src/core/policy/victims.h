@@ -60,8 +60,9 @@ class VictimSelector {
   // The caller preempts every job in `needed` (the index then counts them as gone).
   // `job_rank` is the job's rank (kRank); `overdue` says whether a running job is a
   // backfilled job past its lease (kLessees). The ledger is left as found.
-  bool Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models, double job_rank, Ticks now,
-              const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed, Allocation& fit);
+  bool Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models, double job_rank,
+              Ticks now, const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed,
+              Allocation& fit);
   // After Choose: the earliest next checkpoint of a victim left out for want of one.
   Ticks next_checkpoint() const { return next_checkpoint_; }
 
@@ -77,10 +78,13 @@ class VictimSelector {
     static constexpr int kCategoryShift = 62;
     static uint64_t Cost(int category, GpuUnits lost) {
       // lost < 2^62: a 128-worker gang of 8 GPUs would need 10^5 years to reach it.
-      return uint64_t(category) << kCategoryShift | std::min<uint64_t>(uint64_t(lost), (uint64_t{1} << kCategoryShift) - 1);
+      return uint64_t(category) << kCategoryShift |
+             std::min<uint64_t>(uint64_t(lost), (uint64_t{1} << kCategoryShift) - 1);
     }
     int category() const { return static_cast<int>(cost >> kCategoryShift); }
-    GpuUnits lost() const { return static_cast<GpuUnits>(cost & ((uint64_t{1} << kCategoryShift) - 1)); }
+    GpuUnits lost() const {
+      return static_cast<GpuUnits>(cost & ((uint64_t{1} << kCategoryShift) - 1));
+    }
     bool operator<(const Victim& o) const { return cost != o.cost ? cost < o.cost : id < o.id; }
   };
   // What the rules read of a running job, by its place in Scheduler::running(): copied
@@ -100,9 +104,9 @@ class VictimSelector {
     uint64_t cost = 0;  // this pass: Victim::cost
     QueueId queue;
     int preemptions = 0;
-    uint32_t group = UINT32_MAX;  // its group in groups_ (kept with the stamp)
+    uint32_t group = UINT32_MAX;   // its group in groups_ (kept with the stamp)
     uint32_t bucket = UINT32_MAX;  // its bucket in that group; UINT32_MAX: in none
-    JobId id;  // the job it was read for (its bucket's entry is keyed by it)
+    JobId id;                      // the job it was read for (its bucket's entry is keyed by it)
     Tier tier = Tier::kStandard;
     // This pass: resumed less than min_run_before_repreempt ago: only an attained-service
     // order, whose ranks protect it, may take it (once it has run a quantum).
@@ -112,7 +116,7 @@ class VictimSelector {
   static_assert(sizeof(Info) == 64);
   // Where a running job holds GPUs, by its place (beside info_).
   struct Where {
-    uint64_t pools = 0;          // pools it holds GPUs in (PoolBit)
+    uint64_t pools = 0;           // pools it holds GPUs in (PoolBit)
     std::vector<uint32_t> nodes;  // its nodes, each once
   };
   // This pass, for a victim: the time since its last checkpoint (0 for a job that never
@@ -155,7 +159,7 @@ class VictimSelector {
   // run of them is read as one sub-cursor per phase, merged by id.
   struct Sub {
     Entries::const_iterator at, first;  // reading downwards from `at` to `first`
-    Victim victim;                       // at's
+    Victim victim;                      // at's
   };
   struct Cursor {
     uint32_t bucket = 0;
@@ -165,10 +169,11 @@ class VictimSelector {
   };
   struct Group {
     uint64_t pools = 0;
-    int category = 0;  // as Victim::category()
-    QueueId queue;     // standard work's
+    int category = 0;             // as Victim::category()
+    QueueId queue;                // standard work's
     std::vector<Bucket> buckets;  // kept across passes (never dropped)
-    std::vector<uint32_t> members;  // the same members, unordered (for All: a scan, not a tree walk)
+    std::vector<uint32_t>
+        members;  // the same members, unordered (for All: a scan, not a tree walk)
     // This pass, made on first use: the victims in order as far as walks read (merged
     // from the buckets' cursors, a min-heap by their heads), min_units over the buckets
     // with a victim, and whether any has one.
@@ -201,7 +206,7 @@ class VictimSelector {
     uint64_t accepts;  // the pools its workers may use (PoolBit), where it may preempt
     Mode mode;
     Ticks now;
-    double rank;  // kRank: the job's
+    double rank;                                // kRank: the job's
     const std::function<bool(JobId)>& overdue;  // kLessees: whether a running job is past its lease
   };
   // Borrowed units already chosen: (queue, model, units).
@@ -273,8 +278,8 @@ class VictimSelector {
   // bound, counting GPUs as the releases would leave them and ignoring CPUs, memory, VRAM
   // on whole GPUs and the placer's choices, so false is certain. `released_only`: on the
   // nodes they hold only (all of a single-node job's workers there), a guess, not a bound.
-  bool MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts, std::span<const Victim> victims,
-                   bool released_only);
+  bool MayMakeRoom(const Scheduler& s, const JobSpec& spec, uint64_t accepts,
+                   std::span<const Victim> victims, bool released_only);
   // Whether the what-if may take victim `c`: standard work only where all of it is
   // borrowed, counting `taken`, which then grows by it.
   bool Take(const Scheduler& s, const Victim& c, Mode mode, Taken& taken);
@@ -292,26 +297,27 @@ class VictimSelector {
   // kMaxNodeTries. (For standard work the extra victims cost more than its wait: lost
   // work rose on the gang mixes.) On success the victims in `chosen` are released on the
   // ledger and `fit` holds the job's placement, as after Choose's own loop.
-  bool NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen, Allocation& fit);
+  bool NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen,
+                  Allocation& fit);
 
   QueueOrdering& ordering_;
   std::vector<Group> groups_;  // kept across passes (their vectors' room with them)
-  std::vector<std::vector<uint32_t>> group_of_;  // [0]: best-effort; [queue + 1]: standard
+  std::vector<std::vector<uint32_t>> group_of_;     // [0]: best-effort; [queue + 1]: standard
   std::vector<Group*> walk_;                        // Walk: the groups it reads
   std::vector<std::pair<uint32_t, size_t>> heads_;  // Walk: (group in walk_, next victim)
-  std::vector<Info> info_;         // by place in Scheduler::running() (Victim::info)
-  std::vector<Where> where_;       // by place, as info_
-  std::vector<uint64_t> seen_;     // by place: Scheduler::running_stamps() when info_ was copied
+  std::vector<Info> info_;      // by place in Scheduler::running() (Victim::info)
+  std::vector<Where> where_;    // by place, as info_
+  std::vector<uint64_t> seen_;  // by place: Scheduler::running_stamps() when info_ was copied
   // By place: the last start of a member resumed after a preemption (the re-preemption
   // guard runs from it), else kNotResumed.
   static constexpr Ticks kNotResumed = std::numeric_limits<Ticks>::min();
   std::vector<Ticks> resumed_;
   std::vector<uint32_t> resumed_list_;  // places whose resumed_ may still guard
   std::vector<uint32_t> stamped_;       // Index's scratch: places stamped since the last pass
-  std::vector<uint32_t> member_;    // by place: its index in its group's members
+  std::vector<uint32_t> member_;        // by place: its index in its group's members
   std::vector<uint32_t> signaled_;  // places whose Info::signaled this pass set (reset at Index)
   bool indexed_ = false;
-  Ticks now_ = 0;  // the pass's (Index)
+  Ticks now_ = 0;               // the pass's (Index)
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
   Ticks next_checkpoint_ = kForever;
   std::vector<Victim> candidates_;
@@ -339,7 +345,7 @@ class VictimSelector {
     int free_whole;  // after
     int gained;      // GPUs free after, not now
   };
-  std::vector<After> after_;                          // by node
+  std::vector<After> after_;                         // by node
   std::vector<std::pair<uint32_t, int>> leaf_gain_;  // GPUs gained by leaf
 
   // NodeByNode's index of the pass, made on its first call, a pool at a time as asked
@@ -350,7 +356,7 @@ class VictimSelector {
   // critical fit class and queue a pass: half of a pass at 100,000 GPUs).
   struct ByNodeIndex {
     bool made = false;
-    bool single_pool = true;     // no victim holds GPUs in two pools (else: the walk)
+    bool single_pool = true;      // no victim holds GPUs in two pools (else: the walk)
     std::vector<bool> pool_made;  // by pool: the entries of its nodes below are made
     // By node: its victims are on[first[n], first[n] + count[n]).
     std::vector<uint32_t> first, count;

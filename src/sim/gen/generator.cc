@@ -322,7 +322,8 @@ class Stream {
                                                : Range{0.20, 0.90, 0.15, 0.90};
     j.util = std::round(usage_.Uniform(r.util_lo, r.util_hi) * 100) / 100;
     // vram_gb is per GPU for whole GPUs; vram_used_gb is what one worker used in all.
-    j.vram_used_gb = Tenth(j.vram_gb * std::max(1.0, j.gpus) * usage_.Uniform(r.vram_lo, r.vram_hi));
+    j.vram_used_gb =
+        Tenth(j.vram_gb * std::max(1.0, j.gpus) * usage_.Uniform(r.vram_lo, r.vram_hi));
   }
 
   const Kind& kind_;
@@ -397,7 +398,8 @@ ClusterOut MakeCluster(const GenOptions& o, const Layout& l) {
   const double n = static_cast<double>(l.gpus());
   const double infer = 8.0 * l.infer;
   c.queues.push_back({"serving", "", std::floor(0.6 * infer), infer, 2});
-  if (o.guarantees_by_model) c.queues.back().guaranteed_by_model = {{"A100-80GB", std::floor(0.6 * infer)}};
+  if (o.guarantees_by_model)
+    c.queues.back().guaranteed_by_model = {{"A100-80GB", std::floor(0.6 * infer)}};
   c.queues.push_back({"batch", "", std::floor(0.1 * n), std::max(8.0, std::floor(n / 2)), 1});
   const double research = std::floor(0.8 * 8 * l.train);
   c.queues.push_back({"research", "", research, n, 1});
@@ -498,8 +500,9 @@ Result<GenSummary> Generate(const GenOptions& o) {
   for (size_t k = 0; k < kinds.size(); ++k) {
     const double target = kinds[k].share * o.load * summary.capacity_gpu_hours;
     const auto fixed = static_cast<int64_t>(std::llround(kinds[k].rate_per_hour * horizon / kHour));
-    streams.push_back(std::make_unique<Stream>(
-        kinds[k], layout, target, kinds[k].share > 0 ? 0 : fixed, horizon, MixSeed(o.seed, k), o.observed_usage));
+    streams.push_back(std::make_unique<Stream>(kinds[k], layout, target,
+                                               kinds[k].share > 0 ? 0 : fixed, horizon,
+                                               MixSeed(o.seed, k), o.observed_usage));
   }
 
   auto cluster_path = convert::OutPath(o.out, "cluster.yaml");

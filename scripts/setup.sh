@@ -13,6 +13,7 @@ packages=(
   clang libclang-rt-14-dev clang-format clang-tidy
   chromium  # the HTML report's test (ctest label browser) opens it headless
   podman runc catatonit busybox-static  # jobs with an image; the container test builds one from busybox
+  time  # GNU time: the benchmark scripts' wall, CPU and RSS figures (bench/replay.sh, scripts/bench.sh)
   curl util-linux  # the Kubernetes peers' harness (tests/k8s/cluster.sh: readiness checks, flock)
 )
 missing=()

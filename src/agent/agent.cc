@@ -1099,6 +1099,11 @@ void Agent::StartWorker(const json& e, int64_t now) {
   // Its user: the account the job's token names, looked up here (names, not numbers,
   // are what sites keep in step across nodes).
   const std::string user = e.value("user", std::string());
+  if (problem.empty() && !spec.own_workdir && !fs::path(spec.workdir).is_absolute()) {
+    // gantryd refuses these; one from an older server would resolve against this agent's
+    // own directory, and be made there as root.
+    problem = "workdir " + spec.workdir + " is not an absolute path";
+  }
   if (problem.empty() && run_as_user_) {
     if (user.empty()) {
       problem =

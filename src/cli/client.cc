@@ -237,8 +237,24 @@ Response PostJob(const Globals& g, const std::string& body, const std::string& t
   return r;
 }
 
+// A spec file's name: one that exists and ends in .yaml, .yml or .json.
+bool IsSpecFile(const std::string& arg) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(arg, ec)) return false;
+  const std::string ext = std::filesystem::path(arg).extension().string();
+  return ext == ".yaml" || ext == ".yml" || ext == ".json";
+}
+
 int Submit(const Globals& g, const SubmitArgs& a) {
   std::string body, type, file;
+  if (UsesFlags(a) && a.args.size() == 1 && IsSpecFile(a.args[0])) {
+    // `gantry submit --id x job.yaml` ran job.yaml as the command, the file's spec unread.
+    std::cerr
+        << "gantry submit: " << a.args[0]
+        << " is a job spec file, and spec flags (--id, --queue, --gpus, ...) do not mix with one: "
+           "write them in the file (e.g. `id: x`), or give a command after -- to submit by flags\n";
+    return kExitBadInput;
+  }
   if (UsesFlags(a)) {
     if (a.args.empty()) {
       std::cerr

@@ -90,7 +90,7 @@ std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& file
   }
   auto tree = core::QueueTree::Build(std::move(queues));
   if (!cluster || !tree) return std::nullopt;
-  return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}};
+  return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}, {}};
 }
 
 // max_wait_s bounds a job's wait by draining GPUs for it: whole GPUs, and what is free of

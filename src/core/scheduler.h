@@ -378,6 +378,9 @@ class Scheduler {
   // is unknown or down, `alloc` overlaps what is held, or TryStart would refuse the job
   // for its queue's budget or burst limits. Cost: O(workers + log jobs).
   bool Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why = nullptr);
+  // A driver restoring a job (a restarted gantryd) gives the preemptions it had, before
+  // Adopt: the anti-thrash guard (min_run_before_repreempt) shields only resumed jobs.
+  void SetPreemptions(JobId id, int preemptions) { Rec(id).preemptions = preemptions; }
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).

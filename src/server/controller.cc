@@ -282,6 +282,7 @@ Status Controller::Restore() {
   // Running jobs first, so the room they hold is theirs before anything else is placed.
   auto add_core = [&](Job& j, core::JobSpec spec, Ticks submit) {
     j.core = sched_->Submit(std::move(spec), submit);
+    sched_->SetPreemptions(j.core, j.preemptions);  // its anti-thrash guard, as before the restart
     if (core_to_seq_.size() <= j.core.v) core_to_seq_.resize(j.core.v + 1, 0);
     core_to_seq_[j.core.v] = j.seq;
   };

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <unordered_map>
@@ -97,7 +98,8 @@ class ConfigParser {
                     Describe(*doc));
       return std::nullopt;
     }
-    Fields top(d_, *doc, "", {"cluster", "gpu_models", "pools", "queues", "policy", "accounting"});
+    Fields top(d_, *doc, "",
+               {"cluster", "gpu_models", "pools", "queues", "policy", "accounting", "site"});
     lines_.NoteEntries(top, *doc);
     std::string name = "gantry";
     if (auto n = top.String("cluster")) {
@@ -113,6 +115,7 @@ class ConfigParser {
     std::vector<QueueSpec> queues = ReadQueues(top, catalog, pools);
     PolicyConfig policy = ReadPolicy(top);
     ReadAccounting(top, catalog, policy);
+    SiteConfig site = ReadSite(top);
     top.Finish();
 
     // The core's structural checks run even when some fields were bad, so every problem
@@ -133,7 +136,8 @@ class ConfigParser {
     }
     ReportCore(GuaranteesAboveCapacity(*cluster, *tree));
     if (d_.reported() > 0) return std::nullopt;
-    return ClusterConfig{std::move(cluster).value(), std::move(tree).value(), policy};
+    return ClusterConfig{std::move(cluster).value(), std::move(tree).value(), policy,
+                         std::move(site)};
   }
 
  private:
@@ -571,6 +575,35 @@ class ConfigParser {
     q.budget = budget;
   }
 
+  // `site: {workdir_roots: [/home, /scratch]}`: absolute directories, without `..`.
+  SiteConfig ReadSite(Fields& top) {
+    SiteConfig site;
+    const Doc* v = top.Get("site");
+    if (v == nullptr || v->is_null()) return site;
+    if (!v->is_map()) {
+      top.Report("site", "expected a mapping with workdir_roots, got " + Describe(*v));
+      return site;
+    }
+    Fields f(d_, *v, "site", {"workdir_roots"});
+    lines_.NoteEntries(f, *v);
+    if (const Doc* list = f.List("workdir_roots")) {
+      site.workdir_roots.emplace();
+      for (size_t j = 0; j < list->items.size(); ++j) {
+        const Doc& item = list->items[j];
+        const std::string field = f.Path("workdir_roots") + "[" + std::to_string(j) + "]";
+        auto root = d_.String(item, item.line, field);
+        if (!root) continue;
+        if (auto why = WhyNotAPlainAbsolutePath(*root)) {
+          d_.Report(item.line, field, *why);
+          continue;
+        }
+        site.workdir_roots->push_back(*root);
+      }
+    }
+    f.Finish();
+    return site;
+  }
+
   // `accounting: {currency: EUR, gpu_hour_prices: {H100-80GB: 2.5, A100-80GB: 1.2}}`.
   void ReadAccounting(Fields& top, const Catalog& catalog, PolicyConfig& policy) {
     const Doc* v = top.Get("accounting");
@@ -733,6 +766,46 @@ class ConfigParser {
 };
 
 }  // namespace
+
+std::optional<std::string> WhyNotAPlainAbsolutePath(std::string_view path) {
+  if (path.empty() || path.front() != '/') {
+    return "must be an absolute path (a relative one would resolve against the agent's own "
+           "directory), got " +
+           Quote(path);
+  }
+  for (const auto& part : std::filesystem::path(path)) {
+    if (part == "..") return "must not go up with `..`, got " + Quote(path);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> WhyWorkdirRefused(std::string_view workdir, const SiteConfig& site) {
+  if (auto why = WhyNotAPlainAbsolutePath(workdir)) return why;
+  const std::filesystem::path dir = std::filesystem::path(workdir).lexically_normal();
+  const auto under = [&](const std::filesystem::path& root) {
+    const std::filesystem::path rel = dir.lexically_relative(root);
+    return !rel.empty() && *rel.begin() != "..";
+  };
+  if (site.workdir_roots) {
+    for (const std::string& root : *site.workdir_roots) {
+      if (under(std::filesystem::path(root).lexically_normal())) return std::nullopt;
+    }
+    std::string roots;
+    for (const std::string& r : *site.workdir_roots) roots += (roots.empty() ? "" : ", ") + r;
+    return Quote(workdir) + " is not under this cluster's workdir roots (site.workdir_roots: " +
+           (roots.empty() ? "none" : roots) + ")";
+  }
+  for (const char* system :
+       {"/etc", "/proc", "/sys", "/dev", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
+        "/libx32", "/usr", "/run", "/var/lib", "/var/run"}) {
+    if (dir == "/" || under(system)) {
+      return Quote(workdir) +
+             " is a system directory; a job's workdir belongs under the users' own (set "
+             "site.workdir_roots to name them)";
+    }
+  }
+  return std::nullopt;
+}
 
 std::optional<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, const std::string& file,
                                                 Diagnostics& diags) {

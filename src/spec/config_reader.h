@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/model/cluster.h"
 #include "core/model/queue.h"
@@ -39,11 +40,25 @@ struct PolicyConfig {
   std::string currency;
 };
 
+// The config's `site` section: how this site's names and places map onto Gantry's.
+// workdir_roots: the directories under which a job may name its workdir (absent: any
+// absolute path outside the system's own directories, /etc, /usr, /proc and the like).
+struct SiteConfig {
+  std::optional<std::vector<std::string>> workdir_roots;
+};
+
 struct ClusterConfig {
   core::Cluster cluster;
   core::QueueTree queues;
   PolicyConfig policy;
+  SiteConfig site;
 };
+
+// Why `path` is not an absolute path free of `..` (for roots and workdirs).
+std::optional<std::string> WhyNotAPlainAbsolutePath(std::string_view path);
+// Why a job may not have `workdir` on this site (issue 47 B4: `../..` ran in /, and /etc
+// was accepted), or nullopt.
+std::optional<std::string> WhyWorkdirRefused(std::string_view workdir, const SiteConfig& site);
 
 std::optional<ClusterConfig> ReadClusterConfig(const std::string& path, Diagnostics& diags);
 // `file` labels diagnostics.

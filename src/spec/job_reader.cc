@@ -215,7 +215,12 @@ class JobDecoder {
     ReadCommand(f, job);
     ReadEnv(f, job);
     if (auto w = f.String("workdir")) {
-      if (w->empty()) f.Report("workdir", "must not be empty");
+      if (w->empty()) {
+        f.Report("workdir", "must not be empty");
+      } else if (auto why =
+                     mode == Mode::kSpec ? WhyWorkdirRefused(*w, config_.site) : std::nullopt) {
+        f.Report("workdir", *why);
+      }
       job.workdir = *w;
     }
     if (auto i = f.String("image")) {

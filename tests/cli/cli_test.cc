@@ -65,6 +65,24 @@ TEST_F(CliTest, ARepeatableFlagBeforeTheCommandTakesOneValue) {
   }
 }
 
+// Issue 47 B3: `gantry submit --id x job.yaml` ran job.yaml as the command, its spec
+// unread. Flags and a spec file are refused together, before anything is sent; `--`
+// still makes the file the command.
+TEST_F(CliTest, SpecFlagsBesideASpecFileAreRefusedNotRunAsTheCommand) {
+  const std::string spec = Path("job.yaml");
+  std::ofstream(spec) << "queue: q\ngpus: 1\nvram_gb: 10\ncommand: [\"true\"]\n";
+  const Outcome o = Gantry("--server http://127.0.0.1:9 submit --id x " + spec);
+  EXPECT_EQ(o.status, 2) << o.output;
+  EXPECT_NE(
+      o.output.find(
+          "is a job spec file, and spec flags (--id, --queue, --gpus, ...) do not mix with one"),
+      std::string::npos)
+      << o.output;
+  EXPECT_EQ(o.output.find("cannot reach gantryd"), std::string::npos) << o.output;
+  const Outcome dashed = Gantry("--server http://127.0.0.1:9 submit --id x -- " + spec + " arg");
+  EXPECT_NE(dashed.output.find("cannot reach gantryd"), std::string::npos) << dashed.output;
+}
+
 TEST_F(CliTest, UnknownPolicyIsBadInput) {
   Outcome r = Gantry("sim --config " + Examples() + "/cluster.yaml --trace " + Examples() +
                      "/trace.jsonl --policy nope --events " + Path("e.jsonl"));

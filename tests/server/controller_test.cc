@@ -344,6 +344,66 @@ TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
       << events_.str();
 }
 
+// Issue 47 B7: a job resumed after a preemption is shielded from another one for
+// min_run_before_repreempt_s (600 s); a gantryd restart re-adopted it with no preemption
+// on record, so the next claimant took it at once.
+TEST_F(ControllerTest, AResumedJobKeepsItsRepreemptionShieldAcrossARestart) {
+  Beat("h100-0");
+  Beat("h100-1");
+  const auto submit = [&](const char* token, const char* queue, const char* tier) {
+    Reply r = Submit(token, std::string(R"({"queue":")") + queue + R"(","tier":")" + tier +
+                                R"(","gpus":8,"vram_gb":40,"grace_s":1,"command":"x"})");
+    EXPECT_EQ(r.code, Code::kCreated) << r.body.dump();
+    return r.body["id"].get<std::string>();
+  };
+  const auto exited = [&](const std::string& id, int run) {
+    Beat(Show(id)["nodes"][0],
+         json::array({{{"job", id}, {"run", run}, {"rank", 0}, {"exit_code", 0}}}));
+    ctl_->Poke();
+  };
+  const std::string p = submit(kTeamA, "research", "best-effort");
+  const std::string other = submit(kTeamA, "research", "best-effort");
+  ctl_->Poke();
+  const std::string c1 = submit(kTeamB, "serving", "critical");
+  ctl_->Poke();
+  std::string victim = Show(p)["state"] == "stopping" ? p : other;
+  const std::string kept = victim == p ? other : p;
+  ASSERT_EQ(Show(victim)["state"], "stopping");
+  Advance(500);
+  exited(victim, 1);
+  ASSERT_EQ(Show(c1)["state"], "running");
+  Advance(500);
+  exited(c1, 1);  // its GPUs go back to the victim: resumed, run 2
+  ASSERT_EQ(Show(victim)["state"], "running");
+  ASSERT_EQ(Show(victim)["run"], 2);
+  ASSERT_EQ(Show(kept)["state"], "running");
+  ASSERT_EQ(ctl_->Cancel(kAdmin, kept, /*force=*/true).code, Code::kOk);
+  Advance(1500);  // past the kill slack
+  ctl_->Poke();
+  const std::string c3 = submit(kTeamB, "serving", "critical");  // takes the freed node
+  ctl_->Poke();
+  ASSERT_EQ(Show(c3)["state"], "running");
+
+  Restart();
+  Beat("h100-0");
+  Beat("h100-1");
+  ctl_->Poke();
+  ASSERT_EQ(Show(victim)["state"], "running");
+  EXPECT_EQ(Show(victim)["preemptions"], 1);
+  const std::string c2 = submit(kTeamB, "serving", "critical");
+  ctl_->Poke();
+  EXPECT_EQ(Show(victim)["state"], "running")
+      << "preempted again within min_run_before_repreempt_s";
+  EXPECT_EQ(Show(c2)["state"], "pending");
+  // Past the shield it may go.
+  Advance(601'000);
+  Beat("h100-0");
+  Beat("h100-1");
+  ctl_->Poke();
+  EXPECT_NE(Show(victim)["state"], "running");
+  EXPECT_EQ(Show(c2)["state"], "running");
+}
+
 // Beyond its queue's guarantee a critical job still takes best-effort work's GPUs (the
 // default policy.best_effort_yields_to, standard, counts critical work in), through the same
 // stop-and-requeue.

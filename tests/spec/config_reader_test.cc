@@ -304,7 +304,7 @@ extra: 1
           "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
           "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s)",
           "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
-          "policy, accounting)"}));
+          "policy, accounting, site)"}));
 }
 
 // Issue 12: budgets per queue and prices per GPU model.
@@ -410,6 +410,21 @@ policy:
           "best-effort)",
           "c.yaml:13: policy.max_grace_s.standard: must be at least 0, got -1",
           "c.yaml:13: policy.max_grace_s.best_effort: unknown field; did you mean best-effort?"}));
+}
+
+// Issue 47 B4: the directories a job's workdir may be under.
+TEST(ConfigReaderTest, SiteWorkdirRoots) {
+  EXPECT_EQ(Parse(kPool).site.workdir_roots, std::nullopt);
+  EXPECT_EQ(
+      Parse(std::string(kPool) + "site:\n  workdir_roots: [/home, /scratch]\n").site.workdir_roots,
+      (std::vector<std::string>{"/home", "/scratch"}));
+  EXPECT_EQ(Errors(std::string(kPool) + "site:\n  workdir_roots: [home, /a/../etc]\n  qos: 1\n"),
+            (std::vector<std::string>{
+                "c.yaml:7: site.workdir_roots[0]: must be an absolute path (a relative one would "
+                "resolve against "
+                "the agent's own directory), got \"home\"",
+                "c.yaml:7: site.workdir_roots[1]: must not go up with `..`, got \"/a/../etc\"",
+                "c.yaml:8: site.qos: unknown field (known: workdir_roots)"}));
 }
 
 // Issue 14: bounded waits, per queue and for the site.

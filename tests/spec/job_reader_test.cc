@@ -460,6 +460,48 @@ TEST_F(JobReaderTest, GraceAboveItsTiersCapIsRefusedInSpecsAndCutInTraces) {
   EXPECT_TRUE(ok.empty()) << ok.ToString();
 }
 
+// Issue 47 B4: a relative workdir resolved against the agent's own directory (`../..`
+// ran in /), and /etc was accepted. Job specs name absolute paths, outside the system's
+// directories, under the site's workdir_roots when it sets them; trace lines are not run.
+TEST_F(JobReaderTest, AWorkdirIsAnAbsolutePathUnderTheSitesRoots) {
+  const auto problem = [&](const std::string& workdir, const ClusterConfig& site) {
+    Diagnostics d;
+    ParseJobJson(
+        R"({"queue": "research", "gpus": 1, "vram_gb": 10, "workdir": ")" + workdir + R"("})",
+        "api", site, d);
+    return d.ToString();
+  };
+  EXPECT_EQ(problem("../..", config()),
+            "api:1: workdir: must be an absolute path (a relative one would resolve against the "
+            "agent's own "
+            "directory), got \"../..\"\n");
+  EXPECT_EQ(problem("/home/a/../../etc", config()),
+            "api:1: workdir: must not go up with `..`, got \"/home/a/../../etc\"\n");
+  EXPECT_EQ(problem("/etc", config()),
+            "api:1: workdir: \"/etc\" is a system directory; a job's workdir belongs under the "
+            "users' own (set "
+            "site.workdir_roots to name them)\n");
+  EXPECT_EQ(problem("/usr/local/x", config()).find("is a system directory") != std::string::npos,
+            true);
+  EXPECT_EQ(problem("/home/alice/run", config()), "");
+  EXPECT_EQ(problem("/etcetera/run", config()), "");  // a prefix of a name is not a parent
+  ClusterConfig site = config();
+  site.site.workdir_roots = std::vector<std::string>{"/home", "/scratch/"};
+  EXPECT_EQ(problem("/scratch/x", site), "");
+  EXPECT_EQ(problem("/homework", site),
+            "api:1: workdir: \"/homework\" is not under this cluster's workdir roots "
+            "(site.workdir_roots: /home, "
+            "/scratch/)\n");
+  EXPECT_EQ(problem("/tmp/x", site).find("is not under this cluster's workdir roots") !=
+                std::string::npos,
+            true);
+  Diagnostics d;
+  auto line =
+      ParseTraceLine(R"({"submit": 0, "duration": 10, "gpus": 1, "vram_gb": 10, "workdir": "rel"})",
+                     "t", 1, config(), d);
+  EXPECT_TRUE(line.has_value()) << d.ToString();
+}
+
 TEST_F(JobReaderTest, YamlJobs) {
   const char* yaml = R"(# a training job
 id: train-1

@@ -21,7 +21,10 @@ void Controller::AddRunning(const Job& job) {
 
 void Controller::RemoveRunning(const Job& job) {
   running_.erase(job.seq);
-  for (const Worker& w : job.workers) node_jobs_[w.alloc.node.v].erase(job.seq);
+  for (const Worker& w : job.workers) {
+    node_jobs_[w.alloc.node.v].erase(job.seq);
+    w.desired.reset();  // the run is over: its agents are sent nothing more of it
+  }
 }
 
 void Controller::Pass(Ticks now) {

@@ -5,7 +5,7 @@
 #include <bit>
 #include <cassert>
 
-#include "core/placement.h"
+#include "core/model/feasibility.h"
 
 namespace gantry::core {
 

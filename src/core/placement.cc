@@ -54,23 +54,6 @@ bool Placer::PoolAccepts(const JobSpec& job, PoolId pool) const {
   return core::PoolAccepts(ledger_.cluster(), job, pool);
 }
 
-bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
-  const PoolSpec& p = cluster.pool(pool).spec;
-  if (p.count == 0) return false;
-  if (job.pool.valid() && job.pool != pool) return false;
-  if (p.spot && job.tier == Tier::kCritical) return false;
-  if (!job.uses_gpu()) return true;
-  if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;
-  if (!(p.sharing & Bit(job.sharing))) return false;
-  const GpuModel& model = cluster.catalog().model(p.model);
-  if (job.sharing == Sharing::kMig) {
-    int idx = job.mig_index[p.model.v];
-    return idx >= 0 && model.mig_profiles[idx].memory_bytes >= job.vram_bytes;
-  }
-  if (IsWhole(job) && job.gpus > p.gpus) return false;
-  return model.memory_bytes >= job.vram_bytes;
-}
-
 bool Placer::NodeHasRoom(const JobSpec& job, NodeId n) const {
   const NodeState& s = ledger_.node(n);
   return s.up && s.free_cpus_milli >= job.cpus_milli && s.free_memory_bytes >= job.memory_bytes;

@@ -27,14 +27,12 @@
 
 #include "core/fragmentation.h"
 #include "core/ledger.h"
+#include "core/model/feasibility.h"
 #include "core/model/job.h"
 
 namespace gantry::core {
 
 enum class Fit : uint8_t { kFirst, kBest };
-
-// Whether a worker of `job` may ever go to `pool` (model, sharing, spot, VRAM). O(1).
-bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool);
 
 class Placer {
  public:

@@ -40,6 +40,45 @@ class StrandedTest : public ::testing::Test {
   Scheduler sched_;
 };
 
+// IdleByCause (issue 48 item 5: it had no unit test of its own): two H100 nodes and an
+// A100 node; queue "a" may hold one GPU.
+TEST(IdleByCause, EachFreeGpuCountsUnderTheFirstCauseThatHolds) {
+  const Catalog catalog = Catalog::BuiltIn();
+  const Cluster cluster =
+      MakeCluster({Pool(catalog, "h", 2, 8, "H100-80GB"), Pool(catalog, "a", 1, 8, "A100-80GB")});
+  const QueueTree queues =
+      MakeQueues({QueueSpec{"a", "", 0, 1 * kGpuUnits, 1, {}, {}, false, {}, {}, {}, {}}});
+  Scheduler sched(cluster, queues, MakePolicy("gantry"));
+  const auto idle = [&] { return IdleByCause(sched); };
+  const auto at = [](const IdleGpus& g, IdleCause c) { return g[static_cast<size_t>(c)]; };
+  EXPECT_EQ(at(idle(), IdleCause::kNoDemand), 24) << "nothing waits";
+
+  const auto h100 = [&](const char* id) {
+    JobSpec j = Whole(catalog, id, 1, 1);
+    j.models = ModelMask{1} << catalog.Find("H100-80GB")->v;
+    return j;
+  };
+  sched.Submit(h100("runs"), 0);
+  sched.Submit(h100("held"), 0);  // past queue a's burst of one GPU
+  sched.Schedule(0);
+  ASSERT_EQ(sched.pending().size(), 1u);
+  IdleGpus g = idle();
+  EXPECT_EQ(at(g, IdleCause::kLimits), 15)
+      << "the H100s' free GPUs: their only taker is held by its queue";
+  EXPECT_EQ(at(g, IdleCause::kWrongModel), 8) << "the A100s: no pending job takes their model";
+  EXPECT_EQ(at(g, IdleCause::kNoDemand) + at(g, IdleCause::kDown) + at(g, IdleCause::kFragmented),
+            0);
+  double sum = 0;
+  for (int c = 1; c < kIdleCauses; ++c) sum += g[static_cast<size_t>(c)];
+  EXPECT_EQ(sum, 23) << "the causes other than down add up to the up GPUs not allocated";
+
+  sched.SetNodeUp(*cluster.FindNode("a-0"), false);
+  g = idle();
+  EXPECT_EQ(at(g, IdleCause::kDown), 8);
+  EXPECT_EQ(at(g, IdleCause::kWrongModel), 0);
+  EXPECT_EQ(Name(IdleCause::kWrongModel), "wrong model");
+}
+
 constexpr GpuUnits kRemnant19 = 190 * kUnitsPerShareMilli;  // what a 0.81 share leaves
 
 TEST_F(StrandedTest, RemnantsAndGpusNoPendingJobCanUseAreStranded) {

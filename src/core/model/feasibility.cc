@@ -316,6 +316,23 @@ GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog) {
   return best == kUnbounded ? 0 : best * job.replicas;
 }
 
+bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
+  const PoolSpec& p = cluster.pool(pool).spec;
+  if (p.count == 0) return false;
+  if (job.pool.valid() && job.pool != pool) return false;
+  if (p.spot && job.tier == Tier::kCritical) return false;
+  if (!job.uses_gpu()) return true;
+  if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;
+  if (!(p.sharing & Bit(job.sharing))) return false;
+  const GpuModel& model = cluster.catalog().model(p.model);
+  if (job.sharing == Sharing::kMig) {
+    int idx = job.mig_index[p.model.v];
+    return idx >= 0 && model.mig_profiles[idx].memory_bytes >= job.vram_bytes;
+  }
+  if (IsWhole(job) && job.gpus > p.gpus) return false;
+  return model.memory_bytes >= job.vram_bytes;
+}
+
 std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster,
                                           const QueueTree& queues) {
   if (auto why = queues.WhyTierRefused(job.queue, job.tier)) return why;

@@ -28,6 +28,9 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
 // whose instance is smallest. Cost: O(models).
 GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog);
 
+// Whether a worker of `job` may ever go to `pool` (model, sharing, spot, VRAM). O(1).
+bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool);
+
 // Why `job` can never start: its queue may not use its tier (QueueSpec::tiers),
 // WhyInfeasible, or it needs more GPUs at once than its queue or a queue above it may ever
 // hold (burst_gpus). The scheduler rejects such jobs at

@@ -56,15 +56,17 @@ class Server:
     def __init__(self, port, token):
         self.port, self.token = port, token
 
-    def call(self, method, path, body=None, token=True, timeout=30):
-        c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=timeout)
+    def call(self, method, path, body=None, token=True, timeout=30, conn=None):
+        """One request; on `conn` (kept open: keep-alive) when given, else a connection of its own."""
+        c = conn or http.client.HTTPConnection('127.0.0.1', self.port, timeout=timeout)
         h = {'Authorization': 'Bearer ' + self.token} if token else {}
         if body is not None:
             h['Content-Type'] = 'application/json'
         c.request(method, path, body=body, headers=h)
         r = c.getresponse()
         data = r.read()
-        c.close()
+        if conn is None:
+            c.close()
         return r.status, data
 
 

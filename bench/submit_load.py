@@ -22,37 +22,15 @@ Every loop is bounded in time; all processes are stopped at the end.
 import argparse, http.client, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from slurm_side_by_side import Server, pct  # noqa: E402 (the side-by-side's client and percentile)
 TICK = os.sysconf('SC_CLK_TCK')
-
-
-def pct(xs, p):
-    if not xs:
-        return None
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(round(p / 100.0 * (len(s) - 1))))]
 
 
 def cpu_s(pid):
     with open('/proc/%d/stat' % pid) as f:
         fields = f.read().rsplit(')', 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / float(TICK)
-
-
-class Server:
-    def __init__(self, port, token):
-        self.port, self.token = port, token
-
-    def call(self, method, path, body=None, timeout=30, conn=None):
-        c = conn or http.client.HTTPConnection('127.0.0.1', self.port, timeout=timeout)
-        headers = {'Authorization': 'Bearer ' + self.token}
-        if body is not None:
-            headers['Content-Type'] = 'application/json'
-        c.request(method, path, body=body, headers=headers)
-        r = c.getresponse()
-        data = r.read()
-        if conn is None:
-            c.close()
-        return r.status, data
 
 
 def main():

@@ -31,20 +31,6 @@ std::string Fixed(int64_t value, int64_t scale) {
 std::string Gb(int64_t bytes) { return Fixed(bytes, kGB); }
 std::string Cpus(int64_t milli) { return Fixed(milli, 1000); }
 
-std::string SharingName(Sharing s) {
-  switch (s) {
-    case Sharing::kExclusive:
-      return "exclusive";
-    case Sharing::kMig:
-      return "mig";
-    case Sharing::kMps:
-      return "mps";
-    case Sharing::kTimeslice:
-      return "timeslice";
-  }
-  return "?";
-}
-
 bool IsWhole(const JobSpec& job) { return job.sharing == Sharing::kExclusive && job.gpus > 0; }
 
 // One worker, as a user would say it: "8 GPUs", "1g.10gb", "0.25 GPU (mps)", "4 cpus".
@@ -59,7 +45,7 @@ std::string Worker(const JobSpec& job) {
       return job.mig_profile;
     case Sharing::kMps:
     case Sharing::kTimeslice:
-      return Fixed(job.share_milli, 1000) + " GPU (" + SharingName(job.sharing) + ")";
+      return Fixed(job.share_milli, 1000) + " GPU (" + std::string(Name(job.sharing)) + ")";
   }
   return "?";
 }
@@ -168,7 +154,7 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
     }
     // 2. The sharing mode allowed on the pool.
     if (!narrow([&](const PoolSpec& p) { return (p.sharing & Bit(job.sharing)) != 0; })) {
-      return SharingName(job.sharing) + " sharing is allowed on no pool with an accepted model";
+      return std::string(Name(job.sharing)) + " sharing is allowed on no pool with an accepted model";
     }
     // 3. Enough memory on one GPU or MIG instance.
     auto capacity = [&](const PoolSpec& p) -> int64_t {

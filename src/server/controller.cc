@@ -269,7 +269,7 @@ Status Controller::Restore() {
       const std::string why = !problems.empty() ? problems.front() : j.end_reason;
       std::fprintf(stderr, "gantryd: job %s failed: cannot be read back after a restart: %s\n",
                    j.name.c_str(), why.c_str());
-      EndJob(j, "failed", "cannot be read back after a restart: " + why, now);
+      EndJob(j, JobEnd::kFailed, "cannot be read back after a restart: " + why, now);
       continue;
     }
     if (j.state == JobState::kPending &&
@@ -319,7 +319,7 @@ Status Controller::Restore() {
     Job& j = jobs_.at(core_to_seq_[d.job.v]);
     RemoveRunning(j);
     log_.Reject(now, j.name, d.reason);
-    EndJob(j, "rejected", d.reason, now);
+    EndJob(j, JobEnd::kRejected, d.reason, now);
   }
   resubmit.insert(resubmit.end(), readopt_failed.begin(), readopt_failed.end());
   std::sort(resubmit.begin(), resubmit.end());

@@ -279,7 +279,7 @@ class Controller {
   void WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks now);
   void NodeDown(core::NodeId n, Ticks now);
   void SetCoreNodeUp(core::NodeId n);
-  void EndJob(Job& job, std::string end, std::string reason, Ticks now);
+  void EndJob(Job& job, JobEnd end, std::string reason, Ticks now);
   // The scheduler's record of an ended job goes (Scheduler::Forget), with the job's core id.
   void LetGoOfCore(Job& job);
   // Drops an ended job from memory (the store may still have it).
@@ -303,7 +303,8 @@ class Controller {
   void Settle(Job& job, Ticks now);
   // How job `name` stands for a dependency: nullopt when there is no such job (or
   // `viewer` may not see it), "" while it is active, else how it ended.
-  std::optional<std::string> EndStateOf(const std::string& name, const Principal* viewer);
+  // kNone while it is active; nullopt when there is no such job the viewer may see.
+  std::optional<JobEnd> EndStateOf(const std::string& name, const Principal* viewer);
   // What a node should run changed: bump the versions of the job's nodes (watches).
   void Touch(const Job& job);
   void AddRunning(const Job& job);
@@ -405,7 +406,7 @@ class Controller {
   std::vector<Histogram> queue_wait_;
   std::vector<uint64_t> preemptions_;  // per queue
   uint64_t submitted_ = 0, requeued_ = 0, purged_ = 0;
-  std::map<std::string, uint64_t> ended_;     // by end
+  std::map<JobEnd, uint64_t> ended_;          // by end
   std::map<std::string, uint64_t> reclaims_;  // by queue
   // GPU time since this process's first batch (metrics_since_): held by runs that ended
   // (the running ones are added when rendered) and busy as agents report it, in GPU-ms by

@@ -245,18 +245,19 @@ Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
   return out;
 }
 
-std::optional<std::string> Controller::EndStateOf(const std::string& name,
-                                                  const Principal* viewer) {
+std::optional<JobEnd> Controller::EndStateOf(const std::string& name, const Principal* viewer) {
   if (const Job* j = FindJob(name)) {
     if (viewer && !MaySee(*viewer, *j)) return std::nullopt;
-    return j->active() ? std::string() : j->end;
+    return j->active() ? JobEnd::kNone : j->end;
   }
   auto stored = store_.FindJob(name);  // ended long ago: no longer in memory
   if (!stored) Fatal("store: " + stored.error().message);
   if (!*stored || (viewer && !MaySubmitTo(*viewer, config_.queues, (*stored)->queue)))
     return std::nullopt;
-  if ((*stored)->active) return std::string();
-  return json::parse((*stored)->doc, nullptr, false).value("end", std::string("unknown"));
+  if ((*stored)->active) return JobEnd::kNone;
+  // (A stored end no word names would be a store from elsewhere: it ended, not well.)
+  return JobEndNamed(json::parse((*stored)->doc, nullptr, false).value("end", std::string()))
+      .value_or(JobEnd::kFailed);
 }
 
 int Controller::InScheduler(const std::string& array) const {
@@ -308,15 +309,16 @@ void Controller::Settle(Job& job, Ticks now) {
   if (job.state != JobState::kPending || job.core.valid()) return;
   std::vector<Dependency> left;
   for (const Dependency& d : job.after) {
-    const std::optional<std::string> end = EndStateOf(d.job, nullptr);
-    if (end && end->empty()) {
+    const std::optional<JobEnd> end = EndStateOf(d.job, nullptr);
+    if (end == JobEnd::kNone) {
       left.push_back(d);
-    } else if (!d.any && end != "finished") {
-      const std::string reason = "dependency " + d.job + " ended " + (end ? *end : "unknown") +
+    } else if (!d.any && end != JobEnd::kFinished) {
+      const std::string reason = "dependency " + d.job + " ended " +
+                                 (end ? std::string(Word(*end)) : std::string("unknown")) +
                                  ", so --after " + d.job + ":ok can never be met";
       job.after.clear();
       log_.Cancel(now, job.name, reason);
-      EndJob(job, "cancelled", reason, now);
+      EndJob(job, JobEnd::kCancelled, reason, now);
       return;
     }
   }
@@ -445,14 +447,15 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
               }
             }
             for (const std::string& name : names) {
-              const std::optional<std::string> end = EndStateOf(name, &user);
+              const std::optional<JobEnd> end = EndStateOf(name, &user);
               if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
-              if (end->empty()) {
+              if (*end == JobEnd::kNone) {
                 after.push_back(Dependency{name, d.any});
-              } else if (!d.any && *end != "finished") {
-                return Reply::Error(Code::kUnprocessable,
-                                    "after: " + name + " ended " + *end + ", so " + name +
-                                        ":ok can never be met (use " + name + ":any)");
+              } else if (!d.any && *end != JobEnd::kFinished) {
+                return Reply::Error(Code::kUnprocessable, "after: " + name + " ended " +
+                                                              std::string(Word(*end)) + ", so " +
+                                                              name + ":ok can never be met (use " +
+                                                              name + ":any)");
               }
             }
           }
@@ -616,7 +619,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     if (w.at >= 0) wait["at"] = UnixSeconds(w.at);
     j["wait"] = std::move(wait);
   }
-  if (job.end == "failed") {
+  if (job.end == JobEnd::kFailed) {
     j["exit_code"] = job.exit_code;
     // A signal's end is stored as 128 + signal; the worker that ended the job says which.
     for (const Worker& w : job.workers) {
@@ -697,16 +700,14 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
   CallAsUser(
       std::move(token), std::move(done), [this, q = std::move(q)](const Principal&) -> Reply {
         static const std::set<std::string> kActive = {"pending", "running", "stopping"};
-        static const std::set<std::string> kEnded = {"finished", "failed", "cancelled", "rejected",
-                                                     "reclaimed"};
-        if (!q.state.empty() && !kActive.count(q.state) && !kEnded.count(q.state)) {
+        if (!q.state.empty() && !kActive.count(q.state) && !JobEndNamed(q.state)) {
           return Reply::Error(Code::kBadRequest,
                               "state: no state \"" + q.state +
                                   "\"; one of pending, running, stopping, finished, failed, "
                                   "cancelled, rejected, reclaimed");
         }
         // Asking for an ended state lists ended jobs (those still in memory) without --all.
-        const bool with_ended = q.all || kEnded.count(q.state) > 0;
+        const bool with_ended = q.all || JobEndNamed(q.state).has_value();
         // One walk counts and picks; only the jobs listed are written out (a site's 14,000
         // jobs took 0.2 s of this thread per console refresh when all were).
         std::set<std::string> queues, states, users;
@@ -821,7 +822,8 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
                                                     job->team + ")");
         }
         if (job->state == JobState::kDone) {
-          return Reply::Error(Code::kConflict, "job " + name + " already ended (" + job->end + ")");
+          return Reply::Error(Code::kConflict, "job " + name + " already ended (" +
+                                                   std::string(Word(job->end)) + ")");
         }
         CancelJob(*job, reason, now_, force);
         Reply r;
@@ -837,7 +839,7 @@ void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool 
     case JobState::kPending:
       if (job.core.valid()) sched_->Finish(job.core, now);
       log_.Cancel(now, job.name, reason);
-      EndJob(job, "cancelled", reason, now);
+      EndJob(job, JobEnd::kCancelled, reason, now);
       dirty_ = true;
       break;
     case JobState::kRunning:

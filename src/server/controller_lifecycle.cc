@@ -47,7 +47,7 @@ void Controller::Pass(Ticks now) {
         break;
       case core::Decision::Kind::kReject:
         log_.Reject(now, job.name, d.reason);
-        EndJob(job, "rejected", d.reason, now);
+        EndJob(job, JobEnd::kRejected, d.reason, now);
         break;
       case core::Decision::Kind::kWait:
         log_.Wait(now, job.name, d.reason, d.at);
@@ -169,18 +169,18 @@ void Controller::EndStop(Job& job, Ticks now) {
     case StopKind::kCancel:
       sched_->Finish(job.core, now);
       log_.Cancel(now, job.name, job.stop_reason);
-      EndJob(job, "cancelled", job.stop_reason, now);
+      EndJob(job, JobEnd::kCancelled, job.stop_reason, now);
       return;
     case StopKind::kFail:
       sched_->Finish(job.core, now);
-      EndJob(job, "failed", job.stop_reason, now);
+      EndJob(job, JobEnd::kFailed, job.stop_reason, now);
       WriteFinishEvent(now, job);
       return;
     case StopKind::kReclaim:
       sched_->Finish(job.core, now);
       log_.Reclaim(now, job.name, job.stop_reason);
       ++reclaims_[job.queue];
-      EndJob(job, "reclaimed", job.stop_reason, now);
+      EndJob(job, JobEnd::kReclaimed, job.stop_reason, now);
       return;
     case StopKind::kNone:
       return;
@@ -193,12 +193,12 @@ void Controller::FinishRun(Job& job, Ticks now) {
   RemoveRunning(job);
   dirty_ = true;
   sched_->Finish(job.core, now, /*completed=*/true);
-  EndJob(job, "finished", "", now);
+  EndJob(job, JobEnd::kFinished, "", now);
   WriteFinishEvent(now, job);
 }
 
 void Controller::WriteFinishEvent(Ticks t, const Job& job) {
-  if (job.end == "finished") {
+  if (job.end == JobEnd::kFinished) {
     log_.Finish(t, job.name);
     return;
   }
@@ -218,12 +218,13 @@ void Controller::LetGoOfCore(Job& job) {
   job.core = core::JobId();
 }
 
-void Controller::EndJob(Job& job, std::string end, std::string reason, Ticks now) {
-  log::Write(end == "failed" ? log::Level::kWarning : log::Level::kInfo, "job " + end,
+void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
+  const std::string word(Word(end));
+  log::Write(end == JobEnd::kFailed ? log::Level::kWarning : log::Level::kInfo, "job " + word,
              {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
   job.state = JobState::kDone;
-  job.Note(now, end + (reason.empty() ? "" : ": " + reason));
-  job.end = std::move(end);
+  job.Note(now, word + (reason.empty() ? "" : ": " + reason));
+  job.end = end;
   job.end_reason = std::move(reason);
   job.end_time = now;
   LetGoOfCore(job);  // the store keeps the job

@@ -297,8 +297,8 @@ void Controller::Metrics(Done done) {
         out += "gantry_agent_duplicates_refused_total " + std::to_string(duplicate_agents_) + "\n";
         MetricHeader(out, "gantry_jobs_ended_total", "counter",
                      "Jobs ended by this process, by how");
-        for (const char* end : {"finished", "failed", "cancelled", "rejected", "reclaimed"}) {
-          out += "gantry_jobs_ended_total{end=\"" + std::string(end) + "\"} " +
+        for (JobEnd end : kJobEnds) {
+          out += "gantry_jobs_ended_total{end=\"" + std::string(Word(end)) + "\"} " +
                  std::to_string(ended_.count(end) ? ended_.at(end) : 0) + "\n";
         }
         MetricHeader(

@@ -9,6 +9,31 @@ namespace gantry::server {
 
 using nlohmann::json;
 
+std::string_view Word(JobEnd e) {
+  switch (e) {
+    case JobEnd::kNone:
+      return "";
+    case JobEnd::kFinished:
+      return "finished";
+    case JobEnd::kFailed:
+      return "failed";
+    case JobEnd::kCancelled:
+      return "cancelled";
+    case JobEnd::kRejected:
+      return "rejected";
+    case JobEnd::kReclaimed:
+      return "reclaimed";
+  }
+  return "?";
+}
+
+std::optional<JobEnd> JobEndNamed(std::string_view word) {
+  for (JobEnd e : kJobEnds) {
+    if (Word(e) == word) return e;
+  }
+  return std::nullopt;
+}
+
 std::string_view Name(JobState s) {
   switch (s) {
     case JobState::kPending:
@@ -312,7 +337,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"progress", job.progress},
               {"preemptions", job.preemptions},
               {"requeues", job.requeues},
-              {"end", job.end},
+              {"end", Word(job.end)},
               {"end_reason", job.end_reason},
               {"exit_code", job.exit_code},
               {"end_time", job.end_time},
@@ -361,7 +386,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.progress = d.value("progress", Ticks{0});
     job.preemptions = d.value("preemptions", 0);
     job.requeues = d.value("requeues", 0);
-    job.end = d.value("end", std::string());
+    job.end = JobEndNamed(d.value("end", std::string())).value_or(JobEnd::kNone);
     job.end_reason = d.value("end_reason", std::string());
     job.exit_code = d.value("exit_code", 0);
     job.end_time = d.value("end_time", Ticks{-1});

@@ -28,6 +28,12 @@ namespace gantry::server {
 using core::Ticks;
 
 enum class JobState : uint8_t { kPending, kRunning, kStopping, kDone };
+// How a done job ended: the words are what the API, the store and the metrics say.
+enum class JobEnd : uint8_t { kNone, kFinished, kFailed, kCancelled, kRejected, kReclaimed };
+inline constexpr JobEnd kJobEnds[] = {JobEnd::kFinished, JobEnd::kFailed, JobEnd::kCancelled,
+                                      JobEnd::kRejected, JobEnd::kReclaimed};
+std::string_view Word(JobEnd e);                           // "finished", ...; "" for kNone
+std::optional<JobEnd> JobEndNamed(std::string_view word);  // the ended ones' words only
 // Why a run is being stopped.
 enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost, kReclaim };
 
@@ -115,7 +121,7 @@ struct Job {
   Ticks progress = 0;  // checkpointed run time kept across runs
   int preemptions = 0;
   int requeues = 0;
-  std::string end;  // done: finished, failed, cancelled, rejected
+  JobEnd end = JobEnd::kNone;  // done: how
   std::string end_reason;
   int exit_code = 0;
   Ticks end_time = -1;
@@ -139,7 +145,7 @@ struct Job {
   bool active() const { return state != JobState::kDone; }
   // As the API and `gantry ls` show it: pending, running, stopping, or how it ended.
   std::string state_word() const {
-    return state == JobState::kDone ? end : std::string(Name(state));
+    return std::string(state == JobState::kDone ? Word(end) : Name(state));
   }
   bool AllExited() const;
 };

@@ -154,7 +154,8 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
     }
     // 2. The sharing mode allowed on the pool.
     if (!narrow([&](const PoolSpec& p) { return (p.sharing & Bit(job.sharing)) != 0; })) {
-      return std::string(Name(job.sharing)) + " sharing is allowed on no pool with an accepted model";
+      return std::string(Name(job.sharing)) +
+             " sharing is allowed on no pool with an accepted model";
     }
     // 3. Enough memory on one GPU or MIG instance.
     auto capacity = [&](const PoolSpec& p) -> int64_t {

@@ -13,6 +13,7 @@ import http.client
 import json
 import re
 import os
+import random
 import socket
 import ssl
 import sys
@@ -29,12 +30,24 @@ def die(msg, code=1):
 
 
 def free_ports(n):
+    """n ports free now, below the kernel's ephemeral range: a port the kernel handed out
+    (bind to 0) is one it may hand again as the source port of an outgoing connection (the
+    apiserver's to etcd, say) before our component binds it; kwok once exited at start so."""
+    lo, _hi = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
     socks = []
     try:
-        for _ in range(n):
+        for port in random.sample(range(max(1024, lo - 12000), lo), 2000):
+            if len(socks) == n:
+                break
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                s.close()
+                continue
             socks.append(s)
+        if len(socks) < n:
+            die(f"found only {len(socks)} of {n} free ports below {lo}")
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:

@@ -164,28 +164,37 @@ void Controller::ClusterHistory(std::string token, double since_unix_s, Done don
 
 void Controller::Drain(std::string token, std::string node, bool drain, std::string reason,
                        Done done) {
-  CallAsUser(std::move(token), std::move(done),
-             [this, node, drain, reason](const Principal& user) -> Reply {
-               if (!user.admin()) {
-                 return Reply::Error(Code::kForbidden,
-                                     std::string(drain ? "drain" : "resume") +
-                                         " is a cluster operation: it needs the admin token, not " +
-                                         user.Describe() + "'s");
-               }
-               auto n = cluster_.FindNode(node);
-               if (!n)
-                 return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
-               NodeInfo& info = nodes_[n->v];
-               info.drained = drain;
-               info.drain_reason = drain ? (reason.empty() ? "drained by admin" : reason) : "";
-               log::Info(drain ? "node drained" : "node resumed",
-                         {{"node", node}, {"by", user.Describe()}, {"reason", info.drain_reason}});
-               SetCoreNodeUp(*n);
-               PersistNode(*n);
-               Reply r;
-               r.body = {{"node", node}, {"drained", drain}};
-               return r;
-             });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, node, drain, reason](const Principal& user) -> Reply {
+        if (!user.admin()) {
+          return Reply::Error(Code::kForbidden,
+                              std::string(drain ? "drain" : "resume") +
+                                  " is a cluster operation: it needs the admin token, not " +
+                                  user.Describe() + "'s");
+        }
+        auto n = cluster_.FindNode(node);
+        if (!n) return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
+        NodeInfo& info = nodes_[n->v];
+        // A second drain adds its reason (two admins' reasons are both true; the
+        // second used to replace the first); resume clears them.
+        const std::string why = reason.empty() ? "drained by admin" : reason;
+        if (!drain) {
+          info.drain_reason.clear();
+        } else if (!info.drained || info.drain_reason.empty()) {
+          info.drain_reason = why;
+        } else if (("; " + info.drain_reason + "; ").find("; " + why + "; ") == std::string::npos) {
+          info.drain_reason += "; " + why;
+        }
+        info.drained = drain;
+        log::Info(drain ? "node drained" : "node resumed",
+                  {{"node", node}, {"by", user.Describe()}, {"reason", info.drain_reason}});
+        SetCoreNodeUp(*n);
+        PersistNode(*n);
+        Reply r;
+        r.body = {{"node", node}, {"drained", drain}};
+        return r;
+      });
 }
 
 void Controller::WhoAmI(std::string token, Done done) {

@@ -870,6 +870,12 @@ void Controller::LogPath(std::string token, std::string name, int run, int rank,
                if (run <= 0) run = job->run;
                if (run <= 0)
                  return Reply::Error(Code::kNotFound, "job " + name + " has not started yet");
+               if (run > job->run) {  // (it answered 200 with nothing: `logs --run 9` exited 0)
+                 return Reply::Error(
+                     Code::kNotFound,
+                     "job " + name + " has no run " + std::to_string(run) + " (its runs: " +
+                         (job->run == 1 ? "1" : "1-" + std::to_string(job->run)) + ")");
+               }
                if (rank < 0 || rank >= job->spec.replicas) {
                  return Reply::Error(Code::kBadRequest,
                                      "rank: must be 0.." + std::to_string(job->spec.replicas - 1));

@@ -229,6 +229,11 @@ TEST_F(ControllerTest, EndedJobsArePurgedPastTheirRetentionWithTheirOutput) {
   ASSERT_EQ(ctl_->UploadLog(kAgent, "h100-0", id, 1, 0, 0, "hello\n").code, Code::kOk);
   Reply log = ctl_->LogPath(kTeamA, id, 1, 0);
   ASSERT_EQ(log.code, Code::kOk) << log.body.dump();
+  // Issue 47 (low): a run the job never had is a 404 naming its runs, not an empty log.
+  Reply missing = ctl_->LogPath(kTeamA, id, 9, 0);
+  EXPECT_EQ(missing.code, Code::kNotFound);
+  EXPECT_EQ(missing.body.value("error", ""), "job " + id + " has no run 9 (its runs: 1)")
+      << missing.body.dump();
   const fs::path output = log.body["path"].get<std::string>();
   ASSERT_TRUE(fs::exists(output)) << output;
   Advance(1000);
@@ -617,6 +622,26 @@ TEST_F(ControllerTest, TeamsStayInTheirQueues) {
   EXPECT_EQ(Show(b.body["id"])["state"], "cancelled");
   EXPECT_EQ(ctl_->Drain(kTeamA, "h100-0", true, "").code, Code::kForbidden);
   EXPECT_EQ(ctl_->Heartbeat(kTeamA, "h100-0", {{"gpus", Gpus(8)}}, "x").code, Code::kForbidden);
+}
+
+// Issue 47 (low): a second drain replaced the first drain's reason; both hold until resume.
+TEST_F(ControllerTest, ASecondDrainAddsItsReasonAndResumeClearsThem) {
+  Beat("h100-0");
+  const auto reason = [&] {
+    const Reply nodes = ctl_->Nodes(kAdmin);
+    for (const json& n : nodes.body["nodes"]) {
+      if (n["name"] == "h100-0") return n.value("reason", std::string());
+    }
+    return std::string("?");
+  };
+  ASSERT_EQ(ctl_->Drain(kAdmin, "h100-0", true, "bad GPU 3").code, Code::kOk);
+  ASSERT_EQ(ctl_->Drain(kAdmin, "h100-0", true, "rack maintenance").code, Code::kOk);
+  ASSERT_EQ(ctl_->Drain(kAdmin, "h100-0", true, "bad GPU 3").code, Code::kOk);  // said once
+  EXPECT_EQ(reason(), "bad GPU 3; rack maintenance");
+  ASSERT_EQ(ctl_->Drain(kAdmin, "h100-0", false, "").code, Code::kOk);
+  EXPECT_EQ(reason(), "");
+  ASSERT_EQ(ctl_->Drain(kAdmin, "h100-0", true, "").code, Code::kOk);
+  EXPECT_EQ(reason(), "drained by admin");
 }
 
 TEST_F(ControllerTest, RejectsWhatCanNeverRunAndAgentsWithTheWrongGpus) {

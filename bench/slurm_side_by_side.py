@@ -70,54 +70,80 @@ class Server:
         return r.status, data
 
 
-def run_size(a, peer, nodes, work):
-    b = os.path.abspath(a.build)
-    gantryd, gantry, agent, swarm = (os.path.join(b, 'src', x) for x in ('gantryd', 'gantry', 'gantry-agent',
-                                                                          'gantry-swarm'))
-    d = tempfile.mkdtemp(prefix='gantry-sbs-%d-' % nodes, dir=work)
-    total = nodes * 8
+def start_cluster(build, d, nodes, agents, procs, flags=(), up_within_s=60):
+    """gantryd on a fresh SQLite file in `d` (its cluster.yaml: pool `gpu` of `nodes` nodes of
+    8 H100s, pool `probe` of `agents` nodes of 8 A100s, one queue `research` guaranteed every
+    GPU), one gantry-swarm for the `gpu` nodes (stats in d/swarm.json) and a real
+    gantry-agent per probe node, all up (`up_within_s` at most). Each process is appended to `procs`
+    as it starts (stop them with stop_cluster, also when this raises). Returns (port, admin
+    token)."""
+    gantryd, agent, swarm = (os.path.join(build, 'src', x) for x in ('gantryd', 'gantry-agent', 'gantry-swarm'))
     with open(os.path.join(d, 'cluster.yaml'), 'w') as f:
-        f.write('pools:\n  - name: gpu\n    count: %d\n    gpus: 8\n    gpu_model: H100-80GB\n'
-                '  - name: probe\n    count: 2\n    gpus: 8\n    gpu_model: A100-80GB\n'
-                'queues:\n  - name: research\n    guaranteed_gpus: %d\n' % (nodes, total + 16))
+        f.write('pools:\n  - name: gpu\n    count: %d\n    gpus: 8\n    gpu_model: H100-80GB\n' % nodes)
+        if agents:
+            f.write('  - name: probe\n    count: %d\n    gpus: 8\n    gpu_model: A100-80GB\n' % agents)
+        f.write('queues:\n  - name: research\n    guaranteed_gpus: %d\n' % (8 * (nodes + agents)))
     db = os.path.join(d, 'state.db')
     subprocess.run([gantryd, 'init', '--db', db], capture_output=True, check=True)
     tok = lambda *r: subprocess.run([gantryd, 'token', 'create', '--db', db] + list(r), capture_output=True,
                                     text=True, check=True).stdout.strip()
     admin, agent_tok = tok('--admin'), tok('--agent', '--any-node')
-    procs = []
     log = lambda n: open(os.path.join(d, n), 'w')
     port_file = os.path.join(d, 'port')
     procs.append(subprocess.Popen([gantryd, '--config', os.path.join(d, 'cluster.yaml'), '--db', db, '--listen',
-                                   '127.0.0.1:0', '--port-file', port_file, '--events',
-                                   os.path.join(d, 'events.jsonl')], stderr=log('gantryd.log')))
+                                   '127.0.0.1:0', '--port-file', port_file] + list(flags),
+                                  stderr=log('gantryd.log')))
     t_end = time.time() + 10
     while not os.path.exists(port_file) and time.time() < t_end:
         time.sleep(0.05)
     port = int(open(port_file).read())
     url = 'http://127.0.0.1:%d' % port
     env = dict(os.environ, GANTRY_SERVER=url, GANTRY_TOKEN=agent_tok)
-    stats_path = os.path.join(d, 'swarm.json')
-    procs.append(subprocess.Popen([swarm, '--server', url, '--pool', 'gpu:%d:8xH100-80GB' % nodes, '--stats',
-                                   stats_path], env=env, stdout=log('swarm.out'), stderr=log('swarm.log')))
-    for i in range(2):
-        # --run-as agent: the probes' token names no user, and a root agent runs jobs as
-        # their users by default (the script died on an empty list when it did).
-        procs.append(subprocess.Popen([agent, '--server', url, '--node', 'probe-%d' % i, '--emulate',
-                                       '8xA100-80GB', '--run-as', 'agent', '--state-dir',
-                                       os.path.join(d, 'agent-%d' % i)], env=env,
+    if nodes:
+        procs.append(subprocess.Popen([swarm, '--server', url, '--pool', 'gpu:%d:8xH100-80GB' % nodes, '--stats',
+                                       os.path.join(d, 'swarm.json')], env=env, stdout=log('swarm.out'),
+                                      stderr=log('swarm.log')))
+    # --run-as agent: the benchmarks' tokens name no user, and a root agent runs jobs as
+    # their users by default (the side-by-side died on an empty list when it did). Agents
+    # older than the flag (a worktree of an old commit) run them as themselves anyway.
+    run_as = ['--run-as', 'agent'] if agents and '--run-as' in subprocess.run(
+        [agent, '--help'], capture_output=True, text=True).stdout else []
+    for i in range(agents):
+        procs.append(subprocess.Popen([agent, '--server', url, '--node', 'probe-%d' % i, '--emulate', '8xA100-80GB']
+                                      + run_as + ['--state-dir', os.path.join(d, 'agent-%d' % i)], env=env,
                                       stderr=log('agent-%d.log' % i)))
     srv = Server(port, admin)
-    cli_env = dict(os.environ, GANTRY_SERVER=url, GANTRY_TOKEN=admin)
+    t_end = time.time() + up_within_s
+    while time.time() < t_end:
+        st, body = srv.call('GET', '/healthz', token=False)
+        if st == 200 and json.loads(body)['nodes_up'] == nodes + agents:
+            return port, admin
+        time.sleep(0.2)
+    raise RuntimeError('nodes did not come up')
+
+
+def stop_cluster(procs):
+    """SIGTERM to every process, the last started first; SIGKILL to any still up after 40 s."""
+    for p in reversed(procs):
+        p.send_signal(signal.SIGTERM)
+    for p in reversed(procs):
+        try:
+            p.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def run_size(a, peer, nodes, work):
+    b = os.path.abspath(a.build)
+    gantry = os.path.join(b, 'src', 'gantry')
+    d = tempfile.mkdtemp(prefix='gantry-sbs-%d-' % nodes, dir=work)
+    total = nodes * 8
+    stats_path = os.path.join(d, 'swarm.json')
+    procs = []
     try:
-        t_end = time.time() + 60
-        while time.time() < t_end:
-            st, body = srv.call('GET', '/healthz', token=False)
-            if st == 200 and json.loads(body)['nodes_up'] == nodes + 2:
-                break
-            time.sleep(0.2)
-        else:
-            raise RuntimeError('nodes did not come up')
+        port, admin = start_cluster(b, d, nodes, 2, procs, ['--events', os.path.join(d, 'events.jsonl')])
+        srv = Server(port, admin)
+        cli_env = dict(os.environ, GANTRY_SERVER='http://127.0.0.1:%d' % port, GANTRY_TOKEN=admin)
 
         jobs = peer.gen_jobs(nodes * a.jobs_per_node, a.seed, a.dur_min, a.dur_max)
         samples, health_ms = [], []
@@ -271,13 +297,7 @@ def run_size(a, peer, nodes, work):
                     http_submits_per_s=http_rate, gantryd_rss_mb=rss_kb / 1024.0, gantryd_cpu_s=cpu_s,
                     lease_misses=swarm_stats.get('lease_misses'), swarm=swarm_stats)
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_cluster(procs)
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
 

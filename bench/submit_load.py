@@ -23,7 +23,7 @@ import argparse, http.client, json, os, shutil, signal, subprocess, sys, tempfil
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from slurm_side_by_side import Server, pct  # noqa: E402 (the side-by-side's client and percentile)
+from slurm_side_by_side import Server, pct, start_cluster, stop_cluster  # noqa: E402 (the side-by-side's)
 TICK = os.sysconf('SC_CLK_TCK')
 
 
@@ -53,52 +53,13 @@ def main():
     if a.tiny:
         a.nodes, a.agents, a.prefill, a.submits, a.threads, a.timeout = 8, 1, 20, 200, 4, 120
     b = os.path.abspath(a.build)
-    gantryd, agent, swarm = (os.path.join(b, 'src', x) for x in ('gantryd', 'gantry-agent', 'gantry-swarm'))
     d = tempfile.mkdtemp(prefix='gantry-load-')
-    with open(os.path.join(d, 'cluster.yaml'), 'w') as f:
-        f.write('pools:\n  - name: gpu\n    count: %d\n    gpus: 8\n    gpu_model: H100-80GB\n' % a.nodes)
-        if a.agents:
-            f.write('  - name: probe\n    count: %d\n    gpus: 8\n    gpu_model: A100-80GB\n' % a.agents)
-        # As the side-by-side's: one queue guaranteed every GPU.
-        f.write('queues:\n  - name: research\n    guaranteed_gpus: %d\n' % (8 * (a.nodes + a.agents)))
-    db = os.path.join(d, 'state.db')
-    subprocess.run([gantryd, 'init', '--db', db], capture_output=True, check=True)
-    tok = lambda *r: subprocess.run([gantryd, 'token', 'create', '--db', db] + list(r), capture_output=True,
-                                    text=True, check=True).stdout.strip()
-    admin, agent_tok = tok('--admin'), tok('--agent', '--any-node')
-    procs = []
-    log = lambda n: open(os.path.join(d, n), 'w')
-    port_file = os.path.join(d, 'port')
-    procs.append(subprocess.Popen([gantryd, '--config', os.path.join(d, 'cluster.yaml'), '--db', db, '--listen',
-                                   '127.0.0.1:0', '--port-file', port_file] + a.gantryd_flag,
-                                  stderr=log('gantryd.log')))
-    errors = []
+    procs, errors = [], []
     try:
-        t_end = time.time() + 10
-        while not os.path.exists(port_file) and time.time() < t_end:
-            time.sleep(0.05)
-        port = int(open(port_file).read())
-        url = 'http://127.0.0.1:%d' % port
-        env = dict(os.environ, GANTRY_SERVER=url, GANTRY_TOKEN=agent_tok)
+        port, admin = start_cluster(b, d, a.nodes, a.agents, procs, a.gantryd_flag, up_within_s=120)
         stats_path = os.path.join(d, 'swarm.json')
-        if a.nodes:
-            procs.append(subprocess.Popen([swarm, '--server', url, '--pool', 'gpu:%d:8xH100-80GB' % a.nodes,
-                                           '--stats', stats_path], env=env, stdout=log('swarm.out'),
-                                          stderr=log('swarm.log')))
-        # (--run-as agent: the benchmark's token names no user; older agents lack the flag.)
-        run_as = ['--run-as', 'agent'] if a.agents and '--run-as' in subprocess.run(
-            [agent, '--help'], capture_output=True, text=True).stdout else []
-        for i in range(a.agents):
-            procs.append(subprocess.Popen([agent, '--server', url, '--node', 'probe-%d' % i, '--emulate',
-                                           '8xA100-80GB'] + run_as + ['--state-dir',
-                                           os.path.join(d, 'agent-%d' % i)], env=env, stderr=log('agent-%d.log' % i)))
         srv = Server(port, admin)
         health = lambda: json.loads(srv.call('GET', '/healthz')[1])
-        t_end = time.time() + 120
-        while time.time() < t_end and health().get('nodes_up', 0) < a.nodes + a.agents:
-            time.sleep(0.2)
-        if health().get('nodes_up', 0) < a.nodes + a.agents:
-            raise RuntimeError('nodes did not come up: %s' % health())
 
         body = json.dumps({'queue': 'research', 'gpus': 0, 'command': ['true']} if not a.gpus else
                           {'queue': 'research', 'gpus': a.gpus, 'gpu_model': 'H100-80GB', 'vram_gb': 40,
@@ -196,13 +157,7 @@ def main():
         print(json.dumps(out))
         return 1 if errors or out['active_after'] else 0
     finally:
-        for p in reversed(procs):
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(procs):
-            try:
-                p.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_cluster(procs)
         if not a.keep:
             shutil.rmtree(d, ignore_errors=True)
         else:

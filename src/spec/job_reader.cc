@@ -172,11 +172,8 @@ class JobDecoder {
     JobSpec& job = out.spec;
     ReadId(f, mode, line, job, id);
     ReadQueue(f, job);
-    if (auto t = f.Choice("tier", {"critical", "standard", "best-effort"})) {
-      job.tier = *t == "critical"   ? core::Tier::kCritical
-                 : *t == "standard" ? core::Tier::kStandard
-                                    : core::Tier::kBestEffort;
-    }
+    if (auto t = f.Choice("tier", {"critical", "standard", "best-effort"}))
+      job.tier = *core::TierNamed(*t);
     if (auto r = f.Integer("replicas", 1, kMaxReplicas)) job.replicas = static_cast<int>(*r);
     ReadShape(f, job);
     if (auto v = f.Number("cpus", Range{0, false, kMaxCpus}))

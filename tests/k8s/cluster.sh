@@ -52,6 +52,20 @@ launch() { # DIR NAME ARGS... (binary $BIN/NAME, log DIR/logs/NAME.log)
   echo $! >"$dir/pids/$name.pid"
 }
 
+launch_kwok() { # DIR (on $KWOK_PORT)
+  # shellcheck disable=SC2086
+  launch "$1" kwok \
+    --kubeconfig "$1/kwok.kubeconfig" \
+    --config "$1/kwok.yaml" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --node-lease-duration-seconds 40 \
+    --cidr 10.64.0.1/10 \
+    --node-ip 127.0.0.1 \
+    --server-address "127.0.0.1:$KWOK_PORT" \
+    ${GANTRY_K8S_KWOK_ARGS:-}
+}
+
 stop_one() { # DIR NAME
   local dir=$1 name=$2 pid i
   if pid_alive "$dir" "$name"; then
@@ -320,17 +334,7 @@ EOF
     "${kubectl[@]}" get serviceaccount default -n default
   log "kube-controller-manager up (healthz on 127.0.0.1:$KCM_PORT)"
 
-  # shellcheck disable=SC2086
-  launch "$dir" kwok \
-    --kubeconfig "$dir/kwok.kubeconfig" \
-    --config "$dir/kwok.yaml" \
-    --manage-all-nodes=false \
-    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --node-lease-duration-seconds 40 \
-    --cidr 10.64.0.1/10 \
-    --node-ip 127.0.0.1 \
-    --server-address "127.0.0.1:$KWOK_PORT" \
-    ${GANTRY_K8S_KWOK_ARGS:-}
+  launch_kwok "$dir"
   # (Seen once in CI-like runs: kwok gone at once with an empty log. A second try, on a
   # fresh port, before giving up.)
   sleep 1
@@ -338,17 +342,7 @@ EOF
     KWOK_PORT=$(python3 "$UTIL" ports 1)
     sed -i "s/^KWOK_PORT=.*/KWOK_PORT=$KWOK_PORT/" "$dir/cluster.env"
     log "kwok exited at start (log: $(tail -n 3 "$dir/logs/kwok.log" 2>/dev/null | tr '\n' ' ')); once more on port $KWOK_PORT"
-    # shellcheck disable=SC2086
-    launch "$dir" kwok \
-      --kubeconfig "$dir/kwok.kubeconfig" \
-      --config "$dir/kwok.yaml" \
-      --manage-all-nodes=false \
-      --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-      --node-lease-duration-seconds 40 \
-      --cidr 10.64.0.1/10 \
-      --node-ip 127.0.0.1 \
-      --server-address "127.0.0.1:$KWOK_PORT" \
-      ${GANTRY_K8S_KWOK_ARGS:-}
+    launch_kwok "$dir"
   fi
   wait_for "kwok /healthz" kwok "$dir" curl -sf "http://127.0.0.1:$KWOK_PORT/healthz"
   log "kwok up (127.0.0.1:$KWOK_PORT), managing nodes annotated kwok.x-k8s.io/node=fake"

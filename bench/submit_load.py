@@ -48,7 +48,7 @@ def main():
     ap.add_argument('--tiny', action='store_true', help='CI: 8 nodes, 1 agent, 20 prefill, 200 submits')
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
     ap.add_argument('--perf', help="record gantryd's submit phase with perf into this file")
-    ap.add_argument('--gantryd-flag', action='append', default=[], help='passed to gantryd serve')
+    ap.add_argument('--gantryd-flag', action='append', default=[], help='passed to gantryd')
     a = ap.parse_args()
     if a.tiny:
         a.nodes, a.agents, a.prefill, a.submits, a.threads, a.timeout = 8, 1, 20, 200, 4, 120

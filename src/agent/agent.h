@@ -29,6 +29,11 @@
 // and a request to drain the node, so the server requeues the job and does not place it on
 // that GPU again until someone looks. What it created is listed in the state directory
 // (mig.json), so a restarted agent destroys what its previous run left.
+// Its members are defined by what they do: agent.cc (the loop and the conversation with
+// gantryd), agent_setup.cc (what Run sets up first), agent_start.cc and agent_resolve.cc
+// (starting a desired worker, desired.h), agent_workers.cc (records, recovery, reaping,
+// stopping), agent_mig.cc (the MIG instances it creates) and agent_usage.cc (what workers
+// use of the GPUs).
 // Thread-safety: Run() drives everything but the fence thread, which shares only
 // `live_`/`fenced_` (under fence_mu_) and the atomics; `stop` may be set from a signal
 // handler.
@@ -54,6 +59,7 @@
 
 #include "agent/cgroup.h"
 #include "agent/container.h"
+#include "agent/desired.h"
 #include "agent/gpu.h"
 #include "agent/mig_caps.h"
 #include "base/server_list.h"
@@ -63,6 +69,8 @@ class Client;
 }
 
 namespace gantry::agent {
+
+struct LaunchSpec;
 
 struct AgentOptions {
   std::string server;     // base URL, e.g. http://127.0.0.1:8080; several comma-separated
@@ -200,6 +208,13 @@ class Agent {
   static std::string Key(const std::string& job, int run, int rank);
 
   int64_t Now() const;
+  // Run's start (agent_setup.cc): the state directory (and its lock), cgroups, MIG
+  // instances' access devices and whose user jobs run as. False, having said why, on a
+  // fatal setup error.
+  bool Setup();
+  // Run's end: stops every worker (signal, grace bounded by max_shutdown_grace_ms, SIGKILL),
+  // destroys their MIG instances for a while, and tells the server it is leaving.
+  void Shutdown();
   void Recover();
   void ReapChildren();
   void Escalate(int64_t now);
@@ -214,7 +229,32 @@ class Agent {
   void UploadLogs();
   void Heartbeat(int64_t now, bool leaving = false);
   void Reconcile(const nlohmann::json& desired, int64_t now);
-  void StartWorker(const nlohmann::json& entry, int64_t now);
+  // Starts the worker `d` describes (Reconcile decodes it): resolves its request, launches
+  // and records it; running then, or ended at once saying why it could not start.
+  void StartWorker(const DesiredWorker& d, int64_t now);
+  // StartWorker's steps (agent_start.cc, agent_resolve.cc), in this order. `w` is the
+  // worker being started (`key`: its Key) and `spec` its launch description, both filled
+  // in as they go. A `std::string` returned (or ResolveGpus' `problem`) says why the worker
+  // cannot start, a line for its log; empty when it can.
+  // The GPUs `alloc` holds, resolved against last_gpus_ (a MIG instance on a mig_managed
+  // pool created by MigFor): w.share (w.drain where the node is at fault) and the GPU
+  // variables in spec.env. Returns what CUDA may see (CUDA_VISIBLE_DEVICES' value).
+  std::string ResolveGpus(const DesiredAlloc& alloc, const std::string& key, int64_t now, Worker& w,
+                          LaunchSpec& spec, std::string& problem);
+  // --run-as user: `user`'s Unix account (uid, groups, HOME, USER, LOGNAME) into `spec`.
+  static std::string ResolveUser(const std::string& user, LaunchSpec& spec);
+  // sbatch: writes `script` to the state directory, given to the job's user, as argv[0].
+  std::string WriteScript(const std::string& script, const std::string& stem, Worker& w,
+                          LaunchSpec& spec) const;
+  // Its cgroup (named `stem`) with its limits and the devices it may not open.
+  std::string JoinCgroup(const DesiredWorker& d, const std::string& stem, Worker& w,
+                         LaunchSpec& spec);
+  // d.image: `spec` becomes a `podman run` of it, with its GPUs (`visible`) as devices.
+  std::string RunInContainer(const DesiredWorker& d, const std::string& visible, Worker& w,
+                             LaunchSpec& spec) const;
+  // Launches `w` under its shim and records it (workers_[key]; a failure ends it at once).
+  void LaunchWorker(const std::string& key, const std::string& visible, int64_t now, Worker& w,
+                    LaunchSpec& spec);
   void Stop(Worker& w, int sig, int64_t grace_ms, int64_t now);
   void Remember(const std::string& key);
   void WriteRecord(const Worker& w);

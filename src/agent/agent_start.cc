@@ -1,0 +1,224 @@
+// Agent: starting a desired worker: its files, its launch description (the request
+// resolved against this node: agent_resolve.cc), its batch script, cgroup and container,
+// and the launch under a shim (launcher.h), recorded for a successor.
+#include "agent/agent.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "agent/launcher.h"
+#include "base/image_reference.h"
+
+namespace gantry::agent {
+
+namespace fs = std::filesystem;
+
+void Agent::StartWorker(const DesiredWorker& d, int64_t now) {
+  Worker w;
+  w.job = d.job;
+  w.seq = d.seq;
+  w.run = d.run;
+  w.rank = d.rank;
+  w.grace_ms = d.grace_ms;
+  const std::string stem =
+      std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" + std::to_string(w.rank);
+  w.log_path = (fs::path(options_.state_dir) / "logs" / (stem + ".log")).string();
+  w.record_path = (fs::path(options_.state_dir) / "workers" / (stem + ".json")).string();
+  w.status_path = (fs::path(options_.state_dir) / "workers" / (stem + ".exit")).string();
+  const std::string key = Key(w.job, w.run, w.rank);
+
+  LaunchSpec spec;
+  spec.argv = d.command;
+  spec.env = d.env;
+  spec.workdir = d.workdir;
+  spec.own_workdir = spec.workdir.empty();
+  if (spec.own_workdir)
+    spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
+  spec.log_path = w.log_path;
+  w.stop_signal = d.signal;
+  // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as
+  // its user (Launch), so it can write only where that user may.
+  for (const auto& [p, out] :
+       {std::pair<const std::string*, std::string*>{&d.stdout_path, &spec.stdout_path},
+        {&d.stderr_path, &spec.stderr_path}}) {
+    if (!p->empty())
+      *out = fs::path(*p).is_absolute() ? *p : (fs::path(spec.workdir) / *p).string();
+  }
+  w.out_path = spec.stdout_path;
+
+  std::string problem;
+  const std::string visible = ResolveGpus(d.alloc, key, now, w, spec, problem);
+  w.emulate = d.emulate;
+  spec.env.emplace_back("GANTRY_NODE", options_.node);
+  spec.env.emplace_back("GANTRY_LOG", w.log_path);
+
+  // Its user: the account the job's token names, looked up here (names, not numbers,
+  // are what sites keep in step across nodes).
+  if (problem.empty() && !spec.own_workdir && !fs::path(spec.workdir).is_absolute()) {
+    // gantryd refuses these; one from an older server would resolve against this agent's
+    // own directory, and be made there as root.
+    problem = "workdir " + spec.workdir + " is not an absolute path";
+  }
+  if (problem.empty() && run_as_user_) problem = ResolveUser(d.user, spec);
+  if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
+  // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
+  w.memory_bytes = d.memory_bytes;
+  if (problem.empty() && cgroups_) problem = JoinCgroup(d, stem, w, spec);
+  if (problem.empty() && !d.image.empty()) problem = RunInContainer(d, visible, w, spec);
+  if (!problem.empty()) {
+    std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";
+    w.exited = true;
+    w.exit_code = 127;
+    w.lost = !w.drain.empty();  // not the job's fault: requeued, not failed
+    w.note = problem;
+    Say("job " + w.job + ": " + problem, true);
+    workers_[key] = w;
+    return;
+  }
+  LaunchWorker(key, visible, now, w, spec);
+}
+
+std::string Agent::WriteScript(const std::string& script, const std::string& stem, Worker& w,
+                               LaunchSpec& spec) const {
+  // sbatch: the batch script is written here (as Slurm's slurmd keeps it in its spool),
+  // owned by the job's user, and run with the job's command as its arguments.
+  std::string problem;
+  w.script_path = (fs::path(options_.state_dir) / "scripts" / (stem + ".sh")).string();
+  std::error_code ec;
+  fs::create_directories(fs::path(w.script_path).parent_path(), ec);
+  {
+    std::ofstream f(w.script_path, std::ios::binary | std::ios::trunc);
+    f << script;
+    if (!f.flush()) problem = "cannot write the batch script " + w.script_path;
+  }
+  if (problem.empty() &&
+      ((spec.as_user && ::chown(w.script_path.c_str(), spec.uid, spec.gid) != 0) ||
+       ::chmod(w.script_path.c_str(), 0500) != 0)) {
+    problem =
+        "cannot give the batch script " + w.script_path + " to its user: " + std::strerror(errno);
+  }
+  spec.argv.insert(spec.argv.begin(), w.script_path);
+  return problem;
+}
+
+std::string Agent::JoinCgroup(const DesiredWorker& d, const std::string& stem, Worker& w,
+                              LaunchSpec& spec) {
+  // Its GPUs' device files only. Not for a container: its devices are podman's --device,
+  // and the runtime podman starts from this cgroup must make those nodes.
+  auto join =
+      cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
+                              .cpus_milli = d.cpus_milli,
+                              .denied_devices = d.image.empty() ? DeniedDevices(w.share, w.job)
+                                                                : std::vector<CharDevice>{}});
+  if (!join) return join.error().ToString();
+  w.cgroup = stem;
+  spec.join = std::move(*join);
+  return "";
+}
+
+std::string Agent::RunInContainer(const DesiredWorker& d, const std::string& visible, Worker& w,
+                                  LaunchSpec& spec) const {
+  // An image: the same command in a container, `podman run` in the foreground as the
+  // worker. It runs as root (rootful podman), the job as its user inside.
+  // gantryd refuses such names; an agent runs none it is sent either (podman runs as root).
+  if (const std::string why = ImageReferenceProblem(d.image); !why.empty())
+    return "image " + d.image + ": " + why;
+  ContainerSpec c{
+      .name = ContainerName(options_.node, w.seq, w.run, w.rank),
+      .node = options_.node,
+      .job = w.job,
+      .image = d.image,
+      .command = spec.argv,
+      .env = spec.env,
+      .workdir = spec.workdir,
+      .mounts = {},
+      .devices = {},
+      .memory_bytes = w.memory_bytes,
+      .cpus_milli = d.cpus_milli,
+      .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
+  if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
+  if (gpus_->Describe().rfind("emulated", 0) != 0) {  // emulated GPUs have no devices
+    std::vector<std::string> uuids, nodes;
+    std::string uuid;
+    for (std::stringstream in(visible); std::getline(in, uuid, ',');) uuids.push_back(uuid);
+    for (const GpuInfo& g : last_gpus_) {  // by minor number: /dev/nvidiaN need not be GPU N
+      if (std::find(w.share.gpus.begin(), w.share.gpus.end(), g.index) == w.share.gpus.end())
+        continue;
+      nodes.push_back("/dev/nvidia" + std::to_string(g.minor >= 0 ? g.minor : g.index));
+      if (const auto mig = MigDevices(g, w.share.mig_uuid)) {
+        nodes.insert(nodes.end(), {MigCaps::Path(mig->first), MigCaps::Path(mig->second)});
+      }
+    }
+    c.devices = ContainerGpuDevices(uuids, nodes);
+  }
+  // Mounted as it is: made first as Launch would (as the job's user, unless it is ours).
+  std::string problem;
+  if (Status made = MakeWorkdir(spec); !made) problem = made.error().ToString();
+  w.container = c.name;
+  spec.argv = ContainerArgv(options_.container, c);
+  spec.files_as_user = spec.as_user;  // podman runs as us; -o/-e are opened as the user
+  spec.as_user = false;
+  // The job's variables are the container's (--env above), not podman's: podman runs as
+  // the agent, and a job's LD_PRELOAD or PATH (which finds `podman`) would run the
+  // user's code as root.
+  spec.env.clear();
+  return problem;
+}
+
+void Agent::LaunchWorker(const std::string& key, const std::string& visible, int64_t now, Worker& w,
+                         LaunchSpec& spec) {
+  // What of its output the agent uploads, it reads as the job's user (sbatch -o may name
+  // any file: /etc/shadow must not come back as a job's log).
+  w.out_user = spec.as_user || spec.files_as_user;
+  w.uid = spec.uid;
+  w.gid = spec.gid;
+  w.groups = spec.groups;
+  // Through a shim, so that the worker outlives an agent restart (launcher.h, ShimMain).
+  spec.shim_program = "/proc/self/exe";
+  spec.shim_status = w.status_path;
+  spec.shim_lease = (fs::path(options_.state_dir) / "lease").string();
+  spec.shim_agent = (fs::path(options_.state_dir) / "agent.pid").string();
+  spec.shim_signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal;
+  spec.shim_grace_ms = w.grace_ms;
+  {
+    std::error_code ec;
+    fs::remove(w.status_path, ec);  // a previous run's, with the same stem
+  }
+  auto pid = Launch(spec);
+  if (!pid) {
+    if (!w.cgroup.empty()) cgroups_->KillAndRemove(w.cgroup);
+    w.exited = true;
+    w.exit_code = 127;
+    w.note = pid.error().ToString();
+    Say("job " + w.job + ": cannot start: " + w.note, true);
+    workers_[key] = w;
+    return;
+  }
+  w.pid = *pid;
+  w.start_time = ProcessStartTime(w.pid);
+  w.started_ms = now;
+  {
+    std::lock_guard lk(fence_mu_);
+    live_[w.pid] = Live{.grace_ms = w.grace_ms,
+                        .signal = w.stop_signal > 0 ? w.stop_signal : options_.preempt_signal,
+                        .cgroup = w.cgroup};
+  }
+  WriteRecord(w);
+  Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
+      " started, pid " + std::to_string(w.pid) +
+      (visible.empty() ? "" : ", CUDA_VISIBLE_DEVICES=" + visible));
+  workers_[key] = w;
+}
+
+}  // namespace gantry::agent

@@ -1,0 +1,158 @@
+// Agent: what its workers use of the GPUs (NVML's samples, or the emulation model the
+// server sends), and the GPUs as heartbeats report them.
+#include "agent/agent.h"
+
+#include <sys/types.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "agent/launcher.h"
+
+namespace gantry::agent {
+
+using nlohmann::json;
+
+json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
+               const std::function<bool(int)>& mine) {
+  auto gpu = [&](int index) -> const GpuInfo* {
+    for (const GpuInfo& g : gpus) {
+      if (g.index == index) return g.lost ? nullptr : &g;  // a lost GPU tells nothing true
+    }
+    return nullptr;
+  };
+  if (share.gpus.empty()) return json();
+  if (share.sharing == "exclusive") {
+    double util = 0;
+    int64_t used = 0;
+    for (int i : share.gpus) {
+      const GpuInfo* g = gpu(i);
+      if (!g) return json();
+      util += g->utilization;
+      used += g->memory_used_bytes;
+    }
+    return {{"util", util / static_cast<double>(share.gpus.size())}, {"vram_used_bytes", used}};
+  }
+  const GpuInfo* g = gpu(share.gpus.front());
+  if (!g) return json();
+  if (share.sharing == "mig") {
+    for (const MigInstance& m : g->mig) {
+      if (m.uuid != share.mig_uuid || share.mig_uuid.empty()) continue;
+      std::optional<double> util = m.utilization;
+      if (!util && m.processes.sampled) {
+        util = 0.0;
+        for (const GpuProcess& p : m.processes.list) *util += p.sm_util;
+      }
+      int64_t used = m.memory_used_bytes;
+      if (used < 0 && m.processes.listed) {
+        used = 0;
+        for (const GpuProcess& p : m.processes.list) used += std::max<int64_t>(0, p.vram_bytes);
+      }
+      if (!util || used < 0) return json();
+      return {{"util", std::min(1.0, *util)}, {"vram_used_bytes", used}};
+    }
+    return json();
+  }
+  // MPS, time-slicing: the GPU's numbers are all its tenants'; its own processes tell.
+  // Under an MPS daemon NVML's utilization samples name the MPS server, not its clients
+  // (seen on an H100 with driver 580: the server sampled at 93-99%, the clients never), so
+  // where no client has a sample, a worker whose processes are MPS clients counts as busy
+  // as the GPU's processes that are not clients (its servers) together: an upper bound, so
+  // that a busy share is never taken for idle; an idle share beside a busy one is reclaimed
+  // once the server is idle.
+  if (!g->processes.listed || !g->processes.sampled || share.share_milli <= 0) return json();
+  double sm = 0, servers = 0;
+  bool client = false, clients_sampled = false;
+  int64_t used = 0;
+  for (const GpuProcess& p : g->processes.list) {
+    clients_sampled = clients_sampled || (p.mps_client && p.sm_util > 0);
+    if (!mine(p.pid)) {
+      if (!p.mps_client) servers += p.sm_util;
+      continue;
+    }
+    sm += p.sm_util;
+    client = client || p.mps_client;
+    used += std::max<int64_t>(0, p.vram_bytes);
+  }
+  if (client && !clients_sampled) sm = std::max(sm, servers);
+  return {{"util", std::min(1.0, sm * 1000.0 / share.share_milli)}, {"vram_used_bytes", used}};
+}
+
+json Agent::Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const {
+  if (gpus_->emulated()) {
+    // The job's emulation model, from the server: busy at `util` until idle_after_ms of
+    // run time, then 0; its VRAM held throughout.
+    const json& m = w.emulate;
+    if (!m.is_object()) return json();
+    const int64_t idle_after = m.value("idle_after_ms", int64_t{-1});
+    const bool idle = idle_after >= 0 && now - w.started_ms >= idle_after;
+    return {{"util", idle ? 0.0 : m.value("util", 0.0)},
+            {"vram_used_bytes", m.value("vram_used_bytes", int64_t{0})}};
+  }
+  const std::string key = Key(w.job, w.run, w.rank);
+  return NvmlUsage(w.share, last_gpus_, [&](int pid) {
+    auto it = owners.find(pid);
+    return it != owners.end() && it->second == key;
+  });
+}
+
+std::map<int, std::string> Agent::GpuProcessOwners() const {
+  std::set<int> pids;
+  for (const GpuInfo& g : last_gpus_) {
+    for (const GpuProcess& p : g.processes.list) pids.insert(p.pid);
+    for (const MigInstance& m : g.mig) {
+      for (const GpuProcess& p : m.processes.list) pids.insert(p.pid);
+    }
+  }
+  std::map<int, std::string> owners;
+  if (pids.empty()) return owners;
+  std::map<pid_t, std::string> by_session;
+  for (const auto& [key, w] : workers_) {
+    if (!w.exited && w.pid > 1) by_session[w.pid] = key;
+  }
+  std::map<std::string, std::vector<pid_t>> in_cgroup;  // read when first needed
+  for (int pid : pids) {
+    if (auto it = by_session.find(SessionOf(pid)); it != by_session.end()) {
+      owners[pid] = it->second;
+      continue;
+    }
+    if (!cgroups_) continue;
+    for (const auto& [key, w] : workers_) {
+      if (w.exited || w.cgroup.empty()) continue;
+      auto procs = in_cgroup.find(key);
+      if (procs == in_cgroup.end()) procs = in_cgroup.emplace(key, cgroups_->Procs(w.cgroup)).first;
+      if (std::find(procs->second.begin(), procs->second.end(), pid) != procs->second.end()) {
+        owners[pid] = key;
+        break;
+      }
+    }
+  }
+  return owners;
+}
+
+json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
+  json mig = json::array();
+  for (const MigInstance& m : g.mig) {
+    mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+    if (m.gpu_instance_id >= 0) mig.back()["gi_id"] = m.gpu_instance_id;
+  }
+  json gj = {{"index", g.index},
+             {"uuid", g.uuid},
+             {"name", g.name},
+             {"memory_bytes", g.memory_bytes},
+             {"memory_used_bytes", g.memory_used_bytes},
+             {"mig_mode", g.mig_mode},
+             {"mig", mig},
+             {"utilization", g.utilization},
+             {"idle_ms", idle_ms},
+             {"lost", g.lost},
+             {"nvlink_peers", g.nvlink_peers}};
+  if (!g.model.empty()) gj["model"] = g.model;
+  return gj;
+}
+}  // namespace gantry::agent

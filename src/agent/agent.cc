@@ -2,7 +2,6 @@
 // uploads, the fence). Its setup is in agent_setup.cc; the workers' side in agent_start.cc,
 // agent_resolve.cc, agent_workers.cc, agent_mig.cc and agent_usage.cc.
 #include "agent/agent.h"
-#include "base/url.h"
 
 #include <fcntl.h>
 #include <httplib.h>
@@ -20,7 +19,6 @@
 #include <string>
 #include <thread>
 
-#include "agent/desired.h"
 #include "agent/launcher.h"
 #include "base/log.h"
 
@@ -33,8 +31,6 @@ namespace {
 
 constexpr size_t kLogChunk = 256 * 1024;
 constexpr size_t kDoneMemory = 100000;
-
-using gantry::UrlEncode;
 
 std::string RandomId() {
   std::random_device rd;
@@ -109,7 +105,7 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
       Heartbeat(last_heartbeat);
       next_heartbeat = Now() + heartbeat_ms_;
     }
-    std::optional<json> answer;
+    std::optional<proto::WatchAnswer> answer;
     {
       std::unique_lock lk(watch_mu_);
       watch_cv_.wait_for(lk, std::chrono::milliseconds(20), [&] { return watched_.has_value(); });
@@ -229,10 +225,7 @@ void Agent::UploadLogs() {
       const ssize_t got_bytes = ::pread(fd, data.data(), data.size(), w.uploaded);
       if (got_bytes <= 0) break;
       data.resize(static_cast<size_t>(got_bytes));
-      const std::string path = "/v1/agents/" + UrlEncode(options_.node) +
-                               "/logs?job=" + UrlEncode(w.job) + "&run=" + std::to_string(w.run) +
-                               "&rank=" + std::to_string(w.rank) +
-                               "&offset=" + std::to_string(w.uploaded);
+      const std::string path = proto::LogsTarget(options_.node, w.job, w.run, w.rank, w.uploaded);
       auto res = http_->Post(path.c_str(), data, "application/octet-stream");
       if (!res) {  // the server is away: try again at the next heartbeat
         ::close(fd);
@@ -243,8 +236,11 @@ void Agent::UploadLogs() {
         break;
       }
       if (res->status != 200) break;
-      json body = json::parse(res->body, nullptr, false);
-      const int64_t got = body.is_object() ? body.value("size", int64_t{-1}) : -1;
+      const json body = json::parse(res->body, nullptr, false);
+      const Result<proto::LogUploadReply> reply =
+          body.is_discarded() ? Result<proto::LogUploadReply>(Error{"", "not JSON"})
+                              : proto::DecodeLogUploadReply(body);
+      const int64_t got = reply ? reply->size : -1;
       if (got < 0) break;
       w.uploaded = std::min(got, size);
     }
@@ -261,59 +257,50 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     Say("GPU discovery failed: " + last_error_);
   }
   // Usage per worker; emulated GPUs show what their workers' models say.
-  std::map<std::string, json> usage;
+  std::map<std::string, proto::WorkerUsage> usage;
   const std::map<int, std::string> owners = GpuProcessOwners();
   for (const auto& [key, w] : workers_) {
     if (w.exited) continue;
-    json u = Usage(w, now, owners);
-    if (u.is_null()) continue;
+    std::optional<proto::WorkerUsage> u = Usage(w, now, owners);
+    if (!u) continue;
     const std::vector<int>& held = w.share.gpus;
     if (gpus_->emulated() && w.share.sharing == "exclusive") {
       for (GpuInfo& g : last_gpus_) {
         if (std::find(held.begin(), held.end(), g.index) == held.end()) continue;
-        g.utilization = u.value("util", 0.0);
-        g.memory_used_bytes =
-            u.value("vram_used_bytes", int64_t{0}) / static_cast<int64_t>(held.size());
+        g.utilization = u->util;
+        g.memory_used_bytes = u->vram_used_bytes / static_cast<int64_t>(held.size());
       }
     }
-    usage[key] = std::move(u);
+    usage[key] = *u;
   }
-  json gpus = json::array();
+  proto::Heartbeat beat;
+  beat.agent_id = agent_id_;
+  beat.address = options_.address;
+  beat.leaving = leaving;
+  beat.isolation = isolation_;
   for (const GpuInfo& g : last_gpus_) {
     // Idle time: how long NVML has sampled 0% utilization (emulated GPUs are always idle).
     auto it = busy_at_.emplace(g.index, now).first;
     if (g.utilization > 0) it->second = now;
-    gpus.push_back(GpuReportJson(g, now - it->second));
+    beat.gpus.push_back(WireGpu(g, now - it->second));
   }
-  json running = json::array(), exits = json::array();
   std::vector<std::string> reported;
   for (const auto& [key, w] : workers_) {
     if (!w.exited) {
-      running.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"pid", w.pid}});
-      if (auto u = usage.find(key); u != usage.end()) running.back().update(u->second);
+      auto u = usage.find(key);
+      beat.running.push_back({w.job, w.run, w.rank, w.pid,
+                              u == usage.end() ? std::nullopt : std::optional(u->second)});
     } else {
       std::string mig_note;
       if (MigPending(key, now, leaving, &mig_note)) continue;  // reported once its instance is gone
-      exits.push_back({{"job", w.job},
-                       {"run", w.run},
-                       {"rank", w.rank},
-                       {"exit_code", w.exit_code},
-                       {"signal", w.signal},
-                       {"lost", w.lost},
-                       {"note", w.note + mig_note}});
-      if (!w.drain.empty()) exits.back()["drain"] = w.drain;
+      beat.exits.push_back(
+          {w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note + mig_note, w.drain});
       reported.push_back(key);
     }
   }
-  json body = {{"agent_id", agent_id_},
-               {"gpus", gpus},
-               {"running", running},
-               {"exits", exits},
-               {"isolation", isolation_}};
-  if (!options_.address.empty()) body["address"] = options_.address;
-  if (leaving) body["leaving"] = true;
-  auto res = http_->Post(("/v1/agents/" + UrlEncode(options_.node) + "/heartbeat").c_str(),
-                         body.dump(), "application/json");
+  const json body = proto::Encode(beat);
+  auto res =
+      http_->Post(proto::HeartbeatTarget(options_.node).c_str(), body.dump(), "application/json");
   if (!res) {
     // One line when the server becomes unreachable, not one per heartbeat.
     const std::string err = "cannot reach " + servers_.current();
@@ -325,22 +312,25 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     }
     return;
   }
-  json reply = json::parse(res->body, nullptr, false);
-  if (res->status == 503 && reply.is_object() && reply.value("role", "") == "standby") {
+  const proto::Refusal refusal =
+      res->status == 200 ? proto::Refusal{} : proto::DecodeRefusal(res->body);
+  if (res->status == 503 && refusal.role == "standby") {
     // A standby: go to the leader it names (or the next server), at once.
     const std::string err = servers_.current() + " is a standby";
     if (err != last_error_)
-      Say(err + (reply.value("leader", "").empty()
-                     ? ""
-                     : "; the leader is " + reply.value("leader", "")));
+      Say(err + (refusal.leader.empty() ? "" : "; the leader is " + refusal.leader));
     last_error_ = err;
-    servers_.Failed(reply.value("leader", ""));
+    servers_.Failed(refusal.leader);
     Connect();
     return;
   }
-  if (res->status != 200 || !reply.is_object()) {
-    const std::string err = "server said " + std::to_string(res->status) + ": " +
-                            (reply.is_object() ? reply.value("error", res->body) : res->body);
+  Result<proto::HeartbeatReply> reply =
+      res->status == 200 ? proto::ParseHeartbeatReply(res->body)
+                         : Result<proto::HeartbeatReply>(Error{"", refusal.error});
+  if (!reply) {
+    const std::string err =
+        "server said " + std::to_string(res->status) + ": " +
+        (res->status == 200 ? reply.error().ToString() + " in " + res->body : refusal.error);
     if (err != last_error_) Say(err);
     last_error_ = err;
     return;
@@ -348,10 +338,11 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   if (!last_error_.empty()) Say("connected");
   last_error_.clear();
   last_ok_ = now;
-  heartbeat_ms_ = std::clamp<int64_t>(reply.value("heartbeat_ms", heartbeat_ms_), 10, 60000);
-  const int64_t lease = reply.value("lease_ms", int64_t{0});
+  heartbeat_ms_ =
+      std::clamp<int64_t>(reply->heartbeat_ms > 0 ? reply->heartbeat_ms : heartbeat_ms_, 10, 60000);
+  const int64_t lease = reply->lease_ms;
   lease_ms_ = lease;
-  node_timeout_ms_ = reply.value("node_timeout_ms", int64_t{0});
+  node_timeout_ms_ = reply->node_timeout_ms;
   WriteLease((fs::path(options_.state_dir) / "lease").string(), lease,
              node_timeout_ms_.load());  // the shims' fence
   // Calls give up well within the lease, so a lost link is noticed and retried promptly.
@@ -370,13 +361,13 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     workers_.erase(it);
     Remember(key);
   }
-  Apply(reply, now);
+  Apply(reply->answer, now);
 }
 
-void Agent::Apply(const json& answer, int64_t now) {
-  const std::string instance = answer.value("instance", std::string());
-  const int64_t epoch = answer.value("epoch", int64_t{0});  // 0: a gantryd that does not say
-  const int64_t version = answer.value("version", int64_t{-1});
+void Agent::Apply(const proto::WatchAnswer& answer, int64_t now) {
+  const std::string& instance = answer.instance;
+  const int64_t epoch = answer.epoch;  // 0: a gantryd that does not say
+  const int64_t version = answer.version;
   {
     std::lock_guard lk(watch_mu_);
     if (epoch < applied_epoch_) return;  // from a leader since replaced
@@ -386,7 +377,7 @@ void Agent::Apply(const json& answer, int64_t now) {
     applied_instance_ = instance;
     applied_version_ = version;
   }
-  Reconcile(answer.value("workers", json::array()), now);
+  Reconcile(answer.workers, now);
 }
 
 void Agent::WatchLoop(const std::atomic<bool>& stop) {
@@ -412,12 +403,12 @@ void Agent::WatchLoop(const std::atomic<bool>& stop) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    const std::string path = "/v1/agents/" + UrlEncode(options_.node) +
-                             "/watch?instance=" + UrlEncode(instance) +
-                             "&version=" + std::to_string(version) + "&timeout_ms=20000";
+    const std::string path = proto::WatchTarget(options_.node, instance, version, 20000);
     auto res = watch_http_->Get(path.c_str());
-    json body = res && res->status == 200 ? json::parse(res->body, nullptr, false) : json();
-    if (!body.is_object()) {
+    Result<proto::WatchAnswer> body = res && res->status == 200
+                                          ? proto::ParseWatchAnswer(res->body)
+                                          : Result<proto::WatchAnswer>(Error{"", "no answer"});
+    if (!body) {
       // The server is away or refused: heartbeats report that; try again shortly.
       for (int i = 0; i < 25 && !stop.load(); ++i)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -425,7 +416,7 @@ void Agent::WatchLoop(const std::atomic<bool>& stop) {
     }
     {
       std::lock_guard lk(watch_mu_);
-      watched_ = std::move(body);
+      watched_ = std::move(*body);
     }
     watch_cv_.notify_one();
   }
@@ -439,14 +430,15 @@ void Agent::Remember(const std::string& key) {
   }
 }
 
-void Agent::Reconcile(const json& desired, int64_t now) {
+void Agent::Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWorker>>& desired,
+                      int64_t now) {
   std::set<std::string> wanted;
-  for (const json& e : desired) {
-    const DesiredWorker d = DecodeDesiredWorker(e);
+  for (const auto& entry : desired) {
+    const proto::DesiredWorker& d = *entry;
     const std::string key = Key(d.job, d.run, d.rank);
     wanted.insert(key);
     auto it = workers_.find(key);
-    if (d.start) {
+    if (d.action == proto::DesiredWorker::Action::kRun) {
       if (it == workers_.end() && !done_.count(key)) StartWorker(d, now);
       continue;
     }

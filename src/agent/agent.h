@@ -31,7 +31,7 @@
 // (mig.json), so a restarted agent destroys what its previous run left.
 // Its members are defined by what they do: agent.cc (the loop and the conversation with
 // gantryd), agent_setup.cc (what Run sets up first), agent_start.cc and agent_resolve.cc
-// (starting a desired worker, desired.h), agent_workers.cc (records, recovery, reaping,
+// (starting a desired worker, proto::DesiredWorker), agent_workers.cc (records, recovery, reaping,
 // stopping), agent_mig.cc (the MIG instances it creates) and agent_usage.cc (what workers
 // use of the GPUs).
 // Thread-safety: Run() drives everything but the fence thread, which shares only
@@ -59,10 +59,10 @@
 
 #include "agent/cgroup.h"
 #include "agent/container.h"
-#include "agent/desired.h"
 #include "agent/gpu.h"
 #include "agent/mig_caps.h"
 #include "base/server_list.h"
+#include "proto/node.h"
 
 namespace httplib {
 class Client;
@@ -96,8 +96,8 @@ struct AgentOptions {
   std::string proc = "/proc";
 };
 
-// One GPU as the heartbeat reports it (docs/api.yaml, AgentReport.gpus).
-nlohmann::json GpuReportJson(const GpuInfo& gpu, int64_t idle_ms);
+// One GPU as the heartbeat reports it (proto::GpuReport).
+proto::GpuReport WireGpu(const GpuInfo& gpu, int64_t idle_ms);
 
 // What a worker holds on its node's GPUs, as its alloc says.
 struct WorkerShare {
@@ -107,8 +107,8 @@ struct WorkerShare {
   std::string mig_uuid;               // mig: its instance
 };
 
-// What a worker uses now by NVML's last sample `gpus`, {"util" (0..1 of what it holds),
-// "vram_used_bytes"}, or null when NVML cannot tell (a lost GPU, an old driver, a MIG
+// What a worker uses now by NVML's last sample `gpus` (util: 0..1 of what it holds), or
+// nullopt when NVML cannot tell (a lost GPU, an old driver, a MIG
 // instance whose utilization NVML does not give). `mine` says whether a GPU process (pid as
 // NVML gives it) is the worker's.
 //  - Whole GPUs: the GPUs' own numbers (everything on them is the worker's; they hold the
@@ -117,8 +117,9 @@ struct WorkerShare {
 //    its processes' sampled SM utilization.
 //  - MPS and time-slicing: its own processes on the GPU: the sum of their memory, and the
 //    sum of their SM utilization over its share (20% of the GPU on a 0.25 share is 0.8).
-nlohmann::json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
-                         const std::function<bool(int pid)>& mine);
+std::optional<proto::WorkerUsage> NvmlUsage(const WorkerShare& share,
+                                            const std::vector<GpuInfo>& gpus,
+                                            const std::function<bool(int pid)>& mine);
 
 class Agent {
  public:
@@ -167,7 +168,7 @@ class Agent {
     // server's emulation model.
     WorkerShare share;
     int64_t started_ms = 0;
-    nlohmann::json emulate;
+    std::optional<proto::Emulate> emulate;  // emulated GPUs: how busy to look
     std::string drain;  // a node problem that kept it from starting: the server drains the node
   };
   // A MIG instance this agent created, until it is destroyed.
@@ -194,10 +195,10 @@ class Agent {
   void SaveMigs() const;
   // `kept`: instances of re-adopted workers (UUID -> the worker's Key), kept as theirs.
   void LoadMigs(const std::map<std::string, std::string>& kept);
-  // What `w` uses now ({"util", "vram_used_bytes"}), or null when it cannot be told (see
+  // What `w` uses now, or nullopt when it cannot be told (see
   // NvmlUsage). `owners`: GpuProcessOwners().
-  nlohmann::json Usage(const Worker& w, int64_t now,
-                       const std::map<int, std::string>& owners) const;
+  std::optional<proto::WorkerUsage> Usage(const Worker& w, int64_t now,
+                                          const std::map<int, std::string>& owners) const;
   // The running worker (its key) each GPU process in last_gpus_ belongs to: the one whose
   // session it is in (Launch makes each worker a session leader), else, with cgroups, the
   // one whose cgroup holds it (a process that left the session with setsid). NVML gives
@@ -225,13 +226,14 @@ class Agent {
   // server with a higher version. An answer from a gantryd that has since died (a watch
   // reply TCP delivers late, after a link heals) is older than its successor's and
   // dropped: applied, it would kill the workers the successor started since.
-  void Apply(const nlohmann::json& answer, int64_t now);
+  void Apply(const proto::WatchAnswer& answer, int64_t now);
   void UploadLogs();
   void Heartbeat(int64_t now, bool leaving = false);
-  void Reconcile(const nlohmann::json& desired, int64_t now);
+  void Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWorker>>& desired,
+                 int64_t now);
   // Starts the worker `d` describes (Reconcile decodes it): resolves its request, launches
   // and records it; running then, or ended at once saying why it could not start.
-  void StartWorker(const DesiredWorker& d, int64_t now);
+  void StartWorker(const proto::DesiredWorker& d, int64_t now);
   // StartWorker's steps (agent_start.cc, agent_resolve.cc), in this order. `w` is the
   // worker being started (`key`: its Key) and `spec` its launch description, both filled
   // in as they go. A `std::string` returned (or ResolveGpus' `problem`) says why the worker
@@ -239,7 +241,7 @@ class Agent {
   // The GPUs `alloc` holds, resolved against last_gpus_ (a MIG instance on a mig_managed
   // pool created by MigFor): w.share (w.drain where the node is at fault) and the GPU
   // variables in spec.env. Returns what CUDA may see (CUDA_VISIBLE_DEVICES' value).
-  std::string ResolveGpus(const DesiredAlloc& alloc, const std::string& key, int64_t now, Worker& w,
+  std::string ResolveGpus(const proto::Alloc& alloc, const std::string& key, int64_t now, Worker& w,
                           LaunchSpec& spec, std::string& problem);
   // --run-as user: `user`'s Unix account (uid, groups, HOME, USER, LOGNAME) into `spec`.
   static std::string ResolveUser(const std::string& user, LaunchSpec& spec);
@@ -247,10 +249,10 @@ class Agent {
   std::string WriteScript(const std::string& script, const std::string& stem, Worker& w,
                           LaunchSpec& spec) const;
   // Its cgroup (named `stem`) with its limits and the devices it may not open.
-  std::string JoinCgroup(const DesiredWorker& d, const std::string& stem, Worker& w,
+  std::string JoinCgroup(const proto::DesiredWorker& d, const std::string& stem, Worker& w,
                          LaunchSpec& spec);
   // d.image: `spec` becomes a `podman run` of it, with its GPUs (`visible`) as devices.
-  std::string RunInContainer(const DesiredWorker& d, const std::string& visible, Worker& w,
+  std::string RunInContainer(const proto::DesiredWorker& d, const std::string& visible, Worker& w,
                              LaunchSpec& spec) const;
   // Launches `w` under its shim and records it (workers_[key]; a failure ends it at once).
   void LaunchWorker(const std::string& key, const std::string& visible, int64_t now, Worker& w,
@@ -282,7 +284,7 @@ class Agent {
   std::optional<MigCaps> mig_caps_;
   // What keeps workers apart here, as heartbeats report it: {"cgroups", "gpu_devices",
   // "mig" (with a MIG-capable driver)}, each true or false.
-  nlohmann::json isolation_ = nlohmann::json::object();
+  std::map<std::string, bool> isolation_;
   // The devices a worker holding `share` may not open (CgroupLimits::denied_devices).
   std::vector<CharDevice> DeniedDevices(const WorkerShare& share, const std::string& job);
   // The access devices of the MIG instance `uuid` on `gpu` (made here or laid out before);
@@ -329,7 +331,7 @@ class Agent {
   int64_t applied_epoch_ = -1;
   std::string applied_instance_;
   int64_t applied_version_ = -1;
-  std::optional<nlohmann::json> watched_;  // an answer the main loop has not applied yet
+  std::optional<proto::WatchAnswer> watched_;  // an answer the main loop has not applied yet
   bool exits_pending_ = false;  // main loop only: a worker ended since the last heartbeat
 };
 

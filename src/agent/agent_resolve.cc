@@ -19,7 +19,7 @@
 
 namespace gantry::agent {
 
-std::string Agent::ResolveGpus(const DesiredAlloc& alloc, const std::string& key, int64_t now,
+std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key, int64_t now,
                                Worker& w, LaunchSpec& spec, std::string& problem) {
   // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
   const std::string& sharing = alloc.sharing;

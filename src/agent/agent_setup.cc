@@ -77,8 +77,9 @@ bool Agent::Setup() {
         true);
   }
   // What the heartbeat says of it, for `gantry nodes`.
-  isolation_ = {{"cgroups", cgroups_ != nullptr}, {"gpu_devices", fences}};
-  if (mig_driver) isolation_["mig"] = fences && mig_caps_.has_value();
+  isolation_ = {{proto::kIsolationCgroups, cgroups_ != nullptr},
+                {proto::kIsolationGpuDevices, fences}};
+  if (mig_driver) isolation_[proto::kIsolationMig] = fences && mig_caps_.has_value();
   const std::string run_as =
       options_.run_as.empty() ? (::geteuid() == 0 ? "user" : "agent") : options_.run_as;
   if (run_as != "user" && run_as != "agent") {

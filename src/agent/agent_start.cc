@@ -24,7 +24,7 @@ namespace gantry::agent {
 
 namespace fs = std::filesystem;
 
-void Agent::StartWorker(const DesiredWorker& d, int64_t now) {
+void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   Worker w;
   w.job = d.job;
   w.seq = d.seq;
@@ -40,7 +40,7 @@ void Agent::StartWorker(const DesiredWorker& d, int64_t now) {
 
   LaunchSpec spec;
   spec.argv = d.command;
-  spec.env = d.env;
+  spec.env.assign(d.env.begin(), d.env.end());
   spec.workdir = d.workdir;
   spec.own_workdir = spec.workdir.empty();
   if (spec.own_workdir)
@@ -73,7 +73,7 @@ void Agent::StartWorker(const DesiredWorker& d, int64_t now) {
   if (problem.empty() && run_as_user_) problem = ResolveUser(d.user, spec);
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
-  w.memory_bytes = d.memory_bytes;
+  w.memory_bytes = d.limits.memory_bytes;
   if (problem.empty() && cgroups_) problem = JoinCgroup(d, stem, w, spec);
   if (problem.empty() && !d.image.empty()) problem = RunInContainer(d, visible, w, spec);
   if (!problem.empty()) {
@@ -112,13 +112,13 @@ std::string Agent::WriteScript(const std::string& script, const std::string& ste
   return problem;
 }
 
-std::string Agent::JoinCgroup(const DesiredWorker& d, const std::string& stem, Worker& w,
+std::string Agent::JoinCgroup(const proto::DesiredWorker& d, const std::string& stem, Worker& w,
                               LaunchSpec& spec) {
   // Its GPUs' device files only. Not for a container: its devices are podman's --device,
   // and the runtime podman starts from this cgroup must make those nodes.
   auto join =
       cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
-                              .cpus_milli = d.cpus_milli,
+                              .cpus_milli = d.limits.cpus_milli,
                               .denied_devices = d.image.empty() ? DeniedDevices(w.share, w.job)
                                                                 : std::vector<CharDevice>{}});
   if (!join) return join.error().ToString();
@@ -127,8 +127,8 @@ std::string Agent::JoinCgroup(const DesiredWorker& d, const std::string& stem, W
   return "";
 }
 
-std::string Agent::RunInContainer(const DesiredWorker& d, const std::string& visible, Worker& w,
-                                  LaunchSpec& spec) const {
+std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::string& visible,
+                                  Worker& w, LaunchSpec& spec) const {
   // An image: the same command in a container, `podman run` in the foreground as the
   // worker. It runs as root (rootful podman), the job as its user inside.
   // gantryd refuses such names; an agent runs none it is sent either (podman runs as root).
@@ -145,7 +145,7 @@ std::string Agent::RunInContainer(const DesiredWorker& d, const std::string& vis
       .mounts = {},
       .devices = {},
       .memory_bytes = w.memory_bytes,
-      .cpus_milli = d.cpus_milli,
+      .cpus_milli = d.limits.cpus_milli,
       .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
   if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
   if (gpus_->Describe().rfind("emulated", 0) != 0) {  // emulated GPUs have no devices

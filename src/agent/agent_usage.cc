@@ -16,30 +16,29 @@
 
 namespace gantry::agent {
 
-using nlohmann::json;
-
-json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
-               const std::function<bool(int)>& mine) {
+std::optional<proto::WorkerUsage> NvmlUsage(const WorkerShare& share,
+                                            const std::vector<GpuInfo>& gpus,
+                                            const std::function<bool(int)>& mine) {
   auto gpu = [&](int index) -> const GpuInfo* {
     for (const GpuInfo& g : gpus) {
       if (g.index == index) return g.lost ? nullptr : &g;  // a lost GPU tells nothing true
     }
     return nullptr;
   };
-  if (share.gpus.empty()) return json();
+  if (share.gpus.empty()) return std::nullopt;
   if (share.sharing == "exclusive") {
     double util = 0;
     int64_t used = 0;
     for (int i : share.gpus) {
       const GpuInfo* g = gpu(i);
-      if (!g) return json();
+      if (!g) return std::nullopt;
       util += g->utilization;
       used += g->memory_used_bytes;
     }
-    return {{"util", util / static_cast<double>(share.gpus.size())}, {"vram_used_bytes", used}};
+    return proto::WorkerUsage{util / static_cast<double>(share.gpus.size()), used};
   }
   const GpuInfo* g = gpu(share.gpus.front());
-  if (!g) return json();
+  if (!g) return std::nullopt;
   if (share.sharing == "mig") {
     for (const MigInstance& m : g->mig) {
       if (m.uuid != share.mig_uuid || share.mig_uuid.empty()) continue;
@@ -53,10 +52,10 @@ json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
         used = 0;
         for (const GpuProcess& p : m.processes.list) used += std::max<int64_t>(0, p.vram_bytes);
       }
-      if (!util || used < 0) return json();
-      return {{"util", std::min(1.0, *util)}, {"vram_used_bytes", used}};
+      if (!util || used < 0) return std::nullopt;
+      return proto::WorkerUsage{std::min(1.0, *util), used};
     }
-    return json();
+    return std::nullopt;
   }
   // MPS, time-slicing: the GPU's numbers are all its tenants'; its own processes tell.
   // Under an MPS daemon NVML's utilization samples name the MPS server, not its clients
@@ -65,7 +64,7 @@ json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
   // as the GPU's processes that are not clients (its servers) together: an upper bound, so
   // that a busy share is never taken for idle; an idle share beside a busy one is reclaimed
   // once the server is idle.
-  if (!g->processes.listed || !g->processes.sampled || share.share_milli <= 0) return json();
+  if (!g->processes.listed || !g->processes.sampled || share.share_milli <= 0) return std::nullopt;
   double sm = 0, servers = 0;
   bool client = false, clients_sampled = false;
   int64_t used = 0;
@@ -80,19 +79,18 @@ json NvmlUsage(const WorkerShare& share, const std::vector<GpuInfo>& gpus,
     used += std::max<int64_t>(0, p.vram_bytes);
   }
   if (client && !clients_sampled) sm = std::max(sm, servers);
-  return {{"util", std::min(1.0, sm * 1000.0 / share.share_milli)}, {"vram_used_bytes", used}};
+  return proto::WorkerUsage{std::min(1.0, sm * 1000.0 / share.share_milli), used};
 }
 
-json Agent::Usage(const Worker& w, int64_t now, const std::map<int, std::string>& owners) const {
+std::optional<proto::WorkerUsage> Agent::Usage(const Worker& w, int64_t now,
+                                               const std::map<int, std::string>& owners) const {
   if (gpus_->emulated()) {
     // The job's emulation model, from the server: busy at `util` until idle_after_ms of
     // run time, then 0; its VRAM held throughout.
-    const json& m = w.emulate;
-    if (!m.is_object()) return json();
-    const int64_t idle_after = m.value("idle_after_ms", int64_t{-1});
-    const bool idle = idle_after >= 0 && now - w.started_ms >= idle_after;
-    return {{"util", idle ? 0.0 : m.value("util", 0.0)},
-            {"vram_used_bytes", m.value("vram_used_bytes", int64_t{0})}};
+    if (!w.emulate) return std::nullopt;
+    const proto::Emulate& m = *w.emulate;
+    const bool idle = m.idle_after_ms >= 0 && now - w.started_ms >= m.idle_after_ms;
+    return proto::WorkerUsage{idle ? 0.0 : m.util, m.vram_used_bytes};
   }
   const std::string key = Key(w.job, w.run, w.rank);
   return NvmlUsage(w.share, last_gpus_, [&](int pid) {
@@ -135,24 +133,22 @@ std::map<int, std::string> Agent::GpuProcessOwners() const {
   return owners;
 }
 
-json GpuReportJson(const GpuInfo& g, int64_t idle_ms) {
-  json mig = json::array();
-  for (const MigInstance& m : g.mig) {
-    mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
-    if (m.gpu_instance_id >= 0) mig.back()["gi_id"] = m.gpu_instance_id;
-  }
-  json gj = {{"index", g.index},
-             {"uuid", g.uuid},
-             {"name", g.name},
-             {"memory_bytes", g.memory_bytes},
-             {"memory_used_bytes", g.memory_used_bytes},
-             {"mig_mode", g.mig_mode},
-             {"mig", mig},
-             {"utilization", g.utilization},
-             {"idle_ms", idle_ms},
-             {"lost", g.lost},
-             {"nvlink_peers", g.nvlink_peers}};
-  if (!g.model.empty()) gj["model"] = g.model;
-  return gj;
+proto::GpuReport WireGpu(const GpuInfo& g, int64_t idle_ms) {
+  proto::GpuReport r;
+  r.index = g.index;
+  r.uuid = g.uuid;
+  r.name = g.name;
+  r.model = g.model;
+  r.memory_bytes = g.memory_bytes;
+  r.mig_mode = g.mig_mode;
+  for (const MigInstance& m : g.mig)
+    r.mig.push_back({m.uuid, m.profile, m.start, m.gpu_instance_id});
+  r.utilization = g.utilization;
+  r.memory_used_bytes = g.memory_used_bytes;
+  r.idle_ms = idle_ms;
+  r.lost = g.lost;
+  r.nvlink_peers = g.nvlink_peers;
+  return r;
 }
+
 }  // namespace gantry::agent

@@ -45,7 +45,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"script_path", w.script_path},
             {"container", w.container},
             {"memory_bytes", w.memory_bytes},
-            {"emulate", w.emulate},
+            {"emulate", w.emulate ? proto::Encode(*w.emulate) : json()},
             {"share",
              {{"sharing", w.share.sharing},
               {"gpus", w.share.gpus},
@@ -73,7 +73,9 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.cgroup = r.value("cgroup", std::string());
   w.container = r.value("container", std::string());
   w.memory_bytes = r.value("memory_bytes", int64_t{0});
-  w.emulate = r.value("emulate", json());
+  if (auto e = r.find("emulate"); e != r.end() && e->is_object()) {
+    if (Result<proto::Emulate> m = proto::DecodeEmulate(*e)) w.emulate = *m;
+  }
   const json share = r.value("share", json::object());
   w.share.sharing = share.value("sharing", std::string("exclusive"));
   w.share.gpus = share.value("gpus", std::vector<int>{});

@@ -41,7 +41,7 @@
 #include "agent/agent.h"
 #include "agent/emulated.h"
 #include "base/atomic_file.h"
-#include "base/url.h"
+#include "proto/node.h"
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
@@ -215,19 +215,18 @@ class Node {
         co_await t.async_wait(net::use_awaitable);
         continue;
       }
-      const std::string target = "/v1/agents/" + UrlEncode(name_) +
-                                 "/watch?instance=" + UrlEncode(instance_) +
-                                 "&version=" + std::to_string(version_) + "&timeout_ms=20000";
+      const std::string target = proto::WatchTarget(name_, instance_, version_, 20000);
       auto res = co_await watch_.Call(http::verb::get, target, "", 30000);
-      json body =
-          res && res->result_int() == 200 ? json::parse(res->body(), nullptr, false) : json();
-      if (!body.is_object()) {
+      Result<proto::WatchAnswer> answer = res && res->result_int() == 200
+                                              ? proto::ParseWatchAnswer(res->body())
+                                              : Result<proto::WatchAnswer>(Error{"", "no answer"});
+      if (!answer) {
         net::steady_timer t(co_await net::this_coro::executor, std::chrono::milliseconds(500));
         co_await t.async_wait(net::use_awaitable);
         continue;
       }
       ++stats_.watches;
-      Apply(body, NowMs());
+      Apply(*answer, NowMs());
       wake_.cancel();  // a heartbeat may be due (exits of stopped workers)
     }
   }
@@ -268,35 +267,30 @@ class Node {
   }
 
   net::awaitable<void> Heartbeat(int64_t now) {
-    json gpus = json::array();
+    proto::Heartbeat beat;
+    beat.agent_id = id_;
     if (auto found = gpus_.Discover()) {
-      for (const agent::GpuInfo& g : *found) gpus.push_back(agent::GpuReportJson(g, 0));
+      for (const agent::GpuInfo& g : *found) beat.gpus.push_back(agent::WireGpu(g, 0));
     }
-    json running = json::array(), exits = json::array();
     std::vector<std::string> reported;
     for (const auto& [key, w] : workers_) {
       if (!w.exited) {
-        running.push_back({{"job", w.job}, {"run", w.run}, {"rank", w.rank}, {"pid", 0}});
+        beat.running.push_back({w.job, w.run, w.rank, 0, std::nullopt});
       } else {
-        exits.push_back({{"job", w.job},
-                         {"run", w.run},
-                         {"rank", w.rank},
-                         {"exit_code", w.exit_code},
-                         {"signal", w.signal},
-                         {"lost", w.lost},
-                         {"note", w.note}});
+        beat.exits.push_back({w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note, ""});
         reported.push_back(key);
       }
     }
-    json body = {{"agent_id", id_}, {"gpus", gpus}, {"running", running}, {"exits", exits}};
+    const json body = proto::Encode(beat);
     const int64_t timeout = std::clamp<int64_t>(lease_ms_ / 3, 300, 5000);
     const int64_t t0 = NowMs();
-    auto res = co_await beat_.Call(
-        http::verb::post, "/v1/agents/" + UrlEncode(name_) + "/heartbeat", body.dump(), timeout);
+    auto res =
+        co_await beat_.Call(http::verb::post, proto::HeartbeatTarget(name_), body.dump(), timeout);
     ++stats_.heartbeats;
-    json reply =
-        res && res->result_int() == 200 ? json::parse(res->body(), nullptr, false) : json();
-    if (!reply.is_object()) {
+    Result<proto::HeartbeatReply> reply = res && res->result_int() == 200
+                                              ? proto::ParseHeartbeatReply(res->body())
+                                              : Result<proto::HeartbeatReply>(Error{"", "refused"});
+    if (!reply) {
       ++stats_.heartbeat_failures;
       if (res && !failed_said_) {
         std::cerr << "gantry-swarm[" << name_ << "]: server said " << res->result_int() << ": "
@@ -309,46 +303,43 @@ class Node {
     if (last_ok_ == 0) ++stats_.nodes_registered;
     last_ok_ = NowMs();
     fenced_ = false;
-    heartbeat_ms_ = std::clamp<int64_t>(reply.value("heartbeat_ms", heartbeat_ms_), 10, 60000);
-    lease_ms_ = reply.value("lease_ms", int64_t{0});
+    heartbeat_ms_ = std::clamp<int64_t>(
+        reply->heartbeat_ms > 0 ? reply->heartbeat_ms : heartbeat_ms_, 10, 60000);
+    lease_ms_ = reply->lease_ms;
     for (const std::string& key : reported) {
       workers_.erase(key);
       done_.insert(key);
     }
-    Apply(reply, now);
+    Apply(reply->answer, now);
   }
 
   // The same rules as gantry-agent's Reconcile.
-  void Apply(const json& answer, int64_t now) {
-    const std::string instance = answer.value("instance", std::string());
-    const int64_t version = answer.value("version", int64_t{-1});
-    if (instance == instance_ && version < version_) return;  // stale
-    instance_ = instance;
-    version_ = version;
+  void Apply(const proto::WatchAnswer& answer, int64_t now) {
+    if (answer.instance == instance_ && answer.version < version_) return;  // stale
+    instance_ = answer.instance;
+    version_ = answer.version;
     std::map<std::string, bool> wanted;
-    for (const json& e : answer.value("workers", json::array())) {
-      const std::string key =
-          Key(e.at("job").get<std::string>(), e.at("run").get<int>(), e.at("rank").get<int>());
+    for (const auto& e : answer.workers) {
+      const std::string key = Key(e->job, e->run, e->rank);
       wanted[key] = true;
       auto it = workers_.find(key);
-      const bool run = e.value("action", std::string("run")) == "run";
+      const bool run = e->action == proto::DesiredWorker::Action::kRun;
       if (run && it == workers_.end() && !done_.count(key)) {
         Worker w;
-        w.job = e.at("job").get<std::string>();
-        w.seq = e.value("seq", int64_t{0});
-        w.run = e.at("run").get<int>();
-        w.rank = e.at("rank").get<int>();
-        w.end_at = now + static_cast<int64_t>(
-                             SleepSeconds(e.value("command", std::vector<std::string>{})) * 1000);
+        w.job = e->job;
+        w.seq = e->seq;
+        w.run = e->run;
+        w.rank = e->rank;
+        w.end_at = now + static_cast<int64_t>(SleepSeconds(e->command) * 1000);
         workers_[key] = w;
         ++stats_.started;
       } else if (!run && it != workers_.end()) {
         End(it->second, 0, SIGTERM, false, "");
       } else if (!run && it == workers_.end() && !done_.count(key)) {
         Worker w;
-        w.job = e.at("job").get<std::string>();
-        w.run = e.at("run").get<int>();
-        w.rank = e.at("rank").get<int>();
+        w.job = e->job;
+        w.run = e->run;
+        w.rank = e->rank;
         w.exited = true;
         w.note = "stopped before it started";
         workers_[key] = w;

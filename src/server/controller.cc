@@ -160,10 +160,7 @@ void Controller::RunBatch(std::vector<Message>& batch) {
 
 Reply Controller::WatchReply(core::NodeId n, Ticks now) {
   Reply r;
-  r.body = {{"instance", instance_},
-            {"epoch", options_.epoch},
-            {"version", node_version_[n.v]},
-            {"workers", DesiredWorkers(n, now)}};
+  r.body = proto::Encode(NodeAnswer(n, now));
   return r;
 }
 

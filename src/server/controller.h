@@ -309,15 +309,17 @@ class Controller {
   void Touch(const Job& job);
   void AddRunning(const Job& job);
   void RemoveRunning(const Job& job);
-  nlohmann::json DesiredWorkers(core::NodeId n, Ticks now);
+  // What node n should run (a watch answer; a heartbeat's adds the timings): its
+  // workers' cached entries, a stopping job's as `stop` with the grace left.
+  proto::WatchAnswer NodeAnswer(core::NodeId n, Ticks now);
   // One worker's entry in it as when running (cached in Worker::desired for the run).
-  nlohmann::json DesiredWorker(const Job& job, const Worker& w);
+  proto::DesiredWorker DesiredWorker(const Job& job, const Worker& w);
   // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md);
   // `nodes`: JobNodes(job), computed once by the caller.
   spec::OutputNames OutputNamesOf(const Job& job, const Worker& w,
                                   const std::vector<std::string>& nodes) const;
   void SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
-                const spec::OutputNames& names, nlohmann::json& env) const;
+                const spec::OutputNames& names, std::map<std::string, std::string>& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;

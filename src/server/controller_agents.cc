@@ -48,7 +48,7 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
 // this worker sees (CUDA_VISIBLE_DEVICES), and the partition is the pool of its node.
 void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
                           const std::vector<std::string>& nodes, const spec::OutputNames& names,
-                          json& env) const {
+                          std::map<std::string, std::string>& env) const {
   std::vector<int> per_node(nodes.size(), 0);
   for (const Worker& x : job.workers) {
     const std::string& n = cluster_.node(x.alloc.node).name;
@@ -100,26 +100,32 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
   }
 }
 
-json Controller::DesiredWorkers(core::NodeId n, Ticks now) {
-  json out = json::array();
+proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
+  proto::WatchAnswer a;
+  a.instance = instance_;
+  a.epoch = options_.epoch;
+  a.version = node_version_[n.v];
   for (int64_t seq : node_jobs_[n.v]) {
     const Job& job = jobs_.at(seq);
     const bool stopping = job.state == JobState::kStopping;
     for (const Worker& w : job.workers) {
       if (w.alloc.node != n || w.exited) continue;
-      if (!w.desired) w.desired = std::make_shared<const json>(DesiredWorker(job, w));
-      json wj = *w.desired;
-      if (stopping) {
-        wj["action"] = "stop";
-        wj["grace_ms"] = std::max<Ticks>(0, job.stop_deadline - now);
+      if (!w.desired)
+        w.desired = std::make_shared<const proto::DesiredWorker>(DesiredWorker(job, w));
+      if (!stopping) {
+        a.workers.push_back(w.desired);
+        continue;
       }
-      out.push_back(std::move(wj));
+      auto stop = std::make_shared<proto::DesiredWorker>(*w.desired);
+      stop->action = proto::DesiredWorker::Action::kStop;
+      stop->grace_ms = std::max<Ticks>(0, job.stop_deadline - now);
+      a.workers.push_back(std::move(stop));
     }
   }
-  return out;
+  return a;
 }
 
-json Controller::DesiredWorker(const Job& job, const Worker& w) {
+proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) {
   const core::NodeId n = w.alloc.node;
   const std::vector<std::string> nodes = JobNodes(job);
   int local = 0;  // the workers of this job before it on its node
@@ -132,8 +138,8 @@ json Controller::DesiredWorker(const Job& job, const Worker& w) {
   const std::string master =
       leader_node.address.empty() ? cluster_.node(leader.alloc.node).name : leader_node.address;
   const int port = MasterPort(job.seq, job.run);
-  json env = json::object();
-  for (const auto& [k, v] : job.spec.env) env[k] = v;
+  std::map<std::string, std::string> env;
+  for (const auto& [k, v] : job.spec.env) env[k] = v;  // the last of a name wins
   env["GANTRY_JOB_ID"] = job.name;
   env["GANTRY_QUEUE"] = job.queue;
   env["GANTRY_TIER"] = std::string(core::Name(job.spec.tier));
@@ -160,29 +166,29 @@ json Controller::DesiredWorker(const Job& job, const Worker& w) {
                       {"MASTER_PORT", std::to_string(port)}}) {
     if (!env.contains(k)) env[k] = v;
   }
-  json wj = {{"job", job.name},
-             {"seq", job.seq},
-             {"run", job.run},
-             {"rank", w.rank},
-             {"action", "run"},
-             {"grace_ms", job.spec.grace},
-             {"command", job.spec.command},
-             {"env", env},
-             {"workdir", job.spec.workdir},
-             {"user", job.user},
-             {"alloc", WorkerAllocToJson(w.alloc, cluster_)},
-             {"limits", WorkerLimits(w.alloc, cluster_)}};
+  proto::DesiredWorker wj;
+  wj.job = job.name;
+  wj.seq = job.seq;
+  wj.run = job.run;
+  wj.rank = w.rank;
+  wj.grace_ms = job.spec.grace;
+  wj.command = job.spec.command;
+  wj.env = std::move(env);
+  wj.workdir = job.spec.workdir;
+  wj.user = job.user;
+  wj.alloc = WireAlloc(w.alloc, cluster_);
+  wj.limits = WorkerLimits(w.alloc, cluster_);
+  wj.script = job.spec.script;
+  wj.image = job.spec.image;
+  wj.signal = std::max(0, job.spec.stop_signal);
   // `gantry sbatch`: the script the agent writes on the node and runs, the files the
   // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
   // batch step writes to -o), and the signal it gets first when stopped.
-  if (!job.spec.script.empty()) wj["script"] = job.spec.script;
-  if (!job.spec.image.empty()) wj["image"] = job.spec.image;
-  if (job.spec.stop_signal > 0) wj["signal"] = job.spec.stop_signal;
-  for (const auto& [key, pattern] :
-       {std::pair<const char*, const std::string&>{"stdout", job.spec.stdout_path},
-        {"stderr", job.spec.stderr_path}}) {
-    if (pattern.empty() || (w.rank != 0 && !spec::PatternPerRank(pattern))) continue;
-    wj[key] = spec::ExpandOutputPattern(pattern, names);
+  for (auto [out, pattern] :
+       {std::pair<std::string*, const std::string*>{&wj.stdout_path, &job.spec.stdout_path},
+        {&wj.stderr_path, &job.spec.stderr_path}}) {
+    if (pattern->empty() || (w.rank != 0 && !spec::PatternPerRank(*pattern))) continue;
+    *out = spec::ExpandOutputPattern(*pattern, names);
   }
   // A mig_managed pool: the agent creates the instance at this placement (and destroys
   // it when the worker ends), so it needs the placement's size too.
@@ -191,21 +197,20 @@ json Controller::DesiredWorker(const Job& job, const Worker& w) {
     const core::MigProfile& p = cluster_.catalog()
                                     .model(cluster_.node(n).model)
                                     .mig_profiles[static_cast<size_t>(w.alloc.mig_profile)];
-    wj["alloc"]["create"] = true;
-    wj["alloc"]["memory_slices"] = p.memory_slices;
-    wj["alloc"]["compute_slices"] = p.compute_slices;
+    wj.alloc.create = true;
+    wj.alloc.memory_slices = p.memory_slices;
+    wj.alloc.compute_slices = p.compute_slices;
   }
   // For emulated agents only (`emulate` in the spec, a test aid): how busy to look.
   // Without one a job looks busy at 90% using the VRAM it asked for.
   const core::JobSpec::Emulate em = job.spec.emulate.value_or(core::JobSpec::Emulate{});
-  const int64_t vram =
-      em.vram_used_bytes >= 0
-          ? em.vram_used_bytes
-          : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask));
-  wj["emulate"] = {
-      {"util", em.util},
-      {"vram_used_bytes", vram},
-      {"idle_after_ms", em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1}};
+  wj.emulate = proto::Emulate{
+      .util = em.util,
+      .vram_used_bytes =
+          em.vram_used_bytes >= 0
+              ? em.vram_used_bytes
+              : job.spec.vram_bytes * std::max<int64_t>(1, std::popcount(w.alloc.gpu_mask)),
+      .idle_after_ms = em.idle_after ? std::max<Ticks>(0, *em.idle_after - job.progress) : -1};
   return wj;
 }
 
@@ -216,8 +221,11 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
       [this, body = std::move(body),
        remote_addr = std::move(remote_addr)](core::NodeId n) -> Reply {
         const std::string& node = cluster_.node(n).name;
-        AgentReport report =
-            ParseAgentReport(body);  // throws on malformed input: nothing changed yet
+        Result<AgentReport> decoded = proto::DecodeHeartbeat(body);
+        if (!decoded) {  // nothing changed yet
+          return Reply::Error(Code::kBadRequest, "heartbeat: " + decoded.error().ToString());
+        }
+        AgentReport& report = *decoded;
         const Ticks now = now_;
         NodeInfo& info = nodes_[n.v];
         const core::Node& cn = cluster_.node(n);
@@ -273,22 +281,24 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
             g.memory_used_bytes = 0;
             g.idle_ms = 0;
           }
-          return GpusToJson(gpus).dump();
+          return gpus;
         };
+        std::map<std::string, bool> isolation =
+            report.isolation.value_or(std::map<std::string, bool>());
         bool changed = info.address != address || info.agent_id != report.agent_id ||
                        inventory(info.gpus) != inventory(report.gpus) ||
-                       info.isolation != report.isolation;
+                       info.isolation != isolation;
         info.address = address;
         info.agent_id = report.agent_id;
-        if (info.isolation != report.isolation) {  // said once per change, not per heartbeat
+        if (info.isolation != isolation) {  // said once per change, not per heartbeat
           std::string missing;
-          for (const auto& [what, on] : report.isolation) {
+          for (const auto& [what, on] : isolation) {
             if (!on) missing += (missing.empty() ? "" : ", ") + what;
           }
           if (!missing.empty())
             log::Warn("node's workers not isolated", {{"node", node}, {"missing", missing}});
         }
-        info.isolation = std::move(report.isolation);
+        info.isolation = std::move(isolation);
         info.gpus = std::move(report.gpus);
         if (!info.up) {
           info.up = true;
@@ -328,7 +338,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           WorkerExited(*job, w, e, now);
         }
         for (const RunningReport& r : report.running) {
-          if (!r.util) continue;
+          if (!r.usage) continue;
           Job* job = FindJob(r.job);
           if (!job || job->state != JobState::kRunning || job->run != r.run || r.rank < 0 ||
               r.rank >= static_cast<int>(job->workers.size())) {
@@ -339,13 +349,10 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         }
         if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
         Reply r;
-        r.body = {{"instance", instance_},
-                  {"epoch", options_.epoch},
-                  {"heartbeat_ms", options_.heartbeat_ms},
-                  {"lease_ms", options_.lease_ms},
-                  {"node_timeout_ms", options_.node_timeout_ms},
-                  {"version", node_version_[n.v]},
-                  {"workers", DesiredWorkers(n, now)}};
+        r.body = proto::Encode(proto::HeartbeatReply{.answer = NodeAnswer(n, now),
+                                                     .heartbeat_ms = options_.heartbeat_ms,
+                                                     .lease_ms = options_.lease_ms,
+                                                     .node_timeout_ms = options_.node_timeout_ms});
         return r;
       });
 }
@@ -392,7 +399,7 @@ void Controller::UploadLog(std::string token, std::string node, std::string name
           if (out) size += static_cast<int64_t>(data.size() - skip);
         }
         Reply r;
-        r.body = {{"size", size}};
+        r.body = proto::Encode(proto::LogUploadReply{size});
         return r;
       });
 }

@@ -38,17 +38,17 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
     job.usage.reported_ms += dt;
   }
   w.usage_at = now;
-  w.util = *r.util;
-  w.vram_used = r.vram_used_bytes;
-  job.usage.vram_peak = std::max(job.usage.vram_peak, r.vram_used_bytes);
-  w.vram_peak = std::max(w.vram_peak, r.vram_used_bytes);
+  w.util = r.usage->util;
+  w.vram_used = r.usage->vram_used_bytes;
+  job.usage.vram_peak = std::max(job.usage.vram_peak, r.usage->vram_used_bytes);
+  w.vram_peak = std::max(w.vram_peak, r.usage->vram_used_bytes);
   w.util_peak = std::max(w.util_peak, w.util);
   job.usage.util_peak = std::max(job.usage.util_peak, w.util);
   const core::ModelId model = cluster_.node(w.alloc.node).model;
   if (model.valid()) job.usage.model = cluster_.catalog().model(model).name;
   if (w.busy_at < 0 || w.util >= config_.policy.params.reclaim_idle_below) w.busy_at = now;
   // The time series: one sample per job and interval, the interval's mean utilization.
-  job.sample_vram = std::max(job.sample_vram, r.vram_used_bytes);
+  job.sample_vram = std::max(job.sample_vram, r.usage->vram_used_bytes);
   if (job.sample_at < job.run_start) {  // the run's first report (sample_at starts at -1)
     job.sample_at = now;
     job.sample_busy = job.usage.busy_gpu_ms;

@@ -92,90 +92,6 @@ bool Job::AllExited() const {
   return std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.exited; });
 }
 
-AgentReport ParseAgentReport(const json& body) {
-  AgentReport r;
-  if (!body.is_object())
-    throw json::type_error::create(302, "the report must be a JSON object", &body);
-  r.agent_id = body.value("agent_id", std::string());
-  r.leaving = body.value("leaving", false);
-  r.address = body.value("address", std::string());
-  if (body.contains("isolation"))
-    r.isolation = body.at("isolation").get<std::map<std::string, bool>>();
-  if (body.contains("gpus")) r.gpus = GpusFromJson(body.at("gpus"));
-  for (const json& e : body.value("running", json::array())) {
-    RunningReport& rr = r.running.emplace_back();
-    rr.job = e.at("job").get<std::string>();
-    rr.run = e.at("run").get<int>();
-    rr.rank = e.at("rank").get<int>();
-    rr.pid = e.value("pid", int64_t{0});
-    if (e.contains("util")) {
-      r.running.back().util = std::clamp(e.at("util").get<double>(), 0.0, 1.0);
-      r.running.back().vram_used_bytes =
-          std::max<int64_t>(0, e.value("vram_used_bytes", int64_t{0}));
-    }
-  }
-  for (const json& e : body.value("exits", json::array())) {
-    ExitReport x;
-    x.job = e.at("job").get<std::string>();
-    x.run = e.at("run").get<int>();
-    x.rank = e.at("rank").get<int>();
-    x.exit_code = e.value("exit_code", 0);
-    x.signal = e.value("signal", 0);
-    x.lost = e.value("lost", false);
-    x.note = e.value("note", std::string());
-    x.drain = e.value("drain", std::string());
-    r.exits.push_back(std::move(x));
-  }
-  return r;
-}
-
-json GpusToJson(const std::vector<GpuReport>& gpus) {
-  json out = json::array();
-  for (const GpuReport& g : gpus) {
-    json mig = json::array();
-    for (const auto& m : g.mig)
-      mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
-    json j = {{"index", g.index},
-              {"uuid", g.uuid},
-              {"name", g.name},
-              {"memory_bytes", g.memory_bytes},
-              {"mig_mode", g.mig_mode},
-              {"mig", mig},
-              {"utilization", g.utilization},
-              {"memory_used_bytes", g.memory_used_bytes},
-              {"idle_ms", g.idle_ms},
-              {"lost", g.lost},
-              {"nvlink_peers", g.nvlink_peers}};
-    if (!g.model.empty()) j["model"] = g.model;
-    out.push_back(std::move(j));
-  }
-  return out;
-}
-
-std::vector<GpuReport> GpusFromJson(const json& j) {
-  std::vector<GpuReport> out;
-  for (const json& e : j) {
-    GpuReport g;
-    g.index = e.at("index").get<int>();
-    g.uuid = e.at("uuid").get<std::string>();
-    g.name = e.value("name", std::string());
-    g.model = e.value("model", std::string());
-    g.memory_bytes = e.value("memory_bytes", int64_t{0});
-    g.mig_mode = e.value("mig_mode", false);
-    for (const json& m : e.value("mig", json::array())) {
-      g.mig.push_back({m.value("uuid", std::string()), m.value("profile", std::string()),
-                       m.value("start", -1), m.value("gi_id", -1)});
-    }
-    g.utilization = e.value("utilization", 0.0);
-    g.memory_used_bytes = e.value("memory_used_bytes", int64_t{0});
-    g.idle_ms = e.value("idle_ms", int64_t{0});
-    g.lost = e.value("lost", false);
-    g.nvlink_peers = e.value("nvlink_peers", std::vector<int>{});
-    out.push_back(std::move(g));
-  }
-  return out;
-}
-
 double WorkerGpus(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   switch (w.sharing) {
     case core::Sharing::kExclusive:
@@ -218,7 +134,7 @@ Usage UsageFromJson(const json& j) {
   return u;
 }
 
-json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster) {
+proto::Limits WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   const core::Node& node = cluster.node(w.node);
   const core::PoolSpec& pool = cluster.pool(node.pool).spec;
   const double gpus = WorkerGpus(w, cluster);
@@ -226,71 +142,79 @@ json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster) {
     return asked > 0 ? asked
                      : static_cast<int64_t>(std::llround(static_cast<double>(per_gpu) * gpus));
   };
-  return {{"memory_bytes", limit(w.memory_bytes, pool.default_memory_per_gpu_bytes)},
-          {"cpus_milli", limit(w.cpus_milli, pool.default_cpus_per_gpu_milli)}};
+  return {.memory_bytes = limit(w.memory_bytes, pool.default_memory_per_gpu_bytes),
+          .cpus_milli = limit(w.cpus_milli, pool.default_cpus_per_gpu_milli)};
 }
 
-json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster) {
+proto::Alloc WireAlloc(const core::WorkerAlloc& w, const core::Cluster& cluster) {
   const core::Node& node = cluster.node(w.node);
-  json j = {{"node", node.name}, {"sharing", std::string(core::Name(w.sharing))}};
+  proto::Alloc a;
+  a.node = node.name;
+  a.sharing = core::Name(w.sharing);
   switch (w.sharing) {
-    case core::Sharing::kExclusive: {
-      std::vector<int> gpus;
-      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) gpus.push_back(std::countr_zero(m));
-      j["gpus"] = gpus;
+    case core::Sharing::kExclusive:
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) a.gpus.push_back(std::countr_zero(m));
       break;
-    }
     case core::Sharing::kMig:
-      j["gpu"] = w.gpu;
-      j["mig"] = cluster.catalog().model(node.model).mig_profiles[w.mig_profile].name;
-      j["start"] = w.mig_start;
+      a.gpu = w.gpu;
+      a.mig = cluster.catalog().model(node.model).mig_profiles[w.mig_profile].name;
+      a.start = w.mig_start;
       break;
     case core::Sharing::kMps:
     case core::Sharing::kTimeslice:
-      j["gpu"] = w.gpu;
-      j["share_milli"] = w.share_milli;
-      j["vram_bytes"] = w.vram_bytes;
+      a.gpu = w.gpu;
+      a.share_milli = w.share_milli;
+      a.vram_bytes = w.vram_bytes;
       break;
   }
-  j["cpus_milli"] = w.cpus_milli;
-  j["memory_bytes"] = w.memory_bytes;
-  return j;
+  a.cpus_milli = w.cpus_milli;
+  a.memory_bytes = w.memory_bytes;
+  return a;
 }
 
-Result<core::WorkerAlloc> WorkerAllocFromJson(const json& j, const core::Cluster& cluster) {
+Result<core::WorkerAlloc> CoreAlloc(const proto::Alloc& a, const core::Cluster& cluster) {
   core::WorkerAlloc w;
-  const std::string node = j.value("node", std::string());
-  auto n = cluster.FindNode(node);
-  if (!n) return Error{"alloc.node", "node " + node + " is no longer in the cluster config"};
+  auto n = cluster.FindNode(a.node);
+  if (!n) return Error{"alloc.node", "node " + a.node + " is no longer in the cluster config"};
   w.node = *n;
   const core::Node& info = cluster.node(*n);
-  const std::string sharing = j.value("sharing", std::string("exclusive"));
-  if (sharing == "exclusive") {
-    for (int g : j.value("gpus", std::vector<int>{})) {
-      if (g < 0 || g >= info.gpus) return Error{"alloc.gpus", "GPU index out of range on " + node};
+  if (a.sharing == "exclusive") {
+    for (int g : a.gpus) {
+      if (g < 0 || g >= info.gpus)
+        return Error{"alloc.gpus", "GPU index out of range on " + a.node};
       w.gpu_mask |= uint64_t{1} << g;
     }
   } else {
-    const int g = j.value("gpu", -1);
-    if (g < 0 || g >= info.gpus) return Error{"alloc.gpu", "GPU index out of range on " + node};
-    w.gpu = static_cast<int8_t>(g);
-    if (sharing == "mig") {
+    if (a.gpu < 0 || a.gpu >= info.gpus)
+      return Error{"alloc.gpu", "GPU index out of range on " + a.node};
+    w.gpu = static_cast<int8_t>(a.gpu);
+    if (a.sharing == "mig") {
       w.sharing = core::Sharing::kMig;
-      const int p = cluster.catalog().FindProfile(info.model, j.value("mig", std::string()));
-      if (p < 0) return Error{"alloc.mig", "MIG profile unknown on " + node};
+      const int p = cluster.catalog().FindProfile(info.model, a.mig);
+      if (p < 0) return Error{"alloc.mig", "MIG profile unknown on " + a.node};
       w.mig_profile = static_cast<int8_t>(p);
-      w.mig_start = static_cast<int8_t>(j.value("start", -1));
-    } else if (sharing == "mps" || sharing == "timeslice") {
-      w.sharing = sharing == "mps" ? core::Sharing::kMps : core::Sharing::kTimeslice;
-      w.share_milli = static_cast<int16_t>(j.value("share_milli", 0));
-      w.vram_bytes = j.value("vram_bytes", int64_t{0});
+      w.mig_start = static_cast<int8_t>(a.start);
+    } else if (a.sharing == "mps" || a.sharing == "timeslice") {
+      w.sharing = a.sharing == "mps" ? core::Sharing::kMps : core::Sharing::kTimeslice;
+      w.share_milli = static_cast<int16_t>(a.share_milli);
+      w.vram_bytes = a.vram_bytes;
     } else {
-      return Error{"alloc.sharing", "unknown sharing mode " + sharing};
+      return Error{"alloc.sharing", "unknown sharing mode " + a.sharing};
     }
   }
-  w.cpus_milli = j.value("cpus_milli", int64_t{0});
-  w.memory_bytes = j.value("memory_bytes", int64_t{0});
+  w.cpus_milli = a.cpus_milli;
+  w.memory_bytes = a.memory_bytes;
   return w;
+}
+
+json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster) {
+  return proto::Encode(WireAlloc(w, cluster));
+}
+
+Result<core::WorkerAlloc> WorkerAllocFromJson(const json& j, const core::Cluster& cluster) {
+  Result<proto::Alloc> a = proto::DecodeAlloc(j);
+  if (!a) return a.error();
+  return CoreAlloc(*a, cluster);
 }
 
 void Job::Note(Ticks t, std::string what) {
@@ -421,7 +345,7 @@ json NodeToDoc(const NodeInfo& n) {
           {"drain_reason", n.drain_reason},
           {"address", n.address},
           {"agent_id", n.agent_id},
-          {"gpus", GpusToJson(n.gpus)},
+          {"gpus", proto::Encode(n.gpus)},
           {"isolation", n.isolation}};
 }
 
@@ -431,11 +355,12 @@ void NodeFromDoc(const json& d, NodeInfo& n) {
   n.drain_reason = d.value("drain_reason", std::string());
   n.address = d.value("address", std::string());
   n.agent_id = d.value("agent_id", std::string());
+  Result<std::vector<GpuReport>> gpus = proto::DecodeGpus(d.value("gpus", json::array()));
+  n.gpus = gpus ? std::move(*gpus) : std::vector<GpuReport>();
   try {
-    n.gpus = GpusFromJson(d.value("gpus", json::array()));
     n.isolation = d.value("isolation", std::map<std::string, bool>());
   } catch (const json::exception&) {
-    n.gpus.clear();
+    n.isolation.clear();
   }
 }
 

@@ -22,6 +22,7 @@
 #include "core/ledger.h"
 #include "core/model/cluster.h"
 #include "core/model/job.h"
+#include "proto/node.h"
 
 namespace gantry::server {
 
@@ -59,7 +60,7 @@ struct Worker {
   // What its agent is sent to run it (Controller::DesiredWorkers), built once per run: a
   // node's answer is rebuilt whenever anything on it changes, and most of its workers
   // did not (not kept across a gantryd restart).
-  mutable std::shared_ptr<const nlohmann::json> desired;
+  mutable std::shared_ptr<const proto::DesiredWorker> desired;
 };
 
 // What a job used over all its runs: GPUs held, how busy they were, VRAM. Reports
@@ -150,60 +151,11 @@ struct Job {
   bool AllExited() const;
 };
 
-// What an agent reports about one GPU.
-struct GpuReport {
-  int index = 0;
-  std::string uuid;
-  std::string name;   // NVML's product name, or the emulated model
-  std::string model;  // catalog model, when the agent knows it (emulation)
-  int64_t memory_bytes = 0;
-  bool mig_mode = false;
-  struct Mig {
-    std::string uuid, profile;
-    int start = -1;
-    int gi_id = -1;  // NVML's GPU instance id, where the agent's driver said
-  };
-  std::vector<Mig> mig;
-  double utilization = 0;         // 0..1, last sample
-  int64_t memory_used_bytes = 0;  // last sample
-  int64_t idle_ms = 0;            // how long utilization has been 0
-  bool lost = false;              // NVML says the GPU fell off the bus
-  std::vector<int> nvlink_peers;
-};
-
-struct ExitReport {
-  std::string job;
-  int run = 0, rank = 0;
-  int exit_code = 0, signal = 0;
-  bool lost = false;
-  std::string note;
-  std::string drain;  // a node problem that kept the worker from starting: drain the node
-};
-
-struct RunningReport {
-  std::string job;
-  int run = 0, rank = 0;
-  int64_t pid = 0;
-  std::optional<double> util;  // what the worker uses, when its agent can tell
-  int64_t vram_used_bytes = 0;
-};
-
-struct AgentReport {
-  std::string agent_id;
-  bool leaving = false;  // the agent is shutting down: its node goes down now
-  std::string address;
-  std::vector<GpuReport> gpus;
-  std::vector<RunningReport> running;
-  std::vector<ExitReport> exits;
-  // What keeps the node's workers apart: {"cgroups", "gpu_devices", "mig"?}: booleans;
-  // empty from an agent that does not say.
-  std::map<std::string, bool> isolation;
-};
-
-// Throws nlohmann::json exceptions on malformed input; the caller turns them into 400.
-AgentReport ParseAgentReport(const nlohmann::json& body);
-nlohmann::json GpusToJson(const std::vector<GpuReport>& gpus);
-std::vector<GpuReport> GpusFromJson(const nlohmann::json& j);
+// What agents report (the node protocol's messages, proto/node.h).
+using GpuReport = proto::GpuReport;
+using ExitReport = proto::ExitReport;
+using RunningReport = proto::RunningReport;
+using AgentReport = proto::Heartbeat;
 
 struct NodeInfo {
   bool up = false;  // an agent heartbeats
@@ -214,16 +166,19 @@ struct NodeInfo {
   std::string agent_id;
   std::vector<GpuReport> gpus;
   std::string refused;                    // why the agent's report was refused (inventory mismatch)
-  std::map<std::string, bool> isolation;  // as its agent last reported it (AgentReport)
+  std::map<std::string, bool> isolation;  // as its agent last reported it (empty: not said)
 };
 
+// A worker's holding as the wire, the store and the API write it (proto::Alloc), and back.
+proto::Alloc WireAlloc(const core::WorkerAlloc& w, const core::Cluster& cluster);
+Result<core::WorkerAlloc> CoreAlloc(const proto::Alloc& a, const core::Cluster& cluster);
 nlohmann::json WorkerAllocToJson(const core::WorkerAlloc& w, const core::Cluster& cluster);
-// A worker's cgroup limits, {"memory_bytes", "cpus_milli"} (0 = none): what its job asked
-// for (memory_gb, cpus), else its pool's default_*_per_gpu times the GPUs it holds (a
-// share counts as its fraction, a MIG instance as its compute slices out of 7).
-nlohmann::json WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster);
 Result<core::WorkerAlloc> WorkerAllocFromJson(const nlohmann::json& j,
                                               const core::Cluster& cluster);
+// A worker's cgroup limits (0 = none): what its job asked for (memory_gb, cpus), else its
+// pool's default_*_per_gpu times the GPUs it holds (a share counts as its fraction, a MIG
+// instance as its compute slices out of 7).
+proto::Limits WorkerLimits(const core::WorkerAlloc& w, const core::Cluster& cluster);
 
 // The job's `doc` in the store: everything but the indexed columns and the resolved spec.
 // GPUs one worker holds: whole GPUs, a MIG instance's compute share, an MPS share.

@@ -264,23 +264,23 @@ TEST_F(FakeNvmlTest, WorkersOnASharedGpuReportTheirOwnProcesses) {
   const std::vector<GpuInfo> gpus = Sample(*nvml);
   auto of = [](pid_t worker) { return [worker](int pid) { return SessionOf(pid) == worker; }; };
   // 20% of the GPU on a quarter of it: 0.8 of its share.
-  const json ua = NvmlUsage(Shared(0, 250), gpus, of(a));
-  ASSERT_TRUE(ua.is_object()) << ua;
-  EXPECT_DOUBLE_EQ(ua["util"].get<double>(), 0.8);
-  EXPECT_EQ(ua["vram_used_bytes"], kGB + kGB / 2);
-  const json ub = NvmlUsage(Shared(0, 400, "timeslice"), gpus, of(b));
-  EXPECT_DOUBLE_EQ(ub["util"].get<double>(), 1.0)
-      << "50% of the GPU on a 0.4 share: all of it, and more";
-  EXPECT_EQ(ub["vram_used_bytes"], 4 * kGB);
+  const auto ua = NvmlUsage(Shared(0, 250), gpus, of(a));
+  ASSERT_TRUE(ua.has_value());
+  EXPECT_DOUBLE_EQ(ua->util, 0.8);
+  EXPECT_EQ(ua->vram_used_bytes, kGB + kGB / 2);
+  const auto ub = NvmlUsage(Shared(0, 400, "timeslice"), gpus, of(b));
+  EXPECT_DOUBLE_EQ(ub->util, 1.0) << "50% of the GPU on a 0.4 share: all of it, and more";
+  EXPECT_EQ(ub->vram_used_bytes, 4 * kGB);
   // A worker whose processes have not touched the GPU (yet) uses none of it.
-  const json idle = NvmlUsage(Shared(0, 500), gpus, [](int) { return false; });
-  EXPECT_DOUBLE_EQ(idle["util"].get<double>(), 0);
-  EXPECT_EQ(idle["vram_used_bytes"], 0);
+  const auto idle = NvmlUsage(Shared(0, 500), gpus, [](int) { return false; });
+  EXPECT_DOUBLE_EQ(idle->util, 0);
+  EXPECT_EQ(idle->vram_used_bytes, 0);
   // A whole GPU is read from the GPU's own numbers.
-  const json whole = NvmlUsage(Whole({0}), gpus, of(a));
-  EXPECT_DOUBLE_EQ(whole["util"].get<double>(), 0.8);
-  EXPECT_EQ(whole["vram_used_bytes"], 9 * kGB);
-  EXPECT_TRUE(NvmlUsage(Shared(3, 500), gpus, of(a)).is_null()) << "a GPU the node does not have";
+  const auto whole = NvmlUsage(Whole({0}), gpus, of(a));
+  EXPECT_DOUBLE_EQ(whole->util, 0.8);
+  EXPECT_EQ(whole->vram_used_bytes, 9 * kGB);
+  EXPECT_FALSE(NvmlUsage(Shared(3, 500), gpus, of(a)).has_value())
+      << "a GPU the node does not have";
 }
 
 // Under a real MPS daemon (H100, driver 580, scripts/gpu_check.sh) NVML lists the clients
@@ -302,30 +302,30 @@ TEST_F(FakeNvmlTest, UnderAnMpsDaemonAShareCountsAsBusyAsItsServer) {
   ASSERT_TRUE(nvml);
   std::vector<GpuInfo> gpus = Sample(*nvml);
   auto of = [](pid_t worker) { return [worker](int pid) { return SessionOf(pid) == worker; }; };
-  const json ua = NvmlUsage(Shared(0, 500), gpus, of(a));
-  ASSERT_TRUE(ua.is_object()) << ua;
-  EXPECT_DOUBLE_EQ(ua["util"].get<double>(), 1.0) << "93% of the GPU on a half share: all of it";
-  EXPECT_EQ(ua["vram_used_bytes"], 6 * kGB) << "memory is the client's own";
-  const json ub = NvmlUsage(Shared(0, 250), gpus, of(b));
-  EXPECT_DOUBLE_EQ(ub["util"].get<double>(), 1.0) << "an upper bound: the idle one too";
-  EXPECT_EQ(ub["vram_used_bytes"], 4 * kGB);
+  const auto ua = NvmlUsage(Shared(0, 500), gpus, of(a));
+  ASSERT_TRUE(ua.has_value());
+  EXPECT_DOUBLE_EQ(ua->util, 1.0) << "93% of the GPU on a half share: all of it";
+  EXPECT_EQ(ua->vram_used_bytes, 6 * kGB) << "memory is the client's own";
+  const auto ub = NvmlUsage(Shared(0, 250), gpus, of(b));
+  EXPECT_DOUBLE_EQ(ub->util, 1.0) << "an upper bound: the idle one too";
+  EXPECT_EQ(ub->vram_used_bytes, 4 * kGB);
   // A share that is no client (time-slicing beside the server) reads only its own samples.
-  const json none = NvmlUsage(Shared(0, 500), gpus, [](int) { return false; });
-  EXPECT_DOUBLE_EQ(none["util"].get<double>(), 0);
+  const auto none = NvmlUsage(Shared(0, 500), gpus, [](int) { return false; });
+  EXPECT_DOUBLE_EQ(none->util, 0);
   // The server idle (no sample since the last read): every client is idle.
   gpu["processes"][0]["sm_util"] = 0;
   gpu["utilization"] = 0;
   Script({{"gpus", {gpu}}});
   gpus = Sample(*nvml);
   ASSERT_TRUE(gpus[0].processes.sampled);
-  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, of(a))["util"].get<double>(), 0);
-  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 250), gpus, of(b))["util"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, of(a))->util, 0);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 250), gpus, of(b))->util, 0);
   // A later driver that samples the clients themselves: their own samples count.
   gpu["processes"][1]["sm_util"] = 40;
   Script({{"gpus", {gpu}}});
   gpus = Sample(*nvml);
-  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, of(a))["util"].get<double>(), 0.8);
-  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 250), gpus, of(b))["util"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, of(a))->util, 0.8);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 250), gpus, of(b))->util, 0);
 }
 
 TEST_F(FakeNvmlTest, AWorkerOnAMigInstanceReportsTheInstance) {
@@ -346,20 +346,20 @@ TEST_F(FakeNvmlTest, AWorkerOnAMigInstanceReportsTheInstance) {
   EXPECT_EQ(Process(in0, 1001)->vram_bytes, kGB / 2);
   auto nobody = [](int) { return false; };  // the instance is the worker's alone
   // No utilization of its own: its processes' sampled SM utilization, of the instance.
-  const json u0 = NvmlUsage(Mig(0, "MIG-b0"), gpus, nobody);
-  ASSERT_TRUE(u0.is_object());
-  EXPECT_DOUBLE_EQ(u0["util"].get<double>(), 0.55);
-  EXPECT_EQ(u0["vram_used_bytes"], 2 * kGB) << "the instance's own memory in use";
-  const json u1 = NvmlUsage(Mig(0, "MIG-b1"), gpus, nobody);
-  EXPECT_DOUBLE_EQ(u1["util"].get<double>(), 0.6);
-  EXPECT_EQ(u1["vram_used_bytes"], 0);
-  EXPECT_TRUE(NvmlUsage(Mig(0, "MIG-gone"), gpus, nobody).is_null());
+  const auto u0 = NvmlUsage(Mig(0, "MIG-b0"), gpus, nobody);
+  ASSERT_TRUE(u0.has_value());
+  EXPECT_DOUBLE_EQ(u0->util, 0.55);
+  EXPECT_EQ(u0->vram_used_bytes, 2 * kGB) << "the instance's own memory in use";
+  const auto u1 = NvmlUsage(Mig(0, "MIG-b1"), gpus, nobody);
+  EXPECT_DOUBLE_EQ(u1->util, 0.6);
+  EXPECT_EQ(u1->vram_used_bytes, 0);
+  EXPECT_FALSE(NvmlUsage(Mig(0, "MIG-gone"), gpus, nobody).has_value());
   // Where NVML gives neither (no per-process samples on MIG devices), nothing is reported.
   gpu["process_utilization"] = false;
   Script({{"gpus", {gpu}}});
   const std::vector<GpuInfo> unsampled = Sample(*nvml);
   EXPECT_FALSE(unsampled[0].mig[0].processes.sampled);
-  EXPECT_TRUE(NvmlUsage(Mig(0, "MIG-b0"), unsampled, nobody).is_null());
+  EXPECT_FALSE(NvmlUsage(Mig(0, "MIG-b0"), unsampled, nobody).has_value());
 }
 
 TEST_F(FakeNvmlTest, AGpuThatFallsOffTheBusIsLostAndItsWorkersReportNothing) {
@@ -373,17 +373,17 @@ TEST_F(FakeNvmlTest, AGpuThatFallsOffTheBusIsLostAndItsWorkersReportNothing) {
   auto mine = [](int pid) { return pid == 1000; };
   std::vector<GpuInfo> gpus = Sample(*nvml);
   EXPECT_FALSE(gpus[0].lost);
-  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, mine)["util"].get<double>(), 0.8);
+  EXPECT_DOUBLE_EQ(NvmlUsage(Shared(0, 500), gpus, mine)->util, 0.8);
   gpus = Sample(*nvml);  // the second sample: NVML_ERROR_GPU_IS_LOST
   ASSERT_EQ(gpus.size(), 2u);
   EXPECT_TRUE(gpus[0].lost);
   EXPECT_EQ(gpus[0].uuid, "") << "its queries fail; what is known of it is its index";
   EXPECT_FALSE(gpus[0].processes.listed);
   EXPECT_FALSE(gpus[1].lost);
-  EXPECT_TRUE(NvmlUsage(Shared(0, 500), gpus, mine).is_null());
-  EXPECT_TRUE(NvmlUsage(Whole({0}), gpus, mine).is_null());
-  EXPECT_TRUE(NvmlUsage(Whole({0, 1}), gpus, mine).is_null()) << "one of its GPUs is lost";
-  EXPECT_TRUE(NvmlUsage(Whole({1}), gpus, mine).is_object());
+  EXPECT_FALSE(NvmlUsage(Shared(0, 500), gpus, mine).has_value());
+  EXPECT_FALSE(NvmlUsage(Whole({0}), gpus, mine).has_value());
+  EXPECT_FALSE(NvmlUsage(Whole({0, 1}), gpus, mine).has_value()) << "one of its GPUs is lost";
+  EXPECT_TRUE(NvmlUsage(Whole({1}), gpus, mine).has_value());
 }
 
 // An old driver: no _v3 process lists, no per-process utilization, no MIG, no NVLink.
@@ -413,9 +413,10 @@ TEST_F(FakeNvmlTest, AnOldDriverLoadsAndReportsLessWithoutFailing) {
   EXPECT_EQ(gpus[0].processes.list[1].vram_bytes, 2 * kGB);
   EXPECT_TRUE(gpus[2].lost);
   auto mine = [](int pid) { return pid == 1000; };
-  EXPECT_TRUE(NvmlUsage(Shared(0, 500), gpus, mine).is_null()) << "its utilization cannot be told";
-  const json whole = NvmlUsage(Whole({0}), gpus, mine);
-  EXPECT_DOUBLE_EQ(whole["util"].get<double>(), 0.75);
+  EXPECT_FALSE(NvmlUsage(Shared(0, 500), gpus, mine).has_value())
+      << "its utilization cannot be told";
+  const auto whole = NvmlUsage(Whole({0}), gpus, mine);
+  EXPECT_DOUBLE_EQ(whole->util, 0.75);
 }
 
 TEST_F(FakeNvmlTest, ALibraryLackingARequiredEntryPointIsACleanError) {

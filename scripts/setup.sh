@@ -15,6 +15,7 @@ packages=(
   podman runc catatonit busybox-static  # jobs with an image; the container test builds one from busybox
   time  # GNU time: the benchmark scripts' wall, CPU and RSS figures (bench/replay.sh, scripts/bench.sh)
   curl util-linux  # the Kubernetes peers' harness (tests/k8s/cluster.sh: readiness checks, flock)
+  ccache  # scripts/test.sh: a clean checkout on a machine that built before compiles little
 )
 missing=()
 for p in "${packages[@]}"; do

@@ -5,27 +5,45 @@
 # tests the page, not the C++).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each stage's heading says how long the one before took (docs/benchmarks.md, "Build time").
+stage_start=$SECONDS
+stage() {
+  echo "== [$((SECONDS - stage_start)) s] $1 =="
+  stage_start=$SECONDS
+}
+stage "setup (scripts/setup.sh)"
 bash scripts/setup.sh
 jobs=$(nproc)
+# A compiler cache outside the tree: CI's clean checkout on a machine that has built before
+# recompiles only what changed (both build trees). BASEDIR and NOHASHDIR let a checkout at
+# another path hit the same entries; GANTRY_NO_CCACHE=1 builds without it.
+launcher=()
+if [[ -z "${GANTRY_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
+  export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/ccache}" CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 # The C++ is formatted by Debian's clang-format 14 with the project's .clang-format; a file
 # that differs fails here, before anything is built (fix: clang-format -i FILE).
-echo "== format (clang-format --dry-run -Werror) =="
+stage "format (clang-format --dry-run -Werror)"
 find src tests bench \( -name '*.cc' -o -name '*.h' \) -not -path '*/corpus/*' -print0 |
   xargs -0 clang-format --dry-run -Werror
-echo "== release build (-Werror) =="
-cmake --preset release -DGANTRY_WERROR=ON >/dev/null
+stage "release build (-Werror)"
+cmake --preset release -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build --preset release -j "$jobs"
+stage "release tests (ctest --preset release)"
 ctest --preset release -j "$jobs"
 # The real Kubernetes components (issue 45's test peers, built from their Go modules into a
 # cache outside the tree: the first build on a machine takes ~7-10 min, later ones nothing),
 # then a loopback cluster on them: etcd, kube-apiserver, kube-controller-manager, kwok.
-echo "== Kubernetes peers (scripts/k8s_peers.sh, tests/k8s/smoke.sh) =="
+stage "Kubernetes peers (scripts/k8s_peers.sh, tests/k8s/smoke.sh)"
 bash scripts/k8s_peers.sh >/dev/null
 bash tests/k8s/smoke.sh
-echo "== ASan + UBSan build =="
+stage "ASan + UBSan build"
 labels='unit|property|fuzz|golden'
-cmake --preset asan-ubsan -DGANTRY_WERROR=ON >/dev/null
+cmake --preset asan-ubsan -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null
 cmake --build --preset asan-ubsan -j "$jobs" --target gantry_sanitized_tests  # their binaries only
+stage "ASan + UBSan tests"
 # Every test of those labels is there, as in the release build (a test binary the target
 # missed would otherwise drop out of the sanitized run unnoticed).
 count() { ctest --preset "$1" -N -L "$labels" | sed -n 's/^Total Tests: //p'; }
@@ -35,3 +53,4 @@ if [[ "$(count release)" != "$(count asan-ubsan)" ]]; then
   exit 1
 fi
 GANTRY_PROPERTY_SEEDS="${GANTRY_PROPERTY_SEEDS_ASAN:-6}" ctest --preset asan-ubsan -j "$jobs" -L "$labels"
+stage "done"

@@ -102,7 +102,8 @@ TEST_P(Golden, DecisionsMatchTheStoredEventLog) {
 
 std::vector<Case> Cases() {
   std::vector<Case> out;
-  for (const char* workload : {"example", "load1.2-64gpu", "bymodel-32gpu", "training1.5-48gpu"}) {
+  for (const char* workload : {"example", "load1.2-64gpu", "bymodel-32gpu", "training1.5-48gpu",
+                               "waits-48gpu", "orders-32gpu"}) {
     for (const char* policy : {"gantry", "fifo"}) out.push_back({workload, policy});
   }
   return out;

@@ -456,25 +456,47 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   const JobRecord& job = s.job(id);
   if (job.phase != Phase::kPending) return;
   if (Considered(id)) return;
-  const bool claimant = Claiming(id);
-  if (claimant) MarkConsidered(s, id);
-  const bool draining = PastMaxWait(s, job, now);
+  Turn t = BeginTurn(s, id, now);
+  if (WaitsBeforeTrying(s, t)) return;
+  if (TryStartWithHeld(s, t)) return;
+  if (GiveWayByRank(s, t)) return;
+  if (t.wait.cause == WaitCause::kCapacity) {
+    if (MakeRoom(s, t)) return;
+    if (ReserveOrDrain(s, t)) return;
+  }
+  s.Wait(id, t.wait, why_);
+}
+
+GantryPolicy::Turn GantryPolicy::BeginTurn(Scheduler& s, JobId id, Ticks now) {
+  const JobRecord& job = s.job(id);
+  Turn t;
+  t.id = id;
+  t.now = now;
+  t.claimant = Claiming(id);
+  if (t.claimant) MarkConsidered(s, id);
+  t.draining = PastMaxWait(s, job, now);
   // A draining job uses the GPUs of its own drain, as a claimant those of its claim.
-  auto own =
+  t.own =
       std::find_if(drains_.begin(), drains_.end(), [&](const Drain& d) { return d.r.job == id; });
-  const bool owner = claimant || own != drains_.end();
-  if (draining && !claimant) MarkConsidered(s, id);
+  t.owner = t.claimant || t.own != drains_.end();
+  if (t.draining && !t.claimant) MarkConsidered(s, id);
   // A draining job is owed the room its queues' burst limits leave: else a queue-mate
   // takes it while its victims leave, and it preempts again, for ever.
-  if ((own != drains_.end() || (draining && claimant)) &&
+  if ((t.own != drains_.end() || (t.draining && t.claimant)) &&
       std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end()) {
     owed_room_.push_back(id);
   }
+  return t;
+}
+
+bool GantryPolicy::WaitsBeforeTrying(Scheduler& s, Turn& t) {
+  const JobId id = t.id;
+  const JobRecord& job = s.job(id);
   if (job.victims_pending > 0) {
     s.Wait(id, WaitReason::Of(WaitCause::kPreemption),
            "preemption: waiting for " + std::to_string(job.victims_pending) +
                " preempted job(s) to release their GPUs");
-    return;
+    return true;
   }
   // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
   // shares it would start again in the slot it left, and be preempted again, for ever).
@@ -495,42 +517,50 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
       if (victim == id) {
         s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), by),
                "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
-        return;
+        return true;
       }
     }
   }
   // Room under burst limits held for another job: a claimant that preempted by rank in
   // its own queue may have done so for that room (else its victims, requeued, would take
   // it back at once, and so on for ever), and a draining job waits for it.
-  if (!owner) {
+  if (!t.owner) {
     std::string held;
     WaitReason wait;
     if (RoomHeld(s, id, wait, held)) {
       s.Wait(id, wait, std::move(held));
-      return;
+      return true;
     }
   }
   // A job whose window is closed and whose wait already says so: TryStart keeps its text
   // and asks for a pass when the window opens, and nothing below applies to it (held
   // GPUs and drains are let go only for a try that could place). A third of the 100k-job
   // replay's tries were such jobs.
-  const bool drains_let_go = !drains_.empty() && job.spec.tier == Tier::kCritical;
-  if (job.wait.cause == WaitCause::kWindow && !owner && !drains_let_go && s.WindowClosed(id, now)) {
-    s.TryStart(id, now, Fit::kBest);
-    return;
+  t.drains_let_go = !drains_.empty() && job.spec.tier == Tier::kCritical;
+  if (job.wait.cause == WaitCause::kWindow && !t.owner && !t.drains_let_go &&
+      s.WindowClosed(id, t.now)) {
+    s.TryStart(id, t.now, Fit::kBest);
+    return true;
   }
+  return false;
+}
+
+bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
+  const JobId id = t.id;
+  const Ticks now = t.now;
+  const JobRecord& job = s.job(id);
   // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
   // claims; a claimant uses its own claim.
-  const bool free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
-  const bool held = !phantoms_.parts.empty();
+  t.free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
+  t.held = !phantoms_.parts.empty();
   // The held GPUs are let go for the job's try, only those in pools the job may use (the
   // others cannot change where it goes), and none when its shape already found no room
   // without them this pass (TryStart then fails it from the cache): dropping and holding
   // them again costs a ledger update per GPU. Nor when a window, budget or burst limit
   // holds the job before it is placed (4.15M of 4.21M lets-go on the 100k-job replay).
-  const uint64_t pools = held ? AcceptedPools(s, job.spec) : 0;
-  const bool swap = (free_pass || owner) && (pools & phantom_pools_) != 0 &&
-                    (owner || (!s.KnownNotToFit(id, 1) && !s.HeldBeforePlacement(id, now)));
+  t.pools = t.held ? AcceptedPools(s, job.spec) : 0;
+  t.swap = (t.free_pass || t.owner) && (t.pools & phantom_pools_) != 0 &&
+           (t.owner || (!s.KnownNotToFit(id, 1) && !s.HeldBeforePlacement(id, now)));
   // A claimant lets go of its own claim's held parts first, and holds them again after
   // its try: what the others hold stays as it is (their holds on GPUs jobs partly use
   // are judged again after the claimants' turn, not after each start). Only a claimant
@@ -538,187 +568,201 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   // enough tries again with them all let go. Letting go of and holding again every claim
   // in its pools, for each claimant, took most of the pass after a mass preemption at
   // 100,000 GPUs (O(claims) each: quadratic in the claimants).
-  bool own_claim = swap && claimant && !drains_let_go && own == drains_.end();
+  const auto own = t.own;
+  bool own_claim = t.swap && t.claimant && !t.drains_let_go && own == drains_.end();
   std::string& why = why_;  // (its buffer kept from call to call)
-  WaitReason wait;
   bool started = false;
   if (own_claim) {
     LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });
     s.set_shape_context(Scheduler::kNoShapeCache);
     why.clear();
-    started = s.TryStart(id, now, Fit::kBest, &why, &wait);
+    started = s.TryStart(id, now, Fit::kBest, &why, &t.wait);
     // The free pass below: the rest let go too (its own claim stays let go), and every
     // claim held again after its try, as for any owner.
-    if (!started && free_pass) own_claim = false;
+    if (!started && t.free_pass) own_claim = false;
   }
   if (!own_claim) {
-    if (swap) {
-      DropPhantoms(s, pools, &dropped_);
-      if (!free_pass) HoldPhantoms(s, id, pools);
+    if (t.swap) {
+      DropPhantoms(s, t.pools, &dropped_);
+      if (!t.free_pass) HoldPhantoms(s, id, t.pools);
     }
     // Drains stay held for everyone else, however short (no backfill there); a critical
     // job ignores them as it ignores reservations, and a draining job uses its own.
-    if (drains_let_go) {
+    if (t.drains_let_go) {
       DropDrains(s);
     } else if (own != drains_.end()) {
       s.mutable_ledger().Release(own->held);
       own->held.clear();
     }
-    s.set_shape_context(drains_let_go || own != drains_.end() ? Scheduler::kNoShapeCache
-                        : !held                               ? 0
-                        : free_pass                           ? 1
-                        : claimant                            ? Scheduler::kNoShapeCache
-                                                              : 0);
+    s.set_shape_context(t.drains_let_go || own != drains_.end() ? Scheduler::kNoShapeCache
+                        : !t.held                               ? 0
+                        : t.free_pass                           ? 1
+                        : t.claimant                            ? Scheduler::kNoShapeCache
+                                                                : 0);
     why.clear();
-    started = s.TryStart(id, now, Fit::kBest, &why, &wait);
+    started = s.TryStart(id, now, Fit::kBest, &why, &t.wait);
   }
-  const WaitCause block = wait.cause;  // what TryStart found
   if (own_claim) {  // (a reservation of its own, if any, after the claims, as below)
     for (const Reservation& c : claims_) {
-      if (c.job == id) Hold(s, c, pools, /*fence=*/true);
+      if (c.job == id) Hold(s, c, t.pools, /*fence=*/true);
     }
     for (const Reservation& r : reservations_) {
-      if (r.job == id) Hold(s, r, pools);
+      if (r.job == id) Hold(s, r, t.pools);
     }
-  } else if (swap && !started && free_pass && !owner && !drains_let_go) {
+  } else if (t.swap && !started && t.free_pass && !t.owner && !t.drains_let_go) {
     // Nothing moved on the ledger since the drop (the try failed, and no drain was let
     // go): what was dropped is exactly what holding again would find.
     RestorePhantoms(s, dropped_);
   } else {
     // Held again in order of precedence: claims, drains, reservations.
-    if (swap) DropPhantoms(s, pools);
-    if (swap) HoldPhantoms(s, JobId(), pools, true, false);
-    if (drains_let_go) HoldDrains(s);
+    if (t.swap) DropPhantoms(s, t.pools);
+    if (t.swap) HoldPhantoms(s, JobId(), t.pools, true, false);
+    if (t.drains_let_go) HoldDrains(s);
     if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
-    if (swap) HoldPhantoms(s, JobId(), pools, false, true);
+    if (t.swap) HoldPhantoms(s, JobId(), t.pools, false, true);
   }
   s.set_shape_context(0);
-  if (started) {
-    evicted_stale_ = true;  // it may be a preemptor
-    if (held && free_pass && job.spec.tier != Tier::kCritical) {
-      const size_t i = FindLease(id);
-      if (i < leases_.size() && leases_[i].job == id) {
-        leases_[i].start = now;
-      } else {
-        leases_.insert(leases_.begin() + static_cast<std::ptrdiff_t>(i), Lease{id, now});
-      }
+  if (!started) return false;
+  evicted_stale_ = true;  // it may be a preemptor
+  if (t.held && t.free_pass && job.spec.tier != Tier::kCritical) {
+    const size_t i = FindLease(id);
+    if (i < leases_.size() && leases_[i].job == id) {
+      leases_[i].start = now;
+    } else {
+      leases_.insert(leases_.begin() + static_cast<std::ptrdiff_t>(i), Lease{id, now});
     }
-    return;
   }
+  return true;
+}
+
+bool GantryPolicy::GiveWayByRank(Scheduler& s, Turn& t) {
+  const JobRecord& job = s.job(t.id);
+  const WaitCause block = t.wait.cause;  // what TryStart found
   // In a queue ordered by attained service its jobs that rank worse give way, for room
   // or for the queue's burst limit; ranks move as jobs run, so look again a quantum on.
-  const bool by_rank = job.spec.tier != Tier::kBestEffort && ordering_.ByRank(job.spec.queue);
-  if (by_rank && (block == WaitCause::kCapacity || block == WaitCause::kQuota)) {
-    s.WakeAt(now + std::max<Ticks>(1, s.params().attained_quantum));
+  t.by_rank = job.spec.tier != Tier::kBestEffort && ordering_.ByRank(job.spec.queue);
+  if (t.by_rank && (block == WaitCause::kCapacity || block == WaitCause::kQuota)) {
+    s.WakeAt(t.now + std::max<Ticks>(1, s.params().attained_quantum));
   }
-  if (by_rank && block == WaitCause::kQuota && TryPreempt(s, id, now, Mode::kRank)) return;
-  if (draining && block == WaitCause::kQuota) {
-    if (std::find(owed_room_.begin(), owed_room_.end(), id) == owed_room_.end())
-      owed_room_.push_back(id);
-    why += "; waited past max_wait_s: the room its queues free is held for it";
+  if (t.by_rank && block == WaitCause::kQuota && TryPreempt(s, t.id, t.now, Mode::kRank))
+    return true;
+  if (t.draining && block == WaitCause::kQuota) {
+    if (std::find(owed_room_.begin(), owed_room_.end(), t.id) == owed_room_.end())
+      owed_room_.push_back(t.id);
+    why_ += "; waited past max_wait_s: the room its queues free is held for it";
   }
-  if (block == WaitCause::kCapacity) {
-    // Best-effort work never preempts: it is the first to go, not a reason to go.
-    Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
-    const ModelMask inside =
-        job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(id) : ModelMask{0};
-    // A draining job's what-ifs may use the GPUs its drain holds (they are for it).
-    const bool drain_owner = own != drains_.end();
-    const Asker asker = drain_owner ? Asker::kDrainOwner : Asker::kJob;
-    if (drain_owner) {
-      s.mutable_ledger().Release(own->held);
-      own->held.clear();
+  return false;
+}
+
+bool GantryPolicy::MakeRoom(Scheduler& s, Turn& t) {
+  const JobId id = t.id;
+  const Ticks now = t.now;
+  const JobRecord& job = s.job(id);
+  // Best-effort work never preempts: it is the first to go, not a reason to go.
+  t.inside = job.spec.tier != Tier::kBestEffort ? s.GuaranteedModels(id) : ModelMask{0};
+  // A draining job's what-ifs may use the GPUs its drain holds (they are for it).
+  const bool drain_owner = t.own != drains_.end();
+  const Asker asker = drain_owner ? Asker::kDrainOwner : Asker::kJob;
+  if (drain_owner) {
+    s.mutable_ledger().Release(t.own->held);
+    t.own->held.clear();
+  }
+  bool preempted = false;
+  if (t.inside != 0) {
+    preempted = TryPreempt(s, id, now, Mode::kGuarantee, t.inside, asker);
+    t.at_checkpoint = next_checkpoint_;
+  }
+  // Beyond its guarantee (on some models or all), best-effort work still gives way to
+  // the tiers the site names (critical by default: inference must not wait behind it).
+  const std::optional<Tier> yields_to = s.params().best_effort_yields_to;
+  if (!preempted && yields_to && job.spec.tier <= *yields_to && t.inside != ~ModelMask{0}) {
+    preempted = TryPreempt(s, id, now, Mode::kTier, ~ModelMask{0}, asker);
+    t.at_checkpoint = std::min(t.at_checkpoint, next_checkpoint_);
+  }
+  if (!preempted && t.by_rank) {
+    preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, asker);
+    t.at_checkpoint = std::min(t.at_checkpoint, next_checkpoint_);
+  }
+  if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, t.inside, t.at_checkpoint);
+  if (drain_owner) HoldInto(s, t.own->r, ~uint64_t{0}, t.own->held, true);
+  if (preempted) return true;
+  if (!drain_owner && TryConsolidate(s, id, now)) return true;
+  // A job due for a reservation that has waited past backfill_lease_after takes back
+  // what backfilled jobs hold past their lease.
+  const bool reservable =
+      reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth));
+  return reservable && !leases_.empty() && LeasesExpireFor(s, job, now) &&
+         TryPreempt(s, id, now, Mode::kLessees);
+}
+
+bool GantryPolicy::ReserveOrDrain(Scheduler& s, Turn& t) {
+  const JobId id = t.id;
+  const Ticks now = t.now;
+  const JobRecord& job = s.job(id);
+  std::string& why = why_;
+  WaitReason& wait = t.wait;
+  const uint32_t shape = s.shape_id(id);
+  if (auto it = refined_.find(shape); it != refined_.end()) {
+    std::tie(wait, why) = it->second;
+  } else if ((t.pools & phantom_pools_) != 0 && !t.free_pass) {
+    // Would it fit but for the reservations? Then say whose. (Held GPUs outside the
+    // job's pools cannot be what stops it.)
+    DropPhantoms(s, t.pools, &dropped_);
+    Allocation probe;
+    if (s.placer().Place(job.spec, Fit::kBest, probe)) {
+      s.mutable_ledger().Release(probe);
+      why = "reservation: the GPUs that fit are held for " + Holders(s) +
+            ", and this job's estimate runs past the earliest start";
+      const Reservation* first = FirstHeld();
+      wait = WaitReason::Of(WaitCause::kReservation, QueueId(), first ? first->job : JobId(),
+                            Shadow());
     }
-    bool preempted = false;
-    if (inside != 0) {
-      preempted = TryPreempt(s, id, now, Mode::kGuarantee, inside, asker);
-      at_checkpoint = next_checkpoint_;
+    RestorePhantoms(s, dropped_);  // the probe left the ledger as it was
+    refined_.emplace(shape, std::pair{wait, why});
+  }
+  if (t.draining) {
+    // Its own reservation, beyond backfill_depth, made once and kept where it is.
+    auto drain = t.own;
+    // One drain at a time per pool the job may use (the longest waiting first): each
+    // holds GPUs idle while it gathers them, and drains that block one another's
+    // backfill would make more jobs wait past the setting, and drain in their turn.
+    const uint64_t accepts = AcceptedPools(s, job.spec);
+    const bool room = std::none_of(drains_.begin(), drains_.end(), [&](const Drain& d) {
+      return (AcceptedPools(s, s.job(d.r.job).spec) & accepts) != 0;
+    });
+    if (drain == drains_.end() && room && Reserve(s, id, now)) {
+      // Reserve held its GPUs as a reservation's phantoms: hold them as a drain's.
+      Reservation r = std::move(reservations_.back());
+      reservations_.pop_back();
+      HeldChanged();
+      DropPhantoms(s);
+      HoldPhantoms(s);
+      drains_.push_back(Drain{std::move(r), {}});
+      drain = drains_.end() - 1;
+      // Its victims before it holds its GPUs.
+      const bool preempted = PreemptForDrain(s, id, now, t.inside, t.at_checkpoint);
+      HoldInto(s, drain->r, ~uint64_t{0}, drain->held, true);
+      if (preempted) return true;
     }
-    // Beyond its guarantee (on some models or all), best-effort work still gives way to
-    // the tiers the site names (critical by default: inference must not wait behind it).
-    const std::optional<Tier> yields_to = s.params().best_effort_yields_to;
-    if (!preempted && yields_to && job.spec.tier <= *yields_to && inside != ~ModelMask{0}) {
-      preempted = TryPreempt(s, id, now, Mode::kTier, ~ModelMask{0}, asker);
-      at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
+    if (drain != drains_.end()) {
+      wait.at = drain->r.start;
+      why += "; waited past max_wait_s: draining GPUs for it";
+    } else {
+      why += "; waited past max_wait_s";
     }
-    if (!preempted && by_rank) {
-      preempted = TryPreempt(s, id, now, Mode::kRank, ~ModelMask{0}, asker);
-      at_checkpoint = std::min(at_checkpoint, next_checkpoint_);
-    }
-    if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, inside, at_checkpoint);
-    if (drain_owner) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
-    if (preempted) return;
-    if (!drain_owner && TryConsolidate(s, id, now)) return;
-    // A job due for a reservation that has waited past backfill_lease_after takes back
-    // what backfilled jobs hold past their lease.
-    const bool reservable =
-        reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth));
-    if (reservable && !leases_.empty() && LeasesExpireFor(s, job, now) &&
-        TryPreempt(s, id, now, Mode::kLessees)) {
-      return;
-    }
-    const uint32_t shape = s.shape_id(id);
-    if (auto it = refined_.find(shape); it != refined_.end()) {
-      std::tie(wait, why) = it->second;
-    } else if ((pools & phantom_pools_) != 0 && !free_pass) {
-      // Would it fit but for the reservations? Then say whose. (Held GPUs outside the
-      // job's pools cannot be what stops it.)
-      DropPhantoms(s, pools, &dropped_);
-      Allocation probe;
-      if (s.placer().Place(job.spec, Fit::kBest, probe)) {
-        s.mutable_ledger().Release(probe);
-        why = "reservation: the GPUs that fit are held for " + Holders(s) +
-              ", and this job's estimate runs past the earliest start";
-        const Reservation* first = FirstHeld();
-        wait = WaitReason::Of(WaitCause::kReservation, QueueId(), first ? first->job : JobId(),
-                              Shadow());
-      }
-      RestorePhantoms(s, dropped_);  // the probe left the ledger as it was
-      refined_.emplace(shape, std::pair{wait, why});
-    }
-    if (draining) {
-      // Its own reservation, beyond backfill_depth, made once and kept where it is.
-      auto drain = own;
-      // One drain at a time per pool the job may use (the longest waiting first): each
-      // holds GPUs idle while it gathers them, and drains that block one another's
-      // backfill would make more jobs wait past the setting, and drain in their turn.
-      const uint64_t accepts = AcceptedPools(s, job.spec);
-      const bool room = std::none_of(drains_.begin(), drains_.end(), [&](const Drain& d) {
-        return (AcceptedPools(s, s.job(d.r.job).spec) & accepts) != 0;
-      });
-      if (drain == drains_.end() && room && Reserve(s, id, now)) {
-        // Reserve held its GPUs as a reservation's phantoms: hold them as a drain's.
-        Reservation r = std::move(reservations_.back());
-        reservations_.pop_back();
-        HeldChanged();
-        DropPhantoms(s);
-        HoldPhantoms(s);
-        drains_.push_back(Drain{std::move(r), {}});
-        drain = drains_.end() - 1;
-        preempted = PreemptForDrain(s, id, now, inside, at_checkpoint);  // before it holds its GPUs
-        HoldInto(s, drain->r, ~uint64_t{0}, drain->held, true);
-        if (preempted) return;
-      }
-      if (drain != drains_.end()) {
-        wait.at = drain->r.start;
-        why += "; waited past max_wait_s: draining GPUs for it";
-      } else {
-        why += "; waited past max_wait_s";
-      }
-    } else if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
-               wait.cause == WaitCause::kCapacity) {
-      Reserve(s, id, now);
-      if (!reservations_.empty() && reservations_.back().job == id) {
-        wait.at = reservations_.back().start;
-        why += "; GPUs reserved for it";
-      }
-    }
-    if (at_checkpoint < kForever) {
-      why += "; jobs it may preempt are past their last checkpoint: tried again at the next";
-      s.WakeAt(at_checkpoint);  // else only an unrelated event would bring the next pass
+  } else if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
+             wait.cause == WaitCause::kCapacity) {
+    Reserve(s, id, now);
+    if (!reservations_.empty() && reservations_.back().job == id) {
+      wait.at = reservations_.back().start;
+      why += "; GPUs reserved for it";
     }
   }
-  s.Wait(id, wait, why);
+  if (t.at_checkpoint < kForever) {
+    why += "; jobs it may preempt are past their last checkpoint: tried again at the next";
+    s.WakeAt(t.at_checkpoint);  // else only an unrelated event would bring the next pass
+  }
+  return false;
 }
 
 bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, ModelMask models,

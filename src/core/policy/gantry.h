@@ -116,7 +116,45 @@ class GantryPolicy final : public Policy {
 
   // Per-queue settings (orders, max_wait), read once the scheduler's queues are known.
   void Init(const Scheduler& s);
+  // One pending job's turn in a pass: the steps below, in order, each of which may settle
+  // it (it waits, started, or preempted); the wait reason is given once, at the end.
   void Consider(Scheduler& s, JobId id, Ticks now);
+  // What a job's turn knows as it goes through the steps.
+  struct Turn {
+    JobId id;
+    Ticks now = 0;
+    bool claimant = false;             // it holds a claim (it preempted and waits for its victims)
+    bool draining = false;             // it waited past max_wait
+    std::vector<Drain>::iterator own;  // its drain, or drains_.end()
+    bool owner = false;                // it owns held GPUs: a claim or a drain
+    bool drains_let_go = false;        // a critical job: it ignores drains
+    bool free_pass = false;          // it may use GPUs held for others (critical, or short enough)
+    bool held = false;               // GPUs are held for reservations or claims
+    uint64_t pools = 0;              // the pools it may use where GPUs are held (PoolBit)
+    bool swap = false;               // the held GPUs in `pools` are let go for its try
+    bool by_rank = false;            // its queue orders by attained service
+    WaitReason wait;                 // why it waits (the text is why_)
+    ModelMask inside = 0;            // where it is inside its guarantee (kCapacity)
+    Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
+  };
+  // Sets the turn up: claimant, drain, the room its queues owe a draining job.
+  Turn BeginTurn(Scheduler& s, JobId id, Ticks now);
+  // Before any try: it waits for its victims, for its preemptor, for room held for
+  // another job, or for its window. True if it waits (or was tried as such).
+  bool WaitsBeforeTrying(Scheduler& s, Turn& t);
+  // Tries to start it, the held GPUs it may use let go for the try and held again after
+  // it; a backfilled start gets a lease. True if it started.
+  bool TryStartWithHeld(Scheduler& s, Turn& t);
+  // No room under a burst limit (kQuota): jobs of its queue that rank worse give way. True
+  // if it preempted.
+  bool GiveWayByRank(Scheduler& s, Turn& t);
+  // No room (kCapacity): preemptions inside its guarantee, of best-effort work, by rank,
+  // for its drain; consolidation; ended leases. True if it preempted or moved jobs.
+  bool MakeRoom(Scheduler& s, Turn& t);
+  // Still no room: says what holds it (reservations), drains for a job past max_wait or
+  // reserves GPUs for it (backfill), and when victims reach their next checkpoint. True
+  // if a new drain preempted for it.
+  bool ReserveOrDrain(Scheduler& s, Turn& t);
   // max_wait: the setting for queue q (nearest up the tree, else the policy's; 0 = off)
   // and whether a pending job has waited past it.
   Ticks MaxWaitOf(const Scheduler& s, QueueId q) const;

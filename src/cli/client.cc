@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -585,8 +586,11 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     if (j.contains("end") && j["end"].is_number()) {
       const double end = j["end"].get<double>();
       std::cout << Pad("ended", 14) << when(end) << "  (ran " << Elapsed(end - start) << ")\n";
-    } else {
-      std::cout << Pad("running for", 14) << Elapsed(now - j.value("run_start", start)) << "\n";
+    } else if (j.contains("run_start") && j["run_start"].is_number()) {
+      std::cout << Pad("running for", 14) << Elapsed(now - j["run_start"].get<double>()) << "\n";
+    } else {  // preempted or requeued: pending again (no run of it is on now)
+      std::cout << Pad("waiting", 14) << "again, after run " << j.value("run", 0) << " ("
+                << Elapsed(now - submit) << " since submitted)\n";
     }
   } else if (j.contains("end") && j["end"].is_number()) {
     std::cout << Pad("ended", 14) << when(j["end"].get<double>()) << "  (never started)\n";
@@ -630,10 +634,17 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
   if (j.contains("image")) std::cout << Pad("image", 14) << j["image"].get<std::string>() << "\n";
   if (j.contains("command")) std::cout << Pad("command", 14) << j["command"].dump() << "\n";
   for (const auto& w : j.value("workers", json::array())) {
+    // A worker a signal ended (the kernel's OOM killer sends SIGKILL) says so, not "exited 0".
+    std::string ended;
+    if (w.value("exited", false)) {
+      const int sig = w.value("signal", 0);
+      const char* name = sig > 0 ? sigabbrev_np(sig) : nullptr;
+      ended = sig > 0 ? "  killed by " + (name ? "SIG" + std::string(name) : std::to_string(sig))
+                      : "  exited " + std::to_string(w.value("exit_code", 0));
+      if (w.value("lost", false)) ended += " (lost: ended by its agent or node)";
+    }
     std::cout << Pad("worker " + std::to_string(w.value("rank", 0)), 14) << w["alloc"].dump()
-              << (w.value("exited", false) ? "  exited " + std::to_string(w.value("exit_code", 0))
-                                           : "")
-              << "\n";
+              << ended << "\n";
   }
   return 0;
 }

@@ -390,7 +390,13 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   if (field == "cpus-per-task")
     return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus"))) : "-";
   if (field == "reasonlist") return placed ? spec::HostList(nodes) : "(" + Str(job, "reason") + ")";
-  if (field == "reason") return placed || Str(job, "reason").empty() ? "None" : Str(job, "reason");
+  if (field == "reason") {
+    // Why it waits, is being stopped, or ended other than cleanly (a reclaimed job's idle
+    // GPUs, a failure, a cancel); None while it runs and once it finished.
+    const std::string word = Str(job, "state");
+    const bool says = word != "running" && word != "finished";
+    return !says || Str(job, "reason").empty() ? "None" : Str(job, "reason");
+  }
   if (field == "nodelist") return nodes.empty() ? "None assigned" : spec::HostList(nodes);
   if (field == "tres-per-node") {  // the GPUs one worker asks for
     return gpus > 0 ? "gres/gpu:" + Int(gpus / std::max(1.0, replicas)) : "N/A";

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <future>
 
+#include "base/log.h"
 #include "core/model/feasibility.h"
 #include "core/placement.h"
 #include "server/config_check.h"
@@ -359,6 +360,23 @@ Status Controller::Restore() {
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     if (nodes_[i].up && nodes_[i].drained) sched_->SetNodeUp(core::NodeId(i), false);
   }
+  // What the restart took over, said once: running jobs re-adopted where they run, those
+  // requeued because they could not be, pending and held ones, and the stopping ones.
+  size_t readopted = 0, stopping = 0;
+  for (int64_t seq : adopt) {
+    const Job& j = jobs_.at(seq);
+    readopted += j.state == JobState::kRunning;
+    stopping += j.state == JobState::kStopping;
+  }
+  std::string requeued;
+  for (int64_t seq : readopt_failed) requeued += (requeued.empty() ? "" : ",") + jobs_.at(seq).name;
+  log::Info("restored from the store",
+            {{"running_readopted", std::to_string(readopted)},
+             {"stopping", std::to_string(stopping)},
+             {"requeued", std::to_string(readopt_failed.size())},
+             {"requeued_jobs", requeued.empty() ? "-" : requeued},
+             {"pending", std::to_string(resubmit.size() - readopt_failed.size())},
+             {"held_by_dependencies", std::to_string(held.size())}});
   dirty_ = true;
   return Ok{};
 }

@@ -108,7 +108,8 @@ struct ControllerOptions {
   // Ended jobs are deleted from the store (with their output) this long after they ended,
   // as Slurm's PurgeJobAfter; 0 keeps them. Their runs stay for usage accounting.
   int64_t job_retention_ms = 0;
-  // The cluster's history for the console (in memory, lost on restart): pending jobs by
+  // The cluster's history for the console (kept in the store's cluster_history too, so a
+  // restart or a standby taking over keeps the day): pending jobs by
   // why they wait and free GPUs by why nothing uses them, a sample this often, the last
   // history_samples kept (a day at the defaults).
   int64_t history_sample_ms = 60'000;
@@ -277,7 +278,11 @@ class Controller {
   void FinishRun(Job& job, Ticks now);
   void EndRunRows(Job& job, Ticks now);
   void WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks now);
-  void NodeDown(core::NodeId n, Ticks now);
+  // Node n is down (`why`: for the log; its running jobs are requeued as lost, `lost` the
+  // reason they are given). The default: its heartbeats stopped.
+  void NodeDown(core::NodeId n, Ticks now,
+                std::string_view why = "no heartbeat within the node timeout",
+                std::string_view lost = "failed");
   void SetCoreNodeUp(core::NodeId n);
   void EndJob(Job& job, JobEnd end, std::string reason, Ticks now);
   // The scheduler's record of an ended job goes (Scheduler::Forget), with the job's core id.
@@ -301,10 +306,10 @@ class Controller {
   // with `force`, which also cuts a stopping job's grace short).
   void CancelJob(Job& job, const std::string& reason, Ticks now, bool force = false);
   void Settle(Job& job, Ticks now);
-  // How job `name` stands for a dependency: nullopt when there is no such job (or
-  // `viewer` may not see it), "" while it is active, else how it ended.
-  // kNone while it is active; nullopt when there is no such job the viewer may see.
-  std::optional<JobEnd> EndStateOf(const std::string& name, const Principal* viewer);
+  // How job `name` stands for a dependency: kNone while it is active, else how it ended;
+  // nullopt when there is no such job. Any team's job, as in Slurm (and as `show` shows
+  // every job's state): a dependency reads its end, nothing of its spec.
+  std::optional<JobEnd> EndStateOf(const std::string& name);
   // What a node should run changed: bump the versions of the job's nodes (watches).
   void Touch(const Job& job);
   void AddRunning(const Job& job);
@@ -340,7 +345,10 @@ class Controller {
   // scheduler's accounts (at start); events for budgets spent or renewed by a pass.
   Status SeedBudgets(Ticks now);
   void NoteBudgets(Ticks now);
-  std::vector<char> budget_out_;  // by queue, as of the last pass
+  std::vector<char> budget_out_;  // by queue, as of the last pass (or said before a restart)
+  // The store's meta key holding the start (Unix ms) of the period queue's budget was last
+  // said spent in (an event and a log line), empty once renewed.
+  static std::string BudgetSaidKey(const std::string& queue);
   // The runs table's usage columns for the current run's workers (when it ends).
   void SaveRunUsage(const Job& job);
   nlohmann::json UsageSummary(const Job& job, Ticks now) const;

@@ -267,7 +267,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         if (!refused.empty()) {
           const bool changed = info.refused != refused;
           info.refused = refused;
-          if (info.up) NodeDown(n, now);
+          if (info.up) NodeDown(n, now, "its agent's GPUs do not match the config", "was refused");
           if (changed) PersistNode(n);
           return Reply::Error(Code::kConflict, "node " + node + " refused: " + refused);
         }
@@ -347,7 +347,9 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           Worker& w = job->workers[static_cast<size_t>(r.rank)];
           if (w.alloc.node == n && !w.exited) RecordUsage(*job, w, r, now);
         }
-        if (report.leaving && info.up) NodeDown(n, now);  // a clean agent shutdown
+        if (report.leaving && info.up) {  // a clean agent shutdown: its workers are stopped
+          NodeDown(n, now, "its agent stopped (a clean shutdown)", "stopped: its agent shut down");
+        }
         Reply r;
         r.body = proto::Encode(proto::HeartbeatReply{.answer = NodeAnswer(n, now),
                                                      .heartbeat_ms = options_.heartbeat_ms,

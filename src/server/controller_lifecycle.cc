@@ -299,13 +299,13 @@ void Controller::SetCoreNodeUp(core::NodeId n) {
   dirty_ = true;
 }
 
-void Controller::NodeDown(core::NodeId n, Ticks now) {
+void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::string_view lost) {
   NodeInfo& info = nodes_[n.v];
   info.up = false;
   PersistNode(n);
   const std::string& name = cluster_.node(n).name;
   log_.NodeDown(now, name);
-  log::Warn("node down: no heartbeat within the node timeout", {{"node", name}});
+  log::Warn("node down: " + std::string(why), {{"node", name}});
   // The agent has fenced its workers by now (its lease is shorter than the timeout).
   for (core::JobId id : sched_->SetNodeUp(n, false)) {
     Job& job = jobs_.at(core_to_seq_[id.v]);
@@ -314,7 +314,8 @@ void Controller::NodeDown(core::NodeId n, Ticks now) {
       if (w.alloc.node == n && !w.exited) w.exited = w.lost = true;
     }
     if (job.state == JobState::kRunning) {
-      BeginStop(job, StopKind::kLost, "node " + name + " failed", job.spec.grace, now);
+      BeginStop(job, StopKind::kLost, "node " + name + " " + std::string(lost), job.spec.grace,
+                now);
     } else if (job.state == JobState::kStopping) {
       if (job.AllExited()) {
         EndStop(job, now);

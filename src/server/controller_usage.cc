@@ -115,8 +115,16 @@ Status Controller::SeedBudgets(Ticks now) {
       if (overlap > 0) spent += r.gpus * price * static_cast<double>(overlap) / 3.6e6;
     }
     sched_->AddBudgetSpent(q, spent, now);
+    // Already said spent in this period (before the restart): not said again.
+    auto said = store_.GetMeta(BudgetSaidKey(queue.spec.name));
+    if (!said) return said.error();
+    budget_out_[i] = *said && **said == std::to_string(start);
   }
   return Ok{};
+}
+
+std::string Controller::BudgetSaidKey(const std::string& queue) {
+  return "budget_spent_period:" + queue;
 }
 
 void Controller::NoteBudgets(Ticks now) {
@@ -126,6 +134,12 @@ void Controller::NoteBudgets(Ticks now) {
     budget_out_[i] = a->out;
     const core::Queue& q = config_.queues.queue(core::QueueId(i));
     log_.Budget(now, q.spec.name, a->out ? "spent" : "renewed", a->spent, q.spec.budget->gpu_hours);
+    // The period it was said spent in, so a restart within it does not say it again.
+    if (Status st = store_.SetMeta(BudgetSaidKey(q.spec.name),
+                                   a->out ? std::to_string(a->start_unix_ms) : std::string());
+        !st) {
+      log::Warn("budget state not stored", {{"queue", q.spec.name}, {"error", st.error().message}});
+    }
     const std::string spent = FormatValue(a->spent), budget = FormatValue(q.spec.budget->gpu_hours),
                       until = core::UtcMinute(a->end_unix_ms);
     log::Info(a->out ? "budget spent" : "budget renewed",

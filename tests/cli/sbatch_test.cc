@@ -463,6 +463,12 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
   EXPECT_EQ((*names)[1].width, 20);
   EXPECT_EQ(FieldValue(Job("pending", "queue nlp is at its burst"), "reasonlist", 0),
             "(queue nlp is at its burst)");
+  // sacct -o Reason: why it waits or how it ended, None while it runs and once it finished.
+  EXPECT_EQ(FieldValue(Job("reclaimed", "GPU idle for 1800 s"), "reason", 0),
+            "GPU idle for 1800 s");
+  EXPECT_EQ(FieldValue(Job("cancelled", "cancelled by ann"), "reason", 0), "cancelled by ann");
+  EXPECT_EQ(FieldValue(Job("running", "x"), "reason", 0), "None");
+  EXPECT_EQ(FieldValue(Job("finished", "exited 0"), "reason", 0), "None");
   EXPECT_FALSE(ParseSqueueNames("JobID,Bogus", error));
   EXPECT_NE(error.find("unknown field \"Bogus\""), std::string::npos);
 }

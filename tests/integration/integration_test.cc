@@ -576,6 +576,10 @@ TEST(Integration, AnAgentGoneForItsLeaseHasItsWorkerStoppedBeforeTheJobIsRequeue
   EXPECT_GT(run1.back(), killed_at + 1.0) << "the worker did not outlive its agent";
   EXPECT_LT(run1.back(), killed_at + 3.0) << "the worker ran past the server's node timeout";
   EXPECT_FALSE(Alive(child)) << "its group was not stopped";
+  // Requeued, it waits again (no run of it is on): `show` says so, not "running for".
+  const RunResult shown = h.Cli({"show", "r"}, h.token("a"));
+  EXPECT_NE(shown.out.find("again, after run 1"), std::string::npos) << shown.out;
+  EXPECT_EQ(shown.out.find("running for"), std::string::npos) << shown.out;
   h.StartAgent("h100-0");
   ASSERT_TRUE(
       Harness::WaitFor([&] { return !Times(h.Path("out/r.2.0.log"), "alive").empty(); }, 15))
@@ -701,6 +705,9 @@ TEST(Integration, WorkersRunInCgroupsAnOomKillIsReportedAndNothingOutlivesAWorke
   EXPECT_NE(reason.find("out of memory: it reached its memory limit of 0.064"), std::string::npos)
       << reason;
   EXPECT_EQ(h.Job("hog")["exit_code"], 137) << h.Job("hog").dump();
+  const RunResult shown = h.Cli({"show", "hog"}, h.token("a"));
+  EXPECT_NE(shown.out.find("killed by SIGKILL"), std::string::npos) << shown.out;
+  EXPECT_EQ(shown.out.find("exited 0"), std::string::npos) << shown.out;
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("daemon")["state"] == "finished"; }, 20));
   const pid_t daemon = std::stoi(h.Read("out/daemon.pid"));
   EXPECT_TRUE(Harness::WaitFor([&] { return !Alive(daemon); }, 5))
@@ -1210,6 +1217,12 @@ TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
   EXPECT_EQ(fine.rc, 0) << fine.err;
 
   h.StartServer(slow_timeout);  // the config as it was: the job carries on
+  // The restart says what it took over.
+  EXPECT_NE(h.Read("gantryd.log")
+                .find("restored from the store running_readopted=1 stopping=0 "
+                      "requeued=0"),
+            std::string::npos)
+      << h.Read("gantryd.log");
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] != "running"; }, 20));
   EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
   EXPECT_EQ(CountEvents(Events(h), "start", id), 1);
@@ -1582,6 +1595,16 @@ TEST(Integration, SpentBudgetsMakeNewWorkBestEffortOrWaitAndUsageMatchesTheEvent
   EXPECT_GE(budget("vision").value("spent_gpu_hours", 0.0), 0.004 * (1 - 1e-6));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   EXPECT_TRUE(held()) << h.Job("v2").dump();
+  // Said spent once in the period: the restart does not say it again.
+  const auto spent_events = [&] {
+    int n = 0;
+    for (const json& e : Events(h)) {
+      n += e.value("type", "") == "budget" && e.value("queue", "") == "vision" &&
+           e.value("state", "") == "spent";
+    }
+    return n;
+  };
+  EXPECT_EQ(spent_events(), 1);
   ASSERT_EQ(h.Cli({"cancel", "v2"}, h.token("b")).rc, 0);
   // r2's run started demoted and is adopted so: still best-effort (first to be preempted).
   const json r2_after = h.Job("r2");

@@ -24,7 +24,24 @@ when a job did not finish or a call failed.
 import argparse, http.client, importlib.util, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PEER = os.path.join(ROOT, '..', 'shared', 'peers', 'slurm', 'workload.py')
+def shared_dir():
+    """../shared beside the checkout: GANTRY_SHARED_DIR if set, else beside this checkout,
+    else beside the main checkout of a git worktree (a worktree elsewhere has none of its own)."""
+    if os.environ.get('GANTRY_SHARED_DIR'):
+        return os.environ['GANTRY_SHARED_DIR']
+    here = os.path.join(ROOT, '..', 'shared')
+    if os.path.isdir(here):
+        return here
+    try:
+        common = subprocess.run(['git', '-C', ROOT, 'rev-parse', '--path-format=absolute', '--git-common-dir'],
+                                capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        common = ''
+    main = os.path.dirname(common) if common else ''
+    return os.path.join(main, '..', 'shared') if main else here
+
+
+PEER = os.path.join(shared_dir(), 'peers', 'slurm', 'workload.py')
 
 # The Slurm peer's figures (../shared/peers/slurm/RESULTS.md, 2026-11-21, same kind of
 # machine: 2 cores, 23 GiB), by node count.

@@ -229,11 +229,23 @@ Response PostJob(const Globals& g, const std::string& body, const std::string& t
   std::string path = "/v1/jobs";
   if (!array.empty()) path += "?array=" + UrlEncode(array);
   if (!after.empty()) path += std::string(array.empty() ? "?" : "&") + "after=" + UrlEncode(after);
+  // Retried for up to 30 s (GANTRY_SUBMIT_RETRY_S): a gantryd restarting, or a standby
+  // taking over, answers within that; it gave up after 3.85 s, before a restart was done.
+  const char* retry_env = std::getenv("GANTRY_SUBMIT_RETRY_S");
+  const double retry_s = retry_env ? std::max(0.0, std::atof(retry_env)) : 30.0;
+  const auto give_up = std::chrono::steady_clock::now() +
+                       std::chrono::milliseconds(static_cast<int64_t>(retry_s * 1000));
   Response r;
-  for (int attempt = 0; attempt < 4; ++attempt) {
+  for (int attempt = 0;; ++attempt) {
     r = c.Post(path, body, type, headers);
     if (r.status != 0 && r.status != 503) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(250 << attempt));
+    const auto pause = std::chrono::milliseconds(std::min(250 << std::min(attempt, 3), 2000));
+    if (std::chrono::steady_clock::now() + pause >= give_up) break;
+    if (attempt == 0) {
+      std::cerr << "gantry: " << (r.status == 0 ? r.error : "gantryd is not ready (503)")
+                << ": retrying for up to " << retry_s << " s\n";
+    }
+    std::this_thread::sleep_for(pause);
   }
   return r;
 }

@@ -137,7 +137,13 @@ int Validate(const std::vector<std::string>& files, std::ostream& out, std::ostr
     }
   }
   std::optional<spec::ClusterConfig> fallback;
-  if (!config && !rest.empty()) fallback = Fallback(files);
+  if (!config && !rest.empty()) {
+    fallback = Fallback(files);
+    // Said, not silent: without a cluster config an "ok" checks far less.
+    out << "note: no cluster config among the files: checked their syntax and GPU models "
+           "(the built-in catalog) only, not pools, queues or capacity; name the cluster's "
+           "config first to check those (gantry validate cluster.yaml job.yaml)\n";
+  }
   const spec::ClusterConfig* against = config ? &*config : fallback ? &*fallback : nullptr;
   for (const auto& [f, kind] : rest) {
     if (!against) break;

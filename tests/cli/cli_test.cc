@@ -47,6 +47,12 @@ TEST_F(CliTest, ExamplesValidateAndTheBundledExampleRuns) {
   Outcome v = Gantry("validate " + Examples() + "/cluster.yaml " + Examples() + "/trace.jsonl " +
                      Examples() + "/failures.jsonl");
   EXPECT_EQ(v.status, 0) << v.output;
+  EXPECT_EQ(v.output.find("no cluster config"), std::string::npos) << v.output;
+  // Without a cluster config it still checks, and says how little.
+  Outcome alone = Gantry("validate " + Examples() + "/trace.jsonl");
+  EXPECT_EQ(alone.status, 0) << alone.output;
+  EXPECT_NE(alone.output.find("note: no cluster config among the files"), std::string::npos)
+      << alone.output;
   Outcome s = Gantry("sim --events " + Path("e.jsonl") + " --report " + Path("r.json"));
   EXPECT_EQ(s.status, 0) << s.output;
   EXPECT_NE(s.output.find("GPU utilization"), std::string::npos) << s.output;

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -44,6 +45,8 @@ class CliTest : public ::testing::Test {
            ("gantry-cli-" +
             std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
     std::filesystem::create_directories(dir_);
+    // Submits to an address nothing listens on fail after one retry, not after 30 s.
+    ::setenv("GANTRY_SUBMIT_RETRY_S", "0.3", 1);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Path(const char* name) const { return (dir_ / name).string(); }

@@ -21,6 +21,12 @@ namespace gantry::server {
 std::optional<core::JobSpec> ReadJobSpec(const Job& job, const spec::ClusterConfig& config,
                                          std::vector<std::string>* problems);
 
+// A spec that no longer reads against the config (its queue, pool or model removed and
+// gantryd started with --force-config): read against a stand-in with only its own queue
+// and the built-in GPU catalog, so the job it fails still shows what it was (tier, GPUs,
+// command) instead of an empty spec. nullopt where even that fails.
+std::optional<core::JobSpec> ReadJobSpecAsWritten(const Job& job);
+
 // One line per active job that `config` would break: its spec no longer reads (an
 // unknown queue, model or pool), its allocation names nodes or GPUs the config lacks, or
 // it could never run there. Empty: the config is compatible with the stored state.

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <set>
 
 #include "base/log.h"
 #include "core/model/feasibility.h"
@@ -236,6 +237,7 @@ Status Controller::Restore() {
   auto stored = store_.LoadJobs(options_.recent_done);
   if (!stored) return stored.error();
   std::vector<int64_t> adopt, resubmit, held;
+  std::set<int64_t> open_run;  // jobs whose allocation no longer reads, stored as running
   for (const StoredJob& sj : *stored) {
     Job job;
     job.seq = sj.seq;
@@ -246,6 +248,7 @@ Status Controller::Restore() {
     job.idem_hash = sj.idem_hash;
     if (auto r = JobFromDoc(json::parse(sj.doc, nullptr, false), cluster_, job); !r) {
       if (!sj.active) continue;
+      if (job.state != JobState::kPending) open_run.insert(job.seq);  // its rows end below
       job.state = JobState::kPending;
       job.workers.clear();
       job.end_reason = r.error().ToString();
@@ -263,10 +266,19 @@ Status Controller::Restore() {
       continue;
     }
     if (!problems.empty() || !j.end_reason.empty()) {
-      // Only with --force-config (gantryd refuses to start otherwise): said loudly.
+      // Only with --force-config (gantryd refuses to start otherwise): said loudly. The
+      // record keeps what the job was (its spec as written, read against a stand-in) and
+      // what its run used (the run's rows end now, its GPU-hours counted).
       const std::string why = !problems.empty() ? problems.front() : j.end_reason;
       std::fprintf(stderr, "gantryd: job %s failed: cannot be read back after a restart: %s\n",
                    j.name.c_str(), why.c_str());
+      if (!problems.empty()) {
+        if (auto written = ReadJobSpecAsWritten(j)) {
+          j.spec = std::move(*written);
+          j.spec.id = j.name;
+        }
+      }
+      if ((j.state != JobState::kPending || open_run.count(j.seq)) && j.run > 0) EndRunRows(j, now);
       EndJob(j, JobEnd::kFailed, "cannot be read back after a restart: " + why, now);
       continue;
     }

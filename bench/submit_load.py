@@ -48,6 +48,8 @@ def main():
     ap.add_argument('--tiny', action='store_true', help='CI: 8 nodes, 1 agent, 20 prefill, 200 submits')
     ap.add_argument('--keep', action='store_true', help='keep the work directory')
     ap.add_argument('--perf', help="record gantryd's submit phase with perf into this file")
+    ap.add_argument('--sched', help="record gantryd's scheduler events in the submit phase (perf sched) into this "
+                                    "file and print how long its controller thread (gantryd-ctl) waited for a CPU")
     ap.add_argument('--gantryd-flag', action='append', default=[], help='passed to gantryd')
     a = ap.parse_args()
     if a.tiny:
@@ -117,7 +119,9 @@ def main():
         th.start()
         perf = subprocess.Popen(['perf', 'record', '-F', '999', '--call-graph', 'dwarf,16384', '-o', a.perf, '-p',
                                  str(procs[0].pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if a.perf else None
-        if perf:
+        sched = subprocess.Popen(['perf', 'sched', 'record', '-o', a.sched, '-p', str(procs[0].pid)],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if a.sched else None
+        if perf or sched:
             time.sleep(1)
         cpus0, t0 = [cpu_s(p.pid) for p in procs], time.time()
         ths = [threading.Thread(target=submitter) for _ in range(a.threads)]
@@ -133,6 +137,15 @@ def main():
         if perf:
             perf.send_signal(signal.SIGINT)
             perf.wait(timeout=60)
+        if sched:
+            sched.send_signal(signal.SIGINT)
+            sched.wait(timeout=60)
+            # Per thread: run time, switches, average and worst wait from wakeup to running.
+            lat = subprocess.run(['perf', 'sched', 'latency', '-i', a.sched, '--sort', 'max'],
+                                 capture_output=True, text=True, timeout=300).stdout
+            for line in lat.splitlines():
+                if 'gantryd' in line:
+                    print('sched: ' + ' '.join(line.split()))
         time.sleep(1.2)  # the swarm rewrites its stats each second
         swarm1 = json.load(open(stats_path)) if os.path.exists(stats_path) else {}
         drain('submits')

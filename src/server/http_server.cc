@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <pthread.h>
 #include <zlib.h>
 #include <algorithm>
 #include <array>
@@ -346,7 +347,12 @@ void HttpServer::Serve() {
   if (s.stopped.load()) return;
   net::co_spawn(s.ioc, s.Accept(), net::detached);
   std::vector<std::thread> more;
-  for (int i = 1; i < std::max(1, s.options.threads); ++i) more.emplace_back([&s] { s.ioc.run(); });
+  for (int i = 1; i < std::max(1, s.options.threads); ++i) {
+    more.emplace_back([&s] {
+      pthread_setname_np(pthread_self(), "gantryd-http");
+      s.ioc.run();
+    });
+  }
   s.ioc.run();
   for (std::thread& t : more) t.join();
 }

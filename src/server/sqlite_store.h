@@ -11,10 +11,12 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 
 #include "server/store.h"
 
 struct sqlite3;
+struct sqlite3_stmt;
 
 namespace gantry::server {
 
@@ -67,8 +69,17 @@ class SqliteStore final : public Store {
   Status RenewLease(const std::string& holder, int64_t epoch, int64_t ttl_ms) override;
   Result<std::optional<LeaseInfo>> Leader() override;
 
+  // Prepared statements kept for reuse, by the address of their SQL text (a literal, or a
+  // function-local static string): sqlite_store.cc's Stmt.
+  struct CachedStmt {
+    sqlite3_stmt* stmt = nullptr;
+    bool in_use = false;
+  };
+  using StmtCache = std::unordered_map<const char*, CachedStmt>;
+
  private:
   explicit SqliteStore(sqlite3* db);
+  Status ExecCached(const char* sql);  // one statement, prepared once (BEGIN, COMMIT, ...)
   Status Exec(const char* sql);
   bool InTransaction() const;
   bool HasColumn(const char* table, const char* column);
@@ -79,6 +90,7 @@ class SqliteStore final : public Store {
 
   sqlite3* db_;
   std::string path_;
+  StmtCache stmts_;    // finalized before the connection closes
   int64_t epoch_ = 0;  // the lease epoch this store writes under; 0: no lease, no fencing
   struct Checkpointer;
   std::unique_ptr<Checkpointer> checkpointer_;

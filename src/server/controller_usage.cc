@@ -210,8 +210,10 @@ void Controller::ReclaimIdle(Ticks now) {
     idle.emplace_back(seq, "GPU idle for " + spec::FormatSeconds((now - busy) / 1000 * 1000) +
                                " s: utilization under " +
                                FormatValue(params.reclaim_idle_below * 100) + "% since " +
-                               HumanTime(WallMs(busy), WallMs(now)) +
-                               ", past reclaim_idle_after_s " + spec::FormatSeconds(after));
+                               // An absolute time: the reason is stored and read later
+                               // ("(1 min ago)" was frozen into it).
+                               core::UtcMinute(WallMs(busy)) + ", past reclaim_idle_after_s " +
+                               spec::FormatSeconds(after));
   }
   for (auto& [seq, reason] : idle) {
     Job& job = jobs_.at(seq);

@@ -507,14 +507,20 @@ class JobDecoder {
       if (idx >= 0) having |= ModelMask{1} << m;
     }
     if ((having & job.models) == 0) {
+      // What the message offers instead: the cluster's own models where it has GPU pools
+      // (not every model of the catalog: a site without A30s need not read of them).
+      const ModelMask present = config_.cluster.present_models();
+      const ModelMask shown = present != 0 ? present : ~ModelMask{0};
       if (models_given) {
         f.Report("mig", "MIG profile " + Quote(job.mig_profile) + " is offered by none of " +
                             ModelNames(job.models, catalog) +
-                            (having != 0 ? " (it is offered by " + ModelNames(having, catalog) + ")"
-                                         : std::string()));
+                            ((having & shown) != 0
+                                 ? " (it is offered by " + ModelNames(having & shown, catalog) + ")"
+                                 : std::string()));
       } else {
         std::vector<std::string> known;
         for (size_t m = 0; m < catalog.size(); ++m) {
+          if (!(shown >> m & 1u)) continue;
           for (const core::MigProfile& p :
                catalog.model(ModelId(static_cast<uint32_t>(m))).mig_profiles) {
             if (std::find(known.begin(), known.end(), p.name) == known.end())

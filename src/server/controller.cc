@@ -266,6 +266,7 @@ Status Controller::Restore() {
     }
     Job& j = jobs_.emplace(job.seq, std::move(job)).first->second;
     by_name_[j.name] = j.seq;
+    if (j.active()) ++active_by_team_[j.team];
     if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
     if (!j.active()) {
       done_order_.push_back(j.seq);

@@ -346,6 +346,9 @@ class Controller {
   Status SeedBudgets(Ticks now);
   void NoteBudgets(Ticks now);
   std::vector<char> budget_out_;  // by queue, as of the last pass (or said before a restart)
+  // Active jobs per team (site.max_active_jobs_per_team): up at each submit and restore,
+  // down in EndJob.
+  std::map<std::string, int64_t> active_by_team_;
   // The store's meta key holding the start (Unix ms) of the period queue's budget was last
   // said spent in (an event and a log line), empty once renewed.
   static std::string BudgetSaidKey(const std::string& queue);

@@ -482,6 +482,18 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                 core::WhyNeverStarts(*spec, cluster_, config_.queues)) {  // above a burst limit
           return Reply::Error(Code::kUnprocessable, "job can never run: it " + *why);
         }
+        // The site's cap on a team's active jobs (Slurm's MaxSubmitJobs): every task counts.
+        if (const int64_t cap = config_.site.max_active_jobs_per_team; cap > 0 && !user.admin()) {
+          const int64_t active = active_by_team_[job.team];
+          if (active + static_cast<int64_t>(names.size()) > cap) {
+            return Reply::Error(Code::kConflict,
+                                "team " + job.team + " has " + std::to_string(active) +
+                                    " active jobs and site.max_active_jobs_per_team is " +
+                                    std::to_string(cap) + ": this request's " +
+                                    std::to_string(names.size()) +
+                                    " would pass it (cancel some, or wait for them to end)");
+          }
+        }
         job.submit = now;
         job.spec = *spec;
         job.after = after;
@@ -498,6 +510,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             task.array_limit = array_limit;
           }
           Job& j = jobs_.emplace(task.seq, std::move(task)).first->second;
+          ++active_by_team_[j.team];
           by_name_[j.name] = j.seq;
           if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
           log_.Submit(now, j.name);

@@ -222,6 +222,7 @@ void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
   const std::string word(Word(end));
   log::Write(end == JobEnd::kFailed ? log::Level::kWarning : log::Level::kInfo, "job " + word,
              {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
+  if (job.active()) --active_by_team_[job.team];
   job.state = JobState::kDone;
   job.Note(now, word + (reason.empty() ? "" : ": " + reason));
   job.end = end;

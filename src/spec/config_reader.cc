@@ -575,16 +575,20 @@ class ConfigParser {
     q.budget = budget;
   }
 
-  // `site: {workdir_roots: [/home, /scratch]}`: absolute directories, without `..`.
+  // `site: {workdir_roots: [/home, /scratch], max_active_jobs_per_team: 5000}`: absolute
+  // directories, without `..`; a cap on each team's active jobs.
   SiteConfig ReadSite(Fields& top) {
     SiteConfig site;
     const Doc* v = top.Get("site");
     if (v == nullptr || v->is_null()) return site;
     if (!v->is_map()) {
-      top.Report("site", "expected a mapping with workdir_roots, got " + Describe(*v));
+      top.Report("site", "expected a mapping with workdir_roots, max_active_jobs_per_team, got " +
+                             Describe(*v));
       return site;
     }
-    Fields f(d_, *v, "site", {"workdir_roots"});
+    Fields f(d_, *v, "site", {"workdir_roots", "max_active_jobs_per_team"});
+    if (auto cap = f.Integer("max_active_jobs_per_team", 1, int64_t{100'000'000}))
+      site.max_active_jobs_per_team = *cap;
     lines_.NoteEntries(f, *v);
     if (const Doc* list = f.List("workdir_roots")) {
       site.workdir_roots.emplace();

@@ -45,6 +45,9 @@ struct PolicyConfig {
 // absolute path outside the system's own directories, /etc, /usr, /proc and the like).
 struct SiteConfig {
   std::optional<std::vector<std::string>> workdir_roots;
+  // The most active jobs (pending, held, running or stopping; each array task one) a team
+  // may have: a submit that would pass it is refused (Slurm's MaxSubmitJobs). 0: no cap.
+  int64_t max_active_jobs_per_team = 0;
 };
 
 struct ClusterConfig {

@@ -933,6 +933,36 @@ TEST_F(ControllerTest, TheClusterHistoryOutlivesARestart) {
   EXPECT_EQ(history()["samples"].size(), 5u);
 }
 
+// site.max_active_jobs_per_team: a team's active jobs (pending, held, running; each array
+// task one) are capped at submit, as Slurm's MaxSubmitJobs; ended jobs free their place,
+// admins are not capped, and a restart counts what is active again.
+TEST_F(ControllerTest, ATeamsActiveJobsAreCappedBySiteAndEndedOnesFreeTheirPlace) {
+  ctl_.reset();
+  spec::Diagnostics diags;
+  config_ = spec::ParseClusterConfig(
+      std::string(kConfig) + "site:\n  max_active_jobs_per_team: 3\n", "test.yaml", diags);
+  ASSERT_TRUE(config_) << diags.ToString();
+  Restart();
+  const std::string body = R"({"queue":"research","gpus":0,"command":"x"})";
+  Reply first = Submit(kTeamA, body);
+  ASSERT_EQ(first.code, Code::kCreated);
+  // An array of 3 would make 4: refused whole, nothing of it kept.
+  Reply array = SubmitWith(kTeamA, body, "0-2", "");
+  EXPECT_EQ(array.code, Code::kConflict) << array.body.dump();
+  EXPECT_NE(array.body.dump().find("site.max_active_jobs_per_team is 3"), std::string::npos)
+      << array.body.dump();
+  ASSERT_EQ(SubmitWith(kTeamA, body, "0-1", "").code, Code::kCreated);  // 3 active now
+  Reply fourth = Submit(kTeamA, body);
+  EXPECT_EQ(fourth.code, Code::kConflict) << fourth.body.dump();
+  EXPECT_EQ(Submit(kTeamB, R"({"queue":"serving","gpus":0,"command":"x"})").code, Code::kCreated)
+      << "another team has its own cap";
+  EXPECT_EQ(Submit(kAdmin, body).code, Code::kCreated) << "admins are not capped";
+  Restart();  // counted again from the store
+  EXPECT_EQ(Submit(kTeamA, body).code, Code::kConflict);
+  ASSERT_EQ(ctl_->Cancel(kTeamA, first.body["id"]).code, Code::kOk);
+  EXPECT_EQ(Submit(kTeamA, body).code, Code::kCreated) << "a cancelled job frees its place";
+}
+
 // policy.full_pass_interval_s: GPUs freed (a node coming up, a job's end) go to waiting
 // jobs at the next full pass, at most that often, which gantryd runs when it is due.
 TEST_F(ControllerTest, WithAFullPassIntervalFreedGpusGoToWaitingJobsAtTheNextFullPass) {

@@ -424,7 +424,13 @@ TEST(ConfigReaderTest, SiteWorkdirRoots) {
                 "resolve against "
                 "the agent's own directory), got \"home\"",
                 "c.yaml:7: site.workdir_roots[1]: must not go up with `..`, got \"/a/../etc\"",
-                "c.yaml:8: site.qos: unknown field (known: workdir_roots)"}));
+                "c.yaml:8: site.qos: unknown field (known: workdir_roots, "
+                "max_active_jobs_per_team)"}));
+  EXPECT_EQ(Parse(kPool).site.max_active_jobs_per_team, 0);
+  EXPECT_EQ(Parse(std::string(kPool) + "site:\n  max_active_jobs_per_team: 500\n")
+                .site.max_active_jobs_per_team,
+            500);
+  EXPECT_EQ(Errors(std::string(kPool) + "site:\n  max_active_jobs_per_team: 0\n").size(), 1u);
 }
 
 // Issue 14: bounded waits, per queue and for the site.

@@ -98,6 +98,7 @@ struct ControllerOptions {
   int64_t recent_done = 10000;  // ended jobs kept in memory for `ls` and `show`
   int max_array_tasks = 10000;  // tasks in one --array
   std::string log_dir;          // job output uploaded by agents
+  bool metrics_token = false;   // GET /metrics needs a token (--metrics-token)
   // Per-team submit rate limit (token bucket; admins are exempt): `submit_rate` requests a
   // second refill a bucket of `submit_burst`; past it, 429 with Retry-After. 0: no limit.
   double submit_rate = 0;
@@ -189,7 +190,9 @@ class Controller {
              int64_t timeout_ms, Done done);
   void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
                  int64_t offset, std::string data, Done done);
-  void Metrics(Done done);  // reply.text
+  // reply.text. With options' metrics_token, any valid token is needed (the series name
+  // jobs and users); else none.
+  void Metrics(std::string token, Done done);
   void Health(Done done);
 
   // The same, waiting for the reply (tests and tools; never from an I/O thread).
@@ -209,7 +212,7 @@ class Controller {
                   const std::string& remote_addr);
   Reply UploadLog(const std::string& token, const std::string& node, const std::string& job,
                   int run, int rank, int64_t offset, const std::string& data);
-  std::string Metrics();
+  std::string Metrics(const std::string& token = "");
   nlohmann::json Health();
   // Runs fn on the controller thread between batches and waits for it (reopening the
   // event log's stream, which that thread writes).

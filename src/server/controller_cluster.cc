@@ -410,8 +410,8 @@ Reply Controller::UploadLog(const std::string& token, const std::string& node,
                             const std::string& data) {
   return Wait([&](Done d) { UploadLog(token, node, job, run, rank, offset, data, std::move(d)); });
 }
-std::string Controller::Metrics() {
-  return Wait([&](Done d) { Metrics(std::move(d)); }).text;
+std::string Controller::Metrics(const std::string& token) {
+  return Wait([&](Done d) { Metrics(token, std::move(d)); }).text;
 }
 nlohmann::json Controller::Health() {
   return Wait([&](Done d) { Health(std::move(d)); }).body;

@@ -63,9 +63,13 @@ void Controller::AddHeldGpuMs(const Job& job, Ticks now, std::map<QueueModel, do
   }
 }
 
-void Controller::Metrics(Done done) {
+void Controller::Metrics(std::string token, Done done) {
   Post(
-      [this]() -> Reply {
+      [this, token = std::move(token)]() -> Reply {
+        if (options_.metrics_token) {  // its labels name jobs and users
+          Reply refused;
+          if (!Authenticate(token, refused)) return refused;
+        }
         std::string out;
         const core::Ledger& ledger = sched_->ledger();
         const auto queue_name = [this](uint32_t q) -> const std::string& {

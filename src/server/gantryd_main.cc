@@ -255,7 +255,7 @@ int Init(const std::string& db) {
 }
 
 struct ServeArgs {
-  bool init = false, force_config = false;
+  bool init = false, force_config = false, metrics_token = false;
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file,
                           advertise, tls_cert, tls_key, log_format = "text";
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
@@ -601,6 +601,7 @@ int Serve(const ServeArgs& a) {
   opts.log_dir =
       a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
   opts.submit_rate = a.submit_rate;
+  opts.metrics_token = a.metrics_token;
   opts.submit_burst = a.submit_burst;
   opts.leader = me;
   opts.epoch = epoch;
@@ -699,6 +700,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--submit-burst", serve.submit_burst,
                  "Per-team submit burst (default: twice --submit-rate)");
+  app.add_flag("--metrics-token", serve.metrics_token,
+               "GET /metrics needs a token (any valid one), as the API does: its series name "
+               "jobs and users (default: open to anyone who can reach it)");
   app.add_option("--tls-cert", serve.tls_cert,
                  "Serve HTTPS with this PEM certificate chain (with --tls-key)");
   app.add_option("--tls-key", serve.tls_key, "The PEM private key for --tls-cert");

@@ -288,7 +288,7 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
       });
     });
   }
-  if (m == "GET" && Match(req, {"metrics"}, a)) return c.Metrics(reply);
+  if (m == "GET" && Match(req, {"metrics"}, a)) return c.Metrics(TokenOf(req), reply);
 
   if (m == "POST" && Match(req, {"v1", "jobs"}, a)) {
     SubmitRequest sr;

@@ -933,6 +933,18 @@ TEST_F(ControllerTest, TheClusterHistoryOutlivesARestart) {
   EXPECT_EQ(history()["samples"].size(), 5u);
 }
 
+// --metrics-token: /metrics (whose labels name jobs and users) needs a valid token.
+TEST_F(ControllerTest, MetricsNeedATokenWhenTheSiteAsks) {
+  EXPECT_NE(ctl_->Metrics().find("gantry_jobs"), std::string::npos) << "open by default";
+  ctl_.reset();
+  options_.metrics_token = true;
+  Restart();
+  EXPECT_EQ(ctl_->Metrics(), "") << "refused without a token";
+  EXPECT_EQ(ctl_->Metrics("not-a-token"), "");
+  EXPECT_NE(ctl_->Metrics(kTeamA).find("gantry_jobs"), std::string::npos);
+  EXPECT_NE(ctl_->Metrics(kAgent).find("gantry_jobs"), std::string::npos);
+}
+
 // site.max_active_jobs_per_team: a team's active jobs (pending, held, running; each array
 // task one) are capped at submit, as Slurm's MaxSubmitJobs; ended jobs free their place,
 // admins are not capped, and a restart counts what is active again.

@@ -81,16 +81,8 @@ std::set<std::string> QueueNames(const std::vector<std::string>& files) {
 }
 
 std::optional<spec::ClusterConfig> Fallback(const std::vector<std::string>& files) {
-  auto cluster = core::Cluster::Build("none", core::Catalog::BuiltIn(), {});
-  std::vector<core::QueueSpec> queues;
-  for (const std::string& name : QueueNames(files)) {
-    core::QueueSpec q;
-    q.name = name;
-    queues.push_back(std::move(q));
-  }
-  auto tree = core::QueueTree::Build(std::move(queues));
-  if (!cluster || !tree) return std::nullopt;
-  return spec::ClusterConfig{std::move(*cluster), std::move(*tree), {}, {}};
+  const std::set<std::string> names = QueueNames(files);
+  return spec::StandInConfig({names.begin(), names.end()});
 }
 
 // max_wait_s bounds a job's wait by draining GPUs for it: whole GPUs, and what is free of

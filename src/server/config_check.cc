@@ -22,15 +22,9 @@ std::optional<core::JobSpec> ReadJobSpec(const Job& job, const spec::ClusterConf
 }
 
 std::optional<core::JobSpec> ReadJobSpecAsWritten(const Job& job) {
-  auto cluster = core::Cluster::Build("none", core::Catalog::BuiltIn(), {});
-  core::QueueSpec queue;
-  queue.name = job.queue;
-  std::vector<core::QueueSpec> queues;
-  queues.push_back(std::move(queue));
-  auto tree = core::QueueTree::Build(std::move(queues));
-  if (!cluster || !tree) return std::nullopt;
-  const spec::ClusterConfig stand_in{std::move(*cluster), std::move(*tree), {}, {}};
-  return ReadJobSpec(job, stand_in, nullptr);
+  const std::optional<spec::ClusterConfig> stand_in = spec::StandInConfig({job.queue});
+  if (!stand_in) return std::nullopt;
+  return ReadJobSpec(job, *stand_in, nullptr);
 }
 
 Result<std::vector<std::string>> ConfigBreakage(const spec::ClusterConfig& config, Store& store) {

@@ -828,6 +828,19 @@ std::optional<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, cons
   return std::nullopt;
 }
 
+std::optional<ClusterConfig> StandInConfig(const std::vector<std::string>& queue_names) {
+  auto cluster = core::Cluster::Build("none", core::Catalog::BuiltIn(), {});
+  std::vector<core::QueueSpec> queues;
+  for (const std::string& name : queue_names) {
+    core::QueueSpec q;
+    q.name = name;
+    queues.push_back(std::move(q));
+  }
+  auto tree = core::QueueTree::Build(std::move(queues));
+  if (!cluster || !tree) return std::nullopt;
+  return ClusterConfig{std::move(*cluster), std::move(*tree), {}, {}};
+}
+
 std::optional<ClusterConfig> ReadClusterConfig(const std::string& path, Diagnostics& diags) {
   std::optional<std::string> text;
   try {

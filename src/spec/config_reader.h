@@ -64,6 +64,10 @@ std::optional<std::string> WhyNotAPlainAbsolutePath(std::string_view path);
 std::optional<std::string> WhyWorkdirRefused(std::string_view workdir, const SiteConfig& site);
 
 std::optional<ClusterConfig> ReadClusterConfig(const std::string& path, Diagnostics& diags);
+// A config to read job specs against where the real one is missing or no longer fits
+// them: no nodes, the built-in GPU catalog, and one top-level queue per name given
+// (`gantry validate` without a config; a job --force-config fails, read as written).
+std::optional<ClusterConfig> StandInConfig(const std::vector<std::string>& queue_names);
 // `file` labels diagnostics.
 std::optional<ClusterConfig> ParseClusterConfig(std::string_view yaml_text, const std::string& file,
                                                 Diagnostics& diags);

@@ -84,7 +84,7 @@ Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) {
                s.models,       0,
                s.vram_bytes,   s.cpus_milli,
                s.memory_bytes, s.mig_profile,
-               s.pool};
+               s.pool,         s.pools};
 }
 
 Scheduler::Shape Scheduler::FitClassOf(const JobSpec& s, const Catalog& catalog) {

@@ -328,6 +328,7 @@ class Scheduler {
     int64_t vram_bytes, cpus_milli, memory_bytes;
     std::string mig_profile;
     PoolId pool;
+    std::vector<PoolId> pools;
     auto operator<=>(const Shape&) const = default;
   };
   // The shape as asked.

@@ -46,6 +46,7 @@
 #include "server/pg_store.h"
 #include "server/sqlite_store.h"
 #include "spec/config_reader.h"
+#include "kube/scheduler.h"
 
 using namespace gantry;
 
@@ -257,7 +258,7 @@ int Init(const std::string& db) {
 struct ServeArgs {
   bool init = false, force_config = false, metrics_token = false;
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file,
-                          advertise, tls_cert, tls_key, log_format = "text";
+                          advertise, tls_cert, tls_key, log_format = "text", kubernetes;
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
   double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60,
          job_retention_days = 0;
@@ -423,10 +424,51 @@ int CheckConfigCommand(const std::string& config_path, const std::string& db) {
   return rc;
 }
 
+// gantryd --kubernetes: pods that name Gantry's scheduler are placed by the core
+// (kube/scheduler.h); TERM and INT stop it.
+int ServeKubernetes(const ServeArgs& a) {
+  spec::Diagnostics diags;
+  auto config = spec::ReadClusterConfig(a.config, diags);
+  if (!config) {
+    std::cerr << diags.ToString();
+    return kExitBadInput;
+  }
+  auto creds = kube::LoadCredentials(a.kubernetes);
+  if (!creds) {
+    std::cerr << "gantryd: --kubernetes: " << creds.error().ToString() << "\n";
+    return kExitBadInput;
+  }
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+  std::atomic<bool> stop{false};
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    stop = true;
+  });
+  waiter.detach();
+  kube::SchedulerOptions options;
+  options.policy = a.policy;
+  const int rc = kube::RunScheduler(*config, *creds, options, stop);
+  log::Info("stopped");
+  return rc;
+}
+
 int Serve(const ServeArgs& a) {
   if (!log::Configure("gantryd", a.log_format)) {
     std::cerr << "gantryd: --log-format: expected text or json, got " << a.log_format << "\n";
     return kExitBadInput;
+  }
+  if (!a.kubernetes.empty()) {
+    if (a.config.empty()) {
+      std::cerr << "gantryd: --kubernetes needs --config (queues, tiers, the kubernetes section)\n";
+      return kExitBadInput;
+    }
+    return ServeKubernetes(a);
   }
   if (a.config.empty() || a.db.empty()) {
     std::cerr << "gantryd: --config and --db are required\n";
@@ -667,6 +709,9 @@ int main(int argc, char** argv) {
       "State database: a SQLite file, or postgresql://... shared by a leader and its standbys "
       "(made by `gantryd init`)");
   app.add_flag("--init", serve.init, "Create the database when it does not exist");
+  app.add_option("--kubernetes", serve.kubernetes,
+                 "Schedule the pods of a Kubernetes cluster instead of agents' nodes: a "
+                 "kubeconfig file, or in-cluster (docs/kubernetes.md)");
   app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--events", serve.events, "Append the event log (JSON Lines) here");

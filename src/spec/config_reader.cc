@@ -99,7 +99,8 @@ class ConfigParser {
       return std::nullopt;
     }
     Fields top(d_, *doc, "",
-               {"cluster", "gpu_models", "pools", "queues", "policy", "accounting", "site"});
+               {"cluster", "gpu_models", "pools", "queues", "policy", "accounting", "site",
+                "kubernetes"});
     lines_.NoteEntries(top, *doc);
     std::string name = "gantry";
     if (auto n = top.String("cluster")) {
@@ -111,11 +112,14 @@ class ConfigParser {
     }
     Catalog catalog = Catalog::BuiltIn();
     ReadModels(top, catalog);
-    std::vector<PoolSpec> pools = ReadPools(top, catalog);
+    const bool kubernetes = top.has("kubernetes");
+    std::vector<PoolSpec> pools =
+        kubernetes && !top.has("pools") ? std::vector<PoolSpec>{} : ReadPools(top, catalog);
     std::vector<QueueSpec> queues = ReadQueues(top, catalog, pools);
     PolicyConfig policy = ReadPolicy(top);
     ReadAccounting(top, catalog, policy);
     SiteConfig site = ReadSite(top);
+    KubernetesConfig kube = ReadKubernetes(top, queues);
     top.Finish();
 
     // The core's structural checks run even when some fields were bad, so every problem
@@ -134,10 +138,11 @@ class ConfigParser {
       ReportCore({tree.error()});
       return std::nullopt;
     }
-    ReportCore(GuaranteesAboveCapacity(*cluster, *tree));
+    // Under Kubernetes the capacity is the API server's nodes, known only at run time.
+    if (!kube.present) ReportCore(GuaranteesAboveCapacity(*cluster, *tree));
     if (d_.reported() > 0) return std::nullopt;
     return ClusterConfig{std::move(cluster).value(), std::move(tree).value(), policy,
-                         std::move(site)};
+                         std::move(site), std::move(kube)};
   }
 
  private:
@@ -608,6 +613,69 @@ class ConfigParser {
     return site;
   }
 
+  // `kubernetes: {scheduler_name: gantry, namespaces: {team-a: research}, default_queue:
+  // ml, priority_classes: {inference: critical}, leaf_label: example.com/ib-leaf}`.
+  // Queue ids are positions in `queues`, as QueueTree::Build numbers them.
+  KubernetesConfig ReadKubernetes(Fields& top, const std::vector<QueueSpec>& queues) {
+    KubernetesConfig k;
+    const Doc* v = top.Get("kubernetes");
+    if (v == nullptr) return k;
+    k.present = true;
+    if (v->is_null()) return k;
+    if (!v->is_map()) {
+      top.Report("kubernetes", "expected a mapping with scheduler_name, namespaces, "
+                               "default_queue, priority_classes, leaf_label, got " + Describe(*v));
+      return k;
+    }
+    Fields f(d_, *v, "kubernetes",
+             {"scheduler_name", "namespaces", "default_queue", "priority_classes", "leaf_label"});
+    lines_.NoteEntries(f, *v);
+    auto queue_named = [&](const std::string& name, int line,
+                           const std::string& field) -> std::optional<core::QueueId> {
+      for (size_t i = 0; i < queues.size(); ++i) {
+        if (queues[i].name == name) return core::QueueId(static_cast<uint32_t>(i));
+      }
+      d_.Report(line, field, "no queue named " + Quote(name));
+      return std::nullopt;
+    };
+    if (auto n = f.String("scheduler_name")) {
+      if (n->empty()) f.Report("scheduler_name", "must not be empty");
+      else k.scheduler_name = *n;
+    }
+    if (auto l = f.String("leaf_label")) k.leaf_label = *l;
+    if (auto q = f.String("default_queue")) {
+      k.default_queue = queue_named(*q, f.Line("default_queue"), f.Path("default_queue"));
+    }
+    auto string_map = [&](std::string_view key, auto&& each) {
+      const Doc* m = f.Get(key);
+      if (m == nullptr || m->is_null()) return;
+      if (!m->is_map()) {
+        f.Report(key, "expected a mapping, got " + Describe(*m));
+        return;
+      }
+      for (const DocEntry& e : m->entries) {
+        const std::string field = f.Path(key) + "." + e.key;
+        lines_.Note(field, e.line);
+        auto value = d_.String(e.value, e.line, field);
+        if (value) each(e.key, *value, e.line, field);
+      }
+    };
+    string_map("namespaces", [&](const std::string& ns, const std::string& queue, int line,
+                                 const std::string& field) {
+      if (auto id = queue_named(queue, line, field)) k.namespaces.emplace_back(ns, *id);
+    });
+    string_map("priority_classes", [&](const std::string& cls, const std::string& tier, int line,
+                                       const std::string& field) {
+      if (auto t = core::TierNamed(tier)) {
+        k.priority_classes.emplace_back(cls, *t);
+      } else {
+        d_.Report(line, field, "must be one of critical, standard, best-effort, got " + Quote(tier));
+      }
+    });
+    f.Finish();
+    return k;
+  }
+
   // `accounting: {currency: EUR, gpu_hour_prices: {H100-80GB: 2.5, A100-80GB: 1.2}}`.
   void ReadAccounting(Fields& top, const Catalog& catalog, PolicyConfig& policy) {
     const Doc* v = top.Get("accounting");
@@ -838,7 +906,7 @@ std::optional<ClusterConfig> StandInConfig(const std::vector<std::string>& queue
   }
   auto tree = core::QueueTree::Build(std::move(queues));
   if (!cluster || !tree) return std::nullopt;
-  return ClusterConfig{std::move(*cluster), std::move(*tree), {}, {}};
+  return ClusterConfig{std::move(*cluster), std::move(*tree), {}, {}, {}};
 }
 
 std::optional<ClusterConfig> ReadClusterConfig(const std::string& path, Diagnostics& diags) {

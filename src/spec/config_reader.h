@@ -50,11 +50,29 @@ struct SiteConfig {
   int64_t max_active_jobs_per_team = 0;
 };
 
+// The config's `kubernetes` section (gantryd --kubernetes, docs/kubernetes.md): how pods
+// map onto queues and tiers. With it, `pools` may be left out: the nodes come from the
+// API server.
+struct KubernetesConfig {
+  bool present = false;
+  std::string scheduler_name = "gantry";  // pods with this spec.schedulerName are ours
+  // namespace -> queue; namespaces not listed go to default_queue (none: their pods wait
+  // with a message saying so).
+  std::vector<std::pair<std::string, core::QueueId>> namespaces;
+  std::optional<core::QueueId> default_queue;
+  // priorityClassName -> tier; pods naming no class, or one not listed, are standard.
+  std::vector<std::pair<std::string, core::Tier>> priority_classes;
+  // The node label naming a node's InfiniBand leaf (its value is the leaf); empty: each
+  // group of like nodes is one leaf.
+  std::string leaf_label;
+};
+
 struct ClusterConfig {
   core::Cluster cluster;
   core::QueueTree queues;
   PolicyConfig policy;
   SiteConfig site;
+  KubernetesConfig kubernetes;
 };
 
 // Why `path` is not an absolute path free of `..` (for roots and workdirs).

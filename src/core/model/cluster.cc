@@ -2,6 +2,7 @@
 
 #include "core/model/cluster.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -21,7 +22,22 @@ int LeafSize(const PoolSpec& p) {
   return (p.leaf_size <= 0 || p.leaf_size >= p.count) ? p.count : p.leaf_size;
 }
 
+int LeafCount(const PoolSpec& p) {
+  if (p.count == 0) return 0;
+  if (p.node_leaves.empty()) return (p.count + LeafSize(p) - 1) / LeafSize(p);
+  int top = 0;
+  for (int l : p.node_leaves) top = std::max(top, l);
+  return top + 1;
+}
+
 }  // namespace
+
+int LargestLeaf(const PoolSpec& p) {
+  if (p.node_leaves.empty()) return LeafSize(p);
+  std::vector<int> size(static_cast<size_t>(LeafCount(p)), 0);
+  for (int l : p.node_leaves) ++size[static_cast<size_t>(l)];
+  return size.empty() ? 0 : *std::max_element(size.begin(), size.end());
+}
 
 std::vector<Error> Cluster::Check(const Catalog& catalog, const std::vector<PoolSpec>& pools) {
   std::vector<Error> errors;
@@ -71,6 +87,17 @@ std::vector<Error> Cluster::Check(const Catalog& catalog, const std::vector<Pool
                                 std::to_string(p.gpus) + " evenly");
     }
     if (p.leaf_size < 0) add("leaf_size", "must be at least 0, got " + std::to_string(p.leaf_size));
+    if (!p.node_names.empty() && p.node_names.size() != static_cast<size_t>(p.count)) {
+      add("node_names", std::to_string(p.node_names.size()) + " names for " +
+                            std::to_string(p.count) + " nodes");
+    }
+    if (!p.node_leaves.empty() &&
+        (p.node_leaves.size() != static_cast<size_t>(p.count) ||
+         *std::min_element(p.node_leaves.begin(), p.node_leaves.end()) < 0 ||
+         *std::max_element(p.node_leaves.begin(), p.node_leaves.end()) >= p.count)) {
+      add("node_leaves", "must give each of the " + std::to_string(p.count) +
+                             " nodes a leaf from 0 to " + std::to_string(p.count - 1));
+    }
     if (p.cpus_milli < 0) add("cpus", "must be at least 0");
     if (p.memory_bytes < 0) add("memory_gb", "must be at least 0");
     const bool model_known = p.model.valid() && p.model.v < catalog.size();
@@ -126,14 +153,17 @@ Result<Cluster> Cluster::Build(std::string name, Catalog catalog, std::vector<Po
     Pool pool;
     pool.first_node = NodeId(static_cast<uint32_t>(c.nodes_.size()));
     pool.first_leaf = LeafId(static_cast<uint32_t>(c.leaves_.size()));
-    pool.leaf_count = spec.count == 0 ? 0 : (spec.count + leaf_size - 1) / leaf_size;
+    pool.leaf_count = LeafCount(spec);
     for (int l = 0; l < pool.leaf_count; ++l) c.leaves_.push_back(Leaf{pool_id, {}});
     for (int i = 0; i < spec.count; ++i) {
       const NodeId id(static_cast<uint32_t>(c.nodes_.size()));
       Node n;
-      n.name = prefix + "-" + std::to_string(i);
+      const auto at = static_cast<size_t>(i);
+      n.name = spec.node_names.empty() ? prefix + "-" + std::to_string(i) : spec.node_names[at];
       n.pool = pool_id;
-      n.leaf = LeafId(pool.first_leaf.v + static_cast<uint32_t>(i / leaf_size));
+      n.leaf = LeafId(pool.first_leaf.v + static_cast<uint32_t>(spec.node_leaves.empty()
+                                                                    ? i / leaf_size
+                                                                    : spec.node_leaves[at]));
       n.first_gpu = GpuId(static_cast<uint32_t>(c.gpu_node_.size()));
       n.gpus = spec.gpus;
       n.gpus_per_domain = spec.gpus / spec.nvlink_domains;

@@ -43,7 +43,15 @@ struct PoolSpec {
   // Server mode: the agents create and destroy MIG instances at the placements the
   // scheduler chooses (`mig_managed`); otherwise they use instances laid out beforehand.
   bool mig_managed = false;
+  // Nodes that name themselves (Kubernetes): when set, one name per node, used instead of
+  // `<prefix>-<i>`, and per node its leaf within the pool (0-based; leaves need not be the
+  // same size), used instead of leaf_size.
+  std::vector<std::string> node_names;
+  std::vector<int> node_leaves;
 };
+
+// The most nodes on one leaf of pool `p`.
+int LargestLeaf(const PoolSpec& p);
 
 struct Pool {
   PoolSpec spec;

@@ -113,10 +113,14 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   std::vector<const PoolSpec*> pools;
   for (const Pool& pool : cluster.pools()) {
     if (job.pool.valid() && &pool != &cluster.pool(job.pool)) continue;  // restricted to one pool
+    if (!job.pools.empty() && !std::binary_search(job.pools.begin(), job.pools.end(),
+                                                  PoolId(static_cast<uint32_t>(&pool - &cluster.pools()[0]))))
+      continue;
     if (pool.spec.count > 0) pools.push_back(&pool.spec);
   }
   if (pools.empty() && job.pool.valid())
     return "pool " + cluster.pool(job.pool).spec.name + " has no nodes";
+  if (pools.empty() && !job.pools.empty()) return "no node matches its node selection";
   if (pools.empty()) return "the cluster has no nodes";
   const size_t all_pools = pools.size();
 
@@ -273,7 +277,7 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
     case Topology::kLeaf: {
       int64_t best = 0;
       for (const PoolSpec* p : pools) {
-        const int leaf = (p->leaf_size <= 0 || p->leaf_size >= p->count) ? p->count : p->leaf_size;
+        const int leaf = LargestLeaf(*p);
         best = std::max(best, std::min(int64_t{leaf} * per_node(*p), replicas));
       }
       if (best >= replicas) return std::nullopt;
@@ -307,6 +311,7 @@ bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
   const PoolSpec& p = cluster.pool(pool).spec;
   if (p.count == 0) return false;
   if (job.pool.valid() && job.pool != pool) return false;
+  if (!job.pools.empty() && !std::binary_search(job.pools.begin(), job.pools.end(), pool)) return false;
   if (p.spot && job.tier == Tier::kCritical) return false;
   if (!job.uses_gpu()) return true;
   if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;

@@ -40,6 +40,8 @@ struct JobSpec {
   std::vector<int8_t> mig_index;  // by ModelId: profile index in that model, -1 = lacks it
   ModelMask models = 0;           // acceptable models; all models when the spec names none
   PoolId pool;                    // only this pool's nodes (sbatch --partition); invalid: any pool
+  std::vector<PoolId> pools;      // only these pools' nodes, ascending (Kubernetes node
+                                  // selection); empty: any pool
   int64_t vram_bytes = 0;         // per worker, on each of its GPUs
   int64_t cpus_milli = 0;         // per worker
   int64_t memory_bytes = 0;       // per worker

@@ -1,0 +1,593 @@
+#include "kube/objects.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <set>
+#include <tuple>
+
+namespace gantry::kube {
+namespace {
+
+using nlohmann::json;
+
+// The member `key` of `obj` when it is an object/array/string of the wanted kind.
+const json* Member(const json& obj, const char* key) {
+  if (!obj.is_object()) return nullptr;
+  auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+std::string Str(const json& obj, const char* key) {
+  const json* v = Member(obj, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
+}
+std::map<std::string, std::string> StrMap(const json& obj, const char* key) {
+  std::map<std::string, std::string> out;
+  const json* v = Member(obj, key);
+  if (v == nullptr || !v->is_object()) return out;
+  for (auto it = v->begin(); it != v->end(); ++it) {
+    if (it->is_string()) out[it.key()] = it->get<std::string>();
+  }
+  return out;
+}
+const json& Obj(const json& obj, const char* key) {
+  static const json kEmpty = json::object();
+  const json* v = Member(obj, key);
+  return v != nullptr && v->is_object() ? *v : kEmpty;
+}
+const json& Arr(const json& obj, const char* key) {
+  static const json kEmpty = json::array();
+  const json* v = Member(obj, key);
+  return v != nullptr && v->is_array() ? *v : kEmpty;
+}
+
+std::vector<std::string> Tokens(std::string_view text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : text) {
+    if (c == '-' || c == '_' || c == ' ' || c == '.') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+// Requests of one container (requests, else limits, as the API server defaults them).
+struct Req {
+  int64_t gpus = 0, cpus = 0, mem = 0;
+  std::map<std::string, int64_t> mig;
+};
+
+bool AddResources(const json& resources, Req& r, std::string& problem) {
+  const json& requests = Obj(resources, "requests");
+  const json& limits = Obj(resources, "limits");
+  std::set<std::string> keys;
+  for (auto it = requests.begin(); it != requests.end(); ++it) keys.insert(it.key());
+  for (auto it = limits.begin(); it != limits.end(); ++it) keys.insert(it.key());
+  for (const std::string& k : keys) {
+    const json& v = requests.contains(k) ? requests[k] : limits[k];
+    if (!v.is_string() && !v.is_number()) {
+      problem = "resources." + k + ": not a quantity";
+      return false;
+    }
+    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    const bool cpu = k == "cpu";
+    auto q = ParseQuantity(text, cpu ? 1000 : 1);
+    if (!q) {
+      problem = "resources." + k + ": \"" + text + "\" is not a quantity";
+      return false;
+    }
+    if (cpu) r.cpus += *q;
+    else if (k == "memory") r.mem += *q;
+    else if (k == kGpuResource) r.gpus += *q;
+    else if (k.rfind(kMigResourcePrefix, 0) == 0) r.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] += *q;
+  }
+  return true;
+}
+
+Req Max(Req a, const Req& b) {
+  a.gpus = std::max(a.gpus, b.gpus);
+  a.cpus = std::max(a.cpus, b.cpus);
+  a.mem = std::max(a.mem, b.mem);
+  for (const auto& [k, v] : b.mig) a.mig[k] = std::max(a.mig[k], v);
+  return a;
+}
+Req Sum(Req a, const Req& b) {
+  a.gpus += b.gpus;
+  a.cpus += b.cpus;
+  a.mem += b.mem;
+  for (const auto& [k, v] : b.mig) a.mig[k] += v;
+  return a;
+}
+
+bool Matches(const Requirement& r, const std::map<std::string, std::string>& labels) {
+  auto it = labels.find(r.key);
+  const bool has = it != labels.end();
+  auto in = [&] { return has && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end(); };
+  if (r.op == "In") return in();
+  if (r.op == "NotIn") return !in();
+  if (r.op == "Exists") return has;
+  if (r.op == "DoesNotExist") return !has;
+  if ((r.op == "Gt" || r.op == "Lt") && has && r.values.size() == 1) {
+    char* end = nullptr;
+    const long long a = std::strtoll(it->second.c_str(), &end, 10);
+    if (end == it->second.c_str() || *end != '\0') return false;
+    const long long b = std::strtoll(r.values[0].c_str(), &end, 10);
+    return r.op == "Gt" ? a > b : a < b;
+  }
+  return false;
+}
+
+bool Tolerates(const std::vector<Toleration>& tols, const Taint& t) {
+  for (const Toleration& x : tols) {
+    if (!x.effect.empty() && x.effect != t.effect) continue;
+    if (x.key.empty() && x.op == "Exists") return true;
+    if (x.key != t.key) continue;
+    if (x.op == "Exists" || x.value == t.value) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseQuantity(std::string_view text, int64_t scale) {
+  size_t i = 0;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  if (i == 0 || i > 40) return std::nullopt;
+  std::string number(text.substr(0, i));
+  if (std::count(number.begin(), number.end(), '.') > 1 || number == ".") return std::nullopt;
+  const std::string_view suffix = text.substr(i);
+  long double mult = 1;
+  static const std::pair<std::string_view, long double> kSuffixes[] = {
+      {"", 1},       {"m", 1e-3},           {"k", 1e3},           {"M", 1e6},
+      {"G", 1e9},    {"T", 1e12},           {"P", 1e15},          {"E", 1e18},
+      {"Ki", 1024.0L}, {"Mi", 1048576.0L},  {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
+      {"Pi", 1125899906842624.0L}, {"Ei", 1152921504606846976.0L}};
+  bool known = false;
+  for (const auto& [s, m] : kSuffixes) {
+    if (suffix == s) {
+      mult = m;
+      known = true;
+    }
+  }
+  if (!known) {  // decimal exponent: 1e3, 1E-2
+    if (suffix.size() < 2 || (suffix[0] != 'e' && suffix[0] != 'E')) return std::nullopt;
+    std::string_view exp = suffix.substr(1);
+    const bool neg = exp[0] == '-';
+    if (exp[0] == '-' || exp[0] == '+') exp.remove_prefix(1);
+    if (exp.empty() || exp.size() > 3) return std::nullopt;
+    for (char c : exp) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+    }
+    mult = std::pow(10.0L, (neg ? -1 : 1) * std::stoi(std::string(exp)));
+  }
+  const long double v = std::stold(number) * mult * static_cast<long double>(scale);
+  if (!(v >= 0) || v > 9.0e18L) return std::nullopt;
+  return static_cast<int64_t>(std::ceil(v - 1e-9L));
+}
+
+NodeInfo ParseNode(const json& obj) {
+  NodeInfo n;
+  const json& meta = Obj(obj, "metadata");
+  n.name = Str(meta, "name");
+  if (n.name.empty()) n.problem = "no metadata.name";
+  n.labels = StrMap(meta, "labels");
+  const json& spec = Obj(obj, "spec");
+  if (const json* u = Member(spec, "unschedulable"); u != nullptr && u->is_boolean()) n.unschedulable = u->get<bool>();
+  for (const json& t : Arr(spec, "taints")) {
+    n.taints.push_back(Taint{Str(t, "key"), Str(t, "value"), Str(t, "effect")});
+  }
+  const json& status = Obj(obj, "status");
+  for (const json& c : Arr(status, "conditions")) {
+    if (Str(c, "type") == "Ready") n.ready = Str(c, "status") == "True";
+  }
+  const json& alloc = Obj(status, "allocatable");
+  for (auto it = alloc.begin(); it != alloc.end(); ++it) {
+    if (!it->is_string()) continue;
+    const std::string& k = it.key();
+    const bool cpu = k == "cpu";
+    auto q = ParseQuantity(it->get<std::string>(), cpu ? 1000 : 1);
+    if (!q) {
+      n.problem = "status.allocatable." + k + ": \"" + it->get<std::string>() + "\" is not a quantity";
+      continue;
+    }
+    if (cpu) n.cpus_milli = *q;
+    else if (k == "memory") n.memory_bytes = *q;
+    else if (k == "pods") n.pods = *q;
+    else if (k == kGpuResource) n.gpus = static_cast<int>(std::min<int64_t>(*q, 1 << 20));
+    else if (k.rfind(kMigResourcePrefix, 0) == 0 && *q > 0)
+      n.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] = *q;
+  }
+  if (n.gpus > core::kMaxGpusPerNode) {
+    n.problem = "advertises " + std::to_string(n.gpus) + " nvidia.com/gpu; at most " +
+                std::to_string(core::kMaxGpusPerNode) + " per node are supported";
+  }
+  return n;
+}
+
+std::string NodeSelection::Key() const {
+  json j = json::object();
+  j["s"] = node_selector;
+  json terms_j = json::array();
+  for (const auto& term : terms) {
+    json t = json::array();
+    for (const Requirement& r : term) t.push_back({r.key, r.op, r.values});
+    terms_j.push_back(t);
+  }
+  j["a"] = terms_j;
+  json tol = json::array();
+  for (const Toleration& t : tolerations) tol.push_back({t.key, t.op, t.value, t.effect});
+  j["t"] = tol;
+  return j.dump();
+}
+
+bool Allows(const NodeSelection& sel, const NodeInfo& node) {
+  for (const auto& [k, v] : sel.node_selector) {
+    auto it = node.labels.find(k);
+    if (it == node.labels.end() || it->second != v) return false;
+  }
+  if (!sel.terms.empty()) {
+    bool any = false;
+    for (const auto& term : sel.terms) {
+      bool all = true;
+      for (const Requirement& r : term) all = all && Matches(r, node.labels);
+      any = any || all;
+    }
+    if (!any) return false;
+  }
+  for (const Taint& t : node.taints) {
+    if ((t.effect == "NoSchedule" || t.effect == "NoExecute") && !Tolerates(sel.tolerations, t)) return false;
+  }
+  return true;
+}
+
+PodInfo ParsePod(const json& obj) {
+  PodInfo p;
+  const json& meta = Obj(obj, "metadata");
+  p.ns = Str(meta, "namespace");
+  p.name = Str(meta, "name");
+  p.uid = Str(meta, "uid");
+  if (p.name.empty() || p.uid.empty()) p.problem = "no metadata.name or metadata.uid";
+  p.labels = StrMap(meta, "labels");
+  p.annotations = StrMap(meta, "annotations");
+  p.deleting = Member(meta, "deletionTimestamp") != nullptr;
+  if (auto it = p.labels.find(kPodGroupLabel); it != p.labels.end()) p.group = it->second;
+  for (const json& o : Arr(meta, "ownerReferences")) {
+    if (const json* c = Member(o, "controller"); c != nullptr && c->is_boolean() && c->get<bool>()) {
+      p.owner_uid = Str(o, "uid");
+    }
+  }
+  const json& spec = Obj(obj, "spec");
+  p.node_name = Str(spec, "nodeName");
+  p.scheduler_name = Str(spec, "schedulerName");
+  if (p.scheduler_name.empty()) p.scheduler_name = "default-scheduler";
+  p.priority_class = Str(spec, "priorityClassName");
+  if (const json* g = Member(spec, "terminationGracePeriodSeconds"); g != nullptr && g->is_number_integer()) {
+    p.grace_s = std::max<int64_t>(0, g->get<int64_t>());
+  }
+  p.selection.node_selector = StrMap(spec, "nodeSelector");
+  const json& affinity = Obj(spec, "affinity");
+  const json& node_aff = Obj(affinity, "nodeAffinity");
+  const json& required = Obj(node_aff, "requiredDuringSchedulingIgnoredDuringExecution");
+  for (const json& term : Arr(required, "nodeSelectorTerms")) {
+    std::vector<Requirement> reqs;
+    for (const json& e : Arr(term, "matchExpressions")) {
+      Requirement r{Str(e, "key"), Str(e, "operator"), {}};
+      for (const json& v : Arr(e, "values")) {
+        if (v.is_string()) r.values.push_back(v.get<std::string>());
+      }
+      static const std::set<std::string> kOps = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"};
+      if (!kOps.contains(r.op)) p.problem = "nodeAffinity: unknown operator \"" + r.op + "\"";
+      reqs.push_back(std::move(r));
+    }
+    if (!Arr(term, "matchFields").empty()) {
+      p.unsupported.push_back("node affinity by matchFields is not supported (use labels)");
+    }
+    p.selection.terms.push_back(std::move(reqs));
+  }
+  for (const json& t : Arr(spec, "tolerations")) {
+    std::string op = Str(t, "operator");
+    if (op.empty()) op = "Equal";
+    p.selection.tolerations.push_back(Toleration{Str(t, "key"), op, Str(t, "value"), Str(t, "effect")});
+  }
+  auto required_terms = [&](const char* kind) {
+    return !Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution").empty();
+  };
+  if (required_terms("podAffinity")) p.unsupported.push_back("required pod affinity is not supported");
+  if (required_terms("podAntiAffinity")) p.unsupported.push_back("required pod anti-affinity is not supported");
+  for (const json& c : Arr(spec, "topologySpreadConstraints")) {
+    if (Str(c, "whenUnsatisfiable") != "ScheduleAnyway") {
+      p.unsupported.push_back("topology spread constraints (DoNotSchedule) are not supported");
+      break;
+    }
+  }
+  if (!Arr(spec, "resourceClaims").empty()) {
+    p.unsupported.push_back("resource claims (DRA) are not supported yet");
+  }
+  // Effective requests, as the kubelet admits a pod: sidecars (init containers that
+  // restart Always) run beside the containers; every other init container runs alone,
+  // beside the sidecars started before it.
+  Req containers;
+  Req sidecars;
+  Req init_peak;
+  std::string problem;
+  for (const json& c : Arr(spec, "initContainers")) {
+    Req r;
+    if (!AddResources(Obj(c, "resources"), r, problem)) break;
+    if (Str(c, "restartPolicy") == "Always") {
+      sidecars = Sum(sidecars, r);
+      init_peak = Max(init_peak, sidecars);
+    } else {
+      init_peak = Max(init_peak, Sum(r, sidecars));
+    }
+  }
+  bool host_port = false;
+  for (const json& c : Arr(spec, "containers")) {
+    Req r;
+    if (!AddResources(Obj(c, "resources"), r, problem)) break;
+    containers = Sum(containers, r);
+    for (const json& port : Arr(c, "ports")) host_port |= Member(port, "hostPort") != nullptr;
+  }
+  if (host_port) p.unsupported.push_back("hostPort is not supported");
+  Req total = Max(Sum(containers, sidecars), init_peak);
+  if (const json* pod_res = Member(spec, "resources"); pod_res != nullptr && pod_res->is_object()) {
+    Req pod_level;
+    if (AddResources(*pod_res, pod_level, problem)) {  // pod-level requests replace the sum
+      if (pod_level.cpus > 0) total.cpus = pod_level.cpus;
+      if (pod_level.mem > 0) total.mem = pod_level.mem;
+    }
+  }
+  Req overhead;
+  const json& oh = Obj(spec, "overhead");
+  if (!oh.empty()) {
+    json wrapped = {{"requests", oh}};
+    if (AddResources(wrapped, overhead, problem)) total = Sum(total, overhead);
+  }
+  if (!problem.empty() && p.problem.empty()) p.problem = problem;
+  p.gpus = total.gpus;
+  p.cpus_milli = total.cpus;
+  p.memory_bytes = total.mem;
+  for (const auto& [profile, n] : total.mig) {
+    if (n <= 0) continue;
+    if (!p.mig_profile.empty() || n > 1) {
+      p.unsupported.push_back("more than one MIG device per pod is not supported");
+      break;
+    }
+    p.mig_profile = profile;
+  }
+  if (!p.mig_profile.empty()) {
+    p.unsupported.push_back("MIG devices through the device plugin (nvidia.com/mig-" + p.mig_profile +
+                            ") are not scheduled by Gantry yet");
+  }
+  if (p.gpus > 0 && !p.mig_profile.empty()) p.problem = "asks for whole GPUs and a MIG device at once";
+  const json& status = Obj(obj, "status");
+  p.phase = Str(status, "phase");
+  for (const json& c : Arr(status, "conditions")) {
+    if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False") p.scheduled_message = Str(c, "message");
+  }
+  return p;
+}
+
+GroupInfo ParseGroup(const json& obj) {
+  GroupInfo g;
+  const json& meta = Obj(obj, "metadata");
+  g.ns = Str(meta, "namespace");
+  g.name = Str(meta, "name");
+  const json* m = Member(Obj(obj, "spec"), "minMember");
+  if (m != nullptr && m->is_number_integer()) g.min_member = static_cast<int>(std::clamp<int64_t>(m->get<int64_t>(), 1, 100'000));
+  return g;
+}
+
+std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog) {
+  if (auto it = node.labels.find("gantry.dev/gpu-model"); it != node.labels.end()) {
+    return catalog.Find(it->second);
+  }
+  auto product = node.labels.find("nvidia.com/gpu.product");
+  if (product == node.labels.end()) return std::nullopt;
+  std::vector<std::string> tokens = Tokens(product->second);
+  int64_t mib = 0;
+  if (auto m = node.labels.find("nvidia.com/gpu.memory"); m != node.labels.end()) {
+    mib = std::strtoll(m->second.c_str(), nullptr, 10);
+  }
+  std::optional<core::ModelId> best;
+  int best_score = -1;
+  int64_t best_gap = 0;
+  for (size_t i = 0; i < catalog.size(); ++i) {
+    const core::GpuModel& model = catalog.model(core::ModelId(static_cast<uint32_t>(i)));
+    const std::vector<std::string> want = Tokens(model.name);
+    if (want.empty() || std::find(tokens.begin(), tokens.end(), want[0]) == tokens.end()) continue;
+    int score = 1;  // the family (H100, A100, L40S) matches
+    for (size_t k = 1; k < want.size(); ++k) {
+      if (std::find(tokens.begin(), tokens.end(), want[k]) != tokens.end()) ++score;
+    }
+    const int64_t gap = mib > 0 ? std::llabs(model.memory_bytes - mib * 1048576) : 0;
+    if (score > best_score || (score == best_score && gap < best_gap)) {
+      best = core::ModelId(static_cast<uint32_t>(i));
+      best_score = score;
+      best_gap = gap;
+    }
+  }
+  return best;
+}
+
+Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
+                                 const std::vector<NodeSelection>& selections,
+                                 const spec::ClusterConfig& config,
+                                 const std::map<std::string, Usage>& foreign) {
+  const core::Catalog& catalog = config.cluster.catalog();
+  struct Shape {
+    int gpus;
+    uint32_t model;
+    int64_t cpus, mem;
+    std::vector<bool> allowed;
+    auto operator<=>(const Shape&) const = default;
+  };
+  struct Member {
+    std::string leaf, name;
+    const NodeInfo* node;
+  };
+  std::map<Shape, std::vector<Member>> groups;
+  ClusterView view;
+  for (const NodeInfo* n : nodes) {
+    if (!n->problem.empty()) {
+      view.skipped.push_back(n->name + ": " + n->problem);
+      continue;
+    }
+    Usage used;
+    if (auto it = foreign.find(n->name); it != foreign.end()) used = it->second;
+    Shape s;
+    s.gpus = static_cast<int>(std::max<int64_t>(0, n->gpus - used.gpus));
+    s.model = UINT32_MAX;
+    if (n->gpus > 0) {
+      auto model = ModelOf(*n, catalog);
+      if (!model) {
+        view.skipped.push_back(n->name + ": its GPU model is not known (labels nvidia.com/gpu.product, "
+                               "gantry.dev/gpu-model)");
+        continue;
+      }
+      s.model = model->v;
+    }
+    if (s.gpus == 0) s.model = UINT32_MAX;
+    s.cpus = std::max<int64_t>(0, n->cpus_milli - used.cpus_milli);
+    s.mem = std::max<int64_t>(0, n->memory_bytes - used.memory_bytes);
+    for (const NodeSelection& sel : selections) s.allowed.push_back(Allows(sel, *n));
+    std::string leaf;
+    if (!config.kubernetes.leaf_label.empty()) {
+      if (auto it = n->labels.find(config.kubernetes.leaf_label); it != n->labels.end()) leaf = it->second;
+    }
+    groups[s].push_back(Member{leaf, n->name, n});
+  }
+  std::vector<core::PoolSpec> pools;
+  std::vector<const Shape*> shapes;
+  for (auto& [shape, members] : groups) {
+    std::sort(members.begin(), members.end(),
+              [](const Member& a, const Member& b) { return std::tie(a.leaf, a.name) < std::tie(b.leaf, b.name); });
+    core::PoolSpec p;
+    p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" + std::to_string(shape.gpus)
+                             : std::string("cpu")) +
+             "-" + std::to_string(pools.size());
+    p.count = static_cast<int>(members.size());
+    p.gpus = shape.gpus;
+    if (shape.gpus > 0) p.model = core::ModelId(shape.model);
+    p.cpus_milli = shape.cpus;
+    p.memory_bytes = shape.mem;
+    std::map<std::string, int> leaves;
+    for (const Member& m : members) {
+      p.node_names.push_back(m.name);
+      const int leaf = leaves.emplace(m.leaf, static_cast<int>(leaves.size())).first->second;
+      p.node_leaves.push_back(leaf);
+    }
+    pools.push_back(std::move(p));
+    shapes.push_back(&shape);
+  }
+  view.pools_of.resize(selections.size());
+  for (size_t pi = 0; pi < shapes.size(); ++pi) {
+    for (size_t s = 0; s < selections.size(); ++s) {
+      if (shapes[pi]->allowed[s]) view.pools_of[s].push_back(core::PoolId(static_cast<uint32_t>(pi)));
+    }
+  }
+  auto cluster = core::Cluster::Build(config.cluster.name(), catalog, std::move(pools));
+  if (!cluster) return cluster.error();
+  view.cluster = std::move(cluster).value();
+  for (const NodeInfo* n : nodes) {
+    if (n->ready && !n->unschedulable) continue;
+    if (auto id = view.cluster.FindNode(n->name)) view.down.push_back(*id);
+  }
+  return view;
+}
+
+std::optional<std::string> WhyNotAlike(const std::vector<const PodInfo*>& pods) {
+  const PodInfo& a = *pods.front();
+  for (const PodInfo* b : pods) {
+    if (b->gpus != a.gpus || b->cpus_milli != a.cpus_milli || b->memory_bytes != a.memory_bytes ||
+        b->mig_profile != a.mig_profile) {
+      return "the pods of a group must ask for the same resources (" + a.name + " and " + b->name + " differ)";
+    }
+    if (!(b->selection == a.selection)) {
+      return "the pods of a group must select the same nodes (" + a.name + " and " + b->name + " differ)";
+    }
+    if (b->priority_class != a.priority_class) {
+      return "the pods of a group must have the same priority class (" + a.name + " and " + b->name + " differ)";
+    }
+  }
+  return std::nullopt;
+}
+
+Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods, const spec::ClusterConfig& config) {
+  const PodInfo& p = *pods.front();
+  const spec::KubernetesConfig& k = config.kubernetes;
+  core::JobSpec job;
+  job.id = p.group.empty() ? p.ns + "/" + p.name : p.ns + "/" + p.group;
+  std::optional<core::QueueId> queue;
+  for (const auto& [ns, q] : k.namespaces) {
+    if (ns == p.ns) queue = q;
+  }
+  if (!queue) queue = k.default_queue;
+  if (!queue) queue = config.queues.Find(p.ns);
+  if (!queue) queue = config.queues.Find("default");
+  if (!queue) {
+    return Error{"namespace", "namespace " + p.ns +
+                                  " maps to no queue (kubernetes.namespaces or default_queue in "
+                                  "Gantry's config)"};
+  }
+  job.queue = *queue;
+  job.tier = core::Tier::kStandard;
+  for (const auto& [cls, tier] : k.priority_classes) {
+    if (cls == p.priority_class) job.tier = tier;
+  }
+  job.replicas = static_cast<int>(pods.size());
+  job.gpus = static_cast<int>(std::min<int64_t>(p.gpus, core::kMaxGpusPerNode + 1));
+  job.cpus_milli = p.cpus_milli;
+  job.memory_bytes = p.memory_bytes;
+  job.models = 0;
+  for (size_t m = 0; m < config.cluster.catalog().size() && m < core::kMaxModels; ++m) job.models |= core::ModelMask{1} << m;
+  job.mig_index.assign(config.cluster.catalog().size(), -1);
+  auto annotation_number = [&](const char* key, double lo, double hi) -> Result<std::optional<double>> {
+    auto it = p.annotations.find(key);
+    if (it == p.annotations.end()) return std::optional<double>();
+    char* end = nullptr;
+    const double v = std::strtod(it->second.c_str(), &end);
+    if (end == it->second.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
+      return Error{std::string("annotation ") + key,
+                   "\"" + it->second + "\" must be a number from " + std::to_string(static_cast<int64_t>(lo)) +
+                       " to " + std::to_string(static_cast<int64_t>(hi))};
+    }
+    return std::optional<double>(v);
+  };
+  auto vram = annotation_number(kVramAnnotation, 0, 4096);
+  if (!vram) return vram.error();
+  if (*vram) job.vram_bytes = static_cast<int64_t>(**vram * core::kGB);
+  auto checkpoint = annotation_number(kCheckpointAnnotation, 0, 365.0 * 86400);
+  if (!checkpoint) return checkpoint.error();
+  if (*checkpoint) job.checkpoint = static_cast<core::Ticks>(**checkpoint * 1000);
+  auto runtime = annotation_number(kRuntimeAnnotation, 1, 365.0 * 86400);
+  if (!runtime) return runtime.error();
+  if (*runtime) job.runtime_estimate = static_cast<core::Ticks>(**runtime * 1000);
+  if (auto it = p.annotations.find(kTopologyAnnotation); it != p.annotations.end()) {
+    static const std::pair<const char*, core::Topology> kTopologies[] = {
+        {"nvlink", core::Topology::kNvlink},
+        {"node", core::Topology::kNode},
+        {"leaf", core::Topology::kLeaf},
+        {"spine", core::Topology::kSpine}};
+    bool found = false;
+    for (const auto& [name, t] : kTopologies) {
+      if (it->second == name) {
+        job.topology = t;
+        found = true;
+      }
+    }
+    if (!found) {
+      return Error{std::string("annotation ") + kTopologyAnnotation,
+                   "\"" + it->second + "\" must be one of nvlink, node, leaf, spine"};
+    }
+  }
+  const core::Ticks cap = config.policy.max_grace[static_cast<size_t>(job.tier)];
+  job.grace = std::min<core::Ticks>(p.grace_s * 1000, cap);
+  return job;
+}
+
+}  // namespace gantry::kube

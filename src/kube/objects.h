@@ -1,0 +1,138 @@
+// Kubernetes objects as the scheduler reads them: nodes, pods and pod groups parsed from
+// the API's JSON into plain values, the node selection a pod asks for, and the mapping
+// onto the core (docs/kubernetes.md): a cluster built from the nodes, a JobSpec from a
+// gang of pods.
+// Parsing never throws: a malformed object is a value with `problem` set, which the
+// scheduler reports on the pod and skips, so one bad pod never blocks the others.
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "core/model/cluster.h"
+#include "core/model/job.h"
+#include "spec/config_reader.h"
+
+namespace gantry::kube {
+
+// The GPU resource of NVIDIA's device plugin, and its MIG resources' prefix.
+inline constexpr const char* kGpuResource = "nvidia.com/gpu";
+inline constexpr const char* kMigResourcePrefix = "nvidia.com/mig-";
+// scheduler-plugins' coscheduling: the pod label naming its PodGroup.
+inline constexpr const char* kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
+// Gantry's pod annotations (docs/kubernetes.md).
+inline constexpr const char* kVramAnnotation = "gantry.dev/vram-gb";
+inline constexpr const char* kCheckpointAnnotation = "gantry.dev/checkpoint-interval-s";
+inline constexpr const char* kTopologyAnnotation = "gantry.dev/topology";
+inline constexpr const char* kRuntimeAnnotation = "gantry.dev/runtime-estimate-s";
+
+// A Kubernetes quantity ("8", "500m", "2Gi", "1.5e3") times `scale` (1000 for CPU
+// milli-units, 1 for bytes and counts), rounded up; nullopt when not a quantity.
+std::optional<int64_t> ParseQuantity(std::string_view text, int64_t scale = 1);
+
+struct Taint {
+  std::string key, value, effect;
+};
+
+struct NodeInfo {
+  std::string name;
+  std::map<std::string, std::string> labels;
+  std::vector<Taint> taints;
+  bool unschedulable = false;  // cordoned
+  bool ready = false;
+  int gpus = 0;  // allocatable nvidia.com/gpu
+  int64_t cpus_milli = 0, memory_bytes = 0, pods = 110;
+  std::map<std::string, int64_t> mig;  // allocatable nvidia.com/mig-<profile>, by profile
+  std::string problem;                 // why it cannot be used, if so
+};
+NodeInfo ParseNode(const nlohmann::json& obj);
+
+struct Requirement {  // a node selector requirement
+  std::string key, op;
+  std::vector<std::string> values;
+  bool operator==(const Requirement&) const = default;
+};
+struct Toleration {
+  std::string key, op, value, effect;
+  bool operator==(const Toleration&) const = default;
+};
+
+// Where a pod may go: everything of its spec that selects nodes. Equal for pods that may
+// go to the same nodes.
+struct NodeSelection {
+  std::map<std::string, std::string> node_selector;
+  std::vector<std::vector<Requirement>> terms;  // required node affinity: any term, all of it
+  std::vector<Toleration> tolerations;
+  bool operator==(const NodeSelection&) const = default;
+  std::string Key() const;  // a canonical text, equal exactly when the selections are
+};
+bool Allows(const NodeSelection& sel, const NodeInfo& node);
+
+struct PodInfo {
+  std::string ns, name, uid, node_name, scheduler_name, phase, priority_class, group;
+  std::string owner_uid;      // the controller owning it (a Job, a ReplicaSet), if any
+  bool deleting = false;      // metadata.deletionTimestamp set
+  bool terminal() const { return phase == "Succeeded" || phase == "Failed"; }
+  // Effective requests (containers, init and sidecar containers, overhead).
+  int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
+  std::string mig_profile;  // nvidia.com/mig-<profile>: 1 (more per pod is refused)
+  NodeSelection selection;
+  int64_t grace_s = 30;
+  std::map<std::string, std::string> annotations;
+  std::map<std::string, std::string> labels;
+  // Why Gantry cannot schedule it as asked (pod affinity, topology spread, hostPort, ...);
+  // each goes into its PodScheduled=False message.
+  std::vector<std::string> unsupported;
+  std::string problem;  // malformed: no name, a bad quantity, ...
+  // Our last PodScheduled=False message, read back so a restart does not rewrite it.
+  std::string scheduled_message;
+};
+PodInfo ParsePod(const nlohmann::json& obj);
+
+// A gang's group (scheduling.x-k8s.io/v1alpha1 PodGroup).
+struct GroupInfo {
+  std::string ns, name;
+  int min_member = 1;
+};
+GroupInfo ParseGroup(const nlohmann::json& obj);
+
+// The catalog model of a node, from GPU feature discovery's labels
+// (nvidia.com/gpu.product such as NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.memory in MiB).
+std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog);
+
+// The core's view of the nodes: nodes alike in shape, leaf label aside, and in which of
+// `selections` allow them form a pool (named by shape, with the nodes' own names), so a
+// pod's node selection is a set of pools. Nodes that are not Ready or are cordoned are in
+// it, as down (`down`), so the pods already on them are still known.
+// What pods Gantry did not place hold on a node (they count as used).
+struct Usage {
+  int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
+};
+
+struct ClusterView {
+  core::Cluster cluster;
+  std::vector<core::NodeId> down;
+  // per selection (index into `selections`): the pools it allows, ascending
+  std::vector<std::vector<core::PoolId>> pools_of;
+  std::vector<std::string> skipped;  // nodes left out, with why
+};
+Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
+                                 const std::vector<NodeSelection>& selections,
+                                 const spec::ClusterConfig& config,
+                                 const std::map<std::string, Usage>& foreign);
+
+// The job a gang of pods makes (pods[0] speaks for all; the caller checks they are alike):
+// its queue from the namespace, tier from the priority class, GPUs, CPU and memory per
+// worker, Gantry's annotations. An error says what the pod must change.
+Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods, const spec::ClusterConfig& config);
+
+// Why the pods of a gang cannot be one job (their requests or node selections differ).
+std::optional<std::string> WhyNotAlike(const std::vector<const PodInfo*>& pods);
+
+}  // namespace gantry::kube

@@ -39,6 +39,8 @@ ctest --preset release -j "$jobs"
 stage "Kubernetes peers (scripts/k8s_peers.sh, tests/k8s/smoke.sh)"
 bash scripts/k8s_peers.sh >/dev/null
 bash tests/k8s/smoke.sh
+stage "gantryd --kubernetes against the real kube-apiserver (tests/k8s/scheduler_test.py)"
+python3 tests/k8s/scheduler_test.py --gantryd build/release/src/gantryd
 stage "ASan + UBSan build"
 labels='unit|property|fuzz|golden'
 cmake --preset asan-ubsan -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null

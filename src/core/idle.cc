@@ -76,7 +76,8 @@ IdleGpus IdleByCause(const Scheduler& s) {
       model_wanted[p] = true;
       if (job.spec.pool.valid() && job.spec.pool.v != p) continue;
       if (!job.spec.pools.empty() &&
-          !std::binary_search(job.spec.pools.begin(), job.spec.pools.end(), PoolId(static_cast<uint32_t>(p))))
+          !std::binary_search(job.spec.pools.begin(), job.spec.pools.end(),
+                              PoolId(static_cast<uint32_t>(p))))
         continue;
       if (!(sharing[p] & Bit(job.spec.sharing))) continue;
       demand[p] |= bit;
@@ -116,8 +117,8 @@ GpuUnits StrandedUnits(const Scheduler& s) {
   const Ledger& ledger = s.ledger();
   // One worker per distinct shape (a fill trace has thousands of jobs, a few hundred shapes).
   auto shape = [](const JobSpec& j) {
-    return std::tie(j.sharing, j.gpus, j.share_milli, j.mig_index, j.models, j.pool.v, j.pools, j.vram_bytes,
-                    j.cpus_milli, j.memory_bytes, j.tier);
+    return std::tie(j.sharing, j.gpus, j.share_milli, j.mig_index, j.models, j.pool.v, j.pools,
+                    j.vram_bytes, j.cpus_milli, j.memory_bytes, j.tier);
   };
   std::vector<const JobSpec*> shapes;
   for (const auto& key : s.pending()) {

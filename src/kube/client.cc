@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <yaml-cpp/yaml.h>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -13,7 +14,6 @@
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
-#include <yaml-cpp/yaml.h>
 
 namespace gantry::kube {
 namespace net = boost::asio;
@@ -89,7 +89,8 @@ YAML::Node Named(const YAML::Node& list, const std::string& name) {
 // directory, as kubectl resolves them.
 Result<std::string> FileOrData(const YAML::Node& node, const std::string& key,
                                const std::string& dir, const std::string& where) {
-  if (node[key + "-data"]) return Base64(node[key + "-data"].as<std::string>(), where + "." + key + "-data");
+  if (node[key + "-data"])
+    return Base64(node[key + "-data"].as<std::string>(), where + "." + key + "-data");
   if (node[key]) {
     std::string path = node[key].as<std::string>();
     if (!path.empty() && path[0] != '/') path = dir + "/" + path;
@@ -127,7 +128,8 @@ Result<Credentials> LoadCredentials(const std::string& path) {
   } catch (const YAML::Exception& e) {
     return Error{path, e.what()};
   }
-  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
+  const std::string dir =
+      path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/'));
   try {
     Credentials c;
     c.source = path;
@@ -140,16 +142,20 @@ Result<Credentials> LoadCredentials(const std::string& path) {
     const std::string user_name = context["user"] ? context["user"].as<std::string>() : "";
     c.namespace_ = context["namespace"] ? context["namespace"].as<std::string>() : "default";
     const YAML::Node cl = Named(doc["clusters"], cluster_name);
-    if (!cl || !cl["cluster"]) return Error{path + ": clusters", "no cluster named \"" + cluster_name + "\""};
+    if (!cl || !cl["cluster"])
+      return Error{path + ": clusters", "no cluster named \"" + cluster_name + "\""};
     const YAML::Node cluster = cl["cluster"];
-    if (!cluster["server"]) return Error{path + ": clusters[" + cluster_name + "].server", "missing"};
+    if (!cluster["server"])
+      return Error{path + ": clusters[" + cluster_name + "].server", "missing"};
     if (Status s = SplitUrl(cluster["server"].as<std::string>(), c,
                             path + ": clusters[" + cluster_name + "].server");
         !s) {
       return s.error();
     }
-    c.insecure = cluster["insecure-skip-tls-verify"] && cluster["insecure-skip-tls-verify"].as<bool>();
-    auto ca = FileOrData(cluster, "certificate-authority", dir, path + ": clusters[" + cluster_name + "]");
+    c.insecure =
+        cluster["insecure-skip-tls-verify"] && cluster["insecure-skip-tls-verify"].as<bool>();
+    auto ca = FileOrData(cluster, "certificate-authority", dir,
+                         path + ": clusters[" + cluster_name + "]");
     if (!ca) return ca.error();
     c.ca_pem = *ca;
     const YAML::Node us = Named(doc["users"], user_name);
@@ -157,8 +163,9 @@ Result<Credentials> LoadCredentials(const std::string& path) {
       const YAML::Node user = us["user"];
       const std::string where = path + ": users[" + user_name + "]";
       if (user["exec"] || user["auth-provider"]) {
-        return Error{where, "exec and auth-provider plugins are not supported; use a client "
-                            "certificate or a token"};
+        return Error{where,
+                     "exec and auth-provider plugins are not supported; use a client "
+                     "certificate or a token"};
       }
       auto cert = FileOrData(user, "client-certificate", dir, where);
       if (!cert) return cert.error();
@@ -183,7 +190,8 @@ struct Client::Conn {
   std::string token;
 };
 
-Client::Client(Credentials creds, int timeout_s) : creds_(std::move(creds)), timeout_s_(timeout_s) {}
+Client::Client(Credentials creds, int timeout_s)
+    : creds_(std::move(creds)), timeout_s_(timeout_s) {}
 Client::~Client() = default;
 
 void Client::Interrupt() {
@@ -215,7 +223,8 @@ Result<Client::Conn*> Client::Connect() {
     auto t = ReadWhole(creds_.token_file, "token");
     if (!t) return t.error();
     c->token = *t;
-    while (!c->token.empty() && (c->token.back() == '\n' || c->token.back() == '\r')) c->token.pop_back();
+    while (!c->token.empty() && (c->token.back() == '\n' || c->token.back() == '\r'))
+      c->token.pop_back();
   }
   c->stream = std::make_unique<net::ssl::stream<tcp::socket>>(c->io, c->ssl);
   auto& s = *c->stream;
@@ -247,8 +256,8 @@ Result<Client::Conn*> Client::Connect() {
 namespace {
 
 http::request<http::string_body> MakeRequest(std::string_view method, const std::string& target,
-                                              const std::string& host, const std::string& token,
-                                              std::string_view body, std::string_view content_type) {
+                                             const std::string& host, const std::string& token,
+                                             std::string_view body, std::string_view content_type) {
   http::request<http::string_body> req;
   req.method_string(boost::beast::string_view(method.data(), method.size()));
   req.target(target);
@@ -258,7 +267,8 @@ http::request<http::string_body> MakeRequest(std::string_view method, const std:
   req.set(http::field::accept, "application/json");
   if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
   if (!body.empty()) {
-    req.set(http::field::content_type, boost::beast::string_view(content_type.data(), content_type.size()));
+    req.set(http::field::content_type,
+            boost::beast::string_view(content_type.data(), content_type.size()));
     req.body() = std::string(body);
   }
   req.keep_alive(true);
@@ -313,7 +323,8 @@ Status Client::Watch(std::string_view target, const std::function<bool(std::stri
   auto conn = Connect();
   if (!conn) return conn.error();
   Conn& c = **conn;
-  auto req = MakeRequest("GET", creds_.base_path + std::string(target), creds_.host, c.token, {}, {});
+  auto req =
+      MakeRequest("GET", creds_.base_path + std::string(target), creds_.host, c.token, {}, {});
   req.keep_alive(false);
   boost::system::error_code ec;
   http::write(*c.stream, req, ec);

@@ -23,10 +23,10 @@ namespace gantry::kube {
 struct Credentials {
   std::string host;  // of the API server's URL
   std::string port;
-  std::string base_path;   // the URL's path, if any ("" for most)
-  std::string ca_pem;      // empty: the system's CAs
-  bool insecure = false;   // insecure-skip-tls-verify
-  std::string cert_pem;    // client certificate (with key_pem), or
+  std::string base_path;  // the URL's path, if any ("" for most)
+  std::string ca_pem;     // empty: the system's CAs
+  bool insecure = false;  // insecure-skip-tls-verify
+  std::string cert_pem;   // client certificate (with key_pem), or
   std::string key_pem;
   std::string token;       // a bearer token
   std::string token_file;  // re-read on each connection (service-account tokens rotate)

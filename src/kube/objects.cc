@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <ctime>
 #include <set>
 #include <tuple>
 
@@ -81,10 +82,14 @@ bool AddResources(const json& resources, Req& r, std::string& problem) {
       problem = "resources." + k + ": \"" + text + "\" is not a quantity";
       return false;
     }
-    if (cpu) r.cpus += *q;
-    else if (k == "memory") r.mem += *q;
-    else if (k == kGpuResource) r.gpus += *q;
-    else if (k.rfind(kMigResourcePrefix, 0) == 0) r.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] += *q;
+    if (cpu)
+      r.cpus += *q;
+    else if (k == "memory")
+      r.mem += *q;
+    else if (k == kGpuResource)
+      r.gpus += *q;
+    else if (k.rfind(kMigResourcePrefix, 0) == 0)
+      r.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] += *q;
   }
   return true;
 }
@@ -107,7 +112,9 @@ Req Sum(Req a, const Req& b) {
 bool Matches(const Requirement& r, const std::map<std::string, std::string>& labels) {
   auto it = labels.find(r.key);
   const bool has = it != labels.end();
-  auto in = [&] { return has && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end(); };
+  auto in = [&] {
+    return has && std::find(r.values.begin(), r.values.end(), it->second) != r.values.end();
+  };
   if (r.op == "In") return in();
   if (r.op == "NotIn") return !in();
   if (r.op == "Exists") return has;
@@ -136,17 +143,30 @@ bool Tolerates(const std::vector<Toleration>& tols, const Taint& t) {
 
 std::optional<int64_t> ParseQuantity(std::string_view text, int64_t scale) {
   size_t i = 0;
-  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+  while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
+    ++i;
   if (i == 0 || i > 40) return std::nullopt;
   std::string number(text.substr(0, i));
   if (std::count(number.begin(), number.end(), '.') > 1 || number == ".") return std::nullopt;
   const std::string_view suffix = text.substr(i);
   long double mult = 1;
   static const std::pair<std::string_view, long double> kSuffixes[] = {
-      {"", 1},       {"m", 1e-3},           {"k", 1e3},           {"M", 1e6},
-      {"G", 1e9},    {"T", 1e12},           {"P", 1e15},          {"E", 1e18},
-      {"Ki", 1024.0L}, {"Mi", 1048576.0L},  {"Gi", 1073741824.0L}, {"Ti", 1099511627776.0L},
-      {"Pi", 1125899906842624.0L}, {"Ei", 1152921504606846976.0L}};
+      {"", 1},
+      {"n", 1e-9},
+      {"u", 1e-6},
+      {"m", 1e-3},
+      {"k", 1e3},
+      {"M", 1e6},
+      {"G", 1e9},
+      {"T", 1e12},
+      {"P", 1e15},
+      {"E", 1e18},
+      {"Ki", 1024.0L},
+      {"Mi", 1048576.0L},
+      {"Gi", 1073741824.0L},
+      {"Ti", 1099511627776.0L},
+      {"Pi", 1125899906842624.0L},
+      {"Ei", 1152921504606846976.0L}};
   bool known = false;
   for (const auto& [s, m] : kSuffixes) {
     if (suffix == s) {
@@ -177,7 +197,8 @@ NodeInfo ParseNode(const json& obj) {
   if (n.name.empty()) n.problem = "no metadata.name";
   n.labels = StrMap(meta, "labels");
   const json& spec = Obj(obj, "spec");
-  if (const json* u = Member(spec, "unschedulable"); u != nullptr && u->is_boolean()) n.unschedulable = u->get<bool>();
+  if (const json* u = Member(spec, "unschedulable"); u != nullptr && u->is_boolean())
+    n.unschedulable = u->get<bool>();
   for (const json& t : Arr(spec, "taints")) {
     n.taints.push_back(Taint{Str(t, "key"), Str(t, "value"), Str(t, "effect")});
   }
@@ -192,13 +213,18 @@ NodeInfo ParseNode(const json& obj) {
     const bool cpu = k == "cpu";
     auto q = ParseQuantity(it->get<std::string>(), cpu ? 1000 : 1);
     if (!q) {
-      n.problem = "status.allocatable." + k + ": \"" + it->get<std::string>() + "\" is not a quantity";
+      n.problem =
+          "status.allocatable." + k + ": \"" + it->get<std::string>() + "\" is not a quantity";
       continue;
     }
-    if (cpu) n.cpus_milli = *q;
-    else if (k == "memory") n.memory_bytes = *q;
-    else if (k == "pods") n.pods = *q;
-    else if (k == kGpuResource) n.gpus = static_cast<int>(std::min<int64_t>(*q, 1 << 20));
+    if (cpu)
+      n.cpus_milli = *q;
+    else if (k == "memory")
+      n.memory_bytes = *q;
+    else if (k == "pods")
+      n.pods = *q;
+    else if (k == kGpuResource)
+      n.gpus = static_cast<int>(std::min<int64_t>(*q, 1 << 20));
     else if (k.rfind(kMigResourcePrefix, 0) == 0 && *q > 0)
       n.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] = *q;
   }
@@ -240,7 +266,8 @@ bool Allows(const NodeSelection& sel, const NodeInfo& node) {
     if (!any) return false;
   }
   for (const Taint& t : node.taints) {
-    if ((t.effect == "NoSchedule" || t.effect == "NoExecute") && !Tolerates(sel.tolerations, t)) return false;
+    if ((t.effect == "NoSchedule" || t.effect == "NoExecute") && !Tolerates(sel.tolerations, t))
+      return false;
   }
   return true;
 }
@@ -255,9 +282,15 @@ PodInfo ParsePod(const json& obj) {
   p.labels = StrMap(meta, "labels");
   p.annotations = StrMap(meta, "annotations");
   p.deleting = Member(meta, "deletionTimestamp") != nullptr;
+  if (std::string created = Str(meta, "creationTimestamp"); !created.empty()) {
+    std::tm tm{};
+    if (strptime(created.c_str(), "%Y-%m-%dT%H:%M:%SZ", &tm) != nullptr)
+      p.created_ms = int64_t{timegm(&tm)} * 1000;
+  }
   if (auto it = p.labels.find(kPodGroupLabel); it != p.labels.end()) p.group = it->second;
   for (const json& o : Arr(meta, "ownerReferences")) {
-    if (const json* c = Member(o, "controller"); c != nullptr && c->is_boolean() && c->get<bool>()) {
+    if (const json* c = Member(o, "controller");
+        c != nullptr && c->is_boolean() && c->get<bool>()) {
       p.owner_uid = Str(o, "uid");
     }
   }
@@ -266,7 +299,8 @@ PodInfo ParsePod(const json& obj) {
   p.scheduler_name = Str(spec, "schedulerName");
   if (p.scheduler_name.empty()) p.scheduler_name = "default-scheduler";
   p.priority_class = Str(spec, "priorityClassName");
-  if (const json* g = Member(spec, "terminationGracePeriodSeconds"); g != nullptr && g->is_number_integer()) {
+  if (const json* g = Member(spec, "terminationGracePeriodSeconds");
+      g != nullptr && g->is_number_integer()) {
     p.grace_s = std::max<int64_t>(0, g->get<int64_t>());
   }
   p.selection.node_selector = StrMap(spec, "nodeSelector");
@@ -280,7 +314,8 @@ PodInfo ParsePod(const json& obj) {
       for (const json& v : Arr(e, "values")) {
         if (v.is_string()) r.values.push_back(v.get<std::string>());
       }
-      static const std::set<std::string> kOps = {"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"};
+      static const std::set<std::string> kOps = {"In",           "NotIn", "Exists",
+                                                 "DoesNotExist", "Gt",    "Lt"};
       if (!kOps.contains(r.op)) p.problem = "nodeAffinity: unknown operator \"" + r.op + "\"";
       reqs.push_back(std::move(r));
     }
@@ -292,13 +327,16 @@ PodInfo ParsePod(const json& obj) {
   for (const json& t : Arr(spec, "tolerations")) {
     std::string op = Str(t, "operator");
     if (op.empty()) op = "Equal";
-    p.selection.tolerations.push_back(Toleration{Str(t, "key"), op, Str(t, "value"), Str(t, "effect")});
+    p.selection.tolerations.push_back(
+        Toleration{Str(t, "key"), op, Str(t, "value"), Str(t, "effect")});
   }
   auto required_terms = [&](const char* kind) {
     return !Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution").empty();
   };
-  if (required_terms("podAffinity")) p.unsupported.push_back("required pod affinity is not supported");
-  if (required_terms("podAntiAffinity")) p.unsupported.push_back("required pod anti-affinity is not supported");
+  if (required_terms("podAffinity"))
+    p.unsupported.push_back("required pod affinity is not supported");
+  if (required_terms("podAntiAffinity"))
+    p.unsupported.push_back("required pod anti-affinity is not supported");
   for (const json& c : Arr(spec, "topologySpreadConstraints")) {
     if (Str(c, "whenUnsatisfiable") != "ScheduleAnyway") {
       p.unsupported.push_back("topology spread constraints (DoNotSchedule) are not supported");
@@ -360,14 +398,16 @@ PodInfo ParsePod(const json& obj) {
     p.mig_profile = profile;
   }
   if (!p.mig_profile.empty()) {
-    p.unsupported.push_back("MIG devices through the device plugin (nvidia.com/mig-" + p.mig_profile +
-                            ") are not scheduled by Gantry yet");
+    p.unsupported.push_back("MIG devices through the device plugin (nvidia.com/mig-" +
+                            p.mig_profile + ") are not scheduled by Gantry yet");
   }
-  if (p.gpus > 0 && !p.mig_profile.empty()) p.problem = "asks for whole GPUs and a MIG device at once";
+  if (p.gpus > 0 && !p.mig_profile.empty())
+    p.problem = "asks for whole GPUs and a MIG device at once";
   const json& status = Obj(obj, "status");
   p.phase = Str(status, "phase");
   for (const json& c : Arr(status, "conditions")) {
-    if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False") p.scheduled_message = Str(c, "message");
+    if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False")
+      p.scheduled_message = Str(c, "message");
   }
   return p;
 }
@@ -378,7 +418,8 @@ GroupInfo ParseGroup(const json& obj) {
   g.ns = Str(meta, "namespace");
   g.name = Str(meta, "name");
   const json* m = Member(Obj(obj, "spec"), "minMember");
-  if (m != nullptr && m->is_number_integer()) g.min_member = static_cast<int>(std::clamp<int64_t>(m->get<int64_t>(), 1, 100'000));
+  if (m != nullptr && m->is_number_integer())
+    g.min_member = static_cast<int>(std::clamp<int64_t>(m->get<int64_t>(), 1, 100'000));
   return g;
 }
 
@@ -445,7 +486,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     if (n->gpus > 0) {
       auto model = ModelOf(*n, catalog);
       if (!model) {
-        view.skipped.push_back(n->name + ": its GPU model is not known (labels nvidia.com/gpu.product, "
+        view.skipped.push_back(n->name +
+                               ": its GPU model is not known (labels nvidia.com/gpu.product, "
                                "gantry.dev/gpu-model)");
         continue;
       }
@@ -457,17 +499,20 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     for (const NodeSelection& sel : selections) s.allowed.push_back(Allows(sel, *n));
     std::string leaf;
     if (!config.kubernetes.leaf_label.empty()) {
-      if (auto it = n->labels.find(config.kubernetes.leaf_label); it != n->labels.end()) leaf = it->second;
+      if (auto it = n->labels.find(config.kubernetes.leaf_label); it != n->labels.end())
+        leaf = it->second;
     }
     groups[s].push_back(Member{leaf, n->name, n});
   }
   std::vector<core::PoolSpec> pools;
   std::vector<const Shape*> shapes;
   for (auto& [shape, members] : groups) {
-    std::sort(members.begin(), members.end(),
-              [](const Member& a, const Member& b) { return std::tie(a.leaf, a.name) < std::tie(b.leaf, b.name); });
+    std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
+      return std::tie(a.leaf, a.name) < std::tie(b.leaf, b.name);
+    });
     core::PoolSpec p;
-    p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" + std::to_string(shape.gpus)
+    p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" +
+                                   std::to_string(shape.gpus)
                              : std::string("cpu")) +
              "-" + std::to_string(pools.size());
     p.count = static_cast<int>(members.size());
@@ -487,7 +532,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
   view.pools_of.resize(selections.size());
   for (size_t pi = 0; pi < shapes.size(); ++pi) {
     for (size_t s = 0; s < selections.size(); ++s) {
-      if (shapes[pi]->allowed[s]) view.pools_of[s].push_back(core::PoolId(static_cast<uint32_t>(pi)));
+      if (shapes[pi]->allowed[s])
+        view.pools_of[s].push_back(core::PoolId(static_cast<uint32_t>(pi)));
     }
   }
   auto cluster = core::Cluster::Build(config.cluster.name(), catalog, std::move(pools));
@@ -505,19 +551,23 @@ std::optional<std::string> WhyNotAlike(const std::vector<const PodInfo*>& pods) 
   for (const PodInfo* b : pods) {
     if (b->gpus != a.gpus || b->cpus_milli != a.cpus_milli || b->memory_bytes != a.memory_bytes ||
         b->mig_profile != a.mig_profile) {
-      return "the pods of a group must ask for the same resources (" + a.name + " and " + b->name + " differ)";
+      return "the pods of a group must ask for the same resources (" + a.name + " and " + b->name +
+             " differ)";
     }
     if (!(b->selection == a.selection)) {
-      return "the pods of a group must select the same nodes (" + a.name + " and " + b->name + " differ)";
+      return "the pods of a group must select the same nodes (" + a.name + " and " + b->name +
+             " differ)";
     }
     if (b->priority_class != a.priority_class) {
-      return "the pods of a group must have the same priority class (" + a.name + " and " + b->name + " differ)";
+      return "the pods of a group must have the same priority class (" + a.name + " and " +
+             b->name + " differ)";
     }
   }
   return std::nullopt;
 }
 
-Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods, const spec::ClusterConfig& config) {
+Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
+                            const spec::ClusterConfig& config) {
   const PodInfo& p = *pods.front();
   const spec::KubernetesConfig& k = config.kubernetes;
   core::JobSpec job;
@@ -544,17 +594,20 @@ Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods, const spec:
   job.cpus_milli = p.cpus_milli;
   job.memory_bytes = p.memory_bytes;
   job.models = 0;
-  for (size_t m = 0; m < config.cluster.catalog().size() && m < core::kMaxModels; ++m) job.models |= core::ModelMask{1} << m;
+  for (size_t m = 0; m < config.cluster.catalog().size() && m < core::kMaxModels; ++m)
+    job.models |= core::ModelMask{1} << m;
   job.mig_index.assign(config.cluster.catalog().size(), -1);
-  auto annotation_number = [&](const char* key, double lo, double hi) -> Result<std::optional<double>> {
+  auto annotation_number = [&](const char* key, double lo,
+                               double hi) -> Result<std::optional<double>> {
     auto it = p.annotations.find(key);
     if (it == p.annotations.end()) return std::optional<double>();
     char* end = nullptr;
     const double v = std::strtod(it->second.c_str(), &end);
     if (end == it->second.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
       return Error{std::string("annotation ") + key,
-                   "\"" + it->second + "\" must be a number from " + std::to_string(static_cast<int64_t>(lo)) +
-                       " to " + std::to_string(static_cast<int64_t>(hi))};
+                   "\"" + it->second + "\" must be a number from " +
+                       std::to_string(static_cast<int64_t>(lo)) + " to " +
+                       std::to_string(static_cast<int64_t>(hi))};
     }
     return std::optional<double>(v);
   };

@@ -76,8 +76,9 @@ bool Allows(const NodeSelection& sel, const NodeInfo& node);
 
 struct PodInfo {
   std::string ns, name, uid, node_name, scheduler_name, phase, priority_class, group;
-  std::string owner_uid;      // the controller owning it (a Job, a ReplicaSet), if any
-  bool deleting = false;      // metadata.deletionTimestamp set
+  std::string owner_uid;   // the controller owning it (a Job, a ReplicaSet), if any
+  bool deleting = false;   // metadata.deletionTimestamp set
+  int64_t created_ms = 0;  // metadata.creationTimestamp, Unix ms (0: not given)
   bool terminal() const { return phase == "Succeeded" || phase == "Failed"; }
   // Effective requests (containers, init and sidecar containers, overhead).
   int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
@@ -130,7 +131,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
 // The job a gang of pods makes (pods[0] speaks for all; the caller checks they are alike):
 // its queue from the namespace, tier from the priority class, GPUs, CPU and memory per
 // worker, Gantry's annotations. An error says what the pod must change.
-Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods, const spec::ClusterConfig& config);
+Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
+                            const spec::ClusterConfig& config);
 
 // Why the pods of a gang cannot be one job (their requests or node selections differ).
 std::optional<std::string> WhyNotAlike(const std::vector<const PodInfo*>& pods);

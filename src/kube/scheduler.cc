@@ -70,8 +70,7 @@ std::string ResourceVersion(const json& obj) {
 // One resource's list-then-watch loop, as client-go's reflector: a list gives the whole
 // state (kReset) and a resourceVersion; the watch from there gives changes; bookmarks
 // move the resourceVersion; 410 Gone (the version was compacted away) means list again.
-void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop,
-               Client& client) {
+void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client& client) {
   const std::string path = kPaths[static_cast<int>(res)];
   const std::string name = kNames[static_cast<int>(res)];
   int backoff_ms = 200;
@@ -87,12 +86,19 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop,
     if (!list || list->status != 200) {
       if (list && list->status == 404 && res == Resource::kGroups) {
         // No PodGroup CRD installed: groups are unknown until it is.
-        if (!absent_logged) log::Warn("kubernetes: no PodGroup resource (scheduling.x-k8s.io/v1alpha1); pods naming a group wait until it exists", {});
+        if (!absent_logged)
+          log::Warn(
+              "kubernetes: no PodGroup resource (scheduling.x-k8s.io/v1alpha1); pods naming a "
+              "group wait until it exists",
+              {});
         absent_logged = true;
         backoff_ms = 5'000;
       } else {
-        log::Warn("kubernetes: list failed", {{"resource", name},
-                                              {"error", list ? "HTTP " + std::to_string(list->status) + ": " + list->body.substr(0, 300) : list.error().ToString()}});
+        log::Warn("kubernetes: list failed",
+                  {{"resource", name},
+                   {"error",
+                    list ? "HTTP " + std::to_string(list->status) + ": " + list->body.substr(0, 300)
+                         : list.error().ToString()}});
       }
       sleep_backoff();
       continue;
@@ -109,28 +115,39 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop,
     backoff_ms = 200;
     bool relist = false;
     while (!stop && !relist) {
-      const std::string target = path + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=240&resourceVersion=" + rv;
+      const std::string target =
+          path + "?watch=1&allowWatchBookmarks=true&timeoutSeconds=240&resourceVersion=" + rv;
       int status = 0;
-      Status s = client.Watch(target, [&](std::string_view line) {
-        json ev = json::parse(line, nullptr, false);
-        if (!ev.is_object() || !ev.contains("type") || !ev.contains("object")) return true;
-        const std::string type = ev["type"].is_string() ? ev["type"].get<std::string>() : "";
-        json& obj = ev["object"];
-        if (type == "ERROR") {
-          const int code = obj.is_object() && obj.contains("code") && obj["code"].is_number() ? obj["code"].get<int>() : 0;
-          if (code == 410) relist = true;
-          else log::Warn("kubernetes: watch error", {{"resource", name}, {"error", obj.dump().substr(0, 300)}});
-          return false;
-        }
-        if (std::string v = ResourceVersion(obj); !v.empty()) rv = v;
-        if (type == "BOOKMARK") return true;
-        box.Push(Event{res, type == "DELETED" ? Event::Type::kDelete : Event::Type::kUpsert, std::move(obj)});
-        return !stop;
-      }, &status);
+      Status s = client.Watch(
+          target,
+          [&](std::string_view line) {
+            json ev = json::parse(line, nullptr, false);
+            if (!ev.is_object() || !ev.contains("type") || !ev.contains("object")) return true;
+            const std::string type = ev["type"].is_string() ? ev["type"].get<std::string>() : "";
+            json& obj = ev["object"];
+            if (type == "ERROR") {
+              const int code = obj.is_object() && obj.contains("code") && obj["code"].is_number()
+                                   ? obj["code"].get<int>()
+                                   : 0;
+              if (code == 410)
+                relist = true;
+              else
+                log::Warn("kubernetes: watch error",
+                          {{"resource", name}, {"error", obj.dump().substr(0, 300)}});
+              return false;
+            }
+            if (std::string v = ResourceVersion(obj); !v.empty()) rv = v;
+            if (type == "BOOKMARK") return true;
+            box.Push(Event{res, type == "DELETED" ? Event::Type::kDelete : Event::Type::kUpsert,
+                           std::move(obj)});
+            return !stop;
+          },
+          &status);
       if (status == 410) relist = true;
       if (!s) {
         if (stop) return;
-        log::Warn("kubernetes: watch ended", {{"resource", name}, {"error", s.error().ToString().substr(0, 300)}});
+        log::Warn("kubernetes: watch ended",
+                  {{"resource", name}, {"error", s.error().ToString().substr(0, 300)}});
         sleep_backoff();
         if (status != 200) relist = true;
       }
@@ -151,8 +168,9 @@ std::string Now3339() {
 
 class Driver {
  public:
-  Driver(const spec::ClusterConfig& config, const Credentials& creds, const SchedulerOptions& options)
-      : config_(config), options_(options), api_(creds), start_(std::chrono::steady_clock::now()) {}
+  Driver(const spec::ClusterConfig& config, const Credentials& creds,
+         const SchedulerOptions& options)
+      : config_(config), options_(options), api_(creds) {}
 
   void Apply(Event& e);
   void Pass();
@@ -170,18 +188,29 @@ class Driver {
     std::string spec_key;  // what its pods asked, to notice a changed gang
   };
 
+  // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
+  // queue, across restarts too) are core times as well.
+  static constexpr int64_t kEpochMs = 1'577'836'800'000;  // 2020-01-01T00:00:00Z
+  static core::Ticks TicksOf(int64_t unix_ms) { return std::max<int64_t>(0, unix_ms - kEpochMs); }
   core::Ticks Now() const {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start_).count();
+    const core::Ticks now = TicksOf(WallMs());
+    last_now_ = std::max(last_now_, now);  // never backwards, whatever the wall clock does
+    return last_now_;
   }
-  bool Ours(const PodInfo& p) const { return p.scheduler_name == config_.kubernetes.scheduler_name; }
+  bool Ours(const PodInfo& p) const {
+    return p.scheduler_name == config_.kubernetes.scheduler_name;
+  }
   bool Live(const PodInfo& p) const { return !p.terminal() && !p.deleting; }
-  static std::string KeyOf(const PodInfo& p) { return p.group.empty() ? "pod:" + p.uid : "group:" + p.ns + "/" + p.group; }
+  static std::string KeyOf(const PodInfo& p) {
+    return p.group.empty() ? "pod:" + p.uid : "group:" + p.ns + "/" + p.group;
+  }
 
   void Rebuild();
   void SyncJobs();
   void Decide();
   int SelectionIndex(const NodeSelection& sel);
-  Result<core::Allocation> AllocOf(const std::vector<const PodInfo*>& bound, const core::JobSpec& spec);
+  Result<core::Allocation> AllocOf(const std::vector<const PodInfo*>& bound,
+                                   const core::JobSpec& spec);
   void SetWaiting(const PodInfo& pod, const std::string& message);
   void Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why);
   bool Bind(const PodInfo& pod, const std::string& node);
@@ -190,13 +219,13 @@ class Driver {
   const spec::ClusterConfig& config_;
   SchedulerOptions options_;
   Client api_;
-  std::chrono::steady_clock::time_point start_;
+  mutable core::Ticks last_now_ = 0;
   bool synced_[3] = {false, false, false};
 
   std::map<std::string, NodeInfo> nodes_;
-  std::unordered_map<std::string, PodInfo> pods_;  // by uid
-  std::map<std::string, GroupInfo> groups_;         // by namespace/name
-  std::map<std::string, Job> jobs_;                 // by key
+  std::unordered_map<std::string, PodInfo> pods_;    // by uid
+  std::map<std::string, GroupInfo> groups_;          // by namespace/name
+  std::map<std::string, Job> jobs_;                  // by key
   std::unordered_map<uint32_t, std::string> by_id_;  // core job id -> key
 
   std::vector<NodeSelection> selections_;
@@ -205,7 +234,7 @@ class Driver {
   std::unique_ptr<core::Scheduler> sched_;
   bool rebuild_ = true;
   std::map<std::string, std::string> refused_;  // job key -> why it never runs (until nodes change)
-  std::set<std::string> evicting_;               // pod uids asked to go
+  std::set<std::string> evicting_;              // pod uids asked to go
 };
 
 void Driver::Apply(Event& e) {
@@ -216,11 +245,12 @@ void Driver::Apply(Event& e) {
         NodeInfo n = ParseNode(obj);
         if (n.name.empty()) return;
         auto it = nodes_.find(n.name);
-        const bool changed = it == nodes_.end() || it->second.gpus != n.gpus ||
-                             it->second.cpus_milli != n.cpus_milli || it->second.memory_bytes != n.memory_bytes ||
-                             it->second.labels != n.labels || it->second.ready != n.ready ||
-                             it->second.unschedulable != n.unschedulable || it->second.problem != n.problem ||
-                             it->second.taints.size() != n.taints.size() || it->second.mig != n.mig;
+        const bool changed =
+            it == nodes_.end() || it->second.gpus != n.gpus ||
+            it->second.cpus_milli != n.cpus_milli || it->second.memory_bytes != n.memory_bytes ||
+            it->second.labels != n.labels || it->second.ready != n.ready ||
+            it->second.unschedulable != n.unschedulable || it->second.problem != n.problem ||
+            it->second.taints.size() != n.taints.size() || it->second.mig != n.mig;
         rebuild_ |= changed;
         nodes_[n.name] = std::move(n);
         break;
@@ -264,7 +294,8 @@ void Driver::Apply(Event& e) {
       } else if (e.res == Resource::kPods) {
         PodInfo p = ParsePod(e.obj);
         auto it = pods_.find(p.uid);
-        if (it != pods_.end() && !Ours(it->second) && !it->second.node_name.empty()) rebuild_ = true;
+        if (it != pods_.end() && !Ours(it->second) && !it->second.node_name.empty())
+          rebuild_ = true;
         pods_.erase(p.uid);
         evicting_.erase(p.uid);
       } else {
@@ -290,11 +321,13 @@ int Driver::SelectionIndex(const NodeSelection& sel) {
 // The core's allocation for pods already bound (a restart, a rebuild): worker i on the
 // node of bound[i], holding that node's lowest GPUs not yet held. With the device plugin
 // the kubelet chose the devices; the core only needs the counts right.
-Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& bound, const core::JobSpec& spec) {
+Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& bound,
+                                         const core::JobSpec& spec) {
   core::Allocation alloc;
   for (const PodInfo* p : bound) {
     auto node = view_.cluster.FindNode(p->node_name);
-    if (!node) return Error{"node", "node " + p->node_name + " of pod " + p->name + " is not usable"};
+    if (!node)
+      return Error{"node", "node " + p->node_name + " of pod " + p->name + " is not usable"};
     core::WorkerAlloc w;
     w.node = *node;
     w.sharing = core::Sharing::kExclusive;
@@ -313,7 +346,8 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
     }
     uint64_t free = all & ~held;
     for (int g = 0; g < spec.gpus; ++g) {
-      if (free == 0) return Error{"gpus", "node " + p->node_name + " has fewer free GPUs than its pods hold"};
+      if (free == 0)
+        return Error{"gpus", "node " + p->node_name + " has fewer free GPUs than its pods hold"};
       const uint64_t bit = free & (~free + 1);
       w.gpu_mask |= bit;
       free &= ~bit;
@@ -351,13 +385,16 @@ void Driver::Rebuild() {
   for (const auto& [name, n] : nodes_) nodes.push_back(&n);
   auto view = BuildCluster(nodes, selections_, config_, foreign);
   if (!view) {
-    log::Error("kubernetes: cannot build the cluster from the nodes", {{"error", view.error().ToString()}});
+    log::Error("kubernetes: cannot build the cluster from the nodes",
+               {{"error", view.error().ToString()}});
     return;
   }
   for (const std::string& s : view->skipped) log::Warn("kubernetes: node left out", {{"why", s}});
   view_ = std::move(view).value();
   core::PolicyParams params = config_.policy.params;
-  sched_ = std::make_unique<core::Scheduler>(view_.cluster, config_.queues, core::MakePolicy(options_.policy), params);
+  params.epoch_unix_ms = kEpochMs;
+  sched_ = std::make_unique<core::Scheduler>(view_.cluster, config_.queues,
+                                             core::MakePolicy(options_.policy), params);
   by_id_.clear();
   for (auto& [key, job] : jobs_) job.id = core::JobId();
   log::Info("kubernetes: cluster rebuilt", {{"nodes", std::to_string(view_.cluster.nodes().size())},
@@ -369,17 +406,18 @@ void Driver::SetWaiting(const PodInfo& pod, const std::string& message) {
   const std::string text = "gantry: " + message;
   if (pod.scheduled_message == text) return;
   json patch = {{"status",
-                 {{"conditions",
-                   json::array({{{"type", "PodScheduled"},
-                                 {"status", "False"},
-                                 {"reason", "Unschedulable"},
-                                 {"message", text},
-                                 {"lastTransitionTime", Now3339()}}})}}}};
-  auto r = api_.Request("PATCH", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status", patch.dump(),
-                        "application/strategic-merge-patch+json");
+                 {{"conditions", json::array({{{"type", "PodScheduled"},
+                                               {"status", "False"},
+                                               {"reason", "Unschedulable"},
+                                               {"message", text},
+                                               {"lastTransitionTime", Now3339()}}})}}}};
+  auto r = api_.Request("PATCH", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status",
+                        patch.dump(), "application/strategic-merge-patch+json");
   if (!r || (r->status != 200 && r->status != 404)) {
-    log::Warn("kubernetes: cannot set PodScheduled", {{"pod", pod.ns + "/" + pod.name},
-                                                     {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.error().ToString()}});
+    log::Warn("kubernetes: cannot set PodScheduled",
+              {{"pod", pod.ns + "/" + pod.name},
+               {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
+                           : r.error().ToString()}});
     return;
   }
   pods_[pod.uid].scheduled_message = text;
@@ -387,7 +425,12 @@ void Driver::SetWaiting(const PodInfo& pod, const std::string& message) {
   json ev = {{"apiVersion", "v1"},
              {"kind", "Event"},
              {"metadata", {{"generateName", pod.name + "."}, {"namespace", pod.ns}}},
-             {"involvedObject", {{"kind", "Pod"}, {"namespace", pod.ns}, {"name", pod.name}, {"uid", pod.uid}, {"apiVersion", "v1"}}},
+             {"involvedObject",
+              {{"kind", "Pod"},
+               {"namespace", pod.ns},
+               {"name", pod.name},
+               {"uid", pod.uid},
+               {"apiVersion", "v1"}}},
              {"reason", "FailedScheduling"},
              {"message", text},
              {"type", "Warning"},
@@ -403,31 +446,41 @@ bool Driver::Bind(const PodInfo& pod, const std::string& node) {
             {"kind", "Binding"},
             {"metadata", {{"name", pod.name}, {"namespace", pod.ns}, {"uid", pod.uid}}},
             {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
-  auto r = api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/binding", b.dump());
+  auto r = api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/binding",
+                        b.dump());
   if (r && r->status == 201) {
-    pods_[pod.uid].node_name = node;  // the watch will say so too; a pass before it must not bind again
+    pods_[pod.uid].node_name =
+        node;  // the watch will say so too; a pass before it must not bind again
     return true;
   }
-  log::Warn("kubernetes: binding failed", {{"pod", pod.ns + "/" + pod.name}, {"node", node},
-                                           {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.error().ToString()}});
+  log::Warn("kubernetes: binding failed",
+            {{"pod", pod.ns + "/" + pod.name},
+             {"node", node},
+             {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
+                         : r.error().ToString()}});
   return false;
 }
 
 void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why) {
   if (evicting_.contains(pod.uid)) return;
-  json ev = {{"apiVersion", "policy/v1"},
-             {"kind", "Eviction"},
-             {"metadata", {{"name", pod.name}, {"namespace", pod.ns}}},
-             {"deleteOptions", {{"gracePeriodSeconds", (grace_ms + 999) / 1000}, {"preconditions", {{"uid", pod.uid}}}}}};
-  auto r = api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/eviction", ev.dump());
+  json ev = {
+      {"apiVersion", "policy/v1"},
+      {"kind", "Eviction"},
+      {"metadata", {{"name", pod.name}, {"namespace", pod.ns}}},
+      {"deleteOptions",
+       {{"gracePeriodSeconds", (grace_ms + 999) / 1000}, {"preconditions", {{"uid", pod.uid}}}}}};
+  auto r = api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/eviction",
+                        ev.dump());
   if (r && (r->status == 201 || r->status == 200 || r->status == 404)) {
     evicting_.insert(pod.uid);
     log::Info("kubernetes: pod evicted", {{"pod", pod.ns + "/" + pod.name}, {"why", why}});
     return;
   }
   // 429: a PodDisruptionBudget forbids it now; the next pass asks again.
-  log::Warn("kubernetes: eviction refused", {{"pod", pod.ns + "/" + pod.name},
-                                             {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.error().ToString()}});
+  log::Warn("kubernetes: eviction refused",
+            {{"pod", pod.ns + "/" + pod.name},
+             {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
+                         : r.error().ToString()}});
 }
 
 // Brings the core's jobs in line with the pods: new gangs submitted, ended ones
@@ -441,18 +494,21 @@ void Driver::SyncJobs() {
     by_key[KeyOf(p)].push_back(&p);
   }
   for (auto& [key, pods] : by_key) {
-    std::sort(pods.begin(), pods.end(), [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
+    std::sort(pods.begin(), pods.end(),
+              [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
   }
   // Jobs whose pods are all gone end; a preempted gang's pods come back, recreated by
   // their controller, as the same job's next run.
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
     auto pods = by_key.find(job.key);
-    const bool any = pods != by_key.end() && std::any_of(pods->second.begin(), pods->second.end(),
-                                                        [&](const PodInfo* p) { return Live(*p); });
+    const bool any =
+        pods != by_key.end() && std::any_of(pods->second.begin(), pods->second.end(),
+                                            [&](const PodInfo* p) { return Live(*p); });
     if (job.id.valid()) {
       const core::JobRecord& rec = sched_->job(job.id);
-      const bool running = rec.phase == core::Phase::kRunning || rec.phase == core::Phase::kSignaled;
+      const bool running =
+          rec.phase == core::Phase::kRunning || rec.phase == core::Phase::kSignaled;
       bool bound_alive = false;
       for (const std::string& uid : job.pods) {
         auto p = pods_.find(uid);
@@ -499,6 +555,9 @@ void Driver::SyncJobs() {
     if (job.key.empty()) {
       job.key = key;
       job.first_seen = now;
+      for (const PodInfo* p : pods) {
+        if (p->created_ms > 0) job.first_seen = std::min(job.first_seen, TicksOf(p->created_ms));
+      }
       job.lone = pods.front()->group.empty();
     }
     if (job.id.valid()) continue;
@@ -515,7 +574,8 @@ void Driver::SyncJobs() {
     // Malformed or unsupported pods wait with the reason; they never block others.
     std::string problem;
     for (const PodInfo* p : live) {
-      if (!p->problem.empty()) problem = "pod " + p->name + " is malformed: " + p->problem;
+      if (!p->problem.empty())
+        problem = "pod " + p->name + " is malformed: " + p->problem;
       else if (!p->unsupported.empty()) {
         problem = p->unsupported.front();
         for (size_t i = 1; i < p->unsupported.size(); ++i) problem += "; " + p->unsupported[i];
@@ -533,7 +593,8 @@ void Driver::SyncJobs() {
     if (!job.lone) {
       auto g = groups_.find(live.front()->ns + "/" + live.front()->group);
       if (g == groups_.end()) {
-        refuse("waiting for PodGroup " + live.front()->ns + "/" + live.front()->group + " (its minMember says the gang's size)");
+        refuse("waiting for PodGroup " + live.front()->ns + "/" + live.front()->group +
+               " (its minMember says the gang's size)");
         continue;
       }
       want = g->second.min_member;
@@ -545,7 +606,8 @@ void Driver::SyncJobs() {
       continue;
     }
     if (static_cast<int>(live.size()) < want) {
-      refuse("gang of " + std::to_string(want) + " pods: " + std::to_string(live.size()) + " exist so far");
+      refuse("gang of " + std::to_string(want) + " pods: " + std::to_string(live.size()) +
+             " exist so far");
       continue;
     }
     if (auto r = refused_.find(key); r != refused_.end()) continue;
@@ -554,8 +616,9 @@ void Driver::SyncJobs() {
       refuse(spec.error().ToString());
       continue;
     }
-    spec->pools = view_.pools_of[static_cast<size_t>(SelectionIndex(live.front()->selection))];
-    if (rebuild_) return;  // a new selection: the next round rebuilds first
+    const auto selection = static_cast<size_t>(SelectionIndex(live.front()->selection));
+    if (rebuild_ || selection >= view_.pools_of.size()) return;  // a new selection: rebuild first
+    spec->pools = view_.pools_of[selection];
     if (spec->pools.empty()) {
       refused_[key] = "no node matches its node selection, taints and tolerations";
       refuse(refused_[key]);
@@ -569,7 +632,8 @@ void Driver::SyncJobs() {
       std::string why;
       auto alloc = AllocOf(bound, sched_->job(job.id).spec);
       if (!alloc || !sched_->Adopt(job.id, *alloc, now, &why)) {
-        log::Warn("kubernetes: cannot adopt running pods", {{"job", key}, {"why", alloc ? why : alloc.error().ToString()}});
+        log::Warn("kubernetes: cannot adopt running pods",
+                  {{"job", key}, {"why", alloc ? why : alloc.error().ToString()}});
         sched_->Finish(job.id, now);
         Forget(job);
         continue;
@@ -606,7 +670,8 @@ void Driver::Decide() {
         if (bound.size() != job.pods.size()) {
           // Some binding failed: the bound ones go (the gang is all or nothing) and the
           // job is placed again once its pods are back.
-          for (const std::string& uid : bound) Evict(pods_[uid], 0, "its gang could not be bound whole");
+          for (const std::string& uid : bound)
+            Evict(pods_[uid], 0, "its gang could not be bound whole");
         }
         job.pods = bound;
         log::Info("kubernetes: bound", {{"job", job.key}, {"pods", std::to_string(bound.size())}});
@@ -616,20 +681,25 @@ void Driver::Decide() {
         const auto by = by_id_.find(d.by.v);
         for (const std::string& uid : job.pods) {
           auto p = pods_.find(uid);
-          if (p != pods_.end()) Evict(p->second, rec.spec.grace, "preempted for " + (by != by_id_.end() ? by->second : "another job") + ": " + d.reason);
+          if (p != pods_.end())
+            Evict(p->second, rec.spec.grace,
+                  "preempted for " + (by != by_id_.end() ? by->second : "another job") + ": " +
+                      d.reason);
         }
         break;
       }
       case core::Decision::Kind::kReject:
         refused_[job.key] = d.reason;
         for (const std::string& uid : job.pods) {
-          if (auto p = pods_.find(uid); p != pods_.end()) SetWaiting(p->second, "can never run on these nodes: " + d.reason);
+          if (auto p = pods_.find(uid); p != pods_.end())
+            SetWaiting(p->second, "can never run on these nodes: " + d.reason);
         }
         Forget(job);  // the core ended it already
         break;
       case core::Decision::Kind::kWait:
         for (const std::string& uid : job.pods) {
-          if (auto p = pods_.find(uid); p != pods_.end() && p->second.node_name.empty()) SetWaiting(p->second, d.reason);
+          if (auto p = pods_.find(uid); p != pods_.end() && p->second.node_name.empty())
+            SetWaiting(p->second, d.reason);
         }
         break;
     }
@@ -650,20 +720,23 @@ void Driver::Pass() {
 
 }  // namespace
 
-int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds, const SchedulerOptions& options,
-                 const std::atomic<bool>& stop) {
+int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
+                 const SchedulerOptions& options, const std::atomic<bool>& stop) {
   {
     Client probe(creds);
     auto v = probe.Request("GET", "/version");
     if (!v || v->status != 200) {
-      log::Error("kubernetes: the API server does not answer", {{"server", creds.host + ":" + creds.port},
-                                                               {"error", v ? "HTTP " + std::to_string(v->status) + ": " + v->body.substr(0, 300) : v.error().ToString()}});
+      log::Error("kubernetes: the API server does not answer",
+                 {{"server", creds.host + ":" + creds.port},
+                  {"error", v ? "HTTP " + std::to_string(v->status) + ": " + v->body.substr(0, 300)
+                              : v.error().ToString()}});
       return 1;
     }
     json ver = json::parse(v->body, nullptr, false);
-    log::Info("kubernetes: connected", {{"server", creds.host + ":" + creds.port},
-                                        {"version", ver.is_object() ? ver.value("gitVersion", "?") : "?"},
-                                        {"scheduler_name", config.kubernetes.scheduler_name}});
+    log::Info("kubernetes: connected",
+              {{"server", creds.host + ":" + creds.port},
+               {"version", ver.is_object() ? ver.value("gitVersion", "?") : "?"},
+               {"scheduler_name", config.kubernetes.scheduler_name}});
   }
   Mailbox box;
   // Watches block in reads: each has its own client, interrupted at stop.

@@ -38,6 +38,7 @@
 #include "base/atomic_file.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "kube/scheduler.h"
 #include "server/auth.h"
 #include "server/config_check.h"
 #include "server/controller.h"
@@ -46,7 +47,6 @@
 #include "server/pg_store.h"
 #include "server/sqlite_store.h"
 #include "spec/config_reader.h"
-#include "kube/scheduler.h"
 
 using namespace gantry;
 

@@ -98,9 +98,9 @@ class ConfigParser {
                     Describe(*doc));
       return std::nullopt;
     }
-    Fields top(d_, *doc, "",
-               {"cluster", "gpu_models", "pools", "queues", "policy", "accounting", "site",
-                "kubernetes"});
+    Fields top(
+        d_, *doc, "",
+        {"cluster", "gpu_models", "pools", "queues", "policy", "accounting", "site", "kubernetes"});
     lines_.NoteEntries(top, *doc);
     std::string name = "gantry";
     if (auto n = top.String("cluster")) {
@@ -623,8 +623,10 @@ class ConfigParser {
     k.present = true;
     if (v->is_null()) return k;
     if (!v->is_map()) {
-      top.Report("kubernetes", "expected a mapping with scheduler_name, namespaces, "
-                               "default_queue, priority_classes, leaf_label, got " + Describe(*v));
+      top.Report("kubernetes",
+                 "expected a mapping with scheduler_name, namespaces, "
+                 "default_queue, priority_classes, leaf_label, got " +
+                     Describe(*v));
       return k;
     }
     Fields f(d_, *v, "kubernetes",
@@ -639,8 +641,10 @@ class ConfigParser {
       return std::nullopt;
     };
     if (auto n = f.String("scheduler_name")) {
-      if (n->empty()) f.Report("scheduler_name", "must not be empty");
-      else k.scheduler_name = *n;
+      if (n->empty())
+        f.Report("scheduler_name", "must not be empty");
+      else
+        k.scheduler_name = *n;
     }
     if (auto l = f.String("leaf_label")) k.leaf_label = *l;
     if (auto q = f.String("default_queue")) {
@@ -669,7 +673,8 @@ class ConfigParser {
       if (auto t = core::TierNamed(tier)) {
         k.priority_classes.emplace_back(cls, *t);
       } else {
-        d_.Report(line, field, "must be one of critical, standard, best-effort, got " + Quote(tier));
+        d_.Report(line, field,
+                  "must be one of critical, standard, best-effort, got " + Quote(tier));
       }
     });
     f.Finish();

@@ -179,6 +179,8 @@ EOF
 #   pod-delete (general, edited below)           a deleted pod, once its finalizers are gone,
 #       goes away after 1 s, or after its annotation pod-delete.stage.kwok.x-k8s.io/delay
 #       (upstream picks a random time up to the end of the grace period instead)
+#   pod-stop (ours, from pod-complete)            a Running pod being deleted stops (phase Failed)
+#       1 s later, as its kubelet would make it, so finalizers such as the Job controller's go
 #   pod-complete (general, edited below)         a Running pod that has the annotation
 #       pod-complete.stage.kwok.x-k8s.io/delay (e.g. "30s") Succeeds that long after it
 #       started running; pods without it run until they are deleted (upstream completes
@@ -211,6 +213,23 @@ t = sub(t, "pod-complete", "    matchExpressions:\n",
         "      operator: 'Exists'\n")
 t = sub(t, "pod-complete", "    - key: '.metadata.ownerReferences.[].kind'\n      operator: 'In'\n      values:\n      - 'Job'\n", "")
 t = sub(t, "pod-complete", "    jitterDurationMilliseconds: 5000\n", "")
+out.append(t)
+# pod-stop (ours, from upstream's pod-complete): what the kubelet does to a deleted pod's
+# containers, which kwok does not. A Running pod being deleted stops 1 s later (or after
+# its annotation pod-stop.stage.kwok.x-k8s.io/delay) with phase Failed, exit code 137, so
+# the Job controller drops its tracking finalizer and pod-delete can remove it; without
+# this, an evicted Job pod stays Terminating forever and its GPUs are never free.
+t = read("pod-complete")
+t = sub(t, "pod-stop", "  name: pod-complete\n", "  name: pod-stop\n")
+t = sub(t, "pod-stop", "    - key: '.metadata.deletionTimestamp'\n      operator: 'DoesNotExist'\n",
+        "    - key: '.metadata.deletionTimestamp'\n      operator: 'Exists'\n")
+t = sub(t, "pod-stop", "    - key: '.status.conditions.[] | select( .type == \"Ready\" ) | .status'\n      operator: 'In'\n      values:\n      - 'True'\n", "")
+t = sub(t, "pod-stop", "    - key: '.metadata.ownerReferences.[].kind'\n      operator: 'In'\n      values:\n      - 'Job'\n", "")
+t = sub(t, "pod-stop", "    jitterDurationMilliseconds: 5000\n", "")
+t = sub(t, "pod-stop", "            exitCode: 0\n", "            exitCode: 137\n")
+t = sub(t, "pod-stop", "            reason: Completed\n", "            reason: Error\n")
+t = sub(t, "pod-stop", "      phase: Succeeded\n", "      phase: Failed\n")
+t = t.replace("pod-complete.stage.kwok.x-k8s.io", "pod-stop.stage.kwok.x-k8s.io")
 out.append(t)
 print("\n---\n".join(x.strip("\n") + "\n" for x in out), end="")
 PY

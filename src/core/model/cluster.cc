@@ -88,8 +88,8 @@ std::vector<Error> Cluster::Check(const Catalog& catalog, const std::vector<Pool
     }
     if (p.leaf_size < 0) add("leaf_size", "must be at least 0, got " + std::to_string(p.leaf_size));
     if (!p.node_names.empty() && p.node_names.size() != static_cast<size_t>(p.count)) {
-      add("node_names", std::to_string(p.node_names.size()) + " names for " +
-                            std::to_string(p.count) + " nodes");
+      add("node_names",
+          std::to_string(p.node_names.size()) + " names for " + std::to_string(p.count) + " nodes");
     }
     if (!p.node_leaves.empty() &&
         (p.node_leaves.size() != static_cast<size_t>(p.count) ||

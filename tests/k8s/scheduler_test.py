@@ -1,0 +1,417 @@
+#!/usr/bin/env python3
+"""gantryd --kubernetes against the real kube-apiserver (issue 45's tests).
+
+A loopback cluster from tests/k8s/cluster.sh (etcd, kube-apiserver, kube-controller-manager,
+kwok; kube-scheduler only for the side-by-side), kwok nodes of 8 GPUs, and gantryd
+scheduling the pods that name it. Each case sets up what it needs, checks what a user would
+see (bindings, PodScheduled conditions, `kubectl describe`), and deletes its objects.
+
+    tests/k8s/scheduler_test.py [--gantryd build/release/src/gantryd] [-k NAME] [--keep]
+
+Ends with 'N passed, N failed'; exits non-zero on a failure.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+import k8s_util  # noqa: E402
+
+CLUSTER = os.path.join(HERE, "cluster.sh")
+CRD = os.path.join(ROOT, "deploy", "kubernetes", "podgroup-crd.yaml")
+
+CONFIG = """\
+cluster: k8s-test
+queues:
+  - name: team-a
+  - name: team-b
+kubernetes:
+  scheduler_name: gantry
+  namespaces: {default: team-a}
+  default_queue: team-b
+  priority_classes: {gantry-critical: critical, gantry-best-effort: best-effort}
+  leaf_label: gantry.dev/test-leaf
+"""
+
+
+class Cluster:
+    def __init__(self, directory, gantryd):
+        self.dir = directory
+        self.gantryd_bin = gantryd
+        self.proc = None
+        self.log_n = 0
+
+    def start(self):
+        subprocess.run([CLUSTER, "start", self.dir], check=True)
+        env = k8s_util.read_env(self.dir)
+        self.bin = env["BIN"]
+        self.kubeconfig = env["KUBECONFIG"]
+        self.api = k8s_util.Api(self.dir)
+        subprocess.run([CLUSTER, "nodes", self.dir, "4"], check=True)
+        self.kubectl("apply", "-f", CRD)
+        for name, value in (("gantry-critical", 1000000), ("gantry-best-effort", 0)):
+            self.kubectl_apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                                "metadata": {"name": name}, "value": value})
+        with open(os.path.join(self.dir, "gantry.yaml"), "w") as f:
+            f.write(CONFIG)
+        # the CRD must be served before gantryd lists it
+        wait_for("the PodGroup CRD served", lambda: self.api.request(
+            "GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups")[0] == 200, 30)
+
+    def stop(self):
+        self.stop_gantryd()
+        subprocess.run([CLUSTER, "stop", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def start_gantryd(self):
+        self.log_n += 1
+        log = open(os.path.join(self.dir, "logs", f"gantryd-{self.log_n}.log"), "w")
+        self.proc = subprocess.Popen(
+            [self.gantryd_bin, "--config", os.path.join(self.dir, "gantry.yaml"),
+             "--kubernetes", self.kubeconfig], stdout=log, stderr=subprocess.STDOUT)
+
+    def stop_gantryd(self, sig=signal.SIGTERM):
+        if self.proc is None:
+            return None
+        self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self.proc = None
+        return rc
+
+    def kubectl(self, *args, stdin=None, check=True):
+        r = subprocess.run([os.path.join(self.bin, "kubectl"), "--kubeconfig", self.kubeconfig, *args],
+                           input=stdin, capture_output=True, text=True)
+        if check and r.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+        return r.stdout
+
+    def kubectl_apply(self, *objs):
+        self.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objs))
+
+    def pods(self, selector=None):
+        params = {"labelSelector": selector} if selector else None
+        return k8s_util.Api.list_all(self.api, "/api/v1/namespaces/default/pods", params)
+
+    def clean(self):
+        for kind in ("deployments", "jobs", "pods", "podgroups", "poddisruptionbudgets"):
+            self.kubectl("delete", kind, "--all", "--wait=false", "--grace-period=0", check=False)
+        wait_for("the namespace empty", lambda: not self.pods(), 60)
+
+
+def wait_for(what, cond, timeout, interval=0.1):
+    deadline = time.time() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def pod(name, gpus, group=None, priority=None, grace=5, complete_after=None, extra=None, annotations=None):
+    meta = {"name": name, "namespace": "default", "labels": {"test": "yes"}, "annotations": dict(annotations or {})}
+    if group:
+        meta["labels"]["scheduling.x-k8s.io/pod-group"] = group
+    if complete_after:
+        meta["annotations"]["pod-complete.stage.kwok.x-k8s.io/delay"] = complete_after
+    spec = {"schedulerName": "gantry", "restartPolicy": "Never", "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "main", "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    if priority:
+        spec["priorityClassName"] = priority
+    spec.update(extra or {})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def group(name, min_member):
+    return {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"minMember": min_member}}
+
+
+def job(name, pods, gpus, group_name=None, priority=None, scheduler="gantry", grace=5):
+    labels = {"test": "yes"}
+    if group_name:
+        labels["scheduling.x-k8s.io/pod-group"] = group_name
+    spec = {"schedulerName": scheduler, "restartPolicy": "Never", "terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "main", "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}
+    if priority:
+        spec["priorityClassName"] = priority
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"parallelism": pods, "completions": pods, "backoffLimit": 100,
+                     "podReplacementPolicy": "Failed",
+                     "template": {"metadata": {"labels": labels}, "spec": spec}}}
+
+
+def bound(pods):
+    return [p for p in pods if (p.get("spec") or {}).get("nodeName")]
+
+
+def scheduled_message(p):
+    for c in (p.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "PodScheduled" and c.get("status") == "False":
+            return c.get("message", "")
+    return ""
+
+
+def check_allocatable(c):
+    r = subprocess.run([CLUSTER, "check-allocatable", c.dir], capture_output=True, text=True)
+    assert r.returncode == 0, f"check-allocatable: {r.stdout}{r.stderr}"
+
+
+# --------------------------------------------------------------------------- cases
+
+
+def case_gang_of_four_bound_together(c):
+    """A Job of 4 pods with nvidia.com/gpu: 8 each, one PodGroup: bound together."""
+    c.kubectl_apply(group("train4", 4), job("train4", 4, 8, group_name="train4"))
+    pods = wait_for("4 pods bound", lambda: (lambda ps: ps if len(bound(ps)) == 4 else None)(c.pods("job-name=train4")), 20)
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    assert len(nodes) == 4, f"4 pods of 8 GPUs on 4 distinct nodes, got {nodes}"
+    check_allocatable(c)
+
+
+def case_interleaved_gangs_side_by_side(c):
+    """Two 3-pod gangs of whole-node pods on 4 nodes, created interleaved: kube-scheduler
+    binds 2 of each and neither runs; Gantry binds one whole, then the other after it."""
+    def create(scheduler):
+        objs = [group("ga", 3), group("gb", 3)]
+        for i in range(3):
+            for g in ("ga", "gb"):
+                p = pod(f"{g}-{i}", 8, group=g, complete_after="6s" if scheduler == "gantry" else None)
+                p["spec"]["schedulerName"] = scheduler
+                objs.append(p)
+        c.kubectl_apply(*objs)
+
+    # kube-scheduler, default configuration (it knows nothing of PodGroups)
+    c.stop_gantryd()
+    subprocess.run([CLUSTER, "start-scheduler", c.dir], check=True, capture_output=True)
+    try:
+        create("default-scheduler")
+        wait_for("4 pods bound by kube-scheduler", lambda: len(bound(c.pods("test=yes"))) == 4, 30)
+        time.sleep(2)
+        ps = c.pods("test=yes")
+        per = {g: sum(1 for p in bound(ps) if p["metadata"]["name"].startswith(g)) for g in ("ga", "gb")}
+        print(f"    kube-scheduler: bound {per}; whole gangs: {sum(1 for v in per.values() if v == 3)}")
+        assert all(v < 3 for v in per.values()), f"kube-scheduler was expected to split the gangs: {per}"
+    finally:
+        subprocess.run([CLUSTER, "stop-scheduler", c.dir], check=True, capture_output=True)
+        c.clean()
+    c.start_gantryd()
+    create("gantry")
+    t0 = time.time()
+    wait_for("one gang bound whole", lambda: len(bound(c.pods("test=yes"))) == 3, 20)
+    ps = c.pods("test=yes")
+    first = {p["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] for p in bound(ps)}
+    assert len(first) == 1, f"the 3 bound pods are one gang, got {first}"
+    waiting = [p for p in ps if not p["spec"].get("nodeName")]
+    assert all(scheduled_message(p).startswith("gantry:") for p in waiting), \
+        [scheduled_message(p) for p in waiting]
+    print(f"    gantry: gang {first.pop()} bound whole in {time.time() - t0:.1f} s; the other waits: "
+          f"{scheduled_message(waiting[0])!r}")
+    # the first gang's pods complete (kwok, after 6 s); then the second is bound whole
+    def other_bound():
+        ps = c.pods("test=yes")
+        live = [p for p in ps if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        return len(live) == 3 and len(bound(live)) == 3
+    wait_for("the second gang bound after the first ended", other_bound, 30)
+    check_allocatable(c)
+
+
+def case_wait_reason_in_describe(c):
+    """A pod that does not fit now waits Pending, and kubectl describe says why."""
+    c.kubectl_apply(group("big", 5), *[pod(f"big-{i}", 8, group="big") for i in range(5)])
+    wait_for("a wait message", lambda: all(scheduled_message(p) for p in c.pods("test=yes")), 15)
+    out = c.kubectl("describe", "pod", "big-0")
+    assert "gantry:" in out and "FailedScheduling" in out, out[-1500:]
+    msg = scheduled_message(c.pods("test=yes")[0])
+    assert "can never run" in msg, msg
+    # still Pending, not ended: reconsidered when nodes change
+    subprocess.run([CLUSTER, "nodes", c.dir, "5"], check=True, capture_output=True)
+    try:
+        wait_for("the gang bound once a fifth node came", lambda: len(bound(c.pods("test=yes"))) == 5, 30)
+    finally:
+        c.clean()
+        c.kubectl("delete", "node", "kwok-node-4", check=False)
+
+
+def case_malformed_and_impossible_pods(c):
+    """Malformed, unsupported and impossible pods get a message; a good pod still binds."""
+    bad_annotation = pod("bad-vram", 1, annotations={"gantry.dev/vram-gb": "lots"})
+    anti = pod("anti", 1, extra={"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"test": "yes"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+    too_big = pod("too-big", 16)
+    nowhere = pod("nowhere", 1, extra={"nodeSelector": {"no-such-label": "x"}})
+    good = pod("good", 2)
+    c.kubectl_apply(bad_annotation, anti, too_big, nowhere, good)
+    wait_for("the good pod bound", lambda: any(p["metadata"]["name"] == "good" for p in bound(c.pods("test=yes"))), 15)
+    want = {"bad-vram": "gantry.dev/vram-gb", "anti": "anti-affinity", "too-big": "can never run",
+            "nowhere": "no node matches"}
+
+    def all_said():
+        got = {p["metadata"]["name"]: scheduled_message(p) for p in c.pods("test=yes")}
+        return got if all(w in got.get(n, "") for n, w in want.items()) else None
+    try:
+        wait_for("every refused pod's message", all_said, 15)
+    except AssertionError:
+        got = {p["metadata"]["name"]: scheduled_message(p) for p in c.pods("test=yes")}
+        raise AssertionError(f"messages: {got}")
+    assert c.proc.poll() is None, "gantryd died"
+
+
+def case_critical_preempts_best_effort(c):
+    """A critical pod preempts best-effort pods within their grace; the Job controller
+    recreates them and they wait."""
+    c.kubectl_apply(job("filler", 4, 8, priority="gantry-best-effort", grace=3))
+    wait_for("4 best-effort pods bound", lambda: len(bound(c.pods("job-name=filler"))) == 4, 20)
+    t0 = time.time()
+    c.kubectl_apply(pod("vip", 8, priority="gantry-critical"))
+    wait_for("the critical pod bound", lambda: any(p["metadata"]["name"] == "vip" for p in bound(c.pods("test=yes"))), 20)
+    took = time.time() - t0
+    print(f"    critical pod bound {took:.1f} s after it was created (victim's grace 3 s)")
+    def recreated_waits():
+        ps = [p for p in c.pods("job-name=filler") if not p["metadata"].get("deletionTimestamp")]
+        waiting = [p for p in ps if not p["spec"].get("nodeName")]
+        return len(ps) == 4 and len(waiting) == 1 and scheduled_message(waiting[0])
+    wait_for("the evicted pod recreated by the Job controller, waiting", recreated_waits, 20)
+    check_allocatable(c)
+
+
+def case_deployment_scaled_by_preemption(c):
+    """A critical inference Deployment scaled from 2 to 8 replicas while best-effort pods fill
+    the cluster: the 6 new replicas are bound within 10 s, by preemption."""
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "infer", "namespace": "default"},
+           "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "infer"}},
+                    "template": {"metadata": {"labels": {"app": "infer"}},
+                                 "spec": {"schedulerName": "gantry", "priorityClassName": "gantry-critical",
+                                          "containers": [{"name": "m", "image": "vllm",
+                                                          "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}}}
+    c.kubectl_apply(dep)
+    wait_for("2 replicas bound", lambda: len(bound(c.pods("app=infer"))) == 2, 20)
+    c.kubectl_apply(job("fill", 6, 4, priority="gantry-best-effort", grace=2))
+    wait_for("best-effort pods fill the cluster", lambda: len(bound(c.pods("job-name=fill"))) == 6, 20)
+    t0 = time.time()
+    c.kubectl("scale", "deployment", "infer", "--replicas=8")
+    wait_for("8 replicas bound", lambda: len(bound([p for p in c.pods("app=infer")
+                                                      if not p["metadata"].get("deletionTimestamp")])) == 8, 10)
+    print(f"    6 new critical replicas bound in {time.time() - t0:.1f} s")
+    check_allocatable(c)
+
+
+def case_kill_and_restart(c):
+    """kill -9 of gantryd mid-run: the restarted one adopts what runs (binding nothing
+    twice) and places what waits."""
+    c.kubectl_apply(group("run", 2), *[pod(f"run-{i}", 8, group="run") for i in range(2)])
+    wait_for("the gang bound", lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=run"))) == 2, 15)
+    before = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound(c.pods("test=yes"))}
+    c.stop_gantryd(signal.SIGKILL)
+    c.kubectl_apply(group("next", 2), *[pod(f"next-{i}", 8, group="next") for i in range(2)])
+    time.sleep(1.1)  # creation times are in whole seconds; they order the queue
+    c.kubectl_apply(group("later", 1), pod("later-0", 8, group="later"))
+    c.start_gantryd()
+    wait_for("the waiting gang bound", lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=next"))) == 2, 15)
+    time.sleep(1)
+    after = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound(c.pods("test=yes"))}
+    for k, v in before.items():
+        assert after.get(k) == v, f"{k} moved from {v} to {after.get(k)}"
+    assert "later-0" not in after, "a fifth whole node was handed out"
+    check_allocatable(c)
+
+
+def case_partly_bound_gang_is_evicted(c):
+    """A gang found partly bound at start (a crash between its bindings) has its bound pods
+    evicted within 10 s."""
+    c.stop_gantryd()
+    c.kubectl_apply(group("half", 2), *[pod(f"half-{i}", 8, group="half") for i in range(2)])
+    status, obj = c.api.request("POST", "/api/v1/namespaces/default/pods/half-0/binding", {
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "half-0"},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": "kwok-node-0"}})
+    assert status == 201, obj
+    c.start_gantryd()
+    t0 = time.time()
+    wait_for("the bound pod evicted", lambda: all(p["metadata"]["name"] != "half-0" or p["metadata"].get("deletionTimestamp")
+                                                  for p in c.pods("test=yes")), 10)
+    print(f"    partly bound gang's pod evicted {time.time() - t0:.1f} s after start")
+
+
+def case_cordoned_and_not_ready_nodes(c):
+    """Pods are not placed on cordoned or NotReady nodes."""
+    c.kubectl("cordon", "kwok-node-0")
+    try:
+        c.kubectl_apply(group("four", 4), *[pod(f"four-{i}", 8, group="four") for i in range(4)])
+        wait_for("a wait message", lambda: all(scheduled_message(p) for p in c.pods("test=yes")), 10)
+        assert not bound(c.pods("test=yes")), "bound onto a cordoned node"
+    finally:
+        c.kubectl("uncordon", "kwok-node-0")
+    wait_for("the gang bound once uncordoned", lambda: len(bound(c.pods("test=yes"))) == 4, 15)
+
+
+CASES = [
+    case_gang_of_four_bound_together,
+    case_wait_reason_in_describe,
+    case_malformed_and_impossible_pods,
+    case_critical_preempts_best_effort,
+    case_deployment_scaled_by_preemption,
+    case_kill_and_restart,
+    case_partly_bound_gang_is_evicted,
+    case_cordoned_and_not_ready_nodes,
+    case_interleaved_gangs_side_by_side,
+]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gantryd", default=os.path.join(ROOT, "build", "release", "src", "gantryd"))
+    ap.add_argument("-k", default="", help="run the cases whose name contains this")
+    ap.add_argument("--keep", action="store_true", help="keep the cluster directory")
+    args = ap.parse_args()
+    directory = tempfile.mkdtemp(prefix="gantry-k8s-sched.")
+    c = Cluster(directory, os.path.abspath(args.gantryd))
+    passed = failed = 0
+    try:
+        c.start()
+        for case in CASES:
+            if args.k not in case.__name__:
+                continue
+            if c.proc is not None and c.proc.poll() is not None:
+                failed += 1
+                print(f"FAIL: gantryd exited with status {c.proc.returncode} (before {case.__name__})")
+                c.proc = None
+            if c.proc is None:
+                c.start_gantryd()
+            t0 = time.time()
+            try:
+                case(c)
+                passed += 1
+                print(f"ok: {case.__name__} ({time.time() - t0:.1f} s)", flush=True)
+            except Exception as e:  # noqa: BLE001 - a failed case is reported, the others run
+                failed += 1
+                print(f"FAIL: {case.__name__}: {e}", flush=True)
+            try:
+                c.clean()
+            except Exception as e:  # noqa: BLE001
+                print(f"    (cleanup: {e})")
+    finally:
+        c.stop()
+        if args.keep or failed:
+            print(f"cluster directory kept: {directory} (logs in {directory}/logs)")
+        else:
+            shutil.rmtree(directory, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,228 @@
+// The Kubernetes objects' mapping (kube/objects.h): quantities, nodes, pods' effective
+// requests and node selection, the cluster built from nodes, and the job a gang makes.
+#include "kube/objects.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "spec/config_reader.h"
+
+namespace gantry::kube {
+namespace {
+
+using nlohmann::json;
+
+spec::ClusterConfig Config(const std::string& extra = "") {
+  spec::Diagnostics diags;
+  auto c = spec::ParseClusterConfig(
+      "cluster: k\n"
+      "queues:\n  - name: team-a\n  - name: team-b\n"
+      "kubernetes:\n  namespaces: {research: team-a}\n  default_queue: team-b\n"
+      "  priority_classes: {serving: critical, scavenger: best-effort}\n"
+      "  leaf_label: example.com/leaf\n" +
+          extra,
+      "k.yaml", diags);
+  EXPECT_TRUE(c.has_value()) << diags.ToString();
+  return *c;
+}
+
+json Node(const std::string& name, int gpus, const std::string& product = "NVIDIA-H100-80GB-HBM3",
+          const std::string& leaf = "") {
+  json labels = {{"nvidia.com/gpu.product", product}, {"kubernetes.io/hostname", name}};
+  if (!leaf.empty()) labels["example.com/leaf"] = leaf;
+  return {
+      {"metadata", {{"name", name}, {"labels", labels}}},
+      {"spec", json::object()},
+      {"status",
+       {{"allocatable",
+         {{"cpu", "224"}, {"memory", "2063731376Ki"}, {"nvidia.com/gpu", std::to_string(gpus)}}},
+        {"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})}}}};
+}
+
+json Pod(const std::string& name, json resources) {
+  return {{"metadata", {{"name", name}, {"namespace", "research"}, {"uid", "u-" + name}}},
+          {"spec",
+           {{"schedulerName", "gantry"},
+            {"containers", json::array({{{"name", "c"}, {"resources", resources}}})}}},
+          {"status", {{"phase", "Pending"}}}};
+}
+
+TEST(KubeQuantity, ParsesWhatKubernetesWrites) {
+  EXPECT_EQ(ParseQuantity("8"), 8);
+  EXPECT_EQ(ParseQuantity("500m", 1000), 500);
+  EXPECT_EQ(ParseQuantity("2", 1000), 2000);
+  EXPECT_EQ(ParseQuantity("1.5", 1000), 1500);
+  EXPECT_EQ(ParseQuantity("2Gi"), int64_t{2} << 30);
+  EXPECT_EQ(ParseQuantity("2063731376Ki"), int64_t{2063731376} * 1024);
+  EXPECT_EQ(ParseQuantity("1e3"), 1000);
+  EXPECT_EQ(ParseQuantity("100M"), 100'000'000);
+  EXPECT_EQ(ParseQuantity("1m"), 1);  // rounded up, as requests are
+  for (const char* bad : {"", "x", "1.2.3", "5Q", "-1", "1e", "1e9999", "Gi"}) {
+    EXPECT_FALSE(ParseQuantity(bad).has_value()) << bad;
+  }
+}
+
+TEST(KubeNode, ReadsAllocatableReadinessTaintsAndModel) {
+  json n = Node("n1", 8);
+  n["spec"]["unschedulable"] = true;
+  n["spec"]["taints"] = json::array({{{"key", "gpu"}, {"value", "yes"}, {"effect", "NoSchedule"}}});
+  NodeInfo info = ParseNode(n);
+  EXPECT_EQ(info.problem, "");
+  EXPECT_EQ(info.gpus, 8);
+  EXPECT_EQ(info.cpus_milli, 224'000);
+  EXPECT_TRUE(info.ready);
+  EXPECT_TRUE(info.unschedulable);
+  ASSERT_EQ(info.taints.size(), 1u);
+  const core::Catalog catalog = core::Catalog::BuiltIn();
+  auto model = ModelOf(info, catalog);
+  ASSERT_TRUE(model.has_value());
+  EXPECT_EQ(catalog.model(*model).name, "H100-80GB");
+  info.labels["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-40GB";
+  EXPECT_EQ(catalog.model(*ModelOf(info, catalog)).name, "A100-40GB");
+  info.labels["nvidia.com/gpu.product"] = "Tesla-V100-SXM2-32GB";
+  EXPECT_EQ(catalog.model(*ModelOf(info, catalog)).name, "V100-32GB");
+  info.labels["nvidia.com/gpu.product"] = "NVIDIA-Something-Else";
+  EXPECT_FALSE(ModelOf(info, catalog).has_value());
+  json bad = Node("n2", 8);
+  bad["status"]["allocatable"]["cpu"] = "lots";
+  EXPECT_NE(ParseNode(bad).problem.find("allocatable.cpu"), std::string::npos);
+}
+
+TEST(KubePod, EffectiveRequestsCountInitSidecarsAndOverhead) {
+  json p = Pod("p", {{"limits", {{"nvidia.com/gpu", "2"}}},
+                     {"requests", {{"cpu", "4"}, {"memory", "8Gi"}}}});
+  // an init container bigger than the containers, a sidecar beside them, an overhead
+  p["spec"]["initContainers"] = json::array(
+      {{{"name", "sidecar"},
+        {"restartPolicy", "Always"},
+        {"resources", {{"requests", {{"cpu", "1"}}}}}},
+       {{"name", "warm"}, {"resources", {{"requests", {{"cpu", "10"}, {"memory", "1Gi"}}}}}}});
+  p["spec"]["overhead"] = {{"cpu", "250m"}};
+  PodInfo info = ParsePod(p);
+  EXPECT_EQ(info.problem, "");
+  EXPECT_EQ(info.gpus, 2);
+  // max(containers 4 + sidecar 1, init 10 + sidecar 1) + overhead 0.25
+  EXPECT_EQ(info.cpus_milli, 11'250);
+  EXPECT_EQ(info.memory_bytes, int64_t{8} << 30);
+}
+
+TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
+  json p = Pod("p", {{"limits", {{"nvidia.com/gpu", "1"}}}});
+  p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+      json::array({{{"topologyKey", "kubernetes.io/hostname"}}});
+  p["spec"]["topologySpreadConstraints"] = json::array({{{"whenUnsatisfiable", "DoNotSchedule"}}});
+  p["spec"]["containers"][0]["ports"] = json::array({{{"containerPort", 80}, {"hostPort", 80}}});
+  PodInfo info = ParsePod(p);
+  ASSERT_EQ(info.unsupported.size(), 3u);
+  EXPECT_NE(info.unsupported[0].find("anti-affinity"), std::string::npos);
+  json bad = Pod("q", {{"limits", {{"nvidia.com/gpu", "many"}}}});
+  EXPECT_NE(ParsePod(bad).problem.find("nvidia.com/gpu"), std::string::npos);
+  // hostile shapes never throw
+  for (const json& odd :
+       {json(nullptr), json(3), json::array(), json({{"metadata", 5}, {"spec", "x"}})}) {
+    PodInfo o = ParsePod(odd);
+    EXPECT_NE(o.problem, "");
+  }
+}
+
+TEST(KubeSelection, SelectorsAffinityAndTaints) {
+  NodeInfo node = ParseNode(Node("n1", 8));
+  node.taints.push_back(Taint{"dedicated", "ml", "NoSchedule"});
+  NodeSelection sel;
+  EXPECT_FALSE(Allows(sel, node)) << "an untolerated NoSchedule taint";
+  sel.tolerations.push_back(Toleration{"dedicated", "Equal", "ml", "NoSchedule"});
+  EXPECT_TRUE(Allows(sel, node));
+  sel.node_selector["kubernetes.io/hostname"] = "n2";
+  EXPECT_FALSE(Allows(sel, node));
+  sel.node_selector.clear();
+  sel.terms.push_back({Requirement{"nvidia.com/gpu.product", "In", {"NVIDIA-H100-80GB-HBM3"}}});
+  EXPECT_TRUE(Allows(sel, node));
+  sel.terms[0].push_back(Requirement{"example.com/leaf", "Exists", {}});
+  EXPECT_FALSE(Allows(sel, node));
+  sel.terms.push_back({Requirement{"example.com/leaf", "DoesNotExist", {}}});
+  EXPECT_TRUE(Allows(sel, node)) << "any term of the required affinity";
+}
+
+TEST(KubeCluster, PoolsByShapeAndSelectionWithTheirLeavesAndNames) {
+  const spec::ClusterConfig config = Config();
+  std::vector<NodeInfo> infos = {ParseNode(Node("a1", 8, "NVIDIA-H100-80GB-HBM3", "l1")),
+                                 ParseNode(Node("a2", 8, "NVIDIA-H100-80GB-HBM3", "l2")),
+                                 ParseNode(Node("a3", 8, "NVIDIA-H100-80GB-HBM3", "l2")),
+                                 ParseNode(Node("b1", 8, "NVIDIA-A100-SXM4-80GB")),
+                                 ParseNode(Node("x", 8, "Mystery-GPU"))};
+  infos[2].ready = false;
+  std::vector<const NodeInfo*> nodes;
+  for (const NodeInfo& n : infos) nodes.push_back(&n);
+  NodeSelection any;
+  NodeSelection h100;
+  h100.node_selector["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3";
+  std::map<std::string, Usage> foreign = {{"b1", Usage{2, 0, 0}}};
+  auto view = BuildCluster(nodes, {any, h100}, config, foreign);
+  ASSERT_TRUE(view.ok()) << view.error().ToString();
+  const core::Cluster& c = view->cluster;
+  ASSERT_EQ(c.nodes().size(), 4u);
+  ASSERT_EQ(view->skipped.size(), 1u);  // the unknown model, with why
+  EXPECT_NE(view->skipped[0].find("x:"), std::string::npos);
+  ASSERT_EQ(c.pools().size(), 2u);
+  const core::Node& a2 = c.node(*c.FindNode("a2"));
+  const core::Node& a3 = c.node(*c.FindNode("a3"));
+  const core::Node& a1 = c.node(*c.FindNode("a1"));
+  EXPECT_EQ(a2.leaf, a3.leaf);
+  EXPECT_NE(a1.leaf, a2.leaf);
+  EXPECT_EQ(c.node(*c.FindNode("b1")).gpus, 6) << "GPUs other schedulers' pods hold are used";
+  ASSERT_EQ(view->down.size(), 1u);
+  EXPECT_EQ(c.node(view->down[0]).name, "a3");
+  EXPECT_EQ(view->pools_of[0].size(), 2u);
+  ASSERT_EQ(view->pools_of[1].size(), 1u);
+  EXPECT_EQ(c.pool(view->pools_of[1][0]).spec.gpus, 8);
+}
+
+TEST(KubeJob, QueueTierAnnotationsAndGrace) {
+  const spec::ClusterConfig config = Config();
+  PodInfo p =
+      ParsePod(Pod("w-0", {{"limits", {{"nvidia.com/gpu", "8"}}}, {"requests", {{"cpu", "16"}}}}));
+  p.group = "train";
+  p.priority_class = "serving";
+  p.grace_s = 3600;
+  p.annotations[kCheckpointAnnotation] = "600";
+  p.annotations[kTopologyAnnotation] = "leaf";
+  PodInfo q = p;
+  q.name = "w-1";
+  auto job = JobOf({&p, &q}, config);
+  ASSERT_TRUE(job.ok()) << job.error().ToString();
+  EXPECT_EQ(job->id, "research/train");
+  EXPECT_EQ(config.queues.queue(job->queue).spec.name, "team-a");
+  EXPECT_EQ(job->tier, core::Tier::kCritical);
+  EXPECT_EQ(job->replicas, 2);
+  EXPECT_EQ(job->gpus, 8);
+  EXPECT_EQ(job->cpus_milli, 16'000);
+  EXPECT_EQ(job->checkpoint, 600'000);
+  EXPECT_EQ(job->topology, core::Topology::kLeaf);
+  EXPECT_EQ(job->grace, config.policy.max_grace[0]) << "grace capped by the tier's max_grace";
+  p.ns = "elsewhere";
+  EXPECT_EQ(config.queues.queue(JobOf({&p}, config)->queue).spec.name, "team-b");
+  p.annotations[kTopologyAnnotation] = "rack";
+  auto bad = JobOf({&p}, config);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().ToString().find(kTopologyAnnotation), std::string::npos);
+  q.gpus = 4;
+  EXPECT_TRUE(WhyNotAlike({&p, &q}).has_value());
+}
+
+TEST(KubeConfig, SectionErrorsNameTheirField) {
+  spec::Diagnostics diags;
+  auto c = spec::ParseClusterConfig(
+      "queues:\n  - name: a\nkubernetes:\n  namespaces: {x: nope}\n  priority_classes: {p: "
+      "urgent}\n"
+      "  colour: blue\n",
+      "k.yaml", diags);
+  EXPECT_FALSE(c.has_value());
+  const std::string text = diags.ToString();
+  EXPECT_NE(text.find("kubernetes.namespaces.x"), std::string::npos) << text;
+  EXPECT_NE(text.find("kubernetes.priority_classes.p"), std::string::npos) << text;
+  EXPECT_NE(text.find("colour"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gantry::kube

@@ -295,6 +295,14 @@ const JobRecord Scheduler::kForgotten = [] {
   return r;
 }();
 
+void Scheduler::SetShielded(JobId id, bool shielded) {
+  JobRecord& job = Rec(id);
+  if (job.shielded == shielded) return;
+  job.shielded = shielded;
+  // Policies that keep what they read of running jobs read this one again.
+  if (job.phase == Phase::kRunning || job.phase == Phase::kSignaled) Stamp(running_pos_[id.v]);
+}
+
 void Scheduler::Finish(JobId id, Ticks now, bool completed) {
   JobRecord& job = Rec(id);
   if (job.phase == Phase::kPending) RemovePending(id);

@@ -183,6 +183,9 @@ struct JobRecord {
   uint32_t shape = 0;                 // its request shape, interned at submit (Scheduler::shape_id)
   uint32_t fit_class = 0;             // its fit class, interned at submit (Scheduler::FitClassOf)
   GpuUnits min_units = 0;  // MinUnits(spec), from its submit (the spec's units never change)
+  // The driver says it may not be preempted now (under Kubernetes: a PodDisruptionBudget
+  // allows no disruption of its pods); policies then choose other victims.
+  bool shielded = false;
 };
 
 struct Decision {
@@ -379,6 +382,8 @@ class Scheduler {
   // is unknown or down, `alloc` overlaps what is held, or TryStart would refuse the job
   // for its queue's budget or burst limits. Cost: O(workers + log jobs).
   bool Adopt(JobId id, const Allocation& alloc, Ticks started, std::string* why = nullptr);
+  // Shields a running job from preemption, or lifts the shield (see JobRecord::shielded).
+  void SetShielded(JobId id, bool shielded);
   // A driver restoring a job (a restarted gantryd) gives the preemptions it had, before
   // Adopt: the anti-thrash guard (min_run_before_repreempt) shields only resumed jobs.
   void SetPreemptions(JobId id, int preemptions) { Rec(id).preemptions = preemptions; }

@@ -423,6 +423,41 @@ GroupInfo ParseGroup(const json& obj) {
   return g;
 }
 
+BudgetInfo ParseBudget(const json& obj) {
+  BudgetInfo b;
+  const json& meta = Obj(obj, "metadata");
+  b.ns = Str(meta, "namespace");
+  b.name = Str(meta, "name");
+  const json* sel = Member(Obj(obj, "spec"), "selector");
+  if (sel != nullptr && sel->is_object()) {
+    b.selector_given = true;
+    b.match_labels = StrMap(*sel, "matchLabels");
+    for (const json& e : Arr(*sel, "matchExpressions")) {
+      Requirement r{Str(e, "key"), Str(e, "operator"), {}};
+      for (const json& v : Arr(e, "values")) {
+        if (v.is_string()) r.values.push_back(v.get<std::string>());
+      }
+      b.match_expressions.push_back(std::move(r));
+    }
+  }
+  const json* allowed = Member(Obj(obj, "status"), "disruptionsAllowed");
+  if (allowed != nullptr && allowed->is_number_integer())
+    b.disruptions_allowed = allowed->get<int64_t>();
+  return b;
+}
+
+bool Covers(const BudgetInfo& budget, const PodInfo& pod) {
+  if (!budget.selector_given || budget.ns != pod.ns) return false;
+  for (const auto& [k, v] : budget.match_labels) {
+    auto it = pod.labels.find(k);
+    if (it == pod.labels.end() || it->second != v) return false;
+  }
+  for (const Requirement& r : budget.match_expressions) {
+    if (!Matches(r, pod.labels)) return false;
+  }
+  return true;
+}
+
 std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog) {
   if (auto it = node.labels.find("gantry.dev/gpu-model"); it != node.labels.end()) {
     return catalog.Find(it->second);

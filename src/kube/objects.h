@@ -103,6 +103,18 @@ struct GroupInfo {
 };
 GroupInfo ParseGroup(const nlohmann::json& obj);
 
+// A PodDisruptionBudget (policy/v1): which pods it covers and how many of them may be
+// evicted now.
+struct BudgetInfo {
+  std::string ns, name;
+  std::map<std::string, std::string> match_labels;
+  std::vector<Requirement> match_expressions;
+  bool selector_given = false;  // a null selector covers no pod; an empty one every pod
+  int64_t disruptions_allowed = 0;
+};
+BudgetInfo ParseBudget(const nlohmann::json& obj);
+bool Covers(const BudgetInfo& budget, const PodInfo& pod);
+
 // The catalog model of a node, from GPU feature discovery's labels
 // (nvidia.com/gpu.product such as NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.memory in MiB).
 std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog);

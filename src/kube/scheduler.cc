@@ -23,10 +23,11 @@ namespace {
 
 using nlohmann::json;
 
-enum class Resource : uint8_t { kNodes, kPods, kGroups };
+enum class Resource : uint8_t { kNodes, kPods, kGroups, kBudgets };
 constexpr const char* kPaths[] = {"/api/v1/nodes", "/api/v1/pods",
-                                  "/apis/scheduling.x-k8s.io/v1alpha1/podgroups"};
-constexpr const char* kNames[] = {"nodes", "pods", "podgroups"};
+                                  "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+                                  "/apis/policy/v1/poddisruptionbudgets"};
+constexpr const char* kNames[] = {"nodes", "pods", "podgroups", "poddisruptionbudgets"};
 
 struct Event {
   Resource res;
@@ -185,7 +186,7 @@ class Driver {
     bool lone = true;
     int preemptions = 0;
     core::Ticks first_seen = 0;
-    std::string spec_key;  // what its pods asked, to notice a changed gang
+    core::Ticks evict_asked = 0;  // when its pods' eviction was last asked
   };
 
   // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
@@ -215,16 +216,19 @@ class Driver {
   void Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why);
   bool Bind(const PodInfo& pod, const std::string& node);
   void Forget(Job& job);
+  void UpdateGroups();
+  void Shield();
 
   const spec::ClusterConfig& config_;
   SchedulerOptions options_;
   Client api_;
   mutable core::Ticks last_now_ = 0;
-  bool synced_[3] = {false, false, false};
+  bool synced_[4] = {false, false, false, false};
 
   std::map<std::string, NodeInfo> nodes_;
   std::unordered_map<std::string, PodInfo> pods_;    // by uid
   std::map<std::string, GroupInfo> groups_;          // by namespace/name
+  std::map<std::string, BudgetInfo> budgets_;        // by namespace/name
   std::map<std::string, Job> jobs_;                  // by key
   std::unordered_map<uint32_t, std::string> by_id_;  // core job id -> key
 
@@ -235,6 +239,7 @@ class Driver {
   bool rebuild_ = true;
   std::map<std::string, std::string> refused_;  // job key -> why it never runs (until nodes change)
   std::set<std::string> evicting_;              // pod uids asked to go
+  std::map<std::string, std::string> group_status_;  // PodGroup key -> the status last written
 };
 
 void Driver::Apply(Event& e) {
@@ -273,6 +278,11 @@ void Driver::Apply(Event& e) {
         groups_[g.ns + "/" + g.name] = g;
         break;
       }
+      case Resource::kBudgets: {
+        BudgetInfo b = ParseBudget(obj);
+        budgets_[b.ns + "/" + b.name] = std::move(b);
+        break;
+      }
     }
   };
   switch (e.type) {
@@ -282,6 +292,7 @@ void Driver::Apply(Event& e) {
       if (e.res == Resource::kNodes) nodes_.clear();
       if (e.res == Resource::kPods) pods_.clear();
       if (e.res == Resource::kGroups) groups_.clear();
+      if (e.res == Resource::kBudgets) budgets_.clear();
       for (const json& item : e.obj) upsert(item);
       break;
     case Event::Type::kUpsert:
@@ -298,9 +309,12 @@ void Driver::Apply(Event& e) {
           rebuild_ = true;
         pods_.erase(p.uid);
         evicting_.erase(p.uid);
-      } else {
+      } else if (e.res == Resource::kGroups) {
         GroupInfo g = ParseGroup(e.obj);
         groups_.erase(g.ns + "/" + g.name);
+      } else {
+        BudgetInfo b = ParseBudget(e.obj);
+        budgets_.erase(b.ns + "/" + b.name);
       }
       break;
     }
@@ -646,6 +660,37 @@ void Driver::SyncJobs() {
   for (core::NodeId n : view_.down) {
     if (sched_->ledger().node(n).up) (void)sched_->SetNodeUp(n, false);
   }
+  Shield();
+}
+
+// Running jobs whose eviction a PodDisruptionBudget would refuse now are shielded, so
+// the core chooses other victims; a signaled job whose eviction was refused (a budget
+// changed meanwhile) is asked again, at most once a second.
+void Driver::Shield() {
+  const core::Ticks now = Now();
+  for (auto& [key, job] : jobs_) {
+    if (!job.id.valid()) continue;
+    const core::JobRecord& rec = sched_->job(job.id);
+    if (rec.phase == core::Phase::kRunning) {
+      bool shielded = false;
+      for (const auto& [bkey, b] : budgets_) {
+        int64_t covered = 0;
+        for (const std::string& uid : job.pods) {
+          auto p = pods_.find(uid);
+          covered += p != pods_.end() && Covers(b, p->second);
+        }
+        shielded |= covered > 0 && covered > b.disruptions_allowed;
+      }
+      sched_->SetShielded(job.id, shielded);
+    } else if (rec.phase == core::Phase::kSignaled && now - job.evict_asked >= 1000) {
+      for (const std::string& uid : job.pods) {
+        auto p = pods_.find(uid);
+        if (p != pods_.end() && !evicting_.contains(uid))
+          Evict(p->second, rec.spec.grace, "preempted (asked again)");
+      }
+      job.evict_asked = now;
+    }
+  }
 }
 
 void Driver::Decide() {
@@ -678,6 +723,7 @@ void Driver::Decide() {
         break;
       }
       case core::Decision::Kind::kPreempt: {
+        job.evict_asked = now;
         const auto by = by_id_.find(d.by.v);
         for (const std::string& uid : job.pods) {
           auto p = pods_.find(uid);
@@ -706,6 +752,49 @@ void Driver::Decide() {
   }
 }
 
+// Each PodGroup's status, as scheduler-plugins' coscheduling keeps it: Pending while its
+// gang waits, Scheduled once bound, Running when minMember pods run, Finished when its
+// pods ended; with the pods' counts. Written only when it changed.
+void Driver::UpdateGroups() {
+  struct Counts {
+    int pods = 0, bound = 0, running = 0, succeeded = 0, failed = 0;
+  };
+  std::map<std::string, Counts> counts;
+  for (const auto& [uid, p] : pods_) {
+    if (p.group.empty() || !Ours(p)) continue;
+    Counts& c = counts[p.ns + "/" + p.group];
+    ++c.pods;
+    c.bound += !p.node_name.empty() && !p.terminal();
+    c.running += p.phase == "Running";
+    c.succeeded += p.phase == "Succeeded";
+    c.failed += p.phase == "Failed";
+  }
+  for (const auto& [key, g] : groups_) {
+    const Counts c = counts[key];
+    std::string phase = "Pending";
+    if (c.pods > 0 && c.succeeded + c.failed == c.pods)
+      phase = c.failed > 0 ? "Failed" : "Finished";
+    else if (c.running >= g.min_member)
+      phase = "Running";
+    else if (c.bound >= g.min_member)
+      phase = "Scheduled";
+    json status = {
+        {"phase", phase}, {"running", c.running}, {"succeeded", c.succeeded}, {"failed", c.failed}};
+    if (phase != "Pending") status["occupiedBy"] = config_.kubernetes.scheduler_name;
+    const std::string text = status.dump();
+    auto& last = group_status_[key];
+    if (last == text) continue;
+    auto r = api_.Request("PATCH",
+                          "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/" + g.ns + "/podgroups/" +
+                              g.name + "/status",
+                          json{{"status", status}}.dump(), "application/merge-patch+json");
+    if (r && r->status == 200) last = text;
+  }
+  for (auto it = group_status_.begin(); it != group_status_.end();) {
+    it = groups_.contains(it->first) ? std::next(it) : group_status_.erase(it);
+  }
+}
+
 void Driver::Pass() {
   if (!synced()) return;
   if (rebuild_ || sched_ == nullptr) Rebuild();
@@ -716,6 +805,7 @@ void Driver::Pass() {
     SyncJobs();
   }
   Decide();
+  UpdateGroups();
 }
 
 }  // namespace
@@ -742,7 +832,7 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   // Watches block in reads: each has its own client, interrupted at stop.
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<std::thread> threads;
-  for (Resource r : {Resource::kNodes, Resource::kPods, Resource::kGroups}) {
+  for (Resource r : {Resource::kNodes, Resource::kPods, Resource::kGroups, Resource::kBudgets}) {
     clients.push_back(std::make_unique<Client>(creds, 300));
     Client* c = clients.back().get();
     threads.emplace_back([r, &box, &stop, c] { WatchLoop(r, box, stop, *c); });

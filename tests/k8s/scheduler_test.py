@@ -181,6 +181,12 @@ def case_gang_of_four_bound_together(c):
     nodes = {p["spec"]["nodeName"] for p in pods}
     assert len(nodes) == 4, f"4 pods of 8 GPUs on 4 distinct nodes, got {nodes}"
     check_allocatable(c)
+    # the PodGroup's status says it runs, as scheduler-plugins' coscheduling writes it
+    def group_running():
+        status, obj = c.api.request("GET", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/train4")
+        st = obj.get("status") or {}
+        return st if st.get("phase") == "Running" and st.get("running") == 4 else None
+    wait_for("PodGroup train4 Running with 4 running", group_running, 10)
 
 
 def case_interleaved_gangs_side_by_side(c):
@@ -289,6 +295,33 @@ def case_critical_preempts_best_effort(c):
     check_allocatable(c)
 
 
+def case_disruption_budget_steers_preemption(c):
+    """A PodDisruptionBudget that allows no disruption shields its pods: the critical pod
+    preempts others, and the covered pods keep running."""
+    keep = job("keep", 2, 8, priority="gantry-best-effort", grace=2)
+    keep["spec"]["template"]["metadata"]["labels"]["app"] = "keep"
+    # the covered pods start last: without the budget they would be the victims (the
+    # youngest run loses least)
+    c.kubectl_apply(job("spare", 2, 8, priority="gantry-best-effort", grace=2))
+    wait_for("2 best-effort pods bound", lambda: len(bound(c.pods("test=yes"))) == 2, 20)
+    time.sleep(1.1)
+    c.kubectl_apply(keep,
+                    {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                     "metadata": {"name": "keep", "namespace": "default"},
+                     "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "keep"}}}})
+    wait_for("4 best-effort pods bound", lambda: len(bound(c.pods("test=yes"))) == 4, 20)
+    def budget_settled():
+        status, obj = c.api.request("GET", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/keep")
+        st = obj.get("status") or {}
+        return st.get("currentHealthy") == 2 and st.get("disruptionsAllowed") == 0
+    wait_for("the budget counting 2 healthy pods, 0 disruptions allowed", budget_settled, 30)
+    keep_pods = {p["metadata"]["name"] for p in c.pods("app=keep")}
+    c.kubectl_apply(pod("vip", 8, priority="gantry-critical"))
+    wait_for("the critical pod bound", lambda: any(p["metadata"]["name"] == "vip" for p in bound(c.pods("test=yes"))), 20)
+    now_keep = {p["metadata"]["name"] for p in c.pods("app=keep") if not p["metadata"].get("deletionTimestamp")}
+    assert now_keep == keep_pods, f"covered pods evicted: had {keep_pods}, now {now_keep}"
+
+
 def case_deployment_scaled_by_preemption(c):
     """A critical inference Deployment scaled from 2 to 8 replicas while best-effort pods fill
     the cluster: the 6 new replicas are bound within 10 s, by preemption."""
@@ -363,6 +396,7 @@ CASES = [
     case_wait_reason_in_describe,
     case_malformed_and_impossible_pods,
     case_critical_preempts_best_effort,
+    case_disruption_budget_steers_preemption,
     case_deployment_scaled_by_preemption,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,

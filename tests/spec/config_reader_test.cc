@@ -304,7 +304,7 @@ extra: 1
           "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
           "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s)",
           "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
-          "policy, accounting, site)"}));
+          "policy, accounting, site, kubernetes)"}));
 }
 
 // Issue 12: budgets per queue and prices per GPU model.

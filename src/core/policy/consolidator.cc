@@ -9,7 +9,7 @@ namespace {
 // Of the indexed jobs: still running (a preemption since the index may have signaled
 // it) and of `spec`'s tier or lower.
 bool Movable(const JobRecord& r, const JobSpec& spec) {
-  return r.phase == Phase::kRunning && r.spec.tier >= spec.tier;
+  return r.phase == Phase::kRunning && r.spec.tier >= spec.tier && !r.shielded;
 }
 
 }  // namespace
@@ -21,7 +21,8 @@ void Consolidator::Index(const Scheduler& s, Ticks now) {
   const PolicyParams& p = s.params();
   for (JobId id : s.running()) {
     const JobRecord& r = s.job(id);
-    if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.alloc.size() != 1)
+    if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.alloc.size() != 1 ||
+        r.shielded)
       continue;
     // Not within min_run_before_repreempt of its start (else a job moved for another
     // that then finds its new place taken could move that one back, and so on).

@@ -392,8 +392,9 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
         where.nodes.push_back(w.node.v);
       }
     }
-    // Not signaled (being stopped), nor critical.
-    if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical) Join(pos);
+    // Not signaled (being stopped), nor critical, nor shielded by its driver.
+    if (victim.phase == Phase::kRunning && info.tier != Tier::kCritical && !victim.shielded)
+      Join(pos);
     resumed_[pos] =
         info.bucket != UINT32_MAX && info.preemptions > 0 ? info.last_start : kNotResumed;
     if (resumed_[pos] != kNotResumed) resumed_list_.push_back(pos);

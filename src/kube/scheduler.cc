@@ -828,6 +828,17 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
                {"version", ver.is_object() ? ver.value("gitVersion", "?") : "?"},
                {"scheduler_name", config.kubernetes.scheduler_name}});
   }
+  // Only the leader watches and schedules: a standby holds no state to go stale.
+  Client lease_client(creds);
+  LeaseElector elector(lease_client, options.lease);
+  if (options.elect && !elector.Acquire(stop)) return 0;
+  std::atomic<bool> lost{false};
+  std::thread renewer;
+  if (options.elect) {
+    log::Info("kubernetes: leading", {{"lease", options.lease.ns + "/" + options.lease.name},
+                                      {"identity", options.lease.identity}});
+    renewer = std::thread([&] { lost = !elector.KeepRenewing(stop); });
+  }
   Mailbox box;
   // Watches block in reads: each has its own client, interrupted at stop.
   std::vector<std::unique_ptr<Client>> clients;
@@ -839,7 +850,7 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   }
   Driver driver(config, creds, options);
   const auto idle = std::chrono::milliseconds(static_cast<int64_t>(options.idle_pass_s * 1000));
-  while (!stop) {
+  while (!stop && !lost) {
     std::deque<Event> events = box.Take(idle);
     for (Event& e : events) driver.Apply(e);
     // Events come in bursts (a Job's pods, a gang's bindings echoed back): a pass per
@@ -857,6 +868,13 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   joiner.join();
+  if (renewer.joinable()) {
+    if (lost) {
+      renewer.join();
+      return 1;
+    }
+    renewer.join();  // stop: it gives the Lease up
+  }
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "kube/client.h"
+#include "kube/lease.h"
 #include "spec/config_reader.h"
 
 namespace gantry::kube {
@@ -27,9 +28,14 @@ struct SchedulerOptions {
   std::string policy = "gantry";
   // Seconds between passes while nothing happens (time-based work: windows, aging).
   double idle_pass_s = 1.0;
+  // Replicas elect a leader through this Lease; only the leader schedules. `elect` false:
+  // no election (one replica, or tests).
+  bool elect = true;
+  LeaseOptions lease;
 };
 
-// Runs until `stop`; 0 after a clean stop, 1 when the API server cannot be used.
+// Runs until `stop`; 0 after a clean stop, 1 when the API server cannot be used or the
+// leader lease was lost (a replica that lost it exits, to come back as a standby).
 int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
                  const SchedulerOptions& options, const std::atomic<bool>& stop);
 

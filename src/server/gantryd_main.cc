@@ -33,6 +33,7 @@
 #include <iostream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 #include "base/atomic_file.h"
@@ -258,7 +259,9 @@ int Init(const std::string& db) {
 struct ServeArgs {
   bool init = false, force_config = false, metrics_token = false;
   std::string config, db, listen = "127.0.0.1:8080", events, policy = "gantry", log_dir, port_file,
-                          advertise, tls_cert, tls_key, log_format = "text", kubernetes;
+                          advertise, tls_cert, tls_key, log_format = "text", kubernetes,
+                          kubernetes_lease = "kube-system/gantry-scheduler";
+  int kubernetes_lease_duration_s = 15;
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
   double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60,
          job_retention_days = 0;
@@ -453,6 +456,27 @@ int ServeKubernetes(const ServeArgs& a) {
   waiter.detach();
   kube::SchedulerOptions options;
   options.policy = a.policy;
+  options.elect = a.kubernetes_lease != "none";
+  if (options.elect) {
+    const size_t slash = a.kubernetes_lease.find('/');
+    if (slash == std::string::npos || slash == 0 || slash + 1 == a.kubernetes_lease.size()) {
+      std::cerr << "gantryd: --kubernetes-lease: expected NAMESPACE/NAME or none, got "
+                << a.kubernetes_lease << "\n";
+      return kExitBadInput;
+    }
+    options.lease.ns = a.kubernetes_lease.substr(0, slash);
+    options.lease.name = a.kubernetes_lease.substr(slash + 1);
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    std::random_device rd;
+    char suffix[16];
+    std::snprintf(suffix, sizeof suffix, "_%08x", rd());
+    options.lease.identity = std::string(host) + suffix;
+    options.lease.duration_s = a.kubernetes_lease_duration_s;
+    options.lease.retry_s = std::max(1, a.kubernetes_lease_duration_s / 7);
+    options.lease.renew_deadline_s =
+        std::max(options.lease.retry_s + 1, a.kubernetes_lease_duration_s * 2 / 3);
+  }
   const int rc = kube::RunScheduler(*config, *creds, options, stop);
   log::Info("stopped");
   return rc;
@@ -712,6 +736,15 @@ int main(int argc, char** argv) {
   app.add_option("--kubernetes", serve.kubernetes,
                  "Schedule the pods of a Kubernetes cluster instead of agents' nodes: a "
                  "kubeconfig file, or in-cluster (docs/kubernetes.md)");
+  app.add_option("--kubernetes-lease", serve.kubernetes_lease,
+                 "With --kubernetes: the coordination.k8s.io Lease (NAMESPACE/NAME) replicas elect "
+                 "their leader through; none: no election")
+      ->capture_default_str();
+  app.add_option("--kubernetes-lease-duration-s", serve.kubernetes_lease_duration_s,
+                 "With --kubernetes: how long a silent leader keeps the Lease (renewed every "
+                 "duration/7, given up after 2/3 of it without a renewal)")
+      ->capture_default_str()
+      ->check(CLI::Range(2, 3600));
   app.add_option("--listen", serve.listen, "HOST:PORT to serve on (port 0: any free port)")
       ->capture_default_str();
   app.add_option("--events", serve.events, "Append the event log (JSON Lines) here");

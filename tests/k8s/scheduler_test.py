@@ -70,12 +70,22 @@ class Cluster:
         self.stop_gantryd()
         subprocess.run([CLUSTER, "stop", self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
-    def start_gantryd(self):
+    # A short leader lease (the default is 15 s), so a restart after kill -9 waits 3 s.
+    LEASE_S = 3
+
+    def spawn_gantryd(self):
         self.log_n += 1
-        log = open(os.path.join(self.dir, "logs", f"gantryd-{self.log_n}.log"), "w")
-        self.proc = subprocess.Popen(
+        path = os.path.join(self.dir, "logs", f"gantryd-{self.log_n}.log")
+        log = open(path, "w")
+        proc = subprocess.Popen(
             [self.gantryd_bin, "--config", os.path.join(self.dir, "gantry.yaml"),
-             "--kubernetes", self.kubeconfig], stdout=log, stderr=subprocess.STDOUT)
+             "--kubernetes", self.kubeconfig, "--kubernetes-lease-duration-s", str(self.LEASE_S)],
+            stdout=log, stderr=subprocess.STDOUT)
+        proc.log_path = path
+        return proc
+
+    def start_gantryd(self):
+        self.proc = self.spawn_gantryd()
 
     def stop_gantryd(self, sig=signal.SIGTERM):
         if self.proc is None:
@@ -379,6 +389,48 @@ def case_partly_bound_gang_is_evicted(c):
     print(f"    partly bound gang's pod evicted {time.time() - t0:.1f} s after start")
 
 
+def case_two_replicas_elect_a_leader(c):
+    """Two replicas and a coordination.k8s.io Lease: one schedules; kill -9 it and the
+    other takes over within the lease's duration; a clean stop hands over at once."""
+    other = c.spawn_gantryd()
+    try:
+        def leaders():
+            out = []
+            for proc in (c.proc, other):
+                with open(proc.log_path) as f:
+                    if "kubernetes: leading" in f.read():
+                        out.append(proc)
+            return out
+        time.sleep(2)
+        assert len(leaders()) == 1, "exactly one replica leads"
+        leader = leaders()[0]
+        standby = other if leader is c.proc else c.proc
+        c.kubectl_apply(pod("one", 8))
+        wait_for("a pod bound by the leader", lambda: len(bound(c.pods("test=yes"))) == 1, 10)
+        leader.kill()
+        leader.wait()
+        t0 = time.time()
+        c.kubectl_apply(pod("two", 8))
+        wait_for("the standby binding after the leader's kill -9", lambda: len(bound(c.pods("test=yes"))) == 2,
+                 c.LEASE_S * 3 + 10)
+        print(f"    standby took over and bound in {time.time() - t0:.1f} s (lease {c.LEASE_S} s)")
+        # the survivor is the harness's gantryd from now on; a clean stop gives the Lease up
+        c.proc = standby
+        third = c.spawn_gantryd()
+        time.sleep(1)
+        assert c.stop_gantryd() == 0
+        t0 = time.time()
+        c.kubectl_apply(pod("three", 8))
+        wait_for("the third replica binding after a clean stop", lambda: len(bound(c.pods("test=yes"))) == 3, 10)
+        print(f"    after a clean stop the next replica bound in {time.time() - t0:.1f} s")
+        c.proc = third
+        check_allocatable(c)
+    finally:
+        if other.poll() is None and other is not c.proc:
+            other.kill()
+            other.wait()
+
+
 def case_cordoned_and_not_ready_nodes(c):
     """Pods are not placed on cordoned or NotReady nodes."""
     c.kubectl("cordon", "kwok-node-0")
@@ -400,6 +452,7 @@ CASES = [
     case_deployment_scaled_by_preemption,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,
+    case_two_replicas_elect_a_leader,
     case_cordoned_and_not_ready_nodes,
     case_interleaved_gangs_side_by_side,
 ]

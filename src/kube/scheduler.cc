@@ -797,12 +797,22 @@ void Driver::UpdateGroups() {
 
 void Driver::Pass() {
   if (!synced()) return;
-  if (rebuild_ || sched_ == nullptr) Rebuild();
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool rebuilt = rebuild_ || sched_ == nullptr;
+  if (rebuilt) Rebuild();
   if (sched_ == nullptr) return;
   SyncJobs();
   if (rebuild_) {  // a pod selected nodes in a new way
     Rebuild();
     SyncJobs();
+  }
+  if (rebuilt) {  // what a node joining, leaving or changing costs (docs/kubernetes.md)
+    const auto ms =
+        std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+            .count();
+    log::Info("kubernetes: nodes and running jobs re-read",
+              {{"ms", std::to_string(static_cast<double>(ms) / 1000.0)},
+               {"jobs", std::to_string(sched_->job_records())}});
   }
   Decide();
   UpdateGroups();

@@ -1,0 +1,51 @@
+// Fuzzes what gantryd --kubernetes reads from the API server (kube/objects.h): any bytes,
+// parsed as JSON, read as a node, a pod, a PodGroup and a PodDisruptionBudget, then made
+// into a cluster and a job. Each gives a value (malformed ones with `problem` set) or a
+// refusal, never a crash or a throw: a hostile or broken object must not stop the
+// scheduler or block other pods.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "kube/objects.h"
+#include "spec/config_reader.h"
+
+namespace {
+
+const gantry::spec::ClusterConfig& Config() {
+  static const gantry::spec::ClusterConfig config = [] {
+    gantry::spec::Diagnostics diags;
+    auto c = gantry::spec::ParseClusterConfig(
+        "queues:\n  - name: a\nkubernetes:\n  default_queue: a\n  leaf_label: leaf\n", "fuzz.yaml",
+        diags);
+    if (!c) __builtin_trap();
+    return *c;
+  }();
+  return config;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace gantry::kube;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  const nlohmann::json obj = nlohmann::json::parse(text, nullptr, false);
+  if (obj.is_discarded()) return 0;
+  const NodeInfo node = ParseNode(obj);
+  const PodInfo pod = ParsePod(obj);
+  (void)ParseGroup(obj);
+  const BudgetInfo budget = ParseBudget(obj);
+  (void)Covers(budget, pod);
+  (void)Allows(pod.selection, node);
+  (void)pod.selection.Key();
+  std::map<std::string, Usage> foreign;
+  foreign[node.name] = Usage{pod.gpus, pod.cpus_milli, pod.memory_bytes};
+  auto view = BuildCluster({&node}, {pod.selection}, Config(), foreign);
+  if (view && view->pools_of.size() != 1) __builtin_trap();
+  if (pod.problem.empty()) {
+    auto job = JobOf({&pod}, Config());
+    if (job && (job->replicas != 1 || job->gpus < 0)) __builtin_trap();
+  }
+  return 0;
+}

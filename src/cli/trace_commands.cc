@@ -131,6 +131,9 @@ void AddTraceCommands(CLI::App& app, int& exit_code) {
   c->add_option("--profiles", o.profiles, "pollux/sia: folder of per-application profiles");
   c->add_option("--cluster-spec", o.cluster_spec, "tiresias: cluster spec CSV (e.g. n32g4.csv)");
   c->add_option("--nodes", o.nodes, "Cluster size in nodes (default: per format, see docs)");
+  c->add_option("--duration-s", o.duration_s,
+                "kubernetes: the run time of a pod that gives none (gantry.dev/runtime-estimate-s)")
+      ->capture_default_str();
   c->add_option("--cluster-scale", o.cluster_scale, "pollux/sia: multiply the default cluster");
   c->add_option("--limit", o.limit, "Keep only the first N jobs in submit order");
   c->add_option("--name", o.name, "Cluster name in cluster.yaml");

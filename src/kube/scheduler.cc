@@ -17,13 +17,16 @@
 #include "base/log.h"
 #include "core/scheduler.h"
 #include "kube/objects.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
 
 namespace gantry::kube {
 namespace {
 
 using nlohmann::json;
 
-enum class Resource : uint8_t { kNodes, kPods, kGroups, kBudgets };
+// kResults: not a resource, the Writer's answers to bindings (obj: uid, ok, error).
+enum class Resource : uint8_t { kNodes, kPods, kGroups, kBudgets, kResults };
 constexpr const char* kPaths[] = {"/api/v1/nodes", "/api/v1/pods",
                                   "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
                                   "/apis/policy/v1/poddisruptionbudgets"};
@@ -167,11 +170,171 @@ std::string Now3339() {
   return buf;
 }
 
+// What the HTTP thread serves (/metrics, /healthz), written by the scheduling thread
+// after each pass.
+struct Published {
+  std::mutex mu;
+  std::string metrics;
+  std::atomic<bool> leading{false};
+};
+
+// The API writes that need no answer before the next pass, off the scheduling thread, on
+// a few connections of their own: bindings first (a pass binds a whole gang; one request
+// each, ~5-10 ms on loopback, so one connection bound ~120 pods/s), then PodScheduled
+// conditions with their FailedScheduling events, the latest message per pod only (a pod
+// whose reason changed twice before its first write is written once). Each binding's
+// answer comes back through the mailbox (Resource::kResults).
+class Writer {
+ public:
+  struct BindOp {
+    std::string ns, name, uid, node;
+  };
+  struct StatusOp {
+    std::string ns, name, uid, text;
+  };
+
+  Writer(const Credentials& creds, int threads, Mailbox& box, std::string component)
+      : box_(box), component_(std::move(component)) {
+    for (int i = 0; i < threads; ++i) {
+      clients_.push_back(std::make_unique<Client>(creds));
+      Client* c = clients_.back().get();
+      threads_.emplace_back([this, c] { Loop(*c); });
+    }
+  }
+  ~Writer() {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& c : clients_) c->Interrupt();
+    for (auto& t : threads_) t.join();
+  }
+  void Bind(BindOp op) {
+    {
+      std::lock_guard lock(mu_);
+      binds_.push_back(std::move(op));
+    }
+    cv_.notify_one();
+  }
+  void Status(StatusOp op) {
+    {
+      std::lock_guard lock(mu_);
+      auto [it, fresh] = statuses_.insert_or_assign(op.uid, op);
+      if (fresh) status_order_.push_back(op.uid);
+    }
+    cv_.notify_one();
+  }
+  // The status write of a pod that went away is dropped.
+  void Drop(const std::string& uid) {
+    std::lock_guard lock(mu_);
+    statuses_.erase(uid);
+  }
+
+ private:
+  void Loop(Client& c) {
+    std::unique_lock lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !binds_.empty() || !status_order_.empty(); });
+      if (stop_) return;
+      if (!binds_.empty()) {
+        BindOp op = std::move(binds_.front());
+        binds_.pop_front();
+        lock.unlock();
+        DoBind(c, op);
+        lock.lock();
+        continue;
+      }
+      const std::string uid = std::move(status_order_.front());
+      status_order_.pop_front();
+      auto it = statuses_.find(uid);
+      if (it == statuses_.end()) continue;
+      StatusOp op = std::move(it->second);
+      statuses_.erase(it);
+      lock.unlock();
+      DoStatus(c, op);
+      lock.lock();
+    }
+  }
+
+  void DoBind(Client& c, const BindOp& op) {
+    json b = {{"apiVersion", "v1"},
+              {"kind", "Binding"},
+              {"metadata", {{"name", op.name}, {"namespace", op.ns}, {"uid", op.uid}}},
+              {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", op.node}}}};
+    auto r = c.Request("POST", "/api/v1/namespaces/" + op.ns + "/pods/" + op.name + "/binding",
+                       b.dump());
+    const bool ok = r && r->status == 201;
+    std::string error;
+    if (!ok) {
+      error = r ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.error().ToString();
+      log::Warn("kubernetes: binding failed",
+                {{"pod", op.ns + "/" + op.name}, {"node", op.node}, {"error", error}});
+    }
+    box_.Push(Event{Resource::kResults, Event::Type::kUpsert,
+                    json{{"uid", op.uid}, {"ok", ok}, {"error", error}}});
+  }
+
+  void DoStatus(Client& c, const StatusOp& op) {
+    const std::string now = Now3339();
+    json patch = {{"status",
+                   {{"conditions", json::array({{{"type", "PodScheduled"},
+                                                 {"status", "False"},
+                                                 {"reason", "Unschedulable"},
+                                                 {"message", op.text},
+                                                 {"lastTransitionTime", now}}})}}}};
+    auto r = c.Request("PATCH", "/api/v1/namespaces/" + op.ns + "/pods/" + op.name + "/status",
+                       patch.dump(), "application/strategic-merge-patch+json");
+    if (!r || (r->status != 200 && r->status != 404)) {
+      log::Warn("kubernetes: cannot set PodScheduled",
+                {{"pod", op.ns + "/" + op.name},
+                 {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
+                             : r.error().ToString()}});
+      return;
+    }
+    if (r->status == 404) return;
+    // An Event too, so `kubectl describe pod` lists it, as kube-scheduler's FailedScheduling.
+    json ev = {{"apiVersion", "v1"},
+               {"kind", "Event"},
+               {"metadata", {{"generateName", op.name + "."}, {"namespace", op.ns}}},
+               {"involvedObject",
+                {{"kind", "Pod"},
+                 {"namespace", op.ns},
+                 {"name", op.name},
+                 {"uid", op.uid},
+                 {"apiVersion", "v1"}}},
+               {"reason", "FailedScheduling"},
+               {"message", op.text},
+               {"type", "Warning"},
+               {"source", {{"component", component_}}},
+               {"firstTimestamp", now},
+               {"lastTimestamp", now},
+               {"count", 1}};
+    (void)c.Request("POST", "/api/v1/namespaces/" + op.ns + "/events", ev.dump());
+  }
+
+  Mailbox& box_;
+  std::string component_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<BindOp> binds_;
+  std::map<std::string, StatusOp> statuses_;  // by pod uid
+  std::deque<std::string> status_order_;
+  std::vector<std::unique_ptr<Client>> clients_;
+  std::vector<std::thread> threads_;
+};
+
 class Driver {
  public:
   Driver(const spec::ClusterConfig& config, const Credentials& creds,
-         const SchedulerOptions& options)
-      : config_(config), options_(options), api_(creds) {}
+         const SchedulerOptions& options, Published& published, Writer& writer)
+      : config_(config), options_(options), api_(creds), published_(published), writer_(writer) {
+    const size_t queues = config_.queues.size();
+    preemptions_.assign(queues, 0);
+    starts_.assign(queues, 0);
+    for (size_t i = 0; i < queues * core::kTierCount; ++i) wait_.emplace_back(kWaitBounds);
+  }
 
   void Apply(Event& e);
   void Pass();
@@ -214,9 +377,10 @@ class Driver {
                                    const core::JobSpec& spec);
   void SetWaiting(const PodInfo& pod, const std::string& message);
   void Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why);
-  bool Bind(const PodInfo& pod, const std::string& node);
+  void Bind(const PodInfo& pod, const std::string& node);
   void Forget(Job& job);
   void UpdateGroups();
+  void Publish();
   void Shield();
 
   const spec::ClusterConfig& config_;
@@ -239,7 +403,23 @@ class Driver {
   bool rebuild_ = true;
   std::map<std::string, std::string> refused_;  // job key -> why it never runs (until nodes change)
   std::set<std::string> evicting_;              // pod uids asked to go
-  std::map<std::string, std::string> group_status_;  // PodGroup key -> the status last written
+  std::map<std::string, std::string> group_status_;
+  // For /metrics: since this gantryd started leading.
+  static inline const std::vector<double> kWaitBounds = {
+      0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400};
+  Published& published_;
+  Writer& writer_;
+  std::unordered_map<std::string, std::string> asked_message_;  // uid -> PodScheduled text queued
+  std::set<std::string> bind_failed_;                           // uids whose binding failed
+  // Bindings sent and not yet seen in the watch: uid -> node. A pod event older than the
+  // binding must not make the pod look unbound again.
+  std::unordered_map<std::string, std::string> binding_;
+  std::vector<server::Histogram> wait_;  // by queue x tier: first seen to bound
+  server::Histogram pass_latency_{
+      {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+  std::vector<uint64_t> preemptions_, starts_;  // by queue
+  uint64_t binds_ = 0, bind_failures_ = 0, evictions_ = 0,
+           rebuilds_ = 0;  // PodGroup key -> the status last written
 };
 
 void Driver::Apply(Event& e) {
@@ -270,6 +450,12 @@ void Driver::Apply(Event& e) {
           const bool is = !p.node_name.empty() && Live(p);
           if (was != is) rebuild_ = true;
         }
+        if (!p.node_name.empty()) {
+          writer_.Drop(p.uid);
+          binding_.erase(p.uid);
+        } else if (auto b = binding_.find(p.uid); b != binding_.end()) {
+          p.node_name = b->second;
+        }
         pods_[p.uid] = std::move(p);
         break;
       }
@@ -281,6 +467,20 @@ void Driver::Apply(Event& e) {
       case Resource::kBudgets: {
         BudgetInfo b = ParseBudget(obj);
         budgets_[b.ns + "/" + b.name] = std::move(b);
+        break;
+      }
+      case Resource::kResults: {
+        const std::string uid = obj.value("uid", "");
+        auto b = binding_.find(uid);
+        if (!obj.value("ok", false)) {
+          ++bind_failures_;
+          bind_failed_.insert(uid);
+          if (b != binding_.end()) {
+            if (auto p = pods_.find(uid); p != pods_.end() && p->second.node_name == b->second)
+              p->second.node_name.clear();
+          }
+        }
+        if (b != binding_.end()) binding_.erase(b);
         break;
       }
     }
@@ -309,6 +509,10 @@ void Driver::Apply(Event& e) {
           rebuild_ = true;
         pods_.erase(p.uid);
         evicting_.erase(p.uid);
+        asked_message_.erase(p.uid);
+        binding_.erase(p.uid);
+        bind_failed_.erase(p.uid);
+        writer_.Drop(p.uid);
       } else if (e.res == Resource::kGroups) {
         GroupInfo g = ParseGroup(e.obj);
         groups_.erase(g.ns + "/" + g.name);
@@ -418,61 +622,18 @@ void Driver::Rebuild() {
 
 void Driver::SetWaiting(const PodInfo& pod, const std::string& message) {
   const std::string text = "gantry: " + message;
-  if (pod.scheduled_message == text) return;
-  json patch = {{"status",
-                 {{"conditions", json::array({{{"type", "PodScheduled"},
-                                               {"status", "False"},
-                                               {"reason", "Unschedulable"},
-                                               {"message", text},
-                                               {"lastTransitionTime", Now3339()}}})}}}};
-  auto r = api_.Request("PATCH", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/status",
-                        patch.dump(), "application/strategic-merge-patch+json");
-  if (!r || (r->status != 200 && r->status != 404)) {
-    log::Warn("kubernetes: cannot set PodScheduled",
-              {{"pod", pod.ns + "/" + pod.name},
-               {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
-                           : r.error().ToString()}});
-    return;
-  }
-  pods_[pod.uid].scheduled_message = text;
-  // An Event too, so `kubectl describe pod` lists it, as kube-scheduler's FailedScheduling.
-  json ev = {{"apiVersion", "v1"},
-             {"kind", "Event"},
-             {"metadata", {{"generateName", pod.name + "."}, {"namespace", pod.ns}}},
-             {"involvedObject",
-              {{"kind", "Pod"},
-               {"namespace", pod.ns},
-               {"name", pod.name},
-               {"uid", pod.uid},
-               {"apiVersion", "v1"}}},
-             {"reason", "FailedScheduling"},
-             {"message", text},
-             {"type", "Warning"},
-             {"source", {{"component", config_.kubernetes.scheduler_name}}},
-             {"firstTimestamp", Now3339()},
-             {"lastTimestamp", Now3339()},
-             {"count", 1}};
-  (void)api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/events", ev.dump());
+  auto& asked = asked_message_[pod.uid];
+  if (asked == text || (asked.empty() && pod.scheduled_message == text)) return;
+  asked = text;
+  writer_.Status(Writer::StatusOp{pod.ns, pod.name, pod.uid, text});
 }
 
-bool Driver::Bind(const PodInfo& pod, const std::string& node) {
-  json b = {{"apiVersion", "v1"},
-            {"kind", "Binding"},
-            {"metadata", {{"name", pod.name}, {"namespace", pod.ns}, {"uid", pod.uid}}},
-            {"target", {{"apiVersion", "v1"}, {"kind", "Node"}, {"name", node}}}};
-  auto r = api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/binding",
-                        b.dump());
-  if (r && r->status == 201) {
-    pods_[pod.uid].node_name =
-        node;  // the watch will say so too; a pass before it must not bind again
-    return true;
-  }
-  log::Warn("kubernetes: binding failed",
-            {{"pod", pod.ns + "/" + pod.name},
-             {"node", node},
-             {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
-                         : r.error().ToString()}});
-  return false;
+void Driver::Bind(const PodInfo& pod, const std::string& node) {
+  ++binds_;
+  pods_[pod.uid].node_name =
+      node;  // the watch will say so too; a pass before it must not bind again
+  binding_[pod.uid] = node;
+  writer_.Bind(Writer::BindOp{pod.ns, pod.name, pod.uid, node});
 }
 
 void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why) {
@@ -486,6 +647,7 @@ void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& 
   auto r = api_.Request("POST", "/api/v1/namespaces/" + pod.ns + "/pods/" + pod.name + "/eviction",
                         ev.dump());
   if (r && (r->status == 201 || r->status == 200 || r->status == 404)) {
+    ++evictions_;
     evicting_.insert(pod.uid);
     log::Info("kubernetes: pod evicted", {{"pod", pod.ns + "/" + pod.name}, {"why", why}});
     return;
@@ -527,6 +689,18 @@ void Driver::SyncJobs() {
       for (const std::string& uid : job.pods) {
         auto p = pods_.find(uid);
         bound_alive |= p != pods_.end() && !p->second.terminal() && !p->second.node_name.empty();
+      }
+      if (running) {
+        // A gang one of whose bindings failed: all or nothing, so its bound pods go.
+        bool failed = false;
+        for (const std::string& uid : job.pods) failed |= bind_failed_.erase(uid) > 0;
+        if (failed) {
+          for (const std::string& uid : job.pods) {
+            auto p = pods_.find(uid);
+            if (p != pods_.end() && !p->second.node_name.empty())
+              Evict(p->second, 0, "its gang could not be bound whole");
+          }
+        }
       }
       if (running && !bound_alive) {
         if (rec.phase == core::Phase::kSignaled && !job.lone) {
@@ -704,26 +878,26 @@ void Driver::Decide() {
     const core::JobRecord& rec = sched_->job(d.job);
     switch (d.kind) {
       case core::Decision::Kind::kStart: {
-        // A gang's pods bound in one pass, worker i to its node.
+        // A gang's pods bound in one pass, worker i to its node (the Writer sends them;
+        // a binding that fails comes back as a result, and the gang's other pods go).
         std::vector<std::string> bound;
         for (size_t i = 0; i < rec.alloc.size() && i < job.pods.size(); ++i) {
           auto p = pods_.find(job.pods[i]);
           if (p == pods_.end()) continue;
-          const std::string& node = view_.cluster.node(rec.alloc[i].node).name;
-          if (Bind(p->second, node)) bound.push_back(job.pods[i]);
+          Bind(p->second, view_.cluster.node(rec.alloc[i].node).name);
+          bound.push_back(job.pods[i]);
         }
-        if (bound.size() != job.pods.size()) {
-          // Some binding failed: the bound ones go (the gang is all or nothing) and the
-          // job is placed again once its pods are back.
-          for (const std::string& uid : bound)
-            Evict(pods_[uid], 0, "its gang could not be bound whole");
+        if (rec.preemptions == 0 && rec.run_total == 0) {  // its first start: how long it waited
+          wait_[rec.spec.queue.v * core::kTierCount + static_cast<size_t>(rec.asked_tier)].Observe(
+              static_cast<double>(now - job.first_seen) / 1000.0);
         }
+        ++starts_[rec.spec.queue.v];
         job.pods = bound;
-        log::Info("kubernetes: bound", {{"job", job.key}, {"pods", std::to_string(bound.size())}});
         break;
       }
       case core::Decision::Kind::kPreempt: {
         job.evict_asked = now;
+        ++preemptions_[rec.spec.queue.v];
         const auto by = by_id_.find(d.by.v);
         for (const std::string& uid : job.pods) {
           auto p = pods_.find(uid);
@@ -806,6 +980,7 @@ void Driver::Pass() {
     Rebuild();
     SyncJobs();
   }
+  if (rebuilt) ++rebuilds_;
   if (rebuilt) {  // what a node joining, leaving or changing costs (docs/kubernetes.md)
     const auto ms =
         std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
@@ -816,6 +991,82 @@ void Driver::Pass() {
   }
   Decide();
   UpdateGroups();
+  pass_latency_.Observe(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (!options_.listen.empty()) Publish();
+}
+
+// The metrics, under the names gantryd's agent mode uses where they mean the same
+// (docs/kubernetes.md lists them).
+void Driver::Publish() {
+  using server::Labels;
+  using server::MetricHeader;
+  std::string out;
+  auto queue_name = [&](uint32_t q) { return config_.queues.queue(core::QueueId(q)).spec.name; };
+  const core::Cluster& cluster = view_.cluster;
+  MetricHeader(out, "gantry_nodes", "gauge", "Nodes Gantry places pods on, by state");
+  out += "gantry_nodes{state=\"up\"} " +
+         std::to_string(cluster.nodes().size() - view_.down.size()) + "\n";
+  out += "gantry_nodes{state=\"down\"} " + std::to_string(view_.down.size()) + "\n";
+  MetricHeader(
+      out, "gantry_gpus", "gauge",
+      "GPUs of the nodes, less what other schedulers' pods hold; allocated: held by Gantry's pods");
+  double held = 0;
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    if (!config_.queues.queue(core::QueueId(q)).parent.valid()) {
+      held += static_cast<double>(sched_->queue_usage(core::QueueId(q))) / core::kGpuUnits;
+    }
+  }
+  out += "gantry_gpus{state=\"total\"} " + std::to_string(cluster.gpu_count()) + "\n";
+  out += "gantry_gpus{state=\"allocated\"} " + server::FormatValue(held) + "\n";
+  std::vector<uint64_t> pending(config_.queues.size(), 0);
+  for (const auto& key : sched_->pending()) ++pending[sched_->job(key.id).spec.queue.v];
+  MetricHeader(out, "gantry_queue_used_gpus", "gauge", "GPUs held by a queue and its descendants");
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    out += "gantry_queue_used_gpus{" + Labels({{"queue", queue_name(q)}}) + "} " +
+           server::FormatValue(static_cast<double>(sched_->queue_usage(core::QueueId(q))) /
+                               core::kGpuUnits) +
+           "\n";
+  }
+  MetricHeader(out, "gantry_queue_pending_jobs", "gauge", "Gangs and lone pods waiting, by queue");
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    out += "gantry_queue_pending_jobs{" + Labels({{"queue", queue_name(q)}}) + "} " +
+           std::to_string(pending[q]) + "\n";
+  }
+  MetricHeader(
+      out, "gantry_queue_wait_seconds", "histogram",
+      "Time from the oldest pod's creation to the gang's first binding, by queue and tier");
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    for (int t = 0; t < core::kTierCount; ++t) {
+      wait_[q * core::kTierCount + static_cast<size_t>(t)].Render(
+          out, "gantry_queue_wait_seconds",
+          Labels({{"queue", queue_name(q)}, {"tier", core::Name(static_cast<core::Tier>(t))}}));
+    }
+  }
+  MetricHeader(out, "gantry_preemptions_total", "counter", "Jobs preempted, by queue");
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    out += "gantry_preemptions_total{" + Labels({{"queue", queue_name(q)}}) + "} " +
+           std::to_string(preemptions_[q]) + "\n";
+  }
+  MetricHeader(out, "gantry_jobs_started_total", "counter", "Gangs and lone pods bound, by queue");
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    out += "gantry_jobs_started_total{" + Labels({{"queue", queue_name(q)}}) + "} " +
+           std::to_string(starts_[q]) + "\n";
+  }
+  MetricHeader(out, "gantry_scheduling_latency_seconds", "histogram",
+               "Wall-clock time of one scheduling pass");
+  pass_latency_.Render(out, "gantry_scheduling_latency_seconds");
+  MetricHeader(out, "gantry_kubernetes_requests_total", "counter",
+               "Writes to the API server, by what they did");
+  out += "gantry_kubernetes_requests_total{what=\"bind\"} " + std::to_string(binds_) + "\n";
+  out += "gantry_kubernetes_requests_total{what=\"bind_failed\"} " +
+         std::to_string(bind_failures_) + "\n";
+  out += "gantry_kubernetes_requests_total{what=\"evict\"} " + std::to_string(evictions_) + "\n";
+  MetricHeader(out, "gantry_kubernetes_rebuilds_total", "counter",
+               "Times the nodes and running jobs were read again (a node joined, left or changed)");
+  out += "gantry_kubernetes_rebuilds_total " + std::to_string(rebuilds_) + "\n";
+  std::lock_guard lock(published_.mu);
+  published_.metrics = std::move(out);
 }
 
 }  // namespace
@@ -838,6 +1089,49 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
                {"version", ver.is_object() ? ver.value("gitVersion", "?") : "?"},
                {"scheduler_name", config.kubernetes.scheduler_name}});
   }
+  // /healthz and /metrics, served by standbys too (a standby's /healthz says so).
+  Published published;
+  std::unique_ptr<server::HttpServer> http;
+  std::thread http_thread;
+  if (!options.listen.empty()) {
+    http = std::make_unique<
+        server::HttpServer>(server::HttpServerOptions{}, [&published](
+                                                             server::HttpRequest& req,
+                                                             server::HttpServer::Respond respond) {
+      server::HttpResponse r;
+      if (req.method == "GET" && req.path() == "/healthz") {
+        r.body = json{{"status", "ok"}, {"role", published.leading ? "leader" : "standby"}}.dump();
+      } else if (req.method == "GET" && req.path() == "/metrics") {
+        r.content_type = "text/plain; version=0.0.4";
+        std::lock_guard lock(published.mu);
+        r.body = published.metrics;
+      } else {
+        r.status = 404;
+        r.body =
+            json{{"error", "gantryd --kubernetes serves GET /healthz and GET /metrics"}}.dump();
+      }
+      respond(std::move(r));
+    });
+    const size_t colon = options.listen.rfind(':');
+    const int port =
+        colon == std::string::npos ? -1 : std::atoi(options.listen.c_str() + colon + 1);
+    auto bound = http->Bind(options.listen.substr(0, colon), port);
+    if (!bound) {
+      log::Error("kubernetes: cannot listen",
+                 {{"listen", options.listen}, {"error", bound.error().ToString()}});
+      return 1;
+    }
+    log::Info("kubernetes: serving /healthz and /metrics", {{"port", std::to_string(*bound)}});
+    http_thread = std::thread([&] { http->Serve(); });
+  }
+  struct StopHttp {
+    std::unique_ptr<server::HttpServer>& http;
+    std::thread& thread;
+    ~StopHttp() {
+      if (http) http->Stop();
+      if (thread.joinable()) thread.join();
+    }
+  } stop_http{http, http_thread};
   // Only the leader watches and schedules: a standby holds no state to go stale.
   Client lease_client(creds);
   LeaseElector elector(lease_client, options.lease);
@@ -858,7 +1152,9 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
     Client* c = clients.back().get();
     threads.emplace_back([r, &box, &stop, c] { WatchLoop(r, box, stop, *c); });
   }
-  Driver driver(config, creds, options);
+  published.leading = true;
+  Writer writer(creds, 4, box, config.kubernetes.scheduler_name);
+  Driver driver(config, creds, options, published, writer);
   const auto idle = std::chrono::milliseconds(static_cast<int64_t>(options.idle_pass_s * 1000));
   while (!stop && !lost) {
     std::deque<Event> events = box.Take(idle);

@@ -32,6 +32,8 @@ struct SchedulerOptions {
   // no election (one replica, or tests).
   bool elect = true;
   LeaseOptions lease;
+  // HOST:PORT for GET /healthz and GET /metrics (empty: none; port 0: any free port).
+  std::string listen;
 };
 
 // Runs until `stop`; 0 after a clean stop, 1 when the API server cannot be used or the

@@ -457,6 +457,7 @@ int ServeKubernetes(const ServeArgs& a) {
   kube::SchedulerOptions options;
   options.policy = a.policy;
   options.elect = a.kubernetes_lease != "none";
+  options.listen = a.listen;
   if (options.elect) {
     const size_t slash = a.kubernetes_lease.find('/');
     if (slash == std::string::npos || slash == 0 || slash + 1 == a.kubernetes_lease.size()) {

@@ -13,12 +13,14 @@ Ends with 'N passed, N failed'; exits non-zero on a failure.
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -79,7 +81,8 @@ class Cluster:
         log = open(path, "w")
         proc = subprocess.Popen(
             [self.gantryd_bin, "--config", os.path.join(self.dir, "gantry.yaml"),
-             "--kubernetes", self.kubeconfig, "--kubernetes-lease-duration-s", str(self.LEASE_S)],
+             "--kubernetes", self.kubeconfig, "--kubernetes-lease-duration-s", str(self.LEASE_S),
+             "--listen", "127.0.0.1:0"],
             stdout=log, stderr=subprocess.STDOUT)
         proc.log_path = path
         return proc
@@ -197,6 +200,14 @@ def case_gang_of_four_bound_together(c):
         st = obj.get("status") or {}
         return st if st.get("phase") == "Running" and st.get("running") == 4 else None
     wait_for("PodGroup train4 Running with 4 running", group_running, 10)
+    # /metrics says the same
+    port = wait_for("gantryd's port in its log", lambda: (lambda m: m and m.group(1))(
+        re.search(r"serving /healthz and /metrics port=(\d+)", open(c.proc.log_path).read())), 5)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert 'gantry_gpus{state="allocated"} 32' in metrics, metrics[:2000]
+    assert 'gantry_jobs_started_total{queue="team-a"} 1' in metrics, metrics[:2000]
+    health = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5).read())
+    assert health["role"] == "leader", health
 
 
 def case_interleaved_gangs_side_by_side(c):

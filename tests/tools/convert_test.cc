@@ -333,6 +333,58 @@ TEST_F(ConvertTest, TiresiasJobsOnItsClusterSpec) {
   EXPECT_NE(yarn.error().message.find("durations only"), std::string::npos);
 }
 
+TEST_F(ConvertTest, KubernetesSnapshotGivesPoolsGangsAndQueues) {
+  // What `kubectl get nodes,pods -A -o json` gives: a List of nodes and pods.
+  auto node = [](const std::string& name, const std::string& product, int gpus) {
+    return R"({"kind":"Node","metadata":{"name":")" + name +
+           R"(","labels":{"nvidia.com/gpu.product":")" + product +
+           R"("}},"status":{"allocatable":{"cpu":"64","memory":"512Gi","nvidia.com/gpu":")" +
+           std::to_string(gpus) + R"("},"conditions":[{"type":"Ready","status":"True"}]}})";
+  };
+  auto pod = [](const std::string& ns, const std::string& name, const std::string& group, int gpus,
+                const std::string& on, const std::string& phase, const std::string& created,
+                const std::string& annotations) {
+    return R"({"kind":"Pod","metadata":{"namespace":")" + ns + R"(","name":")" + name +
+           R"(","uid":"u-)" + name + R"(","creationTimestamp":")" + created + R"(","labels":{)" +
+           (group.empty() ? "" : R"("scheduling.x-k8s.io/pod-group":")" + group + R"(")") +
+           R"(},"annotations":{)" + annotations + R"(}},"spec":{"nodeName":")" + on +
+           R"(","containers":[{"name":"c","resources":{"limits":{"nvidia.com/gpu":")" +
+           std::to_string(gpus) +
+           R"("},"requests":{"cpu":"4","memory":"16Gi"}}}]},"status":{"phase":")" + phase +
+           R"("}})";
+  };
+  ConvertOptions o;
+  o.format = "kubernetes";
+  o.duration_s = 600;
+  o.inputs = {Write(
+      "snap.json",
+      R"({"apiVersion":"v1","kind":"List","items":[)" + node("h1", "NVIDIA-H100-80GB-HBM3", 8) +
+          "," + node("h2", "NVIDIA-H100-80GB-HBM3", 8) + "," +
+          node("a1", "NVIDIA-A100-SXM4-40GB", 4) + "," + node("x1", "Mystery-GPU", 8) + "," +
+          pod("ml", "w-0", "train", 8, "", "Pending", "2026-11-29T08:00:05Z", "") + "," +
+          pod("ml", "w-1", "train", 8, "", "Pending", "2026-11-29T08:00:05Z", "") + "," +
+          pod("infer", "srv", "", 2, "h1", "Running", "2026-11-29T07:00:00Z",
+              R"("gantry.dev/runtime-estimate-s":"86400","gantry.dev/vram-gb":"40")") +
+          "," + pod("ml", "done", "", 1, "h2", "Succeeded", "2026-11-29T06:00:00Z", "") + "]}")};
+  const ConvertSummary s = Run(o);
+  EXPECT_EQ(s.cluster_nodes, 3);
+  EXPECT_EQ(s.cluster_gpus, 20);
+  EXPECT_EQ(s.dropped.at("node of an unknown GPU model (nvidia.com/gpu.product)"), 1);
+  EXPECT_EQ(s.dropped.at("ended or ending pod"), 1);
+  EXPECT_EQ(s.adjusted.at("run time unknown: --duration-s"), 1);
+  // The running pod arrives first; the gang is one job of 2 workers.
+  EXPECT_EQ(
+      Trace(),
+      (std::vector<std::string>{
+          R"({"id":"infer/srv","submit":0,"duration":86400,"queue":"infer","tier":"standard","gpus":2,"vram_gb":40,"cpus":4,"memory_gb":17.18})",
+          R"({"id":"ml/train","submit":0,"duration":600,"queue":"ml","tier":"standard","replicas":2,"gpus":8,"vram_gb":1,"cpus":4,"memory_gb":17.18})"}));
+  auto config = ReadOutput(Path("out"));
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->cluster.pools().size(), 2u);
+  EXPECT_TRUE(config->queues.Find("ml").has_value());
+  EXPECT_TRUE(config->queues.Find("infer").has_value());
+}
+
 TEST_F(ConvertTest, RefusalsNameTheOption) {
   ConvertOptions o;
   o.out = Path("out");

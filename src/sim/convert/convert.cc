@@ -8,8 +8,8 @@ const char* const kHeliosUnavailable =
     "per-VC aggregate time series, which carry no jobs to replay (see docs/traces.md)";
 
 const std::vector<std::string>& Formats() {
-  static const std::vector<std::string> kFormats = {"openb", "philly",   "gavel", "pollux",
-                                                    "sia",   "tiresias", "helios"};
+  static const std::vector<std::string> kFormats = {"openb", "philly",   "gavel",      "pollux",
+                                                    "sia",   "tiresias", "kubernetes", "helios"};
   return kFormats;
 }
 
@@ -26,6 +26,7 @@ Result<ConvertSummary> Convert(const ConvertOptions& o) {
   if (o.format == "pollux") return ConvertPollux(o, false);
   if (o.format == "sia") return ConvertPollux(o, true);
   if (o.format == "tiresias") return ConvertTiresias(o);
+  if (o.format == "kubernetes") return ConvertKubernetes(o);
   if (o.format == "helios") return Error{"--format", kHeliosUnavailable};
   std::string known;
   for (const std::string& f : Formats()) {

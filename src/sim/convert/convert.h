@@ -24,7 +24,7 @@
 namespace gantry::convert {
 
 struct ConvertOptions {
-  std::string format;                // openb, philly, gavel, pollux, sia, tiresias, helios
+  std::string format;  // openb, philly, gavel, pollux, sia, tiresias, kubernetes, helios
   std::vector<std::string> inputs;   // job files (or one folder of per-VC files for gavel)
   std::string out;                   // output folder
   std::string node_list;             // openb: node list CSV
@@ -38,6 +38,7 @@ struct ConvertOptions {
   double fill = 0;                   // openb: FGD fill mode, multiple of GPU capacity
   uint64_t seed = 0;                 // openb fill: sampling seed
   std::string name;                  // cluster name (empty: the format's)
+  double duration_s = 3600;          // kubernetes: the run time of a pod that states none
 };
 
 struct ConvertSummary {
@@ -61,6 +62,7 @@ Result<ConvertSummary> ConvertPhilly(const ConvertOptions& options);
 Result<ConvertSummary> ConvertGavel(const ConvertOptions& options);
 Result<ConvertSummary> ConvertPollux(const ConvertOptions& options, bool sia);
 Result<ConvertSummary> ConvertTiresias(const ConvertOptions& options);
+Result<ConvertSummary> ConvertKubernetes(const ConvertOptions& options);
 
 // The text `--format helios` fails with.
 extern const char* const kHeliosUnavailable;

@@ -109,6 +109,19 @@ Req Sum(Req a, const Req& b) {
   return a;
 }
 
+// A selector's matchExpressions (node affinity terms, label selectors).
+std::vector<Requirement> Requirements(const json& selector) {
+  std::vector<Requirement> out;
+  for (const json& e : Arr(selector, "matchExpressions")) {
+    Requirement r{Str(e, "key"), Str(e, "operator"), {}};
+    for (const json& v : Arr(e, "values")) {
+      if (v.is_string()) r.values.push_back(v.get<std::string>());
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
 bool Matches(const Requirement& r, const std::map<std::string, std::string>& labels) {
   auto it = labels.find(r.key);
   const bool has = it != labels.end();
@@ -309,11 +322,7 @@ PodInfo ParsePod(const json& obj) {
   const json& required = Obj(node_aff, "requiredDuringSchedulingIgnoredDuringExecution");
   for (const json& term : Arr(required, "nodeSelectorTerms")) {
     std::vector<Requirement> reqs;
-    for (const json& e : Arr(term, "matchExpressions")) {
-      Requirement r{Str(e, "key"), Str(e, "operator"), {}};
-      for (const json& v : Arr(e, "values")) {
-        if (v.is_string()) r.values.push_back(v.get<std::string>());
-      }
+    for (Requirement& r : Requirements(term)) {
       static const std::set<std::string> kOps = {"In",           "NotIn", "Exists",
                                                  "DoesNotExist", "Gt",    "Lt"};
       if (!kOps.contains(r.op)) p.problem = "nodeAffinity: unknown operator \"" + r.op + "\"";
@@ -432,13 +441,7 @@ BudgetInfo ParseBudget(const json& obj) {
   if (sel != nullptr && sel->is_object()) {
     b.selector_given = true;
     b.match_labels = StrMap(*sel, "matchLabels");
-    for (const json& e : Arr(*sel, "matchExpressions")) {
-      Requirement r{Str(e, "key"), Str(e, "operator"), {}};
-      for (const json& v : Arr(e, "values")) {
-        if (v.is_string()) r.values.push_back(v.get<std::string>());
-      }
-      b.match_expressions.push_back(std::move(r));
-    }
+    b.match_expressions = Requirements(*sel);
   }
   const json* allowed = Member(Obj(obj, "status"), "disruptionsAllowed");
   if (allowed != nullptr && allowed->is_number_integer())
@@ -672,6 +675,11 @@ Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
       return Error{std::string("annotation ") + kTopologyAnnotation,
                    "\"" + it->second + "\" must be one of nvlink, node, leaf, spine"};
     }
+  }
+  // Which tiers a queue may use (queues[].tiers): a namespace whose queue may not use the
+  // pod's priority class's tier is refused, as a job spec asking for it is.
+  if (auto why = config.queues.WhyTierRefused(job.queue, job.tier)) {
+    return Error{"priorityClassName", "priority class " + p.priority_class + ": " + *why};
   }
   const core::Ticks cap = config.policy.max_grace[static_cast<size_t>(job.tier)];
   job.grace = std::min<core::Ticks>(p.grace_s * 1000, cap);

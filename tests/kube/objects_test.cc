@@ -210,6 +210,25 @@ TEST(KubeJob, QueueTierAnnotationsAndGrace) {
   EXPECT_TRUE(WhyNotAlike({&p, &q}).has_value());
 }
 
+TEST(KubeJob, AQueueKeepsToItsTiers) {
+  // team-b may not use critical: a pod of a namespace that maps to it, naming the class
+  // that maps to critical, is refused with the queue's rule, never run as critical.
+  spec::Diagnostics diags;
+  auto limited = spec::ParseClusterConfig(
+      "queues:\n  - name: team-a\n  - name: team-b\n    tiers: [standard, best-effort]\n"
+      "kubernetes:\n  default_queue: team-b\n  priority_classes: {serving: critical}\n",
+      "k.yaml", diags);
+  ASSERT_TRUE(limited.has_value()) << diags.ToString();
+  PodInfo p = ParsePod(Pod("w-0", {{"limits", {{"nvidia.com/gpu", "1"}}}}));
+  p.ns = "elsewhere";
+  p.priority_class = "serving";
+  auto job = JobOf({&p}, *limited);
+  ASSERT_FALSE(job.ok());
+  EXPECT_NE(job.error().ToString().find("team-b"), std::string::npos) << job.error().ToString();
+  p.priority_class = "";
+  EXPECT_TRUE(JobOf({&p}, *limited).ok());
+}
+
 TEST(KubeConfig, SectionErrorsNameTheirField) {
   spec::Diagnostics diags;
   auto c = spec::ParseClusterConfig(

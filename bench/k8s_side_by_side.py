@@ -318,6 +318,7 @@ class Watcher(threading.Thread):
 class Cluster:
     def __init__(self, cdir, nodes, gantryd):
         self.dir, self.nodes, self.gantryd_bin = cdir, nodes, gantryd
+        self.gantryd_args = []
         self.gantry = None
         self.gantry_log = os.path.join(cdir, 'logs', 'gantryd.log')
 
@@ -411,7 +412,7 @@ class Cluster:
         logf = open(self.gantry_log, 'a')
         self.gantry = subprocess.Popen(
             [self.gantryd_bin, '--config', os.path.join(self.dir, 'gantry.yaml'),
-             '--kubernetes', self.kubeconfig, '--kubernetes-lease', 'none'],
+             '--kubernetes', self.kubeconfig, '--kubernetes-lease', 'none'] + self.gantryd_args,
             stdout=logf, stderr=subprocess.STDOUT)
         logf.close()
 
@@ -732,6 +733,7 @@ def run_size(a, wl, n, workdir):
     jobs = wl.gen_jobs(a.jobs_per_node * n, a.seed, a.dur_min, a.dur_max)
     t0 = time.monotonic()
     c = Cluster(cdir, n, a.gantryd)
+    c.gantryd_args = a.gantryd_args.split()
     try:
         c.start()
         out['cluster_start_s'] = time.monotonic() - t0
@@ -835,6 +837,7 @@ def main():
     ap.add_argument('--probes', type=int, default=20)
     ap.add_argument('--creators', type=int, default=4, help='driver threads creating the burst')
     ap.add_argument('--gantryd', default=os.path.join(ROOT, 'build', 'release', 'src', 'gantryd'))
+    ap.add_argument('--gantryd-args', default='', help='more gantryd flags, e.g. "--policy fifo"')
     ap.add_argument('--out', default='k8s_side_by_side.json')
     ap.add_argument('--workdir', help='cluster directories go here (default: a new temporary one)')
     ap.add_argument('--keep', action='store_true', help='keep the cluster directories (logs)')

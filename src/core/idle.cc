@@ -74,11 +74,7 @@ IdleGpus IdleByCause(const Scheduler& s) {
     for (size_t p = 0; p < pools; ++p) {
       if (!model[p].valid() || !(job.spec.models >> model[p].v & 1u)) continue;
       model_wanted[p] = true;
-      if (job.spec.pool.valid() && job.spec.pool.v != p) continue;
-      if (!job.spec.pools.empty() &&
-          !std::binary_search(job.spec.pools.begin(), job.spec.pools.end(),
-                              PoolId(static_cast<uint32_t>(p))))
-        continue;
+      if (!job.spec.MayUse(PoolId(static_cast<uint32_t>(p)))) continue;
       if (!(sharing[p] & Bit(job.spec.sharing))) continue;
       demand[p] |= bit;
     }

@@ -42,13 +42,15 @@ bool Sleep(const std::atomic<bool>& stop, int ms) {
 }  // namespace
 
 LeaseElector::LeaseElector(Client& client, LeaseOptions options)
-    : client_(client), options_(std::move(options)) {}
+    : client_(client),
+      options_(std::move(options)),
+      collection_("/apis/coordination.k8s.io/v1/namespaces/" + options_.ns + "/leases"),
+      path_(collection_ + "/" + options_.name),
+      label_(options_.ns + "/" + options_.name) {}
 
 LeaseElector::Try LeaseElector::TryAcquireOrRenew() {
-  const std::string path =
-      "/apis/coordination.k8s.io/v1/namespaces/" + options_.ns + "/leases/" + options_.name;
   const std::string now = MicroTimeNow();
-  auto got = client_.Request("GET", path);
+  auto got = client_.Request("GET", path_);
   if (!got) return Try::kError;
   if (got->status == 404) {
     json lease = {{"apiVersion", "coordination.k8s.io/v1"},
@@ -60,8 +62,7 @@ LeaseElector::Try LeaseElector::TryAcquireOrRenew() {
                     {"acquireTime", now},
                     {"renewTime", now},
                     {"leaseTransitions", 0}}}};
-    auto r = client_.Request(
-        "POST", "/apis/coordination.k8s.io/v1/namespaces/" + options_.ns + "/leases", lease.dump());
+    auto r = client_.Request("POST", collection_, lease.dump());
     if (!r) return Try::kError;
     return r->status == 201 ? Try::kHeld : Try::kTaken;
   }
@@ -90,13 +91,13 @@ LeaseElector::Try LeaseElector::TryAcquireOrRenew() {
   spec["renewTime"] = now;
   // The metadata read carries its resourceVersion: a replica that wrote meanwhile wins
   // and this write is refused (409).
-  auto r = client_.Request("PUT", path, lease.dump());
+  auto r = client_.Request("PUT", path_, lease.dump());
   if (!r) return Try::kError;
   if (r->status != 200) return r->status == 409 ? Try::kTaken : Try::kError;
   observed_ = json::parse(r->body, nullptr, false).value("spec", json::object()).dump();
   observed_at_ms_ = SteadyMs();
   if (!ours) {
-    log::Info("kubernetes: leader lease taken", {{"lease", options_.ns + "/" + options_.name},
+    log::Info("kubernetes: leader lease taken", {{"lease", label_},
                                                  {"identity", options_.identity},
                                                  {"previous", holder.empty() ? "(none)" : holder}});
   }
@@ -110,7 +111,7 @@ bool LeaseElector::Acquire(const std::atomic<bool>& stop) {
     if (t == Try::kHeld) return true;
     if (!said) {
       log::Info("kubernetes: waiting for the leader lease",
-                {{"lease", options_.ns + "/" + options_.name}, {"identity", options_.identity}});
+                {{"lease", label_}, {"identity", options_.identity}});
       said = true;
     }
     if (!Sleep(stop, options_.retry_s * 1000)) break;
@@ -128,7 +129,7 @@ bool LeaseElector::KeepRenewing(const std::atomic<bool>& stop) {
     }
     if (t == Try::kTaken || SteadyMs() - renewed > int64_t{options_.renew_deadline_s} * 1000) {
       log::Error("kubernetes: leader lease lost",
-                 {{"lease", options_.ns + "/" + options_.name}, {"identity", options_.identity}});
+                 {{"lease", label_}, {"identity", options_.identity}});
       return false;
     }
   }
@@ -139,9 +140,7 @@ bool LeaseElector::KeepRenewing(const std::atomic<bool>& stop) {
 // On a clean stop the Lease is given up at once (holder cleared), so a standby need not
 // wait out its duration, as client-go's ReleaseOnCancel.
 void LeaseElector::Release() {
-  const std::string path =
-      "/apis/coordination.k8s.io/v1/namespaces/" + options_.ns + "/leases/" + options_.name;
-  auto got = client_.Request("GET", path);
+  auto got = client_.Request("GET", path_);
   if (!got || got->status != 200) return;
   json lease = json::parse(got->body, nullptr, false);
   if (!lease.is_object() || !lease["spec"].is_object() ||
@@ -151,7 +150,7 @@ void LeaseElector::Release() {
   lease["spec"]["holderIdentity"] = "";
   lease["spec"]["leaseDurationSeconds"] = 1;
   lease["spec"]["renewTime"] = MicroTimeNow();
-  (void)client_.Request("PUT", path, lease.dump());
+  (void)client_.Request("PUT", path_, lease.dump());
 }
 
 }  // namespace gantry::kube

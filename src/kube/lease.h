@@ -41,8 +41,10 @@ class LeaseElector {
 
   Client& client_;
   LeaseOptions options_;
-  std::string observed_;        // the holder, renewTime and transitions last seen
-  int64_t observed_at_ms_ = 0;  // when (steady clock) it last changed
+  std::string collection_, path_;  // the namespace's leases; this Lease
+  std::string label_;              // namespace/name, for the log
+  std::string observed_;           // the holder, renewTime and transitions last seen
+  int64_t observed_at_ms_ = 0;     // when (steady clock) it last changed
   std::string resource_version_;
   int transitions_ = 0;
 };

@@ -604,6 +604,21 @@ std::optional<std::string> WhyNotAlike(const std::vector<const PodInfo*>& pods) 
   return std::nullopt;
 }
 
+Result<std::optional<double>> AnnotationNumber(const PodInfo& pod, const char* key, double lo,
+                                               double hi) {
+  auto it = pod.annotations.find(key);
+  if (it == pod.annotations.end()) return std::optional<double>();
+  char* end = nullptr;
+  const double v = std::strtod(it->second.c_str(), &end);
+  if (end == it->second.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
+    return Error{std::string("annotation ") + key, "\"" + it->second + "\" must be a number from " +
+                                                       std::to_string(static_cast<int64_t>(lo)) +
+                                                       " to " +
+                                                       std::to_string(static_cast<int64_t>(hi))};
+  }
+  return std::optional<double>(v);
+}
+
 Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
                             const spec::ClusterConfig& config) {
   const PodInfo& p = *pods.front();
@@ -635,27 +650,13 @@ Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
   for (size_t m = 0; m < config.cluster.catalog().size() && m < core::kMaxModels; ++m)
     job.models |= core::ModelMask{1} << m;
   job.mig_index.assign(config.cluster.catalog().size(), -1);
-  auto annotation_number = [&](const char* key, double lo,
-                               double hi) -> Result<std::optional<double>> {
-    auto it = p.annotations.find(key);
-    if (it == p.annotations.end()) return std::optional<double>();
-    char* end = nullptr;
-    const double v = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end != '\0' || !(v >= lo && v <= hi)) {
-      return Error{std::string("annotation ") + key,
-                   "\"" + it->second + "\" must be a number from " +
-                       std::to_string(static_cast<int64_t>(lo)) + " to " +
-                       std::to_string(static_cast<int64_t>(hi))};
-    }
-    return std::optional<double>(v);
-  };
-  auto vram = annotation_number(kVramAnnotation, 0, 4096);
+  auto vram = AnnotationNumber(p, kVramAnnotation, 0, 4096);
   if (!vram) return vram.error();
   if (*vram) job.vram_bytes = static_cast<int64_t>(**vram * core::kGB);
-  auto checkpoint = annotation_number(kCheckpointAnnotation, 0, 365.0 * 86400);
+  auto checkpoint = AnnotationNumber(p, kCheckpointAnnotation, 0, 365.0 * 86400);
   if (!checkpoint) return checkpoint.error();
   if (*checkpoint) job.checkpoint = static_cast<core::Ticks>(**checkpoint * 1000);
-  auto runtime = annotation_number(kRuntimeAnnotation, 1, 365.0 * 86400);
+  auto runtime = AnnotationNumber(p, kRuntimeAnnotation, 1, 365.0 * 86400);
   if (!runtime) return runtime.error();
   if (*runtime) job.runtime_estimate = static_cast<core::Ticks>(**runtime * 1000);
   if (auto it = p.annotations.find(kTopologyAnnotation); it != p.annotations.end()) {

@@ -38,6 +38,7 @@ std::optional<int64_t> ParseQuantity(std::string_view text, int64_t scale = 1);
 
 struct Taint {
   std::string key, value, effect;
+  bool operator==(const Taint&) const = default;
 };
 
 struct NodeInfo {
@@ -50,6 +51,8 @@ struct NodeInfo {
   int64_t cpus_milli = 0, memory_bytes = 0, pods = 110;
   std::map<std::string, int64_t> mig;  // allocatable nvidia.com/mig-<profile>, by profile
   std::string problem;                 // why it cannot be used, if so
+  // Every field is one the scheduler reads: a node that compares equal needs no rebuild.
+  bool operator==(const NodeInfo&) const = default;
 };
 NodeInfo ParseNode(const nlohmann::json& obj);
 
@@ -139,6 +142,11 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
                                  const std::vector<NodeSelection>& selections,
                                  const spec::ClusterConfig& config,
                                  const std::map<std::string, Usage>& foreign);
+
+// The number Gantry's annotation `key` gives, from `lo` to `hi`: nullopt when the pod
+// does not set it, an error naming the annotation when it is not such a number.
+Result<std::optional<double>> AnnotationNumber(const PodInfo& pod, const char* key, double lo,
+                                               double hi);
 
 // The job a gang of pods makes (pods[0] speaks for all; the caller checks they are alike):
 // its queue from the namespace, tier from the priority class, GPUs, CPU and memory per

@@ -56,13 +56,19 @@ class Mailbox {
     out.swap(events_);
     return out;
   }
-  void Wake() { cv_.notify_all(); }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Event> events_;
 };
+
+// What went wrong with a request, for the log: the status and the start of the body, or
+// the transport error.
+std::string Failure(const Result<Response>& r) {
+  return r ? "HTTP " + std::to_string(r->status) + ": " + r->body.substr(0, 300)
+           : r.error().ToString();
+}
 
 std::string ResourceVersion(const json& obj) {
   auto meta = obj.find("metadata");
@@ -98,11 +104,7 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client
         absent_logged = true;
         backoff_ms = 5'000;
       } else {
-        log::Warn("kubernetes: list failed",
-                  {{"resource", name},
-                   {"error",
-                    list ? "HTTP " + std::to_string(list->status) + ": " + list->body.substr(0, 300)
-                         : list.error().ToString()}});
+        log::Warn("kubernetes: list failed", {{"resource", name}, {"error", Failure(list)}});
       }
       sleep_backoff();
       continue;
@@ -159,7 +161,7 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client
   }
 }
 
-// Where one pod's scheduling stands, as written to its PodScheduled condition.
+// Now as an RFC 3339 time in whole seconds (conditions' and events' timestamps).
 std::string Now3339() {
   const int64_t ms = WallMs();
   const std::time_t t = static_cast<std::time_t>(ms / 1000);
@@ -267,7 +269,7 @@ class Writer {
     const bool ok = r && r->status == 201;
     std::string error;
     if (!ok) {
-      error = r ? std::to_string(r->status) + " " + r->body.substr(0, 200) : r.error().ToString();
+      error = Failure(r);
       log::Warn("kubernetes: binding failed",
                 {{"pod", op.ns + "/" + op.name}, {"node", op.node}, {"error", error}});
     }
@@ -287,9 +289,7 @@ class Writer {
                        patch.dump(), "application/strategic-merge-patch+json");
     if (!r || (r->status != 200 && r->status != 404)) {
       log::Warn("kubernetes: cannot set PodScheduled",
-                {{"pod", op.ns + "/" + op.name},
-                 {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
-                             : r.error().ToString()}});
+                {{"pod", op.ns + "/" + op.name}, {"error", Failure(r)}});
       return;
     }
     if (r->status == 404) return;
@@ -403,10 +403,7 @@ class Driver {
   bool rebuild_ = true;
   std::map<std::string, std::string> refused_;  // job key -> why it never runs (until nodes change)
   std::set<std::string> evicting_;              // pod uids asked to go
-  std::map<std::string, std::string> group_status_;
-  // For /metrics: since this gantryd started leading.
-  static inline const std::vector<double> kWaitBounds = {
-      0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400};
+  std::map<std::string, std::string> group_status_;  // PodGroup key -> the status last written
   Published& published_;
   Writer& writer_;
   std::unordered_map<std::string, std::string> asked_message_;  // uid -> PodScheduled text queued
@@ -414,12 +411,14 @@ class Driver {
   // Bindings sent and not yet seen in the watch: uid -> node. A pod event older than the
   // binding must not make the pod look unbound again.
   std::unordered_map<std::string, std::string> binding_;
+  // For /metrics: since this gantryd started leading.
+  static inline const std::vector<double> kWaitBounds = {
+      0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400};
   std::vector<server::Histogram> wait_;  // by queue x tier: first seen to bound
   server::Histogram pass_latency_{
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   std::vector<uint64_t> preemptions_, starts_;  // by queue
-  uint64_t binds_ = 0, bind_failures_ = 0, evictions_ = 0,
-           rebuilds_ = 0;  // PodGroup key -> the status last written
+  uint64_t binds_ = 0, bind_failures_ = 0, evictions_ = 0, rebuilds_ = 0;
 };
 
 void Driver::Apply(Event& e) {
@@ -430,13 +429,7 @@ void Driver::Apply(Event& e) {
         NodeInfo n = ParseNode(obj);
         if (n.name.empty()) return;
         auto it = nodes_.find(n.name);
-        const bool changed =
-            it == nodes_.end() || it->second.gpus != n.gpus ||
-            it->second.cpus_milli != n.cpus_milli || it->second.memory_bytes != n.memory_bytes ||
-            it->second.labels != n.labels || it->second.ready != n.ready ||
-            it->second.unschedulable != n.unschedulable || it->second.problem != n.problem ||
-            it->second.taints.size() != n.taints.size() || it->second.mig != n.mig;
-        rebuild_ |= changed;
+        rebuild_ |= it == nodes_.end() || !(it->second == n);
         nodes_[n.name] = std::move(n);
         break;
       }
@@ -553,14 +546,15 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
     w.memory_bytes = spec.memory_bytes;
     const core::Node& n = view_.cluster.node(*node);
     const uint64_t all = n.gpus >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.gpus) - 1;
+    // Held: by jobs adopted before (the ledger) and by this gang's earlier workers.
     uint64_t held = 0;
+    for (int g = 0; g < n.gpus; ++g) {
+      if (sched_->ledger().gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(g))).mode !=
+          core::GpuMode::kFree)
+        held |= uint64_t{1} << g;
+    }
     for (const core::WorkerAlloc& other : alloc) {
       if (other.node == *node) held |= other.gpu_mask;
-    }
-    for (const core::JobId r : sched_->running()) {
-      for (const core::WorkerAlloc& other : sched_->job(r).alloc) {
-        if (other.node == *node) held |= other.gpu_mask;
-      }
     }
     uint64_t free = all & ~held;
     for (int g = 0; g < spec.gpus; ++g) {
@@ -586,7 +580,6 @@ void Driver::Forget(Job& job) {
 // A new core over the current nodes: the jobs that run are adopted, the pending ones
 // submitted again in their first-seen order.
 void Driver::Rebuild() {
-  rebuild_ = false;
   refused_.clear();
   std::map<std::string, Usage> foreign;
   for (auto& [uid, p] : pods_) {
@@ -615,9 +608,6 @@ void Driver::Rebuild() {
                                              core::MakePolicy(options_.policy), params);
   by_id_.clear();
   for (auto& [key, job] : jobs_) job.id = core::JobId();
-  log::Info("kubernetes: cluster rebuilt", {{"nodes", std::to_string(view_.cluster.nodes().size())},
-                                            {"pools", std::to_string(view_.cluster.pools().size())},
-                                            {"gpus", std::to_string(view_.cluster.gpu_count())}});
 }
 
 void Driver::SetWaiting(const PodInfo& pod, const std::string& message) {
@@ -654,9 +644,7 @@ void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& 
   }
   // 429: a PodDisruptionBudget forbids it now; the next pass asks again.
   log::Warn("kubernetes: eviction refused",
-            {{"pod", pod.ns + "/" + pod.name},
-             {"error", r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
-                         : r.error().ToString()}});
+            {{"pod", pod.ns + "/" + pod.name}, {"error", Failure(r)}});
 }
 
 // Brings the core's jobs in line with the pods: new gangs submitted, ended ones
@@ -987,7 +975,10 @@ void Driver::Pass() {
             .count();
     log::Info("kubernetes: nodes and running jobs re-read",
               {{"ms", std::to_string(static_cast<double>(ms) / 1000.0)},
-               {"jobs", std::to_string(sched_->job_records())}});
+               {"jobs", std::to_string(sched_->job_records())},
+               {"nodes", std::to_string(view_.cluster.nodes().size())},
+               {"pools", std::to_string(view_.cluster.pools().size())},
+               {"gpus", std::to_string(view_.cluster.gpu_count())}});
   }
   Decide();
   UpdateGroups();
@@ -1078,9 +1069,7 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
     auto v = probe.Request("GET", "/version");
     if (!v || v->status != 200) {
       log::Error("kubernetes: the API server does not answer",
-                 {{"server", creds.host + ":" + creds.port},
-                  {"error", v ? "HTTP " + std::to_string(v->status) + ": " + v->body.substr(0, 300)
-                              : v.error().ToString()}});
+                 {{"server", creds.host + ":" + creds.port}, {"error", Failure(v)}});
       return 1;
     }
     json ver = json::parse(v->body, nullptr, false);

@@ -112,11 +112,7 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   const int64_t replicas = std::max(job.replicas, 1);
   std::vector<const PoolSpec*> pools;
   for (const Pool& pool : cluster.pools()) {
-    if (job.pool.valid() && &pool != &cluster.pool(job.pool)) continue;  // restricted to one pool
-    if (!job.pools.empty() &&
-        !std::binary_search(job.pools.begin(), job.pools.end(),
-                            PoolId(static_cast<uint32_t>(&pool - &cluster.pools()[0]))))
-      continue;
+    if (!job.MayUse(PoolId(static_cast<uint32_t>(&pool - &cluster.pools()[0])))) continue;
     if (pool.spec.count > 0) pools.push_back(&pool.spec);
   }
   if (pools.empty() && job.pool.valid())
@@ -311,9 +307,7 @@ GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog) {
 bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
   const PoolSpec& p = cluster.pool(pool).spec;
   if (p.count == 0) return false;
-  if (job.pool.valid() && job.pool != pool) return false;
-  if (!job.pools.empty() && !std::binary_search(job.pools.begin(), job.pools.end(), pool))
-    return false;
+  if (!job.MayUse(pool)) return false;
   if (p.spot && job.tier == Tier::kCritical) return false;
   if (!job.uses_gpu()) return true;
   if (p.gpus == 0 || !(job.models >> p.model.v & 1u)) return false;

@@ -9,6 +9,7 @@
 // Thread-safety: plain values.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -82,6 +83,11 @@ struct JobSpec {
   std::optional<Emulate> emulate;
 
   bool uses_gpu() const { return sharing != Sharing::kExclusive || gpus > 0; }
+  // Whether the job may use pool p's nodes (its `pool` and `pools` restrictions).
+  bool MayUse(PoolId p) const {
+    return (!pool.valid() || pool == p) &&
+           (pools.empty() || std::binary_search(pools.begin(), pools.end(), p));
+  }
   // GPU units one worker holds on `model` (whole: gpus*kGpuUnits; MIG: slices*1000;
   // share: share_milli*7). MIG needs the model to know the profile's compute slices.
   GpuUnits WorkerUnits(const Catalog& catalog, ModelId model) const;

@@ -167,13 +167,10 @@ Result<ConvertSummary> ConvertKubernetes(const ConvertOptions& o) {
     }
     job.cpus = static_cast<double>(p.cpus_milli) / 1000.0;
     job.memory_gb = static_cast<double>(p.memory_bytes) / 1e9;
+    // A snapshot's bad annotation is left out (the what-if goes on without it).
     auto annotation = [&](const char* key) -> std::optional<double> {
-      auto it = p.annotations.find(key);
-      if (it == p.annotations.end()) return std::nullopt;
-      char* end = nullptr;
-      const double v = std::strtod(it->second.c_str(), &end);
-      return end != it->second.c_str() && *end == '\0' && v > 0 ? std::optional<double>(v)
-                                                                : std::nullopt;
+      auto v = kube::AnnotationNumber(p, key, 0, 1e18);
+      return v && *v && **v > 0 ? *v : std::nullopt;
     };
     if (auto runtime = annotation(kube::kRuntimeAnnotation)) {
       job.duration = *runtime;

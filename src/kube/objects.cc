@@ -241,6 +241,20 @@ NodeInfo ParseNode(const json& obj) {
     else if (k.rfind(kMigResourcePrefix, 0) == 0 && *q > 0)
       n.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] = *q;
   }
+  // The device plugin's single MIG strategy: every nvidia.com/gpu is a MIG device of the
+  // profile GPU feature discovery names in the product (NVIDIA-A100-SXM4-80GB-MIG-3g.40gb).
+  if (auto st = n.labels.find("nvidia.com/mig.strategy");
+      st != n.labels.end() && st->second == "single" && n.gpus > 0) {
+    auto product = n.labels.find("nvidia.com/gpu.product");
+    const size_t at =
+        product == n.labels.end() ? std::string::npos : product->second.find(kMigProductInfix);
+    if (at != std::string::npos) {
+      n.mig[product->second.substr(at + std::char_traits<char>::length(kMigProductInfix))] +=
+          n.gpus;
+      n.gpus = 0;
+      n.mig_single = true;
+    }
+  }
   if (n.gpus > core::kMaxGpusPerNode) {
     n.problem = "advertises " + std::to_string(n.gpus) + " nvidia.com/gpu; at most " +
                 std::to_string(core::kMaxGpusPerNode) + " per node are supported";
@@ -406,10 +420,6 @@ PodInfo ParsePod(const json& obj) {
     }
     p.mig_profile = profile;
   }
-  if (!p.mig_profile.empty()) {
-    p.unsupported.push_back("MIG devices through the device plugin (nvidia.com/mig-" +
-                            p.mig_profile + ") are not scheduled by Gantry yet");
-  }
   if (p.gpus > 0 && !p.mig_profile.empty())
     p.problem = "asks for whole GPUs and a MIG device at once";
   const json& status = Obj(obj, "status");
@@ -467,9 +477,13 @@ std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& 
   }
   auto product = node.labels.find("nvidia.com/gpu.product");
   if (product == node.labels.end()) return std::nullopt;
-  std::vector<std::string> tokens = Tokens(product->second);
+  // A single-strategy MIG node names the profile after the product, and its memory label
+  // gives the instance's memory, not the GPU's.
+  const size_t mig_at = product->second.find(kMigProductInfix);
+  std::vector<std::string> tokens = Tokens(std::string_view(product->second).substr(0, mig_at));
   int64_t mib = 0;
-  if (auto m = node.labels.find("nvidia.com/gpu.memory"); m != node.labels.end()) {
+  if (auto m = node.labels.find("nvidia.com/gpu.memory");
+      m != node.labels.end() && mig_at == std::string::npos) {
     mib = std::strtoll(m->second.c_str(), nullptr, 10);
   }
   std::optional<core::ModelId> best;
@@ -493,6 +507,38 @@ std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& 
   return best;
 }
 
+namespace {
+
+// Why the core's MIG model would not be node `n`'s own layout (nullopt: it is): Gantry
+// offers MIG devices where every GPU of the node is split into one profile, as many
+// instances as NVIDIA's table allows (MIG manager's all-<profile> layouts); there any
+// placement the core chooses is one the node has.
+std::optional<std::string> MigLayout(const NodeInfo& n, const core::GpuModel& model) {
+  if (n.gpus > 0) {
+    return "it has whole GPUs beside them (Gantry offers MIG devices on nodes whose GPUs are "
+           "all split into one profile)";
+  }
+  if (n.mig.size() > 1) {
+    std::string names;
+    for (const auto& [profile, count] : n.mig) names += (names.empty() ? "" : ", ") + profile;
+    return "more than one profile (" + names +
+           "); Gantry offers MIG devices on nodes whose GPUs are all split into one profile";
+  }
+  const auto& [profile, count] = *n.mig.begin();
+  const core::MigProfile* p = nullptr;
+  for (const core::MigProfile& m : model.mig_profiles) {
+    if (m.name == profile) p = &m;
+  }
+  if (p == nullptr) return "profile " + profile + " is not one of the " + model.name + "'s";
+  if (count % p->max_instances != 0 || count / p->max_instances > core::kMaxGpusPerNode) {
+    return std::to_string(count) + " devices of " + profile + " are not whole GPUs split into " +
+           std::to_string(p->max_instances) + " each";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
                                  const std::vector<NodeSelection>& selections,
                                  const spec::ClusterConfig& config,
@@ -501,6 +547,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
   struct Shape {
     int gpus;
     uint32_t model;
+    std::string mig;  // the profile of MIG GPUs; empty: whole GPUs
+    bool single;
     int64_t cpus, mem;
     std::vector<bool> allowed;
     auto operator<=>(const Shape&) const = default;
@@ -521,7 +569,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     Shape s;
     s.gpus = static_cast<int>(std::max<int64_t>(0, n->gpus - used.gpus));
     s.model = UINT32_MAX;
-    if (n->gpus > 0) {
+    s.single = false;
+    if (n->gpus > 0 || !n->mig.empty()) {
       auto model = ModelOf(*n, catalog);
       if (!model) {
         view.skipped.push_back(n->name +
@@ -531,7 +580,30 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
       }
       s.model = model->v;
     }
-    if (s.gpus == 0) s.model = UINT32_MAX;
+    if (!n->mig.empty()) {
+      auto why = MigLayout(*n, catalog.model(core::ModelId(s.model)));
+      if (why) {
+        view.skipped.push_back(n->name + ": its MIG devices are not offered: " + *why);
+      } else {
+        const auto& [profile, count] = *n->mig.begin();
+        const int per_gpu = catalog.model(core::ModelId(s.model))
+                                .mig_profiles[static_cast<size_t>(
+                                    catalog.FindProfile(core::ModelId(s.model), profile))]
+                                .max_instances;
+        // What other schedulers' pods hold is taken off in whole GPUs' worth of instances,
+        // rounded up, so the core never offers an instance the node lacks.
+        int64_t used_here = used.gpus * n->mig_single;
+        if (auto u = used.mig.find(profile); u != used.mig.end()) used_here += u->second;
+        s.gpus = static_cast<int>(std::max<int64_t>(0, count - used_here) / per_gpu);
+        s.mig = profile;
+        s.single = n->mig_single;
+      }
+    }
+    if (s.gpus == 0) {
+      s.model = UINT32_MAX;
+      s.mig.clear();
+      s.single = false;
+    }
     s.cpus = std::max<int64_t>(0, n->cpus_milli - used.cpus_milli);
     s.mem = std::max<int64_t>(0, n->memory_bytes - used.memory_bytes);
     for (const NodeSelection& sel : selections) s.allowed.push_back(Allows(sel, *n));
@@ -552,10 +624,14 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" +
                                    std::to_string(shape.gpus)
                              : std::string("cpu")) +
-             "-" + std::to_string(pools.size());
+             (shape.mig.empty() ? "" : "-mig-" + shape.mig) + "-" + std::to_string(pools.size());
     p.count = static_cast<int>(members.size());
     p.gpus = shape.gpus;
     if (shape.gpus > 0) p.model = core::ModelId(shape.model);
+    if (!shape.mig.empty()) {
+      p.sharing = core::Bit(core::Sharing::kMig);
+    }
+    view.devices.push_back(PoolDevices{shape.mig, shape.single});
     p.cpus_milli = shape.cpus;
     p.memory_bytes = shape.mem;
     std::map<std::string, int> leaves;
@@ -685,6 +761,73 @@ Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
   const core::Ticks cap = config.policy.max_grace[static_cast<size_t>(job.tier)];
   job.grace = std::min<core::Ticks>(p.grace_s * 1000, cap);
   return job;
+}
+
+std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& view,
+                                      const core::Catalog& catalog, core::JobSpec& job) {
+  if (pod.gpus == 0 && pod.mig_profile.empty()) return std::nullopt;  // CPU only: any node
+  std::vector<core::PoolId> whole, mig, single;
+  std::set<std::string> single_profiles;
+  bool whole_gpus = false;
+  for (core::PoolId p : job.pools) {
+    const PoolDevices& d = view.devices[p.v];
+    if (d.mig_profile.empty()) {
+      whole.push_back(p);
+      whole_gpus |= view.cluster.pool(p).spec.gpus > 0;
+    } else if (d.single) {
+      single.push_back(p);
+      single_profiles.insert(d.mig_profile);
+    } else if (d.mig_profile == pod.mig_profile) {
+      mig.push_back(p);
+    }
+  }
+  std::string profile = pod.mig_profile;
+  if (!profile.empty()) {
+    if (mig.empty()) {
+      return "no node its selection allows offers nvidia.com/mig-" + profile +
+             " (Gantry offers MIG devices on nodes whose GPUs are all split into one profile: "
+             "its log says which nodes' devices are left out)";
+    }
+    job.pools = std::move(mig);
+  } else if (whole_gpus || single.empty()) {
+    job.pools = std::move(whole);  // whole GPUs are never a MIG device unasked
+  } else {
+    // Only single-strategy MIG nodes: nvidia.com/gpu there is one MIG device.
+    if (single_profiles.size() > 1) {
+      std::string names;
+      for (const std::string& s : single_profiles) names += (names.empty() ? "" : ", ") + s;
+      return "its node selection allows single-strategy MIG nodes of several profiles (" + names +
+             "): select one, e.g. with the node selector nvidia.com/gpu.product";
+    }
+    if (pod.gpus > 1) {
+      return "asks for " + std::to_string(pod.gpus) +
+             " nvidia.com/gpu on single-strategy MIG nodes; Gantry places one MIG device per pod";
+    }
+    profile = *single_profiles.begin();
+    job.pools = std::move(single);
+  }
+  if (profile.empty()) return std::nullopt;
+  job.sharing = core::Sharing::kMig;
+  job.gpus = 0;
+  job.mig_profile = profile;
+  job.mig_index.assign(catalog.size(), -1);
+  core::ModelMask having = 0;
+  bool holds = job.vram_bytes <= 0;
+  for (size_t m = 0; m < catalog.size() && m < core::kMaxModels; ++m) {
+    const core::ModelId id(static_cast<uint32_t>(m));
+    const int idx = catalog.FindProfile(id, profile);
+    job.mig_index[m] = static_cast<int8_t>(idx);
+    if (idx < 0) continue;
+    having |= core::ModelMask{1} << m;
+    holds |=
+        catalog.model(id).mig_profiles[static_cast<size_t>(idx)].memory_bytes >= job.vram_bytes;
+  }
+  job.models &= having;
+  if (!holds) {
+    return std::string("annotation ") + kVramAnnotation +
+           " asks for more memory than MIG profile " + profile + " has";
+  }
+  return std::nullopt;
 }
 
 }  // namespace gantry::kube

@@ -24,6 +24,8 @@ namespace gantry::kube {
 // The GPU resource of NVIDIA's device plugin, and its MIG resources' prefix.
 inline constexpr const char* kGpuResource = "nvidia.com/gpu";
 inline constexpr const char* kMigResourcePrefix = "nvidia.com/mig-";
+// GPU feature discovery's product label on a single-strategy MIG node: <product>-MIG-<profile>.
+inline constexpr const char* kMigProductInfix = "-MIG-";
 // scheduler-plugins' coscheduling: the pod label naming its PodGroup.
 inline constexpr const char* kPodGroupLabel = "scheduling.x-k8s.io/pod-group";
 // Gantry's pod annotations (docs/kubernetes.md).
@@ -49,8 +51,13 @@ struct NodeInfo {
   bool ready = false;
   int gpus = 0;  // allocatable nvidia.com/gpu
   int64_t cpus_milli = 0, memory_bytes = 0, pods = 110;
-  std::map<std::string, int64_t> mig;  // allocatable nvidia.com/mig-<profile>, by profile
-  std::string problem;                 // why it cannot be used, if so
+  // MIG devices by profile: allocatable nvidia.com/mig-<profile> (the device plugin's
+  // mixed strategy), or with the single strategy (label nvidia.com/mig.strategy=single)
+  // its nvidia.com/gpu, whose devices are then all MIG devices of the profile named in
+  // nvidia.com/gpu.product (`gpus` is then 0 and `mig_single` true).
+  std::map<std::string, int64_t> mig;
+  bool mig_single = false;
+  std::string problem;  // why it cannot be used, if so
   // Every field is one the scheduler reads: a node that compares equal needs no rebuild.
   bool operator==(const NodeInfo&) const = default;
 };
@@ -129,6 +136,16 @@ std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& 
 // What pods Gantry did not place hold on a node (they count as used).
 struct Usage {
   int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
+  std::map<std::string, int64_t> mig;  // MIG devices by profile
+};
+
+// What a pool's GPUs are to pods: whole GPUs, or MIG devices of one profile laid out
+// beforehand (by NVIDIA's MIG manager: every GPU of the node split into as many instances
+// of `mig_profile` as NVIDIA's table allows, so the core's placement of that profile is
+// the node's own layout).
+struct PoolDevices {
+  std::string mig_profile;  // empty: whole GPUs
+  bool single = false;      // the single strategy: pods ask nvidia.com/gpu for them
 };
 
 struct ClusterView {
@@ -136,12 +153,21 @@ struct ClusterView {
   std::vector<core::NodeId> down;
   // per selection (index into `selections`): the pools it allows, ascending
   std::vector<std::vector<core::PoolId>> pools_of;
-  std::vector<std::string> skipped;  // nodes left out, with why
+  std::vector<PoolDevices> devices;  // per pool
+  std::vector<std::string> skipped;  // nodes, or their MIG devices, left out, with why
 };
 Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
                                  const std::vector<NodeSelection>& selections,
                                  const spec::ClusterConfig& config,
                                  const std::map<std::string, Usage>& foreign);
+
+// Narrows `job.pools` (the pools its node selection allows) to those whose devices are
+// what the pod asks for, and makes `job` a MIG job where they are MIG devices: a pod asking
+// nvidia.com/mig-<profile> goes to pools of that profile; one asking nvidia.com/gpu to
+// pools of whole GPUs, or, where its selection allows only single-strategy pools of one
+// profile, to those as one MIG device. The reason when none fits.
+std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& view,
+                                      const core::Catalog& catalog, core::JobSpec& job);
 
 // The number Gantry's annotation `key` gives, from `lo` to `hi`: nullopt when the pod
 // does not set it, an error naming the annotation when it is not such a number.

@@ -373,6 +373,8 @@ class Driver {
   void SyncJobs();
   void Decide();
   int SelectionIndex(const NodeSelection& sel);
+  bool PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec& spec,
+                        const core::Node& n, core::WorkerAlloc& w) const;
   Result<core::Allocation> AllocOf(const std::vector<const PodInfo*>& bound,
                                    const core::JobSpec& spec);
   void SetWaiting(const PodInfo& pod, const std::string& message);
@@ -541,10 +543,17 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
       return Error{"node", "node " + p->node_name + " of pod " + p->name + " is not usable"};
     core::WorkerAlloc w;
     w.node = *node;
-    w.sharing = core::Sharing::kExclusive;
+    w.sharing = spec.sharing;
     w.cpus_milli = spec.cpus_milli;
     w.memory_bytes = spec.memory_bytes;
     const core::Node& n = view_.cluster.node(*node);
+    if (spec.sharing == core::Sharing::kMig) {
+      if (!PlaceMigInstance(alloc, spec, n, w))
+        return Error{"mig", "node " + p->node_name + " has fewer free " + spec.mig_profile +
+                                " instances than its pods hold"};
+      alloc.push_back(w);
+      continue;
+    }
     const uint64_t all = n.gpus >= 64 ? ~uint64_t{0} : (uint64_t{1} << n.gpus) - 1;
     // Held: by jobs adopted before (the ledger) and by this gang's earlier workers.
     uint64_t held = 0;
@@ -569,6 +578,32 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
   return alloc;
 }
 
+// A MIG worker's instance on node `n` for adoption: the first GPU and start where the
+// profile fits, beside what the ledger holds and the instances `alloc` took already.
+bool Driver::PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec& spec,
+                              const core::Node& n, core::WorkerAlloc& w) const {
+  const core::Catalog& catalog = view_.cluster.catalog();
+  const int idx = spec.mig_index[n.model.v];
+  if (idx < 0) return false;
+  std::vector<core::GpuState> gpus(static_cast<size_t>(n.gpus));
+  for (int g = 0; g < n.gpus; ++g)
+    gpus[static_cast<size_t>(g)] =
+        sched_->ledger().gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(g)));
+  for (const core::WorkerAlloc& other : alloc) {
+    if (other.node == w.node) core::Ledger::TakeGpus(gpus.data(), other, catalog, n.model);
+  }
+  const core::MigProfile& profile = catalog.model(n.model).mig_profiles[static_cast<size_t>(idx)];
+  for (int g = 0; g < n.gpus; ++g) {
+    const int start = core::Ledger::MigStartOn(gpus[static_cast<size_t>(g)], profile);
+    if (start < 0) continue;
+    w.gpu = static_cast<int8_t>(g);
+    w.mig_profile = static_cast<int8_t>(idx);
+    w.mig_start = static_cast<int8_t>(start);
+    return true;
+  }
+  return false;
+}
+
 void Driver::Forget(Job& job) {
   if (job.id.valid()) {
     by_id_.erase(job.id.v);
@@ -588,6 +623,7 @@ void Driver::Rebuild() {
       u.gpus += p.gpus;
       u.cpus_milli += p.cpus_milli;
       u.memory_bytes += p.memory_bytes;
+      if (!p.mig_profile.empty()) ++u.mig[p.mig_profile];
     }
     if (Ours(p) && Live(p) && p.problem.empty()) SelectionIndex(p.selection);
   }
@@ -798,6 +834,11 @@ void Driver::SyncJobs() {
     if (spec->pools.empty()) {
       refused_[key] = "no node matches its node selection, taints and tolerations";
       refuse(refused_[key]);
+      continue;
+    }
+    if (auto why = FitDevices(*live.front(), view_, config_.cluster.catalog(), *spec)) {
+      refused_[key] = *why;
+      refuse(*why);
       continue;
     }
     job.id = sched_->Submit(std::move(*spec), std::min(job.first_seen, now));

@@ -40,12 +40,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)Allows(pod.selection, node);
   (void)pod.selection.Key();
   std::map<std::string, Usage> foreign;
-  foreign[node.name] = Usage{pod.gpus, pod.cpus_milli, pod.memory_bytes};
+  Usage& used = foreign[node.name];
+  used = Usage{pod.gpus, pod.cpus_milli, pod.memory_bytes, {}};
+  if (!pod.mig_profile.empty()) used.mig[pod.mig_profile] = 1;
   auto view = BuildCluster({&node}, {pod.selection}, Config(), foreign);
   if (view && view->pools_of.size() != 1) __builtin_trap();
+  if (view && view->devices.size() != view->cluster.pools().size()) __builtin_trap();
   if (pod.problem.empty()) {
     auto job = JobOf({&pod}, Config());
     if (job && (job->replicas != 1 || job->gpus < 0)) __builtin_trap();
+    if (job && view) {
+      job->pools = view->pools_of[0];
+      if (!FitDevices(pod, *view, Config().cluster.catalog(), *job)) {
+        for (gantry::core::PoolId p : job->pools) {
+          const bool mig = !view->devices[p.v].mig_profile.empty();
+          if (mig && job->sharing != gantry::core::Sharing::kMig && job->gpus > 0) __builtin_trap();
+        }
+      }
+    }
   }
   return 0;
 }

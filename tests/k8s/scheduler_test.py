@@ -454,6 +454,89 @@ def case_cordoned_and_not_ready_nodes(c):
     wait_for("the gang bound once uncordoned", lambda: len(bound(c.pods("test=yes"))) == 4, 15)
 
 
+def kwok_node(c, name, product, allocatable, labels):
+    """A kwok node of A100-80GB GPUs advertising `allocatable` besides CPU and memory."""
+    res = {"cpu": "224", "memory": "2063731376Ki", "pods": "110", **allocatable}
+    c.kubectl_apply({"apiVersion": "v1", "kind": "Node",
+                     "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                  "labels": {"type": "kwok-mig", "kubernetes.io/hostname": name,
+                                             "nvidia.com/gpu.product": product, **labels}},
+                     "status": {"capacity": res, "allocatable": res}})
+
+    def ready():
+        status, node = c.api.request("GET", f"/api/v1/nodes/{name}")
+        st = node.get("status") or {} if status == 200 else {}
+        return any(x.get("type") == "Ready" and x.get("status") == "True" for x in st.get("conditions") or []) \
+            and all((st.get("allocatable") or {}).get(k) == v for k, v in allocatable.items())
+    wait_for(f"node {name} Ready", ready, 30)
+
+
+def mig_pod(name, resource, node_selector=None):
+    p = pod(name, 0)
+    p["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
+    if node_selector:
+        p["spec"]["nodeSelector"] = node_selector
+    return p
+
+
+def case_mig_devices(c):
+    """MIG devices through the device plugin, mixed and single strategies: as many pods as
+    the nodes have devices are bound, and no more, also after a restart."""
+    single_product = "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"
+    # all-1g.10gb on 2 GPUs (mixed strategy), all-3g.40gb on 2 GPUs (single strategy), and a
+    # node of two profiles (all-balanced), whose devices Gantry does not offer
+    kwok_node(c, "mig-mixed", "NVIDIA-A100-SXM4-80GB", {"nvidia.com/mig-1g.10gb": "14"},
+              {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "2"})
+    kwok_node(c, "mig-single", single_product, {"nvidia.com/gpu": "4"},
+              {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "40192"})
+    kwok_node(c, "mig-balanced", "NVIDIA-A100-SXM4-80GB",
+              {"nvidia.com/mig-1g.10gb": "4", "nvidia.com/mig-3g.40gb": "2"}, {"nvidia.com/mig.strategy": "mixed"})
+    try:
+        small = [mig_pod(f"small-{i:02}", "nvidia.com/mig-1g.10gb") for i in range(15)]
+        half = [mig_pod(f"half-{i}", "nvidia.com/gpu", {"nvidia.com/gpu.product": single_product}) for i in range(5)]
+        c.kubectl_apply(*small, *half, mig_pod("no-profile", "nvidia.com/mig-2g.20gb"))
+
+        def placed():
+            ps = c.pods("test=yes")
+            on = {}
+            for p in bound(ps):
+                on.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+            waiting = {p["metadata"]["name"]: scheduled_message(p) for p in ps if not p["spec"].get("nodeName")}
+            return on, waiting
+
+        def settled():
+            on, waiting = placed()
+            return (on, waiting) if len(on.get("mig-mixed", [])) == 14 and len(on.get("mig-single", [])) == 4 \
+                and len(waiting) == 3 and all(waiting.values()) else None
+        try:
+            on, waiting = wait_for("14 + 4 MIG pods bound, 3 waiting with a reason", settled, 20)
+        except AssertionError:
+            raise AssertionError(f"placed: {placed()}")
+        assert set(on) == {"mig-mixed", "mig-single"}, on
+        assert all(n.startswith("small-") for n in on["mig-mixed"]), on
+        assert "nvidia.com/mig-2g.20gb" in waiting["no-profile"], waiting
+        check_allocatable(c)
+        # the log names the node whose devices are left out, and why
+        with open(c.proc.log_path) as f:
+            assert "mig-balanced: its MIG devices are not offered: more than one profile" in f.read()
+        # a restart adopts the MIG pods: still no more bound than the nodes have
+        c.stop_gantryd()
+        c.start_gantryd()
+        time.sleep(3)
+        on, waiting = placed()
+        assert len(on["mig-mixed"]) == 14 and len(on["mig-single"]) == 4, on
+        check_allocatable(c)
+        # one ends: the small pod waiting takes its device
+        c.kubectl("delete", "pod", on["mig-mixed"][0], "--grace-period=0", "--force")
+        wait_for("the waiting 1g.10gb pod bound", lambda: len(placed()[0].get("mig-mixed", [])) == 14
+                 and all(not n.startswith("small-") for n in placed()[1]), 15)
+        check_allocatable(c)
+    finally:
+        c.clean()
+        for n in ("mig-mixed", "mig-single", "mig-balanced"):
+            c.kubectl("delete", "node", n, check=False)
+
+
 CASES = [
     case_gang_of_four_bound_together,
     case_wait_reason_in_describe,
@@ -465,6 +548,7 @@ CASES = [
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,
     case_cordoned_and_not_ready_nodes,
+    case_mig_devices,
     case_interleaved_gangs_side_by_side,
 ]
 

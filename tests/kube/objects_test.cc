@@ -157,7 +157,7 @@ TEST(KubeCluster, PoolsByShapeAndSelectionWithTheirLeavesAndNames) {
   NodeSelection any;
   NodeSelection h100;
   h100.node_selector["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3";
-  std::map<std::string, Usage> foreign = {{"b1", Usage{2, 0, 0}}};
+  std::map<std::string, Usage> foreign = {{"b1", Usage{2, 0, 0, {}}}};
   auto view = BuildCluster(nodes, {any, h100}, config, foreign);
   ASSERT_TRUE(view.ok()) << view.error().ToString();
   const core::Cluster& c = view->cluster;
@@ -176,6 +176,98 @@ TEST(KubeCluster, PoolsByShapeAndSelectionWithTheirLeavesAndNames) {
   EXPECT_EQ(view->pools_of[0].size(), 2u);
   ASSERT_EQ(view->pools_of[1].size(), 1u);
   EXPECT_EQ(c.pool(view->pools_of[1][0]).spec.gpus, 8);
+}
+
+// A node whose GPUs are all MIG devices: allocatable nvidia.com/mig-<profile> (mixed
+// strategy) or nvidia.com/gpu with the single strategy's labels.
+json MigNode(const std::string& name, const std::string& product, json devices,
+             bool single = false) {
+  json node = Node(name, 0, product);
+  node["status"]["allocatable"].erase("nvidia.com/gpu");
+  for (auto it = devices.begin(); it != devices.end(); ++it)
+    node["status"]["allocatable"][it.key()] = it.value();
+  node["metadata"]["labels"]["nvidia.com/mig.strategy"] = single ? "single" : "mixed";
+  return node;
+}
+
+TEST(KubeMig, NodesSplitIntoOneProfileArePoolsOfMigGpus) {
+  const spec::ClusterConfig config = Config();
+  std::vector<NodeInfo> infos = {
+      // all-1g.10gb on 2 A100-80GB: 7 per GPU
+      ParseNode(MigNode("m1", "NVIDIA-A100-SXM4-80GB", {{"nvidia.com/mig-1g.10gb", "14"}})),
+      // the single strategy: 2 GPUs of 3g.40gb, 2 per GPU
+      ParseNode(
+          MigNode("s1", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb", {{"nvidia.com/gpu", "4"}}, true)),
+      // all-balanced: several profiles, not offered
+      ParseNode(MigNode("b1", "NVIDIA-A100-SXM4-80GB",
+                        {{"nvidia.com/mig-1g.10gb", "4"}, {"nvidia.com/mig-3g.40gb", "2"}})),
+      // not whole GPUs of the profile
+      ParseNode(MigNode("p1", "NVIDIA-A100-SXM4-80GB", {{"nvidia.com/mig-1g.10gb", "3"}})),
+      ParseNode(Node("w1", 8, "NVIDIA-A100-SXM4-80GB"))};
+  EXPECT_TRUE(infos[1].mig_single);
+  EXPECT_EQ(infos[1].gpus, 0);
+  EXPECT_EQ(infos[1].mig.at("3g.40gb"), 4);
+  std::vector<const NodeInfo*> nodes;
+  for (const NodeInfo& n : infos) nodes.push_back(&n);
+  NodeSelection any;
+  // another scheduler's pod holds one 1g.10gb on m1: a GPU's worth is taken off
+  std::map<std::string, Usage> foreign;
+  foreign["m1"].mig["1g.10gb"] = 1;
+  auto view = BuildCluster(nodes, {any}, config, foreign);
+  ASSERT_TRUE(view.ok()) << view.error().ToString();
+  const core::Cluster& c = view->cluster;
+  ASSERT_EQ(view->devices.size(), c.pools().size());
+  EXPECT_EQ(view->skipped.size(), 2u) << "b1 and p1's MIG devices, with why";
+  auto pool_of = [&](const std::string& node) { return c.node(*c.FindNode(node)).pool; };
+  EXPECT_EQ(view->devices[pool_of("m1").v].mig_profile, "1g.10gb");
+  EXPECT_FALSE(view->devices[pool_of("m1").v].single);
+  EXPECT_EQ(c.node(*c.FindNode("m1")).gpus, 1);
+  EXPECT_EQ(c.pool(pool_of("m1")).spec.sharing, core::Bit(core::Sharing::kMig));
+  EXPECT_EQ(view->devices[pool_of("s1").v].mig_profile, "3g.40gb");
+  EXPECT_TRUE(view->devices[pool_of("s1").v].single);
+  EXPECT_EQ(c.node(*c.FindNode("s1")).gpus, 2);
+  EXPECT_EQ(c.catalog().model(c.node(*c.FindNode("s1")).model).name, "A100-80GB");
+  EXPECT_EQ(c.node(*c.FindNode("b1")).gpus, 0) << "left for CPU-only pods";
+  EXPECT_TRUE(view->devices[pool_of("w1").v].mig_profile.empty());
+
+  // A pod asking a MIG device goes to the pools of its profile only, as a MIG job.
+  PodInfo mig = ParsePod(Pod("m", {{"limits", {{"nvidia.com/mig-1g.10gb", "1"}}}}));
+  ASSERT_TRUE(mig.unsupported.empty()) << mig.unsupported[0];
+  auto job = JobOf({&mig}, config);
+  ASSERT_TRUE(job.ok());
+  job->pools = view->pools_of[0];
+  EXPECT_EQ(FitDevices(mig, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->pools, std::vector<core::PoolId>{pool_of("m1")});
+  EXPECT_EQ(job->sharing, core::Sharing::kMig);
+  EXPECT_EQ(job->mig_profile, "1g.10gb");
+  EXPECT_GE(job->mig_index[c.node(*c.FindNode("m1")).model.v], 0);
+
+  // Whole GPUs never go to MIG pools; with only single-strategy nodes selected,
+  // nvidia.com/gpu: 1 is one MIG device of their profile.
+  PodInfo whole = ParsePod(Pod("w", {{"limits", {{"nvidia.com/gpu", "1"}}}}));
+  job = JobOf({&whole}, config);
+  job->pools = view->pools_of[0];
+  EXPECT_EQ(FitDevices(whole, *view, c.catalog(), *job), std::nullopt);
+  for (core::PoolId p : job->pools) EXPECT_TRUE(view->devices[p.v].mig_profile.empty());
+  EXPECT_EQ(job->sharing, core::Sharing::kExclusive);
+  job = JobOf({&whole}, config);
+  job->pools = {pool_of("s1")};
+  EXPECT_EQ(FitDevices(whole, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->mig_profile, "3g.40gb");
+  whole.annotations[kVramAnnotation] = "60";
+  job = JobOf({&whole}, config);
+  job->pools = {pool_of("s1")};
+  auto why = FitDevices(whole, *view, c.catalog(), *job);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("3g.40gb"), std::string::npos) << *why;
+
+  // A profile no node offers whole is refused with where to look.
+  PodInfo other = ParsePod(Pod("o", {{"limits", {{"nvidia.com/mig-2g.20gb", "1"}}}}));
+  job = JobOf({&other}, config);
+  job->pools = view->pools_of[0];
+  why = FitDevices(other, *view, c.catalog(), *job);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("nvidia.com/mig-2g.20gb"), std::string::npos) << *why;
 }
 
 TEST(KubeJob, QueueTierAnnotationsAndGrace) {

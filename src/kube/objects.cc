@@ -7,40 +7,14 @@
 #include <set>
 #include <tuple>
 
+#include "kube/json_fields.h"
+
 namespace gantry::kube {
 namespace {
 
 using nlohmann::json;
 
-// The member `key` of `obj` when it is an object/array/string of the wanted kind.
-const json* Member(const json& obj, const char* key) {
-  if (!obj.is_object()) return nullptr;
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
-std::string Str(const json& obj, const char* key) {
-  const json* v = Member(obj, key);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string();
-}
-std::map<std::string, std::string> StrMap(const json& obj, const char* key) {
-  std::map<std::string, std::string> out;
-  const json* v = Member(obj, key);
-  if (v == nullptr || !v->is_object()) return out;
-  for (auto it = v->begin(); it != v->end(); ++it) {
-    if (it->is_string()) out[it.key()] = it->get<std::string>();
-  }
-  return out;
-}
-const json& Obj(const json& obj, const char* key) {
-  static const json kEmpty = json::object();
-  const json* v = Member(obj, key);
-  return v != nullptr && v->is_object() ? *v : kEmpty;
-}
-const json& Arr(const json& obj, const char* key) {
-  static const json kEmpty = json::array();
-  const json* v = Member(obj, key);
-  return v != nullptr && v->is_array() ? *v : kEmpty;
-}
+using namespace json_fields;  // NOLINT: Member, Str, StrMap, Obj, Arr
 
 std::vector<std::string> Tokens(std::string_view text) {
   std::vector<std::string> out;
@@ -275,10 +249,12 @@ std::string NodeSelection::Key() const {
   json tol = json::array();
   for (const Toleration& t : tolerations) tol.push_back({t.key, t.op, t.value, t.effect});
   j["t"] = tol;
+  if (dra) j["d"] = {dra_mig, dra_selectors};
   return j.dump();
 }
 
 bool Allows(const NodeSelection& sel, const NodeInfo& node) {
+  if (sel.dra && !DevicesPass(node.dra, sel.dra_selectors, sel.dra_mig)) return false;
   for (const auto& [k, v] : sel.node_selector) {
     auto it = node.labels.find(k);
     if (it == node.labels.end() || it->second != v) return false;
@@ -366,8 +342,15 @@ PodInfo ParsePod(const json& obj) {
       break;
     }
   }
-  if (!Arr(spec, "resourceClaims").empty()) {
-    p.unsupported.push_back("resource claims (DRA) are not supported yet");
+  // Resource claims: the claim each names, or (from a template) the one made for the pod.
+  std::map<std::string, std::string> made;
+  for (const json& st : Arr(Obj(obj, "status"), "resourceClaimStatuses"))
+    made[Str(st, "name")] = Str(st, "resourceClaimName");
+  for (const json& rc : Arr(spec, "resourceClaims")) {
+    PodInfo::ClaimRef ref{Str(rc, "name"), Str(rc, "resourceClaimName"),
+                          !Str(rc, "resourceClaimTemplateName").empty()};
+    if (ref.from_template) ref.claim = made[ref.name];
+    p.claims.push_back(std::move(ref));
   }
   // Effective requests, as the kubelet admits a pod: sidecars (init containers that
   // restart Always) run beside the containers; every other init container runs alone,
@@ -422,6 +405,8 @@ PodInfo ParsePod(const json& obj) {
   }
   if (p.gpus > 0 && !p.mig_profile.empty())
     p.problem = "asks for whole GPUs and a MIG device at once";
+  if (!p.claims.empty() && (p.gpus > 0 || !p.mig_profile.empty()))
+    p.problem = "asks for GPUs both through resource claims and nvidia.com resources";
   const json& status = Obj(obj, "status");
   p.phase = Str(status, "phase");
   for (const json& c : Arr(status, "conditions")) {
@@ -475,17 +460,28 @@ std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& 
   if (auto it = node.labels.find("gantry.dev/gpu-model"); it != node.labels.end()) {
     return catalog.Find(it->second);
   }
+  if (!node.dra.gpus.empty()) {  // what the DRA driver says of its GPUs
+    auto mem = node.dra.gpus.front().capacity.find(std::string(kGpuDriver) + "/memory");
+    return ModelOfProduct(node.dra.product,
+                          mem == node.dra.gpus.front().capacity.end() ? 0 : mem->second >> 20,
+                          catalog);
+  }
   auto product = node.labels.find("nvidia.com/gpu.product");
   if (product == node.labels.end()) return std::nullopt;
   // A single-strategy MIG node names the profile after the product, and its memory label
   // gives the instance's memory, not the GPU's.
   const size_t mig_at = product->second.find(kMigProductInfix);
-  std::vector<std::string> tokens = Tokens(std::string_view(product->second).substr(0, mig_at));
   int64_t mib = 0;
   if (auto m = node.labels.find("nvidia.com/gpu.memory");
       m != node.labels.end() && mig_at == std::string::npos) {
     mib = std::strtoll(m->second.c_str(), nullptr, 10);
   }
+  return ModelOfProduct(std::string_view(product->second).substr(0, mig_at), mib, catalog);
+}
+
+std::optional<core::ModelId> ModelOfProduct(std::string_view product, int64_t mib,
+                                            const core::Catalog& catalog) {
+  std::vector<std::string> tokens = Tokens(product);
   std::optional<core::ModelId> best;
   int best_score = -1;
   int64_t best_gap = 0;
@@ -547,8 +543,10 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
   struct Shape {
     int gpus;
     uint32_t model;
-    std::string mig;  // the profile of MIG GPUs; empty: whole GPUs
+    std::string mig;  // the profile of MIG GPUs; empty: whole GPUs; "*": DRA's, any
     bool single;
+    bool dra;
+    int domains;
     int64_t cpus, mem;
     std::vector<bool> allowed;
     auto operator<=>(const Shape&) const = default;
@@ -570,7 +568,34 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     s.gpus = static_cast<int>(std::max<int64_t>(0, n->gpus - used.gpus));
     s.model = UINT32_MAX;
     s.single = false;
-    if (n->gpus > 0 || !n->mig.empty()) {
+    s.dra = false;
+    s.domains = 1;
+    if (!n->dra.problem.empty()) view.skipped.push_back(n->name + ": " + n->dra.problem);
+    if (!n->dra.gpus.empty() && (n->gpus > 0 || !n->mig.empty())) {
+      view.skipped.push_back(n->name +
+                             ": its DRA GPUs are not offered: it advertises the device plugin's "
+                             "GPUs too");
+    } else if (!n->dra.gpus.empty()) {
+      // GPUs through DRA: those no other claim holds, in the driver's order; a GPU one of
+      // whose MIG devices another claim holds is held whole.
+      std::vector<bool> held(n->dra.gpus.size(), false);
+      for (size_t i = 0; i < n->dra.gpus.size(); ++i)
+        held[i] = used.devices.contains(n->dra.gpus[i].name);
+      for (size_t i = 0; i < n->dra.migs.size(); ++i) {
+        if (used.devices.contains(n->dra.migs[i].name))
+          held[static_cast<size_t>(n->dra.mig_parent[i])] = true;
+      }
+      std::vector<int>& free = view.dra_gpus[n->name];
+      for (size_t i = 0; i < held.size(); ++i) {
+        if (!held[i]) free.push_back(static_cast<int>(i));
+      }
+      s.gpus = static_cast<int>(std::min<size_t>(free.size(), core::kMaxGpusPerNode));
+      free.resize(static_cast<size_t>(s.gpus));
+      s.dra = true;
+      // The NVLink domains, while no GPU is held (a held one would split them unevenly).
+      if (free.size() == held.size()) s.domains = n->dra.nvlink_domains;
+    }
+    if (n->gpus > 0 || !n->mig.empty() || s.dra) {
       auto model = ModelOf(*n, catalog);
       if (!model) {
         view.skipped.push_back(n->name +
@@ -580,7 +605,9 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
       }
       s.model = model->v;
     }
-    if (!n->mig.empty()) {
+    if (s.dra && !n->dra.migs.empty() && catalog.model(core::ModelId(s.model)).mig_capable())
+      s.mig = "*";  // MIG devices at any of the core's placements
+    if (!n->mig.empty() && !s.dra) {
       auto why = MigLayout(*n, catalog.model(core::ModelId(s.model)));
       if (why) {
         view.skipped.push_back(n->name + ": its MIG devices are not offered: " + *why);
@@ -603,6 +630,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
       s.model = UINT32_MAX;
       s.mig.clear();
       s.single = false;
+      s.dra = false;
+      s.domains = 1;
     }
     s.cpus = std::max<int64_t>(0, n->cpus_milli - used.cpus_milli);
     s.mem = std::max<int64_t>(0, n->memory_bytes - used.memory_bytes);
@@ -624,14 +653,20 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" +
                                    std::to_string(shape.gpus)
                              : std::string("cpu")) +
-             (shape.mig.empty() ? "" : "-mig-" + shape.mig) + "-" + std::to_string(pools.size());
+             (shape.mig.empty() || shape.dra ? "" : "-mig-" + shape.mig) + "-" +
+             std::to_string(pools.size());
     p.count = static_cast<int>(members.size());
     p.gpus = shape.gpus;
     if (shape.gpus > 0) p.model = core::ModelId(shape.model);
-    if (!shape.mig.empty()) {
-      p.sharing = core::Bit(core::Sharing::kMig);
+    p.nvlink_domains = shape.domains;
+    if (shape.dra) {
+      p.name = "dra-" + p.name;
+      if (!shape.mig.empty()) p.sharing |= core::Bit(core::Sharing::kMig);
+      view.devices.push_back(PoolDevices{"", false, true});
+    } else {
+      if (!shape.mig.empty()) p.sharing = core::Bit(core::Sharing::kMig);
+      view.devices.push_back(PoolDevices{shape.mig, shape.single, false});
     }
-    view.devices.push_back(PoolDevices{shape.mig, shape.single});
     p.cpus_milli = shape.cpus;
     p.memory_bytes = shape.mem;
     std::map<std::string, int> leaves;
@@ -771,7 +806,11 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
   bool whole_gpus = false;
   for (core::PoolId p : job.pools) {
     const PoolDevices& d = view.devices[p.v];
-    if (d.mig_profile.empty()) {
+    if (d.dra != pod.selection.dra) continue;  // claims go to DRA's GPUs, and only they do
+    if (d.dra) {
+      (pod.mig_profile.empty() ? whole : mig).push_back(p);
+      whole_gpus = true;
+    } else if (d.mig_profile.empty()) {
       whole.push_back(p);
       whole_gpus |= view.cluster.pool(p).spec.gpus > 0;
     } else if (d.single) {
@@ -783,6 +822,9 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
   }
   std::string profile = pod.mig_profile;
   if (!profile.empty()) {
+    if (mig.empty() && pod.selection.dra) {
+      return "no node offers MIG devices of " + profile + " that its claims' selectors allow";
+    }
     if (mig.empty()) {
       return "no node its selection allows offers nvidia.com/mig-" + profile +
              " (Gantry offers MIG devices on nodes whose GPUs are all split into one profile: "

@@ -11,12 +11,14 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "core/model/cluster.h"
 #include "core/model/job.h"
+#include "kube/dra.h"
 #include "spec/config_reader.h"
 
 namespace gantry::kube {
@@ -57,6 +59,7 @@ struct NodeInfo {
   // nvidia.com/gpu.product (`gpus` is then 0 and `mig_single` true).
   std::map<std::string, int64_t> mig;
   bool mig_single = false;
+  NodeGpus dra;         // its GPUs published through Dynamic Resource Allocation (kube/dra.h)
   std::string problem;  // why it cannot be used, if so
   // Every field is one the scheduler reads: a node that compares equal needs no rebuild.
   bool operator==(const NodeInfo&) const = default;
@@ -79,6 +82,11 @@ struct NodeSelection {
   std::map<std::string, std::string> node_selector;
   std::vector<std::vector<Requirement>> terms;  // required node affinity: any term, all of it
   std::vector<Toleration> tolerations;
+  // Its resource claims (resolved by the scheduler): devices of gpu.nvidia.com that all
+  // pass these selectors, GPUs or MIG devices of `dra_mig`.
+  bool dra = false;
+  std::string dra_mig;
+  std::vector<std::string> dra_selectors;
   bool operator==(const NodeSelection&) const = default;
   std::string Key() const;  // a canonical text, equal exactly when the selections are
 };
@@ -93,6 +101,15 @@ struct PodInfo {
   // Effective requests (containers, init and sidecar containers, overhead).
   int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
   std::string mig_profile;  // nvidia.com/mig-<profile>: 1 (more per pod is refused)
+  // spec.resourceClaims: the ResourceClaim each names (from a template: the one made for
+  // the pod, empty until it is). The scheduler resolves them into gpus or mig_profile,
+  // and into the node selection (`selection.dra`).
+  struct ClaimRef {
+    std::string name, claim;
+    bool from_template = false;
+  };
+  std::vector<ClaimRef> claims;
+  std::string claims_wait;  // why its claims do not say yet what it needs, if so
   NodeSelection selection;
   int64_t grace_s = 30;
   std::map<std::string, std::string> annotations;
@@ -128,6 +145,10 @@ bool Covers(const BudgetInfo& budget, const PodInfo& pod);
 // The catalog model of a node, from GPU feature discovery's labels
 // (nvidia.com/gpu.product such as NVIDIA-H100-80GB-HBM3, nvidia.com/gpu.memory in MiB).
 std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog);
+// The same from a product name (NVIDIA-H100-80GB-HBM3, NVIDIA H100 80GB HBM3) and the
+// GPU's memory in MiB (0: not known).
+std::optional<core::ModelId> ModelOfProduct(std::string_view product, int64_t mib,
+                                            const core::Catalog& catalog);
 
 // The core's view of the nodes: nodes alike in shape, leaf label aside, and in which of
 // `selections` allow them form a pool (named by shape, with the nodes' own names), so a
@@ -137,6 +158,7 @@ std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& 
 struct Usage {
   int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
   std::map<std::string, int64_t> mig;  // MIG devices by profile
+  std::set<std::string> devices;       // DRA devices other claims hold
 };
 
 // What a pool's GPUs are to pods: whole GPUs, or MIG devices of one profile laid out
@@ -146,6 +168,9 @@ struct Usage {
 struct PoolDevices {
   std::string mig_profile;  // empty: whole GPUs
   bool single = false;      // the single strategy: pods ask nvidia.com/gpu for them
+  // Dynamic Resource Allocation: GPUs of gpu.nvidia.com, and MIG devices at the core's
+  // placements where the node publishes them (the pool's sharing then includes MIG).
+  bool dra = false;
 };
 
 struct ClusterView {
@@ -154,6 +179,8 @@ struct ClusterView {
   // per selection (index into `selections`): the pools it allows, ascending
   std::vector<std::vector<core::PoolId>> pools_of;
   std::vector<PoolDevices> devices;  // per pool
+  // DRA nodes: node name -> per local GPU of the core, its position in NodeInfo.dra.gpus.
+  std::map<std::string, std::vector<int>> dra_gpus;
   std::vector<std::string> skipped;  // nodes, or their MIG devices, left out, with why
 };
 Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,

@@ -26,11 +26,27 @@ namespace {
 using nlohmann::json;
 
 // kResults: not a resource, the Writer's answers to bindings (obj: uid, ok, error).
-enum class Resource : uint8_t { kNodes, kPods, kGroups, kBudgets, kResults };
-constexpr const char* kPaths[] = {"/api/v1/nodes", "/api/v1/pods",
+enum class Resource : uint8_t {
+  kNodes,
+  kPods,
+  kGroups,
+  kBudgets,
+  kSlices,
+  kClaims,
+  kClasses,
+  kResults
+};
+constexpr int kWatched = static_cast<int>(Resource::kResults);
+constexpr const char* kPaths[] = {"/api/v1/nodes",
+                                  "/api/v1/pods",
                                   "/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
-                                  "/apis/policy/v1/poddisruptionbudgets"};
-constexpr const char* kNames[] = {"nodes", "pods", "podgroups", "poddisruptionbudgets"};
+                                  "/apis/policy/v1/poddisruptionbudgets",
+                                  "/apis/resource.k8s.io/v1/resourceslices",
+                                  "/apis/resource.k8s.io/v1/resourceclaims",
+                                  "/apis/resource.k8s.io/v1/deviceclasses"};
+constexpr const char* kNames[] = {
+    "nodes",          "pods",           "podgroups",    "poddisruptionbudgets",
+    "resourceslices", "resourceclaims", "deviceclasses"};
 
 struct Event {
   Resource res;
@@ -94,13 +110,12 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client
   while (!stop) {
     auto list = client.Request("GET", path);
     if (!list || list->status != 200) {
-      if (list && list->status == 404 && res == Resource::kGroups) {
-        // No PodGroup CRD installed: groups are unknown until it is.
+      if (list && list->status == 404 && res != Resource::kNodes && res != Resource::kPods) {
+        // No PodGroup CRD installed, or no resource.k8s.io/v1 (Kubernetes before 1.34):
+        // groups, or claims, are unknown until they are.
         if (!absent_logged)
-          log::Warn(
-              "kubernetes: no PodGroup resource (scheduling.x-k8s.io/v1alpha1); pods naming a "
-              "group wait until it exists",
-              {});
+          log::Warn("kubernetes: resource not served; pods that need it wait until it is",
+                    {{"resource", name}});
         absent_logged = true;
         backoff_ms = 5'000;
       } else {
@@ -190,6 +205,9 @@ class Writer {
  public:
   struct BindOp {
     std::string ns, name, uid, node;
+    // Resource claims' allocations, written first (path, merge patch), as kube-scheduler
+    // does before binding a pod with claims.
+    std::vector<std::pair<std::string, std::string>> claims;
   };
   struct StatusOp {
     std::string ns, name, uid, text;
@@ -260,6 +278,17 @@ class Writer {
   }
 
   void DoBind(Client& c, const BindOp& op) {
+    for (const auto& [path, patch] : op.claims) {
+      auto r = c.Request("PATCH", path, patch, "application/merge-patch+json");
+      if (!r || r->status != 200) {
+        const std::string error = "claim allocation: " + Failure(r);
+        log::Warn("kubernetes: binding failed",
+                  {{"pod", op.ns + "/" + op.name}, {"node", op.node}, {"error", error}});
+        box_.Push(Event{Resource::kResults, Event::Type::kUpsert,
+                        json{{"uid", op.uid}, {"ok", false}, {"error", error}}});
+        return;
+      }
+    }
     json b = {{"apiVersion", "v1"},
               {"kind", "Binding"},
               {"metadata", {{"name", op.name}, {"namespace", op.ns}, {"uid", op.uid}}},
@@ -379,8 +408,17 @@ class Driver {
                                    const core::JobSpec& spec);
   void SetWaiting(const PodInfo& pod, const std::string& message);
   void Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why);
-  void Bind(const PodInfo& pod, const std::string& node);
+  void Bind(const PodInfo& pod, const std::string& node,
+            std::vector<std::pair<std::string, std::string>> claims = {});
   void Forget(Job& job);
+  void ResolveClaims(PodInfo& p);
+  NodeGpus GpusFor(const std::string& node) const;
+  void RefreshNodeGpus(const std::string& node);
+  bool ClearStaleClaims(const PodInfo& p);
+  std::vector<std::string> DevicesOf(const core::WorkerAlloc& w) const;
+  bool AdoptDevices(const PodInfo& p, const core::JobSpec& spec, core::WorkerAlloc& w) const;
+  std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
+                                                               const core::WorkerAlloc& w) const;
   void UpdateGroups();
   void Publish();
   void Shield();
@@ -389,12 +427,22 @@ class Driver {
   SchedulerOptions options_;
   Client api_;
   mutable core::Ticks last_now_ = 0;
-  bool synced_[4] = {false, false, false, false};
+  bool synced_[kWatched] = {};
 
   std::map<std::string, NodeInfo> nodes_;
-  std::unordered_map<std::string, PodInfo> pods_;    // by uid
-  std::map<std::string, GroupInfo> groups_;          // by namespace/name
-  std::map<std::string, BudgetInfo> budgets_;        // by namespace/name
+  std::unordered_map<std::string, PodInfo> pods_;  // by uid
+  std::map<std::string, GroupInfo> groups_;        // by namespace/name
+  std::map<std::string, BudgetInfo> budgets_;      // by namespace/name
+  // Dynamic Resource Allocation (kube/dra.h).
+  std::map<std::string, SliceInfo> slices_;                   // by name
+  std::map<std::string, std::set<std::string>> node_slices_;  // node -> slice names
+  std::map<std::string, ClaimInfo> claims_;                   // by namespace/name
+  std::map<std::string, ClassInfo> classes_;                  // by name
+  std::map<std::string, DeviceAsk> asks_;                     // pod uid -> what its claims ask
+  std::set<std::string> claim_pods_;                          // uids of our pods with claims
+  std::set<std::string> reserved_;                            // pod uids some claim is reserved for
+  std::set<std::string> foreign_claims_;  // claims whose devices the view counts as held
+  bool claims_changed_ = false;
   std::map<std::string, Job> jobs_;                  // by key
   std::unordered_map<uint32_t, std::string> by_id_;  // core job id -> key
 
@@ -431,6 +479,7 @@ void Driver::Apply(Event& e) {
         NodeInfo n = ParseNode(obj);
         if (n.name.empty()) return;
         auto it = nodes_.find(n.name);
+        n.dra = GpusFor(n.name);
         rebuild_ |= it == nodes_.end() || !(it->second == n);
         nodes_[n.name] = std::move(n);
         break;
@@ -451,7 +500,47 @@ void Driver::Apply(Event& e) {
         } else if (auto b = binding_.find(p.uid); b != binding_.end()) {
           p.node_name = b->second;
         }
+        if (!p.claims.empty() && Ours(p)) {
+          claim_pods_.insert(p.uid);
+          ResolveClaims(p);
+        }
         pods_[p.uid] = std::move(p);
+        break;
+      }
+      case Resource::kSlices: {
+        SliceInfo sl = ParseSlice(obj);
+        if (sl.name.empty()) return;
+        if (auto old = slices_.find(sl.name); old != slices_.end() && old->second.node != sl.node) {
+          node_slices_[old->second.node].erase(sl.name);
+          RefreshNodeGpus(old->second.node);
+        }
+        node_slices_[sl.node].insert(sl.name);
+        const std::string node = sl.node;
+        slices_[sl.name] = std::move(sl);
+        RefreshNodeGpus(node);
+        break;
+      }
+      case Resource::kClaims: {
+        ClaimInfo c = ParseClaim(obj);
+        const std::string key = c.ns + "/" + c.name;
+        auto it = claims_.find(key);
+        // Devices held by claims that are not our running pods' change the nodes the core
+        // sees (ours are adopted: they need no rebuild).
+        const bool moved = it == claims_.end() || it->second.allocated != c.allocated;
+        const bool ours =
+            std::any_of(c.reserved_for.begin(), c.reserved_for.end(), [&](const std::string& uid) {
+              auto p = pods_.find(uid);
+              return p != pods_.end() && Ours(p->second);
+            });
+        if (foreign_claims_.contains(key) || (moved && c.allocated && !ours)) rebuild_ = true;
+        claims_[key] = std::move(c);
+        claims_changed_ = true;
+        break;
+      }
+      case Resource::kClasses: {
+        ClassInfo c = ParseClass(obj);
+        classes_[c.name] = std::move(c);
+        claims_changed_ = true;
         break;
       }
       case Resource::kGroups: {
@@ -488,6 +577,21 @@ void Driver::Apply(Event& e) {
       if (e.res == Resource::kPods) pods_.clear();
       if (e.res == Resource::kGroups) groups_.clear();
       if (e.res == Resource::kBudgets) budgets_.clear();
+      if (e.res == Resource::kSlices) {
+        slices_.clear();
+        for (auto& [name, slices] : node_slices_) slices.clear();
+      }
+      if (e.res == Resource::kClaims) claims_.clear();
+      if (e.res == Resource::kClasses) classes_.clear();
+      if (e.res == Resource::kSlices) {
+        for (const json& item : e.obj) {
+          SliceInfo sl = ParseSlice(item);
+          node_slices_[sl.node].insert(sl.name);
+          slices_[sl.name] = std::move(sl);
+        }
+        for (auto& [name, n] : nodes_) RefreshNodeGpus(name);
+        break;
+      }
       for (const json& item : e.obj) upsert(item);
       break;
     case Event::Type::kUpsert:
@@ -503,6 +607,8 @@ void Driver::Apply(Event& e) {
         if (it != pods_.end() && !Ours(it->second) && !it->second.node_name.empty())
           rebuild_ = true;
         pods_.erase(p.uid);
+        claim_pods_.erase(p.uid);
+        asks_.erase(p.uid);
         evicting_.erase(p.uid);
         asked_message_.erase(p.uid);
         binding_.erase(p.uid);
@@ -511,6 +617,20 @@ void Driver::Apply(Event& e) {
       } else if (e.res == Resource::kGroups) {
         GroupInfo g = ParseGroup(e.obj);
         groups_.erase(g.ns + "/" + g.name);
+      } else if (e.res == Resource::kSlices) {
+        SliceInfo sl = ParseSlice(e.obj);
+        slices_.erase(sl.name);
+        node_slices_[sl.node].erase(sl.name);
+        RefreshNodeGpus(sl.node);
+      } else if (e.res == Resource::kClaims) {
+        ClaimInfo c = ParseClaim(e.obj);
+        const std::string key = c.ns + "/" + c.name;
+        if (foreign_claims_.contains(key)) rebuild_ = true;
+        claims_.erase(key);
+        claims_changed_ = true;
+      } else if (e.res == Resource::kClasses) {
+        classes_.erase(ParseClass(e.obj).name);
+        claims_changed_ = true;
       } else {
         BudgetInfo b = ParseBudget(e.obj);
         budgets_.erase(b.ns + "/" + b.name);
@@ -547,6 +667,13 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
     w.cpus_milli = spec.cpus_milli;
     w.memory_bytes = spec.memory_bytes;
     const core::Node& n = view_.cluster.node(*node);
+    if (!p->claims.empty()) {
+      if (!AdoptDevices(*p, spec, w))
+        return Error{"claims", "the devices of pod " + p->name + "'s claims are not all on node " +
+                                   p->node_name + "'s free GPUs"};
+      alloc.push_back(w);
+      continue;
+    }
     if (spec.sharing == core::Sharing::kMig) {
       if (!PlaceMigInstance(alloc, spec, n, w))
         return Error{"mig", "node " + p->node_name + " has fewer free " + spec.mig_profile +
@@ -627,6 +754,25 @@ void Driver::Rebuild() {
     }
     if (Ours(p) && Live(p) && p.problem.empty()) SelectionIndex(p.selection);
   }
+  // Devices of claims that are not our bound pods' (those are adopted) are held.
+  foreign_claims_.clear();
+  std::map<std::string, std::string> pool_node;  // the driver's pool -> its node
+  for (const auto& [name, sl] : slices_) pool_node[sl.pool] = sl.node;
+  for (const auto& [key, c] : claims_) {
+    if (!c.allocated) continue;
+    const bool adopted =
+        std::any_of(c.reserved_for.begin(), c.reserved_for.end(), [&](const std::string& uid) {
+          auto p = pods_.find(uid);
+          return p != pods_.end() && Ours(p->second) && Live(p->second) &&
+                 !p->second.node_name.empty();
+        });
+    if (adopted) continue;
+    foreign_claims_.insert(key);
+    for (const AllocatedDevice& d : c.devices) {
+      if (auto node = pool_node.find(d.pool); d.driver == kGpuDriver && node != pool_node.end())
+        foreign[node->second].devices.insert(d.device);
+    }
+  }
   rebuild_ = false;
   std::vector<const NodeInfo*> nodes;
   for (const auto& [name, n] : nodes_) nodes.push_back(&n);
@@ -654,12 +800,187 @@ void Driver::SetWaiting(const PodInfo& pod, const std::string& message) {
   writer_.Status(Writer::StatusOp{pod.ns, pod.name, pod.uid, text});
 }
 
-void Driver::Bind(const PodInfo& pod, const std::string& node) {
+void Driver::Bind(const PodInfo& pod, const std::string& node,
+                  std::vector<std::pair<std::string, std::string>> claims) {
   ++binds_;
   pods_[pod.uid].node_name =
       node;  // the watch will say so too; a pass before it must not bind again
   binding_[pod.uid] = node;
-  writer_.Bind(Writer::BindOp{pod.ns, pod.name, pod.uid, node});
+  writer_.Bind(Writer::BindOp{pod.ns, pod.name, pod.uid, node, std::move(claims)});
+}
+
+// ------------------------------------------------------------------ DRA (kube/dra.h)
+
+// What a pod's claims ask, from the claims and their classes; until they are all there and
+// supported, why it waits. A pod with claims goes only to nodes whose GPUs come through
+// DRA, whatever its claims say.
+void Driver::ResolveClaims(PodInfo& p) {
+  p.selection.dra = true;
+  p.claims_wait.clear();
+  asks_.erase(p.uid);
+  std::vector<const ClaimInfo*> claims;
+  for (const PodInfo::ClaimRef& ref : p.claims) {
+    if (ref.claim.empty()) {
+      p.claims_wait =
+          "waiting for the ResourceClaim of " + ref.name + " to be made from its template";
+      return;
+    }
+    auto c = claims_.find(p.ns + "/" + ref.claim);
+    if (c == claims_.end()) {
+      p.claims_wait = "waiting for ResourceClaim " + ref.claim;
+      return;
+    }
+    claims.push_back(&c->second);
+  }
+  auto ask = AskOf(claims, classes_);
+  if (!ask) {
+    p.claims_wait = ask.error().ToString();
+    return;
+  }
+  p.gpus = ask->gpus;
+  p.mig_profile = ask->mig_profile;
+  p.selection.dra_mig = ask->mig_profile;
+  p.selection.dra_selectors = ask->selectors;
+  // matchAttribute on the NVLink domain: the pod's GPUs in one domain.
+  if (ask->one_domain) p.annotations.emplace(kTopologyAnnotation, "nvlink");
+  asks_[p.uid] = std::move(*ask);
+}
+
+NodeGpus Driver::GpusFor(const std::string& node) const {
+  std::vector<const SliceInfo*> slices;
+  if (auto names = node_slices_.find(node); names != node_slices_.end()) {
+    for (const std::string& name : names->second) {
+      if (auto sl = slices_.find(name); sl != slices_.end()) slices.push_back(&sl->second);
+    }
+  }
+  return GpusOf(slices);
+}
+
+void Driver::RefreshNodeGpus(const std::string& node) {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end()) return;
+  NodeGpus g = GpusFor(node);
+  if (g == it->second.dra) return;
+  it->second.dra = std::move(g);
+  rebuild_ = true;
+}
+
+// A claim of a pending pod of ours that is allocated (a crash between its allocation and
+// the binding, or a binding that failed after it) is cleared, as kube-scheduler's
+// unreserve does, so the pod is placed anew. True while one is.
+bool Driver::ClearStaleClaims(const PodInfo& p) {
+  bool any = false;
+  for (const PodInfo::ClaimRef& ref : p.claims) {
+    auto c = claims_.find(p.ns + "/" + ref.claim);
+    if (ref.claim.empty() || c == claims_.end() || !c->second.allocated) continue;
+    const ClaimInfo& claim = c->second;
+    if (claim.reserved_for.size() > 1 ||
+        (claim.reserved_for.size() == 1 && claim.reserved_for[0] != p.uid))
+      continue;  // in use by another pod: AskOf's caller says so
+    any = true;
+    json patch = {{"metadata", {{"uid", claim.uid}, {"resourceVersion", claim.resource_version}}},
+                  {"status", {{"allocation", nullptr}, {"reservedFor", nullptr}}}};
+    auto r = api_.Request(
+        "PATCH",
+        "/apis/resource.k8s.io/v1/namespaces/" + p.ns + "/resourceclaims/" + claim.name + "/status",
+        patch.dump(), "application/merge-patch+json");
+    log::Info("kubernetes: stale claim allocation cleared",
+              {{"claim", p.ns + "/" + claim.name},
+               {"pod", p.name},
+               {"result", r && r->status == 200 ? "ok" : Failure(r)}});
+  }
+  return any;
+}
+
+// The DRA devices of worker `w`: its whole GPUs, or its MIG device at its placement.
+std::vector<std::string> Driver::DevicesOf(const core::WorkerAlloc& w) const {
+  std::vector<std::string> out;
+  const core::Node& node = view_.cluster.node(w.node);
+  auto n = nodes_.find(node.name);
+  auto local = view_.dra_gpus.find(node.name);
+  if (n == nodes_.end() || local == view_.dra_gpus.end()) return out;
+  const NodeGpus& g = n->second.dra;
+  if (w.sharing == core::Sharing::kExclusive) {
+    for (int i = 0; i < node.gpus; ++i) {
+      if (w.gpu_mask >> i & 1u)
+        out.push_back(g.gpus[static_cast<size_t>(local->second[static_cast<size_t>(i)])].name);
+    }
+    return out;
+  }
+  const int parent = local->second[static_cast<size_t>(w.gpu)];
+  const std::string& profile = view_.cluster.catalog()
+                                   .model(node.model)
+                                   .mig_profiles[static_cast<size_t>(w.mig_profile)]
+                                   .name;
+  for (size_t m = 0; m < g.migs.size(); ++m) {
+    if (g.mig_parent[m] == parent && g.migs[m].memory_slices.front() == w.mig_start &&
+        std::get<std::string>(g.migs[m].attributes.at(std::string(kGpuDriver) + "/profile")) ==
+            profile)
+      out.push_back(g.migs[m].name);
+  }
+  return out;
+}
+
+// The claims' allocations a binding of pod `p` for worker `w` writes first.
+std::vector<std::pair<std::string, std::string>> Driver::ClaimWrites(
+    const PodInfo& p, const core::WorkerAlloc& w) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto ask = asks_.find(p.uid);
+  if (ask == asks_.end()) return out;
+  const std::vector<std::string> devices = DevicesOf(w);
+  const std::string& node = view_.cluster.node(w.node).name;
+  size_t next = 0;
+  for (const DeviceAsk::Part& part : ask->second.parts) {
+    int64_t n = 0;
+    for (const auto& [request, count] : part.requests) n += count;
+    const size_t end = std::min(devices.size(), next + static_cast<size_t>(n));
+    std::vector<std::string> mine(devices.begin() + static_cast<std::ptrdiff_t>(next),
+                                  devices.begin() + static_cast<std::ptrdiff_t>(end));
+    next = end;
+    out.emplace_back(
+        "/apis/resource.k8s.io/v1/namespaces/" + p.ns + "/resourceclaims/" + part.claim + "/status",
+        AllocationPatch(part, mine, nodes_.at(node).dra.pool, node, p.name, p.uid).dump());
+  }
+  return out;
+}
+
+// A bound pod's devices, read back from its claims' allocations (a restart, a rebuild):
+// worker `w` then holds exactly those. False if they are not all on its node's view.
+bool Driver::AdoptDevices(const PodInfo& p, const core::JobSpec& spec, core::WorkerAlloc& w) const {
+  const core::Node& node = view_.cluster.node(w.node);
+  auto n = nodes_.find(node.name);
+  auto local = view_.dra_gpus.find(node.name);
+  if (n == nodes_.end() || local == view_.dra_gpus.end()) return false;
+  const NodeGpus& g = n->second.dra;
+  auto local_of = [&](int position) {
+    auto it = std::find(local->second.begin(), local->second.end(), position);
+    return it == local->second.end() ? -1 : static_cast<int>(it - local->second.begin());
+  };
+  int found = 0;
+  for (const PodInfo::ClaimRef& ref : p.claims) {
+    auto c = claims_.find(p.ns + "/" + ref.claim);
+    if (c == claims_.end()) return false;
+    for (const AllocatedDevice& d : c->second.devices) {
+      if (d.driver != kGpuDriver) continue;
+      for (size_t i = 0; i < g.gpus.size(); ++i) {
+        const int l = g.gpus[i].name == d.device ? local_of(static_cast<int>(i)) : -1;
+        if (l >= 0 && spec.sharing == core::Sharing::kExclusive) {
+          w.gpu_mask |= uint64_t{1} << l;
+          ++found;
+        }
+      }
+      for (size_t m = 0; m < g.migs.size(); ++m) {
+        const int l = g.migs[m].name == d.device ? local_of(g.mig_parent[m]) : -1;
+        if (l >= 0 && spec.sharing == core::Sharing::kMig && node.model.valid()) {
+          w.gpu = static_cast<int8_t>(l);
+          w.mig_profile = spec.mig_index[node.model.v];
+          w.mig_start = static_cast<int8_t>(g.migs[m].memory_slices.front());
+          ++found;
+        }
+      }
+    }
+  }
+  return spec.sharing == core::Sharing::kMig ? found == 1 : found == spec.gpus;
 }
 
 void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& why) {
@@ -687,6 +1008,15 @@ void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& 
 // finished, running ones adopted after a rebuild.
 void Driver::SyncJobs() {
   const core::Ticks now = Now();
+  if (claims_changed_) {
+    claims_changed_ = false;
+    for (const std::string& uid : claim_pods_) {
+      if (auto p = pods_.find(uid); p != pods_.end()) ResolveClaims(p->second);
+    }
+    reserved_.clear();
+    for (const auto& [key, c] : claims_)
+      reserved_.insert(c.reserved_for.begin(), c.reserved_for.end());
+  }
   // The live pods of ours, by job.
   std::map<std::string, std::vector<const PodInfo*>> by_key;
   for (const auto& [uid, p] : pods_) {
@@ -713,6 +1043,8 @@ void Driver::SyncJobs() {
       for (const std::string& uid : job.pods) {
         auto p = pods_.find(uid);
         bound_alive |= p != pods_.end() && !p->second.terminal() && !p->second.node_name.empty();
+        // A pod that ended holds its claims' devices until they are released.
+        bound_alive |= reserved_.contains(uid) && (p == pods_.end() || p->second.terminal());
       }
       if (running) {
         // A gang one of whose bindings failed: all or nothing, so its bound pods go.
@@ -788,6 +1120,10 @@ void Driver::SyncJobs() {
     for (const PodInfo* p : live) {
       if (!p->problem.empty())
         problem = "pod " + p->name + " is malformed: " + p->problem;
+      else if (!p->claims_wait.empty())
+        problem = p->claims_wait;
+      else if (p->node_name.empty() && ClearStaleClaims(*p))
+        problem = "waiting for its ResourceClaims' earlier allocation to be cleared";
       else if (!p->unsupported.empty()) {
         problem = p->unsupported.front();
         for (size_t i = 1; i < p->unsupported.size(); ++i) problem += "; " + p->unsupported[i];
@@ -832,7 +1168,10 @@ void Driver::SyncJobs() {
     if (rebuild_ || selection >= view_.pools_of.size()) return;  // a new selection: rebuild first
     spec->pools = view_.pools_of[selection];
     if (spec->pools.empty()) {
-      refused_[key] = "no node matches its node selection, taints and tolerations";
+      refused_[key] = live.front()->claims.empty()
+                          ? "no node matches its node selection, taints and tolerations"
+                          : "no node's devices pass its resource claims' selectors (nor its node "
+                            "selection, taints and tolerations)";
       refuse(refused_[key]);
       continue;
     }
@@ -913,7 +1252,8 @@ void Driver::Decide() {
         for (size_t i = 0; i < rec.alloc.size() && i < job.pods.size(); ++i) {
           auto p = pods_.find(job.pods[i]);
           if (p == pods_.end()) continue;
-          Bind(p->second, view_.cluster.node(rec.alloc[i].node).name);
+          Bind(p->second, view_.cluster.node(rec.alloc[i].node).name,
+               ClaimWrites(p->second, rec.alloc[i]));
           bound.push_back(job.pods[i]);
         }
         if (rec.preemptions == 0 && rec.run_total == 0) {  // its first start: how long it waited
@@ -1177,7 +1517,8 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   // Watches block in reads: each has its own client, interrupted at stop.
   std::vector<std::unique_ptr<Client>> clients;
   std::vector<std::thread> threads;
-  for (Resource r : {Resource::kNodes, Resource::kPods, Resource::kGroups, Resource::kBudgets}) {
+  for (int i = 0; i < kWatched; ++i) {
+    const auto r = static_cast<Resource>(i);
     clients.push_back(std::make_unique<Client>(creds, 300));
     Client* c = clients.back().get();
     threads.emplace_back([r, &box, &stop, c] { WatchLoop(r, box, stop, *c); });

@@ -32,7 +32,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const nlohmann::json obj = nlohmann::json::parse(text, nullptr, false);
   if (obj.is_discarded()) return 0;
-  const NodeInfo node = ParseNode(obj);
+  NodeInfo node = ParseNode(obj);
+  // Dynamic Resource Allocation: the same object as a slice, a class and a claim; its
+  // selectors through the CEL subset, whatever they say.
+  const SliceInfo slice = ParseSlice(obj);
+  node.dra = GpusOf({&slice});
+  if (node.dra.mig_parent.size() != node.dra.migs.size()) __builtin_trap();
+  const ClassInfo cls = ParseClass(obj);
+  const ClaimInfo claim = ParseClaim(obj);
+  for (const std::string& e : cls.selectors) {
+    auto sel = DeviceSelector::Compile(e);
+    if (sel && !slice.devices.empty()) (void)sel->Matches(slice.driver, slice.devices.front());
+  }
+  auto ask = AskOf({&claim}, {{cls.name, cls}});
+  if (ask && ask->gpus < 0) __builtin_trap();
   const PodInfo pod = ParsePod(obj);
   (void)ParseGroup(obj);
   const BudgetInfo budget = ParseBudget(obj);
@@ -41,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)pod.selection.Key();
   std::map<std::string, Usage> foreign;
   Usage& used = foreign[node.name];
-  used = Usage{pod.gpus, pod.cpus_milli, pod.memory_bytes, {}};
+  used = Usage{pod.gpus, pod.cpus_milli, pod.memory_bytes, {}, {}};
   if (!pod.mig_profile.empty()) used.mig[pod.mig_profile] = 1;
   auto view = BuildCluster({&node}, {pod.selection}, Config(), foreign);
   if (view && view->pools_of.size() != 1) __builtin_trap();

@@ -537,6 +537,163 @@ def case_mig_devices(c):
             c.kubectl("delete", "node", n, check=False)
 
 
+DRA_DRIVER = "gpu.nvidia.com"
+
+
+def dra_classes(c):
+    """The DeviceClasses NVIDIA's DRA driver installs: whole GPUs and MIG devices."""
+    for name, typ in (("gpu.nvidia.com", "gpu"), ("mig.nvidia.com", "mig")):
+        c.kubectl_apply({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                         "spec": {"selectors": [{"cel": {"expression":
+                             f"device.driver == '{DRA_DRIVER}' && device.attributes['{DRA_DRIVER}'].type == '{typ}'"}}]}})
+
+
+def dra_node(c, name, gpus, product, memory, domains=1, mig_profiles=None):
+    """A kwok node whose GPUs come through DRA: a ResourceSlice as NVIDIA's driver publishes
+    one (devices gpu-<i> with type, index, uuid, productName, memory), plus the NVLink domain
+    Gantry reads (gpu.nvidia.com/nvlinkDomain) and, with mig_profiles ({profile: (memory
+    slices, [starts])}), every MIG placement as a partitionable device consuming its GPU's
+    memory-slice-<k> counters."""
+    kwok_node(c, name, product.replace(" ", "-"), {}, {})
+    devices, counter_sets = [], []
+    per = gpus // domains
+    for i in range(gpus):
+        dev = {"name": f"gpu-{i}",
+               "attributes": {"type": {"string": "gpu"}, "index": {"int": i},
+                              "uuid": {"string": f"GPU-{name}-{i}"}, "productName": {"string": product},
+                              "nvlinkDomain": {"int": i // per}},
+               "capacity": {"memory": {"value": memory}}}
+        if mig_profiles:
+            counter_sets.append({"name": f"gpu-{i}-counters",
+                                 "counters": {f"memory-slice-{k}": {"value": "1"} for k in range(8)}})
+            dev["consumesCounters"] = [{"counterSet": f"gpu-{i}-counters",
+                                        "counters": {f"memory-slice-{k}": {"value": "1"} for k in range(8)}}]
+            for profile, (slices, starts) in mig_profiles.items():
+                for start in starts:
+                    devices.append({
+                        "name": f"gpu-{i}-mig-{profile.replace('.', '-')}-{start}",
+                        "attributes": {"type": {"string": "mig"}, "profile": {"string": profile},
+                                       "parentIndex": {"int": i}, "productName": {"string": product}},
+                        "consumesCounters": [{"counterSet": f"gpu-{i}-counters",
+                                              "counters": {f"memory-slice-{k}": {"value": "1"}
+                                                           for k in range(start, start + slices)}}]})
+        devices.append(dev)
+    # the shared counters are a slice of their own in the same pool
+    slices = [("gpus", {"devices": devices})] + ([("counters", {"sharedCounters": counter_sets})] if counter_sets else [])
+    for suffix, body in slices:
+        spec = {"driver": DRA_DRIVER, "nodeName": name,
+                "pool": {"name": name, "generation": 1, "resourceSliceCount": len(slices)}, **body}
+        c.kubectl_apply({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                         "metadata": {"name": f"{name}-{suffix}"}, "spec": spec})
+
+
+def claim_template(name, count, device_class="gpu.nvidia.com", selectors=(), constraint=None):
+    req = {"name": "gpus", "exactly": {"deviceClassName": device_class, "count": count}}
+    if selectors:
+        req["exactly"]["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    devices = {"requests": [req]}
+    if constraint:
+        devices["constraints"] = [{"matchAttribute": constraint}]
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "default"}, "spec": {"spec": {"devices": devices}}}
+
+
+def claim_pod(name, template):
+    p = pod(name, 0)
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+    return p
+
+
+def claims_of(c):
+    """pod name -> the devices its claim was allocated (node pool/device)."""
+    out = {}
+    status, doc = c.api.request("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims")
+    assert status == 200, doc
+    for cl in doc.get("items") or []:
+        alloc = (cl.get("status") or {}).get("allocation")
+        owners = [r["name"] for r in (cl.get("status") or {}).get("reservedFor") or []]
+        if alloc and owners:
+            out[owners[0]] = sorted(f"{r['pool']}/{r['device']}" for r in alloc["devices"]["results"])
+    return out
+
+
+def case_dra_claims(c):
+    """Resource claims (DRA): Gantry writes the allocation device by device; a claim that
+    asks for one NVLink domain gets one; MIG devices at the core's placements; selectors
+    outside the CEL subset, or that no node passes, get a message; a restart adopts."""
+    dra_classes(c)
+    dra_node(c, "dra-h100", 8, "NVIDIA H100 80GB HBM3", "80Gi", domains=2)
+    dra_node(c, "dra-a100", 1, "NVIDIA A100-SXM4-80GB", "80Gi",
+             mig_profiles={"1g.10gb": (1, list(range(7))), "3g.40gb": (4, [0, 4])})
+    c.kubectl_apply(
+        claim_template("two", 2),
+        claim_template("four-one-domain", 4, constraint=f"{DRA_DRIVER}/nvlinkDomain"),
+        claim_template("a100-pair", 2, selectors=[f"device.attributes['{DRA_DRIVER}'].productName == 'NVIDIA A100-SXM4-40GB'"]),
+        claim_template("either", 1, selectors=[f"device.attributes['{DRA_DRIVER}'].index == 0 || device.attributes['{DRA_DRIVER}'].index == 1"]),
+        claim_template("big-memory", 1, selectors=[
+            f"device.capacity['{DRA_DRIVER}'].memory.compareTo(quantity('64Gi')) >= 0 && "
+            f"device.attributes['{DRA_DRIVER}'].productName in ['NVIDIA H100 80GB HBM3', 'NVIDIA H200']"]),
+        claim_template("mig-3g", 1, "mig.nvidia.com", [f"device.attributes['{DRA_DRIVER}'].profile == '3g.40gb'"]),
+        claim_template("mig-1g", 1, "mig.nvidia.com", [f"device.attributes['{DRA_DRIVER}'].profile == '1g.10gb'"]))
+    try:
+        domain = lambda dev: int(dev.split("gpu-")[1]) // 4  # noqa: E731 - gpu-<i>, 4 per domain
+        c.kubectl_apply(claim_pod("pair", "two"))
+        wait_for("pair's claim allocated", lambda: "pair" in claims_of(c) and bound(c.pods("test=yes")), 20)
+        pair = claims_of(c)["pair"]
+        assert len(pair) == 2 and all(d.startswith("dra-h100/") for d in pair), pair
+        assert len({domain(d) for d in pair}) == 1, f"a pair split over NVLink domains: {pair}"
+        c.kubectl_apply(claim_pod("quad", "four-one-domain"), claim_pod("nowhere", "a100-pair"),
+                        claim_pod("either", "either"), claim_pod("big", "big-memory"),
+                        *[claim_pod(f"mig3-{i}", "mig-3g") for i in range(2)])
+        try:
+            wait_for("quad, big and both 3g.40gb claims allocated",
+                     lambda: {"quad", "big", "mig3-0", "mig3-1"} <= set(claims_of(c)), 20)
+        except AssertionError:
+            msgs = {p["metadata"]["name"]: scheduled_message(p) for p in c.pods("test=yes")}
+            raise AssertionError(f"allocated: {claims_of(c)}; waiting: {msgs}")
+        got = claims_of(c)
+        assert len(got["quad"]) == 4 and len({domain(d) for d in got["quad"]}) == 1, got["quad"]
+        assert not set(got["quad"]) & set(pair), f"devices allocated twice: {got}"
+        assert not set(got["big"]) & (set(pair) | set(got["quad"])), got
+        migs = sorted(got["mig3-0"] + got["mig3-1"])
+        assert migs == ["dra-a100/gpu-0-mig-3g-40gb-0", "dra-a100/gpu-0-mig-3g-40gb-4"], migs
+        # the A100's memory slices are all taken: a 1g.10gb waits with the core's reason
+        c.kubectl_apply(claim_pod("mig1", "mig-1g"))
+
+        def said():
+            msgs = {p["metadata"]["name"]: scheduled_message(p) for p in c.pods("test=yes")}
+            return msgs if all(msgs.get(n) for n in ("nowhere", "either", "mig1")) else None
+        msgs = wait_for("messages on the pods that wait", said, 20)
+        assert "no node's devices pass its resource claims' selectors" in msgs["nowhere"], msgs["nowhere"]
+        assert "||" in msgs["either"] and "conjunction" in msgs["either"], msgs["either"]
+        check_allocatable(c)
+        # a restart reads the allocations back: nothing allocated twice afterwards
+        c.stop_gantryd()
+        c.start_gantryd()
+        c.kubectl("delete", "pod", "pair", "--grace-period=0", "--force")
+        # 3 H100 GPUs free now (4 quad's, 1 big's): one pair fits, not two
+        c.kubectl_apply(claim_pod("pair-2", "two"), claim_pod("pair-3", "two"))
+        try:
+            wait_for("pair-2 or pair-3 allocated", lambda: {"pair-2", "pair-3"} & set(claims_of(c)), 30)
+        except AssertionError:
+            msgs = {p["metadata"]["name"]: scheduled_message(p) for p in c.pods("test=yes")}
+            raise AssertionError(f"allocated: {claims_of(c)}; waiting: {msgs}")
+        time.sleep(2)
+        got = claims_of(c)
+        assert len({"pair-2", "pair-3"} & set(got)) == 1, got
+        held = [d for n, devs in got.items() for d in devs]
+        assert len(held) == len(set(held)), f"a device allocated twice after a restart: {got}"
+        assert "mig1" not in got, f"1g.10gb placed beside two 3g.40gb on one A100: {got}"
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
+        c.kubectl("delete", "resourceclaimtemplates", "--all", check=False)
+        c.kubectl("delete", "resourceslices", "dra-h100-gpus", "dra-a100-gpus", "dra-a100-counters", check=False)
+        for n in ("dra-h100", "dra-a100"):
+            c.kubectl("delete", "node", n, check=False)
+
+
 CASES = [
     case_gang_of_four_bound_together,
     case_wait_reason_in_describe,
@@ -549,6 +706,7 @@ CASES = [
     case_two_replicas_elect_a_leader,
     case_cordoned_and_not_ready_nodes,
     case_mig_devices,
+    case_dra_claims,
     case_interleaved_gangs_side_by_side,
 ]
 

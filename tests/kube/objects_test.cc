@@ -157,7 +157,7 @@ TEST(KubeCluster, PoolsByShapeAndSelectionWithTheirLeavesAndNames) {
   NodeSelection any;
   NodeSelection h100;
   h100.node_selector["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3";
-  std::map<std::string, Usage> foreign = {{"b1", Usage{2, 0, 0, {}}}};
+  std::map<std::string, Usage> foreign = {{"b1", Usage{2, 0, 0, {}, {}}}};
   auto view = BuildCluster(nodes, {any, h100}, config, foreign);
   ASSERT_TRUE(view.ok()) << view.error().ToString();
   const core::Cluster& c = view->cluster;

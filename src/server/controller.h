@@ -51,6 +51,7 @@
 
 #include "core/idle.h"
 #include "core/scheduler.h"
+#include "server/api_backend.h"
 #include "server/auth.h"
 #include "server/metrics.h"
 #include "server/state.h"
@@ -62,30 +63,6 @@
 namespace gantry::server {
 
 // What went wrong, independent of HTTP; http_api.cc maps codes to statuses in one table.
-enum class Code : uint8_t {
-  kOk,
-  kCreated,
-  kBadRequest,       // malformed or invalid input
-  kUnauthenticated,  // no token, or an unknown one
-  kForbidden,        // a valid token that may not do this
-  kNotFound,
-  kConflict,  // duplicate id, idempotency key reused with another request
-  kTooLarge,
-  kUnprocessable,    // well-formed but can never run (no GPU could hold it)
-  kTooManyRequests,  // a team's submit rate limit (body.retry_after_s)
-  kUnavailable,      // shutting down
-};
-
-struct Reply {
-  Code code = Code::kOk;
-  nlohmann::json body = nlohmann::json::object();
-  std::string text;          // a text reply (logs, metrics) when not empty
-  std::string content_type;  // for text replies
-  bool deferred = false;     // internal: the operation kept its Done and answers later
-
-  static Reply Error(Code code, std::string message, std::vector<std::string> problems = {});
-  bool ok() const { return code == Code::kOk || code == Code::kCreated; }
-};
 
 struct ControllerOptions {
   std::string policy = "gantry";
@@ -120,7 +97,6 @@ struct ControllerOptions {
 };
 
 // Called once with the reply, on the controller thread, after the batch committed.
-using Done = std::function<void(Reply)>;
 
 // Why a job name a user chose cannot be used (characters outside [A-Za-z0-9._-], a
 // leading '.' or '-', more than 100 characters, or the server's own j<digits>).
@@ -129,28 +105,14 @@ std::optional<std::string> BadJobName(const std::string& name);
 // GET /v1/jobs: which jobs, how many. With `limit`, the active jobs come first (pending,
 // then running and stopping, each oldest first), then the ended, latest first; at most
 // `limit` are listed, while `total` and the counts cover every job that matches.
-struct JobQuery {
-  std::string state, queue, user;  // filters; empty: any
-  bool all = false;                // ended jobs too (an ended `state` implies it)
-  int64_t limit = -1;              // -1: every job, in submission order
-};
 
-struct SubmitRequest {
-  std::string body;
-  std::string format = "json";  // "json" or "yaml"
-  std::string file;             // the client's file name, for diagnostics
-  std::string idempotency_key;
-  std::string array;  // "0-999", "1,3,5-7", "0-15:4": one job per index (tasks NAME_INDEX)
-  std::string after;  // "j12,j13:any": held until those end (default :ok, finished; :any, any end)
-};
-
-class Controller {
+class Controller : public ApiBackend {
  public:
   using WallClock = std::function<int64_t()>;  // ms since the Unix epoch
 
   Controller(const spec::ClusterConfig& config, Store& store, ControllerOptions options,
              std::ostream* events, WallClock clock);
-  ~Controller();
+  ~Controller() override;
   Controller(const Controller&) = delete;
   Controller& operator=(const Controller&) = delete;
 
@@ -160,40 +122,41 @@ class Controller {
   void Stop();
 
   // The API, asynchronous: `done` gets the reply.
-  void Submit(std::string token, SubmitRequest req, Done done);
+  void Submit(std::string token, SubmitRequest req, Done done) override;
   // {jobs, total, waiting: [{cause, pool?, jobs}], values: {queue, state, user}}: the
   // pending jobs that match counted by what holds them (most first), and the values of
   // each filter among the jobs listed before filtering (a console's choices).
-  void ListJobs(std::string token, JobQuery query, Done done);
-  void ShowJob(std::string token, std::string name, Done done);
+  void ListJobs(std::string token, JobQuery query, Done done) override;
+  void ShowJob(std::string token, std::string name, Done done) override;
   // A job's usage time series: {"samples": [{t, run, gpus, util, vram_peak_gb}]}.
-  void JobUsageSeries(std::string token, std::string name, Done done);
+  void JobUsageSeries(std::string token, std::string name, Done done) override;
   // `force`: a running or stopping job's grace ends now (its workers' process groups are
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
-  void Cancel(std::string token, std::string name, bool force, Done done);
+  void Cancel(std::string token, std::string name, bool force, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
-  void LogPath(std::string token, std::string name, int run, int rank, Done done);
-  void Nodes(std::string token, Done done);
-  void Drain(std::string token, std::string node, bool drain, std::string reason, Done done);
-  void Queues(std::string token, Done done);
+  void LogPath(std::string token, std::string name, int run, int rank, Done done) override;
+  void Nodes(std::string token, Done done) override;
+  void Drain(std::string token, std::string node, bool drain, std::string reason,
+             Done done) override;
+  void Queues(std::string token, Done done) override;
   // Who `token` is (the console's session): principal, admin, team, queues, user.
-  void WhoAmI(std::string token, Done done);
-  void Usage(std::string token, double from_s, double to_s, Done done);
+  void WhoAmI(std::string token, Done done) override;
+  void Usage(std::string token, double from_s, double to_s, Done done) override;
   // GET /v1/cluster/history: {interval_s, samples: [{t, up_gpus, used_gpus, pending:
   // {cause: jobs}, idle: {cause: GPUs}}]}, oldest first.
-  void ClusterHistory(std::string token, double since_unix_s, Done done);
+  void ClusterHistory(std::string token, double since_unix_s, Done done) override;
   void Heartbeat(std::string token, std::string node, nlohmann::json body, std::string remote_addr,
-                 Done done);
+                 Done done) override;
   // A long poll: answered with the node's workers once its version differs from
   // `version` (or the server instance from `instance`), or after `timeout_ms`.
   void Watch(std::string token, std::string node, std::string instance, int64_t version,
-             int64_t timeout_ms, Done done);
+             int64_t timeout_ms, Done done) override;
   void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
-                 int64_t offset, std::string data, Done done);
+                 int64_t offset, std::string data, Done done) override;
   // reply.text. With options' metrics_token, any valid token is needed (the series name
   // jobs and users); else none.
-  void Metrics(std::string token, Done done);
-  void Health(Done done);
+  void Metrics(std::string token, Done done) override;
+  void Health(Done done) override;
 
   // The same, waiting for the reply (tests and tools; never from an I/O thread).
   Reply Submit(const std::string& token, SubmitRequest req);

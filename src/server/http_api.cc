@@ -166,8 +166,8 @@ bool Match(const HttpRequest& req, std::initializer_list<const char*> pattern,
 
 }  // namespace
 
-HttpApi::HttpApi(Controller& controller, HttpOptions options)
-    : controller_(controller), options_(std::move(options)) {
+HttpApi::HttpApi(ApiBackend& backend, HttpOptions options)
+    : backend_(backend), options_(std::move(options)) {
   HttpServerOptions so;
   so.max_body_bytes = options_.max_body_bytes;
   so.threads = options_.threads;
@@ -216,7 +216,7 @@ void HttpApi::SendLog(const HttpRequest& req, const Reply& r, HttpServer::Respon
 }
 
 void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
-  Controller& c = controller_;
+  ApiBackend& c = backend_;
   HttpServer* server = server_.get();
   // The controller answers on its own thread: turn the reply into bytes on an I/O thread.
   auto reply = [server, respond](Reply r) {

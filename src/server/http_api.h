@@ -1,16 +1,17 @@
 // HttpApi: gantryd's HTTP/JSON interface (docs/api.yaml) on the event-driven HttpServer.
 //
 // Handlers check the request's shape (sizes, query parameters, JSON syntax of agent
-// reports), hand it to the Controller asynchronously and map its reply codes to HTTP
-// statuses in one table (StatusOf). No handler waits: the connection is answered when
-// the controller's reply arrives, so idle keep-alive connections and agents' watches
+// reports), hand it to the backend (the Controller, or the Kubernetes scheduler:
+// server/api_backend.h) asynchronously and map its reply codes to HTTP statuses in one
+// table (StatusOf). No handler waits: the connection is answered when the backend's
+// reply arrives, so idle keep-alive connections and agents' watches
 // (long polls) hold no thread. Every error is a JSON body {"error": "...", "problems":
 // [...]}. /healthz, /metrics and the dashboard page at / need no token (Prometheus
 // scrapes the metrics; the page asks for a token and calls /v1); everything under /v1
 // does. Requests above `max_body_bytes` are refused with 413 before they are read.
-// Thread-safety: handlers run on the server's I/O threads; the Controller is
-// thread-safe. Stop() may be called from any thread. The Controller must be stopped
-// before the HttpApi is destroyed (it may hold replies for this server's connections).
+// Thread-safety: handlers run on the server's I/O threads; the backend is thread-safe. Stop() may
+// be called from any thread. The backend must be stopped before the HttpApi is destroyed (it may
+// hold replies for this server's connections).
 #pragma once
 
 #include <cstdint>
@@ -18,7 +19,7 @@
 #include <string>
 
 #include "base/result.h"
-#include "server/controller.h"
+#include "server/api_backend.h"
 #include "server/http_server.h"
 
 namespace gantry::server {
@@ -34,7 +35,7 @@ struct HttpOptions {
 
 class HttpApi {
  public:
-  HttpApi(Controller& controller, HttpOptions options);
+  HttpApi(ApiBackend& backend, HttpOptions options);
   ~HttpApi();
 
   // Binds to host:port (port 0: any free port) and returns the port.
@@ -48,7 +49,7 @@ class HttpApi {
   void Handle(HttpRequest& req, HttpServer::Respond respond);
   void SendLog(const HttpRequest& req, const Reply& r, HttpServer::Respond respond);
 
-  Controller& controller_;
+  ApiBackend& backend_;
   HttpOptions options_;
   std::unique_ptr<HttpServer> server_;
 };

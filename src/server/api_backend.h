@@ -1,0 +1,85 @@
+// ApiBackend: what gantryd's HTTP API (HttpApi, docs/api.yaml) asks of whoever answers
+// it: the Controller, whose nodes run gantry-agent, or with --kubernetes the Kubernetes
+// scheduler (kube/scheduler.h), which answers what a Kubernetes cluster has (jobs,
+// queues, nodes) and refuses the rest with a message. Each call returns at once; `done`
+// gets the reply later, on any thread.
+// Thread-safety: implementations are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gantry::server {
+
+enum class Code : uint8_t {
+  kOk,
+  kCreated,
+  kBadRequest,       // malformed or invalid input
+  kUnauthenticated,  // no token, or an unknown one
+  kForbidden,        // a valid token that may not do this
+  kNotFound,
+  kConflict,  // duplicate id, idempotency key reused with another request
+  kTooLarge,
+  kUnprocessable,    // well-formed but can never run (no GPU could hold it)
+  kTooManyRequests,  // a team's submit rate limit (body.retry_after_s)
+  kUnavailable,      // shutting down
+};
+
+struct Reply {
+  Code code = Code::kOk;
+  nlohmann::json body = nlohmann::json::object();
+  std::string text;          // a text reply (logs, metrics) when not empty
+  std::string content_type;  // for text replies
+  bool deferred = false;     // internal: the operation kept its Done and answers later
+
+  static Reply Error(Code code, std::string message, std::vector<std::string> problems = {});
+  bool ok() const { return code == Code::kOk || code == Code::kCreated; }
+};
+
+using Done = std::function<void(Reply)>;
+
+struct JobQuery {
+  std::string state, queue, user;  // filters; empty: any
+  bool all = false;                // ended jobs too (an ended `state` implies it)
+  int64_t limit = -1;              // -1: every job, in submission order
+};
+
+struct SubmitRequest {
+  std::string body;
+  std::string format = "json";  // "json" or "yaml"
+  std::string file;             // the client's file name, for diagnostics
+  std::string idempotency_key;
+  std::string array;  // "0-999", "1,3,5-7", "0-15:4": one job per index (tasks NAME_INDEX)
+  std::string after;  // "j12,j13:any": held until those end (default :ok, finished; :any, any end)
+};
+
+class ApiBackend {
+ public:
+  virtual ~ApiBackend() = default;
+  virtual void Submit(std::string token, SubmitRequest req, Done done) = 0;
+  virtual void ListJobs(std::string token, JobQuery query, Done done) = 0;
+  virtual void ShowJob(std::string token, std::string name, Done done) = 0;
+  virtual void JobUsageSeries(std::string token, std::string name, Done done) = 0;
+  virtual void Cancel(std::string token, std::string name, bool force, Done done) = 0;
+  virtual void LogPath(std::string token, std::string name, int run, int rank, Done done) = 0;
+  virtual void Nodes(std::string token, Done done) = 0;
+  virtual void Drain(std::string token, std::string node, bool drain, std::string reason,
+                     Done done) = 0;
+  virtual void Queues(std::string token, Done done) = 0;
+  virtual void WhoAmI(std::string token, Done done) = 0;
+  virtual void Usage(std::string token, double from_s, double to_s, Done done) = 0;
+  virtual void ClusterHistory(std::string token, double since_unix_s, Done done) = 0;
+  virtual void Heartbeat(std::string token, std::string node, nlohmann::json body,
+                         std::string remote_addr, Done done) = 0;
+  virtual void Watch(std::string token, std::string node, std::string instance, int64_t version,
+                     int64_t timeout_ms, Done done) = 0;
+  virtual void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
+                         int64_t offset, std::string data, Done done) = 0;
+  virtual void Metrics(std::string token, Done done) = 0;
+  virtual void Health(Done done) = 0;
+};
+
+}  // namespace gantry::server

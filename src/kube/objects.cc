@@ -730,19 +730,25 @@ Result<std::optional<double>> AnnotationNumber(const PodInfo& pod, const char* k
   return std::optional<double>(v);
 }
 
+std::optional<core::QueueId> QueueOf(const std::string& ns, const spec::ClusterConfig& config) {
+  const spec::KubernetesConfig& k = config.kubernetes;
+  std::optional<core::QueueId> queue;
+  for (const auto& [name, q] : k.namespaces) {
+    if (name == ns) queue = q;
+  }
+  if (!queue) queue = k.default_queue;
+  if (!queue) queue = config.queues.Find(ns);
+  if (!queue) queue = config.queues.Find("default");
+  return queue;
+}
+
 Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
                             const spec::ClusterConfig& config) {
   const PodInfo& p = *pods.front();
   const spec::KubernetesConfig& k = config.kubernetes;
   core::JobSpec job;
   job.id = p.group.empty() ? p.ns + "/" + p.name : p.ns + "/" + p.group;
-  std::optional<core::QueueId> queue;
-  for (const auto& [ns, q] : k.namespaces) {
-    if (ns == p.ns) queue = q;
-  }
-  if (!queue) queue = k.default_queue;
-  if (!queue) queue = config.queues.Find(p.ns);
-  if (!queue) queue = config.queues.Find("default");
+  std::optional<core::QueueId> queue = QueueOf(p.ns, config);
   if (!queue) {
     return Error{"namespace", "namespace " + p.ns +
                                   " maps to no queue (kubernetes.namespaces or default_queue in "

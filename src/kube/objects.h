@@ -201,6 +201,10 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
 Result<std::optional<double>> AnnotationNumber(const PodInfo& pod, const char* key, double lo,
                                                double hi);
 
+// The queue of a namespace's pods: kubernetes.namespaces, else default_queue, else the
+// queue named as the namespace, else one named "default".
+std::optional<core::QueueId> QueueOf(const std::string& ns, const spec::ClusterConfig& config);
+
 // The job a gang of pods makes (pods[0] speaks for all; the caller checks they are alike):
 // its queue from the namespace, tier from the priority class, GPUs, CPU and memory per
 // worker, Gantry's annotations. An error says what the pod must change.

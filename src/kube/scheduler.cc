@@ -4,6 +4,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,8 +16,11 @@
 
 #include "base/clock.h"
 #include "base/log.h"
+#include "core/placement.h"
 #include "core/scheduler.h"
 #include "kube/objects.h"
+#include "server/api_backend.h"
+#include "server/http_api.h"
 #include "server/http_server.h"
 #include "server/metrics.h"
 
@@ -25,7 +29,8 @@ namespace {
 
 using nlohmann::json;
 
-// kResults: not a resource, the Writer's answers to bindings (obj: uid, ok, error).
+// kResults: not a resource, the Writer's answers to bindings (obj: uid, ok, error);
+// kCall: an API call (gantry ls, show, queues) run on the scheduling thread.
 enum class Resource : uint8_t {
   kNodes,
   kPods,
@@ -34,7 +39,8 @@ enum class Resource : uint8_t {
   kSlices,
   kClaims,
   kClasses,
-  kResults
+  kResults,
+  kCall
 };
 constexpr int kWatched = static_cast<int>(Resource::kResults);
 constexpr const char* kPaths[] = {"/api/v1/nodes",
@@ -48,10 +54,13 @@ constexpr const char* kNames[] = {
     "nodes",          "pods",           "podgroups",    "poddisruptionbudgets",
     "resourceslices", "resourceclaims", "deviceclasses"};
 
+class Driver;
+
 struct Event {
   Resource res;
   enum class Type : uint8_t { kReset, kUpsert, kDelete } type;
-  json obj;  // kReset: the list's items
+  json obj;                                // kReset: the list's items
+  std::function<void(Driver*)> call = {};  // kCall; nullptr: the scheduler is stopping
 };
 
 // The events the watch threads hand to the scheduling thread.
@@ -367,6 +376,10 @@ class Driver {
 
   void Apply(Event& e);
   void Pass();
+  // The API's answers in this mode (KubeApi): GET /v1/jobs, /v1/jobs/NAME, /v1/queues.
+  server::Reply JobsReply(const server::JobQuery& q);
+  server::Reply ShowReply(const std::string& name);
+  server::Reply QueuesReply();
   bool synced() const { return synced_[0] && synced_[1]; }
 
  private:
@@ -378,7 +391,8 @@ class Driver {
     bool lone = true;
     int preemptions = 0;
     core::Ticks first_seen = 0;
-    core::Ticks evict_asked = 0;  // when its pods' eviction was last asked
+    core::Ticks evict_asked = 0;                   // when its pods' eviction was last asked
+    core::Ticks first_start = -1, run_start = -1;  // when bound first, and this run
   };
 
   // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
@@ -411,6 +425,8 @@ class Driver {
   void Bind(const PodInfo& pod, const std::string& node,
             std::vector<std::pair<std::string, std::string>> claims = {});
   void Forget(Job& job);
+  std::string JobName(const Job& job) const;
+  json JobJson(const Job& job, bool details) const;
   void ResolveClaims(PodInfo& p);
   NodeGpus GpusFor(const std::string& node) const;
   void RefreshNodeGpus(const std::string& node);
@@ -472,6 +488,7 @@ class Driver {
 };
 
 void Driver::Apply(Event& e) {
+  if (e.res == Resource::kCall) return e.call(this);
   const int r = static_cast<int>(e.res);
   auto upsert = [&](const json& obj) {
     switch (e.res) {
@@ -553,6 +570,8 @@ void Driver::Apply(Event& e) {
         budgets_[b.ns + "/" + b.name] = std::move(b);
         break;
       }
+      case Resource::kCall:
+        break;  // Apply ran it
       case Resource::kResults: {
         const std::string uid = obj.value("uid", "");
         auto b = binding_.find(uid);
@@ -1261,6 +1280,8 @@ void Driver::Decide() {
               static_cast<double>(now - job.first_seen) / 1000.0);
         }
         ++starts_[rec.spec.queue.v];
+        if (job.first_start < 0) job.first_start = now;
+        job.run_start = now;
         job.pods = bound;
         break;
       }
@@ -1368,6 +1389,151 @@ void Driver::Pass() {
   if (!options_.listen.empty()) Publish();
 }
 
+// ------------------------------------------------------------------ the API's answers
+
+// A job's name as gantry ls shows it: NAMESPACE/GROUP for a gang, NAMESPACE/POD for a lone pod.
+std::string Driver::JobName(const Job& job) const {
+  if (job.key.rfind("group:", 0) == 0) return job.key.substr(6);
+  auto p = pods_.find(job.key.substr(4));
+  return p == pods_.end() ? job.key : p->second.ns + "/" + p->second.name;
+}
+
+// A job as agent mode's GET /v1/jobs writes one (the fields gantry ls and show read), from
+// the core's record and its pods.
+json Driver::JobJson(const Job& job, bool details) const {
+  const auto unix_s = [](core::Ticks t) {
+    return t < 0 ? json(nullptr) : json(static_cast<double>(t + kEpochMs) / 1000.0);
+  };
+  const core::JobRecord* rec = job.id.valid() ? &sched_->job(job.id) : nullptr;
+  std::vector<const PodInfo*> pods;
+  for (const auto& [uid, p] : pods_) {
+    if (Ours(p) && KeyOf(p) == job.key) pods.push_back(&p);
+  }
+  std::sort(pods.begin(), pods.end(),
+            [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
+  std::string state = "pending", reason;
+  if (rec != nullptr && rec->phase == core::Phase::kRunning) state = "running";
+  if (rec != nullptr && rec->phase == core::Phase::kSignaled) state = "stopping";
+  json nodes = json::array();
+  for (const PodInfo* p : pods) {
+    if (!p->node_name.empty() && !p->terminal()) nodes.push_back(p->node_name);
+  }
+  if (state == "pending") {
+    for (const PodInfo* p : pods) {  // what its pods' PodScheduled condition says
+      auto m = asked_message_.find(p->uid);
+      if (reason.empty() && m != asked_message_.end()) reason = m->second.substr(8);  // "gantry: "
+    }
+    if (reason.empty() && rec != nullptr) reason = rec->wait_reason;
+    if (reason.empty()) reason = "waiting for the next scheduling pass";
+  } else if (state == "stopping") {
+    reason = "preempted: its pods are being evicted";
+  }
+  // Not in the core (it waits for its group, or can never run): what its pods ask.
+  std::optional<core::JobSpec> spec;
+  if (rec != nullptr) {
+    spec = rec->spec;
+  } else if (!pods.empty()) {
+    if (auto s = JobOf(pods, config_)) spec = std::move(*s);
+  }
+  std::string queue, tier, request;
+  if (spec) {
+    queue = config_.queues.queue(spec->queue).spec.name;
+    tier = std::string(core::Name(spec->tier));
+    request = core::Placer::Describe(*spec, view_.cluster.catalog());
+  } else if (!pods.empty()) {
+    if (auto q = QueueOf(pods.front()->ns, config_)) queue = config_.queues.queue(*q).spec.name;
+  }
+  json j = {{"id", JobName(job)},
+            {"queue", queue},
+            {"user", ""},  // Kubernetes does not say who made a pod
+            {"tier", tier},
+            {"state", state},
+            {"reason", reason},
+            {"request", request},
+            {"replicas", spec ? spec->replicas : static_cast<int>(pods.size())},
+            {"submit", unix_s(job.first_seen)},
+            {"run", rec != nullptr ? rec->run_total : 0},
+            {"preemptions", rec != nullptr ? rec->preemptions : job.preemptions},
+            {"requeues", 0},
+            {"nodes", nodes},
+            {"start", unix_s(job.first_start)},
+            {"end", nullptr}};
+  if (state != "pending") j["run_start"] = unix_s(job.run_start);
+  if (state == "pending" && rec != nullptr)
+    j["wait"] = {{"cause", std::string(core::Word(rec->wait.cause))}};
+  if (!details) return j;
+  json workers = json::array();  // its pods, as gantry show lists workers
+  for (const PodInfo* p : pods) {
+    workers.push_back({{"rank", workers.size()},
+                       {"alloc", {{"pod", p->name}, {"node", p->node_name}, {"phase", p->phase}}}});
+  }
+  j["workers"] = std::move(workers);
+  j["history"] = json::array();
+  return j;
+}
+
+server::Reply Driver::JobsReply(const server::JobQuery& q) {
+  server::Reply r;
+  if (sched_ == nullptr)
+    return server::Reply::Error(server::Code::kUnavailable, "the scheduler has not synced yet");
+  if (!q.state.empty() && q.state != "pending" && q.state != "running" && q.state != "stopping") {
+    return server::Reply::Error(server::Code::kBadRequest,
+                                "state: one of pending, running, stopping (ended pods are "
+                                "Kubernetes': kubectl get pods)");
+  }
+  json jobs = json::array();
+  std::set<std::string> queues, states;
+  std::map<std::string, int64_t> waiting;
+  int64_t total = 0;
+  for (const auto& [key, job] : jobs_) {
+    json j = JobJson(job, false);
+    queues.insert(j["queue"].get<std::string>());
+    states.insert(j["state"].get<std::string>());
+    if ((!q.state.empty() && j["state"] != q.state) || (!q.queue.empty() && j["queue"] != q.queue))
+      continue;
+    ++total;
+    if (j.contains("wait")) ++waiting[j["wait"]["cause"].get<std::string>()];
+    if (q.limit < 0 || static_cast<int64_t>(jobs.size()) < q.limit) jobs.push_back(std::move(j));
+  }
+  json by_cause = json::array();
+  for (const auto& [cause, n] : waiting) by_cause.push_back({{"cause", cause}, {"jobs", n}});
+  r.body = {{"jobs", std::move(jobs)},
+            {"total", total},
+            {"waiting", std::move(by_cause)},
+            {"values", {{"queue", queues}, {"state", states}, {"user", json::array()}}}};
+  return r;
+}
+
+server::Reply Driver::ShowReply(const std::string& name) {
+  for (const auto& [key, job] : jobs_) {
+    if (sched_ != nullptr && JobName(job) == name) {
+      server::Reply r;
+      r.body = JobJson(job, true);
+      return r;
+    }
+  }
+  return server::Reply::Error(server::Code::kNotFound,
+                              "no job " + name +
+                                  " (a job is NAMESPACE/GROUP for a PodGroup's pods, "
+                                  "NAMESPACE/POD for a lone pod; ended ones are gone)");
+}
+
+server::Reply Driver::QueuesReply() {
+  if (sched_ == nullptr)
+    return server::Reply::Error(server::Code::kUnavailable, "the scheduler has not synced yet");
+  std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
+  for (const auto& [key, job] : jobs_) {
+    if (!job.id.valid()) continue;
+    const core::JobRecord& rec = sched_->job(job.id);
+    const bool waits = rec.phase == core::Phase::kPending;
+    for (core::QueueId q : config_.queues.queue(rec.spec.queue).self_and_ancestors)
+      ++(waits ? pending : running)[q.v];
+  }
+  server::Reply r;
+  r.body = {{"queues", server::QueuesBody(config_.queues, *sched_, pending, running)}};
+  return r;
+}
+
 // The metrics, under the names gantryd's agent mode uses where they mean the same
 // (docs/kubernetes.md lists them).
 void Driver::Publish() {
@@ -1441,6 +1607,144 @@ void Driver::Publish() {
   published_.metrics = std::move(out);
 }
 
+// gantryd's HTTP API in this mode (server/api_backend.h): what a Kubernetes cluster has
+// (jobs, queues) is read on the scheduling thread, with the tokens of gantryd's store
+// (--db); what changes something is kubectl's, and is refused with where to do it.
+class KubeApi : public server::ApiBackend {
+ public:
+  KubeApi(Published& published, SchedulerOptions::Authenticate auth)
+      : published_(published), auth_(std::move(auth)) {}
+
+  // While leading, calls go to the scheduling thread through `box`; nullptr: they cannot.
+  void Attach(Mailbox* box) {
+    std::lock_guard lock(mu_);
+    box_ = box;
+  }
+
+  void ListJobs(std::string token, server::JobQuery q, server::Done done) override {
+    Call(token, std::move(done), [q](Driver& d) { return d.JobsReply(q); });
+  }
+  void ShowJob(std::string token, std::string name, server::Done done) override {
+    Call(token, std::move(done), [name](Driver& d) { return d.ShowReply(name); });
+  }
+  void Queues(std::string token, server::Done done) override {
+    Call(token, std::move(done), [](Driver& d) { return d.QueuesReply(); });
+  }
+  void WhoAmI(std::string token, server::Done done) override {
+    auto p = Who(token, done);
+    if (!p) return;
+    server::Reply r;
+    r.body = {{"principal", p->Describe()},
+              {"admin", p->admin()},
+              {"team", p->team},
+              {"queues", p->queues},
+              {"user", p->user}};
+    done(std::move(r));
+  }
+  void Metrics(std::string, server::Done done) override {
+    server::Reply r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    std::lock_guard lock(published_.mu);
+    r.text = published_.metrics;
+    done(std::move(r));
+  }
+  void Health(server::Done done) override {
+    server::Reply r;
+    r.body = {{"status", "ok"}, {"role", published_.leading ? "leader" : "standby"}};
+    done(std::move(r));
+  }
+  // Kubernetes' own tools do these.
+  void Submit(std::string, server::SubmitRequest, server::Done done) override {
+    done(Elsewhere("submits", "create pods, Jobs and PodGroups (kubectl apply)"));
+  }
+  void Cancel(std::string, std::string, bool, server::Done done) override {
+    done(Elsewhere("cancels", "delete the pods or their Job (kubectl delete)"));
+  }
+  void LogPath(std::string, std::string, int, int, server::Done done) override {
+    done(Elsewhere("keeps no logs", "kubectl logs"));
+  }
+  void JobUsageSeries(std::string, std::string, server::Done done) override {
+    done(Elsewhere("keeps no usage series yet", "the metrics (GET /metrics)"));
+  }
+  void Nodes(std::string, server::Done done) override {
+    done(Elsewhere("lists no nodes", "kubectl get nodes; gantry_nodes in GET /metrics"));
+  }
+  void Drain(std::string, std::string, bool, std::string, server::Done done) override {
+    done(Elsewhere("drains no nodes", "kubectl cordon or kubectl drain"));
+  }
+  void Usage(std::string, double, double, server::Done done) override {
+    done(Elsewhere("keeps no usage accounting yet", "gantry_queue_used_gpus in GET /metrics"));
+  }
+  void ClusterHistory(std::string, double, server::Done done) override {
+    done(Elsewhere("keeps no cluster history yet", "GET /metrics"));
+  }
+  void Heartbeat(std::string, std::string, json, std::string, server::Done done) override {
+    done(Elsewhere("has no agents", "the kubelets"));
+  }
+  void Watch(std::string, std::string, std::string, int64_t, int64_t, server::Done done) override {
+    done(Elsewhere("has no agents", "the kubelets"));
+  }
+  void UploadLog(std::string, std::string, std::string, int, int, int64_t, std::string,
+                 server::Done done) override {
+    done(Elsewhere("has no agents", "the kubelets"));
+  }
+
+ private:
+  static server::Reply Elsewhere(const std::string& what, const std::string& instead) {
+    return server::Reply::Error(server::Code::kNotFound,
+                                "gantryd --kubernetes " + what + ": " + instead);
+  }
+
+  std::optional<server::Principal> Who(const std::string& token, server::Done& done) {
+    if (!auth_) {
+      done(server::Reply::Error(server::Code::kUnavailable,
+                                "gantryd --kubernetes answers /v1 with --db: its tokens (gantryd "
+                                "init, gantryd token create)"));
+      return std::nullopt;
+    }
+    if (token.empty()) {
+      done(server::Reply::Error(server::Code::kUnauthenticated,
+                                "missing token: send \"Authorization: Bearer TOKEN\" (gantry "
+                                "takes --token or GANTRY_TOKEN)"));
+      return std::nullopt;
+    }
+    std::lock_guard lock(mu_);  // the store is not thread-safe
+    auto p = auth_(token);
+    if (!p) {
+      done(server::Reply::Error(server::Code::kUnauthenticated, p.error().message));
+      return std::nullopt;
+    }
+    if (p->role == server::Role::kAgent) {
+      done(server::Reply::Error(server::Code::kForbidden, "an agent token reads no jobs"));
+      return std::nullopt;
+    }
+    return *p;
+  }
+
+  // Runs `fn` on the scheduling thread and answers with its reply.
+  void Call(const std::string& token, server::Done done, std::function<server::Reply(Driver&)> fn) {
+    if (!Who(token, done)) return;
+    std::lock_guard lock(mu_);
+    if (box_ == nullptr) {
+      done(server::Reply::Error(server::Code::kUnavailable,
+                                "this gantryd is a standby: the leader answers (its Lease "
+                                "names it)"));
+      return;
+    }
+    box_->Push(Event{Resource::kCall, Event::Type::kUpsert, json(),
+                     [fn = std::move(fn), done = std::move(done)](Driver* d) {
+                       done(d != nullptr ? fn(*d)
+                                         : server::Reply::Error(server::Code::kUnavailable,
+                                                                "gantryd is stopping"));
+                     }});
+  }
+
+  Published& published_;
+  SchedulerOptions::Authenticate auth_;
+  std::mutex mu_;
+  Mailbox* box_ = nullptr;
+};
+
 }  // namespace
 
 int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
@@ -1459,29 +1763,14 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
                {"version", ver.is_object() ? ver.value("gitVersion", "?") : "?"},
                {"scheduler_name", config.kubernetes.scheduler_name}});
   }
-  // /healthz and /metrics, served by standbys too (a standby's /healthz says so).
+  // gantryd's HTTP API (server/http_api.h) over this mode's answers: /healthz and /metrics
+  // from standbys too (a standby's /healthz says so), /v1's reads from the leader.
   Published published;
-  std::unique_ptr<server::HttpServer> http;
+  KubeApi api(published, options.authenticate);
+  std::unique_ptr<server::HttpApi> http;
   std::thread http_thread;
   if (!options.listen.empty()) {
-    http = std::make_unique<
-        server::HttpServer>(server::HttpServerOptions{}, [&published](
-                                                             server::HttpRequest& req,
-                                                             server::HttpServer::Respond respond) {
-      server::HttpResponse r;
-      if (req.method == "GET" && req.path() == "/healthz") {
-        r.body = json{{"status", "ok"}, {"role", published.leading ? "leader" : "standby"}}.dump();
-      } else if (req.method == "GET" && req.path() == "/metrics") {
-        r.content_type = "text/plain; version=0.0.4";
-        std::lock_guard lock(published.mu);
-        r.body = published.metrics;
-      } else {
-        r.status = 404;
-        r.body =
-            json{{"error", "gantryd --kubernetes serves GET /healthz and GET /metrics"}}.dump();
-      }
-      respond(std::move(r));
-    });
+    http = std::make_unique<server::HttpApi>(api, server::HttpOptions{});
     const size_t colon = options.listen.rfind(':');
     const int port =
         colon == std::string::npos ? -1 : std::atoi(options.listen.c_str() + colon + 1);
@@ -1491,11 +1780,11 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
                  {{"listen", options.listen}, {"error", bound.error().ToString()}});
       return 1;
     }
-    log::Info("kubernetes: serving /healthz and /metrics", {{"port", std::to_string(*bound)}});
+    log::Info("kubernetes: serving /healthz, /metrics and /v1", {{"port", std::to_string(*bound)}});
     http_thread = std::thread([&] { http->Serve(); });
   }
   struct StopHttp {
-    std::unique_ptr<server::HttpServer>& http;
+    std::unique_ptr<server::HttpApi>& http;
     std::thread& thread;
     ~StopHttp() {
       if (http) http->Stop();
@@ -1527,12 +1816,17 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   Writer writer(creds, 4, box, config.kubernetes.scheduler_name);
   Driver driver(config, creds, options, published, writer);
   const auto idle = std::chrono::milliseconds(static_cast<int64_t>(options.idle_pass_s * 1000));
+  api.Attach(&box);
   while (!stop && !lost) {
     std::deque<Event> events = box.Take(idle);
     for (Event& e : events) driver.Apply(e);
     // Events come in bursts (a Job's pods, a gang's bindings echoed back): a pass per
     // burst, not per event.
     driver.Pass();
+  }
+  api.Attach(nullptr);
+  for (Event& e : box.Take(std::chrono::milliseconds(0))) {
+    if (e.res == Resource::kCall) e.call(nullptr);  // answered: stopping
   }
   // A watch may be between two reads when interrupted: interrupt until all have ended.
   std::atomic<int> ended{0};

@@ -16,10 +16,12 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 #include "kube/client.h"
 #include "kube/lease.h"
+#include "server/auth.h"
 #include "spec/config_reader.h"
 
 namespace gantry::kube {
@@ -32,8 +34,12 @@ struct SchedulerOptions {
   // no election (one replica, or tests).
   bool elect = true;
   LeaseOptions lease;
-  // HOST:PORT for GET /healthz and GET /metrics (empty: none; port 0: any free port).
+  // HOST:PORT for gantryd's HTTP API (empty: none; port 0: any free port): GET /healthz,
+  // GET /metrics, and with `authenticate` the reads of /v1 (jobs, a job, queues).
   std::string listen;
+  // Who a token is (gantryd's store, --db); empty: /v1 is not served. Called under a lock.
+  using Authenticate = std::function<Result<server::Principal>(const std::string& token)>;
+  Authenticate authenticate;
 };
 
 // Runs until `stop`; 0 after a clean stop, 1 when the API server cannot be used or the

@@ -12,6 +12,11 @@
 #include <string>
 #include <vector>
 
+namespace gantry::core {
+class QueueTree;
+class Scheduler;
+}  // namespace gantry::core
+
 namespace gantry::server {
 
 enum class Code : uint8_t {
@@ -81,5 +86,11 @@ class ApiBackend {
   virtual void Metrics(std::string token, Done done) = 0;
   virtual void Health(Done done) = 0;
 };
+
+// GET /v1/queues's body: each queue's guarantee, burst, weight, GPUs used (by model where
+// it has guarantees by model) and budget, with the jobs waiting and running in its
+// subtree as the caller counted them (by QueueId).
+nlohmann::json QueuesBody(const core::QueueTree& queues, const core::Scheduler& sched,
+                          const std::vector<int>& pending, const std::vector<int>& running);
 
 }  // namespace gantry::server

@@ -209,6 +209,46 @@ void Controller::WhoAmI(std::string token, Done done) {
   });
 }
 
+json QueuesBody(const core::QueueTree& queues_tree, const core::Scheduler& sched,
+                const std::vector<int>& pending, const std::vector<int>& running) {
+  json queues = json::array();
+  for (uint32_t i = 0; i < queues_tree.size(); ++i) {
+    const core::Queue& q = queues_tree.queue(core::QueueId(i));
+    const auto gpus = [](core::GpuUnits u) {
+      return static_cast<double>(u) / static_cast<double>(core::kGpuUnits);
+    };
+    json qj = {{"name", q.spec.name},
+               {"parent", q.spec.parent},
+               {"guaranteed_gpus", gpus(q.spec.guaranteed)},
+               {"weight", q.spec.weight},
+               {"used_gpus", gpus(sched.queue_usage(core::QueueId(i)))},
+               {"pending", pending[i]},
+               {"running", running[i]}};
+    qj["burst_gpus"] = q.spec.burst >= 0 ? json(gpus(q.spec.burst)) : json(nullptr);
+    if (!q.spec.guaranteed_by_model.empty()) {  // a guarantee per GPU model
+      json guaranteed = json::object(), used = json::object();
+      for (const core::ModelGuarantee& m : q.spec.guaranteed_by_model) {
+        guaranteed[m.name] = gpus(m.units);
+        used[m.name] = gpus(sched.queue_usage_on(core::QueueId(i), m.model));
+      }
+      qj["guaranteed_gpus_by_model"] = std::move(guaranteed);
+      qj["used_gpus_by_model"] = std::move(used);
+    }
+    if (const core::Scheduler::BudgetAccount* a = sched.budget_account(core::QueueId(i))) {
+      const core::BudgetSpec& b = *q.spec.budget;
+      qj["budget"] = {{"gpu_hours", b.gpu_hours},
+                      {"period", core::Name(b.period)},
+                      {"when_spent", core::Name(b.when_spent)},
+                      {"spent_gpu_hours", a->spent},
+                      {"period_start", static_cast<double>(a->start_unix_ms) / 1000.0},
+                      {"period_end", static_cast<double>(a->end_unix_ms) / 1000.0},
+                      {"spent", a->out}};
+    }
+    queues.push_back(std::move(qj));
+  }
+  return queues;
+}
+
 void Controller::Queues(std::string token, Done done) {
   CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
     // A queue's counts include its descendants' jobs, as its used_gpus does: a parent shows
@@ -221,43 +261,8 @@ void Controller::Queues(std::string token, Done done) {
       for (core::QueueId q : config_.queues.queue(job.spec.queue).self_and_ancestors)
         ++(waits ? pending : running)[q.v];
     }
-    json queues = json::array();
-    for (uint32_t i = 0; i < config_.queues.size(); ++i) {
-      const core::Queue& q = config_.queues.queue(core::QueueId(i));
-      const auto gpus = [](core::GpuUnits u) {
-        return static_cast<double>(u) / static_cast<double>(core::kGpuUnits);
-      };
-      json qj = {{"name", q.spec.name},
-                 {"parent", q.spec.parent},
-                 {"guaranteed_gpus", gpus(q.spec.guaranteed)},
-                 {"weight", q.spec.weight},
-                 {"used_gpus", gpus(sched_->queue_usage(core::QueueId(i)))},
-                 {"pending", pending[i]},
-                 {"running", running[i]}};
-      qj["burst_gpus"] = q.spec.burst >= 0 ? json(gpus(q.spec.burst)) : json(nullptr);
-      if (!q.spec.guaranteed_by_model.empty()) {  // a guarantee per GPU model
-        json guaranteed = json::object(), used = json::object();
-        for (const core::ModelGuarantee& m : q.spec.guaranteed_by_model) {
-          guaranteed[m.name] = gpus(m.units);
-          used[m.name] = gpus(sched_->queue_usage_on(core::QueueId(i), m.model));
-        }
-        qj["guaranteed_gpus_by_model"] = std::move(guaranteed);
-        qj["used_gpus_by_model"] = std::move(used);
-      }
-      if (const core::Scheduler::BudgetAccount* a = sched_->budget_account(core::QueueId(i))) {
-        const core::BudgetSpec& b = *q.spec.budget;
-        qj["budget"] = {{"gpu_hours", b.gpu_hours},
-                        {"period", core::Name(b.period)},
-                        {"when_spent", core::Name(b.when_spent)},
-                        {"spent_gpu_hours", a->spent},
-                        {"period_start", static_cast<double>(a->start_unix_ms) / 1000.0},
-                        {"period_end", static_cast<double>(a->end_unix_ms) / 1000.0},
-                        {"spent", a->out}};
-      }
-      queues.push_back(std::move(qj));
-    }
     Reply r;
-    r.body = {{"queues", queues}};
+    r.body = {{"queues", QueuesBody(config_.queues, *sched_, pending, running)}};
     return r;
   });
 }

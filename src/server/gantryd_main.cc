@@ -458,6 +458,22 @@ int ServeKubernetes(const ServeArgs& a) {
   options.policy = a.policy;
   options.elect = a.kubernetes_lease != "none";
   options.listen = a.listen;
+  // With --db: its tokens let gantry ls, show and queues read this mode's jobs (/v1).
+  std::unique_ptr<server::Store> store;
+  if (!a.db.empty()) {
+    auto opened = OpenStore(a.db, a.init);
+    if (!opened) {
+      std::cerr << "gantryd: --db: " << opened.error().message << "\n";
+      return kExitBadInput;
+    }
+    store = std::move(*opened);
+    options.authenticate = [&store](const std::string& token) -> Result<server::Principal> {
+      auto found = store->FindToken(server::Sha256Hex(token));
+      if (!found) return Error{"store", found.error().message};
+      if (!*found) return Error{"token", "invalid token: no such token is registered"};
+      return server::PrincipalOf(**found);
+    };
+  }
   if (options.elect) {
     const size_t slash = a.kubernetes_lease.find('/');
     if (slash == std::string::npos || slash == 0 || slash + 1 == a.kubernetes_lease.size()) {

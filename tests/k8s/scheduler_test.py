@@ -64,6 +64,12 @@ class Cluster:
                                 "metadata": {"name": name}, "value": value})
         with open(os.path.join(self.dir, "gantry.yaml"), "w") as f:
             f.write(CONFIG)
+        # gantryd's store: the tokens gantry ls, show and queues use in this mode
+        self.db = os.path.join(self.dir, "state.db")
+        subprocess.run([self.gantryd_bin, "init", "--db", self.db], check=True, capture_output=True)
+        self.token = subprocess.run([self.gantryd_bin, "token", "create", "--db", self.db, "--team", "a",
+                                     "--queues", "team-a"], check=True, capture_output=True,
+                                    text=True).stdout.strip()
         # the CRD must be served before gantryd lists it
         wait_for("the PodGroup CRD served", lambda: self.api.request(
             "GET", "/apis/scheduling.x-k8s.io/v1alpha1/podgroups")[0] == 200, 30)
@@ -82,13 +88,26 @@ class Cluster:
         proc = subprocess.Popen(
             [self.gantryd_bin, "--config", os.path.join(self.dir, "gantry.yaml"),
              "--kubernetes", self.kubeconfig, "--kubernetes-lease-duration-s", str(self.LEASE_S),
-             "--listen", "127.0.0.1:0"],
+             "--listen", "127.0.0.1:0", "--db", self.db],
             stdout=log, stderr=subprocess.STDOUT)
         proc.log_path = path
         return proc
 
     def start_gantryd(self):
         self.proc = self.spawn_gantryd()
+
+    def port(self):
+        """The port gantryd's HTTP API listens on (from its log)."""
+        return wait_for("gantryd's port in its log", lambda: (lambda m: m and m.group(1))(
+            re.search(r"serving /healthz, /metrics and /v1 port=(\d+)", open(self.proc.log_path).read())), 5)
+
+    def gantry(self, *args, token=None):
+        """The gantry CLI against this gantryd, as a user would run it."""
+        r = subprocess.run([os.path.join(os.path.dirname(self.gantryd_bin), "gantry"),
+                            "--server", f"http://127.0.0.1:{self.port()}", "--token",
+                            self.token if token is None else token, *args],
+                           capture_output=True, text=True, timeout=30)
+        return r.returncode, r.stdout + r.stderr
 
     def stop_gantryd(self, sig=signal.SIGTERM):
         if self.proc is None:
@@ -201,8 +220,7 @@ def case_gang_of_four_bound_together(c):
         return st if st.get("phase") == "Running" and st.get("running") == 4 else None
     wait_for("PodGroup train4 Running with 4 running", group_running, 10)
     # /metrics says the same
-    port = wait_for("gantryd's port in its log", lambda: (lambda m: m and m.group(1))(
-        re.search(r"serving /healthz and /metrics port=(\d+)", open(c.proc.log_path).read())), 5)
+    port = c.port()
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
     assert 'gantry_gpus{state="allocated"} 32' in metrics, metrics[:2000]
     assert 'gantry_jobs_started_total{queue="team-a"} 1' in metrics, metrics[:2000]
@@ -694,6 +712,32 @@ def case_dra_claims(c):
             c.kubectl("delete", "node", n, check=False)
 
 
+def case_gantry_cli_reads_jobs_and_queues(c):
+    """gantry ls, show and queues read this mode's jobs with a token of gantryd's store;
+    what changes something is kubectl's, and the CLI says so."""
+    c.kubectl_apply(group("cli", 2), *[pod(f"cli-{i}", 8, group="cli") for i in range(2)],
+                    pod("huge", 16))
+    wait_for("the gang bound", lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=cli"))) == 2, 15)
+    wait_for("the huge pod's reason", lambda: any(scheduled_message(p) for p in c.pods() if p["metadata"]["name"] == "huge"), 15)
+    rc, out = c.gantry("ls")
+    assert rc == 0, out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:] if line.strip()}
+    assert "running" in rows.get("default/cli", ""), out
+    assert "team-a" in rows["default/cli"] and "kwok-node-" in rows["default/cli"], out
+    assert "pending" in rows.get("default/huge", "") and "can never run" in rows["default/huge"], out
+    assert "best-effort" not in rows["default/huge"] and "1 x 16 GPU" in rows["default/huge"], out
+    rc, out = c.gantry("show", "default/cli")
+    assert rc == 0 and "cli-0" in out and "cli-1" in out, out
+    rc, out = c.gantry("queues")
+    assert rc == 0, out
+    line = next((x for x in out.splitlines() if x.startswith("team-a")), "")
+    assert "16" in line, f"team-a holds 16 GPUs: {out}"
+    rc, out = c.gantry("ls", token="gty_" + "0" * 64)
+    assert rc != 0 and "no such token" in out, out
+    rc, out = c.gantry("cancel", "default/cli")
+    assert rc != 0 and "kubectl delete" in out, out
+
+
 CASES = [
     case_gang_of_four_bound_together,
     case_wait_reason_in_describe,
@@ -707,6 +751,7 @@ CASES = [
     case_cordoned_and_not_ready_nodes,
     case_mig_devices,
     case_dra_claims,
+    case_gantry_cli_reads_jobs_and_queues,
     case_interleaved_gangs_side_by_side,
 ]
 

@@ -380,6 +380,24 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
     return kExitBadInput;
   }
   Response r = PostJob(g, job.spec.dump(), "application/json", script, job.array, job.after, "");
+  if (r.status >= 400 && r.status < 500) {
+    // gantryd's refusals of what it resolves (a QoS, account, partition or GPU type the
+    // site does not map) shown at the directive that gave it, not the spec's field.
+    json j = r.Json();
+    if (j.is_object() && j.contains("problems") && j["problems"].is_array()) {
+      for (json& p : j["problems"]) {
+        if (!p.is_string()) continue;
+        std::string problem = p.get<std::string>();
+        for (const auto& [field, where] : job.origin) {
+          const size_t at = problem.find(": " + field + ": ");
+          if (at != std::string::npos)
+            problem = where + ": " + problem.substr(at + field.size() + 4);
+        }
+        p = problem;
+      }
+      r.body = j.dump();
+    }
+  }
   if (int rc = Check(r, "sbatch")) return rc;
   const std::string id = r.Json().value("id", std::string());
   if (job.parsable) {

@@ -182,24 +182,25 @@ class Parser {
             "give one pool (Gantry restricts a job to one pool or none), got \"" + v->value + "\"");
       } else {
         s["pool"] = v->value;
+        origin_["pool"] = v->where + ": --partition=" + v->value;
       }
     }
+    // A tier or a QoS of the site's mapping, a queue or an account: gantryd resolves them
+    // (site in the cluster config), and its errors are shown at the directive's line.
     if (auto v = Get("qos")) {
-      std::string q = v->value;
-      if (q == "normal") q = "standard";  // Slurm's default QOS
-      if (q != "critical" && q != "standard" && q != "best-effort") {
-        Error(
-            v->where, "--qos",
-            "is the tier: critical, standard (or normal) or best-effort, got \"" + v->value + "\"");
+      if (v->value.empty()) {
+        Error(v->where, "--qos", "must name a tier or a QoS");
       } else {
-        s["tier"] = q;
+        s["tier"] = v->value;
+        origin_["tier"] = v->where + ": --qos=" + v->value;
       }
     }
     if (auto v = Get("account")) {
       if (v->value.empty()) {
-        Error(v->where, "--account", "must name a queue");
+        Error(v->where, "--account", "must name a queue or an account");
       } else {
         s["queue"] = v->value;
+        origin_["queue"] = v->where + ": --account=" + v->value;
       }
     }
     BuildTime(s);
@@ -235,8 +236,11 @@ class Parser {
     }
     if (auto v = Get("dependency")) out.after = Dependency(*v);
     out.errors = std::move(errors_);
+    out.origin = std::move(origin_);
     return out;
   }
+
+  std::map<std::string, std::string> origin_;  // SbatchJob::origin
 
   void Error(const std::string& where, const std::string& option, const std::string& message) {
     errors_.push_back(where + ": " + option + ": " + message);
@@ -466,7 +470,10 @@ class Parser {
         s["gpus"] = gpus;
         s["vram_gb"] = 1;  // Slurm asks for GPUs, not their memory: any GPU (of the model) will do
       }
-      if (!model.empty()) s["gpu_model"] = model;
+      if (!model.empty()) {
+        s["gpu_model"] = model;
+        origin_["gpu_model"] = v.where + ": --" + way + "=" + v.value;
+      }
     }
     std::optional<long long> cpus;
     if (auto v = Get("cpus-per-task")) {

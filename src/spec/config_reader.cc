@@ -118,7 +118,7 @@ class ConfigParser {
     std::vector<QueueSpec> queues = ReadQueues(top, catalog, pools);
     PolicyConfig policy = ReadPolicy(top);
     ReadAccounting(top, catalog, policy);
-    SiteConfig site = ReadSite(top);
+    SiteConfig site = ReadSite(top, catalog, pools, queues);
     KubernetesConfig kube = ReadKubernetes(top, queues);
     top.Finish();
 
@@ -582,16 +582,22 @@ class ConfigParser {
 
   // `site: {workdir_roots: [/home, /scratch], max_active_jobs_per_team: 5000}`: absolute
   // directories, without `..`; a cap on each team's active jobs.
-  SiteConfig ReadSite(Fields& top) {
+  SiteConfig ReadSite(Fields& top, const Catalog& catalog, const std::vector<PoolSpec>& pools,
+                      const std::vector<QueueSpec>& queues) {
     SiteConfig site;
     const Doc* v = top.Get("site");
     if (v == nullptr || v->is_null()) return site;
     if (!v->is_map()) {
-      top.Report("site", "expected a mapping with workdir_roots, max_active_jobs_per_team, got " +
-                             Describe(*v));
+      top.Report("site",
+                 "expected a mapping with workdir_roots, max_active_jobs_per_team, qos, "
+                 "gpu_types, partitions, default_partition, accounts, got " +
+                     Describe(*v));
       return site;
     }
-    Fields f(d_, *v, "site", {"workdir_roots", "max_active_jobs_per_team"});
+    Fields f(d_, *v, "site",
+             {"workdir_roots", "max_active_jobs_per_team", "qos", "gpu_types", "partitions",
+              "default_partition", "accounts"});
+    ReadSiteNames(f, catalog, pools, queues, site);
     if (auto cap = f.Integer("max_active_jobs_per_team", 1, int64_t{100'000'000}))
       site.max_active_jobs_per_team = *cap;
     lines_.NoteEntries(f, *v);
@@ -611,6 +617,98 @@ class ConfigParser {
     }
     f.Finish();
     return site;
+  }
+
+  // Slurm's names: `qos: {regular: standard}`, `gpu_types: {a100: [A100-40GB, A100-80GB]}`,
+  // `partitions: {gpu: a100-pool}`, `default_partition: gpu`, `accounts: {proj1: nlp}`.
+  void ReadSiteNames(Fields& f, const Catalog& catalog, const std::vector<PoolSpec>& pools,
+                     const std::vector<QueueSpec>& queues, SiteConfig& site) {
+    auto each = [&](std::string_view key, auto&& fn) {
+      const Doc* m = f.Get(key);
+      if (m == nullptr || m->is_null()) return;
+      if (!m->is_map()) {
+        f.Report(key, "expected a mapping, got " + Describe(*m));
+        return;
+      }
+      for (const DocEntry& e : m->entries) {
+        const std::string field = f.Path(key) + "." + e.key;
+        lines_.Note(field, e.line);
+        fn(e.key, e.value, e.line, field);
+      }
+    };
+    auto pool_named = [&](const std::string& name, int line,
+                          const std::string& field) -> std::optional<core::PoolId> {
+      for (size_t i = 0; i < pools.size(); ++i) {
+        if (pools[i].name == name) return core::PoolId(static_cast<uint32_t>(i));
+      }
+      d_.Report(line, field, "no pool named " + Quote(name));
+      return std::nullopt;
+    };
+    each("qos", [&](const std::string& qos, const Doc& value, int line, const std::string& field) {
+      auto tier = d_.String(value, line, field);
+      if (!tier) return;
+      if (auto t = core::TierNamed(*tier)) {
+        site.qos.emplace_back(qos, *t);
+      } else {
+        d_.Report(line, field,
+                  "must be one of critical, standard, best-effort, got " + Quote(*tier));
+      }
+    });
+    each("gpu_types",
+         [&](const std::string& alias, const Doc& value, int line, const std::string& field) {
+           std::vector<std::pair<const Doc*, std::string>> names;
+           if (value.is_list()) {
+             for (size_t i = 0; i < value.items.size(); ++i)
+               names.emplace_back(&value.items[i], field + "[" + std::to_string(i) + "]");
+           } else {
+             names.emplace_back(&value, field);
+           }
+           core::ModelMask mask = 0;
+           for (const auto& [item, path] : names) {
+             auto name = d_.String(*item, value.is_list() ? item->line : line, path);
+             if (!name) continue;
+             if (auto id = catalog.Find(*name)) {
+               mask |= core::ModelMask{1} << id->v;
+             } else {
+               d_.Report(line, path, "no GPU model named " + Quote(*name) + " in the catalog");
+             }
+           }
+           std::string lower;
+           for (char c : alias)
+             lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+           if (mask != 0) site.gpu_types.emplace_back(lower, mask);
+         });
+    each("partitions",
+         [&](const std::string& partition, const Doc& value, int line, const std::string& field) {
+           auto pool = d_.String(value, line, field);
+           if (!pool) return;
+           if (auto id = pool_named(*pool, line, field))
+             site.partitions.emplace_back(partition, *id);
+         });
+    if (auto p = f.String("default_partition")) {
+      for (const auto& [name, id] : site.partitions) {
+        if (name == *p) site.default_partition = id;
+      }
+      if (!site.default_partition) {
+        for (size_t i = 0; i < pools.size(); ++i) {
+          if (pools[i].name == *p) site.default_partition = core::PoolId(static_cast<uint32_t>(i));
+        }
+      }
+      if (!site.default_partition)
+        f.Report("default_partition", "no partition or pool named " + Quote(*p));
+    }
+    each("accounts",
+         [&](const std::string& account, const Doc& value, int line, const std::string& field) {
+           auto queue = d_.String(value, line, field);
+           if (!queue) return;
+           for (size_t i = 0; i < queues.size(); ++i) {
+             if (queues[i].name == *queue) {
+               site.accounts.emplace_back(account, core::QueueId(static_cast<uint32_t>(i)));
+               return;
+             }
+           }
+           d_.Report(line, field, "no queue named " + Quote(*queue));
+         });
   }
 
   // `kubernetes: {scheduler_name: gantry, namespaces: {team-a: research}, default_queue:
@@ -854,6 +952,55 @@ std::optional<std::string> WhyNotAPlainAbsolutePath(std::string_view path) {
     if (part == "..") return "must not go up with `..`, got " + Quote(path);
   }
   return std::nullopt;
+}
+
+namespace {
+
+// Upper-case words of a product or model name: "nvidia_h100_80gb_hbm3" -> NVIDIA H100 80GB HBM3.
+std::vector<std::string> Words(std::string_view text) {
+  std::vector<std::string> out(1);
+  for (char c : text) {
+    if (c == '-' || c == '_' || c == ' ' || c == '.' || c == '/') {
+      if (!out.back().empty()) out.emplace_back();
+    } else {
+      out.back() += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    }
+  }
+  if (out.back().empty()) out.pop_back();
+  return out;
+}
+
+bool IsMemoryWord(const std::string& w) {
+  return w.size() > 2 && w.ends_with("GB") &&
+         std::all_of(w.begin(), w.end() - 2, [](char c) { return std::isdigit(c) != 0; });
+}
+
+}  // namespace
+
+core::ModelMask GpuModelsNamed(std::string_view name, const core::Catalog& catalog,
+                               const SiteConfig& site) {
+  std::string lower;
+  for (char c : name) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const auto& [alias, mask] : site.gpu_types) {
+    if (alias == lower) return mask;
+  }
+  const std::vector<std::string> words = Words(name);
+  std::string memory;
+  for (const std::string& w : words) {
+    if (IsMemoryWord(w)) memory = w;
+  }
+  core::ModelMask exact = 0, family = 0;
+  for (size_t m = 0; m < catalog.size() && m < core::kMaxModels; ++m) {
+    const std::string& model = catalog.model(core::ModelId(static_cast<uint32_t>(m))).name;
+    const std::vector<std::string> mw = Words(model);
+    if (Words(model) == words) exact |= core::ModelMask{1} << m;
+    if (mw.empty() || std::find(words.begin(), words.end(), mw[0]) == words.end()) continue;
+    // The family is named (H100, A100); a memory size, where the name gives one, must match.
+    const auto own = std::find_if(mw.begin(), mw.end(), IsMemoryWord);
+    if (!memory.empty() && own != mw.end() && *own != memory) continue;
+    family |= core::ModelMask{1} << m;
+  }
+  return exact != 0 ? exact : family;
 }
 
 std::optional<std::string> WhyWorkdirRefused(std::string_view workdir, const SiteConfig& site) {

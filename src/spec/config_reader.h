@@ -48,7 +48,23 @@ struct SiteConfig {
   // The most active jobs (pending, held, running or stopping; each array task one) a team
   // may have: a submit that would pass it is refused (Slurm's MaxSubmitJobs). 0: no cap.
   int64_t max_active_jobs_per_team = 0;
+  // Slurm's names for Gantry's (`gantry sbatch` scripts as written; docs/slurm.md): --qos
+  // values to tiers (as kubernetes.priority_classes does for pods; `normal` is standard
+  // unless listed), --gres GPU types to catalog models (besides the models' own names,
+  // case-insensitive, and NVML's long names), partitions to pools, accounts to queues.
+  // gantryd resolves them where a job names a tier, gpu_model, pool or queue.
+  std::vector<std::pair<std::string, core::Tier>> qos;
+  std::vector<std::pair<std::string, core::ModelMask>> gpu_types;  // lower-case alias
+  std::vector<std::pair<std::string, core::PoolId>> partitions;
+  std::optional<core::PoolId> default_partition;  // an sbatch job without -p runs there
+  std::vector<std::pair<std::string, core::QueueId>> accounts;
 };
+
+// The models `name` means on this site: a catalog model's name (any case), an alias of
+// site.gpu_types, or a product name as NVML and Slurm's gres.conf write it
+// (nvidia_h100_80gb_hbm3, NVIDIA A100-SXM4-40GB, a100: every A100 the catalog has). 0: none.
+core::ModelMask GpuModelsNamed(std::string_view name, const core::Catalog& catalog,
+                               const SiteConfig& site);
 
 // The config's `kubernetes` section (gantryd --kubernetes, docs/kubernetes.md): how pods
 // map onto queues and tiers. With it, `pools` may be left out: the nodes come from the

@@ -172,8 +172,7 @@ class JobDecoder {
     JobSpec& job = out.spec;
     ReadId(f, mode, line, job, id);
     ReadQueue(f, job);
-    if (auto t = f.Choice("tier", {"critical", "standard", "best-effort"}))
-      job.tier = *core::TierNamed(*t);
+    ReadTier(f, job);
     if (auto r = f.Integer("replicas", 1, kMaxReplicas)) job.replicas = static_cast<int>(*r);
     ReadShape(f, job);
     if (auto v = f.Number("cpus", Range{0, false, kMaxCpus}))
@@ -294,8 +293,18 @@ class JobDecoder {
         if (name == *p) job.pool = core::PoolId(static_cast<uint32_t>(i));
         known += (known.empty() ? "" : ", ") + name;
       }
-      if (!job.pool.valid())
-        f.Report("pool", "unknown pool " + Quote(*p) + " (known: " + known + ")");
+      for (const auto& [partition, id] : config_.site.partitions) {  // Slurm's names
+        if (!job.pool.valid() && partition == *p) job.pool = id;
+        known += ", " + partition;
+      }
+      if (!job.pool.valid()) {
+        f.Report("pool",
+                 std::string(config_.site.partitions.empty() ? "unknown pool "
+                                                             : "unknown pool or partition ") +
+                     Quote(*p) + " (known: " + known + ")");
+      }
+    } else if (f.has("script") && config_.site.default_partition) {
+      job.pool = *config_.site.default_partition;  // sbatch without -p: Slurm's default
     }
     if (auto s = f.String("script")) {
       if (s->rfind("#!", 0) != 0) {
@@ -340,6 +349,34 @@ class JobDecoder {
     }
   }
 
+  // tier: critical, standard, best-effort, or a QoS of site.qos (Slurm's `normal`, its
+  // default, is standard unless the site maps it).
+  void ReadTier(Fields& f, JobSpec& job) {
+    auto t = f.String("tier");
+    if (!t) return;
+    if (auto tier = core::TierNamed(*t)) {
+      job.tier = *tier;
+      return;
+    }
+    for (const auto& [qos, tier] : config_.site.qos) {
+      if (qos == *t) {
+        job.tier = tier;
+        return;
+      }
+    }
+    if (*t == "normal") {
+      job.tier = core::Tier::kStandard;
+      return;
+    }
+    if (config_.site.qos.empty()) {
+      f.Report("tier", "must be one of critical, standard, best-effort, got " + Quote(*t));
+      return;
+    }
+    std::string known = "critical, standard, best-effort";
+    for (const auto& [qos, tier] : config_.site.qos) known += ", " + qos;
+    f.Report("tier", "unknown tier or QoS " + Quote(*t) + " (known: " + known + ")");
+  }
+
   void ReadQueue(Fields& f, JobSpec& job) {
     const core::QueueTree& tree = config_.queues;
     auto known = [&] {
@@ -352,9 +389,19 @@ class JobDecoder {
     if (auto q = f.String("queue")) {
       if (auto id = tree.Find(*q)) {
         job.queue = *id;
-      } else {
-        f.Report("queue", "unknown queue " + Quote(*q) + " (known: " + known() + ")");
+        return;
       }
+      for (const auto& [account, id] : config_.site.accounts) {  // sbatch -A
+        if (account == *q) {
+          job.queue = id;
+          return;
+        }
+      }
+      std::string accounts;
+      for (const auto& [account, id] : config_.site.accounts) accounts += ", " + account;
+      f.Report("queue",
+               std::string(accounts.empty() ? "unknown queue " : "unknown queue or account ") +
+                   Quote(*q) + " (known: " + known() + accounts + ")");
     } else if (!f.has("queue")) {
       if (auto id = tree.Find("default")) {
         job.queue = *id;
@@ -458,14 +505,15 @@ class JobDecoder {
           f.MarkBad("gpu_model");
           continue;
         }
-        if (auto id = catalog.Find(*name)) {
-          mask |= ModelMask{1} << id->v;
+        if (const ModelMask named = spec::GpuModelsNamed(*name, catalog, config_.site)) {
+          mask |= named;  // a model's name in any case, a site alias, a product name
         } else {
           f.MarkBad("gpu_model");
           std::vector<std::string> known;
           for (size_t m = 0; m < catalog.size(); ++m) {
             known.push_back(catalog.model(ModelId(static_cast<uint32_t>(m))).name);
           }
+          for (const auto& [alias, m] : config_.site.gpu_types) known.push_back(alias);
           d_.Report(line, path,
                     "unknown GPU model " + Quote(*name) + " (known: " + Join(known, 64) + ")");
         }

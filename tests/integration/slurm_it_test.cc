@@ -253,5 +253,45 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
       << o.out;
 }
 
+// Issue 47 A2: a script written for another site's names (its QoS, account and GPU type,
+// no partition) runs once the cluster config maps them; what the site does not map is
+// refused at the script's own line, and nothing is submitted.
+TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
+  Harness h("slurm-site");
+  h.Setup(std::string(kSlurmCluster) + R"(site:
+  qos: {regular: standard, high: critical}
+  partitions: {gpu: h100}
+  default_partition: gpu
+  accounts: {proj-42: research}
+)",
+          {{"a", "research"}});
+  h.AddToken("ann", {"--team", "a", "--queues", "research", "--user", "ann"});
+  h.StartServer();
+  h.Write("site.sh",
+          "#!/bin/bash\n#SBATCH --qos=high\n#SBATCH -A proj-42\n"
+          "#SBATCH --gres=gpu:nvidia_h100_80gb_hbm3:2\necho hi\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", h.Path("site.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json job = h.Job(Trim(r.out));
+  EXPECT_EQ(job["tier"], "critical") << job.dump();
+  EXPECT_EQ(job["queue"], "research");
+  EXPECT_EQ(job["pool"], "h100") << "the default partition";
+  EXPECT_EQ(job["request"], "1 x 2 GPU(s) of H100-80GB") << job.dump();
+
+  h.Write("other.sh",
+          "#!/bin/bash\n#SBATCH --qos=premium\n#SBATCH --account=nobody\n"
+          "#SBATCH -p debug\n#SBATCH --gres=gpu:mi300:1\necho hi\n");
+  RunResult bad = h.Cli({"sbatch", h.Path("other.sh")}, h.token("ann"));
+  EXPECT_EQ(bad.rc, 2);
+  const std::string at = h.Path("other.sh");
+  for (const std::string& want : {at + ":2: --qos=premium: unknown tier or QoS \"premium\"",
+                                  at + ":3: --account=nobody: unknown queue or account \"nobody\"",
+                                  at + ":4: --partition=debug: unknown pool or partition \"debug\"",
+                                  at + ":5: --gres=gpu:mi300:1: unknown GPU model \"mi300\""}) {
+    EXPECT_NE(bad.err.find(want), std::string::npos) << want << " in\n" << bad.err;
+  }
+  EXPECT_EQ(h.Jobs().size(), 1u);
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -418,14 +418,13 @@ TEST(ConfigReaderTest, SiteWorkdirRoots) {
   EXPECT_EQ(
       Parse(std::string(kPool) + "site:\n  workdir_roots: [/home, /scratch]\n").site.workdir_roots,
       (std::vector<std::string>{"/home", "/scratch"}));
-  EXPECT_EQ(Errors(std::string(kPool) + "site:\n  workdir_roots: [home, /a/../etc]\n  qos: 1\n"),
+  EXPECT_EQ(Errors(std::string(kPool) + "site:\n  workdir_roots: [home, /a/../etc]\n  qoss: 1\n"),
             (std::vector<std::string>{
                 "c.yaml:7: site.workdir_roots[0]: must be an absolute path (a relative one would "
                 "resolve against "
                 "the agent's own directory), got \"home\"",
                 "c.yaml:7: site.workdir_roots[1]: must not go up with `..`, got \"/a/../etc\"",
-                "c.yaml:8: site.qos: unknown field (known: workdir_roots, "
-                "max_active_jobs_per_team)"}));
+                "c.yaml:8: site.qoss: unknown field; did you mean qos?"}));
   EXPECT_EQ(Parse(kPool).site.max_active_jobs_per_team, 0);
   EXPECT_EQ(Parse(std::string(kPool) + "site:\n  max_active_jobs_per_team: 500\n")
                 .site.max_active_jobs_per_team,

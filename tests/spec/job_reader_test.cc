@@ -792,5 +792,96 @@ policy:
   EXPECT_NE(em_bad.ToString().find("emulate.util"), std::string::npos) << em_bad.ToString();
 }
 
+// Issue 47 A2: Slurm's names as a site uses them (site in the config), resolved where a
+// job names a tier, queue, pool or GPU model; errors list what the site maps.
+TEST(SiteNames, QosAccountsPartitionsAndGpuTypes) {
+  Diagnostics d;
+  auto config = ParseClusterConfig(R"(cluster: s
+pools:
+  - {name: a100s, count: 1, gpus: 8, gpu_model: A100-80GB}
+  - {name: h100s, count: 1, gpus: 8, gpu_model: H100-80GB}
+queues:
+  - name: default
+  - name: nlp
+site:
+  qos: {regular: standard, high: critical}
+  gpu_types: {volta: [V100-16GB, V100-32GB]}
+  partitions: {gpu: a100s, hopper: h100s}
+  default_partition: gpu
+  accounts: {proj-nlp: nlp}
+)",
+                                   "s.yaml", d);
+  ASSERT_TRUE(config) << d.ToString();
+  const core::Catalog& catalog = config->cluster.catalog();
+  auto models = [&](const std::string& name) {
+    std::vector<std::string> out;
+    const core::ModelMask m = GpuModelsNamed(name, catalog, config->site);
+    for (size_t i = 0; i < catalog.size(); ++i) {
+      if (m >> i & 1u) out.push_back(catalog.model(core::ModelId(static_cast<uint32_t>(i))).name);
+    }
+    return out;
+  };
+  EXPECT_EQ(models("nvidia_h100_80gb_hbm3"), std::vector<std::string>{"H100-80GB"});
+  EXPECT_EQ(models("NVIDIA A100-SXM4-40GB"), std::vector<std::string>{"A100-40GB"});
+  EXPECT_EQ(models("a100"), (std::vector<std::string>{"A100-40GB", "A100-80GB"}));
+  EXPECT_EQ(models("h100-80gb"), std::vector<std::string>{"H100-80GB"});
+  EXPECT_EQ(models("VOLTA"), (std::vector<std::string>{"V100-16GB", "V100-32GB"}));
+  EXPECT_TRUE(models("mi300").empty());
+
+  auto read = [&](const std::string& yaml, Diagnostics& jd) {
+    return ParseJobYaml(yaml + "gpus: 1\nvram_gb: 10\n", "j.yaml", *config, jd);
+  };
+  Diagnostics jd;
+  auto job =
+      read("tier: high\nqueue: proj-nlp\npool: hopper\ngpu_model: nvidia_h100_80gb_hbm3\n", jd);
+  ASSERT_TRUE(job) << jd.ToString();
+  EXPECT_EQ(job->tier, core::Tier::kCritical);
+  EXPECT_EQ(config->queues.queue(job->queue).spec.name, "nlp");
+  EXPECT_EQ(config->cluster.pool(job->pool).spec.name, "h100s");
+  job = read("tier: normal\n", jd);
+  ASSERT_TRUE(job) << jd.ToString();
+  EXPECT_EQ(job->tier, core::Tier::kStandard) << "Slurm's default QoS";
+  EXPECT_FALSE(job->pool.valid()) << "the default partition is for sbatch jobs";
+  job = read("script: \"#!/bin/sh\\necho\\n\"\ncommand: [\"x\"]\n", jd);
+  ASSERT_TRUE(job) << jd.ToString();
+  EXPECT_EQ(config->cluster.pool(job->pool).spec.name, "a100s") << "sbatch without -p";
+
+  Diagnostics bad;
+  EXPECT_FALSE(read("tier: premium\nqueue: nobody\npool: cpu\n", bad));
+  const std::string e = bad.ToString();
+  for (const char* want :
+       {"tier: unknown tier or QoS \"premium\" (known: critical, standard, best-effort, regular, "
+        "high)",
+        "queue: unknown queue or account \"nobody\" (known: default, nlp, proj-nlp)",
+        "pool: unknown pool or partition \"cpu\" (known: a100s, h100s, gpu, hopper)"}) {
+    EXPECT_NE(e.find(want), std::string::npos) << want << " in\n" << e;
+  }
+
+  // The mapping's own errors name the config's line and field.
+  Diagnostics cd;
+  EXPECT_FALSE(ParseClusterConfig(R"(cluster: s
+pools:
+  - {name: a100s, count: 1, gpus: 8, gpu_model: A100-80GB}
+queues:
+  - name: default
+site:
+  qos: {regular: urgent}
+  gpu_types: {x: [Z100]}
+  partitions: {gpu: nowhere}
+  default_partition: cpu
+  accounts: {p: nobody}
+)",
+                                  "s.yaml", cd));
+  const std::string ce = cd.ToString();
+  for (const char* want : {"s.yaml:7: site.qos.regular: must be one of critical, standard, "
+                           "best-effort, got \"urgent\"",
+                           "s.yaml:8: site.gpu_types.x[0]: no GPU model named \"Z100\"",
+                           "s.yaml:9: site.partitions.gpu: no pool named \"nowhere\"",
+                           "s.yaml:10: site.default_partition: no partition or pool named \"cpu\"",
+                           "s.yaml:11: site.accounts.p: no queue named \"nobody\""}) {
+    EXPECT_NE(ce.find(want), std::string::npos) << want << " in\n" << ce;
+  }
+}
+
 }  // namespace
 }  // namespace gantry::spec

@@ -423,6 +423,8 @@ class Parser {
     s["replicas"] = replicas;
     if (replicas > 1 && nodes && *nodes == 1)
       s["topology"] = "node";  // all on one node, as -N 1 asks
+    // -N above 1: that many distinct nodes, each with its tasks, as Slurm places them.
+    if (nodes && *nodes > 1 && per_node) s["workers_per_node"] = *per_node;
 
     // GPUs per worker, from exactly one way of asking.
     std::vector<const char*> ways;

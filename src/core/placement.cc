@@ -56,7 +56,8 @@ bool Placer::PoolAccepts(const JobSpec& job, PoolId pool) const {
 
 bool Placer::NodeHasRoom(const JobSpec& job, NodeId n) const {
   const NodeState& s = ledger_.node(n);
-  return s.up && s.free_cpus_milli >= job.cpus_milli && s.free_memory_bytes >= job.memory_bytes;
+  return s.up && s.free_cpus_milli >= job.cpus_milli && s.free_memory_bytes >= job.memory_bytes &&
+         (avoid_.empty() || std::find(avoid_.begin(), avoid_.end(), n) == avoid_.end());
 }
 
 NodeId Placer::FindNode(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,
@@ -516,7 +517,49 @@ void Placer::Rollback(Allocation& out) {
   out.clear();
 }
 
+// Each group of workers_per_node workers on one node, no two groups on one node: a
+// group's first worker goes where PlaceWorker would put it, the rest on its node; a node
+// that cannot hold the whole group is left for the next try. O(groups x nodes tried).
+bool Placer::PlaceGroups(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out) {
+  out.clear();
+  avoid_.clear();
+  const Cluster& cluster = ledger_.cluster();
+  const int per = job.workers_per_node;
+  for (int g = 0; g < job.replicas / per; ++g) {
+    bool placed = false;
+    WorkerAlloc first;
+    while (!placed && PlaceWorker(job, fit, scope, first)) {
+      const NodeId n = first.node;
+      const PoolId pool = cluster.node(n).pool;
+      const uint32_t i = n.v - cluster.pool(pool).first_node.v;
+      ledger_.Allocate(first);
+      Allocation group{first};
+      for (int r = 1; r < per; ++r) {
+        WorkerAlloc w;
+        if (!PlaceWorker(job, fit, Scope{pool, i, i + 1, scope.domain}, w)) break;
+        ledger_.Allocate(w);
+        group.push_back(w);
+      }
+      avoid_.push_back(n);
+      placed = static_cast<int>(group.size()) == per;
+      if (placed) {
+        out.insert(out.end(), group.begin(), group.end());
+      } else {
+        ledger_.Release(group);
+      }
+    }
+    if (!placed) {
+      avoid_.clear();
+      Rollback(out);
+      return false;
+    }
+  }
+  avoid_.clear();
+  return true;
+}
+
 bool Placer::PlaceWorkers(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out) {
+  if (job.workers_per_node > 0) return PlaceGroups(job, fit, scope, out);
   out.clear();
   for (int r = 0; r < job.replicas; ++r) {
     WorkerAlloc w;

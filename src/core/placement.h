@@ -74,6 +74,8 @@ class Placer {
   // the worker's CPUs and memory (and, with a domain, that many free in the domain).
   NodeId FindNode(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope, int min_free);
   bool NodeHasRoom(const JobSpec& job, NodeId n) const;
+  // PlaceWorkers for a job with workers_per_node: each group on a node of its own.
+  bool PlaceGroups(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out);
   int FreeGpuInScope(NodeId n, const Scope& scope) const;
   void Rollback(Allocation& out);
   // The free GPUs a whole worker takes on node n (the fullest NVLink domain with room);
@@ -123,6 +125,7 @@ class Placer {
   std::vector<std::pair<int, uint32_t>> levels_;  // scratch: (state, count) of split GPUs seen
   std::vector<std::pair<int, uint32_t>> splits_;  // scratch: (best-fit key, GPU) candidates
   bool fgd_truncated_ = false;  // the last FGD search skipped nodes (kLooksPerBucket)
+  std::vector<NodeId> avoid_;   // PlaceGroups: nodes this job's groups use or could not
 };
 
 }  // namespace gantry::core

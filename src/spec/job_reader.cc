@@ -126,6 +126,7 @@ class JobDecoder {
                                                                  "cpus",
                                                                  "memory_gb",
                                                                  "topology",
+                                                                 "workers_per_node",
                                                                  "checkpoint_s",
                                                                  "grace_s",
                                                                  "window",
@@ -155,6 +156,7 @@ class JobDecoder {
                                                                   "cpus",
                                                                   "memory_gb",
                                                                   "topology",
+                                                                  "workers_per_node",
                                                                   "checkpoint_s",
                                                                   "grace_s",
                                                                   "window",
@@ -185,6 +187,14 @@ class JobDecoder {
                      : *t == "node" ? core::Topology::kNode
                      : *t == "leaf" ? core::Topology::kLeaf
                                     : core::Topology::kSpine;
+    }
+    if (auto w = f.Integer("workers_per_node", 1, kMaxReplicas)) {
+      if (job.replicas % *w != 0) {
+        f.Report("workers_per_node", std::to_string(*w) + " does not divide replicas (" +
+                                         std::to_string(job.replicas) + ")");
+      } else {
+        job.workers_per_node = static_cast<int>(*w);
+      }
     }
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
       job.checkpoint = SecondsToTicks(*v);

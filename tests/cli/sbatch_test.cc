@@ -243,6 +243,21 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
             std::string::npos);
 }
 
+// -N above 1 with tasks per node: exactly that many distinct nodes (issue 47 A3).
+TEST(Sbatch, NodesAboveOneAreDistinctNodesWithTheirTasks) {
+  SbatchJob j =
+      Parse("#!/bin/sh\n#SBATCH -N 4\n#SBATCH --ntasks-per-node=2\n#SBATCH --gres=gpu:4\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["replicas"], 8);
+  EXPECT_EQ(j.spec["workers_per_node"], 2);
+  EXPECT_EQ(j.spec["gpus"], 2);
+  SbatchJob one = Parse("#!/bin/sh\n#SBATCH -N 1\n#SBATCH -n 4\n");
+  EXPECT_FALSE(one.spec.contains("workers_per_node"));
+  EXPECT_EQ(one.spec["topology"], "node");
+  SbatchJob spread = Parse("#!/bin/sh\n#SBATCH --nodes=3\n");
+  EXPECT_EQ(spread.spec["workers_per_node"], 1);
+}
+
 TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
   auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
   EXPECT_NE(error("-N 2-4").find("--nodes: a range of node counts cannot be expressed"),

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <bit>
 #include <climits>
+#include <map>
 #include <random>
+#include <set>
 
 #include "test_util.h"
 
@@ -68,6 +70,45 @@ TEST(PlacementTest, TopologyDomainsHold) {
   EXPECT_FALSE(placer.Place(Whole(c, "l", 2, 3, Topology::kLeaf), Fit::kFirst, l));
   Allocation s;
   EXPECT_TRUE(placer.Place(Whole(c, "s", 2, 3, Topology::kSpine), Fit::kFirst, s));
+}
+
+// Slurm's -N 3 --ntasks-per-node=2 (issue 47 A3): exactly 2 workers on each of 3
+// distinct nodes, never 3+1+2 or 4+2, however the free GPUs lie.
+TEST(PlacementTest, WorkersPerNodeGivesEachNodeItsGroup) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "h", 4, 8, "H100-80GB")});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  Allocation hole;  // node 0 keeps room for one 2-GPU worker only
+  ASSERT_TRUE(placer.Place(Whole(c, "hole", 1, 6), Fit::kFirst, hole));
+  JobSpec job = Whole(c, "n3", 6, 2);
+  job.workers_per_node = 2;
+  for (Fit fit : {Fit::kFirst, Fit::kBest}) {
+    Allocation a;
+    ASSERT_TRUE(placer.Place(job, fit, a));
+    ASSERT_EQ(a.size(), 6u);
+    std::map<uint32_t, int> per_node;
+    for (const WorkerAlloc& w : a) ++per_node[w.node.v];
+    EXPECT_EQ(per_node.size(), 3u);
+    for (const auto& [node, n] : per_node) {
+      EXPECT_EQ(n, 2) << "node " << node;
+      EXPECT_NE(node, 0u) << "node 0 cannot hold a group of two";
+    }
+    for (const WorkerAlloc& w : a) ledger.Release(w);
+  }
+  // Without the constraint the same gang fills the hole and packs: not 2 per node.
+  Allocation packed;
+  ASSERT_TRUE(placer.Place(Whole(c, "packed", 6, 2), Fit::kBest, packed));
+  std::map<uint32_t, int> counts;
+  for (const WorkerAlloc& w : packed) ++counts[w.node.v];
+  EXPECT_TRUE(std::any_of(counts.begin(), counts.end(), [](auto& kv) { return kv.second != 2; }));
+  for (const WorkerAlloc& w : packed) ledger.Release(w);
+  // Four groups need four nodes with room: node 0 has none, so it waits, holding nothing.
+  job.replicas = 8;
+  Allocation four;
+  EXPECT_FALSE(placer.Place(job, Fit::kFirst, four));
+  EXPECT_TRUE(four.empty());
+  EXPECT_EQ(ledger.used_units(), 6 * kGpuUnits);
 }
 
 TEST(PlacementTest, CriticalWorkNeverLandsOnSpot) {

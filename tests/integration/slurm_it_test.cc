@@ -293,5 +293,35 @@ TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
   EXPECT_EQ(h.Jobs().size(), 1u);
 }
 
+// Issue 47 A3: -N 2 --ntasks-per-node=2 runs 2 tasks on each of 2 nodes, as Slurm does,
+// where the free GPUs would let all 4 pack onto one node; the SLURM_* values say so.
+TEST(Slurm, NodesAndTasksPerNodeAreHonouredExactly) {
+  Harness h("slurm-nodes");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("two.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+          "#SBATCH --gres=gpu:2\n#SBATCH -t 1\n"
+          "env | sort > \"env-$SLURM_PROCID.txt\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("two.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
+  json job = h.Job(id);
+  EXPECT_EQ(job["state"], "finished") << job.dump();
+  EXPECT_EQ(job["nodes"].size(), 2u) << job.dump();
+  std::map<std::string, int> per_node;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnvFile(work + "/env-" + std::to_string(rank) + ".txt");
+    EXPECT_EQ(env["SLURM_NNODES"], "2");
+    EXPECT_EQ(env["SLURM_NTASKS_PER_NODE"], "2");
+    EXPECT_EQ(env["SLURM_NTASKS"], "4");
+    ++per_node[env["SLURMD_NODENAME"]];
+  }
+  EXPECT_EQ(per_node.size(), 2u);
+  for (const auto& [node, n] : per_node) EXPECT_EQ(n, 2) << node;
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -47,6 +47,9 @@ struct JobSpec {
   int64_t cpus_milli = 0;         // per worker
   int64_t memory_bytes = 0;       // per worker
   Topology topology = Topology::kSpine;
+  // Exactly this many workers on each node the job uses, on distinct nodes (Slurm's
+  // -N with --ntasks-per-node); 0: as placement finds room. Divides replicas.
+  int workers_per_node = 0;
   Ticks checkpoint = 0;  // 0 = never
   Ticks grace = 0;
   std::optional<Window> window;

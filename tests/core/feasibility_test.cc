@@ -86,6 +86,23 @@ TEST(FeasibilityTest, FeasibleJobs) {
   EXPECT_EQ(Why(cpu, c), "feasible");
 }
 
+// Slurm's -N (workers_per_node): a group per node, on as many nodes as groups.
+TEST(FeasibilityTest, WorkersPerNodeNeedAsManyNodesAsGroups) {
+  const Cluster c = Lab();  // 20 GPU nodes of 8 GPUs
+  JobSpec j = Gpus(c, 4, 60, 40);
+  j.workers_per_node = 2;  // 20 groups of 2 x 4 GPUs: one per node, all 20 nodes
+  EXPECT_EQ(Why(j, c), "feasible");
+  j.replicas = 42;  // 21 groups
+  EXPECT_EQ(Why(j, c),
+            "a gang of 42 x 4 GPUs with workers_per_node 2 needs 21 nodes that each hold 2 "
+            "workers (the cluster has 20)");
+  j = Gpus(c, 4, 60, 6);
+  j.workers_per_node = 3;  // 12 GPUs on a node of 8: none holds a group
+  EXPECT_NE(Why(j, c).find("needs 2 nodes that each hold 3 workers (the cluster has 0)"),
+            std::string::npos)
+      << Why(j, c);
+}
+
 TEST(FeasibilityTest, VramExceedsEveryGpu) {
   const Cluster c = Lab();
   EXPECT_EQ(Why(Gpus(c, 1, 200), c),

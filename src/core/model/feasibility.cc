@@ -225,6 +225,20 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   const std::string gang = Gang(job);
   Topology topology = job.topology;
   if (!job.uses_gpu() && topology == Topology::kNvlink) topology = Topology::kNode;
+  // workers_per_node: each group of that many on a node of its own.
+  if (job.workers_per_node > 0) {
+    const int64_t per = job.workers_per_node;
+    const int64_t groups = replicas / per;
+    int64_t nodes = 0;
+    for (const PoolSpec* p : pools) {
+      if (per_node(*p) >= per) nodes = std::min(nodes + int64_t{p->count}, groups);
+    }
+    if (nodes < groups) {
+      return gang + " with workers_per_node " + std::to_string(per) + " needs " +
+             std::to_string(groups) + " nodes that each hold " + std::to_string(per) +
+             " workers (the cluster has " + std::to_string(nodes) + ")";
+    }
+  }
   if (replicas == 1) {
     // A single worker needs no gang domain, except NVLink for its own GPUs.
     if (topology == Topology::kNvlink && whole && job.gpus > 1) {

@@ -26,6 +26,7 @@ constexpr OptionDef kOptions[] = {
     {"partition", 'p', true},
     {"qos", 'q', true},
     {"account", 'A', true},
+    {"constraint", 'C', true},
     {"time", 't', true},
     {"nodes", 'N', true},
     {"ntasks", 'n', true},
@@ -54,8 +55,6 @@ constexpr OptionDef kOptions[] = {
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"mail-type", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
     {"mail-user", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
-    {"constraint",
-     "node features are not modelled; name a GPU model with --gres=gpu:MODEL:N or a pool with -p"},
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclusive", "whole nodes are not reserved; ask for the GPUs, CPUs and memory the job uses"},
@@ -194,6 +193,10 @@ class Parser {
         s["tier"] = v->value;
         origin_["tier"] = v->where + ": --qos=" + v->value;
       }
+    }
+    if (auto v = Get("constraint")) {  // over the site's node features (site.features)
+      s["constraint"] = v->value;
+      origin_["constraint"] = v->where + ": --constraint=" + v->value;
     }
     if (auto v = Get("account")) {
       if (v->value.empty()) {

@@ -590,13 +590,13 @@ class ConfigParser {
     if (!v->is_map()) {
       top.Report("site",
                  "expected a mapping with workdir_roots, max_active_jobs_per_team, qos, "
-                 "gpu_types, partitions, default_partition, accounts, got " +
+                 "gpu_types, partitions, default_partition, accounts, features, got " +
                      Describe(*v));
       return site;
     }
     Fields f(d_, *v, "site",
              {"workdir_roots", "max_active_jobs_per_team", "qos", "gpu_types", "partitions",
-              "default_partition", "accounts"});
+              "default_partition", "accounts", "features"});
     ReadSiteNames(f, catalog, pools, queues, site);
     if (auto cap = f.Integer("max_active_jobs_per_team", 1, int64_t{100'000'000}))
       site.max_active_jobs_per_team = *cap;
@@ -697,6 +697,29 @@ class ConfigParser {
       if (!site.default_partition)
         f.Report("default_partition", "no partition or pool named " + Quote(*p));
     }
+    each("features",
+         [&](const std::string& pool, const Doc& value, int line, const std::string& field) {
+           auto id = pool_named(pool, line, field);
+           if (!id) return;
+           if (!value.is_list()) {
+             d_.Report(line, field, "expected a list of feature names, got " + Describe(value));
+             return;
+           }
+           std::vector<std::string> names;
+           for (size_t i = 0; i < value.items.size(); ++i) {
+             const std::string path = field + "[" + std::to_string(i) + "]";
+             auto name = d_.String(value.items[i], value.items[i].line, path);
+             if (!name) continue;
+             if (name->empty() || name->find_first_of("&|[]*,() ") != std::string::npos) {
+               d_.Report(value.items[i].line, path,
+                         "a feature is a plain name (no &, |, brackets, commas or blanks), got " +
+                             Quote(*name));
+               continue;
+             }
+             names.push_back(*name);
+           }
+           site.features.emplace_back(*id, std::move(names));
+         });
     each("accounts",
          [&](const std::string& account, const Doc& value, int line, const std::string& field) {
            auto queue = d_.String(value, line, field);

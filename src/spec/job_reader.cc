@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <set>
+#include <sstream>
 #include <utility>
 
 #include "spec/decode.h"
@@ -139,6 +141,7 @@ class JobDecoder {
                                                                  "emulate",
                                                                  "name",
                                                                  "pool",
+                                                                 "constraint",
                                                                  "script",
                                                                  "stdout",
                                                                  "stderr",
@@ -175,6 +178,7 @@ class JobDecoder {
     ReadId(f, mode, line, job, id);
     ReadQueue(f, job);
     ReadTier(f, job);
+    ReadConstraint(f, job);
     if (auto r = f.Integer("replicas", 1, kMaxReplicas)) job.replicas = static_cast<int>(*r);
     ReadShape(f, job);
     if (auto v = f.Number("cpus", Range{0, false, kMaxCpus}))
@@ -357,6 +361,53 @@ class JobDecoder {
       job.id = "line-" + std::to_string(line);
       id = job.id;
     }
+  }
+
+  // constraint: Slurm's --constraint over the pools' features (site.features): NAME,
+  // A&B (a pool with all), A|B or [A|B] (with any). The job may use those pools only.
+  void ReadConstraint(Fields& f, JobSpec& job) {
+    auto c = f.String("constraint");
+    if (!c) return;
+    std::string text = *c;
+    if (text.size() >= 2 && text.front() == '[' && text.back() == ']')
+      text = text.substr(1, text.size() - 2);
+    const bool all = text.find('&') != std::string::npos;
+    const bool any = text.find('|') != std::string::npos;
+    if ((all && any) || text.empty() || text.find_first_of("[]*(),! ") != std::string::npos) {
+      f.Report("constraint", "supported: NAME, A&B (all), A|B or [A|B] (any), got " + Quote(*c));
+      return;
+    }
+    std::vector<std::string> names;
+    std::stringstream in(text);
+    for (std::string name; std::getline(in, name, all ? '&' : '|');) names.push_back(name);
+    std::set<std::string> known;
+    for (const auto& [pool, features] : config_.site.features)
+      known.insert(features.begin(), features.end());
+    for (const std::string& name : names) {
+      if (!known.contains(name)) {
+        f.Report("constraint",
+                 "unknown feature " + Quote(name) + " (known: " +
+                     (known.empty() ? std::string("none: site.features names them")
+                                    : Join(std::vector<std::string>(known.begin(), known.end()))) +
+                     ")");
+        return;
+      }
+    }
+    std::vector<core::PoolId> pools;
+    for (const auto& [pool, features] : config_.site.features) {
+      auto has = [&](const std::string& n) {
+        return std::find(features.begin(), features.end(), n) != features.end();
+      };
+      if (all ? std::all_of(names.begin(), names.end(), has)
+              : std::any_of(names.begin(), names.end(), has))
+        pools.push_back(pool);
+    }
+    std::sort(pools.begin(), pools.end());
+    if (pools.empty()) {
+      f.Report("constraint", "no pool has the features " + Quote(*c));
+      return;
+    }
+    job.pools = std::move(pools);
   }
 
   // tier: critical, standard, best-effort, or a QoS of site.qos (Slurm's `normal`, its

@@ -243,6 +243,14 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
             std::string::npos);
 }
 
+// --constraint goes to gantryd, which resolves it over the site's node features.
+TEST(Sbatch, AConstraintIsPassedOnWithItsLine) {
+  SbatchJob j = Parse("#!/bin/sh\n#SBATCH -C \"[a100|h100]\"\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["constraint"], "[a100|h100]");
+  EXPECT_EQ(j.origin["constraint"], "job.sh:2: --constraint=[a100|h100]");
+}
+
 // -N above 1 with tasks per node: exactly that many distinct nodes (issue 47 A3).
 TEST(Sbatch, NodesAboveOneAreDistinctNodesWithTheirTasks) {
   SbatchJob j =

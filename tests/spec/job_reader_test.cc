@@ -809,6 +809,7 @@ site:
   partitions: {gpu: a100s, hopper: h100s}
   default_partition: gpu
   accounts: {proj-nlp: nlp}
+  features: {a100s: [a100, ib], h100s: [h100, ib, nvswitch]}
 )",
                                    "s.yaml", d);
   ASSERT_TRUE(config) << d.ToString();
@@ -845,6 +846,26 @@ site:
   job = read("script: \"#!/bin/sh\\necho\\n\"\ncommand: [\"x\"]\n", jd);
   ASSERT_TRUE(job) << jd.ToString();
   EXPECT_EQ(config->cluster.pool(job->pool).spec.name, "a100s") << "sbatch without -p";
+
+  // --constraint over the pools' features: one, all of (&), any of (| or [..|..]).
+  auto pools_of = [&](const std::string& constraint) {
+    Diagnostics cd;
+    auto j = read("constraint: \"" + constraint + "\"\n", cd);
+    std::vector<std::string> out;
+    if (!j) return std::vector<std::string>{cd.ToString()};
+    for (core::PoolId p : j->pools) out.push_back(config->cluster.pool(p).spec.name);
+    return out;
+  };
+  EXPECT_EQ(pools_of("h100"), std::vector<std::string>{"h100s"});
+  EXPECT_EQ(pools_of("ib"), (std::vector<std::string>{"a100s", "h100s"}));
+  EXPECT_EQ(pools_of("ib&nvswitch"), std::vector<std::string>{"h100s"});
+  EXPECT_EQ(pools_of("[a100|h100]"), (std::vector<std::string>{"a100s", "h100s"}));
+  EXPECT_NE(pools_of("a100&nvswitch")[0].find("no pool has the features \"a100&nvswitch\""),
+            std::string::npos);
+  EXPECT_NE(pools_of("tpu")[0].find("unknown feature \"tpu\" (known: a100, h100, ib, nvswitch)"),
+            std::string::npos);
+  EXPECT_NE(pools_of("a100&ib|h100")[0].find("supported: NAME, A&B (all), A|B or [A|B] (any)"),
+            std::string::npos);
 
   Diagnostics bad;
   EXPECT_FALSE(read("tier: premium\nqueue: nobody\npool: cpu\n", bad));

@@ -9,6 +9,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
@@ -619,23 +620,46 @@ class ConfigParser {
     return site;
   }
 
+  // Each entry of the mapping `key` of `f` (absent or null: none), with its field's path.
+  void EachEntry(Fields& f, std::string_view key,
+                 const std::function<void(const std::string& name, const Doc& value, int line,
+                                          const std::string& field)>& fn) {
+    const Doc* m = f.Get(key);
+    if (m == nullptr || m->is_null()) return;
+    if (!m->is_map()) {
+      f.Report(key, "expected a mapping, got " + Describe(*m));
+      return;
+    }
+    for (const DocEntry& e : m->entries) {
+      const std::string field = f.Path(key) + "." + e.key;
+      lines_.Note(field, e.line);
+      fn(e.key, e.value, e.line, field);
+    }
+  }
+
+  // A site's names for tiers, one mapping shape for Kubernetes' priority classes and
+  // Slurm's QoS: `{name: critical | standard | best-effort}`.
+  std::vector<std::pair<std::string, core::Tier>> ReadTierNames(Fields& f, std::string_view key) {
+    std::vector<std::pair<std::string, core::Tier>> out;
+    EachEntry(f, key,
+              [&](const std::string& name, const Doc& value, int line, const std::string& field) {
+                auto tier = d_.String(value, line, field);
+                if (!tier) return;
+                if (auto t = core::TierNamed(*tier)) {
+                  out.emplace_back(name, *t);
+                } else {
+                  d_.Report(line, field,
+                            "must be one of critical, standard, best-effort, got " + Quote(*tier));
+                }
+              });
+    return out;
+  }
+
   // Slurm's names: `qos: {regular: standard}`, `gpu_types: {a100: [A100-40GB, A100-80GB]}`,
   // `partitions: {gpu: a100-pool}`, `default_partition: gpu`, `accounts: {proj1: nlp}`.
   void ReadSiteNames(Fields& f, const Catalog& catalog, const std::vector<PoolSpec>& pools,
                      const std::vector<QueueSpec>& queues, SiteConfig& site) {
-    auto each = [&](std::string_view key, auto&& fn) {
-      const Doc* m = f.Get(key);
-      if (m == nullptr || m->is_null()) return;
-      if (!m->is_map()) {
-        f.Report(key, "expected a mapping, got " + Describe(*m));
-        return;
-      }
-      for (const DocEntry& e : m->entries) {
-        const std::string field = f.Path(key) + "." + e.key;
-        lines_.Note(field, e.line);
-        fn(e.key, e.value, e.line, field);
-      }
-    };
+    auto each = [&](std::string_view key, auto&& fn) { EachEntry(f, key, fn); };
     auto pool_named = [&](const std::string& name, int line,
                           const std::string& field) -> std::optional<core::PoolId> {
       for (size_t i = 0; i < pools.size(); ++i) {
@@ -644,16 +668,7 @@ class ConfigParser {
       d_.Report(line, field, "no pool named " + Quote(name));
       return std::nullopt;
     };
-    each("qos", [&](const std::string& qos, const Doc& value, int line, const std::string& field) {
-      auto tier = d_.String(value, line, field);
-      if (!tier) return;
-      if (auto t = core::TierNamed(*tier)) {
-        site.qos.emplace_back(qos, *t);
-      } else {
-        d_.Report(line, field,
-                  "must be one of critical, standard, best-effort, got " + Quote(*tier));
-      }
-    });
+    site.qos = ReadTierNames(f, "qos");
     each("gpu_types",
          [&](const std::string& alias, const Doc& value, int line, const std::string& field) {
            std::vector<std::pair<const Doc*, std::string>> names;
@@ -771,33 +786,13 @@ class ConfigParser {
     if (auto q = f.String("default_queue")) {
       k.default_queue = queue_named(*q, f.Line("default_queue"), f.Path("default_queue"));
     }
-    auto string_map = [&](std::string_view key, auto&& each) {
-      const Doc* m = f.Get(key);
-      if (m == nullptr || m->is_null()) return;
-      if (!m->is_map()) {
-        f.Report(key, "expected a mapping, got " + Describe(*m));
-        return;
-      }
-      for (const DocEntry& e : m->entries) {
-        const std::string field = f.Path(key) + "." + e.key;
-        lines_.Note(field, e.line);
-        auto value = d_.String(e.value, e.line, field);
-        if (value) each(e.key, *value, e.line, field);
-      }
-    };
-    string_map("namespaces", [&](const std::string& ns, const std::string& queue, int line,
-                                 const std::string& field) {
-      if (auto id = queue_named(queue, line, field)) k.namespaces.emplace_back(ns, *id);
-    });
-    string_map("priority_classes", [&](const std::string& cls, const std::string& tier, int line,
-                                       const std::string& field) {
-      if (auto t = core::TierNamed(tier)) {
-        k.priority_classes.emplace_back(cls, *t);
-      } else {
-        d_.Report(line, field,
-                  "must be one of critical, standard, best-effort, got " + Quote(tier));
-      }
-    });
+    EachEntry(f, "namespaces",
+              [&](const std::string& ns, const Doc& value, int line, const std::string& field) {
+                auto queue = d_.String(value, line, field);
+                if (!queue) return;
+                if (auto id = queue_named(*queue, line, field)) k.namespaces.emplace_back(ns, *id);
+              });
+    k.priority_classes = ReadTierNames(f, "priority_classes");
     f.Finish();
     return k;
   }

@@ -380,6 +380,7 @@ class Driver {
   server::Reply JobsReply(const server::JobQuery& q);
   server::Reply ShowReply(const std::string& name);
   server::Reply QueuesReply();
+  server::Reply NodesReply();
   bool synced() const { return synced_[0] && synced_[1]; }
 
  private:
@@ -1518,6 +1519,54 @@ server::Reply Driver::ShowReply(const std::string& name) {
                                   "NAMESPACE/POD for a lone pod; ended ones are gone)");
 }
 
+// GET /v1/nodes as agent mode writes it (gantry nodes): the nodes the core places on, their
+// pool (a shape), GPUs free, and why one is down; then the nodes (or their GPUs) left out.
+server::Reply Driver::NodesReply() {
+  if (sched_ == nullptr)
+    return server::Reply::Error(server::Code::kUnavailable, "the scheduler has not synced yet");
+  const core::Cluster& cluster = view_.cluster;
+  json nodes = json::array();
+  for (const core::Node& node : cluster.nodes()) {
+    int free = 0;
+    for (int g = 0; g < node.gpus; ++g) {
+      free += sched_->ledger().gpu(core::GpuId(node.first_gpu.v + static_cast<uint32_t>(g))).mode ==
+              core::GpuMode::kFree;
+    }
+    std::string state = "up", reason;
+    if (auto n = nodes_.find(node.name); n != nodes_.end()) {
+      if (!n->second.ready) {
+        state = "down";
+        reason = "NotReady";
+      } else if (n->second.unschedulable) {
+        state = "down";
+        reason = "cordoned";
+      }
+    }
+    nodes.push_back({{"name", node.name},
+                     {"pool", cluster.pool(node.pool).spec.name},
+                     {"model", node.gpus > 0 ? cluster.catalog().model(node.model).name : ""},
+                     {"gpus", node.gpus},
+                     {"free_gpus", free},
+                     {"state", state},
+                     {"reason", reason},
+                     {"address", ""}});
+  }
+  for (const std::string& why : view_.skipped) {  // "NAME: why"
+    const size_t colon = why.find(": ");
+    nodes.push_back({{"name", why.substr(0, colon)},
+                     {"pool", ""},
+                     {"model", ""},
+                     {"gpus", 0},
+                     {"free_gpus", 0},
+                     {"state", "left-out"},
+                     {"reason", colon == std::string::npos ? why : why.substr(colon + 2)},
+                     {"address", ""}});
+  }
+  server::Reply r;
+  r.body = {{"nodes", std::move(nodes)}};
+  return r;
+}
+
 server::Reply Driver::QueuesReply() {
   if (sched_ == nullptr)
     return server::Reply::Error(server::Code::kUnavailable, "the scheduler has not synced yet");
@@ -1666,8 +1715,8 @@ class KubeApi : public server::ApiBackend {
   void JobUsageSeries(std::string, std::string, server::Done done) override {
     done(Elsewhere("keeps no usage series yet", "the metrics (GET /metrics)"));
   }
-  void Nodes(std::string, server::Done done) override {
-    done(Elsewhere("lists no nodes", "kubectl get nodes; gantry_nodes in GET /metrics"));
+  void Nodes(std::string token, server::Done done) override {
+    Call(token, std::move(done), [](Driver& d) { return d.NodesReply(); });
   }
   void Drain(std::string, std::string, bool, std::string, server::Done done) override {
     done(Elsewhere("drains no nodes", "kubectl cordon or kubectl drain"));

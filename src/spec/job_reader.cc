@@ -394,13 +394,14 @@ class JobDecoder {
       }
     }
     std::vector<core::PoolId> pools;
-    for (const auto& [pool, features] : config_.site.features) {
-      auto has = [&](const std::string& n) {
+    for (const auto& entry : config_.site.features) {
+      const std::vector<std::string>& features = entry.second;  // (a lambda may not capture
+      auto has = [&features](const std::string& n) {            // a structured binding)
         return std::find(features.begin(), features.end(), n) != features.end();
       };
       if (all ? std::all_of(names.begin(), names.end(), has)
               : std::any_of(names.begin(), names.end(), has))
-        pools.push_back(pool);
+        pools.push_back(entry.first);
     }
     std::sort(pools.begin(), pools.end());
     if (pools.empty()) {

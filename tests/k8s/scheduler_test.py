@@ -737,6 +737,10 @@ def case_gantry_cli_reads_jobs_and_queues(c):
     assert rc == 0, out
     line = next((x for x in out.splitlines() if x.startswith("team-a")), "")
     assert "16" in line, f"team-a holds 16 GPUs: {out}"
+    rc, out = c.gantry("nodes")
+    assert rc == 0, out
+    kwok = [x for x in out.splitlines()[1:] if x.startswith("kwok-node-")]
+    assert len(kwok) == 4 and all(" up " in x and "H100-80GB" in x for x in kwok), out
     rc, out = c.gantry("ls", token="gty_" + "0" * 64)
     assert rc != 0 and "no such token" in out, out
     rc, out = c.gantry("cancel", "default/cli")

@@ -427,7 +427,8 @@ class Driver {
             std::vector<std::pair<std::string, std::string>> claims = {});
   void Forget(Job& job);
   std::string JobName(const Job& job) const;
-  json JobJson(const Job& job, bool details) const;
+  std::map<std::string, std::vector<const PodInfo*>> PodsByJob() const;
+  json JobJson(const Job& job, std::vector<const PodInfo*> pods, bool details) const;
   void ResolveClaims(PodInfo& p);
   NodeGpus GpusFor(const std::string& node) const;
   void RefreshNodeGpus(const std::string& node);
@@ -1401,15 +1402,20 @@ std::string Driver::JobName(const Job& job) const {
 
 // A job as agent mode's GET /v1/jobs writes one (the fields gantry ls and show read), from
 // the core's record and its pods.
-json Driver::JobJson(const Job& job, bool details) const {
+// Our pods by job key, in one walk (a listing must not walk every pod per job).
+std::map<std::string, std::vector<const PodInfo*>> Driver::PodsByJob() const {
+  std::map<std::string, std::vector<const PodInfo*>> out;
+  for (const auto& [uid, p] : pods_) {
+    if (Ours(p)) out[KeyOf(p)].push_back(&p);
+  }
+  return out;
+}
+
+json Driver::JobJson(const Job& job, std::vector<const PodInfo*> pods, bool details) const {
   const auto unix_s = [](core::Ticks t) {
     return t < 0 ? json(nullptr) : json(static_cast<double>(t + kEpochMs) / 1000.0);
   };
   const core::JobRecord* rec = job.id.valid() ? &sched_->job(job.id) : nullptr;
-  std::vector<const PodInfo*> pods;
-  for (const auto& [uid, p] : pods_) {
-    if (Ours(p) && KeyOf(p) == job.key) pods.push_back(&p);
-  }
   std::sort(pods.begin(), pods.end(),
             [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
   std::string state = "pending", reason;
@@ -1486,8 +1492,10 @@ server::Reply Driver::JobsReply(const server::JobQuery& q) {
   std::set<std::string> queues, states;
   std::map<std::string, int64_t> waiting;
   int64_t total = 0;
+  const auto by_job = PodsByJob();
   for (const auto& [key, job] : jobs_) {
-    json j = JobJson(job, false);
+    auto p = by_job.find(key);
+    json j = JobJson(job, p == by_job.end() ? std::vector<const PodInfo*>() : p->second, false);
     queues.insert(j["queue"].get<std::string>());
     states.insert(j["state"].get<std::string>());
     if ((!q.state.empty() && j["state"] != q.state) || (!q.queue.empty() && j["queue"] != q.queue))
@@ -1509,7 +1517,9 @@ server::Reply Driver::ShowReply(const std::string& name) {
   for (const auto& [key, job] : jobs_) {
     if (sched_ != nullptr && JobName(job) == name) {
       server::Reply r;
-      r.body = JobJson(job, true);
+      const auto by_job = PodsByJob();
+      auto p = by_job.find(key);
+      r.body = JobJson(job, p == by_job.end() ? std::vector<const PodInfo*>() : p->second, true);
       return r;
     }
   }

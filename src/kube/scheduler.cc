@@ -196,11 +196,8 @@ std::string Now3339() {
   return buf;
 }
 
-// What the HTTP thread serves (/metrics, /healthz), written by the scheduling thread
-// after each pass.
+// What the HTTP threads read without the scheduling thread (/healthz's role).
 struct Published {
-  std::mutex mu;
-  std::string metrics;
   std::atomic<bool> leading{false};
 };
 
@@ -366,8 +363,8 @@ class Writer {
 class Driver {
  public:
   Driver(const spec::ClusterConfig& config, const Credentials& creds,
-         const SchedulerOptions& options, Published& published, Writer& writer)
-      : config_(config), options_(options), api_(creds), published_(published), writer_(writer) {
+         const SchedulerOptions& options, Writer& writer)
+      : config_(config), options_(options), api_(creds), writer_(writer) {
     const size_t queues = config_.queues.size();
     preemptions_.assign(queues, 0);
     starts_.assign(queues, 0);
@@ -381,6 +378,7 @@ class Driver {
   server::Reply ShowReply(const std::string& name);
   server::Reply QueuesReply();
   server::Reply NodesReply();
+  std::string Metrics() const;  // GET /metrics
   bool synced() const { return synced_[0] && synced_[1]; }
 
  private:
@@ -438,7 +436,6 @@ class Driver {
   std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
-  void Publish();
   void Shield();
 
   const spec::ClusterConfig& config_;
@@ -472,7 +469,6 @@ class Driver {
   std::map<std::string, std::string> refused_;  // job key -> why it never runs (until nodes change)
   std::set<std::string> evicting_;              // pod uids asked to go
   std::map<std::string, std::string> group_status_;  // PodGroup key -> the status last written
-  Published& published_;
   Writer& writer_;
   std::unordered_map<std::string, std::string> asked_message_;  // uid -> PodScheduled text queued
   std::set<std::string> bind_failed_;                           // uids whose binding failed
@@ -1388,7 +1384,6 @@ void Driver::Pass() {
   UpdateGroups();
   pass_latency_.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  if (!options_.listen.empty()) Publish();
 }
 
 // ------------------------------------------------------------------ the API's answers
@@ -1595,10 +1590,11 @@ server::Reply Driver::QueuesReply() {
 
 // The metrics, under the names gantryd's agent mode uses where they mean the same
 // (docs/kubernetes.md lists them).
-void Driver::Publish() {
+std::string Driver::Metrics() const {
   using server::Labels;
   using server::MetricHeader;
   std::string out;
+  if (sched_ == nullptr) return out;  // not synced yet
   auto queue_name = [&](uint32_t q) { return config_.queues.queue(core::QueueId(q)).spec.name; };
   const core::Cluster& cluster = view_.cluster;
   MetricHeader(out, "gantry_nodes", "gauge", "Nodes Gantry places pods on, by state");
@@ -1662,8 +1658,7 @@ void Driver::Publish() {
   MetricHeader(out, "gantry_kubernetes_rebuilds_total", "counter",
                "Times the nodes and running jobs were read again (a node joined, left or changed)");
   out += "gantry_kubernetes_rebuilds_total " + std::to_string(rebuilds_) + "\n";
-  std::lock_guard lock(published_.mu);
-  published_.metrics = std::move(out);
+  return out;
 }
 
 // gantryd's HTTP API in this mode (server/api_backend.h): what a Kubernetes cluster has
@@ -1700,12 +1695,20 @@ class KubeApi : public server::ApiBackend {
               {"user", p->user}};
     done(std::move(r));
   }
+  // Rendered on the scheduling thread when asked (a standby has none to give).
   void Metrics(std::string, server::Done done) override {
-    server::Reply r;
-    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
-    std::lock_guard lock(published_.mu);
-    r.text = published_.metrics;
-    done(std::move(r));
+    auto text = [](std::string body) {
+      server::Reply r;
+      r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      r.text = std::move(body);
+      return r;
+    };
+    std::lock_guard lock(mu_);
+    if (box_ == nullptr) return done(text(""));
+    box_->Push(Event{Resource::kCall, Event::Type::kUpsert, json(),
+                     [text, done = std::move(done)](Driver* d) {
+                       done(text(d != nullptr ? d->Metrics() : std::string()));
+                     }});
   }
   void Health(server::Done done) override {
     server::Reply r;
@@ -1873,7 +1876,7 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   }
   published.leading = true;
   Writer writer(creds, 4, box, config.kubernetes.scheduler_name);
-  Driver driver(config, creds, options, published, writer);
+  Driver driver(config, creds, options, writer);
   const auto idle = std::chrono::milliseconds(static_cast<int64_t>(options.idle_pass_s * 1000));
   api.Attach(&box);
   while (!stop && !lost) {

@@ -573,14 +573,24 @@ NodeGpus GpusOf(const std::vector<const SliceInfo*>& slices) {
   return n;
 }
 
-bool DevicesPass(const NodeGpus& node, const std::vector<std::string>& selectors,
-                 const std::string& mig_profile) {
+std::optional<std::vector<DeviceSelector>> CompileAll(const std::vector<std::string>& selectors) {
   std::vector<DeviceSelector> compiled;
   for (const std::string& e : selectors) {
     auto s = DeviceSelector::Compile(e);
-    if (!s) return false;
+    if (!s) return std::nullopt;
     compiled.push_back(std::move(*s));
   }
+  return compiled;
+}
+
+bool DevicesPass(const NodeGpus& node, const std::vector<std::string>& selectors,
+                 const std::string& mig_profile) {
+  auto compiled = CompileAll(selectors);
+  return compiled && DevicesPassCompiled(node, *compiled, mig_profile);
+}
+
+bool DevicesPassCompiled(const NodeGpus& node, const std::vector<DeviceSelector>& compiled,
+                         const std::string& mig_profile) {
   bool any = false;
   auto pass = [&](const DraDevice& d) {
     any = true;

@@ -148,6 +148,11 @@ NodeGpus GpusOf(const std::vector<const SliceInfo*>& slices);
 // profile) passes all `selectors`.
 bool DevicesPass(const NodeGpus& node, const std::vector<std::string>& selectors,
                  const std::string& mig_profile);
+// The same with the selectors compiled once (CompileAll), for a walk over many nodes.
+bool DevicesPassCompiled(const NodeGpus& node, const std::vector<DeviceSelector>& selectors,
+                         const std::string& mig_profile);
+// Every expression compiled; nullopt if one is outside the subset (it passes no device).
+std::optional<std::vector<DeviceSelector>> CompileAll(const std::vector<std::string>& selectors);
 
 // The claim status a binding writes first: the devices, per claim part in order, reserved
 // for the pod, on `node` (a merge patch with the claim's resourceVersion as precondition).

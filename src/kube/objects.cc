@@ -253,8 +253,13 @@ std::string NodeSelection::Key() const {
   return j.dump();
 }
 
-bool Allows(const NodeSelection& sel, const NodeInfo& node) {
-  if (sel.dra && !DevicesPass(node.dra, sel.dra_selectors, sel.dra_mig)) return false;
+namespace {
+
+// Allows, with the selection's device selectors compiled (`devices`: nullopt when one is
+// outside the subset, or the selection has none).
+bool AllowsCompiled(const NodeSelection& sel, const NodeInfo& node,
+                    const std::optional<std::vector<DeviceSelector>>& devices) {
+  if (sel.dra && (!devices || !DevicesPassCompiled(node.dra, *devices, sel.dra_mig))) return false;
   for (const auto& [k, v] : sel.node_selector) {
     auto it = node.labels.find(k);
     if (it == node.labels.end() || it->second != v) return false;
@@ -273,6 +278,12 @@ bool Allows(const NodeSelection& sel, const NodeInfo& node) {
       return false;
   }
   return true;
+}
+
+}  // namespace
+
+bool Allows(const NodeSelection& sel, const NodeInfo& node) {
+  return AllowsCompiled(sel, node, sel.dra ? CompileAll(sel.dra_selectors) : std::nullopt);
 }
 
 PodInfo ParsePod(const json& obj) {
@@ -557,6 +568,10 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
   };
   std::map<Shape, std::vector<Member>> groups;
   ClusterView view;
+  // Each selection's device selectors compiled once, not once per node.
+  std::vector<std::optional<std::vector<DeviceSelector>>> devices;
+  for (const NodeSelection& sel : selections)
+    devices.push_back(sel.dra ? CompileAll(sel.dra_selectors) : std::nullopt);
   for (const NodeInfo* n : nodes) {
     if (!n->problem.empty()) {
       view.skipped.push_back(n->name + ": " + n->problem);
@@ -635,7 +650,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     }
     s.cpus = std::max<int64_t>(0, n->cpus_milli - used.cpus_milli);
     s.mem = std::max<int64_t>(0, n->memory_bytes - used.memory_bytes);
-    for (const NodeSelection& sel : selections) s.allowed.push_back(Allows(sel, *n));
+    for (size_t i = 0; i < selections.size(); ++i)
+      s.allowed.push_back(AllowsCompiled(selections[i], *n, devices[i]));
     std::string leaf;
     if (!config.kubernetes.leaf_label.empty()) {
       if (auto it = n->labels.find(config.kubernetes.leaf_label); it != n->labels.end())
@@ -858,19 +874,15 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
   job.sharing = core::Sharing::kMig;
   job.gpus = 0;
   job.mig_profile = profile;
-  job.mig_index.assign(catalog.size(), -1);
-  core::ModelMask having = 0;
+  job.models &= job.ResolveMigIndex(catalog);
   bool holds = job.vram_bytes <= 0;
-  for (size_t m = 0; m < catalog.size() && m < core::kMaxModels; ++m) {
-    const core::ModelId id(static_cast<uint32_t>(m));
-    const int idx = catalog.FindProfile(id, profile);
-    job.mig_index[m] = static_cast<int8_t>(idx);
-    if (idx < 0) continue;
-    having |= core::ModelMask{1} << m;
-    holds |=
-        catalog.model(id).mig_profiles[static_cast<size_t>(idx)].memory_bytes >= job.vram_bytes;
+  for (size_t m = 0; m < catalog.size(); ++m) {
+    const int idx = job.mig_index[m];
+    if (idx >= 0)
+      holds |= catalog.model(core::ModelId(static_cast<uint32_t>(m)))
+                   .mig_profiles[static_cast<size_t>(idx)]
+                   .memory_bytes >= job.vram_bytes;
   }
-  job.models &= having;
   if (!holds) {
     return std::string("annotation ") + kVramAnnotation +
            " asks for more memory than MIG profile " + profile + " has";

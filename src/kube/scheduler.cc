@@ -95,6 +95,11 @@ std::string Failure(const Result<Response>& r) {
            : r.error().ToString();
 }
 
+// A ResourceClaim's status subresource, where its allocation is written.
+std::string ClaimStatusPath(const std::string& ns, const std::string& name) {
+  return "/apis/resource.k8s.io/v1/namespaces/" + ns + "/resourceclaims/" + name + "/status";
+}
+
 std::string ResourceVersion(const json& obj) {
   auto meta = obj.find("metadata");
   if (meta == obj.end() || !meta->is_object()) return "";
@@ -594,13 +599,11 @@ void Driver::Apply(Event& e) {
       if (e.res == Resource::kPods) pods_.clear();
       if (e.res == Resource::kGroups) groups_.clear();
       if (e.res == Resource::kBudgets) budgets_.clear();
-      if (e.res == Resource::kSlices) {
-        slices_.clear();
-        for (auto& [name, slices] : node_slices_) slices.clear();
-      }
       if (e.res == Resource::kClaims) claims_.clear();
       if (e.res == Resource::kClasses) classes_.clear();
       if (e.res == Resource::kSlices) {
+        slices_.clear();
+        for (auto& [name, slices] : node_slices_) slices.clear();
         for (const json& item : e.obj) {
           SliceInfo sl = ParseSlice(item);
           node_slices_[sl.node].insert(sl.name);
@@ -897,10 +900,8 @@ bool Driver::ClearStaleClaims(const PodInfo& p) {
     any = true;
     json patch = {{"metadata", {{"uid", claim.uid}, {"resourceVersion", claim.resource_version}}},
                   {"status", {{"allocation", nullptr}, {"reservedFor", nullptr}}}};
-    auto r = api_.Request(
-        "PATCH",
-        "/apis/resource.k8s.io/v1/namespaces/" + p.ns + "/resourceclaims/" + claim.name + "/status",
-        patch.dump(), "application/merge-patch+json");
+    auto r = api_.Request("PATCH", ClaimStatusPath(p.ns, claim.name), patch.dump(),
+                          "application/merge-patch+json");
     log::Info("kubernetes: stale claim allocation cleared",
               {{"claim", p.ns + "/" + claim.name},
                {"pod", p.name},
@@ -955,7 +956,7 @@ std::vector<std::pair<std::string, std::string>> Driver::ClaimWrites(
                                   devices.begin() + static_cast<std::ptrdiff_t>(end));
     next = end;
     out.emplace_back(
-        "/apis/resource.k8s.io/v1/namespaces/" + p.ns + "/resourceclaims/" + part.claim + "/status",
+        ClaimStatusPath(p.ns, part.claim),
         AllocationPatch(part, mine, nodes_.at(node).dra.pool, node, p.name, p.uid).dump());
   }
   return out;
@@ -1395,8 +1396,6 @@ std::string Driver::JobName(const Job& job) const {
   return p == pods_.end() ? job.key : p->second.ns + "/" + p->second.name;
 }
 
-// A job as agent mode's GET /v1/jobs writes one (the fields gantry ls and show read), from
-// the core's record and its pods.
 // Our pods by job key, in one walk (a listing must not walk every pod per job).
 std::map<std::string, std::vector<const PodInfo*>> Driver::PodsByJob() const {
   std::map<std::string, std::vector<const PodInfo*>> out;
@@ -1406,6 +1405,8 @@ std::map<std::string, std::vector<const PodInfo*>> Driver::PodsByJob() const {
   return out;
 }
 
+// A job as agent mode's GET /v1/jobs writes one (the fields gantry ls and show read), from
+// the core's record and its pods.
 json Driver::JobJson(const Job& job, std::vector<const PodInfo*> pods, bool details) const {
   const auto unix_s = [](core::Ticks t) {
     return t < 0 ? json(nullptr) : json(static_cast<double>(t + kEpochMs) / 1000.0);
@@ -1688,11 +1689,7 @@ class KubeApi : public server::ApiBackend {
     auto p = Who(token, done);
     if (!p) return;
     server::Reply r;
-    r.body = {{"principal", p->Describe()},
-              {"admin", p->admin()},
-              {"team", p->team},
-              {"queues", p->queues},
-              {"user", p->user}};
+    r.body = server::WhoAmIBody(*p);
     done(std::move(r));
   }
   // Rendered on the scheduling thread when asked (a standby has none to give).
@@ -1703,12 +1700,8 @@ class KubeApi : public server::ApiBackend {
       r.text = std::move(body);
       return r;
     };
-    std::lock_guard lock(mu_);
-    if (box_ == nullptr) return done(text(""));
-    box_->Push(Event{Resource::kCall, Event::Type::kUpsert, json(),
-                     [text, done = std::move(done)](Driver* d) {
-                       done(text(d != nullptr ? d->Metrics() : std::string()));
-                     }});
+    Post(
+        std::move(done), [text](Driver& d) { return text(d.Metrics()); }, text(""), text(""));
   }
   void Health(server::Done done) override {
     server::Reply r;
@@ -1765,9 +1758,7 @@ class KubeApi : public server::ApiBackend {
       return std::nullopt;
     }
     if (token.empty()) {
-      done(server::Reply::Error(server::Code::kUnauthenticated,
-                                "missing token: send \"Authorization: Bearer TOKEN\" (gantry "
-                                "takes --token or GANTRY_TOKEN)"));
+      done(server::Reply::Error(server::Code::kUnauthenticated, server::kMissingToken));
       return std::nullopt;
     }
     std::lock_guard lock(mu_);  // the store is not thread-safe
@@ -1783,22 +1774,24 @@ class KubeApi : public server::ApiBackend {
     return *p;
   }
 
-  // Runs `fn` on the scheduling thread and answers with its reply.
+  // Runs `fn` on the scheduling thread and answers with its reply; `standby` when no
+  // scheduling thread runs here, `stopping` when it ended before running `fn`.
+  void Post(server::Done done, std::function<server::Reply(Driver&)> fn, server::Reply standby,
+            server::Reply stopping) {
+    std::lock_guard lock(mu_);
+    if (box_ == nullptr) return done(std::move(standby));
+    box_->Push(Event{Resource::kCall, Event::Type::kUpsert, json(),
+                     [fn = std::move(fn), done = std::move(done), stopping = std::move(stopping)](
+                         Driver* d) { done(d != nullptr ? fn(*d) : stopping); }});
+  }
+
+  // Post for a caller whose token may read.
   void Call(const std::string& token, server::Done done, std::function<server::Reply(Driver&)> fn) {
     if (!Who(token, done)) return;
-    std::lock_guard lock(mu_);
-    if (box_ == nullptr) {
-      done(server::Reply::Error(server::Code::kUnavailable,
-                                "this gantryd is a standby: the leader answers (its Lease "
-                                "names it)"));
-      return;
-    }
-    box_->Push(Event{Resource::kCall, Event::Type::kUpsert, json(),
-                     [fn = std::move(fn), done = std::move(done)](Driver* d) {
-                       done(d != nullptr ? fn(*d)
-                                         : server::Reply::Error(server::Code::kUnavailable,
-                                                                "gantryd is stopping"));
-                     }});
+    Post(std::move(done), std::move(fn),
+         server::Reply::Error(server::Code::kUnavailable,
+                              "this gantryd is a standby: the leader answers (its Lease names it)"),
+         server::Reply::Error(server::Code::kUnavailable, "gantryd is stopping"));
   }
 
   Published& published_;

@@ -54,6 +54,14 @@ std::string Principal::Describe() const {
   return "?";
 }
 
+nlohmann::json WhoAmIBody(const Principal& p) {
+  return {{"principal", p.Describe()},
+          {"admin", p.admin()},
+          {"team", p.team},
+          {"queues", p.queues},
+          {"user", p.user}};
+}
+
 Principal PrincipalOf(const StoredToken& token) {
   Principal p;
   p.role = token.role == "admin"   ? Role::kAdmin

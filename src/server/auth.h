@@ -9,6 +9,7 @@
 // Thread-safety: stateless functions; Principal is a plain value.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,6 +40,14 @@ struct Principal {
 };
 
 Principal PrincipalOf(const StoredToken& token);
+
+// GET /v1/session's body (the console's session): principal, admin, team, queues, user.
+nlohmann::json WhoAmIBody(const Principal& p);
+
+// The refusal of a request that carries no token.
+inline constexpr const char* kMissingToken =
+    "missing token: send \"Authorization: Bearer TOKEN\" (gantry takes --token or "
+    "GANTRY_TOKEN)";
 
 // Whether `p` may submit to and cancel in `queue`: admins anywhere; a team in a queue it
 // owns or a descendant of one (queues form a tree).

@@ -200,11 +200,7 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
 void Controller::WhoAmI(std::string token, Done done) {
   CallAsUser(std::move(token), std::move(done), [](const Principal& p) -> Reply {
     Reply r;
-    r.body = {{"principal", p.Describe()},
-              {"admin", p.admin()},
-              {"team", p.team},
-              {"queues", p.queues},
-              {"user", p.user}};
+    r.body = WhoAmIBody(p);
     return r;
   });
 }

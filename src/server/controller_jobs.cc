@@ -54,9 +54,7 @@ std::optional<std::string> BadJobName(const std::string& name) {
 
 std::optional<Principal> Controller::Authenticate(const std::string& token, Reply& error) {
   if (token.empty()) {
-    error = Reply::Error(Code::kUnauthenticated,
-                         "missing token: send \"Authorization: Bearer TOKEN\" (gantry takes "
-                         "--token or GANTRY_TOKEN)");
+    error = Reply::Error(Code::kUnauthenticated, kMissingToken);
     return std::nullopt;
   }
   const std::string hash = Sha256Hex(token);

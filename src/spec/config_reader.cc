@@ -1011,7 +1011,7 @@ core::ModelMask GpuModelsNamed(std::string_view name, const core::Catalog& catal
   for (size_t m = 0; m < catalog.size() && m < core::kMaxModels; ++m) {
     const std::string& model = catalog.model(core::ModelId(static_cast<uint32_t>(m))).name;
     const std::vector<std::string> mw = Words(model);
-    if (Words(model) == words) exact |= core::ModelMask{1} << m;
+    if (mw == words) exact |= core::ModelMask{1} << m;
     if (mw.empty() || std::find(words.begin(), words.end(), mw[0]) == words.end()) continue;
     // The family is named (H100, A100); a memory size, where the name gives one, must match.
     const auto own = std::find_if(mw.begin(), mw.end(), IsMemoryWord);

@@ -609,13 +609,7 @@ class JobDecoder {
 
   void ResolveMig(Fields& f, JobSpec& job, bool models_given) {
     const core::Catalog& catalog = config_.cluster.catalog();
-    job.mig_index.assign(catalog.size(), -1);
-    ModelMask having = 0;
-    for (size_t m = 0; m < catalog.size(); ++m) {
-      const int idx = catalog.FindProfile(ModelId(static_cast<uint32_t>(m)), job.mig_profile);
-      job.mig_index[m] = static_cast<int8_t>(idx);
-      if (idx >= 0) having |= ModelMask{1} << m;
-    }
+    const ModelMask having = job.ResolveMigIndex(catalog);
     if ((having & job.models) == 0) {
       // What the message offers instead: the cluster's own models where it has GPU pools
       // (not every model of the catalog: a site without A30s need not read of them).

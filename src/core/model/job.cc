@@ -21,6 +21,17 @@ Ticks Window::NextOpen(Ticks now) const {
   return open > now ? open : open + kTicksPerDay;
 }
 
+ModelMask JobSpec::ResolveMigIndex(const Catalog& catalog) {
+  mig_index.assign(catalog.size(), -1);
+  ModelMask having = 0;
+  for (size_t m = 0; m < catalog.size(); ++m) {
+    const int idx = catalog.FindProfile(ModelId(static_cast<uint32_t>(m)), mig_profile);
+    mig_index[m] = static_cast<int8_t>(idx);
+    if (idx >= 0) having |= ModelMask{1} << m;
+  }
+  return having;
+}
+
 GpuUnits JobSpec::WorkerUnits(const Catalog& catalog, ModelId model) const {
   switch (sharing) {
     case Sharing::kExclusive:

@@ -94,6 +94,9 @@ struct JobSpec {
   // GPU units one worker holds on `model` (whole: gpus*kGpuUnits; MIG: slices*1000;
   // share: share_milli*7). MIG needs the model to know the profile's compute slices.
   GpuUnits WorkerUnits(const Catalog& catalog, ModelId model) const;
+  // Fills mig_index with mig_profile's index in each model of `catalog`; the models that
+  // have the profile.
+  ModelMask ResolveMigIndex(const Catalog& catalog);
 };
 
 // A trace line: the spec plus what only running reveals.

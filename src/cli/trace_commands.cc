@@ -155,7 +155,7 @@ void AddTraceCommands(CLI::App& app, int& exit_code) {
       ->required();
   gen->add_option("--mix", gen_args->mix,
                   "Shares of the load, e.g. realtime=0.15,batch=0.15,training=0.45,notebook=0.07,"
-                  "sweep=0.08,finetune=0.1");
+                  "sweep=0.08,finetune=0.1 (also gang, small, scavenger: none by default)");
   gen->add_option("--teams", g.teams, "Research teams (child queues)")->capture_default_str();
   gen->add_option("--spot", g.spot, "Share of GPU nodes in a spot pool (0: none)")
       ->capture_default_str();
@@ -173,6 +173,18 @@ void AddTraceCommands(CLI::App& app, int& exit_code) {
                 "Trace lines carry observed usage (util, vram_used_gb) for right-sizing figures");
   gen->add_flag("--guarantees-by-model", g.guarantees_by_model,
                 "Guarantees per GPU model: serving's on A100, research's on H100");
+  gen->add_option("--leaf-nodes", g.leaf_nodes, "Nodes per InfiniBand leaf in each GPU pool")
+      ->capture_default_str();
+  gen->add_flag("--equal-teams", g.equal_teams, "Research teams of equal weight");
+  gen->add_option("--gang-nodes", g.gang_nodes,
+                  "The gang kind's sizes in nodes, e.g. 3,6 (default: 2, 4, ... up to half the "
+                  "H100 pool)")
+      ->delimiter(',');
+  gen->add_option("--checkpoint-s", g.checkpoint_s,
+                  "Checkpoint intervals the gang, small and scavenger kinds draw from, e.g. "
+                  "0,600,3600 (0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
   gen->add_flag("-q,--quiet", gen_args->quiet, "Print no summary");
   gen->callback([gen_args, &exit_code] {
     exit_code = Guard("gantry gen", [&] { return RunGen(*gen_args); });

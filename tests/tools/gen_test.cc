@@ -119,6 +119,66 @@ TEST_F(GenTest, RealTimeArrivalsFollowTheDay) {
   EXPECT_GT(afternoon, 2 * night) << afternoon << " vs " << night;
 }
 
+// The policy grid's shape (bench/policy_grid.py): an all-H100 cluster in small leaves,
+// two equal teams, gangs of the sizes asked (leaf or spine), small jobs and best-effort
+// work, checkpoint intervals drawn from the list.
+TEST_F(GenTest, GridKindsMakeTheShapeAsked) {
+  GenOptions o = Options("out");
+  o.gpus = 48;
+  o.days = 7;
+  o.load = 1.0;
+  o.spot = 0;
+  o.cpu_nodes = 0;
+  o.teams = 2;
+  o.equal_teams = true;
+  o.leaf_nodes = 3;
+  o.gang_nodes = {3, 6};
+  o.checkpoint_s = {0, 600, 3600};
+  o.mix = *ParseMix(
+      "realtime=0,batch=0,training=0,notebook=0,sweep=0,finetune=0,gang=0.8,"
+      "small=0.15,scavenger=0.05");
+  const GenSummary s = Run(o);
+  auto config = ReadOutput(Path("out"));
+  ASSERT_TRUE(config);
+  EXPECT_EQ(config->cluster.gpu_count(), 48u);
+  EXPECT_EQ(config->cluster.pools().size(), 1u);  // H100 only: no inference, spot or CPU pool
+  EXPECT_EQ(s.kinds.size(), 3u);
+  EXPECT_NEAR(s.offered_load(), 1.0, 0.15);
+  std::map<std::string, double> guaranteed;
+  for (size_t i = 0; i < config->queues.size(); ++i) {
+    const core::Queue& q = config->queues.queue(core::QueueId(static_cast<uint32_t>(i)));
+    guaranteed[q.spec.name] = static_cast<double>(q.spec.guaranteed);
+  }
+  EXPECT_EQ(guaranteed.count("serving"), 0u);
+  EXPECT_EQ(guaranteed.at("team-a"), guaranteed.at("team-b"));
+  std::map<std::string, int> sizes, tiers, checkpoints;
+  for (const std::string& line : Lines(Path("out/trace.jsonl"))) {
+    const auto j = nlohmann::json::parse(line);
+    const std::string id = j["id"];
+    const std::string kind = id.substr(0, id.find('-'));
+    ++checkpoints[std::to_string(j.value("checkpoint_s", 0.0))];
+    ++tiers[kind + ":" + j["tier"].get<std::string>()];
+    if (kind == "gg") {
+      const int n = j["replicas"];
+      ++sizes[std::to_string(n)];
+      EXPECT_EQ(j["topology"], n == 3 ? "leaf" : "spine") << line;
+    } else {
+      EXPECT_EQ(j["topology"], "node") << line;
+      EXPECT_LE(j["gpus"].get<double>(), kind == "sm" ? 4 : 8) << line;
+    }
+  }
+  EXPECT_EQ(sizes.size(), 2u);
+  EXPECT_GT(sizes["3"], sizes["6"]);  // equal GPU-hours per size: twice as many of 3
+  EXPECT_EQ(checkpoints.size(), 3u);
+  EXPECT_GT(tiers["gg:standard"], 0);
+  EXPECT_GT(tiers["sm:standard"], 0);
+  EXPECT_GT(tiers["be:best-effort"], 0);
+  EXPECT_EQ(tiers.size(), 3u);
+
+  o.gang_nodes = {7};  // more than the pool's 6 nodes
+  EXPECT_EQ(Generate(o).error().field, "--gang-nodes");
+}
+
 TEST_F(GenTest, BadOptionsNameTheOption) {
   GenOptions o = Options("out");
   o.gpus = 4;

@@ -32,6 +32,8 @@ struct Layout {
   int train_leaf = 0, spot_leaf = 0;
   std::vector<std::string> teams;
   std::vector<double> team_weights;
+  std::vector<int> gang_nodes;  // the gang kind's sizes
+  std::vector<double> checkpoint_s;
   int max_gang_nodes() const { return std::max(1, std::min(16, train_leaf)); }
   int64_t gpus() const { return 8LL * (train + infer + spot); }
 };
@@ -194,6 +196,66 @@ Arrival DrawCpu(Random& rng, const Layout&) {
   return {j};
 }
 
+// The checkpoint interval of a grid kind's job: one of the options' list.
+double DrawCheckpoint(Random& rng, const Layout& l) {
+  return l.checkpoint_s[rng.Index(l.checkpoint_s.size())];
+}
+
+// Gangs for policy grids: nodes x 8 H100 GPUs, each size equally likely by GPU-hours,
+// within a leaf where one holds them, else across the spine.
+Arrival DrawGang(Random& rng, const Layout& l) {
+  std::vector<double> weights;  // 1/size: each size about the same share of GPU-hours
+  for (int n : l.gang_nodes) weights.push_back(1.0 / n);
+  const int nodes = l.gang_nodes[rng.Pick(weights)];
+  JobOut j;
+  j.queue = PickTeam(rng, l);
+  j.replicas = nodes;
+  j.gpus = 8;
+  j.gpu_models = {"H100-80GB"};
+  j.vram_gb = Tenth(rng.Uniform(50, 78));
+  j.cpus = 96;
+  j.memory_gb = 1000;
+  j.topology = nodes <= l.train_leaf ? "leaf" : "spine";
+  j.checkpoint_s = DrawCheckpoint(rng, l);
+  j.grace_s = PickOf<double>(rng, {{60, 0.5}, {120, 0.3}, {300, 0.2}});
+  const double scale = 1 + std::log2(static_cast<double>(nodes)) / 4;
+  j.duration = Ms(Clamp(rng.LogNormal(4 * kHour, 1.0) * scale, 1800, 4 * kDay));
+  return {j};
+}
+
+// Small jobs for policy grids: 1, 2 or 4 H100 GPUs on one node.
+Arrival DrawSmall(Random& rng, const Layout& l) {
+  JobOut j;
+  j.queue = PickTeam(rng, l);
+  j.gpus = PickOf<int>(rng, {{1, 0.5}, {2, 0.3}, {4, 0.2}});
+  j.gpu_models = {"H100-80GB"};
+  j.vram_gb = Tenth(rng.Uniform(20, 70));
+  j.cpus = 12 * j.gpus;
+  j.memory_gb = 128 * j.gpus;
+  j.topology = "node";
+  j.checkpoint_s = DrawCheckpoint(rng, l);
+  j.grace_s = 30;
+  j.duration = Ms(Clamp(rng.LogNormal(kHour, 1.0), 300, kDay));
+  return {j};
+}
+
+// Best-effort work for policy grids: 1-8 H100 GPUs on one node, first to be preempted.
+Arrival DrawScavenger(Random& rng, const Layout& l) {
+  JobOut j;
+  j.queue = PickTeam(rng, l);
+  j.tier = "best-effort";
+  j.gpus = PickOf<int>(rng, {{1, 0.4}, {2, 0.25}, {4, 0.2}, {8, 0.15}});
+  j.gpu_models = {"H100-80GB"};
+  j.vram_gb = Tenth(rng.Uniform(20, 70));
+  j.cpus = 12 * j.gpus;
+  j.memory_gb = 128 * j.gpus;
+  j.topology = "node";
+  j.checkpoint_s = DrawCheckpoint(rng, l);
+  j.grace_s = 30;
+  j.duration = Ms(Clamp(rng.LogNormal(2 * kHour, 1.0), 600, 2 * kDay));
+  return {j};
+}
+
 struct Kind {
   std::string name;
   std::string id_prefix;
@@ -213,6 +275,10 @@ std::vector<Kind> MakeKinds(const Mix& mix, const Layout& l) {
       {"finetune", "ft-", Curve::kFlat, mix.finetune, 0, DrawFinetune},
       // One CPU job per CPU node per hour; not part of the GPU load.
       {"cpu", "cpu-", Curve::kFlat, 0, static_cast<double>(l.cpu), DrawCpu},
+      // Appended, so the kinds above keep their streams (MixSeed by position).
+      {"gang", "gg-", Curve::kFlat, mix.gang, 0, DrawGang},
+      {"small", "sm-", Curve::kFlat, mix.small, 0, DrawSmall},
+      {"scavenger", "be-", Curve::kFlat, mix.scavenger, 0, DrawScavenger},
   };
 }
 
@@ -343,15 +409,26 @@ Layout MakeLayout(const GenOptions& o, const Mix& mix) {
     l.spot = std::clamp(static_cast<int>(std::lround(nodes * o.spot)), 1, nodes - 2);
   }
   const double infer_share = mix.realtime + mix.notebook + 0.5 * mix.batch;
-  l.infer = std::clamp(static_cast<int>(std::lround(nodes * infer_share)), 1, nodes - l.spot - 1);
+  // No inference pool where no kind needs one (a grid's all-H100 cluster).
+  l.infer =
+      infer_share == 0 && mix.sweep == 0
+          ? 0
+          : std::clamp(static_cast<int>(std::lround(nodes * infer_share)), 1, nodes - l.spot - 1);
   l.train = nodes - l.spot - l.infer;
   l.cpu = o.cpu_nodes >= 0 ? o.cpu_nodes : std::max(1, o.gpus / 128);
-  l.train_leaf = std::min(16, l.train);
-  l.spot_leaf = std::min(16, std::max(1, l.spot));
+  l.train_leaf = std::min(o.leaf_nodes, l.train);
+  l.spot_leaf = std::min(o.leaf_nodes, std::max(1, l.spot));
   for (int i = 0; i < o.teams; ++i) {
     l.teams.push_back(std::string("team-") + static_cast<char>('a' + i));
-    l.team_weights.push_back(o.teams - i);  // uneven teams: a is the largest
+    l.team_weights.push_back(o.equal_teams ? 1 : o.teams - i);  // else a is the largest
   }
+  l.gang_nodes = o.gang_nodes;
+  if (l.gang_nodes.empty()) {
+    const int half = std::max(2, l.train / 2);
+    for (int n = 2; n < half; n *= 2) l.gang_nodes.push_back(n);
+    l.gang_nodes.push_back(half);
+  }
+  l.checkpoint_s = o.checkpoint_s.empty() ? std::vector<double>{0} : o.checkpoint_s;
   return l;
 }
 
@@ -376,9 +453,12 @@ ClusterOut MakeCluster(const GenOptions& o, const Layout& l) {
     return p;
   };
   c.pools.push_back(gpu_pool("h100", l.train, "H100-80GB", l.train_leaf, 224, 2048));
-  PoolOut a100 = gpu_pool("a100", l.infer, "A100-80GB", std::min(16, l.infer), 128, 1024);
-  a100.sharing = {"mig", "mps", "timeslice"};
-  c.pools.push_back(a100);
+  if (l.infer > 0) {
+    PoolOut a100 =
+        gpu_pool("a100", l.infer, "A100-80GB", std::min(o.leaf_nodes, l.infer), 128, 1024);
+    a100.sharing = {"mig", "mps", "timeslice"};
+    c.pools.push_back(a100);
+  }
   if (l.spot > 0) {
     PoolOut spot = gpu_pool("h100-spot", l.spot, "H100-80GB", l.spot_leaf, 224, 2048);
     spot.spot = true;
@@ -397,9 +477,11 @@ ClusterOut MakeCluster(const GenOptions& o, const Layout& l) {
   // Every burst is at least the largest job its queue can receive.
   const double n = static_cast<double>(l.gpus());
   const double infer = 8.0 * l.infer;
-  c.queues.push_back({"serving", "", std::floor(0.6 * infer), infer, 2});
-  if (o.guarantees_by_model)
-    c.queues.back().guaranteed_by_model = {{"A100-80GB", std::floor(0.6 * infer)}};
+  if (l.infer > 0) {
+    c.queues.push_back({"serving", "", std::floor(0.6 * infer), infer, 2});
+    if (o.guarantees_by_model)
+      c.queues.back().guaranteed_by_model = {{"A100-80GB", std::floor(0.6 * infer)}};
+  }
   c.queues.push_back({"batch", "", std::floor(0.1 * n), std::max(8.0, std::floor(n / 2)), 1});
   const double research = std::floor(0.8 * 8 * l.train);
   c.queues.push_back({"research", "", research, n, 1});
@@ -454,16 +536,20 @@ Result<Mix> ParseMix(const std::string& text) {
       return Error{"--mix", "expected KIND=SHARE with a share of at least 0, got \"" +
                                 std::string(item) + "\""};
     }
-    double* slot = key == "realtime"   ? &mix.realtime
-                   : key == "batch"    ? &mix.batch
-                   : key == "training" ? &mix.training
-                   : key == "notebook" ? &mix.notebook
-                   : key == "sweep"    ? &mix.sweep
-                   : key == "finetune" ? &mix.finetune
-                                       : nullptr;
+    double* slot = key == "realtime"    ? &mix.realtime
+                   : key == "batch"     ? &mix.batch
+                   : key == "training"  ? &mix.training
+                   : key == "notebook"  ? &mix.notebook
+                   : key == "sweep"     ? &mix.sweep
+                   : key == "finetune"  ? &mix.finetune
+                   : key == "gang"      ? &mix.gang
+                   : key == "small"     ? &mix.small
+                   : key == "scavenger" ? &mix.scavenger
+                                        : nullptr;
     if (slot == nullptr) {
       return Error{"--mix", "unknown kind \"" + key +
-                                "\" (known: realtime, batch, training, notebook, sweep, finetune)"};
+                                "\" (known: realtime, batch, training, notebook, sweep, "
+                                "finetune, gang, small, scavenger)"};
     }
     *slot = *v;
   }
@@ -477,16 +563,28 @@ Result<GenSummary> Generate(const GenOptions& o) {
   if (o.teams < 1 || o.teams > 26) return Error{"--teams", "must be between 1 and 26"};
   if (!(o.spot >= 0) || o.spot >= 1) return Error{"--spot", "must be at least 0 and below 1"};
   if (o.out.empty()) return Error{"--out", "required: the folder to write to"};
-  Mix mix = o.mix;
-  const double total =
-      mix.realtime + mix.batch + mix.training + mix.notebook + mix.sweep + mix.finetune;
-  if (!(total > 0)) return Error{"--mix", "the shares add up to 0"};
-  for (double* s :
-       {&mix.realtime, &mix.batch, &mix.training, &mix.notebook, &mix.sweep, &mix.finetune}) {
-    *s /= total;
+  if (o.leaf_nodes < 1) return Error{"--leaf-nodes", "must be at least 1"};
+  for (int n : o.gang_nodes) {
+    if (n < 2) return Error{"--gang-nodes", "each size must be at least 2 nodes"};
   }
+  for (double c : o.checkpoint_s) {
+    if (!(c >= 0)) return Error{"--checkpoint-s", "each interval must be at least 0"};
+  }
+  Mix mix = o.mix;
+  const std::vector<double*> shares = {&mix.realtime, &mix.batch, &mix.training,
+                                       &mix.notebook, &mix.sweep, &mix.finetune,
+                                       &mix.gang,     &mix.small, &mix.scavenger};
+  double total = 0;
+  for (const double* s : shares) total += *s;
+  if (!(total > 0)) return Error{"--mix", "the shares add up to 0"};
+  for (double* s : shares) *s /= total;
 
   const Layout layout = MakeLayout(o, mix);
+  if (mix.gang > 0 &&
+      *std::max_element(layout.gang_nodes.begin(), layout.gang_nodes.end()) > layout.train) {
+    return Error{"--gang-nodes", "a gang of more nodes than the " + std::to_string(layout.train) +
+                                     " of the H100 pool"};
+  }
   const ClusterOut cluster = MakeCluster(o, layout);
   const double horizon = o.days * kDay;
   GenSummary summary;

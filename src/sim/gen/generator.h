@@ -33,6 +33,11 @@ struct Mix {
   double notebook = 0.07;  // notebooks that go idle (best-effort, shared GPUs)
   double sweep = 0.08;     // hyper-parameter sweeps (bursts of small identical jobs)
   double finetune = 0.10;  // windowed fine-tuning (20:00-08:00)
+  // Kinds for policy grids (docs/traces.md), none by default; on the H100 training pool,
+  // each job's checkpoint interval drawn from GenOptions::checkpoint_s.
+  double gang = 0;       // multi-node gangs (standard, GenOptions::gang_nodes x 8 GPUs)
+  double small = 0;      // 1, 2 or 4 GPUs on one node (standard)
+  double scavenger = 0;  // 1-8 GPUs on one node (best-effort)
 };
 
 // Parses "realtime=0.2,training=0.5,...": kinds not named keep their defaults.
@@ -56,6 +61,14 @@ struct GenOptions {
   // Trace lines carry observed usage (util, vram_used_gb), drawn from a stream of their
   // own, so the workload is the same with or without them.
   bool observed_usage = false;
+  int leaf_nodes = 16;       // nodes per InfiniBand leaf in each GPU pool
+  bool equal_teams = false;  // research teams of equal weight (else a is the largest)
+  // The gang kind's sizes in nodes, equally likely by GPU-hours; empty: 2, 4, 8, ... and
+  // half the training pool, up to half of it.
+  std::vector<int> gang_nodes;
+  // Checkpoint intervals the gang, small and scavenger kinds draw from, one per job,
+  // equally likely (0: the job never checkpoints).
+  std::vector<double> checkpoint_s = {600};
   std::string out;
 };
 

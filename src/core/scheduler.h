@@ -54,6 +54,7 @@ struct PolicyParams {
   // A job that is not critical, preempting for its guarantee, takes a victim that
   // checkpoints only this soon after one of its checkpoints, so the victim loses at most
   // this (plus its grace); it waits for the next checkpoint otherwise (0 = at any time).
+  // A standard victim that never checkpoints is taken only this soon after its start.
   Ticks preempt_after_checkpoint = 120'000;
   // Jobs of this tier or above (standard, or critical only) may preempt best-effort work
   // beyond their queue's guarantee as well (inside it both may); none: no job does.

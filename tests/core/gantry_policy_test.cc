@@ -229,6 +229,28 @@ TEST_F(GantryTest, AJobIsNotToldToWaitForCheckpointsOfJobsItMayNotTake) {
   EXPECT_TRUE(Preempted(Pass(650 * kS)).empty());
 }
 
+TEST_F(GantryTest, WorkThatNeverCheckpointsIsTakenOnlyJustAfterItsStart) {
+  // research borrows the whole cluster with two jobs that never checkpoint: preempted,
+  // each would lose its whole run. Its start is its only checkpoint: within
+  // preempt_after_checkpoint (120 s) of it nlp takes one back
+  // (BorrowedCapacityIsTakenBackFromTheBorrower, at 10 s); past that, nlp waits for them
+  // to end, with no checkpoint to wait for; critical work takes one at any time.
+  Submit("r1", "research", Tier::kStandard, 1, 8, 0);
+  JobId r2 = Submit("r2", "research", Tier::kStandard, 1, 8, 0);
+  Pass(0);
+  ASSERT_EQ(sched_.job(r2).phase, Phase::kRunning);
+  JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 121 * kS);
+  EXPECT_TRUE(Preempted(Pass(121 * kS)).empty());
+  EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
+  EXPECT_EQ(sched_.job(n).wait_reason.find("checkpoint"), std::string::npos)
+      << sched_.job(n).wait_reason;
+  EXPECT_EQ(sched_.next_wakeup(), kForever);
+  EXPECT_TRUE(Preempted(Pass(5'000 * kS)).empty());
+  JobId c = Submit("c", "serving", Tier::kCritical, 1, 4, 5'000 * kS);
+  EXPECT_EQ(Preempted(Pass(5'000 * kS)).size(), 1u);
+  EXPECT_EQ(sched_.job(c).victims_pending, 1);
+}
+
 TEST_F(GantryTest, ACriticalJobPreemptsWithoutWaitingForACheckpoint) {
   Submit("r1", "research", Tier::kStandard, 1, 8, 0, 600 * kS);
   Submit("r2", "research", Tier::kStandard, 1, 8, 0, 600 * kS);

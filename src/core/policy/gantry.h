@@ -15,7 +15,9 @@
 // the job then really fits; the victims keep their GPUs for their grace period and the
 // job waits for them without preempting again. A job that is not critical takes a victim
 // that checkpoints only within `preempt_after_checkpoint` of the victim's last checkpoint
-// (it waits for the next one otherwise), so the victim loses at most that plus its grace.
+// (it waits for the next one otherwise), so the victim loses at most that plus its grace;
+// standard work that never checkpoints, only within that of its start (else it waits for
+// the victim to end).
 // Backfill: the first `backfill_depth` jobs that find no room get a reservation: the
 // earliest time they fit, found by releasing running jobs in order of expected end on the
 // ledger (what-if), and the GPUs they would take. Those GPUs that are free now are held

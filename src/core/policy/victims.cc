@@ -769,8 +769,16 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   const Ticks window = mode == Mode::kRank ? std::min(s.params().preempt_after_checkpoint,
                                                       s.params().attained_quantum)
                                            : s.params().preempt_after_checkpoint;
-  if (const Ticks since = Since(v);
-      window > 0 && job.spec.tier != Tier::kCritical && since > window) {
+  if (window <= 0 || job.spec.tier == Tier::kCritical) return true;
+  if (v.checkpoint == 0) {
+    // Standard work that never checkpoints loses its whole run: its start is its only
+    // checkpoint, so it is taken only within the window of it (it loses at most that),
+    // and past it only by critical work. Taken at any time, such jobs were preempted
+    // and started again from zero over and over (the policy grid's seed 1: 12,591
+    // preemptions of 17,670 jobs, 44% of the busy GPU-hours lost).
+    return c.category() == 0 || now - v.last_start <= window;
+  }
+  if (const Ticks since = Since(v); since > window) {
     next_checkpoint_ = std::min(next_checkpoint_, WindowOpens(now + v.checkpoint - since, window));
     return false;
   }

@@ -13,7 +13,8 @@
 // say) it tries the victims of one node at a time instead, cheapest nodes first.
 // A job that is not critical takes a checkpointing victim only within
 // `preempt_after_checkpoint` of one of its checkpoints (within a quantum under rank);
-// next_checkpoint() then says when one left out for that comes into reach.
+// next_checkpoint() then says when one left out for that comes into reach. A standard
+// victim that never checkpoints counts its start as its only checkpoint.
 // Thread-safety: none; one per policy, driven by one Scheduler.
 #pragma once
 

@@ -13,8 +13,9 @@ least 60 s) and utilisation; and gantry's lost work, the report's `lost_gpu_hour
 its busy GPU-hours (fifo loses work only to failures).
 
     bench/policy_grid.py [--build DIR] [--gantry BIN] [--gen-gantry BIN] [--out DIR]
-                         [--half tune|heldout|all] [--seeds 1,2,...] [--shapes]
-                         [--set "KEY: VALUE"]... [--jobs N] [--baseline FILE] [--tiny]
+                         [--half tune|heldout|all] [--seeds 1,2,...] [--max-gpus N] [--shapes]
+                         [--set "KEY: VALUE"]... [--order QUEUE=ORDER]... [--jobs N]
+                         [--baseline FILE] [--tiny]
 
   --build       build folder with src/gantry (default build/release)
   --gantry      the binary that runs `sim` (default BUILD/src/gantry); an older build
@@ -23,11 +24,14 @@ its busy GPU-hours (fifo loses work only to failures).
   --out         work folder (default /tmp/gantry-policy-grid)
   --half        which seeds of the split (default tune; `all`: both)
   --seeds       these seeds instead of a half
+  --max-gpus    leave out the workloads of more GPUs (older builds replay 1,024 GPUs slowly)
   --shapes      instead of the grid, issue 46's three named shapes (gang-heavy 48 GPUs,
                 mixed 104 GPUs, gang-heavy with checkpoints from none to an hour), the
                 seeds of --seeds (default 1-4) each
   --set         a `policy:` setting added to every workload's config (repeatable), e.g.
                 --set "best_effort_yields_to: critical": how a candidate default is tried
+  --order       QUEUE=ORDER: that queue of every workload (and those under it) ordered by
+                ORDER (fair-share, las, gittins), e.g. --order research=gittins (repeatable)
   --jobs        simulations at once (default 2)
   --baseline    a results.json of an earlier run on the same seeds: the rule for a
                 default is checked against it (below), and the exit status is 1 if broken
@@ -82,9 +86,15 @@ def grid_workload(seed):
     equal = rng.random() < 0.5
     nodes = gpus // 8
     leaf = max(2, min(16, nodes // rng.choice([2, 4, 8])))
-    # The H100 pool's nodes (gen: the inference pool takes the realtime share's nodes).
-    realtime = rng.uniform(0.1, 0.2) if critical else 0
-    h100 = nodes - (max(1, round(nodes * realtime)) if critical else 0)
+    # Critical inference is provisioned as sites do: its A100 pool is about twice what it
+    # uses on average, whatever the load (gen sizes that pool by the realtime share plus
+    # half the batch share, so batch inference, which runs on any GPU, pads it). Sized by
+    # the realtime share alone, the pool was as loaded as the cluster and critical jobs
+    # waited for hours at load 1 (tuning seed 7, in the grid's first version).
+    realtime = rng.uniform(0.05, 0.15) if critical else 0
+    a100 = max(1, math.ceil(2 * realtime * load * nodes)) if critical else 0
+    batch = max(0.0, 2 * (a100 / nodes - realtime)) if critical else 0
+    h100 = nodes - a100
     half = max(2, h100 // 2)
     sizes = [n for n in (2, 4, 8, 16, 32, 64) if n < half] + [half]
     # The gang kind's share of GPU-hours that makes `gang_jobs` of the jobs gangs (the
@@ -96,8 +106,9 @@ def grid_workload(seed):
     gang_share = gang_jobs * gang_h / (gang_jobs * gang_h + (1 - gang_jobs) * small_h)
     rest = 1 - gang_share
     scavenger = rng.uniform(0.1, 0.3) * rest if best_effort else 0
-    mix = {"gang": gang_share * (1 - realtime), "scavenger": scavenger * (1 - realtime),
-           "small": (rest - scavenger) * (1 - realtime), "realtime": realtime}
+    other = 1 - realtime - batch  # the training pool's kinds share what is left
+    mix = {"gang": gang_share * other, "scavenger": scavenger * other,
+           "small": (rest - scavenger) * other, "realtime": realtime, "batch": batch}
     args = ["--gpus", str(gpus), "--days", "7", "--load", f"{load:.3f}", "--spot", "0",
             "--cpu-nodes", "0", "--teams", str(teams), "--leaf-nodes", str(leaf),
             "--checkpoint-s", checkpoints, "--gang-nodes", ",".join(map(str, sizes)),
@@ -164,6 +175,13 @@ def run_workload(w, opts):
             sys.exit(f"policy_grid.py: {d}/cluster.yaml does not end with its policy section")
         with open(f"{d}/cluster.yaml", "a") as f:
             f.writelines(f"  {s}\n" for s in opts.set)
+    for o in opts.order:
+        queue, order = o.split("=")
+        text = open(f"{d}/cluster.yaml").read()
+        entry = f"\n  - name: {queue}\n"
+        if entry not in text:
+            sys.exit(f"policy_grid.py: {d}/cluster.yaml has no queue {queue} (--order)")
+        open(f"{d}/cluster.yaml", "w").write(text.replace(entry, f"{entry}    order: {order}\n"))
     duration = {}
     for line in open(f"{d}/trace.jsonl"):
         j = json.loads(line)
@@ -279,8 +297,10 @@ def main():
     ap.add_argument("--out", default="/tmp/gantry-policy-grid")
     ap.add_argument("--half", choices=["tune", "heldout", "all"], default="tune")
     ap.add_argument("--seeds")
+    ap.add_argument("--max-gpus", type=int)
     ap.add_argument("--shapes", action="store_true")
     ap.add_argument("--set", action="append", default=[])
+    ap.add_argument("--order", action="append", default=[])
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--baseline")
     ap.add_argument("--tiny", action="store_true")
@@ -301,6 +321,8 @@ def main():
         if opts.out == ap.get_default("out"):
             opts.out = f"{opts.build}/bench-tiny/policy_grid"
     workloads = shape_workloads(seeds) if opts.shapes else [grid_workload(s) for s in seeds]
+    if opts.max_gpus:
+        workloads = [w for w in workloads if w["gpus"] <= opts.max_gpus]
     if opts.tiny:  # two small workloads over two days: a check, not a measurement
         workloads = shape_workloads(seeds)[:1] + [grid_workload(seeds[0])]
         for w in workloads:

@@ -394,16 +394,22 @@ TEST_F(GantryTest, BackfillNeverDelaysTheReservationOfABigGang) {
 // it now delays, once the reserving job has waited backfill_lease_after; jobs that did
 // not start on held GPUs are not, however long they overrun.
 TEST_F(GantryTest, BackfilledJobsPastTheirEstimateGiveWayToAStarvingReservation) {
-  for (Ticks lease_after : {Ticks{500 * kS}, Ticks{0}}) {
+  // The backfilled job checkpoints every 100 s (at 1,100 s it is 80 s past one, inside
+  // preempt_after_checkpoint); one that never checkpoints would lose its whole run, so the
+  // lease does not end it past the window of its start (the gang waits for it to end).
+  for (auto [lease_after, checkpoint] :
+       {std::pair{Ticks{500 * kS}, Ticks{100 * kS}}, std::pair{Ticks{0}, Ticks{100 * kS}},
+        std::pair{Ticks{500 * kS}, Ticks{0}}}) {
     PolicyParams params = Params();
     params.backfill_lease_after = lease_after;
     Scheduler sched(cluster_, queues_, MakePolicy("gantry"), params);
     auto submit = [&](const char* id, const char* queue, int replicas, int gpus, Ticks now,
-                      Ticks estimate) {
+                      Ticks estimate, Ticks every = 0) {
       JobSpec j = Whole(catalog_, id, replicas, gpus);
       j.queue = *queues_.Find(queue);
       j.grace = 30 * kS;
       j.runtime_estimate = estimate;
+      j.checkpoint = every;
       return sched.Submit(j, now);
     };
     JobId a = submit("a", "research", 1, 8, 0, 1000 * kS);
@@ -413,7 +419,7 @@ TEST_F(GantryTest, BackfilledJobsPastTheirEstimateGiveWayToAStarvingReservation)
     sched.Schedule(10 * kS);
     sched.Finish(b, 20 * kS, true);
     // Ends by its estimate before the gang's reservation (t=1000 s): backfilled.
-    JobId backfilled = submit("backfilled", "research", 1, 4, 20 * kS, 300 * kS);
+    JobId backfilled = submit("backfilled", "research", 1, 4, 20 * kS, 300 * kS, checkpoint);
     sched.Schedule(20 * kS);
     ASSERT_EQ(sched.job(backfilled).phase, Phase::kRunning);
     // t=1000 s: both overran. a did not start on held GPUs: never a victim here, and
@@ -421,7 +427,7 @@ TEST_F(GantryTest, BackfilledJobsPastTheirEstimateGiveWayToAStarvingReservation)
     EXPECT_TRUE(Preempted(sched.Schedule(1000 * kS)).empty());
     sched.Finish(a, 1100 * kS, true);
     auto ds = sched.Schedule(1100 * kS);
-    if (lease_after == 0) {  // leases never end
+    if (lease_after == 0 || checkpoint == 0) {  // leases never end, or not for this job
       EXPECT_TRUE(Preempted(ds).empty());
       EXPECT_EQ(sched.job(backfilled).phase, Phase::kRunning);
       EXPECT_EQ(sched.job(gang).phase, Phase::kPending);

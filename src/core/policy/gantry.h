@@ -25,10 +25,11 @@
 // before the reservation starts. Critical jobs ignore reservations. Such a backfilled
 // job holds a lease that ends with its estimate. Once it runs past that, a job due for
 // a reservation that has waited longer than `backfill_lease_after` may preempt it (and
-// only such jobs; of its own tier or lower) when that lets it start now, and that job's
-// reservation counts it as ending now: an estimate that was wrong (a long job whose
-// queue's history says hours) cannot hold a big gang back for days. Slurm's time limit,
-// applied only where a starving reservation waits for the GPUs.
+// only such jobs; of its own tier or lower, at the checkpoint windows above) when that
+// lets it start now, and that job's reservation counts it as ending now: an estimate
+// that was wrong (a long job whose queue's history says hours) cannot hold a big gang
+// back for days. Slurm's time limit, applied only where a starving reservation waits for
+// the GPUs, without throwing away more than a window's work.
 // Attained-service orders (core/attained.h): a queue with `order: las` or `gittins`
 // offers its jobs to fair share by rank (then arrival) instead of by arrival, and a job
 // that finds no room may preempt running jobs of its own queue, of its tier or lower,

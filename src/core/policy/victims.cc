@@ -730,11 +730,15 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
     return false;
   }
-  if (mode == Mode::kLessees) return v.tier >= job.spec.tier && a.overdue(c.id);
+  if (mode == Mode::kLessees) {
+    if (v.tier < job.spec.tier || !a.overdue(c.id)) return false;
+  }
   // Whom the rule takes. Best-effort work gives way to any higher tier; work of another
   // queue running above its guarantee gives way to a job inside its own guarantee.
   // Borrowing is judged now, as starts earlier in this pass moved it.
   switch (mode) {
+    case Mode::kLessees:
+      break;
     case Mode::kRank:
       if (v.queue != job.spec.queue || v.tier < job.spec.tier ||
           !(ordering_.Rank(s, s.job(c.id), now) > a.rank)) {

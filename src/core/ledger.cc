@@ -4,6 +4,8 @@
 #include <cassert>
 #include <utility>
 
+#include "core/invariants.h"
+
 namespace gantry::core {
 
 Ledger::Ledger(const Cluster& cluster) : cluster_(&cluster) {
@@ -70,9 +72,10 @@ int Ledger::MigStartOn(const GpuState& s, const MigProfile& p) {
   return -1;
 }
 
-bool Ledger::Fits(const WorkerAlloc& w) const {
+bool Ledger::Fits(const WorkerAlloc& w, bool need_up) const {
   const NodeState& ns = nodes_[w.node.v];
-  if (!ns.up || ns.free_cpus_milli < w.cpus_milli || ns.free_memory_bytes < w.memory_bytes) {
+  if ((need_up && !ns.up) || ns.free_cpus_milli < w.cpus_milli ||
+      ns.free_memory_bytes < w.memory_bytes) {
     return false;
   }
   const Node& n = cluster_->node(w.node);
@@ -148,7 +151,11 @@ void Ledger::Commit([[maybe_unused]] Mark mark) {
 }
 
 void Ledger::Allocate(const WorkerAlloc& w) {
-  assert(Fits(w));
+  // In every build: a GPU, slice or share given twice is the one error no later check
+  // could see (the counts would agree with themselves).
+  Require(Fits(w, false),
+          "Ledger::Allocate: a worker given what another holds (a GPU, MIG "
+          "slice, share, VRAM, CPUs or memory over-allocated)");
   if (open_ > 0) journal_.push_back(Step{true, w});
   NodeState& ns = nodes_[w.node.v];
   const Node& n = cluster_->node(w.node);
@@ -322,6 +329,49 @@ void Ledger::IndexGpu(GpuId g, bool on) {
                                 ShareLevel(kShareScale - s.share_used));
     shared_level_[pool.v][static_cast<size_t>(level)].set(local);
   }
+}
+
+void Ledger::Audit() const {
+  std::vector<int> domain(domain_free_.size(), 0), leaf(leaf_free_.size(), 0);
+  GpuUnits used = 0;
+  for (uint32_t v = 0; v < nodes_.size(); ++v) {
+    const NodeId n(v);
+    const Node& node = cluster_->node(n);
+    const NodeState& ns = nodes_[v];
+    int free = 0;
+    for (int i = 0; i < node.gpus; ++i) {
+      const GpuState& g = gpus_[gpu_id(n, i).v];
+      switch (g.mode) {
+        case GpuMode::kFree:
+          Require(g.holders == 0 && g.share_used == 0 && g.mig_memory == 0,
+                  "Ledger::Audit: a free GPU with holders");
+          ++free;
+          ++domain[domain_base_[v] + i / node.gpus_per_domain];
+          ++leaf[node.leaf.v];
+          break;
+        case GpuMode::kWhole:
+          used += kGpuUnits;
+          break;
+        case GpuMode::kMig:
+          Require(g.holders > 0 && g.mig_compute <= kMigComputeSlices,
+                  "Ledger::Audit: a MIG GPU over its compute slices or with no holder");
+          used += GpuUnits{g.mig_compute} * kUnitsPerMigSlice;
+          break;
+        case GpuMode::kShared:
+          Require(g.holders > 0 && g.share_used > 0 && g.share_used <= kShareScale,
+                  "Ledger::Audit: a shared GPU over its share or with no holder");
+          used += GpuUnits{g.share_used} * kUnitsPerShareMilli;
+          break;
+      }
+    }
+    Require(free == ns.free_whole, "Ledger::Audit: a node's free GPUs miscounted");
+    Require(ns.free_cpus_milli >= 0 && ns.free_cpus_milli <= node.cpus_milli &&
+                ns.free_memory_bytes >= 0 && ns.free_memory_bytes <= node.memory_bytes,
+            "Ledger::Audit: a node's CPUs or memory over-allocated");
+  }
+  Require(domain == domain_free_, "Ledger::Audit: an NVLink domain's free GPUs miscounted");
+  Require(leaf == leaf_free_, "Ledger::Audit: a leaf's free GPUs miscounted");
+  Require(used == used_units_, "Ledger::Audit: the GPU units held miscounted");
 }
 
 }  // namespace gantry::core

@@ -120,7 +120,14 @@ class Ledger {
   // Its counterpart for releasing `w`: the local GPUs it leaves free whole (bit i = GPU i).
   static uint64_t ReleaseGpus(GpuState* gpus, const WorkerAlloc& w, const Catalog& catalog,
                               ModelId model);
-  bool Fits(const WorkerAlloc& w) const;
+  // Whether worker `w` fits now: on an up node (unless !need_up: a rollback puts back
+  // what a node that went down still holds), none of its GPUs, MIG slices, share, VRAM,
+  // CPUs or memory taken.
+  bool Fits(const WorkerAlloc& w, bool need_up = true) const;
+  // Checks every count the ledger keeps against its GPU states (free whole GPUs per node,
+  // NVLink domain and leaf, GPU units held, each GPU's own state, CPUs and memory within
+  // the node's): O(GPUs + nodes). Throws InvariantBroken (core/invariants.h).
+  void Audit() const;
 
   void Allocate(const WorkerAlloc& w);
   void Release(const WorkerAlloc& w);

@@ -1,11 +1,13 @@
 #include "core/scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <cassert>
 #include <charconv>
 #include <cmath>
 #include <utility>
 
+#include "core/invariants.h"
 #include "core/model/feasibility.h"
 
 namespace gantry::core {
@@ -490,6 +492,8 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
     }
     return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(text));
   }
+  Require(scratch_.size() == static_cast<size_t>(spec.replicas),
+          "Scheduler: a gang placed with fewer or more workers than it has");
   GpuUnits units = 0;
   for (const WorkerAlloc& w : scratch_) {
     units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
@@ -599,6 +603,27 @@ void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
   decisions_.push_back(Decision{Decision::Kind::kPreempt, victim, by, std::move(reason)});
 }
 
+void Scheduler::Audit() const {
+  ledger_.Audit();
+  // Gangs all or nothing: every running job holds all its workers, each where the ledger
+  // says something is held.
+  for (const JobId id : running_) {
+    const JobRecord& job = Rec(id);
+    Require(job.alloc.size() == static_cast<size_t>(job.spec.replicas),
+            "Scheduler::Audit: a running gang holds fewer or more workers than it has");
+    for (const WorkerAlloc& w : job.alloc) {
+      if (w.sharing != Sharing::kExclusive) {
+        Require(ledger_.gpu(ledger_.gpu_id(w.node, w.gpu)).mode != GpuMode::kFree,
+                "Scheduler::Audit: a running job's share or MIG instance on a free GPU");
+      }
+      for (uint64_t m = w.sharing == Sharing::kExclusive ? w.gpu_mask : 0; m != 0; m &= m - 1) {
+        Require(ledger_.gpu(ledger_.gpu_id(w.node, std::countr_zero(m))).mode == GpuMode::kWhole,
+                "Scheduler::Audit: a running job's whole GPU not held whole");
+      }
+    }
+  }
+}
+
 const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
   decisions_.clear();
   for (auto& [id, why] : rejects_) {
@@ -634,6 +659,7 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
     last_full_pass_ = now;
   }
   pass_wakeup_ = kForever;
+  if (pass_ % kAuditEvery == 0) Audit();
   ++pass_;  // empties the shape cache
   DecayUsage(now);
   policy_->Schedule(*this, now, full);

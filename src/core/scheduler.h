@@ -544,6 +544,10 @@ class Scheduler {
   std::function<void()> decision_hook_;
   std::vector<double> decayed_;
   Ticks decayed_at_ = 0;
+  // The full audit (ledger and running gangs, core/invariants.h) every this many passes:
+  // O(GPUs + running workers) each time, a small part of the passes between.
+  static constexpr uint64_t kAuditEvery = 1024;
+  void Audit() const;
   static constexpr size_t kHistory = 32;
   std::vector<std::vector<Ticks>> history_;  // per queue: last completed run totals (ring)
   std::vector<size_t> history_next_;

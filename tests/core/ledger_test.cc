@@ -5,6 +5,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/invariants.h"
 #include "test_util.h"
 
 namespace gantry::core {
@@ -172,6 +173,73 @@ TEST_F(LedgerTest, RollbackUndoesAWhatIfAndNestedCommitsFollowTheOuterMark) {
   ledger_.Release(share);
   ledger_.Commit(kept);
   EXPECT_EQ(ledger_.gpu(ledger_.gpu_id(NodeId(1), 1)).mode, GpuMode::kFree);
+}
+
+// Invariants hold in every build (core/invariants.h): what another worker holds is never
+// given again, and the audit finds every count the ledger keeps equal to its GPU states
+// through a long run of allocations, releases, nodes going down and up, and rollbacks.
+TEST_F(LedgerTest, AnythingGivenTwiceIsRefusedInEveryBuild) {
+  ledger_.Allocate(WholeOn(0, 0b11));
+  EXPECT_THROW(ledger_.Allocate(WholeOn(0, 0b10)), InvariantBroken);
+  ledger_.Allocate(MigOn(1, 0, "3g.40gb", 0));
+  EXPECT_THROW(ledger_.Allocate(MigOn(1, 0, "3g.40gb", 0)), InvariantBroken);
+  EXPECT_THROW(ledger_.Allocate(ShareOn(1, 0, Sharing::kMps, 500, 10)), InvariantBroken);
+  ledger_.Allocate(ShareOn(1, 1, Sharing::kMps, 600, 10));
+  EXPECT_THROW(ledger_.Allocate(ShareOn(1, 1, Sharing::kMps, 500, 10)), InvariantBroken);
+  EXPECT_NO_THROW(ledger_.Audit());
+}
+
+TEST_F(LedgerTest, TheAuditAgreesThroughARandomRun) {
+  uint64_t x = 88172645463325252ull;  // xorshift: the same run every time
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  std::vector<WorkerAlloc> held;
+  int given = 0, audited = 0;
+  for (int step = 0; step < 4000; ++step) {
+    const uint64_t r = next();
+    const uint32_t node = static_cast<uint32_t>(r % 2);
+    if (r % 7 == 0 && !held.empty()) {  // release one
+      const size_t i = (r >> 8) % held.size();
+      ledger_.Release(held[i]);
+      held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+    } else if (r % 11 == 0) {  // a what-if, rolled back
+      const Ledger::Mark mark = ledger_.Checkpoint();
+      for (const WorkerAlloc& w : held) ledger_.Release(w);
+      ledger_.Rollback(mark);
+    } else if (r % 13 == 0) {  // a node goes down and comes back (its holdings stay)
+      ledger_.SetUp(NodeId(node), false);
+      ledger_.Audit();
+      ledger_.SetUp(NodeId(node), true);
+    } else {
+      const int gpu = static_cast<int>((r >> 8) % 8);
+      WorkerAlloc w;
+      switch ((r >> 16) % 3) {
+        case 0:
+          w = WholeOn(node, uint64_t{1} << gpu);
+          break;
+        case 1:
+          w = MigOn(node, gpu, "1g.10gb", static_cast<int>((r >> 24) % 7));
+          break;
+        default:
+          w = ShareOn(node, gpu, Sharing::kTimeslice, 250, 5);
+      }
+      if (!ledger_.Fits(w)) continue;
+      ledger_.Allocate(w);
+      held.push_back(w);
+      ++given;
+    }
+    if (step % 16 == 0) {
+      ledger_.Audit();
+      ++audited;
+    }
+  }
+  ledger_.Audit();
+  EXPECT_GT(given, 300);
+  EXPECT_GT(audited, 100);
 }
 
 }  // namespace

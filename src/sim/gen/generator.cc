@@ -112,14 +112,9 @@ Arrival DrawBatch(Random& rng, const Layout&) {
   return {j};
 }
 
-// Training gangs: 1-16 nodes x 8 H100, within one node or one leaf, checkpointed.
-Arrival DrawTraining(Random& rng, const Layout& l) {
-  std::vector<std::pair<int, double>> sizes;
-  for (auto [n, w] :
-       std::vector<std::pair<int, double>>{{1, 0.45}, {2, 0.2}, {4, 0.17}, {8, 0.12}, {16, 0.06}}) {
-    if (n <= l.max_gang_nodes()) sizes.emplace_back(n, w);
-  }
-  const int nodes = PickOf<int>(rng, sizes);
+// A team's job of `nodes` whole 8-GPU H100 nodes (training and grid gangs): its queue,
+// then its VRAM, drawn in that order.
+JobOut WholeNodes(Random& rng, const Layout& l, int nodes) {
   JobOut j;
   j.queue = PickTeam(rng, l);
   j.replicas = nodes;
@@ -128,11 +123,29 @@ Arrival DrawTraining(Random& rng, const Layout& l) {
   j.vram_gb = Tenth(rng.Uniform(50, 78));
   j.cpus = 96;
   j.memory_gb = 1000;
+  return j;
+}
+
+// A gang's run time: lognormal around `median` (sigma 1), longer for more nodes, from 30
+// minutes to 4 days.
+double GangDuration(Random& rng, double median, int nodes) {
+  const double scale = 1 + std::log2(static_cast<double>(nodes)) / 4;
+  return Ms(Clamp(rng.LogNormal(median, 1.0) * scale, 1800, 4 * kDay));
+}
+
+// Training gangs: 1-16 nodes x 8 H100, within one node or one leaf, checkpointed.
+Arrival DrawTraining(Random& rng, const Layout& l) {
+  std::vector<std::pair<int, double>> sizes;
+  for (auto [n, w] :
+       std::vector<std::pair<int, double>>{{1, 0.45}, {2, 0.2}, {4, 0.17}, {8, 0.12}, {16, 0.06}}) {
+    if (n <= l.max_gang_nodes()) sizes.emplace_back(n, w);
+  }
+  const int nodes = PickOf<int>(rng, sizes);
+  JobOut j = WholeNodes(rng, l, nodes);
   j.topology = nodes == 1 ? "node" : "leaf";
   j.checkpoint_s = PickOf<double>(rng, {{900, 0.3}, {1800, 0.4}, {3600, 0.3}});
   j.grace_s = PickOf<double>(rng, {{60, 0.4}, {120, 0.4}, {300, 0.2}});
-  const double scale = 1 + std::log2(static_cast<double>(nodes)) / 4;
-  j.duration = Ms(Clamp(rng.LogNormal(6 * kHour, 1.0) * scale, 1800, 4 * kDay));
+  j.duration = GangDuration(rng, 6 * kHour, nodes);
   return {j};
 }
 
@@ -207,19 +220,11 @@ Arrival DrawGang(Random& rng, const Layout& l) {
   std::vector<double> weights;  // 1/size: each size about the same share of GPU-hours
   for (int n : l.gang_nodes) weights.push_back(1.0 / n);
   const int nodes = l.gang_nodes[rng.Pick(weights)];
-  JobOut j;
-  j.queue = PickTeam(rng, l);
-  j.replicas = nodes;
-  j.gpus = 8;
-  j.gpu_models = {"H100-80GB"};
-  j.vram_gb = Tenth(rng.Uniform(50, 78));
-  j.cpus = 96;
-  j.memory_gb = 1000;
+  JobOut j = WholeNodes(rng, l, nodes);
   j.topology = nodes <= l.train_leaf ? "leaf" : "spine";
   j.checkpoint_s = DrawCheckpoint(rng, l);
   j.grace_s = PickOf<double>(rng, {{60, 0.5}, {120, 0.3}, {300, 0.2}});
-  const double scale = 1 + std::log2(static_cast<double>(nodes)) / 4;
-  j.duration = Ms(Clamp(rng.LogNormal(4 * kHour, 1.0) * scale, 1800, 4 * kDay));
+  j.duration = GangDuration(rng, 4 * kHour, nodes);
   return {j};
 }
 

@@ -13,7 +13,8 @@ least 60 s) and utilisation; and gantry's lost work, the report's `lost_gpu_hour
 its busy GPU-hours (fifo loses work only to failures).
 
     bench/policy_grid.py [--build DIR] [--gantry BIN] [--gen-gantry BIN] [--out DIR]
-                         [--half tune|heldout|all] [--seeds 1,2,...] [--max-gpus N] [--shapes]
+                         [--half tune|heldout|all] [--seeds 1,2,...] [--max-gpus N]
+                         [--shapes | --public [TRACES]]
                          [--set "KEY: VALUE"]... [--order QUEUE=ORDER]... [--jobs N]
                          [--baseline FILE] [--tiny]
 
@@ -28,6 +29,11 @@ its busy GPU-hours (fifo loses work only to failures).
   --shapes      instead of the grid, issue 46's three named shapes (gang-heavy 48 GPUs,
                 mixed 104 GPUs, gang-heavy with checkpoints from none to an hour), the
                 seeds of --seeds (default 1-4) each
+  --public      instead of the grid, workloads of the public traces (TRACES, default
+                ../shared/traces): Philly on 100 nodes, Gavel's five seeds, Pollux's and
+                Sia's Philly workloads, Tiresias' two job files, converted by `gantry trace
+                convert` as scripts/trace_runs.sh does. Never used to tune: a check beside
+                the held-out half (load-based targets do not apply: their loads differ)
   --set         a `policy:` setting added to every workload's config (repeatable), e.g.
                 --set "best_effort_yields_to: critical": how a candidate default is tried
   --order       QUEUE=ORDER: that queue of every workload (and those under it) ordered by
@@ -141,6 +147,28 @@ def shape_workloads(seeds):
     return out
 
 
+def public_workloads(traces):
+    """The public traces' workloads: `gantry trace convert` arguments per workload."""
+    t, profiles = traces, f"{traces}/sia-workloads/profiles"
+    out = [("philly-nodes100", ["--format", "philly", f"{t}/philly-jobs-sia/philly.csv.gz",
+                                "--nodes", "100"])]
+    out += [(f"gavel-seed{s}", ["--format", "gavel", f"{t}/gavel-philly-vc/seed={s}",
+                                "--throughputs",
+                                f"{t}/gavel-philly-vc/simulation_throughputs.json.gz"])
+            for s in range(5)]
+    for fmt, folder in (("pollux", "pollux-workloads/workloads"), ("sia", "sia-workloads/philly")):
+        for f in sorted(os.listdir(f"{t}/{folder}")) if os.path.isdir(f"{t}/{folder}") else []:
+            if f.endswith(".csv"):
+                out.append((f"{fmt}-{f[:-4]}", ["--format", fmt, f"{t}/{folder}/{f}",
+                                                 "--profiles", profiles]))
+    out += [("tiresias-60_job", ["--format", "tiresias", f"{t}/tiresias/60_job.csv",
+                                 "--cluster-spec", f"{t}/tiresias/n32g4.csv"]),
+            ("tiresias-tf_job", ["--format", "tiresias", f"{t}/tiresias/tf_job.csv",
+                                 "--cluster-spec", f"{t}/tiresias/cluster_spec.csv"])]
+    return [{"seed": i + 1, "shape": name, "gpus": 0, "load": None, "gang_heavy": False,
+             "make": ["trace", "convert", *args]} for i, (name, args) in enumerate(out)]
+
+
 def capacity(cluster_yaml):
     """GPUs of a generated cluster: count x gpus per pool, without a YAML parser."""
     total, count, section = 0, 0, None
@@ -167,11 +195,13 @@ def figures(report, gpus, floor_s):
 def run_workload(w, opts):
     d = os.path.join(opts.out, w.get("shape", "grid") + f"-s{w['seed']}")
     os.makedirs(d, exist_ok=True)
-    subprocess.run([opts.gen_gantry, "gen", "--seed", str(w["seed"]), *w["args"], "--out", d,
-                    "-q"], check=True)
+    make = w.get("make") or ["gen", "--seed", str(w["seed"]), *w["args"]]
+    subprocess.run([opts.gen_gantry, *make, "--out", d, "-q"], check=True)
     if opts.set:
         text = open(f"{d}/cluster.yaml").read()
-        if not text.rstrip().split("\n")[-1].startswith("  ") or "\npolicy:\n" not in text:
+        if "\npolicy:\n" not in text:
+            open(f"{d}/cluster.yaml", "a").write("policy:\n")
+        elif not text.rstrip().split("\n")[-1].startswith("  "):
             sys.exit(f"policy_grid.py: {d}/cluster.yaml does not end with its policy section")
         with open(f"{d}/cluster.yaml", "a") as f:
             f.writelines(f"  {s}\n" for s in opts.set)
@@ -187,11 +217,13 @@ def run_workload(w, opts):
         j = json.loads(line)
         duration[j["id"]] = j["duration"]
     out = dict(w, jobs=len(duration))
+    failures = ["--failures", f"{d}/failures.jsonl"] if os.path.exists(f"{d}/failures.jsonl") else []
+    out["gpus"] = out["gpus"] or capacity(f"{d}/cluster.yaml")
     for policy in ("fifo", "gantry"):
         subprocess.run([opts.gantry, "sim", "--config", f"{d}/cluster.yaml", "--trace",
-                        f"{d}/trace.jsonl", "--failures", f"{d}/failures.jsonl", "--policy",
-                        policy, "--report", f"{d}/{policy}.json", "--events",
-                        f"{d}/{policy}.events.jsonl", "--no-wait-events", "-q"], check=True)
+                        f"{d}/trace.jsonl", *failures, "--policy", policy, "--report",
+                        f"{d}/{policy}.json", "--events", f"{d}/{policy}.events.jsonl",
+                        "--no-wait-events", "-q"], check=True)
         # The JCT floor: the mean run time of the jobs that finished (the report's JCT is
         # theirs; reclaimed notebooks end early and count in neither).
         run = [duration[e["job"]] for e in map(json.loads, open(f"{d}/{policy}.events.jsonl"))
@@ -229,10 +261,10 @@ def targets(results):
     d = [r for r in results if r["delay_ratio"] is not None]
     rows.append(("queueing delay never above fifo's",
                  [r["seed"] for r in d if r["delay_ratio"] > 1], len(d)))
-    gh = [r for r in d if r["gang_heavy"] and 0.9 <= load(r) <= 1.1]
+    gh = [r for r in d if r["gang_heavy"] and load(r) is not None and 0.9 <= load(r) <= 1.1]
     rows.append(("gang-heavy at load 0.9-1.1: delay at most 0.7x fifo's",
                  [r["seed"] for r in gh if r["delay_ratio"] > 0.7], len(gh)))
-    hi = [r for r in d if load(r) >= 1.2]
+    hi = [r for r in d if load(r) is not None and load(r) >= 1.2]
     rows.append(("load 1.2 and above: delay at most 0.5x fifo's",
                  [r["seed"] for r in hi if r["delay_ratio"] > 0.5], len(hi)))
     rows.append(("utilisation at least fifo's",
@@ -256,7 +288,7 @@ def tables(results, baseline):
         f, g = r["fifo"], r["gantry"]
         dr = "-" if r["delay_ratio"] is None else f"{r['delay_ratio']:.2f}"
         lines.append(
-            f"| {r['seed']} | {r.get('shape', 'grid')} | {r['gpus']} | {r['load']} | "
+            f"| {r['seed']} | {r.get('shape', 'grid')} | {r['gpus']} | {r['load'] or '-'} | "
             f"{r.get('gang_jobs', '-')} | {r.get('checkpoint_s', '-')} | "
             f"{'yes' if r.get('critical') else 'no'} | {'yes' if r.get('best_effort') else 'no'} | "
             f"{r['jobs']} | {f['util_pct']:.1f} | {g['util_pct']:.1f} | {f['delay_s']:,.0f} | "
@@ -299,6 +331,7 @@ def main():
     ap.add_argument("--seeds")
     ap.add_argument("--max-gpus", type=int)
     ap.add_argument("--shapes", action="store_true")
+    ap.add_argument("--public", nargs="?", const=os.path.join(os.path.dirname(ROOT), "shared/traces"))
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--order", action="append", default=[])
     ap.add_argument("--jobs", type=int, default=2)
@@ -320,7 +353,8 @@ def main():
         seeds = [int(s) for s in opts.seeds.split(",")] if opts.seeds else [1]
         if opts.out == ap.get_default("out"):
             opts.out = f"{opts.build}/bench-tiny/policy_grid"
-    workloads = shape_workloads(seeds) if opts.shapes else [grid_workload(s) for s in seeds]
+    workloads = (public_workloads(opts.public) if opts.public else
+                 shape_workloads(seeds) if opts.shapes else [grid_workload(s) for s in seeds])
     if opts.max_gpus:
         workloads = [w for w in workloads if w["gpus"] <= opts.max_gpus]
     if opts.tiny:  # two small workloads over two days: a check, not a measurement

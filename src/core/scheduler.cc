@@ -659,7 +659,7 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
     last_full_pass_ = now;
   }
   pass_wakeup_ = kForever;
-  if (pass_ % kAuditEvery == 0) Audit();
+  if (pass_ % AuditEvery() == 0) Audit();
   ++pass_;  // empties the shape cache
   DecayUsage(now);
   policy_->Schedule(*this, now, full);

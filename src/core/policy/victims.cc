@@ -730,14 +730,13 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
     return false;
   }
-  if (mode == Mode::kLessees) {
-    if (v.tier < job.spec.tier || !a.overdue(c.id)) return false;
-  }
   // Whom the rule takes. Best-effort work gives way to any higher tier; work of another
-  // queue running above its guarantee gives way to a job inside its own guarantee.
+  // queue running above its guarantee gives way to a job inside its own guarantee; a
+  // backfilled job past its lease to a starving reservation of its tier or higher.
   // Borrowing is judged now, as starts earlier in this pass moved it.
   switch (mode) {
     case Mode::kLessees:
+      if (v.tier < job.spec.tier || !a.overdue(c.id)) return false;
       break;
     case Mode::kRank:
       if (v.queue != job.spec.queue || v.tier < job.spec.tier ||

@@ -615,8 +615,9 @@ void Scheduler::Audit() const {
       if (w.sharing != Sharing::kExclusive) {
         Require(ledger_.gpu(ledger_.gpu_id(w.node, w.gpu)).mode != GpuMode::kFree,
                 "Scheduler::Audit: a running job's share or MIG instance on a free GPU");
+        continue;
       }
-      for (uint64_t m = w.sharing == Sharing::kExclusive ? w.gpu_mask : 0; m != 0; m &= m - 1) {
+      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
         Require(ledger_.gpu(ledger_.gpu_id(w.node, std::countr_zero(m))).mode == GpuMode::kWhole,
                 "Scheduler::Audit: a running job's whole GPU not held whole");
       }

@@ -1548,14 +1548,7 @@ server::Reply Driver::NodesReply() {
         reason = "cordoned";
       }
     }
-    nodes.push_back({{"name", node.name},
-                     {"pool", cluster.pool(node.pool).spec.name},
-                     {"model", node.gpus > 0 ? cluster.catalog().model(node.model).name : ""},
-                     {"gpus", node.gpus},
-                     {"free_gpus", free},
-                     {"state", state},
-                     {"reason", reason},
-                     {"address", ""}});
+    nodes.push_back(server::NodeBody(cluster, node, free, state, reason, ""));
   }
   for (const std::string& why : view_.skipped) {  // "NAME: why"
     const size_t colon = why.find(": ");

@@ -13,6 +13,8 @@
 #include <vector>
 
 namespace gantry::core {
+class Cluster;
+struct Node;
 class QueueTree;
 class Scheduler;
 }  // namespace gantry::core
@@ -92,5 +94,11 @@ class ApiBackend {
 // subtree as the caller counted them (by QueueId).
 nlohmann::json QueuesBody(const core::QueueTree& queues, const core::Scheduler& sched,
                           const std::vector<int>& pending, const std::vector<int>& running);
+
+// One node of GET /v1/nodes's body, the fields both backends give: its name, pool, model,
+// GPUs and free whole GPUs, state ("up", "down", ...) with the reason, and address.
+nlohmann::json NodeBody(const core::Cluster& cluster, const core::Node& node, int free_gpus,
+                        const std::string& state, const std::string& reason,
+                        const std::string& address);
 
 }  // namespace gantry::server

@@ -87,16 +87,9 @@ void Controller::Nodes(std::string token, Done done) {
         }
         gpus.push_back(std::move(gj));
       }
-      json nj = {{"name", node.name},
-                 {"pool", cluster_.pool(node.pool).spec.name},
-                 {"model", node.gpus > 0 ? cluster_.catalog().model(node.model).name : ""},
-                 {"gpus", node.gpus},
-                 {"free_gpus", free},
-                 {"state", state},
-                 {"reason", reason},
-                 {"address", info.address},
-                 {"isolation", info.isolation},
-                 {"gpu_detail", gpus}};
+      json nj = NodeBody(cluster_, node, free, state, reason, info.address);
+      nj["isolation"] = info.isolation;
+      nj["gpu_detail"] = std::move(gpus);
       nj["last_seen_s"] = info.last_seen >= 0
                               ? json(static_cast<double>(now - info.last_seen) / 1000.0)
                               : json(nullptr);
@@ -203,6 +196,18 @@ void Controller::WhoAmI(std::string token, Done done) {
     r.body = WhoAmIBody(p);
     return r;
   });
+}
+
+json NodeBody(const core::Cluster& cluster, const core::Node& node, int free_gpus,
+              const std::string& state, const std::string& reason, const std::string& address) {
+  return {{"name", node.name},
+          {"pool", cluster.pool(node.pool).spec.name},
+          {"model", node.gpus > 0 ? cluster.catalog().model(node.model).name : ""},
+          {"gpus", node.gpus},
+          {"free_gpus", free_gpus},
+          {"state", state},
+          {"reason", reason},
+          {"address", address}};
 }
 
 json QueuesBody(const core::QueueTree& queues_tree, const core::Scheduler& sched,

@@ -228,11 +228,12 @@ Arrival DrawGang(Random& rng, const Layout& l) {
   return {j};
 }
 
-// Small jobs for policy grids: 1, 2 or 4 H100 GPUs on one node.
-Arrival DrawSmall(Random& rng, const Layout& l) {
+// A grid job of a team on one H100 node, its GPUs drawn from `gpus`: its queue, GPUs,
+// VRAM and checkpoint interval, drawn in that order (the caller draws its run time).
+JobOut OnOneNode(Random& rng, const Layout& l, const std::vector<std::pair<int, double>>& gpus) {
   JobOut j;
   j.queue = PickTeam(rng, l);
-  j.gpus = PickOf<int>(rng, {{1, 0.5}, {2, 0.3}, {4, 0.2}});
+  j.gpus = PickOf<int>(rng, gpus);
   j.gpu_models = {"H100-80GB"};
   j.vram_gb = Tenth(rng.Uniform(20, 70));
   j.cpus = 12 * j.gpus;
@@ -240,23 +241,20 @@ Arrival DrawSmall(Random& rng, const Layout& l) {
   j.topology = "node";
   j.checkpoint_s = DrawCheckpoint(rng, l);
   j.grace_s = 30;
+  return j;
+}
+
+// Small jobs for policy grids: 1, 2 or 4 H100 GPUs on one node.
+Arrival DrawSmall(Random& rng, const Layout& l) {
+  JobOut j = OnOneNode(rng, l, {{1, 0.5}, {2, 0.3}, {4, 0.2}});
   j.duration = Ms(Clamp(rng.LogNormal(kHour, 1.0), 300, kDay));
   return {j};
 }
 
 // Best-effort work for policy grids: 1-8 H100 GPUs on one node, first to be preempted.
 Arrival DrawScavenger(Random& rng, const Layout& l) {
-  JobOut j;
-  j.queue = PickTeam(rng, l);
+  JobOut j = OnOneNode(rng, l, {{1, 0.4}, {2, 0.25}, {4, 0.2}, {8, 0.15}});
   j.tier = "best-effort";
-  j.gpus = PickOf<int>(rng, {{1, 0.4}, {2, 0.25}, {4, 0.2}, {8, 0.15}});
-  j.gpu_models = {"H100-80GB"};
-  j.vram_gb = Tenth(rng.Uniform(20, 70));
-  j.cpus = 12 * j.gpus;
-  j.memory_gb = 128 * j.gpus;
-  j.topology = "node";
-  j.checkpoint_s = DrawCheckpoint(rng, l);
-  j.grace_s = 30;
   j.duration = Ms(Clamp(rng.LogNormal(2 * kHour, 1.0), 600, 2 * kDay));
   return {j};
 }

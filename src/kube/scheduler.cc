@@ -1082,6 +1082,7 @@ void Driver::SyncJobs() {
           job.preemptions = rec.preemptions;
           job.pods.clear();
         } else {
+          log::Info("kubernetes: job ended", {{"job", JobName(job)}});
           sched_->Finish(job.id, now, true);
           Forget(job);
         }
@@ -1267,12 +1268,14 @@ void Driver::Decide() {
         // A gang's pods bound in one pass, worker i to its node (the Writer sends them;
         // a binding that fails comes back as a result, and the gang's other pods go).
         std::vector<std::string> bound;
+        std::string nodes;
         for (size_t i = 0; i < rec.alloc.size() && i < job.pods.size(); ++i) {
           auto p = pods_.find(job.pods[i]);
           if (p == pods_.end()) continue;
-          Bind(p->second, view_.cluster.node(rec.alloc[i].node).name,
-               ClaimWrites(p->second, rec.alloc[i]));
+          const std::string& node = view_.cluster.node(rec.alloc[i].node).name;
+          Bind(p->second, node, ClaimWrites(p->second, rec.alloc[i]));
           bound.push_back(job.pods[i]);
+          nodes += (nodes.empty() ? "" : ",") + node;
         }
         if (rec.preemptions == 0 && rec.run_total == 0) {  // its first start: how long it waited
           wait_[rec.spec.queue.v * core::kTierCount + static_cast<size_t>(rec.asked_tier)].Observe(
@@ -1282,6 +1285,8 @@ void Driver::Decide() {
         if (job.first_start < 0) job.first_start = now;
         job.run_start = now;
         job.pods = bound;
+        log::Info("kubernetes: bound",
+                  {{"job", job.key}, {"pods", std::to_string(bound.size())}, {"nodes", nodes}});
         break;
       }
       case core::Decision::Kind::kPreempt: {

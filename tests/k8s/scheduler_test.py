@@ -131,6 +131,27 @@ class Cluster:
     def kubectl_apply(self, *objs):
         self.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objs))
 
+    def diagnose(self):
+        """What a failed case leaves behind, printed (CI keeps only the output): the pods,
+        gantryd's jobs, and the tails of gantryd's and kwok's logs."""
+        try:
+            for p in self.pods():
+                st = p.get("status") or {}
+                print(f"    pod {p['metadata']['name']}: phase={st.get('phase')} "
+                      f"node={(p.get('spec') or {}).get('nodeName')} "
+                      f"deleting={'deletionTimestamp' in p['metadata']} msg={scheduled_message(p)!r}")
+            if self.proc is not None and self.proc.poll() is None:
+                print("    gantry ls:", self.gantry("ls", "--all")[1].replace("\n", "\n      "))
+        except Exception as e:  # noqa: BLE001 - diagnosis is best effort
+            print(f"    (diagnosis: {e})")
+        for name in ([os.path.basename(self.proc.log_path)] if self.proc is not None else []) + ["kwok.log"]:
+            try:
+                with open(os.path.join(self.dir, "logs", name)) as f:
+                    lines = f.readlines()[-25:]
+                print(f"    last lines of {name}:\n      " + "\n      ".join(brief(x) for x in lines))
+            except OSError:
+                pass
+
     def pods(self, selector=None):
         params = {"labelSelector": selector} if selector else None
         return k8s_util.Api.list_all(self.api, "/api/v1/namespaces/default/pods", params)
@@ -139,6 +160,15 @@ class Cluster:
         for kind in ("deployments", "jobs", "pods", "podgroups", "poddisruptionbudgets"):
             self.kubectl("delete", kind, "--all", "--wait=false", "--grace-period=0", check=False)
         wait_for("the namespace empty", lambda: not self.pods(), 60)
+
+
+def brief(line):
+    """A log line, short: kwok's JSON lines as time, message, pod and node."""
+    try:
+        j = json.loads(line)
+        return " ".join(str(j.get(k, "")) for k in ("time", "msg", "pod", "node", "err"))
+    except ValueError:
+        return line.rstrip()[:300]
 
 
 def wait_for(what, cond, timeout, interval=0.1):
@@ -793,6 +823,7 @@ def main():
             except Exception as e:  # noqa: BLE001 - a failed case is reported, the others run
                 failed += 1
                 print(f"FAIL: {case.__name__}: {e}", flush=True)
+                c.diagnose()
             try:
                 c.clean()
             except Exception as e:  # noqa: BLE001

@@ -264,6 +264,7 @@ void Scheduler::Release(JobId id) {
   AddUsage(job.spec, job.alloc, job.units, -1);
   job.alloc.clear();
   job.units = 0;
+  job.released = 0;
   freed_since_pass_ = true;
 }
 
@@ -359,6 +360,40 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   // A requeued job keeps its place in line: it is ordered by its original submit.
   AddPending(id);
   if (!budgets_.empty()) budget_check_.push_back(id);
+}
+
+void Scheduler::ReleaseWorkers(JobId id, const std::vector<size_t>& gone, Ticks now) {
+  JobRecord& job = Rec(id);
+  Require(job.phase == Phase::kRunning || job.phase == Phase::kSignaled,
+          "Scheduler::ReleaseWorkers: the job is not running");
+  Require(!gone.empty() && gone.size() < job.alloc.size() &&
+              std::is_sorted(gone.begin(), gone.end()) &&
+              std::adjacent_find(gone.begin(), gone.end()) == gone.end() &&
+              gone.back() < job.alloc.size(),
+          "Scheduler::ReleaseWorkers: not some of the job's workers, in order, one left");
+  BudgetRun(id, now, -1);
+  AddUsage(job.spec, job.alloc, job.units, -1);
+  Allocation kept;
+  kept.reserve(job.alloc.size() - gone.size());
+  GpuUnits units = 0;
+  size_t g = 0;
+  for (size_t i = 0; i < job.alloc.size(); ++i) {
+    const WorkerAlloc& w = job.alloc[i];
+    if (g < gone.size() && gone[g] == i) {
+      ++g;
+      ledger_.Release(w);
+      continue;
+    }
+    units += job.spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
+    kept.push_back(w);
+  }
+  job.alloc = std::move(kept);
+  job.units = units;
+  job.released += static_cast<int>(gone.size());
+  AddUsage(job.spec, job.alloc, job.units, 1);
+  BudgetRun(id, now, 1);
+  Stamp(running_pos_[id.v]);  // policies that keep what they read of it read it again
+  freed_since_pass_ = true;
 }
 
 std::vector<JobId> Scheduler::SetNodeUp(NodeId node, bool up) {
@@ -605,11 +640,12 @@ void Scheduler::Preempt(JobId victim, JobId by, std::string reason, Ticks now) {
 
 void Scheduler::Audit() const {
   ledger_.Audit();
-  // Gangs all or nothing: every running job holds all its workers, each where the ledger
-  // says something is held.
+  // Gangs all or nothing: every running job holds all its workers (but those released
+  // while the rest runs on), each where the ledger says something is held.
   for (const JobId id : running_) {
     const JobRecord& job = Rec(id);
-    Require(job.alloc.size() == static_cast<size_t>(job.spec.replicas),
+    Require(!job.alloc.empty() && job.alloc.size() + static_cast<size_t>(job.released) ==
+                                      static_cast<size_t>(job.spec.replicas),
             "Scheduler::Audit: a running gang holds fewer or more workers than it has");
     for (const WorkerAlloc& w : job.alloc) {
       if (w.sharing != Sharing::kExclusive) {

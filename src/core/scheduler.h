@@ -176,6 +176,7 @@ struct JobRecord {
   Ticks run_total = 0;      // run time of ended runs
   Ticks progress_kept = 0;  // checkpointed progress of ended runs (as the core reckons it)
   int preemptions = 0;      // times this job was preempted
+  int released = 0;         // workers of this run let go while the rest runs on (ReleaseWorkers)
   int victims_pending = 0;  // signaled victims still holding the capacity this job needs
   Ticks expected_end = -1;  // while running: ExpectedEnd as of its start or signal
   Tier asked_tier = Tier::kStandard;  // spec.tier as submitted; spec.tier is best-effort
@@ -234,6 +235,12 @@ class Scheduler {
   void Finish(JobId job, Ticks now, bool completed = false);
   // The job goes back to pending (preemption released after grace, node failure).
   void Requeue(JobId job, Ticks now);
+  // Some workers of a running gang ended while the others run on (under Kubernetes a pod
+  // of a gang that succeeded or failed: its GPUs are free, as they are to the kubelet):
+  // the workers at `gone` (indices into the job's alloc, ascending) release what they
+  // hold, the others keep their order, and the queue's usage and budget follow. At least
+  // one worker stays (the last one's end is Finish). O(workers).
+  void ReleaseWorkers(JobId job, const std::vector<size_t>& gone, Ticks now);
   // Marks a node up or down. Going down returns the jobs with a worker on it, which
   // the driver must Requeue (their holdings stay until then).
   std::vector<JobId> SetNodeUp(NodeId node, bool up);
@@ -259,6 +266,10 @@ class Scheduler {
   // too: every replay (golden logs, property tests) checks that no decision reads one.
   bool Forget(JobId id);
   const Ledger& ledger() const { return ledger_; }
+  // Checks the ledger's totals against its GPUs and that every running gang holds its
+  // workers where the ledger says so; throws InvariantBroken otherwise. O(GPUs + running
+  // workers); a pass runs it every AuditEvery() passes.
+  void Audit() const;
   // The cluster's fragmented GPUs under the task mix learned from submitted jobs (FGD,
   // fragmentation.h): free GPU capacity of up nodes that the expected work could not
   // use, in GPUs; 0 before any job was submitted. O(nodes) after a ledger change, else
@@ -549,7 +560,6 @@ class Scheduler {
   // workers) stays a small part of the passes between at any size (every 12,500 passes it
   // cost the 1M replay at 100,000 GPUs 13%, ~60 ms an audit).
   uint64_t AuditEvery() const { return std::max<uint64_t>(1024, cluster_.gpu_count()); }
-  void Audit() const;
   static constexpr size_t kHistory = 32;
   std::vector<std::vector<Ticks>> history_;  // per queue: last completed run totals (ring)
   std::vector<size_t> history_next_;

@@ -1076,6 +1076,22 @@ void Driver::SyncJobs() {
           }
         }
       }
+      if (running && bound_alive && rec.phase == core::Phase::kRunning && !job.lone) {
+        // A pod of the gang that ended (succeeded, failed, deleted) while the others run on
+        // frees its GPUs, as its kubelet frees them; one whose claims still hold devices
+        // waits until they are released.
+        std::vector<size_t> gone;
+        for (size_t i = 0; i < job.pods.size() && i < rec.alloc.size(); ++i) {
+          auto p = pods_.find(job.pods[i]);
+          const bool ended = p == pods_.end() || p->second.terminal();
+          if (ended && !reserved_.contains(job.pods[i])) gone.push_back(i);
+        }
+        if (!gone.empty() && gone.size() < rec.alloc.size() &&
+            job.pods.size() == rec.alloc.size()) {
+          sched_->ReleaseWorkers(job.id, gone, now);
+          for (size_t k = gone.size(); k-- > 0;) job.pods.erase(job.pods.begin() + gone[k]);
+        }
+      }
       if (running && !bound_alive) {
         if (rec.phase == core::Phase::kSignaled && !job.lone) {
           sched_->Requeue(job.id, now);  // the gang waits for its pods to come back
@@ -1172,7 +1188,8 @@ void Driver::SyncJobs() {
       for (const PodInfo* p : bound) Evict(*p, 0, "its gang was found partly bound");
       continue;
     }
-    if (static_cast<int>(live.size()) < want) {
+    // A running gang some of whose pods already ended is adopted as it runs now.
+    if (bound.empty() && static_cast<int>(live.size()) < want) {
       refuse("gang of " + std::to_string(want) + " pods: " + std::to_string(live.size()) +
              " exist so far");
       continue;

@@ -140,6 +140,42 @@ TEST_F(SchedulerTest, NodeFailureReturnsItsJobsAndRequeueKeepsTheirPlace) {
   EXPECT_EQ(sched_.job(b).phase, Phase::kRunning);
 }
 
+TEST_F(SchedulerTest, WorkersThatEndEarlyFreeTheirGpusWhileTheRestRunsOn) {
+  // A gang of two whole nodes; one worker ends (a Kubernetes pod that succeeded): its node
+  // is free for the next job while the other worker keeps its node and the job runs on.
+  JobId gang = sched_.Submit(Job("gang", 2, 8), 0);
+  sched_.Schedule(0);
+  ASSERT_EQ(sched_.job(gang).phase, Phase::kRunning);
+  JobId next = sched_.Submit(Job("next", 1, 8), 1 * kS);
+  sched_.Schedule(1 * kS);
+  EXPECT_EQ(sched_.job(next).phase, Phase::kPending);
+  const WorkerAlloc stays = sched_.job(gang).alloc[1];
+  EXPECT_EQ(sched_.queue_usage(*queues_.Find("b")), 16 * kGpuUnits);
+  sched_.ReleaseWorkers(gang, {0}, 2 * kS);
+  EXPECT_EQ(sched_.job(gang).phase, Phase::kRunning);
+  ASSERT_EQ(sched_.job(gang).alloc.size(), 1u);
+  EXPECT_EQ(sched_.job(gang).alloc[0].node, stays.node);
+  EXPECT_EQ(sched_.job(gang).units, 8 * kGpuUnits);
+  EXPECT_EQ(sched_.queue_usage(*queues_.Find("b")), 8 * kGpuUnits);
+  sched_.Audit();  // the gang holds all its workers but the one released
+  sched_.Schedule(2 * kS);
+  ASSERT_EQ(sched_.job(next).phase, Phase::kRunning);
+  EXPECT_NE(sched_.job(next).alloc[0].node, stays.node);
+  sched_.Audit();
+  // Its next run (after a requeue) is the whole gang again.
+  sched_.Requeue(gang, 3 * kS);
+  EXPECT_EQ(sched_.queue_usage(*queues_.Find("b")), 8 * kGpuUnits);
+  sched_.Finish(next, 4 * kS, true);
+  sched_.Schedule(4 * kS);
+  ASSERT_EQ(sched_.job(gang).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(gang).alloc.size(), 2u);
+  sched_.Audit();
+  // Not all of them, nor a worker it does not have.
+  EXPECT_THROW(sched_.ReleaseWorkers(gang, {0, 1}, 5 * kS), InvariantBroken);
+  EXPECT_THROW(sched_.ReleaseWorkers(gang, {2}, 5 * kS), InvariantBroken);
+  EXPECT_EQ(sched_.job(gang).alloc.size(), 2u);
+}
+
 TEST_F(SchedulerTest, PassesWithoutReleasesOnlyLookAtNewArrivals) {
   sched_.Submit(Job("a", 2, 8), 0);  // fills the cluster
   JobId w = sched_.Submit(Job("w", 1, 1), 0);

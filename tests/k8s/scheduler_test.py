@@ -305,6 +305,42 @@ def case_interleaved_gangs_side_by_side(c):
     check_allocatable(c)
 
 
+def case_gang_pod_ending_early_frees_its_node(c):
+    """A pod of a running gang that succeeds frees its GPUs while the others run on (as the
+    kubelet frees them); a rebuild of the node list (a node joins) keeps the rest held."""
+    early = [pod(f"early-{i}", 8, group="early", complete_after="3s" if i == 0 else None) for i in range(3)]
+    c.kubectl_apply(group("early", 3), *early)
+    wait_for("the first gang bound", lambda: len(bound(c.pods("test=yes"))) == 3, 20)
+    c.kubectl_apply(group("after", 2), *[pod(f"after-{i}", 8, group="after") for i in range(2)])
+
+    def after_bound():
+        return len(bound([p for p in c.pods("test=yes") if p["metadata"]["name"].startswith("after")])) == 2
+    t0 = time.time()
+    wait_for("the second gang bound into the node early-0 left", after_bound, 20)
+    ps = {p["metadata"]["name"]: p for p in c.pods("test=yes")}
+    assert ps["early-0"]["status"]["phase"] == "Succeeded", ps["early-0"]["status"]
+    running = {ps[n]["spec"]["nodeName"] for n in ("early-1", "early-2")}
+    assert all(ps[n]["status"]["phase"] == "Running" for n in ("early-1", "early-2"))
+    after_nodes = {ps[n]["spec"]["nodeName"] for n in ("after-0", "after-1")}
+    assert not running & after_nodes and len(after_nodes) == 2, (running, after_nodes)
+    print(f"    gang 'after' bound {time.time() - t0:.1f} s after it was created, on {sorted(after_nodes)}; "
+          f"early-1 and early-2 run on")
+    # A fifth node: the node list is rebuilt and the running gangs adopted again, early's
+    # two pods as they run now. One whole-node pod fits (on the new node), a second waits.
+    subprocess.run([CLUSTER, "nodes", c.dir, "5"], check=True, capture_output=True)
+    try:
+        c.kubectl_apply(pod("late-0", 8), pod("late-1", 8))
+        wait_for("one late pod bound", lambda: any(p["metadata"]["name"].startswith("late")
+                                                    for p in bound(c.pods("test=yes"))), 20)
+        time.sleep(2)
+        late = [p for p in bound(c.pods("test=yes")) if p["metadata"]["name"].startswith("late")]
+        assert [p["spec"]["nodeName"] for p in late] == ["kwok-node-4"], [p["spec"]["nodeName"] for p in late]
+        check_allocatable(c)
+    finally:
+        c.clean()
+        c.kubectl("delete", "node", "kwok-node-4", check=False)
+
+
 def case_wait_reason_in_describe(c):
     """A pod that does not fit now waits Pending, and kubectl describe says why."""
     c.kubectl_apply(group("big", 5), *[pod(f"big-{i}", 8, group="big") for i in range(5)])
@@ -792,6 +828,7 @@ CASES = [
     case_dra_claims,
     case_gantry_cli_reads_jobs_and_queues,
     case_interleaved_gangs_side_by_side,
+    case_gang_pod_ending_early_frees_its_node,
 ]
 
 

@@ -21,7 +21,7 @@ void Consolidator::Index(const Scheduler& s, Ticks now) {
   const PolicyParams& p = s.params();
   for (JobId id : s.running()) {
     const JobRecord& r = s.job(id);
-    if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.alloc.size() != 1 ||
+    if (r.phase != Phase::kRunning || r.spec.tier == Tier::kCritical || r.spec.replicas != 1 ||
         r.shielded)
       continue;
     // Not within min_run_before_repreempt of its start (else a job moved for another

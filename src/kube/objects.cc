@@ -34,6 +34,7 @@ std::vector<std::string> Tokens(std::string_view text) {
 // Requests of one container (requests, else limits, as the API server defaults them).
 struct Req {
   int64_t gpus = 0, cpus = 0, mem = 0;
+  int64_t shared = 0;  // nvidia.com/gpu.shared
   std::map<std::string, int64_t> mig;
 };
 
@@ -62,6 +63,8 @@ bool AddResources(const json& resources, Req& r, std::string& problem) {
       r.mem += *q;
     else if (k == kGpuResource)
       r.gpus += *q;
+    else if (k == kSharedGpuResource)
+      r.shared += *q;
     else if (k.rfind(kMigResourcePrefix, 0) == 0)
       r.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] += *q;
   }
@@ -70,6 +73,7 @@ bool AddResources(const json& resources, Req& r, std::string& problem) {
 
 Req Max(Req a, const Req& b) {
   a.gpus = std::max(a.gpus, b.gpus);
+  a.shared = std::max(a.shared, b.shared);
   a.cpus = std::max(a.cpus, b.cpus);
   a.mem = std::max(a.mem, b.mem);
   for (const auto& [k, v] : b.mig) a.mig[k] = std::max(a.mig[k], v);
@@ -77,6 +81,7 @@ Req Max(Req a, const Req& b) {
 }
 Req Sum(Req a, const Req& b) {
   a.gpus += b.gpus;
+  a.shared += b.shared;
   a.cpus += b.cpus;
   a.mem += b.mem;
   for (const auto& [k, v] : b.mig) a.mig[k] += v;
@@ -210,7 +215,7 @@ NodeInfo ParseNode(const json& obj) {
       n.memory_bytes = *q;
     else if (k == "pods")
       n.pods = *q;
-    else if (k == kGpuResource)
+    else if (k == kGpuResource || (k == kSharedGpuResource && *q > 0))
       n.gpus = static_cast<int>(std::min<int64_t>(*q, 1 << 20));
     else if (k.rfind(kMigResourcePrefix, 0) == 0 && *q > 0)
       n.mig[k.substr(std::char_traits<char>::length(kMigResourcePrefix))] = *q;
@@ -228,6 +233,37 @@ NodeInfo ParseNode(const json& obj) {
       n.gpus = 0;
       n.mig_single = true;
     }
+  }
+  // Shared GPUs: GPU feature discovery's sharing labels (a node labelled with replicas
+  // but no strategy is time-sliced, as before the strategy label existed).
+  const bool renamed = alloc.contains(kSharedGpuResource);
+  auto label = [&](const char* key) {
+    auto it = n.labels.find(key);
+    return it == n.labels.end() ? std::string() : it->second;
+  };
+  const std::string strategy = label("nvidia.com/gpu.sharing-strategy");
+  const std::string replicas = label("nvidia.com/gpu.replicas");
+  if (!replicas.empty() && n.gpus > 0 && n.mig.empty()) {
+    char* end = nullptr;
+    const long r = std::strtol(replicas.c_str(), &end, 10);
+    if (end == replicas.c_str() || *end != '\0' || r < 1 || r > 1000) {
+      n.problem = "label nvidia.com/gpu.replicas: \"" + replicas + "\" is not a number of replicas";
+    } else if (r > 1) {
+      if (n.gpus % r != 0) {
+        n.problem = "advertises " + std::to_string(n.gpus) + " " +
+                    (renamed ? kSharedGpuResource : kGpuResource) + ", not a multiple of its " +
+                    std::to_string(r) + " replicas per GPU";
+      } else {
+        n.sharing = strategy == "mps" ? core::Sharing::kMps : core::Sharing::kTimeslice;
+        n.replicas = static_cast<int>(r);
+        n.renamed = renamed;
+        n.gpus /= n.replicas;
+      }
+    }
+  }
+  if (renamed && n.sharing == core::Sharing::kExclusive && n.problem.empty()) {
+    n.problem = std::string("advertises ") + kSharedGpuResource +
+                " without the labels nvidia.com/gpu.replicas and nvidia.com/gpu.sharing-strategy";
   }
   if (n.gpus > core::kMaxGpusPerNode) {
     n.problem = "advertises " + std::to_string(n.gpus) + " nvidia.com/gpu; at most " +
@@ -404,6 +440,11 @@ PodInfo ParsePod(const json& obj) {
   }
   if (!problem.empty() && p.problem.empty()) p.problem = problem;
   p.gpus = total.gpus;
+  if (total.shared > 0) {
+    if (total.gpus > 0) p.problem = "asks for nvidia.com/gpu and nvidia.com/gpu.shared at once";
+    p.gpus = total.shared;
+    p.shared = true;
+  }
   p.cpus_milli = total.cpus;
   p.memory_bytes = total.mem;
   for (const auto& [profile, n] : total.mig) {
@@ -479,15 +520,19 @@ std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& 
   }
   auto product = node.labels.find("nvidia.com/gpu.product");
   if (product == node.labels.end()) return std::nullopt;
+  // A node whose GPUs are shared names them <product>-SHARED (GPU feature discovery,
+  // without renameByDefault).
+  std::string_view name = product->second;
+  if (name.ends_with("-SHARED")) name.remove_suffix(7);
   // A single-strategy MIG node names the profile after the product, and its memory label
   // gives the instance's memory, not the GPU's.
-  const size_t mig_at = product->second.find(kMigProductInfix);
+  const size_t mig_at = name.find(kMigProductInfix);
   int64_t mib = 0;
   if (auto m = node.labels.find("nvidia.com/gpu.memory");
       m != node.labels.end() && mig_at == std::string::npos) {
     mib = std::strtoll(m->second.c_str(), nullptr, 10);
   }
-  return ModelOfProduct(std::string_view(product->second).substr(0, mig_at), mib, catalog);
+  return ModelOfProduct(name.substr(0, mig_at), mib, catalog);
 }
 
 std::optional<core::ModelId> ModelOfProduct(std::string_view product, int64_t mib,
@@ -557,6 +602,9 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     std::string mig;  // the profile of MIG GPUs; empty: whole GPUs; "*": DRA's, any
     bool single;
     bool dra;
+    core::Sharing shared;  // shared GPUs' strategy (kExclusive: not shared)
+    int replicas;          // per shared GPU
+    bool renamed;          // nvidia.com/gpu.shared
     int domains;
     int64_t cpus, mem;
     std::vector<bool> allowed;
@@ -580,10 +628,17 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     Usage used;
     if (auto it = foreign.find(n->name); it != foreign.end()) used = it->second;
     Shape s;
-    s.gpus = static_cast<int>(std::max<int64_t>(0, n->gpus - used.gpus));
+    // Shared GPUs: what other schedulers' pods hold is in replicas; the GPUs whose
+    // replicas are not all free are taken off (the device plugin, not Gantry, picks which
+    // GPU a replica is on).
+    s.gpus = static_cast<int>(
+        std::max<int64_t>(0, (int64_t{n->gpus} * n->replicas - used.gpus) / n->replicas));
     s.model = UINT32_MAX;
     s.single = false;
     s.dra = false;
+    s.shared = n->sharing;
+    s.replicas = n->replicas;
+    s.renamed = n->renamed;
     s.domains = 1;
     if (!n->dra.problem.empty()) view.skipped.push_back(n->name + ": " + n->dra.problem);
     if (!n->dra.gpus.empty() && (n->gpus > 0 || !n->mig.empty())) {
@@ -646,6 +701,9 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
       s.mig.clear();
       s.single = false;
       s.dra = false;
+      s.shared = core::Sharing::kExclusive;
+      s.replicas = 1;
+      s.renamed = false;
       s.domains = 1;
     }
     s.cpus = std::max<int64_t>(0, n->cpus_milli - used.cpus_milli);
@@ -669,8 +727,12 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" +
                                    std::to_string(shape.gpus)
                              : std::string("cpu")) +
-             (shape.mig.empty() || shape.dra ? "" : "-mig-" + shape.mig) + "-" +
-             std::to_string(pools.size());
+             (shape.mig.empty() || shape.dra ? "" : "-mig-" + shape.mig) +
+             (shape.shared == core::Sharing::kExclusive
+                  ? ""
+                  : std::string(shape.shared == core::Sharing::kMps ? "-mps" : "-ts") +
+                        std::to_string(shape.replicas)) +
+             "-" + std::to_string(pools.size());
     p.count = static_cast<int>(members.size());
     p.gpus = shape.gpus;
     if (shape.gpus > 0) p.model = core::ModelId(shape.model);
@@ -681,7 +743,9 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
       view.devices.push_back(PoolDevices{"", false, true});
     } else {
       if (!shape.mig.empty()) p.sharing = core::Bit(core::Sharing::kMig);
-      view.devices.push_back(PoolDevices{shape.mig, shape.single, false});
+      if (shape.shared != core::Sharing::kExclusive) p.sharing |= core::Bit(shape.shared);
+      view.devices.push_back(
+          PoolDevices{shape.mig, shape.single, false, shape.shared, shape.replicas, shape.renamed});
     }
     p.cpus_milli = shape.cpus;
     p.memory_bytes = shape.mem;
@@ -823,8 +887,9 @@ Result<core::JobSpec> JobOf(const std::vector<const PodInfo*>& pods,
 std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& view,
                                       const core::Catalog& catalog, core::JobSpec& job) {
   if (pod.gpus == 0 && pod.mig_profile.empty()) return std::nullopt;  // CPU only: any node
-  std::vector<core::PoolId> whole, mig, single;
+  std::vector<core::PoolId> whole, mig, single, shared;
   std::set<std::string> single_profiles;
+  std::set<std::pair<core::Sharing, int>> shared_kinds;
   bool whole_gpus = false;
   for (core::PoolId p : job.pools) {
     const PoolDevices& d = view.devices[p.v];
@@ -832,6 +897,11 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
     if (d.dra) {
       (pod.mig_profile.empty() ? whole : mig).push_back(p);
       whole_gpus = true;
+    } else if (pod.shared != d.renamed) {
+      continue;  // nvidia.com/gpu.shared is only on shared GPUs renamed so, and only it is
+    } else if (d.shared != core::Sharing::kExclusive) {
+      shared.push_back(p);
+      shared_kinds.emplace(d.shared, d.replicas);
     } else if (d.mig_profile.empty()) {
       whole.push_back(p);
       whole_gpus |= view.cluster.pool(p).spec.gpus > 0;
@@ -841,6 +911,30 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
     } else if (d.mig_profile == pod.mig_profile) {
       mig.push_back(p);
     }
+  }
+  // Shared GPUs: asked by name (nvidia.com/gpu.shared), or nvidia.com/gpu where the
+  // selection allows nothing else; a whole GPU is never a replica unasked.
+  if (pod.mig_profile.empty() &&
+      (pod.shared || (!whole_gpus && single.empty() && !shared.empty()))) {
+    if (shared.empty()) {
+      return std::string("no node its selection allows offers ") + kSharedGpuResource +
+             " (shared GPUs: labels nvidia.com/gpu.replicas and nvidia.com/gpu.sharing-strategy)";
+    }
+    if (shared_kinds.size() > 1) {
+      return "its node selection allows shared GPUs of several kinds (strategy or replicas "
+             "differ): select one, e.g. with the node selector nvidia.com/gpu.replicas";
+    }
+    const auto [mode, replicas] = *shared_kinds.begin();
+    if (pod.gpus > 1) {
+      return "asks for " + std::to_string(pod.gpus) +
+             " replicas of shared GPUs; Gantry places one replica per pod (more replicas of a "
+             "shared GPU are not more of it)";
+    }
+    job.pools = std::move(shared);
+    job.sharing = mode;
+    job.gpus = 0;
+    job.share_milli = 1000 / replicas;
+    return std::nullopt;
   }
   std::string profile = pod.mig_profile;
   if (!profile.empty()) {

@@ -26,6 +26,9 @@ namespace gantry::kube {
 // The GPU resource of NVIDIA's device plugin, and its MIG resources' prefix.
 inline constexpr const char* kGpuResource = "nvidia.com/gpu";
 inline constexpr const char* kMigResourcePrefix = "nvidia.com/mig-";
+// The device plugin's shared GPUs under a time-slicing or MPS config with renameByDefault:
+// each is one replica of a GPU (without the rename they are nvidia.com/gpu).
+inline constexpr const char* kSharedGpuResource = "nvidia.com/gpu.shared";
 // GPU feature discovery's product label on a single-strategy MIG node: <product>-MIG-<profile>.
 inline constexpr const char* kMigProductInfix = "-MIG-";
 // scheduler-plugins' coscheduling: the pod label naming its PodGroup.
@@ -59,8 +62,16 @@ struct NodeInfo {
   // nvidia.com/gpu.product (`gpus` is then 0 and `mig_single` true).
   std::map<std::string, int64_t> mig;
   bool mig_single = false;
-  NodeGpus dra;         // its GPUs published through Dynamic Resource Allocation (kube/dra.h)
-  std::string problem;  // why it cannot be used, if so
+  // GPUs the device plugin shares (GPU feature discovery's nvidia.com/gpu.sharing-strategy
+  // time-slicing or mps, nvidia.com/gpu.replicas R): each GPU is R replicas, advertised as
+  // nvidia.com/gpu or, renamed, nvidia.com/gpu.shared. `gpus` is then the physical GPUs
+  // (allocatable / R), `sharing` kTimeslice or kMps and `replicas` R; kExclusive and 1
+  // otherwise.
+  core::Sharing sharing = core::Sharing::kExclusive;
+  int replicas = 1;
+  bool renamed = false;  // its shared GPUs are nvidia.com/gpu.shared
+  NodeGpus dra;          // its GPUs published through Dynamic Resource Allocation (kube/dra.h)
+  std::string problem;   // why it cannot be used, if so
   // Every field is one the scheduler reads: a node that compares equal needs no rebuild.
   bool operator==(const NodeInfo&) const = default;
 };
@@ -101,6 +112,7 @@ struct PodInfo {
   // Effective requests (containers, init and sidecar containers, overhead).
   int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
   std::string mig_profile;  // nvidia.com/mig-<profile>: 1 (more per pod is refused)
+  bool shared = false;      // its `gpus` are nvidia.com/gpu.shared: replicas of shared GPUs
   // spec.resourceClaims: the ResourceClaim each names (from a template: the one made for
   // the pod, empty until it is). The scheduler resolves them into gpus or mig_profile,
   // and into the node selection (`selection.dra`).
@@ -171,6 +183,11 @@ struct PoolDevices {
   // Dynamic Resource Allocation: GPUs of gpu.nvidia.com, and MIG devices at the core's
   // placements where the node publishes them (the pool's sharing then includes MIG).
   bool dra = false;
+  // Shared GPUs (NodeInfo::sharing): each of the pool's GPUs is `replicas` replicas, one
+  // per pod, time-sliced or under MPS; kExclusive: not shared.
+  core::Sharing shared = core::Sharing::kExclusive;
+  int replicas = 1;
+  bool renamed = false;  // pods ask nvidia.com/gpu.shared for them (else nvidia.com/gpu)
 };
 
 struct ClusterView {

@@ -420,6 +420,8 @@ class Driver {
   void SyncJobs();
   void Decide();
   int SelectionIndex(const NodeSelection& sel);
+  bool PlaceShare(const core::Allocation& alloc, const core::JobSpec& spec, const core::Node& n,
+                  core::WorkerAlloc& w) const;
   bool PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec& spec,
                         const core::Node& n, core::WorkerAlloc& w) const;
   Result<core::Allocation> AllocOf(const std::vector<const PodInfo*>& bound,
@@ -694,6 +696,13 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
       alloc.push_back(w);
       continue;
     }
+    if (spec.sharing == core::Sharing::kTimeslice || spec.sharing == core::Sharing::kMps) {
+      if (!PlaceShare(alloc, spec, n, w))
+        return Error{"share",
+                     "node " + p->node_name + " has fewer free replicas than its pods hold"};
+      alloc.push_back(w);
+      continue;
+    }
     if (spec.sharing == core::Sharing::kMig) {
       if (!PlaceMigInstance(alloc, spec, n, w))
         return Error{"mig", "node " + p->node_name + " has fewer free " + spec.mig_profile +
@@ -746,6 +755,35 @@ bool Driver::PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec
     w.gpu = static_cast<int8_t>(g);
     w.mig_profile = static_cast<int8_t>(idx);
     w.mig_start = static_cast<int8_t>(start);
+    return true;
+  }
+  return false;
+}
+
+// A shared worker's replica on node `n` for adoption: the first GPU with the share (and
+// VRAM) left beside what the ledger holds and the replicas `alloc` took already (which
+// GPU the device plugin gave it is not known; the count per node is what matters).
+bool Driver::PlaceShare(const core::Allocation& alloc, const core::JobSpec& spec,
+                        const core::Node& n, core::WorkerAlloc& w) const {
+  const core::Catalog& catalog = view_.cluster.catalog();
+  std::vector<core::GpuState> gpus(static_cast<size_t>(n.gpus));
+  for (int g = 0; g < n.gpus; ++g)
+    gpus[static_cast<size_t>(g)] =
+        sched_->ledger().gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(g)));
+  for (const core::WorkerAlloc& other : alloc) {
+    if (other.node == w.node) core::Ledger::TakeGpus(gpus.data(), other, catalog, n.model);
+  }
+  const int64_t memory = catalog.model(n.model).memory_bytes;
+  for (int g = 0; g < n.gpus; ++g) {
+    const core::GpuState& s = gpus[static_cast<size_t>(g)];
+    const bool room = s.mode == core::GpuMode::kFree ||
+                      (s.mode == core::GpuMode::kShared && s.share_mode == spec.sharing &&
+                       s.share_used + spec.share_milli <= core::kShareScale &&
+                       s.vram_used + spec.vram_bytes <= memory);
+    if (!room) continue;
+    w.gpu = static_cast<int8_t>(g);
+    w.share_milli = static_cast<int16_t>(spec.share_milli);
+    w.vram_bytes = spec.vram_bytes;
     return true;
   }
   return false;

@@ -131,9 +131,9 @@ class Cluster:
     def kubectl_apply(self, *objs):
         self.kubectl("apply", "-f", "-", stdin="\n---\n".join(json.dumps(o) for o in objs))
 
-    def diagnose(self):
-        """What a failed case leaves behind, printed (CI keeps only the output): the pods,
-        gantryd's jobs, and the tails of gantryd's and kwok's logs."""
+    def snapshot(self):
+        """The pods (phase, node, wait message) and gantryd's jobs, printed where a wait
+        times out (CI keeps only the output; a case's cleanup deletes the pods)."""
         try:
             for p in self.pods():
                 st = p.get("status") or {}
@@ -143,7 +143,10 @@ class Cluster:
             if self.proc is not None and self.proc.poll() is None:
                 print("    gantry ls:", self.gantry("ls", "--all")[1].replace("\n", "\n      "))
         except Exception as e:  # noqa: BLE001 - diagnosis is best effort
-            print(f"    (diagnosis: {e})")
+            print(f"    (snapshot: {e})")
+
+    def log_tails(self):
+        """The last lines of gantryd's and kwok's logs, printed after a failed case."""
         for name in ([os.path.basename(self.proc.log_path)] if self.proc is not None else []) + ["kwok.log"]:
             try:
                 with open(os.path.join(self.dir, "logs", name)) as f:
@@ -171,6 +174,9 @@ def brief(line):
         return line.rstrip()[:300]
 
 
+SNAPSHOT = None  # the Cluster whose pods a timed-out wait prints (main sets it)
+
+
 def wait_for(what, cond, timeout, interval=0.1):
     deadline = time.time() + timeout
     while True:
@@ -178,6 +184,11 @@ def wait_for(what, cond, timeout, interval=0.1):
         if v:
             return v
         if time.time() > deadline:
+            global SNAPSHOT
+            snap, SNAPSHOT = SNAPSHOT, None  # once: the snapshot itself waits for gantryd's port
+            if snap is not None:
+                snap.snapshot()
+                SNAPSHOT = snap
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(interval)
 
@@ -621,6 +632,62 @@ def case_mig_devices(c):
             c.kubectl("delete", "node", n, check=False)
 
 
+def case_shared_gpus(c):
+    """GPUs the device plugin shares (time-slicing, and MPS renamed to nvidia.com/gpu.shared):
+    one replica per pod, as many as the node has and no more, also after a restart; a pod
+    asking a whole GPU never gets a replica."""
+    kwok_node(c, "ts-node", "NVIDIA-A100-SXM4-40GB-SHARED", {"nvidia.com/gpu": "16"},
+              {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
+               "nvidia.com/gpu.count": "4"})
+    kwok_node(c, "mps-node", "NVIDIA-A100-SXM4-40GB", {"nvidia.com/gpu.shared": "8"},
+              {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.sharing-strategy": "mps",
+               "nvidia.com/gpu.count": "4"})
+    try:
+        ts = [mig_pod(f"ts-{i:02}", "nvidia.com/gpu", {"nvidia.com/gpu.sharing-strategy": "time-slicing"})
+              for i in range(17)]
+        mps = [mig_pod(f"mps-{i}", "nvidia.com/gpu.shared") for i in range(9)]
+        c.kubectl_apply(*ts, *mps, mig_pod("whole", "nvidia.com/gpu"))
+
+        def placed():
+            ps = c.pods("test=yes")
+            on = {}
+            for p in bound(ps):
+                on.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+            waiting = {p["metadata"]["name"]: scheduled_message(p) for p in ps if not p["spec"].get("nodeName")}
+            return on, waiting
+
+        def settled():
+            on, waiting = placed()
+            return (on, waiting) if len(on.get("ts-node", [])) == 16 and len(on.get("mps-node", [])) == 8 \
+                and len(waiting) == 2 and all(waiting.values()) and "whole" not in waiting else None
+        try:
+            on, waiting = wait_for("16 + 8 replicas bound, 2 waiting with a reason", settled, 20)
+        except AssertionError:
+            raise AssertionError(f"placed: {placed()}")
+        assert all(n.startswith("ts-") for n in on["ts-node"]), on
+        assert all(n.startswith("mps-") for n in on["mps-node"]), on
+        whole_on = [n for n, ps in on.items() if "whole" in ps]
+        assert whole_on and whole_on[0].startswith("kwok-node-"), on
+        print(f"    bound: 16 on ts-node, 8 on mps-node, 'whole' on {whole_on[0]}; waiting: {waiting}")
+        check_allocatable(c)
+        # a restart adopts the replicas: still no more bound than the nodes have
+        c.stop_gantryd()
+        c.start_gantryd()
+        time.sleep(3)
+        on, waiting = placed()
+        assert len(on["ts-node"]) == 16 and len(on["mps-node"]) == 8 and len(waiting) == 2, (on, waiting)
+        check_allocatable(c)
+        # one ends: the time-sliced pod waiting takes its replica
+        c.kubectl("delete", "pod", on["ts-node"][0], "--grace-period=0", "--force")
+        wait_for("the waiting time-sliced pod bound", lambda: len(placed()[0].get("ts-node", [])) == 16
+                 and all(not n.startswith("ts-") for n in placed()[1]), 15)
+        check_allocatable(c)
+    finally:
+        c.clean()
+        for n in ("ts-node", "mps-node"):
+            c.kubectl("delete", "node", n, check=False)
+
+
 DRA_DRIVER = "gpu.nvidia.com"
 
 
@@ -825,6 +892,7 @@ CASES = [
     case_two_replicas_elect_a_leader,
     case_cordoned_and_not_ready_nodes,
     case_mig_devices,
+    case_shared_gpus,
     case_dra_claims,
     case_gantry_cli_reads_jobs_and_queues,
     case_interleaved_gangs_side_by_side,
@@ -843,6 +911,8 @@ def main():
     passed = failed = 0
     try:
         c.start()
+        global SNAPSHOT
+        SNAPSHOT = c
         for case in CASES:
             if args.k not in case.__name__:
                 continue
@@ -860,7 +930,7 @@ def main():
             except Exception as e:  # noqa: BLE001 - a failed case is reported, the others run
                 failed += 1
                 print(f"FAIL: {case.__name__}: {e}", flush=True)
-                c.diagnose()
+                c.log_tails()
             try:
                 c.clean()
             except Exception as e:  # noqa: BLE001

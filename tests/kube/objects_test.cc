@@ -270,6 +270,120 @@ TEST(KubeMig, NodesSplitIntoOneProfileArePoolsOfMigGpus) {
   EXPECT_NE(why->find("nvidia.com/mig-2g.20gb"), std::string::npos) << *why;
 }
 
+json SharedNode(const std::string& name, int replicas, const std::string& strategy, int advertised,
+                bool renamed = false) {
+  json node = Node(name, advertised, "NVIDIA-A100-SXM4-40GB-SHARED");
+  if (renamed) {
+    node["status"]["allocatable"].erase("nvidia.com/gpu");
+    node["status"]["allocatable"]["nvidia.com/gpu.shared"] = std::to_string(advertised);
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-40GB";
+  }
+  node["metadata"]["labels"]["nvidia.com/gpu.replicas"] = std::to_string(replicas);
+  if (!strategy.empty()) node["metadata"]["labels"]["nvidia.com/gpu.sharing-strategy"] = strategy;
+  return node;
+}
+
+TEST(KubeShared, TimeSlicedAndMpsNodesArePoolsOfSharedGpus) {
+  const spec::ClusterConfig config = Config();
+  std::vector<NodeInfo> infos = {
+      ParseNode(SharedNode("ts", 4, "time-slicing", 32)),   // 8 GPUs of 4 replicas
+      ParseNode(SharedNode("old", 2, "", 16)),              // no strategy label: time-sliced
+      ParseNode(SharedNode("mps", 2, "mps", 8, true)),      // renamed: nvidia.com/gpu.shared
+      ParseNode(SharedNode("odd", 4, "time-slicing", 30)),  // not whole GPUs
+      ParseNode(SharedNode("bad", 0, "time-slicing", 8)),   // no replicas
+      ParseNode(SharedNode("one", 1, "none", 8)),           // replicas 1: whole GPUs
+      ParseNode(Node("w1", 8, "NVIDIA-A100-SXM4-40GB"))};
+  EXPECT_EQ(infos[0].sharing, core::Sharing::kTimeslice);
+  EXPECT_EQ(infos[0].replicas, 4);
+  EXPECT_EQ(infos[0].gpus, 8);
+  EXPECT_EQ(infos[1].sharing, core::Sharing::kTimeslice);
+  EXPECT_EQ(infos[1].gpus, 8);
+  EXPECT_EQ(infos[2].sharing, core::Sharing::kMps);
+  EXPECT_EQ(infos[2].gpus, 4);
+  EXPECT_NE(infos[3].problem.find("not a multiple of its 4 replicas"), std::string::npos)
+      << infos[3].problem;
+  EXPECT_NE(infos[4].problem.find("nvidia.com/gpu.replicas"), std::string::npos)
+      << infos[4].problem;
+  EXPECT_EQ(infos[5].sharing, core::Sharing::kExclusive);
+  EXPECT_EQ(infos[5].gpus, 8);
+  const core::Catalog& catalog = config.cluster.catalog();
+  ASSERT_TRUE(ModelOf(infos[0], catalog).has_value()) << "the -SHARED product is still an A100";
+  EXPECT_EQ(catalog.model(*ModelOf(infos[0], catalog)).name, "A100-40GB");
+
+  std::vector<const NodeInfo*> nodes = {&infos[0], &infos[1], &infos[2], &infos[6]};
+  // another scheduler's pods hold 5 replicas of ts: two of its GPUs are taken off
+  std::map<std::string, Usage> foreign;
+  foreign["ts"].gpus = 5;
+  NodeSelection any, ts4, sliced;
+  ts4.node_selector = {{"nvidia.com/gpu.replicas", "4"}};
+  sliced.node_selector = {{"nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB-SHARED"}};
+  auto view = BuildCluster(nodes, {any, ts4, sliced}, config, foreign);
+  ASSERT_TRUE(view.ok()) << view.error().ToString();
+  const core::Cluster& c = view->cluster;
+  auto pool_of = [&](const std::string& node) { return c.node(*c.FindNode(node)).pool; };
+  EXPECT_EQ(c.node(*c.FindNode("ts")).gpus, 6);
+  EXPECT_EQ(view->devices[pool_of("ts").v].shared, core::Sharing::kTimeslice);
+  EXPECT_EQ(view->devices[pool_of("ts").v].replicas, 4);
+  EXPECT_TRUE(c.pool(pool_of("ts")).spec.sharing & core::Bit(core::Sharing::kTimeslice));
+  EXPECT_TRUE(c.pool(pool_of("mps")).spec.sharing & core::Bit(core::Sharing::kMps));
+  EXPECT_EQ(view->devices[pool_of("w1").v].shared, core::Sharing::kExclusive);
+
+  // nvidia.com/gpu: 1 with whole GPUs in its selection is a whole GPU, never a replica.
+  PodInfo one = ParsePod(Pod("one", {{"limits", {{"nvidia.com/gpu", "1"}}}}));
+  auto job = JobOf({&one}, config);
+  job->pools = view->pools_of[0];
+  EXPECT_EQ(FitDevices(one, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->pools, std::vector<core::PoolId>{pool_of("w1")});
+  EXPECT_EQ(job->sharing, core::Sharing::kExclusive);
+  // Selecting only the 4-replica nodes, it is a quarter of a GPU, time-sliced.
+  job = JobOf({&one}, config);
+  job->pools = view->pools_of[1];
+  EXPECT_EQ(FitDevices(one, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->pools, std::vector<core::PoolId>{pool_of("ts")});
+  EXPECT_EQ(job->sharing, core::Sharing::kTimeslice);
+  EXPECT_EQ(job->gpus, 0);
+  EXPECT_EQ(job->share_milli, 250);
+  // Shared GPUs of two kinds (4 and 2 replicas) in its selection: it must say which.
+  job = JobOf({&one}, config);
+  job->pools = view->pools_of[2];
+  auto why = FitDevices(one, *view, c.catalog(), *job);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("several kinds"), std::string::npos) << *why;
+  // nvidia.com/gpu.shared goes to the renamed shared GPUs only (MPS here), and
+  // nvidia.com/gpu never does.
+  PodInfo shared = ParsePod(Pod("s", {{"limits", {{"nvidia.com/gpu.shared", "1"}}}}));
+  EXPECT_TRUE(shared.shared);
+  EXPECT_EQ(shared.gpus, 1);
+  job = JobOf({&shared}, config);
+  job->pools = view->pools_of[0];
+  EXPECT_EQ(FitDevices(shared, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->pools, std::vector<core::PoolId>{pool_of("mps")});
+  job = JobOf({&one}, config);
+  job->pools = {pool_of("mps")};
+  EXPECT_TRUE(FitDevices(one, *view, c.catalog(), *job).has_value() || job->pools.empty());
+  job = JobOf({&shared}, config);
+  job->pools = {pool_of("mps"), pool_of("w1")};
+  EXPECT_EQ(FitDevices(shared, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->pools, std::vector<core::PoolId>{pool_of("mps")});
+  EXPECT_EQ(job->sharing, core::Sharing::kMps);
+  EXPECT_EQ(job->share_milli, 500);
+  job = JobOf({&shared}, config);
+  job->pools = {pool_of("w1")};
+  why = FitDevices(shared, *view, c.catalog(), *job);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("nvidia.com/gpu.shared"), std::string::npos) << *why;
+  // More than one replica is refused: they are not more of the GPU.
+  PodInfo two = ParsePod(Pod("two", {{"limits", {{"nvidia.com/gpu", "2"}}}}));
+  job = JobOf({&two}, config);
+  job->pools = view->pools_of[1];
+  why = FitDevices(two, *view, c.catalog(), *job);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("one replica per pod"), std::string::npos) << *why;
+  PodInfo both = ParsePod(
+      Pod("both", {{"limits", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpu.shared", "1"}}}}));
+  EXPECT_FALSE(both.problem.empty());
+}
+
 TEST(KubeJob, QueueTierAnnotationsAndGrace) {
   const spec::ClusterConfig config = Config();
   PodInfo p =

@@ -80,13 +80,21 @@ Scheduler::Scheduler(const Cluster& cluster, const QueueTree& queues,
 }
 
 Scheduler::Shape Scheduler::ShapeOf(const JobSpec& s) {
-  return Shape{s.sharing,      s.tier == Tier::kCritical,
-               s.topology,     s.replicas,
-               s.gpus,         s.share_milli,
-               s.models,       0,
-               s.vram_bytes,   s.cpus_milli,
-               s.memory_bytes, s.mig_profile,
-               s.pool,         s.pools};
+  return Shape{s.sharing,
+               s.tier == Tier::kCritical,
+               s.topology,
+               s.replicas,
+               s.min_replicas,
+               s.gpus,
+               s.share_milli,
+               s.models,
+               0,
+               s.vram_bytes,
+               s.cpus_milli,
+               s.memory_bytes,
+               s.mig_profile,
+               s.pool,
+               s.pools};
 }
 
 Scheduler::Shape Scheduler::FitClassOf(const JobSpec& s, const Catalog& catalog) {
@@ -143,6 +151,10 @@ Ticks Scheduler::Estimate(JobId id) const {
 Ticks Scheduler::ExpectedEnd(JobId id) const {
   const JobRecord& job = Rec(id);
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
+  const auto size = static_cast<Ticks>(job.alloc.size());
+  if (job.spec.elastic() && size > 0 && size < job.spec.replicas) {  // slower below its size
+    return job.last_start + (Remaining(id) * job.spec.replicas + size - 1) / size;
+  }
   return job.last_start + Remaining(id);
 }
 
@@ -265,6 +277,7 @@ void Scheduler::Release(JobId id) {
   job.alloc.clear();
   job.units = 0;
   job.released = 0;
+  if (job.spec.elastic()) elastic_.erase(id);
   freed_since_pass_ = true;
 }
 
@@ -516,18 +529,29 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
   if (cache && KnownNotToFit(id, shape_context_)) {
     return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(no_room_text_[job.fit_class]));
   }
-  if (!placer_.Place(spec, fit, scratch_)) {
+  const bool placed = placer_.Place(spec, fit, scratch_) ||
+                      (spec.elastic() &&
+                       PlaceLargest(spec, fit, spec.min_replicas, spec.replicas - 1, scratch_) > 0);
+  if (!placed) {
     if (no_room_text_.size() <= job.fit_class) no_room_text_.resize(class_ids_.size());
     std::string& text = no_room_text_[job.fit_class];
-    if (text.empty())
+    if (text.empty() && spec.elastic()) {
+      JobSpec least = spec;
+      least.replicas = spec.min_replicas;
+      text = "capacity: no room now for " + Placer::Describe(least, cluster_.catalog()) +
+             " (its least size)";
+    } else if (text.empty()) {
       text = "capacity: no room now for " + Placer::Describe(spec, cluster_.catalog());
+    }
     if (cache) {
       if (failed_shapes_.size() <= slot) failed_shapes_.resize(class_ids_.size() * kShapeContexts);
       failed_shapes_[slot] = pass_;
     }
     return fail(WaitReason::Of(WaitCause::kCapacity), std::as_const(text));
   }
-  Require(scratch_.size() == static_cast<size_t>(spec.replicas),
+  Require(scratch_.size() == static_cast<size_t>(spec.replicas) ||
+              (spec.elastic() && scratch_.size() >= static_cast<size_t>(spec.min_replicas) &&
+               scratch_.size() < static_cast<size_t>(spec.replicas)),
           "Scheduler: a gang placed with fewer or more workers than it has");
   GpuUnits units = 0;
   for (const WorkerAlloc& w : scratch_) {
@@ -540,6 +564,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
   }
   job.alloc.swap(scratch_);
   scratch_.clear();
+  job.fit = fit;
   Begin(id, now, units);
   decisions_.push_back(Decision{Decision::Kind::kStart, id, JobId(), {}});
   if (wait) *wait = WaitReason{};
@@ -574,6 +599,8 @@ void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
   running_stamp_.push_back(0);
   Stamp(static_cast<uint32_t>(running_.size() - 1));
   job.units = units;
+  job.released = job.spec.replicas - static_cast<int>(job.alloc.size());
+  if (job.spec.elastic()) elastic_.insert(id);
   AddUsage(job.spec, job.alloc, units, 1);
   BudgetRun(id, now, 1);
   job.phase = Phase::kRunning;
@@ -667,6 +694,8 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
     decisions_.push_back(Decision{Decision::Kind::kReject, id, JobId(), std::move(why)});
   }
   rejects_.clear();
+  pass_wakeup_ = kForever;
+  ShrinkElastic(now);  // frees GPUs for this pass
   // Without a release, a node coming up or a window opening, capacity only shrank since
   // the last pass, so jobs that waited then still wait: try only the new arrivals.
   const bool budgets_changed = UpdateBudgets(now);
@@ -695,18 +724,153 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
     next_wakeup_ = kForever;
     last_full_pass_ = now;
   }
-  pass_wakeup_ = kForever;
   if (pass_ % AuditEvery() == 0) Audit();
   ++pass_;  // empties the shape cache
   DecayUsage(now);
   policy_->Schedule(*this, now, full);
   shape_context_ = 0;
+  GrowElastic(now);
   next_wakeup_ = std::min({next_wakeup_, pass_wakeup_, BudgetWakeup(now)});
   // The owed full pass: any wakeup waits for it, and it sets them anew.
   if (full_pass_owed_) next_wakeup_ = last_full_pass_ + interval;
   freed_since_pass_ = false;
   arrived_.clear();
   return decisions_;
+}
+
+// ---------------------------------------------------------------- elastic jobs
+
+int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out) {
+  JobSpec s = spec;
+  int best = 0;
+  while (lo <= hi) {
+    const int mid = lo + (hi - lo) / 2;
+    s.replicas = mid;
+    out.clear();
+    if (placer_.Place(s, fit, out)) {
+      ledger_.Release(out);  // tried only: the largest is placed at the end
+      best = mid;
+      lo = mid + 1;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  out.clear();
+  if (best == 0) return 0;
+  s.replicas = best;
+  Require(placer_.Place(s, fit, out), "Scheduler: an elastic size that fitted no longer does");
+  return best;
+}
+
+bool Scheduler::WorkWaitsForRoom() const {
+  for (const PendingKey& k : pending_) {
+    switch (Rec(k.id).wait.cause) {
+      case WaitCause::kNotYetPlaced:
+      case WaitCause::kCapacity:
+      case WaitCause::kReservation:
+      case WaitCause::kPreemption:
+        return true;
+      default:
+        break;
+    }
+  }
+  return false;
+}
+
+void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
+  JobRecord& job = Rec(id);
+  const Ticks ran = now - job.last_start;
+  job.run_total += ran;
+  const Ticks ckpt = job.spec.checkpoint;
+  // Progress is reckoned in time at the job's full size: a run at k of n workers does k/n.
+  if (ckpt > 0)
+    job.progress_kept +=
+        ran / ckpt * ckpt * static_cast<Ticks>(job.alloc.size()) / job.spec.replicas;
+  BudgetRun(id, now, -1);
+  AddUsage(job.spec, job.alloc, job.units, -1);
+  job.alloc = std::move(alloc);
+  job.units = units;
+  job.released = job.spec.replicas - static_cast<int>(job.alloc.size());
+  AddUsage(job.spec, job.alloc, job.units, 1);
+  BudgetRun(id, now, 1);
+  job.last_start = now;
+  SetExpectedEnd(id, ExpectedEnd(id));
+  Stamp(running_pos_[id.v]);
+  decisions_.push_back(Decision{Decision::Kind::kResize, id, JobId(), {}});
+}
+
+namespace {
+// Whether `job`'s run is at a checkpoint now: a whole number (at least one) of checkpoint
+// intervals since it began; the next one otherwise.
+bool AtCheckpoint(const JobRecord& job, Ticks now) {
+  const Ticks ran = now - job.last_start, ckpt = job.spec.checkpoint;
+  return ckpt > 0 && ran > 0 && ran % ckpt == 0;
+}
+Ticks NextCheckpoint(const JobRecord& job, Ticks now) {
+  const Ticks ckpt = job.spec.checkpoint;
+  return job.last_start + ((now - job.last_start) / ckpt + 1) * ckpt;
+}
+}  // namespace
+
+void Scheduler::ShrinkElastic(Ticks now) {
+  if (elastic_.empty()) return;
+  const bool waits = WorkWaitsForRoom();
+  for (const JobId id : elastic_) {
+    JobRecord& job = Rec(id);
+    const auto least = static_cast<size_t>(job.spec.min_replicas);
+    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || job.alloc.size() <= least ||
+        !waits)
+      continue;
+    if (!AtCheckpoint(job, now)) {
+      pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
+      continue;
+    }
+    Allocation keep(job.alloc.begin(), job.alloc.begin() + static_cast<std::ptrdiff_t>(least));
+    GpuUnits units = 0;
+    for (size_t i = 0; i < job.alloc.size(); ++i) {
+      const WorkerAlloc& w = job.alloc[i];
+      if (i >= least) {
+        ledger_.Release(w);
+      } else {
+        units += job.spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
+      }
+    }
+    Resize(id, std::move(keep), units, now);
+    freed_since_pass_ = true;
+  }
+}
+
+void Scheduler::GrowElastic(Ticks now) {
+  if (elastic_.empty() || WorkWaitsForRoom()) return;
+  for (const JobId id : elastic_) {
+    JobRecord& job = Rec(id);
+    const int size = static_cast<int>(job.alloc.size());
+    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || size >= job.spec.replicas)
+      continue;
+    if (!AtCheckpoint(job, now)) {
+      pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
+      continue;
+    }
+    // Placed anew at the largest size that fits where it is and what is free (a resize is a
+    // restart from the checkpoint, so workers may move); else it keeps what it holds.
+    const Allocation old = job.alloc;
+    ledger_.Release(old);
+    Allocation grown;
+    GpuUnits units = 0;
+    if (PlaceLargest(job.spec, job.fit, size + 1, job.spec.replicas, grown) > 0) {
+      for (const WorkerAlloc& w : grown)
+        units += job.spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
+      if (BurstBlocker(job.spec.queue, units - job.units)) {  // growth counts against burst
+        ledger_.Release(grown);
+        grown.clear();
+      }
+    }
+    if (grown.empty()) {
+      for (const WorkerAlloc& w : old) ledger_.Allocate(w);
+      continue;
+    }
+    Resize(id, std::move(grown), units, now);
+  }
 }
 
 // ---------------------------------------------------------------- budgets

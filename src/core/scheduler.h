@@ -176,7 +176,8 @@ struct JobRecord {
   Ticks run_total = 0;      // run time of ended runs
   Ticks progress_kept = 0;  // checkpointed progress of ended runs (as the core reckons it)
   int preemptions = 0;      // times this job was preempted
-  int released = 0;         // workers of this run let go while the rest runs on (ReleaseWorkers)
+  int released = 0;         // workers of the gang this run is without: let go while the rest runs
+                            // on (ReleaseWorkers), or an elastic job's below its replicas
   int victims_pending = 0;  // signaled victims still holding the capacity this job needs
   Ticks expected_end = -1;  // while running: ExpectedEnd as of its start or signal
   Tier asked_tier = Tier::kStandard;  // spec.tier as submitted; spec.tier is best-effort
@@ -188,10 +189,14 @@ struct JobRecord {
   // The driver says it may not be preempted now (under Kubernetes: a PodDisruptionBudget
   // allows no disruption of its pods); policies then choose other victims.
   bool shielded = false;
+  Fit fit = Fit::kBest;  // how it was placed at its start (an elastic job grows so)
 };
 
 struct Decision {
-  enum class Kind : uint8_t { kStart, kPreempt, kReject, kWait };
+  // kResize: an elastic job runs on at a new size from now (job.alloc): a restart from
+  // its checkpoint at that size (Scheduler::Schedule grows and shrinks them only at
+  // checkpoints, so nothing is lost); it is never a start, preemption or requeue.
+  enum class Kind : uint8_t { kStart, kPreempt, kReject, kWait, kResize };
   Kind kind = Kind::kWait;
   JobId job;
   JobId by;                             // kPreempt: the job the victim makes room for
@@ -338,7 +343,7 @@ class Scheduler {
     Sharing sharing;
     bool critical;
     Topology topology;
-    int replicas, gpus, share_milli;
+    int replicas, min_replicas, gpus, share_milli;
     ModelMask models, vram_fits;  // vram_fits: fit classes only (FitClassOf)
     int64_t vram_bytes, cpus_milli, memory_bytes;
     std::string mig_profile;
@@ -469,6 +474,22 @@ class Scheduler {
   // A pending job whose `alloc` is held in the ledger starts running at `now`.
   void Begin(JobId id, Ticks now, GpuUnits units);
   void Release(JobId id);
+  // Elastic jobs (JobSpec::min_replicas). PlaceLargest: the largest size in [lo, hi] of
+  // `spec` that fits now, placed into `out` (0 and nothing placed when none does); sizes
+  // that fit are taken to be closed downward, so it costs log2(hi - lo + 2) + 1 placements.
+  int PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out);
+  // At a checkpoint of its run (a whole number of checkpoints since it began, so a resize
+  // loses nothing), an elastic job shrinks to min_replicas while work waits for room
+  // (before the policy's pass, which then sees the GPUs), and grows as far as it fits and
+  // its queue's burst allows while none waits (after the pass). Both set a wakeup at the
+  // job's next checkpoint while they may act then.
+  void ShrinkElastic(Ticks now);
+  void GrowElastic(Ticks now);
+  bool WorkWaitsForRoom() const;  // a pending job waits for capacity (not a limit or window)
+  // The job runs on from now holding `alloc` (already in the ledger; the old one released
+  // by the caller): the run so far ends at a checkpoint, kept as progress at its old size.
+  void Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now);
+  std::set<JobId> elastic_;  // running elastic jobs
   // When a running job is expected to release its holdings (from the estimate now).
   Ticks ExpectedEnd(JobId id) const;
   void SetExpectedEnd(JobId id, Ticks end);  // -1: not running

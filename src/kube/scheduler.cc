@@ -1371,6 +1371,8 @@ void Driver::Decide() {
             SetWaiting(p->second, d.reason);
         }
         break;
+      case core::Decision::Kind::kResize:  // no elastic jobs in this mode (JobOf)
+        break;
     }
   }
 }

@@ -52,6 +52,8 @@ void Controller::Pass(Ticks now) {
       case core::Decision::Kind::kWait:
         log_.Wait(now, job.name, d.reason, d.at);
         break;
+      case core::Decision::Kind::kResize:  // elastic jobs are refused at submit here
+        Fatal("the core resized job " + job.name + ", but gantryd runs no elastic jobs");
     }
   }
   dirty_ = false;

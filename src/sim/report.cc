@@ -174,6 +174,7 @@ void Report::Write(std::ostream& out) const {
       starts_ ? 100.0 * static_cast<double>(preemptions_) / static_cast<double>(starts_) : 0.0;
   j["preemptions"] = preemptions_;
   j["requeues"] = requeues_;
+  if (resizes_ > 0) j["resizes"] = resizes_;
   j["starts"] = starts_;
   j["lost_gpu_hours"] = GpuHours(lost_);
   j["lost_gpu_hours_by_cause"] = by_cause(lost_by_cause_);

@@ -55,6 +55,7 @@ class Report {
     ++by_queue_[queue.v].preemptions;
   }
   void Requeued() { ++requeues_; }
+  void Resized() { ++resizes_; }
   // Jobs still pending or running when the run ended (nothing left could change them).
   void Unfinished(size_t n) { unfinished_ = n; }
   // Why a run ended early; work since the last checkpoint is lost.
@@ -128,6 +129,7 @@ class Report {
   std::vector<std::pair<std::string, std::string>> rejected_jobs_;  // job, why
   std::vector<std::pair<std::string, double>> idle_by_cause_;       // cause, mean GPUs
   size_t starts_ = 0, preemptions_ = 0, requeues_ = 0, events_ = 0, unfinished_ = 0;
+  size_t resizes_ = 0;  // elastic jobs' (written only where there were some)
   core::Ticks first_submit_ = -1, last_finish_ = -1;
   core::Ticks last_submit_ = -1;
   double ratio_at_last_arrival_ = 0;

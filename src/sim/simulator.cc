@@ -168,7 +168,6 @@ void Simulator::Pass(Ticks now) {
     SimJob& s = jobs_[d.job.v];
     switch (d.kind) {
       case core::Decision::Kind::kStart: {
-        s.run_start = now;
         log_.Start(now, Name(d.job), job.alloc);
         report_.Started(job.spec.tier, job.spec.queue, now - job.submit,
                         job.first_start == now && s.run == 0);
@@ -176,19 +175,18 @@ void Simulator::Pass(Ticks now) {
           pending_critical_[job.spec.queue.v] -= std::exchange(s.critical_pending, 0);
           if (s.in_guarantee) report_.CriticalInGuaranteeStarted(now - job.submit);
         }
-        timeline_.RunStarted(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units);
         Waits(d.job, now, std::nullopt);
-        const Ticks finish = now + (s.duration - s.progress);
-        Push(finish, Kind::kFinish, d.job.v, s.run);
-        // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
-        const Ticks reclaim_after =
-            core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
-        if (s.idle_after >= 0 && reclaim_after > 0) {
-          const Ticks idle_at = now + std::max<Ticks>(0, s.idle_after - s.progress);
-          if (idle_at + reclaim_after < finish) {
-            Push(idle_at + reclaim_after, Kind::kReclaim, d.job.v, s.run);
-          }
-        }
+        BeginRun(d.job, now);
+        break;
+      }
+      case core::Decision::Kind::kResize: {
+        // The run so far ends at a checkpoint (nothing lost) and the next begins at the
+        // new size.
+        const size_t from = s.run_alloc.size();
+        EndRun(d.job, now, Report::Cause::kPreempt, /*resize=*/true);
+        log_.Resize(now, Name(d.job), from, job.alloc);
+        report_.Resized();
+        BeginRun(d.job, now);
         break;
       }
       case core::Decision::Kind::kPreempt:
@@ -216,11 +214,34 @@ void Simulator::Pass(Ticks now) {
   }
 }
 
+void Simulator::BeginRun(JobId id, Ticks now) {
+  const core::JobRecord& job = sched_.job(id);
+  SimJob& s = jobs_[id.v];
+  s.run_start = now;
+  s.run_units = job.units;
+  timeline_.RunStarted(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units);
+  Ticks finish = now + (s.duration - s.progress);
+  if (job.spec.elastic()) {  // at k of n workers it goes k/n as fast
+    s.run_alloc = job.alloc;
+    const auto k = static_cast<int64_t>(job.alloc.size());
+    finish = now + (s.duration * job.spec.replicas - s.work + k - 1) / k;
+  }
+  Push(finish, Kind::kFinish, id.v, s.run);
+  // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
+  const Ticks reclaim_after =
+      core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
+  if (s.idle_after >= 0 && reclaim_after > 0) {
+    const Ticks idle_at = now + std::max<Ticks>(0, s.idle_after - s.progress);
+    if (idle_at + reclaim_after < finish)
+      Push(idle_at + reclaim_after, Kind::kReclaim, id.v, s.run);
+  }
+}
+
 void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
   const core::Cluster& cluster = config_.cluster;
   const core::JobRecord& job = sched_.job(id);
   const SimJob& s = jobs_[id.v];
-  for (const core::WorkerAlloc& w : job.alloc) {
+  for (const core::WorkerAlloc& w : job.spec.elastic() ? s.run_alloc : job.alloc) {
     const core::ModelId model = cluster.node(w.node).model;
     if (!model.valid()) continue;  // a CPU node
     const core::GpuUnits units = job.spec.WorkerUnits(cluster.catalog(), model);
@@ -240,19 +261,24 @@ void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
   }
 }
 
-void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause) {
+void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause, bool resize) {
   const core::JobRecord& job = sched_.job(id);
   SimJob& s = jobs_[id.v];
   const Ticks run_time = now - s.run_start;
   const Ticks ckpt = job.spec.checkpoint;
   const Ticks kept = ckpt > 0 ? run_time / ckpt * ckpt : 0;
   const Ticks progress = s.progress;
-  s.progress += kept;
-  report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, now, run_time - kept,
+  if (job.spec.elastic()) {
+    s.work += kept * static_cast<int64_t>(s.run_alloc.size());
+    s.progress = s.work / job.spec.replicas;
+  } else {
+    s.progress += kept;
+  }
+  report_.RunEnded(job.spec.queue, job.spec.tier, s.run_units, s.run_start, now, run_time - kept,
                    cause);
   ModelUsage(id, s.run_start, now, progress);
-  timeline_.RunEnded(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units,
-                     run_time - kept, EndingOf(cause));
+  timeline_.RunEnded(now, job.spec.tier, job.spec.queue, job.spec.sharing, s.run_units,
+                     run_time - kept, resize ? Timeline::Ending::kFinished : EndingOf(cause));
   ++s.run;
 }
 
@@ -265,10 +291,10 @@ void Simulator::Handle(const Event& e) {
       SimJob& s = jobs_[id.v];
       if (s.run != e.run) return;  // that run already ended
       const core::JobRecord& job = sched_.job(id);
-      report_.RunEnded(job.spec.queue, job.spec.tier, job.units, s.run_start, t, 0,
+      report_.RunEnded(job.spec.queue, job.spec.tier, s.run_units, s.run_start, t, 0,
                        Report::Cause::kPreempt);
       ModelUsage(id, s.run_start, t, s.progress);
-      timeline_.RunEnded(t, job.spec.tier, job.spec.queue, job.spec.sharing, job.units, 0,
+      timeline_.RunEnded(t, job.spec.tier, job.spec.queue, job.spec.sharing, s.run_units, 0,
                          Timeline::Ending::kFinished);
       s.progress = s.duration;
       ++s.run;

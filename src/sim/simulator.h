@@ -80,8 +80,14 @@ class Simulator {
     core::Ticks idle_after = -1;
     double util = -1;  // observed usage (trace util, vram_used_gb); -1: unknown
     int64_t vram_used = 0;
-    core::Ticks progress = 0;  // kept across runs (checkpoints)
+    core::Ticks progress = 0;  // kept across runs (checkpoints), in time at its full size
     core::Ticks run_start = 0;
+    core::GpuUnits run_units = 0;  // what the run holds
+    // Elastic jobs: work done in worker-ticks (a run of k workers does k per tick; the job
+    // needs duration x replicas), and the run's workers (the core's are the next run's
+    // once it resizes).
+    int64_t work = 0;
+    core::Allocation run_alloc;
     uint32_t run = 0;  // bumped when a run ends; stale events carry an old value
     core::GpuUnits critical_pending =
         0;                      // critical, not started yet: its units in pending_critical_
@@ -97,7 +103,10 @@ class Simulator {
   void Pass(core::Ticks now);
   // Ends the current run of a job that goes back to pending (preempt, requeue) or away
   // (reclaim): keeps checkpointed progress, accounts lost work. Returns run time.
-  void EndRun(core::JobId id, core::Ticks now, Report::Cause cause);
+  // A resize's run ends at a checkpoint: nothing is lost and it is not a preemption.
+  void EndRun(core::JobId id, core::Ticks now, Report::Cause cause, bool resize = false);
+  // A run starts now on what the core's record holds: its finish (and reclaim) events.
+  void BeginRun(core::JobId id, core::Ticks now);
   // Reports the GPU units x time of a run ending now, per GPU model its workers held.
   // With observed usage, also what the workers kept busy (up to idle_after of run time,
   // counted from `progress` at the run's start) and what right-sizing would have freed.

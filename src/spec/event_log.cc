@@ -70,6 +70,20 @@ void EventLog::Submit(core::Ticks t, std::string_view job) {
 void EventLog::Start(core::Ticks t, std::string_view job, const core::Allocation& alloc) {
   Head(t, "start");
   Field("job", job);
+  Alloc(alloc);
+  End();
+}
+
+void EventLog::Resize(core::Ticks t, std::string_view job, size_t from,
+                      const core::Allocation& alloc) {
+  Head(t, "resize");
+  Field("job", job);
+  out_ << ",\"from\":" << from << ",\"size\":" << alloc.size();
+  Alloc(alloc);
+  End();
+}
+
+void EventLog::Alloc(const core::Allocation& alloc) {
   out_ << ",\"alloc\":[";
   for (size_t i = 0; i < alloc.size(); ++i) {
     const core::WorkerAlloc& w = alloc[i];
@@ -106,7 +120,6 @@ void EventLog::Start(core::Ticks t, std::string_view job, const core::Allocation
     out_ << '}';
   }
   out_ << ']';
-  End();
 }
 
 void EventLog::Preempt(core::Ticks t, std::string_view job, std::string_view by,

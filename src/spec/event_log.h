@@ -21,6 +21,9 @@ class EventLog {
 
   void Submit(core::Ticks t, std::string_view job);
   void Start(core::Ticks t, std::string_view job, const core::Allocation& alloc);
+  // An elastic job runs on from `from` workers at alloc.size(), on `alloc`, from now (its
+  // run so far ended at a checkpoint).
+  void Resize(core::Ticks t, std::string_view job, size_t from, const core::Allocation& alloc);
   // Written when the victim's GPUs are released; `signaled` is when it was told.
   void Preempt(core::Ticks t, std::string_view job, std::string_view by, std::string_view reason,
                core::Ticks signaled);
@@ -39,6 +42,7 @@ class EventLog {
               double budget_gpu_hours);
 
  private:
+  void Alloc(const core::Allocation& alloc);  // ,"alloc":[...]
   void Head(core::Ticks t, std::string_view type);
   void Field(std::string_view key, std::string_view value);
   // {"t","type","job", key: text}

@@ -120,6 +120,7 @@ class JobDecoder {
                                                                  "queue",
                                                                  "tier",
                                                                  "replicas",
+                                                                 "min_replicas",
                                                                  "gpus",
                                                                  "mig",
                                                                  "sharing",
@@ -151,6 +152,7 @@ class JobDecoder {
                                                                   "queue",
                                                                   "tier",
                                                                   "replicas",
+                                                                  "min_replicas",
                                                                   "gpus",
                                                                   "mig",
                                                                   "sharing",
@@ -198,6 +200,21 @@ class JobDecoder {
                                          std::to_string(job.replicas) + ")");
       } else {
         job.workers_per_node = static_cast<int>(*w);
+      }
+    }
+    if (auto m = f.Integer("min_replicas", 1, kMaxReplicas)) {
+      if (*m > job.replicas) {
+        f.Report("min_replicas", "must be at most replicas (" + std::to_string(job.replicas) + ")");
+      } else if (job.sharing != core::Sharing::kExclusive) {
+        f.Report("min_replicas", "MIG and shared-GPU jobs are not elastic");
+      } else if (job.workers_per_node > 0) {
+        f.Report("min_replicas", "an elastic job cannot also fix workers_per_node");
+      } else if (mode == Mode::kSpec && *m < job.replicas) {
+        f.Report("min_replicas",
+                 "elastic jobs run in gantry sim only so far: gantryd starts a gang at its "
+                 "replicas (leave min_replicas out)");
+      } else if (*m < job.replicas) {
+        job.min_replicas = static_cast<int>(*m);
       }
     }
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))

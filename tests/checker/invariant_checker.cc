@@ -387,6 +387,7 @@ struct Job {
   std::string queue;
   std::string tier = "standard";
   int replicas = 1;
+  int min_replicas = 0;  // elastic: runs with min_replicas..replicas workers (0: rigid)
   Kind kind = Kind::kWhole;
   int whole_gpus = 0;
   std::string mig;
@@ -442,6 +443,8 @@ std::vector<Job> LoadTrace(const std::string& path) {
     job.queue = JsonString(j, "queue", "", ctx);
     job.tier = JsonString(j, "tier", "standard", ctx);
     job.replicas = static_cast<int>(JsonNumber(j, "replicas", 1, ctx));
+    job.min_replicas = static_cast<int>(JsonNumber(j, "min_replicas", 0, ctx));
+    if (job.min_replicas >= job.replicas) job.min_replicas = 0;
     job.vram_gb = JsonNumber(j, "vram_gb", 0, ctx);
     job.cpus_milli = ToMilli(JsonNumber(j, "cpus", 0, ctx));
     job.mem_milli = ToMilli(JsonNumber(j, "memory_gb", 0, ctx));
@@ -574,6 +577,11 @@ struct JobRun {
   std::map<std::string, int64_t> run_units_by_model;
   int64_t run_seq = 0;
   std::vector<Worker> workers;
+  // Elastic jobs: the run's workers, and the work done in worker-milliseconds, as the
+  // simulator keeps it (a run of k of n workers does k per ms; its finish is rounded up
+  // to the millisecond).
+  int size = 0;
+  int64_t work_ms = 0;
 };
 
 struct MigInst {
@@ -728,8 +736,9 @@ class Replayer {
       }
       return;
     }
-    static const std::set<std::string> kJobEvents = {
-        "submit", "start", "preempt", "finish", "reject", "reclaim", "requeue", "cancel", "wait"};
+    static const std::set<std::string> kJobEvents = {"submit", "start",   "preempt", "finish",
+                                                     "reject", "reclaim", "requeue", "cancel",
+                                                     "wait",   "resize"};
     if (kJobEvents.count(type) == 0) {
       Add(line, t, "", inv::kEventFormat, fmt::format("unknown event type '{}'", type));
       return;
@@ -750,6 +759,8 @@ class Replayer {
       OnSubmit(line, t, job, run);
     else if (type == "start")
       OnStart(line, t, job, run, ev);
+    else if (type == "resize")
+      OnResize(line, t, job, run, ev);
     else if (type == "finish")
       OnFinish(line, t, job, run);
     else if (type == "preempt" || type == "requeue" || type == "reclaim")
@@ -1149,15 +1160,62 @@ class Replayer {
 
   void OnStart(int64_t line, double t, const Job& job, JobRun& run, const json& ev) {
     if (!Expect(line, t, job, run, State::kPending, "start")) return;
+    Occupy(line, t, job, run, ev, "start");
+    if (!run.ever_started) run.first_start = t;
+    run.ever_started = true;
+    ++stats_.starts;
+  }
+
+  // An elastic job's run ends at a checkpoint and the next begins at another size.
+  void OnResize(int64_t line, double t, const Job& job, JobRun& run, const json& ev) {
+    if (!Expect(line, t, job, run, State::kRunning, "resize")) return;
+    if (job.min_replicas == 0) {
+      Add(line, t, job.id, inv::kGang, "resize of a job that is not elastic (no min_replicas)");
+    }
+    if (auto f = ev.find("from"); f == ev.end() || !f->is_number_integer() ||
+                                  f->get<int>() != static_cast<int>(run.workers.size())) {
+      Add(line, t, job.id, inv::kGang,
+          fmt::format("resize from a size other than the run's {} workers", run.workers.size()));
+    }
+    const int64_t ran_ms = std::llround((t - run.run_start) * 1000);
+    const int64_t ckpt_ms = std::llround(job.checkpoint_s * 1000);
+    if (ckpt_ms <= 0 || ran_ms <= 0 || ran_ms % ckpt_ms != 0) {
+      Add(line, t, job.id, inv::kProgress,
+          fmt::format("resized {} s into its run, not at a checkpoint (every {} s): work lost",
+                      FmtTime(t - run.run_start), FmtTime(job.checkpoint_s)));
+    }
+    if (ran_ms > 0 && ran_ms <= std::llround(RunLeft(job, run) * 1000)) {
+      run.work_ms += ran_ms * run.size;
+      run.progress = static_cast<double>(run.work_ms) / job.replicas / 1000.0;
+    }
+    Release(t, job, run);
+    run.state = State::kPending;  // between the two runs
+    Occupy(line, t, job, run, ev, "resize");
+    ++stats_.resizes;
+  }
+
+  // What is left of the job's work, in run time at the current run's size.
+  static double RunLeft(const Job& job, const JobRun& run) {
+    if (job.min_replicas == 0 || run.size <= 0) return job.duration - run.progress;
+    const int64_t total = std::llround(job.duration * 1000) * job.replicas;
+    return static_cast<double>((total - run.work_ms + run.size - 1) / run.size) / 1000.0;
+  }
+
+  void Occupy(int64_t line, double t, const Job& job, JobRun& run, const json& ev,
+              std::string_view type) {
     std::vector<Worker> workers;
     auto ait = ev.find("alloc");
     if (ait == ev.end() || !ait->is_array()) {
-      Add(line, t, job.id, inv::kAllocShape, "start without an alloc list");
+      Add(line, t, job.id, inv::kAllocShape, fmt::format("{} without an alloc list", type));
     } else {
-      if (static_cast<int>(ait->size()) != job.replicas) {
+      const int n = static_cast<int>(ait->size());
+      if (job.min_replicas > 0 ? n < job.min_replicas || n > job.replicas : n != job.replicas) {
         Add(line, t, job.id, inv::kGang,
-            fmt::format("alloc has {} workers but the gang has {} replicas", ait->size(),
-                        job.replicas));
+            job.min_replicas > 0
+                ? fmt::format("alloc has {} workers but the elastic gang runs with {} to {}", n,
+                              job.min_replicas, job.replicas)
+                : fmt::format("alloc has {} workers but the gang has {} replicas", n,
+                              job.replicas));
       }
       for (std::size_t i = 0; i < ait->size(); ++i) {
         Worker w;
@@ -1219,11 +1277,9 @@ class Replayer {
     run.run_start = t;
     run.run_units = units;
     run.run_units_by_model = std::move(by_model);
+    run.size = static_cast<int>(workers.size());
     run.workers = std::move(workers);
     ++run.run_seq;
-    if (!run.ever_started) run.first_start = t;
-    run.ever_started = true;
-    ++stats_.starts;
   }
 
   void Release(double t, const Job& job, JobRun& run) {
@@ -1239,7 +1295,7 @@ class Replayer {
 
   void OnFinish(int64_t line, double t, const Job& job, JobRun& run) {
     if (!Expect(line, t, job, run, State::kRunning, "finish")) return;
-    const double expected = run.run_start + (job.duration - run.progress);
+    const double expected = run.run_start + RunLeft(job, run);
     if (std::fabs(t - expected) > kTimeEps) {
       Add(line, t, job.id, inv::kProgress,
           fmt::format("finished at {} but the run started at {} with {} s of {} done, so it "
@@ -1259,7 +1315,7 @@ class Replayer {
                    const json& ev) {
     if (!Expect(line, t, job, run, State::kRunning, type)) return;
     const double run_time = t - run.run_start;
-    const double remaining = job.duration - run.progress;
+    const double remaining = RunLeft(job, run);
     if (run_time > remaining + kTimeEps) {
       Add(line, t, job.id, inv::kProgress,
           fmt::format("{} after {} s of run time, but only {} s were left: it should have "
@@ -1308,7 +1364,12 @@ class Replayer {
     }
     kept = std::clamp(kept, 0.0, std::max(0.0, remaining));
     lost_gpu_seconds_ += (run_time - kept) * static_cast<double>(run.run_units) / kUnitsPerGpu;
-    run.progress += kept;
+    if (job.min_replicas > 0) {
+      run.work_ms += std::llround(kept * 1000) * run.size;
+      run.progress = static_cast<double>(run.work_ms) / job.replicas / 1000.0;
+    } else {
+      run.progress += kept;
+    }
     Release(t, job, run);
     if (type == "reclaim") {
       run.state = State::kDone;
@@ -1519,6 +1580,8 @@ void CheckReport(const std::string& path, const Config& config, const Replayer& 
   const double starts = static_cast<double>(r.count("start"));
   const double preempts = static_cast<double>(r.count("preempt"));
   expect({"preemptions"}, preempts);
+  if (r.count("resize") > 0 || field({"resizes"}) != nullptr)  // written where there were some
+    expect({"resizes"}, static_cast<double>(r.count("resize")));
   expect({"preemption_rate_pct"}, starts > 0 ? preempts / starts * 100.0 : 0.0);
 
   const double w0 = r.first_submit();

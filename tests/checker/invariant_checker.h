@@ -73,6 +73,7 @@ struct CheckStats {
   int64_t unfinished = 0;  // jobs still waiting when the log ends (not a violation)
   int64_t starts = 0;
   int64_t preemptions = 0;
+  int64_t resizes = 0;                       // elastic jobs' resize events
   std::vector<std::string> rejected_jobs;    // ids, in log order
   std::vector<std::string> unfinished_jobs;  // ids, sorted
 };

@@ -246,6 +246,53 @@ TEST_F(CheckerTest, CleanLogPasses) {
   EXPECT_EQ(r.stats.preemptions, 1);
 }
 
+// An elastic gang (min_replicas 2 of 4): starts with 2 workers, grows to 4 at its first
+// checkpoint; 100 s at 2 of 4 workers did 50 s of its 1,000, so it ends 950 s later.
+constexpr std::string_view kElasticTrace =
+    R"({"id":"e","submit":0,"duration":1000,"queue":"research","tier":"standard","replicas":4,"min_replicas":2,"gpus":2,"vram_gb":10,"checkpoint_s":100}
+{"id":"r","submit":0,"duration":100,"queue":"research","tier":"standard","replicas":2,"gpus":1,"vram_gb":10,"checkpoint_s":50}
+)";
+
+std::vector<std::string> ElasticLog() {
+  return {
+      R"({"t":0,"type":"submit","job":"e"})",
+      R"({"t":0,"type":"submit","job":"r"})",
+      R"({"t":0,"type":"start","job":"e","alloc":[{"node":"gpu-0","gpus":[0,1]},{"node":"gpu-0","gpus":[2,3]}]})",
+      R"({"t":0,"type":"start","job":"r","alloc":[{"node":"gpu-1","gpus":[0]},{"node":"gpu-1","gpus":[1]}]})",
+      R"({"t":100,"type":"finish","job":"r"})",
+      R"({"t":100,"type":"resize","job":"e","from":2,"size":4,"alloc":[{"node":"gpu-0","gpus":[0,1]},{"node":"gpu-0","gpus":[2,3]},{"node":"gpu-0","gpus":[4,5]},{"node":"gpu-0","gpus":[6,7]}]})",
+      R"({"t":1050,"type":"finish","job":"e"})"};
+}
+
+TEST_F(CheckerTest, ElasticGangsResizeAtCheckpointsWithinTheirSizes) {
+  Files f;
+  f.trace = kElasticTrace;
+  f.failures = "";
+  const CheckResult r = Run(ElasticLog(), f);
+  EXPECT_TRUE(r.violations.empty()) << Dump(r.violations);
+  EXPECT_EQ(r.stats.resizes, 1);
+  EXPECT_EQ(r.stats.starts, 2) << "a resize is not a start";
+  auto log = ElasticLog();
+  // Not at a checkpoint: work since the last one is lost.
+  log[5].replace(log[5].find("\"t\":100"), 7, "\"t\":150");
+  log[4].replace(log[4].find("\"t\":100"), 7, "\"t\":150");
+  ExpectFlagged(inv::kProgress, log, f);
+  // Above its replicas.
+  log = ElasticLog();
+  log[5].replace(log[5].find("]}]}"), 4, R"(]},{"node":"gpu-1","gpus":[0]}]})");
+  ExpectFlagged(inv::kGang, log, f);
+  // Ends when a rigid run would have (the time at 2 of 4 workers counted as full speed).
+  log = ElasticLog();
+  log[6] = R"({"t":1000,"type":"finish","job":"e"})";
+  ExpectFlagged(inv::kProgress, log, f);
+  // A rigid gang is never resized, and never starts below its replicas.
+  log = ElasticLog();
+  log.insert(
+      log.begin() + 4,
+      R"({"t":50,"type":"resize","job":"r","from":2,"size":1,"alloc":[{"node":"gpu-1","gpus":[0]}]})");
+  ExpectFlagged(inv::kGang, log, f);
+}
+
 TEST_F(CheckerTest, JobStillWaitingAtEndIsUnfinishedNotViolation) {
   auto log = Remove(Remove(CleanLog(), R"("start","job":"night")"), R"("finish","job":"night")");
   const CheckResult r = Run(log, Files());

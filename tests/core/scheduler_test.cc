@@ -176,6 +176,61 @@ TEST_F(SchedulerTest, WorkersThatEndEarlyFreeTheirGpusWhileTheRestRunsOn) {
   EXPECT_EQ(sched_.job(gang).alloc.size(), 2u);
 }
 
+TEST_F(SchedulerTest, AnElasticGangStartsAtWhatFitsGrowsAndShrinksAtItsCheckpoints) {
+  JobId big = sched_.Submit(Job("big", 1, 8), 0);
+  JobSpec e = Job("elastic", 4, 4);
+  e.min_replicas = 2;
+  e.checkpoint = 100 * kS;
+  JobId el = sched_.Submit(e, 0);
+  auto ds = sched_.Schedule(0);
+  ASSERT_EQ(Of(ds, Decision::Kind::kStart).size(), 2u);
+  // 8 GPUs are left after big: 2 of its 4 workers, the least it may run with.
+  EXPECT_EQ(sched_.job(el).alloc.size(), 2u);
+  EXPECT_EQ(sched_.job(el).released, 2);
+  EXPECT_EQ(sched_.queue_usage(*queues_.Find("b")), 16 * kGpuUnits);
+  sched_.Audit();
+  // big ends; the elastic job grows only at its checkpoint (a resize loses nothing then).
+  sched_.Finish(big, 50 * kS, true);
+  ds = sched_.Schedule(50 * kS);
+  EXPECT_TRUE(Of(ds, Decision::Kind::kResize).empty());
+  EXPECT_EQ(sched_.next_wakeup(), 100 * kS);
+  ds = sched_.Schedule(100 * kS);
+  ASSERT_EQ(Of(ds, Decision::Kind::kResize).size(), 1u);
+  EXPECT_EQ(sched_.job(el).alloc.size(), 4u);
+  EXPECT_EQ(sched_.job(el).released, 0);
+  EXPECT_EQ(sched_.job(el).last_start, 100 * kS);
+  EXPECT_EQ(sched_.job(el).progress_kept, 50 * kS) << "100 s at 2 of 4 workers";
+  EXPECT_EQ(sched_.queue_usage(*queues_.Find("b")), 16 * kGpuUnits);
+  sched_.Audit();
+  // Work arrives that needs a node: the growth gives way at the next checkpoint.
+  JobId next = sched_.Submit(Job("next", 1, 8), 120 * kS);
+  ds = sched_.Schedule(120 * kS);
+  EXPECT_EQ(sched_.job(next).phase, Phase::kPending);
+  EXPECT_EQ(sched_.next_wakeup(), 200 * kS);
+  ds = sched_.Schedule(200 * kS);
+  ASSERT_EQ(Of(ds, Decision::Kind::kResize).size(), 1u);
+  EXPECT_EQ(sched_.job(el).alloc.size(), 2u);
+  EXPECT_EQ(sched_.job(next).phase, Phase::kRunning) << "in the same pass, on what it freed";
+  EXPECT_EQ(sched_.job(el).progress_kept, 150 * kS);
+  sched_.Audit();
+  // While next runs and nothing waits, no growth: the elastic job has no room.
+  ds = sched_.Schedule(300 * kS);
+  EXPECT_TRUE(Of(ds, Decision::Kind::kResize).empty());
+  // An elastic job that cannot start even at its least size now waits, saying so; one
+  // whose least size could never fit is rejected.
+  JobSpec never = Job("never", 4, 8);
+  never.min_replicas = 3;
+  JobId n = sched_.Submit(never, 301 * kS);
+  JobSpec wide = Job("wide", 4, 8);
+  wide.min_replicas = 2;
+  JobId w = sched_.Submit(wide, 301 * kS);
+  sched_.Schedule(301 * kS);
+  EXPECT_EQ(sched_.job(w).phase, Phase::kPending);
+  EXPECT_NE(sched_.job(w).wait_reason.find("2 x 8 GPU"), std::string::npos)
+      << sched_.job(w).wait_reason;
+  EXPECT_EQ(sched_.job(n).phase, Phase::kDone);
+}
+
 TEST_F(SchedulerTest, PassesWithoutReleasesOnlyLookAtNewArrivals) {
   sched_.Submit(Job("a", 2, 8), 0);  // fills the cluster
   JobId w = sched_.Submit(Job("w", 1, 1), 0);

@@ -354,6 +354,10 @@ class JobMaker {
     }
     const std::vector<int> checkpoints = {300, 600, 900, 1800};
     if (rng_.Chance(0.5)) j["checkpoint_s"] = rng_.Pick(checkpoints);
+    // Some whole-GPU gangs are elastic (JobSpec::min_replicas), checkpointing or not.
+    if (kind >= 0.35 && kind < 0.50 && j.contains("replicas") && rng_.Chance(0.3)) {
+      j["min_replicas"] = rng_.Int(1, j["replicas"].get<int>() - 1);
+    }
     if (rng_.Chance(0.5)) j["grace_s"] = rng_.Int(0, 120);
     if (rng_.Chance(0.05)) {
       const int start = rng_.Int(0, 23) * 60 + (rng_.Chance(0.5) ? 30 : 0);

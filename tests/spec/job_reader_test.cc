@@ -154,6 +154,27 @@ TEST_F(JobReaderTest, SpecExampleLines) {
   EXPECT_EQ(j3.spec.models, (core::ModelMask{1} << cat.size()) - 1);  // absent = any model
 }
 
+TEST_F(JobReaderTest, ElasticGangsInTracesNotYetInJobSpecs) {
+  core::TraceJob e = Line(T(R"("replicas":4,"min_replicas":2,"gpus":8,"vram_gb":10)"));
+  EXPECT_EQ(e.spec.min_replicas, 2);
+  EXPECT_TRUE(e.spec.elastic());
+  EXPECT_EQ(Line(T(R"("replicas":4,"min_replicas":4,"gpus":8,"vram_gb":10)")).spec.min_replicas, 0)
+      << "min_replicas = replicas is a rigid gang";
+  EXPECT_NE(OneBad(T(R"("replicas":2,"min_replicas":3,"gpus":8,"vram_gb":10)"))
+                .find("jobs.jsonl:3: min_replicas: must be at most replicas (2)"),
+            std::string::npos);
+  EXPECT_NE(
+      OneBad(T(R"("replicas":2,"min_replicas":1,"mig":"1g.10gb","vram_gb":5)")).find("not elastic"),
+      std::string::npos);
+  Diagnostics d;
+  auto spec = ParseJobJson(R"({"replicas":4,"min_replicas":2,"gpus":8,"command":["true"]})",
+                           "job.json", config(), d);
+  EXPECT_FALSE(spec.has_value());
+  EXPECT_NE(d.ToString().find("min_replicas: elastic jobs run in gantry sim only so far"),
+            std::string::npos)
+      << d.ToString();
+}
+
 TEST_F(JobReaderTest, Defaults) {
   core::TraceJob j = Line(R"({"submit":1.5,"duration":0.25,"cpus":2.5,"memory_gb":1.5})", 7);
   EXPECT_EQ(j.spec.id, "line-7");

@@ -309,7 +309,8 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
 }
 
 GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog) {
-  if (job.sharing != Sharing::kMig) return job.WorkerUnits(catalog, ModelId()) * job.replicas;
+  if (job.sharing != Sharing::kMig)
+    return job.WorkerUnits(catalog, ModelId()) * job.least_replicas();
   GpuUnits best = kUnbounded;
   for (size_t m = 0; m < catalog.size(); ++m) {
     if (job.mig_index[m] < 0 || !(job.models >> m & 1u)) continue;
@@ -338,7 +339,13 @@ bool PoolAccepts(const Cluster& cluster, const JobSpec& job, PoolId pool) {
 std::optional<std::string> WhyNeverStarts(const JobSpec& job, const Cluster& cluster,
                                           const QueueTree& queues) {
   if (auto why = queues.WhyTierRefused(job.queue, job.tier)) return why;
-  if (auto why = WhyInfeasible(job, cluster)) return why;
+  if (job.elastic()) {  // it runs if its least size can
+    JobSpec least = job;
+    least.replicas = job.min_replicas;
+    if (auto why = WhyInfeasible(least, cluster)) return why;
+  } else if (auto why = WhyInfeasible(job, cluster)) {
+    return why;
+  }
   const GpuUnits need = MinUnits(job, cluster.catalog());
   for (QueueId q : queues.queue(job.queue).self_and_ancestors) {
     const QueueSpec& qs = queues.queue(q).spec;

@@ -24,8 +24,8 @@ namespace gantry::core {
 // cluster.catalog() (models and mig_index index it). Cost: O(pools), not O(nodes).
 std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& cluster);
 
-// The fewest GPU units `job` can run on: its workers' units, a MIG job's on the model
-// whose instance is smallest. Cost: O(models).
+// The fewest GPU units `job` can run on: its workers' units (an elastic job's least size), a MIG
+// job's on the model whose instance is smallest. Cost: O(models).
 GpuUnits MinUnits(const JobSpec& job, const Catalog& catalog);
 
 // Whether a worker of `job` may ever go to `pool` (model, sharing, spot, VRAM). O(1).

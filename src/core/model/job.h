@@ -34,6 +34,14 @@ struct JobSpec {
   QueueId queue;
   Tier tier = Tier::kStandard;
   int replicas = 1;
+  // Elastic (0: rigid): the job may run with min_replicas..replicas workers. It starts
+  // with as many as fit (at least min_replicas), grows at a checkpoint into GPUs no waiting
+  // work could use, and shrinks back to min_replicas at a checkpoint when work waits for
+  // room (Scheduler::Schedule). Whole-GPU and CPU-only jobs only; never with
+  // workers_per_node.
+  int min_replicas = 0;
+  int least_replicas() const { return min_replicas > 0 ? min_replicas : replicas; }
+  bool elastic() const { return min_replicas > 0 && min_replicas < replicas; }
   Sharing sharing = Sharing::kExclusive;
   int gpus = 0;                   // whole GPUs per worker (Sharing::kExclusive)
   int share_milli = 0;            // per worker (kMps, kTimeslice): 1..999

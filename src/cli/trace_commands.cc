@@ -185,6 +185,11 @@ void AddTraceCommands(CLI::App& app, int& exit_code) {
                   "0,600,3600 (0: none)")
       ->delimiter(',')
       ->capture_default_str();
+  gen->add_option("--elastic", g.elastic,
+                  "Share (0..1) of the checkpointing whole-GPU gangs made elastic, min_replicas "
+                  "half their replicas; the rest of the workload is unchanged")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   gen->add_flag("-q,--quiet", gen_args->quiet, "Print no summary");
   gen->callback([gen_args, &exit_code] {
     exit_code = Guard("gantry gen", [&] { return RunGen(*gen_args); });

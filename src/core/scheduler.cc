@@ -813,14 +813,14 @@ Ticks NextCheckpoint(const JobRecord& job, Ticks now) {
 }  // namespace
 
 void Scheduler::ShrinkElastic(Ticks now) {
-  if (elastic_.empty()) return;
-  const bool waits = WorkWaitsForRoom();
+  std::optional<bool> waits;  // read once, and only where a job could shrink: O(pending)
   for (const JobId id : elastic_) {
     JobRecord& job = Rec(id);
     const auto least = static_cast<size_t>(job.spec.min_replicas);
-    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || job.alloc.size() <= least ||
-        !waits)
+    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || job.alloc.size() <= least)
       continue;
+    if (!waits) waits = WorkWaitsForRoom();
+    if (!*waits) return;
     if (!AtCheckpoint(job, now)) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
       continue;
@@ -841,12 +841,14 @@ void Scheduler::ShrinkElastic(Ticks now) {
 }
 
 void Scheduler::GrowElastic(Ticks now) {
-  if (elastic_.empty() || WorkWaitsForRoom()) return;
+  std::optional<bool> waits;
   for (const JobId id : elastic_) {
     JobRecord& job = Rec(id);
     const int size = static_cast<int>(job.alloc.size());
     if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || size >= job.spec.replicas)
       continue;
+    if (!waits) waits = WorkWaitsForRoom();
+    if (*waits) return;
     if (!AtCheckpoint(job, now)) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
       continue;

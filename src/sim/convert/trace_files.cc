@@ -139,6 +139,7 @@ std::string JobJson(const JobOut& j) {
   s += ",\"submit\":" + Num(j.submit) + ",\"duration\":" + Num(j.duration);
   s += ",\"queue\":" + JsonString(j.queue) + ",\"tier\":" + JsonString(j.tier);
   if (j.replicas != 1) s += ",\"replicas\":" + std::to_string(j.replicas);
+  if (j.min_replicas > 0) s += ",\"min_replicas\":" + std::to_string(j.min_replicas);
   if (!j.mig.empty()) {
     s += ",\"mig\":" + JsonString(j.mig);
   } else {

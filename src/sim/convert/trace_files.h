@@ -82,6 +82,7 @@ struct JobOut {
   std::string queue;
   std::string tier = "standard";
   int replicas = 1;
+  int min_replicas = 0;                 // elastic: 1..replicas-1; 0: left out (rigid)
   double gpus = 0;                      // per worker; a fraction below 1 with sharing mps/timeslice
   std::string mig;                      // instead of gpus
   std::string sharing;                  // empty: exclusive (left out)

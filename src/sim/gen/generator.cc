@@ -329,14 +329,16 @@ class CurveClock {
 class Stream {
  public:
   Stream(const Kind& kind, const Layout& layout, double target_gpu_hours, int64_t fixed_count,
-         double horizon, uint64_t seed, bool observed_usage)
+         double horizon, uint64_t seed, bool observed_usage, double elastic)
       : kind_(kind),
         layout_(layout),
         clock_(kind.curve),
         shapes_(MixSeed(seed, 0)),
         times_(MixSeed(seed, 1)),
         usage_(MixSeed(seed, 2)),
-        observed_usage_(observed_usage) {
+        elastic_rng_(MixSeed(seed, 3)),
+        observed_usage_(observed_usage),
+        elastic_(elastic) {
     count_ = fixed_count;
     if (target_gpu_hours > 0) {
       Random probe(MixSeed(seed, 0));
@@ -367,6 +369,9 @@ class Stream {
         j.id = kind_.id_prefix + std::to_string(++jobs_);
         j.submit = submit;
         if (observed_usage_ && j.uses_gpu()) DrawUsage(j);
+        if (elastic_ > 0 && j.replicas > 1 && j.sharing.empty() && j.mig.empty() &&
+            j.checkpoint_s > 0 && elastic_rng_.Uniform(0, 1) < elastic_)
+          j.min_replicas = (j.replicas + 1) / 2;
         pending_.push_back(std::move(j));
       }
     }
@@ -398,8 +403,9 @@ class Stream {
   const Kind& kind_;
   const Layout& layout_;
   CurveClock clock_;
-  Random shapes_, times_, usage_;
+  Random shapes_, times_, usage_, elastic_rng_;
   bool observed_usage_ = false;
+  double elastic_ = 0;
   int64_t count_ = 0, emitted_ = 0, jobs_ = 0;
   double spacing_sum_ = 0, spacing_ = 0, span_ = 0;
   std::deque<JobOut> pending_;
@@ -603,7 +609,7 @@ Result<GenSummary> Generate(const GenOptions& o) {
     const auto fixed = static_cast<int64_t>(std::llround(kinds[k].rate_per_hour * horizon / kHour));
     streams.push_back(std::make_unique<Stream>(kinds[k], layout, target,
                                                kinds[k].share > 0 ? 0 : fixed, horizon,
-                                               MixSeed(o.seed, k), o.observed_usage));
+                                               MixSeed(o.seed, k), o.observed_usage, o.elastic));
   }
 
   auto cluster_path = convert::OutPath(o.out, "cluster.yaml");

@@ -69,6 +69,10 @@ struct GenOptions {
   // Checkpoint intervals the gang, small and scavenger kinds draw from, one per job,
   // equally likely (0: the job never checkpoints).
   std::vector<double> checkpoint_s = {600};
+  // Share of the whole-GPU gangs that checkpoint made elastic, min_replicas half their
+  // replicas (rounded up), drawn from a stream of its own: the workload is otherwise the
+  // same, so it compares with its rigid self (docs/policies.md, "Elastic gangs").
+  double elastic = 0;
   std::string out;
 };
 

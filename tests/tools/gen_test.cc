@@ -122,6 +122,39 @@ TEST_F(GenTest, RealTimeArrivalsFollowTheDay) {
 // The policy grid's shape (bench/policy_grid.py): an all-H100 cluster in small leaves,
 // two equal teams, gangs of the sizes asked (leaf or spine), small jobs and best-effort
 // work, checkpoint intervals drawn from the list.
+TEST_F(GenTest, ElasticMakesAShareOfTheCheckpointingGangsElasticAndChangesNothingElse) {
+  GenOptions o = Options("rigid");
+  o.gpus = 64;
+  o.mix =
+      *ParseMix("realtime=0,batch=0,training=0,notebook=0,sweep=0,finetune=0,gang=0.7,small=0.3");
+  o.gang_nodes = {2, 4};
+  o.leaf_nodes = 4;
+  o.checkpoint_s = {0, 600};
+  Run(o);
+  o.out = Path("elastic");
+  o.elastic = 0.5;
+  Run(o);
+  ASSERT_TRUE(ReadOutput(Path("elastic")));  // the readers take min_replicas
+  const std::vector<std::string> rigid = Lines(Path("rigid/trace.jsonl"));
+  const std::vector<std::string> elastic = Lines(Path("elastic/trace.jsonl"));
+  ASSERT_EQ(rigid.size(), elastic.size());
+  int gangs = 0, made = 0;
+  for (size_t i = 0; i < rigid.size(); ++i) {
+    auto j = nlohmann::json::parse(elastic[i]);
+    const auto r = nlohmann::json::parse(rigid[i]);
+    if (j.contains("min_replicas")) {
+      ++made;
+      EXPECT_GT(j.value("checkpoint_s", 0.0), 0) << elastic[i];
+      EXPECT_EQ(j["min_replicas"].get<int>(), (j["replicas"].get<int>() + 1) / 2) << elastic[i];
+      j.erase("min_replicas");
+    }
+    EXPECT_EQ(j, r) << "line " << i + 1 << ": only min_replicas may differ";
+    gangs += r.value("replicas", 1) > 1 && r.value("checkpoint_s", 0.0) > 0;
+  }
+  EXPECT_GT(made, gangs / 4);
+  EXPECT_LT(made, gangs * 3 / 4);
+}
+
 TEST_F(GenTest, GridKindsMakeTheShapeAsked) {
   GenOptions o = Options("out");
   o.gpus = 48;

@@ -422,6 +422,8 @@ class Driver {
   int SelectionIndex(const NodeSelection& sel);
   bool PlaceShare(const core::Allocation& alloc, const core::JobSpec& spec, const core::Node& n,
                   core::WorkerAlloc& w) const;
+  std::vector<core::GpuState> GpusLeft(const core::Allocation& alloc, const core::Node& n,
+                                       core::NodeId id) const;
   bool PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec& spec,
                         const core::Node& n, core::WorkerAlloc& w) const;
   Result<core::Allocation> AllocOf(const std::vector<const PodInfo*>& bound,
@@ -734,6 +736,21 @@ Result<core::Allocation> Driver::AllocOf(const std::vector<const PodInfo*>& boun
   return alloc;
 }
 
+// Node `n`'s GPUs (`id`) as the ledger holds them, with what `alloc`'s workers there take
+// as well (a gang adopted worker by worker, before any of it is in the ledger).
+std::vector<core::GpuState> Driver::GpusLeft(const core::Allocation& alloc, const core::Node& n,
+                                             core::NodeId id) const {
+  std::vector<core::GpuState> gpus(static_cast<size_t>(n.gpus));
+  for (int g = 0; g < n.gpus; ++g)
+    gpus[static_cast<size_t>(g)] =
+        sched_->ledger().gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(g)));
+  for (const core::WorkerAlloc& other : alloc) {
+    if (other.node == id)
+      core::Ledger::TakeGpus(gpus.data(), other, view_.cluster.catalog(), n.model);
+  }
+  return gpus;
+}
+
 // A MIG worker's instance on node `n` for adoption: the first GPU and start where the
 // profile fits, beside what the ledger holds and the instances `alloc` took already.
 bool Driver::PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec& spec,
@@ -741,13 +758,7 @@ bool Driver::PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec
   const core::Catalog& catalog = view_.cluster.catalog();
   const int idx = spec.mig_index[n.model.v];
   if (idx < 0) return false;
-  std::vector<core::GpuState> gpus(static_cast<size_t>(n.gpus));
-  for (int g = 0; g < n.gpus; ++g)
-    gpus[static_cast<size_t>(g)] =
-        sched_->ledger().gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(g)));
-  for (const core::WorkerAlloc& other : alloc) {
-    if (other.node == w.node) core::Ledger::TakeGpus(gpus.data(), other, catalog, n.model);
-  }
+  const std::vector<core::GpuState> gpus = GpusLeft(alloc, n, w.node);
   const core::MigProfile& profile = catalog.model(n.model).mig_profiles[static_cast<size_t>(idx)];
   for (int g = 0; g < n.gpus; ++g) {
     const int start = core::Ledger::MigStartOn(gpus[static_cast<size_t>(g)], profile);
@@ -765,15 +776,8 @@ bool Driver::PlaceMigInstance(const core::Allocation& alloc, const core::JobSpec
 // GPU the device plugin gave it is not known; the count per node is what matters).
 bool Driver::PlaceShare(const core::Allocation& alloc, const core::JobSpec& spec,
                         const core::Node& n, core::WorkerAlloc& w) const {
-  const core::Catalog& catalog = view_.cluster.catalog();
-  std::vector<core::GpuState> gpus(static_cast<size_t>(n.gpus));
-  for (int g = 0; g < n.gpus; ++g)
-    gpus[static_cast<size_t>(g)] =
-        sched_->ledger().gpu(core::GpuId(n.first_gpu.v + static_cast<uint32_t>(g)));
-  for (const core::WorkerAlloc& other : alloc) {
-    if (other.node == w.node) core::Ledger::TakeGpus(gpus.data(), other, catalog, n.model);
-  }
-  const int64_t memory = catalog.model(n.model).memory_bytes;
+  const std::vector<core::GpuState> gpus = GpusLeft(alloc, n, w.node);
+  const int64_t memory = view_.cluster.catalog().model(n.model).memory_bytes;
   for (int g = 0; g < n.gpus; ++g) {
     const core::GpuState& s = gpus[static_cast<size_t>(g)];
     const bool room = s.mode == core::GpuMode::kFree ||

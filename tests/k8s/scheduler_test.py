@@ -566,6 +566,16 @@ def kwok_node(c, name, product, allocatable, labels):
     wait_for(f"node {name} Ready", ready, 30)
 
 
+def placement(c):
+    """The test's pods: bound ones by node, and the waiting ones' messages."""
+    ps = c.pods("test=yes")
+    on = {}
+    for p in bound(ps):
+        on.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
+    waiting = {p["metadata"]["name"]: scheduled_message(p) for p in ps if not p["spec"].get("nodeName")}
+    return on, waiting
+
+
 def mig_pod(name, resource, node_selector=None):
     p = pod(name, 0)
     p["spec"]["containers"][0]["resources"] = {"limits": {resource: "1"}}
@@ -592,12 +602,7 @@ def case_mig_devices(c):
         c.kubectl_apply(*small, *half, mig_pod("no-profile", "nvidia.com/mig-2g.20gb"))
 
         def placed():
-            ps = c.pods("test=yes")
-            on = {}
-            for p in bound(ps):
-                on.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
-            waiting = {p["metadata"]["name"]: scheduled_message(p) for p in ps if not p["spec"].get("nodeName")}
-            return on, waiting
+            return placement(c)
 
         def settled():
             on, waiting = placed()
@@ -649,12 +654,7 @@ def case_shared_gpus(c):
         c.kubectl_apply(*ts, *mps, mig_pod("whole", "nvidia.com/gpu"))
 
         def placed():
-            ps = c.pods("test=yes")
-            on = {}
-            for p in bound(ps):
-                on.setdefault(p["spec"]["nodeName"], []).append(p["metadata"]["name"])
-            waiting = {p["metadata"]["name"]: scheduled_message(p) for p in ps if not p["spec"].get("nodeName")}
-            return on, waiting
+            return placement(c)
 
         def settled():
             on, waiting = placed()

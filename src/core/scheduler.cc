@@ -849,6 +849,7 @@ void Scheduler::GrowElastic(Ticks now) {
       continue;
     if (!waits) waits = WorkWaitsForRoom();
     if (*waits) return;
+    if (BudgetHolds(job.spec.queue, job.spec.tier)) continue;  // no growth on a spent budget
     if (!AtCheckpoint(job, now)) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
       continue;

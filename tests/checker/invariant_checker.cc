@@ -1237,7 +1237,7 @@ class Replayer {
       }
     }
     CheckTopology(line, t, job, workers);
-    if (job.has_window && !InWindow(job, t)) {
+    if (type == "start" && job.has_window && !InWindow(job, t)) {  // a window governs starts
       Add(line, t, job.id, inv::kWindow,
           fmt::format("started at {:02}:{:02}:{:02} UTC outside its window",
                       static_cast<int>(std::fmod(t, kSecondsPerDay) / 3600),

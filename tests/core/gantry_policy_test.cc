@@ -152,6 +152,30 @@ TEST_F(GantryTest, BorrowedCapacityIsTakenBackFromTheBorrower) {
   (void)r1;
 }
 
+TEST_F(GantryTest, AGrownElasticJobGivesItsGrowthBackAtItsCheckpointInsteadOfBeingTakenWhole) {
+  // research holds its guarantee of 4 with r1; its elastic job (1 to 3 workers of 4 GPUs)
+  // takes the other 12, all borrowed, at 3 workers.
+  Submit("r1", "research", Tier::kStandard, 1, 4, 0);
+  JobSpec e = Whole(catalog_, "e", 3, 4);
+  e.queue = *queues_.Find("research");
+  e.min_replicas = 1;
+  e.checkpoint = 600 * kS;
+  e.grace = 30 * kS;
+  JobId el = sched_.Submit(e, 0);
+  Pass(0);
+  ASSERT_EQ(sched_.job(el).alloc.size(), 3u);
+  // nlp asks for its guaranteed 4 just after e's checkpoint, when a rigid borrower would be
+  // taken back whole: e is not; it shrinks at its next checkpoint and nlp starts then.
+  JobId n = Submit("n", "nlp", Tier::kStandard, 1, 4, 650 * kS);
+  EXPECT_TRUE(Preempted(Pass(650 * kS)).empty());
+  EXPECT_EQ(sched_.job(n).phase, Phase::kPending);
+  EXPECT_EQ(sched_.next_wakeup(), 1200 * kS);
+  Pass(1200 * kS);
+  EXPECT_EQ(sched_.job(el).alloc.size(), 1u);
+  EXPECT_EQ(sched_.job(el).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(n).phase, Phase::kRunning);
+}
+
 TEST_F(GantryTest, OnlyWorkWhollyOnBorrowedCapacityIsTakenBack) {
   // research runs one 6-GPU job against its guarantee of 4: it borrows 2, but taking the
   // job back would leave research 4 below its guarantee, and its requeued job would be

@@ -312,7 +312,7 @@ def case_interleaved_gangs_side_by_side(c):
         ps = c.pods("test=yes")
         live = [p for p in ps if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
         return len(live) == 3 and len(bound(live)) == 3
-    wait_for("the second gang bound after the first ended", other_bound, 30)
+    wait_for("the second gang bound after the first ended", other_bound, 60)
     check_allocatable(c)
 
 

@@ -382,6 +382,8 @@ void VictimSelector::Index(Scheduler& s, Ticks now) {
     info.id = running[pos];
     info.checkpoint = victim.spec.checkpoint;
     info.units = victim.units;
+    info.grown = victim.spec.elastic() && victim.spec.checkpoint > 0 &&
+                 victim.alloc.size() > static_cast<size_t>(victim.spec.min_replicas);
     info.mark = kForever;
     Where& where = where_[pos];
     where.pools = 0;
@@ -727,6 +729,9 @@ bool VictimSelector::Eligible(const Scheduler& s, const Ask& a, const Victim& c)
   const Ticks now = a.now;
   const Info& v = info_[c.info];
   if (v.signaled) return false;  // preempted earlier in this pass
+  // Growth is the first to go, at the job's next checkpoint, while work waits; only
+  // critical work, which never waits, takes a grown elastic job whole.
+  if (v.grown && job.spec.tier != Tier::kCritical) return false;
   if (v.guarded && (mode != Mode::kRank || now - v.last_start < s.params().attained_quantum)) {
     return false;
   }

@@ -113,6 +113,9 @@ class VictimSelector {
     // order, whose ranks protect it, may take it (once it has run a quantum).
     bool guarded = false;
     bool signaled = false;  // Choose gave it as needed: its preemption is under way
+    // An elastic job above its least size that checkpoints: it gives its growth back at its
+    // next checkpoint (Scheduler::ShrinkElastic) before anything of it is taken whole.
+    bool grown = false;
   };
   static_assert(sizeof(Info) == 64);
   // Where a running job holds GPUs, by its place (beside info_).

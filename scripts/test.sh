@@ -44,6 +44,7 @@ python3 tests/k8s/scheduler_test.py --gantryd build/release/src/gantryd
 # The side-by-side with kube-scheduler in its tiny mode (the bench label's rule, issue 49;
 # here rather than in ctest because it needs the peers built just above).
 python3 bench/k8s_side_by_side.py --tiny --out "$(mktemp -d)/k8s_side_by_side.json" >/dev/null
+python3 bench/k8s_rebuild.py --tiny >/dev/null
 stage "ASan + UBSan build"
 labels='unit|property|fuzz|golden'
 cmake --preset asan-ubsan -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null

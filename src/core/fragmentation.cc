@@ -175,9 +175,9 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
           usable = whole_units;
           for (int j = 0; j < partials; ++j) {
             const GpuState& s = gpus[partial[j]];
-            if (s.mode == GpuMode::kShared && s.share_mode == m.sharing &&
-                s.share_used + m.share_milli <= kShareScale &&
-                s.vram_used + m.vram_bytes <= model.memory_bytes) {
+            // (a partial GPU is split or shared, never free)
+            if (Ledger::ShareFitsOn(s, m.sharing, m.share_milli, m.vram_bytes,
+                                    model.memory_bytes)) {
               usable += FreeUnits(s);
             }
           }

@@ -101,12 +101,8 @@ bool Ledger::Fits(const WorkerAlloc& w, bool need_up) const {
     case Sharing::kMps:
     case Sharing::kTimeslice: {
       if (w.gpu < 0 || w.gpu >= n.gpus) return false;
-      const GpuState& s = gpus_[gpu_id(w.node, w.gpu).v];
-      if (s.mode == GpuMode::kFree)
-        return w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
-      return s.mode == GpuMode::kShared && s.share_mode == w.sharing &&
-             s.share_used + w.share_milli <= kShareScale &&
-             s.vram_used + w.vram_bytes <= cluster_->catalog().model(n.model).memory_bytes;
+      return ShareFitsOn(gpus_[gpu_id(w.node, w.gpu).v], w.sharing, w.share_milli, w.vram_bytes,
+                         cluster_->catalog().model(n.model).memory_bytes);
     }
   }
   return false;

@@ -110,6 +110,15 @@ class Ledger {
   int MigStart(GpuId g, int profile) const;
   // The same for a GPU in state `s` (free or MIG), e.g. a what-if copy of a GPU's state.
   static int MigStartOn(const GpuState& s, const MigProfile& p);
+  // Whether a share of `share_milli` (MPS or time-slicing, `mode`) taking `vram_bytes` fits
+  // on a GPU in state `s` of `memory_bytes`: a free GPU, or one shared the same way with
+  // share and memory left; e.g. on a what-if copy of a GPU's state.
+  static bool ShareFitsOn(const GpuState& s, Sharing mode, int share_milli, int64_t vram_bytes,
+                          int64_t memory_bytes) {
+    if (s.mode == GpuMode::kFree) return vram_bytes <= memory_bytes;
+    return s.mode == GpuMode::kShared && s.share_mode == mode &&
+           s.share_used + share_milli <= kShareScale && s.vram_used + vram_bytes <= memory_bytes;
+  }
   // MIG memory slices [start, start + count) as a bit mask.
   static constexpr uint8_t SliceMask(int start, int count) {
     return static_cast<uint8_t>(((1u << count) - 1u) << start);

@@ -174,6 +174,13 @@ GpuUnits Scheduler::MinUnits(const JobSpec& spec) const {
   return core::MinUnits(spec, cluster_.catalog());
 }
 
+GpuUnits Scheduler::UnitsOf(const JobSpec& spec, const Allocation& alloc) const {
+  GpuUnits units = 0;
+  for (const WorkerAlloc& w : alloc)
+    units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
+  return units;
+}
+
 JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   const JobId id(jobs_given_++);
   if ((id.v & (kChunk - 1)) == 0) chunks_.push_back(std::make_unique<Chunk>());
@@ -388,7 +395,6 @@ void Scheduler::ReleaseWorkers(JobId id, const std::vector<size_t>& gone, Ticks 
   AddUsage(job.spec, job.alloc, job.units, -1);
   Allocation kept;
   kept.reserve(job.alloc.size() - gone.size());
-  GpuUnits units = 0;
   size_t g = 0;
   for (size_t i = 0; i < job.alloc.size(); ++i) {
     const WorkerAlloc& w = job.alloc[i];
@@ -397,11 +403,10 @@ void Scheduler::ReleaseWorkers(JobId id, const std::vector<size_t>& gone, Ticks 
       ledger_.Release(w);
       continue;
     }
-    units += job.spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
     kept.push_back(w);
   }
   job.alloc = std::move(kept);
-  job.units = units;
+  job.units = UnitsOf(job.spec, job.alloc);
   job.released += static_cast<int>(gone.size());
   AddUsage(job.spec, job.alloc, job.units, 1);
   BudgetRun(id, now, 1);
@@ -553,10 +558,7 @@ bool Scheduler::TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, Wait
               (spec.elastic() && scratch_.size() >= static_cast<size_t>(spec.min_replicas) &&
                scratch_.size() < static_cast<size_t>(spec.replicas)),
           "Scheduler: a gang placed with fewer or more workers than it has");
-  GpuUnits units = 0;
-  for (const WorkerAlloc& w : scratch_) {
-    units += spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
-  }
+  const GpuUnits units = UnitsOf(spec, scratch_);
   if (auto blocker = BurstBlocker(spec.queue, units)) {  // MIG sizes differ by model
     ledger_.Release(scratch_);
     scratch_.clear();
@@ -825,16 +827,9 @@ void Scheduler::ShrinkElastic(Ticks now) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
       continue;
     }
+    for (size_t i = least; i < job.alloc.size(); ++i) ledger_.Release(job.alloc[i]);
     Allocation keep(job.alloc.begin(), job.alloc.begin() + static_cast<std::ptrdiff_t>(least));
-    GpuUnits units = 0;
-    for (size_t i = 0; i < job.alloc.size(); ++i) {
-      const WorkerAlloc& w = job.alloc[i];
-      if (i >= least) {
-        ledger_.Release(w);
-      } else {
-        units += job.spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
-      }
-    }
+    const GpuUnits units = UnitsOf(job.spec, keep);
     Resize(id, std::move(keep), units, now);
     freed_since_pass_ = true;
   }
@@ -861,8 +856,7 @@ void Scheduler::GrowElastic(Ticks now) {
     Allocation grown;
     GpuUnits units = 0;
     if (PlaceLargest(job.spec, job.fit, size + 1, job.spec.replicas, grown) > 0) {
-      for (const WorkerAlloc& w : grown)
-        units += job.spec.WorkerUnits(cluster_.catalog(), cluster_.node(w.node).model);
+      units = UnitsOf(job.spec, grown);
       if (BurstBlocker(job.spec.queue, units - job.units)) {  // growth counts against burst
         ledger_.Release(grown);
         grown.clear();

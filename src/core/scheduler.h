@@ -450,6 +450,8 @@ class Scheduler {
   GpuUnits BurstExcess(QueueId q, GpuUnits units) const;
   // GPU units a job would hold (the least over the models it accepts, for MIG).
   GpuUnits MinUnits(const JobSpec& spec) const;
+  // GPU units `alloc`'s workers of `spec` hold, each on its node's model. O(workers).
+  GpuUnits UnitsOf(const JobSpec& spec, const Allocation& alloc) const;
   // For what-if evaluations inside a pass: the ledger and placer, to be left exactly as
   // found (every Allocate undone by a Release and vice versa) except through TryStart.
   Ledger& mutable_ledger() { return ledger_; }

@@ -779,12 +779,9 @@ bool Driver::PlaceShare(const core::Allocation& alloc, const core::JobSpec& spec
   const std::vector<core::GpuState> gpus = GpusLeft(alloc, n, w.node);
   const int64_t memory = view_.cluster.catalog().model(n.model).memory_bytes;
   for (int g = 0; g < n.gpus; ++g) {
-    const core::GpuState& s = gpus[static_cast<size_t>(g)];
-    const bool room = s.mode == core::GpuMode::kFree ||
-                      (s.mode == core::GpuMode::kShared && s.share_mode == spec.sharing &&
-                       s.share_used + spec.share_milli <= core::kShareScale &&
-                       s.vram_used + spec.vram_bytes <= memory);
-    if (!room) continue;
+    if (!core::Ledger::ShareFitsOn(gpus[static_cast<size_t>(g)], spec.sharing, spec.share_milli,
+                                   spec.vram_bytes, memory))
+      continue;
     w.gpu = static_cast<int8_t>(g);
     w.share_milli = static_cast<int16_t>(spec.share_milli);
     w.vram_bytes = spec.vram_bytes;
@@ -1344,8 +1341,9 @@ void Driver::Decide() {
         if (job.first_start < 0) job.first_start = now;
         job.run_start = now;
         job.pods = bound;
-        log::Info("kubernetes: bound",
-                  {{"job", job.key}, {"pods", std::to_string(bound.size())}, {"nodes", nodes}});
+        log::Info(
+            "kubernetes: bound",
+            {{"job", JobName(job)}, {"pods", std::to_string(bound.size())}, {"nodes", nodes}});
         break;
       }
       case core::Decision::Kind::kPreempt: {

@@ -67,8 +67,11 @@ void Agent::Connect() {
 
 Agent::~Agent() = default;
 
-std::string Agent::Key(const std::string& job, int run, int rank) {
-  return job + "\n" + std::to_string(run) + "\n" + std::to_string(rank);
+std::string Agent::Key(const Worker& w) { return proto::WorkerKey(w.job, w.run, w.rank, w.step); }
+
+int64_t Agent::LogSize(const Worker& w) {
+  struct stat st {};
+  return ::stat(w.log_path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
 }
 
 int64_t Agent::Now() const {
@@ -225,7 +228,8 @@ void Agent::UploadLogs() {
       const ssize_t got_bytes = ::pread(fd, data.data(), data.size(), w.uploaded);
       if (got_bytes <= 0) break;
       data.resize(static_cast<size_t>(got_bytes));
-      const std::string path = proto::LogsTarget(options_.node, w.job, w.run, w.rank, w.uploaded);
+      const std::string path =
+          proto::LogsTarget(options_.node, w.job, w.run, w.rank, w.uploaded, w.step);
       auto res = http_->Post(path.c_str(), data, "application/octet-stream");
       if (!res) {  // the server is away: try again at the next heartbeat
         ::close(fd);
@@ -289,12 +293,14 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     if (!w.exited) {
       auto u = usage.find(key);
       beat.running.push_back({w.job, w.run, w.rank, w.pid,
-                              u == usage.end() ? std::nullopt : std::optional(u->second)});
+                              u == usage.end() ? std::nullopt : std::optional(u->second), w.step});
     } else {
       std::string mig_note;
       if (MigPending(key, now, leaving, &mig_note)) continue;  // reported once its instance is gone
-      beat.exits.push_back(
-          {w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note + mig_note, w.drain});
+      // A step's task is reported once its output is uploaded: srun prints it all, then ends.
+      if (w.step >= 0 && !leaving && w.uploaded < LogSize(w)) continue;
+      beat.exits.push_back({w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note + mig_note,
+                            w.drain, w.step});
       reported.push_back(key);
     }
   }
@@ -435,7 +441,7 @@ void Agent::Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWork
   std::set<std::string> wanted;
   for (const auto& entry : desired) {
     const proto::DesiredWorker& d = *entry;
-    const std::string key = Key(d.job, d.run, d.rank);
+    const std::string key = proto::WorkerKey(d.job, d.run, d.rank, d.step);
     wanted.insert(key);
     auto it = workers_.find(key);
     if (d.action == proto::DesiredWorker::Action::kRun) {
@@ -454,6 +460,7 @@ void Agent::Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWork
       w.seq = d.seq;
       w.run = d.run;
       w.rank = d.rank;
+      w.step = d.step;
       w.exited = true;
       w.note = "stopped before it started";
       workers_[key] = w;

@@ -73,13 +73,16 @@ namespace gantry::agent {
 struct LaunchSpec;
 
 struct AgentOptions {
-  std::string server;     // base URL, e.g. http://127.0.0.1:8080; several comma-separated
-                          // (a leader and its standbys): the agent follows the leader
-  std::string token;      // an agent (or admin) token
-  std::string ca_cert;    // for https:// servers: a PEM CA certificate to trust (else the system's)
-  std::string node;       // a node name from the cluster config
-  std::string address;    // advertised to gang peers; empty: what the server sees
-  std::string state_dir;  // logs/, work/, workers/
+  std::string server;   // base URL, e.g. http://127.0.0.1:8080; several comma-separated
+                        // (a leader and its standbys): the agent follows the leader
+  std::string token;    // an agent (or admin) token
+  std::string ca_cert;  // for https:// servers: a PEM CA certificate to trust (else the system's)
+  std::string node;     // a node name from the cluster config
+  // The directory of srun, scontrol, sbatch, ... (links to the gantry CLI), put first on
+  // the PATH of batch jobs; empty: none.
+  std::string slurm_commands;
+  std::string address;          // advertised to gang peers; empty: what the server sees
+  std::string state_dir;        // logs/, work/, workers/
   int preempt_signal = 15;      // SIGTERM
   int64_t heartbeat_ms = 1000;  // until the server says otherwise
   int64_t max_shutdown_grace_ms = 30000;
@@ -136,6 +139,7 @@ class Agent {
     std::string job;
     int64_t seq = 0;
     int run = 0, rank = 0;
+    int step = -1;  // a task of this job step (`srun`): rank is its id in the step
     pid_t pid = 0;
     int64_t grace_ms = 0;
     bool stopping = false;
@@ -206,7 +210,9 @@ class Agent {
   // Cost: a /proc read per GPU process, and a cgroup.procs read per worker when some
   // process is in no worker's session.
   std::map<int, std::string> GpuProcessOwners() const;
-  static std::string Key(const std::string& job, int run, int rank);
+  static std::string Key(const Worker& w);
+  // The size of the output the agent uploads for `w` (its log), 0 when there is none.
+  static int64_t LogSize(const Worker& w);
 
   int64_t Now() const;
   // Run's start (agent_setup.cc): the state directory (and its lock), cgroups, MIG

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string_view>
@@ -103,6 +104,13 @@ int main(int argc, char** argv) {
                  "How jobs that name an image run: podman [global options] run [run options], e.g. "
                  "\"podman --runtime runc run --ulimit nofile=1024:1024\"")
       ->capture_default_str();
+  bool no_slurm_commands = false;
+  app.add_option("--slurm-commands", o.slurm_commands,
+                 "Directory of srun, scontrol, sbatch, squeue, scancel and sacct for batch jobs, "
+                 "first on their PATH (default: slurm/ beside this program, else "
+                 "../lib/gantry/slurm from it)");
+  app.add_flag("--no-slurm-commands", no_slurm_commands,
+               "Put no Slurm commands on batch jobs' PATH (a real Slurm's are used there)");
   app.add_option("--proc", o.proc, "Where /proc is (tests)")->group("");
   try {
     app.parse(argc, argv);
@@ -115,6 +123,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (o.state_dir.empty()) o.state_dir = "/var/lib/gantry-agent";
+  if (no_slurm_commands) {
+    o.slurm_commands.clear();
+  } else if (o.slurm_commands.empty()) {
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    for (const char* rel : {"slurm", "../lib/gantry/slurm"}) {
+      const std::filesystem::path dir = self.parent_path() / rel;
+      if (!ec && std::filesystem::exists(dir / "srun")) {
+        o.slurm_commands = std::filesystem::weakly_canonical(dir).string();
+        break;
+      }
+    }
+  }
   if (o.server.empty()) {
     std::cerr << "gantry-agent: --server or GANTRY_SERVER is required\n";
     return 2;

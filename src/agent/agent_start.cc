@@ -30,13 +30,15 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   w.seq = d.seq;
   w.run = d.run;
   w.rank = d.rank;
+  w.step = d.step;
   w.grace_ms = d.grace_ms;
-  const std::string stem =
-      std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" + std::to_string(w.rank);
+  const std::string stem = std::to_string(w.seq) + "-" + std::to_string(w.run) + "-" +
+                           (w.step >= 0 ? "s" + std::to_string(w.step) + "." : "") +
+                           std::to_string(w.rank);
   w.log_path = (fs::path(options_.state_dir) / "logs" / (stem + ".log")).string();
   w.record_path = (fs::path(options_.state_dir) / "workers" / (stem + ".json")).string();
   w.status_path = (fs::path(options_.state_dir) / "workers" / (stem + ".exit")).string();
-  const std::string key = Key(w.job, w.run, w.rank);
+  const std::string key = Key(w);
 
   LaunchSpec spec;
   spec.argv = d.command;
@@ -62,6 +64,21 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   w.emulate = d.emulate;
   spec.env.emplace_back("GANTRY_NODE", options_.node);
   spec.env.emplace_back("GANTRY_LOG", w.log_path);
+  // A batch job's script and its steps carry the job's own credential (GANTRY_TOKEN) for
+  // srun, scontrol, sbatch, squeue, scancel and sacct: where gantryd is, and those
+  // commands first on PATH.
+  if (d.env.contains("GANTRY_TOKEN")) {
+    if (!d.env.contains("GANTRY_SERVER")) spec.env.emplace_back("GANTRY_SERVER", options_.server);
+    if (!options_.ca_cert.empty()) spec.env.emplace_back("GANTRY_CA_CERT", options_.ca_cert);
+    if (!options_.slurm_commands.empty()) {
+      const char* own = std::getenv("PATH");
+      auto it = d.env.find("PATH");
+      const std::string path = it != d.env.end() ? it->second
+                               : own             ? own
+                                                 : "/usr/local/bin:/usr/bin:/bin";
+      spec.env.emplace_back("PATH", options_.slurm_commands + ":" + path);
+    }
+  }
 
   // Its user: the account the job's token names, looked up here (names, not numbers,
   // are what sites keep in step across nodes).
@@ -135,7 +152,7 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
   if (const std::string why = ImageReferenceProblem(d.image); !why.empty())
     return "image " + d.image + ": " + why;
   ContainerSpec c{
-      .name = ContainerName(options_.node, w.seq, w.run, w.rank),
+      .name = ContainerName(options_.node, w.seq, w.run, w.rank, w.step),
       .node = options_.node,
       .job = w.job,
       .image = d.image,

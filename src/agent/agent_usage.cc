@@ -92,7 +92,7 @@ std::optional<proto::WorkerUsage> Agent::Usage(const Worker& w, int64_t now,
     const bool idle = m.idle_after_ms >= 0 && now - w.started_ms >= m.idle_after_ms;
     return proto::WorkerUsage{idle ? 0.0 : m.util, m.vram_used_bytes};
   }
-  const std::string key = Key(w.job, w.run, w.rank);
+  const std::string key = Key(w);
   return NvmlUsage(w.share, last_gpus_, [&](int pid) {
     auto it = owners.find(pid);
     return it != owners.end() && it->second == key;

@@ -30,6 +30,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"seq", w.seq},
             {"run", w.run},
             {"rank", w.rank},
+            {"step", w.step},
             {"pid", w.pid},
             {"start_time", w.start_time},
             {"log", w.log_path},
@@ -113,10 +114,11 @@ void Agent::Recover() {
     w.seq = r.value("seq", int64_t{0});
     w.run = r.value("run", 0);
     w.rank = r.value("rank", 0);
+    w.step = r.value("step", -1);
     w.pid = static_cast<pid_t>(r.value("pid", 0));
     w.log_path = r.value("log", std::string());
     w.record_path = entry.path().string();
-    const std::string key = Key(w.job, w.run, w.rank);
+    const std::string key = Key(w);
     const std::string what =
         "job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank);
     if (Readopt(r, w)) {

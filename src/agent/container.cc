@@ -43,9 +43,9 @@ Result<ContainerRuntime> ContainerRuntime::Parse(const std::string& text) {
   return rt;
 }
 
-std::string ContainerName(const std::string& node, int64_t seq, int run, int rank) {
+std::string ContainerName(const std::string& node, int64_t seq, int run, int rank, int step) {
   std::string name = "gantry-" + node + "-" + std::to_string(seq) + "-" + std::to_string(run) +
-                     "-" + std::to_string(rank);
+                     (step >= 0 ? "-s" + std::to_string(step) : "") + "-" + std::to_string(rank);
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') c = '-';
   }

@@ -46,7 +46,8 @@ struct ContainerSpec {
 };
 
 // "gantry-NODE-SEQ-RUN-RANK", with characters podman refuses in names replaced by '-'.
-std::string ContainerName(const std::string& node, int64_t seq, int run, int rank);
+// `step` >= 0: task `rank` of that job step (named ...-sSTEP-RANK).
+std::string ContainerName(const std::string& node, int64_t seq, int run, int rank, int step = -1);
 
 // The GPUs a worker is given, as --device arguments: CDI names (nvidia.com/gpu=UUID, as
 // `nvidia-ctk cdi generate --device-name-strategy=uuid` writes them) where the node has

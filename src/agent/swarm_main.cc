@@ -111,6 +111,7 @@ struct Worker {
   std::string job;
   int64_t seq = 0;
   int run = 0, rank = 0;
+  int step = -1;       // a job step's task: rank is its id in the step
   int64_t end_at = 0;  // steady ms
   bool exited = false;
   int exit_code = 0, signal = 0;
@@ -232,10 +233,6 @@ class Node {
   }
 
  private:
-  static std::string Key(const std::string& job, int run, int rank) {
-    return job + "\n" + std::to_string(run) + "\n" + std::to_string(rank);
-  }
-
   void End(Worker& w, int exit_code, int signal, bool lost, std::string note) {
     if (w.exited) return;
     w.exited = true;
@@ -275,9 +272,10 @@ class Node {
     std::vector<std::string> reported;
     for (const auto& [key, w] : workers_) {
       if (!w.exited) {
-        beat.running.push_back({w.job, w.run, w.rank, 0, std::nullopt});
+        beat.running.push_back({w.job, w.run, w.rank, 0, std::nullopt, w.step});
       } else {
-        beat.exits.push_back({w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note, ""});
+        beat.exits.push_back(
+            {w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note, "", w.step});
         reported.push_back(key);
       }
     }
@@ -320,7 +318,7 @@ class Node {
     version_ = answer.version;
     std::map<std::string, bool> wanted;
     for (const auto& e : answer.workers) {
-      const std::string key = Key(e->job, e->run, e->rank);
+      const std::string key = proto::WorkerKey(e->job, e->run, e->rank, e->step);
       wanted[key] = true;
       auto it = workers_.find(key);
       const bool run = e->action == proto::DesiredWorker::Action::kRun;
@@ -330,6 +328,7 @@ class Node {
         w.seq = e->seq;
         w.run = e->run;
         w.rank = e->rank;
+        w.step = e->step;
         w.end_at = now + static_cast<int64_t>(SleepSeconds(e->command) * 1000);
         workers_[key] = w;
         ++stats_.started;
@@ -340,6 +339,7 @@ class Node {
         w.job = e->job;
         w.run = e->run;
         w.rank = e->rank;
+        w.step = e->step;
         w.exited = true;
         w.note = "stopped before it started";
         workers_[key] = w;

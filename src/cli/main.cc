@@ -9,12 +9,36 @@
 #include "cli/client.h"
 #include "cli/exit_codes.h"
 #include "cli/sim_commands.h"
+#include "cli/srun.h"
 #include "cli/trace_commands.h"
 #include "cli/validate.h"
 
 using namespace gantry;
 
 int main(int argc, char** argv) {
+  // Called as srun, sbatch, squeue, scancel, sacct or scontrol (a link to this program):
+  // the gantry command line that name stands for.
+  std::vector<std::string> words;
+  std::vector<char*> args;
+  {
+    const std::string_view self = argv[0];
+    const std::string_view program = self.substr(self.rfind('/') + 1);
+    std::string error;
+    auto line =
+        cli::SlurmCommandLine(program, std::vector<std::string>(argv + 1, argv + argc), error);
+    if (!error.empty()) {
+      std::cerr << program << ": error: " << error << "\n";
+      return cli::kExitBadInput;
+    }
+    if (line) {
+      words.emplace_back("gantry");
+      words.insert(words.end(), line->begin(), line->end());
+      for (std::string& w : words) args.push_back(w.data());
+      argc = static_cast<int>(args.size());
+      args.push_back(nullptr);
+      argv = args.data();
+    }
+  }
   CLI::App app{"gantry: GPU cluster scheduler"};
   app.require_subcommand(1);
   std::vector<std::string> files;

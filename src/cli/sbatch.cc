@@ -295,12 +295,14 @@ class Parser {
       return;
     }
     std::string sig = v->value;
+    bool batch = false;
     if (sig.size() > 2 && (sig.rfind("B:", 0) == 0 || sig.rfind("R:", 0) == 0)) {
       if (sig[0] == 'R') {
         Error(v->where, "--signal", "R: (reservations) is not supported");
         return;
       }
-      sig = sig.substr(2);  // B: the batch shell; Gantry signals the worker's process group
+      batch = true;  // B: the batch script only; without it, the steps (srun) only
+      sig = sig.substr(2);
     }
     long long lead = 60;  // Slurm's default
     if (const size_t at = sig.find('@'); at != std::string::npos) {
@@ -316,7 +318,7 @@ class Parser {
       Error(v->where, "--signal", "unknown signal \"" + sig + "\" (e.g. USR1, TERM, 10)");
       return;
     }
-    s["signal"] = sig;
+    s["signal"] = batch ? "B:" + sig : sig;
     s["grace_s"] = lead;
     if (limit > 0) {
       if (limit <= lead) {

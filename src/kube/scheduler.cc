@@ -1772,8 +1772,17 @@ class KubeApi : public server::ApiBackend {
   void Cancel(std::string, std::string, bool, server::Done done) override {
     done(Elsewhere("cancels", "delete the pods or their Job (kubectl delete)"));
   }
-  void LogPath(std::string, std::string, int, int, server::Done done) override {
+  void LogPath(std::string, std::string, int, int, int, server::Done done) override {
     done(Elsewhere("keeps no logs", "kubectl logs"));
+  }
+  void CreateStep(std::string, std::string, json, server::Done done) override {
+    done(Elsewhere("runs no job steps", "kubectl exec, or a pod per task"));
+  }
+  void ShowStep(std::string, std::string, int, server::Done done) override {
+    done(Elsewhere("runs no job steps", "kubectl get pods"));
+  }
+  void CancelStep(std::string, std::string, int, server::Done done) override {
+    done(Elsewhere("runs no job steps", "kubectl delete"));
   }
   void JobUsageSeries(std::string, std::string, server::Done done) override {
     done(Elsewhere("keeps no usage series yet", "the metrics (GET /metrics)"));
@@ -1796,7 +1805,7 @@ class KubeApi : public server::ApiBackend {
   void Watch(std::string, std::string, std::string, int64_t, int64_t, server::Done done) override {
     done(Elsewhere("has no agents", "the kubelets"));
   }
-  void UploadLog(std::string, std::string, std::string, int, int, int64_t, std::string,
+  void UploadLog(std::string, std::string, std::string, int, int, int, int64_t, std::string,
                  server::Done done) override {
     done(Elsewhere("has no agents", "the kubelets"));
   }

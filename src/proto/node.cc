@@ -213,6 +213,7 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Opt("signal", w.signal)
       .Opt("stdout", w.stdout_path)
       .Opt("stderr", w.stderr_path)
+      .Opt("step", w.step)
       .Nested("alloc",
               [&](const json& v, const std::string& p) { ReadAlloc(v, p, error, w.alloc); })
       .Nested("limits",
@@ -276,11 +277,17 @@ std::string WatchTarget(const std::string& node, const std::string& instance, in
          "&version=" + std::to_string(version) + "&timeout_ms=" + std::to_string(timeout_ms);
 }
 
+std::string WorkerKey(const std::string& job, int run, int rank, int step) {
+  std::string key = job + "\n" + std::to_string(run) + "\n" + std::to_string(rank);
+  if (step >= 0) key += "\ns" + std::to_string(step);
+  return key;
+}
+
 std::string LogsTarget(const std::string& node, const std::string& job, int run, int rank,
-                       int64_t offset) {
+                       int64_t offset, int step) {
   return "/v1/agents/" + UrlEncode(node) + "/logs?job=" + UrlEncode(job) +
          "&run=" + std::to_string(run) + "&rank=" + std::to_string(rank) +
-         "&offset=" + std::to_string(offset);
+         "&offset=" + std::to_string(offset) + (step >= 0 ? "&step=" + std::to_string(step) : "");
 }
 
 // ---------------------------------------------------------------- encoders
@@ -314,6 +321,7 @@ json Encode(const std::vector<GpuReport>& gpus) {
 
 json Encode(const RunningReport& r) {
   json j = {{"job", r.job}, {"run", r.run}, {"rank", r.rank}, {"pid", r.pid}};
+  if (r.step >= 0) j["step"] = r.step;
   if (r.usage) {
     j["util"] = r.usage->util;
     j["vram_used_bytes"] = r.usage->vram_used_bytes;
@@ -325,6 +333,7 @@ json Encode(const ExitReport& e) {
   json j = {{"job", e.job},       {"run", e.run},   {"rank", e.rank}, {"exit_code", e.exit_code},
             {"signal", e.signal}, {"lost", e.lost}, {"note", e.note}};
   if (!e.drain.empty()) j["drain"] = e.drain;
+  if (e.step >= 0) j["step"] = e.step;
   return j;
 }
 
@@ -393,6 +402,7 @@ json Encode(const DesiredWorker& w) {
   if (!w.stdout_path.empty()) j["stdout"] = w.stdout_path;
   if (!w.stderr_path.empty()) j["stderr"] = w.stderr_path;
   if (w.emulate) j["emulate"] = Encode(*w.emulate);
+  if (w.step >= 0) j["step"] = w.step;
   return j;
 }
 
@@ -448,7 +458,8 @@ Result<Heartbeat> DecodeHeartbeat(const json& j) {
                            rr.Req("job", out.job)
                                .Req("run", out.run)
                                .Req("rank", out.rank)
-                               .Opt("pid", out.pid);
+                               .Opt("pid", out.pid)
+                               .Opt("step", out.step);
                            if (rr.Find("util")) {
                              WorkerUsage& u = out.usage.emplace();
                              rr.Opt("util", u.util).Opt("vram_used_bytes", u.vram_used_bytes);
@@ -467,7 +478,8 @@ Result<Heartbeat> DecodeHeartbeat(const json& j) {
               .Opt("signal", out.signal)
               .Opt("lost", out.lost)
               .Opt("note", out.note)
-              .Opt("drain", out.drain);
+              .Opt("drain", out.drain)
+              .Opt("step", out.step);
         });
       });
   return Done(std::move(h), error);

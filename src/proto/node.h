@@ -63,11 +63,14 @@ struct WorkerUsage {
   bool operator==(const WorkerUsage&) const = default;
 };
 
+// `step` (absent: -1) names a task of a job step (`srun` in a batch job): `rank` is then
+// the task's id in that step (SLURM_PROCID), not a worker's rank.
 struct RunningReport {
   std::string job;
   int run = 0, rank = 0;
   int64_t pid = 0;
   std::optional<WorkerUsage> usage;  // absent when the agent cannot tell
+  int step = -1;
   bool operator==(const RunningReport&) const = default;
 };
 
@@ -78,6 +81,7 @@ struct ExitReport {
   bool lost = false;  // ended by the agent itself (fence, shutdown, restart): requeue
   std::string note;
   std::string drain;  // a node problem that kept the worker from starting (absent when empty)
+  int step = -1;      // as RunningReport's
   bool operator==(const ExitReport&) const = default;
 };
 
@@ -157,6 +161,9 @@ struct DesiredWorker {
   int signal = 0;      // the first signal when stopped, instead of --preempt-signal
   std::string stdout_path, stderr_path;  // "stdout", "stderr": expanded, relative to workdir
   std::optional<Emulate> emulate;
+  // A task of job step `step` (`srun` in a batch job; absent: -1): `rank` is its id in the
+  // step. It runs inside the job's allocation on this node and ends on its own.
+  int step = -1;
   bool operator==(const DesiredWorker&) const = default;
 };
 
@@ -220,13 +227,17 @@ Result<WatchAnswer> ParseWatchAnswer(std::string_view text);
 
 std::string_view Word(DesiredWorker::Action a);  // "run", "stop"
 
+// What an agent files a worker under: job, run and rank, and the step for a step's task.
+std::string WorkerKey(const std::string& job, int run, int rank, int step = -1);
+
 // The requests' targets (path and query string), names escaped.
 std::string HeartbeatTarget(const std::string& node);
 // `instance` and `version`: the answer last applied ("" and -1: none); held up to timeout_ms.
 std::string WatchTarget(const std::string& node, const std::string& instance, int64_t version,
                         int64_t timeout_ms);
 // A chunk of a worker's output starting at byte `offset` of it.
+// `step` >= 0: the output of task `rank` of that job step.
 std::string LogsTarget(const std::string& node, const std::string& job, int run, int rank,
-                       int64_t offset);
+                       int64_t offset, int step = -1);
 
 }  // namespace gantry::proto

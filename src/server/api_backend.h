@@ -71,7 +71,16 @@ class ApiBackend {
   virtual void ShowJob(std::string token, std::string name, Done done) = 0;
   virtual void JobUsageSeries(std::string token, std::string name, Done done) = 0;
   virtual void Cancel(std::string token, std::string name, bool force, Done done) = 0;
-  virtual void LogPath(std::string token, std::string name, int run, int rank, Done done) = 0;
+  // `step` >= 0: task `rank` of that job step (srun); -1: worker `rank`.
+  virtual void LogPath(std::string token, std::string name, int run, int rank, int step,
+                       Done done) = 0;
+  // Job steps: `srun` inside a batch job, with the job's own credential (docs/slurm.md,
+  // "Inside a job"). The body: {command, env, workdir, name, nodes, ntasks,
+  // ntasks_per_node, cpus_per_task, gpus_per_task, overlap}; the reply: the step.
+  virtual void CreateStep(std::string token, std::string job, nlohmann::json body, Done done) = 0;
+  virtual void ShowStep(std::string token, std::string job, int step, Done done) = 0;
+  // srun was interrupted: the step's tasks are stopped (SIGTERM, SIGKILL 10 s later).
+  virtual void CancelStep(std::string token, std::string job, int step, Done done) = 0;
   virtual void Nodes(std::string token, Done done) = 0;
   virtual void Drain(std::string token, std::string node, bool drain, std::string reason,
                      Done done) = 0;
@@ -83,8 +92,9 @@ class ApiBackend {
                          std::string remote_addr, Done done) = 0;
   virtual void Watch(std::string token, std::string node, std::string instance, int64_t version,
                      int64_t timeout_ms, Done done) = 0;
+  // `step` >= 0: the output of task `rank` of that job step.
   virtual void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
-                         int64_t offset, std::string data, Done done) = 0;
+                         int step, int64_t offset, std::string data, Done done) = 0;
   virtual void Metrics(std::string token, Done done) = 0;
   virtual void Health(Done done) = 0;
 };

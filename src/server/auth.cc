@@ -49,6 +49,7 @@ std::string Principal::Describe() const {
     case Role::kAgent:
       return "agent";
     case Role::kTeam:
+      if (!job.empty()) return "job " + job + "'s credential";
       return user.empty() ? "team " + team : "user " + user + " of team " + team;
   }
   return "?";

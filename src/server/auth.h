@@ -33,6 +33,10 @@ struct Principal {
   std::vector<std::string> nodes;   // kAgent: the nodes it may speak for; empty: any
   std::string label;
   std::string user;  // the person (a Unix account name), when the token names one
+  // A job's own credential (GANTRY_TOKEN inside a batch job, "gjt_..."): a team principal
+  // of that job's queue and user, which may also run steps of this job and no other, and
+  // cancel only jobs of its user. Valid while the job's run is.
+  std::string job;
 
   bool admin() const { return role == Role::kAdmin; }
   // Who this is, for messages: "team nlp", "admin", "agent".

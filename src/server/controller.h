@@ -134,7 +134,12 @@ class Controller : public ApiBackend {
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
   void Cancel(std::string token, std::string name, bool force, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
-  void LogPath(std::string token, std::string name, int run, int rank, Done done) override;
+  void LogPath(std::string token, std::string name, int run, int rank, int step,
+               Done done) override;
+  // Job steps (controller_steps.cc): the job's own credential only.
+  void CreateStep(std::string token, std::string job, nlohmann::json body, Done done) override;
+  void ShowStep(std::string token, std::string job, int step, Done done) override;
+  void CancelStep(std::string token, std::string job, int step, Done done) override;
   void Nodes(std::string token, Done done) override;
   void Drain(std::string token, std::string node, bool drain, std::string reason,
              Done done) override;
@@ -151,7 +156,7 @@ class Controller : public ApiBackend {
   // `version` (or the server instance from `instance`), or after `timeout_ms`.
   void Watch(std::string token, std::string node, std::string instance, int64_t version,
              int64_t timeout_ms, Done done) override;
-  void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
+  void UploadLog(std::string token, std::string node, std::string job, int run, int rank, int step,
                  int64_t offset, std::string data, Done done) override;
   // reply.text. With options' metrics_token, any valid token is needed (the series name
   // jobs and users); else none.
@@ -166,7 +171,10 @@ class Controller : public ApiBackend {
   }
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name, bool force = false);
-  Reply LogPath(const std::string& token, const std::string& name, int run, int rank);
+  Reply LogPath(const std::string& token, const std::string& name, int run, int rank,
+                int step = -1);
+  Reply CreateStep(const std::string& token, const std::string& job, const nlohmann::json& body);
+  Reply ShowStep(const std::string& token, const std::string& job, int step);
   Reply Nodes(const std::string& token);
   Reply Drain(const std::string& token, const std::string& node, bool drain, std::string reason);
   Reply Queues(const std::string& token);
@@ -174,7 +182,7 @@ class Controller : public ApiBackend {
   Reply Heartbeat(const std::string& token, const std::string& node, const nlohmann::json& body,
                   const std::string& remote_addr);
   Reply UploadLog(const std::string& token, const std::string& node, const std::string& job,
-                  int run, int rank, int64_t offset, const std::string& data);
+                  int run, int rank, int64_t offset, const std::string& data, int step = -1);
   std::string Metrics(const std::string& token = "");
   nlohmann::json Health();
   // Runs fn on the controller thread between batches and waits for it (reopening the
@@ -303,6 +311,33 @@ class Controller : public ApiBackend {
   Job* FindJob(const std::string& name);
   bool MaySee(const Principal& p, const Job& job) const;
   void WriteFinishEvent(Ticks t, const Job& job);
+  // Batch jobs and their steps (controller_steps.cc). A new credential for the job's run
+  // (its hash kept in the job; the token itself only in memory, for the script's env).
+  std::string NewRunToken(Job& job);
+  // The job whose run `token` is the credential of, while that run is active; nullopt
+  // (and `error`) for a "gjt_" token that is not (any more).
+  std::optional<Principal> JobPrincipal(const std::string& token, Reply& error);
+  // Starts the job's pending steps that fit now, in order.
+  void StartSteps(Job& job, Ticks now);
+  // Places step `s` as it asks on the job's slots not used by running steps (its tasks'
+  // slots, nodes, local ids); "" when placed, else why not, with `wait` set when the step
+  // could run once running steps end.
+  std::string PlaceStep(const Job& job, Step& s, bool& wait) const;
+  nlohmann::json StepBody(const Job& job, const Step& s) const;
+  // A step task's entry for its agent (cached in StepTask::desired).
+  proto::DesiredWorker StepDesired(const Job& job, const Step& s, int task) const;
+  void StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now);
+  // The batch script ended: the job's slots are released and its steps' tasks killed
+  // (as Slurm does), so the run can end.
+  void EndAllocation(Job& job, const std::string& why);
+  // Bumps the versions of the nodes step `s` has tasks on.
+  void TouchStep(const Job& job, const Step& s);
+  // What one node's share of a batch job is: its workers there merged (exclusive GPUs,
+  // CPUs, memory), or worker `rank`'s own where they are shares or MIG instances.
+  core::WorkerAlloc NodeAlloc(const Job& job, core::NodeId n, int rank) const;
+  proto::Limits NodeLimits(const Job& job, core::NodeId n) const;
+  std::unordered_map<int64_t, std::string> run_tokens_;  // by job seq: the current run's
+
   // Usage and idle reclamation (controller_usage.cc).
   double JobGpus(const Job& job) const;
   void RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks now);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <csignal>
 #include <fstream>
 #include <map>
 
@@ -110,6 +111,7 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
     const bool stopping = job.state == JobState::kStopping;
     for (const Worker& w : job.workers) {
       if (w.alloc.node != n || w.exited) continue;
+      if (job.batch() && w.rank != 0) continue;  // a slot for steps: nothing of its own runs
       if (!w.desired)
         w.desired = std::make_shared<const proto::DesiredWorker>(DesiredWorker(job, w));
       if (!stopping) {
@@ -121,12 +123,39 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
       stop->grace_ms = std::max<Ticks>(0, job.stop_deadline - now);
       a.workers.push_back(std::move(stop));
     }
+    // A batch job's steps: their tasks here that still run.
+    for (const Step& s : job.steps) {
+      if (s.state != Step::State::kRunning) continue;
+      for (size_t i = 0; i < s.tasks.size(); ++i) {
+        const StepTask& t = s.tasks[i];
+        if (t.exited || job.workers[static_cast<size_t>(t.slot)].alloc.node != n) continue;
+        if (!t.desired)
+          t.desired = std::make_shared<const proto::DesiredWorker>(
+              StepDesired(job, s, static_cast<int>(i)));
+        if (!stopping && !s.cancelled) {
+          a.workers.push_back(t.desired);
+          continue;
+        }
+        auto stop = std::make_shared<proto::DesiredWorker>(*t.desired);
+        stop->action = proto::DesiredWorker::Action::kStop;
+        if (stopping) {
+          stop->grace_ms = std::max<Ticks>(0, job.stop_deadline - now);
+        } else {  // srun was interrupted
+          stop->signal = SIGTERM;
+          stop->grace_ms = std::max<Ticks>(0, s.ended + kStepKillWaitMs - now);
+        }
+        a.workers.push_back(std::move(stop));
+      }
+    }
   }
   return a;
 }
 
 proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) {
   const core::NodeId n = w.alloc.node;
+  // A batch job's script holds every GPU of the job on its node (the slots' too), as
+  // Slurm's batch step does.
+  const core::WorkerAlloc alloc = job.batch() ? NodeAlloc(job, n, w.rank) : w.alloc;
   const std::vector<std::string> nodes = JobNodes(job);
   int local = 0;  // the workers of this job before it on its node
   for (const Worker& o : job.workers) {
@@ -157,13 +186,24 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
     env["GANTRY_ARRAY_TASK_ID"] = std::to_string(job.array_index);
   }
   const spec::OutputNames names = OutputNamesOf(job, w, nodes);
+  if (job.batch()) {
+    if (!env.contains("SLURM_GPUS_ON_NODE"))
+      env["SLURM_GPUS_ON_NODE"] = std::to_string(
+          alloc.sharing == core::Sharing::kExclusive ? std::popcount(alloc.gpu_mask) : 1);
+    // Its own credential, for srun and the other Slurm commands inside it (the agent adds
+    // GANTRY_SERVER and puts them on PATH). A gantryd restarted before the agent started
+    // the script has only its hash: the script then runs without one (srun says so).
+    if (auto t = run_tokens_.find(job.seq); t != run_tokens_.end()) env["GANTRY_TOKEN"] = t->second;
+  }
   SlurmEnv(job, w, local, nodes, names, env);
-  // The names PyTorch's launcher reads, unless the job set them itself.
+  // The names PyTorch's launcher reads, unless the job set them itself (a batch script
+  // is not a task: srun gives its tasks theirs).
   for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
                       {"LOCAL_RANK", std::to_string(local)},
                       {"WORLD_SIZE", std::to_string(job.workers.size())},
                       {"MASTER_ADDR", master},
                       {"MASTER_PORT", std::to_string(port)}}) {
+    if (job.batch() && k[0] != 'M') continue;
     if (!env.contains(k)) env[k] = v;
   }
   proto::DesiredWorker wj;
@@ -176,11 +216,13 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   wj.env = std::move(env);
   wj.workdir = job.spec.workdir;
   wj.user = job.user;
-  wj.alloc = WireAlloc(w.alloc, cluster_);
-  wj.limits = WorkerLimits(w.alloc, cluster_);
+  wj.alloc = WireAlloc(alloc, cluster_);
+  wj.limits = job.batch() ? NodeLimits(job, n) : WorkerLimits(w.alloc, cluster_);
   wj.script = job.spec.script;
   wj.image = job.spec.image;
   wj.signal = std::max(0, job.spec.stop_signal);
+  if (job.batch() && wj.signal > 0 && !job.spec.signal_batch)
+    wj.signal = SIGCONT;  // --signal without B: goes to the steps (StepDesired)
   // `gantry sbatch`: the script the agent writes on the node and runs, the files the
   // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
   // batch step writes to -o), and the signal it gets first when stopped.
@@ -317,8 +359,12 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         if (changed) PersistNode(n);
         for (const ExitReport& e : report.exits) {
           Job* job = FindJob(e.job);
+          if (job && job->active() && job->run == e.run && e.step >= 0) {
+            StepTaskExited(*job, e, n, now);
+            continue;
+          }
           if (!job || !job->active() || job->run != e.run || e.rank < 0 ||
-              e.rank >= static_cast<int>(job->workers.size())) {
+              e.rank >= static_cast<int>(job->workers.size()) || e.step >= 0) {
             continue;  // an old run, or already settled
           }
           Worker& w = job->workers[static_cast<size_t>(e.rank)];
@@ -338,7 +384,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           WorkerExited(*job, w, e, now);
         }
         for (const RunningReport& r : report.running) {
-          if (!r.usage) continue;
+          if (!r.usage || r.step >= 0) continue;  // (a step's tasks: within its slots' usage)
           Job* job = FindJob(r.job);
           if (!job || job->state != JobState::kRunning || job->run != r.run || r.rank < 0 ||
               r.rank >= static_cast<int>(job->workers.size())) {
@@ -378,18 +424,22 @@ void Controller::Watch(std::string token, std::string node, std::string instance
 }
 
 void Controller::UploadLog(std::string token, std::string node, std::string name, int run, int rank,
-                           int64_t offset, std::string data, Done done) {
+                           int step, int64_t offset, std::string data, Done done) {
   CallAsAgent(
       std::move(token), std::move(node), std::move(done),
-      [this, name = std::move(name), run, rank, offset,
+      [this, name = std::move(name), run, rank, step, offset,
        data = std::move(data)](core::NodeId) -> Reply {
         Job* job = FindJob(name);
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-        if (run <= 0 || run > job->run || rank < 0 || rank >= job->spec.replicas || offset < 0) {
-          return Reply::Error(Code::kBadRequest, "run, rank or offset out of range");
+        const int ranks = step < 0 ? job->spec.replicas
+                          : run == job->run && step < static_cast<int>(job->steps.size())
+                              ? static_cast<int>(job->steps[static_cast<size_t>(step)].tasks.size())
+                              : 0;
+        if (run <= 0 || run > job->run || rank < 0 || rank >= ranks || offset < 0) {
+          return Reply::Error(Code::kBadRequest, "run, step, rank or offset out of range");
         }
         const fs::path dir = fs::path(options_.log_dir) / std::to_string(job->seq);
-        const fs::path path = dir / (std::to_string(run) + "." + std::to_string(rank) + ".log");
+        const fs::path path = dir / LogFileName(run, rank, step);
         std::error_code ec;
         fs::create_directories(dir, ec);
         int64_t size = fs::exists(path, ec) ? static_cast<int64_t>(fs::file_size(path, ec)) : 0;
@@ -400,6 +450,9 @@ void Controller::UploadLog(std::string token, std::string node, std::string name
           out.flush();
           if (out) size += static_cast<int64_t>(data.size() - skip);
         }
+        if (step >= 0 && run == job->run)  // srun reads what it has not printed yet
+          job->steps[static_cast<size_t>(step)].tasks[static_cast<size_t>(rank)].output_bytes =
+              size;
         Reply r;
         r.body = proto::Encode(proto::LogUploadReply{size});
         return r;

@@ -391,8 +391,18 @@ Reply Controller::ShowJob(const std::string& token, const std::string& name) {
 Reply Controller::Cancel(const std::string& token, const std::string& name, bool force) {
   return Wait([&](Done d) { Cancel(token, name, force, std::move(d)); });
 }
-Reply Controller::LogPath(const std::string& token, const std::string& name, int run, int rank) {
-  return Wait([&](Done d) { LogPath(token, name, run, rank, std::move(d)); });
+Reply Controller::LogPath(const std::string& token, const std::string& name, int run, int rank,
+                          int step) {
+  return Wait([&](Done d) { LogPath(token, name, run, rank, step, std::move(d)); });
+}
+
+Reply Controller::CreateStep(const std::string& token, const std::string& job,
+                             const nlohmann::json& body) {
+  return Wait([&](Done d) { CreateStep(token, job, body, std::move(d)); });
+}
+
+Reply Controller::ShowStep(const std::string& token, const std::string& job, int step) {
+  return Wait([&](Done d) { ShowStep(token, job, step, std::move(d)); });
 }
 Reply Controller::Nodes(const std::string& token) {
   return Wait([&](Done d) { Nodes(token, std::move(d)); });
@@ -413,8 +423,9 @@ Reply Controller::Heartbeat(const std::string& token, const std::string& node,
 }
 Reply Controller::UploadLog(const std::string& token, const std::string& node,
                             const std::string& job, int run, int rank, int64_t offset,
-                            const std::string& data) {
-  return Wait([&](Done d) { UploadLog(token, node, job, run, rank, offset, data, std::move(d)); });
+                            const std::string& data, int step) {
+  return Wait(
+      [&](Done d) { UploadLog(token, node, job, run, rank, step, offset, data, std::move(d)); });
 }
 std::string Controller::Metrics(const std::string& token) {
   return Wait([&](Done d) { Metrics(token, std::move(d)); }).text;

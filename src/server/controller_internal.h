@@ -31,6 +31,17 @@ std::string HumanTime(int64_t at_ms, int64_t now_ms);
 // simulator keep seconds).
 std::string HumanTimes(const std::string& text, int64_t epoch_ms, int64_t now_ms);
 
+// The file (in the job's log directory) of a worker's output, or with `step` >= 0 of
+// that step's task `rank`: "RUN.RANK.log", "RUN.sSTEP.RANK.log".
+inline std::string LogFileName(int run, int rank, int step) {
+  return std::to_string(run) + "." + (step >= 0 ? "s" + std::to_string(step) + "." : "") +
+         std::to_string(rank) + ".log";
+}
+
+// How long an interrupted srun's tasks have between SIGTERM and SIGKILL (Slurm's
+// KillWait default is 30 s).
+inline constexpr core::Ticks kStepKillWaitMs = 10000;
+
 // GPU units as a GPU count for messages ("0.5", "8").
 inline std::string GpusText(core::GpuUnits units) {
   return FormatValue(static_cast<double>(units) / static_cast<double>(core::kGpuUnits));

@@ -57,6 +57,7 @@ std::optional<Principal> Controller::Authenticate(const std::string& token, Repl
     error = Reply::Error(Code::kUnauthenticated, kMissingToken);
     return std::nullopt;
   }
+  if (token.rfind("gjt_", 0) == 0) return JobPrincipal(token, error);
   const std::string hash = Sha256Hex(token);
   if (auto it = tokens_.find(hash); it != tokens_.end()) return it->second;
   auto found = store_.FindToken(hash);
@@ -808,7 +809,8 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
           for (int64_t seq : tasks) {
             auto t = jobs_.find(seq);
             if (t == jobs_.end()) continue;
-            if (!MaySubmitTo(user, config_.queues, t->second.queue)) {
+            if (!MaySubmitTo(user, config_.queues, t->second.queue) ||
+                (!user.job.empty() && t->second.user != user.user)) {
               return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " +
                                                         name + " in queue " + t->second.queue +
                                                         " (team " + t->second.team + ")");
@@ -823,7 +825,8 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
           return r;
         }
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-        if (!MaySubmitTo(user, config_.queues, job->queue)) {
+        if (!MaySubmitTo(user, config_.queues, job->queue) ||
+            (!user.job.empty() && job->name != user.job && job->user != user.user)) {
           return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
                                                     " in queue " + job->queue + " (team " +
                                                     job->team + ")");
@@ -864,35 +867,45 @@ void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool 
   }
 }
 
-void Controller::LogPath(std::string token, std::string name, int run, int rank, Done done) {
-  CallAsUser(std::move(token), std::move(done),
-             [this, name, run, rank](const Principal& user) mutable -> Reply {
-               Job* job = FindJob(name);
-               if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-               if (!MaySee(user, *job)) {
-                 return Reply::Error(Code::kForbidden, user.Describe() +
-                                                           " may not read the output of job " +
-                                                           name + " in queue " + job->queue);
-               }
-               if (run <= 0) run = job->run;
-               if (run <= 0)
-                 return Reply::Error(Code::kNotFound, "job " + name + " has not started yet");
-               if (run > job->run) {  // (it answered 200 with nothing: `logs --run 9` exited 0)
-                 return Reply::Error(
-                     Code::kNotFound,
-                     "job " + name + " has no run " + std::to_string(run) + " (its runs: " +
-                         (job->run == 1 ? "1" : "1-" + std::to_string(job->run)) + ")");
-               }
-               if (rank < 0 || rank >= job->spec.replicas) {
-                 return Reply::Error(Code::kBadRequest,
-                                     "rank: must be 0.." + std::to_string(job->spec.replicas - 1));
-               }
-               const fs::path path = fs::path(options_.log_dir) / std::to_string(job->seq) /
-                                     (std::to_string(run) + "." + std::to_string(rank) + ".log");
-               Reply r;
-               r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
-               return r;
-             });
+void Controller::LogPath(std::string token, std::string name, int run, int rank, int step,
+                         Done done) {
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, name, run, rank, step](const Principal& user) mutable -> Reply {
+        Job* job = FindJob(name);
+        if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+        if (!MaySee(user, *job)) {
+          return Reply::Error(Code::kForbidden, user.Describe() +
+                                                    " may not read the output of job " + name +
+                                                    " in queue " + job->queue);
+        }
+        if (run <= 0) run = job->run;
+        if (run <= 0) return Reply::Error(Code::kNotFound, "job " + name + " has not started yet");
+        if (run > job->run) {  // (it answered 200 with nothing: `logs --run 9` exited 0)
+          return Reply::Error(
+              Code::kNotFound,
+              "job " + name + " has no run " + std::to_string(run) +
+                  " (its runs: " + (job->run == 1 ? "1" : "1-" + std::to_string(job->run)) + ")");
+        }
+        if (step >= 0) {
+          if (run != job->run || step >= static_cast<int>(job->steps.size())) {
+            return Reply::Error(Code::kNotFound, "job " + name + " run " + std::to_string(run) +
+                                                     " has no step " + std::to_string(step));
+          }
+          const int tasks = static_cast<int>(job->steps[static_cast<size_t>(step)].tasks.size());
+          if (rank < 0 || rank >= tasks)
+            return Reply::Error(Code::kBadRequest,
+                                "rank: the step's tasks are 0.." + std::to_string(tasks - 1));
+        } else if (rank < 0 || rank >= job->spec.replicas) {
+          return Reply::Error(Code::kBadRequest,
+                              "rank: must be 0.." + std::to_string(job->spec.replicas - 1));
+        }
+        const fs::path path =
+            fs::path(options_.log_dir) / std::to_string(job->seq) / LogFileName(run, rank, step);
+        Reply r;
+        r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
+        return r;
+      });
 }
 
 }  // namespace gantry::server

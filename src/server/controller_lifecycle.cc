@@ -95,6 +95,8 @@ void Controller::StartRun(Job& job, Ticks now) {
   job.signaled_at = job.stop_deadline = -1;
   job.stop_reason.clear();
   job.preempted_by.clear();
+  job.steps.clear();
+  if (job.batch()) NewRunToken(job);
   AddRunning(job);
   Touch(job);
   log_.Start(now, job.name, rec.alloc);
@@ -118,6 +120,12 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
   job.signaled_at = now;
   job.stop_deadline = now + grace;
   job.stop_reason = std::move(reason);
+  for (Step& s : job.steps) {  // steps not started yet never will
+    if (s.state != Step::State::kPending) continue;
+    s.state = Step::State::kEnded;
+    s.cancelled = true;
+    s.ended = now;
+  }
   if (job.AllExited()) {
     EndStop(job, now);
   } else {
@@ -126,6 +134,8 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
 }
 
 void Controller::EndRunRows(Job& job, Ticks now) {
+  job.run_token_hash.clear();  // the run's credential ends with it
+  run_tokens_.erase(job.seq);
   if (job.run_start >= 0)
     job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
   AddHeldGpuMs(job, now, held_gpu_ms_);
@@ -162,6 +172,7 @@ void Controller::EndStop(Job& job, Ticks now) {
       sched_->Requeue(job.core, now);
       job.state = JobState::kPending;
       job.workers.clear();
+      job.steps.clear();
       job.stop = StopKind::kNone;
       job.signaled_at = job.stop_deadline = -1;
       job.stop_reason.clear();
@@ -266,7 +277,10 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
   w.signal = e.signal;
   w.lost = e.lost;
   const std::string where =
-      "worker " + std::to_string(w.rank) + " on " + cluster_.node(w.alloc.node).name;
+      (job.batch() ? "the batch script" : "worker " + std::to_string(w.rank)) + " on " +
+      cluster_.node(w.alloc.node).name;
+  // The batch script ended: so does the allocation, and any step still running is killed.
+  if (job.batch() && w.rank == 0) EndAllocation(job, "killed: the batch script ended");
   if (job.state == JobState::kRunning) {
     if (e.lost) {
       BeginStop(job, StopKind::kLost, where + " was lost" + (e.note.empty() ? "" : ": " + e.note),
@@ -315,6 +329,13 @@ void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::
     Touch(job);
     for (Worker& w : job.workers) {
       if (w.alloc.node == n && !w.exited) w.exited = w.lost = true;
+    }
+    for (Step& s : job.steps) {
+      for (StepTask& t : s.tasks) {
+        if (t.exited || job.workers[static_cast<size_t>(t.slot)].alloc.node != n) continue;
+        t.exited = t.lost = true;
+        t.note = "node " + name + " " + std::string(lost);
+      }
     }
     if (job.state == JobState::kRunning) {
       BeginStop(job, StopKind::kLost, "node " + name + " " + std::string(lost), job.spec.grace,
@@ -457,7 +478,7 @@ void Controller::Housekeeping(Ticks now) {
     // Its agent has SIGKILLed what was left at the deadline, or will when it next hears
     // that these workers are no longer assigned.
     Job& job = jobs_.at(seq);
-    for (Worker& w : job.workers) w.exited = true;
+    EndAllocation(job, "killed at the end of the grace");
     EndStop(job, now);
   }
 }

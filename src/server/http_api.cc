@@ -318,15 +318,36 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     }
     return c.Cancel(TokenOf(req), a[0], force == "1" || force == "true", reply);
   }
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "steps"}, a)) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      return bad("step: the body must be a JSON object");
+    return c.CreateStep(TokenOf(req), a[0], std::move(body), reply);
+  }
+  auto step_number = [&](const std::string& s) -> std::optional<int> {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      return std::nullopt;
+    return std::stoi(s);
+  };
+  if (m == "GET" && Match(req, {"v1", "jobs", "*", "steps", "*"}, a)) {
+    auto s = step_number(a[1]);
+    if (!s) return bad("step: expected a step number, got " + a[1]);
+    return c.ShowStep(TokenOf(req), a[0], *s, reply);
+  }
+  if (m == "DELETE" && Match(req, {"v1", "jobs", "*", "steps", "*"}, a)) {
+    auto s = step_number(a[1]);
+    if (!s) return bad("step: expected a step number, got " + a[1]);
+    return c.CancelStep(TokenOf(req), a[0], *s, reply);
+  }
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "logs"}, a)) {
-    int64_t run = 0, rank = 0, offset = 0;
+    int64_t run = 0, rank = 0, offset = 0, step = -1;
     for (auto problem : {IntParam(req, "run", 0, run), IntParam(req, "rank", 0, rank),
-                         IntParam(req, "offset", 0, offset)}) {
+                         IntParam(req, "offset", 0, offset), IntParam(req, "step", -1, step)}) {
       if (problem) return bad(*problem);
     }
     // The file is read on an I/O thread, never on the controller's.
     return c.LogPath(
-        TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank),
+        TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank), static_cast<int>(step),
         [this, server, respond, req](Reply r) {
           server->Defer([this, respond, req, r = std::move(r)] { SendLog(req, r, respond); });
         });
@@ -376,13 +397,14 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.Watch(TokenOf(req), a[0], req.param("instance"), version, timeout_ms, reply);
   }
   if (m == "POST" && Match(req, {"v1", "agents", "*", "logs"}, a)) {
-    int64_t run = 0, rank = 0, offset = 0;
+    int64_t run = 0, rank = 0, offset = 0, step = -1;
     for (auto problem : {IntParam(req, "run", -1, run), IntParam(req, "rank", -1, rank),
-                         IntParam(req, "offset", -1, offset)}) {
+                         IntParam(req, "offset", -1, offset), IntParam(req, "step", -1, step)}) {
       if (problem) return bad(*problem);
     }
     return c.UploadLog(TokenOf(req), a[0], req.param("job"), static_cast<int>(run),
-                       static_cast<int>(rank), offset, std::move(req.body), reply);
+                       static_cast<int>(rank), static_cast<int>(step), offset, std::move(req.body),
+                       reply);
   }
   respond(ErrorResponse(Code::kNotFound, "no such endpoint: " + m + " " + req.path()));
 }

@@ -88,7 +88,15 @@ std::string Lower(std::string_view s) {
 }
 }  // namespace
 
+bool Step::AllExited() const {
+  return std::all_of(tasks.begin(), tasks.end(), [](const StepTask& t) { return t.exited; });
+}
+
 bool Job::AllExited() const {
+  if (batch() && !workers.empty()) {
+    return workers.front().exited &&
+           std::all_of(steps.begin(), steps.end(), [](const Step& s) { return s.AllExited(); });
+  }
   return std::all_of(workers.begin(), workers.end(), [](const Worker& w) { return w.exited; });
 }
 
@@ -267,6 +275,42 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"end_time", job.end_time},
               {"usage", UsageToJson(job.usage)}};
   if (job.run_tier) doc["run_tier"] = std::string(core::Name(*job.run_tier));
+  if (!job.run_token_hash.empty()) doc["run_token_hash"] = job.run_token_hash;
+  if (!job.steps.empty()) {
+    json steps = json::array();
+    for (const Step& s : job.steps) {
+      json tasks = json::array();
+      for (const StepTask& t : s.tasks) {
+        tasks.push_back({{"slot", t.slot},
+                         {"local", t.local},
+                         {"node", t.node},
+                         {"exited", t.exited},
+                         {"lost", t.lost},
+                         {"exit_code", t.exit_code},
+                         {"signal", t.signal},
+                         {"note", t.note}});
+      }
+      steps.push_back({{"id", s.id},
+                       {"name", s.name},
+                       {"command", s.command},
+                       {"env", s.env},
+                       {"workdir", s.workdir},
+                       {"nodes", s.nodes},
+                       {"ntasks", s.ntasks},
+                       {"per_node", s.per_node},
+                       {"cpus_per_task", s.cpus_per_task},
+                       {"nodelist", s.nodelist},
+                       {"bind_gpus", s.bind_gpus},
+                       {"overlap", s.overlap},
+                       {"cancelled", s.cancelled},
+                       {"state", static_cast<int>(s.state)},
+                       {"created", s.created},
+                       {"started", s.started},
+                       {"ended", s.ended},
+                       {"tasks", std::move(tasks)}});
+    }
+    doc["steps"] = std::move(steps);
+  }
   json history = json::array();
   for (const Job::Happened& h : job.history) history.push_back({{"t", h.t}, {"what", h.what}});
   doc["history"] = std::move(history);
@@ -332,6 +376,46 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       worker.vram_peak = u.value("vram_peak", int64_t{0});
       worker.util_peak = u.value("util_peak", 0.0);
       job.workers.push_back(worker);
+    }
+    job.run_token_hash = d.value("run_token_hash", std::string());
+    job.steps.clear();
+    for (const json& s : d.value("steps", json::array())) {
+      Step step;
+      step.id = s.at("id").get<int>();
+      step.name = s.value("name", std::string());
+      step.command = s.at("command").get<std::vector<std::string>>();
+      step.env = s.value("env", std::map<std::string, std::string>());
+      step.workdir = s.value("workdir", std::string());
+      step.nodes = s.value("nodes", 0);
+      step.ntasks = s.value("ntasks", 0);
+      step.per_node = s.value("per_node", 0);
+      step.cpus_per_task = s.value("cpus_per_task", 0);
+      step.nodelist = s.value("nodelist", std::vector<std::string>());
+      step.bind_gpus = s.value("bind_gpus", false);
+      step.overlap = s.value("overlap", false);
+      step.cancelled = s.value("cancelled", false);
+      const int step_state = s.value("state", 0);
+      if (step_state < 0 || step_state > static_cast<int>(Step::State::kEnded))
+        return Error{"doc", "unknown step state"};
+      step.state = static_cast<Step::State>(step_state);
+      step.created = s.value("created", Ticks{0});
+      step.started = s.value("started", Ticks{-1});
+      step.ended = s.value("ended", Ticks{-1});
+      for (const json& t : s.value("tasks", json::array())) {
+        StepTask task;
+        task.slot = t.at("slot").get<int>();
+        if (task.slot < 0 || task.slot >= static_cast<int>(job.workers.size()))
+          return Error{"doc", "step task slot out of range"};
+        task.local = t.value("local", 0);
+        task.node = t.value("node", 0);
+        task.exited = t.value("exited", false);
+        task.lost = t.value("lost", false);
+        task.exit_code = t.value("exit_code", 0);
+        task.signal = t.value("signal", 0);
+        task.note = t.value("note", std::string());
+        step.tasks.push_back(std::move(task));
+      }
+      job.steps.push_back(std::move(step));
     }
   } catch (const json::exception& e) {
     return Error{"doc", e.what()};

@@ -76,6 +76,41 @@ struct Usage {
   std::string model;           // the GPU model of the last report (right-sizing advice)
 };
 
+// A job step (`srun` in a batch job, as Slurm's steps 0, 1, ...): tasks launched on the
+// job's nodes, inside its allocation, each ending on its own. A step whose tasks do not
+// fit beside the running steps waits for them (Slurm's "step creation temporarily
+// disabled"), unless it overlaps.
+struct StepTask {
+  int slot = 0;   // the job's worker (rank) whose node (and, bound, whose GPUs) it uses
+  int local = 0;  // SLURM_LOCALID: its index among the step's tasks on its node
+  int node = 0;   // SLURM_NODEID: its node's index among the step's nodes
+  bool exited = false, lost = false;
+  int exit_code = 0, signal = 0;
+  std::string note;
+  int64_t output_bytes = 0;  // uploaded so far (not kept across restarts)
+  // What its agent is sent (Controller::StepDesired), built once (not kept across restarts).
+  mutable std::shared_ptr<const proto::DesiredWorker> desired;
+};
+
+struct Step {
+  enum class State : uint8_t { kPending, kRunning, kEnded };
+  int id = 0;
+  std::string name;  // srun -J; the command's name by default
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;  // srun's environment (--export)
+  std::string workdir;                     // srun's directory
+  // As srun asked (0: its default): -N, -n, --ntasks-per-node, --cpus-per-task.
+  int nodes = 0, ntasks = 0, per_node = 0, cpus_per_task = 0;
+  std::vector<std::string> nodelist;  // -w: only these of the job's nodes (empty: any)
+  bool bind_gpus = false;             // each task only its slot's GPUs (--gpus-per-task)
+  bool overlap = false;               // may share slots with running steps (--overlap)
+  bool cancelled = false;             // srun was interrupted: its tasks are stopped
+  State state = State::kPending;
+  Ticks created = 0, started = -1, ended = -1;
+  std::vector<StepTask> tasks;  // by task id (SLURM_PROCID)
+  bool AllExited() const;
+};
+
 // A dependency (`gantry submit --after NAME[:ok|any]`): the job is held out of the
 // scheduler until NAME has ended; with `any` in any state, else finished (exit 0).
 struct Dependency {
@@ -112,6 +147,13 @@ struct Job {
   // it best-effort): a restarted gantryd adopts the run at this tier.
   std::optional<core::Tier> run_tier;
   std::vector<Worker> workers;  // the current run's, by rank
+  // A batch job (`gantry sbatch`) runs as Slurm's: its workers are an allocation (task
+  // slots); only rank 0 runs the script, and `srun` runs steps on the rest. The current
+  // run's steps, and the SHA-256 of its credential (GANTRY_TOKEN in the script's
+  // environment: what srun and the other Slurm commands inside the job present).
+  std::vector<Step> steps;
+  std::string run_token_hash;
+  bool batch() const { return !spec.script.empty(); }
 
   StopKind stop = StopKind::kNone;
   Ticks signaled_at = -1;
@@ -148,6 +190,8 @@ struct Job {
   std::string state_word() const {
     return std::string(state == JobState::kDone ? Word(end) : Name(state));
   }
+  // Every worker exited; a batch job: its script and every step task (its other workers
+  // are slots that run nothing of their own).
   bool AllExited() const;
 };
 

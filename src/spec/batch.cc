@@ -1,5 +1,6 @@
 #include "spec/batch.h"
 
+#include <algorithm>
 #include <csignal>
 #include <utility>
 
@@ -132,6 +133,54 @@ std::string HostList(const std::vector<std::string>& nodes) {
       i = j + 1;
     }
     out += "[" + ranges + "]";
+  }
+  return out;
+}
+
+std::optional<std::vector<std::string>> ExpandHostList(std::string_view list) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < list.size()) {
+    // One item: up to a comma outside brackets.
+    size_t end = i;
+    int depth = 0;
+    for (; end < list.size() && (depth > 0 || list[end] != ','); ++end) {
+      if (list[end] == '[' && ++depth > 1) return std::nullopt;
+      if (list[end] == ']' && --depth < 0) return std::nullopt;
+    }
+    if (depth != 0) return std::nullopt;
+    const std::string_view item = list.substr(i, end - i);
+    i = end + 1;
+    if (item.empty()) continue;
+    const size_t open = item.find('[');
+    if (open == std::string_view::npos) {
+      out.emplace_back(item);
+      continue;
+    }
+    const size_t close = item.find(']', open);
+    if (item.find('[', close) != std::string_view::npos) return std::nullopt;  // one range
+    const std::string prefix(item.substr(0, open)), suffix(item.substr(close + 1));
+    const std::string_view ranges = item.substr(open + 1, close - open - 1);
+    for (size_t p = 0; p <= ranges.size();) {
+      const size_t comma = std::min(ranges.find(',', p), ranges.size());
+      const std::string_view r = ranges.substr(p, comma - p);
+      p = comma + 1;
+      const size_t dash = r.find('-');
+      const std::string_view lo = r.substr(0, dash);
+      const std::string_view hi = dash == std::string_view::npos ? lo : r.substr(dash + 1);
+      auto digits = [](std::string_view d) {
+        return !d.empty() && d.size() <= 9 &&
+               d.find_first_not_of("0123456789") == std::string_view::npos;
+      };
+      if (!digits(lo) || !digits(hi)) return std::nullopt;
+      const long a = std::stol(std::string(lo)), b = std::stol(std::string(hi));
+      if (b < a || out.size() + static_cast<size_t>(b - a) >= 100000) return std::nullopt;
+      for (long v = a; v <= b; ++v) {
+        std::string num = std::to_string(v);
+        if (num.size() < lo.size()) num.insert(0, lo.size() - num.size(), '0');
+        out.push_back(prefix + num + suffix);
+      }
+    }
   }
   return out;
 }

@@ -36,6 +36,9 @@ bool PatternPerRank(std::string_view pattern);
 // Node names as Slurm's compressed host list (SLURM_JOB_NODELIST): names that end in a
 // number and share the rest are bracketed, in the order given: "h100-[0-2,5],cpu-0".
 std::string HostList(const std::vector<std::string>& nodes);
+// A host list back to its names, in order ("h100-[0-2,5],cpu-0", zero padding kept:
+// "n[08-10]" gives n08 n09 n10); nullopt when it is malformed or names over 100,000 hosts.
+std::optional<std::vector<std::string>> ExpandHostList(std::string_view list);
 // Tasks per node in Slurm's form (SLURM_TASKS_PER_NODE): "2(x3),1".
 std::string TasksPerNode(const std::vector<int>& counts);
 

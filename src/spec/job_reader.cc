@@ -350,12 +350,15 @@ class JobDecoder {
       }
     }
     if (auto s = f.String("signal")) {
-      const int sig = SignalNumber(*s);
+      const bool batch = s->rfind("B:", 0) == 0;  // sbatch --signal=B:SIG
+      const int sig = SignalNumber(batch ? s->substr(2) : *s);
       if (sig <= 0) {
-        f.Report("signal",
-                 "unknown signal " + Quote(*s) + " (e.g. TERM, USR1, SIGUSR2 or a number 1-64)");
+        f.Report("signal", "unknown signal " + Quote(*s) +
+                               " (e.g. TERM, USR1, SIGUSR2, a number 1-64, or B:USR1 for a "
+                               "batch script only)");
       } else {
         job.stop_signal = sig;
+        job.signal_batch = batch;
       }
     }
   }

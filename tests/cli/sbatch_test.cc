@@ -73,10 +73,10 @@ TEST(Sbatch, EveryDirectiveMapsToItsField) {
   EXPECT_EQ(s["pool"], "h100");
   EXPECT_EQ(s["tier"], "critical");
   EXPECT_EQ(s["queue"], "nlp");
-  // --signal=USR1@120: signalled 120 s before the limit, killed at it.
+  // --signal=B:USR1@120: the batch script signalled 120 s before the limit, killed at it.
   EXPECT_EQ(s["time_limit_s"], 93784 - 120);
   EXPECT_EQ(s["grace_s"], 120);
-  EXPECT_EQ(s["signal"], "USR1");
+  EXPECT_EQ(s["signal"], "B:USR1");
   EXPECT_EQ(s["replicas"], 8);
   EXPECT_FALSE(s.contains("topology"));
   EXPECT_EQ(s["gpus"], 2);

@@ -1,9 +1,10 @@
-// Slurm habits end to end (issue 15 item 4): a Slurm batch script, unchanged, through
-// `gantry sbatch` on the real gantryd and agents: its directives become the job, the
-// script runs on the node with the SLURM_* variables it expects, -o/-e files are written
-// there, the time limit is enforced with the script's own --signal, and an array with a
-// dependency runs in order; `gantry ls --format` and `gantry acct` show them as squeue
-// and sacct would.
+// Slurm habits end to end (issue 15 item 4, issue 47 A1): a Slurm batch script, unchanged,
+// through `gantry sbatch` on the real gantryd and agents: its directives become the job,
+// the script runs once, on the job's first node, with the SLURM_* variables it expects,
+// and `srun` in it runs the tasks on the allocation; -o/-e files are written there, the
+// time limit is enforced with the script's own --signal, and an array with a dependency
+// runs in order; `gantry ls --format` and `gantry acct` show them as squeue and sacct
+// would.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,11 +57,12 @@ constexpr const char* kTrainScript = R"SH(#!/bin/bash
 #SBATCH --error=%x-%j-%t.err
 #SBATCH --export=ALL,EXTRA=yes
 
-trap 'echo "usr1 $(date +%s.%N)" >> "sig-$SLURM_PROCID.txt"' USR1
-env | sort > "env-$SLURM_PROCID.txt"
-echo "hello from task $SLURM_PROCID of $SLURM_NTASKS, args $*"
-echo "a warning from task $SLURM_PROCID" >&2
-echo "start $(date +%s.%N)" > "times-$SLURM_PROCID.txt"
+trap 'echo "usr1 $(date +%s.%N)" >> sig-batch.txt' USR1
+env | sort > env-batch.txt
+echo "the batch script, args $*"
+echo "a warning from the batch script" >&2
+srun bash -c 'env | sort > "env-$SLURM_PROCID.txt"; echo "hello from task $SLURM_PROCID of $SLURM_NTASKS"'
+echo "start $(date +%s.%N)" > times.txt
 while true; do sleep 0.1; done   # runs until its time limit
 )SH";
 
@@ -102,8 +104,8 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   const std::string work = h.Path("work");
   fs::create_directories(work);
   h.Write("train.sh", kTrainScript);
-  // Options on the command line override the script's: 3 s here, so the limit comes soon.
-  RunResult r = h.Cli({"sbatch", "--time=0:03", "-D", work, h.Path("train.sh"), "--lr", "0.1"},
+  // Options on the command line override the script's: 5 s here, so the limit comes soon.
+  RunResult r = h.Cli({"sbatch", "--time=0:05", "-D", work, h.Path("train.sh"), "--lr", "0.1"},
                       h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   ASSERT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
@@ -111,7 +113,7 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
 
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
   json job = h.Job(id);
-  // The time limit (3 s, less the signal's 1 s lead) was enforced: USR1 first, then the kill.
+  // The time limit (5 s, less the signal's 1 s lead) was enforced: USR1 first, then the kill.
   EXPECT_EQ(job["state"], "failed") << job.dump();
   EXPECT_EQ(job["reason"].get<std::string>().rfind("time limit reached", 0), 0u) << job.dump();
   EXPECT_EQ(job["name"], "train");
@@ -119,50 +121,74 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_EQ(job["tier"], "standard");
   EXPECT_EQ(job["queue"], "research");
   EXPECT_EQ(job["replicas"], 2);
-  EXPECT_DOUBLE_EQ(job["time_limit_s"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(job["time_limit_s"].get<double>(), 4.0);
   const double ran = job["end"].get<double>() - job["start"].get<double>();
-  EXPECT_GE(ran, 2.0);
-  EXPECT_LT(ran, 8.0) << "stopped long after its limit";
+  EXPECT_GE(ran, 4.0);
+  EXPECT_LT(ran, 10.0) << "stopped long after its limit";
 
+  // The batch script ran once, on the node, with the SLURM_* variables Slurm gives it, all
+  // the job's GPUs there, and its own credential (not the submitter's token).
+  ASSERT_TRUE(fs::exists(work + "/env-batch.txt")) << "the batch script did not run";
+  auto batch = ReadEnvFile(work + "/env-batch.txt");
+  EXPECT_EQ(batch["SLURM_JOB_ID"], id);
+  EXPECT_EQ(batch["SLURM_JOB_NAME"], "train");
+  EXPECT_EQ(batch["SLURM_PROCID"], "0");
+  EXPECT_EQ(batch["SLURM_NODEID"], "0");
+  EXPECT_EQ(batch["SLURM_NTASKS"], "2");
+  EXPECT_EQ(batch["SLURM_NNODES"], "1");
+  EXPECT_EQ(batch["SLURM_JOB_NUM_NODES"], "1");
+  EXPECT_EQ(batch["SLURM_NTASKS_PER_NODE"], "2");
+  EXPECT_EQ(batch["SLURM_TASKS_PER_NODE"], "2");
+  EXPECT_EQ(batch["SLURM_GPUS_ON_NODE"], "4");
+  EXPECT_EQ(batch["SLURM_CPUS_PER_TASK"], "2");
+  EXPECT_EQ(batch["SLURM_JOB_PARTITION"], "h100");
+  EXPECT_EQ(batch["SLURM_JOB_ACCOUNT"], "research");
+  EXPECT_EQ(batch["SLURM_JOB_USER"], "ann");
+  EXPECT_EQ(batch["SLURM_JOB_NODELIST"].rfind("h100-", 0), 0u) << batch["SLURM_JOB_NODELIST"];
+  EXPECT_EQ(batch["SLURMD_NODENAME"], batch["SLURM_JOB_NODELIST"]);
+  EXPECT_EQ(batch["SLURM_SUBMIT_DIR"], fs::current_path().string());
+  EXPECT_EQ(batch["PWD"], work);     // -D
+  EXPECT_EQ(batch["EXTRA"], "yes");  // --export=ALL,EXTRA=yes
+  EXPECT_EQ(batch.count("RANK"), 0u) << "a batch script is not a task";
+  EXPECT_EQ(batch["GANTRY_TOKEN"].rfind("gjt_", 0), 0u) << "the job's own credential";
+  EXPECT_NE(batch["GANTRY_TOKEN"], h.token("ann")) << "the submitter's token reached the job";
+  EXPECT_EQ(
+      std::count(batch["CUDA_VISIBLE_DEVICES"].begin(), batch["CUDA_VISIBLE_DEVICES"].end(), ','),
+      3);
+  // srun ran the job's two tasks, each seeing the job's GPUs on its node.
   for (int rank = 0; rank < 2; ++rank) {
     const std::string r_s = std::to_string(rank);
-    // The script ran on the node with the SLURM_* variables Slurm sets.
     ASSERT_TRUE(fs::exists(work + "/env-" + r_s + ".txt")) << "task " << rank << " did not run";
     auto env = ReadEnvFile(work + "/env-" + r_s + ".txt");
     EXPECT_EQ(env["SLURM_JOB_ID"], id);
-    EXPECT_EQ(env["SLURM_JOB_NAME"], "train");
+    EXPECT_EQ(env["SLURM_STEP_ID"], "0");
     EXPECT_EQ(env["SLURM_PROCID"], r_s);
     EXPECT_EQ(env["SLURM_LOCALID"], r_s);  // both on one node (-N 1)
     EXPECT_EQ(env["SLURM_NODEID"], "0");
     EXPECT_EQ(env["SLURM_NTASKS"], "2");
+    EXPECT_EQ(env["SLURM_STEP_NUM_TASKS"], "2");
     EXPECT_EQ(env["SLURM_NNODES"], "1");
-    EXPECT_EQ(env["SLURM_JOB_NUM_NODES"], "1");
-    EXPECT_EQ(env["SLURM_NTASKS_PER_NODE"], "2");
-    EXPECT_EQ(env["SLURM_TASKS_PER_NODE"], "2");
-    EXPECT_EQ(env["SLURM_GPUS_ON_NODE"], "2");
-    EXPECT_EQ(env["SLURM_CPUS_PER_TASK"], "2");
-    EXPECT_EQ(env["SLURM_JOB_PARTITION"], "h100");
-    EXPECT_EQ(env["SLURM_JOB_ACCOUNT"], "research");
-    EXPECT_EQ(env["SLURM_JOB_USER"], "ann");
-    EXPECT_EQ(env["SLURM_JOB_NODELIST"].rfind("h100-", 0), 0u) << env["SLURM_JOB_NODELIST"];
-    EXPECT_EQ(env["SLURMD_NODENAME"], env["SLURM_JOB_NODELIST"]);
-    EXPECT_EQ(env["SLURM_SUBMIT_DIR"], fs::current_path().string());
-    EXPECT_EQ(env["PWD"], work);     // -D
-    EXPECT_EQ(env["EXTRA"], "yes");  // --export=ALL,EXTRA=yes
-    EXPECT_EQ(env.count("GANTRY_TOKEN"), 0u) << "the submitter's token reached the job";
-    EXPECT_EQ(
-        std::count(env["CUDA_VISIBLE_DEVICES"].begin(), env["CUDA_VISIBLE_DEVICES"].end(), ','), 1);
-    // -o and -e: real files where the worker ran, one per task (%t).
-    const std::string out = h.Read("work/train-" + id + "-" + r_s + ".out");
-    EXPECT_NE(out.find("hello from task " + r_s + " of 2, args --lr 0.1"), std::string::npos)
-        << out;
-    const std::string err = h.Read("work/train-" + id + "-" + r_s + ".err");
-    EXPECT_NE(err.find("a warning from task " + r_s), std::string::npos) << err;
-    // --signal=B:USR1@1: the job's own signal, a second before the kill.
-    EXPECT_TRUE(fs::exists(work + "/sig-" + r_s + ".txt")) << "task " << rank << " got no USR1";
+    EXPECT_EQ(env["SLURM_GPUS_ON_NODE"], "4");
+    EXPECT_EQ(env["SLURMD_NODENAME"], batch["SLURMD_NODENAME"]);
+    EXPECT_EQ(env["RANK"], r_s);
+    EXPECT_EQ(env["WORLD_SIZE"], "2");
+    EXPECT_EQ(env["PWD"], work);
+    EXPECT_EQ(env["EXTRA"], "yes");
+    EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], batch["CUDA_VISIBLE_DEVICES"]);
   }
+  // -o and -e: real files where the batch script ran (%t: 0, its task id); srun's tasks
+  // printed into it.
+  const std::string out = h.Read("work/train-" + id + "-0.out");
+  EXPECT_NE(out.find("the batch script, args --lr 0.1"), std::string::npos) << out;
+  EXPECT_NE(out.find("hello from task 0 of 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("hello from task 1 of 2"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(work + "/train-" + id + "-1.out")) << "the script ran twice";
+  const std::string err = h.Read("work/train-" + id + "-0.err");
+  EXPECT_NE(err.find("a warning from the batch script"), std::string::npos) << err;
+  // --signal=B:USR1@1: the script's own signal, a second before the kill.
+  EXPECT_TRUE(fs::exists(work + "/sig-batch.txt")) << "the batch script got no USR1";
   // gantry logs still shows the output (the -o file, uploaded by the agent).
-  RunResult logs = h.Cli({"logs", id, "--rank", "1"}, h.token("ann"));
+  RunResult logs = h.Cli({"logs", id}, h.token("ann"));
   EXPECT_NE(logs.out.find("hello from task 1 of 2"), std::string::npos) << logs.out << logs.err;
 
   // sacct's answer.
@@ -303,7 +329,7 @@ TEST(Slurm, NodesAndTasksPerNodeAreHonouredExactly) {
   h.Write("two.sh",
           "#!/bin/sh\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
           "#SBATCH --gres=gpu:2\n#SBATCH -t 1\n"
-          "env | sort > \"env-$SLURM_PROCID.txt\"\n");
+          "srun sh -c 'env | sort > \"env-$SLURM_PROCID.txt\"'\n");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("two.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string id = Trim(r.out);

@@ -37,8 +37,11 @@ Heartbeat FullHeartbeat() {
   h.leaving = true;
   h.address = "10.0.0.7";
   h.gpus = {FullGpu()};
-  h.running = {{"j-1", 2, 0, 4242, WorkerUsage{0.5, 1024}}, {"j-2", 1, 3, 77, std::nullopt}};
-  h.exits = {{"j-3", 1, 0, 137, 9, true, "OOM", "MIG instance could not be made"}};
+  h.running = {{"j-1", 2, 0, 4242, WorkerUsage{0.5, 1024}},
+               {"j-2", 1, 3, 77, std::nullopt},
+               {"j-4", 1, 2, 99, std::nullopt, 3}};  // task 2 of step 3 (srun)
+  h.exits = {{"j-3", 1, 0, 137, 9, true, "OOM", "MIG instance could not be made"},
+             {"j-4", 1, 1, 0, 0, false, "", "", 3}};
   h.isolation =
       std::map<std::string, bool>{{"cgroups", true}, {"gpu_devices", false}, {"mig", true}};
   return h;
@@ -90,8 +93,12 @@ WatchAnswer FullAnswer() {
   mps.alloc.gpu = 0;
   mps.alloc.share_milli = 250;
   mps.alloc.vram_bytes = 1 << 30;
+  DesiredWorker task = exclusive;  // task 1 of a job step
+  task.rank = 1;
+  task.step = 2;
   a.workers = {std::make_shared<DesiredWorker>(FullDesired()),
-               std::make_shared<DesiredWorker>(exclusive), std::make_shared<DesiredWorker>(mps)};
+               std::make_shared<DesiredWorker>(exclusive), std::make_shared<DesiredWorker>(mps),
+               std::make_shared<DesiredWorker>(task)};
   return a;
 }
 

@@ -80,6 +80,9 @@ struct JobSpec {
   std::string script;
   std::string stdout_path, stderr_path;
   int stop_signal = 0;
+  // A batch job's `signal: B:USR1` (sbatch --signal=B:USR1): the signal goes to the batch
+  // script only; without B: to its steps only, as Slurm sends it.
+  bool signal_batch = false;
   // Server mode: idle reclamation leaves the job alone, for this reason (its queue must
   // allow it: allow_keep_when_idle), e.g. a serving job that idles at night.
   std::string keep_when_idle;

@@ -1,0 +1,574 @@
+#include "cli/srun.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "cli/client_http.h"
+#include "spec/batch.h"
+
+extern char** environ;
+
+namespace gantry::cli {
+
+namespace {
+
+std::atomic<int> g_interrupted{0};
+
+void OnInterrupt(int) { g_interrupted.fetch_add(1); }
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+// An option as srun's: --name=value, --name value, -Xvalue, -X value; flags alone.
+struct Opt {
+  const char* name;
+  char letter;
+  bool value;
+};
+
+constexpr Opt kSrunOptions[] = {
+    {"nodes", 'N', true},
+    {"ntasks", 'n', true},
+    {"ntasks-per-node", 0, true},
+    {"cpus-per-task", 'c', true},
+    {"gpus-per-task", 0, true},
+    {"job-name", 'J', true},
+    {"chdir", 'D', true},
+    {"export", 0, true},
+    {"mpi", 0, true},
+    {"cpu-bind", 0, true},
+    {"gpu-bind", 0, true},
+    {"jobid", 0, true},
+    {"nodelist", 'w', true},
+    {"output", 'o', true},
+    {"error", 'e', true},
+    {"input", 'i', true},
+    {"time", 't', true},
+    {"mem", 0, true},
+    {"mem-per-cpu", 0, true},
+    {"mem-per-gpu", 0, true},
+    {"gres", 0, true},
+    {"gpus", 'G', true},
+    {"gpus-per-node", 0, true},
+    {"distribution", 'm', true},
+    {"container-image", 0, true},
+    {"label", 'l', false},
+    {"unbuffered", 'u', false},
+    {"kill-on-bad-exit", 'K', false},
+    {"overlap", 0, false},
+    {"exclusive", 0, false},
+    {"quiet", 'Q', false},
+    {"verbose", 'v', false},
+    {"wait", 'W', true},
+    {"exact", 0, false},
+    {"cpu_bind", 0, true},
+    {"mem-bind", 0, true},
+};
+
+// Why srun cannot honour an option as given, or "" when it can (or harmlessly ignores it).
+std::string Unhonoured(const std::string& name, const std::string& value) {
+  if ((name == "mpi" && value != "none")) {
+    return "--mpi=" + value +
+           ": Gantry starts no MPI process manager (PMI/PMIx); launch MPI programs with "
+           "mpirun on the job's nodes (scontrol show hostnames), or use --mpi=none";
+  }
+  if ((name == "cpu-bind" || name == "cpu_bind") && value != "none" && value != "no")
+    return "--cpu-bind=" + value + ": tasks are not bound to CPUs here; give --cpu-bind=none";
+  if (name == "gpu-bind" && value != "none")
+    return "--gpu-bind=" + value +
+           ": not honoured; tasks see all the job's GPUs on their node, or with --gpus-per-task "
+           "their own task slot's";
+  if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
+  if (name == "output" || name == "error" || name == "input")
+    return "--" + name + ": a step's output comes back through srun's own (the job's -o file)";
+  if (name == "time") return "--time: steps run within the job's time limit; give none";
+  if (name == "gres" || name == "gpus" || name == "gpus-per-node")
+    return "--" + name +
+           ": a step uses the job's GPUs; give --gpus-per-task (each task its "
+           "task slot's GPUs) or nothing (all the job's GPUs on each node)";
+  if (name == "distribution" && value.rfind("block", 0) != 0)
+    return "--distribution=" + value + ": tasks are laid out block by block only";
+  if (name == "container-image")
+    return "--container-image: steps run in the job's image (sbatch --container-image)";
+  return "";
+}
+
+int Count(const std::string& option, const std::string& v, int& out) {
+  if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos ||
+      std::stoi(v) < 1) {
+    std::cerr << "srun: error: --" << option << ": expected a whole number of at least 1, got \""
+              << v << "\"\n";
+    return kExitBadInput;
+  }
+  out = std::stoi(v);
+  return 0;
+}
+
+// The step's environment: srun's (--export=ALL, Slurm's default), only Slurm's and Gantry's
+// variables (NONE), or those and a list.
+json StepEnv(const std::string& exp) {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) continue;
+    env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const char* skip : {"PWD", "OLDPWD", "SHLVL", "_"}) env.erase(skip);
+  if (exp.empty() || exp == "ALL") return env;
+  std::map<std::string, std::string> kept;
+  bool all = false;
+  std::stringstream in(exp);
+  std::vector<std::string> items;
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item == "ALL")
+      all = true;
+    else if (item != "NONE" && !item.empty())
+      items.push_back(item);
+  }
+  for (const auto& [k, v] : env) {
+    if (all || k.rfind("SLURM_", 0) == 0 || k.rfind("GANTRY_", 0) == 0 || k == "PATH") kept[k] = v;
+  }
+  for (const std::string& item : items) {
+    const size_t eq = item.find('=');
+    if (eq != std::string::npos) {
+      kept[item.substr(0, eq)] = item.substr(eq + 1);
+    } else if (auto it = env.find(item); it != env.end()) {
+      kept[item] = it->second;
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+int Srun(const Globals& g, const std::vector<std::string>& words) {
+  std::map<std::string, std::string> given;
+  std::vector<std::string> command;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    if (w == "--") {
+      command.assign(words.begin() + static_cast<long>(i) + 1, words.end());
+      break;
+    }
+    if (w.size() < 2 || w[0] != '-') {
+      command.assign(words.begin() + static_cast<long>(i), words.end());
+      break;
+    }
+    const Opt* def = nullptr;
+    std::string value;
+    bool has_value = false;
+    if (w.rfind("--", 0) == 0) {
+      const size_t eq = w.find('=');
+      const std::string name = w.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+      for (const Opt& o : kSrunOptions) {
+        if (name == o.name) def = &o;
+      }
+      if (def == nullptr) {
+        std::cerr << "srun: error: unrecognized option '" << w
+                  << "' (docs/slurm.md lists what srun does under Gantry)\n";
+        return kExitBadInput;
+      }
+      if (eq != std::string::npos) {
+        value = w.substr(eq + 1);
+        has_value = true;
+      }
+    } else {
+      for (const Opt& o : kSrunOptions) {
+        if (o.letter == w[1]) def = &o;
+      }
+      if (def == nullptr) {
+        std::cerr << "srun: error: invalid option -- '" << w[1] << "'\n";
+        return kExitBadInput;
+      }
+      if (def->value && w.size() > 2) {
+        value = w.substr(2);
+        has_value = true;
+      } else if (!def->value && w.size() > 2) {  // grouped flags: -lK
+        for (char c : w.substr(1)) {
+          const Opt* f = nullptr;
+          for (const Opt& o : kSrunOptions) {
+            if (o.letter == c && !o.value) f = &o;
+          }
+          if (f == nullptr) {
+            std::cerr << "srun: error: invalid option -- '" << c << "'\n";
+            return kExitBadInput;
+          }
+          given[f->name] = "1";
+        }
+        continue;
+      }
+    }
+    if (def->value && !has_value) {
+      if (i + 1 >= words.size()) {
+        std::cerr << "srun: error: option --" << def->name << " requires an argument\n";
+        return kExitBadInput;
+      }
+      value = words[++i];
+    }
+    if (!def->value) value = has_value ? value : "1";
+    if (const std::string why = Unhonoured(def->name, value); !why.empty()) {
+      std::cerr << "srun: error: " << why << "\n";
+      return kExitBadInput;
+    }
+    given[def->name] = value;
+  }
+  if (command.empty()) {
+    std::cerr << "srun: error: give a program to run: srun [options] COMMAND [ARGS...]\n";
+    return kExitBadInput;
+  }
+  std::string job = Env("SLURM_JOB_ID");
+  if (auto it = given.find("jobid"); it != given.end()) {
+    if (!job.empty() && it->second != job) {
+      std::cerr << "srun: error: --jobid=" << it->second << ": a job's credential runs steps of "
+                << "its own job (" << job << ") only\n";
+      return kExitBadInput;
+    }
+    job = it->second;
+  }
+  if (job.empty()) {
+    std::cerr << "srun: error: no job allocation: under Gantry, srun runs inside a batch job "
+                 "(gantry sbatch); salloc and interactive allocations are not supported\n";
+    return kExitBadInput;
+  }
+  if (Env("GANTRY_TOKEN").empty() && g.token.empty()) {
+    std::cerr << "srun: error: job " << job << " gave this shell no credential (GANTRY_TOKEN): "
+              << "srun works in the batch script and its steps, started by gantry-agent\n";
+    return kExitBadInput;
+  }
+  json body = {{"command", command},
+               {"env", StepEnv(given.count("export") ? given["export"] : "")}};
+  std::error_code ec;
+  std::string cwd = std::filesystem::current_path(ec).string();
+  if (given.count("chdir")) {
+    const std::filesystem::path d = given["chdir"];
+    cwd = d.is_absolute() ? d.string() : (std::filesystem::path(cwd) / d).string();
+  }
+  body["workdir"] = cwd;
+  if (given.count("job-name")) body["name"] = given["job-name"];
+  for (const auto& [opt, key] : std::initializer_list<std::pair<const char*, const char*>>{
+           {"nodes", "nodes"},
+           {"ntasks", "ntasks"},
+           {"ntasks-per-node", "ntasks_per_node"},
+           {"cpus-per-task", "cpus_per_task"},
+           {"gpus-per-task", "gpus_per_task"}}) {
+    if (!given.count(opt)) continue;
+    std::string v = given[opt];
+    if (std::string(opt) == "nodes") {  // N-M: as many as asked at most; one number here
+      const size_t dash = v.find('-');
+      if (dash != std::string::npos && v.substr(0, dash) != v.substr(dash + 1))
+        v = v.substr(dash + 1);
+      else if (dash != std::string::npos)
+        v = v.substr(0, dash);
+    }
+    if (std::string(opt) == "gpus-per-task" && v.find(':') != std::string::npos)
+      v = v.substr(v.rfind(':') + 1);
+    int n = 0;
+    if (int rc = Count(opt, v, n)) return rc;
+    body[key] = n;
+  }
+  if (given.count("nodelist")) {
+    auto names = spec::ExpandHostList(given["nodelist"]);
+    if (!names || names->empty()) {
+      std::cerr << "srun: error: --nodelist: not a host list: " << given["nodelist"] << "\n";
+      return kExitBadInput;
+    }
+    body["nodelist"] = *names;
+  }
+  if (given.count("overlap")) body["overlap"] = true;
+  const bool label = given.count("label") > 0;
+  const bool kill_on_bad_exit = given.count("kill-on-bad-exit") > 0;
+
+  std::signal(SIGINT, OnInterrupt);
+  std::signal(SIGTERM, OnInterrupt);
+  Client c(g);
+  const std::string base = "/v1/jobs/" + UrlEncode(job) + "/steps";
+  Response r = c.Post(base, body.dump(), "application/json");
+  if (r.status < 200 || r.status >= 300) {
+    json j = r.Json();
+    std::cerr << "srun: error: "
+              << (r.status == 0   ? r.error
+                  : j.is_object() ? j.value("error", r.body)
+                                  : r.body)
+              << "\n";
+    return r.status == 0 || r.status >= 500 ? kExitRunFailure : kExitBadInput;
+  }
+  json step = r.Json();
+  const int id = step.value("step", 0);
+  const int run = step.value("run", 0);
+  if (step.value("state", "") == "pending") {
+    std::cerr << "srun: Job " << job << " step creation temporarily disabled, retrying ("
+              << step.value("reason", "") << ")\n";
+  }
+  const std::string path = base + "/" + std::to_string(id);
+  std::vector<int64_t> printed;      // bytes of each task's output printed
+  std::vector<std::string> partial;  // -l: a task's unfinished last line
+  auto print = [&](size_t task, const std::string& data, bool last) {
+    if (!label) {
+      std::cout << data << std::flush;
+      return;
+    }
+    partial[task] += data;
+    size_t start = 0;
+    for (size_t nl; (nl = partial[task].find('\n', start)) != std::string::npos; start = nl + 1)
+      std::cout << task << ": " << partial[task].substr(start, nl + 1 - start);
+    partial[task].erase(0, start);
+    if (last && !partial[task].empty()) {
+      std::cout << task << ": " << partial[task] << "\n";
+      partial[task].clear();
+    }
+    std::cout << std::flush;
+  };
+  // The output of `task` from what was printed up to `upto` bytes (all of it: -1).
+  auto fetch = [&](size_t task, int64_t upto, bool last) {
+    for (int rounds = 0; rounds < 64 && (upto < 0 || printed[task] < upto); ++rounds) {
+      Response lr = c.Get("/v1/jobs/" + UrlEncode(job) + "/logs?run=" + std::to_string(run) +
+                          "&step=" + std::to_string(id) + "&rank=" + std::to_string(task) +
+                          "&offset=" + std::to_string(printed[task]));
+      if (lr.status != 200 || lr.body.empty()) break;
+      printed[task] += static_cast<int64_t>(lr.body.size());
+      print(task, lr.body, false);
+    }
+    if (last) print(task, "", true);
+  };
+  bool cancel_sent = false;
+  int failures = 0;
+  bool started_said = step.value("state", "") != "pending";
+  for (int tick = 0;; ++tick) {
+    if (g_interrupted.load() > 0 && !cancel_sent) {
+      std::cerr << "srun: interrupted: cancelling step " << job << "." << id << "\n";
+      c.Delete(path);
+      cancel_sent = true;
+    }
+    Response sr = c.Get(path);
+    if (sr.status != 200) {
+      // gantryd restarting, or a standby taking over: keep asking for a minute.
+      if (++failures > (sr.status == 0 ? 240 : 20)) {
+        std::cerr << "srun: error: lost the step: "
+                  << (sr.status == 0 ? sr.error : sr.Json().value("error", sr.body)) << "\n";
+        return kExitRunFailure;
+      }
+      usleep(250000);
+      continue;
+    }
+    failures = 0;
+    step = sr.Json();
+    const json& tasks = step["tasks"];
+    printed.resize(tasks.size(), 0);
+    partial.resize(tasks.size());
+    const std::string state = step.value("state", "");
+    if (!started_said && state != "pending") {
+      std::cerr << "srun: Step created for StepId=" << job << "." << id << "\n";
+      started_said = true;
+    }
+    const bool over = state == "ended" || state == "cancelled";
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      if (over) {
+        fetch(t, -1, true);
+      } else if (tasks[t].value("output_bytes", int64_t{0}) > printed[t]) {
+        fetch(t, tasks[t].value("output_bytes", int64_t{0}), false);
+      }
+      if (kill_on_bad_exit && !cancel_sent && tasks[t].value("exited", false) &&
+          (tasks[t].value("exit_code", 0) != 0 || tasks[t].value("signal", 0) != 0)) {
+        std::cerr << "srun: error: task " << t << " failed: terminating the step (-K)\n";
+        c.Delete(path);
+        cancel_sent = true;
+      }
+    }
+    if (over) break;
+    usleep(tick < 20 ? 100000 : 250000);
+  }
+  // Slurm's summary of tasks that failed, and the highest status.
+  int status = 0;
+  const json& tasks = step["tasks"];
+  if (step.value("state", "") == "cancelled" && tasks.empty()) {
+    std::cerr << "srun: error: step " << job << "." << id << " was cancelled before it started\n";
+    return kExitRunFailure;
+  }
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const json& x = tasks[t];
+    const int code = x.value("exit_code", 0), sig = x.value("signal", 0);
+    const std::string node = x.value("node", "");
+    if (sig != 0) {
+      std::cerr << "srun: error: " << node << ": task " << t << ": "
+                << (sig == SIGKILL   ? "Killed"
+                    : sig == SIGTERM ? "Terminated"
+                                     : "Signal " + std::to_string(sig))
+                << (x.value("note", "").empty() ? "" : " (" + x.value("note", "") + ")") << "\n";
+      status = std::max(status, 128 + sig);
+    } else if (code != 0) {
+      std::cerr << "srun: error: " << node << ": task " << t << ": Exited with exit code " << code
+                << "\n";
+      status = std::max(status, code);
+    }
+  }
+  return status;
+}
+
+int Scontrol(const Globals& g, const std::vector<std::string>& words) {
+  const std::string what = words.size() > 1 ? words[1] : "";
+  if (words.empty() || words[0] != "show" ||
+      (what != "hostnames" && what != "hostname" && what != "hostlist" && what != "job" &&
+       what != "jobid")) {
+    std::cerr << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
+                 "hostlist LIST and show job [ID] (gantry show, cancel and drain do the rest)\n";
+    return kExitBadInput;
+  }
+  if (what == "hostnames" || what == "hostname") {
+    const std::string list = words.size() > 2 ? words[2] : Env("SLURM_JOB_NODELIST");
+    if (list.empty()) {
+      std::cerr << "scontrol: error: no host list given and SLURM_JOB_NODELIST is not set\n";
+      return kExitBadInput;
+    }
+    auto names = spec::ExpandHostList(list);
+    if (!names) {
+      std::cerr << "scontrol: error: not a host list: " << list << "\n";
+      return kExitBadInput;
+    }
+    for (const std::string& n : *names) std::cout << n << "\n";
+    return 0;
+  }
+  if (what == "hostlist") {
+    if (words.size() < 3) {
+      std::cerr << "scontrol: error: show hostlist needs a list of names\n";
+      return kExitBadInput;
+    }
+    std::vector<std::string> names;
+    std::stringstream in(words[2]);
+    for (std::string n; std::getline(in, n, ',');) {
+      if (!n.empty()) names.push_back(n);
+    }
+    std::cout << spec::HostList(names) << "\n";
+    return 0;
+  }
+  const std::string id = words.size() > 2 ? words[2] : Env("SLURM_JOB_ID");
+  if (id.empty()) {
+    std::cerr << "scontrol: error: show job needs a job id\n";
+    return kExitBadInput;
+  }
+  Client c(g);
+  Response r = c.Get("/v1/jobs/" + UrlEncode(id));
+  if (int rc = Check(r, "scontrol")) return rc;
+  const json j = r.Json();
+  std::string state = j.value("state", "");
+  for (char& ch : state) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  std::vector<std::string> nodes;
+  for (const json& w : j.value("workers", json::array())) {
+    const std::string n = w.value("alloc", json::object()).value("node", "");
+    if (!n.empty() && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
+  }
+  std::cout << "JobId=" << j.value("id", id) << " JobName=" << j.value("name", j.value("id", id))
+            << "\n   UserId=" << j.value("user", "") << " Account=" << j.value("queue", "")
+            << " QOS=" << j.value("tier", "") << "\n   JobState=" << state
+            << " Reason=" << (j.value("reason", "").empty() ? "None" : j.value("reason", ""))
+            << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
+            << " ExitCode=" << j.value("exit_code", 0) << ":0"
+            << "\n   NodeList=" << (nodes.empty() ? "(null)" : spec::HostList(nodes))
+            << "\n   NumNodes=" << nodes.size()
+            << " NumTasks=" << j.value("workers", json::array()).size()
+            << "\n   WorkDir=" << j.value("workdir", "") << "\n";
+  return 0;
+}
+
+std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view program,
+                                                         const std::vector<std::string>& args,
+                                                         std::string& error) {
+  std::vector<std::string> out;
+  if (program == "sbatch" || program == "srun" || program == "scontrol") {
+    out.emplace_back(program);
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+  }
+  if (program == "sacct") {
+    out.emplace_back("acct");
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+  }
+  // An option's value, from "--opt=v", "-Xv" or the next word.
+  auto value = [&](size_t& i, const std::string& w, size_t cut) -> std::optional<std::string> {
+    if (w.size() > cut) return w.substr(cut + (w[cut] == '=' ? 1 : 0));
+    if (i + 1 < args.size()) return args[++i];
+    error = w + ": needs a value";
+    return std::nullopt;
+  };
+  if (program == "scancel") {
+    out.emplace_back("cancel");
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& w = args[i];
+      if (w == "-q" || w == "--quiet" || w == "-v" || w == "--verbose") continue;
+      if (!w.empty() && w[0] == '-') {
+        error = "scancel " + w +
+                ": not supported under Gantry (scancel JOBID... cancels jobs; "
+                "gantry cancel --force ends their grace)";
+        return std::vector<std::string>{};
+      }
+      out.push_back(w);
+    }
+    return out;
+  }
+  if (program == "squeue") {
+    out.emplace_back("ls");
+    for (size_t i = 0; i < args.size(); ++i) {
+      const std::string& w = args[i];
+      auto starts = [&](const char* s) { return w == s || w.rfind(std::string(s) + "=", 0) == 0; };
+      std::optional<std::string> v;
+      if (w == "-h" || w == "--noheader") {
+        out.emplace_back("--noheader");
+      } else if (w == "--me") {
+        out.insert(out.end(), {"-u", Env("USER")});
+      } else if (w == "-a" || w == "--all" || w == "-l" || w == "--long" || w == "-r" ||
+                 w == "--array" || w == "--noconvert") {
+        continue;
+      } else if (w.rfind("-j", 0) == 0 || starts("--jobs")) {
+        if (!(v = value(i, w, w[1] == 'j' ? 2 : 6))) return std::vector<std::string>{};
+        out.insert(out.end(), {"--jobs", *v, "--all"});
+      } else if (w.rfind("-u", 0) == 0 || starts("--user")) {
+        if (!(v = value(i, w, w[1] == 'u' ? 2 : 6))) return std::vector<std::string>{};
+        out.insert(out.end(), {"-u", *v});
+      } else if (w.rfind("-A", 0) == 0 || starts("--account")) {
+        if (!(v = value(i, w, w[1] == 'A' ? 2 : 9))) return std::vector<std::string>{};
+        out.insert(out.end(), {"-A", *v});
+      } else if (w.rfind("-o", 0) == 0 || starts("--format")) {
+        if (!(v = value(i, w, w[1] == 'o' ? 2 : 8))) return std::vector<std::string>{};
+        out.insert(out.end(), {"-o", *v});
+      } else if (w.rfind("-O", 0) == 0 || starts("--Format")) {
+        if (!(v = value(i, w, w[1] == 'O' ? 2 : 8))) return std::vector<std::string>{};
+        out.insert(out.end(), {"-O", *v});
+      } else if (w.rfind("-t", 0) == 0 || starts("--states")) {
+        if (!(v = value(i, w, w[1] == 't' ? 2 : 8))) return std::vector<std::string>{};
+        static const std::map<std::string, std::string> kStates = {
+            {"PD", "pending"},      {"PENDING", "pending"},    {"R", "running"},
+            {"RUNNING", "running"}, {"CG", "stopping"},        {"COMPLETING", "stopping"},
+            {"CD", "finished"},     {"COMPLETED", "finished"}, {"F", "failed"},
+            {"FAILED", "failed"},   {"CA", "cancelled"},       {"CANCELLED", "cancelled"}};
+        std::string up = *v;
+        for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        auto it = kStates.find(up);
+        if (it == kStates.end()) {
+          error = "squeue -t " + *v + ": give one of PD, R, CG, CD, F, CA (one state)";
+          return std::vector<std::string>{};
+        }
+        out.insert(out.end(), {"--state", it->second});
+      } else {
+        error = "squeue " + w +
+                ": not supported under Gantry (squeue takes -j, -u, --me, -A, -t, "
+                "-o, -O, -h)";
+        return std::vector<std::string>{};
+      }
+    }
+    return out;
+  }
+  return std::nullopt;
+}
+
+}  // namespace gantry::cli

@@ -1,0 +1,519 @@
+// Batch jobs as Slurm runs them (docs/slurm.md, "Inside a job"): a `gantry sbatch` job's
+// workers are an allocation of task slots; the batch script runs once, in rank 0's slot
+// (with all the job's GPUs on that node), and `srun` inside it runs job steps: tasks on the
+// job's nodes, launched by their agents inside the allocation. srun, scontrol, sbatch,
+// squeue, scancel and sacct there present the run's own credential (GANTRY_TOKEN), which
+// may run steps of this job only and ends with the run.
+#include <algorithm>
+#include <bit>
+#include <csignal>
+
+#include "server/controller.h"
+#include "server/controller_internal.h"
+#include "spec/batch.h"
+
+namespace gantry::server {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kJobTokenPrefix = "gjt_";
+constexpr size_t kJobTokenHex = 64;
+
+std::string_view StepStateWord(const Step& s) {
+  switch (s.state) {
+    case Step::State::kPending:
+      return "pending";
+    case Step::State::kRunning:
+      return s.cancelled ? "cancelling" : "running";
+    case Step::State::kEnded:
+      return s.cancelled ? "cancelled" : "ended";
+  }
+  return "?";
+}
+
+}  // namespace
+
+std::string Controller::NewRunToken(Job& job) {
+  // The job's name after the random part says which job to check it against.
+  const std::string token = kJobTokenPrefix + NewToken().substr(4) + "_" + job.name;
+  job.run_token_hash = Sha256Hex(token);
+  run_tokens_[job.seq] = token;
+  return token;
+}
+
+std::optional<Principal> Controller::JobPrincipal(const std::string& token, Reply& error) {
+  const size_t head = std::char_traits<char>::length(kJobTokenPrefix) + kJobTokenHex + 1;
+  Job* job = token.size() > head ? FindJob(token.substr(head)) : nullptr;
+  if (job == nullptr || job->state == JobState::kDone || job->state == JobState::kPending ||
+      job->run_token_hash.empty() || Sha256Hex(token) != job->run_token_hash) {
+    error = Reply::Error(Code::kUnauthenticated,
+                         "invalid token: a job's credential is valid only while its run is");
+    return std::nullopt;
+  }
+  Principal p;
+  p.role = Role::kTeam;
+  p.team = job->team;
+  p.queues = {job->queue};
+  p.user = job->user;
+  p.job = job->name;
+  p.label = "job " + job->name;
+  return p;
+}
+
+core::WorkerAlloc Controller::NodeAlloc(const Job& job, core::NodeId n, int rank) const {
+  core::WorkerAlloc merged = job.workers[static_cast<size_t>(rank)].alloc;
+  if (merged.sharing != core::Sharing::kExclusive) return merged;
+  merged.gpu_mask = 0;
+  merged.cpus_milli = merged.memory_bytes = 0;
+  for (const Worker& w : job.workers) {
+    if (w.alloc.node != n) continue;
+    if (w.alloc.sharing != core::Sharing::kExclusive)
+      return job.workers[static_cast<size_t>(rank)].alloc;
+    merged.gpu_mask |= w.alloc.gpu_mask;
+    merged.cpus_milli += w.alloc.cpus_milli;
+    merged.memory_bytes += w.alloc.memory_bytes;
+  }
+  return merged;
+}
+
+proto::Limits Controller::NodeLimits(const Job& job, core::NodeId n) const {
+  proto::Limits sum;
+  for (const Worker& w : job.workers) {
+    if (w.alloc.node != n) continue;
+    const proto::Limits l = WorkerLimits(w.alloc, cluster_);
+    sum.memory_bytes += l.memory_bytes;
+    sum.cpus_milli += l.cpus_milli;
+  }
+  return sum;
+}
+
+void Controller::TouchStep(const Job& job, const Step& s) {
+  for (const StepTask& t : s.tasks)
+    ++node_version_[job.workers[static_cast<size_t>(t.slot)].alloc.node.v];
+}
+
+std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
+  wait = false;
+  const int nodes = s.nodes, ntasks = s.ntasks, per_node = s.per_node;
+  // The job's nodes in rank order, each with its slots (ranks) and CPUs.
+  struct NodeSlots {
+    core::NodeId id;
+    std::vector<int> slots, free;
+    int64_t cpus_milli = 0;
+  };
+  std::vector<NodeSlots> all;
+  for (const std::string& name : s.nodelist) {
+    const bool mine = std::any_of(job.workers.begin(), job.workers.end(), [&](const Worker& w) {
+      return cluster_.node(w.alloc.node).name == name;
+    });
+    if (!mine)
+      return "-w " + name + ": not one of the job's nodes (" + spec::HostList(JobNodes(job)) + ")";
+  }
+  for (const Worker& w : job.workers) {
+    if (!s.nodelist.empty() && std::find(s.nodelist.begin(), s.nodelist.end(),
+                                         cluster_.node(w.alloc.node).name) == s.nodelist.end())
+      continue;
+    auto it = std::find_if(all.begin(), all.end(),
+                           [&](const NodeSlots& x) { return x.id == w.alloc.node; });
+    if (it == all.end()) it = all.insert(all.end(), NodeSlots{w.alloc.node, {}, {}, 0});
+    it->slots.push_back(w.rank);
+    it->cpus_milli += WorkerLimits(w.alloc, cluster_).cpus_milli;
+  }
+  std::vector<char> busy(job.workers.size(), 0);
+  for (const Step& o : job.steps) {
+    if (&o == &s || o.state != Step::State::kRunning || o.overlap) continue;
+    for (const StepTask& t : o.tasks) {
+      if (!t.exited) busy[static_cast<size_t>(t.slot)] = 1;
+    }
+  }
+  for (NodeSlots& x : all) {
+    for (int r : x.slots) {
+      if (s.overlap || !busy[static_cast<size_t>(r)]) x.free.push_back(r);
+    }
+  }
+  const int have = static_cast<int>(all.size());
+  if (nodes > have) {
+    return "-N " + std::to_string(nodes) + ": the job has " + std::to_string(have) + " node" +
+           (have == 1 ? "" : "s") + (s.nodelist.empty() ? "" : " of those -w names");
+  }
+  // -w names nodes the step must use (each gets a task), as Slurm.
+  int n = nodes > 0 ? nodes : s.nodelist.empty() ? have : static_cast<int>(s.nodelist.size());
+  // Slurm's defaults: every node of the allocation unless -N says, that many tasks per node
+  // with --ntasks-per-node, else the job's own tasks per node (or one) with -N, else the
+  // job's tasks; never more nodes than tasks.
+  int k = ntasks;
+  if (k == 0) {
+    if (per_node > 0) {
+      k = n * per_node;
+    } else if (nodes > 0) {
+      const size_t first = all.front().slots.size();
+      const bool uniform = std::all_of(all.begin(), all.end(),
+                                       [&](const NodeSlots& x) { return x.slots.size() == first; });
+      k = n * (uniform ? static_cast<int>(first) : 1);
+    } else {
+      k = static_cast<int>(job.workers.size());
+    }
+  }
+  if (per_node > 0 && ntasks > 0 && nodes > 0 && ntasks > nodes * per_node) {
+    return std::to_string(ntasks) + " tasks do not fit " + std::to_string(nodes) + " nodes of " +
+           std::to_string(per_node) + " (--ntasks-per-node)";
+  }
+  if (per_node > 0 && nodes == 0) n = std::min(have, (k + per_node - 1) / per_node);
+  n = std::min(n, k);
+  // The nodes with a free slot, in order; the step waits for busy ones to free up.
+  std::vector<const NodeSlots*> use;
+  for (const NodeSlots& x : all) {
+    if (static_cast<int>(use.size()) < n && !x.free.empty()) use.push_back(&x);
+  }
+  // How many tasks each node may take: its slots, or its CPUs over the tasks' CPUs where
+  // that is more (Slurm packs tasks onto allocated CPUs without --overcommit).
+  const int cpt = std::max(1, s.cpus_per_task);
+  auto cap = [&](const NodeSlots& x, bool free_only) {
+    const int slots = static_cast<int>(free_only ? x.free.size() : x.slots.size());
+    return std::max(slots, static_cast<int>(x.cpus_milli / 1000 / cpt));
+  };
+  // Could it ever fit (all slots free)? Else it is refused, not kept waiting.
+  {
+    int total = 0;
+    std::vector<int> caps;
+    for (const NodeSlots& x : all)
+      caps.push_back(per_node > 0 ? std::min(per_node, cap(x, false)) : cap(x, false));
+    std::sort(caps.rbegin(), caps.rend());
+    for (int i = 0; i < n; ++i) total += caps[static_cast<size_t>(i)];
+    if (total < k) {
+      return std::to_string(k) + " tasks on " + std::to_string(n) + " node" + (n == 1 ? "" : "s") +
+             " is more than the job's slots and CPUs there hold (" + std::to_string(total) +
+             "; Slurm refuses this too without --overcommit)";
+    }
+  }
+  if (static_cast<int>(use.size()) < n) {
+    wait = true;
+    return "waiting for running steps to end (" + std::to_string(use.size()) + " of " +
+           std::to_string(n) + " nodes have a free slot)";
+  }
+  // Block distribution: one task per node, then each node filled to what it takes, in order.
+  std::vector<int> counts(static_cast<size_t>(n), 1);
+  int left = k - n;
+  for (int i = 0; i < n && left > 0; ++i) {
+    const int room = (per_node > 0 ? std::min(per_node, cap(*use[static_cast<size_t>(i)], true))
+                                   : cap(*use[static_cast<size_t>(i)], true)) -
+                     1;
+    const int add = std::min(left, std::max(0, room));
+    counts[static_cast<size_t>(i)] += add;
+    left -= add;
+  }
+  if (left > 0) {
+    wait = true;
+    return "waiting for running steps to end (" + std::to_string(left) +
+           " tasks have no free slot)";
+  }
+  s.tasks.clear();
+  for (int i = 0; i < n; ++i) {
+    const NodeSlots& x = *use[static_cast<size_t>(i)];
+    for (int j = 0; j < counts[static_cast<size_t>(i)]; ++j) {
+      StepTask t;
+      t.slot = x.free[static_cast<size_t>(j) % x.free.size()];
+      t.local = j;
+      t.node = i;
+      s.tasks.push_back(t);
+    }
+  }
+  return "";
+}
+
+void Controller::StartSteps(Job& job, Ticks now) {
+  if (job.state != JobState::kRunning) return;
+  bool changed = false;
+  for (Step& s : job.steps) {
+    if (s.state != Step::State::kPending) continue;
+    bool wait = false;
+    if (!PlaceStep(job, s, wait).empty()) {
+      if (wait) break;                // in order: a later step does not overtake it
+      s.state = Step::State::kEnded;  // (checked when it was made: cannot happen)
+      s.cancelled = true;
+      s.ended = now;
+      changed = true;
+      continue;
+    }
+    s.state = Step::State::kRunning;
+    s.started = now;
+    TouchStep(job, s);
+    changed = true;
+  }
+  if (changed) Persist(job);
+}
+
+json Controller::StepBody(const Job& job, const Step& s) const {
+  json tasks = json::array();
+  std::vector<std::string> nodes;
+  for (size_t i = 0; i < s.tasks.size(); ++i) {
+    const StepTask& t = s.tasks[i];
+    const std::string& node =
+        cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+    tasks.push_back({{"task", i},
+                     {"node", node},
+                     {"exited", t.exited},
+                     {"exit_code", t.exit_code},
+                     {"signal", t.signal},
+                     {"lost", t.lost},
+                     {"note", t.note},
+                     {"output_bytes", t.output_bytes}});
+  }
+  return {{"job", job.name},
+          {"run", job.run},
+          {"step", s.id},
+          {"name", s.name},
+          {"state", StepStateWord(s)},
+          {"nodes", spec::HostList(nodes)},
+          {"tasks", std::move(tasks)}};
+}
+
+void Controller::CreateStep(std::string token, std::string name, json body, Done done) {
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, name = std::move(name), body = std::move(body)](const Principal& p) -> Reply {
+        if (p.job != name) {
+          return Reply::Error(Code::kForbidden,
+                              "job steps (srun) are run inside the job, with its own "
+                              "credential (GANTRY_TOKEN there); " +
+                                  p.Describe() + " may not run steps of job " + name);
+        }
+        Job* job = FindJob(name);
+        if (job == nullptr || job->state != JobState::kRunning) {
+          return Reply::Error(Code::kConflict, "job " + name + " is not running");
+        }
+        if (!job->batch()) {
+          return Reply::Error(Code::kConflict, "job " + name +
+                                                   " is not a batch job: its workers run its "
+                                                   "command themselves");
+        }
+        Step s;
+        s.id = static_cast<int>(job->steps.size());
+        int gpus_per_task = 0;
+        try {
+          s.command = body.at("command").get<std::vector<std::string>>();
+          s.env = body.value("env", std::map<std::string, std::string>());
+          s.workdir = body.value("workdir", std::string());
+          s.name = body.value("name", std::string());
+          s.nodes = body.value("nodes", 0);
+          s.ntasks = body.value("ntasks", 0);
+          s.per_node = body.value("ntasks_per_node", 0);
+          s.cpus_per_task = body.value("cpus_per_task", 0);
+          s.nodelist = body.value("nodelist", std::vector<std::string>());
+          gpus_per_task = body.value("gpus_per_task", 0);
+          s.bind_gpus = gpus_per_task > 0;
+          s.overlap = body.value("overlap", false);
+        } catch (const json::exception& e) {
+          return Reply::Error(Code::kBadRequest, std::string("step: ") + e.what());
+        }
+        if (s.command.empty() || s.command[0].empty())
+          return Reply::Error(Code::kBadRequest, "step: command: give a program to run");
+        if (s.nodes < 0 || s.ntasks < 0 || s.per_node < 0 || s.cpus_per_task < 0 ||
+            s.ntasks > 100000 || s.nodes > 100000 || s.per_node > 100000)
+          return Reply::Error(Code::kBadRequest, "step: counts must be 0 or more");
+        if (!s.workdir.empty() && s.workdir.front() != '/')
+          return Reply::Error(Code::kBadRequest, "step: workdir must be an absolute path");
+        if (s.name.empty()) s.name = s.command[0].substr(s.command[0].rfind('/') + 1);
+        // --gpus-per-task: each task its slot's GPUs, which must be that many.
+        if (gpus_per_task > 0) {
+          const core::WorkerAlloc& a = job->workers.front().alloc;
+          const int slot = a.sharing == core::Sharing::kExclusive ? std::popcount(a.gpu_mask) : 1;
+          if (slot != gpus_per_task) {
+            return Reply::Error(Code::kUnprocessable,
+                                "srun: --gpus-per-task=" + std::to_string(gpus_per_task) +
+                                    ": the job's tasks hold " + std::to_string(slot) +
+                                    " GPU(s) each; a step's tasks get their task slots' GPUs (give "
+                                    "--gpus-per-task=" +
+                                    std::to_string(slot) +
+                                    ", or none to see all the "
+                                    "job's GPUs on the node)");
+          }
+        }
+        bool wait = false;
+        const std::string why = PlaceStep(*job, s, wait);
+        if (!why.empty() && !wait) return Reply::Error(Code::kUnprocessable, "srun: " + why);
+        s.created = now_;
+        if (why.empty() && std::none_of(job->steps.begin(), job->steps.end(), [](const Step& o) {
+              return o.state == Step::State::kPending;
+            })) {
+          s.state = Step::State::kRunning;
+          s.started = now_;
+          TouchStep(*job, s);
+        } else {
+          s.tasks.clear();  // placed when it is its turn and running steps have ended
+          wait = true;
+        }
+        job->steps.push_back(std::move(s));
+        Persist(*job);
+        Reply r;
+        r.code = Code::kCreated;
+        r.body = StepBody(*job, job->steps.back());
+        if (wait) r.body["reason"] = why.empty() ? "waiting for earlier steps to start" : why;
+        return r;
+      });
+}
+
+void Controller::ShowStep(std::string token, std::string name, int step, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
+    Job* job = FindJob(name);
+    if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (!MaySee(p, *job) || (!p.job.empty() && p.job != name))
+      return Reply::Error(Code::kForbidden,
+                          p.Describe() + " may not read job " + name + "'s steps");
+    if (step < 0 || step >= static_cast<int>(job->steps.size()))
+      return Reply::Error(Code::kNotFound, "job " + name + " has no step " + std::to_string(step) +
+                                               " in its current run");
+    Reply r;
+    r.body = StepBody(*job, job->steps[static_cast<size_t>(step)]);
+    return r;
+  });
+}
+
+void Controller::CancelStep(std::string token, std::string name, int step, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
+    Job* job = FindJob(name);
+    if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (p.job != name &&
+        !(p.admin() || (p.job.empty() && MaySubmitTo(p, config_.queues, job->queue))))
+      return Reply::Error(Code::kForbidden,
+                          p.Describe() + " may not cancel job " + name + "'s steps");
+    if (step < 0 || step >= static_cast<int>(job->steps.size()))
+      return Reply::Error(Code::kNotFound, "job " + name + " has no step " + std::to_string(step));
+    Step& s = job->steps[static_cast<size_t>(step)];
+    if (!s.cancelled && s.state != Step::State::kEnded) {
+      s.cancelled = true;
+      if (s.state == Step::State::kPending) {
+        s.state = Step::State::kEnded;
+        s.ended = now_;
+        s.tasks.clear();
+      } else {
+        s.started = std::min(s.started, now_);
+        s.ended = now_;  // the stop's start: SIGKILL kStepKillWaitMs later
+        TouchStep(*job, s);
+      }
+      Persist(*job);
+    }
+    Reply r;
+    r.body = StepBody(*job, s);
+    return r;
+  });
+}
+
+proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int task) const {
+  const StepTask& t = s.tasks[static_cast<size_t>(task)];
+  const Worker& slot = job.workers[static_cast<size_t>(t.slot)];
+  const core::NodeId n = slot.alloc.node;
+  const core::WorkerAlloc alloc = s.bind_gpus ? slot.alloc : NodeAlloc(job, n, t.slot);
+  std::vector<std::string> nodes;
+  std::vector<int> per_node;
+  for (const StepTask& o : s.tasks) {
+    const std::string& name =
+        cluster_.node(job.workers[static_cast<size_t>(o.slot)].alloc.node).name;
+    if (nodes.empty() || nodes.back() != name) {
+      nodes.push_back(name);
+      per_node.push_back(0);
+    }
+    ++per_node.back();
+  }
+  std::map<std::string, std::string> env = s.env;
+  const int gpus = alloc.sharing == core::Sharing::kExclusive ? std::popcount(alloc.gpu_mask) : 1;
+  const std::string tasks = std::to_string(s.tasks.size());
+  for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
+           {"SLURM_STEP_ID", std::to_string(s.id)},
+           {"SLURM_STEPID", std::to_string(s.id)},
+           {"SLURM_PROCID", std::to_string(task)},
+           {"SLURM_LOCALID", std::to_string(t.local)},
+           {"SLURM_NODEID", std::to_string(t.node)},
+           {"SLURM_NTASKS", tasks},
+           {"SLURM_NPROCS", tasks},
+           {"SLURM_STEP_NUM_TASKS", tasks},
+           {"SLURM_NNODES", std::to_string(nodes.size())},
+           {"SLURM_STEP_NUM_NODES", std::to_string(nodes.size())},
+           {"SLURM_STEP_NODELIST", spec::HostList(nodes)},
+           {"SLURM_NODELIST", spec::HostList(nodes)},
+           {"SLURM_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
+           {"SLURM_STEP_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
+           {"SLURMD_NODENAME", cluster_.node(n).name},
+           {"SLURM_GPUS_ON_NODE", std::to_string(gpus)},
+           {"GANTRY_STEP", std::to_string(s.id)},
+           {"GANTRY_RANK", std::to_string(task)},
+           {"GANTRY_LOCAL_RANK", std::to_string(t.local)},
+           {"GANTRY_WORLD_SIZE", tasks}}) {
+    env[k] = v;
+  }
+  if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); }))
+    env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node.front());
+  else
+    env.erase("SLURM_NTASKS_PER_NODE");
+  // PyTorch's names, unless the script set them before srun.
+  for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
+           {"RANK", std::to_string(task)},
+           {"LOCAL_RANK", std::to_string(t.local)},
+           {"WORLD_SIZE", tasks}}) {
+    if (!env.contains(k)) env[k] = v;
+  }
+  env.erase("CUDA_VISIBLE_DEVICES");  // the agent sets the task's own
+  proto::DesiredWorker d;
+  d.job = job.name;
+  d.seq = job.seq;
+  d.run = job.run;
+  d.rank = task;
+  d.step = s.id;
+  d.grace_ms = job.spec.grace;
+  d.command = s.command;
+  d.env = std::move(env);
+  d.workdir = s.workdir.empty() ? job.spec.workdir : s.workdir;
+  d.user = job.user;
+  d.alloc = WireAlloc(alloc, cluster_);
+  d.limits = NodeLimits(job, n);
+  d.image = job.spec.image;
+  // --signal=B:SIG goes to the batch script only; without B: to the steps only. The one
+  // left out gets SIGCONT (harmless) when the stop begins, SIGKILL at its end, as Slurm.
+  d.signal = job.spec.stop_signal > 0 && job.spec.signal_batch ? SIGCONT : job.spec.stop_signal;
+  return d;
+}
+
+void Controller::StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now) {
+  if (e.step < 0 || e.step >= static_cast<int>(job.steps.size())) return;
+  Step& s = job.steps[static_cast<size_t>(e.step)];
+  if (e.rank < 0 || e.rank >= static_cast<int>(s.tasks.size())) return;
+  StepTask& t = s.tasks[static_cast<size_t>(e.rank)];
+  if (t.exited || job.workers[static_cast<size_t>(t.slot)].alloc.node != n) return;
+  t.exited = true;
+  t.exit_code = e.exit_code;
+  t.signal = e.signal;
+  t.lost = e.lost;
+  t.note = e.note;
+  if (s.AllExited() && s.state == Step::State::kRunning) {
+    s.state = Step::State::kEnded;
+    s.ended = now;
+    TouchStep(job, s);
+    StartSteps(job, now);
+  }
+  if (job.state == JobState::kStopping && job.AllExited()) {
+    EndStop(job, now);
+    return;
+  }
+  Persist(job);
+}
+
+void Controller::EndAllocation(Job& job, const std::string& why) {
+  for (Worker& w : job.workers) w.exited = true;
+  for (Step& s : job.steps) {
+    if (s.state == Step::State::kEnded) continue;
+    for (StepTask& t : s.tasks) {
+      if (t.exited) continue;
+      t.exited = true;
+      t.signal = SIGKILL;
+      t.note = why;
+    }
+    TouchStep(job, s);
+    s.state = Step::State::kEnded;
+    s.ended = now_;
+  }
+}
+
+}  // namespace gantry::server

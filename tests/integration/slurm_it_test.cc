@@ -349,5 +349,179 @@ TEST(Slurm, NodesAndTasksPerNodeAreHonouredExactly) {
   for (const auto& [node, n] : per_node) EXPECT_EQ(n, 2) << node;
 }
 
+// Issue 47 A1: what real multi-node scripts do inside the job, in our own words: the head
+// node from scontrol, one launcher per node, labelled output, a step's output captured in
+// a variable, steps in the background on named nodes, failing steps' statuses, and
+// squeue, sbatch and sacct on the job itself, all with the job's own credential.
+constexpr const char* kMultiNodeScript = R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=4
+#SBATCH -t 5
+#SBATCH -o run-%j.out
+nodes=( $(scontrol show hostnames "$SLURM_JOB_NODELIST") )
+export MASTER_ADDR=${nodes[0]}
+echo "nodes ${#nodes[@]} head $MASTER_ADDR"
+srun --ntasks-per-node=1 bash -c 'echo "launcher $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME master $MASTER_ADDR gpus $CUDA_VISIBLE_DEVICES"' > launchers.txt
+srun -l bash -c 'echo "node $SLURMD_NODENAME"'
+first=$(srun -N1 -n1 bash -c 'echo $SLURMD_NODENAME')
+echo "captured $first"
+srun -N1 -n1 -w "${nodes[0]}" bash -c 'echo "start $(date +%s.%N)"; sleep 1; echo "end $(date +%s.%N)"; echo "on $SLURMD_NODENAME"' > bg0.txt &
+srun -N1 -n1 -w "${nodes[1]}" bash -c 'echo "start $(date +%s.%N)"; sleep 1; echo "end $(date +%s.%N)"; echo "on $SLURMD_NODENAME"' > bg1.txt &
+wait
+srun -N1 -n1 bash -c 'exit 3'
+echo "status $?"
+srun -n2 bash -c 'exit $((SLURM_PROCID + 4))' 2> failed.txt
+echo "status $?"
+srun --mpi=pmix true 2> mpi.txt
+echo "mpi status $?"
+echo "state $(squeue -j $SLURM_JOB_ID -h -o %T)"
+printf '#!/bin/bash\n#SBATCH -A research\necho "follow-up of $1"\n' > follow.sh
+next=$(sbatch --parsable --dependency=afterok:$SLURM_JOB_ID -o follow.out follow.sh $SLURM_JOB_ID)
+echo "submitted $next"
+echo "$GANTRY_TOKEN" > token.txt
+)SH";
+
+TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
+  Harness h("slurm-inside");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("multi.sh", kMultiNodeScript);
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("multi.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 60)) << h.Job(id).dump();
+  const json job = h.Job(id);
+  EXPECT_EQ(job["state"], "finished") << job.dump() << h.Read("work/run-" + id + ".out");
+  const std::string out = h.Read("work/run-" + id + ".out");
+  std::vector<std::string> nodes;
+  for (const json& n : job["nodes"]) nodes.push_back(n.get<std::string>());
+  ASSERT_EQ(nodes.size(), 2u) << job.dump();
+  // The script ran once: one "nodes" line, naming the head node scontrol gave.
+  EXPECT_EQ(out.find("nodes 2 head " + nodes[0] + "\n"), 0u) << out;
+  EXPECT_EQ(out.find("nodes 2", 1), std::string::npos) << "the script ran twice:\n" << out;
+  // One launcher per node, each with the node's 4 GPUs and the exported MASTER_ADDR.
+  const std::string launchers = h.Read("work/launchers.txt");
+  for (int t = 0; t < 2; ++t) {
+    EXPECT_NE(launchers.find("launcher " + std::to_string(t) + " of 2 on " +
+                             nodes[static_cast<size_t>(t)] + " master " + nodes[0] + " gpus "),
+              std::string::npos)
+        << launchers;
+  }
+  EXPECT_EQ(std::count(launchers.begin(), launchers.end(), ','), 6) << launchers;  // 4 GPUs each
+  // -l labels each line with its task.
+  EXPECT_NE(out.find("0: node " + nodes[0] + "\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("1: node " + nodes[1] + "\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("captured " + nodes[0] + "\n"), std::string::npos) << out;
+  // Two background steps on the nodes -w named, at the same time.
+  std::vector<double> starts, ends;
+  for (int b = 0; b < 2; ++b) {
+    const std::string bg = h.Read("work/bg" + std::to_string(b) + ".txt");
+    EXPECT_NE(bg.find("on " + nodes[static_cast<size_t>(b)] + "\n"), std::string::npos) << bg;
+    auto s = Times(work + "/bg" + std::to_string(b) + ".txt", "start");
+    auto e = Times(work + "/bg" + std::to_string(b) + ".txt", "end");
+    ASSERT_EQ(s.size(), 1u);
+    ASSERT_EQ(e.size(), 1u);
+    starts.push_back(s[0]);
+    ends.push_back(e[0]);
+  }
+  EXPECT_LT(std::max(starts[0], starts[1]), std::min(ends[0], ends[1])) << "they did not overlap";
+  // Statuses: a failing step's code, the highest of several, and a refusal.
+  EXPECT_NE(out.find("status 3\nstatus 5\n"), std::string::npos) << out;
+  const std::string failed = h.Read("work/failed.txt");
+  EXPECT_NE(failed.find("task 0: Exited with exit code 4"), std::string::npos) << failed;
+  EXPECT_NE(failed.find("task 1: Exited with exit code 5"), std::string::npos) << failed;
+  EXPECT_NE(out.find("mpi status 2\n"), std::string::npos) << out;
+  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry starts no MPI process manager"),
+            std::string::npos);
+  // squeue saw it running; sbatch inside it submitted as its user, to its queue, and the
+  // follow-up ran once it had finished.
+  EXPECT_NE(out.find("state RUNNING\n"), std::string::npos) << out;
+  const size_t at = out.find("submitted ");
+  ASSERT_NE(at, std::string::npos) << out;
+  const std::string next = Trim(out.substr(at + 10, out.find('\n', at) - at - 10));
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {next}); }, 30)) << h.Job(next).dump();
+  EXPECT_EQ(h.Job(next)["state"], "finished") << h.Job(next).dump();
+  EXPECT_EQ(h.Job(next)["user"], "ann");
+  EXPECT_EQ(h.Job(next)["queue"], "research");
+  EXPECT_EQ(h.Read("work/follow.out"), "follow-up of " + id + "\n");
+  // The job's credential ended with its run.
+  const std::string token = Trim(h.Read("work/token.txt"));
+  int status = 0;
+  h.Get("/v1/jobs/" + id, token, &status);
+  EXPECT_EQ(status, 401);
+}
+
+// A job's credential runs steps of its own job only, and srun outside a job says why not.
+TEST(Slurm, AJobsCredentialRunsStepsOfThatJobOnly) {
+  Harness h("slurm-credential");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("hold.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 1\n"
+          "echo \"$GANTRY_TOKEN\" > token-$SLURM_JOB_ID.txt\nsleep 30\n");
+  std::vector<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("hold.sh")}, h.token("ann"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    ids.push_back(Trim(r.out));
+  }
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return fs::exists(work + "/token-" + ids[0] + ".txt") &&
+               fs::exists(work + "/token-" + ids[1] + ".txt");
+      },
+      20));
+  const std::string token = Trim(h.Read("work/token-" + ids[0] + ".txt"));
+  const json step = {{"command", {"true"}}};
+  int status = 0;
+  h.Post("/v1/jobs/" + ids[1] + "/steps", step.dump(), token, &status);
+  EXPECT_EQ(status, 403) << "one job's credential ran a step of another";
+  h.Post("/v1/jobs/" + ids[0] + "/steps", step.dump(), h.token("ann"), &status);
+  EXPECT_EQ(status, 403) << "the submitter's token ran a step: steps run inside the job";
+  json mine = h.Post("/v1/jobs/" + ids[0] + "/steps", step.dump(), token, &status);
+  EXPECT_EQ(status, 201) << mine.dump();
+  // It may cancel its user's jobs, not another user's.
+  RunResult other =
+      h.Cli({"submit", "--queue", "research", "--gpus", "1", "--vram-gb", "1", "--", "sleep", "30"},
+            h.token("admin"));
+  ASSERT_EQ(other.rc, 0) << other.err;
+  const std::string admins = Trim(other.out.substr(other.out.rfind(' ') + 1));
+  h.Post("/v1/jobs/" + admins + "/cancel", "", token, &status);
+  EXPECT_EQ(status, 403) << "a job's credential cancelled another user's job";
+  h.Post("/v1/jobs/" + ids[1] + "/cancel", "", token, &status);
+  EXPECT_EQ(status, 200);
+  // Outside a job, srun says what it needs.
+  RunResult outside = h.Cli({"srun", "hostname"}, h.token("ann"));
+  EXPECT_EQ(outside.rc, 2);
+  EXPECT_NE(outside.err.find("no job allocation"), std::string::npos) << outside.err;
+}
+
+// --signal=USR1 (no B:) goes to the steps, not the batch script, as Slurm sends it.
+TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
+  Harness h("slurm-signal");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("sig.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
+          "#SBATCH --time=0:05\n#SBATCH --signal=USR1@2\n"
+          "trap 'echo usr1 > sig-batch.txt' USR1\n"
+          "srun bash -c 'trap \"echo usr1 > sig-$SLURM_PROCID.txt; exit 0\" USR1; "
+          "while true; do sleep 0.1; done'\n"
+          "echo \"srun ended $?\" > after.txt\nsleep 30\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("sig.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
+  EXPECT_TRUE(fs::exists(work + "/sig-0.txt"));
+  EXPECT_TRUE(fs::exists(work + "/sig-1.txt"));
+  EXPECT_FALSE(fs::exists(work + "/sig-batch.txt")) << "the batch script got the steps' signal";
+  EXPECT_EQ(h.Read("work/after.txt"), "srun ended 0\n");  // the tasks ended on USR1
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -325,17 +325,8 @@ int Ls(const Globals& g, const LsArgs& a) {
   };
   json kept = json::array();
   const std::vector<std::string> ids = SplitList(a.jobs);
-  auto wanted = [&](const json& job) {
-    if (ids.empty()) return true;
-    for (const char* k : {"id", "array"}) {
-      const json& v = job.contains(k) ? job[k] : json();
-      if (v.is_string() && std::find(ids.begin(), ids.end(), v.get<std::string>()) != ids.end())
-        return true;
-    }
-    return false;
-  };
   for (json& job : j["jobs"]) {
-    if (listed(users, job["user"]) && listed(queues, job["queue"]) && wanted(job))
+    if (listed(users, job["user"]) && listed(queues, job["queue"]) && JobIsOneOf(job, ids))
       kept.push_back(std::move(job));
   }
   j["jobs"] = std::move(kept);

@@ -448,16 +448,26 @@ std::string RenderRow(const std::vector<Column>& cols, const std::vector<std::st
   return out;
 }
 
+bool JobIsOneOf(const json& job, const std::vector<std::string>& ids) {
+  if (ids.empty()) return true;
+  auto in = [&](const std::string& v) {
+    return !v.empty() && std::find(ids.begin(), ids.end(), v) != ids.end();
+  };
+  const std::string array = Str(job, "array");
+  // Numbers too, as Slurm's ids (SLURM_JOB_ID): the job's seq, a server-named array's.
+  return in(Str(job, "id")) || in(array) ||
+         (job.contains("seq") && job["seq"].is_number_integer() &&
+          in(std::to_string(job["seq"].get<int64_t>()))) ||
+         (array.size() > 1 && array[0] == 'j' && in(array.substr(1)));
+}
+
 bool AcctMatches(const json& job, const AcctFilter& f) {
   auto in = [](const std::vector<std::string>& list, const std::string& v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
   };
   if (!in(f.users, Str(job, "user")) || !in(f.accounts, Str(job, "queue"))) return false;
   if (!f.states.empty() && !in(f.states, SlurmState(job))) return false;
-  if (!f.jobs.empty() && !in(f.jobs, Str(job, "id")) &&
-      (Str(job, "array").empty() || !in(f.jobs, Str(job, "array")))) {
-    return false;
-  }
+  if (!JobIsOneOf(job, f.jobs)) return false;
   if (f.any_time) return true;
   // In the window: submitted before its end, and not ended before its start.
   const double submit = Num(job, "submit"), end = Num(job, "end", -1);

@@ -57,6 +57,8 @@ struct AcctFilter {
 };
 // Whether `job` passes (states as SlurmState names them).
 bool AcctMatches(const nlohmann::json& job, const AcctFilter& f);
+// Whether `job` is one of `ids` (empty: any): its id, its array's, or their numbers.
+bool JobIsOneOf(const nlohmann::json& job, const std::vector<std::string>& ids);
 // A state given to -s, as SlurmState names it (CD -> COMPLETED); empty if unknown.
 std::string NormalizeState(const std::string& s);
 

@@ -308,7 +308,12 @@ class Controller : public ApiBackend {
   std::string WaitWord(const Job& job) const;
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;
+  // A job by its name, or by its number (its seq: SLURM_JOB_ID, as Slurm's ids are
+  // numbers) while in memory; "j12" and "12", "j41_3" and "41_3" are one job.
   Job* FindJob(const std::string& name);
+  // The name `name` stands for: itself when a job or array has it, else a number's job's
+  // name (in memory), or the server's own "j" + number.
+  std::string Resolve(const std::string& name) const;
   bool MaySee(const Principal& p, const Job& job) const;
   void WriteFinishEvent(Ticks t, const Job& job);
   // Batch jobs and their steps (controller_steps.cc). A new credential for the job's run
@@ -327,6 +332,11 @@ class Controller : public ApiBackend {
   // A step task's entry for its agent (cached in StepTask::desired).
   proto::DesiredWorker StepDesired(const Job& job, const Step& s, int task) const;
   void StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now);
+  // A batch job's usage report from node n (its script's, or a step task's): for the slots
+  // it covers (the node's, or a bound task's own), each with its share of the memory; the
+  // script's also says the slots on nodes where no step task runs are idle (nothing of
+  // the job runs there), so an allocation left unused is reclaimed as any idle job.
+  void RecordBatchUsage(Job& job, const RunningReport& r, core::NodeId n, Ticks now);
   // The batch script ended: the job's slots are released and its steps' tasks killed
   // (as Slurm does), so the run can end.
   void EndAllocation(Job& job, const std::string& why);

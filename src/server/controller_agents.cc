@@ -60,8 +60,9 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
   if (w.alloc.sharing != core::Sharing::kExclusive)
     gpus = 1;  // a MIG instance or a share of one GPU
   std::vector<std::pair<std::string, std::string>> vars = {
-      {"SLURM_JOB_ID", job.name},
-      {"SLURM_JOBID", job.name},
+      // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
+      {"SLURM_JOB_ID", std::to_string(job.seq)},
+      {"SLURM_JOBID", std::to_string(job.seq)},
       {"SLURM_JOB_NAME", names.name},
       {"SLURM_PROCID", std::to_string(w.rank)},
       {"SLURM_LOCALID", std::to_string(local)},
@@ -83,7 +84,11 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
     vars.emplace_back("SLURM_NTASKS_PER_NODE", std::to_string(per_node.front()));
   }
   if (!job.array.empty()) {
-    vars.emplace_back("SLURM_ARRAY_JOB_ID", job.array);
+    auto a = arrays_.find(job.array);
+    vars.emplace_back("SLURM_ARRAY_JOB_ID",
+                      a != arrays_.end() && !a->second.empty() ? std::to_string(a->second.front())
+                      : job.array.size() > 1 && job.array[0] == 'j' ? job.array.substr(1)
+                                                                    : job.array);
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
   }
   if (job.spec.cpus_milli > 0)
@@ -384,10 +389,14 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           WorkerExited(*job, w, e, now);
         }
         for (const RunningReport& r : report.running) {
-          if (!r.usage || r.step >= 0) continue;  // (a step's tasks: within its slots' usage)
+          if (!r.usage) continue;
           Job* job = FindJob(r.job);
+          if (job && job->state == JobState::kRunning && job->run == r.run && job->batch()) {
+            RecordBatchUsage(*job, r, n, now);
+            continue;
+          }
           if (!job || job->state != JobState::kRunning || job->run != r.run || r.rank < 0 ||
-              r.rank >= static_cast<int>(job->workers.size())) {
+              r.rank >= static_cast<int>(job->workers.size()) || r.step >= 0) {
             continue;
           }
           Worker& w = job->workers[static_cast<size_t>(r.rank)];

@@ -139,8 +139,35 @@ bool Controller::MaySee(const Principal& p, const Job& job) const {
   return MaySubmitTo(p, config_.queues, job.queue);
 }
 
+std::string Controller::Resolve(const std::string& name) const {
+  if (by_name_.count(name) || arrays_.count(name)) return name;
+  auto digits = [](std::string_view v) {
+    return !v.empty() && v.size() <= 18 &&
+           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const size_t underscore = name.find('_');
+  const std::string_view head = std::string_view(name).substr(0, underscore);
+  if (!digits(head)) return name;
+  if (underscore == std::string::npos) {
+    // An array's number (its first task's, SLURM_ARRAY_JOB_ID) stands for the array; a
+    // job's (SLURM_JOB_ID: its seq) for the job, while gantryd has it in memory; the
+    // server's own name for it otherwise.
+    if (arrays_.count("j" + name)) return "j" + name;
+    if (auto j = jobs_.find(std::stoll(name)); j != jobs_.end()) {
+      const Job& job = j->second;
+      auto a = arrays_.find(job.array);
+      return a != arrays_.end() && !a->second.empty() && a->second.front() == job.seq ? job.array
+                                                                                      : job.name;
+    }
+    return "j" + name;
+  }
+  // An array task's: ARRAY_INDEX, as Slurm writes it.
+  return digits(std::string_view(name).substr(underscore + 1)) ? "j" + name : name;
+}
+
 Job* Controller::FindJob(const std::string& name) {
   auto it = by_name_.find(name);
+  if (it == by_name_.end()) it = by_name_.find(Resolve(name));
   if (it == by_name_.end()) return nullptr;
   auto j = jobs_.find(it->second);
   return j == jobs_.end() ? nullptr : &j->second;
@@ -246,7 +273,7 @@ Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
 
 std::optional<JobEnd> Controller::EndStateOf(const std::string& name) {
   if (const Job* j = FindJob(name)) return j->active() ? JobEnd::kNone : j->end;
-  auto stored = store_.FindJob(name);  // ended long ago: no longer in memory
+  auto stored = store_.FindJob(Resolve(name));  // ended long ago: no longer in memory
   if (!stored) Fatal("store: " + stored.error().message);
   if (!*stored) return std::nullopt;
   if ((*stored)->active) return JobEnd::kNone;
@@ -433,7 +460,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           if (!parsed)
             return Reply::Error(Code::kBadRequest,
                                 "after " + req.after + ": " + parsed.error().message);
-          for (const Dependency& d : *parsed) {
+          for (Dependency d : *parsed) {
+            d.job = Resolve(d.job);                    // a number as Slurm's ids are, too
             std::vector<std::string> names = {d.job};  // an array stands for all its tasks
             if (auto a = arrays_.find(d.job); a != arrays_.end() && !by_name_.count(d.job)) {
               names.clear();
@@ -780,7 +808,7 @@ void Controller::ShowJob(std::string token, std::string name, Done done) {
       r.body = JobSummary(*job, true, &user);
       return r;
     }
-    auto stored = store_.FindJob(name);
+    auto stored = store_.FindJob(Resolve(name));
     if (!stored) Fatal("store: " + stored.error().message);
     if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
     Job job;
@@ -802,9 +830,9 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
         const std::string reason =
             (force ? "force-cancelled by " : "cancelled by ") + user.Describe();
         Job* job = FindJob(name);
-        if (!job && arrays_.count(name)) {
+        if (const std::string array = Resolve(name); !job && arrays_.count(array)) {
           // An array's id cancels every task still active, as scancel does.
-          std::vector<int64_t> tasks = arrays_.at(name);
+          std::vector<int64_t> tasks = arrays_.at(array);
           int cancelled = 0;
           for (int64_t seq : tasks) {
             auto t = jobs_.find(seq);

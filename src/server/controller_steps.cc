@@ -275,13 +275,13 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
   CallAsUser(
       std::move(token), std::move(done),
       [this, name = std::move(name), body = std::move(body)](const Principal& p) -> Reply {
-        if (p.job != name) {
+        Job* job = FindJob(name);
+        if (p.job.empty() || p.job != (job ? job->name : name)) {
           return Reply::Error(Code::kForbidden,
                               "job steps (srun) are run inside the job, with its own "
                               "credential (GANTRY_TOKEN there); " +
                                   p.Describe() + " may not run steps of job " + name);
         }
-        Job* job = FindJob(name);
         if (job == nullptr || job->state != JobState::kRunning) {
           return Reply::Error(Code::kConflict, "job " + name + " is not running");
         }
@@ -360,7 +360,7 @@ void Controller::ShowStep(std::string token, std::string name, int step, Done do
   CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
     Job* job = FindJob(name);
     if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySee(p, *job) || (!p.job.empty() && p.job != name))
+    if (!MaySee(p, *job) || (!p.job.empty() && p.job != job->name))
       return Reply::Error(Code::kForbidden,
                           p.Describe() + " may not read job " + name + "'s steps");
     if (step < 0 || step >= static_cast<int>(job->steps.size()))
@@ -376,7 +376,7 @@ void Controller::CancelStep(std::string token, std::string name, int step, Done 
   CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
     Job* job = FindJob(name);
     if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (p.job != name &&
+    if (p.job != job->name &&
         !(p.admin() || (p.job.empty() && MaySubmitTo(p, config_.queues, job->queue))))
       return Reply::Error(Code::kForbidden,
                           p.Describe() + " may not cancel job " + name + "'s steps");
@@ -498,6 +498,44 @@ void Controller::StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, T
     return;
   }
   Persist(job);
+}
+
+void Controller::RecordBatchUsage(Job& job, const RunningReport& r, core::NodeId n, Ticks now) {
+  const Step* step = r.step >= 0 && r.step < static_cast<int>(job.steps.size())
+                         ? &job.steps[static_cast<size_t>(r.step)]
+                         : nullptr;
+  if (r.step >= 0 &&
+      (step == nullptr || r.rank < 0 || r.rank >= static_cast<int>(step->tasks.size()))) {
+    return;
+  }
+  std::vector<Worker*> covered;
+  if (step != nullptr && step->bind_gpus) {
+    covered.push_back(
+        &job.workers[static_cast<size_t>(step->tasks[static_cast<size_t>(r.rank)].slot)]);
+  } else {
+    for (Worker& w : job.workers) {
+      if (w.alloc.node == n && !w.exited) covered.push_back(&w);
+    }
+  }
+  if (covered.empty()) return;
+  RunningReport share = r;
+  share.usage->vram_used_bytes /= static_cast<int64_t>(covered.size());
+  for (Worker* w : covered) RecordUsage(job, *w, share, now);
+  if (r.step >= 0) return;
+  // The script's report: the nodes with no step task running have nothing of the job on them.
+  RunningReport idle = r;
+  idle.usage = proto::WorkerUsage{};
+  for (Worker& w : job.workers) {
+    if (w.exited || w.alloc.node == n) continue;
+    const bool busy = std::any_of(job.steps.begin(), job.steps.end(), [&](const Step& s) {
+      return s.state == Step::State::kRunning &&
+             std::any_of(s.tasks.begin(), s.tasks.end(), [&](const StepTask& t) {
+               return !t.exited &&
+                      job.workers[static_cast<size_t>(t.slot)].alloc.node == w.alloc.node;
+             });
+    });
+    if (!busy) RecordUsage(job, w, idle, now);
+  }
 }
 
 void Controller::EndAllocation(Job& job, const std::string& why) {

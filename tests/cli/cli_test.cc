@@ -12,6 +12,7 @@ using gantry::testing::CliTest;
 using gantry::testing::Examples;
 using gantry::testing::Gantry;
 using gantry::testing::Outcome;
+using gantry::testing::Shell;
 
 TEST_F(CliTest, BadTraceLineExitsTwoNamingLineAndField) {
   std::ofstream(Path("bad.jsonl"))
@@ -158,6 +159,42 @@ TEST_F(CliTest, ValidateNamesJobsThatCanNeverStartAndWaitsMaxWaitCannotBound) {
                 "slice.yaml: ok, but max_wait_s cannot bound its wait: it asks a MIG instance"),
             std::string::npos)
       << sl.output;
+}
+
+// Called by Slurm's names (the links gantry-agent puts first on a batch job's PATH), the
+// CLI is those commands: scontrol expands host lists without a server; what has no Gantry
+// equivalent is refused naming it; srun outside a batch job says what it needs.
+TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
+  const std::string dir = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  Outcome names = Shell(dir + "scontrol show hostnames 'h100-[0-2,09-10],cpu-1'");
+  EXPECT_EQ(names.status, 0) << names.output;
+  EXPECT_EQ(names.output, "h100-0\nh100-1\nh100-2\nh100-09\nh100-10\ncpu-1\n");
+  Outcome list = Shell("SLURM_JOB_NODELIST='n[1-2]' " + dir + "scontrol show hostnames");
+  EXPECT_EQ(list.output, "n1\nn2\n");
+  Outcome compress = Shell(dir + "scontrol show hostlist a1,a2,a3,b");
+  EXPECT_EQ(compress.output, "a[1-3],b\n");
+  Outcome other = Shell(dir + "scontrol update JobId=1 TimeLimit=5 2>&1");
+  EXPECT_EQ(other.status, 2);
+  EXPECT_NE(other.output.find("show hostnames"), std::string::npos) << other.output;
+  Outcome squeue = Shell(dir + "squeue --partition=x 2>&1");
+  EXPECT_EQ(squeue.status, 2);
+  EXPECT_NE(squeue.output.find("squeue --partition=x: not supported"), std::string::npos)
+      << squeue.output;
+  Outcome state = Shell(dir + "squeue -t XX 2>&1");
+  EXPECT_NE(state.output.find("give one of PD, R"), std::string::npos) << state.output;
+  Outcome scancel = Shell(dir + "scancel --signal=USR1 j1 2>&1");
+  EXPECT_EQ(scancel.status, 2);
+  EXPECT_NE(scancel.output.find("gantry cancel --force"), std::string::npos) << scancel.output;
+  Outcome srun = Shell("env -u SLURM_JOB_ID " + dir + "srun -N1 hostname 2>&1");
+  EXPECT_EQ(srun.status, 2);
+  EXPECT_NE(srun.output.find("no job allocation"), std::string::npos) << srun.output;
+  for (const char* refused : {"--mpi=pmix", "--cpu-bind=cores", "--gpu-bind=closest", "-o x",
+                              "--time=5", "--gres=gpu:1", "--bogus"}) {
+    Outcome r =
+        Shell("SLURM_JOB_ID=j1 GANTRY_TOKEN=t " + dir + "srun " + refused + " hostname 2>&1");
+    EXPECT_EQ(r.status, 2) << refused << ": " << r.output;
+    EXPECT_NE(r.output.find("srun: error:"), std::string::npos) << r.output;
+  }
 }
 
 }  // namespace

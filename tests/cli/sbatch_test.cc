@@ -399,6 +399,42 @@ TEST(OutputPatterns, HostListsAndTasksPerNode) {
   EXPECT_EQ(spec::TasksPerNode({4}), "4");
 }
 
+TEST(OutputPatterns, HostListsExpandBackToTheirNames) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(spec::ExpandHostList("h100-[0-2,5],cpu-0"),
+            V({"h100-0", "h100-1", "h100-2", "h100-5", "cpu-0"}));
+  EXPECT_EQ(spec::ExpandHostList("node[08-10]x"), V({"node08x", "node09x", "node10x"}));
+  EXPECT_EQ(spec::ExpandHostList("login"), V({"login"}));
+  EXPECT_EQ(spec::ExpandHostList(""), V());
+  for (const char* bad :
+       {"n[", "n]", "n[1-", "n[3-1]", "n[a]", "n[[1]]", "n[1]x[2]", "n[0-999999]"})
+    EXPECT_FALSE(spec::ExpandHostList(bad)) << bad;
+  // Compressing and expanding give the names back, whatever they are.
+  std::mt19937 rng(5);
+  for (int i = 0; i < 2000; ++i) {
+    V names;
+    const int n = 1 + static_cast<int>(rng() % 6);
+    for (int k = 0; k < n; ++k) {
+      const std::string prefix =
+          std::string(1, static_cast<char>('a' + rng() % 3)) + (rng() % 2 ? "-" : "");
+      std::string num = std::to_string(rng() % 12);
+      if (rng() % 4 == 0) num = "0" + num;
+      std::string name = prefix + num;
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    auto back = spec::ExpandHostList(spec::HostList(names));
+    ASSERT_TRUE(back) << spec::HostList(names);
+    V sorted = names, got = *back;
+    std::sort(sorted.begin(), sorted.end());
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, sorted) << spec::HostList(names);
+    // Random bytes: an answer or nullopt, never a crash.
+    std::string junk;
+    for (int k = 0; k < 12; ++k) junk += "ab0123-[],"[rng() % 10];
+    (void)spec::ExpandHostList(junk);
+  }
+}
+
 // --partition as a pool: the job reader resolves it, the placer and WhyInfeasible keep
 // to it, and the batch fields are read and checked.
 TEST(SbatchSpec, APoolRestrictsPlacementAndTheBatchFieldsAreChecked) {

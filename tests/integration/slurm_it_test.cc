@@ -130,7 +130,8 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   // the job's GPUs there, and its own credential (not the submitter's token).
   ASSERT_TRUE(fs::exists(work + "/env-batch.txt")) << "the batch script did not run";
   auto batch = ReadEnvFile(work + "/env-batch.txt");
-  EXPECT_EQ(batch["SLURM_JOB_ID"], id);
+  const std::string number = std::to_string(job["seq"].get<int64_t>());  // as Slurm's ids
+  EXPECT_EQ(batch["SLURM_JOB_ID"], number);
   EXPECT_EQ(batch["SLURM_JOB_NAME"], "train");
   EXPECT_EQ(batch["SLURM_PROCID"], "0");
   EXPECT_EQ(batch["SLURM_NODEID"], "0");
@@ -160,7 +161,7 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
     const std::string r_s = std::to_string(rank);
     ASSERT_TRUE(fs::exists(work + "/env-" + r_s + ".txt")) << "task " << rank << " did not run";
     auto env = ReadEnvFile(work + "/env-" + r_s + ".txt");
-    EXPECT_EQ(env["SLURM_JOB_ID"], id);
+    EXPECT_EQ(env["SLURM_JOB_ID"], number);
     EXPECT_EQ(env["SLURM_STEP_ID"], "0");
     EXPECT_EQ(env["SLURM_PROCID"], r_s);
     EXPECT_EQ(env["SLURM_LOCALID"], r_s);  // both on one node (-N 1)
@@ -252,7 +253,7 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
     edges.emplace_back(end[0], -1);
     // -o sweep-%A_%a.out, with what the task printed.
     EXPECT_EQ(h.Read("work/sweep-" + array + "_" + std::to_string(i) + ".out"),
-              "task " + std::to_string(i) + " of " + array + "\n");
+              "task " + std::to_string(i) + " of " + array.substr(1) + "\n");  // its number
   }
   std::sort(edges.begin(), edges.end());  // an end before a start at the same instant
   int at_once = 0, most = 0;
@@ -380,6 +381,8 @@ echo "state $(squeue -j $SLURM_JOB_ID -h -o %T)"
 printf '#!/bin/bash\n#SBATCH -A research\necho "follow-up of $1"\n' > follow.sh
 next=$(sbatch --parsable --dependency=afterok:$SLURM_JOB_ID -o follow.out follow.sh $SLURM_JOB_ID)
 echo "submitted $next"
+echo "port $((20000 + SLURM_JOB_ID % 1000))"
+scontrol show job $SLURM_JOB_ID | head -n1 > show.txt
 echo "$GANTRY_TOKEN" > token.txt
 )SH";
 
@@ -446,7 +449,12 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_EQ(h.Job(next)["state"], "finished") << h.Job(next).dump();
   EXPECT_EQ(h.Job(next)["user"], "ann");
   EXPECT_EQ(h.Job(next)["queue"], "research");
-  EXPECT_EQ(h.Read("work/follow.out"), "follow-up of " + id + "\n");
+  const int64_t number = job["seq"].get<int64_t>();
+  EXPECT_EQ(h.Read("work/follow.out"), "follow-up of " + std::to_string(number) + "\n");
+  // Its number is a number (scripts compute ports from it), and every command takes it.
+  EXPECT_NE(out.find("port " + std::to_string(20000 + number % 1000) + "\n"), std::string::npos)
+      << out;
+  EXPECT_EQ(h.Read("work/show.txt").rfind("JobId=" + id + " ", 0), 0u) << h.Read("work/show.txt");
   // The job's credential ended with its run.
   const std::string token = Trim(h.Read("work/token.txt"));
   int status = 0;
@@ -469,13 +477,16 @@ TEST(Slurm, AJobsCredentialRunsStepsOfThatJobOnly) {
     ASSERT_EQ(r.rc, 0) << r.err;
     ids.push_back(Trim(r.out));
   }
+  auto number = [&](int i) {
+    return std::to_string(h.Job(ids[static_cast<size_t>(i)])["seq"].get<int64_t>());
+  };
   ASSERT_TRUE(Harness::WaitFor(
       [&] {
-        return fs::exists(work + "/token-" + ids[0] + ".txt") &&
-               fs::exists(work + "/token-" + ids[1] + ".txt");
+        return fs::exists(work + "/token-" + number(0) + ".txt") &&
+               fs::exists(work + "/token-" + number(1) + ".txt");
       },
       20));
-  const std::string token = Trim(h.Read("work/token-" + ids[0] + ".txt"));
+  const std::string token = Trim(h.Read("work/token-" + number(0) + ".txt"));
   const json step = {{"command", {"true"}}};
   int status = 0;
   h.Post("/v1/jobs/" + ids[1] + "/steps", step.dump(), token, &status);
@@ -484,6 +495,9 @@ TEST(Slurm, AJobsCredentialRunsStepsOfThatJobOnly) {
   EXPECT_EQ(status, 403) << "the submitter's token ran a step: steps run inside the job";
   json mine = h.Post("/v1/jobs/" + ids[0] + "/steps", step.dump(), token, &status);
   EXPECT_EQ(status, 201) << mine.dump();
+  // By its number too, as srun names it (SLURM_JOB_ID).
+  h.Post("/v1/jobs/" + number(0) + "/steps", step.dump(), token, &status);
+  EXPECT_EQ(status, 201);
   // It may cancel its user's jobs, not another user's.
   RunResult other =
       h.Cli({"submit", "--queue", "research", "--gpus", "1", "--vram-gb", "1", "--", "sleep", "30"},

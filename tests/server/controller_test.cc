@@ -1193,5 +1193,129 @@ TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
             Code::kBadRequest);
 }
 
+// Issue 47 A1: a batch job is an allocation. Only its script runs (rank 0, with every GPU of
+// the job on its node, and the run's own credential); srun's steps run on the slots, wait
+// for busy ones, end when their tasks do; the script's end ends the job and kills what runs.
+TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":1,"replicas":4,
+                               "workers_per_node":2,"script":"#!/bin/sh\nsrun true\n"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  Beat("h100-0");
+  Beat("h100-1");
+  ctl_->Poke();
+  json show = Show(id);
+  ASSERT_EQ(show["state"], "running") << show.dump();
+  const std::string first = show["workers"][0]["alloc"]["node"];
+  const std::string second = first == "h100-0" ? "h100-1" : "h100-0";
+  json a = Beat(first), b = Beat(second);
+  ASSERT_EQ(a["workers"].size(), 1u) << a.dump();  // the script only: rank 1 is a slot
+  EXPECT_TRUE(b["workers"].empty()) << b.dump();
+  const json& script = a["workers"][0];
+  EXPECT_EQ(script["rank"], 0);
+  EXPECT_EQ(script["alloc"]["gpus"].size(), 4u) << "all the job's GPUs on its node";
+  EXPECT_EQ(script["env"]["SLURM_GPUS_ON_NODE"], "4");
+  EXPECT_FALSE(script["env"].contains("RANK"));
+  const std::string token = script["env"]["GANTRY_TOKEN"];
+  ASSERT_EQ(token.rfind("gjt_", 0), 0u);
+
+  // Nobody else runs its steps; it runs none of another job's.
+  const json step = {{"command", {"python", "train.py"}}, {"env", {{"A", "1"}}}, {"workdir", "/w"}};
+  EXPECT_EQ(ctl_->CreateStep(kTeamA, id, step).code, Code::kForbidden);
+  EXPECT_EQ(ctl_->CreateStep(token, "j999", step).code, Code::kForbidden);
+  // Shapes the allocation cannot hold are refused with why.
+  Reply bad = ctl_->CreateStep(token, id, {{"command", {"x"}}, {"nodes", 3}});
+  EXPECT_EQ(bad.code, Code::kUnprocessable);
+  EXPECT_NE(bad.body["error"].get<std::string>().find("the job has 2 nodes"), std::string::npos);
+  EXPECT_EQ(ctl_->CreateStep(token, id, {{"command", {"x"}}, {"ntasks", 9}}).code,
+            Code::kUnprocessable);
+  EXPECT_EQ(ctl_->CreateStep(token, id, {{"command", {"x"}}, {"gpus_per_task", 1}}).code,
+            Code::kUnprocessable);
+  EXPECT_EQ(ctl_->CreateStep(token, id, {{"command", {"x"}}, {"nodelist", {"h100-9"}}}).code,
+            Code::kUnprocessable);
+
+  // The default step: the job's 4 tasks, 2 on each node, each seeing its node's 4 GPUs.
+  Reply s0 = ctl_->CreateStep(token, id, step);
+  ASSERT_EQ(s0.code, Code::kCreated) << s0.body.dump();
+  EXPECT_EQ(s0.body["state"], "running");
+  EXPECT_EQ(s0.body["tasks"].size(), 4u);
+  // One task on the first node: a second step waits for a free slot there.
+  Reply s1 = ctl_->CreateStep(token, id, {{"command", {"y"}}, {"ntasks", 1}});
+  ASSERT_EQ(s1.code, Code::kCreated) << s1.body.dump();
+  EXPECT_EQ(s1.body["state"], "pending");
+  a = Beat(first);
+  b = Beat(second);
+  ASSERT_EQ(a["workers"].size(), 3u) << a.dump();  // the script and two tasks
+  ASSERT_EQ(b["workers"].size(), 2u) << b.dump();
+  for (const json& w : b["workers"]) {
+    EXPECT_EQ(w["step"], 0);
+    EXPECT_EQ(w["command"], json({"python", "train.py"}));
+    EXPECT_EQ(w["workdir"], "/w");
+    EXPECT_EQ(w["alloc"]["gpus"].size(), 4u);
+    const json& env = w["env"];
+    EXPECT_EQ(env["A"], "1");
+    EXPECT_EQ(env["SLURM_STEP_ID"], "0");
+    EXPECT_EQ(env["SLURM_NODEID"], "1");
+    EXPECT_EQ(env["SLURM_NTASKS"], "4");
+    EXPECT_EQ(env["SLURM_NNODES"], "2");
+    EXPECT_EQ(env["SLURM_TASKS_PER_NODE"], "2(x2)");
+    EXPECT_EQ(env["SLURM_PROCID"], std::to_string(w["rank"].get<int>()));
+    EXPECT_EQ(env["SLURM_LOCALID"], std::to_string(w["rank"].get<int>() - 2));
+    EXPECT_EQ(env["SLURMD_NODENAME"], second);
+  }
+  // Step 0's tasks end (one fails): it has ended, and step 1 starts.
+  json exits = json::array();
+  for (int t = 0; t < 4; ++t) {
+    exits.push_back(
+        {{"job", id}, {"run", 1}, {"rank", t}, {"step", 0}, {"exit_code", t == 3 ? 2 : 0}});
+  }
+  Beat(first, json::array({exits[0], exits[1]}));
+  EXPECT_EQ(ctl_->ShowStep(token, id, 0).body["state"], "running");
+  Beat(second, json::array({exits[2], exits[3]}));
+  json ended = ctl_->ShowStep(token, id, 0).body;
+  EXPECT_EQ(ended["state"], "ended") << ended.dump();
+  EXPECT_EQ(ended["tasks"][3]["exit_code"], 2);
+  EXPECT_EQ(ctl_->ShowStep(token, id, 1).body["state"], "running");
+  EXPECT_EQ(Show(id)["state"], "running") << "a failed step is the script's business";
+
+  // A restart keeps the steps and the credential (its hash is in the job's record).
+  Restart();
+  EXPECT_EQ(ctl_->ShowStep(token, id, 1).body["state"], "running");
+  a = Beat(first);
+  ASSERT_EQ(a["workers"].size(), 2u) << a.dump();  // the script and step 1's task
+  // The script ends: the job finishes, the task still running is killed, the credential ends.
+  Beat(first, json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show(id)["state"], "finished") << Show(id).dump();
+  EXPECT_TRUE(Beat(first)["workers"].empty());
+  EXPECT_EQ(ctl_->ShowStep(kTeamA, id, 1).body["tasks"][0]["signal"], 9);
+  EXPECT_EQ(ctl_->ShowStep(token, id, 1).code, Code::kUnauthenticated);
+}
+
+// Issue 47 A5: Slurm's ids are numbers (SLURM_JOB_ID); a job's number is its seq and
+// stands for it wherever a name does: show, cancel, dependencies; an array's number (its
+// first task's) for the array, NUMBER_INDEX for a task.
+TEST_F(ControllerTest, AJobsNumberStandsForIt) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"command":"x"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  const std::string number = std::to_string(Show(id)["seq"].get<int64_t>());
+  EXPECT_EQ(ctl_->ShowJob(kTeamA, number).body["id"], id);
+  Reply after = SubmitWith(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"command":"y"})", "",
+                           number + ":any");
+  ASSERT_EQ(after.code, Code::kCreated) << after.body.dump();
+  EXPECT_NE(Show(after.body["id"])["reason"].get<std::string>().find("waiting for " + id),
+            std::string::npos);
+  Reply arr =
+      SubmitWith(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"command":"z"})", "0-2", "");
+  ASSERT_EQ(arr.code, Code::kCreated) << arr.body.dump();
+  const std::string array = arr.body["id"];
+  ASSERT_EQ(array[0], 'j');
+  EXPECT_EQ(ctl_->ShowJob(kTeamA, array.substr(1) + "_1").body["id"], array + "_1");
+  Reply cancelled = ctl_->Cancel(kTeamA, array.substr(1));
+  EXPECT_EQ(cancelled.body["cancelled"], 3) << cancelled.body.dump();
+  EXPECT_EQ(ctl_->Cancel(kTeamA, number).body["id"], id);
+  EXPECT_EQ(ctl_->ShowJob(kTeamA, "99999").code, Code::kNotFound);
+}
+
 }  // namespace
 }  // namespace gantry::server

@@ -167,6 +167,7 @@ void ReadGpu(const json& j, const std::string& path, std::optional<Error>& error
                        .Opt("profile", out.profile)
                        .Opt("start", out.start)
                        .Opt("gi_id", out.gi_id);
+                   out.gi_id = std::max(-1, out.gi_id);  // below 0: not said (not encoded)
                  });
       });
 }
@@ -227,6 +228,7 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       });
   if (error) return;
   w.signal = std::max(0, w.signal);  // 0 and below: none (not sent)
+  w.step = std::max(-1, w.step);     // below 0: a worker, not a step's task
   if (action == "run") {
     w.action = DesiredWorker::Action::kRun;
   } else if (action == "stop") {
@@ -460,6 +462,7 @@ Result<Heartbeat> DecodeHeartbeat(const json& j) {
                                .Req("rank", out.rank)
                                .Opt("pid", out.pid)
                                .Opt("step", out.step);
+                           out.step = std::max(-1, out.step);
                            if (rr.Find("util")) {
                              WorkerUsage& u = out.usage.emplace();
                              rr.Opt("util", u.util).Opt("vram_used_bytes", u.vram_used_bytes);
@@ -480,6 +483,7 @@ Result<Heartbeat> DecodeHeartbeat(const json& j) {
               .Opt("note", out.note)
               .Opt("drain", out.drain)
               .Opt("step", out.step);
+          out.step = std::max(-1, out.step);
         });
       });
   return Done(std::move(h), error);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "harness.h"
 #include "job_helpers.h"
@@ -535,6 +536,36 @@ TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
   EXPECT_TRUE(fs::exists(work + "/sig-1.txt"));
   EXPECT_FALSE(fs::exists(work + "/sig-batch.txt")) << "the batch script got the steps' signal";
   EXPECT_EQ(h.Read("work/after.txt"), "srun ended 0\n");  // the tasks ended on USR1
+}
+
+// A step outlives a gantryd crash: its tasks run on under their agents, srun waits for
+// gantryd to come back (the job's credential is in the job's record, so it still holds)
+// and prints their output and status, and the job ends as it would have.
+TEST(Slurm, AStepOutlivesAGantrydCrash) {
+  Harness h("slurm-restart");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("long.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
+          "#SBATCH -t 2\n#SBATCH -o long.out\n"
+          "srun bash -c 'touch started-$SLURM_PROCID; sleep 4; echo \"done $SLURM_PROCID\"'\n"
+          "echo \"srun $?\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("long.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return fs::exists(work + "/started-0") && fs::exists(work + "/started-1"); }, 20));
+  h.KillServer(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  h.StartServer();
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  const std::string out = h.Read("work/long.out");
+  EXPECT_NE(out.find("done 0\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("done 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("srun 0\n"), std::string::npos) << out;
+  EXPECT_EQ(h.Job(id)["run"], 1) << "the job ran again";
 }
 
 }  // namespace

@@ -83,7 +83,14 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
       spec.env.emplace_back("GANTRY_GPU_SHARE", std::to_string(milli / 1000.0).substr(0, 5));
     }
   }
-  spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  // No GPUs: where the device rules hide every GPU, CUDA_VISIBLE_DEVICES is left unset, as
+  // Slurm leaves it for a job without GPUs; elsewhere empty, so CUDA sees none.
+  const auto hidden = isolation_.find(proto::kIsolationGpuDevices);
+  if (visible.empty() && hidden != isolation_.end() && hidden->second) {
+    std::erase_if(spec.env, [](const auto& e) { return e.first == "CUDA_VISIBLE_DEVICES"; });
+  } else {
+    spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  }
   spec.env.emplace_back(
       "GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
   for (std::stringstream in(indexes); std::getline(in, visible_index, ',');) {

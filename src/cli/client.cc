@@ -246,6 +246,7 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
     for (const std::string& e : job.errors) std::cerr << e << "\n";
     return kExitBadInput;
   }
+  for (const std::string& n : job.notes) std::cerr << "sbatch: note: " << n << "\n";
   Response r = PostJob(g, job.spec.dump(), "application/json", script, job.array, job.after, "");
   if (r.status >= 400 && r.status < 500) {
     // gantryd's refusals of what it resolves (a QoS, account, partition or GPU type the

@@ -48,13 +48,22 @@ constexpr OptionDef kOptions[] = {
     {"dependency", 'd', true},
     {"parsable", 0, false},
     {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
+    // Accepted with a note of what Gantry does instead (Notes below).
+    {"mail-type", 0, true},
+    {"mail-user", 0, true},
+    {"requeue", 0, false},
+};
+
+// Options accepted though Gantry does nothing with them: why, said once at submit.
+constexpr std::pair<const char*, const char*> kNoted[] = {
+    {"mail-type", "Gantry sends no mail; gantry show and logs follow the job"},
+    {"mail-user", "Gantry sends no mail; gantry show and logs follow the job"},
+    {"requeue", "not needed: preempted and lost jobs are always requeued, from their checkpoint"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
 // than "unknown").
 constexpr std::pair<const char*, const char*> kRefused[] = {
-    {"mail-type", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
-    {"mail-user", "Gantry sends no mail; watch the job with gantry ls, show or logs"},
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclusive", "whole nodes are not reserved; ask for the GPUs, CPUs and memory the job uses"},
@@ -63,7 +72,6 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"begin", "deferred starts are not supported; use a job window in a job spec"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
     {"no-requeue", "preempted and lost jobs are always requeued (from their checkpoint)"},
-    {"requeue", "preempted and lost jobs are always requeued; the option is not needed"},
     {"open-mode", "output files are truncated at each start, as Slurm's default"},
     {"hold", "holding jobs is not supported"},
     {"licenses", "licenses are not modelled"},
@@ -77,7 +85,7 @@ bool IsRefused(const std::string& name) {
 }
 
 bool IsRefusedFlag(const std::string& name) {
-  for (const char* flag : {"exclusive", "wait", "no-requeue", "requeue", "hold"}) {
+  for (const char* flag : {"exclusive", "wait", "no-requeue", "hold"}) {
     if (name == flag) return true;
   }
   return false;
@@ -167,12 +175,17 @@ class Parser {
     s["script"] = text;
     if (!args.empty()) s["command"] = args;
     out.parsable = given_.count("parsable") > 0;
+    for (const auto& [name, why] : kNoted) {
+      if (auto v = Get(name)) out.notes.push_back(v->where + ": --" + name + ": accepted: " + why);
+    }
     if (auto v = Get("job-name")) {
       if (v->value.empty()) {
         Error(v->where, "--job-name", "must not be empty");
       } else {
         s["name"] = v->value;
       }
+    } else if (const std::string base = script_.substr(script_.rfind('/') + 1); !base.empty()) {
+      s["name"] = base;  // Slurm's default: the script's file name
     }
     if (auto v = Get("partition")) {
       if (v->value.empty() || v->value.find(',') != std::string::npos) {
@@ -430,6 +443,13 @@ class Parser {
       s["topology"] = "node";  // all on one node, as -N 1 asks
     // -N above 1: that many distinct nodes, each with its tasks, as Slurm places them.
     if (nodes && *nodes > 1 && per_node) s["workers_per_node"] = *per_node;
+    // Per-node amounts (--gres, --gpus-per-node, --mem) with -n and neither -N nor
+    // --ntasks-per-node: the tasks on one node, whose amounts they are.
+    if (!per_node && tasks && !nodes && (Get("gres") || Get("gpus-per-node") || Get("mem"))) {
+      nodes = 1;
+      per_node = *tasks;
+      if (replicas > 1) s["topology"] = "node";
+    }
 
     // GPUs per worker, from exactly one way of asking.
     std::vector<const char*> ways;
@@ -586,6 +606,12 @@ class Parser {
     }
     env["SLURM_SUBMIT_DIR"] = ctx_.cwd;
     if (!ctx_.host.empty()) env["SLURM_SUBMIT_HOST"] = ctx_.host;
+    // The GPU options as given, as Slurm sets them (srun reads them too).
+    for (const auto& [opt, var] :
+         {std::pair<const char*, const char*>{"gpus-per-task", "SLURM_GPUS_PER_TASK"},
+          {"gpus-per-node", "SLURM_GPUS_PER_NODE"}}) {
+      if (auto v = Get(opt)) env[var] = v->value.substr(v->value.rfind(':') + 1);
+    }
     s["env"] = env;
   }
 

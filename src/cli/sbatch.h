@@ -31,6 +31,7 @@ struct SbatchJob {
   std::string after;                               // ?after= (--dependency), empty if none
   bool parsable = false;                           // --parsable: print just the id
   std::vector<std::string> errors;  // "FILE:LINE: --opt: message"; spec unusable if any
+  std::vector<std::string> notes;   // options accepted that Gantry does nothing with, and why
   // Where each spec field gantryd resolves came from ("job.sh:4: --qos=regular"), so its
   // refusals are shown at the script's line.
   std::map<std::string, std::string> origin;

@@ -286,6 +286,12 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["nodelist"] = *names;
   }
   if (given.count("overlap")) body["overlap"] = true;
+  // sbatch --gpus-per-task (SLURM_GPUS_PER_TASK, an input of srun's as of Slurm's): each
+  // task its own slot's GPUs.
+  if (!given.count("gpus-per-task") && !Env("SLURM_GPUS_PER_TASK").empty()) {
+    int n = 0;
+    if (Count("gpus-per-task", Env("SLURM_GPUS_PER_TASK"), n) == 0) body["gpus_per_task"] = n;
+  }
   const bool label = given.count("label") > 0;
   const bool kill_on_bad_exit = given.count("kill-on-bad-exit") > 0;
 

@@ -56,9 +56,17 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
     ++per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())];
   }
   const core::Node& node = cluster_.node(w.alloc.node);
-  int gpus = std::popcount(w.alloc.gpu_mask);
-  if (w.alloc.sharing != core::Sharing::kExclusive)
+  // What it sees: a batch script all the job's GPUs on its node, a worker its own.
+  const core::WorkerAlloc a = job.batch() ? NodeAlloc(job, w.alloc.node, w.rank) : w.alloc;
+  int gpus = std::popcount(a.gpu_mask);
+  std::string indexes;  // SLURM_JOB_GPUS: the node's GPU indexes (MIG, shares: the GPU's)
+  for (uint64_t m = a.gpu_mask; m != 0; m &= m - 1)
+    indexes += (indexes.empty() ? "" : ",") + std::to_string(std::countr_zero(m));
+  if (a.sharing != core::Sharing::kExclusive) {
     gpus = 1;  // a MIG instance or a share of one GPU
+    indexes = std::to_string(a.gpu);
+  }
+  const int64_t cpus_milli = NodeLimits(job, w.alloc.node).cpus_milli;
   std::vector<std::pair<std::string, std::string>> vars = {
       // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
       {"SLURM_JOB_ID", std::to_string(job.seq)},
@@ -83,20 +91,36 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
   if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); })) {
     vars.emplace_back("SLURM_NTASKS_PER_NODE", std::to_string(per_node.front()));
   }
+  if (!indexes.empty()) vars.emplace_back("SLURM_JOB_GPUS", indexes);
+  if (cpus_milli > 0)
+    vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string((cpus_milli + 999) / 1000));
   if (!job.array.empty()) {
-    auto a = arrays_.find(job.array);
-    vars.emplace_back("SLURM_ARRAY_JOB_ID",
-                      a != arrays_.end() && !a->second.empty() ? std::to_string(a->second.front())
-                      : job.array.size() > 1 && job.array[0] == 'j' ? job.array.substr(1)
-                                                                    : job.array);
+    auto tasks = arrays_.find(job.array);
+    const bool known = tasks != arrays_.end() && !tasks->second.empty();
+    vars.emplace_back("SLURM_ARRAY_JOB_ID", known ? std::to_string(tasks->second.front())
+                                            : job.array.size() > 1 && job.array[0] == 'j'
+                                                ? job.array.substr(1)
+                                                : job.array);
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
+    if (known) {
+      int lo = job.array_index, hi = job.array_index;
+      for (int64_t seq : tasks->second) {
+        if (auto t = jobs_.find(seq); t != jobs_.end()) {
+          lo = std::min(lo, t->second.array_index);
+          hi = std::max(hi, t->second.array_index);
+        }
+      }
+      vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(tasks->second.size()));
+      vars.emplace_back("SLURM_ARRAY_TASK_MIN", std::to_string(lo));
+      vars.emplace_back("SLURM_ARRAY_TASK_MAX", std::to_string(hi));
+    }
   }
   if (job.spec.cpus_milli > 0)
     vars.emplace_back("SLURM_CPUS_PER_TASK", std::to_string((job.spec.cpus_milli + 999) / 1000));
   if (job.spec.memory_bytes > 0) {
     vars.emplace_back("SLURM_MEM_PER_NODE",
                       std::to_string(int64_t{per_node[static_cast<size_t>(names.node_index)]} *
-                                     ((job.spec.memory_bytes + (1 << 20) - 1) >> 20)));
+                                     ((job.spec.memory_bytes + (1 << 19)) >> 20)));  // nearest MiB
   }
   if (!job.user.empty()) vars.emplace_back("SLURM_JOB_USER", job.user);
   if (!job.spec.workdir.empty())
@@ -192,9 +216,6 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   }
   const spec::OutputNames names = OutputNamesOf(job, w, nodes);
   if (job.batch()) {
-    if (!env.contains("SLURM_GPUS_ON_NODE"))
-      env["SLURM_GPUS_ON_NODE"] = std::to_string(
-          alloc.sharing == core::Sharing::kExclusive ? std::popcount(alloc.gpu_mask) : 1);
     // Its own credential, for srun and the other Slurm commands inside it (the agent adds
     // GANTRY_SERVER and puts them on PATH). A gantryd restarted before the agent started
     // the script has only its hash: the script then runs without one (srun says so).

@@ -8,7 +8,27 @@ namespace gantry::spec {
 
 namespace {
 
-constexpr std::string_view kFields = "jxAaNnut%";
+constexpr std::string_view kFields = "jJxAaNnut%";
+
+// "%3a": a width of 1-2 digits between the % and the field (Slurm's zero padding, at most
+// 10); where the field starts, and the width (0: none).
+size_t FieldAt(std::string_view pattern, size_t i, int& width) {
+  width = 0;
+  size_t j = i;
+  while (j < pattern.size() && j < i + 2 && pattern[j] >= '0' && pattern[j] <= '9')
+    width = width * 10 + (pattern[j++] - '0');
+  width = std::min(width, 10);
+  return j;
+}
+
+// `v` padded with zeros to `width` when it is a number (Slurm ignores the width otherwise).
+std::string Padded(std::string v, int width) {
+  const bool number =
+      !v.empty() && std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (number && static_cast<int>(v.size()) < width)
+    v.insert(0, static_cast<size_t>(width) - v.size(), '0');
+  return v;
+}
 
 constexpr std::pair<std::string_view, int> kSignals[] = {
     {"HUP", SIGHUP},       {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"ABRT", SIGABRT},
@@ -25,14 +45,16 @@ std::optional<std::string> CheckOutputPattern(std::string_view pattern) {
   for (size_t i = 0; i < pattern.size(); ++i) {
     if (static_cast<unsigned char>(pattern[i]) < 0x20) return "must not hold control characters";
     if (pattern[i] != '%') continue;
-    if (i + 1 == pattern.size()) return "ends with a lone %: write %% for a percent sign";
-    if (kFields.find(pattern[i + 1]) == std::string_view::npos) {
-      return "unknown field %" + std::string(1, pattern[i + 1]) +
-             " (known: %j job id, %x name, %A array id, %a task index, %N node, %n node index, %u "
-             "user, "
-             "%t rank, %% a percent sign)";
+    int width = 0;
+    const size_t f = FieldAt(pattern, i + 1, width);
+    if (f == pattern.size()) return "ends with a lone %: write %% for a percent sign";
+    if (kFields.find(pattern[f]) == std::string_view::npos) {
+      return "unknown field %" + std::string(pattern.substr(i + 1, f - i)) +
+             " (known: %j job id, %J the same for a batch script, %x name, %A array id, %a task "
+             "index, %N node, %n node index, %u user, %t rank, %% a percent sign; a width pads "
+             "numbers: %3a)";
     }
-    ++i;
+    i = f;
   }
   return std::nullopt;
 }
@@ -40,34 +62,38 @@ std::optional<std::string> CheckOutputPattern(std::string_view pattern) {
 std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& n) {
   std::string out;
   for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] != '%' || i + 1 == pattern.size()) {
+    int width = 0;
+    const size_t f = pattern[i] == '%' ? FieldAt(pattern, i + 1, width) : pattern.size();
+    if (f >= pattern.size()) {
       out += pattern[i];
       continue;
     }
-    switch (pattern[++i]) {
+    i = f;
+    switch (pattern[i]) {
       case 'j':
-        out += n.job;
+      case 'J':  // jobid.stepid; a batch script's is the job id
+        out += Padded(n.job, width);
         break;
       case 'x':
         out += n.name;
         break;
       case 'A':
-        out += n.array_job;
+        out += Padded(n.array_job, width);
         break;
       case 'a':
-        out += n.array_task;
+        out += Padded(n.array_task, width);
         break;
       case 'N':
         out += n.node;
         break;
       case 'n':
-        out += std::to_string(n.node_index);
+        out += Padded(std::to_string(n.node_index), width);
         break;
       case 'u':
         out += n.user;
         break;
       case 't':
-        out += std::to_string(n.rank);
+        out += Padded(std::to_string(n.rank), width);
         break;
       case '%':
         out += '%';
@@ -84,8 +110,9 @@ std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& n) 
 bool PatternPerRank(std::string_view pattern) {
   for (size_t i = 0; i + 1 < pattern.size(); ++i) {
     if (pattern[i] != '%') continue;
-    if (pattern[i + 1] == 't') return true;
-    ++i;  // skip the field letter (%%t is a percent sign and a t)
+    int width = 0;
+    i = FieldAt(pattern, i + 1, width);  // the field letter (%%t is a percent sign and a t)
+    if (i < pattern.size() && pattern[i] == 't') return true;
   }
   return false;
 }

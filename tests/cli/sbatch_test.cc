@@ -110,7 +110,27 @@ TEST(Sbatch, DefaultsAreSlurms) {
   EXPECT_FALSE(j.spec["env"].contains("GANTRY_TOKEN"));
   EXPECT_EQ(j.spec["env"]["SLURM_SUBMIT_DIR"], "/home/ann/run");
   EXPECT_FALSE(j.parsable);
+  EXPECT_EQ(j.spec["name"], "job.sh");  // the script's file name
   EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH --array=1-4\n").spec["stdout"], "slurm-%A_%a.out");
+  // Options Slurm takes that Gantry has nothing to do for: accepted, with a note.
+  SbatchJob mail = Parse(
+      "#!/bin/sh\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=a@b\n"
+      "#SBATCH --requeue\n");
+  ASSERT_TRUE(mail.errors.empty()) << Errors(mail);
+  ASSERT_EQ(mail.notes.size(), 3u);
+  EXPECT_EQ(mail.notes[0],
+            "job.sh:2: --mail-type: accepted: Gantry sends no mail; gantry show and "
+            "logs follow the job");
+  // Per-node amounts with -n and no -N: one node holds the tasks (Slurm's reading).
+  SbatchJob one = Parse("#!/bin/sh\n#SBATCH -n 4\n#SBATCH --gres=gpu:4\n#SBATCH --mem=64G\n");
+  ASSERT_TRUE(one.errors.empty()) << Errors(one);
+  EXPECT_EQ(one.spec["replicas"], 4);
+  EXPECT_EQ(one.spec["gpus"], 1);
+  EXPECT_EQ(one.spec["topology"], "node");
+  // --gpus-per-task as Slurm sets it (srun reads it too).
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -n 2\n#SBATCH --gpus-per-task=a100:2\n")
+                .spec["env"]["SLURM_GPUS_PER_TASK"],
+            "2");
 }
 
 TEST(Sbatch, EveryTimeFormat) {
@@ -213,7 +233,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
   SbatchJob j = Parse(
       "#!/bin/bash\n"
       "#SBATCH --frobnicate=1\n"
-      "#SBATCH --mail-type=END\n"
+      "#SBATCH --exclusive\n"
       "#SBATCH --time=1:2:3:4\n"
       "#SBATCH --gres=nic:1\n"
       "#SBATCH --qos=urgent\n"
@@ -225,7 +245,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
       {"--partition=a,b"});
   const std::string e = Errors(j);
   for (const char* want :
-       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --mail-type: not supported",
+       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --exclusive: not supported",
         "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
         "job.sh:7: --dependency: afternotok is not supported",
         "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
@@ -280,7 +300,7 @@ TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
             std::string::npos);
   EXPECT_NE(error("-n 6 -N 2 --ntasks-per-node=2").find("is not --nodes x --ntasks-per-node"),
             std::string::npos);
-  EXPECT_NE(error("-n 4 --gres=gpu:2").find("GPUs per node need --ntasks-per-node or --nodes"),
+  EXPECT_NE(error("-n 4 --gpus=3").find("3 GPUs cannot be split evenly over 4 tasks"),
             std::string::npos);
   EXPECT_NE(
       error("--time=1 --signal=USR1@60").find("--signal: the signal comes 60 s before the limit"),
@@ -380,7 +400,12 @@ TEST(OutputPatterns, ExpandForEachWorker) {
             "train-j41_3-j41_3-h100-2-1-ann-5-100%.out");
   EXPECT_FALSE(spec::CheckOutputPattern("slurm-%j.out"));
   EXPECT_TRUE(spec::CheckOutputPattern("a%"));
-  EXPECT_TRUE(spec::CheckOutputPattern("%5j"));
+  EXPECT_TRUE(spec::CheckOutputPattern("%5q"));
+  EXPECT_TRUE(spec::CheckOutputPattern("out-%3"));
+  // A width pads numbers with zeros (at most 10), as Slurm's; names stay as they are.
+  EXPECT_EQ(spec::ExpandOutputPattern("%3a-%2t-%5j-%J-%12n", n), "003-05-j41_3-j41_3-0000000001");
+  EXPECT_FALSE(spec::CheckOutputPattern("%3a_%J.out"));
+  EXPECT_TRUE(spec::PatternPerRank("o-%3t"));
   EXPECT_TRUE(spec::PatternPerRank("o-%t"));
   EXPECT_FALSE(spec::PatternPerRank("o-%%t"));
   EXPECT_EQ(spec::SignalNumber("SIGUSR1"), spec::SignalNumber("USR1"));

@@ -75,7 +75,7 @@ constexpr const char* kArrayScript = R"SH(#!/bin/sh
 #SBATCH -o sweep-%A_%a.out
 echo "start $(date +%s.%N)" > "task-$SLURM_ARRAY_TASK_ID.txt"
 sleep 0.4
-echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"
+echo "task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID ($SLURM_ARRAY_TASK_COUNT, $SLURM_ARRAY_TASK_MIN-$SLURM_ARRAY_TASK_MAX)"
 echo "end $(date +%s.%N)" >> "task-$SLURM_ARRAY_TASK_ID.txt"
 )SH";
 
@@ -143,6 +143,10 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_EQ(batch["SLURM_TASKS_PER_NODE"], "2");
   EXPECT_EQ(batch["SLURM_GPUS_ON_NODE"], "4");
   EXPECT_EQ(batch["SLURM_CPUS_PER_TASK"], "2");
+  EXPECT_EQ(batch["SLURM_CPUS_ON_NODE"], "4");
+  EXPECT_EQ(batch["SLURM_MEM_PER_NODE"], "8192");  // --mem=8G, as Slurm says it
+  EXPECT_EQ(std::count(batch["SLURM_JOB_GPUS"].begin(), batch["SLURM_JOB_GPUS"].end(), ','), 3)
+      << batch["SLURM_JOB_GPUS"];
   EXPECT_EQ(batch["SLURM_JOB_PARTITION"], "h100");
   EXPECT_EQ(batch["SLURM_JOB_ACCOUNT"], "research");
   EXPECT_EQ(batch["SLURM_JOB_USER"], "ann");
@@ -253,8 +257,9 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
     last_end = std::max(last_end, end[0]);
     edges.emplace_back(end[0], -1);
     // -o sweep-%A_%a.out, with what the task printed.
-    EXPECT_EQ(h.Read("work/sweep-" + array + "_" + std::to_string(i) + ".out"),
-              "task " + std::to_string(i) + " of " + array.substr(1) + "\n");  // its number
+    EXPECT_EQ(
+        h.Read("work/sweep-" + array + "_" + std::to_string(i) + ".out"),
+        "task " + std::to_string(i) + " of " + array.substr(1) + " (4, 0-3)\n");  // its number
   }
   std::sort(edges.begin(), edges.end());  // an end before a start at the same instant
   int at_once = 0, most = 0;

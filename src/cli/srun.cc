@@ -422,12 +422,28 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
 }
 
 int Scontrol(const Globals& g, const std::vector<std::string>& words) {
+  if (!words.empty() && words[0] == "requeue") {  // scontrol requeue JOBID[,JOBID...]
+    if (words.size() < 2) {
+      std::cerr << "scontrol: error: requeue needs a job id\n";
+      return kExitBadInput;
+    }
+    Client c(g);
+    int rc = 0;
+    std::stringstream ids(words[1]);
+    for (std::string id; std::getline(ids, id, ',');) {
+      if (id.empty()) continue;
+      Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/requeue", "", "application/json");
+      if (int failed = Check(r, "scontrol requeue")) rc = failed;
+    }
+    return rc;
+  }
   const std::string what = words.size() > 1 ? words[1] : "";
   if (words.empty() || words[0] != "show" ||
       (what != "hostnames" && what != "hostname" && what != "hostlist" && what != "job" &&
        what != "jobid")) {
     std::cerr << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
-                 "hostlist LIST and show job [ID] (gantry show, cancel and drain do the rest)\n";
+                 "hostlist LIST, show job [ID] and requeue ID (gantry show, cancel and drain do "
+                 "the rest)\n";
     return kExitBadInput;
   }
   if (what == "hostnames" || what == "hostname") {

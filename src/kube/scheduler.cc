@@ -1772,6 +1772,9 @@ class KubeApi : public server::ApiBackend {
   void Cancel(std::string, std::string, bool, server::Done done) override {
     done(Elsewhere("cancels", "delete the pods or their Job (kubectl delete)"));
   }
+  void Requeue(std::string, std::string, server::Done done) override {
+    done(Elsewhere("requeues nothing", "delete the pods: their controller recreates them"));
+  }
   void LogPath(std::string, std::string, int, int, int, server::Done done) override {
     done(Elsewhere("keeps no logs", "kubectl logs"));
   }

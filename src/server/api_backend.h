@@ -71,6 +71,9 @@ class ApiBackend {
   virtual void ShowJob(std::string token, std::string name, Done done) = 0;
   virtual void JobUsageSeries(std::string token, std::string name, Done done) = 0;
   virtual void Cancel(std::string token, std::string name, bool force, Done done) = 0;
+  // A running job's run ends and the job waits again, keeping its checkpointed progress
+  // (Slurm's `scontrol requeue`; a stopping job is requeued instead of ending).
+  virtual void Requeue(std::string token, std::string name, Done done) = 0;
   // `step` >= 0: task `rank` of that job step (srun); -1: worker `rank`.
   virtual void LogPath(std::string token, std::string name, int run, int rank, int step,
                        Done done) = 0;

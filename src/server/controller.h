@@ -133,6 +133,7 @@ class Controller : public ApiBackend {
   // `force`: a running or stopping job's grace ends now (its workers' process groups are
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
   void Cancel(std::string token, std::string name, bool force, Done done) override;
+  void Requeue(std::string token, std::string name, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, int step,
                Done done) override;
@@ -171,6 +172,7 @@ class Controller : public ApiBackend {
   }
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name, bool force = false);
+  Reply Requeue(const std::string& token, const std::string& name);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank,
                 int step = -1);
   Reply CreateStep(const std::string& token, const std::string& job, const nlohmann::json& body);

@@ -401,6 +401,10 @@ Reply Controller::CreateStep(const std::string& token, const std::string& job,
   return Wait([&](Done d) { CreateStep(token, job, body, std::move(d)); });
 }
 
+Reply Controller::Requeue(const std::string& token, const std::string& name) {
+  return Wait([&](Done d) { Requeue(token, name, std::move(d)); });
+}
+
 Reply Controller::ShowStep(const std::string& token, const std::string& job, int step) {
   return Wait([&](Done d) { ShowStep(token, job, step, std::move(d)); });
 }

@@ -870,6 +870,40 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
       });
 }
 
+void Controller::Requeue(std::string token, std::string name, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
+    Job* job = FindJob(name);
+    if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (!MaySubmitTo(user, config_.queues, job->queue) ||
+        (!user.job.empty() && job->name != user.job && job->user != user.user)) {
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not requeue job " + name +
+                                                " in queue " + job->queue);
+    }
+    const std::string reason = "requeued by " + user.Describe();
+    switch (job->state) {
+      case JobState::kPending:
+      case JobState::kDone:
+        return Reply::Error(Code::kConflict, "job " + name + " is " + job->state_word() +
+                                                 ": only a running or stopping job is requeued");
+      case JobState::kRunning:
+        BeginStop(*job, StopKind::kLost, reason, job->spec.grace, now_);
+        break;
+      case JobState::kStopping:
+        // Its time limit's signal, say, made the script ask: it waits again instead of
+        // ending, as Slurm's checkpoint-and-requeue scripts expect.
+        if (job->stop != StopKind::kPreempt && job->stop != StopKind::kLost) {
+          job->stop = StopKind::kLost;
+          job->stop_reason = reason;
+          Persist(*job);
+        }
+        break;
+    }
+    Reply r;
+    r.body = {{"id", job->name}, {"state", job->state_word()}};
+    return r;
+  });
+}
+
 void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool force) {
   switch (job.state) {
     case JobState::kDone:

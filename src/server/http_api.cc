@@ -318,6 +318,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     }
     return c.Cancel(TokenOf(req), a[0], force == "1" || force == "true", reply);
   }
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "requeue"}, a))
+    return c.Requeue(TokenOf(req), a[0], reply);
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "steps"}, a)) {
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object())

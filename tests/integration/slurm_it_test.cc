@@ -573,5 +573,40 @@ TEST(Slurm, AStepOutlivesAGantrydCrash) {
   EXPECT_EQ(h.Job(id)["run"], 1) << "the job ran again";
 }
 
+// Slurm's checkpoint-and-requeue idiom: the time limit's signal reaches the script, which
+// saves its place and asks `scontrol requeue $SLURM_JOB_ID`; the job waits again instead of
+// timing out, and the next run carries on from where it was.
+TEST(Slurm, AScriptThatRequeuesItselfAtItsTimeLimitCarriesOn) {
+  Harness h("slurm-requeue");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("ckpt.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -G 1
+#SBATCH --time=0:03
+#SBATCH --signal=B:USR1@1
+trap 'echo "requeue at $(cat step)" >> log.txt; scontrol requeue $SLURM_JOB_ID; exit 0' USR1
+n=$(cat step 2>/dev/null || echo 0)
+echo "run $SLURM_RESTART_COUNT from $n" >> log.txt
+if [ "$n" -ge 2 ]; then echo done >> log.txt; exit 0; fi
+echo $((n + 1)) > step
+while true; do sleep 0.1; done
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("ckpt.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  const json job = h.Job(id);
+  EXPECT_EQ(job["state"], "finished") << job.dump();
+  EXPECT_EQ(job["run"], 3);
+  EXPECT_EQ(h.Read("work/log.txt"),
+            "run 0 from 0\nrequeue at 1\nrun 1 from 1\nrequeue at 2\nrun 2 from 2\ndone\n");
+  // An ended job is not requeued.
+  int status = 0;
+  h.Post("/v1/jobs/" + id + "/requeue", "", h.token("ann"), &status);
+  EXPECT_EQ(status, 409);
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -873,10 +873,12 @@ int Usage(const Globals& g, const std::string& since, const std::string& until,
 struct AcctArgs {
   std::string start, end, users, accounts, states, jobs, format;
   bool parsable = false, parsable2 = false, noheader = false, json_out = false;
+  bool allocations = false;  // -X: no step rows
 };
 
 // What sacct answers, from the jobs gantryd has (GET /v1/jobs?all=1: the active ones and
-// its last --recent-done ended ones): one line per job, sacct's fields and filters.
+// its last --recent-done ended ones): a line per job (and, without -X, per batch job's
+// script and step), sacct's fields and filters.
 int Acct(const Globals& g, const AcctArgs& a) {
   const double now = WallSeconds();
   AcctFilter f;
@@ -927,7 +929,12 @@ int Acct(const Globals& g, const AcctArgs& a) {
   json j = r.Json();
   std::vector<json> rows;
   for (const json& job : j["jobs"]) {
-    if (AcctMatches(job, f)) rows.push_back(job);
+    if (!AcctMatches(job, f)) continue;
+    if (a.allocations || a.json_out) {
+      rows.push_back(job);
+      continue;
+    }
+    for (json& row : AcctRows(job)) rows.push_back(std::move(row));
   }
   if (a.json_out) {
     std::cout << json(rows).dump() << "\n";
@@ -1074,10 +1081,12 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   acct->add_flag("-p,--parsable", aa.parsable, "'|' after every field");
   acct->add_flag("-P,--parsable2", aa.parsable2, "'|' between fields");
   acct->add_flag("-n,--noheader", aa.noheader, "No header");
+  acct->add_flag("-X,--allocations", aa.allocations,
+                 "Jobs only, without a batch job's rows for its script (ID.batch) and its steps "
+                 "(ID.0, ...)");
   static bool acct_ignored = false;
-  acct->add_flag("-X,--allocations,-a,--allusers", acct_ignored,
-                 "Accepted for sacct's sake: a Gantry job has no steps, and the "
-                 "jobs shown are those the token may list");
+  acct->add_flag("-a,--allusers", acct_ignored,
+                 "Accepted for sacct's sake: the jobs shown are those the token may list");
   acct->add_flag("--json", aa.json_out, "The matching jobs as JSON");
   acct->callback([&exit_code] { exit_code = Acct(g, aa); });
 

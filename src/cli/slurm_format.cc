@@ -448,6 +448,48 @@ std::string RenderRow(const std::vector<Column>& cols, const std::vector<std::st
   return out;
 }
 
+std::vector<json> AcctRows(const json& job) {
+  std::vector<json> rows = {job};
+  if (!job.value("batch", false) || job.value("start", json()).is_null()) return rows;
+  // A step's row: the job's, with the step's id, name, state, status, times and tasks.
+  auto row = [&](const std::string& suffix, const std::string& name) {
+    json r = job;
+    r["id"] = Str(job, "id") + "." + suffix;
+    r["name"] = name;
+    for (const char* drop : {"usage", "reason", "exit_code", "exit_signal", "steps", "gpus"})
+      r.erase(drop);
+    return r;
+  };
+  // The batch script: the job's state, on its first node.
+  json batch = row("batch", "batch");
+  batch["replicas"] = 1;
+  if (auto n = Nodes(job); !n.empty()) batch["nodes"] = json::array({n.front()});
+  if (job.contains("exit_code")) batch["exit_code"] = job["exit_code"];
+  if (job.contains("exit_signal")) batch["exit_signal"] = job["exit_signal"];
+  if (SlurmState(job) == "TIMEOUT")
+    batch["state"] = "cancelled";  // killed at the limit, as Slurm's
+  rows.push_back(std::move(batch));
+  for (const json& s : job.value("steps", json::array())) {
+    json r = row(std::to_string(s.value("step", 0)), s.value("name", ""));
+    const std::string state = s.value("state", "");
+    const int code = s.value("exit_code", 0);
+    // In Gantry's words, as SlurmState reads them.
+    r["state"] = state == "ended" ? (code != 0 || s.contains("exit_signal") ? "failed" : "finished")
+                 : state == "cancelled"  ? "cancelled"
+                 : state == "cancelling" ? "stopping"
+                                         : state;
+    r["exit_code"] = code;
+    if (s.contains("exit_signal")) r["exit_signal"] = s["exit_signal"];
+    r["replicas"] = s.value("ntasks", 0);
+    r["nodes"] = s.value("nodes", json::array());
+    r["start"] = s.value("start", json());
+    r["end"] = s.value("end", json());
+    r["run_start"] = s.value("start", json());
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
 bool JobIsOneOf(const json& job, const std::vector<std::string>& ids) {
   if (ids.empty()) return true;
   auto in = [&](const std::string& v) {

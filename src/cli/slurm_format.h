@@ -57,6 +57,10 @@ struct AcctFilter {
 };
 // Whether `job` passes (states as SlurmState names them).
 bool AcctMatches(const nlohmann::json& job, const AcctFilter& f);
+// sacct's rows for `job`: itself, and for a batch job that started its script's
+// (ID.batch) and each step's (ID.0, ID.1, ...), as the job's own rows with the step's
+// id, name, state, exit code, times, tasks and nodes.
+std::vector<nlohmann::json> AcctRows(const nlohmann::json& job);
 // Whether `job` is one of `ids` (empty: any): its id, its array's, or their numbers.
 bool JobIsOneOf(const nlohmann::json& job, const std::vector<std::string>& ids);
 // A state given to -s, as SlurmState names it (CD -> COMPLETED); empty if unknown.

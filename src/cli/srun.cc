@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -23,6 +24,10 @@ namespace {
 std::atomic<int> g_interrupted{0};
 
 void OnInterrupt(int) { g_interrupted.fetch_add(1); }
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -217,6 +222,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       value = words[++i];
     }
     if (!def->value) value = has_value ? value : "1";
+    if (!def->value && (value == "0" || value == "no")) continue;  // --kill-on-bad-exit=0
     if (const std::string why = Unhonoured(def->name, value); !why.empty()) {
       std::cerr << "srun: error: " << why << "\n";
       return kExitBadInput;
@@ -294,6 +300,13 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   }
   const bool label = given.count("label") > 0;
   const bool kill_on_bad_exit = given.count("kill-on-bad-exit") > 0;
+  // -W, --wait=S: once a task has ended, the rest get S seconds before the step is ended
+  // (0, the default: no limit), as Slurm's.
+  int wait_s = 0;
+  if (given.count("wait") && given["wait"] != "0") {
+    if (int rc = Count("wait", given["wait"], wait_s)) return rc;
+  }
+  double first_end = -1;  // when a task was first seen ended (monotonic seconds)
 
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
@@ -390,6 +403,13 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
         c.Delete(path);
         cancel_sent = true;
       }
+      if (tasks[t].value("exited", false) && first_end < 0) first_end = Seconds();
+    }
+    if (wait_s > 0 && !over && !cancel_sent && first_end >= 0 && Seconds() - first_end >= wait_s) {
+      std::cerr << "srun: error: a task ended " << wait_s
+                << " s ago (--wait): terminating the step's other tasks\n";
+      c.Delete(path);
+      cancel_sent = true;
     }
     if (over) break;
     usleep(tick < 20 ? 100000 : 250000);

@@ -331,6 +331,9 @@ class Controller : public ApiBackend {
   // could run once running steps end.
   std::string PlaceStep(const Job& job, Step& s, bool& wait) const;
   nlohmann::json StepBody(const Job& job, const Step& s) const;
+  // A step as job listings carry it (sacct's step rows): id, name, state, exit code (and
+  // signal), start, end, tasks, nodes.
+  nlohmann::json StepSummary(const Job& job, const Step& s) const;
   // A step task's entry for its agent (cached in StepTask::desired).
   proto::DesiredWorker StepDesired(const Job& job, const Step& s, int task) const;
   void StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now);

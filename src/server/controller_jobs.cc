@@ -692,6 +692,14 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     }
   }
   if (job.first_start >= 0) j["usage"] = UsageSummary(job, now_);
+  if (job.batch()) {  // sacct's rows for its script and its steps (the run's last 100)
+    j["batch"] = true;
+    json steps = json::array();
+    const size_t first = job.steps.size() > 100 ? job.steps.size() - 100 : 0;
+    for (size_t i = first; i < job.steps.size(); ++i)
+      steps.push_back(StepSummary(job, job.steps[i]));
+    if (!steps.empty()) j["steps"] = std::move(steps);
+  }
   if (!details) return j;
   json workers = json::array();
   for (const Worker& w : job.workers) {

@@ -271,6 +271,29 @@ json Controller::StepBody(const Job& job, const Step& s) const {
           {"tasks", std::move(tasks)}};
 }
 
+json Controller::StepSummary(const Job& job, const Step& s) const {
+  int code = 0, sig = 0;
+  std::vector<std::string> nodes;
+  for (const StepTask& t : s.tasks) {
+    code = std::max(code, t.exit_code);
+    sig = std::max(sig, t.signal);
+    const std::string& node =
+        cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
+    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
+  }
+  json j = {{"step", s.id},
+            {"name", s.name},
+            {"state", StepStateWord(s)},
+            {"exit_code", code},
+            {"ntasks", s.tasks.size()},
+            {"nodes", nodes},
+            {"start", s.started >= 0 ? json(UnixSeconds(s.started)) : json(nullptr)},
+            {"end", s.state == Step::State::kEnded && s.ended >= 0 ? json(UnixSeconds(s.ended))
+                                                                   : json(nullptr)}};
+  if (sig != 0) j["exit_signal"] = sig;
+  return j;
+}
+
 void Controller::CreateStep(std::string token, std::string name, json body, Done done) {
   CallAsUser(
       std::move(token), std::move(done),

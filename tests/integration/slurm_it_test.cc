@@ -202,10 +202,13 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
       {"acct", "-j", id, "--parsable2", "--format", "JobID,JobName,Account,User,State,AllocTRES"},
       h.token("ann"));
   ASSERT_EQ(acct.rc, 0) << acct.err;
+  // The job, its script (killed at the limit) and its step, as sacct shows them.
   EXPECT_EQ(acct.out, "JobID|JobName|Account|User|State|AllocTRES\n" + id +
-                          "|train|research|ann|TIMEOUT|cpu=4,gres/gpu=4,node=1\n");
+                          "|train|research|ann|TIMEOUT|cpu=4,gres/gpu=4,node=1\n" + id +
+                          ".batch|batch|research|ann|CANCELLED|cpu=2,node=1\n" + id +
+                          ".0|bash|research|ann|COMPLETED|cpu=4,node=1\n");
   RunResult timeouts =
-      h.Cli({"acct", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
+      h.Cli({"acct", "-X", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
   EXPECT_EQ(timeouts.out, id + "\n") << timeouts.err;
   // A bad directive is refused with the script, line and directive, and nothing is submitted.
   h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --exclusive\n");
@@ -273,7 +276,7 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
             "8\n");  // Slurm's default -o; every task's two lines
 
   RunResult acct =
-      h.Cli({"acct", "-j", array + "," + merge, "-P", "-n", "-o", "JobID,State,ExitCode"},
+      h.Cli({"acct", "-X", "-j", array + "," + merge, "-P", "-n", "-o", "JobID,State,ExitCode"},
             h.token("ann"));
   std::string want;
   for (int i = 0; i < 4; ++i) want += array + "_" + std::to_string(i) + "|COMPLETED|0:0\n";
@@ -383,6 +386,8 @@ srun -n2 bash -c 'exit $((SLURM_PROCID + 4))' 2> failed.txt
 echo "status $?"
 srun --mpi=pmix true 2> mpi.txt
 echo "mpi status $?"
+srun --wait=1 --kill-on-bad-exit=0 bash -c '[ $SLURM_PROCID = 0 ] && exit 0; sleep 30' 2> /dev/null
+echo "waited $?"
 echo "state $(squeue -j $SLURM_JOB_ID -h -o %T)"
 printf '#!/bin/bash\n#SBATCH -A research\necho "follow-up of $1"\n' > follow.sh
 next=$(sbatch --parsable --dependency=afterok:$SLURM_JOB_ID -o follow.out follow.sh $SLURM_JOB_ID)
@@ -443,6 +448,8 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(failed.find("task 0: Exited with exit code 4"), std::string::npos) << failed;
   EXPECT_NE(failed.find("task 1: Exited with exit code 5"), std::string::npos) << failed;
   EXPECT_NE(out.find("mpi status 2\n"), std::string::npos) << out;
+  // --wait=1: the task still running a second after the first ended was ended (SIGTERM).
+  EXPECT_NE(out.find("waited 143\n"), std::string::npos) << out;
   EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry starts no MPI process manager"),
             std::string::npos);
   // squeue saw it running; sbatch inside it submitted as its user, to its queue, and the
@@ -461,6 +468,15 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(out.find("port " + std::to_string(20000 + number % 1000) + "\n"), std::string::npos)
       << out;
   EXPECT_EQ(h.Read("work/show.txt").rfind("JobId=" + id + " ", 0), 0u) << h.Read("work/show.txt");
+  // sacct's rows for the script and each step, with their statuses.
+  RunResult acct = h.Cli(
+      {"acct", "-j", std::to_string(number), "-P", "-n", "-o", "JobID,JobName,State,ExitCode"},
+      h.token("ann"));
+  for (const std::string& row :
+       {id + "|multi.sh|COMPLETED|0:0\n", id + ".batch|batch|COMPLETED|0:0\n",
+        id + ".0|bash|COMPLETED|0:0\n", id + ".5|bash|FAILED|3:0\n", id + ".6|bash|FAILED|5:0\n"}) {
+    EXPECT_NE(acct.out.find(row), std::string::npos) << row << " in\n" << acct.out;
+  }
   // The job's credential ended with its run.
   const std::string token = Trim(h.Read("work/token.txt"));
   int status = 0;

@@ -52,6 +52,7 @@ constexpr OptionDef kOptions[] = {
     {"mail-type", 0, true},
     {"mail-user", 0, true},
     {"requeue", 0, false},
+    {"exclusive", 0, false},  // gantryd checks it asks for whole nodes (job spec `exclusive`)
 };
 
 // Options accepted though Gantry does nothing with them: why, said once at submit.
@@ -66,7 +67,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
-    {"exclusive", "whole nodes are not reserved; ask for the GPUs, CPUs and memory the job uses"},
     {"wrap", "give a script file"},
     {"wait", "not supported; poll with gantry show"},
     {"begin", "deferred starts are not supported; use a job window in a job spec"},
@@ -85,7 +85,7 @@ bool IsRefused(const std::string& name) {
 }
 
 bool IsRefusedFlag(const std::string& name) {
-  for (const char* flag : {"exclusive", "wait", "no-requeue", "hold"}) {
+  for (const char* flag : {"wait", "no-requeue", "hold"}) {
     if (name == flag) return true;
   }
   return false;
@@ -232,6 +232,10 @@ class Parser {
     }
     BuildEnv(s);
     if (auto v = Get("container-image")) s["image"] = v->value;  // the job reader checks it
+    if (auto v = Get("exclusive")) {
+      s["exclusive"] = true;
+      origin_["exclusive"] = v->where + ": --exclusive";
+    }
     if (auto v = Get("array")) {
       if (v->value.empty()) {
         Error(v->where, "--array", "must not be empty");

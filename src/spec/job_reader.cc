@@ -147,7 +147,8 @@ class JobDecoder {
                                                                  "stdout",
                                                                  "stderr",
                                                                  "signal",
-                                                                 "image"};
+                                                                 "image",
+                                                                 "exclusive"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -261,6 +262,7 @@ class JobDecoder {
       job.image = *i;
     }
     if (mode == Mode::kSpec) ReadBatch(f, job);
+    if (mode == Mode::kSpec) ReadExclusive(f, job);
     if (mode == Mode::kSpec) {
       for (std::string_view key : {"submit", "duration", "idle_after_s", "util", "vram_used_gb"}) {
         // A pointed message rather than "unknown field".
@@ -361,6 +363,59 @@ class JobDecoder {
         job.signal_batch = batch;
       }
     }
+  }
+
+  // exclusive (sbatch --exclusive): the nodes the job uses are its alone. It asks for all
+  // of a node's GPUs (a GPU job), on nodes of one shape (the pools it may use), and its
+  // workers then take all of the node's CPUs and memory too, so nothing else fits there.
+  // A job asking for part of a node's GPUs is refused: Gantry gives the rest to others.
+  void ReadExclusive(Fields& f, JobSpec& job) {
+    auto e = f.Bool("exclusive");
+    if (!e || !*e) return;
+    const core::Cluster& cluster = config_.cluster;
+    std::vector<core::PoolId> pools;
+    if (job.pool.valid()) {
+      pools = {job.pool};
+    } else if (!job.pools.empty()) {
+      pools = job.pools;
+    } else {
+      for (size_t i = 0; i < cluster.pools().size(); ++i) {
+        const core::PoolSpec& p = cluster.pools()[i].spec;
+        if ((p.gpus > 0) == job.uses_gpu() &&
+            (job.models == 0 || !p.model.valid() || (job.models >> p.model.v) & 1))
+          pools.push_back(core::PoolId(static_cast<uint32_t>(i)));
+      }
+    }
+    const int per_node = job.workers_per_node > 0                ? job.workers_per_node
+                         : job.topology == core::Topology::kNode ? job.replicas
+                                                                 : 1;
+    if (pools.empty()) {
+      f.Report("exclusive", "no pool has nodes of the kind the job asks for");
+      return;
+    }
+    const core::PoolSpec& first = cluster.pool(pools.front()).spec;
+    for (core::PoolId id : pools) {
+      const core::PoolSpec& p = cluster.pool(id).spec;
+      if (job.uses_gpu() &&
+          (job.sharing != core::Sharing::kExclusive || job.gpus * per_node != p.gpus)) {
+        f.Report("exclusive",
+                 "a node is the job's alone only when it asks for all of its GPUs: pool " + p.name +
+                     "'s nodes have " + std::to_string(p.gpus) + " and the job asks " +
+                     (job.sharing == core::Sharing::kExclusive
+                          ? std::to_string(job.gpus * per_node)
+                          : std::string("a share or MIG instance")) +
+                     " per node (ask for " + std::to_string(p.gpus) +
+                     ", or leave --exclusive out: Gantry gives the rest to other jobs)");
+        return;
+      }
+      if (p.cpus_milli != first.cpus_milli || p.memory_bytes != first.memory_bytes) {
+        f.Report("exclusive", "the pools it may use (" + first.name + ", " + p.name +
+                                  ") have nodes of different CPUs or memory: give one (-p)");
+        return;
+      }
+    }
+    job.cpus_milli = first.cpus_milli / per_node;
+    job.memory_bytes = first.memory_bytes / per_node;
   }
 
   void ReadId(Fields& f, Mode mode, int line, JobSpec& job, std::string& id) {

@@ -233,7 +233,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
   SbatchJob j = Parse(
       "#!/bin/bash\n"
       "#SBATCH --frobnicate=1\n"
-      "#SBATCH --exclusive\n"
+      "#SBATCH --hold\n"
       "#SBATCH --time=1:2:3:4\n"
       "#SBATCH --gres=nic:1\n"
       "#SBATCH --qos=urgent\n"
@@ -245,7 +245,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
       {"--partition=a,b"});
   const std::string e = Errors(j);
   for (const char* want :
-       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --exclusive: not supported",
+       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --hold: not supported",
         "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
         "job.sh:7: --dependency: afternotok is not supported",
         "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
@@ -501,6 +501,40 @@ TEST(SbatchSpec, APoolRestrictsPlacementAndTheBatchFieldsAreChecked) {
         "stdout: unknown field %Q", "signal: unknown signal \"USR9\""}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << " not in:\n" << text;
   }
+}
+
+// sbatch --exclusive: a job that asks for all of a node's GPUs takes its CPUs and memory
+// too, so the node is its alone; one that asks for part of them is refused, with why.
+TEST(SbatchSpec, AnExclusiveJobTakesWholeNodes) {
+  spec::Diagnostics diags;
+  auto config = spec::ParseClusterConfig(
+      "cluster: t\npools:\n  - {name: h100, count: 2, gpus: 8, gpu_model: H100-80GB, cpus: 96, "
+      "memory_gb: 1000}\n  - {name: a100, count: 1, gpus: 8, gpu_model: A100-80GB, cpus: 64, "
+      "memory_gb: 512}\nqueues:\n  - {name: default}\n",
+      "cluster.yaml", diags);
+  ASSERT_TRUE(config) << diags.ToString();
+  SbatchJob whole = Parse(
+      "#!/bin/sh\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+      "#SBATCH --gres=gpu:8\n#SBATCH -p h100\n#SBATCH --exclusive\n");
+  ASSERT_TRUE(whole.errors.empty()) << Errors(whole);
+  EXPECT_EQ(whole.spec["exclusive"], true);
+  auto job = spec::ParseJobJson(whole.spec.dump(), "job.json", *config, diags);
+  ASSERT_TRUE(job) << diags.ToString();
+  EXPECT_EQ(job->cpus_milli, 48000);  // half of a node's 96 CPUs for each of its 2 tasks
+  EXPECT_EQ(job->memory_bytes, 500'000'000'000);
+  spec::Diagnostics part;
+  EXPECT_FALSE(spec::ParseJobJson(
+      R"({"pool": "h100", "gpus": 4, "vram_gb": 1, "exclusive": true, "script": "#!/bin/sh"})",
+      "job.json", *config, part));
+  EXPECT_NE(part.ToString().find("pool h100's nodes have 8 and the job asks 4 per node"),
+            std::string::npos)
+      << part.ToString();
+  spec::Diagnostics shapes;  // no -p: two pools of 8 GPUs, different CPUs
+  EXPECT_FALSE(spec::ParseJobJson(
+      R"({"gpus": 8, "vram_gb": 1, "exclusive": true, "script": "#!/bin/sh"})",
+      "job.json", *config, shapes));
+  EXPECT_NE(shapes.ToString().find("different CPUs or memory: give one (-p)"), std::string::npos)
+      << shapes.ToString();
 }
 
 json Job(const std::string& state, const std::string& reason = "") {

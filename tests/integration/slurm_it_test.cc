@@ -211,11 +211,21 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
       h.Cli({"acct", "-X", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
   EXPECT_EQ(timeouts.out, id + "\n") << timeouts.err;
   // A bad directive is refused with the script, line and directive, and nothing is submitted.
-  h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --exclusive\n");
+  h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --hold\n");
   RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));
   EXPECT_EQ(bad.rc, 2);
-  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --exclusive: not supported"), std::string::npos)
+  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --hold: not supported"), std::string::npos)
       << bad.err;
+  // --exclusive: whole nodes; part of a node's GPUs is refused at the script's line.
+  h.Write("part.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH -p h100\n#SBATCH --gres=gpu:4\n"
+          "#SBATCH --exclusive\n");
+  RunResult part = h.Cli({"sbatch", h.Path("part.sh")}, h.token("ann"));
+  EXPECT_EQ(part.rc, 2);
+  EXPECT_NE(part.err.find(h.Path("part.sh") + ":5: --exclusive: a node is the job's alone only "
+                                              "when it asks for all of its GPUs"),
+            std::string::npos)
+      << part.err;
   EXPECT_EQ(h.Jobs().size(), 1u);
 }
 

@@ -158,6 +158,7 @@ class Agent {
     std::vector<gid_t> groups;
     std::string script_path;  // sbatch: the script written for it, removed with its record
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
+    bool signal_script_only = false;  // that signal to the shim's child alone (sbatch B:)
     int64_t uploaded = 0;
     std::string record_path;
     std::string status_path;    // where its shim writes how it ended (launcher.h, ShimMain)

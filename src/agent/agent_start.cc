@@ -49,6 +49,7 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
     spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
   spec.log_path = w.log_path;
   w.stop_signal = d.signal;
+  w.signal_script_only = d.signal_script_only;
   // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as
   // its user (Launch), so it can write only where that user may.
   for (const auto& [p, out] :
@@ -58,6 +59,7 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
       *out = fs::path(*p).is_absolute() ? *p : (fs::path(spec.workdir) / *p).string();
   }
   w.out_path = spec.stdout_path;
+  spec.append_output = d.append_output;
 
   std::string problem;
   const std::string visible = ResolveGpus(d.alloc, key, now, w, spec, problem);

@@ -38,6 +38,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"status", w.status_path},
             {"grace_ms", w.grace_ms},
             {"stop_signal", w.stop_signal},
+            {"signal_script_only", w.signal_script_only},
             {"out_path", w.out_path},
             {"out_user", w.out_user},
             {"uid", w.uid},
@@ -65,6 +66,7 @@ bool Agent::Readopt(const json& r, Worker& w) {
   if (!Running(w.pid, w.start_time)) return false;  // its shim, the same process, still runs
   w.grace_ms = r.value("grace_ms", int64_t{0});
   w.stop_signal = r.value("stop_signal", 0);
+  w.signal_script_only = r.value("signal_script_only", false);
   w.out_path = r.value("out_path", std::string());
   w.out_user = r.value("out_user", false);
   w.uid = r.value("uid", uid_t{0});
@@ -287,7 +289,9 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
     Kill(w.pid, w.cgroup);
     w.killed = true;
   } else {
-    SignalGroup(w.pid, sig);
+    // sbatch --signal=B:SIG: the batch shell alone (the shim's child), as Slurm signals it.
+    if (!(w.signal_script_only && sig == w.stop_signal && SignalChild(options_.proc, w.pid, sig)))
+      SignalGroup(w.pid, sig);
     if (!w.record_path.empty()) WriteRecord(w);  // a successor keeps its deadline: no second signal
   }
 }

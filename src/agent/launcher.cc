@@ -290,15 +290,16 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
           !SetFsIdentity(spec.uid, spec.gid, spec.groups.data(), spec.groups.size())) {
         fail(identity_error, std::string(), "");
       }
+      const int mode = spec.append_output ? O_APPEND : O_TRUNC;
       if (!spec.stdout_path.empty()) {
-        const int out = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int out = ::open(spec.stdout_path.c_str(), O_WRONLY | O_CREAT | mode, 0644);
         if (out < 0) fail(output_error, stdout_where, std::strerror(errno));
         ::dup2(out, 1);
         if (spec.stderr_path.empty() || spec.stderr_path == spec.stdout_path) ::dup2(out, 2);
         ::close(out);
       }
       if (!spec.stderr_path.empty() && spec.stderr_path != spec.stdout_path) {
-        const int err = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int err = ::open(spec.stderr_path.c_str(), O_WRONLY | O_CREAT | mode, 0644);
         if (err < 0) fail(output_error, stderr_where, std::strerror(errno));
         ::dup2(err, 2);
         ::close(err);
@@ -480,6 +481,15 @@ std::optional<ShimStatus> ReadShimStatus(const std::string& path) {
 
 void SignalGroup(pid_t pgid, int sig) {
   if (pgid > 1) ::kill(-pgid, sig);
+}
+
+bool SignalChild(const std::string& proc, pid_t parent, int sig) {
+  if (parent <= 1) return false;
+  const std::string p = std::to_string(parent);
+  std::ifstream in(proc + "/" + p + "/task/" + p + "/children");
+  long child = 0;
+  if (!(in >> child) || child <= 1) return false;
+  return ::kill(static_cast<pid_t>(child), sig) == 0;
 }
 
 std::vector<Exited> Reap() {

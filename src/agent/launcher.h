@@ -35,6 +35,7 @@ struct LaunchSpec {
   // opened by the worker as its user; stderr follows stdout when only stdout is given. A
   // file that cannot be opened ends the worker with 127 and the reason in log_path.
   std::string stdout_path, stderr_path;
+  bool append_output = false;  // sbatch --open-mode=append: appended to, not truncated
   // Files the child writes its pid to before anything else (its cgroup's cgroup.procs,
   // Cgroups::Create); a failure ends it with 127 and the reason in the log.
   std::vector<std::string> join;
@@ -119,6 +120,9 @@ std::optional<ShimStatus> ReadShimStatus(const std::string& path);
 
 // Sends `sig` to the process group `pgid` (no-op when it is gone).
 void SignalGroup(pid_t pgid, int sig);
+// `sig` to the first child of process `parent` (a shim's worker), read from
+// PROC/PARENT/task/PARENT/children; false when it has none (or the kernel does not say).
+bool SignalChild(const std::string& proc, pid_t parent, int sig);
 
 struct Exited {
   pid_t pid = 0;

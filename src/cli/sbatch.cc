@@ -53,6 +53,32 @@ constexpr OptionDef kOptions[] = {
     {"mail-user", 0, true},
     {"requeue", 0, false},
     {"exclusive", 0, false},  // gantryd checks it asks for whole nodes (job spec `exclusive`)
+    {"open-mode", 0, true},
+};
+
+// sbatch's input variables (SBATCH_*), for the options read here.
+constexpr std::pair<const char*, const char*> kInputVariables[] = {
+    {"SBATCH_ACCOUNT", "account"},
+    {"SBATCH_ARRAY_INX", "array"},
+    {"SBATCH_CONSTRAINT", "constraint"},
+    {"SBATCH_ERROR", "error"},
+    {"SBATCH_EXCLUSIVE", "exclusive"},
+    {"SBATCH_EXPORT", "export"},
+    {"SBATCH_GPUS", "gpus"},
+    {"SBATCH_GPUS_PER_NODE", "gpus-per-node"},
+    {"SBATCH_GPUS_PER_TASK", "gpus-per-task"},
+    {"SBATCH_GRES", "gres"},
+    {"SBATCH_JOB_NAME", "job-name"},
+    {"SBATCH_MEM_PER_CPU", "mem-per-cpu"},
+    {"SBATCH_MEM_PER_GPU", "mem-per-gpu"},
+    {"SBATCH_MEM_PER_NODE", "mem"},
+    {"SBATCH_OPEN_MODE", "open-mode"},
+    {"SBATCH_OUTPUT", "output"},
+    {"SBATCH_PARTITION", "partition"},
+    {"SBATCH_QOS", "qos"},
+    {"SBATCH_REQUEUE", "requeue"},
+    {"SBATCH_SIGNAL", "signal"},
+    {"SBATCH_TIMELIMIT", "time"},
 };
 
 // Options accepted though Gantry does nothing with them: why, said once at submit.
@@ -72,7 +98,6 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"begin", "deferred starts are not supported; use a job window in a job spec"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
     {"no-requeue", "preempted and lost jobs are always requeued (from their checkpoint)"},
-    {"open-mode", "output files are truncated at each start, as Slurm's default"},
     {"hold", "holding jobs is not supported"},
     {"licenses", "licenses are not modelled"},
 };
@@ -232,6 +257,12 @@ class Parser {
     }
     BuildEnv(s);
     if (auto v = Get("container-image")) s["image"] = v->value;  // the job reader checks it
+    if (auto v = Get("open-mode")) {
+      if (v->value != "append" && v->value != "truncate")
+        Error(v->where, "--open-mode", "expected append or truncate, got \"" + v->value + "\"");
+      else
+        s["open_mode"] = v->value;
+    }
     if (auto v = Get("exclusive")) {
       s["exclusive"] = true;
       origin_["exclusive"] = v->where + ": --exclusive";
@@ -840,6 +871,17 @@ SbatchJob ParseSbatch(const std::string& script_name, const std::string& text,
       continue;
     }
     p.Read(words, where);
+  }
+  // Slurm's input variables override the script and are overridden by the command line.
+  for (const auto& [var, option] : kInputVariables) {
+    auto it = ctx.env.find(var);
+    if (it == ctx.env.end()) continue;
+    const OptionDef* def = FindLong(option);
+    if (def != nullptr && !def->value) {
+      if (it->second != "0" && it->second != "no") p.Read({std::string("--") + option}, var);
+    } else {
+      p.Read({std::string("--") + option + "=" + it->second}, var);
+    }
   }
   p.Read(options, "command line");
   return p.Build(text, args);

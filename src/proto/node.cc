@@ -197,7 +197,7 @@ void ReadEmulate(const json& j, const std::string& path, std::optional<Error>& e
 
 void ReadDesired(const json& j, const std::string& path, std::optional<Error>& error,
                  DesiredWorker& w) {
-  std::string action = "run";
+  std::string action = "run", open_mode, signal_to;
   Reader r(j, path, error);
   r.Req("job", w.job)
       .Opt("seq", w.seq)
@@ -214,6 +214,8 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Opt("signal", w.signal)
       .Opt("stdout", w.stdout_path)
       .Opt("stderr", w.stderr_path)
+      .Opt("open_mode", open_mode)
+      .Opt("signal_to", signal_to)
       .Opt("step", w.step)
       .Nested("alloc",
               [&](const json& v, const std::string& p) { ReadAlloc(v, p, error, w.alloc); })
@@ -229,6 +231,8 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
   if (error) return;
   w.signal = std::max(0, w.signal);  // 0 and below: none (not sent)
   w.step = std::max(-1, w.step);     // below 0: a worker, not a step's task
+  w.append_output = open_mode == "append";
+  w.signal_script_only = signal_to == "script";
   if (action == "run") {
     w.action = DesiredWorker::Action::kRun;
   } else if (action == "stop") {
@@ -403,6 +407,8 @@ json Encode(const DesiredWorker& w) {
   if (w.signal > 0) j["signal"] = w.signal;
   if (!w.stdout_path.empty()) j["stdout"] = w.stdout_path;
   if (!w.stderr_path.empty()) j["stderr"] = w.stderr_path;
+  if (w.append_output) j["open_mode"] = "append";
+  if (w.signal_script_only) j["signal_to"] = "script";
   if (w.emulate) j["emulate"] = Encode(*w.emulate);
   if (w.step >= 0) j["step"] = w.step;
   return j;

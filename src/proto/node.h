@@ -160,6 +160,10 @@ struct DesiredWorker {
   std::string image;   // a container image: podman run in the foreground is the worker
   int signal = 0;      // the first signal when stopped, instead of --preempt-signal
   std::string stdout_path, stderr_path;  // "stdout", "stderr": expanded, relative to workdir
+  bool append_output = false;            // "open_mode": "append": appended to, not truncated
+  // "signal_to": "script": the first signal goes to the batch script's shell alone, not
+  // its process group (sbatch --signal=B:SIG, as Slurm sends it); SIGKILL still to all.
+  bool signal_script_only = false;
   std::optional<Emulate> emulate;
   // A task of job step `step` (`srun` in a batch job; absent: -1): `rank` is its id in the
   // step. It runs inside the job's allocation on this node and ends on its own.

@@ -247,6 +247,8 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   wj.script = job.spec.script;
   wj.image = job.spec.image;
   wj.signal = std::max(0, job.spec.stop_signal);
+  wj.append_output = job.spec.append_output;
+  wj.signal_script_only = job.batch() && job.spec.signal_batch;
   if (job.batch() && wj.signal > 0 && !job.spec.signal_batch)
     wj.signal = SIGCONT;  // --signal without B: goes to the steps (StepDesired)
   // `gantry sbatch`: the script the agent writes on the node and runs, the files the

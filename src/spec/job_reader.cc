@@ -148,7 +148,8 @@ class JobDecoder {
                                                                  "stderr",
                                                                  "signal",
                                                                  "image",
-                                                                 "exclusive"};
+                                                                 "exclusive",
+                                                                 "open_mode"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -351,6 +352,7 @@ class JobDecoder {
         (std::string_view(key) == "stdout" ? job.stdout_path : job.stderr_path) = *s;
       }
     }
+    if (auto m = f.Choice("open_mode", {"truncate", "append"})) job.append_output = *m == "append";
     if (auto s = f.String("signal")) {
       const bool batch = s->rfind("B:", 0) == 0;  // sbatch --signal=B:SIG
       const int sig = SignalNumber(batch ? s->substr(2) : *s);

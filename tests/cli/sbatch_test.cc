@@ -215,6 +215,27 @@ TEST(Sbatch, CommandLineOverridesDirectives) {
   EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -t 1\n#SBATCH -t 2\n").spec["time_limit_s"], 120);
 }
 
+// SBATCH_* from the submitter's environment: over the script, under the command line; a
+// bad value names the variable.
+TEST(Sbatch, InputVariablesOverrideTheScript) {
+  SbatchContext c = Ctx();
+  c.env["SBATCH_TIMELIMIT"] = "10";
+  c.env["SBATCH_PARTITION"] = "a100";
+  c.env["SBATCH_GRES"] = "gpu:4";
+  c.env["SBATCH_EXCLUSIVE"] = "1";
+  SbatchJob j = ParseSbatch("job.sh", "#!/bin/sh\n#SBATCH -t 5\n#SBATCH -p h100\n#SBATCH -N 1\n",
+                            {"-p", "l40"}, {}, c);
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["time_limit_s"], 600);
+  EXPECT_EQ(j.spec["pool"], "l40");
+  EXPECT_EQ(j.spec["gpus"], 4);
+  EXPECT_EQ(j.spec["exclusive"], true);
+  c.env["SBATCH_TIMELIMIT"] = "soon";
+  SbatchJob bad = ParseSbatch("job.sh", "#!/bin/sh\n", {}, {}, c);
+  EXPECT_NE(Errors(bad).find("SBATCH_TIMELIMIT: --time: expected"), std::string::npos)
+      << Errors(bad);
+}
+
 TEST(Sbatch, DirectivesEndAtTheFirstCommand) {
   SbatchJob j =
       Parse("#!/bin/bash\n#SBATCH -t 5\nmodule load cuda\n#SBATCH -t 50\n#SBATCH --bogus\n");
@@ -530,9 +551,9 @@ TEST(SbatchSpec, AnExclusiveJobTakesWholeNodes) {
             std::string::npos)
       << part.ToString();
   spec::Diagnostics shapes;  // no -p: two pools of 8 GPUs, different CPUs
-  EXPECT_FALSE(spec::ParseJobJson(
-      R"({"gpus": 8, "vram_gb": 1, "exclusive": true, "script": "#!/bin/sh"})",
-      "job.json", *config, shapes));
+  EXPECT_FALSE(
+      spec::ParseJobJson(R"({"gpus": 8, "vram_gb": 1, "exclusive": true, "script": "#!/bin/sh"})",
+                         "job.json", *config, shapes));
   EXPECT_NE(shapes.ToString().find("different CPUs or memory: give one (-p)"), std::string::npos)
       << shapes.ToString();
 }

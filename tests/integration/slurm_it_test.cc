@@ -612,11 +612,15 @@ TEST(Slurm, AScriptThatRequeuesItselfAtItsTimeLimitCarriesOn) {
 #SBATCH -G 1
 #SBATCH --time=0:03
 #SBATCH --signal=B:USR1@1
+#SBATCH -o ckpt.out
+#SBATCH --open-mode=append
 trap 'echo "requeue at $(cat step)" >> log.txt; scontrol requeue $SLURM_JOB_ID; exit 0' USR1
+echo "output of run $SLURM_RESTART_COUNT"
 n=$(cat step 2>/dev/null || echo 0)
 echo "run $SLURM_RESTART_COUNT from $n" >> log.txt
 if [ "$n" -ge 2 ]; then echo done >> log.txt; exit 0; fi
 echo $((n + 1)) > step
+( trap 'echo "a child got USR1" >> log.txt' USR1; while true; do sleep 0.1; done ) &
 while true; do sleep 0.1; done
 )SH");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("ckpt.sh")}, h.token("ann"));
@@ -628,6 +632,8 @@ while true; do sleep 0.1; done
   EXPECT_EQ(job["run"], 3);
   EXPECT_EQ(h.Read("work/log.txt"),
             "run 0 from 0\nrequeue at 1\nrun 1 from 1\nrequeue at 2\nrun 2 from 2\ndone\n");
+  // --open-mode=append: every run's output is in the file.
+  EXPECT_EQ(h.Read("work/ckpt.out"), "output of run 0\noutput of run 1\noutput of run 2\n");
   // An ended job is not requeued.
   int status = 0;
   h.Post("/v1/jobs/" + id + "/requeue", "", h.token("ann"), &status);

@@ -93,6 +93,8 @@ WatchAnswer FullAnswer() {
   mps.alloc.gpu = 0;
   mps.alloc.share_milli = 250;
   mps.alloc.vram_bytes = 1 << 30;
+  exclusive.append_output = true;
+  exclusive.signal_script_only = true;
   DesiredWorker task = exclusive;  // task 1 of a job step
   task.rank = 1;
   task.step = 2;

@@ -79,6 +79,7 @@ struct JobSpec {
   std::string name;
   std::string script;
   std::string stdout_path, stderr_path;
+  bool append_output = false;  // sbatch --open-mode=append: a run appends to them
   int stop_signal = 0;
   // A batch job's `signal: B:USR1` (sbatch --signal=B:USR1): the signal goes to the batch
   // script only; without B: to its steps only, as Slurm sends it.

@@ -52,6 +52,13 @@ constexpr OptionDef kOptions[] = {
     {"mail-type", 0, true},
     {"mail-user", 0, true},
     {"requeue", 0, false},
+    {"no-requeue", 0, false},
+    {"hint", 0, true},
+    {"reservation", 0, true},
+    {"wait-all-nodes", 0, true},
+    {"comment", 0, true},
+    {"gpu-bind", 0, true},
+    {"cpus-per-gpu", 0, true},
     {"exclusive", 0, false},  // gantryd checks it asks for whole nodes (job spec `exclusive`)
     {"open-mode", 0, true},
 };
@@ -86,6 +93,15 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"mail-type", "Gantry sends no mail; gantry show and logs follow the job"},
     {"mail-user", "Gantry sends no mail; gantry show and logs follow the job"},
     {"requeue", "not needed: preempted and lost jobs are always requeued, from their checkpoint"},
+    {"no-requeue",
+     "not honoured: a preempted job, or one whose node failed, is requeued from its checkpoint"},
+    {"hint", "CPU placement hints are not used: a task's cgroup holds its CPUs"},
+    {"reservation", "Gantry has no reservations: the job waits for room like any other"},
+    {"wait-all-nodes", "a job starts on nodes whose agents are up"},
+    {"comment", "kept nowhere"},
+    {"gpu-bind",
+     "tasks are not bound to GPUs: each sees the job's GPUs on its node (with --gpus-per-task, "
+     "its own)"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
@@ -97,7 +113,6 @@ constexpr std::pair<const char*, const char*> kRefused[] = {
     {"wait", "not supported; poll with gantry show"},
     {"begin", "deferred starts are not supported; use a job window in a job spec"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
-    {"no-requeue", "preempted and lost jobs are always requeued (from their checkpoint)"},
     {"hold", "holding jobs is not supported"},
     {"licenses", "licenses are not modelled"},
 };
@@ -110,7 +125,7 @@ bool IsRefused(const std::string& name) {
 }
 
 bool IsRefusedFlag(const std::string& name) {
-  for (const char* flag : {"wait", "no-requeue", "hold"}) {
+  for (const char* flag : {"wait", "hold"}) {
     if (name == flag) return true;
   }
   return false;
@@ -120,7 +135,14 @@ const OptionDef* FindLong(const std::string& name) {
   for (const OptionDef& o : kOptions) {
     if (name == o.name) return &o;
   }
-  return nullptr;
+  // A unique prefix (--err for --error), as getopt_long and so sbatch take it.
+  const OptionDef* found = nullptr;
+  for (const OptionDef& o : kOptions) {
+    if (name.size() < 3 || std::string_view(o.name).rfind(name, 0) != 0) continue;
+    if (found != nullptr) return nullptr;  // ambiguous
+    found = &o;
+  }
+  return found;
 }
 
 const OptionDef* FindShort(char c) {
@@ -201,7 +223,9 @@ class Parser {
     if (!args.empty()) s["command"] = args;
     out.parsable = given_.count("parsable") > 0;
     for (const auto& [name, why] : kNoted) {
-      if (auto v = Get(name)) out.notes.push_back(v->where + ": --" + name + ": accepted: " + why);
+      auto v = Get(name);
+      if (v == nullptr || (std::string_view(name) == "gpu-bind" && v->value == "none")) continue;
+      out.notes.push_back(v->where + ": --" + name + ": accepted: " + why);
     }
     if (auto v = Get("job-name")) {
       if (v->value.empty()) {
@@ -406,7 +430,7 @@ class Parser {
         return false;
       }
     }
-    auto c = Count(Given{t, v.where}, option);
+    auto c = Count(Given{t, v.where}, option, gres ? 0 : 1);  // gpu:0 asks for none, as Slurm
     if (!c) return false;
     n = *c;
     return true;
@@ -491,6 +515,19 @@ class Parser {
     for (const char* k : {"gres", "gpus-per-node", "gpus", "gpus-per-task"}) {
       if (Get(k)) ways.push_back(k);
     }
+    // --gres=gpu:N and --gpus-per-node=N say the same thing: accepted when they agree.
+    if (ways.size() == 2 && std::string(ways[0]) == "gres" &&
+        std::string(ways[1]) == "gpus-per-node") {
+      std::string m1, m2;
+      long long n1 = -1, n2 = -2;
+      std::vector<std::string> kept = std::move(errors_);
+      errors_.clear();
+      const bool same = Gpus(*Get("gres"), "--gres", true, m1, n1) &&
+                        Gpus(*Get("gpus-per-node"), "--gpus-per-node", false, m2, n2) && n1 == n2 &&
+                        m1 == m2;
+      errors_ = std::move(kept);
+      if (same) ways.pop_back();
+    }
     if (ways.size() > 1) {
       Error(Get(ways[1])->where, std::string("--") + ways[1],
             std::string("give the GPUs one way: --") + ways[0] + " was given too");
@@ -541,6 +578,16 @@ class Parser {
     if (auto v = Get("cpus-per-task")) {
       cpus = Count(*v, "--cpus-per-task");
       if (cpus) s["cpus"] = *cpus;
+    }
+    if (auto v = Get("cpus-per-gpu")) {  // per GPU: a task's are its GPUs' CPUs
+      if (cpus) {
+        Error(v->where, "--cpus-per-gpu", "give the CPUs one way: --cpus-per-task was given too");
+      } else if (gpus == 0) {
+        Error(v->where, "--cpus-per-gpu", "the job asks for no GPUs");
+      } else if (auto n = Count(*v, "--cpus-per-gpu")) {
+        cpus = *n * gpus;
+        s["cpus"] = *cpus;
+      }
     }
     // Memory per worker, in decimal GB as job specs count it.
     std::vector<const char*> mems;

@@ -236,6 +236,31 @@ TEST(Sbatch, InputVariablesOverrideTheScript) {
       << Errors(bad);
 }
 
+// What the 54 public scripts of docs/slurm.md write that Slurm takes: long options by a
+// unique prefix, options Gantry has nothing to do for (noted), --cpus-per-gpu, gres gpu:0,
+// and --gres with an agreeing --gpus-per-node.
+TEST(Sbatch, WhatPublicScriptsWriteIsRead) {
+  SbatchJob j = Parse(
+      "#!/bin/bash\n#SBATCH --err=e-%j.txt\n#SBATCH --hint=nomultithread\n"
+      "#SBATCH --reservation=hug\n#SBATCH --no-requeue\n#SBATCH --gpu-bind=none\n"
+      "#SBATCH -N 2\n#SBATCH --gres=gpu:8\n#SBATCH --gpus-per-node=8\n"
+      "#SBATCH --cpus-per-gpu=4\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["stderr"], "e-%j.txt");
+  EXPECT_EQ(j.spec["gpus"], 8);
+  EXPECT_EQ(j.spec["cpus"], 32);
+  ASSERT_EQ(j.notes.size(), 3u);  // --gpu-bind=none is the default: nothing to say
+  EXPECT_EQ(j.notes[0].rfind("job.sh:5: --no-requeue: accepted: not honoured", 0), 0u)
+      << j.notes[0];
+  SbatchJob none = Parse("#!/bin/sh\n#SBATCH --gres=gpu:0\n");
+  ASSERT_TRUE(none.errors.empty()) << Errors(none);
+  EXPECT_FALSE(none.spec.contains("gpus"));
+  EXPECT_NE(
+      Errors(Parse("#!/bin/sh\n#SBATCH -N 1\n#SBATCH --gres=gpu:4\n#SBATCH --gpus-per-node=8\n"))
+          .find("give the GPUs one way"),
+      std::string::npos);
+}
+
 TEST(Sbatch, DirectivesEndAtTheFirstCommand) {
   SbatchJob j =
       Parse("#!/bin/bash\n#SBATCH -t 5\nmodule load cuda\n#SBATCH -t 50\n#SBATCH --bogus\n");

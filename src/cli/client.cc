@@ -1117,6 +1117,20 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
       "(also for a job already stopping)");
   cancel->callback([&exit_code] { exit_code = Cancel(g, cancel_ids, cancel_force); });
 
+  static std::vector<std::string> requeue_ids;
+  CLI::App* requeue = app.add_subcommand(
+      "requeue",
+      "Requeue running jobs: the run ends after its grace and the job waits again, "
+      "keeping its checkpointed progress (Slurm's scontrol requeue)");
+  requeue->add_option("ids", requeue_ids, "Job ids")->required();
+  requeue->callback([&exit_code] {
+    std::vector<std::string> words = {"requeue"};
+    std::string list;
+    for (const std::string& id : requeue_ids) list += (list.empty() ? "" : ",") + id;
+    words.push_back(list);
+    exit_code = Scontrol(g, words);
+  });
+
   static std::string logs_id;
   static int logs_rank = 0, logs_run = 0;
   static bool logs_follow = false;
@@ -1167,7 +1181,7 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   resume->callback([&exit_code] { exit_code = Drain(g, resume_node, false, ""); });
 
   for (CLI::App* sub :
-       {submit, ls, top, show, cancel, logs, nodes, queues, usage, drain, resume, acct})
+       {submit, ls, top, show, cancel, requeue, logs, nodes, queues, usage, drain, resume, acct})
     sub->fallthrough();
 }
 

@@ -47,6 +47,12 @@ std::optional<std::string> BadJobName(const std::string& name) {
     return "\"" + name +
            "\" is reserved: j followed by digits is how the server names jobs without an id";
   }
+  // Digits alone (and DIGITS_DIGITS) are job numbers (Slurm's ids, SLURM_JOB_ID): a name
+  // of them would stand for another job.
+  if (digits(std::string_view(name).substr(0, underscore)) &&
+      (underscore == std::string::npos || digits(std::string_view(name).substr(underscore + 1)))) {
+    return "\"" + name + "\" is reserved: digits are job numbers (12 stands for job j12)";
+  }
   return std::nullopt;
 }
 

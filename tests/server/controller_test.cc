@@ -1315,6 +1315,11 @@ TEST_F(ControllerTest, AJobsNumberStandsForIt) {
   EXPECT_EQ(cancelled.body["cancelled"], 3) << cancelled.body.dump();
   EXPECT_EQ(ctl_->Cancel(kTeamA, number).body["id"], id);
   EXPECT_EQ(ctl_->ShowJob(kTeamA, "99999").code, Code::kNotFound);
+  // Names of digits would stand for other jobs' numbers: refused.
+  EXPECT_TRUE(BadJobName("42"));
+  EXPECT_TRUE(BadJobName("41_3"));
+  EXPECT_FALSE(BadJobName("run42"));
+  EXPECT_FALSE(BadJobName("42b"));
 }
 
 }  // namespace

@@ -412,7 +412,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       cancel_sent = true;
     }
     if (over) break;
-    usleep(tick < 20 ? 100000 : 250000);
+    // Quick at first (short steps, `$(srun hostname)`), then once a second: a long step's
+    // srun costs gantryd's controller thread a request or two a second.
+    usleep(tick < 20 ? 100000 : tick < 60 ? 250000 : 1000000);
   }
   // Slurm's summary of tasks that failed, and the highest status.
   int status = 0;

@@ -299,8 +299,10 @@ class Controller : public ApiBackend {
   // `nodes`: JobNodes(job), computed once by the caller.
   spec::OutputNames OutputNamesOf(const Job& job, const Worker& w,
                                   const std::vector<std::string>& nodes) const;
-  void SlurmEnv(const Job& job, const Worker& w, int local, const std::vector<std::string>& nodes,
-                const spec::OutputNames& names, std::map<std::string, std::string>& env) const;
+  // `a`: what the worker sees; `cpus_milli`: the job's CPUs on its node (SLURM_CPUS_ON_NODE).
+  void SlurmEnv(const Job& job, const Worker& w, const core::WorkerAlloc& a, int64_t cpus_milli,
+                int local, const std::vector<std::string>& nodes, const spec::OutputNames& names,
+                std::map<std::string, std::string>& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;
@@ -317,6 +319,9 @@ class Controller : public ApiBackend {
   // name (in memory), or the server's own "j" + number.
   std::string Resolve(const std::string& name) const;
   bool MaySee(const Principal& p, const Job& job) const;
+  // Whether `p` may cancel or requeue `job`: one of its queues; a job's credential only
+  // its own job and its user's jobs.
+  bool MayManage(const Principal& p, const Job& job) const;
   void WriteFinishEvent(Ticks t, const Job& job);
   // Batch jobs and their steps (controller_steps.cc). A new credential for the job's run
   // (its hash kept in the job; the token itself only in memory, for the script's env).
@@ -330,6 +335,9 @@ class Controller : public ApiBackend {
   // slots, nodes, local ids); "" when placed, else why not, with `wait` set when the step
   // could run once running steps end.
   std::string PlaceStep(const Job& job, Step& s, bool& wait) const;
+  // The step's nodes in its task order, each with its number of tasks; their names.
+  std::vector<std::pair<std::string, int>> StepNodes(const Job& job, const Step& s) const;
+  std::vector<std::string> StepNodeNames(const Job& job, const Step& s) const;
   nlohmann::json StepBody(const Job& job, const Step& s) const;
   // A step as job listings carry it (sacct's step rows): id, name, state, exit code (and
   // signal), start, end, tasks, nodes.

@@ -46,9 +46,11 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
 // The SLURM_* variables Slurm jobs read, for every job (a script moved from Slurm works
 // whether it came through `gantry sbatch` or not), never over one the job set itself.
 // Slurm's job-wide view in Gantry's terms: a task is a worker, SLURM_GPUS_ON_NODE is what
-// this worker sees (CUDA_VISIBLE_DEVICES), and the partition is the pool of its node.
-void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
-                          const std::vector<std::string>& nodes, const spec::OutputNames& names,
+// this worker sees (CUDA_VISIBLE_DEVICES: `a`, what it holds; a batch script all the
+// job's GPUs on its node), and the partition is the pool of its node.
+void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAlloc& a,
+                          int64_t cpus_milli, int local, const std::vector<std::string>& nodes,
+                          const spec::OutputNames& names,
                           std::map<std::string, std::string>& env) const {
   std::vector<int> per_node(nodes.size(), 0);
   for (const Worker& x : job.workers) {
@@ -56,8 +58,6 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
     ++per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())];
   }
   const core::Node& node = cluster_.node(w.alloc.node);
-  // What it sees: a batch script all the job's GPUs on its node, a worker its own.
-  const core::WorkerAlloc a = job.batch() ? NodeAlloc(job, w.alloc.node, w.rank) : w.alloc;
   int gpus = std::popcount(a.gpu_mask);
   std::string indexes;  // SLURM_JOB_GPUS: the node's GPU indexes (MIG, shares: the GPU's)
   for (uint64_t m = a.gpu_mask; m != 0; m &= m - 1)
@@ -66,7 +66,6 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, int local,
     gpus = 1;  // a MIG instance or a share of one GPU
     indexes = std::to_string(a.gpu);
   }
-  const int64_t cpus_milli = NodeLimits(job, w.alloc.node).cpus_milli;
   std::vector<std::pair<std::string, std::string>> vars = {
       // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
       {"SLURM_JOB_ID", std::to_string(job.seq)},
@@ -221,7 +220,9 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
     // the script has only its hash: the script then runs without one (srun says so).
     if (auto t = run_tokens_.find(job.seq); t != run_tokens_.end()) env["GANTRY_TOKEN"] = t->second;
   }
-  SlurmEnv(job, w, local, nodes, names, env);
+  const proto::Limits limits = job.batch() ? NodeLimits(job, n) : WorkerLimits(w.alloc, cluster_);
+  SlurmEnv(job, w, alloc, job.batch() ? limits.cpus_milli : NodeLimits(job, n).cpus_milli, local,
+           nodes, names, env);
   // The names PyTorch's launcher reads, unless the job set them itself (a batch script
   // is not a task: srun gives its tasks theirs).
   for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},
@@ -243,7 +244,7 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   wj.workdir = job.spec.workdir;
   wj.user = job.user;
   wj.alloc = WireAlloc(alloc, cluster_);
-  wj.limits = job.batch() ? NodeLimits(job, n) : WorkerLimits(w.alloc, cluster_);
+  wj.limits = limits;
   wj.script = job.spec.script;
   wj.image = job.spec.image;
   wj.signal = std::max(0, job.spec.stop_signal);

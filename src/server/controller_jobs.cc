@@ -21,6 +21,21 @@ using nlohmann::json;
 
 // ---------------------------------------------------------------- names
 
+namespace {
+
+// DIGITS or DIGITS_DIGITS: a job's number, or an array task's (Slurm's ids).
+bool IsJobNumber(std::string_view name) {
+  auto digits = [](std::string_view v) {
+    return !v.empty() &&
+           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const size_t underscore = name.find('_');
+  return digits(name.substr(0, underscore)) &&
+         (underscore == std::string_view::npos || digits(name.substr(underscore + 1)));
+}
+
+}  // namespace
+
 std::optional<std::string> BadJobName(const std::string& name) {
   // Names reach URLs, log paths and shells: a safe set, as Slurm's job names in practice.
   if (name.empty() || name.size() > 100)
@@ -31,26 +46,15 @@ std::optional<std::string> BadJobName(const std::string& name) {
     }
   }
   if (name[0] == '.' || name[0] == '-') return "\"" + name + "\" may not start with '.' or '-'";
-  // j<digits> are the server's own ids: a user's name there would block every later
-  // submission without an id once the counter reached it.
-  // j<digits> and j<digits>_<digits> (array tasks) are the server's own names.
-  const size_t underscore = name.find('_');
-  auto digits = [](std::string_view v) {
-    return !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
-      return std::isdigit(static_cast<unsigned char>(c));
-    });
-  };
-  if (name[0] == 'j' &&
-      digits(std::string_view(name).substr(
-          1, underscore == std::string::npos ? std::string::npos : underscore - 1)) &&
-      (underscore == std::string::npos || digits(std::string_view(name).substr(underscore + 1)))) {
+  // j<digits> and j<digits>_<digits> (array tasks) are the server's own names: a user's
+  // name there would block every later submission without an id once the counter reached
+  // it. Digits alone (and DIGITS_DIGITS) are job numbers (Slurm's ids, SLURM_JOB_ID): a
+  // name of them would stand for another job.
+  if (name[0] == 'j' && IsJobNumber(std::string_view(name).substr(1))) {
     return "\"" + name +
            "\" is reserved: j followed by digits is how the server names jobs without an id";
   }
-  // Digits alone (and DIGITS_DIGITS) are job numbers (Slurm's ids, SLURM_JOB_ID): a name
-  // of them would stand for another job.
-  if (digits(std::string_view(name).substr(0, underscore)) &&
-      (underscore == std::string::npos || digits(std::string_view(name).substr(underscore + 1)))) {
+  if (IsJobNumber(name)) {
     return "\"" + name + "\" is reserved: digits are job numbers (12 stands for job j12)";
   }
   return std::nullopt;
@@ -145,20 +149,18 @@ bool Controller::MaySee(const Principal& p, const Job& job) const {
   return MaySubmitTo(p, config_.queues, job.queue);
 }
 
+bool Controller::MayManage(const Principal& p, const Job& job) const {
+  return MaySubmitTo(p, config_.queues, job.queue) &&
+         (p.job.empty() || job.name == p.job || job.user == p.user);
+}
+
 std::string Controller::Resolve(const std::string& name) const {
-  if (by_name_.count(name) || arrays_.count(name)) return name;
-  auto digits = [](std::string_view v) {
-    return !v.empty() && v.size() <= 18 &&
-           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const size_t underscore = name.find('_');
-  const std::string_view head = std::string_view(name).substr(0, underscore);
-  if (!digits(head)) return name;
-  if (underscore == std::string::npos) {
+  if (by_name_.count(name) || arrays_.count(name) || !IsJobNumber(name)) return name;
+  if (name.find('_') == std::string::npos) {
     // An array's number (its first task's, SLURM_ARRAY_JOB_ID) stands for the array; a
     // job's (SLURM_JOB_ID: its seq) for the job, while gantryd has it in memory; the
     // server's own name for it otherwise.
-    if (arrays_.count("j" + name)) return "j" + name;
+    if (arrays_.count("j" + name) || name.size() > 18) return "j" + name;
     if (auto j = jobs_.find(std::stoll(name)); j != jobs_.end()) {
       const Job& job = j->second;
       auto a = arrays_.find(job.array);
@@ -167,8 +169,7 @@ std::string Controller::Resolve(const std::string& name) const {
     }
     return "j" + name;
   }
-  // An array task's: ARRAY_INDEX, as Slurm writes it.
-  return digits(std::string_view(name).substr(underscore + 1)) ? "j" + name : name;
+  return "j" + name;  // an array task's: ARRAY_INDEX, as Slurm writes it
 }
 
 Job* Controller::FindJob(const std::string& name) {
@@ -851,8 +852,7 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
           for (int64_t seq : tasks) {
             auto t = jobs_.find(seq);
             if (t == jobs_.end()) continue;
-            if (!MaySubmitTo(user, config_.queues, t->second.queue) ||
-                (!user.job.empty() && t->second.user != user.user)) {
+            if (!MayManage(user, t->second)) {
               return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " +
                                                         name + " in queue " + t->second.queue +
                                                         " (team " + t->second.team + ")");
@@ -867,8 +867,7 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
           return r;
         }
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-        if (!MaySubmitTo(user, config_.queues, job->queue) ||
-            (!user.job.empty() && job->name != user.job && job->user != user.user)) {
+        if (!MayManage(user, *job)) {
           return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel job " + name +
                                                     " in queue " + job->queue + " (team " +
                                                     job->team + ")");
@@ -888,8 +887,7 @@ void Controller::Requeue(std::string token, std::string name, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
     Job* job = FindJob(name);
     if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySubmitTo(user, config_.queues, job->queue) ||
-        (!user.job.empty() && job->name != user.job && job->user != user.user)) {
+    if (!MayManage(user, *job)) {
       return Reply::Error(Code::kForbidden, user.Describe() + " may not requeue job " + name +
                                                 " in queue " + job->queue);
     }

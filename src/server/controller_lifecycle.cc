@@ -122,9 +122,8 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
   job.stop_reason = std::move(reason);
   for (Step& s : job.steps) {  // steps not started yet never will
     if (s.state != Step::State::kPending) continue;
-    s.state = Step::State::kEnded;
     s.cancelled = true;
-    s.ended = now;
+    s.End(now);
   }
   if (job.AllExited()) {
     EndStop(job, now);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <bit>
 #include <csignal>
+#include <set>
 
 #include "server/controller.h"
 #include "server/controller_internal.h"
@@ -230,10 +231,9 @@ void Controller::StartSteps(Job& job, Ticks now) {
     if (s.state != Step::State::kPending) continue;
     bool wait = false;
     if (!PlaceStep(job, s, wait).empty()) {
-      if (wait) break;                // in order: a later step does not overtake it
-      s.state = Step::State::kEnded;  // (checked when it was made: cannot happen)
-      s.cancelled = true;
-      s.ended = now;
+      if (wait) break;     // in order: a later step does not overtake it
+      s.cancelled = true;  // (checked when it was made: cannot happen)
+      s.End(now);
       changed = true;
       continue;
     }
@@ -245,48 +245,59 @@ void Controller::StartSteps(Job& job, Ticks now) {
   if (changed) Persist(job);
 }
 
+std::vector<std::pair<std::string, int>> Controller::StepNodes(const Job& job,
+                                                               const Step& s) const {
+  std::vector<std::pair<std::string, int>> out;
+  for (const StepTask& t : s.tasks) {  // laid out node by node (PlaceStep)
+    const std::string& name =
+        cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
+    if (out.empty() || out.back().first != name) out.emplace_back(name, 0);
+    ++out.back().second;
+  }
+  return out;
+}
+
+std::vector<std::string> Controller::StepNodeNames(const Job& job, const Step& s) const {
+  std::vector<std::string> names;
+  for (auto& [name, tasks] : StepNodes(job, s)) names.push_back(std::move(name));
+  return names;
+}
+
 json Controller::StepBody(const Job& job, const Step& s) const {
   json tasks = json::array();
-  std::vector<std::string> nodes;
   for (size_t i = 0; i < s.tasks.size(); ++i) {
     const StepTask& t = s.tasks[i];
-    const std::string& node =
-        cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
-    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
-    tasks.push_back({{"task", i},
-                     {"node", node},
-                     {"exited", t.exited},
-                     {"exit_code", t.exit_code},
-                     {"signal", t.signal},
-                     {"lost", t.lost},
-                     {"note", t.note},
-                     {"output_bytes", t.output_bytes}});
+    tasks.push_back(
+        {{"task", i},
+         {"node", cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name},
+         {"exited", t.exited},
+         {"exit_code", t.exit_code},
+         {"signal", t.signal},
+         {"lost", t.lost},
+         {"note", t.note},
+         {"output_bytes", t.output_bytes}});
   }
   return {{"job", job.name},
           {"run", job.run},
           {"step", s.id},
           {"name", s.name},
           {"state", StepStateWord(s)},
-          {"nodes", spec::HostList(nodes)},
+          {"nodes", spec::HostList(StepNodeNames(job, s))},
           {"tasks", std::move(tasks)}};
 }
 
 json Controller::StepSummary(const Job& job, const Step& s) const {
   int code = 0, sig = 0;
-  std::vector<std::string> nodes;
   for (const StepTask& t : s.tasks) {
     code = std::max(code, t.exit_code);
     sig = std::max(sig, t.signal);
-    const std::string& node =
-        cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
-    if (std::find(nodes.begin(), nodes.end(), node) == nodes.end()) nodes.push_back(node);
   }
   json j = {{"step", s.id},
             {"name", s.name},
             {"state", StepStateWord(s)},
             {"exit_code", code},
             {"ntasks", s.tasks.size()},
-            {"nodes", nodes},
+            {"nodes", StepNodeNames(job, s)},
             {"start", s.started >= 0 ? json(UnixSeconds(s.started)) : json(nullptr)},
             {"end", s.state == Step::State::kEnded && s.ended >= 0 ? json(UnixSeconds(s.ended))
                                                                    : json(nullptr)}};
@@ -409,8 +420,7 @@ void Controller::CancelStep(std::string token, std::string name, int step, Done 
     if (!s.cancelled && s.state != Step::State::kEnded) {
       s.cancelled = true;
       if (s.state == Step::State::kPending) {
-        s.state = Step::State::kEnded;
-        s.ended = now_;
+        s.End(now_);
         s.tasks.clear();
       } else {
         s.started = std::min(s.started, now_);
@@ -432,14 +442,9 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   const core::WorkerAlloc alloc = s.bind_gpus ? slot.alloc : NodeAlloc(job, n, t.slot);
   std::vector<std::string> nodes;
   std::vector<int> per_node;
-  for (const StepTask& o : s.tasks) {
-    const std::string& name =
-        cluster_.node(job.workers[static_cast<size_t>(o.slot)].alloc.node).name;
-    if (nodes.empty() || nodes.back() != name) {
-      nodes.push_back(name);
-      per_node.push_back(0);
-    }
-    ++per_node.back();
+  for (auto& [name, count] : StepNodes(job, s)) {
+    nodes.push_back(std::move(name));
+    per_node.push_back(count);
   }
   std::map<std::string, std::string> env = s.env;
   const int gpus = alloc.sharing == core::Sharing::kExclusive ? std::popcount(alloc.gpu_mask) : 1;
@@ -511,8 +516,7 @@ void Controller::StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, T
   t.lost = e.lost;
   t.note = e.note;
   if (s.AllExited() && s.state == Step::State::kRunning) {
-    s.state = Step::State::kEnded;
-    s.ended = now;
+    s.End(now);
     TouchStep(job, s);
     StartSteps(job, now);
   }
@@ -546,18 +550,18 @@ void Controller::RecordBatchUsage(Job& job, const RunningReport& r, core::NodeId
   for (Worker* w : covered) RecordUsage(job, *w, share, now);
   if (r.step >= 0) return;
   // The script's report: the nodes with no step task running have nothing of the job on them.
+  std::set<uint32_t> busy;  // nodes where a step task runs
+  for (const Step& s : job.steps) {
+    if (s.state != Step::State::kRunning) continue;
+    for (const StepTask& t : s.tasks) {
+      if (!t.exited) busy.insert(job.workers[static_cast<size_t>(t.slot)].alloc.node.v);
+    }
+  }
   RunningReport idle = r;
   idle.usage = proto::WorkerUsage{};
   for (Worker& w : job.workers) {
-    if (w.exited || w.alloc.node == n) continue;
-    const bool busy = std::any_of(job.steps.begin(), job.steps.end(), [&](const Step& s) {
-      return s.state == Step::State::kRunning &&
-             std::any_of(s.tasks.begin(), s.tasks.end(), [&](const StepTask& t) {
-               return !t.exited &&
-                      job.workers[static_cast<size_t>(t.slot)].alloc.node == w.alloc.node;
-             });
-    });
-    if (!busy) RecordUsage(job, w, idle, now);
+    if (!w.exited && w.alloc.node != n && !busy.contains(w.alloc.node.v))
+      RecordUsage(job, w, idle, now);
   }
 }
 
@@ -572,8 +576,7 @@ void Controller::EndAllocation(Job& job, const std::string& why) {
       t.note = why;
     }
     TouchStep(job, s);
-    s.state = Step::State::kEnded;
-    s.ended = now_;
+    s.End(now_);
   }
 }
 

@@ -92,6 +92,12 @@ bool Step::AllExited() const {
   return std::all_of(tasks.begin(), tasks.end(), [](const StepTask& t) { return t.exited; });
 }
 
+void Step::End(Ticks now) {
+  state = State::kEnded;
+  ended = now;
+  env.clear();
+}
+
 bool Job::AllExited() const {
   if (batch() && !workers.empty()) {
     return workers.front().exited &&

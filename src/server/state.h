@@ -109,6 +109,9 @@ struct Step {
   Ticks created = 0, started = -1, ended = -1;
   std::vector<StepTask> tasks;  // by task id (SLURM_PROCID)
   bool AllExited() const;
+  // It has ended at `now`: what only its launch needed (srun's environment) goes, so a
+  // script that runs thousands of steps does not keep thousands of environments.
+  void End(Ticks now);
 };
 
 // A dependency (`gantry submit --after NAME[:ok|any]`): the job is held out of the

@@ -320,9 +320,22 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
   }
   const proto::Refusal refusal =
       res->status == 200 ? proto::Refusal{} : proto::DecodeRefusal(res->body);
-  if (res->status == 503 && refusal.role == "standby") {
-    // A standby: go to the leader it names (or the next server), at once.
-    const std::string err = servers_.current() + " is a standby";
+  if (res->status == 503 && refusal.store == "unavailable" && refusal.hold) {
+    // The leader's store is out: nothing was recorded (the exits are reported again) and
+    // nothing decided; its answer keeps the lease, so the workers run on.
+    const std::string err = servers_.current() + ": the store is unavailable; holding";
+    if (err != last_error_) Say(err);
+    last_error_ = err;
+    last_ok_ = now;
+    WriteLease((fs::path(options_.state_dir) / "lease").string(), lease_ms_.load(),
+               node_timeout_ms_.load());  // the shims' fence too
+    return;
+  }
+  if (res->status == 503 && (refusal.role == "standby" || refusal.store == "unavailable")) {
+    // A standby, or a leader whose store has been out past the hold: go to the leader it
+    // names (or the next server), at once.
+    const std::string err =
+        servers_.current() + (refusal.role == "standby" ? " is a standby" : ": no store");
     if (err != last_error_)
       Say(err + (refusal.leader.empty() ? "" : "; the leader is " + refusal.leader));
     last_error_ = err;

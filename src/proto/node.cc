@@ -546,7 +546,12 @@ Refusal DecodeRefusal(const std::string& body) {
   const json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
   std::optional<Error> error;
   if (j.is_object()) {
-    Reader(j, "", error).Opt("error", r.error).Opt("role", r.role).Opt("leader", r.leader);
+    Reader(j, "", error)
+        .Opt("error", r.error)
+        .Opt("role", r.role)
+        .Opt("leader", r.leader)
+        .Opt("store", r.store)
+        .Opt("hold", r.hold);
   }
   if (!j.is_object() || error || r.error.empty()) r.error = body;
   return r;

@@ -198,6 +198,11 @@ struct Refusal {
   std::string error;
   std::string role;    // "standby" from a standby gantryd
   std::string leader;  // the leader's URL, where the standby knows it
+  // From a leader whose store is unavailable (docs/control-plane.md, "Store outages"):
+  // store "unavailable"; hold: nothing was recorded, keep the workers and report again
+  // (the lease goes on); without hold, look for another server.
+  std::string store;
+  bool hold = false;
 };
 
 nlohmann::json Encode(const GpuReport& g);

@@ -62,7 +62,12 @@ Ticks Controller::Now() {
 
 Status Controller::Start() {
   if (auto s = store_.Begin(); !s) return s;
-  Status restored = Restore();
+  Status restored = Ok{};
+  try {
+    restored = Restore();
+  } catch (const StoreDown& e) {
+    restored = Error{"store", e.what()};
+  }
   if (!restored) {
     store_.Rollback();
     return restored;
@@ -91,11 +96,11 @@ void Controller::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Controller::Post(std::function<Reply()> fn, Done done) {
+void Controller::Post(std::function<Reply()> fn, Done done, Kind kind) {
   {
     std::lock_guard lk(mu_);
     if (!stopping_ && thread_.joinable()) {
-      inbox_.push_back(Message{std::move(fn), std::move(done)});
+      inbox_.push_back(Message{std::move(fn), std::move(done), kind});
       cv_.notify_one();
       return;
     }
@@ -136,18 +141,46 @@ void Controller::Loop() {
 
 void Controller::RunBatch(std::vector<Message>& batch) {
   const Ticks now = now_ = Now();
-  if (Status s = store_.Begin(); !s) Fatal("store: " + s.error().message);
   std::vector<Reply> replies(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) {
-    try {
-      replies[i] = batch[i].run();
-    } catch (const json::exception& e) {
-      replies[i] = Reply::Error(Code::kBadRequest, std::string("malformed JSON: ") + e.what());
-    }
+  if (outage_.since >= 0 && now < outage_.next_try) {
+    AnswerInOutage(batch, replies, now);
+    return;
   }
-  Housekeeping(now);
-  if (dirty_ || now >= next_pass_ || now >= sched_->next_wakeup()) Pass(now);
-  if (Status s = store_.Commit(); !s) Fatal("store commit: " + s.error().message);
+  if (Status s = store_.Begin(); !s) {
+    if (s.error().field == "lease") Fatal("deposed: " + s.error().message);
+    StoreLost(s.error().message, now, /*ahead=*/false);
+    AnswerInOutage(batch, replies, now);
+    return;
+  }
+  try {
+    if (outage_.since >= 0) StoreBack(now);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      try {
+        replies[i] = batch[i].run();
+      } catch (const json::exception& e) {
+        replies[i] = Reply::Error(Code::kBadRequest, std::string("malformed JSON: ") + e.what());
+      }
+    }
+    Housekeeping(now);
+    if (dirty_ || now >= next_pass_ || now >= sched_->next_wakeup()) Pass(now);
+    if (Status s = store_.Commit(); !s) StoreFailed(s.error());
+  } catch (const StoreDown& e) {
+    // Memory may now hold what the store does not: nothing of this batch is answered as
+    // done, its events are not written, and the state is read back before the next one.
+    store_.Rollback();
+    event_buf_.str("");
+    purged_logs_.clear();
+    StoreLost(e.what(), now, /*ahead=*/true);
+    AnswerInOutage(batch, replies, now);
+    return;
+  }
+  last_saved_ = now;
+  if (outage_.since >= 0) {
+    log::Info("store available again",
+              {{"after_s", FormatValue(static_cast<double>(now - outage_.since) / 1000.0)},
+               {"read_back", outage_.ahead ? "true" : "false"}});
+    outage_ = Outage{};
+  }
   for (int64_t seq : purged_logs_) {  // purged jobs' output, once the purge is durable
     std::error_code ec;
     fs::remove_all(fs::path(options_.log_dir) / std::to_string(seq), ec);
@@ -162,6 +195,105 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     if (!replies[i].deferred) batch[i].done(std::move(replies[i]));
   }
   AnswerWatchers(now, /*all=*/false);
+}
+
+// ---------------------------------------------------------------- store outages
+
+void Controller::StoreLost(const std::string& why, Ticks now, bool ahead) {
+  if (outage_.since < 0) {
+    outage_.since = now;
+    outage_.backoff = 250;
+    ++outages_;
+    log::Error(
+        "store unavailable: " + why +
+            "; refusing calls with 503, agents hold their workers for up to " +
+            FormatValue(static_cast<double>(std::max<Ticks>(0, last_saved_ + HoldMs() - now)) /
+                        1000.0) +
+            " s",
+        {{"ahead", ahead ? "true" : "false"}});
+  } else {
+    outage_.backoff = std::min<Ticks>(outage_.backoff * 2, 1000);
+  }
+  outage_.why = why;
+  outage_.ahead |= ahead;
+  outage_.next_try = now + outage_.backoff;
+  for (std::vector<Watcher>& ws : watchers_) {  // their answers would come from memory
+    for (Watcher& w : ws) w.done(Reply::Error(Code::kUnavailable, "the store is unavailable"));
+    ws.clear();
+  }
+}
+
+void Controller::AnswerInOutage(std::vector<Message>& batch, const std::vector<Reply>& replies,
+                                Ticks now) {
+  const bool hold = now < last_saved_ + HoldMs();
+  const std::string why = "gantryd's store is unavailable (" + outage_.why + ")";
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (replies[i].deferred) continue;  // a parked watch: StoreLost answered it
+    Message& m = batch[i];
+    Reply r;
+    if (m.kind == Kind::kMemory && !outage_.ahead) {  // else memory may be half read back
+      try {
+        r = m.run();
+      } catch (const StoreDown& e) {
+        r = Reply::Error(Code::kUnavailable, why);
+      }
+    } else if (m.kind == Kind::kHeartbeat) {
+      // Nothing of the report is recorded and nothing new decided: the agent keeps what
+      // it runs and reports it all again. Past the hold it looks for another server (a
+      // standby may have taken over) and its lease runs out.
+      r = Reply::Error(Code::kUnavailable,
+                       why + (hold ? ": keep your workers and report again" : ""));
+      r.body["store"] = "unavailable";
+      r.body["hold"] = hold;
+    } else {
+      r = Reply::Error(Code::kUnavailable, why + ": nothing was done; try again");
+    }
+    r.body["retry_after_s"] = 1;
+    m.done(std::move(r));
+  }
+}
+
+void Controller::StoreBack(Ticks now) {
+  if (outage_.ahead) {
+    ReadBack(now);
+  } else {
+    // Heartbeats were held, not read: every node gets a full timeout to report again.
+    for (NodeInfo& info : nodes_) {
+      if (info.up) info.last_seen = std::max(info.last_seen, now);
+    }
+  }
+}
+
+// The state as a restart would read it: every record dropped and read again from the
+// store, in the transaction at hand. Kept: the metrics' counters, the submit buckets, the
+// current runs' credentials (their hashes are in the records), and the instance with each
+// node's version moved on, so that an answer sent before the outage and delivered late
+// (a watch held up in a cut link) is older than every answer after it: under a new
+// instance an agent would apply it and kill what was started since.
+void Controller::ReadBack(Ticks now) {
+  (void)now;
+  const std::string instance = instance_;
+  const std::vector<int64_t> versions = node_version_;
+  sched_.reset();
+  jobs_.clear();
+  by_name_.clear();
+  arrays_.clear();
+  dependents_.clear();
+  core_to_seq_.clear();
+  running_.clear();
+  done_order_.clear();
+  tokens_.clear();
+  active_by_team_.clear();
+  purged_logs_.clear();
+  next_timers_ = 0;
+  jobs_purged_ = -1;
+  purge_more_ = false;
+  next_pass_ = 0;
+  if (Status s = Restore(); !s) StoreFailed(s.error());
+  instance_ = instance;
+  for (size_t i = 0; i < node_version_.size() && i < versions.size(); ++i) {
+    node_version_[i] = versions[i] + 1;
+  }
 }
 
 // ---------------------------------------------------------------- watches
@@ -389,13 +521,14 @@ Status Controller::Restore() {
   }
   std::string requeued;
   for (int64_t seq : readopt_failed) requeued += (requeued.empty() ? "" : ",") + jobs_.at(seq).name;
-  log::Info("restored from the store",
-            {{"running_readopted", std::to_string(readopted)},
-             {"stopping", std::to_string(stopping)},
-             {"requeued", std::to_string(readopt_failed.size())},
-             {"requeued_jobs", requeued.empty() ? "-" : requeued},
-             {"pending", std::to_string(resubmit.size() - readopt_failed.size())},
-             {"held_by_dependencies", std::to_string(held.size())}});
+  if (outage_.since < 0)  // (a read-back after an outage says so when it is saved)
+    log::Info("restored from the store",
+              {{"running_readopted", std::to_string(readopted)},
+               {"stopping", std::to_string(stopping)},
+               {"requeued", std::to_string(readopt_failed.size())},
+               {"requeued_jobs", requeued.empty() ? "-" : requeued},
+               {"pending", std::to_string(resubmit.size() - readopt_failed.size())},
+               {"held_by_dependencies", std::to_string(held.size())}});
   dirty_ = true;
   return Ok{};
 }
@@ -413,12 +546,12 @@ void Controller::Persist(const Job& job) {
   sj.idem_hash = job.idem_hash;
   sj.doc = JobToDoc(job, cluster_).dump();
   sj.ended_ms = job.active() ? -1 : WallMs(job.end_time);
-  if (Status s = store_.PutJob(sj); !s) Fatal("store: " + s.error().message);
+  if (Status s = store_.PutJob(sj); !s) StoreFailed(s.error());
 }
 
 void Controller::PersistNode(core::NodeId n) {
   StoredNode sn{cluster_.node(n).name, NodeToDoc(nodes_[n.v]).dump()};
-  if (Status s = store_.PutNode(sn); !s) Fatal("store: " + s.error().message);
+  if (Status s = store_.PutNode(sn); !s) StoreFailed(s.error());
 }
 
 // ---------------------------------------------------------------- the job life cycle

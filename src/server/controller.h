@@ -15,8 +15,10 @@
 // scheduling pass when anything changed or the pass timer fired, commits, and only then
 // answers the callers, so an answer never promises what is not on disk (a group commit:
 // a thousand submits in one batch cost one fsync). Events (spec section 4) are appended
-// to the event log after the commit. A failed commit ends the process: the database is
-// the truth, and a restart rebuilds everything from it.
+// to the event log after the commit. A store call that fails (a lost database, a full
+// disk) drops the batch unanswered and starts a store outage: calls get 503, heartbeats
+// are told to hold, and once the store answers the state is read back from it (the
+// database is the truth) before anything else is done (RunBatch, StoreLost, ReadBack).
 //
 // Push: every change to what a node should run bumps that node's version; an agent's
 // watch (a long poll) is answered as soon as its node's version moves past the one it
@@ -194,9 +196,14 @@ class Controller : public ApiBackend {
   void Poke();
 
  private:
+  // What a message is to a store outage (RunBatch): an agent's heartbeat is told to hold
+  // (keep its workers, report again); health and metrics read memory and still run;
+  // every other call is refused with 503 and Retry-After.
+  enum class Kind { kCall, kHeartbeat, kMemory };
   struct Message {
     std::function<Reply()> run;  // on the controller thread, inside the batch's transaction
     Done done;
+    Kind kind = Kind::kCall;
   };
   struct Watcher {
     Done done;
@@ -204,10 +211,25 @@ class Controller : public ApiBackend {
     Ticks deadline = 0;
   };
   // Runs fn on the controller thread; done gets its reply after the batch commits.
-  void Post(std::function<Reply()> fn, Done done);
+  void Post(std::function<Reply()> fn, Done done, Kind kind = Kind::kCall);
   static Reply Wait(const std::function<void(Done)>& start);
   void Loop();
   void RunBatch(std::vector<Message>& batch);
+  // Store outages (docs/control-plane.md, "Store outages"). StoreLost enters (or stays in)
+  // one: parked watches are answered 503 and, when `ahead` (a batch that changed memory
+  // could not be saved), the state is read back from the store once it answers again
+  // (ReadBack). AnswerInOutage answers a batch that was not saved; `replies` says which
+  // of its messages parked themselves (watches, answered by StoreLost).
+  void StoreLost(const std::string& why, Ticks now, bool ahead);
+  void AnswerInOutage(std::vector<Message>& batch, const std::vector<Reply>& replies, Ticks now);
+  void StoreBack(Ticks now);
+  void ReadBack(Ticks now);
+  // How long after the last saved batch agents are told to hold their workers: short
+  // enough that a standby that took over meanwhile finds them fenced before it declares
+  // their nodes lost (hold + the agents' lease < the node timeout).
+  Ticks HoldMs() const {
+    return std::max<Ticks>(0, (options_.node_timeout_ms - options_.lease_ms) * 3 / 4);
+  }
   void AnswerWatchers(Ticks now, bool all);
   Reply WatchReply(core::NodeId n, Ticks now);
 
@@ -226,7 +248,7 @@ class Controller : public ApiBackend {
   void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn);
   // Call() as an agent (or admin): fn gets the node, or the reply is the error.
   void CallAsAgent(std::string token, std::string node, Done done,
-                   std::function<Reply(core::NodeId)> fn);
+                   std::function<Reply(core::NodeId)> fn, Kind kind = Kind::kCall);
 
   // ---- state changes (controller thread) ----
   Status Restore();
@@ -433,7 +455,17 @@ class Controller : public ApiBackend {
   spec::EventLog log_;
   bool dirty_ = true;  // something changed: run a pass
   Ticks next_pass_ = 0;
-  std::string instance_;  // random per process start
+  std::string instance_;  // random per process start (and per read-back after an outage)
+  // A store outage: since when (-1: none), why, whether memory is ahead of the store, and
+  // when the store is tried next (backing off from 250 ms to 1 s).
+  struct Outage {
+    Ticks since = -1;
+    std::string why;
+    bool ahead = false;
+    Ticks next_try = 0, backoff = 0;
+  } outage_;
+  Ticks last_saved_ = 0;  // the last batch committed
+  uint64_t outages_ = 0;  // store outages since the process started (metrics)
 
   // Metrics.
   Histogram sched_latency_{

@@ -435,7 +435,8 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
                                                      .lease_ms = options_.lease_ms,
                                                      .node_timeout_ms = options_.node_timeout_ms});
         return r;
-      });
+      },
+      Kind::kHeartbeat);
 }
 
 void Controller::Watch(std::string token, std::string node, std::string instance, int64_t version,

@@ -276,7 +276,7 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
     if (to <= from)
       return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
     auto runs = store_.Runs(from, to);
-    if (!runs) Fatal("store: " + runs.error().message);
+    if (!runs) StoreFailed(runs.error());
     // GPU-hours held in the period; of the time agents reported on, how busy, and what
     // right-sizing would have freed. A run's usage is spread evenly over its length.
     struct Sums {
@@ -342,6 +342,14 @@ void Controller::Health(Done done) {
         int up = 0;
         for (const NodeInfo& n : nodes_) up += n.up ? 1 : 0;
         Reply ok;
+        if (outage_.since >= 0) {  // up, but unable to save anything: not healthy
+          ok = Reply::Error(Code::kUnavailable, "the store is unavailable: " + outage_.why);
+          ok.body["status"] = "store unavailable";
+          ok.body["store_unavailable_s"] = static_cast<double>(now_ - outage_.since) / 1000.0;
+          ok.body["role"] = "leader";
+          ok.body["retry_after_s"] = 1;
+          return ok;
+        }
         ok.body = {{"status", "ok"},
                    {"instance", instance_},
                    {"role", "leader"},
@@ -352,7 +360,7 @@ void Controller::Health(Done done) {
                    {"jobs_pending", sched_->pending().size()}};
         return ok;
       },
-      std::move(done));
+      std::move(done), Kind::kMemory);
 }
 
 void Controller::RunExclusive(const std::function<void()>& fn) {

@@ -4,22 +4,36 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 
 #include "base/log.h"
+#include "base/result.h"
 #include "core/model/types.h"
 #include "server/metrics.h"
 
 namespace gantry::server {
 
-// A store failure (a full disk, a lost database connection): the database is the truth
-// and this batch could not be saved, so the process ends without answering it (no
-// answered request is lost) and a restart (systemd's Restart=, or a standby) rebuilds
-// from the database. Said in the operational log, in its format.
+// A failure this process cannot carry on from (a fenced leader, a broken invariant): said
+// in the operational log, in its format, and the process ends without answering the
+// batch in hand (no answered request is lost); a restart (systemd's Restart=, or a
+// standby) rebuilds from the database.
 [[noreturn]] inline void Fatal(const std::string& what) {
   log::Error("fatal: " + what +
              "; exiting: nothing unsaved was answered, a restart rebuilds from the database");
   std::_Exit(1);
+}
+
+// A store call failed inside a batch: a lost database connection, a full disk. The
+// batch is abandoned, none of it answered, and the controller rides through the outage
+// (Controller::RunBatch, docs/control-plane.md "Store outages"). A fenced store (field
+// "lease": another gantryd has taken the lease) is no outage: this process ends at once.
+struct StoreDown : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] inline void StoreFailed(const Error& e) {
+  if (e.field == "lease") Fatal("deposed: " + e.message);
+  throw StoreDown(e.message);
 }
 
 // A wall time for people: "14:05 UTC (in 2 h 10 min)", with the date when it is not

@@ -71,7 +71,7 @@ std::optional<Principal> Controller::Authenticate(const std::string& token, Repl
   const std::string hash = Sha256Hex(token);
   if (auto it = tokens_.find(hash); it != tokens_.end()) return it->second;
   auto found = store_.FindToken(hash);
-  if (!found) Fatal("store: " + found.error().message);
+  if (!found) StoreFailed(found.error());
   if (!*found) {
     error = Reply::Error(Code::kUnauthenticated, "invalid token: no such token is registered");
     return std::nullopt;
@@ -103,7 +103,7 @@ void Controller::CallAsUser(std::string token, Done done,
 }
 
 void Controller::CallAsAgent(std::string token, std::string node, Done done,
-                             std::function<Reply(core::NodeId)> fn) {
+                             std::function<Reply(core::NodeId)> fn, Kind kind) {
   Post(
       [this, token = std::move(token), node = std::move(node), fn = std::move(fn)]() -> Reply {
         Reply err;
@@ -112,7 +112,7 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
         LogRefusal(r, (p ? p->Describe() : "unauthenticated") + " for node " + node);
         return r;
       },
-      std::move(done));
+      std::move(done), kind);
 }
 
 Reply Controller::AsAgent(const Principal& p, const std::string& node,
@@ -281,7 +281,7 @@ Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
 std::optional<JobEnd> Controller::EndStateOf(const std::string& name) {
   if (const Job* j = FindJob(name)) return j->active() ? JobEnd::kNone : j->end;
   auto stored = store_.FindJob(Resolve(name));  // ended long ago: no longer in memory
-  if (!stored) Fatal("store: " + stored.error().message);
+  if (!stored) StoreFailed(stored.error());
   if (!*stored) return std::nullopt;
   if ((*stored)->active) return JobEnd::kNone;
   // (A stored end no word names would be a store from elsewhere: it ended, not well.)
@@ -431,7 +431,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                                          ? std::string()
                                          : "\narray=" + req.array + "\nafter=" + req.after));
           auto prior = store_.FindIdempotent(job.team, job.idem_key);
-          if (!prior) Fatal("store: " + prior.error().message);
+          if (!prior) StoreFailed(prior.error());
           if (*prior) {
             if ((*prior)->idem_hash != job.idem_hash) {
               return Reply::Error(
@@ -505,7 +505,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           if (by_name_.count(name))
             return Reply::Error(Code::kConflict, "job id " + name + " already exists");
           auto old = store_.FindJob(name);
-          if (!old) Fatal("store: " + old.error().message);
+          if (!old) StoreFailed(old.error());
           if (*old) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
         }
         spec->id = names.front();
@@ -824,7 +824,7 @@ void Controller::ShowJob(std::string token, std::string name, Done done) {
       return r;
     }
     auto stored = store_.FindJob(Resolve(name));
-    if (!stored) Fatal("store: " + stored.error().message);
+    if (!stored) StoreFailed(stored.error());
     if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
     Job job;
     job.seq = (*stored)->seq;

@@ -89,7 +89,7 @@ void Controller::StartRun(Job& job, Ticks now) {
                static_cast<double>(core::kGpuUnits);
     run.start_ms = WallMs(now);
     run.user = job.user;
-    if (Status s = store_.StartRun(run); !s) Fatal("store: " + s.error().message);
+    if (Status s = store_.StartRun(run); !s) StoreFailed(s.error());
   }
   job.stop = StopKind::kNone;
   job.signaled_at = job.stop_deadline = -1;
@@ -140,8 +140,7 @@ void Controller::EndRunRows(Job& job, Ticks now) {
   AddHeldGpuMs(job, now, held_gpu_ms_);
   if (job.run > 0) {
     SaveRunUsage(job);
-    if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s)
-      Fatal("store: " + s.error().message);
+    if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) StoreFailed(s.error());
   }
 }
 
@@ -368,7 +367,7 @@ void Controller::SampleCluster(Ticks now) {
   // Kept in the store too, so a restart or a standby taking over keeps the console's day
   // (pruned hourly with the usage series, Housekeeping).
   if (Status s = store_.AddClusterSample(WallMs(now), SampleJson(c).dump()); !s)
-    Fatal("store: " + s.error().message);
+    StoreFailed(s.error());
   history_.push_back(std::move(c));
   while (history_.size() > options_.history_samples) history_.pop_front();
 }
@@ -406,7 +405,7 @@ void Controller::PurgeJobs(Ticks now) {
   if (!purge_more_ && jobs_purged_ >= 0 && now - jobs_purged_ < 3'600'000) return;
   jobs_purged_ = now;
   auto purged = store_.PurgeJobs(WallMs(now) - options_.job_retention_ms, kBatch);
-  if (!purged) Fatal("store: " + purged.error().message);
+  if (!purged) StoreFailed(purged.error());
   purge_more_ = static_cast<int64_t>(purged->size()) == kBatch;
   for (int64_t seq : *purged) {
     // Still in memory with recent_done above what ends in a retention period. (Its
@@ -426,12 +425,11 @@ void Controller::Housekeeping(Ticks now) {
   if (samples_pruned_ < 0 || now - samples_pruned_ >= 3'600'000) {  // the time series' retention
     samples_pruned_ = now;
     auto pruned = store_.PruneUsageSamples(WallMs(now) - options_.usage_retention_ms);
-    if (!pruned) Fatal("store: " + pruned.error().message);
+    if (!pruned) StoreFailed(pruned.error());
     // And the console's history beyond the samples it keeps.
     const int64_t kept_ms =
         static_cast<int64_t>(options_.history_samples) * options_.history_sample_ms;
-    if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s)
-      Fatal("store: " + s.error().message);
+    if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s) StoreFailed(s.error());
   }
   PurgeJobs(now);
   if (now - tokens_flushed_ >= 10'000) {

@@ -346,12 +346,18 @@ void Controller::Metrics(std::string token, Done done) {
                    (on ? "1" : "0") + "\n";
           }
         }
+        MetricHeader(out, "gantry_store_available", "gauge",
+                     "1 while gantryd's store takes its writes, 0 during an outage");
+        out += std::string("gantry_store_available ") + (outage_.since < 0 ? "1" : "0") + "\n";
+        MetricHeader(out, "gantry_store_outages_total", "counter",
+                     "Store outages gantryd rode through (or is in) since it started");
+        out += "gantry_store_outages_total " + std::to_string(outages_) + "\n";
         Reply reply;
         reply.text = std::move(out);
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
         return reply;
       },
-      std::move(done));
+      std::move(done), Kind::kMemory);
 }
 
 }  // namespace gantry::server

@@ -62,7 +62,7 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
                           JobGpus(job),
                           (job.usage.busy_gpu_ms - job.sample_busy) / reported,
                           job.sample_vram};
-      if (Status st = store_.AddUsageSample(s); !st) Fatal("store: " + st.error().message);
+      if (Status st = store_.AddUsageSample(s); !st) StoreFailed(st.error());
     }
     job.sample_at = now;
     job.sample_busy = job.usage.busy_gpu_ms;
@@ -88,7 +88,7 @@ void Controller::SaveRunUsage(const Job& job) {
     r.fit_gpus = core::RightSize(cluster_, cluster_.node(w.alloc.node).model, job.spec,
                                  {w.vram_peak, w.util_peak})
                      .fit_gpus;
-    if (Status s = store_.SetRunUsage(r); !s) Fatal("store: " + s.error().message);
+    if (Status s = store_.SetRunUsage(r); !s) StoreFailed(s.error());
   }
 }
 
@@ -161,7 +161,7 @@ void Controller::JobUsageSeries(std::string token, std::string name, Done done) 
       queue = job->queue;
     } else {
       auto stored = store_.FindJob(name);
-      if (!stored) Fatal("store: " + stored.error().message);
+      if (!stored) StoreFailed(stored.error());
       if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
       seq = (*stored)->seq;
       queue = (*stored)->queue;
@@ -172,7 +172,7 @@ void Controller::JobUsageSeries(std::string token, std::string name, Done done) 
                                                 name + " in queue " + queue);
     }
     auto samples = store_.UsageSamples(seq);
-    if (!samples) Fatal("store: " + samples.error().message);
+    if (!samples) StoreFailed(samples.error());
     json out = json::array();
     for (const UsageSample& s : *samples) {
       out.push_back({{"t", static_cast<double>(s.t_ms) / 1000.0},

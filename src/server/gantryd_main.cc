@@ -333,12 +333,27 @@ Result<std::optional<int64_t>> WaitForLease(server::Store& store, const std::str
                                             int64_t ttl_ms, Standby& standby,
                                             const std::atomic<bool>& stopping) {
   std::string said;
+  bool out = false;  // the database is unavailable: said once, tried again every ttl
+  auto unavailable = [&](const Error& e) {
+    if (!out) log::Warn("standby: the store is unavailable (" + e.message + "); trying again");
+    out = true;
+    Nap(std::max<int64_t>(ttl_ms, 50), stopping);
+  };
   while (!stopping.load()) {
     auto epoch = store.AcquireLease(me, ttl_ms);
     if (epoch) return std::optional<int64_t>(*epoch);
-    if (epoch.error().field != "lease") return epoch.error();
+    if (epoch.error().field == "holder" || epoch.error().field == "ttl_ms") return epoch.error();
+    if (epoch.error().field != "lease") {
+      unavailable(epoch.error());
+      continue;
+    }
     auto leader = store.Leader();
-    if (!leader) return leader.error();
+    if (!leader) {
+      unavailable(leader.error());
+      continue;
+    }
+    if (out) log::Info("standby: the store is available again");
+    out = false;
     const std::string holder = *leader ? (*leader)->holder : "";
     standby.SetLeader(holder);
     if (holder != said) {  // one line per leader, not one per try
@@ -351,9 +366,12 @@ Result<std::optional<int64_t>> WaitForLease(server::Store& store, const std::str
 }
 
 // The leader's renewal, on a connection of its own (a renewal does not wait for the
-// controller's transactions): every ttl/3. Losing the lease, or the database, ends the
-// process at once: a deposed leader never carries on from memory (its writes are fenced
-// anyway), and a restart comes back as a standby.
+// controller's transactions): every ttl/3. Losing the lease ends the process at once: a
+// deposed leader never carries on from memory (its writes are fenced anyway), and a
+// restart comes back as a standby. Losing the database does not: the renewal is tried
+// every 100 ms until it answers (the controller rides through the outage meanwhile), and
+// a database that restarted gives its leader one ttl to renew before a standby may take
+// the lease (PgStore::AcquireLease).
 class Renewer {
  public:
   Renewer(std::unique_ptr<server::Store> store, std::string me, int64_t epoch, int64_t ttl_ms)
@@ -367,10 +385,19 @@ class Renewer {
 
  private:
   void Loop() {
+    bool out = false;
     while (!stop_.load()) {
-      Nap(ttl_ms_ / 3, stop_);
+      Nap(out ? 100 : ttl_ms_ / 3, stop_);
       if (stop_.load()) return;
-      if (Status s = store_->RenewLease(me_, epoch_, ttl_ms_); !s) {
+      Status s = store_->RenewLease(me_, epoch_, ttl_ms_);
+      if (!s && s.error().field != "lease") {
+        if (!out) log::Warn("cannot renew the leader lease: " + s.error().message + "; retrying");
+        out = true;
+        continue;
+      }
+      if (out && s) log::Info("leader lease renewed after a store outage");
+      out = false;
+      if (!s) {
         std::fprintf(
             stderr,
             "gantryd: fatal: the leader lease was lost (%s); exiting, a standby takes over\n",

@@ -44,7 +44,8 @@ HttpResponse ToResponse(const Reply& r) {
   HttpResponse res;
   res.status = StatusOf(r.code);
   if (r.code == Code::kUnauthenticated) res.headers.emplace_back("WWW-Authenticate", "Bearer");
-  if (r.code == Code::kTooManyRequests && r.body.contains("retry_after_s")) {
+  if ((r.code == Code::kTooManyRequests || r.code == Code::kUnavailable) &&
+      r.body.contains("retry_after_s")) {
     res.headers.emplace_back("Retry-After", std::to_string(r.body["retry_after_s"].get<int64_t>()));
   }
   if (!r.text.empty() || !r.content_type.empty()) {

@@ -11,7 +11,8 @@
 namespace gantry::server {
 
 // 2: tokens.username and runs.username; 3: runs' usage columns; 4: usage_samples.
-constexpr int kPgSchemaVersion = 6;  // as SQLite's; 5: jobs.ended_ms; 6: cluster_history
+// As SQLite's up to 6 (5: jobs.ended_ms; 6: cluster_history); 7: leader.renewed_at.
+constexpr int kPgSchemaVersion = 7;
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -77,6 +78,8 @@ CREATE TABLE IF NOT EXISTS leader (
   expires_at TIMESTAMPTZ NOT NULL);
 INSERT INTO leader (id, holder, epoch, expires_at) VALUES (1, '', 0, 'epoch')
   ON CONFLICT DO NOTHING;
+-- 7: when the lease was last taken or renewed (a restarted database's grace for its leader).
+ALTER TABLE leader ADD COLUMN IF NOT EXISTS renewed_at TIMESTAMPTZ;
 )sql";
 
 // A query's rows; values are text (libpq's text format), NULL reads as "".
@@ -221,7 +224,8 @@ LeaseInfo LeaseFrom(const PgRows& r) { return LeaseInfo{r.Text(0, 0), r.Int(0, 1
 Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url) {
   // With expand_dbname, the URL's own settings override the defaults listed before it.
   const char* const keys[] = {"connect_timeout", "fallback_application_name", "dbname", nullptr};
-  const char* const values[] = {"10", "gantryd", url.c_str(), nullptr};
+  // 3 s: a reconnect (after a lost connection) blocks the controller thread that long.
+  const char* const values[] = {"3", "gantryd", url.c_str(), nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, 1);
   if (conn == nullptr) return Error{"db", "cannot connect to PostgreSQL: out of memory"};
   std::unique_ptr<PgStore> store(new PgStore(conn));
@@ -234,9 +238,7 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url) {
       conn, [](void*, const char*) {}, nullptr);
   const std::string where = "PostgreSQL " + Describe(conn) + ": ";
   auto fail = [&](const Error& e) { return Error{"db", where + e.message}; };
-  if (auto r = store->ExecScript("SET synchronous_commit = on; SET TIME ZONE 'UTC'"); !r) {
-    return fail(r.error());
-  }
+  if (Status s = store->SetUpSession(); !s) return fail(s.error());
   // The schema's DDL only when it is missing or older: CREATE INDEX and ALTER TABLE lock
   // whole tables even when there is nothing to do, and a standby opening its store
   // beside a leader's writes deadlocked with them (found by the long chaos run).
@@ -269,7 +271,27 @@ Result<std::unique_ptr<PgStore>> PgStore::Open(const std::string& url) {
 
 PgStore::~PgStore() { PQfinish(conn_); }
 
+Status PgStore::SetUpSession() {
+  std::string sql = "SET synchronous_commit = on; SET TIME ZONE 'UTC'";
+  if (lease_ttl_ms_ > 0) {
+    sql += "; SET idle_in_transaction_session_timeout = " + std::to_string(lease_ttl_ms_);
+  }
+  if (auto r = ExecScript(sql); !r) return r.error();
+  return Ok{};
+}
+
+Status PgStore::Reconnect() {
+  if (in_tx_ || PQstatus(conn_) == CONNECTION_OK) return Ok{};
+  PQreset(conn_);
+  if (PQstatus(conn_) != CONNECTION_OK) {
+    return Error{"store", "postgres: cannot connect again to " + Describe(conn_) + ": " +
+                              Trim(PQerrorMessage(conn_))};
+  }
+  return SetUpSession();
+}
+
 Result<PgRows> PgStore::Query(const char* sql, const PgParams& params) {
+  if (Status s = Reconnect(); !s) return s.error();
   std::vector<const char*> values = params.Pointers();
   PgRows rows(PQexecParams(conn_, sql, params.size(), nullptr, values.data(), nullptr, nullptr, 0));
   return Checked(std::move(rows));
@@ -278,6 +300,7 @@ Result<PgRows> PgStore::Query(const char* sql, const PgParams& params) {
 Result<PgRows> PgStore::Query(const char* sql) { return Query(sql, PgParams()); }
 
 Result<PgRows> PgStore::ExecScript(const std::string& sql) {
+  if (Status s = Reconnect(); !s) return s.error();
   return Checked(PgRows(PQexec(conn_, sql.c_str())));
 }
 
@@ -308,6 +331,7 @@ Status PgStore::BeginUnfenced() {
 Status PgStore::Begin() {
   if (epoch_ == 0) return BeginUnfenced();
   if (in_tx_) return Error{"store", "Begin inside a transaction"};
+  if (Status s = Reconnect(); !s) return s;
   in_tx_ = true;  // from here Rollback() ends whatever BEGIN started
   tx_error_.clear();
   auto r = ExecScript(std::string("BEGIN; SELECT ") + kLeaseColumns +
@@ -726,9 +750,14 @@ Result<int64_t> PgStore::AcquireLease(const std::string& holder, int64_t ttl_ms)
       !r) {
     return fail(r.error());
   }
-  const std::string sql = std::string("SELECT ") + kLeaseColumns +
-                          ", expires_at > clock_timestamp() FROM leader WHERE id = 1 FOR UPDATE";
-  auto row = Query(sql.c_str());
+  const std::string sql =
+      std::string("SELECT ") + kLeaseColumns +
+      ", expires_at > clock_timestamp(), "
+      "COALESCE(renewed_at < pg_postmaster_start_time() AND clock_timestamp() < "
+      "pg_postmaster_start_time() + $1::float8 * interval '1 millisecond', false), "
+      "FLOOR(EXTRACT(EPOCH FROM clock_timestamp() - pg_postmaster_start_time()) * 1000)::bigint "
+      "FROM leader WHERE id = 1 FOR UPDATE";
+  auto row = Query(sql.c_str(), PgParams().Add(ttl_ms));
   if (!row) {
     if (last_sqlstate_ == kLockNotAvailable) {
       return fail(Error{"lease", "the current leader's transaction did not end within " + ttl +
@@ -743,8 +772,16 @@ Result<int64_t> PgStore::AcquireLease(const std::string& holder, int64_t ttl_ms)
                                    row->Text(0, 3) + ", " + row->Text(0, 2) +
                                    " ms from now by the database's clock"});
   }
+  // A database that restarted may have let the lease run out while it was down: a leader
+  // that renewed before the restart, still up through the outage, gets one ttl from the
+  // database's start to renew before anyone else may take over.
+  if (row->Bool(0, 5) && current != holder) {
+    return fail(Error{"lease", "held by " + current + " (epoch " + row->Text(0, 1) +
+                                   "), which may renew: the database started " + row->Text(0, 6) +
+                                   " ms ago"});
+  }
   auto up = Query(
-      "UPDATE leader SET holder = $1, epoch = epoch + 1, "
+      "UPDATE leader SET holder = $1, epoch = epoch + 1, renewed_at = clock_timestamp(), "
       "expires_at = clock_timestamp() + $2::float8 * interval '1 millisecond' "
       "WHERE id = 1 RETURNING epoch",
       PgParams().Add(holder).Add(ttl_ms));
@@ -752,6 +789,7 @@ Result<int64_t> PgStore::AcquireLease(const std::string& holder, int64_t ttl_ms)
   const int64_t epoch = up->Int(0, 0);
   if (Status s = Commit(); !s) return s.error();
   epoch_ = epoch;
+  lease_ttl_ms_ = ttl_ms;  // set again on every reconnect (SetUpSession)
   // A leader frozen inside a transaction holds the fence; the server ends such a
   // transaction after ttl_ms, so a takeover waits no longer than that for it.
   if (auto r = Query("SELECT set_config('idle_in_transaction_session_timeout', $1, false)",
@@ -769,7 +807,8 @@ Status PgStore::RenewLease(const std::string& holder, int64_t epoch, int64_t ttl
   // connections (FOR KEY SHARE), but does wait for a takeover in progress (FOR UPDATE)
   // and then finds the new epoch.
   auto r = Query(
-      "UPDATE leader SET expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond' "
+      "UPDATE leader SET renewed_at = clock_timestamp(), "
+      "expires_at = clock_timestamp() + $3::float8 * interval '1 millisecond' "
       "WHERE id = 1 AND holder = $1 AND epoch = $2",
       PgParams().Add(holder).Add(epoch).Add(ttl_ms));
   if (!r) return r.error();

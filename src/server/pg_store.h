@@ -26,8 +26,12 @@
 // so a leader frozen inside a transaction is cut off by the server, and AcquireLease
 // gives up (field "lease") after ttl_ms of waiting.
 //
-// A lost connection is not re-established: every call fails from then on, and gantryd
-// exits and restarts from the database, as after a failed SQLite commit.
+// A lost connection (the server restarted, or the network failed) fails the call in
+// progress, with field "store", and a transaction open on it is gone. The next call made
+// outside a transaction connects again (PQreset; at most connect_timeout, 3 s unless the
+// URL says) and sets the session up as Open and AcquireLease did; Begin checks the epoch
+// as always, so a store that was fenced meanwhile learns it there. gantryd rides through
+// such an outage (docs/control-plane.md, "Store outages").
 // Thread-safety: none (one connection, one owner). Two PgStore objects are two
 // connections and may be used from two threads.
 #pragma once
@@ -48,7 +52,7 @@ class PgStore final : public Store {
  public:
   // Connects to `url`: a libpq URI (postgresql://user:password@host:port/dbname?...) or a
   // keyword string (host=... dbname=...). Errors name the server and database, never the
-  // password. Blocks for at most 10 s unless the URL sets connect_timeout.
+  // password. Blocks for at most 3 s unless the URL sets connect_timeout.
   static Result<std::unique_ptr<PgStore>> Open(const std::string& url);
   ~PgStore() override;  // an open transaction is rolled back by the server
 
@@ -102,6 +106,10 @@ class PgStore final : public Store {
   // tx_error_ when inside a transaction.
   Result<PgRows> Checked(PgRows rows);
   Status BeginUnfenced();
+  // Outside a transaction, a connection found lost is made again and set up (the session
+  // settings Open and AcquireLease made); an error when that fails.
+  Status Reconnect();
+  Status SetUpSession();
   // Runs `write` in the open transaction, or in a (fenced) transaction of its own.
   template <typename F>
   Status Write(F&& write);
@@ -111,6 +119,7 @@ class PgStore final : public Store {
   std::string tx_error_;       // the first failure inside the open transaction; "" if none
   std::string last_sqlstate_;  // SQLSTATE of the last failed statement
   int64_t epoch_ = 0;          // the lease epoch this store writes under; 0: no lease, no fencing
+  int64_t lease_ttl_ms_ = 0;   // since AcquireLease: the session's idle-in-transaction timeout
 };
 
 }  // namespace gantry::server

@@ -7,7 +7,11 @@
 // - a node is cut off the network (its link down in its network namespace) for 1-8 s,
 //   past its lease or not, while the rest goes on;
 // - (SQLite) the disk under the database, a small tmpfs, is filled for 0.5-4 s, and every
-//   fsync is slow (an LD_PRELOAD shim adds 30 ms).
+//   fsync is slow (an LD_PRELOAD shim adds 30 ms); gantryd rides through it (issue 47,
+//   B5: it stays up, refuses calls with 503, agents hold their workers, and it reads its
+//   state back once the disk takes writes again), so it must never exit;
+// - (PostgreSQL) the database is stopped (a fast shutdown: sessions cut) for 0.5-3 s and
+//   started again; the leader rides through it the same way and keeps the lease.
 // Afterwards, from the jobs' own logs (not gantryd's word): every accepted job finished,
 // no job ran two copies at once, and no GPU was used by two jobs at once beyond what its
 // sharing allows (a whole GPU: one job; MIG: one job per instance, no MPS beside it;
@@ -113,10 +117,12 @@ bool Clash(const Use& a, const Use& b) {
 
 class Chaos {
  public:
-  Chaos(Harness& h, Netns* net, bool postgres, std::vector<std::string> flags, std::string disk)
+  Chaos(Harness& h, Netns* net, server::testing::PgServer* pg, std::vector<std::string> flags,
+        std::string disk)
       : h_(h),
         net_(net),
-        postgres_(postgres),
+        pg_(pg),
+        postgres_(pg != nullptr),
         flags_(std::move(flags)),
         disk_(std::move(disk)),
         rng_(static_cast<unsigned>(EnvInt("GANTRY_CHAOS_SEED", 1))),
@@ -143,6 +149,7 @@ class Chaos {
     std::vector<std::string> kinds = {"leader", "agent", "freeze"};
     if (net_) kinds.push_back("cut");
     if (!disk_.empty()) kinds.push_back("disk");
+    if (pg_) kinds.push_back("db");
     int n = 0;
     while (n < events || leader_kills_ < leader_kills) {
       SleepAndHeal(std::chrono::milliseconds(1500 + rng_() % 2000));
@@ -171,6 +178,8 @@ class Chaos {
         heal_at_[i] =
             Clock::now() + std::chrono::milliseconds(1000 + rng_() % 7000);  // lease: 3.6 s
         ++cuts_;
+      } else if (what == "db") {
+        RestartDatabase();
       } else {
         FillDisk();
       }
@@ -185,8 +194,9 @@ class Chaos {
               << " submits refused; " << leader_kills_
               << " leader kills (longest until served again " << longest_outage_ << " s), "
               << agent_kills_ << " agent kills, " << freezes_ << " freezes, " << cuts_
-              << " link cuts, " << disk_fulls_ << " full disks (gantryd exited " << server_exits_
-              << " times)\n";
+              << " link cuts, " << disk_fulls_ << " full disks, " << db_restarts_
+              << " database restarts (gantryd exited " << server_exits_ << " times)\n";
+    EXPECT_EQ(server_exits_, 0) << "gantryd exited in a store outage instead of riding through";
   }
 
   // Every accepted job ended; none lost, none ran twice at once, no GPU overused.
@@ -352,8 +362,9 @@ class Chaos {
     ++leader_kills_;
   }
 
-  // Fills the tmpfs under the database for a while, then frees it; a gantryd that exited
-  // for want of space meanwhile is restarted, as systemd's Restart= would.
+  // Fills the tmpfs under the database for a while, then frees it. gantryd must ride
+  // through it; one that exited anyway is counted (a failure) and restarted, as
+  // systemd's Restart= would, so that the rest of the run still checks something.
   void FillDisk() {
     const std::string filler = disk_ + "/filler";
     {
@@ -379,8 +390,23 @@ class Chaos {
     }
   }
 
+  // Stops PostgreSQL (a fast shutdown cuts every session) for a while and starts it
+  // again; the leader must still be the leader, serving, once it is back.
+  void RestartDatabase() {
+    const std::string leader = h_.ServerUrl();
+    ASSERT_TRUE(pg_->Stop().ok());
+    SleepAndHeal(std::chrono::milliseconds(500 + rng_() % 2500));
+    auto resumed = pg_->Resume();
+    ASSERT_TRUE(resumed.ok()) << resumed.error().message;
+    ++db_restarts_;
+    ASSERT_TRUE(Harness::WaitFor([&] { return Healthy(leader); }, 15))
+        << "the leader did not serve again after the database restart";
+    if (!h_.ServerRunning()) ++server_exits_;
+  }
+
   Harness& h_;
   Netns* net_;
+  server::testing::PgServer* pg_;  // null on SQLite
   const bool postgres_;
   const std::vector<std::string> flags_;
   const std::string disk_;
@@ -395,7 +421,7 @@ class Chaos {
   std::string refusals_;
   int refused_ = 0;
   int leader_kills_ = 0, agent_kills_ = 0, freezes_ = 0, cuts_ = 0, disk_fulls_ = 0,
-      server_exits_ = 0;
+      db_restarts_ = 0, server_exits_ = 0;
   double longest_outage_ = 0;
 };
 
@@ -424,7 +450,7 @@ TEST(Chaos, LeaderKillsAgentCrashesFreezesAndCutLinksLoseNothingAndRunNothingTwi
   h.UseDb((*pg)->Url(*db));
   PrepareChaos(h);
   // Agents' lease: 60% of 6 s, longer than a failover (about 1.5 s + a restore).
-  Chaos chaos(h, net.get(), true, {"--leader-ttl-s", "1.5", "--node-timeout-s", "6"}, "");
+  Chaos chaos(h, net.get(), pg->get(), {"--leader-ttl-s", "1.5", "--node-timeout-s", "6"}, "");
   chaos.Start();
   if (HasFatalFailure()) return;
   chaos.Run(EnvInt("GANTRY_CHAOS_EVENTS", 8), EnvInt("GANTRY_CHAOS_LEADER_KILLS", 0));
@@ -463,7 +489,7 @@ TEST(Chaos, OnSqliteAFullDiskSlowFsyncRestartsAndCutLinksLoseNothing) {
   h.UseDb(h.Path("disk/state.db"));
   PrepareChaos(h);
   h.ServerEnv({{"LD_PRELOAD", SLOW_FSYNC_LIBRARY}, {"GANTRY_SLOW_FSYNC_MS", "30"}});
-  Chaos chaos(h, net.get(), false, {"--node-timeout-s", "6"}, h.Path("disk"));
+  Chaos chaos(h, net.get(), nullptr, {"--node-timeout-s", "6"}, h.Path("disk"));
   chaos.Start();
   if (HasFatalFailure()) return;
   chaos.Run(EnvInt("GANTRY_CHAOS_EVENTS", 8), EnvInt("GANTRY_CHAOS_LEADER_KILLS", 0));

@@ -1117,6 +1117,144 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
 }
 
+// Issue 47, B5: a 6 s PostgreSQL restart ended both the leader and the standby, agents
+// fenced at 18 s and jobs ran again. Now through a store outage shorter than the hold
+// (9 s here: 3/4 of the node timeout less the agents' lease) plus the agents' lease,
+// the leader stays up and keeps the lease, refuses calls with 503 and Retry-After, tells
+// heartbeats to hold (agents keep their workers; exits are reported again), and reads
+// its state back once the database answers; the standby stays a standby. Every accepted
+// job finishes having run once, and the CLI's submits ride through.
+TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
+  if (server::testing::NoPostgres()) GTEST_SKIP() << "GANTRY_NO_POSTGRES=1: no PostgreSQL server";
+  auto pg = server::testing::PgServer::Start();
+  ASSERT_TRUE(pg) << pg.error().message;
+  auto db = (*pg)->NewDatabase();
+  ASSERT_TRUE(db) << db.error().message;
+  Harness h("pg-restart");
+  h.UseDb((*pg)->Url(*db));
+  Prepare(h);
+  // Agents hold for 9 s after the last saved batch: 3/4 of (30 s - their 18 s lease).
+  const std::vector<std::string> flags = {"--leader-ttl-s", "1.5", "--node-timeout-s", "30"};
+  h.StartServer(flags);
+  h.StartPeer(flags);
+  auto health = [](const std::string& url, int* status) {
+    httplib::Client c(url);
+    c.set_connection_timeout(1, 0);
+    auto r = c.Get("/healthz");
+    *status = r ? r->status : 0;
+    json body = r ? json::parse(r->body, nullptr, false) : json();
+    return body.is_object() ? body : json::object();
+  };
+  int status = 0;
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+  const int64_t epoch = health(h.ServerUrl(), &status).value("epoch", int64_t{-1});
+  ASSERT_EQ(status, 200);
+  const std::string both = h.ServerUrl() + "," + h.PeerUrl();
+  for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), both);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(3); }, 15));
+
+  std::set<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> args = {"--queue", "research", "--gpus", "2", "--vram-gb", "20", "--"};
+    for (auto& s : Job(h, 12000)) args.push_back(s);
+    ids.insert(Submit(h, "a", args));
+  }
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        int running = 0;
+        for (const auto& [id, st] : States(h)) running += st == "running";
+        return running == 4;
+      },
+      15));
+  std::atomic<bool> stop{false};
+  std::vector<std::string> accepted;
+  std::string refusals;
+  std::thread submitter([&] {  // short jobs all along: some end while the store is out
+    while (!stop.load()) {
+      std::vector<std::string> argv = {GANTRY_BINARY, "--server", both,     "submit",
+                                       "--queue",     "nlp",      "--gpus", "1",
+                                       "--vram-gb",   "10",       "--"};
+      for (auto& s : Job(h, 1500)) argv.push_back(s);
+      RunResult r = it::Run(argv, {{"GANTRY_TOKEN", h.token("b")}});
+      std::string id = r.out;
+      while (!id.empty() && id.back() == '\n') id.pop_back();
+      if (r.rc == 0) {
+        accepted.push_back(id);
+      } else {
+        refusals += r.err;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+
+  const auto down = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*pg)->Stop().ok());
+  // The leader answers, and says why it cannot do anything.
+  json said;
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        said = health(h.ServerUrl(), &status);
+        return status == 503 && said.value("status", "") == "store unavailable";
+      },
+      4))
+      << status << " " << said.dump();
+  {
+    httplib::Client c(h.ServerUrl());
+    c.set_bearer_token_auth(h.token("b").c_str());
+    auto r = c.Post("/v1/jobs", R"({"queue": "nlp", "gpus": 1, "command": ["true"]})",
+                    "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 503) << r->body;
+    EXPECT_EQ(r->get_header_value("Retry-After"), "1");
+    EXPECT_NE(r->body.find("store is unavailable"), std::string::npos) << r->body;
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(6) - (std::chrono::steady_clock::now() - down));
+  ASSERT_TRUE((*pg)->Resume().ok());
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        health(h.ServerUrl(), &status);
+        return status == 200;
+      },
+      10))
+      << "the leader did not come back from the outage";
+  const double back_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - down).count();
+  std::cerr << "pg restart: the leader served again " << back_s
+            << " s after the database stopped\n";
+  json after = health(h.ServerUrl(), &status);
+  EXPECT_EQ(after.value("epoch", int64_t{-2}), epoch) << "the leader lost its lease";
+  EXPECT_EQ(health(h.PeerUrl(), &status).value("role", ""), "standby");
+  EXPECT_EQ(status, 503);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  stop = true;
+  submitter.join();
+  EXPECT_EQ(refusals, "") << "a submit failed across the outage";
+  EXPECT_GE(accepted.size(), 5u);
+
+  ids.insert(accepted.begin(), accepted.end());
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
+      << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  const auto states = States(h);
+  const std::vector<json> events = Events(h);
+  for (const std::string& id : ids) {
+    ASSERT_TRUE(states.count(id)) << id << " was accepted and then lost";
+    EXPECT_EQ(states.at(id), "finished") << id << ": " << h.Job(id).dump();
+    EXPECT_EQ(Envs(h, id).size(), 1u) << id << " did not run exactly once";
+    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
+  }
+  const std::string log = h.Read("gantryd.log");
+  EXPECT_NE(log.find("store unavailable"), std::string::npos);
+  EXPECT_NE(log.find("store available again"), std::string::npos);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
+    EXPECT_EQ(h.Read("agent-h100-" + std::to_string(i) + ".log").find("no answer from the server"),
+              std::string::npos)
+        << "agent " << i << " fenced its workers";
+  }
+}
+
 // Issue 13, hardening: TLS for the API and the agents. gantryd serves HTTPS with a
 // certificate made by openssl as docs/control-plane.md says; an agent and the CLI given
 // the CA certificate run a job through it; plain HTTP to the port and a client that does

@@ -241,6 +241,10 @@ TEST(NodeProtocol, BadInputIsAnErrorNamingItsField) {
   EXPECT_EQ(DecodeRefusal(R"({"error":"standby","role":"standby","leader":"http://b:1"})").leader,
             "http://b:1");
   EXPECT_EQ(DecodeRefusal("plain text").error, "plain text");
+  const Refusal held = DecodeRefusal(R"({"error":"no store","store":"unavailable","hold":true})");
+  EXPECT_EQ(held.store, "unavailable");
+  EXPECT_TRUE(held.hold);
+  EXPECT_FALSE(DecodeRefusal(R"({"error":"no store","store":"unavailable"})").hold);
 }
 
 // docs/api.yaml describes exactly what the library writes: every key a fully filled

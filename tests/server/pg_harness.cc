@@ -233,28 +233,56 @@ Result<std::unique_ptr<PgServer>> PgServer::Start() {
                  "initdb" + as + " failed (" + Describe(*done) + "):\n" + server->LogTail()};
   }
 
-  auto pid = Spawn({server->bindir_ + "/postgres", "-D", server->dir_ + "/data", "-k", server->dir_,
-                    "-c", "listen_addresses=", "-p", std::to_string(server->port_)},
-                   log_fd, *who, server->dir_, true);
-  if (!pid) return pid.error();
-  server->pid_ = *pid;
+  if (Status s = server->Launch(); !s) return s.error();
+  return server;
+}
 
-  const std::string ping = server->ConnString("postgres") + " connect_timeout=2";
+Status PgServer::Launch() {
+  auto who = PickUser();
+  if (!who) return who.error();
+  const std::string as = who->drop ? " (as user " + who->name + ")" : "";
+  const std::string log = dir_ + "/postgres.log";
+  const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) return Error{"postgres", "open " + log + ": " + std::strerror(errno)};
+  auto pid = Spawn({bindir_ + "/postgres", "-D", dir_ + "/data", "-k", dir_, "-c",
+                    "listen_addresses=", "-p", std::to_string(port_)},
+                   log_fd, *who, dir_, true);
+  ::close(log_fd);
+  if (!pid) return pid.error();
+  pid_ = *pid;
+
+  const std::string ping = ConnString("postgres") + " connect_timeout=2";
   const auto deadline = Clock::now() + std::chrono::seconds(60);
   while (PQping(ping.c_str()) != PQPING_OK) {
     int status = 0;
-    if (::waitpid(server->pid_, &status, WNOHANG) == server->pid_) {
-      server->pid_ = -1;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
       return Error{"postgres",
-                   "postgres" + as + " exited (" + Describe(status) + "):\n" + server->LogTail()};
+                   "postgres" + as + " exited (" + Describe(status) + "):\n" + LogTail()};
     }
     if (Clock::now() >= deadline) {
-      return Error{"postgres", "postgres" + as + " did not accept connections within 60 s:\n" +
-                                   server->LogTail()};
+      return Error{"postgres",
+                   "postgres" + as + " did not accept connections within 60 s:\n" + LogTail()};
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  return server;
+  return Ok{};
+}
+
+Status PgServer::Stop() {
+  if (pid_ <= 0) return Ok{};
+  ::kill(pid_, SIGINT);  // fast shutdown: roll back sessions, checkpoint, exit
+  if (!WaitFor(pid_, std::chrono::seconds(10))) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  pid_ = -1;
+  return Ok{};
+}
+
+Status PgServer::Resume() {
+  if (pid_ > 0) return Error{"postgres", "the server is running"};
+  return Launch();
 }
 
 Result<PgServer*> PgServer::Shared() {
@@ -272,13 +300,7 @@ Result<PgServer*> PgServer::Shared() {
 }
 
 PgServer::~PgServer() {
-  if (pid_ > 0) {
-    ::kill(pid_, SIGINT);  // fast shutdown: roll back sessions, checkpoint, exit
-    if (!WaitFor(pid_, std::chrono::seconds(10))) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
+  (void)Stop();
   if (!dir_.empty()) {
     std::error_code ec;
     fs::remove_all(dir_, ec);

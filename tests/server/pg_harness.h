@@ -53,6 +53,12 @@ class PgServer {
   std::string ConnString(const std::string& db) const;
   std::string Url(const std::string& db) const;
 
+  // A restart in two halves, for outage tests: Stop shuts the server down (fast: sessions
+  // rolled back, their connections cut); Resume starts it again on the same data and
+  // waits until it accepts connections.
+  Status Stop();
+  Status Resume();
+
   pid_t pid() const { return pid_; }
   const std::string& dir() const { return dir_; }
   // The server's log (stderr), for failure messages.
@@ -60,6 +66,7 @@ class PgServer {
 
  private:
   PgServer() = default;
+  Status Launch();  // postgres on dir_/data, waited for
 
   std::string dir_;  // the temporary directory: data/, the socket, postgres.log
   std::string bindir_;

@@ -145,7 +145,7 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
 
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "6");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "7");
   auto runs = store->Runs(0, 10000);
   ASSERT_TRUE(runs.ok()) << runs.error().message;
   ASSERT_EQ(runs->size(), 1u);
@@ -177,7 +177,7 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
                              .count();
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "6");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "7");
   auto jobs = store->LoadJobs(-1);
   ASSERT_TRUE(jobs.ok()) << jobs.error().message;
   ASSERT_EQ(jobs->size(), 2u);
@@ -409,6 +409,61 @@ TEST_F(PgStoreTest, AFrozenLeadersTransactionIsEndedByTheServer) {
   ASSERT_TRUE(eb.ok()) << eb.error().message;
   EXPECT_FALSE(a->Commit().ok());
   EXPECT_FALSE(b->GetMeta("k")->has_value());
+}
+
+// A database restart (issue 47, B5): each store connects again by itself, the leader that
+// held the lease keeps it (a restarted database gives it one ttl to renew before anyone
+// else may take it, though the lease ran out while the database was down), and the
+// fence still holds.
+TEST(PgStoreOutage, AStoreConnectsAgainAfterARestartAndItsLeaderRenewsFirst) {
+  if (NoPostgres()) GTEST_SKIP() << "GANTRY_NO_POSTGRES=1: no PostgreSQL tests";
+  auto server = PgServer::Start();  // its own: this test stops it
+  ASSERT_TRUE(server.ok()) << server.error().message;
+  auto db = (*server)->NewDatabase();
+  ASSERT_TRUE(db.ok()) << db.error().message;
+  auto a = PgStore::Open((*server)->ConnString(*db));
+  auto b = PgStore::Open((*server)->ConnString(*db));
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto ea = (*a)->AcquireLease("http://a", 3000);
+  ASSERT_TRUE(ea.ok()) << ea.error().message;
+  ASSERT_TRUE((*a)->Begin().ok());
+  ASSERT_TRUE((*a)->SetMeta("k", "before").ok());
+  ASSERT_TRUE((*a)->Commit().ok());
+
+  ASSERT_TRUE((*server)->Stop().ok());
+  // Down: calls fail as the store's, not as a lost lease.
+  Status down = (*a)->Begin();
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.error().field, "store") << down.error().message;
+  Status renew = (*a)->RenewLease("http://a", *ea, 3000);
+  ASSERT_FALSE(renew.ok());
+  EXPECT_EQ(renew.error().field, "store") << renew.error().message;
+  auto taken = (*b)->AcquireLease("http://b", 3000);
+  ASSERT_FALSE(taken.ok());
+  EXPECT_EQ(taken.error().field, "store") << taken.error().message;
+  std::this_thread::sleep_for(std::chrono::milliseconds(3200));  // the lease runs out meanwhile
+
+  ASSERT_TRUE((*server)->Resume().ok());
+  auto early = (*b)->AcquireLease("http://b", 3000);
+  ASSERT_FALSE(early.ok()) << "a standby took the lease its leader could still renew";
+  EXPECT_EQ(early.error().field, "lease");
+  EXPECT_NE(early.error().message.find("may renew: the database started"), std::string::npos)
+      << early.error().message;
+  ASSERT_TRUE((*a)->RenewLease("http://a", *ea, 3000).ok());
+  ASSERT_TRUE((*a)->Begin().ok());
+  auto k = (*a)->GetMeta("k");
+  ASSERT_TRUE(k.ok() && k->has_value());
+  EXPECT_EQ(**k, "before");
+  ASSERT_TRUE((*a)->SetMeta("k", "after").ok());
+  ASSERT_TRUE((*a)->Commit().ok());
+  // Renewed: b still finds it held once the database has been up a ttl.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  ASSERT_TRUE((*a)->RenewLease("http://a", *ea, 3000).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(1600));
+  auto later = (*b)->AcquireLease("http://b", 3000);
+  ASSERT_FALSE(later.ok());
+  EXPECT_NE(later.error().message.find("held by http://a"), std::string::npos)
+      << later.error().message;
 }
 
 }  // namespace

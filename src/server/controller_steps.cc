@@ -336,7 +336,11 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           s.ntasks = body.value("ntasks", 0);
           s.per_node = body.value("ntasks_per_node", 0);
           s.cpus_per_task = body.value("cpus_per_task", 0);
-          s.nodelist = body.value("nodelist", std::vector<std::string>());
+          // A node named twice is one node, as Slurm reads `-w a,a`.
+          for (std::string& n : body.value("nodelist", std::vector<std::string>())) {
+            if (std::find(s.nodelist.begin(), s.nodelist.end(), n) == s.nodelist.end())
+              s.nodelist.push_back(std::move(n));
+          }
           gpus_per_task = body.value("gpus_per_task", 0);
           s.bind_gpus = gpus_per_task > 0;
           s.overlap = body.value("overlap", false);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -597,6 +598,50 @@ TEST(Slurm, AStepOutlivesAGantrydCrash) {
   EXPECT_NE(out.find("done 1\n"), std::string::npos) << out;
   EXPECT_NE(out.find("srun 0\n"), std::string::npos) << out;
   EXPECT_EQ(h.Job(id)["run"], 1) << "the job ran again";
+}
+
+// The agents of a job killed (-9) in the middle of a step, each started again within its
+// lease: the step's tasks (and the script) run on under their shims and are taken back,
+// their output is uploaded whole and their exits reported once, so srun ends as it would
+// have and the job runs once. Both of the job's nodes: the script's and one with a task
+// alone.
+TEST(Slurm, AStepOutlivesItsAgentsBeingKilled) {
+  Harness h("slurm-agent-kill");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("long.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
+          "#SBATCH -t 2\n#SBATCH -o long.out\n"
+          "srun bash -c 'touch started-$SLURM_PROCID; echo \"begin $SLURM_PROCID\"; sleep 6; "
+          "echo \"done $SLURM_PROCID\"'\n"
+          "echo \"srun $?\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("long.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = Trim(r.out);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return fs::exists(work + "/started-0") && fs::exists(work + "/started-1"); }, 20));
+  const std::map<std::string, int> index = {{"h100-0", 0}, {"h100-1", 1}, {"spare-0", 2}};
+  const json nodes = h.Job(id)["nodes"];
+  ASSERT_EQ(nodes.size(), 2u) << h.Job(id).dump();
+  for (const json& node : nodes) {
+    h.StopAgent(index.at(node.get<std::string>()), SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    h.StartAgent(node.get<std::string>());
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["run"], 1) << "the job ran again";
+  const std::string out = h.Read("work/long.out");
+  for (const char* line : {"begin 0\n", "begin 1\n", "done 0\n", "done 1\n", "srun 0\n"}) {
+    const size_t at = out.find(line);
+    EXPECT_NE(at, std::string::npos) << line << " missing from:\n" << out;
+    EXPECT_EQ(out.find(line, at + 1), std::string::npos) << line << " twice in:\n" << out;
+  }
+  const RunResult acct =
+      h.Cli({"acct", "-j", id, "--parsable2", "-n", "--format", "JobID,State"}, h.token("ann"));
+  EXPECT_EQ(acct.out, id + "|COMPLETED\n" + id + ".batch|COMPLETED\n" + id + ".0|COMPLETED\n")
+      << acct.err;
 }
 
 // Slurm's checkpoint-and-requeue idiom: the time limit's signal reaches the script, which

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <future>
 #include <limits>
+#include <random>
 #include <sstream>
 
 #include "server/controller_internal.h"
@@ -1196,6 +1197,121 @@ TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
 // Issue 47 A1: a batch job is an allocation. Only its script runs (rank 0, with every GPU of
 // the job on its node, and the run's own credential); srun's steps run on the slots, wait
 // for busy ones, end when their tasks do; the script's end ends the job and kills what runs.
+// Step requests come from srun, but a job's credential is in the hands of whatever the
+// job runs: hostile bodies (wrong types, huge or negative counts, duplicate or foreign
+// node names, junk) get 400 or 422 with why, or a step whose tasks sit on the job's own
+// nodes; nothing crashes (CI runs this under ASan and UBSan). Found: `-w a,a` (a node
+// named twice) read out of bounds while checking whether the step could ever fit.
+TEST_F(ControllerTest, HostileStepBodiesAreRefusedOrPlacedOnTheJobsOwnNodes) {
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":1,"replicas":4,
+                               "workers_per_node":2,"script":"#!/bin/sh\nsrun true\n"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  Beat("h100-0");
+  Beat("h100-1");
+  ctl_->Poke();
+  ASSERT_EQ(Show(id)["state"], "running");
+  const std::string first = Show(id)["workers"][0]["alloc"]["node"];
+  const std::string token = Beat(first)["workers"][0]["env"]["GANTRY_TOKEN"];
+
+  // A node named twice is that node once, as Slurm reads `-w a,a`.
+  for (const json& list : {json({"h100-0", "h100-0"}), json({"h100-0", "h100-1", "h100-0"})}) {
+    const size_t tasks = list.size() == 2 ? 2 : 4;  // a node's 2 slots; the job's 4 tasks
+    Reply twice = ctl_->CreateStep(
+        token, id, {{"command", {"x"}}, {"nodelist", list}, {"ntasks", tasks}, {"overlap", true}});
+    ASSERT_EQ(twice.code, Code::kCreated) << twice.body.dump();
+    EXPECT_EQ(twice.body["state"], "running") << twice.body.dump();
+    EXPECT_EQ(twice.body["tasks"].size(), tasks) << twice.body.dump();
+    for (const json& t : twice.body["tasks"]) {
+      EXPECT_NE(std::find(list.begin(), list.end(), t["node"]), list.end()) << twice.body.dump();
+    }
+  }
+
+  std::mt19937 rng(47);
+  auto pick = [&](size_t n) { return static_cast<int>(rng() % n); };
+  auto number = [&]() -> json {
+    switch (pick(8)) {
+      case 0:
+        return -1 - pick(5);
+      case 1:
+        return std::numeric_limits<int>::max();
+      case 2:
+        return std::numeric_limits<int64_t>::min();
+      case 3:
+        return 1e300;
+      case 4:
+        return 100000;
+      case 5:
+        return 2.5;
+      default:
+        return pick(10);
+    }
+  };
+  auto junk = [&]() -> json {
+    switch (pick(6)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return "x";
+      case 2:
+        return json::array({1, "a"});
+      case 3:
+        return json::object({{"a", 1}});
+      case 4:
+        return true;
+      default:
+        return number();
+    }
+  };
+  const std::vector<std::string> names = {
+      "h100-0", "h100-1", "h100-0", "h100-9", "", "h100-[0-1]", std::string(300, 'n')};
+  int created = 0, refused = 0;
+  for (int i = 0; i < 400; ++i) {
+    json body = json::object();
+    if (pick(10) != 0) {
+      body["command"] = pick(8) == 0 ? junk() : json::array({pick(6) == 0 ? "" : "true"});
+    }
+    for (const char* key :
+         {"nodes", "ntasks", "ntasks_per_node", "cpus_per_task", "gpus_per_task"}) {
+      if (pick(3) == 0) body[key] = pick(4) == 0 ? junk() : number();
+    }
+    if (pick(3) == 0) {
+      json list = json::array();
+      for (int k = pick(5); k > 0; --k)
+        list.push_back(names[static_cast<size_t>(pick(names.size()))]);
+      body["nodelist"] = pick(6) == 0 ? junk() : list;
+    }
+    if (pick(4) == 0) body["overlap"] = pick(3) == 0 ? junk() : json(pick(2) == 0);
+    if (pick(5) == 0) body["env"] = pick(2) == 0 ? junk() : json({{"A", "1"}});
+    if (pick(6) == 0) body["workdir"] = pick(2) == 0 ? junk() : json("relative");
+    Reply s = ctl_->CreateStep(token, id, body);
+    ASSERT_TRUE(s.code == Code::kCreated || s.code == Code::kBadRequest ||
+                s.code == Code::kUnprocessable)
+        << static_cast<int>(s.code) << " for " << body.dump() << ": " << s.body.dump();
+    if (s.code != Code::kCreated) {
+      EXPECT_FALSE(s.body.value("error", "").empty()) << body.dump();
+      ++refused;
+      continue;
+    }
+    ++created;
+    for (const json& t : s.body["tasks"]) {
+      EXPECT_TRUE(t["node"] == "h100-0" || t["node"] == "h100-1") << s.body.dump();
+    }
+    if (body.contains("nodelist") && body["nodelist"].is_array() && s.body["state"] == "running") {
+      for (const json& t : s.body["tasks"]) {
+        EXPECT_NE(std::find(body["nodelist"].begin(), body["nodelist"].end(), t["node"]),
+                  body["nodelist"].end())
+            << "a task outside -w: " << body.dump() << " " << s.body.dump();
+      }
+    }
+  }
+  EXPECT_GT(created, 20);
+  EXPECT_GT(refused, 20);
+  // The job is whole: still running, its agents answered.
+  EXPECT_EQ(Show(id)["state"], "running");
+  EXPECT_FALSE(Beat(first)["workers"].empty());
+}
+
 TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
   Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":1,"replicas":4,
                                "workers_per_node":2,"script":"#!/bin/sh\nsrun true\n"})");

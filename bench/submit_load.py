@@ -11,8 +11,11 @@ that thread's). Waits until every submitted job ended, then prints one JSON obje
 
     (--gpus G: H100 jobs of G GPUs running `sleep --sleep` on the swarm's nodes instead)
 
-    submits_per_s, healthz_p50_ms / p99 / max, heartbeat_rtt_p99_ms (the swarm's, over
-    the submit phase), gantryd_cpu_s (during the submits), lease_misses, ended, errors
+    submits_per_s, healthz_p50_ms / p99 / max (sampled by a thread beside the submitters)
+    and healthz_ext_* (the same from a process of its own), heartbeat_rtt_p99_ms (the swarm's, over
+    the submit phase), gantryd_cpu_s (during the submits), batches and
+    batches_over_25_50_100_ms (the controller thread's batches during the submits, and how
+    many took longer), lease_misses, ended, errors
 
     python3 bench/submit_load.py --nodes 1024 --agents 0 --submits 4096
     python3 bench/submit_load.py --tiny      # CI: 8 nodes, 1 agent, 200 submits
@@ -25,6 +28,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from slurm_side_by_side import Server, pct, start_cluster, stop_cluster  # noqa: E402 (the side-by-side's)
 TICK = os.sysconf('SC_CLK_TCK')
+
+
+# GET /healthz every 50 ms until the stop file exists; the latencies (ms) as JSON.
+EXTERNAL_SAMPLER = '''
+import http.client, json, os, sys, time
+port, out, stop = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+c, ms = http.client.HTTPConnection('127.0.0.1', port, timeout=30), []
+while not os.path.exists(stop):
+    t = time.perf_counter()
+    c.request('GET', '/healthz')
+    c.getresponse().read()
+    ms.append((time.perf_counter() - t) * 1000)
+    time.sleep(0.05)
+json.dump(ms, open(out, 'w'))
+'''
 
 
 def cpu_s(pid):
@@ -89,7 +107,18 @@ def main():
         if a.prefill:
             drain('prefill')
 
+        # The controller thread's batches during the submits (/healthz waits behind the one in
+        # hand): how many took over 25, 50 and 100 ms, from gantry_controller_batch_seconds.
+        def batch_buckets():
+            st, metrics = srv.call('GET', '/metrics')
+            le = {}
+            for line in metrics.decode().splitlines() if st == 200 else []:
+                if line.startswith('gantry_controller_batch_seconds_bucket{le="'):
+                    le[line.split('"')[1]] = int(float(line.rsplit(' ', 1)[1]))
+            return le
+
         swarm0 = json.load(open(stats_path)) if os.path.exists(stats_path) else {}
+        le0 = batch_buckets()
         health_ms, stop = [], threading.Event()
 
         def sampler():
@@ -117,6 +146,10 @@ def main():
 
         th = threading.Thread(target=sampler, daemon=True)
         th.start()
+        # The same sampling from a process of its own: the in-process sampler shares the
+        # GIL with the submitters, so its figure also holds the time it waited for it.
+        ext_out, ext_stop = os.path.join(d, 'healthz_ext.json'), os.path.join(d, 'healthz_ext.stop')
+        ext = subprocess.Popen(['chrt', '-f', '10', sys.executable, '-c', EXTERNAL_SAMPLER, str(port), ext_out, ext_stop])
         perf = subprocess.Popen(['perf', 'record', '-F', '999', '--call-graph', 'dwarf,16384', '-o', a.perf, '-p',
                                  str(procs[0].pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if a.perf else None
         sched = subprocess.Popen(['perf', 'sched', 'record', '-o', a.sched, '-p', str(procs[0].pid)],
@@ -134,6 +167,9 @@ def main():
         cpu = cpus[0]
         stop.set()
         th.join(timeout=10)
+        open(ext_stop, 'w').close()
+        ext.wait(timeout=30)
+        ext_ms = json.load(open(ext_out)) if os.path.exists(ext_out) else []
         if perf:
             perf.send_signal(signal.SIGINT)
             perf.wait(timeout=60)
@@ -146,6 +182,9 @@ def main():
             for line in lat.splitlines():
                 if 'gantryd' in line:
                     print('sched: ' + ' '.join(line.split()))
+        le1 = batch_buckets()
+        batches = le1.get('+Inf', 0) - le0.get('+Inf', 0)
+        over = {ms: batches - (le1.get(str(ms / 1000.0), 0) - le0.get(str(ms / 1000.0), 0)) for ms in (25, 50, 100)}
         time.sleep(1.2)  # the swarm rewrites its stats each second
         swarm1 = json.load(open(stats_path)) if os.path.exists(stats_path) else {}
         drain('submits')
@@ -160,11 +199,15 @@ def main():
                    agents_cpu_s=round(sum(cpus[1 + (a.nodes > 0):]), 2),
                    healthz_p50_ms=pct(health_ms, 50), healthz_p99_ms=pct(health_ms, 99),
                    healthz_max_ms=max(health_ms) if health_ms else None,
+                   healthz_ext_p50_ms=pct(ext_ms, 50), healthz_ext_p99_ms=pct(ext_ms, 99),
+                   healthz_ext_max_ms=max(ext_ms) if ext_ms else None, healthz_ext_samples=len(ext_ms),
                    heartbeat_rtt_p99_ms=swarm1.get('heartbeat_rtt_ms', {}).get('p99'),
+                   batches=batches, batches_over_25_50_100_ms=[over[25], over[50], over[100]],
                    lease_misses=swarm1.get('lease_misses', 0) - swarm0.get('lease_misses', 0),
                    on_agents_of_last=on_agents, all_ended_s=round(drained_s, 2),
                    active_after=h['jobs_pending'] + h['jobs_running'], errors=errors[:10])
-        for k in ('healthz_p50_ms', 'healthz_p99_ms', 'healthz_max_ms'):
+        for k in ('healthz_p50_ms', 'healthz_p99_ms', 'healthz_max_ms', 'healthz_ext_p50_ms', 'healthz_ext_p99_ms',
+                  'healthz_ext_max_ms'):
             if out[k] is not None:
                 out[k] = round(out[k], 1)
         print(json.dumps(out))

@@ -41,6 +41,10 @@ struct Reply {
   std::string text;          // a text reply (logs, metrics) when not empty
   std::string content_type;  // for text replies
   bool deferred = false;     // internal: the operation kept its Done and answers later
+  // When set, the JSON body is this function's result, built where the reply is written
+  // (an HTTP I/O thread) rather than on the controller thread; it must capture values
+  // only (the agents' answers: each worker's desired entry is shared and immutable).
+  std::function<nlohmann::json()> encode;
 
   static Reply Error(Code code, std::string message, std::vector<std::string> problems = {});
   bool ok() const { return code == Code::kOk || code == Code::kCreated; }

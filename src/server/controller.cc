@@ -112,7 +112,12 @@ Reply Controller::Wait(const std::function<void(Done)>& start) {
   auto promise = std::make_shared<std::promise<Reply>>();
   std::future<Reply> future = promise->get_future();
   start([promise](Reply r) { promise->set_value(std::move(r)); });
-  return future.get();
+  Reply r = future.get();
+  if (r.encode) {  // a caller in this process reads the body
+    r.body = r.encode();
+    r.encode = nullptr;
+  }
+  return r;
 }
 
 void Controller::Loop() {
@@ -140,6 +145,8 @@ void Controller::Loop() {
 }
 
 void Controller::RunBatch(std::vector<Message>& batch) {
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
   const Ticks now = now_ = Now();
   std::vector<Reply> replies(batch.size());
   if (outage_.since >= 0 && now < outage_.next_try) {
@@ -152,6 +159,7 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     AnswerInOutage(batch, replies, now);
     return;
   }
+  Clock::time_point t_run, t_pass;
   try {
     if (outage_.since >= 0) StoreBack(now);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -161,8 +169,10 @@ void Controller::RunBatch(std::vector<Message>& batch) {
         replies[i] = Reply::Error(Code::kBadRequest, std::string("malformed JSON: ") + e.what());
       }
     }
+    t_run = Clock::now();
     Housekeeping(now);
     if (dirty_ || now >= next_pass_ || now >= sched_->next_wakeup()) Pass(now);
+    t_pass = Clock::now();
     if (Status s = store_.Commit(); !s) StoreFailed(s.error());
   } catch (const StoreDown& e) {
     // Memory may now hold what the store does not: nothing of this batch is answered as
@@ -175,6 +185,7 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     return;
   }
   last_saved_ = now;
+  const auto t_commit = Clock::now();
   if (outage_.since >= 0) {
     log::Info("store available again",
               {{"after_s", FormatValue(static_cast<double>(now - outage_.since) / 1000.0)},
@@ -195,6 +206,20 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     if (!replies[i].deferred) batch[i].done(std::move(replies[i]));
   }
   AnswerWatchers(now, /*all=*/false);
+  const auto t_end = Clock::now();
+  const double took = std::chrono::duration<double>(t_end - t0).count();
+  batch_seconds_.Observe(took);
+  if (took > 0.1) {
+    auto ms = [](Clock::duration d) {
+      return FormatValue(std::chrono::duration<double, std::milli>(d).count());
+    };
+    log::Warn("slow batch: the controller thread took " + ms(t_end - t0) + " ms",
+              {{"messages", std::to_string(batch.size())},
+               {"calls_ms", ms(t_run - t0)},
+               {"timers_and_pass_ms", ms(t_pass - t_run)},
+               {"commit_ms", ms(t_commit - t_pass)},
+               {"answers_ms", ms(t_end - t_commit)}});
+  }
 }
 
 // ---------------------------------------------------------------- store outages
@@ -300,7 +325,7 @@ void Controller::ReadBack(Ticks now) {
 
 Reply Controller::WatchReply(core::NodeId n, Ticks now) {
   Reply r;
-  r.body = proto::Encode(NodeAnswer(n, now));
+  r.encode = [answer = NodeAnswer(n, now)] { return proto::Encode(answer); };
   return r;
 }
 

@@ -470,6 +470,11 @@ class Controller : public ApiBackend {
   // Metrics.
   Histogram sched_latency_{
       {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
+  // The controller thread's time per batch, from taking it to answering it: what every
+  // caller, /healthz included, may wait behind. A batch over 100 ms is logged with its
+  // parts.
+  Histogram batch_seconds_{
+      {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   // Queue wait per queue and tier (QueueWait): constructed with one empty histogram per
   // tier, which gives the buckets, and grown to queues x tiers on first use.
   std::vector<Histogram> queue_wait_;

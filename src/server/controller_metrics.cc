@@ -85,6 +85,10 @@ void Controller::Metrics(std::string token, Done done) {
         MetricHeader(out, "gantry_scheduling_latency_seconds", "histogram",
                      "Wall-clock time of one scheduling pass");
         sched_latency_.Render(out, "gantry_scheduling_latency_seconds");
+        MetricHeader(out, "gantry_controller_batch_seconds", "histogram",
+                     "The controller thread's time per batch of calls (every call waits behind "
+                     "the batch in hand)");
+        batch_seconds_.Render(out, "gantry_controller_batch_seconds");
         // Every queue and tier, observed or not, so that rate() sees a series from the start.
         MetricHeader(out, "gantry_queue_wait_seconds", "histogram",
                      "Time from submit to first start, by queue and tier");

@@ -52,7 +52,7 @@ HttpResponse ToResponse(const Reply& r) {
     res.content_type = r.content_type.empty() ? "text/plain" : r.content_type;
     res.body = r.text;
   } else {
-    res.body = r.body.dump() + "\n";
+    res.body = (r.encode ? r.encode() : r.body).dump() + "\n";
   }
   return res;
 }

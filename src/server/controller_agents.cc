@@ -27,13 +27,28 @@ int MasterPort(int64_t seq, int run) {
 
 // ---------------------------------------------------------------- API: agents
 
+std::string Controller::ArrayJobNumber(const Job& job) const {
+  // An array gantryd named (j41) has its first task's number in its name; one its user
+  // named (sweep) has its first task's number as gantryd has the tasks.
+  const std::string_view rest = std::string_view(job.array).substr(job.array.empty() ? 0 : 1);
+  if (job.array.size() > 1 && job.array[0] == 'j' &&
+      std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::string(rest);
+  auto tasks = arrays_.find(job.array);
+  if (tasks != arrays_.end() && !tasks->second.empty())
+    return std::to_string(tasks->second.front());
+  return job.array;
+}
+
 spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
                                             const std::vector<std::string>& nodes) const {
   const std::string& node = cluster_.node(w.alloc.node).name;
   spec::OutputNames o;
-  o.job = job.name;
+  // Numbers, as Slurm's: `slurm-%j.out` is `slurm-12.out`, the file a script finds again
+  // through $SLURM_JOB_ID (an array task's own number; %A its array's).
+  o.job = std::to_string(job.seq);
   o.name = job.spec.name.empty() ? job.name : job.spec.name;
-  o.array_job = job.array.empty() ? job.name : job.array;
+  o.array_job = job.array.empty() ? o.job : ArrayJobNumber(job);
   o.array_task =
       job.array.empty() ? "4294967294" : std::to_string(job.array_index);  // Slurm's NO_VAL
   o.node = node;
@@ -96,10 +111,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   if (!job.array.empty()) {
     auto tasks = arrays_.find(job.array);
     const bool known = tasks != arrays_.end() && !tasks->second.empty();
-    vars.emplace_back("SLURM_ARRAY_JOB_ID", known ? std::to_string(tasks->second.front())
-                                            : job.array.size() > 1 && job.array[0] == 'j'
-                                                ? job.array.substr(1)
-                                                : job.array);
+    vars.emplace_back("SLURM_ARRAY_JOB_ID", ArrayJobNumber(job));
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
     if (known) {
       int lo = job.array_index, hi = job.array_index;

@@ -50,7 +50,8 @@ std::optional<std::string> CheckOutputPattern(std::string_view pattern) {
     if (f == pattern.size()) return "ends with a lone %: write %% for a percent sign";
     if (kFields.find(pattern[f]) == std::string_view::npos) {
       return "unknown field %" + std::string(pattern.substr(i + 1, f - i)) +
-             " (known: %j job id, %J the same for a batch script, %x name, %A array id, %a task "
+             " (known: %j job number, %J the same for a batch script, %x name, %A array number, %a "
+             "task "
              "index, %N node, %n node index, %u user, %t rank, %% a percent sign; a width pads "
              "numbers: %3a)";
     }

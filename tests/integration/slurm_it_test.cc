@@ -185,12 +185,12 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   }
   // -o and -e: real files where the batch script ran (%t: 0, its task id); srun's tasks
   // printed into it.
-  const std::string out = h.Read("work/train-" + id + "-0.out");
+  const std::string out = h.Read("work/train-" + id.substr(1) + "-0.out");
   EXPECT_NE(out.find("the batch script, args --lr 0.1"), std::string::npos) << out;
   EXPECT_NE(out.find("hello from task 0 of 2"), std::string::npos) << out;
   EXPECT_NE(out.find("hello from task 1 of 2"), std::string::npos) << out;
-  EXPECT_FALSE(fs::exists(work + "/train-" + id + "-1.out")) << "the script ran twice";
-  const std::string err = h.Read("work/train-" + id + "-0.err");
+  EXPECT_FALSE(fs::exists(work + "/train-" + id.substr(1) + "-1.out")) << "the script ran twice";
+  const std::string err = h.Read("work/train-" + id.substr(1) + "-0.err");
   EXPECT_NE(err.find("a warning from the batch script"), std::string::npos) << err;
   // --signal=B:USR1@1: the script's own signal, a second before the kill.
   EXPECT_TRUE(fs::exists(work + "/sig-batch.txt")) << "the batch script got no USR1";
@@ -272,7 +272,7 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
     edges.emplace_back(end[0], -1);
     // -o sweep-%A_%a.out, with what the task printed.
     EXPECT_EQ(
-        h.Read("work/sweep-" + array + "_" + std::to_string(i) + ".out"),
+        h.Read("work/sweep-" + array.substr(1) + "_" + std::to_string(i) + ".out"),
         "task " + std::to_string(i) + " of " + array.substr(1) + " (4, 0-3)\n");  // its number
   }
   std::sort(edges.begin(), edges.end());  // an end before a start at the same instant
@@ -283,7 +283,7 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   const std::vector<double> start = Times(work + "/merge.txt", "start");
   ASSERT_EQ(start.size(), 1u);
   EXPECT_GT(start[0], last_end) << "the dependent job started before the array ended";
-  EXPECT_EQ(h.Read("work/slurm-" + merge + ".out"),
+  EXPECT_EQ(h.Read("work/slurm-" + merge.substr(1) + ".out"),
             "8\n");  // Slurm's default -o; every task's two lines
 
   RunResult acct =
@@ -419,8 +419,8 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   const std::string id = Trim(r.out);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 60)) << h.Job(id).dump();
   const json job = h.Job(id);
-  EXPECT_EQ(job["state"], "finished") << job.dump() << h.Read("work/run-" + id + ".out");
-  const std::string out = h.Read("work/run-" + id + ".out");
+  EXPECT_EQ(job["state"], "finished") << job.dump() << h.Read("work/run-" + id.substr(1) + ".out");
+  const std::string out = h.Read("work/run-" + id.substr(1) + ".out");
   std::vector<std::string> nodes;
   for (const json& n : job["nodes"]) nodes.push_back(n.get<std::string>());
   ASSERT_EQ(nodes.size(), 2u) << job.dump();

@@ -267,7 +267,12 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
     }
   }
   if (int rc = Check(r, "sbatch")) return rc;
-  const std::string id = r.Json().value("id", std::string());
+  // The job's number, as Slurm's sbatch prints it (SLURM_JOB_ID, %j; an array's number is
+  // its first task's): both it and Gantry's id work in every command.
+  const json answer = r.Json();
+  const std::string id = answer.contains("number") && answer["number"].is_number_integer()
+                             ? std::to_string(answer["number"].get<int64_t>())
+                             : answer.value("id", std::string());
   if (job.parsable) {
     std::cout << id << "\n";
   } else {

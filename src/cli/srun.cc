@@ -511,7 +511,11 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
     const std::string n = w.value("alloc", json::object()).value("node", "");
     if (!n.empty() && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
   }
-  std::cout << "JobId=" << j.value("id", id) << " JobName=" << j.value("name", j.value("id", id))
+  // JobId= the number, as Slurm's (and sbatch's answer, SLURM_JOB_ID).
+  const std::string number = j.contains("seq") && j["seq"].is_number_integer()
+                                 ? std::to_string(j["seq"].get<int64_t>())
+                                 : j.value("id", id);
+  std::cout << "JobId=" << number << " JobName=" << j.value("name", j.value("id", id))
             << "\n   UserId=" << j.value("user", "") << " Account=" << j.value("queue", "")
             << " QOS=" << j.value("tier", "") << "\n   JobState=" << state
             << " Reason=" << (j.value("reason", "").empty() ? "None" : j.value("reason", ""))

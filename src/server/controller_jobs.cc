@@ -441,7 +441,9 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             Reply r;
             const std::string array =
                 json::parse((*prior)->doc, nullptr, false).value("array", std::string());
-            r.body = {{"id", array.empty() ? (*prior)->name : array}, {"existing", true}};
+            r.body = {{"id", array.empty() ? (*prior)->name : array},
+                      {"number", (*prior)->seq},
+                      {"existing", true}};
             return r;
           }
         }
@@ -532,6 +534,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         job.spec = *spec;
         job.after = after;
         int given = 0;  // the array's tasks given to the scheduler (its throttle counts them)
+        int64_t first_seq = 0;
         for (size_t k = 0; k < names.size(); ++k) {
           Job task = job;  // one job per array index, all in this request's transaction
           if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
@@ -549,7 +552,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
           log_.Submit(now, j.name);
           j.Note(now, "submitted");
-          if (k == 0) {  // who did what: one line per request, not per array task
+          if (k == 0) first_seq = j.seq;  // the job's number; an array's is its first task's
+          if (k == 0) {                   // who did what: one line per request, not per array task
             log::Info(indexes.empty() ? "job submitted" : "array submitted",
                       {{"job", indexes.empty() ? j.name : base},
                        {"tasks", std::to_string(names.size())},
@@ -569,7 +573,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         dirty_ = true;
         Reply r;
         r.code = Code::kCreated;
-        r.body = {{"id", indexes.empty() ? names.front() : base}};
+        r.body = {{"id", indexes.empty() ? names.front() : base}, {"number", first_seq}};
         if (!indexes.empty()) r.body["tasks"] = indexes.size();
         return r;
       });

@@ -212,7 +212,7 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
             h.token("nobody"));
   ASSERT_EQ(clobber.rc, 0) << clobber.err;
   ASSERT_EQ(clobber.out.rfind("Submitted batch job ", 0), 0u) << clobber.out;
-  std::string clobber_id = clobber.out.substr(20);
+  std::string clobber_id = "j" + clobber.out.substr(20);  // sbatch prints the number
   while (!clobber_id.empty() && (clobber_id.back() == '\n' || clobber_id.back() == ' '))
     clobber_id.pop_back();
   submit("mine", h.Path("shared"), "id -u > uid.txt");

@@ -768,7 +768,7 @@ TEST(Integration, JobsRunAsTheUserTheirTokenNames) {
             h.token("nobody"));
   ASSERT_EQ(peek.rc, 0) << peek.err;
   ASSERT_EQ(peek.out.rfind("Submitted batch job ", 0), 0u) << peek.out;
-  std::string peek_id = peek.out.substr(20);
+  std::string peek_id = "j" + peek.out.substr(20);  // sbatch prints the number
   while (!peek_id.empty() && (peek_id.back() == '\n' || peek_id.back() == ' ')) peek_id.pop_back();
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job("mine")["state"] == "finished"; }, 20))
       << h.Job("mine").dump();
@@ -1009,6 +1009,45 @@ TEST(Integration, EndedJobsPastTheirRetentionArePurgedWithTheirOutput) {
       << h.Job(next).dump();
 }
 
+// /healthz of `url`: its JSON body (an empty object without one); *status 0 when nothing
+// answered.
+json Health(const std::string& url, int* status) {
+  httplib::Client c(url);
+  c.set_connection_timeout(1, 0);
+  auto r = c.Get("/healthz");
+  *status = r ? r->status : 0;
+  json body = r ? json::parse(r->body, nullptr, false) : json();
+  return body.is_object() ? body : json::object();
+}
+
+// A PostgreSQL server of the test's own (returned: it must outlive the gantryds) with the
+// harness's database on it, then a leader and a standby gantryd with `flags`, once the
+// standby names the leader. Null, with the failure added, when that does not come about.
+std::unique_ptr<server::testing::PgServer> LeaderAndStandbyOnPostgres(
+    Harness& h, const std::vector<std::string>& flags) {
+  auto pg = server::testing::PgServer::Start();
+  if (!pg) {
+    ADD_FAILURE() << pg.error().message;
+    return nullptr;
+  }
+  auto db = (*pg)->NewDatabase();
+  if (!db) {
+    ADD_FAILURE() << db.error().message;
+    return nullptr;
+  }
+  h.UseDb((*pg)->Url(*db));
+  Prepare(h);
+  h.StartServer(flags);
+  h.StartPeer(flags);
+  int status = 0;
+  if (!Harness::WaitFor(
+          [&] { return Health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10)) {
+    ADD_FAILURE() << "the standby did not name the leader";
+    return nullptr;
+  }
+  return std::move(*pg);
+}
+
 // Issue 13, a standby on PostgreSQL: a leader and a standby gantryd share one database.
 // The leader is killed (-9) while jobs run and a client keeps submitting through both
 // URLs; the standby must serve within 5 s, every accepted job must finish once (running
@@ -1016,30 +1055,15 @@ TEST(Integration, EndedJobsPastTheirRetentionArePurgedWithTheirOutput) {
 // workers. Then the old leader comes back as the standby.
 TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   if (server::testing::NoPostgres()) GTEST_SKIP() << "GANTRY_NO_POSTGRES=1: no PostgreSQL server";
-  auto pg = server::testing::PgServer::Start();
-  ASSERT_TRUE(pg) << pg.error().message;
-  auto db = (*pg)->NewDatabase();
-  ASSERT_TRUE(db) << db.error().message;
   Harness h("failover");
-  h.UseDb((*pg)->Url(*db));
-  Prepare(h);
   // The agents' lease (60% of 10 s) outlasts the failover, so they keep their workers.
   const std::vector<std::string> flags = {"--leader-ttl-s", "1.5", "--node-timeout-s", "10"};
-  h.StartServer(flags);
-  h.StartPeer(flags);
-  auto health = [](const std::string& url, int* status) {
-    httplib::Client c(url);
-    c.set_connection_timeout(1, 0);
-    auto r = c.Get("/healthz");
-    *status = r ? r->status : 0;
-    json body = r ? json::parse(r->body, nullptr, false) : json();
-    return body.is_object() ? body : json::object();
-  };
+  auto pg = LeaderAndStandbyOnPostgres(h, flags);
+  ASSERT_TRUE(pg);
   int status = 0;
-  ASSERT_TRUE(Harness::WaitFor(
-      [&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+  Health(h.PeerUrl(), &status);
   EXPECT_EQ(status, 503);
-  EXPECT_EQ(health(h.PeerUrl(), &status).value("role", ""), "standby");
+  EXPECT_EQ(Health(h.PeerUrl(), &status).value("role", ""), "standby");
   const std::string both = h.ServerUrl() + "," + h.PeerUrl();
   for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), both);
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(3); }, 15));
@@ -1082,7 +1106,7 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   h.KillServer(SIGKILL);
   ASSERT_TRUE(Harness::WaitFor(
       [&] {
-        health(h.PeerUrl(), &status);
+        Health(h.PeerUrl(), &status);
         return status == 200;
       },
       10))
@@ -1099,7 +1123,7 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   h.SwapWithPeer();
   h.StartPeer(flags);  // the old leader, back as the standby
   ASSERT_TRUE(Harness::WaitFor(
-      [&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
+      [&] { return Health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
   EXPECT_EQ(status, 503);
 
   ids.insert(accepted.begin(), accepted.end());
@@ -1126,29 +1150,13 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
 // job finishes having run once, and the CLI's submits ride through.
 TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
   if (server::testing::NoPostgres()) GTEST_SKIP() << "GANTRY_NO_POSTGRES=1: no PostgreSQL server";
-  auto pg = server::testing::PgServer::Start();
-  ASSERT_TRUE(pg) << pg.error().message;
-  auto db = (*pg)->NewDatabase();
-  ASSERT_TRUE(db) << db.error().message;
   Harness h("pg-restart");
-  h.UseDb((*pg)->Url(*db));
-  Prepare(h);
   // Agents hold for 9 s after the last saved batch: 3/4 of (30 s - their 18 s lease).
   const std::vector<std::string> flags = {"--leader-ttl-s", "1.5", "--node-timeout-s", "30"};
-  h.StartServer(flags);
-  h.StartPeer(flags);
-  auto health = [](const std::string& url, int* status) {
-    httplib::Client c(url);
-    c.set_connection_timeout(1, 0);
-    auto r = c.Get("/healthz");
-    *status = r ? r->status : 0;
-    json body = r ? json::parse(r->body, nullptr, false) : json();
-    return body.is_object() ? body : json::object();
-  };
+  auto pg = LeaderAndStandbyOnPostgres(h, flags);
+  ASSERT_TRUE(pg);
   int status = 0;
-  ASSERT_TRUE(Harness::WaitFor(
-      [&] { return health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
-  const int64_t epoch = health(h.ServerUrl(), &status).value("epoch", int64_t{-1});
+  const int64_t epoch = Health(h.ServerUrl(), &status).value("epoch", int64_t{-1});
   ASSERT_EQ(status, 200);
   const std::string both = h.ServerUrl() + "," + h.PeerUrl();
   for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), both);
@@ -1190,12 +1198,12 @@ TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
 
   const auto down = std::chrono::steady_clock::now();
-  ASSERT_TRUE((*pg)->Stop().ok());
+  ASSERT_TRUE(pg->Stop().ok());
   // The leader answers, and says why it cannot do anything.
   json said;
   ASSERT_TRUE(Harness::WaitFor(
       [&] {
-        said = health(h.ServerUrl(), &status);
+        said = Health(h.ServerUrl(), &status);
         return status == 503 && said.value("status", "") == "store unavailable";
       },
       4))
@@ -1211,10 +1219,10 @@ TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
     EXPECT_NE(r->body.find("store is unavailable"), std::string::npos) << r->body;
   }
   std::this_thread::sleep_for(std::chrono::seconds(6) - (std::chrono::steady_clock::now() - down));
-  ASSERT_TRUE((*pg)->Resume().ok());
+  ASSERT_TRUE(pg->Resume().ok());
   ASSERT_TRUE(Harness::WaitFor(
       [&] {
-        health(h.ServerUrl(), &status);
+        Health(h.ServerUrl(), &status);
         return status == 200;
       },
       10))
@@ -1223,9 +1231,9 @@ TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - down).count();
   std::cerr << "pg restart: the leader served again " << back_s
             << " s after the database stopped\n";
-  json after = health(h.ServerUrl(), &status);
+  json after = Health(h.ServerUrl(), &status);
   EXPECT_EQ(after.value("epoch", int64_t{-2}), epoch) << "the leader lost its lease";
-  EXPECT_EQ(health(h.PeerUrl(), &status).value("role", ""), "standby");
+  EXPECT_EQ(Health(h.PeerUrl(), &status).value("role", ""), "standby");
   EXPECT_EQ(status, 503);
   std::this_thread::sleep_for(std::chrono::seconds(2));
   stop = true;

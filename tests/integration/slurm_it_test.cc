@@ -100,6 +100,16 @@ std::string Trim(std::string s) {
   return s;
 }
 
+// The job id behind sbatch's answer, which is the job's number as Slurm's ("Submitted
+// batch job 12", or "12" with --parsable): j12.
+std::string JobIdOf(const std::string& sbatch_out) {
+  const std::string out = Trim(sbatch_out);
+  const std::string number = out.substr(out.rfind(' ') + 1);
+  EXPECT_FALSE(number.empty() || number.find_first_not_of("0123456789") != std::string::npos)
+      << "sbatch said " << sbatch_out;
+  return "j" + number;
+}
+
 TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndTimeLimit) {
   Harness h("slurm-script");
   StartSlurmCluster(h);
@@ -111,7 +121,7 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
                       h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   ASSERT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
-  const std::string id = Trim(r.out.substr(20));
+  const std::string id = JobIdOf(r.out);
 
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
   json job = h.Job(id);
@@ -241,12 +251,12 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   RunResult a = h.Cli({"sbatch", "--parsable", "--array=0-3%2", "-D", work, h.Path("sweep.sh")},
                       h.token("ann"));
   ASSERT_EQ(a.rc, 0) << a.err;
-  const std::string array = Trim(a.out);
+  const std::string array = JobIdOf(a.out);
   RunResult m = h.Cli(
       {"sbatch", "--parsable", "--dependency=afterok:" + array, "-D", work, h.Path("merge.sh")},
       h.token("ann"));
   ASSERT_EQ(m.rc, 0) << m.err;
-  const std::string merge = Trim(m.out);
+  const std::string merge = JobIdOf(m.out);
 
   // While the merge waits: squeue's view of it.
   RunResult q = h.Cli({"ls", "--format", "%i|%j|%a|%u|%T"}, h.token("ann"));
@@ -319,7 +329,7 @@ TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
           "#SBATCH --gres=gpu:nvidia_h100_80gb_hbm3:2\necho hi\n");
   RunResult r = h.Cli({"sbatch", "--parsable", h.Path("site.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  json job = h.Job(Trim(r.out));
+  json job = h.Job(JobIdOf(r.out));
   EXPECT_EQ(job["tier"], "critical") << job.dump();
   EXPECT_EQ(job["queue"], "research");
   EXPECT_EQ(job["pool"], "h100") << "the default partition";
@@ -353,7 +363,7 @@ TEST(Slurm, NodesAndTasksPerNodeAreHonouredExactly) {
           "srun sh -c 'env | sort > \"env-$SLURM_PROCID.txt\"'\n");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("two.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = Trim(r.out);
+  const std::string id = JobIdOf(r.out);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
   json job = h.Job(id);
   EXPECT_EQ(job["state"], "finished") << job.dump();
@@ -416,7 +426,7 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   h.Write("multi.sh", kMultiNodeScript);
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("multi.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = Trim(r.out);
+  const std::string id = JobIdOf(r.out);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 60)) << h.Job(id).dump();
   const json job = h.Job(id);
   EXPECT_EQ(job["state"], "finished") << job.dump() << h.Read("work/run-" + id.substr(1) + ".out");
@@ -468,7 +478,7 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(out.find("state RUNNING\n"), std::string::npos) << out;
   const size_t at = out.find("submitted ");
   ASSERT_NE(at, std::string::npos) << out;
-  const std::string next = Trim(out.substr(at + 10, out.find('\n', at) - at - 10));
+  const std::string next = JobIdOf(out.substr(at + 10, out.find('\n', at) - at - 10));
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {next}); }, 30)) << h.Job(next).dump();
   EXPECT_EQ(h.Job(next)["state"], "finished") << h.Job(next).dump();
   EXPECT_EQ(h.Job(next)["user"], "ann");
@@ -478,7 +488,8 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   // Its number is a number (scripts compute ports from it), and every command takes it.
   EXPECT_NE(out.find("port " + std::to_string(20000 + number % 1000) + "\n"), std::string::npos)
       << out;
-  EXPECT_EQ(h.Read("work/show.txt").rfind("JobId=" + id + " ", 0), 0u) << h.Read("work/show.txt");
+  EXPECT_EQ(h.Read("work/show.txt").rfind("JobId=" + id.substr(1) + " ", 0), 0u)
+      << h.Read("work/show.txt");  // the number, as Slurm's
   // sacct's rows for the script and each step, with their statuses.
   RunResult acct = h.Cli(
       {"acct", "-j", std::to_string(number), "-P", "-n", "-o", "JobID,JobName,State,ExitCode"},
@@ -508,7 +519,7 @@ TEST(Slurm, AJobsCredentialRunsStepsOfThatJobOnly) {
   for (int i = 0; i < 2; ++i) {
     RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("hold.sh")}, h.token("ann"));
     ASSERT_EQ(r.rc, 0) << r.err;
-    ids.push_back(Trim(r.out));
+    ids.push_back(JobIdOf(r.out));
   }
   auto number = [&](int i) {
     return std::to_string(h.Job(ids[static_cast<size_t>(i)])["seq"].get<int64_t>());
@@ -562,12 +573,38 @@ TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
           "echo \"srun ended $?\" > after.txt\nsleep 30\n");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("sig.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = Trim(r.out);
+  const std::string id = JobIdOf(r.out);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
   EXPECT_TRUE(fs::exists(work + "/sig-0.txt"));
   EXPECT_TRUE(fs::exists(work + "/sig-1.txt"));
   EXPECT_FALSE(fs::exists(work + "/sig-batch.txt")) << "the batch script got the steps' signal";
   EXPECT_EQ(h.Read("work/after.txt"), "srun ended 0\n");  // the tasks ended on USR1
+}
+
+// A 2-node batch job whose one step (a task per node: "begin N", `sleep_s`, "done N")
+// has started on both nodes; output in work/long.out, the script's "srun STATUS" last.
+// Its id, or "" (with the failure added) when it did not get that far.
+std::string SubmitLongStep(Harness& h, int sleep_s) {
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("long.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
+          "#SBATCH -t 2\n#SBATCH -o long.out\n"
+          "srun bash -c 'touch started-$SLURM_PROCID; echo \"begin $SLURM_PROCID\"; sleep " +
+              std::to_string(sleep_s) +
+              "; echo \"done $SLURM_PROCID\"'\n"
+              "echo \"srun $?\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("long.sh")}, h.token("ann"));
+  if (r.rc != 0) {
+    ADD_FAILURE() << r.err;
+    return "";
+  }
+  if (!Harness::WaitFor(
+          [&] { return fs::exists(work + "/started-0") && fs::exists(work + "/started-1"); }, 20)) {
+    ADD_FAILURE() << "the step did not start on both nodes";
+    return "";
+  }
+  return JobIdOf(r.out);
 }
 
 // A step outlives a gantryd crash: its tasks run on under their agents, srun waits for
@@ -576,18 +613,8 @@ TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
 TEST(Slurm, AStepOutlivesAGantrydCrash) {
   Harness h("slurm-restart");
   StartSlurmCluster(h);
-  const std::string work = h.Path("work");
-  fs::create_directories(work);
-  h.Write("long.sh",
-          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
-          "#SBATCH -t 2\n#SBATCH -o long.out\n"
-          "srun bash -c 'touch started-$SLURM_PROCID; sleep 4; echo \"done $SLURM_PROCID\"'\n"
-          "echo \"srun $?\"\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("long.sh")}, h.token("ann"));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = Trim(r.out);
-  ASSERT_TRUE(Harness::WaitFor(
-      [&] { return fs::exists(work + "/started-0") && fs::exists(work + "/started-1"); }, 20));
+  const std::string id = SubmitLongStep(h, 4);
+  ASSERT_FALSE(id.empty());
   h.KillServer(SIGKILL);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   h.StartServer();
@@ -608,19 +635,8 @@ TEST(Slurm, AStepOutlivesAGantrydCrash) {
 TEST(Slurm, AStepOutlivesItsAgentsBeingKilled) {
   Harness h("slurm-agent-kill");
   StartSlurmCluster(h);
-  const std::string work = h.Path("work");
-  fs::create_directories(work);
-  h.Write("long.sh",
-          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
-          "#SBATCH -t 2\n#SBATCH -o long.out\n"
-          "srun bash -c 'touch started-$SLURM_PROCID; echo \"begin $SLURM_PROCID\"; sleep 6; "
-          "echo \"done $SLURM_PROCID\"'\n"
-          "echo \"srun $?\"\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("long.sh")}, h.token("ann"));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = Trim(r.out);
-  ASSERT_TRUE(Harness::WaitFor(
-      [&] { return fs::exists(work + "/started-0") && fs::exists(work + "/started-1"); }, 20));
+  const std::string id = SubmitLongStep(h, 6);
+  ASSERT_FALSE(id.empty());
   const std::map<std::string, int> index = {{"h100-0", 0}, {"h100-1", 1}, {"spare-0", 2}};
   const json nodes = h.Job(id)["nodes"];
   ASSERT_EQ(nodes.size(), 2u) << h.Job(id).dump();
@@ -670,7 +686,7 @@ while true; do sleep 0.1; done
 )SH");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("ckpt.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = Trim(r.out);
+  const std::string id = JobIdOf(r.out);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
   const json job = h.Job(id);
   EXPECT_EQ(job["state"], "finished") << job.dump();

@@ -134,6 +134,23 @@ class ControllerTest : public ::testing::Test {
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
     return r.body;
   }
+  // A batch job (an sbatch script) of 4 task slots, 2 on each node, started: its id and
+  // the node its script runs on ("" when it did not start).
+  std::pair<std::string, std::string> StartBatchJob() {
+    Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":1,"replicas":4,
+                                 "workers_per_node":2,"script":"#!/bin/sh\nsrun true\n"})");
+    EXPECT_EQ(r.code, Code::kCreated) << r.body.dump();
+    const std::string id = r.body.value("id", "");
+    Beat("h100-0");
+    Beat("h100-1");
+    ctl_->Poke();
+    const json show = Show(id);
+    if (show.value("state", "") != "running") {
+      ADD_FAILURE() << show.dump();
+      return {id, ""};
+    }
+    return {id, show["workers"][0]["alloc"].value("node", "")};
+  }
   json Show(const std::string& id) {
     Reply r = ctl_->ShowJob(kAdmin, id);
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
@@ -1203,15 +1220,8 @@ TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
 // nodes; nothing crashes (CI runs this under ASan and UBSan). Found: `-w a,a` (a node
 // named twice) read out of bounds while checking whether the step could ever fit.
 TEST_F(ControllerTest, HostileStepBodiesAreRefusedOrPlacedOnTheJobsOwnNodes) {
-  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":1,"replicas":4,
-                               "workers_per_node":2,"script":"#!/bin/sh\nsrun true\n"})");
-  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
-  const std::string id = r.body["id"];
-  Beat("h100-0");
-  Beat("h100-1");
-  ctl_->Poke();
-  ASSERT_EQ(Show(id)["state"], "running");
-  const std::string first = Show(id)["workers"][0]["alloc"]["node"];
+  const auto [id, first] = StartBatchJob();
+  ASSERT_FALSE(first.empty());
   const std::string token = Beat(first)["workers"][0]["env"]["GANTRY_TOKEN"];
 
   // A node named twice is that node once, as Slurm reads `-w a,a`.
@@ -1313,16 +1323,8 @@ TEST_F(ControllerTest, HostileStepBodiesAreRefusedOrPlacedOnTheJobsOwnNodes) {
 }
 
 TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
-  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":2,"vram_gb":1,"replicas":4,
-                               "workers_per_node":2,"script":"#!/bin/sh\nsrun true\n"})");
-  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
-  const std::string id = r.body["id"];
-  Beat("h100-0");
-  Beat("h100-1");
-  ctl_->Poke();
-  json show = Show(id);
-  ASSERT_EQ(show["state"], "running") << show.dump();
-  const std::string first = show["workers"][0]["alloc"]["node"];
+  const auto [id, first] = StartBatchJob();
+  ASSERT_FALSE(first.empty());
   const std::string second = first == "h100-0" ? "h100-1" : "h100-0";
   json a = Beat(first), b = Beat(second);
   ASSERT_EQ(a["workers"].size(), 1u) << a.dump();  // the script only: rank 1 is a slot

@@ -349,8 +349,38 @@ std::string ColumnHeader(const Column& c, bool sacct) {
   return c.field;
 }
 
-std::string FieldValue(const json& job, const std::string& field, double now) {
+namespace {
+
+// DIGITS or DIGITS_DIGITS: what follows the j of an id gantryd gave (j12, j41_3).
+bool IsNumber(std::string_view v) {
+  auto digits = [](std::string_view d) {
+    return !d.empty() &&
+           std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const size_t underscore = v.find('_');
+  return digits(v.substr(0, underscore)) &&
+         (underscore == std::string_view::npos || digits(v.substr(underscore + 1)));
+}
+
+// Slurm's id for a row, as squeue and sacct show it: the job's number (j12 -> 12; an array
+// task's j41_3 -> 41_3; a job its user named, --id train, its number), with a step row's
+// suffix (12.batch, 12.0).
+std::string SlurmJobId(const json& job) {
   const std::string id = Str(job, "id");
+  const size_t dot = id.find('.');
+  const std::string base = id.substr(0, dot);
+  const std::string suffix = dot == std::string::npos ? "" : id.substr(dot);
+  if (base.size() > 1 && base[0] == 'j' && IsNumber(std::string_view(base).substr(1)))
+    return base.substr(1) + suffix;
+  if (job.contains("seq") && job["seq"].is_number_integer())
+    return std::to_string(job["seq"].get<int64_t>()) + suffix;
+  return id;
+}
+
+}  // namespace
+
+std::string FieldValue(const json& job, const std::string& field, double now) {
+  const std::string id = SlurmJobId(job);
   const std::string state = SlurmState(job);
   const std::vector<std::string> nodes = Nodes(job);
   const bool placed =
@@ -360,7 +390,8 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   if (field == "jobid") return id;
   if (field == "arrayjobid" || field == "jobarrayid") {
     const std::string a = Str(job, "array");
-    return field == "jobarrayid" || a.empty() ? id : a;
+    if (field == "jobarrayid" || a.empty()) return id;
+    return a.size() > 1 && a[0] == 'j' && IsNumber(std::string_view(a).substr(1)) ? a.substr(1) : a;
   }
   if (field == "arraytaskid")
     return job.contains("array_index") && job["array_index"].is_number()
@@ -496,8 +527,9 @@ bool JobIsOneOf(const json& job, const std::vector<std::string>& ids) {
     return !v.empty() && std::find(ids.begin(), ids.end(), v) != ids.end();
   };
   const std::string array = Str(job, "array");
-  // Numbers too, as Slurm's ids (SLURM_JOB_ID): the job's seq, a server-named array's.
-  return in(Str(job, "id")) || in(array) ||
+  // Numbers too, as Slurm's ids (SLURM_JOB_ID): the job's seq, a server-named array's, an
+  // array task's 41_3.
+  return in(Str(job, "id")) || in(array) || in(SlurmJobId(job)) ||
          (job.contains("seq") && job["seq"].is_number_integer() &&
           in(std::to_string(job["seq"].get<int64_t>()))) ||
          (array.size() > 1 && array[0] == 'j' && in(array.substr(1)));

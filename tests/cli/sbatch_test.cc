@@ -620,7 +620,7 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
             "TRES_PER_NODE ACCOUNT %");
   EXPECT_EQ(
       RenderRow(*cols, values, "", true, false),
-      "    j7 h100      train ann standard RUNNING R 1:00 2:00:00 2 h100-[0-1] gres/gpu:2 nlp %");
+      "     7 h100      train ann standard RUNNING R 1:00 2:00:00 2 h100-[0-1] gres/gpu:2 nlp %");
   EXPECT_FALSE(ParseSqueueFormat("%.5Z", error));
   EXPECT_NE(error.find("unknown field %Z"), std::string::npos);
   auto names = ParseSqueueNames(
@@ -674,9 +674,23 @@ TEST(SlurmFormat, SacctStatesExitCodesAndFilters) {
   ASSERT_TRUE(cols) << error;
   std::vector<std::string> v;
   for (const Column& c : *cols) v.push_back(FieldValue(Job("finished"), c.field, 0));
-  EXPECT_EQ(RenderRow(*cols, v, "|", false, false), "j7|train|COMPLETED|0:0");
-  EXPECT_EQ(RenderRow(*cols, v, "|", false, true), "j7|train|COMPLETED|0:0|");
-  EXPECT_EQ(RenderRow(*cols, v, " ", true, false), "            j7 train   COMPLETED      0:0");
+  // JobID the number, as Slurm's (j7 is job 7).
+  EXPECT_EQ(RenderRow(*cols, v, "|", false, false), "7|train|COMPLETED|0:0");
+  EXPECT_EQ(RenderRow(*cols, v, "|", false, true), "7|train|COMPLETED|0:0|");
+  EXPECT_EQ(RenderRow(*cols, v, " ", true, false), "             7 train   COMPLETED      0:0");
+  json named = Job("finished");
+  named["id"] = "train";
+  named["seq"] = 9;
+  EXPECT_EQ(FieldValue(named, "jobid", 0), "9");  // a job its user named: its number
+  named["id"] = "j41_3";
+  named["array"] = "j41";
+  EXPECT_EQ(FieldValue(named, "jobid", 0), "41_3");
+  EXPECT_EQ(FieldValue(named, "arrayjobid", 0), "41");
+  EXPECT_TRUE(JobIsOneOf(named, {"41_3"}));  // squeue -j 41_3, as Slurm's
+  EXPECT_TRUE(JobIsOneOf(named, {"j41_3"}));
+  EXPECT_FALSE(JobIsOneOf(named, {"41_4"}));
+  named["id"] = "j41_3.batch";
+  EXPECT_EQ(FieldValue(named, "jobid", 0), "41_3.batch");
   EXPECT_FALSE(ParseSacctFormat("JobID,Nope", error));
 
   AcctFilter f;

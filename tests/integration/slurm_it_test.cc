@@ -214,13 +214,15 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
       h.token("ann"));
   ASSERT_EQ(acct.rc, 0) << acct.err;
   // The job, its script (killed at the limit) and its step, as sacct shows them.
-  EXPECT_EQ(acct.out, "JobID|JobName|Account|User|State|AllocTRES\n" + id +
-                          "|train|research|ann|TIMEOUT|cpu=4,gres/gpu=4,node=1\n" + id +
-                          ".batch|batch|research|ann|CANCELLED|cpu=2,node=1\n" + id +
+  // JobID the number, as Slurm's.
+  const std::string n = id.substr(1);
+  EXPECT_EQ(acct.out, "JobID|JobName|Account|User|State|AllocTRES\n" + n +
+                          "|train|research|ann|TIMEOUT|cpu=4,gres/gpu=4,node=1\n" + n +
+                          ".batch|batch|research|ann|CANCELLED|cpu=2,node=1\n" + n +
                           ".0|bash|research|ann|COMPLETED|cpu=4,node=1\n");
   RunResult timeouts =
       h.Cli({"acct", "-X", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
-  EXPECT_EQ(timeouts.out, id + "\n") << timeouts.err;
+  EXPECT_EQ(timeouts.out, n + "\n") << timeouts.err;
   // A bad directive is refused with the script, line and directive, and nothing is submitted.
   h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --hold\n");
   RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));
@@ -261,7 +263,8 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   // While the merge waits: squeue's view of it.
   RunResult q = h.Cli({"ls", "--format", "%i|%j|%a|%u|%T"}, h.token("ann"));
   EXPECT_EQ(q.rc, 0) << q.err;
-  EXPECT_NE(q.out.find(merge + "|merge|research|ann|PENDING"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find(merge.substr(1) + "|merge|research|ann|PENDING"), std::string::npos)
+      << q.out;
 
   std::set<std::string> ids = {merge};
   for (int i = 0; i < 4; ++i) ids.insert(array + "_" + std::to_string(i));
@@ -300,13 +303,15 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
       h.Cli({"acct", "-X", "-j", array + "," + merge, "-P", "-n", "-o", "JobID,State,ExitCode"},
             h.token("ann"));
   std::string want;
-  for (int i = 0; i < 4; ++i) want += array + "_" + std::to_string(i) + "|COMPLETED|0:0\n";
-  EXPECT_EQ(acct.out, want + merge + "|COMPLETED|0:0\n") << acct.err;
+  for (int i = 0; i < 4; ++i)
+    want += array.substr(1) + "_" + std::to_string(i) + "|COMPLETED|0:0\n";
+  EXPECT_EQ(acct.out, want + merge.substr(1) + "|COMPLETED|0:0\n") << acct.err;
   // squeue -O over ended jobs too (--all).
   RunResult o =
       h.Cli({"ls", "--all", "-O", "JobID:12,Name:8,State:.10", "--noheader"}, h.token("ann"));
-  EXPECT_NE(o.out.find(merge + std::string(12 - merge.size(), ' ') + "merge   " + " COMPLETED"),
-            std::string::npos)
+  EXPECT_NE(
+      o.out.find(merge.substr(1) + std::string(13 - merge.size(), ' ') + "merge   " + " COMPLETED"),
+      std::string::npos)
       << o.out;
 }
 
@@ -490,13 +495,14 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
       << out;
   EXPECT_EQ(h.Read("work/show.txt").rfind("JobId=" + id.substr(1) + " ", 0), 0u)
       << h.Read("work/show.txt");  // the number, as Slurm's
-  // sacct's rows for the script and each step, with their statuses.
+  // sacct's rows for the script and each step, with their statuses (JobID the number).
+  const std::string n = id.substr(1);
   RunResult acct = h.Cli(
       {"acct", "-j", std::to_string(number), "-P", "-n", "-o", "JobID,JobName,State,ExitCode"},
       h.token("ann"));
   for (const std::string& row :
-       {id + "|multi.sh|COMPLETED|0:0\n", id + ".batch|batch|COMPLETED|0:0\n",
-        id + ".0|bash|COMPLETED|0:0\n", id + ".5|bash|FAILED|3:0\n", id + ".6|bash|FAILED|5:0\n"}) {
+       {n + "|multi.sh|COMPLETED|0:0\n", n + ".batch|batch|COMPLETED|0:0\n",
+        n + ".0|bash|COMPLETED|0:0\n", n + ".5|bash|FAILED|3:0\n", n + ".6|bash|FAILED|5:0\n"}) {
     EXPECT_NE(acct.out.find(row), std::string::npos) << row << " in\n" << acct.out;
   }
   // The job's credential ended with its run.
@@ -656,7 +662,8 @@ TEST(Slurm, AStepOutlivesItsAgentsBeingKilled) {
   }
   const RunResult acct =
       h.Cli({"acct", "-j", id, "--parsable2", "-n", "--format", "JobID,State"}, h.token("ann"));
-  EXPECT_EQ(acct.out, id + "|COMPLETED\n" + id + ".batch|COMPLETED\n" + id + ".0|COMPLETED\n")
+  const std::string n = id.substr(1);  // sacct's JobID: the number, as Slurm's
+  EXPECT_EQ(acct.out, n + "|COMPLETED\n" + n + ".batch|COMPLETED\n" + n + ".0|COMPLETED\n")
       << acct.err;
 }
 

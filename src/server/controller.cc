@@ -248,6 +248,16 @@ void Controller::StoreLost(const std::string& why, Ticks now, bool ahead) {
   }
 }
 
+Reply Controller::OutageReply(const std::string& message, Ticks now) const {
+  Reply r = Reply::Error(Code::kUnavailable, message);
+  r.body["status"] = "store unavailable";
+  r.body["store"] = "unavailable";
+  r.body["store_unavailable_s"] = static_cast<double>(now - outage_.since) / 1000.0;
+  r.body["role"] = "leader";
+  r.body["retry_after_s"] = 1;
+  return r;
+}
+
 void Controller::AnswerInOutage(std::vector<Message>& batch, const std::vector<Reply>& replies,
                                 Ticks now) {
   const bool hold = now < last_saved_ + HoldMs();
@@ -260,20 +270,17 @@ void Controller::AnswerInOutage(std::vector<Message>& batch, const std::vector<R
       try {
         r = m.run();
       } catch (const StoreDown& e) {
-        r = Reply::Error(Code::kUnavailable, why);
+        r = OutageReply(why, now);
       }
     } else if (m.kind == Kind::kHeartbeat) {
       // Nothing of the report is recorded and nothing new decided: the agent keeps what
       // it runs and reports it all again. Past the hold it looks for another server (a
       // standby may have taken over) and its lease runs out.
-      r = Reply::Error(Code::kUnavailable,
-                       why + (hold ? ": keep your workers and report again" : ""));
-      r.body["store"] = "unavailable";
+      r = OutageReply(why + (hold ? ": keep your workers and report again" : ""), now);
       r.body["hold"] = hold;
     } else {
-      r = Reply::Error(Code::kUnavailable, why + ": nothing was done; try again");
+      r = OutageReply(why + ": nothing was done; try again", now);
     }
-    r.body["retry_after_s"] = 1;
     m.done(std::move(r));
   }
 }

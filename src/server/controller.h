@@ -222,6 +222,9 @@ class Controller : public ApiBackend {
   // of its messages parked themselves (watches, answered by StoreLost).
   void StoreLost(const std::string& why, Ticks now, bool ahead);
   void AnswerInOutage(std::vector<Message>& batch, const std::vector<Reply>& replies, Ticks now);
+  // A 503 saying the store is unavailable, since when and to try again in a second: what
+  // every call gets during an outage (/healthz too, read-back or not).
+  Reply OutageReply(const std::string& message, Ticks now) const;
   void StoreBack(Ticks now);
   void ReadBack(Ticks now);
   // How long after the last saved batch agents are told to hold their workers: short

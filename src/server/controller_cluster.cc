@@ -342,14 +342,8 @@ void Controller::Health(Done done) {
         int up = 0;
         for (const NodeInfo& n : nodes_) up += n.up ? 1 : 0;
         Reply ok;
-        if (outage_.since >= 0) {  // up, but unable to save anything: not healthy
-          ok = Reply::Error(Code::kUnavailable, "the store is unavailable: " + outage_.why);
-          ok.body["status"] = "store unavailable";
-          ok.body["store_unavailable_s"] = static_cast<double>(now_ - outage_.since) / 1000.0;
-          ok.body["role"] = "leader";
-          ok.body["retry_after_s"] = 1;
-          return ok;
-        }
+        if (outage_.since >= 0)  // up, but unable to save anything: not healthy
+          return OutageReply("the store is unavailable: " + outage_.why, now_);
         ok.body = {{"status", "ok"},
                    {"instance", instance_},
                    {"role", "leader"},

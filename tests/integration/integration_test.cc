@@ -1178,7 +1178,16 @@ TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
   std::atomic<bool> stop{false};
   std::vector<std::string> accepted;
   std::string refusals;
-  std::thread submitter([&] {  // short jobs all along: some end while the store is out
+  std::thread submitter;
+  struct Join {  // an ASSERT below returns early: the submitter is stopped, not abandoned
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      if (t.joinable()) t.join();
+    }
+  } join{stop, submitter};
+  submitter = std::thread([&] {  // short jobs all along: some end while the store is out
     while (!stop.load()) {
       std::vector<std::string> argv = {GANTRY_BINARY, "--server", both,     "submit",
                                        "--queue",     "nlp",      "--gpus", "1",

@@ -12,7 +12,8 @@ that thread's). Waits until every submitted job ended, then prints one JSON obje
     (--gpus G: H100 jobs of G GPUs running `sleep --sleep` on the swarm's nodes instead)
 
     submits_per_s, healthz_p50_ms / p99 / max (sampled by a thread beside the submitters)
-    and healthz_ext_* (the same from a process of its own), heartbeat_rtt_p99_ms (the swarm's, over
+    and healthz_ext_* (the same from a process of its own, real-time priority as root),
+    heartbeat_rtt_p99_ms (the swarm's, over
     the submit phase), gantryd_cpu_s (during the submits), batches and
     batches_over_25_50_100_ms (the controller thread's batches during the submits, and how
     many took longer), lease_misses, ended, errors
@@ -149,7 +150,9 @@ def main():
         # The same sampling from a process of its own: the in-process sampler shares the
         # GIL with the submitters, so its figure also holds the time it waited for it.
         ext_out, ext_stop = os.path.join(d, 'healthz_ext.json'), os.path.join(d, 'healthz_ext.stop')
-        ext = subprocess.Popen(['chrt', '-f', '10', sys.executable, '-c', EXTERNAL_SAMPLER, str(port), ext_out, ext_stop])
+        # At real-time priority where it may (root), so its own waits for a CPU are not in it.
+        rt = ['chrt', '-f', '10'] if os.geteuid() == 0 and shutil.which('chrt') else []
+        ext = subprocess.Popen(rt + [sys.executable, '-c', EXTERNAL_SAMPLER, str(port), ext_out, ext_stop])
         perf = subprocess.Popen(['perf', 'record', '-F', '999', '--call-graph', 'dwarf,16384', '-o', a.perf, '-p',
                                  str(procs[0].pid)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) if a.perf else None
         sched = subprocess.Popen(['perf', 'sched', 'record', '-o', a.sched, '-p', str(procs[0].pid)],

@@ -351,17 +351,6 @@ std::string ColumnHeader(const Column& c, bool sacct) {
 
 namespace {
 
-// DIGITS or DIGITS_DIGITS: what follows the j of an id gantryd gave (j12, j41_3).
-bool IsNumber(std::string_view v) {
-  auto digits = [](std::string_view d) {
-    return !d.empty() &&
-           std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const size_t underscore = v.find('_');
-  return digits(v.substr(0, underscore)) &&
-         (underscore == std::string_view::npos || digits(v.substr(underscore + 1)));
-}
-
 // Slurm's id for a row, as squeue and sacct show it: the job's number (j12 -> 12; an array
 // task's j41_3 -> 41_3; a job its user named, --id train, its number), with a step row's
 // suffix (12.batch, 12.0).
@@ -370,8 +359,7 @@ std::string SlurmJobId(const json& job) {
   const size_t dot = id.find('.');
   const std::string base = id.substr(0, dot);
   const std::string suffix = dot == std::string::npos ? "" : id.substr(dot);
-  if (base.size() > 1 && base[0] == 'j' && IsNumber(std::string_view(base).substr(1)))
-    return base.substr(1) + suffix;
+  if (auto number = spec::NumberOfGivenId(base)) return *number + suffix;
   if (job.contains("seq") && job["seq"].is_number_integer())
     return std::to_string(job["seq"].get<int64_t>()) + suffix;
   return id;
@@ -391,7 +379,7 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   if (field == "arrayjobid" || field == "jobarrayid") {
     const std::string a = Str(job, "array");
     if (field == "jobarrayid" || a.empty()) return id;
-    return a.size() > 1 && a[0] == 'j' && IsNumber(std::string_view(a).substr(1)) ? a.substr(1) : a;
+    return spec::NumberOfGivenId(a).value_or(a);
   }
   if (field == "arraytaskid")
     return job.contains("array_index") && job["array_index"].is_number()

@@ -243,7 +243,7 @@ void Controller::StoreLost(const std::string& why, Ticks now, bool ahead) {
   outage_.ahead |= ahead;
   outage_.next_try = now + outage_.backoff;
   for (std::vector<Watcher>& ws : watchers_) {  // their answers would come from memory
-    for (Watcher& w : ws) w.done(Reply::Error(Code::kUnavailable, "the store is unavailable"));
+    for (Watcher& w : ws) w.done(OutageReply("gantryd's store is unavailable (" + why + ")", now));
     ws.clear();
   }
 }
@@ -287,7 +287,7 @@ void Controller::AnswerInOutage(std::vector<Message>& batch, const std::vector<R
 
 void Controller::StoreBack(Ticks now) {
   if (outage_.ahead) {
-    ReadBack(now);
+    ReadBack();
   } else {
     // Heartbeats were held, not read: every node gets a full timeout to report again.
     for (NodeInfo& info : nodes_) {
@@ -302,8 +302,7 @@ void Controller::StoreBack(Ticks now) {
 // node's version moved on, so that an answer sent before the outage and delivered late
 // (a watch held up in a cut link) is older than every answer after it: under a new
 // instance an agent would apply it and kill what was started since.
-void Controller::ReadBack(Ticks now) {
-  (void)now;
+void Controller::ReadBack() {
   const std::string instance = instance_;
   const std::vector<int64_t> versions = node_version_;
   sched_.reset();
@@ -316,7 +315,6 @@ void Controller::ReadBack(Ticks now) {
   done_order_.clear();
   tokens_.clear();
   active_by_team_.clear();
-  purged_logs_.clear();
   next_timers_ = 0;
   jobs_purged_ = -1;
   purge_more_ = false;

@@ -226,7 +226,7 @@ class Controller : public ApiBackend {
   // every call gets during an outage (/healthz too, read-back or not).
   Reply OutageReply(const std::string& message, Ticks now) const;
   void StoreBack(Ticks now);
-  void ReadBack(Ticks now);
+  void ReadBack();
   // How long after the last saved batch agents are told to hold their workers: short
   // enough that a standby that took over meanwhile finds them fenced before it declares
   // their nodes lost (hold + the agents' lease < the node timeout).

@@ -30,10 +30,7 @@ int MasterPort(int64_t seq, int run) {
 std::string Controller::ArrayJobNumber(const Job& job) const {
   // An array gantryd named (j41) has its first task's number in its name; one its user
   // named (sweep) has its first task's number as gantryd has the tasks.
-  const std::string_view rest = std::string_view(job.array).substr(job.array.empty() ? 0 : 1);
-  if (job.array.size() > 1 && job.array[0] == 'j' &&
-      std::all_of(rest.begin(), rest.end(), [](char c) { return c >= '0' && c <= '9'; }))
-    return std::string(rest);
+  if (auto number = spec::NumberOfGivenId(job.array)) return *number;
   auto tasks = arrays_.find(job.array);
   if (tasks != arrays_.end() && !tasks->second.empty())
     return std::to_string(tasks->second.front());
@@ -299,11 +296,10 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
 
 void Controller::Heartbeat(std::string token, std::string node_name, json body,
                            std::string remote_addr, Done done) {
-  // Decoded here, on the caller's (HTTP) thread, and the JSON let go here too: at 1,024
+  // Decoded here, on the caller's (HTTP) thread, where the JSON is let go too: at 1,024
   // nodes this was a third of the controller thread's time (issue 49). A body that does
   // not decode is refused after authentication, as before.
   auto shared = std::make_shared<Result<AgentReport>>(proto::DecodeHeartbeat(body));
-  body = json();
   CallAsAgent(
       std::move(token), std::move(node_name), std::move(done),
       [this, shared, remote_addr = std::move(remote_addr)](core::NodeId n) -> Reply {

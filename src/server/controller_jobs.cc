@@ -21,21 +21,6 @@ using nlohmann::json;
 
 // ---------------------------------------------------------------- names
 
-namespace {
-
-// DIGITS or DIGITS_DIGITS: a job's number, or an array task's (Slurm's ids).
-bool IsJobNumber(std::string_view name) {
-  auto digits = [](std::string_view v) {
-    return !v.empty() &&
-           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const size_t underscore = name.find('_');
-  return digits(name.substr(0, underscore)) &&
-         (underscore == std::string_view::npos || digits(name.substr(underscore + 1)));
-}
-
-}  // namespace
-
 std::optional<std::string> BadJobName(const std::string& name) {
   // Names reach URLs, log paths and shells: a safe set, as Slurm's job names in practice.
   if (name.empty() || name.size() > 100)
@@ -50,11 +35,11 @@ std::optional<std::string> BadJobName(const std::string& name) {
   // name there would block every later submission without an id once the counter reached
   // it. Digits alone (and DIGITS_DIGITS) are job numbers (Slurm's ids, SLURM_JOB_ID): a
   // name of them would stand for another job.
-  if (name[0] == 'j' && IsJobNumber(std::string_view(name).substr(1))) {
+  if (spec::NumberOfGivenId(name)) {
     return "\"" + name +
            "\" is reserved: j followed by digits is how the server names jobs without an id";
   }
-  if (IsJobNumber(name)) {
+  if (spec::IsJobNumber(name)) {
     return "\"" + name + "\" is reserved: digits are job numbers (12 stands for job j12)";
   }
   return std::nullopt;
@@ -155,7 +140,7 @@ bool Controller::MayManage(const Principal& p, const Job& job) const {
 }
 
 std::string Controller::Resolve(const std::string& name) const {
-  if (by_name_.count(name) || arrays_.count(name) || !IsJobNumber(name)) return name;
+  if (by_name_.count(name) || arrays_.count(name) || !spec::IsJobNumber(name)) return name;
   if (name.find('_') == std::string::npos) {
     // An array's number (its first task's, SLURM_ARRAY_JOB_ID) stands for the array; a
     // job's (SLURM_JOB_ID: its seq) for the job, while gantryd has it in memory; the

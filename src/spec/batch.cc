@@ -108,6 +108,21 @@ std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& n) 
   return out;
 }
 
+bool IsJobNumber(std::string_view id) {
+  auto digits = [](std::string_view v) {
+    return !v.empty() &&
+           std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const size_t underscore = id.find('_');
+  return digits(id.substr(0, underscore)) &&
+         (underscore == std::string_view::npos || digits(id.substr(underscore + 1)));
+}
+
+std::optional<std::string> NumberOfGivenId(std::string_view id) {
+  if (id.size() < 2 || id[0] != 'j' || !IsJobNumber(id.substr(1))) return std::nullopt;
+  return std::string(id.substr(1));
+}
+
 bool PatternPerRank(std::string_view pattern) {
   for (size_t i = 0; i + 1 < pattern.size(); ++i) {
     if (pattern[i] != '%') continue;

@@ -15,9 +15,9 @@ namespace gantry::spec {
 
 // What a pattern's fields stand for, for one worker.
 struct OutputNames {
-  std::string job;         // %j: the job id (an array task's own id, e.g. j41_3)
+  std::string job;         // %j: the job's number (an array task's own), e.g. 43
   std::string name;        // %x: the job name (its id when it has none)
-  std::string array_job;   // %A: the array's id (the job id when not an array task)
+  std::string array_job;   // %A: the array's number (the job's when not an array task)
   std::string array_task;  // %a: the task index ("4294967294" as Slurm, when not a task)
   std::string node;        // %N: the worker's node
   std::string user;        // %u: the submitting user
@@ -32,6 +32,13 @@ std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& nam
 // Whether each rank gets a file of its own (the pattern names %t): otherwise only rank 0
 // writes to it, as only Slurm's batch step does.
 bool PatternPerRank(std::string_view pattern);
+
+// DIGITS or DIGITS_DIGITS: a job's number or an array task's, as Slurm writes them (what
+// follows the j of an id gantryd gave: j12, j41_3).
+bool IsJobNumber(std::string_view id);
+// The number of an id gantryd gave ("j12" -> "12", "j41_3" -> "41_3"); nullopt for any
+// other id (one its user named, a number already).
+std::optional<std::string> NumberOfGivenId(std::string_view id);
 
 // Node names as Slurm's compressed host list (SLURM_JOB_NODELIST): names that end in a
 // number and share the rest are bracketed, in the order given: "h100-[0-2,5],cpu-0".

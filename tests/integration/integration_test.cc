@@ -1048,6 +1048,86 @@ std::unique_ptr<server::testing::PgServer> LeaderAndStandbyOnPostgres(
   return std::move(*pg);
 }
 
+// Three agents (h100-0..2) talking to `urls`, and four jobs of 2 GPUs each running
+// `ms`, waited for until all four run; their ids (a failure added when they do not).
+std::set<std::string> FourRunningJobs(Harness& h, const std::string& urls, int ms) {
+  for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), urls);
+  if (!Harness::WaitFor([&] { return h.NodesUp(3); }, 15)) ADD_FAILURE() << "agents not up";
+  std::set<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<std::string> args = {"--queue", "research", "--gpus", "2", "--vram-gb", "20", "--"};
+    for (auto& s : Job(h, ms)) args.push_back(s);
+    ids.insert(Submit(h, "a", args));
+  }
+  if (!Harness::WaitFor(
+          [&] {
+            int running = 0;
+            for (const auto& [id, st] : States(h)) running += st == "running";
+            return running == 4;
+          },
+          15)) {
+    ADD_FAILURE() << "the four jobs did not all run";
+  }
+  return ids;
+}
+
+// A client submitting 1-GPU jobs of `job_ms` through `urls` as team b, one after the
+// other with `pause_ms` between, until Stop (or its destructor: an ASSERT that returns
+// early stops it instead of abandoning the thread).
+class Submitter {
+ public:
+  Submitter(const Harness& h, const std::string& urls, int job_ms, int pause_ms)
+      : thread_([this, &h, urls, job_ms, pause_ms] {
+          while (!stop_.load()) {
+            std::vector<std::string> argv = {GANTRY_BINARY, "--server", urls,     "submit",
+                                             "--queue",     "nlp",      "--gpus", "1",
+                                             "--vram-gb",   "10",       "--"};
+            for (auto& s : Job(h, job_ms)) argv.push_back(s);
+            RunResult r = it::Run(argv, {{"GANTRY_TOKEN", h.token("b")}});
+            std::string id = r.out;
+            while (!id.empty() && id.back() == '\n') id.pop_back();
+            if (r.rc == 0) {
+              accepted_.push_back(id);
+            } else {
+              refusals_ += r.err;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+          }
+        }) {}
+  ~Submitter() { Stop(); }
+  void Stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  // After Stop.
+  const std::vector<std::string>& accepted() const { return accepted_; }
+  const std::string& refusals() const { return refusals_; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::string> accepted_;
+  std::string refusals_;
+  std::thread thread_;  // last: it starts once the rest is made
+};
+
+// Every job of `ids` ends, finished, having run exactly once and never requeued (with
+// `one_start`, one start event too).
+void ExpectEachFinishedOnce(Harness& h, const std::set<std::string>& ids, bool one_start) {
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
+      << h.Cli({"ls", "--all"}, h.token("admin")).out;
+  const auto states = States(h);
+  const std::vector<json> events = Events(h);
+  for (const std::string& id : ids) {
+    ASSERT_TRUE(states.count(id)) << id << " was accepted and then lost";
+    EXPECT_EQ(states.at(id), "finished") << id << ": " << h.Job(id).dump();
+    EXPECT_EQ(Envs(h, id).size(), 1u) << id << " did not run exactly once";
+    if (one_start) {
+      EXPECT_EQ(CountEvents(events, "start", id), 1) << id;
+    }
+    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
+  }
+}
+
 // Issue 13, a standby on PostgreSQL: a leader and a standby gantryd share one database.
 // The leader is killed (-9) while jobs run and a client keeps submitting through both
 // URLs; the standby must serve within 5 s, every accepted job must finish once (running
@@ -1065,42 +1145,9 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   EXPECT_EQ(status, 503);
   EXPECT_EQ(Health(h.PeerUrl(), &status).value("role", ""), "standby");
   const std::string both = h.ServerUrl() + "," + h.PeerUrl();
-  for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), both);
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(3); }, 15));
-
-  std::set<std::string> ids;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> args = {"--queue", "research", "--gpus", "2", "--vram-gb", "20", "--"};
-    for (auto& s : Job(h, 6000)) args.push_back(s);
-    ids.insert(Submit(h, "a", args));
-  }
-  ASSERT_TRUE(Harness::WaitFor(
-      [&] {
-        int running = 0;
-        for (const auto& [id, st] : States(h)) running += st == "running";
-        return running == 4;
-      },
-      15));
-  // A client submitting all along, through both URLs.
-  std::atomic<bool> stop{false};
-  std::vector<std::string> accepted;
-  std::string refusals;
-  std::thread submitter([&] {
-    while (!stop.load()) {
-      std::vector<std::string> argv = {GANTRY_BINARY, "--server", both,     "submit",
-                                       "--queue",     "nlp",      "--gpus", "1",
-                                       "--vram-gb",   "10",       "--"};
-      for (auto& s : Job(h, 300)) argv.push_back(s);
-      RunResult r = it::Run(argv, {{"GANTRY_TOKEN", h.token("b")}});
-      std::string id = r.out;
-      while (!id.empty() && id.back() == '\n') id.pop_back();
-      if (r.rc == 0) {
-        accepted.push_back(id);
-      } else {
-        refusals += r.err;
-      }
-    }
-  });
+  std::set<std::string> ids = FourRunningJobs(h, both, 6000);
+  ASSERT_FALSE(HasFailure());
+  Submitter submitter(h, both, 300, 0);  // a client submitting all along, through both URLs
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto killed = std::chrono::steady_clock::now();
   h.KillServer(SIGKILL);
@@ -1116,28 +1163,17 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   std::cerr << "failover: the standby served " << failover_s << " s after the leader was killed\n";
   EXPECT_LT(failover_s, 5.0);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  stop = true;
-  submitter.join();
-  EXPECT_EQ(refusals, "") << "a submit failed across the failover";
-  EXPECT_GE(accepted.size(), 3u);
+  submitter.Stop();
+  EXPECT_EQ(submitter.refusals(), "") << "a submit failed across the failover";
+  EXPECT_GE(submitter.accepted().size(), 3u);
   h.SwapWithPeer();
   h.StartPeer(flags);  // the old leader, back as the standby
   ASSERT_TRUE(Harness::WaitFor(
       [&] { return Health(h.PeerUrl(), &status).value("leader", "") == h.ServerUrl(); }, 10));
   EXPECT_EQ(status, 503);
 
-  ids.insert(accepted.begin(), accepted.end());
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
-      << h.Cli({"ls", "--all"}, h.token("admin")).out;
-  const auto states = States(h);
-  const std::vector<json> events = Events(h);
-  for (const std::string& id : ids) {
-    ASSERT_TRUE(states.count(id)) << id << " was accepted and then lost";
-    EXPECT_EQ(states.at(id), "finished") << id;
-    EXPECT_EQ(Envs(h, id).size(), 1u) << id << " did not run exactly once";
-    EXPECT_EQ(CountEvents(events, "start", id), 1) << id;
-    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
-  }
+  ids.insert(submitter.accepted().begin(), submitter.accepted().end());
+  ExpectEachFinishedOnce(h, ids, /*one_start=*/true);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
 }
 
@@ -1159,51 +1195,9 @@ TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
   const int64_t epoch = Health(h.ServerUrl(), &status).value("epoch", int64_t{-1});
   ASSERT_EQ(status, 200);
   const std::string both = h.ServerUrl() + "," + h.PeerUrl();
-  for (int i = 0; i < 3; ++i) h.StartAgent("h100-" + std::to_string(i), both);
-  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(3); }, 15));
-
-  std::set<std::string> ids;
-  for (int i = 0; i < 4; ++i) {
-    std::vector<std::string> args = {"--queue", "research", "--gpus", "2", "--vram-gb", "20", "--"};
-    for (auto& s : Job(h, 12000)) args.push_back(s);
-    ids.insert(Submit(h, "a", args));
-  }
-  ASSERT_TRUE(Harness::WaitFor(
-      [&] {
-        int running = 0;
-        for (const auto& [id, st] : States(h)) running += st == "running";
-        return running == 4;
-      },
-      15));
-  std::atomic<bool> stop{false};
-  std::vector<std::string> accepted;
-  std::string refusals;
-  std::thread submitter;
-  struct Join {  // an ASSERT below returns early: the submitter is stopped, not abandoned
-    std::atomic<bool>& stop;
-    std::thread& t;
-    ~Join() {
-      stop = true;
-      if (t.joinable()) t.join();
-    }
-  } join{stop, submitter};
-  submitter = std::thread([&] {  // short jobs all along: some end while the store is out
-    while (!stop.load()) {
-      std::vector<std::string> argv = {GANTRY_BINARY, "--server", both,     "submit",
-                                       "--queue",     "nlp",      "--gpus", "1",
-                                       "--vram-gb",   "10",       "--"};
-      for (auto& s : Job(h, 1500)) argv.push_back(s);
-      RunResult r = it::Run(argv, {{"GANTRY_TOKEN", h.token("b")}});
-      std::string id = r.out;
-      while (!id.empty() && id.back() == '\n') id.pop_back();
-      if (r.rc == 0) {
-        accepted.push_back(id);
-      } else {
-        refusals += r.err;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  });
+  std::set<std::string> ids = FourRunningJobs(h, both, 12000);
+  ASSERT_FALSE(HasFailure());
+  Submitter submitter(h, both, 1500, 200);  // short jobs: some end while the store is out
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
 
   const auto down = std::chrono::steady_clock::now();
@@ -1245,22 +1239,12 @@ TEST(Integration, APostgresRestartEndsNeitherGantrydNorItsJobs) {
   EXPECT_EQ(Health(h.PeerUrl(), &status).value("role", ""), "standby");
   EXPECT_EQ(status, 503);
   std::this_thread::sleep_for(std::chrono::seconds(2));
-  stop = true;
-  submitter.join();
-  EXPECT_EQ(refusals, "") << "a submit failed across the outage";
-  EXPECT_GE(accepted.size(), 5u);
+  submitter.Stop();
+  EXPECT_EQ(submitter.refusals(), "") << "a submit failed across the outage";
+  EXPECT_GE(submitter.accepted().size(), 5u);
 
-  ids.insert(accepted.begin(), accepted.end());
-  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 60))
-      << h.Cli({"ls", "--all"}, h.token("admin")).out;
-  const auto states = States(h);
-  const std::vector<json> events = Events(h);
-  for (const std::string& id : ids) {
-    ASSERT_TRUE(states.count(id)) << id << " was accepted and then lost";
-    EXPECT_EQ(states.at(id), "finished") << id << ": " << h.Job(id).dump();
-    EXPECT_EQ(Envs(h, id).size(), 1u) << id << " did not run exactly once";
-    EXPECT_EQ(CountEvents(events, "requeue", id), 0) << id;
-  }
+  ids.insert(submitter.accepted().begin(), submitter.accepted().end());
+  ExpectEachFinishedOnce(h, ids, /*one_start=*/false);
   const std::string log = h.Read("gantryd.log");
   EXPECT_NE(log.find("store unavailable"), std::string::npos);
   EXPECT_NE(log.find("store available again"), std::string::npos);

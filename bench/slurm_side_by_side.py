@@ -87,10 +87,10 @@ class Server:
         return r.status, data
 
 
-def start_cluster(build, d, nodes, agents, procs, flags=(), up_within_s=60):
+def start_cluster(build, d, nodes, agents, procs, flags=(), up_within_s=60, swarm_flags=()):
     """gantryd on a fresh SQLite file in `d` (its cluster.yaml: pool `gpu` of `nodes` nodes of
     8 H100s, pool `probe` of `agents` nodes of 8 A100s, one queue `research` guaranteed every
-    GPU), one gantry-swarm for the `gpu` nodes (stats in d/swarm.json) and a real
+    GPU), one gantry-swarm for the `gpu` nodes (stats in d/swarm.json; `swarm_flags` passed to it) and a real
     gantry-agent per probe node, all up (`up_within_s` at most). Each process is appended to `procs`
     as it starts (stop them with stop_cluster, also when this raises). Returns (port, admin
     token)."""
@@ -118,7 +118,8 @@ def start_cluster(build, d, nodes, agents, procs, flags=(), up_within_s=60):
     env = dict(os.environ, GANTRY_SERVER=url, GANTRY_TOKEN=agent_tok)
     if nodes:
         procs.append(subprocess.Popen([swarm, '--server', url, '--pool', 'gpu:%d:8xH100-80GB' % nodes, '--stats',
-                                       os.path.join(d, 'swarm.json')], env=env, stdout=log('swarm.out'),
+                                       os.path.join(d, 'swarm.json')] + list(swarm_flags), env=env,
+                                      stdout=log('swarm.out'),
                                       stderr=log('swarm.log')))
     # --run-as agent: the benchmarks' tokens name no user, and a root agent runs jobs as
     # their users by default (the side-by-side died on an empty list when it did). Agents

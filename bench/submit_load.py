@@ -70,6 +70,8 @@ def main():
     ap.add_argument('--sched', help="record gantryd's scheduler events in the submit phase (perf sched) into this "
                                     "file and print how long its controller thread (gantryd-ctl) waited for a CPU")
     ap.add_argument('--gantryd-flag', action='append', default=[], help='passed to gantryd')
+    ap.add_argument('--in-step', action='store_true',
+                    help="the swarm's nodes beat in step (gantry-swarm --in-step: the worst case)")
     a = ap.parse_args()
     if a.tiny:
         a.nodes, a.agents, a.prefill, a.submits, a.threads, a.timeout = 8, 1, 20, 200, 4, 120
@@ -77,7 +79,8 @@ def main():
     d = tempfile.mkdtemp(prefix='gantry-load-')
     procs, errors = [], []
     try:
-        port, admin = start_cluster(b, d, a.nodes, a.agents, procs, a.gantryd_flag, up_within_s=120)
+        port, admin = start_cluster(b, d, a.nodes, a.agents, procs, a.gantryd_flag, up_within_s=120,
+                                    swarm_flags=['--in-step'] if a.in_step else [])
         stats_path = os.path.join(d, 'swarm.json')
         srv = Server(port, admin)
         health = lambda: json.loads(srv.call('GET', '/healthz')[1])

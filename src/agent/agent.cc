@@ -105,8 +105,11 @@ int Agent::Run(const std::atomic<bool>& stop, const std::atomic<bool>* leave) {
       UploadLogs();
       last_heartbeat = Now();
       exits_pending_ = false;  // a failed heartbeat leaves them to the next one on time
+      const bool joining = last_ok_.load() == 0 || !last_error_.empty();
       Heartbeat(last_heartbeat);
-      next_heartbeat = Now() + heartbeat_ms_;
+      next_heartbeat = Now() + (joining && last_error_.empty()
+                                    ? FirstBeatAfterJoining(options_.node, heartbeat_ms_)
+                                    : heartbeat_ms_);
     }
     std::optional<proto::WatchAnswer> answer;
     {

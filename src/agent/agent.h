@@ -102,6 +102,13 @@ struct AgentOptions {
 // One GPU as the heartbeat reports it (proto::GpuReport).
 proto::GpuReport WireGpu(const GpuInfo& gpu, int64_t idle_ms);
 
+// How long after its first answered heartbeat (at start, or after the server was out of
+// reach) a node beats again: between half an interval and one and a half, at a point its
+// name fixes. Nodes that join together (all of them when gantryd restarts, a swarm) would
+// otherwise beat in step for good and reach gantryd in waves of a whole cluster's
+// answers; kubelet jitters its node updates for the same reason.
+int64_t FirstBeatAfterJoining(const std::string& node, int64_t interval_ms);
+
 // What a worker holds on its node's GPUs, as its alloc says.
 struct WorkerShare {
   std::string sharing = "exclusive";  // exclusive, mig, mps or timeslice

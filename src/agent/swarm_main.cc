@@ -3,11 +3,12 @@
 // control plane at the sizes users run (256-1,024 nodes on a 2-core machine).
 //
 //   gantry-swarm --server URL --pool NAME:COUNT:8xH100-80GB [--pool ...] [--stats FILE]
-//                [--duration-s S]
+//                [--duration-s S] [--in-step]
 //
 // Each node `NAME-i` (i < COUNT; the cluster config's pool naming) does what gantry-agent
 // does, on the wire: heartbeats (GPUs from the same emulation as `gantry-agent
-// --emulate`, running workers, exits) at the interval the server gives, a watch (long
+// --emulate`, running workers, exits) at the interval the server gives, spread over it
+// as agents spread theirs (agent::FirstBeatAfterJoining; --in-step: all in step), a watch (long
 // poll) on a second connection, a heartbeat at once when a worker ends, and the lease:
 // a node that has heard nothing from the server for its lease "stops" its workers and
 // counts a lease miss. Workers are not processes: a worker runs for the N seconds of a
@@ -177,8 +178,9 @@ class Conn {
 class Node {
  public:
   Node(net::io_context& ioc, tcp::endpoint ep, const std::string& host, const std::string& token,
-       std::string name, agent::EmulateSpec spec, Stats& stats)
+       std::string name, agent::EmulateSpec spec, bool in_step, Stats& stats)
       : name_(std::move(name)),
+        in_step_(in_step),
         gpus_(name_, spec),
         beat_(ioc, ep, host, token),
         watch_(ioc, ep, host, token),
@@ -193,8 +195,10 @@ class Node {
       Progress(now);
       if (now >= next || exits_pending_) {
         exits_pending_ = false;
+        const bool joining = !ok_ && !in_step_;
         co_await Heartbeat(now);
-        next = NowMs() + heartbeat_ms_;
+        next = NowMs() + (joining && ok_ ? agent::FirstBeatAfterJoining(name_, heartbeat_ms_)
+                                         : heartbeat_ms_);
       }
       int64_t until = next;
       for (const auto& [key, w] : workers_) {
@@ -288,6 +292,7 @@ class Node {
     Result<proto::HeartbeatReply> reply = res && res->result_int() == 200
                                               ? proto::ParseHeartbeatReply(res->body())
                                               : Result<proto::HeartbeatReply>(Error{"", "refused"});
+    ok_ = static_cast<bool>(reply);
     if (!reply) {
       ++stats_.heartbeat_failures;
       if (res && !failed_said_) {
@@ -352,6 +357,7 @@ class Node {
   }
 
   std::string name_;
+  const bool in_step_;  // --in-step
   agent::EmulatedGpus gpus_;
   Conn beat_, watch_;
   net::steady_timer wake_;
@@ -362,6 +368,7 @@ class Node {
   std::string instance_;
   int64_t version_ = -1;
   int64_t heartbeat_ms_ = 1000, lease_ms_ = 0, last_ok_ = 0;
+  bool ok_ = false;  // the last heartbeat was answered
   bool exits_pending_ = false, fenced_ = false, failed_said_ = false;
 };
 
@@ -372,6 +379,7 @@ int main(int argc, char** argv) {
   std::string server, token_file, stats_path;
   std::vector<std::string> pools;
   double duration_s = 0;
+  bool in_step = false;
   std::string token = std::getenv("GANTRY_TOKEN") ? std::getenv("GANTRY_TOKEN") : "";
   if (const char* s = std::getenv("GANTRY_SERVER")) server = s;
   app.add_option("--server", server, "gantryd URL, http://HOST:PORT (default: $GANTRY_SERVER)");
@@ -382,6 +390,9 @@ int main(int argc, char** argv) {
   app.add_option("--stats", stats_path, "Rewrite these stats (JSON) every second");
   app.add_option("--duration-s", duration_s,
                  "Stop after this long (default: at SIGTERM or SIGINT)");
+  app.add_flag("--in-step", in_step,
+               "Nodes keep beating in step with their first heartbeat (the worst case for "
+               "gantryd; agents, and the swarm by default, spread their beats over the interval)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -438,8 +449,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (int i = 0; i < count; ++i) {
-      nodes.push_back(std::make_unique<Node>(
-          ioc, ep, hostport, token, p.substr(0, a) + "-" + std::to_string(i), *spec, stats));
+      nodes.push_back(std::make_unique<Node>(ioc, ep, hostport, token,
+                                             p.substr(0, a) + "-" + std::to_string(i), *spec,
+                                             in_step, stats));
     }
   }
   bool stop = false;

@@ -202,8 +202,14 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     events_out_->flush();
   }
   event_buf_.str("");
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (!replies[i].deferred) batch[i].done(std::move(replies[i]));
+  // Callers first, heartbeats after: the I/O threads take answers in the order they are
+  // handed over, and a node's next beat can wait a few milliseconds where a person, a
+  // script or a probe of /healthz should not wait behind a cluster's heartbeat answers.
+  for (const bool beats : {false, true}) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (!replies[i].deferred && (batch[i].kind == Kind::kHeartbeat) == beats)
+        batch[i].done(std::move(replies[i]));
+    }
   }
   AnswerWatchers(now, /*all=*/false);
   const auto t_end = Clock::now();

@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+
+#include "agent/agent.h"
 
 namespace gantry::agent {
 namespace {
@@ -41,6 +44,30 @@ TEST(Emulated, UuidsAreStablePerNodeAndDistinct) {
   EXPECT_EQ(mig.rfind("MIG-", 0), 0u);
   EXPECT_EQ(mig, a.MigUuid(ga[2], "1g.10gb", 3));
   EXPECT_NE(mig, a.MigUuid(ga[2], "1g.10gb", 4));
+}
+
+// 1,024 nodes that join at once (a swarm; every agent after gantryd restarts) come back
+// spread over the whole interval, each at its own fixed point, not in one wave.
+TEST(Heartbeats, NodesThatJoinTogetherBeatAgainOutOfStep) {
+  const int64_t interval = 2000;
+  std::vector<int> tenths(10, 0);
+  std::set<int64_t> points;
+  for (int i = 0; i < 1024; ++i) {
+    const std::string node = "gpu-" + std::to_string(i);
+    const int64_t next = FirstBeatAfterJoining(node, interval);
+    ASSERT_GE(next, interval / 2) << node;
+    ASSERT_LT(next, interval + interval / 2) << node;
+    EXPECT_EQ(next, FirstBeatAfterJoining(node, interval)) << node;
+    ++tenths[static_cast<size_t>((next - interval / 2) * 10 / interval)];
+    points.insert(next);
+  }
+  for (size_t t = 0; t < tenths.size(); ++t) {
+    EXPECT_GT(tenths[t], 60) << "tenth " << t << " of the interval";  // 102 if even
+    EXPECT_LT(tenths[t], 150) << "tenth " << t << " of the interval";
+  }
+  EXPECT_GT(points.size(), 500u);
+  EXPECT_EQ(FirstBeatAfterJoining("gpu-0", 10), FirstBeatAfterJoining("gpu-0", 10));
+  EXPECT_GE(FirstBeatAfterJoining("gpu-0", 10), 5);
 }
 
 TEST(Emulated, LostGpusFromAFile) {

@@ -581,10 +581,26 @@ bool Placer::PlaceOn(const JobSpec& job, Fit fit, NodeId n, Allocation& out) {
   return PlaceWorkers(job, fit, Scope{pool, i, i + 1}, out);
 }
 
+bool Placer::PlaceOneModel(const JobSpec& job, Fit fit, Allocation& out) {
+  const Cluster& cluster = ledger_.cluster();
+  ModelMask left = job.models & cluster.present_models();
+  if (!job.uses_gpu() || job.replicas < 2 || std::popcount(left) < 2)
+    return PlaceWorkers(job, fit, Scope{}, out);
+  JobSpec one = job;
+  for (const Pool& pool : cluster.pools()) {
+    const ModelMask m = pool.spec.gpus > 0 ? ModelMask{1} << pool.spec.model.v : 0;
+    if ((left & m) == 0) continue;
+    left &= ~m;
+    one.models = m;
+    if (PlaceWorkers(one, fit, Scope{}, out)) return true;
+  }
+  return false;
+}
+
 bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
   const Cluster& cluster = ledger_.cluster();
   const Topology topology = Effective(job);
-  if (topology == Topology::kSpine) return PlaceWorkers(job, fit, Scope{}, out);
+  if (topology == Topology::kSpine) return PlaceOneModel(job, fit, out);
   const int whole_need = IsWhole(job) ? job.gpus * job.replicas : 0;
   const auto pools = static_cast<uint32_t>(cluster.pools().size());
   if (topology == Topology::kLeaf) {

@@ -3,11 +3,13 @@
 // Place() puts every worker of a job into the ledger or none of them (a failed attempt
 // is rolled back), honouring GPU model, VRAM, sharing mode, spot (critical work never on
 // spot pools), CPUs, memory and the job's topology domain (NVLink domain, node, leaf,
-// spine). Searches walk the ledger's free-capacity bitsets, never every node, except
-// for CPU-only workers and for fractional gangs with a node/leaf topology.
-// Fit::kFirst takes the lowest ids (the fifo baseline); Fit::kBest packs: fullest node,
-// fullest leaf, fullest shared GPU first, so whole nodes and leaves stay free.
-// With a Fragmentation that has a mix, Fit::kBest places each worker where the node's
+// spine). A gang's workers all get GPUs of one model, as Kueue gives a pod set one
+// flavor: a job that names no model (or several) would otherwise run at the pace of its
+// slowest GPUs (a leaf, a node and an NVLink domain are of one pool, so one model). Searches walk
+// the ledger's free-capacity bitsets, never every node, except for CPU-only workers and for
+// fractional gangs with a node/leaf topology. Fit::kFirst takes the lowest ids (the fifo baseline);
+// Fit::kBest packs: fullest node, fullest leaf, fullest shared GPU first, so whole nodes and leaves
+// stay free. With a Fragmentation that has a mix, Fit::kBest places each worker where the node's
 // fragmentation grows least (FGD, fragmentation.h), ties to the best-fit order above.
 // It scores a bounded set of candidates from the ledger's indexes, across the pools
 // that accept the worker: per pool and count k of free whole GPUs, the first
@@ -66,6 +68,8 @@ class Placer {
   };
 
   bool PlaceWorkers(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out);
+  // A spine gang: each accepted model in turn, in the order of the pools that have it.
+  bool PlaceOneModel(const JobSpec& job, Fit fit, Allocation& out);
   bool PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, WorkerAlloc& w);
   bool PlaceWhole(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope, WorkerAlloc& w);
   bool PlaceMig(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope, WorkerAlloc& w);

@@ -77,7 +77,11 @@ TEST(FeasibilityTest, FeasibleJobs) {
   EXPECT_EQ(Why(Gpus(c, 8, 80), c), "feasible");
   EXPECT_EQ(Why(Gpus(c, 8, 141), c), "feasible");  // on the spot H200s
   EXPECT_EQ(Why(Gpus(c, 8, 60, 4, Topology::kLeaf), c), "feasible");
-  EXPECT_EQ(Why(Gpus(c, 8, 60, 20, Topology::kSpine), c), "feasible");
+  EXPECT_EQ(Why(Gpus(c, 8, 60, 16, Topology::kSpine), c), "feasible");
+  // 20 nodes fit 60 GB, but a gang runs on one model: 16 H100 or 4 H200.
+  EXPECT_EQ(Why(Gpus(c, 8, 60, 20, Topology::kSpine), c),
+            "a gang of 20 x 8 GPUs needs 20 workers at once on GPUs of one model; the most one "
+            "model holds is 16 (H100-80GB)");
   EXPECT_EQ(Why(Gpus(c, 1, 60, 8, Topology::kNode), c), "feasible");
   EXPECT_EQ(Why(Gpus(c, 2, 60, 4, Topology::kNvlink), c), "feasible");
   EXPECT_EQ(Why(Mig(c, "1g.10gb", 8), c), "feasible");
@@ -88,14 +92,18 @@ TEST(FeasibilityTest, FeasibleJobs) {
 
 // Slurm's -N (workers_per_node): a group per node, on as many nodes as groups.
 TEST(FeasibilityTest, WorkersPerNodeNeedAsManyNodesAsGroups) {
-  const Cluster c = Lab();  // 20 GPU nodes of 8 GPUs
-  JobSpec j = Gpus(c, 4, 60, 40);
-  j.workers_per_node = 2;  // 20 groups of 2 x 4 GPUs: one per node, all 20 nodes
+  const Cluster c = Lab();  // 16 H100 nodes and 4 H200 nodes of 8 GPUs
+  JobSpec j = Gpus(c, 4, 60, 32);
+  j.workers_per_node = 2;  // 16 groups of 2 x 4 GPUs: one per node, all 16 H100 nodes
   EXPECT_EQ(Why(j, c), "feasible");
-  j.replicas = 42;  // 21 groups
+  j.replicas = 34;  // 17 groups: no model has 17 nodes
   EXPECT_EQ(Why(j, c),
-            "a gang of 42 x 4 GPUs with workers_per_node 2 needs 21 nodes that each hold 2 "
-            "workers (the cluster has 20)");
+            "a gang of 34 x 4 GPUs with workers_per_node 2 needs 17 nodes that each hold 2 "
+            "workers (the cluster has 16 of one GPU model, H100-80GB)");
+  j.models = Only(c, "H100-80GB");
+  EXPECT_EQ(Why(j, c),
+            "a gang of 34 x 4 GPUs with workers_per_node 2 needs 17 nodes that each hold 2 "
+            "workers (the cluster has 16)");
   j = Gpus(c, 4, 60, 6);
   j.workers_per_node = 3;  // 12 GPUs on a node of 8: none holds a group
   EXPECT_NE(Why(j, c).find("needs 2 nodes that each hold 3 workers (the cluster has 0)"),
@@ -169,10 +177,13 @@ TEST(FeasibilityTest, CriticalJobsIgnoreSpotPools) {
   cpu.tier = Tier::kCritical;
   EXPECT_EQ(Why(cpu, all_spot), "critical jobs never run on spot pools, and every pool is spot");
   // A critical gang larger than the non-spot capacity: spot nodes do not count.
-  JobSpec gang = Gpus(c, 8, 60, 17);
-  EXPECT_EQ(Why(gang, c), "feasible");
+  PoolSpec h100_spot = Pool("h100-spot", 4, 8, "H100-80GB");
+  h100_spot.spot = true;
+  const Cluster some_spot = Build({Pool("h100", 16, 8, "H100-80GB"), h100_spot});
+  JobSpec gang = Gpus(some_spot, 8, 60, 17);
+  EXPECT_EQ(Why(gang, some_spot), "feasible");
   gang.tier = Tier::kCritical;
-  EXPECT_EQ(Why(gang, c),
+  EXPECT_EQ(Why(gang, some_spot),
             "a gang of 17 x 8 GPUs needs 17 workers at once; the whole cluster holds at most 16");
 }
 
@@ -209,7 +220,12 @@ TEST(FeasibilityTest, GangTopologies) {
   EXPECT_EQ(Why(node_cpu, c),
             "a gang of 3 x 1 GPU with topology node needs 3 workers on one node (at most 2 fit)");
   EXPECT_EQ(Why(Gpus(c, 8, 60, 21), c),
-            "a gang of 21 x 8 GPUs needs 21 workers at once; the whole cluster holds at most 20");
+            "a gang of 21 x 8 GPUs needs 21 workers at once on GPUs of one model; the most one "
+            "model holds is 16 (H100-80GB)");
+  JobSpec h100 = Gpus(c, 8, 60, 17);
+  h100.models = Only(c, "H100-80GB");
+  EXPECT_EQ(Why(h100, c),
+            "a gang of 17 x 8 GPUs needs 17 workers at once; the whole cluster holds at most 16");
 }
 
 TEST(FeasibilityTest, NvlinkDomains) {

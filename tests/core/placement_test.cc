@@ -147,6 +147,41 @@ TEST(PlacementTest, ModelAndVramFilter) {
   EXPECT_EQ(cluster.node(b[0].node).pool, PoolId(0));
 }
 
+// A gang that names no model runs on GPUs of one model (issue 47: an sbatch job without
+// -p had its tasks on A100 and H100 nodes); a lone worker and CPU-only gangs go anywhere.
+TEST(PlacementTest, AGangRunsOnOneModel) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster =
+      MakeCluster({Pool(c, "a100", 2, 8, "A100-80GB"), Pool(c, "h100", 2, 8, "H100-80GB")});
+  const ModelId a100 = testing::Model(c, "A100-80GB"), h100 = testing::Model(c, "H100-80GB");
+  for (const Fit fit : {Fit::kFirst, Fit::kBest}) {
+    Ledger ledger(cluster);
+    Placer placer(ledger);
+    // 3 nodes' worth: 4 nodes are free, but no model has 3.
+    Allocation a;
+    EXPECT_FALSE(placer.Place(Whole(c, "three", 3, 8), fit, a));
+    EXPECT_EQ(ledger.used_units(), 0);
+    // One A100 node busy: a 2-node gang takes both H100 nodes, not an A100 and an H100.
+    Allocation busy, b;
+    JobSpec one = Whole(c, "one", 1, 8);
+    one.models = ModelMask{1} << a100.v;
+    ASSERT_TRUE(placer.Place(one, fit, busy));
+    ASSERT_TRUE(placer.Place(Whole(c, "two", 2, 8), fit, b));
+    ASSERT_EQ(b.size(), 2u);
+    for (const WorkerAlloc& w : b) EXPECT_EQ(cluster.node(w.node).model, h100);
+    // What is left is one A100 node: a gang of 2 x 4 GPUs goes there.
+    Allocation e;
+    ASSERT_TRUE(placer.Place(Whole(c, "pair", 2, 4), fit, e));
+    for (const WorkerAlloc& w : e) EXPECT_EQ(cluster.node(w.node).model, a100);
+  }
+  // The message says why a gang of 3 whole nodes never runs here.
+  const auto why = WhyInfeasible(Whole(c, "three", 3, 8), cluster);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("on GPUs of one model; the most one model holds is 2"), std::string::npos)
+      << *why;
+  EXPECT_FALSE(WhyInfeasible(Whole(c, "two", 2, 8), cluster).has_value());
+}
+
 TEST(PlacementTest, MigFillsSplitGpusBeforeWholeOnes) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});

@@ -225,18 +225,37 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   const std::string gang = Gang(job);
   Topology topology = job.topology;
   if (!job.uses_gpu() && topology == Topology::kNvlink) topology = Topology::kNode;
+  // A GPU gang runs on GPUs of one model (Placer::Place): what the pools of one model hold
+  // together (`count(p)` each, capped at `cap`), at most; for CPU-only work, all pools.
+  std::string best_model;
+  auto one_model = [&](auto count, int64_t cap) {
+    int64_t best = 0;
+    for (const PoolSpec* p : pools) {
+      int64_t sum = 0;
+      for (const PoolSpec* q : pools) {
+        if (!job.uses_gpu() || q->model == p->model) sum = std::min(sum + count(*q), cap);
+      }
+      if (sum > best) {
+        best = sum;
+        if (job.uses_gpu()) best_model = catalog.model(p->model).name;
+      }
+    }
+    return best;
+  };
+  const bool models = job.uses_gpu() && std::any_of(pools.begin(), pools.end(), [&](auto* p) {
+                        return p->model != pools.front()->model;
+                      });
   // workers_per_node: each group of that many on a node of its own.
   if (job.workers_per_node > 0) {
     const int64_t per = job.workers_per_node;
     const int64_t groups = replicas / per;
-    int64_t nodes = 0;
-    for (const PoolSpec* p : pools) {
-      if (per_node(*p) >= per) nodes = std::min(nodes + int64_t{p->count}, groups);
-    }
+    const int64_t nodes = one_model(
+        [&](const PoolSpec& p) { return per_node(p) >= per ? int64_t{p.count} : 0; }, groups);
     if (nodes < groups) {
       return gang + " with workers_per_node " + std::to_string(per) + " needs " +
              std::to_string(groups) + " nodes that each hold " + std::to_string(per) +
-             " workers (the cluster has " + std::to_string(nodes) + ")";
+             " workers (the cluster has " + std::to_string(nodes) +
+             (models && nodes > 0 ? " of one GPU model, " + best_model : "") + ")";
     }
   }
   if (replicas == 1) {
@@ -296,13 +315,16 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
              " workers in one leaf (at most " + std::to_string(best) + " fit)";
     }
     case Topology::kSpine: {
-      int64_t total = 0;
-      for (const PoolSpec* p : pools) {
-        total = std::min(total + int64_t{p->count} * per_node(*p), replicas);
+      const int64_t best =
+          one_model([&](const PoolSpec& p) { return int64_t{p.count} * per_node(p); }, replicas);
+      if (best >= replicas) return std::nullopt;
+      if (models) {
+        return gang + " needs " + std::to_string(replicas) +
+               " workers at once on GPUs of one model; the most one model holds is " +
+               std::to_string(best) + " (" + best_model + ")";
       }
-      if (total >= replicas) return std::nullopt;
       return gang + " needs " + std::to_string(replicas) +
-             " workers at once; the whole cluster holds at most " + std::to_string(total);
+             " workers at once; the whole cluster holds at most " + std::to_string(best);
     }
   }
   return std::nullopt;

@@ -454,6 +454,13 @@ Status Controller::Restore() {
         }
       }
       if ((j.state != JobState::kPending || open_run.count(j.seq)) && j.run > 0) EndRunRows(j, now);
+      if (!problems.empty() && j.state != JobState::kPending) {
+        StopUnreadJob(j, j.spec.grace, now);  // its allocation reads: its nodes exist
+        std::fprintf(stderr,
+                     "gantryd: job %s: its workers get the checkpoint signal and %s s of grace; "
+                     "their nodes take no new work until they end\n",
+                     j.name.c_str(), spec::FormatSeconds(j.spec.grace).c_str());
+      }
       EndJob(j, JobEnd::kFailed, "cannot be read back after a restart: " + why, now);
       continue;
     }
@@ -545,7 +552,8 @@ Status Controller::Restore() {
     }
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].up && nodes_[i].drained) sched_->SetNodeUp(core::NodeId(i), false);
+    if (nodes_[i].up && (nodes_[i].drained || HeldByUnreadStop(core::NodeId(i))))
+      sched_->SetNodeUp(core::NodeId(i), false);
   }
   // What the restart took over, said once: running jobs re-adopted where they run, those
   // requeued because they could not be, pending and held ones, and the stopping ones.

@@ -285,6 +285,23 @@ class Controller : public ApiBackend {
                 std::string_view why = "no heartbeat within the node timeout",
                 std::string_view lost = "failed");
   void SetCoreNodeUp(core::NodeId n);
+  // A job failed at start because the config no longer reads it (--force-config) has its
+  // workers stopped as a preemption would: the checkpoint signal, its grace, then SIGKILL.
+  // The core cannot hold a job it cannot read, so the nodes they run on take no new work
+  // until their agents report them ended (or the node goes down, or the grace and the
+  // kill slack pass). Kept in memory only: a second restart within the grace leaves them to
+  // their agents, which kill what no gantryd assigns.
+  struct UnreadStop {
+    core::NodeId node;
+    std::string key;  // proto::WorkerKey
+    std::shared_ptr<const proto::DesiredWorker> stop;
+    Ticks deadline;
+  };
+  std::vector<UnreadStop> unread_stops_;
+  void StopUnreadJob(const Job& job, Ticks grace, Ticks now);
+  bool HeldByUnreadStop(core::NodeId n) const;
+  // Drops node n's entries that `gone` selects and lets the node take work again.
+  void EndUnreadStops(core::NodeId n, const std::function<bool(const UnreadStop&)>& gone);
   void EndJob(Job& job, JobEnd end, std::string reason, Ticks now);
   // The scheduler's record of an ended job goes (Scheduler::Forget), with the job's core id.
   void LetGoOfCore(Job& job);

@@ -185,6 +185,12 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
       }
     }
   }
+  for (const UnreadStop& u : unread_stops_) {
+    if (u.node != n) continue;
+    auto stop = std::make_shared<proto::DesiredWorker>(*u.stop);
+    stop->grace_ms = std::max<Ticks>(0, u.deadline - now);
+    a.workers.push_back(std::move(stop));
+  }
   return a;
 }
 
@@ -399,6 +405,10 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         SetCoreNodeUp(n);
         if (changed) PersistNode(n);
         for (const ExitReport& e : report.exits) {
+          if (!unread_stops_.empty()) {
+            const std::string key = proto::WorkerKey(e.job, e.run, e.rank, e.step);
+            EndUnreadStops(n, [&](const UnreadStop& u) { return u.key == key; });
+          }
           Job* job = FindJob(e.job);
           if (job && job->active() && job->run == e.run && e.step >= 0) {
             StepTaskExited(*job, e, n, now);

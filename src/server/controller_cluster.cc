@@ -58,6 +58,8 @@ void Controller::Nodes(std::string token, Done done) {
         reason = info.last_seen >= 0
                      ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
                      : "no heartbeat since before gantryd's last restart";
+      } else if (info.up && reason.empty() && HeldByUnreadStop(core::NodeId(i))) {
+        reason = "takes no new work until the workers of jobs failed at start have ended";
       }
       json gpus = json::array();
       int free = 0;

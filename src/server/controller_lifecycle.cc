@@ -305,9 +305,51 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
   }
 }
 
+void Controller::StopUnreadJob(const Job& job, Ticks grace, Ticks now) {
+  const Ticks deadline =
+      job.state == JobState::kStopping ? std::min(job.stop_deadline, now + grace) : now + grace;
+  auto add = [&](core::NodeId n, proto::DesiredWorker d) {
+    d.action = proto::DesiredWorker::Action::kStop;
+    const std::string key = proto::WorkerKey(d.job, d.run, d.rank, d.step);
+    unread_stops_.push_back(
+        {n, key, std::make_shared<const proto::DesiredWorker>(std::move(d)), deadline});
+  };
+  for (const Worker& w : job.workers) {
+    if (w.exited || (job.batch() && w.rank != 0)) continue;  // a batch job's slots run nothing
+    add(w.alloc.node, DesiredWorker(job, w));
+  }
+  for (const Step& s : job.steps) {
+    if (s.state != Step::State::kRunning) continue;
+    for (size_t i = 0; i < s.tasks.size(); ++i) {
+      if (s.tasks[i].exited) continue;
+      add(job.workers[static_cast<size_t>(s.tasks[i].slot)].alloc.node,
+          StepDesired(job, s, static_cast<int>(i)));
+    }
+  }
+  // (Only Restore calls this: it takes the held nodes out of the core after re-adopting
+  // what runs there.)
+}
+
+bool Controller::HeldByUnreadStop(core::NodeId n) const {
+  return std::any_of(unread_stops_.begin(), unread_stops_.end(),
+                     [n](const UnreadStop& u) { return u.node == n; });
+}
+
+void Controller::EndUnreadStops(core::NodeId n,
+                                const std::function<bool(const UnreadStop&)>& gone) {
+  const size_t before = unread_stops_.size();
+  std::erase_if(unread_stops_, [&](const UnreadStop& u) { return u.node == n && gone(u); });
+  if (unread_stops_.size() == before) return;
+  if (!HeldByUnreadStop(n)) {
+    log::Info("node takes work again: the workers of jobs failed at start have ended",
+              {{"node", cluster_.node(n).name}});
+  }
+  SetCoreNodeUp(n);
+}
+
 void Controller::SetCoreNodeUp(core::NodeId n) {
   const NodeInfo& info = nodes_[n.v];
-  const bool up = info.up && !info.drained;
+  const bool up = info.up && !info.drained && !HeldByUnreadStop(n);
   if (sched_->ledger().node(n).up == up) return;
   // Going down for a drain: the jobs there keep running (and holding their GPUs).
   (void)sched_->SetNodeUp(n, up);
@@ -318,6 +360,7 @@ void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::
   NodeInfo& info = nodes_[n.v];
   info.up = false;
   PersistNode(n);
+  EndUnreadStops(n, [](const UnreadStop&) { return true; });  // fenced by its agent
   const std::string& name = cluster_.node(n).name;
   log_.NodeDown(now, name);
   log::Warn("node down: " + std::string(why), {{"node", name}});
@@ -432,6 +475,14 @@ void Controller::Housekeeping(Ticks now) {
     if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s) StoreFailed(s.error());
   }
   PurgeJobs(now);
+  for (size_t i = 0; i < unread_stops_.size();) {  // the agent SIGKILLed them at the deadline
+    const UnreadStop u = unread_stops_[i];
+    if (now <= u.deadline + options_.kill_slack_ms) {
+      ++i;
+      continue;
+    }
+    EndUnreadStops(u.node, [&](const UnreadStop& o) { return o.key == u.key; });
+  }
   if (now - tokens_flushed_ >= 10'000) {
     tokens_.clear();
     tokens_flushed_ = now;

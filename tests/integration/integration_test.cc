@@ -1374,12 +1374,29 @@ TEST(Integration, AConfigThatWouldBreakRunningJobsIsRefusedNotApplied) {
   EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
   EXPECT_EQ(CountEvents(Events(h), "start", id), 1);
 
-  // --force-config fails what it breaks, and says so.
-  const std::string second = Submit(h, "b", args);
+  // --force-config fails what it breaks, and says so. Its worker gets the checkpoint
+  // signal and its grace, as a preemption gives (issue 47 B6: it was SIGKILLed), and its
+  // node takes no new work until the worker has ended.
+  std::vector<std::string> long_args = {"--queue", "nlp",       "--gpus", "2", "--vram-gb",
+                                        "20",      "--grace-s", "20",     "--"};
+  for (auto& s : Job(h, 60'000, 2.0)) long_args.push_back(s);  // 2 s to save after SIGTERM
+  const std::string second = Submit(h, "b", long_args);
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(second)["state"] == "running"; }, 10));
   h.KillServer(SIGTERM);
   h.Write("cluster.yaml", without);
   h.StartServer({"--node-timeout-s", "30", "--force-config"});
+  std::vector<std::string> small = {"--queue", "research", "--gpus", "1", "--vram-gb", "20", "--"};
+  for (auto& s : Job(h, 100)) small.push_back(s);
+  const std::string after = Submit(h, "a", small);  // only h100-0 has an agent
+  const std::string log = h.Path("out") + "/" + second + ".1.0.log";
+  ASSERT_TRUE(Harness::WaitFor([&] { return !Times(log, "graceful").empty(); }, 20))
+      << h.Read("agent-h100-0.log");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(after)["state"] == "finished"; }, 20))
+      << h.Job(after).dump();
+  ASSERT_EQ(Times(log, "term").size(), 1u);
+  const std::vector<double> started = Times(h.Path("out") + "/" + after + ".1.0.log", "start");
+  ASSERT_EQ(started.size(), 1u);
+  EXPECT_GT(started[0], Times(log, "graceful")[0]) << "a job started on GPUs still held";
   const json failed = h.Job(second);
   EXPECT_EQ(failed["state"], "failed");
   // Its record keeps what it was and what its run used (issue 47 B6: it became a CPU-only

@@ -34,11 +34,39 @@ namespace {
 
 using nlohmann::json;
 
+// A cell of width w: padded, or cut with a "+" and still a space before the next column.
 std::string Pad(std::string s, size_t w) {
-  if (s.size() > w) return s.substr(0, w - 1) + "+";
+  if (s.size() >= w) return s.substr(0, w - 2) + "+ ";
   s.resize(w, ' ');
   return s;
 }
+
+// Columns as wide as their widest cell, two spaces apart, as kubectl prints them: nothing
+// is cut and nothing runs into the next column. The last column is not padded.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> heads) { rows_.push_back(std::move(heads)); }
+  void Add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void Print(std::ostream& out) const {
+    std::vector<size_t> width;
+    for (const auto& row : rows_) {
+      if (width.size() < row.size()) width.resize(row.size(), 0);
+      for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+    }
+    for (const auto& row : rows_) {
+      std::string line;
+      for (size_t i = 0; i < row.size(); ++i) {
+        line += row[i];
+        if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+      }
+      while (!line.empty() && line.back() == ' ') line.pop_back();
+      out << line << "\n";
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
 
 // "1-02:03:04" like squeue's TIME.
 std::string Elapsed(double seconds) { return SlurmDuration(seconds); }
@@ -356,9 +384,8 @@ int Ls(const Globals& g, const LsArgs& a) {
     return 0;
   }
   const double now = WallSeconds();
-  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("TIER", 12)
-            << Pad("STATE", 11) << Pad("TIME", 11) << Pad("NODES", 6) << Pad("REQUEST", 30)
-            << "NODELIST(REASON)\n";
+  Table table(
+      {"JOBID", "QUEUE", "USER", "TIER", "STATE", "TIME", "NODES", "REQUEST", "NODELIST(REASON)"});
   for (const json& job : j["jobs"]) {
     const std::string state_s = job.value("state", "");
     double t = 0;
@@ -370,15 +397,12 @@ int Ls(const Globals& g, const LsArgs& a) {
     const std::string reason = job.value("reason", "");
     const std::string last = state_s == "running" ? where : "(" + reason + ")";
     const std::string user = job.value("user", "");
-    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12)
-              << Pad(user.empty() ? "-" : user, 10)
-              << Pad(job.contains("tier_now") ? job.value("tier_now", "") + "*"
-                                              : job.value("tier", ""),
-                     12)
-              << Pad(state_s, 11) << Pad(Elapsed(t), 11)
-              << Pad(std::to_string(job["nodes"].size()), 6) << Pad(job.value("request", ""), 30)
-              << (reason.empty() && state_s != "running" ? "" : last) << "\n";
+    table.Add({job.value("id", ""), job.value("queue", ""), user.empty() ? "-" : user,
+               job.contains("tier_now") ? job.value("tier_now", "") + "*" : job.value("tier", ""),
+               state_s, Elapsed(t), std::to_string(job["nodes"].size()), job.value("request", ""),
+               reason.empty() && state_s != "running" ? "" : last});
   }
+  table.Print(std::cout);
   return 0;
 }
 
@@ -400,30 +424,29 @@ int Top(const Globals& g, bool json_out) {
     std::cout << json(jobs).dump() << "\n";
     return 0;
   }
-  std::cout << Pad("JOBID", 14) << Pad("QUEUE", 12) << Pad("USER", 10) << Pad("REQUEST", 30)
-            << Pad("NOW", 6) << Pad("VRAM NOW/PEAK/ASKED GB", 24) << Pad("BUSY", 6)
-            << Pad("IDLE", 10) << "NODES\n";
+  // VRAM per worker (all its GPUs together), as agents report it: what it holds now, its
+  // peak, and what it asked (vram_gb on each of its GPUs).
+  Table table({"JOBID", "QUEUE", "USER", "REQUEST", "NOW", "VRAM/WORKER NOW/PEAK/ASKED GB", "BUSY",
+               "IDLE", "NODES"});
   for (const json& job : jobs) {
     const json& u = job.value("usage", json::object());
     std::string where;
     for (const auto& n : job["nodes"]) where += (where.empty() ? "" : ",") + n.get<std::string>();
     const std::string user = job.value("user", "");
     const bool seen = u.contains("util_now");
-    std::cout << Pad(job.value("id", ""), 14) << Pad(job.value("queue", ""), 12)
-              << Pad(user.empty() ? "-" : user, 10) << Pad(job.value("request", ""), 30)
-              << Pad(seen ? std::to_string(std::lround(100 * u.value("util_now", 0.0))) + "%" : "-",
-                     6)
-              << Pad(seen ? Num(std::round(u.value("vram_now_gb", 0.0) * 10) / 10) + "/" +
-                                Num(std::round(u.value("vram_peak_gb", 0.0) * 10) / 10) + "/" +
-                                Num(u.value("vram_asked_gb", 0.0))
-                          : "-",
-                     24)
-              << Pad(u.contains("utilization")
-                         ? std::to_string(std::lround(100 * u.value("utilization", 0.0))) + "%"
-                         : "-",
-                     6)
-              << Pad(seen ? Elapsed(u.value("idle_s", 0.0)) : "-", 10) << where << "\n";
+    const double asked = u.value("vram_asked_worker_gb", u.value("vram_asked_gb", 0.0));
+    table.Add({job.value("id", ""), job.value("queue", ""), user.empty() ? "-" : user,
+               job.value("request", ""),
+               seen ? std::to_string(std::lround(100 * u.value("util_now", 0.0))) + "%" : "-",
+               seen ? Num(std::round(u.value("vram_now_gb", 0.0) * 10) / 10) + "/" +
+                          Num(std::round(u.value("vram_peak_gb", 0.0) * 10) / 10) + "/" + Num(asked)
+                    : "-",
+               u.contains("utilization")
+                   ? std::to_string(std::lround(100 * u.value("utilization", 0.0))) + "%"
+                   : "-",
+               seen ? Elapsed(u.value("idle_s", 0.0)) : "-", where});
   }
+  table.Print(std::cout);
   return 0;
 }
 
@@ -626,16 +649,13 @@ int Nodes(const Globals& g, bool json_out) {
     }
     return out.empty() ? std::string("-") : out;
   };
-  std::cout << Pad("NODE", 16) << Pad("POOL", 10) << Pad("MODEL", 12) << Pad("STATE", 9)
-            << Pad("GPUS", 6) << Pad("FREE", 6) << Pad("ADDRESS", 16) << Pad("ISOLATION", 30)
-            << "REASON\n";
+  Table table({"NODE", "POOL", "MODEL", "STATE", "GPUS", "FREE", "ADDRESS", "ISOLATION", "REASON"});
   for (const json& n : j["nodes"]) {
-    std::cout << Pad(n.value("name", ""), 16) << Pad(n.value("pool", ""), 10)
-              << Pad(n.value("model", ""), 12) << Pad(n.value("state", ""), 9)
-              << Pad(std::to_string(n.value("gpus", 0)), 6)
-              << Pad(std::to_string(n.value("free_gpus", 0)), 6) << Pad(n.value("address", ""), 16)
-              << Pad(isolation(n), 30) << n.value("reason", "") << "\n";
+    table.Add({n.value("name", ""), n.value("pool", ""), n.value("model", ""), n.value("state", ""),
+               std::to_string(n.value("gpus", 0)), std::to_string(n.value("free_gpus", 0)),
+               n.value("address", ""), isolation(n), n.value("reason", "")});
   }
+  table.Print(std::cout);
   return 0;
 }
 
@@ -648,28 +668,24 @@ int Queues(const Globals& g, bool json_out) {
     std::cout << j["queues"].dump() << "\n";
     return 0;
   }
-  std::cout << Pad("QUEUE", 14) << Pad("PARENT", 12) << Pad("USED", 8) << Pad("GUARANTEE", 11)
-            << Pad("BURST", 8) << Pad("USED/GUAR", 11) << Pad("PENDING", 9) << Pad("RUNNING", 9)
-            << "BUDGET (GPU-HOURS SPENT/PER PERIOD)\n";
+  Table table({"QUEUE", "PARENT", "USED", "GUARANTEE", "BURST", "USED/GUAR", "PENDING", "RUNNING",
+               "BUDGET (GPU-HOURS SPENT/PER PERIOD)"});
   for (const json& q : j["queues"]) {
     const double used = q.value("used_gpus", 0.0), guar = q.value("guaranteed_gpus", 0.0);
-    std::cout << Pad(q.value("name", ""), 14) << Pad(q.value("parent", ""), 12) << Pad(Num(used), 8)
-              << Pad(Num(guar), 11)
-              << Pad(q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()), 8)
-              << Pad(guar > 0 ? std::to_string(std::lround(100 * used / guar)) + "%" : "-", 11)
-              << Pad(std::to_string(q.value("pending", 0)), 9)
-              << Pad(std::to_string(q.value("running", 0)), 9);
+    std::string budget = "-";
     if (q.contains("budget")) {
       const json& b = q["budget"];
-      std::cout << Num(std::round(b.value("spent_gpu_hours", 0.0) * 10) / 10) << "/"
-                << Num(b.value("gpu_hours", 0.0)) << " per " << b.value("period", "")
-                << (b.value("spent", false) ? ", spent: new work " + b.value("when_spent", "")
-                                            : "");
-    } else {
-      std::cout << "-";
+      budget = Num(std::round(b.value("spent_gpu_hours", 0.0) * 10) / 10) + "/" +
+               Num(b.value("gpu_hours", 0.0)) + " per " + b.value("period", "") +
+               (b.value("spent", false) ? ", spent: new work " + b.value("when_spent", "") : "");
     }
-    std::cout << "\n";
+    table.Add({q.value("name", ""), q.value("parent", ""), Num(used), Num(guar),
+               q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()),
+               guar > 0 ? std::to_string(std::lround(100 * used / guar)) + "%" : "-",
+               std::to_string(q.value("pending", 0)), std::to_string(q.value("running", 0)),
+               budget});
   }
+  table.Print(std::cout);
   return 0;
 }
 

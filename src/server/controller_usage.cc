@@ -232,8 +232,13 @@ json Controller::UsageSummary(const Job& job, Ticks now) const {
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
     u.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
   }
+  // vram_gb is asked per GPU; what agents report (now, peak) is per worker, all its GPUs.
+  const int64_t per_worker =
+      job.spec.vram_bytes *
+      (job.spec.sharing == core::Sharing::kExclusive && job.spec.gpus > 1 ? job.spec.gpus : 1);
   json j = {{"gpu_hours", u.gpu_ms / 3.6e6},
-            {"vram_asked_gb", static_cast<double>(job.spec.vram_bytes) / 1e9}};
+            {"vram_asked_gb", static_cast<double>(job.spec.vram_bytes) / 1e9},
+            {"vram_asked_worker_gb", static_cast<double>(per_worker) / 1e9}};
   if (u.reported_ms > 0) {
     j["busy_gpu_hours"] = u.busy_gpu_ms / 3.6e6;
     j["utilization"] = u.reported_gpu_ms > 0 ? u.busy_gpu_ms / u.reported_gpu_ms : 0.0;

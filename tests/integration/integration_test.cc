@@ -1324,6 +1324,63 @@ TEST(Integration, AnArrayAndAJobAfterItRunInOrder) {
   EXPECT_NE(cancel.out.find("0 task(s) cancelled"), std::string::npos) << cancel.out << cancel.err;
 }
 
+// Issue 47's friction: `ls` and `top` cut long values and ran them into the next column
+// ("columns glued by truncation"), and `top` put a worker's VRAM (all its GPUs) beside
+// the per-GPU vram_gb it asked for. Now every column is as wide as its widest cell, two
+// spaces apart, and top compares per worker.
+TEST(Integration, ListingsNeitherCutNorGlueColumnsAndTopComparesVramPerWorker) {
+  Harness h("tables");
+  Prepare(h);
+  h.StartServer();
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  const std::string id = "a-training-run-with-a-rather-long-name-0042";
+  std::vector<std::string> args = {"--id",       id,          "--queue", "research",   "--gpus",
+                                   "2",          "--vram-gb", "30",      "--replicas", "2",
+                                   "--topology", "node",      "--"};
+  for (auto& s : Job(h, 30'000)) args.push_back(s);
+  Submit(h, "a", args);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return h.Job(id)["usage"].contains("vram_peak_gb") &&
+               h.Job(id)["usage"].contains("util_now");
+      },
+      15))
+      << h.Job(id).dump();
+  // Each header's column starts where its cells do, after at least two spaces.
+  auto check = [&](const std::vector<std::string>& cmd, const std::string& key) {
+    const RunResult r = h.Cli(cmd, h.token("a"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    std::istringstream in(r.out);
+    std::string head, row;
+    std::getline(in, head);
+    while (std::getline(in, row) && row.find(key) == std::string::npos) {
+    }
+    ASSERT_NE(row.find(key), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("+ "), std::string::npos) << "a cut value:\n" << r.out;
+    for (size_t at = head.find(' '); at != std::string::npos; at = head.find(' ', at + 1)) {
+      if (at + 1 >= head.size() || head[at + 1] == ' ' || at < 1 || head[at - 1] != ' ') continue;
+      // `at + 1` starts a column: its cell does too, after two spaces (or the row ends).
+      if (at + 1 < row.size()) {
+        EXPECT_TRUE(row[at] == ' ' && row[at - 1] == ' ')  // (a cell may be empty)
+            << "column at " << at + 1 << " of\n"
+            << head << "\n"
+            << row;
+      }
+    }
+  };
+  check({"ls"}, id);
+  check({"top"}, id);
+  check({"nodes"}, "h100-0");
+  check({"queues"}, "research");
+  // top: 2 x 30 GB asked per worker; the emulated agent reports what was asked in use.
+  const std::string top = h.Cli({"top"}, h.token("a")).out;
+  EXPECT_NE(top.find("VRAM/WORKER NOW/PEAK/ASKED GB"), std::string::npos) << top;
+  EXPECT_NE(top.find("60/60/60"), std::string::npos) << top;
+  EXPECT_NEAR(h.Job(id)["usage"].value("vram_asked_worker_gb", 0.0), 60.0, 1e-9);
+  EXPECT_NEAR(h.Job(id)["usage"].value("vram_asked_gb", 0.0), 30.0, 1e-9);
+}
+
 // Issue 16, bug 5: removing a queue and restarting failed its running jobs for good, with
 // nothing in gantryd's log. gantryd now refuses a config that would break active jobs
 // (saying which), `gantryd check-config` says the same beforehand, and with the config

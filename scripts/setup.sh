@@ -16,6 +16,7 @@ packages=(
   time  # GNU time: the benchmark scripts' wall, CPU and RSS figures (bench/replay.sh, scripts/bench.sh)
   curl util-linux  # the Kubernetes peers' harness (tests/k8s/cluster.sh: readiness checks, flock)
   ccache  # scripts/test.sh: a clean checkout on a machine that built before compiles little
+  prometheus  # promtool: the metrics integration test lints gantryd's /metrics with it
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -27,4 +28,11 @@ if ((${#missing[@]})); then
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Only promtool is wanted from the prometheus package: where systemd started its server,
+# stop it and keep it off (nothing of Gantry's scrapes through it).
+if command -v systemctl >/dev/null && systemctl is-enabled prometheus >/dev/null 2>&1; then
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
 fi

@@ -127,9 +127,11 @@ void Controller::Metrics(std::string token, Done done) {
           out += "gantry_queue_guaranteed_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " +
                  gpus(s.guaranteed) + "\n";
         }
-        MetricHeader(
-            out, "gantry_queue_budget_gpu_hours", "gauge",
-            "A queue's GPU-hour budget per period, weighted by GPU model prices (queues with one)");
+        // In GPU-seconds, Prometheus' base unit (promtool check metrics), as the budgets'
+        // GPU-hours times 3,600.
+        MetricHeader(out, "gantry_queue_budget_gpu_seconds", "gauge",
+                     "A queue's budget per period in GPU-seconds (its GPU-hours x 3600), weighted "
+                     "by GPU model prices (queues with one)");
         std::string used;
         for (uint32_t q = 0; q < config_.queues.size(); ++q) {
           const core::Scheduler::BudgetAccount* a = sched_->budget_account(core::QueueId(q));
@@ -137,12 +139,14 @@ void Controller::Metrics(std::string token, Done done) {
           const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
           const std::string labels = "{queue=\"" + EscapeLabel(s.name) + "\",period=\"" +
                                      std::string(core::Name(s.budget->period)) + "\"} ";
-          out += "gantry_queue_budget_gpu_hours" + labels + FormatValue(s.budget->gpu_hours) + "\n";
-          used += "gantry_queue_budget_used_gpu_hours" + labels + FormatValue(a->spent) + "\n";
+          out += "gantry_queue_budget_gpu_seconds" + labels +
+                 FormatValue(s.budget->gpu_hours * 3600) + "\n";
+          used +=
+              "gantry_queue_budget_used_gpu_seconds" + labels + FormatValue(a->spent * 3600) + "\n";
         }
-        MetricHeader(out, "gantry_queue_budget_used_gpu_hours", "gauge",
-                     "Weighted GPU-hours a queue and those under it spent this period (as of the "
-                     "last pass)");
+        MetricHeader(out, "gantry_queue_budget_used_gpu_seconds", "gauge",
+                     "Weighted GPU-seconds a queue and those under it spent this period (as of "
+                     "the last pass)");
         out += used;
         MetricHeader(out, "gantry_queue_burst_gpus", "gauge",
                      "A queue's burst limit (absent: none)");

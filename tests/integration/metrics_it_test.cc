@@ -331,6 +331,33 @@ TEST(Integration, MetricsNameWhoHoldsEachGpuAndTheDashboardQueriesOnlyRealMetric
     EXPECT_TRUE(used.count(family)) << "no panel shows " << family;
   }
 
+  // Prometheus' own linter on the whole exposition (`promtool check metrics`, Debian's
+  // prometheus package; issue 47: it exited 3 on budgets in hours). Allowed: dcgm-exporter's
+  // camelCase label names on the per-GPU families, kept for joins (docs/control-plane.md).
+  {
+    auto r = c.Get("/metrics");
+    ASSERT_TRUE(r && r->status == 200);
+    h.Write("metrics.txt", r->body);
+    const RunResult lint =
+        it::Run({"sh", "-c", "promtool check metrics < " + h.Path("metrics.txt")});
+    EXPECT_TRUE(lint.rc == 0 || lint.rc == 3) << "promtool could not read it: " << lint.err;
+    std::istringstream lines(lint.out + lint.err);
+    int allowed = 0;
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty()) continue;
+      const std::string camel = " label names should be written in 'snake_case' not 'camelCase'";
+      if ((line == "gantry_gpu_allocated_ratio" + camel ||
+           line == "gantry_gpu_busy_ratio" + camel)) {
+        ++allowed;
+        continue;
+      }
+      ADD_FAILURE() << "promtool: " << line;
+    }
+    EXPECT_GT(allowed, 0) << "promtool said nothing of modelName: did it run?";
+    EXPECT_GT(m.Value("gantry_queue_budget_gpu_seconds{queue=\"research\",period=\"month\"}"),
+              1000 * 3600 - 1);
+  }
+
   // Counters only grow; a node whose agent leaves is down.
   h.StopAgent(1);
   ASSERT_TRUE(Harness::WaitFor([&] { return !h.NodesUp(2); }, 10));

@@ -137,26 +137,26 @@ int main(int argc, char** argv) {
     }
   }
   if (o.server.empty()) {
-    std::cerr << "gantry-agent: --server or GANTRY_SERVER is required\n";
+    log::Error("--server or GANTRY_SERVER is required");
     return 2;
   }
   if (o.server.find("://") == std::string::npos) o.server = "http://" + o.server;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
     if (!(in >> o.token)) {
-      std::cerr << "gantry-agent: --token-file: cannot read " << token_file << "\n";
+      log::Error("--token-file: cannot read " + token_file);
       return 2;
     }
   }
   auto containers = agent::ContainerRuntime::Parse(container_run);
   if (!containers) {
-    std::cerr << "gantry-agent: " << containers.error().ToString() << "\n";
+    log::Error(containers.error().ToString());
     return 2;
   }
   o.container = std::move(*containers);
   o.preempt_signal = SignalNumber(preempt_signal);
   if (o.preempt_signal < 0) {
-    std::cerr << "gantry-agent: --preempt-signal: unknown signal " << preempt_signal << "\n";
+    log::Error("--preempt-signal: unknown signal " + preempt_signal);
     return 2;
   }
   std::unique_ptr<agent::GpuSource> gpus;
@@ -165,15 +165,15 @@ int main(int argc, char** argv) {
   } else if (!emulate.empty()) {
     auto spec = agent::ParseEmulate(emulate);
     if (!spec) {
-      std::cerr << "gantry-agent: --emulate: " << spec.error().message << "\n";
+      log::Error("--emulate: " + spec.error().message);
       return 2;
     }
     gpus = std::make_unique<agent::EmulatedGpus>(o.node, *spec, emulate_lost);
   } else {
     auto nvml = agent::NvmlGpus::Open();
     if (!nvml) {
-      std::cerr << "gantry-agent: no NVML (" << nvml.error().message
-                << "); use --emulate COUNTxMODEL on a machine without GPUs, or --no-gpus\n";
+      log::Error("no NVML (" + nvml.error().message +
+                 "); use --emulate COUNTxMODEL on a machine without GPUs, or --no-gpus");
       return 1;
     }
     gpus = std::move(*nvml);

@@ -445,8 +445,7 @@ Status Controller::Restore() {
       // record keeps what the job was (its spec as written, read against a stand-in) and
       // what its run used (the run's rows end now, its GPU-hours counted).
       const std::string why = !problems.empty() ? problems.front() : j.end_reason;
-      std::fprintf(stderr, "gantryd: job %s failed: cannot be read back after a restart: %s\n",
-                   j.name.c_str(), why.c_str());
+      log::Error("job " + j.name + " failed: cannot be read back after a restart: " + why);
       if (!problems.empty()) {
         if (auto written = ReadJobSpecAsWritten(j)) {
           j.spec = std::move(*written);
@@ -456,10 +455,9 @@ Status Controller::Restore() {
       if ((j.state != JobState::kPending || open_run.count(j.seq)) && j.run > 0) EndRunRows(j, now);
       if (!problems.empty() && j.state != JobState::kPending) {
         StopUnreadJob(j, j.spec.grace, now);  // its allocation reads: its nodes exist
-        std::fprintf(stderr,
-                     "gantryd: job %s: its workers get the checkpoint signal and %s s of grace; "
-                     "their nodes take no new work until they end\n",
-                     j.name.c_str(), spec::FormatSeconds(j.spec.grace).c_str());
+        log::Warn("job " + j.name + ": its workers get the checkpoint signal and " +
+                  spec::FormatSeconds(j.spec.grace) +
+                  " s of grace; their nodes take no new work until they end");
       }
       EndJob(j, JobEnd::kFailed, "cannot be read back after a restart: " + why, now);
       continue;

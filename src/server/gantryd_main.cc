@@ -357,7 +357,7 @@ Result<std::optional<int64_t>> WaitForLease(server::Store& store, const std::str
     const std::string holder = *leader ? (*leader)->holder : "";
     standby.SetLeader(holder);
     if (holder != said) {  // one line per leader, not one per try
-      std::cerr << "gantryd: standby: " << epoch.error().message << "\n";
+      log::Info("standby: " + epoch.error().message);
       said = holder;
     }
     Nap(std::max<int64_t>(ttl_ms / 6, 50), stopping);
@@ -414,25 +414,32 @@ class Renewer {
   std::thread thread_;
 };
 
+// `text` without its last newline (a log line adds its own).
+std::string Chomp(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
 // What `config` would break among the stored active jobs, printed; 0 when nothing (or
 // when `force`: they are failed, each said on stderr), else kExitBadInput.
 int CheckConfig(const spec::ClusterConfig& config, server::Store& store, const std::string& path,
                 bool force) {
   auto broken = server::ConfigBreakage(config, store);
   if (!broken) {
-    std::cerr << "gantryd: --db: " << broken.error().message << "\n";
+    log::Error("--db: " + broken.error().message);
     return kExitRunFailure;
   }
   if (broken->empty()) return 0;
-  std::cerr << "gantryd: " << path << " would break " << broken->size() << " active job(s):\n";
-  for (const std::string& line : *broken) std::cerr << "  " << line << "\n";
+  // In the log's form (--log-format json too): one line for the refusal, one per job.
+  log::Error(path + " would break " + std::to_string(broken->size()) + " active job(s):");
+  for (const std::string& line : *broken) log::Error("  " + line);
   if (force) {
-    std::cerr << "gantryd: --force-config: they are failed now\n";
+    log::Warn("--force-config: they are failed now");
     return 0;
   }
-  std::cerr << "gantryd: nothing was changed; restore what they use (or cancel them) and start "
-               "again, or start "
-               "with --force-config to fail them\n";
+  log::Error(
+      "nothing was changed; restore what they use (or cancel them) and start again, or start "
+      "with --force-config to fail them");
   return kExitBadInput;
 }
 
@@ -460,12 +467,12 @@ int ServeKubernetes(const ServeArgs& a) {
   spec::Diagnostics diags;
   auto config = spec::ReadClusterConfig(a.config, diags);
   if (!config) {
-    std::cerr << diags.ToString();
+    log::Error("the cluster config is not valid:\n" + Chomp(diags.ToString()));
     return kExitBadInput;
   }
   auto creds = kube::LoadCredentials(a.kubernetes);
   if (!creds) {
-    std::cerr << "gantryd: --kubernetes: " << creds.error().ToString() << "\n";
+    log::Error("--kubernetes: " + creds.error().ToString());
     return kExitBadInput;
   }
   sigset_t stop_signals;
@@ -490,7 +497,7 @@ int ServeKubernetes(const ServeArgs& a) {
   if (!a.db.empty()) {
     auto opened = OpenStore(a.db, a.init);
     if (!opened) {
-      std::cerr << "gantryd: --db: " << opened.error().message << "\n";
+      log::Error("--db: " + opened.error().message);
       return kExitBadInput;
     }
     store = std::move(*opened);
@@ -504,8 +511,7 @@ int ServeKubernetes(const ServeArgs& a) {
   if (options.elect) {
     const size_t slash = a.kubernetes_lease.find('/');
     if (slash == std::string::npos || slash == 0 || slash + 1 == a.kubernetes_lease.size()) {
-      std::cerr << "gantryd: --kubernetes-lease: expected NAMESPACE/NAME or none, got "
-                << a.kubernetes_lease << "\n";
+      log::Error("--kubernetes-lease: expected NAMESPACE/NAME or none, got " + a.kubernetes_lease);
       return kExitBadInput;
     }
     options.lease.ns = a.kubernetes_lease.substr(0, slash);
@@ -533,27 +539,27 @@ int Serve(const ServeArgs& a) {
   }
   if (!a.kubernetes.empty()) {
     if (a.config.empty()) {
-      std::cerr << "gantryd: --kubernetes needs --config (queues, tiers, the kubernetes section)\n";
+      log::Error("--kubernetes needs --config (queues, tiers, the kubernetes section)");
       return kExitBadInput;
     }
     return ServeKubernetes(a);
   }
   if (a.config.empty() || a.db.empty()) {
-    std::cerr << "gantryd: --config and --db are required\n";
+    log::Error("--config and --db are required");
     return kExitBadInput;
   }
   if (a.tls_cert.empty() != a.tls_key.empty()) {
-    std::cerr << "gantryd: --tls-cert and --tls-key go together\n";
+    log::Error("--tls-cert and --tls-key go together");
     return kExitBadInput;
   }
   if (a.leader_ttl_s < 0.3) {
-    std::cerr << "gantryd: --leader-ttl-s: at least 0.3\n";
+    log::Error("--leader-ttl-s: at least 0.3");
     return kExitBadInput;
   }
   spec::Diagnostics diags;
   auto config = spec::ReadClusterConfig(a.config, diags);
   if (!config) {
-    std::cerr << diags.ToString();
+    log::Error("the cluster config is not valid:\n" + Chomp(diags.ToString()));
     return kExitBadInput;
   }
   const size_t colon = a.listen.rfind(':');
@@ -563,20 +569,20 @@ int Serve(const ServeArgs& a) {
   } catch (const std::exception&) {
   }
   if (port < 0 || port > 65535) {
-    std::cerr << "gantryd: --listen: expected HOST:PORT, got " << a.listen << "\n";
+    log::Error("--listen: expected HOST:PORT, got " + a.listen);
     return kExitBadInput;
   }
   const std::string host = a.listen.substr(0, colon);
   auto store = OpenStore(a.db, a.init);
   if (!store) {
-    std::cerr << "gantryd: --db: " << store.error().message << "\n";
+    log::Error("--db: " + store.error().message);
     return kExitRunFailure;
   }
   std::ofstream events;
   if (!a.events.empty()) {
     events.open(a.events, std::ios::app | std::ios::binary);
     if (!events) {
-      std::cerr << "gantryd: --events: cannot write " << a.events << "\n";
+      log::Error("--events: cannot write " + a.events);
       return kExitRunFailure;
     }
   }
@@ -593,7 +599,7 @@ int Serve(const ServeArgs& a) {
   std::signal(SIGPIPE, SIG_IGN);
   if (auto* sqlite = dynamic_cast<server::SqliteStore*>(store->get())) {
     if (Status s = sqlite->StartCheckpointer(); !s) {
-      std::cerr << "gantryd: --db: " << s.error().message << "\n";
+      log::Error("--db: " + s.error().message);
       return kExitRunFailure;
     }
   }
@@ -654,7 +660,7 @@ int Serve(const ServeArgs& a) {
     Standby standby(tls);
     auto bound = standby.Bind(host, port);
     if (!bound) {
-      std::cerr << "gantryd: " << bound.error().message << "\n";
+      log::Error(bound.error().message);
       return finish(kExitRunFailure);
     }
     port = *bound;
@@ -673,14 +679,14 @@ int Serve(const ServeArgs& a) {
     }
     standby.Stop();
     if (!got) {
-      std::cerr << "gantryd: --db: " << got.error().message << "\n";
+      log::Error("--db: " + got.error().message);
       return finish(kExitRunFailure);
     }
     if (!*got) return finish(0);  // stopped while a standby
     epoch = **got;
     auto second = OpenStore(a.db, false);
     if (!second) {
-      std::cerr << "gantryd: --db: " << second.error().message << "\n";
+      log::Error("--db: " + second.error().message);
       return finish(kExitRunFailure);
     }
     renewer = std::make_unique<Renewer>(std::move(*second), me, epoch, ttl_ms);
@@ -688,7 +694,7 @@ int Serve(const ServeArgs& a) {
     if (me.empty()) me = "gantryd pid " + std::to_string(::getpid());
     auto got = (*store)->AcquireLease(me, ttl_ms);
     if (!got) {
-      std::cerr << "gantryd: --db: " << got.error().message << "\n";
+      log::Error("--db: " + got.error().message);
       return finish(kExitRunFailure);
     }
     epoch = *got;
@@ -719,7 +725,7 @@ int Serve(const ServeArgs& a) {
   server::Controller controller(*config, **store, opts, a.events.empty() ? nullptr : &events,
                                 WallMs);
   if (Status s = controller.Start(); !s) {
-    std::cerr << "gantryd: " << s.error().ToString() << "\n";
+    log::Error(s.error().ToString());
     return finish(kExitRunFailure);
   }
   server::HttpOptions http;
@@ -727,7 +733,7 @@ int Serve(const ServeArgs& a) {
   server::HttpApi api(controller, http);
   auto bound = api.Bind(host, port);
   if (!bound) {
-    std::cerr << "gantryd: " << bound.error().message << "\n";
+    log::Error(bound.error().message);
     controller.Stop();
     return finish(kExitRunFailure);
   }

@@ -858,6 +858,29 @@ TEST(Integration, OperationalLogsAreJsonLinesThatSayWhoDidWhat) {
   ASSERT_FALSE(agent.empty());
   EXPECT_EQ(agent[0].value("program", ""), "gantry-agent");
   EXPECT_EQ(agent[0].value("node", ""), "h100-0");
+
+  // Refusals at start are log lines too (issue 47: some ignored --log-format json): a bad
+  // config (with its file and line), a bad --listen, a store that cannot be opened.
+  h.Write("bad.yaml", "pools:\n  - name: h100\n    count: -1\n");
+  for (const auto& [extra, said] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--config", h.Path("bad.yaml"), "--db", h.Path("state.db")},
+            "the cluster config is not valid:\n" + h.Path("bad.yaml") + ":2: pools[h100].gpus"},
+           {{"--config", h.Path("cluster.yaml"), "--db", h.Path("state.db"), "--listen", "nowhere"},
+            "--listen: expected HOST:PORT"},
+           {{"--config", h.Path("cluster.yaml"), "--db", h.Path("missing/state.db")}, "--db: "}}) {
+    std::vector<std::string> argv = {GANTRYD_BINARY, "--log-format", "json"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    const RunResult r = it::Run(argv, {}, 20);
+    EXPECT_NE(r.rc, 0) << r.err;
+    std::istringstream in(r.err);
+    bool found = false;
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line, nullptr, false);
+      ASSERT_TRUE(j.is_object()) << "not a JSON line: " << line;
+      found |= j.value("level", "") == "error" && j.value("msg", "").rfind(said, 0) == 0;
+    }
+    EXPECT_TRUE(found) << said << " not in:\n" << r.err;
+  }
 }
 
 TEST(Integration, SeparateHostsInNetworkNamespaces) {

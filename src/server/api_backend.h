@@ -93,6 +93,16 @@ class ApiBackend {
                      Done done) = 0;
   virtual void Queues(std::string token, Done done) = 0;
   virtual void WhoAmI(std::string token, Done done) = 0;
+  // The console's sign-in (POST /v1/session): WhoAmI's answer plus, in `session`, a secret
+  // for the cookie that stands for the token until it expires or SignOut ends it. A
+  // backend without a store of sessions (Kubernetes mode) answers WhoAmI, and the cookie
+  // then holds the token itself.
+  virtual void SignIn(std::string token, Done done) { WhoAmI(std::move(token), std::move(done)); }
+  static constexpr int kSessionSeconds = 12 * 3600;  // a console session's life
+  virtual void SignOut(std::string session, Done done) {
+    (void)session;
+    done(Reply{});
+  }
   virtual void Usage(std::string token, double from_s, double to_s, Done done) = 0;
   virtual void ClusterHistory(std::string token, double since_unix_s, Done done) = 0;
   virtual void Heartbeat(std::string token, std::string node, nlohmann::json body,

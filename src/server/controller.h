@@ -149,6 +149,8 @@ class Controller : public ApiBackend {
   void Queues(std::string token, Done done) override;
   // Who `token` is (the console's session): principal, admin, team, queues, user.
   void WhoAmI(std::string token, Done done) override;
+  void SignIn(std::string token, Done done) override;
+  void SignOut(std::string session, Done done) override;
   void Usage(std::string token, double from_s, double to_s, Done done) override;
   // GET /v1/cluster/history: {interval_s, samples: [{t, up_gpus, used_gpus, pending:
   // {cause: jobs}, idle: {cause: GPUs}}]}, oldest first.
@@ -373,6 +375,8 @@ class Controller : public ApiBackend {
   // The job whose run `token` is the credential of, while that run is active; nullopt
   // (and `error`) for a "gjt_" token that is not (any more).
   std::optional<Principal> JobPrincipal(const std::string& token, Reply& error);
+  // A console session's secret ("gss_..."): its token's principal while it lasts.
+  std::optional<Principal> SessionPrincipal(const std::string& session, Reply& error);
   // Starts the job's pending steps that fit now, in order.
   void StartSteps(Job& job, Ticks now);
   // Places step `s` as it asks on the job's slots not used by running steps (its tasks'

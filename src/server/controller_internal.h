@@ -14,6 +14,9 @@
 
 namespace gantry::server {
 
+// A console session's secret starts so (a cookie's value; never a token of the store).
+inline constexpr const char* kSessionPrefix = "gss_";
+
 // A failure this process cannot carry on from (a fenced leader, a broken invariant): said
 // in the operational log, in its format, and the process ends without answering the
 // batch in hand (no answered request is lost); a restart (systemd's Restart=, or a

@@ -53,6 +53,7 @@ std::optional<Principal> Controller::Authenticate(const std::string& token, Repl
     return std::nullopt;
   }
   if (token.rfind("gjt_", 0) == 0) return JobPrincipal(token, error);
+  if (token.rfind(kSessionPrefix, 0) == 0) return SessionPrincipal(token, error);
   const std::string hash = Sha256Hex(token);
   if (auto it = tokens_.find(hash); it != tokens_.end()) return it->second;
   auto found = store_.FindToken(hash);
@@ -65,6 +66,64 @@ std::optional<Principal> Controller::Authenticate(const std::string& token, Repl
   if (tokens_.size() > 10000) tokens_.clear();
   tokens_.emplace(hash, p);
   return p;
+}
+
+std::optional<Principal> Controller::SessionPrincipal(const std::string& session, Reply& error) {
+  auto found = store_.FindSession(Sha256Hex(session));
+  if (!found) StoreFailed(found.error());
+  if (!*found || (**found).second <= WallMs(now_)) {
+    error = Reply::Error(Code::kUnauthenticated,
+                         "session ended (signed out or expired): sign in again");
+    return std::nullopt;
+  }
+  auto token = store_.FindToken((**found).first);
+  if (!token) StoreFailed(token.error());
+  if (!*token) {
+    error = Reply::Error(Code::kUnauthenticated, "session ended: its token was revoked");
+    return std::nullopt;
+  }
+  return PrincipalOf(**token);
+}
+
+void Controller::SignIn(std::string token, Done done) {
+  Post(
+      [this, token = std::move(token)]() -> Reply {
+        Reply err;
+        if (token.rfind(kSessionPrefix, 0) == 0 || token.rfind("gjt_", 0) == 0) {
+          err = Reply::Error(Code::kUnauthenticated,
+                             "sign in with a user's or an admin's token, not a session's or a "
+                             "job's");
+          LogRefusal(err, "unauthenticated");
+          return err;
+        }
+        auto user = AuthenticateUser(token, err);
+        if (!user) {
+          LogRefusal(err, "unauthenticated");
+          return err;
+        }
+        const std::string session = kSessionPrefix + NewToken();
+        if (Status s = store_.AddSession(Sha256Hex(session), Sha256Hex(token),
+                                         WallMs(now_) + int64_t{kSessionSeconds} * 1000);
+            !s) {
+          StoreFailed(s.error());
+        }
+        Reply r;
+        r.body = WhoAmIBody(*user);
+        r.body["session"] = session;
+        return r;
+      },
+      std::move(done));
+}
+
+void Controller::SignOut(std::string session, Done done) {
+  Post(
+      [this, session = std::move(session)]() -> Reply {
+        if (session.rfind(kSessionPrefix, 0) == 0) {
+          if (Status s = store_.DeleteSession(Sha256Hex(session)); !s) StoreFailed(s.error());
+        }
+        return Reply{};
+      },
+      std::move(done));
 }
 
 void Controller::LogRefusal(const Reply& r, const std::string& who) {

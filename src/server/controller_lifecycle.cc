@@ -473,6 +473,7 @@ void Controller::Housekeeping(Ticks now) {
     const int64_t kept_ms =
         static_cast<int64_t>(options_.history_samples) * options_.history_sample_ms;
     if (Status s = store_.PruneClusterSamples(WallMs(now) - kept_ms); !s) StoreFailed(s.error());
+    if (Status s = store_.PruneSessions(WallMs(now)); !s) StoreFailed(s.error());  // expired
   }
   PurgeJobs(now);
   for (size_t i = 0; i < unread_stops_.size();) {  // the agent SIGKILLed them at the deadline

@@ -106,7 +106,6 @@ std::string Basename(const std::string& s) {
 // The web console signs in once (POST /v1/session) and then holds its token in an
 // HttpOnly cookie, out of reach of the page's scripts; an Authorization header wins.
 constexpr const char* kSessionCookie = "gantry_session";
-constexpr int kSessionMaxAgeS = 12 * 3600;
 
 std::string CookieOf(const HttpRequest& req, std::string_view name) {
   const std::string all = req.header("cookie");
@@ -242,13 +241,21 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   // Sessions: sign in (the token in the body, once), who is signed in, sign out.
   const bool secure = options_.tls.enabled();
+  // The cookie holds the session's secret the backend made (never in the body: the
+  // cookie is HttpOnly), or, from a backend without sessions, the token.
   auto session_reply = [server, respond, secure](std::string token, bool set_cookie) {
     return [server, respond, secure, token = std::move(token), set_cookie](Reply r) {
       server->Defer([respond, secure, token, set_cookie, r = std::move(r)]() mutable {
-        if (r.ok()) r.body["csrf"] = CsrfFor(token);
+        std::string value = token;
+        if (r.ok() && r.body.contains("session")) {
+          value = r.body["session"].get<std::string>();
+          r.body.erase("session");
+        }
+        if (r.ok()) r.body["csrf"] = CsrfFor(value);
         HttpResponse res = ToResponse(r);
         if (r.ok() && set_cookie) {
-          res.headers.emplace_back("Set-Cookie", SessionCookie(token, kSessionMaxAgeS, secure));
+          res.headers.emplace_back("Set-Cookie",
+                                   SessionCookie(value, ApiBackend::kSessionSeconds, secure));
         }
         respond(std::move(res));
       });
@@ -262,15 +269,21 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     // A cookie value may not hold these; no token Gantry issues does.
     if (token.find_first_of(";, \t\r\n\"\\") != std::string::npos)
       return bad("token: not a Gantry token");
-    return c.WhoAmI(token, session_reply(token, true));
+    return c.SignIn(token, session_reply(token, true));
   }
   if (m == "GET" && Match(req, {"v1", "session"}, a))
     return c.WhoAmI(TokenOf(req), session_reply(TokenOf(req), false));
   if (m == "DELETE" && Match(req, {"v1", "session"}, a)) {
-    HttpResponse res;
-    res.body = "{\"signed_out\":true}\n";
-    res.headers.emplace_back("Set-Cookie", SessionCookie("", 0, secure));
-    return respond(std::move(res));
+    // The session ends in the store (a copied cookie is useless from now on) and in the
+    // browser.
+    return c.SignOut(CookieOf(req, kSessionCookie), [server, respond, secure](Reply r) {
+      server->Defer([respond, secure, r = std::move(r)] {
+        HttpResponse res = r.ok() ? HttpResponse{} : ToResponse(r);
+        if (r.ok()) res.body = "{\"signed_out\":true}\n";
+        res.headers.emplace_back("Set-Cookie", SessionCookie("", 0, secure));
+        respond(std::move(res));
+      });
+    });
   }
 
   if (m == "GET" && req.segments.empty()) {

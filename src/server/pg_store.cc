@@ -11,8 +11,9 @@
 namespace gantry::server {
 
 // 2: tokens.username and runs.username; 3: runs' usage columns; 4: usage_samples.
-// As SQLite's up to 6 (5: jobs.ended_ms; 6: cluster_history); 7: leader.renewed_at.
-constexpr int kPgSchemaVersion = 7;
+// As SQLite's up to 6 (5: jobs.ended_ms; 6: cluster_history); 7: leader.renewed_at; 8:
+// sessions (SQLite's 7).
+constexpr int kPgSchemaVersion = 8;
 
 // The schema in one implicit transaction, under an advisory lock: CREATE ... IF NOT EXISTS
 // is not safe against a concurrent CREATE of the same table. Types follow the SQLite
@@ -56,6 +57,10 @@ CREATE TABLE IF NOT EXISTS tokens (
   label TEXT NOT NULL,
   created_ms BIGINT NOT NULL);
 ALTER TABLE tokens ADD COLUMN IF NOT EXISTS username TEXT NOT NULL DEFAULT '';
+CREATE TABLE IF NOT EXISTS sessions (
+  hash TEXT PRIMARY KEY,
+  token_hash TEXT NOT NULL,
+  expires_ms BIGINT NOT NULL);
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS username TEXT NOT NULL DEFAULT '';
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS busy_gpu_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
 ALTER TABLE runs ADD COLUMN IF NOT EXISTS reported_gpu_ms DOUBLE PRECISION NOT NULL DEFAULT 0;
@@ -719,6 +724,42 @@ Status PgStore::DeleteToken(const std::string& hash_prefix) {
                                   : "more than one token hash starts with " + hash_prefix};
     }
     auto r = Query("DELETE FROM tokens WHERE left(hash, $1) = $2", params);
+    if (!r) return r.error();
+    return Ok{};
+  });
+}
+
+Status PgStore::AddSession(const std::string& hash, const std::string& token_hash,
+                           int64_t expires_ms) {
+  return Write([&]() -> Status {
+    auto r = Query("INSERT INTO sessions (hash, token_hash, expires_ms) VALUES ($1, $2, $3)",
+                   PgParams().Add(hash).Add(token_hash).Add(expires_ms));
+    if (!r) return r.error();
+    return Ok{};
+  });
+}
+
+Result<std::optional<std::pair<std::string, int64_t>>> PgStore::FindSession(
+    const std::string& hash) {
+  auto r =
+      Query("SELECT token_hash, expires_ms FROM sessions WHERE hash = $1", PgParams().Add(hash));
+  if (!r) return r.error();
+  std::optional<std::pair<std::string, int64_t>> found;
+  if (r->size() > 0) found = std::pair(r->Text(0, 0), r->Int(0, 1));
+  return found;
+}
+
+Status PgStore::DeleteSession(const std::string& hash) {
+  return Write([&]() -> Status {
+    auto r = Query("DELETE FROM sessions WHERE hash = $1", PgParams().Add(hash));
+    if (!r) return r.error();
+    return Ok{};
+  });
+}
+
+Status PgStore::PruneSessions(int64_t now_ms) {
+  return Write([&]() -> Status {
+    auto r = Query("DELETE FROM sessions WHERE expires_ms <= $1", PgParams().Add(now_ms));
     if (!r) return r.error();
     return Ok{};
   });

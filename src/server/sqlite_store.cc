@@ -19,7 +19,7 @@ namespace {
 
 // 2: tokens.username, runs.username; 3: runs' usage; 4: usage_samples; 5: jobs.ended_ms;
 // 6: cluster_history
-constexpr int kSchemaVersion = 6;
+constexpr int kSchemaVersion = 7;
 
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -60,6 +60,10 @@ CREATE TABLE IF NOT EXISTS tokens (
   label TEXT NOT NULL,
   created_ms INTEGER NOT NULL,
   username TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS sessions (
+  hash TEXT PRIMARY KEY,
+  token_hash TEXT NOT NULL,
+  expires_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS usage_samples (
   job_seq INTEGER NOT NULL,
   run INTEGER NOT NULL,
@@ -238,6 +242,8 @@ Result<std::unique_ptr<SqliteStore>> SqliteStore::Open(const std::string& path) 
         // (kSchema made the column where it made the table.)
         "",
         // 6: cluster_history, made by kSchema.
+        "",
+        // 7: sessions, made by kSchema.
         ""};
     for (int v = std::max(old, 1) + 1; v <= kSchemaVersion; ++v) {
       Status s = store->Exec(steps[v - 1]);
@@ -657,6 +663,41 @@ Status SqliteStore::DeleteToken(const std::string& hash_prefix) {
     }
     Stmt s(stmts_, db_, "DELETE FROM tokens WHERE substr(hash, 1, ?) = ?");
     s.Bind(1, static_cast<int64_t>(hash_prefix.size())).Bind(2, hash_prefix);
+    return Run(s);
+  });
+}
+
+Status SqliteStore::AddSession(const std::string& hash, const std::string& token_hash,
+                               int64_t expires_ms) {
+  return Write([&] {
+    Stmt s(stmts_, db_, "INSERT INTO sessions (hash, token_hash, expires_ms) VALUES (?, ?, ?)");
+    s.Bind(1, hash).Bind(2, token_hash).Bind(3, expires_ms);
+    return Run(s);
+  });
+}
+
+Result<std::optional<std::pair<std::string, int64_t>>> SqliteStore::FindSession(
+    const std::string& hash) {
+  Stmt s(stmts_, db_, "SELECT token_hash, expires_ms FROM sessions WHERE hash = ?");
+  s.Bind(1, hash);
+  std::optional<std::pair<std::string, int64_t>> found;
+  if (s.Step()) found = std::pair(s.Text(0), s.Int(1));
+  if (Status st = s.status(); !st) return st.error();
+  return found;
+}
+
+Status SqliteStore::DeleteSession(const std::string& hash) {
+  return Write([&] {
+    Stmt s(stmts_, db_, "DELETE FROM sessions WHERE hash = ?");
+    s.Bind(1, hash);
+    return Run(s);
+  });
+}
+
+Status SqliteStore::PruneSessions(int64_t now_ms) {
+  return Write([&] {
+    Stmt s(stmts_, db_, "DELETE FROM sessions WHERE expires_ms <= ?");
+    s.Bind(1, now_ms);
     return Run(s);
   });
 }

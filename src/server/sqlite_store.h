@@ -64,6 +64,12 @@ class SqliteStore final : public Store {
   Result<std::optional<StoredToken>> FindToken(const std::string& hash) override;
   Result<std::vector<StoredToken>> ListTokens() override;
   Status DeleteToken(const std::string& hash_prefix) override;
+  Status AddSession(const std::string& hash, const std::string& token_hash,
+                    int64_t expires_ms) override;
+  Result<std::optional<std::pair<std::string, int64_t>>> FindSession(
+      const std::string& hash) override;
+  Status DeleteSession(const std::string& hash) override;
+  Status PruneSessions(int64_t now_ms) override;
 
   Result<int64_t> AcquireLease(const std::string& holder, int64_t ttl_ms) override;
   Status RenewLease(const std::string& holder, int64_t epoch, int64_t ttl_ms) override;

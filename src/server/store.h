@@ -154,6 +154,17 @@ class Store {
   virtual Result<std::vector<StoredToken>> ListTokens() = 0;
   virtual Status DeleteToken(const std::string& hash_prefix) = 0;
 
+  // Console sessions (POST /v1/session), so that the cookie is not the API token and a
+  // standby that takes over knows them: the hash of a session's secret, the hash of the
+  // token it was opened with (a revoked token ends its sessions), and when it expires
+  // (Unix ms). FindSession gives (token hash, expires_ms).
+  virtual Status AddSession(const std::string& hash, const std::string& token_hash,
+                            int64_t expires_ms) = 0;
+  virtual Result<std::optional<std::pair<std::string, int64_t>>> FindSession(
+      const std::string& hash) = 0;
+  virtual Status DeleteSession(const std::string& hash) = 0;
+  virtual Status PruneSessions(int64_t now_ms) = 0;
+
   // ---- Leader lease and fencing. Preconditions: not inside Begin .. Commit.
   //
   // Takes the lease for `holder` for `ttl_ms` by the database's clock if it is free,

@@ -73,17 +73,29 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
   auto in = cli.Post("/v1/session", json{{"token", h.token("a")}}.dump(), "application/json");
   ASSERT_TRUE(in);
   ASSERT_EQ(in->status, 200) << in->body;
+  // The cookie holds a session of the store, not the API token (issue 47: it was the
+  // token itself, so a copied cookie was the token and signing out ended nothing).
   const std::string cookie = SetCookie(in);
-  EXPECT_EQ(cookie.rfind("gantry_session=" + h.token("a") + ";", 0), 0u) << cookie;
+  ASSERT_EQ(cookie.rfind("gantry_session=gss_", 0), 0u) << cookie;
+  EXPECT_EQ(cookie.find(h.token("a")), std::string::npos) << cookie;
+  const std::string secret =
+      cookie.substr(std::string("gantry_session=").size(),
+                    cookie.find(';') - std::string("gantry_session=").size());
+  EXPECT_NE(cookie.find("; Max-Age=43200;"), std::string::npos) << cookie;
   EXPECT_NE(cookie.find("; HttpOnly"), std::string::npos) << cookie;
   EXPECT_NE(cookie.find("; SameSite=Strict"), std::string::npos) << cookie;
   EXPECT_NE(cookie.find("; Path=/"), std::string::npos) << cookie;
   const json session = json::parse(in->body);
   EXPECT_EQ(session.value("principal", ""), "team a") << session.dump();
   EXPECT_FALSE(session.value("admin", true));
+  EXPECT_FALSE(session.contains("session")) << "the secret is for the HttpOnly cookie only";
   const std::string csrf = session.value("csrf", "");
   ASSERT_EQ(csrf.size(), 64u) << session.dump();
-  const httplib::Headers by_cookie = {{"Cookie", "other=1; gantry_session=" + h.token("a")}};
+  const httplib::Headers by_cookie = {{"Cookie", "other=1; gantry_session=" + secret}};
+  // A session is no API token (it cannot open another one, nor be a bearer token for one).
+  auto nested = cli.Post("/v1/session", json{{"token", secret}}.dump(), "application/json");
+  ASSERT_TRUE(nested);
+  EXPECT_EQ(nested->status, 401) << nested->body;
 
   // Reading by cookie: its own jobs, not the other team's logs.
   auto again = cli.Get("/v1/session", by_cookie);
@@ -126,14 +138,26 @@ TEST(Console, SignInKeepsTheTokenInAnHttpOnlyCookieAndChangesNeedTheCsrfToken) {
   auto out_forged = cli.Delete("/v1/session", by_cookie);
   ASSERT_TRUE(out_forged);
   EXPECT_EQ(out_forged->status, 403);
-  auto out = cli.Delete("/v1/session", with_csrf);
+  // A gantryd restart keeps the session (it is in the store, where a standby reads it too).
+  h.KillServer(SIGTERM);
+  h.StartServer();
+  httplib::Client after(h.ServerUrl());
+  auto kept = after.Get("/v1/session", by_cookie);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->status, 200) << kept->body;
+  auto out = after.Delete("/v1/session", with_csrf);
   ASSERT_TRUE(out);
   EXPECT_EQ(out->status, 200);
   EXPECT_NE(SetCookie(out).find("gantry_session=; Path=/; Max-Age=0; HttpOnly"), std::string::npos)
       << SetCookie(out);
+  // Signed out, the cookie's secret is worth nothing, even kept by someone who copied it.
+  auto ended = after.Get("/v1/jobs", by_cookie);
+  ASSERT_TRUE(ended);
+  EXPECT_EQ(ended->status, 401) << ended->body;
+  EXPECT_NE(ended->body.find("session ended"), std::string::npos) << ended->body;
 
   // The page keeps no token where its scripts (or anyone's) could read it.
-  auto page = cli.Get("/");
+  auto page = after.Get("/");
   ASSERT_TRUE(page);
   EXPECT_EQ(page->body.find("localStorage"), std::string::npos);
   EXPECT_NE(page->body.find("'X-CSRF-Token'"), std::string::npos);

@@ -145,7 +145,7 @@ TEST_F(PgStoreTest, Schema2IsUpgradedAndKeepsItsRuns) {
 
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "7");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "8");
   auto runs = store->Runs(0, 10000);
   ASSERT_TRUE(runs.ok()) << runs.error().message;
   ASSERT_EQ(runs->size(), 1u);
@@ -177,7 +177,7 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
                              .count();
   auto store = Open();
   ASSERT_TRUE(store);
-  EXPECT_EQ(**store->GetMeta("schema_version"), "7");
+  EXPECT_EQ(**store->GetMeta("schema_version"), "8");
   auto jobs = store->LoadJobs(-1);
   ASSERT_TRUE(jobs.ok()) << jobs.error().message;
   ASSERT_EQ(jobs->size(), 2u);
@@ -187,6 +187,7 @@ TEST_F(PgStoreTest, Schema4JobsGetAnEndTimeAtTheUpgrade) {
   EXPECT_TRUE(store->PurgeJobs(before - 1000, 10)->empty());
   EXPECT_EQ(*store->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
   EXPECT_TRUE(store->AddClusterSample(1000, "{}").ok());  // schema 6's table was made
+  EXPECT_TRUE(store->AddSession("s", "t", 1).ok());       // and schema 8's
 }
 
 // PostgreSQL aborts a transaction at its first failed statement; SQLite would go on.

@@ -214,6 +214,25 @@ TEST_P(StoreCases, MetaAndNodesReplaceByKey) {
   EXPECT_EQ((*nodes)[2].doc, "{\"up\":false}");
 }
 
+TEST_P(StoreCases, SessionsAreFoundByHashEndedAndPrunedWhenExpired) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->AddSession("s1", "tokenhash", 5000).ok());
+  ASSERT_TRUE(store->AddSession("s2", "tokenhash", 9000).ok());
+  EXPECT_FALSE(store->AddSession("s1", "other", 1).ok());  // the hash is the key
+  auto found = store->FindSession("s1");
+  ASSERT_TRUE(found.ok() && found->has_value());
+  EXPECT_EQ((**found).first, "tokenhash");
+  EXPECT_EQ((**found).second, 5000);
+  EXPECT_FALSE(store->FindSession("s3")->has_value());
+  ASSERT_TRUE(store->PruneSessions(5000).ok());  // expired at 5000: gone
+  EXPECT_FALSE(store->FindSession("s1")->has_value());
+  EXPECT_TRUE(store->FindSession("s2")->has_value());
+  ASSERT_TRUE(store->DeleteSession("s2").ok());  // signed out
+  EXPECT_FALSE(store->FindSession("s2")->has_value());
+  EXPECT_TRUE(store->DeleteSession("s2").ok());  // twice: nothing to do
+}
+
 TEST_P(StoreCases, TokensAreFoundByHashAndRevokedByPrefix) {
   auto store = Open();
   ASSERT_TRUE(store);

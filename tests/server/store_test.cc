@@ -104,7 +104,7 @@ TEST(SqliteStoreSchema, Version1IsUpgradedAndKeepsItsTokensAndRuns) {
   u.busy_gpu_ms = 42;
   ASSERT_TRUE((*store)->SetRunUsage(u).ok());
   EXPECT_EQ((*(*store)->Runs(0, 10000))[0].busy_gpu_ms, 42);
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "6");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "7");
   ASSERT_TRUE(
       (*store)->AddUsageSample(UsageSample{7, 1, 4000, 8, 0.9, 0}).ok());  // the table exists
   store->reset();
@@ -133,7 +133,7 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
                              .count();
   auto store = SqliteStore::Open(db.string());
   ASSERT_TRUE(store.ok()) << store.error().message;
-  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "6");
+  EXPECT_EQ(*(*(*store)->GetMeta("schema_version")), "7");
   auto jobs = (*store)->LoadJobs(-1);
   ASSERT_TRUE(jobs.ok()) << jobs.error().message;
   ASSERT_EQ(jobs->size(), 2u);
@@ -143,6 +143,7 @@ TEST(SqliteStoreSchema, Version4JobsGetAnEndTimeAtTheUpgrade) {
   EXPECT_TRUE((*store)->PurgeJobs(before - 1000, 10)->empty());
   EXPECT_EQ(*(*store)->PurgeJobs(before + 3'600'000, 10), std::vector<int64_t>{1});
   EXPECT_TRUE((*store)->AddClusterSample(1000, "{}").ok());  // schema 6's table was made
+  EXPECT_TRUE((*store)->AddSession("s", "t", 1).ok());       // and schema 7's
   store->reset();
   RemoveDb(db);
 }

@@ -68,8 +68,16 @@ Status Controller::Start() {
   } catch (const StoreDown& e) {
     restored = Error{"store", e.what()};
   }
+  if (restored) {
+    try {
+      SaveJobs();
+    } catch (const StoreDown& e) {
+      restored = Error{"store", e.what()};
+    }
+  }
   if (!restored) {
     store_.Rollback();
+    unsaved_.clear();
     return restored;
   }
   if (auto s = store_.Commit(); !s) return s;
@@ -173,6 +181,7 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     Housekeeping(now);
     if (dirty_ || now >= next_pass_ || now >= sched_->next_wakeup()) Pass(now);
     t_pass = Clock::now();
+    SaveJobs();
     if (Status s = store_.Commit(); !s) StoreFailed(s.error());
   } catch (const StoreDown& e) {
     // Memory may now hold what the store does not: nothing of this batch is answered as
@@ -180,6 +189,7 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     store_.Rollback();
     event_buf_.str("");
     purged_logs_.clear();
+    unsaved_.clear();  // memory is read back before the next batch
     StoreLost(e.what(), now, /*ahead=*/true);
     AnswerInOutage(batch, replies, now);
     return;
@@ -577,7 +587,16 @@ Status Controller::Restore() {
 
 // ---------------------------------------------------------------- persistence
 
-void Controller::Persist(const Job& job) {
+void Controller::Persist(const Job& job) { unsaved_.insert(job.seq); }
+
+void Controller::SaveJobs() {
+  for (int64_t seq : unsaved_) {
+    if (auto it = jobs_.find(seq); it != jobs_.end()) SaveJob(it->second);  // else purged
+  }
+  unsaved_.clear();
+}
+
+void Controller::SaveJob(const Job& job) {
   StoredJob sj;
   sj.seq = job.seq;
   sj.name = job.name;

@@ -258,7 +258,14 @@ class Controller : public ApiBackend {
   // ---- state changes (controller thread) ----
   Status Restore();
   std::optional<core::JobSpec> ReadSpec(const Job& job, std::vector<std::string>* problems);
+  // A job's record is written once per batch however often it changed in it (submitted
+  // and started, exited and ended: two or three writes of the whole record before), by
+  // SaveJobs before the commit; a lookup that must see this batch's jobs in the store
+  // (an idempotency key) saves them first, and a job dropped from memory is saved then.
   void Persist(const Job& job);
+  void SaveJobs();
+  void SaveJob(const Job& job);
+  std::set<int64_t> unsaved_;  // seqs Persist was called for in this batch
   void PersistNode(core::NodeId n);
   void Pass(Ticks now);
   void Housekeeping(Ticks now);

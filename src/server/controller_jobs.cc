@@ -474,6 +474,14 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                                     (req.array.empty() && req.after.empty()
                                          ? std::string()
                                          : "\narray=" + req.array + "\nafter=" + req.after));
+          // A retry in the same batch as its first try finds it in the store too.
+          if (std::any_of(unsaved_.begin(), unsaved_.end(), [&](int64_t seq) {
+                auto u = jobs_.find(seq);
+                return u != jobs_.end() && u->second.team == job.team &&
+                       u->second.idem_key == job.idem_key;
+              })) {
+            SaveJobs();
+          }
           auto prior = store_.FindIdempotent(job.team, job.idem_key);
           if (!prior) StoreFailed(prior.error());
           if (*prior) {

@@ -429,6 +429,7 @@ Status Controller::RestoreHistory() {
 }
 
 void Controller::DropEnded(std::map<int64_t, Job>::iterator it) {
+  if (unsaved_.erase(it->second.seq) > 0) SaveJob(it->second);  // its last change
   by_name_.erase(it->second.name);
   if (!it->second.array.empty()) {
     auto a = arrays_.find(it->second.array);
@@ -451,6 +452,7 @@ void Controller::PurgeJobs(Ticks now) {
   if (!purged) StoreFailed(purged.error());
   purge_more_ = static_cast<int64_t>(purged->size()) == kBatch;
   for (int64_t seq : *purged) {
+    unsaved_.erase(seq);  // gone from the store: not to be written back
     // Still in memory with recent_done above what ends in a retention period. (Its
     // entry in done_order_ stays: that loop skips jobs already gone.)
     if (auto it = jobs_.find(seq); it != jobs_.end() && !it->second.active()) DropEnded(it);

@@ -600,6 +600,27 @@ TEST_F(ControllerTest, IdempotencyKeyReturnsTheSameJob) {
   EXPECT_EQ(list.body["jobs"].size(), 1u);
 }
 
+// A job's record is written once per batch (Controller::SaveJobs): a retry that lands in
+// the same batch as its first try must still find that job by its key.
+TEST_F(ControllerTest, ARetryInTheSameBatchAsItsFirstTryGetsTheSameJob) {
+  SubmitRequest req;
+  req.body = R"({"queue":"research","gpus":1,"vram_gb":10,"command":"x"})";
+  req.idempotency_key = "key-2";
+  std::promise<Reply> first, again;
+  ctl_->RunExclusive([&] {  // both wait behind this batch, and go in the next one together
+    ctl_->Submit(kTeamA, req, [&](Reply r) { first.set_value(std::move(r)); });
+    ctl_->Submit(kTeamA, req, [&](Reply r) { again.set_value(std::move(r)); });
+  });
+  Reply a = first.get_future().get(), b = again.get_future().get();
+  ASSERT_EQ(a.code, Code::kCreated) << a.body.dump();
+  EXPECT_EQ(b.code, Code::kOk) << b.body.dump();
+  EXPECT_EQ(b.body["id"], a.body["id"]);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 1u);
+  Restart();  // and what was answered was saved
+  EXPECT_EQ(Submit(kTeamA, req.body, "key-2").body["id"], a.body["id"]);
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, "", true).body["jobs"].size(), 1u);
+}
+
 TEST_F(ControllerTest, QueuesShowUsageAgainstTheirGuarantees) {
   Reply r = Submit(kTeamB, R"({"queue":"serving","gpus":3,"vram_gb":10,"command":"x"})");
   ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();

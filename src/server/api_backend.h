@@ -97,8 +97,8 @@ class ApiBackend {
   // for the cookie that stands for the token until it expires or SignOut ends it. A
   // backend without a store of sessions (Kubernetes mode) answers WhoAmI, and the cookie
   // then holds the token itself.
-  virtual void SignIn(std::string token, Done done) { WhoAmI(std::move(token), std::move(done)); }
   static constexpr int kSessionSeconds = 12 * 3600;  // a console session's life
+  virtual void SignIn(std::string token, Done done) { WhoAmI(std::move(token), std::move(done)); }
   virtual void SignOut(std::string session, Done done) {
     (void)session;
     done(Reply{});

@@ -307,6 +307,8 @@ class Controller : public ApiBackend {
     Ticks deadline;
   };
   std::vector<UnreadStop> unread_stops_;
+  // (Restore only: it takes the held nodes out of the core once it has re-adopted what
+  // runs there.)
   void StopUnreadJob(const Job& job, Ticks grace, Ticks now);
   bool HeldByUnreadStop(core::NodeId n) const;
   // Drops node n's entries that `gone` selects and lets the node take work again.

@@ -326,8 +326,6 @@ void Controller::StopUnreadJob(const Job& job, Ticks grace, Ticks now) {
           StepDesired(job, s, static_cast<int>(i)));
     }
   }
-  // (Only Restore calls this: it takes the held nodes out of the core after re-adopting
-  // what runs there.)
 }
 
 bool Controller::HeldByUnreadStop(core::NodeId n) const {
@@ -478,14 +476,6 @@ void Controller::Housekeeping(Ticks now) {
     if (Status s = store_.PruneSessions(WallMs(now)); !s) StoreFailed(s.error());  // expired
   }
   PurgeJobs(now);
-  for (size_t i = 0; i < unread_stops_.size();) {  // the agent SIGKILLed them at the deadline
-    const UnreadStop u = unread_stops_[i];
-    if (now <= u.deadline + options_.kill_slack_ms) {
-      ++i;
-      continue;
-    }
-    EndUnreadStops(u.node, [&](const UnreadStop& o) { return o.key == u.key; });
-  }
   if (now - tokens_flushed_ >= 10'000) {
     tokens_.clear();
     tokens_flushed_ = now;
@@ -532,6 +522,13 @@ void Controller::Housekeeping(Ticks now) {
     EndAllocation(job, "killed at the end of the grace");
     EndStop(job, now);
   }
+  // Likewise the workers of jobs failed at start (--force-config): their nodes take work again.
+  auto past = [&](const UnreadStop& u) { return now > u.deadline + options_.kill_slack_ms; };
+  std::set<uint32_t> freed;
+  for (const UnreadStop& u : unread_stops_) {
+    if (past(u)) freed.insert(u.node.v);
+  }
+  for (uint32_t n : freed) EndUnreadStops(core::NodeId(n), past);
 }
 
 }  // namespace gantry::server

@@ -420,8 +420,8 @@ std::string Chomp(std::string text) {
   return text;
 }
 
-// What `config` would break among the stored active jobs, printed; 0 when nothing (or
-// when `force`: they are failed, each said on stderr), else kExitBadInput.
+// What `config` would break among the stored active jobs, logged; 0 when nothing (or
+// when `force`: they are failed, each logged by the controller), else kExitBadInput.
 int CheckConfig(const spec::ClusterConfig& config, server::Store& store, const std::string& path,
                 bool force) {
   auto broken = server::ConfigBreakage(config, store);

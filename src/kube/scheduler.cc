@@ -20,8 +20,10 @@
 #include "core/scheduler.h"
 #include "kube/objects.h"
 #include "server/api_backend.h"
+#include "server/authenticator.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
+#include "server/mailbox.h"
 #include "server/metrics.h"
 
 namespace gantry::kube {
@@ -63,30 +65,8 @@ struct Event {
   std::function<void(Driver*)> call = {};  // kCall; nullptr: the scheduler is stopping
 };
 
-// The events the watch threads hand to the scheduling thread.
-class Mailbox {
- public:
-  void Push(Event e) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      events_.push_back(std::move(e));
-    }
-    cv_.notify_one();
-  }
-  // Waits up to `wait` for an event; takes them all.
-  std::deque<Event> Take(std::chrono::milliseconds wait) {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, wait, [&] { return !events_.empty(); });
-    std::deque<Event> out;
-    out.swap(events_);
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Event> events_;
-};
+// The events the watch threads (and the API's calls) hand to the scheduling thread.
+using Mailbox = server::Mailbox<Event>;
 
 // What went wrong with a request, for the log: the status and the start of the body, or
 // the transport error.
@@ -1724,8 +1704,9 @@ std::string Driver::Metrics() const {
 // (--db); what changes something is kubectl's, and is refused with where to do it.
 class KubeApi : public server::ApiBackend {
  public:
-  KubeApi(Published& published, SchedulerOptions::Authenticate auth)
-      : published_(published), auth_(std::move(auth)) {}
+  KubeApi(Published& published, server::Store* store) : published_(published) {
+    if (store != nullptr) auth_.emplace(*store);
+  }
 
   // While leading, calls go to the scheduling thread through `box`; nullptr: they cannot.
   void Attach(Mailbox* box) {
@@ -1748,6 +1729,19 @@ class KubeApi : public server::ApiBackend {
     server::Reply r;
     r.body = server::WhoAmIBody(*p);
     done(std::move(r));
+  }
+  // Console sessions as the Controller's: the cookie holds a secret the store maps to the
+  // token, never the token.
+  void SignIn(std::string token, server::Done done) override {
+    if (!Ready(done)) return;
+    done(Guarded([&] { return auth_->SignIn(token, WallMs()); }));
+  }
+  void SignOut(std::string session, server::Done done) override {
+    if (!Ready(done)) return;
+    done(Guarded([&] {
+      auth_->SignOut(session);
+      return server::Reply{};
+    }));
   }
   // Rendered on the scheduling thread when asked (a standby has none to give).
   void Metrics(std::string, server::Done done) override {
@@ -1819,21 +1813,39 @@ class KubeApi : public server::ApiBackend {
                                 "gantryd --kubernetes " + what + ": " + instead);
   }
 
+  // Whether /v1 is served here (with --db); else `done` is answered.
+  bool Ready(server::Done& done) {
+    if (auth_) return true;
+    done(server::Reply::Error(server::Code::kUnavailable,
+                              "gantryd --kubernetes answers /v1 with --db: its tokens (gantryd "
+                              "init, gantryd token create)"));
+    return false;
+  }
+
+  // fn's reply, under the lock (the store and the authenticator are not thread-safe); a
+  // store that fails gives a 503.
+  server::Reply Guarded(const std::function<server::Reply()>& fn) {
+    std::lock_guard lock(mu_);
+    try {
+      auth_->Flush(WallMs());  // a revoked token works at most 10 s more
+      return fn();
+    } catch (const server::StoreDown& e) {
+      return server::Reply::Error(server::Code::kUnavailable,
+                                  std::string("store unavailable: ") + e.what());
+    }
+  }
+
   std::optional<server::Principal> Who(const std::string& token, server::Done& done) {
-    if (!auth_) {
-      done(server::Reply::Error(server::Code::kUnavailable,
-                                "gantryd --kubernetes answers /v1 with --db: its tokens (gantryd "
-                                "init, gantryd token create)"));
-      return std::nullopt;
-    }
-    if (token.empty()) {
-      done(server::Reply::Error(server::Code::kUnauthenticated, server::kMissingToken));
-      return std::nullopt;
-    }
-    std::lock_guard lock(mu_);  // the store is not thread-safe
-    auto p = auth_(token);
+    if (!Ready(done)) return std::nullopt;
+    std::optional<server::Principal> p;
+    server::Reply r = Guarded([&] {
+      server::Reply err;
+      p = auth_->Authenticate(token, WallMs(), err);
+      return err;
+    });
     if (!p) {
-      done(server::Reply::Error(server::Code::kUnauthenticated, p.error().message));
+      server::Authenticator::LogRefusal(r, "unauthenticated");
+      done(std::move(r));
       return std::nullopt;
     }
     if (p->role == server::Role::kAgent) {
@@ -1864,7 +1876,7 @@ class KubeApi : public server::ApiBackend {
   }
 
   Published& published_;
-  SchedulerOptions::Authenticate auth_;
+  std::optional<server::Authenticator> auth_;  // with a store
   std::mutex mu_;
   Mailbox* box_ = nullptr;
 };
@@ -1890,7 +1902,7 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   // gantryd's HTTP API (server/http_api.h) over this mode's answers: /healthz and /metrics
   // from standbys too (a standby's /healthz says so), /v1's reads from the leader.
   Published published;
-  KubeApi api(published, options.authenticate);
+  KubeApi api(published, options.store);
   std::unique_ptr<server::HttpApi> http;
   std::thread http_thread;
   if (!options.listen.empty()) {
@@ -1942,14 +1954,14 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
   const auto idle = std::chrono::milliseconds(static_cast<int64_t>(options.idle_pass_s * 1000));
   api.Attach(&box);
   while (!stop && !lost) {
-    std::deque<Event> events = box.Take(idle);
+    std::deque<Event> events = box.Take(std::chrono::steady_clock::now() + idle);
     for (Event& e : events) driver.Apply(e);
     // Events come in bursts (a Job's pods, a gang's bindings echoed back): a pass per
     // burst, not per event.
     driver.Pass();
   }
   api.Attach(nullptr);
-  for (Event& e : box.Take(std::chrono::milliseconds(0))) {
+  for (Event& e : box.Take(std::chrono::steady_clock::now())) {
     if (e.res == Resource::kCall) e.call(nullptr);  // answered: stopping
   }
   // A watch may be between two reads when interrupted: interrupt until all have ended.

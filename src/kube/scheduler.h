@@ -21,7 +21,7 @@
 
 #include "kube/client.h"
 #include "kube/lease.h"
-#include "server/auth.h"
+#include "server/store.h"
 #include "spec/config_reader.h"
 
 namespace gantry::kube {
@@ -35,11 +35,11 @@ struct SchedulerOptions {
   bool elect = true;
   LeaseOptions lease;
   // HOST:PORT for gantryd's HTTP API (empty: none; port 0: any free port): GET /healthz,
-  // GET /metrics, and with `authenticate` the reads of /v1 (jobs, a job, queues).
+  // GET /metrics, and with `store` the reads of /v1 (jobs, a job, queues).
   std::string listen;
-  // Who a token is (gantryd's store, --db); empty: /v1 is not served. Called under a lock.
-  using Authenticate = std::function<Result<server::Principal>(const std::string& token)>;
-  Authenticate authenticate;
+  // gantryd's store (--db): its tokens, and the console's sessions kept in it, say who
+  // calls /v1; nullptr: /v1 is not served. Used from one thread at a time.
+  server::Store* store = nullptr;
 };
 
 // Runs until `stop`; 0 after a clean stop, 1 when the API server cannot be used or the

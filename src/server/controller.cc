@@ -44,11 +44,12 @@ Controller::Controller(const spec::ClusterConfig& config, Store& store, Controll
       options_(std::move(options)),
       events_out_(events),
       clock_(std::move(clock)),
+      auth_(store, options_.submit_rate, options_.submit_burst),
       log_(event_buf_, config.cluster),
-      queue_wait_(core::kTierCount,
-                  Histogram({1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 86400})),
-      preemptions_(config.queues.size(), 0) {
+      metrics_(config) {
   if (options_.lease_ms <= 0) options_.lease_ms = options_.node_timeout_ms * 6 / 10;
+  auth_.SetJobCredentials(
+      [this](const std::string& token, Reply& error) { return JobPrincipal(token, error); });
 }
 
 Controller::~Controller() { Stop(); }
@@ -86,6 +87,7 @@ Status Controller::Start() {
     events_out_->flush();
   }
   event_buf_.str("");
+  inbox_.Open();
   thread_ = std::thread([this] {
     // Named for top -H, perf sched and gdb: /healthz's latency is this thread's.
     pthread_setname_np(pthread_self(), "gantryd-ctl");
@@ -95,25 +97,14 @@ Status Controller::Start() {
 }
 
 void Controller::Stop() {
-  {
-    std::lock_guard lk(mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  cv_.notify_all();
+  if (!inbox_.Close()) return;
   if (thread_.joinable()) thread_.join();
 }
 
 void Controller::Post(std::function<Reply()> fn, Done done, Kind kind) {
-  {
-    std::lock_guard lk(mu_);
-    if (!stopping_ && thread_.joinable()) {
-      inbox_.push_back(Message{std::move(fn), std::move(done), kind});
-      cv_.notify_one();
-      return;
-    }
-  }
-  done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
+  Message m{std::move(fn), std::move(done), kind};
+  if (!inbox_.Push(std::move(m)))
+    m.done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
 }
 
 Reply Controller::Wait(const std::function<void(Done)>& start) {
@@ -129,24 +120,18 @@ Reply Controller::Wait(const std::function<void(Done)>& start) {
 }
 
 void Controller::Loop() {
-  std::unique_lock lk(mu_);
   auto wake = std::chrono::steady_clock::now();
   while (true) {
-    cv_.wait_until(lk, wake, [&] { return stopping_ || !inbox_.empty(); });
-    if (stopping_) {
-      std::deque<Message> left;
-      left.swap(inbox_);
-      lk.unlock();
-      for (Message& m : left) m.done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
-      AnswerWatchers(now_, /*all=*/true);
+    bool closed = false;
+    std::deque<Message> taken = inbox_.Take(wake, &closed);
+    if (closed) {
+      for (Message& m : taken) m.done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
+      watches_.AnswerAll(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
       return;
     }
-    std::vector<Message> batch(std::make_move_iterator(inbox_.begin()),
-                               std::make_move_iterator(inbox_.end()));
-    inbox_.clear();
-    lk.unlock();
+    std::vector<Message> batch(std::make_move_iterator(taken.begin()),
+                               std::make_move_iterator(taken.end()));
     RunBatch(batch);
-    lk.lock();
     const int64_t tick = std::clamp<int64_t>(options_.pass_interval_ms, 10, 1000);
     wake = std::chrono::steady_clock::now() + std::chrono::milliseconds(tick);
   }
@@ -221,10 +206,10 @@ void Controller::RunBatch(std::vector<Message>& batch) {
         batch[i].done(std::move(replies[i]));
     }
   }
-  AnswerWatchers(now, /*all=*/false);
+  watches_.AnswerDue(now, [&](core::NodeId n) { return WatchReply(n, now); });
   const auto t_end = Clock::now();
   const double took = std::chrono::duration<double>(t_end - t0).count();
-  batch_seconds_.Observe(took);
+  metrics_.Batch(took);
   if (took > 0.1) {
     auto ms = [](Clock::duration d) {
       return FormatValue(std::chrono::duration<double, std::milli>(d).count());
@@ -244,7 +229,7 @@ void Controller::StoreLost(const std::string& why, Ticks now, bool ahead) {
   if (outage_.since < 0) {
     outage_.since = now;
     outage_.backoff = 250;
-    ++outages_;
+    metrics_.StoreOutage();
     log::Error(
         "store unavailable: " + why +
             "; refusing calls with 503, agents hold their workers for up to " +
@@ -258,10 +243,8 @@ void Controller::StoreLost(const std::string& why, Ticks now, bool ahead) {
   outage_.why = why;
   outage_.ahead |= ahead;
   outage_.next_try = now + outage_.backoff;
-  for (std::vector<Watcher>& ws : watchers_) {  // their answers would come from memory
-    for (Watcher& w : ws) w.done(OutageReply("gantryd's store is unavailable (" + why + ")", now));
-    ws.clear();
-  }
+  // Parked watches' answers would come from memory.
+  watches_.AnswerAll(OutageReply("gantryd's store is unavailable (" + why + ")", now));
 }
 
 Reply Controller::OutageReply(const std::string& message, Ticks now) const {
@@ -320,7 +303,7 @@ void Controller::StoreBack(Ticks now) {
 // instance an agent would apply it and kill what was started since.
 void Controller::ReadBack() {
   const std::string instance = instance_;
-  const std::vector<int64_t> versions = node_version_;
+  const std::vector<int64_t> versions = watches_.versions();
   sched_.reset();
   jobs_.clear();
   by_name_.clear();
@@ -329,7 +312,7 @@ void Controller::ReadBack() {
   core_to_seq_.clear();
   running_.clear();
   done_order_.clear();
-  tokens_.clear();
+  auth_.Forget();
   active_by_team_.clear();
   next_timers_ = 0;
   jobs_purged_ = -1;
@@ -337,9 +320,7 @@ void Controller::ReadBack() {
   next_pass_ = 0;
   if (Status s = Restore(); !s) StoreFailed(s.error());
   instance_ = instance;
-  for (size_t i = 0; i < node_version_.size() && i < versions.size(); ++i) {
-    node_version_[i] = versions[i] + 1;
-  }
+  watches_.MoveOn(versions);
 }
 
 // ---------------------------------------------------------------- watches
@@ -348,27 +329,6 @@ Reply Controller::WatchReply(core::NodeId n, Ticks now) {
   Reply r;
   r.encode = [answer = NodeAnswer(n, now)] { return proto::Encode(answer); };
   return r;
-}
-
-void Controller::AnswerWatchers(Ticks now, bool all) {
-  for (uint32_t i = 0; i < watchers_.size(); ++i) {
-    std::vector<Watcher>& ws = watchers_[i];
-    if (ws.empty()) continue;
-    std::optional<Reply> reply;  // one answer serves every watch of the node
-    auto keep = ws.begin();
-    for (auto it = ws.begin(); it != ws.end(); ++it) {
-      if (all) {
-        it->done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
-      } else if (it->version != node_version_[i] || now >= it->deadline) {
-        if (!reply) reply = WatchReply(core::NodeId(i), now);
-        it->done(*reply);
-      } else {
-        if (keep != it) *keep = std::move(*it);
-        ++keep;
-      }
-    }
-    ws.erase(all ? ws.begin() : keep, ws.end());
-  }
 }
 
 // ---------------------------------------------------------------- restore
@@ -402,8 +362,7 @@ Status Controller::Restore() {
   if (Status s = RestoreHistory(); !s) return s;
   nodes_.assign(cluster_.nodes().size(), NodeInfo{});
   node_jobs_.assign(cluster_.nodes().size(), {});
-  node_version_.assign(cluster_.nodes().size(), 0);
-  watchers_.assign(cluster_.nodes().size(), {});
+  watches_.Reset(cluster_.nodes().size());
   auto stored_nodes = store_.LoadNodes();
   if (!stored_nodes) return stored_nodes.error();
   for (const StoredNode& sn : *stored_nodes) {

@@ -2,12 +2,16 @@
 // record; HTTP I/O threads call the public methods, which post a message to that thread
 // and return at once: the reply comes later through the caller's Done callback, so no
 // I/O thread ever waits for the controller (the synchronous overloads are for tests and
-// tools). The code is split by concern:
-//   controller.cc            the thread, the mailbox, batches, watches, restore, persistence
+// tools). Parts that own their state, each its own type: the mailbox (mailbox.h, shared
+// with the Kubernetes mode), who a token is and the submit rate (authenticator.h, shared
+// too), the agents' watches (node_watches.h) and what /metrics counts
+// (controller_metrics.h). The code is split by concern:
+//   controller.cc            the thread, batches, watch answers, restore, persistence
 //   controller_lifecycle.cc  the job life cycle: passes, starts, stops, exits, node loss
-//   controller_jobs.cc       authentication and the job API (submit, ls, show, cancel, logs)
+//   controller_jobs.cc       the job API (submit, ls, show, cancel, logs); who may call
+//                            (tokens and sessions are authenticator.h's)
 //   controller_cluster.cc    nodes, drain, queues, usage, health
-//   controller_metrics.cc    /metrics (Prometheus)
+//   controller_metrics.cc    /metrics (Prometheus; the counts are controller_metrics.h's)
 //   controller_agents.cc     the agent protocol: heartbeats, watches, log uploads
 //
 // The thread works in batches: it takes every waiting message, runs them inside one
@@ -34,7 +38,6 @@
 // controller thread and must not block (post the work elsewhere).
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -55,7 +58,11 @@
 #include "core/scheduler.h"
 #include "server/api_backend.h"
 #include "server/auth.h"
+#include "server/authenticator.h"
+#include "server/controller_metrics.h"
+#include "server/mailbox.h"
 #include "server/metrics.h"
+#include "server/node_watches.h"
 #include "server/state.h"
 #include "server/store.h"
 #include "spec/batch.h"
@@ -207,11 +214,6 @@ class Controller : public ApiBackend {
     Done done;
     Kind kind = Kind::kCall;
   };
-  struct Watcher {
-    Done done;
-    int64_t version = 0;
-    Ticks deadline = 0;
-  };
   // Runs fn on the controller thread; done gets its reply after the batch commits.
   void Post(std::function<Reply()> fn, Done done, Kind kind = Kind::kCall);
   static Reply Wait(const std::function<void(Done)>& start);
@@ -235,18 +237,18 @@ class Controller : public ApiBackend {
   Ticks HoldMs() const {
     return std::max<Ticks>(0, (options_.node_timeout_ms - options_.lease_ms) * 3 / 4);
   }
-  void AnswerWatchers(Ticks now, bool all);
+  // What a watch of node n is answered with now.
   Reply WatchReply(core::NodeId n, Ticks now);
 
   Ticks Now();
   int64_t WallMs(Ticks t) const { return epoch_ms_ + t; }
   double UnixSeconds(Ticks t) const { return static_cast<double>(WallMs(t)) / 1000.0; }
-  std::optional<Principal> Authenticate(const std::string& token, Reply& error);
-  std::optional<Principal> AuthenticateUser(const std::string& token, Reply& error);
+  // The caller `token` stands for at the batch's time (auth_), or nullopt and the error.
+  std::optional<Principal> Authenticate(const std::string& token, Reply& error) {
+    return auth_.Authenticate(token, WallMs(now_), error);
+  }
   // Call() as a user (not an agent): fn runs on the controller thread with the caller,
   // or the reply is the authentication error.
-  // A 401 or 403 goes to the operational log with who asked and why it was refused.
-  static void LogRefusal(const Reply& r, const std::string& who);
   // CallAsAgent's checks once the token is known: an agent (or admin) token for this node.
   Reply AsAgent(const Principal& p, const std::string& node,
                 const std::function<Reply(core::NodeId)>& fn);
@@ -384,8 +386,6 @@ class Controller : public ApiBackend {
   // The job whose run `token` is the credential of, while that run is active; nullopt
   // (and `error`) for a "gjt_" token that is not (any more).
   std::optional<Principal> JobPrincipal(const std::string& token, Reply& error);
-  // A console session's secret ("gss_..."): its token's principal while it lasts.
-  std::optional<Principal> SessionPrincipal(const std::string& session, Reply& error);
   // Starts the job's pending steps that fit now, in order.
   void StartSteps(Job& job, Ticks now);
   // Places step `s` as it asks on the job's slots not used by running steps (its tasks'
@@ -443,16 +443,8 @@ class Controller : public ApiBackend {
   ControllerOptions options_;
   std::ostream* events_out_;
   WallClock clock_;
-  // Per-team submit buckets (submit_rate): tokens left, and when they were counted.
-  struct Bucket {
-    double tokens = 0;
-    int64_t at_ms = 0;
-  };
-  std::map<std::string, Bucket> submit_buckets_;
-  int64_t rate_limited_ = 0;      // submits refused for the rate limit (metrics)
-  int64_t duplicate_agents_ = 0;  // heartbeats refused: another live agent holds the node
-  // A 429 when `user`'s team is over its submit rate; takes a token otherwise.
-  std::optional<Reply> OverSubmitRate(const Principal& user);
+  // Tokens, sessions, job credentials (JobPrincipal) and the submit rate limit.
+  Authenticator auth_;
 
   // Owned by the controller thread once started.
   std::unique_ptr<core::Scheduler> sched_;
@@ -465,16 +457,14 @@ class Controller : public ApiBackend {
   std::unordered_map<std::string, std::vector<int64_t>>
       arrays_;  // array id -> its tasks (in memory)
   std::unordered_map<std::string, std::vector<int64_t>>
-      dependents_;                              // job name -> held jobs waiting on it
-  std::vector<int64_t> core_to_seq_;            // core JobId -> seq
-  std::set<int64_t> running_;                   // seqs of running or stopping jobs
-  std::vector<std::set<int64_t>> node_jobs_;    // by NodeId: running_ jobs with a worker there
-  std::vector<int64_t> node_version_;           // by NodeId: bumped by Touch
-  std::vector<std::vector<Watcher>> watchers_;  // by NodeId: parked watches
-  std::deque<int64_t> done_order_;              // ended jobs in memory, oldest first
-  std::vector<NodeInfo> nodes_;                 // by core NodeId
-  std::unordered_map<std::string, Principal> tokens_;  // cache: hash -> principal
-  Ticks samples_pruned_ = -1;                          // the usage time series is pruned hourly
+      dependents_;                            // job name -> held jobs waiting on it
+  std::vector<int64_t> core_to_seq_;          // core JobId -> seq
+  std::set<int64_t> running_;                 // seqs of running or stopping jobs
+  std::vector<std::set<int64_t>> node_jobs_;  // by NodeId: running_ jobs with a worker there
+  NodeWatches watches_;             // the nodes' versions (bumped by Touch) and parked watches
+  std::deque<int64_t> done_order_;  // ended jobs in memory, oldest first
+  std::vector<NodeInfo> nodes_;     // by core NodeId
+  Ticks samples_pruned_ = -1;       // the usage time series is pruned hourly
   // Housekeeping's timers (node timeouts, time limits, idle reclaim, overdue stops) run
   // at most this often.
   static constexpr Ticks kTimersEveryMs = 100;
@@ -484,8 +474,7 @@ class Controller : public ApiBackend {
   bool restoring_ = false;            // inside Restore
   std::vector<int64_t> purged_logs_;  // seqs whose output goes after the commit
   std::deque<ClusterSample> history_;
-  Ticks history_at_ = -1;     // the last sample
-  Ticks tokens_flushed_ = 0;  // the cache is dropped every 10 s (revocations)
+  Ticks history_at_ = -1;  // the last sample
   std::ostringstream event_buf_;
   spec::EventLog log_;
   bool dirty_ = true;  // something changed: run a pass
@@ -500,39 +489,11 @@ class Controller : public ApiBackend {
     Ticks next_try = 0, backoff = 0;
   } outage_;
   Ticks last_saved_ = 0;  // the last batch committed
-  uint64_t outages_ = 0;  // store outages since the process started (metrics)
 
-  // Metrics.
-  Histogram sched_latency_{
-      {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}};
-  // The controller thread's time per batch, from taking it to answering it: what every
-  // caller, /healthz included, may wait behind. A batch over 100 ms is logged with its
-  // parts.
-  Histogram batch_seconds_{
-      {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
-  // Queue wait per queue and tier (QueueWait): constructed with one empty histogram per
-  // tier, which gives the buckets, and grown to queues x tiers on first use.
-  std::vector<Histogram> queue_wait_;
-  std::vector<uint64_t> preemptions_;  // per queue
-  uint64_t submitted_ = 0, requeued_ = 0, purged_ = 0;
-  std::map<JobEnd, uint64_t> ended_;          // by end
-  std::map<std::string, uint64_t> reclaims_;  // by queue
-  // GPU time since this process's first batch (metrics_since_): held by runs that ended
-  // (the running ones are added when rendered) and busy as agents report it, in GPU-ms by
-  // (queue, GPU model). Counters: a restart starts them again from 0.
-  using QueueModel = std::pair<std::string, std::string>;
-  Ticks metrics_since_ = -1;
-  std::map<QueueModel, double> held_gpu_ms_, busy_gpu_ms_;
-  Histogram& QueueWait(core::QueueId q, core::Tier t);
-  // Adds the GPU-ms `job`'s current run held from max(its start, metrics_since_) to `now`.
-  void AddHeldGpuMs(const Job& job, Ticks now, std::map<QueueModel, double>& into) const;
-  std::string GpuModelName(core::NodeId n) const;  // "cpu" for a node without GPUs
+  ControllerMetrics metrics_;  // what /metrics counts
 
-  // The mailbox.
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Message> inbox_;
-  bool stopping_ = false;
+  // Calls for the controller thread: opened by Start, closed by Stop.
+  Mailbox<Message> inbox_{/*open=*/false};
   std::thread thread_;
 };
 

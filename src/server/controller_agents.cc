@@ -142,7 +142,7 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
   proto::WatchAnswer a;
   a.instance = instance_;
   a.epoch = options_.epoch;
-  a.version = node_version_[n.v];
+  a.version = watches_.version(n);
   for (int64_t seq : node_jobs_[n.v]) {
     const Job& job = jobs_.at(seq);
     const bool stopping = job.state == JobState::kStopping;
@@ -323,7 +323,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         // time that one has stopped its workers itself; the newest wins only then.
         if (info.up && !info.agent_id.empty() && report.agent_id != info.agent_id &&
             now - info.last_seen < options_.lease_ms) {
-          ++duplicate_agents_;
+          metrics_.DuplicateAgent();
           log::Warn("second agent for a live node refused", {{"node", node},
                                                              {"agent", report.agent_id},
                                                              {"live_agent", info.agent_id},
@@ -470,11 +470,10 @@ void Controller::Watch(std::string token, std::string node, std::string instance
               [this, instance = std::move(instance), version, timeout_ms,
                keep = std::move(keep)](core::NodeId n) -> Reply {
                 const Ticks now = now_;
-                if (instance != instance_ || version != node_version_[n.v] || timeout_ms <= 0) {
+                if (instance != instance_ || version != watches_.version(n) || timeout_ms <= 0) {
                   return WatchReply(n, now);
                 }
-                watchers_[n.v].push_back(
-                    Watcher{keep, version, now + std::min<int64_t>(timeout_ms, 120000)});
+                watches_.Park(n, keep, version, now + std::min<int64_t>(timeout_ms, 120000));
                 Reply r;
                 r.deferred = true;
                 return r;

@@ -1,4 +1,5 @@
-// Helpers shared by the files of the Controller (controller*.cc); not a public header.
+// Helpers shared by the files of the Controller (controller*.cc, authenticator.cc); not a
+// public header.
 #pragma once
 
 #include <cstdio>
@@ -11,11 +12,9 @@
 #include "base/result.h"
 #include "core/model/types.h"
 #include "server/metrics.h"
+#include "server/store.h"
 
 namespace gantry::server {
-
-// A console session's secret starts so (a cookie's value; never a token of the store).
-inline constexpr const char* kSessionPrefix = "gss_";
 
 // A failure this process cannot carry on from (a fenced leader, a broken invariant): said
 // in the operational log, in its format, and the process ends without answering the
@@ -27,13 +26,8 @@ inline constexpr const char* kSessionPrefix = "gss_";
   std::_Exit(1);
 }
 
-// A store call failed inside a batch: a lost database connection, a full disk. The
-// batch is abandoned, none of it answered, and the controller rides through the outage
-// (Controller::RunBatch, docs/control-plane.md "Store outages"). A fenced store (field
-// "lease": another gantryd has taken the lease) is no outage: this process ends at once.
-struct StoreDown : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// A store call failed (StoreDown, store.h). A fenced store (field "lease": another
+// gantryd has taken the lease) is no outage: this process ends at once.
 [[noreturn]] inline void StoreFailed(const Error& e) {
   if (e.field == "lease") Fatal("deposed: " + e.message);
   throw StoreDown(e.message);

@@ -45,92 +45,20 @@ std::optional<std::string> BadJobName(const std::string& name) {
   return std::nullopt;
 }
 
-// ---------------------------------------------------------------- authentication
-
-std::optional<Principal> Controller::Authenticate(const std::string& token, Reply& error) {
-  if (token.empty()) {
-    error = Reply::Error(Code::kUnauthenticated, kMissingToken);
-    return std::nullopt;
-  }
-  if (token.rfind("gjt_", 0) == 0) return JobPrincipal(token, error);
-  if (token.rfind(kSessionPrefix, 0) == 0) return SessionPrincipal(token, error);
-  const std::string hash = Sha256Hex(token);
-  if (auto it = tokens_.find(hash); it != tokens_.end()) return it->second;
-  auto found = store_.FindToken(hash);
-  if (!found) StoreFailed(found.error());
-  if (!*found) {
-    error = Reply::Error(Code::kUnauthenticated, "invalid token: no such token is registered");
-    return std::nullopt;
-  }
-  Principal p = PrincipalOf(**found);
-  if (tokens_.size() > 10000) tokens_.clear();
-  tokens_.emplace(hash, p);
-  return p;
-}
-
-std::optional<Principal> Controller::SessionPrincipal(const std::string& session, Reply& error) {
-  auto found = store_.FindSession(Sha256Hex(session));
-  if (!found) StoreFailed(found.error());
-  if (!*found || (**found).second <= WallMs(now_)) {
-    error = Reply::Error(Code::kUnauthenticated,
-                         "session ended (signed out or expired): sign in again");
-    return std::nullopt;
-  }
-  auto token = store_.FindToken((**found).first);
-  if (!token) StoreFailed(token.error());
-  if (!*token) {
-    error = Reply::Error(Code::kUnauthenticated, "session ended: its token was revoked");
-    return std::nullopt;
-  }
-  return PrincipalOf(**token);
-}
+// ---------------------------------------------------------------- who may call
 
 void Controller::SignIn(std::string token, Done done) {
-  Post(
-      [this, token = std::move(token)]() -> Reply {
-        Reply err;
-        if (token.rfind(kSessionPrefix, 0) == 0 || token.rfind("gjt_", 0) == 0) {
-          err = Reply::Error(Code::kUnauthenticated,
-                             "sign in with a user's or an admin's token, not a session's or a "
-                             "job's");
-          LogRefusal(err, "unauthenticated");
-          return err;
-        }
-        auto user = AuthenticateUser(token, err);
-        if (!user) {
-          LogRefusal(err, "unauthenticated");
-          return err;
-        }
-        const std::string session = kSessionPrefix + NewToken();
-        if (Status s = store_.AddSession(Sha256Hex(session), Sha256Hex(token),
-                                         WallMs(now_) + int64_t{kSessionSeconds} * 1000);
-            !s) {
-          StoreFailed(s.error());
-        }
-        Reply r;
-        r.body = WhoAmIBody(*user);
-        r.body["session"] = session;
-        return r;
-      },
-      std::move(done));
+  Post([this, token = std::move(token)] { return auth_.SignIn(token, WallMs(now_)); },
+       std::move(done));
 }
 
 void Controller::SignOut(std::string session, Done done) {
   Post(
-      [this, session = std::move(session)]() -> Reply {
-        if (session.rfind(kSessionPrefix, 0) == 0) {
-          if (Status s = store_.DeleteSession(Sha256Hex(session)); !s) StoreFailed(s.error());
-        }
+      [this, session = std::move(session)] {
+        auth_.SignOut(session);
         return Reply{};
       },
       std::move(done));
-}
-
-void Controller::LogRefusal(const Reply& r, const std::string& who) {
-  if (r.code != Code::kUnauthenticated && r.code != Code::kForbidden) return;
-  log::Warn("refused", {{"who", who},
-                        {"status", r.code == Code::kForbidden ? "403" : "401"},
-                        {"error", r.body.value("error", std::string())}});
 }
 
 void Controller::CallAsUser(std::string token, Done done,
@@ -138,9 +66,9 @@ void Controller::CallAsUser(std::string token, Done done,
   Post(
       [this, token = std::move(token), fn = std::move(fn)]() -> Reply {
         Reply err;
-        auto user = AuthenticateUser(token, err);
+        auto user = auth_.AuthenticateUser(token, WallMs(now_), err);
         Reply r = user ? fn(*user) : err;
-        LogRefusal(r, user ? user->Describe() : "unauthenticated");
+        Authenticator::LogRefusal(r, user ? user->Describe() : "unauthenticated");
         return r;
       },
       std::move(done));
@@ -153,7 +81,7 @@ void Controller::CallAsAgent(std::string token, std::string node, Done done,
         Reply err;
         auto p = Authenticate(token, err);
         Reply r = p ? AsAgent(*p, node, fn) : err;
-        LogRefusal(r, (p ? p->Describe() : "unauthenticated") + " for node " + node);
+        Authenticator::LogRefusal(r, (p ? p->Describe() : "unauthenticated") + " for node " + node);
         return r;
       },
       std::move(done), kind);
@@ -178,15 +106,6 @@ Reply Controller::AsAgent(const Principal& p, const std::string& node,
                                              "agents may register as");
   }
   return fn(*n);
-}
-
-std::optional<Principal> Controller::AuthenticateUser(const std::string& token, Reply& error) {
-  auto p = Authenticate(token, error);
-  if (p && p->role == Role::kAgent) {
-    error = Reply::Error(Code::kForbidden, "an agent token may only be used by gantry-agent");
-    return std::nullopt;
-  }
-  return p;
 }
 
 bool Controller::MaySee(const Principal& p, const Job& job) const {
@@ -406,39 +325,12 @@ void Controller::Settle(Job& job, Ticks now) {
 
 // ---------------------------------------------------------------- API: jobs
 
-std::optional<Reply> Controller::OverSubmitRate(const Principal& user) {
-  if (options_.submit_rate <= 0 || user.admin()) return std::nullopt;
-  const double burst = options_.submit_burst > 0 ? options_.submit_burst : 2 * options_.submit_rate;
-  const int64_t now_ms = clock_();
-  auto [it, fresh] = submit_buckets_.try_emplace(user.team, Bucket{burst, now_ms});
-  Bucket& b = it->second;
-  if (!fresh) {
-    b.tokens =
-        std::min(burst, b.tokens + static_cast<double>(std::max<int64_t>(0, now_ms - b.at_ms)) /
-                                       1000.0 * options_.submit_rate);
-    b.at_ms = now_ms;
-  }
-  if (b.tokens >= 1) {
-    b.tokens -= 1;
-    return std::nullopt;
-  }
-  ++rate_limited_;
-  const double wait_s = (1 - b.tokens) / options_.submit_rate;
-  Reply r = Reply::Error(Code::kTooManyRequests,
-                         "team " + user.team + " is over its submit rate (" +
-                             FormatValue(options_.submit_rate) + " a second, bursts of " +
-                             FormatValue(burst) + "): retry in " +
-                             FormatValue(std::ceil(wait_s * 100) / 100) + " s");
-  r.body["retry_after_s"] = static_cast<int64_t>(std::ceil(wait_s));
-  return r;
-}
-
 void Controller::Submit(std::string token, SubmitRequest req, Done done) {
   CallAsUser(
       std::move(token), std::move(done),
       [this, req = std::move(req)](const Principal& user) -> Reply {
         const Ticks now = now_;
-        if (auto limited = OverSubmitRate(user)) return *limited;
+        if (auto limited = auth_.OverSubmitRate(user, clock_())) return *limited;
         if (static_cast<int64_t>(req.body.size()) > options_.max_spec_bytes) {
           return Reply::Error(Code::kTooLarge, "job spec is " + std::to_string(req.body.size()) +
                                                    " bytes; the limit is " +
@@ -620,7 +512,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             for (const Dependency& d : j.after) dependents_[d.job].push_back(j.seq);
           }
           Persist(j);
-          ++submitted_;
+          metrics_.Submitted();
         }
         dirty_ = true;
         Reply r;

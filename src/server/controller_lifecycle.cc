@@ -11,7 +11,7 @@ using nlohmann::json;
 // ---------------------------------------------------------------- the job life cycle
 
 void Controller::Touch(const Job& job) {
-  for (const Worker& w : job.workers) ++node_version_[w.alloc.node.v];
+  for (const Worker& w : job.workers) watches_.Bump(w.alloc.node);
 }
 
 void Controller::AddRunning(const Job& job) {
@@ -30,8 +30,7 @@ void Controller::RemoveRunning(const Job& job) {
 void Controller::Pass(Ticks now) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<core::Decision>& decisions = sched_->Schedule(now);
-  sched_latency_.Observe(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  metrics_.Pass(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   NoteBudgets(now);
   for (const core::Decision& d : decisions) {
     Job& job = jobs_.at(core_to_seq_[d.job.v]);
@@ -69,8 +68,8 @@ void Controller::StartRun(Job& job, Ticks now) {
       rec.spec.tier != job.spec.tier ? std::optional<core::Tier>(rec.spec.tier) : std::nullopt;
   if (job.first_start < 0) {
     job.first_start = now;
-    QueueWait(job.spec.queue, job.spec.tier)
-        .Observe(static_cast<double>(now - job.submit) / 1000.0);
+    metrics_.FirstStart(job.spec.queue, job.spec.tier,
+                        static_cast<double>(now - job.submit) / 1000.0);
   }
   job.workers.clear();
   for (size_t i = 0; i < rec.alloc.size(); ++i) {
@@ -137,7 +136,7 @@ void Controller::EndRunRows(Job& job, Ticks now) {
   run_tokens_.erase(job.seq);
   if (job.run_start >= 0)
     job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);
-  AddHeldGpuMs(job, now, held_gpu_ms_);
+  metrics_.RunEnded(job, now);
   if (job.run > 0) {
     SaveRunUsage(job);
     if (Status s = store_.EndRun(job.seq, job.run, WallMs(now)); !s) StoreFailed(s.error());
@@ -160,12 +159,12 @@ void Controller::EndStop(Job& job, Ticks now) {
         job.Note(now, "preempted" + (job.preempted_by.empty() ? "" : " for " + job.preempted_by) +
                           ": " + job.stop_reason);
         ++job.preemptions;
-        ++preemptions_[job.spec.queue.v];
+        metrics_.Preempted(job.spec.queue);
       } else {
         log_.Requeue(now, job.name, job.stop_reason);
         job.Note(now, "requeued: " + job.stop_reason);
         ++job.requeues;
-        ++requeued_;
+        metrics_.Requeued();
       }
       sched_->Requeue(job.core, now);
       job.state = JobState::kPending;
@@ -190,7 +189,7 @@ void Controller::EndStop(Job& job, Ticks now) {
     case StopKind::kReclaim:
       sched_->Finish(job.core, now);
       log_.Reclaim(now, job.name, job.stop_reason);
-      ++reclaims_[job.queue];
+      metrics_.Reclaimed(job.queue);
       EndJob(job, JobEnd::kReclaimed, job.stop_reason, now);
       return;
     case StopKind::kNone:
@@ -243,7 +242,7 @@ void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
   job.stop = StopKind::kNone;
   Touch(job);
   RemoveRunning(job);
-  ++ended_[job.end];
+  metrics_.Ended(job.end);
   Persist(job);
   // Keep the last `recent_done` ended jobs in memory; older ones are in the store.
   done_order_.push_back(job.seq);
@@ -456,7 +455,7 @@ void Controller::PurgeJobs(Ticks now) {
     if (auto it = jobs_.find(seq); it != jobs_.end() && !it->second.active()) DropEnded(it);
     purged_logs_.push_back(seq);
   }
-  purged_ += purged->size();
+  metrics_.Purged(purged->size());
   if (!purged->empty()) {
     log::Info("ended jobs purged past their retention", {{"jobs", std::to_string(purged->size())}});
   }
@@ -464,7 +463,7 @@ void Controller::PurgeJobs(Ticks now) {
 
 void Controller::Housekeeping(Ticks now) {
   SampleCluster(now);
-  if (metrics_since_ < 0) metrics_since_ = now;
+  metrics_.StartGpuTime(now);
   if (samples_pruned_ < 0 || now - samples_pruned_ >= 3'600'000) {  // the time series' retention
     samples_pruned_ = now;
     auto pruned = store_.PruneUsageSamples(WallMs(now) - options_.usage_retention_ms);
@@ -476,10 +475,7 @@ void Controller::Housekeeping(Ticks now) {
     if (Status s = store_.PruneSessions(WallMs(now)); !s) StoreFailed(s.error());  // expired
   }
   PurgeJobs(now);
-  if (now - tokens_flushed_ >= 10'000) {
-    tokens_.clear();
-    tokens_flushed_ = now;
-  }
+  auth_.Flush(now);
   // The timers below walk every node and running job: at 1,000 nodes and 4,000 running
   // jobs, at every batch (hundreds a second under heartbeats and submits), they took a
   // fifth of the controller thread. Their deadlines are seconds long; a tenth of a second

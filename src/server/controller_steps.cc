@@ -19,9 +19,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr const char* kJobTokenPrefix = "gjt_";
-constexpr size_t kJobTokenHex = 64;
-
 std::string_view StepStateWord(const Step& s) {
   switch (s.state) {
     case Step::State::kPending:
@@ -92,7 +89,7 @@ proto::Limits Controller::NodeLimits(const Job& job, core::NodeId n) const {
 
 void Controller::TouchStep(const Job& job, const Step& s) {
   for (const StepTask& t : s.tasks)
-    ++node_version_[job.workers[static_cast<size_t>(t.slot)].alloc.node.v];
+    watches_.Bump(job.workers[static_cast<size_t>(t.slot)].alloc.node);
 }
 
 std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {

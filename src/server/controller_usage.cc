@@ -33,7 +33,7 @@ void Controller::RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks 
     job.usage.reported_gpu_ms += gpus * dt;
     w.busy_gpu_ms += w.util * gpus * dt;
     w.reported_gpu_ms += gpus * dt;
-    if (gpus > 0) busy_gpu_ms_[{job.queue, GpuModelName(w.alloc.node)}] += w.util * gpus * dt;
+    if (gpus > 0) metrics_.Busy(job.queue, w.alloc.node, w.util * gpus * dt);
     job.usage.vram_ms += static_cast<double>(w.vram_used) * dt;
     job.usage.reported_ms += dt;
   }

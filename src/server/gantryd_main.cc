@@ -501,12 +501,7 @@ int ServeKubernetes(const ServeArgs& a) {
       return kExitBadInput;
     }
     store = std::move(*opened);
-    options.authenticate = [&store](const std::string& token) -> Result<server::Principal> {
-      auto found = store->FindToken(server::Sha256Hex(token));
-      if (!found) return Error{"store", found.error().message};
-      if (!*found) return Error{"token", "invalid token: no such token is registered"};
-      return server::PrincipalOf(**found);
-    };
+    options.store = store.get();
   }
   if (options.elect) {
     const size_t slash = a.kubernetes_lease.find('/');

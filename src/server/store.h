@@ -15,12 +15,21 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 
 namespace gantry::server {
+
+// A store call failed where its caller cannot answer without it: a lost database
+// connection, a full disk. The Controller abandons the batch in hand, none of it answered,
+// and rides through the outage (Controller::RunBatch, docs/control-plane.md "Store
+// outages"); the Kubernetes mode's API answers 503.
+struct StoreDown : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct StoredJob {
   int64_t seq = 0;   // dense submission order; the primary key

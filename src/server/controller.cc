@@ -305,13 +305,7 @@ void Controller::ReadBack() {
   const std::string instance = instance_;
   const std::vector<int64_t> versions = watches_.versions();
   sched_.reset();
-  jobs_.clear();
-  by_name_.clear();
-  arrays_.clear();
-  dependents_.clear();
-  core_to_seq_.clear();
-  running_.clear();
-  done_order_.clear();
+  book_.Clear();
   auth_.Forget();
   active_by_team_.clear();
   next_timers_ = 0;
@@ -361,7 +355,7 @@ Status Controller::Restore() {
 
   if (Status s = RestoreHistory(); !s) return s;
   nodes_.assign(cluster_.nodes().size(), NodeInfo{});
-  node_jobs_.assign(cluster_.nodes().size(), {});
+  book_.SetNodes(cluster_.nodes().size());
   watches_.Reset(cluster_.nodes().size());
   auto stored_nodes = store_.LoadNodes();
   if (!stored_nodes) return stored_nodes.error();
@@ -376,7 +370,7 @@ Status Controller::Restore() {
   restoring_ = true;  // jobs that end below release no array task: the loop below does
   auto max_seq = store_.MaxJobSeq();
   if (!max_seq) return max_seq.error();
-  next_seq_ = *max_seq + 1;
+  book_.SetNextSeq(*max_seq + 1);
   auto stored = store_.LoadJobs(options_.recent_done);
   if (!stored) return stored.error();
   std::vector<int64_t> adopt, resubmit, held;
@@ -401,12 +395,10 @@ Status Controller::Restore() {
       job.spec = std::move(*spec);
       job.spec.id = job.name;
     }
-    Job& j = jobs_.emplace(job.seq, std::move(job)).first->second;
-    by_name_[j.name] = j.seq;
+    Job& j = book_.Add(std::move(job));
     if (j.active()) ++active_by_team_[j.team];
-    if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
     if (!j.active()) {
-      done_order_.push_back(j.seq);
+      book_.NoteEnded(j.seq);
       continue;
     }
     if (!problems.empty() || !j.end_reason.empty()) {
@@ -440,14 +432,12 @@ Status Controller::Restore() {
   }
   // Running jobs first, so the room they hold is theirs before anything else is placed.
   auto add_core = [&](Job& j, core::JobSpec spec, Ticks submit) {
-    j.core = sched_->Submit(std::move(spec), submit);
+    book_.SetCore(j, sched_->Submit(std::move(spec), submit));
     sched_->SetPreemptions(j.core, j.preemptions);  // its anti-thrash guard, as before the restart
-    if (core_to_seq_.size() <= j.core.v) core_to_seq_.resize(j.core.v + 1, 0);
-    core_to_seq_[j.core.v] = j.seq;
   };
   std::vector<int64_t> readopt_failed;
   for (int64_t seq : adopt) {
-    Job& j = jobs_.at(seq);
+    Job& j = book_.jobs().at(seq);
     core::JobSpec spec = j.spec;
     spec.window.reset();  // a window governs starting only; this job has started
     if (j.run_tier) spec.tier = *j.run_tier;  // it runs demoted (a spent budget)
@@ -470,12 +460,12 @@ Status Controller::Restore() {
       Persist(j);
       continue;
     }
-    AddRunning(j);
+    book_.AddRunning(j);
   }
   // Clears the scheduler's per-pass state; only rejections can come out of it.
   for (const core::Decision& d : sched_->Schedule(now)) {
     if (d.kind != core::Decision::Kind::kReject) continue;
-    Job& j = jobs_.at(core_to_seq_[d.job.v]);
+    Job& j = book_.ByCore(d.job);
     RemoveRunning(j);
     log_.Reject(now, j.name, d.reason);
     EndJob(j, JobEnd::kRejected, d.reason, now);
@@ -486,7 +476,7 @@ Status Controller::Restore() {
   // pending ones in index order.
   std::unordered_map<std::string, int> given;  // per throttled array: tasks in the scheduler
   for (int64_t seq : resubmit) {
-    Job& j = jobs_.at(seq);
+    Job& j = book_.jobs().at(seq);
     if (!j.active()) continue;
     if (j.array_limit > 0) {
       auto [it, fresh] = given.try_emplace(j.array, 0);
@@ -499,14 +489,14 @@ Status Controller::Restore() {
   restoring_ = false;
   // Jobs held for --after wait again for what was still active; the rest move on.
   for (int64_t seq : held) {
-    for (const Dependency& d : jobs_.at(seq).after) dependents_[d.job].push_back(seq);
+    for (const Dependency& d : book_.jobs().at(seq).after) book_.AddDependent(d.job, seq);
   }
-  for (int64_t seq : held) Settle(jobs_.at(seq), now);
+  for (int64_t seq : held) Settle(book_.jobs().at(seq), now);
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     const core::NodeId n(i);
     if (nodes_[i].up) continue;
     for (core::JobId id : sched_->SetNodeUp(n, false)) {
-      Job& j = jobs_.at(core_to_seq_[id.v]);
+      Job& j = book_.ByCore(id);
       for (Worker& w : j.workers) {
         if (w.alloc.node == n && !w.exited) w.exited = w.lost = true;
       }
@@ -526,12 +516,13 @@ Status Controller::Restore() {
   // requeued because they could not be, pending and held ones, and the stopping ones.
   size_t readopted = 0, stopping = 0;
   for (int64_t seq : adopt) {
-    const Job& j = jobs_.at(seq);
+    const Job& j = book_.jobs().at(seq);
     readopted += j.state == JobState::kRunning;
     stopping += j.state == JobState::kStopping;
   }
   std::string requeued;
-  for (int64_t seq : readopt_failed) requeued += (requeued.empty() ? "" : ",") + jobs_.at(seq).name;
+  for (int64_t seq : readopt_failed)
+    requeued += (requeued.empty() ? "" : ",") + book_.jobs().at(seq).name;
   if (outage_.since < 0)  // (a read-back after an outage says so when it is saved)
     log::Info("restored from the store",
               {{"running_readopted", std::to_string(readopted)},
@@ -550,7 +541,8 @@ void Controller::Persist(const Job& job) { unsaved_.insert(job.seq); }
 
 void Controller::SaveJobs() {
   for (int64_t seq : unsaved_) {
-    if (auto it = jobs_.find(seq); it != jobs_.end()) SaveJob(it->second);  // else purged
+    if (auto it = book_.jobs().find(seq); it != book_.jobs().end())
+      SaveJob(it->second);  // else purged
   }
   unsaved_.clear();
 }

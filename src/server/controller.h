@@ -2,10 +2,11 @@
 // record; HTTP I/O threads call the public methods, which post a message to that thread
 // and return at once: the reply comes later through the caller's Done callback, so no
 // I/O thread ever waits for the controller (the synchronous overloads are for tests and
-// tools). Parts that own their state, each its own type: the mailbox (mailbox.h, shared
-// with the Kubernetes mode), who a token is and the submit rate (authenticator.h, shared
-// too), the agents' watches (node_watches.h) and what /metrics counts
-// (controller_metrics.h). The code is split by concern:
+// tools). Parts that own their state, each its own type: the jobs in memory and their
+// indexes (job_book.h), the mailbox (mailbox.h, shared with the Kubernetes mode), who a
+// token is and the submit rate (authenticator.h, shared too), the agents' watches
+// (node_watches.h) and what /metrics counts (controller_metrics.h). The code is split by
+// concern:
 //   controller.cc            the thread, batches, watch answers, restore, persistence
 //   controller_lifecycle.cc  the job life cycle: passes, starts, stops, exits, node loss
 //   controller_jobs.cc       the job API (submit, ls, show, cancel, logs); who may call
@@ -60,6 +61,7 @@
 #include "server/auth.h"
 #include "server/authenticator.h"
 #include "server/controller_metrics.h"
+#include "server/job_book.h"
 #include "server/mailbox.h"
 #include "server/metrics.h"
 #include "server/node_watches.h"
@@ -343,7 +345,7 @@ class Controller : public ApiBackend {
   std::optional<JobEnd> EndStateOf(const std::string& name);
   // What a node should run changed: bump the versions of the job's nodes (watches).
   void Touch(const Job& job);
-  void AddRunning(const Job& job);
+  // The job's run is over: out of the book's running jobs, its workers' entries dropped.
   void RemoveRunning(const Job& job);
   // What node n should run (a watch answer; a heartbeat's adds the timings): its
   // workers' cached entries, a stopping job's as `stop` with the grace left.
@@ -369,12 +371,6 @@ class Controller : public ApiBackend {
   std::string WaitWord(const Job& job) const;
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;
-  // A job by its name, or by its number (its seq: SLURM_JOB_ID, as Slurm's ids are
-  // numbers) while in memory; "j12" and "12", "j41_3" and "41_3" are one job.
-  Job* FindJob(const std::string& name);
-  // The name `name` stands for: itself when a job or array has it, else a number's job's
-  // name (in memory), or the server's own "j" + number.
-  std::string Resolve(const std::string& name) const;
   bool MaySee(const Principal& p, const Job& job) const;
   // Whether `p` may cancel or requeue `job`: one of its queues; a job's credential only
   // its own job and its user's jobs.
@@ -451,20 +447,11 @@ class Controller : public ApiBackend {
   int64_t epoch_ms_ = 0;
   Ticks last_now_ = 0;
   Ticks now_ = 0;  // the current batch's time: every change in a batch happens at it
-  int64_t next_seq_ = 1;
-  std::map<int64_t, Job> jobs_;                       // by seq
-  std::unordered_map<std::string, int64_t> by_name_;  // name -> seq
-  std::unordered_map<std::string, std::vector<int64_t>>
-      arrays_;  // array id -> its tasks (in memory)
-  std::unordered_map<std::string, std::vector<int64_t>>
-      dependents_;                            // job name -> held jobs waiting on it
-  std::vector<int64_t> core_to_seq_;          // core JobId -> seq
-  std::set<int64_t> running_;                 // seqs of running or stopping jobs
-  std::vector<std::set<int64_t>> node_jobs_;  // by NodeId: running_ jobs with a worker there
-  NodeWatches watches_;             // the nodes' versions (bumped by Touch) and parked watches
-  std::deque<int64_t> done_order_;  // ended jobs in memory, oldest first
-  std::vector<NodeInfo> nodes_;     // by core NodeId
-  Ticks samples_pruned_ = -1;       // the usage time series is pruned hourly
+  // The jobs in memory and their indexes (by name, array, core id, node, dependency).
+  JobBook book_;
+  NodeWatches watches_;          // the nodes' versions (bumped by Touch) and parked watches
+  std::vector<NodeInfo> nodes_;  // by core NodeId
+  Ticks samples_pruned_ = -1;    // the usage time series is pruned hourly
   // Housekeeping's timers (node timeouts, time limits, idle reclaim, overdue stops) run
   // at most this often.
   static constexpr Ticks kTimersEveryMs = 100;

@@ -31,9 +31,8 @@ std::string Controller::ArrayJobNumber(const Job& job) const {
   // An array gantryd named (j41) has its first task's number in its name; one its user
   // named (sweep) has its first task's number as gantryd has the tasks.
   if (auto number = spec::NumberOfGivenId(job.array)) return *number;
-  auto tasks = arrays_.find(job.array);
-  if (tasks != arrays_.end() && !tasks->second.empty())
-    return std::to_string(tasks->second.front());
+  const std::vector<int64_t>* tasks = book_.Array(job.array);
+  if (tasks != nullptr && !tasks->empty()) return std::to_string(tasks->front());
   return job.array;
 }
 
@@ -106,19 +105,19 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   if (cpus_milli > 0)
     vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string((cpus_milli + 999) / 1000));
   if (!job.array.empty()) {
-    auto tasks = arrays_.find(job.array);
-    const bool known = tasks != arrays_.end() && !tasks->second.empty();
+    const std::vector<int64_t>* tasks = book_.Array(job.array);
+    const bool known = tasks != nullptr && !tasks->empty();
     vars.emplace_back("SLURM_ARRAY_JOB_ID", ArrayJobNumber(job));
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
     if (known) {
       int lo = job.array_index, hi = job.array_index;
-      for (int64_t seq : tasks->second) {
-        if (auto t = jobs_.find(seq); t != jobs_.end()) {
+      for (int64_t seq : *tasks) {
+        if (auto t = book_.jobs().find(seq); t != book_.jobs().end()) {
           lo = std::min(lo, t->second.array_index);
           hi = std::max(hi, t->second.array_index);
         }
       }
-      vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(tasks->second.size()));
+      vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(tasks->size()));
       vars.emplace_back("SLURM_ARRAY_TASK_MIN", std::to_string(lo));
       vars.emplace_back("SLURM_ARRAY_TASK_MAX", std::to_string(hi));
     }
@@ -143,8 +142,8 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
   a.instance = instance_;
   a.epoch = options_.epoch;
   a.version = watches_.version(n);
-  for (int64_t seq : node_jobs_[n.v]) {
-    const Job& job = jobs_.at(seq);
+  for (int64_t seq : book_.OnNode(n)) {
+    const Job& job = book_.jobs().at(seq);
     const bool stopping = job.state == JobState::kStopping;
     for (const Worker& w : job.workers) {
       if (w.alloc.node != n || w.exited) continue;
@@ -409,7 +408,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
             const std::string key = proto::WorkerKey(e.job, e.run, e.rank, e.step);
             EndUnreadStops(n, [&](const UnreadStop& u) { return u.key == key; });
           }
-          Job* job = FindJob(e.job);
+          Job* job = book_.Find(e.job);
           if (job && job->active() && job->run == e.run && e.step >= 0) {
             StepTaskExited(*job, e, n, now);
             continue;
@@ -436,7 +435,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         }
         for (const RunningReport& r : report.running) {
           if (!r.usage) continue;
-          Job* job = FindJob(r.job);
+          Job* job = book_.Find(r.job);
           if (job && job->state == JobState::kRunning && job->run == r.run && job->batch()) {
             RecordBatchUsage(*job, r, n, now);
             continue;
@@ -486,7 +485,7 @@ void Controller::UploadLog(std::string token, std::string node, std::string name
       std::move(token), std::move(node), std::move(done),
       [this, name = std::move(name), run, rank, step, offset,
        data = std::move(data)](core::NodeId) -> Reply {
-        Job* job = FindJob(name);
+        Job* job = book_.Find(name);
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
         const int ranks = step < 0 ? job->spec.replicas
                           : run == job->run && step < static_cast<int>(job->steps.size())

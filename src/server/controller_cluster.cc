@@ -23,8 +23,8 @@ void Controller::Nodes(std::string token, Done done) {
     // queue without listing every job).
     std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count()),
         gpu_queues(cluster_.gpu_count());
-    for (int64_t seq : running_) {
-      const Job& job = jobs_.at(seq);
+    for (int64_t seq : book_.running()) {
+      const Job& job = book_.jobs().at(seq);
       for (const Worker& w : job.workers) {
         const core::Node& node = cluster_.node(w.alloc.node);
         auto add = [&](int local) {
@@ -257,7 +257,7 @@ void Controller::Queues(std::string token, Done done) {
     // A queue's counts include its descendants' jobs, as its used_gpus does: a parent shows
     // what its subtree runs and waits for.
     std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
-    for (const auto& [seq, job] : jobs_) {
+    for (const auto& [seq, job] : book_.jobs()) {
       const bool waits = job.state == JobState::kPending;
       const bool runs = job.state == JobState::kRunning || job.state == JobState::kStopping;
       if (!waits && !runs) continue;
@@ -290,8 +290,8 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
       const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
       if (overlap <= 0) continue;
       if (r.end_ms < 0) {  // still running: its usage so far is in memory
-        auto it = jobs_.find(r.job_seq);
-        if (it != jobs_.end() && it->second.run == r.run &&
+        auto it = book_.jobs().find(r.job_seq);
+        if (it != book_.jobs().end() && it->second.run == r.run &&
             r.rank < static_cast<int>(it->second.workers.size())) {
           const Worker& w = it->second.workers[static_cast<size_t>(r.rank)];
           r.busy_gpu_ms = w.busy_gpu_ms;
@@ -352,7 +352,7 @@ void Controller::Health(Done done) {
                    {"leader", options_.leader},
                    {"epoch", options_.epoch},
                    {"nodes_up", up},
-                   {"jobs_running", running_.size()},
+                   {"jobs_running", book_.running().size()},
                    {"jobs_pending", sched_->pending().size()}};
         return ok;
       },

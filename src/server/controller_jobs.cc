@@ -117,32 +117,6 @@ bool Controller::MayManage(const Principal& p, const Job& job) const {
          (p.job.empty() || job.name == p.job || job.user == p.user);
 }
 
-std::string Controller::Resolve(const std::string& name) const {
-  if (by_name_.count(name) || arrays_.count(name) || !spec::IsJobNumber(name)) return name;
-  if (name.find('_') == std::string::npos) {
-    // An array's number (its first task's, SLURM_ARRAY_JOB_ID) stands for the array; a
-    // job's (SLURM_JOB_ID: its seq) for the job, while gantryd has it in memory; the
-    // server's own name for it otherwise.
-    if (arrays_.count("j" + name) || name.size() > 18) return "j" + name;
-    if (auto j = jobs_.find(std::stoll(name)); j != jobs_.end()) {
-      const Job& job = j->second;
-      auto a = arrays_.find(job.array);
-      return a != arrays_.end() && !a->second.empty() && a->second.front() == job.seq ? job.array
-                                                                                      : job.name;
-    }
-    return "j" + name;
-  }
-  return "j" + name;  // an array task's: ARRAY_INDEX, as Slurm writes it
-}
-
-Job* Controller::FindJob(const std::string& name) {
-  auto it = by_name_.find(name);
-  if (it == by_name_.end()) it = by_name_.find(Resolve(name));
-  if (it == by_name_.end()) return nullptr;
-  auto j = jobs_.find(it->second);
-  return j == jobs_.end() ? nullptr : &j->second;
-}
-
 // ---------------------------------------------------------------- arrays and dependencies
 
 namespace {
@@ -242,8 +216,8 @@ Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
 }
 
 std::optional<JobEnd> Controller::EndStateOf(const std::string& name) {
-  if (const Job* j = FindJob(name)) return j->active() ? JobEnd::kNone : j->end;
-  auto stored = store_.FindJob(Resolve(name));  // ended long ago: no longer in memory
+  if (const Job* j = book_.Find(name)) return j->active() ? JobEnd::kNone : j->end;
+  auto stored = store_.FindJob(book_.Resolve(name));  // ended long ago: no longer in memory
   if (!stored) StoreFailed(stored.error());
   if (!*stored) return std::nullopt;
   if ((*stored)->active) return JobEnd::kNone;
@@ -254,9 +228,9 @@ std::optional<JobEnd> Controller::EndStateOf(const std::string& name) {
 
 int Controller::InScheduler(const std::string& array) const {
   int given = 0;
-  if (auto a = arrays_.find(array); a != arrays_.end()) {
-    for (int64_t seq : a->second) {
-      const Job& t = jobs_.at(seq);
+  if (const std::vector<int64_t>* tasks = book_.Array(array)) {
+    for (int64_t seq : *tasks) {
+      const Job& t = book_.jobs().at(seq);
       if (t.active() && t.core.valid()) ++given;
     }
   }
@@ -268,12 +242,12 @@ bool Controller::ArrayHasRoom(const Job& job) const {
 }
 
 void Controller::ReleaseThrottled(const std::string& array, int limit, Ticks now) {
-  auto a = arrays_.find(array);
-  if (restoring_ || a == arrays_.end()) return;
+  const std::vector<int64_t>* tasks = book_.Array(array);
+  if (restoring_ || tasks == nullptr) return;
   std::vector<Job*> held;  // waiting for the throttle only, in index order (seq order)
   int given = 0;
-  for (int64_t seq : a->second) {
-    Job& t = jobs_.at(seq);
+  for (int64_t seq : *tasks) {
+    Job& t = book_.jobs().at(seq);
     if (t.active() && t.core.valid()) ++given;
     if (t.state == JobState::kPending && !t.core.valid() && t.after.empty()) held.push_back(&t);
   }
@@ -291,9 +265,8 @@ void Controller::Release(Job& job, Ticks now) {
 
 void Controller::GiveToScheduler(Job& job, Ticks now) {
   core::JobSpec spec = job.spec;
-  job.core = sched_->Submit(std::move(spec), now);  // eligible from now, as Slurm's EligibleTime
-  if (core_to_seq_.size() <= job.core.v) core_to_seq_.resize(job.core.v + 1, 0);
-  core_to_seq_[job.core.v] = job.seq;
+  // Eligible from now, as Slurm's EligibleTime.
+  book_.SetCore(job, sched_->Submit(std::move(spec), now));
   dirty_ = true;
 }
 
@@ -368,8 +341,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                                          : "\narray=" + req.array + "\nafter=" + req.after));
           // A retry in the same batch as its first try finds it in the store too.
           if (std::any_of(unsaved_.begin(), unsaved_.end(), [&](int64_t seq) {
-                auto u = jobs_.find(seq);
-                return u != jobs_.end() && u->second.team == job.team &&
+                auto u = book_.jobs().find(seq);
+                return u != book_.jobs().end() && u->second.team == job.team &&
                        u->second.idem_key == job.idem_key;
               })) {
             SaveJobs();
@@ -414,12 +387,14 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             return Reply::Error(Code::kBadRequest,
                                 "after " + req.after + ": " + parsed.error().message);
           for (Dependency d : *parsed) {
-            d.job = Resolve(d.job);                    // a number as Slurm's ids are, too
+            d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
             std::vector<std::string> names = {d.job};  // an array stands for all its tasks
-            if (auto a = arrays_.find(d.job); a != arrays_.end() && !by_name_.count(d.job)) {
+            if (const std::vector<int64_t>* tasks = book_.Array(d.job);
+                tasks != nullptr && !book_.HasName(d.job)) {
               names.clear();
-              for (int64_t seq : a->second) {
-                if (auto t = jobs_.find(seq); t != jobs_.end()) names.push_back(t->second.name);
+              for (int64_t seq : *tasks) {
+                if (auto t = book_.jobs().find(seq); t != book_.jobs().end())
+                  names.push_back(t->second.name);
               }
             }
             for (const std::string& name : names) {
@@ -436,7 +411,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             }
           }
         }
-        const std::string base = spec->id.empty() ? "j" + std::to_string(next_seq_) : spec->id;
+        const std::string base =
+            spec->id.empty() ? "j" + std::to_string(book_.next_seq()) : spec->id;
         std::vector<std::string> names;
         for (int i : indexes) names.push_back(base + "_" + std::to_string(i));
         if (indexes.empty()) names.push_back(base);
@@ -444,11 +420,11 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           return Reply::Error(Code::kBadRequest, "invalid job spec",
                               {job.spec_file + ": id: " + *why});
         }
-        if (arrays_.count(base) || (!indexes.empty() && by_name_.count(base))) {
+        if (book_.Array(base) || (!indexes.empty() && book_.HasName(base))) {
           return Reply::Error(Code::kConflict, "job id " + base + " already exists");
         }
         for (const std::string& name : names) {
-          if (by_name_.count(name))
+          if (book_.HasName(name))
             return Reply::Error(Code::kConflict, "job id " + name + " already exists");
           auto old = store_.FindJob(name);
           if (!old) StoreFailed(old.error());
@@ -482,7 +458,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         for (size_t k = 0; k < names.size(); ++k) {
           Job task = job;  // one job per array index, all in this request's transaction
           if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
-          task.seq = next_seq_++;
+          task.seq = book_.TakeSeq();
           task.name = names[k];
           task.spec.id = task.name;
           if (!indexes.empty()) {
@@ -490,10 +466,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             task.array_index = indexes[k];
             task.array_limit = array_limit;
           }
-          Job& j = jobs_.emplace(task.seq, std::move(task)).first->second;
+          Job& j = book_.Add(std::move(task));
           ++active_by_team_[j.team];
-          by_name_[j.name] = j.seq;
-          if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
           log_.Submit(now, j.name);
           j.Note(now, "submitted");
           if (k == 0) first_seq = j.seq;  // the job's number; an array's is its first task's
@@ -509,7 +483,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             if (array_limit == 0 || given < array_limit) GiveToScheduler(j, now);
             given += j.core.valid() ? 1 : 0;
           } else {
-            for (const Dependency& d : j.after) dependents_[d.job].push_back(j.seq);
+            for (const Dependency& d : j.after) book_.AddDependent(d.job, j.seq);
           }
           Persist(j);
           metrics_.Submitted();
@@ -603,10 +577,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     const core::WaitReason& w = sched_->job(job.core).wait;
     json wait = {{"cause", std::string(core::Word(w.cause))}};
     if (w.queue.valid()) wait["queue"] = config_.queues.queue(w.queue).spec.name;
-    if (w.holder.valid() && w.holder.v < core_to_seq_.size() &&
-        jobs_.count(core_to_seq_[w.holder.v])) {
-      wait["holder"] = jobs_.at(core_to_seq_[w.holder.v]).name;
-    }
+    if (const Job* holder = book_.HolderOf(w.holder)) wait["holder"] = holder->name;
     if (w.at >= 0) wait["at"] = UnixSeconds(w.at);
     j["wait"] = std::move(wait);
   }
@@ -712,7 +683,7 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
         std::set<std::string> queues, states, users;
         std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
         std::vector<const Job*> matched;
-        for (const auto& [seq, job] : jobs_) {
+        for (const auto& [seq, job] : book_.jobs()) {
           if (!with_ended && !job.active()) continue;
           const std::string state = job.state_word();
           queues.insert(job.queue);
@@ -766,12 +737,12 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
 
 void Controller::ShowJob(std::string token, std::string name, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
-    if (Job* job = FindJob(name)) {
+    if (Job* job = book_.Find(name)) {
       Reply r;
       r.body = JobSummary(*job, true, &user);
       return r;
     }
-    auto stored = store_.FindJob(Resolve(name));
+    auto stored = store_.FindJob(book_.Resolve(name));
     if (!stored) StoreFailed(stored.error());
     if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
     Job job;
@@ -792,14 +763,14 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
       std::move(token), std::move(done), [this, name, force](const Principal& user) -> Reply {
         const std::string reason =
             (force ? "force-cancelled by " : "cancelled by ") + user.Describe();
-        Job* job = FindJob(name);
-        if (const std::string array = Resolve(name); !job && arrays_.count(array)) {
+        Job* job = book_.Find(name);
+        if (const std::string array = book_.Resolve(name); !job && book_.Array(array)) {
           // An array's id cancels every task still active, as scancel does.
-          std::vector<int64_t> tasks = arrays_.at(array);
+          std::vector<int64_t> tasks = *book_.Array(array);
           int cancelled = 0;
           for (int64_t seq : tasks) {
-            auto t = jobs_.find(seq);
-            if (t == jobs_.end()) continue;
+            auto t = book_.jobs().find(seq);
+            if (t == book_.jobs().end()) continue;
             if (!MayManage(user, t->second)) {
               return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " +
                                                         name + " in queue " + t->second.queue +
@@ -833,7 +804,7 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
 
 void Controller::Requeue(std::string token, std::string name, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
-    Job* job = FindJob(name);
+    Job* job = book_.Find(name);
     if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
     if (!MayManage(user, *job)) {
       return Reply::Error(Code::kForbidden, user.Describe() + " may not requeue job " + name +
@@ -894,7 +865,7 @@ void Controller::LogPath(std::string token, std::string name, int run, int rank,
   CallAsUser(
       std::move(token), std::move(done),
       [this, name, run, rank, step](const Principal& user) mutable -> Reply {
-        Job* job = FindJob(name);
+        Job* job = book_.Find(name);
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
         if (!MaySee(user, *job)) {
           return Reply::Error(Code::kForbidden, user.Describe() +

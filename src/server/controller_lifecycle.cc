@@ -14,17 +14,10 @@ void Controller::Touch(const Job& job) {
   for (const Worker& w : job.workers) watches_.Bump(w.alloc.node);
 }
 
-void Controller::AddRunning(const Job& job) {
-  running_.insert(job.seq);
-  for (const Worker& w : job.workers) node_jobs_[w.alloc.node.v].insert(job.seq);
-}
-
 void Controller::RemoveRunning(const Job& job) {
-  running_.erase(job.seq);
-  for (const Worker& w : job.workers) {
-    node_jobs_[w.alloc.node.v].erase(job.seq);
-    w.desired.reset();  // the run is over: its agents are sent nothing more of it
-  }
+  book_.RemoveRunning(job);
+  // The run is over: its agents are sent nothing more of it.
+  for (const Worker& w : job.workers) w.desired.reset();
 }
 
 void Controller::Pass(Ticks now) {
@@ -33,14 +26,14 @@ void Controller::Pass(Ticks now) {
   metrics_.Pass(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   NoteBudgets(now);
   for (const core::Decision& d : decisions) {
-    Job& job = jobs_.at(core_to_seq_[d.job.v]);
+    Job& job = book_.ByCore(d.job);
     switch (d.kind) {
       case core::Decision::Kind::kStart:
         StartRun(job, now);
         break;
       case core::Decision::Kind::kPreempt:
         if (job.state == JobState::kRunning) {
-          job.preempted_by = jobs_.at(core_to_seq_[d.by.v]).name;
+          job.preempted_by = book_.ByCore(d.by).name;
           BeginStop(job, StopKind::kPreempt, d.reason, job.spec.grace, now);
         }
         break;
@@ -96,7 +89,7 @@ void Controller::StartRun(Job& job, Ticks now) {
   job.preempted_by.clear();
   job.steps.clear();
   if (job.batch()) NewRunToken(job);
-  AddRunning(job);
+  book_.AddRunning(job);
   Touch(job);
   log_.Start(now, job.name, rec.alloc);
   {
@@ -224,8 +217,7 @@ void Controller::WriteFinishEvent(Ticks t, const Job& job) {
 void Controller::LetGoOfCore(Job& job) {
   if (!job.core.valid()) return;
   sched_->Forget(job.core);
-  core_to_seq_[job.core.v] = 0;
-  job.core = core::JobId();
+  book_.ClearCore(job);
 }
 
 void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
@@ -245,23 +237,19 @@ void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
   metrics_.Ended(job.end);
   Persist(job);
   // Keep the last `recent_done` ended jobs in memory; older ones are in the store.
-  done_order_.push_back(job.seq);
-  while (static_cast<int64_t>(done_order_.size()) > std::max<int64_t>(1, options_.recent_done)) {
-    auto it = jobs_.find(done_order_.front());
-    done_order_.pop_front();
-    if (it != jobs_.end() && !it->second.active()) DropEnded(it);
+  book_.NoteEnded(job.seq);
+  const auto keep = static_cast<size_t>(std::max<int64_t>(1, options_.recent_done));
+  while (const std::optional<int64_t> seq = book_.PopEndedBeyond(keep)) {
+    auto it = book_.jobs().find(*seq);
+    if (it != book_.jobs().end() && !it->second.active()) DropEnded(it);
   }
   // Its array's tasks held by the array's throttle: the next ones take its place. (Read
   // first: settling dependents may end other jobs, and `job` may leave memory then.)
   const std::string throttled = job.array_limit > 0 ? job.array : std::string();
   const int limit = job.array_limit;
   // Jobs held for this one (--after) move on: released, still held, or cancelled.
-  if (auto w = dependents_.find(job.name); w != dependents_.end()) {
-    std::vector<int64_t> waiting = std::move(w->second);
-    dependents_.erase(w);
-    for (int64_t seq : waiting) {
-      if (auto h = jobs_.find(seq); h != jobs_.end()) Settle(h->second, now);
-    }
+  for (int64_t seq : book_.TakeDependents(job.name)) {
+    if (auto h = book_.jobs().find(seq); h != book_.jobs().end()) Settle(h->second, now);
   }
   if (!throttled.empty()) ReleaseThrottled(throttled, limit, now);
 }
@@ -363,7 +351,7 @@ void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::
   log::Warn("node down: " + std::string(why), {{"node", name}});
   // The agent has fenced its workers by now (its lease is shorter than the timeout).
   for (core::JobId id : sched_->SetNodeUp(n, false)) {
-    Job& job = jobs_.at(core_to_seq_[id.v]);
+    Job& job = book_.ByCore(id);
     Touch(job);
     for (Worker& w : job.workers) {
       if (w.alloc.node == n && !w.exited) w.exited = w.lost = true;
@@ -427,15 +415,7 @@ Status Controller::RestoreHistory() {
 
 void Controller::DropEnded(std::map<int64_t, Job>::iterator it) {
   if (unsaved_.erase(it->second.seq) > 0) SaveJob(it->second);  // its last change
-  by_name_.erase(it->second.name);
-  if (!it->second.array.empty()) {
-    auto a = arrays_.find(it->second.array);
-    if (a != arrays_.end()) {
-      std::erase(a->second, it->second.seq);
-      if (a->second.empty()) arrays_.erase(a);
-    }
-  }
-  jobs_.erase(it);
+  book_.Drop(it);
 }
 
 void Controller::PurgeJobs(Ticks now) {
@@ -451,8 +431,9 @@ void Controller::PurgeJobs(Ticks now) {
   for (int64_t seq : *purged) {
     unsaved_.erase(seq);  // gone from the store: not to be written back
     // Still in memory with recent_done above what ends in a retention period. (Its
-    // entry in done_order_ stays: that loop skips jobs already gone.)
-    if (auto it = jobs_.find(seq); it != jobs_.end() && !it->second.active()) DropEnded(it);
+    // entry among the book's ended jobs stays: EndJob skips jobs already gone.)
+    if (auto it = book_.jobs().find(seq); it != book_.jobs().end() && !it->second.active())
+      DropEnded(it);
     purged_logs_.push_back(seq);
   }
   metrics_.Purged(purged->size());
@@ -489,15 +470,15 @@ void Controller::Housekeeping(Ticks now) {
   }
   // Time limits (time_limit_s), per run as Slurm's: signal, grace, kill; the job fails.
   std::vector<int64_t> timed_out;
-  for (int64_t seq : running_) {
-    const Job& job = jobs_.at(seq);
+  for (int64_t seq : book_.running()) {
+    const Job& job = book_.jobs().at(seq);
     if (job.state == JobState::kRunning && job.spec.time_limit &&
         now - job.run_start >= *job.spec.time_limit) {
       timed_out.push_back(seq);
     }
   }
   for (int64_t seq : timed_out) {
-    Job& job = jobs_.at(seq);
+    Job& job = book_.jobs().at(seq);
     BeginStop(job, StopKind::kFail,
               "time limit reached: ran " + spec::FormatSeconds(now - job.run_start) +
                   " s of its time_limit_s " + spec::FormatSeconds(*job.spec.time_limit),
@@ -505,8 +486,8 @@ void Controller::Housekeeping(Ticks now) {
   }
   ReclaimIdle(now);
   std::vector<int64_t> overdue;
-  for (int64_t seq : running_) {
-    const Job& job = jobs_.at(seq);
+  for (int64_t seq : book_.running()) {
+    const Job& job = book_.jobs().at(seq);
     if (job.state == JobState::kStopping && now > job.stop_deadline + options_.kill_slack_ms) {
       overdue.push_back(seq);
     }
@@ -514,7 +495,7 @@ void Controller::Housekeeping(Ticks now) {
   for (int64_t seq : overdue) {
     // Its agent has SIGKILLed what was left at the deadline, or will when it next hears
     // that these workers are no longer assigned.
-    Job& job = jobs_.at(seq);
+    Job& job = book_.jobs().at(seq);
     EndAllocation(job, "killed at the end of the grace");
     EndStop(job, now);
   }

@@ -205,7 +205,7 @@ void ControllerMetrics::RenderGpuTime(std::string& out, const View& v) const {
 
 // Per GPU: who holds it (allocated ratio) and how busy the agent last saw it.
 void ControllerMetrics::RenderGpus(std::string& out, const View& v) const {
-  // Who holds each GPU, by (node, local index); running_ is in seq order, so the
+  // Who holds each GPU, by (node, local index); book_.running() is in seq order, so the
   // series come out in a stable order.
   std::map<std::pair<uint32_t, int>, std::vector<Holding>> holdings;
   for (int64_t seq : v.running) {
@@ -373,8 +373,8 @@ void Controller::Metrics(std::string token, Done done) {
           Reply refused;
           if (!Authenticate(token, refused)) return refused;
         }
-        std::string out = metrics_.Render(
-            {*sched_, jobs_, running_, nodes_, now_, outage_.since < 0, auth_.rate_limited()});
+        std::string out = metrics_.Render({*sched_, book_.jobs(), book_.running(), nodes_, now_,
+                                           outage_.since < 0, auth_.rate_limited()});
         Reply reply;
         reply.text = std::move(out);
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";

@@ -43,7 +43,7 @@ std::string Controller::NewRunToken(Job& job) {
 
 std::optional<Principal> Controller::JobPrincipal(const std::string& token, Reply& error) {
   const size_t head = std::char_traits<char>::length(kJobTokenPrefix) + kJobTokenHex + 1;
-  Job* job = token.size() > head ? FindJob(token.substr(head)) : nullptr;
+  Job* job = token.size() > head ? book_.Find(token.substr(head)) : nullptr;
   if (job == nullptr || job->state == JobState::kDone || job->state == JobState::kPending ||
       job->run_token_hash.empty() || Sha256Hex(token) != job->run_token_hash) {
     error = Reply::Error(Code::kUnauthenticated,
@@ -306,7 +306,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
   CallAsUser(
       std::move(token), std::move(done),
       [this, name = std::move(name), body = std::move(body)](const Principal& p) -> Reply {
-        Job* job = FindJob(name);
+        Job* job = book_.Find(name);
         if (p.job.empty() || p.job != (job ? job->name : name)) {
           return Reply::Error(Code::kForbidden,
                               "job steps (srun) are run inside the job, with its own "
@@ -393,7 +393,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
 
 void Controller::ShowStep(std::string token, std::string name, int step, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
-    Job* job = FindJob(name);
+    Job* job = book_.Find(name);
     if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
     if (!MaySee(p, *job) || (!p.job.empty() && p.job != job->name))
       return Reply::Error(Code::kForbidden,
@@ -409,7 +409,7 @@ void Controller::ShowStep(std::string token, std::string name, int step, Done do
 
 void Controller::CancelStep(std::string token, std::string name, int step, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
-    Job* job = FindJob(name);
+    Job* job = book_.Find(name);
     if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
     if (p.job != job->name &&
         !(p.admin() || (p.job.empty() && MaySubmitTo(p, config_.queues, job->queue))))

@@ -156,7 +156,7 @@ void Controller::JobUsageSeries(std::string token, std::string name, Done done) 
   CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
     int64_t seq = -1;
     std::string queue;
-    if (Job* job = FindJob(name)) {
+    if (Job* job = book_.Find(name)) {
       seq = job->seq;
       queue = job->queue;
     } else {
@@ -193,8 +193,8 @@ void Controller::JobUsageSeries(std::string token, std::string name, Done done) 
 void Controller::ReclaimIdle(Ticks now) {
   const core::PolicyParams& params = config_.policy.params;
   std::vector<std::pair<int64_t, std::string>> idle;
-  for (int64_t seq : running_) {
-    const Job& job = jobs_.at(seq);
+  for (int64_t seq : book_.running()) {
+    const Job& job = book_.jobs().at(seq);
     if (job.state != JobState::kRunning) continue;
     const Ticks after = core::ReclaimIdleAfter(job.spec, config_.queues, params);
     if (after <= 0) continue;
@@ -216,7 +216,7 @@ void Controller::ReclaimIdle(Ticks now) {
                                spec::FormatSeconds(after));
   }
   for (auto& [seq, reason] : idle) {
-    Job& job = jobs_.at(seq);
+    Job& job = book_.jobs().at(seq);
     // "job reclaimed" is EndJob's line, once the workers have gone.
     log::Info("reclaiming idle job", {{"job", job.name},
                                       {"queue", job.queue},

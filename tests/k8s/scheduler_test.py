@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -878,6 +879,33 @@ def case_gantry_cli_reads_jobs_and_queues(c):
     assert rc != 0 and "no such token" in out, out
     rc, out = c.gantry("cancel", "default/cli")
     assert rc != 0 and "kubectl delete" in out, out
+    # The web console's sign-in: the cookie holds a session's secret from the store, never
+    # the token, and is worth nothing once signed out.
+    base = f"http://127.0.0.1:{c.port()}"
+
+    def call(method, path, body=None, headers=None):
+        req = urllib.request.Request(base + path, method=method, headers=headers or {},
+                                     data=None if body is None else json.dumps(body).encode())
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.headers, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers, json.loads(e.read() or b"{}")
+
+    status, headers, body = call("POST", "/v1/session", {"token": c.token})
+    assert status == 200 and body.get("team") == "a", (status, body)
+    cookie = headers["Set-Cookie"].split(";")[0]
+    assert cookie.startswith("gantry_session=gss_") and c.token not in cookie, cookie
+    status, _, body = call("GET", "/v1/jobs", headers={"Cookie": cookie})
+    assert status == 200 and any(j["id"] == "default/cli" for j in body["jobs"]), (status, body)
+    status, _, _ = call("DELETE", "/v1/session", headers={"Cookie": cookie, "X-CSRF-Token": "0" * 64})
+    assert status == 403, "signing out by cookie needs the session's CSRF token"
+    status, _, who = call("GET", "/v1/session", headers={"Cookie": cookie})
+    assert status == 200, (status, who)
+    status, _, _ = call("DELETE", "/v1/session", headers={"Cookie": cookie, "X-CSRF-Token": who["csrf"]})
+    assert status == 200, status
+    status, _, body = call("GET", "/v1/jobs", headers={"Cookie": cookie})
+    assert status == 401 and "session ended" in body.get("error", ""), (status, body)
 
 
 CASES = [

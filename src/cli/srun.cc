@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <map>
 #include <set>
@@ -363,13 +364,29 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   bool cancel_sent = false;
   int failures = 0;
   bool started_said = step.value("state", "") != "pending";
-  for (int tick = 0;; ++tick) {
+  const auto cancel_if_interrupted = [&] {
     if (g_interrupted.load() > 0 && !cancel_sent) {
       std::cerr << "srun: interrupted: cancelling step " << job << "." << id << "\n";
       c.Delete(path);
       cancel_sent = true;
     }
-    Response sr = c.Get(path);
+  };
+  // The step is read by a long poll: gantryd answers once the step's body differs from
+  // the version last seen (a task started, wrote output, exited) or after the wait. It
+  // runs on a connection and a thread of its own, so an interrupt is acted on at once
+  // (the cancel changes the step, which answers the poll). With -W, once a task has
+  // ended, the wait is a second, to end the others on time.
+  Client poller(g);
+  std::string version;
+  for (int tick = 0;; ++tick) {
+    cancel_if_interrupted();
+    const int poll_s = wait_s > 0 && first_end >= 0 ? 1 : 20;
+    const std::string ask =
+        version.empty() ? path : path + "?version=" + version + "&wait_s=" + std::to_string(poll_s);
+    auto answer = std::async(std::launch::async, [&poller, ask] { return poller.Get(ask); });
+    while (answer.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready)
+      cancel_if_interrupted();
+    Response sr = answer.get();
     if (sr.status != 200) {
       // gantryd restarting, or a standby taking over: keep asking for a minute.
       if (++failures > (sr.status == 0 ? 240 : 20)) {
@@ -382,6 +399,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     }
     failures = 0;
     step = sr.Json();
+    version = step.value("version", "");
     const json& tasks = step["tasks"];
     printed.resize(tasks.size(), 0);
     partial.resize(tasks.size());
@@ -412,9 +430,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       cancel_sent = true;
     }
     if (over) break;
-    // Quick at first (short steps, `$(srun hostname)`), then once a second: a long step's
-    // srun costs gantryd's controller thread a request or two a second.
-    usleep(tick < 20 ? 100000 : tick < 60 ? 250000 : 1000000);
+    // A gantryd without long polls answers at once: ask again quickly at first (short
+    // steps, `$(srun hostname)`), then once a second.
+    if (version.empty()) usleep(tick < 20 ? 100000 : tick < 60 ? 250000 : 1000000);
   }
   // Slurm's summary of tasks that failed, and the highest status.
   int status = 0;

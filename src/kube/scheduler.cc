@@ -1775,7 +1775,7 @@ class KubeApi : public server::ApiBackend {
   void CreateStep(std::string, std::string, json, server::Done done) override {
     done(Elsewhere("runs no job steps", "kubectl exec, or a pod per task"));
   }
-  void ShowStep(std::string, std::string, int, server::Done done) override {
+  void ShowStep(std::string, std::string, int, std::string, int64_t, server::Done done) override {
     done(Elsewhere("runs no job steps", "kubectl get pods"));
   }
   void CancelStep(std::string, std::string, int, server::Done done) override {

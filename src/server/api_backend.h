@@ -85,7 +85,10 @@ class ApiBackend {
   // "Inside a job"). The body: {command, env, workdir, name, nodes, ntasks,
   // ntasks_per_node, cpus_per_task, gpus_per_task, overlap}; the reply: the step.
   virtual void CreateStep(std::string token, std::string job, nlohmann::json body, Done done) = 0;
-  virtual void ShowStep(std::string token, std::string job, int step, Done done) = 0;
+  // With `version` (the body's own, from an earlier answer) and `wait_ms` > 0, a long poll:
+  // answered once the step's body differs from that version, or after `wait_ms`.
+  virtual void ShowStep(std::string token, std::string job, int step, std::string version,
+                        int64_t wait_ms, Done done) = 0;
   // srun was interrupted: the step's tasks are stopped (SIGTERM, SIGKILL 10 s later).
   virtual void CancelStep(std::string token, std::string job, int step, Done done) = 0;
   virtual void Nodes(std::string token, Done done) = 0;

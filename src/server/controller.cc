@@ -126,7 +126,9 @@ void Controller::Loop() {
     std::deque<Message> taken = inbox_.Take(wake, &closed);
     if (closed) {
       for (Message& m : taken) m.done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
-      watches_.AnswerAll(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
+      const Reply down = Reply::Error(Code::kUnavailable, "gantryd is shutting down");
+      watches_.AnswerAll(down);
+      AnswerStepWatches(now_, &down);
       return;
     }
     std::vector<Message> batch(std::make_move_iterator(taken.begin()),
@@ -207,6 +209,7 @@ void Controller::RunBatch(std::vector<Message>& batch) {
     }
   }
   watches_.AnswerDue(now, [&](core::NodeId n) { return WatchReply(n, now); });
+  AnswerStepWatches(now);
   const auto t_end = Clock::now();
   const double took = std::chrono::duration<double>(t_end - t0).count();
   metrics_.Batch(took);
@@ -244,7 +247,9 @@ void Controller::StoreLost(const std::string& why, Ticks now, bool ahead) {
   outage_.ahead |= ahead;
   outage_.next_try = now + outage_.backoff;
   // Parked watches' answers would come from memory.
-  watches_.AnswerAll(OutageReply("gantryd's store is unavailable (" + why + ")", now));
+  const Reply unavailable = OutageReply("gantryd's store is unavailable (" + why + ")", now);
+  watches_.AnswerAll(unavailable);
+  AnswerStepWatches(now, &unavailable);
 }
 
 Reply Controller::OutageReply(const std::string& message, Ticks now) const {
@@ -537,7 +542,10 @@ Status Controller::Restore() {
 
 // ---------------------------------------------------------------- persistence
 
-void Controller::Persist(const Job& job) { unsaved_.insert(job.seq); }
+void Controller::Persist(const Job& job) {
+  unsaved_.insert(job.seq);
+  if (!step_watches_.empty()) steps_changed_.insert(job.seq);  // srun's long polls look
+}
 
 void Controller::SaveJobs() {
   for (int64_t seq : unsaved_) {

@@ -150,7 +150,9 @@ class Controller : public ApiBackend {
                Done done) override;
   // Job steps (controller_steps.cc): the job's own credential only.
   void CreateStep(std::string token, std::string job, nlohmann::json body, Done done) override;
-  void ShowStep(std::string token, std::string job, int step, Done done) override;
+  // With a version and a wait, srun's long poll (StepWatch).
+  void ShowStep(std::string token, std::string job, int step, std::string version, int64_t wait_ms,
+                Done done) override;
   void CancelStep(std::string token, std::string job, int step, Done done) override;
   void Nodes(std::string token, Done done) override;
   void Drain(std::string token, std::string node, bool drain, std::string reason,
@@ -392,6 +394,25 @@ class Controller : public ApiBackend {
   std::vector<std::pair<std::string, int>> StepNodes(const Job& job, const Step& s) const;
   std::vector<std::string> StepNodeNames(const Job& job, const Step& s) const;
   nlohmann::json StepBody(const Job& job, const Step& s) const;
+  // GET of step `step` of the job `seq` (in memory): its body with its version (a hash of
+  // the rest: srun's long poll waits for it to change), or 404.
+  Reply StepReply(int64_t seq, const std::string& name, int step);
+  // srun's long polls: a step's GET parked until the step's body differs from `version`
+  // or `deadline` passes. After each batch, the watches of jobs whose steps may have
+  // changed in it (steps_changed_: Persist, Touch, TouchStep, a step's log upload) are
+  // checked.
+  struct StepWatch {
+    int64_t seq = 0;
+    std::string name;
+    int step = 0;
+    std::string version;
+    Ticks deadline = 0;
+    Done done;
+  };
+  std::vector<StepWatch> step_watches_;
+  std::set<int64_t> steps_changed_;
+  // Answers the step watches that are due; with `all`, every one with it.
+  void AnswerStepWatches(Ticks now, const Reply* all = nullptr);
   // A step as job listings carry it (sacct's step rows): id, name, state, exit code (and
   // signal), start, end, tasks, nodes.
   nlohmann::json StepSummary(const Job& job, const Step& s) const;

@@ -506,9 +506,11 @@ void Controller::UploadLog(std::string token, std::string node, std::string name
           out.flush();
           if (out) size += static_cast<int64_t>(data.size() - skip);
         }
-        if (step >= 0 && run == job->run)  // srun reads what it has not printed yet
+        if (step >= 0 && run == job->run) {  // srun reads what it has not printed yet
           job->steps[static_cast<size_t>(step)].tasks[static_cast<size_t>(rank)].output_bytes =
               size;
+          if (!step_watches_.empty()) steps_changed_.insert(job->seq);
+        }
         Reply r;
         r.body = proto::Encode(proto::LogUploadReply{size});
         return r;

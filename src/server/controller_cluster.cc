@@ -410,7 +410,7 @@ Reply Controller::Requeue(const std::string& token, const std::string& name) {
 }
 
 Reply Controller::ShowStep(const std::string& token, const std::string& job, int step) {
-  return Wait([&](Done d) { ShowStep(token, job, step, std::move(d)); });
+  return Wait([&](Done d) { ShowStep(token, job, step, "", 0, std::move(d)); });
 }
 Reply Controller::Nodes(const std::string& token) {
   return Wait([&](Done d) { Nodes(token, std::move(d)); });

@@ -12,6 +12,7 @@ using nlohmann::json;
 
 void Controller::Touch(const Job& job) {
   for (const Worker& w : job.workers) watches_.Bump(w.alloc.node);
+  if (!step_watches_.empty()) steps_changed_.insert(job.seq);
 }
 
 void Controller::RemoveRunning(const Job& job) {

@@ -90,6 +90,7 @@ proto::Limits Controller::NodeLimits(const Job& job, core::NodeId n) const {
 void Controller::TouchStep(const Job& job, const Step& s) {
   for (const StepTask& t : s.tasks)
     watches_.Bump(job.workers[static_cast<size_t>(t.slot)].alloc.node);
+  if (!step_watches_.empty()) steps_changed_.insert(job.seq);
 }
 
 std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
@@ -391,20 +392,66 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
       });
 }
 
-void Controller::ShowStep(std::string token, std::string name, int step, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
-    Job* job = book_.Find(name);
-    if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
-    if (!MaySee(p, *job) || (!p.job.empty() && p.job != job->name))
-      return Reply::Error(Code::kForbidden,
-                          p.Describe() + " may not read job " + name + "'s steps");
-    if (step < 0 || step >= static_cast<int>(job->steps.size()))
-      return Reply::Error(Code::kNotFound, "job " + name + " has no step " + std::to_string(step) +
-                                               " in its current run");
-    Reply r;
-    r.body = StepBody(*job, job->steps[static_cast<size_t>(step)]);
-    return r;
-  });
+Reply Controller::StepReply(int64_t seq, const std::string& name, int step) {
+  auto it = book_.jobs().find(seq);
+  if (it == book_.jobs().end()) return Reply::Error(Code::kNotFound, "no job " + name);
+  const Job& job = it->second;
+  if (step < 0 || step >= static_cast<int>(job.steps.size()))
+    return Reply::Error(Code::kNotFound, "job " + name + " has no step " + std::to_string(step) +
+                                             " in its current run");
+  Reply r;
+  r.body = StepBody(job, job.steps[static_cast<size_t>(step)]);
+  char version[17];
+  std::snprintf(version, sizeof version, "%016zx", std::hash<std::string>{}(r.body.dump()));
+  r.body["version"] = version;
+  return r;
+}
+
+void Controller::ShowStep(std::string token, std::string name, int step, std::string version,
+                          int64_t wait_ms, Done done) {
+  Done keep = done;  // a long poll holds its Done until the step changes
+  CallAsUser(std::move(token), std::move(done),
+             [this, name, step, version = std::move(version), wait_ms,
+              keep = std::move(keep)](const Principal& p) -> Reply {
+               Job* job = book_.Find(name);
+               if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+               if (!MaySee(p, *job) || (!p.job.empty() && p.job != job->name))
+                 return Reply::Error(Code::kForbidden,
+                                     p.Describe() + " may not read job " + name + "'s steps");
+               Reply r = StepReply(job->seq, name, step);
+               if (!r.ok() || version.empty() || wait_ms <= 0 || r.body["version"] != version)
+                 return r;
+               step_watches_.push_back(StepWatch{job->seq, name, step, version,
+                                                 now_ + std::min<int64_t>(wait_ms, 60000), keep});
+               Reply parked;
+               parked.deferred = true;
+               return parked;
+             });
+}
+
+void Controller::AnswerStepWatches(Ticks now, const Reply* all) {
+  if (step_watches_.empty()) return;
+  auto keep = step_watches_.begin();
+  for (auto it = step_watches_.begin(); it != step_watches_.end(); ++it) {
+    if (all != nullptr) {
+      it->done(*all);
+      continue;
+    }
+    if (now < it->deadline && !steps_changed_.count(it->seq)) {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+      continue;
+    }
+    Reply r = StepReply(it->seq, it->name, it->step);
+    if (now < it->deadline && r.ok() && r.body["version"] == it->version) {
+      if (keep != it) *keep = std::move(*it);
+      ++keep;
+      continue;
+    }
+    it->done(std::move(r));
+  }
+  step_watches_.erase(all != nullptr ? step_watches_.begin() : keep, step_watches_.end());
+  steps_changed_.clear();
 }
 
 void Controller::CancelStep(std::string token, std::string name, int step, Done done) {

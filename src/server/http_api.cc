@@ -348,7 +348,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "steps", "*"}, a)) {
     auto s = step_number(a[1]);
     if (!s) return bad("step: expected a step number, got " + a[1]);
-    return c.ShowStep(TokenOf(req), a[0], *s, reply);
+    double wait_s = 0;
+    if (auto problem = DoubleParam(req, "wait_s", 0, wait_s)) return bad(*problem);
+    if (wait_s < 0 || wait_s > 60) return bad("wait_s: 0 to 60 seconds");
+    return c.ShowStep(TokenOf(req), a[0], *s, req.param("version"),
+                      static_cast<int64_t>(wait_s * 1000), reply);
   }
   if (m == "DELETE" && Match(req, {"v1", "jobs", "*", "steps", "*"}, a)) {
     auto s = step_number(a[1]);

@@ -587,6 +587,44 @@ TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
   EXPECT_EQ(h.Read("work/after.txt"), "srun ended 0\n");  // the tasks ended on USR1
 }
 
+// srun follows its step by a long poll on a thread of its own: an interrupt is acted on
+// at once (the step cancelled: its tasks get SIGTERM), not when the poll comes back, and
+// a task's exit reaches srun without a poll interval.
+TEST(Slurm, AnInterruptedSrunCancelsItsStepAtOnce) {
+  Harness h("slurm-interrupt");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("int.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 1\n#SBATCH --gpus-per-node=1\n"
+          "#SBATCH -t 2\n#SBATCH -o int.out\n"
+          "srun bash -c 'echo quick' > quick.txt\n"
+          "srun bash -c 'trap \"echo term > term.txt; exit 3\" TERM; touch up; "
+          "while true; do sleep 0.1; done' &\n"
+          "pid=$!\n"
+          "while [ ! -e up ]; do sleep 0.1; done\n"
+          "sleep 1\n"
+          "start=$(date +%s%N)\n"
+          "kill -INT $pid\n"
+          "wait $pid\n"
+          "echo \"srun $? after $(( ($(date +%s%N) - start) / 1000000 )) ms\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("int.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Read("work/quick.txt"), "quick\n");
+  EXPECT_EQ(h.Read("work/term.txt"), "term\n") << "the task got SIGTERM";
+  const std::string out = h.Read("work/int.out");
+  EXPECT_NE(out.find("srun: interrupted: cancelling step"), std::string::npos) << out;
+  const size_t at = out.find("srun ");
+  ASSERT_NE(out.find("after "), std::string::npos) << out;
+  const int ms = std::atoi(out.c_str() + out.find("after ") + 6);
+  // Within the kill wait (10 s) and well inside the poll's 20 s: the tasks' end, not a
+  // poll's timeout, ended srun.
+  EXPECT_LT(ms, 8000) << out;
+  EXPECT_NE(at, std::string::npos);
+}
+
 // A 2-node batch job whose one step (a task per node: "begin N", `sleep_s`, "done N")
 // has started on both nodes; output in work/long.out, the script's "srun STATUS" last.
 // Its id, or "" (with the failure added) when it did not get that far.

@@ -1408,7 +1408,33 @@ TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
     exits.push_back(
         {{"job", id}, {"run", 1}, {"rank", t}, {"step", 0}, {"exit_code", t == 3 ? 2 : 0}});
   }
+  // srun's long poll: parked while step 0 is as the caller saw it, answered as soon as a
+  // task of it exits (or, unchanged, at the wait's end).
+  const auto poll = [&](const std::string& version, int64_t wait_ms) {
+    auto promise = std::make_shared<std::promise<Reply>>();
+    ctl_->ShowStep(token, id, 0, version, wait_ms,
+                   [promise](Reply r) { promise->set_value(std::move(r)); });
+    return promise->get_future();
+  };
+  const std::string seen = ctl_->ShowStep(token, id, 0).body["version"];
+  ASSERT_EQ(seen.size(), 16u);
+  std::future<Reply> unchanged = poll(seen, 2000);
+  ctl_->Poke();
+  EXPECT_EQ(unchanged.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  Advance(2000);
+  ctl_->Poke();
+  ASSERT_EQ(unchanged.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(unchanged.get().body["version"], seen) << "the wait ended, nothing changed";
+  std::future<Reply> moved = poll(seen, 60000);
+  ctl_->Poke();
+  EXPECT_EQ(moved.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
   Beat(first, json::array({exits[0], exits[1]}));
+  ASSERT_EQ(moved.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  const json after = moved.get().body;
+  EXPECT_NE(after["version"], seen);
+  EXPECT_EQ(after["tasks"][0]["exited"], true) << after.dump();
+  EXPECT_EQ(poll("stale", 60000).get().body["version"], after["version"])
+      << "a version that is not the step's is answered at once";
   EXPECT_EQ(ctl_->ShowStep(token, id, 0).body["state"], "running");
   Beat(second, json::array({exits[2], exits[3]}));
   json ended = ctl_->ShowStep(token, id, 0).body;

@@ -270,7 +270,7 @@ void Controller::AnswerInOutage(std::vector<Message>& batch, const std::vector<R
     if (replies[i].deferred) continue;  // a parked watch: StoreLost answered it
     Message& m = batch[i];
     Reply r;
-    if (m.kind == Kind::kMemory && !outage_.ahead) {  // else memory may be half read back
+    if (m.kind == Kind::kRead && !outage_.ahead) {  // else memory may be half read back
       try {
         r = m.run();
       } catch (const StoreDown& e) {

@@ -210,9 +210,11 @@ class Controller : public ApiBackend {
 
  private:
   // What a message is to a store outage (RunBatch): an agent's heartbeat is told to hold
-  // (keep its workers, report again); health and metrics read memory and still run;
-  // every other call is refused with 503 and Retry-After.
-  enum class Kind { kCall, kHeartbeat, kMemory };
+  // (keep its workers, report again); a read (health, metrics, ls, show, nodes, queues,
+  // a job's log, a step) still runs while memory is what the store last committed (the
+  // outage began before a batch changed anything): it reads memory, and a read of the
+  // store that fails is refused; every other call is refused with 503 and Retry-After.
+  enum class Kind { kCall, kHeartbeat, kRead };
   struct Message {
     std::function<Reply()> run;  // on the controller thread, inside the batch's transaction
     Done done;
@@ -256,7 +258,8 @@ class Controller : public ApiBackend {
   // CallAsAgent's checks once the token is known: an agent (or admin) token for this node.
   Reply AsAgent(const Principal& p, const std::string& node,
                 const std::function<Reply(core::NodeId)>& fn);
-  void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn);
+  void CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn,
+                  Kind kind = Kind::kCall);
   // Call() as an agent (or admin): fn gets the node, or the reply is the error.
   void CallAsAgent(std::string token, std::string node, Done done,
                    std::function<Reply(core::NodeId)> fn, Kind kind = Kind::kCall);

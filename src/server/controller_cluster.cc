@@ -17,90 +17,94 @@ using nlohmann::json;
 // ---------------------------------------------------------------- API: nodes, queues, usage
 
 void Controller::Nodes(std::string token, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
-    const Ticks now = now_;
-    // Who holds each GPU, and the holders' queues beside them (so a map colours a GPU by
-    // queue without listing every job).
-    std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count()),
-        gpu_queues(cluster_.gpu_count());
-    for (int64_t seq : book_.running()) {
-      const Job& job = book_.jobs().at(seq);
-      for (const Worker& w : job.workers) {
-        const core::Node& node = cluster_.node(w.alloc.node);
-        auto add = [&](int local) {
-          gpu_jobs[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.name);
-          gpu_queues[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.queue);
-        };
-        if (w.alloc.sharing == core::Sharing::kExclusive) {
-          for (int i = 0; i < node.gpus; ++i) {
-            if (w.alloc.gpu_mask >> i & 1u) add(i);
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this](const Principal&) -> Reply {
+        const Ticks now = now_;
+        // Who holds each GPU, and the holders' queues beside them (so a map colours a GPU by
+        // queue without listing every job).
+        std::vector<std::vector<std::string>> gpu_jobs(cluster_.gpu_count()),
+            gpu_queues(cluster_.gpu_count());
+        for (int64_t seq : book_.running()) {
+          const Job& job = book_.jobs().at(seq);
+          for (const Worker& w : job.workers) {
+            const core::Node& node = cluster_.node(w.alloc.node);
+            auto add = [&](int local) {
+              gpu_jobs[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.name);
+              gpu_queues[node.first_gpu.v + static_cast<uint32_t>(local)].push_back(job.queue);
+            };
+            if (w.alloc.sharing == core::Sharing::kExclusive) {
+              for (int i = 0; i < node.gpus; ++i) {
+                if (w.alloc.gpu_mask >> i & 1u) add(i);
+              }
+            } else {
+              add(w.alloc.gpu);
+            }
           }
-        } else {
-          add(w.alloc.gpu);
         }
-      }
-    }
-    json nodes = json::array();
-    for (uint32_t i = 0; i < nodes_.size(); ++i) {
-      const core::Node& node = cluster_.node(core::NodeId(i));
-      const NodeInfo& info = nodes_[i];
-      const bool never =
-          !info.up && info.agent_id.empty() && info.address.empty() && info.refused.empty();
-      std::string state = !info.refused.empty() ? "refused"
-                          : never               ? "unseen"
-                          : !info.up            ? "down"
-                          : info.drained        ? "drained"
-                                                : "up";
-      std::string reason = !info.refused.empty() ? info.refused : info.drain_reason;
-      if (never) {
-        reason = "never seen: no agent has registered as this node";
-      } else if (!info.up && reason.empty()) {
-        reason = info.last_seen >= 0
-                     ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
-                     : "no heartbeat since before gantryd's last restart";
-      } else if (info.up && reason.empty() && HeldByUnreadStop(core::NodeId(i))) {
-        reason = "takes no new work until the workers of jobs failed at start have ended";
-      }
-      json gpus = json::array();
-      int free = 0;
-      for (int g = 0; g < node.gpus; ++g) {
-        const core::GpuId gid(node.first_gpu.v + static_cast<uint32_t>(g));
-        const core::GpuState& s = sched_->ledger().gpu(gid);
-        double alloc = s.mode == core::GpuMode::kWhole    ? 1.0
-                       : s.mode == core::GpuMode::kMig    ? s.mig_compute / 7.0
-                       : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
-                                                          : 0.0;
-        if (s.mode == core::GpuMode::kFree) ++free;
-        json gj = {{"index", g},
-                   {"allocated", alloc},
-                   {"jobs", gpu_jobs[gid.v]},
-                   {"queues", gpu_queues[gid.v]}};
-        if (static_cast<size_t>(g) < info.gpus.size()) {
-          gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
-          gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
-          gj["idle_s"] = static_cast<double>(info.gpus[static_cast<size_t>(g)].idle_ms) / 1000.0;
-          // Its MIG layout as the agent last reported it (laid out beforehand, or made by the
-          // agent on a mig_managed pool).
-          json mig = json::array();
-          for (const GpuReport::Mig& m : info.gpus[static_cast<size_t>(g)].mig) {
-            mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+        json nodes = json::array();
+        for (uint32_t i = 0; i < nodes_.size(); ++i) {
+          const core::Node& node = cluster_.node(core::NodeId(i));
+          const NodeInfo& info = nodes_[i];
+          const bool never =
+              !info.up && info.agent_id.empty() && info.address.empty() && info.refused.empty();
+          std::string state = !info.refused.empty() ? "refused"
+                              : never               ? "unseen"
+                              : !info.up            ? "down"
+                              : info.drained        ? "drained"
+                                                    : "up";
+          std::string reason = !info.refused.empty() ? info.refused : info.drain_reason;
+          if (never) {
+            reason = "never seen: no agent has registered as this node";
+          } else if (!info.up && reason.empty()) {
+            reason = info.last_seen >= 0
+                         ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
+                         : "no heartbeat since before gantryd's last restart";
+          } else if (info.up && reason.empty() && HeldByUnreadStop(core::NodeId(i))) {
+            reason = "takes no new work until the workers of jobs failed at start have ended";
           }
-          gj["mig"] = std::move(mig);
+          json gpus = json::array();
+          int free = 0;
+          for (int g = 0; g < node.gpus; ++g) {
+            const core::GpuId gid(node.first_gpu.v + static_cast<uint32_t>(g));
+            const core::GpuState& s = sched_->ledger().gpu(gid);
+            double alloc = s.mode == core::GpuMode::kWhole    ? 1.0
+                           : s.mode == core::GpuMode::kMig    ? s.mig_compute / 7.0
+                           : s.mode == core::GpuMode::kShared ? s.share_used / 1000.0
+                                                              : 0.0;
+            if (s.mode == core::GpuMode::kFree) ++free;
+            json gj = {{"index", g},
+                       {"allocated", alloc},
+                       {"jobs", gpu_jobs[gid.v]},
+                       {"queues", gpu_queues[gid.v]}};
+            if (static_cast<size_t>(g) < info.gpus.size()) {
+              gj["uuid"] = info.gpus[static_cast<size_t>(g)].uuid;
+              gj["utilization"] = info.gpus[static_cast<size_t>(g)].utilization;
+              gj["idle_s"] =
+                  static_cast<double>(info.gpus[static_cast<size_t>(g)].idle_ms) / 1000.0;
+              // Its MIG layout as the agent last reported it (laid out beforehand, or made by the
+              // agent on a mig_managed pool).
+              json mig = json::array();
+              for (const GpuReport::Mig& m : info.gpus[static_cast<size_t>(g)].mig) {
+                mig.push_back({{"uuid", m.uuid}, {"profile", m.profile}, {"start", m.start}});
+              }
+              gj["mig"] = std::move(mig);
+            }
+            gpus.push_back(std::move(gj));
+          }
+          json nj = NodeBody(cluster_, node, free, state, reason, info.address);
+          nj["isolation"] = info.isolation;
+          nj["gpu_detail"] = std::move(gpus);
+          nj["last_seen_s"] = info.last_seen >= 0
+                                  ? json(static_cast<double>(now - info.last_seen) / 1000.0)
+                                  : json(nullptr);
+          nodes.push_back(std::move(nj));
         }
-        gpus.push_back(std::move(gj));
-      }
-      json nj = NodeBody(cluster_, node, free, state, reason, info.address);
-      nj["isolation"] = info.isolation;
-      nj["gpu_detail"] = std::move(gpus);
-      nj["last_seen_s"] = info.last_seen >= 0
-                              ? json(static_cast<double>(now - info.last_seen) / 1000.0)
-                              : json(nullptr);
-      nodes.push_back(std::move(nj));
-    }
-    Reply r;
-    r.body = {{"nodes", std::move(nodes)}};
-    return r;
-  });
+        Reply r;
+        r.body = {{"nodes", std::move(nodes)}};
+        return r;
+      },
+      Kind::kRead);
 }
 
 json Controller::SampleJson(const ClusterSample& c) const {
@@ -143,18 +147,21 @@ Controller::ClusterSample Controller::SampleFromJson(const json& j) const {
 }
 
 void Controller::ClusterHistory(std::string token, double since_unix_s, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, since_unix_s](const Principal&) -> Reply {
-    json samples = json::array();
-    for (const ClusterSample& c : history_) {
-      if (UnixSeconds(c.t) <= since_unix_s) continue;  // the caller has it
-      samples.push_back(SampleJson(c));
-    }
-    Reply r;
-    r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0},
-              {"kept", options_.history_samples},
-              {"samples", samples}};
-    return r;
-  });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, since_unix_s](const Principal&) -> Reply {
+        json samples = json::array();
+        for (const ClusterSample& c : history_) {
+          if (UnixSeconds(c.t) <= since_unix_s) continue;  // the caller has it
+          samples.push_back(SampleJson(c));
+        }
+        Reply r;
+        r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0},
+                  {"kept", options_.history_samples},
+                  {"samples", samples}};
+        return r;
+      },
+      Kind::kRead);
 }
 
 void Controller::Drain(std::string token, std::string node, bool drain, std::string reason,
@@ -193,11 +200,14 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
 }
 
 void Controller::WhoAmI(std::string token, Done done) {
-  CallAsUser(std::move(token), std::move(done), [](const Principal& p) -> Reply {
-    Reply r;
-    r.body = WhoAmIBody(p);
-    return r;
-  });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [](const Principal& p) -> Reply {
+        Reply r;
+        r.body = WhoAmIBody(p);
+        return r;
+      },
+      Kind::kRead);
 }
 
 json NodeBody(const core::Cluster& cluster, const core::Node& node, int free_gpus,
@@ -253,87 +263,94 @@ json QueuesBody(const core::QueueTree& queues_tree, const core::Scheduler& sched
 }
 
 void Controller::Queues(std::string token, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this](const Principal&) -> Reply {
-    // A queue's counts include its descendants' jobs, as its used_gpus does: a parent shows
-    // what its subtree runs and waits for.
-    std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
-    for (const auto& [seq, job] : book_.jobs()) {
-      const bool waits = job.state == JobState::kPending;
-      const bool runs = job.state == JobState::kRunning || job.state == JobState::kStopping;
-      if (!waits && !runs) continue;
-      for (core::QueueId q : config_.queues.queue(job.spec.queue).self_and_ancestors)
-        ++(waits ? pending : running)[q.v];
-    }
-    Reply r;
-    r.body = {{"queues", QueuesBody(config_.queues, *sched_, pending, running)}};
-    return r;
-  });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this](const Principal&) -> Reply {
+        // A queue's counts include its descendants' jobs, as its used_gpus does: a parent shows
+        // what its subtree runs and waits for.
+        std::vector<int> pending(config_.queues.size(), 0), running(config_.queues.size(), 0);
+        for (const auto& [seq, job] : book_.jobs()) {
+          const bool waits = job.state == JobState::kPending;
+          const bool runs = job.state == JobState::kRunning || job.state == JobState::kStopping;
+          if (!waits && !runs) continue;
+          for (core::QueueId q : config_.queues.queue(job.spec.queue).self_and_ancestors)
+            ++(waits ? pending : running)[q.v];
+        }
+        Reply r;
+        r.body = {{"queues", QueuesBody(config_.queues, *sched_, pending, running)}};
+        return r;
+      },
+      Kind::kRead);
 }
 
 void Controller::Usage(std::string token, double from_s, double to_s, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, from_s, to_s](const Principal&) -> Reply {
-    const int64_t now_ms = WallMs(now_);
-    const int64_t from = static_cast<int64_t>(from_s * 1000);
-    const int64_t to = std::min(now_ms, static_cast<int64_t>(to_s * 1000));
-    if (to <= from)
-      return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
-    auto runs = store_.Runs(from, to);
-    if (!runs) StoreFailed(runs.error());
-    // GPU-hours held in the period; of the time agents reported on, how busy, and what
-    // right-sizing would have freed. A run's usage is spread evenly over its length.
-    struct Sums {
-      double held = 0, busy = 0, reported = 0, free = 0, cost = 0;
-    };
-    std::map<std::tuple<std::string, std::string, std::string>, Sums> sums;  // queue, user, model
-    for (StoredRun r : *runs) {
-      const int64_t end = r.end_ms < 0 ? now_ms : r.end_ms;
-      const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
-      if (overlap <= 0) continue;
-      if (r.end_ms < 0) {  // still running: its usage so far is in memory
-        auto it = book_.jobs().find(r.job_seq);
-        if (it != book_.jobs().end() && it->second.run == r.run &&
-            r.rank < static_cast<int>(it->second.workers.size())) {
-          const Worker& w = it->second.workers[static_cast<size_t>(r.rank)];
-          r.busy_gpu_ms = w.busy_gpu_ms;
-          r.reported_gpu_ms = w.reported_gpu_ms;
-          r.fit_gpus = w.reported_gpu_ms > 0
-                           ? core::RightSize(cluster_, cluster_.node(w.alloc.node).model,
-                                             it->second.spec, {w.vram_peak, w.util_peak})
-                                 .fit_gpus
-                           : -1;
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, from_s, to_s](const Principal&) -> Reply {
+        const int64_t now_ms = WallMs(now_);
+        const int64_t from = static_cast<int64_t>(from_s * 1000);
+        const int64_t to = std::min(now_ms, static_cast<int64_t>(to_s * 1000));
+        if (to <= from)
+          return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
+        auto runs = store_.Runs(from, to);
+        if (!runs) StoreFailed(runs.error());
+        // GPU-hours held in the period; of the time agents reported on, how busy, and what
+        // right-sizing would have freed. A run's usage is spread evenly over its length.
+        struct Sums {
+          double held = 0, busy = 0, reported = 0, free = 0, cost = 0;
+        };
+        std::map<std::tuple<std::string, std::string, std::string>, Sums>
+            sums;  // queue, user, model
+        for (StoredRun r : *runs) {
+          const int64_t end = r.end_ms < 0 ? now_ms : r.end_ms;
+          const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
+          if (overlap <= 0) continue;
+          if (r.end_ms < 0) {  // still running: its usage so far is in memory
+            auto it = book_.jobs().find(r.job_seq);
+            if (it != book_.jobs().end() && it->second.run == r.run &&
+                r.rank < static_cast<int>(it->second.workers.size())) {
+              const Worker& w = it->second.workers[static_cast<size_t>(r.rank)];
+              r.busy_gpu_ms = w.busy_gpu_ms;
+              r.reported_gpu_ms = w.reported_gpu_ms;
+              r.fit_gpus = w.reported_gpu_ms > 0
+                               ? core::RightSize(cluster_, cluster_.node(w.alloc.node).model,
+                                                 it->second.spec, {w.vram_peak, w.util_peak})
+                                     .fit_gpus
+                               : -1;
+            }
+          }
+          const double share = static_cast<double>(overlap) /
+                               static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
+          Sums& s = sums[{r.queue, r.user, r.model}];
+          s.held += r.gpus * static_cast<double>(overlap) / 3.6e6;
+          const core::ModelId model = cluster_.catalog().Find(r.model).value_or(core::ModelId());
+          s.cost += r.gpus * static_cast<double>(overlap) / 3.6e6 *
+                    core::GpuHourPrice(config_.policy.params, model);
+          s.busy += r.busy_gpu_ms * share / 3.6e6;
+          s.reported += r.reported_gpu_ms * share / 3.6e6;
+          if (r.fit_gpus >= 0)
+            s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
         }
-      }
-      const double share = static_cast<double>(overlap) /
-                           static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
-      Sums& s = sums[{r.queue, r.user, r.model}];
-      s.held += r.gpus * static_cast<double>(overlap) / 3.6e6;
-      const core::ModelId model = cluster_.catalog().Find(r.model).value_or(core::ModelId());
-      s.cost += r.gpus * static_cast<double>(overlap) / 3.6e6 *
-                core::GpuHourPrice(config_.policy.params, model);
-      s.busy += r.busy_gpu_ms * share / 3.6e6;
-      s.reported += r.reported_gpu_ms * share / 3.6e6;
-      if (r.fit_gpus >= 0)
-        s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
-    }
-    json rows = json::array();
-    for (const auto& [key, s] : sums) {
-      const auto& [queue, user, model] = key;
-      rows.push_back({{"queue", queue},
-                      {"user", user},
-                      {"model", model},
-                      {"gpu_hours", s.held},
-                      {"busy_gpu_hours", s.busy},
-                      {"reported_gpu_hours", s.reported},
-                      {"right_sizing_frees_gpu_hours", s.free},
-                      {"cost", s.cost}});
-    }
-    Reply r;
-    r.body = {{"from", static_cast<double>(from) / 1000.0},
-              {"to", static_cast<double>(to) / 1000.0},
-              {"currency", config_.policy.currency},
-              {"usage", rows}};
-    return r;
-  });
+        json rows = json::array();
+        for (const auto& [key, s] : sums) {
+          const auto& [queue, user, model] = key;
+          rows.push_back({{"queue", queue},
+                          {"user", user},
+                          {"model", model},
+                          {"gpu_hours", s.held},
+                          {"busy_gpu_hours", s.busy},
+                          {"reported_gpu_hours", s.reported},
+                          {"right_sizing_frees_gpu_hours", s.free},
+                          {"cost", s.cost}});
+        }
+        Reply r;
+        r.body = {{"from", static_cast<double>(from) / 1000.0},
+                  {"to", static_cast<double>(to) / 1000.0},
+                  {"currency", config_.policy.currency},
+                  {"usage", rows}};
+        return r;
+      },
+      Kind::kRead);
 }
 
 // ---------------------------------------------------------------- health and metrics
@@ -356,7 +373,7 @@ void Controller::Health(Done done) {
                    {"jobs_pending", sched_->pending().size()}};
         return ok;
       },
-      std::move(done), Kind::kMemory);
+      std::move(done), Kind::kRead);
 }
 
 void Controller::RunExclusive(const std::function<void()>& fn) {

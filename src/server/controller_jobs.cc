@@ -61,8 +61,8 @@ void Controller::SignOut(std::string session, Done done) {
       std::move(done));
 }
 
-void Controller::CallAsUser(std::string token, Done done,
-                            std::function<Reply(const Principal&)> fn) {
+void Controller::CallAsUser(std::string token, Done done, std::function<Reply(const Principal&)> fn,
+                            Kind kind) {
   Post(
       [this, token = std::move(token), fn = std::move(fn)]() -> Reply {
         Reply err;
@@ -71,7 +71,7 @@ void Controller::CallAsUser(std::string token, Done done,
         Authenticator::LogRefusal(r, user ? user->Describe() : "unauthenticated");
         return r;
       },
-      std::move(done));
+      std::move(done), kind);
 }
 
 void Controller::CallAsAgent(std::string token, std::string node, Done done,
@@ -668,7 +668,8 @@ std::string Controller::WaitWord(const Job& job) const {
 
 void Controller::ListJobs(std::string token, JobQuery q, Done done) {
   CallAsUser(
-      std::move(token), std::move(done), [this, q = std::move(q)](const Principal&) -> Reply {
+      std::move(token), std::move(done),
+      [this, q = std::move(q)](const Principal&) -> Reply {
         static const std::set<std::string> kActive = {"pending", "running", "stopping"};
         if (!q.state.empty() && !kActive.count(q.state) && !JobEndNamed(q.state)) {
           return Reply::Error(Code::kBadRequest,
@@ -732,30 +733,34 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
                   {"waiting", std::move(by_cause)},
                   {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
         return r;
-      });
+      },
+      Kind::kRead);
 }
 
 void Controller::ShowJob(std::string token, std::string name, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
-    if (Job* job = book_.Find(name)) {
-      Reply r;
-      r.body = JobSummary(*job, true, &user);
-      return r;
-    }
-    auto stored = store_.FindJob(book_.Resolve(name));
-    if (!stored) StoreFailed(stored.error());
-    if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
-    Job job;
-    job.seq = (*stored)->seq;
-    job.name = (*stored)->name;
-    job.team = (*stored)->team;
-    job.queue = (*stored)->queue;
-    (void)JobFromDoc(json::parse((*stored)->doc, nullptr, false), cluster_, job);
-    if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
-    Reply r;
-    r.body = JobSummary(job, true, &user);
-    return r;
-  });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, name](const Principal& user) -> Reply {
+        if (Job* job = book_.Find(name)) {
+          Reply r;
+          r.body = JobSummary(*job, true, &user);
+          return r;
+        }
+        auto stored = store_.FindJob(book_.Resolve(name));
+        if (!stored) StoreFailed(stored.error());
+        if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
+        Job job;
+        job.seq = (*stored)->seq;
+        job.name = (*stored)->name;
+        job.team = (*stored)->team;
+        job.queue = (*stored)->queue;
+        (void)JobFromDoc(json::parse((*stored)->doc, nullptr, false), cluster_, job);
+        if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
+        Reply r;
+        r.body = JobSummary(job, true, &user);
+        return r;
+      },
+      Kind::kRead);
 }
 
 void Controller::Cancel(std::string token, std::string name, bool force, Done done) {
@@ -898,7 +903,8 @@ void Controller::LogPath(std::string token, std::string name, int run, int rank,
         Reply r;
         r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
         return r;
-      });
+      },
+      Kind::kRead);
 }
 
 }  // namespace gantry::server

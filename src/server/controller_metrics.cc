@@ -380,7 +380,7 @@ void Controller::Metrics(std::string token, Done done) {
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
         return reply;
       },
-      std::move(done), Kind::kMemory);
+      std::move(done), Kind::kRead);
 }
 
 }  // namespace gantry::server

@@ -410,23 +410,24 @@ Reply Controller::StepReply(int64_t seq, const std::string& name, int step) {
 void Controller::ShowStep(std::string token, std::string name, int step, std::string version,
                           int64_t wait_ms, Done done) {
   Done keep = done;  // a long poll holds its Done until the step changes
-  CallAsUser(std::move(token), std::move(done),
-             [this, name, step, version = std::move(version), wait_ms,
-              keep = std::move(keep)](const Principal& p) -> Reply {
-               Job* job = book_.Find(name);
-               if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
-               if (!MaySee(p, *job) || (!p.job.empty() && p.job != job->name))
-                 return Reply::Error(Code::kForbidden,
-                                     p.Describe() + " may not read job " + name + "'s steps");
-               Reply r = StepReply(job->seq, name, step);
-               if (!r.ok() || version.empty() || wait_ms <= 0 || r.body["version"] != version)
-                 return r;
-               step_watches_.push_back(StepWatch{job->seq, name, step, version,
-                                                 now_ + std::min<int64_t>(wait_ms, 60000), keep});
-               Reply parked;
-               parked.deferred = true;
-               return parked;
-             });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, name, step, version = std::move(version), wait_ms,
+       keep = std::move(keep)](const Principal& p) -> Reply {
+        Job* job = book_.Find(name);
+        if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+        if (!MaySee(p, *job) || (!p.job.empty() && p.job != job->name))
+          return Reply::Error(Code::kForbidden,
+                              p.Describe() + " may not read job " + name + "'s steps");
+        Reply r = StepReply(job->seq, name, step);
+        if (!r.ok() || version.empty() || wait_ms <= 0 || r.body["version"] != version) return r;
+        step_watches_.push_back(StepWatch{job->seq, name, step, version,
+                                          now_ + std::min<int64_t>(wait_ms, 60000), keep});
+        Reply parked;
+        parked.deferred = true;
+        return parked;
+      },
+      Kind::kRead);
 }
 
 void Controller::AnswerStepWatches(Ticks now, const Reply* all) {

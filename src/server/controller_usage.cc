@@ -153,41 +153,46 @@ void Controller::NoteBudgets(Ticks now) {
 }
 
 void Controller::JobUsageSeries(std::string token, std::string name, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& user) -> Reply {
-    int64_t seq = -1;
-    std::string queue;
-    if (Job* job = book_.Find(name)) {
-      seq = job->seq;
-      queue = job->queue;
-    } else {
-      auto stored = store_.FindJob(name);
-      if (!stored) StoreFailed(stored.error());
-      if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
-      seq = (*stored)->seq;
-      queue = (*stored)->queue;
-    }
-    if (!MaySubmitTo(user, config_.queues,
-                     queue)) {  // MaySee's rule, for a job in memory or only stored
-      return Reply::Error(Code::kForbidden, user.Describe() + " may not read the usage of job " +
-                                                name + " in queue " + queue);
-    }
-    auto samples = store_.UsageSamples(seq);
-    if (!samples) StoreFailed(samples.error());
-    json out = json::array();
-    for (const UsageSample& s : *samples) {
-      out.push_back({{"t", static_cast<double>(s.t_ms) / 1000.0},
-                     {"run", s.run},
-                     {"gpus", s.gpus},
-                     {"util", s.util},
-                     {"vram_peak_gb", static_cast<double>(s.vram_peak) / 1e9}});
-    }
-    Reply r;
-    r.body = {{"job", name},
-              {"interval_s", static_cast<double>(options_.usage_sample_ms) / 1000.0},
-              {"retention_days", static_cast<double>(options_.usage_retention_ms) / 86'400'000.0},
-              {"samples", out}};
-    return r;
-  });
+  CallAsUser(
+      std::move(token), std::move(done),
+      [this, name](const Principal& user) -> Reply {
+        int64_t seq = -1;
+        std::string queue;
+        if (Job* job = book_.Find(name)) {
+          seq = job->seq;
+          queue = job->queue;
+        } else {
+          auto stored = store_.FindJob(name);
+          if (!stored) StoreFailed(stored.error());
+          if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
+          seq = (*stored)->seq;
+          queue = (*stored)->queue;
+        }
+        if (!MaySubmitTo(user, config_.queues,
+                         queue)) {  // MaySee's rule, for a job in memory or only stored
+          return Reply::Error(
+              Code::kForbidden,
+              user.Describe() + " may not read the usage of job " + name + " in queue " + queue);
+        }
+        auto samples = store_.UsageSamples(seq);
+        if (!samples) StoreFailed(samples.error());
+        json out = json::array();
+        for (const UsageSample& s : *samples) {
+          out.push_back({{"t", static_cast<double>(s.t_ms) / 1000.0},
+                         {"run", s.run},
+                         {"gpus", s.gpus},
+                         {"util", s.util},
+                         {"vram_peak_gb", static_cast<double>(s.vram_peak) / 1e9}});
+        }
+        Reply r;
+        r.body = {
+            {"job", name},
+            {"interval_s", static_cast<double>(options_.usage_sample_ms) / 1000.0},
+            {"retention_days", static_cast<double>(options_.usage_retention_ms) / 86'400'000.0},
+            {"samples", out}};
+        return r;
+      },
+      Kind::kRead);
 }
 
 void Controller::ReclaimIdle(Ticks now) {

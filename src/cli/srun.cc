@@ -388,8 +388,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       cancel_if_interrupted();
     Response sr = answer.get();
     if (sr.status != 200) {
-      // gantryd restarting, or a standby taking over: keep asking for a minute.
-      if (++failures > (sr.status == 0 ? 240 : 20)) {
+      // gantryd restarting, a standby taking over, or its store out (503): keep asking
+      // for a minute.
+      if (++failures > (sr.status == 0 || sr.status == 503 ? 240 : 20)) {
         std::cerr << "srun: error: lost the step: "
                   << (sr.status == 0 ? sr.error : sr.Json().value("error", sr.body)) << "\n";
         return kExitRunFailure;

@@ -276,6 +276,9 @@ void Controller::AnswerInOutage(std::vector<Message>& batch, const std::vector<R
       } catch (const StoreDown& e) {
         r = OutageReply(why, now);
       }
+      // srun's long poll, parked: answered by the next batch that reaches the store, or
+      // (503) by the next try that fails.
+      if (r.deferred) continue;
     } else if (m.kind == Kind::kHeartbeat) {
       // Nothing of the report is recorded and nothing new decided: the agent keeps what
       // it runs and reports it all again. Past the hold it looks for another server (a

@@ -341,6 +341,7 @@ std::optional<core::JobSpec> Controller::ReadSpec(const Job& job,
 }
 
 Status Controller::Restore() {
+  const auto t0 = std::chrono::steady_clock::now();  // for the log line at the end
   auto epoch = store_.GetMeta("epoch_ms");
   if (!epoch) return epoch.error();
   if (*epoch) {
@@ -538,7 +539,11 @@ Status Controller::Restore() {
                {"requeued", std::to_string(readopt_failed.size())},
                {"requeued_jobs", requeued.empty() ? "-" : requeued},
                {"pending", std::to_string(resubmit.size() - readopt_failed.size())},
-               {"held_by_dependencies", std::to_string(held.size())}});
+               {"held_by_dependencies", std::to_string(held.size())},
+               {"in_memory", std::to_string(book_.jobs().size())},
+               {"ms", FormatValue(std::chrono::duration<double, std::milli>(
+                                      std::chrono::steady_clock::now() - t0)
+                                      .count())}});
   dirty_ = true;
   return Ok{};
 }

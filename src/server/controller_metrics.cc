@@ -104,32 +104,23 @@ void ControllerMetrics::RenderQueues(std::string& out, const View& v) const {
           Labels({{"queue", QueueName(q)}, {"tier", core::Name(tier)}}));
     }
   }
-  MetricHeader(out, "gantry_preemptions_total", "counter", "Jobs preempted, by queue");
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    out += "gantry_preemptions_total{queue=\"" + EscapeLabel(QueueName(q)) + "\"} " +
-           std::to_string(preemptions_[q]) + "\n";
-  }
-  MetricHeader(out, "gantry_reclaims_total", "counter",
-               "Jobs ended for idle GPUs (reclaimed), by queue");
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    const auto it = reclaims_.find(QueueName(q));
-    out += "gantry_reclaims_total{queue=\"" + EscapeLabel(QueueName(q)) + "\"} " +
-           std::to_string(it == reclaims_.end() ? 0 : it->second) + "\n";
-  }
+  const auto spec = [this](uint32_t q) -> const core::QueueSpec& {
+    return config_.queues.queue(core::QueueId(q)).spec;
+  };
   const auto gpus = [](core::GpuUnits u) {
     return FormatValue(static_cast<double>(u) / static_cast<double>(core::kGpuUnits));
   };
-  MetricHeader(out, "gantry_queue_used_gpus", "gauge", "GPUs held by a queue and its descendants");
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    out += "gantry_queue_used_gpus{queue=\"" + EscapeLabel(QueueName(q)) + "\"} " +
-           gpus(v.sched.queue_usage(core::QueueId(q))) + "\n";
-  }
-  MetricHeader(out, "gantry_queue_guaranteed_gpus", "gauge", "A queue's guarantee");
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
-    out += "gantry_queue_guaranteed_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " +
-           gpus(s.guaranteed) + "\n";
-  }
+  PerQueue(out, "gantry_preemptions_total", "counter", "Jobs preempted, by queue",
+           [&](uint32_t q) { return std::to_string(preemptions_[q]); });
+  PerQueue(out, "gantry_reclaims_total", "counter",
+           "Jobs ended for idle GPUs (reclaimed), by queue", [&](uint32_t q) {
+             const auto it = reclaims_.find(QueueName(q));
+             return std::to_string(it == reclaims_.end() ? 0 : it->second);
+           });
+  PerQueue(out, "gantry_queue_used_gpus", "gauge", "GPUs held by a queue and its descendants",
+           [&](uint32_t q) { return gpus(v.sched.queue_usage(core::QueueId(q))); });
+  PerQueue(out, "gantry_queue_guaranteed_gpus", "gauge", "A queue's guarantee",
+           [&](uint32_t q) { return gpus(spec(q).guaranteed); });
   // In GPU-seconds, Prometheus' base unit (promtool check metrics), as the budgets'
   // GPU-hours times 3,600.
   MetricHeader(out, "gantry_queue_budget_gpu_seconds", "gauge",
@@ -150,23 +141,28 @@ void ControllerMetrics::RenderQueues(std::string& out, const View& v) const {
                "Weighted GPU-seconds a queue and those under it spent this period (as of "
                "the last pass)");
   out += used;
-  MetricHeader(out, "gantry_queue_burst_gpus", "gauge", "A queue's burst limit (absent: none)");
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
-    if (s.burst >= 0)
-      out +=
-          "gantry_queue_burst_gpus{queue=\"" + EscapeLabel(s.name) + "\"} " + gpus(s.burst) + "\n";
-  }
+  PerQueue(out, "gantry_queue_burst_gpus", "gauge", "A queue's burst limit (absent: none)",
+           [&](uint32_t q) { return spec(q).burst >= 0 ? gpus(spec(q).burst) : std::string(); });
   std::map<std::string, int> pending_by_queue;
   for (const auto& [seq, job] : v.jobs) {
     if (job.state == JobState::kPending) ++pending_by_queue[job.queue];
   }
-  MetricHeader(out, "gantry_queue_pending_jobs", "gauge",
-               "Jobs submitted to a queue and waiting (held by dependencies included)");
+  PerQueue(out, "gantry_queue_pending_jobs", "gauge",
+           "Jobs submitted to a queue and waiting (held by dependencies included)",
+           [&](uint32_t q) {
+             const auto it = pending_by_queue.find(QueueName(q));
+             return std::to_string(it == pending_by_queue.end() ? 0 : it->second);
+           });
+}
+
+void ControllerMetrics::PerQueue(std::string& out, std::string_view name, std::string_view type,
+                                 std::string_view help,
+                                 const std::function<std::string(uint32_t)>& value) const {
+  MetricHeader(out, name, type, help);
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    const auto it = pending_by_queue.find(QueueName(q));
-    out += "gantry_queue_pending_jobs{queue=\"" + EscapeLabel(QueueName(q)) + "\"} " +
-           std::to_string(it == pending_by_queue.end() ? 0 : it->second) + "\n";
+    const std::string v = value(q);
+    if (!v.empty())
+      out += std::string(name) + "{queue=\"" + EscapeLabel(QueueName(q)) + "\"} " + v + "\n";
   }
 }
 

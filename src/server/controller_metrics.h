@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -71,6 +73,9 @@ class ControllerMetrics {
   void AddHeldGpuMs(const Job& job, core::Ticks now, std::map<QueueModel, double>& into) const;
   std::string GpuModelName(core::NodeId n) const;  // "cpu" for a node without GPUs
   const std::string& QueueName(uint32_t q) const;
+  // `name`'s header, then one series per queue: `value(q)`, or none where it is "".
+  void PerQueue(std::string& out, std::string_view name, std::string_view type,
+                std::string_view help, const std::function<std::string(uint32_t)>& value) const;
   // The parts of Render, in the exposition's order.
   void RenderQueues(std::string& out, const View& v) const;
   void RenderGpuTime(std::string& out, const View& v) const;

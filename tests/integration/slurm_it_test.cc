@@ -587,6 +587,74 @@ TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
   EXPECT_EQ(h.Read("work/after.txt"), "srun ended 0\n");  // the tasks ended on USR1
 }
 
+// Steps across 8 nodes: a batch job of 8 nodes with 4 tasks each and 2 GPUs per task runs
+// one step of 32 tasks (each SLURM_PROCID once, 4 per node with its own local ids and its
+// own pair of its node's GPUs), then one task on each node (-N 8 -n 8), as Slurm places
+// them (block distribution).
+TEST(Slurm, AStepOf32TasksRunsAcrossEightNodes) {
+  Harness h("slurm-wide");
+  h.Setup(R"(cluster: slurm-wide
+pools:
+  - name: w
+    count: 8
+    gpus: 8
+    gpu_model: H100-80GB
+    cpus: 64
+    memory_gb: 512
+queues:
+  - name: research
+    guaranteed_gpus: 64
+)",
+          {{"a", "research"}});
+  h.AddToken("ann", {"--team", "a", "--queues", "research", "--user", "ann"});
+  h.StartServer();
+  for (int i = 0; i < 8; ++i) h.StartAgent("w-" + std::to_string(i));
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(8); }, 30)) << "agents did not come up";
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("wide.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 8\n#SBATCH --ntasks-per-node=4\n"
+          "#SBATCH --gpus-per-task=2\n#SBATCH -t 2\n#SBATCH -o wide.out\n"
+          "srun bash -c 'echo \"task $SLURM_PROCID node $SLURM_NODEID local $SLURM_LOCALID "
+          "host $SLURMD_NODENAME gpus $CUDA_VISIBLE_DEVICES ntasks $SLURM_NTASKS\"' > tasks.txt\n"
+          "echo \"srun $?\"\n"
+          "srun -N 8 -n 8 bash -c 'echo $SLURMD_NODENAME' > hosts.txt\n"
+          "echo \"srun $?\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("wide.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  EXPECT_EQ(h.Read("work/wide.out"), "srun 0\nsrun 0\n");
+  std::istringstream tasks(h.Read("work/tasks.txt"));
+  std::map<int, std::string> by_task;                 // task -> its line
+  std::map<std::string, std::set<int>> locals;        // host -> local ids
+  std::map<std::string, std::set<std::string>> gpus;  // host -> GPU pairs
+  for (std::string line; std::getline(tasks, line);) {
+    std::istringstream f(line);
+    std::string w[12];
+    for (std::string& x : w) f >> x;
+    ASSERT_EQ(w[0], "task") << line;
+    const int task = std::stoi(w[1]);
+    EXPECT_TRUE(by_task.emplace(task, line).second) << "task " << task << " ran twice";
+    EXPECT_EQ(std::stoi(w[3]), task / 4) << line;  // block: tasks 0-3 on the first node
+    EXPECT_EQ(std::stoi(w[5]), task % 4) << line;
+    EXPECT_TRUE(locals[w[7]].insert(std::stoi(w[5])).second) << line;
+    EXPECT_EQ(std::count(w[9].begin(), w[9].end(), ','), 1) << "two GPUs: " << line;
+    EXPECT_TRUE(gpus[w[7]].insert(w[9]).second) << "a GPU pair given twice: " << line;
+    EXPECT_EQ(w[11], "32") << line;
+  }
+  EXPECT_EQ(by_task.size(), 32u);
+  EXPECT_EQ(locals.size(), 8u) << "8 nodes";
+  for (const auto& [host, ids] : locals) EXPECT_EQ(ids.size(), 4u) << host;
+  std::istringstream hosts(h.Read("work/hosts.txt"));
+  std::set<std::string> distinct;
+  int lines = 0;
+  for (std::string line; std::getline(hosts, line); ++lines) distinct.insert(line);
+  EXPECT_EQ(lines, 8);
+  EXPECT_EQ(distinct.size(), 8u) << "one task on each node";
+}
+
 // srun follows its step by a long poll on a thread of its own: an interrupt is acted on
 // at once (the step cancelled: its tasks get SIGTERM), not when the poll comes back, and
 // a task's exit reaches srun without a poll interval.

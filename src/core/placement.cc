@@ -302,10 +302,17 @@ uint64_t Placer::TieKey(const WorkerAlloc& w, uint64_t salt) {
 void Placer::Consider(const WorkerAlloc& w, Best& best) const {
   const int score = FgdScore(frag_->Delta(w));
   if (best.found && score < best.score) return;
+  // Among equal scores in one pool, the fullest leaf first: small jobs pack leaves, so
+  // whole leaves stay free for gangs that need one (FGD scores by node, not by leaf).
+  const Node& node = ledger_.cluster().node(w.node);
+  const int leaf = ledger_.leaf_free(node.leaf);
+  const bool same_pool = best.found && ledger_.cluster().node(best.w.node).pool == node.pool;
+  if (same_pool && score == best.score && leaf > best.leaf_free) return;
   const uint64_t tie = TieKey(w, best.salt);
-  if (!best.found || score > best.score || tie < best.tie) {
+  if (!best.found || score > best.score || (same_pool && leaf < best.leaf_free) || tie < best.tie) {
     best.found = true;
     best.score = score;
+    best.leaf_free = leaf;
     best.tie = tie;
     best.w = w;
   }

@@ -92,6 +92,7 @@ class Placer {
     uint64_t salt = 0;
     bool found = false;
     int score = 0;
+    int leaf_free = 0;  // free whole GPUs on the leaf of w's node (before w)
     uint64_t tie = 0;
     WorkerAlloc w;
   };

@@ -564,22 +564,33 @@ TEST(Slurm, AJobsCredentialRunsStepsOfThatJobOnly) {
   EXPECT_NE(outside.err.find("no job allocation"), std::string::npos) << outside.err;
 }
 
+// Writes `script` to `file` and submits it with sbatch as ann, in work/ (made here);
+// returns the job's id, or "" with the failure added.
+std::string Sbatch(Harness& h, const std::string& file, const std::string& script) {
+  fs::create_directories(h.Path("work"));
+  h.Write(file, script);
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", h.Path("work"), h.Path(file)}, h.token("ann"));
+  if (r.rc != 0) {
+    ADD_FAILURE() << r.err;
+    return "";
+  }
+  return JobIdOf(r.out);
+}
+
 // --signal=USR1 (no B:) goes to the steps, not the batch script, as Slurm sends it.
 TEST(Slurm, TheSignalWithoutBGoesToTheStepsOnly) {
   Harness h("slurm-signal");
   StartSlurmCluster(h);
   const std::string work = h.Path("work");
-  fs::create_directories(work);
-  h.Write("sig.sh",
-          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
-          "#SBATCH --time=0:05\n#SBATCH --signal=USR1@2\n"
-          "trap 'echo usr1 > sig-batch.txt' USR1\n"
-          "srun bash -c 'trap \"echo usr1 > sig-$SLURM_PROCID.txt; exit 0\" USR1; "
-          "while true; do sleep 0.1; done'\n"
-          "echo \"srun ended $?\" > after.txt\nsleep 30\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("sig.sh")}, h.token("ann"));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = JobIdOf(r.out);
+  const std::string id =
+      Sbatch(h, "sig.sh",
+             "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --gpus-per-node=1\n"
+             "#SBATCH --time=0:05\n#SBATCH --signal=USR1@2\n"
+             "trap 'echo usr1 > sig-batch.txt' USR1\n"
+             "srun bash -c 'trap \"echo usr1 > sig-$SLURM_PROCID.txt; exit 0\" USR1; "
+             "while true; do sleep 0.1; done'\n"
+             "echo \"srun ended $?\" > after.txt\nsleep 30\n");
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
   EXPECT_TRUE(fs::exists(work + "/sig-0.txt"));
   EXPECT_TRUE(fs::exists(work + "/sig-1.txt"));
@@ -610,19 +621,16 @@ queues:
   h.StartServer();
   for (int i = 0; i < 8; ++i) h.StartAgent("w-" + std::to_string(i));
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(8); }, 30)) << "agents did not come up";
-  const std::string work = h.Path("work");
-  fs::create_directories(work);
-  h.Write("wide.sh",
-          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 8\n#SBATCH --ntasks-per-node=4\n"
-          "#SBATCH --gpus-per-task=2\n#SBATCH -t 2\n#SBATCH -o wide.out\n"
-          "srun bash -c 'echo \"task $SLURM_PROCID node $SLURM_NODEID local $SLURM_LOCALID "
-          "host $SLURMD_NODENAME gpus $CUDA_VISIBLE_DEVICES ntasks $SLURM_NTASKS\"' > tasks.txt\n"
-          "echo \"srun $?\"\n"
-          "srun -N 8 -n 8 bash -c 'echo $SLURMD_NODENAME' > hosts.txt\n"
-          "echo \"srun $?\"\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("wide.sh")}, h.token("ann"));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = JobIdOf(r.out);
+  const std::string id = Sbatch(
+      h, "wide.sh",
+      "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 8\n#SBATCH --ntasks-per-node=4\n"
+      "#SBATCH --gpus-per-task=2\n#SBATCH -t 2\n#SBATCH -o wide.out\n"
+      "srun bash -c 'echo \"task $SLURM_PROCID node $SLURM_NODEID local $SLURM_LOCALID "
+      "host $SLURMD_NODENAME gpus $CUDA_VISIBLE_DEVICES ntasks $SLURM_NTASKS\"' > tasks.txt\n"
+      "echo \"srun $?\"\n"
+      "srun -N 8 -n 8 bash -c 'echo $SLURMD_NODENAME' > hosts.txt\n"
+      "echo \"srun $?\"\n");
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
   EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
   EXPECT_EQ(h.Read("work/wide.out"), "srun 0\nsrun 0\n");
@@ -661,24 +669,21 @@ queues:
 TEST(Slurm, AnInterruptedSrunCancelsItsStepAtOnce) {
   Harness h("slurm-interrupt");
   StartSlurmCluster(h);
-  const std::string work = h.Path("work");
-  fs::create_directories(work);
-  h.Write("int.sh",
-          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 1\n#SBATCH --gpus-per-node=1\n"
-          "#SBATCH -t 2\n#SBATCH -o int.out\n"
-          "srun bash -c 'echo quick' > quick.txt\n"
-          "srun bash -c 'trap \"echo term > term.txt; exit 3\" TERM; touch up; "
-          "while true; do sleep 0.1; done' &\n"
-          "pid=$!\n"
-          "while [ ! -e up ]; do sleep 0.1; done\n"
-          "sleep 1\n"
-          "start=$(date +%s%N)\n"
-          "kill -INT $pid\n"
-          "wait $pid\n"
-          "echo \"srun $? after $(( ($(date +%s%N) - start) / 1000000 )) ms\"\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("int.sh")}, h.token("ann"));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const std::string id = JobIdOf(r.out);
+  const std::string id =
+      Sbatch(h, "int.sh",
+             "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 1\n#SBATCH --gpus-per-node=1\n"
+             "#SBATCH -t 2\n#SBATCH -o int.out\n"
+             "srun bash -c 'echo quick' > quick.txt\n"
+             "srun bash -c 'trap \"echo term > term.txt; exit 3\" TERM; touch up; "
+             "while true; do sleep 0.1; done' &\n"
+             "pid=$!\n"
+             "while [ ! -e up ]; do sleep 0.1; done\n"
+             "sleep 1\n"
+             "start=$(date +%s%N)\n"
+             "kill -INT $pid\n"
+             "wait $pid\n"
+             "echo \"srun $? after $(( ($(date +%s%N) - start) / 1000000 )) ms\"\n");
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
   EXPECT_EQ(h.Read("work/quick.txt"), "quick\n");
   EXPECT_EQ(h.Read("work/term.txt"), "term\n") << "the task got SIGTERM";

@@ -125,8 +125,8 @@ void Controller::Loop() {
     bool closed = false;
     std::deque<Message> taken = inbox_.Take(wake, &closed);
     if (closed) {
-      for (Message& m : taken) m.done(Reply::Error(Code::kUnavailable, "gantryd is shutting down"));
       const Reply down = Reply::Error(Code::kUnavailable, "gantryd is shutting down");
+      for (Message& m : taken) m.done(down);
       watches_.AnswerAll(down);
       AnswerStepWatches(now_, &down);
       return;

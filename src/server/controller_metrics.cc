@@ -67,17 +67,25 @@ void ControllerMetrics::AddHeldGpuMs(const Job& job, core::Ticks now,
 }
 
 std::string ControllerMetrics::Render(const View& v) const {
+  JobCounts counts;
+  for (const auto& [seq, job] : v.jobs) {
+    counts.pending += job.state == JobState::kPending;
+    counts.running += job.state == JobState::kRunning;
+    counts.stopping += job.state == JobState::kStopping;
+    if (job.state == JobState::kPending) ++counts.pending_by_queue[job.queue];
+  }
   std::string out;
-  RenderQueues(out, v);
+  RenderQueues(out, v, counts);
   RenderGpuTime(out, v);
   RenderGpus(out, v);
-  RenderJobsAndNodes(out, v);
+  RenderJobsAndNodes(out, v, counts);
   return out;
 }
 
 // The cluster's allocation, the two timings, and each queue's waits, preemptions,
 // reclaims, GPUs, guarantee, budget, burst and pending jobs.
-void ControllerMetrics::RenderQueues(std::string& out, const View& v) const {
+void ControllerMetrics::RenderQueues(std::string& out, const View& v,
+                                     const JobCounts& counts) const {
   const core::Ledger& ledger = v.sched.ledger();
   MetricHeader(out, "gantry_gpu_utilization_ratio", "gauge",
                "GPU capacity of up nodes allocated to jobs (fractions by share)");
@@ -143,15 +151,11 @@ void ControllerMetrics::RenderQueues(std::string& out, const View& v) const {
   out += used;
   PerQueue(out, "gantry_queue_burst_gpus", "gauge", "A queue's burst limit (absent: none)",
            [&](uint32_t q) { return spec(q).burst >= 0 ? gpus(spec(q).burst) : std::string(); });
-  std::map<std::string, int> pending_by_queue;
-  for (const auto& [seq, job] : v.jobs) {
-    if (job.state == JobState::kPending) ++pending_by_queue[job.queue];
-  }
   PerQueue(out, "gantry_queue_pending_jobs", "gauge",
            "Jobs submitted to a queue and waiting (held by dependencies included)",
            [&](uint32_t q) {
-             const auto it = pending_by_queue.find(QueueName(q));
-             return std::to_string(it == pending_by_queue.end() ? 0 : it->second);
+             const auto it = counts.pending_by_queue.find(QueueName(q));
+             return std::to_string(it == counts.pending_by_queue.end() ? 0 : it->second);
            });
 }
 
@@ -287,17 +291,12 @@ void ControllerMetrics::RenderGpus(std::string& out, const View& v) const {
 }
 
 // Jobs by state, the process's counters, nodes by state, and the store.
-void ControllerMetrics::RenderJobsAndNodes(std::string& out, const View& v) const {
-  int pending = 0, running = 0, stopping = 0;
-  for (const auto& [seq, job] : v.jobs) {
-    pending += job.state == JobState::kPending;
-    running += job.state == JobState::kRunning;
-    stopping += job.state == JobState::kStopping;
-  }
+void ControllerMetrics::RenderJobsAndNodes(std::string& out, const View& v,
+                                           const JobCounts& counts) const {
   MetricHeader(out, "gantry_jobs", "gauge", "Jobs by state");
-  out += "gantry_jobs{state=\"pending\"} " + std::to_string(pending) + "\n";
-  out += "gantry_jobs{state=\"running\"} " + std::to_string(running) + "\n";
-  out += "gantry_jobs{state=\"stopping\"} " + std::to_string(stopping) + "\n";
+  out += "gantry_jobs{state=\"pending\"} " + std::to_string(counts.pending) + "\n";
+  out += "gantry_jobs{state=\"running\"} " + std::to_string(counts.running) + "\n";
+  out += "gantry_jobs{state=\"stopping\"} " + std::to_string(counts.stopping) + "\n";
   MetricHeader(out, "gantry_scheduler_job_records", "gauge",
                "Jobs the scheduling core keeps a record of: the active ones (it forgets a "
                "job once it ends)");

@@ -76,11 +76,16 @@ class ControllerMetrics {
   // `name`'s header, then one series per queue: `value(q)`, or none where it is "".
   void PerQueue(std::string& out, std::string_view name, std::string_view type,
                 std::string_view help, const std::function<std::string(uint32_t)>& value) const;
+  // The jobs by state, and the pending ones by queue: one walk of the jobs per rendering.
+  struct JobCounts {
+    int pending = 0, running = 0, stopping = 0;
+    std::map<std::string, int> pending_by_queue;
+  };
   // The parts of Render, in the exposition's order.
-  void RenderQueues(std::string& out, const View& v) const;
+  void RenderQueues(std::string& out, const View& v, const JobCounts& counts) const;
   void RenderGpuTime(std::string& out, const View& v) const;
   void RenderGpus(std::string& out, const View& v) const;
-  void RenderJobsAndNodes(std::string& out, const View& v) const;
+  void RenderJobsAndNodes(std::string& out, const View& v, const JobCounts& counts) const;
 
   const spec::ClusterConfig& config_;
   const core::Cluster& cluster_;

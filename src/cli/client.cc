@@ -668,8 +668,8 @@ int Queues(const Globals& g, bool json_out) {
     std::cout << j["queues"].dump() << "\n";
     return 0;
   }
-  Table table({"QUEUE", "PARENT", "USED", "GUARANTEE", "BURST", "USED/GUAR", "PENDING", "RUNNING",
-               "BUDGET (GPU-HOURS SPENT/PER PERIOD)"});
+  Table table({"QUEUE", "PARENT", "USED", "GUARANTEE", "BURST", "USED/GUAR", "FAIR-SHARE USE",
+               "PENDING", "RUNNING", "BUDGET (GPU-HOURS SPENT/PER PERIOD)"});
   for (const json& q : j["queues"]) {
     const double used = q.value("used_gpus", 0.0), guar = q.value("guaranteed_gpus", 0.0);
     std::string budget = "-";
@@ -682,6 +682,7 @@ int Queues(const Globals& g, bool json_out) {
     table.Add({q.value("name", ""), q.value("parent", ""), Num(used), Num(guar),
                q["burst_gpus"].is_null() ? "-" : Num(q["burst_gpus"].get<double>()),
                guar > 0 ? std::to_string(std::lround(100 * used / guar)) + "%" : "-",
+               Num(std::round(q.value("fair_share_gpus", 0.0) * 100) / 100),
                std::to_string(q.value("pending", 0)), std::to_string(q.value("running", 0)),
                budget});
   }

@@ -131,13 +131,25 @@ void Scheduler::DecayUsage(Ticks now) {
   if (now <= decayed_at_) return;
   // Exponentially weighted average of each queue's usage with the configured half-life:
   // a queue's past consumption fades, so fair share forgives old usage (Slurm's decay).
+  decayed_ = DecayedUsageAt(now);
+  decayed_at_ = now;
+}
+
+std::vector<double> Scheduler::DecayedUsageAt(Ticks now) const {
+  std::vector<double> out = decayed_;
+  if (now <= decayed_at_) return out;
   const double keep =
       std::exp2(-static_cast<double>(now - decayed_at_) /
                 static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
-  for (size_t q = 0; q < decayed_.size(); ++q) {
-    decayed_[q] = decayed_[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
-  }
-  decayed_at_ = now;
+  for (size_t q = 0; q < out.size(); ++q)
+    out[q] = out[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
+  return out;
+}
+
+void Scheduler::SeedDecayedUsage(std::vector<double> decayed, Ticks at) {
+  decayed.resize(decayed_.size(), 0.0);
+  decayed_ = std::move(decayed);
+  decayed_at_ = at;
 }
 
 Ticks Scheduler::Estimate(JobId id) const {
@@ -905,6 +917,12 @@ void Scheduler::AddBudgetSpent(QueueId q, double gpu_hours, Ticks at) {
   BudgetAccount& a = budgets_[q.v];
   const int64_t unix_ms = params_.epoch_unix_ms + at;
   if (unix_ms >= a.start_unix_ms && unix_ms < a.end_unix_ms) a.spent += gpu_hours;
+}
+
+double Scheduler::BudgetSpentAt(QueueId q, Ticks now) {
+  if (budgets_.empty() || !queues_.queue(q).spec.budget) return 0;
+  AdvanceBudget(q, now);
+  return budgets_[q.v].spent;
 }
 
 void Scheduler::BudgetRun(JobId id, Ticks t, int sign) {

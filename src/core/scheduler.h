@@ -326,6 +326,9 @@ class Scheduler {
   // existed (a restarted server's ended runs of q's current period; each budgeted queue
   // gets its own sum). Call before the first pass, with `at` inside that period.
   void AddBudgetSpent(QueueId q, double gpu_hours, Ticks at);
+  // Budgeted queue q's spending in its period as of `now` (its account brought up to
+  // then; 0 without a budget), for a scheduler that replaces this one (AddBudgetSpent).
+  double BudgetSpentAt(QueueId q, Ticks now);
   // Weighted GPU-hours per hour of `alloc` for a job of `spec`.
   double CostPerHour(const JobSpec& spec, const Allocation& alloc) const;
   // The spent budget that makes new work of queue q of `tier` wait / its standard work run
@@ -445,6 +448,13 @@ class Scheduler {
   uint64_t observed_count(QueueId q) const { return observed_count_[q.v]; }
   // Exponentially decayed usage of a queue (GPU units, averaged with the half-life).
   double decayed_usage(QueueId q) const { return decayed_[q.v]; }
+  // Every queue's decayed usage brought from the last pass up to `now`, for a scheduler
+  // built anew over the same queues to go on from (SeedDecayedUsage).
+  std::vector<double> DecayedUsageAt(Ticks now) const;
+  // Sets every queue's decayed usage (GPU units, by QueueId) as of `at`: what a restarted
+  // server read back from its stored runs, or what the scheduler this one replaces had.
+  // Call before the first pass.
+  void SeedDecayedUsage(std::vector<double> decayed, Ticks at);
   // How far `units` more in queue q would go past the burst limit of q or an ancestor
   // (the most over any of them; 0 when within every limit).
   GpuUnits BurstExcess(QueueId q, GpuUnits units) const;

@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "base/clock.h"
@@ -19,12 +21,14 @@
 #include "core/placement.h"
 #include "core/scheduler.h"
 #include "kube/objects.h"
+#include "server/accounts.h"
 #include "server/api_backend.h"
 #include "server/authenticator.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
 #include "server/mailbox.h"
 #include "server/metrics.h"
+#include "server/state.h"
 
 namespace gantry::kube {
 namespace {
@@ -363,7 +367,8 @@ class Driver {
   server::Reply ShowReply(const std::string& name);
   server::Reply QueuesReply();
   server::Reply NodesReply();
-  std::string Metrics() const;  // GET /metrics
+  server::Reply UsageReply(double from_s, double to_s);  // GET /v1/usage
+  std::string Metrics() const;                           // GET /metrics
   bool synced() const { return synced_[0] && synced_[1]; }
 
  private:
@@ -426,6 +431,7 @@ class Driver {
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
   void Shield();
+  void RecordRuns();
 
   const spec::ClusterConfig& config_;
   SchedulerOptions options_;
@@ -467,6 +473,17 @@ class Driver {
   // For /metrics: since this gantryd started leading.
   static inline const std::vector<double> kWaitBounds = {
       0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400, 86400};
+  // Gantry's own accounting (with --db, server/accounts.h): a run row per bound pod of
+  // ours, opened when it is bound or adopted and ended once it no longer holds its GPUs,
+  // for gantry usage, and fair share and budgets that outlive a restart.
+  struct RunRow {
+    server::StoredRun row;
+    bool stored = false;  // StartRun succeeded (a failed write is tried again next pass)
+  };
+  std::unordered_map<std::string, RunRow> runs_;  // by pod uid
+  std::map<int64_t, server::StoredRun> stale_;    // open rows read at start, not yet matched
+  bool runs_read_ = false;
+  bool ledger_failing_ = false;
   std::vector<server::Histogram> wait_;  // by queue x tier: first seen to bound
   server::Histogram pass_latency_{
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
@@ -825,8 +842,24 @@ void Driver::Rebuild() {
   view_ = std::move(view).value();
   core::PolicyParams params = config_.policy.params;
   params.epoch_unix_ms = kEpochMs;
-  sched_ = std::make_unique<core::Scheduler>(view_.cluster, config_.queues,
-                                             core::MakePolicy(options_.policy), params);
+  auto sched = std::make_unique<core::Scheduler>(view_.cluster, config_.queues,
+                                                 core::MakePolicy(options_.policy), params);
+  // Fair share and budgets go on: from the scheduler this one replaces, or at start from
+  // the store's runs (pods are adopted at now, so open runs are counted up to now there).
+  const core::Ticks now = Now();
+  if (sched_ != nullptr) {
+    server::CarryAccounts(*sched_, *sched, config_.queues, now);
+  } else if (options_.ledger != nullptr) {
+    if (Status st =
+            server::SeedAccounts(*options_.ledger, config_.queues, config_.cluster.catalog(),
+                                 params, *sched, now, WallMs(), false);
+        !st) {
+      log::Warn(
+          "kubernetes: fair share and budgets start from zero: the store's runs cannot be read",
+          {{"error", st.error().ToString()}});
+    }
+  }
+  sched_ = std::move(sched);
   by_id_.clear();
   for (auto& [key, job] : jobs_) job.id = core::JobId();
 }
@@ -1402,6 +1435,101 @@ void Driver::UpdateGroups() {
   }
 }
 
+// A pod's run row: negative ids, so they never meet the job numbers of agent mode.
+static int64_t RowId(const std::string& uid) {
+  uint64_t h = 14695981039346656037ULL;  // FNV-1a
+  for (unsigned char c : uid) h = (h ^ c) * 1099511628211ULL;
+  return -1 - static_cast<int64_t>(h >> 2);
+}
+
+void Driver::RecordRuns() {
+  server::Store* store = options_.ledger;
+  if (store == nullptr) return;
+  const int64_t now_ms = WallMs();
+  bool failed = false;
+  if (!runs_read_) {  // the rows left open by the last leader
+    auto open = store->Runs(now_ms, std::numeric_limits<int64_t>::max());
+    if (!open) {
+      failed = true;
+    } else {
+      runs_read_ = true;
+      for (const server::StoredRun& r : *open) {
+        if (r.end_ms < 0 && r.job_seq < 0) stale_[r.job_seq] = r;
+      }
+    }
+  }
+  // What holds GPUs now: the workers of our running (or evicting) jobs.
+  std::unordered_set<std::string> holding;
+  for (const auto& [key, job] : jobs_) {
+    if (!job.id.valid()) continue;
+    const core::JobRecord& rec = sched_->job(job.id);
+    if (rec.phase != core::Phase::kRunning && rec.phase != core::Phase::kSignaled) continue;
+    for (size_t i = 0; i < job.pods.size() && i < rec.alloc.size(); ++i) {
+      const std::string& uid = job.pods[i];
+      holding.insert(uid);
+      if (runs_.contains(uid)) continue;
+      RunRow& rr = runs_[uid];
+      rr.row.job_seq = RowId(uid);
+      if (auto st = stale_.find(rr.row.job_seq); st != stale_.end()) {  // adopted after a restart
+        rr.row = st->second;
+        rr.stored = true;
+        stale_.erase(st);
+        continue;
+      }
+      const core::Node& node = view_.cluster.node(rec.alloc[i].node);
+      rr.row.queue = config_.queues.queue(rec.spec.queue).spec.name;
+      if (node.model.valid()) rr.row.model = view_.cluster.catalog().model(node.model).name;
+      rr.row.gpus = server::WorkerGpus(rec.alloc[i], view_.cluster);
+      rr.row.start_ms = now_ms;
+      if (auto p = pods_.find(uid); p != pods_.end()) rr.row.user = p->second.ns;
+    }
+  }
+  if (runs_read_) {  // open rows of pods that no longer hold GPUs end now
+    for (auto it = stale_.begin(); it != stale_.end();) {
+      const bool ok = static_cast<bool>(store->EndRun(it->first, 0, now_ms));
+      failed |= !ok;
+      it = ok ? stale_.erase(it) : std::next(it);
+    }
+  }
+  for (auto it = runs_.begin(); it != runs_.end();) {
+    RunRow& rr = it->second;
+    if (holding.contains(it->first)) {
+      if (!rr.stored) failed |= !(rr.stored = static_cast<bool>(store->StartRun(rr.row)));
+      ++it;
+      continue;
+    }
+    const bool ok = !rr.stored || static_cast<bool>(store->EndRun(rr.row.job_seq, 0, now_ms));
+    failed |= !ok;
+    it = ok ? runs_.erase(it) : std::next(it);
+  }
+  if (failed != ledger_failing_) {
+    ledger_failing_ = failed;
+    if (failed)
+      log::Warn("kubernetes: the store does not take the runs' usage; trying again each pass");
+    else
+      log::Info("kubernetes: the store takes the runs' usage again");
+  }
+}
+
+server::Reply Driver::UsageReply(double from_s, double to_s) {
+  if (options_.ledger == nullptr)
+    return server::Reply::Error(server::Code::kUnavailable, "usage is kept with --db");
+  const int64_t now_ms = WallMs();
+  const auto from = static_cast<int64_t>(from_s * 1000);
+  const int64_t to = std::min(now_ms, static_cast<int64_t>(to_s * 1000));
+  if (to <= from)
+    return server::Reply::Error(server::Code::kBadRequest,
+                                "the period is empty (--since after --until)");
+  auto runs = options_.ledger->Runs(from, to);
+  if (!runs)
+    return server::Reply::Error(server::Code::kUnavailable,
+                                "store unavailable: " + runs.error().ToString());
+  server::Reply r;
+  r.body = server::UsageBody(std::move(*runs), from, to, now_ms, config_.cluster.catalog(),
+                             config_.policy.params, config_.policy.currency, {});
+  return r;
+}
+
 void Driver::Pass() {
   if (!synced()) return;
   const auto t0 = std::chrono::steady_clock::now();
@@ -1427,6 +1555,7 @@ void Driver::Pass() {
   }
   Decide();
   UpdateGroups();
+  RecordRuns();
   pass_latency_.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
@@ -1790,8 +1919,8 @@ class KubeApi : public server::ApiBackend {
   void Drain(std::string, std::string, bool, std::string, server::Done done) override {
     done(Elsewhere("drains no nodes", "kubectl cordon or kubectl drain"));
   }
-  void Usage(std::string, double, double, server::Done done) override {
-    done(Elsewhere("keeps no usage accounting yet", "gantry_queue_used_gpus in GET /metrics"));
+  void Usage(std::string token, double from_s, double to_s, server::Done done) override {
+    Call(token, std::move(done), [from_s, to_s](Driver& d) { return d.UsageReply(from_s, to_s); });
   }
   void ClusterHistory(std::string, double, server::Done done) override {
     done(Elsewhere("keeps no cluster history yet", "GET /metrics"));

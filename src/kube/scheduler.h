@@ -40,6 +40,10 @@ struct SchedulerOptions {
   // gantryd's store (--db): its tokens, and the console's sessions kept in it, say who
   // calls /v1; nullptr: /v1 is not served. Used from one thread at a time.
   server::Store* store = nullptr;
+  // The scheduling thread's own connection to that store (nullptr: none): Gantry's
+  // accounting in this mode, a run row per bound pod (server/accounts.h), from which
+  // gantry usage answers and fair share and budgets go on after a restart.
+  server::Store* ledger = nullptr;
 };
 
 // Runs until `stop`; 0 after a clean stop, 1 when the API server cannot be used or the

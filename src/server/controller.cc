@@ -360,7 +360,7 @@ Status Controller::Restore() {
   core::PolicyParams params = config_.policy.params;
   params.epoch_unix_ms = epoch_ms_;  // budgets' calendar periods
   sched_ = std::make_unique<core::Scheduler>(cluster_, config_.queues, std::move(policy), params);
-  if (Status s = SeedBudgets(now); !s) return s;
+  if (Status s = SeedFromRuns(now); !s) return s;
 
   if (Status s = RestoreHistory(); !s) return s;
   nodes_.assign(cluster_.nodes().size(), NodeInfo{});

@@ -442,9 +442,9 @@ class Controller : public ApiBackend {
   double JobGpus(const Job& job) const;
   void RecordUsage(Job& job, Worker& w, const RunningReport& r, Ticks now);
   void ReclaimIdle(Ticks now);
-  // Budgets: what the ended runs of each budget's current period spent, into the
-  // scheduler's accounts (at start); events for budgets spent or renewed by a pass.
-  Status SeedBudgets(Ticks now);
+  // At start, fair share and budgets from the stored runs (server/accounts.h) and which
+  // budgets were already said spent; events for budgets spent or renewed by a pass.
+  Status SeedFromRuns(Ticks now);
   void NoteBudgets(Ticks now);
   std::vector<char> budget_out_;  // by queue, as of the last pass (or said before a restart)
   // Active jobs per team (site.max_active_jobs_per_team): up at each submit and restore,

@@ -1,12 +1,11 @@
 #include "server/controller.h"
 
-#include "core/advice.h"
-
 #include <ctime>
 #include <regex>
-#include <tuple>
 
 #include "base/log.h"
+#include "core/advice.h"
+#include "server/accounts.h"
 #include "server/controller_internal.h"
 
 namespace gantry::server {
@@ -235,6 +234,10 @@ json QueuesBody(const core::QueueTree& queues_tree, const core::Scheduler& sched
                {"guaranteed_gpus", gpus(q.spec.guaranteed)},
                {"weight", q.spec.weight},
                {"used_gpus", gpus(sched.queue_usage(core::QueueId(i)))},
+               // Fair share's memory: GPUs held, averaged with fairshare_half_life (kept
+               // across restarts, server/accounts.h); Slurm's sshare shows it as usage.
+               {"fair_share_gpus",
+                sched.decayed_usage(core::QueueId(i)) / static_cast<double>(core::kGpuUnits)},
                {"pending", pending[i]},
                {"running", running[i]}};
     qj["burst_gpus"] = q.spec.burst >= 0 ? json(gpus(q.spec.burst)) : json(nullptr);
@@ -294,21 +297,15 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
           return Reply::Error(Code::kBadRequest, "the period is empty (--since after --until)");
         auto runs = store_.Runs(from, to);
         if (!runs) StoreFailed(runs.error());
-        // GPU-hours held in the period; of the time agents reported on, how busy, and what
-        // right-sizing would have freed. A run's usage is spread evenly over its length.
-        struct Sums {
-          double held = 0, busy = 0, reported = 0, free = 0, cost = 0;
-        };
-        std::map<std::tuple<std::string, std::string, std::string>, Sums>
-            sums;  // queue, user, model
-        for (StoredRun r : *runs) {
-          const int64_t end = r.end_ms < 0 ? now_ms : r.end_ms;
-          const int64_t overlap = std::min(end, to) - std::max(r.start_ms, from);
-          if (overlap <= 0) continue;
-          if (r.end_ms < 0) {  // still running: its usage so far is in memory
-            auto it = book_.jobs().find(r.job_seq);
-            if (it != book_.jobs().end() && it->second.run == r.run &&
-                r.rank < static_cast<int>(it->second.workers.size())) {
+        Reply reply;
+        reply.body = UsageBody(
+            std::move(*runs), from, to, now_ms, cluster_.catalog(), config_.policy.params,
+            config_.policy.currency, [this](StoredRun& r) {
+              // A running worker's usage so far is in memory.
+              auto it = book_.jobs().find(r.job_seq);
+              if (it == book_.jobs().end() || it->second.run != r.run ||
+                  r.rank >= static_cast<int>(it->second.workers.size()))
+                return;
               const Worker& w = it->second.workers[static_cast<size_t>(r.rank)];
               r.busy_gpu_ms = w.busy_gpu_ms;
               r.reported_gpu_ms = w.reported_gpu_ms;
@@ -317,38 +314,8 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
                                                  it->second.spec, {w.vram_peak, w.util_peak})
                                      .fit_gpus
                                : -1;
-            }
-          }
-          const double share = static_cast<double>(overlap) /
-                               static_cast<double>(std::max<int64_t>(1, end - r.start_ms));
-          Sums& s = sums[{r.queue, r.user, r.model}];
-          s.held += r.gpus * static_cast<double>(overlap) / 3.6e6;
-          const core::ModelId model = cluster_.catalog().Find(r.model).value_or(core::ModelId());
-          s.cost += r.gpus * static_cast<double>(overlap) / 3.6e6 *
-                    core::GpuHourPrice(config_.policy.params, model);
-          s.busy += r.busy_gpu_ms * share / 3.6e6;
-          s.reported += r.reported_gpu_ms * share / 3.6e6;
-          if (r.fit_gpus >= 0)
-            s.free += std::max(0.0, r.gpus - r.fit_gpus) * static_cast<double>(overlap) / 3.6e6;
-        }
-        json rows = json::array();
-        for (const auto& [key, s] : sums) {
-          const auto& [queue, user, model] = key;
-          rows.push_back({{"queue", queue},
-                          {"user", user},
-                          {"model", model},
-                          {"gpu_hours", s.held},
-                          {"busy_gpu_hours", s.busy},
-                          {"reported_gpu_hours", s.reported},
-                          {"right_sizing_frees_gpu_hours", s.free},
-                          {"cost", s.cost}});
-        }
-        Reply r;
-        r.body = {{"from", static_cast<double>(from) / 1000.0},
-                  {"to", static_cast<double>(to) / 1000.0},
-                  {"currency", config_.policy.currency},
-                  {"usage", rows}};
-        return r;
+            });
+        return reply;
       },
       Kind::kRead);
 }

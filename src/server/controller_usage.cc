@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "core/advice.h"
+#include "server/accounts.h"
 #include "server/controller_internal.h"
 
 namespace gantry::server {
@@ -92,29 +93,18 @@ void Controller::SaveRunUsage(const Job& job) {
   }
 }
 
-Status Controller::SeedBudgets(Ticks now) {
+Status Controller::SeedFromRuns(Ticks now) {
+  // Fair share and budgets go on from the stored runs (running jobs are adopted from
+  // their runs' start, which counts what they spent so far).
+  if (Status s = SeedAccounts(store_, config_.queues, cluster_.catalog(), config_.policy.params,
+                              *sched_, now, WallMs(now), true);
+      !s)
+    return s;
   budget_out_.assign(config_.queues.size(), 0);
-  const int64_t now_ms = WallMs(now);
   for (uint32_t i = 0; i < config_.queues.size(); ++i) {
-    const core::QueueId q(i);
-    const core::Queue& queue = config_.queues.queue(q);
+    const core::Queue& queue = config_.queues.queue(core::QueueId(i));
     if (!queue.spec.budget) continue;
-    const auto [start, end] = core::BudgetPeriodAt(queue.spec.budget->period, now_ms);
-    auto runs = store_.Runs(start, now_ms);
-    if (!runs) return runs.error();
-    double spent = 0;
-    for (const StoredRun& r : *runs) {
-      if (r.end_ms < 0) continue;  // running: counted when adopted, from its start
-      auto rq = config_.queues.Find(r.queue);
-      if (!rq) continue;  // a queue the config no longer has
-      const auto& chain = config_.queues.queue(*rq).self_and_ancestors;
-      if (std::find(chain.begin(), chain.end(), q) == chain.end()) continue;
-      const double price = core::GpuHourPrice(
-          config_.policy.params, cluster_.catalog().Find(r.model).value_or(core::ModelId()));
-      const int64_t overlap = std::min(r.end_ms, now_ms) - std::max(r.start_ms, start);
-      if (overlap > 0) spent += r.gpus * price * static_cast<double>(overlap) / 3.6e6;
-    }
-    sched_->AddBudgetSpent(q, spent, now);
+    const auto [start, end] = core::BudgetPeriodAt(queue.spec.budget->period, WallMs(now));
     // Already said spent in this period (before the restart): not said again.
     auto said = store_.GetMeta(BudgetSaidKey(queue.spec.name));
     if (!said) return said.error();

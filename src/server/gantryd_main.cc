@@ -492,8 +492,9 @@ int ServeKubernetes(const ServeArgs& a) {
   options.policy = a.policy;
   options.elect = a.kubernetes_lease != "none";
   options.listen = a.listen;
-  // With --db: its tokens let gantry ls, show and queues read this mode's jobs (/v1).
-  std::unique_ptr<server::Store> store;
+  // With --db: its tokens let gantry ls, show and queues read this mode's jobs (/v1), and
+  // the scheduling thread keeps the runs' accounting in it over its own connection.
+  std::unique_ptr<server::Store> store, ledger;
   if (!a.db.empty()) {
     auto opened = OpenStore(a.db, a.init);
     if (!opened) {
@@ -502,6 +503,13 @@ int ServeKubernetes(const ServeArgs& a) {
     }
     store = std::move(*opened);
     options.store = store.get();
+    auto second = OpenStore(a.db, false);
+    if (!second) {
+      log::Error("--db: " + second.error().message);
+      return kExitBadInput;
+    }
+    ledger = std::move(*second);
+    options.ledger = ledger.get();
   }
   if (options.elect) {
     const size_t slash = a.kubernetes_lease.find('/');

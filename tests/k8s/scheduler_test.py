@@ -908,6 +908,48 @@ def case_gantry_cli_reads_jobs_and_queues(c):
     assert status == 401 and "session ended" in body.get("error", ""), (status, body)
 
 
+def case_usage_and_fair_share_outlive_a_restart(c):
+    """gantry usage in this mode: gantryd keeps a run row per bound pod in its store (--db);
+    after kill -9 and a restart the running pod's row goes on, counted once, fair share
+    remembers what the queue used, and the row ends with its pod."""
+    t0 = int(time.time()) + 1
+    time.sleep(max(0.0, t0 - time.time()) + 0.1)
+
+    def usage():
+        rc, out = c.gantry("usage", "--since", str(t0), "--json")
+        assert rc == 0, out
+        rows = [r for r in json.loads(out)["usage"] if r["queue"] == "team-a"]
+        assert all(r["user"] == "default" and r["model"] == "H100-80GB" for r in rows), rows
+        return sum(r["gpu_hours"] for r in rows)
+
+    def fair_share():
+        rc, out = c.gantry("queues", "--json")
+        assert rc == 0, out
+        return next(q["fair_share_gpus"] for q in json.loads(out) if q["name"] == "team-a")
+
+    c.kubectl_apply(pod("acct", 8))
+    wait_for("the pod bound", lambda: len(bound(c.pods("test=yes"))) == 1, 15)
+    time.sleep(5)
+    held, share = usage(), fair_share()
+    most = lambda: 8 * (time.time() - t0) / 3600  # noqa: E731 - 8 GPUs since t0, at most
+    assert 8 * 4.5 / 3600 < held <= most(), (held, most())
+    assert share > 0, share
+    c.stop_gantryd(signal.SIGKILL)
+    c.start_gantryd()
+    wait_for("the restarted gantryd leading", lambda: c.gantry("queues")[0] == 0, 20)
+    again = fair_share()
+    # Remembered: it goes on growing from where it was (it restarted from zero before).
+    assert again >= share, (share, again)
+    after = usage()
+    assert held < after <= most() * 1.01, f"the running pod counted once: {held} -> {after}, at most {most()}"
+    c.kubectl("delete", "pod", "acct", "--grace-period=0", "--wait=false")
+    wait_for("the pod gone", lambda: not c.pods("test=yes"), 30)
+    time.sleep(1.5)
+    ended = usage()
+    time.sleep(2)
+    assert abs(usage() - ended) < 1e-9, "the row ended with its pod"
+
+
 CASES = [
     case_gang_of_four_bound_together,
     case_wait_reason_in_describe,
@@ -923,6 +965,7 @@ CASES = [
     case_shared_gpus,
     case_dra_claims,
     case_gantry_cli_reads_jobs_and_queues,
+    case_usage_and_fair_share_outlive_a_restart,
     case_interleaved_gangs_side_by_side,
     case_gang_pod_ending_early_frees_its_node,
 ]

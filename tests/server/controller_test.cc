@@ -640,6 +640,40 @@ TEST_F(ControllerTest, QueuesShowUsageAgainstTheirGuarantees) {
   EXPECT_EQ(queues[1]["used_gpus_by_model"], json({{"H100-80GB", 3.0}}));
 }
 
+// Fair share remembers what each queue used across a restart, read back from the stored
+// runs (it was forgotten: every queue started even again after each restart).
+TEST_F(ControllerTest, FairShareRemembersAQueuesUseAcrossARestart) {
+  Reply r = Submit(kTeamB, R"({"queue":"serving","gpus":4,"vram_gb":10,"command":"x"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string id = r.body["id"];
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  ASSERT_EQ(Show(id)["state"], "running");
+  for (int i = 0; i < 600; ++i) {  // ten minutes, a heartbeat a second
+    Advance(1000);
+    Beat("h100-0");
+  }
+  ctl_->Poke();  // a pass while it runs (the core averages the use up to its passes)
+  Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  ASSERT_EQ(Show(id)["state"], "finished");
+  auto fair_share = [&](const char* queue) {
+    const json queues = ctl_->Queues(kAdmin).body["queues"];
+    for (const json& q : queues) {
+      if (q["name"] == queue) return q["fair_share_gpus"].get<double>();
+    }
+    return -1.0;
+  };
+  ctl_->Poke();
+  const double before = fair_share("serving");
+  // 4 GPUs for 10 minutes, averaged over a day's half-life: about 4 x 600/86400 x ln 2.
+  EXPECT_NEAR(before, 4 * (1 - std::exp2(-600.0 / 86400)), 0.002);
+  EXPECT_EQ(fair_share("research"), 0);
+  Restart();
+  EXPECT_NEAR(fair_share("serving"), before, 0.01 * before);
+  EXPECT_EQ(fair_share("research"), 0);
+}
+
 // A parent queue counts its children's jobs (issue 15: the console showed a parent with 0
 // pending and 0 running while its children ran jobs).
 TEST_F(ControllerTest, AParentQueueCountsItsChildrensJobs) {

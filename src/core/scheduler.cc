@@ -230,7 +230,9 @@ bool Scheduler::KnownNotToFit(JobId id, uint8_t context) const {
   return slot < failed_shapes_.size() && failed_shapes_[slot] == pass_;
 }
 
-void Scheduler::AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign) {
+void Scheduler::AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign,
+                         Ticks now) {
+  DecayUsage(now);  // the time since the last change at the usage it had
   const std::vector<QueueId>& chain = queues_.queue(spec.queue).self_and_ancestors;
   for (QueueId a : chain) queue_usage_[a.v] += sign * units;
   if (model_usage_.empty()) return;
@@ -281,7 +283,7 @@ GpuUnits Scheduler::BurstExcess(QueueId q, GpuUnits units) const {
   return excess;
 }
 
-void Scheduler::Release(JobId id) {
+void Scheduler::Release(JobId id, Ticks now) {
   JobRecord& job = Rec(id);
   // Swap-remove from the dense running set.
   const uint32_t pos = running_pos_[id.v];
@@ -292,7 +294,7 @@ void Scheduler::Release(JobId id) {
   running_stamp_.pop_back();
   SetExpectedEnd(id, -1);
   ledger_.Release(job.alloc);
-  AddUsage(job.spec, job.alloc, job.units, -1);
+  AddUsage(job.spec, job.alloc, job.units, -1, now);
   job.alloc.clear();
   job.units = 0;
   job.released = 0;
@@ -366,7 +368,7 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
       ++count;
     }
     BudgetRun(id, now, -1);
-    Release(id);
+    Release(id, now);
   }
   job.phase = Phase::kDone;
 }
@@ -375,7 +377,7 @@ void Scheduler::Requeue(JobId id, Ticks now) {
   JobRecord& job = Rec(id);
   assert(job.phase == Phase::kRunning || job.phase == Phase::kSignaled);
   BudgetRun(id, now, -1);
-  Release(id);
+  Release(id, now);
   const Ticks ran = now - job.last_start;
   job.run_total += ran;
   if (job.spec.checkpoint > 0) job.progress_kept += ran / job.spec.checkpoint * job.spec.checkpoint;
@@ -404,7 +406,7 @@ void Scheduler::ReleaseWorkers(JobId id, const std::vector<size_t>& gone, Ticks 
               gone.back() < job.alloc.size(),
           "Scheduler::ReleaseWorkers: not some of the job's workers, in order, one left");
   BudgetRun(id, now, -1);
-  AddUsage(job.spec, job.alloc, job.units, -1);
+  AddUsage(job.spec, job.alloc, job.units, -1, now);
   Allocation kept;
   kept.reserve(job.alloc.size() - gone.size());
   size_t g = 0;
@@ -420,7 +422,7 @@ void Scheduler::ReleaseWorkers(JobId id, const std::vector<size_t>& gone, Ticks 
   job.alloc = std::move(kept);
   job.units = UnitsOf(job.spec, job.alloc);
   job.released += static_cast<int>(gone.size());
-  AddUsage(job.spec, job.alloc, job.units, 1);
+  AddUsage(job.spec, job.alloc, job.units, 1, now);
   BudgetRun(id, now, 1);
   Stamp(running_pos_[id.v]);  // policies that keep what they read of it read it again
   freed_since_pass_ = true;
@@ -615,7 +617,7 @@ void Scheduler::Begin(JobId id, Ticks now, GpuUnits units) {
   job.units = units;
   job.released = job.spec.replicas - static_cast<int>(job.alloc.size());
   if (job.spec.elastic()) elastic_.insert(id);
-  AddUsage(job.spec, job.alloc, units, 1);
+  AddUsage(job.spec, job.alloc, units, 1, now);
   BudgetRun(id, now, 1);
   job.phase = Phase::kRunning;
   job.last_start = now;
@@ -801,11 +803,11 @@ void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
     job.progress_kept +=
         ran / ckpt * ckpt * static_cast<Ticks>(job.alloc.size()) / job.spec.replicas;
   BudgetRun(id, now, -1);
-  AddUsage(job.spec, job.alloc, job.units, -1);
+  AddUsage(job.spec, job.alloc, job.units, -1, now);
   job.alloc = std::move(alloc);
   job.units = units;
   job.released = job.spec.replicas - static_cast<int>(job.alloc.size());
-  AddUsage(job.spec, job.alloc, job.units, 1);
+  AddUsage(job.spec, job.alloc, job.units, 1, now);
   BudgetRun(id, now, 1);
   job.last_start = now;
   SetExpectedEnd(id, ExpectedEnd(id));

@@ -485,7 +485,7 @@ class Scheduler {
   ModelMask GuaranteedModels(const JobSpec& spec, GpuUnits extra, GpuUnits least) const;
   // A pending job whose `alloc` is held in the ledger starts running at `now`.
   void Begin(JobId id, Ticks now, GpuUnits units);
-  void Release(JobId id);
+  void Release(JobId id, Ticks now);
   // Elastic jobs (JobSpec::min_replicas). PlaceLargest: the largest size in [lo, hi] of
   // `spec` that fits now, placed into `out` (0 and nothing placed when none does); sizes
   // that fit are taken to be closed downward, so it costs log2(hi - lo + 2) + 1 placements.
@@ -508,8 +508,9 @@ class Scheduler {
   void AddPending(JobId id);
   void RemovePending(JobId id);
   void DecayUsage(Ticks now);
-  // Adds (sign 1) or removes (sign -1) a job's holdings from its queue and ancestors.
-  void AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign);
+  // Adds (sign 1) or removes (sign -1) a job's holdings from its queue and ancestors at
+  // `now`: the decayed usage first counts the holdings as they were up to then.
+  void AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign, Ticks now);
   // The queue (self or ancestor) whose burst limit `units` more would break, if any.
   std::optional<QueueId> BurstBlocker(QueueId q, GpuUnits units) const;
   // Budgets: brings accounts up to `now` (a new period starts afresh), updates which are

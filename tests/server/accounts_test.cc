@@ -97,9 +97,6 @@ class AccountsTest : public ::testing::Test {
 TEST_F(AccountsTest, ARestartedServerRemembersTheFairShareItHad) {
   auto live = NewScheduler();
   const core::JobId a = Start(*live, "a", 4, 0);
-  // (The core averages the usage between two passes as it is at the second: a pass
-  // before the job ends, as a server makes them often.)
-  live->Schedule(kHour);
   live->Finish(a, kHour);
   live->Schedule(kHour);
   Start(*live, "b", 2, 3 * kHour / 2);

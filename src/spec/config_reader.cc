@@ -591,13 +591,14 @@ class ConfigParser {
     if (!v->is_map()) {
       top.Report("site",
                  "expected a mapping with workdir_roots, max_active_jobs_per_team, qos, "
-                 "gpu_types, partitions, default_partition, accounts, features, got " +
+                 "gpu_types, partitions, default_partition, accounts, default_account, features, "
+                 "got " +
                      Describe(*v));
       return site;
     }
     Fields f(d_, *v, "site",
              {"workdir_roots", "max_active_jobs_per_team", "qos", "gpu_types", "partitions",
-              "default_partition", "accounts", "features"});
+              "default_partition", "accounts", "default_account", "features"});
     ReadSiteNames(f, catalog, pools, queues, site);
     if (auto cap = f.Integer("max_active_jobs_per_team", 1, int64_t{100'000'000}))
       site.max_active_jobs_per_team = *cap;
@@ -747,6 +748,16 @@ class ConfigParser {
            }
            d_.Report(line, field, "no queue named " + Quote(*queue));
          });
+    if (auto a = f.String("default_account")) {
+      for (const auto& [account, id] : site.accounts) {
+        if (account == *a) site.default_account = id;
+      }
+      for (size_t i = 0; i < queues.size() && !site.default_account; ++i) {
+        if (queues[i].name == *a) site.default_account = core::QueueId(static_cast<uint32_t>(i));
+      }
+      if (!site.default_account)
+        f.Report("default_account", "no account or queue named " + Quote(*a));
+    }
   }
 
   // `kubernetes: {scheduler_name: gantry, namespaces: {team-a: research}, default_queue:

@@ -58,6 +58,8 @@ struct SiteConfig {
   std::vector<std::pair<std::string, core::PoolId>> partitions;
   std::optional<core::PoolId> default_partition;  // an sbatch job without -p runs there
   std::vector<std::pair<std::string, core::QueueId>> accounts;
+  // A job that names no queue (sbatch without -A) goes there: Slurm's default account.
+  std::optional<core::QueueId> default_account;
   // Node features per pool (Slurm's node Features, sbatch --constraint), by pool id.
   std::vector<std::pair<core::PoolId, std::vector<std::string>>> features;
 };

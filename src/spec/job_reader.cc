@@ -542,11 +542,15 @@ class JobDecoder {
                std::string(accounts.empty() ? "unknown queue " : "unknown queue or account ") +
                    Quote(*q) + " (known: " + known() + accounts + ")");
     } else if (!f.has("queue")) {
-      if (auto id = tree.Find("default")) {
+      if (config_.site.default_account) {
+        job.queue = *config_.site.default_account;
+      } else if (auto id = tree.Find("default")) {
         job.queue = *id;
       } else {
         f.Report("queue",
-                 "required: this cluster has no queue named \"default\" (known: " + known() + ")");
+                 "required: this cluster has no site.default_account and no queue named "
+                 "\"default\" (known: " +
+                     known() + ")");
       }
     }
   }

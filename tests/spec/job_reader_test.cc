@@ -912,6 +912,7 @@ site:
   partitions: {gpu: nowhere}
   default_partition: cpu
   accounts: {p: nobody}
+  default_account: q
 )",
                                   "s.yaml", cd));
   const std::string ce = cd.ToString();
@@ -920,9 +921,34 @@ site:
                            "s.yaml:8: site.gpu_types.x[0]: no GPU model named \"Z100\"",
                            "s.yaml:9: site.partitions.gpu: no pool named \"nowhere\"",
                            "s.yaml:10: site.default_partition: no partition or pool named \"cpu\"",
-                           "s.yaml:11: site.accounts.p: no queue named \"nobody\""}) {
+                           "s.yaml:11: site.accounts.p: no queue named \"nobody\"",
+                           "s.yaml:12: site.default_account: no account or queue named \"q\""}) {
     EXPECT_NE(ce.find(want), std::string::npos) << want << " in\n" << ce;
   }
+}
+
+// Slurm's default account: a job that names no queue goes to site.default_account (an
+// account or a queue), else to the queue named default, else it is refused saying both.
+TEST(SiteNames, AJobThatNamesNoQueueGoesToTheDefaultAccount) {
+  auto queue_of = [](const std::string& site) {
+    Diagnostics d;
+    auto config = ParseClusterConfig(
+        "cluster: s\npools:\n  - {name: p, count: 1, gpus: 8, "
+        "gpu_model: A100-80GB}\nqueues:\n  - name: research\n  - "
+        "name: nlp\n" +
+            site,
+        "s.yaml", d);
+    if (!config) return d.ToString();
+    Diagnostics jd;
+    auto job = ParseJobYaml("gpus: 1\nvram_gb: 10\n", "j.yaml", *config, jd);
+    return job ? config->queues.queue(job->queue).spec.name : jd.ToString();
+  };
+  EXPECT_EQ(queue_of("site:\n  accounts: {proj: nlp}\n  default_account: proj\n"), "nlp");
+  EXPECT_EQ(queue_of("site:\n  default_account: research\n"), "research");
+  EXPECT_NE(queue_of("").find("queue: required: this cluster has no site.default_account and no "
+                              "queue named \"default\" (known: research, nlp)"),
+            std::string::npos)
+      << queue_of("");
 }
 
 }  // namespace

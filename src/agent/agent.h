@@ -254,9 +254,10 @@ class Agent {
   // cannot start, a line for its log; empty when it can.
   // The GPUs `alloc` holds, resolved against last_gpus_ (a MIG instance on a mig_managed
   // pool created by MigFor): w.share (w.drain where the node is at fault) and the GPU
-  // variables in spec.env. Returns what CUDA may see (CUDA_VISIBLE_DEVICES' value).
+  // variables in spec.env. Returns what CUDA may see (CUDA_VISIBLE_DEVICES' value): whole
+  // GPUs by UUID, or by index with `by_index` (Slurm's way, for sbatch jobs).
   std::string ResolveGpus(const proto::Alloc& alloc, const std::string& key, int64_t now, Worker& w,
-                          LaunchSpec& spec, std::string& problem);
+                          LaunchSpec& spec, std::string& problem, bool by_index = false);
   // --run-as user: `user`'s Unix account (uid, groups, HOME, USER, LOGNAME) into `spec`.
   static std::string ResolveUser(const std::string& user, LaunchSpec& spec);
   // sbatch: writes `script` to the state directory, given to the job's user, as argv[0].

@@ -20,7 +20,7 @@
 namespace gantry::agent {
 
 std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key, int64_t now,
-                               Worker& w, LaunchSpec& spec, std::string& problem) {
+                               Worker& w, LaunchSpec& spec, std::string& problem, bool by_index) {
   // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
   const std::string& sharing = alloc.sharing;
   std::string visible, indexes, visible_index;
@@ -35,7 +35,8 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
   };
   if (sharing == "exclusive") {
     for (int i : alloc.gpus) {
-      if (const GpuInfo* g = gpu(i)) visible += (visible.empty() ? "" : ",") + g->uuid;
+      if (const GpuInfo* g = gpu(i))
+        visible += (visible.empty() ? "" : ",") + (by_index ? std::to_string(g->index) : g->uuid);
     }
   } else if (const GpuInfo* g = gpu(alloc.gpu)) {
     if (sharing == "mig") {

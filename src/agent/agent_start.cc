@@ -62,7 +62,9 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   spec.append_output = d.append_output;
 
   std::string problem;
-  const std::string visible = ResolveGpus(d.alloc, key, now, w, spec, problem);
+  // (A container's devices are named by UUID: CDI's names and the runtime's.)
+  const std::string visible =
+      ResolveGpus(d.alloc, key, now, w, spec, problem, d.gpus_by_index && d.image.empty());
   w.emulate = d.emulate;
   spec.env.emplace_back("GANTRY_NODE", options_.node);
   spec.env.emplace_back("GANTRY_LOG", w.log_path);

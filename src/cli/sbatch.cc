@@ -316,6 +316,9 @@ class Parser {
   }
 
   std::map<std::string, std::string> origin_;  // SbatchJob::origin
+  // What Slurm's sbatch sets from its options in the job's environment, only where they
+  // were given (gantryd sets the rest): SLURM_NTASKS, SLURM_CPUS_PER_TASK, ...
+  std::map<std::string, std::string> given_env_;
 
   void Error(const std::string& where, const std::string& option, const std::string& message) {
     errors_.push_back(where + ": " + option + ": " + message);
@@ -498,6 +501,10 @@ class Parser {
       return;
     }
     s["replicas"] = replicas;
+    if (Get("ntasks") || Get("ntasks-per-node")) {  // Slurm: -n, or a count from it
+      given_env_["SLURM_NTASKS"] = given_env_["SLURM_NPROCS"] = std::to_string(replicas);
+    }
+    if (Get("ntasks-per-node")) given_env_["SLURM_NTASKS_PER_NODE"] = std::to_string(*per_node);
     if (replicas > 1 && nodes && *nodes == 1)
       s["topology"] = "node";  // all on one node, as -N 1 asks
     // -N above 1: that many distinct nodes, each with its tasks, as Slurm places them.
@@ -577,7 +584,10 @@ class Parser {
     std::optional<long long> cpus;
     if (auto v = Get("cpus-per-task")) {
       cpus = Count(*v, "--cpus-per-task");
-      if (cpus) s["cpus"] = *cpus;
+      if (cpus) {
+        s["cpus"] = *cpus;
+        given_env_["SLURM_CPUS_PER_TASK"] = std::to_string(*cpus);
+      }
     }
     if (auto v = Get("cpus-per-gpu")) {  // per GPU: a task's are its GPUs' CPUs
       if (cpus) {
@@ -609,6 +619,9 @@ class Parser {
       return;
     }
     double per_worker = 0;
+    given_env_[way == "mem"           ? "SLURM_MEM_PER_NODE"
+               : way == "mem-per-cpu" ? "SLURM_MEM_PER_CPU"
+                                      : "SLURM_MEM_PER_GPU"] = std::to_string(*mib);
     if (way == "mem") {
       if (*mib == 0) return;  // Slurm: all of the node's memory; Gantry: no limit
       if (!per_node) {
@@ -686,6 +699,7 @@ class Parser {
         env[k] = it->second;
       }
     }
+    for (const auto& [k, v] : given_env_) env[k] = v;
     env["SLURM_SUBMIT_DIR"] = ctx_.cwd;
     if (!ctx_.host.empty()) env["SLURM_SUBMIT_HOST"] = ctx_.host;
     // The GPU options as given, as Slurm sets them (srun reads them too).
@@ -700,7 +714,8 @@ class Parser {
   // Not the token or server of the submitter, not Slurm's (gantryd sets its own), not
   // the shell's bookkeeping, not exported bash functions.
   static bool Exportable(const std::string& k) {
-    if (k.rfind("GANTRY_", 0) == 0 || k.rfind("SLURM_", 0) == 0 || k.rfind("SBATCH_", 0) == 0)
+    // (SLURMD_NODENAME too: a job submitted from inside another carried its node's name.)
+    if (k.rfind("GANTRY_", 0) == 0 || k.rfind("SLURM", 0) == 0 || k.rfind("SBATCH_", 0) == 0)
       return false;
     if (k.rfind("BASH_FUNC_", 0) == 0) return false;
     for (const char* skip : {"PWD", "OLDPWD", "SHLVL", "_"}) {

@@ -321,7 +321,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
                   : j.is_object() ? j.value("error", r.body)
                                   : r.body)
               << "\n";
-    return r.status == 0 || r.status >= 500 ? kExitRunFailure : kExitBadInput;
+    return kExitRunFailure;  // a step that cannot be made: 1, as Slurm's srun
   }
   json step = r.Json();
   const int id = step.value("step", 0);

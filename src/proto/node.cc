@@ -197,7 +197,7 @@ void ReadEmulate(const json& j, const std::string& path, std::optional<Error>& e
 
 void ReadDesired(const json& j, const std::string& path, std::optional<Error>& error,
                  DesiredWorker& w) {
-  std::string action = "run", open_mode, signal_to;
+  std::string action = "run", open_mode, signal_to, gpu_names;
   Reader r(j, path, error);
   r.Req("job", w.job)
       .Opt("seq", w.seq)
@@ -216,6 +216,7 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Opt("stderr", w.stderr_path)
       .Opt("open_mode", open_mode)
       .Opt("signal_to", signal_to)
+      .Opt("gpu_names", gpu_names)
       .Opt("step", w.step)
       .Nested("alloc",
               [&](const json& v, const std::string& p) { ReadAlloc(v, p, error, w.alloc); })
@@ -233,6 +234,7 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
   w.step = std::max(-1, w.step);     // below 0: a worker, not a step's task
   w.append_output = open_mode == "append";
   w.signal_script_only = signal_to == "script";
+  w.gpus_by_index = gpu_names == "index";
   if (action == "run") {
     w.action = DesiredWorker::Action::kRun;
   } else if (action == "stop") {
@@ -409,6 +411,7 @@ json Encode(const DesiredWorker& w) {
   if (!w.stderr_path.empty()) j["stderr"] = w.stderr_path;
   if (w.append_output) j["open_mode"] = "append";
   if (w.signal_script_only) j["signal_to"] = "script";
+  if (w.gpus_by_index) j["gpu_names"] = "index";
   if (w.emulate) j["emulate"] = Encode(*w.emulate);
   if (w.step >= 0) j["step"] = w.step;
   return j;

@@ -164,6 +164,9 @@ struct DesiredWorker {
   // "signal_to": "script": the first signal goes to the batch script's shell alone, not
   // its process group (sbatch --signal=B:SIG, as Slurm sends it); SIGKILL still to all.
   bool signal_script_only = false;
+  // "gpu_names": "index": CUDA_VISIBLE_DEVICES names whole GPUs by their index on the node,
+  // as Slurm's gres does (sbatch jobs and their steps); absent: by UUID.
+  bool gpus_by_index = false;
   std::optional<Emulate> emulate;
   // A task of job step `step` (`srun` in a batch job; absent: -1): `rank` is its id in the
   // step. It runs inside the job's allocation on this node and ends on its own.

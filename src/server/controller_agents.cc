@@ -77,6 +77,26 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     gpus = 1;  // a MIG instance or a share of one GPU
     indexes = std::to_string(a.gpu);
   }
+  // A batch job's CPUs on a node: at least one per task, as Slurm allocates them.
+  const int tasks_here = per_node[static_cast<size_t>(names.node_index)];
+  if (job.batch()) cpus_milli = std::max<int64_t>(cpus_milli, int64_t{1000} * tasks_here);
+  const int64_t cpus = (cpus_milli + 999) / 1000;
+  // A batch job's tasks per node when sbatch was given no task count: Slurm counts the
+  // node's CPUs over the CPUs per task (sbatch sets SLURM_NTASKS when it was given one).
+  std::string tasks_per_node = spec::TasksPerNode(per_node);
+  if (job.batch() && !env.contains("SLURM_NTASKS") && nodes.size() == 1) {
+    const auto per_task = env.find("SLURM_CPUS_PER_TASK");  // sbatch's -c, else 1
+    const int64_t c = per_task == env.end() ? 1 : std::max(1, std::atoi(per_task->second.c_str()));
+    tasks_per_node = std::to_string(std::max<int64_t>(1, cpus / c));
+  }
+  // The partition: the site's name for the pool where it has one, as Slurm says it.
+  std::string partition = cluster_.pool(node.pool).spec.name;
+  for (const auto& [name, pool] : config_.site.partitions) {
+    if (pool == node.pool) {
+      partition = name;
+      break;
+    }
+  }
   std::vector<std::pair<std::string, std::string>> vars = {
       // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
       {"SLURM_JOB_ID", std::to_string(job.seq)},
@@ -85,25 +105,29 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
       {"SLURM_PROCID", std::to_string(w.rank)},
       {"SLURM_LOCALID", std::to_string(local)},
       {"SLURM_NODEID", std::to_string(names.node_index)},
-      {"SLURM_NTASKS", std::to_string(job.workers.size())},
-      {"SLURM_NPROCS", std::to_string(job.workers.size())},
       {"SLURM_NNODES", std::to_string(nodes.size())},
       {"SLURM_JOB_NUM_NODES", std::to_string(nodes.size())},
-      {"SLURM_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
-      {"SLURM_GPUS_ON_NODE", std::to_string(gpus)},
+      {"SLURM_TASKS_PER_NODE", tasks_per_node},
       {"SLURM_JOB_NODELIST", spec::HostList(nodes)},
       {"SLURM_NODELIST", spec::HostList(nodes)},
       {"SLURMD_NODENAME", node.name},
-      {"SLURM_JOB_PARTITION", cluster_.pool(node.pool).spec.name},
+      {"SLURM_JOB_PARTITION", partition},
       {"SLURM_JOB_ACCOUNT", job.queue},
-      {"SLURM_JOB_QOS", std::string(core::Name(job.spec.tier))},
-      {"SLURM_RESTART_COUNT", std::to_string(std::max(0, job.run - 1))}};
-  if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); })) {
-    vars.emplace_back("SLURM_NTASKS_PER_NODE", std::to_string(per_node.front()));
+      {"SLURM_JOB_QOS", std::string(core::Name(job.spec.tier))}};
+  if (gpus > 0) vars.emplace_back("SLURM_GPUS_ON_NODE", std::to_string(gpus));
+  if (job.run > 1) vars.emplace_back("SLURM_RESTART_COUNT", std::to_string(job.run - 1));
+  // A batch job's task count, tasks per node, CPUs per task and memory per node are
+  // sbatch's, set from its options as Slurm's sbatch sets them (absent when not given).
+  if (!job.batch()) {
+    vars.emplace_back("SLURM_NTASKS", std::to_string(job.workers.size()));
+    vars.emplace_back("SLURM_NPROCS", std::to_string(job.workers.size()));
+    if (std::all_of(per_node.begin(), per_node.end(),
+                    [&](int c) { return c == per_node.front(); })) {
+      vars.emplace_back("SLURM_NTASKS_PER_NODE", std::to_string(per_node.front()));
+    }
   }
   if (!indexes.empty()) vars.emplace_back("SLURM_JOB_GPUS", indexes);
-  if (cpus_milli > 0)
-    vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string((cpus_milli + 999) / 1000));
+  if (cpus_milli > 0) vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string(cpus));
   if (!job.array.empty()) {
     const std::vector<int64_t>* tasks = book_.Array(job.array);
     const bool known = tasks != nullptr && !tasks->empty();
@@ -120,11 +144,21 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
       vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(tasks->size()));
       vars.emplace_back("SLURM_ARRAY_TASK_MIN", std::to_string(lo));
       vars.emplace_back("SLURM_ARRAY_TASK_MAX", std::to_string(hi));
+      // The step of an evenly spaced array (0-15:4 is 4), else 1.
+      std::vector<int> index;
+      for (int64_t seq : *tasks) {
+        if (auto t = book_.jobs().find(seq); t != book_.jobs().end())
+          index.push_back(t->second.array_index);
+      }
+      std::sort(index.begin(), index.end());
+      int step = index.size() > 1 ? index[1] - index[0] : 1;
+      for (size_t i = 2; i < index.size(); ++i) step = index[i] - index[i - 1] == step ? step : 1;
+      vars.emplace_back("SLURM_ARRAY_TASK_STEP", std::to_string(std::max(1, step)));
     }
   }
-  if (job.spec.cpus_milli > 0)
+  if (job.spec.cpus_milli > 0 && !job.batch())
     vars.emplace_back("SLURM_CPUS_PER_TASK", std::to_string((job.spec.cpus_milli + 999) / 1000));
-  if (job.spec.memory_bytes > 0) {
+  if (job.spec.memory_bytes > 0 && !job.batch()) {
     vars.emplace_back("SLURM_MEM_PER_NODE",
                       std::to_string(int64_t{per_node[static_cast<size_t>(names.node_index)]} *
                                      ((job.spec.memory_bytes + (1 << 19)) >> 20)));  // nearest MiB
@@ -260,6 +294,7 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   wj.alloc = WireAlloc(alloc, cluster_);
   wj.limits = limits;
   wj.script = job.spec.script;
+  wj.gpus_by_index = job.batch();  // CUDA_VISIBLE_DEVICES as Slurm's gres gives it
   wj.image = job.spec.image;
   wj.signal = std::max(0, job.spec.stop_signal);
   wj.append_output = job.spec.append_output;

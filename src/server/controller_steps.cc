@@ -95,7 +95,18 @@ void Controller::TouchStep(const Job& job, const Step& s) {
 
 std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   wait = false;
-  const int nodes = s.nodes, ntasks = s.ntasks, per_node = s.per_node;
+  // srun reads SLURM_NTASKS (the batch script's, set by sbatch's -n or --ntasks-per-node)
+  // as -n when not given one; an explicit --ntasks-per-node that cannot hold that many on
+  // the nodes is then ignored, as Slurm 22.05 does (bench/slurm_scripts.py, srun_shapes).
+  int ntasks = s.ntasks, per_node = s.per_node;
+  const int nodes = s.nodes;
+  if (ntasks == 0) {
+    if (auto it = s.env.find("SLURM_NTASKS"); it != s.env.end()) {
+      ntasks = std::max(0, std::atoi(it->second.c_str()));
+      const int over = nodes > 0 ? nodes : static_cast<int>(JobNodes(job).size());
+      if (per_node > 0 && int64_t{per_node} * over < ntasks) per_node = 0;
+    }
+  }
   // The job's nodes in rank order, each with its slots (ranks) and CPUs.
   struct NodeSlots {
     core::NodeId id;
@@ -496,7 +507,11 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
     per_node.push_back(count);
   }
   std::map<std::string, std::string> env = s.env;
-  const int gpus = alloc.sharing == core::Sharing::kExclusive ? std::popcount(alloc.gpu_mask) : 1;
+  // SLURM_GPUS_ON_NODE: the job's GPUs on the node, also where the task is bound to its own
+  // (--gpus-per-task), as Slurm says it.
+  const core::WorkerAlloc on_node = NodeAlloc(job, n, t.slot);
+  const int gpus =
+      on_node.sharing == core::Sharing::kExclusive ? std::popcount(on_node.gpu_mask) : 1;
   const std::string tasks = std::to_string(s.tasks.size());
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
            {"SLURM_STEP_ID", std::to_string(s.id)},
@@ -510,7 +525,6 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"SLURM_NNODES", std::to_string(nodes.size())},
            {"SLURM_STEP_NUM_NODES", std::to_string(nodes.size())},
            {"SLURM_STEP_NODELIST", spec::HostList(nodes)},
-           {"SLURM_NODELIST", spec::HostList(nodes)},
            {"SLURM_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
            {"SLURM_STEP_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
            {"SLURMD_NODENAME", cluster_.node(n).name},
@@ -521,10 +535,15 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"GANTRY_WORLD_SIZE", tasks}}) {
     env[k] = v;
   }
-  if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); }))
-    env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node.front());
-  else
-    env.erase("SLURM_NTASKS_PER_NODE");
+  // SLURM_NODELIST stays the job's (Slurm's); SLURM_NTASKS_PER_NODE, where srun or sbatch
+  // was given --ntasks-per-node, is the step's layout when every node has as many tasks.
+  if (s.per_node > 0 || env.contains("SLURM_NTASKS_PER_NODE")) {
+    if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); }))
+      env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node.front());
+    else
+      env.erase("SLURM_NTASKS_PER_NODE");
+  }
+  if (!env.contains("SLURM_NODELIST")) env["SLURM_NODELIST"] = spec::HostList(JobNodes(job));
   // PyTorch's names, unless the script set them before srun.
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
            {"RANK", std::to_string(task)},
@@ -539,6 +558,7 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   d.run = job.run;
   d.rank = task;
   d.step = s.id;
+  d.gpus_by_index = true;  // a batch job's: CUDA_VISIBLE_DEVICES as Slurm's gres gives it
   d.grace_ms = job.spec.grace;
   d.command = s.command;
   d.env = std::move(env);

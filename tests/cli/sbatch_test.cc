@@ -25,7 +25,11 @@ SbatchContext Ctx() {
   SbatchContext c;
   c.cwd = "/home/ann/run";
   c.host = "login1";
-  c.env = {{"HOME", "/home/ann"}, {"LR", "0.1"}, {"GANTRY_TOKEN", "secret"}, {"SLURM_JOB_ID", "7"}};
+  c.env = {{"HOME", "/home/ann"},
+           {"LR", "0.1"},
+           {"GANTRY_TOKEN", "secret"},
+           {"SLURM_JOB_ID", "7"},
+           {"SLURMD_NODENAME", "h100-3"}};  // sbatch run inside another job
   return c;
 }
 
@@ -85,8 +89,14 @@ TEST(Sbatch, EveryDirectiveMapsToItsField) {
   EXPECT_DOUBLE_EQ(s["memory_gb"].get<double>(), 17.179869);  // 64 GiB over 4 tasks, in GB (1e9)
   EXPECT_EQ(s["cpus"], 6);
   EXPECT_EQ(s["workdir"], "/data/run");
-  EXPECT_EQ(s["env"],
-            json({{"SLURM_SUBMIT_DIR", "/home/ann/run"}, {"SLURM_SUBMIT_HOST", "login1"}}));
+  // What Slurm's sbatch sets from the options given (gantryd sets the rest).
+  EXPECT_EQ(s["env"], json({{"SLURM_SUBMIT_DIR", "/home/ann/run"},
+                            {"SLURM_SUBMIT_HOST", "login1"},
+                            {"SLURM_NTASKS", "8"},
+                            {"SLURM_NPROCS", "8"},
+                            {"SLURM_NTASKS_PER_NODE", "4"},
+                            {"SLURM_CPUS_PER_TASK", "6"},
+                            {"SLURM_MEM_PER_NODE", "65536"}}));
   EXPECT_EQ(s["stdout"], "out-%j.txt");
   EXPECT_EQ(s["stderr"], "err-%x-%t.txt");
   EXPECT_EQ(j.array, "0-3");
@@ -108,7 +118,13 @@ TEST(Sbatch, DefaultsAreSlurms) {
   EXPECT_EQ(j.spec["env"]["LR"], "0.1");
   EXPECT_EQ(j.spec["env"]["HOME"], "/home/ann");
   EXPECT_FALSE(j.spec["env"].contains("GANTRY_TOKEN"));
+  EXPECT_FALSE(j.spec["env"].contains("SLURM_JOB_ID"));
+  EXPECT_FALSE(j.spec["env"].contains("SLURMD_NODENAME")) << "the submitting job's node";
   EXPECT_EQ(j.spec["env"]["SLURM_SUBMIT_DIR"], "/home/ann/run");
+  // No -n, -c or --mem: sbatch sets no SLURM_NTASKS, _CPUS_PER_TASK or _MEM_PER_NODE.
+  for (const char* unset : {"SLURM_NTASKS", "SLURM_NPROCS", "SLURM_NTASKS_PER_NODE",
+                            "SLURM_CPUS_PER_TASK", "SLURM_MEM_PER_NODE"})
+    EXPECT_FALSE(j.spec["env"].contains(unset)) << unset;
   EXPECT_FALSE(j.parsable);
   EXPECT_EQ(j.spec["name"], "job.sh");  // the script's file name
   EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH --array=1-4\n").spec["stdout"], "slurm-%A_%a.out");

@@ -794,9 +794,9 @@ TEST(Slurm, AScriptThatRequeuesItselfAtItsTimeLimitCarriesOn) {
 #SBATCH -o ckpt.out
 #SBATCH --open-mode=append
 trap 'echo "requeue at $(cat step)" >> log.txt; scontrol requeue $SLURM_JOB_ID; exit 0' USR1
-echo "output of run $SLURM_RESTART_COUNT"
+echo "output of run ${SLURM_RESTART_COUNT:-0}"   # unset on the first run, as Slurm's
 n=$(cat step 2>/dev/null || echo 0)
-echo "run $SLURM_RESTART_COUNT from $n" >> log.txt
+echo "run ${SLURM_RESTART_COUNT:-0} from $n" >> log.txt
 if [ "$n" -ge 2 ]; then echo done >> log.txt; exit 0; fi
 echo $((n + 1)) > step
 ( trap 'echo "a child got USR1" >> log.txt' USR1; while true; do sleep 0.1; done ) &

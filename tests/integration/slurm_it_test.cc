@@ -172,6 +172,8 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_EQ(
       std::count(batch["CUDA_VISIBLE_DEVICES"].begin(), batch["CUDA_VISIBLE_DEVICES"].end(), ','),
       3);
+  // By index, as Slurm's gres sets it (a native job's names UUIDs).
+  EXPECT_EQ(batch["CUDA_VISIBLE_DEVICES"], batch["SLURM_JOB_GPUS"]);
   // srun ran the job's two tasks, each seeing the job's GPUs on its node.
   for (int rank = 0; rank < 2; ++rank) {
     const std::string r_s = std::to_string(rank);

@@ -95,6 +95,7 @@ WatchAnswer FullAnswer() {
   mps.alloc.vram_bytes = 1 << 30;
   exclusive.append_output = true;
   exclusive.signal_script_only = true;
+  exclusive.gpus_by_index = true;  // an sbatch job's: "gpu_names": "index"
   DesiredWorker task = exclusive;  // task 1 of a job step
   task.rank = 1;
   task.step = 2;

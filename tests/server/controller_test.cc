@@ -156,6 +156,17 @@ class ControllerTest : public ::testing::Test {
     EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
     return r.body;
   }
+  // Submits `body` and starts it on h100-0: its id ("" when it did not start there).
+  std::string StartOnH100(const std::string& token, const std::string& body) {
+    Reply r = Submit(token, body);
+    EXPECT_EQ(r.code, Code::kCreated) << r.body.dump();
+    if (r.code != Code::kCreated) return "";
+    const std::string id = r.body["id"];
+    Beat("h100-0");
+    ctl_->Poke();
+    Beat("h100-0");
+    return Show(id)["state"] == "running" ? id : "";
+  }
 
   fs::path dir_;
   ControllerOptions options_;  // what Start() uses, besides the timings it sets
@@ -643,13 +654,9 @@ TEST_F(ControllerTest, QueuesShowUsageAgainstTheirGuarantees) {
 // Fair share remembers what each queue used across a restart, read back from the stored
 // runs (it was forgotten: every queue started even again after each restart).
 TEST_F(ControllerTest, FairShareRemembersAQueuesUseAcrossARestart) {
-  Reply r = Submit(kTeamB, R"({"queue":"serving","gpus":4,"vram_gb":10,"command":"x"})");
-  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
-  const std::string id = r.body["id"];
-  Beat("h100-0");
-  ctl_->Poke();
-  Beat("h100-0");
-  ASSERT_EQ(Show(id)["state"], "running");
+  const std::string id =
+      StartOnH100(kTeamB, R"({"queue":"serving","gpus":4,"vram_gb":10,"command":"x"})");
+  ASSERT_FALSE(id.empty());
   for (int i = 0; i < 600; ++i) {  // ten minutes, a heartbeat a second
     Advance(1000);
     Beat("h100-0");
@@ -1239,15 +1246,10 @@ TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
 // checkpoint signal and grace, then the job fails saying why. It also serves as the
 // runtime estimate when none is given.
 TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
-  Reply r = Submit(
+  const std::string id = StartOnH100(
       kTeamA,
       R"({"queue":"research","gpus":1,"vram_gb":10,"grace_s":1,"time_limit_s":2,"command":"x"})");
-  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
-  const std::string id = r.body["id"];
-  Beat("h100-0");
-  ctl_->Poke();
-  Beat("h100-0");
-  ASSERT_EQ(Show(id)["state"], "running");
+  ASSERT_FALSE(id.empty());
   Advance(1500);
   ctl_->Poke();
   EXPECT_EQ(Show(id)["state"], "running");

@@ -608,8 +608,10 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     int domains;
     int64_t cpus, mem;
     std::vector<bool> allowed;
+    int pool;  // the config's pool (kubernetes.pools) whose node_labels it has; -1: none
     auto operator<=>(const Shape&) const = default;
   };
+  const std::vector<spec::KubernetesConfig::Pool>& by_label = config.kubernetes.pools;
   struct Member {
     std::string leaf, name;
     const NodeInfo* node;
@@ -710,6 +712,20 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     s.mem = std::max<int64_t>(0, n->memory_bytes - used.memory_bytes);
     for (size_t i = 0; i < selections.size(); ++i)
       s.allowed.push_back(AllowsCompiled(selections[i], *n, devices[i]));
+    s.pool = -1;
+    for (size_t i = 0; i < by_label.size() && s.pool < 0; ++i) {
+      const bool has_all = std::all_of(by_label[i].node_labels.begin(),
+                                       by_label[i].node_labels.end(), [&](const auto& l) {
+                                         auto it = n->labels.find(l.first);
+                                         return it != n->labels.end() && it->second == l.second;
+                                       });
+      if (has_all) s.pool = static_cast<int>(i);
+    }
+    // A pool's NVLink domains, where the node's free GPUs split evenly (DRA says its own).
+    if (s.pool >= 0 && !s.dra && s.gpus > 0) {
+      const int d = by_label[static_cast<size_t>(s.pool)].nvlink_domains;
+      if (d > 0 && s.gpus % d == 0) s.domains = d;
+    }
     std::string leaf;
     if (!config.kubernetes.leaf_label.empty()) {
       if (auto it = n->labels.find(config.kubernetes.leaf_label); it != n->labels.end())
@@ -719,6 +735,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
   }
   std::vector<core::PoolSpec> pools;
   std::vector<const Shape*> shapes;
+  std::map<int, int> named;  // config pool -> groups named after it so far
+  std::set<std::string> used;
   for (auto& [shape, members] : groups) {
     std::sort(members.begin(), members.end(), [](const Member& a, const Member& b) {
       return std::tie(a.leaf, a.name) < std::tie(b.leaf, b.name);
@@ -733,12 +751,21 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
                   : std::string(shape.shared == core::Sharing::kMps ? "-mps" : "-ts") +
                         std::to_string(shape.replicas)) +
              "-" + std::to_string(pools.size());
+    if (shape.pool >= 0) {  // a pool by label: its name (NAME, NAME-2, ... by shape), spot
+      const spec::KubernetesConfig::Pool& cp = by_label[static_cast<size_t>(shape.pool)];
+      p.name.clear();
+      for (int& k = named[shape.pool]; p.name.empty() || used.contains(p.name);)
+        p.name = cp.name + (++k == 1 ? "" : "-" + std::to_string(k));
+      p.spot = cp.spot;
+    } else if (shape.dra) {
+      p.name = "dra-" + p.name;
+    }
+    used.insert(p.name);
     p.count = static_cast<int>(members.size());
     p.gpus = shape.gpus;
     if (shape.gpus > 0) p.model = core::ModelId(shape.model);
     p.nvlink_domains = shape.domains;
     if (shape.dra) {
-      p.name = "dra-" + p.name;
       if (!shape.mig.empty()) p.sharing |= core::Bit(core::Sharing::kMig);
       view.devices.push_back(PoolDevices{"", false, true});
     } else {

@@ -772,12 +772,13 @@ class ConfigParser {
     if (!v->is_map()) {
       top.Report("kubernetes",
                  "expected a mapping with scheduler_name, namespaces, "
-                 "default_queue, priority_classes, leaf_label, got " +
+                 "default_queue, priority_classes, leaf_label, pools, got " +
                      Describe(*v));
       return k;
     }
     Fields f(d_, *v, "kubernetes",
-             {"scheduler_name", "namespaces", "default_queue", "priority_classes", "leaf_label"});
+             {"scheduler_name", "namespaces", "default_queue", "priority_classes", "leaf_label",
+              "pools"});
     lines_.NoteEntries(f, *v);
     auto queue_named = [&](const std::string& name, int line,
                            const std::string& field) -> std::optional<core::QueueId> {
@@ -804,8 +805,41 @@ class ConfigParser {
                 if (auto id = queue_named(*queue, line, field)) k.namespaces.emplace_back(ns, *id);
               });
     k.priority_classes = ReadTierNames(f, "priority_classes");
+    ReadKubePools(f, k);
     f.Finish();
     return k;
+  }
+
+  // kubernetes.pools: [{name, node_labels: {LABEL: VALUE}, spot, nvlink_domains}].
+  void ReadKubePools(Fields& f, KubernetesConfig& k) {
+    const Doc* list = f.List("pools");
+    if (list == nullptr) return;
+    std::unordered_map<std::string, int> names;
+    for (size_t i = 0; i < list->items.size(); ++i) {
+      const Doc& item = list->items[i];
+      const std::string path = "kubernetes.pools[" + ItemKey(item, i) + "]";
+      if (!IsMapItem(item, path)) continue;
+      Fields p(d_, item, path, {"name", "node_labels", "spot", "nvlink_domains"});
+      KubernetesConfig::Pool pool;
+      if (auto n = p.String("name")) {
+        pool.name = *n;
+        if (CheckNodeName(p, "name", *n)) CheckUnique(p, names, *n, "pool");
+      } else if (!p.has("name")) {
+        p.Report("name", "required");
+      }
+      EachEntry(
+          p, "node_labels",
+          [&](const std::string& label, const Doc& value, int line, const std::string& field) {
+            if (auto v = d_.String(value, line, field)) pool.node_labels.emplace_back(label, *v);
+          });
+      if (pool.node_labels.empty() && !p.bad("node_labels"))
+        p.Report("node_labels", "required: the labels (LABEL: VALUE) a node of the pool has");
+      if (auto s = p.Bool("spot")) pool.spot = *s;
+      if (auto n = p.Integer("nvlink_domains", 1, core::kMaxGpusPerNode))
+        pool.nvlink_domains = static_cast<int>(*n);
+      p.Finish();
+      k.pools.push_back(std::move(pool));
+    }
   }
 
   // `accounting: {currency: EUR, gpu_hour_prices: {H100-80GB: 2.5, A100-80GB: 1.2}}`.

@@ -85,6 +85,16 @@ struct KubernetesConfig {
   // The node label naming a node's InfiniBand leaf (its value is the leaf); empty: each
   // group of like nodes is one leaf.
   std::string leaf_label;
+  // Pools by label: a node goes to the first pool whose node_labels it all has, and its
+  // pool takes that name (split by shape where its nodes differ) and these properties;
+  // other nodes are grouped by shape alone.
+  struct Pool {
+    std::string name;
+    std::vector<std::pair<std::string, std::string>> node_labels;
+    bool spot = false;       // preemptible nodes: critical work is never placed there
+    int nvlink_domains = 0;  // GPUs of a node split evenly into this many (0: the node's own)
+  };
+  std::vector<Pool> pools;
 };
 
 struct ClusterConfig {

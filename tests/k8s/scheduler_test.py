@@ -42,6 +42,8 @@ kubernetes:
   default_queue: team-b
   priority_classes: {gantry-critical: critical, gantry-best-effort: best-effort}
   leaf_label: gantry.dev/test-leaf
+  pools:
+    - {name: spot, node_labels: {gantry.dev/test-spot: "true"}, spot: true}
 """
 
 
@@ -550,6 +552,25 @@ def case_cordoned_and_not_ready_nodes(c):
     wait_for("the gang bound once uncordoned", lambda: len(bound(c.pods("test=yes"))) == 4, 15)
 
 
+def case_spot_pool_by_label_takes_no_critical_pod(c):
+    """kubernetes.pools: a node with the spot pool's label is in pool `spot` (gantry nodes
+    says so), and a critical pod is never bound there; without the label it is."""
+    c.kubectl("label", "node", "kwok-node-3", "gantry.dev/test-spot=true")
+    try:
+        wait_for("kwok-node-3 in pool spot", lambda: any(
+            x.startswith("kwok-node-3") and " spot " in f" {x} " for x in c.gantry("nodes")[1].splitlines()), 15)
+        c.kubectl_apply(*[pod(f"crit-{i}", 8, priority="gantry-critical") for i in range(4)])
+        wait_for("three critical pods bound", lambda: len(bound(c.pods("test=yes"))) == 3, 15)
+        wait_for("the fourth's wait message", lambda: any(
+            scheduled_message(p) for p in c.pods("test=yes") if not p["spec"].get("nodeName")), 10)
+        time.sleep(1)
+        nodes = {p["spec"]["nodeName"] for p in bound(c.pods("test=yes"))}
+        assert "kwok-node-3" not in nodes and len(nodes) == 3, nodes
+    finally:
+        c.kubectl("label", "node", "kwok-node-3", "gantry.dev/test-spot-")
+    wait_for("the fourth bound once the node is not spot", lambda: len(bound(c.pods("test=yes"))) == 4, 15)
+
+
 def kwok_node(c, name, product, allocatable, labels):
     """A kwok node of A100-80GB GPUs advertising `allocatable` besides CPU and memory."""
     res = {"cpu": "224", "memory": "2063731376Ki", "pods": "110", **allocatable}
@@ -961,6 +982,7 @@ CASES = [
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,
     case_cordoned_and_not_ready_nodes,
+    case_spot_pool_by_label_takes_no_critical_pod,
     case_mig_devices,
     case_shared_gpus,
     case_dra_claims,

@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
 #include <string>
 
+#include "core/model/feasibility.h"
 #include "spec/config_reader.h"
 
 namespace gantry::kube {
@@ -176,6 +178,71 @@ TEST(KubeCluster, PoolsByShapeAndSelectionWithTheirLeavesAndNames) {
   EXPECT_EQ(view->pools_of[0].size(), 2u);
   ASSERT_EQ(view->pools_of[1].size(), 1u);
   EXPECT_EQ(c.pool(view->pools_of[1][0]).spec.gpus, 8);
+}
+
+// kubernetes.pools: the nodes that have a pool's labels form that pool, named as the config
+// names it (split by shape: NAME, NAME-2), spot and with the NVLink domains it says; other
+// nodes are pools by shape.
+TEST(KubeCluster, ConfigPoolsSelectNodesByTheirLabels) {
+  const spec::ClusterConfig config = Config(
+      "  pools:\n"
+      "    - {name: spot, node_labels: {example.com/spot: \"true\"}, spot: true}\n"
+      "    - {name: pcie, node_labels: {example.com/box: pcie, example.com/rack: r1}, "
+      "nvlink_domains: 4}\n");
+  auto labelled = [](json node, std::map<std::string, std::string> labels) {
+    for (const auto& [k, v] : labels) node["metadata"]["labels"][k] = v;
+    return ParseNode(node);
+  };
+  std::vector<NodeInfo> infos = {
+      labelled(Node("s1", 8), {{"example.com/spot", "true"}}),
+      labelled(Node("s2", 8, "NVIDIA-A100-SXM4-80GB"), {{"example.com/spot", "true"}}),
+      labelled(Node("p1", 8), {{"example.com/box", "pcie"}, {"example.com/rack", "r1"}}),
+      labelled(Node("p2", 8), {{"example.com/box", "pcie"}, {"example.com/rack", "r1"}}),
+      labelled(Node("o1", 8), {{"example.com/box", "pcie"}}),  // not every label of pcie
+  };
+  std::vector<const NodeInfo*> nodes;
+  for (const NodeInfo& n : infos) nodes.push_back(&n);
+  // Another scheduler's pod holds 2 of p2's GPUs: 6 do not split into 4 domains.
+  std::map<std::string, Usage> foreign = {{"p2", Usage{2, 0, 0, {}, {}}}};
+  auto view = BuildCluster(nodes, {NodeSelection{}}, config, foreign);
+  ASSERT_TRUE(view.ok()) << view.error().ToString();
+  const core::Cluster& c = view->cluster;
+  auto pool_of = [&](const std::string& node) -> const core::PoolSpec& {
+    return c.pool(c.node(*c.FindNode(node)).pool).spec;
+  };
+  std::set<std::string> spot_names = {pool_of("s1").name, pool_of("s2").name};
+  EXPECT_EQ(spot_names, (std::set<std::string>{"spot", "spot-2"})) << "two shapes, one pool";
+  EXPECT_TRUE(pool_of("s1").spot && pool_of("s2").spot);
+  std::set<std::string> pcie_names = {pool_of("p1").name, pool_of("p2").name};
+  EXPECT_EQ(pcie_names, (std::set<std::string>{"pcie", "pcie-2"})) << "8 and 6 free GPUs";
+  EXPECT_EQ(pool_of("p1").nvlink_domains, 4);
+  EXPECT_EQ(pool_of("p2").nvlink_domains, 1) << "6 free GPUs: no even split";
+  EXPECT_FALSE(pool_of("p1").spot);
+  EXPECT_EQ(pool_of("o1").name.rfind("H100-80GBx8-", 0), 0u) << pool_of("o1").name;
+  // A critical job is never placed on the spot pool's nodes.
+  core::JobSpec critical;
+  critical.tier = core::Tier::kCritical;
+  EXPECT_FALSE(core::PoolAccepts(c, critical, c.node(*c.FindNode("s1")).pool));
+  EXPECT_TRUE(core::PoolAccepts(c, critical, c.node(*c.FindNode("o1")).pool));
+}
+
+TEST(KubeConfig, PoolsByLabelNameTheirLineAndField) {
+  spec::Diagnostics d;
+  EXPECT_FALSE(
+      spec::ParseClusterConfig("cluster: k\nqueues:\n  - name: a\nkubernetes:\n"
+                               "  pools:\n"
+                               "    - {name: spot}\n"
+                               "    - {name: spot, node_labels: {x: y}, color: red}\n"
+                               "    - {node_labels: {x: \"1\"}, nvlink_domains: 0}\n",
+                               "k.yaml", d));
+  const std::string e = d.ToString();
+  for (const char* want :
+       {"k.yaml:6: kubernetes.pools[spot].node_labels: required: the labels (LABEL: VALUE)",
+        "k.yaml:7: kubernetes.pools[spot].name: duplicate pool", "kubernetes.pools[spot].color",
+        "k.yaml:8: kubernetes.pools[2].name: required",
+        "k.yaml:8: kubernetes.pools[2].nvlink_domains"}) {
+    EXPECT_NE(e.find(want), std::string::npos) << want << " in\n" << e;
+  }
 }
 
 // A node whose GPUs are all MIG devices: allocatable nvidia.com/mig-<profile> (mixed

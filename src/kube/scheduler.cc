@@ -24,6 +24,7 @@
 #include "server/accounts.h"
 #include "server/api_backend.h"
 #include "server/authenticator.h"
+#include "server/cluster_history.h"
 #include "server/http_api.h"
 #include "server/http_server.h"
 #include "server/mailbox.h"
@@ -368,7 +369,12 @@ class Driver {
   server::Reply QueuesReply();
   server::Reply NodesReply();
   server::Reply UsageReply(double from_s, double to_s);  // GET /v1/usage
-  std::string Metrics() const;                           // GET /metrics
+  server::Reply HistoryReply(double since_unix_s) {      // GET /v1/cluster/history
+    server::Reply r;
+    r.body = history_.Body(since_unix_s);
+    return r;
+  }
+  std::string Metrics() const;  // GET /metrics
   bool synced() const { return synced_[0] && synced_[1]; }
 
  private:
@@ -484,6 +490,9 @@ class Driver {
   std::map<int64_t, server::StoredRun> stale_;    // open rows read at start, not yet matched
   bool runs_read_ = false;
   bool ledger_failing_ = false;
+  // The console's cluster history, as agent mode keeps it (in the store with --db).
+  server::ClusterHistory history_{config_.queues, 60'000, 1440};
+  bool history_read_ = false;
   std::vector<server::Histogram> wait_;  // by queue x tier: first seen to bound
   server::Histogram pass_latency_{
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
@@ -1444,9 +1453,14 @@ static int64_t RowId(const std::string& uid) {
 
 void Driver::RecordRuns() {
   server::Store* store = options_.ledger;
-  if (store == nullptr) return;
+  if (store == nullptr) {
+    (void)history_.Sample(*sched_, WallMs(), nullptr);  // in memory only
+    return;
+  }
   const int64_t now_ms = WallMs();
   bool failed = false;
+  if (!history_read_) history_read_ = static_cast<bool>(history_.Restore(*store));
+  failed |= !history_read_ || !history_.Sample(*sched_, now_ms, store);
   if (!runs_read_) {  // the rows left open by the last leader
     auto open = store->Runs(now_ms, std::numeric_limits<int64_t>::max());
     if (!open) {
@@ -1505,9 +1519,11 @@ void Driver::RecordRuns() {
   if (failed != ledger_failing_) {
     ledger_failing_ = failed;
     if (failed)
-      log::Warn("kubernetes: the store does not take the runs' usage; trying again each pass");
+      log::Warn(
+          "kubernetes: the store does not take the runs' usage or the cluster history; trying "
+          "again each pass");
     else
-      log::Info("kubernetes: the store takes the runs' usage again");
+      log::Info("kubernetes: the store takes the runs' usage and the cluster history again");
   }
 }
 
@@ -1922,8 +1938,9 @@ class KubeApi : public server::ApiBackend {
   void Usage(std::string token, double from_s, double to_s, server::Done done) override {
     Call(token, std::move(done), [from_s, to_s](Driver& d) { return d.UsageReply(from_s, to_s); });
   }
-  void ClusterHistory(std::string, double, server::Done done) override {
-    done(Elsewhere("keeps no cluster history yet", "GET /metrics"));
+  void ClusterHistory(std::string token, double since_unix_s, server::Done done) override {
+    Call(token, std::move(done),
+         [since_unix_s](Driver& d) { return d.HistoryReply(since_unix_s); });
   }
   void Heartbeat(std::string, std::string, json, std::string, server::Done done) override {
     done(Elsewhere("has no agents", "the kubelets"));

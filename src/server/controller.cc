@@ -45,6 +45,7 @@ Controller::Controller(const spec::ClusterConfig& config, Store& store, Controll
       events_out_(events),
       clock_(std::move(clock)),
       auth_(store, options_.submit_rate, options_.submit_burst),
+      history_(config.queues, options_.history_sample_ms, options_.history_samples),
       log_(event_buf_, config.cluster),
       metrics_(config) {
   if (options_.lease_ms <= 0) options_.lease_ms = options_.node_timeout_ms * 6 / 10;
@@ -362,7 +363,7 @@ Status Controller::Restore() {
   sched_ = std::make_unique<core::Scheduler>(cluster_, config_.queues, std::move(policy), params);
   if (Status s = SeedFromRuns(now); !s) return s;
 
-  if (Status s = RestoreHistory(); !s) return s;
+  if (Status s = history_.Restore(store_); !s) return s;
   nodes_.assign(cluster_.nodes().size(), NodeInfo{});
   book_.SetNodes(cluster_.nodes().size());
   watches_.Reset(cluster_.nodes().size());

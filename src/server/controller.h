@@ -60,6 +60,7 @@
 #include "server/api_backend.h"
 #include "server/auth.h"
 #include "server/authenticator.h"
+#include "server/cluster_history.h"
 #include "server/controller_metrics.h"
 #include "server/job_book.h"
 #include "server/mailbox.h"
@@ -278,19 +279,6 @@ class Controller : public ApiBackend {
   void PersistNode(core::NodeId n);
   void Pass(Ticks now);
   void Housekeeping(Ticks now);
-  struct ClusterSample {
-    Ticks t = 0;
-    double up = 0, used = 0;             // GPUs
-    std::map<std::string, int> pending;  // jobs by the first word of their wait reason
-    core::IdleGpus idle{};
-    std::vector<double> queues;  // GPUs held by each queue and those under it, by QueueId
-  };
-  void SampleCluster(Ticks now);
-  // A cluster sample as GET /v1/cluster/history gives it (and the store keeps it), and back
-  // (queues and idle causes by name: ones the config no longer has are left out).
-  nlohmann::json SampleJson(const ClusterSample& c) const;
-  ClusterSample SampleFromJson(const nlohmann::json& j) const;
-  Status RestoreHistory();  // the latest samples from the store (Restore)
   void StartRun(Job& job, Ticks now);
   void BeginStop(Job& job, StopKind kind, std::string reason, Ticks grace, Ticks now);
   void EndStop(Job& job, Ticks now);
@@ -484,8 +472,7 @@ class Controller : public ApiBackend {
   bool purge_more_ = false;           // the last batch was full: another at the next batch
   bool restoring_ = false;            // inside Restore
   std::vector<int64_t> purged_logs_;  // seqs whose output goes after the commit
-  std::deque<ClusterSample> history_;
-  Ticks history_at_ = -1;  // the last sample
+  server::ClusterHistory history_;    // the console's cluster history (server/cluster_history.h)
   std::ostringstream event_buf_;
   spec::EventLog log_;
   bool dirty_ = true;  // something changed: run a pass

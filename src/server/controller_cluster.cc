@@ -106,58 +106,12 @@ void Controller::Nodes(std::string token, Done done) {
       Kind::kRead);
 }
 
-json Controller::SampleJson(const ClusterSample& c) const {
-  json idle = json::object();
-  for (int i = 0; i < core::kIdleCauses; ++i) {
-    idle[std::string(core::Name(static_cast<core::IdleCause>(i)))] =
-        std::round(c.idle[i] * 1000) / 1000;
-  }
-  json queues = json::object();
-  for (size_t q = 0; q < c.queues.size(); ++q) {
-    queues[config_.queues.queue(core::QueueId(static_cast<uint32_t>(q))).spec.name] = c.queues[q];
-  }
-  return {{"t", UnixSeconds(c.t)}, {"up_gpus", c.up}, {"used_gpus", c.used},
-          {"pending", c.pending},  {"idle", idle},    {"queues", queues}};
-}
-
-Controller::ClusterSample Controller::SampleFromJson(const json& j) const {
-  ClusterSample c;
-  c.t = std::llround(j.value("t", 0.0) * 1000) - epoch_ms_;
-  c.up = j.value("up_gpus", 0.0);
-  c.used = j.value("used_gpus", 0.0);
-  if (const auto p = j.find("pending"); p != j.end() && p->is_object()) {
-    for (const auto& [word, n] : p->items()) {
-      if (n.is_number_integer()) c.pending[word] = n.get<int>();
-    }
-  }
-  if (const auto idle = j.find("idle"); idle != j.end() && idle->is_object()) {
-    for (int i = 0; i < core::kIdleCauses; ++i) {
-      c.idle[i] = idle->value(std::string(core::Name(static_cast<core::IdleCause>(i))), 0.0);
-    }
-  }
-  c.queues.assign(config_.queues.size(), 0.0);
-  if (const auto queues = j.find("queues"); queues != j.end() && queues->is_object()) {
-    for (const auto& [name, gpus] : queues->items()) {
-      if (auto q = config_.queues.Find(name); q && gpus.is_number())
-        c.queues[q->v] = gpus.get<double>();
-    }
-  }
-  return c;
-}
-
 void Controller::ClusterHistory(std::string token, double since_unix_s, Done done) {
   CallAsUser(
       std::move(token), std::move(done),
       [this, since_unix_s](const Principal&) -> Reply {
-        json samples = json::array();
-        for (const ClusterSample& c : history_) {
-          if (UnixSeconds(c.t) <= since_unix_s) continue;  // the caller has it
-          samples.push_back(SampleJson(c));
-        }
         Reply r;
-        r.body = {{"interval_s", static_cast<double>(options_.history_sample_ms) / 1000.0},
-                  {"kept", options_.history_samples},
-                  {"samples", samples}};
+        r.body = history_.Body(since_unix_s);
         return r;
       },
       Kind::kRead);

@@ -378,42 +378,6 @@ void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::
   dirty_ = true;
 }
 
-void Controller::SampleCluster(Ticks now) {
-  if (history_at_ >= 0 && now - history_at_ < options_.history_sample_ms) return;
-  history_at_ = now;
-  ClusterSample c;
-  c.t = now;
-  c.up = static_cast<double>(sched_->ledger().up_units()) / core::kGpuUnits;
-  c.used = static_cast<double>(sched_->ledger().used_units()) / core::kGpuUnits;
-  for (const auto& key : sched_->pending()) {
-    ++c.pending[std::string(core::Word(sched_->job(key.id).wait.cause))];
-  }
-  c.idle = core::IdleByCause(*sched_);
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    c.queues.push_back(static_cast<double>(sched_->queue_usage(core::QueueId(q))) /
-                       core::kGpuUnits);
-  }
-  // Kept in the store too, so a restart or a standby taking over keeps the console's day
-  // (pruned hourly with the usage series, Housekeeping).
-  if (Status s = store_.AddClusterSample(WallMs(now), SampleJson(c).dump()); !s)
-    StoreFailed(s.error());
-  history_.push_back(std::move(c));
-  while (history_.size() > options_.history_samples) history_.pop_front();
-}
-
-Status Controller::RestoreHistory() {
-  auto rows = store_.ClusterSamples(static_cast<int64_t>(options_.history_samples));
-  if (!rows) return rows.error();
-  history_.clear();
-  for (const auto& row : *rows) {
-    const json j = json::parse(row.second, nullptr, false);
-    if (!j.is_object()) continue;  // (written by gantryd: not expected)
-    history_.push_back(SampleFromJson(j));
-  }
-  history_at_ = history_.empty() ? -1 : history_.back().t;
-  return Ok{};
-}
-
 void Controller::DropEnded(std::map<int64_t, Job>::iterator it) {
   if (unsaved_.erase(it->second.seq) > 0) SaveJob(it->second);  // its last change
   book_.Drop(it);
@@ -444,7 +408,9 @@ void Controller::PurgeJobs(Ticks now) {
 }
 
 void Controller::Housekeeping(Ticks now) {
-  SampleCluster(now);
+  // Kept in the store too, so a restart or a standby taking over keeps the console's day
+  // (pruned hourly with the usage series, Housekeeping).
+  if (Status s = history_.Sample(*sched_, WallMs(now), &store_); !s) StoreFailed(s.error());
   metrics_.StartGpuTime(now);
   if (samples_pruned_ < 0 || now - samples_pruned_ >= 3'600'000) {  // the time series' retention
     samples_pruned_ = now;

@@ -955,6 +955,7 @@ def case_usage_and_fair_share_outlive_a_restart(c):
     most = lambda: 8 * (time.time() - t0) / 3600  # noqa: E731 - 8 GPUs since t0, at most
     assert 8 * 4.5 / 3600 < held <= most(), (held, most())
     assert share > 0, share
+    killed_at = time.time()
     c.stop_gantryd(signal.SIGKILL)
     c.start_gantryd()
     wait_for("the restarted gantryd leading", lambda: c.gantry("queues")[0] == 0, 20)
@@ -963,6 +964,14 @@ def case_usage_and_fair_share_outlive_a_restart(c):
     assert again >= share, (share, again)
     after = usage()
     assert held < after <= most() * 1.01, f"the running pod counted once: {held} -> {after}, at most {most()}"
+    # The console's cluster history is kept in the store too: read back after the restart.
+    req = urllib.request.Request(f"http://127.0.0.1:{c.port()}/v1/cluster/history",
+                                 headers={"Authorization": f"Bearer {c.token}"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        history = json.loads(r.read())
+    assert history["interval_s"] == 60 and history["samples"], history
+    assert history["samples"][0]["t"] < killed_at, "the sample taken before the kill, read back"
+    assert history["samples"][0]["up_gpus"] == 32 and "team-a" in history["samples"][0]["queues"], history
     c.kubectl("delete", "pod", "acct", "--grace-period=0", "--wait=false")
     wait_for("the pod gone", lambda: not c.pods("test=yes"), 30)
     time.sleep(1.5)

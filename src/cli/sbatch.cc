@@ -501,6 +501,8 @@ class Parser {
       return;
     }
     s["replicas"] = replicas;
+    // -n without -N or --ntasks-per-node: Slurm takes as few nodes as it can.
+    if (tasks && !Get("nodes") && !Get("ntasks-per-node") && replicas > 1) s["fewest_nodes"] = true;
     if (Get("ntasks") || Get("ntasks-per-node")) {  // Slurm: -n, or a count from it
       given_env_["SLURM_NTASKS"] = given_env_["SLURM_NPROCS"] = std::to_string(replicas);
     }

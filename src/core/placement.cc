@@ -605,6 +605,13 @@ bool Placer::PlaceOneModel(const JobSpec& job, Fit fit, Allocation& out) {
 }
 
 bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
+  if (job.fewest_nodes && job.replicas > 1 && job.topology > Topology::kNode &&
+      job.workers_per_node == 0) {
+    JobSpec one = job;  // one node first, then the job's own topology
+    one.topology = Topology::kNode;
+    one.fewest_nodes = false;
+    if (Place(one, fit, out)) return true;
+  }
   const Cluster& cluster = ledger_.cluster();
   const Topology topology = Effective(job);
   if (topology == Topology::kSpine) return PlaceOneModel(job, fit, out);

@@ -111,6 +111,35 @@ TEST(PlacementTest, WorkersPerNodeGivesEachNodeItsGroup) {
   EXPECT_EQ(ledger.used_units(), 6 * kGpuUnits);
 }
 
+// fewest_nodes (Slurm's -n without -N): one node where one has room for every worker,
+// else as the topology allows rather than waiting.
+TEST(PlacementTest, FewestNodesPutsTheGangOnOneNodeWhereOneHasRoom) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "h", 3, 8, "H100-80GB")});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  Allocation holes;  // nodes 0 and 1 keep 6 free GPUs, node 2 keeps 5
+  for (int n = 0; n < 3; ++n) {
+    Allocation a;
+    ASSERT_TRUE(placer.PlaceOn(Whole(c, "hole", 1, n == 2 ? 3 : 2), Fit::kFirst, NodeId(n), a));
+    holes.insert(holes.end(), a.begin(), a.end());
+  }
+  JobSpec job = Whole(c, "n4", 4, 1);
+  job.fewest_nodes = true;
+  for (Fit fit : {Fit::kFirst, Fit::kBest}) {
+    Allocation a;
+    ASSERT_TRUE(placer.Place(job, fit, a));
+    std::set<uint32_t> nodes;
+    for (const WorkerAlloc& w : a) nodes.insert(w.node.v);
+    EXPECT_EQ(nodes.size(), 1u);
+    for (const WorkerAlloc& w : a) ledger.Release(w);
+  }
+  job.replicas = 8;  // no node has 8 free: spread, as the job's topology allows
+  Allocation spread;
+  ASSERT_TRUE(placer.Place(job, Fit::kBest, spread));
+  EXPECT_EQ(spread.size(), 8u);
+}
+
 TEST(PlacementTest, CriticalWorkNeverLandsOnSpot) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster =

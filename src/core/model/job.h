@@ -58,6 +58,9 @@ struct JobSpec {
   // Exactly this many workers on each node the job uses, on distinct nodes (Slurm's
   // -N with --ntasks-per-node); 0: as placement finds room. Divides replicas.
   int workers_per_node = 0;
+  // All workers on one node where one has room for them, else as placement finds room
+  // (Slurm's -n without -N: as few nodes as it can).
+  bool fewest_nodes = false;
   Ticks checkpoint = 0;  // 0 = never
   Ticks grace = 0;
   std::optional<Window> window;

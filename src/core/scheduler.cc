@@ -131,7 +131,12 @@ void Scheduler::DecayUsage(Ticks now) {
   if (now <= decayed_at_) return;
   // Exponentially weighted average of each queue's usage with the configured half-life:
   // a queue's past consumption fades, so fair share forgives old usage (Slurm's decay).
-  decayed_ = DecayedUsageAt(now);
+  // (In place: it runs at every start and end; DecayedUsageAt is the same sum, copied.)
+  const double keep =
+      std::exp2(-static_cast<double>(now - decayed_at_) /
+                static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
+  for (size_t q = 0; q < decayed_.size(); ++q)
+    decayed_[q] = decayed_[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
   decayed_at_ = now;
 }
 

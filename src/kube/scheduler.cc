@@ -1453,15 +1453,13 @@ static int64_t RowId(const std::string& uid) {
 
 void Driver::RecordRuns() {
   server::Store* store = options_.ledger;
-  if (store == nullptr) {
-    (void)history_.Sample(*sched_, WallMs(), nullptr);  // in memory only
-    return;
-  }
   const int64_t now_ms = WallMs();
   bool failed = false;
-  if (!history_read_) history_read_ = static_cast<bool>(history_.Restore(*store));
-  failed |= !history_read_ || !history_.Sample(*sched_, now_ms, store);
-  if (!runs_read_) {  // the rows left open by the last leader
+  if (store != nullptr && !history_read_)
+    history_read_ = static_cast<bool>(history_.Restore(*store));
+  failed |= (store != nullptr && !history_read_) || !history_.Sample(*sched_, now_ms, store);
+  if (store == nullptr) return;  // the history in memory only; no run rows
+  if (!runs_read_) {             // the rows left open by the last leader
     auto open = store->Runs(now_ms, std::numeric_limits<int64_t>::max());
     if (!open) {
       failed = true;
@@ -1498,23 +1496,37 @@ void Driver::RecordRuns() {
       if (auto p = pods_.find(uid); p != pods_.end()) rr.row.user = p->second.ns;
     }
   }
-  if (runs_read_) {  // open rows of pods that no longer hold GPUs end now
-    for (auto it = stale_.begin(); it != stale_.end();) {
-      const bool ok = static_cast<bool>(store->EndRun(it->first, 0, now_ms));
-      failed |= !ok;
-      it = ok ? stale_.erase(it) : std::next(it);
-    }
+  // The rows to open and to end (those no longer holding GPUs, and the last leader's left
+  // open), written in one transaction a pass (a burst of bindings is one commit, not one
+  // per pod) and taken into memory only once committed: a failure is tried again whole.
+  std::vector<std::string> start, end;
+  for (const auto& [uid, rr] : runs_) {
+    if (!holding.contains(uid))
+      end.push_back(uid);
+    else if (!rr.stored)
+      start.push_back(uid);
   }
-  for (auto it = runs_.begin(); it != runs_.end();) {
-    RunRow& rr = it->second;
-    if (holding.contains(it->first)) {
-      if (!rr.stored) failed |= !(rr.stored = static_cast<bool>(store->StartRun(rr.row)));
-      ++it;
-      continue;
+  const bool end_stale = runs_read_ && !stale_.empty();
+  if (!start.empty() || !end.empty() || end_stale) {
+    bool ok = static_cast<bool>(store->Begin());
+    if (end_stale) {
+      for (const auto& [seq, row] : stale_)
+        ok = ok && static_cast<bool>(store->EndRun(seq, 0, now_ms));
     }
-    const bool ok = !rr.stored || static_cast<bool>(store->EndRun(rr.row.job_seq, 0, now_ms));
-    failed |= !ok;
-    it = ok ? runs_.erase(it) : std::next(it);
+    for (const std::string& uid : start)
+      ok = ok && static_cast<bool>(store->StartRun(runs_[uid].row));
+    for (const std::string& uid : end) {
+      const RunRow& rr = runs_[uid];
+      ok = ok && (!rr.stored || static_cast<bool>(store->EndRun(rr.row.job_seq, 0, now_ms)));
+    }
+    if (ok && store->Commit()) {
+      if (end_stale) stale_.clear();
+      for (const std::string& uid : start) runs_[uid].stored = true;
+      for (const std::string& uid : end) runs_.erase(uid);
+    } else {
+      store->Rollback();
+      failed = true;
+    }
   }
   if (failed != ledger_failing_) {
     ledger_failing_ = failed;

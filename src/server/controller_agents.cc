@@ -9,6 +9,7 @@
 #include <csignal>
 #include <fstream>
 #include <map>
+#include <numeric>
 
 namespace gantry::server {
 
@@ -134,26 +135,23 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     vars.emplace_back("SLURM_ARRAY_JOB_ID", ArrayJobNumber(job));
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
     if (known) {
-      int lo = job.array_index, hi = job.array_index;
+      // Its lowest and highest index, and the step of evenly spaced ones (0-15:4 is 4, else
+      // 1): the gcd of their distances where it spaces them evenly from lowest to highest.
+      int lo = job.array_index, hi = job.array_index, gcd = 0, seen = 0;
       for (int64_t seq : *tasks) {
         if (auto t = book_.jobs().find(seq); t != book_.jobs().end()) {
-          lo = std::min(lo, t->second.array_index);
-          hi = std::max(hi, t->second.array_index);
+          const int i = t->second.array_index;
+          lo = std::min(lo, i);
+          hi = std::max(hi, i);
+          gcd = std::gcd(gcd, std::abs(i - job.array_index));
+          ++seen;
         }
       }
+      const int step = seen > 1 && gcd > 0 && int64_t{gcd} * (seen - 1) == hi - lo ? gcd : 1;
       vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(tasks->size()));
       vars.emplace_back("SLURM_ARRAY_TASK_MIN", std::to_string(lo));
       vars.emplace_back("SLURM_ARRAY_TASK_MAX", std::to_string(hi));
-      // The step of an evenly spaced array (0-15:4 is 4), else 1.
-      std::vector<int> index;
-      for (int64_t seq : *tasks) {
-        if (auto t = book_.jobs().find(seq); t != book_.jobs().end())
-          index.push_back(t->second.array_index);
-      }
-      std::sort(index.begin(), index.end());
-      int step = index.size() > 1 ? index[1] - index[0] : 1;
-      for (size_t i = 2; i < index.size(); ++i) step = index[i] - index[i - 1] == step ? step : 1;
-      vars.emplace_back("SLURM_ARRAY_TASK_STEP", std::to_string(std::max(1, step)));
+      vars.emplace_back("SLURM_ARRAY_TASK_STEP", std::to_string(step));
     }
   }
   if (job.spec.cpus_milli > 0 && !job.batch())

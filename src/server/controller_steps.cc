@@ -499,7 +499,10 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   const StepTask& t = s.tasks[static_cast<size_t>(task)];
   const Worker& slot = job.workers[static_cast<size_t>(t.slot)];
   const core::NodeId n = slot.alloc.node;
-  const core::WorkerAlloc alloc = s.bind_gpus ? slot.alloc : NodeAlloc(job, n, t.slot);
+  // The job's GPUs on the node (SLURM_GPUS_ON_NODE, as Slurm says it also where the task
+  // is bound to its own with --gpus-per-task); the task's own to see.
+  const core::WorkerAlloc on_node = NodeAlloc(job, n, t.slot);
+  const core::WorkerAlloc& alloc = s.bind_gpus ? slot.alloc : on_node;
   std::vector<std::string> nodes;
   std::vector<int> per_node;
   for (auto& [name, count] : StepNodes(job, s)) {
@@ -507,9 +510,6 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
     per_node.push_back(count);
   }
   std::map<std::string, std::string> env = s.env;
-  // SLURM_GPUS_ON_NODE: the job's GPUs on the node, also where the task is bound to its own
-  // (--gpus-per-task), as Slurm says it.
-  const core::WorkerAlloc on_node = NodeAlloc(job, n, t.slot);
   const int gpus =
       on_node.sharing == core::Sharing::kExclusive ? std::popcount(on_node.gpu_mask) : 1;
   const std::string tasks = std::to_string(s.tasks.size());

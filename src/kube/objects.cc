@@ -760,6 +760,8 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     } else if (shape.dra) {
       p.name = "dra-" + p.name;
     }
+    // (A shape's name may be one a config pool took before it: kept apart.)
+    while (used.contains(p.name)) p.name += "-" + std::to_string(pools.size());
     used.insert(p.name);
     p.count = static_cast<int>(members.size());
     p.gpus = shape.gpus;

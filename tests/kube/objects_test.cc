@@ -219,6 +219,16 @@ TEST(KubeCluster, ConfigPoolsSelectNodesByTheirLabels) {
   EXPECT_EQ(pool_of("p2").nvlink_domains, 1) << "6 free GPUs: no even split";
   EXPECT_FALSE(pool_of("p1").spot);
   EXPECT_EQ(pool_of("o1").name.rfind("H100-80GBx8-", 0), 0u) << pool_of("o1").name;
+  // A config pool named as a later shape's pool would be: the two stay apart.
+  const spec::ClusterConfig clash =
+      Config("  pools:\n    - {name: H100-80GBx8-1, node_labels: {example.com/box: a}}\n");
+  std::vector<NodeInfo> two = {
+      labelled(Node("a1", 8, "NVIDIA-A100-SXM4-80GB"), {{"example.com/box", "a"}}),
+      ParseNode(Node("h1", 8))};
+  auto both = BuildCluster({&two[0], &two[1]}, {NodeSelection{}}, clash, {});
+  ASSERT_TRUE(both.ok()) << both.error().ToString();
+  EXPECT_NE(both->cluster.pool(both->cluster.node(*both->cluster.FindNode("a1")).pool).spec.name,
+            both->cluster.pool(both->cluster.node(*both->cluster.FindNode("h1")).pool).spec.name);
   // A critical job is never placed on the spot pool's nodes.
   core::JobSpec critical;
   critical.tier = core::Tier::kCritical;

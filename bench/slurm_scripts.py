@@ -26,9 +26,11 @@ Needs root (apt-get for Slurm's packages when missing; a private network namespa
 only loopback, as the peer's run.sh). Prints a table and writes DIR/results.json; exits 1
 when a script could not be run on either side. About 3 minutes.
 """
-import argparse, glob, json, os, re, shutil, signal, stat, subprocess, sys, tempfile, time
+import argparse, glob, json, os, re, shutil, stat, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from slurm_side_by_side import stop_cluster  # noqa: E402 (SIGTERM, the last started first; SIGKILL after 40 s)
 SCRIPTS = os.path.join(ROOT, 'bench', 'slurm_scripts')
 POOLS = [('gpu', 'h100', 4, 'H100-80GB', 'h100,ib'), ('a100', 'a100', 2, 'A100-80GB', 'a100')]
 CTLD_PORT, SLURMD_PORT = 16917, 16918
@@ -170,13 +172,7 @@ class Slurm:
 
     def stop(self):
         self.cancel_all()
-        for p in reversed(self.procs):
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_cluster(self.procs)
 
 
 # ---------------------------------------------------------------- Gantry
@@ -258,13 +254,7 @@ class Gantry:
         return sorted(out)
 
     def stop(self):
-        for p in reversed(self.procs):
-            p.send_signal(signal.SIGTERM)
-        for p in reversed(self.procs):
-            try:
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                p.kill()
+        stop_cluster(self.procs)
 
 
 # ---------------------------------------------------------------- one script on one side

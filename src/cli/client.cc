@@ -399,7 +399,10 @@ int Ls(const Globals& g, const LsArgs& a) {
     const std::string user = job.value("user", "");
     table.Add({job.value("id", ""), job.value("queue", ""), user.empty() ? "-" : user,
                job.contains("tier_now") ? job.value("tier_now", "") + "*" : job.value("tier", ""),
-               state_s, Elapsed(t), std::to_string(job["nodes"].size()), job.value("request", ""),
+               state_s, Elapsed(t), std::to_string(job["nodes"].size()),
+               // an elastic job running: "3 of 2-4 x 8 GPU(s) ..."
+               (job.contains("size") ? std::to_string(job.value("size", 0)) + " of " : "") +
+                   job.value("request", ""),
                reason.empty() && state_s != "running" ? "" : last});
   }
   table.Print(std::cout);
@@ -489,9 +492,9 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  for (const char* k :
-       {"id", "array", "queue", "team", "user", "tier", "tier_now", "tier_reason", "state",
-        "reason", "request", "run", "preemptions", "requeues", "progress_s", "exit_code"}) {
+  for (const char* k : {"id", "array", "queue", "team", "user", "tier", "tier_now", "tier_reason",
+                        "state", "reason", "request", "size", "resizes", "run", "preemptions",
+                        "requeues", "progress_s", "exit_code"}) {
     if (!j.contains(k) || j[k].is_null()) continue;
     const json& v = j[k];
     std::cout << Pad(k, 14) << (v.is_string() ? v.get<std::string>() : v.dump()) << "\n";

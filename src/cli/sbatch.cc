@@ -48,6 +48,9 @@ constexpr OptionDef kOptions[] = {
     {"dependency", 'd', true},
     {"parsable", 0, false},
     {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
+    // Gantry's own: the job checkpoints this often (checkpoint_s), so a preemption loses
+    // at most that, and a job given -N MIN-MAX resizes at its checkpoints (docs/slurm.md).
+    {"gantry-checkpoint", 0, true},
     // Accepted with a note of what Gantry does instead (Notes below).
     {"mail-type", 0, true},
     {"mail-user", 0, true},
@@ -442,19 +445,34 @@ class Parser {
   // Nodes x tasks per node = workers; GPUs, CPUs and memory per worker.
   void BuildShape(json& s) {
     std::optional<long long> nodes, per_node, tasks;
+    long long least_nodes = 0;  // -N MIN-MAX: MIN (0: one count)
     if (auto v = Get("nodes")) {
       std::string t = v->value;
-      // N-M: Gantry gives a job what it asks; a range is accepted only as one number.
+      // MIN-MAX: an elastic job (min_replicas), started at the most nodes that fit, at
+      // least MIN, as Slurm's; with --gantry-checkpoint it also resizes at checkpoints.
       if (const size_t dash = t.find('-'); dash != std::string::npos) {
-        if (t.substr(0, dash) != t.substr(dash + 1)) {
-          Error(v->where, "--nodes",
-                "a range of node counts cannot be expressed: give one number, got \"" + t + "\"");
-          return;
-        }
-        t = t.substr(0, dash);
+        auto least = Count(Given{t.substr(0, dash), v->where}, "--nodes");
+        if (!least) return;
+        least_nodes = *least;
+        t = t.substr(dash + 1);
       }
       nodes = Count(Given{t, v->where}, "--nodes");
       if (!nodes) return;
+      if (least_nodes > *nodes) {
+        Error(v->where, "--nodes",
+              "the least node count is above the most, got \"" + v->value + "\"");
+        return;
+      }
+      if (least_nodes == *nodes) least_nodes = 0;
+      for (const char* fixed : {"ntasks", "gpus"}) {  // totals, which a size would split
+        if (least_nodes > 0 && Get(fixed)) {
+          Error(v->where, "--nodes",
+                std::string("a range of nodes with --") + fixed +
+                    " is not supported: give per-node amounts (--ntasks-per-node, "
+                    "--gpus-per-node or --gres), which follow the nodes");
+          return;
+        }
+      }
     }
     if (auto v = Get("ntasks-per-node")) {
       per_node = Count(*v, "--ntasks-per-node");
@@ -501,6 +519,7 @@ class Parser {
       return;
     }
     s["replicas"] = replicas;
+    if (least_nodes > 0) s["min_replicas"] = least_nodes * per_node.value_or(1);
     // -n without -N or --ntasks-per-node: Slurm takes as few nodes as it can.
     if (tasks && !Get("nodes") && !Get("ntasks-per-node") && replicas > 1) s["fewest_nodes"] = true;
     if (Get("ntasks") || Get("ntasks-per-node")) {  // Slurm: -n, or a count from it
@@ -511,6 +530,15 @@ class Parser {
       s["topology"] = "node";  // all on one node, as -N 1 asks
     // -N above 1: that many distinct nodes, each with its tasks, as Slurm places them.
     if (nodes && *nodes > 1 && per_node) s["workers_per_node"] = *per_node;
+    if (auto v = Get("gantry-checkpoint")) {
+      std::string error;
+      auto t = ParseSlurmTime(v->value, error);
+      if (!t || *t <= 0) {
+        Error(v->where, "--gantry-checkpoint", t ? "expected a time above 0" : error);
+      } else {
+        s["checkpoint_s"] = *t;
+      }
+    }
     // Per-node amounts (--gres, --gpus-per-node, --mem) with -n and neither -N nor
     // --ntasks-per-node: the tasks on one node, whose amounts they are.
     if (!per_node && tasks && !nodes && (Get("gres") || Get("gpus-per-node") || Get("mem"))) {

@@ -374,7 +374,8 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   const bool placed =
       !nodes.empty() && (state == "RUNNING" || state == "COMPLETING" || state == "PREEMPTED");
   const double gpus = Num(job, "gpus");
-  const double replicas = Num(job, "replicas", 1);
+  // An elastic job's tasks are its size now (a pending one's: its most).
+  const double replicas = Num(job, "size", Num(job, "replicas", 1));
   if (field == "jobid") return id;
   if (field == "arrayjobid" || field == "jobarrayid") {
     const std::string a = Str(job, "array");

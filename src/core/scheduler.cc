@@ -298,6 +298,7 @@ void Scheduler::Release(JobId id, Ticks now) {
   Stamp(pos);  // another job there now (or none)
   running_stamp_.pop_back();
   SetExpectedEnd(id, -1);
+  ReleaseDraining(id);
   ledger_.Release(job.alloc);
   AddUsage(job.spec, job.alloc, job.units, -1, now);
   job.alloc.clear();
@@ -640,8 +641,12 @@ bool Scheduler::Adopt(JobId id, const Allocation& alloc, Ticks started, std::str
     if (why) *why = std::move(reason);
     return false;
   };
-  if (alloc.size() != static_cast<size_t>(std::max(1, spec.replicas))) {
+  // An elastic job runs at any of its sizes (in whole groups of workers_per_node).
+  const size_t least = static_cast<size_t>(std::max(1, spec.least_replicas()));
+  if (alloc.size() > static_cast<size_t>(std::max(1, spec.replicas)) || alloc.size() < least ||
+      (spec.workers_per_node > 0 && alloc.size() % static_cast<size_t>(spec.workers_per_node))) {
     return refuse("it has " + std::to_string(alloc.size()) + " worker(s), its spec " +
+                  (spec.elastic() ? std::to_string(spec.min_replicas) + "-" : "") +
                   std::to_string(std::max(1, spec.replicas)));
   }
   GpuUnits units = 0;
@@ -763,10 +768,13 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
 
 int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out) {
   JobSpec s = spec;
+  const int step = std::max(1, spec.workers_per_node);  // sizes in whole groups
+  lo = (lo + step - 1) / step;
+  hi /= step;
   int best = 0;
   while (lo <= hi) {
     const int mid = lo + (hi - lo) / 2;
-    s.replicas = mid;
+    s.replicas = mid * step;
     out.clear();
     if (placer_.Place(s, fit, out)) {
       ledger_.Release(out);  // tried only: the largest is placed at the end
@@ -778,6 +786,7 @@ int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Alloca
   }
   out.clear();
   if (best == 0) return 0;
+  best *= step;
   s.replicas = best;
   Require(placer_.Place(s, fit, out), "Scheduler: an elastic size that fitted no longer does");
   return best;
@@ -820,12 +829,30 @@ void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
   decisions_.push_back(Decision{Decision::Kind::kResize, id, JobId(), {}});
 }
 
+void Scheduler::ReleaseDraining(JobId id) {
+  auto it = draining_.find(id.v);
+  if (it == draining_.end()) return;
+  ledger_.Release(it->second);
+  draining_.erase(it);
+  freed_since_pass_ = true;
+}
+
+void Scheduler::RunBegan(JobId id, Ticks now) {
+  JobRecord& job = Rec(id);
+  assert(job.phase == Phase::kRunning && now >= job.last_start);
+  ReleaseDraining(id);                    // the old run's workers have all ended
+  job.run_total += now - job.last_start;  // the stop between runs: time held, no progress
+  job.last_start = now;
+  SetExpectedEnd(id, ExpectedEnd(id));
+  Stamp(running_pos_[id.v]);
+}
+
 namespace {
 // Whether `job`'s run is at a checkpoint now: a whole number (at least one) of checkpoint
-// intervals since it began; the next one otherwise.
-bool AtCheckpoint(const JobRecord& job, Ticks now) {
+// intervals since it began, or at most `slack` past one; the next one otherwise.
+bool AtCheckpoint(const JobRecord& job, Ticks now, Ticks slack) {
   const Ticks ran = now - job.last_start, ckpt = job.spec.checkpoint;
-  return ckpt > 0 && ran > 0 && ran % ckpt == 0;
+  return ckpt > 0 && ran >= ckpt && ran % ckpt <= slack;
 }
 Ticks NextCheckpoint(const JobRecord& job, Ticks now) {
   const Ticks ckpt = job.spec.checkpoint;
@@ -838,19 +865,25 @@ void Scheduler::ShrinkElastic(Ticks now) {
   for (const JobId id : elastic_) {
     JobRecord& job = Rec(id);
     const auto least = static_cast<size_t>(job.spec.min_replicas);
-    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || job.alloc.size() <= least)
+    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || job.alloc.size() <= least ||
+        draining_.contains(id.v))  // mid-resize: its new run has not begun
       continue;
     if (!waits) waits = WorkWaitsForRoom();
     if (!*waits) return;
-    if (!AtCheckpoint(job, now)) {
+    if (!AtCheckpoint(job, now, params_.checkpoint_slack)) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
       continue;
     }
-    for (size_t i = least; i < job.alloc.size(); ++i) ledger_.Release(job.alloc[i]);
     Allocation keep(job.alloc.begin(), job.alloc.begin() + static_cast<std::ptrdiff_t>(least));
+    Allocation dropped(job.alloc.begin() + static_cast<std::ptrdiff_t>(least), job.alloc.end());
+    if (params_.resize_waits_for_run) {
+      draining_[id.v] = std::move(dropped);  // in use until the driver's new run begins
+    } else {
+      ledger_.Release(dropped);
+      freed_since_pass_ = true;
+    }
     const GpuUnits units = UnitsOf(job.spec, keep);
     Resize(id, std::move(keep), units, now);
-    freed_since_pass_ = true;
   }
 }
 
@@ -859,12 +892,13 @@ void Scheduler::GrowElastic(Ticks now) {
   for (const JobId id : elastic_) {
     JobRecord& job = Rec(id);
     const int size = static_cast<int>(job.alloc.size());
-    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || size >= job.spec.replicas)
+    if (job.phase != Phase::kRunning || job.spec.checkpoint <= 0 || size >= job.spec.replicas ||
+        draining_.contains(id.v))
       continue;
     if (!waits) waits = WorkWaitsForRoom();
     if (*waits) return;
     if (BudgetHolds(job.spec.queue, job.spec.tier)) continue;  // no growth on a spent budget
-    if (!AtCheckpoint(job, now)) {
+    if (!AtCheckpoint(job, now, params_.checkpoint_slack)) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
       continue;
     }
@@ -881,9 +915,28 @@ void Scheduler::GrowElastic(Ticks now) {
         grown.clear();
       }
     }
+    // Waiting for its new run (resize_waits_for_run), the old workers placed elsewhere
+    // hold their GPUs until it begins; a placement that overlaps one of them in part is
+    // not taken (a GPU cannot be held twice).
+    Allocation drain;
+    if (!grown.empty() && params_.resize_waits_for_run) {
+      for (const WorkerAlloc& w : old) {
+        if (std::find(grown.begin(), grown.end(), w) != grown.end()) continue;
+        if (!ledger_.Fits(w, /*need_up=*/false)) {
+          ledger_.Release(grown);
+          grown.clear();
+          break;
+        }
+        drain.push_back(w);
+      }
+    }
     if (grown.empty()) {
       for (const WorkerAlloc& w : old) ledger_.Allocate(w);
       continue;
+    }
+    if (!drain.empty()) {
+      for (const WorkerAlloc& w : drain) ledger_.Allocate(w);
+      draining_[id.v] = std::move(drain);
     }
     Resize(id, std::move(grown), units, now);
   }

@@ -21,6 +21,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include <absl/container/btree_set.h>
@@ -96,6 +97,18 @@ struct PolicyParams {
   // GPUs freed for them), and freed GPUs wait at most this long. 0: every pass after a
   // release is full (the cost of a pass then grows with the backlog at every event).
   Ticks full_pass_interval = 0;
+  // An elastic job resizes only at a checkpoint of its run: a whole number of checkpoint
+  // intervals since it began, or at most this much past one. A driver whose passes do
+  // not land on the millisecond sets it (gantryd: its passes come up to a pass interval
+  // after the wakeup); what the run did past its checkpoint is lost. 0 (the simulator,
+  // whose passes land on the wakeup): exactly at one.
+  Ticks checkpoint_slack = 0;
+  // A driver that stops a resized job's old run before starting the next (gantryd: the
+  // checkpoint signal, then the workers' exit) sets this: the old run's workers that the
+  // new size does not keep go on holding their GPUs until it says the new run began
+  // (RunBegan) or the job ends, so nothing else is placed on GPUs still in use. Unset (the
+  // simulator), a resize is instant.
+  bool resize_waits_for_run = false;
 };
 
 // The price of a GPU-hour on `model` (1 when the config names none).
@@ -240,6 +253,10 @@ class Scheduler {
   void Finish(JobId job, Ticks now, bool completed = false);
   // The job goes back to pending (preemption released after grace, node failure).
   void Requeue(JobId job, Ticks now);
+  // An elastic job's run at its new size (a kResize decision) began only now: a driver
+  // that first stops the old run's workers (gantryd: the checkpoint signal, their exit)
+  // says so, and the run's checkpoints, hence its next resize, count from now.
+  void RunBegan(JobId job, Ticks now);
   // Some workers of a running gang ended while the others run on (under Kubernetes a pod
   // of a gang that succeeded or failed: its GPUs are free, as they are to the kubelet):
   // the workers at `gone` (indices into the job's alloc, ascending) release what they
@@ -489,6 +506,7 @@ class Scheduler {
   // Elastic jobs (JobSpec::min_replicas). PlaceLargest: the largest size in [lo, hi] of
   // `spec` that fits now, placed into `out` (0 and nothing placed when none does); sizes
   // that fit are taken to be closed downward, so it costs log2(hi - lo + 2) + 1 placements.
+  // With workers_per_node, sizes are whole groups (multiples of it).
   int PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out);
   // At a checkpoint of its run (a whole number of checkpoints since it began, so a resize
   // loses nothing), an elastic job shrinks to min_replicas while work waits for room
@@ -501,6 +519,10 @@ class Scheduler {
   // The job runs on from now holding `alloc` (already in the ledger; the old one released
   // by the caller): the run so far ends at a checkpoint, kept as progress at its old size.
   void Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now);
+  // resize_waits_for_run: per job mid-resize, its old run's workers the new size left out,
+  // still in the ledger (few at a time, so beside the records rather than in each).
+  std::unordered_map<uint32_t, Allocation> draining_;
+  void ReleaseDraining(JobId id);
   std::set<JobId> elastic_;  // running elastic jobs
   // When a running job is expected to release its holdings (from the estimate now).
   Ticks ExpectedEnd(JobId id) const;

@@ -25,6 +25,11 @@ using nlohmann::json;
 namespace {
 
 constexpr Ticks kDay = 86'400'000;
+// How long the controller thread sleeps without messages (Loop): the pass timer's, 10 ms
+// to 1 s.
+Ticks LoopTickMs(const ControllerOptions& o) {
+  return std::clamp<Ticks>(o.pass_interval_ms, 10, 1000);
+}
 
 }  // namespace
 
@@ -135,8 +140,7 @@ void Controller::Loop() {
     std::vector<Message> batch(std::make_move_iterator(taken.begin()),
                                std::make_move_iterator(taken.end()));
     RunBatch(batch);
-    const int64_t tick = std::clamp<int64_t>(options_.pass_interval_ms, 10, 1000);
-    wake = std::chrono::steady_clock::now() + std::chrono::milliseconds(tick);
+    wake = std::chrono::steady_clock::now() + std::chrono::milliseconds(LoopTickMs(options_));
   }
 }
 
@@ -360,6 +364,10 @@ Status Controller::Restore() {
   if (!policy) return Error{"policy", "unknown policy " + options_.policy};
   core::PolicyParams params = config_.policy.params;
   params.epoch_unix_ms = epoch_ms_;  // budgets' calendar periods
+  // A pass comes at most a loop tick (Loop) and a batch after its wakeup: an elastic job
+  // due to resize at a checkpoint then does so with what it ran past it lost.
+  params.checkpoint_slack = LoopTickMs(options_) + 1000;
+  params.resize_waits_for_run = true;  // a resize stops the old run first (Resized)
   sched_ = std::make_unique<core::Scheduler>(cluster_, config_.queues, std::move(policy), params);
   if (Status s = SeedFromRuns(now); !s) return s;
 
@@ -470,6 +478,7 @@ Status Controller::Restore() {
       Persist(j);
       continue;
     }
+    j.size = static_cast<int>(j.workers.size());
     book_.AddRunning(j);
   }
   // Clears the scheduler's per-pass state; only rejections can come out of it.

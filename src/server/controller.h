@@ -279,7 +279,13 @@ class Controller : public ApiBackend {
   void PersistNode(core::NodeId n);
   void Pass(Ticks now);
   void Housekeeping(Ticks now);
-  void StartRun(Job& job, Ticks now);
+  // `resized`: the next run of an elastic job after a resize (logged as the resize was).
+  void StartRun(Job& job, Ticks now, bool resized = false);
+  // The scheduler resized an elastic job (a kResize decision): its run ends at this
+  // checkpoint (the checkpoint signal, its grace) and the next starts at the new size.
+  // (The GPUs of its old workers that the new size leaves out stay held in the scheduler
+  // until the new run begins: PolicyParams::resize_waits_for_run.)
+  void Resized(Job& job, Ticks now);
   void BeginStop(Job& job, StopKind kind, std::string reason, Ticks grace, Ticks now);
   void EndStop(Job& job, Ticks now);
   void FinishRun(Job& job, Ticks now);

@@ -167,6 +167,9 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   for (const auto& [k, v] : vars) {
     if (!env.contains(k)) env[k] = v;
   }
+  // An elastic batch job (-N MIN-MAX): sbatch's task count is its most; this run's is its size.
+  if (job.batch() && job.spec.elastic() && env.contains("SLURM_NTASKS"))
+    env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = std::to_string(job.workers.size());
 }
 
 proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
@@ -250,6 +253,10 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   env["GANTRY_RANK"] = std::to_string(w.rank);
   env["GANTRY_LOCAL_RANK"] = std::to_string(local);
   env["GANTRY_WORLD_SIZE"] = std::to_string(job.workers.size());
+  if (job.spec.elastic()) {  // what an elastic launcher is given (torchrun --nnodes MIN:MAX)
+    env["GANTRY_MIN_WORLD_SIZE"] = std::to_string(job.spec.min_replicas);
+    env["GANTRY_MAX_WORLD_SIZE"] = std::to_string(job.spec.replicas);
+  }
   env["GANTRY_MASTER_ADDR"] = master;
   env["GANTRY_MASTER_PORT"] = std::to_string(port);
   env["GANTRY_PROGRESS_S"] = spec::FormatSeconds(job.progress);

@@ -558,7 +558,9 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
             {"tier", std::string(core::Name(job.spec.tier))},
             {"state", state},
             {"reason", reason},
-            {"request", core::Placer::Describe(job.spec, cluster_.catalog())},
+            // An elastic job's: its least and most workers ("2-4 x 8 GPU(s) ...").
+            {"request", (job.spec.elastic() ? std::to_string(job.spec.min_replicas) + "-" : "") +
+                            core::Placer::Describe(job.spec, cluster_.catalog())},
             {"replicas", job.spec.replicas},
             {"submit", UnixSeconds(job.submit)},
             {"run", job.run},
@@ -570,6 +572,11 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   j["end"] = job.end_time >= 0 ? json(UnixSeconds(job.end_time)) : json(nullptr);
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
     j["run_start"] = UnixSeconds(job.run_start);
+  }
+  if (job.spec.elastic()) {  // its size now (the scheduler's, ahead of a restart to it)
+    j["min_replicas"] = job.spec.min_replicas;
+    j["resizes"] = job.resizes;
+    if (job.state == JobState::kRunning || job.state == JobState::kStopping) j["size"] = job.size;
   }
   // Why it waits, for programs: the reason's cause and, where known, the queue whose
   // limit holds it, the job the room is held for and when that may change.

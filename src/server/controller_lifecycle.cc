@@ -36,6 +36,11 @@ void Controller::Pass(Ticks now) {
         if (job.state == JobState::kRunning) {
           job.preempted_by = book_.ByCore(d.by).name;
           BeginStop(job, StopKind::kPreempt, d.reason, job.spec.grace, now);
+        } else if (job.state == JobState::kStopping && job.stop == StopKind::kResize) {
+          job.stop = StopKind::kPreempt;  // requeued when its run ends, not restarted
+          job.preempted_by = book_.ByCore(d.by).name;
+          job.stop_reason = d.reason;
+          Persist(job);
         }
         break;
       case core::Decision::Kind::kReject:
@@ -45,17 +50,20 @@ void Controller::Pass(Ticks now) {
       case core::Decision::Kind::kWait:
         log_.Wait(now, job.name, d.reason, d.at);
         break;
-      case core::Decision::Kind::kResize:  // elastic jobs are refused at submit here
-        Fatal("the core resized job " + job.name + ", but gantryd runs no elastic jobs");
+      case core::Decision::Kind::kResize:
+        Resized(job, now);
+        break;
     }
   }
   dirty_ = false;
   next_pass_ = now + options_.pass_interval_ms;
 }
 
-void Controller::StartRun(Job& job, Ticks now) {
+void Controller::StartRun(Job& job, Ticks now, bool resized) {
   const core::JobRecord& rec = sched_->job(job.core);
   job.state = JobState::kRunning;
+  job.size = static_cast<int>(rec.alloc.size());
+  if (resized) sched_->RunBegan(job.core, now);  // its checkpoints count from now
   ++job.run;
   job.run_start = now;
   job.run_tier =
@@ -92,11 +100,15 @@ void Controller::StartRun(Job& job, Ticks now) {
   if (job.batch()) NewRunToken(job);
   book_.AddRunning(job);
   Touch(job);
-  log_.Start(now, job.name, rec.alloc);
+  if (!resized) log_.Start(now, job.name, rec.alloc);
   {
     std::string nodes;
     for (const std::string& n : JobNodes(job)) nodes += (nodes.empty() ? "" : ",") + n;
-    job.Note(now, "run " + std::to_string(job.run) + " started on " + nodes);
+    job.Note(now, "run " + std::to_string(job.run) + " started on " + nodes +
+                      (job.spec.elastic() ? " (" + std::to_string(job.size) + " of " +
+                                                std::to_string(job.spec.min_replicas) + "-" +
+                                                std::to_string(job.spec.replicas) + " workers)"
+                                          : ""));
     log::Info("job started", {{"job", job.name},
                               {"run", std::to_string(job.run)},
                               {"queue", job.queue},
@@ -125,6 +137,27 @@ void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks gr
   }
 }
 
+void Controller::Resized(Job& job, Ticks now) {
+  const core::JobRecord& rec = sched_->job(job.core);
+  const int from = job.size, to = static_cast<int>(rec.alloc.size());
+  job.size = to;
+  ++job.resizes;
+  log_.Resize(now, job.name, static_cast<size_t>(from), rec.alloc);
+  metrics_.Resized(to > from);
+  log::Info("job resized",
+            {{"job", job.name}, {"from", std::to_string(from)}, {"size", std::to_string(to)}});
+  if (job.state == JobState::kRunning) {
+    const std::string why = std::string(to > from ? "grown" : "shrunk") + " from " +
+                            std::to_string(from) + " to " + std::to_string(to) +
+                            " workers at a checkpoint";
+    job.Note(now, why);
+    BeginStop(job, StopKind::kResize, why + ": the run restarts from it at the new size",
+              job.spec.grace, now);
+  } else {
+    Persist(job);
+  }
+}
+
 void Controller::EndRunRows(Job& job, Ticks now) {
   job.run_token_hash.clear();  // the run's credential ends with it
   run_tokens_.erase(job.seq);
@@ -145,6 +178,14 @@ void Controller::EndStop(Job& job, Ticks now) {
   RemoveRunning(job);
   dirty_ = true;
   switch (job.stop) {
+    case StopKind::kResize:
+      // Progress counts in time at its full size: a run of k of n workers did k/n.
+      job.progress +=
+          kept * static_cast<Ticks>(job.workers.size()) / std::max<Ticks>(1, job.spec.replicas);
+      job.Note(now, "run " + std::to_string(job.run) + " ended at its checkpoint: resized to " +
+                        std::to_string(job.size) + " workers");
+      StartRun(job, now, /*resized=*/true);
+      return;
     case StopKind::kPreempt:
     case StopKind::kLost:
       job.progress += kept;
@@ -363,6 +404,10 @@ void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::
         t.exited = t.lost = true;
         t.note = "node " + name + " " + std::string(lost);
       }
+    }
+    if (job.stop == StopKind::kResize) {  // its next size needs the node: requeued instead
+      job.stop = StopKind::kLost;
+      job.stop_reason = "node " + name + " " + std::string(lost);
     }
     if (job.state == JobState::kRunning) {
       BeginStop(job, StopKind::kLost, "node " + name + " " + std::string(lost), job.spec.grace,

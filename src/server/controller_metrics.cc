@@ -319,6 +319,26 @@ void ControllerMetrics::RenderJobsAndNodes(std::string& out, const View& v,
   out += "gantry_jobs_purged_total " + std::to_string(purged_) + "\n";
   MetricHeader(out, "gantry_requeues_total", "counter", "Runs ended by a node or worker loss");
   out += "gantry_requeues_total " + std::to_string(requeued_) + "\n";
+  MetricHeader(out, "gantry_resizes_total", "counter",
+               "Elastic jobs' resizes (min_replicas): grown into idle GPUs, or shrunk back");
+  out += "gantry_resizes_total{direction=\"grow\"} " + std::to_string(grown_) + "\n";
+  out += "gantry_resizes_total{direction=\"shrink\"} " + std::to_string(shrunk_) + "\n";
+  {
+    int now = 0, least = 0, most = 0;  // over the running elastic jobs
+    for (int64_t seq : v.running) {
+      const Job& job = v.jobs.at(seq);
+      if (!job.spec.elastic()) continue;
+      now += job.size;
+      least += job.spec.min_replicas;
+      most += job.spec.replicas;
+    }
+    MetricHeader(out, "gantry_elastic_workers", "gauge",
+                 "Running elastic jobs' workers: their sizes now (size=\"current\"), and "
+                 "their least and most (min_replicas, replicas)");
+    out += "gantry_elastic_workers{size=\"current\"} " + std::to_string(now) + "\n";
+    out += "gantry_elastic_workers{size=\"min\"} " + std::to_string(least) + "\n";
+    out += "gantry_elastic_workers{size=\"max\"} " + std::to_string(most) + "\n";
+  }
   MetricHeader(out, "gantry_nodes", "gauge", "Nodes by state");
   int up = 0, down = 0, drained = 0;
   for (const NodeInfo& n : v.nodes) {

@@ -50,6 +50,7 @@ class ControllerMetrics {
   }
   void Preempted(core::QueueId q) { ++preemptions_[q.v]; }
   void Requeued() { ++requeued_; }
+  void Resized(bool grew) { ++(grew ? grown_ : shrunk_); }
   void Reclaimed(const std::string& queue) { ++reclaims_[queue]; }
   void Ended(JobEnd end) { ++ended_[end]; }
   void Submitted() { ++submitted_; }
@@ -97,6 +98,7 @@ class ControllerMetrics {
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   std::vector<Histogram> queue_wait_;  // by queue x tier
   std::vector<uint64_t> preemptions_;  // by queue
+  uint64_t grown_ = 0, shrunk_ = 0;    // elastic jobs' resizes
   uint64_t submitted_ = 0, requeued_ = 0, purged_ = 0, duplicate_agents_ = 0, outages_ = 0;
   std::map<JobEnd, uint64_t> ended_;          // by end
   std::map<std::string, uint64_t> reclaims_;  // by queue

@@ -62,6 +62,8 @@ std::string_view Name(StopKind k) {
       return "lost";
     case StopKind::kReclaim:
       return "reclaim";
+    case StopKind::kResize:
+      return "resize";
   }
   return "?";
 }
@@ -78,8 +80,9 @@ constexpr JobState kStates[] = {JobState::kPending, JobState::kRunning, JobState
                                 JobState::kDone};
 constexpr core::Tier kTiers[] = {core::Tier::kCritical, core::Tier::kStandard,
                                  core::Tier::kBestEffort};
-constexpr StopKind kStops[] = {StopKind::kNone, StopKind::kPreempt, StopKind::kCancel,
-                               StopKind::kFail, StopKind::kLost,    StopKind::kReclaim};
+constexpr StopKind kStops[] = {StopKind::kNone,  StopKind::kPreempt, StopKind::kCancel,
+                               StopKind::kFail,  StopKind::kLost,    StopKind::kReclaim,
+                               StopKind::kResize};
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -275,6 +278,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"progress", job.progress},
               {"preemptions", job.preemptions},
               {"requeues", job.requeues},
+              {"resizes", job.resizes},
               {"end", Word(job.end)},
               {"end_reason", job.end_reason},
               {"exit_code", job.exit_code},
@@ -360,6 +364,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.progress = d.value("progress", Ticks{0});
     job.preemptions = d.value("preemptions", 0);
     job.requeues = d.value("requeues", 0);
+    job.resizes = d.value("resizes", 0);
     job.end = JobEndNamed(d.value("end", std::string())).value_or(JobEnd::kNone);
     job.end_reason = d.value("end_reason", std::string());
     job.exit_code = d.value("exit_code", 0);

@@ -36,7 +36,9 @@ inline constexpr JobEnd kJobEnds[] = {JobEnd::kFinished, JobEnd::kFailed, JobEnd
 std::string_view Word(JobEnd e);                           // "finished", ...; "" for kNone
 std::optional<JobEnd> JobEndNamed(std::string_view word);  // the ended ones' words only
 // Why a run is being stopped.
-enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost, kReclaim };
+// kResize: an elastic job's run ends at a checkpoint so that the next starts at the size
+// the scheduler gave it.
+enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost, kReclaim, kResize };
 
 std::string_view Name(JobState s);
 std::string_view Name(StopKind k);
@@ -150,6 +152,10 @@ struct Job {
   // it best-effort): a restarted gantryd adopts the run at this tier.
   std::optional<core::Tier> run_tier;
   std::vector<Worker> workers;  // the current run's, by rank
+  // An elastic job (spec.min_replicas): the workers the scheduler gives it now, which a
+  // resize changes before the run at that size starts (memory only: a restarted gantryd
+  // adopts the run as its workers are).
+  int size = 0;
   // A batch job (`gantry sbatch`) runs as Slurm's: its workers are an allocation (task
   // slots); only rank 0 runs the script, and `srun` runs steps on the rest. The current
   // run's steps, and the SHA-256 of its credential (GANTRY_TOKEN in the script's
@@ -167,6 +173,7 @@ struct Job {
   Ticks progress = 0;  // checkpointed run time kept across runs
   int preemptions = 0;
   int requeues = 0;
+  int resizes = 0;             // an elastic job's, grown or shrunk
   JobEnd end = JobEnd::kNone;  // done: how
   std::string end_reason;
   int exit_code = 0;

@@ -183,12 +183,10 @@ class JobDecoder {
         f.Report("min_replicas", "must be at most replicas (" + std::to_string(job.replicas) + ")");
       } else if (job.sharing != core::Sharing::kExclusive) {
         f.Report("min_replicas", "MIG and shared-GPU jobs are not elastic");
-      } else if (job.workers_per_node > 0) {
-        f.Report("min_replicas", "an elastic job cannot also fix workers_per_node");
-      } else if (mode == Mode::kSpec && *m < job.replicas) {
-        f.Report("min_replicas",
-                 "elastic jobs run in gantry sim only so far: gantryd starts a gang at its "
-                 "replicas (leave min_replicas out)");
+      } else if (job.workers_per_node > 0 && *m % job.workers_per_node != 0) {
+        f.Report("min_replicas", std::to_string(*m) + " is not a whole number of nodes' " +
+                                     "workers (workers_per_node " +
+                                     std::to_string(job.workers_per_node) + ")");
       } else if (*m < job.replicas) {
         job.min_replicas = static_cast<int>(*m);
       }

@@ -348,9 +348,36 @@ TEST(Sbatch, NodesAboveOneAreDistinctNodesWithTheirTasks) {
   EXPECT_EQ(spread.spec["workers_per_node"], 1);
 }
 
+// -N MIN-MAX: an elastic job (issue 46 section 2). As Slurm's, it starts at the most
+// nodes that fit (at least MIN) and keeps that size; with our --gantry-checkpoint it also
+// grows and shrinks at its checkpoints.
+TEST(Sbatch, ANodeRangeIsAnElasticJob) {
+  SbatchJob j =
+      Parse("#!/bin/sh\n#SBATCH -N 2-4\n#SBATCH --ntasks-per-node=8\n#SBATCH --gres=gpu:8\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["replicas"], 32);
+  EXPECT_EQ(j.spec["min_replicas"], 16);
+  EXPECT_EQ(j.spec["workers_per_node"], 8);
+  EXPECT_EQ(j.spec["gpus"], 1);
+  EXPECT_FALSE(j.spec.contains("checkpoint_s")) << "Slurm's -N MIN-MAX never resizes";
+  SbatchJob nodes = Parse("#!/bin/sh\n#SBATCH --nodes=1-3\n#SBATCH --gantry-checkpoint=10:00\n");
+  ASSERT_TRUE(nodes.errors.empty()) << Errors(nodes);
+  EXPECT_EQ(nodes.spec["replicas"], 3);
+  EXPECT_EQ(nodes.spec["min_replicas"], 1);
+  EXPECT_EQ(nodes.spec["workers_per_node"], 1);
+  EXPECT_EQ(nodes.spec["checkpoint_s"], 600);
+  SbatchJob same = Parse("#!/bin/sh\n#SBATCH -N 2-2\n");
+  EXPECT_FALSE(same.spec.contains("min_replicas"));
+  EXPECT_EQ(same.spec["replicas"], 2);
+}
+
 TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
   auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
-  EXPECT_NE(error("-N 2-4").find("--nodes: a range of node counts cannot be expressed"),
+  EXPECT_NE(error("-N 2-4 -n 8").find("--nodes: a range of nodes with --ntasks is not supported"),
+            std::string::npos);
+  EXPECT_NE(error("-N 2-4 -G 8").find("--nodes: a range of nodes with --gpus is not supported"),
+            std::string::npos);
+  EXPECT_NE(error("-N 4-2").find("--nodes: the least node count is above the most"),
             std::string::npos);
   EXPECT_NE(error("-G 3 -N 2").find("--gpus: 3 GPUs cannot be split evenly over 2 tasks"),
             std::string::npos);

@@ -398,6 +398,140 @@ TEST_F(ControllerTest, PreemptionSignalsTheVictimAndRequeuesItAfterItExits) {
       << events_.str();
 }
 
+// Issue 46 section 2: an elastic job (min_replicas) in gantryd starts at what fits, grows
+// into GPUs nobody waits for at a checkpoint and shrinks back when work waits, each time
+// by stopping its run (the checkpoint signal, its grace) and starting the next at the new
+// size; the GPUs it gives up take no other job until its workers there have exited.
+TEST_F(ControllerTest, AnElasticJobGrowsAndShrinksAtItsCheckpoints) {
+  Beat("h100-0");
+  Beat("h100-1");
+  const auto submit = [&](const char* token, const std::string& body) {
+    Reply r = Submit(token, body);
+    EXPECT_EQ(r.code, Code::kCreated) << r.body.dump();
+    return r.body.value("id", "");
+  };
+  const auto exited = [&](const std::string& id, int run, int rank, const std::string& node) {
+    Beat(node, json::array({{{"job", id}, {"run", run}, {"rank", rank}, {"exit_code", 0}}}));
+    ctl_->Poke();
+  };
+  const auto wait = [&](int64_t ms) {  // the agents heartbeat meanwhile (node timeout 3 s)
+    for (int64_t t = 0; t < ms; t += 1000) {
+      Advance(std::min<int64_t>(1000, ms - t));
+      Beat("h100-0");
+      Beat("h100-1");
+    }
+    ctl_->Poke();
+  };
+  const auto run_workers = [&](const std::string& id, const std::string& node) {
+    std::vector<json> out;
+    const json beat = Beat(node);
+    for (const json& w : beat["workers"])
+      if (w["job"] == id && w["action"] == "run") out.push_back(w);
+    return out;
+  };
+  const std::string blocker =
+      submit(kTeamB, R"({"queue":"serving","gpus":8,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  ASSERT_EQ(Show(blocker)["state"], "running");
+  const std::string blocked_node = Show(blocker)["nodes"][0];
+  const std::string free_node = blocked_node == "h100-0" ? "h100-1" : "h100-0";
+  const std::string el = submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"replicas":2,
+      "min_replicas":1,"checkpoint_s":60,"grace_s":5,"command":"x"})");
+  ctl_->Poke();
+  json j = Show(el);
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["size"], 1);  // what fits now, at least its least
+  EXPECT_EQ(j["min_replicas"], 1);
+  EXPECT_EQ(j["replicas"], 2);
+  EXPECT_EQ(j["request"].get<std::string>().rfind("1-2 x 8 GPU(s)", 0), 0u) << j["request"];
+  std::vector<json> ws = run_workers(el, free_node);
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_EQ(ws[0]["env"]["GANTRY_WORLD_SIZE"], "1");
+  EXPECT_EQ(ws[0]["env"]["GANTRY_MIN_WORLD_SIZE"], "1");
+  EXPECT_EQ(ws[0]["env"]["GANTRY_MAX_WORLD_SIZE"], "2");
+
+  // The blocker ends: at the elastic job's next checkpoint it grows into the idle node.
+  wait(10'000);
+  exited(blocker, 1, 0, blocked_node);
+  EXPECT_EQ(Show(el)["size"], 1) << "no resize between checkpoints";
+  wait(50'000);  // 60 s since its run began
+  j = Show(el);
+  ASSERT_EQ(j["state"], "stopping") << j.dump();
+  EXPECT_EQ(j["size"], 2);
+  EXPECT_NE(
+      j["reason"].get<std::string>().find("resize: grown from 1 to 2 workers at a checkpoint"),
+      std::string::npos)
+      << j["reason"];
+  json beat = Beat(free_node);
+  ASSERT_EQ(beat["workers"].size(), 1u);
+  EXPECT_EQ(beat["workers"][0]["action"], "stop");
+  EXPECT_EQ(beat["workers"][0]["grace_ms"], 5000);
+  wait(2'000);  // it checkpoints and exits
+  exited(el, 1, 0, free_node);
+  j = Show(el);
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["run"], 2);
+  EXPECT_EQ(j["nodes"].size(), 2u);
+  EXPECT_EQ(j["resizes"], 1);
+  for (const std::string node : {"h100-0", "h100-1"}) {
+    ws = run_workers(el, node);
+    ASSERT_EQ(ws.size(), 1u) << node;
+    EXPECT_EQ(ws[0]["run"], 2);
+    EXPECT_EQ(ws[0]["env"]["GANTRY_WORLD_SIZE"], "2");
+    EXPECT_EQ(ws[0]["env"]["WORLD_SIZE"], "2");
+  }
+
+  // Work waits for room (inside serving's guarantee, but not critical: it does not take a
+  // grown job whole): the job shrinks back at its next checkpoint, counted from run 2's start.
+  const std::string waiter =
+      submit(kTeamB, R"({"queue":"serving","gpus":8,"vram_gb":40,"command":"x"})");
+  ctl_->Poke();
+  ASSERT_EQ(Show(waiter)["state"], "pending");
+  wait(59'000);
+  EXPECT_EQ(Show(el)["state"], "running") << "run 2 began 59 s ago: not yet at its checkpoint";
+  wait(1'000);
+  j = Show(el);
+  ASSERT_EQ(j["state"], "stopping") << j.dump();
+  EXPECT_EQ(j["size"], 1);
+  std::string kept_node, dropped_node;
+  const json shown = ctl_->ShowJob(kAdmin, el).body;
+  for (const json& w : shown["workers"]) {
+    (w["rank"] == 0 ? kept_node : dropped_node) = w["alloc"]["node"].get<std::string>();
+  }
+  ASSERT_NE(kept_node, dropped_node);
+  // Rank 1's node is held until rank 1 has exited: the waiting job does not start there.
+  exited(el, 2, 0, kept_node);
+  EXPECT_EQ(Show(waiter)["state"], "pending");
+  wait(1'000);
+  exited(el, 2, 1, dropped_node);
+  j = Show(el);
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["run"], 3);
+  EXPECT_EQ(j["size"], 1);
+  EXPECT_EQ(j["nodes"], json::array({kept_node}));
+  ASSERT_EQ(Show(waiter)["state"], "running");
+  EXPECT_EQ(Show(waiter)["nodes"], json::array({dropped_node}));
+
+  // The event log: one start, then the two resizes (a resize is not a start).
+  const std::string ev = events_.str();
+  size_t starts = 0;
+  for (size_t at = 0;
+       (at = ev.find("\"type\":\"start\",\"job\":\"" + el + "\"", at)) != std::string::npos; ++at)
+    ++starts;
+  EXPECT_EQ(starts, 1u) << ev;
+  EXPECT_NE(ev.find("\"type\":\"resize\",\"job\":\"" + el + "\",\"from\":1,\"size\":2"),
+            std::string::npos)
+      << ev;
+  EXPECT_NE(ev.find("\"type\":\"resize\",\"job\":\"" + el + "\",\"from\":2,\"size\":1"),
+            std::string::npos)
+      << ev;
+  const std::string m = ctl_->Metrics();
+  EXPECT_NE(m.find("gantry_resizes_total{direction=\"grow\"} 1\n"), std::string::npos);
+  EXPECT_NE(m.find("gantry_resizes_total{direction=\"shrink\"} 1\n"), std::string::npos);
+  EXPECT_NE(m.find("gantry_elastic_workers{size=\"current\"} 1\n"), std::string::npos);
+  EXPECT_NE(m.find("gantry_elastic_workers{size=\"max\"} 2\n"), std::string::npos);
+}
+
 // Issue 47 B7: a job resumed after a preemption is shielded from another one for
 // min_run_before_repreempt_s (600 s); a gantryd restart re-adopted it with no preemption
 // on record, so the next claimant took it at once.

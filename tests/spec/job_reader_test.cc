@@ -154,7 +154,7 @@ TEST_F(JobReaderTest, SpecExampleLines) {
   EXPECT_EQ(j3.spec.models, (core::ModelMask{1} << cat.size()) - 1);  // absent = any model
 }
 
-TEST_F(JobReaderTest, ElasticGangsInTracesNotYetInJobSpecs) {
+TEST_F(JobReaderTest, ElasticGangsInTracesAndJobSpecs) {
   core::TraceJob e = Line(T(R"("replicas":4,"min_replicas":2,"gpus":8,"vram_gb":10)"));
   EXPECT_EQ(e.spec.min_replicas, 2);
   EXPECT_TRUE(e.spec.elastic());
@@ -166,13 +166,22 @@ TEST_F(JobReaderTest, ElasticGangsInTracesNotYetInJobSpecs) {
   EXPECT_NE(
       OneBad(T(R"("replicas":2,"min_replicas":1,"mig":"1g.10gb","vram_gb":5)")).find("not elastic"),
       std::string::npos);
+  // Whole groups of workers_per_node (Slurm's -N 2-4 with --ntasks-per-node 8).
+  EXPECT_EQ(Line(T(R"("replicas":32,"min_replicas":16,"workers_per_node":8,"gpus":1,"vram_gb":10)"))
+                .spec.min_replicas,
+            16);
+  EXPECT_NE(
+      OneBad(T(R"("replicas":32,"min_replicas":12,"workers_per_node":8,"gpus":1,"vram_gb":10)"))
+          .find("min_replicas: 12 is not a whole number of nodes' workers (workers_per_node 8)"),
+      std::string::npos);
+  // gantryd runs them too.
   Diagnostics d;
-  auto spec = ParseJobJson(R"({"replicas":4,"min_replicas":2,"gpus":8,"command":["true"]})",
-                           "job.json", config(), d);
-  EXPECT_FALSE(spec.has_value());
-  EXPECT_NE(d.ToString().find("min_replicas: elastic jobs run in gantry sim only so far"),
-            std::string::npos)
-      << d.ToString();
+  auto spec =
+      ParseJobJson(R"({"replicas":4,"min_replicas":2,"gpus":8,"vram_gb":10,"command":["true"]})",
+                   "job.json", config(), d);
+  ASSERT_TRUE(spec.has_value()) << d.ToString();
+  EXPECT_EQ(spec->min_replicas, 2);
+  EXPECT_TRUE(spec->elastic());
 }
 
 TEST_F(JobReaderTest, Defaults) {

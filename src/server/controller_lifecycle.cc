@@ -1,5 +1,7 @@
 #include "server/controller.h"
 
+#include <numeric>
+
 #include "base/log.h"
 #include "server/controller_internal.h"
 
@@ -74,10 +76,18 @@ void Controller::StartRun(Job& job, Ticks now, bool resized) {
                         static_cast<double>(now - job.submit) / 1000.0);
   }
   job.workers.clear();
+  // A batch job's task slots in node order, as Slurm ranks them: its script runs on the
+  // first node of its node list (an elastic job grown around the node it had, say).
+  std::vector<size_t> order(rec.alloc.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (job.batch()) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return rec.alloc[a].node.v < rec.alloc[b].node.v; });
+  }
   for (size_t i = 0; i < rec.alloc.size(); ++i) {
     Worker w;
     w.rank = static_cast<int>(i);
-    w.alloc = rec.alloc[i];
+    w.alloc = rec.alloc[order[i]];
     job.workers.push_back(w);
     const core::Node& node = cluster_.node(w.alloc.node);
     StoredRun run;

@@ -821,5 +821,56 @@ while true; do sleep 0.1; done
   EXPECT_EQ(status, 409);
 }
 
+// Issue 46 section 2: -N MIN-MAX with our --gantry-checkpoint is an elastic job. It starts
+// on the one h100 node free, and at its first checkpoint after the other frees it grows:
+// the script gets the stop signal, exits, and runs again on both nodes, with SLURM_NNODES,
+// the node list, SLURM_NTASKS and its steps at the new size.
+TEST(Slurm, ANodeRangeWithACheckpointGrowsAndTheScriptRunsAgainAtTheNewSize) {
+  Harness h("slurm-elastic");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("hold.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH -p h100\n#SBATCH --gres=gpu:8\n"
+          "sleep 2\n");
+  h.Write("elastic.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -p h100
+#SBATCH -N 1-2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gpus-per-node=8
+#SBATCH --gantry-checkpoint=0:03
+#SBATCH -t 2
+run=${SLURM_RESTART_COUNT:-0}
+echo "run $run nodes $SLURM_NNODES tasks $SLURM_NTASKS list $SLURM_JOB_NODELIST" >> runs.txt
+srun bash -c 'echo "task $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME"' | sort > "tasks-$run.txt"
+if [ "$SLURM_NNODES" = 2 ]; then exit 0; fi
+trap 'echo "checkpointed run $run" >> runs.txt; exit 0' TERM
+while true; do sleep 0.1; done
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("hold.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string hold = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(hold)["state"] == "running"; }, 15));
+  r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("elastic.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "running"; }, 15));
+  json job = h.Job(id);
+  EXPECT_EQ(job["size"], 1) << job.dump();
+  EXPECT_EQ(job["request"].get<std::string>().rfind("1-2 x ", 0), 0u) << job.dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {hold, id}); }, 40)) << h.Job(id).dump();
+  job = h.Job(id);
+  EXPECT_EQ(job["state"], "finished") << job.dump();
+  EXPECT_EQ(job["resizes"], 1);
+  EXPECT_EQ(job["run"], 2);
+  const std::string first = Trim(h.Read("work/tasks-0.txt"));  // "task 0 of 1 on h100-N"
+  ASSERT_EQ(first.rfind("task 0 of 1 on h100-", 0), 0u) << first;
+  EXPECT_EQ(h.Read("work/runs.txt"), "run 0 nodes 1 tasks 1 list " + first.substr(15) +
+                                         "\ncheckpointed run 0\nrun 1 nodes 2 tasks 2 list "
+                                         "h100-[0-1]\n");
+  EXPECT_EQ(h.Read("work/tasks-1.txt"), "task 0 of 2 on h100-0\ntask 1 of 2 on h100-1\n");
+}
+
 }  // namespace
 }  // namespace gantry::it

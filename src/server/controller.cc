@@ -456,6 +456,12 @@ Status Controller::Restore() {
   std::vector<int64_t> readopt_failed;
   for (int64_t seq : adopt) {
     Job& j = book_.jobs().at(seq);
+    if (j.state == JobState::kStopping && j.stop == StopKind::kResize) {
+      // The size it was resizing to was the scheduler's, in memory: its old run, adopted as
+      // it is, ends as a requeue, and the job starts again at what fits then.
+      j.stop = StopKind::kLost;
+      j.stop_reason = "gantryd restarted while it resized: requeued from its checkpoint";
+    }
     core::JobSpec spec = j.spec;
     spec.window.reset();  // a window governs starting only; this job has started
     if (j.run_tier) spec.tier = *j.run_tier;  // it runs demoted (a spent budget)

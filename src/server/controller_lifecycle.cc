@@ -183,15 +183,16 @@ void Controller::EndRunRows(Job& job, Ticks now) {
 void Controller::EndStop(Job& job, Ticks now) {
   EndRunRows(job, now);
   const Ticks ran = std::max<Ticks>(0, now - job.run_start);
-  const Ticks kept = job.spec.checkpoint > 0 ? ran / job.spec.checkpoint * job.spec.checkpoint : 0;
+  Ticks kept = job.spec.checkpoint > 0 ? ran / job.spec.checkpoint * job.spec.checkpoint : 0;
+  // Progress counts in time at the job's full size: an elastic run of k of n workers did k/n.
+  if (job.spec.elastic())
+    kept = kept * static_cast<Ticks>(job.workers.size()) / std::max(1, job.spec.replicas);
   Touch(job);
   RemoveRunning(job);
   dirty_ = true;
   switch (job.stop) {
     case StopKind::kResize:
-      // Progress counts in time at its full size: a run of k of n workers did k/n.
-      job.progress +=
-          kept * static_cast<Ticks>(job.workers.size()) / std::max<Ticks>(1, job.spec.replicas);
+      job.progress += kept;
       job.Note(now, "run " + std::to_string(job.run) + " ended at its checkpoint: resized to " +
                         std::to_string(job.size) + " workers");
       StartRun(job, now, /*resized=*/true);

@@ -231,6 +231,49 @@ TEST_F(SchedulerTest, AnElasticGangStartsAtWhatFitsGrowsAndShrinksAtItsCheckpoin
   EXPECT_EQ(sched_.job(n).phase, Phase::kDone);
 }
 
+// A driver that stops the old run before starting the next (gantryd): the workers a shrink
+// leaves out keep their GPUs until it says the new run began, a pass up to
+// checkpoint_slack late still resizes, and the next checkpoint counts from RunBegan.
+TEST_F(SchedulerTest, AResizeThatWaitsForTheDriversRunHoldsTheOldWorkersGpus) {
+  PolicyParams params;
+  params.resize_waits_for_run = true;
+  params.checkpoint_slack = 2 * kS;
+  Scheduler sched(cluster_, queues_, MakePolicy("fifo"), params);
+  JobSpec e = Job("elastic", 2, 8);
+  e.min_replicas = 1;
+  e.checkpoint = 100 * kS;
+  JobId el = sched.Submit(e, 0);
+  sched.Schedule(0);
+  ASSERT_EQ(sched.job(el).alloc.size(), 2u);  // the whole cluster
+  JobId next = sched.Submit(Job("next", 1, 8), 10 * kS);
+  sched.Schedule(10 * kS);
+  EXPECT_EQ(sched.next_wakeup(), 100 * kS);
+  // The pass comes 1.5 s late: within the slack, at the checkpoint.
+  auto ds = sched.Schedule(101'500);
+  ASSERT_EQ(Of(ds, Decision::Kind::kResize).size(), 1u);
+  EXPECT_EQ(sched.job(el).alloc.size(), 1u);
+  EXPECT_EQ(sched.job(next).phase, Phase::kPending) << "rank 1 still runs on the GPUs it gave up";
+  sched.Audit();
+  ds = sched.Schedule(103 * kS);
+  EXPECT_EQ(sched.job(next).phase, Phase::kPending);
+  EXPECT_TRUE(Of(ds, Decision::Kind::kResize).empty()) << "mid-resize: no second one";
+  sched.RunBegan(el, 104 * kS);  // the old run's workers have ended
+  ds = sched.Schedule(104 * kS);
+  EXPECT_EQ(sched.job(next).phase, Phase::kRunning);
+  EXPECT_EQ(sched.job(el).last_start, 104 * kS);
+  sched.Audit();
+  // next ends: the job grows back at its new run's checkpoint, 100 s after RunBegan.
+  sched.Finish(next, 150 * kS, true);
+  sched.Schedule(150 * kS);
+  EXPECT_EQ(sched.next_wakeup(), 204 * kS);
+  ds = sched.Schedule(204 * kS);
+  ASSERT_EQ(Of(ds, Decision::Kind::kResize).size(), 1u);
+  EXPECT_EQ(sched.job(el).alloc.size(), 2u);
+  sched.RunBegan(el, 206 * kS);
+  sched.Finish(el, 207 * kS);
+  sched.Audit();
+}
+
 TEST_F(SchedulerTest, PassesWithoutReleasesOnlyLookAtNewArrivals) {
   sched_.Submit(Job("a", 2, 8), 0);  // fills the cluster
   JobId w = sched_.Submit(Job("w", 1, 1), 0);

@@ -532,6 +532,44 @@ TEST_F(ControllerTest, AnElasticJobGrowsAndShrinksAtItsCheckpoints) {
   EXPECT_NE(m.find("gantry_elastic_workers{size=\"max\"} 2\n"), std::string::npos);
 }
 
+// A gantryd restart while an elastic job's old run stops for a resize: the new size was
+// the scheduler's, in memory; the old run is adopted, ends as a requeue, and the job starts
+// again at what fits then (a requeue and a start in the event log, as for a lost node).
+TEST_F(ControllerTest, AnElasticJobResizingAcrossARestartIsRequeuedFromItsCheckpoint) {
+  Beat("h100-0");
+  Reply r = Submit(kTeamA, R"({"queue":"research","gpus":8,"vram_gb":40,"replicas":2,
+      "min_replicas":1,"checkpoint_s":60,"grace_s":30,"command":"x"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string el = r.body["id"];
+  ctl_->Poke();
+  ASSERT_EQ(Show(el)["size"], 1);  // h100-1's agent is not up yet
+  for (int s = 0; s < 60; ++s) {
+    Advance(1000);
+    Beat("h100-0");
+    Beat("h100-1");
+  }
+  ctl_->Poke();
+  ASSERT_EQ(Show(el)["state"], "stopping");
+  ASSERT_EQ(Show(el)["size"], 2);
+  Restart();
+  Beat("h100-0");
+  Beat("h100-1");
+  json j = Show(el);
+  ASSERT_EQ(j["state"], "stopping") << j.dump();
+  EXPECT_NE(j["reason"].get<std::string>().find("gantryd restarted while it resized"),
+            std::string::npos)
+      << j["reason"];
+  Advance(1000);
+  Beat("h100-0", json::array({{{"job", el}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  ctl_->Poke();
+  j = Show(el);
+  ASSERT_EQ(j["state"], "running") << j.dump();
+  EXPECT_EQ(j["run"], 2);
+  EXPECT_EQ(j["size"], 2) << "both nodes free: it starts at its most";
+  EXPECT_EQ(j["requeues"], 1);
+  EXPECT_DOUBLE_EQ(j["progress_s"].get<double>(), 30.0) << "60 s at 1 of its 2 workers";
+}
+
 // Issue 47 B7: a job resumed after a preemption is shielded from another one for
 // min_run_before_repreempt_s (600 s); a gantryd restart re-adopted it with no preemption
 // on record, so the next claimant took it at once.

@@ -101,7 +101,7 @@ struct SubmitArgs {
   // Unset unless given: every given value goes to the server as given, so the CLI rejects
   // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
   std::optional<double> gpus, vram_gb, cpus, memory_gb, checkpoint_s, grace_s, time_limit_s;
-  std::optional<int> replicas;
+  std::optional<int> replicas, min_replicas;
   bool json_out = false;
 };
 
@@ -109,7 +109,7 @@ bool UsesFlags(const SubmitArgs& a) {
   return !a.queue.empty() || !a.tier.empty() || !a.sharing.empty() || !a.mig.empty() ||
          !a.topology.empty() || !a.workdir.empty() || !a.image.empty() || !a.gpu_model.empty() ||
          !a.env.empty() || !a.id.empty() || a.gpus || a.vram_gb || a.cpus || a.memory_gb ||
-         a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas;
+         a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas || a.min_replicas;
 }
 
 // POST /v1/jobs, retried while gantryd cannot be reached or is a standby.
@@ -175,6 +175,7 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     if (!a.queue.empty()) j["queue"] = a.queue;
     if (!a.tier.empty()) j["tier"] = a.tier;
     if (a.replicas) j["replicas"] = *a.replicas;
+    if (a.min_replicas) j["min_replicas"] = *a.min_replicas;
     if (a.gpus) {
       if (*a.gpus == std::floor(*a.gpus)) {
         j["gpus"] = static_cast<int64_t>(*a.gpus);
@@ -1016,6 +1017,9 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   submit->add_option("--queue", s.queue, "Queue");
   submit->add_option("--tier", s.tier, "critical, standard or best-effort");
   submit->add_option("--replicas", s.replicas, "Workers in the gang");
+  submit->add_option("--min-replicas", s.min_replicas,
+                     "Elastic: the least workers it runs with (--replicas its most); it grows and "
+                     "shrinks at its checkpoints (--checkpoint-s)");
   submit->add_option("--gpus", s.gpus, "GPUs per worker (a fraction with --sharing mps|timeslice)");
   submit->add_option("--mig", s.mig, "One MIG instance per worker, e.g. 1g.10gb");
   submit->add_option("--sharing", s.sharing, "exclusive, mps or timeslice");

@@ -250,8 +250,9 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
                                          "--sharing", "mps", "--vram-gb", "10"});
   const std::string theirs =
       submit("b", {"--id", "theirs", "--queue", "vision", "--gpus", "2", "--vram-gb", "10"});
+  // Elastic (1 to 2 workers of 8 GPUs): no node is whole now, so it waits.
   const std::string wide = submit("a", {"--id", "wide", "--queue", "research", "--replicas", "2",
-                                        "--gpus", "8", "--vram-gb", "10"});
+                                        "--min-replicas", "1", "--gpus", "8", "--vram-gb", "10"});
   ASSERT_TRUE(Harness::WaitFor(
       [&] {
         for (const std::string& id : {train, mig, share, theirs}) {
@@ -272,7 +273,7 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   const std::string shots = (fs::current_path() / "console-screenshots").string();
   const RunResult run =
       it::Run({"python3", CONSOLE_CDP, chromium, h.ServerUrl() + "/", h.token("a"), shots, "map",
-               "queues", "jobs", "usage", "job/" + train, "job/" + theirs},
+               "queues", "jobs", "usage", "job/" + train, "job/" + theirs, "job/" + wide},
               {}, 120);
   ASSERT_EQ(run.rc, 0) << run.err;
   const json r = json::parse(run.out, nullptr, false);
@@ -341,6 +342,10 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   EXPECT_NE(mine.find("submitted"), std::string::npos) << mine;
   EXPECT_NE(mine.find("run 1 started on h100-"), std::string::npos) << mine;
   EXPECT_NE(mine.find("hello from train"), std::string::npos) << mine;
+  // An elastic job's page says its sizes.
+  const std::string elastic = r["views"]["job/" + wide].value("html", "");
+  EXPECT_NE(elastic.find("1-2 x 8 GPU(s)"), std::string::npos) << elastic;
+  EXPECT_NE(elastic.find("elastic: 1 to 2"), std::string::npos) << elastic;
   // The other team's: what anyone sees of a job, not its command or log.
   const std::string other = r["views"]["job/" + theirs].value("html", "");
   EXPECT_NE(other.find("(not yours to see)"), std::string::npos) << other;

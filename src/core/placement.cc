@@ -588,6 +588,35 @@ bool Placer::PlaceOn(const JobSpec& job, Fit fit, NodeId n, Allocation& out) {
   return PlaceWorkers(job, fit, Scope{pool, i, i + 1}, out);
 }
 
+bool Placer::PlaceBeside(const JobSpec& job, Fit fit, const Allocation& held, Allocation& out) {
+  out.clear();
+  if (held.empty() || job.workers_per_node > 0) return false;
+  const Cluster& cluster = ledger_.cluster();
+  const Node& first = cluster.node(held.front().node);
+  const Pool& pool = cluster.pool(first.pool);
+  switch (Effective(job)) {
+    case Topology::kNvlink:
+      return false;
+    case Topology::kNode: {
+      const uint32_t i = held.front().node.v - pool.first_node.v;
+      return PlaceWorkers(job, fit, Scope{first.pool, i, i + 1}, out);
+    }
+    case Topology::kLeaf: {
+      const Leaf& l = cluster.leaf(first.leaf);
+      return PlaceWorkers(job, fit,
+                          Scope{first.pool, l.nodes.front().v - pool.first_node.v,
+                                l.nodes.back().v - pool.first_node.v + 1},
+                          out);
+    }
+    case Topology::kSpine: {
+      JobSpec one = job;
+      if (job.uses_gpu() && pool.spec.gpus > 0) one.models = ModelMask{1} << pool.spec.model.v;
+      return PlaceWorkers(one, fit, Scope{}, out);
+    }
+  }
+  return false;
+}
+
 bool Placer::PlaceOneModel(const JobSpec& job, Fit fit, Allocation& out) {
   const Cluster& cluster = ledger_.cluster();
   ModelMask left = job.models & cluster.present_models();

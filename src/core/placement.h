@@ -52,6 +52,10 @@ class Placer {
   bool Place(const JobSpec& job, Fit fit, Allocation& out);
   // The same, every worker on node `n` (false where its pool does not accept the job).
   bool PlaceOn(const JobSpec& job, Fit fit, NodeId n, Allocation& out);
+  // More workers of a gang that holds `held` (in the ledger), inside the same domain its
+  // topology asks for: its node, its leaf, or anywhere on its GPU model (a spine gang is of
+  // one model). Not for NVLink gangs nor workers_per_node (false).
+  bool PlaceBeside(const JobSpec& job, Fit fit, const Allocation& held, Allocation& out);
 
   // Human-readable request, e.g. "2 x 8 GPUs of H100-80GB in one leaf".
   static std::string Describe(const JobSpec& job, const Catalog& catalog);

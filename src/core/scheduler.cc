@@ -766,7 +766,11 @@ const std::vector<Decision>& Scheduler::Schedule(Ticks now) {
 
 // ---------------------------------------------------------------- elastic jobs
 
-int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out) {
+int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out,
+                            const Allocation* beside) {
+  const auto place = [&](const JobSpec& s) {
+    return beside ? placer_.PlaceBeside(s, fit, *beside, out) : placer_.Place(s, fit, out);
+  };
   JobSpec s = spec;
   const int step = std::max(1, spec.workers_per_node);  // sizes in whole groups
   lo = (lo + step - 1) / step;
@@ -776,7 +780,7 @@ int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Alloca
     const int mid = lo + (hi - lo) / 2;
     s.replicas = mid * step;
     out.clear();
-    if (placer_.Place(s, fit, out)) {
+    if (place(s)) {
       ledger_.Release(out);  // tried only: the largest is placed at the end
       best = mid;
       lo = mid + 1;
@@ -788,7 +792,7 @@ int Scheduler::PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Alloca
   if (best == 0) return 0;
   best *= step;
   s.replicas = best;
-  Require(placer_.Place(s, fit, out), "Scheduler: an elastic size that fitted no longer does");
+  Require(place(s), "Scheduler: an elastic size that fitted no longer does");
   return best;
 }
 
@@ -827,6 +831,32 @@ void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
   SetExpectedEnd(id, ExpectedEnd(id));
   Stamp(running_pos_[id.v]);
   decisions_.push_back(Decision{Decision::Kind::kResize, id, JobId(), {}});
+}
+
+void Scheduler::SetSizes(JobId id, int min_replicas, int replicas) {
+  JobRecord& job = Rec(id);
+  const auto size = static_cast<int>(job.alloc.size());
+  Require(job.phase == Phase::kRunning && min_replicas >= 1 && min_replicas <= size &&
+              size <= replicas && job.spec.sharing == Sharing::kExclusive &&
+              job.spec.workers_per_node == 0,
+          "Scheduler::SetSizes: sizes that do not hold the running gang");
+  job.spec.replicas = replicas;
+  job.spec.min_replicas = min_replicas < replicas ? min_replicas : 0;
+  job.min_units = MinUnits(job.spec);
+  job.shape =
+      shape_ids_.emplace(ShapeOf(job.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
+  job.fit_class = class_ids_
+                      .emplace(FitClassOf(job.spec, cluster_.catalog()),
+                               static_cast<uint32_t>(class_ids_.size()))
+                      .first->second;
+  job.released = replicas - size;
+  if (job.spec.elastic()) {
+    elastic_.insert(id);
+  } else {
+    elastic_.erase(id);
+  }
+  SetExpectedEnd(id, ExpectedEnd(id));
+  Stamp(running_pos_[id.v]);
 }
 
 void Scheduler::ReleaseDraining(JobId id) {
@@ -900,6 +930,20 @@ void Scheduler::GrowElastic(Ticks now) {
     if (BudgetHolds(job.spec.queue, job.spec.tier)) continue;  // no growth on a spent budget
     if (!AtCheckpoint(job, now, params_.checkpoint_slack)) {
       pass_wakeup_ = std::min(pass_wakeup_, NextCheckpoint(job, now));
+      continue;
+    }
+    if (params_.resize_in_place) {  // more workers beside the ones it has, which stay
+      Allocation more;
+      if (PlaceLargest(job.spec, job.fit, 1, job.spec.replicas - size, more, &job.alloc) == 0)
+        continue;
+      Allocation grown = job.alloc;
+      grown.insert(grown.end(), more.begin(), more.end());
+      const GpuUnits units = UnitsOf(job.spec, grown);
+      if (BurstBlocker(job.spec.queue, units - job.units)) {  // growth counts against burst
+        ledger_.Release(more);
+        continue;
+      }
+      Resize(id, std::move(grown), units, now);
       continue;
     }
     // Placed anew at the largest size that fits where it is and what is free (a resize is a

@@ -109,6 +109,10 @@ struct PolicyParams {
   // (RunBegan) or the job ends, so nothing else is placed on GPUs still in use. Unset (the
   // simulator), a resize is instant.
   bool resize_waits_for_run = false;
+  // A driver whose workers cannot move (Kubernetes: a bound pod stays on its node) sets
+  // this: an elastic job grows by workers beside the ones it has (in its topology's
+  // domain), which keep their places; unset, it is placed anew at the larger size.
+  bool resize_in_place = false;
 };
 
 // The price of a GPU-hour on `model` (1 when the config names none).
@@ -257,6 +261,10 @@ class Scheduler {
   // that first stops the old run's workers (gantryd: the checkpoint signal, their exit)
   // says so, and the run's checkpoints, hence its next resize, count from now.
   void RunBegan(JobId job, Ticks now);
+  // A running gang's pods that came after it started (Kubernetes: a PodGroup's pods beyond
+  // those it was bound with) make it elastic between `min_replicas` and `replicas`, its
+  // size now inside them: it may grow into them at its checkpoints. Whole-GPU gangs only.
+  void SetSizes(JobId job, int min_replicas, int replicas);
   // Some workers of a running gang ended while the others run on (under Kubernetes a pod
   // of a gang that succeeded or failed: its GPUs are free, as they are to the kubelet):
   // the workers at `gone` (indices into the job's alloc, ascending) release what they
@@ -506,8 +514,10 @@ class Scheduler {
   // Elastic jobs (JobSpec::min_replicas). PlaceLargest: the largest size in [lo, hi] of
   // `spec` that fits now, placed into `out` (0 and nothing placed when none does); sizes
   // that fit are taken to be closed downward, so it costs log2(hi - lo + 2) + 1 placements.
-  // With workers_per_node, sizes are whole groups (multiples of it).
-  int PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out);
+  // With workers_per_node, sizes are whole groups (multiples of it). With `beside`, the
+  // workers are more of a gang that holds it (Placer::PlaceBeside).
+  int PlaceLargest(const JobSpec& spec, Fit fit, int lo, int hi, Allocation& out,
+                   const Allocation* beside = nullptr);
   // At a checkpoint of its run (a whole number of checkpoints since it began, so a resize
   // loses nothing), an elastic job shrinks to min_replicas while work waits for room
   // (before the policy's pass, which then sees the GPUs), and grows as far as it fits and

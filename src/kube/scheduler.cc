@@ -388,6 +388,9 @@ class Driver {
     core::Ticks first_seen = 0;
     core::Ticks evict_asked = 0;                   // when its pods' eviction was last asked
     core::Ticks first_start = -1, run_start = -1;  // when bound first, and this run
+    // An elastic gang shrunk: the pods evicted above its size, whose GPUs the core holds
+    // until they are gone (Scheduler::RunBegan then).
+    std::vector<std::string> shrunk;
   };
 
   // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
@@ -424,6 +427,10 @@ class Driver {
   void Bind(const PodInfo& pod, const std::string& node,
             std::vector<std::pair<std::string, std::string>> claims = {});
   void Forget(Job& job);
+  void Resized(Job& job, const core::JobRecord& rec, core::Ticks now);
+  void JoinLaterPods(Job& job, const std::vector<const PodInfo*>& group_pods);
+  // What an elastic gang's pods that wait to join it say.
+  static std::string ElasticWait(const core::JobRecord& rec);
   std::string JobName(const Job& job) const;
   std::map<std::string, std::vector<const PodInfo*>> PodsByJob() const;
   json JobJson(const Job& job, std::vector<const PodInfo*> pods, bool details) const;
@@ -497,6 +504,7 @@ class Driver {
   server::Histogram pass_latency_{
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
   std::vector<uint64_t> preemptions_, starts_;  // by queue
+  uint64_t grown_ = 0, shrunk_ = 0;             // elastic gangs' resizes
   uint64_t binds_ = 0, bind_failures_ = 0, evictions_ = 0, rebuilds_ = 0;
 };
 
@@ -802,6 +810,7 @@ void Driver::Forget(Job& job) {
     sched_->Forget(job.id);
   }
   job.id = core::JobId();
+  job.shrunk.clear();
 }
 
 // A new core over the current nodes: the jobs that run are adopted, the pending ones
@@ -851,6 +860,13 @@ void Driver::Rebuild() {
   view_ = std::move(view).value();
   core::PolicyParams params = config_.policy.params;
   params.epoch_unix_ms = kEpochMs;
+  // Elastic gangs (a PodGroup with more pods than its minMember): a pass comes up to an
+  // idle pass late after a checkpoint's wakeup; bound pods never move, so a gang grows by
+  // binding more of its pods beside the others, and the pods a shrink evicts keep their
+  // GPUs until they are gone (docs/kubernetes.md, "Elastic gangs").
+  params.checkpoint_slack = static_cast<core::Ticks>(options_.idle_pass_s * 1000) + 1000;
+  params.resize_waits_for_run = true;
+  params.resize_in_place = true;
   auto sched = std::make_unique<core::Scheduler>(view_.cluster, config_.queues,
                                                  core::MakePolicy(options_.policy), params);
   // Fair share and budgets go on: from the scheduler this one replaces, or at start from
@@ -870,7 +886,10 @@ void Driver::Rebuild() {
   }
   sched_ = std::move(sched);
   by_id_.clear();
-  for (auto& [key, job] : jobs_) job.id = core::JobId();
+  for (auto& [key, job] : jobs_) {
+    job.id = core::JobId();
+    job.shrunk.clear();  // the new core holds what is bound now
+  }
 }
 
 void Driver::SetWaiting(const PodInfo& pod, const std::string& message) {
@@ -1137,6 +1156,21 @@ void Driver::SyncJobs() {
           }
         }
       }
+      if (!job.shrunk.empty() && rec.phase == core::Phase::kRunning) {
+        // The pods a shrink evicted are gone: their GPUs are free (the core held them).
+        const bool gone =
+            std::all_of(job.shrunk.begin(), job.shrunk.end(), [&](const std::string& u) {
+              auto p = pods_.find(u);
+              return (p == pods_.end() || p->second.terminal()) && !reserved_.contains(u);
+            });
+        if (gone) {
+          sched_->RunBegan(job.id, now);
+          job.shrunk.clear();
+        }
+      }
+      if (running && bound_alive && rec.phase == core::Phase::kRunning && !job.lone &&
+          pods != by_key.end())
+        JoinLaterPods(job, pods->second);
       if (running && bound_alive && rec.phase == core::Phase::kRunning && !job.lone) {
         // A pod of the gang that ended (succeeded, failed, deleted) while the others run on
         // frees its GPUs, as its kubelet frees them; one whose claims still hold devices
@@ -1158,6 +1192,7 @@ void Driver::SyncJobs() {
           sched_->Requeue(job.id, now);  // the gang waits for its pods to come back
           job.preemptions = rec.preemptions;
           job.pods.clear();
+          job.shrunk.clear();
         } else {
           log::Info("kubernetes: job ended", {{"job", JobName(job)}});
           sched_->Finish(job.id, now, true);
@@ -1243,6 +1278,10 @@ void Driver::SyncJobs() {
       }
       want = g->second.min_member;
     }
+    // An elastic gang (more pods than minMember) runs with some of its pods bound and the
+    // rest waiting to join it: adopted as it runs.
+    const bool elastic = !job.lone && want < static_cast<int>(live.size());
+    if (elastic && static_cast<int>(bound.size()) >= want) pending.clear();
     if (!bound.empty() && !pending.empty()) {
       // Partly bound: a crash between a gang's bindings. Its bound pods go, so the
       // controller recreates them and the gang is placed whole.
@@ -1261,6 +1300,11 @@ void Driver::SyncJobs() {
       refuse(spec.error().ToString());
       continue;
     }
+    // Elastic: minMember to all its pods, where its workers are whole GPUs (MIG, shared
+    // GPUs and device claims run at one size).
+    if (elastic && spec->sharing == core::Sharing::kExclusive && spec->workers_per_node == 0 &&
+        live.front()->claims.empty())
+      spec->min_replicas = want;
     const auto selection = static_cast<size_t>(SelectionIndex(live.front()->selection));
     if (rebuild_ || selection >= view_.pools_of.size()) return;  // a new selection: rebuild first
     spec->pools = view_.pools_of[selection];
@@ -1362,6 +1406,11 @@ void Driver::Decide() {
         ++starts_[rec.spec.queue.v];
         if (job.first_start < 0) job.first_start = now;
         job.run_start = now;
+        // An elastic gang started below its size: its other pods wait to join it.
+        for (size_t i = rec.alloc.size(); i < job.pods.size(); ++i) {
+          if (auto p = pods_.find(job.pods[i]); p != pods_.end())
+            SetWaiting(p->second, ElasticWait(rec));
+        }
         job.pods = bound;
         log::Info(
             "kubernetes: bound",
@@ -1395,10 +1444,98 @@ void Driver::Decide() {
             SetWaiting(p->second, d.reason);
         }
         break;
-      case core::Decision::Kind::kResize:  // no elastic jobs in this mode (JobOf)
+      case core::Decision::Kind::kResize:
+        Resized(job, rec, now);
         break;
     }
   }
+}
+
+// Pods of a running gang's group that came after it was bound (a Job controller creating
+// its pods over several passes, minMember below them): the gang becomes elastic up to all
+// of them, and they join it at its checkpoints as an elastic gang's waiting pods do.
+void Driver::JoinLaterPods(Job& job, const std::vector<const PodInfo*>& group_pods) {
+  const core::JobRecord& rec = sched_->job(job.id);
+  std::vector<const PodInfo*> later;
+  for (const PodInfo* p : group_pods) {
+    if (Live(*p) && p->node_name.empty() &&
+        std::find(job.pods.begin(), job.pods.end(), p->uid) == job.pods.end())
+      later.push_back(p);
+  }
+  const int size = static_cast<int>(rec.alloc.size());
+  const int most = size + static_cast<int>(later.size());
+  if (later.empty() || most <= rec.spec.replicas) return;
+  if (rec.spec.sharing != core::Sharing::kExclusive || rec.spec.workers_per_node > 0 ||
+      !later.front()->claims.empty() || size == 0) {
+    for (const PodInfo* p : later)
+      SetWaiting(*p,
+                 "its gang runs at the size it was bound with (MIG, shared GPUs and device "
+                 "claims are not elastic): it joins the gang's next run");
+    return;
+  }
+  const auto g = groups_.find(job.key.substr(job.key.find(':') + 1));
+  const int least = std::clamp(g != groups_.end() ? g->second.min_member : size, 1, size);
+  sched_->SetSizes(job.id, least, most);
+  for (const PodInfo* p : later) SetWaiting(*p, ElasticWait(rec));
+}
+
+std::string Driver::ElasticWait(const core::JobRecord& rec) {
+  return "elastic gang running with " + std::to_string(rec.alloc.size()) + " of its " +
+         std::to_string(rec.spec.replicas) + " pods (minMember " +
+         std::to_string(rec.spec.min_replicas) +
+         "): this one joins at a checkpoint when GPUs are free that no waiting job could use";
+}
+
+// An elastic gang resized at a checkpoint: grown, more of its waiting pods are bound
+// beside the others (worker i to alloc[i]); shrunk, the pods above its size are evicted
+// with its grace, and the core holds their GPUs until they are gone (SyncJobs). The
+// workload's elastic launcher (torchrun --nnodes MIN:MAX) sees its members change.
+void Driver::Resized(Job& job, const core::JobRecord& rec, core::Ticks now) {
+  const size_t had = job.pods.size(), size = rec.alloc.size();
+  if (size > had) {
+    std::vector<PodInfo*> waiting;  // its pods not bound yet, by name
+    for (auto& [uid, p] : pods_) {
+      if (KeyOf(p) == job.key && Ours(p) && Live(p) && p.node_name.empty() &&
+          std::find(job.pods.begin(), job.pods.end(), uid) == job.pods.end())
+        waiting.push_back(&p);
+    }
+    std::sort(waiting.begin(), waiting.end(),
+              [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
+    std::string nodes;
+    std::vector<size_t> unmatched;  // workers whose pod went meanwhile: let go
+    for (size_t i = had; i < size; ++i) {
+      if (i - had >= waiting.size()) {
+        unmatched.push_back(i);
+        continue;
+      }
+      PodInfo& p = *waiting[i - had];
+      const std::string& node = view_.cluster.node(rec.alloc[i].node).name;
+      Bind(p, node, ClaimWrites(p, rec.alloc[i]));
+      job.pods.push_back(p.uid);
+      nodes += (nodes.empty() ? "" : ",") + node;
+    }
+    if (!unmatched.empty()) sched_->ReleaseWorkers(job.id, unmatched, now);
+    for (size_t k = size - had; k < waiting.size(); ++k) SetWaiting(*waiting[k], ElasticWait(rec));
+    log::Info("kubernetes: elastic gang grown", {{"job", JobName(job)},
+                                                 {"from", std::to_string(had)},
+                                                 {"pods", std::to_string(job.pods.size())},
+                                                 {"nodes", nodes}});
+  } else {
+    for (size_t i = size; i < had; ++i) {
+      if (auto p = pods_.find(job.pods[i]); p != pods_.end()) {
+        Evict(p->second, rec.spec.grace,
+              "elastic gang shrunk to " + std::to_string(size) + " pods (minMember " +
+                  std::to_string(rec.spec.min_replicas) + ") at a checkpoint: work waits for room");
+        job.shrunk.push_back(job.pods[i]);
+      }
+    }
+    job.pods.resize(size);
+    if (job.shrunk.empty()) sched_->RunBegan(job.id, now);  // nothing to wait for
+    log::Info(
+        "kubernetes: elastic gang shrunk",
+        {{"job", JobName(job)}, {"from", std::to_string(had)}, {"pods", std::to_string(size)}});
+  }
+  ++(size > had ? grown_ : shrunk_);
 }
 
 // Each PodGroup's status, as scheduler-plugins' coscheduling keeps it: Pending while its
@@ -1643,7 +1780,8 @@ json Driver::JobJson(const Job& job, std::vector<const PodInfo*> pods, bool deta
   if (spec) {
     queue = config_.queues.queue(spec->queue).spec.name;
     tier = std::string(core::Name(spec->tier));
-    request = core::Placer::Describe(*spec, view_.cluster.catalog());
+    request = (spec->elastic() ? std::to_string(spec->min_replicas) + "-" : "") +
+              core::Placer::Describe(*spec, view_.cluster.catalog());
   } else if (!pods.empty()) {
     if (auto q = QueueOf(pods.front()->ns, config_)) queue = config_.queues.queue(*q).spec.name;
   }
@@ -1663,6 +1801,10 @@ json Driver::JobJson(const Job& job, std::vector<const PodInfo*> pods, bool deta
             {"start", unix_s(job.first_start)},
             {"end", nullptr}};
   if (state != "pending") j["run_start"] = unix_s(job.run_start);
+  if (spec && spec->elastic()) {  // as agent mode says it (gantry ls: "2 of 1-3 x ...")
+    j["min_replicas"] = spec->min_replicas;
+    if (state != "pending" && rec != nullptr) j["size"] = rec->alloc.size();
+  }
   if (state == "pending" && rec != nullptr)
     j["wait"] = {{"cause", std::string(core::Word(rec->wait.cause))}};
   if (!details) return j;
@@ -1836,6 +1978,10 @@ std::string Driver::Metrics() const {
     out += "gantry_preemptions_total{" + Labels({{"queue", queue_name(q)}}) + "} " +
            std::to_string(preemptions_[q]) + "\n";
   }
+  MetricHeader(out, "gantry_resizes_total", "counter",
+               "Elastic gangs grown (more of their pods bound) or shrunk (pods evicted)");
+  out += "gantry_resizes_total{direction=\"grow\"} " + std::to_string(grown_) + "\n";
+  out += "gantry_resizes_total{direction=\"shrink\"} " + std::to_string(shrunk_) + "\n";
   MetricHeader(out, "gantry_jobs_started_total", "counter", "Gangs and lone pods bound, by queue");
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {
     out += "gantry_jobs_started_total{" + Labels({{"queue", queue_name(q)}}) + "} " +

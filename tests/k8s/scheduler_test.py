@@ -360,6 +360,52 @@ def case_gang_pod_ending_early_frees_its_node(c):
         c.kubectl("delete", "node", "kwok-node-4", check=False)
 
 
+def case_elastic_gang_grows_and_shrinks(c):
+    """A PodGroup with more pods than its minMember is an elastic gang (as Volcano's and
+    KAI's): it starts with the pods that fit, at least minMember; at a checkpoint (its
+    annotation) it binds more of its pods beside the others when GPUs are free that no
+    waiting job could use, and when work waits it evicts the pods above minMember; their
+    GPUs go to the waiting gang once those pods are gone."""
+    ckpt = {"gantry.dev/checkpoint-interval-s": "5"}
+    c.kubectl_apply(group("hold", 2), *[pod(f"hold-{i}", 8, group="hold", complete_after="15s") for i in range(2)])
+    wait_for("the holding gang bound", lambda: len(bound(c.pods("test=yes"))) == 2, 20)
+    c.kubectl_apply(group("el", 1), *[pod(f"el-{i}", 8, group="el", annotations=ckpt) for i in range(3)])
+
+    def el_pods():
+        return {p["metadata"]["name"]: p for p in c.pods("test=yes") if p["metadata"]["name"].startswith("el-")}
+    # Bound with the pods that fit (its pods may come over two passes: those that come
+    # after it was bound join it at its first checkpoint, 5 s).
+    wait_for("the elastic gang on the 2 nodes free", lambda: len(bound(el_pods().values())) == 2, 12)
+    waiting = [p for p in el_pods().values() if not p["spec"].get("nodeName")]
+    assert len(waiting) == 1, waiting
+    wait_for("the third pod told why it waits",
+             lambda: "elastic gang running with 2 of its 3 pods" in scheduled_message(
+                 el_pods()[waiting[0]["metadata"]["name"]]), 10)
+    t0 = time.time()
+    wait_for("the elastic gang grown to its 3 pods", lambda: len(bound(el_pods().values())) == 3, 30)
+    rc, ls = c.gantry("ls")
+    assert rc == 0 and "3 of 1-3 x 8 GPU(s)" in ls, ls
+    print(f"    grew to 3 pods {time.time() - t0:.1f} s after the third waited (hold ends 15 s after it began; checkpoint 5 s)")
+    check_allocatable(c)
+    # Work waits: a gang of 2 whole nodes, with 1 node free. It is not critical, so it does
+    # not take the grown gang whole: the gang shrinks back to minMember at its checkpoint.
+    c.kubectl_apply(group("need", 2), *[pod(f"need-{i}", 8, group="need") for i in range(2)])
+
+    def need_bound():
+        return len(bound([p for p in c.pods("test=yes") if p["metadata"]["name"].startswith("need-")])) == 2
+    t0 = time.time()
+    wait_for("the waiting gang bound after the elastic gang shrank", need_bound, 40)
+    live = [n for n, p in el_pods().items() if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+    assert len(live) == 1, live
+    print(f"    shrank to {live} and the waiting gang was bound {time.time() - t0:.1f} s after it came")
+    check_allocatable(c)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{c.port()}/metrics", timeout=5).read().decode()
+    # grown once or twice (its pods may have come over two passes: 1 -> 2 -> 3), shrunk once
+    resizes = [l for l in text.splitlines() if l.startswith("gantry_resizes_total")]
+    assert resizes[0] in ('gantry_resizes_total{direction="grow"} 1', 'gantry_resizes_total{direction="grow"} 2') \
+        and resizes[1] == 'gantry_resizes_total{direction="shrink"} 1', resizes
+
+
 def case_wait_reason_in_describe(c):
     """A pod that does not fit now waits Pending, and kubectl describe says why."""
     c.kubectl_apply(group("big", 5), *[pod(f"big-{i}", 8, group="big") for i in range(5)])
@@ -1004,6 +1050,7 @@ CASES = [
     case_usage_and_fair_share_outlive_a_restart,
     case_interleaved_gangs_side_by_side,
     case_gang_pod_ending_early_frees_its_node,
+    case_elastic_gang_grows_and_shrinks,
 ]
 
 

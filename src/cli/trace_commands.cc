@@ -129,6 +129,9 @@ void AddTraceCommands(CLI::App& app, int& exit_code) {
   c->add_option("--worker-type", o.worker_type, "gavel: throughput column (v100, p100, k80)")
       ->capture_default_str();
   c->add_option("--profiles", o.profiles, "pollux/sia: folder of per-application profiles");
+  c->add_option("--elastic", o.elastic_checkpoint_s,
+                "pollux/sia: jobs of several workers elastic down to one, at their profile's "
+                "speed at each size (speedup), checkpointing every this many seconds");
   c->add_option("--cluster-spec", o.cluster_spec, "tiresias: cluster spec CSV (e.g. n32g4.csv)");
   c->add_option("--nodes", o.nodes, "Cluster size in nodes (default: per format, see docs)");
   c->add_option("--duration-s", o.duration_s,

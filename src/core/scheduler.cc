@@ -170,6 +170,11 @@ Ticks Scheduler::ExpectedEnd(JobId id) const {
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
   const auto size = static_cast<Ticks>(job.alloc.size());
   if (job.spec.elastic() && size > 0 && size < job.spec.replicas) {  // slower below its size
+    if (job.spec.speedup) {                                          // a measured profile
+      const double rate = job.spec.SpeedInWorkers(static_cast<int>(size)) / job.spec.replicas;
+      return job.last_start + static_cast<Ticks>(std::ceil(static_cast<double>(Remaining(id)) /
+                                                           std::max(rate, 1e-9)));
+    }
     return job.last_start + (Remaining(id) * job.spec.replicas + size - 1) / size;
   }
   return job.last_start + Remaining(id);
@@ -817,9 +822,14 @@ void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
   job.run_total += ran;
   const Ticks ckpt = job.spec.checkpoint;
   // Progress is reckoned in time at the job's full size: a run at k of n workers does k/n.
-  if (ckpt > 0)
+  if (ckpt > 0 && job.spec.speedup) {  // a measured profile: its speed at this size
+    job.progress_kept += std::llround(static_cast<double>(ran / ckpt * ckpt) *
+                                      job.spec.SpeedInWorkers(static_cast<int>(job.alloc.size())) /
+                                      job.spec.replicas);
+  } else if (ckpt > 0) {
     job.progress_kept +=
         ran / ckpt * ckpt * static_cast<Ticks>(job.alloc.size()) / job.spec.replicas;
+  }
   BudgetRun(id, now, -1);
   AddUsage(job.spec, job.alloc, job.units, -1, now);
   job.alloc = std::move(alloc);

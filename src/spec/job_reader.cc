@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <exception>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -116,40 +118,71 @@ class JobDecoder {
               " holding a job spec, got " + Describe(doc));
       return false;
     }
-    const std::initializer_list<std::string_view> spec_fields = {
-        "id",           "queue",
-        "tier",         "replicas",
-        "min_replicas", "gpus",
-        "mig",          "sharing",
-        "gpu_model",    "vram_gb",
-        "cpus",         "memory_gb",
-        "topology",     "workers_per_node",
-        "fewest_nodes", "checkpoint_s",
-        "grace_s",      "window",
-        "command",      "env",
-        "workdir",      "runtime_estimate_s",
-        "time_limit_s", "keep_when_idle",
-        "emulate",      "name",
-        "pool",         "constraint",
-        "script",       "stdout",
-        "stderr",       "signal",
-        "image",        "exclusive",
-        "open_mode"};
-    const std::initializer_list<std::string_view> trace_fields = {
-        "id",           "queue",
-        "tier",         "replicas",
-        "min_replicas", "gpus",
-        "mig",          "sharing",
-        "gpu_model",    "vram_gb",
-        "cpus",         "memory_gb",
-        "topology",     "workers_per_node",
-        "fewest_nodes", "checkpoint_s",
-        "grace_s",      "window",
-        "command",      "env",
-        "workdir",      "runtime_estimate_s",
-        "submit",       "duration",
-        "idle_after_s", "util",
-        "vram_used_gb", "keep_when_idle"};
+    const std::initializer_list<std::string_view> spec_fields = {"id",
+                                                                 "queue",
+                                                                 "tier",
+                                                                 "replicas",
+                                                                 "min_replicas",
+                                                                 "speedup",
+                                                                 "gpus",
+                                                                 "mig",
+                                                                 "sharing",
+                                                                 "gpu_model",
+                                                                 "vram_gb",
+                                                                 "cpus",
+                                                                 "memory_gb",
+                                                                 "topology",
+                                                                 "workers_per_node",
+                                                                 "fewest_nodes",
+                                                                 "checkpoint_s",
+                                                                 "grace_s",
+                                                                 "window",
+                                                                 "command",
+                                                                 "env",
+                                                                 "workdir",
+                                                                 "runtime_estimate_s",
+                                                                 "time_limit_s",
+                                                                 "keep_when_idle",
+                                                                 "emulate",
+                                                                 "name",
+                                                                 "pool",
+                                                                 "constraint",
+                                                                 "script",
+                                                                 "stdout",
+                                                                 "stderr",
+                                                                 "signal",
+                                                                 "image",
+                                                                 "exclusive",
+                                                                 "open_mode"};
+    const std::initializer_list<std::string_view> trace_fields = {"id",
+                                                                  "queue",
+                                                                  "tier",
+                                                                  "replicas",
+                                                                  "min_replicas",
+                                                                  "speedup",
+                                                                  "gpus",
+                                                                  "mig",
+                                                                  "sharing",
+                                                                  "gpu_model",
+                                                                  "vram_gb",
+                                                                  "cpus",
+                                                                  "memory_gb",
+                                                                  "topology",
+                                                                  "workers_per_node",
+                                                                  "fewest_nodes",
+                                                                  "checkpoint_s",
+                                                                  "grace_s",
+                                                                  "window",
+                                                                  "command",
+                                                                  "env",
+                                                                  "workdir",
+                                                                  "runtime_estimate_s",
+                                                                  "submit",
+                                                                  "duration",
+                                                                  "idle_after_s",
+                                                                  "util",
+                                                                  "vram_used_gb",
+                                                                  "keep_when_idle"};
     Fields f(d_, doc, "", mode == Mode::kTrace ? trace_fields : spec_fields);
     JobSpec& job = out.spec;
     ReadId(f, mode, line, job, id);
@@ -191,6 +224,7 @@ class JobDecoder {
         job.min_replicas = static_cast<int>(*m);
       }
     }
+    if (const Doc* sp = f.List("speedup")) ReadSpeedup(f, *sp, job);
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
       job.checkpoint = SecondsToTicks(*v);
     const core::Ticks max_grace = config_.policy.max_grace[static_cast<size_t>(job.tier)];
@@ -271,6 +305,35 @@ class JobDecoder {
 
  private:
   // A positive time in seconds, at least 1 ms after rounding.
+  // An elastic job's measured throughput at 1..replicas workers (core::JobSpec::speedup).
+  void ReadSpeedup(Fields& f, const Doc& list, core::JobSpec& job) {
+    if (!job.elastic()) {
+      f.Report("speedup", "only for an elastic job (min_replicas below replicas)");
+      return;
+    }
+    if (list.items.size() != static_cast<size_t>(job.replicas)) {
+      f.Report("speedup", "needs one throughput per size, 1 to replicas (" +
+                              std::to_string(job.replicas) + "), got " +
+                              std::to_string(list.items.size()));
+      return;
+    }
+    std::vector<double> table;
+    for (const Doc& v : list.items) {
+      double x = v.kind == Doc::Kind::kNumber ? v.number : -1;
+      if (v.yaml && v.is_scalar()) {
+        char* end = nullptr;
+        x = std::strtod(v.text.c_str(), &end);
+        if (end == v.text.c_str() || *end != '\0') x = -1;
+      }
+      if (!(x > 0) || !std::isfinite(x)) {
+        f.Report("speedup", "throughputs must be numbers above 0, got \"" + v.text + "\"");
+        return;
+      }
+      table.push_back(x);
+    }
+    job.speedup = std::make_shared<const std::vector<double>>(std::move(table));
+  }
+
   std::optional<Ticks> Duration(Fields& f, std::string_view key) {
     std::optional<double> v = f.Number(key, Range{0, true, kMaxSeconds});
     if (!v) return std::nullopt;

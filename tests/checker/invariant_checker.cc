@@ -387,7 +387,16 @@ struct Job {
   std::string queue;
   std::string tier = "standard";
   int replicas = 1;
-  int min_replicas = 0;  // elastic: runs with min_replicas..replicas workers (0: rigid)
+  int min_replicas = 0;         // elastic: runs with min_replicas..replicas workers (0: rigid)
+  std::vector<double> speedup;  // elastic: throughput at 1..replicas workers (empty: linear)
+  // Its speed at `size` workers, in workers (the trace's `speedup` as a share of its full
+  // size's, times replicas; `size` when linear).
+  double Speed(int size) const {
+    if (speedup.size() != static_cast<size_t>(replicas) || size < 1 || !(speedup.back() > 0))
+      return size;
+    return replicas * speedup[static_cast<size_t>(std::min(size, replicas) - 1)] / speedup.back();
+  }
+  bool linear() const { return speedup.size() != static_cast<size_t>(replicas); }
   Kind kind = Kind::kWhole;
   int whole_gpus = 0;
   std::string mig;
@@ -445,6 +454,9 @@ std::vector<Job> LoadTrace(const std::string& path) {
     job.replicas = static_cast<int>(JsonNumber(j, "replicas", 1, ctx));
     job.min_replicas = static_cast<int>(JsonNumber(j, "min_replicas", 0, ctx));
     if (job.min_replicas >= job.replicas) job.min_replicas = 0;
+    if (auto sp = j.find("speedup"); sp != j.end() && sp->is_array()) {
+      for (const json& v : *sp) job.speedup.push_back(v.is_number() ? v.get<double>() : 0.0);
+    }
     job.vram_gb = JsonNumber(j, "vram_gb", 0, ctx);
     job.cpus_milli = ToMilli(JsonNumber(j, "cpus", 0, ctx));
     job.mem_milli = ToMilli(JsonNumber(j, "memory_gb", 0, ctx));
@@ -1185,7 +1197,8 @@ class Replayer {
                       FmtTime(t - run.run_start), FmtTime(job.checkpoint_s)));
     }
     if (ran_ms > 0 && ran_ms <= std::llround(RunLeft(job, run) * 1000)) {
-      run.work_ms += ran_ms * run.size;
+      run.work_ms += job.linear() ? ran_ms * run.size
+                                  : std::llround(static_cast<double>(ran_ms) * job.Speed(run.size));
       run.progress = static_cast<double>(run.work_ms) / job.replicas / 1000.0;
     }
     Release(t, job, run);
@@ -1198,6 +1211,8 @@ class Replayer {
   static double RunLeft(const Job& job, const JobRun& run) {
     if (job.min_replicas == 0 || run.size <= 0) return job.duration - run.progress;
     const int64_t total = std::llround(job.duration * 1000) * job.replicas;
+    if (!job.linear())
+      return std::ceil(static_cast<double>(total - run.work_ms) / job.Speed(run.size)) / 1000.0;
     return static_cast<double>((total - run.work_ms + run.size - 1) / run.size) / 1000.0;
   }
 
@@ -1365,7 +1380,10 @@ class Replayer {
     kept = std::clamp(kept, 0.0, std::max(0.0, remaining));
     lost_gpu_seconds_ += (run_time - kept) * static_cast<double>(run.run_units) / kUnitsPerGpu;
     if (job.min_replicas > 0) {
-      run.work_ms += std::llround(kept * 1000) * run.size;
+      run.work_ms +=
+          job.linear()
+              ? std::llround(kept * 1000) * run.size
+              : std::llround(static_cast<double>(std::llround(kept * 1000)) * job.Speed(run.size));
       run.progress = static_cast<double>(run.work_ms) / job.replicas / 1000.0;
     } else {
       run.progress += kept;

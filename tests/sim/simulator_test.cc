@@ -193,6 +193,23 @@ TEST_F(SimTest, IdleJobsAreReclaimed) {
   EXPECT_EQ(report_["jobs"]["reclaimed"], 1);
 }
 
+// An elastic job with a measured profile (`speedup`) goes at its profile's speed at the
+// size it runs: at 1 of 2 workers, 0.8 of its full speed (linear would be 0.5).
+TEST_F(SimTest, AnElasticJobRunsAtItsProfilesSpeed) {
+  auto log = Run(
+      R"({"id":"hold","submit":0,"duration":100000,"queue":"q","gpus":4,"vram_gb":8})"
+      "\n"
+      R"({"id":"el","submit":1,"duration":1000,"queue":"q","replicas":2,"min_replicas":1,"speedup":[0.8,1],"gpus":4,"vram_gb":8,"checkpoint_s":100})"
+      "\n");
+  std::string all;
+  for (const std::string& l : log) all += l + "\n";
+  ASSERT_EQ(log.size(), 6u) << all;
+  EXPECT_EQ(log[3],
+            R"({"t":1,"type":"start","job":"el","alloc":[{"node":"h-0","gpus":[4,5,6,7]}]})");
+  // 1000 s at its full size is 2000 worker-s; at 1 worker it does 2 x 0.8 a second.
+  EXPECT_EQ(log[4], R"({"t":1251,"type":"finish","job":"el"})");
+}
+
 TEST_F(SimTest, WindowedJobsStartWhenTheWindowOpens) {
   auto log = Run(
       R"({"id":"w","submit":43200,"duration":60,"queue":"q","gpus":1,"vram_gb":8,"window":{"start":"20:00","end":"08:00"}})"

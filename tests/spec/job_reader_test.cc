@@ -174,6 +174,24 @@ TEST_F(JobReaderTest, ElasticGangsInTracesAndJobSpecs) {
       OneBad(T(R"("replicas":32,"min_replicas":12,"workers_per_node":8,"gpus":1,"vram_gb":10)"))
           .find("min_replicas: 12 is not a whole number of nodes' workers (workers_per_node 8)"),
       std::string::npos);
+  // A measured profile: a throughput per size, 1 to replicas.
+  core::TraceJob sp =
+      Line(T(R"("replicas":3,"min_replicas":1,"speedup":[0.5,0.9,1.2],"gpus":8,"vram_gb":10)"));
+  ASSERT_TRUE(sp.spec.speedup);
+  EXPECT_DOUBLE_EQ(sp.spec.SpeedInWorkers(1), 3 * 0.5 / 1.2);
+  EXPECT_DOUBLE_EQ(sp.spec.SpeedInWorkers(3), 3.0);
+  EXPECT_DOUBLE_EQ(
+      Line(T(R"("replicas":3,"min_replicas":1,"gpus":8,"vram_gb":10)")).spec.SpeedInWorkers(2), 2.0)
+      << "linear without one";
+  EXPECT_NE(OneBad(T(R"("replicas":3,"min_replicas":1,"speedup":[1,2],"gpus":8,"vram_gb":10)"))
+                .find("speedup: needs one throughput per size, 1 to replicas (3), got 2"),
+            std::string::npos);
+  EXPECT_NE(OneBad(T(R"("replicas":2,"min_replicas":1,"speedup":[0,1],"gpus":8,"vram_gb":10)"))
+                .find("speedup: throughputs must be numbers above 0"),
+            std::string::npos);
+  EXPECT_NE(OneBad(T(R"("replicas":2,"speedup":[1,2],"gpus":8,"vram_gb":10)"))
+                .find("speedup: only for an elastic job"),
+            std::string::npos);
   // gantryd runs them too.
   Diagnostics d;
   auto spec =

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -42,6 +43,18 @@ struct JobSpec {
   int min_replicas = 0;
   int least_replicas() const { return min_replicas > 0 ? min_replicas : replicas; }
   bool elastic() const { return min_replicas > 0 && min_replicas < replicas; }
+  // An elastic job's throughput at each size, 1 to `replicas` workers (any unit; a
+  // measured profile, as Pollux's and Sia's): null is linear in workers.
+  std::shared_ptr<const std::vector<double>> speedup;
+  // How fast it goes at `size` workers, in workers: `size` when linear, else the table's
+  // throughput there as a share of its full size's, times `replicas`.
+  double SpeedInWorkers(int size) const {
+    if (!speedup || speedup->size() != static_cast<size_t>(replicas) || size < 1) return size;
+    const double full = speedup->back();
+    return full > 0
+               ? replicas * (*speedup)[static_cast<size_t>(std::min(size, replicas) - 1)] / full
+               : size;
+  }
   Sharing sharing = Sharing::kExclusive;
   int gpus = 0;                   // whole GPUs per worker (Sharing::kExclusive)
   int share_milli = 0;            // per worker (kMps, kTimeslice): 1..999

@@ -39,6 +39,7 @@ struct ConvertOptions {
   uint64_t seed = 0;                 // openb fill: sampling seed
   std::string name;                  // cluster name (empty: the format's)
   double duration_s = 3600;          // kubernetes: the run time of a pod that states none
+  double elastic_checkpoint_s = 0;   // pollux/sia: gangs elastic with their profiles' speedup
 };
 
 struct ConvertSummary {

@@ -255,12 +255,27 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
       j.submit = *time;
       j.duration = std::max(1.0, std::round(*run * 1000) / 1000);
       j.gpus = static_cast<int>(*replicas);
+      // --elastic: its run time at each GPU count from the profile (the same batch size;
+      // Pollux would also adapt the batch, which is not modelled).
+      if (o.elastic_checkpoint_s > 0 && j.gpus > 1) {
+        const AppProfile* p = profile_of(app);
+        for (int g = 1; p != nullptr && g <= j.gpus; ++g) {
+          const std::optional<double> t = p->RunTime(g, *batch);
+          if (!t || !(*t > 0)) {
+            j.run_time_by_gpus.clear();
+            break;
+          }
+          j.run_time_by_gpus.push_back(*t);
+        }
+        if (j.run_time_by_gpus.empty()) ++summary.adjusted["not elastic: no profile at every size"];
+      }
       jobs.push_back(std::move(j));
     }
     if (!in.error().empty()) return Error{"--input", in.error()};
   }
 
   RigidPlan plan;
+  plan.elastic_checkpoint_s = o.elastic_checkpoint_s;
   plan.cluster.name = o.name.empty() ? format : o.name;
   plan.cluster.comments = {"Converted by `gantry trace convert --format " + format +
                                "`; run times from the " +

@@ -107,6 +107,15 @@ Result<ConvertSummary> WriteRigid(RigidPlan plan, std::vector<RigidJob> jobs,
     const Gang gang = SplitGang(j.gpus, per_node);
     out.replicas = gang.replicas;
     out.gpus = gang.gpus;
+    if (plan.elastic_checkpoint_s > 0 && gang.replicas > 1 &&
+        j.run_time_by_gpus.size() >= static_cast<size_t>(gang.replicas * gang.gpus)) {
+      out.min_replicas = 1;
+      out.checkpoint_s = plan.elastic_checkpoint_s;
+      // Throughput at k workers against its full size's: run time there over run time at k.
+      const double full = j.run_time_by_gpus[static_cast<size_t>(gang.replicas * gang.gpus - 1)];
+      for (int k = 1; k <= gang.replicas; ++k)
+        out.speedup.push_back(full / j.run_time_by_gpus[static_cast<size_t>(k * gang.gpus - 1)]);
+    }
     out.gpu_models = plan.gpu_models;
     out.vram_gb = plan.vram_gb;
     if (Status s = writer.Add(out); !s.ok()) return s.error();

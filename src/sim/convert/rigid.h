@@ -29,6 +29,9 @@ struct RigidJob {
   double duration = 0;  // s
   int gpus = 0;
   uint32_t queue = 0;  // index into RigidPlan::queues
+  // Its run time at each GPU count 1..gpus (a measured profile; empty: none): with
+  // RigidPlan::elastic_checkpoint_s, a gang of several workers becomes elastic with it.
+  std::vector<double> run_time_by_gpus;
 };
 
 struct RigidPlan {
@@ -39,6 +42,10 @@ struct RigidPlan {
   double vram_gb = 0;                   // per worker, for every job
   std::vector<std::string> gpu_models;  // job constraint; empty: any
   int64_t limit = 0;
+  // Above 0: a job that splits into several workers and has run_time_by_gpus runs
+  // elastic from one worker to all of them, at the profile's speed at each size
+  // (`speedup`), checkpointing this often (pollux/sia --elastic).
+  double elastic_checkpoint_s = 0;
   std::string out;
 };
 

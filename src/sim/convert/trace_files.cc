@@ -140,6 +140,12 @@ std::string JobJson(const JobOut& j) {
   s += ",\"queue\":" + JsonString(j.queue) + ",\"tier\":" + JsonString(j.tier);
   if (j.replicas != 1) s += ",\"replicas\":" + std::to_string(j.replicas);
   if (j.min_replicas > 0) s += ",\"min_replicas\":" + std::to_string(j.min_replicas);
+  if (!j.speedup.empty()) {
+    s += ",\"speedup\":[";
+    for (size_t i = 0; i < j.speedup.size(); ++i)
+      s += (i ? "," : "") + fmt::format("{:.6g}", j.speedup[i]);  // shares near 1: 6 digits
+    s += "]";
+  }
   if (!j.mig.empty()) {
     s += ",\"mig\":" + JsonString(j.mig);
   } else {

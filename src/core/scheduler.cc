@@ -203,6 +203,16 @@ GpuUnits Scheduler::UnitsOf(const JobSpec& spec, const Allocation& alloc) const 
   return units;
 }
 
+void Scheduler::InternShape(JobRecord& rec) {
+  rec.min_units = MinUnits(rec.spec);
+  rec.shape =
+      shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
+  rec.fit_class = class_ids_
+                      .emplace(FitClassOf(rec.spec, cluster_.catalog()),
+                               static_cast<uint32_t>(class_ids_.size()))
+                      .first->second;
+}
+
 JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   const JobId id(jobs_given_++);
   if ((id.v & (kChunk - 1)) == 0) chunks_.push_back(std::make_unique<Chunk>());
@@ -214,13 +224,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   rec.asked_tier = rec.spec.tier;
   // (A budget's demotion moves the tier between standard and best-effort only, so the
   // shape, which tells only critical work apart, never changes.)
-  rec.min_units = MinUnits(rec.spec);
-  rec.shape =
-      shape_ids_.emplace(ShapeOf(rec.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
-  rec.fit_class = class_ids_
-                      .emplace(FitClassOf(rec.spec, cluster_.catalog()),
-                               static_cast<uint32_t>(class_ids_.size()))
-                      .first->second;
+  InternShape(rec);
   std::optional<std::string> why = WhyNeverStarts(rec.spec, cluster_, queues_);
   if (why) {
     rec.phase = Phase::kDone;
@@ -852,13 +856,7 @@ void Scheduler::SetSizes(JobId id, int min_replicas, int replicas) {
           "Scheduler::SetSizes: sizes that do not hold the running gang");
   job.spec.replicas = replicas;
   job.spec.min_replicas = min_replicas < replicas ? min_replicas : 0;
-  job.min_units = MinUnits(job.spec);
-  job.shape =
-      shape_ids_.emplace(ShapeOf(job.spec), static_cast<uint32_t>(shape_ids_.size())).first->second;
-  job.fit_class = class_ids_
-                      .emplace(FitClassOf(job.spec, cluster_.catalog()),
-                               static_cast<uint32_t>(class_ids_.size()))
-                      .first->second;
+  InternShape(job);
   job.released = replicas - size;
   if (job.spec.elastic()) {
     elastic_.insert(id);

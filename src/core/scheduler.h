@@ -507,6 +507,9 @@ class Scheduler {
 
  private:
   bool TryStartJob(JobId id, Ticks now, Fit fit, std::string* why, WaitReason* wait);
+  // What its spec's request interns to (min_units, shape, fit_class): at submit, and when
+  // SetSizes changes it.
+  void InternShape(JobRecord& rec);
   ModelMask GuaranteedModels(const JobSpec& spec, GpuUnits extra, GpuUnits least) const;
   // A pending job whose `alloc` is held in the ledger starts running at `now`.
   void Begin(JobId id, Ticks now, GpuUnits units);

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
@@ -95,8 +96,8 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
            ": not honoured; tasks see all the job's GPUs on their node, or with --gpus-per-task "
            "their own task slot's";
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
-  if (name == "output" || name == "error" || name == "input")
-    return "--" + name + ": a step's output comes back through srun's own (the job's -o file)";
+  if (name == "error" || name == "input")
+    return "--" + name + ": a step's stderr comes with its stdout (srun's own, or -o's files)";
   if (name == "time") return "--time: steps run within the job's time limit; give none";
   if (name == "gres" || name == "gpus" || name == "gpus-per-node")
     return "--" + name +
@@ -262,6 +263,17 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     cwd = d.is_absolute() ? d.string() : (std::filesystem::path(cwd) / d).string();
   }
   body["workdir"] = cwd;
+  // -o PATTERN: each task's output to the file its pattern names (%t its task id, %n and %N
+  // its node, %j, %J, %s, %x, %A, %a, %u), in the step's directory, as Slurm's slurmstepd
+  // writes them; srun itself, on the batch script's node, writes them here.
+  std::string out_pattern;
+  if (given.count("output")) {
+    out_pattern = given["output"];
+    if (auto why = spec::CheckOutputPattern(out_pattern)) {
+      std::cerr << "srun: error: --output=" << out_pattern << ": " << *why << "\n";
+      return kExitBadInput;
+    }
+  }
   if (given.count("job-name")) body["name"] = given["job-name"];
   for (const auto& [opt, key] : std::initializer_list<std::pair<const char*, const char*>>{
            {"nodes", "nodes"},
@@ -331,23 +343,45 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
               << step.value("reason", "") << ")\n";
   }
   const std::string path = base + "/" + std::to_string(id);
-  std::vector<int64_t> printed;      // bytes of each task's output printed
-  std::vector<std::string> partial;  // -l: a task's unfinished last line
+  std::vector<int64_t> printed;                // bytes of each task's output printed
+  std::vector<std::string> partial;            // -l: a task's unfinished last line
+  std::vector<spec::OutputNames> task_names;   // -o: each task's fields
+  std::map<std::string, std::ofstream> files;  // -o: by path, truncated when first opened
+  spec::OutputNames names;
+  names.job = Env("SLURM_JOB_ID");
+  names.name = Env("SLURM_JOB_NAME");
+  names.array_job = Env("SLURM_ARRAY_JOB_ID").empty() ? names.job : Env("SLURM_ARRAY_JOB_ID");
+  names.array_task = Env("SLURM_ARRAY_TASK_ID").empty() ? "4294967294" : Env("SLURM_ARRAY_TASK_ID");
+  names.user = Env("SLURM_JOB_USER").empty() ? Env("USER") : Env("SLURM_JOB_USER");
+  names.step = std::to_string(id);
+  auto sink = [&](size_t task) -> std::ostream& {
+    if (out_pattern.empty()) return std::cout;
+    const std::filesystem::path name = spec::ExpandOutputPattern(out_pattern, task_names[task]);
+    const std::string file =
+        name.is_absolute() ? name.string() : (std::filesystem::path(cwd) / name).string();
+    auto it = files.find(file);
+    if (it == files.end()) {
+      it = files.emplace(file, std::ofstream(file, std::ios::trunc | std::ios::binary)).first;
+      if (!it->second) std::cerr << "srun: error: cannot write " << file << "\n";
+    }
+    return it->second;
+  };
   auto print = [&](size_t task, const std::string& data, bool last) {
+    std::ostream& out = sink(task);
     if (!label) {
-      std::cout << data << std::flush;
+      out << data << std::flush;
       return;
     }
     partial[task] += data;
     size_t start = 0;
     for (size_t nl; (nl = partial[task].find('\n', start)) != std::string::npos; start = nl + 1)
-      std::cout << task << ": " << partial[task].substr(start, nl + 1 - start);
+      out << task << ": " << partial[task].substr(start, nl + 1 - start);
     partial[task].erase(0, start);
     if (last && !partial[task].empty()) {
-      std::cout << task << ": " << partial[task] << "\n";
+      out << task << ": " << partial[task] << "\n";
       partial[task].clear();
     }
-    std::cout << std::flush;
+    out << std::flush;
   };
   // The output of `task` from what was printed up to `upto` bytes (all of it: -1).
   auto fetch = [&](size_t task, int64_t upto, bool last) {
@@ -404,6 +438,12 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     const json& tasks = step["tasks"];
     printed.resize(tasks.size(), 0);
     partial.resize(tasks.size());
+    task_names.resize(tasks.size(), names);
+    for (size_t t = 0; t < tasks.size(); ++t) {
+      task_names[t].rank = static_cast<int>(t);
+      task_names[t].node = tasks[t].value("node", "");
+      task_names[t].node_index = tasks[t].value("node_index", 0);
+    }
     const std::string state = step.value("state", "");
     if (!started_said && state != "pending") {
       std::cerr << "srun: Step created for StepId=" << job << "." << id << "\n";

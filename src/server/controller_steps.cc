@@ -279,6 +279,7 @@ json Controller::StepBody(const Job& job, const Step& s) const {
     tasks.push_back(
         {{"task", i},
          {"node", cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name},
+         {"node_index", t.node},
          {"exited", t.exited},
          {"exit_code", t.exit_code},
          {"signal", t.signal},

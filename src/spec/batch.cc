@@ -8,7 +8,7 @@ namespace gantry::spec {
 
 namespace {
 
-constexpr std::string_view kFields = "jJxAaNnut%";
+constexpr std::string_view kFields = "jJxAaNnuts%";
 
 // "%3a": a width of 1-2 digits between the % and the field (Slurm's zero padding, at most
 // 10); where the field starts, and the width (0: none).
@@ -50,10 +50,9 @@ std::optional<std::string> CheckOutputPattern(std::string_view pattern) {
     if (f == pattern.size()) return "ends with a lone %: write %% for a percent sign";
     if (kFields.find(pattern[f]) == std::string_view::npos) {
       return "unknown field %" + std::string(pattern.substr(i + 1, f - i)) +
-             " (known: %j job number, %J the same for a batch script, %x name, %A array number, %a "
-             "task "
-             "index, %N node, %n node index, %u user, %t rank, %% a percent sign; a width pads "
-             "numbers: %3a)";
+             " (known: %j job number, %J the same for a batch script (JOB.STEP for srun), %s step, "
+             "%x name, %A array number, %a task index, %N node, %n node index, %u user, %t rank, "
+             "%% a percent sign; a width pads numbers: %3a)";
     }
     i = f;
   }
@@ -72,8 +71,13 @@ std::string ExpandOutputPattern(std::string_view pattern, const OutputNames& n) 
     i = f;
     switch (pattern[i]) {
       case 'j':
-      case 'J':  // jobid.stepid; a batch script's is the job id
         out += Padded(n.job, width);
+        break;
+      case 'J':  // jobid.stepid; a batch script's is the job id
+        out += Padded(n.job, width) + (n.step.empty() ? "" : "." + n.step);
+        break;
+      case 's':  // a step's id; a batch script has none (Slurm's "batch")
+        out += n.step.empty() ? "batch" : Padded(n.step, width);
         break;
       case 'x':
         out += n.name;

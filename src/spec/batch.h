@@ -23,6 +23,7 @@ struct OutputNames {
   std::string user;        // %u: the submitting user
   int rank = 0;            // %t: the worker's rank (Slurm's task id)
   int node_index = 0;      // %n: its node's index among the job's nodes
+  std::string step;        // %s: a step's id (srun -o); %J is then JOB.STEP. Empty: none
 };
 
 // nullopt when `pattern` holds only known fields (%j %x %A %a %N %n %u %t %%), else why not.

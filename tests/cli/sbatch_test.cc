@@ -484,9 +484,13 @@ TEST(Sbatch, RandomScriptsNeverCrash) {
 }
 
 TEST(OutputPatterns, ExpandForEachWorker) {
-  spec::OutputNames n{"j41_3", "train", "j41", "3", "h100-2", "ann", 5, 1};
+  spec::OutputNames n{"j41_3", "train", "j41", "3", "h100-2", "ann", 5, 1, ""};
   EXPECT_EQ(spec::ExpandOutputPattern("%x-%j-%A_%a-%N-%n-%u-%t-100%%.out", n),
             "train-j41_3-j41_3-h100-2-1-ann-5-100%.out");
+  EXPECT_EQ(spec::ExpandOutputPattern("%J-%s.out", n), "j41_3-batch.out") << "a batch script";
+  spec::OutputNames step = n;  // srun -o
+  step.step = "2";
+  EXPECT_EQ(spec::ExpandOutputPattern("%J-%s-%3t.out", step), "j41_3.2-2-005.out");
   EXPECT_FALSE(spec::CheckOutputPattern("slurm-%j.out"));
   EXPECT_TRUE(spec::CheckOutputPattern("a%"));
   EXPECT_TRUE(spec::CheckOutputPattern("%5q"));

@@ -367,7 +367,9 @@ TEST(Slurm, NodesAndTasksPerNodeAreHonouredExactly) {
   h.Write("two.sh",
           "#!/bin/sh\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
           "#SBATCH --gres=gpu:2\n#SBATCH -t 1\n"
-          "srun sh -c 'env | sort > \"env-$SLURM_PROCID.txt\"'\n");
+          "srun sh -c 'env | sort > \"env-$SLURM_PROCID.txt\"'\n"
+          "srun -o 'out-%J-%t-%n-%N.txt' sh -c 'echo task $SLURM_PROCID; echo err >&2'\n"
+          "srun --output=all-%j.txt -l echo hi\n");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("two.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string id = JobIdOf(r.out);
@@ -385,6 +387,20 @@ TEST(Slurm, NodesAndTasksPerNodeAreHonouredExactly) {
   }
   EXPECT_EQ(per_node.size(), 2u);
   for (const auto& [node, n] : per_node) EXPECT_EQ(n, 2) << node;
+  // srun -o: each task's output (stderr with it) in the file its pattern names, step 1.
+  const std::string number = id.substr(1);
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ReadEnvFile(work + "/env-" + std::to_string(rank) + ".txt");
+    const std::string file = "work/out-" + number + ".1-" + std::to_string(rank) + "-" +
+                             env["SLURM_NODEID"] + "-" + env["SLURMD_NODENAME"] + ".txt";
+    EXPECT_EQ(h.Read(file), "task " + std::to_string(rank) + "\nerr\n") << file;
+  }
+  // One file for every task (no %t), labelled with -l.
+  std::string all = h.Read("work/all-" + number + ".txt");
+  std::vector<std::string> lines;
+  for (std::istringstream in(all); std::getline(in, all);) lines.push_back(all);
+  std::sort(lines.begin(), lines.end());
+  EXPECT_EQ(lines, (std::vector<std::string>{"0: hi", "1: hi", "2: hi", "3: hi"}));
 }
 
 // Issue 47 A1: what real multi-node scripts do inside the job, in our own words: the head

@@ -594,7 +594,9 @@ bool Placer::PlaceBeside(const JobSpec& job, Fit fit, const Allocation& held, Al
   const Cluster& cluster = ledger_.cluster();
   const Node& first = cluster.node(held.front().node);
   const Pool& pool = cluster.pool(first.pool);
-  switch (Effective(job)) {
+  // The gang's own topology: with the workers it holds it is more than one (Effective
+  // would read a single new worker as needing no domain).
+  switch (job.topology) {
     case Topology::kNvlink:
       return false;
     case Topology::kNode: {

@@ -1464,7 +1464,12 @@ void Driver::JoinLaterPods(Job& job, const std::vector<const PodInfo*>& group_po
   }
   const int size = static_cast<int>(rec.alloc.size());
   const int most = size + static_cast<int>(later.size());
-  if (later.empty() || most <= rec.spec.replicas) return;
+  if (later.empty()) return;
+  if (most <= rec.spec.replicas) {  // already among its sizes (recreated after a shrink, say)
+    if (rec.spec.elastic())
+      for (const PodInfo* p : later) SetWaiting(*p, ElasticWait(rec));
+    return;
+  }
   if (rec.spec.sharing != core::Sharing::kExclusive || rec.spec.workers_per_node > 0 ||
       !later.front()->claims.empty() || size == 0) {
     for (const PodInfo* p : later)

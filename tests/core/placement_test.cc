@@ -140,6 +140,29 @@ TEST(PlacementTest, FewestNodesPutsTheGangOnOneNodeWhereOneHasRoom) {
   EXPECT_EQ(spread.size(), 8u);
 }
 
+// More workers of a gang that runs (an elastic gang grown in place, Kubernetes): inside the
+// domain of the gang's own topology, even for one new worker.
+TEST(PlacementTest, WorkersBesideAGangStayInItsDomain) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "h", 4, 8, "H100-80GB", /*leaf_size=*/2)});
+  Ledger ledger(cluster);
+  Placer placer(ledger);
+  JobSpec job = Whole(c, "leafy", 1, 8);
+  job.topology = Topology::kLeaf;
+  Allocation held;
+  ASSERT_TRUE(placer.PlaceOn(job, Fit::kFirst, NodeId(2), held));  // leaf 1: nodes 2 and 3
+  Allocation more;
+  ASSERT_TRUE(placer.PlaceBeside(job, Fit::kBest, held, more));
+  ASSERT_EQ(more.size(), 1u);
+  EXPECT_EQ(more[0].node.v, 3u) << "in the held worker's leaf, not nodes 0-1";
+  EXPECT_FALSE(placer.PlaceBeside(job, Fit::kBest, held, more)) << "its leaf is full now";
+  job.topology = Topology::kNode;
+  EXPECT_FALSE(placer.PlaceBeside(job, Fit::kBest, held, more)) << "its node is full";
+  job.topology = Topology::kSpine;
+  ASSERT_TRUE(placer.PlaceBeside(job, Fit::kBest, held, more));
+  EXPECT_LT(more[0].node.v, 2u);
+}
+
 TEST(PlacementTest, CriticalWorkNeverLandsOnSpot) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster =

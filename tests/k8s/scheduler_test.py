@@ -275,10 +275,12 @@ def case_gang_of_four_bound_together(c):
 def case_interleaved_gangs_side_by_side(c):
     """Two 3-pod gangs of whole-node pods on 4 nodes, created interleaved: kube-scheduler
     binds 2 of each and neither runs; Gantry binds one whole, then the other after it."""
-    def create(scheduler):
-        objs = [group("ga", 3), group("gb", 3)]
+    # Names of their own per scheduler: kwok may still delete the first run's pods by name
+    # after they are gone (it deleted a new pod of the same name once, 2026-11-30).
+    def create(scheduler, names):
+        objs = [group(g, 3) for g in names]
         for i in range(3):
-            for g in ("ga", "gb"):
+            for g in names:
                 p = pod(f"{g}-{i}", 8, group=g, complete_after="6s" if scheduler == "gantry" else None)
                 p["spec"]["schedulerName"] = scheduler
                 objs.append(p)
@@ -288,18 +290,18 @@ def case_interleaved_gangs_side_by_side(c):
     c.stop_gantryd()
     subprocess.run([CLUSTER, "start-scheduler", c.dir], check=True, capture_output=True)
     try:
-        create("default-scheduler")
+        create("default-scheduler", ("ka", "kb"))
         wait_for("4 pods bound by kube-scheduler", lambda: len(bound(c.pods("test=yes"))) == 4, 30)
         time.sleep(2)
         ps = c.pods("test=yes")
-        per = {g: sum(1 for p in bound(ps) if p["metadata"]["name"].startswith(g)) for g in ("ga", "gb")}
+        per = {g: sum(1 for p in bound(ps) if p["metadata"]["name"].startswith(g)) for g in ("ka", "kb")}
         print(f"    kube-scheduler: bound {per}; whole gangs: {sum(1 for v in per.values() if v == 3)}")
         assert all(v < 3 for v in per.values()), f"kube-scheduler was expected to split the gangs: {per}"
     finally:
         subprocess.run([CLUSTER, "stop-scheduler", c.dir], check=True, capture_output=True)
         c.clean()
     c.start_gantryd()
-    create("gantry")
+    create("gantry", ("ga", "gb"))
     t0 = time.time()
     wait_for("one gang bound whole", lambda: len(bound(c.pods("test=yes"))) == 3, 20)
     ps = c.pods("test=yes")

@@ -296,6 +296,23 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     if (int rc = Count(opt, v, n)) return rc;
     body[key] = n;
   }
+  // -n from $SLURM_NTASKS and a --ntasks-per-node (or the batch script's
+  // $SLURM_NTASKS_PER_NODE, another input of Slurm's srun) that cannot hold that many on the
+  // nodes: ignored, as Slurm 22.05 does, and said as its srun says it.
+  const int per_node = body.contains("ntasks_per_node")
+                           ? body["ntasks_per_node"].get<int>()
+                           : std::atoi(Env("SLURM_NTASKS_PER_NODE").c_str());
+  if (per_node > 0 && !body.contains("ntasks")) {
+    const int tasks = std::atoi(Env("SLURM_NTASKS").c_str());
+    const int nodes = body.contains("nodes") ? body["nodes"].get<int>()
+                                             : std::atoi(Env("SLURM_JOB_NUM_NODES").c_str());
+    if (tasks > 0 && nodes > 0 && int64_t{per_node} * nodes < tasks) {
+      std::cerr << "srun: Warning: can't honor --ntasks-per-node set to " << per_node
+                << " which doesn't match the requested tasks " << tasks
+                << " with the number of requested nodes " << nodes
+                << ". Ignoring --ntasks-per-node.\n";
+    }
+  }
   if (given.count("nodelist")) {
     auto names = spec::ExpandHostList(given["nodelist"]);
     if (!names || names->empty()) {

@@ -368,7 +368,8 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   names.job = Env("SLURM_JOB_ID");
   names.name = Env("SLURM_JOB_NAME");
   names.array_job = Env("SLURM_ARRAY_JOB_ID").empty() ? names.job : Env("SLURM_ARRAY_JOB_ID");
-  names.array_task = Env("SLURM_ARRAY_TASK_ID").empty() ? "4294967294" : Env("SLURM_ARRAY_TASK_ID");
+  names.array_task =
+      Env("SLURM_ARRAY_TASK_ID").empty() ? spec::kNoArrayTask : Env("SLURM_ARRAY_TASK_ID");
   names.user = Env("SLURM_JOB_USER").empty() ? Env("USER") : Env("SLURM_JOB_USER");
   names.step = std::to_string(id);
   auto sink = [&](size_t task) -> std::ostream& {

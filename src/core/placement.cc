@@ -588,6 +588,13 @@ bool Placer::PlaceOn(const JobSpec& job, Fit fit, NodeId n, Allocation& out) {
   return PlaceWorkers(job, fit, Scope{pool, i, i + 1}, out);
 }
 
+Placer::Scope Placer::LeafScope(LeafId leaf) const {
+  const Cluster& cluster = ledger_.cluster();
+  const Leaf& l = cluster.leaf(leaf);
+  const uint32_t first = cluster.pool(l.pool).first_node.v;
+  return Scope{l.pool, l.nodes.front().v - first, l.nodes.back().v - first + 1};
+}
+
 bool Placer::PlaceBeside(const JobSpec& job, Fit fit, const Allocation& held, Allocation& out) {
   out.clear();
   if (held.empty() || job.workers_per_node > 0) return false;
@@ -599,17 +606,10 @@ bool Placer::PlaceBeside(const JobSpec& job, Fit fit, const Allocation& held, Al
   switch (job.topology) {
     case Topology::kNvlink:
       return false;
-    case Topology::kNode: {
-      const uint32_t i = held.front().node.v - pool.first_node.v;
-      return PlaceWorkers(job, fit, Scope{first.pool, i, i + 1}, out);
-    }
-    case Topology::kLeaf: {
-      const Leaf& l = cluster.leaf(first.leaf);
-      return PlaceWorkers(job, fit,
-                          Scope{first.pool, l.nodes.front().v - pool.first_node.v,
-                                l.nodes.back().v - pool.first_node.v + 1},
-                          out);
-    }
+    case Topology::kNode:
+      return PlaceOn(job, fit, held.front().node, out);
+    case Topology::kLeaf:
+      return PlaceWorkers(job, fit, LeafScope(first.leaf), out);
     case Topology::kSpine: {
       JobSpec one = job;
       if (job.uses_gpu() && pool.spec.gpus > 0) one.models = ModelMask{1} << pool.spec.model.v;
@@ -665,11 +665,7 @@ bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
       });
     }
     for (LeafId leaf : leaves) {
-      const Leaf& l = cluster.leaf(leaf);
-      const Pool& pool = cluster.pool(l.pool);
-      Scope s{l.pool, l.nodes.front().v - pool.first_node.v,
-              l.nodes.back().v - pool.first_node.v + 1};
-      if (PlaceWorkers(job, fit, s, out)) return true;
+      if (PlaceWorkers(job, fit, LeafScope(leaf), out)) return true;
     }
     return false;
   }

@@ -59,6 +59,11 @@ class Placer {
 
   // Human-readable request, e.g. "2 x 8 GPUs of H100-80GB in one leaf".
   static std::string Describe(const JobSpec& job, const Catalog& catalog);
+  // The same as the API shows a job's request: an elastic one's with its least size too,
+  // "2-4 x 8 GPU(s) ...".
+  static std::string DescribeSizes(const JobSpec& job, const Catalog& catalog) {
+    return (job.elastic() ? std::to_string(job.min_replicas) + "-" : "") + Describe(job, catalog);
+  }
 
   // Whether a worker of `job` may ever go to `pool` (model, sharing, spot, VRAM).
   bool PoolAccepts(const JobSpec& job, PoolId pool) const;
@@ -70,6 +75,7 @@ class Placer {
     uint32_t lo = 0, hi = 0;
     int domain = -1;
   };
+  Scope LeafScope(LeafId leaf) const;  // the nodes of one leaf
 
   bool PlaceWorkers(const JobSpec& job, Fit fit, const Scope& scope, Allocation& out);
   // A spine gang: each accepted model in turn, in the order of the pools that have it.

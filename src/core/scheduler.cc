@@ -131,23 +131,22 @@ void Scheduler::DecayUsage(Ticks now) {
   if (now <= decayed_at_) return;
   // Exponentially weighted average of each queue's usage with the configured half-life:
   // a queue's past consumption fades, so fair share forgives old usage (Slurm's decay).
-  // (In place: it runs at every start and end; DecayedUsageAt is the same sum, copied.)
+  // (In place: it runs at every start and end.)
+  DecayTo(decayed_, now);
+  decayed_at_ = now;
+}
+
+void Scheduler::DecayTo(std::vector<double>& usage, Ticks now) const {
   const double keep =
       std::exp2(-static_cast<double>(now - decayed_at_) /
                 static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
-  for (size_t q = 0; q < decayed_.size(); ++q)
-    decayed_[q] = decayed_[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
-  decayed_at_ = now;
+  for (size_t q = 0; q < usage.size(); ++q)
+    usage[q] = usage[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
 }
 
 std::vector<double> Scheduler::DecayedUsageAt(Ticks now) const {
   std::vector<double> out = decayed_;
-  if (now <= decayed_at_) return out;
-  const double keep =
-      std::exp2(-static_cast<double>(now - decayed_at_) /
-                static_cast<double>(std::max<Ticks>(1, params_.fairshare_half_life)));
-  for (size_t q = 0; q < out.size(); ++q)
-    out[q] = out[q] * keep + static_cast<double>(queue_usage_[q]) * (1.0 - keep);
+  if (now > decayed_at_) DecayTo(out, now);
   return out;
 }
 
@@ -169,14 +168,9 @@ Ticks Scheduler::ExpectedEnd(JobId id) const {
   const JobRecord& job = Rec(id);
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
   const auto size = static_cast<Ticks>(job.alloc.size());
-  if (job.spec.elastic() && size > 0 && size < job.spec.replicas) {  // slower below its size
-    if (job.spec.speedup) {                                          // a measured profile
-      const double rate = job.spec.SpeedInWorkers(static_cast<int>(size)) / job.spec.replicas;
-      return job.last_start + static_cast<Ticks>(std::ceil(static_cast<double>(Remaining(id)) /
-                                                           std::max(rate, 1e-9)));
-    }
-    return job.last_start + (Remaining(id) * job.spec.replicas + size - 1) / size;
-  }
+  if (job.spec.elastic() && size > 0 && size < job.spec.replicas)  // slower below its size
+    return job.last_start +
+           job.spec.TimeFor(Remaining(id) * job.spec.replicas, static_cast<int>(size));
   return job.last_start + Remaining(id);
 }
 
@@ -826,13 +820,10 @@ void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
   job.run_total += ran;
   const Ticks ckpt = job.spec.checkpoint;
   // Progress is reckoned in time at the job's full size: a run at k of n workers does k/n.
-  if (ckpt > 0 && job.spec.speedup) {  // a measured profile: its speed at this size
-    job.progress_kept += std::llround(static_cast<double>(ran / ckpt * ckpt) *
-                                      job.spec.SpeedInWorkers(static_cast<int>(job.alloc.size())) /
-                                      job.spec.replicas);
-  } else if (ckpt > 0) {
+  if (ckpt > 0) {
     job.progress_kept +=
-        ran / ckpt * ckpt * static_cast<Ticks>(job.alloc.size()) / job.spec.replicas;
+        job.spec.WorkerTime(ran / ckpt * ckpt, static_cast<int>(job.alloc.size())) /
+        job.spec.replicas;
   }
   BudgetRun(id, now, -1);
   AddUsage(job.spec, job.alloc, job.units, -1, now);

@@ -543,6 +543,8 @@ class Scheduler {
   void AddPending(JobId id);
   void RemovePending(JobId id);
   void DecayUsage(Ticks now);
+  // `usage` (the decayed usage as of decayed_at_) brought to `now` at the usage held since.
+  void DecayTo(std::vector<double>& usage, Ticks now) const;
   // Adds (sign 1) or removes (sign -1) a job's holdings from its queue and ancestors at
   // `now`: the decayed usage first counts the holdings as they were up to then.
   void AddUsage(const JobSpec& spec, const Allocation& alloc, GpuUnits units, int sign, Ticks now);

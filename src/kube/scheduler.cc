@@ -429,6 +429,11 @@ class Driver {
   void Forget(Job& job);
   void Resized(Job& job, const core::JobRecord& rec, core::Ticks now);
   void JoinLaterPods(Job& job, const std::vector<const PodInfo*>& group_pods);
+  // A pod of the running gang's group not bound with it: one that waits to join it.
+  bool WaitsToJoin(const Job& job, const PodInfo& p) const {
+    return Live(p) && p.node_name.empty() &&
+           std::find(job.pods.begin(), job.pods.end(), p.uid) == job.pods.end();
+  }
   // What an elastic gang's pods that wait to join it say.
   static std::string ElasticWait(const core::JobRecord& rec);
   std::string JobName(const Job& job) const;
@@ -1168,10 +1173,8 @@ void Driver::SyncJobs() {
           job.shrunk.clear();
         }
       }
-      if (running && bound_alive && rec.phase == core::Phase::kRunning && !job.lone &&
-          pods != by_key.end())
-        JoinLaterPods(job, pods->second);
       if (running && bound_alive && rec.phase == core::Phase::kRunning && !job.lone) {
+        if (pods != by_key.end()) JoinLaterPods(job, pods->second);
         // A pod of the gang that ended (succeeded, failed, deleted) while the others run on
         // frees its GPUs, as its kubelet frees them; one whose claims still hold devices
         // waits until they are released.
@@ -1458,9 +1461,7 @@ void Driver::JoinLaterPods(Job& job, const std::vector<const PodInfo*>& group_po
   const core::JobRecord& rec = sched_->job(job.id);
   std::vector<const PodInfo*> later;
   for (const PodInfo* p : group_pods) {
-    if (Live(*p) && p->node_name.empty() &&
-        std::find(job.pods.begin(), job.pods.end(), p->uid) == job.pods.end())
-      later.push_back(p);
+    if (WaitsToJoin(job, *p)) later.push_back(p);
   }
   const int size = static_cast<int>(rec.alloc.size());
   const int most = size + static_cast<int>(later.size());
@@ -1500,9 +1501,7 @@ void Driver::Resized(Job& job, const core::JobRecord& rec, core::Ticks now) {
   if (size > had) {
     std::vector<PodInfo*> waiting;  // its pods not bound yet, by name
     for (auto& [uid, p] : pods_) {
-      if (KeyOf(p) == job.key && Ours(p) && Live(p) && p.node_name.empty() &&
-          std::find(job.pods.begin(), job.pods.end(), uid) == job.pods.end())
-        waiting.push_back(&p);
+      if (KeyOf(p) == job.key && Ours(p) && WaitsToJoin(job, p)) waiting.push_back(&p);
     }
     std::sort(waiting.begin(), waiting.end(),
               [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
@@ -1785,8 +1784,7 @@ json Driver::JobJson(const Job& job, std::vector<const PodInfo*> pods, bool deta
   if (spec) {
     queue = config_.queues.queue(spec->queue).spec.name;
     tier = std::string(core::Name(spec->tier));
-    request = (spec->elastic() ? std::to_string(spec->min_replicas) + "-" : "") +
-              core::Placer::Describe(*spec, view_.cluster.catalog());
+    request = core::Placer::DescribeSizes(*spec, view_.cluster.catalog());
   } else if (!pods.empty()) {
     if (auto q = QueueOf(pods.front()->ns, config_)) queue = config_.queues.queue(*q).spec.name;
   }

@@ -46,8 +46,7 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
   o.job = std::to_string(job.seq);
   o.name = job.spec.name.empty() ? job.name : job.spec.name;
   o.array_job = job.array.empty() ? o.job : ArrayJobNumber(job);
-  o.array_task =
-      job.array.empty() ? "4294967294" : std::to_string(job.array_index);  // Slurm's NO_VAL
+  o.array_task = job.array.empty() ? spec::kNoArrayTask : std::to_string(job.array_index);
   o.node = node;
   o.user = job.user;
   o.rank = w.rank;

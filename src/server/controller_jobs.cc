@@ -558,9 +558,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
             {"tier", std::string(core::Name(job.spec.tier))},
             {"state", state},
             {"reason", reason},
-            // An elastic job's: its least and most workers ("2-4 x 8 GPU(s) ...").
-            {"request", (job.spec.elastic() ? std::to_string(job.spec.min_replicas) + "-" : "") +
-                            core::Placer::Describe(job.spec, cluster_.catalog())},
+            {"request", core::Placer::DescribeSizes(job.spec, cluster_.catalog())},
             {"replicas", job.spec.replicas},
             {"submit", UnixSeconds(job.submit)},
             {"run", job.run},

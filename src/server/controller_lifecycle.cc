@@ -186,7 +186,8 @@ void Controller::EndStop(Job& job, Ticks now) {
   Ticks kept = job.spec.checkpoint > 0 ? ran / job.spec.checkpoint * job.spec.checkpoint : 0;
   // Progress counts in time at the job's full size: an elastic run of k of n workers did k/n.
   if (job.spec.elastic())
-    kept = kept * static_cast<Ticks>(job.workers.size()) / std::max(1, job.spec.replicas);
+    kept = job.spec.WorkerTime(kept, static_cast<int>(job.workers.size())) /
+           std::max(1, job.spec.replicas);
   Touch(job);
   RemoveRunning(job);
   dirty_ = true;

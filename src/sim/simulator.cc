@@ -5,7 +5,6 @@
 
 #include <cassert>
 #include <chrono>
-#include <cmath>
 #include <utility>
 
 namespace gantry::sim {
@@ -224,12 +223,8 @@ void Simulator::BeginRun(JobId id, Ticks now) {
   Ticks finish = now + (s.duration - s.progress);
   if (job.spec.elastic()) {  // at k of n workers it goes k/n as fast (or its profile's)
     s.run_alloc = job.alloc;
-    const auto k = static_cast<int64_t>(job.alloc.size());
-    const int64_t left = s.duration * job.spec.replicas - s.work;  // worker-ms
-    finish = job.spec.speedup
-                 ? now + static_cast<Ticks>(std::ceil(static_cast<double>(left) /
-                                                      job.spec.SpeedInWorkers(static_cast<int>(k))))
-                 : now + (left + k - 1) / k;
+    finish = now + job.spec.TimeFor(s.duration * job.spec.replicas - s.work,
+                                    static_cast<int>(job.alloc.size()));
   }
   Push(finish, Kind::kFinish, id.v, s.run);
   // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
@@ -274,10 +269,7 @@ void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause, bool resize) {
   const Ticks kept = ckpt > 0 ? run_time / ckpt * ckpt : 0;
   const Ticks progress = s.progress;
   if (job.spec.elastic()) {
-    const auto k = static_cast<int>(s.run_alloc.size());
-    s.work += job.spec.speedup
-                  ? std::llround(static_cast<double>(kept) * job.spec.SpeedInWorkers(k))
-                  : kept * static_cast<int64_t>(k);
+    s.work += job.spec.WorkerTime(kept, static_cast<int>(s.run_alloc.size()));
     s.progress = s.work / job.spec.replicas;
   } else {
     s.progress += kept;

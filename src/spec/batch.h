@@ -14,11 +14,14 @@
 namespace gantry::spec {
 
 // What a pattern's fields stand for, for one worker.
+// %a and SLURM_ARRAY_TASK_ID's value outside an array: Slurm's NO_VAL.
+inline constexpr const char* kNoArrayTask = "4294967294";
+
 struct OutputNames {
   std::string job;         // %j: the job's number (an array task's own), e.g. 43
   std::string name;        // %x: the job name (its id when it has none)
   std::string array_job;   // %A: the array's number (the job's when not an array task)
-  std::string array_task;  // %a: the task index ("4294967294" as Slurm, when not a task)
+  std::string array_task;  // %a: the task index (kNoArrayTask as Slurm, when not a task)
   std::string node;        // %N: the worker's node
   std::string user;        // %u: the submitting user
   int rank = 0;            // %t: the worker's rank (Slurm's task id)

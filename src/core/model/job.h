@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -54,6 +55,17 @@ struct JobSpec {
     return full > 0
                ? replicas * (*speedup)[static_cast<size_t>(std::min(size, replicas) - 1)] / full
                : size;
+  }
+  // Progress in worker-time (work at full size is run time x replicas): what `t` at `size`
+  // workers does (t x size when linear), and the time `work` takes there, rounded up. The
+  // core's estimates, the simulator's runs and gantryd's kept progress all count so.
+  int64_t WorkerTime(Ticks t, int size) const {
+    return speedup ? std::llround(static_cast<double>(t) * SpeedInWorkers(size))
+                   : t * int64_t{size};
+  }
+  Ticks TimeFor(int64_t work, int size) const {
+    return speedup ? static_cast<Ticks>(std::ceil(static_cast<double>(work) / SpeedInWorkers(size)))
+                   : (work + size - 1) / size;
   }
   Sharing sharing = Sharing::kExclusive;
   int gpus = 0;                   // whole GPUs per worker (Sharing::kExclusive)

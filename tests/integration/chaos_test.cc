@@ -1,6 +1,6 @@
 // Chaos (issue 13, item 5): a mixed workload from two teams (whole GPUs, 2-node gangs,
-// MIG instances, MPS shares; best-effort, standard and critical) runs on real agents
-// while, at random moments:
+// elastic gangs of 1-3 nodes, MIG instances, MPS shares; best-effort, standard and
+// critical) runs on real agents while, at random moments:
 // - the leader gantryd is killed (-9): on PostgreSQL the standby takes over and the old
 //   one comes back as the standby; on SQLite gantryd is restarted, as systemd would;
 // - agents are killed (-9) and restarted, or frozen (SIGSTOP) for less than their lease;
@@ -75,44 +75,6 @@ constexpr int kAgents = 4;
 int EnvInt(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) : fallback;
-}
-
-struct Interval {
-  double from = 0, to = 0;
-  std::string job;
-  int run = 0;
-};
-
-// A run's time on its node, from its log: first line to last.
-Interval RunInterval(const Harness& h, const std::string& id, int run, int rank) {
-  const std::string log =
-      h.Path("out/" + id + "." + std::to_string(run) + "." + std::to_string(rank) + ".log");
-  Interval iv{1e300, 0, id, run};
-  for (const char* kind : {"start", "alive", "term", "graceful", "end"}) {
-    for (double t : Times(log, kind)) {
-      iv.from = std::min(iv.from, t);
-      iv.to = std::max(iv.to, t);
-    }
-  }
-  return iv;
-}
-
-bool Overlap(const Interval& a, const Interval& b) { return a.from < b.to && b.from < a.to; }
-
-// One worker's use of one GPU, from its environment.
-struct Use {
-  Interval iv;
-  std::string mode;      // exclusive, mig or mps
-  std::string instance;  // the MIG instance (CUDA_VISIBLE_DEVICES)
-  double share = 1;      // MPS: GANTRY_GPU_SHARE
-};
-
-// Whether two uses of one GPU at overlapping times break its sharing.
-bool Clash(const Use& a, const Use& b) {
-  if (a.iv.job == b.iv.job && a.iv.run == b.iv.run) return false;
-  if (!Overlap(a.iv, b.iv)) return false;
-  if (a.mode == "exclusive" || b.mode == "exclusive" || a.mode != b.mode) return true;
-  return a.mode == "mig" && a.instance == b.instance;  // MPS shares are summed separately
 }
 
 class Chaos {
@@ -208,59 +170,20 @@ class Chaos {
     ASSERT_TRUE(AllEndWhileProgressing(h_, ids, 90))
         << h_.Cli({"ls", "--all"}, h_.token("admin")).out;
     const auto states = States(h_);
-    std::map<std::string, std::vector<Use>> by_gpu;  // node/GPU index -> its uses
-    int runs = 0;
-    std::set<std::string> modes;
     for (const std::string& id : ids) {
       ASSERT_TRUE(states.count(id)) << id << " was accepted and then lost";
       EXPECT_EQ(states.at(id), "finished") << id << ": " << h_.Job(id).dump();
-      std::vector<Interval> mine;
-      for (const auto& [run, ranks] : Envs(h_, id)) {
-        ++runs;
-        for (const auto& [rank, env] : ranks) {
-          Use use{RunInterval(h_, id, run, rank), "exclusive", "", 1};
-          if (use.iv.to == 0) continue;  // killed before its first line
-          if (rank == 0) mine.push_back(use.iv);
-          if (env.count("GANTRY_MIG_PROFILE")) {
-            use.mode = "mig";
-            use.instance = env.at("CUDA_VISIBLE_DEVICES");
-          } else if (env.count("GANTRY_GPU_SHARE")) {
-            use.mode = env.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") ? "mps" : "time-sliced";
-            use.share = std::stod(env.at("GANTRY_GPU_SHARE"));
-          }
-          modes.insert(use.mode);
-          for (const std::string& g : Split(env.at("GANTRY_GPUS"), ',')) {
-            by_gpu[env.at("GANTRY_NODE") + "/" + g].push_back(use);
-          }
-        }
-      }
-      for (size_t x = 0; x < mine.size(); ++x) {
-        for (size_t y = x + 1; y < mine.size(); ++y) {
-          EXPECT_FALSE(Overlap(mine[x], mine[y]))
-              << id << " runs " << mine[x].run << " and " << mine[y].run << " ran at the same time";
-        }
-      }
     }
-    for (const auto& [gpu, uses] : by_gpu) {
-      for (size_t x = 0; x < uses.size(); ++x) {
-        double shares = 0;  // MPS shares running when this use started
-        for (size_t y = 0; y < uses.size(); ++y) {
-          const Use &a = uses[x], &b = uses[y];
-          if (a.mode == "mps" && b.mode == "mps" && b.iv.from <= a.iv.from && a.iv.from < b.iv.to)
-            shares += b.share;
-          if (y <= x) continue;
-          EXPECT_FALSE(Clash(a, b))
-              << gpu << " ran " << a.iv.job << "." << a.iv.run << " (" << a.mode << ") and "
-              << b.iv.job << "." << b.iv.run << " (" << b.mode << ") at the same time";
-        }
-        EXPECT_LE(shares, 1.001) << gpu << ": MPS shares past the whole GPU when " << uses[x].iv.job
-                                 << " started";
-      }
-    }
-    std::cerr << "chaos: " << runs << " runs of " << ids.size() << " jobs checked on "
-              << by_gpu.size() << " GPUs\n";
-    EXPECT_GE(runs, static_cast<int>(ids.size()));
-    EXPECT_TRUE(modes.count("exclusive") && modes.count("mig") && modes.count("mps"))
+    const RunAudit audit = AuditRuns(h_, ids);
+    const auto events = Events(h_);
+    std::cerr << "chaos: " << audit.runs << " runs of " << ids.size() << " jobs checked on "
+              << audit.gpus << " GPUs; "
+              << std::count_if(events.begin(), events.end(),
+                               [](const json& e) { return e.value("type", "") == "resize"; })
+              << " resizes\n";
+    EXPECT_GE(audit.runs, static_cast<int>(ids.size()));
+    EXPECT_TRUE(audit.modes.count("exclusive") && audit.modes.count("mig") &&
+                audit.modes.count("mps"))
         << "the mix should have run whole GPUs, MIG and MPS";
   }
 
@@ -278,12 +201,17 @@ class Chaos {
       argv.insert(argv.end(), {GANTRY_BINARY, "--server", urls_, "submit"});
       const std::string queue = team_a ? "research" : "nlp";
       const int kind = static_cast<int>(r() % 12);
+      bool elastic = false;
       if (kind == 0 && team_a) {
         argv.insert(argv.end(),
                     {"--queue", "serving", "--tier", "critical", "--gpus", "2", "--vram-gb", "20"});
-      } else if (kind <= 2) {
+      } else if (kind == 1) {
         argv.insert(argv.end(),
                     {"--queue", queue, "--gpus", "8", "--replicas", "2", "--vram-gb", "20"});
+      } else if (kind == 2) {  // elastic: 1-3 nodes, resized at its checkpoints
+        argv.insert(argv.end(), {"--queue", queue, "--gpus", "8", "--replicas", "3",
+                                 "--min-replicas", "1", "--vram-gb", "20"});
+        elastic = true;
       } else if (kind == 3) {
         const char* profile[][2] = {{"1g.10gb", "8"}, {"2g.20gb", "16"}, {"3g.40gb", "32"}};
         const auto& p = profile[r() % 3];
@@ -299,6 +227,7 @@ class Chaos {
       }
       argv.insert(argv.end(), {"--grace-s", "1", "--checkpoint-s", "1", "--"});
       for (auto& s : Job(h_, 500 + static_cast<int>(r() % 2000), 0.2)) argv.push_back(s);
+      if (elastic) argv[argv.size() - 4] = h_.Path("elastic.sh");
       RunResult res = it::Run(argv, {{"GANTRY_TOKEN", h_.token(team_a ? "a" : "b")}});
       std::string id = res.out;
       while (!id.empty() && id.back() == '\n') id.pop_back();
@@ -436,6 +365,7 @@ std::unique_ptr<Netns> MaybeNetns() {
 void PrepareChaos(Harness& h) {
   h.Setup(kChaosCluster, {{"a", "research,serving"}, {"b", "nlp"}});
   h.Write("job.sh", kJobScript, true);
+  h.Write("elastic.sh", kElasticScript, true);
   fs::create_directories(h.Path("out"));
 }
 

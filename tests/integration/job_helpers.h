@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -27,6 +28,15 @@ echo "start $(now)" >> "$out.log"
 end=$(( $(date +%s%3N) + $2 ))
 while [ "$(date +%s%3N)" -lt "$end" ]; do echo "alive $(now)" >> "$out.log"; sleep 0.1; done
 echo "end $(now)" >> "$out.log"
+)SH";
+
+// elastic.sh OUT_DIR WORK_MS [SECONDS_TO_CLEAN_UP_AFTER_SIGTERM]: WORK_MS of work at the
+// job's full size, resumed from its checkpointed progress and done at the pace of the
+// workers it has now, as an elastic trainer would (job.sh does the logging).
+inline constexpr const char* kElasticScript = R"SH(#!/bin/sh
+left=$(awk -v w="$2" -v p="${GANTRY_PROGRESS_S:-0}" -v n="$GANTRY_WORLD_SIZE" \
+  -v m="$GANTRY_MAX_WORLD_SIZE" 'BEGIN { l = w - p * 1000; if (l < 0) l = 0; printf "%d", l * m / n }')
+exec "$(dirname "$0")/job.sh" "$1" "$left" "${3:-0.3}"
 )SH";
 
 // Timestamps of one kind of line in a run's log ("start", "alive", "term", ...).
@@ -145,6 +155,111 @@ inline std::map<int, std::map<int, std::map<std::string, std::string>>> Envs(
     out[std::stoi(parts[0])][std::stoi(parts[1])] = ReadEnvFile(e.path().string());
   }
   return out;
+}
+
+// A worker's time on its node, from its log: first line to last (from 1e300 and to 0 when
+// it was killed before its first line).
+struct Interval {
+  double from = 0, to = 0;
+  std::string job;
+  int run = 0;
+};
+
+inline Interval RunInterval(const Harness& h, const std::string& id, int run, int rank) {
+  const std::string log =
+      h.Path("out/" + id + "." + std::to_string(run) + "." + std::to_string(rank) + ".log");
+  Interval iv{1e300, 0, id, run};
+  for (const char* kind : {"start", "alive", "term", "graceful", "end"}) {
+    for (double t : Times(log, kind)) {
+      iv.from = std::min(iv.from, t);
+      iv.to = std::max(iv.to, t);
+    }
+  }
+  return iv;
+}
+
+inline bool Overlap(const Interval& a, const Interval& b) { return a.from < b.to && b.from < a.to; }
+
+// One worker's use of one GPU, from its environment.
+struct Use {
+  Interval iv;
+  std::string mode;      // exclusive, mig, mps or time-sliced
+  std::string instance;  // the MIG instance (CUDA_VISIBLE_DEVICES)
+  double share = 1;      // MPS: GANTRY_GPU_SHARE
+};
+
+// Whether two uses of one GPU at overlapping times break its sharing.
+inline bool Clash(const Use& a, const Use& b) {
+  if (a.iv.job == b.iv.job && a.iv.run == b.iv.run) return false;
+  if (!Overlap(a.iv, b.iv)) return false;
+  if (a.mode == "exclusive" || b.mode == "exclusive" || a.mode != b.mode) return true;
+  return a.mode == "mig" && a.instance == b.instance;  // MPS shares are summed separately
+}
+
+struct RunAudit {
+  int runs = 0;                 // runs that wrote an environment
+  size_t gpus = 0;              // GPUs some run used
+  std::set<std::string> modes;  // the sharing modes seen
+};
+
+// What the jobs' own logs say, not gantryd's word: no job ran two runs at once (every
+// worker of a run wrote its last line before any worker of another run of that job wrote
+// its first), and no GPU was used by two runs at once beyond what its sharing allows (a
+// whole GPU: one run; MIG: one run per instance, no MPS beside it; MPS: shares adding up
+// to at most the GPU).
+inline RunAudit AuditRuns(const Harness& h, const std::set<std::string>& ids) {
+  RunAudit audit;
+  std::map<std::string, std::vector<Use>> by_gpu;  // node/GPU index -> its uses
+  for (const std::string& id : ids) {
+    std::map<int, Interval> runs;  // run -> from its first worker's first line to the last's last
+    for (const auto& [run, ranks] : Envs(h, id)) {
+      ++audit.runs;
+      for (const auto& [rank, env] : ranks) {
+        Use use{RunInterval(h, id, run, rank), "exclusive", "", 1};
+        if (use.iv.to == 0) continue;  // killed before its first line
+        auto [it, first] = runs.try_emplace(run, use.iv);
+        if (!first) {
+          it->second.from = std::min(it->second.from, use.iv.from);
+          it->second.to = std::max(it->second.to, use.iv.to);
+        }
+        if (env.count("GANTRY_MIG_PROFILE")) {
+          use.mode = "mig";
+          use.instance = env.at("CUDA_VISIBLE_DEVICES");
+        } else if (env.count("GANTRY_GPU_SHARE")) {
+          use.mode = env.count("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE") ? "mps" : "time-sliced";
+          use.share = std::stod(env.at("GANTRY_GPU_SHARE"));
+        }
+        audit.modes.insert(use.mode);
+        for (const std::string& g : Split(env.at("GANTRY_GPUS"), ',')) {
+          by_gpu[env.at("GANTRY_NODE") + "/" + g].push_back(use);
+        }
+      }
+    }
+    for (auto x = runs.begin(); x != runs.end(); ++x) {
+      for (auto y = std::next(x); y != runs.end(); ++y) {
+        EXPECT_FALSE(Overlap(x->second, y->second))
+            << id << " runs " << x->first << " and " << y->first << " ran at the same time";
+      }
+    }
+  }
+  for (const auto& [gpu, uses] : by_gpu) {
+    for (size_t x = 0; x < uses.size(); ++x) {
+      double shares = 0;  // MPS shares running when this use started
+      for (size_t y = 0; y < uses.size(); ++y) {
+        const Use &a = uses[x], &b = uses[y];
+        if (a.mode == "mps" && b.mode == "mps" && b.iv.from <= a.iv.from && a.iv.from < b.iv.to)
+          shares += b.share;
+        if (y <= x) continue;
+        EXPECT_FALSE(Clash(a, b)) << gpu << " ran " << a.iv.job << "." << a.iv.run << " (" << a.mode
+                                  << ") and " << b.iv.job << "." << b.iv.run << " (" << b.mode
+                                  << ") at the same time";
+      }
+      EXPECT_LE(shares, 1.001) << gpu << ": MPS shares past the whole GPU when " << uses[x].iv.job
+                               << " started";
+    }
+  }
+  audit.gpus = by_gpu.size();
+  return audit;
 }
 
 }  // namespace gantry::it

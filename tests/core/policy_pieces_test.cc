@@ -1,11 +1,12 @@
-// The gantry policy's pieces on their own (core/policy/reserver.h, victims.h): what each
-// answers on a cluster small enough to reason about by hand.
+// The gantry policy's pieces on their own (core/policy/reserver.h, victims.h, held_gpus.h): what
+// each answers on a cluster small enough to reason about by hand.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <optional>
 
+#include "core/policy/held_gpus.h"
 #include "core/policy/queue_order.h"
 #include "core/policy/reserver.h"
 #include "core/policy/victims.h"
@@ -287,6 +288,53 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
   EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.6", Sharing::kMps, 600, 10)), Victims{});
   EXPECT_EQ(choose(testing::Shared(catalog, "mps-0.5", Sharing::kMps, 500, 10)),
             (Victims{{be_mps}}));
+}
+
+TEST_F(PiecesTest, HeldGpusLetGoForATryAreHeldAgainAsTheyWereUnlessKept) {
+  Start("running", 4, "lab", Tier::kStandard, 100 * kS, 0);
+  const JobId gang = Pending("gang", 2, 8, "lab", 0);
+  // Held for the gang: node 0's four free GPUs and all of node 1's (the rest is taken).
+  Allocation want;
+  for (uint32_t n = 0; n < 2; ++n) {
+    WorkerAlloc w;
+    w.node = NodeId(n);
+    w.gpu_mask = 0xff;
+    want.push_back(w);
+  }
+  HeldGpus held;
+  held.Hold(sched_, gang, want, ~uint64_t{0}, /*fence=*/false);
+  EXPECT_EQ(Used(), 16 * kGpuUnits);
+  EXPECT_FALSE(held.empty());
+  EXPECT_EQ(held.pools(), uint64_t{1});
+  Allocation other;
+  const JobSpec small = Whole(catalog_, "small", 1, 2);
+  EXPECT_FALSE(sched_.placer().Place(small, Fit::kBest, other)) << "held GPUs look taken";
+  {
+    // Let go for a try that places something: rolled back at the scope's end.
+    HeldGpus::LetGoScope let_go(held, sched_, ~uint64_t{0});
+    EXPECT_TRUE(held.empty());
+    EXPECT_EQ(Used(), 4 * kGpuUnits);
+    ASSERT_TRUE(sched_.placer().Place(small, Fit::kBest, other));
+    EXPECT_EQ(Used(), 6 * kGpuUnits);
+  }
+  EXPECT_EQ(Used(), 16 * kGpuUnits);
+  EXPECT_FALSE(held.empty());
+  EXPECT_FALSE(sched_.placer().Place(small, Fit::kBest, other));
+  // Kept: what was placed stays and what was let go stays let go.
+  {
+    HeldGpus::LetGoScope let_go(held, sched_, ~uint64_t{0});
+    ASSERT_TRUE(sched_.placer().Place(small, Fit::kBest, other));
+    let_go.Keep();
+  }
+  EXPECT_TRUE(held.empty());
+  EXPECT_EQ(Used(), 6 * kGpuUnits);
+  // Holding again takes only what is free now, and none of another pool's GPUs.
+  held.Hold(sched_, gang, want, ~uint64_t{0}, false);
+  EXPECT_EQ(Used(), 16 * kGpuUnits);
+  held.LetGoIn(sched_, uint64_t{2});  // a pool it holds nothing in
+  EXPECT_EQ(Used(), 16 * kGpuUnits);
+  held.LetGoIn(sched_, ~uint64_t{0});
+  EXPECT_EQ(Used(), 6 * kGpuUnits);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <functional>
+#include <optional>
 #include <tuple>
 
 #include "core/policy/pools.h"
@@ -122,7 +123,7 @@ void GantryPolicy::HoldPhantoms(Scheduler& s, JobId except, uint64_t pools, bool
 void GantryPolicy::HoldDrains(Scheduler& s) {
   for (Drain& d : drains_) {
     if (d.held.empty() && s.job(d.r.job).phase == Phase::kPending)
-      HoldInto(s, d.r, ~uint64_t{0}, d.held, true);
+      HeldGpus::HoldFree(s, d.r.alloc, ~uint64_t{0}, d.held, true);
   }
 }
 
@@ -182,173 +183,6 @@ Ticks GantryPolicy::Shadow() const {
   return first ? first->start : kForever;
 }
 
-void GantryPolicy::Hold(Scheduler& s, const Reservation& r, uint64_t pools, bool fence) {
-  const size_t before = phantoms_.parts.size();
-  HoldInto(s, r, pools, phantoms_.parts, fence);
-  for (size_t i = before; i < phantoms_.parts.size(); ++i) {
-    phantom_pools_ |= PoolBit(s.cluster().node(phantoms_.parts[i].node).pool);
-  }
-  phantoms_.holders.resize(phantoms_.parts.size(), r.job);
-}
-
-namespace {
-
-// Holds what is free now of local GPU `gpu` of `node`, a GPU that jobs (a claimant's
-// victims) still partly use: its free MIG memory slices in [lo, hi) as MIG instances
-// (those that use the fewest compute slices per memory slice first), or `share` and
-// `vram` of a shared GPU's free share (all of it when negative), in the GPU's own mode.
-// Instances are what the ledger knows how to hold; a slice no profile can take alone
-// (the eighth) stays free, as no job can use it alone either.
-void HoldFreePart(Ledger& ledger, NodeId node, int gpu, int lo, int hi, int share, int64_t vram,
-                  Allocation& into) {
-  const GpuState& g = ledger.gpu(ledger.gpu_id(node, gpu));
-  const Node& n = ledger.cluster().node(node);
-  if (g.mode == GpuMode::kShared) {
-    const int free_share = kShareScale - g.share_used;
-    const int64_t free_vram = ledger.cluster().catalog().model(n.model).memory_bytes - g.vram_used;
-    WorkerAlloc p;
-    p.node = node;
-    p.sharing = g.share_mode;
-    p.gpu = static_cast<int8_t>(gpu);
-    p.share_milli = static_cast<int16_t>(share < 0 ? free_share : std::min(share, free_share));
-    p.vram_bytes = vram < 0 ? free_vram : std::min(vram, free_vram);
-    if (p.share_milli > 0 && ledger.Fits(p)) {
-      ledger.Allocate(p);
-      into.push_back(p);
-    }
-    return;
-  }
-  if (g.mode != GpuMode::kMig) return;
-  const auto& profiles = ledger.cluster().catalog().model(n.model).mig_profiles;
-  std::vector<int> order(profiles.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    const MigProfile& x = profiles[a];
-    const MigProfile& y = profiles[b];
-    return std::tuple(x.compute_slices * y.memory_slices, -x.memory_slices, a) <
-           std::tuple(y.compute_slices * x.memory_slices, -y.memory_slices, b);
-  });
-  for (int i : order) {
-    for (int start : profiles[i].starts) {
-      if (start < lo || start + profiles[i].memory_slices > hi) continue;
-      WorkerAlloc p;
-      p.node = node;
-      p.sharing = Sharing::kMig;
-      p.gpu = static_cast<int8_t>(gpu);
-      p.mig_profile = static_cast<int8_t>(i);
-      p.mig_start = static_cast<int8_t>(start);
-      if (!ledger.Fits(p)) continue;
-      ledger.Allocate(p);
-      into.push_back(p);
-    }
-  }
-}
-
-}  // namespace
-
-void GantryPolicy::HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into,
-                            bool fence) {
-  Ledger& ledger = s.mutable_ledger();
-  auto hold = [&](const WorkerAlloc& p) {
-    if (!ledger.Fits(p)) return false;
-    ledger.Allocate(p);
-    into.push_back(p);
-    return true;
-  };
-  for (const WorkerAlloc& w : r.alloc) {
-    if ((PoolBit(s.cluster().node(w.node).pool) & pools) == 0) continue;
-    // Whole GPUs: those still free, so a GPU taken meanwhile does not void the rest
-    // (checked one by one, held as one allocation per node: a ledger update each).
-    if (w.sharing == Sharing::kExclusive) {
-      WorkerAlloc p;
-      p.node = w.node;
-      uint64_t free = 0, partly = 0;
-      for (uint64_t m = w.gpu_mask; m != 0; m &= m - 1) {
-        p.gpu_mask = uint64_t{1} << std::countr_zero(m);
-        if (ledger.Fits(p)) {
-          free |= p.gpu_mask;
-        } else {
-          partly |= p.gpu_mask;
-        }
-      }
-      p.gpu_mask = free;
-      if (free != 0) hold(p);
-      // A claim also holds what its victims free of a GPU they share with others, as they
-      // leave: else a job starting there voids the claim (and its victims, requeued,
-      // are preempted again, for ever).
-      for (uint64_t m = fence ? partly : 0; m != 0; m &= m - 1) {
-        HoldFreePart(ledger, w.node, std::countr_zero(m), 0, kMigMemorySlices, -1, -1, into);
-      }
-      continue;
-    }
-    WorkerAlloc p = w;
-    p.cpus_milli = 0;
-    p.memory_bytes = 0;
-    if (hold(p) || !fence) continue;
-    if (w.sharing == Sharing::kMig) {
-      const MigProfile& profile =
-          s.cluster().catalog().model(s.cluster().node(w.node).model).mig_profiles[w.mig_profile];
-      HoldFreePart(ledger, w.node, w.gpu, w.mig_start, w.mig_start + profile.memory_slices, -1, -1,
-                   into);
-    } else {
-      // Of a GPU shared in its own mode, the share it needs; else all that is free (it
-      // needs the GPU emptied of the other mode's sharers).
-      const GpuState& g = ledger.gpu(ledger.gpu_id(w.node, w.gpu));
-      const bool same = g.mode == GpuMode::kShared && g.share_mode == w.sharing;
-      HoldFreePart(ledger, w.node, w.gpu, 0, kMigMemorySlices, same ? w.share_milli : -1,
-                   same ? w.vram_bytes : -1, into);
-    }
-  }
-}
-
-void GantryPolicy::DropPhantoms(Scheduler& s, uint64_t pools, Held* dropped) {
-  LetGo(
-      s,
-      [&](const WorkerAlloc& p, JobId) {
-        return (PoolBit(s.cluster().node(p.node).pool) & pools) != 0;
-      },
-      dropped);
-}
-
-template <typename Pred>
-void GantryPolicy::LetGo(Scheduler& s, Pred drop, Held* dropped) {
-  if (dropped) {
-    dropped->parts.clear();
-    dropped->holders.clear();
-  }
-  Ledger& ledger = s.mutable_ledger();
-  for (size_t i = phantoms_.parts.size(); i-- > 0;) {
-    if (drop(phantoms_.parts[i], phantoms_.holders[i])) ledger.Release(phantoms_.parts[i]);
-  }
-  // The rest kept in order.
-  phantom_pools_ = 0;
-  size_t kept = 0;
-  for (size_t i = 0; i < phantoms_.parts.size(); ++i) {
-    const WorkerAlloc& p = phantoms_.parts[i];
-    if (drop(p, phantoms_.holders[i])) {
-      if (dropped) {
-        dropped->parts.push_back(p);
-        dropped->holders.push_back(phantoms_.holders[i]);
-      }
-      continue;
-    }
-    phantom_pools_ |= PoolBit(s.cluster().node(p.node).pool);
-    phantoms_.parts[kept] = p;
-    phantoms_.holders[kept++] = phantoms_.holders[i];
-  }
-  phantoms_.parts.resize(kept);
-  phantoms_.holders.resize(kept);
-}
-
-void GantryPolicy::RestorePhantoms(Scheduler& s, const Held& dropped) {
-  s.mutable_ledger().Allocate(dropped.parts);
-  for (size_t i = 0; i < dropped.parts.size(); ++i) {
-    phantoms_.parts.push_back(dropped.parts[i]);
-    phantoms_.holders.push_back(dropped.holders[i]);
-    phantom_pools_ |= PoolBit(s.cluster().node(dropped.parts[i].node).pool);
-  }
-}
-
 void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   evicted_stale_ = true;  // jobs and claims moved since the last pass
   refined_.clear();
@@ -399,7 +233,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   reservations_ = std::move(kept);
   HeldChanged();
   evicted_stale_ = true;
-  DropPhantoms(s);
+  held_.LetGoIn(s, ~uint64_t{0});
   HoldPhantoms(s);
   if (!full) {
     order_.clear();
@@ -411,7 +245,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
              std::tuple(s.job(b).spec.tier, s.job(b).submit, b);
     });
     for (JobId id : order_) Consider(s, id, now);
-    DropPhantoms(s);
+    held_.LetGoIn(s, ~uint64_t{0});
     DropDrains(s);
     return;
   }
@@ -447,7 +281,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
     // Then fair share: the queue with the best standing offers its next job.
     ordering_.Offer(s, tier, aged_before, now, [&](JobId id) { Consider(s, id, now); });
   }
-  DropPhantoms(s);
+  held_.LetGoIn(s, ~uint64_t{0});
   DropDrains(s);
   PruneLeases(s, now);  // and wake when one ends
 }
@@ -552,14 +386,14 @@ bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
   // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
   // claims; a claimant uses its own claim.
   t.free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
-  t.held = !phantoms_.parts.empty();
+  t.held = !held_.empty();
   // The held GPUs are let go for the job's try, only those in pools the job may use (the
   // others cannot change where it goes), and none when its shape already found no room
   // without them this pass (TryStart then fails it from the cache): dropping and holding
   // them again costs a ledger update per GPU. Nor when a window, budget or burst limit
   // holds the job before it is placed (4.15M of 4.21M lets-go on the 100k-job replay).
   t.pools = t.held ? AcceptedPools(s, job.spec) : 0;
-  t.swap = (t.free_pass || t.owner) && (t.pools & phantom_pools_) != 0 &&
+  t.swap = (t.free_pass || t.owner) && (t.pools & held_.pools()) != 0 &&
            (t.owner || (!s.KnownNotToFit(id, 1) && !s.HeldBeforePlacement(id, now)));
   // A claimant lets go of its own claim's held parts first, and holds them again after
   // its try: what the others hold stays as it is (their holds on GPUs jobs partly use
@@ -573,7 +407,7 @@ bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
   std::string& why = why_;  // (its buffer kept from call to call)
   bool started = false;
   if (own_claim) {
-    LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });
+    held_.LetGo(s, [&](const WorkerAlloc&, JobId holder) { return holder == id; });
     s.set_shape_context(Scheduler::kNoShapeCache);
     why.clear();
     started = s.TryStart(id, now, Fit::kBest, &why, &t.wait);
@@ -581,9 +415,10 @@ bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
     // claim held again after its try, as for any owner.
     if (!started && t.free_pass) own_claim = false;
   }
+  std::optional<HeldGpus::LetGoScope> let_go;
   if (!own_claim) {
     if (t.swap) {
-      DropPhantoms(s, t.pools, &dropped_);
+      let_go.emplace(held_, s, t.pools);
       if (!t.free_pass) HoldPhantoms(s, id, t.pools);
     }
     // Drains stay held for everyone else, however short (no backfill there); a critical
@@ -609,16 +444,18 @@ bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
     for (const Reservation& r : reservations_) {
       if (r.job == id) Hold(s, r, t.pools);
     }
-  } else if (t.swap && !started && t.free_pass && !t.owner && !t.drains_let_go) {
-    // Nothing moved on the ledger since the drop (the try failed, and no drain was let
-    // go): what was dropped is exactly what holding again would find.
-    RestorePhantoms(s, dropped_);
+  } else if (let_go && !started && t.free_pass && !t.owner && !t.drains_let_go) {
+    // Nothing was held meanwhile and nothing moved (the try failed, and no drain was let
+    // go): the let-go rolls back, held again as it was.
+    let_go.reset();
   } else {
+    if (let_go) let_go->Keep();
     // Held again in order of precedence: claims, drains, reservations.
-    if (t.swap) DropPhantoms(s, t.pools);
+    if (t.swap) held_.LetGoIn(s, t.pools);
     if (t.swap) HoldPhantoms(s, JobId(), t.pools, true, false);
     if (t.drains_let_go) HoldDrains(s);
-    if (own != drains_.end() && !started) HoldInto(s, own->r, ~uint64_t{0}, own->held, true);
+    if (own != drains_.end() && !started)
+      HeldGpus::HoldFree(s, own->r.alloc, ~uint64_t{0}, own->held, true);
     if (t.swap) HoldPhantoms(s, JobId(), t.pools, false, true);
   }
   s.set_shape_context(0);
@@ -684,7 +521,7 @@ bool GantryPolicy::MakeRoom(Scheduler& s, Turn& t) {
     t.at_checkpoint = std::min(t.at_checkpoint, next_checkpoint_);
   }
   if (!preempted && drain_owner) preempted = PreemptForDrain(s, id, now, t.inside, t.at_checkpoint);
-  if (drain_owner) HoldInto(s, t.own->r, ~uint64_t{0}, t.own->held, true);
+  if (drain_owner) HeldGpus::HoldFree(s, t.own->r.alloc, ~uint64_t{0}, t.own->held, true);
   if (preempted) return true;
   if (!drain_owner && TryConsolidate(s, id, now)) return true;
   // A job due for a reservation that has waited past backfill_lease_after takes back
@@ -704,20 +541,18 @@ bool GantryPolicy::ReserveOrDrain(Scheduler& s, Turn& t) {
   const uint32_t shape = s.shape_id(id);
   if (auto it = refined_.find(shape); it != refined_.end()) {
     std::tie(wait, why) = it->second;
-  } else if ((t.pools & phantom_pools_) != 0 && !t.free_pass) {
+  } else if ((t.pools & held_.pools()) != 0 && !t.free_pass) {
     // Would it fit but for the reservations? Then say whose. (Held GPUs outside the
     // job's pools cannot be what stops it.)
-    DropPhantoms(s, t.pools, &dropped_);
+    HeldGpus::LetGoScope let_go(held_, s, t.pools);  // the probe rolled back with it
     Allocation probe;
     if (s.placer().Place(job.spec, Fit::kBest, probe)) {
-      s.mutable_ledger().Release(probe);
       why = "reservation: the GPUs that fit are held for " + Holders(s) +
             ", and this job's estimate runs past the earliest start";
       const Reservation* first = FirstHeld();
       wait = WaitReason::Of(WaitCause::kReservation, QueueId(), first ? first->job : JobId(),
                             Shadow());
     }
-    RestorePhantoms(s, dropped_);  // the probe left the ledger as it was
     refined_.emplace(shape, std::pair{wait, why});
   }
   if (t.draining) {
@@ -735,13 +570,13 @@ bool GantryPolicy::ReserveOrDrain(Scheduler& s, Turn& t) {
       Reservation r = std::move(reservations_.back());
       reservations_.pop_back();
       HeldChanged();
-      DropPhantoms(s);
+      held_.LetGoIn(s, ~uint64_t{0});
       HoldPhantoms(s);
       drains_.push_back(Drain{std::move(r), {}});
       drain = drains_.end() - 1;
       // Its victims before it holds its GPUs.
       const bool preempted = PreemptForDrain(s, id, now, t.inside, t.at_checkpoint);
-      HoldInto(s, drain->r, ~uint64_t{0}, drain->held, true);
+      HeldGpus::HoldFree(s, drain->r.alloc, ~uint64_t{0}, drain->held, true);
       if (preempted) return true;
     }
     if (drain != drains_.end()) {

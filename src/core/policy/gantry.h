@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "core/policy/consolidator.h"
+#include "core/policy/held_gpus.h"
 #include "core/policy/queue_order.h"
 #include "core/policy/reserver.h"
 #include "core/policy/victims.h"
@@ -205,11 +206,9 @@ class GantryPolicy final : public Policy {
   // (Claims, reservations or both.)
   void HoldPhantoms(Scheduler& s, JobId except = JobId(), uint64_t pools = ~uint64_t{0},
                     bool claims = true, bool reservations = true);
-  void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0}, bool fence = false);
-  // Holds the parts of r's allocation in `pools` that are free now, recording them in `into`;
-  // with `fence` (claims) also the free part of GPUs its victims still partly use.
-  void HoldInto(Scheduler& s, const Reservation& r, uint64_t pools, Allocation& into,
-                bool fence = false);
+  void Hold(Scheduler& s, const Reservation& r, uint64_t pools = ~uint64_t{0}, bool fence = false) {
+    held_.Hold(s, r.job, r.alloc, pools, fence);
+  }
   // Drains are held for a whole pass (HoldDrains at its start, DropDrains at its end).
   void HoldDrains(Scheduler& s);
   void DropDrains(Scheduler& s);
@@ -220,19 +219,6 @@ class GantryPolicy final : public Policy {
   mutable bool first_held_known_ = false;
   void HeldChanged() { first_held_known_ = false; }  // after any change to either
   std::string Holders(const Scheduler& s) const;     // who the held GPUs are for
-  // Held GPUs (parts of reservations' and claims' allocations) and whom each is held for.
-  struct Held {
-    Allocation parts;
-    std::vector<JobId> holders;  // by part
-  };
-  // Lets go of the held GPUs in `pools` (PoolBit), handing them back in `dropped` if given.
-  void DropPhantoms(Scheduler& s, uint64_t pools = ~uint64_t{0}, Held* dropped = nullptr);
-  // Lets go of the held parts `drop(part, holder)` names, the rest kept in order.
-  template <typename Pred>
-  void LetGo(Scheduler& s, Pred drop, Held* dropped = nullptr);
-  // Holds again what DropPhantoms dropped, when the ledger is as it left it: the same as
-  // holding the reservations again, without looking for what of them is free.
-  void RestorePhantoms(Scheduler& s, const Held& dropped);
   std::vector<Reservation> reservations_;
   std::vector<Drain> drains_;
   // Draining jobs that a burst limit stops (this full pass): room is held for them.
@@ -264,9 +250,7 @@ class GantryPolicy final : public Policy {
   // Drops the claims `gone` names, their flags with them.
   template <typename Pred>
   void EraseClaims(Pred gone);
-  Held phantoms_;
-  Held dropped_;                // Consider's scratch: the held GPUs let go for one try
-  uint64_t phantom_pools_ = 0;  // pools phantoms_ lies in (PoolBit)
+  HeldGpus held_;  // the free parts of claims' and reservations' GPUs, held for them
   std::map<uint32_t, std::pair<WaitReason, std::string>> refined_;  // this pass: shape id -> why
   std::vector<JobId> order_;
   std::string why_;  // Consider's wait reason, a member so its buffer is reused

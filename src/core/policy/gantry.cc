@@ -38,8 +38,7 @@ bool GantryPolicy::PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks n
   return limit > 0 && job.phase == Phase::kPending && now - job.pending_since >= limit;
 }
 
-bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait,
-                            std::string& why) const {
+bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait) const {
   // Those owed room: claimants that preempted by rank, and draining jobs a limit stops.
   // (Neither without attained-service orders or drains: asked at every job of a pass.)
   if (owed_room_.empty() && !ordering_.AnyByRank()) return false;
@@ -69,12 +68,7 @@ bool GantryPolicy::RoomHeld(const Scheduler& s, JobId id, WaitReason& wait,
       if (!holder.valid()) holder = o;
     }
     if (held > 0 && s.queue_usage(a) + units + held > burst) {
-      const bool draining =
-          std::find(owed_room_.begin(), owed_room_.end(), holder) != owed_room_.end();
       wait = WaitReason::Of(WaitCause::kQuota, a, holder);
-      why = "quota: room under queue " + s.queues().queue(a).spec.name +
-            "'s burst limit is held for job " + s.job(holder).spec.id +
-            (draining ? " (waiting past max_wait_s)" : " (preempting)");
       return true;
     }
   }
@@ -291,14 +285,67 @@ void GantryPolicy::Consider(Scheduler& s, JobId id, Ticks now) {
   if (job.phase != Phase::kPending) return;
   if (Considered(id)) return;
   Turn t = BeginTurn(s, id, now);
-  if (WaitsBeforeTrying(s, t)) return;
-  if (TryStartWithHeld(s, t)) return;
-  if (GiveWayByRank(s, t)) return;
-  if (t.wait.cause == WaitCause::kCapacity) {
-    if (MakeRoom(s, t)) return;
-    if (ReserveOrDrain(s, t)) return;
+  if (Decide(s, t) == Verdict::kWaits) {
+    SayWhy(s, t);
+    s.Wait(id, t.wait, why_);
   }
-  s.Wait(id, t.wait, why_);
+}
+
+GantryPolicy::Verdict GantryPolicy::Decide(Scheduler& s, Turn& t) {
+  if (const Verdict v = WaitsBeforeTrying(s, t); v != Verdict::kGoOn) return v;
+  if (TryStartWithHeld(s, t)) return Verdict::kStarted;
+  if (GiveWayByRank(s, t)) return Verdict::kPreempted;
+  if (t.wait.cause == WaitCause::kCapacity) {
+    if (MakeRoom(s, t)) return Verdict::kPreempted;
+    if (ReserveOrDrain(s, t)) return Verdict::kPreempted;
+  }
+  return Verdict::kWaits;
+}
+
+std::string GantryPolicy::VictimsLeaving(size_t victims) {
+  return "preemption: waiting for " + std::to_string(victims) +
+         " preempted job(s) to release their GPUs";
+}
+
+void GantryPolicy::SayWhy(const Scheduler& s, const Turn& t) {
+  std::string& why = why_;
+  switch (t.held_back) {
+    case HeldBack::kVictims:
+      why = VictimsLeaving(static_cast<size_t>(s.job(t.id).victims_pending));
+      return;
+    case HeldBack::kPreemptor:
+      why = "preemption: preempted for job " + s.job(t.wait.holder).spec.id +
+            ", which has yet to start";
+      return;
+    case HeldBack::kRoom: {
+      const bool draining =
+          std::find(owed_room_.begin(), owed_room_.end(), t.wait.holder) != owed_room_.end();
+      why = "quota: room under queue " + s.queues().queue(t.wait.queue).spec.name +
+            "'s burst limit is held for job " + s.job(t.wait.holder).spec.id +
+            (draining ? " (waiting past max_wait_s)" : " (preempting)");
+      return;
+    }
+    case HeldBack::kNo:
+      break;
+  }
+  // why_ already says what its try found (TryStart's text, or whose reservation holds the
+  // GPUs that fit); then what the turn did about it.
+  if (t.owed_room) why += "; waited past max_wait_s: the room its queues free is held for it";
+  switch (t.reserved) {
+    case Reserved::kNo:
+      break;
+    case Reserved::kForBackfill:
+      why += "; GPUs reserved for it";
+      break;
+    case Reserved::kDrain:
+      why += "; waited past max_wait_s: draining GPUs for it";
+      break;
+    case Reserved::kNoDrain:
+      why += "; waited past max_wait_s";
+      break;
+  }
+  if (t.at_checkpoint < kForever)
+    why += "; jobs it may preempt are past their last checkpoint: tried again at the next";
 }
 
 GantryPolicy::Turn GantryPolicy::BeginTurn(Scheduler& s, JobId id, Ticks now) {
@@ -323,14 +370,13 @@ GantryPolicy::Turn GantryPolicy::BeginTurn(Scheduler& s, JobId id, Ticks now) {
   return t;
 }
 
-bool GantryPolicy::WaitsBeforeTrying(Scheduler& s, Turn& t) {
+GantryPolicy::Verdict GantryPolicy::WaitsBeforeTrying(Scheduler& s, Turn& t) {
   const JobId id = t.id;
   const JobRecord& job = s.job(id);
   if (job.victims_pending > 0) {
-    s.Wait(id, WaitReason::Of(WaitCause::kPreemption),
-           "preemption: waiting for " + std::to_string(job.victims_pending) +
-               " preempted job(s) to release their GPUs");
-    return true;
+    t.wait = WaitReason::Of(WaitCause::kPreemption);
+    t.held_back = HeldBack::kVictims;
+    return Verdict::kWaits;
   }
   // Preempted for a job whose claim still waits: not yet (on a GPU shared by slices or
   // shares it would start again in the slot it left, and be preempted again, for ever).
@@ -349,22 +395,18 @@ bool GantryPolicy::WaitsBeforeTrying(Scheduler& s, Turn& t) {
     }
     for (const auto& [victim, by] : evicted_) {
       if (victim == id) {
-        s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), by),
-               "preemption: preempted for job " + s.job(by).spec.id + ", which has yet to start");
-        return true;
+        t.wait = WaitReason::Of(WaitCause::kPreemption, QueueId(), by);
+        t.held_back = HeldBack::kPreemptor;
+        return Verdict::kWaits;
       }
     }
   }
   // Room under burst limits held for another job: a claimant that preempted by rank in
   // its own queue may have done so for that room (else its victims, requeued, would take
   // it back at once, and so on for ever), and a draining job waits for it.
-  if (!t.owner) {
-    std::string held;
-    WaitReason wait;
-    if (RoomHeld(s, id, wait, held)) {
-      s.Wait(id, wait, std::move(held));
-      return true;
-    }
+  if (!t.owner && RoomHeld(s, id, t.wait)) {
+    t.held_back = HeldBack::kRoom;
+    return Verdict::kWaits;
   }
   // A job whose window is closed and whose wait already says so: TryStart keeps its text
   // and asks for a pass when the window opens, and nothing below applies to it (held
@@ -374,9 +416,9 @@ bool GantryPolicy::WaitsBeforeTrying(Scheduler& s, Turn& t) {
   if (job.wait.cause == WaitCause::kWindow && !t.owner && !t.drains_let_go &&
       s.WindowClosed(id, t.now)) {
     s.TryStart(id, t.now, Fit::kBest);
-    return true;
+    return Verdict::kWindowClosed;
   }
-  return false;
+  return Verdict::kGoOn;
 }
 
 bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
@@ -486,7 +528,7 @@ bool GantryPolicy::GiveWayByRank(Scheduler& s, Turn& t) {
   if (t.draining && block == WaitCause::kQuota) {
     if (std::find(owed_room_.begin(), owed_room_.end(), t.id) == owed_room_.end())
       owed_room_.push_back(t.id);
-    why_ += "; waited past max_wait_s: the room its queues free is held for it";
+    t.owed_room = true;
   }
   return false;
 }
@@ -581,22 +623,20 @@ bool GantryPolicy::ReserveOrDrain(Scheduler& s, Turn& t) {
     }
     if (drain != drains_.end()) {
       wait.at = drain->r.start;
-      why += "; waited past max_wait_s: draining GPUs for it";
+      t.reserved = Reserved::kDrain;
     } else {
-      why += "; waited past max_wait_s";
+      t.reserved = Reserved::kNoDrain;
     }
   } else if (reservations_.size() < static_cast<size_t>(std::max(0, s.params().backfill_depth)) &&
              wait.cause == WaitCause::kCapacity) {
     Reserve(s, id, now);
     if (!reservations_.empty() && reservations_.back().job == id) {
       wait.at = reservations_.back().start;
-      why += "; GPUs reserved for it";
+      t.reserved = Reserved::kForBackfill;
     }
   }
-  if (t.at_checkpoint < kForever) {
-    why += "; jobs it may preempt are past their last checkpoint: tried again at the next";
-    s.WakeAt(t.at_checkpoint);  // else only an unrelated event would bring the next pass
-  }
+  // Else only an unrelated event would bring the next pass (SayWhy says so).
+  if (t.at_checkpoint < kForever) s.WakeAt(t.at_checkpoint);
   return false;
 }
 
@@ -661,8 +701,7 @@ void GantryPolicy::Claim(Scheduler& s, JobId id, const std::vector<JobId>& neede
   Ticks release = now;
   for (JobId v : needed) release = std::max(release, now + s.job(v).spec.grace);
   s.Wait(id, WaitReason::Of(WaitCause::kPreemption, QueueId(), JobId(), release),
-         "preemption: waiting for " + std::to_string(needed.size()) +
-             " preempted job(s) to release their GPUs");
+         VictimsLeaving(needed.size()));
   EraseClaims([&](const Reservation& c) { return c.job == id; });
   claims_.push_back(Reservation{id, release, std::move(fit)});
   HeldChanged();

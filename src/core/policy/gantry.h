@@ -120,9 +120,25 @@ class GantryPolicy final : public Policy {
 
   // Per-queue settings (orders, max_wait), read once the scheduler's queues are known.
   void Init(const Scheduler& s);
-  // One pending job's turn in a pass: the steps below, in order, each of which may settle
-  // it (it waits, started, or preempted); the wait reason is given once, at the end.
+  // One pending job's turn in a pass: Decide, then, if it waits, why (SayWhy).
   void Consider(Scheduler& s, JobId id, Ticks now);
+  // How a turn ends: it started, it preempted (or moved jobs) for room, it waits, or its
+  // window is closed (the scheduler has said so). kGoOn: the step settled nothing.
+  enum class Verdict : uint8_t { kGoOn, kStarted, kPreempted, kWaits, kWindowClosed };
+  // What held a job back before any try.
+  enum class HeldBack : uint8_t {
+    kNo,
+    kVictims,    // its victims still hold their GPUs
+    kPreemptor,  // it was preempted for a job that has yet to start (wait.holder)
+    kRoom,       // room under a burst limit is held for another job (wait.queue, wait.holder)
+  };
+  // What the turn reserved for a job that found no room.
+  enum class Reserved : uint8_t {
+    kNo,
+    kForBackfill,  // a reservation (backfill_depth)
+    kDrain,        // past max_wait: its drain
+    kNoDrain,      // past max_wait, another drain in its pools first
+  };
   // What a job's turn knows as it goes through the steps.
   struct Turn {
     JobId id;
@@ -137,15 +153,24 @@ class GantryPolicy final : public Policy {
     uint64_t pools = 0;              // the pools it may use where GPUs are held (PoolBit)
     bool swap = false;               // the held GPUs in `pools` are let go for its try
     bool by_rank = false;            // its queue orders by attained service
-    WaitReason wait;                 // why it waits (the text is why_)
+    WaitReason wait;                 // why it waits (the text is why_: SayWhy)
     ModelMask inside = 0;            // where it is inside its guarantee (kCapacity)
     Ticks at_checkpoint = kForever;  // victims that could make room, at their next checkpoint
+    HeldBack held_back = HeldBack::kNo;
+    bool owed_room = false;  // past max_wait, stopped by a burst limit: room is held for it
+    Reserved reserved = Reserved::kNo;
   };
+  // The steps below, in order, until one settles the turn.
+  Verdict Decide(Scheduler& s, Turn& t);
+  // Writes why_, the text of a waiting job's reason, once, from what its turn found: what
+  // held it back, else its try's text (in why_ already) and what the turn did about it.
+  void SayWhy(const Scheduler& s, const Turn& t);
+  static std::string VictimsLeaving(size_t victims);  // the text while victims leave
   // Sets the turn up: claimant, drain, the room its queues owe a draining job.
   Turn BeginTurn(Scheduler& s, JobId id, Ticks now);
   // Before any try: it waits for its victims, for its preemptor, for room held for
-  // another job, or for its window. True if it waits (or was tried as such).
-  bool WaitsBeforeTrying(Scheduler& s, Turn& t);
+  // another job (kWaits), or for its window (kWindowClosed).
+  Verdict WaitsBeforeTrying(Scheduler& s, Turn& t);
   // Tries to start it, the held GPUs it may use let go for the try and held again after
   // it; a backfilled start gets a lease. True if it started.
   bool TryStartWithHeld(Scheduler& s, Turn& t);
@@ -164,8 +189,8 @@ class GantryPolicy final : public Policy {
   Ticks MaxWaitOf(const Scheduler& s, QueueId q) const;
   bool PastMaxWait(const Scheduler& s, const JobRecord& job, Ticks now) const;
   // Whether room under a burst limit that `job` needs is held for another job (a claimant
-  // that preempted by rank, or a draining job); says for whom in `why`.
-  bool RoomHeld(const Scheduler& s, JobId id, WaitReason& wait, std::string& why) const;
+  // that preempted by rank, or a draining job); `wait` says which queue and for whom.
+  bool RoomHeld(const Scheduler& s, JobId id, WaitReason& wait) const;
   // Who asks TryPreempt: a job (whose failed requests the pass remembers, by request),
   // a drain's owner (it sees its drain's GPUs free, others do not: nothing remembered),
   // or a drain's owner past max_wait (as the owner; its victims' reason says so).

@@ -230,14 +230,7 @@ void GantryPolicy::Schedule(Scheduler& s, Ticks now, bool full) {
   held_.LetGoIn(s, ~uint64_t{0});
   HoldPhantoms(s);
   if (!full) {
-    order_.clear();
-    for (JobId id : s.arrived_since_last_pass()) {
-      if (s.job(id).phase == Phase::kPending) order_.push_back(id);
-    }
-    std::sort(order_.begin(), order_.end(), [&](JobId a, JobId b) {
-      return std::tuple(s.job(a).spec.tier, s.job(a).submit, a) <
-             std::tuple(s.job(b).spec.tier, s.job(b).submit, b);
-    });
+    ArrivalOrder(s, /*all=*/false, order_);
     for (JobId id : order_) Consider(s, id, now);
     held_.LetGoIn(s, ~uint64_t{0});
     DropDrains(s);

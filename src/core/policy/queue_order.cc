@@ -9,6 +9,23 @@
 
 namespace gantry::core {
 
+void ArrivalOrder(const Scheduler& s, bool all, std::vector<JobId>& out) {
+  out.clear();
+  if (all) {
+    for (const auto& key : s.pending()) out.push_back(key.id);
+    return;
+  }
+  for (JobId id : s.arrived_since_last_pass()) {
+    if (s.job(id).phase == Phase::kPending) out.push_back(id);
+  }
+  std::sort(out.begin(), out.end(), [&](JobId a, JobId b) {
+    const JobRecord& ja = s.job(a);
+    const JobRecord& jb = s.job(b);
+    return Scheduler::PendingKey{ja.spec.tier, ja.submit, a} <
+           Scheduler::PendingKey{jb.spec.tier, jb.submit, b};
+  });
+}
+
 void QueueOrdering::Init(const Scheduler& s) {
   if (orders_.size() == s.queues().size()) return;
   orders_.assign(s.queues().size(), QueueOrder::kFairShare);

@@ -1,4 +1,5 @@
-// QueueOrdering: the order in which the gantry policy offers the pending jobs of a tier.
+// QueueOrdering: the order in which the gantry policy offers the pending jobs of a tier;
+// ArrivalOrder: fifo's, and the gantry policy's between full passes.
 //
 // Between queues, fair share: the queue whose next job fits its guarantee comes first,
 // then the one with the least (decayed usage + current usage) / weight, its standing read
@@ -17,6 +18,11 @@
 #include "core/scheduler.h"
 
 namespace gantry::core {
+
+// The pending jobs in arrival order within tiers (Scheduler::PendingKey): every one
+// (`all`), or those that arrived since the last pass. fifo's whole order; the gantry
+// policy's between full passes.
+void ArrivalOrder(const Scheduler& s, bool all, std::vector<JobId>& out);
 
 class QueueOrdering {
  public:

@@ -491,6 +491,7 @@ class Scheduler {
   // found (every Allocate undone by a Release and vice versa) except through TryStart.
   Ledger& mutable_ledger() { return ledger_; }
   Placer& placer() { return placer_; }
+  const Placer& placer() const { return placer_; }
   // Extra context mixed into the pass's shape cache (0 or 1), e.g. "reservations
   // ignored"; kNoShapeCache: neither read nor fill the cache (a one-off view of the ledger).
   static constexpr uint8_t kShapeContexts = 2;

@@ -52,13 +52,21 @@ class PiecesTest : public ::testing::Test {
     return job;
   }
   GpuUnits Used() const { return sched_.ledger().used_units(); }
+  // Reserver::Earliest in a what-if of its own.
+  bool Earliest(Reserver& reserver, JobId id, Ticks now, const std::function<bool(JobId)>& ends_now,
+                Ticks& start, Allocation& fit) {
+    WhatIf w(sched_);
+    return reserver.Earliest(sched_, w, id, now, ends_now, start, fit);
+  }
   // The victims `job` needs at `now` (inside its guarantee), in a new pass of `victims`.
   std::vector<JobId> Victims(VictimSelector& victims, JobId job, Ticks now,
                              Allocation* fit = nullptr) {
     victims.NewPass();
     std::vector<JobId> needed;
     Allocation where;
-    EXPECT_TRUE(victims.Choose(sched_, sched_.job(job), VictimSelector::Mode::kGuarantee,
+    victims.Prepare(sched_, now);
+    WhatIf w(sched_);
+    EXPECT_TRUE(victims.Choose(sched_, w, sched_.job(job), VictimSelector::Mode::kGuarantee,
                                ~ModelMask{0}, 0, now, never_, needed, where));
     if (fit) *fit = where;
     return needed;
@@ -79,7 +87,7 @@ TEST_F(PiecesTest, AReservationStartsWhenEnoughRunningJobsAreExpectedToHaveEnded
   Ticks start = -1;
   Allocation fit;
   const GpuUnits before = Used();
-  ASSERT_TRUE(reserver.Earliest(sched_, gang, 10 * kS, never_, start, fit));
+  ASSERT_TRUE(Earliest(reserver, gang, 10 * kS, never_, start, fit));
   EXPECT_EQ(start, 1000 * kS) << "both nodes must be free: the long job's end";
   EXPECT_EQ(fit.size(), 2u);
   EXPECT_EQ(Used(), before) << "the what-if leaves the ledger as it was";
@@ -87,11 +95,11 @@ TEST_F(PiecesTest, AReservationStartsWhenEnoughRunningJobsAreExpectedToHaveEnded
   // A job past its estimate is expected to run as long again as it has run, unless
   // ends_now says it ends now (a backfilled job past its lease).
   const JobId one = Pending("one", 1, 8, "lab", 200 * kS);
-  ASSERT_TRUE(reserver.Earliest(sched_, one, 200 * kS, never_, start, fit));
+  ASSERT_TRUE(Earliest(reserver, one, 200 * kS, never_, start, fit));
   EXPECT_EQ(start, 400 * kS) << "the short job ran 200 s of its 100: 200 s more";
   reserver.NewPass();
   const std::function<bool(JobId)> ends_now = [](JobId) { return true; };
-  ASSERT_TRUE(reserver.Earliest(sched_, one, 200 * kS, ends_now, start, fit));
+  ASSERT_TRUE(Earliest(reserver, one, 200 * kS, ends_now, start, fit));
   EXPECT_EQ(start, 200 * kS);
 }
 
@@ -101,13 +109,13 @@ TEST_F(PiecesTest, AShapeThatFindsNoStartFailsForTheRestOfThePass) {
   Reserver reserver;
   Ticks start = -1;
   Allocation fit;
-  ASSERT_TRUE(reserver.Earliest(sched_, wide, 0, never_, start, fit));
+  ASSERT_TRUE(Earliest(reserver, wide, 0, never_, start, fit));
   sched_.SetNodeUp(NodeId(1), false);  // now it cannot fit however long it waits
-  EXPECT_FALSE(reserver.Earliest(sched_, wide, 0, never_, start, fit));
+  EXPECT_FALSE(Earliest(reserver, wide, 0, never_, start, fit));
   sched_.SetNodeUp(NodeId(1), true);
-  EXPECT_FALSE(reserver.Earliest(sched_, wide, 0, never_, start, fit)) << "cached for the pass";
+  EXPECT_FALSE(Earliest(reserver, wide, 0, never_, start, fit)) << "cached for the pass";
   reserver.NewPass();
-  EXPECT_TRUE(reserver.Earliest(sched_, wide, 0, never_, start, fit));
+  EXPECT_TRUE(Earliest(reserver, wide, 0, never_, start, fit));
 }
 
 TEST_F(PiecesTest, VictimsAreBestEffortFirstThenBorrowedAndNoMoreThanNeeded) {
@@ -264,8 +272,13 @@ TEST(VictimBound, VictimsThatCannotMakeRoomAreNotTakenAndThoseThatCanAre) {
     victims.NewPass();
     std::vector<JobId> needed;
     Allocation fit;
-    const bool ok = victims.Choose(sched, sched.job(id), VictimSelector::Mode::kTier, ~ModelMask{0},
-                                   0, 10 * kS, never, needed, fit);
+    victims.Prepare(sched, 10 * kS);
+    bool ok;
+    {
+      WhatIf w(sched);
+      ok = victims.Choose(sched, w, sched.job(id), VictimSelector::Mode::kTier, ~ModelMask{0}, 0,
+                          10 * kS, never, needed, fit);
+    }
     EXPECT_EQ(sched.ledger().used_units(), used)
         << spec.id << ": the what-if leaves the ledger as it was";
     sched.Finish(id, 10 * kS);  // gone again

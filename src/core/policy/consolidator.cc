@@ -52,11 +52,12 @@ void Consolidator::Index(const Scheduler& s, Ticks now) {
   indexed_ = true;
 }
 
-bool Consolidator::Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& plan) {
+bool Consolidator::Find(const Scheduler& s, WhatIf& w, const JobRecord& job, Ticks now,
+                        Plan& plan) {
   if (job.spec.replicas != 1 || tries_ >= kJobsPerPass) return false;
   ++tries_;
   if (!indexed_) Index(s, now);
-  const Ledger& ledger = s.ledger();
+  const Ledger& ledger = w.ledger();
   const Cluster& cluster = s.cluster();
   const JobSpec& spec = job.spec;
   // Nodes where the job could fit were their movable jobs gone (as indexed: one that a
@@ -89,7 +90,7 @@ bool Consolidator::Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& pla
   GpuUnits best_units = 0;
   Plan trial;
   for (size_t i = 0; i < tried; ++i) {
-    if (!TryNode(s, job, NodeId(std::get<2>(candidates_[i])), trial)) continue;
+    if (!TryNode(s, w, job, NodeId(std::get<2>(candidates_[i])), trial)) continue;
     GpuUnits units = 0;
     for (JobId m : trial.moved) units += s.job(m).units;
     if (!found || std::pair(trial.moved.size(), units) < std::pair(plan.moved.size(), best_units)) {
@@ -102,8 +103,9 @@ bool Consolidator::Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& pla
   return found;
 }
 
-bool Consolidator::TryNode(Scheduler& s, const JobRecord& job, NodeId n, Plan& plan) {
-  Ledger& ledger = s.mutable_ledger();
+bool Consolidator::TryNode(const Scheduler& s, WhatIf& w, const JobRecord& job, NodeId n,
+                           Plan& plan) {
+  const Ledger& ledger = w.ledger();
   std::vector<JobId> movers;
   for (JobId m : by_node_[n.v]) {
     if (Movable(s.job(m), job.spec)) movers.push_back(m);
@@ -112,16 +114,16 @@ bool Consolidator::TryNode(Scheduler& s, const JobRecord& job, NodeId n, Plan& p
   std::sort(movers.begin(), movers.end(), [&](JobId a, JobId b) {
     return std::pair(s.job(b).units, a) < std::pair(s.job(a).units, b);
   });
-  const Ledger::Mark what_if = ledger.Checkpoint();
-  for (JobId m : movers) ledger.Release(s.job(m).alloc);
+  const WhatIf::Mark what_if = w.Checkpoint();
+  for (JobId m : movers) w.Release(s.job(m).alloc);
   plan.fit.clear();
   plan.moved.clear();
   plan.to.clear();
-  bool ok = s.placer().PlaceOn(job.spec, Fit::kBest, n, plan.fit);
+  bool ok = w.PlaceOn(job.spec, Fit::kBest, n, plan.fit);
   for (size_t i = 0; ok && i < movers.size(); ++i) {
     const Allocation& alloc = s.job(movers[i]).alloc;
     if (ledger.Fits(alloc[0])) {
-      ledger.Allocate(alloc);
+      w.Allocate(alloc);
     } else {
       plan.moved.push_back(movers[i]);
       ok = plan.moved.size() <= static_cast<size_t>(kMaxMoves);
@@ -130,9 +132,9 @@ bool Consolidator::TryNode(Scheduler& s, const JobRecord& job, NodeId n, Plan& p
   ok = ok && !plan.moved.empty();  // (it fits as things are: not this class's business)
   for (size_t i = 0; ok && i < plan.moved.size(); ++i) {
     plan.to.emplace_back();
-    ok = s.placer().Place(s.job(plan.moved[i]).spec, Fit::kBest, plan.to.back());
+    ok = w.Place(s.job(plan.moved[i]).spec, Fit::kBest, plan.to.back());
   }
-  ledger.Rollback(what_if);
+  w.Rollback(what_if);
   return ok;
 }
 

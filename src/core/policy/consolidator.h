@@ -24,6 +24,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/policy/what_if.h"
 #include "core/scheduler.h"
 
 namespace gantry::core {
@@ -51,13 +52,14 @@ class Consolidator {
   // The index is stale (a preemption since), the pass goes on.
   void Reindex() { indexed_ = false; }
   // Moves that make room for pending job `job` (one worker), in `plan`; false if none.
-  bool Find(Scheduler& s, const JobRecord& job, Ticks now, Plan& plan);
+  // Its what-ifs run in `w`.
+  bool Find(const Scheduler& s, WhatIf& w, const JobRecord& job, Ticks now, Plan& plan);
 
  private:
   void Index(const Scheduler& s, Ticks now);
   // One node's what-if: true (and `plan`) where the job fits there after at most
   // kMaxMoves moves. The ledger is left as found.
-  bool TryNode(Scheduler& s, const JobRecord& job, NodeId n, Plan& plan);
+  bool TryNode(const Scheduler& s, WhatIf& w, const JobRecord& job, NodeId n, Plan& plan);
 
   bool indexed_ = false;
   int tries_ = 0;  // this pass

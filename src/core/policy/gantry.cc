@@ -659,7 +659,14 @@ bool GantryPolicy::TryPreempt(Scheduler& s, JobId id, Ticks now, Mode mode, Mode
   std::vector<JobId> needed;
   Allocation fit;
   const std::function<bool(JobId)> overdue = [&](JobId v) { return Overdue(s, v, now); };
-  if (!victims_.Choose(s, job, mode, models, job_rank, now, overdue, needed, fit)) {
+  victims_.Prepare(s, now);
+  bool chosen;
+  {
+    WhatIf w(s);
+    chosen = victims_.Choose(s, w, job, mode, models, job_rank, now, overdue, needed, fit);
+  }
+  if (const Ticks wake = victims_.wake_at(); wake < kForever) s.WakeAt(wake);
+  if (!chosen) {
     next_checkpoint_ = victims_.next_checkpoint();
     if (cache) preempt_failed_.emplace(std::move(key), next_checkpoint_);
     return false;
@@ -709,7 +716,12 @@ bool GantryPolicy::TryConsolidate(Scheduler& s, JobId id, Ticks now) {
   const std::pair key{s.shape_id(id), job.spec.tier};
   if (consolidate_failed_.contains(key)) return false;
   Consolidator::Plan plan;
-  if (!consolidator_.Find(s, job, now, plan)) {
+  bool found;
+  {
+    WhatIf w(s);
+    found = consolidator_.Find(s, w, job, now, plan);
+  }
+  if (!found) {
     consolidate_failed_.insert(key);
     return false;
   }
@@ -746,7 +758,12 @@ bool GantryPolicy::Reserve(Scheduler& s, JobId id, Ticks now) {
   };
   Ticks start = kForever;
   Allocation fit;
-  if (!reserver_.Earliest(s, id, now, ends_now, start, fit)) return false;
+  bool found;
+  {
+    WhatIf w(s);
+    found = reserver_.Earliest(s, w, id, now, ends_now, start, fit);
+  }
+  if (!found) return false;
   reservations_.push_back(Reservation{id, start, std::move(fit)});
   HeldChanged();
   Hold(s, reservations_.back());

@@ -6,9 +6,9 @@
 
 namespace gantry::core {
 
-bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now,
+bool Reserver::Earliest(const Scheduler& s, WhatIf& w, JobId id, Ticks now,
                         const std::function<bool(JobId)>& ends_now, Ticks& start, Allocation& fit) {
-  Ledger& ledger = s.mutable_ledger();
+  const Ledger& ledger = w.ledger();
   const JobSpec& spec = s.job(id).spec;
   const uint32_t shape = s.shape_id(id);
   if (failed_.contains(shape)) return false;
@@ -22,7 +22,7 @@ bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now,
   bool changed = true;
   size_t steps = 0;
   Ticks latest = now;  // when every job released so far is expected to have ended
-  const Ledger::Mark what_if = ledger.Checkpoint();  // running jobs released, in order of end
+  const WhatIf::Mark what_if = w.Checkpoint();  // running jobs released, in order of end
   for (const auto& [end, r] : s.running_by_end()) {
     if (++steps > kMaxReserveSteps) break;
     const JobRecord& running = s.job(r);
@@ -31,18 +31,18 @@ bool Reserver::Earliest(Scheduler& s, JobId id, Ticks now,
       ends = ends_now(r) ? now : now + std::max<Ticks>(now - running.last_start, kTicksPerSecond);
     }
     latest = std::max(latest, ends);
-    ledger.Release(running.alloc);
-    for (const WorkerAlloc& w : running.alloc) {
-      changed = changed || (PoolBit(s.cluster().node(w.node).pool) & accepts) != 0;
+    w.Release(running.alloc);
+    for (const WorkerAlloc& worker : running.alloc) {
+      changed = changed || (PoolBit(s.cluster().node(worker.node).pool) & accepts) != 0;
     }
     if (ledger.up_units() - ledger.used_units() < need || !changed) continue;  // cannot fit yet
-    if (s.placer().Place(spec, Fit::kBest, fit)) {
+    if (w.Place(spec, Fit::kBest, fit)) {
       start = latest;
       break;
     }
     changed = false;
   }
-  ledger.Rollback(what_if);
+  w.Rollback(what_if);
   if (start == kForever) {
     failed_.insert(shape);
     return false;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <set>
 
+#include "core/policy/what_if.h"
 #include "core/scheduler.h"
 
 namespace gantry::core {
@@ -27,8 +28,9 @@ class Reserver {
 
   void NewPass() { failed_.clear(); }
   // The earliest start of pending job `id` and its placement then; false if none is found.
-  bool Earliest(Scheduler& s, JobId id, Ticks now, const std::function<bool(JobId)>& ends_now,
-                Ticks& start, Allocation& fit);
+  // Its what-if (running jobs released in order of expected end) runs in `w`.
+  bool Earliest(const Scheduler& s, WhatIf& w, JobId id, Ticks now,
+                const std::function<bool(JobId)>& ends_now, Ticks& start, Allocation& fit);
 
  private:
   std::set<uint32_t> failed_;  // this pass: shape ids (Scheduler::shape_id)

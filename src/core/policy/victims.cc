@@ -17,13 +17,14 @@ constexpr size_t kLazyVictims = 4 * kMaxVictims;  // read one at a time, then so
 constexpr size_t kMaxNodeTries = 8;               // nodes the node-by-node what-if tries
 }  // namespace
 
-bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models,
-                            double job_rank, Ticks now, const std::function<bool(JobId)>& overdue,
-                            std::vector<JobId>& needed, Allocation& fit) {
-  Ledger& ledger = s.mutable_ledger();
+bool VictimSelector::Choose(const Scheduler& s, WhatIf& w, const JobRecord& job, Mode mode,
+                            ModelMask models, double job_rank, Ticks now,
+                            const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed,
+                            Allocation& fit) {
+  assert(indexed_);  // Prepare
+  const Ledger& ledger = w.ledger();
   fit.clear();
-  if (!indexed_) Index(s, now);
-  if (unprotect_ < kForever) s.WakeAt(unprotect_);
+  wake_at_ = unprotect_;
   // The job as the what-if places it: on the models it may preempt on.
   const bool restricted = (job.spec.models & ~models) != 0;
   JobSpec narrowed;
@@ -35,7 +36,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   const Ask ask{job, AcceptedPools(s, spec), mode, now, job_rank, overdue};
   next_checkpoint_ = kForever;
   Candidates(s, ask);
-  if (next_checkpoint_ < kForever) s.WakeAt(next_checkpoint_);
+  wake_at_ = std::min(wake_at_, next_checkpoint_);
   // A job that waits for a victim's checkpoint is woken at the next one of any victim in
   // its pools (Group::next_window), not only of those its rule takes now.
   if (mode != Mode::kLessees && job.spec.tier != Tier::kCritical) {
@@ -45,7 +46,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
       Windows(s, g);
       wake = std::min(wake, g.next_window[mode == Mode::kRank ? 1 : 0]);
     }
-    if (wake < kForever) s.WakeAt(wake);
+    wake_at_ = std::min(wake_at_, wake);
   }
   if (mode == Mode::kRank) {  // the worst ranked first, then the cheapest
     std::vector<std::pair<double, size_t>> by_rank;
@@ -71,23 +72,23 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
   const GpuUnits over_burst = mode == Mode::kRank ? s.BurstExcess(job.spec.queue, need) : 0;
   std::vector<JobId> chosen;
   GpuUnits freed = 0;
-  Taken taken;                                 // borrowed units reclaimed so far
-  Ledger::Mark what_if = ledger.Checkpoint();  // rolled back once the victims are known
+  Taken taken;                            // borrowed units reclaimed so far
+  WhatIf::Mark what_if = w.Checkpoint();  // rolled back once the victims are known
   auto take = [&](const Victim& c) {
     // Standard work on borrowed capacity: all of it must be borrowed.
     if (!Take(s, c, mode, taken)) return false;
-    ledger.Release(s.job(c.id).alloc);
+    w.Release(s.job(c.id).alloc);
     chosen.push_back(c.id);
     freed += s.job(c.id).units;
     return true;
   };
   auto room = [&] {
     return freed >= over_burst && ledger.up_units() - ledger.used_units() >= need &&
-           s.placer().Place(spec, Fit::kBest, fit);
+           w.Place(spec, Fit::kBest, fit);
   };
   auto restart = [&] {
-    ledger.Rollback(what_if);
-    what_if = ledger.Checkpoint();
+    w.Rollback(what_if);
+    what_if = w.Checkpoint();
     chosen.clear();
     freed = 0;
     taken.clear();
@@ -114,7 +115,7 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     if (room()) {
       assert(may);
 #endif
-      ledger.Release(fit);
+      w.Release(fit);
       fit.clear();
       restart();
       for (const Victim& c : candidates) {
@@ -123,30 +124,30 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     }
   }
   if (fit.empty()) {
-    ledger.Rollback(what_if);
+    w.Rollback(what_if);
     chosen.clear();
-    what_if = ledger.Checkpoint();
-    if (!ByNode(job.spec.tier, mode) || !NodeByNode(s, ask, spec, chosen, fit)) {
-      ledger.Rollback(what_if);
+    what_if = w.Checkpoint();
+    if (!ByNode(job.spec.tier, mode) || !NodeByNode(s, w, ask, spec, chosen, fit)) {
+      w.Rollback(what_if);
       return false;
     }
     freed = 0;  // the units of the victims node by node
     for (JobId v : chosen) freed += s.job(v).units;
   }
-  ledger.Release(fit);
+  w.Release(fit);
   // Fewest victims: give back, most expensive first, any victim the job can do without.
   Allocation found;
   found.swap(fit);
   needed.clear();
   for (auto it = chosen.rbegin(); it != chosen.rend(); ++it) {
-    ledger.Allocate(s.job(*it).alloc);
+    w.Allocate(s.job(*it).alloc);
     Allocation probe;
     const GpuUnits units = s.job(*it).units;
-    if (freed - units >= over_burst && s.placer().Place(spec, Fit::kBest, probe)) {
-      ledger.Release(probe);  // still fits without this victim
+    if (freed - units >= over_burst && w.Place(spec, Fit::kBest, probe)) {
+      w.Release(probe);  // still fits without this victim
       freed -= units;
     } else {
-      ledger.Release(s.job(*it).alloc);
+      w.Release(s.job(*it).alloc);
       needed.push_back(*it);
     }
   }
@@ -162,15 +163,15 @@ bool VictimSelector::Choose(Scheduler& s, const JobRecord& job, Mode mode, Model
     fit.swap(found);
 #ifndef NDEBUG  // the placement is the ledger's to give: the same again (the sanitized tests)
     Allocation again;
-    const bool placed = s.placer().Place(spec, Fit::kBest, again);
-    if (placed) ledger.Release(again);
+    const bool placed = w.Place(spec, Fit::kBest, again);
+    if (placed) w.Release(again);
     assert(placed && again == fit);
 #endif
-  } else if (s.placer().Place(spec, Fit::kBest, fit)) {
-    ledger.Release(fit);
+  } else if (w.Place(spec, Fit::kBest, fit)) {
+    w.Release(fit);
   }
   // The victims keep their GPUs through their grace period.
-  ledger.Rollback(what_if);
+  w.Rollback(what_if);
   return true;
 }
 
@@ -828,7 +829,7 @@ void VictimSelector::Candidates(const Scheduler& s, const Ask& a) {
 #endif
 }
 
-bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
+bool VictimSelector::NodeByNode(const Scheduler& s, WhatIf& w, const Ask& a, const JobSpec& spec,
                                 std::vector<JobId>& chosen, Allocation& fit) {
   // The cheapest nodes to empty of their eligible victims: from the pass's node index
   // where nodes of best-effort victims only are enough, else from every eligible victim.
@@ -855,22 +856,21 @@ bool VictimSelector::NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec,
     }
 #endif
   }
-  Ledger& ledger = s.mutable_ledger();
   for (size_t k = 0; k < runs.size(); ++k) {
     std::vector<Victim>& run = runs[k];
     std::sort(run.begin(), run.end());
     Taken taken;
-    const Ledger::Mark node_try = ledger.Checkpoint();
+    const WhatIf::Mark node_try = w.Checkpoint();
     for (const Victim& c : run) {
       if (!Take(s, c, a.mode, taken)) continue;
-      ledger.Release(s.job(c.id).alloc);
+      w.Release(s.job(c.id).alloc);
       chosen.push_back(c.id);
     }
-    if (s.placer().Place(spec, Fit::kBest, fit)) {
-      ledger.Commit(node_try);  // the caller's what-if rolls it back
+    if (w.Place(spec, Fit::kBest, fit)) {
+      w.Commit(node_try);  // the caller's what-if rolls it back
       return true;
     }
-    ledger.Rollback(node_try);
+    w.Rollback(node_try);
     chosen.clear();
   }
   return false;

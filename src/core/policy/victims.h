@@ -31,6 +31,7 @@
 #include <absl/container/btree_set.h>
 
 #include "core/policy/queue_order.h"
+#include "core/policy/what_if.h"
 #include "core/scheduler.h"
 
 namespace gantry::core {
@@ -60,12 +61,19 @@ class VictimSelector {
   // `needed`, and where the job goes once they are gone in `fit`; false when none do.
   // The caller preempts every job in `needed` (the index then counts them as gone).
   // `job_rank` is the job's rank (kRank); `overdue` says whether a running job is a
-  // backfilled job past its lease (kLessees). The ledger is left as found.
-  bool Choose(Scheduler& s, const JobRecord& job, Mode mode, ModelMask models, double job_rank,
-              Ticks now, const std::function<bool(JobId)>& overdue, std::vector<JobId>& needed,
-              Allocation& fit);
-  // After Choose: the earliest next checkpoint of a victim left out for want of one.
+  // backfilled job past its lease (kLessees). Its what-ifs run in `w`. Call Prepare first.
+  bool Choose(const Scheduler& s, WhatIf& w, const JobRecord& job, Mode mode, ModelMask models,
+              double job_rank, Ticks now, const std::function<bool(JobId)>& overdue,
+              std::vector<JobId>& needed, Allocation& fit);
+  // Before Choose: the pass's index, built on first use (it takes the running jobs that
+  // moved since the last pass from the scheduler).
+  void Prepare(Scheduler& s, Ticks now) {
+    if (!indexed_) Index(s, now);
+  }
+  // After Choose: the earliest next checkpoint of a victim left out for want of one, and
+  // when a pass should look again (a victim no longer protected, a checkpoint).
   Ticks next_checkpoint() const { return next_checkpoint_; }
+  Ticks wake_at() const { return wake_at_; }
 
  private:
   // A running job that may be preempted, as the pass's index holds it.
@@ -301,8 +309,8 @@ class VictimSelector {
   // kMaxNodeTries. (For standard work the extra victims cost more than its wait: lost
   // work rose on the gang mixes.) On success the victims in `chosen` are released on the
   // ledger and `fit` holds the job's placement, as after Choose's own loop.
-  bool NodeByNode(Scheduler& s, const Ask& a, const JobSpec& spec, std::vector<JobId>& chosen,
-                  Allocation& fit);
+  bool NodeByNode(const Scheduler& s, WhatIf& w, const Ask& a, const JobSpec& spec,
+                  std::vector<JobId>& chosen, Allocation& fit);
 
   QueueOrdering& ordering_;
   std::vector<Group> groups_;  // kept across passes (their vectors' room with them)
@@ -324,6 +332,7 @@ class VictimSelector {
   Ticks now_ = 0;               // the pass's (Index)
   Ticks unprotect_ = kForever;  // earliest end of a re-preemption guard
   Ticks next_checkpoint_ = kForever;
+  Ticks wake_at_ = kForever;  // Choose's
   std::vector<Victim> candidates_;
   std::vector<std::pair<ModelId, GpuUnits>> holdings_;  // Holdings' result
   // NodeByNode: what emptying a node of its eligible victims costs. Cheapest first: any

@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   bool no_slurm_commands = false;
   app.add_option("--slurm-commands", o.slurm_commands,
-                 "Directory of srun, scontrol, sbatch, squeue, scancel and sacct for batch jobs, "
+                 "Directory of srun, salloc, scontrol, sbatch, squeue, scancel and sacct for batch jobs, "
                  "first on their PATH (default: slurm/ beside this program, else "
                  "../lib/gantry/slurm from it)");
   app.add_flag("--no-slurm-commands", no_slurm_commands,

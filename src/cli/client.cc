@@ -6,13 +6,18 @@
 #include "cli/sbatch.h"
 #include "cli/slurm_format.h"
 #include "cli/srun.h"
+#include "spec/batch.h"
 
 #include <httplib.h>
 #include <sys/random.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
@@ -243,6 +248,59 @@ int Submit(const Globals& g, const SubmitArgs& a) {
 
 // ------------------------------------------------------------------ sbatch
 
+// What sbatch and salloc read of the submitting machine.
+SbatchContext SubmitContext() {
+  SbatchContext ctx;
+  std::error_code ec;
+  ctx.cwd = std::filesystem::current_path(ec).string();
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const size_t eq = kv.find('=');
+    if (eq != std::string::npos && eq > 0) ctx.env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return ctx;
+}
+
+// Submits a parsed sbatch or salloc job; gantryd's refusals of what it resolves (a QoS,
+// account, partition or GPU type the site does not map) shown at the directive that gave
+// it, not the spec's field. Prints the errors; the job's number (or id) in `number`.
+int SubmitBatch(const Globals& g, const SbatchJob& job, const std::string& file, const char* what,
+                std::string& number, std::string& id) {
+  if (!job.errors.empty()) {
+    for (const std::string& e : job.errors) std::cerr << e << "\n";
+    return kExitBadInput;
+  }
+  for (const std::string& n : job.notes) std::cerr << what << ": note: " << n << "\n";
+  Response r = PostJob(g, job.spec.dump(), "application/json", file, job.array, job.after, "");
+  if (r.status >= 400 && r.status < 500) {
+    json j = r.Json();
+    if (j.is_object() && j.contains("problems") && j["problems"].is_array()) {
+      for (json& p : j["problems"]) {
+        if (!p.is_string()) continue;
+        std::string problem = p.get<std::string>();
+        for (const auto& [field, where] : job.origin) {
+          const size_t at = problem.find(": " + field + ": ");
+          if (at != std::string::npos)
+            problem = where + ": " + problem.substr(at + field.size() + 4);
+        }
+        p = problem;
+      }
+      r.body = j.dump();
+    }
+  }
+  if (int rc = Check(r, what)) return rc;
+  // The job's number, as Slurm prints it (SLURM_JOB_ID, %j; an array's number is its first
+  // task's): both it and Gantry's id work in every command.
+  const json answer = r.Json();
+  id = answer.value("id", std::string());
+  number = answer.contains("number") && answer["number"].is_number_integer()
+               ? std::to_string(answer["number"].get<int64_t>())
+               : id;
+  return 0;
+}
+
 // `gantry sbatch [options] script.sh [args...]`: the script and its #SBATCH directives
 // as a job spec (cli/sbatch.h), submitted as `submit` does.
 int Sbatch(const Globals& g, const std::vector<std::string>& words) {
@@ -260,54 +318,161 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
   }
   std::ostringstream text;
   text << in.rdbuf();
-  SbatchContext ctx;
-  std::error_code ec;
-  ctx.cwd = std::filesystem::current_path(ec).string();
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const std::string kv = *e;
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos && eq > 0) ctx.env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
-  SbatchJob job = ParseSbatch(script, text.str(), options, args, ctx);
-  if (!job.errors.empty()) {
-    for (const std::string& e : job.errors) std::cerr << e << "\n";
-    return kExitBadInput;
-  }
-  for (const std::string& n : job.notes) std::cerr << "sbatch: note: " << n << "\n";
-  Response r = PostJob(g, job.spec.dump(), "application/json", script, job.array, job.after, "");
-  if (r.status >= 400 && r.status < 500) {
-    // gantryd's refusals of what it resolves (a QoS, account, partition or GPU type the
-    // site does not map) shown at the directive that gave it, not the spec's field.
-    json j = r.Json();
-    if (j.is_object() && j.contains("problems") && j["problems"].is_array()) {
-      for (json& p : j["problems"]) {
-        if (!p.is_string()) continue;
-        std::string problem = p.get<std::string>();
-        for (const auto& [field, where] : job.origin) {
-          const size_t at = problem.find(": " + field + ": ");
-          if (at != std::string::npos)
-            problem = where + ": " + problem.substr(at + field.size() + 4);
-        }
-        p = problem;
-      }
-      r.body = j.dump();
-    }
-  }
-  if (int rc = Check(r, "sbatch")) return rc;
-  // The job's number, as Slurm's sbatch prints it (SLURM_JOB_ID, %j; an array's number is
-  // its first task's): both it and Gantry's id work in every command.
-  const json answer = r.Json();
-  const std::string id = answer.contains("number") && answer["number"].is_number_integer()
-                             ? std::to_string(answer["number"].get<int64_t>())
-                             : answer.value("id", std::string());
+  SbatchJob job = ParseSbatch(script, text.str(), options, args, SubmitContext());
+  std::string number, id;
+  if (int rc = SubmitBatch(g, job, script, "sbatch", number, id)) return rc;
   if (job.parsable) {
-    std::cout << id << "\n";
+    std::cout << number << "\n";
   } else {
-    std::cout << "Submitted batch job " << id << "\n";
+    std::cout << "Submitted batch job " << number << "\n";
   }
   return 0;
+}
+
+// ------------------------------------------------------------------ salloc
+
+namespace {
+
+std::atomic<int> g_salloc_signal{0};
+void OnSallocSignal(int sig) { g_salloc_signal = sig; }
+
+}  // namespace
+
+// `gantry salloc [options] [command [args...]]`, as Slurm's salloc: an allocation (sbatch's
+// options) whose batch step only holds it; once granted, the command (default $SHELL) runs
+// here, on the submit host, with the allocation's SLURM_* environment and its credential,
+// so srun in it runs steps on the allocated nodes; when the command exits the allocation
+// is relinquished (cancelled), and the exit status is the command's.
+int Salloc(const Globals& g, const std::vector<std::string>& words) {
+  std::vector<std::string> options, command;
+  std::string first;
+  if (SplitSbatchArgs(words, options, first, command)) command.insert(command.begin(), first);
+  for (const std::string& o : options) {
+    for (const char* refused : {"--array", "-a", "--output", "-o", "--error", "-e", "--parsable",
+                                "--wrap", "--open-mode"}) {
+      if (o == refused || o.rfind(std::string(refused) + "=", 0) == 0 ||
+          (refused[1] != '-' && o.rfind(refused, 0) == 0)) {
+        std::cerr << "salloc: error: " << o
+                  << ": not an salloc option (the command's output is the terminal's; "
+                     "arrays and --wrap are sbatch's)\n";
+        return kExitBadInput;
+      }
+    }
+  }
+  if (command.empty()) {
+    const char* shell = std::getenv("SHELL");
+    command = {shell && *shell ? shell : "/bin/sh"};
+  }
+  const std::string name = std::filesystem::path(command.front()).filename().string();
+  // The batch step holds the allocation and does nothing else; TERM (the relinquish, a
+  // cancel or the time limit) ends it.
+  const std::string holder =
+      "#!/bin/sh\n"
+      "# gantry salloc: holds the allocation while salloc's command runs on the submit host\n"
+      "exec sleep 2147483647\n";
+  SbatchJob job = ParseSbatch(name, holder, options, {}, SubmitContext());
+  std::string number, id;
+  if (int rc = SubmitBatch(g, job, "salloc", "salloc", number, id)) return rc;
+  std::cerr << "salloc: Pending job allocation " << number << "\n";
+  Client c(g);
+  auto cancel = [&] { c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json"); };
+  // Waiting: Ctrl-C (or TERM, HUP) gives the pending allocation up, as Slurm's salloc does.
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnSallocSignal);
+  bool said_queued = false;
+  json j;
+  for (;;) {
+    Response r = c.Get("/v1/jobs/" + UrlEncode(id));
+    if (r.status == 200) j = r.Json();
+    const std::string state = j.is_object() ? j.value("state", "") : "";
+    if (state == "running") break;
+    if (!state.empty() && state != "pending") {
+      std::cerr << "salloc: error: Job allocation " << number
+                << " has been revoked: " << j.value("reason", state) << "\n";
+      return kExitRunFailure;
+    }
+    if (g_salloc_signal != 0) {
+      cancel();
+      std::cerr << "salloc: Job allocation " << number << " has been revoked.\n";
+      return kExitRunFailure;
+    }
+    if (state == "pending" && !said_queued) {
+      std::cerr << "salloc: job " << number << " queued and waiting for resources\n";
+      said_queued = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  if (said_queued) std::cerr << "salloc: job " << number << " has been allocated resources\n";
+  std::cerr << "salloc: Granted job allocation " << number << "\n";
+  Response a = c.Get("/v1/jobs/" + UrlEncode(id) + "/allocation");
+  if (int rc = Check(a, "salloc")) {
+    cancel();
+    return rc;
+  }
+  const json alloc = a.Json();
+  std::vector<std::string> names;
+  for (const json& n : j.value("nodes", json::array())) names.push_back(n.get<std::string>());
+  std::cerr << "salloc: Nodes " << spec::HostList(names) << " are ready for job\n";
+  // The command's environment: this one, the allocation's over it, its credential, and
+  // where gantryd is (srun, squeue, scancel and sacct in it speak for the job).
+  std::map<std::string, std::string> env = SubmitContext().env;
+  const json given = alloc.value("env", json::object());  // (items() of a temporary dangles)
+  for (const auto& [k, v] : given.items()) {
+    if (v.is_string()) env[k] = v.get<std::string>();
+  }
+  env["GANTRY_TOKEN"] = alloc.value("token", "");
+  env["GANTRY_SERVER"] = c.server();
+  env["SLURM_SUBMIT_HOST"] = SubmitContext().host;
+  std::vector<std::string> kv;
+  for (const auto& [k, v] : env) kv.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (std::string& e : kv) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (std::string& w : command) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  // While the command runs, it has the terminal's signals (Ctrl-C is the shell's), as with
+  // Slurm's salloc.
+  for (int sig : {SIGINT, SIGQUIT}) std::signal(sig, SIG_IGN);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (int sig : {SIGINT, SIGQUIT, SIGTERM, SIGHUP}) std::signal(sig, SIG_DFL);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    std::cerr << "salloc: error: " << command.front() << ": " << std::strerror(errno) << "\n";
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    std::cerr << "salloc: error: fork: " << std::strerror(errno) << "\n";
+    cancel();
+    return kExitRunFailure;
+  }
+  int status = 0;
+  bool revoked = false;
+  auto next_check = std::chrono::steady_clock::now();
+  for (;;) {
+    const pid_t done = ::waitpid(pid, &status, WNOHANG);
+    if (done == pid) break;
+    if (g_salloc_signal == SIGTERM || g_salloc_signal == SIGHUP) {
+      ::kill(pid, g_salloc_signal.exchange(0));  // passed on: the command ends, then salloc
+    }
+    // The allocation ended under it (scancel, its time limit, a node lost): the command is
+    // told with SIGHUP, as a terminal's end tells a shell.
+    if (!revoked && std::chrono::steady_clock::now() >= next_check) {
+      next_check += std::chrono::seconds(2);
+      Response r = c.Get("/v1/jobs/" + UrlEncode(id));
+      const json now = r.Json();
+      if (r.status == 200 && now.is_object() && now.value("state", "") != "running") {
+        std::cerr << "salloc: Job allocation " << number << " has been revoked.\n";
+        revoked = true;
+        ::kill(pid, SIGHUP);
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!revoked) {
+    std::cerr << "salloc: Relinquishing job allocation " << number << "\n";
+    cancel();
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitRunFailure;
 }
 
 // ------------------------------------------------------------------ ls, show, cancel, logs
@@ -1080,6 +1245,14 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   // from there on the script's arguments (prefix_command passes them through untouched).
   sbatch->prefix_command();
   sbatch->callback([&exit_code, sbatch] { exit_code = Sbatch(g, sbatch->remaining()); });
+
+  CLI::App* salloc = app.add_subcommand(
+      "salloc",
+      "An allocation, as Slurm's salloc: [sbatch's options] [command [args...]]; the "
+      "command (default $SHELL) runs here once it is granted, srun in it runs steps on "
+      "its nodes, and its exit relinquishes it (docs/slurm.md)");
+  salloc->prefix_command();
+  salloc->callback([&exit_code, salloc] { exit_code = Salloc(g, salloc->remaining()); });
 
   CLI::App* srun = app.add_subcommand(
       "srun", "Inside a batch job: run a job step on its nodes, as Slurm's srun (docs/slurm.md)");

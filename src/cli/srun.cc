@@ -246,7 +246,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   }
   if (job.empty()) {
     std::cerr << "srun: error: no job allocation: under Gantry, srun runs inside a batch job "
-                 "(gantry sbatch); salloc and interactive allocations are not supported\n";
+                 "(gantry sbatch) or an allocation's command (gantry salloc)\n";
     return kExitBadInput;
   }
   if (Env("GANTRY_TOKEN").empty() && g.token.empty()) {
@@ -609,7 +609,7 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
                                                          const std::vector<std::string>& args,
                                                          std::string& error) {
   std::vector<std::string> out;
-  if (program == "sbatch" || program == "srun" || program == "scontrol") {
+  if (program == "sbatch" || program == "salloc" || program == "srun" || program == "scontrol") {
     out.emplace_back(program);
     out.insert(out.end(), args.begin(), args.end());
     return out;

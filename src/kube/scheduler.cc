@@ -2090,6 +2090,9 @@ class KubeApi : public server::ApiBackend {
   void JobUsageSeries(std::string, std::string, server::Done done) override {
     done(Elsewhere("keeps no usage series yet", "the metrics (GET /metrics)"));
   }
+  void JobAllocation(std::string, std::string, server::Done done) override {
+    done(Elsewhere("makes no interactive allocations", "kubectl exec into a pod"));
+  }
   void Nodes(std::string token, server::Done done) override {
     Call(token, std::move(done), [](Driver& d) { return d.NodesReply(); });
   }

@@ -74,6 +74,9 @@ class ApiBackend {
   virtual void ListJobs(std::string token, JobQuery query, Done done) = 0;
   virtual void ShowJob(std::string token, std::string name, Done done) = 0;
   virtual void JobUsageSeries(std::string token, std::string name, Done done) = 0;
+  // A running batch job's allocation, for salloc's command on the submit host: the
+  // environment of its script (less what is its node's own) and its run's credential.
+  virtual void JobAllocation(std::string token, std::string name, Done done) = 0;
   virtual void Cancel(std::string token, std::string name, bool force, Done done) = 0;
   // A running job's run ends and the job waits again, keeping its checkpointed progress
   // (Slurm's `scontrol requeue`; a stopping job is requeued instead of ending).

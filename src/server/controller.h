@@ -142,6 +142,8 @@ class Controller : public ApiBackend {
   void ShowJob(std::string token, std::string name, Done done) override;
   // A job's usage time series: {"samples": [{t, run, gpus, util, vram_peak_gb}]}.
   void JobUsageSeries(std::string token, std::string name, Done done) override;
+  // {job, number, env, token}: only its own user (or an admin), while its run is.
+  void JobAllocation(std::string token, std::string name, Done done) override;
   // `force`: a running or stopping job's grace ends now (its workers' process groups are
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
   void Cancel(std::string token, std::string name, bool force, Done done) override;

@@ -467,6 +467,49 @@ void Controller::AnswerStepWatches(Ticks now, const Reply* all) {
   steps_changed_.clear();
 }
 
+void Controller::JobAllocation(std::string token, std::string name, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name](const Principal& p) -> Reply {
+    Job* job = book_.Find(name);
+    if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+    // Its credential runs steps as its user: given to that user (or an admin) only.
+    if (!MayManage(p, *job) || (!p.admin() && !job->user.empty() && p.user != job->user)) {
+      return Reply::Error(Code::kForbidden, p.Describe() + " may not use job " + name +
+                                                "'s allocation (its user's: " +
+                                                (job->user.empty() ? "none" : job->user) + ")");
+    }
+    if (!job->batch()) {
+      return Reply::Error(Code::kConflict, "job " + name +
+                                               " is not a batch job: only salloc's and "
+                                               "sbatch's allocations run steps");
+    }
+    if (job->state != JobState::kRunning) {
+      return Reply::Error(Code::kConflict, "job " + name + " is " + std::string(Name(job->state)) +
+                                               ": its allocation is usable while it runs");
+    }
+    auto t = run_tokens_.find(job->seq);
+    if (t == run_tokens_.end()) {  // only its hash was stored
+      return Reply::Error(Code::kConflict, "job " + name +
+                                               "'s credential is not known since gantryd "
+                                               "restarted during its run: end it and allocate "
+                                               "again");
+    }
+    // The script's environment on its first node, less what is that node's own (salloc's
+    // command runs on the submit host, as Slurm's does) and the task's rank.
+    static const std::set<std::string> kNodeOwn = {
+        "SLURM_PROCID",      "SLURM_LOCALID",      "SLURM_NODEID",       "SLURMD_NODENAME",
+        "SLURM_JOB_GPUS",    "SLURM_GPUS_ON_NODE", "SLURM_CPUS_ON_NODE", "GANTRY_RANK",
+        "GANTRY_LOCAL_RANK", "GANTRY_NODE",        "GANTRY_GPUS",        "CUDA_VISIBLE_DEVICES"};
+    json env = json::object();
+    for (const auto& [k, v] : DesiredWorker(*job, job->workers.front()).env) {
+      if (!kNodeOwn.contains(k)) env[k] = v;
+    }
+    Reply r;
+    r.body = {
+        {"job", job->name}, {"number", job->seq}, {"env", std::move(env)}, {"token", t->second}};
+    return r;
+  });
+}
+
 void Controller::CancelStep(std::string token, std::string name, int step, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
     Job* job = book_.Find(name);

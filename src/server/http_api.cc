@@ -324,6 +324,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   if (m == "GET" && Match(req, {"v1", "jobs", "*"}, a)) return c.ShowJob(TokenOf(req), a[0], reply);
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "usage"}, a))
     return c.JobUsageSeries(TokenOf(req), a[0], reply);
+  if (m == "GET" && Match(req, {"v1", "jobs", "*", "allocation"}, a))
+    return c.JobAllocation(TokenOf(req), a[0], reply);
   if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
       (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
     const std::string force = req.param("force");

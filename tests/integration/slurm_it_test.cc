@@ -7,6 +7,8 @@
 // would.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -886,6 +888,87 @@ while true; do sleep 0.1; done
                                          "\ncheckpointed run 0\nrun 1 nodes 2 tasks 2 list "
                                          "h100-[0-1]\n");
   EXPECT_EQ(h.Read("work/tasks-1.txt"), "task 0 of 2 on h100-0\ntask 1 of 2 on h100-1\n");
+}
+
+// salloc: the allocation is granted, the command runs here (not on a node) with the
+// allocation's variables and credential, srun in it runs on the allocated nodes, and the
+// command's exit relinquishes the allocation and is salloc's exit. A scancel from elsewhere
+// revokes it: the command gets SIGHUP. Another user's token gets no credential.
+TEST(Slurm, SallocRunsItsCommandHereAndSrunOnTheAllocatedNodes) {
+  Harness h("slurm-salloc");
+  StartSlurmCluster(h);
+  h.AddToken("bob", {"--team", "a", "--queues", "research", "--user", "bob"});
+  fs::create_directories(h.Path("work"));
+  // Slurm's names on PATH, as on a login node (docs/slurm.md).
+  const std::string path = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm";
+  const std::string body =
+      "export PATH=" + path +
+      ":$PATH; echo \"nodes=$SLURM_JOB_NODELIST n=$SLURM_NNODES id=$SLURM_JOB_ID "
+      "procid=${SLURM_PROCID:-none} here=$(pwd)\"; "
+      "srun --ntasks-per-node=1 sh -c 'echo \"task $SLURM_PROCID on $SLURMD_NODENAME gpus "
+      "$CUDA_VISIBLE_DEVICES\"' | sort; "
+      "squeue -h -o '%i %T %D'; exit 3";
+  RunResult r = h.Cli({"salloc", "-N", "2", "-p", "h100", "-A", "research", "--gres=gpu:8", "-t",
+                       "5", "-D", h.Path("work"), "sh", "-c", "cd " + h.Path("work") + "; " + body},
+                      h.token("ann"));
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  const std::string number = [&] {
+    const std::string granted = "salloc: Granted job allocation ";
+    const size_t at = r.err.find(granted);
+    if (at == std::string::npos) return std::string();
+    return r.err.substr(at + granted.size(), r.err.find('\n', at) - at - granted.size());
+  }();
+  ASSERT_FALSE(number.empty()) << r.err;
+  EXPECT_NE(r.err.find("salloc: Pending job allocation " + number + "\n"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("salloc: Nodes h100-[0-1] are ready for job\n"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("salloc: Relinquishing job allocation " + number + "\n"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.out.find("nodes=h100-[0-1] n=2 id=" + number + " procid=none here=" + h.Path("work")),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("task 0 on h100-0 gpus 0,1,2,3,4,5,6,7\ntask 1 on h100-1 gpus "
+                       "0,1,2,3,4,5,6,7\n"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(number + " RUNNING 2\n"), std::string::npos) << r.out;
+  // Relinquished: the job ends and its nodes are free again.
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return h.Job("j" + number).value("state", "") == "cancelled"; }, 15))
+      << h.Job("j" + number).dump();
+
+  // Revoked under the command: it gets SIGHUP, and salloc says so.
+  RunResult revoked;
+  std::thread salloc([&] {
+    revoked = h.Cli(
+        {"salloc", "-N", "1", "-p", "h100", "-A", "research", "-G", "1", "-t", "5", "sleep", "60"},
+        h.token("ann"));
+  });
+  std::string held;
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        for (const json& j : h.Jobs()) {
+          if (j.value("state", "") == "running" && j.value("id", "") != "j" + number)
+            held = j.value("id", "");
+        }
+        return !held.empty();
+      },
+      15));
+  // Not bob's to use: its credential runs steps as ann.
+  int status = 0;
+  h.Get("/v1/jobs/" + held + "/allocation", h.token("bob"), &status);
+  EXPECT_EQ(status, 403);
+  json mine = h.Get("/v1/jobs/" + held + "/allocation", h.token("ann"), &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(mine.value("token", "").rfind("gjt_", 0), 0u) << mine.dump();
+  EXPECT_FALSE(mine["env"].contains("SLURM_PROCID")) << mine.dump();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the command has started
+  RunResult cancel = h.Cli({"cancel", held.substr(1)}, h.token("ann"));
+  EXPECT_EQ(cancel.rc, 0) << cancel.err;
+  salloc.join();
+  EXPECT_EQ(revoked.rc, 128 + SIGHUP) << revoked.err;
+  EXPECT_NE(revoked.err.find("has been revoked."), std::string::npos) << revoked.err;
+  EXPECT_EQ(revoked.err.find("Relinquishing"), std::string::npos) << revoked.err;
 }
 
 }  // namespace

@@ -69,9 +69,9 @@ Agent::~Agent() = default;
 
 std::string Agent::Key(const Worker& w) { return proto::WorkerKey(w.job, w.run, w.rank, w.step); }
 
-int64_t Agent::LogSize(const Worker& w) {
+int64_t Agent::LogSize(const std::string& path) {
   struct stat st {};
-  return ::stat(w.log_path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int64_t>(st.st_size) : 0;
 }
 
 int64_t Agent::Now() const {
@@ -223,36 +223,44 @@ void Agent::UploadLogs() {
                       : ::open(w.out_path.c_str(), O_RDONLY | O_CLOEXEC);
     }
     if (fd < 0) fd = ::open(w.log_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) continue;
-    struct stat st {};
-    const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
-    for (int chunk = 0; chunk < 8 && w.uploaded < size; ++chunk) {
-      std::string data(static_cast<size_t>(std::min<int64_t>(size - w.uploaded, kLogChunk)), '\0');
-      const ssize_t got_bytes = ::pread(fd, data.data(), data.size(), w.uploaded);
-      if (got_bytes <= 0) break;
-      data.resize(static_cast<size_t>(got_bytes));
-      const std::string path =
-          proto::LogsTarget(options_.node, w.job, w.run, w.rank, w.uploaded, w.step);
-      auto res = http_->Post(path.c_str(), data, "application/octet-stream");
-      if (!res) {  // the server is away: try again at the next heartbeat
-        ::close(fd);
-        return;
-      }
-      if (res->status == 404) {
-        w.uploaded = size;  // the server forgot the job: nothing to upload to
-        break;
-      }
-      if (res->status != 200) break;
-      const json body = json::parse(res->body, nullptr, false);
-      const Result<proto::LogUploadReply> reply =
-          body.is_discarded() ? Result<proto::LogUploadReply>(Error{"", "not JSON"})
-                              : proto::DecodeLogUploadReply(body);
-      const int64_t got = reply ? reply->size : -1;
-      if (got < 0) break;
-      w.uploaded = std::min(got, size);
-    }
-    ::close(fd);
+    if (fd >= 0 && !Upload(w, fd, false)) return;  // the server is away: at the next heartbeat
+    if (w.err_path.empty()) continue;
+    fd = ::open(w.err_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd >= 0 && !Upload(w, fd, true)) return;
   }
+}
+
+bool Agent::Upload(Worker& w, int fd, bool err) {
+  int64_t& uploaded = err ? w.err_uploaded : w.uploaded;
+  struct stat st {};
+  const int64_t size = ::fstat(fd, &st) == 0 ? static_cast<int64_t>(st.st_size) : -1;
+  for (int chunk = 0; chunk < 8 && uploaded < size; ++chunk) {
+    std::string data(static_cast<size_t>(std::min<int64_t>(size - uploaded, kLogChunk)), '\0');
+    const ssize_t got_bytes = ::pread(fd, data.data(), data.size(), uploaded);
+    if (got_bytes <= 0) break;
+    data.resize(static_cast<size_t>(got_bytes));
+    const std::string path =
+        proto::LogsTarget(options_.node, w.job, w.run, w.rank, uploaded, w.step, err);
+    auto res = http_->Post(path.c_str(), data, "application/octet-stream");
+    if (!res) {
+      ::close(fd);
+      return false;
+    }
+    if (res->status == 404) {
+      uploaded = size;  // the server forgot the job: nothing to upload to
+      break;
+    }
+    if (res->status != 200) break;
+    const json body = json::parse(res->body, nullptr, false);
+    const Result<proto::LogUploadReply> reply =
+        body.is_discarded() ? Result<proto::LogUploadReply>(Error{"", "not JSON"})
+                            : proto::DecodeLogUploadReply(body);
+    const int64_t got = reply ? reply->size : -1;
+    if (got < 0) break;
+    uploaded = std::min(got, size);
+  }
+  ::close(fd);
+  return true;
 }
 
 void Agent::Heartbeat(int64_t now, bool leaving) {
@@ -301,7 +309,10 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
       std::string mig_note;
       if (MigPending(key, now, leaving, &mig_note)) continue;  // reported once its instance is gone
       // A step's task is reported once its output is uploaded: srun prints it all, then ends.
-      if (w.step >= 0 && !leaving && w.uploaded < LogSize(w)) continue;
+      if (w.step >= 0 && !leaving &&
+          (w.uploaded < LogSize(w.log_path) ||
+           (!w.err_path.empty() && w.err_uploaded < LogSize(w.err_path))))
+        continue;
       beat.exits.push_back({w.job, w.run, w.rank, w.exit_code, w.signal, w.lost, w.note + mig_note,
                             w.drain, w.step});
       reported.push_back(key);

@@ -158,6 +158,7 @@ class Agent {
     bool lost = false;
     std::string note;
     std::string log_path;
+    std::string err_path;   // a step task's stderr (srun forwards it apart); empty: in log_path
     std::string out_path;   // sbatch -o: the file its stdout goes to, uploaded once it exists
     bool out_user = false;  // out_path is read as this user (it runs as them)
     uid_t uid = 0;
@@ -165,8 +166,8 @@ class Agent {
     std::vector<gid_t> groups;
     std::string script_path;  // sbatch: the script written for it, removed with its record
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
-    bool signal_script_only = false;  // that signal to the shim's child alone (sbatch B:)
-    int64_t uploaded = 0;
+    bool signal_script_only = false;         // that signal to the shim's child alone (sbatch B:)
+    int64_t uploaded = 0, err_uploaded = 0;  // bytes of log (or out_path) and err_path sent
     std::string record_path;
     std::string status_path;    // where its shim writes how it ended (launcher.h, ShimMain)
     long long start_time = -1;  // its shim's (pid's) start time: tells it from a later process
@@ -220,7 +221,10 @@ class Agent {
   std::map<int, std::string> GpuProcessOwners() const;
   static std::string Key(const Worker& w);
   // The size of the output the agent uploads for `w` (its log), 0 when there is none.
-  static int64_t LogSize(const Worker& w);
+  static int64_t LogSize(const std::string& path);
+  // Sends what is new of a worker's output (`err`: its stderr file) read from `fd`, which
+  // it closes; false when the server could not be reached.
+  bool Upload(Worker& w, int fd, bool err);
 
   int64_t Now() const;
   // Run's start (agent_setup.cc): the state directory (and its lock), cgroups, MIG

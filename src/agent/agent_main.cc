@@ -105,10 +105,11 @@ int main(int argc, char** argv) {
                  "\"podman --runtime runc run --ulimit nofile=1024:1024\"")
       ->capture_default_str();
   bool no_slurm_commands = false;
-  app.add_option("--slurm-commands", o.slurm_commands,
-                 "Directory of srun, salloc, scontrol, sbatch, squeue, scancel and sacct for batch jobs, "
-                 "first on their PATH (default: slurm/ beside this program, else "
-                 "../lib/gantry/slurm from it)");
+  app.add_option(
+      "--slurm-commands", o.slurm_commands,
+      "Directory of srun, salloc, scontrol, sbatch, squeue, scancel and sacct for batch jobs, "
+      "first on their PATH (default: slurm/ beside this program, else "
+      "../lib/gantry/slurm from it)");
   app.add_flag("--no-slurm-commands", no_slurm_commands,
                "Put no Slurm commands on batch jobs' PATH (a real Slurm's are used there)");
   app.add_option("--proc", o.proc, "Where /proc is (tests)")->group("");

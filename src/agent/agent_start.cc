@@ -36,6 +36,7 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
                            (w.step >= 0 ? "s" + std::to_string(w.step) + "." : "") +
                            std::to_string(w.rank);
   w.log_path = (fs::path(options_.state_dir) / "logs" / (stem + ".log")).string();
+  if (w.step >= 0) w.err_path = (fs::path(options_.state_dir) / "logs" / (stem + ".err")).string();
   w.record_path = (fs::path(options_.state_dir) / "workers" / (stem + ".json")).string();
   w.status_path = (fs::path(options_.state_dir) / "workers" / (stem + ".exit")).string();
   const std::string key = Key(w);
@@ -48,6 +49,7 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   if (spec.own_workdir)
     spec.workdir = (fs::path(options_.state_dir) / "work" / std::to_string(w.seq)).string();
   spec.log_path = w.log_path;
+  spec.err_log_path = w.err_path;
   w.stop_signal = d.signal;
   w.signal_script_only = d.signal_script_only;
   // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as

@@ -34,6 +34,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"pid", w.pid},
             {"start_time", w.start_time},
             {"log", w.log_path},
+            {"err", w.err_path},
             {"cgroup", w.cgroup},
             {"status", w.status_path},
             {"grace_ms", w.grace_ms},
@@ -119,6 +120,7 @@ void Agent::Recover() {
     w.step = r.value("step", -1);
     w.pid = static_cast<pid_t>(r.value("pid", 0));
     w.log_path = r.value("log", std::string());
+    w.err_path = r.value("err", std::string());
     w.record_path = entry.path().string();
     const std::string key = Key(w);
     const std::string what =

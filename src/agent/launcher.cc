@@ -161,6 +161,19 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   std::filesystem::create_directories(std::filesystem::path(spec.log_path).parent_path(), ec);
   const int log = ::open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (log < 0) return Error{"log", spec.log_path + ": " + std::strerror(errno)};
+  const int err_log =
+      spec.err_log_path.empty()
+          ? log
+          : ::open(spec.err_log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
+  if (err_log < 0) {
+    const int err = errno;
+    ::close(log);
+    return Error{"log", spec.err_log_path + ": " + std::strerror(err)};
+  }
+  auto close_logs = [&] {
+    ::close(log);
+    if (err_log != log) ::close(err_log);
+  };
 
   // Everything the child needs is prepared before fork: after it, only async-signal-safe
   // calls are allowed.
@@ -239,7 +252,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    ::close(log);
+    close_logs();
     return Error{"fork", std::strerror(err)};
   }
   if (pid == 0) {
@@ -283,7 +296,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       const int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, 0);
       ::dup2(log, 1);
-      ::dup2(log, 2);
+      ::dup2(err_log, 2);
       // sbatch -o/-e, opened as the worker's user (after setuid above, or with its file-system
       // identity for a container's podman): the user's own files.
       if (fs_as_user &&
@@ -340,7 +353,7 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     ::kill(w, SIGKILL);
     ::_exit(127);
   }
-  ::close(log);
+  close_logs();
   return pid;
 }
 

@@ -31,6 +31,9 @@ struct LaunchSpec {
   // not one the job asked for.
   bool own_workdir = false;
   std::string log_path;  // stdout and stderr, unless:
+  // stderr to this file instead (a job step's task: srun forwards its stderr apart, as
+  // Slurm's does); opened as log_path is.
+  std::string err_log_path;
   // Files (absolute paths) stdout and stderr go to instead (sbatch -o/-e): truncated and
   // opened by the worker as its user; stderr follows stdout when only stdout is given. A
   // file that cannot be opened ends the worker with 127 and the reason in log_path.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -96,8 +97,7 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
            ": not honoured; tasks see all the job's GPUs on their node, or with --gpus-per-task "
            "their own task slot's";
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
-  if (name == "error" || name == "input")
-    return "--" + name + ": a step's stderr comes with its stdout (srun's own, or -o's files)";
+  if (name == "input") return "--input: a step's tasks read nothing (their stdin is /dev/null)";
   if (name == "time") return "--time: steps run within the job's time limit; give none";
   if (name == "gres" || name == "gpus" || name == "gpus-per-node")
     return "--" + name +
@@ -266,14 +266,19 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   // -o PATTERN: each task's output to the file its pattern names (%t its task id, %n and %N
   // its node, %j, %J, %s, %x, %A, %a, %u), in the step's directory, as Slurm's slurmstepd
   // writes them; srun itself, on the batch script's node, writes them here.
-  std::string out_pattern;
-  if (given.count("output")) {
-    out_pattern = given["output"];
-    if (auto why = spec::CheckOutputPattern(out_pattern)) {
-      std::cerr << "srun: error: --output=" << out_pattern << ": " << *why << "\n";
+  // -e PATTERN the same for their stderr, which is srun's own stderr without it (with -o
+  // alone, -o's files), as Slurm's.
+  std::string out_pattern, err_pattern;
+  for (auto [opt, pattern] :
+       {std::pair<const char*, std::string*>{"output", &out_pattern}, {"error", &err_pattern}}) {
+    if (!given.count(opt)) continue;
+    *pattern = given[opt];
+    if (auto why = spec::CheckOutputPattern(*pattern)) {
+      std::cerr << "srun: error: --" << opt << "=" << *pattern << ": " << *why << "\n";
       return kExitBadInput;
     }
   }
+  if (err_pattern.empty()) err_pattern = out_pattern;
   if (given.count("job-name")) body["name"] = given["job-name"];
   for (const auto& [opt, key] : std::initializer_list<std::pair<const char*, const char*>>{
            {"nodes", "nodes"},
@@ -360,10 +365,11 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
               << step.value("reason", "") << ")\n";
   }
   const std::string path = base + "/" + std::to_string(id);
-  std::vector<int64_t> printed;                // bytes of each task's output printed
-  std::vector<std::string> partial;            // -l: a task's unfinished last line
-  std::vector<spec::OutputNames> task_names;   // -o: each task's fields
-  std::map<std::string, std::ofstream> files;  // -o: by path, truncated when first opened
+  // Each task's two streams: [0] stdout, [1] stderr.
+  std::vector<std::array<int64_t, 2>> printed;      // bytes printed
+  std::vector<std::array<std::string, 2>> partial;  // -l: a task's unfinished last line
+  std::vector<spec::OutputNames> task_names;        // -o, -e: each task's fields
+  std::map<std::string, std::ofstream> files;       // -o, -e: by path, truncated when first opened
   spec::OutputNames names;
   names.job = Env("SLURM_JOB_ID");
   names.name = Env("SLURM_JOB_NAME");
@@ -372,9 +378,10 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       Env("SLURM_ARRAY_TASK_ID").empty() ? spec::kNoArrayTask : Env("SLURM_ARRAY_TASK_ID");
   names.user = Env("SLURM_JOB_USER").empty() ? Env("USER") : Env("SLURM_JOB_USER");
   names.step = std::to_string(id);
-  auto sink = [&](size_t task) -> std::ostream& {
-    if (out_pattern.empty()) return std::cout;
-    const std::filesystem::path name = spec::ExpandOutputPattern(out_pattern, task_names[task]);
+  auto sink = [&](size_t task, int stream) -> std::ostream& {
+    const std::string& pattern = stream == 0 ? out_pattern : err_pattern;
+    if (pattern.empty()) return stream == 0 ? std::cout : std::cerr;
+    const std::filesystem::path name = spec::ExpandOutputPattern(pattern, task_names[task]);
     const std::string file =
         name.is_absolute() ? name.string() : (std::filesystem::path(cwd) / name).string();
     auto it = files.find(file);
@@ -384,34 +391,36 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     }
     return it->second;
   };
-  auto print = [&](size_t task, const std::string& data, bool last) {
-    std::ostream& out = sink(task);
+  auto print = [&](size_t task, int stream, const std::string& data, bool last) {
+    std::ostream& out = sink(task, stream);
     if (!label) {
       out << data << std::flush;
       return;
     }
-    partial[task] += data;
+    std::string& rest = partial[task][static_cast<size_t>(stream)];
+    rest += data;
     size_t start = 0;
-    for (size_t nl; (nl = partial[task].find('\n', start)) != std::string::npos; start = nl + 1)
-      out << task << ": " << partial[task].substr(start, nl + 1 - start);
-    partial[task].erase(0, start);
-    if (last && !partial[task].empty()) {
-      out << task << ": " << partial[task] << "\n";
-      partial[task].clear();
+    for (size_t nl; (nl = rest.find('\n', start)) != std::string::npos; start = nl + 1)
+      out << task << ": " << rest.substr(start, nl + 1 - start);
+    rest.erase(0, start);
+    if (last && !rest.empty()) {
+      out << task << ": " << rest << "\n";
+      rest.clear();
     }
     out << std::flush;
   };
-  // The output of `task` from what was printed up to `upto` bytes (all of it: -1).
-  auto fetch = [&](size_t task, int64_t upto, bool last) {
-    for (int rounds = 0; rounds < 64 && (upto < 0 || printed[task] < upto); ++rounds) {
+  // Stream `stream` of `task` from what was printed up to `upto` bytes (all of it: -1).
+  auto fetch = [&](size_t task, int stream, int64_t upto, bool last) {
+    int64_t& done = printed[task][static_cast<size_t>(stream)];
+    for (int rounds = 0; rounds < 64 && (upto < 0 || done < upto); ++rounds) {
       Response lr = c.Get("/v1/jobs/" + UrlEncode(job) + "/logs?run=" + std::to_string(run) +
                           "&step=" + std::to_string(id) + "&rank=" + std::to_string(task) +
-                          "&offset=" + std::to_string(printed[task]));
+                          "&offset=" + std::to_string(done) + (stream == 1 ? "&stream=err" : ""));
       if (lr.status != 200 || lr.body.empty()) break;
-      printed[task] += static_cast<int64_t>(lr.body.size());
-      print(task, lr.body, false);
+      done += static_cast<int64_t>(lr.body.size());
+      print(task, stream, lr.body, false);
     }
-    if (last) print(task, "", true);
+    if (last) print(task, stream, "", true);
   };
   bool cancel_sent = false;
   int failures = 0;
@@ -454,7 +463,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     step = sr.Json();
     version = step.value("version", "");
     const json& tasks = step["tasks"];
-    printed.resize(tasks.size(), 0);
+    printed.resize(tasks.size(), {0, 0});
     partial.resize(tasks.size());
     task_names.resize(tasks.size(), names);
     for (size_t t = 0; t < tasks.size(); ++t) {
@@ -469,10 +478,14 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     }
     const bool over = state == "ended" || state == "cancelled";
     for (size_t t = 0; t < tasks.size(); ++t) {
-      if (over) {
-        fetch(t, -1, true);
-      } else if (tasks[t].value("output_bytes", int64_t{0}) > printed[t]) {
-        fetch(t, tasks[t].value("output_bytes", int64_t{0}), false);
+      for (int stream : {0, 1}) {
+        const int64_t bytes =
+            tasks[t].value(stream == 0 ? "output_bytes" : "error_bytes", int64_t{0});
+        if (over && (stream == 0 || bytes > 0)) {  // (all uploaded before a task ends)
+          fetch(t, stream, -1, true);
+        } else if (bytes > printed[t][static_cast<size_t>(stream)]) {
+          fetch(t, stream, bytes, false);
+        }
       }
       if (kill_on_bad_exit && !cancel_sent && tasks[t].value("exited", false) &&
           (tasks[t].value("exit_code", 0) != 0 || tasks[t].value("signal", 0) != 0)) {

@@ -2075,7 +2075,7 @@ class KubeApi : public server::ApiBackend {
   void Requeue(std::string, std::string, server::Done done) override {
     done(Elsewhere("requeues nothing", "delete the pods: their controller recreates them"));
   }
-  void LogPath(std::string, std::string, int, int, int, server::Done done) override {
+  void LogPath(std::string, std::string, int, int, int, bool, server::Done done) override {
     done(Elsewhere("keeps no logs", "kubectl logs"));
   }
   void CreateStep(std::string, std::string, json, server::Done done) override {
@@ -2112,7 +2112,7 @@ class KubeApi : public server::ApiBackend {
   void Watch(std::string, std::string, std::string, int64_t, int64_t, server::Done done) override {
     done(Elsewhere("has no agents", "the kubelets"));
   }
-  void UploadLog(std::string, std::string, std::string, int, int, int, int64_t, std::string,
+  void UploadLog(std::string, std::string, std::string, int, int, int, bool, int64_t, std::string,
                  server::Done done) override {
     done(Elsewhere("has no agents", "the kubelets"));
   }

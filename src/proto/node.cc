@@ -292,10 +292,11 @@ std::string WorkerKey(const std::string& job, int run, int rank, int step) {
 }
 
 std::string LogsTarget(const std::string& node, const std::string& job, int run, int rank,
-                       int64_t offset, int step) {
+                       int64_t offset, int step, bool err) {
   return "/v1/agents/" + UrlEncode(node) + "/logs?job=" + UrlEncode(job) +
          "&run=" + std::to_string(run) + "&rank=" + std::to_string(rank) +
-         "&offset=" + std::to_string(offset) + (step >= 0 ? "&step=" + std::to_string(step) : "");
+         "&offset=" + std::to_string(offset) + (step >= 0 ? "&step=" + std::to_string(step) : "") +
+         (err ? "&stream=err" : "");
 }
 
 // ---------------------------------------------------------------- encoders

@@ -248,8 +248,9 @@ std::string HeartbeatTarget(const std::string& node);
 std::string WatchTarget(const std::string& node, const std::string& instance, int64_t version,
                         int64_t timeout_ms);
 // A chunk of a worker's output starting at byte `offset` of it.
-// `step` >= 0: the output of task `rank` of that job step.
+// `step` >= 0: the output of task `rank` of that job step, its stderr with `err`
+// (&stream=err).
 std::string LogsTarget(const std::string& node, const std::string& job, int run, int rank,
-                       int64_t offset, int step = -1);
+                       int64_t offset, int step = -1, bool err = false);
 
 }  // namespace gantry::proto

@@ -81,8 +81,9 @@ class ApiBackend {
   // A running job's run ends and the job waits again, keeping its checkpointed progress
   // (Slurm's `scontrol requeue`; a stopping job is requeued instead of ending).
   virtual void Requeue(std::string token, std::string name, Done done) = 0;
-  // `step` >= 0: task `rank` of that job step (srun); -1: worker `rank`.
-  virtual void LogPath(std::string token, std::string name, int run, int rank, int step,
+  // `step` >= 0: task `rank` of that job step (srun), its stderr with `err`; -1: worker
+  // `rank` (stdout and stderr together).
+  virtual void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
                        Done done) = 0;
   // Job steps: `srun` inside a batch job, with the job's own credential (docs/slurm.md,
   // "Inside a job"). The body: {command, env, workdir, name, nodes, ntasks,
@@ -115,9 +116,9 @@ class ApiBackend {
                          std::string remote_addr, Done done) = 0;
   virtual void Watch(std::string token, std::string node, std::string instance, int64_t version,
                      int64_t timeout_ms, Done done) = 0;
-  // `step` >= 0: the output of task `rank` of that job step.
+  // `step` >= 0: the output of task `rank` of that job step (its stderr with `err`).
   virtual void UploadLog(std::string token, std::string node, std::string job, int run, int rank,
-                         int step, int64_t offset, std::string data, Done done) = 0;
+                         int step, bool err, int64_t offset, std::string data, Done done) = 0;
   virtual void Metrics(std::string token, Done done) = 0;
   virtual void Health(Done done) = 0;
 };

@@ -149,7 +149,7 @@ class Controller : public ApiBackend {
   void Cancel(std::string token, std::string name, bool force, Done done) override;
   void Requeue(std::string token, std::string name, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
-  void LogPath(std::string token, std::string name, int run, int rank, int step,
+  void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
                Done done) override;
   // Job steps (controller_steps.cc): the job's own credential only.
   void CreateStep(std::string token, std::string job, nlohmann::json body, Done done) override;
@@ -176,7 +176,7 @@ class Controller : public ApiBackend {
   void Watch(std::string token, std::string node, std::string instance, int64_t version,
              int64_t timeout_ms, Done done) override;
   void UploadLog(std::string token, std::string node, std::string job, int run, int rank, int step,
-                 int64_t offset, std::string data, Done done) override;
+                 bool err, int64_t offset, std::string data, Done done) override;
   // reply.text. With options' metrics_token, any valid token is needed (the series name
   // jobs and users); else none.
   void Metrics(std::string token, Done done) override;
@@ -191,8 +191,8 @@ class Controller : public ApiBackend {
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name, bool force = false);
   Reply Requeue(const std::string& token, const std::string& name);
-  Reply LogPath(const std::string& token, const std::string& name, int run, int rank,
-                int step = -1);
+  Reply LogPath(const std::string& token, const std::string& name, int run, int rank, int step = -1,
+                bool err = false);
   Reply CreateStep(const std::string& token, const std::string& job, const nlohmann::json& body);
   Reply ShowStep(const std::string& token, const std::string& job, int step);
   Reply Nodes(const std::string& token);
@@ -202,7 +202,8 @@ class Controller : public ApiBackend {
   Reply Heartbeat(const std::string& token, const std::string& node, const nlohmann::json& body,
                   const std::string& remote_addr);
   Reply UploadLog(const std::string& token, const std::string& node, const std::string& job,
-                  int run, int rank, int64_t offset, const std::string& data, int step = -1);
+                  int run, int rank, int64_t offset, const std::string& data, int step = -1,
+                  bool err = false);
   std::string Metrics(const std::string& token = "");
   nlohmann::json Health();
   // Runs fn on the controller thread between batches and waits for it (reopening the

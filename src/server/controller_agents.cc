@@ -519,10 +519,10 @@ void Controller::Watch(std::string token, std::string node, std::string instance
 }
 
 void Controller::UploadLog(std::string token, std::string node, std::string name, int run, int rank,
-                           int step, int64_t offset, std::string data, Done done) {
+                           int step, bool err, int64_t offset, std::string data, Done done) {
   CallAsAgent(
       std::move(token), std::move(node), std::move(done),
-      [this, name = std::move(name), run, rank, step, offset,
+      [this, name = std::move(name), run, rank, step, err, offset,
        data = std::move(data)](core::NodeId) -> Reply {
         Job* job = book_.Find(name);
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
@@ -534,7 +534,7 @@ void Controller::UploadLog(std::string token, std::string node, std::string name
           return Reply::Error(Code::kBadRequest, "run, step, rank or offset out of range");
         }
         const fs::path dir = fs::path(options_.log_dir) / std::to_string(job->seq);
-        const fs::path path = dir / LogFileName(run, rank, step);
+        const fs::path path = dir / LogFileName(run, rank, step, err);
         std::error_code ec;
         fs::create_directories(dir, ec);
         int64_t size = fs::exists(path, ec) ? static_cast<int64_t>(fs::file_size(path, ec)) : 0;
@@ -546,8 +546,8 @@ void Controller::UploadLog(std::string token, std::string node, std::string name
           if (out) size += static_cast<int64_t>(data.size() - skip);
         }
         if (step >= 0 && run == job->run) {  // srun reads what it has not printed yet
-          job->steps[static_cast<size_t>(step)].tasks[static_cast<size_t>(rank)].output_bytes =
-              size;
+          StepTask& t = job->steps[static_cast<size_t>(step)].tasks[static_cast<size_t>(rank)];
+          (err ? t.error_bytes : t.output_bytes) = size;
           if (!step_watches_.empty()) steps_changed_.insert(job->seq);
         }
         Reply r;

@@ -334,8 +334,8 @@ Reply Controller::Cancel(const std::string& token, const std::string& name, bool
   return Wait([&](Done d) { Cancel(token, name, force, std::move(d)); });
 }
 Reply Controller::LogPath(const std::string& token, const std::string& name, int run, int rank,
-                          int step) {
-  return Wait([&](Done d) { LogPath(token, name, run, rank, step, std::move(d)); });
+                          int step, bool err) {
+  return Wait([&](Done d) { LogPath(token, name, run, rank, step, err, std::move(d)); });
 }
 
 Reply Controller::CreateStep(const std::string& token, const std::string& job,
@@ -369,9 +369,10 @@ Reply Controller::Heartbeat(const std::string& token, const std::string& node,
 }
 Reply Controller::UploadLog(const std::string& token, const std::string& node,
                             const std::string& job, int run, int rank, int64_t offset,
-                            const std::string& data, int step) {
-  return Wait(
-      [&](Done d) { UploadLog(token, node, job, run, rank, step, offset, data, std::move(d)); });
+                            const std::string& data, int step, bool err) {
+  return Wait([&](Done d) {
+    UploadLog(token, node, job, run, rank, step, err, offset, data, std::move(d));
+  });
 }
 std::string Controller::Metrics(const std::string& token) {
   return Wait([&](Done d) { Metrics(token, std::move(d)); }).text;

@@ -43,10 +43,11 @@ std::string HumanTime(int64_t at_ms, int64_t now_ms);
 std::string HumanTimes(const std::string& text, int64_t epoch_ms, int64_t now_ms);
 
 // The file (in the job's log directory) of a worker's output, or with `step` >= 0 of
-// that step's task `rank`: "RUN.RANK.log", "RUN.sSTEP.RANK.log".
-inline std::string LogFileName(int run, int rank, int step) {
+// that step's task `rank`: "RUN.RANK.log", "RUN.sSTEP.RANK.log"; with `err`, a step task's
+// stderr (kept apart, as Slurm's srun forwards it): "RUN.sSTEP.RANK.err".
+inline std::string LogFileName(int run, int rank, int step, bool err = false) {
   return std::to_string(run) + "." + (step >= 0 ? "s" + std::to_string(step) + "." : "") +
-         std::to_string(rank) + ".log";
+         std::to_string(rank) + (err ? ".err" : ".log");
 }
 
 // How long an interrupted srun's tasks have between SIGTERM and SIGKILL (Slurm's

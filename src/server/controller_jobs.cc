@@ -870,11 +870,11 @@ void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool 
   }
 }
 
-void Controller::LogPath(std::string token, std::string name, int run, int rank, int step,
+void Controller::LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
                          Done done) {
   CallAsUser(
       std::move(token), std::move(done),
-      [this, name, run, rank, step](const Principal& user) mutable -> Reply {
+      [this, name, run, rank, step, err](const Principal& user) mutable -> Reply {
         Job* job = book_.Find(name);
         if (!job) return Reply::Error(Code::kNotFound, "no job " + name);
         if (!MaySee(user, *job)) {
@@ -903,8 +903,8 @@ void Controller::LogPath(std::string token, std::string name, int run, int rank,
           return Reply::Error(Code::kBadRequest,
                               "rank: must be 0.." + std::to_string(job->spec.replicas - 1));
         }
-        const fs::path path =
-            fs::path(options_.log_dir) / std::to_string(job->seq) / LogFileName(run, rank, step);
+        const fs::path path = fs::path(options_.log_dir) / std::to_string(job->seq) /
+                              LogFileName(run, rank, step, err);
         Reply r;
         r.body = {{"path", path.string()}, {"run", run}, {"rank", rank}};
         return r;

@@ -285,7 +285,8 @@ json Controller::StepBody(const Job& job, const Step& s) const {
          {"signal", t.signal},
          {"lost", t.lost},
          {"note", t.note},
-         {"output_bytes", t.output_bytes}});
+         {"output_bytes", t.output_bytes},
+         {"error_bytes", t.error_bytes}});
   }
   return {{"job", job.name},
           {"run", job.run},

@@ -367,10 +367,13 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                          IntParam(req, "offset", 0, offset), IntParam(req, "step", -1, step)}) {
       if (problem) return bad(*problem);
     }
+    const std::string stream = req.param("stream");
+    if (stream != "" && stream != "out" && stream != "err") return bad("stream: out or err");
+    if (stream == "err" && step < 0) return bad("stream=err: a job step's task's only (step=N)");
     // The file is read on an I/O thread, never on the controller's.
     return c.LogPath(
         TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank), static_cast<int>(step),
-        [this, server, respond, req](Reply r) {
+        stream == "err", [this, server, respond, req](Reply r) {
           server->Defer([this, respond, req, r = std::move(r)] { SendLog(req, r, respond); });
         });
   }
@@ -424,9 +427,12 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                          IntParam(req, "offset", -1, offset), IntParam(req, "step", -1, step)}) {
       if (problem) return bad(*problem);
     }
+    const std::string stream = req.param("stream");
+    if (stream != "" && stream != "out" && stream != "err") return bad("stream: out or err");
+    if (stream == "err" && step < 0) return bad("stream=err: a job step's task's only (step=N)");
     return c.UploadLog(TokenOf(req), a[0], req.param("job"), static_cast<int>(run),
-                       static_cast<int>(rank), static_cast<int>(step), offset, std::move(req.body),
-                       reply);
+                       static_cast<int>(rank), static_cast<int>(step), stream == "err", offset,
+                       std::move(req.body), reply);
   }
   respond(ErrorResponse(Code::kNotFound, "no such endpoint: " + m + " " + req.path()));
 }

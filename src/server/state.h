@@ -90,6 +90,7 @@ struct StepTask {
   int exit_code = 0, signal = 0;
   std::string note;
   int64_t output_bytes = 0;  // uploaded so far (not kept across restarts)
+  int64_t error_bytes = 0;   // of its stderr, the same
   // What its agent is sent (Controller::StepDesired), built once (not kept across restarts).
   mutable std::shared_ptr<const proto::DesiredWorker> desired;
 };

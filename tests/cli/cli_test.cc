@@ -188,8 +188,8 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   Outcome srun = Shell("env -u SLURM_JOB_ID " + dir + "srun -N1 hostname 2>&1");
   EXPECT_EQ(srun.status, 2);
   EXPECT_NE(srun.output.find("no job allocation"), std::string::npos) << srun.output;
-  for (const char* refused : {"--mpi=pmix", "--cpu-bind=cores", "--gpu-bind=closest", "-e x",
-                              "-o out-%Q", "--time=5", "--gres=gpu:1", "--bogus"}) {
+  for (const char* refused : {"--mpi=pmix", "--cpu-bind=cores", "--gpu-bind=closest", "-i x",
+                              "-o out-%Q", "-e err-%Q", "--time=5", "--gres=gpu:1", "--bogus"}) {
     Outcome r =
         Shell("SLURM_JOB_ID=j1 GANTRY_TOKEN=t " + dir + "srun " + refused + " hostname 2>&1");
     EXPECT_EQ(r.status, 2) << refused << ": " << r.output;

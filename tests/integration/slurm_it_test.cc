@@ -971,5 +971,42 @@ TEST(Slurm, SallocRunsItsCommandHereAndSrunOnTheAllocatedNodes) {
   EXPECT_EQ(revoked.err.find("Relinquishing"), std::string::npos) << revoked.err;
 }
 
+// A step's stderr is kept apart, as Slurm's srun forwards it: to srun's stderr (the batch
+// script's -e file here), not into $(srun ...); to -e's files with -e, to -o's with -o alone.
+TEST(Slurm, AStepsStderrIsKeptApartFromItsStdout) {
+  Harness h("slurm-stderr");
+  StartSlurmCluster(h);
+  const std::string id = Sbatch(h, "streams.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -p h100
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=1
+#SBATCH --gres=gpu:1
+#SBATCH -o out-%j.txt
+#SBATCH -e err-%j.txt
+x=$(srun sh -c 'echo "out $SLURM_PROCID"; echo "err $SLURM_PROCID" >&2' | sort)
+echo "captured: $x"
+srun -l -o 'o-%t.txt' -e 'e-%t.txt' sh -c 'echo "to o"; echo "to e" >&2'
+srun -o 'both-%t.txt' sh -c 'echo "o1"; echo "e1" >&2'
+)SH");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id).value("state", "") == "finished"; }, 30))
+      << h.Job(id).dump();
+  const std::string number = id.substr(1);
+  const std::string out = h.Read("work/out-" + number + ".txt");
+  const std::string err = h.Read("work/err-" + number + ".txt");
+  EXPECT_NE(out.find("captured: out 0\nout 1\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("err "), std::string::npos) << out;
+  EXPECT_NE(err.find("err 0\n"), std::string::npos) << err;
+  EXPECT_NE(err.find("err 1\n"), std::string::npos) << err;
+  for (const char* t : {"0", "1"}) {
+    EXPECT_EQ(h.Read(std::string("work/o-") + t + ".txt"), std::string(t) + ": to o\n");
+    EXPECT_EQ(h.Read(std::string("work/e-") + t + ".txt"), std::string(t) + ": to e\n");
+    const std::string both = h.Read(std::string("work/both-") + t + ".txt");
+    EXPECT_NE(both.find("o1\n"), std::string::npos) << both;
+    EXPECT_NE(both.find("e1\n"), std::string::npos) << both;
+  }
+}
+
 }  // namespace
 }  // namespace gantry::it

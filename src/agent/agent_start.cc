@@ -139,13 +139,21 @@ std::string Agent::JoinCgroup(const proto::DesiredWorker& d, const std::string& 
                               LaunchSpec& spec) {
   // Its GPUs' device files only. Not for a container: its devices are podman's --device,
   // and the runtime podman starts from this cgroup must make those nodes.
-  auto join =
-      cgroups_->Create(stem, {.memory_bytes = w.memory_bytes,
-                              .cpus_milli = d.limits.cpus_milli,
-                              .denied_devices = d.image.empty() ? DeniedDevices(w.share, w.job)
-                                                                : std::vector<CharDevice>{}});
+  // A batch job's script and its steps' tasks share its limits on this node, in a group for
+  // its run (as Slurm's job cgroup holds the batch step and the steps): tasks together get
+  // what the job asked, not each of them.
+  const std::string group =
+      !d.script.empty() || d.step >= 0
+          ? Cgroups::kGroupPrefix + std::to_string(d.seq) + "-" + std::to_string(d.run)
+          : "";
+  auto join = cgroups_->Create(stem,
+                               {.memory_bytes = w.memory_bytes,
+                                .cpus_milli = d.limits.cpus_milli,
+                                .denied_devices = d.image.empty() ? DeniedDevices(w.share, w.job)
+                                                                  : std::vector<CharDevice>{}},
+                               group);
   if (!join) return join.error().ToString();
-  w.cgroup = stem;
+  w.cgroup = group.empty() ? stem : group + "/" + stem;
   spec.join = std::move(*join);
   return "";
 }

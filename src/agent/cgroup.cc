@@ -336,52 +336,77 @@ std::vector<std::string> Cgroups::Dirs(const std::string& name) const {
   return out;
 }
 
+std::string Cgroups::Limit(size_t i, const std::string& dir, const CgroupLimits& limits,
+                           bool resources, bool devices) const {
+  std::string problem;  // the first limit that could not be set
+  auto set = [&](const std::string& file, const std::string& value) {
+    const int err = WriteFile(dir + "/" + file, value);
+    if (err != 0 && problem.empty())
+      problem = "cannot write " + value + " to " + dir + "/" + file + ": " + Errno(err);
+  };
+  auto optional = [&](const std::string& file, const std::string& value) {
+    (void)WriteFile(dir + "/" + file, value);  // absent on some kernels
+  };
+  const std::string& c = controllers_[i];
+  if (version_ == 2) {
+    if (resources && limits.memory_bytes > 0) {
+      set("memory.max", std::to_string(limits.memory_bytes));
+      optional("memory.swap.max", "0");  // absent without swap accounting
+    }
+    if (devices && limits.memory_bytes > 0)
+      optional("memory.oom.group", "1");  // an OOM kill takes the whole worker
+    if (resources && limits.cpus_milli > 0 && Contains(controllers_, "cpu")) {
+      set("cpu.max", std::to_string(limits.cpus_milli * 100) + " 100000");
+    }
+    if (devices && !limits.denied_devices.empty() && devices_why_.empty() && problem.empty()) {
+      problem = DenyDevices(dir, limits.denied_devices);
+    }
+  } else if (c == "devices" && devices) {
+    for (const CharDevice& d : limits.denied_devices) {
+      set("devices.deny", "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
+    }
+  } else if (c == "memory" && resources && limits.memory_bytes > 0) {
+    set("memory.limit_in_bytes", std::to_string(limits.memory_bytes));
+    optional("memory.memsw.limit_in_bytes",
+             std::to_string(limits.memory_bytes));  // no swap past it
+  } else if (c == "cpu" && resources && limits.cpus_milli > 0) {
+    set("cpu.cfs_period_us", "100000");
+    set("cpu.cfs_quota_us", std::to_string(limits.cpus_milli * 100));
+  }
+  return problem;
+}
+
 Result<std::vector<std::string>> Cgroups::Create(const std::string& name,
-                                                 const CgroupLimits& limits) {
-  if (fs::exists(bases_[0] + "/" + name)) KillAndRemove(name);
+                                                 const CgroupLimits& limits,
+                                                 const std::string& group) {
+  const std::string path = group.empty() ? name : group + "/" + name;
+  if (fs::exists(bases_[0] + "/" + path)) KillAndRemove(path);
   std::vector<std::string> join;
   for (size_t i = 0; i < bases_.size(); ++i) {
-    const std::string dir = bases_[i] + "/" + name;
     std::error_code ec;
+    if (!group.empty()) {
+      // The group: made with the limits by its first worker, kept as it is by the rest.
+      const std::string dir = bases_[i] + "/" + group;
+      if (fs::create_directory(dir, ec)) {
+        std::string problem = Limit(i, dir, limits, /*resources=*/true, /*devices=*/false);
+        if (version_ == 2 && problem.empty()) {  // its workers' own files (memory.events)
+          std::string enable;
+          for (const std::string& c : controllers_) enable += (enable.empty() ? "+" : " +") + c;
+          if (const int err = WriteFile(dir + "/cgroup.subtree_control", enable))
+            problem = "cannot enable " + enable + " in " + dir + ": " + Errno(err);
+        }
+        if (!problem.empty()) {
+          ::rmdir(dir.c_str());
+          return Error{"cgroup", problem};
+        }
+      } else if (ec) {
+        return Error{"cgroup", "cannot make " + dir + ": " + ec.message()};
+      }
+    }
+    const std::string dir = bases_[i] + "/" + path;
     fs::create_directory(dir, ec);
     if (ec) return Error{"cgroup", "cannot make " + dir + ": " + ec.message()};
-    std::string problem;  // the first limit that could not be set
-    auto set = [&](const std::string& file, const std::string& value) {
-      const int err = WriteFile(dir + "/" + file, value);
-      if (err != 0 && problem.empty())
-        problem = "cannot write " + value + " to " + dir + "/" + file + ": " + Errno(err);
-      return err == 0;
-    };
-    auto optional = [&](const std::string& file,
-                        const std::string& value) {  // absent on some kernels
-      (void)WriteFile(dir + "/" + file, value);
-    };
-    const std::string& c = controllers_[i];
-    if (version_ == 2) {
-      if (limits.memory_bytes > 0) {
-        set("memory.max", std::to_string(limits.memory_bytes));
-        optional("memory.swap.max", "0");   // absent without swap accounting
-        optional("memory.oom.group", "1");  // an OOM kill takes the whole worker
-      }
-      if (limits.cpus_milli > 0 && Contains(controllers_, "cpu")) {
-        set("cpu.max", std::to_string(limits.cpus_milli * 100) + " 100000");
-      }
-      if (!limits.denied_devices.empty() && devices_why_.empty() && problem.empty()) {
-        problem = DenyDevices(dir, limits.denied_devices);
-      }
-    } else if (c == "devices") {
-      for (const CharDevice& d : limits.denied_devices) {
-        set("devices.deny",
-            "c " + std::to_string(d.major) + ":" + std::to_string(d.minor) + " rwm");
-      }
-    } else if (c == "memory" && limits.memory_bytes > 0) {
-      set("memory.limit_in_bytes", std::to_string(limits.memory_bytes));
-      optional("memory.memsw.limit_in_bytes",
-               std::to_string(limits.memory_bytes));  // no swap past it
-    } else if (c == "cpu" && limits.cpus_milli > 0) {
-      set("cpu.cfs_period_us", "100000");
-      set("cpu.cfs_quota_us", std::to_string(limits.cpus_milli * 100));
-    }
+    const std::string problem = Limit(i, dir, limits, /*resources=*/group.empty(), true);
     if (!problem.empty()) return Error{"cgroup", problem};
     join.push_back(dir + "/cgroup.procs");
   }
@@ -418,6 +443,10 @@ bool Cgroups::Remove(const std::string& name) {
     std::error_code ec;
     if (fs::exists(dir, ec) && ::rmdir(dir.c_str()) != 0) removed = false;
   }
+  // Its group goes with its last worker.
+  if (const size_t slash = name.find('/'); removed && slash != std::string::npos) {
+    for (const std::string& dir : Dirs(name.substr(0, slash))) ::rmdir(dir.c_str());
+  }
   return removed;
 }
 
@@ -442,7 +471,18 @@ std::vector<std::string> Cgroups::Names() const {
   std::vector<std::string> out;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(bases_[0], ec)) {
-    if (e.is_directory()) out.push_back(e.path().filename().string());
+    if (!e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    // A group's workers by GROUP/WORKER; an empty group by its own name.
+    bool any = false;
+    if (name.rfind(kGroupPrefix, 0) == 0) {
+      for (const auto& w : fs::directory_iterator(e.path(), ec)) {
+        if (!w.is_directory()) continue;
+        out.push_back(name + "/" + w.path().filename().string());
+        any = true;
+      }
+    }
+    if (!any) out.push_back(name);
   }
   return out;
 }

@@ -65,8 +65,14 @@ class Cgroups {
 
   // Makes the worker's cgroup `name` with these limits (replacing a leftover of that
   // name); returns the files a process writes its pid to, to join it (Launch does so in
-  // the child before exec).
-  Result<std::vector<std::string>> Create(const std::string& name, const CgroupLimits& limits);
+  // the child before exec). With `group` (kGroupPrefix...: a batch job's run on this node)
+  // the worker's cgroup is GROUP/NAME, and the memory and CPU limits are the group's,
+  // shared by its workers (set by the first, kept for the rest), as Slurm's job cgroup
+  // holds its batch step and every step; the worker's own has its device rules (and, v2,
+  // memory.oom.group). Every other call takes GROUP/NAME for such a worker.
+  Result<std::vector<std::string>> Create(const std::string& name, const CgroupLimits& limits,
+                                          const std::string& group = "");
+  static constexpr const char* kGroupPrefix = "job-";
   // The live processes in it (none when it does not exist).
   std::vector<pid_t> Procs(const std::string& name) const;
   // Sends `sig` to each of them; returns how many.
@@ -77,14 +83,19 @@ class Cgroups {
   // keeps the cgroup busy until its parent reaps it: the agent, for what it started, passes
   // 0 and calls Remove again after reaping); returns how many processes were signalled.
   int KillAndRemove(const std::string& name, int wait_ms = 5000);
-  // Removes it if empty; true when it is gone.
+  // Removes it if empty (and its group, if it was the group's last); true when it is gone.
   bool Remove(const std::string& name);
-  // The worker cgroups that exist (a previous agent's, at start).
+  // The worker cgroups that exist (a previous agent's, at start): a group's as GROUP/NAME,
+  // an empty group by its name.
   std::vector<std::string> Names() const;
 
  private:
   Cgroups() = default;
   std::vector<std::string> Dirs(const std::string& name) const;
+  // Writes `limits` into cgroup `dir` of hierarchy i: memory and CPU (`resources`), device
+  // rules (`devices`); the first that could not be set, else "".
+  std::string Limit(size_t i, const std::string& dir, const CgroupLimits& limits, bool resources,
+                    bool devices) const;
 
   int version_ = 0;
   std::string devices_why_ = "not probed";  // empty: devices are constrained

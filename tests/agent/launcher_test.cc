@@ -7,10 +7,12 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <map>
 
 #include <algorithm>
 #include <chrono>
@@ -333,6 +335,57 @@ TEST_F(CgroupTest, AWorkerOverItsMemoryLimitIsKilledByTheKernelAndSeenAsOom) {
   EXPECT_FALSE(cg->OomKilled("w2"));
   EXPECT_NE(Read("w2.log").find("100000000"), std::string::npos) << Read("w2.log");
   cg->KillAndRemove("w2");
+}
+
+// A batch job's workers on a node (its script, its steps' tasks) share one group's limits,
+// as Slurm's job cgroup: two tasks of 40 MB each fit in 64 MB apart, not together. The
+// group goes with its last worker.
+TEST_F(CgroupTest, WorkersOfAGroupShareItsMemoryLimit) {
+  Cgroups* cg = Open();
+  if (cg == nullptr) GTEST_SKIP() << "no writable cgroup with a memory controller on this machine";
+  // Each holds 40 MB for 2 s: dd's buffer, read full from /dev/zero, while it waits to write.
+  auto start = [&](const std::string& name, const std::string& group) {
+    auto join =
+        cg->Create(name, {.memory_bytes = 64 << 20, .cpus_milli = 0, .denied_devices = {}}, group);
+    EXPECT_TRUE(join.ok()) << join.error().ToString();
+    LaunchSpec spec;
+    spec.argv = {"/bin/sh", "-c", "dd if=/dev/zero bs=40M count=1 2>/dev/null | sleep 2"};
+    spec.log_path = (dir_ / (name + ".log")).string();
+    spec.join = join.ok() ? *join : std::vector<std::string>{};
+    auto pid = Launch(spec);
+    EXPECT_TRUE(pid.ok());
+    return pid.ok() ? *pid : -1;
+  };
+  // Both ends (Reap takes whichever ended first).
+  auto wait_both = [&](pid_t x, pid_t y) {
+    std::map<pid_t, Exited> ended;
+    for (int i = 0; i < 1000 && ended.size() < 2; ++i) {
+      for (const Exited& e : Reap()) ended[e.pid] = e;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(ended.count(x) && ended.count(y)) << "the two did not end";
+    return std::pair(ended[x], ended[y]);
+  };
+  // Apart: each its own 64 MB.
+  const pid_t a = start("a", ""), b = start("b", "");
+  const auto [ea, eb] = wait_both(a, b);
+  EXPECT_EQ(ea.exit_code, 0) << Read("a.log");
+  EXPECT_EQ(eb.exit_code, 0) << Read("b.log");
+  EXPECT_FALSE(cg->OomKilled("a") || cg->OomKilled("b"));
+  cg->KillAndRemove("a");
+  cg->KillAndRemove("b");
+  // Together in one group: 80 MB against its 64 MB.
+  const std::string group = std::string(Cgroups::kGroupPrefix) + "7-1";
+  const pid_t c = start("c", group), d = start("d", group);
+  wait_both(c, d);
+  EXPECT_TRUE(cg->OomKilled(group + "/c") || cg->OomKilled(group + "/d"))
+      << Read("c.log") << Read("d.log");
+  const std::vector<std::string> names = cg->Names();
+  EXPECT_EQ(std::count(names.begin(), names.end(), group + "/c"), 1);
+  cg->KillAndRemove(group + "/c");
+  EXPECT_EQ(cg->Names(), std::vector<std::string>{group + "/d"});
+  cg->KillAndRemove(group + "/d");
+  EXPECT_TRUE(cg->Names().empty()) << "the group outlived its last worker";
 }
 
 // A worker may open only its own GPUs' device files (Slurm's ConstrainDevices): the

@@ -973,7 +973,8 @@ TEST(Slurm, SallocRunsItsCommandHereAndSrunOnTheAllocatedNodes) {
 
 // A step's stderr is kept apart, as Slurm's srun forwards it: to srun's stderr (the batch
 // script's -e file here), not into $(srun ...); to -e's files with -e, to -o's with -o alone.
-TEST(Slurm, AStepsStderrIsKeptApartFromItsStdout) {
+// With cgroups, the script and its steps' tasks on a node share the job's group.
+TEST(Slurm, AStepsStderrIsKeptApartAndItsTasksShareTheJobsCgroup) {
   Harness h("slurm-stderr");
   StartSlurmCluster(h);
   const std::string id = Sbatch(h, "streams.sh", R"SH(#!/bin/bash
@@ -988,6 +989,8 @@ x=$(srun sh -c 'echo "out $SLURM_PROCID"; echo "err $SLURM_PROCID" >&2' | sort)
 echo "captured: $x"
 srun -l -o 'o-%t.txt' -e 'e-%t.txt' sh -c 'echo "to o"; echo "to e" >&2'
 srun -o 'both-%t.txt' sh -c 'echo "o1"; echo "e1" >&2'
+grep -E ':memory:|^0::' /proc/self/cgroup > cg-batch.txt
+srun -N1 -n1 -w "$SLURMD_NODENAME" sh -c "grep -E ':memory:|^0::' /proc/self/cgroup" > cg-step.txt
 )SH");
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id).value("state", "") == "finished"; }, 30))
@@ -1005,6 +1008,13 @@ srun -o 'both-%t.txt' sh -c 'echo "o1"; echo "e1" >&2'
     const std::string both = h.Read(std::string("work/both-") + t + ".txt");
     EXPECT_NE(both.find("o1\n"), std::string::npos) << both;
     EXPECT_NE(both.find("e1\n"), std::string::npos) << both;
+  }
+  // With cgroups (root), the script and a step's task on its node share the job's group.
+  const std::string batch_cg = h.Read("work/cg-batch.txt"), step_cg = h.Read("work/cg-step.txt");
+  if (batch_cg.find("/gantry-") != std::string::npos) {
+    const std::string group = "/job-" + number + "-1/";
+    EXPECT_NE(batch_cg.find(group), std::string::npos) << batch_cg;
+    EXPECT_NE(step_cg.find(group), std::string::npos) << step_cg;
   }
 }
 

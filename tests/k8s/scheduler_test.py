@@ -763,6 +763,88 @@ def case_shared_gpus(c):
             c.kubectl("delete", "node", n, check=False)
 
 
+def case_mig_and_shared_gpus_at_48_nodes(c):
+    """MIG devices and shared GPUs at cluster size: 16 nodes of each kind (MIG mixed
+    strategy with 14 1g.10gb devices, time-slicing with 16 replicas, MPS with 8), 10% more
+    pods than they hold, all at once: every node full and none past its allocatable, the
+    rest waiting with a reason, the same after a restart, and a freed device taken again."""
+    kinds = [("s48mig", "NVIDIA-A100-SXM4-80GB", "nvidia.com/mig-1g.10gb", 14,
+              {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "2"}, {}),
+             ("s48ts", "NVIDIA-A100-SXM4-40GB-SHARED", "nvidia.com/gpu", 16,
+              {"nvidia.com/gpu.replicas": "4", "nvidia.com/gpu.sharing-strategy": "time-slicing",
+               "nvidia.com/gpu.count": "4"}, {"nvidia.com/gpu.sharing-strategy": "time-slicing"}),
+             ("s48mps", "NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.shared", 8,
+              {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.sharing-strategy": "mps",
+               "nvidia.com/gpu.count": "4"}, {})]
+    per_kind = 16
+    names = []
+    nodes = []
+    for prefix, product, resource, count, labels, _ in kinds:
+        for i in range(per_kind):
+            name = f"{prefix}-{i:02}"
+            names.append(name)
+            res = {"cpu": "224", "memory": "2063731376Ki", "pods": "110", resource: str(count)}
+            nodes.append({"apiVersion": "v1", "kind": "Node",
+                          "metadata": {"name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+                                       "labels": {"type": "kwok-mig", "kubernetes.io/hostname": name,
+                                                  "nvidia.com/gpu.product": product, **labels}},
+                          "status": {"capacity": res, "allocatable": res}})
+    t0 = time.time()
+    c.kubectl_apply(*nodes)
+
+    def ready():
+        status, listed = c.api.request("GET", "/api/v1/nodes")
+        up = {n["metadata"]["name"] for n in (listed.get("items") or []) if status == 200 and any(
+            x.get("type") == "Ready" and x.get("status") == "True"
+            for x in (n.get("status") or {}).get("conditions") or [])}
+        return all(n in up for n in names)
+    try:
+        wait_for("48 nodes Ready", ready, 60)
+        pods = []
+        for prefix, _product, resource, count, _labels, selector in kinds:
+            for i in range(per_kind * count * 11 // 10):
+                pods.append(mig_pod(f"{prefix}-p{i:03}", resource, selector or None))
+        c.kubectl_apply(*pods)
+        want = {prefix: count for prefix, _p, _r, count, _l, _s in kinds}
+
+        def placed():
+            return placement(c)
+
+        def settled():
+            on, waiting = placed()
+            full = all(len(on.get(f"{prefix}-{i:02}", [])) == count
+                       for prefix, count in want.items() for i in range(per_kind))
+            extra = sum(per_kind * count * 11 // 10 - per_kind * count for count in want.values())
+            return (on, waiting) if full and len(waiting) == extra and all(waiting.values()) else None
+        try:
+            on, waiting = wait_for(f"{len(pods)} pods: every node full, the rest waiting", settled, 120)
+        except AssertionError:
+            on, waiting = placed()
+            raise AssertionError(f"bound {sum(len(v) for v in on.values())} of {len(pods)}; "
+                                 f"{len(waiting)} waiting, e.g. {list(waiting.items())[:3]}")
+        for node, ps in on.items():
+            prefix = node.rsplit("-", 1)[0]
+            assert all(n.startswith(prefix + "-p") for n in ps), (node, ps[:3])
+        print(f"    {len(pods)} pods on 48 nodes: {sum(len(v) for v in on.values())} bound, "
+              f"{len(waiting)} waiting ({time.time() - t0:.1f} s from the nodes' creation)")
+        check_allocatable(c)
+        c.stop_gantryd()
+        c.start_gantryd()
+        time.sleep(3)
+        on, waiting = placed()
+        assert sum(len(v) for v in on.values()) == sum(per_kind * n for n in want.values()), \
+            "a restart changed what is bound"
+        check_allocatable(c)
+        victim = on["s48mig-07"][0]
+        c.kubectl("delete", "pod", victim, "--grace-period=0", "--force")
+        wait_for("a waiting 1g.10gb pod takes the freed device",
+                 lambda: len(placed()[0].get("s48mig-07", [])) == 14, 20)
+        check_allocatable(c)
+    finally:
+        c.clean()
+        c.kubectl("delete", "node", *names, "--wait=false", check=False)
+
+
 DRA_DRIVER = "gpu.nvidia.com"
 
 
@@ -1047,6 +1129,7 @@ CASES = [
     case_spot_pool_by_label_takes_no_critical_pod,
     case_mig_devices,
     case_shared_gpus,
+    case_mig_and_shared_gpus_at_48_nodes,
     case_dra_claims,
     case_gantry_cli_reads_jobs_and_queues,
     case_usage_and_fair_share_outlive_a_restart,

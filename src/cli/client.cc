@@ -28,6 +28,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -747,9 +748,37 @@ int Show(const Globals& g, const std::string& id, bool json_out) {
   return 0;
 }
 
-int Cancel(const Globals& g, const std::vector<std::string>& ids, bool force) {
+// Which active jobs `cancel` with filters takes (scancel -u, -n, -t, -A), all given
+// filters holding; with ids too, only those of them.
+struct CancelFilter {
+  std::string user, name, state, queue;
+  bool any() const { return !user.empty() || !name.empty() || !state.empty() || !queue.empty(); }
+};
+
+int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
+           const CancelFilter& filter = {}) {
   Client c(g);
   int worst = 0;
+  if (filter.any()) {
+    Response r =
+        c.Get("/v1/jobs?all=0" + (filter.user.empty() ? "" : "&user=" + UrlEncode(filter.user)) +
+              (filter.queue.empty() ? "" : "&queue=" + UrlEncode(filter.queue)));
+    if (int rc = Check(r, "cancel")) return rc;
+    const std::set<std::string> given(ids.begin(), ids.end());
+    ids.clear();
+    const json listed = r.Json();
+    for (const json& j : listed.value("jobs", json::array())) {
+      const std::string id = j.value("id", "");
+      const std::string number =
+          j.contains("seq") ? std::to_string(j.value("seq", int64_t{0})) : "";
+      if (!given.empty() && !given.count(id) && !given.count(number)) continue;
+      if (!filter.user.empty() && j.value("user", "") != filter.user) continue;
+      if (!filter.queue.empty() && j.value("queue", "") != filter.queue) continue;
+      if (!filter.name.empty() && j.value("name", "") != filter.name) continue;
+      if (!filter.state.empty() && j.value("state", "") != filter.state) continue;
+      ids.push_back(id);
+    }
+  }
   for (const std::string& id : ids) {
     Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel" + (force ? "?force=true" : ""), "",
                         "application/json");
@@ -1312,12 +1341,27 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
   static std::vector<std::string> cancel_ids;
   static bool cancel_force = false;
   CLI::App* cancel = app.add_subcommand("cancel", "Cancel jobs");
-  cancel->add_option("ids", cancel_ids, "Job ids")->required();
+  static CancelFilter cancel_filter;
+  cancel->add_option("ids", cancel_ids, "Job ids (or numbers); with a filter, only those of them");
+  cancel->add_option("-u,--user", cancel_filter.user, "Every active job of this user (scancel -u)");
+  cancel->add_option("-n,--name", cancel_filter.name, "Every active job of this name (scancel -n)");
+  cancel->add_option("-A,--account", cancel_filter.queue,
+                     "Every active job of this queue (scancel -A)");
+  cancel->add_option("-t,--state", cancel_filter.state,
+                     "Only jobs in this state: pending, running or stopping (scancel -t)");
   cancel->add_flag(
       "--force", cancel_force,
       "End the grace now: SIGKILL the workers' process groups without waiting for a checkpoint "
       "(also for a job already stopping)");
-  cancel->callback([&exit_code] { exit_code = Cancel(g, cancel_ids, cancel_force); });
+  cancel->callback([&exit_code] {
+    if (cancel_ids.empty() && !cancel_filter.any()) {
+      std::cerr << "gantry cancel: give job ids, or a filter (--user, --name, --account, "
+                   "--state)\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    exit_code = Cancel(g, cancel_ids, cancel_force, cancel_filter);
+  });
 
   static std::vector<std::string> requeue_ids;
   CLI::App* requeue = app.add_subcommand(

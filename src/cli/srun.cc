@@ -643,14 +643,43 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
     out.emplace_back("cancel");
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& w = args[i];
+      auto starts = [&](const char* s) { return w == s || w.rfind(std::string(s) + "=", 0) == 0; };
+      std::optional<std::string> v;
       if (w == "-q" || w == "--quiet" || w == "-v" || w == "--verbose") continue;
-      if (!w.empty() && w[0] == '-') {
+      if (w == "--me") {
+        out.insert(out.end(), {"--user", Env("USER")});
+      } else if (w.rfind("-u", 0) == 0 || starts("--user")) {
+        if (!(v = value(i, w, w[1] == 'u' ? 2 : 6))) return std::vector<std::string>{};
+        out.insert(out.end(), {"--user", *v});
+      } else if (w.rfind("-n", 0) == 0 || starts("--name") || starts("--jobname")) {
+        if (!(v = value(i, w, w[1] == 'n' ? 2 : w.rfind("--name", 0) == 0 ? 6 : 9)))
+          return std::vector<std::string>{};
+        out.insert(out.end(), {"--name", *v});
+      } else if (w.rfind("-A", 0) == 0 || starts("--account")) {
+        if (!(v = value(i, w, w[1] == 'A' ? 2 : 9))) return std::vector<std::string>{};
+        out.insert(out.end(), {"--account", *v});
+      } else if (w.rfind("-t", 0) == 0 || starts("--state")) {
+        if (!(v = value(i, w, w[1] == 't' ? 2 : 7))) return std::vector<std::string>{};
+        static const std::map<std::string, std::string> kStates = {
+            {"PD", "pending"},      {"PENDING", "pending"}, {"R", "running"},
+            {"RUNNING", "running"}, {"CG", "stopping"},     {"COMPLETING", "stopping"}};
+        std::string up = *v;
+        for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+        auto it = kStates.find(up);
+        if (it == kStates.end()) {
+          error = "scancel -t " + *v + ": give PENDING, RUNNING or COMPLETING (PD, R, CG)";
+          return std::vector<std::string>{};
+        }
+        out.insert(out.end(), {"--state", it->second});
+      } else if (!w.empty() && w[0] == '-') {
         error = "scancel " + w +
-                ": not supported under Gantry (scancel JOBID... cancels jobs; "
-                "gantry cancel --force ends their grace)";
+                ": not supported under Gantry (scancel takes job ids and -u, --me, -n, -A, -t; "
+                "a signal other than the end of the job is not sent; gantry cancel --force ends "
+                "the grace)";
         return std::vector<std::string>{};
+      } else {
+        out.push_back(w);
       }
-      out.push_back(w);
     }
     return out;
   }

@@ -1018,5 +1018,58 @@ srun -N1 -n1 -w "$SLURMD_NODENAME" sh -c "grep -E ':memory:|^0::' /proc/self/cgr
   }
 }
 
+// scancel's filters, as Slurm users cancel: by name, by user (and --me), by state; another
+// user's jobs are left alone.
+TEST(Slurm, ScancelTakesNamesUsersAndStates) {
+  Harness h("slurm-scancel");
+  StartSlurmCluster(h);
+  h.AddToken("bob", {"--team", "a", "--queues", "research", "--user", "bob"});
+  fs::create_directories(h.Path("work"));
+  h.Write("hold.sh", "#!/bin/sh\n#SBATCH -A research\n#SBATCH -G 8\n#SBATCH -t 5\nsleep 60\n");
+  auto submit = [&](const std::string& who, const std::string& name) {
+    RunResult r =
+        h.Cli({"sbatch", "--parsable", "-J", name, "-D", h.Path("work"), h.Path("hold.sh")},
+              h.token(who));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return JobIdOf(r.out);
+  };
+  // Three nodes of 8 GPUs: ann's two "train" and bob's "train" run, ann's "eval" waits.
+  const std::string t1 = submit("ann", "train"), t2 = submit("ann", "train");
+  const std::string b1 = submit("bob", "train");
+  const std::string e1 = submit("ann", "eval");
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return h.Job(t1).value("state", "") == "running" &&
+               h.Job(t2).value("state", "") == "running" &&
+               h.Job(b1).value("state", "") == "running" &&
+               h.Job(e1).value("state", "") == "pending";
+      },
+      15));
+  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  auto scancel = [&](const std::string& who, std::vector<std::string> args) {
+    args.insert(args.begin(), slurm + "scancel");
+    return it::Run(
+        args, {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token(who)}, {"USER", who}});
+  };
+  // ann's pending jobs only: eval.
+  RunResult pending = scancel("ann", {"--me", "-t", "PD"});
+  EXPECT_EQ(pending.rc, 0) << pending.err;
+  EXPECT_TRUE(Harness::WaitFor([&] { return h.Job(e1).value("state", "") == "cancelled"; }, 10));
+  EXPECT_EQ(h.Job(t1).value("state", ""), "running");
+  // ann's "train" jobs by name; bob's of that name stay.
+  RunResult named = scancel("ann", {"-u", "ann", "--name=train"});
+  EXPECT_EQ(named.rc, 0) << named.err;
+  EXPECT_TRUE(Harness::WaitFor(
+      [&] {
+        const std::string s1 = h.Job(t1).value("state", ""), s2 = h.Job(t2).value("state", "");
+        return (s1 == "cancelled" || s1 == "stopping") && (s2 == "cancelled" || s2 == "stopping");
+      },
+      10));
+  EXPECT_EQ(h.Job(b1).value("state", ""), "running");
+  RunResult bad = scancel("ann", {"-t", "XX"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("give PENDING, RUNNING or COMPLETING"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace gantry::it

@@ -1287,6 +1287,11 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
       "srun", "Inside a batch job: run a job step on its nodes, as Slurm's srun (docs/slurm.md)");
   srun->prefix_command();
   srun->callback([&exit_code, srun] { exit_code = Srun(g, srun->remaining()); });
+  CLI::App* sinfo = app.add_subcommand(
+      "sinfo", "The nodes by partition and state, as Slurm's sinfo: -p, -t, -N, -R, -s, -h");
+  sinfo->prefix_command();
+  sinfo->set_help_flag("--help", "Print this help message and exit");  // -h is --noheader
+  sinfo->callback([&exit_code, sinfo] { exit_code = Sinfo(g, sinfo->remaining()); });
   CLI::App* scontrol = app.add_subcommand(
       "scontrol", "scontrol show hostnames [LIST] | hostlist LIST | job [ID], as Slurm's");
   scontrol->prefix_command();

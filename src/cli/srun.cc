@@ -14,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "cli/client_http.h"
 #include "spec/batch.h"
@@ -618,11 +619,188 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   return 0;
 }
 
+int Sinfo(const Globals& g, const std::vector<std::string>& words) {
+  bool header = true, by_node = false, reasons = false, summary = false;
+  std::set<std::string> parts, states;
+  for (size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    auto list = [&](size_t cut, std::set<std::string>& into) {
+      std::string v = w.size() > cut         ? w.substr(cut + (w[cut] == '=' ? 1 : 0))
+                      : i + 1 < words.size() ? words[++i]
+                                             : "";
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        if (!item.empty()) into.insert(item);
+      }
+      return !v.empty();
+    };
+    bool ok = true;
+    if (w == "-h" || w == "--noheader") {
+      header = false;
+    } else if (w == "-N" || w == "--Node") {
+      by_node = true;
+    } else if (w == "-R" || w == "--list-reasons") {
+      reasons = true;
+    } else if (w == "-s" || w == "--summarize") {
+      summary = true;
+    } else if (w == "-l" || w == "--long" || w == "-a" || w == "--all" || w == "-e" ||
+               w == "--exact" || w == "-r" || w == "--responding") {
+      continue;
+    } else if (w.rfind("-p", 0) == 0 || w.rfind("--partition", 0) == 0) {
+      ok = list(w[1] == 'p' ? 2 : 11, parts);
+    } else if (w.rfind("-t", 0) == 0 || w.rfind("--states", 0) == 0) {
+      ok = list(w[1] == 't' ? 2 : 8, states);
+    } else {
+      std::cerr << "sinfo: error: " << w
+                << ": not supported under Gantry (sinfo takes -p, -t, -N, -R, -s, -h, -l)\n";
+      return kExitBadInput;
+    }
+    if (!ok) {
+      std::cerr << "sinfo: error: " << w << " needs a value\n";
+      return kExitBadInput;
+    }
+  }
+  Client c(g);
+  Response r = c.Get("/v1/nodes");
+  if (int rc = Check(r, "sinfo")) return rc;
+  const json body = r.Json();
+  const std::string def = body.value("default_partition", json()).is_string()
+                              ? body["default_partition"].get<std::string>()
+                              : "";
+  // Each node's state in Slurm's words: idle, mix, alloc; drain (idle) or drng; down* where
+  // its agent is not heard from, down where it was refused.
+  struct Row {
+    std::string part, state, node, reason;
+  };
+  std::vector<Row> rows;
+  std::vector<std::string> order;  // partitions in the order first seen
+  for (const json& n : body.value("nodes", json::array())) {
+    const int gpus = n.value("gpus", 0), free = n.value("free_gpus", 0);
+    const std::string st = n.value("state", "");
+    // Its base state, by GPUs (Slurm's counts CPUs: a node whose GPUs are all held by a job
+    // of one CPU is "mix" there), and the drain flag over it.
+    const std::string base = st == "refused" || st == "down" || st == "unseen" ? "down"
+                             : gpus > 0 && free == 0                           ? "alloc"
+                             : free < gpus                                     ? "mix"
+                                                                               : "idle";
+    const bool drain = st == "drained";
+    const std::string state = drain                            ? (base == "idle" ? "drain" : "drng")
+                              : st == "down" || st == "unseen" ? "down*"
+                                                               : base;
+    // -t: a base state (idle, mix/mixed, alloc/allocated, down) or the flag (drain/drained,
+    // draining), as Slurm's (a drained idle node is idle too).
+    auto wanted = [&] {
+      for (const std::string& t : states) {
+        if (t == base || t == state || (t == "mixed" && base == "mix") ||
+            (t == "allocated" && base == "alloc") || ((t == "drain" || t == "drained") && drain) ||
+            (t == "draining" && state == "drng"))
+          return true;
+      }
+      return states.empty();
+    };
+    if (!wanted()) continue;
+    for (const json& p : n.value("partitions", json::array())) {
+      const std::string part = p.get<std::string>();
+      if (!parts.empty() && !parts.count(part)) continue;
+      if (std::find(order.begin(), order.end(), part) == order.end()) order.push_back(part);
+      rows.push_back({part, state, n.value("name", ""), n.value("reason", "")});
+    }
+  }
+  auto label = [&](const std::string& part) { return part == def ? part + "*" : part; };
+  size_t part_w = 9;
+  for (const std::string& p : order) part_w = std::max(part_w, label(p).size());
+  auto pad = [](const std::string& s, size_t w, bool right) {
+    const std::string fill(w > s.size() ? w - s.size() : 0, ' ');
+    return right ? fill + s : s + fill;
+  };
+  if (reasons) {  // down and drained nodes, by reason
+    std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;
+    std::set<std::string> seen;
+    for (const Row& row : rows) {
+      if (row.state.rfind("down", 0) != 0 && row.state != "drain" && row.state != "drng") continue;
+      if (!seen.insert(row.node).second) continue;
+      auto it = std::find_if(by_reason.begin(), by_reason.end(),
+                             [&](const auto& x) { return x.first == row.reason; });
+      if (it == by_reason.end()) it = by_reason.insert(by_reason.end(), {row.reason, {}});
+      it->second.push_back(row.node);
+    }
+    // (Who drained it and when are not kept: Unknown.)
+    if (header)
+      std::cout << pad("REASON", 20, false) << " " << pad("USER", 9, false) << " "
+                << pad("TIMESTAMP", 19, false) << " NODELIST\n";
+    for (const auto& [reason, nodes] : by_reason) {
+      std::cout << pad(reason.substr(0, 20), 20, false) << " " << pad("Unknown", 9, false) << " "
+                << pad("Unknown", 19, false) << " " << spec::HostList(nodes) << "\n";
+    }
+    return 0;
+  }
+  if (by_node) {  // by node name, numbers as numbers (h100-2 before h100-10), as Slurm's
+    auto key = [](const std::string& n) {
+      const size_t digits = n.find_last_not_of("0123456789") + 1;
+      return std::pair(n.substr(0, digits),
+                       digits < n.size() ? std::stoll(n.substr(digits, 18)) : -1LL);
+    };
+    std::stable_sort(rows.begin(), rows.end(),
+                     [&](const Row& x, const Row& y) { return key(x.node) < key(y.node); });
+    size_t node_w = 9;
+    for (const Row& row : rows) node_w = std::max(node_w, row.node.size());
+    if (header)
+      std::cout << pad("NODELIST", node_w, false) << " " << pad("NODES", 6, true) << " "
+                << pad("PARTITION", part_w, true) << " " << pad("STATE", 6, false) << "\n";
+    for (const Row& row : rows) {
+      std::cout << pad(row.node, node_w, false) << " " << pad("1", 6, true) << " "
+                << pad(label(row.part), part_w, true) << " " << pad(row.state, 6, false) << "\n";
+    }
+    return 0;
+  }
+  if (header) {
+    std::cout << pad("PARTITION", part_w, false) << " " << pad("AVAIL", 5, true) << " "
+              << pad("TIMELIMIT", 10, true) << " "
+              << (summary ? pad("NODES(A/I/O/T)", 16, true)
+                          : pad("NODES", 6, true) + " " + pad("STATE", 6, true))
+              << " NODELIST\n";
+  }
+  for (const std::string& part : order) {
+    if (summary) {  // allocated (alloc, mix), idle, other, total
+      int a = 0, idle = 0, other = 0;
+      std::vector<std::string> nodes;
+      for (const Row& row : rows) {
+        if (row.part != part) continue;
+        nodes.push_back(row.node);
+        (row.state == "alloc" || row.state == "mix" ? a : row.state == "idle" ? idle : other)++;
+      }
+      const std::string counts = std::to_string(a) + "/" + std::to_string(idle) + "/" +
+                                 std::to_string(other) + "/" + std::to_string(nodes.size());
+      std::cout << pad(label(part), part_w, false) << " " << pad("up", 5, true) << " "
+                << pad("infinite", 10, true) << " " << pad(counts, 16, true) << " "
+                << spec::HostList(nodes) << "\n";
+      continue;
+    }
+    std::vector<std::string> seen_states;
+    for (const Row& row : rows) {
+      if (row.part == part &&
+          std::find(seen_states.begin(), seen_states.end(), row.state) == seen_states.end())
+        seen_states.push_back(row.state);
+    }
+    for (const std::string& state : seen_states) {
+      std::vector<std::string> nodes;
+      for (const Row& row : rows) {
+        if (row.part == part && row.state == state) nodes.push_back(row.node);
+      }
+      std::cout << pad(label(part), part_w, false) << " " << pad("up", 5, true) << " "
+                << pad("infinite", 10, true) << " " << pad(std::to_string(nodes.size()), 6, true)
+                << " " << pad(state, 6, true) << " " << spec::HostList(nodes) << "\n";
+    }
+  }
+  return 0;
+}
+
 std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view program,
                                                          const std::vector<std::string>& args,
                                                          std::string& error) {
   std::vector<std::string> out;
-  if (program == "sbatch" || program == "salloc" || program == "srun" || program == "scontrol") {
+  if (program == "sbatch" || program == "salloc" || program == "srun" || program == "scontrol" ||
+      program == "sinfo") {
     out.emplace_back(program);
     out.insert(out.end(), args.begin(), args.end());
     return out;

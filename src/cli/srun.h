@@ -23,6 +23,9 @@ struct Globals;
 int Srun(const Globals& g, const std::vector<std::string>& words);
 // `scontrol show hostnames [LIST] | hostlist LIST | job [ID]`.
 int Scontrol(const Globals& g, const std::vector<std::string>& words);
+// `sinfo [-p PART] [-t STATES] [-N | -R | -s] [-h]`: the nodes by partition and state in
+// Slurm's words (idle, mix, alloc, drain, drng, down, down*), from GET /v1/nodes.
+int Sinfo(const Globals& g, const std::vector<std::string>& words);
 
 // When the program was called by a Slurm name (argv[0]'s file name), the gantry command
 // line it stands for: {"sbatch", ...} as given, squeue's options as `ls`'s, scancel's as

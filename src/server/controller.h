@@ -377,6 +377,8 @@ class Controller : public ApiBackend {
   // Whether `p` may cancel or requeue `job`: one of its queues; a job's credential only
   // its own job and its user's jobs.
   bool MayManage(const Principal& p, const Job& job) const;
+  // Slurm's names for a pool: the site's partitions mapped to it, else the pool's own name.
+  std::vector<std::string> PartitionsOf(core::PoolId pool) const;
   void WriteFinishEvent(Ticks t, const Job& job);
   // Batch jobs and their steps (controller_steps.cc). A new credential for the job's run
   // (its hash kept in the job; the token itself only in memory, for the script's env).

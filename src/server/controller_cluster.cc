@@ -92,6 +92,7 @@ void Controller::Nodes(std::string token, Done done) {
             gpus.push_back(std::move(gj));
           }
           json nj = NodeBody(cluster_, node, free, state, reason, info.address);
+          nj["partitions"] = PartitionsOf(node.pool);
           nj["isolation"] = info.isolation;
           nj["gpu_detail"] = std::move(gpus);
           nj["last_seen_s"] = info.last_seen >= 0
@@ -101,9 +102,20 @@ void Controller::Nodes(std::string token, Done done) {
         }
         Reply r;
         r.body = {{"nodes", std::move(nodes)}};
+        if (const auto& d = config_.site.default_partition)
+          r.body["default_partition"] = PartitionsOf(*d).front();
         return r;
       },
       Kind::kRead);
+}
+
+std::vector<std::string> Controller::PartitionsOf(core::PoolId pool) const {
+  std::vector<std::string> out;
+  for (const auto& [name, p] : config_.site.partitions) {
+    if (p == pool) out.push_back(name);
+  }
+  if (out.empty()) out.push_back(cluster_.pool(pool).spec.name);
+  return out;
 }
 
 void Controller::ClusterHistory(std::string token, double since_unix_s, Done done) {

@@ -1071,5 +1071,55 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
   EXPECT_NE(bad.err.find("give PENDING, RUNNING or COMPLETING"), std::string::npos) << bad.err;
 }
 
+// sinfo: the nodes by partition and state in Slurm's words and layout.
+TEST(Slurm, SinfoShowsPartitionsAndNodeStatesAsSlurms) {
+  Harness h("slurm-sinfo");
+  StartSlurmCluster(h);
+  h.Write("hold.sh", "#!/bin/sh\n#SBATCH -A research\n#SBATCH -p h100\n#SBATCH -G 8\nsleep 60\n");
+  fs::create_directories(h.Path("work"));
+  RunResult sb =
+      h.Cli({"sbatch", "--parsable", "-D", h.Path("work"), h.Path("hold.sh")}, h.token("ann"));
+  ASSERT_EQ(sb.rc, 0) << sb.err;
+  const std::string id = JobIdOf(sb.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id).value("state", "") == "running"; }, 15));
+  int status = 0;
+  h.Post("/v1/nodes/spare-0/drain", R"({"reason":"DIMM replacement"})", h.token("admin"), &status);
+  ASSERT_EQ(status, 200);
+  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  auto sinfo = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), slurm + "sinfo");
+    RunResult r =
+        it::Run(args, {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}});
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return r.out;
+  };
+  // Laid out as Slurm 22.05's sinfo lays them out (checked against it: bench/slurm_scripts.py's
+  // cluster, 2026-11-30); states by GPUs (Slurm's "mix" for a node whose GPUs one job holds).
+  const std::string held = h.Job(id)["nodes"][0];
+  const bool first = held == "h100-0";
+  const std::string alloc = "h100         up   infinite      1  alloc " + held + "\n";
+  const std::string idle = std::string("h100         up   infinite      1   idle ") +
+                           (first ? "h100-1" : "h100-0") + "\n";
+  EXPECT_EQ(sinfo({}), "PARTITION AVAIL  TIMELIMIT  NODES  STATE NODELIST\n" +
+                           (first ? alloc + idle : idle + alloc) +
+                           "spare        up   infinite      1  drain spare-0\n");
+  EXPECT_EQ(sinfo({"-N"}), std::string("NODELIST   NODES PARTITION STATE \n") +
+                               "h100-0         1      h100 " + (first ? "alloc " : "idle  ") +
+                               "\nh100-1         1      h100 " + (first ? "idle  " : "alloc ") +
+                               "\nspare-0        1     spare drain \n");
+  EXPECT_EQ(sinfo({"-s", "-h", "-p", "h100"}),
+            "h100         up   infinite          1/1/0/2 h100-[0-1]\n");
+  EXPECT_EQ(sinfo({"-s"}),
+            "PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST\n"
+            "h100         up   infinite          1/1/0/2 h100-[0-1]\n"
+            "spare        up   infinite          0/0/1/1 spare-0\n");
+  // A drained idle node is idle too, as Slurm's -t idle shows it.
+  EXPECT_EQ(sinfo({"-t", "idle", "-h"}),
+            idle + "spare        up   infinite      1  drain spare-0\n");
+  EXPECT_EQ(sinfo({"-R"}),
+            "REASON               USER      TIMESTAMP           NODELIST\n"
+            "DIMM replacement     Unknown   Unknown             spare-0\n");
+}
+
 }  // namespace
 }  // namespace gantry::it

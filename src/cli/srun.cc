@@ -8,6 +8,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -671,6 +672,7 @@ int Sinfo(const Globals& g, const std::vector<std::string>& words) {
   // its agent is not heard from, down where it was refused.
   struct Row {
     std::string part, state, node, reason;
+    std::string by, when;  // -R: who drained it (or took it down) and when, local time
   };
   std::vector<Row> rows;
   std::vector<std::string> order;  // partitions in the order first seen
@@ -699,11 +701,28 @@ int Sinfo(const Globals& g, const std::vector<std::string>& words) {
       return states.empty();
     };
     if (!wanted()) continue;
+    // -R: a drained node's drainer and time; a down one's is gantryd's, when last heard from.
+    std::string by = drain ? n.value("drained_by", "") : base == "down" ? "gantryd" : "";
+    double at = -1;
+    if (drain && n.value("drained_at", json()).is_number()) {
+      at = n["drained_at"].get<double>();
+    } else if (!drain && n.value("last_seen_s", json()).is_number()) {
+      at = static_cast<double>(std::time(nullptr)) - n["last_seen_s"].get<double>();
+    }
+    std::string when = "Unknown";
+    if (at >= 0) {
+      const std::time_t t = static_cast<std::time_t>(at);
+      std::tm tm{};
+      char text[32];
+      if (::localtime_r(&t, &tm) && std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm))
+        when = text;
+    }
+    if (by.empty()) by = "Unknown";
     for (const json& p : n.value("partitions", json::array())) {
       const std::string part = p.get<std::string>();
       if (!parts.empty() && !parts.count(part)) continue;
       if (std::find(order.begin(), order.end(), part) == order.end()) order.push_back(part);
-      rows.push_back({part, state, n.value("name", ""), n.value("reason", "")});
+      rows.push_back({part, state, n.value("name", ""), n.value("reason", ""), by, when});
     }
   }
   auto label = [&](const std::string& part) { return part == def ? part + "*" : part; };
@@ -714,23 +733,23 @@ int Sinfo(const Globals& g, const std::vector<std::string>& words) {
     return right ? fill + s : s + fill;
   };
   if (reasons) {  // down and drained nodes, by reason
-    std::vector<std::pair<std::string, std::vector<std::string>>> by_reason;
+    std::vector<std::pair<std::array<std::string, 3>, std::vector<std::string>>> by_reason;
     std::set<std::string> seen;
     for (const Row& row : rows) {
       if (row.state.rfind("down", 0) != 0 && row.state != "drain" && row.state != "drng") continue;
       if (!seen.insert(row.node).second) continue;
+      const std::array<std::string, 3> key = {row.reason, row.by, row.when};
       auto it = std::find_if(by_reason.begin(), by_reason.end(),
-                             [&](const auto& x) { return x.first == row.reason; });
-      if (it == by_reason.end()) it = by_reason.insert(by_reason.end(), {row.reason, {}});
+                             [&](const auto& x) { return x.first == key; });
+      if (it == by_reason.end()) it = by_reason.insert(by_reason.end(), {key, {}});
       it->second.push_back(row.node);
     }
-    // (Who drained it and when are not kept: Unknown.)
     if (header)
       std::cout << pad("REASON", 20, false) << " " << pad("USER", 9, false) << " "
                 << pad("TIMESTAMP", 19, false) << " NODELIST\n";
-    for (const auto& [reason, nodes] : by_reason) {
-      std::cout << pad(reason.substr(0, 20), 20, false) << " " << pad("Unknown", 9, false) << " "
-                << pad("Unknown", 19, false) << " " << spec::HostList(nodes) << "\n";
+    for (const auto& [key, nodes] : by_reason) {
+      std::cout << pad(key[0].substr(0, 20), 20, false) << " " << pad(key[1].substr(0, 9), 9, false)
+                << " " << pad(key[2], 19, false) << " " << spec::HostList(nodes) << "\n";
     }
     return 0;
   }

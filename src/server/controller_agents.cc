@@ -437,6 +437,8 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           if (g.lost && !info.drained) {
             info.drained = true;
             info.drain_reason = "GPU " + std::to_string(g.index) + " (" + g.uuid + ") lost";
+            info.drained_by = "gantryd";
+            info.drained_at_ms = WallMs(now_);
             changed = true;
           }
         }
@@ -465,6 +467,8 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           if (!e.drain.empty() && !w.exited && !info.drained) {
             info.drained = true;
             info.drain_reason = e.drain + " (job " + job->name + " requeued)";
+            info.drained_by = "gantryd";
+            info.drained_at_ms = WallMs(now_);
             log::Warn("node drained: a worker could not start",
                       {{"node", node}, {"job", job->name}, {"reason", e.drain}});
             SetCoreNodeUp(n);

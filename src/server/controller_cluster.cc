@@ -93,6 +93,12 @@ void Controller::Nodes(std::string token, Done done) {
           }
           json nj = NodeBody(cluster_, node, free, state, reason, info.address);
           nj["partitions"] = PartitionsOf(node.pool);
+          if (info.drained) {
+            nj["drained_by"] = info.drained_by;
+            nj["drained_at"] = info.drained_at_ms >= 0
+                                   ? json(static_cast<double>(info.drained_at_ms) / 1000.0)
+                                   : json(nullptr);
+          }
           nj["isolation"] = info.isolation;
           nj["gpu_detail"] = std::move(gpus);
           nj["last_seen_s"] = info.last_seen >= 0
@@ -148,8 +154,12 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
         const std::string why = reason.empty() ? "drained by admin" : reason;
         if (!drain) {
           info.drain_reason.clear();
+          info.drained_by.clear();
+          info.drained_at_ms = -1;
         } else if (!info.drained || info.drain_reason.empty()) {
           info.drain_reason = why;
+          info.drained_by = !user.user.empty() ? user.user : user.admin() ? "admin" : user.team;
+          info.drained_at_ms = WallMs(now_);
         } else if (("; " + info.drain_reason + "; ").find("; " + why + "; ") == std::string::npos) {
           info.drain_reason += "; " + why;
         }

@@ -438,6 +438,8 @@ json NodeToDoc(const NodeInfo& n) {
   return {{"up", n.up},
           {"drained", n.drained},
           {"drain_reason", n.drain_reason},
+          {"drained_by", n.drained_by},
+          {"drained_at_ms", n.drained_at_ms},
           {"address", n.address},
           {"agent_id", n.agent_id},
           {"gpus", proto::Encode(n.gpus)},
@@ -448,6 +450,8 @@ void NodeFromDoc(const json& d, NodeInfo& n) {
   n.up = d.value("up", false);
   n.drained = d.value("drained", false);
   n.drain_reason = d.value("drain_reason", std::string());
+  n.drained_by = d.value("drained_by", std::string());
+  n.drained_at_ms = d.value("drained_at_ms", int64_t{-1});
   n.address = d.value("address", std::string());
   n.agent_id = d.value("agent_id", std::string());
   Result<std::vector<GpuReport>> gpus = proto::DecodeGpus(d.value("gpus", json::array()));

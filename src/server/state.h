@@ -216,6 +216,10 @@ struct NodeInfo {
   bool up = false;  // an agent heartbeats
   bool drained = false;
   std::string drain_reason;
+  // Who drained it (a person's account, "admin", or "gantryd" for a node it drained itself)
+  // and when (wall ms; -1 unknown): sinfo -R.
+  std::string drained_by;
+  int64_t drained_at_ms = -1;
   Ticks last_seen = -1;
   std::string address;
   std::string agent_id;

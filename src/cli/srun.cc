@@ -620,6 +620,24 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   return 0;
 }
 
+namespace {
+
+// A Slurm job state, long or short, any case (PD, PENDING, R, CG, CD, F, CA, ...), as
+// Gantry's state word; "" for any other.
+std::string GantryState(const std::string& slurm) {
+  static const std::map<std::string, std::string> kStates = {
+      {"PD", "pending"},      {"PENDING", "pending"},    {"R", "running"},
+      {"RUNNING", "running"}, {"CG", "stopping"},        {"COMPLETING", "stopping"},
+      {"CD", "finished"},     {"COMPLETED", "finished"}, {"F", "failed"},
+      {"FAILED", "failed"},   {"CA", "cancelled"},       {"CANCELLED", "cancelled"}};
+  std::string up = slurm;
+  for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  auto it = kStates.find(up);
+  return it == kStates.end() ? "" : it->second;
+}
+
+}  // namespace
+
 int Sinfo(const Globals& g, const std::vector<std::string>& words) {
   bool header = true, by_node = false, reasons = false, summary = false;
   std::set<std::string> parts, states;
@@ -857,17 +875,12 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
         out.insert(out.end(), {"--account", *v});
       } else if (w.rfind("-t", 0) == 0 || starts("--state")) {
         if (!(v = value(i, w, w[1] == 't' ? 2 : 7))) return std::vector<std::string>{};
-        static const std::map<std::string, std::string> kStates = {
-            {"PD", "pending"},      {"PENDING", "pending"}, {"R", "running"},
-            {"RUNNING", "running"}, {"CG", "stopping"},     {"COMPLETING", "stopping"}};
-        std::string up = *v;
-        for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        auto it = kStates.find(up);
-        if (it == kStates.end()) {
+        const std::string state = GantryState(*v);
+        if (state != "pending" && state != "running" && state != "stopping") {
           error = "scancel -t " + *v + ": give PENDING, RUNNING or COMPLETING (PD, R, CG)";
           return std::vector<std::string>{};
         }
-        out.insert(out.end(), {"--state", it->second});
+        out.insert(out.end(), {"--state", state});
       } else if (!w.empty() && w[0] == '-') {
         error = "scancel " + w +
                 ": not supported under Gantry (scancel takes job ids and -u, --me, -n, -A, -t; "
@@ -910,19 +923,12 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
         out.insert(out.end(), {"-O", *v});
       } else if (w.rfind("-t", 0) == 0 || starts("--states")) {
         if (!(v = value(i, w, w[1] == 't' ? 2 : 8))) return std::vector<std::string>{};
-        static const std::map<std::string, std::string> kStates = {
-            {"PD", "pending"},      {"PENDING", "pending"},    {"R", "running"},
-            {"RUNNING", "running"}, {"CG", "stopping"},        {"COMPLETING", "stopping"},
-            {"CD", "finished"},     {"COMPLETED", "finished"}, {"F", "failed"},
-            {"FAILED", "failed"},   {"CA", "cancelled"},       {"CANCELLED", "cancelled"}};
-        std::string up = *v;
-        for (char& ch : up) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-        auto it = kStates.find(up);
-        if (it == kStates.end()) {
+        const std::string state = GantryState(*v);
+        if (state.empty()) {
           error = "squeue -t " + *v + ": give one of PD, R, CG, CD, F, CA (one state)";
           return std::vector<std::string>{};
         }
-        out.insert(out.end(), {"--state", it->second});
+        out.insert(out.end(), {"--state", state});
       } else {
         error = "squeue " + w +
                 ": not supported under Gantry (squeue takes -j, -u, --me, -A, -t, "

@@ -375,6 +375,9 @@ class Driver {
     return r;
   }
   std::string Metrics() const;  // GET /metrics
+  // Logs a queue's budget spent or renewed once, as it happens (after each pass).
+  void NoteBudgets();
+  std::vector<uint8_t> budget_out_;  // by queue: its budget was spent at the last pass
   bool synced() const { return synced_[0] && synced_[1]; }
 
  private:
@@ -1382,6 +1385,7 @@ void Driver::Shield() {
 void Driver::Decide() {
   const core::Ticks now = Now();
   const std::vector<core::Decision>& decisions = sched_->Schedule(now);
+  NoteBudgets();
   std::vector<core::Decision> copy(decisions.begin(), decisions.end());
   for (const core::Decision& d : copy) {
     auto k = by_id_.find(d.job.v);
@@ -1930,6 +1934,26 @@ server::Reply Driver::QueuesReply() {
 
 // The metrics, under the names gantryd's agent mode uses where they mean the same
 // (docs/kubernetes.md lists them).
+void Driver::NoteBudgets() {
+  // A queue's budget spent or renewed, said once as it happens (as gantryd's event log
+  // does in agent mode; here the log and gantry_queue_budget_used_gpu_seconds).
+  budget_out_.resize(config_.queues.size(), 0);
+  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
+    const core::Scheduler::BudgetAccount* a = sched_->budget_account(core::QueueId(q));
+    if (a == nullptr || a->out == (budget_out_[q] != 0)) continue;
+    budget_out_[q] = a->out;
+    const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
+    const std::string spent = server::FormatValue(a->spent),
+                      budget = server::FormatValue(s.budget->gpu_hours);
+    (a->out ? log::Warn : log::Info)(
+        a->out ? "kubernetes: queue budget spent" : "kubernetes: queue budget renewed",
+        {{"queue", s.name},
+         {"spent_gpu_hours", spent},
+         {"budget_gpu_hours", budget},
+         {"when_spent", core::Name(s.budget->when_spent)}});
+  }
+}
+
 std::string Driver::Metrics() const {
   using server::Labels;
   using server::MetricHeader;
@@ -1961,6 +1985,7 @@ std::string Driver::Metrics() const {
                                core::kGpuUnits) +
            "\n";
   }
+  server::BudgetMetrics(out, config_.queues, *sched_);
   MetricHeader(out, "gantry_queue_pending_jobs", "gauge", "Gangs and lone pods waiting, by queue");
   for (uint32_t q = 0; q < config_.queues.size(); ++q) {
     out += "gantry_queue_pending_jobs{" + Labels({{"queue", queue_name(q)}}) + "} " +

@@ -129,26 +129,7 @@ void ControllerMetrics::RenderQueues(std::string& out, const View& v,
            [&](uint32_t q) { return gpus(v.sched.queue_usage(core::QueueId(q))); });
   PerQueue(out, "gantry_queue_guaranteed_gpus", "gauge", "A queue's guarantee",
            [&](uint32_t q) { return gpus(spec(q).guaranteed); });
-  // In GPU-seconds, Prometheus' base unit (promtool check metrics), as the budgets'
-  // GPU-hours times 3,600.
-  MetricHeader(out, "gantry_queue_budget_gpu_seconds", "gauge",
-               "A queue's budget per period in GPU-seconds (its GPU-hours x 3600), weighted "
-               "by GPU model prices (queues with one)");
-  std::string used;
-  for (uint32_t q = 0; q < config_.queues.size(); ++q) {
-    const core::Scheduler::BudgetAccount* a = v.sched.budget_account(core::QueueId(q));
-    if (a == nullptr) continue;
-    const core::QueueSpec& s = config_.queues.queue(core::QueueId(q)).spec;
-    const std::string labels = "{queue=\"" + EscapeLabel(s.name) + "\",period=\"" +
-                               std::string(core::Name(s.budget->period)) + "\"} ";
-    out +=
-        "gantry_queue_budget_gpu_seconds" + labels + FormatValue(s.budget->gpu_hours * 3600) + "\n";
-    used += "gantry_queue_budget_used_gpu_seconds" + labels + FormatValue(a->spent * 3600) + "\n";
-  }
-  MetricHeader(out, "gantry_queue_budget_used_gpu_seconds", "gauge",
-               "Weighted GPU-seconds a queue and those under it spent this period (as of "
-               "the last pass)");
-  out += used;
+  BudgetMetrics(out, config_.queues, v.sched);
   PerQueue(out, "gantry_queue_burst_gpus", "gauge", "A queue's burst limit (absent: none)",
            [&](uint32_t q) { return spec(q).burst >= 0 ? gpus(spec(q).burst) : std::string(); });
   PerQueue(out, "gantry_queue_pending_jobs", "gauge",

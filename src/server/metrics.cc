@@ -1,5 +1,7 @@
 #include "server/metrics.h"
 
+#include "core/scheduler.h"
+
 #include <cmath>
 #include <cstdio>
 
@@ -69,6 +71,29 @@ void MetricHeader(std::string& out, std::string_view name, std::string_view type
                   std::string_view help) {
   out += "# HELP " + std::string(name) + " " + std::string(help) + "\n";
   out += "# TYPE " + std::string(name) + " " + std::string(type) + "\n";
+}
+
+void BudgetMetrics(std::string& out, const core::QueueTree& queues, const core::Scheduler& sched) {
+  // In GPU-seconds, Prometheus' base unit (promtool check metrics), as the budgets'
+  // GPU-hours times 3,600.
+  MetricHeader(out, "gantry_queue_budget_gpu_seconds", "gauge",
+               "A queue's budget per period in GPU-seconds (its GPU-hours x 3600), weighted "
+               "by GPU model prices (queues with one)");
+  std::string used;
+  for (uint32_t q = 0; q < queues.size(); ++q) {
+    const core::Scheduler::BudgetAccount* a = sched.budget_account(core::QueueId(q));
+    if (a == nullptr) continue;
+    const core::QueueSpec& s = queues.queue(core::QueueId(q)).spec;
+    const std::string labels = "{queue=\"" + EscapeLabel(s.name) + "\",period=\"" +
+                               std::string(core::Name(s.budget->period)) + "\"} ";
+    out +=
+        "gantry_queue_budget_gpu_seconds" + labels + FormatValue(s.budget->gpu_hours * 3600) + "\n";
+    used += "gantry_queue_budget_used_gpu_seconds" + labels + FormatValue(a->spent * 3600) + "\n";
+  }
+  MetricHeader(out, "gantry_queue_budget_used_gpu_seconds", "gauge",
+               "Weighted GPU-seconds a queue and those under it spent this period (as of "
+               "the last pass)");
+  out += used;
 }
 
 }  // namespace gantry::server

@@ -10,6 +10,11 @@
 #include <utility>
 #include <vector>
 
+namespace gantry::core {
+class QueueTree;
+class Scheduler;
+}  // namespace gantry::core
+
 namespace gantry::server {
 
 class Histogram {
@@ -37,5 +42,8 @@ std::string FormatValue(double v);
 // "# HELP name help\n# TYPE name type\n"
 void MetricHeader(std::string& out, std::string_view name, std::string_view type,
                   std::string_view help);
+// The queues' budgets: gantry_queue_budget_gpu_seconds and _used_gpu_seconds, by queue and
+// period, for the queues that have one (gantryd's both modes).
+void BudgetMetrics(std::string& out, const core::QueueTree& queues, const core::Scheduler& sched);
 
 }  // namespace gantry::server

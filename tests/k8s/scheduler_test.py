@@ -36,9 +36,11 @@ cluster: k8s-test
 queues:
   - name: team-a
   - name: team-b
+  - name: team-c
+    budget: {gpu_hours: 0.001, period: week, when_spent: wait}
 kubernetes:
   scheduler_name: gantry
-  namespaces: {default: team-a}
+  namespaces: {default: team-a, budgeted: team-c}
   default_queue: team-b
   priority_classes: {gantry-critical: critical, gantry-best-effort: best-effort}
   leaf_label: gantry.dev/test-leaf
@@ -845,6 +847,43 @@ def case_mig_and_shared_gpus_at_48_nodes(c):
         c.kubectl("delete", "node", *names, "--wait=false", check=False)
 
 
+def case_budget_spent_is_said_and_holds_new_work(c):
+    """A queue's budget in this mode: the pods of namespace `budgeted` (queue team-c, 3.6
+    GPU-seconds a week, new work waits once spent) spend it; gantryd says so once in its log,
+    /metrics shows budget and spending, and a new pod waits saying why."""
+    c.kubectl_apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "budgeted"}})
+    try:
+        first = pod("spend", 8, complete_after="3s")
+        first["metadata"]["namespace"] = "budgeted"
+        c.kubectl_apply(first)
+
+        def spent():
+            with open(c.proc.log_path) as f:
+                return "kubernetes: queue budget spent" in f.read()
+        wait_for("the budget said spent", spent, 30)
+        with open(c.proc.log_path) as f:
+            lines = [l for l in f if "queue budget spent" in l]
+        assert len(lines) == 1 and "team-c" in lines[0], lines
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{c.port()}/metrics", timeout=5).read().decode()
+        assert 'gantry_queue_budget_gpu_seconds{queue="team-c",period="week"} 3.6' in metrics, \
+            [l for l in metrics.splitlines() if "budget" in l]
+        used = [l for l in metrics.splitlines()
+                if l.startswith('gantry_queue_budget_used_gpu_seconds{queue="team-c"')]
+        assert used and float(used[0].split()[-1]) >= 3.6, used
+        late = pod("late", 1)
+        late["metadata"]["namespace"] = "budgeted"
+        c.kubectl_apply(late)
+
+        def waits():
+            status, p = c.api.request("GET", "/api/v1/namespaces/budgeted/pods/late")
+            return status == 200 and not (p.get("spec") or {}).get("nodeName") and \
+                "budget" in (scheduled_message(p) or "")
+        wait_for("the late pod waiting on the budget", waits, 20)
+        print(f"    {lines[0].strip()[:160]}")
+    finally:
+        c.kubectl("delete", "namespace", "budgeted", "--wait=false", check=False)
+
+
 DRA_DRIVER = "gpu.nvidia.com"
 
 
@@ -1132,6 +1171,7 @@ CASES = [
     case_mig_and_shared_gpus_at_48_nodes,
     case_dra_claims,
     case_gantry_cli_reads_jobs_and_queues,
+    case_budget_spent_is_said_and_holds_new_work,
     case_usage_and_fair_share_outlive_a_restart,
     case_interleaved_gangs_side_by_side,
     case_gang_pod_ending_early_frees_its_node,

@@ -364,7 +364,7 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
     const char* shell = std::getenv("SHELL");
     command = {shell && *shell ? shell : "/bin/sh"};
   }
-  const std::string name = std::filesystem::path(command.front()).filename().string();
+  const std::string name = "interactive";  // Slurm's salloc's job name, unless -J gives one
   // The batch step holds the allocation and does nothing else; TERM (the relinquish, a
   // cancel or the time limit) ends it.
   const std::string holder =
@@ -374,7 +374,6 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
   SbatchJob job = ParseSbatch(name, holder, options, {}, SubmitContext());
   std::string number, id;
   if (int rc = SubmitBatch(g, job, "salloc", "salloc", number, id)) return rc;
-  std::cerr << "salloc: Pending job allocation " << number << "\n";
   Client c(g);
   auto cancel = [&] { c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel", "", "application/json"); };
   // Waiting: Ctrl-C (or TERM, HUP) gives the pending allocation up, as Slurm's salloc does.
@@ -397,7 +396,8 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
       return kExitRunFailure;
     }
     if (state == "pending" && !said_queued) {
-      std::cerr << "salloc: job " << number << " queued and waiting for resources\n";
+      std::cerr << "salloc: Pending job allocation " << number << "\nsalloc: job " << number
+                << " queued and waiting for resources\n";
       said_queued = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
@@ -410,9 +410,6 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
     return rc;
   }
   const json alloc = a.Json();
-  std::vector<std::string> names;
-  for (const json& n : j.value("nodes", json::array())) names.push_back(n.get<std::string>());
-  std::cerr << "salloc: Nodes " << spec::HostList(names) << " are ready for job\n";
   // The command's environment: this one, the allocation's over it, its credential, and
   // where gantryd is (srun, squeue, scancel and sacct in it speak for the job).
   std::map<std::string, std::string> env = SubmitContext().env;
@@ -468,12 +465,17 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  const int code = WIFEXITED(status)     ? WEXITSTATUS(status)
+                   : WIFSIGNALED(status) ? 128 + WTERMSIG(status)
+                                         : kExitRunFailure;
   if (!revoked) {
+    // Given back with the command's status: the job ends completed, or failed with it.
     std::cerr << "salloc: Relinquishing job allocation " << number << "\n";
-    cancel();
+    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/release?exit_code=" + std::to_string(code),
+                        "", "application/json");
+    if (r.status != 200) cancel();
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : kExitRunFailure;
+  return code;
 }
 
 // ------------------------------------------------------------------ ls, show, cancel, logs

@@ -2118,6 +2118,9 @@ class KubeApi : public server::ApiBackend {
   void JobAllocation(std::string, std::string, server::Done done) override {
     done(Elsewhere("makes no interactive allocations", "kubectl exec into a pod"));
   }
+  void ReleaseAllocation(std::string, std::string, int, server::Done done) override {
+    done(Elsewhere("makes no interactive allocations", "kubectl exec into a pod"));
+  }
   void Nodes(std::string token, server::Done done) override {
     Call(token, std::move(done), [](Driver& d) { return d.NodesReply(); });
   }

@@ -77,6 +77,9 @@ class ApiBackend {
   // A running batch job's allocation, for salloc's command on the submit host: the
   // environment of its script (less what is its node's own) and its run's credential.
   virtual void JobAllocation(std::string token, std::string name, Done done) = 0;
+  // salloc's command ended with `exit_code`: the allocation is given back, its job ending
+  // completed (0) or failed with that code, as Slurm's salloc ends it.
+  virtual void ReleaseAllocation(std::string token, std::string name, int exit_code, Done done) = 0;
   virtual void Cancel(std::string token, std::string name, bool force, Done done) = 0;
   // A running job's run ends and the job waits again, keeping its checkpointed progress
   // (Slurm's `scontrol requeue`; a stopping job is requeued instead of ending).

@@ -144,6 +144,7 @@ class Controller : public ApiBackend {
   void JobUsageSeries(std::string token, std::string name, Done done) override;
   // {job, number, env, token}: only its own user (or an admin), while its run is.
   void JobAllocation(std::string token, std::string name, Done done) override;
+  void ReleaseAllocation(std::string token, std::string name, int exit_code, Done done) override;
   // `force`: a running or stopping job's grace ends now (its workers' process groups are
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
   void Cancel(std::string token, std::string name, bool force, Done done) override;
@@ -377,6 +378,9 @@ class Controller : public ApiBackend {
   // Whether `p` may cancel or requeue `job`: one of its queues; a job's credential only
   // its own job and its user's jobs.
   bool MayManage(const Principal& p, const Job& job) const;
+  // Whether `p` may use batch job `job`'s allocation (its user or an admin, while it runs):
+  // an empty (kOk) reply, else why not.
+  Reply AllocationUser(const Principal& p, const Job* job, const std::string& name) const;
   // Slurm's names for a pool: the site's partitions mapped to it, else the pool's own name.
   std::vector<std::string> PartitionsOf(core::PoolId pool) const;
   void WriteFinishEvent(Ticks t, const Job& job);

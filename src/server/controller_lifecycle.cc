@@ -228,6 +228,11 @@ void Controller::EndStop(Job& job, Ticks now) {
       log_.Cancel(now, job.name, job.stop_reason);
       EndJob(job, JobEnd::kCancelled, job.stop_reason, now);
       return;
+    case StopKind::kRelease:  // its allocation was used and given back: completed
+      sched_->Finish(job.core, now, /*completed=*/true);
+      EndJob(job, JobEnd::kFinished, "", now);
+      WriteFinishEvent(now, job);
+      return;
     case StopKind::kFail:
       sched_->Finish(job.core, now);
       EndJob(job, JobEnd::kFailed, job.stop_reason, now);

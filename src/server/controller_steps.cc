@@ -468,25 +468,47 @@ void Controller::AnswerStepWatches(Ticks now, const Reply* all) {
   steps_changed_.clear();
 }
 
+Reply Controller::AllocationUser(const Principal& p, const Job* job,
+                                 const std::string& name) const {
+  if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+  // Its credential runs steps as its user: given to that user (or an admin) only.
+  if (!MayManage(p, *job) || (!p.admin() && !job->user.empty() && p.user != job->user)) {
+    return Reply::Error(Code::kForbidden, p.Describe() + " may not use job " + name +
+                                              "'s allocation (its user's: " +
+                                              (job->user.empty() ? "none" : job->user) + ")");
+  }
+  if (!job->batch()) {
+    return Reply::Error(Code::kConflict, "job " + name +
+                                             " is not a batch job: only salloc's and "
+                                             "sbatch's allocations run steps");
+  }
+  if (job->state != JobState::kRunning) {
+    return Reply::Error(Code::kConflict, "job " + name + " is " + std::string(Name(job->state)) +
+                                             ": its allocation is usable while it runs");
+  }
+  return Reply{};
+}
+
+void Controller::ReleaseAllocation(std::string token, std::string name, int exit_code, Done done) {
+  CallAsUser(std::move(token), std::move(done), [this, name, exit_code](const Principal& p) {
+    Job* job = book_.Find(name);
+    if (Reply why = AllocationUser(p, job, name); why.code != Code::kOk) return why;
+    // Its steps and the script holding it get the job's grace, as a cancel's; then it ends
+    // completed, or failed with the command's code (Slurm's NonZeroExitCode).
+    const std::string reason = "salloc's command exited with code " + std::to_string(exit_code);
+    if (exit_code != 0) job->exit_code = exit_code;
+    BeginStop(*job, exit_code == 0 ? StopKind::kRelease : StopKind::kFail, reason, job->spec.grace,
+              now_);
+    Reply r;
+    r.body = {{"job", job->name}, {"state", "stopping"}, {"exit_code", exit_code}};
+    return r;
+  });
+}
+
 void Controller::JobAllocation(std::string token, std::string name, Done done) {
   CallAsUser(std::move(token), std::move(done), [this, name](const Principal& p) -> Reply {
     Job* job = book_.Find(name);
-    if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
-    // Its credential runs steps as its user: given to that user (or an admin) only.
-    if (!MayManage(p, *job) || (!p.admin() && !job->user.empty() && p.user != job->user)) {
-      return Reply::Error(Code::kForbidden, p.Describe() + " may not use job " + name +
-                                                "'s allocation (its user's: " +
-                                                (job->user.empty() ? "none" : job->user) + ")");
-    }
-    if (!job->batch()) {
-      return Reply::Error(Code::kConflict, "job " + name +
-                                               " is not a batch job: only salloc's and "
-                                               "sbatch's allocations run steps");
-    }
-    if (job->state != JobState::kRunning) {
-      return Reply::Error(Code::kConflict, "job " + name + " is " + std::string(Name(job->state)) +
-                                               ": its allocation is usable while it runs");
-    }
+    if (Reply why = AllocationUser(p, job, name); why.code != Code::kOk) return why;
     auto t = run_tokens_.find(job->seq);
     if (t == run_tokens_.end()) {  // only its hash was stored
       return Reply::Error(Code::kConflict, "job " + name +

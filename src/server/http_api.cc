@@ -326,6 +326,12 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.JobUsageSeries(TokenOf(req), a[0], reply);
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "allocation"}, a))
     return c.JobAllocation(TokenOf(req), a[0], reply);
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "release"}, a)) {
+    int64_t exit_code = 0;
+    if (auto problem = IntParam(req, "exit_code", 0, exit_code)) return bad(*problem);
+    if (exit_code < 0 || exit_code > 255) return bad("exit_code: expected 0..255");
+    return c.ReleaseAllocation(TokenOf(req), a[0], static_cast<int>(exit_code), reply);
+  }
   if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
       (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
     const std::string force = req.param("force");

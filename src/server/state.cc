@@ -64,6 +64,8 @@ std::string_view Name(StopKind k) {
       return "reclaim";
     case StopKind::kResize:
       return "resize";
+    case StopKind::kRelease:
+      return "release";
   }
   return "?";
 }
@@ -80,9 +82,9 @@ constexpr JobState kStates[] = {JobState::kPending, JobState::kRunning, JobState
                                 JobState::kDone};
 constexpr core::Tier kTiers[] = {core::Tier::kCritical, core::Tier::kStandard,
                                  core::Tier::kBestEffort};
-constexpr StopKind kStops[] = {StopKind::kNone,  StopKind::kPreempt, StopKind::kCancel,
-                               StopKind::kFail,  StopKind::kLost,    StopKind::kReclaim,
-                               StopKind::kResize};
+constexpr StopKind kStops[] = {StopKind::kNone,   StopKind::kPreempt, StopKind::kCancel,
+                               StopKind::kFail,   StopKind::kLost,    StopKind::kReclaim,
+                               StopKind::kResize, StopKind::kRelease};
 
 std::string Lower(std::string_view s) {
   std::string out(s);

@@ -38,7 +38,17 @@ std::optional<JobEnd> JobEndNamed(std::string_view word);  // the ended ones' wo
 // Why a run is being stopped.
 // kResize: an elastic job's run ends at a checkpoint so that the next starts at the size
 // the scheduler gave it.
-enum class StopKind : uint8_t { kNone, kPreempt, kCancel, kFail, kLost, kReclaim, kResize };
+// kRelease: salloc's command ended with code 0: its allocation ends completed.
+enum class StopKind : uint8_t {
+  kNone,
+  kPreempt,
+  kCancel,
+  kFail,
+  kLost,
+  kReclaim,
+  kResize,
+  kRelease
+};
 
 std::string_view Name(JobState s);
 std::string_view Name(StopKind k);

@@ -919,9 +919,8 @@ TEST(Slurm, SallocRunsItsCommandHereAndSrunOnTheAllocatedNodes) {
     return r.err.substr(at + granted.size(), r.err.find('\n', at) - at - granted.size());
   }();
   ASSERT_FALSE(number.empty()) << r.err;
-  EXPECT_NE(r.err.find("salloc: Pending job allocation " + number + "\n"), std::string::npos)
-      << r.err;
-  EXPECT_NE(r.err.find("salloc: Nodes h100-[0-1] are ready for job\n"), std::string::npos) << r.err;
+  // Granted at once: Slurm's salloc then says neither "Pending" nor "queued".
+  EXPECT_EQ(r.err.find("Pending"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("salloc: Relinquishing job allocation " + number + "\n"), std::string::npos)
       << r.err;
   EXPECT_NE(r.out.find("nodes=h100-[0-1] n=2 id=" + number + " procid=none here=" + h.Path("work")),
@@ -932,10 +931,23 @@ TEST(Slurm, SallocRunsItsCommandHereAndSrunOnTheAllocatedNodes) {
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find(number + " RUNNING 2\n"), std::string::npos) << r.out;
-  // Relinquished: the job ends and its nodes are free again.
+  // Relinquished with the command's status: the job ends failed with it (exit 0: finished),
+  // as Slurm's salloc ends it (FAILED, NonZeroExitCode), named "interactive".
   ASSERT_TRUE(
-      Harness::WaitFor([&] { return h.Job("j" + number).value("state", "") == "cancelled"; }, 15))
+      Harness::WaitFor([&] { return h.Job("j" + number).value("state", "") == "failed"; }, 15))
       << h.Job("j" + number).dump();
+  EXPECT_EQ(h.Job("j" + number).value("exit_code", 0), 3);
+  EXPECT_EQ(h.Job("j" + number).value("name", ""), "interactive");
+  RunResult ok = h.Cli({"salloc", "-N", "1", "-p", "h100", "-A", "research", "-G", "1", "true"},
+                       h.token("ann"));
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  const std::string granted = "salloc: Granted job allocation ";
+  const size_t at = ok.err.find(granted);
+  ASSERT_NE(at, std::string::npos) << ok.err;
+  const std::string second =
+      "j" + ok.err.substr(at + granted.size(), ok.err.find('\n', at) - at - granted.size());
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(second).value("state", "") == "finished"; }, 15))
+      << h.Job(second).dump();
 
   // Revoked under the command: it gets SIGHUP, and salloc says so.
   RunResult revoked;

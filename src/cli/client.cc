@@ -343,7 +343,8 @@ void OnSallocSignal(int sig) { g_salloc_signal = sig; }
 // options) whose batch step only holds it; once granted, the command (default $SHELL) runs
 // here, on the submit host, with the allocation's SLURM_* environment and its credential,
 // so srun in it runs steps on the allocated nodes; when the command exits the allocation
-// is relinquished (cancelled), and the exit status is the command's.
+// is given back with its status (the job ends finished, or failed with it), and the exit
+// status is the command's.
 int Salloc(const Globals& g, const std::vector<std::string>& words) {
   std::vector<std::string> options, command;
   std::string first;
@@ -371,7 +372,8 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
       "#!/bin/sh\n"
       "# gantry salloc: holds the allocation while salloc's command runs on the submit host\n"
       "exec sleep 2147483647\n";
-  SbatchJob job = ParseSbatch(name, holder, options, {}, SubmitContext());
+  const SbatchContext ctx = SubmitContext();
+  SbatchJob job = ParseSbatch(name, holder, options, {}, ctx);
   std::string number, id;
   if (int rc = SubmitBatch(g, job, "salloc", "salloc", number, id)) return rc;
   Client c(g);
@@ -412,14 +414,14 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
   const json alloc = a.Json();
   // The command's environment: this one, the allocation's over it, its credential, and
   // where gantryd is (srun, squeue, scancel and sacct in it speak for the job).
-  std::map<std::string, std::string> env = SubmitContext().env;
+  std::map<std::string, std::string> env = ctx.env;
   const json given = alloc.value("env", json::object());  // (items() of a temporary dangles)
   for (const auto& [k, v] : given.items()) {
     if (v.is_string()) env[k] = v.get<std::string>();
   }
   env["GANTRY_TOKEN"] = alloc.value("token", "");
   env["GANTRY_SERVER"] = c.server();
-  env["SLURM_SUBMIT_HOST"] = SubmitContext().host;
+  env["SLURM_SUBMIT_HOST"] = ctx.host;
   std::vector<std::string> kv;
   for (const auto& [k, v] : env) kv.push_back(k + "=" + v);
   std::vector<char*> envp, argv;
@@ -774,8 +776,7 @@ int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
       const std::string number =
           j.contains("seq") ? std::to_string(j.value("seq", int64_t{0})) : "";
       if (!given.empty() && !given.count(id) && !given.count(number)) continue;
-      if (!filter.user.empty() && j.value("user", "") != filter.user) continue;
-      if (!filter.queue.empty() && j.value("queue", "") != filter.queue) continue;
+      // (user and queue: gantryd's listing filtered them)
       if (!filter.name.empty() && j.value("name", "") != filter.name) continue;
       if (!filter.state.empty() && j.value("state", "") != filter.state) continue;
       ids.push_back(id);

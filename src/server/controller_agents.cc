@@ -90,13 +90,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     tasks_per_node = std::to_string(std::max<int64_t>(1, cpus / c));
   }
   // The partition: the site's name for the pool where it has one, as Slurm says it.
-  std::string partition = cluster_.pool(node.pool).spec.name;
-  for (const auto& [name, pool] : config_.site.partitions) {
-    if (pool == node.pool) {
-      partition = name;
-      break;
-    }
-  }
+  const std::string partition = PartitionsOf(node.pool).front();
   std::vector<std::pair<std::string, std::string>> vars = {
       // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
       {"SLURM_JOB_ID", std::to_string(job.seq)},
@@ -435,10 +429,8 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         }
         for (const GpuReport& g : info.gpus) {
           if (g.lost && !info.drained) {
-            info.drained = true;
-            info.drain_reason = "GPU " + std::to_string(g.index) + " (" + g.uuid + ") lost";
-            info.drained_by = "gantryd";
-            info.drained_at_ms = WallMs(now_);
+            info.Drain("GPU " + std::to_string(g.index) + " (" + g.uuid + ") lost", "gantryd",
+                       WallMs(now_));
             changed = true;
           }
         }
@@ -465,10 +457,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
           // with the agent's reason, as Slurm drains a node whose prolog failed, so the job does
           // not land on that GPU again at once. `gantry nodes resume` puts it back.
           if (!e.drain.empty() && !w.exited && !info.drained) {
-            info.drained = true;
-            info.drain_reason = e.drain + " (job " + job->name + " requeued)";
-            info.drained_by = "gantryd";
-            info.drained_at_ms = WallMs(now_);
+            info.Drain(e.drain + " (job " + job->name + " requeued)", "gantryd", WallMs(now_));
             log::Warn("node drained: a worker could not start",
                       {{"node", node}, {"job", job->name}, {"reason", e.drain}});
             SetCoreNodeUp(n);

@@ -157,9 +157,11 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
           info.drained_by.clear();
           info.drained_at_ms = -1;
         } else if (!info.drained || info.drain_reason.empty()) {
-          info.drain_reason = why;
-          info.drained_by = !user.user.empty() ? user.user : user.admin() ? "admin" : user.team;
-          info.drained_at_ms = WallMs(now_);
+          info.Drain(why,
+                     !user.user.empty() ? user.user
+                     : user.admin()     ? "admin"
+                                        : user.team,
+                     WallMs(now_));
         } else if (("; " + info.drain_reason + "; ").find("; " + why + "; ") == std::string::npos) {
           info.drain_reason += "; " + why;
         }

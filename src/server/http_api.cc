@@ -94,6 +94,15 @@ std::optional<std::string> DoubleParam(const HttpRequest& req, const char* name,
       [](const std::string& v, size_t* used) { return std::stod(v, used); }, "a number");
 }
 
+// A log's ?stream=: out (the default) or err, a job step's task's stderr only (step >= 0).
+std::optional<std::string> StreamParam(const HttpRequest& req, int64_t step, bool& err) {
+  const std::string stream = req.param("stream");
+  err = stream == "err";
+  if (stream != "" && stream != "out" && !err) return "stream: out or err";
+  if (err && step < 0) return "stream=err: a job step's task's only (step=N)";
+  return std::nullopt;
+}
+
 std::string Basename(const std::string& s) {
   std::string b = s.substr(s.find_last_of('/') == std::string::npos ? 0 : s.find_last_of('/') + 1);
   std::string out;
@@ -373,13 +382,12 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                          IntParam(req, "offset", 0, offset), IntParam(req, "step", -1, step)}) {
       if (problem) return bad(*problem);
     }
-    const std::string stream = req.param("stream");
-    if (stream != "" && stream != "out" && stream != "err") return bad("stream: out or err");
-    if (stream == "err" && step < 0) return bad("stream=err: a job step's task's only (step=N)");
+    bool err = false;
+    if (auto problem = StreamParam(req, step, err)) return bad(*problem);
     // The file is read on an I/O thread, never on the controller's.
     return c.LogPath(
         TokenOf(req), a[0], static_cast<int>(run), static_cast<int>(rank), static_cast<int>(step),
-        stream == "err", [this, server, respond, req](Reply r) {
+        err, [this, server, respond, req](Reply r) {
           server->Defer([this, respond, req, r = std::move(r)] { SendLog(req, r, respond); });
         });
   }
@@ -433,11 +441,10 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                          IntParam(req, "offset", -1, offset), IntParam(req, "step", -1, step)}) {
       if (problem) return bad(*problem);
     }
-    const std::string stream = req.param("stream");
-    if (stream != "" && stream != "out" && stream != "err") return bad("stream: out or err");
-    if (stream == "err" && step < 0) return bad("stream=err: a job step's task's only (step=N)");
+    bool err = false;
+    if (auto problem = StreamParam(req, step, err)) return bad(*problem);
     return c.UploadLog(TokenOf(req), a[0], req.param("job"), static_cast<int>(run),
-                       static_cast<int>(rank), static_cast<int>(step), stream == "err", offset,
+                       static_cast<int>(rank), static_cast<int>(step), err, offset,
                        std::move(req.body), reply);
   }
   respond(ErrorResponse(Code::kNotFound, "no such endpoint: " + m + " " + req.path()));

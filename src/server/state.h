@@ -230,6 +230,13 @@ struct NodeInfo {
   // and when (wall ms; -1 unknown): sinfo -R.
   std::string drained_by;
   int64_t drained_at_ms = -1;
+  // Drained now, for `reason`, by `by`, at wall time `at_ms`.
+  void Drain(std::string reason, std::string by, int64_t at_ms) {
+    drained = true;
+    drain_reason = std::move(reason);
+    drained_by = std::move(by);
+    drained_at_ms = at_ms;
+  }
   Ticks last_seen = -1;
   std::string address;
   std::string agent_id;

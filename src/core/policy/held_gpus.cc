@@ -127,20 +127,18 @@ void HeldGpus::Hold(Scheduler& s, JobId holder, const Allocation& alloc, uint64_
   held_.holders.resize(held_.parts.size(), holder);
 }
 
-void HeldGpus::LetGoIn(Scheduler& s, uint64_t pools) {
-  LetGo(s, [&](const WorkerAlloc& p, JobId) {
-    return (PoolBit(s.cluster().node(p.node).pool) & pools) != 0;
-  });
-}
-
-HeldGpus::LetGoScope::LetGoScope(HeldGpus& held, Scheduler& s, uint64_t pools)
-    : held_(held), s_(s), mark_(s.mutable_ledger().Checkpoint()) {
-  held_.LetGo(
+void HeldGpus::LetGoIn(Scheduler& s, uint64_t pools, Parts* dropped) {
+  LetGo(
       s,
       [&](const WorkerAlloc& p, JobId) {
         return (PoolBit(s.cluster().node(p.node).pool) & pools) != 0;
       },
-      &held_.scratch_);
+      dropped);
+}
+
+HeldGpus::LetGoScope::LetGoScope(HeldGpus& held, Scheduler& s, uint64_t pools)
+    : held_(held), s_(s), mark_(s.mutable_ledger().Checkpoint()) {
+  held_.LetGoIn(s, pools, &held_.scratch_);
   kept_ = held_.held_.parts.size();
 }
 

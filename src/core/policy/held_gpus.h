@@ -28,8 +28,8 @@ class HeldGpus {
 
   // Holds for `holder` the parts of `alloc` in `pools` that are free now (HoldFree).
   void Hold(Scheduler& s, JobId holder, const Allocation& alloc, uint64_t pools, bool fence);
-  // Lets go of the held parts in `pools`.
-  void LetGoIn(Scheduler& s, uint64_t pools);
+  // Lets go of the held parts in `pools`, handing them back in `dropped` when given.
+  void LetGoIn(Scheduler& s, uint64_t pools, Parts* dropped = nullptr);
   // Lets go of the held parts that `drop(part, holder)` names, the rest kept in order;
   // what it let go of is handed back in `dropped` when given.
   template <typename Pred>

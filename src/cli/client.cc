@@ -768,14 +768,12 @@ int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
         c.Get("/v1/jobs?all=0" + (filter.user.empty() ? "" : "&user=" + UrlEncode(filter.user)) +
               (filter.queue.empty() ? "" : "&queue=" + UrlEncode(filter.queue)));
     if (int rc = Check(r, "cancel")) return rc;
-    const std::set<std::string> given(ids.begin(), ids.end());
+    const std::vector<std::string> given = std::move(ids);
     ids.clear();
     const json listed = r.Json();
     for (const json& j : listed.value("jobs", json::array())) {
       const std::string id = j.value("id", "");
-      const std::string number =
-          j.contains("seq") ? std::to_string(j.value("seq", int64_t{0})) : "";
-      if (!given.empty() && !given.count(id) && !given.count(number)) continue;
+      if (!JobIsOneOf(j, given)) continue;
       // (user and queue: gantryd's listing filtered them)
       if (!filter.name.empty() && j.value("name", "") != filter.name) continue;
       if (!filter.state.empty() && j.value("state", "") != filter.state) continue;

@@ -24,10 +24,12 @@ struct FieldDef {
 };
 
 constexpr FieldDef kFields[] = {
-    {"jobid", 'i', "JOBID", "jobid", 14},
+    // (An array task's own number, squeue's %A and -O JobID, sacct's JobIDRaw; its array's
+    // number and index, squeue's %i and -O JobArrayID, sacct's JobID; as Slurm 22.05's.)
+    {"jobid", 'A', "JOBID", "jobidraw", 12},
+    {"jobarrayid", 'i', "JOBID", "jobid", 14},
     {"arrayjobid", 'F', "ARRAY_JOB_ID", nullptr, 0},
     {"arraytaskid", 'K', "ARRAY_TASK_ID", nullptr, 0},
-    {"jobarrayid", 'A', "JOBID", nullptr, 0},
     {"name", 'j', "NAME", "jobname", 12},
     {"username", 'u', "USER", "user", 10},
     {"partition", 'P', "PARTITION", "partition", 10},
@@ -319,28 +321,15 @@ std::string ColumnHeader(const Column& c, bool sacct) {
     if (c.field != f.name) continue;
     if (!sacct) return f.squeue_header;
     // sacct's own spelling: JobID, JobName, ...
-    static constexpr std::pair<const char*, const char*> kSacct[] = {{"jobid", "JobID"},
-                                                                     {"jobname", "JobName"},
-                                                                     {"user", "User"},
-                                                                     {"partition", "Partition"},
-                                                                     {"qos", "QOS"},
-                                                                     {"account", "Account"},
-                                                                     {"state", "State"},
-                                                                     {"elapsed", "Elapsed"},
-                                                                     {"timelimit", "Timelimit"},
-                                                                     {"nnodes", "NNodes"},
-                                                                     {"ntasks", "NTasks"},
-                                                                     {"alloccpus", "AllocCPUS"},
-                                                                     {"reason", "Reason"},
-                                                                     {"nodelist", "NodeList"},
-                                                                     {"submit", "Submit"},
-                                                                     {"start", "Start"},
-                                                                     {"end", "End"},
-                                                                     {"exitcode", "ExitCode"},
-                                                                     {"alloctres", "AllocTRES"},
-                                                                     {"allocgpus", "AllocGPUs"},
-                                                                     {"gpuhours", "GPUHours"},
-                                                                     {"elapsedraw", "ElapsedRaw"}};
+    static constexpr std::pair<const char*, const char*> kSacct[] = {
+        {"jobid", "JobID"},         {"jobidraw", "JobIDRaw"},    {"jobname", "JobName"},
+        {"user", "User"},           {"partition", "Partition"},  {"qos", "QOS"},
+        {"account", "Account"},     {"state", "State"},          {"elapsed", "Elapsed"},
+        {"timelimit", "Timelimit"}, {"nnodes", "NNodes"},        {"ntasks", "NTasks"},
+        {"alloccpus", "AllocCPUS"}, {"reason", "Reason"},        {"nodelist", "NodeList"},
+        {"submit", "Submit"},       {"start", "Start"},          {"end", "End"},
+        {"exitcode", "ExitCode"},   {"alloctres", "AllocTRES"},  {"allocgpus", "AllocGPUs"},
+        {"gpuhours", "GPUHours"},   {"elapsedraw", "ElapsedRaw"}};
     for (const auto& [n, h] : kSacct) {
       if (f.sacct_name != nullptr && std::string(f.sacct_name) == n) return h;
     }
@@ -349,20 +338,42 @@ std::string ColumnHeader(const Column& c, bool sacct) {
   return c.field;
 }
 
+std::string NumberOf(const json& job) {
+  for (const char* key : {"number", "seq"}) {  // (seq: from a gantryd before numbers were kept)
+    if (auto it = job.find(key); it != job.end() && it->is_number_integer())
+      return std::to_string(it->get<int64_t>());
+  }
+  const std::string id = Str(job, "id");  // else a server-named job's own (j12: 12)
+  auto number = spec::NumberOfGivenId(id.substr(0, id.find('.')));
+  return number && number->find('_') == std::string::npos ? *number : "";
+}
+
+std::string ArrayNumberOf(const json& job) {
+  const std::string array = Str(job, "array");
+  if (array.empty()) return "";
+  if (auto it = job.find("array_number"); it != job.end() && it->is_number_integer())
+    return std::to_string(it->get<int64_t>());
+  return spec::NumberOfGivenId(array).value_or("");
+}
+
 namespace {
 
-// Slurm's id for a row, as squeue and sacct show it: the job's number (j12 -> 12; an array
-// task's j41_3 -> 41_3; a job its user named, --id train, its number), with a step row's
-// suffix (12.batch, 12.0).
-std::string SlurmJobId(const json& job) {
+// A row's suffix: a step row's (.batch, .0), else "".
+std::string StepSuffix(const json& job) {
   const std::string id = Str(job, "id");
   const size_t dot = id.find('.');
-  const std::string base = id.substr(0, dot);
-  const std::string suffix = dot == std::string::npos ? "" : id.substr(dot);
-  if (auto number = spec::NumberOfGivenId(base)) return *number + suffix;
-  if (job.contains("seq") && job["seq"].is_number_integer())
-    return std::to_string(job["seq"].get<int64_t>()) + suffix;
-  return id;
+  return dot == std::string::npos ? "" : id.substr(dot);
+}
+
+// Slurm's id for a row, as squeue's %i and sacct's JobID show it: the job's number (j12 ->
+// 12; a job its user named, --id train, its number); an array task's, its array's number
+// and its index (41_3); with a step row's suffix (12.batch, 12.0).
+std::string SlurmJobId(const json& job) {
+  const std::string array = ArrayNumberOf(job);
+  if (!array.empty() && job.contains("array_index") && job["array_index"].is_number_integer())
+    return array + "_" + std::to_string(job["array_index"].get<int>()) + StepSuffix(job);
+  const std::string number = NumberOf(job);
+  return number.empty() ? Str(job, "id") : number + StepSuffix(job);
 }
 
 }  // namespace
@@ -376,11 +387,12 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   const double gpus = Num(job, "gpus");
   // An elastic job's tasks are its size now (a pending one's: its most).
   const double replicas = Num(job, "size", Num(job, "replicas", 1));
-  if (field == "jobid") return id;
-  if (field == "arrayjobid" || field == "jobarrayid") {
-    const std::string a = Str(job, "array");
-    if (field == "jobarrayid" || a.empty()) return id;
-    return spec::NumberOfGivenId(a).value_or(a);
+  const std::string own = NumberOf(job).empty() ? id : NumberOf(job) + StepSuffix(job);
+  if (field == "jobarrayid") return id;
+  if (field == "jobid") return own;
+  if (field == "arrayjobid") {
+    if (Str(job, "array").empty()) return own;
+    return ArrayNumberOf(job).empty() ? Str(job, "array") : ArrayNumberOf(job);
   }
   if (field == "arraytaskid")
     return job.contains("array_index") && job["array_index"].is_number()
@@ -515,13 +527,10 @@ bool JobIsOneOf(const json& job, const std::vector<std::string>& ids) {
   auto in = [&](const std::string& v) {
     return !v.empty() && std::find(ids.begin(), ids.end(), v) != ids.end();
   };
-  const std::string array = Str(job, "array");
-  // Numbers too, as Slurm's ids (SLURM_JOB_ID): the job's seq, a server-named array's, an
-  // array task's 41_3.
-  return in(Str(job, "id")) || in(array) || in(SlurmJobId(job)) ||
-         (job.contains("seq") && job["seq"].is_number_integer() &&
-          in(std::to_string(job["seq"].get<int64_t>()))) ||
-         (array.size() > 1 && array[0] == 'j' && in(array.substr(1)));
+  // Numbers too, as Slurm's ids: the job's own (SLURM_JOB_ID), its array's (which stands
+  // for every task), an array task's 41_3.
+  return in(Str(job, "id")) || in(Str(job, "array")) || in(SlurmJobId(job)) || in(NumberOf(job)) ||
+         in(ArrayNumberOf(job));
 }
 
 bool AcctMatches(const json& job, const AcctFilter& f) {

@@ -63,6 +63,10 @@ bool AcctMatches(const nlohmann::json& job, const AcctFilter& f);
 std::vector<nlohmann::json> AcctRows(const nlohmann::json& job);
 // Whether `job` is one of `ids` (empty: any): its id, its array's, or their numbers.
 bool JobIsOneOf(const nlohmann::json& job, const std::vector<std::string>& ids);
+// A job's number (SLURM_JOB_ID; an array task's own), and an array task's array's number
+// (SLURM_ARRAY_JOB_ID; "" for a job not in an array), from gantryd's job JSON.
+std::string NumberOf(const nlohmann::json& job);
+std::string ArrayNumberOf(const nlohmann::json& job);
 // A state given to -s, as SlurmState names it (CD -> COMPLETED); empty if unknown.
 std::string NormalizeState(const std::string& s);
 

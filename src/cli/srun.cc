@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "cli/client_http.h"
+#include "cli/slurm_format.h"
 #include "spec/batch.h"
 
 extern char** environ;
@@ -603,11 +604,13 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
     const std::string n = w.value("alloc", json::object()).value("node", "");
     if (!n.empty() && std::find(nodes.begin(), nodes.end(), n) == nodes.end()) nodes.push_back(n);
   }
-  // JobId= the number, as Slurm's (and sbatch's answer, SLURM_JOB_ID).
-  const std::string number = j.contains("seq") && j["seq"].is_number_integer()
-                                 ? std::to_string(j["seq"].get<int64_t>())
-                                 : j.value("id", id);
-  std::cout << "JobId=" << number << " JobName=" << j.value("name", j.value("id", id))
+  // JobId= the number, as Slurm's (and sbatch's answer, SLURM_JOB_ID); an array task's
+  // array and index beside it.
+  const std::string number = NumberOf(j).empty() ? j.value("id", id) : NumberOf(j);
+  std::cout << "JobId=" << number;
+  if (!ArrayNumberOf(j).empty() && j.contains("array_index"))
+    std::cout << " ArrayJobId=" << ArrayNumberOf(j) << " ArrayTaskId=" << j["array_index"].dump();
+  std::cout << " JobName=" << j.value("name", j.value("id", id))
             << "\n   UserId=" << j.value("user", "") << " Account=" << j.value("queue", "")
             << " QOS=" << j.value("tier", "") << "\n   JobState=" << state
             << " Reason=" << (j.value("reason", "").empty() ? "None" : j.value("reason", ""))

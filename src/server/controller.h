@@ -357,8 +357,6 @@ class Controller : public ApiBackend {
   proto::DesiredWorker DesiredWorker(const Job& job, const Worker& w);
   // Slurm's names for one worker (output patterns, SLURM_* variables; docs/slurm.md);
   // `nodes`: JobNodes(job), computed once by the caller.
-  // An array task's SLURM_ARRAY_JOB_ID: its array's first task's number (`%A`).
-  std::string ArrayJobNumber(const Job& job) const;
   spec::OutputNames OutputNamesOf(const Job& job, const Worker& w,
                                   const std::vector<std::string>& nodes) const;
   // `a`: what the worker sees; `cpus_milli`: the job's CPUs on its node (SLURM_CPUS_ON_NODE).

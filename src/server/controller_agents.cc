@@ -28,24 +28,15 @@ int MasterPort(int64_t seq, int run) {
 
 // ---------------------------------------------------------------- API: agents
 
-std::string Controller::ArrayJobNumber(const Job& job) const {
-  // An array gantryd named (j41) has its first task's number in its name; one its user
-  // named (sweep) has its first task's number as gantryd has the tasks.
-  if (auto number = spec::NumberOfGivenId(job.array)) return *number;
-  const std::vector<int64_t>* tasks = book_.Array(job.array);
-  if (tasks != nullptr && !tasks->empty()) return std::to_string(tasks->front());
-  return job.array;
-}
-
 spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
                                             const std::vector<std::string>& nodes) const {
   const std::string& node = cluster_.node(w.alloc.node).name;
   spec::OutputNames o;
   // Numbers, as Slurm's: `slurm-%j.out` is `slurm-12.out`, the file a script finds again
   // through $SLURM_JOB_ID (an array task's own number; %A its array's).
-  o.job = std::to_string(job.seq);
+  o.job = std::to_string(job.Number());
   o.name = job.spec.name.empty() ? job.name : job.spec.name;
-  o.array_job = job.array.empty() ? o.job : ArrayJobNumber(job);
+  o.array_job = job.array.empty() ? o.job : std::to_string(book_.ArrayNumber(job));
   o.array_task = job.array.empty() ? spec::kNoArrayTask : std::to_string(job.array_index);
   o.node = node;
   o.user = job.user;
@@ -93,8 +84,8 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   const std::string partition = PartitionsOf(node.pool).front();
   std::vector<std::pair<std::string, std::string>> vars = {
       // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
-      {"SLURM_JOB_ID", std::to_string(job.seq)},
-      {"SLURM_JOBID", std::to_string(job.seq)},
+      {"SLURM_JOB_ID", std::to_string(job.Number())},
+      {"SLURM_JOBID", std::to_string(job.Number())},
       {"SLURM_JOB_NAME", names.name},
       {"SLURM_PROCID", std::to_string(w.rank)},
       {"SLURM_LOCALID", std::to_string(local)},
@@ -125,7 +116,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   if (!job.array.empty()) {
     const std::vector<int64_t>* tasks = book_.Array(job.array);
     const bool known = tasks != nullptr && !tasks->empty();
-    vars.emplace_back("SLURM_ARRAY_JOB_ID", ArrayJobNumber(job));
+    vars.emplace_back("SLURM_ARRAY_JOB_ID", std::to_string(book_.ArrayNumber(job)));
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
     if (known) {
       // Its lowest and highest index, and the step of evenly spaced ones (0-15:4 is 4, else

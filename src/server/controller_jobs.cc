@@ -459,19 +459,22 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           Job task = job;  // one job per array index, all in this request's transaction
           if (k > 0) task.idem_key = task.idem_hash = "";  // the array's key is on its first task
           task.seq = book_.TakeSeq();
+          if (k == 0)
+            first_seq = task.seq;  // the job's number; an array's (Slurm's: its last task's)
           task.name = names[k];
           task.spec.id = task.name;
           if (!indexes.empty()) {
             task.array = base;
             task.array_index = indexes[k];
             task.array_limit = array_limit;
+            task.array_number = first_seq;
+            task.number = k + 1 < names.size() ? task.seq + 1 : first_seq;  // (Job::number)
           }
           Job& j = book_.Add(std::move(task));
           ++active_by_team_[j.team];
           log_.Submit(now, j.name);
           j.Note(now, "submitted");
-          if (k == 0) first_seq = j.seq;  // the job's number; an array's is its first task's
-          if (k == 0) {                   // who did what: one line per request, not per array task
+          if (k == 0) {  // who did what: one line per request, not per array task
             log::Info(indexes.empty() ? "job submitted" : "array submitted",
                       {{"job", indexes.empty() ? j.name : base},
                        {"tasks", std::to_string(names.size())},
@@ -550,8 +553,10 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   const std::vector<std::string> nodes = JobNodes(job);
   json j = {{"id", job.name},
             {"seq", job.seq},
+            {"number", job.Number()},
             {"array", job.array.empty() ? json() : json(job.array)},
             {"array_index", job.array_index < 0 ? json() : json(job.array_index)},
+            {"array_number", job.array.empty() ? json() : json(book_.ArrayNumber(job))},
             {"queue", job.queue},
             {"team", job.team},
             {"user", job.user},

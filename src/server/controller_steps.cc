@@ -527,8 +527,10 @@ void Controller::JobAllocation(std::string token, std::string name, Done done) {
       if (!kNodeOwn.contains(k)) env[k] = v;
     }
     Reply r;
-    r.body = {
-        {"job", job->name}, {"number", job->seq}, {"env", std::move(env)}, {"token", t->second}};
+    r.body = {{"job", job->name},
+              {"number", job->Number()},
+              {"env", std::move(env)},
+              {"token", t->second}};
     return r;
   });
 }

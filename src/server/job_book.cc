@@ -9,15 +9,13 @@ namespace gantry::server {
 std::string JobBook::Resolve(const std::string& name) const {
   if (by_name_.count(name) || arrays_.count(name) || !spec::IsJobNumber(name)) return name;
   if (name.find('_') == std::string::npos) {
-    // An array's number (its first task's, SLURM_ARRAY_JOB_ID) stands for the array; a
-    // job's (SLURM_JOB_ID: its seq) for the job, while gantryd has it in memory; the
-    // server's own name for it otherwise.
+    // An array's number (SLURM_ARRAY_JOB_ID) stands for the array; a job's (SLURM_JOB_ID)
+    // for the job, while gantryd has it in memory; the server's own name for it otherwise.
     if (arrays_.count("j" + name) || name.size() > 18) return "j" + name;
-    if (auto j = jobs_.find(std::stoll(name)); j != jobs_.end()) {
-      const Job& job = j->second;
-      auto a = arrays_.find(job.array);
-      return a != arrays_.end() && !a->second.empty() && a->second.front() == job.seq ? job.array
-                                                                                      : job.name;
+    const int64_t number = std::stoll(name);
+    if (auto n = by_number_.find(number); n != by_number_.end()) {
+      const Job& job = jobs_.at(n->second);
+      return !job.array.empty() && ArrayNumber(job) == number ? job.array : job.name;
     }
     return "j" + name;
   }
@@ -37,15 +35,26 @@ const std::vector<int64_t>* JobBook::Array(const std::string& id) const {
   return a == arrays_.end() ? nullptr : &a->second;
 }
 
+int64_t JobBook::ArrayNumber(const Job& task) const {
+  if (task.array_number > 0) return task.array_number;
+  // Stored before array_number was kept: a gantryd-named array (j41) has it in its name;
+  // a user-named one (sweep), its first task's seq as gantryd has the tasks.
+  if (auto number = spec::NumberOfGivenId(task.array)) return std::stoll(*number);
+  const std::vector<int64_t>* tasks = Array(task.array);
+  return tasks != nullptr && !tasks->empty() ? tasks->front() : task.seq;
+}
+
 Job& JobBook::Add(Job job) {
   Job& j = jobs_.emplace(job.seq, std::move(job)).first->second;
   by_name_[j.name] = j.seq;
+  by_number_[j.Number()] = j.seq;
   if (!j.array.empty()) arrays_[j.array].push_back(j.seq);
   return j;
 }
 
 void JobBook::Drop(Jobs::iterator it) {
   by_name_.erase(it->second.name);
+  by_number_.erase(it->second.Number());
   if (!it->second.array.empty()) {
     auto a = arrays_.find(it->second.array);
     if (a != arrays_.end()) {
@@ -59,6 +68,7 @@ void JobBook::Drop(Jobs::iterator it) {
 void JobBook::Clear() {
   jobs_.clear();
   by_name_.clear();
+  by_number_.clear();
   arrays_.clear();
   dependents_.clear();
   core_to_seq_.clear();

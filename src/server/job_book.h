@@ -27,16 +27,18 @@ class JobBook {
   // Every job in memory, in submission order.
   Jobs& jobs() { return jobs_; }
   const Jobs& jobs() const { return jobs_; }
-  // A job by its name, or by its number (its seq: SLURM_JOB_ID, as Slurm's ids are
-  // numbers) while in memory; "j12" and "12", "j41_3" and "41_3" are one job.
+  // A job by its name, or by its number (Job::number: SLURM_JOB_ID, as Slurm's ids are
+  // numbers) while in memory; "j12" and "12", "j41_3" and "41_3" are one job; an array's
+  // number stands for the array.
   Job* Find(const std::string& name);
   // The name `name` stands for: itself when a job or array has it, else a number's job's
   // name (in memory), or the server's own "j" + number.
   std::string Resolve(const std::string& name) const;
   bool HasName(const std::string& name) const { return by_name_.count(name) > 0; }
-  // An array's tasks in memory, in seq order (the first is the array's number, `%A`);
-  // nullptr when none is.
+  // An array's tasks in memory, in seq order; nullptr when none is.
   const std::vector<int64_t>* Array(const std::string& id) const;
+  // An array task's array's number (`%A`, SLURM_ARRAY_JOB_ID): its first task's seq.
+  int64_t ArrayNumber(const Job& task) const;
 
   // Adds a job (its seq, name and array set) and indexes it.
   Job& Add(Job job);
@@ -75,6 +77,7 @@ class JobBook {
  private:
   Jobs jobs_;
   std::unordered_map<std::string, int64_t> by_name_;                  // name -> seq
+  std::unordered_map<int64_t, int64_t> by_number_;                    // number -> seq
   std::unordered_map<std::string, std::vector<int64_t>> arrays_;      // array id -> its tasks
   std::unordered_map<std::string, std::vector<int64_t>> dependents_;  // name -> held jobs
   std::vector<int64_t> core_to_seq_;                                  // core JobId -> seq

@@ -264,6 +264,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"array", job.array},
               {"array_index", job.array_index},
               {"array_limit", job.array_limit},
+              {"number", job.number},
+              {"array_number", job.array_number},
               {"after", after},
               {"spec_file", job.spec_file},
               {"state", std::string(Name(job.state))},
@@ -338,6 +340,8 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.array = d.value("array", std::string());
     job.array_index = d.value("array_index", -1);
     job.array_limit = d.value("array_limit", 0);
+    job.number = d.value("number", int64_t{0});
+    job.array_number = d.value("array_number", int64_t{0});
     job.after.clear();
     for (const json& a : d.value("after", json::array())) {
       job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});

@@ -143,6 +143,14 @@ struct Job {
   // scheduler at once (pending there, running or stopping); the rest are held, in index
   // order. 0: no limit.
   int array_limit = 0;
+  // Numbers, as Slurm's (SLURM_JOB_ID, %j, squeue's and sacct's ids). Slurm gives an array
+  // task its own id as it splits off the array, and the array's id stays with its last
+  // task: tasks 0-3 of array 12 are 13, 14, 15 and 12. Gantry numbers an array's tasks at
+  // submission the same way within the seqs they take (each task's is its seq + 1, the
+  // last's the first's seq); 0 here: the seq (jobs stored before these were kept).
+  int64_t number = 0;
+  int64_t array_number = 0;  // an array task's array's number (%A): its first task's seq
+  int64_t Number() const { return number > 0 ? number : seq; }
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   std::string team;
   std::string user;  // the submitter, when their token names one (a Unix account name)

@@ -728,16 +728,32 @@ TEST(SlurmFormat, SacctStatesExitCodesAndFilters) {
   json named = Job("finished");
   named["id"] = "train";
   named["seq"] = 9;
-  EXPECT_EQ(FieldValue(named, "jobid", 0), "9");  // a job its user named: its number
+  EXPECT_EQ(FieldValue(named, "jobarrayid", 0), "9");  // a job its user named: its number
+  EXPECT_EQ(FieldValue(named, "jobid", 0), "9");
+  // An array task: sacct's JobID (squeue's %i) its array's number and its index, JobIDRaw
+  // (squeue's %A, -O JobID) its own number, as Slurm 22.05's.
   named["id"] = "j41_3";
   named["array"] = "j41";
-  EXPECT_EQ(FieldValue(named, "jobid", 0), "41_3");
+  named["array_index"] = 3;
+  named["number"] = 45;
+  EXPECT_EQ(FieldValue(named, "jobarrayid", 0), "41_3");
+  EXPECT_EQ(FieldValue(named, "jobid", 0), "45");
   EXPECT_EQ(FieldValue(named, "arrayjobid", 0), "41");
   EXPECT_TRUE(JobIsOneOf(named, {"41_3"}));  // squeue -j 41_3, as Slurm's
   EXPECT_TRUE(JobIsOneOf(named, {"j41_3"}));
+  EXPECT_TRUE(JobIsOneOf(named, {"45"}));  // its own number
+  EXPECT_TRUE(JobIsOneOf(named, {"41"}));  // its array's, which stands for every task
   EXPECT_FALSE(JobIsOneOf(named, {"41_4"}));
+  EXPECT_FALSE(JobIsOneOf(named, {"44"}));
   named["id"] = "j41_3.batch";
-  EXPECT_EQ(FieldValue(named, "jobid", 0), "41_3.batch");
+  EXPECT_EQ(FieldValue(named, "jobarrayid", 0), "41_3.batch");
+  EXPECT_EQ(FieldValue(named, "jobid", 0), "45.batch");
+  named["array"] = "sweep";  // an array its user named: its number from gantryd
+  named["array_number"] = 41;
+  EXPECT_EQ(FieldValue(named, "jobarrayid", 0), "41_3.batch");
+  auto raw = ParseSacctFormat("JobID,JobIDRaw", error);
+  ASSERT_TRUE(raw) << error;
+  EXPECT_EQ(ColumnHeader((*raw)[0], true) + " " + ColumnHeader((*raw)[1], true), "JobID JobIDRaw");
   EXPECT_FALSE(ParseSacctFormat("JobID,Nope", error));
 
   AcctFilter f;

@@ -39,6 +39,27 @@ TEST(JobBook, NumbersStandForTheirJobsAndAnArraysFirstTaskForTheArray) {
   EXPECT_EQ(book.Find("nothing"), nullptr);
 }
 
+TEST(JobBook, AnArrayTaskHasItsOwnNumberAndTheArraysGoesWithItsLastTask) {
+  // As Slurm numbers them: array 10's tasks 0, 1, 2 are 11, 12 and 10.
+  JobBook book;
+  for (int k = 0; k < 3; ++k) {
+    Job t = MakeJob(10 + k, "j10_" + std::to_string(k), "j10", k);
+    t.array_number = 10;
+    t.number = k < 2 ? t.seq + 1 : 10;
+    book.Add(std::move(t));
+  }
+  book.Add(MakeJob(13, "after"));
+  EXPECT_EQ(book.Resolve("10"), "j10");  // the array's number: the array
+  EXPECT_EQ(book.Resolve("11"), "j10_0");
+  EXPECT_EQ(book.Resolve("12"), "j10_1");
+  EXPECT_EQ(book.Resolve("13"), "after");
+  EXPECT_EQ(book.Find("12")->array_index, 1);
+  EXPECT_EQ(book.ArrayNumber(*book.Find("j10_2")), 10);
+  book.Drop(book.jobs().find(10));  // task 0 leaves memory: its number with it
+  EXPECT_EQ(book.Resolve("11"), "j11");
+  EXPECT_EQ(book.Resolve("12"), "j10_1");
+}
+
 TEST(JobBook, ADroppedJobLeavesEveryIndex) {
   JobBook book;
   book.SetNodes(2);

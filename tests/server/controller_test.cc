@@ -1684,6 +1684,18 @@ TEST_F(ControllerTest, AJobsNumberStandsForIt) {
   const std::string array = arr.body["id"];
   ASSERT_EQ(array[0], 'j');
   EXPECT_EQ(ctl_->ShowJob(kTeamA, array.substr(1) + "_1").body["id"], array + "_1");
+  // Each task has its own number, as Slurm's: the array's goes with its last task, the
+  // others' follow it (array 41's tasks 0-2 are 42, 43 and 41).
+  const int64_t first = std::stoll(array.substr(1));
+  EXPECT_EQ(arr.body["number"], first);
+  for (int k = 0; k < 3; ++k) {
+    const json task = Show(array + "_" + std::to_string(k));
+    EXPECT_EQ(task["number"], k < 2 ? first + 1 + k : first) << k;
+    EXPECT_EQ(task["array_number"], first);
+    if (k < 2) {
+      EXPECT_EQ(ctl_->ShowJob(kTeamA, std::to_string(first + 1 + k)).body["id"], task["id"]);
+    }
+  }
   Reply cancelled = ctl_->Cancel(kTeamA, array.substr(1));
   EXPECT_EQ(cancelled.body["cancelled"], 3) << cancelled.body.dump();
   EXPECT_EQ(ctl_->Cancel(kTeamA, number).body["id"], id);

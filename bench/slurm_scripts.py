@@ -45,7 +45,7 @@ KEYS = ['SLURM_JOB_ID', 'SLURM_JOBID', 'SLURM_JOB_NAME', 'SLURM_ARRAY_JOB_ID', '
         'SLURM_CPUS_PER_TASK', 'SLURM_CPUS_ON_NODE', 'SLURM_JOB_GPUS', 'SLURM_GPUS_PER_TASK',
         'SLURM_GPUS_PER_NODE', 'SLURM_MEM_PER_NODE', 'SLURM_STEP_ID', 'SLURM_STEPID', 'SLURM_STEP_NUM_TASKS',
         'SLURM_STEP_NUM_NODES', 'SLURM_STEP_NODELIST', 'SLURM_STEP_TASKS_PER_NODE', 'SLURM_SUBMIT_DIR',
-        'SLURM_RESTART_COUNT', 'CUDA_VISIBLE_DEVICES', 'STAGE']
+        'SLURM_RESTART_COUNT', 'SLURM_STEP_GPUS', 'CUDA_VISIBLE_DEVICES', 'STAGE']
 
 
 def log(msg):
@@ -72,6 +72,8 @@ def run(cmd, **kw):
 
 class Slurm:
     """Slurm 22.05 on loopback: munged, slurmctld and one slurmd per node, in `d`."""
+
+    fenced = False  # TaskPlugin=task/none: no device cgroup, CUDA_VISIBLE_DEVICES by the node's indexes
 
     def __init__(self, d):
         self.d, self.procs = d, []
@@ -225,6 +227,10 @@ class Gantry:
         nodes = sum(p[2] for p in POOLS)
         wait_for('agents up', lambda: len([l for l in self.cli('nodes').stdout.splitlines() if ' up ' in l]) >= nodes,
                  60, 0.5)
+        # Whether the agents hide a worker's other GPUs (cgroup device rules): CUDA then counts
+        # its GPUs from 0, as Slurm's under ConstrainDevices (the Slurm side here has none).
+        logs = [open(os.path.join(d, 'agent-%s-%d.log' % (p[1], i))).read() for p in POOLS for i in range(p[2])]
+        self.fenced = all('workers run in cgroups' in l and 'GPU devices are NOT constrained' not in l for l in logs)
 
     def cli(self, *args, cwd=None):
         return run([self.bin('gantry'), '--server', self.url, '--token', self.token] + list(args), cwd=cwd)
@@ -324,6 +330,13 @@ def observe(side, script, work, first_number):
         obs['env'][rel] = {k: (norm(env[k]) if k in ('SLURM_JOB_ID', 'SLURM_JOBID', 'SLURM_ARRAY_JOB_ID')
                                else place(env[k]) if k in NODE_KEYS
                                else env[k].replace(work, 'WORK')) for k in KEYS if k in env}
+        # CUDA_VISIBLE_DEVICES as the GPUs it names on the node: where the side's device rules
+        # hide the others, CUDA counts from 0 among the task's own (SLURM_STEP_GPUS, else the
+        # job's SLURM_JOB_GPUS), as Slurm's under ConstrainDevices; else the node's indexes.
+        held = env.get('SLURM_STEP_GPUS', env.get('SLURM_JOB_GPUS', '')).split(',')
+        cvd = obs['env'][rel].get('CUDA_VISIBLE_DEVICES', '')
+        if side.fenced and cvd and all(c.isdigit() and int(c) < len(held) for c in cvd.split(',')):
+            obs['env'][rel]['CUDA_VISIBLE_DEVICES'] = ','.join(held[int(c)] for c in cvd.split(','))
     obs['files'] = sorted(norm(os.path.relpath(p, work)) for p in glob.glob(os.path.join(work, '**', '*'), recursive=True)
                           if os.path.isfile(p) and not p.endswith(name))
     return obs, max([n for n, *_ in jobs], default=first_number - 1) + 1

@@ -34,9 +34,20 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
     return nullptr;
   };
   if (sharing == "exclusive") {
-    for (int i : alloc.gpus) {
-      if (const GpuInfo* g = gpu(i))
-        visible += (visible.empty() ? "" : ",") + (by_index ? std::to_string(g->index) : g->uuid);
+    // By index (an sbatch job's, as Slurm's gres names them): where the worker's device
+    // rules hide the node's other GPUs, CUDA numbers the ones it sees from 0, so they are
+    // named from 0 in the order of their indexes, as Slurm does under ConstrainDevices
+    // (gres_use_local_device_index); else by their indexes on the node.
+    const auto fenced = isolation_.find(proto::kIsolationGpuDevices);
+    const bool local = by_index && fenced != isolation_.end() && fenced->second;
+    std::vector<int> gpus = alloc.gpus;
+    if (by_index) std::sort(gpus.begin(), gpus.end());
+    int seen = 0;
+    for (int i : gpus) {
+      const GpuInfo* g = gpu(i);
+      if (g == nullptr) continue;
+      const std::string name = !by_index ? g->uuid : std::to_string(local ? seen++ : g->index);
+      visible += (visible.empty() ? "" : ",") + name;
     }
   } else if (const GpuInfo* g = gpu(alloc.gpu)) {
     if (sharing == "mig") {

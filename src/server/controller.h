@@ -436,6 +436,9 @@ class Controller : public ApiBackend {
   // What one node's share of a batch job is: its workers there merged (exclusive GPUs,
   // CPUs, memory), or worker `rank`'s own where they are shares or MIG instances.
   core::WorkerAlloc NodeAlloc(const Job& job, core::NodeId n, int rank) const;
+  // The node's indexes of the GPUs `a` holds (a MIG instance's or a share's: its GPU's), as
+  // Slurm's SLURM_JOB_GPUS and SLURM_STEP_GPUS say them: "0,1,2,3".
+  static std::string GpuIndexes(const core::WorkerAlloc& a);
   proto::Limits NodeLimits(const Job& job, core::NodeId n) const;
   std::unordered_map<int64_t, std::string> run_tokens_;  // by job seq: the current run's
 

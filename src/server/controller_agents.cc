@@ -28,6 +28,14 @@ int MasterPort(int64_t seq, int run) {
 
 // ---------------------------------------------------------------- API: agents
 
+std::string Controller::GpuIndexes(const core::WorkerAlloc& a) {
+  if (a.sharing != core::Sharing::kExclusive) return std::to_string(a.gpu);
+  std::string out;
+  for (uint64_t m = a.gpu_mask; m != 0; m &= m - 1)
+    out += (out.empty() ? "" : ",") + std::to_string(std::countr_zero(m));
+  return out;
+}
+
 spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
                                             const std::vector<std::string>& nodes) const {
   const std::string& node = cluster_.node(w.alloc.node).name;
@@ -60,14 +68,9 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     ++per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())];
   }
   const core::Node& node = cluster_.node(w.alloc.node);
-  int gpus = std::popcount(a.gpu_mask);
-  std::string indexes;  // SLURM_JOB_GPUS: the node's GPU indexes (MIG, shares: the GPU's)
-  for (uint64_t m = a.gpu_mask; m != 0; m &= m - 1)
-    indexes += (indexes.empty() ? "" : ",") + std::to_string(std::countr_zero(m));
-  if (a.sharing != core::Sharing::kExclusive) {
-    gpus = 1;  // a MIG instance or a share of one GPU
-    indexes = std::to_string(a.gpu);
-  }
+  // A MIG instance or a share counts 1.
+  const int gpus = a.sharing == core::Sharing::kExclusive ? std::popcount(a.gpu_mask) : 1;
+  const std::string indexes = GpuIndexes(a);  // SLURM_JOB_GPUS
   // A batch job's CPUs on a node: at least one per task, as Slurm allocates them.
   const int tasks_here = per_node[static_cast<size_t>(names.node_index)];
   if (job.batch()) cpus_milli = std::max<int64_t>(cpus_milli, int64_t{1000} * tasks_here);

@@ -487,6 +487,45 @@ TEST_P(AgentOnFakeNvml, EachWorkerOpensOnlyItsOwnGpusDeviceFiles) {
   }
 }
 
+// An sbatch job's worker names its GPUs by index, as Slurm's gres does. Where its device
+// rules hide the node's other GPUs, CUDA sees only its own, numbered from 0: so are they
+// named (Slurm under ConstrainDevices: gres_use_local_device_index), in index order, while
+// GANTRY_GPUS (SLURM_JOB_GPUS) keeps the node's indexes; unconstrained, the node's indexes.
+// A native job's are UUIDs either way.
+TEST_P(AgentOnFakeNvml, AnSbatchJobsGpusByIndexCountFromZeroWhereItsDeviceRulesHideTheOthers) {
+  json gpus = json::array();
+  for (int i = 0; i < 4; ++i)
+    gpus.push_back(Gpu("GPU-" + std::to_string(i), "00000000:" + std::to_string(17 + i) + ":00.0"));
+  Script({{"gpus", gpus}});
+  auto worker = [&](const std::string& job, int seq, std::vector<int> held, bool by_index) {
+    const std::string out = (dir_ / (job + ".opens")).string();
+    json w = {{"job", job},
+              {"run", 1},
+              {"rank", 0},
+              {"seq", seq},
+              {"action", "run"},
+              {"command",
+               {"sh", "-c",
+                "echo \"$CUDA_VISIBLE_DEVICES $GANTRY_GPUS\" > " + out + ".tmp; mv " + out +
+                    ".tmp " + out + "; sleep 60"}},
+              {"alloc", {{"sharing", "exclusive"}, {"gpus", held}}}};
+    if (by_index) w["gpu_names"] = "index";
+    return w;
+  };
+  SetWorkers({worker("pair", 1, {3, 1}, true), worker("one", 2, {2}, true),
+              worker("native", 3, {0}, false)});
+  StartAgent();
+  const std::string pair = Opens("pair"), one = Opens("one"), native = Opens("native");
+  if (DevicesConstrained()) {
+    EXPECT_EQ(pair, "0,1 1,3\n");
+    EXPECT_EQ(one, "0 2\n");
+  } else {
+    EXPECT_EQ(pair, "1,3 1,3\n");
+    EXPECT_EQ(one, "2 2\n");
+  }
+  EXPECT_EQ(native, "GPU-0 0\n");
+}
+
 // At a node's size: eight GPUs whose minor numbers run backwards (GPU i is
 // /dev/nvidia(7-i)), shared by five workers at once (four, two and one whole GPUs, and
 // two MPS shares of the last GPU): each opens exactly its own GPUs' device files.

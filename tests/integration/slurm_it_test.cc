@@ -45,6 +45,14 @@ queues:
 )";
 
 // What a Slurm user writes: nothing in it knows about Gantry.
+// Whether the agent of `node` hides the node's other GPUs from each worker (its log says so
+// at start): CUDA then counts a worker's GPUs from 0.
+bool FencesGpus(Harness& h, const std::string& node) {
+  const std::string log = h.Read("agent-" + node + ".log");
+  return log.find("workers run in cgroups") != std::string::npos &&
+         log.find("GPU devices are NOT constrained") == std::string::npos;
+}
+
 constexpr const char* kTrainScript = R"SH(#!/bin/bash
 #SBATCH --job-name=train
 #SBATCH --partition=h100
@@ -174,8 +182,10 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_EQ(
       std::count(batch["CUDA_VISIBLE_DEVICES"].begin(), batch["CUDA_VISIBLE_DEVICES"].end(), ','),
       3);
-  // By index, as Slurm's gres sets it (a native job's names UUIDs).
-  EXPECT_EQ(batch["CUDA_VISIBLE_DEVICES"], batch["SLURM_JOB_GPUS"]);
+  // By index, as Slurm's gres sets it (a native job's names UUIDs): from 0 where the agent's
+  // device rules hide the node's other GPUs (Slurm's ConstrainDevices), else the node's.
+  EXPECT_EQ(batch["CUDA_VISIBLE_DEVICES"],
+            FencesGpus(h, batch["SLURMD_NODENAME"]) ? "0,1,2,3" : batch["SLURM_JOB_GPUS"]);
   // srun ran the job's two tasks, each seeing the job's GPUs on its node.
   for (int rank = 0; rank < 2; ++rank) {
     const std::string r_s = std::to_string(rank);
@@ -641,15 +651,16 @@ queues:
   h.StartServer();
   for (int i = 0; i < 8; ++i) h.StartAgent("w-" + std::to_string(i));
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(8); }, 30)) << "agents did not come up";
-  const std::string id = Sbatch(
-      h, "wide.sh",
-      "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 8\n#SBATCH --ntasks-per-node=4\n"
-      "#SBATCH --gpus-per-task=2\n#SBATCH -t 2\n#SBATCH -o wide.out\n"
-      "srun bash -c 'echo \"task $SLURM_PROCID node $SLURM_NODEID local $SLURM_LOCALID "
-      "host $SLURMD_NODENAME gpus $CUDA_VISIBLE_DEVICES ntasks $SLURM_NTASKS\"' > tasks.txt\n"
-      "echo \"srun $?\"\n"
-      "srun -N 8 -n 8 bash -c 'echo $SLURMD_NODENAME' > hosts.txt\n"
-      "echo \"srun $?\"\n");
+  const std::string id =
+      Sbatch(h, "wide.sh",
+             "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 8\n#SBATCH --ntasks-per-node=4\n"
+             "#SBATCH --gpus-per-task=2\n#SBATCH -t 2\n#SBATCH -o wide.out\n"
+             "srun bash -c 'echo \"task $SLURM_PROCID node $SLURM_NODEID local $SLURM_LOCALID "
+             "host $SLURMD_NODENAME gpus $SLURM_STEP_GPUS ntasks $SLURM_NTASKS "
+             "sees $CUDA_VISIBLE_DEVICES\"' > tasks.txt\n"
+             "echo \"srun $?\"\n"
+             "srun -N 8 -n 8 bash -c 'echo $SLURMD_NODENAME' > hosts.txt\n"
+             "echo \"srun $?\"\n");
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
   EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
@@ -660,7 +671,7 @@ queues:
   std::map<std::string, std::set<std::string>> gpus;  // host -> GPU pairs
   for (std::string line; std::getline(tasks, line);) {
     std::istringstream f(line);
-    std::string w[12];
+    std::string w[14];
     for (std::string& x : w) f >> x;
     ASSERT_EQ(w[0], "task") << line;
     const int task = std::stoi(w[1]);
@@ -671,6 +682,9 @@ queues:
     EXPECT_EQ(std::count(w[9].begin(), w[9].end(), ','), 1) << "two GPUs: " << line;
     EXPECT_TRUE(gpus[w[7]].insert(w[9]).second) << "a GPU pair given twice: " << line;
     EXPECT_EQ(w[11], "32") << line;
+    // CUDA's names for them: from 0 where the agent's device rules hide the node's other
+    // GPUs (as Slurm's under ConstrainDevices), else the node's indexes.
+    EXPECT_EQ(w[13], FencesGpus(h, w[7]) ? "0,1" : w[9]) << line;
   }
   EXPECT_EQ(by_task.size(), 32u);
   EXPECT_EQ(locals.size(), 8u) << "8 nodes";

@@ -472,7 +472,11 @@ void Agent::Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWork
     wanted.insert(key);
     auto it = workers_.find(key);
     if (d.action == proto::DesiredWorker::Action::kRun) {
-      if (it == workers_.end() && !done_.count(key)) StartWorker(d, now);
+      if (it == workers_.end() && !done_.count(key)) {
+        StartWorker(d, now);
+      } else if (it != workers_.end()) {
+        SendAskedSignals(it->second, d.signals);
+      }
       continue;
     }
     const int64_t grace = d.grace_ms;
@@ -500,6 +504,23 @@ void Agent::Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWork
       Stop(w, SIGKILL, 0, now);
     }
   }
+}
+
+void Agent::SendAskedSignals(Worker& w, const std::vector<proto::DesiredWorker::Signal>& asked) {
+  if (w.exited || w.stopping || w.pid <= 1) return;
+  const int before = w.signalled;
+  for (const proto::DesiredWorker::Signal& s : asked) {
+    if (s.n <= before || s.signal <= 0) continue;
+    // -b: the batch shell alone (the shim's child), else the worker's process group.
+    if (!(s.script_only && SignalChild(options_.proc, w.pid, s.signal)))
+      SignalGroup(w.pid, s.signal);
+    Say("job " + w.job + " run " + std::to_string(w.run) + " rank " + std::to_string(w.rank) +
+        (w.step >= 0 ? " step " + std::to_string(w.step) : "") + ": sent signal " +
+        std::to_string(s.signal) + (s.script_only ? " to its batch script" : "") + ", as asked");
+    w.signalled = std::max(w.signalled, s.n);
+  }
+  if (w.signalled != before && !w.record_path.empty())
+    WriteRecord(w);  // sent once, also by a successor
 }
 
 }  // namespace gantry::agent

@@ -166,7 +166,8 @@ class Agent {
     std::vector<gid_t> groups;
     std::string script_path;  // sbatch: the script written for it, removed with its record
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
-    bool signal_script_only = false;         // that signal to the shim's child alone (sbatch B:)
+    bool signal_script_only = false;  // that signal to the shim's child alone (sbatch B:)
+    int signalled = 0;  // the last of its run's asked signals (DesiredWorker::signals) sent
     int64_t uploaded = 0, err_uploaded = 0;  // bytes of log (or out_path) and err_path sent
     std::string record_path;
     std::string status_path;    // where its shim writes how it ended (launcher.h, ShimMain)
@@ -252,6 +253,8 @@ class Agent {
   // Starts the worker `d` describes (Reconcile decodes it): resolves its request, launches
   // and records it; running then, or ended at once saying why it could not start.
   void StartWorker(const proto::DesiredWorker& d, int64_t now);
+  // Sends a running worker the signals asked of it (scancel --signal) it has not had yet.
+  void SendAskedSignals(Worker& w, const std::vector<proto::DesiredWorker::Signal>& asked);
   // StartWorker's steps (agent_start.cc, agent_resolve.cc), in this order. `w` is the
   // worker being started (`key`: its Key) and `spec` its launch description, both filled
   // in as they go. A `std::string` returned (or ResolveGpus' `problem`) says why the worker

@@ -52,6 +52,7 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   spec.err_log_path = w.err_path;
   w.stop_signal = d.signal;
   w.signal_script_only = d.signal_script_only;
+  for (const proto::DesiredWorker::Signal& s : d.signals) w.signalled = std::max(w.signalled, s.n);
   // sbatch -o/-e: files on this node, relative to the workdir; the worker opens them as
   // its user (Launch), so it can write only where that user may.
   for (const auto& [p, out] :

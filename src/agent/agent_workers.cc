@@ -40,6 +40,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"grace_ms", w.grace_ms},
             {"stop_signal", w.stop_signal},
             {"signal_script_only", w.signal_script_only},
+            {"signalled", w.signalled},
             {"out_path", w.out_path},
             {"out_user", w.out_user},
             {"uid", w.uid},
@@ -68,6 +69,7 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.grace_ms = r.value("grace_ms", int64_t{0});
   w.stop_signal = r.value("stop_signal", 0);
   w.signal_script_only = r.value("signal_script_only", false);
+  w.signalled = r.value("signalled", 0);
   w.out_path = r.value("out_path", std::string());
   w.out_user = r.value("out_user", false);
   w.uid = r.value("uid", uid_t{0});

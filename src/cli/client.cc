@@ -759,8 +759,11 @@ struct CancelFilter {
   bool any() const { return !user.empty() || !name.empty() || !state.empty() || !queue.empty(); }
 };
 
+// With `signal` (scancel --signal): sent to the jobs instead of ending them, to `to`:
+// steps, batch or full (POST /v1/jobs/ID/signal).
 int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
-           const CancelFilter& filter = {}) {
+           const CancelFilter& filter = {}, const std::string& signal = "",
+           const std::string& to = "steps") {
   Client c(g);
   int worst = 0;
   if (filter.any()) {
@@ -777,18 +780,27 @@ int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
       // (user and queue: gantryd's listing filtered them)
       if (!filter.name.empty() && j.value("name", "") != filter.name) continue;
       if (!filter.state.empty() && j.value("state", "") != filter.state) continue;
+      if (!signal.empty() && j.value("state", "") != "running") continue;  // only those run
       ids.push_back(id);
     }
   }
   for (const std::string& id : ids) {
-    Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel" + (force ? "?force=true" : ""), "",
-                        "application/json");
+    Response r =
+        signal.empty()
+            ? c.Post("/v1/jobs/" + UrlEncode(id) + "/cancel" + (force ? "?force=true" : ""), "",
+                     "application/json")
+            : c.Post(
+                  "/v1/jobs/" + UrlEncode(id) + "/signal?signal=" + UrlEncode(signal) + "&to=" + to,
+                  "", "application/json");
     if (int rc = Check(r, "cancel")) {
       worst = std::max(worst, rc);
       continue;
     }
     json j = r.Json();
-    if (j.contains("cancelled")) {  // an array
+    if (!signal.empty()) {
+      std::cout << id << ": signal " << signal << " sent to " << j.value("signalled", 0)
+                << " running job(s)\n";
+    } else if (j.contains("cancelled")) {  // an array
       std::cout << id << ": " << j["cancelled"].get<int>() << " task(s) cancelled\n";
     } else {
       std::cout << id << ": " << j.value("state", "") << "\n";
@@ -1359,14 +1371,41 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
       "--force", cancel_force,
       "End the grace now: SIGKILL the workers' process groups without waiting for a checkpoint "
       "(also for a job already stopping)");
+  static std::string cancel_signal;
+  static bool cancel_batch = false, cancel_full = false;
+  cancel->add_option("--signal", cancel_signal,
+                     "Send this signal (USR1, SIGTERM, 10, ...) to running jobs instead of "
+                     "ending them: a batch job's steps, a native job's workers (scancel -s)");
+  cancel->add_flag("--batch", cancel_batch,
+                   "With --signal: to the batch script's shell alone, not its steps (scancel -b)");
+  cancel->add_flag("--full", cancel_full,
+                   "With --signal: to the batch script, its children and its steps (scancel -f)");
   cancel->callback([&exit_code] {
+    if ((cancel_batch || cancel_full) && cancel_signal.empty()) {
+      std::cerr << "gantry cancel: --batch and --full go with --signal\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    if (!cancel_signal.empty() && (cancel_force || (cancel_batch && cancel_full))) {
+      std::cerr << "gantry cancel: --signal takes --batch or --full, not both, and not --force\n";
+      exit_code = kExitBadInput;
+      return;
+    }
+    if (!cancel_signal.empty() && spec::SignalNumber(cancel_signal) <= 0) {
+      std::cerr << "gantry cancel: --signal " << cancel_signal << ": not a signal name or number\n";
+      exit_code = kExitBadInput;
+      return;
+    }
     if (cancel_ids.empty() && !cancel_filter.any()) {
       std::cerr << "gantry cancel: give job ids, or a filter (--user, --name, --account, "
                    "--state)\n";
       exit_code = kExitBadInput;
       return;
     }
-    exit_code = Cancel(g, cancel_ids, cancel_force, cancel_filter);
+    exit_code = Cancel(g, cancel_ids, cancel_force, cancel_filter, cancel_signal,
+                       cancel_batch  ? "batch"
+                       : cancel_full ? "full"
+                                     : "steps");
   });
 
   static std::vector<std::string> requeue_ids;

@@ -884,11 +884,17 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
           return std::vector<std::string>{};
         }
         out.insert(out.end(), {"--state", state});
+      } else if (w.rfind("-s", 0) == 0 || starts("--signal")) {
+        if (!(v = value(i, w, w[1] == 's' ? 2 : 8))) return std::vector<std::string>{};
+        out.insert(out.end(), {"--signal", *v});
+      } else if (w == "-b" || w == "--batch") {
+        out.emplace_back("--batch");
+      } else if (w == "-f" || w == "--full") {
+        out.emplace_back("--full");
       } else if (!w.empty() && w[0] == '-') {
         error = "scancel " + w +
-                ": not supported under Gantry (scancel takes job ids and -u, --me, -n, -A, -t; "
-                "a signal other than the end of the job is not sent; gantry cancel --force ends "
-                "the grace)";
+                ": not supported under Gantry (scancel takes job ids and -u, --me, -n, -A, -t, "
+                "-s, -b, -f; gantry cancel --force ends the grace)";
         return std::vector<std::string>{};
       } else {
         out.push_back(w);

@@ -2100,6 +2100,9 @@ class KubeApi : public server::ApiBackend {
   void Requeue(std::string, std::string, server::Done done) override {
     done(Elsewhere("requeues nothing", "delete the pods: their controller recreates them"));
   }
+  void Signal(std::string, std::string, int, std::string, server::Done done) override {
+    done(Elsewhere("signals nothing", "kubectl exec POD -- kill -s SIGNAL 1"));
+  }
   void LogPath(std::string, std::string, int, int, int, bool, server::Done done) override {
     done(Elsewhere("keeps no logs", "kubectl logs"));
   }

@@ -226,8 +226,17 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
                     .Opt("memory_bytes", w.limits.memory_bytes)
                     .Opt("cpus_milli", w.limits.cpus_milli);
               })
-      .Nested("emulate", [&](const json& v, const std::string& p) {
-        ReadEmulate(v, p, error, w.emulate.emplace());
+      .Nested("emulate",
+              [&](const json& v, const std::string& p) {
+                ReadEmulate(v, p, error, w.emulate.emplace());
+              })
+      .Nested("signals", [&](const json& v, const std::string& p) {
+        ReadList(v, p, error, w.signals,
+                 [&](const json& one, const std::string& q, DesiredWorker::Signal& s) {
+                   std::string to;
+                   Reader(one, q, error).Req("n", s.n).Req("signal", s.signal).Opt("to", to);
+                   s.script_only = to == "script";
+                 });
       });
   if (error) return;
   w.signal = std::max(0, w.signal);  // 0 and below: none (not sent)
@@ -415,6 +424,15 @@ json Encode(const DesiredWorker& w) {
   if (w.gpus_by_index) j["gpu_names"] = "index";
   if (w.emulate) j["emulate"] = Encode(*w.emulate);
   if (w.step >= 0) j["step"] = w.step;
+  if (!w.signals.empty()) {
+    json signals = json::array();
+    for (const DesiredWorker::Signal& s : w.signals) {
+      json one = {{"n", s.n}, {"signal", s.signal}};
+      if (s.script_only) one["to"] = "script";
+      signals.push_back(std::move(one));
+    }
+    j["signals"] = std::move(signals);
+  }
   return j;
 }
 

@@ -171,6 +171,17 @@ struct DesiredWorker {
   // A task of job step `step` (`srun` in a batch job; absent: -1): `rank` is its id in the
   // step. It runs inside the job's allocation on this node and ends on its own.
   int step = -1;
+  // Signals asked of the running worker (scancel --signal), numbered from 1 in the run:
+  // the agent sends each once, those numbered above the last it sent, to the worker's
+  // process group or, `script_only`, to the batch script's shell alone (scancel -b). A
+  // worker started after a signal was asked does not get it.
+  struct Signal {
+    int n = 0;
+    int signal = 0;
+    bool script_only = false;
+    bool operator==(const Signal&) const = default;
+  };
+  std::vector<Signal> signals;
   bool operator==(const DesiredWorker&) const = default;
 };
 

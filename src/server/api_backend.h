@@ -84,6 +84,11 @@ class ApiBackend {
   // A running job's run ends and the job waits again, keeping its checkpointed progress
   // (Slurm's `scontrol requeue`; a stopping job is requeued instead of ending).
   virtual void Requeue(std::string token, std::string name, Done done) = 0;
+  // scancel --signal: `signal` to a running job's steps' tasks ("steps"; a native job's
+  // workers), its batch script's shell ("batch") or both with the script's children
+  // ("full"); an array's id: every running task.
+  virtual void Signal(std::string token, std::string name, int signal, std::string to,
+                      Done done) = 0;
   // `step` >= 0: task `rank` of that job step (srun), its stderr with `err`; -1: worker
   // `rank` (stdout and stderr together).
   virtual void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,

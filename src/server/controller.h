@@ -149,6 +149,7 @@ class Controller : public ApiBackend {
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
   void Cancel(std::string token, std::string name, bool force, Done done) override;
   void Requeue(std::string token, std::string name, Done done) override;
+  void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
                Done done) override;
@@ -192,6 +193,8 @@ class Controller : public ApiBackend {
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name, bool force = false);
   Reply Requeue(const std::string& token, const std::string& name);
+  Reply Signal(const std::string& token, const std::string& name, int signal,
+               const std::string& to);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank, int step = -1,
                 bool err = false);
   Reply CreateStep(const std::string& token, const std::string& job, const nlohmann::json& body);
@@ -439,6 +442,10 @@ class Controller : public ApiBackend {
   // The node's indexes of the GPUs `a` holds (a MIG instance's or a share's: its GPU's), as
   // Slurm's SLURM_JOB_GPUS and SLURM_STEP_GPUS say them: "0,1,2,3".
   static std::string GpuIndexes(const core::WorkerAlloc& a);
+  // The signals asked of job's run (Job::signals) sent to `to` ("steps", "batch", "full"),
+  // numbered as asked.
+  static std::vector<proto::DesiredWorker::Signal> AskedSignals(const Job& job,
+                                                                const std::set<std::string>& to);
   proto::Limits NodeLimits(const Job& job, core::NodeId n) const;
   std::unordered_map<int64_t, std::string> run_tokens_;  // by job seq: the current run's
 

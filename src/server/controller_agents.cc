@@ -28,6 +28,17 @@ int MasterPort(int64_t seq, int run) {
 
 // ---------------------------------------------------------------- API: agents
 
+std::vector<proto::DesiredWorker::Signal> Controller::AskedSignals(
+    const Job& job, const std::set<std::string>& to) {
+  std::vector<proto::DesiredWorker::Signal> out;
+  for (size_t i = 0; i < job.signals.size(); ++i) {
+    const Job::SignalAsk& k = job.signals[i];
+    if (to.contains(k.to))
+      out.push_back({static_cast<int>(i + 1), k.signal, job.batch() && k.to == "batch"});
+  }
+  return out;
+}
+
 std::string Controller::GpuIndexes(const core::WorkerAlloc& a) {
   if (a.sharing != core::Sharing::kExclusive) return std::to_string(a.gpu);
   std::string out;
@@ -293,6 +304,9 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   wj.signal_script_only = job.batch() && job.spec.signal_batch;
   if (job.batch() && wj.signal > 0 && !job.spec.signal_batch)
     wj.signal = SIGCONT;  // --signal without B: goes to the steps (StepDesired)
+  // scancel --signal: a native job's workers all get them; a batch script -b's and -f's.
+  wj.signals = AskedSignals(job, job.batch() ? std::set<std::string>{"batch", "full"}
+                                             : std::set<std::string>{"steps", "batch", "full"});
   // `gantry sbatch`: the script the agent writes on the node and runs, the files the
   // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
   // batch step writes to -o), and the signal it gets first when stopped.

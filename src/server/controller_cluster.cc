@@ -371,6 +371,11 @@ Reply Controller::Requeue(const std::string& token, const std::string& name) {
   return Wait([&](Done d) { Requeue(token, name, std::move(d)); });
 }
 
+Reply Controller::Signal(const std::string& token, const std::string& name, int signal,
+                         const std::string& to) {
+  return Wait([&](Done d) { Signal(token, name, signal, to, std::move(d)); });
+}
+
 Reply Controller::ShowStep(const std::string& token, const std::string& job, int step) {
   return Wait([&](Done d) { ShowStep(token, job, step, "", 0, std::move(d)); });
 }

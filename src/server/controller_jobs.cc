@@ -850,6 +850,55 @@ void Controller::Requeue(std::string token, std::string name, Done done) {
   });
 }
 
+void Controller::Signal(std::string token, std::string name, int signal, std::string to,
+                        Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    if (to != "steps" && to != "batch" && to != "full")
+      return Reply::Error(Code::kBadRequest, "to: expected steps, batch or full, got " + to);
+    if (signal <= 0 || signal >= 65)
+      return Reply::Error(Code::kBadRequest, "signal: expected 1..64");
+    std::vector<Job*> jobs;  // an array's id: its tasks (those running are signalled)
+    if (Job* job = book_.Find(name)) {
+      jobs.push_back(job);
+    } else if (const std::vector<int64_t>* tasks = book_.Array(book_.Resolve(name))) {
+      for (int64_t seq : *tasks) jobs.push_back(&book_.jobs().at(seq));
+    } else {
+      return Reply::Error(Code::kNotFound, "no job " + name);
+    }
+    int signalled = 0;
+    for (Job* job : jobs) {
+      if (!MayManage(user, *job)) {
+        return Reply::Error(Code::kForbidden, user.Describe() + " may not signal job " + job->name +
+                                                  " in queue " + job->queue);
+      }
+    }
+    for (Job* job : jobs) {
+      if (job->state != JobState::kRunning) continue;
+      job->signals.push_back({signal, to});
+      for (const Worker& w : job->workers) w.desired.reset();
+      for (const Step& s : job->steps) {
+        for (const StepTask& t : s.tasks) t.desired.reset();
+      }
+      job->Note(now_, "signal " + std::to_string(signal) + " sent to its " +
+                          (to == "batch"  ? "batch script"
+                           : to == "full" ? "script and steps"
+                           : job->batch() ? "steps"
+                                          : "workers") +
+                          " by " + user.Describe());
+      Touch(*job);
+      Persist(*job);
+      ++signalled;
+    }
+    if (signalled == 0) {  // as Slurm's "Job is pending execution" / "already completed"
+      return Reply::Error(Code::kConflict, "job " + name + " is " + jobs.front()->state_word() +
+                                               ": only a running job is signalled");
+    }
+    Reply r;
+    r.body = {{"id", name}, {"signalled", signalled}};
+    return r;
+  });
+}
+
 void Controller::CancelJob(Job& job, const std::string& reason, Ticks now, bool force) {
   switch (job.state) {
     case JobState::kDone:

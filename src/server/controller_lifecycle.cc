@@ -67,6 +67,7 @@ void Controller::StartRun(Job& job, Ticks now, bool resized) {
   job.size = static_cast<int>(rec.alloc.size());
   if (resized) sched_->RunBegan(job.core, now);  // its checkpoints count from now
   ++job.run;
+  job.signals.clear();  // asked of the run before
   job.run_start = now;
   job.run_tier =
       rec.spec.tier != job.spec.tier ? std::optional<core::Tier>(rec.spec.tier) : std::nullopt;

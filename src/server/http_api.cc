@@ -5,6 +5,7 @@
 #include "base/clock.h"
 #include "server/auth.h"
 #include "server/dashboard.h"
+#include "spec/batch.h"
 
 namespace gantry::server {
 
@@ -351,6 +352,13 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "requeue"}, a))
     return c.Requeue(TokenOf(req), a[0], reply);
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "signal"}, a)) {
+    const int signal = spec::SignalNumber(req.param("signal"));
+    if (signal <= 0)
+      return bad("signal: expected a signal name or number, got \"" + req.param("signal") + "\"");
+    const std::string to = req.has_param("to") ? req.param("to") : "steps";
+    return c.Signal(TokenOf(req), a[0], signal, to, reply);
+  }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "steps"}, a)) {
     json body = json::parse(req.body, nullptr, false);
     if (body.is_discarded() || !body.is_object())

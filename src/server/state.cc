@@ -265,6 +265,13 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
               {"array_index", job.array_index},
               {"array_limit", job.array_limit},
               {"number", job.number},
+              {"signals",
+               [&] {
+                 json a = json::array();
+                 for (const Job::SignalAsk& k : job.signals)
+                   a.push_back({{"signal", k.signal}, {"to", k.to}});
+                 return a;
+               }()},
               {"array_number", job.array_number},
               {"after", after},
               {"spec_file", job.spec_file},
@@ -342,6 +349,9 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.array_limit = d.value("array_limit", 0);
     job.number = d.value("number", int64_t{0});
     job.array_number = d.value("array_number", int64_t{0});
+    job.signals.clear();
+    for (const json& k : d.value("signals", json::array()))
+      job.signals.push_back({k.value("signal", 0), k.value("to", std::string("steps"))});
     job.after.clear();
     for (const json& a : d.value("after", json::array())) {
       job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});

@@ -165,6 +165,14 @@ struct Job {
   JobState state = JobState::kPending;
   Ticks submit = 0;
   int run = 0;  // runs started so far; the current run's number
+  // Signals asked of this run (scancel --signal), the n-th numbered n: to the steps'
+  // tasks ("steps", a batch job's default; a native job's workers), the batch script's
+  // shell alone ("batch", -b) or the script's process group and the steps ("full", -f).
+  struct SignalAsk {
+    int signal = 0;
+    std::string to;
+  };
+  std::vector<SignalAsk> signals;
   Ticks run_start = -1;
   Ticks first_start = -1;
   // The tier the current run started at where it is not the asked one (a spent budget made

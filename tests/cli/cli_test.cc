@@ -182,7 +182,7 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
       << squeue.output;
   Outcome state = Shell(dir + "squeue -t XX 2>&1");
   EXPECT_NE(state.output.find("give one of PD, R"), std::string::npos) << state.output;
-  Outcome scancel = Shell(dir + "scancel --signal=USR1 j1 2>&1");
+  Outcome scancel = Shell(dir + "scancel --interactive j1 2>&1");
   EXPECT_EQ(scancel.status, 2);
   EXPECT_NE(scancel.output.find("gantry cancel --force"), std::string::npos) << scancel.output;
   Outcome srun = Shell("env -u SLURM_JOB_ID " + dir + "srun -N1 hostname 2>&1");

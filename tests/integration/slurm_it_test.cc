@@ -1097,6 +1097,58 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
   EXPECT_NE(bad.err.find("give PENDING, RUNNING or COMPLETING"), std::string::npos) << bad.err;
 }
 
+// scancel --signal, as Slurm's: by default to the job's steps (the batch script is spared),
+// with -b to the batch script's shell alone; a job that does not run is refused.
+TEST(Slurm, ScancelSignalsTheStepsOrWithBTheBatchScriptAlone) {
+  Harness h("slurm-signal");
+  StartSlurmCluster(h);
+  fs::create_directories(h.Path("work"));
+  h.Write("work/task.sh",
+          "#!/bin/bash\ntrap 'echo \"task $SLURM_PROCID USR1\" >> sig.txt; exit 0' USR1\n"
+          "echo up >> up.txt\nwhile :; do sleep 0.1; done\n");
+  h.Write("sig.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 1\n#SBATCH -n 2\n#SBATCH -t 5\n"
+          "trap 'echo \"batch USR2\" >> sig.txt' USR2\n"
+          "srun bash task.sh &\npid=$!\n"
+          "while kill -0 $pid 2>/dev/null; do wait $pid; done\necho \"srun ended\" >> sig.txt\n");
+  RunResult sb =
+      h.Cli({"sbatch", "--parsable", "-D", h.Path("work"), h.Path("sig.sh")}, h.token("ann"));
+  ASSERT_EQ(sb.rc, 0) << sb.err;
+  const std::string id = JobIdOf(sb.out);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return fs::exists(h.Path("work/up.txt")) && h.Read("work/up.txt") == "up\nup\n"; }, 20))
+      << h.Job(id).dump();
+  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  auto scancel = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), slurm + "scancel");
+    return it::Run(args, {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}});
+  };
+  const std::string number = std::to_string(h.Job(id)["number"].get<int64_t>());
+  RunResult batch = scancel({"-b", "--signal=USR2", number});
+  ASSERT_EQ(batch.rc, 0) << batch.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return fs::exists(h.Path("work/sig.txt")); }, 10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // the steps would say so by now
+  EXPECT_EQ(h.Read("work/sig.txt"), "batch USR2\n") << "the steps got the script's signal";
+  EXPECT_EQ(h.Job(id).value("state", ""), "running");
+  RunResult steps = scancel({"-s", "USR1", number});
+  ASSERT_EQ(steps.rc, 0) << steps.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 20)) << h.Job(id).dump();
+  // Both tasks trapped it and ended; the script, spared (USR1 would have killed its shell),
+  // saw srun end and finished.
+  EXPECT_EQ(h.Job(id).value("state", ""), "finished") << h.Job(id).dump();
+  const std::string said = h.Read("work/sig.txt");
+  EXPECT_NE(said.find("task 0 USR1\n"), std::string::npos) << said;
+  EXPECT_NE(said.find("task 1 USR1\n"), std::string::npos) << said;
+  EXPECT_EQ(said.rfind("srun ended\n"), said.size() - 11) << said;
+  EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 4) << said;
+  RunResult ended = scancel({"--signal", "USR1", number});
+  EXPECT_NE(ended.rc, 0);
+  EXPECT_NE(ended.err.find("only a running job is signalled"), std::string::npos) << ended.err;
+  RunResult bad = scancel({"-s", "NOPE", number});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("not a signal name or number"), std::string::npos) << bad.err;
+}
+
 // sinfo: the nodes by partition and state in Slurm's words and layout.
 TEST(Slurm, SinfoShowsPartitionsAndNodeStatesAsSlurms) {
   Harness h("slurm-sinfo");

@@ -300,19 +300,39 @@ uint64_t Placer::TieKey(const WorkerAlloc& w, uint64_t salt) {
 }
 
 void Placer::Consider(const WorkerAlloc& w, Best& best) const {
-  const int score = FgdScore(frag_->Delta(w));
+  const int64_t delta = frag_->Delta(w);
+  const int score = FgdScore(delta);
   if (best.found && score < best.score) return;
   // Among equal scores in one pool, the fullest leaf first: small jobs pack leaves, so
   // whole leaves stay free for gangs that need one (FGD scores by node, not by leaf).
+  // Where the change is the same to the unit (no class of the mix tells the places
+  // apart: a mix of small jobs only), best fit's order: a node in use before an untouched
+  // one, then the fullest node of the pool, so whole nodes stay free for the gangs the
+  // mix has not seen yet; FGD's random pick only among near ties.
   const Node& node = ledger_.cluster().node(w.node);
   const int leaf = ledger_.leaf_free(node.leaf);
-  const bool same_pool = best.found && ledger_.cluster().node(best.w.node).pool == node.pool;
-  if (same_pool && score == best.score && leaf > best.leaf_free) return;
+  const int free = ledger_.node(w.node).free_whole;
+  const bool used = free < node.gpus;
+  int order = 0;  // <0: w before best, >0: after, 0: alike
+  if (best.found && score == best.score) {
+    const bool same_pool = ledger_.cluster().node(best.w.node).pool == node.pool;
+    if (same_pool && leaf != best.leaf_free) {
+      order = leaf < best.leaf_free ? -1 : 1;
+    } else if (delta == best.delta && used != best.node_used) {
+      order = used ? -1 : 1;
+    } else if (delta == best.delta && same_pool && free != best.node_free) {
+      order = free < best.node_free ? -1 : 1;
+    }
+  }
+  if (order > 0) return;
   const uint64_t tie = TieKey(w, best.salt);
-  if (!best.found || score > best.score || (same_pool && leaf < best.leaf_free) || tie < best.tie) {
+  if (!best.found || score > best.score || order < 0 || tie < best.tie) {
     best.found = true;
     best.score = score;
+    best.delta = delta;
     best.leaf_free = leaf;
+    best.node_free = free;
+    best.node_used = used;
     best.tie = tie;
     best.w = w;
   }

@@ -416,29 +416,65 @@ TEST(FragmentationTest, MigKeepsThePopularProfilePlaceable) {
   }
 }
 
-// FGD scores at its own resolution and picks among tied places as a random pick would,
-// yet the same on every run: shares of 0.3 on empty GPUs of identical nodes, where every
-// place scores alike, land on more than one node, and a second run lands them alike.
-TEST(FragmentationTest, TiedPlacesAreSpreadTheSameWayOnEveryRun) {
+// Places FGD cannot tell apart are picked as its scheduler's random pick would, yet the
+// same way on every run: among untouched nodes alike, by a hash of the place and the job
+// (the first share of each of six jobs on an idle cluster does not always go to the first
+// node); once a node is in use and no class of the mix tells the places apart, the share
+// joins it (best fit's order) rather than opening another.
+TEST(FragmentationTest, TiedPlacesArePickedTheSameWayOnEveryRun) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 4, 8, "A100-80GB", 0, 1, kAll)});
   std::vector<std::vector<NodeId>> runs;
   for (int run = 0; run < 2; ++run) {
-    Ledger ledger(cluster);
-    Fragmentation frag(ledger);
-    frag.Observe(Shared(c, "s", Sharing::kMps, 300, 8));
-    Placer placer(ledger, &frag);
-    std::vector<NodeId> nodes;
+    std::vector<NodeId> firsts;
     for (int i = 0; i < 6; ++i) {
+      Ledger ledger(cluster);
+      Fragmentation frag(ledger);
+      frag.Observe(Shared(c, "s", Sharing::kMps, 300, 8));
+      Placer placer(ledger, &frag);
       Allocation a;
       ASSERT_TRUE(
           placer.Place(Shared(c, "s" + std::to_string(i), Sharing::kMps, 300, 8), Fit::kBest, a));
-      nodes.push_back(a[0].node);
+      firsts.push_back(a[0].node);
     }
-    runs.push_back(nodes);
+    runs.push_back(firsts);
   }
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_GT(std::set<NodeId>(runs[0].begin(), runs[0].end()).size(), 1u);
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  frag.Observe(Shared(c, "s", Sharing::kMps, 300, 8));
+  Placer placer(ledger, &frag);
+  std::set<NodeId> nodes;
+  for (int i = 0; i < 6; ++i) {
+    Allocation a;
+    ASSERT_TRUE(
+        placer.Place(Shared(c, "s" + std::to_string(i), Sharing::kMps, 300, 8), Fit::kBest, a));
+    nodes.insert(a[0].node);
+  }
+  EXPECT_EQ(nodes.size(), 1u) << "six 0.3 shares fit one node's GPUs";
+}
+
+// Where no class of the mix tells places apart (a mix of 1-GPU jobs only: every node
+// can hold them whatever it holds), FGD's changes tie to the unit and best fit's order
+// decides: small jobs share a node in use, of either pool, before an untouched one, so
+// whole nodes stay free for the first gang (before, a random pick among the tied nodes
+// put four 1-GPU jobs on four nodes of an idle cluster).
+TEST(FragmentationTest, SmallJobsTheMixCannotTellApartPackNodesAsBestFitDoes) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster =
+      MakeCluster({Pool(c, "h", 4, 8, "H100-80GB", 2), Pool(c, "a", 2, 8, "A100-80GB", 2)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger);
+  for (int i = 0; i < 8; ++i) frag.Observe(Whole(c, "one", 1, 1));
+  Placer placer(ledger, &frag);
+  std::set<NodeId> nodes;
+  for (int i = 0; i < 12; ++i) {
+    Allocation a;
+    ASSERT_TRUE(placer.Place(Whole(c, "s" + std::to_string(i), 1, 1), Fit::kBest, a));
+    nodes.insert(a[0].node);
+  }
+  EXPECT_EQ(nodes.size(), 2u) << "12 one-GPU jobs on 8-GPU nodes need two";
 }
 
 // Whole GPUs: best fit takes the fullest node (2 free GPUs) and leaves it 1, which the

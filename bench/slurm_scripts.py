@@ -118,7 +118,7 @@ class Slurm:
             'SlurmdParameters=config_overrides', 'SelectType=select/cons_tres',
             'SelectTypeParameters=CR_Core_Memory', 'GresTypes=gpu', 'SchedulerType=sched/backfill',
             'MinJobAge=600', 'FirstJobId=%d' % FIRST_JOB, 'ReturnToService=2', 'SlurmdTimeout=300', 'InactiveLimit=0', 'KillWait=5',
-            'MessageTimeout=30']
+            'MessageTimeout=30', 'DefMemPerCPU=4000']
         gres = ['AutoDetect=off']
         port = SLURMD_PORT
         for part, typ, count, _model, features in POOLS:

@@ -208,6 +208,11 @@ class Writer {
   struct StatusOp {
     std::string ns, name, uid, text;
   };
+  // A Kubernetes Event about an object (`kubectl get events`, `kubectl describe`).
+  struct EventOp {
+    std::string ns, kind, name, uid, reason, message;
+    bool warning = false;
+  };
 
   Writer(const Credentials& creds, int threads, Mailbox& box, std::string component)
       : box_(box), component_(std::move(component)) {
@@ -241,6 +246,13 @@ class Writer {
     }
     cv_.notify_one();
   }
+  void Post(EventOp op) {
+    {
+      std::lock_guard lock(mu_);
+      events_.push_back(std::move(op));
+    }
+    cv_.notify_one();
+  }
   // The status write of a pod that went away is dropped.
   void Drop(const std::string& uid) {
     std::lock_guard lock(mu_);
@@ -251,13 +263,23 @@ class Writer {
   void Loop(Client& c) {
     std::unique_lock lock(mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || !binds_.empty() || !status_order_.empty(); });
+      cv_.wait(lock, [&] {
+        return stop_ || !binds_.empty() || !status_order_.empty() || !events_.empty();
+      });
       if (stop_) return;
       if (!binds_.empty()) {
         BindOp op = std::move(binds_.front());
         binds_.pop_front();
         lock.unlock();
         DoBind(c, op);
+        lock.lock();
+        continue;
+      }
+      if (status_order_.empty()) {
+        EventOp op = std::move(events_.front());
+        events_.pop_front();
+        lock.unlock();
+        DoEvent(c, op);
         lock.lock();
         continue;
       }
@@ -319,23 +341,31 @@ class Writer {
     }
     if (r->status == 404) return;
     // An Event too, so `kubectl describe pod` lists it, as kube-scheduler's FailedScheduling.
+    DoEvent(c, EventOp{op.ns, "Pod", op.name, op.uid, "FailedScheduling", op.text, true});
+  }
+
+  void DoEvent(Client& c, const EventOp& op) {
+    const std::string now = Now3339();
+    // (The API wants the object's namespace to be the event's, a Namespace's too.)
+    json involved = {
+        {"kind", op.kind}, {"name", op.name}, {"namespace", op.ns}, {"apiVersion", "v1"}};
+    if (!op.uid.empty()) involved["uid"] = op.uid;
     json ev = {{"apiVersion", "v1"},
                {"kind", "Event"},
                {"metadata", {{"generateName", op.name + "."}, {"namespace", op.ns}}},
-               {"involvedObject",
-                {{"kind", "Pod"},
-                 {"namespace", op.ns},
-                 {"name", op.name},
-                 {"uid", op.uid},
-                 {"apiVersion", "v1"}}},
-               {"reason", "FailedScheduling"},
-               {"message", op.text},
-               {"type", "Warning"},
+               {"involvedObject", std::move(involved)},
+               {"reason", op.reason},
+               {"message", op.message},
+               {"type", op.warning ? "Warning" : "Normal"},
                {"source", {{"component", component_}}},
                {"firstTimestamp", now},
                {"lastTimestamp", now},
                {"count", 1}};
-    (void)c.Request("POST", "/api/v1/namespaces/" + op.ns + "/events", ev.dump());
+    auto r = c.Request("POST", "/api/v1/namespaces/" + op.ns + "/events", ev.dump());
+    if (op.kind != "Pod" && (!r || r->status != 201)) {
+      log::Warn("kubernetes: cannot post an event",
+                {{"namespace", op.ns}, {"reason", op.reason}, {"error", Failure(r)}});
+    }
   }
 
   Mailbox& box_;
@@ -344,6 +374,7 @@ class Writer {
   std::condition_variable cv_;
   bool stop_ = false;
   std::deque<BindOp> binds_;
+  std::deque<EventOp> events_;
   std::map<std::string, StatusOp> statuses_;  // by pod uid
   std::deque<std::string> status_order_;
   std::vector<std::unique_ptr<Client>> clients_;
@@ -1951,6 +1982,27 @@ void Driver::NoteBudgets() {
          {"spent_gpu_hours", spent},
          {"budget_gpu_hours", budget},
          {"when_spent", core::Name(s.budget->when_spent)}});
+    // And an Event on each namespace whose pods the queue holds (`kubectl get events -n NS`):
+    // those the config maps to it and those of its pods Gantry sees.
+    std::set<std::string> namespaces;
+    for (const auto& [ns, queue] : config_.kubernetes.namespaces) {
+      if (QueueOf(ns, config_) == core::QueueId(q)) namespaces.insert(ns);
+    }
+    for (const auto& [uid, p] : pods_) {
+      if (Ours(p) && !namespaces.contains(p.ns) && QueueOf(p.ns, config_) == core::QueueId(q))
+        namespaces.insert(p.ns);
+    }
+    const std::string message =
+        a->out ? "queue " + s.name + " spent its budget of " + budget + " GPU-hours (" + spent +
+                     " used); new work " +
+                     (s.budget->when_spent == core::WhenSpent::kWait ? "waits"
+                                                                     : "runs as best-effort") +
+                     " until it renews"
+               : "queue " + s.name + "'s budget of " + budget + " GPU-hours renewed";
+    for (const std::string& ns : namespaces) {
+      writer_.Post(Writer::EventOp{ns, "Namespace", ns, "",
+                                   a->out ? "BudgetSpent" : "BudgetRenewed", message, a->out});
+    }
   }
 }
 

@@ -849,7 +849,8 @@ def case_mig_and_shared_gpus_at_48_nodes(c):
 
 def case_budget_spent_is_said_and_holds_new_work(c):
     """A queue's budget in this mode: the pods of namespace `budgeted` (queue team-c, 3.6
-    GPU-seconds a week, new work waits once spent) spend it; gantryd says so once in its log,
+    GPU-seconds a week, new work waits once spent) spend it; gantryd says so once in its log
+    and once as a Kubernetes Event on the namespace (`kubectl get events -n budgeted`),
     /metrics shows budget and spending, and a new pod waits saying why."""
     c.kubectl_apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "budgeted"}})
     try:
@@ -879,7 +880,21 @@ def case_budget_spent_is_said_and_holds_new_work(c):
             return status == 200 and not (p.get("spec") or {}).get("nodeName") and \
                 "budget" in (scheduled_message(p) or "")
         wait_for("the late pod waiting on the budget", waits, 20)
+
+        def budget_events():
+            status, evs = c.api.request("GET", "/api/v1/namespaces/budgeted/events")
+            return [e for e in (evs.get("items") or []) if e.get("reason") == "BudgetSpent"] \
+                if status == 200 else []
+        wait_for("a BudgetSpent event", budget_events, 10)
+        time.sleep(1)  # a second one would be posted by now
+        evs = budget_events()
+        assert len(evs) == 1, evs
+        ev = evs[0]
+        assert ev["type"] == "Warning" and ev["involvedObject"]["kind"] == "Namespace" and \
+            ev["involvedObject"]["name"] == "budgeted", ev
+        assert "queue team-c spent its budget" in ev["message"] and "waits" in ev["message"], ev
         print(f"    {lines[0].strip()[:160]}")
+        print(f"    event: {ev['reason']}: {ev['message']}")
     finally:
         c.kubectl("delete", "namespace", "budgeted", "--wait=false", check=False)
 

@@ -344,11 +344,35 @@ void OnSallocSignal(int sig) { g_salloc_signal = sig; }
 // here, on the submit host, with the allocation's SLURM_* environment and its credential,
 // so srun in it runs steps on the allocated nodes; when the command exits the allocation
 // is given back with its status (the job ends finished, or failed with it), and the exit
-// status is the command's.
+// status is the command's. --no-shell: salloc ends once it is granted and the allocation
+// stays (srun --jobid reaches it, scancel or its time limit ends it); -I/--immediate[=S]:
+// given up unless granted within S seconds (none: at once), as Slurm's.
 int Salloc(const Globals& g, const std::vector<std::string>& words) {
   std::vector<std::string> options, command;
   std::string first;
   if (SplitSbatchArgs(words, options, first, command)) command.insert(command.begin(), first);
+  bool no_shell = false;
+  std::optional<int> immediate;  // seconds
+  for (auto o = options.begin(); o != options.end();) {
+    std::string secs;
+    if (*o == "--no-shell") {
+      no_shell = true;
+    } else if (*o == "-I" || *o == "--immediate") {
+      immediate = 0;
+    } else if (o->rfind("--immediate=", 0) == 0 || (o->rfind("-I", 0) == 0 && o->size() > 2)) {
+      secs = o->substr(o->find('=') != std::string::npos ? o->find('=') + 1 : 2);
+      if (secs.empty() || secs.size() > 6 ||
+          secs.find_first_not_of("0123456789") != std::string::npos) {
+        std::cerr << "salloc: error: " << *o << ": expected --immediate=SECONDS\n";
+        return kExitBadInput;
+      }
+      immediate = std::stoi(secs);
+    } else {
+      ++o;
+      continue;
+    }
+    o = options.erase(o);
+  }
   for (const std::string& o : options) {
     for (const char* refused : {"--array", "-a", "--output", "-o", "--error", "-e", "--parsable",
                                 "--wrap", "--open-mode"}) {
@@ -365,7 +389,8 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
     const char* shell = std::getenv("SHELL");
     command = {shell && *shell ? shell : "/bin/sh"};
   }
-  const std::string name = "interactive";  // Slurm's salloc's job name, unless -J gives one
+  // Slurm's salloc's job name, unless -J gives one (with --no-shell the command is ignored).
+  const std::string name = no_shell ? "no-shell" : "interactive";
   // The batch step holds the allocation and does nothing else; TERM (the relinquish, a
   // cancel or the time limit) ends it.
   const std::string holder =
@@ -382,6 +407,8 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnSallocSignal);
   bool said_queued = false;
   json j;
+  const auto give_up_at = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(immediate ? std::max(1, *immediate) * 1000 : 0);
   for (;;) {
     Response r = c.Get("/v1/jobs/" + UrlEncode(id));
     if (r.status == 200) j = r.Json();
@@ -397,7 +424,14 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
       std::cerr << "salloc: Job allocation " << number << " has been revoked.\n";
       return kExitRunFailure;
     }
-    if (state == "pending" && !said_queued) {
+    if (immediate && std::chrono::steady_clock::now() >= give_up_at) {
+      cancel();
+      std::cerr << "salloc: error: Unable to allocate resources: "
+                << (*immediate == 0 ? "Requested nodes are busy" : "Connection timed out")
+                << "\nsalloc: Job allocation " << number << " has been revoked.\n";
+      return kExitRunFailure;
+    }
+    if (state == "pending" && !said_queued && !(immediate && *immediate == 0)) {
       std::cerr << "salloc: Pending job allocation " << number << "\nsalloc: job " << number
                 << " queued and waiting for resources\n";
       said_queued = true;
@@ -406,6 +440,7 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
   }
   if (said_queued) std::cerr << "salloc: job " << number << " has been allocated resources\n";
   std::cerr << "salloc: Granted job allocation " << number << "\n";
+  if (no_shell) return 0;  // it stays, as Slurm's: srun --jobid, scancel, its time limit
   Response a = c.Get("/v1/jobs/" + UrlEncode(id) + "/allocation");
   if (int rc = Check(a, "salloc")) {
     cancel();

@@ -249,8 +249,25 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   }
   if (job.empty()) {
     std::cerr << "srun: error: no job allocation: under Gantry, srun runs inside a batch job "
-                 "(gantry sbatch) or an allocation's command (gantry salloc)\n";
+                 "(gantry sbatch) or an allocation (gantry salloc; srun --jobid=N elsewhere)\n";
     return kExitBadInput;
+  }
+  Globals jg = g;  // who speaks: the job's credential
+  if (Env("SLURM_JOB_ID").empty()) {
+    // srun --jobid=N outside the job (an salloc --no-shell allocation, one's own running
+    // batch job): its allocation's environment and credential, as salloc's command has
+    // them (GET /v1/jobs/N/allocation: the job's own user or an admin).
+    Client c(g);
+    Response a = c.Get("/v1/jobs/" + UrlEncode(job) + "/allocation");
+    if (int rc = Check(a, "srun")) return rc;
+    const json alloc = a.Json();
+    const json env = alloc.value("env", json::object());
+    for (const auto& [k, v] : env.items()) {
+      if (v.is_string()) ::setenv(k.c_str(), v.get_ref<const std::string&>().c_str(), 1);
+    }
+    jg.token = alloc.value("token", "");
+    ::setenv("GANTRY_TOKEN", jg.token.c_str(), 1);
+    job = Env("SLURM_JOB_ID").empty() ? job : Env("SLURM_JOB_ID");
   }
   if (Env("GANTRY_TOKEN").empty() && g.token.empty()) {
     std::cerr << "srun: error: job " << job << " gave this shell no credential (GANTRY_TOKEN): "
@@ -348,7 +365,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
 
   std::signal(SIGINT, OnInterrupt);
   std::signal(SIGTERM, OnInterrupt);
-  Client c(g);
+  Client c(jg);
   const std::string base = "/v1/jobs/" + UrlEncode(job) + "/steps";
   Response r = c.Post(base, body.dump(), "application/json");
   if (r.status < 200 || r.status >= 300) {

@@ -904,6 +904,71 @@ while true; do sleep 0.1; done
   EXPECT_EQ(h.Read("work/tasks-1.txt"), "task 0 of 2 on h100-0\ntask 1 of 2 on h100-1\n");
 }
 
+// salloc --no-shell and -I/--immediate, as Slurm 22.05's (checked on bench/slurm_scripts.py's
+// cluster): --no-shell ends salloc once granted and leaves the allocation (named
+// "no-shell", its command ignored), which srun --jobid reaches from outside and scancel
+// ends; -I gives up at once ("Requested nodes are busy"), --immediate=S after S seconds
+// ("Connection timed out"), the job revoked and salloc's status 1.
+TEST(Slurm, SallocNoShellLeavesTheAllocationAndImmediateGivesUp) {
+  Harness h("slurm-salloc-noshell");
+  StartSlurmCluster(h);
+  RunResult r = h.Cli({"salloc", "--no-shell", "-N", "2", "-p", "h100", "-A", "research",
+                       "--gres=gpu:8", "-t", "5", "hostname"},
+                      h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const std::string granted = "salloc: Granted job allocation ";
+  const size_t at = r.err.find(granted);
+  ASSERT_NE(at, std::string::npos) << r.err;
+  const std::string number =
+      r.err.substr(at + granted.size(), r.err.find('\n', at) - at - granted.size());
+  EXPECT_EQ(r.err, granted + number + "\n");
+  EXPECT_EQ(r.out, "") << "the command ran";
+  json job = h.Job("j" + number);
+  EXPECT_EQ(job.value("state", ""), "running") << job.dump();
+  EXPECT_EQ(job.value("name", ""), "no-shell");
+  // From outside the job (no SLURM_JOB_ID), with the user's own token: srun --jobid.
+  RunResult step = h.Cli(
+      {"srun", "--jobid=" + number, "--ntasks-per-node=1", "sh", "-c", "echo $SLURMD_NODENAME"},
+      h.token("ann"));
+  ASSERT_EQ(step.rc, 0) << step.err;
+  std::vector<std::string> hosts;
+  std::istringstream lines(step.out);
+  for (std::string l; std::getline(lines, l);) hosts.push_back(l);
+  std::sort(hosts.begin(), hosts.end());
+  EXPECT_EQ(hosts, (std::vector<std::string>{"h100-0", "h100-1"})) << step.out;
+  // h100 is held: -I gives up at once, --immediate=2 after 2 s; nothing is left pending.
+  RunResult now =
+      h.Cli({"salloc", "-I", "-N", "2", "-p", "h100", "-A", "research", "--gres=gpu:8", "true"},
+            h.token("ann"));
+  EXPECT_EQ(now.rc, 1) << now.err;
+  EXPECT_NE(now.err.find("salloc: error: Unable to allocate resources: Requested nodes are busy\n"
+                         "salloc: Job allocation "),
+            std::string::npos)
+      << now.err;
+  EXPECT_EQ(now.err.find("Pending"), std::string::npos) << now.err;
+  const auto t0 = std::chrono::steady_clock::now();
+  RunResult later = h.Cli({"salloc", "--immediate=2", "-N", "2", "-p", "h100", "-A", "research",
+                           "--gres=gpu:8", "true"},
+                          h.token("ann"));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  EXPECT_EQ(later.rc, 1) << later.err;
+  EXPECT_NE(later.err.find("salloc: job "), std::string::npos) << later.err;  // queued first
+  EXPECT_NE(later.err.find("Unable to allocate resources: Connection timed out"), std::string::npos)
+      << later.err;
+  for (const json& j : h.Jobs()) {
+    if (j.value("id", "") != "j" + number) {
+      EXPECT_EQ(j.value("state", ""), "cancelled") << j.dump();
+    }
+  }
+  RunResult bad = h.Cli({"salloc", "--immediate=soon", "true"}, h.token("ann"));
+  EXPECT_EQ(bad.rc, 2) << bad.err;
+  // It stays until scancel (or its time limit) ends it.
+  RunResult cancel = h.Cli({"cancel", number}, h.token("ann"));
+  EXPECT_EQ(cancel.rc, 0) << cancel.err;
+  EXPECT_TRUE(
+      Harness::WaitFor([&] { return h.Job("j" + number).value("state", "") == "cancelled"; }, 15));
+}
+
 // salloc: the allocation is granted, the command runs here (not on a node) with the
 // allocation's variables and credential, srun in it runs on the allocated nodes, and the
 // command's exit relinquishes the allocation and is salloc's exit. A scancel from elsewhere

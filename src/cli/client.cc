@@ -798,7 +798,7 @@ struct CancelFilter {
 // steps, batch or full (POST /v1/jobs/ID/signal).
 int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
            const CancelFilter& filter = {}, const std::string& signal = "",
-           const std::string& to = "steps") {
+           const std::string& to = "steps", bool quiet = false) {
   Client c(g);
   int worst = 0;
   if (filter.any()) {
@@ -832,6 +832,7 @@ int Cancel(const Globals& g, std::vector<std::string> ids, bool force,
       continue;
     }
     json j = r.Json();
+    if (quiet) continue;
     if (!signal.empty()) {
       std::cout << id << ": signal " << signal << " sent to " << j.value("signalled", 0)
                 << " running job(s)\n";
@@ -1407,7 +1408,9 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
       "End the grace now: SIGKILL the workers' process groups without waiting for a checkpoint "
       "(also for a job already stopping)");
   static std::string cancel_signal;
-  static bool cancel_batch = false, cancel_full = false;
+  static bool cancel_batch = false, cancel_full = false, cancel_quiet = false;
+  cancel->add_flag("-q,--quiet", cancel_quiet,
+                   "Say nothing when all went well (scancel's way; errors are still said)");
   cancel->add_option("--signal", cancel_signal,
                      "Send this signal (USR1, SIGTERM, 10, ...) to running jobs instead of "
                      "ending them: a batch job's steps, a native job's workers (scancel -s)");
@@ -1440,7 +1443,8 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
     exit_code = Cancel(g, cancel_ids, cancel_force, cancel_filter, cancel_signal,
                        cancel_batch  ? "batch"
                        : cancel_full ? "full"
-                                     : "steps");
+                                     : "steps",
+                       cancel_quiet);
   });
 
   static std::vector<std::string> requeue_ids;

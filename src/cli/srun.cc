@@ -876,10 +876,12 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
   };
   if (program == "scancel") {
     out.emplace_back("cancel");
+    bool verbose = false;  // Slurm's scancel says nothing when all went well
     for (size_t i = 0; i < args.size(); ++i) {
       const std::string& w = args[i];
       auto starts = [&](const char* s) { return w == s || w.rfind(std::string(s) + "=", 0) == 0; };
       std::optional<std::string> v;
+      if (w == "-v" || w == "--verbose") verbose = true;
       if (w == "-q" || w == "--quiet" || w == "-v" || w == "--verbose") continue;
       if (w == "--me") {
         out.insert(out.end(), {"--user", Env("USER")});
@@ -917,6 +919,7 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
         out.push_back(w);
       }
     }
+    if (!verbose) out.emplace_back("--quiet");
     return out;
   }
   if (program == "squeue") {

@@ -1197,6 +1197,8 @@ TEST(Slurm, ScancelSignalsTheStepsOrWithBTheBatchScriptAlone) {
   EXPECT_EQ(h.Job(id).value("state", ""), "running");
   RunResult steps = scancel({"-s", "USR1", number});
   ASSERT_EQ(steps.rc, 0) << steps.err;
+  EXPECT_EQ(batch.out + steps.out, "") << "Slurm's scancel says nothing when all went well";
+  EXPECT_EQ(batch.err + steps.err, "");
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 20)) << h.Job(id).dump();
   // Both tasks trapped it and ended; the script, spared (USR1 would have killed its shell),
   // saw srun end and finished.

@@ -24,6 +24,9 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
   // GPUs: what CUDA may see, by UUID (stable across reboots, unlike indexes).
   const std::string& sharing = alloc.sharing;
   std::string visible, indexes, visible_index;
+  // Whether the worker's device rules hide the node's other GPUs from it.
+  const auto rules = isolation_.find(proto::kIsolationGpuDevices);
+  const bool fenced = rules != isolation_.end() && rules->second;
   auto gpu = [&](int index) -> const GpuInfo* {
     for (const GpuInfo& g : last_gpus_) {
       if (g.index != index) continue;
@@ -38,8 +41,7 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
     // rules hide the node's other GPUs, CUDA numbers the ones it sees from 0, so they are
     // named from 0 in the order of their indexes, as Slurm does under ConstrainDevices
     // (gres_use_local_device_index); else by their indexes on the node.
-    const auto fenced = isolation_.find(proto::kIsolationGpuDevices);
-    const bool local = by_index && fenced != isolation_.end() && fenced->second;
+    const bool local = by_index && fenced;
     std::vector<int> gpus = alloc.gpus;
     if (by_index) std::sort(gpus.begin(), gpus.end());
     int seen = 0;
@@ -97,8 +99,7 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
   }
   // No GPUs: where the device rules hide every GPU, CUDA_VISIBLE_DEVICES is left unset, as
   // Slurm leaves it for a job without GPUs; elsewhere empty, so CUDA sees none.
-  const auto hidden = isolation_.find(proto::kIsolationGpuDevices);
-  if (visible.empty() && hidden != isolation_.end() && hidden->second) {
+  if (visible.empty() && fenced) {
     std::erase_if(spec.env, [](const auto& e) { return e.first == "CUDA_VISIBLE_DEVICES"; });
   } else {
     spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);

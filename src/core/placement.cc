@@ -318,7 +318,8 @@ void Placer::Consider(const WorkerAlloc& w, Best& best) const {
     const bool same_pool = ledger_.cluster().node(best.w.node).pool == node.pool;
     if (same_pool && leaf != best.leaf_free) {
       order = leaf < best.leaf_free ? -1 : 1;
-    } else if (delta == best.delta && used != best.node_used) {
+    } else if (const bool best_used = best.node_free < ledger_.cluster().node(best.w.node).gpus;
+               delta == best.delta && used != best_used) {
       order = used ? -1 : 1;
     } else if (delta == best.delta && same_pool && free != best.node_free) {
       order = free < best.node_free ? -1 : 1;
@@ -332,7 +333,6 @@ void Placer::Consider(const WorkerAlloc& w, Best& best) const {
     best.delta = delta;
     best.leaf_free = leaf;
     best.node_free = free;
-    best.node_used = used;
     best.tie = tie;
     best.w = w;
   }

@@ -102,10 +102,9 @@ class Placer {
     uint64_t salt = 0;
     bool found = false;
     int score = 0;
-    int64_t delta = 0;       // the fragmentation change w makes (score is it, coarser)
-    int leaf_free = 0;       // free whole GPUs on the leaf of w's node (before w)
-    int node_free = 0;       // and on w's node
-    bool node_used = false;  // w's node has GPUs in use
+    int64_t delta = 0;  // the fragmentation change w makes (score is it, coarser)
+    int leaf_free = 0;  // free whole GPUs on the leaf of w's node (before w)
+    int node_free = 0;  // and on w's node
     uint64_t tie = 0;
     WorkerAlloc w;
   };

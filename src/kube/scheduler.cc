@@ -195,7 +195,8 @@ struct Published {
 // a few connections of their own: bindings first (a pass binds a whole gang; one request
 // each, ~5-10 ms on loopback, so one connection bound ~120 pods/s), then PodScheduled
 // conditions with their FailedScheduling events, the latest message per pod only (a pod
-// whose reason changed twice before its first write is written once). Each binding's
+// whose reason changed twice before its first write is written once), then other events
+// (a queue's budget spent or renewed). Each binding's
 // answer comes back through the mailbox (Resource::kResults).
 class Writer {
  public:
@@ -1986,7 +1987,7 @@ void Driver::NoteBudgets() {
     // those the config maps to it and those of its pods Gantry sees.
     std::set<std::string> namespaces;
     for (const auto& [ns, queue] : config_.kubernetes.namespaces) {
-      if (QueueOf(ns, config_) == core::QueueId(q)) namespaces.insert(ns);
+      if (queue == core::QueueId(q)) namespaces.insert(ns);
     }
     for (const auto& [uid, p] : pods_) {
       if (Ours(p) && !namespaces.contains(p.ns) && QueueOf(p.ns, config_) == core::QueueId(q))

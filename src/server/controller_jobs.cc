@@ -779,20 +779,18 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
         const std::string reason =
             (force ? "force-cancelled by " : "cancelled by ") + user.Describe();
         Job* job = book_.Find(name);
-        if (const std::string array = book_.Resolve(name); !job && book_.Array(array)) {
+        if (std::vector<Job*> tasks = job ? std::vector<Job*>() : book_.ArrayTasks(name);
+            !tasks.empty()) {
           // An array's id cancels every task still active, as scancel does.
-          std::vector<int64_t> tasks = *book_.Array(array);
           int cancelled = 0;
-          for (int64_t seq : tasks) {
-            auto t = book_.jobs().find(seq);
-            if (t == book_.jobs().end()) continue;
-            if (!MayManage(user, t->second)) {
+          for (Job* t : tasks) {
+            if (!MayManage(user, *t)) {
               return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " +
-                                                        name + " in queue " + t->second.queue +
-                                                        " (team " + t->second.team + ")");
+                                                        name + " in queue " + t->queue + " (team " +
+                                                        t->team + ")");
             }
-            if (t->second.active()) {
-              CancelJob(t->second, reason, now_, force);
+            if (t->active()) {
+              CancelJob(*t, reason, now_, force);
               ++cancelled;
             }
           }
@@ -857,14 +855,10 @@ void Controller::Signal(std::string token, std::string name, int signal, std::st
       return Reply::Error(Code::kBadRequest, "to: expected steps, batch or full, got " + to);
     if (signal <= 0 || signal >= 65)
       return Reply::Error(Code::kBadRequest, "signal: expected 1..64");
-    std::vector<Job*> jobs;  // an array's id: its tasks (those running are signalled)
-    if (Job* job = book_.Find(name)) {
-      jobs.push_back(job);
-    } else if (const std::vector<int64_t>* tasks = book_.Array(book_.Resolve(name))) {
-      for (int64_t seq : *tasks) jobs.push_back(&book_.jobs().at(seq));
-    } else {
-      return Reply::Error(Code::kNotFound, "no job " + name);
-    }
+    // An array's id: its tasks (those running are signalled).
+    Job* named = book_.Find(name);
+    const std::vector<Job*> jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
+    if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
     int signalled = 0;
     for (Job* job : jobs) {
       if (!MayManage(user, *job)) {

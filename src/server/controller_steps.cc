@@ -624,8 +624,7 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   // The GPUs the task sees, by the node's indexes (CUDA_VISIBLE_DEVICES may count them from
   // 0), as Slurm says them.
   env.erase("SLURM_STEP_GPUS");
-  if (alloc.sharing != core::Sharing::kExclusive || alloc.gpu_mask != 0)
-    env["SLURM_STEP_GPUS"] = GpuIndexes(alloc);
+  if (std::string held = GpuIndexes(alloc); !held.empty()) env["SLURM_STEP_GPUS"] = held;
   proto::DesiredWorker d;
   d.job = job.name;
   d.seq = job.seq;

@@ -35,6 +35,17 @@ const std::vector<int64_t>* JobBook::Array(const std::string& id) const {
   return a == arrays_.end() ? nullptr : &a->second;
 }
 
+std::vector<Job*> JobBook::ArrayTasks(const std::string& name) {
+  std::vector<Job*> out;
+  if (by_name_.count(name)) return out;
+  if (const std::vector<int64_t>* tasks = Array(Resolve(name))) {
+    for (int64_t seq : *tasks) {
+      if (auto t = jobs_.find(seq); t != jobs_.end()) out.push_back(&t->second);
+    }
+  }
+  return out;
+}
+
 int64_t JobBook::ArrayNumber(const Job& task) const {
   if (task.array_number > 0) return task.array_number;
   // Stored before array_number was kept: a gantryd-named array (j41) has it in its name;

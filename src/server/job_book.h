@@ -37,6 +37,9 @@ class JobBook {
   bool HasName(const std::string& name) const { return by_name_.count(name) > 0; }
   // An array's tasks in memory, in seq order; nullptr when none is.
   const std::vector<int64_t>* Array(const std::string& id) const;
+  // The tasks in memory of the array `name` stands for (its id or number), where it names
+  // no job; empty otherwise.
+  std::vector<Job*> ArrayTasks(const std::string& name);
   // An array task's array's number (`%A`, SLURM_ARRAY_JOB_ID): its first task's seq.
   int64_t ArrayNumber(const Job& task) const;
 

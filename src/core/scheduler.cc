@@ -1101,7 +1101,9 @@ bool Scheduler::UpdateBudgets(Ticks now) {
     for (const PendingKey& k : pending_) pending.push_back(k.id);
     for (JobId id : pending) Retier(id);
   }
-  for (JobId id : budget_check_) Retier(id);
+  for (JobId id : budget_check_) {
+    if (!Forgotten(id)) Retier(id);  // a driver may take a job back before the pass
+  }
   budget_check_.clear();
   return changed;
 }

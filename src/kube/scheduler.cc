@@ -634,17 +634,18 @@ void Driver::Apply(Event& e) {
       case Resource::kCall:
         break;  // Apply ran it
       case Resource::kResults: {
+        // A binding that succeeded stays noted until the watch shows it: an event of the
+        // pod from before it (a status written just before) still says no node, and the
+        // pod bound meanwhile would seem to have ended, its GPUs given to another.
+        if (obj.value("ok", false)) break;
         const std::string uid = obj.value("uid", "");
-        auto b = binding_.find(uid);
-        if (!obj.value("ok", false)) {
-          ++bind_failures_;
-          bind_failed_.insert(uid);
-          if (b != binding_.end()) {
-            if (auto p = pods_.find(uid); p != pods_.end() && p->second.node_name == b->second)
-              p->second.node_name.clear();
-          }
+        ++bind_failures_;
+        bind_failed_.insert(uid);
+        if (auto b = binding_.find(uid); b != binding_.end()) {
+          if (auto p = pods_.find(uid); p != pods_.end() && p->second.node_name == b->second)
+            p->second.node_name.clear();
+          binding_.erase(b);
         }
-        if (b != binding_.end()) binding_.erase(b);
         break;
       }
     }
@@ -671,6 +672,8 @@ void Driver::Apply(Event& e) {
         break;
       }
       for (const json& item : e.obj) upsert(item);
+      if (e.res == Resource::kPods)  // bindings of pods gone while the watch was down
+        std::erase_if(binding_, [&](const auto& b) { return !pods_.contains(b.first); });
       break;
     case Event::Type::kUpsert:
       upsert(e.obj);
@@ -1367,8 +1370,9 @@ void Driver::SyncJobs() {
       std::string why;
       auto alloc = AllocOf(bound, sched_->job(job.id).spec);
       if (!alloc || !sched_->Adopt(job.id, *alloc, now, &why)) {
-        log::Warn("kubernetes: cannot adopt running pods",
-                  {{"job", key}, {"why", alloc ? why : alloc.error().ToString()}});
+        // Tried again after the next rebuild, not every pass.
+        refused_[key] = alloc ? why : alloc.error().ToString();
+        log::Warn("kubernetes: cannot adopt running pods", {{"job", key}, {"why", refused_[key]}});
         sched_->Finish(job.id, now);
         Forget(job);
         continue;

@@ -126,6 +126,23 @@ TEST_F(BudgetTest, PastItsBudgetNewWorkRunsAsBestEffortAndRunningWorkStays) {
 // The site decides whether a budget covers critical work (issue 47 B2: a team that
 // declared `critical` skipped its spent budget). Covered, it waits: it cannot run as
 // best-effort, whose reserved capacity and spot rules differ.
+// A driver that submits jobs and takes them back before the next pass (gantryd in
+// Kubernetes mode does so for bound pods it cannot adopt) forgets whole chunks of ids:
+// the pass's budget check skips them rather than reading a freed chunk (a crash of
+// gantryd in the Kubernetes tests, 2026-11-30).
+TEST_F(BudgetTest, JobsForgottenBeforeThePassAreNotCheckedAgainstTheBudget) {
+  Make(WhenSpent::kWait);
+  const JobId a = sched_->Submit(Job("a", 2, "team"), 0);
+  for (int i = 0; i < 200; ++i) {
+    const JobId gone = sched_->Submit(Job("gone", 1, "team"), 1);
+    sched_->Finish(gone, 1);
+    ASSERT_TRUE(sched_->Forget(gone));
+  }
+  sched_->Schedule(1);
+  EXPECT_EQ(sched_->job(a).phase, Phase::kRunning);
+  EXPECT_EQ(sched_->job(JobId(a.v + 100)).phase, Phase::kDone);  // forgotten
+}
+
 TEST_F(BudgetTest, ABudgetThatCoversCriticalWorkHoldsItOnceSpent) {
   Make(WhenSpent::kBestEffort, {}, kAllTiers);
   const JobId a = sched_->Submit(Job("a", 2, "team"), 0);

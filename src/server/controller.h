@@ -442,10 +442,9 @@ class Controller : public ApiBackend {
   // The node's indexes of the GPUs `a` holds (a MIG instance's or a share's: its GPU's), as
   // Slurm's SLURM_JOB_GPUS and SLURM_STEP_GPUS say them: "0,1,2,3".
   static std::string GpuIndexes(const core::WorkerAlloc& a);
-  // The signals asked of job's run (Job::signals) sent to `to` ("steps", "batch", "full"),
-  // numbered as asked.
+  // The signals asked of job's run (Job::signals) sent to any of `to`, numbered as asked.
   static std::vector<proto::DesiredWorker::Signal> AskedSignals(const Job& job,
-                                                                const std::set<std::string>& to);
+                                                                std::initializer_list<SignalTo> to);
   proto::Limits NodeLimits(const Job& job, core::NodeId n) const;
   std::unordered_map<int64_t, std::string> run_tokens_;  // by job seq: the current run's
 

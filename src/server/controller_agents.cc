@@ -9,7 +9,6 @@
 #include <csignal>
 #include <fstream>
 #include <map>
-#include <numeric>
 
 namespace gantry::server {
 
@@ -29,12 +28,12 @@ int MasterPort(int64_t seq, int run) {
 // ---------------------------------------------------------------- API: agents
 
 std::vector<proto::DesiredWorker::Signal> Controller::AskedSignals(
-    const Job& job, const std::set<std::string>& to) {
+    const Job& job, std::initializer_list<SignalTo> to) {
   std::vector<proto::DesiredWorker::Signal> out;
   for (size_t i = 0; i < job.signals.size(); ++i) {
     const Job::SignalAsk& k = job.signals[i];
-    if (to.contains(k.to))
-      out.push_back({static_cast<int>(i + 1), k.signal, job.batch() && k.to == "batch"});
+    if (std::find(to.begin(), to.end(), k.to) != to.end())
+      out.push_back({static_cast<int>(i + 1), k.signal, job.batch() && k.to == SignalTo::kBatch});
   }
   return out;
 }
@@ -128,28 +127,13 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   if (!indexes.empty()) vars.emplace_back("SLURM_JOB_GPUS", indexes);
   if (cpus_milli > 0) vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string(cpus));
   if (!job.array.empty()) {
-    const std::vector<int64_t>* tasks = book_.Array(job.array);
-    const bool known = tasks != nullptr && !tasks->empty();
     vars.emplace_back("SLURM_ARRAY_JOB_ID", std::to_string(book_.ArrayNumber(job)));
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));
-    if (known) {
-      // Its lowest and highest index, and the step of evenly spaced ones (0-15:4 is 4, else
-      // 1): the gcd of their distances where it spaces them evenly from lowest to highest.
-      int lo = job.array_index, hi = job.array_index, gcd = 0, seen = 0;
-      for (int64_t seq : *tasks) {
-        if (auto t = book_.jobs().find(seq); t != book_.jobs().end()) {
-          const int i = t->second.array_index;
-          lo = std::min(lo, i);
-          hi = std::max(hi, i);
-          gcd = std::gcd(gcd, std::abs(i - job.array_index));
-          ++seen;
-        }
-      }
-      const int step = seen > 1 && gcd > 0 && int64_t{gcd} * (seen - 1) == hi - lo ? gcd : 1;
-      vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(tasks->size()));
-      vars.emplace_back("SLURM_ARRAY_TASK_MIN", std::to_string(lo));
-      vars.emplace_back("SLURM_ARRAY_TASK_MAX", std::to_string(hi));
-      vars.emplace_back("SLURM_ARRAY_TASK_STEP", std::to_string(step));
+    if (const Job::ArrayShape& shape = job.array_shape; shape.count > 0) {
+      vars.emplace_back("SLURM_ARRAY_TASK_COUNT", std::to_string(shape.count));
+      vars.emplace_back("SLURM_ARRAY_TASK_MIN", std::to_string(shape.min));
+      vars.emplace_back("SLURM_ARRAY_TASK_MAX", std::to_string(shape.max));
+      vars.emplace_back("SLURM_ARRAY_TASK_STEP", std::to_string(shape.step));
     }
   }
   if (job.spec.cpus_milli > 0 && !job.batch())
@@ -305,8 +289,9 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   if (job.batch() && wj.signal > 0 && !job.spec.signal_batch)
     wj.signal = SIGCONT;  // --signal without B: goes to the steps (StepDesired)
   // scancel --signal: a native job's workers all get them; a batch script -b's and -f's.
-  wj.signals = AskedSignals(job, job.batch() ? std::set<std::string>{"batch", "full"}
-                                             : std::set<std::string>{"steps", "batch", "full"});
+  wj.signals = job.batch()
+                   ? AskedSignals(job, {SignalTo::kBatch, SignalTo::kFull})
+                   : AskedSignals(job, {SignalTo::kSteps, SignalTo::kBatch, SignalTo::kFull});
   // `gantry sbatch`: the script the agent writes on the node and runs, the files the
   // worker's output goes to (only rank 0's unless the pattern names %t, as only Slurm's
   // batch step writes to -o), and the signal it gets first when stopped.

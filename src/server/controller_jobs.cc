@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "core/model/feasibility.h"
@@ -453,6 +454,14 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         job.submit = now;
         job.spec = *spec;
         job.after = after;
+        if (!indexes.empty()) {  // indexes: sorted, unique
+          int gcd = 0;
+          for (int i : indexes) gcd = std::gcd(gcd, i - indexes.front());
+          const int span = indexes.back() - indexes.front();
+          const int count = static_cast<int>(indexes.size());
+          job.array_shape = {count, indexes.front(), indexes.back(),
+                             count > 1 && int64_t{gcd} * (count - 1) == span ? gcd : 1};
+        }
         int given = 0;  // the array's tasks given to the scheduler (its throttle counts them)
         int64_t first_seq = 0;
         for (size_t k = 0; k < names.size(); ++k) {
@@ -781,14 +790,16 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
         Job* job = book_.Find(name);
         if (std::vector<Job*> tasks = job ? std::vector<Job*>() : book_.ArrayTasks(name);
             !tasks.empty()) {
-          // An array's id cancels every task still active, as scancel does.
-          int cancelled = 0;
+          // An array's id cancels every task still active, as scancel does (all or none).
           for (Job* t : tasks) {
             if (!MayManage(user, *t)) {
               return Reply::Error(Code::kForbidden, user.Describe() + " may not cancel array " +
                                                         name + " in queue " + t->queue + " (team " +
                                                         t->team + ")");
             }
+          }
+          int cancelled = 0;
+          for (Job* t : tasks) {
             if (t->active()) {
               CancelJob(*t, reason, now_, force);
               ++cancelled;
@@ -851,7 +862,8 @@ void Controller::Requeue(std::string token, std::string name, Done done) {
 void Controller::Signal(std::string token, std::string name, int signal, std::string to,
                         Done done) {
   CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
-    if (to != "steps" && to != "batch" && to != "full")
+    const std::optional<SignalTo> where = SignalToNamed(to);
+    if (!where)
       return Reply::Error(Code::kBadRequest, "to: expected steps, batch or full, got " + to);
     if (signal <= 0 || signal >= 65)
       return Reply::Error(Code::kBadRequest, "signal: expected 1..64");
@@ -868,16 +880,16 @@ void Controller::Signal(std::string token, std::string name, int signal, std::st
     }
     for (Job* job : jobs) {
       if (job->state != JobState::kRunning) continue;
-      job->signals.push_back({signal, to});
+      job->signals.push_back({signal, *where});
       for (const Worker& w : job->workers) w.desired.reset();
       for (const Step& s : job->steps) {
         for (const StepTask& t : s.tasks) t.desired.reset();
       }
       job->Note(now_, "signal " + std::to_string(signal) + " sent to its " +
-                          (to == "batch"  ? "batch script"
-                           : to == "full" ? "script and steps"
-                           : job->batch() ? "steps"
-                                          : "workers") +
+                          (*where == SignalTo::kBatch  ? "batch script"
+                           : *where == SignalTo::kFull ? "script and steps"
+                           : job->batch()              ? "steps"
+                                                       : "workers") +
                           " by " + user.Describe());
       Touch(*job);
       Persist(*job);

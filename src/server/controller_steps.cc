@@ -643,7 +643,8 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   // --signal=B:SIG goes to the batch script only; without B: to the steps only. The one
   // left out gets SIGCONT (harmless) when the stop begins, SIGKILL at its end, as Slurm.
   d.signal = job.spec.stop_signal > 0 && job.spec.signal_batch ? SIGCONT : job.spec.stop_signal;
-  d.signals = AskedSignals(job, {"steps", "full"});  // scancel --signal without -b
+  d.signals =
+      AskedSignals(job, {SignalTo::kSteps, SignalTo::kFull});  // scancel --signal without -b
   return d;
 }
 

@@ -34,6 +34,25 @@ std::optional<JobEnd> JobEndNamed(std::string_view word) {
   return std::nullopt;
 }
 
+std::string_view Word(SignalTo t) {
+  switch (t) {
+    case SignalTo::kSteps:
+      return "steps";
+    case SignalTo::kBatch:
+      return "batch";
+    case SignalTo::kFull:
+      return "full";
+  }
+  return "?";
+}
+
+std::optional<SignalTo> SignalToNamed(std::string_view word) {
+  for (SignalTo t : {SignalTo::kSteps, SignalTo::kBatch, SignalTo::kFull}) {
+    if (Word(t) == word) return t;
+  }
+  return std::nullopt;
+}
+
 std::string_view Name(JobState s) {
   switch (s) {
     case JobState::kPending:
@@ -258,43 +277,46 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
   }
   json after = json::array();
   for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
-  json doc = {{"user", job.user},
-              {"spec_format", job.spec_format},
-              {"spec_text", job.spec_text},
-              {"array", job.array},
-              {"array_index", job.array_index},
-              {"array_limit", job.array_limit},
-              {"number", job.number},
-              {"signals",
-               [&] {
-                 json a = json::array();
-                 for (const Job::SignalAsk& k : job.signals)
-                   a.push_back({{"signal", k.signal}, {"to", k.to}});
-                 return a;
-               }()},
-              {"array_number", job.array_number},
-              {"after", after},
-              {"spec_file", job.spec_file},
-              {"state", std::string(Name(job.state))},
-              {"submit", job.submit},
-              {"run", job.run},
-              {"run_start", job.run_start},
-              {"first_start", job.first_start},
-              {"workers", workers},
-              {"stop", std::string(Name(job.stop))},
-              {"signaled_at", job.signaled_at},
-              {"stop_deadline", job.stop_deadline},
-              {"stop_reason", job.stop_reason},
-              {"preempted_by", job.preempted_by},
-              {"progress", job.progress},
-              {"preemptions", job.preemptions},
-              {"requeues", job.requeues},
-              {"resizes", job.resizes},
-              {"end", Word(job.end)},
-              {"end_reason", job.end_reason},
-              {"exit_code", job.exit_code},
-              {"end_time", job.end_time},
-              {"usage", UsageToJson(job.usage)}};
+  json doc = {
+      {"user", job.user},
+      {"spec_format", job.spec_format},
+      {"spec_text", job.spec_text},
+      {"array", job.array},
+      {"array_index", job.array_index},
+      {"array_limit", job.array_limit},
+      {"array_shape",
+       {job.array_shape.count, job.array_shape.min, job.array_shape.max, job.array_shape.step}},
+      {"number", job.number},
+      {"signals",
+       [&] {
+         json a = json::array();
+         for (const Job::SignalAsk& k : job.signals)
+           a.push_back({{"signal", k.signal}, {"to", Word(k.to)}});
+         return a;
+       }()},
+      {"array_number", job.array_number},
+      {"after", after},
+      {"spec_file", job.spec_file},
+      {"state", std::string(Name(job.state))},
+      {"submit", job.submit},
+      {"run", job.run},
+      {"run_start", job.run_start},
+      {"first_start", job.first_start},
+      {"workers", workers},
+      {"stop", std::string(Name(job.stop))},
+      {"signaled_at", job.signaled_at},
+      {"stop_deadline", job.stop_deadline},
+      {"stop_reason", job.stop_reason},
+      {"preempted_by", job.preempted_by},
+      {"progress", job.progress},
+      {"preemptions", job.preemptions},
+      {"requeues", job.requeues},
+      {"resizes", job.resizes},
+      {"end", Word(job.end)},
+      {"end_reason", job.end_reason},
+      {"exit_code", job.exit_code},
+      {"end_time", job.end_time},
+      {"usage", UsageToJson(job.usage)}};
   if (job.run_tier) doc["run_tier"] = std::string(core::Name(*job.run_tier));
   if (!job.run_token_hash.empty()) doc["run_token_hash"] = job.run_token_hash;
   if (!job.steps.empty()) {
@@ -347,11 +369,15 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.array = d.value("array", std::string());
     job.array_index = d.value("array_index", -1);
     job.array_limit = d.value("array_limit", 0);
+    if (const json shape = d.value("array_shape", json()); shape.is_array() && shape.size() == 4)
+      job.array_shape = {shape[0].get<int>(), shape[1].get<int>(), shape[2].get<int>(),
+                         shape[3].get<int>()};
     job.number = d.value("number", int64_t{0});
     job.array_number = d.value("array_number", int64_t{0});
     job.signals.clear();
     for (const json& k : d.value("signals", json::array()))
-      job.signals.push_back({k.value("signal", 0), k.value("to", std::string("steps"))});
+      job.signals.push_back(
+          {k.value("signal", 0), SignalToNamed(k.value("to", "")).value_or(SignalTo::kSteps)});
     job.after.clear();
     for (const json& a : d.value("after", json::array())) {
       job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});

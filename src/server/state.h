@@ -52,6 +52,12 @@ enum class StopKind : uint8_t {
 
 std::string_view Name(JobState s);
 std::string_view Name(StopKind k);
+// Where scancel --signal sends a signal: the steps' tasks (a batch job's default; a native
+// job's workers), the batch script's shell alone (-b), or the script's process group and
+// the steps (-f). The words are the API's and the store's: "steps", "batch", "full".
+enum class SignalTo : uint8_t { kSteps, kBatch, kFull };
+std::string_view Word(SignalTo t);
+std::optional<SignalTo> SignalToNamed(std::string_view word);
 
 struct Worker {
   int rank = 0;
@@ -139,6 +145,13 @@ struct Job {
   std::string name;
   std::string array;  // an array task: the array's id (tasks are named ARRAY_INDEX)
   int array_index = -1;
+  // The whole array as submitted, for SLURM_ARRAY_TASK_COUNT/_MIN/_MAX/_STEP (the tasks in
+  // memory are fewer once a restart has let the ended ones go). The step is the even
+  // spacing of the indexes from min to max (0-15:4 is 4), else 1.
+  struct ArrayShape {
+    int count = 0, min = 0, max = 0, step = 1;
+  };
+  ArrayShape array_shape;
   // --array SPEC%N (Slurm's throttle): at most N of the array's tasks are given to the
   // scheduler at once (pending there, running or stopping); the rest are held, in index
   // order. 0: no limit.
@@ -165,12 +178,10 @@ struct Job {
   JobState state = JobState::kPending;
   Ticks submit = 0;
   int run = 0;  // runs started so far; the current run's number
-  // Signals asked of this run (scancel --signal), the n-th numbered n: to the steps'
-  // tasks ("steps", a batch job's default; a native job's workers), the batch script's
-  // shell alone ("batch", -b) or the script's process group and the steps ("full", -f).
+  // Signals asked of this run (scancel --signal), the n-th numbered n.
   struct SignalAsk {
     int signal = 0;
-    std::string to;
+    SignalTo to = SignalTo::kSteps;
   };
   std::vector<SignalAsk> signals;
   Ticks run_start = -1;

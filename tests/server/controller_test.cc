@@ -1707,5 +1707,34 @@ TEST_F(ControllerTest, AJobsNumberStandsForIt) {
   EXPECT_FALSE(BadJobName("42b"));
 }
 
+// SLURM_ARRAY_TASK_COUNT/_MIN/_MAX/_STEP describe the whole array as submitted, also once
+// its ended tasks have left memory (recent_done) and after a restart (they counted the
+// tasks in memory: 3 of 4 here).
+TEST_F(ControllerTest, AnArrayTasksSlurmVariablesDescribeTheWholeArrayAfterARestart) {
+  options_.recent_done = 1;
+  Restart();
+  Reply arr = SubmitWith(
+      kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"script":"#!/bin/sh\ntrue\n"})",
+      "0-12:4%1", "");
+  ASSERT_EQ(arr.code, Code::kCreated) << arr.body.dump();
+  const std::string array = arr.body["id"];
+  for (int k = 0; k < 4; ++k) {
+    const std::string task = array + "_" + std::to_string(k * 4);
+    Beat("h100-0");
+    ctl_->Poke();
+    json beat = Beat("h100-0");
+    ASSERT_EQ(beat["workers"].size(), 1u) << k << " " << beat.dump();
+    const json& env = beat["workers"][0]["env"];
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_ID"], std::to_string(k * 4));
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_COUNT"], "4") << k;
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_MIN"], "0") << k;
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_MAX"], "12") << k;
+    EXPECT_EQ(env["SLURM_ARRAY_TASK_STEP"], "4") << k;
+    Beat("h100-0", json::array({{{"job", task}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+    ASSERT_EQ(Show(task)["state"], "finished") << Show(task).dump();
+    if (k == 1) Restart();
+  }
+}
+
 }  // namespace
 }  // namespace gantry::server

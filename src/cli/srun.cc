@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "cli/client_http.h"
+#include "cli/sbatch.h"
 #include "cli/slurm_format.h"
 #include "spec/batch.h"
 
@@ -102,15 +103,94 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
   if (name == "input") return "--input: a step's tasks read nothing (their stdin is /dev/null)";
   if (name == "time") return "--time: steps run within the job's time limit; give none";
-  if (name == "gres" || name == "gpus" || name == "gpus-per-node")
-    return "--" + name +
-           ": a step uses the job's GPUs; give --gpus-per-task (each task its "
-           "task slot's GPUs) or nothing (all the job's GPUs on each node)";
   if (name == "distribution" && value.rfind("block", 0) != 0)
     return "--distribution=" + value + ": tasks are laid out block by block only";
   if (name == "container-image")
     return "--container-image: steps run in the job's image (sbatch --container-image)";
   return "";
+}
+
+std::string UnableToCreate(const std::string& job) {
+  return "Unable to create step for job " + job + ": ";
+}
+
+// --gres=gpu[:TYPE]:N, --gpus-per-node=[TYPE:]N, --gpus=[TYPE:]N on a step: its tasks see the
+// job's GPUs on their nodes, so the job's count (SLURM_GPUS_ON_NODE a node) is taken as
+// given; more is refused as Slurm refuses it, fewer is refused as not honoured (Slurm
+// would give the step a subset of them). 0: a status to exit with.
+int CheckStepGpus(const std::map<std::string, std::string>& given, const std::string& job,
+                  int step_nodes) {
+  const int per_node = std::atoi(Env("SLURM_GPUS_ON_NODE").c_str());
+  const int job_nodes = std::max(1, std::atoi(Env("SLURM_JOB_NUM_NODES").c_str()));
+  for (const char* opt : {"gres", "gpus-per-node", "gpus"}) {
+    auto it = given.find(opt);
+    if (it == given.end()) continue;
+    std::string v = it->second;
+    if (std::string(opt) == "gres") {
+      if (v == "none") continue;
+      if (v.rfind("gpu", 0) != 0 || v.find(',') != std::string::npos) {
+        std::cerr << "srun: error: --gres=" << v << ": only gpu[:TYPE][:N] is known here\n";
+        return kExitBadInput;
+      }
+      v = v == "gpu" ? "1" : v.substr(v.rfind(':') + 1);
+    } else if (v.find(':') != std::string::npos) {
+      v = v.substr(v.rfind(':') + 1);
+    }
+    if (v.empty() || v.size() > 6 || v.find_first_not_of("0123456789") != std::string::npos) {
+      std::cerr << "srun: error: --" << opt << "=" << it->second << ": expected a GPU count\n";
+      return kExitBadInput;
+    }
+    const int n = std::stoi(v);
+    const bool total = std::string(opt) == "gpus";
+    const int holds = per_node * (total ? (step_nodes > 0 ? step_nodes : job_nodes) : 1);
+    if (n > holds) {
+      if (!total) {
+        std::cerr << "srun: error: Step requested gres_per_node=gpu:" << n
+                  << " is more than the job's gres_per_node=gpu:" << per_node << "\n";
+      }
+      std::cerr << "srun: error: " << UnableToCreate(job)
+                << "Invalid generic resource (gres) specification\n";
+      return kExitRunFailure;
+    }
+    if (n < holds) {
+      std::cerr << "srun: error: --" << opt << "=" << it->second << ": a step of fewer GPUs than "
+                << "the job holds (" << holds << (total ? "" : " a node")
+                << ") is not honoured: a step's tasks see all the job's GPUs on their nodes, or "
+                   "with --gpus-per-task their task slot's\n";
+      return kExitBadInput;
+    }
+  }
+  return 0;
+}
+
+// --mem=SIZE (a node) and --mem-per-cpu=SIZE on a step: more than the job holds on a node
+// (SLURM_MEM_PER_NODE, or per CPU or GPU times those on the node) is refused as Slurm
+// refuses it; within it, taken (a step's memory is not limited apart from the job's).
+int CheckStepMemory(const std::map<std::string, std::string>& given, const std::string& job) {
+  auto mib_of = [](const char* var) { return std::atoll(Env(var).c_str()); };
+  long long holds = mib_of("SLURM_MEM_PER_NODE");
+  if (holds <= 0) holds = mib_of("SLURM_MEM_PER_CPU") * mib_of("SLURM_CPUS_ON_NODE");
+  if (holds <= 0) holds = mib_of("SLURM_MEM_PER_GPU") * mib_of("SLURM_GPUS_ON_NODE");
+  for (const char* opt : {"mem", "mem-per-cpu"}) {
+    auto it = given.find(opt);
+    if (it == given.end()) continue;
+    std::string error;
+    const std::optional<long long> mib = ParseSlurmMemory(it->second, error);
+    if (!mib) {
+      std::cerr << "srun: error: --" << opt << "=" << it->second << ": " << error << "\n";
+      return kExitBadInput;
+    }
+    long long cpus = 1;
+    if (auto c = given.find("cpus-per-task"); c != given.end())
+      cpus = std::atoll(c->second.c_str());
+    const long long need = std::string(opt) == "mem" ? *mib : *mib * std::max(1LL, cpus);
+    if (holds > 0 && need > holds) {
+      std::cerr << "srun: error: " << UnableToCreate(job)
+                << "Memory required by task is not available\n";
+      return kExitRunFailure;
+    }
+  }
+  return 0;
 }
 
 int Count(const std::string& option, const std::string& v, int& out) {
@@ -338,6 +418,26 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
                 << ". Ignoring --ntasks-per-node.\n";
     }
   }
+  // -N above the tasks: as many nodes as tasks; above the job's nodes: refused (Slurm 22.05's
+  // words and status).
+  if (body.contains("nodes")) {
+    const int nodes = body["nodes"].get<int>();
+    const int tasks = body.contains("ntasks") ? body["ntasks"].get<int>()
+                                              : std::atoi(Env("SLURM_NTASKS").c_str());
+    if (tasks > 0 && nodes > tasks) {
+      std::cerr << "srun: Warning: can't run " << tasks << " processes on " << nodes
+                << " nodes, setting nnodes to " << tasks << "\n";
+      body["nodes"] = tasks;
+    }
+    const int have = std::atoi(Env("SLURM_JOB_NUM_NODES").c_str());
+    if (!given.count("nodelist") && have > 0 && body["nodes"].get<int>() > have) {
+      std::cerr << "srun: error: Only allocated " << have << " nodes asked for "
+                << body["nodes"].get<int>() << "\n";
+      return kExitRunFailure;
+    }
+  }
+  if (int rc = CheckStepGpus(given, job, body.value("nodes", 0))) return rc;
+  if (int rc = CheckStepMemory(given, job)) return rc;
   if (given.count("nodelist")) {
     auto names = spec::ExpandHostList(given["nodelist"]);
     if (!names || names->empty()) {
@@ -370,7 +470,8 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   Response r = c.Post(base, body.dump(), "application/json");
   if (r.status < 200 || r.status >= 300) {
     json j = r.Json();
-    std::cerr << "srun: error: "
+    // A shape the allocation cannot hold: as Slurm's srun says it (its reason first).
+    std::cerr << "srun: error: " << (r.status == 422 ? UnableToCreate(job) : "")
               << (r.status == 0   ? r.error
                   : j.is_object() ? j.value("error", r.body)
                                   : r.body)

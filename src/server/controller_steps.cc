@@ -119,7 +119,8 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
       return cluster_.node(w.alloc.node).name == name;
     });
     if (!mine)
-      return "-w " + name + ": not one of the job's nodes (" + spec::HostList(JobNodes(job)) + ")";
+      return "Requested node configuration is not available (-w " + name +
+             ": not one of the job's nodes, " + spec::HostList(JobNodes(job)) + ")";
   }
   for (const Worker& w : job.workers) {
     if (!s.nodelist.empty() && std::find(s.nodelist.begin(), s.nodelist.end(),
@@ -145,8 +146,9 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   }
   const int have = static_cast<int>(all.size());
   if (nodes > have) {
-    return "-N " + std::to_string(nodes) + ": the job has " + std::to_string(have) + " node" +
-           (have == 1 ? "" : "s") + (s.nodelist.empty() ? "" : " of those -w names");
+    return "Requested node configuration is not available (-N " + std::to_string(nodes) +
+           ": the job has " + std::to_string(have) + " node" + (have == 1 ? "" : "s") +
+           (s.nodelist.empty() ? "" : " of those -w names") + ")";
   }
   // -w names nodes the step must use (each gets a task), as Slurm.
   int n = nodes > 0 ? nodes : s.nodelist.empty() ? have : static_cast<int>(s.nodelist.size());
@@ -167,8 +169,9 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
     }
   }
   if (per_node > 0 && ntasks > 0 && nodes > 0 && ntasks > nodes * per_node) {
-    return std::to_string(ntasks) + " tasks do not fit " + std::to_string(nodes) + " nodes of " +
-           std::to_string(per_node) + " (--ntasks-per-node)";
+    return "More processors requested than permitted (" + std::to_string(ntasks) +
+           " tasks do not fit " + std::to_string(nodes) + " nodes of " + std::to_string(per_node) +
+           ", --ntasks-per-node)";
   }
   if (per_node > 0 && nodes == 0) n = std::min(have, (k + per_node - 1) / per_node);
   n = std::min(n, k);
@@ -177,12 +180,15 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   for (const NodeSlots& x : all) {
     if (static_cast<int>(use.size()) < n && !x.free.empty()) use.push_back(&x);
   }
-  // How many tasks each node may take: its slots, or its CPUs over the tasks' CPUs where
-  // that is more (Slurm packs tasks onto allocated CPUs without --overcommit).
+  // How many tasks each node may take: its CPUs (at least one a slot, as each of Slurm's
+  // tasks has one) over the tasks' CPUs (-c), as Slurm packs tasks onto allocated CPUs
+  // without --overcommit; with some slots busy, the free slots' share of those CPUs.
   const int cpt = std::max(1, s.cpus_per_task);
   auto cap = [&](const NodeSlots& x, bool free_only) {
-    const int slots = static_cast<int>(free_only ? x.free.size() : x.slots.size());
-    return std::max(slots, static_cast<int>(x.cpus_milli / 1000 / cpt));
+    const int64_t slots = static_cast<int64_t>(x.slots.size());
+    const int64_t cpus = std::max(slots, x.cpus_milli / 1000);
+    const int64_t share = free_only ? static_cast<int64_t>(x.free.size()) : slots;
+    return static_cast<int>(cpus * share / std::max<int64_t>(1, slots) / cpt);
   };
   // Could it ever fit (all slots free)? Else it is refused, not kept waiting.
   {
@@ -193,9 +199,10 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
     std::sort(caps.rbegin(), caps.rend());
     for (int i = 0; i < n; ++i) total += caps[static_cast<size_t>(i)];
     if (total < k) {
-      return std::to_string(k) + " tasks on " + std::to_string(n) + " node" + (n == 1 ? "" : "s") +
-             " is more than the job's slots and CPUs there hold (" + std::to_string(total) +
-             "; Slurm refuses this too without --overcommit)";
+      return "More processors requested than permitted (" + std::to_string(k) + " tasks of " +
+             std::to_string(cpt) + " CPU" + (cpt == 1 ? "" : "s") + " on " + std::to_string(n) +
+             " node" + (n == 1 ? "" : "s") + ": the job's CPUs there take " +
+             std::to_string(total) + " such tasks)";
     }
   }
   if (static_cast<int>(use.size()) < n) {
@@ -372,18 +379,18 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           const int slot = a.sharing == core::Sharing::kExclusive ? std::popcount(a.gpu_mask) : 1;
           if (slot != gpus_per_task) {
             return Reply::Error(Code::kUnprocessable,
-                                "srun: --gpus-per-task=" + std::to_string(gpus_per_task) +
-                                    ": the job's tasks hold " + std::to_string(slot) +
-                                    " GPU(s) each; a step's tasks get their task slots' GPUs (give "
+                                "Invalid generic resource (gres) specification (--gpus-per-task=" +
+                                    std::to_string(gpus_per_task) + ": the job's tasks hold " +
+                                    std::to_string(slot) +
+                                    " GPU(s) each; a step's tasks get their task slots' GPUs: give "
                                     "--gpus-per-task=" +
                                     std::to_string(slot) +
-                                    ", or none to see all the "
-                                    "job's GPUs on the node)");
+                                    ", or none to see all the job's GPUs on the node)");
           }
         }
         bool wait = false;
         const std::string why = PlaceStep(*job, s, wait);
-        if (!why.empty() && !wait) return Reply::Error(Code::kUnprocessable, "srun: " + why);
+        if (!why.empty() && !wait) return Reply::Error(Code::kUnprocessable, why);
         s.created = now_;
         if (why.empty() && std::none_of(job->steps.begin(), job->steps.end(), [](const Step& o) {
               return o.state == Step::State::kPending;

@@ -2,6 +2,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "cli_util.h"
 
@@ -189,11 +191,35 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   EXPECT_EQ(srun.status, 2);
   EXPECT_NE(srun.output.find("no job allocation"), std::string::npos) << srun.output;
   for (const char* refused : {"--mpi=pmix", "--cpu-bind=cores", "--gpu-bind=closest", "-i x",
-                              "-o out-%Q", "-e err-%Q", "--time=5", "--gres=gpu:1", "--bogus"}) {
+                              "-o out-%Q", "-e err-%Q", "--time=5", "--bogus"}) {
     Outcome r =
         Shell("SLURM_JOB_ID=j1 GANTRY_TOKEN=t " + dir + "srun " + refused + " hostname 2>&1");
     EXPECT_EQ(r.status, 2) << refused << ": " << r.output;
     EXPECT_NE(r.output.find("srun: error:"), std::string::npos) << r.output;
+  }
+  // Steps the job cannot hold, refused before anything is asked of a server, as Slurm
+  // 22.05's srun refuses them (its words, status 1); fewer GPUs than the job's: not honoured.
+  const std::string job =
+      "SLURM_JOB_ID=12 GANTRY_TOKEN=t SLURM_GPUS_ON_NODE=4 "
+      "SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 SLURM_MEM_PER_NODE=8000 " +
+      dir + "srun ";
+  for (const auto& [args, status, said] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"--gres=gpu:8", 1,
+            "srun: error: Step requested gres_per_node=gpu:8 is more than the job's "
+            "gres_per_node=gpu:4\nsrun: error: Unable to create step for job 12: Invalid generic "
+            "resource (gres) specification\n"},
+           {"--gpus=9", 1,
+            "srun: error: Unable to create step for job 12: Invalid generic resource (gres) "
+            "specification\n"},
+           {"--gpus-per-node=a100:2", 2, "is not honoured"},
+           {"-N 3 -n 3", 1, "srun: error: Only allocated 2 nodes asked for 3\n"},
+           {"--mem=9G", 1,
+            "srun: error: Unable to create step for job 12: Memory required by task is not "
+            "available\n"},
+           {"--mem-per-cpu=3G -c 3", 1, "Memory required by task is not available"}}) {
+    Outcome r = Shell(job + args + " hostname 2>&1");
+    EXPECT_EQ(r.status, status) << args << ": " << r.output;
+    EXPECT_NE(r.output.find(said), std::string::npos) << args << ": " << r.output;
   }
 }
 

@@ -444,6 +444,12 @@ srun --mpi=pmix true 2> mpi.txt
 echo "mpi status $?"
 srun --wait=1 --kill-on-bad-exit=0 bash -c '[ $SLURM_PROCID = 0 ] && exit 0; sleep 30' 2> /dev/null
 echo "waited $?"
+srun --gres=gpu:4 bash -c 'echo "gres $SLURM_PROCID $CUDA_VISIBLE_DEVICES"' > gres.txt
+echo "gres status $?"
+srun -n 9 true 2> many.txt
+echo "many status $?"
+srun -N 3 -n 3 true 2> wide.txt
+echo "wide status $?"
 echo "state $(squeue -j $SLURM_JOB_ID -h -o %T)"
 printf '#!/bin/bash\n#SBATCH -A research\necho "follow-up of $1"\n' > follow.sh
 next=$(sbatch --parsable --dependency=afterok:$SLURM_JOB_ID -o follow.out follow.sh $SLURM_JOB_ID)
@@ -508,6 +514,18 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(out.find("waited 143\n"), std::string::npos) << out;
   EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry starts no MPI process manager"),
             std::string::npos);
+  // A step that repeats the job's GPUs (--gres=gpu:4) runs; shapes the job cannot hold are
+  // refused in Slurm 22.05's words, with its status (1).
+  EXPECT_NE(out.find("gres status 0\n"), std::string::npos) << out;
+  const std::string gres = h.Read("work/gres.txt");
+  EXPECT_EQ(std::count(gres.begin(), gres.end(), ','), 6) << gres;  // 4 GPUs on each node
+  EXPECT_NE(out.find("many status 1\nwide status 1\n"), std::string::npos) << out;
+  EXPECT_NE(h.Read("work/many.txt")
+                .find("srun: error: Unable to create step for job " + id.substr(1) +
+                      ": More processors requested than permitted"),
+            std::string::npos)
+      << h.Read("work/many.txt");
+  EXPECT_EQ(h.Read("work/wide.txt"), "srun: error: Only allocated 2 nodes asked for 3\n");
   // squeue saw it running; sbatch inside it submitted as its user, to its queue, and the
   // follow-up ran once it had finished.
   EXPECT_NE(out.find("state RUNNING\n"), std::string::npos) << out;

@@ -1574,6 +1574,12 @@ TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
   Reply bad = ctl_->CreateStep(token, id, {{"command", {"x"}}, {"nodes", 3}});
   EXPECT_EQ(bad.code, Code::kUnprocessable);
   EXPECT_NE(bad.body["error"].get<std::string>().find("the job has 2 nodes"), std::string::npos);
+  Reply cpus = ctl_->CreateStep(token, id, {{"command", {"x"}}, {"cpus_per_task", 999}});
+  EXPECT_EQ(cpus.code, Code::kUnprocessable);
+  EXPECT_EQ(cpus.body["error"].get<std::string>().rfind(
+                "More processors requested than permitted (4 tasks of 999 CPUs", 0),
+            0u)
+      << cpus.body.dump();
   EXPECT_EQ(ctl_->CreateStep(token, id, {{"command", {"x"}}, {"ntasks", 9}}).code,
             Code::kUnprocessable);
   EXPECT_EQ(ctl_->CreateStep(token, id, {{"command", {"x"}}, {"gpus_per_task", 1}}).code,

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <ctime>
+#include <functional>
 #include <set>
 #include <tuple>
 
@@ -561,32 +562,120 @@ std::optional<core::ModelId> ModelOfProduct(std::string_view product, int64_t mi
 
 namespace {
 
-// Why the core's MIG model would not be node `n`'s own layout (nullopt: it is): Gantry
-// offers MIG devices where every GPU of the node is split into one profile, as many
-// instances as NVIDIA's table allows (MIG manager's all-<profile> layouts); there any
-// placement the core chooses is one the node has.
-std::optional<std::string> MigLayout(const NodeInfo& n, const core::GpuModel& model) {
+// How node `n`'s MIG devices (of the device plugin) are offered to the core, or why they
+// are not. The plugin advertises counts by profile and the kubelet picks the device, so
+// the counts are what must hold. Where every GPU is split into one profile as far as it
+// goes (MIG manager's all-<profile> layouts), the model's own table is the node's: any
+// placement the core chooses is one the node has. Otherwise (all-balanced, a custom
+// layout) the counts over the node's GPUs (GPU feature discovery's nvidia.com/gpu.count)
+// make one split per GPU, packed by NVIDIA's placement rules, and the core gets a model of
+// its own whose profiles go at that split's places only: each profile is offered exactly
+// as many times as the node has it.
+struct MigOffer {
+  std::optional<core::GpuModel> split;  // the node's own model; none: the GPU model's table
+  int gpus = 0;
+  std::map<std::string, int> per_gpu;  // instances of each profile on each GPU
+  std::string name;                    // "1g.10gb", or "3g.40gb+2g.20gb+2x1g.10gb"
+};
+
+Result<MigOffer> OfferMig(const NodeInfo& n, const core::GpuModel& model) {
+  auto refuse = [](std::string why) { return Error{"mig", std::move(why)}; };
   if (n.gpus > 0) {
-    return "it has whole GPUs beside them (Gantry offers MIG devices on nodes whose GPUs are "
-           "all split into one profile)";
+    return refuse(
+        "it has whole GPUs beside them (Gantry offers MIG devices on nodes whose GPUs are all "
+        "split)");
   }
-  if (n.mig.size() > 1) {
-    std::string names;
-    for (const auto& [profile, count] : n.mig) names += (names.empty() ? "" : ", ") + profile;
-    return "more than one profile (" + names +
-           "); Gantry offers MIG devices on nodes whose GPUs are all split into one profile";
+  std::vector<int> index;  // the node's profiles' indexes in the model's table
+  for (const auto& [profile, count] : n.mig) {
+    int idx = -1;
+    for (size_t i = 0; i < model.mig_profiles.size(); ++i) {
+      if (model.mig_profiles[i].name == profile) idx = static_cast<int>(i);
+    }
+    if (idx < 0) return refuse("profile " + profile + " is not one of the " + model.name + "'s");
+    index.push_back(idx);
   }
-  const auto& [profile, count] = *n.mig.begin();
-  const core::MigProfile* p = nullptr;
-  for (const core::MigProfile& m : model.mig_profiles) {
-    if (m.name == profile) p = &m;
+  MigOffer offer;
+  if (n.mig.size() == 1) {
+    const auto& [profile, count] = *n.mig.begin();
+    const int max = model.mig_profiles[static_cast<size_t>(index[0])].max_instances;
+    if (count % max == 0 && count / max <= core::kMaxGpusPerNode) {
+      offer.gpus = static_cast<int>(count / max);
+      offer.per_gpu[profile] = max;
+      offer.name = profile;
+      return offer;
+    }
   }
-  if (p == nullptr) return "profile " + profile + " is not one of the " + model.name + "'s";
-  if (count % p->max_instances != 0 || count / p->max_instances > core::kMaxGpusPerNode) {
-    return std::to_string(count) + " devices of " + profile + " are not whole GPUs split into " +
-           std::to_string(p->max_instances) + " each";
+  auto label = n.labels.find("nvidia.com/gpu.count");
+  char* end = nullptr;
+  const long gpus = label == n.labels.end() ? 0 : std::strtol(label->second.c_str(), &end, 10);
+  if (label == n.labels.end() || *end != '\0' || gpus < 1 || gpus > core::kMaxGpusPerNode) {
+    return refuse(
+        "its devices are not whole GPUs split into one profile, and without GPU feature "
+        "discovery's label nvidia.com/gpu.count its split per GPU is not known");
   }
-  return std::nullopt;
+  // One GPU's instances, the largest first, each at the first place left for it.
+  std::vector<int> instances;
+  std::string name;
+  for (size_t k = 0; k < index.size(); ++k) {
+    const auto& [profile, count] = *std::next(n.mig.begin(), static_cast<long>(k));
+    if (count % gpus != 0) {
+      return refuse(std::to_string(count) + " devices of " + profile +
+                    " do not split evenly over " + std::to_string(gpus) +
+                    " GPUs (nvidia.com/gpu.count)");
+    }
+    offer.per_gpu[profile] = static_cast<int>(count / gpus);
+    for (int64_t i = 0; i < count / gpus; ++i) instances.push_back(index[k]);
+  }
+  auto size = [&](int idx) {
+    const core::MigProfile& p = model.mig_profiles[static_cast<size_t>(idx)];
+    return std::pair(p.memory_slices, p.compute_slices);
+  };
+  std::stable_sort(instances.begin(), instances.end(),
+                   [&](int a, int b) { return size(a) > size(b); });
+  int compute = 0;
+  for (int idx : instances) compute += size(idx).second;
+  std::vector<int> starts(instances.size(), -1);
+  // Backtracking over the few places each instance may take (at most 7 instances).
+  std::function<bool(size_t, uint32_t)> place = [&](size_t i, uint32_t used) {
+    if (i == instances.size()) return true;
+    const core::MigProfile& p = model.mig_profiles[static_cast<size_t>(instances[i])];
+    for (int start : p.starts) {
+      const uint32_t mask = ((1u << p.memory_slices) - 1) << start;
+      // Instances of one profile in ascending places (the same split, found once).
+      if ((used & mask) != 0 ||
+          (i > 0 && instances[i - 1] == instances[i] && start <= starts[i - 1]))
+        continue;
+      starts[i] = start;
+      if (place(i + 1, used | mask)) return true;
+    }
+    return false;
+  };
+  std::string split;
+  for (auto it = offer.per_gpu.rbegin(); it != offer.per_gpu.rend(); ++it) {
+    split += (split.empty() ? "" : "+") +
+             (it->second > 1 ? std::to_string(it->second) + "x" : std::string()) + it->first;
+  }
+  if (compute > core::kMigComputeSlices || !place(0, 0)) {
+    return refuse("its devices (" + split + " on each of " + std::to_string(gpus) +
+                  " GPUs) do not fit one GPU by NVIDIA's placement rules");
+  }
+  core::GpuModel own;
+  own.name = model.name + "/" + split;
+  own.memory_bytes = model.memory_bytes;
+  for (size_t k = 0; k < index.size(); ++k) {
+    core::MigProfile p = model.mig_profiles[static_cast<size_t>(index[k])];
+    p.starts.clear();
+    for (size_t i = 0; i < instances.size(); ++i) {
+      if (instances[i] == index[k]) p.starts.push_back(starts[i]);
+    }
+    std::sort(p.starts.begin(), p.starts.end());
+    p.max_instances = static_cast<int>(p.starts.size());
+    own.mig_profiles.push_back(std::move(p));
+  }
+  offer.split = std::move(own);
+  offer.gpus = static_cast<int>(gpus);
+  offer.name = split;
+  return offer;
 }
 
 }  // namespace
@@ -595,7 +684,10 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
                                  const std::vector<NodeSelection>& selections,
                                  const spec::ClusterConfig& config,
                                  const std::map<std::string, Usage>& foreign) {
-  const core::Catalog& catalog = config.cluster.catalog();
+  // The config's models, and a model of their own for nodes whose MIG split is not one of
+  // a model's tables (OfferMig), one by split.
+  core::Catalog catalog = config.cluster.catalog();
+  std::map<std::string, uint32_t> splits;
   struct Shape {
     int gpus;
     uint32_t model;
@@ -680,21 +772,30 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     if (s.dra && !n->dra.migs.empty() && catalog.model(core::ModelId(s.model)).mig_capable())
       s.mig = "*";  // MIG devices at any of the core's placements
     if (!n->mig.empty() && !s.dra) {
-      auto why = MigLayout(*n, catalog.model(core::ModelId(s.model)));
-      if (why) {
-        view.skipped.push_back(n->name + ": its MIG devices are not offered: " + *why);
+      auto offer = OfferMig(*n, catalog.model(core::ModelId(s.model)));
+      if (!offer) {
+        view.skipped.push_back(n->name +
+                               ": its MIG devices are not offered: " + offer.error().message);
       } else {
-        const auto& [profile, count] = *n->mig.begin();
-        const int per_gpu = catalog.model(core::ModelId(s.model))
-                                .mig_profiles[static_cast<size_t>(
-                                    catalog.FindProfile(core::ModelId(s.model), profile))]
-                                .max_instances;
+        if (offer->split) {
+          auto [at, added] = splits.emplace(offer->split->name, 0);
+          if (added) {
+            auto id = catalog.Add(*offer->split);
+            if (!id) return Error{"kubernetes", "node " + n->name + ": " + id.error().ToString()};
+            at->second = id->v;
+          }
+          s.model = at->second;
+        }
         // What other schedulers' pods hold is taken off in whole GPUs' worth of instances,
         // rounded up, so the core never offers an instance the node lacks.
-        int64_t used_here = used.gpus * n->mig_single;
-        if (auto u = used.mig.find(profile); u != used.mig.end()) used_here += u->second;
-        s.gpus = static_cast<int>(std::max<int64_t>(0, count - used_here) / per_gpu);
-        s.mig = profile;
+        int64_t held = 0;
+        for (const auto& [profile, per_gpu] : offer->per_gpu) {
+          int64_t used_here = used.gpus * n->mig_single;
+          if (auto u = used.mig.find(profile); u != used.mig.end()) used_here += u->second;
+          held = std::max<int64_t>(held, (used_here + per_gpu - 1) / per_gpu);
+        }
+        s.gpus = static_cast<int>(std::max<int64_t>(0, offer->gpus - held));
+        s.mig = offer->name;
         s.single = n->mig_single;
       }
     }
@@ -742,8 +843,10 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
       return std::tie(a.leaf, a.name) < std::tie(b.leaf, b.name);
     });
     core::PoolSpec p;
-    p.name = (shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name + "x" +
-                                   std::to_string(shape.gpus)
+    // (A split's model is named MODEL/SPLIT: the pool says MODEL and its split.)
+    const std::string& model_name =
+        shape.gpus > 0 ? catalog.model(core::ModelId(shape.model)).name : std::string();
+    p.name = (shape.gpus > 0 ? BaseModelName(model_name) + "x" + std::to_string(shape.gpus)
                              : std::string("cpu")) +
              (shape.mig.empty() || shape.dra ? "" : "-mig-" + shape.mig) +
              (shape.shared == core::Sharing::kExclusive
@@ -769,12 +872,19 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     p.nvlink_domains = shape.domains;
     if (shape.dra) {
       if (!shape.mig.empty()) p.sharing |= core::Bit(core::Sharing::kMig);
-      view.devices.push_back(PoolDevices{"", false, true});
+      view.devices.push_back(PoolDevices{"", false, true, core::Sharing::kExclusive, 1, false, {}});
     } else {
       if (!shape.mig.empty()) p.sharing = core::Bit(core::Sharing::kMig);
       if (shape.shared != core::Sharing::kExclusive) p.sharing |= core::Bit(shape.shared);
-      view.devices.push_back(
-          PoolDevices{shape.mig, shape.single, false, shape.shared, shape.replicas, shape.renamed});
+      PoolDevices d{shape.mig,      shape.single,  false, shape.shared,
+                    shape.replicas, shape.renamed, {}};
+      if (!shape.mig.empty()) {
+        for (const core::MigProfile& m : catalog.model(core::ModelId(shape.model)).mig_profiles) {
+          if (shape.mig == m.name || shape.model >= config.cluster.catalog().size())
+            d.profiles.push_back(m.name);
+        }
+      }
+      view.devices.push_back(std::move(d));
     }
     p.cpus_milli = shape.cpus;
     p.memory_bytes = shape.mem;
@@ -936,8 +1046,9 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
       whole_gpus |= view.cluster.pool(p).spec.gpus > 0;
     } else if (d.single) {
       single.push_back(p);
-      single_profiles.insert(d.mig_profile);
-    } else if (d.mig_profile == pod.mig_profile) {
+      single_profiles.insert(d.profiles.front());
+    } else if (std::find(d.profiles.begin(), d.profiles.end(), pod.mig_profile) !=
+               d.profiles.end()) {
       mig.push_back(p);
     }
   }
@@ -972,8 +1083,8 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
     }
     if (mig.empty()) {
       return "no node its selection allows offers nvidia.com/mig-" + profile +
-             " (Gantry offers MIG devices on nodes whose GPUs are all split into one profile: "
-             "its log says which nodes' devices are left out)";
+             " (Gantry offers MIG devices on nodes whose GPUs are all split, each the same way: "
+             "its log says which nodes' devices are left out and why)";
     }
     job.pools = std::move(mig);
   } else if (whole_gpus || single.empty()) {
@@ -997,7 +1108,9 @@ std::optional<std::string> FitDevices(const PodInfo& pod, const ClusterView& vie
   job.sharing = core::Sharing::kMig;
   job.gpus = 0;
   job.mig_profile = profile;
-  job.models &= job.ResolveMigIndex(catalog);
+  // The models that have the profile, a node's own split's among them (the pod names no
+  // model: its node selection chose the pools).
+  job.models = job.ResolveMigIndex(catalog);
   bool holds = job.vram_bytes <= 0;
   for (size_t m = 0; m < catalog.size(); ++m) {
     const int idx = job.mig_index[m];

@@ -178,8 +178,10 @@ struct Usage {
 // of `mig_profile` as NVIDIA's table allows, so the core's placement of that profile is
 // the node's own layout).
 struct PoolDevices {
-  std::string mig_profile;  // empty: whole GPUs
-  bool single = false;      // the single strategy: pods ask nvidia.com/gpu for them
+  // MIG devices: the profile, or the node's split (OfferMig: "3g.40gb+2g.20gb+2x1g.10gb");
+  // empty: whole GPUs.
+  std::string mig_profile;
+  bool single = false;  // the single strategy: pods ask nvidia.com/gpu for them
   // Dynamic Resource Allocation: GPUs of gpu.nvidia.com, and MIG devices at the core's
   // placements where the node publishes them (the pool's sharing then includes MIG).
   bool dra = false;
@@ -188,7 +190,14 @@ struct PoolDevices {
   core::Sharing shared = core::Sharing::kExclusive;
   int replicas = 1;
   bool renamed = false;  // pods ask nvidia.com/gpu.shared for them (else nvidia.com/gpu)
+  std::vector<std::string> profiles;  // MIG devices: the profiles offered
 };
+
+// The GPU model of a model BuildCluster made for a node's MIG split ("A100-80GB/3g.40gb+
+// 2g.20gb+2x1g.10gb" is "A100-80GB"); any other model's name as it is.
+inline std::string BaseModelName(const std::string& model) {
+  return model.substr(0, model.find('/'));
+}
 
 struct ClusterView {
   core::Cluster cluster;

@@ -903,6 +903,16 @@ void Driver::Rebuild() {
   view_ = std::move(view).value();
   core::PolicyParams params = config_.policy.params;
   params.epoch_unix_ms = kEpochMs;
+  // A MIG split's model is priced as its GPU model.
+  const core::Catalog& models = view_.cluster.catalog();
+  for (size_t m = config_.cluster.catalog().size(); m < models.size(); ++m) {
+    auto base = config_.cluster.catalog().Find(
+        BaseModelName(models.model(core::ModelId(static_cast<uint32_t>(m))).name));
+    if (base && base->v < params.gpu_hour_price.size()) {
+      params.gpu_hour_price.resize(m + 1, 1.0);
+      params.gpu_hour_price[m] = params.gpu_hour_price[base->v];
+    }
+  }
   // Elastic gangs (a PodGroup with more pods than its minMember): a pass comes up to an
   // idle pass late after a checkpoint's wakeup; bound pods never move, so a gang grows by
   // binding more of its pods beside the others, and the pods a shrink evicts keep their
@@ -1357,7 +1367,7 @@ void Driver::SyncJobs() {
       refuse(refused_[key]);
       continue;
     }
-    if (auto why = FitDevices(*live.front(), view_, config_.cluster.catalog(), *spec)) {
+    if (auto why = FitDevices(*live.front(), view_, view_.cluster.catalog(), *spec)) {
       refused_[key] = *why;
       refuse(*why);
       continue;
@@ -1671,7 +1681,8 @@ void Driver::RecordRuns() {
       }
       const core::Node& node = view_.cluster.node(rec.alloc[i].node);
       rr.row.queue = config_.queues.queue(rec.spec.queue).spec.name;
-      if (node.model.valid()) rr.row.model = view_.cluster.catalog().model(node.model).name;
+      if (node.model.valid())  // a MIG split's model (MODEL/SPLIT) is its GPU model's
+        rr.row.model = BaseModelName(view_.cluster.catalog().model(node.model).name);
       rr.row.gpus = server::WorkerGpus(rec.alloc[i], view_.cluster);
       rr.row.start_ms = now_ms;
       if (auto p = pods_.find(uid); p != pods_.end()) rr.row.user = p->second.ns;

@@ -663,45 +663,55 @@ def mig_pod(name, resource, node_selector=None):
 
 def case_mig_devices(c):
     """MIG devices through the device plugin, mixed and single strategies: as many pods as
-    the nodes have devices are bound, and no more, also after a restart."""
+    the nodes have devices are bound, and no more, also after a restart; a node of several
+    profiles (all-balanced) offers each as often as it has it."""
     single_product = "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"
-    # all-1g.10gb on 2 GPUs (mixed strategy), all-3g.40gb on 2 GPUs (single strategy), and a
-    # node of two profiles (all-balanced), whose devices Gantry does not offer
+    # all-1g.10gb on 2 GPUs (mixed strategy), all-3g.40gb on 2 GPUs (single strategy),
+    # all-balanced on 1 GPU (two 1g.10gb, a 2g.20gb and a 3g.40gb), and a node of two
+    # profiles without GPU feature discovery's GPU count, whose devices Gantry cannot split
     kwok_node(c, "mig-mixed", "NVIDIA-A100-SXM4-80GB", {"nvidia.com/mig-1g.10gb": "14"},
               {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "2"})
     kwok_node(c, "mig-single", single_product, {"nvidia.com/gpu": "4"},
               {"nvidia.com/mig.strategy": "single", "nvidia.com/gpu.count": "4", "nvidia.com/gpu.memory": "40192"})
     kwok_node(c, "mig-balanced", "NVIDIA-A100-SXM4-80GB",
+              {"nvidia.com/mig-1g.10gb": "2", "nvidia.com/mig-2g.20gb": "1", "nvidia.com/mig-3g.40gb": "1"},
+              {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "1"})
+    kwok_node(c, "mig-uncounted", "NVIDIA-A100-SXM4-80GB",
               {"nvidia.com/mig-1g.10gb": "4", "nvidia.com/mig-3g.40gb": "2"}, {"nvidia.com/mig.strategy": "mixed"})
     try:
-        small = [mig_pod(f"small-{i:02}", "nvidia.com/mig-1g.10gb") for i in range(15)]
+        small = [mig_pod(f"small-{i:02}", "nvidia.com/mig-1g.10gb") for i in range(17)]
         half = [mig_pod(f"half-{i}", "nvidia.com/gpu", {"nvidia.com/gpu.product": single_product}) for i in range(5)]
-        c.kubectl_apply(*small, *half, mig_pod("no-profile", "nvidia.com/mig-2g.20gb"))
+        two = [mig_pod(f"two-{i}", "nvidia.com/mig-2g.20gb") for i in range(2)]
+        three = [mig_pod(f"three-{i}", "nvidia.com/mig-3g.40gb") for i in range(2)]
+        c.kubectl_apply(*small, *half, *two, *three, mig_pod("no-profile", "nvidia.com/mig-7g.80gb"))
+        want = {"mig-mixed": 14, "mig-single": 4, "mig-balanced": 4}
 
         def placed():
             return placement(c)
 
         def settled():
             on, waiting = placed()
-            return (on, waiting) if len(on.get("mig-mixed", [])) == 14 and len(on.get("mig-single", [])) == 4 \
-                and len(waiting) == 3 and all(waiting.values()) else None
+            return (on, waiting) if {n: len(v) for n, v in on.items()} == want \
+                and len(waiting) == 5 and all(waiting.values()) else None
         try:
-            on, waiting = wait_for("14 + 4 MIG pods bound, 3 waiting with a reason", settled, 20)
+            on, waiting = wait_for("14 + 4 + 4 MIG pods bound, 5 waiting with a reason", settled, 20)
         except AssertionError:
             raise AssertionError(f"placed: {placed()}")
-        assert set(on) == {"mig-mixed", "mig-single"}, on
         assert all(n.startswith("small-") for n in on["mig-mixed"]), on
-        assert "nvidia.com/mig-2g.20gb" in waiting["no-profile"], waiting
+        kinds = sorted(n.split("-")[0] for n in on["mig-balanced"])
+        assert kinds == ["small", "small", "three", "two"], on
+        assert "nvidia.com/mig-7g.80gb" in waiting["no-profile"], waiting
         check_allocatable(c)
         # the log names the node whose devices are left out, and why
         with open(c.proc.log_path) as f:
-            assert "mig-balanced: its MIG devices are not offered: more than one profile" in f.read()
+            assert "mig-uncounted: its MIG devices are not offered: its devices are not whole GPUs " \
+                "split into one profile, and without GPU feature discovery's label nvidia.com/gpu.count" in f.read()
         # a restart adopts the MIG pods: still no more bound than the nodes have
         c.stop_gantryd()
         c.start_gantryd()
         time.sleep(3)
         on, waiting = placed()
-        assert len(on["mig-mixed"]) == 14 and len(on["mig-single"]) == 4, on
+        assert {n: len(v) for n, v in on.items()} == want, on
         check_allocatable(c)
         # one ends: the small pod waiting takes its device
         c.kubectl("delete", "pod", on["mig-mixed"][0], "--grace-period=0", "--force")
@@ -710,7 +720,7 @@ def case_mig_devices(c):
         check_allocatable(c)
     finally:
         c.clean()
-        for n in ("mig-mixed", "mig-single", "mig-balanced"):
+        for n in ("mig-mixed", "mig-single", "mig-balanced", "mig-uncounted"):
             c.kubectl("delete", "node", n, check=False)
 
 

@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 
+#include "core/ledger.h"
 #include "core/model/feasibility.h"
 #include "spec/config_reader.h"
 
@@ -345,6 +346,97 @@ TEST(KubeMig, NodesSplitIntoOneProfileArePoolsOfMigGpus) {
   why = FitDevices(other, *view, c.catalog(), *job);
   ASSERT_TRUE(why.has_value());
   EXPECT_NE(why->find("nvidia.com/mig-2g.20gb"), std::string::npos) << *why;
+}
+
+// Nodes whose GPUs are split another way than into one profile as far as it goes
+// (MIG manager's all-balanced, a custom layout): the counts the device plugin advertises
+// over the GPUs GPU feature discovery counts make one split per GPU, and the core offers
+// each profile exactly as many times as the node has it.
+TEST(KubeMig, NodesOfAnyEvenSplitOfferEachProfileAsOftenAsTheyHaveIt) {
+  const spec::ClusterConfig config = Config();
+  auto node = [](const std::string& name, json devices, const char* gpus) {
+    json n = MigNode(name, "NVIDIA-A100-SXM4-80GB", std::move(devices));
+    if (gpus) n["metadata"]["labels"]["nvidia.com/gpu.count"] = gpus;
+    return ParseNode(n);
+  };
+  std::vector<NodeInfo> infos = {
+      // all-balanced on 8 A100-80GB: 2 1g.10gb, a 2g.20gb and a 3g.40gb on each
+      node("bal",
+           {{"nvidia.com/mig-1g.10gb", "16"},
+            {"nvidia.com/mig-2g.20gb", "8"},
+            {"nvidia.com/mig-3g.40gb", "8"}},
+           "8"),
+      node("odd", {{"nvidia.com/mig-1g.10gb", "3"}}, "1"),  // 3 where 7 would fit
+      node("uneven", {{"nvidia.com/mig-1g.10gb", "5"}, {"nvidia.com/mig-3g.40gb", "2"}}, "2"),
+      node("over", {{"nvidia.com/mig-3g.40gb", "4"}, {"nvidia.com/mig-2g.20gb", "2"}}, "2"),
+      node("unlabelled", {{"nvidia.com/mig-1g.10gb", "4"}, {"nvidia.com/mig-3g.40gb", "2"}},
+           nullptr)};
+  std::vector<const NodeInfo*> nodes;
+  for (const NodeInfo& n : infos) nodes.push_back(&n);
+  auto view = BuildCluster(nodes, {NodeSelection{}}, config, {});
+  ASSERT_TRUE(view.ok()) << view.error().ToString();
+  const core::Cluster& c = view->cluster;
+  std::string skipped;
+  for (const std::string& s : view->skipped) skipped += s + "\n";
+  EXPECT_EQ(view->skipped.size(), 3u) << skipped;
+  EXPECT_NE(skipped.find("uneven: its MIG devices are not offered: 5 devices of 1g.10gb do not "
+                         "split evenly over 2 GPUs"),
+            std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("over: its MIG devices are not offered: its devices (2x3g.40gb+2g.20gb "
+                         "on each of 2 GPUs) do not fit one GPU"),
+            std::string::npos)
+      << skipped;
+  EXPECT_NE(skipped.find("unlabelled: its MIG devices are not offered: its devices are not whole "
+                         "GPUs split into one profile, and without GPU feature discovery's label "
+                         "nvidia.com/gpu.count"),
+            std::string::npos)
+      << skipped;
+  const core::Node& bal = c.node(*c.FindNode("bal"));
+  EXPECT_EQ(bal.gpus, 8);
+  EXPECT_EQ(c.catalog().model(bal.model).name, "A100-80GB/3g.40gb+2g.20gb+2x1g.10gb");
+  const PoolDevices& d = view->devices[bal.pool.v];
+  EXPECT_EQ(d.mig_profile, "3g.40gb+2g.20gb+2x1g.10gb");
+  EXPECT_EQ(d.profiles, (std::vector<std::string>{"1g.10gb", "2g.20gb", "3g.40gb"}));
+  EXPECT_EQ(c.pool(bal.pool).spec.name.rfind("A100-80GBx8-mig-3g.40gb+2g.20gb+2x1g.10gb", 0), 0u)
+      << c.pool(bal.pool).spec.name;
+  EXPECT_EQ(c.node(*c.FindNode("odd")).gpus, 1);
+
+  // Filled profile by profile, the smallest first, each fits as often as the node has it
+  // and no more: 16, 8 and 8 on bal; 3 on odd.
+  core::Ledger ledger(c);
+  auto fill = [&](const core::Node& n, const std::string& profile) {
+    const int idx = c.catalog().FindProfile(n.model, profile);
+    int placed = 0;
+    for (int g = 0; g < n.gpus; ++g) {
+      const core::GpuId id(n.first_gpu.v + static_cast<uint32_t>(g));
+      for (int start; (start = ledger.MigStart(id, idx)) >= 0; ++placed) {
+        core::WorkerAlloc w;
+        w.node = *c.FindNode(n.name);
+        w.gpu = static_cast<int8_t>(g);
+        w.sharing = core::Sharing::kMig;
+        w.mig_profile = static_cast<int8_t>(idx);
+        w.mig_start = static_cast<int8_t>(start);
+        ledger.Allocate(w);
+      }
+    }
+    return placed;
+  };
+  EXPECT_EQ(fill(bal, "1g.10gb"), 16);
+  EXPECT_EQ(fill(bal, "2g.20gb"), 8);
+  EXPECT_EQ(fill(bal, "3g.40gb"), 8);
+  EXPECT_EQ(fill(c.node(*c.FindNode("odd")), "1g.10gb"), 3);
+
+  // A pod asking one of them goes to that node's pool, as a MIG job of its split's model.
+  PodInfo pod = ParsePod(Pod("p", {{"limits", {{"nvidia.com/mig-2g.20gb", "1"}}}}));
+  auto job = JobOf({&pod}, config);
+  ASSERT_TRUE(job.ok());
+  job->pools = view->pools_of[0];
+  EXPECT_EQ(FitDevices(pod, *view, c.catalog(), *job), std::nullopt);
+  EXPECT_EQ(job->pools, std::vector<core::PoolId>{bal.pool});
+  EXPECT_EQ(job->sharing, core::Sharing::kMig);
+  EXPECT_NE(job->models & (core::ModelMask{1} << bal.model.v), 0u);
+  EXPECT_EQ(job->mig_index[bal.model.v], c.catalog().FindProfile(bal.model, "2g.20gb"));
 }
 
 json SharedNode(const std::string& name, int replicas, const std::string& strategy, int advertised,

@@ -346,17 +346,22 @@ void OnSallocSignal(int sig) { g_salloc_signal = sig; }
 // is given back with its status (the job ends finished, or failed with it), and the exit
 // status is the command's. --no-shell: salloc ends once it is granted and the allocation
 // stays (srun --jobid reaches it, scancel or its time limit ends it); -I/--immediate[=S]:
-// given up unless granted within S seconds (none: at once), as Slurm's.
+// given up unless granted within S seconds (none: at once), as Slurm's. The terminal bell
+// rings when it is granted after more than 10 s of waiting, or always with --bell, never
+// with --no-bell (only where stdout is a terminal), as Slurm's.
 int Salloc(const Globals& g, const std::vector<std::string>& words) {
   std::vector<std::string> options, command;
   std::string first;
   if (SplitSbatchArgs(words, options, first, command)) command.insert(command.begin(), first);
   bool no_shell = false;
+  std::optional<bool> bell;      // --bell, --no-bell; none: after 10 s of waiting
   std::optional<int> immediate;  // seconds
   for (auto o = options.begin(); o != options.end();) {
     std::string secs;
     if (*o == "--no-shell") {
       no_shell = true;
+    } else if (*o == "--bell" || *o == "--no-bell") {
+      bell = *o == "--bell";
     } else if (*o == "-I" || *o == "--immediate") {
       immediate = 0;
     } else if (o->rfind("--immediate=", 0) == 0 || (o->rfind("-I", 0) == 0 && o->size() > 2)) {
@@ -406,6 +411,7 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
   // Waiting: Ctrl-C (or TERM, HUP) gives the pending allocation up, as Slurm's salloc does.
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, OnSallocSignal);
   bool said_queued = false;
+  const auto asked = std::chrono::steady_clock::now();
   json j;
   const auto give_up_at = std::chrono::steady_clock::now() +
                           std::chrono::milliseconds(immediate ? std::max(1, *immediate) * 1000 : 0);
@@ -440,6 +446,10 @@ int Salloc(const Globals& g, const std::vector<std::string>& words) {
   }
   if (said_queued) std::cerr << "salloc: job " << number << " has been allocated resources\n";
   std::cerr << "salloc: Granted job allocation " << number << "\n";
+  if (bell.value_or(std::chrono::steady_clock::now() - asked > std::chrono::seconds(10)) &&
+      ::isatty(STDOUT_FILENO)) {
+    std::cout << '\a' << std::flush;
+  }
   if (no_shell) return 0;  // it stays, as Slurm's: srun --jobid, scancel, its time limit
   Response a = c.Get("/v1/jobs/" + UrlEncode(id) + "/allocation");
   if (int rc = Check(a, "salloc")) {

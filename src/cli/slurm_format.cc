@@ -509,7 +509,9 @@ std::vector<json> AcctRows(const json& job) {
     r["state"] = state == "ended" ? (code != 0 || s.contains("exit_signal") ? "failed" : "finished")
                  : state == "cancelled"  ? "cancelled"
                  : state == "cancelling" ? "stopping"
+                 : state == "timeout"    ? "failed"
                                          : state;
+    if (state == "timeout") r["reason"] = "time limit reached (srun --time)";  // TIMEOUT
     r["exit_code"] = code;
     if (s.contains("exit_signal")) r["exit_signal"] = s["exit_signal"];
     r["replicas"] = s.value("ntasks", 0);

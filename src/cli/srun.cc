@@ -102,7 +102,6 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
            "their own task slot's";
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
   if (name == "input") return "--input: a step's tasks read nothing (their stdin is /dev/null)";
-  if (name == "time") return "--time: steps run within the job's time limit; give none";
   if (name == "distribution" && value.rfind("block", 0) != 0)
     return "--distribution=" + value + ": tasks are laid out block by block only";
   if (name == "container-image")
@@ -447,6 +446,16 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["nodelist"] = *names;
   }
   if (given.count("overlap")) body["overlap"] = true;
+  // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
+  if (given.count("time")) {
+    std::string error;
+    const std::optional<long long> limit = ParseSlurmTime(given["time"], error);
+    if (!limit) {
+      std::cerr << "srun: error: Invalid --time specification\n";
+      return kExitBadInput;
+    }
+    if (*limit > 0) body["time_limit_s"] = *limit;
+  }
   // sbatch --gpus-per-task (SLURM_GPUS_PER_TASK, an input of srun's as of Slurm's): each
   // task its own slot's GPUs.
   if (!given.count("gpus-per-task") && !Env("SLURM_GPUS_PER_TASK").empty()) {
@@ -546,6 +555,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   bool cancel_sent = false;
   int failures = 0;
   bool started_said = step.value("state", "") != "pending";
+  bool timeout_said = false;
   const auto cancel_if_interrupted = [&] {
     if (g_interrupted.load() > 0 && !cancel_sent) {
       std::cerr << "srun: interrupted: cancelling step " << job << "." << id << "\n";
@@ -597,7 +607,20 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       std::cerr << "srun: Step created for StepId=" << job << "." << id << "\n";
       started_said = true;
     }
-    const bool over = state == "ended" || state == "cancelled";
+    const bool over = state == "ended" || state == "cancelled" || state == "timeout";
+    if (step.value("timed_out", false) && !timeout_said) {
+      // As Slurm's slurmstepd says it on each of the step's nodes.
+      std::set<std::string> nodes;
+      for (const json& t : tasks) nodes.insert(t.value("node", ""));
+      const std::time_t at = std::time(nullptr);
+      char when[32];
+      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", std::localtime(&at));
+      for (const std::string& node : nodes) {
+        std::cerr << "slurmstepd-" << node << ": error: *** STEP " << job << "." << id << " ON "
+                  << node << " CANCELLED AT " << when << " DUE TO TIME LIMIT ***\n";
+      }
+      timeout_said = true;
+    }
     for (size_t t = 0; t < tasks.size(); ++t) {
       for (int stream : {0, 1}) {
         const int64_t bytes =

@@ -424,6 +424,11 @@ class Controller : public ApiBackend {
   // signal), start, end, tasks, nodes.
   nlohmann::json StepSummary(const Job& job, const Step& s) const;
   // A step task's entry for its agent (cached in StepTask::desired).
+  // Step s's tasks are stopped (srun interrupted, scancel of the step, its time limit):
+  // their signal, then SIGKILL kStepKillWaitMs later; a step not started yet never will.
+  void StopStep(Job& job, Step& s, Ticks now);
+  // Running steps past their srun --time are stopped, and end TIMEOUT.
+  void TimeOutSteps(Ticks now);
   proto::DesiredWorker StepDesired(const Job& job, const Step& s, int task) const;
   void StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now);
   // A batch job's usage report from node n (its script's, or a step task's): for the slots

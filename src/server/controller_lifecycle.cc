@@ -514,6 +514,7 @@ void Controller::Housekeeping(Ticks now) {
                   " s of its time_limit_s " + spec::FormatSeconds(*job.spec.time_limit),
               job.spec.grace, now);
   }
+  TimeOutSteps(now);
   ReclaimIdle(now);
   std::vector<int64_t> overdue;
   for (int64_t seq : book_.running()) {

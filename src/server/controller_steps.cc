@@ -26,7 +26,7 @@ std::string_view StepStateWord(const Step& s) {
     case Step::State::kRunning:
       return s.cancelled ? "cancelling" : "running";
     case Step::State::kEnded:
-      return s.cancelled ? "cancelled" : "ended";
+      return s.timed_out ? "timeout" : s.cancelled ? "cancelled" : "ended";
   }
   return "?";
 }
@@ -300,6 +300,7 @@ json Controller::StepBody(const Job& job, const Step& s) const {
           {"step", s.id},
           {"name", s.name},
           {"state", StepStateWord(s)},
+          {"timed_out", s.timed_out},
           {"nodes", spec::HostList(StepNodeNames(job, s))},
           {"tasks", std::move(tasks)}};
 }
@@ -362,6 +363,10 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           gpus_per_task = body.value("gpus_per_task", 0);
           s.bind_gpus = gpus_per_task > 0;
           s.overlap = body.value("overlap", false);
+          const double limit_s = body.value("time_limit_s", 0.0);
+          if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
+            return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");
+          s.time_limit = static_cast<Ticks>(limit_s * 1000);
         } catch (const json::exception& e) {
           return Reply::Error(Code::kBadRequest, std::string("step: ") + e.what());
         }
@@ -553,22 +558,40 @@ void Controller::CancelStep(std::string token, std::string name, int step, Done 
     if (step < 0 || step >= static_cast<int>(job->steps.size()))
       return Reply::Error(Code::kNotFound, "job " + name + " has no step " + std::to_string(step));
     Step& s = job->steps[static_cast<size_t>(step)];
-    if (!s.cancelled && s.state != Step::State::kEnded) {
-      s.cancelled = true;
-      if (s.state == Step::State::kPending) {
-        s.End(now_);
-        s.tasks.clear();
-      } else {
-        s.started = std::min(s.started, now_);
-        s.ended = now_;  // the stop's start: SIGKILL kStepKillWaitMs later
-        TouchStep(*job, s);
-      }
-      Persist(*job);
-    }
+    StopStep(*job, s, now_);
     Reply r;
     r.body = StepBody(*job, s);
     return r;
   });
+}
+
+void Controller::StopStep(Job& job, Step& s, Ticks now) {
+  if (s.cancelled || s.state == Step::State::kEnded) return;
+  s.cancelled = true;
+  if (s.state == Step::State::kPending) {
+    s.End(now);
+    s.tasks.clear();
+  } else {
+    s.started = std::min(s.started, now);
+    s.ended = now;  // the stop's start: SIGKILL kStepKillWaitMs later
+    TouchStep(job, s);
+  }
+  Persist(job);
+}
+
+void Controller::TimeOutSteps(Ticks now) {
+  for (int64_t seq : book_.running()) {
+    Job& job = book_.jobs().at(seq);
+    for (Step& s : job.steps) {
+      if (s.time_limit <= 0 || s.state != Step::State::kRunning || s.cancelled ||
+          now - s.started < s.time_limit)
+        continue;
+      s.timed_out = true;
+      job.Note(now, "step " + std::to_string(s.id) + " cancelled at its time limit (srun --time " +
+                        spec::FormatSeconds(s.time_limit) + " s)");
+      StopStep(job, s, now);
+    }
+  }
 }
 
 proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int task) const {

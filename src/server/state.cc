@@ -346,6 +346,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"bind_gpus", s.bind_gpus},
                        {"overlap", s.overlap},
                        {"cancelled", s.cancelled},
+                       {"time_limit", s.time_limit},
+                       {"timed_out", s.timed_out},
                        {"state", static_cast<int>(s.state)},
                        {"created", s.created},
                        {"started", s.started},
@@ -447,6 +449,8 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.bind_gpus = s.value("bind_gpus", false);
       step.overlap = s.value("overlap", false);
       step.cancelled = s.value("cancelled", false);
+      step.time_limit = s.value("time_limit", Ticks{0});
+      step.timed_out = s.value("timed_out", false);
       const int step_state = s.value("state", 0);
       if (step_state < 0 || step_state > static_cast<int>(Step::State::kEnded))
         return Error{"doc", "unknown step state"};

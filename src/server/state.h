@@ -124,6 +124,10 @@ struct Step {
   bool bind_gpus = false;             // each task only its slot's GPUs (--gpus-per-task)
   bool overlap = false;               // may share slots with running steps (--overlap)
   bool cancelled = false;             // srun was interrupted: its tasks are stopped
+  // srun --time: past it (from its start) the step is cancelled as srun's interrupt
+  // cancels it, and ends TIMEOUT. 0: none (the job's own limit holds).
+  Ticks time_limit = 0;
+  bool timed_out = false;
   State state = State::kPending;
   Ticks created = 0, started = -1, ended = -1;
   std::vector<StepTask> tasks;  // by task id (SLURM_PROCID)

@@ -191,7 +191,7 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   EXPECT_EQ(srun.status, 2);
   EXPECT_NE(srun.output.find("no job allocation"), std::string::npos) << srun.output;
   for (const char* refused : {"--mpi=pmix", "--cpu-bind=cores", "--gpu-bind=closest", "-i x",
-                              "-o out-%Q", "-e err-%Q", "--time=5", "--bogus"}) {
+                              "-o out-%Q", "-e err-%Q", "--time=xyz", "--bogus"}) {
     Outcome r =
         Shell("SLURM_JOB_ID=j1 GANTRY_TOKEN=t " + dir + "srun " + refused + " hostname 2>&1");
     EXPECT_EQ(r.status, 2) << refused << ": " << r.output;

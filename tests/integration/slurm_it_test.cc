@@ -446,6 +446,8 @@ srun --wait=1 --kill-on-bad-exit=0 bash -c '[ $SLURM_PROCID = 0 ] && exit 0; sle
 echo "waited $?"
 srun --gres=gpu:4 bash -c 'echo "gres $SLURM_PROCID $CUDA_VISIBLE_DEVICES"' > gres.txt
 echo "gres status $?"
+srun --time=0:02 bash -c 'trap "echo got TERM; exit 7" TERM; sleep 60 & wait' 2> timed.txt
+echo "timed status $?"
 srun -n 9 true 2> many.txt
 echo "many status $?"
 srun -N 3 -n 3 true 2> wide.txt
@@ -526,6 +528,13 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
             std::string::npos)
       << h.Read("work/many.txt");
   EXPECT_EQ(h.Read("work/wide.txt"), "srun: error: Only allocated 2 nodes asked for 3\n");
+  // srun --time: the step is cancelled at its limit (SIGTERM, which it traps), said as
+  // Slurm's slurmstepd says it; srun's status is the task's, sacct says TIMEOUT.
+  EXPECT_NE(out.find("got TERM\ngot TERM\ntimed status 7\n"), std::string::npos) << out;
+  const std::string timed = h.Read("work/timed.txt");
+  EXPECT_NE(timed.find(": error: *** STEP " + id.substr(1) + ".9 ON "), std::string::npos) << timed;
+  EXPECT_NE(timed.find(" DUE TO TIME LIMIT ***\n"), std::string::npos) << timed;
+  EXPECT_NE(timed.find("task 0: Exited with exit code 7"), std::string::npos) << timed;
   // squeue saw it running; sbatch inside it submitted as its user, to its queue, and the
   // follow-up ran once it had finished.
   EXPECT_NE(out.find("state RUNNING\n"), std::string::npos) << out;
@@ -550,7 +559,8 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
       h.token("ann"));
   for (const std::string& row :
        {n + "|multi.sh|COMPLETED|0:0\n", n + ".batch|batch|COMPLETED|0:0\n",
-        n + ".0|bash|COMPLETED|0:0\n", n + ".5|bash|FAILED|3:0\n", n + ".6|bash|FAILED|5:0\n"}) {
+        n + ".0|bash|COMPLETED|0:0\n", n + ".5|bash|FAILED|3:0\n", n + ".6|bash|FAILED|5:0\n",
+        n + ".9|bash|TIMEOUT|7:0\n"}) {
     EXPECT_NE(acct.out.find(row), std::string::npos) << row << " in\n" << acct.out;
   }
   // The job's credential ended with its run.
@@ -980,6 +990,16 @@ TEST(Slurm, SallocNoShellLeavesTheAllocationAndImmediateGivesUp) {
   }
   RunResult bad = h.Cli({"salloc", "--immediate=soon", "true"}, h.token("ann"));
   EXPECT_EQ(bad.rc, 2) << bad.err;
+  // --bell rings the terminal's bell once granted, where stdout is a terminal (script(1)
+  // gives it one); not where it is a pipe (above: no output at all).
+  RunResult rung = it::Run({"script", "-qec",
+                            std::string(GANTRY_BINARY) + " --server " + h.ServerUrl() +
+                                " salloc --bell --no-shell -p spare -A research --gres=gpu:1 -t 1",
+                            "/dev/null"},
+                           {{"GANTRY_TOKEN", h.token("ann")}});
+  EXPECT_EQ(rung.rc, 0) << rung.out << rung.err;
+  EXPECT_NE(rung.out.find("salloc: Granted job allocation "), std::string::npos) << rung.out;
+  EXPECT_NE(rung.out.find('\a'), std::string::npos) << rung.out;
   // It stays until scancel (or its time limit) ends it.
   RunResult cancel = h.Cli({"cancel", number}, h.token("ann"));
   EXPECT_EQ(cancel.rc, 0) << cancel.err;

@@ -17,8 +17,10 @@ device files, no cgroups), here with typed gres, features and two partitions; Ga
 gantryd and one gantry-agent per node with emulated GPUs and its cgroups (device rules hide
 the GPUs a job does not hold), with the site mapping a site would write (QoS `normal`,
 account `proj` and the default account, the partitions, the GPU types, the features).
-Slurm runs without slurmdbd: it validates no account or QoS, so those are compared as
-accepted-or-not only.
+Slurm keeps its accounting in slurmdbd on a MariaDB of its own (in the run's directory,
+on loopback), with association and QoS enforcement: the user `root` may use account `proj`
+(its default) and QoS `normal`, as Gantry's site mapping allows. Each job's `sacct` rows
+(job, batch step and srun steps: JobID, JobName, State, ExitCode) are compared too.
 
     python3 bench/slurm_scripts.py [--build build/release] [--only NAME,...] [--keep]
 
@@ -33,9 +35,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from slurm_side_by_side import stop_cluster  # noqa: E402 (SIGTERM, the last started first; SIGKILL after 40 s)
 SCRIPTS = os.path.join(ROOT, 'bench', 'slurm_scripts')
 POOLS = [('gpu', 'h100', 4, 'H100-80GB', 'h100,ib'), ('a100', 'a100', 2, 'A100-80GB', 'a100')]
-CTLD_PORT, SLURMD_PORT = 16917, 16918
+CTLD_PORT, SLURMD_PORT, DBD_PORT, DB_PORT = 16917, 16918, 16819, 16820
 FIRST_JOB = 1001  # job numbers on both sides start here, apart from array indices and counts
-PACKAGES = ['munge', 'slurm-client', 'slurmctld', 'slurmd', 'iproute2', 'util-linux']
+PACKAGES = ['munge', 'slurm-client', 'slurmctld', 'slurmd', 'slurmdbd', 'mariadb-server', 'iproute2',
+            'util-linux']
 # What is compared of each env file (others differ by nature: paths, PIDs, tokens).
 KEYS = ['SLURM_JOB_ID', 'SLURM_JOBID', 'SLURM_JOB_NAME', 'SLURM_ARRAY_JOB_ID', 'SLURM_ARRAY_TASK_ID',
         'SLURM_ARRAY_TASK_COUNT', 'SLURM_ARRAY_TASK_MIN', 'SLURM_ARRAY_TASK_MAX', 'SLURM_ARRAY_TASK_STEP',
@@ -113,7 +116,10 @@ class Slurm:
             'SlurmctldLogFile=%s/log/slurmctld.log' % d, 'SlurmdLogFile=%s/log/slurmd.%%n.log' % d,
             'PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm', 'ProctrackType=proctrack/pgid',
             'TaskPlugin=task/none', 'JobAcctGatherType=jobacct_gather/none',
-            'AccountingStorageType=accounting_storage/none', 'JobCompType=jobcomp/filetxt',
+            'AccountingStorageType=accounting_storage/slurmdbd', 'AccountingStorageHost=127.0.0.1',
+            'AccountingStoragePort=%d' % DBD_PORT, 'AccountingStorageEnforce=associations,limits,qos',
+            'AccountingStoragePass=' + sock,  # the munge socket slurmdbd's connections use
+            'JobCompType=jobcomp/filetxt',
             'JobCompLoc=%s/jobcomp.txt' % d, 'MailProg=/bin/true', 'MpiDefault=none',
             'SlurmdParameters=config_overrides', 'SelectType=select/cons_tres',
             'SelectTypeParameters=CR_Core_Memory', 'GresTypes=gpu', 'SchedulerType=sched/backfill',
@@ -136,6 +142,7 @@ class Slurm:
         with open(os.path.join(d, 'gres.conf'), 'w') as f:
             f.write('\n'.join(gres) + '\n')
         open(os.path.join(d, 'plugstack.conf'), 'w').close()
+        self.start_accounting(sock)
         self.procs.append(subprocess.Popen(['slurmctld', '-D', '-i', '-f', self.env['SLURM_CONF']], env=self.env,
                                            stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, 'log', 'ctld.err'), 'w')))
         wait_for('slurmctld', lambda: run(['scontrol', 'ping'], env=self.env).stdout.find('UP') >= 0, 60)
@@ -149,6 +156,41 @@ class Slurm:
         nodes = sum(p[2] for p in POOLS)
         wait_for('slurmd nodes idle', lambda: len(run(['sinfo', '-h', '-N', '-t', 'idle', '-o', '%N'],
                                                       env=self.env).stdout.split()) >= nodes, 90, 0.5)
+
+    def start_accounting(self, munge_sock):
+        """MariaDB in d/mysql on loopback, slurmdbd on it, and the cluster's associations."""
+        d = self.d
+        db = os.path.join(d, 'mysql')
+        r = run(['mariadb-install-db', '--no-defaults', '--datadir=' + db, '--user=root',
+                 '--auth-root-authentication-method=normal', '--skip-test-db'], timeout=180)
+        if r.returncode != 0:
+            raise RuntimeError('mariadb-install-db: ' + r.stderr[-2000:])
+        sock = os.path.join(d, 'mysql.sock')
+        self.procs.append(subprocess.Popen(
+            ['mariadbd', '--no-defaults', '--datadir=' + db, '--socket=' + sock, '--port=%d' % DB_PORT,
+             '--bind-address=127.0.0.1', '--user=root', '--pid-file=' + os.path.join(d, 'mysql.pid'),
+             '--innodb-buffer-pool-size=64M', '--innodb-lock-wait-timeout=900'],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(d, 'log', 'mariadb.err'), 'w')))
+        wait_for('mariadbd', lambda: run(['mariadb', '--no-defaults', '-S', sock, '-uroot', '-e', 'select 1'])
+                 .returncode == 0, 120, 0.5)
+        conf = os.path.join(d, 'slurmdbd.conf')
+        with open(conf, 'w') as f:
+            f.write('\n'.join([
+                'AuthType=auth/munge', 'AuthInfo=socket=' + munge_sock, 'DbdHost=localhost',
+                'DbdAddr=127.0.0.1', 'DbdPort=%d' % DBD_PORT, 'SlurmUser=root',
+                'LogFile=%s/log/slurmdbd.log' % d, 'PidFile=%s/slurmdbd.pid' % d,
+                'PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm',
+                'StorageType=accounting_storage/mysql', 'StorageHost=127.0.0.1', 'StoragePort=%d' % DB_PORT,
+                'StorageUser=root', 'StorageLoc=slurm_acct_db']) + '\n')
+        os.chmod(conf, 0o600)
+        self.procs.append(subprocess.Popen(['slurmdbd', '-D'], env=self.env, stdout=subprocess.DEVNULL,
+                                           stderr=open(os.path.join(d, 'log', 'slurmdbd.err'), 'w')))
+        wait_for('slurmdbd', lambda: run(['sacctmgr', '-n', 'show', 'cluster'], env=self.env).returncode == 0, 60, 0.5)
+        for cmd in (['add', 'cluster', 'sbs'], ['add', 'account', 'proj', 'Cluster=sbs'],
+                    ['add', 'user', 'root', 'Account=proj', 'DefaultAccount=proj', 'Cluster=sbs']):
+            r = run(['sacctmgr', '-i'] + cmd, env=self.env)
+            if r.returncode != 0 and 'already exists' not in r.stdout + r.stderr:
+                raise RuntimeError('sacctmgr %s: %s' % (' '.join(cmd), r.stdout + r.stderr))
 
     def submit(self, script, work):
         r = run(['sbatch', '--parsable', script], cwd=work, env=self.env)
@@ -171,6 +213,9 @@ class Slurm:
 
     def cancel_all(self):
         run(['scancel', '--quiet', '--full', '-u', 'root'], env=self.env)
+
+    def acct(self, numbers):
+        return acct_rows(['sacct'], numbers, self.env)
 
     def stop(self):
         self.cancel_all()
@@ -247,6 +292,9 @@ class Gantry:
         for job in self.cli('ls', '--noheader', '-o', '%i').stdout.split():
             self.cli('cancel', job)
 
+    def acct(self, numbers):
+        return acct_rows([self.bin('gantry'), '--server', self.url, '--token', self.token, 'acct'], numbers)
+
     def jobs(self, since):
         r = self.cli('acct', '-X', '-P', '-n', '-S', '1d', '-o', 'JobID,JobName,State,ExitCode')
         out = []
@@ -264,6 +312,25 @@ class Gantry:
 
 
 # ---------------------------------------------------------------- one script on one side
+
+def acct_rows(command, numbers, env=None):
+    """The sacct rows of jobs `numbers` (JobID, JobName, State, ExitCode; steps too), once
+    none is still running and each has its name: Slurm's slurmctld sends a job's start
+    record to slurmdbd a few seconds late, and a job that ended sooner shows meanwhile as
+    named `allocation`, without its array."""
+    if not numbers:
+        return []
+    rows = []
+    for _ in range(80):
+        r = run(command + ['-j', ','.join(str(n) for n in numbers), '-P', '-n', '-o', 'JobID,JobName,State,ExitCode'],
+                env=env)
+        rows = [tuple(line.split('|')[:4]) for line in r.stdout.splitlines() if line.count('|') >= 3]
+        if r.returncode == 0 and not any(row[2] in ('RUNNING', 'PENDING', 'COMPLETING') or row[1] == 'allocation'
+                                         for row in rows):
+            break
+        time.sleep(0.25)
+    return rows
+
 
 def expand_hostlist(text):
     """h100-[0-1,3],a100-0 -> [h100-0, h100-1, h100-3, a100-0] (Slurm's host list form)."""
@@ -298,7 +365,7 @@ def observe(side, script, work, first_number):
     shutil.copy(script, work)
     name = os.path.basename(script)
     ok, said = side.submit(name, work)
-    obs = {'accepted': ok, 'said': said if not ok else '', 'jobs': [], 'env': {}, 'files': []}
+    obs = {'accepted': ok, 'said': said if not ok else '', 'jobs': [], 'env': {}, 'files': [], 'acct': []}
     if not ok:
         return obs, first_number
     time.sleep(0.5)
@@ -320,6 +387,7 @@ def observe(side, script, work, first_number):
         ids.setdefault(num, 'J%d' % (len(ids) + 1))
     norm = lambda s: re.sub(r'\d{4,}', lambda m: ids.get(int(m.group(0)), m.group(0)), s)
     obs['jobs'] = [(n, s.split()[0], e) for _num, n, s, e in jobs]
+    obs['acct'] = [(norm(i), n, s.split()[0], e) for i, n, s, e in side.acct([num for num, *_ in jobs])]
     for path in sorted(glob.glob(os.path.join(work, '**', '*.env'), recursive=True)):
         env = read_env(path)
         rel = os.path.relpath(path, work)
@@ -355,6 +423,10 @@ def compare(a, b):
         diffs.append('jobs (state, exit): Slurm %s, Gantry %s' % ([j[1:] for j in a['jobs']], [j[1:] for j in b['jobs']]))
     if [j[0] for j in a['jobs']] != [j[0] for j in b['jobs']]:
         diffs.append('job names: Slurm %s, Gantry %s' % ([j[0] for j in a['jobs']], [j[0] for j in b['jobs']]))
+    if sorted(a['acct']) != sorted(b['acct']):
+        only_a = [r for r in a['acct'] if r not in b['acct']]
+        only_b = [r for r in b['acct'] if r not in a['acct']]
+        diffs.append('sacct rows: only Slurm %s, only Gantry %s' % (only_a, only_b))
     if a['files'] != b['files']:
         diffs.append('files: only Slurm %s, only Gantry %s' % (sorted(set(a['files']) - set(b['files'])),
                                                               sorted(set(b['files']) - set(a['files']))))

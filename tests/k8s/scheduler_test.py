@@ -1071,6 +1071,83 @@ def case_dra_claims(c):
             c.kubectl("delete", "node", n, check=False)
 
 
+def case_dra_claims_at_24_nodes(c):
+    """Resource claims at cluster size: 24 DRA nodes of 8 H100s in 2 NVLink domains, 4-GPU
+    and then 2-GPU claims that must each stay in one domain, 10% more than the GPUs: every
+    GPU allocated once (26 quads, then 44 pairs fill the rest), each claim on its pod's node
+    and in one domain, the other 9 pairs waiting with a reason; the same after a restart;
+    freed devices taken again."""
+    dra_classes(c)
+    names = [f"d24-{i:02}" for i in range(24)]
+    for n in names:
+        dra_node(c, n, 8, "NVIDIA H100 80GB HBM3", "80Gi", domains=2)
+    domain_attr = f"{DRA_DRIVER}/nvlinkDomain"
+    c.kubectl_apply(claim_template("pair-domain", 2, constraint=domain_attr),
+                    claim_template("quad-domain", 4, constraint=domain_attr))
+    pairs, quads = 53, 26  # 212 GPUs asked of 192: 26 domains of quads, 44 pairs in the other 22
+    pods = [claim_pod(f"q24-{i:02}", "quad-domain") for i in range(quads)] + \
+        [claim_pod(f"p24-{i:02}", "pair-domain") for i in range(pairs)]
+    try:
+        t0 = time.time()
+        c.kubectl_apply(*pods[:quads])
+        time.sleep(1.5)  # the pairs come later (creation times are in seconds)
+        c.kubectl_apply(*pods[quads:])
+
+        def state():
+            ps = c.pods("test=yes")
+            on = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound(ps)}
+            waiting = {p["metadata"]["name"]: scheduled_message(p) for p in ps if not p["spec"].get("nodeName")}
+            return on, waiting, claims_of(c)
+
+        def check(on, got):
+            held = [d for devs in got.values() for d in devs]
+            assert len(held) == len(set(held)), "a device allocated twice"
+            for pod_name, devs in got.items():
+                nodes = {d.split("/")[0] for d in devs}
+                assert nodes == {on.get(pod_name)}, (pod_name, devs, on.get(pod_name))
+                assert len({int(d.split("gpu-")[1]) // 4 for d in devs}) == 1, f"split over domains: {pod_name} {devs}"
+                assert len(devs) == (2 if pod_name.startswith("p24") else 4), (pod_name, devs)
+            return len(held)
+
+        def settled():
+            on, waiting, got = state()
+            return (on, waiting, got) if sum(len(v) for v in got.values()) == 192 and len(waiting) == 9 \
+                and all(waiting.values()) and set(got) == set(on) else None
+        try:
+            on, waiting, got = wait_for("192 GPUs allocated by claims, 9 claims waiting", settled, 120)
+        except AssertionError:
+            on, waiting, got = state()
+            raise AssertionError(f"{sum(len(v) for v in got.values())} GPUs allocated to {len(got)} claims, "
+                                 f"{len(on)} pods bound, {len(waiting)} waiting, e.g. {list(waiting.items())[:3]}")
+        assert check(on, got) == 192
+        assert all(n.startswith("p24") for n in waiting), waiting
+        print(f"    {len(pods)} claim pods on 24 DRA nodes: {len(on)} bound, {len(waiting)} waiting "
+              f"({time.time() - t0:.1f} s)")
+        check_allocatable(c)
+        c.stop_gantryd()
+        c.start_gantryd()
+        time.sleep(3)
+        on, waiting, got = state()
+        assert check(on, got) == 192 and len(waiting) == 9, "a restart changed what is allocated"
+        # three pairs go: three waiting pairs take their devices
+        gone = sorted(n for n in on if n.startswith("p24"))[:3]
+        c.kubectl("delete", "pod", *gone, "--grace-period=0", "--force")
+
+        def refilled():
+            on2, waiting2, got2 = state()
+            return (on2, got2) if len(waiting2) == 6 and sum(len(v) for v in got2.values()) == 192 \
+                and set(got2) == set(on2) else None
+        on, got = wait_for("three waiting pairs take the freed devices", refilled, 30)
+        assert check(on, got) == 192
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
+        c.kubectl("delete", "resourceclaimtemplates", "--all", check=False)
+        c.kubectl("delete", "resourceslices", *[f"{n}-gpus" for n in names], check=False)
+        c.kubectl("delete", "node", *names, "--wait=false", check=False)
+
+
 def case_gantry_cli_reads_jobs_and_queues(c):
     """gantry ls, show and queues read this mode's jobs with a token of gantryd's store;
     what changes something is kubectl's, and the CLI says so."""
@@ -1195,6 +1272,7 @@ CASES = [
     case_shared_gpus,
     case_mig_and_shared_gpus_at_48_nodes,
     case_dra_claims,
+    case_dra_claims_at_24_nodes,
     case_gantry_cli_reads_jobs_and_queues,
     case_budget_spent_is_said_and_holds_new_work,
     case_usage_and_fair_share_outlive_a_restart,

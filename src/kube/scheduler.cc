@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -276,7 +277,10 @@ class Writer {
         lock.lock();
         continue;
       }
-      if (status_order_.empty()) {
+      // Statuses and events take turns (a stream of statuses must not hold a budget's
+      // event back); binds go first.
+      if (!events_.empty() && (status_order_.empty() || event_turn_)) {
+        event_turn_ = false;
         EventOp op = std::move(events_.front());
         events_.pop_front();
         lock.unlock();
@@ -284,6 +288,7 @@ class Writer {
         lock.lock();
         continue;
       }
+      event_turn_ = true;
       const std::string uid = std::move(status_order_.front());
       status_order_.pop_front();
       auto it = statuses_.find(uid);
@@ -373,6 +378,7 @@ class Writer {
   std::string component_;
   std::mutex mu_;
   std::condition_variable cv_;
+  bool event_turn_ = false;  // an event goes next, if one waits
   bool stop_ = false;
   std::deque<BindOp> binds_;
   std::deque<EventOp> events_;
@@ -2008,8 +2014,10 @@ void Driver::NoteBudgets() {
       if (Ours(p) && !namespaces.contains(p.ns) && QueueOf(p.ns, config_) == core::QueueId(q))
         namespaces.insert(p.ns);
     }
+    char used[32];  // for people: three figures (the log line keeps them all)
+    std::snprintf(used, sizeof used, "%.3g", a->spent);
     const std::string message =
-        a->out ? "queue " + s.name + " spent its budget of " + budget + " GPU-hours (" + spent +
+        a->out ? "queue " + s.name + " spent its budget of " + budget + " GPU-hours (" + used +
                      " used); new work " +
                      (s.budget->when_spent == core::WhenSpent::kWait ? "waits"
                                                                      : "runs as best-effort") +

@@ -903,6 +903,8 @@ def case_budget_spent_is_said_and_holds_new_work(c):
         assert ev["type"] == "Warning" and ev["involvedObject"]["kind"] == "Namespace" and \
             ev["involvedObject"]["name"] == "budgeted", ev
         assert "queue team-c spent its budget" in ev["message"] and "waits" in ev["message"], ev
+        used = re.search(r"\(([0-9.e+-]+) used\)", ev["message"])
+        assert used and len(used.group(1).lstrip("0.").replace(".", "").split("e")[0]) <= 3, ev["message"]
         print(f"    {lines[0].strip()[:160]}")
         print(f"    event: {ev['reason']}: {ev['message']}")
     finally:

@@ -511,6 +511,12 @@ class Driver {
   std::set<std::string> claim_pods_;                          // uids of our pods with claims
   std::set<std::string> reserved_;                            // pod uids some claim is reserved for
   std::set<std::string> foreign_claims_;  // claims whose devices the view counts as held
+  // Our bound pods on their way out (evicted, deleted) when the view was built: they hold
+  // their GPUs, as their kubelet holds the devices, until they are gone (then a rebuild).
+  std::set<std::string> leaving_;
+  // A preemptor's key -> the pods evicted for it that may still be leaving: after a
+  // rebuild (which forgets it asked) it waits for them instead of asking for more.
+  std::map<std::string, std::set<std::string>> victims_of_;
   bool claims_changed_ = false;
   std::map<std::string, Job> jobs_;                  // by key
   std::unordered_map<uint32_t, std::string> by_id_;  // core job id -> key
@@ -577,6 +583,8 @@ void Driver::Apply(Event& e) {
           const bool was = it != pods_.end() && !it->second.node_name.empty() && Live(it->second);
           const bool is = !p.node_name.empty() && Live(p);
           if (was != is) rebuild_ = true;
+        } else if (p.terminal() && leaving_.erase(p.uid) > 0) {
+          rebuild_ = true;  // its GPUs are free now
         }
         if (!p.node_name.empty()) {
           writer_.Drop(p.uid);
@@ -693,6 +701,7 @@ void Driver::Apply(Event& e) {
         auto it = pods_.find(p.uid);
         if (it != pods_.end() && !Ours(it->second) && !it->second.node_name.empty())
           rebuild_ = true;
+        if (leaving_.erase(p.uid) > 0) rebuild_ = true;  // a leaving pod of ours is gone
         pods_.erase(p.uid);
         claim_pods_.erase(p.uid);
         asks_.erase(p.uid);
@@ -866,9 +875,14 @@ void Driver::Forget(Job& job) {
 // submitted again in their first-seen order.
 void Driver::Rebuild() {
   refused_.clear();
+  leaving_.clear();
   std::map<std::string, Usage> foreign;
   for (auto& [uid, p] : pods_) {
-    if (!Ours(p) && !p.node_name.empty() && Live(p)) {
+    // Other schedulers' pods, and ours that are leaving: a new core adopts only the live
+    // pods of ours, and a victim in its grace (a preemption's, a shrink's) still runs.
+    const bool leaving = Ours(p) && p.deleting && !p.terminal() && !p.node_name.empty();
+    if (leaving) leaving_.insert(uid);
+    if ((!Ours(p) && !p.node_name.empty() && Live(p)) || leaving) {
       Usage& u = foreign[p.node_name];
       u.gpus += p.gpus;
       u.cpus_milli += p.cpus_milli;
@@ -1276,6 +1290,7 @@ void Driver::SyncJobs() {
     // recreated) keeps its place and preemption count for its next run.
     const bool group_left = job.lone || !groups_.contains(job.key.substr(job.key.find(':') + 1));
     if (!job.id.valid() && !any && group_left) {
+      victims_of_.erase(job.key);
       it = jobs_.erase(it);
       continue;
     }
@@ -1378,6 +1393,18 @@ void Driver::SyncJobs() {
       refuse(*why);
       continue;
     }
+    if (auto v = victims_of_.find(key); v != victims_of_.end() && bound.empty()) {
+      std::erase_if(v->second, [&](const std::string& uid) {
+        auto p = pods_.find(uid);
+        return p == pods_.end() || p->second.terminal();
+      });
+      if (!v->second.empty()) {
+        refuse("waiting for the " + std::to_string(v->second.size()) +
+               " pod(s) preempted for it to stop");
+        continue;
+      }
+      victims_of_.erase(v);
+    }
     job.id = sched_->Submit(std::move(*spec), std::min(job.first_seen, now));
     by_id_[job.id.v] = key;
     sched_->SetPreemptions(job.id, job.preemptions);
@@ -1463,6 +1490,7 @@ void Driver::Decide() {
               static_cast<double>(now - job.first_seen) / 1000.0);
         }
         ++starts_[rec.spec.queue.v];
+        victims_of_.erase(job.key);
         if (job.first_start < 0) job.first_start = now;
         job.run_start = now;
         // An elastic gang started below its size: its other pods wait to join it.
@@ -1481,6 +1509,7 @@ void Driver::Decide() {
         ++preemptions_[rec.spec.queue.v];
         const auto by = by_id_.find(d.by.v);
         for (const std::string& uid : job.pods) {
+          if (by != by_id_.end()) victims_of_[by->second].insert(uid);
           auto p = pods_.find(uid);
           if (p != pods_.end())
             Evict(p->second, rec.spec.grace,

@@ -469,6 +469,50 @@ def case_critical_preempts_best_effort(c):
     check_allocatable(c)
 
 
+def case_node_change_during_a_grace_keeps_the_victims_gpus(c):
+    """A node change rebuilds the core's node list while a preempted pod is still stopping:
+    its GPUs stay held (its kubelet holds the devices) until it has stopped, so the critical
+    pod that preempted it is not bound beside it, and the rebuilt core does not preempt
+    another pod for it (it forgot that it had asked)."""
+    held = job("held", 4, 8, priority="gantry-best-effort", grace=12)
+    # an evicted pod stops 4 s after its eviction (kwok's pod-stop stage), as a kubelet
+    # stops containers within the grace
+    held["spec"]["template"]["metadata"]["annotations"] = {"pod-stop.stage.kwok.x-k8s.io/delay": "4s"}
+    c.kubectl_apply(held)
+    wait_for("4 best-effort pods bound", lambda: len(bound(c.pods("job-name=held"))) == 4, 20)
+    try:
+        c.kubectl_apply(pod("vip-held", 8, priority="gantry-critical"))
+
+        def terminating():
+            ps = [p for p in c.pods("job-name=held") if p["metadata"].get("deletionTimestamp")]
+            return ps[0] if ps and ps[0]["spec"].get("nodeName") else None
+        victim = wait_for("a best-effort pod evicted, in its grace", terminating, 20)
+        node = victim["spec"]["nodeName"]
+        # a node change while it terminates: the core's node list is rebuilt
+        c.kubectl("label", "node", "kwok-node-0", "kwok-node-1", "kwok-node-2", "kwok-node-3",
+                  "gantry-test/rebuild=1", "--overwrite")
+        t0 = time.time()
+        while time.time() - t0 < 6:
+            check_allocatable(c)
+            vip = [p for p in bound(c.pods("test=yes")) if p["metadata"]["name"] == "vip-held"]
+            stopped = all((p.get("status") or {}).get("phase") in ("Failed", "Succeeded")
+                          for p in c.pods("job-name=held") if p["metadata"]["name"] == victim["metadata"]["name"])
+            assert not vip or stopped, f"vip-held bound on {vip[0]['spec']['nodeName']} beside the stopping victim"
+            time.sleep(0.3)
+        with open(c.proc.log_path) as f:
+            log = f.read()
+        assert "nodes and running jobs re-read" in log.split("pod evicted")[-1], "no rebuild after the eviction"
+        evicted = [line for line in log.splitlines() if "pod evicted" in line and "vip-held" in line]
+        assert len(evicted) == 1, "more than one pod preempted for one critical pod:\n" + "\n".join(evicted)
+        wait_for("the critical pod bound once the victim is gone",
+                 lambda: any(p["metadata"]["name"] == "vip-held" and p["spec"]["nodeName"] == node
+                             for p in bound(c.pods("test=yes"))), 30)
+        check_allocatable(c)
+    finally:
+        c.kubectl("label", "node", "kwok-node-0", "kwok-node-1", "kwok-node-2", "kwok-node-3",
+                  "gantry-test/rebuild-", check=False)
+
+
 def case_disruption_budget_steers_preemption(c):
     """A PodDisruptionBudget that allows no disruption shields its pods: the critical pod
     preempts others, and the covered pods keep running."""
@@ -1263,6 +1307,7 @@ CASES = [
     case_wait_reason_in_describe,
     case_malformed_and_impossible_pods,
     case_critical_preempts_best_effort,
+    case_node_change_during_a_grace_keeps_the_victims_gpus,
     case_disruption_budget_steers_preemption,
     case_deployment_scaled_by_preemption,
     case_kill_and_restart,

@@ -578,7 +578,8 @@ struct MigOffer {
   std::string name;                    // "1g.10gb", or "3g.40gb+2g.20gb+2x1g.10gb"
 };
 
-Result<MigOffer> OfferMig(const NodeInfo& n, const core::GpuModel& model) {
+Result<MigOffer> OfferMig(const NodeInfo& n, const core::Catalog& catalog, core::ModelId id) {
+  const core::GpuModel& model = catalog.model(id);
   auto refuse = [](std::string why) { return Error{"mig", std::move(why)}; };
   if (n.gpus > 0) {
     return refuse(
@@ -587,10 +588,7 @@ Result<MigOffer> OfferMig(const NodeInfo& n, const core::GpuModel& model) {
   }
   std::vector<int> index;  // the node's profiles' indexes in the model's table
   for (const auto& [profile, count] : n.mig) {
-    int idx = -1;
-    for (size_t i = 0; i < model.mig_profiles.size(); ++i) {
-      if (model.mig_profiles[i].name == profile) idx = static_cast<int>(i);
-    }
+    const int idx = catalog.FindProfile(id, profile);
     if (idx < 0) return refuse("profile " + profile + " is not one of the " + model.name + "'s");
     index.push_back(idx);
   }
@@ -615,7 +613,6 @@ Result<MigOffer> OfferMig(const NodeInfo& n, const core::GpuModel& model) {
   }
   // One GPU's instances, the largest first, each at the first place left for it.
   std::vector<int> instances;
-  std::string name;
   for (size_t k = 0; k < index.size(); ++k) {
     const auto& [profile, count] = *std::next(n.mig.begin(), static_cast<long>(k));
     if (count % gpus != 0) {
@@ -772,7 +769,7 @@ Result<ClusterView> BuildCluster(const std::vector<const NodeInfo*>& nodes,
     if (s.dra && !n->dra.migs.empty() && catalog.model(core::ModelId(s.model)).mig_capable())
       s.mig = "*";  // MIG devices at any of the core's placements
     if (!n->mig.empty() && !s.dra) {
-      auto offer = OfferMig(*n, catalog.model(core::ModelId(s.model)));
+      auto offer = OfferMig(*n, catalog, core::ModelId(s.model));
       if (!offer) {
         view.skipped.push_back(n->name +
                                ": its MIG devices are not offered: " + offer.error().message);

@@ -427,8 +427,8 @@ class Controller : public ApiBackend {
   // Step s's tasks are stopped (srun interrupted, scancel of the step, its time limit):
   // their signal, then SIGKILL kStepKillWaitMs later; a step not started yet never will.
   void StopStep(Job& job, Step& s, Ticks now);
-  // Running steps past their srun --time are stopped, and end TIMEOUT.
-  void TimeOutSteps(Ticks now);
+  // Job's running steps past their srun --time are stopped, and end TIMEOUT.
+  void TimeOutSteps(Job& job, Ticks now);
   proto::DesiredWorker StepDesired(const Job& job, const Step& s, int task) const;
   void StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now);
   // A batch job's usage report from node n (its script's, or a step task's): for the slots

@@ -499,9 +499,11 @@ void Controller::Housekeeping(Ticks now) {
     }
   }
   // Time limits (time_limit_s), per run as Slurm's: signal, grace, kill; the job fails.
+  // And its steps' own (srun --time).
   std::vector<int64_t> timed_out;
   for (int64_t seq : book_.running()) {
-    const Job& job = book_.jobs().at(seq);
+    Job& job = book_.jobs().at(seq);
+    TimeOutSteps(job, now);
     if (job.state == JobState::kRunning && job.spec.time_limit &&
         now - job.run_start >= *job.spec.time_limit) {
       timed_out.push_back(seq);
@@ -514,7 +516,6 @@ void Controller::Housekeeping(Ticks now) {
                   " s of its time_limit_s " + spec::FormatSeconds(*job.spec.time_limit),
               job.spec.grace, now);
   }
-  TimeOutSteps(now);
   ReclaimIdle(now);
   std::vector<int64_t> overdue;
   for (int64_t seq : book_.running()) {

@@ -579,18 +579,15 @@ void Controller::StopStep(Job& job, Step& s, Ticks now) {
   Persist(job);
 }
 
-void Controller::TimeOutSteps(Ticks now) {
-  for (int64_t seq : book_.running()) {
-    Job& job = book_.jobs().at(seq);
-    for (Step& s : job.steps) {
-      if (s.time_limit <= 0 || s.state != Step::State::kRunning || s.cancelled ||
-          now - s.started < s.time_limit)
-        continue;
-      s.timed_out = true;
-      job.Note(now, "step " + std::to_string(s.id) + " cancelled at its time limit (srun --time " +
-                        spec::FormatSeconds(s.time_limit) + " s)");
-      StopStep(job, s, now);
-    }
+void Controller::TimeOutSteps(Job& job, Ticks now) {
+  for (Step& s : job.steps) {
+    if (s.time_limit <= 0 || s.state != Step::State::kRunning || s.cancelled ||
+        now - s.started < s.time_limit)
+      continue;
+    s.timed_out = true;
+    job.Note(now, "step " + std::to_string(s.id) + " cancelled at its time limit (srun --time " +
+                      spec::FormatSeconds(s.time_limit) + " s)");
+    StopStep(job, s, now);
   }
 }
 

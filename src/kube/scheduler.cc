@@ -1723,23 +1723,34 @@ void Driver::RecordRuns() {
       if (auto p = pods_.find(uid); p != pods_.end()) rr.row.user = p->second.ns;
     }
   }
-  // The rows to open and to end (those no longer holding GPUs, and the last leader's left
-  // open), written in one transaction a pass (a burst of bindings is one commit, not one
-  // per pod) and taken into memory only once committed: a failure is tried again whole.
+  // A row ends when its pod no longer holds its node's GPUs (gone or ended), not when the
+  // core lets go of it for a while (a pod it could not adopt at once after a restart or a
+  // rebuild runs on): a pod has one row (job_seq from its uid, run 0) and a second would
+  // replace the first, losing the time before it from usage and fair share.
+  std::unordered_set<int64_t> bound;  // RowId of each bound pod of ours that has not ended
+  for (const auto& [uid, p] : pods_) {
+    if (Ours(p) && !p.node_name.empty() && !p.terminal()) bound.insert(RowId(uid));
+  }
+  // The rows to open and to end (those no longer holding GPUs, and those the last leader
+  // left open whose pods ended), written in one transaction a pass (a burst of bindings is
+  // one commit, not one per pod) and taken into memory only once committed: a failure is
+  // tried again whole.
   std::vector<std::string> start, end;
   for (const auto& [uid, rr] : runs_) {
-    if (!holding.contains(uid))
+    if (!holding.contains(uid) && !bound.contains(rr.row.job_seq))
       end.push_back(uid);
     else if (!rr.stored)
       start.push_back(uid);
   }
-  const bool end_stale = runs_read_ && !stale_.empty();
-  if (!start.empty() || !end.empty() || end_stale) {
-    bool ok = static_cast<bool>(store->Begin());
-    if (end_stale) {
-      for (const auto& [seq, row] : stale_)
-        ok = ok && static_cast<bool>(store->EndRun(seq, 0, now_ms));
+  std::vector<int64_t> stale_ended;
+  if (runs_read_) {
+    for (const auto& [seq, row] : stale_) {
+      if (!bound.contains(seq)) stale_ended.push_back(seq);
     }
+  }
+  if (!start.empty() || !end.empty() || !stale_ended.empty()) {
+    bool ok = static_cast<bool>(store->Begin());
+    for (int64_t seq : stale_ended) ok = ok && static_cast<bool>(store->EndRun(seq, 0, now_ms));
     for (const std::string& uid : start)
       ok = ok && static_cast<bool>(store->StartRun(runs_[uid].row));
     for (const std::string& uid : end) {
@@ -1747,7 +1758,7 @@ void Driver::RecordRuns() {
       ok = ok && (!rr.stored || static_cast<bool>(store->EndRun(rr.row.job_seq, 0, now_ms)));
     }
     if (ok && store->Commit()) {
-      if (end_stale) stale_.clear();
+      for (int64_t seq : stale_ended) stale_.erase(seq);
       for (const std::string& uid : start) runs_[uid].stored = true;
       for (const std::string& uid : end) runs_.erase(uid);
     } else {

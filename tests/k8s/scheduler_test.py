@@ -1251,6 +1251,48 @@ def case_gantry_cli_reads_jobs_and_queues(c):
     assert status == 401 and "session ended" in body.get("error", ""), (status, body)
 
 
+def team_a_usage(c, since):
+    """team-a's GPU-hours since `since` by gantry usage (all of them the default namespace's
+    H100s)."""
+    rc, out = c.gantry("usage", "--since", str(since), "--json")
+    assert rc == 0, out
+    rows = [r for r in json.loads(out)["usage"] if r["queue"] == "team-a"]
+    assert all(r["user"] == "default" and r["model"] == "H100-80GB" for r in rows), rows
+    return sum(r["gpu_hours"] for r in rows)
+
+
+def case_usage_goes_on_while_a_pods_node_is_left_out(c):
+    """A bound pod whose node leaves the core's node list for a while (a label it cannot
+    read) and comes back keeps one usage row from its binding on: a second row for the
+    same pod replaced the first, and the time before it was lost from usage and from fair
+    share after the next restart."""
+    t0 = int(time.time()) + 1
+    time.sleep(max(0.0, t0 - time.time()) + 0.1)
+    c.kubectl_apply(pod("stay", 8))
+    wait_for("the pod bound", lambda: len(bound(c.pods("test=yes"))) == 1, 15)
+    node = bound(c.pods("test=yes"))[0]["spec"]["nodeName"]
+    time.sleep(4)
+    def log_says(text):
+        with open(c.proc.log_path) as f:
+            return f.read().count(text)
+    rereads = log_says("nodes and running jobs re-read")
+    c.kubectl("label", "node", node, "nvidia.com/gpu.replicas=many")
+    try:
+        wait_for("the node left out", lambda: log_says(f"{node}: label nvidia.com/gpu.replicas") > 0, 15)
+        time.sleep(1)
+    finally:
+        c.kubectl("label", "node", node, "nvidia.com/gpu.replicas-")
+    wait_for("the node back", lambda: log_says("nodes and running jobs re-read") >= rereads + 2, 15)
+    wait_for("the pod running in gantry's list",
+             lambda: "running" in next((l for l in c.gantry("ls")[1].splitlines() if "default/stay" in l), ""), 15)
+    time.sleep(1)
+    held = team_a_usage(c, t0)
+    assert held >= 8 * 5 / 3600, f"{held * 3600 / 8:.1f} s of the pod's 8 GPUs counted, at least 5 s ran"
+    assert held <= 8 * (time.time() - t0) / 3600, held
+    assert [p["spec"]["nodeName"] for p in bound(c.pods("test=yes"))] == [node]
+    check_allocatable(c)
+
+
 def case_usage_and_fair_share_outlive_a_restart(c):
     """gantry usage in this mode: gantryd keeps a run row per bound pod in its store (--db);
     after kill -9 and a restart the running pod's row goes on, counted once, fair share
@@ -1259,11 +1301,7 @@ def case_usage_and_fair_share_outlive_a_restart(c):
     time.sleep(max(0.0, t0 - time.time()) + 0.1)
 
     def usage():
-        rc, out = c.gantry("usage", "--since", str(t0), "--json")
-        assert rc == 0, out
-        rows = [r for r in json.loads(out)["usage"] if r["queue"] == "team-a"]
-        assert all(r["user"] == "default" and r["model"] == "H100-80GB" for r in rows), rows
-        return sum(r["gpu_hours"] for r in rows)
+        return team_a_usage(c, t0)
 
     def fair_share():
         rc, out = c.gantry("queues", "--json")
@@ -1323,6 +1361,7 @@ CASES = [
     case_gantry_cli_reads_jobs_and_queues,
     case_budget_spent_is_said_and_holds_new_work,
     case_usage_and_fair_share_outlive_a_restart,
+    case_usage_goes_on_while_a_pods_node_is_left_out,
     case_interleaved_gangs_side_by_side,
     case_gang_pod_ending_early_frees_its_node,
     case_elastic_gang_grows_and_shrinks,

@@ -1155,8 +1155,9 @@ struct AcctArgs {
   bool allocations = false;  // -X: no step rows
 };
 
-// What sacct answers, from the jobs gantryd has (GET /v1/jobs?all=1: the active ones and
-// its last --recent-done ended ones): a line per job (and, without -X, per batch job's
+// What sacct answers, from the jobs gantryd has (GET /v1/jobs?all=1: the active ones, the
+// ended ones it keeps in memory, and with ended_since those its store has from the
+// window's start): a line per job (and, without -X, per batch job's
 // script and step), sacct's fields and filters.
 int Acct(const Globals& g, const AcctArgs& a) {
   const double now = WallSeconds();
@@ -1203,9 +1204,24 @@ int Acct(const Globals& g, const AcctArgs& a) {
     return kExitBadInput;
   }
   Client c(g);
-  Response r = c.Get("/v1/jobs?all=1");
+  // The window reaches past the jobs gantryd keeps in memory: its store's ended jobs.
+  Response r = c.Get(f.any_time ? std::string("/v1/jobs?all=1")
+                                : "/v1/jobs?all=1&ended_since=" +
+                                      std::to_string(static_cast<int64_t>(f.start)));
   if (int rc = Check(r, "acct")) return rc;
   json j = r.Json();
+  if (j.value("truncated", false)) {
+    std::cerr << "gantry acct: only the first 100,000 stored jobs of the window are shown; "
+                 "give a later --starttime\n";
+  }
+  // -j of a job no longer in memory: asked for by name (gantryd reads it from its store).
+  for (const std::string& id : f.jobs) {
+    const bool listed = std::any_of(j["jobs"].begin(), j["jobs"].end(),
+                                    [&](const json& job) { return JobIsOneOf(job, {id}); });
+    if (listed) continue;
+    Response one = c.Get("/v1/jobs/" + UrlEncode(id));
+    if (one.status == 200) j["jobs"].push_back(one.Json());
+  }
   std::vector<json> rows;
   for (const json& job : j["jobs"]) {
     if (!AcctMatches(job, f)) continue;

@@ -56,6 +56,9 @@ struct JobQuery {
   std::string state, queue, user;  // filters; empty: any
   bool all = false;                // ended jobs too (an ended `state` implies it)
   int64_t limit = -1;              // -1: every job, in submission order
+  // With `all`: also the ended jobs no longer in memory that ended at or after this (ms
+  // since the Unix epoch), read from the store (sacct's window); -1: memory only.
+  int64_t ended_since_ms = -1;
 };
 
 struct SubmitRequest {

@@ -367,6 +367,8 @@ class Controller : public ApiBackend {
                 int local, const std::vector<std::string>& nodes, const spec::OutputNames& names,
                 std::map<std::string, std::string>& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
+  // An ended job read back from the store (no longer in memory), for show and acct.
+  Job FromStore(const StoredJob& stored);
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;
   // What a pending job waits for, in one word: the scheduler's cause, "dependency"

@@ -7,6 +7,7 @@
 #include <bit>
 #include <cctype>
 #include <cmath>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <set>
@@ -685,6 +686,17 @@ std::string Controller::WaitWord(const Job& job) const {
   return std::string(core::Word(sched_->job(job.core).wait.cause));
 }
 
+Job Controller::FromStore(const StoredJob& stored) {
+  Job job;
+  job.seq = stored.seq;
+  job.name = stored.name;
+  job.team = stored.team;
+  job.queue = stored.queue;
+  (void)JobFromDoc(json::parse(stored.doc, nullptr, false), cluster_, job);
+  if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
+  return job;
+}
+
 void Controller::ListJobs(std::string token, JobQuery q, Done done) {
   CallAsUser(
       std::move(token), std::move(done),
@@ -703,8 +715,7 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
         std::set<std::string> queues, states, users;
         std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
         std::vector<const Job*> matched;
-        for (const auto& [seq, job] : book_.jobs()) {
-          if (!with_ended && !job.active()) continue;
+        auto take = [&](const Job& job) {  // counts its values; true if it is listed
           const std::string state = job.state_word();
           queues.insert(job.queue);
           states.insert(state);
@@ -712,13 +723,35 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
           if ((!q.state.empty() && state != q.state) ||
               (!q.queue.empty() && job.queue != q.queue) ||
               (!q.user.empty() && job.user != q.user)) {
-            continue;
+            return false;
           }
           matched.push_back(&job);
+          return true;
+        };
+        for (const auto& [seq, job] : book_.jobs()) {
+          if (!with_ended && !job.active()) continue;
+          if (!take(job)) continue;
           if (job.state == JobState::kPending) {
             const std::string cause = WaitWord(job);
             ++waiting[{cause, cause == "capacity" ? PoolOf(job) : ""}];
           }
+        }
+        // sacct's window reaches back past memory: the store's ended jobs (at most
+        // kStoredListed, said in `truncated`), in submission order among the others.
+        std::deque<Job> stored_jobs;
+        bool truncated = false;
+        if (with_ended && q.ended_since_ms >= 0) {
+          constexpr int64_t kStoredListed = 100'000;
+          auto ended = store_.EndedJobs(q.ended_since_ms, kStoredListed + 1);
+          if (!ended) StoreFailed(ended.error());
+          truncated = static_cast<int64_t>(ended->size()) > kStoredListed;
+          if (truncated) ended->pop_back();
+          for (const StoredJob& sj : *ended) {
+            if (!book_.jobs().contains(sj.seq))  // else in memory: taken above
+              take(stored_jobs.emplace_back(FromStore(sj)));
+          }
+          std::stable_sort(matched.begin(), matched.end(),
+                           [](const Job* a, const Job* b) { return a->seq < b->seq; });
         }
         size_t listed = matched.size();
         if (q.limit >= 0) {
@@ -749,6 +782,7 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
         Reply r;
         r.body = {{"jobs", std::move(jobs)},
                   {"total", matched.size()},
+                  {"truncated", truncated},
                   {"waiting", std::move(by_cause)},
                   {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
         return r;
@@ -768,15 +802,8 @@ void Controller::ShowJob(std::string token, std::string name, Done done) {
         auto stored = store_.FindJob(book_.Resolve(name));
         if (!stored) StoreFailed(stored.error());
         if (!*stored) return Reply::Error(Code::kNotFound, "no job " + name);
-        Job job;
-        job.seq = (*stored)->seq;
-        job.name = (*stored)->name;
-        job.team = (*stored)->team;
-        job.queue = (*stored)->queue;
-        (void)JobFromDoc(json::parse((*stored)->doc, nullptr, false), cluster_, job);
-        if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
         Reply r;
-        r.body = JobSummary(job, true, &user);
+        r.body = JobSummary(FromStore(**stored), true, &user);
         return r;
       },
       Kind::kRead);

@@ -265,6 +265,7 @@ struct ServeArgs {
   int64_t pass_interval_ms = 1000, heartbeat_ms = 2000;
   double usage_sample_s = 300, usage_retention_days = 14, history_sample_s = 60,
          job_retention_days = 0;
+  int64_t recent_done = 10000;
   double node_timeout_s = 30, kill_slack_s = 5, lease_s = 0, leader_ttl_s = 3, submit_rate = 0,
          submit_burst = 0;
 };
@@ -716,6 +717,7 @@ int Serve(const ServeArgs& a) {
   opts.history_sample_ms = static_cast<int64_t>(a.history_sample_s * 1000);
   opts.usage_retention_ms = static_cast<int64_t>(a.usage_retention_days * 86'400'000);
   opts.job_retention_ms = static_cast<int64_t>(a.job_retention_days * 86'400'000);
+  opts.recent_done = a.recent_done;
   opts.lease_ms = static_cast<int64_t>(a.lease_s * 1000);
   opts.log_dir =
       a.log_dir.empty() ? (IsPostgres(a.db) ? "gantryd.logs" : a.db + ".logs") : a.log_dir;
@@ -858,6 +860,11 @@ int main(int argc, char** argv) {
          "stays for accounting. 0: kept forever")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 36500.0));
+  app.add_option("--recent-done", serve.recent_done,
+                 "Ended jobs kept in memory for ls and show; older ones are read from the store "
+                 "(show, acct)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}));
   app.add_option("--kill-slack-s", serve.kill_slack_s,
                  "After a grace period, how long to wait for exit reports")
       ->capture_default_str();

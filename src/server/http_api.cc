@@ -329,6 +329,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
                req.param("all") == "1" || req.param("all") == "true", -1};
     if (auto problem = IntParam(req, "limit", -1, q.limit)) return bad(*problem);
     if (req.has_param("limit") && q.limit < 0) return bad("limit: expected 0 or more");
+    double since = -1;
+    if (auto problem = DoubleParam(req, "ended_since", -1, since)) return bad(*problem);
+    if (req.has_param("ended_since") && since < 0)
+      return bad("ended_since: expected Unix seconds, 0 or more");
+    if (since >= 0) q.ended_since_ms = static_cast<int64_t>(since * 1000.0);
     return c.ListJobs(TokenOf(req), std::move(q), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs", "*"}, a)) return c.ShowJob(TokenOf(req), a[0], reply);

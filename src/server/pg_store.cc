@@ -461,6 +461,16 @@ Result<std::optional<StoredJob>> PgStore::FindJob(const std::string& name) {
   return j;
 }
 
+Result<std::vector<StoredJob>> PgStore::EndedJobs(int64_t from_ms, int64_t limit) {
+  const std::string sql = std::string("SELECT ") + kJobColumns +
+                          " FROM jobs WHERE ended_ms >= $1 AND NOT active ORDER BY seq LIMIT $2";
+  auto r = Query(sql.c_str(), PgParams().Add(from_ms).Add(limit));
+  if (!r) return r.error();
+  std::vector<StoredJob> out;
+  for (int i = 0; i < r->size(); ++i) out.push_back(JobFrom(*r, i));
+  return out;
+}
+
 Result<std::optional<StoredJob>> PgStore::FindIdempotent(const std::string& team,
                                                          const std::string& key) {
   const std::string sql =

@@ -435,6 +435,18 @@ Result<std::optional<StoredJob>> SqliteStore::FindJob(const std::string& name) {
   return j;
 }
 
+Result<std::vector<StoredJob>> SqliteStore::EndedJobs(int64_t from_ms, int64_t limit) {
+  static const std::string sql =
+      std::string("SELECT ") + kJobColumns +
+      " FROM jobs WHERE ended_ms >= ? AND active = 0 ORDER BY seq LIMIT ?";
+  Stmt s(stmts_, db_, sql.c_str());
+  s.Bind(1, from_ms).Bind(2, limit);
+  std::vector<StoredJob> out;
+  while (s.Step()) out.push_back(JobFrom(s));
+  if (Status st = s.status(); !st) return st.error();
+  return out;
+}
+
 Result<std::optional<StoredJob>> SqliteStore::FindIdempotent(const std::string& team,
                                                              const std::string& key) {
   static const std::string sql =

@@ -41,6 +41,7 @@ class SqliteStore final : public Store {
   Status PutJob(const StoredJob& job) override;
   Result<std::vector<StoredJob>> LoadJobs(int64_t recent_done) override;
   Result<std::optional<StoredJob>> FindJob(const std::string& name) override;
+  Result<std::vector<StoredJob>> EndedJobs(int64_t from_ms, int64_t limit) override;
   Result<std::optional<StoredJob>> FindIdempotent(const std::string& team,
                                                   const std::string& key) override;
   Result<int64_t> MaxJobSeq() override;

@@ -126,6 +126,9 @@ class Store {
   virtual Result<std::vector<StoredJob>> LoadJobs(int64_t recent_done) = 0;
   // An ended job that is no longer in memory, by name.
   virtual Result<std::optional<StoredJob>> FindJob(const std::string& name) = 0;
+  // Ended jobs that ended at or after `from_ms`, in seq order, at most `limit` (sacct's
+  // window reaches past the jobs kept in memory).
+  virtual Result<std::vector<StoredJob>> EndedJobs(int64_t from_ms, int64_t limit) = 0;
   virtual Result<std::optional<StoredJob>> FindIdempotent(const std::string& team,
                                                           const std::string& key) = 0;
   // The highest seq ever stored, purged jobs' included (a seq is never given twice).

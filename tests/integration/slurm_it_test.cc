@@ -1200,6 +1200,45 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
   EXPECT_NE(bad.err.find("give PENDING, RUNNING or COMPLETING"), std::string::npos) << bad.err;
 }
 
+// sacct's window reaches past the ended jobs gantryd keeps in memory (--recent-done): the
+// older ones are read from its store, with their states, exit codes and steps.
+TEST(Slurm, AcctShowsEndedJobsNoLongerInMemoryFromTheStore) {
+  Harness h("slurm-acct-store");
+  h.Setup(kSlurmCluster, {{"a", "research"}});
+  h.AddToken("ann", {"--team", "a", "--queues", "research", "--user", "ann"});
+  h.StartServer({"--recent-done", "1"});
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  fs::create_directories(h.Path("work"));
+  h.Write("step.sh", "#!/bin/sh\n#SBATCH -A research\n#SBATCH -G 1\nsrun true\nexit \"$1\"\n");
+  std::vector<std::string> ids;
+  for (const char* code : {"0", "3", "0"}) {  // one after another: each ends before the next
+    RunResult r = h.Cli({"sbatch", "--parsable", "-D", h.Path("work"), h.Path("step.sh"), code},
+                        h.token("ann"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    ids.push_back(JobIdOf(r.out));
+    ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {ids.back()}); }, 30));
+  }
+  // gantryd lists the last one only from memory: the others are in its store alone.
+  const json listed = h.Get("/v1/jobs?all=1", h.token("ann"));
+  ASSERT_EQ(listed["jobs"].size(), 1u) << listed.dump();
+  EXPECT_EQ(listed["jobs"][0]["id"], ids[2]);
+  const std::string n0 = ids[0].substr(1), n1 = ids[1].substr(1), n2 = ids[2].substr(1);
+  RunResult acct =
+      h.Cli({"acct", "-S", "1h", "-X", "-P", "-n", "-o", "JobID,State,ExitCode"}, h.token("ann"));
+  ASSERT_EQ(acct.rc, 0) << acct.err;
+  EXPECT_EQ(acct.out, n0 + "|COMPLETED|0:0\n" + n1 + "|FAILED|3:0\n" + n2 + "|COMPLETED|0:0\n");
+  // With -j, by its number, with its script's and its step's rows; filters apply to them.
+  RunResult one = h.Cli({"acct", "-j", n1, "-P", "-n", "-o", "JobID,State"}, h.token("ann"));
+  EXPECT_EQ(one.out, n1 + "|FAILED\n" + n1 + ".batch|FAILED\n" + n1 + ".0|COMPLETED\n") << one.err;
+  RunResult failed =
+      h.Cli({"acct", "-S", "1h", "-X", "-s", "F", "-P", "-n", "-o", "JobID"}, h.token("ann"));
+  EXPECT_EQ(failed.out, n1 + "\n") << failed.err;
+  // A window that starts after they ended shows none of them.
+  RunResult later = h.Cli({"acct", "-S", "now", "-X", "-P", "-n", "-o", "JobID"}, h.token("ann"));
+  EXPECT_EQ(later.out, "") << later.err;
+}
+
 // scancel --signal, as Slurm's: by default to the job's steps (the batch script is spared),
 // with -b to the batch script's shell alone; a job that does not run is refused.
 TEST(Slurm, ScancelSignalsTheStepsOrWithBTheBatchScriptAlone) {

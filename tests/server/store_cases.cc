@@ -124,6 +124,35 @@ TEST_P(StoreCases, ClusterHistoryKeepsTheLatestSamplesInOrder) {
   EXPECT_EQ((*all)[1].first, 4000);
 }
 
+// sacct's window past memory: the ended jobs that ended at or after a time, in seq order,
+// at most a limit; active ones never.
+TEST_P(StoreCases, EndedJobsAreReadBackByWhenTheyEnded) {
+  auto store = Open();
+  ASSERT_TRUE(store);
+  StoredJob j1 = Job(1, false), j2 = Job(2, false), j3 = Job(3), j4 = Job(4, false);
+  j1.ended_ms = 1000;
+  j2.ended_ms = 3000;
+  j4.ended_ms = 2000;
+  for (const StoredJob& j : {j1, j2, j3, j4}) ASSERT_TRUE(store->PutJob(j).ok());
+  auto seqs = [&](int64_t from, int64_t limit) {
+    std::vector<int64_t> out;
+    auto jobs = store->EndedJobs(from, limit);
+    EXPECT_TRUE(jobs.ok()) << jobs.error().message;
+    for (const StoredJob& j : *jobs) out.push_back(j.seq);
+    return out;
+  };
+  EXPECT_EQ(seqs(0, 10), (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(seqs(2000, 10), (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(seqs(2000, 1), std::vector<int64_t>{2});
+  EXPECT_TRUE(seqs(3001, 10).empty());
+  auto jobs = store->EndedJobs(2500, 10);
+  ASSERT_TRUE(jobs.ok());
+  ASSERT_EQ(jobs->size(), 1u);
+  EXPECT_EQ((*jobs)[0].name, j2.name);
+  EXPECT_EQ((*jobs)[0].doc, j2.doc);
+  EXPECT_FALSE((*jobs)[0].active);
+}
+
 // Retention: ended jobs go oldest first, in batches; active ones stay; a purged job's seq
 // is never given again, its name and idempotency key are free again.
 TEST_P(StoreCases, EndedJobsArePurgedByAgeAndTheirSeqsAreNeverGivenAgain) {

@@ -307,19 +307,39 @@ int SubmitBatch(const Globals& g, const SbatchJob& job, const std::string& file,
 int Sbatch(const Globals& g, const std::vector<std::string>& words) {
   std::vector<std::string> options, args;
   std::string script;
-  if (!SplitSbatchArgs(words, options, script, args)) {
-    std::cerr
-        << "gantry sbatch: give a batch script: gantry sbatch [options] script.sh [args...]\n";
-    return kExitBadInput;
-  }
-  std::ifstream in(script, std::ios::binary);
-  if (!in) {
-    std::cerr << "gantry sbatch: cannot read " << script << "\n";
-    return kExitBadInput;
-  }
+  const bool named = SplitSbatchArgs(words, options, script, args);
+  const std::optional<std::string> wrap = WrapScript(options);
+  SbatchContext ctx = SubmitContext();
   std::ostringstream text;
-  text << in.rdbuf();
-  SbatchJob job = ParseSbatch(script, text.str(), options, args, SubmitContext());
+  if (named && wrap) {
+    std::cerr << "gantry sbatch: --wrap makes the script: give no script file (" << script
+              << ") and no script arguments\n";
+    return kExitBadInput;
+  } else if (named) {
+    std::ifstream in(script, std::ios::binary);
+    if (!in) {
+      std::cerr << "gantry sbatch: cannot read " << script << "\n";
+      return kExitBadInput;
+    }
+    text << in.rdbuf();
+  } else if (wrap) {  // as Slurm's: a /bin/sh script of the command, its job named "wrap"
+    script = "--wrap";
+    ctx.default_name = "wrap";
+    text << *wrap;
+  } else if (!::isatty(STDIN_FILENO)) {  // the script on stdin (sbatch <<EOF ... EOF)
+    script = "(stdin)";
+    ctx.default_name = "sbatch";  // Slurm's name for it
+    text << std::cin.rdbuf();
+    if (text.str().empty()) {
+      std::cerr << "gantry sbatch: the batch script on stdin is empty\n";
+      return kExitBadInput;
+    }
+  } else {
+    std::cerr << "gantry sbatch: give a batch script: gantry sbatch [options] script.sh "
+                 "[args...], --wrap=COMMAND, or the script on stdin\n";
+    return kExitBadInput;
+  }
+  SbatchJob job = ParseSbatch(script, text.str(), options, args, ctx);
   std::string number, id;
   if (int rc = SubmitBatch(g, job, script, "sbatch", number, id)) return rc;
   if (job.parsable) {

@@ -64,6 +64,7 @@ constexpr OptionDef kOptions[] = {
     {"cpus-per-gpu", 0, true},
     {"exclusive", 0, false},  // gantryd checks it asks for whole nodes (job spec `exclusive`)
     {"open-mode", 0, true},
+    {"wrap", 0, true},  // the command line's only: the script is made of it (WrapScript)
 };
 
 // sbatch's input variables (SBATCH_*), for the options read here.
@@ -112,7 +113,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
-    {"wrap", "give a script file"},
     {"wait", "not supported; poll with gantry show"},
     {"begin", "deferred starts are not supported; use a job window in a job spec"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
@@ -236,9 +236,13 @@ class Parser {
       } else {
         s["name"] = v->value;
       }
+    } else if (!ctx_.default_name.empty()) {
+      s["name"] = ctx_.default_name;
     } else if (const std::string base = script_.substr(script_.rfind('/') + 1); !base.empty()) {
       s["name"] = base;  // Slurm's default: the script's file name
     }
+    if (auto v = Get("wrap"); v != nullptr && v->where != "command line")
+      Error(v->where, "--wrap", "only on sbatch's command line (it makes the script)");
     if (auto v = Get("partition")) {
       if (v->value.empty() || v->value.find(',') != std::string::npos) {
         Error(
@@ -930,6 +934,25 @@ std::optional<long long> ParseSlurmMemory(const std::string& text, std::string& 
   }
   const long long n = std::stoll(text.substr(0, digits));
   return mult == 0 ? (n + 1023) / 1024 : n * mult;
+}
+
+std::optional<std::string> WrapScript(const std::vector<std::string>& options) {
+  std::optional<std::string> command;
+  for (size_t i = 0; i < options.size(); ++i) {
+    const std::string& o = options[i];
+    if (o.rfind("--", 0) != 0) continue;
+    const size_t eq = o.find('=');
+    const OptionDef* def =
+        FindLong(o.substr(2, eq == std::string::npos ? std::string::npos : eq - 2));
+    if (def == nullptr || std::string_view(def->name) != "wrap") continue;
+    if (eq != std::string::npos) {
+      command = o.substr(eq + 1);
+    } else if (i + 1 < options.size()) {
+      command = options[++i];
+    }
+  }
+  if (!command) return std::nullopt;
+  return "#!/bin/sh\n# This script was created by sbatch --wrap.\n\n" + *command + "\n";
 }
 
 SbatchJob ParseSbatch(const std::string& script_name, const std::string& text,

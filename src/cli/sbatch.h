@@ -23,6 +23,7 @@ struct SbatchContext {
   std::string cwd;                         // the default --chdir, and what relative ones start from
   std::string host;                        // SLURM_SUBMIT_HOST
   std::map<std::string, std::string> env;  // the submit environment (--export)
+  std::string default_name;  // the job's name without -J; empty: the script's file name
 };
 
 struct SbatchJob {
@@ -36,6 +37,10 @@ struct SbatchJob {
   // refusals are shown at the script's line.
   std::map<std::string, std::string> origin;
 };
+
+// sbatch --wrap=COMMAND's script, as Slurm writes it (its job is named "wrap"); nullopt
+// when `options` (the command line's) give no --wrap.
+std::optional<std::string> WrapScript(const std::vector<std::string>& options);
 
 // `script_name` labels errors; `text` is the script; `options` the sbatch options given
 // before it on the command line; `args` what follows it (the script's arguments).

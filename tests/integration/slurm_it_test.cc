@@ -1200,6 +1200,50 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
   EXPECT_NE(bad.err.find("give PENDING, RUNNING or COMPLETING"), std::string::npos) << bad.err;
 }
 
+// sbatch without a script file, as Slurm's: --wrap makes a /bin/sh script of the command
+// (the job named "wrap"), or the script comes on stdin (named "sbatch" without -J).
+TEST(Slurm, SbatchTakesItsScriptFromWrapOrStdin) {
+  Harness h("slurm-wrap");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  const std::string sbatch = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/sbatch";
+  const std::map<std::string, std::string> env = {
+      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
+  RunResult wrap = it::Run({sbatch, "--parsable", "-A", "research", "-D", work, "-o", "wrap-%j.out",
+                            "--wrap", "echo hi; cat $0; echo name=$SLURM_JOB_NAME"},
+                           env);
+  ASSERT_EQ(wrap.rc, 0) << wrap.err;
+  auto from_stdin = [&](const std::string& out, const std::string& script) {
+    return it::Run({"bash", "-c",
+                    sbatch + " --parsable -A research -D " + work + " -o " + out + " <<'EOF'\n" +
+                        script + "EOF\n"},
+                   env);
+  };
+  RunResult named =
+      from_stdin("named-%j.out", "#!/bin/bash\n#SBATCH -J fromstdin\necho name=$SLURM_JOB_NAME\n");
+  ASSERT_EQ(named.rc, 0) << named.err;
+  RunResult unnamed = from_stdin("unnamed-%j.out", "#!/bin/bash\necho name=$SLURM_JOB_NAME\n");
+  ASSERT_EQ(unnamed.rc, 0) << unnamed.err;
+  const std::vector<std::string> ids = {JobIdOf(wrap.out), JobIdOf(named.out),
+                                        JobIdOf(unnamed.out)};
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {ids.begin(), ids.end()}); }, 30));
+  for (const std::string& id : ids) EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  // The script Slurm writes for --wrap, byte for byte ($0 is it).
+  EXPECT_EQ(h.Read("work/wrap-" + ids[0].substr(1) + ".out"),
+            "hi\n#!/bin/sh\n# This script was created by sbatch --wrap.\n\n"
+            "echo hi; cat $0; echo name=$SLURM_JOB_NAME\nname=wrap\n");
+  EXPECT_EQ(h.Read("work/named-" + ids[1].substr(1) + ".out"), "name=fromstdin\n");
+  EXPECT_EQ(h.Job(ids[2])["name"], "sbatch");
+  // Refused as Slurm refuses them: --wrap with a script, an empty stdin.
+  RunResult both = it::Run({sbatch, "-A", "research", "--wrap", "true", "extra.sh"}, env);
+  EXPECT_EQ(both.rc, 2);
+  EXPECT_NE(both.err.find("--wrap makes the script"), std::string::npos) << both.err;
+  RunResult empty = it::Run({"bash", "-c", sbatch + " -A research < /dev/null"}, env);
+  EXPECT_EQ(empty.rc, 2);
+  EXPECT_NE(empty.err.find("the batch script on stdin is empty"), std::string::npos) << empty.err;
+}
+
 // sacct's window reaches past the ended jobs gantryd keeps in memory (--recent-done): the
 // older ones are read from its store, with their states, exit codes and steps.
 TEST(Slurm, AcctShowsEndedJobsNoLongerInMemoryFromTheStore) {

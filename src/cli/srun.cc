@@ -113,12 +113,12 @@ std::string UnableToCreate(const std::string& job) {
   return "Unable to create step for job " + job + ": ";
 }
 
-// --gres=gpu[:TYPE]:N, --gpus-per-node=[TYPE:]N, --gpus=[TYPE:]N on a step: its tasks see the
-// job's GPUs on their nodes, so the job's count (SLURM_GPUS_ON_NODE a node) is taken as
-// given; more is refused as Slurm refuses it, fewer is refused as not honoured (Slurm
-// would give the step a subset of them). 0: a status to exit with.
+// --gres=gpu[:TYPE]:N, --gpus-per-node=[TYPE:]N, --gpus=[TYPE:]N on a step: the job's count
+// (SLURM_GPUS_ON_NODE a node) is the default; more is refused as Slurm refuses it; fewer
+// goes to gantryd in `body` (gpus_per_node, gpus), which gives the step that many of the
+// job's task slots, or says why it cannot. 0: a status to exit with.
 int CheckStepGpus(const std::map<std::string, std::string>& given, const std::string& job,
-                  int step_nodes) {
+                  int step_nodes, json& body) {
   const int per_node = std::atoi(Env("SLURM_GPUS_ON_NODE").c_str());
   const int job_nodes = std::max(1, std::atoi(Env("SLURM_JOB_NUM_NODES").c_str()));
   for (const char* opt : {"gres", "gpus-per-node", "gpus"}) {
@@ -151,13 +151,13 @@ int CheckStepGpus(const std::map<std::string, std::string>& given, const std::st
                 << "Invalid generic resource (gres) specification\n";
       return kExitRunFailure;
     }
-    if (n < holds) {
-      std::cerr << "srun: error: --" << opt << "=" << it->second << ": a step of fewer GPUs than "
-                << "the job holds (" << holds << (total ? "" : " a node")
-                << ") is not honoured: a step's tasks see all the job's GPUs on their nodes, or "
-                   "with --gpus-per-task their task slot's\n";
+    if (n == 0 && holds > 0) {
+      std::cerr << "srun: error: --" << opt << "=" << it->second
+                << ": a step of no GPUs is not honoured here: its tasks would see the job's GPUs "
+                   "on their nodes\n";
       return kExitBadInput;
     }
+    if (n < holds) body[total ? "gpus" : "gpus_per_node"] = n;
   }
   return 0;
 }
@@ -435,7 +435,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       return kExitRunFailure;
     }
   }
-  if (int rc = CheckStepGpus(given, job, body.value("nodes", 0))) return rc;
+  if (int rc = CheckStepGpus(given, job, body.value("nodes", 0), body)) return rc;
   if (int rc = CheckStepMemory(given, job)) return rc;
   if (given.count("nodelist")) {
     auto names = spec::ExpandHostList(given["nodelist"]);
@@ -446,6 +446,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["nodelist"] = *names;
   }
   if (given.count("overlap")) body["overlap"] = true;
+  if (given.count("exclusive")) body["exclusive"] = true;
   // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
   if (given.count("time")) {
     std::string error;

@@ -399,6 +399,9 @@ class Controller : public ApiBackend {
   // slots, nodes, local ids); "" when placed, else why not, with `wait` set when the step
   // could run once running steps end.
   std::string PlaceStep(const Job& job, Step& s, bool& wait) const;
+  // A step asking fewer GPUs than the job holds (`per_node` a node, or `total`): sets
+  // s.own_gpus; "" when the job's GPUs can give it, else why not.
+  std::string OwnGpus(const Job& job, Step& s, int per_node, int total) const;
   // The step's nodes in its task order, each with its number of tasks; their names.
   std::vector<std::pair<std::string, int>> StepNodes(const Job& job, const Step& s) const;
   std::vector<std::string> StepNodeNames(const Job& job, const Step& s) const;

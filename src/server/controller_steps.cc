@@ -93,6 +93,34 @@ void Controller::TouchStep(const Job& job, const Step& s) {
   if (!step_watches_.empty()) steps_changed_.insert(job.seq);
 }
 
+std::string Controller::OwnGpus(const Job& job, Step& s, int per_node, int total) const {
+  const std::string asked = per_node > 0 ? "gpu:" + std::to_string(per_node) + " a node"
+                                         : std::to_string(total) + " GPUs";
+  auto refuse = [&](const std::string& why) {
+    return "Invalid generic resource (gres) specification (a step of " + asked + ": " + why + ")";
+  };
+  std::map<uint32_t, int> gpus;  // the job's GPUs on each of its nodes
+  for (const Worker& w : job.workers) {
+    if (w.alloc.sharing != core::Sharing::kExclusive)
+      return refuse("the job holds GPU shares or MIG instances, which a step does not part");
+    gpus[w.alloc.node.v] += std::popcount(w.alloc.gpu_mask);
+  }
+  int g = per_node;
+  if (g == 0) {  // --gpus: the total over the step's nodes, evenly
+    const int nodes = gpus.size() == 1 ? 1 : s.nodes;
+    if (nodes == 0 || total % nodes != 0)
+      return refuse("give -N with --gpus over several nodes, or --gres=gpu:N for N a node");
+    g = total / nodes;
+  }
+  const int least = std::min_element(gpus.begin(), gpus.end(), [](const auto& a, const auto& b) {
+                      return a.second < b.second;
+                    })->second;
+  if (g > least)
+    return refuse("the job holds " + std::to_string(least) + " GPU(s) on some of its nodes");
+  s.own_gpus = g;
+  return "";
+}
+
 std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   wait = false;
   // srun reads SLURM_NTASKS (the batch script's, set by sbatch's -n or --ntasks-per-node)
@@ -132,18 +160,39 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
     it->slots.push_back(w.rank);
     it->cpus_milli += WorkerLimits(w.alloc, cluster_).cpus_milli;
   }
+  // What running steps hold: the slots of their tasks that run, and the GPUs of those of
+  // their own GPUs (until they end), which are then busy for a step of the job's GPUs.
   std::vector<char> busy(job.workers.size(), 0);
+  std::map<uint32_t, uint64_t> held;  // node -> GPUs that steps of their own GPUs hold
   for (const Step& o : job.steps) {
     if (&o == &s || o.state != Step::State::kRunning || o.overlap) continue;
     for (const StepTask& t : o.tasks) {
-      if (!t.exited) busy[static_cast<size_t>(t.slot)] = 1;
+      const core::WorkerAlloc& a = job.workers[static_cast<size_t>(t.slot)].alloc;
+      if (o.own_gpus > 0 && static_cast<size_t>(t.node) < o.gpu_masks.size())
+        held[a.node.v] |= o.gpu_masks[static_cast<size_t>(t.node)];
+      else if (!t.exited)
+        busy[static_cast<size_t>(t.slot)] = 1;
     }
   }
+  for (const Worker& w : job.workers) {
+    if (s.own_gpus == 0 && (held[w.alloc.node.v] & w.alloc.gpu_mask) != 0)
+      busy[static_cast<size_t>(w.rank)] = 1;
+  }
+  std::map<uint32_t, uint64_t> free_gpus;  // node -> the job's GPUs a step of its own may take
   for (NodeSlots& x : all) {
     for (int r : x.slots) {
-      if (s.overlap || !busy[static_cast<size_t>(r)]) x.free.push_back(r);
+      const core::WorkerAlloc& a = job.workers[static_cast<size_t>(r)].alloc;
+      if (s.overlap || !busy[static_cast<size_t>(r)]) {
+        x.free.push_back(r);
+        free_gpus[x.id.v] |= a.gpu_mask;
+      }
     }
+    if (!s.overlap) free_gpus[x.id.v] &= ~held[x.id.v];
   }
+  // A step of its own GPUs may use a node with that many free; its tasks, the node's CPUs.
+  auto usable = [&](const NodeSlots& x) {
+    return s.own_gpus > 0 ? std::popcount(free_gpus[x.id.v]) >= s.own_gpus : !x.free.empty();
+  };
   const int have = static_cast<int>(all.size());
   if (nodes > have) {
     return "Requested node configuration is not available (-N " + std::to_string(nodes) +
@@ -178,7 +227,7 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   // The nodes with a free slot, in order; the step waits for busy ones to free up.
   std::vector<const NodeSlots*> use;
   for (const NodeSlots& x : all) {
-    if (static_cast<int>(use.size()) < n && !x.free.empty()) use.push_back(&x);
+    if (static_cast<int>(use.size()) < n && usable(x)) use.push_back(&x);
   }
   // How many tasks each node may take: its CPUs (at least one a slot, as each of Slurm's
   // tasks has one) over the tasks' CPUs (-c), as Slurm packs tasks onto allocated CPUs
@@ -187,7 +236,8 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   auto cap = [&](const NodeSlots& x, bool free_only) {
     const int64_t slots = static_cast<int64_t>(x.slots.size());
     const int64_t cpus = std::max(slots, x.cpus_milli / 1000);
-    const int64_t share = free_only ? static_cast<int64_t>(x.free.size()) : slots;
+    const int64_t share =
+        free_only && s.own_gpus == 0 ? static_cast<int64_t>(x.free.size()) : slots;
     return static_cast<int>(cpus * share / std::max<int64_t>(1, slots) / cpt);
   };
   // Could it ever fit (all slots free)? Else it is refused, not kept waiting.
@@ -227,11 +277,20 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
            " tasks have no free slot)";
   }
   s.tasks.clear();
+  s.gpu_masks.clear();
   for (int i = 0; i < n; ++i) {
     const NodeSlots& x = *use[static_cast<size_t>(i)];
+    if (s.own_gpus > 0) {  // the node's lowest free GPUs, as Slurm takes them
+      uint64_t mask = 0;
+      for (uint64_t left_gpus = free_gpus[x.id.v]; std::popcount(mask) < s.own_gpus;
+           left_gpus &= left_gpus - 1)
+        mask |= left_gpus & (~left_gpus + 1);
+      s.gpu_masks.push_back(mask);
+    }
+    const std::vector<int>& on = s.own_gpus > 0 ? x.slots : x.free;
     for (int j = 0; j < counts[static_cast<size_t>(i)]; ++j) {
       StepTask t;
-      t.slot = x.free[static_cast<size_t>(j) % x.free.size()];
+      t.slot = on[static_cast<size_t>(j) % on.size()];
       t.local = j;
       t.node = i;
       s.tasks.push_back(t);
@@ -345,7 +404,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
         }
         Step s;
         s.id = static_cast<int>(job->steps.size());
-        int gpus_per_task = 0;
+        int gpus_per_task = 0, gpus_per_node = 0, gpus_total = 0;
         try {
           s.command = body.at("command").get<std::vector<std::string>>();
           s.env = body.value("env", std::map<std::string, std::string>());
@@ -362,7 +421,10 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           }
           gpus_per_task = body.value("gpus_per_task", 0);
           s.bind_gpus = gpus_per_task > 0;
+          gpus_per_node = body.value("gpus_per_node", 0);
+          gpus_total = body.value("gpus", 0);
           s.overlap = body.value("overlap", false);
+          s.exclusive = body.value("exclusive", false);
           const double limit_s = body.value("time_limit_s", 0.0);
           if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
             return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");
@@ -392,6 +454,12 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
                                     std::to_string(slot) +
                                     ", or none to see all the job's GPUs on the node)");
           }
+        }
+        if (gpus_per_node < 0 || gpus_total < 0)
+          return Reply::Error(Code::kBadRequest, "step: GPU counts must be 0 or more");
+        if (gpus_per_node > 0 || gpus_total > 0) {
+          if (std::string why = OwnGpus(*job, s, gpus_per_node, gpus_total); !why.empty())
+            return Reply::Error(Code::kUnprocessable, why);
         }
         bool wait = false;
         const std::string why = PlaceStep(*job, s, wait);
@@ -596,8 +664,11 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   const Worker& slot = job.workers[static_cast<size_t>(t.slot)];
   const core::NodeId n = slot.alloc.node;
   // The job's GPUs on the node (SLURM_GPUS_ON_NODE, as Slurm says it also where the task
-  // is bound to its own with --gpus-per-task); the task's own to see.
-  const core::WorkerAlloc on_node = NodeAlloc(job, n, t.slot);
+  // is bound to its own with --gpus-per-task), or the step's where it holds fewer; the
+  // task's own to see.
+  core::WorkerAlloc on_node = NodeAlloc(job, n, t.slot);
+  if (s.own_gpus > 0 && static_cast<size_t>(t.node) < s.gpu_masks.size())
+    on_node.gpu_mask = s.gpu_masks[static_cast<size_t>(t.node)];
   const core::WorkerAlloc& alloc = s.bind_gpus ? slot.alloc : on_node;
   std::vector<std::string> nodes;
   std::vector<int> per_node;
@@ -640,6 +711,14 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
       env.erase("SLURM_NTASKS_PER_NODE");
   }
   if (!env.contains("SLURM_NODELIST")) env["SLURM_NODELIST"] = spec::HostList(JobNodes(job));
+  // srun -c: the step's own, as Slurm says it (else the batch script's, from srun's
+  // environment); --exclusive: the step's own CPUs on the node (its tasks there, -c each),
+  // without it the job's there.
+  if (s.cpus_per_task > 0) env["SLURM_CPUS_PER_TASK"] = std::to_string(s.cpus_per_task);
+  if (s.exclusive) {
+    env["SLURM_CPUS_ON_NODE"] =
+        std::to_string(per_node[static_cast<size_t>(t.node)] * std::max(1, s.cpus_per_task));
+  }
   // PyTorch's names, unless the script set them before srun.
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
            {"RANK", std::to_string(task)},
@@ -710,6 +789,14 @@ void Controller::RecordBatchUsage(Job& job, const RunningReport& r, core::NodeId
   if (step != nullptr && step->bind_gpus) {
     covered.push_back(
         &job.workers[static_cast<size_t>(step->tasks[static_cast<size_t>(r.rank)].slot)]);
+  } else if (step != nullptr && step->own_gpus > 0) {  // the workers whose GPUs it holds
+    const StepTask& t = step->tasks[static_cast<size_t>(r.rank)];
+    const uint64_t mask = static_cast<size_t>(t.node) < step->gpu_masks.size()
+                              ? step->gpu_masks[static_cast<size_t>(t.node)]
+                              : 0;
+    for (Worker& w : job.workers) {
+      if (w.alloc.node == n && (w.alloc.gpu_mask & mask) != 0) covered.push_back(&w);
+    }
   } else {
     for (Worker& w : job.workers) {
       if (w.alloc.node == n && !w.exited) covered.push_back(&w);

@@ -122,8 +122,14 @@ struct Step {
   int nodes = 0, ntasks = 0, per_node = 0, cpus_per_task = 0;
   std::vector<std::string> nodelist;  // -w: only these of the job's nodes (empty: any)
   bool bind_gpus = false;             // each task only its slot's GPUs (--gpus-per-task)
-  bool overlap = false;               // may share slots with running steps (--overlap)
-  bool cancelled = false;             // srun was interrupted: its tasks are stopped
+  // Fewer GPUs than the job's (srun --gres=gpu:N, --gpus-per-node, --gpus): this many of
+  // the job's GPUs on each of its nodes, the lowest free ones, which each of its tasks there
+  // sees, as Slurm's; 0: the job's. `gpu_masks`: once placed, its GPUs by step node.
+  int own_gpus = 0;
+  std::vector<uint64_t> gpu_masks;
+  bool exclusive = false;  // srun --exclusive: SLURM_CPUS_ON_NODE is the step's own CPUs
+  bool overlap = false;    // may share slots with running steps (--overlap)
+  bool cancelled = false;  // srun was interrupted: its tasks are stopped
   // srun --time: past it (from its start) the step is cancelled as srun's interrupt
   // cancels it, and ends TIMEOUT. 0: none (the job's own limit holds).
   Ticks time_limit = 0;

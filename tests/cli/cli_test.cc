@@ -198,7 +198,8 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
     EXPECT_NE(r.output.find("srun: error:"), std::string::npos) << r.output;
   }
   // Steps the job cannot hold, refused before anything is asked of a server, as Slurm
-  // 22.05's srun refuses them (its words, status 1); fewer GPUs than the job's: not honoured.
+  // 22.05's srun refuses them (its words, status 1); no GPUs of a GPU job: not honoured
+  // (fewer than the job's go to gantryd, Slurm.StepsOfFewerGpusThanTheJobs...).
   const std::string job =
       "SLURM_JOB_ID=12 GANTRY_TOKEN=t SLURM_GPUS_ON_NODE=4 "
       "SLURM_JOB_NUM_NODES=2 SLURM_NTASKS=2 SLURM_MEM_PER_NODE=8000 " +
@@ -211,7 +212,7 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
            {"--gpus=9", 1,
             "srun: error: Unable to create step for job 12: Invalid generic resource (gres) "
             "specification\n"},
-           {"--gpus-per-node=a100:2", 2, "is not honoured"},
+           {"--gpus-per-node=a100:0", 2, "a step of no GPUs is not honoured"},
            {"-N 3 -n 3", 1, "srun: error: Only allocated 2 nodes asked for 3\n"},
            {"--mem=9G", 1,
             "srun: error: Unable to create step for job 12: Memory required by task is not "

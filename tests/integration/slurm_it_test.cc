@@ -1200,6 +1200,83 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
   EXPECT_NE(bad.err.find("give PENDING, RUNNING or COMPLETING"), std::string::npos) << bad.err;
 }
 
+// Steps of fewer GPUs than the job's, as Slurm's: srun -n1 --gres=gpu:1 in a job of four
+// one-GPU tasks takes one task slot and sees its GPU only; four run side by side, a fifth
+// waits for one of them; a two-task step of two GPUs shows both to each task; a layout
+// the task slots cannot give is refused with Slurm's words and status.
+TEST(Slurm, StepsOfFewerGpusThanTheJobsRunSideBySideOnTheirOwnGpus) {
+  Harness h("slurm-packed");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("packed.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -n 4
+#SBATCH --gres=gpu:4
+#SBATCH -t 1
+echo "$SLURM_JOB_GPUS" > job-gpus.txt
+for i in 0 1 2 3 4; do
+  srun -n1 --gres=gpu:1 --exclusive bash -c 'echo "$SLURM_STEP_GPUS $SLURM_GPUS_ON_NODE $SLURM_CPUS_ON_NODE $(date +%s.%N)" > "s-$SLURM_STEP_ID.start"; sleep 2; date +%s.%N > "s-$SLURM_STEP_ID.end"' &
+  sleep 0.2
+done
+wait
+srun -n2 --gres=gpu:2 bash -c 'echo "$SLURM_STEP_GPUS $SLURM_GPUS_ON_NODE $SLURM_NTASKS" > "pair-$SLURM_PROCID.txt"'
+srun --gres=gpu:1 bash -c 'echo "$SLURM_STEP_GPUS $SLURM_GPUS_ON_NODE $SLURM_NTASKS"' > shared.txt
+srun -n1 --gres=gpu:5 true 2> five.err; echo "$?" > five.rc
+srun -n1 --gres=gpu:0 true 2> none.err; echo "$?" > none.rc
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("packed.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  const std::string job_gpus = Trim(h.Read("work/job-gpus.txt"));
+  std::set<std::string> seen;
+  std::vector<double> starts, ends;
+  for (int step = 0; step < 5; ++step) {
+    std::istringstream in(h.Read("work/s-" + std::to_string(step) + ".start"));
+    std::string gpus, on_node, cpus;
+    double start = 0;
+    in >> gpus >> on_node >> cpus >> start;
+    EXPECT_EQ(on_node, "1") << "step " << step;
+    EXPECT_EQ(cpus, "1") << "step " << step << ": --exclusive, one task of one CPU";
+    EXPECT_NE(("," + job_gpus + ",").find("," + gpus + ","), std::string::npos)
+        << gpus << " not one of the job's " << job_gpus;
+    if (step < 4) {
+      EXPECT_TRUE(seen.insert(gpus).second) << "two running steps share GPU " << gpus;
+    }
+    starts.push_back(start);
+    ends.push_back(std::stod(h.Read("work/s-" + std::to_string(step) + ".end")));
+  }
+  // The first four ran at once; the fifth started once one of them had ended.
+  EXPECT_LT(*std::max_element(starts.begin(), starts.begin() + 4),
+            *std::min_element(ends.begin(), ends.begin() + 4));
+  EXPECT_GE(starts[4], *std::min_element(ends.begin(), ends.begin() + 4));
+  const std::string pair = h.Read("work/pair-0.txt");
+  EXPECT_EQ(pair, h.Read("work/pair-1.txt")) << "both tasks see the step's two GPUs";
+  EXPECT_NE(pair.find(" 2 2\n"), std::string::npos) << pair;
+  EXPECT_EQ(pair.find(','), pair.find_last_of(',')) << pair;  // two GPUs: "a,b 2 2"
+  // srun's default of the job's four tasks, on one GPU: all four see it, as Slurm's.
+  const std::string shared = h.Read("work/shared.txt");
+  std::istringstream lines(shared);
+  std::string line;
+  int tasks = 0;
+  while (std::getline(lines, line)) {
+    ++tasks;
+    EXPECT_EQ(line.substr(line.find(' ')), " 1 4") << shared;
+    EXPECT_EQ(line, shared.substr(0, shared.find('\n'))) << shared;
+  }
+  EXPECT_EQ(tasks, 4) << shared;
+  // More than the job's: Slurm's words and status; none: not honoured.
+  EXPECT_EQ(Trim(h.Read("work/five.rc")), "1");
+  EXPECT_NE(h.Read("work/five.err")
+                .find("Unable to create step for job " + id.substr(1) +
+                      ": Invalid generic resource (gres) specification"),
+            std::string::npos)
+      << h.Read("work/five.err");
+  EXPECT_EQ(Trim(h.Read("work/none.rc")), "2") << h.Read("work/none.err");
+}
+
 // sbatch without a script file, as Slurm's: --wrap makes a /bin/sh script of the command
 // (the job named "wrap"), or the script comes on stdin (named "sbatch" without -J).
 TEST(Slurm, SbatchTakesItsScriptFromWrapOrStdin) {

@@ -1202,8 +1202,9 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
 
 // Steps of fewer GPUs than the job's, as Slurm's: srun -n1 --gres=gpu:1 in a job of four
 // one-GPU tasks takes one task slot and sees its GPU only; four run side by side, a fifth
-// waits for one of them; a two-task step of two GPUs shows both to each task; a layout
-// the task slots cannot give is refused with Slurm's words and status.
+// waits for one of them; a two-task step of two GPUs shows both to each task; srun's
+// default of the job's four tasks share one GPU; more GPUs than the job's are refused with
+// Slurm's words and status.
 TEST(Slurm, StepsOfFewerGpusThanTheJobsRunSideBySideOnTheirOwnGpus) {
   Harness h("slurm-packed");
   StartSlurmCluster(h);

@@ -44,8 +44,10 @@ constexpr FieldDef kFields[] = {
     {"numtasks", 0, "TASKS", "ntasks", 8},
     {"numcpus", 'C', "CPUS", "alloccpus", 10},
     {"cpus-per-task", 'c', "MIN_CPUS", nullptr, 0},
+    // squeue's reason is Slurm's code (SlurmReason); sacct's Reason, Gantry's sentence.
     {"reasonlist", 'R', "NODELIST(REASON)", nullptr, 0},
-    {"reason", 'r', "REASON", "reason", 30},
+    {"reason", 'r', "REASON", nullptr, 0},
+    {"reasontext", 0, "REASON", "reason", 30},
     {"nodelist", 'N', "NODELIST", "nodelist", 16},
     {"tres-per-node", 'b', "TRES_PER_NODE", nullptr, 0},
     {"submittime", 'V', "SUBMIT_TIME", "submit", 19},
@@ -172,6 +174,32 @@ std::string SlurmState(const json& job) {
     return "FAILED";
   }
   return "UNKNOWN";
+}
+
+std::string SlurmReason(const json& job) {
+  const std::string state = Str(job, "state"), reason = Str(job, "reason");
+  if (state == "pending") {
+    if (reason.rfind("dependency", 0) == 0) return "Dependency";
+    if (reason.rfind("throttle", 0) == 0) return "JobArrayTaskLimit";
+    static constexpr std::pair<const char*, const char*> kByCause[] = {
+        {"capacity", "Resources"},    // no room yet (the first in line has its reservation)
+        {"preemption", "Resources"},  // room being made: its victims are stopping
+        {"reservation", "Priority"},  // the room is held for a job ahead of it
+        {"quota", "AssocGrpGRES"},    // its queue (account) at its GPU limit
+        {"budget", "AssocGrpBillingMinutes"},  // its queue's GPU-hours spent
+        {"window", "BeginTime"},               // its time window has not opened
+    };
+    const std::string cause = job.contains("wait") ? Str(job["wait"], "cause") : "";
+    for (const auto& [c, code] : kByCause) {
+      if (cause == c) return code;
+    }
+    return "None";  // not looked at yet (Slurm's too, before its first pass)
+  }
+  const std::string slurm = SlurmState(job);
+  if (slurm == "TIMEOUT") return "TimeLimit";
+  if (slurm == "OUT_OF_MEMORY") return "OutOfMemory";
+  if (slurm == "FAILED") return "NonZeroExitCode";
+  return "None";
 }
 
 std::string SlurmStateCode(const std::string& state) {
@@ -421,8 +449,9 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
     return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus")) * replicas) : "-";
   if (field == "cpus-per-task")
     return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus"))) : "-";
-  if (field == "reasonlist") return placed ? spec::HostList(nodes) : "(" + Str(job, "reason") + ")";
-  if (field == "reason") {
+  if (field == "reasonlist") return placed ? spec::HostList(nodes) : "(" + SlurmReason(job) + ")";
+  if (field == "reason") return SlurmReason(job);
+  if (field == "reasontext") {
     // Why it waits, is being stopped, or ended other than cleanly (a reclaimed job's idle
     // GPUs, a failure, a cancel); None while it runs and once it finished.
     const std::string word = Str(job, "state");

@@ -42,6 +42,11 @@ std::string FieldValue(const nlohmann::json& job, const std::string& field, doub
 std::string RenderRow(const std::vector<Column>& cols, const std::vector<std::string>& values,
                       const std::string& separator, bool pad, bool trailing);
 
+// Slurm's reason code for a job, as squeue's %r and scontrol's Reason= say it: a pending
+// job's wait (Resources, Priority, Dependency, AssocGrpGRES, AssocGrpBillingMinutes,
+// BeginTime, JobArrayTaskLimit, None), an ended one's (NonZeroExitCode, TimeLimit,
+// OutOfMemory), else None. Gantry's own sentence is `reason` (gantry show, sacct's Reason).
+std::string SlurmReason(const nlohmann::json& job);
 // Slurm's state for a job (RUNNING, PENDING, COMPLETED, FAILED, TIMEOUT, CANCELLED,
 // PREEMPTED, REQUEUED, OUT_OF_MEMORY, COMPLETING), and its compact code (R, PD, ...).
 std::string SlurmState(const nlohmann::json& job);

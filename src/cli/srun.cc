@@ -755,7 +755,7 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   std::cout << " JobName=" << j.value("name", j.value("id", id))
             << "\n   UserId=" << j.value("user", "") << " Account=" << j.value("queue", "")
             << " QOS=" << j.value("tier", "") << "\n   JobState=" << state
-            << " Reason=" << (j.value("reason", "").empty() ? "None" : j.value("reason", ""))
+            << " Reason=" << SlurmReason(j)
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
             << " ExitCode=" << j.value("exit_code", 0) << ":0"
             << "\n   NodeList=" << (nodes.empty() ? "(null)" : spec::HostList(nodes))

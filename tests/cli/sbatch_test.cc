@@ -676,14 +676,35 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
   EXPECT_EQ((*names)[0].width, 4);
   EXPECT_TRUE((*names)[0].right);
   EXPECT_EQ((*names)[1].width, 20);
-  EXPECT_EQ(FieldValue(Job("pending", "queue nlp is at its burst"), "reasonlist", 0),
-            "(queue nlp is at its burst)");
-  // sacct -o Reason: why it waits or how it ended, None while it runs and once it finished.
-  EXPECT_EQ(FieldValue(Job("reclaimed", "GPU idle for 1800 s"), "reason", 0),
-            "GPU idle for 1800 s");
-  EXPECT_EQ(FieldValue(Job("cancelled", "cancelled by ann"), "reason", 0), "cancelled by ann");
+  // squeue's %R and %r: Slurm's codes, from the wait's cause.
+  auto waiting = [](const std::string& cause, const std::string& reason) {
+    json j = Job("pending", reason);
+    if (!cause.empty()) j["wait"] = {{"cause", cause}};
+    return j;
+  };
+  EXPECT_EQ(FieldValue(waiting("quota", "queue nlp is at its burst"), "reasonlist", 0),
+            "(AssocGrpGRES)");
+  for (const auto& [cause, reason, code] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"capacity", "capacity: no room", "Resources"},
+           {"preemption", "preemption under way", "Resources"},
+           {"reservation", "reservation: held for j3", "Priority"},
+           {"budget", "budget: spent", "AssocGrpBillingMinutes"},
+           {"window", "window: opens at 22:00", "BeginTime"},
+           {"not yet placed", "waiting for the next scheduling pass", "None"},
+           {"", "dependency: waiting for j3 to finish", "Dependency"},
+           {"", "throttle: at most 2 of array j4's tasks run at once", "JobArrayTaskLimit"}}) {
+    EXPECT_EQ(FieldValue(waiting(cause, reason), "reason", 0), code) << cause << " " << reason;
+  }
+  EXPECT_EQ(FieldValue(Job("failed", "time limit reached (1:00)"), "reason", 0), "TimeLimit");
+  EXPECT_EQ(FieldValue(Job("failed", "exited 3"), "reason", 0), "NonZeroExitCode");
   EXPECT_EQ(FieldValue(Job("running", "x"), "reason", 0), "None");
-  EXPECT_EQ(FieldValue(Job("finished", "exited 0"), "reason", 0), "None");
+  // sacct -o Reason: why it waits or how it ended, None while it runs and once it finished.
+  EXPECT_EQ(FieldValue(Job("reclaimed", "GPU idle for 1800 s"), "reasontext", 0),
+            "GPU idle for 1800 s");
+  EXPECT_EQ(FieldValue(Job("cancelled", "cancelled by ann"), "reasontext", 0), "cancelled by ann");
+  EXPECT_EQ(FieldValue(Job("running", "x"), "reasontext", 0), "None");
+  EXPECT_EQ(FieldValue(Job("finished", "exited 0"), "reasontext", 0), "None");
   EXPECT_FALSE(ParseSqueueNames("JobID,Bogus", error));
   EXPECT_NE(error.find("unknown field \"Bogus\""), std::string::npos);
 }

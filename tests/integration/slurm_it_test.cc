@@ -1180,6 +1180,14 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
     return it::Run(
         args, {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token(who)}, {"USER", who}});
   };
+  // squeue's and scontrol's reason for the waiting one: Slurm's code (the queue, as an
+  // account, is at its 24 GPUs of burst).
+  const std::map<std::string, std::string> as_ann = {
+      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
+  RunResult squeue = it::Run({slurm + "squeue", "-h", "-t", "PD", "-o", "%j %r %R"}, as_ann);
+  EXPECT_EQ(squeue.out, "eval AssocGrpGRES (AssocGrpGRES)\n") << squeue.err;
+  RunResult show = it::Run({slurm + "scontrol", "show", "job", e1.substr(1)}, as_ann);
+  EXPECT_NE(show.out.find(" Reason=AssocGrpGRES\n"), std::string::npos) << show.out << show.err;
   // ann's pending jobs only: eval.
   RunResult pending = scancel("ann", {"--me", "-t", "PD"});
   EXPECT_EQ(pending.rc, 0) << pending.err;

@@ -99,6 +99,31 @@ Result<std::unique_ptr<server::Store>> OpenStore(const std::string& db, bool cre
   return std::unique_ptr<server::Store>(std::move(*store));
 }
 
+// OpenStore for a server starting: a PostgreSQL server that cannot be reached yet (a boot
+// where gantryd comes up first, a database restarting) is tried again every 2 s, with a
+// warning at the first try and every 30 s, rather than ended on: the process would only be
+// restarted by its supervisor, and its standby could take no lease either. Anything else
+// (no such database, refused login, no Gantry state) is an error at once.
+Result<std::unique_ptr<server::Store>> OpenStoreWaiting(const std::string& db, bool create) {
+  for (int tries = 1;; ++tries) {
+    auto store = OpenStore(db, create);
+    if (store || !IsPostgres(db)) return store;
+    const std::string& why = store.error().message;
+    bool unreachable = false;
+    for (const char* said : {"Is the server running", "Connection refused", "could not connect",
+                             "the database system is starting up",
+                             "the database system is shutting down", "timeout expired"}) {
+      unreachable = unreachable || why.find(said) != std::string::npos;
+    }
+    if (!unreachable) return store;
+    if (tries % 15 == 1) {
+      log::Warn("the store cannot be reached yet; gantryd waits for it",
+                {{"db", Redacted(db)}, {"error", why}, {"tries", std::to_string(tries)}});
+    }
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+}
+
 std::vector<std::string> Split(const std::string& s) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -497,7 +522,7 @@ int ServeKubernetes(const ServeArgs& a) {
   // the scheduling thread keeps the runs' accounting in it over its own connection.
   std::unique_ptr<server::Store> store, ledger;
   if (!a.db.empty()) {
-    auto opened = OpenStore(a.db, a.init);
+    auto opened = OpenStoreWaiting(a.db, a.init);
     if (!opened) {
       log::Error("--db: " + opened.error().message);
       return kExitBadInput;
@@ -577,7 +602,7 @@ int Serve(const ServeArgs& a) {
     return kExitBadInput;
   }
   const std::string host = a.listen.substr(0, colon);
-  auto store = OpenStore(a.db, a.init);
+  auto store = OpenStoreWaiting(a.db, a.init);
   if (!store) {
     log::Error("--db: " + store.error().message);
     return kExitRunFailure;

@@ -1200,6 +1200,34 @@ TEST(Integration, AStandbyOnPostgresTakesOverWithinFiveSecondsAndLosesNothing) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(::kill(h.agent_pid(i), 0), 0) << "agent " << i << " ended";
 }
 
+// A gantryd started while its PostgreSQL is down (a boot where it comes up first) waits
+// for the server, saying so, and serves once it is up; it ended at once before.
+TEST(Integration, AGantrydStartedBeforeItsPostgresWaitsForIt) {
+  if (server::testing::NoPostgres()) GTEST_SKIP() << "GANTRY_NO_POSTGRES=1: no PostgreSQL server";
+  Harness h("pg-late");
+  auto pg = server::testing::PgServer::Start();
+  ASSERT_TRUE(pg) << pg.error().message;
+  auto db = (*pg)->NewDatabase();
+  ASSERT_TRUE(db) << db.error().message;
+  h.UseDb((*pg)->Url(*db));
+  Prepare(h);
+  ASSERT_TRUE((*pg)->Stop().ok());
+  // gantryd started here (its start waits 10 s for its port, then for /healthz), the
+  // server 3 s later from this thread (a server's parent-death signal follows the thread
+  // that started it).
+  std::thread start([&] { h.StartServer(); });
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  Status resumed = (*pg)->Resume();
+  start.join();
+  ASSERT_TRUE(resumed.ok()) << resumed.error().message;
+  EXPECT_NE(h.Read("gantryd.log").find("the store cannot be reached yet; gantryd waits for it"),
+            std::string::npos)
+      << h.Read("gantryd.log");
+  int status = 0;
+  h.Get("/v1/jobs", h.token("b"), &status);
+  EXPECT_EQ(status, 200);
+}
+
 // Issue 47, B5: a 6 s PostgreSQL restart ended both the leader and the standby, agents
 // fenced at 18 s and jobs ran again. Now through a store outage shorter than the hold
 // (9 s here: 3/4 of the node timeout less the agents' lease) plus the agents' lease,

@@ -113,9 +113,12 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client
       if (list && list->status == 404 && res != Resource::kNodes && res != Resource::kPods) {
         // No PodGroup CRD installed, or no resource.k8s.io/v1 (Kubernetes before 1.34):
         // groups, or claims, are unknown until they are.
-        if (!absent_logged)
+        if (!absent_logged) {
           log::Warn("kubernetes: resource not served; pods that need it wait until it is",
                     {{"resource", name}});
+          // Known to be empty: the first pass needs every kind listed (Driver::synced).
+          box.Push(Event{res, Event::Type::kReset, json::array()});
+        }
         absent_logged = true;
         backoff_ms = 5'000;
       } else {
@@ -416,7 +419,12 @@ class Driver {
   // Logs a queue's budget spent or renewed once, as it happens (after each pass).
   void NoteBudgets();
   std::vector<uint8_t> budget_out_;  // by queue: its budget was spent at the last pass
-  bool synced() const { return synced_[0] && synced_[1]; }
+  // Every watched kind listed once (or known not served): before that a pass would miss
+  // what holds capacity (a gang's bound pods wait for their PodGroup to be adopted, a
+  // claim's pods for their claims) and could bind other pods onto it.
+  bool synced() const {
+    return std::all_of(std::begin(synced_), std::end(synced_), [](bool b) { return b; });
+  }
 
  private:
   struct Job {
@@ -1803,10 +1811,13 @@ void Driver::Pass() {
   if (rebuilt) Rebuild();
   if (sched_ == nullptr) return;
   SyncJobs();
-  if (rebuild_) {  // a pod selected nodes in a new way
+  for (int again = 0; rebuild_ && again < 3; ++again) {  // a pod selected nodes in a new way
     Rebuild();
     SyncJobs();
   }
+  // Still a selection to learn: running pods may be left to adopt, so nothing is decided
+  // before the next pass has them all.
+  const bool whole = !rebuild_;
   if (rebuilt) ++rebuilds_;
   if (rebuilt) {  // what a node joining, leaving or changing costs (docs/kubernetes.md)
     const auto ms =
@@ -1819,8 +1830,10 @@ void Driver::Pass() {
                {"pools", std::to_string(view_.cluster.pools().size())},
                {"gpus", std::to_string(view_.cluster.gpu_count())}});
   }
-  Decide();
-  UpdateGroups();
+  if (whole) {
+    Decide();
+    UpdateGroups();
+  }
   RecordRuns();
   pass_latency_.Observe(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());

@@ -570,14 +570,16 @@ def case_kill_and_restart(c):
     c.stop_gantryd(signal.SIGKILL)
     c.kubectl_apply(group("next", 2), *[pod(f"next-{i}", 8, group="next") for i in range(2)])
     time.sleep(1.1)  # creation times are in whole seconds; they order the queue
-    c.kubectl_apply(group("later", 1), pod("later-0", 8, group="later"))
+    # A lone pod too: a first pass that ran before the PodGroups were listed left the
+    # running gang unadopted, its nodes free in the core, and could bind this one there.
+    c.kubectl_apply(group("later", 1), pod("later-0", 8, group="later"), pod("solo", 8))
     c.start_gantryd()
     wait_for("the waiting gang bound", lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=next"))) == 2, 15)
     time.sleep(1)
     after = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound(c.pods("test=yes"))}
     for k, v in before.items():
         assert after.get(k) == v, f"{k} moved from {v} to {after.get(k)}"
-    assert "later-0" not in after, "a fifth whole node was handed out"
+    assert "later-0" not in after and "solo" not in after, "a fifth whole node was handed out"
     check_allocatable(c)
 
 

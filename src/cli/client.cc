@@ -1231,7 +1231,7 @@ int Acct(const Globals& g, const AcctArgs& a) {
   if (int rc = Check(r, "acct")) return rc;
   json j = r.Json();
   if (j.value("truncated", false)) {
-    std::cerr << "gantry acct: only the first 100,000 stored jobs of the window are shown; "
+    std::cerr << "gantry acct: only the first 20,000 stored jobs of the window are shown; "
                  "give a later --starttime\n";
   }
   // -j of a job no longer in memory: asked for by name (gantryd reads it from its store).

@@ -741,7 +741,7 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
         std::deque<Job> stored_jobs;
         bool truncated = false;
         if (with_ended && q.ended_since_ms >= 0) {
-          constexpr int64_t kStoredListed = 100'000;
+          constexpr int64_t kStoredListed = 20'000;
           auto ended = store_.EndedJobs(q.ended_since_ms, kStoredListed + 1);
           if (!ended) StoreFailed(ended.error());
           truncated = static_cast<int64_t>(ended->size()) > kStoredListed;

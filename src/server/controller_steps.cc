@@ -106,8 +106,8 @@ std::string Controller::OwnGpus(const Job& job, Step& s, int per_node, int total
     gpus[w.alloc.node.v] += std::popcount(w.alloc.gpu_mask);
   }
   int g = per_node;
-  if (g == 0) {  // --gpus: the total over the step's nodes, evenly
-    const int nodes = gpus.size() == 1 ? 1 : s.nodes;
+  if (g == 0) {  // --gpus: the total over the step's nodes, evenly (one task: one node)
+    const int nodes = gpus.size() == 1 || (s.nodes == 0 && s.ntasks == 1) ? 1 : s.nodes;
     if (nodes == 0 || total % nodes != 0)
       return refuse("give -N with --gpus over several nodes, or --gres=gpu:N for N a node");
     g = total / nodes;

@@ -452,6 +452,7 @@ srun -n 9 true 2> many.txt
 echo "many status $?"
 srun -N 3 -n 3 true 2> wide.txt
 echo "wide status $?"
+srun -n1 --gpus=1 bash -c 'echo "one $SLURM_GPUS_ON_NODE $SLURM_STEP_NUM_NODES $SLURM_STEP_GPUS"' > one.txt
 echo "state $(squeue -j $SLURM_JOB_ID -h -o %T)"
 printf '#!/bin/bash\n#SBATCH -A research\necho "follow-up of $1"\n' > follow.sh
 next=$(sbatch --parsable --dependency=afterok:$SLURM_JOB_ID -o follow.out follow.sh $SLURM_JOB_ID)
@@ -563,6 +564,10 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
         n + ".9|bash|TIMEOUT|7:0\n"}) {
     EXPECT_NE(acct.out.find(row), std::string::npos) << row << " in\n" << acct.out;
   }
+  // One GPU, one task, in a job of two nodes: one node, one of its GPUs (--gpus, as Slurm).
+  const std::string one = h.Read("work/one.txt");
+  EXPECT_EQ(one.rfind("one 1 1 ", 0), 0u) << one;
+  EXPECT_EQ(one.find(','), std::string::npos) << one;
   // The job's credential ended with its run.
   const std::string token = Trim(h.Read("work/token.txt"));
   int status = 0;

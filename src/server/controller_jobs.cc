@@ -825,12 +825,22 @@ void Controller::Cancel(std::string token, std::string name, bool force, Done do
                                                         t->team + ")");
             }
           }
+          // By seq, not pointer: a task's end may drop older ended tasks from memory
+          // (recent_done). Those held by the throttle first, so none is released to the
+          // scheduler by a running one's end only to be cancelled next.
+          std::vector<int64_t> order;
+          for (const Job* t : tasks) {
+            if (t->active() && !t->core.valid()) order.push_back(t->seq);
+          }
+          for (const Job* t : tasks) {
+            if (t->active() && t->core.valid()) order.push_back(t->seq);
+          }
           int cancelled = 0;
-          for (Job* t : tasks) {
-            if (t->active()) {
-              CancelJob(*t, reason, now_, force);
-              ++cancelled;
-            }
+          for (int64_t seq : order) {
+            auto t = book_.jobs().find(seq);
+            if (t == book_.jobs().end() || !t->second.active()) continue;
+            CancelJob(t->second, reason, now_, force);
+            ++cancelled;
           }
           Reply r;
           r.body = {{"id", name}, {"cancelled", cancelled}};

@@ -285,6 +285,8 @@ void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
   log::Write(end == JobEnd::kFailed ? log::Level::kWarning : log::Level::kInfo, "job " + word,
              {{"job", job.name}, {"queue", job.queue}, {"user", job.user}, {"reason", reason}});
   if (job.active()) --active_by_team_[job.team];
+  // Whether it held a place of its array's throttle (a task still held frees none).
+  const bool had_place = job.core.valid();
   job.state = JobState::kDone;
   job.Note(now, word + (reason.empty() ? "" : ": " + reason));
   job.end = end;
@@ -305,7 +307,7 @@ void Controller::EndJob(Job& job, JobEnd end, std::string reason, Ticks now) {
   }
   // Its array's tasks held by the array's throttle: the next ones take its place. (Read
   // first: settling dependents may end other jobs, and `job` may leave memory then.)
-  const std::string throttled = job.array_limit > 0 ? job.array : std::string();
+  const std::string throttled = job.array_limit > 0 && had_place ? job.array : std::string();
   const int limit = job.array_limit;
   // Jobs held for this one (--after) move on: released, still held, or cancelled.
   for (int64_t seq : book_.TakeDependents(job.name)) {

@@ -1315,6 +1315,37 @@ TEST_F(ControllerTest, AnArrayThrottleRunsAtMostNTasksAtOnceInIndexOrder) {
   EXPECT_EQ(Show(task(3))["state"], "cancelled");
 }
 
+// Cancelling a throttled array: its held tasks end first and none is handed to the
+// scheduler meanwhile (each running task's end released the next, to be cancelled in
+// turn: quadratic in the tasks); an ended task the cancel drops from memory
+// (recent_done 1) is not read after (it was, through a pointer kept from before).
+TEST_F(ControllerTest, CancellingAThrottledArrayReleasesNoHeldTask) {
+  options_.recent_done = 1;
+  Restart();
+  Reply r = SubmitWith(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":40,"command":"x"})",
+                       "0-9%2", "");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  const std::string a = r.body["id"];
+  auto task = [&](int i) { return a + "_" + std::to_string(i); };
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(Beat("h100-0")["workers"].size(), 2u);
+  ASSERT_EQ(ctl_->Cancel(kTeamA, task(8)).code, Code::kOk);  // held: ended, the latest in memory
+  ASSERT_EQ(ctl_->Cancel(kTeamA, a).code, Code::kOk);
+  for (int i : {2, 3, 4, 5, 6, 7, 9}) {
+    const json t = Show(task(i));
+    EXPECT_EQ(t["state"], "cancelled") << i;
+    EXPECT_EQ(t.dump().find("released by its array's throttle"), std::string::npos) << t.dump();
+  }
+  // The two that ran stop; their ends release nothing.
+  for (int i : {0, 1}) {
+    Beat("h100-0", json::array({{{"job", task(i)}, {"run", 1}, {"rank", 0}, {"exit_code", 143}}}));
+  }
+  ctl_->Poke();
+  EXPECT_TRUE(Beat("h100-0")["workers"].empty());
+  for (int i : {0, 1}) EXPECT_EQ(Show(task(i))["state"], "cancelled") << i;
+}
+
 // Issue 13: --after JOB[:ok|any]. A job waits (held, with the reason) until its
 // dependencies end; :ok needs a clean finish and is cancelled, saying why, when that can
 // no longer happen; :any takes any end. Held jobs stay held across a restart.

@@ -110,11 +110,16 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client
   while (!stop) {
     auto list = client.Request("GET", path);
     if (!list || list->status != 200) {
-      if (list && list->status == 404 && res != Resource::kNodes && res != Resource::kPods) {
-        // No PodGroup CRD installed, or no resource.k8s.io/v1 (Kubernetes before 1.34):
-        // groups, or claims, are unknown until they are.
+      if (list && (list->status == 404 || list->status == 403) && res != Resource::kNodes &&
+          res != Resource::kPods) {
+        // No PodGroup CRD installed, or no resource.k8s.io/v1 (Kubernetes before 1.34), or
+        // a role without it (an install from before DRA): groups, or claims, are unknown
+        // until they are.
         if (!absent_logged) {
-          log::Warn("kubernetes: resource not served; pods that need it wait until it is",
+          log::Warn(list->status == 404
+                        ? "kubernetes: resource not served; pods that need it wait until it is"
+                        : "kubernetes: resource not allowed to this scheduler (RBAC); pods "
+                          "that need it wait until it is",
                     {{"resource", name}});
           // Known to be empty: the first pass needs every kind listed (Driver::synced).
           box.Push(Event{res, Event::Type::kReset, json::array()});

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """What `gantry acct` costs when its window reaches past the jobs gantryd keeps in memory.
 
-gantryd on SQLite with `--recent-done 1` (so every ended job but the last is read from the
-store), no agents; N CPU-only jobs made as arrays of 5,000 tasks (at most one running at
+gantryd on SQLite (bench/gantryd_alone.py) with `--recent-done 1` (so every ended job
+but the last is read from the store), no agents; N CPU-only jobs made as arrays of 5,000 tasks (at most one running at
 once, none do: no agents) and cancelled, so N ended jobs are in the store. Then one
 `gantry acct -S 1h -X` reads them all back (GET /v1/jobs?all=1&ended_since=...), while a
 probe asks /healthz every 50 ms: its worst answer is how long the controller thread was
@@ -15,14 +15,14 @@ latency during it. A few seconds per 10,000 jobs.
 """
 import argparse
 import os
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gantryd_alone import GantrydAlone  # noqa: E402
 
 
 def main():
@@ -30,36 +30,11 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
     ap.add_argument("--jobs", type=int, default=20000, help="ended jobs in the store (a multiple of 5,000)")
     args = ap.parse_args()
-    bin_dir = os.path.join(os.path.abspath(args.build), "src")
-    d = tempfile.mkdtemp(prefix="gantry-acct-store.")
-    with open(os.path.join(d, "cluster.yaml"), "w") as f:
-        f.write("cluster: acct\npools:\n  - name: h100\n    count: 4\n    gpus: 8\n"
-                "    gpu_model: H100-80GB\nqueues:\n  - name: research\n")
-    db = os.path.join(d, "state.db")
-
-    def run(argv):
-        return subprocess.run(argv, capture_output=True, text=True)
-
-    run([os.path.join(bin_dir, "gantryd"), "init", "--db", db])
-    token = run([os.path.join(bin_dir, "gantryd"), "token", "create", "--db", db, "--team", "a",
-                 "--queues", "research"]).stdout.strip()
-    port_file = os.path.join(d, "port")
-    gantryd = subprocess.Popen(
-        [os.path.join(bin_dir, "gantryd"), "--config", os.path.join(d, "cluster.yaml"), "--db", db,
-         "--listen", "127.0.0.1:0", "--port-file", port_file, "--recent-done", "1"],
-        stderr=open(os.path.join(d, "gantryd.log"), "w"))
-    try:
-        while not (os.path.exists(port_file) and os.path.getsize(port_file) > 0):
-            time.sleep(0.1)
-        url = "http://127.0.0.1:" + open(port_file).read().strip()
-
-        def cli(*a):
-            return run([os.path.join(bin_dir, "gantry"), "--server", url, "--token", token] + list(a))
-
+    with GantrydAlone(args.build, ["--recent-done", "1"]) as g:
         t = time.time()
         for i in range(0, args.jobs, 5000):
-            for r in (cli("submit", "--id", "f%d" % i, "--queue", "research", "--gpus", "0", "--array",
-                          "0-4999%1", "--", "true"), cli("cancel", "f%d" % i)):
+            for r in (g.cli("submit", "--id", "f%d" % i, "--queue", "research", "--gpus", "0",
+                            "--array", "0-4999%1", "--", "true"), g.cli("cancel", "f%d" % i)):
                 if r.returncode != 0:
                     sys.exit("making the jobs: " + r.stderr)
         print("%d ended jobs made in %.1f s" % (args.jobs, time.time() - t), flush=True)
@@ -69,7 +44,7 @@ def main():
         def probe():
             while not stop.is_set():
                 t0 = time.time()
-                urllib.request.urlopen(url + "/healthz", timeout=60).read()
+                urllib.request.urlopen(g.url + "/healthz", timeout=60).read()
                 latencies.append(time.time() - t0)
                 time.sleep(0.05)
 
@@ -77,7 +52,7 @@ def main():
         prober.start()
         time.sleep(1)
         t = time.time()
-        r = cli("acct", "-S", "1h", "-X", "-n", "-P", "-o", "JobID")
+        r = g.cli("acct", "-S", "1h", "-X", "-n", "-P", "-o", "JobID")
         took = time.time() - t
         time.sleep(0.5)
         stop.set()
@@ -87,9 +62,6 @@ def main():
               % (len(r.stdout.splitlines()), took, r.returncode,
                  (", said: " + r.stderr.strip()) if r.stderr.strip() else "",
                  latencies[-1], latencies[len(latencies) // 2]))
-    finally:
-        gantryd.terminate()
-        gantryd.wait()
 
 
 if __name__ == "__main__":

@@ -116,7 +116,7 @@ std::string UnableToCreate(const std::string& job) {
 // --gres=gpu[:TYPE]:N, --gpus-per-node=[TYPE:]N, --gpus=[TYPE:]N on a step: the job's count
 // (SLURM_GPUS_ON_NODE a node) is the default; more is refused as Slurm refuses it; fewer
 // goes to gantryd in `body` (gpus_per_node, gpus), which gives the step that many of the
-// job's task slots, or says why it cannot. 0: a status to exit with.
+// job's GPUs on each of its nodes, or says why it cannot. 0: a status to exit with.
 int CheckStepGpus(const std::map<std::string, std::string>& given, const std::string& job,
                   int step_nodes, json& body) {
   const int per_node = std::atoi(Env("SLURM_GPUS_ON_NODE").c_str());

@@ -1740,25 +1740,30 @@ void Driver::RecordRuns() {
   // core lets go of it for a while (a pod it could not adopt at once after a restart or a
   // rebuild runs on): a pod has one row (job_seq from its uid, run 0) and a second would
   // replace the first, losing the time before it from usage and fair share.
-  std::unordered_set<int64_t> bound;  // RowId of each bound pod of ours that has not ended
-  for (const auto& [uid, p] : pods_) {
-    if (Ours(p) && !p.node_name.empty() && !p.terminal()) bound.insert(RowId(uid));
-  }
+  auto bound = [&](const std::string& uid) {  // a bound pod of ours that has not ended
+    auto p = pods_.find(uid);
+    return p != pods_.end() && Ours(p->second) && !p->second.node_name.empty() &&
+           !p->second.terminal();
+  };
   // The rows to open and to end (those no longer holding GPUs, and those the last leader
   // left open whose pods ended), written in one transaction a pass (a burst of bindings is
   // one commit, not one per pod) and taken into memory only once committed: a failure is
   // tried again whole.
   std::vector<std::string> start, end;
   for (const auto& [uid, rr] : runs_) {
-    if (!holding.contains(uid) && !bound.contains(rr.row.job_seq))
+    if (!holding.contains(uid) && !bound(uid))
       end.push_back(uid);
     else if (!rr.stored)
       start.push_back(uid);
   }
   std::vector<int64_t> stale_ended;
-  if (runs_read_) {
+  if (runs_read_ && !stale_.empty()) {  // after a restart, until each is matched or ended
+    std::unordered_set<int64_t> still;  // the rows (RowId) of bound pods
+    for (const auto& [uid, p] : pods_) {
+      if (bound(uid)) still.insert(RowId(uid));
+    }
     for (const auto& [seq, row] : stale_) {
-      if (!bound.contains(seq)) stale_ended.push_back(seq);
+      if (!still.contains(seq)) stale_ended.push_back(seq);
     }
   }
   if (!start.empty() || !end.empty() || !stale_ended.empty()) {

@@ -282,9 +282,8 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
     const NodeSlots& x = *use[static_cast<size_t>(i)];
     if (s.own_gpus > 0) {  // the node's lowest free GPUs, as Slurm takes them
       uint64_t mask = 0;
-      for (uint64_t left_gpus = free_gpus[x.id.v]; std::popcount(mask) < s.own_gpus;
-           left_gpus &= left_gpus - 1)
-        mask |= left_gpus & (~left_gpus + 1);
+      for (uint64_t m = free_gpus[x.id.v]; m != 0 && std::popcount(mask) < s.own_gpus; m &= m - 1)
+        mask |= uint64_t{1} << std::countr_zero(m);
       s.gpu_masks.push_back(mask);
     }
     const std::vector<int>& on = s.own_gpus > 0 ? x.slots : x.free;

@@ -2376,6 +2376,7 @@ int RunScheduler(const spec::ClusterConfig& config, const Credentials& creds,
     json ver = json::parse(v->body, nullptr, false);
     log::Info("kubernetes: connected",
               {{"server", creds.host + ":" + creds.port},
+               {"credentials", creds.source},
                {"version", ver.is_object() ? ver.value("gitVersion", "?") : "?"},
                {"scheduler_name", config.kubernetes.scheduler_name}});
   }

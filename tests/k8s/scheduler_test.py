@@ -1342,6 +1342,161 @@ def case_usage_and_fair_share_outlive_a_restart(c):
     assert abs(usage() - ended) < 1e-9, "the row ended with its pod"
 
 
+DEPLOY = os.path.join(ROOT, "deploy", "kubernetes")
+
+
+def manifest(c, name):
+    """The objects of deploy/kubernetes/NAME, as kubectl reads them."""
+    text, objs, at = c.kubectl("create", "--dry-run=client", "-o", "json", "-f", os.path.join(DEPLOY, name)), [], 0
+    decoder = json.JSONDecoder()
+    while text[at:].strip():  # one JSON object per document, one after the other
+        obj, end = decoder.raw_decode(text, at + len(text[at:]) - len(text[at:].lstrip()))
+        objs.append(obj)
+        at = end
+    return objs
+
+
+def service_account_token(c, account):
+    return c.kubectl("create", "token", account, "-n", "gantry-system", "--duration=1h").strip()
+
+
+def spawn_as(c, command, log_name, env=None, in_cluster=None):
+    """gantryd with `command` (its argv), logging to logs/LOG_NAME. `in_cluster`: the
+    service account's token, mounted where a pod has it (a mount namespace of its own with a
+    tmpfs on /run, so nothing of the machine's /run is touched) with
+    KUBERNETES_SERVICE_HOST/PORT set, as the kubelet does."""
+    path = os.path.join(c.dir, "logs", log_name)
+    if in_cluster is not None:
+        sa = os.path.join(c.dir, "serviceaccount")
+        os.makedirs(sa, exist_ok=True)
+        shutil.copy(os.path.join(k8s_util.read_env(c.dir)["PKI"], "ca.crt"), os.path.join(sa, "ca.crt"))
+        with open(os.path.join(sa, "token"), "w") as f:
+            f.write(in_cluster)
+        with open(os.path.join(sa, "namespace"), "w") as f:
+            f.write("gantry-system")
+        mount = ("mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io && "
+                 f"cp -r {sa} /run/secrets/kubernetes.io/serviceaccount && exec \"$@\"")
+        unshare = ["unshare", "--mount"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "--mount"]
+        command = [*unshare, "--", "sh", "-c", mount, "sh", *command]
+        env = dict(env or os.environ, KUBERNETES_SERVICE_HOST="127.0.0.1",
+                   KUBERNETES_SERVICE_PORT=k8s_util.read_env(c.dir)["API_PORT"])
+    proc = subprocess.Popen(command, stdout=open(path, "w"), stderr=subprocess.STDOUT, env=env)
+    proc.log_path = path
+    return proc
+
+
+def case_the_shipped_install_runs_in_cluster(c):
+    """deploy/kubernetes as an operator applies it: the CRD, rbac.yaml's service account and
+    ClusterRole, gantry-config.yaml's ConfigMap and gantry-scheduler.yaml (checked by the API
+    server), and the Deployment's own command, run in-cluster with that service account's
+    token (its config file read back from the ConfigMap; `--listen` on a free port added).
+    Everything the scheduler does goes through under that role: a gang and its PodGroup's
+    status, a wait message and its Event, a preemption through the Eviction API, the Lease;
+    its log has no warning or refusal in it."""
+    c.stop_gantryd()
+    c.kubectl("apply", "-f", os.path.join(DEPLOY, "rbac.yaml"))
+    c.kubectl("apply", "-f", os.path.join(DEPLOY, "gantry-config.yaml"))
+    c.kubectl("apply", "--dry-run=server", "-f", os.path.join(DEPLOY, "gantry-scheduler.yaml"))
+    objs = manifest(c, "gantry-scheduler.yaml")
+    c.kubectl_apply(*[o for o in objs if o["kind"] == "PriorityClass"])
+    deployment = next(o for o in objs if o["kind"] == "Deployment")
+    pod_spec = deployment["spec"]["template"]["spec"]
+    assert pod_spec["serviceAccountName"] == "gantry-scheduler", pod_spec
+    command = pod_spec["containers"][0]["command"]
+    mount = pod_spec["containers"][0]["volumeMounts"][0]["mountPath"]
+    config = json.loads(c.kubectl("get", "configmap", "gantry-config", "-n", "gantry-system", "-o", "json"))
+    path = os.path.join(c.dir, "shipped-cluster.yaml")
+    with open(path, "w") as f:
+        f.write(config["data"]["cluster.yaml"])
+    assert f"{mount}/cluster.yaml" in command, command
+    command = [c.gantryd_bin if a == "gantryd" else path if a == f"{mount}/cluster.yaml" else a for a in command]
+    proc = spawn_as(c, [*command, "--listen", "127.0.0.1:0"], "gantryd-shipped.log",
+                    in_cluster=service_account_token(c, "gantry-scheduler"))
+    c.proc = proc  # the harness stops it; the next case starts its own
+    try:
+        c.kubectl_apply(group("rb", 2), *[pod(f"rb-{i}", 8, group="rb") for i in range(2)])
+        wait_for("the gang bound", lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=rb"))) == 2, 20)
+
+        def group_running():
+            _, obj = c.api.request("GET", "/apis/scheduling.x-k8s.io/v1alpha1/namespaces/default/podgroups/rb")
+            return (obj.get("status") or {}).get("phase") == "Running"
+        wait_for("PodGroup rb Running (podgroups/status)", group_running, 10)
+        c.kubectl_apply(job("rbfill", 2, 8, priority="gantry-best-effort", grace=2))
+        wait_for("2 best-effort pods bound", lambda: len(bound(c.pods("job-name=rbfill"))) == 2, 20)
+        c.kubectl_apply(pod("rb-huge", 16))
+        wait_for("rb-huge's wait message (pods/status)",
+                 lambda: "can never run" in scheduled_message(next(p for p in c.pods("test=yes")
+                                                                  if p["metadata"]["name"] == "rb-huge")), 10)
+        wait_for("a FailedScheduling event for rb-huge (events)", lambda: "FailedScheduling" in c.kubectl(
+            "get", "events", "--field-selector", "involvedObject.name=rb-huge", "-o", "json"), 10)
+        c.kubectl_apply(pod("rb-vip", 8, priority="gantry-critical"))
+        wait_for("the critical pod bound by preemption (pods/eviction)",
+                 lambda: any(p["metadata"]["name"] == "rb-vip" for p in bound(c.pods("test=yes"))), 20)
+        lease = json.loads(c.kubectl("get", "lease", "gantry-scheduler", "-n", "gantry-system", "-o", "json"))
+        assert lease["spec"].get("holderIdentity"), lease
+        check_allocatable(c)
+        with open(proc.log_path) as f:
+            log = f.read()
+        assert 'credentials="in-cluster service account"' in log, log[:2000]
+        bad = [line for line in log.splitlines() if re.search(r"Z (warn|error) |HTTP 403|[Ff]orbidden", line)]
+        assert not bad, "warnings or refusals in the shipped install's log:\n" + "\n".join(bad)
+    finally:
+        c.stop_gantryd()
+        c.kubectl("delete", "lease", "gantry-scheduler", "-n", "gantry-system", check=False)
+
+
+def case_a_role_without_dra_or_podgroups_still_schedules(c):
+    """A ClusterRole from before DRA and gangs (rbac.yaml less resource.k8s.io and
+    scheduling.x-k8s.io), through a kubeconfig with the account's bearer token: gantryd says
+    which kinds its role may not list, counts them as empty, and binds a lone pod as soon as
+    the rest is listed."""
+    c.stop_gantryd()
+    role = next(o for o in manifest(c, "rbac.yaml") if o["kind"] == "ClusterRole")
+    role["metadata"] = {"name": "gantry-narrow"}
+    role["rules"] = [r for r in role["rules"]
+                     if not set(r.get("apiGroups", [])) & {"resource.k8s.io", "scheduling.x-k8s.io"}]
+    c.kubectl_apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gantry-system"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": "gantry-narrow", "namespace": "gantry-system"}},
+        role,
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "gantry-narrow"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gantry-narrow"},
+         "subjects": [{"kind": "ServiceAccount", "name": "gantry-narrow", "namespace": "gantry-system"}]})
+    env = k8s_util.read_env(c.dir)
+    kubeconfig = os.path.join(c.dir, "narrow.kubeconfig")
+    with open(kubeconfig, "w") as f:
+        f.write(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "narrow",
+            "clusters": [{"name": "test", "cluster": {"server": env["API_SERVER"],
+                                                      "certificate-authority": os.path.join(env["PKI"], "ca.crt")}}],
+            "users": [{"name": "narrow", "user": {"token": service_account_token(c, "gantry-narrow")}}],
+            "contexts": [{"name": "narrow", "context": {"cluster": "test", "user": "narrow"}}]}))
+    proc = spawn_as(c, [c.gantryd_bin, "--config", os.path.join(c.dir, "gantry.yaml"), "--kubernetes", kubeconfig,
+                        "--kubernetes-lease", "gantry-system/gantry-narrow", "--listen", "127.0.0.1:0"],
+                    "gantryd-narrow.log")
+    c.proc = proc
+    try:
+        t0 = time.time()
+        c.kubectl_apply(pod("narrow", 8))
+        wait_for("the lone pod bound", lambda: bound(c.pods("test=yes")), 15)
+        print(f"    bound {time.time() - t0:.1f} s after gantryd started")
+
+        def refused():
+            with open(proc.log_path) as f:
+                log = f.read()
+            return all(re.search(r"not allowed to this scheduler \(RBAC\).*resource=" + kind, log)
+                       for kind in ("podgroups", "resourceslices", "resourceclaims", "deviceclasses"))
+        wait_for("each kind the role may not list named in the log", refused, 10)
+        with open(proc.log_path) as f:
+            log = f.read()
+        assert not re.search(r"not allowed.*resource=(nodes|pods|poddisruptionbudgets)\b", log), log[-3000:]
+    finally:
+        c.stop_gantryd()
+        c.kubectl("delete", "lease", "gantry-narrow", "-n", "gantry-system", check=False)
+
+
 CASES = [
     case_gang_of_four_bound_together,
     case_wait_reason_in_describe,
@@ -1367,6 +1522,8 @@ CASES = [
     case_interleaved_gangs_side_by_side,
     case_gang_pod_ending_early_frees_its_node,
     case_elastic_gang_grows_and_shrinks,
+    case_the_shipped_install_runs_in_cluster,
+    case_a_role_without_dra_or_podgroups_still_schedules,
 ]
 
 

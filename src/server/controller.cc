@@ -103,6 +103,7 @@ Status Controller::Start() {
 }
 
 void Controller::Stop() {
+  offload_.Stop();  // what it runs still posts its answers to the inbox
   if (!inbox_.Close()) return;
   if (thread_.joinable()) thread_.join();
 }

@@ -5,8 +5,9 @@
 // tools). Parts that own their state, each its own type: the jobs in memory and their
 // indexes (job_book.h), the mailbox (mailbox.h, shared with the Kubernetes mode), who a
 // token is and the submit rate (authenticator.h, shared too), the agents' watches
-// (node_watches.h) and what /metrics counts (controller_metrics.h). The code is split by
-// concern:
+// (node_watches.h), what /metrics counts (controller_metrics.h) and a thread for work that
+// reads none of the controller's state (offload.h: sacct's stored jobs decoded). The
+// code is split by concern:
 //   controller.cc            the thread, batches, watch answers, restore, persistence
 //   controller_lifecycle.cc  the job life cycle: passes, starts, stops, exits, node loss
 //   controller_jobs.cc       the job API (submit, ls, show, cancel, logs); who may call
@@ -66,6 +67,7 @@
 #include "server/mailbox.h"
 #include "server/metrics.h"
 #include "server/node_watches.h"
+#include "server/offload.h"
 #include "server/state.h"
 #include "server/store.h"
 #include "spec/batch.h"
@@ -367,8 +369,13 @@ class Controller : public ApiBackend {
                 int local, const std::vector<std::string>& nodes, const spec::OutputNames& names,
                 std::map<std::string, std::string>& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
-  // An ended job read back from the store (no longer in memory), for show and acct.
+  // An ended job read back from the store (no longer in memory), for show.
   Job FromStore(const StoredJob& stored);
+  // GET /v1/jobs's answer (ListJobs, `q` checked): the jobs in memory (the ended ones
+  // `with_ended`), and with q.ended_since_ms the `stored` ended ones not in memory any more
+  // (decoded on offload_; `truncated`: more were in the window).
+  Reply ListJobsReply(const JobQuery& q, bool with_ended, const std::vector<Job>& stored,
+                      bool truncated);
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;
   // What a pending job waits for, in one word: the scheduler's cause, "dependency"
@@ -524,6 +531,7 @@ class Controller : public ApiBackend {
 
   // Calls for the controller thread: opened by Start, closed by Stop.
   Mailbox<Message> inbox_{/*open=*/false};
+  Offload offload_;  // work that reads no controller state; stopped first, answers through inbox_
   std::thread thread_;
 };
 

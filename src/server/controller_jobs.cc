@@ -686,21 +686,30 @@ std::string Controller::WaitWord(const Job& job) const {
   return std::string(core::Word(sched_->job(job.core).wait.cause));
 }
 
-Job Controller::FromStore(const StoredJob& stored) {
+namespace {
+
+// An ended job read back from the store: its record and its spec, decoded. Reads nothing
+// but the config (fixed while gantryd runs), so any thread may call it (Offload).
+Job DecodeStored(const StoredJob& stored, const spec::ClusterConfig& config) {
   Job job;
   job.seq = stored.seq;
   job.name = stored.name;
   job.team = stored.team;
   job.queue = stored.queue;
-  (void)JobFromDoc(json::parse(stored.doc, nullptr, false), cluster_, job);
-  if (auto spec = ReadSpec(job, nullptr)) job.spec = *spec;
+  (void)JobFromDoc(json::parse(stored.doc, nullptr, false), config.cluster, job);
+  if (auto spec = ReadJobSpec(job, config, nullptr)) job.spec = *spec;
   return job;
 }
 
+}  // namespace
+
+Job Controller::FromStore(const StoredJob& stored) { return DecodeStored(stored, config_); }
+
 void Controller::ListJobs(std::string token, JobQuery q, Done done) {
+  Done keep = done;  // answered after the stored jobs are decoded (ListWithStored)
   CallAsUser(
       std::move(token), std::move(done),
-      [this, q = std::move(q)](const Principal&) -> Reply {
+      [this, q = std::move(q), keep = std::move(keep)](const Principal&) -> Reply {
         static const std::set<std::string> kActive = {"pending", "running", "stopping"};
         if (!q.state.empty() && !kActive.count(q.state) && !JobEndNamed(q.state)) {
           return Reply::Error(Code::kBadRequest,
@@ -710,84 +719,98 @@ void Controller::ListJobs(std::string token, JobQuery q, Done done) {
         }
         // Asking for an ended state lists ended jobs (those still in memory) without --all.
         const bool with_ended = q.all || JobEndNamed(q.state).has_value();
-        // One walk counts and picks; only the jobs listed are written out (a site's 14,000
-        // jobs took 0.2 s of this thread per console refresh when all were).
-        std::set<std::string> queues, states, users;
-        std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
-        std::vector<const Job*> matched;
-        auto take = [&](const Job& job) {  // counts its values; true if it is listed
-          const std::string state = job.state_word();
-          queues.insert(job.queue);
-          states.insert(state);
-          if (!job.user.empty()) users.insert(job.user);
-          if ((!q.state.empty() && state != q.state) ||
-              (!q.queue.empty() && job.queue != q.queue) ||
-              (!q.user.empty() && job.user != q.user)) {
-            return false;
-          }
-          matched.push_back(&job);
-          return true;
-        };
-        for (const auto& [seq, job] : book_.jobs()) {
-          if (!with_ended && !job.active()) continue;
-          if (!take(job)) continue;
-          if (job.state == JobState::kPending) {
-            const std::string cause = WaitWord(job);
-            ++waiting[{cause, cause == "capacity" ? PoolOf(job) : ""}];
-          }
-        }
+        if (!with_ended || q.ended_since_ms < 0) return ListJobsReply(q, with_ended, {}, false);
         // sacct's window reaches back past memory: the store's ended jobs (at most
-        // kStoredListed, said in `truncated`), in submission order among the others.
-        std::deque<Job> stored_jobs;
-        bool truncated = false;
-        if (with_ended && q.ended_since_ms >= 0) {
-          constexpr int64_t kStoredListed = 20'000;
-          auto ended = store_.EndedJobs(q.ended_since_ms, kStoredListed + 1);
-          if (!ended) StoreFailed(ended.error());
-          truncated = static_cast<int64_t>(ended->size()) > kStoredListed;
-          if (truncated) ended->pop_back();
-          for (const StoredJob& sj : *ended) {
-            if (!book_.jobs().contains(sj.seq))  // else in memory: taken above
-              take(stored_jobs.emplace_back(FromStore(sj)));
-          }
-          std::stable_sort(matched.begin(), matched.end(),
-                           [](const Job* a, const Job* b) { return a->seq < b->seq; });
-        }
-        size_t listed = matched.size();
-        if (q.limit >= 0) {
-          auto rank = [](const Job* j) {
-            return j->state == JobState::kPending ? 0 : j->active() ? 1 : 2;
-          };
-          listed = std::min(listed, static_cast<size_t>(q.limit));
-          std::partial_sort(matched.begin(), matched.begin() + static_cast<std::ptrdiff_t>(listed),
-                            matched.end(), [&](const Job* a, const Job* b) {
-                              if (rank(a) != rank(b)) return rank(a) < rank(b);
-                              if (rank(a) == 2 && a->end_time != b->end_time)
-                                return a->end_time > b->end_time;
-                              return a->seq < b->seq;
-                            });
-        }
-        json jobs = json::array();
-        for (size_t i = 0; i < listed; ++i) jobs.push_back(JobSummary(*matched[i], false, nullptr));
-        std::vector<std::pair<int64_t, json>> groups;
-        for (const auto& [key, n] : waiting) {
-          json g = {{"cause", key.first}, {"jobs", n}};
-          if (!key.second.empty()) g["pool"] = key.second;
-          groups.emplace_back(n, std::move(g));
-        }
-        std::stable_sort(groups.begin(), groups.end(),
-                         [](const auto& a, const auto& b) { return a.first > b.first; });
-        json by_cause = json::array();
-        for (auto& [n, g] : groups) by_cause.push_back(std::move(g));
+        // kStoredListed, said in `truncated`). Read here, decoded on the offload thread,
+        // listed by a later message.
+        constexpr int64_t kStoredListed = 20'000;
+        auto ended = store_.EndedJobs(q.ended_since_ms, kStoredListed + 1);
+        if (!ended) StoreFailed(ended.error());
+        const bool truncated = static_cast<int64_t>(ended->size()) > kStoredListed;
+        if (truncated) ended->pop_back();
+        auto rows = std::make_shared<std::vector<StoredJob>>(std::move(*ended));
+        const bool posted = offload_.Post([this, q, rows, truncated, keep] {
+          auto stored = std::make_shared<std::vector<Job>>();
+          stored->reserve(rows->size());
+          for (const StoredJob& sj : *rows) stored->push_back(DecodeStored(sj, config_));
+          Post([this, q, stored, truncated] { return ListJobsReply(q, true, *stored, truncated); },
+               keep, Kind::kRead);
+        });
+        if (!posted) return Reply::Error(Code::kUnavailable, "gantryd is shutting down");
         Reply r;
-        r.body = {{"jobs", std::move(jobs)},
-                  {"total", matched.size()},
-                  {"truncated", truncated},
-                  {"waiting", std::move(by_cause)},
-                  {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
+        r.deferred = true;
         return r;
       },
       Kind::kRead);
+}
+
+Reply Controller::ListJobsReply(const JobQuery& q, bool with_ended, const std::vector<Job>& stored,
+                                bool truncated) {
+  // One walk counts and picks; only the jobs listed are written out (a site's 14,000
+  // jobs took 0.2 s of this thread per console refresh when all were).
+  std::set<std::string> queues, states, users;
+  std::map<std::pair<std::string, std::string>, int64_t> waiting;  // (cause, pool) -> jobs
+  std::vector<const Job*> matched;
+  auto take = [&](const Job& job) {  // counts its values; true if it is listed
+    const std::string state = job.state_word();
+    queues.insert(job.queue);
+    states.insert(state);
+    if (!job.user.empty()) users.insert(job.user);
+    if ((!q.state.empty() && state != q.state) || (!q.queue.empty() && job.queue != q.queue) ||
+        (!q.user.empty() && job.user != q.user)) {
+      return false;
+    }
+    matched.push_back(&job);
+    return true;
+  };
+  for (const auto& [seq, job] : book_.jobs()) {
+    if (!with_ended && !job.active()) continue;
+    if (!take(job)) continue;
+    if (job.state == JobState::kPending) {
+      const std::string cause = WaitWord(job);
+      ++waiting[{cause, cause == "capacity" ? PoolOf(job) : ""}];
+    }
+  }
+  if (q.ended_since_ms >= 0) {  // the stored ones, in submission order among the others
+    for (const Job& job : stored) {
+      if (!book_.jobs().contains(job.seq)) take(job);  // else in memory: taken above
+    }
+    std::stable_sort(matched.begin(), matched.end(),
+                     [](const Job* a, const Job* b) { return a->seq < b->seq; });
+  }
+  size_t listed = matched.size();
+  if (q.limit >= 0) {
+    auto rank = [](const Job* j) {
+      return j->state == JobState::kPending ? 0 : j->active() ? 1 : 2;
+    };
+    listed = std::min(listed, static_cast<size_t>(q.limit));
+    std::partial_sort(matched.begin(), matched.begin() + static_cast<std::ptrdiff_t>(listed),
+                      matched.end(), [&](const Job* a, const Job* b) {
+                        if (rank(a) != rank(b)) return rank(a) < rank(b);
+                        if (rank(a) == 2 && a->end_time != b->end_time)
+                          return a->end_time > b->end_time;
+                        return a->seq < b->seq;
+                      });
+  }
+  json jobs = json::array();
+  for (size_t i = 0; i < listed; ++i) jobs.push_back(JobSummary(*matched[i], false, nullptr));
+  std::vector<std::pair<int64_t, json>> groups;
+  for (const auto& [key, n] : waiting) {
+    json g = {{"cause", key.first}, {"jobs", n}};
+    if (!key.second.empty()) g["pool"] = key.second;
+    groups.emplace_back(n, std::move(g));
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  json by_cause = json::array();
+  for (auto& [n, g] : groups) by_cause.push_back(std::move(g));
+  Reply r;
+  r.body = {{"jobs", std::move(jobs)},
+            {"total", matched.size()},
+            {"truncated", truncated},
+            {"waiting", std::move(by_cause)},
+            {"values", {{"queue", queues}, {"state", states}, {"user", users}}}};
+  return r;
 }
 
 void Controller::ShowJob(std::string token, std::string name, Done done) {

@@ -10,6 +10,7 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "server/controller_internal.h"
 #include "server/http_api.h"
@@ -1344,6 +1345,52 @@ TEST_F(ControllerTest, CancellingAThrottledArrayReleasesNoHeldTask) {
   ctl_->Poke();
   EXPECT_TRUE(Beat("h100-0")["workers"].empty());
   for (int i : {0, 1}) EXPECT_EQ(Show(task(i))["state"], "cancelled") << i;
+}
+
+// sacct's window past memory (ended_since): the store's ended jobs are decoded off the
+// controller thread and listed by a later message, in submission order with those in
+// memory; a listing still in flight when the controller stops is answered.
+TEST_F(ControllerTest, EndedJobsPastMemoryAreListedAndAnsweredAtStop) {
+  options_.recent_done = 1;
+  Restart();
+  std::vector<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    Reply r = Submit(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})");
+    ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+    ids.push_back(r.body["id"]);
+    ASSERT_EQ(ctl_->Cancel(kTeamA, ids.back()).code, Code::kOk);
+  }
+  JobQuery q{"", "", "", /*all=*/true, -1};
+  EXPECT_EQ(ctl_->ListJobs(kTeamA, q).body["jobs"].size(), 1u);  // memory keeps the last only
+  q.ended_since_ms = 0;
+  const json all = ctl_->ListJobs(kTeamA, q).body;
+  ASSERT_EQ(all["jobs"].size(), 4u) << all.dump();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(all["jobs"][i]["id"], ids[i]);
+    EXPECT_EQ(all["jobs"][i]["state"], "cancelled");
+  }
+  EXPECT_EQ(all["total"], 4);
+  q.state = "running";  // filters apply to the stored ones
+  EXPECT_EQ(ctl_->ListJobs(kTeamA, q).body["jobs"].size(), 0u);
+  q.state = "";
+  std::atomic<int> answered{0}, listed{0};
+  for (int i = 0; i < 50; ++i) {
+    ctl_->ListJobs(kTeamA, q, [&](Reply r) {
+      if (r.code == Code::kOk) {
+        EXPECT_EQ(r.body["jobs"].size(), 4u);
+        ++listed;
+      } else {
+        EXPECT_EQ(r.code, Code::kUnavailable) << r.body.dump();
+      }
+      ++answered;
+    });
+  }
+  // Stopped while some are listed and others are read, decoded or waiting to be listed.
+  for (int i = 0; i < 10000 && listed.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ctl_->Stop();
+  EXPECT_EQ(answered.load(), 50);
+  EXPECT_GT(listed.load(), 0);
 }
 
 // Issue 13: --after JOB[:ok|any]. A job waits (held, with the reason) until its

@@ -449,6 +449,15 @@ Status Controller::Restore() {
     }
     (j.state == JobState::kPending ? resubmit : adopt).push_back(j.seq);
   }
+  // A batch run's credentials are known by their hashes only: the run gets another, for a
+  // script its agent starts from now on (its environment) and for salloc.
+  for (int64_t seq : adopt) {
+    Job& j = book_.jobs().at(seq);
+    if (j.batch() && !j.run_token_hashes.empty() && !run_tokens_.contains(seq)) {
+      NewRunToken(j, /*another=*/true);
+      Persist(j);
+    }
+  }
   // Running jobs first, so the room they hold is theirs before anything else is placed.
   auto add_core = [&](Job& j, core::JobSpec spec, Ticks submit) {
     book_.SetCore(j, sched_->Submit(std::move(spec), submit));

@@ -396,7 +396,10 @@ class Controller : public ApiBackend {
   void WriteFinishEvent(Ticks t, const Job& job);
   // Batch jobs and their steps (controller_steps.cc). A new credential for the job's run
   // (its hash kept in the job; the token itself only in memory, for the script's env).
-  std::string NewRunToken(Job& job);
+  // `another`: one more for the current run, the others staying valid (a gantryd that
+  // restarted during the run knows their hashes only: Restore makes one for the script's
+  // environment and salloc).
+  std::string NewRunToken(Job& job, bool another = false);
   // The job whose run `token` is the credential of, while that run is active; nullopt
   // (and `error`) for a "gjt_" token that is not (any more).
   std::optional<Principal> JobPrincipal(const std::string& token, Reply& error);

@@ -251,8 +251,8 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
   const spec::OutputNames names = OutputNamesOf(job, w, nodes);
   if (job.batch()) {
     // Its own credential, for srun and the other Slurm commands inside it (the agent adds
-    // GANTRY_SERVER and puts them on PATH). A gantryd restarted before the agent started
-    // the script has only its hash: the script then runs without one (srun says so).
+    // GANTRY_SERVER and puts them on PATH). A gantryd restarted during the run gives
+    // another one (Restore), which a script its agent starts after that gets.
     if (auto t = run_tokens_.find(job.seq); t != run_tokens_.end()) env["GANTRY_TOKEN"] = t->second;
   }
   const proto::Limits limits = job.batch() ? NodeLimits(job, n) : WorkerLimits(w.alloc, cluster_);

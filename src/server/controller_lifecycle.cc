@@ -170,7 +170,7 @@ void Controller::Resized(Job& job, Ticks now) {
 }
 
 void Controller::EndRunRows(Job& job, Ticks now) {
-  job.run_token_hash.clear();  // the run's credential ends with it
+  job.run_token_hashes.clear();  // the run's credentials end with it
   run_tokens_.erase(job.seq);
   if (job.run_start >= 0)
     job.usage.gpu_ms += static_cast<double>(std::max<Ticks>(0, now - job.run_start)) * JobGpus(job);

@@ -33,10 +33,15 @@ std::string_view StepStateWord(const Step& s) {
 
 }  // namespace
 
-std::string Controller::NewRunToken(Job& job) {
+std::string Controller::NewRunToken(Job& job, bool another) {
   // The job's name after the random part says which job to check it against.
   const std::string token = kJobTokenPrefix + NewToken().substr(4) + "_" + job.name;
-  job.run_token_hash = Sha256Hex(token);
+  if (!another) job.run_token_hashes.clear();
+  // A run through many restarts keeps its first (the script's) and its latest ones.
+  constexpr size_t kMostHashes = 16;
+  if (job.run_token_hashes.size() >= kMostHashes)
+    job.run_token_hashes.erase(job.run_token_hashes.begin() + 1);
+  job.run_token_hashes.push_back(Sha256Hex(token));
   run_tokens_[job.seq] = token;
   return token;
 }
@@ -45,7 +50,8 @@ std::optional<Principal> Controller::JobPrincipal(const std::string& token, Repl
   const size_t head = std::char_traits<char>::length(kJobTokenPrefix) + kJobTokenHex + 1;
   Job* job = token.size() > head ? book_.Find(token.substr(head)) : nullptr;
   if (job == nullptr || job->state == JobState::kDone || job->state == JobState::kPending ||
-      job->run_token_hash.empty() || Sha256Hex(token) != job->run_token_hash) {
+      std::find(job->run_token_hashes.begin(), job->run_token_hashes.end(), Sha256Hex(token)) ==
+          job->run_token_hashes.end()) {
     error = Reply::Error(Code::kUnauthenticated,
                          "invalid token: a job's credential is valid only while its run is");
     return std::nullopt;
@@ -589,11 +595,10 @@ void Controller::JobAllocation(std::string token, std::string name, Done done) {
     Job* job = book_.Find(name);
     if (Reply why = AllocationUser(p, job, name); why.code != Code::kOk) return why;
     auto t = run_tokens_.find(job->seq);
-    if (t == run_tokens_.end()) {  // only its hash was stored
-      return Reply::Error(Code::kConflict, "job " + name +
-                                               "'s credential is not known since gantryd "
-                                               "restarted during its run: end it and allocate "
-                                               "again");
+    if (t == run_tokens_.end()) {  // a run from before its credentials were stored
+      NewRunToken(*job, /*another=*/true);
+      Persist(*job);
+      t = run_tokens_.find(job->seq);
     }
     // The script's environment on its first node, less what is that node's own (salloc's
     // command runs on the submit host, as Slurm's does) and the task's rank.

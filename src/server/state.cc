@@ -318,7 +318,10 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
       {"end_time", job.end_time},
       {"usage", UsageToJson(job.usage)}};
   if (job.run_tier) doc["run_tier"] = std::string(core::Name(*job.run_tier));
-  if (!job.run_token_hash.empty()) doc["run_token_hash"] = job.run_token_hash;
+  if (!job.run_token_hashes.empty()) {
+    doc["run_token_hash"] = job.run_token_hashes.front();  // as stores before a second one
+    if (job.run_token_hashes.size() > 1) doc["run_token_hashes"] = job.run_token_hashes;
+  }
   if (!job.steps.empty()) {
     json steps = json::array();
     for (const Step& s : job.steps) {
@@ -435,7 +438,14 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       worker.util_peak = u.value("util_peak", 0.0);
       job.workers.push_back(worker);
     }
-    job.run_token_hash = d.value("run_token_hash", std::string());
+    job.run_token_hashes.clear();
+    if (auto all = d.find("run_token_hashes"); all != d.end() && all->is_array()) {
+      for (const json& h : *all) {
+        if (h.is_string()) job.run_token_hashes.push_back(h.get<std::string>());
+      }
+    } else if (std::string first = d.value("run_token_hash", std::string()); !first.empty()) {
+      job.run_token_hashes.push_back(std::move(first));
+    }
     job.steps.clear();
     for (const json& s : d.value("steps", json::array())) {
       Step step;

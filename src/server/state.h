@@ -206,10 +206,12 @@ struct Job {
   int size = 0;
   // A batch job (`gantry sbatch`) runs as Slurm's: its workers are an allocation (task
   // slots); only rank 0 runs the script, and `srun` runs steps on the rest. The current
-  // run's steps, and the SHA-256 of its credential (GANTRY_TOKEN in the script's
-  // environment: what srun and the other Slurm commands inside the job present).
+  // run's steps, and the SHA-256 of its credentials: the first is the script's
+  // (GANTRY_TOKEN in its environment: what srun and the other Slurm commands inside the job
+  // present); a gantryd that restarted during the run, knowing only hashes, made the others
+  // (for salloc, and a script started after the restart). All end with the run.
   std::vector<Step> steps;
-  std::string run_token_hash;
+  std::vector<std::string> run_token_hashes;
   bool batch() const { return !spec.script.empty(); }
 
   StopKind stop = StopKind::kNone;

@@ -1629,6 +1629,56 @@ TEST_F(ControllerTest, HostileStepBodiesAreRefusedOrPlacedOnTheJobsOwnNodes) {
   EXPECT_FALSE(Beat(first)["workers"].empty());
 }
 
+// A batch run's credential through gantryd restarts: the store keeps hashes only, so a
+// restarted gantryd gives the run another one (the script's own stays valid): in the
+// script's environment for an agent that starts it after the restart, and to salloc
+// (GET /v1/jobs/{id}/allocation), which said 409 before. All end with the run.
+TEST_F(ControllerTest, ABatchRunsCredentialOutlivesRestartsAndEndsWithTheRun) {
+  const auto [id, first] = StartBatchJob();
+  ASSERT_FALSE(first.empty());
+  const std::string script = Beat(first)["workers"][0]["env"]["GANTRY_TOKEN"];
+  ASSERT_EQ(script.rfind("gjt_", 0), 0u);
+  auto allocation = [&] {
+    std::promise<Reply> p;
+    ctl_->JobAllocation(kAdmin, id, [&](Reply r) { p.set_value(std::move(r)); });
+    return p.get_future().get();
+  };
+  auto works = [&](const std::string& token) {
+    return ctl_->CreateStep(token, id, {{"command", {"x"}}, {"ntasks", 1}, {"overlap", true}})
+               .code == Code::kCreated;
+  };
+  EXPECT_EQ(allocation().body["token"], script);
+  Restart();
+  Beat("h100-0");
+  Beat("h100-1");
+  EXPECT_TRUE(works(script)) << "the script's own credential, after the restart";
+  const Reply granted = allocation();
+  ASSERT_EQ(granted.code, Code::kOk) << granted.body.dump();
+  const std::string after = granted.body["token"];
+  EXPECT_NE(after, script);
+  EXPECT_TRUE(works(after));
+  // A script its agent starts from now on gets it (it had none).
+  const json beat = Beat(first);
+  json desired;
+  for (const json& w : beat["workers"]) {
+    if (w["rank"] == 0 && w.value("step", -1) < 0) desired = w;
+  }
+  ASSERT_TRUE(desired.is_object());
+  EXPECT_EQ(desired["env"].value("GANTRY_TOKEN", ""), after);
+  Restart();
+  Beat("h100-0");
+  Beat("h100-1");
+  EXPECT_TRUE(works(script));
+  EXPECT_TRUE(works(after)) << "kept in the store beside the first";
+  const std::string third = allocation().body["token"];
+  EXPECT_TRUE(works(third));
+  ASSERT_EQ(ctl_->Cancel(kTeamA, id, /*force=*/true).code, Code::kOk);
+  Beat(first, json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 137}}}));
+  ctl_->Poke();
+  ASSERT_EQ(Show(id)["state"], "cancelled") << Show(id).dump();
+  for (const std::string& t : {script, after, third}) EXPECT_FALSE(works(t));
+}
+
 TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
   const auto [id, first] = StartBatchJob();
   ASSERT_FALSE(first.empty());

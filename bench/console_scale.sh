@@ -9,6 +9,7 @@
 # asking for the view to its page drawn. Prints tab-separated lines:
 #   api <path> <median_ms> <max_ms> <bytes> <median_ms gzip> <bytes gzip>
 #   view <view> <render_ms> <html_bytes> <error>
+#   page <view> <height_px> <first chart's y px> <first legend's y px>  (-1: none; 1280x900 window)
 #   heartbeat <heartbeats> <failed> <lease misses> <workers stopped by a lease> <rtt p99 ms>
 #   (the swarm's stats at the end)
 #
@@ -132,6 +133,8 @@ r = json.load(open(sys.argv[1]))
 if not r.get("signed_in"): print("view\t-\t-\t-\tnot signed in")
 for v, d in r["views"].items():
     print(f"view\t{v}\t{d.get('render_ms', -1):.0f}\t{len(d.get('html', ''))}\t{d.get('error', '')}")
+for v, d in r["views"].items():
+    print(f"page\t{v}\t{d.get('height_px', -1)}\t{d.get('chart_y', -1)}\t{d.get('legend_y', -1)}")
 for e in r.get("console_errors", []): print("console_error\t" + e)
 EOF
 python3 - "$out/swarm.json" <<'EOF'

@@ -10,7 +10,9 @@ VIEW is a hash route (map, queues, jobs, usage, job/ID), or a route and one filt
 in its page as a person would (jobs?queue=vision: the select set, its change fired, the
 page drawn again with the choice). Writes OUT_DIR/NAME.html and
 OUT_DIR/NAME.png per view (NAME: the view with / as -) and prints one JSON object:
-{"signed_in": bool, "views": {VIEW: {"html": ..., "error": ...}}, "console_errors": [...]}.
+{"signed_in": bool, "views": {VIEW: {"html": ..., "error": ..., "render_ms": ..., "height_px": ...,
+"chart_y": ..., "legend_y": ...}}, "console_errors": [...]} (the page's height and where its first
+chart and first legend begin, in px from the top; -1 where it has none).
 Only the standard library: the WebSocket client below is the least the protocol needs
 (RFC 6455 text frames, client-masked), since Debian's python3 has none built in.
 """
@@ -154,8 +156,16 @@ def main():
             time.sleep(0.3)  # the charts and tables of this view, drawn
             html = dt.evaluate("document.getElementById('page').innerHTML") or ""
             err = dt.evaluate("document.getElementById('err').textContent") or ""
+            # How long the page is, and how far down its first chart and first legend are
+            # (px from the top; -1: none), as a person scrolling it finds them.
+            geometry = dt.evaluate(
+                "(() => { const y = q => { const e = document.querySelector('#page ' + q);"
+                " return e ? Math.round(e.getBoundingClientRect().top + window.scrollY) : -1; };"
+                " return JSON.stringify([document.documentElement.scrollHeight, y('svg'), y('.legend')]); })()")
+            height, chart_y, legend_y = json.loads(geometry) if geometry else (-1, -1, -1)
             result["views"][view] = {"html": html, "error": err if ok else (err or "the view did not render"),
-                                     "render_ms": render_ms}
+                                     "render_ms": render_ms, "height_px": height, "chart_y": chart_y,
+                                     "legend_y": legend_y}
             with open(os.path.join(out_dir, name + ".html"), "w") as f:
                 f.write(html)
             shot = dt.call("Page.captureScreenshot", format="png")

@@ -253,6 +253,9 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   // Elastic (1 to 2 workers of 8 GPUs): no node is whole now, so it waits.
   const std::string wide = submit("a", {"--id", "wide", "--queue", "research", "--replicas", "2",
                                         "--min-replicas", "1", "--gpus", "8", "--vram-gb", "10"});
+  // An array of 6 throttled to 1: its held tasks are one row of the jobs view.
+  submit("a", {"--id", "sweep", "--queue", "research", "--gpus", "8", "--vram-gb", "10", "--array",
+               "0-5%1"});
   ASSERT_TRUE(Harness::WaitFor(
       [&] {
         for (const std::string& id : {train, mig, share, theirs}) {
@@ -311,10 +314,30 @@ TEST(Console, EveryViewRendersSignedInAndATeamSeesOnlyWhatItsTokenMay) {
   }
   EXPECT_EQ(marked, 1) << "h100-1 runs its workers without cgroups: " << nodes.dump();
 
-  // Jobs: pending work grouped by why it waits.
+  // The map says the cluster in one line, and its legend comes before the nodes.
+  EXPECT_NE(map.find("<p id=\"summary\">2 nodes (2 up), 16 GPUs: "), std::string::npos) << map;
+  EXPECT_LT(map.find("class=\"legend\""), map.find("class=\"pool\"")) << map;
+
+  // Jobs: pending work grouped by why it waits, as the API counts it; the charts before
+  // the list; how long each has waited or run.
   const std::string jobs = r["views"]["jobs"].value("html", "");
-  EXPECT_NE(jobs.find("1 job waits for "), std::string::npos) << jobs;
+  for (const json& g : h.Get("/v1/jobs?all=1&limit=500", h.token("a"))["waiting"]) {
+    const int k = g.value("jobs", 0);
+    const std::string said = std::to_string(k) + (k == 1 ? " job waits for " : " jobs wait for ") +
+                             g.value("cause", "?");
+    EXPECT_NE(jobs.find(said), std::string::npos) << said << "\n" << jobs;
+  }
+  EXPECT_LT(jobs.find("Pending jobs by why they wait"), jobs.find("data-job=")) << jobs;
+  EXPECT_NE(jobs.find("<td class=\"pending\">waiting "), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("<td class=\"running\">running "), std::string::npos) << jobs;
   EXPECT_NE(jobs.find("data-job=\"wide\""), std::string::npos) << jobs;
+  // The array's 5 held tasks are one row, cancelled as the array; its first task its own.
+  EXPECT_NE(jobs.find("data-job=\"sweep_1\" data-array=\"sweep\""), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("sweep_[1-5]</a> <span class=\"muted\">(5 tasks)</span>"), std::string::npos)
+      << jobs;
+  EXPECT_NE(jobs.find("data-arg=\"sweep\">Cancel array"), std::string::npos) << jobs;
+  EXPECT_NE(jobs.find("data-job=\"sweep_0\""), std::string::npos) << jobs;
+  EXPECT_EQ(jobs.find("data-job=\"sweep_2\""), std::string::npos) << jobs;
   // Cancel is offered on team a's jobs only (the API refuses the rest).
   EXPECT_NE(jobs.find("data-action=\"cancel\" data-arg=\"train\""), std::string::npos) << jobs;
   EXPECT_EQ(jobs.find("data-action=\"cancel\" data-arg=\"theirs\""), std::string::npos) << jobs;

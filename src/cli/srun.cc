@@ -96,10 +96,6 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
   }
   if ((name == "cpu-bind" || name == "cpu_bind") && value != "none" && value != "no")
     return "--cpu-bind=" + value + ": tasks are not bound to CPUs here; give --cpu-bind=none";
-  if (name == "gpu-bind" && value != "none")
-    return "--gpu-bind=" + value +
-           ": not honoured; tasks see all the job's GPUs on their node, or with --gpus-per-task "
-           "their own task slot's";
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
   if (name == "input") return "--input: a step's tasks read nothing (their stdin is /dev/null)";
   if (name == "distribution" && value.rfind("block", 0) != 0)
@@ -446,6 +442,8 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["nodelist"] = *names;
   }
   if (given.count("overlap")) body["overlap"] = true;
+  // closest, single:N, per_task:N, map_gpu:LIST (gantryd says why it refuses others).
+  if (given.count("gpu-bind")) body["gpu_bind"] = given["gpu-bind"];
   if (given.count("exclusive")) body["exclusive"] = true;
   // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
   if (given.count("time")) {

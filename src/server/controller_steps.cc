@@ -7,7 +7,12 @@
 #include <algorithm>
 #include <bit>
 #include <csignal>
+#include <cstdlib>
+#include <optional>
 #include <set>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "server/controller.h"
 #include "server/controller_internal.h"
@@ -18,6 +23,82 @@ namespace gantry::server {
 using nlohmann::json;
 
 namespace {
+
+// srun --gpu-bind=[verbose,]TYPE as Slurm 22.05 reads it: which of the step's GPUs on its
+// node a task sees, by its local id. Tasks are not bound to CPUs here, so every GPU is as
+// close as any: `closest` (and `none`) leave each task all of them, as Slurm does where
+// tasks have no CPU binding (checked: bench/slurm_scripts/gpu_bind.sbatch).
+struct GpuBinding {
+  enum class Kind { kAll, kSingle, kPerTask, kMap } kind = Kind::kAll;
+  int n = 0;             // single:N tasks to a GPU; per_task:N GPUs to a task
+  std::vector<int> map;  // map_gpu: the node's GPU index for local task i (i % size)
+};
+
+// `text`'s binding, or why it is not one Gantry honours (the message srun prints).
+std::optional<GpuBinding> ReadGpuBinding(std::string text, std::string& why) {
+  if (text.rfind("verbose,", 0) == 0) text = text.substr(8);
+  GpuBinding b;
+  auto count = [](const std::string& s, int most) {  // 1..most, else 0
+    char* end = nullptr;
+    const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
+    return !s.empty() && *end == '\0' && v >= 1 && v <= most ? static_cast<int>(v) : 0;
+  };
+  const size_t colon = text.find(':');
+  const std::string type = text.substr(0, colon),
+                    arg = colon == std::string::npos ? "" : text.substr(colon + 1);
+  if ((type == "none" || type == "closest") && colon == std::string::npos) return b;
+  if ((type == "single" || type == "per_task") && (b.n = count(arg, core::kMaxGpusPerNode)) > 0) {
+    b.kind = type == "single" ? GpuBinding::Kind::kSingle : GpuBinding::Kind::kPerTask;
+    return b;
+  }
+  if (type == "map_gpu" && !arg.empty()) {  // 0,1 or 0*4,1*4; ids decimal or 0x hex
+    b.kind = GpuBinding::Kind::kMap;
+    std::stringstream items(arg);
+    for (std::string item; std::getline(items, item, ',');) {
+      const size_t star = item.find('*');
+      const std::string id = item.substr(0, star);
+      const int times = star == std::string::npos ? 1 : count(item.substr(star + 1), 4096);
+      char* end = nullptr;
+      const long gpu =
+          id.empty() ? -1 : std::strtol(id.c_str(), &end, id.rfind("0x", 0) == 0 ? 16 : 10);
+      if (id.empty() || *end != '\0' || gpu < 0 || gpu >= core::kMaxGpusPerNode || times == 0 ||
+          b.map.size() + static_cast<size_t>(times) > 4096) {
+        why = "--gpu-bind=" + text +
+              ": map_gpu takes GPU indexes (0x for hex), each optionally *COUNT";
+        return std::nullopt;
+      }
+      b.map.insert(b.map.end(), static_cast<size_t>(times), static_cast<int>(gpu));
+    }
+    return b;
+  }
+  why = "--gpu-bind=" + text +
+        ": not honoured; give closest (tasks are not bound to CPUs here: every GPU of the step "
+        "on the node), single:N, per_task:N, map_gpu:LIST or none";
+  return std::nullopt;
+}
+
+// The GPUs of `step_mask` (the step's on one node) that its local task `local` sees.
+uint64_t BoundGpus(const GpuBinding& b, uint64_t step_mask, int local) {
+  std::vector<int> gpus;
+  for (uint64_t m = step_mask; m != 0; m &= m - 1) gpus.push_back(std::countr_zero(m));
+  if (gpus.empty() || b.kind == GpuBinding::Kind::kAll) return step_mask;
+  const size_t k = gpus.size(), i = static_cast<size_t>(std::max(0, local));
+  switch (b.kind) {
+    case GpuBinding::Kind::kSingle:
+      return uint64_t{1} << gpus[i / static_cast<size_t>(b.n) % k];
+    case GpuBinding::Kind::kPerTask: {
+      uint64_t mask = 0;
+      for (size_t j = 0; j < static_cast<size_t>(b.n); ++j)
+        mask |= uint64_t{1} << gpus[(i * static_cast<size_t>(b.n) + j) % k];
+      return mask;
+    }
+    case GpuBinding::Kind::kMap:
+      return step_mask & (uint64_t{1} << b.map[i % b.map.size()]);
+    case GpuBinding::Kind::kAll:
+      break;
+  }
+  return step_mask;
+}
 
 std::string_view StepStateWord(const Step& s) {
   switch (s.state) {
@@ -466,6 +547,28 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           if (std::string why = OwnGpus(*job, s, gpus_per_node, gpus_total); !why.empty())
             return Reply::Error(Code::kUnprocessable, why);
         }
+        s.gpu_bind = body.value("gpu_bind", std::string());
+        if (!s.gpu_bind.empty()) {
+          std::string why;
+          const std::optional<GpuBinding> b = ReadGpuBinding(s.gpu_bind, why);
+          if (b && b->kind != GpuBinding::Kind::kAll && s.bind_gpus)
+            why = "--gpu-bind=" + s.gpu_bind + ": give it or --gpus-per-task, not both";
+          if (b && b->kind == GpuBinding::Kind::kMap && s.own_gpus > 0)
+            why = "--gpu-bind=" + s.gpu_bind +
+                  ": map_gpu names the job's GPUs; a step of fewer GPUs takes the lowest free ones";
+          if (b && b->kind == GpuBinding::Kind::kMap) {  // each one the job's on all its nodes
+            for (const Worker& w : job->workers) {
+              const uint64_t held = NodeAlloc(*job, w.alloc.node, w.rank).gpu_mask;
+              for (int gpu : b->map) {
+                if (why.empty() && !(held >> gpu & 1u))
+                  why = "--gpu-bind=" + s.gpu_bind + ": GPU " + std::to_string(gpu) + " of node " +
+                        cluster_.node(w.alloc.node).name + " is not the job's (it holds " +
+                        GpuIndexes(NodeAlloc(*job, w.alloc.node, w.rank)) + ")";
+              }
+            }
+          }
+          if (!why.empty()) return Reply::Error(Code::kUnprocessable, why);
+        }
         bool wait = false;
         const std::string why = PlaceStep(*job, s, wait);
         if (!why.empty() && !wait) return Reply::Error(Code::kUnprocessable, why);
@@ -673,7 +776,12 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   core::WorkerAlloc on_node = NodeAlloc(job, n, t.slot);
   if (s.own_gpus > 0 && static_cast<size_t>(t.node) < s.gpu_masks.size())
     on_node.gpu_mask = s.gpu_masks[static_cast<size_t>(t.node)];
-  const core::WorkerAlloc& alloc = s.bind_gpus ? slot.alloc : on_node;
+  core::WorkerAlloc alloc = s.bind_gpus ? slot.alloc : on_node;
+  if (!s.gpu_bind.empty() && alloc.sharing == core::Sharing::kExclusive) {
+    std::string why;  // (read when the step was made)
+    if (const std::optional<GpuBinding> b = ReadGpuBinding(s.gpu_bind, why))
+      alloc.gpu_mask = BoundGpus(*b, on_node.gpu_mask, t.local);
+  }
   std::vector<std::string> nodes;
   std::vector<int> per_node;
   for (auto& [name, count] : StepNodes(job, s)) {

@@ -347,6 +347,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"cpus_per_task", s.cpus_per_task},
                        {"nodelist", s.nodelist},
                        {"bind_gpus", s.bind_gpus},
+                       {"gpu_bind", s.gpu_bind},
                        {"own_gpus", s.own_gpus},
                        {"gpu_masks", s.gpu_masks},
                        {"exclusive", s.exclusive},
@@ -460,6 +461,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.cpus_per_task = s.value("cpus_per_task", 0);
       step.nodelist = s.value("nodelist", std::vector<std::string>());
       step.bind_gpus = s.value("bind_gpus", false);
+      step.gpu_bind = s.value("gpu_bind", std::string());
       step.own_gpus = s.value("own_gpus", 0);
       step.gpu_masks = s.value("gpu_masks", std::vector<uint64_t>());
       step.exclusive = s.value("exclusive", false);

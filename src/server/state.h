@@ -122,6 +122,7 @@ struct Step {
   int nodes = 0, ntasks = 0, per_node = 0, cpus_per_task = 0;
   std::vector<std::string> nodelist;  // -w: only these of the job's nodes (empty: any)
   bool bind_gpus = false;             // each task only its slot's GPUs (--gpus-per-task)
+  std::string gpu_bind;               // srun --gpu-bind as given (GpuBinding reads it)
   // Fewer GPUs than the job's (srun --gres=gpu:N, --gpus-per-node, --gpus): this many of
   // the job's GPUs on each of its nodes, the lowest free ones, which each of its tasks there
   // sees, as Slurm's; 0: the job's. `gpu_masks`: once placed, its GPUs by step node.

@@ -1291,6 +1291,60 @@ srun -n1 --gres=gpu:0 true 2> none.err; echo "$?" > none.rc
   EXPECT_EQ(Trim(h.Read("work/none.rc")), "2") << h.Read("work/none.err");
 }
 
+// srun --gpu-bind (found in many HPC scripts as `srun --gpu-bind=closest`): single:N,
+// per_task:N and map_gpu:LIST give each task its GPUs by its local id, as Slurm 22.05;
+// closest leaves each task all the step's GPUs on its node (tasks are not bound to CPUs,
+// as Slurm without CPU binding); what is not honoured, or names a GPU the job does not
+// hold, is refused saying why (bench/slurm_scripts/gpu_bind.sbatch: the same as Slurm).
+TEST(Slurm, SrunGpuBindGivesEachTaskItsGpusAsSlurmDoes) {
+  Harness h("slurm-gpu-bind");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("bind.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -N 1
+#SBATCH --ntasks-per-node=4
+#SBATCH --gres=gpu:4
+#SBATCH -t 1
+echo "$SLURM_JOB_GPUS" > job-gpus.txt
+task='echo "$SLURM_LOCALID $SLURM_STEP_GPUS"'
+srun --gpu-bind=closest bash -c "$task" | sort > closest.txt
+srun --gpu-bind=single:2 bash -c "$task" | sort > single.txt
+srun --gpu-bind=verbose,per_task:2 bash -c "$task" | sort > per_task.txt
+srun --gpu-bind=map_gpu:"$(echo "$SLURM_JOB_GPUS" | awk -F, '{print $4","$3"*2,"$1}')" bash -c "$task" | sort > map.txt
+srun --gpu-bind=mask_gpu:0x1 true 2> mask.err; echo "$?" > mask.rc
+srun --gpu-bind=map_gpu:63 true 2> foreign.err; echo "$?" > foreign.rc
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("bind.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  std::vector<std::string> g;  // the job's four GPUs, by the node's indexes
+  std::istringstream gpus(Trim(h.Read("work/job-gpus.txt")));
+  for (std::string x; std::getline(gpus, x, ',');) g.push_back(x);
+  ASSERT_EQ(g.size(), 4u);
+  const std::string all = g[0] + "," + g[1] + "," + g[2] + "," + g[3];
+  auto each = [&](const std::vector<std::string>& seen) {
+    std::string out;
+    for (size_t i = 0; i < seen.size(); ++i) out += std::to_string(i) + " " + seen[i] + "\n";
+    return out;
+  };
+  EXPECT_EQ(h.Read("work/closest.txt"), each({all, all, all, all}));
+  EXPECT_EQ(h.Read("work/single.txt"), each({g[0], g[0], g[1], g[1]}));
+  EXPECT_EQ(h.Read("work/per_task.txt"),
+            each({g[0] + "," + g[1], g[2] + "," + g[3], g[0] + "," + g[1], g[2] + "," + g[3]}));
+  EXPECT_EQ(h.Read("work/map.txt"), each({g[3], g[2], g[2], g[0]}));
+  EXPECT_EQ(Trim(h.Read("work/mask.rc")), "1");
+  EXPECT_NE(h.Read("work/mask.err").find("--gpu-bind=mask_gpu:0x1: not honoured; give closest"),
+            std::string::npos)
+      << h.Read("work/mask.err");
+  EXPECT_EQ(Trim(h.Read("work/foreign.rc")), "1");
+  EXPECT_NE(h.Read("work/foreign.err").find("GPU 63 of node"), std::string::npos)
+      << h.Read("work/foreign.err");
+}
+
 // sbatch without a script file, as Slurm's: --wrap makes a /bin/sh script of the command
 // (the job named "wrap"), or the script comes on stdin (named "sbatch" without -J).
 TEST(Slurm, SbatchTakesItsScriptFromWrapOrStdin) {

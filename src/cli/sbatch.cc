@@ -103,9 +103,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"reservation", "Gantry has no reservations: the job waits for room like any other"},
     {"wait-all-nodes", "a job starts on nodes whose agents are up"},
     {"comment", "kept nowhere"},
-    {"gpu-bind",
-     "tasks are not bound to GPUs: each sees the job's GPUs on its node (with --gpus-per-task, "
-     "its own)"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
@@ -227,9 +224,11 @@ class Parser {
     out.parsable = given_.count("parsable") > 0;
     for (const auto& [name, why] : kNoted) {
       auto v = Get(name);
-      if (v == nullptr || (std::string_view(name) == "gpu-bind" && v->value == "none")) continue;
+      if (v == nullptr) continue;
       out.notes.push_back(v->where + ": --" + name + ": accepted: " + why);
     }
+    // The steps' GPU binding (srun's default, which gantryd checks), as Slurm's sbatch.
+    if (auto v = Get("gpu-bind")) given_env_["SLURM_GPU_BIND"] = v->value;
     if (auto v = Get("job-name")) {
       if (v->value.empty()) {
         Error(v->where, "--job-name", "must not be empty");

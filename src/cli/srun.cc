@@ -443,7 +443,12 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   }
   if (given.count("overlap")) body["overlap"] = true;
   // closest, single:N, per_task:N, map_gpu:LIST (gantryd says why it refuses others).
-  if (given.count("gpu-bind")) body["gpu_bind"] = given["gpu-bind"];
+  // srun's own, else sbatch's (SLURM_GPU_BIND in the job's environment), as Slurm's srun.
+  if (given.count("gpu-bind")) {
+    body["gpu_bind"] = given["gpu-bind"];
+  } else if (!Env("SLURM_GPU_BIND").empty()) {
+    body["gpu_bind"] = Env("SLURM_GPU_BIND");
+  }
   if (given.count("exclusive")) body["exclusive"] = true;
   // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
   if (given.count("time")) {

@@ -1343,6 +1343,23 @@ srun --gpu-bind=map_gpu:63 true 2> foreign.err; echo "$?" > foreign.rc
   EXPECT_EQ(Trim(h.Read("work/foreign.rc")), "1");
   EXPECT_NE(h.Read("work/foreign.err").find("GPU 63 of node"), std::string::npos)
       << h.Read("work/foreign.err");
+  // sbatch's --gpu-bind is its steps' default (SLURM_GPU_BIND), as Slurm's.
+  h.Write("batch.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH --ntasks-per-node=2
+#SBATCH --gres=gpu:2
+#SBATCH --gpu-bind=single:1
+#SBATCH -t 1
+echo "$SLURM_JOB_GPUS" > batch-gpus.txt
+srun bash -c 'echo "$SLURM_LOCALID $SLURM_STEP_GPUS $SLURM_GPU_BIND"' | sort > bare.txt
+)SH");
+  r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("batch.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string batch = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {batch}); }, 40)) << h.Job(batch).dump();
+  const std::string two = Trim(h.Read("work/batch-gpus.txt"));
+  EXPECT_EQ(h.Read("work/bare.txt"), "0 " + two.substr(0, two.find(',')) + " single:1\n1 " +
+                                         two.substr(two.find(',') + 1) + " single:1\n");
 }
 
 // sbatch without a script file, as Slurm's: --wrap makes a /bin/sh script of the command

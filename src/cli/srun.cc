@@ -97,7 +97,9 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
   if ((name == "cpu-bind" || name == "cpu_bind") && value != "none" && value != "no")
     return "--cpu-bind=" + value + ": tasks are not bound to CPUs here; give --cpu-bind=none";
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
-  if (name == "input") return "--input: a step's tasks read nothing (their stdin is /dev/null)";
+  if (name == "input" && value != "none")
+    return "--input=" + value +
+           ": a step's tasks read nothing (their stdin is /dev/null: give none)";
   if (name == "distribution" && value.rfind("block", 0) != 0)
     return "--distribution=" + value + ": tasks are laid out block by block only";
   if (name == "container-image")

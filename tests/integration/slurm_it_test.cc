@@ -1315,6 +1315,7 @@ srun --gpu-bind=verbose,per_task:2 bash -c "$task" | sort > per_task.txt
 srun --gpu-bind=map_gpu:"$(echo "$SLURM_JOB_GPUS" | awk -F, '{print $4","$3"*2,"$1}')" bash -c "$task" | sort > map.txt
 srun --gpu-bind=mask_gpu:0x1 true 2> mask.err; echo "$?" > mask.rc
 srun --gpu-bind=map_gpu:63 true 2> foreign.err; echo "$?" > foreign.rc
+srun -n1 -i none true; echo "$?" > input.rc
 )SH");
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("bind.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -1343,6 +1344,7 @@ srun --gpu-bind=map_gpu:63 true 2> foreign.err; echo "$?" > foreign.rc
   EXPECT_EQ(Trim(h.Read("work/foreign.rc")), "1");
   EXPECT_NE(h.Read("work/foreign.err").find("GPU 63 of node"), std::string::npos)
       << h.Read("work/foreign.err");
+  EXPECT_EQ(Trim(h.Read("work/input.rc")), "0") << "-i none: what a task's stdin is here";
   // sbatch's --gpu-bind is its steps' default (SLURM_GPU_BIND), as Slurm's.
   h.Write("batch.sh", R"SH(#!/bin/bash
 #SBATCH -A research

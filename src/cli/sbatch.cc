@@ -61,6 +61,7 @@ constexpr OptionDef kOptions[] = {
     {"wait-all-nodes", 0, true},
     {"comment", 0, true},
     {"gpu-bind", 0, true},
+    {"distribution", 'm', true},
     {"cpus-per-gpu", 0, true},
     {"exclusive", 0, false},  // gantryd checks it asks for whole nodes (job spec `exclusive`)
     {"open-mode", 0, true},
@@ -229,6 +230,12 @@ class Parser {
     }
     // The steps' GPU binding (srun's default, which gantryd checks), as Slurm's sbatch.
     if (auto v = Get("gpu-bind")) given_env_["SLURM_GPU_BIND"] = v->value;
+    if (auto v = Get("distribution")) {  // the steps' layout over the nodes (srun's default)
+      if (std::string why = spec::DistributionProblem(v->value); !why.empty())
+        Error(v->where, "--distribution", why.substr(why.find(": ") + 2));
+      else
+        given_env_["SLURM_DISTRIBUTION"] = v->value;
+    }
     if (auto v = Get("job-name")) {
       if (v->value.empty()) {
         Error(v->where, "--job-name", "must not be empty");

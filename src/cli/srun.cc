@@ -100,8 +100,7 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
   if (name == "input" && value != "none")
     return "--input=" + value +
            ": a step's tasks read nothing (their stdin is /dev/null: give none)";
-  if (name == "distribution" && value.rfind("block", 0) != 0)
-    return "--distribution=" + value + ": tasks are laid out block by block only";
+  if (name == "distribution") return spec::DistributionProblem(value);
   if (name == "container-image")
     return "--container-image: steps run in the job's image (sbatch --container-image)";
   return "";
@@ -444,6 +443,16 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["nodelist"] = *names;
   }
   if (given.count("overlap")) body["overlap"] = true;
+  // -m, else sbatch's (SLURM_DISTRIBUTION in the job's environment), as Slurm's srun; the
+  // step's SLURM_DISTRIBUTION says it (without either, gantryd says Slurm's default).
+  const std::string dist =
+      given.count("distribution") ? given["distribution"] : Env("SLURM_DISTRIBUTION");
+  if (const std::string why = spec::DistributionProblem(dist); !dist.empty() && !why.empty()) {
+    std::cerr << "srun: error: " << why << " (SLURM_DISTRIBUTION)\n";
+    return kExitBadInput;
+  }
+  if (!dist.empty()) body["env"]["SLURM_DISTRIBUTION"] = dist;
+  if (spec::DistributionCyclic(dist)) body["cyclic"] = true;
   // closest, single:N, per_task:N, map_gpu:LIST (gantryd says why it refuses others).
   // srun's own, else sbatch's (SLURM_GPU_BIND in the job's environment), as Slurm's srun.
   if (given.count("gpu-bind")) {

@@ -347,16 +347,26 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
     return "waiting for running steps to end (" + std::to_string(use.size()) + " of " +
            std::to_string(n) + " nodes have a free slot)";
   }
-  // Block distribution: one task per node, then each node filled to what it takes, in order.
+  // One task per node, then block: each node filled to what it takes, in order; cyclic:
+  // one more on each node in turn while it has room (Slurm's -m).
   std::vector<int> counts(static_cast<size_t>(n), 1);
+  std::vector<int> room(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const NodeSlots& x = *use[static_cast<size_t>(i)];
+    room[static_cast<size_t>(i)] =
+        std::max(0, (per_node > 0 ? std::min(per_node, cap(x, true)) : cap(x, true)) - 1);
+  }
   int left = k - n;
-  for (int i = 0; i < n && left > 0; ++i) {
-    const int room = (per_node > 0 ? std::min(per_node, cap(*use[static_cast<size_t>(i)], true))
-                                   : cap(*use[static_cast<size_t>(i)], true)) -
-                     1;
-    const int add = std::min(left, std::max(0, room));
-    counts[static_cast<size_t>(i)] += add;
-    left -= add;
+  for (bool more = true; left > 0 && more;) {
+    more = false;
+    for (int i = 0; i < n && left > 0; ++i) {
+      const int add = std::min(left, s.cyclic ? std::min(1, room[static_cast<size_t>(i)])
+                                              : room[static_cast<size_t>(i)]);
+      counts[static_cast<size_t>(i)] += add;
+      room[static_cast<size_t>(i)] -= add;
+      left -= add;
+      more |= add > 0;
+    }
   }
   if (left > 0) {
     wait = true;
@@ -373,8 +383,15 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
         mask |= uint64_t{1} << std::countr_zero(m);
       s.gpu_masks.push_back(mask);
     }
-    const std::vector<int>& on = s.own_gpus > 0 ? x.slots : x.free;
-    for (int j = 0; j < counts[static_cast<size_t>(i)]; ++j) {
+  }
+  // Task ids node by node (block), or round-robin over the nodes (cyclic).
+  const int most = *std::max_element(counts.begin(), counts.end());
+  for (int a = 0; a < (s.cyclic ? most : n); ++a) {
+    for (int b = 0; b < (s.cyclic ? n : most); ++b) {
+      const int i = s.cyclic ? b : a, j = s.cyclic ? a : b;
+      if (j >= counts[static_cast<size_t>(i)]) continue;
+      const NodeSlots& x = *use[static_cast<size_t>(i)];
+      const std::vector<int>& on = s.own_gpus > 0 ? x.slots : x.free;
       StepTask t;
       t.slot = on[static_cast<size_t>(j) % on.size()];
       t.local = j;
@@ -409,11 +426,11 @@ void Controller::StartSteps(Job& job, Ticks now) {
 std::vector<std::pair<std::string, int>> Controller::StepNodes(const Job& job,
                                                                const Step& s) const {
   std::vector<std::pair<std::string, int>> out;
-  for (const StepTask& t : s.tasks) {  // laid out node by node (PlaceStep)
-    const std::string& name =
-        cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
-    if (out.empty() || out.back().first != name) out.emplace_back(name, 0);
-    ++out.back().second;
+  for (const StepTask& t : s.tasks) {  // t.node: its node's index among the step's
+    if (static_cast<size_t>(t.node) >= out.size()) out.resize(static_cast<size_t>(t.node) + 1);
+    auto& [name, count] = out[static_cast<size_t>(t.node)];
+    name = cluster_.node(job.workers[static_cast<size_t>(t.slot)].alloc.node).name;
+    ++count;
   }
   return out;
 }
@@ -511,6 +528,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           gpus_total = body.value("gpus", 0);
           s.overlap = body.value("overlap", false);
           s.exclusive = body.value("exclusive", false);
+          s.cyclic = body.value("cyclic", false);
           const double limit_s = body.value("time_limit_s", 0.0);
           if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
             return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");
@@ -814,15 +832,16 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"GANTRY_WORLD_SIZE", tasks}}) {
     env[k] = v;
   }
-  // SLURM_NODELIST stays the job's (Slurm's); SLURM_NTASKS_PER_NODE, where srun or sbatch
-  // was given --ntasks-per-node, is the step's layout when every node has as many tasks.
-  if (s.per_node > 0 || env.contains("SLURM_NTASKS_PER_NODE")) {
-    if (std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c == per_node.front(); }))
-      env["SLURM_NTASKS_PER_NODE"] = std::to_string(per_node.front());
-    else
-      env.erase("SLURM_NTASKS_PER_NODE");
-  }
+  // SLURM_NODELIST stays the job's (Slurm's); SLURM_NTASKS_PER_NODE is srun's
+  // --ntasks-per-node where the layout honours it, else what srun's environment had (the
+  // batch script's, from sbatch), as Slurm 22.05's srun (also for a layout of 2,1).
+  if (s.per_node > 0 &&
+      std::all_of(per_node.begin(), per_node.end(), [&](int c) { return c <= s.per_node; }))
+    env["SLURM_NTASKS_PER_NODE"] = std::to_string(s.per_node);
   if (!env.contains("SLURM_NODELIST")) env["SLURM_NODELIST"] = spec::HostList(JobNodes(job));
+  // Slurm's default layout when none was asked: cyclic where no node has two tasks.
+  if (!env.contains("SLURM_DISTRIBUTION"))
+    env["SLURM_DISTRIBUTION"] = s.tasks.size() <= nodes.size() ? "cyclic" : "block";
   // srun -c: the step's own, as Slurm says it (else the batch script's, from srun's
   // environment); --exclusive: the step's own CPUs on the node (its tasks there, -c each),
   // without it the job's there.

@@ -348,6 +348,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"nodelist", s.nodelist},
                        {"bind_gpus", s.bind_gpus},
                        {"gpu_bind", s.gpu_bind},
+                       {"cyclic", s.cyclic},
                        {"own_gpus", s.own_gpus},
                        {"gpu_masks", s.gpu_masks},
                        {"exclusive", s.exclusive},
@@ -462,6 +463,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.nodelist = s.value("nodelist", std::vector<std::string>());
       step.bind_gpus = s.value("bind_gpus", false);
       step.gpu_bind = s.value("gpu_bind", std::string());
+      step.cyclic = s.value("cyclic", false);
       step.own_gpus = s.value("own_gpus", 0);
       step.gpu_masks = s.value("gpu_masks", std::vector<uint64_t>());
       step.exclusive = s.value("exclusive", false);

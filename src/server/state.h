@@ -123,6 +123,7 @@ struct Step {
   std::vector<std::string> nodelist;  // -w: only these of the job's nodes (empty: any)
   bool bind_gpus = false;             // each task only its slot's GPUs (--gpus-per-task)
   std::string gpu_bind;               // srun --gpu-bind as given (GpuBinding reads it)
+  bool cyclic = false;  // -m cyclic: tasks round-robin over the step's nodes (else block)
   // Fewer GPUs than the job's (srun --gres=gpu:N, --gpus-per-node, --gpus): this many of
   // the job's GPUs on each of its nodes, the lowest free ones, which each of its tasks there
   // sees, as Slurm's; 0: the job's. `gpu_masks`: once placed, its GPUs by step node.

@@ -244,6 +244,21 @@ std::string TasksPerNode(const std::vector<int>& counts) {
   return out;
 }
 
+std::string DistributionProblem(std::string_view value) {
+  const std::string_view nodes = value.substr(0, value.find_first_of(":,"));
+  if (nodes == "block" || nodes == "cyclic" || nodes == "*") return "";
+  return "--distribution=" + std::string(value) +
+         ": tasks are laid out over the nodes block by block or cyclic only (" +
+         (nodes.rfind("plane", 0) == 0 || nodes == "arbitrary"
+              ? std::string(nodes) + " is not done"
+              : "no \"" + std::string(nodes) + "\"") +
+         "); give block or cyclic";
+}
+
+bool DistributionCyclic(std::string_view value) {
+  return value.substr(0, value.find_first_of(":,")) == "cyclic";
+}
+
 int SignalNumber(std::string_view name) {
   if (name.empty()) return -1;
   if (name.find_first_not_of("0123456789") == std::string_view::npos) {

@@ -53,6 +53,14 @@ std::optional<std::vector<std::string>> ExpandHostList(std::string_view list);
 // Tasks per node in Slurm's form (SLURM_TASKS_PER_NODE): "2(x3),1".
 std::string TasksPerNode(const std::vector<int>& counts);
 
+// Why Gantry cannot honour sbatch's or srun's -m/--distribution=NODES[:SOCKETS[:CORES]][,Pack]
+// ("" when it can): tasks go over the nodes block by block or cyclic (round-robin), as
+// Slurm's; the levels within a node are CPU binding, which Gantry does not do, so any is
+// accepted there; plane and arbitrary are refused.
+std::string DistributionProblem(std::string_view value);
+// Whether it lays tasks out over the nodes round-robin (cyclic).
+bool DistributionCyclic(std::string_view value);
+
 // A signal by name (TERM, SIGUSR1, ...) or number (1-64); -1 when unknown.
 int SignalNumber(std::string_view name);
 // Its name without "SIG" (USR1), or the number as text.

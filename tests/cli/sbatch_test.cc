@@ -149,6 +149,22 @@ TEST(Sbatch, DefaultsAreSlurms) {
             "2");
 }
 
+// -m/--distribution and --gpu-bind are the steps' defaults, as Slurm's sbatch exports them
+// (SLURM_DISTRIBUTION, SLURM_GPU_BIND); a layout Gantry does not do is refused with the line.
+TEST(Sbatch, DistributionAndGpuBindAreTheStepsDefaults) {
+  SbatchJob j = Parse("#!/bin/sh\n#SBATCH -m cyclic:cyclic\n#SBATCH --gpu-bind=closest\n");
+  ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  EXPECT_EQ(j.spec["env"]["SLURM_DISTRIBUTION"], "cyclic:cyclic");
+  EXPECT_EQ(j.spec["env"]["SLURM_GPU_BIND"], "closest");
+  EXPECT_TRUE(j.notes.empty());
+  SbatchJob plane = Parse("#!/bin/sh\n#SBATCH --distribution=plane=4\n");
+  ASSERT_EQ(plane.errors.size(), 1u) << Errors(plane);
+  EXPECT_NE(plane.errors[0].find("job.sh:2: --distribution: tasks are laid out over the nodes "
+                                 "block by block or cyclic only (plane=4 is not done)"),
+            std::string::npos)
+      << plane.errors[0];
+}
+
 TEST(Sbatch, EveryTimeFormat) {
   struct Case {
     const char* text;

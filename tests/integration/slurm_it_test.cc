@@ -1364,6 +1364,61 @@ srun bash -c 'echo "$SLURM_LOCALID $SLURM_STEP_GPUS $SLURM_GPU_BIND"' | sort > b
                                          two.substr(two.find(',') + 1) + " single:1\n");
 }
 
+// -m/--distribution as Slurm 22.05's: cyclic lays a step's tasks round-robin over its
+// nodes (sbatch's is its steps' default, SLURM_DISTRIBUTION), srun's own wins; without
+// either a step says Slurm's default (cyclic where no node has two tasks, else block);
+// plane is refused saying why (bench/slurm_scripts/distribution.sbatch: the same as Slurm).
+TEST(Slurm, DistributionCyclicLaysTasksRoundRobinAsSlurmDoes) {
+  Harness h("slurm-distribution");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  const std::string task =
+      "echo \"$SLURM_PROCID $SLURM_NODEID $SLURM_LOCALID $SLURM_DISTRIBUTION "
+      "$SLURM_STEP_TASKS_PER_NODE\"";
+  h.Write("dist.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+          "#SBATCH --gres=gpu:2\n#SBATCH -m cyclic\n#SBATCH -t 1\n"
+          "echo \"$SLURM_DISTRIBUTION\" > batch.txt\n"
+          "srun bash -c '" +
+              task +
+              "' | sort -n > cyclic.txt\n"
+              "srun -n 3 bash -c '" +
+              task +
+              "' | sort -n > three.txt\n"
+              "srun -m block bash -c '" +
+              task +
+              "' | sort -n > block.txt\n"
+              "srun -m plane=2 true 2> plane.err; echo \"$?\" > plane.rc\n");
+  h.Write("plain.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+          "#SBATCH --gres=gpu:2\n#SBATCH -t 1\n"
+          "srun -N 2 -n 2 bash -c '" +
+              task +
+              "' | sort -n > two.txt\n"
+              "srun bash -c '" +
+              task + "' | sort -n > four.txt\n");
+  std::vector<std::string> ids;
+  for (const char* script : {"dist.sh", "plain.sh"}) {
+    RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path(script)}, h.token("ann"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    ids.push_back(JobIdOf(r.out));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {ids[0], ids[1]}); }, 40));
+  EXPECT_EQ(Trim(h.Read("work/batch.txt")), "cyclic");
+  EXPECT_EQ(h.Read("work/cyclic.txt"),
+            "0 0 0 cyclic 2(x2)\n1 1 0 cyclic 2(x2)\n2 0 1 cyclic 2(x2)\n3 1 1 cyclic 2(x2)\n");
+  EXPECT_EQ(h.Read("work/three.txt"), "0 0 0 cyclic 2,1\n1 1 0 cyclic 2,1\n2 0 1 cyclic 2,1\n");
+  EXPECT_EQ(h.Read("work/block.txt"),
+            "0 0 0 block 2(x2)\n1 0 1 block 2(x2)\n2 1 0 block 2(x2)\n3 1 1 block 2(x2)\n");
+  EXPECT_EQ(Trim(h.Read("work/plane.rc")), "2");
+  EXPECT_NE(h.Read("work/plane.err").find("plane=2 is not done"), std::string::npos)
+      << h.Read("work/plane.err");
+  EXPECT_EQ(h.Read("work/two.txt"), "0 0 0 cyclic 1(x2)\n1 1 0 cyclic 1(x2)\n");
+  EXPECT_EQ(h.Read("work/four.txt"),
+            "0 0 0 block 2(x2)\n1 0 1 block 2(x2)\n2 1 0 block 2(x2)\n3 1 1 block 2(x2)\n");
+}
+
 // sbatch without a script file, as Slurm's: --wrap makes a /bin/sh script of the command
 // (the job named "wrap"), or the script comes on stdin (named "sbatch" without -J).
 TEST(Slurm, SbatchTakesItsScriptFromWrapOrStdin) {

@@ -193,10 +193,26 @@ std::string Controller::OwnGpus(const Job& job, Step& s, int per_node, int total
     gpus[w.alloc.node.v] += std::popcount(w.alloc.gpu_mask);
   }
   int g = per_node;
-  if (g == 0) {  // --gpus: the total over the step's nodes, evenly (one task: one node)
-    const int nodes = gpus.size() == 1 || (s.nodes == 0 && s.ntasks == 1) ? 1 : s.nodes;
-    if (nodes == 0 || total % nodes != 0)
-      return refuse("give -N with --gpus over several nodes, or --gres=gpu:N for N a node");
+  if (g == 0) {  // --gpus: the total over the step's nodes, evenly, as Slurm 22.05 splits it
+    int nodes = s.nodes;
+    if (nodes ==
+        0) {  // srun's default (PlaceStep's): the job's nodes (or -w's), at most a task each
+      const int have =
+          s.nodelist.empty() ? static_cast<int>(gpus.size()) : static_cast<int>(s.nodelist.size());
+      int tasks = s.ntasks;
+      if (auto it = s.env.find("SLURM_NTASKS"); tasks == 0 && it != s.env.end())
+        tasks = std::max(0, std::atoi(it->second.c_str()));
+      if (tasks == 0)
+        tasks = s.per_node > 0 ? have * s.per_node : static_cast<int>(job.workers.size());
+      nodes = s.per_node > 0 ? std::min(have, (tasks + s.per_node - 1) / s.per_node)
+                             : std::min(have, tasks);
+      s.nodes = gpus.size() == 1 ? 0 : nodes;  // placed on that many, as the split assumes
+    }
+    if (gpus.size() == 1) nodes = 1;
+    if (nodes <= 0 || total % nodes != 0) {
+      return refuse(std::to_string(total) + " GPUs do not split evenly over the step's " +
+                    std::to_string(nodes) + " nodes: give -N, or --gres=gpu:N for N a node");
+    }
     g = total / nodes;
   }
   const int least = std::min_element(gpus.begin(), gpus.end(), [](const auto& a, const auto& b) {

@@ -1419,6 +1419,38 @@ TEST(Slurm, DistributionCyclicLaysTasksRoundRobinAsSlurmDoes) {
             "0 0 0 block 2(x2)\n1 0 1 block 2(x2)\n2 1 0 block 2(x2)\n3 1 1 block 2(x2)\n");
 }
 
+// srun --gpus=N (a total) without -N in a multi-node job: split evenly over the step's
+// nodes, which are srun's default (the job's nodes, at most one a task), as Slurm 22.05
+// (bench/slurm_scripts/step_gpus_total.sbatch); it asked for -N before. A total that does
+// not split is refused saying so.
+TEST(Slurm, SrunGpusTotalSplitsOverTheStepsNodesAsSlurmDoes) {
+  Harness h("slurm-step-gpus");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  const std::string task = "echo \"$SLURM_PROCID $SLURM_NODEID $SLURM_GPUS_ON_NODE\"";
+  h.Write("total.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n"
+          "#SBATCH --gres=gpu:2\n#SBATCH -t 1\n"
+          "srun -n 2 --gpus=2 bash -c '" +
+              task +
+              "' | sort -n > two.txt\n"
+              "srun --gpus=2 bash -c '" +
+              task +
+              "' | sort -n > half.txt\n"
+              "srun --gpus=3 true 2> three.err; echo \"$?\" > three.rc\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("total.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40));
+  EXPECT_EQ(h.Read("work/two.txt"), "0 0 1\n1 1 1\n");
+  EXPECT_EQ(h.Read("work/half.txt"), "0 0 1\n1 0 1\n2 1 1\n3 1 1\n");
+  EXPECT_EQ(Trim(h.Read("work/three.rc")), "1");
+  EXPECT_NE(h.Read("work/three.err").find("3 GPUs do not split evenly over the step's 2 nodes"),
+            std::string::npos)
+      << h.Read("work/three.err");
+}
+
 // sbatch without a script file, as Slurm's: --wrap makes a /bin/sh script of the command
 // (the job named "wrap"), or the script comes on stdin (named "sbatch" without -J).
 TEST(Slurm, SbatchTakesItsScriptFromWrapOrStdin) {

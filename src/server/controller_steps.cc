@@ -195,17 +195,18 @@ std::string Controller::OwnGpus(const Job& job, Step& s, int per_node, int total
   int g = per_node;
   if (g == 0) {  // --gpus: the total over the step's nodes, evenly, as Slurm 22.05 splits it
     int nodes = s.nodes;
-    if (nodes ==
-        0) {  // srun's default (PlaceStep's): the job's nodes (or -w's), at most a task each
-      const int have =
-          s.nodelist.empty() ? static_cast<int>(gpus.size()) : static_cast<int>(s.nodelist.size());
-      int tasks = s.ntasks;
+    // Without -N, srun's default (PlaceStep's): the job's nodes (or -w's), at most a task each.
+    if (nodes == 0) {
+      const int64_t have = s.nodelist.empty() ? static_cast<int64_t>(gpus.size())
+                                              : static_cast<int64_t>(s.nodelist.size());
+      int64_t tasks = s.ntasks;
       if (auto it = s.env.find("SLURM_NTASKS"); tasks == 0 && it != s.env.end())
         tasks = std::max(0, std::atoi(it->second.c_str()));
       if (tasks == 0)
-        tasks = s.per_node > 0 ? have * s.per_node : static_cast<int>(job.workers.size());
-      nodes = s.per_node > 0 ? std::min(have, (tasks + s.per_node - 1) / s.per_node)
-                             : std::min(have, tasks);
+        tasks = s.per_node > 0 ? have * s.per_node : static_cast<int64_t>(job.workers.size());
+      nodes =
+          static_cast<int>(s.per_node > 0 ? std::min(have, (tasks + s.per_node - 1) / s.per_node)
+                                          : std::min(have, tasks));
       s.nodes = gpus.size() == 1 ? 0 : nodes;  // placed on that many, as the split assumes
     }
     if (gpus.size() == 1) nodes = 1;

@@ -232,7 +232,7 @@ class Parser {
     if (auto v = Get("gpu-bind")) given_env_["SLURM_GPU_BIND"] = v->value;
     if (auto v = Get("distribution")) {  // the steps' layout over the nodes (srun's default)
       if (std::string why = spec::DistributionProblem(v->value); !why.empty())
-        Error(v->where, "--distribution", why.substr(why.find(": ") + 2));
+        Error(v->where, "--distribution", why);
       else
         given_env_["SLURM_DISTRIBUTION"] = v->value;
     }

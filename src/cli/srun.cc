@@ -100,7 +100,10 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
   if (name == "input" && value != "none")
     return "--input=" + value +
            ": a step's tasks read nothing (their stdin is /dev/null: give none)";
-  if (name == "distribution") return spec::DistributionProblem(value);
+  if (name == "distribution") {
+    const std::string why = spec::DistributionProblem(value);
+    return why.empty() ? "" : "--distribution=" + value + ": " + why;
+  }
   if (name == "container-image")
     return "--container-image: steps run in the job's image (sbatch --container-image)";
   return "";
@@ -448,7 +451,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   const std::string dist =
       given.count("distribution") ? given["distribution"] : Env("SLURM_DISTRIBUTION");
   if (const std::string why = spec::DistributionProblem(dist); !dist.empty() && !why.empty()) {
-    std::cerr << "srun: error: " << why << " (SLURM_DISTRIBUTION)\n";
+    std::cerr << "srun: error: --distribution=" << dist << ": " << why << " (SLURM_DISTRIBUTION)\n";
     return kExitBadInput;
   }
   if (!dist.empty()) body["env"]["SLURM_DISTRIBUTION"] = dist;

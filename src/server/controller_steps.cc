@@ -592,14 +592,16 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
             why = "--gpu-bind=" + s.gpu_bind +
                   ": map_gpu names the job's GPUs; a step of fewer GPUs takes the lowest free ones";
           if (b && b->kind == GpuBinding::Kind::kMap) {  // each one the job's on all its nodes
+            std::set<uint32_t> seen;
             for (const Worker& w : job->workers) {
-              const uint64_t held = NodeAlloc(*job, w.alloc.node, w.rank).gpu_mask;
-              for (int gpu : b->map) {
-                if (why.empty() && !(held >> gpu & 1u))
-                  why = "--gpu-bind=" + s.gpu_bind + ": GPU " + std::to_string(gpu) + " of node " +
-                        cluster_.node(w.alloc.node).name + " is not the job's (it holds " +
-                        GpuIndexes(NodeAlloc(*job, w.alloc.node, w.rank)) + ")";
-              }
+              if (!why.empty() || !seen.insert(w.alloc.node.v).second) continue;
+              const core::WorkerAlloc held = NodeAlloc(*job, w.alloc.node, w.rank);
+              auto lacks = std::find_if(b->map.begin(), b->map.end(),
+                                        [&](int gpu) { return !(held.gpu_mask >> gpu & 1u); });
+              if (lacks != b->map.end())
+                why = "--gpu-bind=" + s.gpu_bind + ": GPU " + std::to_string(*lacks) + " of node " +
+                      cluster_.node(w.alloc.node).name + " is not the job's (it holds " +
+                      GpuIndexes(held) + ")";
             }
           }
           if (!why.empty()) return Reply::Error(Code::kUnprocessable, why);

@@ -247,8 +247,7 @@ std::string TasksPerNode(const std::vector<int>& counts) {
 std::string DistributionProblem(std::string_view value) {
   const std::string_view nodes = value.substr(0, value.find_first_of(":,"));
   if (nodes == "block" || nodes == "cyclic" || nodes == "*") return "";
-  return "--distribution=" + std::string(value) +
-         ": tasks are laid out over the nodes block by block or cyclic only (" +
+  return "tasks are laid out over the nodes block by block or cyclic only (" +
          (nodes.rfind("plane", 0) == 0 || nodes == "arbitrary"
               ? std::string(nodes) + " is not done"
               : "no \"" + std::string(nodes) + "\"") +

@@ -54,9 +54,9 @@ std::optional<std::vector<std::string>> ExpandHostList(std::string_view list);
 std::string TasksPerNode(const std::vector<int>& counts);
 
 // Why Gantry cannot honour sbatch's or srun's -m/--distribution=NODES[:SOCKETS[:CORES]][,Pack]
-// ("" when it can): tasks go over the nodes block by block or cyclic (round-robin), as
-// Slurm's; the levels within a node are CPU binding, which Gantry does not do, so any is
-// accepted there; plane and arbitrary are refused.
+// (the reason alone, for the caller to put after the option; "" when it can): tasks go over the
+// nodes block by block or cyclic (round-robin), as Slurm's; the levels within a node are CPU
+// binding, which Gantry does not do, so any is accepted there; plane and arbitrary are refused.
 std::string DistributionProblem(std::string_view value);
 // Whether it lays tasks out over the nodes round-robin (cyclic).
 bool DistributionCyclic(std::string_view value);

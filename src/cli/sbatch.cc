@@ -332,6 +332,25 @@ class Parser {
   // What Slurm's sbatch sets from its options in the job's environment, only where they
   // were given (gantryd sets the rest): SLURM_NTASKS, SLURM_CPUS_PER_TASK, ...
   std::map<std::string, std::string> given_env_;
+  // Slurm tasks each worker stands for: 1, or a node's tasks (WholeNodes).
+  long long tasks_per_worker_ = 1;
+
+  // A node's GPUs that do not divide over its tasks (-n 2 --gres=gpu:1, 4 tasks a node
+  // sharing 2 GPUs): one worker on each node, holding the node's GPUs and standing for its
+  // tasks (the spec's tasks_per_worker); srun runs the tasks, each seeing the node's GPUs
+  // as under Slurm. The shape written so far becomes one of nodes. Returns GPUs a worker.
+  long long WholeNodes(json& s, long long gpus_per_node, long long nodes, long long per_node) {
+    tasks_per_worker_ = per_node;
+    s["replicas"] = nodes;
+    if (per_node > 1) s["tasks_per_worker"] = per_node;
+    s.erase("fewest_nodes");
+    s.erase("topology");
+    s.erase("workers_per_node");
+    if (nodes > 1) s["workers_per_node"] = 1;  // distinct nodes
+    if (s.contains("min_replicas"))
+      s["min_replicas"] = s["min_replicas"].get<long long>() / per_node;
+    return gpus_per_node;
+  }
 
   void Error(const std::string& where, const std::string& option, const std::string& message) {
     errors_.push_back(where + ": " + option + ": " + message);
@@ -590,27 +609,25 @@ class Parser {
       if (way == "gpus-per-task") {
         gpus = n;
       } else if (way == "gpus") {  // the job's total
-        if (n % replicas != 0) {
-          Error(v.where, "--gpus",
-                std::to_string(n) + " GPUs cannot be split evenly over " +
-                    std::to_string(replicas) +
-                    " tasks: Gantry's workers are identical (use --gpus-per-task)");
-          return;
+        if (n % replicas == 0) {
+          gpus = n / replicas;
+        } else {  // over the nodes (-N, else one), the node's tasks sharing its GPUs
+          if (!nodes) nodes = 1, per_node = replicas;
+          if (n % *nodes != 0) {
+            Error(v.where, "--gpus",
+                  std::to_string(n) + " GPUs cannot be split evenly over " +
+                      std::to_string(*nodes) + " nodes (use --gpus-per-node or --gres)");
+            return;
+          }
+          gpus = WholeNodes(s, n / *nodes, *nodes, *per_node);
         }
-        gpus = n / replicas;
       } else {  // per node
         if (!per_node) {
           Error(v.where, "--" + way,
                 "GPUs per node need --ntasks-per-node or --nodes (what a worker gets)");
           return;
         }
-        if (n % *per_node != 0) {
-          Error(v.where, "--" + way,
-                std::to_string(n) + " GPUs per node cannot be split evenly over " +
-                    std::to_string(*per_node) + " tasks per node");
-          return;
-        }
-        gpus = n / *per_node;
+        gpus = n % *per_node == 0 ? n / *per_node : WholeNodes(s, n, nodes.value_or(1), *per_node);
       }
       if (gpus > 0) {
         s["gpus"] = gpus;
@@ -625,8 +642,9 @@ class Parser {
     if (auto v = Get("cpus-per-task")) {
       cpus = Count(*v, "--cpus-per-task");
       if (cpus) {
-        s["cpus"] = *cpus;
         given_env_["SLURM_CPUS_PER_TASK"] = std::to_string(*cpus);
+        *cpus *= tasks_per_worker_;  // a worker's: its tasks'
+        s["cpus"] = *cpus;
       }
     }
     if (auto v = Get("cpus-per-gpu")) {  // per GPU: a task's are its GPUs' CPUs
@@ -669,7 +687,7 @@ class Parser {
               "memory per node needs --ntasks-per-node or --nodes (what a worker gets)");
         return;
       }
-      per_worker = static_cast<double>(*mib) / static_cast<double>(*per_node);
+      per_worker = static_cast<double>(*mib) / static_cast<double>(*per_node / tasks_per_worker_);
     } else if (way == "mem-per-cpu") {
       if (!cpus) {
         Error(v.where, "--mem-per-cpu", "needs --cpus-per-task (what a worker gets)");

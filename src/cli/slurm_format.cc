@@ -415,6 +415,7 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   const double gpus = Num(job, "gpus");
   // An elastic job's tasks are its size now (a pending one's: its most).
   const double replicas = Num(job, "size", Num(job, "replicas", 1));
+  const double per_worker = Num(job, "tasks_per_worker", 1);  // tasks a worker stands for
   const std::string own = NumberOf(job).empty() ? id : NumberOf(job) + StepSuffix(job);
   if (field == "jobarrayid") return id;
   if (field == "jobid") return own;
@@ -444,11 +445,11 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
     return SlurmDuration(Num(job, "time_limit_s") - run);
   }
   if (field == "numnodes") return nodes.empty() ? "-" : std::to_string(nodes.size());
-  if (field == "numtasks") return Int(replicas);
+  if (field == "numtasks") return Int(replicas * per_worker);
   if (field == "numcpus")
     return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus")) * replicas) : "-";
   if (field == "cpus-per-task")
-    return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus"))) : "-";
+    return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus") / per_worker)) : "-";
   if (field == "reasonlist") return placed ? spec::HostList(nodes) : "(" + SlurmReason(job) + ")";
   if (field == "reason") return SlurmReason(job);
   if (field == "reasontext") {

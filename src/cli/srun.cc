@@ -776,8 +776,8 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
             << " ExitCode=" << j.value("exit_code", 0) << ":0"
             << "\n   NodeList=" << (nodes.empty() ? "(null)" : spec::HostList(nodes))
-            << "\n   NumNodes=" << nodes.size()
-            << " NumTasks=" << j.value("workers", json::array()).size()
+            << "\n   NumNodes=" << nodes.size() << " NumTasks="
+            << j.value("workers", json::array()).size() * j.value("tasks_per_worker", 1)
             << "\n   WorkDir=" << j.value("workdir", "") << "\n";
   return 0;
 }

@@ -75,7 +75,8 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   std::vector<int> per_node(nodes.size(), 0);
   for (const Worker& x : job.workers) {
     const std::string& n = cluster_.node(x.alloc.node).name;
-    ++per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())];
+    per_node[static_cast<size_t>(std::find(nodes.begin(), nodes.end(), n) - nodes.begin())] +=
+        job.spec.tasks_per_worker;
   }
   const core::Node& node = cluster_.node(w.alloc.node);
   // A MIG instance or a share counts 1.
@@ -151,7 +152,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   }
   // An elastic batch job (-N MIN-MAX): sbatch's task count is its most; this run's is its size.
   if (job.batch() && job.spec.elastic() && env.contains("SLURM_NTASKS"))
-    env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = std::to_string(job.workers.size());
+    env["SLURM_NTASKS"] = env["SLURM_NPROCS"] = std::to_string(job.tasks());
 }
 
 proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {

@@ -581,6 +581,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
             {"requeues", job.requeues},
             {"nodes", nodes},
             {"progress_s", static_cast<double>(job.progress) / 1000.0}};
+  if (job.spec.tasks_per_worker > 1) j["tasks_per_worker"] = job.spec.tasks_per_worker;
   j["start"] = job.first_start >= 0 ? json(UnixSeconds(job.first_start)) : json(nullptr);
   j["end"] = job.end_time >= 0 ? json(UnixSeconds(job.end_time)) : json(nullptr);
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {

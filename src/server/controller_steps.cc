@@ -202,8 +202,7 @@ std::string Controller::OwnGpus(const Job& job, Step& s, int per_node, int total
       int64_t tasks = s.ntasks;
       if (auto it = s.env.find("SLURM_NTASKS"); tasks == 0 && it != s.env.end())
         tasks = std::max(0, std::atoi(it->second.c_str()));
-      if (tasks == 0)
-        tasks = s.per_node > 0 ? have * s.per_node : static_cast<int64_t>(job.workers.size());
+      if (tasks == 0) tasks = s.per_node > 0 ? have * s.per_node : job.tasks();
       nodes =
           static_cast<int>(s.per_node > 0 ? std::min(have, (tasks + s.per_node - 1) / s.per_node)
                                           : std::min(have, tasks));
@@ -266,7 +265,9 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   }
   // What running steps hold: the slots of their tasks that run, and the GPUs of those of
   // their own GPUs (until they end), which are then busy for a step of the job's GPUs.
-  std::vector<char> busy(job.workers.size(), 0);
+  // A slot (worker) stands for the job's tasks_per_worker tasks: how many of them run.
+  const int tpw = job.spec.tasks_per_worker;
+  std::vector<int> busy(job.workers.size(), 0);
   std::map<uint32_t, uint64_t> held;  // node -> GPUs that steps of their own GPUs hold
   for (const Step& o : job.steps) {
     if (&o == &s || o.state != Step::State::kRunning || o.overlap) continue;
@@ -275,18 +276,18 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
       if (o.own_gpus > 0 && static_cast<size_t>(t.node) < o.gpu_masks.size())
         held[a.node.v] |= o.gpu_masks[static_cast<size_t>(t.node)];
       else if (!t.exited)
-        busy[static_cast<size_t>(t.slot)] = 1;
+        busy[static_cast<size_t>(t.slot)] = std::min(tpw, busy[static_cast<size_t>(t.slot)] + 1);
     }
   }
   for (const Worker& w : job.workers) {
     if (s.own_gpus == 0 && (held[w.alloc.node.v] & w.alloc.gpu_mask) != 0)
-      busy[static_cast<size_t>(w.rank)] = 1;
+      busy[static_cast<size_t>(w.rank)] = tpw;
   }
   std::map<uint32_t, uint64_t> free_gpus;  // node -> the job's GPUs a step of its own may take
   for (NodeSlots& x : all) {
     for (int r : x.slots) {
       const core::WorkerAlloc& a = job.workers[static_cast<size_t>(r)].alloc;
-      if (s.overlap || !busy[static_cast<size_t>(r)]) {
+      if (s.overlap || busy[static_cast<size_t>(r)] < tpw) {
         x.free.push_back(r);
         free_gpus[x.id.v] |= a.gpu_mask;
       }
@@ -316,9 +317,9 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
       const size_t first = all.front().slots.size();
       const bool uniform = std::all_of(all.begin(), all.end(),
                                        [&](const NodeSlots& x) { return x.slots.size() == first; });
-      k = n * (uniform ? static_cast<int>(first) : 1);
+      k = n * (uniform ? static_cast<int>(first) * tpw : 1);
     } else {
-      k = static_cast<int>(job.workers.size());
+      k = static_cast<int>(job.tasks());
     }
   }
   if (per_node > 0 && ntasks > 0 && nodes > 0 && ntasks > nodes * per_node) {
@@ -338,10 +339,13 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   // without --overcommit; with some slots busy, the free slots' share of those CPUs.
   const int cpt = std::max(1, s.cpus_per_task);
   auto cap = [&](const NodeSlots& x, bool free_only) {
-    const int64_t slots = static_cast<int64_t>(x.slots.size());
+    const int64_t slots = static_cast<int64_t>(x.slots.size()) * tpw;  // tasks it stands for
     const int64_t cpus = std::max(slots, x.cpus_milli / 1000);
-    const int64_t share =
-        free_only && s.own_gpus == 0 ? static_cast<int64_t>(x.free.size()) : slots;
+    int64_t share = slots;
+    if (free_only && s.own_gpus == 0 && !s.overlap) {
+      share = 0;
+      for (int r : x.slots) share += tpw - busy[static_cast<size_t>(r)];
+    }
     return static_cast<int>(cpus * share / std::max<int64_t>(1, slots) / cpt);
   };
   // Could it ever fit (all slots free)? Else it is refused, not kept waiting.

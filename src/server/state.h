@@ -215,6 +215,8 @@ struct Job {
   std::vector<Step> steps;
   std::vector<std::string> run_token_hashes;
   bool batch() const { return !spec.script.empty(); }
+  // Slurm's tasks: a worker each, or tasks_per_worker each (a batch job's whole-node workers).
+  int64_t tasks() const { return static_cast<int64_t>(workers.size()) * spec.tasks_per_worker; }
 
   StopKind stop = StopKind::kNone;
   Ticks signaled_at = -1;

@@ -153,7 +153,8 @@ class JobDecoder {
                                                                  "signal",
                                                                  "image",
                                                                  "exclusive",
-                                                                 "open_mode"};
+                                                                 "open_mode",
+                                                                 "tasks_per_worker"};
     const std::initializer_list<std::string_view> trace_fields = {"id",
                                                                   "queue",
                                                                   "tier",
@@ -388,6 +389,16 @@ class JobDecoder {
       }
     }
     if (auto m = f.Choice("open_mode", {"truncate", "append"})) job.append_output = *m == "append";
+    if (auto t = f.Integer("tasks_per_worker", 1, kMaxReplicas)) {
+      if (!f.has("script")) {
+        f.Report("tasks_per_worker", "is a batch job's (srun runs the tasks): needs a script");
+      } else if (*t * job.replicas > kMaxReplicas) {
+        f.Report("tasks_per_worker", "times replicas is above " + std::to_string(kMaxReplicas) +
+                                         " tasks, got " + std::to_string(*t * job.replicas));
+      } else {
+        job.tasks_per_worker = static_cast<int>(*t);
+      }
+    }
     if (auto s = f.String("signal")) {
       const bool batch = s->rfind("B:", 0) == 0;  // sbatch --signal=B:SIG
       const int sig = SignalNumber(batch ? s->substr(2) : *s);

@@ -387,6 +387,49 @@ TEST(Sbatch, ANodeRangeIsAnElasticJob) {
   EXPECT_EQ(same.spec["replicas"], 2);
 }
 
+// GPUs that do not divide over a node's tasks: one worker a node holds the node's GPUs,
+// CPUs and memory, standing for its tasks, which srun runs (all seeing those GPUs, as
+// under Slurm).
+TEST(Sbatch, GpusThatDoNotDivideOverTheTasksAreTheNodesTasksToShare) {
+  SbatchJob one = Parse(
+      "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --gres=gpu:1\n#SBATCH -c 3\n"
+      "#SBATCH --mem-per-cpu=1G\n");
+  ASSERT_TRUE(one.errors.empty()) << Errors(one);
+  EXPECT_EQ(one.spec["replicas"], 1);
+  EXPECT_EQ(one.spec["tasks_per_worker"], 2);
+  EXPECT_EQ(one.spec["gpus"], 1);
+  EXPECT_EQ(one.spec["cpus"], 6);
+  EXPECT_NEAR(one.spec["memory_gb"].get<double>(), 6 * 1.073741824, 1e-6);  // 6 GiB
+  EXPECT_FALSE(one.spec.contains("fewest_nodes"));
+  EXPECT_FALSE(one.spec.contains("workers_per_node"));
+  EXPECT_EQ(one.spec["env"]["SLURM_NTASKS"], "2");
+  EXPECT_EQ(one.spec["env"]["SLURM_CPUS_PER_TASK"], "3");
+
+  SbatchJob two = Parse(
+      "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node=4\n#SBATCH --gres=gpu:2\n"
+      "#SBATCH --mem=64G\n");
+  ASSERT_TRUE(two.errors.empty()) << Errors(two);
+  EXPECT_EQ(two.spec["replicas"], 2);
+  EXPECT_EQ(two.spec["tasks_per_worker"], 4);
+  EXPECT_EQ(two.spec["workers_per_node"], 1);
+  EXPECT_EQ(two.spec["gpus"], 2);
+  EXPECT_NEAR(two.spec["memory_gb"].get<double>(), 64 * 1.073741824, 1e-6);
+  EXPECT_EQ(two.spec["env"]["SLURM_NTASKS"], "8");
+  EXPECT_EQ(two.spec["env"]["SLURM_NTASKS_PER_NODE"], "4");
+
+  SbatchJob total = Parse("#!/bin/sh\n#SBATCH -n 4\n#SBATCH --gpus=3\n");  // -n alone: one node
+  ASSERT_TRUE(total.errors.empty()) << Errors(total);
+  EXPECT_EQ(total.spec["replicas"], 1);
+  EXPECT_EQ(total.spec["tasks_per_worker"], 4);
+  EXPECT_EQ(total.spec["gpus"], 3);
+
+  SbatchJob range = Parse("#!/bin/sh\n#SBATCH -N 1-3 --ntasks-per-node=3\n#SBATCH --gres=gpu:2\n");
+  ASSERT_TRUE(range.errors.empty()) << Errors(range);
+  EXPECT_EQ(range.spec["replicas"], 3);
+  EXPECT_EQ(range.spec["min_replicas"], 1);
+  EXPECT_EQ(range.spec["tasks_per_worker"], 3);
+}
+
 TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
   auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
   EXPECT_NE(error("-N 2-4 -n 8").find("--nodes: a range of nodes with --ntasks is not supported"),
@@ -395,17 +438,12 @@ TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
             std::string::npos);
   EXPECT_NE(error("-N 4-2").find("--nodes: the least node count is above the most"),
             std::string::npos);
-  EXPECT_NE(error("-G 3 -N 2").find("--gpus: 3 GPUs cannot be split evenly over 2 tasks"),
-            std::string::npos);
-  EXPECT_NE(error("--gres=gpu:3 --ntasks-per-node=2")
-                .find("cannot be split evenly over 2 tasks per node"),
+  EXPECT_NE(error("-G 3 -N 2").find("--gpus: 3 GPUs cannot be split evenly over 2 nodes"),
             std::string::npos);
   EXPECT_NE(error("--gres=gpu:2 -G 2").find("--gpus: give the GPUs one way"), std::string::npos);
   EXPECT_NE(error("-n 5 -N 2").find("--ntasks: 5 tasks cannot be spread evenly over 2 nodes"),
             std::string::npos);
   EXPECT_NE(error("-n 6 -N 2 --ntasks-per-node=2").find("is not --nodes x --ntasks-per-node"),
-            std::string::npos);
-  EXPECT_NE(error("-n 4 --gpus=3").find("3 GPUs cannot be split evenly over 4 tasks"),
             std::string::npos);
   EXPECT_NE(
       error("--time=1 --signal=USR1@60").find("--signal: the signal comes 60 s before the limit"),
@@ -610,6 +648,21 @@ TEST(SbatchSpec, APoolRestrictsPlacementAndTheBatchFieldsAreChecked) {
         "stdout: unknown field %Q", "signal: unknown signal \"USR9\""}) {
     EXPECT_NE(text.find(want), std::string::npos) << want << " not in:\n" << text;
   }
+  spec::Diagnostics tasks;
+  EXPECT_FALSE(spec::ParseJobJson(R"({"tasks_per_worker": 2, "command": ["x"]})", "job.json",
+                                  *config, tasks));
+  EXPECT_NE(tasks.ToString().find("tasks_per_worker: is a batch job's (srun runs the tasks): "
+                                  "needs a script"),
+            std::string::npos)
+      << tasks.ToString();
+  spec::Diagnostics many;
+  EXPECT_FALSE(spec::ParseJobJson(
+      R"({"replicas": 1000, "tasks_per_worker": 1000, "script": "#!/bin/sh\n", "command": ["x"]})",
+      "job.json", *config, many));
+  EXPECT_NE(many.ToString().find("tasks_per_worker: times replicas is above 100000 tasks, got "
+                                 "1000000"),
+            std::string::npos)
+      << many.ToString();
 }
 
 // sbatch --exclusive: a job that asks for all of a node's GPUs takes its CPUs and memory

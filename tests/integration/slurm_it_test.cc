@@ -1291,6 +1291,93 @@ srun -n1 --gres=gpu:0 true 2> none.err; echo "$?" > none.rc
   EXPECT_EQ(Trim(h.Read("work/none.rc")), "2") << h.Read("work/none.err");
 }
 
+// GPUs that do not divide over a node's tasks (MPI scripts: `-N 2 --ntasks-per-node=4
+// --gres=gpu:2`, `-n 2 --gres=gpu:1`) were refused: the job is now one worker a node,
+// holding the node's GPUs and standing for its tasks, and srun runs the tasks there, all of
+// a node's seeing its GPUs, with Slurm's task counts (bench/slurm_scripts/gpus_shared.sbatch
+// compares them with Slurm's). Steps of fewer tasks run side by side in the node's tasks.
+TEST(Slurm, GpusThatDoNotDivideOverANodesTasksAreSharedByThem) {
+  Harness h("slurm-shared-gpus");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("mpi.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -p h100
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=4
+#SBATCH --gres=gpu:2
+#SBATCH -t 1
+echo "$SLURM_NTASKS $SLURM_TASKS_PER_NODE $SLURM_NTASKS_PER_NODE $SLURM_GPUS_ON_NODE" > job.txt
+srun bash -c 'echo "$SLURM_PROCID $SLURM_LOCALID $SLURM_NODEID $SLURMD_NODENAME $SLURM_JOB_GPUS"' > tasks.txt
+scontrol show job "$SLURM_JOB_ID" > show.txt
+)SH");
+  h.Write("pair.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -n 2
+#SBATCH --gres=gpu:1
+#SBATCH -t 1
+for i in 0 1; do
+  srun -n1 bash -c 'echo "$SLURM_JOB_GPUS $(date +%s.%N)" > "p-$SLURM_STEP_ID.start"; sleep 2; date +%s.%N > "p-$SLURM_STEP_ID.end"' &
+done
+wait
+srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
+)SH");
+  RunResult a = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("mpi.sh")}, h.token("ann"));
+  ASSERT_EQ(a.rc, 0) << a.err;
+  const std::string mpi = JobIdOf(a.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {mpi}); }, 40)) << h.Job(mpi).dump();
+  EXPECT_EQ(h.Job(mpi)["state"], "finished") << h.Job(mpi).dump();
+  EXPECT_EQ(h.Job(mpi)["workers"].size(), 2u) << "one worker a node";
+  EXPECT_EQ(Trim(h.Read("work/job.txt")), "8 4(x2) 4 2");
+  EXPECT_NE(h.Read("work/show.txt").find("NumNodes=2 NumTasks=8"), std::string::npos)
+      << h.Read("work/show.txt");
+  // Eight tasks, four a node on two nodes, each node's tasks seeing its two GPUs.
+  std::map<std::string, std::set<std::string>> gpus_seen;  // node -> SLURM_JOB_GPUS
+  std::map<std::string, std::set<int>> locals;
+  std::set<int> ranks;
+  std::istringstream in(h.Read("work/tasks.txt"));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream f(line);
+    int rank = -1, local = -1, node_id = -1;
+    std::string node, gpus;
+    f >> rank >> local >> node_id >> node >> gpus;
+    ranks.insert(rank);
+    locals[node].insert(local);
+    gpus_seen[node].insert(gpus);
+    EXPECT_EQ(std::count(gpus.begin(), gpus.end(), ','), 1) << line;
+    EXPECT_EQ(rank / 4, node_id) << line << ": block distribution";
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3, 4, 5, 6, 7})) << h.Read("work/tasks.txt");
+  ASSERT_EQ(locals.size(), 2u) << h.Read("work/tasks.txt");
+  for (const auto& [node, l] : locals) {
+    EXPECT_EQ(l, (std::set<int>{0, 1, 2, 3})) << node;
+    EXPECT_EQ(gpus_seen[node].size(), 1u) << node << ": its tasks see the same GPUs";
+  }
+
+  RunResult b = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("pair.sh")}, h.token("ann"));
+  ASSERT_EQ(b.rc, 0) << b.err;
+  const std::string pair = JobIdOf(b.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {pair}); }, 40)) << h.Job(pair).dump();
+  EXPECT_EQ(h.Job(pair)["state"], "finished") << h.Job(pair).dump();
+  // The two one-task steps ran at once, in the job's two tasks, on its one GPU.
+  std::vector<double> starts, ends;
+  std::set<std::string> step_gpus;
+  for (int step = 0; step < 2; ++step) {
+    std::istringstream f(h.Read("work/p-" + std::to_string(step) + ".start"));
+    std::string gpus;
+    double start = 0;
+    f >> gpus >> start;
+    step_gpus.insert(gpus);
+    starts.push_back(start);
+    ends.push_back(std::stod(h.Read("work/p-" + std::to_string(step) + ".end")));
+  }
+  EXPECT_LT(std::max(starts[0], starts[1]), std::min(ends[0], ends[1])) << "side by side";
+  ASSERT_EQ(step_gpus.size(), 1u);
+  const std::string gpu = *step_gpus.begin();
+  EXPECT_EQ(h.Read("work/both.txt"), "0 " + gpu + "\n1 " + gpu + "\n");
+}
+
 // srun --gpu-bind (found in many HPC scripts as `srun --gpu-bind=closest`): single:N,
 // per_task:N and map_gpu:LIST give each task its GPUs by its local id, as Slurm 22.05;
 // closest leaves each task all the step's GPUs on its node (tasks are not bound to CPUs,

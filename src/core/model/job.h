@@ -112,6 +112,9 @@ struct JobSpec {
   // A batch job's `signal: B:USR1` (sbatch --signal=B:USR1): the signal goes to the batch
   // script only; without B: to its steps only, as Slurm sends it.
   bool signal_batch = false;
+  // A batch job's Slurm tasks per worker (sbatch, when a node's GPUs do not divide over its
+  // tasks: one worker a node holds them, srun runs its tasks there): 1 otherwise.
+  int tasks_per_worker = 1;
   // Server mode: idle reclamation leaves the job alone, for this reason (its queue must
   // allow it: allow_keep_when_idle), e.g. a serving job that idles at night.
   std::string keep_when_idle;

@@ -175,11 +175,32 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
       .env = spec.env,
       .workdir = spec.workdir,
       .mounts = {},
+      .binds = {},
+      .inside_workdir = d.container_workdir,
       .devices = {},
       .memory_bytes = w.memory_bytes,
       .cpus_milli = d.limits.cpus_milli,
       .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
   if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
+  // srun --container-mounts and the user's home (pyxis' options), where the job's user can
+  // reach them on this node: a root podman binds anything, the user may not see anything.
+  std::vector<std::string> sources;
+  for (const proto::DesiredWorker::Mount& m : d.mounts) {
+    for (const std::string* p : {&m.source, &m.target}) {
+      if (p->empty() || p->front() != '/' || p->find_first_of(":,") != std::string::npos)
+        return "mount " + m.source + ":" + m.target + ": absolute paths without ':' or ','";
+    }
+    c.binds.push_back({m.source, m.target, m.read_only});
+    sources.push_back(m.source);
+  }
+  if (Status reachable = Reachable(spec, sources); !reachable) return reachable.error().ToString();
+  if (d.mount_home) {  // its home as this node's passwd says (or the job's HOME), if it has one
+    for (const auto& [k, v] : spec.env) {
+      if (k == "HOME" && !v.empty() && v.front() == '/' &&
+          v.find_first_of(":,") == std::string::npos && Reachable(spec, {v}))
+        c.binds.push_back({v, v, false});
+    }
+  }
   if (gpus_->Describe().rfind("emulated", 0) != 0) {  // emulated GPUs have no devices
     std::vector<std::string> uuids, nodes;
     std::string uuid;
@@ -197,6 +218,10 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
   // Mounted as it is: made first as Launch would (as the job's user, unless it is ours).
   std::string problem;
   if (Status made = MakeWorkdir(spec); !made) problem = made.error().ToString();
+  // One that exists, below a directory the user may not enter (/root/public), would be
+  // given to it by podman's mount (as mounts above).
+  if (Status reachable = Reachable(spec, {spec.workdir}); problem.empty() && !reachable)
+    problem = "workdir " + reachable.error().ToString();
   w.container = c.name;
   spec.argv = ContainerArgv(options_.container, c);
   spec.files_as_user = spec.as_user;  // podman runs as us; -o/-e are opened as the user

@@ -88,9 +88,12 @@ std::vector<std::string> ContainerArgv(const ContainerRuntime& rt, const Contain
                      "gantry.job=" + s.job, "--network", "host", "--ipc", "host"});
   if (rt.init) a.push_back("--init");
   if (!s.user.empty()) a.insert(a.end(), {"--user", s.user});
-  if (!s.workdir.empty())
-    a.insert(a.end(), {"--volume", s.workdir + ":" + s.workdir, "--workdir", s.workdir});
+  if (!s.workdir.empty()) a.insert(a.end(), {"--volume", s.workdir + ":" + s.workdir});
+  if (!s.inside_workdir.empty() || !s.workdir.empty())
+    a.insert(a.end(), {"--workdir", s.inside_workdir.empty() ? s.workdir : s.inside_workdir});
   for (const std::string& m : s.mounts) a.insert(a.end(), {"--volume", m + ":" + m + ":ro"});
+  for (const ContainerSpec::Bind& b : s.binds)
+    a.insert(a.end(), {"--volume", b.source + ":" + b.target + (b.read_only ? ":ro" : "")});
   for (const std::string& d : s.devices) a.insert(a.end(), {"--device", d});
   if (s.memory_bytes > 0) a.insert(a.end(), {"--memory", std::to_string(s.memory_bytes) + "b"});
   if (s.cpus_milli > 0) {

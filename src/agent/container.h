@@ -39,6 +39,14 @@ struct ContainerSpec {
   std::string workdir;  // mounted at the same path and the working directory
   std::vector<std::string>
       mounts;  // more host paths at the same path, read-only (the batch script)
+  // More host paths where the job asked (srun --container-mounts, the user's home), and
+  // the working directory inside when the job named one (else `workdir`).
+  struct Bind {
+    std::string source, target;
+    bool read_only = false;
+  };
+  std::vector<Bind> binds;
+  std::string inside_workdir;
   std::vector<std::string> devices;  // --device arguments (ContainerGpuDevices)
   int64_t memory_bytes = 0;          // 0: no limit
   int64_t cpus_milli = 0;            // 0: no limit

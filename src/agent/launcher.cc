@@ -154,6 +154,59 @@ Status MakeWorkdir(const LaunchSpec& spec) {
                                              : std::strerror(code))};
 }
 
+Status Reachable(const LaunchSpec& spec, const std::vector<std::string>& paths) {
+  if (paths.empty()) return Ok{};
+  auto unreachable = [&](size_t i, int err) {
+    return Error{"mount", paths[i] + ": not reachable as uid " +
+                              std::to_string(spec.as_user ? spec.uid : ::getuid()) + ": " +
+                              std::strerror(err)};
+  };
+  if (!spec.as_user) {
+    for (size_t i = 0; i < paths.size(); ++i) {
+      if (::access(paths[i].c_str(), F_OK) != 0) return unreachable(i, errno);
+    }
+    return Ok{};
+  }
+  // As the user, in a child (after fork only async-signal-safe calls): exits 0, or with
+  // the index of the first path it cannot reach (1-based, at most 100) and errno apart.
+  int pipe_fds[2];
+  if (::pipe2(pipe_fds, O_CLOEXEC) != 0)
+    return Error{"mount", std::string("pipe: ") + std::strerror(errno)};
+  const size_t n = std::min<size_t>(paths.size(), 100);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(pipe_fds[0]);
+    ::close(pipe_fds[1]);
+    return Error{"mount", std::string("fork: ") + std::strerror(err)};
+  }
+  if (pid == 0) {
+    ::close(pipe_fds[0]);
+    if (!BecomeUser(spec)) ::_exit(200);
+    for (size_t i = 0; i < n; ++i) {
+      if (::access(paths[i].c_str(), F_OK) != 0) {
+        const int err = errno;
+        [[maybe_unused]] const ssize_t w = ::write(pipe_fds[1], &err, sizeof err);
+        ::_exit(static_cast<int>(i + 1));
+      }
+    }
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  int err = 0;
+  const ssize_t got = ::read(pipe_fds[0], &err, sizeof err);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 255;
+  if (code == 0) return paths.size() > n ? Reachable(spec, {paths.begin() + n, paths.end()}) : Ok{};
+  if (code >= 1 && code <= static_cast<int>(n))
+    return unreachable(static_cast<size_t>(code - 1), got == sizeof err ? err : EACCES);
+  return Error{"mount", std::string("cannot check the mounts as uid ") + std::to_string(spec.uid) +
+                            ": " + (code == 200 ? "cannot become that user" : "killed")};
+}
+
 Result<pid_t> Launch(const LaunchSpec& spec) {
   if (spec.argv.empty()) return Error{"command", "empty command"};
   if (Status made = MakeWorkdir(spec); !made) return made.error();

@@ -71,6 +71,12 @@ struct LaunchSpec {
 // Call from the thread that reaps the agent's children (it waits for its own child).
 Status MakeWorkdir(const LaunchSpec& spec);
 
+// Whether the worker's user (spec.as_user; else this process) can reach each of `paths`
+// (access F_OK, every directory above it searchable): what a root agent may bind into a
+// container for that user, who would otherwise see a path below a directory it may not
+// enter (/root/public). The first that it cannot reach is the error. Called as MakeWorkdir.
+Status Reachable(const LaunchSpec& spec, const std::vector<std::string>& paths);
+
 // Opens `path` read-only with the permissions of uid/gid/groups (this thread's file-system
 // identity only, put back before it returns), or -1 with errno: what the agent reads of a
 // file a job named (sbatch -o) must be what the job's user could read.

@@ -39,4 +39,31 @@ inline std::string ImageReferenceProblem(std::string_view image) {
   return "";
 }
 
+// An image as NVIDIA's pyxis (enroot) names it in `--container-image`, as podman names it:
+// `[docker://][REGISTRY#]IMAGE[:TAG]` (`nvcr.io#nvidia/pytorch:24.01-py3`). A reference
+// podman's way (`nvcr.io/nvidia/pytorch:24.01-py3`) comes back as it is, and a short name
+// (`ubuntu:22.04`) too: podman resolves it (the node's images, then registries.conf's
+// search registries) where enroot would take Docker Hub. Enroot's squashfs files and
+// `USER@REGISTRY` credentials have no podman equivalent: `*why` says so and "" comes back.
+inline std::string PyxisImage(std::string_view image, std::string* why) {
+  std::string_view rest = image;
+  if (rest.starts_with("docker://")) rest.remove_prefix(9);
+  if (rest.starts_with("/") || rest.starts_with("./") || rest.ends_with(".sqsh")) {
+    *why =
+        "an enroot squashfs file: podman runs images from a registry (or the node's image "
+        "store, localhost/NAME); give its registry reference";
+    return "";
+  }
+  const size_t hash = rest.find('#');
+  if (hash == std::string_view::npos) return std::string(rest);
+  const std::string_view registry = rest.substr(0, hash);
+  if (registry.find('@') != std::string_view::npos) {
+    *why =
+        "USER@REGISTRY: credentials in the image name are enroot's; give the registry alone "
+        "(the node's podman login holds credentials)";
+    return "";
+  }
+  return std::string(registry) + "/" + std::string(rest.substr(hash + 1));
+}
+
 }  // namespace gantry

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "base/image_reference.h"
 #include "spec/batch.h"
 
 namespace gantry::cli {
@@ -293,7 +294,15 @@ class Parser {
       s["workdir"] = ctx_.cwd;  // Slurm runs the script where sbatch was run
     }
     BuildEnv(s);
-    if (auto v = Get("container-image")) s["image"] = v->value;  // the job reader checks it
+    if (auto v = Get("container-image")) {  // pyxis' names too; the job reader checks it
+      std::string why;
+      const std::string image = PyxisImage(v->value, &why);
+      if (image.empty()) {
+        Error(v->where, "--container-image", why);
+      } else {
+        s["image"] = image;
+      }
+    }
     if (auto v = Get("open-mode")) {
       if (v->value != "append" && v->value != "truncate")
         Error(v->where, "--open-mode", "expected append or truncate, got \"" + v->value + "\"");

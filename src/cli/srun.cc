@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/image_reference.h"
 #include "cli/client_http.h"
 #include "cli/sbatch.h"
 #include "cli/slurm_format.h"
@@ -73,7 +74,18 @@ constexpr Opt kSrunOptions[] = {
     {"gpus", 'G', true},
     {"gpus-per-node", 0, true},
     {"distribution", 'm', true},
-    {"container-image", 0, true},
+    {"container-image", 0, true},  // NVIDIA's pyxis plugin's options: the step in an image
+    {"container-mounts", 0, true},
+    {"container-workdir", 0, true},
+    {"container-mount-home", 0, false},
+    {"no-container-mount-home", 0, false},
+    {"container-writable", 0, false},
+    {"container-readonly", 0, false},
+    {"container-name", 0, true},
+    {"container-save", 0, true},
+    {"container-remap-root", 0, false},
+    {"no-container-remap-root", 0, false},
+    {"container-env", 0, true},
     {"label", 'l', false},
     {"unbuffered", 'u', false},
     {"kill-on-bad-exit", 'K', false},
@@ -104,9 +116,63 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
     const std::string why = spec::DistributionProblem(value);
     return why.empty() ? "" : "--distribution=" + value + ": " + why;
   }
-  if (name == "container-image")
-    return "--container-image: steps run in the job's image (sbatch --container-image)";
+  if (name == "container-name" || name == "container-save")
+    return "--" + name + ": each step's container starts from its image and goes when it ends";
+  if (name == "container-readonly")
+    return "--container-readonly: a step's container is writable (its changes go with it)";
+  if (name == "container-remap-root")
+    return "--container-remap-root: a step's tasks run as the job's user inside the image";
   return "";
+}
+
+// Pyxis' --container-image, --container-mounts, --container-workdir and
+// --[no-]container-mount-home: the step's tasks run in the image through the node's podman
+// (as a job of sbatch --container-image runs), the mounts and the home (pyxis' default)
+// bound in, as the job's user; gantry-agent checks that the user may reach what is bound.
+// --container-env: every variable of the task is the container's already. 0, or a status.
+int StepContainer(const std::map<std::string, std::string>& given, json& body) {
+  auto refuse = [](const std::string& what) {
+    std::cerr << "srun: error: " << what << "\n";
+    return kExitBadInput;
+  };
+  if (!given.count("container-image")) {
+    for (const char* o : {"container-mounts", "container-workdir", "container-mount-home",
+                          "no-container-mount-home", "container-writable", "container-env"}) {
+      if (given.count(o)) return refuse(std::string("--") + o + " needs --container-image");
+    }
+    return 0;
+  }
+  std::string why;
+  const std::string image = PyxisImage(given.at("container-image"), &why);
+  if (image.empty()) return refuse("--container-image=" + given.at("container-image") + ": " + why);
+  body["image"] = image;
+  if (auto it = given.find("container-mounts"); it != given.end()) {
+    json mounts = json::array();
+    std::stringstream in(it->second);
+    for (std::string m; std::getline(in, m, ',');) {  // SRC[:DST[:FLAGS]], DST as SRC by default
+      std::vector<std::string> parts;
+      std::stringstream p(m);
+      for (std::string part; std::getline(p, part, ':');) parts.push_back(part);
+      if (parts.empty() || parts.size() > 3 || parts[0].empty() || parts[0][0] != '/' ||
+          (parts.size() > 1 && (parts[1].empty() || parts[1][0] != '/')))
+        return refuse("--container-mounts: " + m + ": expected /SRC[:/DST[:ro|rw]]");
+      const std::string flags = parts.size() > 2 ? parts[2] : "rw";
+      if (flags != "ro" && flags != "rw")
+        return refuse("--container-mounts: " + m + ": the flags honoured are ro and rw, got " +
+                      flags);
+      mounts.push_back({{"source", parts[0]},
+                        {"target", parts.size() > 1 ? parts[1] : parts[0]},
+                        {"read_only", flags == "ro"}});
+    }
+    body["container_mounts"] = std::move(mounts);
+  }
+  if (auto it = given.find("container-workdir"); it != given.end()) {
+    if (it->second.empty() || it->second[0] != '/')
+      return refuse("--container-workdir: expected an absolute path, got " + it->second);
+    body["container_workdir"] = it->second;
+  }
+  body["container_mount_home"] = !given.count("no-container-mount-home");
+  return 0;
 }
 
 std::string UnableToCreate(const std::string& job) {
@@ -463,6 +529,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   } else if (!Env("SLURM_GPU_BIND").empty()) {
     body["gpu_bind"] = Env("SLURM_GPU_BIND");
   }
+  if (int rc = StepContainer(given, body)) return rc;
   if (given.count("exclusive")) body["exclusive"] = true;
   // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
   if (given.count("time")) {

@@ -211,6 +211,8 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Opt("user", w.user)
       .Opt("script", w.script)
       .Opt("image", w.image)
+      .Opt("container_workdir", w.container_workdir)
+      .Opt("mount_home", w.mount_home)
       .Opt("signal", w.signal)
       .Opt("stdout", w.stdout_path)
       .Opt("stderr", w.stderr_path)
@@ -229,6 +231,16 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Nested("emulate",
               [&](const json& v, const std::string& p) {
                 ReadEmulate(v, p, error, w.emulate.emplace());
+              })
+      .Nested("mounts",
+              [&](const json& v, const std::string& p) {
+                ReadList(v, p, error, w.mounts,
+                         [&](const json& one, const std::string& q, DesiredWorker::Mount& m) {
+                           Reader(one, q, error)
+                               .Req("source", m.source)
+                               .Req("target", m.target)
+                               .Opt("read_only", m.read_only);
+                         });
               })
       .Nested("signals", [&](const json& v, const std::string& p) {
         ReadList(v, p, error, w.signals,
@@ -416,6 +428,14 @@ json Encode(const DesiredWorker& w) {
             {"limits", Encode(w.limits)}};
   if (!w.script.empty()) j["script"] = w.script;
   if (!w.image.empty()) j["image"] = w.image;
+  if (!w.mounts.empty()) {
+    json mounts = json::array();
+    for (const DesiredWorker::Mount& m : w.mounts)
+      mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+    j["mounts"] = std::move(mounts);
+  }
+  if (!w.container_workdir.empty()) j["container_workdir"] = w.container_workdir;
+  if (w.mount_home) j["mount_home"] = true;
   if (w.signal > 0) j["signal"] = w.signal;
   if (!w.stdout_path.empty()) j["stdout"] = w.stdout_path;
   if (!w.stderr_path.empty()) j["stderr"] = w.stderr_path;

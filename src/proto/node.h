@@ -158,7 +158,18 @@ struct DesiredWorker {
   // Absent when empty or 0:
   std::string script;  // `gantry sbatch`: the batch script the agent writes and runs
   std::string image;   // a container image: podman run in the foreground is the worker
-  int signal = 0;      // the first signal when stopped, instead of --preempt-signal
+  // Its container's more mounts (srun --container-mounts), its working directory inside
+  // (else `workdir`, which is mounted at its path), and the user's home mounted at its path
+  // ("mount_home", pyxis' default for steps).
+  struct Mount {
+    std::string source, target;
+    bool read_only = false;
+    bool operator==(const Mount&) const = default;
+  };
+  std::vector<Mount> mounts;
+  std::string container_workdir;
+  bool mount_home = false;
+  int signal = 0;  // the first signal when stopped, instead of --preempt-signal
   std::string stdout_path, stderr_path;  // "stdout", "stderr": expanded, relative to workdir
   bool append_output = false;            // "open_mode": "append": appended to, not truncated
   // "signal_to": "script": the first signal goes to the batch script's shell alone, not

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "base/image_reference.h"
 #include "server/controller.h"
 #include "server/controller_internal.h"
 #include "spec/batch.h"
@@ -23,6 +24,31 @@ namespace gantry::server {
 using nlohmann::json;
 
 namespace {
+
+// Why a step's container (srun --container-image, pyxis' options) cannot run, or "": a
+// plain registry image, and absolute paths without podman's separators (':' and ',').
+std::string StepContainerProblem(const Step& s) {
+  if (s.image.empty()) {
+    return s.mounts.empty() && s.container_workdir.empty()
+               ? ""
+               : "container_mounts and container_workdir need an image";
+  }
+  if (std::string why = ImageReferenceProblem(s.image); !why.empty())
+    return "image " + s.image + ": " + why;
+  auto plain = [](const std::string& p) {
+    return !p.empty() && p[0] == '/' && p.find_first_of(":,", 0) == std::string::npos &&
+           p.find('\0') == std::string::npos && p.size() <= 4096;
+  };
+  for (const proto::DesiredWorker::Mount& m : s.mounts) {
+    if (!plain(m.source) || !plain(m.target))
+      return "container_mounts: " + m.source + ":" + m.target +
+             ": absolute paths without ':' or ',' expected";
+  }
+  if (!s.container_workdir.empty() && !plain(s.container_workdir))
+    return "container_workdir: an absolute path without ':' or ',' expected, got " +
+           s.container_workdir;
+  return "";
+}
 
 // srun --gpu-bind=[verbose,]TYPE as Slurm 22.05 reads it: which of the step's GPUs on its
 // node a task sees, by its local id. Tasks are not bound to CPUs here, so every GPU is as
@@ -550,6 +576,13 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           s.overlap = body.value("overlap", false);
           s.exclusive = body.value("exclusive", false);
           s.cyclic = body.value("cyclic", false);
+          s.image = body.value("image", std::string());
+          for (const json& m : body.value("container_mounts", json::array())) {
+            s.mounts.push_back({m.at("source").get<std::string>(),
+                                m.at("target").get<std::string>(), m.value("read_only", false)});
+          }
+          s.container_workdir = body.value("container_workdir", std::string());
+          s.mount_home = body.value("container_mount_home", false);
           const double limit_s = body.value("time_limit_s", 0.0);
           if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
             return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");
@@ -565,6 +598,8 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
         if (!s.workdir.empty() && s.workdir.front() != '/')
           return Reply::Error(Code::kBadRequest, "step: workdir must be an absolute path");
         if (s.name.empty()) s.name = s.command[0].substr(s.command[0].rfind('/') + 1);
+        if (std::string why = StepContainerProblem(s); !why.empty())
+          return Reply::Error(Code::kBadRequest, "step: " + why);
         // --gpus-per-task: each task its slot's GPUs, which must be that many.
         if (gpus_per_task > 0) {
           const core::WorkerAlloc& a = job->workers.front().alloc;
@@ -899,7 +934,10 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   d.user = job.user;
   d.alloc = WireAlloc(alloc, cluster_);
   d.limits = NodeLimits(job, n);
-  d.image = job.spec.image;
+  d.image = s.image.empty() ? job.spec.image : s.image;
+  d.mounts = s.mounts;
+  d.container_workdir = s.container_workdir;
+  d.mount_home = s.mount_home;
   // --signal=B:SIG goes to the batch script only; without B: to the steps only. The one
   // left out gets SIGCONT (harmless) when the stop begins, SIGKILL at its end, as Slurm.
   d.signal = job.spec.stop_signal > 0 && job.spec.signal_batch ? SIGCONT : job.spec.stop_signal;

@@ -260,6 +260,22 @@ void Job::Note(Ticks t, std::string what) {
   history.push_back({t, std::move(what)});
 }
 
+namespace {
+
+// A step's container (srun --container-image), or null.
+json StepContainerJson(const Step& s) {
+  if (s.image.empty()) return nullptr;
+  json mounts = json::array();
+  for (const proto::DesiredWorker::Mount& m : s.mounts)
+    mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+  return {{"image", s.image},
+          {"mounts", std::move(mounts)},
+          {"workdir", s.container_workdir},
+          {"mount_home", s.mount_home}};
+}
+
+}  // namespace
+
 json JobToDoc(const Job& job, const core::Cluster& cluster) {
   json workers = json::array();
   for (const Worker& w : job.workers) {
@@ -352,6 +368,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"own_gpus", s.own_gpus},
                        {"gpu_masks", s.gpu_masks},
                        {"exclusive", s.exclusive},
+                       {"container", StepContainerJson(s)},
                        {"overlap", s.overlap},
                        {"cancelled", s.cancelled},
                        {"time_limit", s.time_limit},
@@ -467,6 +484,15 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.own_gpus = s.value("own_gpus", 0);
       step.gpu_masks = s.value("gpu_masks", std::vector<uint64_t>());
       step.exclusive = s.value("exclusive", false);
+      if (const json c = s.value("container", json()); c.is_object()) {
+        step.image = c.value("image", std::string());
+        for (const json& m : c.value("mounts", json::array())) {
+          step.mounts.push_back({m.at("source").get<std::string>(),
+                                 m.at("target").get<std::string>(), m.value("read_only", false)});
+        }
+        step.container_workdir = c.value("workdir", std::string());
+        step.mount_home = c.value("mount_home", false);
+      }
       step.overlap = s.value("overlap", false);
       step.cancelled = s.value("cancelled", false);
       step.time_limit = s.value("time_limit", Ticks{0});

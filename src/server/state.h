@@ -130,6 +130,13 @@ struct Step {
   int own_gpus = 0;
   std::vector<uint64_t> gpu_masks;
   bool exclusive = false;  // srun --exclusive: SLURM_CPUS_ON_NODE is the step's own CPUs
+  // srun --container-image and pyxis' other options: its tasks run in this image (empty:
+  // the job's, if any), with these mounts, this working directory inside, and the user's
+  // home mounted.
+  std::string image;
+  std::vector<proto::DesiredWorker::Mount> mounts;
+  std::string container_workdir;
+  bool mount_home = false;
   bool overlap = false;    // may share slots with running steps (--overlap)
   bool cancelled = false;  // srun was interrupted: its tasks are stopped
   // srun --time: past it (from its start) the step is cancelled as srun's interrupt

@@ -41,6 +41,8 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
                   .env = {{"CUDA_VISIBLE_DEVICES", "GPU-a"}, {"RANK", "1"}},
                   .workdir = "/home/ann/run",
                   .mounts = {"/var/lib/gantry-agent/scripts/7-2-1.sh"},
+                  .binds = {{"/data/sets", "/data", true}, {"/scratch/ann", "/scratch/ann", false}},
+                  .inside_workdir = "",
                   .devices = {"nvidia.com/gpu=GPU-a"},
                   .memory_bytes = 8'000'000'000,
                   .cpus_milli = 2500,
@@ -58,6 +60,9 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
   EXPECT_TRUE(
       Has(a, {"--volume",
               "/var/lib/gantry-agent/scripts/7-2-1.sh:/var/lib/gantry-agent/scripts/7-2-1.sh:ro"}));
+  // srun --container-mounts: where asked, read-only as asked.
+  EXPECT_TRUE(Has(a, {"--volume", "/data/sets:/data:ro"}));
+  EXPECT_TRUE(Has(a, {"--volume", "/scratch/ann:/scratch/ann"}));
   EXPECT_TRUE(Has(a, {"--device", "nvidia.com/gpu=GPU-a"}));
   EXPECT_TRUE(Has(a, {"--memory", "8000000000b"}));
   EXPECT_TRUE(Has(a, {"--cpus", "2.500"}));
@@ -69,6 +74,10 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
   EXPECT_EQ(ContainerRemoveArgv(rt, s.name),
             (std::vector<std::string>{"podman", "--runtime", "runc", "rm", "--force", "--ignore",
                                       "--time", "0", "gantry-h100-0-7-2-1"}));
+  // --container-workdir: the working directory inside; the job's own is still mounted.
+  s.inside_workdir = "/workspace";
+  const std::vector<std::string> inside = ContainerArgv(rt, s);
+  EXPECT_TRUE(Has(inside, {"--volume", "/home/ann/run:/home/ann/run", "--workdir", "/workspace"}));
   // Names podman refuses are made safe.
   EXPECT_EQ(ContainerName("rack 1/node:3", 1, 1, 0), "gantry-rack-1-node-3-1-1-0");
 }

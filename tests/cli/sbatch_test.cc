@@ -430,6 +430,24 @@ TEST(Sbatch, GpusThatDoNotDivideOverTheTasksAreTheNodesTasksToShare) {
   EXPECT_EQ(range.spec["tasks_per_worker"], 3);
 }
 
+// --container-image as pyxis names images (REGISTRY#IMAGE, docker://) is podman's
+// reference; an enroot squashfs file or credentials in the name are refused at the line.
+TEST(Sbatch, PyxisImageNamesArePodmans) {
+  auto image = [](const std::string& v) {
+    return Parse("#!/bin/sh\n#SBATCH --container-image=" + v + "\n");
+  };
+  EXPECT_EQ(image("nvcr.io#nvidia/pytorch:24.01-py3").spec["image"],
+            "nvcr.io/nvidia/pytorch:24.01-py3");
+  EXPECT_EQ(image("docker://nvcr.io#nvidia/nemo:24.05").spec["image"], "nvcr.io/nvidia/nemo:24.05");
+  EXPECT_EQ(image("docker.io/library/ubuntu:22.04").spec["image"],
+            "docker.io/library/ubuntu:22.04");
+  EXPECT_EQ(image("ubuntu:22.04").spec["image"], "ubuntu:22.04");
+  EXPECT_NE(Errors(image("/images/pytorch.sqsh")).find("an enroot squashfs file"),
+            std::string::npos);
+  EXPECT_NE(Errors(image("ann@nvcr.io#nvidia/pytorch:24.01-py3")).find("USER@REGISTRY"),
+            std::string::npos);
+}
+
 TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
   auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
   EXPECT_NE(error("-N 2-4 -n 8").find("--nodes: a range of nodes with --ntasks is not supported"),

@@ -186,6 +186,10 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   };
   auto state = [&](const std::string& id) { return h.Job(id).value("state", ""); };
   submit("escape", h.Path("rootonly/ssh"), "true");
+  // One that exists below a directory only root may enter: podman's mount would show it.
+  fs::create_directories(h.Path("rootonly/public"));
+  h.Write("rootonly/public/secret.txt", "root's secret\n");
+  submit("peek", h.Path("rootonly/public"), "cat secret.txt");
   // The job's variables go into the container, not to podman (which runs as root): a
   // CONTAINERS_CONF naming the user's own conmon must not have root run it.
   fs::create_directories(h.Path("shared/bin"));
@@ -225,6 +229,11 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
       std::string::npos)
       << h.Job("escape").dump();
   EXPECT_FALSE(fs::exists(h.Path("rootonly/ssh")));
+  ASSERT_TRUE(Harness::WaitFor([&] { return state("peek") == "failed"; }, 30))
+      << h.Job("peek").dump();
+  EXPECT_NE(h.Job("peek").value("reason", "").find("not reachable as uid 65534"), std::string::npos)
+      << h.Job("peek").dump();
+  EXPECT_EQ(h.Cli({"logs", "peek"}, h.token("nobody")).out.find("secret"), std::string::npos);
   EXPECT_EQ(h.Read("shared/uid.txt"), "65534\n");
   ASSERT_TRUE(Harness::WaitFor([&] { return state("conf") == "finished"; }, 60))
       << h.Job("conf").dump();
@@ -246,6 +255,83 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
       << h.Cli({"logs", clobber_id}, h.token("nobody")).out;
   EXPECT_EQ(h.Cli({"logs", clobber_id}, h.token("nobody")).out.find("root's own"),
             std::string::npos);
+}
+
+// NVIDIA's pyxis options on srun (`srun --container-image=nvcr.io#nvidia/pytorch:24.01-py3
+// --container-mounts=/data:/data:ro ...` in DGX-style batch scripts): the batch script
+// runs on the node, each step's tasks in the image through podman, as the job's user, with
+// the mounts (read-only where asked) and the working directory inside; a mount the user
+// could not reach on the node (below a directory only root may enter) is refused, and an
+// enroot squashfs file is refused saying what to give.
+TEST(Containers, SrunsPyxisOptionsRunAStepInItsImageWithItsMounts) {
+  if (::geteuid() != 0) GTEST_SKIP() << "running jobs as another user needs a root agent";
+  std::string why;
+  const std::string run = PodmanRun(&why);
+  if (run.empty()) GTEST_SKIP() << why;
+  Harness h("containers-pyxis");
+  h.Setup(kContainerCluster, {{"a", "research"}});
+  h.AddToken("nobody", {"--team", "a", "--queues", "research", "--user", "nobody"});
+  h.StartServer();
+  h.StartAgent("h100-0", "", {"--container-run", run, "--run-as", "user"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  for (const char* d : {"shared", "shared/data", "shared/out"}) {
+    fs::create_directories(h.Path(d));
+    fs::permissions(h.Path(d), fs::perms::all);
+  }
+  h.Write("shared/data/in.txt", "input data\n");
+  fs::create_directories(h.Path("rootonly/public"));
+  fs::permissions(h.Path("rootonly"), fs::perms::owner_all);
+  h.Write("rootonly/public/secret.txt", "root's secret\n");
+  const std::string shared = h.Path("shared");
+  h.Write("shared/steps.sh",
+          std::string("#!/bin/sh\n#SBATCH -A research\n#SBATCH -G 1\n") +
+              "srun --container-image=" + kImage + " --container-mounts=" + shared +
+              "/data:/data:ro," + shared +
+              "/out:/out --container-workdir=/out sh -c '"
+              "test -e /etc/debian_version && echo host || echo isolated; "
+              "cat /data/in.txt; pwd; id -u; echo task $SLURM_PROCID; "
+              "echo made > made.txt; echo x > /data/x || echo read-only' "
+              "> step.txt 2> step.err\n"
+              "test -e /etc/debian_version && echo host > batch.txt\n"
+              "srun --container-image=localhost#gantry-it:busybox "
+              "--no-container-mount-home sh -c 'echo pyxis name' > pyxis.txt\n"
+              "srun --container-image=" +
+              kImage + " --container-mounts=" + h.Path("rootonly/public") +
+              ":/p cat /p/secret.txt > escape.txt 2> escape.err; "
+              "echo $? > escape.rc\n"
+              "srun --container-image=/images/pytorch.sqsh true 2> sqsh.err; "
+              "echo $? > sqsh.rc\n",
+          true);
+  const RunResult r =
+      h.Cli({"sbatch", "--parsable", "-D", shared, h.Path("shared/steps.sh")}, h.token("nobody"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string id = "j" + r.out;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        const std::string st = h.Job(id).value("state", "");
+        return st == "finished" || st == "failed";
+      },
+      90))
+      << h.Job(id).dump();
+  EXPECT_EQ(h.Read("shared/batch.txt"), "host\n") << "the batch script runs on the node";
+  EXPECT_EQ(h.Read("shared/step.txt"), "isolated\ninput data\n/out\n65534\ntask 0\nread-only\n")
+      << h.Read("shared/step.err");
+  EXPECT_EQ(h.Read("shared/out/made.txt"), "made\n") << "the writable mount, where it was asked";
+  EXPECT_FALSE(fs::exists(h.Path("shared/data/x")));
+  EXPECT_EQ(h.Read("shared/pyxis.txt"), "pyxis name\n");
+  EXPECT_NE(h.Read("shared/escape.rc"), "0\n");
+  EXPECT_EQ(h.Read("shared/escape.txt").find("secret"), std::string::npos)
+      << "a path the user cannot reach was bound";
+  EXPECT_NE(h.Read("shared/escape.txt").find("not reachable as uid 65534"), std::string::npos)
+      << h.Read("shared/escape.txt");
+  EXPECT_NE(h.Read("shared/escape.err").find("task 0: Exited with exit code 127"),
+            std::string::npos)
+      << h.Read("shared/escape.err");
+  EXPECT_EQ(h.Read("shared/sqsh.rc"), "2\n");
+  EXPECT_NE(h.Read("shared/sqsh.err").find("an enroot squashfs file"), std::string::npos)
+      << h.Read("shared/sqsh.err");
+  EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.node=h100-0") == 0; }, 30));
 }
 
 }  // namespace

@@ -656,6 +656,24 @@ bool Placer::PlaceOneModel(const JobSpec& job, Fit fit, Allocation& out) {
 }
 
 bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
+  // A job that goes faster on some models (model_speed): the fastest model it fits on now,
+  // one model at a time (ties by model id). Whether to wait for a faster one is not weighed.
+  if (job.model_speed && job.uses_gpu()) {
+    const ModelMask left = job.models & ledger_.cluster().present_models();
+    if (std::popcount(left) > 1) {
+      std::vector<ModelId> order;
+      for (ModelMask m = left; m != 0; m &= m - 1)
+        order.emplace_back(static_cast<uint32_t>(std::countr_zero(m)));
+      std::stable_sort(order.begin(), order.end(),
+                       [&](ModelId a, ModelId b) { return job.ModelSpeed(a) > job.ModelSpeed(b); });
+      JobSpec one = job;
+      for (ModelId m : order) {
+        one.models = ModelMask{1} << m.v;
+        if (Place(one, fit, out)) return true;
+      }
+      return false;
+    }
+  }
   if (job.fewest_nodes && job.replicas > 1 && job.topology > Topology::kNode &&
       job.workers_per_node == 0) {
     JobSpec one = job;  // one node first, then the job's own topology

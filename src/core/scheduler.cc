@@ -156,6 +156,14 @@ void Scheduler::SeedDecayedUsage(std::vector<double> decayed, Ticks at) {
   decayed_at_ = at;
 }
 
+double RunSpeed(const JobSpec& spec, const Allocation& alloc, const Cluster& cluster) {
+  if (!spec.model_speed || alloc.empty()) return 1.0;
+  double slowest = spec.ModelSpeed(cluster.node(alloc.front().node).model);
+  for (const WorkerAlloc& w : alloc)
+    slowest = std::min(slowest, spec.ModelSpeed(cluster.node(w.node).model));
+  return slowest;
+}
+
 Ticks Scheduler::Estimate(JobId id) const {
   const JobRecord& job = Rec(id);
   if (job.spec.runtime_estimate) return *job.spec.runtime_estimate;
@@ -168,10 +176,12 @@ Ticks Scheduler::ExpectedEnd(JobId id) const {
   const JobRecord& job = Rec(id);
   if (job.phase == Phase::kSignaled) return job.signaled_at + job.spec.grace;
   const auto size = static_cast<Ticks>(job.alloc.size());
+  const double speed = RunSpeed(job.spec, job.alloc, cluster_);    // on its models
   if (job.spec.elastic() && size > 0 && size < job.spec.replicas)  // slower below its size
     return job.last_start +
-           job.spec.TimeFor(Remaining(id) * job.spec.replicas, static_cast<int>(size));
-  return job.last_start + Remaining(id);
+           JobSpec::AtSpeed(
+               job.spec.TimeFor(Remaining(id) * job.spec.replicas, static_cast<int>(size)), speed);
+  return job.last_start + JobSpec::AtSpeed(Remaining(id), speed);
 }
 
 Ticks Scheduler::Remaining(JobId id) const {
@@ -355,10 +365,12 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
   if (job.phase == Phase::kSignaled) VictimLeft(job);  // it exited within its grace period
   if (job.phase == Phase::kRunning || job.phase == Phase::kSignaled) {
     job.run_total += now - job.last_start;
-    if (completed) {
+    if (completed) {  // its run time at speed 1, as estimates count
       auto& h = history_[job.spec.queue.v];
       size_t& next = history_next_[job.spec.queue.v];
-      const Ticks ran = job.progress_kept + (now - job.last_start);
+      const Ticks ran =
+          job.progress_kept +
+          JobSpec::WorkAt(now - job.last_start, RunSpeed(job.spec, job.alloc, cluster_));
       if (h.size() < kHistory) {
         h.push_back(ran);
       } else {
@@ -385,11 +397,13 @@ void Scheduler::Finish(JobId id, Ticks now, bool completed) {
 void Scheduler::Requeue(JobId id, Ticks now) {
   JobRecord& job = Rec(id);
   assert(job.phase == Phase::kRunning || job.phase == Phase::kSignaled);
+  const double speed = RunSpeed(job.spec, job.alloc, cluster_);
   BudgetRun(id, now, -1);
   Release(id, now);
   const Ticks ran = now - job.last_start;
   job.run_total += ran;
-  if (job.spec.checkpoint > 0) job.progress_kept += ran / job.spec.checkpoint * job.spec.checkpoint;
+  if (job.spec.checkpoint > 0)
+    job.progress_kept += JobSpec::WorkAt(ran / job.spec.checkpoint * job.spec.checkpoint, speed);
   if (job.phase == Phase::kSignaled) {
     ++job.preemptions;
     VictimLeft(job);
@@ -822,7 +836,8 @@ void Scheduler::Resize(JobId id, Allocation alloc, GpuUnits units, Ticks now) {
   // Progress is reckoned in time at the job's full size: a run at k of n workers does k/n.
   if (ckpt > 0) {
     job.progress_kept +=
-        job.spec.WorkerTime(ran / ckpt * ckpt, static_cast<int>(job.alloc.size())) /
+        JobSpec::WorkAt(job.spec.WorkerTime(ran / ckpt * ckpt, static_cast<int>(job.alloc.size())),
+                        RunSpeed(job.spec, job.alloc, cluster_)) /
         job.spec.replicas;
   }
   BudgetRun(id, now, -1);

@@ -125,6 +125,9 @@ inline double GpuHourPrice(const PolicyParams& params, ModelId model) {
 // nearest queue setting (the job's queue, then its ancestors) wins, then its tier's, then
 // the policy's; critical jobs only with reclaim_critical; never a job that keeps_when_idle.
 Ticks ReclaimIdleAfter(const JobSpec& spec, const QueueTree& queues, const PolicyParams& params);
+// How fast `spec`'s work goes on `alloc` (JobSpec::model_speed): its slowest worker's
+// model's speed; 1 for a job that gives none.
+double RunSpeed(const JobSpec& spec, const Allocation& alloc, const Cluster& cluster);
 // The max_wait in force for queue q: the nearest queue setting, else the policy's; 0 = off.
 Ticks MaxWaitFor(QueueId q, const QueueTree& queues, const PolicyParams& params);
 

@@ -189,6 +189,11 @@ void Controller::EndStop(Job& job, Ticks now) {
   if (job.spec.elastic())
     kept = job.spec.WorkerTime(kept, static_cast<int>(job.workers.size())) /
            std::max(1, job.spec.replicas);
+  if (job.spec.model_speed) {  // in time at speed 1, as the core counts it (model_speed)
+    core::Allocation alloc;
+    for (const Worker& w : job.workers) alloc.push_back(w.alloc);
+    kept = core::JobSpec::WorkAt(kept, core::RunSpeed(job.spec, alloc, cluster_));
+  }
   Touch(job);
   RemoveRunning(job);
   dirty_ = true;

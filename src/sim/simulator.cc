@@ -220,18 +220,22 @@ void Simulator::BeginRun(JobId id, Ticks now) {
   s.run_start = now;
   s.run_units = job.units;
   timeline_.RunStarted(now, job.spec.tier, job.spec.queue, job.spec.sharing, job.units);
-  Ticks finish = now + (s.duration - s.progress);
+  // Its work goes at its models' speed (a job that gives none: 1, its duration as traced).
+  s.run_speed = core::RunSpeed(job.spec, job.alloc, config_.cluster);
+  Ticks finish = now + core::JobSpec::AtSpeed(s.duration - s.progress, s.run_speed);
   if (job.spec.elastic()) {  // at k of n workers it goes k/n as fast (or its profile's)
     s.run_alloc = job.alloc;
-    finish = now + job.spec.TimeFor(s.duration * job.spec.replicas - s.work,
-                                    static_cast<int>(job.alloc.size()));
+    finish = now + core::JobSpec::AtSpeed(job.spec.TimeFor(s.duration * job.spec.replicas - s.work,
+                                                           static_cast<int>(job.alloc.size())),
+                                          s.run_speed);
   }
   Push(finish, Kind::kFinish, id.v, s.run);
   // The same rule as gantryd's: queue settings, critical jobs, keep_when_idle.
   const Ticks reclaim_after =
       core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
   if (s.idle_after >= 0 && reclaim_after > 0) {
-    const Ticks idle_at = now + std::max<Ticks>(0, s.idle_after - s.progress);
+    const Ticks idle_at =  // idle_after counts in work, as duration does
+        now + core::JobSpec::AtSpeed(std::max<Ticks>(0, s.idle_after - s.progress), s.run_speed);
     if (idle_at + reclaim_after < finish)
       Push(idle_at + reclaim_after, Kind::kReclaim, id.v, s.run);
   }
@@ -250,7 +254,11 @@ void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
                        UnitMs{units} * (end - start));
     if (s.util < 0) continue;
     const Ticks busy =
-        s.idle_after < 0 ? end - start : std::clamp<Ticks>(s.idle_after - progress, 0, end - start);
+        s.idle_after < 0
+            ? end - start
+            : std::min<Ticks>(
+                  core::JobSpec::AtSpeed(std::max<Ticks>(0, s.idle_after - progress), s.run_speed),
+                  end - start);
     const core::Advice a = core::RightSize(cluster, model, job.spec, {s.vram_used, s.util});
     const double fit_units =
         a.gpus > 0 ? static_cast<double>(units) * a.fit_gpus / a.gpus : static_cast<double>(units);
@@ -269,10 +277,12 @@ void Simulator::EndRun(JobId id, Ticks now, Report::Cause cause, bool resize) {
   const Ticks kept = ckpt > 0 ? run_time / ckpt * ckpt : 0;
   const Ticks progress = s.progress;
   if (job.spec.elastic()) {
-    s.work += job.spec.WorkerTime(kept, static_cast<int>(s.run_alloc.size()));
+    s.work += core::JobSpec::WorkAt(job.spec.WorkerTime(kept, static_cast<int>(s.run_alloc.size())),
+                                    s.run_speed);
+    s.work = std::min(s.work, s.duration * job.spec.replicas);
     s.progress = s.work / job.spec.replicas;
   } else {
-    s.progress += kept;
+    s.progress = std::min(s.duration, s.progress + core::JobSpec::WorkAt(kept, s.run_speed));
   }
   report_.RunEnded(job.spec.queue, job.spec.tier, s.run_units, s.run_start, now, run_time - kept,
                    cause);

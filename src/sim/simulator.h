@@ -76,13 +76,14 @@ class Simulator {
     }
   };
   struct SimJob {
-    core::Ticks duration = 0;
+    core::Ticks duration = 0;  // its run time at speed 1 (JobSpec::model_speed)
     core::Ticks idle_after = -1;
     double util = -1;  // observed usage (trace util, vram_used_gb); -1: unknown
     int64_t vram_used = 0;
     core::Ticks progress = 0;  // kept across runs (checkpoints), in time at its full size
     core::Ticks run_start = 0;
     core::GpuUnits run_units = 0;  // what the run holds
+    double run_speed = 1;          // how fast the run goes on its GPUs' models (RunSpeed)
     // Elastic jobs: work done in worker-ticks (a run of k workers does k per tick; the job
     // needs duration x replicas), and the run's workers (the core's are the next run's
     // once it resizes).

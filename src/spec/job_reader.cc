@@ -6,6 +6,7 @@
 #include "spec/batch.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <exception>
@@ -124,6 +125,7 @@ class JobDecoder {
                                                                  "replicas",
                                                                  "min_replicas",
                                                                  "speedup",
+                                                                 "speed_by_model",
                                                                  "gpus",
                                                                  "mig",
                                                                  "sharing",
@@ -155,35 +157,15 @@ class JobDecoder {
                                                                  "exclusive",
                                                                  "open_mode",
                                                                  "tasks_per_worker"};
-    const std::initializer_list<std::string_view> trace_fields = {"id",
-                                                                  "queue",
-                                                                  "tier",
-                                                                  "replicas",
-                                                                  "min_replicas",
-                                                                  "speedup",
-                                                                  "gpus",
-                                                                  "mig",
-                                                                  "sharing",
-                                                                  "gpu_model",
-                                                                  "vram_gb",
-                                                                  "cpus",
-                                                                  "memory_gb",
-                                                                  "topology",
-                                                                  "workers_per_node",
-                                                                  "fewest_nodes",
-                                                                  "checkpoint_s",
-                                                                  "grace_s",
-                                                                  "window",
-                                                                  "command",
-                                                                  "env",
-                                                                  "workdir",
-                                                                  "runtime_estimate_s",
-                                                                  "submit",
-                                                                  "duration",
-                                                                  "idle_after_s",
-                                                                  "util",
-                                                                  "vram_used_gb",
-                                                                  "keep_when_idle"};
+    const std::initializer_list<std::string_view> trace_fields = {
+        "id",           "queue",         "tier",           "replicas",
+        "min_replicas", "speedup",       "speed_by_model", "gpus",
+        "mig",          "sharing",       "gpu_model",      "vram_gb",
+        "cpus",         "memory_gb",     "topology",       "workers_per_node",
+        "fewest_nodes", "checkpoint_s",  "grace_s",        "window",
+        "command",      "env",           "workdir",        "runtime_estimate_s",
+        "submit",       "duration",      "idle_after_s",   "util",
+        "vram_used_gb", "keep_when_idle"};
     Fields f(d_, doc, "", mode == Mode::kTrace ? trace_fields : spec_fields);
     JobSpec& job = out.spec;
     ReadId(f, mode, line, job, id);
@@ -226,6 +208,7 @@ class JobDecoder {
       }
     }
     if (const Doc* sp = f.List("speedup")) ReadSpeedup(f, *sp, job);
+    ReadModelSpeed(f, job);
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
       job.checkpoint = SecondsToTicks(*v);
     const core::Ticks max_grace = config_.policy.max_grace[static_cast<size_t>(job.tier)];
@@ -333,6 +316,43 @@ class JobDecoder {
       table.push_back(x);
     }
     job.speedup = std::make_shared<const std::vector<double>>(std::move(table));
+  }
+
+  // speed_by_model: {MODEL: speed above 0, ...} (core::JobSpec::model_speed), MODEL as
+  // gpu_model names them; models it does not name go at 1.
+  void ReadModelSpeed(Fields& f, JobSpec& job) {
+    const Doc* v = f.Get("speed_by_model");
+    if (v == nullptr || v->is_null()) return;
+    if (!v->is_map() || v->entries.empty()) {
+      f.Report("speed_by_model",
+               "expected a mapping of GPU models to speeds above 0 (e.g. {H100-80GB: 2.1, "
+               "A100-80GB: 1}), got " +
+                   Describe(*v));
+      return;
+    }
+    const core::Catalog& catalog = config_.cluster.catalog();
+    std::vector<double> speed(catalog.size(), 1.0);
+    for (const DocEntry& e : v->entries) {
+      const std::string path = f.Path("speed_by_model") + "." + e.key;
+      const ModelMask named = spec::GpuModelsNamed(e.key, catalog, config_.site);
+      double x = e.value.kind == Doc::Kind::kNumber ? e.value.number : -1;
+      if (e.value.yaml && e.value.is_scalar()) {
+        char* end = nullptr;
+        x = std::strtod(e.value.text.c_str(), &end);
+        if (end == e.value.text.c_str() || *end != '\0') x = -1;
+      }
+      if (named == 0) {
+        d_.Report(e.line, path, "unknown GPU model " + Quote(e.key));
+      } else if (!(x > 0) || !std::isfinite(x) || x > 1e6) {
+        d_.Report(e.line, path, "a speed is a number above 0, got \"" + e.value.text + "\"");
+      } else {
+        for (ModelMask m = named; m != 0; m &= m - 1) speed[std::countr_zero(m)] = x;
+        continue;
+      }
+      f.MarkBad("speed_by_model");
+    }
+    if (!f.bad("speed_by_model"))
+      job.model_speed = std::make_shared<const std::vector<double>>(std::move(speed));
   }
 
   std::optional<Ticks> Duration(Fields& f, std::string_view key) {

@@ -397,6 +397,8 @@ struct Job {
     return replicas * speedup[static_cast<size_t>(std::min(size, replicas) - 1)] / speedup.back();
   }
   bool linear() const { return speedup.size() != static_cast<size_t>(replicas); }
+  // Its speed on each GPU model by name (the trace's speed_by_model; absent: 1).
+  std::map<std::string, double> speed_by_model;
   Kind kind = Kind::kWhole;
   int whole_gpus = 0;
   std::string mig;
@@ -456,6 +458,13 @@ std::vector<Job> LoadTrace(const std::string& path) {
     if (job.min_replicas >= job.replicas) job.min_replicas = 0;
     if (auto sp = j.find("speedup"); sp != j.end() && sp->is_array()) {
       for (const json& v : *sp) job.speedup.push_back(v.is_number() ? v.get<double>() : 0.0);
+    }
+    if (auto sm = j.find("speed_by_model"); sm != j.end() && sm->is_object()) {
+      for (const auto& [model, v] : sm->items()) {
+        if (!v.is_number() || !(v.get<double>() > 0))
+          throw InputError(ctx + ": speed_by_model." + model + ": expected a number above 0");
+        job.speed_by_model[model] = v.get<double>();
+      }
     }
     job.vram_gb = JsonNumber(j, "vram_gb", 0, ctx);
     job.cpus_milli = ToMilli(JsonNumber(j, "cpus", 0, ctx));
@@ -594,6 +603,16 @@ struct JobRun {
   // to the millisecond).
   int size = 0;
   int64_t work_ms = 0;
+  // How fast the run's work goes: its slowest worker's model's speed (speed_by_model).
+  double speed = 1;
+  // Work at the run's speed: `ms` of run time does this much (rounded, as the simulator).
+  int64_t Work(int64_t ms) const {
+    return speed == 1 ? ms : std::llround(static_cast<double>(ms) * speed);
+  }
+  // The run time `work_ms` of work takes at its speed, in ms, rounded up.
+  int64_t Time(int64_t ms) const {
+    return speed == 1 ? ms : static_cast<int64_t>(std::ceil(static_cast<double>(ms) / speed));
+  }
 };
 
 struct MigInst {
@@ -1197,8 +1216,9 @@ class Replayer {
                       FmtTime(t - run.run_start), FmtTime(job.checkpoint_s)));
     }
     if (ran_ms > 0 && ran_ms <= std::llround(RunLeft(job, run) * 1000)) {
-      run.work_ms += job.linear() ? ran_ms * run.size
-                                  : std::llround(static_cast<double>(ran_ms) * job.Speed(run.size));
+      run.work_ms +=
+          run.Work(job.linear() ? ran_ms * run.size
+                                : std::llround(static_cast<double>(ran_ms) * job.Speed(run.size)));
       run.progress = static_cast<double>(run.work_ms) / job.replicas / 1000.0;
     }
     Release(t, job, run);
@@ -1209,11 +1229,18 @@ class Replayer {
 
   // What is left of the job's work, in run time at the current run's size.
   static double RunLeft(const Job& job, const JobRun& run) {
-    if (job.min_replicas == 0 || run.size <= 0) return job.duration - run.progress;
+    if (job.min_replicas == 0 || run.size <= 0) {
+      if (run.speed == 1) return job.duration - run.progress;
+      return static_cast<double>(run.Time(std::llround((job.duration - run.progress) * 1000))) /
+             1000.0;
+    }
     const int64_t total = std::llround(job.duration * 1000) * job.replicas;
-    if (!job.linear())
-      return std::ceil(static_cast<double>(total - run.work_ms) / job.Speed(run.size)) / 1000.0;
-    return static_cast<double>((total - run.work_ms + run.size - 1) / run.size) / 1000.0;
+    if (!job.linear()) {
+      return static_cast<double>(run.Time(static_cast<int64_t>(
+                 std::ceil(static_cast<double>(total - run.work_ms) / job.Speed(run.size))))) /
+             1000.0;
+    }
+    return static_cast<double>(run.Time((total - run.work_ms + run.size - 1) / run.size)) / 1000.0;
   }
 
   void Occupy(int64_t line, double t, const Job& job, JobRun& run, const json& ev,
@@ -1261,13 +1288,20 @@ class Replayer {
     }
     int64_t units = 0;
     std::map<std::string, int64_t> by_model;
+    double speed = 0;  // the slowest worker's model's
     for (const Worker& w : workers) {
       Place(line, t, job, w);
       const int64_t worker_units = WorkerUnits(w);
       units += worker_units;
       const GpuModel* model = config_.nodes[static_cast<std::size_t>(w.node)].model;
       if (model != nullptr && worker_units > 0) by_model[model->name] += worker_units;
+      double here = 1;
+      if (auto it = model ? job.speed_by_model.find(model->name) : job.speed_by_model.end();
+          it != job.speed_by_model.end())
+        here = it->second;
+      speed = speed == 0 ? here : std::min(speed, here);
     }
+    run.speed = job.speed_by_model.empty() || speed == 0 ? 1 : speed;
     if (!job.queue.empty() && config_.queue_by_name.count(job.queue) == 0) {
       Add(line, t, job.id, inv::kUnknownQueue,
           fmt::format("started in queue '{}' which the config does not have", job.queue));
@@ -1360,7 +1394,11 @@ class Replayer {
     if (type == "reclaim") {
       // Whatever clock idle_after_s counts on (this run, or all run time so far), the GPUs
       // cannot have been idle for reclaim_idle_after_s before this bound.
-      const double idle_from = std::max(0.0, job.idle_after_s - run.runtime_sum);
+      // idle_after_s counts in work, which goes at up to the job's fastest speed.
+      double fastest = 1;
+      for (const auto& [model, v] : job.speed_by_model) fastest = std::max(fastest, v);
+      const double idle_from =
+          std::max(0.0, job.idle_after_s - run.runtime_sum * fastest) / run.speed;
       if (config_.reclaim_idle_after_s <= 0) {
         Add(line, t, job.id, inv::kReclaim, "reclaim although policy.reclaim_idle_after_s is 0");
       } else if (!job.has_idle) {
@@ -1380,13 +1418,20 @@ class Replayer {
     kept = std::clamp(kept, 0.0, std::max(0.0, remaining));
     lost_gpu_seconds_ += (run_time - kept) * static_cast<double>(run.run_units) / kUnitsPerGpu;
     if (job.min_replicas > 0) {
-      run.work_ms +=
+      run.work_ms += run.Work(
           job.linear()
               ? std::llround(kept * 1000) * run.size
-              : std::llround(static_cast<double>(std::llround(kept * 1000)) * job.Speed(run.size));
+              : std::llround(static_cast<double>(std::llround(kept * 1000)) * job.Speed(run.size)));
+      run.work_ms =
+          std::min<int64_t>(run.work_ms, std::llround(job.duration * 1000) * job.replicas);
       run.progress = static_cast<double>(run.work_ms) / job.replicas / 1000.0;
-    } else {
+    } else if (run.speed == 1) {
       run.progress += kept;
+    } else {  // in time at speed 1, as the simulator keeps it (milliseconds)
+      run.progress =
+          std::min(job.duration, static_cast<double>(std::llround(run.progress * 1000) +
+                                                     run.Work(std::llround(kept * 1000))) /
+                                     1000.0);
     }
     Release(t, job, run);
     if (type == "reclaim") {

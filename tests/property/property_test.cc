@@ -169,11 +169,11 @@ TEST(WorkloadGen, SameSeedSameBytes) {
 // Field names must be the contract's exactly: Gantry rejects unknown fields.
 TEST(WorkloadGen, UsesOnlyContractFieldNames) {
   const std::set<std::string> job_fields = {
-      "id",        "submit",   "duration",     "queue",       "tier",    "replicas",
-      "gpus",      "mig",      "sharing",      "gpu_model",   "vram_gb", "cpus",
-      "memory_gb", "topology", "checkpoint_s", "grace_s",     "window",  "idle_after_s",
-      "command",   "env",      "workdir",      "min_replicas"};  // Gantry's addition (elastic
-                                                                 // gangs, docs/formats.md)
+      "id", "submit", "duration", "queue", "tier", "replicas", "gpus", "mig", "sharing",
+      "gpu_model", "vram_gb", "cpus", "memory_gb", "topology", "checkpoint_s", "grace_s", "window",
+      "idle_after_s", "command", "env", "workdir",
+      // Gantry's additions (docs/formats.md): elastic gangs, speed per GPU model.
+      "min_replicas", "speed_by_model"};
   const std::set<std::string> top = {"cluster", "gpu_models", "pools", "queues", "policy"};
   const std::set<std::string> pool_fields = {"name",      "name_prefix",    "count",     "gpus",
                                              "gpu_model", "nvlink_domains", "leaf_size", "cpus",

@@ -359,6 +359,15 @@ class JobMaker {
       j["min_replicas"] = rng_.Int(1, j["replicas"].get<int>() - 1);
     }
     if (rng_.Chance(0.5)) j["grace_s"] = rng_.Int(0, 120);
+    // Some whole-GPU jobs go faster on some models (speed_by_model, Sia's profiles).
+    if (kind >= 0.35 && rng_.Chance(0.3)) {
+      ojson speeds;
+      for (const Pool& p : c_.pools) {
+        if (p.gpus > 0 && rng_.Chance(0.7))
+          speeds[p.model.name] = std::round(rng_.Real() * 2500 + 500) / 1000;  // 0.5 to 3
+      }
+      if (!speeds.empty()) j["speed_by_model"] = speeds;
+    }
     if (rng_.Chance(0.05)) {
       const int start = rng_.Int(0, 23) * 60 + (rng_.Chance(0.5) ? 30 : 0);
       const int width = rng_.Int(2, 12) * 60;

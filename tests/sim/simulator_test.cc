@@ -40,6 +40,7 @@ class SimTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // Runs the simulator; returns the event log lines.
+  std::string policy_ = "fifo";  // what Run replays under
   std::vector<std::string> Run(const std::string& trace, const std::string& failures = "",
                                const char* config_text = kOneNode) {
     spec::Diagnostics diags;
@@ -57,6 +58,7 @@ class SimTest : public ::testing::Test {
     std::ostringstream events;
     SimOptions options;
     options.log_waits = false;
+    options.policy = policy_;
     Simulator sim(*config_, options, events);
     spec::TraceReader reader((dir_ / "trace.jsonl").string(), *config_);
     EXPECT_TRUE(sim.Run(reader, fails, diags));
@@ -208,6 +210,69 @@ TEST_F(SimTest, AnElasticJobRunsAtItsProfilesSpeed) {
             R"({"t":1,"type":"start","job":"el","alloc":[{"node":"h-0","gpus":[4,5,6,7]}]})");
   // 1000 s at its full size is 2000 worker-s; at 1 worker it does 2 x 0.8 a second.
   EXPECT_EQ(log[4], R"({"t":1251,"type":"finish","job":"el"})");
+}
+
+// speed_by_model (Sia's per-GPU-type profiles): a job takes the fastest model it fits on
+// now and runs its duration over that model's speed there; one arriving while the fast
+// model is full starts at once on the slower one; a checkpointed run on a fast model keeps
+// that much more work when it is preempted.
+TEST_F(SimTest, AJobGoesAtItsModelsSpeedOnTheFastestThatFitsNow) {
+  const char* two = R"(cluster: two
+pools:
+  - name: a
+    count: 1
+    gpus: 8
+    gpu_model: A100-80GB
+  - name: h
+    count: 1
+    gpus: 8
+    gpu_model: H100-80GB
+queues:
+  - name: q
+    guaranteed_gpus: 8
+    burst_gpus: 16
+  - name: r
+    guaranteed_gpus: 8
+    burst_gpus: 16
+)";
+  auto log = Run(
+      R"({"id":"fast","submit":0,"duration":1000,"queue":"q","gpus":8,"vram_gb":8,"speed_by_model":{"H100-80GB":2.5,"A100-80GB":1}})"
+      "\n"
+      R"({"id":"slow","submit":1,"duration":1000,"queue":"q","gpus":8,"vram_gb":8,"speed_by_model":{"H100-80GB":4}})"
+      "\n",
+      "", two);
+  std::string all;
+  for (const std::string& l : log) all += l + "\n";
+  ASSERT_EQ(log.size(), 6u) << all;
+  EXPECT_EQ(
+      log[1],
+      R"({"t":0,"type":"start","job":"fast","alloc":[{"node":"h-0","gpus":[0,1,2,3,4,5,6,7]}]})");
+  EXPECT_EQ(
+      log[3],
+      R"({"t":1,"type":"start","job":"slow","alloc":[{"node":"a-0","gpus":[0,1,2,3,4,5,6,7]}]})");
+  EXPECT_EQ(log[4], R"({"t":400,"type":"finish","job":"fast"})");
+  EXPECT_EQ(log[5], R"({"t":1001,"type":"finish","job":"slow"})");
+
+  policy_ = "gantry";  // (fifo never preempts)
+  // 3000 s of work at speed 2 on the H100s, checkpointing every 100 s, preempted at 250 s by
+  // the other queue's job inside its guarantee (q holds 16, 8 borrowed): it keeps 200 s of run
+  // time, 400 s of work, and needs 2600 s more on the A100s (speed 1).
+  log = Run(
+      R"({"id":"fill","submit":0,"duration":100000,"queue":"q","gpus":8,"vram_gb":8,"gpu_model":"A100-80GB"})"
+      "\n"
+      R"({"id":"ck","submit":0,"duration":3000,"queue":"q","gpus":8,"vram_gb":8,"checkpoint_s":100,"grace_s":0,"speed_by_model":{"H100-80GB":2}})"
+      "\n"
+      R"({"id":"claim","submit":250,"duration":10,"queue":"r","gpus":8,"vram_gb":8,"gpu_model":"H100-80GB"})"
+      "\n",
+      "", two);
+  all.clear();
+  for (const std::string& l : log) all += l + "\n";
+  EXPECT_NE(all.find(R"({"t":0,"type":"start","job":"ck","alloc":[{"node":"h-0")"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find(R"("type":"preempt","job":"ck")"), std::string::npos) << all;
+  // Back on the H100s once the claim ends at 260: 2600 s of work at speed 2.
+  EXPECT_NE(all.find(R"({"t":1560,"type":"finish","job":"ck"})"), std::string::npos) << all;
 }
 
 TEST_F(SimTest, WindowedJobsStartWhenTheWindowOpens) {

@@ -192,6 +192,25 @@ TEST_F(JobReaderTest, ElasticGangsInTracesAndJobSpecs) {
   EXPECT_NE(OneBad(T(R"("replicas":2,"speedup":[1,2],"gpus":8,"vram_gb":10)"))
                 .find("speedup: only for an elastic job"),
             std::string::npos);
+  // speed_by_model: a speed per model as gpu_model names it (any case, product names),
+  // 1 for the models it leaves out.
+  core::TraceJob fast =
+      Line(T(R"("gpus":8,"vram_gb":10,"speed_by_model":{"H200-141GB":1.8,"h100-80gb":1.25})"));
+  ASSERT_TRUE(fast.spec.model_speed);
+  EXPECT_DOUBLE_EQ(fast.spec.ModelSpeed(Model("H200-141GB")), 1.8);
+  EXPECT_DOUBLE_EQ(fast.spec.ModelSpeed(Model("H100-80GB")), 1.25);
+  EXPECT_DOUBLE_EQ(fast.spec.ModelSpeed(Model("L40S-48GB")), 1.0);
+  EXPECT_DOUBLE_EQ(fast.spec.SlowestSpeed(), 1.0) << "it may run on the L40S at 1";
+  EXPECT_FALSE(Line(T(R"("gpus":8,"vram_gb":10)")).spec.model_speed) << "none: 1 everywhere";
+  EXPECT_NE(OneBad(T(R"("gpus":8,"vram_gb":10,"speed_by_model":{"Z9":2})"))
+                .find("speed_by_model.Z9: unknown GPU model \"Z9\""),
+            std::string::npos);
+  EXPECT_NE(OneBad(T(R"("gpus":8,"vram_gb":10,"speed_by_model":{"H100-80GB":0})"))
+                .find("speed_by_model.H100-80GB: a speed is a number above 0, got \"0\""),
+            std::string::npos);
+  EXPECT_NE(OneBad(T(R"("gpus":8,"vram_gb":10,"speed_by_model":[2])"))
+                .find("speed_by_model: expected a mapping of GPU models to speeds above 0"),
+            std::string::npos);
   // gantryd runs them too.
   Diagnostics d;
   auto spec =

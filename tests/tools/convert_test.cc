@@ -295,11 +295,35 @@ TEST_F(ConvertTest, PolluxRunTimesFromProfiles) {
   ASSERT_TRUE(config);
   EXPECT_EQ(config->cluster.gpu_count(), 64u);
 
+  // Sia: each job's speed on the RTX and A100 pools from their own profiles (8 GPUs a node)
+  // against its T4 run time; toy-0 runs 100 iterations of 1.0 s and 0.5 s there.
+  Write("profiles/toy/placements-rtx.csv",
+        "local_bsz,step_time,sync_time,placement\n32,0.5,0.1,1\n64,1.0,0.1,1\n");
+  Write("profiles/toy/placements-dgx-ext.csv",
+        "local_bsz,step_time,sync_time,placement\n32,0.25,0.1,1\n64,0.5,0.1,1\n");
   o.format = "sia";
   o.cluster_scale = 2;
   const ConvertSummary sia = Run(o);
   EXPECT_EQ(sia.cluster_gpus, 2 * (6 * 4 + 3 * 8 + 2 * 8));
-  ASSERT_TRUE(ReadOutput(Path("out")));
+  auto sia_config = ReadOutput(Path("out"));
+  ASSERT_TRUE(sia_config);
+  const std::vector<std::string> lines = Trace();
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_NE(lines[0].find(R"("speed_by_model":{"T4-16GB":1,"RTX2080Ti":2,"A100-40GB":4})"),
+            std::string::npos)
+      << lines[0];
+  // toy-1 (2 replicas) has no "2" placement in those profiles; cifar10 has no profile.
+  EXPECT_EQ(lines[1].find("speed_by_model"), std::string::npos) << lines[1];
+  EXPECT_EQ(lines[4].find("speed_by_model"), std::string::npos) << lines[4];
+  EXPECT_GE(sia.adjusted.at("no speed by GPU type: a type's profile lacks the placement"), 1);
+  // The trace reads back with the speeds on the models of the converted cluster.
+  spec::Diagnostics d;
+  spec::TraceReader reader(Path("out") + "/trace.jsonl", *sia_config);
+  core::TraceJob first;
+  ASSERT_TRUE(reader.Next(first, d)) << d.ToString();
+  const core::Catalog& catalog = sia_config->cluster.catalog();
+  EXPECT_DOUBLE_EQ(first.spec.ModelSpeed(*catalog.Find("A100-40GB")), 4.0);
+  EXPECT_DOUBLE_EQ(first.spec.ModelSpeed(*catalog.Find("T4-16GB")), 1.0);
 }
 
 TEST_F(ConvertTest, TiresiasJobsOnItsClusterSpec) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -66,6 +67,32 @@ struct JobSpec {
   Ticks TimeFor(int64_t work, int size) const {
     return speedup ? static_cast<Ticks>(std::ceil(static_cast<double>(work) / SpeedInWorkers(size)))
                    : (work + size - 1) / size;
+  }
+  // How fast its work goes on each GPU model (by ModelId), relative to its `duration` and
+  // run-time estimates (a measured throughput per GPU type, as Sia's profiles give): on a
+  // model of speed 2 it needs half the time. Null, or a model past its end: 1. A gang on
+  // models of different speeds goes at its slowest worker's (synchronous steps).
+  std::shared_ptr<const std::vector<double>> model_speed;
+  double ModelSpeed(ModelId m) const {
+    return model_speed && m.valid() && m.v < model_speed->size() ? (*model_speed)[m.v] : 1.0;
+  }
+  // The slowest speed among the models it may use: what an estimate assumes before it is
+  // placed.
+  double SlowestSpeed() const {
+    if (!model_speed) return 1.0;
+    double slowest = 0;
+    for (ModelMask m = models; m != 0; m &= m - 1) {
+      const double v = ModelSpeed(ModelId(static_cast<uint32_t>(std::countr_zero(m))));
+      slowest = slowest == 0 ? v : std::min(slowest, v);
+    }
+    return slowest > 0 ? slowest : 1.0;
+  }
+  // The time `work` (time at speed 1) takes at `speed`, rounded up; and the work `t` does.
+  static Ticks AtSpeed(Ticks work, double speed) {
+    return speed == 1.0 ? work : static_cast<Ticks>(std::ceil(static_cast<double>(work) / speed));
+  }
+  static Ticks WorkAt(Ticks t, double speed) {
+    return speed == 1.0 ? t : std::llround(static_cast<double>(t) * speed);
   }
   Sharing sharing = Sharing::kExclusive;
   int gpus = 0;                   // whole GPUs per worker (Sharing::kExclusive)

@@ -420,7 +420,8 @@ bool GantryPolicy::TryStartWithHeld(Scheduler& s, Turn& t) {
   const JobRecord& job = s.job(id);
   // Short jobs (by estimate) and critical jobs may use GPUs held for reservations and
   // claims; a claimant uses its own claim.
-  t.free_pass = job.spec.tier == Tier::kCritical || now + s.Remaining(id) <= Shadow();
+  t.free_pass = job.spec.tier == Tier::kCritical ||
+                now + JobSpec::AtSpeed(s.Remaining(id), job.spec.SlowestSpeed()) <= Shadow();
   t.held = !held_.empty();
   // The held GPUs are let go for the job's try, only those in pools the job may use (the
   // others cannot change where it goes), and none when its shape already found no room

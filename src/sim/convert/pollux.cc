@@ -15,8 +15,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr int kGpusPerNode = 4;  // Pollux's profiles: AWS g4dn.12xlarge, 4 T4 per node
-
 // Pollux's applications.py caps the local batch of yolov3 at 8 (memory); the others
 // take the largest local batch their placement table measured.
 double MaxLocalBatch(const std::string& app) { return app == "yolov3" ? 8 : 0; }
@@ -52,12 +50,13 @@ Result<std::vector<std::map<std::string, double>>> ReadTable(
   return rows;
 }
 
-// The placement id Pollux looks up: replicas packed kGpusPerNode to a node, as digits,
-// rotated to the lexicographically smallest form (6 -> "42" -> "24").
-std::string PlacementId(int replicas) {
+// The placement id Pollux looks up: replicas packed `per_node` to a node (Pollux's
+// profiles: AWS g4dn.12xlarge, 4 T4s a node), as digits, rotated to the lexicographically
+// smallest form (6 -> "42" -> "24").
+std::string PlacementId(int replicas, int per_node) {
   std::string digits;
-  for (int left = replicas; left > 0; left -= kGpusPerNode) {
-    digits += static_cast<char>('0' + std::min(left, kGpusPerNode));
+  for (int left = replicas; left > 0; left -= per_node) {
+    digits += static_cast<char>('0' + std::min(left, per_node));
   }
   std::string best = digits;
   for (size_t i = 1; i < digits.size(); ++i) {
@@ -85,8 +84,11 @@ std::optional<std::pair<double, double>> AppProfile::Interpolate(const std::vect
   return std::nullopt;
 }
 
-Result<AppProfile> AppProfile::Load(const std::string& dir, const std::string& app) {
+Result<AppProfile> AppProfile::Load(const std::string& dir, const std::string& app,
+                                    const std::string& gpu_type, int gpus_per_node) {
   AppProfile p;
+  p.gpus_per_node_ = gpus_per_node;
+  const std::string suffix = gpu_type.empty() ? "" : "-" + gpu_type;
   std::error_code ec;
   std::vector<fs::path> validation;
   for (const auto& e : fs::directory_iterator(dir, ec)) {
@@ -107,7 +109,7 @@ Result<AppProfile> AppProfile::Load(const std::string& dir, const std::string& a
   }
   if (p.iterations_.empty())
     return Error{"--profiles", dir + ": no validation-<batch>.csv for " + app};
-  auto placements = ReadTable((fs::path(dir) / "placements.csv").string(),
+  auto placements = ReadTable((fs::path(dir) / ("placements" + suffix + ".csv")).string(),
                               {"placement", "local_bsz", "step_time", "sync_time"});
   if (!placements.ok()) return Error{"--profiles", placements.error().message};
   for (const auto& r : *placements) {
@@ -115,7 +117,7 @@ Result<AppProfile> AppProfile::Load(const std::string& dir, const std::string& a
     p.placements_[id].push_back({r.at("local_bsz"), r.at("step_time"), r.at("sync_time")});
     p.max_local_bsz_ = std::max(p.max_local_bsz_, r.at("local_bsz"));
   }
-  auto scal = ReadTable((fs::path(dir) / "scalability.csv").string(),
+  auto scal = ReadTable((fs::path(dir) / ("scalability" + suffix + ".csv")).string(),
                         {"num_nodes", "num_replicas", "local_bsz", "step_time", "sync_time"});
   if (scal.ok()) {  // optional: only jobs above 16 replicas need it
     for (const auto& r : *scal) {
@@ -151,10 +153,10 @@ std::optional<double> AppProfile::RunTime(int replicas, double batch) const {
   const double accum = std::max(0.0, std::ceil(local / max_local_bsz_ - 1e-8) - 1);
   const double atomic = std::ceil(local / (accum + 1) - 1e-8);
   std::optional<std::pair<double, double>> st;
-  if (auto it = placements_.find(PlacementId(replicas)); it != placements_.end()) {
+  if (auto it = placements_.find(PlacementId(replicas, gpus_per_node_)); it != placements_.end()) {
     st = Interpolate(it->second, atomic);
   } else if (auto s = scalability_.find(replicas); s != scalability_.end() && !s->second.empty()) {
-    const int nodes = (replicas + kGpusPerNode - 1) / kGpusPerNode;
+    const int nodes = (replicas + gpus_per_node_ - 1) / gpus_per_node_;
     auto n = s->second.lower_bound(nodes);
     if (n == s->second.end()) n = std::prev(n);
     st = Interpolate(n->second, atomic);
@@ -181,20 +183,30 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
   if (sia && o.nodes > 0) {
     return Error{"--nodes", "sia's cluster has three pools; scale it with --cluster-scale"};
   }
-  std::map<std::string, std::optional<AppProfile>> profiles;  // loaded on first use
-  auto profile_of = [&](const std::string& app) -> const AppProfile* {
+  // Loaded on first use, by application and GPU type ("": Pollux's T4 profile, Sia's aws).
+  std::map<std::pair<std::string, std::string>, std::optional<AppProfile>> profiles;
+  auto profile_of = [&](const std::string& app, const std::string& type = "",
+                        int per_node = 4) -> const AppProfile* {
     if (o.profiles.empty()) return nullptr;
-    auto [it, fresh] = profiles.try_emplace(app);
+    auto [it, fresh] = profiles.try_emplace({app, type});
     if (fresh) {
       const fs::path dir = fs::path(o.profiles) / app;
       std::error_code ec;
       if (fs::is_directory(dir, ec)) {
-        Result<AppProfile> p = AppProfile::Load(dir.string(), app);
+        Result<AppProfile> p = AppProfile::Load(dir.string(), app, type, per_node);
         if (p.ok()) it->second = std::move(p).value();
       }
     }
     return it->second ? &*it->second : nullptr;
   };
+  // Sia's cluster: the other GPU types' speeds against the aws (T4) run time, from their
+  // own profiles (speed_by_model).
+  struct GpuType {
+    const char* profile;
+    int per_node;
+    const char* model;
+  };
+  const std::vector<GpuType> other_types = {{"rtx", 8, "RTX2080Ti"}, {"dgx-ext", 8, "A100-40GB"}};
   if (!o.profiles.empty()) {
     std::error_code ec;
     if (!fs::is_directory(o.profiles, ec))
@@ -239,6 +251,7 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
       std::optional<double> run;
       if (const AppProfile* p = profile_of(app))
         run = p->RunTime(static_cast<int>(*replicas), *batch);
+      const bool run_from_profile = run.has_value();
       if (!run) {
         run = DefaultRunTime(app);
         if (!run) {
@@ -248,6 +261,20 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
         ++summary.adjusted["run time from the per-application default"];
       }
       RigidJob j;
+      if (sia && profile_of(app) != nullptr && run && run_from_profile) {
+        j.speed_by_model.emplace_back("T4-16GB", 1.0);
+        for (const GpuType& t : other_types) {
+          const AppProfile* p = profile_of(app, t.profile, t.per_node);
+          const std::optional<double> there =
+              p ? p->RunTime(static_cast<int>(*replicas), *batch) : std::nullopt;
+          if (!there || !(*there > 0)) {
+            j.speed_by_model.clear();
+            ++summary.adjusted["no speed by GPU type: a type's profile lacks the placement"];
+            break;
+          }
+          j.speed_by_model.emplace_back(t.model, *run / *there);
+        }
+      }
       const std::string base = prefix + std::string(f[0]);
       const int n = ++seen[base];
       j.id = n == 1 ? base : base + "-" + std::to_string(n);

@@ -19,8 +19,11 @@ namespace gantry::convert {
 
 class AppProfile {
  public:
-  // Reads DIR/validation-*.csv, DIR/placements.csv and DIR/scalability.csv.
-  static Result<AppProfile> Load(const std::string& dir, const std::string& app);
+  // Reads DIR/validation-*.csv, DIR/placements.csv and DIR/scalability.csv; with a GPU
+  // type (Sia's "rtx", "dgx-ext"), DIR/placements-TYPE.csv and DIR/scalability-TYPE.csv,
+  // whose placements pack `gpus_per_node` to a node.
+  static Result<AppProfile> Load(const std::string& dir, const std::string& app,
+                                 const std::string& gpu_type = "", int gpus_per_node = 4);
   // Run time in seconds of `replicas` GPUs at global batch size `batch`; empty when
   // the profile has no step time for that many replicas.
   std::optional<double> RunTime(int replicas, double batch) const;
@@ -35,6 +38,7 @@ class AppProfile {
   std::map<std::string, std::vector<StepRow>> placements_;          // "24" -> rows by local_bsz
   std::map<int, std::map<int, std::vector<StepRow>>> scalability_;  // replicas -> nodes -> rows
   double max_local_bsz_ = 0;
+  int gpus_per_node_ = 4;
 };
 
 // Seconds a job of `application` runs when no profile can say (docs/traces.md).

@@ -116,6 +116,7 @@ Result<ConvertSummary> WriteRigid(RigidPlan plan, std::vector<RigidJob> jobs,
       for (int k = 1; k <= gang.replicas; ++k)
         out.speedup.push_back(full / j.run_time_by_gpus[static_cast<size_t>(k * gang.gpus - 1)]);
     }
+    out.speed_by_model = j.speed_by_model;
     out.gpu_models = plan.gpu_models;
     out.vram_gb = plan.vram_gb;
     if (Status s = writer.Add(out); !s.ok()) return s.error();

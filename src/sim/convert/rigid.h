@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sim/convert/convert.h"
@@ -32,6 +33,9 @@ struct RigidJob {
   // Its run time at each GPU count 1..gpus (a measured profile; empty: none): with
   // RigidPlan::elastic_checkpoint_s, a gang of several workers becomes elastic with it.
   std::vector<double> run_time_by_gpus;
+  // Its speed on each GPU model against `duration` (a profile per GPU type, as Sia's):
+  // written as speed_by_model; empty: none.
+  std::vector<std::pair<std::string, double>> speed_by_model;
 };
 
 struct RigidPlan {

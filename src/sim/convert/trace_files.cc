@@ -146,6 +146,14 @@ std::string JobJson(const JobOut& j) {
       s += (i ? "," : "") + fmt::format("{:.6g}", j.speedup[i]);  // shares near 1: 6 digits
     s += "]";
   }
+  if (!j.speed_by_model.empty()) {
+    s += ",\"speed_by_model\":{";
+    for (size_t i = 0; i < j.speed_by_model.size(); ++i) {
+      s += (i ? "," : "") + JsonString(j.speed_by_model[i].first) + ":" +
+           fmt::format("{:.4g}", j.speed_by_model[i].second);
+    }
+    s += "}";
+  }
   if (!j.mig.empty()) {
     s += ",\"mig\":" + JsonString(j.mig);
   } else {

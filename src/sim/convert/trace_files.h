@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -84,9 +85,11 @@ struct JobOut {
   int replicas = 1;
   int min_replicas = 0;         // elastic: 1..replicas-1; 0: left out (rigid)
   std::vector<double> speedup;  // elastic: throughput at 1..replicas workers; empty: left out
-  double gpus = 0;              // per worker; a fraction below 1 with sharing mps/timeslice
-  std::string mig;              // instead of gpus
-  std::string sharing;          // empty: exclusive (left out)
+  // Its speed on each GPU model (speed_by_model, by model name); empty: left out.
+  std::vector<std::pair<std::string, double>> speed_by_model;
+  double gpus = 0;                      // per worker; a fraction below 1 with sharing mps/timeslice
+  std::string mig;                      // instead of gpus
+  std::string sharing;                  // empty: exclusive (left out)
   std::vector<std::string> gpu_models;  // empty: any
   double vram_gb = 0;                   // written when the job uses GPUs
   double cpus = 0;                      // 0: left out

@@ -577,10 +577,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           s.exclusive = body.value("exclusive", false);
           s.cyclic = body.value("cyclic", false);
           s.image = body.value("image", std::string());
-          for (const json& m : body.value("container_mounts", json::array())) {
-            s.mounts.push_back({m.at("source").get<std::string>(),
-                                m.at("target").get<std::string>(), m.value("read_only", false)});
-          }
+          s.mounts = MountsFromJson(body.value("container_mounts", json::array()));
           s.container_workdir = body.value("container_workdir", std::string());
           s.mount_home = body.value("container_mount_home", false);
           const double limit_s = body.value("time_limit_s", 0.0);

@@ -260,16 +260,29 @@ void Job::Note(Ticks t, std::string what) {
   history.push_back({t, std::move(what)});
 }
 
+json MountsToJson(const std::vector<proto::DesiredWorker::Mount>& mounts) {
+  json out = json::array();
+  for (const proto::DesiredWorker::Mount& m : mounts)
+    out.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
+  return out;
+}
+
+std::vector<proto::DesiredWorker::Mount> MountsFromJson(const json& list) {
+  std::vector<proto::DesiredWorker::Mount> out;
+  for (const json& m : list) {
+    out.push_back({m.at("source").get<std::string>(), m.at("target").get<std::string>(),
+                   m.value("read_only", false)});
+  }
+  return out;
+}
+
 namespace {
 
 // A step's container (srun --container-image), or null.
 json StepContainerJson(const Step& s) {
   if (s.image.empty()) return nullptr;
-  json mounts = json::array();
-  for (const proto::DesiredWorker::Mount& m : s.mounts)
-    mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", m.read_only}});
   return {{"image", s.image},
-          {"mounts", std::move(mounts)},
+          {"mounts", MountsToJson(s.mounts)},
           {"workdir", s.container_workdir},
           {"mount_home", s.mount_home}};
 }
@@ -486,10 +499,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.exclusive = s.value("exclusive", false);
       if (const json c = s.value("container", json()); c.is_object()) {
         step.image = c.value("image", std::string());
-        for (const json& m : c.value("mounts", json::array())) {
-          step.mounts.push_back({m.at("source").get<std::string>(),
-                                 m.at("target").get<std::string>(), m.value("read_only", false)});
-        }
+        step.mounts = MountsFromJson(c.value("mounts", json::array()));
         step.container_workdir = c.value("workdir", std::string());
         step.mount_home = c.value("mount_home", false);
       }

@@ -111,6 +111,12 @@ struct StepTask {
   mutable std::shared_ptr<const proto::DesiredWorker> desired;
 };
 
+// A container's mounts as JSON, [{"source", "target", "read_only"}]: srun's request and a
+// step's stored record say them alike. MountsFromJson throws json::exception on a
+// malformed one.
+nlohmann::json MountsToJson(const std::vector<proto::DesiredWorker::Mount>& mounts);
+std::vector<proto::DesiredWorker::Mount> MountsFromJson(const nlohmann::json& list);
+
 struct Step {
   enum class State : uint8_t { kPending, kRunning, kEnded };
   int id = 0;

@@ -48,6 +48,10 @@ inline std::string ImageReferenceProblem(std::string_view image) {
 inline std::string PyxisImage(std::string_view image, std::string* why) {
   std::string_view rest = image;
   if (rest.starts_with("docker://")) rest.remove_prefix(9);
+  if (rest.empty()) {
+    *why = "give an image, e.g. nvcr.io#nvidia/pytorch:24.01-py3";
+    return "";
+  }
   if (rest.starts_with("/") || rest.starts_with("./") || rest.ends_with(".sqsh")) {
     *why =
         "an enroot squashfs file: podman runs images from a registry (or the node's image "

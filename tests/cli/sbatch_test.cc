@@ -444,6 +444,7 @@ TEST(Sbatch, PyxisImageNamesArePodmans) {
   EXPECT_EQ(image("ubuntu:22.04").spec["image"], "ubuntu:22.04");
   EXPECT_NE(Errors(image("/images/pytorch.sqsh")).find("an enroot squashfs file"),
             std::string::npos);
+  EXPECT_NE(Errors(image("docker://")).find("--container-image: give an image"), std::string::npos);
   EXPECT_NE(Errors(image("ann@nvcr.io#nvidia/pytorch:24.01-py3")).find("USER@REGISTRY"),
             std::string::npos);
 }

@@ -124,6 +124,36 @@ TEST_F(LauncherTest, AWorkdirTheJobNamesIsMadeAsItsUserAndNeverGivenAway) {
   EXPECT_EQ(owner(dir_ / "closed" / "work" / "7"), 65534);
 }
 
+// What a root agent binds into a container for a job's user (Reachable): only what the
+// user could reach on the node. A path below a directory it may not enter is refused,
+// named, whatever the path's own mode (podman, as root, would mount it all the same).
+TEST_F(LauncherTest, ReachableIsWhatTheUserCouldReachOnTheNode) {
+  if (::geteuid() != 0) GTEST_SKIP() << "becoming another user needs root";
+  fs::create_directories(dir_ / "closed" / "public");
+  fs::permissions(dir_ / "closed", fs::perms::owner_all);  // 0700, root's
+  fs::permissions(dir_ / "closed" / "public", fs::perms::all);
+  fs::create_directories(dir_ / "open" / "data");
+  fs::permissions(dir_ / "open", fs::perms::all);
+  LaunchSpec spec;
+  spec.as_user = true;
+  spec.uid = 65534;  // nobody
+  spec.gid = 65534;
+  EXPECT_TRUE(Reachable(spec, {}));
+  EXPECT_TRUE(Reachable(spec, {(dir_ / "open" / "data").string(), (dir_ / "open").string()}));
+  const std::string hidden = (dir_ / "closed" / "public").string();
+  Status no = Reachable(spec, {(dir_ / "open" / "data").string(), hidden});
+  ASSERT_FALSE(no);
+  EXPECT_NE(no.error().ToString().find(hidden + ": not reachable as uid 65534: Permission denied"),
+            std::string::npos)
+      << no.error().ToString();
+  Status missing = Reachable(spec, {(dir_ / "open" / "none").string()});
+  ASSERT_FALSE(missing);
+  EXPECT_NE(missing.error().ToString().find("No such file or directory"), std::string::npos)
+      << missing.error().ToString();
+  // Jobs run as the agent itself: its own reach (root's here).
+  EXPECT_TRUE(Reachable(LaunchSpec{}, {hidden}));
+}
+
 // What the agent reads of a file a job named, it reads as the job's user; its own
 // identity is back afterwards.
 TEST_F(LauncherTest, OpenAsUserReadsOnlyWhatTheUserMayAndPutsTheAgentBack) {

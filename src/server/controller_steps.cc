@@ -6,6 +6,7 @@
 // may run steps of this job only and ends with the run.
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <optional>
@@ -56,8 +57,9 @@ std::string StepContainerProblem(const Step& s) {
 // tasks have no CPU binding (checked: bench/slurm_scripts/gpu_bind.sbatch).
 struct GpuBinding {
   enum class Kind { kAll, kSingle, kPerTask, kMap } kind = Kind::kAll;
-  int n = 0;             // single:N tasks to a GPU; per_task:N GPUs to a task
-  std::vector<int> map;  // map_gpu: the node's GPU index for local task i (i % size)
+  int n = 0;  // single:N tasks to a GPU; per_task:N GPUs to a task
+  // map_gpu (one GPU each) and mask_gpu: the node's GPUs local task i sees (i % size).
+  std::vector<uint64_t> map;
 };
 
 // `text`'s binding, or why it is not one Gantry honours (the message srun prints).
@@ -77,29 +79,41 @@ std::optional<GpuBinding> ReadGpuBinding(std::string text, std::string& why) {
     b.kind = type == "single" ? GpuBinding::Kind::kSingle : GpuBinding::Kind::kPerTask;
     return b;
   }
-  if (type == "map_gpu" && !arg.empty()) {  // 0,1 or 0*4,1*4; ids decimal or 0x hex
+  // map_gpu: 0,1 or 0*4,1*4, ids decimal or 0x hex; mask_gpu: 0x3,0xc or 0x3*2. Slurm's
+  // documentation makes the 0x optional, but Slurm 22.05 gave `mask_gpu:0x3,c`'s second
+  // task GPU 0, not 2 and 3 (bench/slurm_scripts.py, 2026-12-01): a mask without 0x is
+  // refused rather than read either way.
+  if ((type == "map_gpu" || type == "mask_gpu") && !arg.empty()) {
+    const bool masks = type == "mask_gpu";
     b.kind = GpuBinding::Kind::kMap;
     std::stringstream items(arg);
     for (std::string item; std::getline(items, item, ',');) {
       const size_t star = item.find('*');
-      const std::string id = item.substr(0, star);
+      std::string id = item.substr(0, star);
       const int times = star == std::string::npos ? 1 : count(item.substr(star + 1), 4096);
+      const bool hex = masks || id.rfind("0x", 0) == 0;
+      if (id.rfind("0x", 0) == 0) id = id.substr(2);
       char* end = nullptr;
-      const long gpu =
-          id.empty() ? -1 : std::strtol(id.c_str(), &end, id.rfind("0x", 0) == 0 ? 16 : 10);
-      if (id.empty() || *end != '\0' || gpu < 0 || gpu >= core::kMaxGpusPerNode || times == 0 ||
-          b.map.size() + static_cast<size_t>(times) > 4096) {
+      errno = 0;
+      const unsigned long long v =
+          id.empty() || id[0] == '-' ? 0 : std::strtoull(id.c_str(), &end, hex ? 16 : 10);
+      const bool ok = !id.empty() && id[0] != '-' && *end == '\0' && errno == 0 && times > 0 &&
+                      (!masks || item.rfind("0x", 0) == 0) &&
+                      (masks ? v != 0 : v < static_cast<unsigned long long>(core::kMaxGpusPerNode));
+      if (!ok || b.map.size() + static_cast<size_t>(times) > 4096) {
         why = "--gpu-bind=" + text +
-              ": map_gpu takes GPU indexes (0x for hex), each optionally *COUNT";
+              (masks ? ": mask_gpu takes GPU masks in hex, each with 0x (0x3,0xc) and "
+                       "optionally *COUNT"
+                     : ": map_gpu takes GPU indexes (0x for hex), each optionally *COUNT");
         return std::nullopt;
       }
-      b.map.insert(b.map.end(), static_cast<size_t>(times), static_cast<int>(gpu));
+      b.map.insert(b.map.end(), static_cast<size_t>(times), masks ? v : uint64_t{1} << v);
     }
     return b;
   }
   why = "--gpu-bind=" + text +
         ": not honoured; give closest (tasks are not bound to CPUs here: every GPU of the step "
-        "on the node), single:N, per_task:N, map_gpu:LIST or none";
+        "on the node), single:N, per_task:N, map_gpu:LIST, mask_gpu:LIST or none";
   return std::nullopt;
 }
 
@@ -119,7 +133,7 @@ uint64_t BoundGpus(const GpuBinding& b, uint64_t step_mask, int local) {
       return mask;
     }
     case GpuBinding::Kind::kMap:
-      return step_mask & (uint64_t{1} << b.map[i % b.map.size()]);
+      return step_mask & b.map[i % b.map.size()];
     case GpuBinding::Kind::kAll:
       break;
   }
@@ -626,16 +640,18 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
             why = "--gpu-bind=" + s.gpu_bind + ": give it or --gpus-per-task, not both";
           if (b && b->kind == GpuBinding::Kind::kMap && s.own_gpus > 0)
             why = "--gpu-bind=" + s.gpu_bind +
-                  ": map_gpu names the job's GPUs; a step of fewer GPUs takes the lowest free ones";
+                  ": map_gpu and mask_gpu name the job's GPUs; a step of fewer GPUs takes the "
+                  "lowest free ones";
           if (b && b->kind == GpuBinding::Kind::kMap) {  // each one the job's on all its nodes
             std::set<uint32_t> seen;
             for (const Worker& w : job->workers) {
               if (!why.empty() || !seen.insert(w.alloc.node.v).second) continue;
               const core::WorkerAlloc held = NodeAlloc(*job, w.alloc.node, w.rank);
               auto lacks = std::find_if(b->map.begin(), b->map.end(),
-                                        [&](int gpu) { return !(held.gpu_mask >> gpu & 1u); });
+                                        [&](uint64_t m) { return (m & ~held.gpu_mask) != 0; });
               if (lacks != b->map.end())
-                why = "--gpu-bind=" + s.gpu_bind + ": GPU " + std::to_string(*lacks) + " of node " +
+                why = "--gpu-bind=" + s.gpu_bind + ": GPU " +
+                      std::to_string(std::countr_zero(*lacks & ~held.gpu_mask)) + " of node " +
                       cluster_.node(w.alloc.node).name + " is not the job's (it holds " +
                       GpuIndexes(held) + ")";
             }

@@ -1400,7 +1400,10 @@ srun --gpu-bind=closest bash -c "$task" | sort > closest.txt
 srun --gpu-bind=single:2 bash -c "$task" | sort > single.txt
 srun --gpu-bind=verbose,per_task:2 bash -c "$task" | sort > per_task.txt
 srun --gpu-bind=map_gpu:"$(echo "$SLURM_JOB_GPUS" | awk -F, '{print $4","$3"*2,"$1}')" bash -c "$task" | sort > map.txt
-srun --gpu-bind=mask_gpu:0x1 true 2> mask.err; echo "$?" > mask.rc
+IFS=, read -r g0 g1 g2 g3 <<< "$SLURM_JOB_GPUS"
+srun --gpu-bind=mask_gpu:"$(printf '0x%x,0x%x' $(( (1 << g0) | (1 << g1) )) $(( (1 << g2) | (1 << g3) )))" bash -c "$task" | sort > mask.txt
+srun --gpu-bind=mask_gpu:0x3,c true 2> badmask.err; echo "$?" > badmask.rc
+srun --gpu-bind=mask_gpu:0x8000000000000000 true 2> foreignmask.err; echo "$?" > foreignmask.rc
 srun --gpu-bind=map_gpu:63 true 2> foreign.err; echo "$?" > foreign.rc
 srun -n1 -i none true; echo "$?" > input.rc
 )SH");
@@ -1424,10 +1427,17 @@ srun -n1 -i none true; echo "$?" > input.rc
   EXPECT_EQ(h.Read("work/per_task.txt"),
             each({g[0] + "," + g[1], g[2] + "," + g[3], g[0] + "," + g[1], g[2] + "," + g[3]}));
   EXPECT_EQ(h.Read("work/map.txt"), each({g[3], g[2], g[2], g[0]}));
-  EXPECT_EQ(Trim(h.Read("work/mask.rc")), "1");
-  EXPECT_NE(h.Read("work/mask.err").find("--gpu-bind=mask_gpu:0x1: not honoured; give closest"),
+  // mask_gpu: hex masks of the node's GPUs, task i the mask i % count; one without 0x is
+  // refused (Slurm 22.05 did not read `c` as 0xc).
+  EXPECT_EQ(h.Read("work/mask.txt"),
+            each({g[0] + "," + g[1], g[2] + "," + g[3], g[0] + "," + g[1], g[2] + "," + g[3]}));
+  EXPECT_EQ(Trim(h.Read("work/badmask.rc")), "1");
+  EXPECT_NE(h.Read("work/badmask.err").find("mask_gpu takes GPU masks in hex, each with 0x"),
             std::string::npos)
-      << h.Read("work/mask.err");
+      << h.Read("work/badmask.err");
+  EXPECT_EQ(Trim(h.Read("work/foreignmask.rc")), "1");
+  EXPECT_NE(h.Read("work/foreignmask.err").find("GPU 63 of node"), std::string::npos)
+      << h.Read("work/foreignmask.err");
   EXPECT_EQ(Trim(h.Read("work/foreign.rc")), "1");
   EXPECT_NE(h.Read("work/foreign.err").find("GPU 63 of node"), std::string::npos)
       << h.Read("work/foreign.err");

@@ -186,18 +186,16 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
   // reach them on this node: a root podman binds anything, the user may not see anything.
   std::vector<std::string> sources;
   for (const proto::DesiredWorker::Mount& m : d.mounts) {
-    for (const std::string* p : {&m.source, &m.target}) {
-      if (p->empty() || p->front() != '/' || p->find_first_of(":,") != std::string::npos)
-        return "mount " + m.source + ":" + m.target + ": absolute paths without ':' or ','";
-    }
+    if (!proto::DesiredWorker::PlainMountPath(m.source) ||
+        !proto::DesiredWorker::PlainMountPath(m.target))
+      return "mount " + m.source + ":" + m.target + ": absolute paths without ':' or ','";
     c.binds.push_back({m.source, m.target, m.read_only});
     sources.push_back(m.source);
   }
   if (Status reachable = Reachable(spec, sources); !reachable) return reachable.error().ToString();
   if (d.mount_home) {  // its home as this node's passwd says (or the job's HOME), if it has one
     for (const auto& [k, v] : spec.env) {
-      if (k == "HOME" && !v.empty() && v.front() == '/' &&
-          v.find_first_of(":,") == std::string::npos && Reachable(spec, {v}))
+      if (k == "HOME" && proto::DesiredWorker::PlainMountPath(v) && Reachable(spec, {v}))
         c.binds.push_back({v, v, false});
     }
   }

@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/result.h"
@@ -169,6 +170,13 @@ struct DesiredWorker {
   std::vector<Mount> mounts;
   std::string container_workdir;
   bool mount_home = false;
+  // Whether `path` can be one side of a mount as podman's --volume takes it: absolute,
+  // without its separators (':' and ','), at most 4096 bytes. gantryd checks what srun
+  // sends, the agent what it is sent.
+  static bool PlainMountPath(const std::string& path) {
+    return !path.empty() && path.size() <= 4096 && path.front() == '/' &&
+           path.find_first_of(std::string_view(":,\0", 3)) == std::string::npos;
+  }
   int signal = 0;  // the first signal when stopped, instead of --preempt-signal
   std::string stdout_path, stderr_path;  // "stdout", "stderr": expanded, relative to workdir
   bool append_output = false;            // "open_mode": "append": appended to, not truncated

@@ -36,10 +36,7 @@ std::string StepContainerProblem(const Step& s) {
   }
   if (std::string why = ImageReferenceProblem(s.image); !why.empty())
     return "image " + s.image + ": " + why;
-  auto plain = [](const std::string& p) {
-    return !p.empty() && p[0] == '/' && p.find_first_of(":,", 0) == std::string::npos &&
-           p.find('\0') == std::string::npos && p.size() <= 4096;
-  };
+  auto plain = proto::DesiredWorker::PlainMountPath;
   for (const proto::DesiredWorker::Mount& m : s.mounts) {
     if (!plain(m.source) || !plain(m.target))
       return "container_mounts: " + m.source + ":" + m.target +

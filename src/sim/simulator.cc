@@ -234,8 +234,7 @@ void Simulator::BeginRun(JobId id, Ticks now) {
   const Ticks reclaim_after =
       core::ReclaimIdleAfter(job.spec, config_.queues, config_.policy.params);
   if (s.idle_after >= 0 && reclaim_after > 0) {
-    const Ticks idle_at =  // idle_after counts in work, as duration does
-        now + core::JobSpec::AtSpeed(std::max<Ticks>(0, s.idle_after - s.progress), s.run_speed);
+    const Ticks idle_at = now + s.UntilIdle(s.progress);
     if (idle_at + reclaim_after < finish)
       Push(idle_at + reclaim_after, Kind::kReclaim, id.v, s.run);
   }
@@ -254,11 +253,7 @@ void Simulator::ModelUsage(JobId id, Ticks start, Ticks end, Ticks progress) {
                        UnitMs{units} * (end - start));
     if (s.util < 0) continue;
     const Ticks busy =
-        s.idle_after < 0
-            ? end - start
-            : std::min<Ticks>(
-                  core::JobSpec::AtSpeed(std::max<Ticks>(0, s.idle_after - progress), s.run_speed),
-                  end - start);
+        s.idle_after < 0 ? end - start : std::min<Ticks>(s.UntilIdle(progress), end - start);
     const core::Advice a = core::RightSize(cluster, model, job.spec, {s.vram_used, s.util});
     const double fit_units =
         a.gpus > 0 ? static_cast<double>(units) * a.fit_gpus / a.gpus : static_cast<double>(units);

@@ -12,6 +12,7 @@
 // Thread-safety: none.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -84,6 +85,11 @@ class Simulator {
     core::Ticks run_start = 0;
     core::GpuUnits run_units = 0;  // what the run holds
     double run_speed = 1;          // how fast the run goes on its GPUs' models (RunSpeed)
+    // Run time until a run from `from` (its kept progress) idles: idle_after counts in work,
+    // as duration does. Only with an idle_after.
+    core::Ticks UntilIdle(core::Ticks from) const {
+      return core::JobSpec::AtSpeed(std::max<core::Ticks>(0, idle_after - from), run_speed);
+    }
     // Elastic jobs: work done in worker-ticks (a run of k workers does k per tick; the job
     // needs duration x replicas), and the run's workers (the core's are the next run's
     // once it resizes).

@@ -303,13 +303,8 @@ class JobDecoder {
     }
     std::vector<double> table;
     for (const Doc& v : list.items) {
-      double x = v.kind == Doc::Kind::kNumber ? v.number : -1;
-      if (v.yaml && v.is_scalar()) {
-        char* end = nullptr;
-        x = std::strtod(v.text.c_str(), &end);
-        if (end == v.text.c_str() || *end != '\0') x = -1;
-      }
-      if (!(x > 0) || !std::isfinite(x)) {
+      const double x = Decoder::AsNumber(v).value_or(-1);
+      if (!(x > 0)) {
         f.Report("speedup", "throughputs must be numbers above 0, got \"" + v.text + "\"");
         return;
       }
@@ -335,15 +330,10 @@ class JobDecoder {
     for (const DocEntry& e : v->entries) {
       const std::string path = f.Path("speed_by_model") + "." + e.key;
       const ModelMask named = spec::GpuModelsNamed(e.key, catalog, config_.site);
-      double x = e.value.kind == Doc::Kind::kNumber ? e.value.number : -1;
-      if (e.value.yaml && e.value.is_scalar()) {
-        char* end = nullptr;
-        x = std::strtod(e.value.text.c_str(), &end);
-        if (end == e.value.text.c_str() || *end != '\0') x = -1;
-      }
+      const double x = Decoder::AsNumber(e.value).value_or(-1);
       if (named == 0) {
         d_.Report(e.line, path, "unknown GPU model " + Quote(e.key));
-      } else if (!(x > 0) || !std::isfinite(x) || x > 1e6) {
+      } else if (!(x > 0) || x > 1e6) {
         d_.Report(e.line, path, "a speed is a number above 0, got \"" + e.value.text + "\"");
       } else {
         for (ModelMask m = named; m != 0; m &= m - 1) speed[std::countr_zero(m)] = x;

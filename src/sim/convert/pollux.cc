@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "sim/convert/convert.h"
@@ -14,6 +15,20 @@ namespace gantry::convert {
 namespace {
 
 namespace fs = std::filesystem;
+
+// sia-simulator's default heterogeneous cluster: aws 6 x 4 T4, rtx 3 x 8 RTX 2080 Ti,
+// dgx-ext 2 x 8 A100. Each pool is named as the Sia artifact names its GPU type's profiles
+// (placements-TYPE.csv, packed `gpus` to a node); aws's are the unsuffixed ones, whose run
+// times are the jobs' durations (speed 1).
+struct SiaPool {
+  const char* name;
+  int count, gpus;
+  const char* model;
+  double cpus, memory_gb;
+};
+constexpr SiaPool kSiaPools[] = {{"aws", 6, 4, "T4-16GB", 48, 192},
+                                 {"rtx", 3, 8, "RTX2080Ti", 32, 256},
+                                 {"dgx-ext", 2, 8, "A100-40GB", 128, 1024}};
 
 // Pollux's applications.py caps the local batch of yolov3 at 8 (memory); the others
 // take the largest local batch their placement table measured.
@@ -199,14 +214,6 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
     }
     return it->second ? &*it->second : nullptr;
   };
-  // Sia's cluster: the other GPU types' speeds against the aws (T4) run time, from their
-  // own profiles (speed_by_model).
-  struct GpuType {
-    const char* profile;
-    int per_node;
-    const char* model;
-  };
-  const std::vector<GpuType> other_types = {{"rtx", 8, "RTX2080Ti"}, {"dgx-ext", 8, "A100-40GB"}};
   if (!o.profiles.empty()) {
     std::error_code ec;
     if (!fs::is_directory(o.profiles, ec))
@@ -261,10 +268,12 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
         ++summary.adjusted["run time from the per-application default"];
       }
       RigidJob j;
-      if (sia && profile_of(app) != nullptr && run && run_from_profile) {
-        j.speed_by_model.emplace_back("T4-16GB", 1.0);
-        for (const GpuType& t : other_types) {
-          const AppProfile* p = profile_of(app, t.profile, t.per_node);
+      // Sia: the other GPU types' speeds against the aws (T4) run time, from their own
+      // profiles (speed_by_model).
+      if (sia && run_from_profile) {
+        j.speed_by_model.emplace_back(kSiaPools[0].model, 1.0);
+        for (const SiaPool& t : std::span(kSiaPools).subspan(1)) {
+          const AppProfile* p = profile_of(app, t.name, t.gpus);
           const std::optional<double> there =
               p ? p->RunTime(static_cast<int>(*replicas), *batch) : std::nullopt;
           if (!there || !(*there > 0)) {
@@ -323,12 +332,10 @@ Result<ConvertSummary> ConvertPollux(const ConvertOptions& o, bool sia) {
     return p;
   };
   if (sia) {
-    // sia-simulator's default heterogeneous cluster: aws 6 x 4 T4, rtx 3 x 8 RTX 2080 Ti,
-    // dgx-ext 2 x 8 A100.
     plan.cluster.models.push_back({"RTX2080Ti", 11});
-    plan.cluster.pools.push_back(pool("aws", 6 * scale, 4, "T4-16GB", 48, 192));
-    plan.cluster.pools.push_back(pool("rtx", 3 * scale, 8, "RTX2080Ti", 32, 256));
-    plan.cluster.pools.push_back(pool("dgx-ext", 2 * scale, 8, "A100-40GB", 128, 1024));
+    for (const SiaPool& p : kSiaPools)
+      plan.cluster.pools.push_back(
+          pool(p.name, p.count * scale, p.gpus, p.model, p.cpus, p.memory_gb));
     plan.vram_gb = 11;
   } else {
     // Pollux's default: 16 g4dn.12xlarge nodes, 4 T4 each.

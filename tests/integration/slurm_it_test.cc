@@ -1378,6 +1378,77 @@ srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
   EXPECT_EQ(h.Read("work/both.txt"), "0 " + gpu + "\n1 " + gpu + "\n");
 }
 
+// A node's tasks shared by steps (tasks_per_worker) through gantryd and the node's agent
+// both killed (-9) while two one-task steps hold the job's two tasks: after the restarts
+// the steps run on and end once each, and a third one-task step asked for then waits for a
+// task of the two to free (the busy tasks are counted from the steps read back, not from
+// memory), as Slurm's "Step creation temporarily disabled".
+TEST(Slurm, StepsSharingANodesTasksOutliveGantrydAndTheirAgentBeingKilled) {
+  Harness h("slurm-shared-kill");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("pair.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -n 2
+#SBATCH --gres=gpu:1
+#SBATCH -t 2
+for i in 0 1; do
+  ( srun -n1 bash -c 'date +%s.%N > "s-$SLURM_STEP_ID.start"; touch "up-$SLURM_STEP_ID"; sleep 7; date +%s.%N > "s-$SLURM_STEP_ID.end"; echo "end $SLURM_STEP_ID"'
+    echo "step $i rc $?" >> rc.txt ) >> steps.out &
+done
+while [ ! -e go ]; do sleep 0.1; done
+srun -n1 bash -c 'date +%s.%N > "s-$SLURM_STEP_ID.start"; echo "third $SLURM_STEP_ID"' >> steps.out
+echo "step 2 rc $?" >> rc.txt
+wait
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("pair.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return fs::exists(work + "/up-0") && fs::exists(work + "/up-1"); }, 20))
+      << h.Job(id).dump();
+  const json nodes = h.Job(id)["nodes"];
+  ASSERT_EQ(nodes.size(), 1u) << h.Job(id).dump();
+  const std::map<std::string, int> index = {{"h100-0", 0}, {"h100-1", 1}, {"spare-0", 2}};
+  const std::string node = nodes[0].get<std::string>();
+
+  h.KillServer(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  h.StartServer();
+  h.StopAgent(index.at(node), SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  h.StartAgent(node);
+  // Both steps still run (they sleep 7 s): the third must wait for one of them.
+  EXPECT_FALSE(fs::exists(work + "/s-0.end")) << "too slow a restart for this test";
+  h.Write("work/go", "");
+
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 60)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["run"], 1) << "the job ran again";
+  const std::string out = h.Read("work/steps.out");
+  for (const char* line : {"end 0\n", "end 1\n", "third 2\n"}) {
+    const size_t at = out.find(line);
+    EXPECT_NE(at, std::string::npos) << line << " missing from:\n" << out;
+    EXPECT_EQ(out.find(line, at + 1), std::string::npos) << line << " twice in:\n" << out;
+  }
+  std::istringstream rcs(h.Read("work/rc.txt"));
+  std::set<std::string> lines;
+  for (std::string line; std::getline(rcs, line);) lines.insert(line);
+  EXPECT_EQ(lines, (std::set<std::string>{"step 0 rc 0", "step 1 rc 0", "step 2 rc 0"}))
+      << h.Read("work/rc.txt");
+  const double first_end =
+      std::min(std::stod(h.Read("work/s-0.end")), std::stod(h.Read("work/s-1.end")));
+  EXPECT_GE(std::stod(h.Read("work/s-2.start")), first_end)
+      << "the third step ran in a task a running step held";
+  const RunResult acct =
+      h.Cli({"acct", "-j", id, "--parsable2", "-n", "--format", "JobID,State"}, h.token("ann"));
+  const std::string n = id.substr(1);
+  EXPECT_EQ(acct.out, n + "|COMPLETED\n" + n + ".batch|COMPLETED\n" + n + ".0|COMPLETED\n" + n +
+                          ".1|COMPLETED\n" + n + ".2|COMPLETED\n")
+      << acct.err;
+}
+
 // srun --gpu-bind (found in many HPC scripts as `srun --gpu-bind=closest`): single:N,
 // per_task:N and map_gpu:LIST give each task its GPUs by its local id, as Slurm 22.05;
 // closest leaves each task all the step's GPUs on its node (tasks are not bound to CPUs,

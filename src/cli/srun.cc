@@ -95,6 +95,7 @@ constexpr Opt kSrunOptions[] = {
     {"verbose", 'v', false},
     {"wait", 'W', true},
     {"exact", 0, false},
+    {"multi-prog", 0, false},
     {"cpu_bind", 0, true},
     {"mem-bind", 0, true},
 };
@@ -421,6 +422,22 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   }
   json body = {{"command", command},
                {"env", StepEnv(given.count("export") ? given["export"] : "")}};
+  // --multi-prog FILE [ARGS]: the file (read here, as Slurm's srun reads it) gives each task
+  // its program; gantryd checks it against the step's tasks (spec/multi_prog.h).
+  if (given.count("multi-prog")) {
+    std::ifstream in(command[0], std::ios::binary);
+    const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (!in.is_open() || in.bad()) {
+      std::cerr << "srun: error: Could not open multi_prog config file " << command[0] << "\n";
+      return kExitRunFailure;
+    }
+    if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+      std::cerr << "srun: error: Configuration file " << command[0]
+                << " invalid, no record for task id 0\n";
+      return kExitRunFailure;
+    }
+    body["multi_prog"] = text;
+  }
   std::error_code ec;
   std::string cwd = std::filesystem::current_path(ec).string();
   if (given.count("chdir")) {

@@ -407,8 +407,9 @@ class Controller : public ApiBackend {
   void StartSteps(Job& job, Ticks now);
   // Places step `s` as it asks on the job's slots not used by running steps (its tasks'
   // slots, nodes, local ids); "" when placed, else why not, with `wait` set when the step
-  // could run once running steps end.
-  std::string PlaceStep(const Job& job, Step& s, bool& wait) const;
+  // could run once running steps end. `tasks`, when given, is set to how many tasks the
+  // step has (placed now or later; unset when it is refused).
+  std::string PlaceStep(const Job& job, Step& s, bool& wait, int* tasks = nullptr) const;
   // A step asking fewer GPUs than the job holds (`per_node` a node, or `total`): sets
   // s.own_gpus; "" when the job's GPUs can give it, else why not.
   std::string OwnGpus(const Job& job, Step& s, int per_node, int total) const;

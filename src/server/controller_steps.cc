@@ -261,8 +261,9 @@ std::string Controller::OwnGpus(const Job& job, Step& s, int per_node, int total
   return "";
 }
 
-std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
+std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* tasks) const {
   wait = false;
+  if (tasks) *tasks = 0;
   // srun reads SLURM_NTASKS (the batch script's, set by sbatch's -n or --ntasks-per-node)
   // as -n when not given one; an explicit --ntasks-per-node that cannot hold that many on
   // the nodes is then ignored, as Slurm 22.05 does (bench/slurm_scripts.py, srun_shapes).
@@ -366,6 +367,7 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait) const {
   }
   if (per_node > 0 && nodes == 0) n = std::min(have, (k + per_node - 1) / per_node);
   n = std::min(n, k);
+  if (tasks) *tasks = k;
   // The nodes with a free slot, in order; the step waits for busy ones to free up.
   std::vector<const NodeSlots*> use;
   for (const NodeSlots& x : all) {
@@ -591,6 +593,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           s.mounts = MountsFromJson(body.value("container_mounts", json::array()));
           s.container_workdir = body.value("container_workdir", std::string());
           s.mount_home = body.value("container_mount_home", false);
+          s.multi_prog = body.value("multi_prog", std::string());
           const double limit_s = body.value("time_limit_s", 0.0);
           if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
             return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");
@@ -600,6 +603,8 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
         }
         if (s.command.empty() || s.command[0].empty())
           return Reply::Error(Code::kBadRequest, "step: command: give a program to run");
+        if (s.multi_prog.size() > (1 << 20))
+          return Reply::Error(Code::kBadRequest, "step: multi_prog: at most 1 MiB");
         if (s.nodes < 0 || s.ntasks < 0 || s.per_node < 0 || s.cpus_per_task < 0 ||
             s.ntasks > 100000 || s.nodes > 100000 || s.per_node > 100000)
           return Reply::Error(Code::kBadRequest, "step: counts must be 0 or more");
@@ -656,8 +661,17 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           if (!why.empty()) return Reply::Error(Code::kUnprocessable, why);
         }
         bool wait = false;
-        const std::string why = PlaceStep(*job, s, wait);
+        int tasks = 0;
+        const std::string why = PlaceStep(*job, s, wait, &tasks);
         if (!why.empty() && !wait) return Reply::Error(Code::kUnprocessable, why);
+        // --multi-prog: a line for each of the step's tasks, or refused as Slurm's srun
+        // refuses the file (named as srun was given it).
+        if (!s.multi_prog.empty()) {
+          std::string bad;
+          auto programs = spec::MultiProg::Parse(s.multi_prog, tasks, s.command[0], bad);
+          if (!programs) return Reply::Error(Code::kBadRequest, bad);
+          s.programs = std::make_shared<const spec::MultiProg>(std::move(*programs));
+        }
         s.created = now_;
         if (why.empty() && std::none_of(job->steps.begin(), job->steps.end(), [](const Step& o) {
               return o.state == Step::State::kPending;
@@ -893,13 +907,14 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"SLURM_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
            {"SLURM_STEP_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
            {"SLURMD_NODENAME", cluster_.node(n).name},
-           {"SLURM_GPUS_ON_NODE", std::to_string(gpus)},
            {"GANTRY_STEP", std::to_string(s.id)},
            {"GANTRY_RANK", std::to_string(task)},
            {"GANTRY_LOCAL_RANK", std::to_string(t.local)},
            {"GANTRY_WORLD_SIZE", tasks}}) {
     env[k] = v;
   }
+  env.erase("SLURM_GPUS_ON_NODE");  // unset for a job of no GPUs, as Slurm's
+  if (gpus > 0) env["SLURM_GPUS_ON_NODE"] = std::to_string(gpus);
   // SLURM_NODELIST stays the job's (Slurm's); SLURM_NTASKS_PER_NODE is srun's
   // --ntasks-per-node where the layout honours it, else what srun's environment had (the
   // batch script's, from sbatch), as Slurm 22.05's srun (also for a layout of 2,1).
@@ -939,6 +954,15 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   d.gpus_by_index = true;  // a batch job's: CUDA_VISIBLE_DEVICES as Slurm's gres gives it
   d.grace_ms = job.spec.grace;
   d.command = s.command;
+  if (!s.multi_prog.empty()) {  // its line of the file, then srun's words after the file
+    if (!s.programs) {          // read back after a restart: checked when it was created
+      std::string bad;
+      auto programs =
+          spec::MultiProg::Parse(s.multi_prog, static_cast<int>(s.tasks.size()), s.command[0], bad);
+      if (programs) s.programs = std::make_shared<const spec::MultiProg>(std::move(*programs));
+    }
+    if (s.programs) d.command = s.programs->ArgvFor(task, {s.command.begin() + 1, s.command.end()});
+  }
   d.env = std::move(env);
   d.workdir = s.workdir.empty() ? job.spec.workdir : s.workdir;
   d.user = job.user;

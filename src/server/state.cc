@@ -120,6 +120,8 @@ void Step::End(Ticks now) {
   state = State::kEnded;
   ended = now;
   env.clear();
+  multi_prog.clear();
+  programs.reset();
 }
 
 bool Job::AllExited() const {
@@ -391,6 +393,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"started", s.started},
                        {"ended", s.ended},
                        {"tasks", std::move(tasks)}});
+      if (!s.multi_prog.empty()) steps.back()["multi_prog"] = s.multi_prog;
     }
     doc["steps"] = std::move(steps);
   }
@@ -503,6 +506,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
         step.container_workdir = c.value("workdir", std::string());
         step.mount_home = c.value("mount_home", false);
       }
+      step.multi_prog = s.value("multi_prog", std::string());
       step.overlap = s.value("overlap", false);
       step.cancelled = s.value("cancelled", false);
       step.time_limit = s.value("time_limit", Ticks{0});

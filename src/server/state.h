@@ -23,6 +23,7 @@
 #include "core/model/cluster.h"
 #include "core/model/job.h"
 #include "proto/node.h"
+#include "spec/multi_prog.h"
 
 namespace gantry::server {
 
@@ -143,6 +144,10 @@ struct Step {
   std::vector<proto::DesiredWorker::Mount> mounts;
   std::string container_workdir;
   bool mount_home = false;
+  // srun --multi-prog: the configuration file's text (`command` is then the file and srun's
+  // words after it); each task runs its line (spec::MultiProg). Empty: `command` for all.
+  std::string multi_prog;
+  mutable std::shared_ptr<const spec::MultiProg> programs;  // read from it (not stored)
   bool overlap = false;    // may share slots with running steps (--overlap)
   bool cancelled = false;  // srun was interrupted: its tasks are stopped
   // srun --time: past it (from its start) the step is cancelled as srun's interrupt

@@ -1378,6 +1378,83 @@ srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
   EXPECT_EQ(h.Read("work/both.txt"), "0 " + gpu + "\n1 " + gpu + "\n");
 }
 
+// srun --multi-prog: each task runs its line of the file (%t its id, %o its offset on the
+// line, srun's words after the file appended), as Slurm 22.05's srun
+// (bench/slurm_scripts/multi_prog.sbatch compares them). Here the step waits for a running
+// one through a gantryd crash, so its lines are read again from the stored step when it
+// starts. A file that does not give every task exactly one line is refused naming its
+// line, as Slurm's srun refuses it (exit 1).
+TEST(Slurm, SrunMultiProgRunsEachTaskItsLine) {
+  Harness h("slurm-multi-prog");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("work/mpmd.conf",
+          "# a coordinator and three workers\n"
+          "0      bash -c 'echo \"coord $SLURM_PROCID $1\" >> coord.txt' _\n"
+          "1-2,3  bash -c 'echo \"worker $1 $2 $SLURM_PROCID $3\" >> w-$1.txt' _ %t %o\n");
+  h.Write("work/bad.conf", "* echo rest\n0 echo zero\n");
+  h.Write("work/short.conf", "0-2 echo a\n");
+  h.Write("mpmd.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=2
+#SBATCH --gpus-per-node=1
+#SBATCH -t 1
+srun bash -c 'touch "hold-$SLURM_PROCID"; sleep 4' &
+while [ ! -e hold-3 ]; do sleep 0.1; done
+srun --multi-prog mpmd.conf EXTRA 2> mpmd.err
+echo "mpmd $?" > rc.txt
+wait
+srun --multi-prog bad.conf 2> bad.err
+echo "bad $?" >> rc.txt
+srun --multi-prog short.conf 2> short.err
+echo "short $?" >> rc.txt
+srun --multi-prog missing.conf 2> missing.err
+echo "missing $?" >> rc.txt
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("mpmd.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return fs::exists(work + "/hold-3"); }, 20))
+      << h.Job(id).dump();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] { return h.Read("work/mpmd.err").find("temporarily disabled") != std::string::npos; },
+      10))
+      << "the --multi-prog step did not wait for the first";
+  h.KillServer(SIGKILL);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  h.StartServer();
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["run"], 1);
+  EXPECT_EQ(h.Read("work/coord.txt"), "coord 0 EXTRA\n") << h.Read("work/mpmd.err");
+  for (int t = 1; t <= 3; ++t) {
+    EXPECT_EQ(h.Read("work/w-" + std::to_string(t) + ".txt"), "worker " + std::to_string(t) + " " +
+                                                                  std::to_string(t - 1) + " " +
+                                                                  std::to_string(t) + " EXTRA\n");
+  }
+  EXPECT_EQ(h.Read("work/rc.txt"), "mpmd 0\nbad 1\nshort 1\nmissing 1\n");
+  EXPECT_NE(h.Read("work/bad.err")
+                .find("Line 2 of configuration file bad.conf invalid: Task range specification "
+                      "with asterisk must be last"),
+            std::string::npos)
+      << h.Read("work/bad.err");
+  EXPECT_NE(h.Read("work/short.err")
+                .find("Configuration file short.conf invalid, no record for task id 3"),
+            std::string::npos)
+      << h.Read("work/short.err");
+  EXPECT_NE(h.Read("work/missing.err").find("Could not open multi_prog config file missing.conf"),
+            std::string::npos)
+      << h.Read("work/missing.err");
+  const RunResult acct = h.Cli(
+      {"acct", "-j", id, "--parsable2", "-n", "--format", "JobID,JobName,State"}, h.token("ann"));
+  const std::string n = id.substr(1);
+  EXPECT_EQ(acct.out, n + "|mpmd.sh|COMPLETED\n" + n + ".batch|batch|COMPLETED\n" + n +
+                          ".0|bash|COMPLETED\n" + n + ".1|mpmd.conf|COMPLETED\n")
+      << acct.err;
+}
+
 // A node's tasks shared by steps (tasks_per_worker) through gantryd and the node's agent
 // both killed (-9) while two one-task steps hold the job's two tasks: after the restarts
 // the steps run on and end once each, and a third one-task step asked for then waits for a

@@ -1,8 +1,9 @@
 // srun --multi-prog: a configuration file that gives each task of a step its own program
 // and arguments (MPMD: a parameter server beside workers, a coordinator beside ranks), read
 // as Slurm 22.05's srun reads it (srun(1), "MULTIPLE PROGRAM CONFIGURATION"; each rule below
-// was checked against it by bench/slurm_scripts/multi_prog.sbatch and the probes its
-// comment lists). Hand-written: no library reads this format.
+// was checked against that srun with probe files on 2026-12-01: MultiProgTest holds what it
+// did, bench/slurm_scripts/multi_prog.sbatch compares a script). Hand-written: no library
+// reads this format.
 //
 //   # a comment (first non-blank character)
 //   0        python ps.py --rank %t

@@ -479,7 +479,7 @@ void BM_Schedule(benchmark::State& state, std::string policy, int gpus, int back
 void PlaceBench(benchmark::State& state, Fit fit, int gpus, bool fgd) {
   const Cluster cluster = MakeCluster(gpus);
   Ledger ledger(cluster);
-  core::Fragmentation frag(ledger);
+  core::Fragmentation frag(ledger, false);
   Placer placer(ledger, fgd ? &frag : nullptr);
   JobMaker maker(cluster.catalog(), kJobSeed);
   std::vector<JobSpec> specs;

@@ -9,8 +9,8 @@
 
 namespace gantry::core {
 
-Fragmentation::Fragmentation(const Ledger& ledger)
-    : ledger_(ledger), cache_(ledger.cluster().nodes().size()) {
+Fragmentation::Fragmentation(const Ledger& ledger, bool by_gpus)
+    : ledger_(ledger), by_gpus_(by_gpus), cache_(ledger.cluster().nodes().size()) {
   for (const Pool& p : ledger.cluster().pools()) spot_ = spot_ || p.spec.spot;
 }
 
@@ -92,6 +92,7 @@ void Fragmentation::Rebuild() {
   if (order.size() > kMaxClasses) order.resize(kMaxClasses);
   mix_.clear();
   total_weight_ = 0;
+  placing_total_ = 0;
   for (auto it : order) {
     const Key& k = it->first;
     TaskClass c;
@@ -106,14 +107,18 @@ void Fragmentation::Rebuild() {
     c.worker.cpus_milli = k.cpus_milli;
     c.worker.memory_bytes = k.memory_bytes;
     c.weight = it->second.weight;
+    c.demand = c.weight * static_cast<uint64_t>(std::max(1, k.gpus));
     total_weight_ += c.weight;
+    placing_total_ += by_gpus_ ? c.demand : c.weight;
     mix_.push_back(std::move(c));
   }
   views_.clear();
   for (const TaskClass& c : mix_) {
     const JobSpec& w = c.worker;
     views_.push_back(ClassView{w.sharing, w.gpus, w.share_milli, w.vram_bytes, w.cpus_milli,
-                               w.memory_bytes, static_cast<int64_t>(c.weight), w.mig_index.data()});
+                               w.memory_bytes, static_cast<int64_t>(c.weight),
+                               static_cast<int64_t>(by_gpus_ ? c.demand : c.weight),
+                               w.mig_index.data()});
   }
   const Cluster& cluster = ledger_.cluster();
   pool_ok_.assign(cluster.pools().size() * mix_.size(), 0);
@@ -126,8 +131,8 @@ void Fragmentation::Rebuild() {
   ++epoch_;
 }
 
-int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
-                             int64_t memory_bytes) const {
+Fragmentation::Scores Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
+                                           int64_t memory_bytes) const {
   const Node& node = ledger_.cluster().node(n);
   std::array<uint8_t, kMaxGpusPerNode> partial;  // local indexes of partly used GPUs
   int partials = 0, whole = 0;
@@ -141,7 +146,7 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
       partial[partials++] = static_cast<uint8_t>(i);
     }
   }
-  if (free_total == 0) return 0;
+  if (free_total == 0) return {};
   const GpuModel& model = ledger_.cluster().catalog().model(node.model);
   const uint8_t* ok = pool_ok_.data() + node.pool.v * views_.size();
   // Per split MIG GPU, the profiles that still fit (bit per profile), found once.
@@ -161,7 +166,7 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
     mig_known = true;
   };
   const GpuUnits whole_units = GpuUnits{whole} * kGpuUnits;
-  int64_t score = 0;
+  Scores score;
   for (size_t c = 0; c < views_.size(); ++c) {
     const ClassView& m = views_[c];
     GpuUnits usable = 0;
@@ -193,26 +198,28 @@ int64_t Fragmentation::Score(NodeId n, const GpuState* gpus, int64_t cpus_milli,
         }
       }
     }
-    score += m.weight * (free_total - usable);
+    score.weighted += m.weight * (free_total - usable);
+    score.placing += m.placing * (free_total - usable);
   }
   return score;
 }
 
-int64_t Fragmentation::NodeScore(NodeId n) const {
-  if (!active()) return 0;
+const Fragmentation::Scores& Fragmentation::NodeScores(NodeId n) const {
   CacheEntry& e = cache_[n.v];
   const uint64_t version = ledger_.node_version(n);
   if (e.epoch != epoch_ || e.node_version != version) {
     const Node& node = ledger_.cluster().node(n);
     const NodeState& s = ledger_.node(n);
-    e.score = node.gpus == 0
-                  ? 0
-                  : Score(n, &ledger_.gpu(node.first_gpu), s.free_cpus_milli, s.free_memory_bytes);
+    e.scores = node.gpus == 0
+                   ? Scores{}
+                   : Score(n, &ledger_.gpu(node.first_gpu), s.free_cpus_milli, s.free_memory_bytes);
     e.epoch = epoch_;
     e.node_version = version;
   }
-  return e.score;
+  return e.scores;
 }
+
+int64_t Fragmentation::NodeScore(NodeId n) const { return active() ? NodeScores(n).placing : 0; }
 
 int64_t Fragmentation::Delta(const WorkerAlloc& w) const {
   if (!active()) return 0;
@@ -224,13 +231,14 @@ int64_t Fragmentation::Delta(const WorkerAlloc& w) const {
   after.assign(&ledger_.gpu(node.first_gpu), &ledger_.gpu(node.first_gpu) + node.gpus);
   Ledger::TakeGpus(after.data(), w, ledger_.cluster().catalog(), node.model);
   return Score(w.node, after.data(), ns.free_cpus_milli - w.cpus_milli,
-               ns.free_memory_bytes - w.memory_bytes) -
+               ns.free_memory_bytes - w.memory_bytes)
+             .placing -
          before;
 }
 
 double Fragmentation::NodeFragmentedGpus(NodeId n) const {
   if (!active()) return 0;
-  return static_cast<double>(NodeScore(n)) / static_cast<double>(total_weight_) /
+  return static_cast<double>(NodeScores(n).weighted) / static_cast<double>(total_weight_) /
          static_cast<double>(kGpuUnits);
 }
 
@@ -238,7 +246,7 @@ double Fragmentation::FragmentedGpus() const {
   if (!active()) return 0;
   if (total_version_ == ledger_.version() && total_epoch_ == epoch_) return total_gpus_;
   auto rescore = [&](NodeId n) {
-    const int64_t score = ledger_.node(n).up ? NodeScore(n) : 0;
+    const int64_t score = ledger_.node(n).up ? NodeScores(n).weighted : 0;
     total_sum_ += score - summed_[n.v];
     summed_[n.v] = score;
   };

@@ -15,8 +15,15 @@
 //     fits.
 // Free capacity is in GPU units (a free GPU 7000, a shared GPU its share left x 7, a
 // MIG GPU its free compute slices x 1000), so every figure the placer compares is an
-// integer: p_m is an integer weight (the class's decayed count) and NodeScore is
-// sum_m weight_m F_n(m); FragmentedGpus divides by the total weight for the report.
+// integer: p_m is an integer weight (the class's decayed count) and FragmentedGpus, the
+// report's figure, is sum_m weight_m F_n(m) over the total weight, as FGD defines it;
+// NodeScore and Delta, what placement compares, are the same sum. With `by_gpus`
+// (policy.fragmentation_weights: gpus) placement weighs each class by the GPUs its workers
+// ask instead (its *demand*: count x GPUs a worker), while the report keeps FGD's figure.
+// Counted by workers, a mix of many 1-GPU jobs and fewer 8-GPU gang workers makes FGD
+// keep room for the small ones and break up the whole nodes the gangs need, though the
+// gangs ask most of the GPUs (docs/policies.md, "Fragmentation weighed by GPUs": less
+// queueing delay on gang-heavy workloads, a little more work lost to critical preemption).
 //
 // The mix is learned online (Observe, once per submitted job that uses GPUs, weighted
 // by its workers; CPU-only jobs are left out. FGD's artifact counts them
@@ -50,29 +57,34 @@ class Fragmentation {
   static constexpr size_t kTracked = 256;        // distinct shapes counted
   static constexpr uint64_t kDecayEvery = 8192;  // workers between halvings of the counts
 
-  // One task class of the mix: a single worker's request (replicas 1, spine) and its
-  // weight (decayed count of workers of that shape).
+  // One task class of the mix: a single worker's request (replicas 1, spine), its weight
+  // (decayed count of workers of that shape) and demand (weight x its GPUs, at least 1).
   struct TaskClass {
     JobSpec worker;
     uint64_t weight = 0;
+    uint64_t demand = 0;
   };
 
-  explicit Fragmentation(const Ledger& ledger);
+  Fragmentation(const Ledger& ledger, bool by_gpus);
 
   // Counts a submitted job's workers into the mix (a gang of 4 counts 4 times).
   void Observe(const JobSpec& job);
-  // The mix in use (heaviest first, ties by shape), its total weight, and whether there
-  // is one: without a mix every score is 0 and the placer does plain best fit.
+  // The mix in use (heaviest first, ties by shape), its total weight, the total that
+  // placement's scores weigh by (the weight's, or the demand's with by_gpus), and whether
+  // there is one: without a mix every score is 0 and the placer does plain best fit.
   const std::vector<TaskClass>& mix() const { return mix_; }
   uint64_t total_weight() const { return total_weight_; }
+  uint64_t placing_total() const { return placing_total_; }
   bool active() const { return total_weight_ > 0; }
 
-  // sum_m weight_m F_n(m) of an up node now, in GPU units x weight. Cached.
+  // sum_m x_m F_n(m) of an up node now, in GPU units x weight, x_m the weight (by_gpus:
+  // the demand): what placement compares. Cached.
   int64_t NodeScore(NodeId n) const;
   // NodeScore after allocating `w` minus before; `w` must fit (Ledger::Fits).
   // O(GPUs of the node x classes).
   int64_t Delta(const WorkerAlloc& w) const;
-  // F_n(M) in GPUs (0 without a mix), and its sum over the up nodes: the cluster's
+  // F_n(M) in GPUs, by the classes' weights (0 without a mix), and its sum over the up
+  // nodes: the cluster's
   // fragmented GPUs. FragmentedGpus is O(nodes) after the mix changed, else O(nodes
   // changed since the last call) (it consumes Ledger::TakeChanged: one Fragmentation per
   // ledger).
@@ -101,21 +113,27 @@ class Fragmentation {
     Sharing sharing;
     int gpus, share_milli;
     int64_t vram_bytes, cpus_milli, memory_bytes;
-    int64_t weight;
+    int64_t weight, placing;  // its weight, and what placement weighs it by
     const int8_t* mig_index;
+  };
+  // A node's sum_m x_m F_n(m) by weight (the report's) and as placement weighs.
+  struct Scores {
+    int64_t weighted = 0, placing = 0;
   };
   struct CacheEntry {
     uint64_t node_version = 0;
     uint64_t epoch = 0;
-    int64_t score = 0;
+    Scores scores;
   };
 
   void Rebuild();
   ModelMask FitsVram(const JobSpec& job) const;
   // Score of node n if its GPUs were in `gpus` with these CPUs and memory free.
-  int64_t Score(NodeId n, const GpuState* gpus, int64_t cpus_milli, int64_t memory_bytes) const;
+  Scores Score(NodeId n, const GpuState* gpus, int64_t cpus_milli, int64_t memory_bytes) const;
+  const Scores& NodeScores(NodeId n) const;  // cached
 
   const Ledger& ledger_;
+  bool by_gpus_;       // placement weighs classes by demand
   bool spot_ = false;  // the cluster has spot pools (critical work is a class of its own)
   std::map<Key, Tracked> tracked_;
   uint64_t observed_ = 0;  // workers ever observed
@@ -123,6 +141,7 @@ class Fragmentation {
   uint64_t since_rebuild_ = 0;
   std::vector<TaskClass> mix_;
   uint64_t total_weight_ = 0;
+  uint64_t placing_total_ = 0;
   std::vector<ClassView> views_;  // mix_, packed for Score
   std::vector<uint8_t> pool_ok_;  // [pool * mix_.size() + class]: class may use the pool
   uint64_t epoch_ = 0;            // rebuilds so far

@@ -282,7 +282,7 @@ bool Placer::PlaceWorker(const JobSpec& job, Fit fit, const Scope& scope, Worker
 // ---- FGD: least fragmentation growth over a bounded candidate set ----
 
 int Placer::FgdScore(int64_t delta) const {
-  const double gpus = static_cast<double>(delta) / static_cast<double>(frag_->total_weight()) /
+  const double gpus = static_cast<double>(delta) / static_cast<double>(frag_->placing_total()) /
                       static_cast<double>(kGpuUnits);
   return static_cast<int>(100.0 / (1.0 + std::exp(gpus)));
 }

@@ -109,7 +109,8 @@ class Placer {
     WorkerAlloc w;
   };
   // FGD's own resolution: its plugin scores a node int(100 x sigmoid(-change)), the
-  // change being in fragmented GPUs, so changes within a few hundredths of a GPU tie,
+  // change being in fragmented GPUs (as Fragmentation weighs the classes), so
+  // changes within a few hundredths of a GPU tie,
   // and the scheduler then picks one of the tied nodes at random. Scored exactly, with
   // the first in best-fit order kept on ties, the openb fill averaged 95.27% over 40
   // seeds; scored as FGD does, 95.43% (FGD's figure: 95.39% on its ten seeds, where

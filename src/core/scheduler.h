@@ -74,6 +74,9 @@ struct PolicyParams {
   // nodes, a few at a time, where that makes room for it (core/policy/consolidator.h).
   // 0 = never (the default).
   Ticks consolidate_within = 0;
+  // FGD's placement weighs the task mix's classes by the GPUs their workers ask, not by
+  // how many workers ask (policy.fragmentation_weights: gpus; core/fragmentation.h).
+  bool fragmentation_by_gpus = false;
   // Live idle reclamation: a GPU under this utilization (0..1) counts as idle.
   double reclaim_idle_below = 0.05;
   // Critical jobs are never reclaimed unless this is set.

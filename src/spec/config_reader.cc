@@ -909,7 +909,8 @@ class ConfigParser {
               "best_effort_yields_to",
               "best_effort_yields_within_s",
               "consolidate_within_s",
-              "max_grace_s"});
+              "max_grace_s",
+              "fragmentation_weights"});
     lines_.NoteEntries(f, *v);
     auto seconds = [&](std::string_view key, Range range, core::Ticks& out) {
       if (auto s = f.Number(key, range)) out = SecondsToTicks(*s);
@@ -934,6 +935,10 @@ class ConfigParser {
                                 : *t == "standard" ? std::optional{core::Tier::kStandard}
                                                    : std::nullopt;
     }
+    // How FGD's placement weighs the task mix: by the workers that ask each shape (FGD's
+    // own) or by the GPUs they ask.
+    if (auto w = f.Choice("fragmentation_weights", {"workers", "gpus"}))
+      p.fragmentation_by_gpus = *w == "gpus";
     // `max_grace_s: 300` (every tier) or `{critical: 900, best-effort: 30}` (the rest keep
     // their defaults).
     if (const Doc* g = f.Get("max_grace_s"); g != nullptr && !g->is_null()) {

@@ -43,7 +43,7 @@ TEST(FragmentationTest, LearnsTheMixByWorkers) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 2, 4, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   EXPECT_FALSE(frag.active());
   EXPECT_EQ(frag.FragmentedGpus(), 0.0);
   frag.Observe(Whole(c, "one", 1, 1));
@@ -64,7 +64,7 @@ TEST(FragmentationTest, VramSplitsClassesOnlyWhereItMatters) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   JobSpec small = Whole(c, "small", 1, 1), large = small, huge = small;
   small.vram_bytes = 10 * kGB;
   large.vram_bytes = 14 * kGB;  // both fit every built-in model (16 GB and up)
@@ -92,7 +92,7 @@ TEST(FragmentationTest, LeavesCpuOnlyJobsOutOfTheMix) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   for (int k = 0; k < 100; ++k) frag.Observe(Whole(c, "cpu", 2, 0));
   EXPECT_FALSE(frag.active());  // no mix: the placer does plain best fit
   frag.Observe(Whole(c, "w", 1, 1));
@@ -105,7 +105,7 @@ TEST(FragmentationTest, KeepsTheHeaviestClassesAndDecays) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 1, 8, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   // kMaxClasses + 8 distinct shapes (share 5, 10, ... milli); the first 8 seen once,
   // the others twice.
   const int shapes = static_cast<int>(Fragmentation::kMaxClasses) + 8;
@@ -148,7 +148,7 @@ TEST(FragmentationTest, NodeFragmentationByHand) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 2, 4, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   frag.Observe(Whole(c, "one", 1, 1));
   frag.Observe(Shared(c, "half", Sharing::kMps, 500, 8));
   ledger.Allocate(Share(NodeId(0), 0, 700));
@@ -180,7 +180,7 @@ TEST(FragmentationTest, CpuAndModelRuleOutAClass) {
   Cluster cluster =
       MakeCluster({Pool(c, "a", 1, 2, "A100-80GB", 0, 1, kAll), Pool(c, "t", 1, 2, "T4-16GB")});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   JobSpec big = Whole(c, "cpu-heavy", 1, 1);
   big.cpus_milli = 100'000;  // the nodes have 128 CPUs
   big.models = ModelMask{1} << testing::Model(c, "A100-80GB").v;
@@ -200,7 +200,7 @@ TEST(FragmentationTest, DeltaMatchesAllocateAndRelease) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 4, 4, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   frag.Observe(Whole(c, "one", 1, 1));
   frag.Observe(Whole(c, "two", 1, 2));
   frag.Observe(Shared(c, "q", Sharing::kMps, 250, 4));
@@ -244,7 +244,7 @@ TEST(FragmentationTest, TotalFollowsChangedNodesOnly) {
   Cluster cluster = MakeCluster(
       {Pool(c, "a", 6, 4, "A100-80GB", 0, 1, kAll), Pool(c, "h", 5, 8, "H100-80GB", 2)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   const std::vector<JobSpec> jobs = {Whole(c, "one", 1, 1), Whole(c, "four", 1, 4),
                                      Shared(c, "q", Sharing::kMps, 250, 4),
                                      testing::Mig(c, "m1", "1g.10gb")};
@@ -300,7 +300,7 @@ TEST(FragmentationTest, FitsWhereverBestFitFits) {
       MakeCluster({Pool(c, "a", 6, 4, "A100-80GB", 3, 2, kAll), Pool(c, "h", 4, 8, "H100-80GB", 2),
                    Pool(c, "cpu", 2, 0, nullptr)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   Placer fgd(ledger, &frag), plain(ledger);
   std::vector<JobSpec> jobs = {Whole(c, "w1", 1, 1),
                                Whole(c, "w2", 1, 2),
@@ -349,7 +349,7 @@ TEST(FragmentationTest, ShareDoesNotBreakAWholeGpu) {
   const JobSpec half = Shared(c, "half", Sharing::kMps, 500, 8);
   for (bool fgd : {false, true}) {
     Ledger ledger(cluster);
-    Fragmentation frag(ledger);
+    Fragmentation frag(ledger, false);
     for (int i = 0; i < 8; ++i) frag.Observe(Whole(c, "one", 1, 1));
     frag.Observe(half);
     Placer placer(ledger, fgd ? &frag : nullptr);
@@ -378,7 +378,7 @@ TEST(FragmentationTest, ShareLeavesAUsableRemainder) {
   const JobSpec small = Shared(c, "small", Sharing::kMps, 300, 4);
   for (bool fgd : {false, true}) {
     Ledger ledger(cluster);
-    Fragmentation frag(ledger);
+    Fragmentation frag(ledger, false);
     for (int i = 0; i < 4; ++i) frag.Observe(Shared(c, "half", Sharing::kMps, 500, 4));
     frag.Observe(small);
     Placer placer(ledger, fgd ? &frag : nullptr);
@@ -399,7 +399,7 @@ TEST(FragmentationTest, MigKeepsThePopularProfilePlaceable) {
   const JobSpec four = testing::Mig(c, "four", "4g.40gb");
   for (bool fgd : {false, true}) {
     Ledger ledger(cluster);
-    Fragmentation frag(ledger);
+    Fragmentation frag(ledger, false);
     for (int i = 0; i < 4; ++i) frag.Observe(four);
     frag.Observe(one);
     Placer placer(ledger, fgd ? &frag : nullptr);
@@ -429,7 +429,7 @@ TEST(FragmentationTest, TiedPlacesArePickedTheSameWayOnEveryRun) {
     std::vector<NodeId> firsts;
     for (int i = 0; i < 6; ++i) {
       Ledger ledger(cluster);
-      Fragmentation frag(ledger);
+      Fragmentation frag(ledger, false);
       frag.Observe(Shared(c, "s", Sharing::kMps, 300, 8));
       Placer placer(ledger, &frag);
       Allocation a;
@@ -442,7 +442,7 @@ TEST(FragmentationTest, TiedPlacesArePickedTheSameWayOnEveryRun) {
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_GT(std::set<NodeId>(runs[0].begin(), runs[0].end()).size(), 1u);
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   frag.Observe(Shared(c, "s", Sharing::kMps, 300, 8));
   Placer placer(ledger, &frag);
   std::set<NodeId> nodes;
@@ -465,7 +465,7 @@ TEST(FragmentationTest, SmallJobsTheMixCannotTellApartPackNodesAsBestFitDoes) {
   Cluster cluster =
       MakeCluster({Pool(c, "h", 4, 8, "H100-80GB", 2), Pool(c, "a", 2, 8, "A100-80GB", 2)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   for (int i = 0; i < 8; ++i) frag.Observe(Whole(c, "one", 1, 1));
   Placer placer(ledger, &frag);
   std::set<NodeId> nodes;
@@ -484,7 +484,7 @@ TEST(FragmentationTest, WholeWorkerKeepsPairsForThePopularClass) {
   Cluster cluster = MakeCluster({Pool(c, "a", 2, 4, "A100-80GB")});
   for (bool fgd : {false, true}) {
     Ledger ledger(cluster);
-    Fragmentation frag(ledger);
+    Fragmentation frag(ledger, false);
     for (int i = 0; i < 4; ++i) frag.Observe(Whole(c, "pair", 1, 2));
     frag.Observe(Whole(c, "one", 1, 1));
     Placer placer(ledger, fgd ? &frag : nullptr);
@@ -500,6 +500,33 @@ TEST(FragmentationTest, WholeWorkerKeepsPairsForThePopularClass) {
   }
 }
 
+// policy.fragmentation_weights: gpus. Many 1-GPU workers and fewer 4- and 8-GPU ones: by
+// count FGD puts a 1-GPU worker on the untouched node (it breaks only the 8-GPU shape's
+// room there, the lighter loss by count); weighed by the GPUs each shape asks it goes
+// beside the half-used node's work and keeps the whole node. The report's figure stays
+// FGD's (by count) either way.
+TEST(FragmentationTest, WeighedByGpusAWorkerKeepsTheWholeNodeBigShapesAsk) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 2, 8, "H100-80GB")});
+  for (bool by_gpus : {false, true}) {
+    Ledger ledger(cluster);
+    Fragmentation frag(ledger, by_gpus);
+    for (int i = 0; i < 10; ++i) frag.Observe(Whole(c, "one", 1, 1));
+    for (int i = 0; i < 3; ++i) frag.Observe(Whole(c, "four", 1, 4));
+    frag.Observe(Whole(c, "eight", 1, 8));
+    EXPECT_EQ(frag.total_weight(), 14u);
+    EXPECT_EQ(frag.placing_total(), by_gpus ? 10u + 12u + 8u : 14u);
+    Placer placer(ledger, &frag);
+    ledger.Allocate(WholeGpus(NodeId(0), 0x0f));  // node 0: 4 free, node 1: 8
+    Allocation a;
+    ASSERT_TRUE(placer.Place(Whole(c, "one", 1, 1), Fit::kBest, a));
+    EXPECT_EQ(a[0].node, by_gpus ? NodeId(0) : NodeId(1)) << "by_gpus " << by_gpus;
+    // By count: node 0 with 3 free loses them for the 4- and 8-GPU shapes (3 x 3 + 1 x 3);
+    // else node 0's 4 and node 1's 7 for the 8-GPU shape (1 x 4 + 1 x 7); over 14.
+    EXPECT_DOUBLE_EQ(frag.FragmentedGpus(), by_gpus ? 12.0 / 14 : 11.0 / 14);
+  }
+}
+
 // The FGD search looks at kLooksPerBucket nodes per bucket; beyond them the exhaustive
 // best-fit search still finds room.
 TEST(FragmentationTest, FallsBackBeyondTheLookedAtNodes) {
@@ -507,7 +534,7 @@ TEST(FragmentationTest, FallsBackBeyondTheLookedAtNodes) {
   const int nodes = Placer::kLooksPerBucket + 10;
   Cluster cluster = MakeCluster({Pool(c, "a", nodes, 1, "A100-80GB")});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   JobSpec job = Whole(c, "one", 1, 1);
   job.cpus_milli = 64'000;
   frag.Observe(job);

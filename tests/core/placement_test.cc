@@ -270,7 +270,7 @@ TEST(PlacementTest, FgdFindsTheOneSharedGpuWithRoomPastItsLooks) {
   Catalog c = Catalog::BuiltIn();
   Cluster cluster = MakeCluster({Pool(c, "a", 10, 8, "A100-80GB", 0, 1, kAll)});
   Ledger ledger(cluster);
-  Fragmentation frag(ledger);
+  Fragmentation frag(ledger, false);
   Placer first(ledger), fgd(ledger, &frag);
   // GPUs 0-78: half their share and 75 of 80 GB taken; GPU 79: half its share, 10 GB.
   Allocation a;

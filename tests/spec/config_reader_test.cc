@@ -184,6 +184,7 @@ TEST(ConfigReaderTest, PolicyTunables) {
   best_effort_yields_to: critical
   best_effort_yields_within_s: 600
   consolidate_within_s: 900
+  fragmentation_weights: gpus
 )");
   const core::PolicyParams& p = c.policy.params;
   EXPECT_EQ(c.policy.default_grace, 45'000);
@@ -200,6 +201,8 @@ TEST(ConfigReaderTest, PolicyTunables) {
   EXPECT_EQ(p.best_effort_yields_within, 600'000);
   EXPECT_EQ(p.consolidate_within, 900'000);
   EXPECT_EQ(Parse(kPool).policy.params.consolidate_within, 0);  // off unless set
+  EXPECT_TRUE(p.fragmentation_by_gpus);
+  EXPECT_FALSE(Parse(kPool).policy.params.fragmentation_by_gpus);  // FGD's (workers) unless set
   // By default standard work takes best-effort work beyond its guarantee too, within an
   // hour of the victim's start or last checkpoint.
   EXPECT_EQ(Parse(kPool).policy.params.best_effort_yields_to, core::Tier::kStandard);
@@ -302,7 +305,8 @@ extra: 1
           "default_runtime_estimate_s, backfill_lease_after_s, preempt_after_checkpoint_s, "
           "default_grace_s, reclaim_idle_below, reclaim_critical, las_thresholds_gpu_s, "
           "attained_quantum_s, max_wait_s, reclaim_idle_after_s_by_tier, full_pass_interval_s, "
-          "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s)",
+          "best_effort_yields_to, best_effort_yields_within_s, consolidate_within_s, max_grace_s, "
+          "fragmentation_weights)",
           "c.yaml:14: extra: unknown field (known: cluster, gpu_models, pools, queues, "
           "policy, accounting, site, kubernetes)"}));
 }

@@ -48,7 +48,13 @@ KEYS = ['SLURM_JOB_ID', 'SLURM_JOBID', 'SLURM_JOB_NAME', 'SLURM_ARRAY_JOB_ID', '
         'SLURM_CPUS_PER_TASK', 'SLURM_CPUS_ON_NODE', 'SLURM_JOB_GPUS', 'SLURM_GPUS_PER_TASK',
         'SLURM_GPUS_PER_NODE', 'SLURM_MEM_PER_NODE', 'SLURM_STEP_ID', 'SLURM_STEPID', 'SLURM_STEP_NUM_TASKS',
         'SLURM_STEP_NUM_NODES', 'SLURM_STEP_NODELIST', 'SLURM_STEP_TASKS_PER_NODE', 'SLURM_SUBMIT_DIR',
-        'SLURM_RESTART_COUNT', 'SLURM_STEP_GPUS', 'SLURM_GPU_BIND', 'SLURM_DISTRIBUTION', 'CUDA_VISIBLE_DEVICES', 'STAGE']
+        'SLURM_RESTART_COUNT', 'SLURM_STEP_GPUS', 'SLURM_GPU_BIND', 'SLURM_DISTRIBUTION', 'CUDA_VISIBLE_DEVICES', 'STAGE',
+        'SLURM_JOB_ACCOUNT', 'SLURM_JOB_QOS', 'SLURM_JOB_CPUS_PER_NODE', 'SLURM_GTIDS', 'SLURM_TOPOLOGY_ADDR',
+        'SLURM_TOPOLOGY_ADDR_PATTERN', 'SLURM_JOB_USER', 'SLURM_JOB_UID', 'SLURM_JOB_GID', 'SLURM_CLUSTER_NAME',
+        'SLURM_CPUS_PER_GPU', 'SLURM_GPUS', 'SLURM_EXPORT_ENV', 'SLURM_GET_USER_ENV', 'SLURM_OPEN_MODE',
+        'SLURM_JOB_DEPENDENCY', 'GPU_DEVICE_ORDINAL', 'ROCR_VISIBLE_DEVICES']
+# Named like CUDA_VISIBLE_DEVICES (Slurm's gres/gpu sets all three alike).
+GPU_LISTS = ['CUDA_VISIBLE_DEVICES', 'GPU_DEVICE_ORDINAL', 'ROCR_VISIBLE_DEVICES']
 
 
 def log(msg):
@@ -347,7 +353,7 @@ def expand_hostlist(text):
     return out
 
 
-NODE_KEYS = ('SLURM_JOB_NODELIST', 'SLURM_NODELIST', 'SLURMD_NODENAME', 'SLURM_STEP_NODELIST')
+NODE_KEYS = ('SLURM_JOB_NODELIST', 'SLURM_NODELIST', 'SLURMD_NODENAME', 'SLURM_STEP_NODELIST', 'SLURM_TOPOLOGY_ADDR')
 
 
 def read_env(path):
@@ -399,16 +405,18 @@ def observe(side, script, work, first_number):
         # differs and says nothing): N0 is the job's first node.
         order = expand_hostlist(env.get('SLURM_JOB_NODELIST', ''))
         place = lambda v: ','.join('N%d' % order.index(n) if n in order else n for n in expand_hostlist(v))
-        obs['env'][rel] = {k: (norm(env[k]) if k in ('SLURM_JOB_ID', 'SLURM_JOBID', 'SLURM_ARRAY_JOB_ID')
+        obs['env'][rel] = {k: (norm(env[k]) if k in ('SLURM_JOB_ID', 'SLURM_JOBID', 'SLURM_ARRAY_JOB_ID',
+                                                     'SLURM_JOB_DEPENDENCY')
                                else place(env[k]) if k in NODE_KEYS
                                else env[k].replace(work, 'WORK')) for k in KEYS if k in env}
         # CUDA_VISIBLE_DEVICES as the GPUs it names on the node: where the side's device rules
         # hide the others, CUDA counts from 0 among the task's own (SLURM_STEP_GPUS, else the
         # job's SLURM_JOB_GPUS), as Slurm's under ConstrainDevices; else the node's indexes.
         held = env.get('SLURM_STEP_GPUS', env.get('SLURM_JOB_GPUS', '')).split(',')
-        cvd = obs['env'][rel].get('CUDA_VISIBLE_DEVICES', '')
-        if side.fenced and cvd and all(c.isdigit() and int(c) < len(held) for c in cvd.split(',')):
-            obs['env'][rel]['CUDA_VISIBLE_DEVICES'] = ','.join(held[int(c)] for c in cvd.split(','))
+        for key in GPU_LISTS:
+            cvd = obs['env'][rel].get(key, '')
+            if side.fenced and cvd and all(c.isdigit() and int(c) < len(held) for c in cvd.split(',')):
+                obs['env'][rel][key] = ','.join(held[int(c)] for c in cvd.split(','))
     obs['files'] = sorted(norm(os.path.relpath(p, work)) for p in glob.glob(os.path.join(work, '**', '*'), recursive=True)
                           if os.path.isfile(p) and not p.endswith(name))
     return obs, max([n for n, *_ in jobs], default=first_number - 1) + 1

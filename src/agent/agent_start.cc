@@ -3,6 +3,7 @@
 // and the launch under a shim (launcher.h), recorded for a successor.
 #include "agent/agent.h"
 
+#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +69,12 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   // (A container's devices are named by UUID: CDI's names and the runtime's.)
   const std::string visible =
       ResolveGpus(d.alloc, key, now, w, spec, problem, d.gpus_by_index && d.image.empty());
+  // Slurm's gres/gpu names a batch job's GPUs (a step's task's) for AMD's and OpenCL's
+  // runtimes as well, over what the environment had (a job submitted from inside another).
+  if (d.gpus_by_index && d.image.empty() && d.alloc.sharing == "exclusive" && !visible.empty()) {
+    for (const char* k : {"GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"})
+      spec.env.emplace_back(k, visible);
+  }
   w.emulate = d.emulate;
   spec.env.emplace_back("GANTRY_NODE", options_.node);
   spec.env.emplace_back("GANTRY_LOG", w.log_path);
@@ -95,6 +102,22 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
     problem = "workdir " + spec.workdir + " is not an absolute path";
   }
   if (problem.empty() && run_as_user_) problem = ResolveUser(d.user, spec);
+  // Slurm's identity of the job (gantryd gives every job SLURM_JOB_ID): the account it
+  // runs as here, which gantryd does not know where the token names no user.
+  if (problem.empty() && d.env.contains("SLURM_JOB_ID")) {
+    const uid_t uid = spec.as_user ? spec.uid : ::getuid();
+    const gid_t gid = spec.as_user ? spec.gid : ::getgid();
+    std::vector<std::pair<std::string, std::string>> ids = {{"SLURM_JOB_UID", std::to_string(uid)},
+                                                            {"SLURM_JOB_GID", std::to_string(gid)}};
+    struct passwd pw {
+    }, *found = nullptr;
+    std::vector<char> buf(16384);
+    if (::getpwuid_r(uid, &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr)
+      ids.emplace_back("SLURM_JOB_USER", pw.pw_name);
+    for (auto& [k, v] : ids) {
+      if (!d.env.contains(k)) spec.env.emplace_back(k, std::move(v));
+    }
+  }
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
   w.memory_bytes = d.limits.memory_bytes;

@@ -772,9 +772,18 @@ class Parser {
     // The GPU options as given, as Slurm sets them (srun reads them too).
     for (const auto& [opt, var] :
          {std::pair<const char*, const char*>{"gpus-per-task", "SLURM_GPUS_PER_TASK"},
-          {"gpus-per-node", "SLURM_GPUS_PER_NODE"}}) {
+          {"gpus-per-node", "SLURM_GPUS_PER_NODE"},
+          {"gpus", "SLURM_GPUS"}}) {
       if (auto v = Get(opt)) env[var] = v->value.substr(v->value.rfind(':') + 1);
     }
+    // Other options Slurm's sbatch passes on as given.
+    if (auto v = Get("cpus-per-gpu")) env["SLURM_CPUS_PER_GPU"] = v->value;
+    if (auto v = Get("export")) {
+      env["SLURM_EXPORT_ENV"] = v->value;
+      env["SLURM_GET_USER_ENV"] = "1";
+    }
+    if (auto v = Get("dependency")) env["SLURM_JOB_DEPENDENCY"] = v->value;
+    if (auto v = Get("open-mode")) env["SLURM_OPEN_MODE"] = v->value == "append" ? "a" : "t";
     s["env"] = env;
   }
 

@@ -420,8 +420,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
               << "srun works in the batch script and its steps, started by gantry-agent\n";
     return kExitBadInput;
   }
+  // --export, else sbatch's (SLURM_EXPORT_ENV in the job's environment), as Slurm's srun.
   json body = {{"command", command},
-               {"env", StepEnv(given.count("export") ? given["export"] : "")}};
+               {"env", StepEnv(given.count("export") ? given["export"] : Env("SLURM_EXPORT_ENV"))}};
   // --multi-prog FILE [ARGS]: the file (read here, as Slurm's srun reads it) gives each task
   // its program; gantryd checks it against the step's tasks (spec/multi_prog.h).
   if (given.count("multi-prog")) {

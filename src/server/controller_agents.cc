@@ -23,6 +23,15 @@ int MasterPort(int64_t seq, int run) {
   return 20000 + static_cast<int>((seq * 7919 + run) % 40000);
 }
 
+// The string a JSON job spec (gantry sbatch's) gave for `key`, or "" (none, or a YAML spec).
+std::string GivenField(const Job& job, const char* key) {
+  if (job.spec_format != "json") return "";
+  const json j = json::parse(job.spec_text, nullptr, false);
+  if (!j.is_object()) return "";
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- API: agents
@@ -96,6 +105,43 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   }
   // The partition: the site's name for the pool where it has one, as Slurm says it.
   const std::string partition = PartitionsOf(node.pool).front();
+  // The account and QoS by the site's names, as Slurm says them (a script may pass them on
+  // to the jobs it submits): those given (sbatch -A, --qos), else the site's account for
+  // the queue (its default account) and QoS for the tier (`normal` for standard), else
+  // Gantry's queue and tier.
+  std::string account = GivenField(job, "queue"), qos = GivenField(job, "tier");
+  for (const auto& [name, id] : config_.site.accounts) {
+    if (account.empty() && config_.queues.queue(id).spec.name == job.queue) account = name;
+  }
+  if (account.empty()) account = job.queue;
+  auto qos_tier = [&](const std::string& name) -> std::optional<core::Tier> {
+    for (const auto& [q, tier] : config_.site.qos) {
+      if (q == name) return tier;
+    }
+    return name == "normal" ? std::optional{core::Tier::kStandard} : std::nullopt;
+  };
+  if (qos.empty() && qos_tier("normal") == job.spec.tier) qos = "normal";
+  for (const auto& [name, tier] : config_.site.qos) {
+    if (qos.empty() && tier == job.spec.tier) qos = name;
+  }
+  if (qos.empty()) qos = std::string(core::Name(job.spec.tier));
+  // The job's CPUs on each of its nodes (SLURM_JOB_CPUS_PER_NODE, "16(x2)"), counted as
+  // SLURM_CPUS_ON_NODE is on this one.
+  std::vector<int> cpus_by_node(nodes.size(), 0);
+  for (const Worker& x : job.workers) {
+    const size_t i = static_cast<size_t>(
+        std::find(nodes.begin(), nodes.end(), cluster_.node(x.alloc.node).name) - nodes.begin());
+    if (i >= nodes.size() || cpus_by_node[i] != 0) continue;
+    int64_t milli = NodeLimits(job, x.alloc.node).cpus_milli;
+    if (job.batch()) milli = std::max<int64_t>(milli, int64_t{1000} * per_node[i]);
+    cpus_by_node[i] = static_cast<int>((milli + 999) / 1000);
+  }
+  // The job's task ids on this node (SLURM_GTIDS): the batch script is task 0.
+  std::string gtids = job.batch() ? "0" : "";
+  for (const Worker& x : job.workers) {
+    if (!job.batch() && x.alloc.node == w.alloc.node)
+      gtids += (gtids.empty() ? "" : ",") + std::to_string(x.rank);
+  }
   std::vector<std::pair<std::string, std::string>> vars = {
       // Numbers, as Slurm's (scripts compute ports from them); every command takes them.
       {"SLURM_JOB_ID", std::to_string(job.Number())},
@@ -111,8 +157,12 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
       {"SLURM_NODELIST", spec::HostList(nodes)},
       {"SLURMD_NODENAME", node.name},
       {"SLURM_JOB_PARTITION", partition},
-      {"SLURM_JOB_ACCOUNT", job.queue},
-      {"SLURM_JOB_QOS", std::string(core::Name(job.spec.tier))}};
+      {"SLURM_JOB_ACCOUNT", account},
+      {"SLURM_JOB_QOS", qos},
+      {"SLURM_CLUSTER_NAME", cluster_.name()},
+      {"SLURM_GTIDS", gtids},
+      {"SLURM_TOPOLOGY_ADDR", node.name},
+      {"SLURM_TOPOLOGY_ADDR_PATTERN", "node"}};
   if (gpus > 0) vars.emplace_back("SLURM_GPUS_ON_NODE", std::to_string(gpus));
   if (job.run > 1) vars.emplace_back("SLURM_RESTART_COUNT", std::to_string(job.run - 1));
   // A batch job's task count, tasks per node, CPUs per task and memory per node are
@@ -127,6 +177,8 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   }
   if (!indexes.empty()) vars.emplace_back("SLURM_JOB_GPUS", indexes);
   if (cpus_milli > 0) vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string(cpus));
+  if (std::all_of(cpus_by_node.begin(), cpus_by_node.end(), [](int c) { return c > 0; }))
+    vars.emplace_back("SLURM_JOB_CPUS_PER_NODE", spec::TasksPerNode(cpus_by_node));
   if (!job.array.empty()) {
     vars.emplace_back("SLURM_ARRAY_JOB_ID", std::to_string(book_.ArrayNumber(job)));
     vars.emplace_back("SLURM_ARRAY_TASK_ID", std::to_string(job.array_index));

@@ -603,8 +603,11 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
         }
         if (s.command.empty() || s.command[0].empty())
           return Reply::Error(Code::kBadRequest, "step: command: give a program to run");
-        if (s.multi_prog.size() > (1 << 20))
-          return Reply::Error(Code::kBadRequest, "step: multi_prog: at most 1 MiB");
+        // The file is kept in the step's record, written at each of its changes: a line a
+        // task for 10,000 tasks is under 256 KiB.
+        if (s.multi_prog.size() > (256 << 10))
+          return Reply::Error(Code::kBadRequest,
+                              "step: multi_prog: the --multi-prog file is over 256 KiB");
         if (s.nodes < 0 || s.ntasks < 0 || s.per_node < 0 || s.cpus_per_task < 0 ||
             s.ntasks > 100000 || s.nodes > 100000 || s.per_node > 100000)
           return Reply::Error(Code::kBadRequest, "step: counts must be 0 or more");
@@ -808,7 +811,8 @@ void Controller::JobAllocation(std::string token, std::string name, Done done) {
     static const std::set<std::string> kNodeOwn = {
         "SLURM_PROCID",      "SLURM_LOCALID",      "SLURM_NODEID",       "SLURMD_NODENAME",
         "SLURM_JOB_GPUS",    "SLURM_GPUS_ON_NODE", "SLURM_CPUS_ON_NODE", "GANTRY_RANK",
-        "GANTRY_LOCAL_RANK", "GANTRY_NODE",        "GANTRY_GPUS",        "CUDA_VISIBLE_DEVICES"};
+        "GANTRY_LOCAL_RANK", "GANTRY_NODE",        "GANTRY_GPUS",        "CUDA_VISIBLE_DEVICES",
+        "SLURM_GTIDS",       "SLURM_TOPOLOGY_ADDR"};
     json env = json::object();
     for (const auto& [k, v] : DesiredWorker(*job, job->workers.front()).env) {
       if (!kNodeOwn.contains(k)) env[k] = v;
@@ -892,6 +896,10 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   const int gpus =
       on_node.sharing == core::Sharing::kExclusive ? std::popcount(on_node.gpu_mask) : 1;
   const std::string tasks = std::to_string(s.tasks.size());
+  std::string gtids;  // the step's task ids on this node
+  for (size_t i = 0; i < s.tasks.size(); ++i) {
+    if (s.tasks[i].node == t.node) gtids += (gtids.empty() ? "" : ",") + std::to_string(i);
+  }
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
            {"SLURM_STEP_ID", std::to_string(s.id)},
            {"SLURM_STEPID", std::to_string(s.id)},
@@ -907,6 +915,8 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"SLURM_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
            {"SLURM_STEP_TASKS_PER_NODE", spec::TasksPerNode(per_node)},
            {"SLURMD_NODENAME", cluster_.node(n).name},
+           {"SLURM_TOPOLOGY_ADDR", cluster_.node(n).name},
+           {"SLURM_GTIDS", gtids},
            {"GANTRY_STEP", std::to_string(s.id)},
            {"GANTRY_RANK", std::to_string(task)},
            {"GANTRY_LOCAL_RANK", std::to_string(t.local)},
@@ -940,7 +950,8 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"WORLD_SIZE", tasks}}) {
     if (!env.contains(k)) env[k] = v;
   }
-  env.erase("CUDA_VISIBLE_DEVICES");  // the agent sets the task's own
+  for (const char* k : {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"})
+    env.erase(k);  // the agent sets the task's own
   // The GPUs the task sees, by the node's indexes (CUDA_VISIBLE_DEVICES may count them from
   // 0), as Slurm says them.
   env.erase("SLURM_STEP_GPUS");

@@ -92,6 +92,9 @@ TEST(Sbatch, EveryDirectiveMapsToItsField) {
   // What Slurm's sbatch sets from the options given (gantryd sets the rest).
   EXPECT_EQ(s["env"], json({{"SLURM_SUBMIT_DIR", "/home/ann/run"},
                             {"SLURM_SUBMIT_HOST", "login1"},
+                            {"SLURM_EXPORT_ENV", "NONE"},
+                            {"SLURM_GET_USER_ENV", "1"},
+                            {"SLURM_JOB_DEPENDENCY", "afterok:j1:j2,afterany:j3"},
                             {"SLURM_NTASKS", "8"},
                             {"SLURM_NPROCS", "8"},
                             {"SLURM_NTASKS_PER_NODE", "4"},
@@ -483,8 +486,11 @@ TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
 TEST(Sbatch, ExportListsAndSignals) {
   SbatchJob j = Parse("#!/bin/sh\n#SBATCH --export=LR,EXTRA=1 --signal=TERM\n");
   ASSERT_TRUE(j.errors.empty()) << Errors(j);
+  // As Slurm's: the list as given, which srun in the job takes as its --export.
   EXPECT_EQ(j.spec["env"], json({{"LR", "0.1"},
                                  {"EXTRA", "1"},
+                                 {"SLURM_EXPORT_ENV", "LR,EXTRA=1"},
+                                 {"SLURM_GET_USER_ENV", "1"},
                                  {"SLURM_SUBMIT_DIR", "/home/ann/run"},
                                  {"SLURM_SUBMIT_HOST", "login1"}}));
   EXPECT_EQ(j.spec["grace_s"], 60);  // Slurm's default lead time

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -170,6 +171,15 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
       << batch["SLURM_JOB_GPUS"];
   EXPECT_EQ(batch["SLURM_JOB_PARTITION"], "h100");
   EXPECT_EQ(batch["SLURM_JOB_ACCOUNT"], "research");
+  EXPECT_EQ(batch["SLURM_JOB_QOS"], "normal");  // Slurm's default QoS, as its name says
+  EXPECT_EQ(batch["SLURM_JOB_CPUS_PER_NODE"], "4");
+  EXPECT_EQ(batch["SLURM_CLUSTER_NAME"], "slurm-it");
+  EXPECT_EQ(batch["SLURM_GTIDS"], "0");
+  EXPECT_EQ(batch["SLURM_TOPOLOGY_ADDR"], batch["SLURMD_NODENAME"]);
+  EXPECT_EQ(batch["SLURM_EXPORT_ENV"], "ALL,EXTRA=yes");
+  EXPECT_EQ(batch["SLURM_JOB_UID"],
+            std::to_string(::getuid()));  // these agents run jobs as themselves
+  EXPECT_EQ(batch["SLURM_JOB_GID"], std::to_string(::getgid()));
   EXPECT_EQ(batch["SLURM_JOB_USER"], "ann");
   EXPECT_EQ(batch["SLURM_JOB_NODELIST"].rfind("h100-", 0), 0u) << batch["SLURM_JOB_NODELIST"];
   EXPECT_EQ(batch["SLURMD_NODENAME"], batch["SLURM_JOB_NODELIST"]);
@@ -182,6 +192,8 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_EQ(
       std::count(batch["CUDA_VISIBLE_DEVICES"].begin(), batch["CUDA_VISIBLE_DEVICES"].end(), ','),
       3);
+  EXPECT_EQ(batch["GPU_DEVICE_ORDINAL"], batch["CUDA_VISIBLE_DEVICES"]);  // as Slurm's gres/gpu
+  EXPECT_EQ(batch["ROCR_VISIBLE_DEVICES"], batch["CUDA_VISIBLE_DEVICES"]);
   // By index, as Slurm's gres sets it (a native job's names UUIDs): from 0 where the agent's
   // device rules hide the node's other GPUs (Slurm's ConstrainDevices), else the node's.
   EXPECT_EQ(batch["CUDA_VISIBLE_DEVICES"],
@@ -206,6 +218,10 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
     EXPECT_EQ(env["PWD"], work);
     EXPECT_EQ(env["EXTRA"], "yes");
     EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], batch["CUDA_VISIBLE_DEVICES"]);
+    EXPECT_EQ(env["GPU_DEVICE_ORDINAL"], batch["CUDA_VISIBLE_DEVICES"]);
+    EXPECT_EQ(env["SLURM_GTIDS"], "0,1");  // the step's tasks on this node
+    EXPECT_EQ(env["SLURM_TOPOLOGY_ADDR"], batch["SLURMD_NODENAME"]);
+    EXPECT_EQ(env["SLURM_JOB_CPUS_PER_NODE"], "4");
   }
   // -o and -e: real files where the batch script ran (%t: 0, its task id); srun's tasks
   // printed into it.
@@ -330,29 +346,44 @@ TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
 }
 
 // Issue 47 A2: a script written for another site's names (its QoS, account and GPU type,
-// no partition) runs once the cluster config maps them; what the site does not map is
-// refused at the script's own line, and nothing is submitted.
+// no partition) runs once the cluster config maps them, and sees them as Slurm's job would
+// (SLURM_JOB_ACCOUNT, SLURM_JOB_QOS: a script passes them on to the jobs it submits); one
+// that names none sees the site's default account and Slurm's default QoS; what the site
+// does not map is refused at the script's own line, and nothing is submitted.
 TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
   Harness h("slurm-site");
   h.Setup(std::string(kSlurmCluster) + R"(site:
   qos: {regular: standard, high: critical}
   partitions: {gpu: h100}
   default_partition: gpu
-  accounts: {proj-42: research}
+  accounts: {proj-42: research, proj-43: research}
+  default_account: proj-42
 )",
           {{"a", "research"}});
   h.AddToken("ann", {"--team", "a", "--queues", "research", "--user", "ann"});
   h.StartServer();
+  h.StartAgent("h100-0");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
   h.Write("site.sh",
-          "#!/bin/bash\n#SBATCH --qos=high\n#SBATCH -A proj-42\n"
-          "#SBATCH --gres=gpu:nvidia_h100_80gb_hbm3:2\necho hi\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", h.Path("site.sh")}, h.token("ann"));
+          "#!/bin/bash\n#SBATCH --qos=high\n#SBATCH -A proj-43\n"
+          "#SBATCH --gres=gpu:nvidia_h100_80gb_hbm3:2\n"
+          "echo \"$SLURM_JOB_ACCOUNT $SLURM_JOB_QOS\" > site.txt\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("site.sh")}, h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   json job = h.Job(JobIdOf(r.out));
   EXPECT_EQ(job["tier"], "critical") << job.dump();
   EXPECT_EQ(job["queue"], "research");
   EXPECT_EQ(job["pool"], "h100") << "the default partition";
   EXPECT_EQ(job["request"], "1 x 2 GPU(s) of H100-80GB") << job.dump();
+  h.Write("plain.sh",
+          "#!/bin/bash\n#SBATCH -G 1\necho \"$SLURM_JOB_ACCOUNT $SLURM_JOB_QOS\" > plain.txt\n");
+  RunResult p = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("plain.sh")}, h.token("ann"));
+  ASSERT_EQ(p.rc, 0) << p.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {JobIdOf(r.out), JobIdOf(p.out)}); }, 30));
+  EXPECT_EQ(h.Read("work/site.txt"), "proj-43 high\n");
+  EXPECT_EQ(h.Read("work/plain.txt"), "proj-42 normal\n");
 
   h.Write("other.sh",
           "#!/bin/bash\n#SBATCH --qos=premium\n#SBATCH --account=nobody\n"
@@ -366,7 +397,7 @@ TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
                                   at + ":5: --gres=gpu:mi300:1: unknown GPU model \"mi300\""}) {
     EXPECT_NE(bad.err.find(want), std::string::npos) << want << " in\n" << bad.err;
   }
-  EXPECT_EQ(h.Jobs().size(), 1u);
+  EXPECT_EQ(h.Jobs().size(), 2u);
 }
 
 // Issue 47 A3: -N 2 --ntasks-per-node=2 runs 2 tasks on each of 2 nodes, as Slurm does,

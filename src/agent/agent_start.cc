@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -117,6 +118,15 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
     for (auto& [k, v] : ids) {
       if (!d.env.contains(k)) spec.env.emplace_back(k, std::move(v));
     }
+    spec.task_pid = !d.env.contains("SLURM_TASK_PID");
+    // The submitter's umask (sbatch sets SLURM_UMASK), as Slurm's slurmd applies it: files
+    // a job of a user with umask 077 writes are that user's alone.
+    if (auto u = d.env.find("SLURM_UMASK"); u != d.env.end()) {
+      char* end = nullptr;
+      const long mask = std::strtol(u->second.c_str(), &end, 8);
+      if (!u->second.empty() && *end == '\0' && mask >= 0 && mask <= 0777)
+        spec.umask = static_cast<int>(mask);
+    }
   }
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
@@ -203,7 +213,8 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
       .devices = {},
       .memory_bytes = w.memory_bytes,
       .cpus_milli = d.limits.cpus_milli,
-      .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : ""};
+      .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : "",
+      .umask = spec.umask};
   if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
   // srun --container-mounts and the user's home (pyxis' options), where the job's user can
   // reach them on this node: a root podman binds anything, the user may not see anything.

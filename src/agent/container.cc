@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <sstream>
@@ -88,6 +89,11 @@ std::vector<std::string> ContainerArgv(const ContainerRuntime& rt, const Contain
                      "gantry.job=" + s.job, "--network", "host", "--ipc", "host"});
   if (rt.init) a.push_back("--init");
   if (!s.user.empty()) a.insert(a.end(), {"--user", s.user});
+  if (s.umask >= 0) {
+    char octal[8];
+    std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(s.umask & 0777));
+    a.insert(a.end(), {"--umask", octal});
+  }
   if (!s.workdir.empty()) a.insert(a.end(), {"--volume", s.workdir + ":" + s.workdir});
   if (!s.inside_workdir.empty() || !s.workdir.empty())
     a.insert(a.end(), {"--workdir", s.inside_workdir.empty() ? s.workdir : s.inside_workdir});

@@ -51,6 +51,7 @@ struct ContainerSpec {
   int64_t memory_bytes = 0;          // 0: no limit
   int64_t cpus_milli = 0;            // 0: no limit
   std::string user;                  // "uid:gid", empty: the image's
+  int umask = -1;                    // the job's umask (SLURM_UMASK); -1: podman's (0022)
 };
 
 // "gantry-NODE-SEQ-RUN-RANK", with characters podman refuses in names replaced by '-'.

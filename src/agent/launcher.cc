@@ -248,6 +248,9 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   }
   std::vector<char*> envp, argv;
   for (auto& s : env_strings) envp.push_back(s.data());
+  // SLURM_TASK_PID: room for the pid, written in the child (nothing there may allocate).
+  char task_pid_env[48] = "SLURM_TASK_PID=";
+  if (spec.task_pid) envp.push_back(task_pid_env);
   envp.push_back(nullptr);
   std::vector<std::string> args = spec.argv;
   for (auto& s : args) argv.push_back(s.data());
@@ -332,6 +335,8 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       if (own_session) ::setsid();  // new session and process group: pgid == pid
       // The user before PDEATHSIG: a change of credentials clears it.
       if (spec.as_user && !BecomeUser(spec)) fail(user_error, std::string(), std::strerror(errno));
+      if (spec.umask >= 0) ::umask(static_cast<mode_t>(spec.umask));
+      if (spec.task_pid) FormatPid(::getpid(), task_pid_env + 15);
       // Dies with its parent (the agent's main loop, or its shim): a worker must not run on
       // unsupervised after an unclean death while the server requeues its job. What the
       // worker started lives on in its process group until the next agent kills it

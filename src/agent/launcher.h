@@ -45,6 +45,11 @@ struct LaunchSpec {
   // Run as this user (Unix account) instead of the agent's: uid, primary gid and groups
   // are set in the child before exec.
   bool as_user = false;
+  // The file mode creation mask the worker runs with (and opens stdout_path with), as
+  // Slurm's job takes its submitter's (SLURM_UMASK); -1: the agent's.
+  int umask = -1;
+  // The worker is given SLURM_TASK_PID, its own pid, as Slurm's tasks are.
+  bool task_pid = false;
   // Without as_user: still open stdout_path and stderr_path as that user (a container's
   // `podman run` runs as the agent, the job in it as its user).
   bool files_as_user = false;

@@ -769,6 +769,7 @@ class Parser {
     for (const auto& [k, v] : given_env_) env[k] = v;
     env["SLURM_SUBMIT_DIR"] = ctx_.cwd;
     if (!ctx_.host.empty()) env["SLURM_SUBMIT_HOST"] = ctx_.host;
+    if (!ctx_.umask.empty()) env["SLURM_UMASK"] = ctx_.umask;  // the job runs with it
     // The GPU options as given, as Slurm sets them (srun reads them too).
     for (const auto& [opt, var] :
          {std::pair<const char*, const char*>{"gpus-per-task", "SLURM_GPUS_PER_TASK"},

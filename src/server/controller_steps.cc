@@ -950,7 +950,8 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"WORLD_SIZE", tasks}}) {
     if (!env.contains(k)) env[k] = v;
   }
-  for (const char* k : {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"})
+  for (const char* k :
+       {"CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "SLURM_TASK_PID"})
     env.erase(k);  // the agent sets the task's own
   // The GPUs the task sees, by the node's indexes (CUDA_VISIBLE_DEVICES may count them from
   // 0), as Slurm says them.

@@ -46,7 +46,8 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
                   .devices = {"nvidia.com/gpu=GPU-a"},
                   .memory_bytes = 8'000'000'000,
                   .cpus_milli = 2500,
-                  .user = "1000:1000"};
+                  .user = "1000:1000",
+                  .umask = 077};
   EXPECT_EQ(s.name, "gantry-h100-0-7-2-1");
   const std::vector<std::string> a = ContainerArgv(rt, s);
   EXPECT_TRUE(Has(a, {"podman", "--runtime", "runc", "run", "--ulimit", "nofile=1024:1024", "--rm",
@@ -56,6 +57,7 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
   EXPECT_TRUE(Has(a, {"--network", "host"}));
   EXPECT_TRUE(Has(a, {"--init"}));
   EXPECT_TRUE(Has(a, {"--user", "1000:1000"}));
+  EXPECT_TRUE(Has(a, {"--umask", "0077"}));  // the submitter's (SLURM_UMASK), as Slurm's
   EXPECT_TRUE(Has(a, {"--volume", "/home/ann/run:/home/ann/run", "--workdir", "/home/ann/run"}));
   EXPECT_TRUE(
       Has(a, {"--volume",

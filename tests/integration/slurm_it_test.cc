@@ -1409,6 +1409,44 @@ srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
   EXPECT_EQ(h.Read("work/both.txt"), "0 " + gpu + "\n1 " + gpu + "\n");
 }
 
+// A job runs with its submitter's umask (SLURM_UMASK, as Slurm's slurmd applies it), so a
+// user whose files are private gets private files from the job too, its output file
+// included; each task is told its own pid (SLURM_TASK_PID).
+TEST(Slurm, AJobRunsWithItsSubmittersUmask) {
+  Harness h("slurm-umask");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("private.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -G 1
+#SBATCH -t 1
+#SBATCH -o private.out
+echo "$SLURM_UMASK $SLURM_TASK_PID $$" > ids.txt
+srun bash -c 'echo "$SLURM_TASK_PID $$" > task.txt'
+)SH");
+  const mode_t before = ::umask(077);
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("private.sh")}, h.token("ann"));
+  ::umask(before);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  for (const char* file : {"ids.txt", "task.txt", "private.out"}) {
+    const fs::perms p = fs::status(work + "/" + file).permissions();
+    EXPECT_EQ(p & (fs::perms::group_all | fs::perms::others_all), fs::perms::none)
+        << file << " is readable by others";
+  }
+  std::istringstream ids(h.Read("work/ids.txt"));
+  std::string mask, task_pid, pid;
+  ids >> mask >> task_pid >> pid;
+  EXPECT_EQ(mask, "0077");
+  EXPECT_EQ(task_pid, pid) << "the batch script's SLURM_TASK_PID";
+  std::istringstream task(h.Read("work/task.txt"));
+  task >> task_pid >> pid;
+  EXPECT_EQ(task_pid, pid) << "the step's task's SLURM_TASK_PID";
+}
+
 // srun --multi-prog: each task runs its line of the file (%t its id, %o its offset on the
 // line, srun's words after the file appended), as Slurm 22.05's srun
 // (bench/slurm_scripts/multi_prog.sbatch compares them). Here the step waits for a running

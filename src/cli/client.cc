@@ -309,6 +309,49 @@ int SubmitBatch(const Globals& g, const SbatchJob& job, const std::string& file,
   return 0;
 }
 
+// sbatch --wait: polls until job `id` (an array: each of its tasks) has ended, and gives
+// its exit code as Slurm's sbatch does: the job's (an array's highest), 1 where a signal
+// or anything but its own exit ended it (cancelled, a time limit, a node lost).
+int WaitForBatchJob(const Globals& g, const std::string& id, bool array) {
+  std::cout.flush();
+  Client c(g);
+  auto code_of = [](const json& j) {
+    const std::string state = j.value("state", "");
+    if (state == "finished") return 0;
+    if (state == "failed" && !j.contains("exit_signal"))
+      return std::max(1, j.value("exit_code", 1));
+    return 1;
+  };
+  for (int polls = 0;; ++polls) {
+    // A task's id is ID_INDEX: the array's are the ended and active jobs whose array is it.
+    Response r = c.Get(array ? "/v1/jobs?all=1" : "/v1/jobs/" + UrlEncode(id));
+    if (r.status == 200) {
+      const json now = r.Json();
+      std::vector<json> jobs;
+      if (!array) {
+        jobs.push_back(now);
+      } else {
+        for (const json& j : now.value("jobs", json::array())) {
+          if (j.value("array", json()) == id) jobs.push_back(j);
+        }
+      }
+      const bool ended = !jobs.empty() && std::all_of(jobs.begin(), jobs.end(), [](const json& j) {
+        const std::string state = j.value("state", "");
+        return state != "pending" && state != "running" && state != "stopping";
+      });
+      if (ended) {
+        int code = 0;
+        for (const json& j : jobs) code = std::max(code, code_of(j));
+        return code;
+      }
+    } else if (r.status == 404 || r.status == 401 || r.status == 403) {
+      return Check(r, "sbatch");
+    }
+    // Every second at first, then less often (at most every 10 s), as a long wait goes.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(10'000, 1'000 + 250 * polls)));
+  }
+}
+
 // `gantry sbatch [options] script.sh [args...]`: the script and its #SBATCH directives
 // as a job spec (cli/sbatch.h), submitted as `submit` does.
 int Sbatch(const Globals& g, const std::vector<std::string>& words) {
@@ -354,7 +397,7 @@ int Sbatch(const Globals& g, const std::vector<std::string>& words) {
   } else {
     std::cout << "Submitted batch job " << number << "\n";
   }
-  return 0;
+  return job.wait ? WaitForBatchJob(g, id, !job.array.empty()) : 0;
 }
 
 // ------------------------------------------------------------------ salloc

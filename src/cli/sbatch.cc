@@ -48,6 +48,7 @@ constexpr OptionDef kOptions[] = {
     {"array", 'a', true},
     {"dependency", 'd', true},
     {"parsable", 0, false},
+    {"wait", 'W', false},  // the submitting command waits for the job's end (SbatchJob::wait)
     {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
     // Gantry's own: the job checkpoints this often (checkpoint_s), so a preemption loses
     // at most that, and a job given -N MIN-MAX resizes at its checkpoints (docs/slurm.md).
@@ -112,7 +113,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
-    {"wait", "not supported; poll with gantry show"},
     {"begin", "deferred starts are not supported; use a job window in a job spec"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
     {"hold", "holding jobs is not supported"},
@@ -127,7 +127,7 @@ bool IsRefused(const std::string& name) {
 }
 
 bool IsRefusedFlag(const std::string& name) {
-  for (const char* flag : {"wait", "hold"}) {
+  for (const char* flag : {"hold"}) {
     if (name == flag) return true;
   }
   return false;
@@ -224,6 +224,7 @@ class Parser {
     s["script"] = text;
     if (!args.empty()) s["command"] = args;
     out.parsable = given_.count("parsable") > 0;
+    out.wait = given_.count("wait") > 0;
     for (const auto& [name, why] : kNoted) {
       auto v = Get(name);
       if (v == nullptr) continue;

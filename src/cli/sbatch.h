@@ -32,6 +32,7 @@ struct SbatchJob {
   std::string array;                               // ?array= (--array), empty if none
   std::string after;                               // ?after= (--dependency), empty if none
   bool parsable = false;                           // --parsable: print just the id
+  bool wait = false;  // -W, --wait: sbatch returns when the job (every array task) has ended
   std::vector<std::string> errors;  // "FILE:LINE: --opt: message"; spec unusable if any
   std::vector<std::string> notes;   // options accepted that Gantry does nothing with, and why
   // Where each spec field gantryd resolves came from ("job.sh:4: --qos=regular"), so its

@@ -1409,6 +1409,33 @@ srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
   EXPECT_EQ(h.Read("work/both.txt"), "0 " + gpu + "\n1 " + gpu + "\n");
 }
 
+// sbatch --wait (-W), refused before: sbatch returns when the job has ended, with its exit
+// code (an array's highest; 1 for a job a signal ended), as Slurm's; pipelines chain on it.
+TEST(Slurm, SbatchWaitReturnsWhenTheJobEndsWithItsExitCode) {
+  Harness h("slurm-wait");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("three.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 1\n"
+          "sleep 1\ntouch done\nexit 3\n");
+  h.Write("array.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 1\n"
+          "#SBATCH --array=0-2\nexit $SLURM_ARRAY_TASK_ID\n");
+  h.Write("killed.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 0:02\n"
+          "sleep 60\n");
+  RunResult r = h.Cli({"sbatch", "--wait", "-D", work, h.Path("three.sh")}, h.token("ann"));
+  EXPECT_EQ(r.rc, 3) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
+  EXPECT_TRUE(fs::exists(work + "/done")) << "sbatch returned before the job ended";
+  RunResult a =
+      h.Cli({"sbatch", "-W", "--parsable", "-D", work, h.Path("array.sh")}, h.token("ann"));
+  EXPECT_EQ(a.rc, 2) << a.out << a.err;  // the highest of 0, 1, 2
+  RunResult k = h.Cli({"sbatch", "--wait", "-D", work, h.Path("killed.sh")}, h.token("ann"));
+  EXPECT_EQ(k.rc, 1) << k.out << k.err;  // its time limit's signal ended it
+}
+
 // A job runs with its submitter's umask (SLURM_UMASK, as Slurm's slurmd applies it), so a
 // user whose files are private gets private files from the job too, its output file
 // included; each task is told its own pid (SLURM_TASK_PID).

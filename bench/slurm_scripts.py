@@ -302,7 +302,8 @@ class Gantry:
         return acct_rows([self.bin('gantry'), '--server', self.url, '--token', self.token, 'acct'], numbers)
 
     def jobs(self, since):
-        r = self.cli('acct', '-X', '-P', '-n', '-S', '1d', '-o', 'JobID,JobName,State,ExitCode')
+        # JobIDRaw: an array task's own number, as scontrol's JobId on Slurm's side.
+        r = self.cli('acct', '-X', '-P', '-n', '-S', '1d', '-o', 'JobIDRaw,JobName,State,ExitCode')
         out = []
         for line in r.stdout.splitlines():
             f = line.split('|')

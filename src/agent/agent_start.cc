@@ -119,13 +119,17 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
       if (!d.env.contains(k)) spec.env.emplace_back(k, std::move(v));
     }
     spec.task_pid = !d.env.contains("SLURM_TASK_PID");
-    // The submitter's umask (sbatch sets SLURM_UMASK), as Slurm's slurmd applies it: files
-    // a job of a user with umask 077 writes are that user's alone.
+    // The submitter's umask (sbatch sets SLURM_UMASK, srun its own for a step), as Slurm's
+    // slurmstepd applies it: files a job of a user with umask 077 writes are that user's
+    // alone. A batch script does not see the variable (Slurm's takes it out); a step's
+    // tasks do, as under Slurm.
     if (auto u = d.env.find("SLURM_UMASK"); u != d.env.end()) {
       char* end = nullptr;
       const long mask = std::strtol(u->second.c_str(), &end, 8);
       if (!u->second.empty() && *end == '\0' && mask >= 0 && mask <= 0777)
         spec.umask = static_cast<int>(mask);
+      if (d.step < 0)
+        std::erase_if(spec.env, [](const auto& e) { return e.first == "SLURM_UMASK"; });
     }
   }
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);

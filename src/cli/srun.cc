@@ -1,5 +1,6 @@
 #include "cli/srun.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -423,6 +425,12 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   // --export, else sbatch's (SLURM_EXPORT_ENV in the job's environment), as Slurm's srun.
   json body = {{"command", command},
                {"env", StepEnv(given.count("export") ? given["export"] : Env("SLURM_EXPORT_ENV"))}};
+  // Its umask, which the step's tasks run with (gantry-agent applies it), as Slurm's srun.
+  const mode_t mask = ::umask(0);  // read by setting it: put back at once
+  ::umask(mask);
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mask & 0777));
+  body["env"]["SLURM_UMASK"] = octal;
   // --multi-prog FILE [ARGS]: the file (read here, as Slurm's srun reads it) gives each task
   // its program; gantryd checks it against the step's tasks (spec/multi_prog.h).
   if (given.count("multi-prog")) {

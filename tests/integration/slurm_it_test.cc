@@ -1449,8 +1449,8 @@ TEST(Slurm, AJobRunsWithItsSubmittersUmask) {
 #SBATCH -G 1
 #SBATCH -t 1
 #SBATCH -o private.out
-echo "$SLURM_UMASK $SLURM_TASK_PID $$" > ids.txt
-srun bash -c 'echo "$SLURM_TASK_PID $$" > task.txt'
+echo "${SLURM_UMASK:-unset} $SLURM_TASK_PID $$" > ids.txt
+srun bash -c 'echo "$SLURM_TASK_PID $$ $SLURM_UMASK" > task.txt'
 )SH");
   const mode_t before = ::umask(077);
   RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("private.sh")}, h.token("ann"));
@@ -1467,11 +1467,12 @@ srun bash -c 'echo "$SLURM_TASK_PID $$" > task.txt'
   std::istringstream ids(h.Read("work/ids.txt"));
   std::string mask, task_pid, pid;
   ids >> mask >> task_pid >> pid;
-  EXPECT_EQ(mask, "0077");
+  EXPECT_EQ(mask, "unset") << "Slurm's batch script does not see SLURM_UMASK";
   EXPECT_EQ(task_pid, pid) << "the batch script's SLURM_TASK_PID";
   std::istringstream task(h.Read("work/task.txt"));
-  task >> task_pid >> pid;
+  task >> task_pid >> pid >> mask;
   EXPECT_EQ(task_pid, pid) << "the step's task's SLURM_TASK_PID";
+  EXPECT_EQ(mask, "0077") << "srun's umask, the batch script's";
 }
 
 // srun --multi-prog: each task runs its line of the file (%t its id, %o its offset on the

@@ -273,8 +273,16 @@ class Writer {
   void Loop(Client& c) {
     std::unique_lock lock(mu_);
     while (true) {
+      // A pod's status waits while an earlier one of the same pod is being written on
+      // another connection: the two PATCHes could land in either order, and the pod keep
+      // the older message while the driver believes it said the newer (seen: a pod left
+      // saying its claim was not made yet, long after the reason had changed).
+      auto next_status = [&] {
+        return std::find_if(status_order_.begin(), status_order_.end(),
+                            [&](const std::string& uid) { return !writing_.contains(uid); });
+      };
       cv_.wait(lock, [&] {
-        return stop_ || !binds_.empty() || !status_order_.empty() || !events_.empty();
+        return stop_ || !binds_.empty() || next_status() != status_order_.end() || !events_.empty();
       });
       if (stop_) return;
       if (!binds_.empty()) {
@@ -287,7 +295,8 @@ class Writer {
       }
       // Statuses and events take turns (a stream of statuses must not hold a budget's
       // event back); binds go first.
-      if (!events_.empty() && (status_order_.empty() || event_turn_)) {
+      const auto ready = next_status();
+      if (!events_.empty() && (ready == status_order_.end() || event_turn_)) {
         event_turn_ = false;
         EventOp op = std::move(events_.front());
         events_.pop_front();
@@ -297,15 +306,18 @@ class Writer {
         continue;
       }
       event_turn_ = true;
-      const std::string uid = std::move(status_order_.front());
-      status_order_.pop_front();
+      const std::string uid = *ready;
+      status_order_.erase(ready);
       auto it = statuses_.find(uid);
       if (it == statuses_.end()) continue;
       StatusOp op = std::move(it->second);
       statuses_.erase(it);
+      writing_.insert(uid);
       lock.unlock();
       DoStatus(c, op);
       lock.lock();
+      writing_.erase(uid);
+      cv_.notify_all();  // a newer status of the pod may wait for this one
     }
   }
 
@@ -392,6 +404,7 @@ class Writer {
   std::deque<EventOp> events_;
   std::map<std::string, StatusOp> statuses_;  // by pod uid
   std::deque<std::string> status_order_;
+  std::set<std::string> writing_;  // pods whose status a connection is writing now
   std::vector<std::unique_ptr<Client>> clients_;
   std::vector<std::thread> threads_;
 };

@@ -323,8 +323,10 @@ int WaitForBatchJob(const Globals& g, const std::string& id, bool array) {
     return 1;
   };
   for (int polls = 0;; ++polls) {
-    // A task's id is ID_INDEX: the array's are the ended and active jobs whose array is it.
-    Response r = c.Get(array ? "/v1/jobs?all=1" : "/v1/jobs/" + UrlEncode(id));
+    // A task's id is ID_INDEX: the array's are the ended and active jobs whose array is it
+    // (filtered here too: a gantryd from before the list's `array` filter gives them all).
+    Response r =
+        c.Get(array ? "/v1/jobs?all=1&array=" + UrlEncode(id) : "/v1/jobs/" + UrlEncode(id));
     if (r.status == 200) {
       const json now = r.Json();
       std::vector<json> jobs;

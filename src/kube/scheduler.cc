@@ -1973,7 +1973,8 @@ server::Reply Driver::JobsReply(const server::JobQuery& q) {
     json j = JobJson(job, p == by_job.end() ? std::vector<const PodInfo*>() : p->second, false);
     queues.insert(j["queue"].get<std::string>());
     states.insert(j["state"].get<std::string>());
-    if ((!q.state.empty() && j["state"] != q.state) || (!q.queue.empty() && j["queue"] != q.queue))
+    if ((!q.state.empty() && j["state"] != q.state) ||
+        (!q.queue.empty() && j["queue"] != q.queue) || !q.array.empty())  // (pods make no arrays)
       continue;
     ++total;
     if (j.contains("wait")) ++waiting[j["wait"]["cause"].get<std::string>()];

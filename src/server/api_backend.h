@@ -59,6 +59,7 @@ struct JobQuery {
   // With `all`: also the ended jobs no longer in memory that ended at or after this (ms
   // since the Unix epoch), read from the store (sacct's window); -1: memory only.
   int64_t ended_since_ms = -1;
+  std::string array;  // only this array's tasks (its id, "j41"); empty: any
 };
 
 struct SubmitRequest {

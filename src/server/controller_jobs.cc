@@ -758,7 +758,7 @@ Reply Controller::ListJobsReply(const JobQuery& q, bool with_ended, const std::v
     states.insert(state);
     if (!job.user.empty()) users.insert(job.user);
     if ((!q.state.empty() && state != q.state) || (!q.queue.empty() && job.queue != q.queue) ||
-        (!q.user.empty() && job.user != q.user)) {
+        (!q.user.empty() && job.user != q.user) || (!q.array.empty() && job.array != q.array)) {
       return false;
     }
     matched.push_back(&job);

@@ -1008,6 +1008,27 @@ TEST_F(ControllerTest, ListingByAnEndedStateNeedsNoAllAndUnknownStatesAreErrors)
   EXPECT_NE(bogus.body["error"].get<std::string>().find("cancelled"), std::string::npos);
 }
 
+// `array`: one array's tasks only (sbatch --wait on an array asks for them), ended too.
+TEST_F(ControllerTest, ListingByArrayGivesThatArraysTasksOnly) {
+  Reply a = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "0-2", "");
+  ASSERT_EQ(a.code, Code::kCreated) << a.body.dump();
+  Reply b = SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "0-1", "");
+  ASSERT_EQ(b.code, Code::kCreated) << b.body.dump();
+  Submit(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})");
+  ASSERT_EQ(ctl_->Cancel(kTeamA, a.body["id"].get<std::string>() + "_1").code, Code::kOk);
+  JobQuery q;
+  q.all = true;
+  q.array = a.body["id"];
+  Reply r = ctl_->ListJobs(kAdmin, q);
+  ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
+  std::set<std::string> ids;
+  for (const json& j : r.body["jobs"]) ids.insert(j["id"]);
+  const std::string base = a.body["id"];
+  EXPECT_EQ(ids, (std::set<std::string>{base + "_0", base + "_1", base + "_2"}));
+  q.array = "j999";
+  EXPECT_EQ(ctl_->ListJobs(kAdmin, q).body["jobs"].size(), 0u);
+}
+
 // A console's jobs view at a site's size asks for one page and the counts of the rest.
 TEST_F(ControllerTest, AListingPageShowsActiveJobsFirstAndCountsEveryMatch) {
   Beat("h100-0");  // one node of 8 GPUs
@@ -1360,7 +1381,7 @@ TEST_F(ControllerTest, EndedJobsPastMemoryAreListedAndAnsweredAtStop) {
     ids.push_back(r.body["id"]);
     ASSERT_EQ(ctl_->Cancel(kTeamA, ids.back()).code, Code::kOk);
   }
-  JobQuery q{"", "", "", /*all=*/true, -1};
+  JobQuery q{"", "", "", /*all=*/true, -1, -1, ""};
   EXPECT_EQ(ctl_->ListJobs(kTeamA, q).body["jobs"].size(), 1u);  // memory keeps the last only
   q.ended_since_ms = 0;
   const json all = ctl_->ListJobs(kTeamA, q).body;

@@ -10,7 +10,6 @@
 
 #include <httplib.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -258,11 +257,7 @@ SbatchContext SubmitContext() {
   ctx.cwd = std::filesystem::current_path(ec).string();
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
-  const mode_t mask = ::umask(0);  // read by setting it: put back at once
-  ::umask(mask);
-  char octal[8];
-  std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mask & 0777));
-  ctx.umask = octal;
+  ctx.umask = UmaskText();
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');

@@ -1,8 +1,11 @@
 #include "cli/sbatch.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 
 #include "base/image_reference.h"
@@ -978,6 +981,14 @@ std::optional<long long> ParseSlurmMemory(const std::string& text, std::string& 
   }
   const long long n = std::stoll(text.substr(0, digits));
   return mult == 0 ? (n + 1023) / 1024 : n * mult;
+}
+
+std::string UmaskText() {
+  const mode_t mask = ::umask(0);  // read by setting it: put back at once
+  ::umask(mask);
+  char octal[8];
+  std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mask & 0777));
+  return octal;
 }
 
 std::optional<std::string> WrapScript(const std::vector<std::string>& options) {

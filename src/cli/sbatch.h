@@ -40,6 +40,10 @@ struct SbatchJob {
   std::map<std::string, std::string> origin;
 };
 
+// This process's umask as Slurm writes SLURM_UMASK ("0022"): what sbatch and srun send, for
+// the job's processes to run with.
+std::string UmaskText();
+
 // sbatch --wrap=COMMAND's script, as Slurm writes it (its job is named "wrap"); nullopt
 // when `options` (the command line's) give no --wrap.
 std::optional<std::string> WrapScript(const std::vector<std::string>& options);

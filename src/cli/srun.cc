@@ -1,6 +1,5 @@
 #include "cli/srun.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,7 +7,6 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -426,11 +424,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   json body = {{"command", command},
                {"env", StepEnv(given.count("export") ? given["export"] : Env("SLURM_EXPORT_ENV"))}};
   // Its umask, which the step's tasks run with (gantry-agent applies it), as Slurm's srun.
-  const mode_t mask = ::umask(0);  // read by setting it: put back at once
-  ::umask(mask);
-  char octal[8];
-  std::snprintf(octal, sizeof octal, "%04o", static_cast<unsigned>(mask & 0777));
-  body["env"]["SLURM_UMASK"] = octal;
+  body["env"]["SLURM_UMASK"] = UmaskText();
   // --multi-prog FILE [ARGS]: the file (read here, as Slurm's srun reads it) gives each task
   // its program; gantryd checks it against the step's tasks (spec/multi_prog.h).
   if (given.count("multi-prog")) {

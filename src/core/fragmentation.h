@@ -84,9 +84,8 @@ class Fragmentation {
   // O(GPUs of the node x classes).
   int64_t Delta(const WorkerAlloc& w) const;
   // F_n(M) in GPUs, by the classes' weights (0 without a mix), and its sum over the up
-  // nodes: the cluster's
-  // fragmented GPUs. FragmentedGpus is O(nodes) after the mix changed, else O(nodes
-  // changed since the last call) (it consumes Ledger::TakeChanged: one Fragmentation per
+  // nodes: the cluster's fragmented GPUs. FragmentedGpus is O(nodes) after the mix changed, else
+  // O(nodes changed since the last call) (it consumes Ledger::TakeChanged: one Fragmentation per
   // ledger).
   double NodeFragmentedGpus(NodeId n) const;
   double FragmentedGpus() const;

@@ -190,7 +190,10 @@ class Controller : public ApiBackend {
   Reply Submit(const std::string& token, SubmitRequest req);
   Reply ListJobs(const std::string& token, JobQuery query);
   Reply ListJobs(const std::string& token, const std::string& state_filter, bool all) {
-    return ListJobs(token, JobQuery{state_filter, "", "", all, -1, -1, ""});
+    JobQuery q;
+    q.state = state_filter;
+    q.all = all;
+    return ListJobs(token, std::move(q));
   }
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name, bool force = false);

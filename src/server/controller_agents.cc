@@ -23,13 +23,17 @@ int MasterPort(int64_t seq, int run) {
   return 20000 + static_cast<int>((seq * 7919 + run) % 40000);
 }
 
-// The string a JSON job spec (gantry sbatch's) gave for `key`, or "" (none, or a YAML spec).
-std::string GivenField(const Job& job, const char* key) {
-  if (job.spec_format != "json") return "";
+// The strings a JSON job spec (gantry sbatch's) gave for `queue` and `tier` (sbatch -A,
+// --qos), "" where none (or a YAML spec): the spec read once for both.
+std::pair<std::string, std::string> GivenQueueAndTier(const Job& job) {
+  if (job.spec_format != "json") return {};
   const json j = json::parse(job.spec_text, nullptr, false);
-  if (!j.is_object()) return "";
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : "";
+  if (!j.is_object()) return {};
+  auto given = [&](const char* key) {
+    const auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  return {given("queue"), given("tier")};
 }
 
 }  // namespace
@@ -109,7 +113,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   // to the jobs it submits): those given (sbatch -A, --qos), else the site's account for
   // the queue (its default account) and QoS for the tier (`normal` for standard), else
   // Gantry's queue and tier.
-  std::string account = GivenField(job, "queue"), qos = GivenField(job, "tier");
+  auto [account, qos] = GivenQueueAndTier(job);
   for (const auto& [name, id] : config_.site.accounts) {
     if (account.empty() && config_.queues.queue(id).spec.name == job.queue) account = name;
   }

@@ -670,10 +670,8 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
         // --multi-prog: a line for each of the step's tasks, or refused as Slurm's srun
         // refuses the file (named as srun was given it).
         if (!s.multi_prog.empty()) {
-          std::string bad;
-          auto programs = spec::MultiProg::Parse(s.multi_prog, tasks, s.command[0], bad);
-          if (!programs) return Reply::Error(Code::kBadRequest, bad);
-          s.programs = std::make_shared<const spec::MultiProg>(std::move(*programs));
+          if (std::string bad = s.ReadPrograms(tasks); !bad.empty())
+            return Reply::Error(Code::kBadRequest, bad);
         }
         s.created = now_;
         if (why.empty() && std::none_of(job->steps.begin(), job->steps.end(), [](const Step& o) {
@@ -967,12 +965,8 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   d.grace_ms = job.spec.grace;
   d.command = s.command;
   if (!s.multi_prog.empty()) {  // its line of the file, then srun's words after the file
-    if (!s.programs) {          // read back after a restart: checked when it was created
-      std::string bad;
-      auto programs =
-          spec::MultiProg::Parse(s.multi_prog, static_cast<int>(s.tasks.size()), s.command[0], bad);
-      if (programs) s.programs = std::make_shared<const spec::MultiProg>(std::move(*programs));
-    }
+    // Read back after a restart (checked when the step was made).
+    if (!s.programs) s.ReadPrograms(static_cast<int>(s.tasks.size()));
     if (s.programs) d.command = s.programs->ArgvFor(task, {s.command.begin() + 1, s.command.end()});
   }
   d.env = std::move(env);

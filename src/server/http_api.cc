@@ -325,13 +325,12 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.Submit(TokenOf(req), std::move(sr), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {
-    JobQuery q{req.param("state"),
-               req.param("queue"),
-               req.param("user"),
-               req.param("all") == "1" || req.param("all") == "true",
-               -1,
-               -1,
-               req.param("array")};
+    JobQuery q;
+    q.state = req.param("state");
+    q.queue = req.param("queue");
+    q.user = req.param("user");
+    q.all = req.param("all") == "1" || req.param("all") == "true";
+    q.array = req.param("array");
     if (auto problem = IntParam(req, "limit", -1, q.limit)) return bad(*problem);
     if (req.has_param("limit") && q.limit < 0) return bad("limit: expected 0 or more");
     double since = -1;

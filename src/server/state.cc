@@ -116,6 +116,13 @@ bool Step::AllExited() const {
   return std::all_of(tasks.begin(), tasks.end(), [](const StepTask& t) { return t.exited; });
 }
 
+std::string Step::ReadPrograms(int task_count) const {
+  std::string why;
+  auto read = spec::MultiProg::Parse(multi_prog, task_count, command.at(0), why);
+  if (read) programs = std::make_shared<const spec::MultiProg>(std::move(*read));
+  return why;
+}
+
 void Step::End(Ticks now) {
   state = State::kEnded;
   ended = now;

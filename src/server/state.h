@@ -158,6 +158,9 @@ struct Step {
   Ticks created = 0, started = -1, ended = -1;
   std::vector<StepTask> tasks;  // by task id (SLURM_PROCID)
   bool AllExited() const;
+  // Reads multi_prog for a step of `task_count` tasks into `programs`: "" when it gives
+  // each task one line, else why not (naming the file as srun was given it, command[0]).
+  std::string ReadPrograms(int task_count) const;
   // It has ended at `now`: what only its launch needed (srun's environment) goes, so a
   // script that runs thousands of steps does not keep thousands of environments.
   void End(Ticks now);

@@ -1381,7 +1381,8 @@ TEST_F(ControllerTest, EndedJobsPastMemoryAreListedAndAnsweredAtStop) {
     ids.push_back(r.body["id"]);
     ASSERT_EQ(ctl_->Cancel(kTeamA, ids.back()).code, Code::kOk);
   }
-  JobQuery q{"", "", "", /*all=*/true, -1, -1, ""};
+  JobQuery q;
+  q.all = true;
   EXPECT_EQ(ctl_->ListJobs(kTeamA, q).body["jobs"].size(), 1u);  // memory keeps the last only
   q.ended_since_ms = 0;
   const json all = ctl_->ListJobs(kTeamA, q).body;

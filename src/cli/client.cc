@@ -103,7 +103,8 @@ std::string NewKey() {
 struct SubmitArgs {
   std::vector<std::string> args;  // a spec file, or the command after --
   std::string id, queue, tier, sharing, mig, topology, workdir, image, idempotency_key, array,
-      after;
+      after, begin;
+  bool hold = false;
   std::vector<std::string> gpu_model, env;
   // Unset unless given: every given value goes to the server as given, so the CLI rejects
   // what the job reader rejects (`--gpus -1` is an error, not "no GPUs").
@@ -119,18 +120,27 @@ bool UsesFlags(const SubmitArgs& a) {
          a.checkpoint_s || a.grace_s || a.time_limit_s || a.replicas || a.min_replicas;
 }
 
+// What a submission asks beside its spec (POST /v1/jobs's parameters).
+struct PostParams {
+  std::string array, after;
+  int64_t begin_s = 0;  // held until then (Unix seconds); 0: none
+  bool hold = false;
+};
+
 // POST /v1/jobs, retried while gantryd cannot be reached or is a standby.
 Response PostJob(const Globals& g, const std::string& body, const std::string& type,
-                 const std::string& file, const std::string& array, const std::string& after,
-                 const std::string& idempotency_key) {
+                 const std::string& file, const PostParams& p, const std::string& idempotency_key) {
   Client c(g);
   // The key makes a retry after a lost answer safe: the server returns the same job.
   httplib::Headers headers = {
       {"Idempotency-Key", idempotency_key.empty() ? NewKey() : idempotency_key},
       {"X-Gantry-File", std::filesystem::path(file).filename().string()}};
-  std::string path = "/v1/jobs";
-  if (!array.empty()) path += "?array=" + UrlEncode(array);
-  if (!after.empty()) path += std::string(array.empty() ? "?" : "&") + "after=" + UrlEncode(after);
+  std::string query;
+  if (!p.array.empty()) query += "&array=" + UrlEncode(p.array);
+  if (!p.after.empty()) query += "&after=" + UrlEncode(p.after);
+  if (p.begin_s > 0) query += "&begin=" + std::to_string(p.begin_s);
+  if (p.hold) query += "&hold=true";
+  const std::string path = "/v1/jobs" + (query.empty() ? "" : "?" + query.substr(1));
   // Retried for up to 30 s (GANTRY_SUBMIT_RETRY_S): a gantryd restarting, or a standby
   // taking over, answers within that; it gave up after 3.85 s, before a restart was done.
   const char* retry_env = std::getenv("GANTRY_SUBMIT_RETRY_S");
@@ -237,7 +247,21 @@ int Submit(const Globals& g, const SubmitArgs& a) {
     const bool is_json = file.size() > 5 && file.substr(file.size() - 5) == ".json";
     type = is_json ? "application/json" : "application/yaml";
   }
-  Response r = PostJob(g, body, type, file, a.array, a.after, a.idempotency_key);
+  PostParams params;
+  params.array = a.array;
+  params.after = a.after;
+  params.hold = a.hold;
+  if (!a.begin.empty()) {
+    std::string why;
+    const int64_t now_s = static_cast<int64_t>(std::time(nullptr));
+    const std::optional<int64_t> begin = ParseSlurmBeginTime(a.begin, now_s, why);
+    if (!begin) {
+      std::cerr << "gantry submit: --begin: " << why << "\n";
+      return kExitBadInput;
+    }
+    params.begin_s = *begin > now_s ? *begin : 0;
+  }
+  Response r = PostJob(g, body, type, file, params, a.idempotency_key);
   if (int rc = Check(r, "submit")) return rc;
   json j = r.Json();
   if (a.json_out) {
@@ -258,6 +282,7 @@ SbatchContext SubmitContext() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
   ctx.umask = UmaskText();
+  ctx.now_s = static_cast<int64_t>(std::time(nullptr));
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;
     const size_t eq = kv.find('=');
@@ -276,7 +301,12 @@ int SubmitBatch(const Globals& g, const SbatchJob& job, const std::string& file,
     return kExitBadInput;
   }
   for (const std::string& n : job.notes) std::cerr << what << ": note: " << n << "\n";
-  Response r = PostJob(g, job.spec.dump(), "application/json", file, job.array, job.after, "");
+  PostParams params;
+  params.array = job.array;
+  params.after = job.after;
+  params.begin_s = job.begin_s;
+  params.hold = job.hold;
+  Response r = PostJob(g, job.spec.dump(), "application/json", file, params, "");
   if (r.status >= 400 && r.status < 500) {
     json j = r.Json();
     if (j.is_object() && j.contains("problems") && j["problems"].is_array()) {
@@ -1387,6 +1417,10 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
       "--after", s.after,
       "Hold until these jobs end: JOB (finished with exit 0), JOB:ok or JOB:any, comma-separated; "
       "an array's id stands for all its tasks");
+  submit->add_option("--begin", s.begin,
+                     "Hold until then: now+1hour, 16:00, tomorrow, 2026-12-24T10:00, ... "
+                     "(sbatch --begin's forms, local time)");
+  submit->add_flag("--hold", s.hold, "Submit held, until `gantry release ID` (sbatch -H)");
   submit->add_flag("--json", s.json_out, "Print the server's answer as JSON");
   submit->callback([&exit_code] { exit_code = Submit(g, s); });
 
@@ -1551,6 +1585,26 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
     std::string list;
     for (const std::string& id : requeue_ids) list += (list.empty() ? "" : ",") + id;
     words.push_back(list);
+    exit_code = Scontrol(g, words);
+  });
+
+  static std::vector<std::string> hold_ids, release_ids;
+  CLI::App* hold = app.add_subcommand(
+      "hold",
+      "Hold pending jobs out of scheduling until released (scontrol hold: an admin's hold is "
+      "released by an admin only); a running job's hold applies if it is requeued");
+  hold->add_option("ids", hold_ids, "Job ids (or numbers; an array's: its tasks)")->required();
+  hold->callback([&exit_code] {
+    std::vector<std::string> words = {"hold"};
+    words.insert(words.end(), hold_ids.begin(), hold_ids.end());
+    exit_code = Scontrol(g, words);
+  });
+  CLI::App* release = app.add_subcommand("release", "Release held jobs (scontrol release)");
+  release->add_option("ids", release_ids, "Job ids (or numbers; an array's: its tasks)")
+      ->required();
+  release->callback([&exit_code] {
+    std::vector<std::string> words = {"release"};
+    words.insert(words.end(), release_ids.begin(), release_ids.end());
     exit_code = Scontrol(g, words);
   });
 

@@ -6,7 +6,10 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <limits>
+#include <regex>
+#include <sstream>
 
 #include "base/image_reference.h"
 #include "spec/batch.h"
@@ -52,6 +55,8 @@ constexpr OptionDef kOptions[] = {
     {"dependency", 'd', true},
     {"parsable", 0, false},
     {"wait", 'W', false},  // the submitting command waits for the job's end (SbatchJob::wait)
+    {"hold", 'H', false},  // held until scontrol release (SbatchJob::hold)
+    {"begin", 'b', true},  // held until then (SbatchJob::begin_s; ParseSlurmBeginTime)
     {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
     // Gantry's own: the job checkpoints this often (checkpoint_s), so a preemption loses
     // at most that, and a job given -N MIN-MAX resizes at its checkpoints (docs/slurm.md).
@@ -116,22 +121,13 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
     {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
-    {"begin", "deferred starts are not supported; use a job window in a job spec"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
-    {"hold", "holding jobs is not supported"},
     {"licenses", "licenses are not modelled"},
 };
 
 bool IsRefused(const std::string& name) {
   for (const auto& [n, why] : kRefused) {
     if (name == n) return true;
-  }
-  return false;
-}
-
-bool IsRefusedFlag(const std::string& name) {
-  for (const char* flag : {"hold"}) {
-    if (name == flag) return true;
   }
   return false;
 }
@@ -183,7 +179,7 @@ class Parser {
         def = FindLong(name);
         if (def == nullptr) {
           Refuse(where, shown, name);
-          if (eq == std::string::npos && IsRefused(name) && !IsRefusedFlag(name)) ++i;  // its value
+          if (eq == std::string::npos && IsRefused(name)) ++i;  // its value (all take one)
           continue;
         }
         if (eq != std::string::npos) {
@@ -228,6 +224,14 @@ class Parser {
     if (!args.empty()) s["command"] = args;
     out.parsable = given_.count("parsable") > 0;
     out.wait = given_.count("wait") > 0;
+    out.hold = given_.count("hold") > 0;
+    if (auto v = Get("begin")) {
+      std::string why;
+      if (auto t = ParseSlurmBeginTime(v->value, ctx_.now_s, why))
+        out.begin_s = *t > ctx_.now_s ? *t : 0;  // a time gone by: at once, as Slurm's
+      else
+        Error(v->where, "--begin", why);
+    }
     for (const auto& [name, why] : kNoted) {
       auto v = Get(name);
       if (v == nullptr) continue;
@@ -918,7 +922,7 @@ bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::str
     if (def == nullptr && w.rfind("--", 0) == 0 && w.find('=') == std::string::npos) {
       // A refused option that takes a value: keep its value with it, so the refusal is
       // what the user reads (not "cannot read ALL").
-      value = IsRefused(w.substr(2)) && !IsRefusedFlag(w.substr(2));
+      value = IsRefused(w.substr(2));
     }
     if (value && i + 1 < words.size()) options.push_back(words[++i]);
   }
@@ -964,6 +968,120 @@ std::optional<long long> ParseSlurmTime(const std::string& text, std::string& er
     s = parts[0] * 3600 + parts[1] * 60 + parts[2];
   }
   return s;
+}
+
+std::optional<int64_t> ParseSlurmBeginTime(const std::string& text, int64_t now_s,
+                                           std::string& error) {
+  auto fail = [&] {
+    error =
+        "expected now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS][AM|PM], midnight, noon, "
+        "fika, teatime, today, tomorrow, YYYY-MM-DD[THH:MM[:SS]], MM/DD[/YY], MM.DD[.YY] or "
+        "MMDDYY, got \"" +
+        text + "\"";
+    return std::nullopt;
+  };
+  std::string t;
+  for (char c : text) t += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::smatch m;
+  static const std::regex kNow(
+      R"(\s*now(?:\s*([+-])\s*([0-9]{1,9})\s*(seconds?|minutes?|hours?|days?|weeks?)?)?\s*)");
+  if (std::regex_match(t, m, kNow)) {
+    if (!m[1].matched) return now_s;
+    const int64_t n = std::stoll(m[2].str());
+    const char unit = m[3].matched ? m[3].str()[0] : 's';
+    const int64_t mult = unit == 'w'   ? 604800
+                         : unit == 'd' ? 86400
+                         : unit == 'h' ? 3600
+                         : unit == 'm' ? 60
+                                       : 1;
+    return now_s + (m[1] == "-" ? -n : n) * mult;
+  }
+  const std::time_t now_t = static_cast<std::time_t>(now_s);
+  std::tm today{};
+  localtime_r(&now_t, &today);
+  int year = -1, month = -1, day = -1, hour = -1, minute = 0, second = 0;
+  bool had_year = false;
+  static const std::regex kClock(R"(([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?(am|pm)?)");
+  static const std::regex kIso(
+      R"(([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})(?:t([0-9]{1,2}):([0-9]{2})(?::([0-9]{2}))?)?)");
+  static const std::regex kSlashed(R"(([0-9]{1,2})([/.])([0-9]{1,2})(?:\2([0-9]{2}))?)");
+  static const std::regex kPacked(R"(([0-9]{2})([0-9]{2})([0-9]{2})?)");
+  auto set_date = [&](int y, int mo, int d) {
+    if (month >= 0) return false;  // two dates
+    year = y, month = mo, day = d;
+    return true;
+  };
+  auto set_clock = [&](int h, int mi, int se) {
+    if (hour >= 0) return false;  // two times
+    hour = h, minute = mi, second = se;
+    return true;
+  };
+  std::istringstream words(t);
+  std::vector<std::string> list;
+  for (std::string w; words >> w;) list.push_back(w);
+  if (list.empty()) return fail();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string& w = list[i];
+    bool ok = false;
+    auto num = [&](int k) { return m[k].matched ? std::stoi(m[k].str()) : 0; };
+    if (std::regex_match(w, m, kClock)) {
+      int h = num(1);
+      std::string half = m[4].str();
+      if (half.empty() && i + 1 < list.size() && (list[i + 1] == "am" || list[i + 1] == "pm"))
+        half = list[++i];  // "4:15 PM"
+      if (!half.empty()) {
+        if (h < 1 || h > 12) return fail();
+        h = h % 12 + (half == "pm" ? 12 : 0);
+      }
+      ok = set_clock(h, num(2), num(3));
+    } else if (w == "midnight" || w == "noon" || w == "fika" || w == "teatime") {
+      ok = set_clock(w == "midnight" ? 0 : w == "noon" ? 12 : w == "fika" ? 15 : 16, 0, 0);
+    } else if (w == "today" || w == "tomorrow") {
+      std::tm d = today;
+      d.tm_mday += w == "tomorrow";
+      d.tm_hour = 12;  // (normalised by mktime, away from any DST change)
+      d.tm_isdst = -1;
+      std::mktime(&d);
+      ok = set_date(d.tm_year + 1900, d.tm_mon + 1, d.tm_mday);
+      had_year = true;
+    } else if (std::regex_match(w, m, kIso)) {
+      ok = set_date(num(1), num(2), num(3)) && (!m[4].matched || set_clock(num(4), num(5), num(6)));
+      had_year = true;
+    } else if (std::regex_match(w, m, kSlashed)) {
+      ok = set_date(m[4].matched ? 2000 + num(4) : today.tm_year + 1900, num(1), num(3));
+      had_year = m[4].matched;
+    } else if (std::regex_match(w, m, kPacked)) {
+      ok = set_date(m[3].matched ? 2000 + num(3) : today.tm_year + 1900, num(1), num(2));
+      had_year = m[3].matched;
+    }
+    if (!ok) return fail();
+  }
+  if (hour > 23 || minute > 59 || second > 59 || (month >= 0 && (month < 1 || month > 12)) ||
+      (month >= 0 && (day < 1 || day > 31)))
+    return fail();
+  const bool had_date = month >= 0, had_clock = hour >= 0;
+  if (!had_date) year = today.tm_year + 1900, month = today.tm_mon + 1, day = today.tm_mday;
+  if (!had_clock) hour = 0;
+  auto at = [&](int add_days, int add_years) -> std::optional<int64_t> {
+    std::tm tm{};
+    tm.tm_year = year + add_years - 1900;
+    tm.tm_mon = month - 1;
+    tm.tm_mday = day + add_days;
+    tm.tm_hour = hour;
+    tm.tm_min = minute;
+    tm.tm_sec = second;
+    tm.tm_isdst = -1;
+    const std::time_t r = std::mktime(&tm);
+    if (add_days == 0 && (tm.tm_mday != day || tm.tm_mon != month - 1))
+      return std::nullopt;  // 02-30
+    return static_cast<int64_t>(r);
+  };
+  std::optional<int64_t> when = at(0, 0);
+  if (!when) return fail();
+  if (*when < now_s && !had_date) when = at(1, 0);              // that time tomorrow
+  if (*when < now_s && had_date && !had_year) when = at(0, 1);  // that date next year
+  if (!when) return fail();
+  return when;
 }
 
 std::optional<long long> ParseSlurmMemory(const std::string& text, std::string& error) {

@@ -9,6 +9,7 @@
 // Thread-safety: stateless functions.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +26,7 @@ struct SbatchContext {
   std::string umask;                       // SLURM_UMASK, "0022"; empty: not known
   std::map<std::string, std::string> env;  // the submit environment (--export)
   std::string default_name;  // the job's name without -J; empty: the script's file name
+  int64_t now_s = 0;         // the time (Unix seconds) --begin's relative forms count from
 };
 
 struct SbatchJob {
@@ -32,7 +34,9 @@ struct SbatchJob {
   std::string array;                               // ?array= (--array), empty if none
   std::string after;                               // ?after= (--dependency), empty if none
   bool parsable = false;                           // --parsable: print just the id
-  bool wait = false;  // -W, --wait: sbatch returns when the job (every array task) has ended
+  bool wait = false;    // -W, --wait: sbatch returns when the job (every array task) has ended
+  bool hold = false;    // -H, --hold: submitted held, until scontrol release (?hold=true)
+  int64_t begin_s = 0;  // --begin: held until then, Unix seconds (?begin=); 0: none
   std::vector<std::string> errors;  // "FILE:LINE: --opt: message"; spec unusable if any
   std::vector<std::string> notes;   // options accepted that Gantry does nothing with, and why
   // Where each spec field gantryd resolves came from ("job.sh:4: --qos=regular"), so its
@@ -63,6 +67,17 @@ bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::str
 // A Slurm time ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS"; "UNLIMITED" and
 // "INFINITE" are none) in seconds; nullopt and `error` set when malformed. 0 means none.
 std::optional<long long> ParseSlurmTime(const std::string& text, std::string& error);
+
+// An sbatch --begin time, as Slurm 22.05 reads it, in Unix seconds (nullopt and `error` set
+// when malformed): now[+-]N[seconds|minutes|hours|days|weeks] (N seconds without a unit),
+// and words that are each a time of day (HH:MM[:SS] with an optional AM or PM, midnight,
+// noon, fika (15:00), teatime (16:00)) or a date (today, tomorrow, YYYY-MM-DD, MM/DD[/YY],
+// MM.DD[.YY], MMDDYY), or YYYY-MM-DDTHH:MM[:SS]. A time without a date is today's, or
+// tomorrow's once it has gone by; a date without a time is its midnight; a date without
+// a year this year's, or next year's once it has gone by. In the local time zone (TZ),
+// from `now_s`. The result may be in the past (the job is not held then).
+std::optional<int64_t> ParseSlurmBeginTime(const std::string& text, int64_t now_s,
+                                           std::string& error);
 
 // A Slurm memory size ("4096", "500M", "16G", "1T"; MB without a unit) in MiB; nullopt
 // and `error` set when malformed.

@@ -178,8 +178,12 @@ std::string SlurmState(const json& job) {
 
 std::string SlurmReason(const json& job) {
   const std::string state = Str(job, "state"), reason = Str(job, "reason");
+  // A hold shows while it runs too (it applies if the job is requeued), as Slurm's.
+  if (job.contains("hold") && (state == "pending" || state == "running"))
+    return Str(job, "hold") == "admin" ? "JobHeldAdmin" : "JobHeldUser";
   if (state == "pending") {
     if (reason.rfind("dependency", 0) == 0) return "Dependency";
+    if (reason.rfind("begin", 0) == 0) return "BeginTime";
     if (reason.rfind("throttle", 0) == 0) return "JobArrayTaskLimit";
     static constexpr std::pair<const char*, const char*> kByCause[] = {
         {"capacity", "Resources"},    // no room yet (the first in line has its reservation)
@@ -464,7 +468,11 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
     return gpus > 0 ? "gres/gpu:" + Int(gpus / std::max(1.0, replicas)) : "N/A";
   }
   if (field == "submittime") return Time(job.value("submit", json()));
-  if (field == "starttime") return Time(job.value("start", json()));
+  if (field == "starttime") {  // a pending job's: its --begin time, as Slurm's
+    const json start = job.value("start", json());
+    return Time(start.is_null() && Str(job, "state") == "pending" ? job.value("begin", json())
+                                                                  : start);
+  }
   if (field == "endtime") return Time(job.value("end", json()));
   if (field == "exitcode") {
     // code:signal; a signal's end is code 0, as Slurm shows it.

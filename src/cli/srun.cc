@@ -783,18 +783,27 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
 }
 
 int Scontrol(const Globals& g, const std::vector<std::string>& words) {
-  if (!words.empty() && words[0] == "requeue") {  // scontrol requeue JOBID[,JOBID...]
+  // scontrol requeue|hold|uhold|release JOBID[,JOBID...] [JOBID...]
+  static constexpr std::pair<const char*, const char*> kActions[] = {{"requeue", "/requeue"},
+                                                                     {"hold", "/hold"},
+                                                                     {"uhold", "/hold?by=user"},
+                                                                     {"release", "/unhold"}};
+  for (const auto& [verb, path] : kActions) {
+    if (words.empty() || words[0] != verb) continue;
     if (words.size() < 2) {
-      std::cerr << "scontrol: error: requeue needs a job id\n";
+      std::cerr << "scontrol: error: " << verb << " needs a job id\n";
       return kExitBadInput;
     }
     Client c(g);
+    const std::string what = "scontrol " + std::string(verb);
     int rc = 0;
-    std::stringstream ids(words[1]);
-    for (std::string id; std::getline(ids, id, ',');) {
-      if (id.empty()) continue;
-      Response r = c.Post("/v1/jobs/" + UrlEncode(id) + "/requeue", "", "application/json");
-      if (int failed = Check(r, "scontrol requeue")) rc = failed;
+    for (size_t w = 1; w < words.size(); ++w) {
+      std::stringstream ids(words[w]);
+      for (std::string id; std::getline(ids, id, ',');) {
+        if (id.empty()) continue;
+        Response r = c.Post("/v1/jobs/" + UrlEncode(id) + path, "", "application/json");
+        if (int failed = Check(r, what.c_str())) rc = failed;
+      }
     }
     return rc;
   }
@@ -803,8 +812,8 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
       (what != "hostnames" && what != "hostname" && what != "hostlist" && what != "job" &&
        what != "jobid")) {
     std::cerr << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
-                 "hostlist LIST, show job [ID] and requeue ID (gantry show, cancel and drain do "
-                 "the rest)\n";
+                 "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID and release ID "
+                 "(gantry show, cancel and drain do the rest)\n";
     return kExitBadInput;
   }
   if (what == "hostnames" || what == "hostname") {
@@ -862,6 +871,9 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
             << " Reason=" << SlurmReason(j)
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
             << " ExitCode=" << j.value("exit_code", 0) << ":0"
+            << "\n   SubmitTime=" << FieldValue(j, "submittime", 0)
+            << " StartTime=" << FieldValue(j, "starttime", 0)
+            << " EndTime=" << FieldValue(j, "endtime", 0)
             << "\n   NodeList=" << (nodes.empty() ? "(null)" : spec::HostList(nodes))
             << "\n   NumNodes=" << nodes.size() << " NumTasks="
             << j.value("workers", json::array()).size() * j.value("tasks_per_worker", 1)
@@ -1166,7 +1178,10 @@ std::optional<std::vector<std::string>> SlurmCommandLine(std::string_view progra
         continue;
       } else if (w.rfind("-j", 0) == 0 || starts("--jobs")) {
         if (!(v = value(i, w, w[1] == 'j' ? 2 : 6))) return std::vector<std::string>{};
-        out.insert(out.end(), {"--jobs", *v, "--all"});
+        // Active jobs only, as Slurm's squeue lists them (an ended one needs -t): scripts
+        // poll `squeue -j ID` until it prints nothing (found side by side: it listed ended
+        // jobs, and such a loop never ended).
+        out.insert(out.end(), {"--jobs", *v});
       } else if (w.rfind("-u", 0) == 0 || starts("--user")) {
         if (!(v = value(i, w, w[1] == 'u' ? 2 : 6))) return std::vector<std::string>{};
         out.insert(out.end(), {"-u", *v});

@@ -2253,6 +2253,10 @@ class KubeApi : public server::ApiBackend {
   void Requeue(std::string, std::string, server::Done done) override {
     done(Elsewhere("requeues nothing", "delete the pods: their controller recreates them"));
   }
+  void Hold(std::string, std::string, bool, std::optional<bool>, server::Done done) override {
+    done(Elsewhere("holds nothing",
+                   "suspend the Job: kubectl patch job NAME -p '{\"spec\":{\"suspend\":true}}'"));
+  }
   void Signal(std::string, std::string, int, std::string, server::Done done) override {
     done(Elsewhere("signals nothing", "kubectl exec POD -- kill -s SIGNAL 1"));
   }

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,8 @@ struct SubmitRequest {
   std::string idempotency_key;
   std::string array;  // "0-999", "1,3,5-7", "0-15:4": one job per index (tasks NAME_INDEX)
   std::string after;  // "j12,j13:any": held until those end (default :ok, finished; :any, any end)
+  int64_t begin_ms = 0;  // held until then (ms since the Unix epoch; sbatch --begin); 0: none
+  bool hold = false;     // held until released (sbatch -H; POST /v1/jobs/ID/unhold)
 };
 
 class ApiBackend {
@@ -88,6 +91,12 @@ class ApiBackend {
   // A running job's run ends and the job waits again, keeping its checkpointed progress
   // (Slurm's `scontrol requeue`; a stopping job is requeued instead of ending).
   virtual void Requeue(std::string token, std::string name, Done done) = 0;
+  // A pending job (an array's id: its pending tasks) is held out of the scheduler
+  // (`hold`), or its hold is lifted (scontrol hold, uhold and release). `admin_hold`: an
+  // admin's hold, which only an admin lifts (Slurm's JobHeldAdmin); nullopt: an admin's
+  // when an admin asks, else the user's (as scontrol hold).
+  virtual void Hold(std::string token, std::string name, bool hold, std::optional<bool> admin_hold,
+                    Done done) = 0;
   // scancel --signal: `signal` to a running job's steps' tasks ("steps"; a native job's
   // workers), its batch script's shell ("batch") or both with the script's children
   // ("full"); an array's id: every running task.

@@ -442,9 +442,8 @@ Status Controller::Restore() {
       EndJob(j, JobEnd::kFailed, "cannot be read back after a restart: " + why, now);
       continue;
     }
-    if (j.state == JobState::kPending &&
-        !j.after.empty()) {  // held for --after: not in the scheduler
-      held.push_back(j.seq);
+    if (j.state == JobState::kPending && (!j.after.empty() || HeldBack(j, now))) {
+      held.push_back(j.seq);  // held for --after, a hold or a begin time: not in the scheduler
       continue;
     }
     (j.state == JobState::kPending ? resubmit : adopt).push_back(j.seq);
@@ -522,7 +521,8 @@ Status Controller::Restore() {
     add_core(j, j.spec, j.submit);
   }
   restoring_ = false;
-  // Jobs held for --after wait again for what was still active; the rest move on.
+  // Jobs held for --after wait again for what was still active; the rest move on, unless
+  // held or waiting for their begin time (Release).
   for (int64_t seq : held) {
     for (const Dependency& d : book_.jobs().at(seq).after) book_.AddDependent(d.job, seq);
   }
@@ -565,7 +565,7 @@ Status Controller::Restore() {
                {"requeued", std::to_string(readopt_failed.size())},
                {"requeued_jobs", requeued.empty() ? "-" : requeued},
                {"pending", std::to_string(resubmit.size() - readopt_failed.size())},
-               {"held_by_dependencies", std::to_string(held.size())},
+               {"held", std::to_string(held.size())},
                {"in_memory", std::to_string(book_.jobs().size())},
                {"ms", FormatValue(std::chrono::duration<double, std::milli>(
                                       std::chrono::steady_clock::now() - t0)

@@ -151,6 +151,8 @@ class Controller : public ApiBackend {
   // SIGKILLed, no checkpoint signal waited for), as scancel --signal=KILL.
   void Cancel(std::string token, std::string name, bool force, Done done) override;
   void Requeue(std::string token, std::string name, Done done) override;
+  void Hold(std::string token, std::string name, bool hold, std::optional<bool> admin_hold,
+            Done done) override;
   void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
@@ -198,6 +200,8 @@ class Controller : public ApiBackend {
   Reply ShowJob(const std::string& token, const std::string& name);
   Reply Cancel(const std::string& token, const std::string& name, bool force = false);
   Reply Requeue(const std::string& token, const std::string& name);
+  Reply Hold(const std::string& token, const std::string& name, bool hold,
+             std::optional<bool> admin_hold = std::nullopt);
   Reply Signal(const std::string& token, const std::string& name, int signal,
                const std::string& to);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank, int step = -1,
@@ -341,8 +345,14 @@ class Controller : public ApiBackend {
   // never be met); EndJob settles the jobs that wait on the one that ended.
   // (Release holds back an array task while its array's throttle is full; ReleaseThrottled
   // gives an array's held tasks to the scheduler, in index order, while it has room.)
+  // (It also holds back a job held by `scontrol hold` or waiting for its --begin time:
+  // HeldBack; BeginDue releases those whose time came.)
   void Release(Job& job, Ticks now);
   void GiveToScheduler(Job& job, Ticks now);
+  bool HeldBack(const Job& job, Ticks now) const {
+    return !job.hold.empty() || job.begin_ms > WallMs(now);
+  }
+  void BeginDue(Ticks now);
   bool ArrayHasRoom(const Job& job) const;
   int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
   void ReleaseThrottled(const std::string& array, int limit, Ticks now);
@@ -381,9 +391,9 @@ class Controller : public ApiBackend {
                       bool truncated);
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;
-  // What a pending job waits for, in one word: the scheduler's cause, "dependency"
-  // (held by --after), "throttle" (an array task held by its array's %N), or
-  // "unscheduled" (not yet given to the scheduler).
+  // What a pending job waits for, in one word: the scheduler's cause, "held" (scontrol
+  // hold), "begin" (its --begin time), "dependency" (held by --after), "throttle" (an
+  // array task held by its array's %N), or "unscheduled" (not yet given to the scheduler).
   std::string WaitWord(const Job& job) const;
   // The nodes its workers are on, each once, in rank order.
   std::vector<std::string> JobNodes(const Job& job) const;
@@ -507,6 +517,9 @@ class Controller : public ApiBackend {
   Ticks now_ = 0;  // the current batch's time: every change in a batch happens at it
   // The jobs in memory and their indexes (by name, array, core id, node, dependency).
   JobBook book_;
+  // Pending jobs waiting for their --begin time: (begin_ms, seq), soonest first. An entry
+  // whose job has gone, started or changed its time is dropped when its time comes.
+  std::set<std::pair<int64_t, int64_t>> begins_;
   NodeWatches watches_;          // the nodes' versions (bumped by Touch) and parked watches
   std::vector<NodeInfo> nodes_;  // by core NodeId
   Ticks samples_pruned_ = -1;    // the usage time series is pruned hourly

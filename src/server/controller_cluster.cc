@@ -371,6 +371,11 @@ Reply Controller::Requeue(const std::string& token, const std::string& name) {
   return Wait([&](Done d) { Requeue(token, name, std::move(d)); });
 }
 
+Reply Controller::Hold(const std::string& token, const std::string& name, bool hold,
+                       std::optional<bool> admin_hold) {
+  return Wait([&](Done d) { Hold(token, name, hold, admin_hold, std::move(d)); });
+}
+
 Reply Controller::Signal(const std::string& token, const std::string& name, int signal,
                          const std::string& to) {
   return Wait([&](Done d) { Signal(token, name, signal, to, std::move(d)); });

@@ -251,7 +251,8 @@ void Controller::ReleaseThrottled(const std::string& array, int limit, Ticks now
   for (int64_t seq : *tasks) {
     Job& t = book_.jobs().at(seq);
     if (t.active() && t.core.valid()) ++given;
-    if (t.state == JobState::kPending && !t.core.valid() && t.after.empty()) held.push_back(&t);
+    if (t.state == JobState::kPending && !t.core.valid() && t.after.empty() && !HeldBack(t, now))
+      held.push_back(&t);
   }
   for (size_t i = 0; i < held.size() && given < limit; ++i, ++given) {
     held[i]->Note(now, "released by its array's throttle (%" + std::to_string(limit) + ")");
@@ -262,13 +263,36 @@ void Controller::ReleaseThrottled(const std::string& array, int limit, Ticks now
 }
 
 void Controller::Release(Job& job, Ticks now) {
+  if (HeldBack(job, now)) {
+    if (job.hold.empty()) begins_.emplace(job.begin_ms, job.seq);
+    return;
+  }
   if (ArrayHasRoom(job)) GiveToScheduler(job, now);
+}
+
+void Controller::BeginDue(Ticks now) {
+  const int64_t wall = WallMs(now);
+  while (!begins_.empty() && begins_.begin()->first <= wall) {
+    const auto [begin_ms, seq] = *begins_.begin();
+    begins_.erase(begins_.begin());
+    auto it = book_.jobs().find(seq);
+    if (it == book_.jobs().end()) continue;
+    Job& job = it->second;
+    if (job.state != JobState::kPending || job.core.valid() || job.begin_ms != begin_ms ||
+        !job.after.empty() || !job.hold.empty())
+      continue;  // started, changed, or held by something else (which releases it)
+    job.Note(now, "its begin time came");
+    Release(job, now);
+    Touch(job);
+    Persist(job);
+  }
 }
 
 void Controller::GiveToScheduler(Job& job, Ticks now) {
   core::JobSpec spec = job.spec;
   // Eligible from now, as Slurm's EligibleTime.
   book_.SetCore(job, sched_->Submit(std::move(spec), now));
+  sched_->SetPreemptions(job.core, job.preemptions);  // a held job requeued: its anti-thrash
   dirty_ = true;
 }
 
@@ -455,7 +479,9 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         job.submit = now;
         job.spec = *spec;
         job.after = after;
-        if (!indexes.empty()) {  // indexes: sorted, unique
+        if (req.hold) job.hold = "user";
+        job.begin_ms = req.begin_ms > WallMs(now) ? req.begin_ms : 0;  // a past one: none
+        if (!indexes.empty()) {                                        // indexes: sorted, unique
           int gcd = 0;
           for (int i : indexes) gcd = std::gcd(gcd, i - indexes.front());
           const int span = indexes.back() - indexes.front();
@@ -491,11 +517,14 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                        {"queue", j.queue},
                        {"by", user.Describe()}});
           }
-          if (j.after.empty()) {
+          if (HeldBack(j, now)) {
+            if (j.hold.empty()) begins_.emplace(j.begin_ms, j.seq);
+          } else if (j.after.empty()) {
             // (Release would count the array's tasks anew for each: a 10,000-task array.)
             if (array_limit == 0 || given < array_limit) GiveToScheduler(j, now);
             given += j.core.valid() ? 1 : 0;
-          } else {
+          }
+          if (!j.after.empty()) {
             for (const Dependency& d : j.after) book_.AddDependent(d.job, j.seq);
           }
           Persist(j);
@@ -536,7 +565,10 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
           reason += "; it holds " + GpusText(sched_->queue_usage(rec.wait.queue)) + " now";
         }
       }
-      if (!job.after.empty()) {
+      if (!job.hold.empty()) {
+        reason = "held: by " + std::string(job.hold == "admin" ? "an admin" : "its user") +
+                 " (gantry release " + job.name + ", or scontrol release)";
+      } else if (!job.after.empty()) {
         reason = "dependency: waiting for ";
         const size_t shown = std::min<size_t>(job.after.size(), 3);
         for (size_t i = 0; i < shown; ++i) {
@@ -545,6 +577,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
         }
         if (job.after.size() > shown)
           reason += " and " + std::to_string(job.after.size() - shown) + " more";
+      } else if (job.begin_ms > WallMs(now_)) {
+        reason = "begin: not before " + HumanTime(job.begin_ms, WallMs(now_)) + " (--begin)";
       } else if (!job.core.valid() && job.array_limit > 0) {
         reason = "throttle: at most " + std::to_string(job.array_limit) + " of array " + job.array +
                  "'s tasks run at once (--array ...%" + std::to_string(job.array_limit) + ")";
@@ -582,6 +616,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
             {"nodes", nodes},
             {"progress_s", static_cast<double>(job.progress) / 1000.0}};
   if (job.spec.tasks_per_worker > 1) j["tasks_per_worker"] = job.spec.tasks_per_worker;
+  if (!job.hold.empty()) j["hold"] = job.hold;
+  if (job.begin_ms > 0) j["begin"] = static_cast<double>(job.begin_ms) / 1000.0;
   j["start"] = job.first_start >= 0 ? json(UnixSeconds(job.first_start)) : json(nullptr);
   j["end"] = job.end_time >= 0 ? json(UnixSeconds(job.end_time)) : json(nullptr);
   if (job.state == JobState::kRunning || job.state == JobState::kStopping) {
@@ -682,7 +718,10 @@ std::string Controller::PoolOf(const Job& job) const {
 }
 
 std::string Controller::WaitWord(const Job& job) const {
+  // As Slurm's reasons: a hold first, then dependencies, then the begin time.
+  if (!job.hold.empty()) return "held";
   if (!job.after.empty()) return "dependency";
+  if (job.begin_ms > WallMs(now_)) return "begin";
   if (!job.core.valid()) return job.array_limit > 0 ? "throttle" : "unscheduled";
   return std::string(core::Word(sched_->job(job.core).wait.cause));
 }
@@ -916,6 +955,72 @@ void Controller::Requeue(std::string token, std::string name, Done done) {
     }
     Reply r;
     r.body = {{"id", job->name}, {"state", job->state_word()}};
+    return r;
+  });
+}
+
+void Controller::Hold(std::string token, std::string name, bool hold,
+                      std::optional<bool> admin_hold, Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    // An array's id: its pending tasks, as scontrol's.
+    Job* named = book_.Find(name);
+    std::vector<Job*> jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
+    if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
+    const bool admin = admin_hold.value_or(user.admin());
+    if (admin && !user.admin())
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not make an admin's hold");
+    for (Job* job : jobs) {
+      if (!MayManage(user, *job)) {
+        return Reply::Error(Code::kForbidden, user.Describe() + " may not " +
+                                                  (hold ? "hold" : "release") + " job " +
+                                                  job->name + " in queue " + job->queue);
+      }
+      if (!hold && job->hold == "admin" && !user.admin()) {
+        return Reply::Error(
+            Code::kForbidden,
+            "job " + job->name + " was held by an admin: only an admin releases it");
+      }
+    }
+    if (named && !named->active()) {
+      return Reply::Error(Code::kConflict,
+                          "job " + name + " already ended (" + std::string(Word(named->end)) + ")");
+    }
+    // A running job's hold is kept, as Slurm keeps it: should the job be requeued, it
+    // waits for a release (EndStop).
+    int changed = 0;
+    std::set<std::string> throttled;  // arrays whose throttle a held task made room in
+    for (Job* job : jobs) {
+      if (!job->active()) continue;
+      if (hold) {
+        const std::string by = admin ? "admin" : "user";
+        if (job->hold == by) continue;
+        if (job->state == JobState::kPending && job->core.valid()) {
+          // Out of the scheduler, as a cancelled pending job goes (a running one's hold
+          // waits for a requeue: EndStop).
+          sched_->Finish(job->core, now_);
+          LetGoOfCore(*job);
+          if (job->array_limit > 0) throttled.insert(job->array);
+          dirty_ = true;
+        }
+        job->hold = by;
+        job->Note(now_, "held by " + user.Describe());
+      } else {
+        if (job->hold.empty()) continue;
+        job->hold.clear();
+        job->Note(now_, "released by " + user.Describe());
+        if (job->state == JobState::kPending && job->after.empty()) Release(*job, now_);
+      }
+      Touch(*job);
+      Persist(*job);
+      ++changed;
+    }
+    for (const std::string& array : throttled) {
+      const std::vector<int64_t>* tasks = book_.Array(array);
+      const Job& any = book_.jobs().at(tasks->front());
+      ReleaseThrottled(array, any.array_limit, now_);
+    }
+    Reply r;
+    r.body = {{"id", name}, {hold ? "held" : "released", changed}};
     return r;
   });
 }

@@ -220,6 +220,11 @@ void Controller::EndStop(Job& job, Ticks now) {
         metrics_.Requeued();
       }
       sched_->Requeue(job.core, now);
+      if (!job.hold.empty()) {  // held while it ran (scontrol hold): it waits for a release
+        sched_->Finish(job.core, now);
+        LetGoOfCore(job);
+        if (job.array_limit > 0) ReleaseThrottled(job.array, job.array_limit, now);
+      }
       job.state = JobState::kPending;
       job.workers.clear();
       job.steps.clear();
@@ -493,6 +498,7 @@ void Controller::Housekeeping(Ticks now) {
     if (Status s = store_.PruneSessions(WallMs(now)); !s) StoreFailed(s.error());  // expired
   }
   PurgeJobs(now);
+  BeginDue(now);
   auth_.Flush(now);
   // The timers below walk every node and running job: at 1,000 nodes and 4,000 running
   // jobs, at every batch (hundreds a second under heartbeats and submits), they took a

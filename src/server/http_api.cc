@@ -322,6 +322,16 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     sr.idempotency_key = req.header("idempotency-key");
     sr.array = req.param("array");
     sr.after = req.param("after");
+    if (req.has_param("begin")) {  // Unix seconds
+      double begin = 0;
+      if (auto problem = DoubleParam(req, "begin", 0, begin)) return bad(*problem);
+      if (begin < 0) return bad("begin: expected Unix seconds, 0 or more");
+      sr.begin_ms = static_cast<int64_t>(begin * 1000.0);
+    }
+    const std::string hold = req.param("hold");
+    if (!hold.empty() && hold != "1" && hold != "true" && hold != "0" && hold != "false")
+      return bad("hold: expected true or false");
+    sr.hold = hold == "1" || hold == "true";
     return c.Submit(TokenOf(req), std::move(sr), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {
@@ -361,6 +371,13 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "requeue"}, a))
     return c.Requeue(TokenOf(req), a[0], reply);
+  if (m == "POST" && (Match(req, {"v1", "jobs", "*", "hold"}, a) ||
+                      Match(req, {"v1", "jobs", "*", "unhold"}, a))) {
+    const std::string by = req.param("by");
+    if (!by.empty() && by != "user" && by != "admin") return bad("by: expected user or admin");
+    return c.Hold(TokenOf(req), a[0], req.segments.back() == "hold",
+                  by.empty() ? std::nullopt : std::optional<bool>(by == "admin"), reply);
+  }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "signal"}, a)) {
     const int signal = spec::SignalNumber(req.param("signal"));
     if (signal <= 0)

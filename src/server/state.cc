@@ -334,6 +334,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
        }()},
       {"array_number", job.array_number},
       {"after", after},
+      {"hold", job.hold},
+      {"begin_ms", job.begin_ms},
       {"spec_file", job.spec_file},
       {"state", std::string(Name(job.state))},
       {"submit", job.submit},
@@ -432,6 +434,8 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     for (const json& a : d.value("after", json::array())) {
       job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});
     }
+    job.hold = d.value("hold", std::string());
+    job.begin_ms = d.value("begin_ms", int64_t{0});
     auto state = Parse(d.at("state").get<std::string>(), kStates);
     auto stop = Parse(d.value("stop", std::string("none")), kStops);
     if (!state || !stop) return Error{"doc", "unknown state"};

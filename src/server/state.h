@@ -198,6 +198,11 @@ struct Job {
   int64_t array_number = 0;  // an array task's array's number (%A): its first task's seq
   int64_t Number() const { return number > 0 ? number : seq; }
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
+  // Held out of the scheduler while pending, as Slurm's: by `scontrol hold` or `sbatch -H`
+  // ("user", or "admin" where an admin held it: only an admin releases that), and until
+  // `begin_ms` (sbatch --begin; ms since the Unix epoch, 0: none).
+  std::string hold;
+  int64_t begin_ms = 0;
   std::string team;
   std::string user;  // the submitter, when their token names one (a Unix account name)
   std::string queue;

@@ -2,6 +2,7 @@
 // cli/slurm_format.h), and Slurm's output patterns and host lists (spec/batch.h).
 #include <gtest/gtest.h>
 
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -196,6 +197,85 @@ TEST(Sbatch, EveryTimeFormat) {
   }
 }
 
+// Slurm 22.05's readings of --begin, observed with its sbatch (bench/slurm_scripts.py, a
+// probe script) at 2026-12-01T13:05:27 UTC, as `scontrol show job`'s StartTime said them.
+TEST(Sbatch, BeginTimesAreReadAsSlurmReadsThem) {
+  ASSERT_EQ(setenv("TZ", "UTC", 1), 0);
+  tzset();
+  const int64_t now = 1796130327;  // 2026-12-01T13:05:27Z
+  auto utc = [](const char* iso) {
+    std::tm tm{};
+    EXPECT_NE(strptime(iso, "%Y-%m-%dT%H:%M:%S", &tm), nullptr) << iso;
+    return static_cast<int64_t>(timegm(&tm));
+  };
+  struct Case {
+    const char* text;
+    int64_t at;
+  };
+  const Case cases[] = {
+      {"now", now},
+      {"now+60", now + 60},
+      {"now+1minute", now + 60},
+      {"now+2hours", now + 7200},
+      {"now+1day", now + 86400},
+      {"now+1week", now + 7 * 86400},
+      {"now+1 hour", now + 3600},
+      {"NOW+90seconds", now + 90},
+      {"now-5", now - 5},  // accepted, and at once
+      {"16:00", utc("2026-12-01T16:00:00")},
+      {"16:00:30", utc("2026-12-01T16:00:30")},
+      {"4:15PM", utc("2026-12-01T16:15:00")},
+      {"4:15 pm", utc("2026-12-01T16:15:00")},
+      {"12:30am", utc("2026-12-02T00:30:00")},  // gone by today: tomorrow's
+      {"09:00", utc("2026-12-02T09:00:00")},
+      {"midnight", utc("2026-12-02T00:00:00")},
+      {"noon", utc("2026-12-02T12:00:00")},  // (it was 13:05)
+      {"teatime", utc("2026-12-01T16:00:00")},
+      {"fika", utc("2026-12-01T15:00:00")},
+      {"today", utc("2026-12-01T00:00:00")},  // gone by: at once
+      {"tomorrow", utc("2026-12-02T00:00:00")},
+      {"2026-12-24", utc("2026-12-24T00:00:00")},
+      {"2026-12-24T10:00", utc("2026-12-24T10:00:00")},
+      {"2026-12-24T10:00:05", utc("2026-12-24T10:00:05")},
+      {"12/24", utc("2026-12-24T00:00:00")},
+      {"12/24/26", utc("2026-12-24T00:00:00")},
+      {"122426", utc("2026-12-24T00:00:00")},
+      {"12.24", utc("2026-12-24T00:00:00")},
+      {"12.24.26", utc("2026-12-24T00:00:00")},
+      {"2020-01-01", utc("2020-01-01T00:00:00")},  // gone by: at once
+      {"01/15", utc("2027-01-15T00:00:00")},       // no year, gone by: next year's
+      {"10:00 12/24", utc("2026-12-24T10:00:00")},
+      {"12/24 4:15PM", utc("2026-12-24T16:15:00")},
+  };
+  for (const Case& c : cases) {
+    std::string error;
+    const std::optional<int64_t> t = ParseSlurmBeginTime(c.text, now, error);
+    ASSERT_TRUE(t.has_value()) << c.text << ": " << error;
+    EXPECT_EQ(*t, c.at) << c.text;
+  }
+  // Refused by Slurm's too ("Invalid --begin specification"), and what cannot be a date.
+  for (const char* bad : {"", "4pm", "elevenses", "garbage", "now+5x", "25:00", "12:60", "13:00pm",
+                          "2026-02-30", "13/01", "10:00 11:00", "12/24 12/25", "now+", "now 5"}) {
+    std::string error;
+    EXPECT_FALSE(ParseSlurmBeginTime(bad, now, error).has_value()) << bad;
+    EXPECT_NE(error.find("now+N[seconds|minutes|hours|days|weeks]"), std::string::npos) << bad;
+  }
+  SbatchContext ctx = Ctx();
+  ctx.now_s = now;
+  SbatchJob held =
+      ParseSbatch("job.sh", "#!/bin/sh\n#SBATCH -H\n#SBATCH --begin=now+1hour\n", {}, {}, ctx);
+  ASSERT_TRUE(held.errors.empty()) << Errors(held);
+  EXPECT_TRUE(held.hold);
+  EXPECT_EQ(held.begin_s, now + 3600);
+  SbatchJob past = ParseSbatch("job.sh", "#!/bin/sh\n", {"-b", "today"}, {}, ctx);
+  ASSERT_TRUE(past.errors.empty()) << Errors(past);
+  EXPECT_FALSE(past.hold);
+  EXPECT_EQ(past.begin_s, 0) << "a time gone by starts at once";
+  SbatchJob bad = ParseSbatch("job.sh", "#!/bin/sh\n#SBATCH --begin=4pm\n", {}, {}, ctx);
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(bad.errors[0].rfind("job.sh:2: --begin: expected now+N", 0), 0u) << bad.errors[0];
+}
+
 TEST(Sbatch, MemorySizes) {
   std::string error;
   EXPECT_EQ(ParseSlurmMemory("4096", error), 4096);
@@ -314,7 +394,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
   SbatchJob j = Parse(
       "#!/bin/bash\n"
       "#SBATCH --frobnicate=1\n"
-      "#SBATCH --hold\n"
+      "#SBATCH --licenses=matlab:1\n"
       "#SBATCH --time=1:2:3:4\n"
       "#SBATCH --gres=nic:1\n"
       "#SBATCH --qos=urgent\n"
@@ -326,7 +406,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
       {"--partition=a,b"});
   const std::string e = Errors(j);
   for (const char* want :
-       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --hold: not supported",
+       {"job.sh:2: --frobnicate: unknown", "job.sh:3: --licenses: not supported",
         "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
         "job.sh:7: --dependency: afternotok is not supported",
         "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
@@ -559,6 +639,12 @@ TEST(Sbatch, RandomScriptsNeverCrash) {
     }
     std::string error;
     (void)ParseSlurmTime(words[rng() % words.size()] + words[rng() % words.size()], error);
+    static const std::vector<std::string> clock = {
+        "now", "+",  "-",  "1",    "12",    ":",           "/",    ".", "T",
+        " ",   "pm", "am", "hour", "2026-", "99999999999", "noon", "x", "-12-24"};
+    std::string when;
+    for (int p = static_cast<int>(rng() % 6); p > 0; --p) when += clock[rng() % clock.size()];
+    (void)ParseSlurmBeginTime(when, 1796130327, error);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -254,10 +255,10 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
       h.Cli({"acct", "-X", "-s", "TO", "-u", "ann", "-n", "-P", "-o", "JobID"}, h.token("ann"));
   EXPECT_EQ(timeouts.out, n + "\n") << timeouts.err;
   // A bad directive is refused with the script, line and directive, and nothing is submitted.
-  h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --hold\n");
+  h.Write("bad.sh", "#!/bin/sh\n#SBATCH -N 1\n#SBATCH --licenses=matlab:1\n");
   RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));
   EXPECT_EQ(bad.rc, 2);
-  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --hold: not supported"), std::string::npos)
+  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --licenses: not supported"), std::string::npos)
       << bad.err;
   // --exclusive: whole nodes; part of a node's GPUs is refused at the script's line.
   h.Write("part.sh",
@@ -1434,6 +1435,64 @@ TEST(Slurm, SbatchWaitReturnsWhenTheJobEndsWithItsExitCode) {
   EXPECT_EQ(a.rc, 2) << a.out << a.err;  // the highest of 0, 1, 2
   RunResult k = h.Cli({"sbatch", "--wait", "-D", work, h.Path("killed.sh")}, h.token("ann"));
   EXPECT_EQ(k.rc, 1) << k.out << k.err;  // its time limit's signal ended it
+}
+
+// sbatch -H and --begin, and scontrol hold and release, through the real commands: the
+// reasons squeue and scontrol show (JobHeldUser, BeginTime), a job held until released, one
+// that starts once its time has come and not before.
+TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
+  Harness h("slurm-hold");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("job.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 1\n"
+          "date +%s > ran-$SLURM_JOB_ID\n");
+  auto sbatch = [&](std::vector<std::string> options) {
+    options.insert(options.begin(), {"sbatch", "--parsable", "-D", work});
+    options.push_back(h.Path("job.sh"));
+    RunResult r = h.Cli(options, h.token("ann"));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return JobIdOf(r.out);
+  };
+  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  const std::map<std::string, std::string> as_ann = {
+      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
+  auto reason = [&](const std::string& id) {
+    RunResult r = it::Run({slurm + "squeue", "-h", "-j", id, "-o", "%r"}, as_ann);
+    return r.out;
+  };
+  const int64_t t0 = static_cast<int64_t>(std::time(nullptr));
+  const std::string held = sbatch({"-H"});
+  const std::string late = sbatch({"--begin=now+4"});
+  const std::string later = sbatch({"-b", "now+1hour"});
+  EXPECT_EQ(reason(held), "JobHeldUser\n");
+  EXPECT_EQ(reason(late), "BeginTime\n");
+  RunResult show = it::Run({slurm + "scontrol", "show", "job", later}, as_ann);
+  EXPECT_NE(show.out.find(" Reason=BeginTime\n"), std::string::npos) << show.out << show.err;
+  EXPECT_NE(show.out.find(" StartTime=20"), std::string::npos) << show.out;
+  RunResult hold = it::Run({slurm + "scontrol", "hold", later}, as_ann);
+  EXPECT_EQ(hold.rc, 0) << hold.err;
+  EXPECT_EQ(reason(later), "JobHeldUser\n");  // ann is no admin: her own hold
+
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {late}); }, 30)) << h.Job(late).dump();
+  EXPECT_EQ(h.Job(late)["state"], "finished");
+  EXPECT_GE(std::stoll(h.Read("work/ran-" + late.substr(1))), t0 + 4)
+      << "it ran before its begin time";
+  // squeue -j lists an ended job no more, as Slurm's (scripts poll it until it is empty);
+  // -t CD does.
+  EXPECT_EQ(it::Run({slurm + "squeue", "-h", "-j", late, "-o", "%i"}, as_ann).out, "");
+  EXPECT_EQ(it::Run({slurm + "squeue", "-h", "-j", late, "-t", "CD", "-o", "%i"}, as_ann).out,
+            late.substr(1) + "\n");
+  EXPECT_EQ(h.Job(held)["state"], "pending");
+  EXPECT_FALSE(fs::exists(work + "/ran-" + held.substr(1)));
+  RunResult release = it::Run({slurm + "scontrol", "release", held + "," + later}, as_ann);
+  EXPECT_EQ(release.rc, 0) << release.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {held}); }, 30)) << h.Job(held).dump();
+  EXPECT_EQ(h.Job(held)["state"], "finished");
+  EXPECT_EQ(reason(later), "BeginTime\n");  // released, still before its time
+  RunResult running = it::Run({slurm + "scontrol", "release", held}, as_ann);
+  EXPECT_NE(running.rc, 0) << "an ended job is not released";
 }
 
 // A job runs with its submitter's umask (SLURM_UMASK, as Slurm's slurmd applies it), so a

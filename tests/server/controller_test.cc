@@ -1497,6 +1497,106 @@ TEST_F(ControllerTest, DependenciesHoldJobsUntilTheirJobsEnd) {
       << events_.str();
 }
 
+// Issue 47: sbatch -H and --begin, scontrol hold, uhold and release, as Slurm's. A held
+// job or one before its begin time waits outside the scheduler, through a restart; only
+// an admin lifts an admin's hold; a running job's hold applies when it is requeued; a held
+// task of a throttled array gives its place to the next.
+TEST_F(ControllerTest, HeldJobsAndJobsBeforeTheirBeginTimeWaitUntilReleased) {
+  auto submit = [&](const std::string& id, bool hold, int64_t begin_ms,
+                    const std::string& array = "") {
+    SubmitRequest r;
+    r.body = R"({"id":")" + id + R"(","queue":"research","gpus":1,"vram_gb":1,"command":"x"})";
+    r.hold = hold;
+    r.begin_ms = begin_ms;
+    r.array = array;
+    Reply reply = ctl_->Submit(kTeamA, r);
+    EXPECT_EQ(reply.code, Code::kCreated) << reply.body.dump();
+  };
+  auto pass = [&] {
+    Beat("h100-0");
+    ctl_->Poke();
+    Beat("h100-0");
+  };
+  submit("late", false, clock_.load() + 60'000);
+  submit("held", true, 0);
+  submit("gone-by", false, clock_.load() - 1000);  // a begin time gone by: at once
+  submit("admins", false, 0);
+  ASSERT_EQ(ctl_->Hold(kAdmin, "admins", true).code, Code::kOk);  // before any pass
+  pass();
+  EXPECT_EQ(Show("gone-by")["state"], "running");
+  json late = Show("late"), held = Show("held"), admins = Show("admins");
+  EXPECT_EQ(late["state"], "pending");
+  EXPECT_EQ(late["reason"].get<std::string>().rfind("begin: not before ", 0), 0u) << late.dump();
+  EXPECT_EQ(late["begin"].get<int64_t>(), (clock_.load() + 60000) / 1000);
+  EXPECT_EQ(held["state"], "pending");
+  EXPECT_EQ(held["hold"], "user");
+  EXPECT_EQ(held["reason"], "held: by its user (gantry release held, or scontrol release)");
+  EXPECT_EQ(admins["hold"], "admin");
+  // Who may lift what: not another team; an admin's hold only an admin.
+  EXPECT_EQ(ctl_->Hold(kTeamB, "held", false).code, Code::kForbidden);
+  Reply refused = ctl_->Hold(kTeamA, "admins", false);
+  EXPECT_EQ(refused.code, Code::kForbidden);
+  EXPECT_NE(refused.body.dump().find("held by an admin: only an admin releases it"),
+            std::string::npos)
+      << refused.body.dump();
+  EXPECT_EQ(ctl_->Hold(kTeamA, "held", true, true).code, Code::kForbidden);  // no admin's hold
+  EXPECT_EQ(ctl_->Hold(kAdmin, "admins", true, false).code, Code::kOk);  // uhold: the user's now
+  EXPECT_EQ(Show("admins")["hold"], "user");
+  EXPECT_EQ(ctl_->Hold(kTeamA, "nosuch", false).code, Code::kNotFound);
+
+  Restart();  // held again, and before its time still
+  pass();
+  EXPECT_EQ(Show("held")["state"], "pending");
+  EXPECT_EQ(Show("held")["hold"], "user");
+  EXPECT_EQ(Show("admins")["state"], "pending");
+  EXPECT_EQ(Show("late")["state"], "pending");
+  Advance(59'000);
+  pass();
+  EXPECT_EQ(Show("late")["state"], "pending");
+  Advance(1'500);
+  pass();
+  EXPECT_EQ(Show("late")["state"], "running");
+  ASSERT_EQ(ctl_->Hold(kTeamA, "held", false).code, Code::kOk);
+  EXPECT_EQ(ctl_->Hold(kTeamA, "held", false).code, Code::kOk);  // not held: nothing to do
+  pass();
+  EXPECT_EQ(Show("held")["state"], "running");
+  EXPECT_FALSE(Show("held").contains("hold"));
+
+  // A running job held (scontrol hold on it is accepted, as Slurm's) keeps running; once
+  // requeued it waits for a release, with its requeue counted.
+  ASSERT_EQ(ctl_->Hold(kTeamA, "late", true).code, Code::kOk);
+  EXPECT_EQ(Show("late")["state"], "running");
+  ASSERT_EQ(ctl_->Requeue(kTeamA, "late").code, Code::kOk);
+  Beat("h100-0", json::array({{{"job", "late"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  pass();
+  json requeued = Show("late");
+  EXPECT_EQ(requeued["state"], "pending");
+  EXPECT_EQ(requeued["requeues"], 1);
+  EXPECT_EQ(requeued["hold"], "user");
+  ASSERT_EQ(ctl_->Hold(kTeamA, "late", false).code, Code::kOk);
+  pass();
+  EXPECT_EQ(Show("late")["state"], "running");
+  EXPECT_EQ(Show("late")["run"], 2);
+
+  // A throttled array (%1) submitted held: none runs; a task released runs though an
+  // earlier one is held (the throttle's place goes to the first task not held).
+  submit("arr", true, 0, "0-2%1");
+  pass();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(Show("arr_" + std::to_string(i))["hold"], "user") << i;
+  ASSERT_EQ(ctl_->Hold(kTeamA, "arr_1", false).code, Code::kOk);
+  pass();
+  EXPECT_EQ(Show("arr_1")["state"], "running");
+  EXPECT_EQ(Show("arr_0")["state"], "pending");
+  ASSERT_EQ(ctl_->Hold(kTeamA, "arr", false).code, Code::kOk);  // the array's id: every task
+  pass();
+  EXPECT_EQ(Show("arr_0")["state"], "pending");  // the throttle holds it now
+  EXPECT_EQ(Show("arr_0")["reason"].get<std::string>().rfind("throttle", 0), 0u);
+  Beat("h100-0", json::array({{{"job", "arr_1"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  pass();
+  EXPECT_EQ(Show("arr_0")["state"], "running");
+  EXPECT_EQ(ctl_->Hold(kTeamA, "arr_1", true).code, Code::kConflict);  // ended
+}
+
 // Issue 16: wait reasons say times as people read them, not the core's seconds.
 TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
   const int64_t now = 1'795'608'000'000;    // 2026-11-25 12:00:00 UTC

@@ -9,6 +9,7 @@
 #include <ctime>
 #include <limits>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "base/image_reference.h"
@@ -54,9 +55,11 @@ constexpr OptionDef kOptions[] = {
     {"array", 'a', true},
     {"dependency", 'd', true},
     {"parsable", 0, false},
-    {"wait", 'W', false},  // the submitting command waits for the job's end (SbatchJob::wait)
-    {"hold", 'H', false},  // held until scontrol release (SbatchJob::hold)
-    {"begin", 'b', true},  // held until then (SbatchJob::begin_s; ParseSlurmBeginTime)
+    {"wait", 'W', false},     // the submitting command waits for the job's end (SbatchJob::wait)
+    {"hold", 'H', false},     // held until scontrol release (SbatchJob::hold)
+    {"nodelist", 'w', true},  // only these nodes, all of them (BuildShape: -N is their count)
+    {"exclude", 'x', true},   // never these nodes
+    {"begin", 'b', true},     // held until then (SbatchJob::begin_s; ParseSlurmBeginTime)
     {"container-image", 0, true},  // as NVIDIA's pyxis plugin for Slurm names it
     // Gantry's own: the job checkpoints this often (checkpoint_s), so a preemption loses
     // at most that, and a job given -N MIN-MAX resizes at its checkpoints (docs/slurm.md).
@@ -119,8 +122,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
 // than "unknown").
 constexpr std::pair<const char*, const char*> kRefused[] = {
-    {"nodelist", "Gantry places jobs itself; restrict to a pool with -p"},
-    {"exclude", "Gantry places jobs itself; restrict to a pool with -p"},
     {"time-min", "backfill uses --time as the estimate; there is no minimum"},
     {"licenses", "licenses are not modelled"},
 };
@@ -492,6 +493,32 @@ class Parser {
   void BuildShape(json& s) {
     std::optional<long long> nodes, per_node, tasks;
     long long least_nodes = 0;  // -N MIN-MAX: MIN (0: one count)
+    // -w/--nodelist: the job runs on exactly these nodes (Slurm's: all of them, and more
+    // where -N asks for more, which Gantry refuses), so -N is their count when not given.
+    std::optional<long long> listed;
+    for (const char* key : {"nodelist", "exclude"}) {
+      const Given* v = Get(key);
+      if (v == nullptr) continue;
+      const std::string option = std::string("--") + key;
+      const std::string field = std::string(key) == "nodelist" ? "nodelist" : "exclude_nodes";
+      if (v->value.find('/') != std::string::npos) {
+        Error(v->where, option,
+              "a file of node names is not read: give the names (a host list such as "
+              "h100-[0-1])");
+        return;
+      }
+      const std::optional<std::vector<std::string>> names = spec::ExpandHostList(v->value);
+      if (!names || names->empty()) {
+        Error(v->where, option,
+              "expected node names or a host list such as h100-[0-3],a100-0, got \"" + v->value +
+                  "\"");
+        return;
+      }
+      s[field] = v->value;  // the host list as written (gantryd's refusals cite this line)
+      origin_[field] = v->where + ": " + option + "=" + v->value;
+      if (field == "nodelist")
+        listed = static_cast<long long>(std::set<std::string>(names->begin(), names->end()).size());
+    }
     if (auto v = Get("nodes")) {
       std::string t = v->value;
       // MIN-MAX: an elastic job (min_replicas), started at the most nodes that fit, at
@@ -510,6 +537,13 @@ class Parser {
         return;
       }
       if (least_nodes == *nodes) least_nodes = 0;
+      if (listed && (least_nodes > 0 || *nodes != *listed)) {
+        Error(v->where, "--nodes",
+              "with --nodelist the job runs on exactly its " + std::to_string(*listed) +
+                  " node(s): give -N " + std::to_string(*listed) +
+                  " or leave -N out (Slurm would add other nodes to them; Gantry does not)");
+        return;
+      }
       for (const char* fixed : {"ntasks", "gpus"}) {  // totals, which a size would split
         if (least_nodes > 0 && Get(fixed)) {
           Error(v->where, "--nodes",
@@ -520,6 +554,8 @@ class Parser {
         }
       }
     }
+    if (listed && !nodes) nodes = listed;  // -w a,b: -N 2, as Slurm sets it
+    const bool nodes_given = Get("nodes") != nullptr || listed.has_value();
     if (auto v = Get("ntasks-per-node")) {
       per_node = Count(*v, "--ntasks-per-node");
       if (!per_node) return;
@@ -567,7 +603,7 @@ class Parser {
     s["replicas"] = replicas;
     if (least_nodes > 0) s["min_replicas"] = least_nodes * per_node.value_or(1);
     // -n without -N or --ntasks-per-node: Slurm takes as few nodes as it can.
-    if (tasks && !Get("nodes") && !Get("ntasks-per-node") && replicas > 1) s["fewest_nodes"] = true;
+    if (tasks && !nodes_given && !Get("ntasks-per-node") && replicas > 1) s["fewest_nodes"] = true;
     if (Get("ntasks") || Get("ntasks-per-node")) {  // Slurm: -n, or a count from it
       given_env_["SLURM_NTASKS"] = given_env_["SLURM_NPROCS"] = std::to_string(replicas);
     }

@@ -57,7 +57,8 @@ bool Placer::PoolAccepts(const JobSpec& job, PoolId pool) const {
 bool Placer::NodeHasRoom(const JobSpec& job, NodeId n) const {
   const NodeState& s = ledger_.node(n);
   return s.up && s.free_cpus_milli >= job.cpus_milli && s.free_memory_bytes >= job.memory_bytes &&
-         (avoid_.empty() || std::find(avoid_.begin(), avoid_.end(), n) == avoid_.end());
+         (avoid_.empty() || std::find(avoid_.begin(), avoid_.end(), n) == avoid_.end()) &&
+         job.MayUseNode(n);
 }
 
 NodeId Placer::FindNode(const JobSpec& job, Fit fit, PoolId pool, const Scope& scope,

@@ -156,7 +156,9 @@ class JobDecoder {
                                                                  "image",
                                                                  "exclusive",
                                                                  "open_mode",
-                                                                 "tasks_per_worker"};
+                                                                 "tasks_per_worker",
+                                                                 "nodelist",
+                                                                 "exclude_nodes"};
     const std::initializer_list<std::string_view> trace_fields = {
         "id",           "queue",         "tier",           "replicas",
         "min_replicas", "speedup",       "speed_by_model", "gpus",
@@ -254,6 +256,10 @@ class JobDecoder {
     }
     if (mode == Mode::kSpec) ReadBatch(f, job);
     if (mode == Mode::kSpec) ReadExclusive(f, job);
+    if (mode == Mode::kSpec) {
+      ReadNodes(f, "nodelist", job.only_nodes);
+      ReadNodes(f, "exclude_nodes", job.not_nodes);
+    }
     if (mode == Mode::kSpec) {
       for (std::string_view key : {"submit", "duration", "idle_after_s", "util", "vram_used_gb"}) {
         // A pointed message rather than "unknown field".
@@ -421,6 +427,52 @@ class JobDecoder {
         job.signal_batch = batch;
       }
     }
+  }
+
+  // nodelist / exclude_nodes (sbatch --nodelist, --exclude): node names, or Slurm host lists
+  // ("h100-[0-3],a100-0"), as one string or a list of them; into `out`, ascending.
+  void ReadNodes(Fields& f, std::string_view key, std::vector<core::NodeId>& out) {
+    const Doc* v = f.Get(key);
+    if (v == nullptr) return;
+    std::vector<std::pair<const Doc*, std::string>> items;
+    if (v->is_list()) {
+      if (v->items.empty()) f.Report(key, "must name at least one node");
+      for (size_t i = 0; i < v->items.size(); ++i)
+        items.emplace_back(&v->items[i], f.Path(key) + "[" + std::to_string(i) + "]");
+    } else {
+      items.emplace_back(v, f.Path(key));
+    }
+    const core::Cluster& cluster = config_.cluster;
+    for (const auto& [item, path] : items) {
+      const int line = v->is_list() ? item->line : f.Line(key);
+      auto text = d_.String(*item, line, path);
+      if (!text) {
+        f.MarkBad(key);
+        continue;
+      }
+      const std::optional<std::vector<std::string>> names = ExpandHostList(*text);
+      if (!names || names->empty()) {
+        f.MarkBad(key);
+        d_.Report(
+            line, path,
+            "expected node names or a host list such as h100-[0-3],a100-0, got " + Quote(*text));
+        continue;
+      }
+      for (const std::string& name : *names) {
+        if (auto n = cluster.FindNode(name)) {
+          out.push_back(*n);
+        } else {
+          f.MarkBad(key);
+          d_.Report(line, path,
+                    "unknown node " + Quote(name) + " (this cluster's nodes are named like " +
+                        (!cluster.nodes().empty() ? cluster.nodes().front().name
+                                                  : std::string("<pool>-0")) +
+                        ")");
+        }
+      }
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
   }
 
   // exclusive (sbatch --exclusive): the nodes the job uses are its alone. It asks for all

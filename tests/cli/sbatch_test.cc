@@ -276,6 +276,37 @@ TEST(Sbatch, BeginTimesAreReadAsSlurmReadsThem) {
   EXPECT_EQ(bad.errors[0].rfind("job.sh:2: --begin: expected now+N", 0), 0u) << bad.errors[0];
 }
 
+// -w/--nodelist and -x/--exclude: the spec's nodelist and exclude_nodes (the host lists as
+// written, gantryd resolves them); the list's size is -N when -N is not given, and any other -N is
+// refused (Slurm would add other nodes; Gantry runs on exactly the listed ones).
+TEST(Sbatch, NodeListsAndExclusions) {
+  SbatchJob two =
+      Parse("#!/bin/sh\n#SBATCH -w h100-[0-1]\n#SBATCH --gres=gpu:8\n#SBATCH -x a100-1\n");
+  ASSERT_TRUE(two.errors.empty()) << Errors(two);
+  EXPECT_EQ(two.spec["nodelist"], "h100-[0-1]");
+  EXPECT_EQ(two.spec["exclude_nodes"], "a100-1");
+  EXPECT_EQ(two.spec["replicas"], 2);
+  EXPECT_EQ(two.spec["workers_per_node"], 1);  // two distinct nodes: both of them
+  EXPECT_EQ(two.origin["nodelist"], "job.sh:2: --nodelist=h100-[0-1]");
+  SbatchJob one = Parse("#!/bin/sh\n#SBATCH --nodelist=h100-3 -n 4 --gres=gpu:4\n");
+  ASSERT_TRUE(one.errors.empty()) << Errors(one);
+  EXPECT_EQ(one.spec["replicas"], 4);
+  EXPECT_EQ(one.spec["topology"], "node");
+  EXPECT_FALSE(one.spec.contains("fewest_nodes"));
+  SbatchJob same = Parse("#!/bin/sh\n#SBATCH -N 2 -w h100-0,h100-1\n");
+  EXPECT_TRUE(same.errors.empty()) << Errors(same);
+  auto error = [](const std::string& d) { return Errors(Parse("#!/bin/sh\n#SBATCH " + d + "\n")); };
+  EXPECT_NE(error("-N 3 -w h100-[0-1]")
+                .find("job.sh:2: --nodes: with --nodelist the job runs on exactly its 2 node(s): "
+                      "give -N 2 or leave -N out"),
+            std::string::npos);
+  EXPECT_NE(error("-N 1-2 -w h100-[0-1]").find("with --nodelist"), std::string::npos);
+  EXPECT_NE(error("-w ./hosts.txt").find("--nodelist: a file of node names is not read"),
+            std::string::npos);
+  EXPECT_NE(error("-x h100-[0-").find("--exclude: expected node names or a host list"),
+            std::string::npos);
+}
+
 TEST(Sbatch, MemorySizes) {
   std::string error;
   EXPECT_EQ(ParseSlurmMemory("4096", error), 4096);

@@ -72,6 +72,28 @@ std::string Why(const JobSpec& j, const Cluster& c) {
   return WhyInfeasible(j, c).value_or("feasible");
 }
 
+// Named nodes (sbatch --nodelist, --exclude): the gang must fit on the nodes it may use.
+TEST(FeasibilityTest, NamedNodesBoundWhatAGangCanHold) {
+  const Cluster c = Lab();  // h100-0..15 are NodeIds 0..15, h200-0..3 16..19
+  JobSpec two = Gpus(c, 8, 80, 2);
+  two.workers_per_node = 1;
+  two.only_nodes = {NodeId(0), NodeId(1)};
+  EXPECT_EQ(Why(two, c), "feasible");
+  two.not_nodes = {NodeId(1)};
+  EXPECT_EQ(Why(two, c),
+            "a gang of 2 x 8 GPUs with workers_per_node 1 needs 2 nodes that each hold 1 workers "
+            "(the cluster has 1)");
+  JobSpec spot = Gpus(c, 8, 141);  // only the H200s hold 141 GB
+  spot.not_nodes = {NodeId(16), NodeId(17), NodeId(18), NodeId(19)};
+  EXPECT_EQ(Why(spot, c).rfind("vram_gb 141 exceeds every GPU", 0), 0u) << Why(spot, c);
+  JobSpec none = Gpus(c, 1, 10);
+  none.only_nodes = {NodeId(20)};  // a CPU node: no GPU there
+  EXPECT_EQ(Why(none, c).rfind("no GPU of an accepted model", 0), 0u) << Why(none, c);
+  none.only_nodes = {NodeId(3)};
+  none.not_nodes = {NodeId(3)};
+  EXPECT_EQ(Why(none, c), "its nodelist and exclude_nodes leave it no node of a pool it may use");
+}
+
 TEST(FeasibilityTest, FeasibleJobs) {
   const Cluster c = Lab();
   EXPECT_EQ(Why(Gpus(c, 8, 80), c), "feasible");

@@ -111,6 +111,52 @@ TEST(PlacementTest, WorkersPerNodeGivesEachNodeItsGroup) {
   EXPECT_EQ(ledger.used_units(), 6 * kGpuUnits);
 }
 
+// only_nodes and not_nodes (sbatch --nodelist, --exclude): every search, plain and FGD,
+// whole GPUs, shares, MIG and CPU-only, places only on nodes the job may use, and waits
+// (holding nothing) rather than go elsewhere.
+TEST(PlacementTest, NamedNodesAreTheOnlyOnesAJobUses) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 6, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger, false);
+  Placer first(ledger), fgd(ledger, &frag);
+  std::vector<JobSpec> kinds = {Whole(c, "whole", 2, 4), testing::Mig(c, "mig", "1g.10gb"),
+                                testing::Shared(c, "mps", Sharing::kMps, 300, 10),
+                                Whole(c, "cpu", 1, 0)};
+  kinds.back().cpus_milli = 1000;
+  for (const JobSpec& kind : kinds) frag.Observe(kind);
+  ASSERT_TRUE(frag.active());
+  for (JobSpec job : kinds) {
+    for (Placer* placer : {&first, &fgd}) {
+      for (Fit fit : {Fit::kFirst, Fit::kBest}) {
+        job.only_nodes = {NodeId(2), NodeId(4)};
+        job.not_nodes = {NodeId(4)};
+        Allocation a;
+        ASSERT_TRUE(placer->Place(job, fit, a)) << job.id;
+        for (const WorkerAlloc& w : a) EXPECT_EQ(w.node, NodeId(2)) << job.id;
+        ledger.Release(a);
+        job.only_nodes.clear();
+        job.not_nodes = {NodeId(0), NodeId(1), NodeId(2), NodeId(3), NodeId(4)};
+        ASSERT_TRUE(placer->Place(job, fit, a)) << job.id;
+        for (const WorkerAlloc& w : a) EXPECT_EQ(w.node, NodeId(5)) << job.id;
+        ledger.Release(a);
+      }
+    }
+  }
+  // Node 5 full: a job that may use only it waits, though the rest are free.
+  Allocation full;
+  JobSpec filler = Whole(c, "filler", 1, 8);
+  filler.only_nodes = {NodeId(5)};
+  ASSERT_TRUE(fgd.Place(filler, Fit::kBest, full));
+  JobSpec late = Whole(c, "late", 1, 1);
+  late.only_nodes = {NodeId(5)};
+  Allocation none;
+  EXPECT_FALSE(fgd.Place(late, Fit::kBest, none));
+  EXPECT_FALSE(first.Place(late, Fit::kFirst, none));
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(ledger.used_units(), 8 * kGpuUnits);
+}
+
 // fewest_nodes (Slurm's -n without -N): one node where one has room for every worker,
 // else as the topology allows rather than waiting.
 TEST(PlacementTest, FewestNodesPutsTheGangOnOneNodeWhereOneHasRoom) {

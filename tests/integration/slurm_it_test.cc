@@ -1495,6 +1495,57 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   EXPECT_NE(running.rc, 0) << "an ended job is not released";
 }
 
+// -x/--exclude keeps a job off the nodes it names, and -w/--nodelist puts it on exactly
+// those: it waits for them while other nodes are free, then runs there, with Slurm's
+// variables saying so.
+TEST(Slurm, NodeListsAndExclusionsChooseTheNodes) {
+  Harness h("slurm-nodes");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("where.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH --gres=gpu:8\n#SBATCH -t 1\n"
+          "echo \"$SLURM_JOB_NODELIST\" > where-$SLURM_JOB_ID\nsleep \"${HOLD:-0}\"\n");
+  auto sbatch = [&](std::vector<std::string> options) {
+    options.insert(options.begin(), {"sbatch", "--parsable", "-D", work});
+    options.push_back(h.Path("where.sh"));
+    RunResult r = h.Cli(options, h.token("ann"));
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return JobIdOf(r.out);
+  };
+  auto where = [&](const std::string& id) { return Trim(h.Read("work/where-" + id.substr(1))); };
+  const std::string off = sbatch({"-x", "h100-[0-1]"});
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {off}); }, 30)) << h.Job(off).dump();
+  EXPECT_EQ(where(off), "spare-0");
+  // h100-1 busy for a while: a job that may run only there waits, though h100-0 and
+  // spare-0 are free; a 2-node job on both h100s waits with it.
+  ::setenv("HOLD", "4", 1);
+  const std::string busy = sbatch({"-w", "h100-1", "--export=ALL"});
+  ::unsetenv("HOLD");
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(busy).value("state", "") == "running"; }, 15));
+  const std::string pinned = sbatch({"--nodelist=h100-1"});
+  const std::string both = sbatch({"-w", "h100-[0-1]"});
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_EQ(h.Job(pinned).value("state", ""), "pending") << h.Job(pinned).dump();
+  EXPECT_EQ(h.Job(both).value("state", ""), "pending") << h.Job(both).dump();
+  ASSERT_TRUE(Harness::WaitFor(
+      [&] {
+        return AllEnded(h, {busy, pinned, both});
+      },
+      40))
+      << h.Job(pinned).dump() << h.Job(both).dump();
+  EXPECT_EQ(where(busy), "h100-1");
+  EXPECT_EQ(where(pinned), "h100-1");
+  EXPECT_EQ(where(both), "h100-[0-1]");
+  // Names the cluster lacks are refused at the script's line; so is a -N the list is not.
+  h.Write("bad.sh", "#!/bin/sh\n#SBATCH -A research\n#SBATCH -x h100-7\n");
+  RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find(h.Path("bad.sh") + ":3: --exclude=h100-7: unknown node \"h100-7\""),
+            std::string::npos)
+      << bad.err;
+}
+
 // A job runs with its submitter's umask (SLURM_UMASK, as Slurm's slurmd applies it), so a
 // user whose files are private gets private files from the job too, its output file
 // included; each task is told its own pid (SLURM_TASK_PID).

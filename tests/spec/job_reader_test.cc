@@ -662,6 +662,40 @@ TEST_F(JobReaderTest, ImageNamesAContainerImageInJobSpecsOnly) {
       << OneBad(T(R"("image":"busybox")"));
 }
 
+// nodelist / exclude_nodes (sbatch --nodelist, --exclude): names or Slurm host lists, a
+// string or a list of them, into the nodes' ids; unknown names and bad lists named.
+TEST_F(JobReaderTest, NodeListsNameNodesOfTheCluster) {
+  Diagnostics d;
+  auto j = ParseJobYaml(
+      "gpus: 1\nvram_gb: 10\ncommand: [x]\nnodelist: h100-[1-2],h200-0\n"
+      "exclude_nodes: [h100-2, \"l40s-[0-1]\", h100-2]\n",
+      "job.yaml", config(), d);
+  ASSERT_TRUE(j.has_value()) << d.ToString();
+  const core::Cluster& c = config().cluster;
+  auto id = [&](const char* name) { return *c.FindNode(name); };
+  EXPECT_EQ(j->only_nodes, (std::vector<core::NodeId>{id("h100-1"), id("h100-2"), id("h200-0")}));
+  EXPECT_EQ(j->not_nodes, (std::vector<core::NodeId>{id("h100-2"), id("l40s-0"), id("l40s-1")}));
+  EXPECT_TRUE(j->MayUseNode(id("h100-1")));
+  EXPECT_FALSE(j->MayUseNode(id("h100-2")));
+  EXPECT_FALSE(j->MayUseNode(id("h100-0")));
+  Diagnostics unknown;
+  EXPECT_FALSE(ParseJobYaml("gpus: 1\nvram_gb: 10\ncommand: [x]\nexclude_nodes: [h100-0, gpu-9]\n",
+                            "job.yaml", config(), unknown));
+  EXPECT_EQ(unknown.ToString(),
+            "job.yaml:4: exclude_nodes[1]: unknown node \"gpu-9\" (this cluster's nodes are named "
+            "like h100-0)\n");
+  for (const char* bad : {"\"h100-[1-\"", "\"\"", "[]"}) {
+    Diagnostics e;
+    EXPECT_FALSE(
+        ParseJobYaml(std::string("gpus: 1\nvram_gb: 10\ncommand: [x]\nnodelist: ") + bad + "\n",
+                     "job.yaml", config(), e))
+        << bad;
+    EXPECT_EQ(e.ToString().rfind("job.yaml:4: nodelist: ", 0), 0u) << e.ToString();
+  }
+  EXPECT_EQ(OneBad(T(R"("nodelist":"h100-0")")).rfind("jobs.jsonl:3: nodelist: unknown field", 0),
+            0u);
+}
+
 TEST_F(JobReaderTest, ReadJobYamlFile) {
   const std::string p = Write("job.yaml", "gpus: 1\nvram_gb: 10\nqueue: nope\n");
   Diagnostics d;

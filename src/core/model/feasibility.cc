@@ -111,10 +111,27 @@ std::optional<std::string> WhyInfeasible(const JobSpec& job, const Cluster& clus
   const Catalog& catalog = cluster.catalog();
   const int64_t replicas = std::max(job.replicas, 1);
   std::vector<const PoolSpec*> pools;
+  // With nodes named (only_nodes, not_nodes), each pool counts the nodes the job may use
+  // (a leaf's size is then an upper bound).
+  const bool named = !job.only_nodes.empty() || !job.not_nodes.empty();
+  std::vector<PoolSpec> narrowed;
+  narrowed.reserve(named ? cluster.pools().size() : 0);
   for (const Pool& pool : cluster.pools()) {
     if (!job.MayUse(PoolId(static_cast<uint32_t>(&pool - &cluster.pools()[0])))) continue;
-    if (pool.spec.count > 0) pools.push_back(&pool.spec);
+    if (named) {
+      PoolSpec p = pool.spec;
+      p.count = 0;
+      for (int i = 0; i < pool.spec.count; ++i)
+        p.count += job.MayUseNode(NodeId(pool.first_node.v + static_cast<uint32_t>(i)));
+      if (p.count == 0) continue;
+      narrowed.push_back(std::move(p));
+      pools.push_back(&narrowed.back());
+    } else if (pool.spec.count > 0) {
+      pools.push_back(&pool.spec);
+    }
   }
+  if (pools.empty() && named)
+    return "its nodelist and exclude_nodes leave it no node of a pool it may use";
   if (pools.empty() && job.pool.valid())
     return "pool " + cluster.pool(job.pool).spec.name + " has no nodes";
   if (pools.empty() && !job.pools.empty()) return "no node matches its node selection";

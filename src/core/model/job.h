@@ -103,9 +103,12 @@ struct JobSpec {
   PoolId pool;                    // only this pool's nodes (sbatch --partition); invalid: any pool
   std::vector<PoolId> pools;      // only these pools' nodes, ascending (Kubernetes node
                                   // selection); empty: any pool
-  int64_t vram_bytes = 0;         // per worker, on each of its GPUs
-  int64_t cpus_milli = 0;         // per worker
-  int64_t memory_bytes = 0;       // per worker
+  // Only these nodes (sbatch --nodelist), and never these (sbatch --exclude): ascending;
+  // empty: no such restriction. Placement skips the others (Placer::NodeHasRoom).
+  std::vector<NodeId> only_nodes, not_nodes;
+  int64_t vram_bytes = 0;    // per worker, on each of its GPUs
+  int64_t cpus_milli = 0;    // per worker
+  int64_t memory_bytes = 0;  // per worker
   Topology topology = Topology::kSpine;
   // Exactly this many workers on each node the job uses, on distinct nodes (Slurm's
   // -N with --ntasks-per-node); 0: as placement finds room. Divides replicas.
@@ -160,6 +163,11 @@ struct JobSpec {
   bool MayUse(PoolId p) const {
     return (!pool.valid() || pool == p) &&
            (pools.empty() || std::binary_search(pools.begin(), pools.end(), p));
+  }
+  // Whether the job may use node n (its only_nodes and not_nodes). O(log nodes named).
+  bool MayUseNode(NodeId n) const {
+    return (only_nodes.empty() || std::binary_search(only_nodes.begin(), only_nodes.end(), n)) &&
+           !std::binary_search(not_nodes.begin(), not_nodes.end(), n);
   }
   // GPU units one worker holds on `model` (whole: gpus*kGpuUnits; MIG: slices*1000;
   // share: share_milli*7). MIG needs the model to know the profile's compute slices.

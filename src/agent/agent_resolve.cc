@@ -98,12 +98,16 @@ std::string Agent::ResolveGpus(const proto::Alloc& alloc, const std::string& key
     }
   }
   // No GPUs: where the device rules hide every GPU, CUDA_VISIBLE_DEVICES is left unset, as
-  // Slurm leaves it for a job without GPUs; elsewhere empty, so CUDA sees none.
-  if (visible.empty() && fenced) {
-    std::erase_if(spec.env, [](const auto& e) { return e.first == "CUDA_VISIBLE_DEVICES"; });
-  } else {
-    spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
+  // Slurm leaves it for a job without GPUs; elsewhere empty, so CUDA sees none. The names
+  // for AMD's and OpenCL's runtimes go either way, as Slurm's gres/gpu unsets them (an
+  // sbatch from inside a GPU job passed its own on: found side by side).
+  if (visible.empty()) {
+    std::erase_if(spec.env, [&](const auto& e) {
+      return (fenced && e.first == "CUDA_VISIBLE_DEVICES") || e.first == "GPU_DEVICE_ORDINAL" ||
+             e.first == "ROCR_VISIBLE_DEVICES";
+    });
   }
+  if (!visible.empty() || !fenced) spec.env.emplace_back("CUDA_VISIBLE_DEVICES", visible);
   spec.env.emplace_back(
       "GANTRY_GPUS", indexes);  // the node's GPU indexes (MIG, MPS: the parent), as SLURM_JOB_GPUS
   for (std::stringstream in(indexes); std::getline(in, visible_index, ',');) {

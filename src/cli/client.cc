@@ -1415,8 +1415,10 @@ void AddClientCommands(CLI::App& app, int& exit_code) {
       "GANTRY_ARRAY_TASK_ID tells each its index; `cancel ID` cancels the array)");
   submit->add_option(
       "--after", s.after,
-      "Hold until these jobs end: JOB (finished with exit 0), JOB:ok or JOB:any, comma-separated; "
-      "an array's id stands for all its tasks");
+      "Hold until these jobs end: JOB or JOB:ok (finished with exit 0), JOB:any (any end), "
+      "JOB:notok (any other end), JOB:started (its start), singleton (after the earlier jobs of "
+      "its name); comma-separated all of them, ?-separated any one; an array's id stands for "
+      "all its tasks");
   submit->add_option("--begin", s.begin,
                      "Hold until then: now+1hour, 16:00, tomorrow, 2026-12-24T10:00, ... "
                      "(sbatch --begin's forms, local time)");

@@ -849,33 +849,53 @@ class Parser {
   }
 
   // afterok:ID[:ID...] and afterany:ID..., comma-separated, as gantry submit --after.
+  // Slurm's --dependency: TYPE:ID[:ID...] items, ',' all of them or '?' any one of them
+  // (not both), and singleton; as gantryd's --after: ID:ok|any|notok|started, joined the
+  // same way.
   std::string Dependency(const Given& v) {
+    static constexpr std::pair<const char*, const char*> kKinds[] = {
+        {"afterok", "ok"}, {"afterany", "any"}, {"afternotok", "notok"}, {"after", "started"}};
     std::string after;
     const std::string& t = v.value;
-    if (t.find('?') != std::string::npos) {
-      Error(v.where, "--dependency",
-            "'?' (any one of) is not supported: Gantry waits for every dependency");
+    const bool any_of = t.find('?') != std::string::npos;
+    if (any_of && t.find(',') != std::string::npos) {
+      Error(v.where, "--dependency", "give ',' (all of them) or '?' (any one of them), not both");
       return "";
     }
+    const char sep = any_of ? '?' : ',';
     for (size_t pos = 0; pos <= t.size();) {
-      const size_t comma = std::min(t.find(',', pos), t.size());
-      const std::string item = t.substr(pos, comma - pos);
-      pos = comma + 1;
+      const size_t cut = std::min(t.find(sep, pos), t.size());
+      const std::string item = t.substr(pos, cut - pos);
+      pos = cut + 1;
+      if (item == "singleton") {
+        if (any_of) {
+          Error(v.where, "--dependency", "singleton in a '?' list is not supported");
+          return "";
+        }
+        after += std::string(after.empty() ? "" : ",") + "singleton";
+        continue;
+      }
       const size_t colon = item.find(':');
       const std::string kind = item.substr(0, colon);
-      if (kind == "afternotok" || kind == "after" || kind == "aftercorr" || kind == "singleton" ||
-          kind == "afterburstbuffer") {
+      if (kind == "aftercorr" || kind == "afterburstbuffer") {
         Error(v.where, "--dependency",
-              kind + " is not supported (Gantry has afterok and afterany)");
+              kind +
+                  " is not supported (Gantry has after, afterok, afternotok, afterany and "
+                  "singleton)");
         return "";
       }
-      if (kind != "afterok" && kind != "afterany") {
+      const char* word = nullptr;
+      for (const auto& [name, w] : kKinds) {
+        if (kind == name) word = w;
+      }
+      if (word == nullptr) {
         Error(v.where, "--dependency",
-              "expected afterok:ID[:ID...] or afterany:ID[:ID...], got \"" + item + "\"");
+              "expected after, afterok, afternotok or afterany:ID[:ID...], or singleton, got \"" +
+                  item + "\"");
         return "";
       }
       if (colon == std::string::npos || colon + 1 == item.size()) {
-        Error(v.where, "--dependency", kind + " needs job ids, e.g. " + kind + ":j12");
+        Error(v.where, "--dependency", kind + " needs job ids, e.g. " + kind + ":12");
         return "";
       }
       for (size_t p = colon + 1; p <= item.size();) {
@@ -888,7 +908,7 @@ class Parser {
                     (id.find('+') != std::string::npos ? " (+TIME is not supported)" : ""));
           return "";
         }
-        after += (after.empty() ? "" : ",") + id + (kind == "afterok" ? ":ok" : ":any");
+        after += (after.empty() ? "" : std::string(1, sep)) + id + ":" + word;
       }
     }
     return after;

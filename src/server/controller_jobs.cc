@@ -192,30 +192,68 @@ Result<ArraySpec> ParseArraySpec(const std::string& text, int max_tasks) {
   return parsed;
 }
 
-// "j12", "j12:ok", "prep:any", comma-separated.
-Result<std::vector<Dependency>> ParseAfterSpec(const std::string& spec) {
-  std::vector<Dependency> out;
+// "j12", "j12:ok", "prep:any", "x:notok", "y:started", comma-separated (every one must
+// be met), or '?'-separated (any one); "singleton" among comma-separated ones.
+struct AfterSpec {
+  std::vector<Dependency> deps;
+  bool any_of = false;
+  bool singleton = false;
+};
+Result<AfterSpec> ParseAfterSpec(const std::string& spec) {
+  AfterSpec out;
+  out.any_of = spec.find('?') != std::string::npos;
+  if (out.any_of && spec.find(',') != std::string::npos)
+    return Error{"after", "give ',' (all of them) or '?' (any one of them), not both"};
+  const char sep = out.any_of ? '?' : ',';
   size_t start = 0;
   while (start <= spec.size()) {
-    size_t end = spec.find(',', start);
+    size_t end = spec.find(sep, start);
     if (end == std::string::npos) end = spec.size();
     std::string part = spec.substr(start, end - start);
     start = end + 1;
+    if (part == "singleton" && !out.any_of) {
+      out.singleton = true;
+      continue;
+    }
     Dependency d;
     const size_t colon = part.find(':');
-    const std::string kind = colon == std::string::npos ? "ok" : part.substr(colon + 1);
+    const std::optional<Dependency::Kind> kind =
+        DependencyKindNamed(colon == std::string::npos ? "ok" : part.substr(colon + 1));
     d.job = part.substr(0, colon);
-    if (d.job.empty() || (kind != "ok" && kind != "any")) {
-      return Error{
-          "after",
-          "\"" + part +
-              "\": expected JOB, JOB:ok (it must finish with exit 0) or JOB:any (any end)"};
+    if (d.job.empty() || !kind) {
+      return Error{"after", "\"" + part +
+                                "\": expected JOB, JOB:ok (it must finish with exit 0), JOB:any "
+                                "(any end), JOB:notok (an end other than exit 0), JOB:started "
+                                "(its start), or singleton"};
     }
-    d.any = kind == "any";
-    out.push_back(d);
+    d.kind = *kind;
+    out.deps.push_back(d);
   }
   return out;
 }
+
+namespace {
+
+// Where a dependency stands, given how its job stands (`end`: kNone while it is active)
+// and whether that has started.
+enum class DepState : uint8_t { kWaiting, kMet, kNever };
+DepState StateOf(Dependency::Kind kind, JobEnd end, bool started) {
+  using K = Dependency::Kind;
+  if (end == JobEnd::kNone)
+    return kind == K::kStarted && started ? DepState::kMet : DepState::kWaiting;
+  switch (kind) {
+    case K::kOk:
+      return end == JobEnd::kFinished ? DepState::kMet : DepState::kNever;
+    case K::kNotOk:
+      return end != JobEnd::kFinished ? DepState::kMet : DepState::kNever;
+    case K::kAny:
+    case K::kStarted:
+      return DepState::kMet;
+  }
+  return DepState::kWaiting;
+}
+
+}  // namespace
 
 std::optional<JobEnd> Controller::EndStateOf(const std::string& name) {
   if (const Job* j = book_.Find(name)) return j->active() ? JobEnd::kNone : j->end;
@@ -299,20 +337,36 @@ void Controller::GiveToScheduler(Job& job, Ticks now) {
 void Controller::Settle(Job& job, Ticks now) {
   if (job.state != JobState::kPending || job.core.valid()) return;
   std::vector<Dependency> left;
+  std::string never;  // why one can never be met
+  bool met = false;
   for (const Dependency& d : job.after) {
     const std::optional<JobEnd> end = EndStateOf(d.job);
-    if (end == JobEnd::kNone) {
-      left.push_back(d);
-    } else if (!d.any && end != JobEnd::kFinished) {
-      const std::string reason = "dependency " + d.job + " ended " +
-                                 (end ? std::string(Word(*end)) : std::string("unknown")) +
-                                 ", so --after " + d.job + ":ok can never be met";
-      job.after.clear();
-      log_.Cancel(now, job.name, reason);
-      EndJob(job, JobEnd::kCancelled, reason, now);
-      return;
+    const Job* other = book_.Find(d.job);
+    switch (StateOf(d.kind, end.value_or(JobEnd::kFailed), other && other->first_start >= 0)) {
+      case DepState::kWaiting:
+        left.push_back(d);
+        break;
+      case DepState::kMet:
+        met = true;
+        break;
+      case DepState::kNever:
+        if (never.empty()) {
+          never = "dependency " + d.job + " ended " +
+                  (end ? std::string(Word(*end)) : std::string("unknown")) + ", so --after " +
+                  d.job + ":" + std::string(DependencyWord(d.kind)) + " can never be met";
+        }
+        break;
     }
   }
+  // All of them: one never met cancels the job. Any one of them: one met releases it, and
+  // it is cancelled once none is left to wait for.
+  if (job.after_or ? !met && left.empty() : !never.empty()) {
+    job.after.clear();
+    log_.Cancel(now, job.name, never);
+    EndJob(job, JobEnd::kCancelled, never, now);
+    return;
+  }
+  if (job.after_or && met) left.clear();
   const bool changed = left.size() != job.after.size();
   job.after = std::move(left);
   if (job.after.empty()) Release(job, now);
@@ -407,16 +461,26 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           array_limit = parsed->limit;
         }
         std::vector<Dependency> after;  // those not met yet
+        bool after_or = false;
         if (!req.after.empty()) {
           auto parsed = ParseAfterSpec(req.after);
           if (!parsed)
             return Reply::Error(Code::kBadRequest,
                                 "after " + req.after + ": " + parsed.error().message);
-          for (Dependency d : *parsed) {
+          after_or = parsed->any_of;
+          bool met = false;  // one of them is met already
+          std::string never;
+          for (Dependency d : parsed->deps) {
             d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
             std::vector<std::string> names = {d.job};  // an array stands for all its tasks
             if (const std::vector<int64_t>* tasks = book_.Array(d.job);
                 tasks != nullptr && !book_.HasName(d.job)) {
+              if (after_or) {
+                return Reply::Error(Code::kBadRequest,
+                                    "after: array " + d.job +
+                                        " stands for all its tasks, which a '?' list cannot say: "
+                                        "give its tasks, or use ','");
+              }
               names.clear();
               for (int64_t seq : *tasks) {
                 if (auto t = book_.jobs().find(seq); t != book_.jobs().end())
@@ -426,14 +490,35 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             for (const std::string& name : names) {
               const std::optional<JobEnd> end = EndStateOf(name);
               if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
-              if (*end == JobEnd::kNone) {
-                after.push_back(Dependency{name, d.any});
-              } else if (!d.any && *end != JobEnd::kFinished) {
-                return Reply::Error(Code::kUnprocessable, "after: " + name + " ended " +
-                                                              std::string(Word(*end)) + ", so " +
-                                                              name + ":ok can never be met (use " +
-                                                              name + ":any)");
+              const Job* other = book_.Find(name);
+              switch (StateOf(d.kind, *end, other && other->first_start >= 0)) {
+                case DepState::kWaiting:
+                  after.push_back(Dependency{name, d.kind});
+                  break;
+                case DepState::kMet:
+                  met = true;
+                  break;
+                case DepState::kNever:
+                  if (never.empty()) {
+                    never = "after: " + name + " ended " + std::string(Word(*end)) + ", so " +
+                            name + ":" + std::string(DependencyWord(d.kind)) +
+                            " can never be met (use " + name + ":any)";
+                  }
+                  break;
               }
+            }
+          }
+          if (after_or ? !met && after.empty() && !never.empty() : !never.empty())
+            return Reply::Error(Code::kUnprocessable, never);
+          if (after_or && met) after.clear();
+          // singleton: after every earlier active job of the same name and user, as Slurm's.
+          if (parsed->singleton) {
+            const std::string& name = spec->name.empty() ? spec->id : spec->name;
+            for (const auto& [seq, other] : book_.jobs()) {
+              if (other.active() && !name.empty() &&
+                  (other.spec.name.empty() ? other.name : other.spec.name) == name &&
+                  other.user == job.user && other.team == job.team)
+                after.push_back(Dependency{other.name, Dependency::Kind::kAny});
             }
           }
         }
@@ -479,6 +564,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         job.submit = now;
         job.spec = *spec;
         job.after = after;
+        job.after_or = after_or && !after.empty();
         if (req.hold) job.hold = "user";
         job.begin_ms = req.begin_ms > WallMs(now) ? req.begin_ms : 0;  // a past one: none
         if (!indexes.empty()) {                                        // indexes: sorted, unique
@@ -572,8 +658,11 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
         reason = "dependency: waiting for ";
         const size_t shown = std::min<size_t>(job.after.size(), 3);
         for (size_t i = 0; i < shown; ++i) {
-          reason +=
-              (i ? ", " : "") + job.after[i].job + (job.after[i].any ? " to end" : " to finish");
+          static constexpr const char* kTo[] = {" to finish", " to end", " to fail", " to start"};
+          reason += (i == 0         ? ""
+                     : job.after_or ? " or "
+                                    : ", ") +
+                    job.after[i].job + kTo[static_cast<int>(job.after[i].kind)];
         }
         if (job.after.size() > shown)
           reason += " and " + std::to_string(job.after.size() - shown) + " more";

@@ -71,7 +71,8 @@ void Controller::StartRun(Job& job, Ticks now, bool resized) {
   job.run_start = now;
   job.run_tier =
       rec.spec.tier != job.spec.tier ? std::optional<core::Tier>(rec.spec.tier) : std::nullopt;
-  if (job.first_start < 0) {
+  const bool first = job.first_start < 0;
+  if (first) {
     job.first_start = now;
     metrics_.FirstStart(job.spec.queue, job.spec.tier,
                         static_cast<double>(now - job.submit) / 1000.0);
@@ -127,6 +128,13 @@ void Controller::StartRun(Job& job, Ticks now, bool resized) {
                               {"nodes", nodes}});
   }
   Persist(job);
+  // Jobs waiting for its start (--after NAME:started, Slurm's `after`) move on; the rest
+  // wait for its end as before (their entries stay).
+  if (first) {
+    for (int64_t seq : book_.Dependents(job.name)) {
+      if (auto h = book_.jobs().find(seq); h != book_.jobs().end()) Settle(h->second, now);
+    }
+  }
 }
 
 void Controller::BeginStop(Job& job, StopKind kind, std::string reason, Ticks grace, Ticks now) {

@@ -71,6 +71,11 @@ class JobBook {
   // Jobs held until job `name` ends (--after): added one by one, taken all at once.
   void AddDependent(const std::string& name, int64_t seq) { dependents_[name].push_back(seq); }
   std::vector<int64_t> TakeDependents(const std::string& name);
+  // The same, left in place (a job's start settles those waiting for it to start).
+  std::vector<int64_t> Dependents(const std::string& name) const {
+    auto w = dependents_.find(name);
+    return w == dependents_.end() ? std::vector<int64_t>() : w->second;
+  }
 
   // Ended jobs in memory, oldest first: noted as they end; PopEndedBeyond gives the
   // oldest one's seq while more than `keep` are noted (it may have left memory already).

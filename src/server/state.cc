@@ -46,6 +46,28 @@ std::string_view Word(SignalTo t) {
   return "?";
 }
 
+std::string_view DependencyWord(Dependency::Kind k) {
+  switch (k) {
+    case Dependency::Kind::kOk:
+      return "ok";
+    case Dependency::Kind::kAny:
+      return "any";
+    case Dependency::Kind::kNotOk:
+      return "notok";
+    case Dependency::Kind::kStarted:
+      return "started";
+  }
+  return "ok";
+}
+
+std::optional<Dependency::Kind> DependencyKindNamed(std::string_view word) {
+  using K = Dependency::Kind;
+  for (K k : {K::kOk, K::kAny, K::kNotOk, K::kStarted}) {
+    if (DependencyWord(k) == word) return k;
+  }
+  return std::nullopt;
+}
+
 std::optional<SignalTo> SignalToNamed(std::string_view word) {
   for (SignalTo t : {SignalTo::kSteps, SignalTo::kBatch, SignalTo::kFull}) {
     if (Word(t) == word) return t;
@@ -314,7 +336,11 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                          {"util_peak", w.util_peak}}}});
   }
   json after = json::array();
-  for (const Dependency& d : job.after) after.push_back({{"job", d.job}, {"any", d.any}});
+  for (const Dependency& d : job.after) {
+    after.push_back({{"job", d.job},
+                     {"any", d.kind == Dependency::Kind::kAny},  // as before kinds were kept
+                     {"kind", DependencyWord(d.kind)}});
+  }
   json doc = {
       {"user", job.user},
       {"spec_format", job.spec_format},
@@ -334,6 +360,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
        }()},
       {"array_number", job.array_number},
       {"after", after},
+      {"after_or", job.after_or},
       {"hold", job.hold},
       {"begin_ms", job.begin_ms},
       {"spec_file", job.spec_file},
@@ -432,9 +459,13 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
           {k.value("signal", 0), SignalToNamed(k.value("to", "")).value_or(SignalTo::kSteps)});
     job.after.clear();
     for (const json& a : d.value("after", json::array())) {
-      job.after.push_back(Dependency{a.at("job").get<std::string>(), a.value("any", false)});
+      const std::optional<Dependency::Kind> kind =
+          DependencyKindNamed(a.value("kind", a.value("any", false) ? "any" : "ok"));
+      if (!kind) return Error{"doc", "unknown dependency kind"};
+      job.after.push_back(Dependency{a.at("job").get<std::string>(), *kind});
     }
     job.hold = d.value("hold", std::string());
+    job.after_or = d.value("after_or", false);
     job.begin_ms = d.value("begin_ms", int64_t{0});
     auto state = Parse(d.at("state").get<std::string>(), kStates);
     auto stop = Parse(d.value("stop", std::string("none")), kStops);

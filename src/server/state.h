@@ -166,12 +166,18 @@ struct Step {
   void End(Ticks now);
 };
 
-// A dependency (`gantry submit --after NAME[:ok|any]`): the job is held out of the
-// scheduler until NAME has ended; with `any` in any state, else finished (exit 0).
+// A dependency (`gantry submit --after NAME[:KIND]`, sbatch --dependency): the job is held
+// out of the scheduler until NAME has finished with exit 0 (kOk, afterok), ended in any
+// way (kAny, afterany), ended any other way: failed, cancelled, ... (kNotOk, afternotok),
+// or started (kStarted, Slurm's `after`; an end without a start counts too).
 struct Dependency {
+  enum class Kind : uint8_t { kOk, kAny, kNotOk, kStarted };
   std::string job;
-  bool any = false;
+  Kind kind = Kind::kOk;
 };
+// The API's and the store's words for the kinds: "ok", "any", "notok", "started".
+std::string_view DependencyWord(Dependency::Kind k);
+std::optional<Dependency::Kind> DependencyKindNamed(std::string_view word);
 
 struct Job {
   int64_t seq = 0;
@@ -198,6 +204,7 @@ struct Job {
   int64_t array_number = 0;  // an array task's array's number (%A): its first task's seq
   int64_t Number() const { return number > 0 ? number : seq; }
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
+  bool after_or = false;          // any one of `after` met is enough (Slurm's '?' lists)
   // Held out of the scheduler while pending, as Slurm's: by `scontrol hold` or `sbatch -H`
   // ("user", or "admin" where an admin held it: only an admin releases that), and until
   // `begin_ms` (sbatch --begin; ms since the Unix epoch, 0: none).

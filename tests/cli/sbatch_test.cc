@@ -307,6 +307,22 @@ TEST(Sbatch, NodeListsAndExclusions) {
             std::string::npos);
 }
 
+// Every dependency type Slurm 22.05 has but aftercorr and afterburstbuffer, as gantryd's
+// --after: ok, any, notok, started; ',' all of them, '?' any one; singleton.
+TEST(Sbatch, DependencyTypesBecomeAfterKinds) {
+  auto after = [](const std::string& d) {
+    SbatchJob j = Parse("#!/bin/sh\n#SBATCH --dependency=" + d + "\n");
+    EXPECT_TRUE(j.errors.empty()) << Errors(j);
+    return j.after;
+  };
+  EXPECT_EQ(after("afterok:12:13"), "12:ok,13:ok");
+  EXPECT_EQ(after("afterany:12,afternotok:14"), "12:any,14:notok");
+  EXPECT_EQ(after("after:15"), "15:started");
+  EXPECT_EQ(after("afterok:12?afternotok:12"), "12:ok?12:notok");
+  EXPECT_EQ(after("singleton"), "singleton");
+  EXPECT_EQ(after("afterok:12,singleton"), "12:ok,singleton");
+}
+
 TEST(Sbatch, MemorySizes) {
   std::string error;
   EXPECT_EQ(ParseSlurmMemory("4096", error), 4096);
@@ -429,7 +445,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
       "#SBATCH --time=1:2:3:4\n"
       "#SBATCH --gres=nic:1\n"
       "#SBATCH --qos=urgent\n"
-      "#SBATCH --dependency=afternotok:j4\n"
+      "#SBATCH --dependency=aftercorr:j4\n"
       "#SBATCH -o out-%Z.txt\n"
       "#SBATCH --signal=FOO@10\n"
       "#SBATCH -J \"open\n"
@@ -439,7 +455,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
   for (const char* want :
        {"job.sh:2: --frobnicate: unknown", "job.sh:3: --licenses: not supported",
         "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
-        "job.sh:7: --dependency: afternotok is not supported",
+        "job.sh:7: --dependency: aftercorr is not supported",
         "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
         "job.sh:10: #SBATCH: a quote is not closed", "job.sh:11: -Y: unknown",
         "command line: --partition: give one pool"}) {
@@ -583,9 +599,10 @@ TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
       std::string::npos);
   EXPECT_NE(error("--mem=1G --mem-per-cpu=1G").find("give the memory one way"), std::string::npos);
   EXPECT_NE(error("--mem-per-cpu=1G").find("needs --cpus-per-task"), std::string::npos);
-  EXPECT_NE(error("--dependency=afterok:j1?afterok:j2").find("'?' (any one of) is not supported"),
+  EXPECT_NE(error("--dependency=afterok:1?afterok:2,afterany:3").find("not both"),
             std::string::npos);
-  EXPECT_NE(error("--dependency=singleton").find("singleton is not supported"), std::string::npos);
+  EXPECT_NE(error("--dependency=singleton?afterok:2").find("singleton in a '?' list"),
+            std::string::npos);
   EXPECT_NE(error("--dependency=afterok:j1+5").find("+TIME is not supported"), std::string::npos);
   EXPECT_NE(error("--export=NONE,LR").find("NONE cannot be combined"), std::string::npos);
   EXPECT_NE(error("--parsable=1").find("--parsable: takes no value"), std::string::npos);

@@ -1537,6 +1537,22 @@ TEST(Slurm, NodeListsAndExclusionsChooseTheNodes) {
   EXPECT_EQ(where(busy), "h100-1");
   EXPECT_EQ(where(pinned), "h100-1");
   EXPECT_EQ(where(both), "h100-[0-1]");
+  // A job without GPUs submitted from a GPU job's environment: the GPU names it would pass
+  // on are unset, as Slurm's gres/gpu leaves them (CUDA's: empty where GPUs are not fenced).
+  h.Write("cpu.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH -c 1\n#SBATCH -t 1\n"
+          "echo \"${GPU_DEVICE_ORDINAL-unset} ${ROCR_VISIBLE_DEVICES-unset} "
+          "${CUDA_VISIBLE_DEVICES-unset}\" > gpuvars\n");
+  for (const char* k : {"GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"})
+    ::setenv(k, "3", 1);
+  RunResult cpu = h.Cli({"sbatch", "--parsable", "-w", "spare-0", "-D", work, h.Path("cpu.sh")},
+                        h.token("ann"));
+  for (const char* k : {"GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"})
+    ::unsetenv(k);
+  ASSERT_EQ(cpu.rc, 0) << cpu.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {JobIdOf(cpu.out)}); }, 30));
+  EXPECT_EQ(Trim(h.Read("work/gpuvars")),
+            FencesGpus(h, "spare-0") ? "unset unset unset" : "unset unset");
   // Names the cluster lacks are refused at the script's line; so is a -N the list is not.
   h.Write("bad.sh", "#!/bin/sh\n#SBATCH -A research\n#SBATCH -x h100-7\n");
   RunResult bad = h.Cli({"sbatch", h.Path("bad.sh")}, h.token("ann"));

@@ -1597,6 +1597,94 @@ TEST_F(ControllerTest, HeldJobsAndJobsBeforeTheirBeginTimeWaitUntilReleased) {
   EXPECT_EQ(ctl_->Hold(kTeamA, "arr_1", true).code, Code::kConflict);  // ended
 }
 
+// Issue 47: the rest of Slurm's dependency types. notok (afternotok) runs after a failure
+// and is cancelled by a success; started (after) runs once its job has started; '?' is any
+// one of them (a failed one does not cancel the job while another may still be met);
+// singleton waits for every earlier active job of its name and user.
+TEST_F(ControllerTest, DependencyKindsAnyOneOfAndSingleton) {
+  auto submit = [&](const std::string& id, const std::string& after, const std::string& name = "") {
+    Reply r =
+        SubmitWith(kTeamA,
+                   R"({"id":")" + id + R"(","queue":"research","gpus":1,"vram_gb":1,)" +
+                       (name.empty() ? "" : R"("name":")" + name + R"(",)") + R"("command":"x"})",
+                   "", after);
+    EXPECT_EQ(r.code, Code::kCreated) << id << ": " << r.body.dump();
+  };
+  auto exit = [&](const std::string& id, int code) {
+    Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", code}}}));
+    ctl_->Poke();
+    Beat("h100-0");
+  };
+  auto state = [&](const std::string& id) { return Show(id)["state"].get<std::string>(); };
+  submit("main", "");
+  submit("rescue", "main:notok");
+  submit("report", "main:ok");
+  submit("watcher", "main:started");
+  submit("either", "main:ok?rescue:ok");
+  EXPECT_EQ(Show("either")["reason"], "dependency: waiting for main to finish or rescue to finish");
+  EXPECT_EQ(Show("watcher")["reason"], "dependency: waiting for main to start");
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  EXPECT_EQ(state("main"), "running");
+  ctl_->Poke();
+  EXPECT_EQ(state("watcher"), "running");  // main started
+  EXPECT_EQ(state("rescue"), "pending");
+  exit("main", 1);
+  EXPECT_EQ(state("main"), "failed");
+  EXPECT_EQ(state("report"), "cancelled");
+  EXPECT_NE(Show("report")["reason"].get<std::string>().find(
+                "dependency main ended failed, so --after main:ok can never be met"),
+            std::string::npos);
+  EXPECT_EQ(state("rescue"), "running");
+  EXPECT_EQ(state("either"), "pending") << "rescue may still finish";
+  exit("rescue", 0);
+  EXPECT_EQ(state("either"), "running");
+  // At submission: met already, or never.
+  EXPECT_EQ(
+      SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "main:ok").code,
+      Code::kUnprocessable);
+  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "",
+                       "main:ok?rescue:notok")
+                .code,
+            Code::kUnprocessable);
+  Reply met = SubmitWith(kTeamA, R"({"id":"met","queue":"research","gpus":0,"command":"x"})", "",
+                         "main:notok?nosuch2:ok");
+  EXPECT_EQ(met.code, Code::kNotFound);  // every name must exist
+  EXPECT_EQ(SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "",
+                       "main:ok,rescue:any?main:any")
+                .code,
+            Code::kBadRequest);
+
+  // singleton: "chain" jobs of one team and user run one after another; another name and
+  // another team's job of that name do not wait.
+  submit("c1", "", "chain");
+  submit("c2", "singleton", "chain");
+  submit("c3", "singleton", "chain");
+  submit("other", "singleton", "other-name");
+  Reply b = SubmitWith(
+      kTeamB,
+      R"({"id":"theirs","queue":"serving","gpus":1,"vram_gb":1,"name":"chain","command":"x"})", "",
+      "singleton");
+  ASSERT_EQ(b.code, Code::kCreated) << b.body.dump();
+  EXPECT_EQ(Show("c3")["reason"], "dependency: waiting for c1 to end, c2 to end");
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  EXPECT_EQ(state("c1"), "running");
+  EXPECT_EQ(state("c2"), "pending");
+  EXPECT_EQ(state("other"), "running");
+  EXPECT_EQ(state("theirs"), "running");
+  Restart();  // kinds and '?' kept
+  EXPECT_EQ(Show("c3")["reason"], "dependency: waiting for c1 to end, c2 to end");
+  Beat("h100-0");
+  exit("c1", 3);
+  EXPECT_EQ(state("c2"), "running");
+  EXPECT_EQ(state("c3"), "pending");
+  exit("c2", 0);
+  EXPECT_EQ(state("c3"), "running");
+}
+
 // Issue 16: wait reasons say times as people read them, not the core's seconds.
 TEST(HumanTimeTest, CoreSecondsBecomeWallTimesWithHowLongFromNow) {
   const int64_t now = 1'795'608'000'000;    // 2026-11-25 12:00:00 UTC

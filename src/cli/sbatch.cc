@@ -73,6 +73,7 @@ constexpr OptionDef kOptions[] = {
     {"reservation", 0, true},
     {"wait-all-nodes", 0, true},
     {"comment", 0, true},
+    {"time-min", 0, true},
     {"gpu-bind", 0, true},
     {"distribution", 'm', true},
     {"cpus-per-gpu", 0, true},
@@ -117,12 +118,14 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"reservation", "Gantry has no reservations: the job waits for room like any other"},
     {"wait-all-nodes", "a job starts on nodes whose agents are up"},
     {"comment", "kept nowhere"},
+    {"time-min",
+     "the job runs with its whole --time (Slurm may cut it toward --time-min to start the job "
+     "sooner; Gantry's backfill plans with --time)"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
 // than "unknown").
 constexpr std::pair<const char*, const char*> kRefused[] = {
-    {"time-min", "backfill uses --time as the estimate; there is no minimum"},
     {"licenses", "licenses are not modelled"},
 };
 

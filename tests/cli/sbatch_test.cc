@@ -135,12 +135,18 @@ TEST(Sbatch, DefaultsAreSlurms) {
   // Options Slurm takes that Gantry has nothing to do for: accepted, with a note.
   SbatchJob mail = Parse(
       "#!/bin/sh\n#SBATCH --mail-type=END,FAIL\n#SBATCH --mail-user=a@b\n"
-      "#SBATCH --requeue\n");
+      "#SBATCH --requeue\n#SBATCH -t 4:00:00 --time-min=1:00:00\n");
   ASSERT_TRUE(mail.errors.empty()) << Errors(mail);
-  ASSERT_EQ(mail.notes.size(), 3u);
+  ASSERT_EQ(mail.notes.size(), 4u);
   EXPECT_EQ(mail.notes[0],
             "job.sh:2: --mail-type: accepted: Gantry sends no mail; gantry show and "
             "logs follow the job");
+  EXPECT_EQ(mail.notes[3].rfind("job.sh:5: --time-min: accepted: the job runs with its whole "
+                                "--time",
+                                0),
+            0u)
+      << mail.notes[3];
+  EXPECT_EQ(mail.spec["time_limit_s"], 4 * 3600);
   // Per-node amounts with -n and no -N: one node holds the tasks (Slurm's reading).
   SbatchJob one = Parse("#!/bin/sh\n#SBATCH -n 4\n#SBATCH --gres=gpu:4\n#SBATCH --mem=64G\n");
   ASSERT_TRUE(one.errors.empty()) << Errors(one);

@@ -305,7 +305,15 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   char* shim_envp[] = {library_path ? shim_library_path.data() : nullptr, nullptr};
 
   const pid_t launcher = ::getpid();
+  // Every signal blocked across the fork: one sent to the new group while the child sets
+  // itself up waits for the worker (it unblocks them once their handlers are its own),
+  // instead of meeting the agent's handlers, or the shim's SIG_IGN, and being lost (a job
+  // cancelled as it started ran on until its grace ran out). See SignalGroup too.
+  sigset_t all, before;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_BLOCK, &all, &before);
   const pid_t pid = ::fork();
+  if (pid != 0) ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     const int err = errno;
     close_logs();
@@ -343,14 +351,15 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       // (GroupMembersSince), or with its cgroup.
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != parent) ::_exit(137);  // the parent died before the line above
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
       // Every signal as a new process has it: the agent's and the shim's SIG_IGNs would
-      // outlive exec (a job that never gets its stop signal).
+      // outlive exec (a job that never gets its stop signal). Then unblocked (blocked since
+      // the fork): a stop that came meanwhile ends the worker now.
       for (int sig = 1; sig < NSIG; ++sig) {
         if (sig != SIGKILL && sig != SIGSTOP) ::signal(sig, SIG_DFL);
       }
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       const int null = ::open("/dev/null", O_RDONLY);
       if (null >= 0) ::dup2(null, 0);
       ::dup2(log, 1);
@@ -391,20 +400,27 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
     if (!shimmed) worker(launcher, true);
     // The shim: leader of the session and group, immune to the signals the agent sends
     // the group to stop a worker (SIG_IGN outlives exec), and to the agent's death.
+    // (Signals still blocked: the worker forked below starts with them blocked too.)
     ::setsid();
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
-      ::signal(sig, SIG_IGN);
-    if (spec.shim_signal > 0 && spec.shim_signal != SIGKILL && spec.shim_signal != SIGSTOP) {
-      ::signal(spec.shim_signal, SIG_IGN);  // the job's own stop signal
-    }
     ::signal(SIGCHLD, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
     const pid_t shim = ::getpid();
     const pid_t w = ::fork();
     if (w < 0) ::_exit(127);
     if (w == 0) worker(shim, false);
+    // What the group was sent before the worker was in it, pending here, goes to the
+    // worker (which gets it once it unblocks); then the shim ignores those signals.
+    sigset_t pending;
+    sigpending(&pending);
+    for (int sig = 1; sig < NSIG; ++sig) {
+      if (sig != SIGCHLD && sigismember(&pending, sig) == 1) ::kill(w, sig);
+    }
+    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2})
+      ::signal(sig, SIG_IGN);
+    if (spec.shim_signal > 0 && spec.shim_signal != SIGKILL && spec.shim_signal != SIGSTOP)
+      ::signal(spec.shim_signal, SIG_IGN);  // the job's own stop signal
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
     FormatPid(w, worker_pid_text);
     ::close_range(3, ~0U, 0);  // the agent's sockets and files
     ::execve(shim_program.c_str(), shim_argv, shim_envp);
@@ -551,7 +567,10 @@ std::optional<ShimStatus> ReadShimStatus(const std::string& path) {
 }
 
 void SignalGroup(pid_t pgid, int sig) {
-  if (pgid > 1) ::kill(-pgid, sig);
+  if (pgid <= 1) return;
+  // A child launched a moment ago may not lead its group yet (setsid comes first thing,
+  // with every signal blocked: Launch): the process itself then, which passes it on.
+  if (::kill(-pgid, sig) != 0 && errno == ESRCH) ::kill(pgid, sig);
 }
 
 bool SignalChild(const std::string& proc, pid_t parent, int sig) {

@@ -575,6 +575,29 @@ TEST_F(ShimTest, AWorkersExitComesBackThroughItsShimAndIsWritten) {
   EXPECT_EQ(ReadShimStatus((dir_ / "worker.exit").string())->signal, SIGTERM);
 }
 
+// A stop sent to the group the moment the worker is launched (a job cancelled as it
+// started: salloc's `true` released its allocation within milliseconds) is not lost while
+// the child sets itself up: before it leads its group (the group does not exist yet), nor
+// while the shim, which ignores the stop signals, forks the worker (which inherits the
+// ignoring until it resets it). It was: the worker ran on until its grace ran out.
+TEST_F(ShimTest, AStopSentAsTheWorkerStartsIsNotLost) {
+  WriteLease((dir_ / "lease").string(), 60000, 100000);
+  for (bool shimmed : {true, false}) {
+    for (int i = 0; i < 30; ++i) {
+      LaunchSpec spec = Spec("exec sleep 20", ::getpid());
+      if (!shimmed) spec.shim_program.clear();
+      auto pid = Launch(spec);
+      ASSERT_TRUE(pid.ok()) << pid.error().message;
+      SignalGroup(*pid, SIGTERM);
+      const auto t0 = std::chrono::steady_clock::now();
+      const Exited e = Wait(*pid);
+      EXPECT_EQ(e.signal, SIGTERM) << (shimmed ? "shimmed, " : "") << "launch " << i;
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+          << (shimmed ? "shimmed, " : "") << "launch " << i << ": the stop was lost";
+    }
+  }
+}
+
 // The shim is the agent's binary, exec'd anew: it must load where the agent loaded, also
 // when the agent's libraries are found only through LD_LIBRARY_PATH (a bundle of them
 // beside it; on a GPU machine every worker exited 127 before this, the shim unable to load

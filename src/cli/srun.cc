@@ -807,13 +807,56 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
     }
     return rc;
   }
+  if (!words.empty() && words[0] == "update") {  // scontrol update JobId=ID StartTime=TIME
+    std::string id, start;
+    bool has_start = false;
+    for (size_t w = 1; w < words.size(); ++w) {
+      const size_t eq = words[w].find('=');
+      std::string key = words[w].substr(0, eq);
+      for (char& ch : key) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      const std::string value = eq == std::string::npos ? "" : words[w].substr(eq + 1);
+      if (key == "jobid") {
+        id = value;
+      } else if (key == "starttime") {
+        start = value;
+        has_start = true;
+      } else {
+        std::cerr << "scontrol: error: update " << words[w]
+                  << ": under Gantry, scontrol update sets a pending job's StartTime only "
+                     "(JobId=ID StartTime=TIME)\n";
+        return kExitBadInput;
+      }
+    }
+    if (id.empty() || !has_start) {
+      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME\n";
+      return kExitBadInput;
+    }
+    std::string why;
+    const int64_t now_s = static_cast<int64_t>(std::time(nullptr));
+    const std::optional<int64_t> at = ParseSlurmBeginTime(start, now_s, why);
+    if (!at) {
+      std::cerr << "scontrol: error: StartTime: " << why << "\n";
+      return kExitBadInput;
+    }
+    Client c(g);
+    int rc = 0;
+    std::stringstream ids(id);
+    for (std::string one; std::getline(ids, one, ',');) {
+      if (one.empty()) continue;
+      Response r = c.Post(
+          "/v1/jobs/" + UrlEncode(one) + "/begin?at=" + std::to_string(*at > now_s ? *at : 0), "",
+          "application/json");
+      if (int failed = Check(r, "scontrol update")) rc = failed;
+    }
+    return rc;
+  }
   const std::string what = words.size() > 1 ? words[1] : "";
   if (words.empty() || words[0] != "show" ||
       (what != "hostnames" && what != "hostname" && what != "hostlist" && what != "job" &&
        what != "jobid")) {
     std::cerr << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
-                 "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID and release ID "
-                 "(gantry show, cancel and drain do the rest)\n";
+                 "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
+                 "update JobId=ID StartTime=TIME (gantry show, cancel and drain do the rest)\n";
     return kExitBadInput;
   }
   if (what == "hostnames" || what == "hostname") {

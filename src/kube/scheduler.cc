@@ -2253,6 +2253,9 @@ class KubeApi : public server::ApiBackend {
   void Requeue(std::string, std::string, server::Done done) override {
     done(Elsewhere("requeues nothing", "delete the pods: their controller recreates them"));
   }
+  void SetBegin(std::string, std::string, int64_t, server::Done done) override {
+    done(Elsewhere("defers nothing", "create the pods when they should start"));
+  }
   void Hold(std::string, std::string, bool, std::optional<bool>, server::Done done) override {
     done(Elsewhere("holds nothing",
                    "suspend the Job: kubectl patch job NAME -p '{\"spec\":{\"suspend\":true}}'"));

@@ -97,6 +97,10 @@ class ApiBackend {
   // when an admin asks, else the user's (as scontrol hold).
   virtual void Hold(std::string token, std::string name, bool hold, std::optional<bool> admin_hold,
                     Done done) = 0;
+  // A pending job's begin time (scontrol update JobId=ID StartTime=TIME): held until
+  // `begin_ms` (ms since the Unix epoch; 0, or a time gone by: eligible now). An array's id:
+  // its pending tasks.
+  virtual void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) = 0;
   // scancel --signal: `signal` to a running job's steps' tasks ("steps"; a native job's
   // workers), its batch script's shell ("batch") or both with the script's children
   // ("full"); an array's id: every running task.

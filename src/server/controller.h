@@ -153,6 +153,7 @@ class Controller : public ApiBackend {
   void Requeue(std::string token, std::string name, Done done) override;
   void Hold(std::string token, std::string name, bool hold, std::optional<bool> admin_hold,
             Done done) override;
+  void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) override;
   void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
@@ -202,6 +203,11 @@ class Controller : public ApiBackend {
   Reply Requeue(const std::string& token, const std::string& name);
   Reply Hold(const std::string& token, const std::string& name, bool hold,
              std::optional<bool> admin_hold = std::nullopt);
+  Reply SetBegin(const std::string& token, const std::string& name, int64_t begin_ms);
+  // A pending job given to the scheduler comes out of it again (a hold, a later begin
+  // time), as a cancelled pending job goes. True when that freed a place of its array's
+  // throttle (the caller gives it to the next task: ReleaseThrottled).
+  bool Withdraw(Job& job, Ticks now);
   Reply Signal(const std::string& token, const std::string& name, int signal,
                const std::string& to);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank, int step = -1,
@@ -356,6 +362,7 @@ class Controller : public ApiBackend {
   bool ArrayHasRoom(const Job& job) const;
   int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
   void ReleaseThrottled(const std::string& array, int limit, Ticks now);
+  void ReleaseThrottledArrays(const std::set<std::string>& arrays, Ticks now);
   // Cancels an active job: a pending one ends now, a running one gets its grace (none
   // with `force`, which also cuts a stopping job's grace short).
   void CancelJob(Job& job, const std::string& reason, Ticks now, bool force = false);

@@ -376,6 +376,10 @@ Reply Controller::Hold(const std::string& token, const std::string& name, bool h
   return Wait([&](Done d) { Hold(token, name, hold, admin_hold, std::move(d)); });
 }
 
+Reply Controller::SetBegin(const std::string& token, const std::string& name, int64_t begin_ms) {
+  return Wait([&](Done d) { SetBegin(token, name, begin_ms, std::move(d)); });
+}
+
 Reply Controller::Signal(const std::string& token, const std::string& name, int signal,
                          const std::string& to) {
   return Wait([&](Done d) { Signal(token, name, signal, to, std::move(d)); });

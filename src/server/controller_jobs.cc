@@ -1083,14 +1083,8 @@ void Controller::Hold(std::string token, std::string name, bool hold,
       if (hold) {
         const std::string by = admin ? "admin" : "user";
         if (job->hold == by) continue;
-        if (job->state == JobState::kPending && job->core.valid()) {
-          // Out of the scheduler, as a cancelled pending job goes (a running one's hold
-          // waits for a requeue: EndStop).
-          sched_->Finish(job->core, now_);
-          LetGoOfCore(*job);
-          if (job->array_limit > 0) throttled.insert(job->array);
-          dirty_ = true;
-        }
+        // (A running one's hold waits for a requeue: EndStop.)
+        if (job->state == JobState::kPending && Withdraw(*job, now_)) throttled.insert(job->array);
         job->hold = by;
         job->Note(now_, "held by " + user.Describe());
       } else {
@@ -1103,13 +1097,64 @@ void Controller::Hold(std::string token, std::string name, bool hold,
       Persist(*job);
       ++changed;
     }
-    for (const std::string& array : throttled) {
-      const std::vector<int64_t>* tasks = book_.Array(array);
-      const Job& any = book_.jobs().at(tasks->front());
-      ReleaseThrottled(array, any.array_limit, now_);
-    }
+    ReleaseThrottledArrays(throttled, now_);
     Reply r;
     r.body = {{"id", name}, {hold ? "held" : "released", changed}};
+    return r;
+  });
+}
+
+bool Controller::Withdraw(Job& job, Ticks now) {
+  if (!job.core.valid()) return false;
+  sched_->Finish(job.core, now);
+  LetGoOfCore(job);
+  dirty_ = true;
+  return job.array_limit > 0;
+}
+
+void Controller::ReleaseThrottledArrays(const std::set<std::string>& arrays, Ticks now) {
+  for (const std::string& array : arrays) {
+    if (const std::vector<int64_t>* tasks = book_.Array(array); tasks && !tasks->empty())
+      ReleaseThrottled(array, book_.jobs().at(tasks->front()).array_limit, now);
+  }
+}
+
+void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    Job* named = book_.Find(name);
+    std::vector<Job*> jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
+    if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
+    for (Job* job : jobs) {
+      if (!MayManage(user, *job)) {
+        return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job->name +
+                                                  " in queue " + job->queue);
+      }
+    }
+    if (named && named->state != JobState::kPending) {  // as Slurm's "Job is no longer pending"
+      return Reply::Error(Code::kConflict, "job " + name + " is " + named->state_word() +
+                                               ": only a pending job's start time is set");
+    }
+    const int64_t at = begin_ms > WallMs(now_) ? begin_ms : 0;
+    int changed = 0;
+    std::set<std::string> throttled;
+    for (Job* job : jobs) {
+      if (job->state != JobState::kPending || job->begin_ms == at) continue;
+      job->begin_ms = at;
+      job->Note(now_, at > 0 ? "its begin time set by " + user.Describe()
+                             : "its begin time cleared by " + user.Describe());
+      if (HeldBack(*job, now_)) {
+        if (Withdraw(*job, now_)) throttled.insert(job->array);
+        if (job->hold.empty()) begins_.emplace(job->begin_ms, job->seq);
+      } else if (!job->core.valid() && job->after.empty()) {
+        Release(*job, now_);
+      }
+      Touch(*job);
+      Persist(*job);
+      ++changed;
+    }
+    ReleaseThrottledArrays(throttled, now_);
+    Reply r;
+    r.body = {{"id", name}, {"updated", changed}};
     return r;
   });
 }

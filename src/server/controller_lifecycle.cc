@@ -228,11 +228,8 @@ void Controller::EndStop(Job& job, Ticks now) {
         metrics_.Requeued();
       }
       sched_->Requeue(job.core, now);
-      if (!job.hold.empty()) {  // held while it ran (scontrol hold): it waits for a release
-        sched_->Finish(job.core, now);
-        LetGoOfCore(job);
-        if (job.array_limit > 0) ReleaseThrottled(job.array, job.array_limit, now);
-      }
+      if (!job.hold.empty() && Withdraw(job, now))  // held while it ran: waits for a release
+        ReleaseThrottled(job.array, job.array_limit, now);
       job.state = JobState::kPending;
       job.workers.clear();
       job.steps.clear();

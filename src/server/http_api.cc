@@ -371,6 +371,12 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "requeue"}, a))
     return c.Requeue(TokenOf(req), a[0], reply);
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "begin"}, a)) {
+    double at = 0;
+    if (auto problem = DoubleParam(req, "at", 0, at)) return bad(*problem);
+    if (at < 0) return bad("at: expected Unix seconds, 0 or more (0: now)");
+    return c.SetBegin(TokenOf(req), a[0], static_cast<int64_t>(at * 1000.0), reply);
+  }
   if (m == "POST" && (Match(req, {"v1", "jobs", "*", "hold"}, a) ||
                       Match(req, {"v1", "jobs", "*", "unhold"}, a))) {
     const std::string by = req.param("by");

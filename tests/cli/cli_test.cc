@@ -177,7 +177,17 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   EXPECT_EQ(compress.output, "a[1-3],b\n");
   Outcome other = Shell(dir + "scontrol update JobId=1 TimeLimit=5 2>&1");
   EXPECT_EQ(other.status, 2);
-  EXPECT_NE(other.output.find("show hostnames"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("update TimeLimit=5: under Gantry, scontrol update sets a pending "
+                              "job's StartTime only"),
+            std::string::npos)
+      << other.output;
+  Outcome verb = Shell(dir + "scontrol suspend 1 2>&1");
+  EXPECT_EQ(verb.status, 2);
+  EXPECT_NE(verb.output.find("show hostnames"), std::string::npos) << verb.output;
+  Outcome bad_time = Shell(dir + "scontrol update JobId=1 StartTime=4pm 2>&1");
+  EXPECT_EQ(bad_time.status, 2);
+  EXPECT_NE(bad_time.output.find("StartTime: expected now+N"), std::string::npos)
+      << bad_time.output;
   Outcome squeue = Shell(dir + "squeue --partition=x 2>&1");
   EXPECT_EQ(squeue.status, 2);
   EXPECT_NE(squeue.output.find("squeue --partition=x: not supported"), std::string::npos)

@@ -1491,6 +1491,16 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {held}); }, 30)) << h.Job(held).dump();
   EXPECT_EQ(h.Job(held)["state"], "finished");
   EXPECT_EQ(reason(later), "BeginTime\n");  // released, still before its time
+  // scontrol update StartTime=now: it runs now; another field is refused with why.
+  RunResult other =
+      it::Run({slurm + "scontrol", "update", "JobId=" + later, "TimeLimit=5"}, as_ann);
+  EXPECT_NE(other.rc, 0);
+  EXPECT_NE(other.err.find("StartTime only"), std::string::npos) << other.err;
+  RunResult now =
+      it::Run({slurm + "scontrol", "update", "jobid=" + later, "StartTime=now"}, as_ann);
+  EXPECT_EQ(now.rc, 0) << now.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {later}); }, 30)) << h.Job(later).dump();
+  EXPECT_EQ(h.Job(later)["state"], "finished");
   RunResult running = it::Run({slurm + "scontrol", "release", held}, as_ann);
   EXPECT_NE(running.rc, 0) << "an ended job is not released";
 }

@@ -1595,6 +1595,33 @@ TEST_F(ControllerTest, HeldJobsAndJobsBeforeTheirBeginTimeWaitUntilReleased) {
   pass();
   EXPECT_EQ(Show("arr_0")["state"], "running");
   EXPECT_EQ(ctl_->Hold(kTeamA, "arr_1", true).code, Code::kConflict);  // ended
+
+  // scontrol update StartTime: a pending job in the scheduler (8 GPUs: it waits for room)
+  // leaves it until then, and comes back when its time is cleared; a held one, released,
+  // waits for its time, then runs once it is cleared. Only a pending job's, by its team.
+  ASSERT_EQ(
+      Submit(kTeamA, R"({"id":"big","queue":"research","gpus":8,"vram_gb":1,"command":"x"})").code,
+      Code::kCreated);
+  pass();
+  ASSERT_TRUE(Show("big").contains("wait")) << Show("big").dump();  // the scheduler's reason
+  ASSERT_EQ(ctl_->SetBegin(kTeamA, "big", clock_.load() + 3'600'000).code, Code::kOk);
+  EXPECT_EQ(ctl_->SetBegin(kTeamB, "big", 0).code, Code::kForbidden);
+  pass();
+  EXPECT_FALSE(Show("big").contains("wait")) << "still in the scheduler";
+  EXPECT_EQ(Show("big")["reason"].get<std::string>().rfind("begin: not before ", 0), 0u);
+  ASSERT_EQ(ctl_->SetBegin(kTeamA, "big", 0).code, Code::kOk);
+  pass();
+  EXPECT_TRUE(Show("big").contains("wait")) << Show("big").dump();
+  EXPECT_FALSE(Show("big").contains("begin"));
+  submit("moved", true, 0);
+  ASSERT_EQ(ctl_->SetBegin(kTeamA, "moved", clock_.load() + 3'600'000).code, Code::kOk);
+  ASSERT_EQ(ctl_->Hold(kTeamA, "moved", false).code, Code::kOk);
+  pass();
+  EXPECT_EQ(Show("moved")["reason"].get<std::string>().rfind("begin: not before ", 0), 0u);
+  ASSERT_EQ(ctl_->SetBegin(kTeamA, "moved", 0).code, Code::kOk);
+  pass();
+  EXPECT_EQ(Show("moved")["state"], "running");
+  EXPECT_EQ(ctl_->SetBegin(kTeamA, "moved", clock_.load() + 60'000).code, Code::kConflict);
 }
 
 // Issue 47: the rest of Slurm's dependency types. notok (afternotok) runs after a failure

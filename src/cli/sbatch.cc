@@ -74,6 +74,28 @@ constexpr OptionDef kOptions[] = {
     {"wait-all-nodes", 0, true},
     {"comment", 0, true},
     {"time-min", 0, true},
+    // Hints about CPUs, memory binding, switches and accounting that Gantry has no use for,
+    // seen in real scripts: accepted with a note (kNoted).
+    {"gres-flags", 0, true},
+    {"threads-per-core", 0, true},
+    {"ntasks-per-socket", 0, true},
+    {"sockets-per-node", 0, true},
+    {"cores-per-socket", 0, true},
+    {"mem-bind", 0, true},
+    {"switches", 0, true},
+    {"profile", 0, true},
+    {"acctg-freq", 0, true},
+    {"gpu-freq", 0, true},
+    {"kill-on-invalid-dep", 0, true},
+    {"no-kill", 'k', false},
+    {"overcommit", 'O', false},
+    {"spread-job", 0, false},
+    {"use-min-nodes", 0, false},
+    {"contiguous", 0, false},
+    {"tmp", 0, true},
+    {"mincpus", 0, true},
+    {"verbose", 'v', false},  // sbatch's own messages: taken, nothing to say
+    {"quiet", 'Q', false},
     {"gpu-bind", 0, true},
     {"distribution", 'm', true},
     {"cpus-per-gpu", 0, true},
@@ -121,12 +143,37 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"time-min",
      "the job runs with its whole --time (Slurm may cut it toward --time-min to start the job "
      "sooner; Gantry's backfill plans with --time)"},
+    {"gres-flags", "GPUs are not bound to CPU sockets: a task's cgroup holds its CPUs"},
+    {"threads-per-core", "the CPU layout within a node is not modelled: -c gives a task's CPUs"},
+    {"ntasks-per-socket", "the CPU layout within a node is not modelled: -c gives a task's CPUs"},
+    {"sockets-per-node", "the CPU layout within a node is not modelled: -c gives a task's CPUs"},
+    {"cores-per-socket", "the CPU layout within a node is not modelled: -c gives a task's CPUs"},
+    {"mem-bind", "memory is not bound to NUMA nodes"},
+    {"switches",
+     "not honoured: a job's nodes go where placement finds room, the fullest leaf first (a job "
+     "spec's topology: leaf keeps them under one)"},
+    {"profile", "gantryd samples every job's GPU use itself (gantry show --series)"},
+    {"acctg-freq", "gantryd samples every job's GPU use at its own interval"},
+    {"gpu-freq", "GPU clocks are left as the node has them"},
+    {"kill-on-invalid-dep",
+     "Gantry always cancels a job whose dependency can never be met (Slurm's yes)"},
+    {"no-kill", "not honoured: a job whose node fails is requeued from its checkpoint"},
+    {"overcommit", "not honoured: every task has at least a CPU of its own"},
+    {"spread-job", "placement packs nodes; a multi-node job's tasks follow -N"},
+    {"use-min-nodes", "placement already uses as few nodes as it can"},
+    {"contiguous", "nodes are not numbered contiguously for a job; placement keeps leaves full"},
+    {"tmp", "node-local disk is not counted"},
+    {"mincpus", "a node holds the job's tasks' CPUs (-c x tasks there), no minimum beside"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
 // than "unknown").
 constexpr std::pair<const char*, const char*> kRefused[] = {
     {"licenses", "licenses are not modelled"},
+    {"deadline", "jobs are not cancelled for a deadline; --time limits each run"},
+    {"clusters", "one gantryd schedules one cluster: submit to its gantryd"},
+    {"cluster-constraint", "one gantryd schedules one cluster: submit to its gantryd"},
+    {"ntasks-per-gpu", "give --gpus-per-task or --gres with -n instead"},
 };
 
 bool IsRefused(const std::string& name) {

@@ -329,6 +329,31 @@ TEST(Sbatch, DependencyTypesBecomeAfterKinds) {
   EXPECT_EQ(after("afterok:12,singleton"), "12:ok,singleton");
 }
 
+// Options real scripts carry that Gantry has no use for (CPU layout, binding, switches,
+// accounting): accepted with a note that says why; sbatch's own -v and -Q silently; a few
+// that would change what the job is refused with what to do instead.
+TEST(Sbatch, HintsAreAcceptedWithANoteAndTheRestRefusedWithWhy) {
+  for (const char* hint :
+       {"--gres-flags=enforce-binding", "--threads-per-core=1", "--ntasks-per-socket=1",
+        "--sockets-per-node=2", "--cores-per-socket=8", "--mem-bind=local", "--switches=1@1:00:00",
+        "--profile=task", "--acctg-freq=30", "--gpu-freq=high", "--kill-on-invalid-dep=yes",
+        "--no-kill", "--overcommit", "--spread-job", "--use-min-nodes", "--contiguous", "--tmp=10G",
+        "--mincpus=4"}) {
+    SbatchJob j = Parse("#!/bin/sh\n#SBATCH " + std::string(hint) + "\n#SBATCH -G 1\n");
+    ASSERT_TRUE(j.errors.empty()) << hint << ": " << Errors(j);
+    ASSERT_EQ(j.notes.size(), 1u) << hint;
+    const std::string name = std::string(hint).substr(0, std::string(hint).find('='));
+    EXPECT_EQ(j.notes[0].rfind("job.sh:2: " + name + ": accepted: ", 0), 0u) << j.notes[0];
+  }
+  SbatchJob quiet = Parse("#!/bin/sh\n#SBATCH -v -Q -k -O\n");
+  EXPECT_TRUE(quiet.errors.empty()) << Errors(quiet);
+  EXPECT_EQ(quiet.notes.size(), 2u);  // -k and -O; -v and -Q are sbatch's own
+  for (const char* refused : {"--deadline=now+1hour", "--clusters=b", "--ntasks-per-gpu=1"}) {
+    const std::string e = Errors(Parse("#!/bin/sh\n#SBATCH " + std::string(refused) + "\n"));
+    EXPECT_NE(e.find(": not supported: "), std::string::npos) << refused << ": " << e;
+  }
+}
+
 TEST(Sbatch, MemorySizes) {
   std::string error;
   EXPECT_EQ(ParseSlurmMemory("4096", error), 4096);

@@ -204,10 +204,6 @@ class Controller : public ApiBackend {
   Reply Hold(const std::string& token, const std::string& name, bool hold,
              std::optional<bool> admin_hold = std::nullopt);
   Reply SetBegin(const std::string& token, const std::string& name, int64_t begin_ms);
-  // A pending job given to the scheduler comes out of it again (a hold, a later begin
-  // time), as a cancelled pending job goes. True when that freed a place of its array's
-  // throttle (the caller gives it to the next task: ReleaseThrottled).
-  bool Withdraw(Job& job, Ticks now);
   Reply Signal(const std::string& token, const std::string& name, int signal,
                const std::string& to);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank, int step = -1,
@@ -359,6 +355,10 @@ class Controller : public ApiBackend {
     return !job.hold.empty() || job.begin_ms > WallMs(now);
   }
   void BeginDue(Ticks now);
+  // A pending job given to the scheduler comes out of it again (a hold, a later begin
+  // time), as a cancelled pending job goes. True when that freed a place of its array's
+  // throttle (the caller gives it to the next task: ReleaseThrottled).
+  bool Withdraw(Job& job, Ticks now);
   bool ArrayHasRoom(const Job& job) const;
   int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
   void ReleaseThrottled(const std::string& array, int limit, Ticks now);
@@ -371,6 +371,11 @@ class Controller : public ApiBackend {
   // nullopt when there is no such job. Any team's job, as in Slurm (and as `show` shows
   // every job's state): a dependency reads its end, nothing of its spec.
   std::optional<JobEnd> EndStateOf(const std::string& name);
+  // Where a dependency of `kind` on job `name` stands; `end` is how that job stands
+  // (EndStateOf: nullopt when there is no such job, which reads as failed here).
+  enum class DepState : uint8_t { kWaiting, kMet, kNever };
+  DepState DependencyState(const std::string& name, Dependency::Kind kind,
+                           std::optional<JobEnd>& end);
   // What a node should run changed: bump the versions of the job's nodes (watches).
   void Touch(const Job& job);
   // The job's run is over: out of the book's running jobs, its workers' entries dropped.

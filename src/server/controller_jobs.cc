@@ -232,28 +232,27 @@ Result<AfterSpec> ParseAfterSpec(const std::string& spec) {
   return out;
 }
 
-namespace {
-
-// Where a dependency stands, given how its job stands (`end`: kNone while it is active)
-// and whether that has started.
-enum class DepState : uint8_t { kWaiting, kMet, kNever };
-DepState StateOf(Dependency::Kind kind, JobEnd end, bool started) {
+Controller::DepState Controller::DependencyState(const std::string& name, Dependency::Kind kind,
+                                                 std::optional<JobEnd>& end) {
   using K = Dependency::Kind;
-  if (end == JobEnd::kNone)
-    return kind == K::kStarted && started ? DepState::kMet : DepState::kWaiting;
+  end = EndStateOf(name);
+  const JobEnd e = end.value_or(JobEnd::kFailed);
+  if (e == JobEnd::kNone) {
+    const Job* other = book_.Find(name);  // active: in memory
+    return kind == K::kStarted && other && other->first_start >= 0 ? DepState::kMet
+                                                                   : DepState::kWaiting;
+  }
   switch (kind) {
     case K::kOk:
-      return end == JobEnd::kFinished ? DepState::kMet : DepState::kNever;
+      return e == JobEnd::kFinished ? DepState::kMet : DepState::kNever;
     case K::kNotOk:
-      return end != JobEnd::kFinished ? DepState::kMet : DepState::kNever;
+      return e != JobEnd::kFinished ? DepState::kMet : DepState::kNever;
     case K::kAny:
     case K::kStarted:
       return DepState::kMet;
   }
   return DepState::kWaiting;
 }
-
-}  // namespace
 
 std::optional<JobEnd> Controller::EndStateOf(const std::string& name) {
   if (const Job* j = book_.Find(name)) return j->active() ? JobEnd::kNone : j->end;
@@ -340,9 +339,8 @@ void Controller::Settle(Job& job, Ticks now) {
   std::string never;  // why one can never be met
   bool met = false;
   for (const Dependency& d : job.after) {
-    const std::optional<JobEnd> end = EndStateOf(d.job);
-    const Job* other = book_.Find(d.job);
-    switch (StateOf(d.kind, end.value_or(JobEnd::kFailed), other && other->first_start >= 0)) {
+    std::optional<JobEnd> end;
+    switch (DependencyState(d.job, d.kind, end)) {
       case DepState::kWaiting:
         left.push_back(d);
         break;
@@ -488,10 +486,10 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
               }
             }
             for (const std::string& name : names) {
-              const std::optional<JobEnd> end = EndStateOf(name);
+              std::optional<JobEnd> end;
+              const DepState state = DependencyState(name, d.kind, end);
               if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
-              const Job* other = book_.Find(name);
-              switch (StateOf(d.kind, *end, other && other->first_start >= 0)) {
+              switch (state) {
                 case DepState::kWaiting:
                   after.push_back(Dependency{name, d.kind});
                   break;
@@ -1142,12 +1140,9 @@ void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms,
       job->begin_ms = at;
       job->Note(now_, at > 0 ? "its begin time set by " + user.Describe()
                              : "its begin time cleared by " + user.Describe());
-      if (HeldBack(*job, now_)) {
-        if (Withdraw(*job, now_)) throttled.insert(job->array);
-        if (job->hold.empty()) begins_.emplace(job->begin_ms, job->seq);
-      } else if (!job->core.valid() && job->after.empty()) {
-        Release(*job, now_);
-      }
+      // Out of the scheduler until then; Release notes the time, or hands it back now.
+      if (HeldBack(*job, now_) && Withdraw(*job, now_)) throttled.insert(job->array);
+      if (!job->core.valid() && job->after.empty()) Release(*job, now_);
       Touch(*job);
       Persist(*job);
       ++changed;

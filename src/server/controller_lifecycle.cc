@@ -129,10 +129,17 @@ void Controller::StartRun(Job& job, Ticks now, bool resized) {
   }
   Persist(job);
   // Jobs waiting for its start (--after NAME:started, Slurm's `after`) move on; the rest
-  // wait for its end as before (their entries stay).
+  // wait for its end as before (their entries stay, and they are not looked at now: a job
+  // after a 10,000-task array would be weighed anew at each task's start).
   if (first) {
     for (int64_t seq : book_.Dependents(job.name)) {
-      if (auto h = book_.jobs().find(seq); h != book_.jobs().end()) Settle(h->second, now);
+      auto h = book_.jobs().find(seq);
+      if (h == book_.jobs().end()) continue;
+      const std::vector<Dependency>& after = h->second.after;
+      if (std::any_of(after.begin(), after.end(), [&](const Dependency& d) {
+            return d.job == job.name && d.kind == Dependency::Kind::kStarted;
+          }))
+        Settle(h->second, now);
     }
   }
 }

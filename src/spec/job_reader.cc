@@ -429,48 +429,56 @@ class JobDecoder {
     }
   }
 
+  // A field that is one string or a list of them: `each(text, line, path)` for each string,
+  // in order (path "key", or "key[i]" in a list); an empty list is reported with `empty`,
+  // an item that is not a string too, marking the field bad.
+  template <typename Each>
+  void ForEachString(Fields& f, std::string_view key, const Doc& v, const char* empty, Each each) {
+    if (v.is_list() && v.items.empty()) f.Report(key, empty);
+    const size_t n = v.is_list() ? v.items.size() : 1;
+    for (size_t i = 0; i < n; ++i) {
+      const Doc& item = v.is_list() ? v.items[i] : v;
+      const std::string path =
+          v.is_list() ? f.Path(key) + "[" + std::to_string(i) + "]" : f.Path(key);
+      const int line = v.is_list() ? item.line : f.Line(key);
+      if (auto text = d_.String(item, line, path)) {
+        each(*text, line, path);
+      } else {
+        f.MarkBad(key);
+      }
+    }
+  }
+
   // nodelist / exclude_nodes (sbatch --nodelist, --exclude): node names, or Slurm host lists
   // ("h100-[0-3],a100-0"), as one string or a list of them; into `out`, ascending.
   void ReadNodes(Fields& f, std::string_view key, std::vector<core::NodeId>& out) {
     const Doc* v = f.Get(key);
     if (v == nullptr) return;
-    std::vector<std::pair<const Doc*, std::string>> items;
-    if (v->is_list()) {
-      if (v->items.empty()) f.Report(key, "must name at least one node");
-      for (size_t i = 0; i < v->items.size(); ++i)
-        items.emplace_back(&v->items[i], f.Path(key) + "[" + std::to_string(i) + "]");
-    } else {
-      items.emplace_back(v, f.Path(key));
-    }
     const core::Cluster& cluster = config_.cluster;
-    for (const auto& [item, path] : items) {
-      const int line = v->is_list() ? item->line : f.Line(key);
-      auto text = d_.String(*item, line, path);
-      if (!text) {
-        f.MarkBad(key);
-        continue;
-      }
-      const std::optional<std::vector<std::string>> names = ExpandHostList(*text);
-      if (!names || names->empty()) {
-        f.MarkBad(key);
-        d_.Report(
-            line, path,
-            "expected node names or a host list such as h100-[0-3],a100-0, got " + Quote(*text));
-        continue;
-      }
-      for (const std::string& name : *names) {
-        if (auto n = cluster.FindNode(name)) {
-          out.push_back(*n);
-        } else {
-          f.MarkBad(key);
-          d_.Report(line, path,
-                    "unknown node " + Quote(name) + " (this cluster's nodes are named like " +
-                        (!cluster.nodes().empty() ? cluster.nodes().front().name
-                                                  : std::string("<pool>-0")) +
-                        ")");
-        }
-      }
-    }
+    ForEachString(
+        f, key, *v, "must name at least one node",
+        [&](const std::string& text, int line, const std::string& path) {
+          const std::optional<std::vector<std::string>> names = ExpandHostList(text);
+          if (!names || names->empty()) {
+            f.MarkBad(key);
+            d_.Report(
+                line, path,
+                "expected node names or a host list such as h100-[0-3],a100-0, got " + Quote(text));
+            return;
+          }
+          for (const std::string& name : *names) {
+            if (auto n = cluster.FindNode(name)) {
+              out.push_back(*n);
+            } else {
+              f.MarkBad(key);
+              d_.Report(line, path,
+                        "unknown node " + Quote(name) + " (this cluster's nodes are named like " +
+                            (!cluster.nodes().empty() ? cluster.nodes().front().name
+                                                      : std::string("<pool>-0")) +
+                            ")");
+            }
+          }
+        });
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
   }
@@ -739,36 +747,23 @@ class JobDecoder {
     bool models_given = false;
     if (const Doc* v = f.Get("gpu_model")) {
       models_given = true;
-      std::vector<std::pair<const Doc*, std::string>> names;
-      if (v->is_list()) {
-        if (v->items.empty()) f.Report("gpu_model", "must name at least one GPU model");
-        for (size_t i = 0; i < v->items.size(); ++i) {
-          names.emplace_back(&v->items[i], f.Path("gpu_model") + "[" + std::to_string(i) + "]");
-        }
-      } else {
-        names.emplace_back(v, f.Path("gpu_model"));
-      }
       ModelMask mask = 0;
-      for (const auto& [item, path] : names) {
-        const int line = v->is_list() ? item->line : f.Line("gpu_model");
-        auto name = d_.String(*item, line, path);
-        if (!name) {
-          f.MarkBad("gpu_model");
-          continue;
-        }
-        if (const ModelMask named = spec::GpuModelsNamed(*name, catalog, config_.site)) {
-          mask |= named;  // a model's name in any case, a site alias, a product name
-        } else {
-          f.MarkBad("gpu_model");
-          std::vector<std::string> known;
-          for (size_t m = 0; m < catalog.size(); ++m) {
-            known.push_back(catalog.model(ModelId(static_cast<uint32_t>(m))).name);
-          }
-          for (const auto& [alias, m] : config_.site.gpu_types) known.push_back(alias);
-          d_.Report(line, path,
-                    "unknown GPU model " + Quote(*name) + " (known: " + Join(known, 64) + ")");
-        }
-      }
+      ForEachString(
+          f, "gpu_model", *v, "must name at least one GPU model",
+          [&](const std::string& name, int line, const std::string& path) {
+            if (const ModelMask named = spec::GpuModelsNamed(name, catalog, config_.site)) {
+              mask |= named;  // a model's name in any case, a site alias, a product name
+            } else {
+              f.MarkBad("gpu_model");
+              std::vector<std::string> known;
+              for (size_t m = 0; m < catalog.size(); ++m) {
+                known.push_back(catalog.model(ModelId(static_cast<uint32_t>(m))).name);
+              }
+              for (const auto& [alias, m] : config_.site.gpu_types) known.push_back(alias);
+              d_.Report(line, path,
+                        "unknown GPU model " + Quote(name) + " (known: " + Join(known, 64) + ")");
+            }
+          });
       if (mask != 0) job.models = mask;
     }
     if (!shape_ok) {

@@ -7,8 +7,13 @@ scheduling the pods that name it. Each case sets up what it needs, checks what a
 see (bindings, PodScheduled conditions, `kubectl describe`), and deletes its objects.
 
     tests/k8s/scheduler_test.py [--gantryd build/release/src/gantryd] [-k NAME] [--keep]
+                                [--jobs N | --shard K/N]
 
-Ends with 'N passed, N failed'; exits non-zero on a failure.
+Ends with 'N passed, N failed'; exits non-zero on a failure. --jobs N runs the cases on N
+clusters at once (the cases mostly wait on the API server, gantryd's passes and kwok:
+one cluster keeps 2 cores about a sixth busy), each a process of this script with
+--shard K/N: the cases whose place in CASES is K modulo N, on a cluster of its own (free
+ports, a folder of its own). Each shard's output is printed whole as it ends.
 """
 import argparse
 import json
@@ -1532,7 +1537,14 @@ def main():
     ap.add_argument("--gantryd", default=os.path.join(ROOT, "build", "release", "src", "gantryd"))
     ap.add_argument("-k", default="", help="run the cases whose name contains this")
     ap.add_argument("--keep", action="store_true", help="keep the cluster directory")
+    ap.add_argument("--jobs", type=int, default=1, help="run the cases on this many clusters at once")
+    ap.add_argument("--shard", default="0/1", help="K/N: run the cases whose index is K modulo N")
     args = ap.parse_args()
+    if args.jobs > 1:
+        return run_shards(args)
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    if not 0 <= shard < shards:
+        ap.error(f"--shard {args.shard}: K must be at least 0 and below N")
     directory = tempfile.mkdtemp(prefix="gantry-k8s-sched.")
     c = Cluster(directory, os.path.abspath(args.gantryd))
     passed = failed = 0
@@ -1540,8 +1552,8 @@ def main():
         c.start()
         global SNAPSHOT
         SNAPSHOT = c
-        for case in CASES:
-            if args.k not in case.__name__:
+        for i, case in enumerate(CASES):
+            if args.k not in case.__name__ or i % shards != shard:
                 continue
             if c.proc is not None and c.proc.poll() is not None:
                 failed += 1
@@ -1569,6 +1581,31 @@ def main():
         else:
             shutil.rmtree(directory, ignore_errors=True)
     print(f"{passed} passed, {failed} failed")
+    return 0 if failed == 0 and passed > 0 else 1
+
+
+def run_shards(args):
+    """Runs --jobs shards of the cases as processes of this script, side by side."""
+    procs = []
+    for k in range(args.jobs):
+        cmd = [sys.executable, os.path.abspath(__file__), "--gantryd", args.gantryd, "-k", args.k,
+               "--shard", f"{k}/{args.jobs}"] + (["--keep"] if args.keep else [])
+        out = tempfile.TemporaryFile(mode="w+")
+        procs.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT), out))
+    passed = failed = 0
+    for k, (proc, out) in enumerate(procs):
+        rc = proc.wait()
+        out.seek(0)
+        text = out.read()
+        print(f"== shard {k}/{args.jobs} (exit {rc})", flush=True)
+        print(text, end="", flush=True)
+        m = re.search(r"^(\d+) passed, (\d+) failed$", text, re.M)
+        if m:
+            passed += int(m.group(1))
+            failed += int(m.group(2))
+        if rc != 0 and not (m and int(m.group(2)) > 0):
+            failed += 1  # it ended without its count: a crash, not a case
+    print(f"{passed} passed, {failed} failed (in {args.jobs} shards)")
     return 0 if failed == 0 and passed > 0 else 1
 
 

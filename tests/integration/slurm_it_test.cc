@@ -1505,6 +1505,63 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   EXPECT_NE(running.rc, 0) << "an ended job is not released";
 }
 
+// A held array of a thousand tasks, at the size users hold them: every task stays held
+// through a SIGKILLed gantryd, and one `scontrol release` of the array's id, with gantryd
+// killed again the moment it answered, runs each task once.
+TEST(Slurm, AThousandHeldTasksOutliveKilledGantrydsAndRunOnceWhenReleased) {
+  Harness h("slurm-held-array");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("task.sh",
+          "#!/bin/sh\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 1\n#SBATCH -o /dev/null\n"
+          "echo \"$SLURM_JOB_ID\" >> \"ran-$SLURM_ARRAY_TASK_ID\"\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-H", "--array=0-999", "-D", work, h.Path("task.sh")},
+                      h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string array = Trim(r.out);
+  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  const std::map<std::string, std::string> as_ann = {
+      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
+  // Pending tasks by reason, as squeue shows them.
+  auto reasons = [&] {
+    std::map<std::string, int> n;
+    RunResult q = it::Run({slurm + "squeue", "-h", "-t", "PD", "-o", "%r"}, as_ann);
+    EXPECT_EQ(q.rc, 0) << q.err;
+    std::stringstream lines(q.out);
+    for (std::string line; std::getline(lines, line);) ++n[line];
+    return n;
+  };
+  EXPECT_EQ(reasons(), (std::map<std::string, int>{{"JobHeldUser", 1000}}));
+  h.KillServer(SIGKILL);
+  h.StartServer();
+  EXPECT_EQ(reasons(), (std::map<std::string, int>{{"JobHeldUser", 1000}}))
+      << "a hold did not outlive gantryd";
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // passes go by: none starts
+  EXPECT_EQ(std::distance(fs::directory_iterator(work), fs::directory_iterator()), 0);
+
+  RunResult release = it::Run({slurm + "scontrol", "release", array}, as_ann);
+  ASSERT_EQ(release.rc, 0) << release.err;
+  h.KillServer(SIGKILL);  // the release was answered: it must hold
+  h.StartServer();
+  std::set<std::string> ids;
+  for (int t = 0; t < 1000; ++t) ids.insert("j" + array + "_" + std::to_string(t));
+  ASSERT_TRUE(AllEndWhileProgressing(h, ids, 30)) << h.Cli({"ls"}, h.token("ann")).out;
+  int ran = 0;
+  for (int t = 0; t < 1000; ++t) {
+    const std::string file = "work/ran-" + std::to_string(t);
+    if (!fs::exists(h.Path(file))) {
+      ADD_FAILURE() << "task " << t << " never ran";
+      continue;
+    }
+    const std::string lines = h.Read(file);
+    EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1) << "task " << t << " ran: " << lines;
+    ++ran;
+  }
+  EXPECT_EQ(ran, 1000);
+  EXPECT_TRUE(reasons().empty());
+}
+
 // -x/--exclude keeps a job off the nodes it names, and -w/--nodelist puts it on exactly
 // those: it waits for them while other nodes are free, then runs there, with Slurm's
 // variables saying so.

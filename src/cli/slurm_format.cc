@@ -440,13 +440,14 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   if (field == "statecompact") return SlurmStateCode(state);
   if (field == "timeused") return SlurmDuration(Used(job, now));
   if (field == "elapsedraw") return Int(Used(job, now));
-  if (field == "timelimit") {
-    return job.contains("time_limit_s") ? SlurmDuration(Num(job, "time_limit_s")) : "UNLIMITED";
-  }
+  // Slurm's limit: an sbatch --signal's lead back on (slurm_time_limit_s), else Gantry's.
+  const char* limit = job.contains("slurm_time_limit_s") ? "slurm_time_limit_s" : "time_limit_s";
+  if (field == "timelimit")
+    return job.contains(limit) ? SlurmDuration(Num(job, limit)) : "UNLIMITED";
   if (field == "timeleft") {
-    if (!job.contains("time_limit_s")) return "UNLIMITED";
+    if (!job.contains(limit)) return "UNLIMITED";
     const double run = Num(job, "run_start", -1) >= 0 ? now - Num(job, "run_start") : 0;
-    return SlurmDuration(Num(job, "time_limit_s") - run);
+    return SlurmDuration(Num(job, limit) - run);
   }
   if (field == "numnodes") return nodes.empty() ? "-" : std::to_string(nodes.size());
   if (field == "numtasks") return Int(replicas * per_worker);

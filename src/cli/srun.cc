@@ -782,6 +782,18 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   return status;
 }
 
+namespace {
+
+// squeue's duration `field` of `job` as scontrol writes durations: [D-]HH:MM:SS.
+std::string ScontrolDuration(const json& job, const std::string& field) {
+  const std::string d = FieldValue(job, field, static_cast<double>(std::time(nullptr)));
+  if (d == "UNLIMITED" || d.find('-') != std::string::npos) return d;
+  return std::count(d.begin(), d.end(), ':') == 1 ? "00:" + std::string(d.size() < 5 ? "0" : "") + d
+                                                  : std::string(d.size() < 8 ? "0" : "") + d;
+}
+
+}  // namespace
+
 int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   // scontrol requeue|hold|uhold|release JOBID[,JOBID...] [JOBID...]
   static constexpr std::pair<const char*, const char*> kActions[] = {{"requeue", "/requeue"},
@@ -807,9 +819,10 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
     }
     return rc;
   }
-  if (!words.empty() && words[0] == "update") {  // scontrol update JobId=ID StartTime=TIME
-    std::string id, start;
-    bool has_start = false;
+  if (!words.empty() && words[0] == "update") {
+    // scontrol update JobId=ID[,ID...] [StartTime=TIME] [TimeLimit=[+-]TIME]
+    std::string id;
+    std::optional<std::string> start, limit;
     for (size_t w = 1; w < words.size(); ++w) {
       const size_t eq = words[w].find('=');
       std::string key = words[w].substr(0, eq);
@@ -819,34 +832,51 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         id = value;
       } else if (key == "starttime") {
         start = value;
-        has_start = true;
+      } else if (key == "timelimit") {
+        limit = value;
       } else {
         std::cerr << "scontrol: error: update " << words[w]
-                  << ": under Gantry, scontrol update sets a pending job's StartTime only "
-                     "(JobId=ID StartTime=TIME)\n";
+                  << ": under Gantry, scontrol update sets a job's StartTime and TimeLimit only "
+                     "(JobId=ID StartTime=TIME TimeLimit=TIME)\n";
         return kExitBadInput;
       }
     }
-    if (id.empty() || !has_start) {
-      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME\n";
+    if (id.empty() || (!start && !limit)) {
+      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME or TimeLimit=TIME\n";
       return kExitBadInput;
     }
-    std::string why;
+    std::vector<std::string> paths;  // what to ask of each job, after its id
     const int64_t now_s = static_cast<int64_t>(std::time(nullptr));
-    const std::optional<int64_t> at = ParseSlurmBeginTime(start, now_s, why);
-    if (!at) {
-      std::cerr << "scontrol: error: StartTime: " << why << "\n";
-      return kExitBadInput;
+    if (start) {
+      std::string why;
+      const std::optional<int64_t> at = ParseSlurmBeginTime(*start, now_s, why);
+      if (!at) {
+        std::cerr << "scontrol: error: StartTime: " << why << "\n";
+        return kExitBadInput;
+      }
+      paths.push_back("/begin?at=" + std::to_string(*at > now_s ? *at : 0));
+    }
+    if (limit) {  // TIME, UNLIMITED, or +TIME / -TIME: added to the job's limit
+      const bool add = !limit->empty() && (limit->front() == '+' || limit->front() == '-');
+      std::string why;
+      const std::optional<long long> t = ParseSlurmTime(add ? limit->substr(1) : *limit, why);
+      if (!t || (add && *t == 0)) {
+        std::cerr << "scontrol: error: TimeLimit: "
+                  << (t ? "UNLIMITED cannot be added to a limit" : why) << "\n";
+        return kExitBadInput;
+      }
+      paths.push_back(add ? "/time-limit?add=" + std::to_string(limit->front() == '-' ? -*t : *t)
+                          : "/time-limit?s=" + std::to_string(*t));
     }
     Client c(g);
     int rc = 0;
     std::stringstream ids(id);
     for (std::string one; std::getline(ids, one, ',');) {
       if (one.empty()) continue;
-      Response r = c.Post(
-          "/v1/jobs/" + UrlEncode(one) + "/begin?at=" + std::to_string(*at > now_s ? *at : 0), "",
-          "application/json");
-      if (int failed = Check(r, "scontrol update")) rc = failed;
+      for (const std::string& path : paths) {
+        Response r = c.Post("/v1/jobs/" + UrlEncode(one) + path, "", "application/json");
+        if (int failed = Check(r, "scontrol update")) rc = failed;
+      }
     }
     return rc;
   }
@@ -856,7 +886,8 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
        what != "jobid")) {
     std::cerr << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
                  "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
-                 "update JobId=ID StartTime=TIME (gantry show, cancel and drain do the rest)\n";
+                 "update JobId=ID StartTime=TIME TimeLimit=TIME (gantry show, cancel and drain do "
+                 "the rest)\n";
     return kExitBadInput;
   }
   if (what == "hostnames" || what == "hostname") {
@@ -914,6 +945,8 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
             << " Reason=" << SlurmReason(j)
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
             << " ExitCode=" << j.value("exit_code", 0) << ":0"
+            << "\n   RunTime=" << ScontrolDuration(j, "timeused")
+            << " TimeLimit=" << ScontrolDuration(j, "timelimit") << " TimeMin=N/A"
             << "\n   SubmitTime=" << FieldValue(j, "submittime", 0)
             << " StartTime=" << FieldValue(j, "starttime", 0)
             << " EndTime=" << FieldValue(j, "endtime", 0)

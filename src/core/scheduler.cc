@@ -873,6 +873,14 @@ void Scheduler::SetSizes(JobId id, int min_replicas, int replicas) {
   Stamp(running_pos_[id.v]);
 }
 
+void Scheduler::SetRuntimeEstimate(JobId id, std::optional<Ticks> estimate) {
+  JobRecord& job = Rec(id);
+  job.spec.runtime_estimate = estimate;
+  if (job.phase != Phase::kRunning) return;
+  SetExpectedEnd(id, ExpectedEnd(id));
+  Stamp(running_pos_[id.v]);
+}
+
 void Scheduler::ReleaseDraining(JobId id) {
   auto it = draining_.find(id.v);
   if (it == draining_.end()) return;

@@ -271,6 +271,10 @@ class Scheduler {
   // those it was bound with) make it elastic between `min_replicas` and `replicas`, its
   // size now inside them: it may grow into them at its checkpoints. Whole-GPU gangs only.
   void SetSizes(JobId job, int min_replicas, int replicas);
+  // The job's run-time estimate changed (gantryd: scontrol update TimeLimit, which the
+  // estimate follows where it came from the time limit); nullopt: its queue's history.
+  // A running job's expected end moves with it.
+  void SetRuntimeEstimate(JobId job, std::optional<Ticks> estimate);
   // Some workers of a running gang ended while the others run on (under Kubernetes a pod
   // of a gang that succeeded or failed: its GPUs are free, as they are to the kubelet):
   // the workers at `gone` (indices into the job's alloc, ascending) release what they

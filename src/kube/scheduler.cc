@@ -2256,6 +2256,9 @@ class KubeApi : public server::ApiBackend {
   void SetBegin(std::string, std::string, int64_t, server::Done done) override {
     done(Elsewhere("defers nothing", "create the pods when they should start"));
   }
+  void SetTimeLimit(std::string, std::string, int64_t, bool, server::Done done) override {
+    done(Elsewhere("limits no run time", "set the Job's spec.activeDeadlineSeconds"));
+  }
   void Hold(std::string, std::string, bool, std::optional<bool>, server::Done done) override {
     done(Elsewhere("holds nothing",
                    "suspend the Job: kubectl patch job NAME -p '{\"spec\":{\"suspend\":true}}'"));

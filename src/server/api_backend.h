@@ -101,6 +101,13 @@ class ApiBackend {
   // `begin_ms` (ms since the Unix epoch; 0, or a time gone by: eligible now). An array's id:
   // its pending tasks.
   virtual void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) = 0;
+  // A pending or running job's time limit (scontrol update JobId=ID TimeLimit=[+-]TIME), in
+  // ms as its submitter wrote it (an sbatch job's --time, its --signal's lead included; else
+  // time_limit_s), 0: none; `add`: `limit_ms` (signed) added to the one it has. It replaces
+  // the spec's from then on: a running job past it is stopped as at its limit. Only an admin
+  // raises a limit or takes it away (Slurm's rule). An array's id: its active tasks.
+  virtual void SetTimeLimit(std::string token, std::string name, int64_t limit_ms, bool add,
+                            Done done) = 0;
   // scancel --signal: `signal` to a running job's steps' tasks ("steps"; a native job's
   // workers), its batch script's shell ("batch") or both with the script's children
   // ("full"); an array's id: every running task.

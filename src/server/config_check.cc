@@ -18,7 +18,14 @@ std::optional<core::JobSpec> ReadJobSpec(const Job& job, const spec::ClusterConf
     for (const spec::Diag& d : diags.items()) problems->push_back(d.ToString());
   }
   if (!diags.empty()) return std::nullopt;
+  if (job.time_limit_set >= 0) ApplyTimeLimit(*spec, job.time_limit_set);
   return spec;
+}
+
+void ApplyTimeLimit(core::JobSpec& spec, core::Ticks limit) {
+  const bool estimate_follows = spec.runtime_estimate == spec.time_limit;  // the reader's default
+  spec.time_limit = limit > 0 ? std::optional<core::Ticks>(limit) : std::nullopt;
+  if (estimate_follows) spec.runtime_estimate = spec.time_limit;
 }
 
 std::optional<core::JobSpec> ReadJobSpecAsWritten(const Job& job) {

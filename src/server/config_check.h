@@ -16,10 +16,14 @@
 
 namespace gantry::server {
 
-// A stored job's spec, read against `config` as at submission; its problems (FILE:LINE:
-// FIELD: MESSAGE) go to `problems`.
+// A stored job's spec, read against `config` as at submission, with what was updated
+// since (Job::time_limit_set); its problems (FILE:LINE: FIELD: MESSAGE) go to `problems`.
 std::optional<core::JobSpec> ReadJobSpec(const Job& job, const spec::ClusterConfig& config,
                                          std::vector<std::string>* problems);
+
+// `limit` (0: none) replaces the spec's time limit, and its run-time estimate where that
+// was the time limit (the job reader's default).
+void ApplyTimeLimit(core::JobSpec& spec, core::Ticks limit);
 
 // A spec that no longer reads against the config (its queue, pool or model removed and
 // gantryd started with --force-config): read against a stand-in with only its own queue

@@ -154,6 +154,8 @@ class Controller : public ApiBackend {
   void Hold(std::string token, std::string name, bool hold, std::optional<bool> admin_hold,
             Done done) override;
   void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) override;
+  void SetTimeLimit(std::string token, std::string name, int64_t limit_ms, bool add,
+                    Done done) override;
   void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
   // The path of a worker's log (body.path), after checking the caller may read it.
   void LogPath(std::string token, std::string name, int run, int rank, int step, bool err,
@@ -204,6 +206,8 @@ class Controller : public ApiBackend {
   Reply Hold(const std::string& token, const std::string& name, bool hold,
              std::optional<bool> admin_hold = std::nullopt);
   Reply SetBegin(const std::string& token, const std::string& name, int64_t begin_ms);
+  Reply SetTimeLimit(const std::string& token, const std::string& name, int64_t limit_ms,
+                     bool add = false);
   Reply Signal(const std::string& token, const std::string& name, int signal,
                const std::string& to);
   Reply LogPath(const std::string& token, const std::string& name, int run, int rank, int step = -1,

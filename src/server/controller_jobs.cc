@@ -14,6 +14,7 @@
 
 #include "core/model/feasibility.h"
 #include "core/placement.h"
+#include "server/config_check.h"
 #include "spec/job_reader.h"
 
 namespace gantry::server {
@@ -735,7 +736,13 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
   // What sacct and squeue show besides (gantry acct, ls --format; docs/slurm.md).
   if (!job.spec.name.empty()) j["name"] = job.spec.name;
   if (std::string pool = PoolOf(job); !pool.empty()) j["pool"] = std::move(pool);
-  if (job.spec.time_limit) j["time_limit_s"] = static_cast<double>(*job.spec.time_limit) / 1000.0;
+  if (job.spec.time_limit) {
+    j["time_limit_s"] = static_cast<double>(*job.spec.time_limit) / 1000.0;
+    // Slurm's limit, where sbatch --signal's lead came off it (gantry sbatch: the signal at
+    // time_limit_s, the kill after the grace): squeue's, sacct's and scontrol's TimeLimit.
+    if (job.batch() && job.spec.stop_signal != 0)
+      j["slurm_time_limit_s"] = static_cast<double>(*job.spec.time_limit + job.spec.grace) / 1000.0;
+  }
   if (job.spec.cpus_milli > 0) j["cpus"] = static_cast<double>(job.spec.cpus_milli) / 1000.0;
   {
     int gpus = 0;  // GPUs it holds (a MIG instance or a share counts one), else asks for
@@ -1148,6 +1155,65 @@ void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms,
       ++changed;
     }
     ReleaseThrottledArrays(throttled, now_);
+    Reply r;
+    r.body = {{"id", name}, {"updated", changed}};
+    return r;
+  });
+}
+
+void Controller::SetTimeLimit(std::string token, std::string name, int64_t limit_ms, bool add,
+                              Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    if (!add && limit_ms < 0)
+      return Reply::Error(Code::kBadRequest, "time limit: 0 (none) or more");
+    Job* named = book_.Find(name);
+    std::vector<Job*> jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
+    if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
+    if (named && !named->active()) {
+      return Reply::Error(Code::kConflict,
+                          "job " + name + " already ended (" + std::string(Word(named->end)) + ")");
+    }
+    // Each job's new limit in Gantry's terms (the signal at it, the kill a grace later): an
+    // sbatch job's --signal lead comes off the --time its user gives, as at submission.
+    std::vector<std::pair<Job*, std::optional<Ticks>>> changes;
+    for (Job* job : jobs) {
+      if (!job->active()) continue;
+      if (!MayManage(user, *job)) {
+        return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job->name +
+                                                  " in queue " + job->queue);
+      }
+      const std::optional<Ticks>& now_limit = job->spec.time_limit;
+      const Ticks lead = job->batch() && job->spec.stop_signal != 0 ? job->spec.grace : 0;
+      if (add && !now_limit)
+        return Reply::Error(Code::kConflict, "job " + job->name + " has no time limit to add to");
+      const Ticks written = add ? *now_limit + lead + limit_ms : limit_ms;
+      if (written != 0 && written <= lead) {
+        return Reply::Error(Code::kBadRequest,
+                            "job " + job->name + ": its signal comes " + spec::FormatSeconds(lead) +
+                                " s before its limit, so the limit must be longer than that");
+      }
+      const std::optional<Ticks> limit =
+          written > 0 ? std::optional<Ticks>(written - lead) : std::nullopt;
+      if (!user.admin() && now_limit && (!limit || *limit > *now_limit)) {
+        return Reply::Error(Code::kForbidden, "job " + job->name +
+                                                  ": only an admin raises a time limit or takes it "
+                                                  "away, as in Slurm");
+      }
+      changes.emplace_back(job, limit);
+    }
+    int changed = 0;
+    for (auto& [job, limit] : changes) {
+      if (job->spec.time_limit == limit) continue;
+      job->time_limit_set = limit.value_or(0);
+      ApplyTimeLimit(job->spec, job->time_limit_set);
+      if (job->core.valid()) sched_->SetRuntimeEstimate(job->core, job->spec.runtime_estimate);
+      job->Note(now_, (limit ? "time limit set to " + spec::FormatSeconds(*limit) + " s"
+                             : std::string("time limit taken away")) +
+                          " by " + user.Describe());
+      Touch(*job);
+      Persist(*job);
+      ++changed;
+    }
     Reply r;
     r.body = {{"id", name}, {"updated", changed}};
     return r;

@@ -1,5 +1,6 @@
 #include "server/http_api.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "base/clock.h"
@@ -376,6 +377,17 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     if (auto problem = DoubleParam(req, "at", 0, at)) return bad(*problem);
     if (at < 0) return bad("at: expected Unix seconds, 0 or more (0: now)");
     return c.SetBegin(TokenOf(req), a[0], static_cast<int64_t>(at * 1000.0), reply);
+  }
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "time-limit"}, a)) {
+    // s=SECONDS (0: none), or add=SECONDS (signed) to the limit the job has.
+    const bool add = req.has_param("add");
+    double s = 0;
+    if (auto problem = DoubleParam(req, add ? "add" : "s", 0, s)) return bad(*problem);
+    if (add == req.has_param("s")) return bad("give s=SECONDS (0: none) or add=SECONDS");
+    if (std::abs(s) > 1e9 || (!add && s < 0))
+      return bad(std::string(add ? "add" : "s") + ": at most 1e9 seconds" +
+                 (add ? "" : ", 0 (none) or more"));
+    return c.SetTimeLimit(TokenOf(req), a[0], static_cast<int64_t>(s * 1000.0), add, reply);
   }
   if (m == "POST" && (Match(req, {"v1", "jobs", "*", "hold"}, a) ||
                       Match(req, {"v1", "jobs", "*", "unhold"}, a))) {

@@ -363,6 +363,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
       {"after_or", job.after_or},
       {"hold", job.hold},
       {"begin_ms", job.begin_ms},
+      {"time_limit_set", job.time_limit_set},
       {"spec_file", job.spec_file},
       {"state", std::string(Name(job.state))},
       {"submit", job.submit},
@@ -467,6 +468,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.hold = d.value("hold", std::string());
     job.after_or = d.value("after_or", false);
     job.begin_ms = d.value("begin_ms", int64_t{0});
+    job.time_limit_set = d.value("time_limit_set", Ticks{-1});
     auto state = Parse(d.at("state").get<std::string>(), kStates);
     auto stop = Parse(d.value("stop", std::string("none")), kStops);
     if (!state || !stop) return Error{"doc", "unknown state"};

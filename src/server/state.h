@@ -210,6 +210,9 @@ struct Job {
   // `begin_ms` (sbatch --begin; ms since the Unix epoch, 0: none).
   std::string hold;
   int64_t begin_ms = 0;
+  // scontrol update TimeLimit: the time limit that replaces the spec's time_limit_s from
+  // then on (0: none), applied wherever the spec is read (ReadJobSpec); -1: the spec's.
+  Ticks time_limit_set = -1;
   std::string team;
   std::string user;  // the submitter, when their token names one (a Unix account name)
   std::string queue;

@@ -175,12 +175,20 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   EXPECT_EQ(list.output, "n1\nn2\n");
   Outcome compress = Shell(dir + "scontrol show hostlist a1,a2,a3,b");
   EXPECT_EQ(compress.output, "a[1-3],b\n");
-  Outcome other = Shell(dir + "scontrol update JobId=1 TimeLimit=5 2>&1");
+  Outcome other = Shell(dir + "scontrol update JobId=1 NumNodes=5 2>&1");
   EXPECT_EQ(other.status, 2);
-  EXPECT_NE(other.output.find("update TimeLimit=5: under Gantry, scontrol update sets a pending "
-                              "job's StartTime only"),
+  EXPECT_NE(other.output.find("update NumNodes=5: under Gantry, scontrol update sets a job's "
+                              "StartTime and TimeLimit only"),
             std::string::npos)
       << other.output;
+  Outcome bad_limit = Shell(dir + "scontrol update JobId=1 TimeLimit=+UNLIMITED 2>&1");
+  EXPECT_EQ(bad_limit.status, 2);
+  EXPECT_NE(bad_limit.output.find("TimeLimit: UNLIMITED cannot be added"), std::string::npos)
+      << bad_limit.output;
+  Outcome bad_form = Shell(dir + "scontrol update JobId=1 TimeLimit=1:2:3:4 2>&1");
+  EXPECT_EQ(bad_form.status, 2);
+  EXPECT_NE(bad_form.output.find("TimeLimit: expected MM, MM:SS"), std::string::npos)
+      << bad_form.output;
   Outcome verb = Shell(dir + "scontrol suspend 1 2>&1");
   EXPECT_EQ(verb.status, 2);
   EXPECT_NE(verb.output.find("show hostnames"), std::string::npos) << verb.output;

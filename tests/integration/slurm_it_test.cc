@@ -1493,9 +1493,9 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   EXPECT_EQ(reason(later), "BeginTime\n");  // released, still before its time
   // scontrol update StartTime=now: it runs now; another field is refused with why.
   RunResult other =
-      it::Run({slurm + "scontrol", "update", "JobId=" + later, "TimeLimit=5"}, as_ann);
+      it::Run({slurm + "scontrol", "update", "JobId=" + later, "Partition=h100"}, as_ann);
   EXPECT_NE(other.rc, 0);
-  EXPECT_NE(other.err.find("StartTime only"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("StartTime and TimeLimit only"), std::string::npos) << other.err;
   RunResult now =
       it::Run({slurm + "scontrol", "update", "jobid=" + later, "StartTime=now"}, as_ann);
   EXPECT_EQ(now.rc, 0) << now.err;
@@ -1503,6 +1503,51 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   EXPECT_EQ(h.Job(later)["state"], "finished");
   RunResult running = it::Run({slurm + "scontrol", "release", held}, as_ann);
   EXPECT_NE(running.rc, 0) << "an ended job is not released";
+}
+
+// scontrol update TimeLimit on a running sbatch job: squeue and scontrol show the limit as
+// Slurm's (the --signal lead included), its user may lower it but not raise it, and the
+// lowered limit ends the job: its batch script gets the signal first, then the job ends
+// TIMEOUT.
+TEST(Slurm, ScontrolUpdateTimeLimitLowersARunningJobsLimit) {
+  Harness h("slurm-timelimit");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("long.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 10\n"
+          "#SBATCH --signal=B:USR1@2\n"
+          "trap 'echo usr1 >> sig.txt' USR1\n"
+          "while true; do sleep 0.1; done\n");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("long.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out), number = id.substr(1);
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "running"; }, 15));
+  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
+  const std::map<std::string, std::string> as_ann = {
+      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
+  auto limit = [&] {
+    return it::Run({slurm + "squeue", "-h", "-j", number, "-o", "%l"}, as_ann).out;
+  };
+  EXPECT_EQ(limit(), "10:00\n");
+  RunResult show = it::Run({slurm + "scontrol", "show", "job", number}, as_ann);
+  EXPECT_NE(show.out.find(" TimeLimit=00:10:00 "), std::string::npos) << show.out;
+  RunResult raise =
+      it::Run({slurm + "scontrol", "update", "JobId=" + number, "TimeLimit=+5"}, as_ann);
+  EXPECT_NE(raise.rc, 0);
+  EXPECT_NE(raise.err.find("only an admin raises a time limit"), std::string::npos) << raise.err;
+  EXPECT_EQ(limit(), "10:00\n");
+  RunResult lower =
+      it::Run({slurm + "scontrol", "update", "jobid=" + number, "TimeLimit=0:08"}, as_ann);
+  ASSERT_EQ(lower.rc, 0) << lower.err;
+  EXPECT_EQ(limit(), "0:08\n");
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
+  const json job = h.Job(id);
+  EXPECT_EQ(job["state"], "failed");
+  EXPECT_NE(job.value("reason", "").find("time limit reached"), std::string::npos) << job.dump();
+  EXPECT_EQ(h.Read("work/sig.txt"), "usr1\n") << "the batch script got its signal first";
+  EXPECT_EQ(it::Run({slurm + "sacct", "-n", "-X", "-P", "-j", number, "-o", "State"}, as_ann).out,
+            "TIMEOUT\n");
 }
 
 // A held array of a thousand tasks, at the size users hold them: every task stays held
@@ -1516,8 +1561,9 @@ TEST(Slurm, AThousandHeldTasksOutliveKilledGantrydsAndRunOnceWhenReleased) {
   h.Write("task.sh",
           "#!/bin/sh\n#SBATCH -A research\n#SBATCH -G 1\n#SBATCH -t 1\n#SBATCH -o /dev/null\n"
           "echo \"$SLURM_JOB_ID\" >> \"ran-$SLURM_ARRAY_TASK_ID\"\n");
-  RunResult r = h.Cli({"sbatch", "--parsable", "-H", "--array=0-999", "-D", work, h.Path("task.sh")},
-                      h.token("ann"));
+  RunResult r =
+      h.Cli({"sbatch", "--parsable", "-H", "--array=0-999", "-D", work, h.Path("task.sh")},
+            h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string array = Trim(r.out);
   const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";

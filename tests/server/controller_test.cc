@@ -1755,6 +1755,75 @@ TEST_F(ControllerTest, ARunPastItsTimeLimitIsStoppedAndTheJobFails) {
             Code::kBadRequest);
 }
 
+// scontrol update TimeLimit (issue 47): a user lowers a job's limit, only an admin raises
+// it or takes it away; an sbatch job's --signal lead comes off the --time given, as at
+// submission; the new limit is kept across a restart and stops a running job at it.
+TEST_F(ControllerTest, TimeLimitsAreUpdatedAsScontrolUpdateSetsThem) {
+  const std::string run = StartOnH100(
+      kTeamA,
+      R"({"queue":"research","gpus":1,"vram_gb":10,"grace_s":1,"time_limit_s":600,"command":"x"})");
+  ASSERT_FALSE(run.empty());
+  // As `sbatch --time=10:00 --signal=USR1@30` writes it: the signal at 570 s, the kill at 600.
+  const std::string batch = StartOnH100(
+      kTeamA, R"({"queue":"research","gpus":1,"vram_gb":10,"script":"#!/bin/sh\nsleep 1000\n",)"
+              R"("signal":"USR1","grace_s":30,"time_limit_s":570})");
+  ASSERT_FALSE(batch.empty());
+  EXPECT_EQ(Show(batch)["time_limit_s"], 570);
+  EXPECT_EQ(Show(batch)["slurm_time_limit_s"], 600);
+  EXPECT_FALSE(Show(run).contains("slurm_time_limit_s"));
+
+  // Raising or taking it away needs an admin; another team may not touch it.
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, run, 1'200'000).code, Code::kForbidden);
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, run, 0).code, Code::kForbidden);
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, run, 60'000, true).code, Code::kForbidden);
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamB, run, 300'000).code, Code::kForbidden);
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, "nosuch", 300'000).code, Code::kNotFound);
+  ASSERT_EQ(ctl_->SetTimeLimit(kTeamA, run, 300'000).code, Code::kOk);
+  EXPECT_EQ(Show(run)["time_limit_s"], 300);
+  // -1:00 off the batch job's 10:00: 9:00 as Slurm shows it, the signal at 8:30.
+  ASSERT_EQ(ctl_->SetTimeLimit(kTeamA, batch, -60'000, true).code, Code::kOk);
+  EXPECT_EQ(Show(batch)["slurm_time_limit_s"], 540);
+  EXPECT_EQ(Show(batch)["time_limit_s"], 510);
+  Reply inside_lead = ctl_->SetTimeLimit(kTeamA, batch, 30'000);
+  EXPECT_EQ(inside_lead.code, Code::kBadRequest);
+  EXPECT_NE(inside_lead.body.dump().find("signal comes 30 s before its limit"), std::string::npos)
+      << inside_lead.body.dump();
+  ASSERT_EQ(ctl_->SetTimeLimit(kAdmin, run, 900'000).code, Code::kOk);  // an admin raises it
+  EXPECT_EQ(Show(run)["time_limit_s"], 900);
+
+  // A held job's (pending) limit, then none at all by an admin; nothing to add to then.
+  SubmitRequest held;
+  held.body = R"({"id":"held","queue":"research","gpus":1,"vram_gb":1,"time_limit_s":60,)"
+              R"("command":"x"})";
+  held.hold = true;
+  ASSERT_EQ(ctl_->Submit(kTeamA, held).code, Code::kCreated);
+  ASSERT_EQ(ctl_->SetTimeLimit(kTeamA, "held", 30'000).code, Code::kOk);
+  EXPECT_EQ(Show("held")["time_limit_s"], 30);
+  ASSERT_EQ(ctl_->SetTimeLimit(kAdmin, "held", 0).code, Code::kOk);
+  EXPECT_FALSE(Show("held").contains("time_limit_s"));
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, "held", 60'000, true).code, Code::kConflict);
+
+  Restart();  // the limits set are the jobs' still
+  EXPECT_EQ(Show(run)["time_limit_s"], 900);
+  EXPECT_EQ(Show(batch)["slurm_time_limit_s"], 540);
+  EXPECT_FALSE(Show("held").contains("time_limit_s"));
+  // Lowered below what it has run: stopped at once as at its limit.
+  Beat("h100-0");
+  Advance(2'500);
+  ASSERT_EQ(ctl_->SetTimeLimit(kTeamA, run, 2'000).code, Code::kOk);
+  ctl_->Poke();
+  json beat = Beat("h100-0");
+  bool stopped = false;
+  for (const json& w : beat["workers"]) stopped |= w["job"] == run && w["action"] == "stop";
+  EXPECT_TRUE(stopped) << beat.dump();
+  Beat("h100-0", json::array({{{"job", run}, {"run", 1}, {"rank", 0}, {"signal", 15}}}));
+  json show = Show(run);
+  EXPECT_EQ(show["state"], "failed");
+  EXPECT_NE(show["reason"].get<std::string>().find("time limit reached"), std::string::npos)
+      << show.dump();
+  EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, run, 1'000).code, Code::kConflict);  // it has ended
+}
+
 // Issue 47 A1: a batch job is an allocation. Only its script runs (rank 0, with every GPU of
 // the job on its node, and the run's own credential); srun's steps run on the slots, wait
 // for busy ones, end when their tasks do; the script's end ends the job and kills what runs.

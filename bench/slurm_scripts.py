@@ -311,7 +311,11 @@ class Gantry:
                 continue
             num = int(re.match(r'\d+', f[0]).group(0))
             if num >= since:
-                out.append((num, f[1], f[2], f[3]))
+                # ExitCode as scontrol's, as on Slurm's side (sacct's allocation row says 0:0
+                # for a TIMEOUT where scontrol says how the batch script ended).
+                show = self.cli('scontrol', 'show', 'job', str(num)).stdout
+                m = re.search(r' ExitCode=(\S+)', show)
+                out.append((num, f[1], f[2], m.group(1) if m else f[3]))
         return sorted(out)
 
     def stop(self):

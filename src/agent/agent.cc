@@ -481,9 +481,12 @@ void Agent::Reconcile(const std::vector<std::shared_ptr<const proto::DesiredWork
     }
     const int64_t grace = d.grace_ms;
     if (it != workers_.end()) {
-      Stop(it->second,
-           it->second.stop_signal > 0 ? it->second.stop_signal : options_.preempt_signal, grace,
-           now);
+      // The stop's own signal where it names one (SIGTERM at an sbatch job's time limit
+      // after its --signal's lead), else the one it started with.
+      const int sig = d.signal > 0                 ? d.signal
+                      : it->second.stop_signal > 0 ? it->second.stop_signal
+                                                   : options_.preempt_signal;
+      Stop(it->second, sig, grace, now);
     } else if (!done_.count(key)) {
       // Stopped before it ever started here: report it ended, so the server need not wait.
       Worker w;

@@ -521,6 +521,12 @@ std::string RenderRow(const std::vector<Column>& cols, const std::vector<std::st
 
 std::vector<json> AcctRows(const json& job) {
   std::vector<json> rows = {job};
+  // A job its time limit ended: the allocation's row 0:0, the batch step's how the script
+  // ended (0:15, killed by SIGTERM at the limit), as Slurm's sacct.
+  if (SlurmState(job) == "TIMEOUT") {
+    rows.front().erase("exit_code");
+    rows.front().erase("exit_signal");
+  }
   if (!job.value("batch", false) || job.value("start", json()).is_null()) return rows;
   // A step's row: the job's, with the step's id, name, state, status, times and tasks.
   auto row = [&](const std::string& suffix, const std::string& name) {

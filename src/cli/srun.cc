@@ -944,7 +944,7 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
             << " QOS=" << j.value("tier", "") << "\n   JobState=" << state
             << " Reason=" << SlurmReason(j)
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
-            << " ExitCode=" << j.value("exit_code", 0) << ":0"
+            << " ExitCode=" << FieldValue(j, "exitcode", 0)
             << "\n   RunTime=" << ScontrolDuration(j, "timeused")
             << " TimeLimit=" << ScontrolDuration(j, "timelimit") << " TimeMin=N/A"
             << "\n   SubmitTime=" << FieldValue(j, "submittime", 0)

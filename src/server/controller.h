@@ -367,6 +367,9 @@ class Controller : public ApiBackend {
   int InScheduler(const std::string& array) const;  // its tasks given to the scheduler, active
   void ReleaseThrottled(const std::string& array, int limit, Ticks now);
   void ReleaseThrottledArrays(const std::set<std::string>& arrays, Ticks now);
+  // A signal asked of a running job's run (scancel --signal; an sbatch --signal at its time
+  // limit less the lead): its agents deliver each ask once, to `to`.
+  void AskSignal(Job& job, int signal, SignalTo to);
   // Cancels an active job: a pending one ends now, a running one gets its grace (none
   // with `force`, which also cuts a stopping job's grace short).
   void CancelJob(Job& job, const std::string& reason, Ticks now, bool force = false);

@@ -219,6 +219,8 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
   for (int64_t seq : book_.OnNode(n)) {
     const Job& job = book_.jobs().at(seq);
     const bool stopping = job.state == JobState::kStopping;
+    // Stopped after an sbatch --signal's lead: SIGTERM to the script and the steps, as Slurm.
+    const bool term = stopping && job.limit_signaled_run == job.run;
     for (const Worker& w : job.workers) {
       if (w.alloc.node != n || w.exited) continue;
       if (job.batch() && w.rank != 0) continue;  // a slot for steps: nothing of its own runs
@@ -231,6 +233,10 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
       auto stop = std::make_shared<proto::DesiredWorker>(*w.desired);
       stop->action = proto::DesiredWorker::Action::kStop;
       stop->grace_ms = std::max<Ticks>(0, job.stop_deadline - now);
+      if (term) {
+        stop->signal = SIGTERM;
+        stop->signal_script_only = false;
+      }
       a.workers.push_back(std::move(stop));
     }
     // A batch job's steps: their tasks here that still run.
@@ -250,6 +256,7 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
         stop->action = proto::DesiredWorker::Action::kStop;
         if (stopping) {
           stop->grace_ms = std::max<Ticks>(0, job.stop_deadline - now);
+          if (term) stop->signal = SIGTERM;
         } else {  // srun was interrupted
           stop->signal = SIGTERM;
           stop->grace_ms = std::max<Ticks>(0, s.ended + kStepKillWaitMs - now);

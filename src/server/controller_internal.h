@@ -53,6 +53,8 @@ inline std::string LogFileName(int run, int rank, int step, bool err = false) {
 // How long an interrupted srun's tasks have between SIGTERM and SIGKILL (Slurm's
 // KillWait default is 30 s).
 inline constexpr core::Ticks kStepKillWaitMs = 10000;
+// Slurm's KillWait (its default): from SIGTERM at a batch job's time limit to SIGKILL.
+inline constexpr core::Ticks kKillWaitMs = 30000;
 
 // GPU units as a GPU count for messages ("0.5", "8").
 inline std::string GpusText(core::GpuUnits units) {

@@ -1220,6 +1220,15 @@ void Controller::SetTimeLimit(std::string token, std::string name, int64_t limit
   });
 }
 
+void Controller::AskSignal(Job& job, int signal, SignalTo to) {
+  job.signals.push_back({signal, to});
+  for (const Worker& w : job.workers) w.desired.reset();  // they carry the asks
+  for (const Step& s : job.steps) {
+    for (const StepTask& t : s.tasks) t.desired.reset();
+  }
+  Touch(job);
+}
+
 void Controller::Signal(std::string token, std::string name, int signal, std::string to,
                         Done done) {
   CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
@@ -1241,11 +1250,7 @@ void Controller::Signal(std::string token, std::string name, int signal, std::st
     }
     for (Job* job : jobs) {
       if (job->state != JobState::kRunning) continue;
-      job->signals.push_back({signal, *where});
-      for (const Worker& w : job->workers) w.desired.reset();
-      for (const Step& s : job->steps) {
-        for (const StepTask& t : s.tasks) t.desired.reset();
-      }
+      AskSignal(*job, signal, *where);
       job->Note(now_, "signal " + std::to_string(signal) + " sent to its " +
                           (*where == SignalTo::kBatch  ? "batch script"
                            : *where == SignalTo::kFull ? "script and steps"

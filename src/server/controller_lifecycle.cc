@@ -368,6 +368,10 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
       Persist(job);
     }
   } else if (job.state == JobState::kStopping) {
+    // A failing stop (its time limit): how the run ended is the job's exit, a signal's kill
+    // (SIGTERM at the limit) too, as Slurm's ExitCode says; the first failure's is kept.
+    if (job.stop == StopKind::kFail && job.exit_code == 0 && (e.exit_code != 0 || e.signal != 0))
+      job.exit_code = e.exit_code != 0 ? e.exit_code : 128 + e.signal;
     if (job.AllExited()) {
       EndStop(job, now);
     } else {
@@ -525,21 +529,36 @@ void Controller::Housekeeping(Ticks now) {
   }
   // Time limits (time_limit_s), per run as Slurm's: signal, grace, kill; the job fails.
   // And its steps' own (srun --time).
+  // An sbatch --signal job gets its signal at time_limit_s and is stopped a lead later.
   std::vector<int64_t> timed_out;
   for (int64_t seq : book_.running()) {
     Job& job = book_.jobs().at(seq);
     TimeOutSteps(job, now);
-    if (job.state == JobState::kRunning && job.spec.time_limit &&
-        now - job.run_start >= *job.spec.time_limit) {
+    if (job.state != JobState::kRunning || !job.spec.time_limit ||
+        now - job.run_start < *job.spec.time_limit)
+      continue;
+    if (!job.LimitSignalFirst()) {
       timed_out.push_back(seq);
+      continue;
     }
+    if (job.limit_signaled_run != job.run) {
+      job.limit_signaled_run = job.run;
+      AskSignal(job, job.spec.stop_signal,
+                job.spec.signal_batch ? SignalTo::kBatch : SignalTo::kSteps);
+      job.Note(now, "signal " + std::to_string(job.spec.stop_signal) + " sent " +
+                        spec::FormatSeconds(job.spec.grace) + " s before its time limit");
+      Persist(job);
+    }
+    if (now - job.run_start >= *job.spec.time_limit + job.spec.grace) timed_out.push_back(seq);
   }
   for (int64_t seq : timed_out) {
     Job& job = book_.jobs().at(seq);
+    const bool lead = job.LimitSignalFirst();
     BeginStop(job, StopKind::kFail,
               "time limit reached: ran " + spec::FormatSeconds(now - job.run_start) +
-                  " s of its time_limit_s " + spec::FormatSeconds(*job.spec.time_limit),
-              job.spec.grace, now);
+                  " s of its time limit " +
+                  spec::FormatSeconds(*job.spec.time_limit + (lead ? job.spec.grace : 0)) + " s",
+              lead ? kKillWaitMs : job.spec.grace, now);
   }
   ReclaimIdle(now);
   std::vector<int64_t> overdue;

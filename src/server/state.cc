@@ -364,6 +364,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
       {"hold", job.hold},
       {"begin_ms", job.begin_ms},
       {"time_limit_set", job.time_limit_set},
+      {"limit_signaled_run", job.limit_signaled_run},
       {"spec_file", job.spec_file},
       {"state", std::string(Name(job.state))},
       {"submit", job.submit},
@@ -469,6 +470,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     job.after_or = d.value("after_or", false);
     job.begin_ms = d.value("begin_ms", int64_t{0});
     job.time_limit_set = d.value("time_limit_set", Ticks{-1});
+    job.limit_signaled_run = d.value("limit_signaled_run", 0);
     auto state = Parse(d.at("state").get<std::string>(), kStates);
     auto stop = Parse(d.value("stop", std::string("none")), kStops);
     if (!state || !stop) return Error{"doc", "unknown state"};

@@ -232,6 +232,10 @@ struct Job {
     SignalTo to = SignalTo::kSteps;
   };
   std::vector<SignalAsk> signals;
+  // An sbatch --signal job (LimitSignalFirst): the run whose signal came at its time limit
+  // (Slurm's --time less the lead); at the end of the lead the run is stopped with SIGTERM
+  // to all of it, as Slurm's at its limit. 0: none.
+  int limit_signaled_run = 0;
   Ticks run_start = -1;
   Ticks first_start = -1;
   // The tier the current run started at where it is not the asked one (a spent budget made
@@ -251,6 +255,10 @@ struct Job {
   std::vector<Step> steps;
   std::vector<std::string> run_token_hashes;
   bool batch() const { return !spec.script.empty(); }
+  // sbatch --signal=[B:]SIG@LEAD with --time (spec: stop_signal, grace_s = LEAD, time_limit_s
+  // = --time less LEAD): at time_limit_s SIG alone, as Slurm sends it LEAD before the limit;
+  // the run is stopped at the limit itself, SIGTERM to all and SIGKILL a KillWait later.
+  bool LimitSignalFirst() const { return batch() && spec.stop_signal > 0 && spec.time_limit; }
   // Slurm's tasks: a worker each, or tasks_per_worker each (a batch job's whole-node workers).
   int64_t tasks() const { return static_cast<int64_t>(workers.size()) * spec.tasks_per_worker; }
 

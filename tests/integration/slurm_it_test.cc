@@ -1507,8 +1507,8 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
 
 // scontrol update TimeLimit on a running sbatch job: squeue and scontrol show the limit as
 // Slurm's (the --signal lead included), its user may lower it but not raise it, and the
-// lowered limit ends the job: its batch script gets the signal first, then the job ends
-// TIMEOUT.
+// lowered limit ends the job: its batch script gets the signal first, SIGTERM at the limit,
+// and the job ends TIMEOUT.
 TEST(Slurm, ScontrolUpdateTimeLimitLowersARunningJobsLimit) {
   Harness h("slurm-timelimit");
   StartSlurmCluster(h);
@@ -1546,8 +1546,12 @@ TEST(Slurm, ScontrolUpdateTimeLimitLowersARunningJobsLimit) {
   EXPECT_EQ(job["state"], "failed");
   EXPECT_NE(job.value("reason", "").find("time limit reached"), std::string::npos) << job.dump();
   EXPECT_EQ(h.Read("work/sig.txt"), "usr1\n") << "the batch script got its signal first";
-  EXPECT_EQ(it::Run({slurm + "sacct", "-n", "-X", "-P", "-j", number, "-o", "State"}, as_ann).out,
-            "TIMEOUT\n");
+  // At the limit SIGTERM ended the script (its USR1 trap had let it run on), as Slurm's: the
+  // allocation's row 0:0, the batch step's 0:15.
+  EXPECT_EQ(
+      it::Run({slurm + "sacct", "-n", "-P", "-j", number, "-o", "JobID,State,ExitCode"}, as_ann)
+          .out,
+      number + "|TIMEOUT|0:0\n" + number + ".batch|CANCELLED|0:15\n");
 }
 
 // A held array of a thousand tasks, at the size users hold them: every task stays held

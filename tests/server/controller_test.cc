@@ -1824,6 +1824,54 @@ TEST_F(ControllerTest, TimeLimitsAreUpdatedAsScontrolUpdateSetsThem) {
   EXPECT_EQ(ctl_->SetTimeLimit(kTeamA, run, 1'000).code, Code::kConflict);  // it has ended
 }
 
+// sbatch --time=1:30 --signal=B:USR1@30, as Slurm runs it: USR1 to the batch script alone
+// 30 s before the limit (the script runs on), then at the limit SIGTERM to all of it and
+// SIGKILL a KillWait (30 s) later; the job ends TIMEOUT ("time limit reached").
+TEST_F(ControllerTest, AnSbatchSignalComesItsLeadBeforeTheLimitAndSigtermAtIt) {
+  const std::string id = StartOnH100(
+      kTeamA, R"({"queue":"research","gpus":1,"vram_gb":10,"script":"#!/bin/sh\nsleep 1000\n",)"
+              R"("signal":"B:USR1","grace_s":30,"time_limit_s":60})");
+  ASSERT_FALSE(id.empty());
+  auto mine = [&](const json& beat) {
+    for (const json& w : beat["workers"])
+      if (w["job"] == id) return w;
+    return json();
+  };
+  // Time goes by with the node's agent heard from (a node silent for 3 s is lost).
+  auto pass_time = [&](Ticks ms) {
+    for (; ms > 0; ms -= 1'000) {
+      Beat("h100-0");
+      Advance(std::min<Ticks>(ms, 1'000));
+      ctl_->Poke();
+    }
+    return mine(Beat("h100-0"));
+  };
+  json w = pass_time(59'000);
+  EXPECT_EQ(w["action"], "run");
+  EXPECT_FALSE(w.contains("signals")) << w.dump();
+  w = pass_time(1'500);
+  EXPECT_EQ(w["action"], "run") << "the signal first, the run goes on";
+  ASSERT_EQ(w["signals"].size(), 1u) << w.dump();
+  EXPECT_EQ(w["signals"][0]["signal"], SIGUSR1);
+  EXPECT_EQ(w["signals"][0]["to"], "script");
+  EXPECT_EQ(Show(id)["state"], "running");
+  Restart();  // the signal is not sent twice
+  w = pass_time(28'000);
+  EXPECT_EQ(w["action"], "run");
+  EXPECT_EQ(w["signals"].size(), 1u) << w.dump();
+  w = pass_time(2'000);  // 90.5 s: past the limit itself
+  EXPECT_EQ(w["action"], "stop") << w.dump();
+  EXPECT_EQ(w["signal"], SIGTERM);
+  EXPECT_FALSE(w.contains("signal_to")) << "to all of it, not the script alone";
+  EXPECT_EQ(w["grace_ms"], 30'000);
+  Beat("h100-0", json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"signal", SIGTERM}}}));
+  json show = Show(id);
+  EXPECT_EQ(show["state"], "failed");
+  EXPECT_NE(show["reason"].get<std::string>().find("time limit reached"), std::string::npos)
+      << show.dump();
+  EXPECT_EQ(show["exit_signal"], SIGTERM) << show.dump();
+}
+
 // Issue 47 A1: a batch job is an allocation. Only its script runs (rank 0, with every GPU of
 // the job on its node, and the run's own credential); srun's steps run on the slots, wait
 // for busy ones, end when their tasks do; the script's end ends the job and kills what runs.

@@ -87,7 +87,7 @@ constexpr OptionDef kOptions[] = {
     {"acctg-freq", 0, true},
     {"gpu-freq", 0, true},
     {"kill-on-invalid-dep", 0, true},
-    {"no-kill", 'k', false},
+    {"no-kill", 'k', false},  // [=off] (kOptionalValue)
     {"overcommit", 'O', false},
     {"spread-job", 0, false},
     {"use-min-nodes", 0, false},
@@ -100,9 +100,24 @@ constexpr OptionDef kOptions[] = {
     {"distribution", 'm', true},
     {"cpus-per-gpu", 0, true},
     {"exclusive", 0, false},  // gantryd checks it asks for whole nodes (job spec `exclusive`)
+    // Their value optional, as getopt's optional_argument: --nice or --nice=N, never a value
+    // apart (kOptionalValue); accepted with a note (kNoted).
+    {"nice", 0, false},
+    {"get-user-env", 0, false},
+    {"propagate", 0, false},
     {"open-mode", 0, true},
     {"wrap", 0, true},  // the command line's only: the script is made of it (WrapScript)
 };
+
+// Options whose value is optional: `--name` alone or `--name=VALUE` (`-kVALUE` for a
+// letter), as sbatch's getopt reads them; a word after `--name` is not its value.
+constexpr const char* kOptionalValue[] = {"no-kill", "exclusive", "nice", "get-user-env",
+                                          "propagate"};
+
+bool TakesOptionalValue(const char* name) {
+  return std::any_of(std::begin(kOptionalValue), std::end(kOptionalValue),
+                     [&](const char* o) { return std::string_view(o) == name; });
+}
 
 // sbatch's input variables (SBATCH_*), for the options read here.
 constexpr std::pair<const char*, const char*> kInputVariables[] = {
@@ -164,6 +179,13 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"contiguous", "nodes are not numbered contiguously for a job; placement keeps leaves full"},
     {"tmp", "node-local disk is not counted"},
     {"mincpus", "a node holds the job's tasks' CPUs (-c x tasks there), no minimum beside"},
+    {"nice",
+     "not honoured: a queue's jobs wait in its policy's order; a lower tier (--qos) yields to "
+     "others"},
+    {"get-user-env",
+     "the job's environment is the one sbatch exports (--export, ALL by default); login files "
+     "are not read on the node"},
+    {"propagate", "not honoured: a job's processes have the node's resource limits"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
@@ -259,7 +281,7 @@ class Parser {
           continue;
         }
         value = tokens[++i];
-      } else if (!def->value && has_value) {
+      } else if (!def->value && has_value && !TakesOptionalValue(def->name)) {
         Error(where, shown, "takes no value");
         continue;
       }
@@ -283,6 +305,7 @@ class Parser {
       else
         Error(v->where, "--begin", why);
     }
+    CheckOptionalValues();
     for (const auto& [name, why] : kNoted) {
       auto v = Get(name);
       if (v == nullptr) continue;
@@ -368,7 +391,14 @@ class Parser {
       else
         s["open_mode"] = v->value;
     }
-    if (auto v = Get("exclusive")) {
+    if (auto v = Get("exclusive"); v != nullptr && !v->value.empty()) {
+      Error(v->where, "--exclusive",
+            v->value == "user" || v->value == "mcs"
+                ? "=" + v->value +
+                      " is not supported: Gantry keeps no nodes to one user's jobs; "
+                      "give --exclusive (the nodes are the job's alone) or leave it out"
+                : "expected user, mcs or no value, got \"" + v->value + "\"");
+    } else if (v != nullptr) {
       s["exclusive"] = true;
       origin_["exclusive"] = v->where + ": --exclusive";
     }
@@ -815,6 +845,44 @@ class Parser {
     return "command line";
   }
 
+  // The values of the options whose value is optional (kOptionalValue), as sbatch reads
+  // them; --no-kill=off is as if not given.
+  void CheckOptionalValues() {
+    auto all_of = [](const std::string& s, const char* chars) {
+      return s.find_first_not_of(chars) == std::string::npos;
+    };
+    if (auto v = Get("no-kill"); v != nullptr && !v->value.empty()) {
+      if (v->value != "off")
+        Error(v->where, "--no-kill", "expected off or no value, got \"" + v->value + "\"");
+      given_.erase("no-kill");
+    }
+    if (auto v = Get("nice"); v != nullptr && !v->value.empty()) {
+      const std::string digits = v->value.substr(v->value[0] == '-' || v->value[0] == '+');
+      if (digits.empty() || digits.size() > 10 || !all_of(digits, "0123456789"))
+        Error(v->where, "--nice", "expected an adjustment such as 100, got \"" + v->value + "\"");
+    }
+    if (auto v = Get("get-user-env"); v != nullptr && !v->value.empty()) {
+      std::string t = v->value;
+      if (t.back() == 'S' || t.back() == 'L') t.pop_back();
+      if (t.size() > 6 || !all_of(t, "0123456789"))
+        Error(v->where, "--get-user-env",
+              "expected [TIMEOUT][S|L] (10L, S, 20), got \"" + v->value + "\"");
+    }
+    if (auto v = Get("propagate"); v != nullptr && !v->value.empty()) {
+      static const std::set<std::string> kLimits = {"ALL",    "NONE",  "AS",    "CORE",
+                                                    "CPU",    "DATA",  "FSIZE", "MEMLOCK",
+                                                    "NOFILE", "NPROC", "RSS",   "STACK"};
+      std::stringstream in(v->value);
+      for (std::string limit; std::getline(in, limit, ',');) {
+        if (!kLimits.count(limit))
+          Error(v->where, "--propagate",
+                "unknown limit \"" + limit +
+                    "\" (ALL, NONE, AS, CORE, CPU, DATA, FSIZE, "
+                    "MEMLOCK, NOFILE, NPROC, RSS, STACK)");
+      }
+    }
+  }
+
   // --export: ALL (Slurm's default: the submit environment), NONE, or a list of names
   // and NAME=VALUE (with ALL in it: the environment and those). Gantry's own credentials
   // never travel. SLURM_SUBMIT_DIR and SLURM_SUBMIT_HOST are set whatever it says.
@@ -876,6 +944,13 @@ class Parser {
     if (auto v = Get("export")) {
       env["SLURM_EXPORT_ENV"] = v->value;
       env["SLURM_GET_USER_ENV"] = "1";
+    }
+    // --get-user-env says so too; a job submitted from such a job's environment inherits it,
+    // as Slurm's sbatch passes on the SLURM_* variables that are not the job's own.
+    if (Get("get-user-env") != nullptr) {
+      env["SLURM_GET_USER_ENV"] = "1";
+    } else if (auto it = ctx_.env.find("SLURM_GET_USER_ENV"); all && it != ctx_.env.end()) {
+      env["SLURM_GET_USER_ENV"] = it->second;
     }
     if (auto v = Get("dependency")) env["SLURM_JOB_DEPENDENCY"] = v->value;
     if (auto v = Get("open-mode")) env["SLURM_OPEN_MODE"] = v->value == "append" ? "a" : "t";

@@ -332,6 +332,15 @@ TEST(Sbatch, DependencyTypesBecomeAfterKinds) {
 // Options real scripts carry that Gantry has no use for (CPU layout, binding, switches,
 // accounting): accepted with a note that says why; sbatch's own -v and -Q silently; a few
 // that would change what the job is refused with what to do instead.
+// `option` on a directive line is accepted, with one note that names it.
+void ExpectAcceptedWithANote(const std::string& option) {
+  SbatchJob j = Parse("#!/bin/sh\n#SBATCH " + option + "\n#SBATCH -G 1\n");
+  ASSERT_TRUE(j.errors.empty()) << option << ": " << Errors(j);
+  ASSERT_EQ(j.notes.size(), 1u) << option;
+  const std::string name = option.substr(0, option.find('='));
+  EXPECT_EQ(j.notes[0].rfind("job.sh:2: " + name + ": accepted: ", 0), 0u) << j.notes[0];
+}
+
 TEST(Sbatch, HintsAreAcceptedWithANoteAndTheRestRefusedWithWhy) {
   for (const char* hint :
        {"--gres-flags=enforce-binding", "--threads-per-core=1", "--ntasks-per-socket=1",
@@ -339,11 +348,7 @@ TEST(Sbatch, HintsAreAcceptedWithANoteAndTheRestRefusedWithWhy) {
         "--profile=task", "--acctg-freq=30", "--gpu-freq=high", "--kill-on-invalid-dep=yes",
         "--no-kill", "--overcommit", "--spread-job", "--use-min-nodes", "--contiguous", "--tmp=10G",
         "--mincpus=4"}) {
-    SbatchJob j = Parse("#!/bin/sh\n#SBATCH " + std::string(hint) + "\n#SBATCH -G 1\n");
-    ASSERT_TRUE(j.errors.empty()) << hint << ": " << Errors(j);
-    ASSERT_EQ(j.notes.size(), 1u) << hint;
-    const std::string name = std::string(hint).substr(0, std::string(hint).find('='));
-    EXPECT_EQ(j.notes[0].rfind("job.sh:2: " + name + ": accepted: ", 0), 0u) << j.notes[0];
+    ExpectAcceptedWithANote(hint);
   }
   SbatchJob quiet = Parse("#!/bin/sh\n#SBATCH -v -Q -k -O\n");
   EXPECT_TRUE(quiet.errors.empty()) << Errors(quiet);
@@ -352,6 +357,44 @@ TEST(Sbatch, HintsAreAcceptedWithANoteAndTheRestRefusedWithWhy) {
     const std::string e = Errors(Parse("#!/bin/sh\n#SBATCH " + std::string(refused) + "\n"));
     EXPECT_NE(e.find(": not supported: "), std::string::npos) << refused << ": " << e;
   }
+}
+
+// Options whose value is optional, as sbatch's getopt reads them (only --name=VALUE; a
+// word after --name is not its value): accepted with a note, their values checked;
+// --no-kill=off is as if not given; --exclusive=user|mcs refused with what to write.
+TEST(Sbatch, OptionalValuesAreReadAsGetoptReadsThem) {
+  for (const char* given : {"--nice", "--nice=10", "--nice=-5", "--get-user-env",
+                            "--get-user-env=L", "--get-user-env=10S", "--get-user-env=20",
+                            "--propagate", "--propagate=STACK,NOFILE", "--propagate=NONE"}) {
+    ExpectAcceptedWithANote(given);
+  }
+  SbatchJob off = Parse("#!/bin/sh\n#SBATCH --no-kill=off -G 1\n");
+  EXPECT_TRUE(off.errors.empty()) << Errors(off);
+  EXPECT_TRUE(off.notes.empty()) << "off: as if not given";
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -k -G 1\n").notes.size(), 1u);
+  for (const auto& [given, said] : std::vector<std::pair<std::string, std::string>>{
+           {"--nice=ten", "job.sh:2: --nice: expected an adjustment such as 100"},
+           {"--get-user-env=10X", "job.sh:2: --get-user-env: expected [TIMEOUT][S|L]"},
+           {"--propagate=STACKS", "job.sh:2: --propagate: unknown limit \"STACKS\""},
+           {"--no-kill=on", "job.sh:2: --no-kill: expected off or no value"},
+           {"--exclusive=user", "job.sh:2: --exclusive: =user is not supported"},
+           {"--exclusive=node", "job.sh:2: --exclusive: expected user, mcs or no value"},
+           {"--nice 10", "job.sh:2: 10: expected an option"},  // not --nice's value
+           {"--mail-user", "job.sh:2: --mail-user: needs a value"}}) {
+    const std::string e = Errors(Parse("#!/bin/sh\n#SBATCH " + given + "\n"));
+    EXPECT_NE(e.find(said), std::string::npos) << given << ": " << e;
+  }
+  // SLURM_GET_USER_ENV as Slurm's job sees it: set by --get-user-env, inherited by a job
+  // submitted from such a job's environment.
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH --get-user-env=L\n").spec["env"]["SLURM_GET_USER_ENV"], "1");
+  SbatchContext inside = Ctx();  // sbatch run inside another job (SLURM_JOB_ID=7)
+  inside.env["SLURM_GET_USER_ENV"] = "1";
+  SbatchJob child = ParseSbatch("child.sh", "#!/bin/sh\n", {}, {}, inside);
+  EXPECT_EQ(child.spec["env"]["SLURM_GET_USER_ENV"], "1");
+  EXPECT_FALSE(child.spec["env"].contains("SLURM_JOB_ID"));
+  SbatchJob whole = Parse("#!/bin/sh\n#SBATCH --exclusive --gres=gpu:8\n");
+  EXPECT_TRUE(whole.errors.empty()) << Errors(whole);
+  EXPECT_EQ(whole.spec["exclusive"], true);
 }
 
 TEST(Sbatch, MemorySizes) {

@@ -25,7 +25,7 @@ constexpr const char* kImage = "localhost/gantry-it:busybox";
 
 constexpr const char* kContainerCluster = R"(cluster: containers
 pools:
-  - name: h100
+  - name: podman
     count: 1
     gpus: 8
     gpu_model: H100-80GB
@@ -91,7 +91,7 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   Harness h("containers");
   h.Setup(kContainerCluster, {{"a", "research"}});
   h.StartServer();
-  const int agent = h.StartAgent("h100-0", "", {"--container-run", run});
+  const int agent = h.StartAgent("podman-0", "", {"--container-run", run});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
   const std::string work = h.Path("work");
   fs::create_directories(work);
@@ -121,7 +121,7 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
       << h.Job("exit3").dump();
   RunResult logs = h.Cli({"logs", "inside"}, h.token("a"));
   EXPECT_NE(logs.out.find("isolated"), std::string::npos) << logs.out;
-  EXPECT_NE(logs.out.find("node=h100-0 job=inside extra=yes"), std::string::npos) << logs.out;
+  EXPECT_NE(logs.out.find("node=podman-0 job=inside extra=yes"), std::string::npos) << logs.out;
   EXPECT_NE(logs.out.find(work), std::string::npos) << logs.out;
   EXPECT_EQ(h.Read("work/out.txt"), "written\n");
   EXPECT_EQ(h.Job("exit3").value("exit_code", -1), 3);
@@ -145,7 +145,7 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
       [&] { return ContainersOf("gantry.job=orphan") == 1 && state("orphan") == "running"; }, 60));
   h.StopAgent(agent, SIGKILL);
   EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1) << "podman's conmon keeps it";
-  h.StartAgent("h100-0", "", {"--container-run", run});
+  h.StartAgent("podman-0", "", {"--container-run", run});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
   std::this_thread::sleep_for(std::chrono::milliseconds(1000));
   EXPECT_EQ(ContainersOf("gantry.job=orphan"), 1)
@@ -156,7 +156,7 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   EXPECT_TRUE(Harness::WaitFor([&] { return state("orphan") == "cancelled"; }, 15))
       << h.Job("orphan").dump();
   EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.job=orphan") == 0; }, 30));
-  EXPECT_EQ(ContainersOf("gantry.node=h100-0"), 0);
+  EXPECT_EQ(ContainersOf("gantry.node=podman-0"), 0);
 }
 
 // On a root agent running jobs as their users, a container runs as the job's user, and
@@ -172,7 +172,7 @@ TEST(Containers, AContainerRunsAsItsUserAndItsWorkdirIsNeverGivenAway) {
   h.Setup(kContainerCluster, {{"a", "research"}});
   h.AddToken("nobody", {"--team", "a", "--queues", "research", "--user", "nobody"});
   h.StartServer();
-  h.StartAgent("h100-0", "", {"--container-run", run, "--run-as", "user"});
+  h.StartAgent("podman-0", "", {"--container-run", run, "--run-as", "user"});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
   fs::create_directories(h.Path("rootonly"));
   fs::permissions(h.Path("rootonly"), fs::perms::owner_all);
@@ -272,7 +272,7 @@ TEST(Containers, SrunsPyxisOptionsRunAStepInItsImageWithItsMounts) {
   h.Setup(kContainerCluster, {{"a", "research"}});
   h.AddToken("nobody", {"--team", "a", "--queues", "research", "--user", "nobody"});
   h.StartServer();
-  h.StartAgent("h100-0", "", {"--container-run", run, "--run-as", "user"});
+  h.StartAgent("podman-0", "", {"--container-run", run, "--run-as", "user"});
   ASSERT_TRUE(Harness::WaitFor([&] { return h.NodesUp(1); }, 15));
   for (const char* d : {"shared", "shared/data", "shared/out"}) {
     fs::create_directories(h.Path(d));
@@ -331,7 +331,7 @@ TEST(Containers, SrunsPyxisOptionsRunAStepInItsImageWithItsMounts) {
   EXPECT_EQ(h.Read("shared/sqsh.rc"), "2\n");
   EXPECT_NE(h.Read("shared/sqsh.err").find("an enroot squashfs file"), std::string::npos)
       << h.Read("shared/sqsh.err");
-  EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.node=h100-0") == 0; }, 30));
+  EXPECT_TRUE(Harness::WaitFor([&] { return ContainersOf("gantry.node=podman-0") == 0; }, 30));
 }
 
 }  // namespace

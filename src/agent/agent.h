@@ -301,6 +301,10 @@ class Agent {
   std::unique_ptr<GpuSource> gpus_;
   std::unique_ptr<Cgroups>
       cgroups_;  // null: workers are process groups only; read-only once running
+  // This agent's own: its node and state directory (gantry-agent's cgroup subtree, the
+  // gantry.agent label of its containers), so that agents of test clusters on one machine
+  // leave each other's alone. Set by Setup.
+  std::string scope_;
   // MIG instances' access devices (read at start); absent where there are none (no
   // MIG-capable driver, capabilities not device files).
   std::optional<MigCaps> mig_caps_;

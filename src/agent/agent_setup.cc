@@ -43,7 +43,8 @@ bool Agent::Setup() {
   }
   char hex[9];
   std::snprintf(hex, sizeof hex, "%08x", hash);
-  auto cgroups = Cgroups::Open(options_.cgroups, options_.node + "." + hex, &no_cgroups);
+  scope_ = options_.node + "." + hex;
+  auto cgroups = Cgroups::Open(options_.cgroups, scope_, &no_cgroups);
   if (!cgroups) {
     Say("cannot isolate workers: " + cgroups.error().ToString(), true);
     return false;

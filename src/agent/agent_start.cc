@@ -206,6 +206,7 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
   ContainerSpec c{
       .name = ContainerName(options_.node, w.seq, w.run, w.rank, w.step),
       .node = options_.node,
+      .agent = scope_,
       .job = w.job,
       .image = d.image,
       .command = spec.argv,

@@ -183,9 +183,10 @@ void Agent::Recover() {
       last_ok_ = std::max<int64_t>(1, Now() - lease->age_ms);
     }
   }
-  // Containers of this node that outlived a previous agent, but the re-adopted workers'.
+  // Containers of this node that outlived a previous agent, but the re-adopted workers' (not
+  // another cluster's agent's of the same node name: NodeContainers).
   // Nothing to do, and no error, where podman is not installed.
-  if (auto names = NodeContainers(options_.container, options_.node)) {
+  if (auto names = NodeContainers(options_.container, options_.node, scope_)) {
     for (const std::string& name : *names) {
       if (kept_containers.count(name)) continue;
       auto rm = RunCapture(ContainerRemoveArgv(options_.container, name));

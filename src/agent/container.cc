@@ -86,7 +86,8 @@ std::vector<std::string> ContainerArgv(const ContainerRuntime& rt, const Contain
   // network; NCCL's shared-memory transport wants the host's IPC, as NVIDIA's containers
   // are run.
   a.insert(a.end(), {"--rm", "--name", s.name, "--label", "gantry.node=" + s.node, "--label",
-                     "gantry.job=" + s.job, "--network", "host", "--ipc", "host"});
+                     "gantry.agent=" + s.agent, "--label", "gantry.job=" + s.job, "--network",
+                     "host", "--ipc", "host"});
   if (rt.init) a.push_back("--init");
   if (!s.user.empty()) a.insert(a.end(), {"--user", s.user});
   if (s.umask >= 0) {
@@ -209,16 +210,22 @@ Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout
   return text[0];
 }
 
-Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt,
-                                                const std::string& node) {
+Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt, const std::string& node,
+                                                const std::string& agent) {
   std::vector<std::string> argv = rt.podman;
-  argv.insert(argv.end(),
-              {"ps", "--all", "--filter", "label=gantry.node=" + node, "--format", "{{.Names}}"});
+  argv.insert(argv.end(), {"ps", "--all", "--filter", "label=gantry.node=" + node, "--format",
+                           "{{.Names}} {{index .Labels \"gantry.agent\"}}"});
   auto out = RunCapture(argv);
   if (!out) return out.error();
   std::vector<std::string> names;
-  std::istringstream in(*out);
-  for (std::string n; in >> n;) names.push_back(n);
+  std::istringstream lines(*out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string name, owner;
+    if (!(words >> name)) continue;
+    words >> owner;  // none (an older agent's), or "<no value>" where podman has no label
+    if (owner.empty() || owner == "<no" || owner == agent) names.push_back(name);
+  }
   return names;
 }
 

@@ -30,8 +30,9 @@ struct ContainerRuntime {
 };
 
 struct ContainerSpec {
-  std::string name;  // ContainerName
-  std::string node;  // labels: gantry.node, gantry.job
+  std::string name;   // ContainerName
+  std::string node;   // labels: gantry.node, gantry.agent, gantry.job
+  std::string agent;  // the agent's scope (node and state directory): only it cleans up after
   std::string job;
   std::string image;
   std::vector<std::string> command;  // empty: the image's own
@@ -83,8 +84,11 @@ void SpawnQuietly(const std::vector<std::string>& argv);
 // standard error. Waits at most timeout_ms, then kills it.
 Result<std::string> RunCapture(const std::vector<std::string>& argv, int timeout_ms = 30000);
 
-// The names of this node's containers (label gantry.node=NODE), running or not.
-Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt,
-                                                const std::string& node);
+// The names of this agent's containers, running or not: labelled gantry.node=NODE and
+// gantry.agent=AGENT, or with no gantry.agent label (started by an agent before it was
+// set); not those of another agent of the same node name (another cluster's on this
+// machine).
+Result<std::vector<std::string>> NodeContainers(const ContainerRuntime& rt, const std::string& node,
+                                                const std::string& agent);
 
 }  // namespace gantry::agent

@@ -35,6 +35,7 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
   rt.init = true;
   ContainerSpec s{.name = ContainerName("h100-0", 7, 2, 1),
                   .node = "h100-0",
+                  .agent = "h100-0.1a2b3c4d",
                   .job = "train",
                   .image = "docker.io/pytorch/pytorch:latest",
                   .command = {"python", "train.py", "--lr", "0.1"},
@@ -53,6 +54,7 @@ TEST(ContainerTest, TheCommandLineCarriesTheJobIntoItsContainer) {
   EXPECT_TRUE(Has(a, {"podman", "--runtime", "runc", "run", "--ulimit", "nofile=1024:1024", "--rm",
                       "--name", "gantry-h100-0-7-2-1"}));
   EXPECT_TRUE(Has(a, {"--label", "gantry.node=h100-0"}));
+  EXPECT_TRUE(Has(a, {"--label", "gantry.agent=h100-0.1a2b3c4d"}));
   EXPECT_TRUE(Has(a, {"--label", "gantry.job=train"}));
   EXPECT_TRUE(Has(a, {"--network", "host"}));
   EXPECT_TRUE(Has(a, {"--init"}));

@@ -133,6 +133,16 @@ TEST(Containers, AJobRunsInItsImageAndLeavesNoContainerBehind) {
   submit("long", {"sleep", "300"});
   ASSERT_TRUE(Harness::WaitFor(
       [&] { return ContainersOf("gantry.job=long") == 1 && state("long") == "running"; }, 60));
+  // Another cluster's agent on this machine, of the same node name, starting up: it leaves
+  // the container alone (it removed it before the gantry.agent label).
+  {
+    Harness other("containers-other");
+    other.Setup(kContainerCluster, {{"a", "research"}});
+    other.StartServer();
+    other.StartAgent("podman-0", "", {"--container-run", run});
+    ASSERT_TRUE(Harness::WaitFor([&] { return other.NodesUp(1); }, 15));
+    EXPECT_EQ(ContainersOf("gantry.job=long"), 1) << "another cluster's agent removed it";
+  }
   ASSERT_EQ(h.Cli({"cancel", "long"}, h.token("a")).rc, 0);
   EXPECT_TRUE(Harness::WaitFor([&] { return state("long") == "cancelled"; }, 15))
       << h.Job("long").dump();

@@ -740,8 +740,9 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     j["time_limit_s"] = static_cast<double>(*job.spec.time_limit) / 1000.0;
     // Slurm's limit, where sbatch --signal's lead came off it (gantry sbatch: the signal at
     // time_limit_s, the kill after the grace): squeue's, sacct's and scontrol's TimeLimit.
-    if (job.batch() && job.spec.stop_signal != 0)
-      j["slurm_time_limit_s"] = static_cast<double>(*job.spec.time_limit + job.spec.grace) / 1000.0;
+    if (job.LimitSignalFirst())
+      j["slurm_time_limit_s"] =
+          static_cast<double>(*job.spec.time_limit + job.SignalLead()) / 1000.0;
   }
   if (job.spec.cpus_milli > 0) j["cpus"] = static_cast<double>(job.spec.cpus_milli) / 1000.0;
   {
@@ -1183,7 +1184,7 @@ void Controller::SetTimeLimit(std::string token, std::string name, int64_t limit
                                                   " in queue " + job->queue);
       }
       const std::optional<Ticks>& now_limit = job->spec.time_limit;
-      const Ticks lead = job->batch() && job->spec.stop_signal != 0 ? job->spec.grace : 0;
+      const Ticks lead = job->SignalLead();
       if (add && !now_limit)
         return Reply::Error(Code::kConflict, "job " + job->name + " has no time limit to add to");
       const Ticks written = add ? *now_limit + lead + limit_ms : limit_ms;

@@ -549,16 +549,15 @@ void Controller::Housekeeping(Ticks now) {
                         spec::FormatSeconds(job.spec.grace) + " s before its time limit");
       Persist(job);
     }
-    if (now - job.run_start >= *job.spec.time_limit + job.spec.grace) timed_out.push_back(seq);
+    if (now - job.run_start >= *job.spec.time_limit + job.SignalLead()) timed_out.push_back(seq);
   }
   for (int64_t seq : timed_out) {
     Job& job = book_.jobs().at(seq);
-    const bool lead = job.LimitSignalFirst();
     BeginStop(job, StopKind::kFail,
               "time limit reached: ran " + spec::FormatSeconds(now - job.run_start) +
                   " s of its time limit " +
-                  spec::FormatSeconds(*job.spec.time_limit + (lead ? job.spec.grace : 0)) + " s",
-              lead ? kKillWaitMs : job.spec.grace, now);
+                  spec::FormatSeconds(*job.spec.time_limit + job.SignalLead()) + " s",
+              job.LimitSignalFirst() ? kKillWaitMs : job.spec.grace, now);
   }
   ReclaimIdle(now);
   std::vector<int64_t> overdue;

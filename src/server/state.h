@@ -259,6 +259,9 @@ struct Job {
   // = --time less LEAD): at time_limit_s SIG alone, as Slurm sends it LEAD before the limit;
   // the run is stopped at the limit itself, SIGTERM to all and SIGKILL a KillWait later.
   bool LimitSignalFirst() const { return batch() && spec.stop_signal > 0 && spec.time_limit; }
+  // How much longer Slurm's --time is than time_limit_s: an sbatch --signal's lead (grace_s),
+  // else 0.
+  Ticks SignalLead() const { return batch() && spec.stop_signal > 0 ? spec.grace : 0; }
   // Slurm's tasks: a worker each, or tasks_per_worker each (a batch job's whole-node workers).
   int64_t tasks() const { return static_cast<int64_t>(workers.size()) * spec.tasks_per_worker; }
 

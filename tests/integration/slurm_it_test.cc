@@ -122,6 +122,14 @@ std::string JobIdOf(const std::string& sbatch_out) {
   return "j" + number;
 }
 
+// Slurm's command argv[0] (squeue, scontrol, sacct, scancel), as gantry installs it beside
+// itself, run by `who` against h's gantryd.
+RunResult SlurmAs(const Harness& h, const std::string& who, std::vector<std::string> argv) {
+  argv[0] = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/" + argv[0];
+  return it::Run(argv,
+                 {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token(who)}, {"USER", who}});
+}
+
 TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndTimeLimit) {
   Harness h("slurm-script");
   StartSlurmCluster(h);
@@ -1211,19 +1219,15 @@ TEST(Slurm, ScancelTakesNamesUsersAndStates) {
                h.Job(e1).value("state", "") == "pending";
       },
       15));
-  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
   auto scancel = [&](const std::string& who, std::vector<std::string> args) {
-    args.insert(args.begin(), slurm + "scancel");
-    return it::Run(
-        args, {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token(who)}, {"USER", who}});
+    args.insert(args.begin(), "scancel");
+    return SlurmAs(h, who, std::move(args));
   };
   // squeue's and scontrol's reason for the waiting one: Slurm's code (the queue, as an
   // account, is at its 24 GPUs of burst).
-  const std::map<std::string, std::string> as_ann = {
-      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
-  RunResult squeue = it::Run({slurm + "squeue", "-h", "-t", "PD", "-o", "%j %r %R"}, as_ann);
+  RunResult squeue = SlurmAs(h, "ann", {"squeue", "-h", "-t", "PD", "-o", "%j %r %R"});
   EXPECT_EQ(squeue.out, "eval AssocGrpGRES (AssocGrpGRES)\n") << squeue.err;
-  RunResult show = it::Run({slurm + "scontrol", "show", "job", e1.substr(1)}, as_ann);
+  RunResult show = SlurmAs(h, "ann", {"scontrol", "show", "job", e1.substr(1)});
   EXPECT_NE(show.out.find(" Reason=AssocGrpGRES\n"), std::string::npos) << show.out << show.err;
   // ann's pending jobs only: eval.
   RunResult pending = scancel("ann", {"--me", "-t", "PD"});
@@ -1455,11 +1459,8 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
     EXPECT_EQ(r.rc, 0) << r.err;
     return JobIdOf(r.out);
   };
-  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
-  const std::map<std::string, std::string> as_ann = {
-      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
   auto reason = [&](const std::string& id) {
-    RunResult r = it::Run({slurm + "squeue", "-h", "-j", id, "-o", "%r"}, as_ann);
+    RunResult r = SlurmAs(h, "ann", {"squeue", "-h", "-j", id, "-o", "%r"});
     return r.out;
   };
   const int64_t t0 = static_cast<int64_t>(std::time(nullptr));
@@ -1468,10 +1469,10 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   const std::string later = sbatch({"-b", "now+1hour"});
   EXPECT_EQ(reason(held), "JobHeldUser\n");
   EXPECT_EQ(reason(late), "BeginTime\n");
-  RunResult show = it::Run({slurm + "scontrol", "show", "job", later}, as_ann);
+  RunResult show = SlurmAs(h, "ann", {"scontrol", "show", "job", later});
   EXPECT_NE(show.out.find(" Reason=BeginTime\n"), std::string::npos) << show.out << show.err;
   EXPECT_NE(show.out.find(" StartTime=20"), std::string::npos) << show.out;
-  RunResult hold = it::Run({slurm + "scontrol", "hold", later}, as_ann);
+  RunResult hold = SlurmAs(h, "ann", {"scontrol", "hold", later});
   EXPECT_EQ(hold.rc, 0) << hold.err;
   EXPECT_EQ(reason(later), "JobHeldUser\n");  // ann is no admin: her own hold
 
@@ -1481,27 +1482,25 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
       << "it ran before its begin time";
   // squeue -j lists an ended job no more, as Slurm's (scripts poll it until it is empty);
   // -t CD does.
-  EXPECT_EQ(it::Run({slurm + "squeue", "-h", "-j", late, "-o", "%i"}, as_ann).out, "");
-  EXPECT_EQ(it::Run({slurm + "squeue", "-h", "-j", late, "-t", "CD", "-o", "%i"}, as_ann).out,
+  EXPECT_EQ(SlurmAs(h, "ann", {"squeue", "-h", "-j", late, "-o", "%i"}).out, "");
+  EXPECT_EQ(SlurmAs(h, "ann", {"squeue", "-h", "-j", late, "-t", "CD", "-o", "%i"}).out,
             late.substr(1) + "\n");
   EXPECT_EQ(h.Job(held)["state"], "pending");
   EXPECT_FALSE(fs::exists(work + "/ran-" + held.substr(1)));
-  RunResult release = it::Run({slurm + "scontrol", "release", held + "," + later}, as_ann);
+  RunResult release = SlurmAs(h, "ann", {"scontrol", "release", held + "," + later});
   EXPECT_EQ(release.rc, 0) << release.err;
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {held}); }, 30)) << h.Job(held).dump();
   EXPECT_EQ(h.Job(held)["state"], "finished");
   EXPECT_EQ(reason(later), "BeginTime\n");  // released, still before its time
   // scontrol update StartTime=now: it runs now; another field is refused with why.
-  RunResult other =
-      it::Run({slurm + "scontrol", "update", "JobId=" + later, "Partition=h100"}, as_ann);
+  RunResult other = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + later, "Partition=h100"});
   EXPECT_NE(other.rc, 0);
   EXPECT_NE(other.err.find("StartTime and TimeLimit only"), std::string::npos) << other.err;
-  RunResult now =
-      it::Run({slurm + "scontrol", "update", "jobid=" + later, "StartTime=now"}, as_ann);
+  RunResult now = SlurmAs(h, "ann", {"scontrol", "update", "jobid=" + later, "StartTime=now"});
   EXPECT_EQ(now.rc, 0) << now.err;
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {later}); }, 30)) << h.Job(later).dump();
   EXPECT_EQ(h.Job(later)["state"], "finished");
-  RunResult running = it::Run({slurm + "scontrol", "release", held}, as_ann);
+  RunResult running = SlurmAs(h, "ann", {"scontrol", "release", held});
   EXPECT_NE(running.rc, 0) << "an ended job is not released";
 }
 
@@ -1523,22 +1522,15 @@ TEST(Slurm, ScontrolUpdateTimeLimitLowersARunningJobsLimit) {
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string id = JobIdOf(r.out), number = id.substr(1);
   ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "running"; }, 15));
-  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
-  const std::map<std::string, std::string> as_ann = {
-      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
-  auto limit = [&] {
-    return it::Run({slurm + "squeue", "-h", "-j", number, "-o", "%l"}, as_ann).out;
-  };
+  auto limit = [&] { return SlurmAs(h, "ann", {"squeue", "-h", "-j", number, "-o", "%l"}).out; };
   EXPECT_EQ(limit(), "10:00\n");
-  RunResult show = it::Run({slurm + "scontrol", "show", "job", number}, as_ann);
+  RunResult show = SlurmAs(h, "ann", {"scontrol", "show", "job", number});
   EXPECT_NE(show.out.find(" TimeLimit=00:10:00 "), std::string::npos) << show.out;
-  RunResult raise =
-      it::Run({slurm + "scontrol", "update", "JobId=" + number, "TimeLimit=+5"}, as_ann);
+  RunResult raise = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + number, "TimeLimit=+5"});
   EXPECT_NE(raise.rc, 0);
   EXPECT_NE(raise.err.find("only an admin raises a time limit"), std::string::npos) << raise.err;
   EXPECT_EQ(limit(), "10:00\n");
-  RunResult lower =
-      it::Run({slurm + "scontrol", "update", "jobid=" + number, "TimeLimit=0:08"}, as_ann);
+  RunResult lower = SlurmAs(h, "ann", {"scontrol", "update", "jobid=" + number, "TimeLimit=0:08"});
   ASSERT_EQ(lower.rc, 0) << lower.err;
   EXPECT_EQ(limit(), "0:08\n");
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
@@ -1549,8 +1541,7 @@ TEST(Slurm, ScontrolUpdateTimeLimitLowersARunningJobsLimit) {
   // At the limit SIGTERM ended the script (its USR1 trap had let it run on), as Slurm's: the
   // allocation's row 0:0, the batch step's 0:15.
   EXPECT_EQ(
-      it::Run({slurm + "sacct", "-n", "-P", "-j", number, "-o", "JobID,State,ExitCode"}, as_ann)
-          .out,
+      SlurmAs(h, "ann", {"sacct", "-n", "-P", "-j", number, "-o", "JobID,State,ExitCode"}).out,
       number + "|TIMEOUT|0:0\n" + number + ".batch|CANCELLED|0:15\n");
 }
 
@@ -1570,13 +1561,10 @@ TEST(Slurm, AThousandHeldTasksOutliveKilledGantrydsAndRunOnceWhenReleased) {
             h.token("ann"));
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string array = Trim(r.out);
-  const std::string slurm = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/";
-  const std::map<std::string, std::string> as_ann = {
-      {"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}};
   // Pending tasks by reason, as squeue shows them.
   auto reasons = [&] {
     std::map<std::string, int> n;
-    RunResult q = it::Run({slurm + "squeue", "-h", "-t", "PD", "-o", "%r"}, as_ann);
+    RunResult q = SlurmAs(h, "ann", {"squeue", "-h", "-t", "PD", "-o", "%r"});
     EXPECT_EQ(q.rc, 0) << q.err;
     std::stringstream lines(q.out);
     for (std::string line; std::getline(lines, line);) ++n[line];
@@ -1590,7 +1578,7 @@ TEST(Slurm, AThousandHeldTasksOutliveKilledGantrydsAndRunOnceWhenReleased) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // passes go by: none starts
   EXPECT_EQ(std::distance(fs::directory_iterator(work), fs::directory_iterator()), 0);
 
-  RunResult release = it::Run({slurm + "scontrol", "release", array}, as_ann);
+  RunResult release = SlurmAs(h, "ann", {"scontrol", "release", array});
   ASSERT_EQ(release.rc, 0) << release.err;
   h.KillServer(SIGKILL);  // the release was answered: it must hold
   h.StartServer();

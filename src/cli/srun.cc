@@ -19,6 +19,7 @@
 
 #include "base/image_reference.h"
 #include "cli/client_http.h"
+#include "cli/pmi_server.h"
 #include "cli/sbatch.h"
 #include "cli/slurm_format.h"
 #include "spec/batch.h"
@@ -102,10 +103,10 @@ constexpr Opt kSrunOptions[] = {
 
 // Why srun cannot honour an option as given, or "" when it can (or harmlessly ignores it).
 std::string Unhonoured(const std::string& name, const std::string& value) {
-  if ((name == "mpi" && value != "none")) {
+  if (name == "mpi" && value != "none" && value != "pmi2" && value != "list") {
     return "--mpi=" + value +
-           ": Gantry starts no MPI process manager (PMI/PMIx); launch MPI programs with "
-           "mpirun on the job's nodes (scontrol show hostnames), or use --mpi=none";
+           ": Gantry serves PMI-1 as --mpi=pmi2 does (MPICH and its kin); no PMIx (Open "
+           "MPI's): give --mpi=pmi2 or none, or run mpirun inside the job";
   }
   if ((name == "cpu-bind" || name == "cpu_bind") && value != "none" && value != "no")
     return "--cpu-bind=" + value + ": tasks are not bound to CPUs here; give --cpu-bind=none";
@@ -380,6 +381,19 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     }
     given[def->name] = value;
   }
+  // --mpi, else $SLURM_MPI_TYPE (an input of Slurm's srun): pmi2 serves the step's MPI tasks
+  // PMI-1 from here (cli/pmi_server.h).
+  const std::string mpi = given.count("mpi") ? given["mpi"] : Env("SLURM_MPI_TYPE");
+  if (mpi == "list") {
+    std::cout << "MPI plugin types are...\n\tnone\n\tpmi2\n";
+    return 0;
+  }
+  if (!given.count("mpi") && !mpi.empty()) {
+    if (const std::string why = Unhonoured("mpi", mpi); !why.empty()) {
+      std::cerr << "srun: error: " << why << " (SLURM_MPI_TYPE)\n";
+      return kExitBadInput;
+    }
+  }
   if (command.empty()) {
     std::cerr << "srun: error: give a program to run: srun [options] COMMAND [ARGS...]\n";
     return kExitBadInput;
@@ -581,6 +595,18 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   std::signal(SIGTERM, OnInterrupt);
   Client c(jg);
   const std::string base = "/v1/jobs/" + UrlEncode(job) + "/steps";
+  std::unique_ptr<PmiServer> pmi;
+  if (mpi == "pmi2") {
+    std::string error;
+    pmi = PmiServer::Start("kvs_" + job + "_" + std::to_string(::getpid()), &error);
+    if (!pmi) {
+      std::cerr << "srun: error: --mpi=pmi2: " << error << "\n";
+      return kExitRunFailure;
+    }
+    // gantryd gives each task its PMI_RANK and PMI_SIZE (SLURM_MPI_TYPE=pmi2 says so).
+    body["env"]["PMI_PORT"] = AddressToward(c.server()) + ":" + std::to_string(pmi->port());
+    body["env"]["SLURM_MPI_TYPE"] = "pmi2";
+  }
   Response r = c.Post(base, body.dump(), "application/json");
   if (r.status < 200 || r.status >= 300) {
     json j = r.Json();
@@ -706,6 +732,17 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       task_names[t].rank = static_cast<int>(t);
       task_names[t].node = tasks[t].value("node", "");
       task_names[t].node_index = tasks[t].value("node_index", 0);
+    }
+    if (pmi && !tasks.empty()) {
+      std::vector<int> layout;
+      for (const spec::OutputNames& n : task_names) layout.push_back(n.node_index);
+      pmi->SetLayout(std::move(layout));
+    }
+    if (pmi && pmi->Aborted() && !cancel_sent) {  // MPI_Abort: its tasks SIGKILLed, as Slurm's
+      std::cerr << "srun: Job step aborted: a task called MPI_Abort (exit code " << *pmi->Aborted()
+                << ")\n";
+      c.Delete(path + "?kill=true");
+      cancel_sent = true;
     }
     const std::string state = step.value("state", "");
     if (!started_said && state != "pending") {

@@ -2275,7 +2275,7 @@ class KubeApi : public server::ApiBackend {
   void ShowStep(std::string, std::string, int, std::string, int64_t, server::Done done) override {
     done(Elsewhere("runs no job steps", "kubectl get pods"));
   }
-  void CancelStep(std::string, std::string, int, server::Done done) override {
+  void CancelStep(std::string, std::string, int, bool, server::Done done) override {
     done(Elsewhere("runs no job steps", "kubectl delete"));
   }
   void JobUsageSeries(std::string, std::string, server::Done done) override {

@@ -125,8 +125,9 @@ class ApiBackend {
   // answered once the step's body differs from that version, or after `wait_ms`.
   virtual void ShowStep(std::string token, std::string job, int step, std::string version,
                         int64_t wait_ms, Done done) = 0;
-  // srun was interrupted: the step's tasks are stopped (SIGTERM, SIGKILL 10 s later).
-  virtual void CancelStep(std::string token, std::string job, int step, Done done) = 0;
+  // srun was interrupted: the step's tasks are stopped (SIGTERM, SIGKILL 10 s later); with
+  // `kill`, SIGKILLed at once (a task called MPI_Abort: slurmstepd ends the step so).
+  virtual void CancelStep(std::string token, std::string job, int step, bool kill, Done done) = 0;
   virtual void Nodes(std::string token, Done done) = 0;
   virtual void Drain(std::string token, std::string node, bool drain, std::string reason,
                      Done done) = 0;

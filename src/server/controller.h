@@ -165,7 +165,7 @@ class Controller : public ApiBackend {
   // With a version and a wait, srun's long poll (StepWatch).
   void ShowStep(std::string token, std::string job, int step, std::string version, int64_t wait_ms,
                 Done done) override;
-  void CancelStep(std::string token, std::string job, int step, Done done) override;
+  void CancelStep(std::string token, std::string job, int step, bool kill, Done done) override;
   void Nodes(std::string token, Done done) override;
   void Drain(std::string token, std::string node, bool drain, std::string reason,
              Done done) override;
@@ -471,12 +471,13 @@ class Controller : public ApiBackend {
   // A step as job listings carry it (sacct's step rows): id, name, state, exit code (and
   // signal), start, end, tasks, nodes.
   nlohmann::json StepSummary(const Job& job, const Step& s) const;
-  // A step task's entry for its agent (cached in StepTask::desired).
   // Step s's tasks are stopped (srun interrupted, scancel of the step, its time limit):
-  // their signal, then SIGKILL kStepKillWaitMs later; a step not started yet never will.
-  void StopStep(Job& job, Step& s, Ticks now);
+  // their signal, then SIGKILL kStepKillWaitMs later, or with `kill` SIGKILL at once (a
+  // task's MPI_Abort, also after the signal); a step not started yet never will.
+  void StopStep(Job& job, Step& s, Ticks now, bool kill = false);
   // Job's running steps past their srun --time are stopped, and end TIMEOUT.
   void TimeOutSteps(Job& job, Ticks now);
+  // A step task's entry for its agent (cached in StepTask::desired).
   proto::DesiredWorker StepDesired(const Job& job, const Step& s, int task) const;
   void StepTaskExited(Job& job, const ExitReport& e, core::NodeId n, Ticks now);
   // A batch job's usage report from node n (its script's, or a step task's): for the slots

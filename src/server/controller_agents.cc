@@ -257,6 +257,9 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
         if (stopping) {
           stop->grace_ms = std::max<Ticks>(0, job.stop_deadline - now);
           if (term) stop->signal = SIGTERM;
+        } else if (s.killed) {  // a task called MPI_Abort
+          stop->signal = SIGKILL;
+          stop->grace_ms = 0;
         } else {  // srun was interrupted
           stop->signal = SIGTERM;
           stop->grace_ms = std::max<Ticks>(0, s.ended + kStepKillWaitMs - now);

@@ -824,8 +824,8 @@ void Controller::JobAllocation(std::string token, std::string name, Done done) {
   });
 }
 
-void Controller::CancelStep(std::string token, std::string name, int step, Done done) {
-  CallAsUser(std::move(token), std::move(done), [this, name, step](const Principal& p) -> Reply {
+void Controller::CancelStep(std::string token, std::string name, int step, bool kill, Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& p) -> Reply {
     Job* job = book_.Find(name);
     if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
     if (p.job != job->name &&
@@ -835,15 +835,21 @@ void Controller::CancelStep(std::string token, std::string name, int step, Done 
     if (step < 0 || step >= static_cast<int>(job->steps.size()))
       return Reply::Error(Code::kNotFound, "job " + name + " has no step " + std::to_string(step));
     Step& s = job->steps[static_cast<size_t>(step)];
-    StopStep(*job, s, now_);
+    StopStep(*job, s, now_, kill);
     Reply r;
     r.body = StepBody(*job, s);
     return r;
   });
 }
 
-void Controller::StopStep(Job& job, Step& s, Ticks now) {
-  if (s.cancelled || s.state == Step::State::kEnded) return;
+void Controller::StopStep(Job& job, Step& s, Ticks now, bool kill) {
+  if (s.state == Step::State::kEnded || (s.cancelled && (s.killed || !kill))) return;
+  s.killed = kill;
+  if (s.cancelled) {  // SIGTERMed already: SIGKILL now
+    TouchStep(job, s);
+    Persist(job);
+    return;
+  }
   s.cancelled = true;
   if (s.state == Step::State::kPending) {
     s.End(now);
@@ -920,6 +926,13 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"GANTRY_LOCAL_RANK", std::to_string(t.local)},
            {"GANTRY_WORLD_SIZE", tasks}}) {
     env[k] = v;
+  }
+  // srun --mpi=pmi2: the task's PMI rank and size, for the PMI-1 server srun runs at
+  // PMI_PORT (cli/pmi_server.h), as Slurm's mpi/pmi2 plugin gives them.
+  if (env.contains("PMI_PORT") && env.contains("SLURM_MPI_TYPE")) {
+    env["PMI_RANK"] = std::to_string(task);
+    env["PMI_SIZE"] = tasks;
+    env["PMI_JOBID"] = std::to_string(job.Number()) + "." + std::to_string(s.id);
   }
   env.erase("SLURM_GPUS_ON_NODE");  // unset for a job of no GPUs, as Slurm's
   if (gpus > 0) env["SLURM_GPUS_ON_NODE"] = std::to_string(gpus);

@@ -96,6 +96,14 @@ std::optional<std::string> DoubleParam(const HttpRequest& req, const char* name,
       [](const std::string& v, size_t* used) { return std::stod(v, used); }, "a number");
 }
 
+// A flag query parameter: 1 or true, 0 or false; false when absent.
+std::optional<std::string> BoolParam(const HttpRequest& req, const char* name, bool& out) {
+  const std::string v = req.param(name);
+  out = v == "1" || v == "true";
+  if (v.empty() || out || v == "0" || v == "false") return std::nullopt;
+  return std::string(name) + ": expected true or false, got \"" + v + "\"";
+}
+
 // A log's ?stream=: out (the default) or err, a job step's task's stderr only (step >= 0).
 std::optional<std::string> StreamParam(const HttpRequest& req, int64_t step, bool& err) {
   const std::string stream = req.param("stream");
@@ -329,10 +337,7 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
       if (begin < 0) return bad("begin: expected Unix seconds, 0 or more");
       sr.begin_ms = static_cast<int64_t>(begin * 1000.0);
     }
-    const std::string hold = req.param("hold");
-    if (!hold.empty() && hold != "1" && hold != "true" && hold != "0" && hold != "false")
-      return bad("hold: expected true or false");
-    sr.hold = hold == "1" || hold == "true";
+    if (auto problem = BoolParam(req, "hold", sr.hold)) return bad(*problem);
     return c.Submit(TokenOf(req), std::move(sr), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {
@@ -364,11 +369,9 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   if ((m == "POST" && Match(req, {"v1", "jobs", "*", "cancel"}, a)) ||
       (m == "DELETE" && Match(req, {"v1", "jobs", "*"}, a))) {
-    const std::string force = req.param("force");
-    if (!force.empty() && force != "1" && force != "true" && force != "0" && force != "false") {
-      return bad("force: expected true or false");
-    }
-    return c.Cancel(TokenOf(req), a[0], force == "1" || force == "true", reply);
+    bool force = false;
+    if (auto problem = BoolParam(req, "force", force)) return bad(*problem);
+    return c.Cancel(TokenOf(req), a[0], force, reply);
   }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "requeue"}, a))
     return c.Requeue(TokenOf(req), a[0], reply);
@@ -426,7 +429,9 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   if (m == "DELETE" && Match(req, {"v1", "jobs", "*", "steps", "*"}, a)) {
     auto s = step_number(a[1]);
     if (!s) return bad("step: expected a step number, got " + a[1]);
-    return c.CancelStep(TokenOf(req), a[0], *s, reply);
+    bool kill = false;
+    if (auto problem = BoolParam(req, "kill", kill)) return bad(*problem);
+    return c.CancelStep(TokenOf(req), a[0], *s, kill, reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs", "*", "logs"}, a)) {
     int64_t run = 0, rank = 0, offset = 0, step = -1;

@@ -424,6 +424,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"container", StepContainerJson(s)},
                        {"overlap", s.overlap},
                        {"cancelled", s.cancelled},
+                       {"killed", s.killed},
                        {"time_limit", s.time_limit},
                        {"timed_out", s.timed_out},
                        {"state", static_cast<int>(s.state)},
@@ -555,6 +556,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.multi_prog = s.value("multi_prog", std::string());
       step.overlap = s.value("overlap", false);
       step.cancelled = s.value("cancelled", false);
+      step.killed = s.value("killed", false);
       step.time_limit = s.value("time_limit", Ticks{0});
       step.timed_out = s.value("timed_out", false);
       const int step_state = s.value("state", 0);

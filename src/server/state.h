@@ -150,6 +150,7 @@ struct Step {
   mutable std::shared_ptr<const spec::MultiProg> programs;  // read from it (not stored)
   bool overlap = false;    // may share slots with running steps (--overlap)
   bool cancelled = false;  // srun was interrupted: its tasks are stopped
+  bool killed = false;     // ... by SIGKILL at once (a task called MPI_Abort)
   // srun --time: past it (from its start) the step is cancelled as srun's interrupt
   // cancels it, and ends TIMEOUT. 0: none (the job's own limit holds).
   Ticks time_limit = 0;

@@ -555,7 +555,7 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(out.find("mpi status 2\n"), std::string::npos) << out;
   // --wait=1: the task still running a second after the first ended was ended (SIGTERM).
   EXPECT_NE(out.find("waited 143\n"), std::string::npos) << out;
-  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry starts no MPI process manager"),
+  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry serves PMI-1"),
             std::string::npos);
   // A step that repeats the job's GPUs (--gres=gpu:4) runs; shapes the job cannot hold are
   // refused in Slurm 22.05's words, with its status (1).
@@ -2212,6 +2212,96 @@ TEST(Slurm, SinfoShowsPartitionsAndNodeStatesAsSlurms) {
             "REASON               USER      TIMESTAMP           NODELIST\n");
   EXPECT_NE(reasons.find("\nDIMM replacement     admin     20"), std::string::npos) << reasons;
   EXPECT_EQ(reasons.substr(reasons.size() - 9), " spare-0\n") << reasons;
+}
+
+// srun --mpi=pmi2 serves an MPICH program's PMI-1 client (cli/pmi_server.h): its ranks,
+// built with Debian's mpicc in the job, find each other across two nodes and reduce;
+// SLURM_MPI_TYPE gives the default; a rank's MPI_Abort ends the step by SIGKILL, as
+// slurmstepd ends it; MPICH's own mpiexec starts its proxies with srun; PMIx is refused
+// with what to write instead.
+TEST(Slurm, MpiProgramsRunUnderSrunMpiPmi2) {
+  Harness h("slurm-mpi");
+  StartSlurmCluster(h);
+  fs::create_directories(h.Path("work"));
+  h.Write("work/hello.c", R"C(#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size, sum;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (argv[1][0] == 'a') {
+    if (rank == 1) MPI_Abort(MPI_COMM_WORLD, 7);
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  char name[64];
+  snprintf(name, sizeof name, "%s-%d.txt", argv[1], rank);
+  FILE* f = fopen(name, "w");
+  fprintf(f, "rank %d of %d sum %d procid %s node %s\n", rank, size, sum, getenv("SLURM_PROCID"),
+          getenv("SLURMD_NODENAME"));
+  fclose(f);
+  MPI_Finalize();
+  return 0;
+}
+)C");
+  const std::string id = Sbatch(h, "mpi.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -N 2
+#SBATCH --ntasks-per-node=2
+#SBATCH -t 2
+#SBATCH -o mpi.out
+mpicc -o hello hello.c || exit 3
+srun --mpi=pmi2 ./hello pmi2
+echo "pmi2 $?"
+srun --mpi=pmi2 -n 3 -m block ./hello three
+echo "three $?"
+SLURM_MPI_TYPE=pmi2 srun -n 2 ./hello type
+echo "type $?"
+srun --mpi=pmi2 ./hello abort
+echo "abort $?"
+mpiexec -n 4 ./hello mpiexec
+echo "mpiexec $?"
+srun --mpi=pmix ./hello pmix
+echo "pmix $?"
+)SH");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
+  const std::string out = h.Read("work/mpi.out");
+  for (const char* line :
+       {"pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n", "mpiexec 0\n", "pmix 2\n"})
+    EXPECT_NE(out.find(line), std::string::npos) << line << " in\n" << out;
+  EXPECT_NE(out.find("srun: Job step aborted: a task called MPI_Abort (exit code 7)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("--mpi=pmix: Gantry serves PMI-1"), std::string::npos) << out;
+  // Each rank: all ranks summed; under srun MPI's rank is the task's SLURM_PROCID, and the
+  // nodes it ran on (SLURMD_NODENAME) are returned. Under mpiexec each rank has its Hydra
+  // proxy's environment over the batch script's: the proxies' SLURM_PROCIDs are returned.
+  auto ranks = [&](const std::string& run, int n) {
+    std::set<std::string> where;
+    for (int r = 0; r < n; ++r) {
+      std::istringstream f(h.Read("work/" + run + "-" + std::to_string(r) + ".txt"));
+      std::string w[10];
+      for (std::string& x : w) f >> x;
+      EXPECT_EQ(w[1], std::to_string(r)) << run;
+      EXPECT_EQ(w[3], std::to_string(n)) << run;
+      EXPECT_EQ(w[5], std::to_string(n * (n - 1) / 2)) << run;
+      if (run == "mpiexec") {
+        where.insert(w[7]);
+      } else {
+        EXPECT_EQ(w[7], std::to_string(r)) << run << ": MPI's rank";
+        where.insert(w[9]);
+      }
+    }
+    return where;
+  };
+  EXPECT_EQ(ranks("pmi2", 4), (std::set<std::string>{"h100-0", "h100-1"}));
+  EXPECT_EQ(ranks("three", 3), (std::set<std::string>{"h100-0", "h100-1"}));
+  EXPECT_EQ(ranks("type", 2), (std::set<std::string>{"h100-0", "h100-1"}));
+  EXPECT_EQ(ranks("mpiexec", 4), (std::set<std::string>{"0", "1"})) << "a proxy on each node";
+  EXPECT_FALSE(fs::exists(h.Path("work/abort-0.txt"))) << "a rank outlived MPI_Abort";
 }
 
 }  // namespace

@@ -1,0 +1,285 @@
+#include "cli/pmi_server.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace gantry::cli {
+
+namespace {
+
+// PMI-1's limits, as Hydra gives them.
+constexpr int kKvsNameMax = 256, kKeyMax = 64, kValueMax = 1024;
+
+// "cmd=put kvsname=K key=X value=V" -> its fields (values hold no spaces in PMI-1).
+std::map<std::string, std::string> Fields(const std::string& line) {
+  std::map<std::string, std::string> f;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && line[i] == ' ') ++i;
+    size_t end = line.find(' ', i);
+    if (end == std::string::npos) end = line.size();
+    const std::string word = line.substr(i, end - i);
+    if (const size_t eq = word.find('='); eq != std::string::npos)
+      f[word.substr(0, eq)] = word.substr(eq + 1);
+    i = end;
+  }
+  return f;
+}
+
+void Send(int fd, const std::string& s) {
+  for (size_t off = 0; off < s.size();) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // the task is gone; its read end says so
+    off += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::string ProcessMapping(const std::vector<int>& node_of_rank) {
+  struct Run {
+    int first, nodes, ranks;
+  };
+  std::vector<Run> runs;
+  for (size_t r = 0; r < node_of_rank.size();) {
+    size_t end = r;
+    while (end < node_of_rank.size() && node_of_rank[end] == node_of_rank[r]) ++end;
+    const int node = node_of_rank[r], ranks = static_cast<int>(end - r);
+    if (!runs.empty() && runs.back().ranks == ranks &&
+        runs.back().first + runs.back().nodes == node) {
+      ++runs.back().nodes;
+    } else {
+      runs.push_back({node, 1, ranks});
+    }
+    r = end;
+  }
+  std::string s = "(vector";
+  for (const Run& x : runs) {
+    s += ",(" + std::to_string(x.first) + "," + std::to_string(x.nodes) + "," +
+         std::to_string(x.ranks) + ")";
+  }
+  return s + ")";
+}
+
+std::string AddressToward(const std::string& url) {
+  std::string host = url.substr(url.find("://") == std::string::npos ? 0 : url.find("://") + 3);
+  host = host.substr(0, host.find('/'));
+  if (!host.empty() && host[0] == '[') {
+    host = host.substr(1, host.find(']') - 1);
+  } else {
+    host = host.substr(0, host.find(':'));
+  }
+  std::string address;
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &found) == 0 && found != nullptr) {
+    // A datagram socket "connected" sends nothing; the kernel picks the route's source.
+    const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in local{};
+    socklen_t len = sizeof local;
+    char text[INET_ADDRSTRLEN];
+    if (fd >= 0 && ::connect(fd, found->ai_addr, found->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
+        ::inet_ntop(AF_INET, &local.sin_addr, text, sizeof text) != nullptr)
+      address = text;
+    if (fd >= 0) ::close(fd);
+    ::freeaddrinfo(found);
+  }
+  if (address.empty()) {
+    char name[256] = {};
+    ::gethostname(name, sizeof name - 1);
+    address = name;
+  }
+  return address;
+}
+
+std::unique_ptr<PmiServer> PmiServer::Start(std::string kvs, std::string* error) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = std::string("socket: ") + std::strerror(errno);
+    return nullptr;
+  }
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd, 1024) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    *error = std::string("listening for the step's MPI tasks: ") + std::strerror(errno);
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<PmiServer>(new PmiServer(fd, ntohs(a.sin_port), std::move(kvs)));
+}
+
+PmiServer::PmiServer(int listen_fd, int port, std::string kvs)
+    : listen_fd_(listen_fd), port_(port), kvs_(std::move(kvs)), thread_([this] { Loop(); }) {}
+
+PmiServer::~PmiServer() {
+  stop_ = true;
+  thread_.join();
+  for (Conn& c : conns_) ::close(c.fd);
+  ::close(listen_fd_);
+}
+
+void PmiServer::SetLayout(std::vector<int> node_of_rank) {
+  std::lock_guard lock(mu_);
+  if (placed_) return;
+  layout_ = std::move(node_of_rank);
+  placed_ = true;
+}
+
+std::optional<int> PmiServer::Aborted() const {
+  std::lock_guard lock(mu_);
+  return aborted_;
+}
+
+void PmiServer::Loop() {
+  while (!stop_) {
+    std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
+    for (const Conn& c : conns_) fds.push_back({c.fd, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
+    if (fds[0].revents & POLLIN) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd >= 0) {
+        const int one = 1;
+        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        conns_.push_back(Conn{.fd = fd, .in = {}, .in_barrier = false, .spawn = false});
+      }
+    }
+    bool placed;
+    {
+      std::lock_guard lock(mu_);
+      placed = placed_;
+    }
+    for (size_t i = 1; i < fds.size(); ++i) {
+      Conn& c = conns_[i - 1];
+      bool open = true;
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+        char buf[4096];
+        const ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+        if (n > 0) {
+          c.in.append(buf, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          open = false;
+        }
+      }
+      if (open && placed) open = Serve(c);
+      if (!open) {
+        ::close(c.fd);
+        c.fd = -1;
+      }
+    }
+    std::erase_if(conns_, [](const Conn& c) { return c.fd < 0; });
+    if (placed) EndBarrierIfAllIn();
+  }
+}
+
+bool PmiServer::Serve(Conn& c) {
+  for (size_t nl; (nl = c.in.find('\n')) != std::string::npos;) {
+    const std::string line = c.in.substr(0, nl);
+    c.in.erase(0, nl + 1);
+    if (!Answer(c, line)) return false;
+  }
+  return c.in.size() <= 64 * 1024;  // no line is that long: not a PMI client
+}
+
+bool PmiServer::Answer(Conn& c, const std::string& line) {
+  if (c.spawn) {  // MPI_Comm_spawn: refused once its request has been read
+    if (line == "endcmd") {
+      c.spawn = false;
+      Send(c.fd, "cmd=spawn_result rc=-1 msg=spawn_is_not_supported_by_gantry\n");
+    }
+    return true;
+  }
+  if (line == "mcmd=spawn") {
+    c.spawn = true;
+    return true;
+  }
+  auto f = Fields(line);
+  const std::string cmd = f["cmd"];
+  int size;
+  {
+    std::lock_guard lock(mu_);
+    size = static_cast<int>(layout_.size());
+  }
+  if (cmd == "init") {  // PMI-2's clients ask for version 2 and stop at this answer
+    Send(c.fd, std::string("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=") +
+                   (f["pmi_version"] == "1" ? "0" : "-1") + "\n");
+  } else if (cmd == "initack") {  // PMI_ID given: the rank and size come from here
+    const int rank = std::atoi(f["pmiid"].c_str());
+    Send(c.fd, "cmd=initack rc=0\ncmd=set size=" + std::to_string(size) +
+                   "\ncmd=set rank=" + std::to_string(rank) + "\ncmd=set debug=0\n");
+  } else if (cmd == "get_maxes") {
+    Send(c.fd, "cmd=maxes kvsname_max=" + std::to_string(kKvsNameMax) + " keylen_max=" +
+                   std::to_string(kKeyMax) + " vallen_max=" + std::to_string(kValueMax) + "\n");
+  } else if (cmd == "get_appnum") {
+    Send(c.fd, "cmd=appnum appnum=0\n");
+  } else if (cmd == "get_my_kvsname") {
+    Send(c.fd, "cmd=my_kvsname kvsname=" + kvs_ + "\n");
+  } else if (cmd == "get_universe_size") {
+    Send(c.fd, "cmd=universe_size size=" + std::to_string(size) + "\n");
+  } else if (cmd == "put") {
+    const std::string& key = f["key"];
+    if (key.empty() || key.size() > kKeyMax || f["value"].size() > kValueMax) {
+      Send(c.fd, "cmd=put_result rc=-1 msg=key_or_value_too_long\n");
+    } else {
+      kv_[key] = f["value"];
+      Send(c.fd, "cmd=put_result rc=0 msg=success\n");
+    }
+  } else if (cmd == "get") {
+    const std::string& key = f["key"];
+    std::optional<std::string> value;
+    if (key == "PMI_process_mapping") {
+      std::lock_guard lock(mu_);
+      value = ProcessMapping(layout_);
+    } else if (auto it = kv_.find(key); it != kv_.end()) {
+      value = it->second;
+    }
+    if (!value) {
+      Send(c.fd, "cmd=get_result rc=-1 msg=key_" + key + "_not_found value=unknown\n");
+    } else {
+      Send(c.fd, "cmd=get_result rc=0 msg=success value=" + *value + "\n");
+    }
+  } else if (cmd == "barrier_in") {
+    c.in_barrier = true;
+  } else if (cmd == "finalize") {
+    Send(c.fd, "cmd=finalize_ack\n");
+  } else if (cmd == "abort") {
+    std::lock_guard lock(mu_);
+    if (!aborted_) aborted_ = std::atoi(f["exitcode"].c_str());
+  } else {
+    Send(c.fd, "cmd=" + (cmd.empty() ? std::string("unknown") : cmd) +
+                   "_result rc=-1 msg=not_supported_by_gantry\n");
+  }
+  return true;
+}
+
+void PmiServer::EndBarrierIfAllIn() {
+  size_t size;
+  {
+    std::lock_guard lock(mu_);
+    size = layout_.size();
+  }
+  size_t in = 0;
+  for (const Conn& c : conns_) in += c.in_barrier;
+  if (size == 0 || in < size) return;
+  for (Conn& c : conns_) {
+    if (!c.in_barrier) continue;
+    c.in_barrier = false;
+    Send(c.fd, "cmd=barrier_out\n");
+  }
+}
+
+}  // namespace gantry::cli

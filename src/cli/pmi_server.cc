@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <initializer_list>
 
 namespace gantry::cli {
 
@@ -17,6 +18,7 @@ namespace {
 
 // PMI-1's limits, as Hydra gives them.
 constexpr int kKvsNameMax = 256, kKeyMax = 64, kValueMax = 1024;
+constexpr size_t kMaxFrame = 64 * 1024;  // PMI-2's longest command
 
 // "cmd=put kvsname=K key=X value=V" -> its fields (values hold no spaces in PMI-1).
 std::map<std::string, std::string> Fields(const std::string& line) {
@@ -32,6 +34,58 @@ std::map<std::string, std::string> Fields(const std::string& line) {
     i = end;
   }
   return f;
+}
+
+// PMI-2's fields: "cmd=kvs-put;key=K;value=V;", a ';' within a value doubled.
+std::map<std::string, std::string> Fields2(const std::string& frame) {
+  std::map<std::string, std::string> f;
+  std::string key, value;
+  bool in_value = false;
+  for (size_t i = 0; i < frame.size(); ++i) {
+    const char ch = frame[i];
+    if (!in_value) {
+      if (ch == '=') {
+        in_value = true;
+      } else {
+        key += ch;
+      }
+    } else if (ch == ';' && i + 1 < frame.size() && frame[i + 1] == ';') {
+      value += ';';
+      ++i;
+    } else if (ch == ';') {
+      f[key] = value;
+      key.clear();
+      value.clear();
+      in_value = false;
+    } else {
+      value += ch;
+    }
+  }
+  return f;
+}
+
+// A PMI-2 frame of `body`: its length in the first 6 bytes (the rest of them blanks).
+std::string Framed(std::string body) {
+  std::string len = std::to_string(body.size());
+  len.resize(6, ' ');
+  return len + body;
+}
+
+// A PMI-2 answer: "cmd=NAME;rc=0;" and the fields, each ';' in a value doubled.
+std::string Frame2(const std::string& cmd,
+                   std::initializer_list<std::pair<const char*, std::string>> fields) {
+  std::string body = "cmd=" + cmd + ";rc=0;";
+  for (const auto& [k, v] : fields) {
+    body += std::string(k) + "=";
+    for (char ch : v) body += ch == ';' ? std::string(";;") : std::string(1, ch);
+    body += ";";
+  }
+  return Framed(std::move(body));
+}
+
+// A PMI-2 refusal: rc 1 and the reason.
+std::string Refusal2(const std::string& cmd, const std::string& why) {
+  return Framed("cmd=" + cmd + ";rc=1;errmsg=" + why + ";");
 }
 
 void Send(int fd, const std::string& s) {
@@ -104,7 +158,7 @@ std::string AddressToward(const std::string& url) {
   return address;
 }
 
-std::unique_ptr<PmiServer> PmiServer::Start(std::string kvs, std::string* error) {
+std::unique_ptr<PmiServer> PmiServer::Start(std::string* error) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) {
     *error = std::string("socket: ") + std::strerror(errno);
@@ -120,11 +174,11 @@ std::unique_ptr<PmiServer> PmiServer::Start(std::string kvs, std::string* error)
     ::close(fd);
     return nullptr;
   }
-  return std::unique_ptr<PmiServer>(new PmiServer(fd, ntohs(a.sin_port), std::move(kvs)));
+  return std::unique_ptr<PmiServer>(new PmiServer(fd, ntohs(a.sin_port)));
 }
 
-PmiServer::PmiServer(int listen_fd, int port, std::string kvs)
-    : listen_fd_(listen_fd), port_(port), kvs_(std::move(kvs)), thread_([this] { Loop(); }) {}
+PmiServer::PmiServer(int listen_fd, int port)
+    : listen_fd_(listen_fd), port_(port), thread_([this] { Loop(); }) {}
 
 PmiServer::~PmiServer() {
   stop_ = true;
@@ -133,10 +187,11 @@ PmiServer::~PmiServer() {
   ::close(listen_fd_);
 }
 
-void PmiServer::SetLayout(std::vector<int> node_of_rank) {
+void PmiServer::SetLayout(std::vector<int> node_of_rank, std::string kvs) {
   std::lock_guard lock(mu_);
   if (placed_) return;
   layout_ = std::move(node_of_rank);
+  kvs_ = std::move(kvs);
   placed_ = true;
 }
 
@@ -155,7 +210,8 @@ void PmiServer::Loop() {
       if (fd >= 0) {
         const int one = 1;
         ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conns_.push_back(Conn{.fd = fd, .in = {}, .in_barrier = false, .spawn = false});
+        conns_.push_back(Conn{});
+        conns_.back().fd = fd;
       }
     }
     bool placed;
@@ -187,34 +243,51 @@ void PmiServer::Loop() {
 }
 
 bool PmiServer::Serve(Conn& c) {
-  for (size_t nl; (nl = c.in.find('\n')) != std::string::npos;) {
+  while (true) {
+    if (c.v2) {  // a frame: its length in 6 bytes, then that many
+      if (c.in.size() < 6) break;
+      const long len = std::strtol(c.in.substr(0, 6).c_str(), nullptr, 10);
+      if (len <= 0 || static_cast<size_t>(len) > kMaxFrame) return false;  // not PMI-2
+      if (c.in.size() < 6 + static_cast<size_t>(len)) break;
+      const std::string frame = c.in.substr(6, static_cast<size_t>(len));
+      c.in.erase(0, 6 + static_cast<size_t>(len));
+      Answer2(c, frame);
+      continue;
+    }
+    const size_t nl = c.in.find('\n');
+    if (nl == std::string::npos) break;
     const std::string line = c.in.substr(0, nl);
     c.in.erase(0, nl + 1);
-    if (!Answer(c, line)) return false;
+    Answer(c, line);
   }
-  return c.in.size() <= 64 * 1024;  // no line is that long: not a PMI client
+  return c.in.size() <= kMaxFrame;  // no line or frame is that long: not a PMI client
 }
 
-bool PmiServer::Answer(Conn& c, const std::string& line) {
+void PmiServer::Answer(Conn& c, const std::string& line) {
   if (c.spawn) {  // MPI_Comm_spawn: refused once its request has been read
     if (line == "endcmd") {
       c.spawn = false;
       Send(c.fd, "cmd=spawn_result rc=-1 msg=spawn_is_not_supported_by_gantry\n");
     }
-    return true;
+    return;
   }
   if (line == "mcmd=spawn") {
     c.spawn = true;
-    return true;
+    return;
   }
   auto f = Fields(line);
   const std::string cmd = f["cmd"];
   int size;
+  std::string kvs;
   {
     std::lock_guard lock(mu_);
     size = static_cast<int>(layout_.size());
+    kvs = kvs_;
   }
-  if (cmd == "init") {  // PMI-2's clients ask for version 2 and stop at this answer
+  if (cmd == "init" && f["pmi_version"] == "2") {  // PMI-2: its frames from here on
+    Send(c.fd, "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n");
+    c.v2 = true;
+  } else if (cmd == "init") {
     Send(c.fd, std::string("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=") +
                    (f["pmi_version"] == "1" ? "0" : "-1") + "\n");
   } else if (cmd == "initack") {  // PMI_ID given: the rank and size come from here
@@ -225,9 +298,9 @@ bool PmiServer::Answer(Conn& c, const std::string& line) {
     Send(c.fd, "cmd=maxes kvsname_max=" + std::to_string(kKvsNameMax) + " keylen_max=" +
                    std::to_string(kKeyMax) + " vallen_max=" + std::to_string(kValueMax) + "\n");
   } else if (cmd == "get_appnum") {
-    Send(c.fd, "cmd=appnum appnum=0\n");
+    Send(c.fd, "cmd=appnum appnum=-1\n");  // Slurm's: no MPMD application number
   } else if (cmd == "get_my_kvsname") {
-    Send(c.fd, "cmd=my_kvsname kvsname=" + kvs_ + "\n");
+    Send(c.fd, "cmd=my_kvsname kvsname=" + kvs + "\n");
   } else if (cmd == "get_universe_size") {
     Send(c.fd, "cmd=universe_size size=" + std::to_string(size) + "\n");
   } else if (cmd == "put") {
@@ -263,7 +336,106 @@ bool PmiServer::Answer(Conn& c, const std::string& line) {
     Send(c.fd, "cmd=" + (cmd.empty() ? std::string("unknown") : cmd) +
                    "_result rc=-1 msg=not_supported_by_gantry\n");
   }
-  return true;
+}
+
+void PmiServer::Answer2(Conn& c, const std::string& frame) {
+  auto f = Fields2(frame);
+  const std::string cmd = f["cmd"];
+  std::vector<int> layout;
+  std::string kvs;
+  {
+    std::lock_guard lock(mu_);
+    layout = layout_;
+    kvs = kvs_;
+  }
+  const int size = static_cast<int>(layout.size());
+  if (cmd == "fullinit") {  // the rank from PMI_RANK (pmirank) or PMI_ID (srcid)
+    const std::string& rank = f.count("pmirank") ? f["pmirank"] : f["srcid"];
+    char* end = nullptr;
+    c.rank = static_cast<int>(std::strtol(rank.c_str(), &end, 10));
+    if (rank.empty() || *end != '\0' || c.rank < 0 || c.rank >= size) {
+      Send(c.fd, Refusal2("fullinit-response",
+                          "no rank " + rank + " in a step of " + std::to_string(size) + " tasks"));
+      c.rank = -1;
+      return;
+    }
+    Send(c.fd, Frame2("fullinit-response", {{"pmi-version", "2"},
+                                            {"pmi-subversion", "0"},
+                                            {"rank", std::to_string(c.rank)},
+                                            {"size", std::to_string(size)},
+                                            {"appnum", "-1"},
+                                            {"debugged", "FALSE"},
+                                            {"pmiverbose", "FALSE"}}));
+  } else if (cmd == "job-getid") {
+    Send(c.fd, Frame2("job-getid-response", {{"jobid", kvs}}));
+  } else if (cmd == "kvs-put") {
+    if (f["key"].empty() || f["key"].size() > kKeyMax || f["value"].size() > kValueMax) {
+      Send(c.fd, Refusal2("kvs-put-response", "key or value too long"));
+    } else {
+      kv_[f["key"]] = f["value"];
+      Send(c.fd, Frame2("kvs-put-response", {}));
+    }
+  } else if (cmd == "kvs-fence") {
+    c.in_barrier = true;
+  } else if (cmd == "kvs-get") {
+    auto it = kv_.find(f["key"]);
+    if (it == kv_.end()) {
+      Send(c.fd, Frame2("kvs-get-response", {{"found", "FALSE"}}));
+    } else {
+      Send(c.fd, Frame2("kvs-get-response", {{"found", "TRUE"}, {"value", it->second}}));
+    }
+  } else if (cmd == "info-putnodeattr" || cmd == "info-getnodeattr") {
+    if (c.rank < 0) {
+      Send(c.fd, Refusal2(cmd + "-response", "fullinit first"));
+      return;
+    }
+    auto& attrs = node_attrs_[layout[static_cast<size_t>(c.rank)]];
+    if (cmd == "info-putnodeattr") {
+      attrs[f["key"]] = f["value"];
+      Send(c.fd, Frame2(cmd + "-response", {}));
+      AnswerNodeAttrWaits();
+    } else if (auto it = attrs.find(f["key"]); it != attrs.end()) {
+      Send(c.fd, Frame2(cmd + "-response", {{"found", "TRUE"}, {"value", it->second}}));
+    } else if (f["wait"] == "TRUE") {  // answered once a task on the node puts it
+      c.waits_for = f["key"];
+    } else {
+      Send(c.fd, Frame2(cmd + "-response", {{"found", "FALSE"}}));
+    }
+  } else if (cmd == "info-getjobattr") {
+    if (f["key"] == "PMI_process_mapping") {
+      Send(c.fd, Frame2("info-getjobattr-response",
+                        {{"found", "TRUE"}, {"value", ProcessMapping(layout)}}));
+    } else if (f["key"] == "universeSize") {
+      Send(c.fd, Frame2("info-getjobattr-response",
+                        {{"found", "TRUE"}, {"value", std::to_string(size)}}));
+    } else {
+      Send(c.fd, Frame2("info-getjobattr-response", {{"found", "FALSE"}}));
+    }
+  } else if (cmd == "finalize") {
+    Send(c.fd, Frame2("finalize-response", {}));
+  } else if (cmd == "abort") {  // PMI-2 says no exit code: the task exits with its own
+    std::lock_guard lock(mu_);
+    if (!aborted_) aborted_ = -1;
+  } else {
+    Send(c.fd, Refusal2((cmd.empty() ? std::string("unknown") : cmd) + "-response",
+                        "not supported by Gantry"));
+  }
+}
+
+void PmiServer::AnswerNodeAttrWaits() {
+  std::vector<int> layout;
+  {
+    std::lock_guard lock(mu_);
+    layout = layout_;
+  }
+  for (Conn& c : conns_) {
+    if (c.waits_for.empty() || c.rank < 0) continue;
+    const auto& attrs = node_attrs_[layout[static_cast<size_t>(c.rank)]];
+    if (auto it = attrs.find(c.waits_for); it != attrs.end()) {
+      Send(c.fd, Frame2("info-getnodeattr-response", {{"found", "TRUE"}, {"value", it->second}}));
+      c.waits_for.clear();
+    }
+  }
 }
 
 void PmiServer::EndBarrierIfAllIn() {
@@ -278,7 +450,7 @@ void PmiServer::EndBarrierIfAllIn() {
   for (Conn& c : conns_) {
     if (!c.in_barrier) continue;
     c.in_barrier = false;
-    Send(c.fd, "cmd=barrier_out\n");
+    Send(c.fd, c.v2 ? Frame2("kvs-fence-response", {}) : "cmd=barrier_out\n");
   }
 }
 

@@ -1,5 +1,5 @@
-// PmiServer: the process manager's side of PMI-1's wire protocol ("simple PMI", as MPICH's
-// Hydra and Slurm's mpi/pmi2 plugin serve it), for `srun --mpi=pmi2`. The step's MPI tasks
+// PmiServer: the process manager's side of PMI-1's and PMI-2's wire protocols (as MPICH's
+// Hydra and Slurm's mpi/pmi2 plugin serve them), for `srun --mpi=pmi2`. The step's MPI tasks
 // reach it over TCP at PMI_PORT (host:port), put their addresses into the step's one
 // key-value space, meet at barriers and read each other's; PMI_process_mapping says which
 // ranks share a node. Slurm's slurmstepd hands each task a socket (PMI_FD) instead; MPICH's
@@ -33,43 +33,52 @@ std::string AddressToward(const std::string& url);
 class PmiServer {
  public:
   // Listens on every address at a port of the kernel's choosing; nullptr and `error` when it
-  // cannot. `kvs` names the key-value space (the step's).
-  static std::unique_ptr<PmiServer> Start(std::string kvs, std::string* error);
+  // cannot.
+  static std::unique_ptr<PmiServer> Start(std::string* error);
   ~PmiServer();
   PmiServer(const PmiServer&) = delete;
   PmiServer& operator=(const PmiServer&) = delete;
 
   int port() const { return port_; }
-  // The step's tasks, once placed: each rank's node index. Until then the tasks' requests
-  // wait (a task cannot start before its step is placed, but srun may hear of it later).
-  void SetLayout(std::vector<int> node_of_rank);
-  // A task called PMI_Abort (MPI_Abort): its exit code, once one has.
+  // The step's tasks, once placed: each rank's node index, and the name of their key-value
+  // space (JOB.STEP, as Slurm names it). Until then the tasks' requests wait (a task cannot
+  // start before its step is placed, but srun may hear of it later).
+  void SetLayout(std::vector<int> node_of_rank, std::string kvs);
+  // A task called PMI_Abort (MPI_Abort): its exit code (-1 from PMI-2, which says none),
+  // once one has.
   std::optional<int> Aborted() const;
 
  private:
   struct Conn {
     int fd = -1;
     std::string in;
-    bool in_barrier = false;
-    bool spawn = false;  // reading a multi-line "mcmd=spawn" request, refused at its end
+    bool v2 = false;          // speaks PMI-2's frames (after its init asked for version 2)
+    int rank = -1;            // PMI-2: from its fullinit
+    bool in_barrier = false;  // PMI-1's barrier_in, PMI-2's kvs-fence
+    bool spawn = false;       // reading a multi-line "mcmd=spawn" request, refused at its end
+    std::string waits_for;    // PMI-2: a node attribute it waits for
   };
-  PmiServer(int listen_fd, int port, std::string kvs);
+  PmiServer(int listen_fd, int port);
   void Loop();
-  // Answers the complete lines `c` has; false when it is to be closed.
+  // Answers the complete lines (PMI-1) or frames (PMI-2) `c` has; false when it is to be
+  // closed.
   bool Serve(Conn& c);
-  bool Answer(Conn& c, const std::string& line);
+  void Answer(Conn& c, const std::string& line);
+  void Answer2(Conn& c, const std::string& frame);
+  void AnswerNodeAttrWaits();
   void EndBarrierIfAllIn();
 
   const int listen_fd_;
   const int port_;
-  const std::string kvs_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
-  std::vector<int> layout_;                // guarded by mu_
-  bool placed_ = false;                    // guarded by mu_
-  std::optional<int> aborted_;             // guarded by mu_
-  std::map<std::string, std::string> kv_;  // the loop's only
-  std::vector<Conn> conns_;                // the loop's only
+  std::vector<int> layout_;                                       // guarded by mu_
+  std::string kvs_;                                               // guarded by mu_
+  bool placed_ = false;                                           // guarded by mu_
+  std::optional<int> aborted_;                                    // guarded by mu_
+  std::map<std::string, std::string> kv_;                         // the loop's only
+  std::map<int, std::map<std::string, std::string>> node_attrs_;  // by node; the loop's only
+  std::vector<Conn> conns_;                                       // the loop's only
   std::thread thread_;
 };
 

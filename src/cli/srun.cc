@@ -105,8 +105,8 @@ constexpr Opt kSrunOptions[] = {
 std::string Unhonoured(const std::string& name, const std::string& value) {
   if (name == "mpi" && value != "none" && value != "pmi2" && value != "list") {
     return "--mpi=" + value +
-           ": Gantry serves PMI-1 as --mpi=pmi2 does (MPICH and its kin); no PMIx (Open "
-           "MPI's): give --mpi=pmi2 or none, or run mpirun inside the job";
+           ": Gantry serves PMI-1 and PMI-2 as --mpi=pmi2 does (MPICH, MVAPICH, Intel MPI); "
+           "no PMIx (Open MPI's): give --mpi=pmi2 or none, or run mpirun inside the job";
   }
   if ((name == "cpu-bind" || name == "cpu_bind") && value != "none" && value != "no")
     return "--cpu-bind=" + value + ": tasks are not bound to CPUs here; give --cpu-bind=none";
@@ -382,7 +382,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     given[def->name] = value;
   }
   // --mpi, else $SLURM_MPI_TYPE (an input of Slurm's srun): pmi2 serves the step's MPI tasks
-  // PMI-1 from here (cli/pmi_server.h).
+  // PMI-1 and PMI-2 from here (cli/pmi_server.h).
   const std::string mpi = given.count("mpi") ? given["mpi"] : Env("SLURM_MPI_TYPE");
   if (mpi == "list") {
     std::cout << "MPI plugin types are...\n\tnone\n\tpmi2\n";
@@ -598,7 +598,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   std::unique_ptr<PmiServer> pmi;
   if (mpi == "pmi2") {
     std::string error;
-    pmi = PmiServer::Start("kvs_" + job + "_" + std::to_string(::getpid()), &error);
+    pmi = PmiServer::Start(&error);
     if (!pmi) {
       std::cerr << "srun: error: --mpi=pmi2: " << error << "\n";
       return kExitRunFailure;
@@ -736,11 +736,12 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     if (pmi && !tasks.empty()) {
       std::vector<int> layout;
       for (const spec::OutputNames& n : task_names) layout.push_back(n.node_index);
-      pmi->SetLayout(std::move(layout));
+      pmi->SetLayout(std::move(layout), Env("SLURM_JOB_ID") + "." + std::to_string(id));
     }
     if (pmi && pmi->Aborted() && !cancel_sent) {  // MPI_Abort: its tasks SIGKILLed, as Slurm's
-      std::cerr << "srun: Job step aborted: a task called MPI_Abort (exit code " << *pmi->Aborted()
-                << ")\n";
+      const int code = *pmi->Aborted();
+      std::cerr << "srun: Job step aborted: a task called MPI_Abort"
+                << (code >= 0 ? " (exit code " + std::to_string(code) + ")" : "") << "\n";
       c.Delete(path + "?kill=true");
       cancel_sent = true;
     }

@@ -58,6 +58,36 @@ class Task {
     Say(line);
     return Hear();
   }
+  // PMI-2: a frame out (its length in 6 bytes, blank-padded), the answer's frame in.
+  void SayFrame(const std::string& body) {
+    std::string len = std::to_string(body.size());
+    len.resize(6, ' ');
+    const std::string s = len + body;
+    ASSERT_EQ(::send(fd_, s.data(), s.size(), 0), static_cast<ssize_t>(s.size()));
+  }
+  std::string HearFrame(int wait_ms = 10000) {
+    auto fill = [&](size_t n) {
+      while (in_.size() < n) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, wait_ms) != 1) return false;
+        char buf[4096];
+        const ssize_t got = ::recv(fd_, buf, sizeof buf, 0);
+        if (got <= 0) return false;
+        in_.append(buf, static_cast<size_t>(got));
+      }
+      return true;
+    };
+    if (!fill(6)) return "";
+    const size_t len = std::stoul(in_.substr(0, 6));
+    if (!fill(6 + len)) return "";
+    std::string body = in_.substr(6, len);
+    in_.erase(0, 6 + len);
+    return body;
+  }
+  std::string AskFrame(const std::string& body) {
+    SayFrame(body);
+    return HearFrame();
+  }
 
  private:
   int fd_;
@@ -66,23 +96,23 @@ class Task {
 
 TEST(PmiServer, TasksExchangeAddressesThroughPutsABarrierAndGets) {
   std::string error;
-  auto server = PmiServer::Start("kvs_7_1", &error);
+  auto server = PmiServer::Start(&error);
   ASSERT_NE(server, nullptr) << error;
   std::vector<std::unique_ptr<Task>> tasks;
   for (int i = 0; i < 3; ++i) tasks.push_back(std::make_unique<Task>(server->port()));
   // Before srun knows where the tasks are, their requests wait.
   tasks[0]->Say("cmd=init pmi_version=1 pmi_subversion=1");
   EXPECT_EQ(tasks[0]->Hear(300), "");
-  server->SetLayout({0, 0, 1});
+  server->SetLayout({0, 0, 1}, "7.1");
   EXPECT_EQ(tasks[0]->Hear(), "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0");
   EXPECT_EQ(tasks[1]->Ask("cmd=get_maxes"),
             "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024");
-  EXPECT_EQ(tasks[1]->Ask("cmd=get_my_kvsname"), "cmd=my_kvsname kvsname=kvs_7_1");
+  EXPECT_EQ(tasks[1]->Ask("cmd=get_my_kvsname"), "cmd=my_kvsname kvsname=7.1");
   EXPECT_EQ(tasks[2]->Ask("cmd=get_universe_size"), "cmd=universe_size size=3");
-  EXPECT_EQ(tasks[2]->Ask("cmd=get_appnum"), "cmd=appnum appnum=0");
+  EXPECT_EQ(tasks[2]->Ask("cmd=get_appnum"), "cmd=appnum appnum=-1");
   for (int i = 0; i < 3; ++i) {
-    EXPECT_EQ(tasks[i]->Ask("cmd=put kvsname=kvs_7_1 key=card-" + std::to_string(i) +
-                            " value=addr" + std::to_string(i)),
+    EXPECT_EQ(tasks[i]->Ask("cmd=put kvsname=7.1 key=card-" + std::to_string(i) + " value=addr" +
+                            std::to_string(i)),
               "cmd=put_result rc=0 msg=success");
   }
   // The barrier ends when the last of the three is in, for all of them at once.
@@ -91,11 +121,11 @@ TEST(PmiServer, TasksExchangeAddressesThroughPutsABarrierAndGets) {
   EXPECT_EQ(tasks[0]->Hear(300), "");
   tasks[2]->Say("cmd=barrier_in");
   for (auto& t : tasks) EXPECT_EQ(t->Hear(), "cmd=barrier_out");
-  EXPECT_EQ(tasks[0]->Ask("cmd=get kvsname=kvs_7_1 key=card-2"),
+  EXPECT_EQ(tasks[0]->Ask("cmd=get kvsname=7.1 key=card-2"),
             "cmd=get_result rc=0 msg=success value=addr2");
-  EXPECT_EQ(tasks[2]->Ask("cmd=get kvsname=kvs_7_1 key=PMI_process_mapping"),
+  EXPECT_EQ(tasks[2]->Ask("cmd=get kvsname=7.1 key=PMI_process_mapping"),
             "cmd=get_result rc=0 msg=success value=(vector,(0,1,2),(1,1,1))");
-  EXPECT_EQ(tasks[1]->Ask("cmd=get kvsname=kvs_7_1 key=nope"),
+  EXPECT_EQ(tasks[1]->Ask("cmd=get kvsname=7.1 key=nope"),
             "cmd=get_result rc=-1 msg=key_nope_not_found value=unknown");
   // A second barrier works as the first.
   for (auto& t : tasks) t->Say("cmd=barrier_in");
@@ -106,18 +136,18 @@ TEST(PmiServer, TasksExchangeAddressesThroughPutsABarrierAndGets) {
 
 TEST(PmiServer, GivesRankAndSizeByPmiIdAndHearsAnAbort) {
   std::string error;
-  auto server = PmiServer::Start("kvs", &error);
+  auto server = PmiServer::Start(&error);
   ASSERT_NE(server, nullptr) << error;
-  server->SetLayout({0, 1});
+  server->SetLayout({0, 1}, "7.2");
   Task t(server->port());
   t.Say("cmd=initack pmiid=1");
   EXPECT_EQ(t.Hear(), "cmd=initack rc=0");
   EXPECT_EQ(t.Hear(), "cmd=set size=2");
   EXPECT_EQ(t.Hear(), "cmd=set rank=1");
   EXPECT_EQ(t.Hear(), "cmd=set debug=0");
-  // PMI-2's clients ask for version 2: refused, so they stop at once.
-  Task v2(server->port());
-  EXPECT_EQ(v2.Ask("cmd=init pmi_version=2 pmi_subversion=0"),
+  // A version neither 1 nor 2 is refused, so the client stops at once.
+  Task v3(server->port());
+  EXPECT_EQ(v3.Ask("cmd=init pmi_version=3 pmi_subversion=0"),
             "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=-1");
   // MPI_Comm_spawn is refused once its request has been read; unknown commands too.
   for (const char* line : {"mcmd=spawn", "nprocs=2", "execname=/bin/true", "endcmd"}) t.Say(line);
@@ -128,6 +158,56 @@ TEST(PmiServer, GivesRankAndSizeByPmiIdAndHearsAnAbort) {
   for (int i = 0; i < 100 && !server->Aborted(); ++i) usleep(10000);
   ASSERT_TRUE(server->Aborted());
   EXPECT_EQ(*server->Aborted(), 7);
+}
+
+// PMI-2's frames, as Slurm's libpmi2 (MVAPICH2, Intel MPI) speaks them after asking for
+// version 2: rank from fullinit, puts, a fence for all, gets (a ';' in a value doubled),
+// node attributes (a get that waits is answered by the put), job attributes.
+TEST(PmiServer, SpeaksPmi2sFramesAfterAnInitForVersion2) {
+  std::string error;
+  auto server = PmiServer::Start(&error);
+  ASSERT_NE(server, nullptr) << error;
+  server->SetLayout({0, 0, 1}, "9.0");
+  std::vector<std::unique_ptr<Task>> tasks;
+  for (int i = 0; i < 3; ++i) {
+    tasks.push_back(std::make_unique<Task>(server->port()));
+    EXPECT_EQ(tasks[i]->Ask("cmd=init pmi_version=2 pmi_subversion=0"),
+              "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0");
+    EXPECT_EQ(tasks[i]->AskFrame("cmd=fullinit;pmijobid=9.0;pmirank=" + std::to_string(i) +
+                                 ";threaded=FALSE;"),
+              "cmd=fullinit-response;rc=0;pmi-version=2;pmi-subversion=0;rank=" +
+                  std::to_string(i) + ";size=3;appnum=-1;debugged=FALSE;pmiverbose=FALSE;");
+  }
+  Task stranger(server->port());
+  stranger.Ask("cmd=init pmi_version=2 pmi_subversion=0");
+  EXPECT_EQ(stranger.AskFrame("cmd=fullinit;pmirank=3;threaded=FALSE;"),
+            "cmd=fullinit-response;rc=1;errmsg=no rank 3 in a step of 3 tasks;");
+  EXPECT_EQ(tasks[0]->AskFrame("cmd=job-getid;"), "cmd=job-getid-response;rc=0;jobid=9.0;");
+  EXPECT_EQ(tasks[0]->AskFrame("cmd=kvs-put;key=card-0;value=a;;b;"), "cmd=kvs-put-response;rc=0;");
+  // Node attributes are the node's: rank 1 waits for what rank 0 (its node) puts; rank 2
+  // (another node) does not see it.
+  tasks[1]->SayFrame("cmd=info-getnodeattr;key=leader;wait=TRUE;");
+  EXPECT_EQ(tasks[1]->HearFrame(300), "");
+  EXPECT_EQ(tasks[0]->AskFrame("cmd=info-putnodeattr;key=leader;value=0;"),
+            "cmd=info-putnodeattr-response;rc=0;");
+  EXPECT_EQ(tasks[1]->HearFrame(), "cmd=info-getnodeattr-response;rc=0;found=TRUE;value=0;");
+  EXPECT_EQ(tasks[2]->AskFrame("cmd=info-getnodeattr;key=leader;wait=FALSE;"),
+            "cmd=info-getnodeattr-response;rc=0;found=FALSE;");
+  for (auto& t : tasks) t->SayFrame("cmd=kvs-fence;");
+  for (auto& t : tasks) EXPECT_EQ(t->HearFrame(), "cmd=kvs-fence-response;rc=0;");
+  EXPECT_EQ(tasks[2]->AskFrame("cmd=kvs-get;jobid=9.0;srcid=-1;key=card-0;"),
+            "cmd=kvs-get-response;rc=0;found=TRUE;value=a;;b;");
+  EXPECT_EQ(tasks[2]->AskFrame("cmd=kvs-get;jobid=9.0;srcid=-1;key=nope;"),
+            "cmd=kvs-get-response;rc=0;found=FALSE;");
+  EXPECT_EQ(tasks[1]->AskFrame("cmd=info-getjobattr;key=PMI_process_mapping;"),
+            "cmd=info-getjobattr-response;rc=0;found=TRUE;value=(vector,(0,1,2),(1,1,1));");
+  EXPECT_EQ(tasks[1]->AskFrame("cmd=name-publish;name=x;port=y;infokeycount=0;"),
+            "cmd=name-publish-response;rc=1;errmsg=not supported by Gantry;");
+  for (auto& t : tasks) EXPECT_EQ(t->AskFrame("cmd=finalize;"), "cmd=finalize-response;rc=0;");
+  tasks[0]->SayFrame("cmd=abort;isworld=TRUE;msg=bye;");
+  for (int i = 0; i < 100 && !server->Aborted(); ++i) usleep(10000);
+  ASSERT_TRUE(server->Aborted());
+  EXPECT_EQ(*server->Aborted(), -1) << "PMI-2 gives no exit code";
 }
 
 TEST(PmiServer, AnAddressTowardTheServerIsThisHosts) {

@@ -555,8 +555,7 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(out.find("mpi status 2\n"), std::string::npos) << out;
   // --wait=1: the task still running a second after the first ended was ended (SIGTERM).
   EXPECT_NE(out.find("waited 143\n"), std::string::npos) << out;
-  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry serves PMI-1"),
-            std::string::npos);
+  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry serves PMI-1"), std::string::npos);
   // A step that repeats the job's GPUs (--gres=gpu:4) runs; shapes the job cannot hold are
   // refused in Slurm 22.05's words, with its status (1).
   EXPECT_NE(out.find("gres status 0\n"), std::string::npos) << out;
@@ -2214,7 +2213,8 @@ TEST(Slurm, SinfoShowsPartitionsAndNodeStatesAsSlurms) {
   EXPECT_EQ(reasons.substr(reasons.size() - 9), " spare-0\n") << reasons;
 }
 
-// srun --mpi=pmi2 serves an MPICH program's PMI-1 client (cli/pmi_server.h): its ranks,
+// srun --mpi=pmi2 serves an MPICH program's PMI-1 client and Slurm's libpmi2 (PMI-2)
+// (cli/pmi_server.h): an MPICH program's ranks,
 // built with Debian's mpicc in the job, find each other across two nodes and reduce;
 // SLURM_MPI_TYPE gives the default; a rank's MPI_Abort ends the step by SIGKILL, as
 // slurmstepd ends it; MPICH's own mpiexec starts its proxies with srun; PMIx is refused
@@ -2246,6 +2246,33 @@ int main(int argc, char** argv) {
   return 0;
 }
 )C");
+  // On Slurm's own PMI-2 client library (as MVAPICH2 and Intel MPI load it): addresses,
+  // a fence, a neighbour's address, the process mapping, a node attribute.
+  h.Write("work/p2.c", R"C(#include <slurm/pmi2.h>
+#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+  int spawned, size, rank, appnum, len, found = 0;
+  if (PMI2_Init(&spawned, &size, &rank, &appnum) != PMI2_SUCCESS) return 2;
+  char jobid[256] = "", key[64], value[64], peer[64] = "", map[256] = "", leader[64] = "";
+  PMI2_Job_GetId(jobid, sizeof jobid);
+  snprintf(key, sizeof key, "card-%d", rank);
+  snprintf(value, sizeof value, "addr-%d", rank);
+  if (PMI2_KVS_Put(key, value) != PMI2_SUCCESS) return 3;
+  snprintf(value, sizeof value, "%d", rank);
+  if (atoi(getenv("SLURM_LOCALID")) == 0) PMI2_Info_PutNodeAttr("leader", value);
+  if (PMI2_KVS_Fence() != PMI2_SUCCESS) return 4;
+  snprintf(key, sizeof key, "card-%d", (rank + 1) % size);
+  PMI2_KVS_Get(jobid, PMI2_ID_NULL, key, peer, sizeof peer, &len);
+  PMI2_Info_GetJobAttr("PMI_process_mapping", map, sizeof map, &found);
+  PMI2_Info_GetNodeAttr("leader", leader, sizeof leader, &found, 1);
+  snprintf(key, sizeof key, "p2-%d.txt", rank);
+  FILE* f = fopen(key, "w");
+  fprintf(f, "%d %d %s %s %s\n", rank, size, peer, map, leader);
+  fclose(f);
+  return PMI2_Finalize();
+}
+)C");
   const std::string id = Sbatch(h, "mpi.sh", R"SH(#!/bin/bash
 #SBATCH -A research
 #SBATCH -N 2
@@ -2253,6 +2280,9 @@ int main(int argc, char** argv) {
 #SBATCH -t 2
 #SBATCH -o mpi.out
 mpicc -o hello hello.c || exit 3
+cc -o p2 p2.c -lpmi2 || exit 3
+srun --mpi=pmi2 ./p2
+echo "p2 $?"
 srun --mpi=pmi2 ./hello pmi2
 echo "pmi2 $?"
 srun --mpi=pmi2 -n 3 -m block ./hello three
@@ -2270,7 +2300,7 @@ echo "pmix $?"
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
   const std::string out = h.Read("work/mpi.out");
   for (const char* line :
-       {"pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n", "mpiexec 0\n", "pmix 2\n"})
+       {"p2 0\n", "pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n", "mpiexec 0\n", "pmix 2\n"})
     EXPECT_NE(out.find(line), std::string::npos) << line << " in\n" << out;
   EXPECT_NE(out.find("srun: Job step aborted: a task called MPI_Abort (exit code 7)"),
             std::string::npos)
@@ -2302,6 +2332,11 @@ echo "pmix $?"
   EXPECT_EQ(ranks("type", 2), (std::set<std::string>{"h100-0", "h100-1"}));
   EXPECT_EQ(ranks("mpiexec", 4), (std::set<std::string>{"0", "1"})) << "a proxy on each node";
   EXPECT_FALSE(fs::exists(h.Path("work/abort-0.txt"))) << "a rank outlived MPI_Abort";
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(h.Read("work/p2-" + std::to_string(r) + ".txt"),
+              std::to_string(r) + " 4 addr-" + std::to_string((r + 1) % 4) + " (vector,(0,2,2)) " +
+                  (r < 2 ? "0" : "2") + "\n");
+  }
 }
 
 }  // namespace

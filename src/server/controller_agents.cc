@@ -219,8 +219,11 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
   for (int64_t seq : book_.OnNode(n)) {
     const Job& job = book_.jobs().at(seq);
     const bool stopping = job.state == JobState::kStopping;
-    // Stopped after an sbatch --signal's lead: SIGTERM to the script and the steps, as Slurm.
-    const bool term = stopping && job.limit_signaled_run == job.run;
+    // Stopped after an sbatch --signal's lead: SIGTERM to the script and the steps, as Slurm;
+    // likewise to the steps left running when the batch script ended.
+    const bool term =
+        stopping && (job.limit_signaled_run == job.run ||
+                     (job.batch() && !job.workers.empty() && job.workers.front().exited));
     for (const Worker& w : job.workers) {
       if (w.alloc.node != n || w.exited) continue;
       if (job.batch() && w.rank != 0) continue;  // a slot for steps: nothing of its own runs

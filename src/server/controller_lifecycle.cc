@@ -348,8 +348,17 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
   const std::string where =
       (job.batch() ? "the batch script" : "worker " + std::to_string(w.rank)) + " on " +
       cluster_.node(w.alloc.node).name;
-  // The batch script ended: so does the allocation, and any step still running is killed.
-  if (job.batch() && w.rank == 0) EndAllocation(job, "killed: the batch script ended");
+  // The batch script ended: so does the allocation. While the job runs, steps still
+  // running get SIGTERM and KillWait to end, then SIGKILL, as Slurm's slurmd ends a job's
+  // steps, and the job ends when they have (kRelease, or kFail with the script's code);
+  // lost, or already stopping, they are killed now.
+  const bool script_ended = job.batch() && w.rank == 0;
+  if (script_ended && (e.lost || job.state != JobState::kRunning)) {
+    EndAllocation(job, "killed: the batch script ended");
+  } else if (script_ended) {
+    for (Worker& slot : job.workers) slot.exited = true;  // nothing of their own runs
+  }
+  const Ticks grace = script_ended ? kKillWaitMs : job.spec.grace;
   if (job.state == JobState::kRunning) {
     if (e.lost) {
       BeginStop(job, StopKind::kLost, where + " was lost" + (e.note.empty() ? "" : ": " + e.note),
@@ -361,9 +370,14 @@ void Controller::WorkerExited(Job& job, Worker& w, const ExitReport& e, Ticks no
                     (e.signal != 0 ? " was killed by signal " + std::to_string(e.signal)
                                    : " exited with code " + std::to_string(e.exit_code)) +
                     (e.note.empty() ? "" : ": " + e.note),
-                job.spec.grace, now);
+                grace, now);
     } else if (job.AllExited()) {
       FinishRun(job, now);
+    } else if (script_ended) {
+      BeginStop(job, StopKind::kRelease,
+                "the batch script ended: its steps still running get SIGTERM, and SIGKILL " +
+                    spec::FormatSeconds(kKillWaitMs) + " s later",
+                kKillWaitMs, now);
     } else {
       Persist(job);
     }

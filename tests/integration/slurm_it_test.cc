@@ -2217,8 +2217,8 @@ TEST(Slurm, SinfoShowsPartitionsAndNodeStatesAsSlurms) {
 // (cli/pmi_server.h): an MPICH program's ranks,
 // built with Debian's mpicc in the job, find each other across two nodes and reduce;
 // SLURM_MPI_TYPE gives the default; a rank's MPI_Abort ends the step by SIGKILL, as
-// slurmstepd ends it; MPICH's own mpiexec starts its proxies with srun; PMIx is refused
-// with what to write instead.
+// slurmstepd ends it; MPICH's own mpiexec starts its proxies with srun, Open MPI's mpirun
+// its daemons; PMIx is refused with what to write instead.
 TEST(Slurm, MpiProgramsRunUnderSrunMpiPmi2) {
   Harness h("slurm-mpi");
   StartSlurmCluster(h);
@@ -2279,7 +2279,7 @@ int main(void) {
 #SBATCH --ntasks-per-node=2
 #SBATCH -t 2
 #SBATCH -o mpi.out
-mpicc -o hello hello.c || exit 3
+mpicc.mpich -o hello hello.c || exit 3
 cc -o p2 p2.c -lpmi2 || exit 3
 srun --mpi=pmi2 ./p2
 echo "p2 $?"
@@ -2291,16 +2291,20 @@ SLURM_MPI_TYPE=pmi2 srun -n 2 ./hello type
 echo "type $?"
 srun --mpi=pmi2 ./hello abort
 echo "abort $?"
-mpiexec -n 4 ./hello mpiexec
+mpiexec.mpich -n 4 ./hello mpiexec
 echo "mpiexec $?"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=self,tcp
+export OMPI_MCA_oob_tcp_if_include=127.0.0.0/8 OMPI_MCA_btl_tcp_if_include=127.0.0.0/8
+mpicc.openmpi -o ohello hello.c && mpirun.openmpi ./ohello ompi
+echo "ompi $?"
 srun --mpi=pmix ./hello pmix
 echo "pmix $?"
 )SH");
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
   const std::string out = h.Read("work/mpi.out");
-  for (const char* line :
-       {"p2 0\n", "pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n", "mpiexec 0\n", "pmix 2\n"})
+  for (const char* line : {"p2 0\n", "pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n",
+                           "mpiexec 0\n", "ompi 0\n", "pmix 2\n"})
     EXPECT_NE(out.find(line), std::string::npos) << line << " in\n" << out;
   EXPECT_NE(out.find("srun: Job step aborted: a task called MPI_Abort (exit code 7)"),
             std::string::npos)
@@ -2318,7 +2322,7 @@ echo "pmix $?"
       EXPECT_EQ(w[1], std::to_string(r)) << run;
       EXPECT_EQ(w[3], std::to_string(n)) << run;
       EXPECT_EQ(w[5], std::to_string(n * (n - 1) / 2)) << run;
-      if (run == "mpiexec") {
+      if (run == "mpiexec" || run == "ompi") {
         where.insert(w[7]);
       } else {
         EXPECT_EQ(w[7], std::to_string(r)) << run << ": MPI's rank";
@@ -2331,12 +2335,43 @@ echo "pmix $?"
   EXPECT_EQ(ranks("three", 3), (std::set<std::string>{"h100-0", "h100-1"}));
   EXPECT_EQ(ranks("type", 2), (std::set<std::string>{"h100-0", "h100-1"}));
   EXPECT_EQ(ranks("mpiexec", 4), (std::set<std::string>{"0", "1"})) << "a proxy on each node";
+  // Open MPI's mpirun starts its daemons on the job's nodes with srun (a step of one task
+  // a node), each daemon its node's ranks.
+  EXPECT_EQ(ranks("ompi", 4), (std::set<std::string>{"0", "1"})) << "a daemon on each node";
   EXPECT_FALSE(fs::exists(h.Path("work/abort-0.txt"))) << "a rank outlived MPI_Abort";
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(h.Read("work/p2-" + std::to_string(r) + ".txt"),
               std::to_string(r) + " 4 addr-" + std::to_string((r + 1) % 4) + " (vector,(0,2,2)) " +
                   (r < 2 ? "0" : "2") + "\n");
   }
+}
+
+// Steps still running when the batch script ends get SIGTERM, and KillWait (30 s) before
+// SIGKILL, as Slurm's slurmd ends a job's steps: a monitor cleans up, a server that ignores
+// SIGTERM finishes its work; both steps end COMPLETED, and so does the job, once they have.
+TEST(Slurm, StepsLeftRunningWhenTheScriptEndsGetSigtermAndTime) {
+  Harness h("slurm-leftover");
+  StartSlurmCluster(h);
+  const std::string id = Sbatch(h, "bg.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -N 1
+#SBATCH -t 1
+srun --overlap -n 1 bash -c 'trap "echo cleaned > cleanup.txt; exit 0" TERM; while true; do sleep 0.1; done' &
+srun --overlap -n 1 bash -c 'trap "" TERM; sleep 3; echo finished > slow.txt' &
+sleep 1
+)SH");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Harness::WaitFor([&] { return h.Job(id)["state"] == "stopping"; }, 20))
+      << h.Job(id).dump();
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 30)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  EXPECT_EQ(h.Read("work/cleanup.txt"), "cleaned\n");
+  EXPECT_EQ(h.Read("work/slow.txt"), "finished\n");
+  const std::string number = id.substr(1);
+  EXPECT_EQ(
+      SlurmAs(h, "ann", {"sacct", "-n", "-P", "-j", number, "-o", "JobID,State,ExitCode"}).out,
+      number + "|COMPLETED|0:0\n" + number + ".batch|COMPLETED|0:0\n" + number +
+          ".0|COMPLETED|0:0\n" + number + ".1|COMPLETED|0:0\n");
 }
 
 }  // namespace

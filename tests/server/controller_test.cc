@@ -2144,11 +2144,20 @@ TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
   EXPECT_EQ(ctl_->ShowStep(token, id, 1).body["state"], "running");
   a = Beat(first);
   ASSERT_EQ(a["workers"].size(), 2u) << a.dump();  // the script and step 1's task
-  // The script ends: the job finishes, the task still running is killed, the credential ends.
+  // The script ends: the task still running gets SIGTERM and KillWait (Slurm's), the job
+  // finishes once it has ended, and the credential ends with it.
   Beat(first, json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(Show(id)["state"], "stopping") << Show(id).dump();
+  a = Beat(first);
+  ASSERT_EQ(a["workers"].size(), 1u) << a.dump();
+  EXPECT_EQ(a["workers"][0]["action"], "stop");
+  EXPECT_EQ(a["workers"][0]["step"], 1);
+  EXPECT_EQ(a["workers"][0]["signal"], 15);
+  EXPECT_GT(a["workers"][0]["grace_ms"].get<int64_t>(), 25000) << "KillWait: 30 s";
+  Beat(first, json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"step", 1}, {"signal", 15}}}));
   EXPECT_EQ(Show(id)["state"], "finished") << Show(id).dump();
   EXPECT_TRUE(Beat(first)["workers"].empty());
-  EXPECT_EQ(ctl_->ShowStep(kTeamA, id, 1).body["tasks"][0]["signal"], 9);
+  EXPECT_EQ(ctl_->ShowStep(kTeamA, id, 1).body["tasks"][0]["signal"], 15);
   EXPECT_EQ(ctl_->ShowStep(token, id, 1).code, Code::kUnauthenticated);
 }
 

@@ -6,6 +6,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +20,7 @@ namespace {
 // PMI-1's limits, as Hydra gives them.
 constexpr int kKvsNameMax = 256, kKeyMax = 64, kValueMax = 1024;
 constexpr size_t kMaxFrame = 64 * 1024;  // PMI-2's longest command
+constexpr int kSendTimeoutS = 10;
 
 // "cmd=put kvsname=K key=X value=V" -> its fields (values hold no spaces in PMI-1).
 std::map<std::string, std::string> Fields(const std::string& line) {
@@ -88,15 +90,6 @@ std::string Refusal2(const std::string& cmd, const std::string& why) {
   return Framed("cmd=" + cmd + ";rc=1;errmsg=" + why + ";");
 }
 
-void Send(int fd, const std::string& s) {
-  for (size_t off = 0; off < s.size();) {
-    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the task is gone; its read end says so
-    off += static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 std::string ProcessMapping(const std::vector<int>& node_of_rank) {
@@ -159,7 +152,9 @@ std::string AddressToward(const std::string& url) {
 }
 
 std::unique_ptr<PmiServer> PmiServer::Start(std::string* error) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking, as accept(2) advises: a connection reset between poll() and accept() must
+  // not leave accept() waiting for the next one while the step's tasks wait for answers.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) {
     *error = std::string("socket: ") + std::strerror(errno);
     return nullptr;
@@ -187,6 +182,15 @@ PmiServer::~PmiServer() {
   ::close(listen_fd_);
 }
 
+void PmiServer::Send(Conn& c, const std::string& s) {
+  for (size_t off = 0; off < s.size() && !c.dead;) {
+    const ssize_t n = ::send(c.fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) c.dead = true;  // gone, or not reading its answers (kSendTimeoutS): closed
+    if (n > 0) off += static_cast<size_t>(n);
+  }
+}
+
 void PmiServer::SetLayout(std::vector<int> node_of_rank, std::string kvs) {
   std::lock_guard lock(mu_);
   if (placed_) return;
@@ -205,14 +209,16 @@ void PmiServer::Loop() {
     std::vector<pollfd> fds{{listen_fd_, POLLIN, 0}};
     for (const Conn& c : conns_) fds.push_back({c.fd, POLLIN, 0});
     if (::poll(fds.data(), fds.size(), 100) < 0 && errno != EINTR) break;
-    if (fds[0].revents & POLLIN) {
+    while (fds[0].revents & POLLIN) {  // each waiting connection (accepted ones block)
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd >= 0) {
-        const int one = 1;
-        ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        conns_.push_back(Conn{});
-        conns_.back().fd = fd;
-      }
+      if (fd < 0) break;
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      // A client that stops reading its answers must not stall the others.
+      const timeval limit{.tv_sec = kSendTimeoutS, .tv_usec = 0};
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+      conns_.push_back(Conn{});
+      conns_.back().fd = fd;
     }
     bool placed;
     {
@@ -232,7 +238,7 @@ void PmiServer::Loop() {
         }
       }
       if (open && placed) open = Serve(c);
-      if (!open) {
+      if (!open || c.dead) {
         ::close(c.fd);
         c.fd = -1;
       }
@@ -243,7 +249,7 @@ void PmiServer::Loop() {
 }
 
 bool PmiServer::Serve(Conn& c) {
-  while (true) {
+  while (!c.dead) {
     if (c.v2) {  // a frame: its length in 6 bytes, then that many
       if (c.in.size() < 6) break;
       const long len = std::strtol(c.in.substr(0, 6).c_str(), nullptr, 10);
@@ -267,7 +273,7 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
   if (c.spawn) {  // MPI_Comm_spawn: refused once its request has been read
     if (line == "endcmd") {
       c.spawn = false;
-      Send(c.fd, "cmd=spawn_result rc=-1 msg=spawn_is_not_supported_by_gantry\n");
+      Send(c, "cmd=spawn_result rc=-1 msg=spawn_is_not_supported_by_gantry\n");
     }
     return;
   }
@@ -285,31 +291,31 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
     kvs = kvs_;
   }
   if (cmd == "init" && f["pmi_version"] == "2") {  // PMI-2: its frames from here on
-    Send(c.fd, "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n");
+    Send(c, "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n");
     c.v2 = true;
   } else if (cmd == "init") {
-    Send(c.fd, std::string("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=") +
-                   (f["pmi_version"] == "1" ? "0" : "-1") + "\n");
+    Send(c, std::string("cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=") +
+                (f["pmi_version"] == "1" ? "0" : "-1") + "\n");
   } else if (cmd == "initack") {  // PMI_ID given: the rank and size come from here
     const int rank = std::atoi(f["pmiid"].c_str());
-    Send(c.fd, "cmd=initack rc=0\ncmd=set size=" + std::to_string(size) +
-                   "\ncmd=set rank=" + std::to_string(rank) + "\ncmd=set debug=0\n");
+    Send(c, "cmd=initack rc=0\ncmd=set size=" + std::to_string(size) +
+                "\ncmd=set rank=" + std::to_string(rank) + "\ncmd=set debug=0\n");
   } else if (cmd == "get_maxes") {
-    Send(c.fd, "cmd=maxes kvsname_max=" + std::to_string(kKvsNameMax) + " keylen_max=" +
-                   std::to_string(kKeyMax) + " vallen_max=" + std::to_string(kValueMax) + "\n");
+    Send(c, "cmd=maxes kvsname_max=" + std::to_string(kKvsNameMax) + " keylen_max=" +
+                std::to_string(kKeyMax) + " vallen_max=" + std::to_string(kValueMax) + "\n");
   } else if (cmd == "get_appnum") {
-    Send(c.fd, "cmd=appnum appnum=-1\n");  // Slurm's: no MPMD application number
+    Send(c, "cmd=appnum appnum=-1\n");  // Slurm's: no MPMD application number
   } else if (cmd == "get_my_kvsname") {
-    Send(c.fd, "cmd=my_kvsname kvsname=" + kvs + "\n");
+    Send(c, "cmd=my_kvsname kvsname=" + kvs + "\n");
   } else if (cmd == "get_universe_size") {
-    Send(c.fd, "cmd=universe_size size=" + std::to_string(size) + "\n");
+    Send(c, "cmd=universe_size size=" + std::to_string(size) + "\n");
   } else if (cmd == "put") {
     const std::string& key = f["key"];
     if (key.empty() || key.size() > kKeyMax || f["value"].size() > kValueMax) {
-      Send(c.fd, "cmd=put_result rc=-1 msg=key_or_value_too_long\n");
+      Send(c, "cmd=put_result rc=-1 msg=key_or_value_too_long\n");
     } else {
       kv_[key] = f["value"];
-      Send(c.fd, "cmd=put_result rc=0 msg=success\n");
+      Send(c, "cmd=put_result rc=0 msg=success\n");
     }
   } else if (cmd == "get") {
     const std::string& key = f["key"];
@@ -321,20 +327,20 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
       value = it->second;
     }
     if (!value) {
-      Send(c.fd, "cmd=get_result rc=-1 msg=key_" + key + "_not_found value=unknown\n");
+      Send(c, "cmd=get_result rc=-1 msg=key_" + key + "_not_found value=unknown\n");
     } else {
-      Send(c.fd, "cmd=get_result rc=0 msg=success value=" + *value + "\n");
+      Send(c, "cmd=get_result rc=0 msg=success value=" + *value + "\n");
     }
   } else if (cmd == "barrier_in") {
     c.in_barrier = true;
   } else if (cmd == "finalize") {
-    Send(c.fd, "cmd=finalize_ack\n");
+    Send(c, "cmd=finalize_ack\n");
   } else if (cmd == "abort") {
     std::lock_guard lock(mu_);
     if (!aborted_) aborted_ = std::atoi(f["exitcode"].c_str());
   } else {
-    Send(c.fd, "cmd=" + (cmd.empty() ? std::string("unknown") : cmd) +
-                   "_result rc=-1 msg=not_supported_by_gantry\n");
+    Send(c, "cmd=" + (cmd.empty() ? std::string("unknown") : cmd) +
+                "_result rc=-1 msg=not_supported_by_gantry\n");
   }
 }
 
@@ -354,71 +360,71 @@ void PmiServer::Answer2(Conn& c, const std::string& frame) {
     char* end = nullptr;
     c.rank = static_cast<int>(std::strtol(rank.c_str(), &end, 10));
     if (rank.empty() || *end != '\0' || c.rank < 0 || c.rank >= size) {
-      Send(c.fd, Refusal2("fullinit-response",
-                          "no rank " + rank + " in a step of " + std::to_string(size) + " tasks"));
+      Send(c, Refusal2("fullinit-response",
+                       "no rank " + rank + " in a step of " + std::to_string(size) + " tasks"));
       c.rank = -1;
       return;
     }
-    Send(c.fd, Frame2("fullinit-response", {{"pmi-version", "2"},
-                                            {"pmi-subversion", "0"},
-                                            {"rank", std::to_string(c.rank)},
-                                            {"size", std::to_string(size)},
-                                            {"appnum", "-1"},
-                                            {"debugged", "FALSE"},
-                                            {"pmiverbose", "FALSE"}}));
+    Send(c, Frame2("fullinit-response", {{"pmi-version", "2"},
+                                         {"pmi-subversion", "0"},
+                                         {"rank", std::to_string(c.rank)},
+                                         {"size", std::to_string(size)},
+                                         {"appnum", "-1"},
+                                         {"debugged", "FALSE"},
+                                         {"pmiverbose", "FALSE"}}));
   } else if (cmd == "job-getid") {
-    Send(c.fd, Frame2("job-getid-response", {{"jobid", kvs}}));
+    Send(c, Frame2("job-getid-response", {{"jobid", kvs}}));
   } else if (cmd == "kvs-put") {
     if (f["key"].empty() || f["key"].size() > kKeyMax || f["value"].size() > kValueMax) {
-      Send(c.fd, Refusal2("kvs-put-response", "key or value too long"));
+      Send(c, Refusal2("kvs-put-response", "key or value too long"));
     } else {
       kv_[f["key"]] = f["value"];
-      Send(c.fd, Frame2("kvs-put-response", {}));
+      Send(c, Frame2("kvs-put-response", {}));
     }
   } else if (cmd == "kvs-fence") {
     c.in_barrier = true;
   } else if (cmd == "kvs-get") {
     auto it = kv_.find(f["key"]);
     if (it == kv_.end()) {
-      Send(c.fd, Frame2("kvs-get-response", {{"found", "FALSE"}}));
+      Send(c, Frame2("kvs-get-response", {{"found", "FALSE"}}));
     } else {
-      Send(c.fd, Frame2("kvs-get-response", {{"found", "TRUE"}, {"value", it->second}}));
+      Send(c, Frame2("kvs-get-response", {{"found", "TRUE"}, {"value", it->second}}));
     }
   } else if (cmd == "info-putnodeattr" || cmd == "info-getnodeattr") {
     if (c.rank < 0) {
-      Send(c.fd, Refusal2(cmd + "-response", "fullinit first"));
+      Send(c, Refusal2(cmd + "-response", "fullinit first"));
       return;
     }
     auto& attrs = node_attrs_[layout[static_cast<size_t>(c.rank)]];
     if (cmd == "info-putnodeattr") {
       attrs[f["key"]] = f["value"];
-      Send(c.fd, Frame2(cmd + "-response", {}));
+      Send(c, Frame2(cmd + "-response", {}));
       AnswerNodeAttrWaits();
     } else if (auto it = attrs.find(f["key"]); it != attrs.end()) {
-      Send(c.fd, Frame2(cmd + "-response", {{"found", "TRUE"}, {"value", it->second}}));
+      Send(c, Frame2(cmd + "-response", {{"found", "TRUE"}, {"value", it->second}}));
     } else if (f["wait"] == "TRUE") {  // answered once a task on the node puts it
       c.waits_for = f["key"];
     } else {
-      Send(c.fd, Frame2(cmd + "-response", {{"found", "FALSE"}}));
+      Send(c, Frame2(cmd + "-response", {{"found", "FALSE"}}));
     }
   } else if (cmd == "info-getjobattr") {
     if (f["key"] == "PMI_process_mapping") {
-      Send(c.fd, Frame2("info-getjobattr-response",
-                        {{"found", "TRUE"}, {"value", ProcessMapping(layout)}}));
+      Send(c, Frame2("info-getjobattr-response",
+                     {{"found", "TRUE"}, {"value", ProcessMapping(layout)}}));
     } else if (f["key"] == "universeSize") {
-      Send(c.fd, Frame2("info-getjobattr-response",
-                        {{"found", "TRUE"}, {"value", std::to_string(size)}}));
+      Send(c, Frame2("info-getjobattr-response",
+                     {{"found", "TRUE"}, {"value", std::to_string(size)}}));
     } else {
-      Send(c.fd, Frame2("info-getjobattr-response", {{"found", "FALSE"}}));
+      Send(c, Frame2("info-getjobattr-response", {{"found", "FALSE"}}));
     }
   } else if (cmd == "finalize") {
-    Send(c.fd, Frame2("finalize-response", {}));
+    Send(c, Frame2("finalize-response", {}));
   } else if (cmd == "abort") {  // PMI-2 says no exit code: the task exits with its own
     std::lock_guard lock(mu_);
     if (!aborted_) aborted_ = -1;
   } else {
-    Send(c.fd, Refusal2((cmd.empty() ? std::string("unknown") : cmd) + "-response",
-                        "not supported by Gantry"));
+    Send(c, Refusal2((cmd.empty() ? std::string("unknown") : cmd) + "-response",
+                     "not supported by Gantry"));
   }
 }
 
@@ -432,7 +438,7 @@ void PmiServer::AnswerNodeAttrWaits() {
     if (c.waits_for.empty() || c.rank < 0) continue;
     const auto& attrs = node_attrs_[layout[static_cast<size_t>(c.rank)]];
     if (auto it = attrs.find(c.waits_for); it != attrs.end()) {
-      Send(c.fd, Frame2("info-getnodeattr-response", {{"found", "TRUE"}, {"value", it->second}}));
+      Send(c, Frame2("info-getnodeattr-response", {{"found", "TRUE"}, {"value", it->second}}));
       c.waits_for.clear();
     }
   }
@@ -450,7 +456,7 @@ void PmiServer::EndBarrierIfAllIn() {
   for (Conn& c : conns_) {
     if (!c.in_barrier) continue;
     c.in_barrier = false;
-    Send(c.fd, c.v2 ? Frame2("kvs-fence-response", {}) : "cmd=barrier_out\n");
+    Send(c, c.v2 ? Frame2("kvs-fence-response", {}) : "cmd=barrier_out\n");
   }
 }
 

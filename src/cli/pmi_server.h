@@ -57,6 +57,7 @@ class PmiServer {
     bool in_barrier = false;  // PMI-1's barrier_in, PMI-2's kvs-fence
     bool spawn = false;       // reading a multi-line "mcmd=spawn" request, refused at its end
     std::string waits_for;    // PMI-2: a node attribute it waits for
+    bool dead = false;        // a send failed: closed at the loop's next turn
   };
   PmiServer(int listen_fd, int port);
   void Loop();
@@ -66,6 +67,7 @@ class PmiServer {
   void Answer(Conn& c, const std::string& line);
   void Answer2(Conn& c, const std::string& frame);
   void AnswerNodeAttrWaits();
+  void Send(Conn& c, const std::string& s);
   void EndBarrierIfAllIn();
 
   const int listen_fd_;

@@ -21,6 +21,7 @@
 
 #include "agent/launcher.h"
 #include "base/image_reference.h"
+#include "base/rlimits.h"
 
 namespace gantry::agent {
 
@@ -123,6 +124,25 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
     // slurmstepd applies it: files a job of a user with umask 077 writes are that user's
     // alone. A batch script does not see the variable (Slurm's takes it out); a step's
     // tasks do, as under Slurm.
+    // The submitter's resource limits (SLURM_RLIMIT_*, base/rlimits.h), set on the worker as
+    // Slurm's slurmstepd sets them; the variables are not the job's to see, as there.
+    for (const SlurmRlimit& l : kSlurmRlimits) {
+      const std::string var = std::string("SLURM_RLIMIT_") + l.name;
+      auto it = d.env.find(var);
+      if (it == d.env.end()) continue;
+      if (const std::optional<PropagatedRlimit> r = ParseSlurmRlimit(it->second)) {
+        const std::string value = r->value == static_cast<uint64_t>(RLIM_INFINITY)
+                                      ? "'unlimited'"
+                                      : std::to_string(r->value);
+        spec.rlimits.push_back({.resource = l.resource,
+                                .value = r->value,
+                                .error = r->asked ? "gantry-agent: cannot propagate RLIMIT_" +
+                                                        std::string(l.name) + " of " + value +
+                                                        " from the submit host: "
+                                                  : ""});
+      }
+      std::erase_if(spec.env, [&](const auto& e) { return e.first == var; });
+    }
     if (auto u = d.env.find("SLURM_UMASK"); u != d.env.end()) {
       char* end = nullptr;
       const long mask = std::strtol(u->second.c_str(), &end, 8);

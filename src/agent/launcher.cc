@@ -341,6 +341,18 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
         ::close(fd);
       }
       if (own_session) ::setsid();  // new session and process group: pgid == pid
+      // The submitter's limits, while still root (a hard limit may be raised).
+      for (const LaunchSpec::Rlimit& l : spec.rlimits) {
+        rlimit r{};
+        if (::getrlimit(l.resource, &r) != 0) continue;
+        r.rlim_cur = static_cast<rlim_t>(l.value);
+        if (r.rlim_max < r.rlim_cur) r.rlim_max = r.rlim_cur;
+        if (::setrlimit(l.resource, &r) != 0 && !l.error.empty()) {
+          WriteAll(log, l.error);
+          WriteAll(log, std::strerror(errno));
+          WriteAll(log, "\n");
+        }
+      }
       // The user before PDEATHSIG: a change of credentials clears it.
       if (spec.as_user && !BecomeUser(spec)) fail(user_error, std::string(), std::strerror(errno));
       if (spec.umask >= 0) ::umask(static_cast<mode_t>(spec.umask));

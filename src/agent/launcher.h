@@ -48,6 +48,16 @@ struct LaunchSpec {
   // The file mode creation mask the worker runs with (and opens stdout_path with), as
   // Slurm's job takes its submitter's (SLURM_UMASK); -1: the agent's.
   int umask = -1;
+  // Soft limits set before the worker starts (SLURM_RLIMIT_*, base/rlimits.h), the hard one
+  // raised to it where lower, as Slurm's slurmstepd sets them; a failure is written to the
+  // log after `error` where the user asked for the limit (else nothing), and the worker
+  // starts with the node's.
+  struct Rlimit {
+    int resource = 0;
+    uint64_t value = 0;
+    std::string error;
+  };
+  std::vector<Rlimit> rlimits;
   // The worker is given SLURM_TASK_PID, its own pid, as Slurm's tasks are.
   bool task_pid = false;
   // Without as_user: still open stdout_path and stderr_path as that user (a container's

@@ -1,5 +1,6 @@
 #include "cli/client.h"
 #include "base/clock.h"
+#include "base/rlimits.h"
 #include "base/server_list.h"
 #include "base/url.h"
 #include "cli/client_http.h"
@@ -282,6 +283,7 @@ SbatchContext SubmitContext() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
   ctx.umask = UmaskText();
+  ctx.rlimits = SoftRlimits();
   ctx.now_s = static_cast<int64_t>(std::time(nullptr));
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string kv = *e;

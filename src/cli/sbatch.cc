@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/image_reference.h"
+#include "base/rlimits.h"
 #include "spec/batch.h"
 
 namespace gantry::cli {
@@ -185,7 +186,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"get-user-env",
      "the job's environment is the one sbatch exports (--export, ALL by default); login files "
      "are not read on the node"},
-    {"propagate", "not honoured: a job's processes have the node's resource limits"},
 };
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
@@ -932,6 +932,11 @@ class Parser {
     env["SLURM_SUBMIT_DIR"] = ctx_.cwd;
     if (!ctx_.host.empty()) env["SLURM_SUBMIT_HOST"] = ctx_.host;
     if (!ctx_.umask.empty()) env["SLURM_UMASK"] = ctx_.umask;  // the job runs with it
+    // The submitter's resource limits, which the node sets on the job (base/rlimits.h):
+    // all of them, as Slurm's default, or those --propagate names.
+    std::optional<std::string> propagate;
+    if (auto v = Get("propagate")) propagate = v->value;
+    for (auto& [k, v] : SlurmRlimitEnv(ctx_.rlimits, propagate)) env[k] = v;
     // The GPU options as given, as Slurm sets them (srun reads them too).
     for (const auto& [opt, var] :
          {std::pair<const char*, const char*>{"gpus-per-task", "SLURM_GPUS_PER_TASK"},

@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "base/image_reference.h"
+#include "base/rlimits.h"
 #include "cli/client_http.h"
 #include "cli/pmi_server.h"
 #include "cli/sbatch.h"
@@ -439,6 +440,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
                {"env", StepEnv(given.count("export") ? given["export"] : Env("SLURM_EXPORT_ENV"))}};
   // Its umask, which the step's tasks run with (gantry-agent applies it), as Slurm's srun.
   body["env"]["SLURM_UMASK"] = UmaskText();
+  // And its resource limits, which the nodes set on the step's tasks, as Slurm's srun
+  // propagates them (base/rlimits.h).
+  for (auto& [k, v] : SlurmRlimitEnv(SoftRlimits(), std::nullopt)) body["env"][k] = v;
   // --multi-prog FILE [ARGS]: the file (read here, as Slurm's srun reads it) gives each task
   // its program; gantryd checks it against the step's tasks (spec/multi_prog.h).
   if (given.count("multi-prog")) {

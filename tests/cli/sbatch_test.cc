@@ -359,14 +359,44 @@ TEST(Sbatch, HintsAreAcceptedWithANoteAndTheRestRefusedWithWhy) {
   }
 }
 
+// The submitter's soft limits travel as Slurm's sbatch sends them (SLURM_RLIMIT_*, for the
+// node to set): all of them without --propagate (Slurm's default PropagateResourceLimits=ALL),
+// marked U for those --propagate names, none with NONE.
+TEST(Sbatch, ResourceLimitsTravelAsSlurmsSbatchSendsThem) {
+  SbatchContext c = Ctx();
+  c.rlimits = {{"NOFILE", 512}, {"STACK", 18446744073709551615ULL}, {"CORE", 0}};
+  auto limits = [&](const std::string& directive) {
+    SbatchJob j = ParseSbatch("job.sh", "#!/bin/sh\n" + directive + "\n", {}, {}, c);
+    EXPECT_TRUE(j.errors.empty()) << Errors(j);
+    json out = json::object();
+    for (const auto& [k, v] : j.spec["env"].items()) {
+      if (k.rfind("SLURM_RLIMIT_", 0) == 0) out[k] = v;
+    }
+    return out;
+  };
+  EXPECT_EQ(limits(""), json({{"SLURM_RLIMIT_CORE", "0"},
+                              {"SLURM_RLIMIT_NOFILE", "512"},
+                              {"SLURM_RLIMIT_STACK", "18446744073709551615"}}));
+  EXPECT_EQ(limits("#SBATCH --propagate"), json({{"SLURM_RLIMIT_CORE", "U0"},
+                                                 {"SLURM_RLIMIT_NOFILE", "U512"},
+                                                 {"SLURM_RLIMIT_STACK", "U18446744073709551615"}}));
+  EXPECT_EQ(
+      limits("#SBATCH --propagate=NOFILE,STACK"),
+      json({{"SLURM_RLIMIT_NOFILE", "U512"}, {"SLURM_RLIMIT_STACK", "U18446744073709551615"}}));
+  EXPECT_EQ(limits("#SBATCH --propagate=NONE"), json::object());
+}
+
 // Options whose value is optional, as sbatch's getopt reads them (only --name=VALUE; a
 // word after --name is not its value): accepted with a note, their values checked;
 // --no-kill=off is as if not given; --exclusive=user|mcs refused with what to write.
 TEST(Sbatch, OptionalValuesAreReadAsGetoptReadsThem) {
   for (const char* given : {"--nice", "--nice=10", "--nice=-5", "--get-user-env",
-                            "--get-user-env=L", "--get-user-env=10S", "--get-user-env=20",
-                            "--propagate", "--propagate=STACK,NOFILE", "--propagate=NONE"}) {
+                            "--get-user-env=L", "--get-user-env=10S", "--get-user-env=20"}) {
     ExpectAcceptedWithANote(given);
+  }
+  for (const char* given : {"--propagate", "--propagate=STACK,NOFILE", "--propagate=NONE"}) {
+    SbatchJob j = Parse("#!/bin/sh\n#SBATCH " + std::string(given) + "\n#SBATCH -G 1\n");
+    EXPECT_TRUE(j.errors.empty() && j.notes.empty()) << given << ": honoured, no note";
   }
   SbatchJob off = Parse("#!/bin/sh\n#SBATCH --no-kill=off -G 1\n");
   EXPECT_TRUE(off.errors.empty()) << Errors(off);

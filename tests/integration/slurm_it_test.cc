@@ -2374,5 +2374,39 @@ sleep 1
           ".0|COMPLETED|0:0\n" + number + ".1|COMPLETED|0:0\n");
 }
 
+// The submitter's resource limits are the job's, as Slurm's default PropagateResourceLimits
+// makes them (sbatch and srun send them, the agent sets them and takes the variables out):
+// a shell with 777 open files and a core size of 1 MiB submits; its script and its step see
+// them. With --propagate=NONE the job keeps the node's.
+TEST(Slurm, TheSubmittersResourceLimitsAreTheJobsAsSlurmPropagatesThem) {
+  Harness h("slurm-rlimits");
+  StartSlurmCluster(h);
+  fs::create_directories(h.Path("work"));
+  const std::string body =
+      "echo \"batch $(ulimit -n) $(ulimit -c) ${SLURM_RLIMIT_NOFILE:-unset}\"\n"
+      "srun bash -c 'echo \"step $(ulimit -n) $(ulimit -c) ${SLURM_RLIMIT_NOFILE:-unset}\"'\n";
+  h.Write("lim.sh", "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\n#SBATCH -o lim.out\n" + body);
+  h.Write("none.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\n#SBATCH -o none.out\n"
+          "#SBATCH --propagate=NONE\n" +
+              body);
+  const std::string sbatch = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/sbatch";
+  std::set<std::string> ids;
+  for (const char* file : {"lim.sh", "none.sh"}) {
+    RunResult r = it::Run(
+        {"prlimit", "--nofile=777:4096", "--core=1048576:", sbatch, "--parsable", "-D",
+         h.Path("work"), h.Path(file)},
+        {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    ids.insert(JobIdOf(r.out));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30));
+  EXPECT_EQ(h.Read("work/lim.out"), "batch 777 1024 unset\nstep 777 1024 unset\n");
+  const std::string none = h.Read("work/none.out");
+  EXPECT_EQ(none.find("777"), std::string::npos) << none;
+  EXPECT_NE(none.find("batch "), std::string::npos) << none;
+  EXPECT_EQ(none.find("SLURM_RLIMIT"), std::string::npos) << none;
+}
+
 }  // namespace
 }  // namespace gantry::it

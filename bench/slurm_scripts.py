@@ -199,8 +199,8 @@ class Slurm:
             if r.returncode != 0 and 'already exists' not in r.stdout + r.stderr:
                 raise RuntimeError('sacctmgr %s: %s' % (' '.join(cmd), r.stdout + r.stderr))
 
-    def submit(self, script, work):
-        r = run(['sbatch', '--parsable', script], cwd=work, env=self.env)
+    def submit(self, script, work, prefix=()):
+        r = run(list(prefix) + ['sbatch', '--parsable', script], cwd=work, env=self.env)
         return r.returncode == 0, (r.stdout.strip().split(';')[0] if r.returncode == 0 else r.stderr.strip())
 
     def idle(self):
@@ -287,8 +287,9 @@ class Gantry:
     def cli(self, *args, cwd=None):
         return run([self.bin('gantry'), '--server', self.url, '--token', self.token] + list(args), cwd=cwd)
 
-    def submit(self, script, work):
-        r = self.cli('sbatch', '--parsable', script, cwd=work)
+    def submit(self, script, work, prefix=()):
+        r = run(list(prefix) + [self.bin('gantry'), '--server', self.url, '--token', self.token, 'sbatch',
+                                '--parsable', script], cwd=work)
         return r.returncode == 0, (r.stdout.strip() if r.returncode == 0 else r.stderr.strip())
 
     def idle(self):
@@ -376,7 +377,10 @@ def observe(side, script, work, first_number):
     """Submits `script` in `work` and waits until the side is idle again: what it gave."""
     shutil.copy(script, work)
     name = os.path.basename(script)
-    ok, said = side.submit(name, work)
+    # A script may be submitted from a shell with other resource limits (`# bench:
+    # prlimit=--nofile=777:4096 ...`), as a user's `ulimit` before sbatch.
+    m = re.search(r'^# bench: prlimit=(.*)$', open(script).read(), re.M)
+    ok, said = side.submit(name, work, ['prlimit'] + m.group(1).split() if m else [])
     obs = {'accepted': ok, 'said': said if not ok else '', 'jobs': [], 'env': {}, 'files': [], 'acct': []}
     if not ok:
         return obs, first_number

@@ -15,6 +15,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gantry {
 
@@ -63,6 +64,16 @@ inline std::map<std::string, std::string> SlurmRlimitEnv(
     env["SLURM_RLIMIT_" + name] = (u ? "U" : "") + std::to_string(soft.at(name));
   }
   return env;
+}
+
+// Takes out of `env` the SLURM_RLIMIT_* of the limits in `except` that the user did not
+// name with --propagate (no U): a site's PropagateResourceLimitsExcept.
+inline void DropExceptedRlimits(std::map<std::string, std::string>& env,
+                                const std::vector<std::string>& except) {
+  for (const std::string& name : except) {
+    auto it = env.find("SLURM_RLIMIT_" + name);
+    if (it != env.end() && (it->second.empty() || it->second[0] != 'U')) env.erase(it);
+  }
 }
 
 // A SLURM_RLIMIT_* value: the limit and whether the user asked for it (U); nullopt when

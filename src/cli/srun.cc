@@ -413,6 +413,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
                  "(gantry sbatch) or an allocation (gantry salloc; srun --jobid=N elsewhere)\n";
     return kExitBadInput;
   }
+  // Inside the job its limits are the job's already (the site's exceptions applied to the
+  // script's): they go as asked for. From elsewhere (--jobid), as sbatch's do.
+  const bool inside_job = !Env("SLURM_JOB_ID").empty();
   Globals jg = g;  // who speaks: the job's credential
   if (Env("SLURM_JOB_ID").empty()) {
     // srun --jobid=N outside the job (an salloc --no-shell allocation, one's own running
@@ -442,7 +445,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   body["env"]["SLURM_UMASK"] = UmaskText();
   // And its resource limits, which the nodes set on the step's tasks, as Slurm's srun
   // propagates them (base/rlimits.h).
-  for (auto& [k, v] : SlurmRlimitEnv(SoftRlimits(), std::nullopt)) body["env"][k] = v;
+  for (auto& [k, v] :
+       SlurmRlimitEnv(SoftRlimits(), inside_job ? std::optional<std::string>("ALL") : std::nullopt))
+    body["env"][k] = v;
   // --multi-prog FILE [ARGS]: the file (read here, as Slurm's srun reads it) gives each task
   // its program; gantryd checks it against the step's tasks (spec/multi_prog.h).
   if (given.count("multi-prog")) {

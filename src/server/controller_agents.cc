@@ -1,6 +1,7 @@
 #include "server/controller.h"
 
 #include "base/log.h"
+#include "base/rlimits.h"
 #include "server/controller_internal.h"
 #include "spec/batch.h"
 
@@ -338,6 +339,7 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
     if (job.batch() && k[0] != 'M') continue;
     if (!env.contains(k)) env[k] = v;
   }
+  DropExceptedRlimits(env, config_.site.propagate_resource_limits_except);
   proto::DesiredWorker wj;
   wj.job = job.name;
   wj.seq = job.seq;

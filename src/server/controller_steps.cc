@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/image_reference.h"
+#include "base/rlimits.h"
 #include "server/controller.h"
 #include "server/controller_internal.h"
 #include "spec/batch.h"
@@ -968,6 +969,7 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   // 0), as Slurm says them.
   env.erase("SLURM_STEP_GPUS");
   if (std::string held = GpuIndexes(alloc); !held.empty()) env["SLURM_STEP_GPUS"] = held;
+  DropExceptedRlimits(env, config_.site.propagate_resource_limits_except);
   proto::DesiredWorker d;
   d.job = job.name;
   d.seq = job.seq;

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/rlimits.h"
 #include "spec/decode.h"
 #include "spec/doc.h"
 #include "spec/read_file.h"
@@ -592,13 +593,14 @@ class ConfigParser {
       top.Report("site",
                  "expected a mapping with workdir_roots, max_active_jobs_per_team, qos, "
                  "gpu_types, partitions, default_partition, accounts, default_account, features, "
-                 "got " +
+                 "propagate_resource_limits_except, got " +
                      Describe(*v));
       return site;
     }
     Fields f(d_, *v, "site",
              {"workdir_roots", "max_active_jobs_per_team", "qos", "gpu_types", "partitions",
-              "default_partition", "accounts", "default_account", "features"});
+              "default_partition", "accounts", "default_account", "features",
+              "propagate_resource_limits_except"});
     ReadSiteNames(f, catalog, pools, queues, site);
     if (auto cap = f.Integer("max_active_jobs_per_team", 1, int64_t{100'000'000}))
       site.max_active_jobs_per_team = *cap;
@@ -615,6 +617,27 @@ class ConfigParser {
           continue;
         }
         site.workdir_roots->push_back(*root);
+      }
+    }
+    if (const Doc* list = f.List("propagate_resource_limits_except")) {
+      site.propagate_resource_limits_except.clear();
+      for (size_t j = 0; j < list->items.size(); ++j) {
+        const Doc& item = list->items[j];
+        const std::string field =
+            f.Path("propagate_resource_limits_except") + "[" + std::to_string(j) + "]";
+        auto name = d_.String(item, item.line, field);
+        if (!name) continue;
+        std::string known;
+        bool found = false;
+        for (const SlurmRlimit& l : kSlurmRlimits) {
+          known += (known.empty() ? "" : ", ") + std::string(l.name);
+          found |= *name == l.name;
+        }
+        if (!found) {
+          d_.Report(item.line, field, "unknown limit " + Quote(*name) + " (" + known + ")");
+          continue;
+        }
+        site.propagate_resource_limits_except.push_back(*name);
       }
     }
     f.Finish();

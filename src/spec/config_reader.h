@@ -62,6 +62,11 @@ struct SiteConfig {
   std::optional<core::QueueId> default_account;
   // Node features per pool (Slurm's node Features, sbatch --constraint), by pool id.
   std::vector<std::pair<core::PoolId, std::vector<std::string>>> features;
+  // Resource limits a job does not take from its submitter unless it names them with
+  // --propagate (Slurm's PropagateResourceLimitsExcept; base/rlimits.h names them).
+  // MEMLOCK by default, where Slurm excepts none: a login shell's locked-memory limit would
+  // keep InfiniBand and NCCL from registering memory (NVIDIA's DeepOps excepts it too).
+  std::vector<std::string> propagate_resource_limits_except = {"MEMLOCK"};
 };
 
 // The models `name` means on this site: a catalog model's name (any case), an alias of

@@ -2376,32 +2376,44 @@ sleep 1
 
 // The submitter's resource limits are the job's, as Slurm's default PropagateResourceLimits
 // makes them (sbatch and srun send them, the agent sets them and takes the variables out):
-// a shell with 777 open files and a core size of 1 MiB submits; its script and its step see
-// them. With --propagate=NONE the job keeps the node's.
+// a shell with 777 open files, a core size of 1 MiB and 64 KiB of locked memory submits;
+// its script and its step see the first two. MEMLOCK, the site's exception by default
+// (site.propagate_resource_limits_except), only where --propagate names it; with
+// --propagate=NONE the job keeps the node's.
 TEST(Slurm, TheSubmittersResourceLimitsAreTheJobsAsSlurmPropagatesThem) {
   Harness h("slurm-rlimits");
   StartSlurmCluster(h);
   fs::create_directories(h.Path("work"));
   const std::string body =
-      "echo \"batch $(ulimit -n) $(ulimit -c) ${SLURM_RLIMIT_NOFILE:-unset}\"\n"
-      "srun bash -c 'echo \"step $(ulimit -n) $(ulimit -c) ${SLURM_RLIMIT_NOFILE:-unset}\"'\n";
-  h.Write("lim.sh", "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\n#SBATCH -o lim.out\n" + body);
-  h.Write("none.sh",
-          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\n#SBATCH -o none.out\n"
-          "#SBATCH --propagate=NONE\n" +
-              body);
+      "echo \"batch $(ulimit -n) $(ulimit -c) $(ulimit -l) ${SLURM_RLIMIT_NOFILE:-unset}\"\n"
+      "srun bash -c 'echo \"step $(ulimit -n) $(ulimit -c) $(ulimit -l) "
+      "${SLURM_RLIMIT_NOFILE:-unset}\"'\n";
+  const std::string head = "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\n";
+  h.Write("lim.sh", head + "#SBATCH -o lim.out\n" + body);
+  h.Write("none.sh", head + "#SBATCH -o none.out\n#SBATCH --propagate=NONE\n" + body);
+  h.Write("memlock.sh",
+          head + "#SBATCH -o memlock.out\n#SBATCH --propagate=MEMLOCK,NOFILE\n" + body);
   const std::string sbatch = fs::path(GANTRY_BINARY).parent_path().string() + "/slurm/sbatch";
   std::set<std::string> ids;
-  for (const char* file : {"lim.sh", "none.sh"}) {
+  for (const char* file : {"lim.sh", "none.sh", "memlock.sh"}) {
     RunResult r = it::Run(
-        {"prlimit", "--nofile=777:4096", "--core=1048576:", sbatch, "--parsable", "-D",
-         h.Path("work"), h.Path(file)},
+        {"prlimit", "--nofile=777:4096", "--core=1048576:", "--memlock=65536:", sbatch,
+         "--parsable", "-D", h.Path("work"), h.Path(file)},
         {{"GANTRY_SERVER", h.ServerUrl()}, {"GANTRY_TOKEN", h.token("ann")}, {"USER", "ann"}});
     ASSERT_EQ(r.rc, 0) << r.err;
     ids.insert(JobIdOf(r.out));
   }
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 30));
-  EXPECT_EQ(h.Read("work/lim.out"), "batch 777 1024 unset\nstep 777 1024 unset\n");
+  // The node's: what a process the agents' parent starts has (this test's).
+  const std::string core = Trim(it::Run({"bash", "-c", "ulimit -c"}, {}).out);
+  const std::string memlock = Trim(it::Run({"bash", "-c", "ulimit -l"}, {}).out);
+  ASSERT_NE(memlock, "64");
+  ASSERT_NE(core, "1024");
+  EXPECT_EQ(h.Read("work/lim.out"),
+            "batch 777 1024 " + memlock + " unset\nstep 777 1024 " + memlock + " unset\n");
+  EXPECT_EQ(h.Read("work/memlock.out"),
+            "batch 777 " + core + " 64 unset\nstep 777 " + core + " 64 unset\n")
+      << "--propagate=MEMLOCK,NOFILE: those two, the node's core size";
   const std::string none = h.Read("work/none.out");
   EXPECT_EQ(none.find("777"), std::string::npos) << none;
   EXPECT_NE(none.find("batch "), std::string::npos) << none;

@@ -436,6 +436,24 @@ TEST(ConfigReaderTest, SiteWorkdirRoots) {
   EXPECT_EQ(Errors(std::string(kPool) + "site:\n  max_active_jobs_per_team: 0\n").size(), 1u);
 }
 
+// Issue 47: which resource limits a job does not take from its submitter unless asked
+// (Slurm's PropagateResourceLimitsExcept): MEMLOCK by default, a list of Slurm's names.
+TEST(ConfigReaderTest, SitePropagateResourceLimitsExcept) {
+  EXPECT_EQ(Parse(kPool).site.propagate_resource_limits_except,
+            (std::vector<std::string>{"MEMLOCK"}));
+  EXPECT_EQ(Parse(std::string(kPool) + "site:\n  propagate_resource_limits_except: []\n")
+                .site.propagate_resource_limits_except,
+            std::vector<std::string>{});
+  EXPECT_EQ(
+      Parse(std::string(kPool) + "site:\n  propagate_resource_limits_except: [MEMLOCK, CPU]\n")
+          .site.propagate_resource_limits_except,
+      (std::vector<std::string>{"MEMLOCK", "CPU"}));
+  EXPECT_EQ(Errors(std::string(kPool) + "site:\n  propagate_resource_limits_except: [memlock]\n"),
+            (std::vector<std::string>{
+                "c.yaml:7: site.propagate_resource_limits_except[0]: unknown limit \"memlock\" "
+                "(AS, CORE, CPU, DATA, FSIZE, MEMLOCK, NOFILE, NPROC, RSS, STACK)"}));
+}
+
 // Issue 14: bounded waits, per queue and for the site.
 TEST(ConfigReaderTest, MaxWait) {
   const ClusterConfig c = Parse(std::string(kPool) + R"(queues:

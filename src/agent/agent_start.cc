@@ -120,10 +120,6 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
       if (!d.env.contains(k)) spec.env.emplace_back(k, std::move(v));
     }
     spec.task_pid = !d.env.contains("SLURM_TASK_PID");
-    // The submitter's umask (sbatch sets SLURM_UMASK, srun its own for a step), as Slurm's
-    // slurmstepd applies it: files a job of a user with umask 077 writes are that user's
-    // alone. A batch script does not see the variable (Slurm's takes it out); a step's
-    // tasks do, as under Slurm.
     // The submitter's resource limits (SLURM_RLIMIT_*, base/rlimits.h), set on the worker as
     // Slurm's slurmstepd sets them; the variables are not the job's to see, as there.
     for (const SlurmRlimit& l : kSlurmRlimits) {
@@ -143,6 +139,10 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
       }
       std::erase_if(spec.env, [&](const auto& e) { return e.first == var; });
     }
+    // The submitter's umask (sbatch sets SLURM_UMASK, srun its own for a step), as Slurm's
+    // slurmstepd applies it: files a job of a user with umask 077 writes are that user's
+    // alone. A batch script does not see the variable (Slurm's takes it out); a step's
+    // tasks do, as under Slurm.
     if (auto u = d.env.find("SLURM_UMASK"); u != d.env.end()) {
       char* end = nullptr;
       const long mask = std::strtol(u->second.c_str(), &end, 8);

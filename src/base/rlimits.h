@@ -30,6 +30,20 @@ inline constexpr SlurmRlimit kSlurmRlimits[] = {
     {"NOFILE", RLIMIT_NOFILE}, {"NPROC", RLIMIT_NPROC}, {"RSS", RLIMIT_RSS},
     {"STACK", RLIMIT_STACK}};
 
+// Whether `name` is one of Slurm's limit names; all of them, for messages: "AS, CORE, ...".
+inline bool IsSlurmRlimit(const std::string& name) {
+  for (const SlurmRlimit& l : kSlurmRlimits) {
+    if (name == l.name) return true;
+  }
+  return false;
+}
+inline std::string SlurmRlimitNames() {
+  std::string names;
+  for (const SlurmRlimit& l : kSlurmRlimits)
+    names += (names.empty() ? "" : ", ") + std::string(l.name);
+  return names;
+}
+
 // This process's soft limits by Slurm's names.
 inline std::map<std::string, uint64_t> SoftRlimits() {
   std::map<std::string, uint64_t> soft;

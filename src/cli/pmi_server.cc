@@ -196,6 +196,7 @@ void PmiServer::SetLayout(std::vector<int> node_of_rank, std::string kvs) {
   if (placed_) return;
   layout_ = std::move(node_of_rank);
   kvs_ = std::move(kvs);
+  mapping_ = ProcessMapping(layout_);
   placed_ = true;
 }
 
@@ -283,13 +284,7 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
   }
   auto f = Fields(line);
   const std::string cmd = f["cmd"];
-  int size;
-  std::string kvs;
-  {
-    std::lock_guard lock(mu_);
-    size = static_cast<int>(layout_.size());
-    kvs = kvs_;
-  }
+  const int size = static_cast<int>(layout_.size());
   if (cmd == "init" && f["pmi_version"] == "2") {  // PMI-2: its frames from here on
     Send(c, "cmd=response_to_init pmi_version=2 pmi_subversion=0 rc=0\n");
     c.v2 = true;
@@ -306,7 +301,7 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
   } else if (cmd == "get_appnum") {
     Send(c, "cmd=appnum appnum=-1\n");  // Slurm's: no MPMD application number
   } else if (cmd == "get_my_kvsname") {
-    Send(c, "cmd=my_kvsname kvsname=" + kvs + "\n");
+    Send(c, "cmd=my_kvsname kvsname=" + kvs_ + "\n");
   } else if (cmd == "get_universe_size") {
     Send(c, "cmd=universe_size size=" + std::to_string(size) + "\n");
   } else if (cmd == "put") {
@@ -321,8 +316,7 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
     const std::string& key = f["key"];
     std::optional<std::string> value;
     if (key == "PMI_process_mapping") {
-      std::lock_guard lock(mu_);
-      value = ProcessMapping(layout_);
+      value = mapping_;
     } else if (auto it = kv_.find(key); it != kv_.end()) {
       value = it->second;
     }
@@ -347,14 +341,7 @@ void PmiServer::Answer(Conn& c, const std::string& line) {
 void PmiServer::Answer2(Conn& c, const std::string& frame) {
   auto f = Fields2(frame);
   const std::string cmd = f["cmd"];
-  std::vector<int> layout;
-  std::string kvs;
-  {
-    std::lock_guard lock(mu_);
-    layout = layout_;
-    kvs = kvs_;
-  }
-  const int size = static_cast<int>(layout.size());
+  const int size = static_cast<int>(layout_.size());
   if (cmd == "fullinit") {  // the rank from PMI_RANK (pmirank) or PMI_ID (srcid)
     const std::string& rank = f.count("pmirank") ? f["pmirank"] : f["srcid"];
     char* end = nullptr;
@@ -373,7 +360,7 @@ void PmiServer::Answer2(Conn& c, const std::string& frame) {
                                          {"debugged", "FALSE"},
                                          {"pmiverbose", "FALSE"}}));
   } else if (cmd == "job-getid") {
-    Send(c, Frame2("job-getid-response", {{"jobid", kvs}}));
+    Send(c, Frame2("job-getid-response", {{"jobid", kvs_}}));
   } else if (cmd == "kvs-put") {
     if (f["key"].empty() || f["key"].size() > kKeyMax || f["value"].size() > kValueMax) {
       Send(c, Refusal2("kvs-put-response", "key or value too long"));
@@ -395,7 +382,7 @@ void PmiServer::Answer2(Conn& c, const std::string& frame) {
       Send(c, Refusal2(cmd + "-response", "fullinit first"));
       return;
     }
-    auto& attrs = node_attrs_[layout[static_cast<size_t>(c.rank)]];
+    auto& attrs = node_attrs_[layout_[static_cast<size_t>(c.rank)]];
     if (cmd == "info-putnodeattr") {
       attrs[f["key"]] = f["value"];
       Send(c, Frame2(cmd + "-response", {}));
@@ -409,8 +396,7 @@ void PmiServer::Answer2(Conn& c, const std::string& frame) {
     }
   } else if (cmd == "info-getjobattr") {
     if (f["key"] == "PMI_process_mapping") {
-      Send(c, Frame2("info-getjobattr-response",
-                     {{"found", "TRUE"}, {"value", ProcessMapping(layout)}}));
+      Send(c, Frame2("info-getjobattr-response", {{"found", "TRUE"}, {"value", mapping_}}));
     } else if (f["key"] == "universeSize") {
       Send(c, Frame2("info-getjobattr-response",
                      {{"found", "TRUE"}, {"value", std::to_string(size)}}));
@@ -429,14 +415,9 @@ void PmiServer::Answer2(Conn& c, const std::string& frame) {
 }
 
 void PmiServer::AnswerNodeAttrWaits() {
-  std::vector<int> layout;
-  {
-    std::lock_guard lock(mu_);
-    layout = layout_;
-  }
   for (Conn& c : conns_) {
     if (c.waits_for.empty() || c.rank < 0) continue;
-    const auto& attrs = node_attrs_[layout[static_cast<size_t>(c.rank)]];
+    const auto& attrs = node_attrs_[layout_[static_cast<size_t>(c.rank)]];
     if (auto it = attrs.find(c.waits_for); it != attrs.end()) {
       Send(c, Frame2("info-getnodeattr-response", {{"found", "TRUE"}, {"value", it->second}}));
       c.waits_for.clear();
@@ -445,14 +426,9 @@ void PmiServer::AnswerNodeAttrWaits() {
 }
 
 void PmiServer::EndBarrierIfAllIn() {
-  size_t size;
-  {
-    std::lock_guard lock(mu_);
-    size = layout_.size();
-  }
   size_t in = 0;
   for (const Conn& c : conns_) in += c.in_barrier;
-  if (size == 0 || in < size) return;
+  if (layout_.empty() || in < layout_.size()) return;
   for (Conn& c : conns_) {
     if (!c.in_barrier) continue;
     c.in_barrier = false;

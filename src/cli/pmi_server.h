@@ -74,11 +74,14 @@ class PmiServer {
   const int port_;
   std::atomic<bool> stop_{false};
   mutable std::mutex mu_;
-  std::vector<int> layout_;                                       // guarded by mu_
-  std::string kvs_;                                               // guarded by mu_
-  bool placed_ = false;                                           // guarded by mu_
-  std::optional<int> aborted_;                                    // guarded by mu_
-  std::map<std::string, std::string> kv_;                         // the loop's only
+  // Written once, under mu_, before placed_; the loop reads them only after it has seen
+  // placed_ under mu_, and they never change after: no lock then.
+  std::vector<int> layout_;
+  std::string kvs_;
+  std::string mapping_;                    // ProcessMapping(layout_), which every task asks for
+  bool placed_ = false;                    // guarded by mu_
+  std::optional<int> aborted_;             // guarded by mu_
+  std::map<std::string, std::string> kv_;  // the loop's only
   std::map<int, std::map<std::string, std::string>> node_attrs_;  // by node; the loop's only
   std::vector<Conn> conns_;                                       // the loop's only
   std::thread thread_;

@@ -869,16 +869,11 @@ class Parser {
               "expected [TIMEOUT][S|L] (10L, S, 20), got \"" + v->value + "\"");
     }
     if (auto v = Get("propagate"); v != nullptr && !v->value.empty()) {
-      static const std::set<std::string> kLimits = {"ALL",    "NONE",  "AS",    "CORE",
-                                                    "CPU",    "DATA",  "FSIZE", "MEMLOCK",
-                                                    "NOFILE", "NPROC", "RSS",   "STACK"};
       std::stringstream in(v->value);
       for (std::string limit; std::getline(in, limit, ',');) {
-        if (!kLimits.count(limit))
+        if (limit != "ALL" && limit != "NONE" && !IsSlurmRlimit(limit))
           Error(v->where, "--propagate",
-                "unknown limit \"" + limit +
-                    "\" (ALL, NONE, AS, CORE, CPU, DATA, FSIZE, "
-                    "MEMLOCK, NOFILE, NPROC, RSS, STACK)");
+                "unknown limit \"" + limit + "\" (ALL, NONE, " + SlurmRlimitNames() + ")");
       }
     }
   }

@@ -417,7 +417,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   // script's): they go as asked for. From elsewhere (--jobid), as sbatch's do.
   const bool inside_job = !Env("SLURM_JOB_ID").empty();
   Globals jg = g;  // who speaks: the job's credential
-  if (Env("SLURM_JOB_ID").empty()) {
+  if (!inside_job) {
     // srun --jobid=N outside the job (an salloc --no-shell allocation, one's own running
     // batch job): its allocation's environment and credential, as salloc's command has
     // them (GET /v1/jobs/N/allocation: the job's own user or an admin).
@@ -605,6 +605,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   Client c(jg);
   const std::string base = "/v1/jobs/" + UrlEncode(job) + "/steps";
   std::unique_ptr<PmiServer> pmi;
+  bool pmi_placed = false;  // its tasks' layout given (once: a step's tasks stay where placed)
   if (mpi == "pmi2") {
     std::string error;
     pmi = PmiServer::Start(&error);
@@ -742,13 +743,15 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       task_names[t].node = tasks[t].value("node", "");
       task_names[t].node_index = tasks[t].value("node_index", 0);
     }
-    if (pmi && !tasks.empty()) {
+    if (pmi && !pmi_placed && !tasks.empty()) {
       std::vector<int> layout;
       for (const spec::OutputNames& n : task_names) layout.push_back(n.node_index);
       pmi->SetLayout(std::move(layout), Env("SLURM_JOB_ID") + "." + std::to_string(id));
+      pmi_placed = true;
     }
-    if (pmi && pmi->Aborted() && !cancel_sent) {  // MPI_Abort: its tasks SIGKILLed, as Slurm's
-      const int code = *pmi->Aborted();
+    const std::optional<int> aborted = pmi ? pmi->Aborted() : std::nullopt;
+    if (aborted && !cancel_sent) {  // MPI_Abort: its tasks SIGKILLed, as Slurm's
+      const int code = *aborted;
       std::cerr << "srun: Job step aborted: a task called MPI_Abort"
                 << (code >= 0 ? " (exit code " + std::to_string(code) + ")" : "") << "\n";
       c.Delete(path + "?kill=true");

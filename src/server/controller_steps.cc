@@ -928,7 +928,7 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
            {"GANTRY_WORLD_SIZE", tasks}}) {
     env[k] = v;
   }
-  // srun --mpi=pmi2: the task's PMI rank and size, for the PMI-1 server srun runs at
+  // srun --mpi=pmi2: the task's PMI rank and size, for the PMI server srun runs at
   // PMI_PORT (cli/pmi_server.h), as Slurm's mpi/pmi2 plugin gives them.
   if (env.contains("PMI_PORT") && env.contains("SLURM_MPI_TYPE")) {
     env["PMI_RANK"] = std::to_string(task);

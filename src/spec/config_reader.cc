@@ -627,14 +627,9 @@ class ConfigParser {
             f.Path("propagate_resource_limits_except") + "[" + std::to_string(j) + "]";
         auto name = d_.String(item, item.line, field);
         if (!name) continue;
-        std::string known;
-        bool found = false;
-        for (const SlurmRlimit& l : kSlurmRlimits) {
-          known += (known.empty() ? "" : ", ") + std::string(l.name);
-          found |= *name == l.name;
-        }
-        if (!found) {
-          d_.Report(item.line, field, "unknown limit " + Quote(*name) + " (" + known + ")");
+        if (!IsSlurmRlimit(*name)) {
+          d_.Report(item.line, field,
+                    "unknown limit " + Quote(*name) + " (" + SlurmRlimitNames() + ")");
           continue;
         }
         site.propagate_resource_limits_except.push_back(*name);

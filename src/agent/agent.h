@@ -61,6 +61,7 @@
 #include "agent/container.h"
 #include "agent/gpu.h"
 #include "agent/mig_caps.h"
+#include "base/cpus.h"
 #include "base/server_list.h"
 #include "proto/node.h"
 
@@ -97,6 +98,10 @@ struct AgentOptions {
   // Where the kernel's /proc is (tests point it elsewhere): MIG instances' access devices
   // are read from PROC/driver/nvidia-caps/mig-minors and PROC/devices (agent/mig_caps.h).
   std::string proc = "/proc";
+  // Where the kernel's sysfs is (tests point it elsewhere): the sockets, cores and NUMA
+  // nodes of the CPUs jobs are bound to (SYS/devices/system, base/cpus.h), and the NUMA
+  // node of each GPU (SYS/bus/pci/devices/BUS/numa_node).
+  std::string sys = "/sys";
 };
 
 // One GPU as the heartbeat reports it (proto::GpuReport).
@@ -184,6 +189,10 @@ class Agent {
     int64_t started_ms = 0;
     std::optional<proto::Emulate> emulate;  // emulated GPUs: how busy to look
     std::string drain;  // a node problem that kept it from starting: the server drains the node
+    // The job's CPUs on this node that it runs on (a batch job's, shared by its script and
+    // its steps' tasks here: CpusFor); empty: all of the agent's. A step's task may be bound
+    // to fewer of them (srun --cpu-bind).
+    std::vector<int> cpus;
   };
   // A MIG instance this agent created, until it is destroyed.
   struct HeldMig {
@@ -270,6 +279,14 @@ class Agent {
   // sbatch: writes `script` to the state directory, given to the job's user, as argv[0].
   std::string WriteScript(const std::string& script, const std::string& stem, Worker& w,
                           LaunchSpec& spec) const;
+  // The job's CPUs for `d` here (Worker::cpus): those its run holds already (a batch job's
+  // script or another task of it on this node), else `d.limits`' count of them picked
+  // from the least used, near its GPUs (`share`: their NUMA nodes) where sysfs tells
+  // (PickCpus). Empty where the job asked no CPUs.
+  std::vector<int> CpusFor(const proto::DesiredWorker& d, const WorkerShare& share) const;
+  // srun --cpu-bind (the task's SLURM_CPU_BIND): the task's part of w.cpus into
+  // spec.cpus, and its verbose report; "" or why it cannot be bound.
+  std::string BindTask(const proto::DesiredWorker& d, const Worker& w, LaunchSpec& spec) const;
   // Its cgroup (named `stem`) with its limits and the devices it may not open.
   std::string JoinCgroup(const proto::DesiredWorker& d, const std::string& stem, Worker& w,
                          LaunchSpec& spec);
@@ -324,6 +341,8 @@ class Agent {
   std::string agent_id_;  // kept in the state directory: a restarted agent is the same agent
   int lock_fd_ = -1;      // the state directory's lock, held while running
   std::vector<GpuInfo> last_gpus_;
+  CpuTopology cpu_topology_;        // the CPUs this agent may give jobs (Setup)
+  size_t cpu_rotate_ = 0;           // where PickCpus starts: emulated nodes spread over one machine
   std::map<int, int64_t> busy_at_;  // GPU index -> last time it was seen busy (or first seen)
   std::map<std::string, Worker> workers_;  // key -> worker, until its exit is acknowledged
   std::set<std::string> done_;             // keys whose exit the server acknowledged

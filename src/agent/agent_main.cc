@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-slurm-commands", no_slurm_commands,
                "Put no Slurm commands on batch jobs' PATH (a real Slurm's are used there)");
   app.add_option("--proc", o.proc, "Where /proc is (tests)")->group("");
+  app.add_option("--sys", o.sys, "Where /sys is (tests)")->group("");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

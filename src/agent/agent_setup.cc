@@ -77,6 +77,13 @@ bool Agent::Setup() {
             caps.error().ToString(),
         true);
   }
+  // The CPUs jobs are given and bound to: those this agent may run on (a site that keeps
+  // some for the system starts it with fewer: taskset, systemd's CPUAffinity).
+  cpu_topology_ = CpuTopology::Read(options_.sys + "/devices/system", CpuTopology::Allowed());
+  if (gpus_->emulated()) cpu_rotate_ = hash;  // emulated nodes on one machine: spread over it
+  std::vector<int> cpu_ids;
+  for (const Cpu& c : cpu_topology_.cpus) cpu_ids.push_back(c.id);
+  Say("jobs are bound to CPUs of " + FormatCpuList(cpu_ids));
   // What the heartbeat says of it, for `gantry nodes`.
   isolation_ = {{proto::kIsolationCgroups, cgroups_ != nullptr},
                 {proto::kIsolationGpuDevices, fences}};

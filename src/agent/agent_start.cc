@@ -13,7 +13,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -152,13 +154,19 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
         std::erase_if(spec.env, [](const auto& e) { return e.first == "SLURM_UMASK"; });
     }
   }
+  // Its CPUs: the job's here, a step's task its part of them (srun --cpu-bind).
+  w.cpus = CpusFor(d, w.share);
+  spec.cpus = w.cpus;
+  if (problem.empty() && d.step >= 0) problem = BindTask(d, w, spec);
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
   w.memory_bytes = d.limits.memory_bytes;
   if (problem.empty() && cgroups_) problem = JoinCgroup(d, stem, w, spec);
   if (problem.empty() && !d.image.empty()) problem = RunInContainer(d, visible, w, spec);
   if (!problem.empty()) {
-    std::ofstream(w.log_path, std::ios::app) << "gantry-agent: cannot start: " << problem << "\n";
+    // (A step's task: on its stderr, which srun shows as such.)
+    std::ofstream(w.err_path.empty() ? w.log_path : w.err_path, std::ios::app)
+        << "gantry-agent: cannot start: " << problem << "\n";
     w.exited = true;
     w.exit_code = 127;
     w.lost = !w.drain.empty();  // not the job's fault: requeued, not failed
@@ -168,6 +176,65 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
     return;
   }
   LaunchWorker(key, visible, now, w, spec);
+}
+
+std::vector<int> Agent::CpusFor(const proto::DesiredWorker& d, const WorkerShare& share) const {
+  const int64_t count = d.limits.cpus > 0 ? d.limits.cpus : (d.limits.cpus_milli + 999) / 1000;
+  if (count <= 0 || cpu_topology_.cpus.empty()) return {};
+  // A batch job's script and its steps' tasks here hold the job's CPUs together, as its
+  // cgroup group (JoinCgroup) holds them; every other worker its own.
+  auto batch = [](const Worker& w) { return w.step >= 0 || !w.script_path.empty(); };
+  const bool grouped = !d.script.empty() || d.step >= 0;
+  std::map<int, int> uses;  // by CPU: the jobs (runs) on it
+  std::set<std::pair<int64_t, int>> counted;
+  for (const auto& [key, w] : workers_) {
+    if (w.exited || w.cpus.empty()) continue;
+    if (grouped && batch(w) && w.seq == d.seq && w.run == d.run) return w.cpus;
+    if (batch(w) && !counted.insert({w.seq, w.run}).second) continue;
+    for (int c : w.cpus) ++uses[c];
+  }
+  // Near its GPUs: their NUMA nodes, as the kernel places their PCI devices (none known for
+  // emulated GPUs, or where the firmware says -1).
+  std::vector<int> near;
+  for (const GpuInfo& g : last_gpus_) {
+    if (g.pci_bus_id.empty() ||
+        std::find(share.gpus.begin(), share.gpus.end(), g.index) == share.gpus.end())
+      continue;
+    std::ifstream in(fs::path(options_.sys) / "bus" / "pci" / "devices" / g.pci_bus_id /
+                     "numa_node");
+    int numa = -1;
+    if (in >> numa && numa >= 0 && std::find(near.begin(), near.end(), numa) == near.end())
+      near.push_back(numa);
+  }
+  return PickCpus(cpu_topology_, uses, static_cast<int>(count), near, cpu_rotate_);
+}
+
+std::string Agent::BindTask(const proto::DesiredWorker& d, const Worker& w,
+                            LaunchSpec& spec) const {
+  auto var = [&](const char* name) {
+    auto it = d.env.find(name);
+    return it == d.env.end() ? std::string() : it->second;
+  };
+  if (var("SLURM_CPU_BIND").empty()) return "";
+  std::string why;
+  const std::optional<CpuBind> bind = CpuBind::Parse(var("SLURM_CPU_BIND"), why);
+  const int local = std::atoi(var("SLURM_LOCALID").c_str());
+  const int per_task =
+      var("SLURM_CPUS_PER_TASK").empty() ? 1 : std::atoi(var("SLURM_CPUS_PER_TASK").c_str());
+  const std::optional<std::vector<int>> cpus =
+      bind ? TaskCpus(*bind, cpu_topology_, w.cpus, local, per_task, var("SLURM_DISTRIBUTION"), why)
+           : std::nullopt;
+  if (!cpus) return why;
+  spec.cpus = *cpus;
+  if (bind->verbose) {  // as Slurm's task/affinity reports it, on the task's stderr
+    auto two = [](const std::string& n) { return n.size() < 2 ? " " + n : n; };
+    spec.bind_report_head =
+        "cpu-bind=" + std::string(bind->kind == CpuBind::Kind::kNone ? "NONE" : "MASK") + " - " +
+        options_.node + ", task " + two(var("SLURM_PROCID")) + " " + two(var("SLURM_LOCALID")) +
+        " [";
+    spec.bind_report_tail = "]: mask " + CpuMask(*cpus) + " set\n";
+  }
+  return "";
 }
 
 std::string Agent::WriteScript(const std::string& script, const std::string& stem, Worker& w,

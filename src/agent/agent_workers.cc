@@ -49,6 +49,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"script_path", w.script_path},
             {"container", w.container},
             {"memory_bytes", w.memory_bytes},
+            {"cpus", w.cpus},
             {"emulate", w.emulate ? proto::Encode(*w.emulate) : json()},
             {"share",
              {{"sharing", w.share.sharing},
@@ -79,6 +80,7 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.cgroup = r.value("cgroup", std::string());
   w.container = r.value("container", std::string());
   w.memory_bytes = r.value("memory_bytes", int64_t{0});
+  w.cpus = r.value("cpus", std::vector<int>{});  // its job's here: kept from the next one's
   if (auto e = r.find("emulate"); e != r.end() && e->is_object()) {
     if (Result<proto::Emulate> m = proto::DecodeEmulate(*e)) w.emulate = *m;
   }

@@ -60,6 +60,7 @@ struct GpuInfo {
   double utilization = 0;         // 0..1, last sample
   bool lost = false;              // fell off the bus (NVML_ERROR_GPU_IS_LOST)
   std::vector<int> nvlink_peers;  // indexes of GPUs with an active NVLink to this one
+  std::string pci_bus_id;         // as sysfs names it ("0000:3b:00.0"); empty where not told
   DeviceProcesses processes;      // last sample (NVML; not read for a GPU in MIG mode)
 };
 

@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -25,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/atomic_file.h"
+#include "base/cpus.h"
 
 namespace gantry::agent {
 
@@ -275,6 +277,13 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
   const std::string exec_error = "gantry-agent: cannot run " + args[0] + ": ";
   const std::string chdir_error = "gantry-agent: cannot enter workdir " + spec.workdir + ": ";
   const std::string join_error = "gantry-agent: cannot join the worker's cgroup: ";
+  const std::string affinity_error =
+      "gantry-agent: cannot bind the worker to CPUs " + FormatCpuList(spec.cpus) + ": ";
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int c : spec.cpus) {
+    if (c >= 0 && c < CPU_SETSIZE) CPU_SET(c, &cpus);
+  }
   const std::string output_error = "gantry-agent: cannot open the output file ";
   const std::string stdout_where = spec.stdout_path + ": ", stderr_where = spec.stderr_path + ": ";
   const std::string user_error =
@@ -353,6 +362,9 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
           WriteAll(log, "\n");
         }
       }
+      // Its CPUs (a failure is the node's: the CPUs were the agent's own a moment ago).
+      if (!spec.cpus.empty() && ::sched_setaffinity(0, sizeof(cpus), &cpus) != 0)
+        fail(affinity_error, std::string(), std::strerror(errno));
       // The user before PDEATHSIG: a change of credentials clears it.
       if (spec.as_user && !BecomeUser(spec)) fail(user_error, std::string(), std::strerror(errno));
       if (spec.umask >= 0) ::umask(static_cast<mode_t>(spec.umask));
@@ -397,6 +409,13 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
         ::close(err);
       }
       if (fs_as_user && !agent->Restore()) fail(identity_error, std::string(), " (putting back)");
+      if (!spec.bind_report_head.empty()) {
+        WriteAll(2, spec.bind_report_head);
+        char own[24];
+        if (::write(2, own, static_cast<size_t>(FormatPid(::getpid(), own))) < 0) {
+        }  // (nothing to tell of a failed write)
+        WriteAll(2, spec.bind_report_tail);
+      }
       if (!spec.workdir.empty() && ::chdir(spec.workdir.c_str()) != 0) {
         WriteAll(2, chdir_error);
         WriteAll(2, std::strerror(errno));

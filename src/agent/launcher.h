@@ -58,6 +58,11 @@ struct LaunchSpec {
     std::string error;
   };
   std::vector<Rlimit> rlimits;
+  // The CPUs it may run on (sched_setaffinity before exec; empty: the agent's), and what
+  // it writes to its stderr first: bind_report_head, its pid, bind_report_tail (srun
+  // --cpu-bind=verbose; nothing when both are empty).
+  std::vector<int> cpus;
+  std::string bind_report_head, bind_report_tail;
   // The worker is given SLURM_TASK_PID, its own pid, as Slurm's tasks are.
   bool task_pid = false;
   // Without as_user: still open stdout_path and stderr_path as that user (a container's

@@ -346,8 +346,10 @@ Result<std::vector<GpuInfo>> DiscoverNvml(const NvmlApi& api, SampleCursor* curs
       }
     }
     nvml::PciInfo pci{};
-    if (api.pci_info && check(api.pci_info(dev, &pci)))
-      by_bus[NormalizeBusId(pci.bus_id)] = g.index;
+    if (api.pci_info && check(api.pci_info(dev, &pci))) {
+      g.pci_bus_id = NormalizeBusId(pci.bus_id);
+      by_bus[g.pci_bus_id] = g.index;
+    }
     // A GPU in MIG mode runs nothing itself: its processes are its instances'.
     if (!g.lost && !g.mig_mode && !g.uuid.empty())
       g.processes = ReadDevice(api, dev, g.uuid, cursor);

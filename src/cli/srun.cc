@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/cpus.h"
 #include "base/image_reference.h"
 #include "base/rlimits.h"
 #include "cli/client_http.h"
@@ -98,9 +99,28 @@ constexpr Opt kSrunOptions[] = {
     {"wait", 'W', true},
     {"exact", 0, false},
     {"multi-prog", 0, false},
-    {"cpu_bind", 0, true},
+    {"cpu_bind", 0, true},  // the old spelling: given as --cpu-bind
     {"mem-bind", 0, true},
 };
+
+constexpr const char* kCpuBindHelp =
+    "CPU bind options (gantry-agent binds each task of the step, as Slurm's task/affinity):\n"
+    "    --cpu-bind=         Bind tasks to CPUs\n"
+    "        q[uiet]         quietly bind before task runs (default)\n"
+    "        v[erbose]       report the binding on the task's stderr before it runs\n"
+    "        no[ne]          no binding beyond the job's CPUs on the node (default)\n"
+    "        rank            bind by task rank\n"
+    "        map_cpu:<list>  a CPU id for each task: <cpu id1>,<cpu id2>,...\n"
+    "        mask_cpu:<list> a CPU mask for each task: <mask1>,<mask2>,...\n"
+    "        rank_ldom       bind by task rank to the CPUs of a NUMA locality domain\n"
+    "        map_ldom:<list> a NUMA locality domain id for each task\n"
+    "        mask_ldom:<list> a NUMA locality domain mask for each task\n"
+    "        sockets         auto-generated masks bind to sockets\n"
+    "        cores           auto-generated masks bind to cores\n"
+    "        threads         auto-generated masks bind to threads\n"
+    "        ldoms           auto-generated masks bind to NUMA locality domains\n"
+    "        boards          auto-generated masks bind to boards\n"
+    "        help            show this help message\n";
 
 // Why srun cannot honour an option as given, or "" when it can (or harmlessly ignores it).
 std::string Unhonoured(const std::string& name, const std::string& value) {
@@ -109,8 +129,6 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
            ": Gantry serves PMI-1 and PMI-2 as --mpi=pmi2 does (MPICH, MVAPICH, Intel MPI); "
            "no PMIx (Open MPI's): give --mpi=pmi2 or none, or run mpirun inside the job";
   }
-  if ((name == "cpu-bind" || name == "cpu_bind") && value != "none" && value != "no")
-    return "--cpu-bind=" + value + ": tasks are not bound to CPUs here; give --cpu-bind=none";
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
   if (name == "input" && value != "none")
     return "--input=" + value +
@@ -380,7 +398,24 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       std::cerr << "srun: error: " << why << "\n";
       return kExitBadInput;
     }
-    given[def->name] = value;
+    given[std::string(def->name) == "cpu_bind" ? "cpu-bind" : def->name] = value;
+  }
+  // --cpu-bind, else $SLURM_CPU_BIND (an input of Slurm's srun), checked here where it was
+  // typed; gantry-agent binds each task (base/cpus.h).
+  std::optional<CpuBind> cpu_bind;
+  if (const std::string bind = given.count("cpu-bind") ? given["cpu-bind"] : Env("SLURM_CPU_BIND");
+      !bind.empty()) {
+    if (bind == "help") {
+      std::cout << kCpuBindHelp;
+      return 0;
+    }
+    std::string why;
+    cpu_bind = CpuBind::Parse(bind, why);
+    if (!cpu_bind) {
+      std::cerr << "srun: error: " << why << (given.count("cpu-bind") ? "" : " (SLURM_CPU_BIND)")
+                << "\n";
+      return kExitBadInput;
+    }
   }
   // --mpi, else $SLURM_MPI_TYPE (an input of Slurm's srun): pmi2 serves the step's MPI tasks
   // PMI-1 and PMI-2 from here (cli/pmi_server.h).
@@ -573,6 +608,21 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["gpu_bind"] = Env("SLURM_GPU_BIND");
   }
   if (int rc = StepContainer(given, body)) return rc;
+  // The binding in the step's environment, as Slurm's srun exports it; each task's agent
+  // binds it there.
+  if (cpu_bind) {
+    const std::string verbose = cpu_bind->verbose ? "verbose" : "quiet";
+    std::string list;
+    for (const std::vector<int>& e : cpu_bind->list) {
+      const bool mask =
+          cpu_bind->kind == CpuBind::Kind::kMaskCpu || cpu_bind->kind == CpuBind::Kind::kMaskLdom;
+      list += (list.empty() ? "" : ",") + (mask ? CpuMask(e) : std::to_string(e.front()));
+    }
+    body["env"]["SLURM_CPU_BIND"] = verbose + "," + cpu_bind->Type() + list;
+    body["env"]["SLURM_CPU_BIND_VERBOSE"] = verbose;
+    body["env"]["SLURM_CPU_BIND_TYPE"] = cpu_bind->Type();
+    body["env"]["SLURM_CPU_BIND_LIST"] = list;
+  }
   if (given.count("exclusive")) body["exclusive"] = true;
   // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
   if (given.count("time")) {

@@ -226,7 +226,8 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
               [&](const json& v, const std::string& p) {
                 Reader(v, p, error)
                     .Opt("memory_bytes", w.limits.memory_bytes)
-                    .Opt("cpus_milli", w.limits.cpus_milli);
+                    .Opt("cpus_milli", w.limits.cpus_milli)
+                    .Opt("cpus", w.limits.cpus);
               })
       .Nested("emulate",
               [&](const json& v, const std::string& p) {
@@ -405,7 +406,9 @@ json Encode(const Alloc& a) {
 }
 
 json Encode(const Limits& l) {
-  return {{"memory_bytes", l.memory_bytes}, {"cpus_milli", l.cpus_milli}};
+  json j = {{"memory_bytes", l.memory_bytes}, {"cpus_milli", l.cpus_milli}};
+  if (l.cpus > 0) j["cpus"] = l.cpus;
+  return j;
 }
 
 json Encode(const Emulate& e) {

@@ -126,10 +126,14 @@ struct Alloc {
   bool operator==(const Alloc&) const = default;
 };
 
-// What the agent enforces on the worker's cgroup.
+// What the agent enforces on the worker's cgroup, and the CPUs it binds the worker to.
 struct Limits {
   int64_t memory_bytes = 0;
   int64_t cpus_milli = 0;
+  // Whole CPUs the job holds on the node (its SLURM_CPUS_ON_NODE: a batch job's at least
+  // one per task); 0 (absent): cpus_milli rounded up. The agent gives the worker that many
+  // of its CPUs (base/cpus.h); none when both are 0.
+  int cpus = 0;
   bool operator==(const Limits&) const = default;
 };
 

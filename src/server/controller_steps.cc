@@ -50,9 +50,11 @@ std::string StepContainerProblem(const Step& s) {
 }
 
 // srun --gpu-bind=[verbose,]TYPE as Slurm 22.05 reads it: which of the step's GPUs on its
-// node a task sees, by its local id. Tasks are not bound to CPUs here, so every GPU is as
-// close as any: `closest` (and `none`) leave each task all of them, as Slurm does where
-// tasks have no CPU binding (checked: bench/slurm_scripts/gpu_bind.sbatch).
+// node a task sees, by its local id. gantryd does not know which GPUs are near which CPUs
+// (agents bind tasks to CPUs, srun --cpu-bind, but report no GPU's NUMA node), so every
+// GPU is as close as any: `closest` (and `none`) leave each task all of them, as Slurm does
+// where tasks have no CPU binding or one NUMA node holds them all (checked:
+// bench/slurm_scripts/gpu_bind.sbatch).
 struct GpuBinding {
   enum class Kind { kAll, kSingle, kPerTask, kMap } kind = Kind::kAll;
   int n = 0;  // single:N tasks to a GPU; per_task:N GPUs to a task
@@ -110,8 +112,8 @@ std::optional<GpuBinding> ReadGpuBinding(std::string text, std::string& why) {
     return b;
   }
   why = "--gpu-bind=" + text +
-        ": not honoured; give closest (tasks are not bound to CPUs here: every GPU of the step "
-        "on the node), single:N, per_task:N, map_gpu:LIST, mask_gpu:LIST or none";
+        ": not honoured; give closest (every GPU of the step on the node: no GPU's NUMA node "
+        "is known here), single:N, per_task:N, map_gpu:LIST, mask_gpu:LIST or none";
   return std::nullopt;
 }
 
@@ -203,12 +205,19 @@ core::WorkerAlloc Controller::NodeAlloc(const Job& job, core::NodeId n, int rank
 
 proto::Limits Controller::NodeLimits(const Job& job, core::NodeId n) const {
   proto::Limits sum;
+  int tasks = 0;
   for (const Worker& w : job.workers) {
     if (w.alloc.node != n) continue;
     const proto::Limits l = WorkerLimits(w.alloc, cluster_);
     sum.memory_bytes += l.memory_bytes;
     sum.cpus_milli += l.cpus_milli;
+    tasks += job.spec.tasks_per_worker;
   }
+  // A batch job's CPUs there: at least one per task, as Slurm allocates them (and says
+  // them: SLURM_CPUS_ON_NODE).
+  if (job.batch())
+    sum.cpus =
+        static_cast<int>((std::max<int64_t>(sum.cpus_milli, int64_t{1000} * tasks) + 999) / 1000);
   return sum;
 }
 

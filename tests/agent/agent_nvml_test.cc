@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "agent/launcher.h"
+#include "base/cpus.h"
 #include "device_nodes.h"
 
 namespace gantry::agent {
@@ -869,6 +870,63 @@ TEST_P(AgentOnFakeNvml, OnAnEightGpuNodeInMigModeEachOfFiftySixWorkersOpensOnlyI
       EXPECT_FALSE(Refused(text, "nvidiactl")) << job << ":\n" << text;
     }
   }
+}
+
+// A worker runs on CPUs of its own, near its GPUs: a sysfs of the test's (--sys) puts two
+// of this machine's CPUs on NUMA nodes 0 and 1, and the GPUs' PCI devices likewise; a
+// worker of one CPU on GPU 1 gets the CPU of node 1, though the other comes first, and
+// the next, on GPU 0, the other. A restarted agent keeps them as they were.
+TEST_P(AgentOnFakeNvml, AWorkerRunsOnCpusOfItsOwnNearItsGpus) {
+  const std::vector<int> cpus = CpuTopology::Allowed();
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU: nothing to tell apart";
+  const fs::path sys = dir_ / "sys";
+  for (int i = 0; i < 2; ++i) {
+    const fs::path cpu =
+        sys / "devices/system/cpu" / ("cpu" + std::to_string(cpus[i])) / "topology";
+    fs::create_directories(cpu);
+    std::ofstream(cpu / "physical_package_id") << i << "\n";
+    std::ofstream(cpu / "core_id") << "0\n";
+    fs::create_directories(sys / "devices/system/node" / ("node" + std::to_string(i)));
+    std::ofstream(sys / "devices/system/node" / ("node" + std::to_string(i)) / "cpulist")
+        << cpus[i] << "\n";
+    const fs::path bus = sys / "bus/pci/devices" / (i == 0 ? "0000:17:00.0" : "0000:18:00.0");
+    fs::create_directories(bus);
+    std::ofstream(bus / "numa_node") << i << "\n";
+  }
+  agent_args_.insert(agent_args_.end(), {"--sys", sys.string()});
+  Script({{"gpus", {Gpu("GPU-a", "00000000:17:00.0"), Gpu("GPU-b", "00000000:18:00.0")}}});
+  auto worker = [&](const std::string& job, int gpu) {
+    const std::string out = (dir_ / (job + ".cpus")).string();
+    return json{{"job", job},
+                {"run", 1},
+                {"rank", 0},
+                {"seq", job == "x" ? 1 : 2},
+                {"action", "run"},
+                {"command",
+                 {"sh", "-c",
+                  "grep Cpus_allowed_list /proc/self/status | cut -f2 > " + out + ".tmp; mv " +
+                      out + ".tmp " + out + "; sleep 60"}},
+                {"alloc", {{"sharing", "exclusive"}, {"gpus", {gpu}}}},
+                {"limits", {{"cpus_milli", 1000}}}};
+  };
+  SetWorkers({worker("x", 1)});
+  StartAgent();
+  EXPECT_EQ(AwaitText(dir_ / "x.cpus"), std::to_string(cpus[1]) + "\n") << "near GPU 1";
+  SetWorkers({worker("x", 1), worker("y", 0)});
+  EXPECT_EQ(AwaitText(dir_ / "y.cpus"), std::to_string(cpus[0]) + "\n") << "near GPU 0";
+  // y ends; kill -9 and a new agent: it re-adopts x and keeps its CPU as used, so a new
+  // worker on GPU 1 gets the other CPU, far from its GPU, rather than x's (which it would
+  // get, near and seemingly free, had the CPU been forgotten).
+  const size_t before = Heartbeats();
+  SetWorkers({worker("x", 1)});
+  Await(before, [](const json& h) { return !Exit(h, "y").is_null(); });
+  KillAgent();
+  json z = worker("z", 1);
+  z["seq"] = 3;
+  SetWorkers({worker("x", 1), z});
+  StartAgent();
+  EXPECT_EQ(AwaitText(dir_ / "z.cpus"), std::to_string(cpus[0]) + "\n") << "x's is in use";
+  EXPECT_NE(AgentLog().find("re-adopted"), std::string::npos) << AgentLog();
 }
 
 INSTANTIATE_TEST_SUITE_P(Cgroups, AgentOnFakeNvml, ::testing::Values("auto", "off"));

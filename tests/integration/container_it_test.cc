@@ -333,8 +333,8 @@ TEST(Containers, SrunsPyxisOptionsRunAStepInItsImageWithItsMounts) {
   EXPECT_NE(h.Read("shared/escape.rc"), "0\n");
   EXPECT_EQ(h.Read("shared/escape.txt").find("secret"), std::string::npos)
       << "a path the user cannot reach was bound";
-  EXPECT_NE(h.Read("shared/escape.txt").find("not reachable as uid 65534"), std::string::npos)
-      << h.Read("shared/escape.txt");
+  EXPECT_NE(h.Read("shared/escape.err").find("not reachable as uid 65534"), std::string::npos)
+      << "why, on the task's stderr: " << h.Read("shared/escape.err");
   EXPECT_NE(h.Read("shared/escape.err").find("task 0: Exited with exit code 127"),
             std::string::npos)
       << h.Read("shared/escape.err");

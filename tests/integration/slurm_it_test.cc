@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/cpus.h"
 #include "harness.h"
 #include "job_helpers.h"
 
@@ -1851,6 +1852,96 @@ wait
   EXPECT_EQ(acct.out, n + "|COMPLETED\n" + n + ".batch|COMPLETED\n" + n + ".0|COMPLETED\n" + n +
                           ".1|COMPLETED\n" + n + ".2|COMPLETED\n")
       << acct.err;
+}
+
+// A batch job runs on CPUs of its own on each node (SLURM_CPUS_ON_NODE of them, what
+// `nproc` and sched_getaffinity say), and `srun --cpu-bind` binds each task to its part of
+// them, as Slurm's task/affinity: threads, a map or a mask of the node's CPU ids, verbose
+// reports on the task's stderr; a CPU the job does not hold or an unknown type is refused.
+// Two jobs of a CPU each on one node get different CPUs. (Needs 2 CPUs to tell them apart.)
+TEST(Slurm, JobsRunOnCpusOfTheirOwnAndSrunCpuBindBindsEachTask) {
+  if (CpuTopology::Allowed().size() < 2) GTEST_SKIP() << "one CPU: nothing to tell apart";
+  Harness h("slurm-cpu-bind");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("bind.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -w h100-0
+#SBATCH --ntasks-per-node=2
+#SBATCH -c 1
+#SBATCH -t 1
+mine() { grep Cpus_allowed_list /proc/self/status | cut -f2; }
+echo "$SLURM_CPUS_ON_NODE $(nproc) $(mine)" > batch.txt
+task='echo "$SLURM_LOCALID $(grep Cpus_allowed_list /proc/self/status | cut -f2) $SLURM_CPU_BIND_TYPE"'
+srun bash -c "$task" | sort > none.txt
+srun --cpu-bind=threads bash -c "$task" | sort > threads.txt
+IFS=, read -r a b <<< "$(mine | sed 's/-/,/')"
+srun --cpu-bind=verbose,map_cpu:$b,$a bash -c "$task" 2> map.err | sort > map.txt
+srun --cpu-bind=mask_cpu:$(printf '0x%x' $((1 << b))) bash -c "$task" | sort > mask.txt
+SLURM_CPU_BIND=cores srun bash -c "$task" | sort > env.txt
+srun --cpu-bind=map_cpu:1023 true 2> foreign.err; echo "$?" > foreign.rc
+srun --cpu-bind=bogus true 2> bogus.err; echo "$?" > bogus.rc
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("bind.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  // Two CPUs of the job's own: 2 tasks of a CPU each.
+  std::istringstream batch(h.Read("work/batch.txt"));
+  std::string on_node, nproc, list;
+  batch >> on_node >> nproc >> list;
+  EXPECT_EQ(on_node, "2");
+  EXPECT_EQ(nproc, "2");
+  const std::optional<std::vector<int>> job = ParseCpuList(list);
+  ASSERT_TRUE(job && job->size() == 2) << list;
+  const std::string a = std::to_string((*job)[0]), b = std::to_string((*job)[1]);
+  EXPECT_EQ(h.Read("work/none.txt"), "0 " + list + " \n1 " + list + " \n") << "the job's, unbound";
+  EXPECT_EQ(h.Read("work/threads.txt"), "0 " + a + " threads\n1 " + b + " threads\n");
+  EXPECT_EQ(h.Read("work/map.txt"), "0 " + b + " map_cpu:\n1 " + a + " map_cpu:\n");
+  const std::string map_err = h.Read("work/map.err");
+  for (const std::string& line : std::initializer_list<std::string>{
+           "cpu-bind=MASK - h100-0, task  0  0 [", "]: mask " + CpuMask({(*job)[1]}) + " set",
+           "cpu-bind=MASK - h100-0, task  1  1 [", "]: mask " + CpuMask({(*job)[0]}) + " set"})
+    EXPECT_NE(map_err.find(line), std::string::npos) << line << " in " << map_err;
+  EXPECT_EQ(h.Read("work/mask.txt"), "0 " + b + " mask_cpu:\n1 " + b + " mask_cpu:\n");
+  EXPECT_EQ(h.Read("work/env.txt").substr(0, 2), "0 ") << "SLURM_CPU_BIND is srun's input";
+  EXPECT_NE(h.Read("work/env.txt").find(" cores\n"), std::string::npos) << h.Read("work/env.txt");
+  EXPECT_NE(Trim(h.Read("work/foreign.rc")), "0");
+  EXPECT_NE(h.Read("work/foreign.err")
+                .find("CPU 1023 is none of the job's CPUs on this node (" + list + ")"),
+            std::string::npos)
+      << h.Read("work/foreign.err");
+  EXPECT_EQ(Trim(h.Read("work/bogus.rc")), "2") << "srun's status for bad options (nothing ran)";
+  EXPECT_NE(h.Read("work/bogus.err").find("unrecognized --cpu-bind argument \"bogus\""),
+            std::string::npos)
+      << h.Read("work/bogus.err");
+
+  // Two jobs of a CPU each on one node, side by side: a CPU each.
+  h.Write("one.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -w h100-1
+#SBATCH -t 1
+grep Cpus_allowed_list /proc/self/status | cut -f2 > "cpus-$SLURM_JOB_ID.txt"
+touch "up-$SLURM_JOB_ID"
+while [ "$(ls up-* | wc -l)" -lt 2 ]; do sleep 0.1; done
+)SH");
+  std::set<std::string> ids;
+  for (int i = 0; i < 2; ++i) {
+    r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("one.sh")}, h.token("ann"));
+    ASSERT_EQ(r.rc, 0) << r.err;
+    ids.insert(JobIdOf(r.out));
+  }
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, ids); }, 40));
+  std::set<std::string> seen;
+  for (const std::string& j : ids) {
+    EXPECT_EQ(h.Job(j)["state"], "finished") << h.Job(j).dump();
+    seen.insert(Trim(h.Read("work/cpus-" + j.substr(1) + ".txt")));
+  }
+  EXPECT_EQ(seen.size(), 2u) << "each its own CPU";
+  for (const std::string& c : seen)
+    EXPECT_EQ(ParseCpuList(c).value_or(std::vector<int>{}).size(), 1u) << c;
 }
 
 // srun --gpu-bind (found in many HPC scripts as `srun --gpu-bind=closest`): single:N,

@@ -126,6 +126,7 @@ struct PostParams {
   std::string array, after;
   int64_t begin_s = 0;  // held until then (Unix seconds); 0: none
   bool hold = false;
+  int kill_invalid_dep = -1;  // sbatch --kill-on-invalid-dep: 1 yes, 0 no, -1 not given
 };
 
 // POST /v1/jobs, retried while gantryd cannot be reached or is a standby.
@@ -141,6 +142,8 @@ Response PostJob(const Globals& g, const std::string& body, const std::string& t
   if (!p.after.empty()) query += "&after=" + UrlEncode(p.after);
   if (p.begin_s > 0) query += "&begin=" + std::to_string(p.begin_s);
   if (p.hold) query += "&hold=true";
+  if (p.kill_invalid_dep >= 0)
+    query += p.kill_invalid_dep == 1 ? "&kill_invalid_dep=true" : "&kill_invalid_dep=false";
   const std::string path = "/v1/jobs" + (query.empty() ? "" : "?" + query.substr(1));
   // Retried for up to 30 s (GANTRY_SUBMIT_RETRY_S): a gantryd restarting, or a standby
   // taking over, answers within that; it gave up after 3.85 s, before a restart was done.
@@ -308,6 +311,7 @@ int SubmitBatch(const Globals& g, const SbatchJob& job, const std::string& file,
   params.after = job.after;
   params.begin_s = job.begin_s;
   params.hold = job.hold;
+  params.kill_invalid_dep = job.kill_invalid_dep;
   Response r = PostJob(g, job.spec.dump(), "application/json", file, params, "");
   if (r.status >= 400 && r.status < 500) {
     json j = r.Json();

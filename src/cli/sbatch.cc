@@ -171,8 +171,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"profile", "gantryd samples every job's GPU use itself (gantry show --series)"},
     {"acctg-freq", "gantryd samples every job's GPU use at its own interval"},
     {"gpu-freq", "GPU clocks are left as the node has them"},
-    {"kill-on-invalid-dep",
-     "Gantry always cancels a job whose dependency can never be met (Slurm's yes)"},
     {"no-kill", "not honoured: a job whose node fails is requeued from its checkpoint"},
     {"overcommit", "not honoured: every task has at least a CPU of its own"},
     {"spread-job", "placement packs nodes; a multi-node job's tasks follow -N"},
@@ -298,6 +296,14 @@ class Parser {
     out.parsable = given_.count("parsable") > 0;
     out.wait = given_.count("wait") > 0;
     out.hold = given_.count("hold") > 0;
+    // yes: cancelled when its dependency can never be met; no: it waits until cancelled
+    // (DependencyNeverSatisfied); not given: the site's (kill_invalid_depend, no by default).
+    if (auto v = Get("kill-on-invalid-dep")) {
+      if (v->value == "yes" || v->value == "no")
+        out.kill_invalid_dep = v->value == "yes" ? 1 : 0;
+      else
+        Error(v->where, "--kill-on-invalid-dep", "expected yes or no, got \"" + v->value + "\"");
+    }
     if (auto v = Get("begin")) {
       std::string why;
       if (auto t = ParseSlurmBeginTime(v->value, ctx_.now_s, why))

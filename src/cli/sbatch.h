@@ -35,9 +35,11 @@ struct SbatchJob {
   std::string array;                               // ?array= (--array), empty if none
   std::string after;                               // ?after= (--dependency), empty if none
   bool parsable = false;                           // --parsable: print just the id
-  bool wait = false;    // -W, --wait: sbatch returns when the job (every array task) has ended
-  bool hold = false;    // -H, --hold: submitted held, until scontrol release (?hold=true)
-  int64_t begin_s = 0;  // --begin: held until then, Unix seconds (?begin=); 0: none
+  bool wait = false;  // -W, --wait: sbatch returns when the job (every array task) has ended
+  bool hold = false;  // -H, --hold: submitted held, until scontrol release (?hold=true)
+  // --kill-on-invalid-dep: 1 yes, 0 no, -1 not given (?kill_invalid_dep=true|false).
+  int kill_invalid_dep = -1;
+  int64_t begin_s = 0;              // --begin: held until then, Unix seconds (?begin=); 0: none
   std::vector<std::string> errors;  // "FILE:LINE: --opt: message"; spec unusable if any
   std::vector<std::string> notes;   // options accepted that Gantry does nothing with, and why
   // Where each spec field gantryd resolves came from ("job.sh:4: --qos=regular"), so its

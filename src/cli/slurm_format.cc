@@ -182,6 +182,7 @@ std::string SlurmReason(const json& job) {
   if (job.contains("hold") && (state == "pending" || state == "running"))
     return Str(job, "hold") == "admin" ? "JobHeldAdmin" : "JobHeldUser";
   if (state == "pending") {
+    if (reason.rfind("dependency never", 0) == 0) return "DependencyNeverSatisfied";
     if (reason.rfind("dependency", 0) == 0) return "Dependency";
     if (reason.rfind("begin", 0) == 0) return "BeginTime";
     if (reason.rfind("throttle", 0) == 0) return "JobArrayTaskLimit";

@@ -72,6 +72,8 @@ struct SubmitRequest {
   std::string after;  // "j12,j13:any": held until those end (default :ok, finished; :any, any end)
   int64_t begin_ms = 0;  // held until then (ms since the Unix epoch; sbatch --begin); 0: none
   bool hold = false;     // held until released (sbatch -H; POST /v1/jobs/ID/unhold)
+  // sbatch --kill-on-invalid-dep: 1 yes, 0 no, -1 not given (Job::kill_invalid_dep).
+  int kill_invalid_dep = -1;
 };
 
 class ApiBackend {

@@ -347,8 +347,9 @@ class Controller : public ApiBackend {
   // output goes once the batch has committed.
   void PurgeJobs(Ticks now);
   // Dependencies. Release hands a job whose dependencies are met to the scheduler;
-  // Settle re-checks a held job's dependencies (releases it, or cancels it when one can
-  // never be met); EndJob settles the jobs that wait on the one that ended.
+  // Settle re-checks a held job's dependencies (releases it, or when one can never be met
+  // cancels it, KillsOnNeverMet, else marks it to wait until cancelled: Job::never_met);
+  // EndJob settles the jobs that wait on the one that ended.
   // (Release holds back an array task while its array's throttle is full; ReleaseThrottled
   // gives an array's held tasks to the scheduler, in index order, while it has room.)
   // (It also holds back a job held by `scontrol hold` or waiting for its --begin time:
@@ -374,6 +375,16 @@ class Controller : public ApiBackend {
   // with `force`, which also cuts a stopping job's grace short).
   void CancelJob(Job& job, const std::string& reason, Ticks now, bool force = false);
   void Settle(Job& job, Ticks now);
+  // Whether a job whose dependency can never be met is cancelled for it: a native job
+  // always; a batch job as its sbatch --kill-on-invalid-dep says, else as the site's
+  // kill_invalid_depend (Slurm's default: not, it waits DependencyNeverSatisfied).
+  bool KillsOnNeverMet(const Job& job) const {
+    if (!job.batch()) return true;
+    return job.kill_invalid_dep >= 0 ? job.kill_invalid_dep == 1 : config_.site.kill_invalid_depend;
+  }
+  // Settle's end for a job whose dependency `never` can never be met: cancelled, or left to
+  // wait with the reason (once).
+  void NeverMet(Job& job, const std::string& never, Ticks now);
   // How job `name` stands for a dependency: kNone while it is active, else how it ended;
   // nullopt when there is no such job. Any team's job, as in Slurm (and as `show` shows
   // every job's state): a dependency reads its end, nothing of its spec.

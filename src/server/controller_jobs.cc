@@ -335,7 +335,7 @@ void Controller::GiveToScheduler(Job& job, Ticks now) {
 }
 
 void Controller::Settle(Job& job, Ticks now) {
-  if (job.state != JobState::kPending || job.core.valid()) return;
+  if (job.state != JobState::kPending || job.core.valid() || !job.never_met.empty()) return;
   std::vector<Dependency> left;
   std::string never;  // why one can never be met
   bool met = false;
@@ -357,12 +357,10 @@ void Controller::Settle(Job& job, Ticks now) {
         break;
     }
   }
-  // All of them: one never met cancels the job. Any one of them: one met releases it, and
-  // it is cancelled once none is left to wait for.
+  // All of them: one never met settles the job. Any one of them: one met releases it, and
+  // it is settled once none is left to wait for.
   if (job.after_or ? !met && left.empty() : !never.empty()) {
-    job.after.clear();
-    log_.Cancel(now, job.name, never);
-    EndJob(job, JobEnd::kCancelled, never, now);
+    NeverMet(job, never, now);
     return;
   }
   if (job.after_or && met) left.clear();
@@ -373,6 +371,19 @@ void Controller::Settle(Job& job, Ticks now) {
     Touch(job);
     Persist(job);
   }
+}
+
+void Controller::NeverMet(Job& job, const std::string& never, Ticks now) {
+  if (KillsOnNeverMet(job)) {
+    job.after.clear();
+    log_.Cancel(now, job.name, never);
+    EndJob(job, JobEnd::kCancelled, never, now);
+    return;
+  }
+  job.never_met = never;  // out of the scheduler still (`after`), until cancelled
+  job.Note(now, never + ": it waits until cancelled (sbatch --kill-on-invalid-dep=yes cancels)");
+  Touch(job);
+  Persist(job);
 }
 
 // ---------------------------------------------------------------- API: jobs
@@ -461,6 +472,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         }
         std::vector<Dependency> after;  // those not met yet
         bool after_or = false;
+        std::string never_met;  // a batch job's dependency already never to be met: why
         if (!req.after.empty()) {
           auto parsed = ParseAfterSpec(req.after);
           if (!parsed)
@@ -469,6 +481,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           after_or = parsed->any_of;
           bool met = false;  // one of them is met already
           std::string never;
+          std::vector<Dependency> nevers;
           for (Dependency d : parsed->deps) {
             d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
             std::vector<std::string> names = {d.job};  // an array stands for all its tasks
@@ -502,13 +515,23 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
                     never = "after: " + name + " ended " + std::string(Word(*end)) + ", so " +
                             name + ":" + std::string(DependencyWord(d.kind)) +
                             " can never be met (use " + name + ":any)";
+                    never_met = "dependency " + name + " ended " + std::string(Word(*end)) +
+                                ", so --after " + name + ":" + std::string(DependencyWord(d.kind)) +
+                                " can never be met";
                   }
+                  nevers.push_back(Dependency{name, d.kind});
                   break;
               }
             }
           }
-          if (after_or ? !met && after.empty() && !never.empty() : !never.empty())
-            return Reply::Error(Code::kUnprocessable, never);
+          if (after_or ? !met && after.empty() && !never.empty() : !never.empty()) {
+            // Slurm's sbatch takes the job, which then waits (DependencyNeverSatisfied) or is
+            // cancelled (NeverMet); a native submit is refused, saying why.
+            if (spec->script.empty()) return Reply::Error(Code::kUnprocessable, never);
+            after.insert(after.end(), nevers.begin(), nevers.end());
+          } else {
+            never_met.clear();
+          }
           if (after_or && met) after.clear();
           // singleton: after every earlier active job of the same name and user, as Slurm's.
           if (parsed->singleton) {
@@ -564,6 +587,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         job.spec = *spec;
         job.after = after;
         job.after_or = after_or && !after.empty();
+        job.kill_invalid_dep = req.kill_invalid_dep;
         if (req.hold) job.hold = "user";
         job.begin_ms = req.begin_ms > WallMs(now) ? req.begin_ms : 0;  // a past one: none
         if (!indexes.empty()) {                                        // indexes: sorted, unique
@@ -614,6 +638,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           }
           Persist(j);
           metrics_.Submitted();
+          if (!never_met.empty()) NeverMet(j, never_met, now);
         }
         dirty_ = true;
         Reply r;
@@ -653,6 +678,8 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
       if (!job.hold.empty()) {
         reason = "held: by " + std::string(job.hold == "admin" ? "an admin" : "its user") +
                  " (gantry release " + job.name + ", or scontrol release)";
+      } else if (!job.never_met.empty()) {
+        reason = "dependency never satisfied: " + job.never_met + " (it waits until cancelled)";
       } else if (!job.after.empty()) {
         reason = "dependency: waiting for ";
         const size_t shown = std::min<size_t>(job.after.size(), 3);

@@ -338,6 +338,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
       sr.begin_ms = static_cast<int64_t>(begin * 1000.0);
     }
     if (auto problem = BoolParam(req, "hold", sr.hold)) return bad(*problem);
+    if (req.has_param("kill_invalid_dep")) {  // sbatch --kill-on-invalid-dep
+      bool kill = false;
+      if (auto problem = BoolParam(req, "kill_invalid_dep", kill)) return bad(*problem);
+      sr.kill_invalid_dep = kill ? 1 : 0;
+    }
     return c.Submit(TokenOf(req), std::move(sr), reply);
   }
   if (m == "GET" && Match(req, {"v1", "jobs"}, a)) {

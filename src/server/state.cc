@@ -361,6 +361,8 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
       {"array_number", job.array_number},
       {"after", after},
       {"after_or", job.after_or},
+      {"never_met", job.never_met},
+      {"kill_invalid_dep", job.kill_invalid_dep},
       {"hold", job.hold},
       {"begin_ms", job.begin_ms},
       {"time_limit_set", job.time_limit_set},
@@ -469,6 +471,8 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
     }
     job.hold = d.value("hold", std::string());
     job.after_or = d.value("after_or", false);
+    job.never_met = d.value("never_met", std::string());
+    job.kill_invalid_dep = d.value("kill_invalid_dep", -1);
     job.begin_ms = d.value("begin_ms", int64_t{0});
     job.time_limit_set = d.value("time_limit_set", Ticks{-1});
     job.limit_signaled_run = d.value("limit_signaled_run", 0);

@@ -206,6 +206,12 @@ struct Job {
   int64_t Number() const { return number > 0 ? number : seq; }
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   bool after_or = false;          // any one of `after` met is enough (Slurm's '?' lists)
+  // Why `after` can never be met (a job it waits to succeed failed), where the job waits on
+  // all the same until cancelled, as Slurm's DependencyNeverSatisfied (KillsOnNeverMet:
+  // else it is cancelled); empty otherwise.
+  std::string never_met;
+  // sbatch --kill-on-invalid-dep: 1 yes, 0 no, -1 not given (the site's kill_invalid_depend).
+  int kill_invalid_dep = -1;
   // Held out of the scheduler while pending, as Slurm's: by `scontrol hold` or `sbatch -H`
   // ("user", or "admin" where an admin held it: only an admin releases that), and until
   // `begin_ms` (sbatch --begin; ms since the Unix epoch, 0: none).

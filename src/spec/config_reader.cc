@@ -593,15 +593,16 @@ class ConfigParser {
       top.Report("site",
                  "expected a mapping with workdir_roots, max_active_jobs_per_team, qos, "
                  "gpu_types, partitions, default_partition, accounts, default_account, features, "
-                 "propagate_resource_limits_except, got " +
+                 "propagate_resource_limits_except, kill_invalid_depend, got " +
                      Describe(*v));
       return site;
     }
     Fields f(d_, *v, "site",
              {"workdir_roots", "max_active_jobs_per_team", "qos", "gpu_types", "partitions",
               "default_partition", "accounts", "default_account", "features",
-              "propagate_resource_limits_except"});
+              "propagate_resource_limits_except", "kill_invalid_depend"});
     ReadSiteNames(f, catalog, pools, queues, site);
+    if (auto kill = f.Bool("kill_invalid_depend")) site.kill_invalid_depend = *kill;
     if (auto cap = f.Integer("max_active_jobs_per_team", 1, int64_t{100'000'000}))
       site.max_active_jobs_per_team = *cap;
     lines_.NoteEntries(f, *v);

@@ -67,6 +67,12 @@ struct SiteConfig {
   // MEMLOCK by default, where Slurm excepts none: a login shell's locked-memory limit would
   // keep InfiniBand and NCCL from registering memory (NVIDIA's DeepOps excepts it too).
   std::vector<std::string> propagate_resource_limits_except = {"MEMLOCK"};
+  // A batch job whose dependency can never be met (a job it waits to succeed failed) is
+  // cancelled, where Slurm's default (and Gantry's, for sbatch jobs) leaves it pending,
+  // DependencyNeverSatisfied, until cancelled: Slurm's SchedulerParameters=kill_invalid_depend.
+  // sbatch --kill-on-invalid-dep=yes|no decides for its job. Native jobs (gantry submit
+  // --after) are always cancelled.
+  bool kill_invalid_depend = false;
 };
 
 // The models `name` means on this site: a catalog model's name (any case), an alias of

@@ -327,6 +327,13 @@ TEST(Sbatch, DependencyTypesBecomeAfterKinds) {
   EXPECT_EQ(after("afterok:12?afternotok:12"), "12:ok?12:notok");
   EXPECT_EQ(after("singleton"), "singleton");
   EXPECT_EQ(after("afterok:12,singleton"), "12:ok,singleton");
+  // --kill-on-invalid-dep: yes cancels a job whose dependency can never be met, no leaves it
+  // waiting; not given, the site decides (-1).
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -d afterok:12\n").kill_invalid_dep, -1);
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH --kill-on-invalid-dep=yes\n").kill_invalid_dep, 1);
+  EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH --kill-on-invalid-dep=no\n").kill_invalid_dep, 0);
+  EXPECT_EQ(Errors(Parse("#!/bin/sh\n#SBATCH --kill-on-invalid-dep=maybe\n")),
+            "job.sh:2: --kill-on-invalid-dep: expected yes or no, got \"maybe\"\n");
 }
 
 // Options real scripts carry that Gantry has no use for (CPU layout, binding, switches,
@@ -345,9 +352,8 @@ TEST(Sbatch, HintsAreAcceptedWithANoteAndTheRestRefusedWithWhy) {
   for (const char* hint :
        {"--gres-flags=enforce-binding", "--threads-per-core=1", "--ntasks-per-socket=1",
         "--sockets-per-node=2", "--cores-per-socket=8", "--mem-bind=local", "--switches=1@1:00:00",
-        "--profile=task", "--acctg-freq=30", "--gpu-freq=high", "--kill-on-invalid-dep=yes",
-        "--no-kill", "--overcommit", "--spread-job", "--use-min-nodes", "--contiguous", "--tmp=10G",
-        "--mincpus=4"}) {
+        "--profile=task", "--acctg-freq=30", "--gpu-freq=high", "--no-kill", "--overcommit",
+        "--spread-job", "--use-min-nodes", "--contiguous", "--tmp=10G", "--mincpus=4"}) {
     ExpectAcceptedWithANote(hint);
   }
   SbatchJob quiet = Parse("#!/bin/sh\n#SBATCH -v -Q -k -O\n");
@@ -1025,6 +1031,8 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
            {"window", "window: opens at 22:00", "BeginTime"},
            {"not yet placed", "waiting for the next scheduling pass", "None"},
            {"", "dependency: waiting for j3 to finish", "Dependency"},
+           {"", "dependency never satisfied: dependency j3 ended failed, so ...",
+            "DependencyNeverSatisfied"},
            {"", "throttle: at most 2 of array j4's tasks run at once", "JobArrayTaskLimit"}}) {
     EXPECT_EQ(FieldValue(waiting(cause, reason), "reason", 0), code) << cause << " " << reason;
   }

@@ -1624,6 +1624,59 @@ TEST_F(ControllerTest, HeldJobsAndJobsBeforeTheirBeginTimeWaitUntilReleased) {
   EXPECT_EQ(ctl_->SetBegin(kTeamA, "moved", clock_.load() + 60'000).code, Code::kConflict);
 }
 
+// A batch job whose dependency can never be met waits until cancelled, as Slurm 22.05's
+// default (DependencyNeverSatisfied; bench/slurm_scripts/dependency_never.sbatch), also one
+// submitted after the failure; sbatch --kill-on-invalid-dep=yes, or the site's
+// kill_invalid_depend, cancels it. It stays so through a restart.
+TEST_F(ControllerTest, ABatchJobWhoseDependencyCanNeverBeMetWaitsUntilCancelled) {
+  auto batch = [&](const std::string& id, const std::string& after, int kill = -1) {
+    SubmitRequest r;
+    r.body = R"({"id":")" + id + R"(","queue":"research","gpus":0,"script":"#!/bin/sh\ntrue\n"})";
+    r.after = after;
+    r.kill_invalid_dep = kill;
+    Reply reply = ctl_->Submit(kTeamA, r);
+    EXPECT_EQ(reply.code, Code::kCreated) << id << ": " << reply.body.dump();
+  };
+  auto state = [&](const std::string& id) { return Show(id)["state"].get<std::string>(); };
+  ASSERT_EQ(
+      Submit(kTeamA, R"({"id":"main","queue":"research","gpus":1,"vram_gb":1,"command":"x"})").code,
+      Code::kCreated);
+  batch("waits", "main:ok");
+  batch("killed", "main:ok", 1);
+  batch("either", "main:ok?main:notok");
+  Beat("h100-0");
+  ctl_->Poke();
+  Beat("h100-0");
+  ASSERT_EQ(state("main"), "running");
+  Beat("h100-0", json::array({{{"job", "main"}, {"run", 1}, {"rank", 0}, {"exit_code", 1}}}));
+  ctl_->Poke();
+  EXPECT_EQ(state("main"), "failed");
+  EXPECT_EQ(state("killed"), "cancelled");
+  EXPECT_EQ(state("waits"), "pending");
+  const std::string why =
+      "dependency never satisfied: dependency main ended failed, so --after "
+      "main:ok can never be met (it waits until cancelled)";
+  EXPECT_EQ(Show("waits")["reason"], why);
+  EXPECT_NE(state("either"), "pending") << "main:notok is met";
+  // Submitted after the failure: taken, and waits (a native job is refused, saying why).
+  batch("late", "main:ok");
+  EXPECT_EQ(state("late"), "pending");
+  EXPECT_EQ(Show("late")["reason"], why);
+  batch("late-killed", "main:ok", 1);
+  EXPECT_EQ(state("late-killed"), "cancelled");
+  EXPECT_EQ(
+      SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "", "main:ok").code,
+      Code::kUnprocessable);
+  // Through a restart, and then cancelled.
+  Restart();
+  Beat("h100-0");
+  ctl_->Poke();
+  EXPECT_EQ(state("waits"), "pending");
+  EXPECT_EQ(Show("waits")["reason"], why);
+  ASSERT_EQ(ctl_->Cancel(kTeamA, "waits").code, Code::kOk);
+  EXPECT_EQ(state("waits"), "cancelled");
+}
+
 // Issue 47: the rest of Slurm's dependency types. notok (afternotok) runs after a failure
 // and is cancelled by a success; started (after) runs once its job has started; '?' is any
 // one of them (a failed one does not cancel the job while another may still be met);

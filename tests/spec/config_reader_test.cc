@@ -454,6 +454,16 @@ TEST(ConfigReaderTest, SitePropagateResourceLimitsExcept) {
                 "(AS, CORE, CPU, DATA, FSIZE, MEMLOCK, NOFILE, NPROC, RSS, STACK)"}));
 }
 
+TEST(ConfigReaderTest, SiteKillInvalidDepend) {
+  EXPECT_FALSE(Parse(kPool).site.kill_invalid_depend) << "Slurm's default: they wait";
+  EXPECT_TRUE(
+      Parse(std::string(kPool) + "site:\n  kill_invalid_depend: true\n").site.kill_invalid_depend);
+  const std::vector<std::string> errors =
+      Errors(std::string(kPool) + "site:\n  kill_invalid_depend: sometimes\n");
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].rfind("c.yaml:7: site.kill_invalid_depend: ", 0), 0u) << errors[0];
+}
+
 // Issue 14: bounded waits, per queue and for the site.
 TEST(ConfigReaderTest, MaxWait) {
   const ClusterConfig c = Parse(std::string(kPool) + R"(queues:

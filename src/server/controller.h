@@ -382,6 +382,14 @@ class Controller : public ApiBackend {
     if (!job.batch()) return true;
     return job.kill_invalid_dep >= 0 ? job.kill_invalid_dep == 1 : config_.site.kill_invalid_depend;
   }
+  // The dependencies `text` asks (the API's after: "j12,j13:any", a '?' list, singleton) of
+  // a job of `spec` (`job`: its user, team and seq, for singleton), as they stand now: those
+  // not met yet in `after` (`after_or`: any one of them is enough); for a batch job one
+  // never to be met, why in `never_met` (and it in `after`). An error reply when they
+  // cannot be: malformed, an unknown job, a native job's dependency never to be met.
+  std::optional<Reply> ResolveAfter(const std::string& text, const core::JobSpec& spec,
+                                    const Job& job, std::vector<Dependency>& after, bool& after_or,
+                                    std::string& never_met);
   // Settle's end for a job whose dependency `never` can never be met: cancelled, or left to
   // wait with the reason (once).
   void NeverMet(Job& job, const std::string& never, Ticks now);

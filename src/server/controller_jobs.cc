@@ -386,6 +386,84 @@ void Controller::NeverMet(Job& job, const std::string& never, Ticks now) {
   Persist(job);
 }
 
+std::optional<Reply> Controller::ResolveAfter(const std::string& text, const core::JobSpec& spec,
+                                              const Job& job, std::vector<Dependency>& after,
+                                              bool& after_or, std::string& never_met) {
+  after.clear();
+  after_or = false;
+  never_met.clear();
+  if (text.empty()) return std::nullopt;
+  auto parsed = ParseAfterSpec(text);
+  if (!parsed)
+    return Reply::Error(Code::kBadRequest, "after " + text + ": " + parsed.error().message);
+  after_or = parsed->any_of;
+  bool met = false;  // one of them is met already
+  std::string never;
+  std::vector<Dependency> nevers;
+  for (Dependency d : parsed->deps) {
+    d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
+    std::vector<std::string> names = {d.job};  // an array stands for all its tasks
+    if (const std::vector<int64_t>* tasks = book_.Array(d.job);
+        tasks != nullptr && !book_.HasName(d.job)) {
+      if (after_or) {
+        return Reply::Error(Code::kBadRequest,
+                            "after: array " + d.job +
+                                " stands for all its tasks, which a '?' list cannot say: "
+                                "give its tasks, or use ','");
+      }
+      names.clear();
+      for (int64_t seq : *tasks) {
+        if (auto t = book_.jobs().find(seq); t != book_.jobs().end())
+          names.push_back(t->second.name);
+      }
+    }
+    for (const std::string& name : names) {
+      std::optional<JobEnd> end;
+      const DepState state = DependencyState(name, d.kind, end);
+      if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
+      switch (state) {
+        case DepState::kWaiting:
+          after.push_back(Dependency{name, d.kind});
+          break;
+        case DepState::kMet:
+          met = true;
+          break;
+        case DepState::kNever:
+          if (never.empty()) {
+            never = "after: " + name + " ended " + std::string(Word(*end)) + ", so " + name + ":" +
+                    std::string(DependencyWord(d.kind)) + " can never be met (use " + name +
+                    ":any)";
+            never_met = "dependency " + name + " ended " + std::string(Word(*end)) +
+                        ", so --after " + name + ":" + std::string(DependencyWord(d.kind)) +
+                        " can never be met";
+          }
+          nevers.push_back(Dependency{name, d.kind});
+          break;
+      }
+    }
+  }
+  if (after_or ? !met && after.empty() && !never.empty() : !never.empty()) {
+    // Slurm's sbatch takes the job, which then waits (DependencyNeverSatisfied) or is
+    // cancelled (NeverMet); a native submit is refused, saying why.
+    if (spec.script.empty()) return Reply::Error(Code::kUnprocessable, never);
+    after.insert(after.end(), nevers.begin(), nevers.end());
+  } else {
+    never_met.clear();
+  }
+  if (after_or && met) after.clear();
+  // singleton: after every earlier active job of the same name and user, as Slurm's.
+  if (parsed->singleton) {
+    const std::string& name = spec.name.empty() ? spec.id : spec.name;
+    for (const auto& [seq, other] : book_.jobs()) {
+      if (other.active() && !name.empty() && other.seq != job.seq &&
+          (other.spec.name.empty() ? other.name : other.spec.name) == name &&
+          other.user == job.user && other.team == job.team)
+        after.push_back(Dependency{other.name, Dependency::Kind::kAny});
+    }
+  }
+  return std::nullopt;
+}
+
 // ---------------------------------------------------------------- API: jobs
 
 void Controller::Submit(std::string token, SubmitRequest req, Done done) {
@@ -473,77 +551,8 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         std::vector<Dependency> after;  // those not met yet
         bool after_or = false;
         std::string never_met;  // a batch job's dependency already never to be met: why
-        if (!req.after.empty()) {
-          auto parsed = ParseAfterSpec(req.after);
-          if (!parsed)
-            return Reply::Error(Code::kBadRequest,
-                                "after " + req.after + ": " + parsed.error().message);
-          after_or = parsed->any_of;
-          bool met = false;  // one of them is met already
-          std::string never;
-          std::vector<Dependency> nevers;
-          for (Dependency d : parsed->deps) {
-            d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
-            std::vector<std::string> names = {d.job};  // an array stands for all its tasks
-            if (const std::vector<int64_t>* tasks = book_.Array(d.job);
-                tasks != nullptr && !book_.HasName(d.job)) {
-              if (after_or) {
-                return Reply::Error(Code::kBadRequest,
-                                    "after: array " + d.job +
-                                        " stands for all its tasks, which a '?' list cannot say: "
-                                        "give its tasks, or use ','");
-              }
-              names.clear();
-              for (int64_t seq : *tasks) {
-                if (auto t = book_.jobs().find(seq); t != book_.jobs().end())
-                  names.push_back(t->second.name);
-              }
-            }
-            for (const std::string& name : names) {
-              std::optional<JobEnd> end;
-              const DepState state = DependencyState(name, d.kind, end);
-              if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
-              switch (state) {
-                case DepState::kWaiting:
-                  after.push_back(Dependency{name, d.kind});
-                  break;
-                case DepState::kMet:
-                  met = true;
-                  break;
-                case DepState::kNever:
-                  if (never.empty()) {
-                    never = "after: " + name + " ended " + std::string(Word(*end)) + ", so " +
-                            name + ":" + std::string(DependencyWord(d.kind)) +
-                            " can never be met (use " + name + ":any)";
-                    never_met = "dependency " + name + " ended " + std::string(Word(*end)) +
-                                ", so --after " + name + ":" + std::string(DependencyWord(d.kind)) +
-                                " can never be met";
-                  }
-                  nevers.push_back(Dependency{name, d.kind});
-                  break;
-              }
-            }
-          }
-          if (after_or ? !met && after.empty() && !never.empty() : !never.empty()) {
-            // Slurm's sbatch takes the job, which then waits (DependencyNeverSatisfied) or is
-            // cancelled (NeverMet); a native submit is refused, saying why.
-            if (spec->script.empty()) return Reply::Error(Code::kUnprocessable, never);
-            after.insert(after.end(), nevers.begin(), nevers.end());
-          } else {
-            never_met.clear();
-          }
-          if (after_or && met) after.clear();
-          // singleton: after every earlier active job of the same name and user, as Slurm's.
-          if (parsed->singleton) {
-            const std::string& name = spec->name.empty() ? spec->id : spec->name;
-            for (const auto& [seq, other] : book_.jobs()) {
-              if (other.active() && !name.empty() &&
-                  (other.spec.name.empty() ? other.name : other.spec.name) == name &&
-                  other.user == job.user && other.team == job.team)
-                after.push_back(Dependency{other.name, Dependency::Kind::kAny});
-            }
-          }
-        }
+        if (auto refused = ResolveAfter(req.after, *spec, job, after, after_or, never_met))
+          return *refused;
         const std::string base =
             spec->id.empty() ? "j" + std::to_string(book_.next_seq()) : spec->id;
         std::vector<std::string> names;

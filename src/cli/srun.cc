@@ -921,8 +921,9 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   }
   if (!words.empty() && words[0] == "update") {
     // scontrol update JobId=ID[,ID...] [StartTime=TIME] [TimeLimit=[+-]TIME]
+    //   [Dependency=SPEC] (sbatch's syntax; empty: none)
     std::string id;
-    std::optional<std::string> start, limit;
+    std::optional<std::string> start, limit, dependency;
     for (size_t w = 1; w < words.size(); ++w) {
       const size_t eq = words[w].find('=');
       std::string key = words[w].substr(0, eq);
@@ -934,15 +935,18 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         start = value;
       } else if (key == "timelimit") {
         limit = value;
+      } else if (key == "dependency") {
+        dependency = value;
       } else {
         std::cerr << "scontrol: error: update " << words[w]
-                  << ": under Gantry, scontrol update sets a job's StartTime and TimeLimit only "
-                     "(JobId=ID StartTime=TIME TimeLimit=TIME)\n";
+                  << ": under Gantry, scontrol update sets a job's StartTime, TimeLimit and "
+                     "Dependency only (JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC)\n";
         return kExitBadInput;
       }
     }
-    if (id.empty() || (!start && !limit)) {
-      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME or TimeLimit=TIME\n";
+    if (id.empty() || (!start && !limit && !dependency)) {
+      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME, TimeLimit=TIME or "
+                   "Dependency=SPEC\n";
       return kExitBadInput;
     }
     std::vector<std::string> paths;  // what to ask of each job, after its id
@@ -968,6 +972,21 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
       paths.push_back(add ? "/time-limit?add=" + std::to_string(limit->front() == '-' ? -*t : *t)
                           : "/time-limit?s=" + std::to_string(*t));
     }
+    if (dependency) {  // read as sbatch --dependency reads it (afterok:12, ...); "": none
+      std::string after;
+      if (!dependency->empty()) {
+        const SbatchJob parsed =
+            ParseSbatch("scontrol", "#!/bin/sh\n", {"--dependency=" + *dependency}, {}, {});
+        if (!parsed.errors.empty()) {
+          std::cerr << "scontrol: error: Dependency=" << *dependency << ": "
+                    << parsed.errors.front().substr(parsed.errors.front().find("--dependency"))
+                    << "\n";
+          return kExitBadInput;
+        }
+        after = parsed.after;
+      }
+      paths.push_back("/after?after=" + UrlEncode(after));
+    }
     Client c(g);
     int rc = 0;
     std::stringstream ids(id);
@@ -984,10 +1003,12 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   if (words.empty() || words[0] != "show" ||
       (what != "hostnames" && what != "hostname" && what != "hostlist" && what != "job" &&
        what != "jobid")) {
-    std::cerr << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
-                 "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
-                 "update JobId=ID StartTime=TIME TimeLimit=TIME (gantry show, cancel and drain do "
-                 "the rest)\n";
+    std::cerr
+        << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
+           "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
+           "update JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC (gantry show, cancel "
+           "and drain do "
+           "the rest)\n";
     return kExitBadInput;
   }
   if (what == "hostnames" || what == "hostname") {

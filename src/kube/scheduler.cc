@@ -2256,6 +2256,9 @@ class KubeApi : public server::ApiBackend {
   void SetBegin(std::string, std::string, int64_t, server::Done done) override {
     done(Elsewhere("defers nothing", "create the pods when they should start"));
   }
+  void SetAfter(std::string, std::string, std::string, server::Done done) override {
+    done(Elsewhere("orders no pods after others", "create the pods when they should start"));
+  }
   void SetTimeLimit(std::string, std::string, int64_t, bool, server::Done done) override {
     done(Elsewhere("limits no run time", "set the Job's spec.activeDeadlineSeconds"));
   }

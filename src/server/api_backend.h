@@ -103,6 +103,11 @@ class ApiBackend {
   // `begin_ms` (ms since the Unix epoch; 0, or a time gone by: eligible now). An array's id:
   // its pending tasks.
   virtual void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) = 0;
+  // A pending job's dependencies (scontrol update JobId=ID Dependency=...), replaced by
+  // `after` (the submit's after= syntax; empty: none), resolved as at submission: it waits
+  // on them outside the scheduler, or is handed to it when none is left. An array's id: its
+  // pending tasks.
+  virtual void SetAfter(std::string token, std::string name, std::string after, Done done) = 0;
   // A pending or running job's time limit (scontrol update JobId=ID TimeLimit=[+-]TIME), in
   // ms as its submitter wrote it (an sbatch job's --time, its --signal's lead included; else
   // time_limit_s), 0: none; `add`: `limit_ms` (signed) added to the one it has. It replaces

@@ -154,6 +154,7 @@ class Controller : public ApiBackend {
   void Hold(std::string token, std::string name, bool hold, std::optional<bool> admin_hold,
             Done done) override;
   void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) override;
+  void SetAfter(std::string token, std::string name, std::string after, Done done) override;
   void SetTimeLimit(std::string token, std::string name, int64_t limit_ms, bool add,
                     Done done) override;
   void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
@@ -206,6 +207,7 @@ class Controller : public ApiBackend {
   Reply Hold(const std::string& token, const std::string& name, bool hold,
              std::optional<bool> admin_hold = std::nullopt);
   Reply SetBegin(const std::string& token, const std::string& name, int64_t begin_ms);
+  Reply SetAfter(const std::string& token, const std::string& name, const std::string& after);
   Reply SetTimeLimit(const std::string& token, const std::string& name, int64_t limit_ms,
                      bool add = false);
   Reply Signal(const std::string& token, const std::string& name, int signal,
@@ -390,6 +392,11 @@ class Controller : public ApiBackend {
   std::optional<Reply> ResolveAfter(const std::string& text, const core::JobSpec& spec,
                                     const Job& job, std::vector<Dependency>& after, bool& after_or,
                                     std::string& never_met);
+  // The jobs `name` means for scontrol update's pending-only fields (`field`, for the
+  // message): the job, or an array's tasks, each one `user` may manage; an error reply
+  // where there is none, one is another's, or the job named is no longer pending.
+  std::optional<Reply> PendingJobsToUpdate(const Principal& user, const std::string& name,
+                                           const std::string& field, std::vector<Job*>& jobs);
   // Settle's end for a job whose dependency `never` can never be met: cancelled, or left to
   // wait with the reason (once).
   void NeverMet(Job& job, const std::string& never, Ticks now);

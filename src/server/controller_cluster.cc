@@ -380,6 +380,11 @@ Reply Controller::SetBegin(const std::string& token, const std::string& name, in
   return Wait([&](Done d) { SetBegin(token, name, begin_ms, std::move(d)); });
 }
 
+Reply Controller::SetAfter(const std::string& token, const std::string& name,
+                           const std::string& after) {
+  return Wait([&](Done d) { SetAfter(token, name, after, std::move(d)); });
+}
+
 Reply Controller::SetTimeLimit(const std::string& token, const std::string& name, int64_t limit_ms,
                                bool add) {
   return Wait([&](Done d) { SetTimeLimit(token, name, limit_ms, add, std::move(d)); });

@@ -334,6 +334,16 @@ void Controller::GiveToScheduler(Job& job, Ticks now) {
   dirty_ = true;
 }
 
+namespace {
+
+// Why dependency `d` of a job can never be met, its job having ended as `end` says.
+std::string NeverMetWhy(const Dependency& d, const std::optional<JobEnd>& end) {
+  return "dependency " + d.job + " ended " + (end ? std::string(Word(*end)) : "unknown") +
+         ", so --after " + d.job + ":" + std::string(DependencyWord(d.kind)) + " can never be met";
+}
+
+}  // namespace
+
 void Controller::Settle(Job& job, Ticks now) {
   if (job.state != JobState::kPending || job.core.valid() || !job.never_met.empty()) return;
   std::vector<Dependency> left;
@@ -350,9 +360,7 @@ void Controller::Settle(Job& job, Ticks now) {
         break;
       case DepState::kNever:
         if (never.empty()) {
-          never = "dependency " + d.job + " ended " +
-                  (end ? std::string(Word(*end)) : std::string("unknown")) + ", so --after " +
-                  d.job + ":" + std::string(DependencyWord(d.kind)) + " can never be met";
+          never = NeverMetWhy(d, end);
         }
         break;
     }
@@ -433,9 +441,7 @@ std::optional<Reply> Controller::ResolveAfter(const std::string& text, const cor
             never = "after: " + name + " ended " + std::string(Word(*end)) + ", so " + name + ":" +
                     std::string(DependencyWord(d.kind)) + " can never be met (use " + name +
                     ":any)";
-            never_met = "dependency " + name + " ended " + std::string(Word(*end)) +
-                        ", so --after " + name + ":" + std::string(DependencyWord(d.kind)) +
-                        " can never be met";
+            never_met = NeverMetWhy(Dependency{name, d.kind}, end);
           }
           nevers.push_back(Dependency{name, d.kind});
           break;
@@ -1161,21 +1167,29 @@ void Controller::ReleaseThrottledArrays(const std::set<std::string>& arrays, Tic
   }
 }
 
+std::optional<Reply> Controller::PendingJobsToUpdate(const Principal& user, const std::string& name,
+                                                     const std::string& field,
+                                                     std::vector<Job*>& jobs) {
+  Job* named = book_.Find(name);
+  jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
+  if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
+  for (Job* job : jobs) {
+    if (!MayManage(user, *job)) {
+      return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job->name +
+                                                " in queue " + job->queue);
+    }
+  }
+  if (named && named->state != JobState::kPending) {  // as Slurm's "Job is no longer pending"
+    return Reply::Error(Code::kConflict, "job " + name + " is " + named->state_word() +
+                                             ": only a pending job's " + field + " is changed");
+  }
+  return std::nullopt;
+}
+
 void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) {
   CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
-    Job* named = book_.Find(name);
-    std::vector<Job*> jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
-    if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
-    for (Job* job : jobs) {
-      if (!MayManage(user, *job)) {
-        return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job->name +
-                                                  " in queue " + job->queue);
-      }
-    }
-    if (named && named->state != JobState::kPending) {  // as Slurm's "Job is no longer pending"
-      return Reply::Error(Code::kConflict, "job " + name + " is " + named->state_word() +
-                                               ": only a pending job's start time is set");
-    }
+    std::vector<Job*> jobs;
+    if (auto refused = PendingJobsToUpdate(user, name, "start time", jobs)) return *refused;
     const int64_t at = begin_ms > WallMs(now_) ? begin_ms : 0;
     int changed = 0;
     std::set<std::string> throttled;
@@ -1194,6 +1208,52 @@ void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms,
     ReleaseThrottledArrays(throttled, now_);
     Reply r;
     r.body = {{"id", name}, {"updated", changed}};
+    return r;
+  });
+}
+
+void Controller::SetAfter(std::string token, std::string name, std::string text, Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    std::vector<Job*> jobs;
+    if (auto refused = PendingJobsToUpdate(user, name, "dependency", jobs)) return *refused;
+    // Each task's as it stands now (singleton differs from one to the next); all checked
+    // before any is changed.
+    struct Resolved {
+      Job* job;
+      std::vector<Dependency> after;
+      bool after_or = false;
+      std::string never_met;
+    };
+    std::vector<Resolved> resolved;
+    for (Job* job : jobs) {
+      if (job->state != JobState::kPending) continue;
+      Resolved r{job, {}, false, ""};
+      if (auto refused = ResolveAfter(text, job->spec, *job, r.after, r.after_or, r.never_met))
+        return *refused;
+      resolved.push_back(std::move(r));
+    }
+    std::set<std::string> throttled;
+    for (Resolved& r : resolved) {
+      Job& job = *r.job;
+      job.after = std::move(r.after);
+      job.after_or = r.after_or && !job.after.empty();
+      job.never_met.clear();
+      for (const Dependency& d : job.after) book_.AddDependent(d.job, job.seq);
+      job.Note(now_, text.empty() ? "its dependency cleared by " + user.Describe()
+                                  : "its dependency set to " + text + " by " + user.Describe());
+      // Out of the scheduler while it waits; handed back when nothing holds it.
+      if (!job.after.empty() && Withdraw(job, now_)) throttled.insert(job.array);
+      if (!r.never_met.empty()) {
+        NeverMet(job, r.never_met, now_);  // cancels it, or marks it to wait
+        continue;
+      }
+      if (!job.core.valid() && job.after.empty()) Release(job, now_);
+      Touch(job);
+      Persist(job);
+    }
+    ReleaseThrottledArrays(throttled, now_);
+    Reply r;
+    r.body = {{"id", name}, {"updated", resolved.size()}};
     return r;
   });
 }

@@ -386,6 +386,8 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     if (at < 0) return bad("at: expected Unix seconds, 0 or more (0: now)");
     return c.SetBegin(TokenOf(req), a[0], static_cast<int64_t>(at * 1000.0), reply);
   }
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "after"}, a))  // after=SPEC; empty: none
+    return c.SetAfter(TokenOf(req), a[0], req.param("after"), reply);
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "time-limit"}, a)) {
     // s=SECONDS (0: none), or add=SECONDS (signed) to the limit the job has.
     const bool add = req.has_param("add");

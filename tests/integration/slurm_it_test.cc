@@ -282,6 +282,48 @@ TEST(Slurm, ABatchScriptRunsUnchangedWithItsDirectivesEnvironmentOutputFilesAndT
   EXPECT_EQ(h.Jobs().size(), 1u);
 }
 
+// A pipeline's stage after one that failed waits, DependencyNeverSatisfied, as under
+// Slurm 22.05's default (--kill-on-invalid-dep=yes cancels it), until scontrol update
+// gives it a dependency that is met (bench/slurm_scripts/dependency_never.sbatch).
+TEST(Slurm, AStageAfterAFailedOneWaitsDependencyNeverSatisfiedUntilMended) {
+  Harness h("slurm-never");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("fail.sh", "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\nexit 3\n");
+  h.Write("child.sh",
+          "#!/bin/bash\n#SBATCH -A research\n#SBATCH -t 1\ntouch ran-$SLURM_JOB_NAME\n");
+  auto sbatch = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"sbatch", "--parsable", "-D", work});
+    RunResult r = SlurmAs(h, "ann", args);
+    EXPECT_EQ(r.rc, 0) << r.err;
+    return JobIdOf(r.out);
+  };
+  const std::string failing = sbatch({h.Path("fail.sh")});
+  const std::string after = "--dependency=afterok:" + failing.substr(1);
+  const std::string waiting = sbatch({"-J", "waiting", after, h.Path("child.sh")});
+  const std::string killed =
+      sbatch({"-J", "killed", "--kill-on-invalid-dep=yes", after, h.Path("child.sh")});
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {failing, killed}); }, 30));
+  EXPECT_EQ(h.Job(failing)["state"], "failed");
+  EXPECT_EQ(h.Job(killed)["state"], "cancelled");
+  auto reason = [&] {
+    return SlurmAs(h, "ann", {"squeue", "-h", "-j", waiting.substr(1), "-o", "%T %r"}).out;
+  };
+  ASSERT_TRUE(
+      Harness::WaitFor([&] { return reason() == "PENDING DependencyNeverSatisfied\n"; }, 10))
+      << reason();
+  RunResult mend = SlurmAs(h, "ann",
+                           {"scontrol", "update", "JobId=" + waiting.substr(1),
+                            "Dependency=afternotok:" + failing.substr(1)});
+  EXPECT_EQ(mend.rc, 0) << mend.err;
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {waiting}); }, 30))
+      << h.Job(waiting).dump();
+  EXPECT_EQ(h.Job(waiting)["state"], "finished");
+  EXPECT_TRUE(fs::exists(work + "/ran-waiting"));
+  EXPECT_FALSE(fs::exists(work + "/ran-killed"));
+}
+
 TEST(Slurm, AnArrayAndAJobDependingOnItRunInOrder) {
   Harness h("slurm-array");
   StartSlurmCluster(h);
@@ -1495,7 +1537,8 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   // scontrol update StartTime=now: it runs now; another field is refused with why.
   RunResult other = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + later, "Partition=h100"});
   EXPECT_NE(other.rc, 0);
-  EXPECT_NE(other.err.find("StartTime and TimeLimit only"), std::string::npos) << other.err;
+  EXPECT_NE(other.err.find("StartTime, TimeLimit and Dependency only"), std::string::npos)
+      << other.err;
   RunResult now = SlurmAs(h, "ann", {"scontrol", "update", "jobid=" + later, "StartTime=now"});
   EXPECT_EQ(now.rc, 0) << now.err;
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {later}); }, 30)) << h.Job(later).dump();

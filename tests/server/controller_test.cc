@@ -1677,6 +1677,69 @@ TEST_F(ControllerTest, ABatchJobWhoseDependencyCanNeverBeMetWaitsUntilCancelled)
   EXPECT_EQ(state("waits"), "cancelled");
 }
 
+// scontrol update Dependency=: a pending job's dependencies replaced, resolved as at
+// submission: a job waiting on another runs once they are cleared, one waiting
+// DependencyNeverSatisfied is mended by a dependency that can be met, a job in the
+// scheduler comes out of it to wait; only a pending job, only its team's.
+TEST_F(ControllerTest, APendingJobsDependencyIsReplacedAsScontrolUpdateDoes) {
+  auto submit = [&](const std::string& id, const std::string& after, bool batch = false) {
+    const std::string body = R"({"id":")" + id + R"(","queue":"research","gpus":0,)" +
+                             (batch ? R"("script":"#!/bin/sh\ntrue\n"})" : R"("command":"x"})");
+    Reply r = SubmitWith(kTeamA, body, "", after);
+    EXPECT_EQ(r.code, Code::kCreated) << id << ": " << r.body.dump();
+  };
+  auto state = [&](const std::string& id) { return Show(id)["state"].get<std::string>(); };
+  auto pass = [&] {
+    Beat("h100-0");
+    ctl_->Poke();
+    Beat("h100-0");
+  };
+  ASSERT_EQ(
+      Submit(kTeamA, R"({"id":"main","queue":"research","gpus":1,"vram_gb":1,"command":"x"})").code,
+      Code::kCreated);
+  submit("next", "main:ok");
+  submit("free", "");
+  submit("pipeline", "main:ok", true);
+  pass();
+  ASSERT_EQ(state("main"), "running");
+  EXPECT_EQ(state("next"), "pending");
+  // Cleared: it runs.
+  ASSERT_EQ(ctl_->SetAfter(kTeamA, "next", "").code, Code::kOk);
+  pass();
+  EXPECT_EQ(state("next"), "running");
+  // A job that would run now waits on main from now on.
+  ASSERT_EQ(state("free"), "running");
+  ASSERT_EQ(SubmitWith(kTeamA,
+                       R"({"id":"later","queue":"research","gpus":8,"vram_gb":1,"replicas":2,)"
+                       R"("command":"x"})",
+                       "", "")
+                .code,
+            Code::kCreated);
+  ASSERT_EQ(state("later"), "pending") << "main holds a GPU of the 16";
+  ASSERT_EQ(ctl_->SetAfter(kTeamA, "later", "main:any").code, Code::kOk);
+  pass();
+  EXPECT_EQ(state("later"), "pending");
+  EXPECT_EQ(Show("later")["reason"], "dependency: waiting for main to end");
+  // main fails: the batch job waits, never satisfied; mended with afternotok, it runs.
+  Beat("h100-0", json::array({{{"job", "main"}, {"run", 1}, {"rank", 0}, {"exit_code", 1}}}));
+  pass();
+  EXPECT_EQ(Show("later")["reason"].get<std::string>().rfind("capacity", 0), 0u)
+      << "main ended: back in the scheduler (the other jobs hold CPUs it needs) "
+      << Show("later").dump();
+  EXPECT_EQ(Show("pipeline")["reason"].get<std::string>().rfind("dependency never satisfied", 0),
+            0u);
+  ASSERT_EQ(ctl_->SetAfter(kTeamA, "pipeline", "main:notok").code, Code::kOk);
+  pass();
+  EXPECT_EQ(state("pipeline"), "running");
+  // Set to one never to be met: a native job is refused, as at submission.
+  submit("native", "later:ok");
+  EXPECT_EQ(ctl_->SetAfter(kTeamA, "native", "main:ok").code, Code::kUnprocessable);
+  EXPECT_EQ(ctl_->SetAfter(kTeamA, "native", "nosuch:ok").code, Code::kNotFound);
+  EXPECT_EQ(ctl_->SetAfter(kTeamB, "native", "").code, Code::kForbidden);
+  EXPECT_EQ(ctl_->SetAfter(kTeamA, "free", "").code, Code::kConflict) << "running";
+  EXPECT_EQ(Show("native")["reason"], "dependency: waiting for later to finish") << "unchanged";
+}
+
 // Issue 47: the rest of Slurm's dependency types. notok (afternotok) runs after a failure
 // and is cancelled by a success; started (after) runs once its job has started; '?' is any
 // one of them (a failed one does not cancel the job while another may still be met);

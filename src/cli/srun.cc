@@ -921,9 +921,9 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   }
   if (!words.empty() && words[0] == "update") {
     // scontrol update JobId=ID[,ID...] [StartTime=TIME] [TimeLimit=[+-]TIME]
-    //   [Dependency=SPEC] (sbatch's syntax; empty: none)
+    //   [Dependency=SPEC] (sbatch's syntax; empty: none) [ArrayTaskThrottle=N] (0: none)
     std::string id;
-    std::optional<std::string> start, limit, dependency;
+    std::optional<std::string> start, limit, dependency, throttle;
     for (size_t w = 1; w < words.size(); ++w) {
       const size_t eq = words[w].find('=');
       std::string key = words[w].substr(0, eq);
@@ -937,16 +937,19 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         limit = value;
       } else if (key == "dependency") {
         dependency = value;
+      } else if (key == "arraytaskthrottle") {
+        throttle = value;
       } else {
         std::cerr << "scontrol: error: update " << words[w]
-                  << ": under Gantry, scontrol update sets a job's StartTime, TimeLimit and "
-                     "Dependency only (JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC)\n";
+                  << ": under Gantry, scontrol update sets a job's StartTime, TimeLimit, "
+                     "Dependency and ArrayTaskThrottle only (JobId=ID StartTime=TIME "
+                     "TimeLimit=TIME Dependency=SPEC ArrayTaskThrottle=N)\n";
         return kExitBadInput;
       }
     }
-    if (id.empty() || (!start && !limit && !dependency)) {
-      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME, TimeLimit=TIME or "
-                   "Dependency=SPEC\n";
+    if (id.empty() || (!start && !limit && !dependency && !throttle)) {
+      std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME, TimeLimit=TIME, "
+                   "Dependency=SPEC or ArrayTaskThrottle=N\n";
       return kExitBadInput;
     }
     std::vector<std::string> paths;  // what to ask of each job, after its id
@@ -987,6 +990,15 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
       }
       paths.push_back("/after?after=" + UrlEncode(after));
     }
+    if (throttle) {  // an array's: at most N of its tasks at once; 0: no limit
+      if (throttle->empty() || throttle->size() > 7 ||
+          throttle->find_first_not_of("0123456789") != std::string::npos) {
+        std::cerr << "scontrol: error: ArrayTaskThrottle=" << *throttle
+                  << ": expected a number of tasks, 0 for no limit\n";
+        return kExitBadInput;
+      }
+      paths.push_back("/throttle?limit=" + *throttle);
+    }
     Client c(g);
     int rc = 0;
     std::stringstream ids(id);
@@ -1006,9 +1018,8 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
     std::cerr
         << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
            "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
-           "update JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC (gantry show, cancel "
-           "and drain do "
-           "the rest)\n";
+           "update JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC ArrayTaskThrottle=N "
+           "(gantry show, cancel and drain do the rest)\n";
     return kExitBadInput;
   }
   if (what == "hostnames" || what == "hostname") {

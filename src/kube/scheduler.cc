@@ -2259,6 +2259,9 @@ class KubeApi : public server::ApiBackend {
   void SetAfter(std::string, std::string, std::string, server::Done done) override {
     done(Elsewhere("orders no pods after others", "create the pods when they should start"));
   }
+  void SetThrottle(std::string, std::string, int, server::Done done) override {
+    done(Elsewhere("throttles no arrays", "set the Job's spec.parallelism"));
+  }
   void SetTimeLimit(std::string, std::string, int64_t, bool, server::Done done) override {
     done(Elsewhere("limits no run time", "set the Job's spec.activeDeadlineSeconds"));
   }

@@ -108,6 +108,11 @@ class ApiBackend {
   // on them outside the scheduler, or is handed to it when none is left. An array's id: its
   // pending tasks.
   virtual void SetAfter(std::string token, std::string name, std::string after, Done done) = 0;
+  // An array's throttle (scontrol update JobId=ARRAY ArrayTaskThrottle=N): at most `limit`
+  // of its tasks in the scheduler at once (pending there, running or stopping); 0: none.
+  // Raised, held tasks are handed over at once; lowered, tasks pending in the scheduler
+  // above it come out of it (the last by index first), running ones run on.
+  virtual void SetThrottle(std::string token, std::string name, int limit, Done done) = 0;
   // A pending or running job's time limit (scontrol update JobId=ID TimeLimit=[+-]TIME), in
   // ms as its submitter wrote it (an sbatch job's --time, its --signal's lead included; else
   // time_limit_s), 0: none; `add`: `limit_ms` (signed) added to the one it has. It replaces

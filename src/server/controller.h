@@ -155,6 +155,7 @@ class Controller : public ApiBackend {
             Done done) override;
   void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) override;
   void SetAfter(std::string token, std::string name, std::string after, Done done) override;
+  void SetThrottle(std::string token, std::string name, int limit, Done done) override;
   void SetTimeLimit(std::string token, std::string name, int64_t limit_ms, bool add,
                     Done done) override;
   void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
@@ -208,6 +209,7 @@ class Controller : public ApiBackend {
              std::optional<bool> admin_hold = std::nullopt);
   Reply SetBegin(const std::string& token, const std::string& name, int64_t begin_ms);
   Reply SetAfter(const std::string& token, const std::string& name, const std::string& after);
+  Reply SetThrottle(const std::string& token, const std::string& name, int limit);
   Reply SetTimeLimit(const std::string& token, const std::string& name, int64_t limit_ms,
                      bool add = false);
   Reply Signal(const std::string& token, const std::string& name, int signal,

@@ -385,6 +385,10 @@ Reply Controller::SetAfter(const std::string& token, const std::string& name,
   return Wait([&](Done d) { SetAfter(token, name, after, std::move(d)); });
 }
 
+Reply Controller::SetThrottle(const std::string& token, const std::string& name, int limit) {
+  return Wait([&](Done d) { SetThrottle(token, name, limit, std::move(d)); });
+}
+
 Reply Controller::SetTimeLimit(const std::string& token, const std::string& name, int64_t limit_ms,
                                bool add) {
   return Wait([&](Done d) { SetTimeLimit(token, name, limit_ms, add, std::move(d)); });

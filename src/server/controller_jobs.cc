@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -1254,6 +1255,49 @@ void Controller::SetAfter(std::string token, std::string name, std::string text,
     ReleaseThrottledArrays(throttled, now_);
     Reply r;
     r.body = {{"id", name}, {"updated", resolved.size()}};
+    return r;
+  });
+}
+
+void Controller::SetThrottle(std::string token, std::string name, int limit, Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    std::vector<Job*> tasks = book_.HasName(name) ? std::vector<Job*>{} : book_.ArrayTasks(name);
+    if (tasks.empty()) {
+      return Reply::Error(book_.HasName(name) ? Code::kBadRequest : Code::kNotFound,
+                          book_.HasName(name) ? "job " + name +
+                                                    " is not an array: a throttle "
+                                                    "limits an array's tasks"
+                                              : "no array " + name);
+    }
+    for (Job* t : tasks) {
+      if (!MayManage(user, *t)) {
+        return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + t->name +
+                                                  " in queue " + t->queue);
+      }
+    }
+    for (Job* t : tasks) {
+      if (t->array_limit == limit) continue;
+      t->array_limit = limit;
+      Touch(*t);
+      Persist(*t);
+    }
+    // Lowered: tasks pending in the scheduler above it come out, the last by index first.
+    int given = InScheduler(name);
+    for (auto t = tasks.rbegin(); t != tasks.rend() && limit > 0 && given > limit; ++t) {
+      Job& task = **t;
+      if (task.state != JobState::kPending || !task.core.valid()) continue;
+      Withdraw(task, now_);
+      task.Note(now_, "back to its array's throttle (%" + std::to_string(limit) + ")");
+      Touch(task);
+      Persist(task);
+      --given;
+    }
+    // Raised (or taken away): held tasks handed over while there is room.
+    ReleaseThrottled(name, limit > 0 ? limit : std::numeric_limits<int>::max(), now_);
+    log::Info("array throttle set",
+              {{"job", name}, {"limit", std::to_string(limit)}, {"by", user.Describe()}});
+    Reply r;
+    r.body = {{"id", name}, {"limit", limit}};
     return r;
   });
 }

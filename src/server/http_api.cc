@@ -388,6 +388,13 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "after"}, a))  // after=SPEC; empty: none
     return c.SetAfter(TokenOf(req), a[0], req.param("after"), reply);
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "throttle"}, a)) {  // limit=N; 0: none
+    double limit = 0;
+    if (auto problem = DoubleParam(req, "limit", 0, limit)) return bad(*problem);
+    if (limit < 0 || limit > 1e7 || limit != std::floor(limit))
+      return bad("limit: a whole number, 0 (none) or more");
+    return c.SetThrottle(TokenOf(req), a[0], static_cast<int>(limit), reply);
+  }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "time-limit"}, a)) {
     // s=SECONDS (0: none), or add=SECONDS (signed) to the limit the job has.
     const bool add = req.has_param("add");

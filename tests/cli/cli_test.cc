@@ -178,8 +178,9 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   // Refused with why (status 2): what each says.
   for (const auto& [command, said] : std::vector<std::pair<std::string, std::string>>{
            {"scontrol update JobId=1 NumNodes=5",
-            "update NumNodes=5: under Gantry, scontrol update sets a job's StartTime, TimeLimit "
-            "and Dependency only"},
+            "update NumNodes=5: under Gantry, scontrol update sets a job's StartTime, TimeLimit, "
+            "Dependency and ArrayTaskThrottle only"},
+           {"scontrol update JobId=1 ArrayTaskThrottle=-1", "ArrayTaskThrottle=-1: expected a"},
            {"scontrol update JobId=1 Dependency=aftercorr:2", "aftercorr is not supported"},
            {"scontrol update JobId=1 TimeLimit=+UNLIMITED", "TimeLimit: UNLIMITED cannot be added"},
            {"scontrol update JobId=1 TimeLimit=1:2:3:4", "TimeLimit: expected MM, MM:SS"},

@@ -1537,7 +1537,8 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   // scontrol update StartTime=now: it runs now; another field is refused with why.
   RunResult other = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + later, "Partition=h100"});
   EXPECT_NE(other.rc, 0);
-  EXPECT_NE(other.err.find("StartTime, TimeLimit and Dependency only"), std::string::npos)
+  EXPECT_NE(other.err.find("StartTime, TimeLimit, Dependency and ArrayTaskThrottle only"),
+            std::string::npos)
       << other.err;
   RunResult now = SlurmAs(h, "ann", {"scontrol", "update", "jobid=" + later, "StartTime=now"});
   EXPECT_EQ(now.rc, 0) << now.err;

@@ -1740,6 +1740,54 @@ TEST_F(ControllerTest, APendingJobsDependencyIsReplacedAsScontrolUpdateDoes) {
   EXPECT_EQ(Show("native")["reason"], "dependency: waiting for later to finish") << "unchanged";
 }
 
+// scontrol update ArrayTaskThrottle=N: raised, held tasks are handed to the scheduler at
+// once; lowered, tasks pending there above it come out (the last by index first) while
+// running ones run on; 0 takes the throttle away. Only an array's, only its team's.
+TEST_F(ControllerTest, AnArraysThrottleIsChangedAsScontrolUpdateDoes) {
+  // Whole-node tasks on a cluster of two nodes: two run at most.
+  Reply a =
+      SubmitWith(kTeamA, R"({"id":"sweep","queue":"research","gpus":8,"vram_gb":1,"command":"x"})",
+                 "0-5%1", "");
+  ASSERT_EQ(a.code, Code::kCreated) << a.body.dump();
+  auto pass = [&] {
+    Beat("h100-0");
+    Beat("h100-1");
+    ctl_->Poke();
+    Beat("h100-0");
+    Beat("h100-1");
+  };
+  auto states = [&] {
+    std::string out;
+    for (int i = 0; i < 6; ++i) {
+      const json j = Show("sweep_" + std::to_string(i));
+      const std::string reason = j.value("reason", "");
+      out += j["state"].get<std::string>() == "running" ? "R"
+             : reason.rfind("throttle", 0) == 0         ? "t"
+                                                        : "p";
+    }
+    return out;
+  };
+  pass();
+  EXPECT_EQ(states(), "Rttttt");
+  ASSERT_EQ(ctl_->SetThrottle(kTeamA, "sweep", 4).code, Code::kOk);
+  pass();
+  EXPECT_EQ(states(), "RRpptt") << "four in the scheduler, two of them waiting for room";
+  EXPECT_NE(Show("sweep_4")["reason"].get<std::string>().find("at most 4"), std::string::npos);
+  ASSERT_EQ(ctl_->SetThrottle(kTeamA, "sweep", 2).code, Code::kOk);
+  EXPECT_EQ(states(), "RRtttt") << "the waiting ones back to the throttle; the running run on";
+  Beat("h100-0", json::array({{{"job", "sweep_0"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  Beat("h100-1", json::array({{{"job", "sweep_0"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  pass();
+  EXPECT_EQ(Show("sweep_0")["state"], "finished");
+  EXPECT_EQ(states().substr(1), "RRttt") << "the next by index took its place";
+  ASSERT_EQ(ctl_->SetThrottle(kTeamA, "sweep", 0).code, Code::kOk);
+  EXPECT_EQ(states().substr(1), "RRppp") << "no throttle: all in the scheduler";
+  EXPECT_EQ(ctl_->SetThrottle(kTeamB, "sweep", 1).code, Code::kForbidden);
+  EXPECT_EQ(ctl_->SetThrottle(kTeamA, "nosuch", 1).code, Code::kNotFound);
+  EXPECT_EQ(ctl_->SetThrottle(kTeamA, "sweep_1", 1).code, Code::kBadRequest)
+      << "a task, not an array";
+}
+
 // Issue 47: the rest of Slurm's dependency types. notok (afternotok) runs after a failure
 // and is cancelled by a success; started (after) runs once its job has started; '?' is any
 // one of them (a failed one does not cancel the job while another may still be met);

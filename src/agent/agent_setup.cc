@@ -79,11 +79,10 @@ bool Agent::Setup() {
   }
   // The CPUs jobs are given and bound to: those this agent may run on (a site that keeps
   // some for the system starts it with fewer: taskset, systemd's CPUAffinity).
-  cpu_topology_ = CpuTopology::Read(options_.sys + "/devices/system", CpuTopology::Allowed());
+  const std::vector<int> allowed = CpuTopology::Allowed();
+  cpu_topology_ = CpuTopology::Read(options_.sys + "/devices/system", allowed);
   if (gpus_->emulated()) cpu_rotate_ = hash;  // emulated nodes on one machine: spread over it
-  std::vector<int> cpu_ids;
-  for (const Cpu& c : cpu_topology_.cpus) cpu_ids.push_back(c.id);
-  Say("jobs are bound to CPUs of " + FormatCpuList(cpu_ids));
+  Say("jobs are bound to CPUs of " + FormatCpuList(allowed));
   // What the heartbeat says of it, for `gantry nodes`.
   isolation_ = {{proto::kIsolationCgroups, cgroups_ != nullptr},
                 {proto::kIsolationGpuDevices, fences}};

@@ -30,6 +30,11 @@ std::vector<std::string_view> Split(std::string_view s, char sep) {
   }
 }
 
+// Sockets, then cores, then threads: the order CPUs are handed out and laid out in.
+bool TopologyOrder(const Cpu& a, const Cpu& b) {
+  return std::tie(a.socket, a.core, a.id) < std::tie(b.socket, b.core, b.id);
+}
+
 std::string ReadWord(const std::filesystem::path& file) {
   std::ifstream in(file);
   std::string word;
@@ -179,10 +184,8 @@ const Cpu* CpuTopology::Find(int id) const {
 
 std::vector<int> PickCpus(const CpuTopology& topology, const std::map<int, int>& uses, int count,
                           const std::vector<int>& near, size_t rotate) {
-  std::vector<Cpu> order = topology.cpus;  // sockets, then cores, then threads
-  std::sort(order.begin(), order.end(), [](const Cpu& a, const Cpu& b) {
-    return std::tie(a.socket, a.core, a.id) < std::tie(b.socket, b.core, b.id);
-  });
+  std::vector<Cpu> order = topology.cpus;
+  std::sort(order.begin(), order.end(), TopologyOrder);
   const size_t n = order.size();
   if (n == 0) return {};
   std::vector<std::tuple<int, bool, size_t, int>> ranked;  // uses, far, position, id
@@ -297,26 +300,26 @@ std::optional<std::vector<int>> TaskCpus(const CpuBind& bind, const CpuTopology&
     if (job_cpus.empty() || std::find(job_cpus.begin(), job_cpus.end(), c.id) != job_cpus.end())
       job.push_back(c);
   }
-  std::sort(job.begin(), job.end(), [](const Cpu& a, const Cpu& b) {
-    return std::tie(a.socket, a.core, a.id) < std::tie(b.socket, b.core, b.id);
-  });
+  std::sort(job.begin(), job.end(), TopologyOrder);
   std::vector<int> all;
   for (const Cpu& c : job) all.push_back(c.id);
   std::sort(all.begin(), all.end());
   if (job.empty()) return all;
   const size_t t = static_cast<size_t>(std::max(local, 0));
-  // The job's CPUs whose socket, core or NUMA node (`key`) is one of those of `cpus`.
-  auto widen = [&](const std::vector<int>& cpus, int Cpu::*key) {
-    std::set<int> keys;
-    for (int id : cpus) {
-      if (const Cpu* c = topology.Find(id)) keys.insert(c->*key);
-    }
+  // The job's CPUs whose socket or NUMA node (`key`) is one of `keys`, and those whose
+  // is one of those of `cpus`.
+  auto on = [&](const std::set<int>& keys, int Cpu::*key) {
     std::vector<int> out;
     for (const Cpu& c : job) {
       if (keys.contains(c.*key)) out.push_back(c.id);
     }
     std::sort(out.begin(), out.end());
     return out;
+  };
+  auto widen = [&](const std::vector<int>& cpus, int Cpu::*key) {
+    std::set<int> keys;
+    for (int id : cpus) keys.insert(topology.Find(id)->*key);
+    return on(keys, key);
   };
   auto entry = [&]() -> const std::vector<int>& { return bind.list[t % bind.list.size()]; };
   const std::string option = "--cpu-bind=" + bind.Type().substr(0, bind.Type().find(':'));
@@ -331,12 +334,7 @@ std::optional<std::vector<int>> TaskCpus(const CpuBind& bind, const CpuTopology&
       for (const Cpu& c : job) {
         if (std::find(numas.begin(), numas.end(), c.numa) == numas.end()) numas.push_back(c.numa);
       }
-      const int numa = numas[t % numas.size()];
-      std::vector<int> out;
-      for (int id : all) {
-        if (topology.Find(id)->numa == numa) out.push_back(id);
-      }
-      return out;
+      return on({numas[t % numas.size()]}, &Cpu::numa);
     }
     case Kind::kMapCpu:
     case Kind::kMaskCpu: {
@@ -355,11 +353,7 @@ std::optional<std::vector<int>> TaskCpus(const CpuBind& bind, const CpuTopology&
     }
     case Kind::kMapLdom:
     case Kind::kMaskLdom: {
-      std::vector<int> out;
-      for (const Cpu& c : job) {
-        if (std::find(entry().begin(), entry().end(), c.numa) != entry().end()) out.push_back(c.id);
-      }
-      std::sort(out.begin(), out.end());
+      const std::vector<int> out = on({entry().begin(), entry().end()}, &Cpu::numa);
       if (out.empty()) {
         why = option + ": task " + std::to_string(t) + "'s NUMA node(s) " + FormatCpuList(entry()) +
               " hold none of the job's CPUs on this node (" + FormatCpuList(all) + ")";
@@ -377,10 +371,9 @@ std::optional<std::vector<int>> TaskCpus(const CpuBind& bind, const CpuTopology&
   // or whole cores for the wider kinds) from the sockets, one socket after another (block),
   // the next socket for each next task (cyclic, the default) or for each CPU (fcyclic);
   // tasks beyond the CPUs start over.
-  std::string_view level =
-      distribution.substr(std::min(distribution.size(), distribution.find(':') + 1));
-  level = level.substr(0, std::min(level.size(), level.find_first_of(":,")));
-  if (distribution.find(':') == std::string_view::npos) level = "";
+  const size_t colon = distribution.find(':');
+  std::string_view level = colon == std::string_view::npos ? "" : distribution.substr(colon + 1);
+  level = level.substr(0, level.find_first_of(":,"));
   const bool by_thread = bind.kind == Kind::kThreads;
   std::vector<std::vector<std::vector<int>>> sockets;  // units (a thread, or a core) by socket
   int threads_per_core = 1;

@@ -612,12 +612,11 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   // binds it there.
   if (cpu_bind) {
     const std::string verbose = cpu_bind->verbose ? "verbose" : "quiet";
+    const bool masks =
+        cpu_bind->kind == CpuBind::Kind::kMaskCpu || cpu_bind->kind == CpuBind::Kind::kMaskLdom;
     std::string list;
-    for (const std::vector<int>& e : cpu_bind->list) {
-      const bool mask =
-          cpu_bind->kind == CpuBind::Kind::kMaskCpu || cpu_bind->kind == CpuBind::Kind::kMaskLdom;
-      list += (list.empty() ? "" : ",") + (mask ? CpuMask(e) : std::to_string(e.front()));
-    }
+    for (const std::vector<int>& e : cpu_bind->list)
+      list += (list.empty() ? "" : ",") + (masks ? CpuMask(e) : std::to_string(e.front()));
     body["env"]["SLURM_CPU_BIND"] = verbose + "," + cpu_bind->Type() + list;
     body["env"]["SLURM_CPU_BIND_VERBOSE"] = verbose;
     body["env"]["SLURM_CPU_BIND_TYPE"] = cpu_bind->Type();

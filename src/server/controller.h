@@ -424,9 +424,9 @@ class Controller : public ApiBackend {
   // `nodes`: JobNodes(job), computed once by the caller.
   spec::OutputNames OutputNamesOf(const Job& job, const Worker& w,
                                   const std::vector<std::string>& nodes) const;
-  // `a`: what the worker sees; `cpus_milli`: the job's CPUs on its node (SLURM_CPUS_ON_NODE).
-  void SlurmEnv(const Job& job, const Worker& w, const core::WorkerAlloc& a, int64_t cpus_milli,
-                int local, const std::vector<std::string>& nodes, const spec::OutputNames& names,
+  // `a`: what the worker sees (its CPUs on the node: NodeLimits, SLURM_CPUS_ON_NODE).
+  void SlurmEnv(const Job& job, const Worker& w, const core::WorkerAlloc& a, int local,
+                const std::vector<std::string>& nodes, const spec::OutputNames& names,
                 std::map<std::string, std::string>& env) const;
   nlohmann::json JobSummary(const Job& job, bool details, const Principal* viewer);
   // An ended job read back from the store (no longer in memory), for show.
@@ -448,6 +448,8 @@ class Controller : public ApiBackend {
   // Whether `p` may cancel or requeue `job`: one of its queues; a job's credential only
   // its own job and its user's jobs.
   bool MayManage(const Principal& p, const Job& job) const;
+  // MayManage's refusal of an update (403, naming the job and its queue), or nullopt.
+  std::optional<Reply> MayNotUpdate(const Principal& user, const Job& job) const;
   // Whether `p` may use batch job `job`'s allocation (its user or an admin, while it runs):
   // an empty (kOk) reply, else why not.
   Reply AllocationUser(const Principal& p, const Job* job, const std::string& name) const;

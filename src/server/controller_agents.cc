@@ -82,9 +82,8 @@ spec::OutputNames Controller::OutputNamesOf(const Job& job, const Worker& w,
 // Slurm's job-wide view in Gantry's terms: a task is a worker, SLURM_GPUS_ON_NODE is what
 // this worker sees (CUDA_VISIBLE_DEVICES: `a`, what it holds; a batch script all the
 // job's GPUs on its node), and the partition is the pool of its node.
-void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAlloc& a,
-                          int64_t cpus_milli, int local, const std::vector<std::string>& nodes,
-                          const spec::OutputNames& names,
+void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAlloc& a, int local,
+                          const std::vector<std::string>& nodes, const spec::OutputNames& names,
                           std::map<std::string, std::string>& env) const {
   std::vector<int> per_node(nodes.size(), 0);
   for (const Worker& x : job.workers) {
@@ -96,10 +95,8 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
   // A MIG instance or a share counts 1.
   const int gpus = a.sharing == core::Sharing::kExclusive ? std::popcount(a.gpu_mask) : 1;
   const std::string indexes = GpuIndexes(a);  // SLURM_JOB_GPUS
-  // A batch job's CPUs on a node: at least one per task, as Slurm allocates them.
-  const int tasks_here = per_node[static_cast<size_t>(names.node_index)];
-  if (job.batch()) cpus_milli = std::max<int64_t>(cpus_milli, int64_t{1000} * tasks_here);
-  const int64_t cpus = (cpus_milli + 999) / 1000;
+  // The job's CPUs on this node (NodeLimits: a batch job's at least one per task).
+  const int64_t cpus = NodeLimits(job, w.alloc.node).cpus;
   // A batch job's tasks per node when sbatch was given no task count: Slurm counts the
   // node's CPUs over the CPUs per task (sbatch sets SLURM_NTASKS when it was given one).
   std::string tasks_per_node = spec::TasksPerNode(per_node);
@@ -137,9 +134,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     const size_t i = static_cast<size_t>(
         std::find(nodes.begin(), nodes.end(), cluster_.node(x.alloc.node).name) - nodes.begin());
     if (i >= nodes.size() || cpus_by_node[i] != 0) continue;
-    int64_t milli = NodeLimits(job, x.alloc.node).cpus_milli;
-    if (job.batch()) milli = std::max<int64_t>(milli, int64_t{1000} * per_node[i]);
-    cpus_by_node[i] = static_cast<int>((milli + 999) / 1000);
+    cpus_by_node[i] = NodeLimits(job, x.alloc.node).cpus;
   }
   // The job's task ids on this node (SLURM_GTIDS): the batch script is task 0.
   std::string gtids = job.batch() ? "0" : "";
@@ -181,7 +176,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     }
   }
   if (!indexes.empty()) vars.emplace_back("SLURM_JOB_GPUS", indexes);
-  if (cpus_milli > 0) vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string(cpus));
+  if (cpus > 0) vars.emplace_back("SLURM_CPUS_ON_NODE", std::to_string(cpus));
   if (std::all_of(cpus_by_node.begin(), cpus_by_node.end(), [](int c) { return c > 0; }))
     vars.emplace_back("SLURM_JOB_CPUS_PER_NODE", spec::TasksPerNode(cpus_by_node));
   if (!job.array.empty()) {
@@ -327,8 +322,7 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
     if (auto t = run_tokens_.find(job.seq); t != run_tokens_.end()) env["GANTRY_TOKEN"] = t->second;
   }
   const proto::Limits limits = job.batch() ? NodeLimits(job, n) : WorkerLimits(w.alloc, cluster_);
-  SlurmEnv(job, w, alloc, job.batch() ? limits.cpus_milli : NodeLimits(job, n).cpus_milli, local,
-           nodes, names, env);
+  SlurmEnv(job, w, alloc, local, nodes, names, env);
   // The names PyTorch's launcher reads, unless the job set them itself (a batch script
   // is not a task: srun gives its tasks theirs).
   for (auto [k, v] : {std::pair<const char*, std::string>{"RANK", std::to_string(w.rank)},

@@ -1168,6 +1168,12 @@ void Controller::ReleaseThrottledArrays(const std::set<std::string>& arrays, Tic
   }
 }
 
+std::optional<Reply> Controller::MayNotUpdate(const Principal& user, const Job& job) const {
+  if (MayManage(user, job)) return std::nullopt;
+  return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job.name +
+                                            " in queue " + job.queue);
+}
+
 std::optional<Reply> Controller::PendingJobsToUpdate(const Principal& user, const std::string& name,
                                                      const std::string& field,
                                                      std::vector<Job*>& jobs) {
@@ -1175,10 +1181,7 @@ std::optional<Reply> Controller::PendingJobsToUpdate(const Principal& user, cons
   jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
   if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
   for (Job* job : jobs) {
-    if (!MayManage(user, *job)) {
-      return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job->name +
-                                                " in queue " + job->queue);
-    }
+    if (auto refused = MayNotUpdate(user, *job)) return *refused;
   }
   if (named && named->state != JobState::kPending) {  // as Slurm's "Job is no longer pending"
     return Reply::Error(Code::kConflict, "job " + name + " is " + named->state_word() +
@@ -1270,10 +1273,7 @@ void Controller::SetThrottle(std::string token, std::string name, int limit, Don
                                               : "no array " + name);
     }
     for (Job* t : tasks) {
-      if (!MayManage(user, *t)) {
-        return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + t->name +
-                                                  " in queue " + t->queue);
-      }
+      if (auto refused = MayNotUpdate(user, *t)) return *refused;
     }
     for (Job* t : tasks) {
       if (t->array_limit == limit) continue;
@@ -1319,10 +1319,7 @@ void Controller::SetTimeLimit(std::string token, std::string name, int64_t limit
     std::vector<std::pair<Job*, std::optional<Ticks>>> changes;
     for (Job* job : jobs) {
       if (!job->active()) continue;
-      if (!MayManage(user, *job)) {
-        return Reply::Error(Code::kForbidden, user.Describe() + " may not update job " + job->name +
-                                                  " in queue " + job->queue);
-      }
+      if (auto refused = MayNotUpdate(user, *job)) return *refused;
       const std::optional<Ticks>& now_limit = job->spec.time_limit;
       const Ticks lead = job->SignalLead();
       if (add && !now_limit)

@@ -213,11 +213,11 @@ proto::Limits Controller::NodeLimits(const Job& job, core::NodeId n) const {
     sum.cpus_milli += l.cpus_milli;
     tasks += job.spec.tasks_per_worker;
   }
-  // A batch job's CPUs there: at least one per task, as Slurm allocates them (and says
-  // them: SLURM_CPUS_ON_NODE).
-  if (job.batch())
-    sum.cpus =
-        static_cast<int>((std::max<int64_t>(sum.cpus_milli, int64_t{1000} * tasks) + 999) / 1000);
+  // Its whole CPUs there (SLURM_CPUS_ON_NODE): a batch job's at least one per task, as
+  // Slurm allocates them.
+  const int64_t milli =
+      job.batch() ? std::max<int64_t>(sum.cpus_milli, int64_t{1000} * tasks) : sum.cpus_milli;
+  sum.cpus = static_cast<int>((milli + 999) / 1000);
   return sum;
 }
 

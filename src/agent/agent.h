@@ -190,8 +190,8 @@ class Agent {
     std::optional<proto::Emulate> emulate;  // emulated GPUs: how busy to look
     std::string drain;  // a node problem that kept it from starting: the server drains the node
     // The job's CPUs on this node that it runs on (a batch job's, shared by its script and
-    // its steps' tasks here: CpusFor); empty: all of the agent's. A step's task may be bound
-    // to fewer of them (srun --cpu-bind).
+    // its steps' tasks here: CpusFor); empty: all of the agent's. A step's task runs on
+    // fewer of them where its step holds fewer (srun --exact) or it is bound (--cpu-bind).
     std::vector<int> cpus;
   };
   // A MIG instance this agent created, until it is destroyed.
@@ -284,9 +284,9 @@ class Agent {
   // from the least used, near its GPUs (`share`: their NUMA nodes) where sysfs tells
   // (PickCpus). Empty where the job asked no CPUs.
   std::vector<int> CpusFor(const proto::DesiredWorker& d, const WorkerShare& share) const;
-  // srun --cpu-bind (the task's SLURM_CPU_BIND): the task's part of w.cpus into
-  // spec.cpus, and its verbose report; "" or why it cannot be bound.
-  std::string BindTask(const proto::DesiredWorker& d, const Worker& w, LaunchSpec& spec) const;
+  // srun --cpu-bind (the task's SLURM_CPU_BIND): the task's part of its step's CPUs
+  // (spec.cpus) into spec.cpus, and its verbose report; "" or why it cannot be bound.
+  std::string BindTask(const proto::DesiredWorker& d, LaunchSpec& spec) const;
   // Its cgroup (named `stem`) with its limits and the devices it may not open.
   std::string JoinCgroup(const proto::DesiredWorker& d, const std::string& stem, Worker& w,
                          LaunchSpec& spec);

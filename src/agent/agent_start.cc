@@ -154,10 +154,17 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
         std::erase_if(spec.env, [](const auto& e) { return e.first == "SLURM_UMASK"; });
     }
   }
-  // Its CPUs: the job's here, a step's task its part of them (srun --cpu-bind).
+  // Its CPUs: the job's here; a step's task its step's part of them (srun --exact,
+  // --exclusive, -c: positions in the job's), and its own part of that (--cpu-bind).
   w.cpus = CpusFor(d, w.share);
   spec.cpus = w.cpus;
-  if (problem.empty() && d.step >= 0) problem = BindTask(d, w, spec);
+  if (!d.step_cpus.empty() && !w.cpus.empty()) {
+    std::vector<int> part;
+    for (int p : d.step_cpus)
+      if (p >= 0 && static_cast<size_t>(p) < w.cpus.size()) part.push_back(w.cpus[p]);
+    if (!part.empty()) spec.cpus = std::move(part);
+  }
+  if (problem.empty() && d.step >= 0) problem = BindTask(d, spec);
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
   w.memory_bytes = d.limits.memory_bytes;
@@ -209,8 +216,7 @@ std::vector<int> Agent::CpusFor(const proto::DesiredWorker& d, const WorkerShare
   return PickCpus(cpu_topology_, uses, static_cast<int>(count), near, cpu_rotate_);
 }
 
-std::string Agent::BindTask(const proto::DesiredWorker& d, const Worker& w,
-                            LaunchSpec& spec) const {
+std::string Agent::BindTask(const proto::DesiredWorker& d, LaunchSpec& spec) const {
   auto var = [&](const char* name) {
     auto it = d.env.find(name);
     return it == d.env.end() ? std::string() : it->second;
@@ -222,7 +228,8 @@ std::string Agent::BindTask(const proto::DesiredWorker& d, const Worker& w,
   const int per_task =
       var("SLURM_CPUS_PER_TASK").empty() ? 1 : std::atoi(var("SLURM_CPUS_PER_TASK").c_str());
   const std::optional<std::vector<int>> cpus =
-      bind ? TaskCpus(*bind, cpu_topology_, w.cpus, local, per_task, var("SLURM_DISTRIBUTION"), why)
+      bind ? TaskCpus(*bind, cpu_topology_, spec.cpus, local, per_task, var("SLURM_DISTRIBUTION"),
+                      why)
            : std::nullopt;
   if (!cpus) return why;
   spec.cpus = *cpus;

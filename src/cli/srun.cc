@@ -622,7 +622,9 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["env"]["SLURM_CPU_BIND_TYPE"] = cpu_bind->Type();
     body["env"]["SLURM_CPU_BIND_LIST"] = list;
   }
+  // Its tasks' CPUs only, not all the job's on its nodes (gantryd counts -c as asking so).
   if (given.count("exclusive")) body["exclusive"] = true;
+  if (given.count("exact")) body["exact"] = true;
   // -t, --time: the step's own limit (gantryd cancels it there), in Slurm's forms.
   if (given.count("time")) {
     std::string error;

@@ -220,6 +220,7 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Opt("signal_to", signal_to)
       .Opt("gpu_names", gpu_names)
       .Opt("step", w.step)
+      .Opt("step_cpus", w.step_cpus)
       .Nested("alloc",
               [&](const json& v, const std::string& p) { ReadAlloc(v, p, error, w.alloc); })
       .Nested("limits",
@@ -447,6 +448,7 @@ json Encode(const DesiredWorker& w) {
   if (w.gpus_by_index) j["gpu_names"] = "index";
   if (w.emulate) j["emulate"] = Encode(*w.emulate);
   if (w.step >= 0) j["step"] = w.step;
+  if (!w.step_cpus.empty()) j["step_cpus"] = w.step_cpus;
   if (!w.signals.empty()) {
     json signals = json::array();
     for (const DesiredWorker::Signal& s : w.signals) {

@@ -194,6 +194,9 @@ struct DesiredWorker {
   // A task of job step `step` (`srun` in a batch job; absent: -1): `rank` is its id in the
   // step. It runs inside the job's allocation on this node and ends on its own.
   int step = -1;
+  // A step's task: the step's CPUs here, as positions among the job's CPUs on this node
+  // (the agent's sorted list of them, Limits::cpus long); empty: all of the job's.
+  std::vector<int> step_cpus;
   // Signals asked of the running worker (scancel --signal), numbered from 1 in the run:
   // the agent sends each once, those numbered above the last it sent, to the worker's
   // process group or, `script_only`, to the batch script's shell alone (scancel -b). A

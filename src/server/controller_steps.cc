@@ -286,11 +286,15 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
       if (per_node > 0 && int64_t{per_node} * over < ntasks) per_node = 0;
     }
   }
-  // The job's nodes in rank order, each with its slots (ranks) and CPUs.
+  // The job's nodes in rank order, each with its slots (ranks), its CPUs there (as many as
+  // its tasks there at least, Slurm's one a task) and which of them running steps hold.
+  const int tpw = job.spec.tasks_per_worker;
   struct NodeSlots {
     core::NodeId id;
     std::vector<int> slots, free;
-    int64_t cpus_milli = 0;
+    int cpus = 0;
+    std::vector<bool> taken;
+    int Free() const { return static_cast<int>(std::count(taken.begin(), taken.end(), false)); }
   };
   std::vector<NodeSlots> all;
   for (const std::string& name : s.nodelist) {
@@ -307,15 +311,20 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
       continue;
     auto it = std::find_if(all.begin(), all.end(),
                            [&](const NodeSlots& x) { return x.id == w.alloc.node; });
-    if (it == all.end()) it = all.insert(all.end(), NodeSlots{w.alloc.node, {}, {}, 0});
+    if (it == all.end()) {
+      it = all.insert(all.end(), NodeSlots{w.alloc.node, {}, {}, 0, {}});
+      it->cpus = NodeLimits(job, w.alloc.node).cpus;
+    }
     it->slots.push_back(w.rank);
-    it->cpus_milli += WorkerLimits(w.alloc, cluster_).cpus_milli;
   }
-  // What running steps hold: the slots of their tasks that run, and the GPUs of those of
-  // their own GPUs (until they end), which are then busy for a step of the job's GPUs.
-  // A slot (worker) stands for the job's tasks_per_worker tasks: how many of them run.
-  const int tpw = job.spec.tasks_per_worker;
-  std::vector<int> busy(job.workers.size(), 0);
+  for (NodeSlots& x : all) {
+    x.cpus = std::max(x.cpus, static_cast<int>(x.slots.size()) * tpw);
+    x.taken.assign(static_cast<size_t>(x.cpus), false);
+  }
+  // What running steps hold: on each node where a task of theirs runs, their CPUs there;
+  // the GPUs of those of their own GPUs (until they end), which are then busy for a step
+  // of the job's GPUs.
+  std::vector<bool> busy(job.workers.size(), false);  // by slot: its GPUs are held
   std::map<uint32_t, uint64_t> held;  // node -> GPUs that steps of their own GPUs hold
   for (const Step& o : job.steps) {
     if (&o == &s || o.state != Step::State::kRunning || o.overlap) continue;
@@ -323,28 +332,44 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
       const core::WorkerAlloc& a = job.workers[static_cast<size_t>(t.slot)].alloc;
       if (o.own_gpus > 0 && static_cast<size_t>(t.node) < o.gpu_masks.size())
         held[a.node.v] |= o.gpu_masks[static_cast<size_t>(t.node)];
-      else if (!t.exited)
-        busy[static_cast<size_t>(t.slot)] = std::min(tpw, busy[static_cast<size_t>(t.slot)] + 1);
+      auto x =
+          std::find_if(all.begin(), all.end(), [&](const NodeSlots& y) { return y.id == a.node; });
+      if (t.exited || x == all.end()) continue;
+      if (static_cast<size_t>(t.node) < o.cpus.size()) {
+        for (int c : o.cpus[static_cast<size_t>(t.node)])
+          if (c >= 0 && c < x->cpus) x->taken[static_cast<size_t>(c)] = true;
+      } else {  // (placed before steps held CPUs: all of them)
+        x->taken.assign(x->taken.size(), true);
+      }
     }
   }
   for (const Worker& w : job.workers) {
     if (s.own_gpus == 0 && (held[w.alloc.node.v] & w.alloc.gpu_mask) != 0)
-      busy[static_cast<size_t>(w.rank)] = tpw;
+      busy[static_cast<size_t>(w.rank)] = true;
   }
   std::map<uint32_t, uint64_t> free_gpus;  // node -> the job's GPUs a step of its own may take
   for (NodeSlots& x : all) {
     for (int r : x.slots) {
       const core::WorkerAlloc& a = job.workers[static_cast<size_t>(r)].alloc;
-      if (s.overlap || busy[static_cast<size_t>(r)] < tpw) {
+      if (s.overlap || !busy[static_cast<size_t>(r)]) {
         x.free.push_back(r);
         free_gpus[x.id.v] |= a.gpu_mask;
       }
     }
     if (!s.overlap) free_gpus[x.id.v] &= ~held[x.id.v];
   }
-  // A step of its own GPUs may use a node with that many free; its tasks, the node's CPUs.
-  auto usable = [&](const NodeSlots& x) {
-    return s.own_gpus > 0 ? std::popcount(free_gpus[x.id.v]) >= s.own_gpus : !x.free.empty();
+  // How many tasks a node may take: its CPUs over the tasks' (-c, as Slurm packs tasks onto
+  // allocated CPUs without --overcommit); `now`, of those that running steps leave free: a
+  // step that is not exact needs them all. A step of its own GPUs needs that many free
+  // there, one of the job's GPUs a free slot.
+  const int cpt = s.CpusPerTask();
+  auto cap = [&](const NodeSlots& x, bool now) {
+    int cpus = x.cpus;
+    if (now && !s.overlap) {
+      cpus = s.exact || x.Free() == x.cpus ? x.Free() : 0;
+      if (s.own_gpus > 0 ? std::popcount(free_gpus[x.id.v]) < s.own_gpus : x.free.empty()) cpus = 0;
+    }
+    return cpus / cpt;
   };
   const int have = static_cast<int>(all.size());
   if (nodes > have) {
@@ -378,25 +403,11 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
   if (per_node > 0 && nodes == 0) n = std::min(have, (k + per_node - 1) / per_node);
   n = std::min(n, k);
   if (tasks) *tasks = k;
-  // The nodes with a free slot, in order; the step waits for busy ones to free up.
+  // The nodes that may take a task now, in order; the step waits for busy ones to free up.
   std::vector<const NodeSlots*> use;
   for (const NodeSlots& x : all) {
-    if (static_cast<int>(use.size()) < n && usable(x)) use.push_back(&x);
+    if (static_cast<int>(use.size()) < n && cap(x, true) > 0) use.push_back(&x);
   }
-  // How many tasks each node may take: its CPUs (at least one a slot, as each of Slurm's
-  // tasks has one) over the tasks' CPUs (-c), as Slurm packs tasks onto allocated CPUs
-  // without --overcommit; with some slots busy, the free slots' share of those CPUs.
-  const int cpt = std::max(1, s.cpus_per_task);
-  auto cap = [&](const NodeSlots& x, bool free_only) {
-    const int64_t slots = static_cast<int64_t>(x.slots.size()) * tpw;  // tasks it stands for
-    const int64_t cpus = std::max(slots, x.cpus_milli / 1000);
-    int64_t share = slots;
-    if (free_only && s.own_gpus == 0 && !s.overlap) {
-      share = 0;
-      for (int r : x.slots) share += tpw - busy[static_cast<size_t>(r)];
-    }
-    return static_cast<int>(cpus * share / std::max<int64_t>(1, slots) / cpt);
-  };
   // Could it ever fit (all slots free)? Else it is refused, not kept waiting.
   {
     int total = 0;
@@ -415,7 +426,7 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
   if (static_cast<int>(use.size()) < n) {
     wait = true;
     return "waiting for running steps to end (" + std::to_string(use.size()) + " of " +
-           std::to_string(n) + " nodes have a free slot)";
+           std::to_string(n) + " nodes have free CPUs)";
   }
   // One task per node, then block: each node filled to what it takes, in order; cyclic:
   // one more on each node in turn while it has room (Slurm's -m).
@@ -441,12 +452,19 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
   if (left > 0) {
     wait = true;
     return "waiting for running steps to end (" + std::to_string(left) +
-           " tasks have no free slot)";
+           " tasks have no free CPUs)";
   }
   s.tasks.clear();
   s.gpu_masks.clear();
+  s.cpus.clear();
   for (int i = 0; i < n; ++i) {
     const NodeSlots& x = *use[static_cast<size_t>(i)];
+    if (!s.overlap) {  // exact: the lowest free of its tasks' CPUs; else all of them
+      std::vector<int>& mine = s.cpus.emplace_back();
+      const int want = s.exact ? counts[static_cast<size_t>(i)] * cpt : x.cpus;
+      for (int c = 0; c < x.cpus && static_cast<int>(mine.size()) < want; ++c)
+        if (!s.exact || !x.taken[static_cast<size_t>(c)]) mine.push_back(c);
+    }
     if (s.own_gpus > 0) {  // the node's lowest free GPUs, as Slurm takes them
       uint64_t mask = 0;
       for (uint64_t m = free_gpus[x.id.v]; m != 0 && std::popcount(mask) < s.own_gpus; m &= m - 1)
@@ -597,7 +615,8 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           gpus_per_node = body.value("gpus_per_node", 0);
           gpus_total = body.value("gpus", 0);
           s.overlap = body.value("overlap", false);
-          s.exclusive = body.value("exclusive", false);
+          s.exact =
+              body.value("exact", false) || body.value("exclusive", false) || s.cpus_per_task > 0;
           s.cyclic = body.value("cyclic", false);
           s.image = body.value("image", std::string());
           s.mounts = MountsFromJson(body.value("container_mounts", json::array()));
@@ -957,12 +976,12 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   if (!env.contains("SLURM_DISTRIBUTION"))
     env["SLURM_DISTRIBUTION"] = s.tasks.size() <= nodes.size() ? "cyclic" : "block";
   // srun -c: the step's own, as Slurm says it (else the batch script's, from srun's
-  // environment); --exclusive: the step's own CPUs on the node (its tasks there, -c each),
-  // without it the job's there.
+  // environment); exact (--exact, --exclusive, -c): the step's own CPUs on the node (its
+  // tasks there, -c each), else the job's there.
   if (s.cpus_per_task > 0) env["SLURM_CPUS_PER_TASK"] = std::to_string(s.cpus_per_task);
-  if (s.exclusive) {
+  if (s.exact) {
     env["SLURM_CPUS_ON_NODE"] =
-        std::to_string(per_node[static_cast<size_t>(t.node)] * std::max(1, s.cpus_per_task));
+        std::to_string(per_node[static_cast<size_t>(t.node)] * s.CpusPerTask());
   }
   // PyTorch's names, unless the script set them before srun.
   for (const auto& [k, v] : std::initializer_list<std::pair<const char*, std::string>>{
@@ -998,6 +1017,9 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   d.user = job.user;
   d.alloc = WireAlloc(alloc, cluster_);
   d.limits = NodeLimits(job, n);
+  if (static_cast<size_t>(t.node) < s.cpus.size() &&
+      static_cast<int>(s.cpus[static_cast<size_t>(t.node)].size()) < d.limits.cpus)
+    d.step_cpus = s.cpus[static_cast<size_t>(t.node)];
   d.image = s.image.empty() ? job.spec.image : s.image;
   d.mounts = s.mounts;
   d.container_workdir = s.container_workdir;

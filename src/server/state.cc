@@ -5,6 +5,8 @@
 #include <cctype>
 #include <cmath>
 
+#include "base/cpus.h"
+
 namespace gantry::server {
 
 using nlohmann::json;
@@ -134,6 +136,12 @@ std::string Lower(std::string_view s) {
 }
 }  // namespace
 
+int Step::CpusPerTask() const {
+  if (cpus_per_task > 0) return cpus_per_task;
+  auto it = env.find("SLURM_CPUS_PER_TASK");
+  return it == env.end() ? 1 : std::max(1, std::atoi(it->second.c_str()));
+}
+
 bool Step::AllExited() const {
   return std::all_of(tasks.begin(), tasks.end(), [](const StepTask& t) { return t.exited; });
 }
@@ -151,6 +159,7 @@ void Step::End(Ticks now) {
   env.clear();
   multi_prog.clear();
   programs.reset();
+  cpus.clear();  // (held while it ran)
 }
 
 bool Job::AllExited() const {
@@ -422,7 +431,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"cyclic", s.cyclic},
                        {"own_gpus", s.own_gpus},
                        {"gpu_masks", s.gpu_masks},
-                       {"exclusive", s.exclusive},
+                       {"exact", s.exact},
                        {"container", StepContainerJson(s)},
                        {"overlap", s.overlap},
                        {"cancelled", s.cancelled},
@@ -435,6 +444,10 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"ended", s.ended},
                        {"tasks", std::move(tasks)}});
       if (!s.multi_prog.empty()) steps.back()["multi_prog"] = s.multi_prog;
+      if (!s.cpus.empty()) {
+        json& cpus = steps.back()["cpus"] = json::array();
+        for (const std::vector<int>& on_node : s.cpus) cpus.push_back(FormatCpuList(on_node));
+      }
     }
     doc["steps"] = std::move(steps);
   }
@@ -550,7 +563,13 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.cyclic = s.value("cyclic", false);
       step.own_gpus = s.value("own_gpus", 0);
       step.gpu_masks = s.value("gpu_masks", std::vector<uint64_t>());
-      step.exclusive = s.value("exclusive", false);
+      step.exact = s.value("exact", s.value("exclusive", false));  // (the older key)
+      std::vector<std::string> cpus = s.value("cpus", std::vector<std::string>());
+      for (const std::string& list : cpus) {
+        std::optional<std::vector<int>> one = ParseCpuList(list);
+        if (!one) return Error{"doc", "a step's cpus: not a CPU list: " + list};
+        step.cpus.push_back(std::move(*one));
+      }
       if (const json c = s.value("container", json()); c.is_object()) {
         step.image = c.value("image", std::string());
         step.mounts = MountsFromJson(c.value("mounts", json::array()));

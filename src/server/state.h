@@ -136,7 +136,14 @@ struct Step {
   // sees, as Slurm's; 0: the job's. `gpu_masks`: once placed, its GPUs by step node.
   int own_gpus = 0;
   std::vector<uint64_t> gpu_masks;
-  bool exclusive = false;  // srun --exclusive: SLURM_CPUS_ON_NODE is the step's own CPUs
+  // srun --exact, --exclusive or an explicit -c: the step holds its tasks' CPUs (-c each, or
+  // the batch script's SLURM_CPUS_PER_TASK) on each node, and SLURM_CPUS_ON_NODE says them;
+  // without: all the job's CPUs on its nodes, so steps started together run one by one, as
+  // Slurm 22.05's (bench/slurm_scripts/task_farm*.sbatch). `cpus`: once placed, by step
+  // node, the positions it holds among the job's CPUs there (0 up to the job's CPUs on the
+  // node, as gantry-agent lists them); empty for a step that overlaps (it may use them all).
+  bool exact = false;
+  std::vector<std::vector<int>> cpus;
   // srun --container-image and pyxis' other options: its tasks run in this image (empty:
   // the job's, if any), with these mounts, this working directory inside, and the user's
   // home mounted.
@@ -159,11 +166,14 @@ struct Step {
   Ticks created = 0, started = -1, ended = -1;
   std::vector<StepTask> tasks;  // by task id (SLURM_PROCID)
   bool AllExited() const;
+  // Each task's CPUs: -c, else the batch script's SLURM_CPUS_PER_TASK srun was started
+  // with (Slurm 22.05's srun reads it as -c), else 1.
+  int CpusPerTask() const;
   // Reads multi_prog for a step of `task_count` tasks into `programs`: "" when it gives
   // each task one line, else why not (naming the file as srun was given it, command[0]).
   std::string ReadPrograms(int task_count) const;
-  // It has ended at `now`: what only its launch needed (srun's environment) goes, so a
-  // script that runs thousands of steps does not keep thousands of environments.
+  // It has ended at `now`: what only its launch needed (srun's environment, its CPUs)
+  // goes, so a script that runs thousands of steps does not keep thousands of environments.
   void End(Ticks now);
 };
 

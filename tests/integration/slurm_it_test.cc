@@ -1373,7 +1373,8 @@ srun -n1 --gres=gpu:0 true 2> none.err; echo "$?" > none.rc
 // --gres=gpu:2`, `-n 2 --gres=gpu:1`) were refused: the job is now one worker a node,
 // holding the node's GPUs and standing for its tasks, and srun runs the tasks there, all of
 // a node's seeing its GPUs, with Slurm's task counts (bench/slurm_scripts/gpus_shared.sbatch
-// compares them with Slurm's). Steps of fewer tasks run side by side in the node's tasks.
+// compares them with Slurm's). Steps of fewer tasks given --exact run side by side in the
+// node's CPUs.
 TEST(Slurm, GpusThatDoNotDivideOverANodesTasksAreSharedByThem) {
   Harness h("slurm-shared-gpus");
   StartSlurmCluster(h);
@@ -1396,7 +1397,7 @@ scontrol show job "$SLURM_JOB_ID" > show.txt
 #SBATCH --gres=gpu:1
 #SBATCH -t 1
 for i in 0 1; do
-  srun -n1 bash -c 'echo "$SLURM_JOB_GPUS $(date +%s.%N)" > "p-$SLURM_STEP_ID.start"; sleep 2; date +%s.%N > "p-$SLURM_STEP_ID.end"' &
+  srun -n1 --exact bash -c 'echo "$SLURM_JOB_GPUS $(date +%s.%N)" > "p-$SLURM_STEP_ID.start"; sleep 2; date +%s.%N > "p-$SLURM_STEP_ID.end"' &
 done
 wait
 srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
@@ -1438,7 +1439,7 @@ srun bash -c 'echo "$SLURM_PROCID $SLURM_JOB_GPUS"' | sort > both.txt
   const std::string pair = JobIdOf(b.out);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {pair}); }, 40)) << h.Job(pair).dump();
   EXPECT_EQ(h.Job(pair)["state"], "finished") << h.Job(pair).dump();
-  // The two one-task steps ran at once, in the job's two tasks, on its one GPU.
+  // The two one-task steps ran at once, on the job's two CPUs, on its one GPU.
   std::vector<double> starts, ends;
   std::set<std::string> step_gpus;
   for (int step = 0; step < 2; ++step) {
@@ -1827,11 +1828,11 @@ echo "missing $?" >> rc.txt
       << acct.err;
 }
 
-// A node's tasks shared by steps (tasks_per_worker) through gantryd and the node's agent
-// both killed (-9) while two one-task steps hold the job's two tasks: after the restarts
-// the steps run on and end once each, and a third one-task step asked for then waits for a
-// task of the two to free (the busy tasks are counted from the steps read back, not from
-// memory), as Slurm's "Step creation temporarily disabled".
+// A node's CPUs shared by steps (tasks_per_worker) through gantryd and the node's agent
+// both killed (-9) while two one-task --exact steps hold the job's two CPUs: after the
+// restarts the steps run on and end once each, and a third one-task step asked for then
+// waits for a CPU of the two to free (the held CPUs are counted from the steps read back,
+// not from memory), as Slurm's "Step creation temporarily disabled".
 TEST(Slurm, StepsSharingANodesTasksOutliveGantrydAndTheirAgentBeingKilled) {
   Harness h("slurm-shared-kill");
   StartSlurmCluster(h);
@@ -1843,11 +1844,11 @@ TEST(Slurm, StepsSharingANodesTasksOutliveGantrydAndTheirAgentBeingKilled) {
 #SBATCH --gres=gpu:1
 #SBATCH -t 2
 for i in 0 1; do
-  ( srun -n1 bash -c 'date +%s.%N > "s-$SLURM_STEP_ID.start"; touch "up-$SLURM_STEP_ID"; sleep 7; date +%s.%N > "s-$SLURM_STEP_ID.end"; echo "end $SLURM_STEP_ID"'
+  ( srun -n1 --exact bash -c 'date +%s.%N > "s-$SLURM_STEP_ID.start"; touch "up-$SLURM_STEP_ID"; sleep 7; date +%s.%N > "s-$SLURM_STEP_ID.end"; echo "end $SLURM_STEP_ID"'
     echo "step $i rc $?" >> rc.txt ) >> steps.out &
 done
 while [ ! -e go ]; do sleep 0.1; done
-srun -n1 bash -c 'date +%s.%N > "s-$SLURM_STEP_ID.start"; echo "third $SLURM_STEP_ID"' >> steps.out
+srun -n1 --exact bash -c 'date +%s.%N > "s-$SLURM_STEP_ID.start"; echo "third $SLURM_STEP_ID"' >> steps.out
 echo "step 2 rc $?" >> rc.txt
 wait
 )SH");
@@ -1986,6 +1987,61 @@ while [ "$(ls up-* | wc -l)" -lt 2 ]; do sleep 0.1; done
   EXPECT_EQ(seen.size(), 2u) << "each its own CPU";
   for (const std::string& c : seen)
     EXPECT_EQ(ParseCpuList(c).value_or(std::vector<int>{}).size(), 1u) << c;
+}
+
+// A task farm in one job (`for ...; do srun -n1 -c1 --exclusive work & done; wait`, the
+// idiom of parameter sweeps): each step runs on a CPU of the job's of its own, as many at
+// once as the job has CPUs, the rest waiting; a step without --exact runs on all of them;
+// --cpu-bind binds within the step's CPUs. (Needs 2 CPUs to tell them apart.)
+TEST(Slurm, TaskFarmStepsRunSideBySideOnCpusOfTheirOwn) {
+  if (CpuTopology::Allowed().size() < 2) GTEST_SKIP() << "one CPU: nothing to tell apart";
+  Harness h("slurm-task-farm");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("farm.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -w h100-0
+#SBATCH -n 1
+#SBATCH -c 2
+#SBATCH -t 1
+mine() { grep Cpus_allowed_list /proc/self/status | cut -f2; }
+mine > batch.txt
+for i in 0 1 2 3; do
+  srun -n1 -c1 --exclusive bash -c 'c=$(grep Cpus_allowed_list /proc/self/status | cut -f2); touch "run-$SLURM_STEP_ID"; sleep 1.5; echo "$c $(ls run-* | wc -l) $SLURM_CPUS_ON_NODE" > "farm-$SLURM_STEP_ID.txt"; rm -f "run-$SLURM_STEP_ID"' &
+  sleep 0.2
+done
+wait
+srun -n1 bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' > plain.txt
+srun -n1 -c1 --cpu-bind=threads bash -c 'grep Cpus_allowed_list /proc/self/status | cut -f2' > bound.txt
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("farm.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 60)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  const std::string list = Trim(h.Read("work/batch.txt"));
+  const std::optional<std::vector<int>> job = ParseCpuList(list);
+  ASSERT_TRUE(job && job->size() == 2) << list;
+  int most = 0;
+  std::vector<std::string> cpus;
+  for (int step = 0; step < 4; ++step) {
+    std::istringstream f(h.Read("work/farm-" + std::to_string(step) + ".txt"));
+    std::string cpu, on_node;
+    int running = 0;
+    f >> cpu >> running >> on_node;
+    EXPECT_EQ(on_node, "1") << step;
+    const std::optional<std::vector<int>> one = ParseCpuList(cpu);
+    ASSERT_TRUE(one && one->size() == 1) << step << ": " << cpu;
+    EXPECT_NE(std::find(job->begin(), job->end(), one->front()), job->end()) << cpu << " " << list;
+    cpus.push_back(cpu);
+    most = std::max(most, running);
+  }
+  EXPECT_EQ(most, 2) << "two at a time: the job's CPUs";
+  EXPECT_NE(cpus[0], cpus[1]) << "the first two ran side by side, each on its own CPU";
+  EXPECT_EQ(Trim(h.Read("work/plain.txt")), list) << "not exact: all the job's CPUs";
+  const std::string bound = Trim(h.Read("work/bound.txt"));
+  EXPECT_EQ(bound, std::to_string(job->front())) << "bound within its step's CPU";
 }
 
 // srun --gpu-bind (found in many HPC scripts as `srun --gpu-bind=closest`): single:N,

@@ -99,6 +99,7 @@ WatchAnswer FullAnswer() {
   DesiredWorker task = exclusive;  // task 1 of a job step
   task.rank = 1;
   task.step = 2;
+  task.step_cpus = {0, 2, 3};                      // an exact step's positions among the job's CPUs
   task.signals = {{1, 10, false}, {2, 12, true}};  // scancel --signal: to the steps, then -b
   a.workers = {std::make_shared<DesiredWorker>(FullDesired()),
                std::make_shared<DesiredWorker>(exclusive), std::make_shared<DesiredWorker>(mps),

@@ -9,6 +9,7 @@
 #include <future>
 #include <limits>
 #include <random>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -2323,6 +2324,78 @@ TEST_F(ControllerTest, ABatchJobRunsItsScriptOnceAndItsStepsOnItsSlots) {
   EXPECT_TRUE(Beat(first)["workers"].empty());
   EXPECT_EQ(ctl_->ShowStep(kTeamA, id, 1).body["tasks"][0]["signal"], 15);
   EXPECT_EQ(ctl_->ShowStep(token, id, 1).code, Code::kUnauthenticated);
+}
+
+// Issue 47: a task farm in one allocation. A step given --exact (--exclusive, -c) holds
+// only its tasks' CPUs, the lowest free positions among the job's CPUs on its node, which
+// its task is sent (step_cpus); one that is not holds them all; steps wait, in order, for
+// CPUs to free up, also across a restart (bench/slurm_scripts/task_farm*.sbatch: Slurm's).
+TEST_F(ControllerTest, ExactStepsHoldTheirOwnCpusAndOthersWaitForThem) {
+  const auto [id, first] = StartBatchJob();
+  ASSERT_FALSE(first.empty());
+  const std::string second = first == "h100-0" ? "h100-1" : "h100-0";
+  const json script = Beat(first)["workers"][0];
+  const std::string token = script["env"]["GANTRY_TOKEN"];
+  const int cpus = script["limits"]["cpus"];
+  ASSERT_GE(cpus, 2) << script.dump();
+  auto make = [&](json body) {
+    body["command"] = {"work"};
+    Reply r = ctl_->CreateStep(token, id, body);
+    EXPECT_EQ(r.code, Code::kCreated) << r.body.dump();
+    return r.body;
+  };
+  auto task_of = [&](const std::string& node, int step) {
+    const json beat = Beat(node);
+    for (const json& w : beat["workers"])
+      if (w.value("step", -1) == step) return w;
+    return json::object();
+  };
+  const json one = {{"ntasks", 1}, {"exact", true}, {"nodelist", {first}}};
+  // As many one-CPU steps as the node has CPUs run side by side, each on a CPU of its own.
+  std::set<int> held;
+  for (int i = 0; i < cpus; ++i) {
+    const json s = make(one);
+    ASSERT_EQ(s["state"], "running") << i << ": " << s.dump();
+    const json task = task_of(first, s["step"]);
+    ASSERT_EQ(task["step_cpus"].size(), 1u) << task.dump();
+    held.insert(task["step_cpus"][0].get<int>());
+    EXPECT_EQ(task["env"]["SLURM_CPUS_ON_NODE"], "1");
+  }
+  EXPECT_EQ(held.size(), static_cast<size_t>(cpus));
+  EXPECT_EQ(*held.rbegin(), cpus - 1) << "positions among the job's CPUs there";
+  // The next waits; so does one that is not exact, and a later one does not overtake them.
+  const json waits = make(one);
+  EXPECT_EQ(waits["state"], "pending");
+  const json whole = make({{"ntasks", 1}, {"nodelist", {first}}});
+  EXPECT_EQ(whole["state"], "pending");
+  EXPECT_EQ(make({{"ntasks", 1}, {"exact", true}, {"nodelist", {second}}})["state"], "pending");
+  // A restart keeps what each holds.
+  Restart();
+  EXPECT_EQ(ctl_->ShowStep(token, id, waits["step"]).body["state"], "pending");
+  // Step 0's task ends: the waiting one takes its CPU, the whole-node one still waits.
+  const int freed = task_of(first, 0)["step_cpus"][0];
+  Beat(first, json::array({{{"job", id}, {"run", 1}, {"rank", 0}, {"step", 0}, {"exit_code", 0}}}));
+  EXPECT_EQ(ctl_->ShowStep(token, id, waits["step"]).body["state"], "running");
+  EXPECT_EQ(task_of(first, waits["step"])["step_cpus"], json({freed}));
+  EXPECT_EQ(ctl_->ShowStep(token, id, whole["step"]).body["state"], "pending");
+  // The rest end: the step that is not exact runs alone, on all of them (none sent).
+  json exits = json::array();
+  for (int i = 1; i < cpus; ++i)
+    exits.push_back({{"job", id}, {"run", 1}, {"rank", 0}, {"step", i}, {"exit_code", 0}});
+  exits.push_back(
+      {{"job", id}, {"run", 1}, {"rank", 0}, {"step", waits["step"]}, {"exit_code", 0}});
+  Beat(first, exits);
+  EXPECT_EQ(ctl_->ShowStep(token, id, whole["step"]).body["state"], "running");
+  const json alone = task_of(first, whole["step"]);
+  EXPECT_FALSE(alone.contains("step_cpus")) << alone.dump();
+  // -c is exact too: the rest of the second node's CPUs, where an exact step runs already.
+  const json rest = make({{"ntasks", 1}, {"cpus_per_task", cpus - 1}, {"nodelist", {second}}});
+  EXPECT_EQ(rest["state"], "running") << rest.dump();
+  json positions = json::array();
+  for (int c = 1; c < cpus; ++c) positions.push_back(c);
+  EXPECT_EQ(task_of(second, rest["step"])["step_cpus"], positions);
+  EXPECT_EQ(task_of(second, rest["step"])["env"]["SLURM_CPUS_ON_NODE"], std::to_string(cpus - 1));
+  EXPECT_EQ(make({{"ntasks", 1}, {"exact", true}, {"nodelist", {second}}})["state"], "pending");
 }
 
 // Issue 47 A5: Slurm's ids are numbers (SLURM_JOB_ID); a job's number is its seq and

@@ -981,11 +981,14 @@ class Parser {
 
   // afterok:ID[:ID...] and afterany:ID..., comma-separated, as gantry submit --after.
   // Slurm's --dependency: TYPE:ID[:ID...] items, ',' all of them or '?' any one of them
-  // (not both), and singleton; as gantryd's --after: ID:ok|any|notok|started, joined the
-  // same way.
+  // (not both), and singleton; as gantryd's --after: ID:ok|any|notok|started|corr, joined
+  // the same way.
   std::string Dependency(const Given& v) {
-    static constexpr std::pair<const char*, const char*> kKinds[] = {
-        {"afterok", "ok"}, {"afterany", "any"}, {"afternotok", "notok"}, {"after", "started"}};
+    static constexpr std::pair<const char*, const char*> kKinds[] = {{"afterok", "ok"},
+                                                                     {"afterany", "any"},
+                                                                     {"afternotok", "notok"},
+                                                                     {"aftercorr", "corr"},
+                                                                     {"after", "started"}};
     std::string after;
     const std::string& t = v.value;
     const bool any_of = t.find('?') != std::string::npos;
@@ -1008,11 +1011,11 @@ class Parser {
       }
       const size_t colon = item.find(':');
       const std::string kind = item.substr(0, colon);
-      if (kind == "aftercorr" || kind == "afterburstbuffer") {
+      if (kind == "afterburstbuffer") {
         Error(v.where, "--dependency",
               kind +
-                  " is not supported (Gantry has after, afterok, afternotok, afterany and "
-                  "singleton)");
+                  " is not supported (no burst buffers; Gantry has after, afterok, afternotok, "
+                  "afterany, aftercorr and singleton)");
         return "";
       }
       const char* word = nullptr;
@@ -1021,7 +1024,8 @@ class Parser {
       }
       if (word == nullptr) {
         Error(v.where, "--dependency",
-              "expected after, afterok, afternotok or afterany:ID[:ID...], or singleton, got \"" +
+              "expected after, afterok, afternotok, afterany or aftercorr:ID[:ID...], or "
+              "singleton, got \"" +
                   item + "\"");
         return "";
       }

@@ -194,10 +194,13 @@ Result<ArraySpec> ParseArraySpec(const std::string& text, int max_tasks) {
   return parsed;
 }
 
-// "j12", "j12:ok", "prep:any", "x:notok", "y:started", comma-separated (every one must
-// be met), or '?'-separated (any one); "singleton" among comma-separated ones.
+// "j12", "j12:ok", "prep:any", "x:notok", "y:started", "a:corr", comma-separated (every
+// one must be met), or '?'-separated (any one); "singleton" among comma-separated ones.
+// "a:corr" is Slurm's aftercorr: an array task waits for the task of array `a` of its own
+// index to finish with exit 0 (`corr`; kind kOk), for all of `a` when it is not an array.
 struct AfterSpec {
   std::vector<Dependency> deps;
+  std::vector<bool> corr;  // by dep
   bool any_of = false;
   bool singleton = false;
 };
@@ -219,17 +222,20 @@ Result<AfterSpec> ParseAfterSpec(const std::string& spec) {
     }
     Dependency d;
     const size_t colon = part.find(':');
+    const std::string word = colon == std::string::npos ? "ok" : part.substr(colon + 1);
     const std::optional<Dependency::Kind> kind =
-        DependencyKindNamed(colon == std::string::npos ? "ok" : part.substr(colon + 1));
+        word == "corr" ? Dependency::Kind::kOk : DependencyKindNamed(word);
     d.job = part.substr(0, colon);
     if (d.job.empty() || !kind) {
       return Error{"after", "\"" + part +
                                 "\": expected JOB, JOB:ok (it must finish with exit 0), JOB:any "
                                 "(any end), JOB:notok (an end other than exit 0), JOB:started "
-                                "(its start), or singleton"};
+                                "(its start), JOB:corr (an array task: JOB's task of its index "
+                                "must finish with exit 0), or singleton"};
     }
     d.kind = *kind;
     out.deps.push_back(d);
+    out.corr.push_back(word == "corr");
   }
   return out;
 }
@@ -409,11 +415,29 @@ std::optional<Reply> Controller::ResolveAfter(const std::string& text, const cor
   bool met = false;  // one of them is met already
   std::string never;
   std::vector<Dependency> nevers;
-  for (Dependency d : parsed->deps) {
+  for (size_t i = 0; i < parsed->deps.size(); ++i) {
+    Dependency d = parsed->deps[i];
     d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
     std::vector<std::string> names = {d.job};  // an array stands for all its tasks
-    if (const std::vector<int64_t>* tasks = book_.Array(d.job);
-        tasks != nullptr && !book_.HasName(d.job)) {
+    const bool array = book_.Array(d.job) != nullptr && !book_.HasName(d.job);
+    if (parsed->corr[i] && array) {
+      // Its task of this job's index, as Slurm's aftercorr; a job that is not an array task,
+      // or an index the array lacks, waits for one that never comes (DependencyNeverSatisfied).
+      const std::string index = job.array_index >= 0 ? std::to_string(job.array_index) : "";
+      const std::string task = d.job + "_" + index;
+      if (index.empty() || !EndStateOf(task)) {
+        const std::string why = index.empty() ? "the job is not an array task, so array " + d.job +
+                                                    " has no task of its index"
+                                              : "array " + d.job + " has no task " + index;
+        if (never.empty()) {
+          never = "after: " + why + ", so " + d.job + ":corr can never be met";
+          never_met = "dependency " + d.job + ":corr can never be met: " + why;
+        }
+        nevers.push_back(Dependency{task, d.kind});
+        continue;
+      }
+      names = {task};
+    } else if (const std::vector<int64_t>* tasks = book_.Array(d.job); array) {
       if (after_or) {
         return Reply::Error(Code::kBadRequest,
                             "after: array " + d.job +
@@ -555,11 +579,23 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           indexes = std::move(parsed->indexes);
           array_limit = parsed->limit;
         }
-        std::vector<Dependency> after;  // those not met yet
-        bool after_or = false;
-        std::string never_met;  // a batch job's dependency already never to be met: why
-        if (auto refused = ResolveAfter(req.after, *spec, job, after, after_or, never_met))
-          return *refused;
+        // Its dependencies as they stand now: those not met yet, and for a batch job one
+        // already never to be met, why. One answer for all its tasks, or with aftercorr
+        // (":corr") one for each task's index.
+        struct After {
+          std::vector<Dependency> after;
+          bool after_or = false;
+          std::string never_met;
+        };
+        const bool per_task = !indexes.empty() && req.after.find(":corr") != std::string::npos;
+        std::vector<After> afters(per_task ? indexes.size() : 1);
+        for (size_t k = 0; k < afters.size(); ++k) {
+          job.array_index = per_task ? indexes[k] : -1;
+          After& a = afters[k];
+          if (auto refused = ResolveAfter(req.after, *spec, job, a.after, a.after_or, a.never_met))
+            return *refused;
+        }
+        job.array_index = -1;
         const std::string base =
             spec->id.empty() ? "j" + std::to_string(book_.next_seq()) : spec->id;
         std::vector<std::string> names;
@@ -601,8 +637,6 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         }
         job.submit = now;
         job.spec = *spec;
-        job.after = after;
-        job.after_or = after_or && !after.empty();
         job.kill_invalid_dep = req.kill_invalid_dep;
         if (req.hold) job.hold = "user";
         job.begin_ms = req.begin_ms > WallMs(now) ? req.begin_ms : 0;  // a past one: none
@@ -624,6 +658,9 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
             first_seq = task.seq;  // the job's number; an array's (Slurm's: its last task's)
           task.name = names[k];
           task.spec.id = task.name;
+          const After& a = afters[per_task ? k : 0];
+          task.after = a.after;
+          task.after_or = a.after_or && !a.after.empty();
           if (!indexes.empty()) {
             task.array = base;
             task.array_index = indexes[k];
@@ -654,7 +691,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           }
           Persist(j);
           metrics_.Submitted();
-          if (!never_met.empty()) NeverMet(j, never_met, now);
+          if (!a.never_met.empty()) NeverMet(j, a.never_met, now);
         }
         dirty_ = true;
         Reply r;

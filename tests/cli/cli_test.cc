@@ -181,7 +181,8 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
             "update NumNodes=5: under Gantry, scontrol update sets a job's StartTime, TimeLimit, "
             "Dependency and ArrayTaskThrottle only"},
            {"scontrol update JobId=1 ArrayTaskThrottle=-1", "ArrayTaskThrottle=-1: expected a"},
-           {"scontrol update JobId=1 Dependency=aftercorr:2", "aftercorr is not supported"},
+           {"scontrol update JobId=1 Dependency=afterburstbuffer:2",
+            "afterburstbuffer is not supported"},
            {"scontrol update JobId=1 TimeLimit=+UNLIMITED", "TimeLimit: UNLIMITED cannot be added"},
            {"scontrol update JobId=1 TimeLimit=1:2:3:4", "TimeLimit: expected MM, MM:SS"},
            {"scontrol suspend 1", "show hostnames"},

@@ -313,8 +313,8 @@ TEST(Sbatch, NodeListsAndExclusions) {
             std::string::npos);
 }
 
-// Every dependency type Slurm 22.05 has but aftercorr and afterburstbuffer, as gantryd's
-// --after: ok, any, notok, started; ',' all of them, '?' any one; singleton.
+// Every dependency type Slurm 22.05 has but afterburstbuffer, as gantryd's --after: ok,
+// any, notok, started, corr; ',' all of them, '?' any one; singleton.
 TEST(Sbatch, DependencyTypesBecomeAfterKinds) {
   auto after = [](const std::string& d) {
     SbatchJob j = Parse("#!/bin/sh\n#SBATCH --dependency=" + d + "\n");
@@ -324,6 +324,7 @@ TEST(Sbatch, DependencyTypesBecomeAfterKinds) {
   EXPECT_EQ(after("afterok:12:13"), "12:ok,13:ok");
   EXPECT_EQ(after("afterany:12,afternotok:14"), "12:any,14:notok");
   EXPECT_EQ(after("after:15"), "15:started");
+  EXPECT_EQ(after("aftercorr:16:17"), "16:corr,17:corr");
   EXPECT_EQ(after("afterok:12?afternotok:12"), "12:ok?12:notok");
   EXPECT_EQ(after("singleton"), "singleton");
   EXPECT_EQ(after("afterok:12,singleton"), "12:ok,singleton");
@@ -555,7 +556,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
       "#SBATCH --time=1:2:3:4\n"
       "#SBATCH --gres=nic:1\n"
       "#SBATCH --qos=urgent\n"
-      "#SBATCH --dependency=aftercorr:j4\n"
+      "#SBATCH --dependency=afterburstbuffer:j4\n"
       "#SBATCH -o out-%Z.txt\n"
       "#SBATCH --signal=FOO@10\n"
       "#SBATCH -J \"open\n"
@@ -565,7 +566,7 @@ TEST(Sbatch, ErrorsNameTheScriptLineAndDirective) {
   for (const char* want :
        {"job.sh:2: --frobnicate: unknown", "job.sh:3: --licenses: not supported",
         "job.sh:4: --time: expected MM", "job.sh:5: --gres: only GPUs",
-        "job.sh:7: --dependency: aftercorr is not supported",
+        "job.sh:7: --dependency: afterburstbuffer is not supported",
         "job.sh:8: --output: unknown field %Z", "job.sh:9: --signal: unknown signal \"FOO\"",
         "job.sh:10: #SBATCH: a quote is not closed", "job.sh:11: -Y: unknown",
         "command line: --partition: give one pool"}) {

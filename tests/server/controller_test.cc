@@ -1678,6 +1678,71 @@ TEST_F(ControllerTest, ABatchJobWhoseDependencyCanNeverBeMetWaitsUntilCancelled)
   EXPECT_EQ(state("waits"), "cancelled");
 }
 
+// aftercorr (sbatch --dependency=aftercorr:ID, the API's ID:corr): each task of an array
+// waits for the task of the other array of its own index, as Slurm 22.05's
+// (bench/slurm_scripts/dependency_corr.sbatch); a task whose counterpart failed or does not
+// exist, or a job that is not an array task, waits DependencyNeverSatisfied (a native job
+// is refused); a job that is not an array is followed as afterok.
+TEST_F(ControllerTest, AftercorrMakesEachArrayTaskWaitForTheTaskOfItsIndex) {
+  auto batch = [&](const std::string& id, const std::string& array, const std::string& after) {
+    SubmitRequest r;
+    r.body = R"({"id":")" + id + R"(","queue":"research","gpus":0,"script":"#!/bin/sh\ntrue\n"})";
+    r.array = array;
+    r.after = after;
+    Reply reply = ctl_->Submit(kTeamA, r);
+    EXPECT_EQ(reply.code, Code::kCreated) << id << ": " << reply.body.dump();
+  };
+  auto state = [&](const std::string& id) { return Show(id)["state"].get<std::string>(); };
+  auto pass = [&](json exits = json::array()) {
+    Beat("h100-0", exits);
+    ctl_->Poke();
+    Beat("h100-0");
+  };
+  ASSERT_EQ(
+      SubmitWith(kTeamA, R"({"id":"pre","queue":"research","gpus":1,"vram_gb":1,"command":"x"})",
+                 "0-2", "")
+          .code,
+      Code::kCreated);
+  ASSERT_EQ(
+      Submit(kTeamA, R"({"id":"one","queue":"research","gpus":1,"vram_gb":1,"command":"x"})").code,
+      Code::kCreated);
+  batch("train", "0-3", "pre:corr");
+  batch("lone", "", "pre:corr");
+  batch("each", "0-1", "one:corr");
+  EXPECT_EQ(
+      SubmitWith(kTeamA, R"({"queue":"research","gpus":0,"command":"x"})", "3", "pre:corr").code,
+      Code::kUnprocessable)
+      << "a native job whose dependency can never be met is refused";
+  pass();
+  for (const char* id : {"pre_0", "pre_1", "pre_2", "one"}) ASSERT_EQ(state(id), "running") << id;
+  for (const char* id : {"train_0", "train_1", "train_2", "each_0", "each_1"})
+    EXPECT_EQ(state(id), "pending") << id;
+  const std::string no_task =
+      "dependency never satisfied: dependency pre:corr can never be met: array pre has no task 3 "
+      "(it waits until cancelled)";
+  EXPECT_EQ(Show("train_3")["reason"], no_task);
+  EXPECT_EQ(Show("lone")["reason"],
+            "dependency never satisfied: dependency pre:corr can never be met: the job is not an "
+            "array task, so array pre has no task of its index (it waits until cancelled)");
+  // pre_0 finishes: train_0 runs, alone; pre_1 fails: train_1 waits for ever.
+  pass(json::array({{{"job", "pre_0"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}},
+                    {{"job", "pre_1"}, {"run", 1}, {"rank", 0}, {"exit_code", 1}}}));
+  EXPECT_NE(state("train_0"), "pending");
+  EXPECT_EQ(state("train_1"), "pending");
+  EXPECT_EQ(Show("train_1")["reason"],
+            "dependency never satisfied: dependency pre_1 ended failed, so --after pre_1:ok can "
+            "never be met (it waits until cancelled)");
+  EXPECT_EQ(state("train_2"), "pending");
+  EXPECT_EQ(state("each_0"), "pending");
+  // Through a restart: pre_2 and one finish, and what waited on them runs.
+  Restart();
+  pass(json::array({{{"job", "pre_2"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}},
+                    {{"job", "one"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  for (const char* id : {"train_2", "each_0", "each_1"}) EXPECT_NE(state(id), "pending") << id;
+  EXPECT_EQ(state("train_1"), "pending");
+  EXPECT_EQ(Show("train_3")["reason"], no_task);
+}
+
 // scontrol update Dependency=: a pending job's dependencies replaced, resolved as at
 // submission: a job waiting on another runs once they are cleared, one waiting
 // DependencyNeverSatisfied is mended by a dependency that can be met, a job in the

@@ -923,8 +923,15 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   if (!words.empty() && words[0] == "update") {
     // scontrol update JobId=ID[,ID...] [StartTime=TIME] [TimeLimit=[+-]TIME]
     //   [Dependency=SPEC] (sbatch's syntax; empty: none) [ArrayTaskThrottle=N] (0: none)
+    //   [JobName=NAME] [Partition=P] [QOS=Q] [Account=A] (a pending job's spec fields)
     std::string id;
     std::optional<std::string> start, limit, dependency, throttle;
+    nlohmann::json spec_fields = nlohmann::json::object();  // POST /v1/jobs/ID/spec
+    static constexpr std::pair<const char*, const char*> kSpecFields[] = {{"jobname", "name"},
+                                                                          {"name", "name"},
+                                                                          {"partition", "pool"},
+                                                                          {"qos", "tier"},
+                                                                          {"account", "queue"}};
     for (size_t w = 1; w < words.size(); ++w) {
       const size_t eq = words[w].find('=');
       std::string key = words[w].substr(0, eq);
@@ -940,17 +947,27 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         dependency = value;
       } else if (key == "arraytaskthrottle") {
         throttle = value;
+      } else if (auto f = std::find_if(std::begin(kSpecFields), std::end(kSpecFields),
+                                       [&](const auto& p) { return key == p.first; });
+                 f != std::end(kSpecFields)) {
+        if (value.empty()) {
+          std::cerr << "scontrol: error: update " << words[w] << ": give a value\n";
+          return kExitBadInput;
+        }
+        spec_fields[f->second] = value;
       } else {
         std::cerr << "scontrol: error: update " << words[w]
                   << ": under Gantry, scontrol update sets a job's StartTime, TimeLimit, "
-                     "Dependency and ArrayTaskThrottle only (JobId=ID StartTime=TIME "
-                     "TimeLimit=TIME Dependency=SPEC ArrayTaskThrottle=N)\n";
+                     "Dependency, ArrayTaskThrottle, JobName, Partition, QOS and Account only "
+                     "(JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC "
+                     "ArrayTaskThrottle=N JobName=NAME Partition=P QOS=Q Account=A)\n";
         return kExitBadInput;
       }
     }
-    if (id.empty() || (!start && !limit && !dependency && !throttle)) {
+    if (id.empty() || (!start && !limit && !dependency && !throttle && spec_fields.empty())) {
       std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME, TimeLimit=TIME, "
-                   "Dependency=SPEC or ArrayTaskThrottle=N\n";
+                   "Dependency=SPEC, ArrayTaskThrottle=N, JobName=NAME, Partition=P, QOS=Q or "
+                   "Account=A\n";
       return kExitBadInput;
     }
     std::vector<std::string> paths;  // what to ask of each job, after its id
@@ -1009,6 +1026,11 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         Response r = c.Post("/v1/jobs/" + UrlEncode(one) + path, "", "application/json");
         if (int failed = Check(r, "scontrol update")) rc = failed;
       }
+      if (!spec_fields.empty()) {
+        Response r =
+            c.Post("/v1/jobs/" + UrlEncode(one) + "/spec", spec_fields.dump(), "application/json");
+        if (int failed = Check(r, "scontrol update")) rc = failed;
+      }
     }
     return rc;
   }
@@ -1020,6 +1042,7 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
            "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
            "update JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC ArrayTaskThrottle=N "
+           "JobName=NAME Partition=P QOS=Q Account=A "
            "(gantry show, cancel and drain do the rest)\n";
     return kExitBadInput;
   }

@@ -2262,6 +2262,9 @@ class KubeApi : public server::ApiBackend {
   void SetThrottle(std::string, std::string, int, server::Done done) override {
     done(Elsewhere("throttles no arrays", "set the Job's spec.parallelism"));
   }
+  void UpdateSpec(std::string, std::string, nlohmann::json, server::Done done) override {
+    done(Elsewhere("changes no pod's spec", "edit the pods' owner (its pod template)"));
+  }
   void SetTimeLimit(std::string, std::string, int64_t, bool, server::Done done) override {
     done(Elsewhere("limits no run time", "set the Job's spec.activeDeadlineSeconds"));
   }

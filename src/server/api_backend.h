@@ -113,6 +113,14 @@ class ApiBackend {
   // Raised, held tasks are handed over at once; lowered, tasks pending in the scheduler
   // above it come out of it (the last by index first), running ones run on.
   virtual void SetThrottle(std::string token, std::string name, int limit, Done done) = 0;
+  // A pending job's spec fields (scontrol update JobId=ID JobName=, Partition=, QOS=,
+  // Account=): `fields` an object of "name", "pool", "tier", "queue" (strings, as a job
+  // spec takes them: a partition, QoS or account of the site mapping too), written into its
+  // spec and read again as at submission (its queue and tier must be its user's to ask).
+  // A new pool, tier or queue hands it to the scheduler anew. An array's id: its pending
+  // tasks. All are checked before any is changed.
+  virtual void UpdateSpec(std::string token, std::string name, nlohmann::json fields,
+                          Done done) = 0;
   // A pending or running job's time limit (scontrol update JobId=ID TimeLimit=[+-]TIME), in
   // ms as its submitter wrote it (an sbatch job's --time, its --signal's lead included; else
   // time_limit_s), 0: none; `add`: `limit_ms` (signed) added to the one it has. It replaces

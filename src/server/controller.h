@@ -156,6 +156,7 @@ class Controller : public ApiBackend {
   void SetBegin(std::string token, std::string name, int64_t begin_ms, Done done) override;
   void SetAfter(std::string token, std::string name, std::string after, Done done) override;
   void SetThrottle(std::string token, std::string name, int limit, Done done) override;
+  void UpdateSpec(std::string token, std::string name, nlohmann::json fields, Done done) override;
   void SetTimeLimit(std::string token, std::string name, int64_t limit_ms, bool add,
                     Done done) override;
   void Signal(std::string token, std::string name, int signal, std::string to, Done done) override;
@@ -210,6 +211,7 @@ class Controller : public ApiBackend {
   Reply SetBegin(const std::string& token, const std::string& name, int64_t begin_ms);
   Reply SetAfter(const std::string& token, const std::string& name, const std::string& after);
   Reply SetThrottle(const std::string& token, const std::string& name, int limit);
+  Reply UpdateSpec(const std::string& token, const std::string& name, const nlohmann::json& fields);
   Reply SetTimeLimit(const std::string& token, const std::string& name, int64_t limit_ms,
                      bool add = false);
   Reply Signal(const std::string& token, const std::string& name, int signal,
@@ -399,6 +401,9 @@ class Controller : public ApiBackend {
   // where there is none, one is another's, or the job named is no longer pending.
   std::optional<Reply> PendingJobsToUpdate(const Principal& user, const std::string& name,
                                            const std::string& field, std::vector<Job*>& jobs);
+  // After an update of pending job `job`: handed to the scheduler where nothing holds it
+  // back (Release), shown and saved.
+  void Updated(Job& job);
   // Settle's end for a job whose dependency `never` can never be met: cancelled, or left to
   // wait with the reason (once).
   void NeverMet(Job& job, const std::string& never, Ticks now);

@@ -385,6 +385,11 @@ Reply Controller::SetAfter(const std::string& token, const std::string& name,
   return Wait([&](Done d) { SetAfter(token, name, after, std::move(d)); });
 }
 
+Reply Controller::UpdateSpec(const std::string& token, const std::string& name,
+                             const json& fields) {
+  return Wait([&](Done d) { UpdateSpec(token, name, fields, std::move(d)); });
+}
+
 Reply Controller::SetThrottle(const std::string& token, const std::string& name, int limit) {
   return Wait([&](Done d) { SetThrottle(token, name, limit, std::move(d)); });
 }

@@ -1211,6 +1211,12 @@ std::optional<Reply> Controller::MayNotUpdate(const Principal& user, const Job& 
                                             " in queue " + job.queue);
 }
 
+void Controller::Updated(Job& job) {
+  if (!job.core.valid() && job.after.empty()) Release(job, now_);
+  Touch(job);
+  Persist(job);
+}
+
 std::optional<Reply> Controller::PendingJobsToUpdate(const Principal& user, const std::string& name,
                                                      const std::string& field,
                                                      std::vector<Job*>& jobs) {
@@ -1241,14 +1247,84 @@ void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms,
                              : "its begin time cleared by " + user.Describe());
       // Out of the scheduler until then; Release notes the time, or hands it back now.
       if (HeldBack(*job, now_) && Withdraw(*job, now_)) throttled.insert(job->array);
-      if (!job->core.valid() && job->after.empty()) Release(*job, now_);
-      Touch(*job);
-      Persist(*job);
+      Updated(*job);
       ++changed;
     }
     ReleaseThrottledArrays(throttled, now_);
     Reply r;
     r.body = {{"id", name}, {"updated", changed}};
+    return r;
+  });
+}
+
+void Controller::UpdateSpec(std::string token, std::string name, json fields, Done done) {
+  CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
+    static constexpr const char* kFields[] = {"name", "pool", "tier", "queue"};
+    for (const auto& [key, value] : fields.items()) {
+      if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
+        return Reply::Error(Code::kBadRequest, key + ": expected name, pool, tier or queue");
+      if (!value.is_string() || value.get_ref<const std::string&>().empty())
+        return Reply::Error(Code::kBadRequest, key + ": expected a non-empty string");
+    }
+    if (fields.empty()) return Reply::Error(Code::kBadRequest, "no field to change");
+    std::vector<Job*> jobs;
+    if (auto refused = PendingJobsToUpdate(user, name, "spec", jobs)) return *refused;
+    // Each task's spec with the fields written in, read again as at submission; all
+    // checked before any is changed.
+    struct Resolved {
+      Job* job;
+      std::string text;
+      core::JobSpec spec;
+      std::string queue;
+    };
+    std::vector<Resolved> resolved;
+    for (Job* job : jobs) {
+      if (job->state != JobState::kPending) continue;
+      if (job->spec_format != "json") {
+        return Reply::Error(Code::kConflict, "job " + job->name +
+                                                 ": its spec is YAML, which is not rewritten: "
+                                                 "cancel it and submit it again as it should be");
+      }
+      json doc = json::parse(job->spec_text, nullptr, false);
+      if (!doc.is_object())
+        return Reply::Error(Code::kConflict, "job " + job->name + ": its spec does not read");
+      for (const auto& [key, value] : fields.items()) doc[key] = value;
+      Job probe;
+      probe.spec_format = job->spec_format;
+      probe.spec_file = "update";
+      probe.spec_text = doc.dump();
+      probe.time_limit_set = job->time_limit_set;
+      std::vector<std::string> problems;
+      std::optional<core::JobSpec> spec = ReadSpec(probe, &problems);
+      if (!spec) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
+      const std::string queue = config_.queues.queue(spec->queue).spec.name;
+      if (!MaySubmitTo(user, config_.queues, queue))
+        return Reply::Error(Code::kForbidden,
+                            user.Describe() + " may not submit to queue " + queue);
+      spec->id = job->name;
+      if (auto why = core::WhyInfeasible(*spec, cluster_))
+        return Reply::Error(Code::kUnprocessable, "job " + job->name + " could never run: " + *why);
+      if (auto why = core::WhyNeverStarts(*spec, cluster_, config_.queues))
+        return Reply::Error(Code::kUnprocessable,
+                            "job " + job->name + " could never run: it " + *why);
+      resolved.push_back({job, std::move(probe.spec_text), std::move(*spec), queue});
+    }
+    std::set<std::string> throttled;
+    for (Resolved& r : resolved) {
+      Job& job = *r.job;
+      // Only a new name leaves it where it is in the scheduler (the core does not read it).
+      const bool moves =
+          r.spec.pool != job.spec.pool || r.spec.tier != job.spec.tier || r.queue != job.queue;
+      if (moves && Withdraw(job, now_)) throttled.insert(job.array);
+      job.spec_text = std::move(r.text);
+      job.spec = std::move(r.spec);
+      job.queue = r.queue;
+      job.Note(now_, "its spec updated by " + user.Describe() + ": " + fields.dump());
+      Updated(job);
+    }
+    ReleaseThrottledArrays(throttled, now_);
+    Reply r;
+    r.body = {{"id", name}, {"updated", resolved.size()}};
     return r;
   });
 }
@@ -1288,9 +1364,7 @@ void Controller::SetAfter(std::string token, std::string name, std::string text,
         NeverMet(job, r.never_met, now_);  // cancels it, or marks it to wait
         continue;
       }
-      if (!job.core.valid() && job.after.empty()) Release(job, now_);
-      Touch(job);
-      Persist(job);
+      Updated(job);
     }
     ReleaseThrottledArrays(throttled, now_);
     Reply r;

@@ -388,6 +388,11 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
   }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "after"}, a))  // after=SPEC; empty: none
     return c.SetAfter(TokenOf(req), a[0], req.param("after"), reply);
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "spec"}, a)) {  // {"name": ..., "pool": ...}
+    json fields = json::parse(req.body, nullptr, false);
+    if (!fields.is_object()) return bad("expected a JSON object of the fields to change");
+    return c.UpdateSpec(TokenOf(req), a[0], std::move(fields), reply);
+  }
   if (m == "POST" && Match(req, {"v1", "jobs", "*", "throttle"}, a)) {  // limit=N; 0: none
     double limit = 0;
     if (auto problem = DoubleParam(req, "limit", 0, limit)) return bad(*problem);

@@ -450,6 +450,29 @@ TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
     EXPECT_NE(bad.err.find(want), std::string::npos) << want << " in\n" << bad.err;
   }
   EXPECT_EQ(h.Jobs().size(), 2u);
+
+  // scontrol update of a held job's name, QoS, account and partition, in the site's names:
+  // it then runs as updated; a name the site does not map changes nothing.
+  RunResult held =
+      h.Cli({"sbatch", "--parsable", "-H", "-D", work, h.Path("plain.sh")}, h.token("ann"));
+  ASSERT_EQ(held.rc, 0) << held.err;
+  const std::string number = JobIdOf(held.out).substr(1);
+  RunResult wrong =
+      SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + number, "QOS=premium", "JobName=lost"});
+  EXPECT_NE(wrong.rc, 0);
+  EXPECT_NE(wrong.err.find("unknown tier or QoS \"premium\""), std::string::npos) << wrong.err;
+  RunResult up = SlurmAs(h, "ann",
+                         {"scontrol", "update", "JobId=" + number, "JobName=renamed", "QOS=high",
+                          "Account=proj-43", "Partition=gpu"});
+  EXPECT_EQ(up.rc, 0) << up.err;
+  job = h.Job(JobIdOf(held.out));
+  EXPECT_EQ(job["name"], "renamed") << job.dump();
+  EXPECT_EQ(job["tier"], "critical");
+  RunResult shown = SlurmAs(h, "ann", {"squeue", "-h", "-j", number, "-o", "%j %q %a %P"});
+  EXPECT_EQ(shown.out, "renamed critical research h100\n") << shown.err;  // Gantry's names
+  EXPECT_EQ(SlurmAs(h, "ann", {"scontrol", "release", number}).rc, 0);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {JobIdOf(held.out)}); }, 30));
+  EXPECT_EQ(h.Read("work/plain.txt"), "proj-43 high\n");
 }
 
 // Issue 47 A3: -N 2 --ntasks-per-node=2 runs 2 tasks on each of 2 nodes, as Slurm does,
@@ -1536,9 +1559,9 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   EXPECT_EQ(h.Job(held)["state"], "finished");
   EXPECT_EQ(reason(later), "BeginTime\n");  // released, still before its time
   // scontrol update StartTime=now: it runs now; another field is refused with why.
-  RunResult other = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + later, "Partition=h100"});
+  RunResult other = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + later, "NumNodes=2"});
   EXPECT_NE(other.rc, 0);
-  EXPECT_NE(other.err.find("StartTime, TimeLimit, Dependency and ArrayTaskThrottle only"),
+  EXPECT_NE(other.err.find("ArrayTaskThrottle, JobName, Partition, QOS and Account only"),
             std::string::npos)
       << other.err;
   RunResult now = SlurmAs(h, "ann", {"scontrol", "update", "jobid=" + later, "StartTime=now"});

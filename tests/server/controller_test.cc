@@ -1743,6 +1743,67 @@ TEST_F(ControllerTest, AftercorrMakesEachArrayTaskWaitForTheTaskOfItsIndex) {
   EXPECT_EQ(Show("train_3")["reason"], no_task);
 }
 
+// scontrol update JobName=, Partition=, QOS=, Account=: a pending job's spec fields, the
+// site's names resolved as at submission, all checked before any is changed; a new queue
+// or tier hands it to the scheduler anew, and it runs so; kept through a restart; only a
+// pending job, only its team's, only queues its user may submit to.
+TEST_F(ControllerTest, APendingJobsNamePartitionQosAndAccountAreUpdatedAsScontrolDoes) {
+  ctl_.reset();
+  spec::Diagnostics diags;
+  config_ = spec::ParseClusterConfig(std::string(kConfig) + R"(site:
+  qos: {normal: standard, low: best-effort, top: critical}
+  partitions: {gpu: h100}
+  accounts: {proj: research, nlpa: nlp, serve: serving}
+)",
+                                     "test.yaml", diags);
+  ASSERT_TRUE(config_) << diags.ToString();
+  Restart();
+  ASSERT_EQ(Submit(kTeamA, R"({"id":"job","name":"first","queue":"proj","gpus":1,"vram_gb":1,)"
+                           R"("tier":"normal","script":"#!/bin/sh\ntrue\n"})")
+                .code,
+            Code::kCreated);
+  ctl_->Poke();  // in the scheduler: no node is up yet
+  ASSERT_EQ(Show("job")["state"], "pending");
+  auto update = [&](const std::string& token, const json& fields) {
+    return ctl_->UpdateSpec(token, "job", fields);
+  };
+  Reply r = update(kTeamA, {{"name", "renamed"}});
+  ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
+  EXPECT_EQ(r.body["updated"], 1);
+  EXPECT_EQ(Show("job")["name"], "renamed");
+  r = update(kTeamA, {{"tier", "low"}, {"queue", "nlpa"}, {"pool", "gpu"}});
+  ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
+  EXPECT_EQ(Show("job")["tier"], "best-effort");
+  EXPECT_EQ(Show("job")["queue"], "nlp");
+  EXPECT_EQ(Show("job")["state"], "pending");
+  // What does not resolve, or is not the user's, changes nothing.
+  r = update(kTeamA, {{"tier", "urgent"}, {"name", "lost"}});
+  EXPECT_EQ(r.code, Code::kBadRequest) << r.body.dump();
+  EXPECT_NE(r.body.dump().find("unknown tier or QoS \\\"urgent\\\""), std::string::npos)
+      << r.body.dump();
+  r = update(kTeamA, {{"pool", "cpu"}});
+  EXPECT_EQ(r.code, Code::kBadRequest) << r.body.dump();
+  EXPECT_NE(r.body.dump().find("unknown pool or partition"), std::string::npos) << r.body.dump();
+  r = update(kTeamA, {{"queue", "serve"}});
+  EXPECT_EQ(r.code, Code::kForbidden) << r.body.dump();
+  EXPECT_EQ(update(kTeamB, {{"name", "theirs"}}).code, Code::kForbidden);
+  EXPECT_EQ(update(kTeamA, {{"nodes", "2"}}).code, Code::kBadRequest);
+  EXPECT_EQ(update(kTeamA, {{"name", 3}}).code, Code::kBadRequest);
+  EXPECT_EQ(Show("job")["name"], "renamed");
+  EXPECT_EQ(Show("job")["queue"], "nlp");
+  // Through a restart, and then it runs as updated.
+  Restart();
+  EXPECT_EQ(Show("job")["tier"], "best-effort");
+  EXPECT_EQ(Show("job")["name"], "renamed");
+  Beat("h100-0");
+  Beat("h100-1");
+  ctl_->Poke();
+  EXPECT_EQ(Show("job")["state"], "running") << Show("job").dump();
+  EXPECT_EQ(Show("job")["queue"], "nlp");
+  r = update(kTeamA, {{"name", "late"}});
+  EXPECT_EQ(r.code, Code::kConflict) << r.body.dump();
+}
+
 // scontrol update Dependency=: a pending job's dependencies replaced, resolved as at
 // submission: a job waiting on another runs once they are cleared, one waiting
 // DependencyNeverSatisfied is mended by a dependency that can be met, a job in the

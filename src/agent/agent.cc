@@ -391,6 +391,7 @@ void Agent::Heartbeat(int64_t now, bool leaving) {
     if (!it->second.record_path.empty()) fs::remove(it->second.record_path, ec);
     if (!it->second.status_path.empty()) fs::remove(it->second.status_path, ec);
     if (!it->second.script_path.empty()) fs::remove(it->second.script_path, ec);
+    if (!it->second.input_path.empty()) fs::remove(it->second.input_path, ec);
     workers_.erase(it);
     Remember(key);
   }

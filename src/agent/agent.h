@@ -170,6 +170,7 @@ class Agent {
     gid_t gid = 0;
     std::vector<gid_t> groups;
     std::string script_path;  // sbatch: the script written for it, removed with its record
+    std::string input_path;   // a step's task: its stdin (srun's), the same
     int stop_signal = 0;      // the job's own first signal when stopped (0: --preempt-signal)
     bool signal_script_only = false;  // that signal to the shim's child alone (sbatch B:)
     int signalled = 0;  // the last of its run's asked signals (DesiredWorker::signals) sent
@@ -279,6 +280,9 @@ class Agent {
   // sbatch: writes `script` to the state directory, given to the job's user, as argv[0].
   std::string WriteScript(const std::string& script, const std::string& stem, Worker& w,
                           LaunchSpec& spec) const;
+  // A step's task's standard input (d.input, srun's) into a file of its user's, its stdin.
+  std::string WriteInput(const proto::DesiredWorker& d, const std::string& stem, Worker& w,
+                         LaunchSpec& spec) const;
   // The job's CPUs for `d` here (Worker::cpus): those its run holds already (a batch job's
   // script or another task of it on this node), else `d.limits`' count of them picked
   // from the least used, near its GPUs (`share`: their NUMA nodes) where sysfs tells

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "agent/launcher.h"
+#include "base/base64.h"
 #include "base/image_reference.h"
 #include "base/rlimits.h"
 
@@ -166,6 +167,7 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   }
   if (problem.empty() && d.step >= 0) problem = BindTask(d, spec);
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);
+  if (problem.empty() && !d.input.empty()) problem = WriteInput(d, stem, w, spec);
   // Its cgroup, with the job's limits (memory_gb, cpus, or the pool's defaults).
   w.memory_bytes = d.limits.memory_bytes;
   if (problem.empty() && cgroups_) problem = JoinCgroup(d, stem, w, spec);
@@ -244,6 +246,25 @@ std::string Agent::BindTask(const proto::DesiredWorker& d, LaunchSpec& spec) con
   return "";
 }
 
+std::string Agent::WriteInput(const proto::DesiredWorker& d, const std::string& stem, Worker& w,
+                              LaunchSpec& spec) const {
+  const std::optional<std::string> bytes = Base64Decode(d.input);
+  if (!bytes) return "its input is not base64";
+  w.input_path = (fs::path(options_.state_dir) / "scripts" / (stem + ".in")).string();
+  std::error_code ec;
+  fs::create_directories(fs::path(w.input_path).parent_path(), ec);
+  {
+    std::ofstream f(w.input_path, std::ios::binary | std::ios::trunc);
+    f << *bytes;
+    if (!f.flush()) return "cannot write its input " + w.input_path;
+  }
+  if ((spec.as_user && ::chown(w.input_path.c_str(), spec.uid, spec.gid) != 0) ||
+      ::chmod(w.input_path.c_str(), 0400) != 0)
+    return "cannot give its input " + w.input_path + " to its user: " + std::strerror(errno);
+  spec.stdin_path = w.input_path;
+  return "";
+}
+
 std::string Agent::WriteScript(const std::string& script, const std::string& stem, Worker& w,
                                LaunchSpec& spec) const {
   // sbatch: the batch script is written here (as Slurm's slurmd keeps it in its spool),
@@ -313,7 +334,8 @@ std::string Agent::RunInContainer(const proto::DesiredWorker& d, const std::stri
       .memory_bytes = w.memory_bytes,
       .cpus_milli = d.limits.cpus_milli,
       .user = spec.as_user ? std::to_string(spec.uid) + ":" + std::to_string(spec.gid) : "",
-      .umask = spec.umask};
+      .umask = spec.umask,
+      .interactive = !spec.stdin_path.empty()};
   if (!w.script_path.empty()) c.mounts.push_back(w.script_path);
   // srun --container-mounts and the user's home (pyxis' options), where the job's user can
   // reach them on this node: a root podman binds anything, the user may not see anything.

@@ -47,6 +47,7 @@ void Agent::WriteRecord(const Worker& w) {
             {"gid", w.gid},
             {"groups", w.groups},
             {"script_path", w.script_path},
+            {"input_path", w.input_path},
             {"container", w.container},
             {"memory_bytes", w.memory_bytes},
             {"cpus", w.cpus},
@@ -77,6 +78,7 @@ bool Agent::Readopt(const json& r, Worker& w) {
   w.gid = r.value("gid", gid_t{0});
   w.groups = r.value("groups", std::vector<gid_t>{});
   w.script_path = r.value("script_path", std::string());
+  w.input_path = r.value("input_path", std::string());
   w.cgroup = r.value("cgroup", std::string());
   w.container = r.value("container", std::string());
   w.memory_bytes = r.value("memory_bytes", int64_t{0});

@@ -89,6 +89,7 @@ std::vector<std::string> ContainerArgv(const ContainerRuntime& rt, const Contain
                      "gantry.agent=" + s.agent, "--label", "gantry.job=" + s.job, "--network",
                      "host", "--ipc", "host"});
   if (rt.init) a.push_back("--init");
+  if (s.interactive) a.push_back("--interactive");
   if (!s.user.empty()) a.insert(a.end(), {"--user", s.user});
   if (s.umask >= 0) {
     char octal[8];

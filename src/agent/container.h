@@ -53,6 +53,7 @@ struct ContainerSpec {
   int64_t cpus_milli = 0;            // 0: no limit
   std::string user;                  // "uid:gid", empty: the image's
   int umask = -1;                    // the job's umask (SLURM_UMASK); -1: podman's (0022)
+  bool interactive = false;          // podman's stdin to the container (-i: a step's input)
 };
 
 // "gantry-NODE-SEQ-RUN-RANK", with characters podman refuses in names replaced by '-'.

@@ -384,8 +384,9 @@ Result<pid_t> Launch(const LaunchSpec& spec) {
       sigset_t none;
       sigemptyset(&none);
       sigprocmask(SIG_SETMASK, &none, nullptr);
-      const int null = ::open("/dev/null", O_RDONLY);
-      if (null >= 0) ::dup2(null, 0);
+      const int in =
+          ::open(spec.stdin_path.empty() ? "/dev/null" : spec.stdin_path.c_str(), O_RDONLY);
+      if (in >= 0) ::dup2(in, 0);
       ::dup2(log, 1);
       ::dup2(err_log, 2);
       // sbatch -o/-e, opened as the worker's user (after setuid above, or with its file-system

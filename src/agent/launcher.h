@@ -30,7 +30,8 @@ struct LaunchSpec {
   // The workdir is the agent's own (its state directory's work/SEQ: the job named none),
   // not one the job asked for.
   bool own_workdir = false;
-  std::string log_path;  // stdout and stderr, unless:
+  std::string stdin_path;  // its standard input (a step's, srun's); empty: /dev/null
+  std::string log_path;    // stdout and stderr, unless:
   // stderr to this file instead (a job step's task: srun forwards its stderr apart, as
   // Slurm's does); opened as log_path is.
   std::string err_log_path;

@@ -1,13 +1,17 @@
 #include "cli/srun.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "base/base64.h"
 #include "base/cpus.h"
 #include "base/image_reference.h"
 #include "base/rlimits.h"
@@ -122,6 +127,54 @@ constexpr const char* kCpuBindHelp =
     "        boards          auto-generated masks bind to boards\n"
     "        help            show this help message\n";
 
+// The step's standard input (-i, --input=MODE), as Slurm's srun gives it: srun's own stdin,
+// or the file MODE names, to every task (`all`, the default) or to task N only (`N`); none
+// with `none`. Read whole before the step starts (Slurm's srun streams it): a regular file
+// or a pipe, to its end, at most 4 MiB; a terminal or a socket is not read. Into `body`
+// ("input", base64; "input_task"); 0 or srun's exit status.
+int StepInput(const std::string& mode, nlohmann::json& body) {
+  if (mode == "none") return 0;
+  constexpr size_t kMost = size_t{4} << 20;
+  const bool task = !mode.empty() && mode.find_first_not_of("0123456789") == std::string::npos;
+  std::string data;
+  auto read_all = [&](int fd) {
+    char buf[65536];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) != 0;) {
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return false;
+      data.append(buf, static_cast<size_t>(n));
+      if (data.size() > kMost) return true;
+    }
+    return true;
+  };
+  bool ok = true;
+  if (mode != "all" && !task) {  // a file
+    const int fd = ::open(mode.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      std::cerr << "srun: error: --input=" << mode << ": " << std::strerror(errno) << "\n";
+      return kExitBadInput;
+    }
+    ok = read_all(fd);
+    ::close(fd);
+  } else if (struct stat st{};
+             ::fstat(0, &st) == 0 && (S_ISREG(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    ok = read_all(0);
+  }
+  if (!ok) {
+    std::cerr << "srun: error: reading the step's input: " << std::strerror(errno) << "\n";
+    return kExitBadInput;
+  }
+  if (data.size() > kMost) {
+    std::cerr << "srun: error: the step's input is over 4 MiB: Gantry passes a step's input "
+                 "whole, not as a stream (let the tasks read the file, or give -i none)\n";
+    return kExitBadInput;
+  }
+  if (data.empty()) return 0;
+  body["input"] = Base64Encode(data);
+  if (task) body["input_task"] = std::atoi(mode.c_str());
+  return 0;
+}
+
 // Why srun cannot honour an option as given, or "" when it can (or harmlessly ignores it).
 std::string Unhonoured(const std::string& name, const std::string& value) {
   if (name == "mpi" && value != "none" && value != "pmi2" && value != "list") {
@@ -130,9 +183,8 @@ std::string Unhonoured(const std::string& name, const std::string& value) {
            "no PMIx (Open MPI's): give --mpi=pmi2 or none, or run mpirun inside the job";
   }
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
-  if (name == "input" && value != "none")
-    return "--input=" + value +
-           ": a step's tasks read nothing (their stdin is /dev/null: give none)";
+  if (name == "input" && value.find('%') != std::string::npos)
+    return "--input=" + value + ": a file name pattern is not supported (give the file's name)";
   if (name == "distribution") {
     const std::string why = spec::DistributionProblem(value);
     return why.empty() ? "" : "--distribution=" + value + ": " + why;
@@ -641,6 +693,7 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     int n = 0;
     if (Count("gpus-per-task", Env("SLURM_GPUS_PER_TASK"), n) == 0) body["gpus_per_task"] = n;
   }
+  if (int rc = StepInput(given.count("input") ? given["input"] : "all", body)) return rc;
   const bool label = given.count("label") > 0;
   const bool kill_on_bad_exit = given.count("kill-on-bad-exit") > 0;
   // -W, --wait=S: once a task has ended, the rest get S seconds before the step is ended

@@ -15,6 +15,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/base64.h"
+
 namespace gantry::kube {
 namespace net = boost::asio;
 namespace http = boost::beast::http;
@@ -32,22 +34,11 @@ Result<std::string> ReadWhole(const std::string& path, const std::string& what) 
   return ss.str();
 }
 
-// base64 (the kubeconfig's *-data fields), through OpenSSL's decoder.
+// base64 (the kubeconfig's *-data fields).
 Result<std::string> Base64(const std::string& text, const std::string& what) {
-  std::string clean;
-  for (char c : text) {
-    if (c != '\n' && c != '\r' && c != ' ') clean += c;
-  }
-  std::string out(clean.size() / 4 * 3 + 3, '\0');
-  const int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                                reinterpret_cast<const unsigned char*>(clean.data()),
-                                static_cast<int>(clean.size()));
-  if (n < 0 || clean.size() % 4 != 0) return Error{what, "not valid base64"};
-  size_t pad = 0;
-  if (!clean.empty() && clean.back() == '=') ++pad;
-  if (clean.size() > 1 && clean[clean.size() - 2] == '=') ++pad;
-  out.resize(static_cast<size_t>(n) - pad);
-  return out;
+  std::optional<std::string> bytes = Base64Decode(text);
+  if (!bytes) return Error{what, "not valid base64"};
+  return *std::move(bytes);
 }
 
 Status SplitUrl(const std::string& url, Credentials& c, const std::string& field) {

@@ -221,6 +221,7 @@ void ReadDesired(const json& j, const std::string& path, std::optional<Error>& e
       .Opt("gpu_names", gpu_names)
       .Opt("step", w.step)
       .Opt("step_cpus", w.step_cpus)
+      .Opt("input", w.input)
       .Nested("alloc",
               [&](const json& v, const std::string& p) { ReadAlloc(v, p, error, w.alloc); })
       .Nested("limits",
@@ -449,6 +450,7 @@ json Encode(const DesiredWorker& w) {
   if (w.emulate) j["emulate"] = Encode(*w.emulate);
   if (w.step >= 0) j["step"] = w.step;
   if (!w.step_cpus.empty()) j["step_cpus"] = w.step_cpus;
+  if (!w.input.empty()) j["input"] = w.input;
   if (!w.signals.empty()) {
     json signals = json::array();
     for (const DesiredWorker::Signal& s : w.signals) {

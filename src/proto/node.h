@@ -197,6 +197,8 @@ struct DesiredWorker {
   // A step's task: the step's CPUs here, as positions among the job's CPUs on this node
   // (the agent's sorted list of them, Limits::cpus long); empty: all of the job's.
   std::vector<int> step_cpus;
+  // A step's task: its standard input (srun's), base64; absent: /dev/null.
+  std::string input;
   // Signals asked of the running worker (scancel --signal), numbered from 1 in the run:
   // the agent sends each once, those numbered above the last it sent, to the worker's
   // process group or, `script_only`, to the batch script's shell alone (scancel -b). A

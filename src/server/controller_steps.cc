@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/base64.h"
 #include "base/image_reference.h"
 #include "base/rlimits.h"
 #include "server/controller.h"
@@ -623,6 +624,10 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           s.container_workdir = body.value("container_workdir", std::string());
           s.mount_home = body.value("container_mount_home", false);
           s.multi_prog = body.value("multi_prog", std::string());
+          s.input = body.value("input", std::string());
+          s.input_task = body.value("input_task", -1);
+          if (!s.input.empty() && (s.input.size() > (size_t{6} << 20) || !Base64Decode(s.input)))
+            return Reply::Error(Code::kBadRequest, "step: input: base64, at most 4 MiB decoded");
           const double limit_s = body.value("time_limit_s", 0.0);
           if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
             return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");
@@ -1017,6 +1022,7 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   d.user = job.user;
   d.alloc = WireAlloc(alloc, cluster_);
   d.limits = NodeLimits(job, n);
+  if (s.input_task < 0 || s.input_task == task) d.input = s.input;
   if (static_cast<size_t>(t.node) < s.cpus.size() &&
       static_cast<int>(s.cpus[static_cast<size_t>(t.node)].size()) < d.limits.cpus)
     d.step_cpus = s.cpus[static_cast<size_t>(t.node)];

@@ -160,6 +160,7 @@ void Step::End(Ticks now) {
   multi_prog.clear();
   programs.reset();
   cpus.clear();  // (held while it ran)
+  input.clear();
 }
 
 bool Job::AllExited() const {
@@ -444,6 +445,10 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"ended", s.ended},
                        {"tasks", std::move(tasks)}});
       if (!s.multi_prog.empty()) steps.back()["multi_prog"] = s.multi_prog;
+      if (!s.input.empty()) {
+        steps.back()["input"] = s.input;
+        steps.back()["input_task"] = s.input_task;
+      }
       if (!s.cpus.empty()) {
         json& cpus = steps.back()["cpus"] = json::array();
         for (const std::vector<int>& on_node : s.cpus) cpus.push_back(FormatCpuList(on_node));
@@ -577,6 +582,8 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
         step.mount_home = c.value("mount_home", false);
       }
       step.multi_prog = s.value("multi_prog", std::string());
+      step.input = s.value("input", std::string());
+      step.input_task = s.value("input_task", -1);
       step.overlap = s.value("overlap", false);
       step.cancelled = s.value("cancelled", false);
       step.killed = s.value("killed", false);

@@ -155,7 +155,11 @@ struct Step {
   // words after it); each task runs its line (spec::MultiProg). Empty: `command` for all.
   std::string multi_prog;
   mutable std::shared_ptr<const spec::MultiProg> programs;  // read from it (not stored)
-  bool overlap = false;    // may share slots with running steps (--overlap)
+  // srun's standard input (-i), base64, for every task or only task `input_task` (-1: all);
+  // empty: none (/dev/null).
+  std::string input;
+  int input_task = -1;
+  bool overlap = false;    // may share CPUs and GPUs with running steps (--overlap)
   bool cancelled = false;  // srun was interrupted: its tasks are stopped
   bool killed = false;     // ... by SIGKILL at once (a task called MPI_Abort)
   // srun --time: past it (from its start) the step is cancelled as srun's interrupt
@@ -172,7 +176,7 @@ struct Step {
   // Reads multi_prog for a step of `task_count` tasks into `programs`: "" when it gives
   // each task one line, else why not (naming the file as srun was given it, command[0]).
   std::string ReadPrograms(int task_count) const;
-  // It has ended at `now`: what only its launch needed (srun's environment, its CPUs)
+  // It has ended at `now`: what only its launch needed (srun's environment, input, CPUs)
   // goes, so a script that runs thousands of steps does not keep thousands of environments.
   void End(Ticks now);
 };

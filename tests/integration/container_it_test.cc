@@ -305,6 +305,9 @@ TEST(Containers, SrunsPyxisOptionsRunAStepInItsImageWithItsMounts) {
               "test -e /etc/debian_version && echo host > batch.txt\n"
               "srun --container-image=localhost#gantry-it:busybox "
               "--no-container-mount-home sh -c 'echo pyxis name' > pyxis.txt\n"
+              "echo piped | srun --container-image=" +
+              kImage +
+              " cat > stdin.txt\n"
               "srun --container-image=" +
               kImage + " --container-mounts=" + h.Path("rootonly/public") +
               ":/p cat /p/secret.txt > escape.txt 2> escape.err; "
@@ -325,6 +328,7 @@ TEST(Containers, SrunsPyxisOptionsRunAStepInItsImageWithItsMounts) {
       90))
       << h.Job(id).dump();
   EXPECT_EQ(h.Read("shared/batch.txt"), "host\n") << "the batch script runs on the node";
+  EXPECT_EQ(h.Read("shared/stdin.txt"), "piped\n") << "srun's stdin reaches a task in an image";
   EXPECT_EQ(h.Read("shared/step.txt"), "isolated\ninput data\n/out\n65534\ntask 0\nread-only\n")
       << h.Read("shared/step.err");
   EXPECT_EQ(h.Read("shared/out/made.txt"), "made\n") << "the writable mount, where it was asked";

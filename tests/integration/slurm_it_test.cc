@@ -2067,6 +2067,54 @@ srun -n1 -c1 --cpu-bind=threads bash -c 'grep Cpus_allowed_list /proc/self/statu
   EXPECT_EQ(bound, std::to_string(job->front())) << "bound within its step's CPU";
 }
 
+// srun's standard input reaches its tasks, as Slurm's srun gives it: a file or a pipe to
+// every task, --input=N to task N alone, --input=FILE the file, -i none nothing, and a
+// batch script's own (none) nothing (bench/slurm_scripts/srun_stdin.sbatch: the same as
+// Slurm). Each task reads it as its user, in a file removed with its record.
+TEST(Slurm, SrunGivesItsStandardInputToItsTasks) {
+  Harness h("slurm-stdin");
+  StartSlurmCluster(h);
+  const std::string work = h.Path("work");
+  fs::create_directories(work);
+  h.Write("work/in.txt", "a\nb\n");
+  h.Write("stdin.sh", R"SH(#!/bin/bash
+#SBATCH -A research
+#SBATCH -n 2
+#SBATCH -t 1
+read_as() { srun -n2 "${@:2}" bash -c "cat > $1-\$SLURM_PROCID.txt"; }
+read_as file < in.txt
+printf 'x\0y' | read_as pipe
+read_as second --input=1 < in.txt
+read_as named --input=in.txt
+read_as none -i none < in.txt
+read_as default
+srun -n1 --input=missing.txt true 2> missing.err; echo $? > missing.rc
+head -c 5000000 /dev/zero | srun -n1 true 2> big.err; echo $? > big.rc
+)SH");
+  RunResult r = h.Cli({"sbatch", "--parsable", "-D", work, h.Path("stdin.sh")}, h.token("ann"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string id = JobIdOf(r.out);
+  ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 40)) << h.Job(id).dump();
+  EXPECT_EQ(h.Job(id)["state"], "finished") << h.Job(id).dump();
+  const std::map<std::string, std::pair<std::string, std::string>> want = {
+      {"file", {"a\nb\n", "a\nb\n"}},
+      {"pipe", {std::string("x\0y", 3), std::string("x\0y", 3)}},
+      {"second", {"", "a\nb\n"}},
+      {"named", {"a\nb\n", "a\nb\n"}},
+      {"none", {"", ""}},
+      {"default", {"", ""}}};
+  for (const auto& [stage, tasks] : want) {
+    EXPECT_EQ(h.Read("work/" + stage + "-0.txt"), tasks.first) << stage;
+    EXPECT_EQ(h.Read("work/" + stage + "-1.txt"), tasks.second) << stage;
+  }
+  EXPECT_NE(Trim(h.Read("work/missing.rc")), "0");
+  EXPECT_NE(h.Read("work/missing.err").find("--input=missing.txt: No such file"), std::string::npos)
+      << h.Read("work/missing.err");
+  EXPECT_NE(Trim(h.Read("work/big.rc")), "0");
+  EXPECT_NE(h.Read("work/big.err").find("the step's input is over 4 MiB"), std::string::npos)
+      << h.Read("work/big.err");
+}
+
 // srun --gpu-bind (found in many HPC scripts as `srun --gpu-bind=closest`): single:N,
 // per_task:N and map_gpu:LIST give each task its GPUs by its local id, as Slurm 22.05;
 // closest leaves each task all the step's GPUs on its node (tasks are not bound to CPUs,

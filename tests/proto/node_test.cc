@@ -100,6 +100,7 @@ WatchAnswer FullAnswer() {
   task.rank = 1;
   task.step = 2;
   task.step_cpus = {0, 2, 3};                      // an exact step's positions among the job's CPUs
+  task.input = "YQpiCg==";                         // srun's stdin, "a\nb\n"
   task.signals = {{1, 10, false}, {2, 12, true}};  // scancel --signal: to the steps, then -b
   a.workers = {std::make_shared<DesiredWorker>(FullDesired()),
                std::make_shared<DesiredWorker>(exclusive), std::make_shared<DesiredWorker>(mps),

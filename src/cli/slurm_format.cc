@@ -121,6 +121,21 @@ std::string Str(const json& job, const char* key) {
   return it != job.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
+// Its partition, QoS or account as Slurm names them (gantryd's "slurm" names: the site
+// mapping's), else Gantry's pool, tier and queue; "-" for none.
+std::string SiteName(const json& job, const std::string& field) {
+  const auto slurm = job.find("slurm");
+  if (slurm != job.end() && slurm->is_object()) {
+    const std::string named = Str(*slurm, field.c_str());
+    if (!named.empty()) return named;
+  }
+  std::string own = field == "partition"           ? Str(job, "pool")
+                    : field == "account"           ? Str(job, "queue")
+                    : Str(job, "tier_now").empty() ? Str(job, "tier")
+                                                   : Str(job, "tier_now");
+  return own.empty() ? "-" : own;
+}
+
 // Seconds it has run: since its first start, to its end or now.
 double Used(const json& job, double now) {
   const double start = Num(job, "start", -1);
@@ -434,9 +449,7 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
                : "N/A";
   if (field == "name") return Str(job, "name").empty() ? id : Str(job, "name");
   if (field == "username") return Str(job, "user").empty() ? "-" : Str(job, "user");
-  if (field == "partition") return Str(job, "pool").empty() ? "-" : Str(job, "pool");
-  if (field == "qos") return Str(job, "tier_now").empty() ? Str(job, "tier") : Str(job, "tier_now");
-  if (field == "account") return Str(job, "queue");
+  if (field == "partition" || field == "qos" || field == "account") return SiteName(job, field);
   if (field == "state") return state;
   if (field == "statecompact") return SlurmStateCode(state);
   if (field == "timeused") return SlurmDuration(Used(job, now));
@@ -585,7 +598,11 @@ bool AcctMatches(const json& job, const AcctFilter& f) {
   auto in = [](const std::vector<std::string>& list, const std::string& v) {
     return list.empty() || std::find(list.begin(), list.end(), v) != list.end();
   };
-  if (!in(f.users, Str(job, "user")) || !in(f.accounts, Str(job, "queue"))) return false;
+  // An account by the site's name or Gantry's queue.
+  if (!in(f.users, Str(job, "user")) ||
+      (!f.accounts.empty() && !in(f.accounts, Str(job, "queue")) &&
+       !in(f.accounts, SiteName(job, "account"))))
+    return false;
   if (!f.states.empty() && !in(f.states, SlurmState(job))) return false;
   if (!JobIsOneOf(job, f.jobs)) return false;
   if (f.any_time) return true;

@@ -1149,8 +1149,8 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   if (!ArrayNumberOf(j).empty() && j.contains("array_index"))
     std::cout << " ArrayJobId=" << ArrayNumberOf(j) << " ArrayTaskId=" << j["array_index"].dump();
   std::cout << " JobName=" << j.value("name", j.value("id", id))
-            << "\n   UserId=" << j.value("user", "") << " Account=" << j.value("queue", "")
-            << " QOS=" << j.value("tier", "") << "\n   JobState=" << state
+            << "\n   UserId=" << j.value("user", "") << " Account=" << FieldValue(j, "account", 0)
+            << " QOS=" << FieldValue(j, "qos", 0) << "\n   JobState=" << state
             << " Reason=" << SlurmReason(j)
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
             << " ExitCode=" << FieldValue(j, "exitcode", 0)
@@ -1159,6 +1159,7 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
             << "\n   SubmitTime=" << FieldValue(j, "submittime", 0)
             << " StartTime=" << FieldValue(j, "starttime", 0)
             << " EndTime=" << FieldValue(j, "endtime", 0)
+            << "\n   Partition=" << FieldValue(j, "partition", 0)
             << "\n   NodeList=" << (nodes.empty() ? "(null)" : spec::HostList(nodes))
             << "\n   NumNodes=" << nodes.size() << " NumTasks="
             << j.value("workers", json::array()).size() * j.value("tasks_per_worker", 1)

@@ -443,6 +443,14 @@ class Controller : public ApiBackend {
                       bool truncated);
   // The pool a job is restricted to, else the pool it ran in; empty: neither.
   std::string PoolOf(const Job& job) const;
+  // A job's partition, account and QoS as Slurm names them (the site mapping's names; the
+  // job's SLURM_JOB_* and squeue's, sacct's and scontrol's columns): the partition of
+  // `pool` ("" for none), the account and QoS it was given or the site's for its queue and
+  // `tier`.
+  struct SlurmNames {
+    std::string partition, account, qos;
+  };
+  SlurmNames SiteNames(const Job& job, core::PoolId pool, core::Tier tier) const;
   // What a pending job waits for, in one word: the scheduler's cause, "held" (scontrol
   // hold), "begin" (its --begin time), "dependency" (held by --after), "throttle" (an
   // array task held by its array's %N), or "unscheduled" (not yet given to the scheduler).

@@ -24,20 +24,47 @@ int MasterPort(int64_t seq, int run) {
   return 20000 + static_cast<int>((seq * 7919 + run) % 40000);
 }
 
-// The strings a JSON job spec (gantry sbatch's) gave for `queue` and `tier` (sbatch -A,
-// --qos), "" where none (or a YAML spec): the spec read once for both.
-std::pair<std::string, std::string> GivenQueueAndTier(const Job& job) {
-  if (job.spec_format != "json") return {};
-  const json j = json::parse(job.spec_text, nullptr, false);
-  if (!j.is_object()) return {};
-  auto given = [&](const char* key) {
-    const auto it = j.find(key);
-    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  return {given("queue"), given("tier")};
-}
-
 }  // namespace
+
+Controller::SlurmNames Controller::SiteNames(const Job& job, core::PoolId pool,
+                                             core::Tier tier) const {
+  // The strings a JSON job spec (gantry sbatch's) gave for `queue` and `tier` (sbatch -A,
+  // --qos), "" where none (or a YAML spec): read once, kept with the job.
+  if (!job.given_names) {
+    auto& given = job.given_names.emplace();
+    const json j = job.spec_format == "json" ? json::parse(job.spec_text, nullptr, false) : json();
+    for (auto [key, out] : {std::pair{"queue", &given.first}, {"tier", &given.second}}) {
+      const auto it = j.is_object() ? j.find(key) : j.end();
+      if (j.is_object() && it != j.end() && it->is_string()) *out = it->get<std::string>();
+    }
+  }
+  SlurmNames n;
+  // The partition: the site's name for the pool where it has one, as Slurm says it.
+  if (pool.valid()) n.partition = PartitionsOf(pool).front();
+  // The account and QoS by the site's names, as Slurm says them (a script may pass them on
+  // to the jobs it submits): those given (sbatch -A, --qos), else the site's account for
+  // the queue (its default account) and QoS for the tier (`normal` for standard), else
+  // Gantry's queue and tier. A tier other than the one asked (a spent budget's
+  // demotion) is named for itself.
+  n.account = job.given_names->first;
+  for (const auto& [name, id] : config_.site.accounts) {
+    if (n.account.empty() && config_.queues.queue(id).spec.name == job.queue) n.account = name;
+  }
+  if (n.account.empty()) n.account = job.queue;
+  if (tier == job.spec.tier) n.qos = job.given_names->second;
+  auto qos_tier = [&](const std::string& name) -> std::optional<core::Tier> {
+    for (const auto& [q, t] : config_.site.qos) {
+      if (q == name) return t;
+    }
+    return name == "normal" ? std::optional{core::Tier::kStandard} : std::nullopt;
+  };
+  if (n.qos.empty() && qos_tier("normal") == tier) n.qos = "normal";
+  for (const auto& [name, t] : config_.site.qos) {
+    if (n.qos.empty() && t == tier) n.qos = name;
+  }
+  if (n.qos.empty()) n.qos = std::string(core::Name(tier));
+  return n;
+}
 
 // ---------------------------------------------------------------- API: agents
 
@@ -105,28 +132,7 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
     const int64_t c = per_task == env.end() ? 1 : std::max(1, std::atoi(per_task->second.c_str()));
     tasks_per_node = std::to_string(std::max<int64_t>(1, cpus / c));
   }
-  // The partition: the site's name for the pool where it has one, as Slurm says it.
-  const std::string partition = PartitionsOf(node.pool).front();
-  // The account and QoS by the site's names, as Slurm says them (a script may pass them on
-  // to the jobs it submits): those given (sbatch -A, --qos), else the site's account for
-  // the queue (its default account) and QoS for the tier (`normal` for standard), else
-  // Gantry's queue and tier.
-  auto [account, qos] = GivenQueueAndTier(job);
-  for (const auto& [name, id] : config_.site.accounts) {
-    if (account.empty() && config_.queues.queue(id).spec.name == job.queue) account = name;
-  }
-  if (account.empty()) account = job.queue;
-  auto qos_tier = [&](const std::string& name) -> std::optional<core::Tier> {
-    for (const auto& [q, tier] : config_.site.qos) {
-      if (q == name) return tier;
-    }
-    return name == "normal" ? std::optional{core::Tier::kStandard} : std::nullopt;
-  };
-  if (qos.empty() && qos_tier("normal") == job.spec.tier) qos = "normal";
-  for (const auto& [name, tier] : config_.site.qos) {
-    if (qos.empty() && tier == job.spec.tier) qos = name;
-  }
-  if (qos.empty()) qos = std::string(core::Name(job.spec.tier));
+  const SlurmNames site = SiteNames(job, node.pool, job.spec.tier);
   // The job's CPUs on each of its nodes (SLURM_JOB_CPUS_PER_NODE, "16(x2)"), counted as
   // SLURM_CPUS_ON_NODE is on this one.
   std::vector<int> cpus_by_node(nodes.size(), 0);
@@ -156,9 +162,9 @@ void Controller::SlurmEnv(const Job& job, const Worker& w, const core::WorkerAll
       {"SLURM_JOB_NODELIST", spec::HostList(nodes)},
       {"SLURM_NODELIST", spec::HostList(nodes)},
       {"SLURMD_NODENAME", node.name},
-      {"SLURM_JOB_PARTITION", partition},
-      {"SLURM_JOB_ACCOUNT", account},
-      {"SLURM_JOB_QOS", qos},
+      {"SLURM_JOB_PARTITION", site.partition},
+      {"SLURM_JOB_ACCOUNT", site.account},
+      {"SLURM_JOB_QOS", site.qos},
       {"SLURM_CLUSTER_NAME", cluster_.name()},
       {"SLURM_GTIDS", gtids},
       {"SLURM_TOPOLOGY_ADDR", node.name},

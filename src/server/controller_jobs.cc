@@ -836,6 +836,16 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
     }
     j["gpus"] = gpus;
   }
+  {  // As Slurm names them (the site's names): squeue's, sacct's and scontrol's columns.
+    core::PoolId pool = job.spec.pool;
+    if (!pool.valid() && !job.workers.empty())
+      pool = cluster_.node(job.workers.front().alloc.node).pool;
+    const core::Tier tier = job.core.valid() && job.state != JobState::kDone
+                                ? sched_->job(job.core).spec.tier
+                                : job.spec.tier;
+    const SlurmNames n = SiteNames(job, pool, tier);
+    j["slurm"] = {{"partition", n.partition}, {"account", n.account}, {"qos", n.qos}};
+  }
   if (job.core.valid() && job.state != JobState::kDone) {  // a spent budget demoted it
     const core::JobRecord& rec = sched_->job(job.core);
     if (rec.spec.tier != rec.asked_tier) {
@@ -1317,6 +1327,7 @@ void Controller::UpdateSpec(std::string token, std::string name, json fields, Do
           r.spec.pool != job.spec.pool || r.spec.tier != job.spec.tier || r.queue != job.queue;
       if (moves && Withdraw(job, now_)) throttled.insert(job.array);
       job.spec_text = std::move(r.text);
+      job.given_names.reset();
       job.spec = std::move(r.spec);
       job.queue = r.queue;
       job.Note(now_, "its spec updated by " + user.Describe() + ": " + fields.dump());

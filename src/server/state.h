@@ -218,6 +218,9 @@ struct Job {
   int64_t number = 0;
   int64_t array_number = 0;  // an array task's array's number (%A): its first task's seq
   int64_t Number() const { return number > 0 ? number : seq; }
+  // What its JSON spec gave for queue and tier (sbatch -A, --qos), read once
+  // (Controller::SiteNames); reset when the spec changes.
+  mutable std::optional<std::pair<std::string, std::string>> given_names;
   std::vector<Dependency> after;  // pending and held while not empty (not in the scheduler)
   bool after_or = false;          // any one of `after` met is enough (Slurm's '?' lists)
   // Why `after` can never be met (a job it waits to succeed failed), where the job waits on

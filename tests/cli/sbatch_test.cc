@@ -1007,6 +1007,12 @@ TEST(SlurmFormat, SqueueLettersAndNames) {
   EXPECT_EQ(
       RenderRow(*cols, values, "", true, false),
       "     7 h100      train ann standard RUNNING R 1:00 2:00:00 2 h100-[0-1] gres/gpu:2 nlp %");
+  // gantryd's "slurm" names (the site mapping's) where it gives them.
+  json named = Job("running");
+  named["slurm"] = {{"partition", "gpu"}, {"account", "proj-42"}, {"qos", "normal"}};
+  EXPECT_EQ(FieldValue(named, "partition", 0), "gpu");
+  EXPECT_EQ(FieldValue(named, "account", 0), "proj-42");
+  EXPECT_EQ(FieldValue(named, "qos", 0), "normal");
   EXPECT_FALSE(ParseSqueueFormat("%.5Z", error));
   EXPECT_NE(error.find("unknown field %Z"), std::string::npos);
   auto names = ParseSqueueNames(
@@ -1132,6 +1138,13 @@ TEST(SlurmFormat, SacctStatesExitCodesAndFilters) {
   f.users = {"ann"};
   f.accounts = {"nlp"};
   EXPECT_TRUE(AcctMatches(Job("running"), f));
+  json by_site = Job("running");  // -A by the site's account name, or Gantry's queue
+  by_site["slurm"] = {{"account", "proj-42"}};
+  f.accounts = {"proj-42"};
+  EXPECT_TRUE(AcctMatches(by_site, f));
+  EXPECT_FALSE(AcctMatches(Job("running"), f));
+  f.accounts = {"nlp"};
+  EXPECT_TRUE(AcctMatches(by_site, f));
   f.jobs = {"j8"};
   EXPECT_FALSE(AcctMatches(Job("running"), f));
 }

@@ -469,7 +469,7 @@ TEST(Slurm, TheSitesNamesResolveAndWhatItDoesNotMapIsRefusedAtTheScriptsLine) {
   EXPECT_EQ(job["name"], "renamed") << job.dump();
   EXPECT_EQ(job["tier"], "critical");
   RunResult shown = SlurmAs(h, "ann", {"squeue", "-h", "-j", number, "-o", "%j %q %a %P"});
-  EXPECT_EQ(shown.out, "renamed critical research h100\n") << shown.err;  // Gantry's names
+  EXPECT_EQ(shown.out, "renamed high proj-43 gpu\n") << shown.err;  // the site's names
   EXPECT_EQ(SlurmAs(h, "ann", {"scontrol", "release", number}).rc, 0);
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {JobIdOf(held.out)}); }, 30));
   EXPECT_EQ(h.Read("work/plain.txt"), "proj-43 high\n");

@@ -1776,6 +1776,8 @@ TEST_F(ControllerTest, APendingJobsNamePartitionQosAndAccountAreUpdatedAsScontro
   EXPECT_EQ(Show("job")["tier"], "best-effort");
   EXPECT_EQ(Show("job")["queue"], "nlp");
   EXPECT_EQ(Show("job")["state"], "pending");
+  EXPECT_EQ(Show("job")["slurm"], json({{"partition", "gpu"}, {"account", "nlpa"}, {"qos", "low"}}))
+      << "as squeue and sacct show them: the site's names, as given";
   // What does not resolve, or is not the user's, changes nothing.
   r = update(kTeamA, {{"tier", "urgent"}, {"name", "lost"}});
   EXPECT_EQ(r.code, Code::kBadRequest) << r.body.dump();

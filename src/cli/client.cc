@@ -11,6 +11,7 @@
 
 #include <httplib.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,6 +287,8 @@ SbatchContext SubmitContext() {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0) ctx.host = host;
   ctx.umask = UmaskText();
+  errno = 0;  // getpriority may return -1 as a nice value
+  if (const int nice = ::getpriority(PRIO_PROCESS, 0); errno == 0) ctx.nice = std::to_string(nice);
   ctx.rlimits = SoftRlimits();
   ctx.now_s = static_cast<int64_t>(std::time(nullptr));
   for (char** e = environ; *e != nullptr; ++e) {

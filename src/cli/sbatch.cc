@@ -933,6 +933,9 @@ class Parser {
     env["SLURM_SUBMIT_DIR"] = ctx_.cwd;
     if (!ctx_.host.empty()) env["SLURM_SUBMIT_HOST"] = ctx_.host;
     if (!ctx_.umask.empty()) env["SLURM_UMASK"] = ctx_.umask;  // the job runs with it
+    // Said, not applied: Slurm's default PropagatePrioProcess=0 runs tasks at the node
+    // daemon's priority.
+    if (!ctx_.nice.empty()) env["SLURM_PRIO_PROCESS"] = ctx_.nice;
     // The submitter's resource limits, which the node sets on the job (base/rlimits.h):
     // all of them, as Slurm's default, or those --propagate names.
     std::optional<std::string> propagate;

@@ -24,6 +24,7 @@ struct SbatchContext {
   std::string cwd;    // the default --chdir, and what relative ones start from
   std::string host;   // SLURM_SUBMIT_HOST
   std::string umask;  // SLURM_UMASK, "0022"; empty: not known
+  std::string nice;   // SLURM_PRIO_PROCESS, the submitter's nice value; empty: not known
   std::map<std::string, uint64_t> rlimits;  // soft limits (base/rlimits.h): SLURM_RLIMIT_*
   std::map<std::string, std::string> env;   // the submit environment (--export)
   std::string default_name;  // the job's name without -J; empty: the script's file name

@@ -722,6 +722,14 @@ TEST(Sbatch, CombinationsGantryCannotExpressAreRefused) {
             std::string::npos);
 }
 
+// The submitter's nice value, as Slurm's sbatch says it (SLURM_PRIO_PROCESS); not applied.
+TEST(Sbatch, TheSubmittersNiceValueIsSaid) {
+  SbatchContext c = Ctx();
+  c.nice = "5";
+  EXPECT_EQ(ParseSbatch("job.sh", "#!/bin/sh\n", {}, {}, c).spec["env"]["SLURM_PRIO_PROCESS"], "5");
+  EXPECT_FALSE(Parse("#!/bin/sh\n").spec["env"].contains("SLURM_PRIO_PROCESS")) << "not known";
+}
+
 TEST(Sbatch, ExportListsAndSignals) {
   SbatchJob j = Parse("#!/bin/sh\n#SBATCH --export=LR,EXTRA=1 --signal=TERM\n");
   ASSERT_TRUE(j.errors.empty()) << Errors(j);

@@ -159,11 +159,13 @@ void Agent::StartWorker(const proto::DesiredWorker& d, int64_t now) {
   // --exclusive, -c: positions in the job's), and its own part of that (--cpu-bind).
   w.cpus = CpusFor(d, w.share);
   spec.cpus = w.cpus;
+  // (Where the node has fewer CPUs than the job holds there, an emulated node's, the
+  // positions wrap around those it has.)
   if (!d.step_cpus.empty() && !w.cpus.empty()) {
-    std::vector<int> part;
+    std::set<int> part;
     for (int p : d.step_cpus)
-      if (p >= 0 && static_cast<size_t>(p) < w.cpus.size()) part.push_back(w.cpus[p]);
-    if (!part.empty()) spec.cpus = std::move(part);
+      if (p >= 0) part.insert(w.cpus[static_cast<size_t>(p) % w.cpus.size()]);
+    spec.cpus.assign(part.begin(), part.end());
   }
   if (problem.empty() && d.step >= 0) problem = BindTask(d, spec);
   if (problem.empty() && !d.script.empty()) problem = WriteScript(d.script, stem, w, spec);

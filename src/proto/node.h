@@ -195,7 +195,8 @@ struct DesiredWorker {
   // step. It runs inside the job's allocation on this node and ends on its own.
   int step = -1;
   // A step's task: the step's CPUs here, as positions among the job's CPUs on this node
-  // (the agent's sorted list of them, Limits::cpus long); empty: all of the job's.
+  // (the agent's sorted list of them, Limits::cpus long, wrapping where it holds fewer);
+  // empty: all of the job's.
   std::vector<int> step_cpus;
   // A step's task: its standard input (srun's), base64; absent: /dev/null.
   std::string input;

@@ -600,8 +600,7 @@ bool AcctMatches(const json& job, const AcctFilter& f) {
   };
   // An account by the site's name or Gantry's queue.
   if (!in(f.users, Str(job, "user")) ||
-      (!f.accounts.empty() && !in(f.accounts, Str(job, "queue")) &&
-       !in(f.accounts, SiteName(job, "account"))))
+      (!in(f.accounts, Str(job, "queue")) && !in(f.accounts, SiteName(job, "account"))))
     return false;
   if (!f.states.empty() && !in(f.states, SlurmState(job))) return false;
   if (!JobIsOneOf(job, f.jobs)) return false;

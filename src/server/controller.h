@@ -401,6 +401,11 @@ class Controller : public ApiBackend {
   // where there is none, one is another's, or the job named is no longer pending.
   std::optional<Reply> PendingJobsToUpdate(const Principal& user, const std::string& name,
                                            const std::string& field, std::vector<Job*>& jobs);
+  // Submit's refusals, which an update of a job's spec makes too: a queue `user` may not
+  // submit to (403, naming its queues); a spec that could never run here (422: no pool
+  // could hold it, its queue may not use its tier, or it is above its queue's burst limit).
+  std::optional<Reply> MayNotSubmit(const Principal& user, const std::string& queue) const;
+  std::optional<Reply> NeverRuns(const core::JobSpec& spec) const;
   // After an update of pending job `job`: handed to the scheduler where nothing holds it
   // back (Release), shown and saved.
   void Updated(Job& job);

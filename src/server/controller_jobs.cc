@@ -420,23 +420,16 @@ std::optional<Reply> Controller::ResolveAfter(const std::string& text, const cor
     d.job = book_.Resolve(d.job);              // a number as Slurm's ids are, too
     std::vector<std::string> names = {d.job};  // an array stands for all its tasks
     const bool array = book_.Array(d.job) != nullptr && !book_.HasName(d.job);
+    // aftercorr of an array: its task of this job's index, as Slurm's; a job that is not an
+    // array task, or an index the array lacks, waits for one that never comes
+    // (DependencyNeverSatisfied).
+    std::string corr_why;  // why there may be no such task
     if (parsed->corr[i] && array) {
-      // Its task of this job's index, as Slurm's aftercorr; a job that is not an array task,
-      // or an index the array lacks, waits for one that never comes (DependencyNeverSatisfied).
       const std::string index = job.array_index >= 0 ? std::to_string(job.array_index) : "";
-      const std::string task = d.job + "_" + index;
-      if (index.empty() || !EndStateOf(task)) {
-        const std::string why = index.empty() ? "the job is not an array task, so array " + d.job +
-                                                    " has no task of its index"
-                                              : "array " + d.job + " has no task " + index;
-        if (never.empty()) {
-          never = "after: " + why + ", so " + d.job + ":corr can never be met";
-          never_met = "dependency " + d.job + ":corr can never be met: " + why;
-        }
-        nevers.push_back(Dependency{task, d.kind});
-        continue;
-      }
-      names = {task};
+      names = {d.job + "_" + index};
+      corr_why = index.empty() ? "the job is not an array task, so array " + d.job +
+                                     " has no task of its index"
+                               : "array " + d.job + " has no task " + index;
     } else if (const std::vector<int64_t>* tasks = book_.Array(d.job); array) {
       if (after_or) {
         return Reply::Error(Code::kBadRequest,
@@ -453,6 +446,14 @@ std::optional<Reply> Controller::ResolveAfter(const std::string& text, const cor
     for (const std::string& name : names) {
       std::optional<JobEnd> end;
       const DepState state = DependencyState(name, d.kind, end);
+      if (!end && !corr_why.empty()) {
+        if (never.empty()) {
+          never = "after: " + corr_why + ", so " + d.job + ":corr can never be met";
+          never_met = "dependency " + d.job + ":corr can never be met: " + corr_why;
+        }
+        nevers.push_back(Dependency{name, d.kind});
+        continue;
+      }
       if (!end) return Reply::Error(Code::kNotFound, "after: no job " + name);
       switch (state) {
         case DepState::kWaiting:
@@ -520,13 +521,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         }
         if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
         job.queue = config_.queues.queue(spec->queue).spec.name;
-        if (!MaySubmitTo(user, config_.queues, job.queue)) {
-          std::string own;
-          for (const std::string& q : user.queues) own += (own.empty() ? "" : ", ") + q;
-          return Reply::Error(Code::kForbidden,
-                              user.Describe() + " may not submit to queue " + job.queue +
-                                  " (its queues: " + (own.empty() ? "none" : own) + ")");
-        }
+        if (auto refused = MayNotSubmit(user, job.queue)) return *refused;
         job.team = user.admin() ? "admin" : user.team;
         job.user = user.user;
         if (!req.idempotency_key.empty()) {
@@ -616,13 +611,7 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
           if (*old) return Reply::Error(Code::kConflict, "job id " + name + " already exists");
         }
         spec->id = names.front();
-        if (auto why = core::WhyInfeasible(*spec, cluster_)) {
-          return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
-        }
-        if (auto why =
-                core::WhyNeverStarts(*spec, cluster_, config_.queues)) {  // above a burst limit
-          return Reply::Error(Code::kUnprocessable, "job can never run: it " + *why);
-        }
+        if (auto refused = NeverRuns(*spec)) return *refused;
         // The site's cap on a team's active jobs (Slurm's MaxSubmitJobs): every task counts.
         if (const int64_t cap = config_.site.max_active_jobs_per_team; cap > 0 && !user.admin()) {
           const int64_t active = active_by_team_[job.team];
@@ -1221,6 +1210,23 @@ std::optional<Reply> Controller::MayNotUpdate(const Principal& user, const Job& 
                                             " in queue " + job.queue);
 }
 
+std::optional<Reply> Controller::MayNotSubmit(const Principal& user,
+                                              const std::string& queue) const {
+  if (MaySubmitTo(user, config_.queues, queue)) return std::nullopt;
+  std::string own;
+  for (const std::string& q : user.queues) own += (own.empty() ? "" : ", ") + q;
+  return Reply::Error(Code::kForbidden, user.Describe() + " may not submit to queue " + queue +
+                                            " (its queues: " + (own.empty() ? "none" : own) + ")");
+}
+
+std::optional<Reply> Controller::NeverRuns(const core::JobSpec& spec) const {
+  if (auto why = core::WhyInfeasible(spec, cluster_))
+    return Reply::Error(Code::kUnprocessable, "job can never run on this cluster: " + *why);
+  if (auto why = core::WhyNeverStarts(spec, cluster_, config_.queues))  // above a burst limit
+    return Reply::Error(Code::kUnprocessable, "job can never run: it " + *why);
+  return std::nullopt;
+}
+
 void Controller::Updated(Job& job) {
   if (!job.core.valid() && job.after.empty()) Release(job, now_);
   Touch(job);
@@ -1308,15 +1314,9 @@ void Controller::UpdateSpec(std::string token, std::string name, json fields, Do
       std::optional<core::JobSpec> spec = ReadSpec(probe, &problems);
       if (!spec) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
       const std::string queue = config_.queues.queue(spec->queue).spec.name;
-      if (!MaySubmitTo(user, config_.queues, queue))
-        return Reply::Error(Code::kForbidden,
-                            user.Describe() + " may not submit to queue " + queue);
+      if (auto refused = MayNotSubmit(user, queue)) return *refused;
       spec->id = job->name;
-      if (auto why = core::WhyInfeasible(*spec, cluster_))
-        return Reply::Error(Code::kUnprocessable, "job " + job->name + " could never run: " + *why);
-      if (auto why = core::WhyNeverStarts(*spec, cluster_, config_.queues))
-        return Reply::Error(Code::kUnprocessable,
-                            "job " + job->name + " could never run: it " + *why);
+      if (auto refused = NeverRuns(*spec)) return *refused;
       resolved.push_back({job, std::move(probe.spec_text), std::move(*spec), queue});
     }
     std::set<std::string> throttled;

@@ -298,6 +298,7 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
     int Free() const { return static_cast<int>(std::count(taken.begin(), taken.end(), false)); }
   };
   std::vector<NodeSlots> all;
+  std::map<uint32_t, size_t> at;  // node -> its place in `all`
   for (const std::string& name : s.nodelist) {
     const bool mine = std::any_of(job.workers.begin(), job.workers.end(), [&](const Worker& w) {
       return cluster_.node(w.alloc.node).name == name;
@@ -310,13 +311,10 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
     if (!s.nodelist.empty() && std::find(s.nodelist.begin(), s.nodelist.end(),
                                          cluster_.node(w.alloc.node).name) == s.nodelist.end())
       continue;
-    auto it = std::find_if(all.begin(), all.end(),
-                           [&](const NodeSlots& x) { return x.id == w.alloc.node; });
-    if (it == all.end()) {
-      it = all.insert(all.end(), NodeSlots{w.alloc.node, {}, {}, 0, {}});
-      it->cpus = NodeLimits(job, w.alloc.node).cpus;
-    }
-    it->slots.push_back(w.rank);
+    const auto [it, added] = at.try_emplace(w.alloc.node.v, all.size());
+    if (added)
+      all.push_back(NodeSlots{w.alloc.node, {}, {}, NodeLimits(job, w.alloc.node).cpus, {}});
+    all[it->second].slots.push_back(w.rank);
   }
   for (NodeSlots& x : all) {
     x.cpus = std::max(x.cpus, static_cast<int>(x.slots.size()) * tpw);
@@ -333,9 +331,9 @@ std::string Controller::PlaceStep(const Job& job, Step& s, bool& wait, int* task
       const core::WorkerAlloc& a = job.workers[static_cast<size_t>(t.slot)].alloc;
       if (o.own_gpus > 0 && static_cast<size_t>(t.node) < o.gpu_masks.size())
         held[a.node.v] |= o.gpu_masks[static_cast<size_t>(t.node)];
-      auto x =
-          std::find_if(all.begin(), all.end(), [&](const NodeSlots& y) { return y.id == a.node; });
-      if (t.exited || x == all.end()) continue;
+      const auto place = at.find(a.node.v);
+      if (t.exited || place == at.end()) continue;
+      NodeSlots* x = &all[place->second];
       if (static_cast<size_t>(t.node) < o.cpus.size()) {
         for (int c : o.cpus[static_cast<size_t>(t.node)])
           if (c >= 0 && c < x->cpus) x->taken[static_cast<size_t>(c)] = true;
@@ -628,8 +626,11 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           s.multi_prog = body.value("multi_prog", std::string());
           s.input = body.value("input", std::string());
           s.input_task = body.value("input_task", -1);
-          if (!s.input.empty() && (s.input.size() > (size_t{6} << 20) || !Base64Decode(s.input)))
-            return Reply::Error(Code::kBadRequest, "step: input: base64, at most 4 MiB decoded");
+          if (!s.input.empty()) {  // (its base64 checked once here; the agent decodes it)
+            const std::optional<std::string> bytes = Base64Decode(s.input);
+            if (!bytes || bytes->size() > (size_t{4} << 20))
+              return Reply::Error(Code::kBadRequest, "step: input: base64, at most 4 MiB decoded");
+          }
           const double limit_s = body.value("time_limit_s", 0.0);
           if (!(limit_s >= 0 && limit_s <= 365.0 * 86400))
             return Reply::Error(Code::kBadRequest, "step: time_limit_s must be 0 to a year");

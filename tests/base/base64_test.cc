@@ -26,7 +26,10 @@ TEST(Base64, EncodesAsRfc4648AndDecodesBackEveryByte) {
 }
 
 TEST(Base64, RefusesWhatIsNotBase64) {
-  for (const char* bad : {"Zg=", "Z", "Zm9v!", "****", "Zg==Zg=", "\xff\xfe\xfd\xfc"})
+  // '=' is padding only: one or two at the end (OpenSSL's decoder alone reads it as zero
+  // bits anywhere).
+  for (const char* bad : {"Zg=", "Z", "Zm9v!", "****", "Zg==Zg=", "\xff\xfe\xfd\xfc", "Zg==Zg==",
+                          "A=AA", "====", "A===", "Zm9v====", "Zm9v----", "\tZm9", "Zm9v\t\t\t\t"})
     EXPECT_FALSE(Base64Decode(bad)) << bad;
 }
 

@@ -447,9 +447,19 @@ ClaimInfo ParseClaim(const json& obj) {
     c.allocated = true;
     for (const json& r : Arr(Obj(*alloc, "devices"), "results"))
       c.devices.push_back({Str(r, "request"), Str(r, "driver"), Str(r, "pool"), Str(r, "device")});
+    for (const json& term : Arr(Obj(*alloc, "nodeSelector"), "nodeSelectorTerms")) {
+      for (const json& f : Arr(term, "matchFields")) {
+        const json* values = Member(f, "values");
+        if (Str(f, "key") == "metadata.name" && Str(f, "operator") == "In" && values != nullptr &&
+            values->is_array() && values->size() == 1 && values->front().is_string())
+          c.node = values->front().get<std::string>();
+      }
+    }
   }
   for (const json& r : Arr(status, "reservedFor")) {
-    if (Str(r, "resource") == "pods") c.reserved_for.push_back(Str(r, "uid"));
+    if (Str(r, "resource") != "pods") continue;
+    c.reserved_for.push_back(Str(r, "uid"));
+    c.reserved_names.push_back(Str(r, "name"));
   }
   return c;
 }
@@ -627,6 +637,18 @@ json AllocationPatch(const DeviceAsk::Part& part, const std::vector<std::string>
            {{"allocation", {{"devices", {{"results", results}}}, {"nodeSelector", selector}}},
             {"reservedFor",
              json::array({{{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}}})}}}};
+}
+
+json ReservationPatch(const ClaimInfo& claim, const std::string& pod_name,
+                      const std::string& pod_uid) {
+  json reserved = json::array();
+  for (size_t i = 0; i < claim.reserved_for.size(); ++i) {
+    reserved.push_back(
+        {{"resource", "pods"}, {"name", claim.reserved_names[i]}, {"uid", claim.reserved_for[i]}});
+  }
+  reserved.push_back({{"resource", "pods"}, {"name", pod_name}, {"uid", pod_uid}});
+  return {{"metadata", {{"uid", claim.uid}, {"resourceVersion", claim.resource_version}}},
+          {"status", {{"reservedFor", reserved}}}};
 }
 
 }  // namespace gantry::kube

@@ -104,8 +104,13 @@ struct ClaimInfo {
   std::vector<std::string> match_attributes;  // constraints[].matchAttribute
   std::string unsupported;                    // other constraints, config for other drivers
   bool allocated = false;
-  std::vector<AllocatedDevice> devices;   // status.allocation.devices.results
-  std::vector<std::string> reserved_for;  // pod uids
+  std::vector<AllocatedDevice> devices;  // status.allocation.devices.results
+  // The node the allocation's nodeSelector names (matchFields metadata.name), if it does.
+  std::string node;
+  // status.reservedFor's pods, in order: uids and names. The first is the pod the claim
+  // was allocated for (a scheduler writes it with the allocation; pods that share the
+  // claim are added after it).
+  std::vector<std::string> reserved_for, reserved_names;
   std::string problem;
 };
 ClaimInfo ParseClaim(const nlohmann::json& obj);
@@ -156,6 +161,11 @@ std::optional<std::vector<DeviceSelector>> CompileAll(const std::vector<std::str
 
 // The claim status a binding writes first: the devices, per claim part in order, reserved
 // for the pod, on `node` (a merge patch with the claim's resourceVersion as precondition).
+// The claim status a binding writes first when its pod shares `claim`, allocated for
+// another pod already: reservedFor with the pod added at the end (a merge patch with the
+// claim's resourceVersion as precondition, so two pods added at once cannot lose one).
+nlohmann::json ReservationPatch(const ClaimInfo& claim, const std::string& pod_name,
+                                const std::string& pod_uid);
 nlohmann::json AllocationPatch(const DeviceAsk::Part& part, const std::vector<std::string>& devices,
                                const std::string& pool, const std::string& node,
                                const std::string& pod_name, const std::string& pod_uid);

@@ -287,6 +287,7 @@ std::string NodeSelection::Key() const {
   for (const Toleration& t : tolerations) tol.push_back({t.key, t.op, t.value, t.effect});
   j["t"] = tol;
   if (dra) j["d"] = {dra_mig, dra_selectors};
+  if (!node.empty()) j["n"] = node;
   return j.dump();
 }
 
@@ -296,6 +297,7 @@ namespace {
 // outside the subset, or the selection has none).
 bool AllowsCompiled(const NodeSelection& sel, const NodeInfo& node,
                     const std::optional<std::vector<DeviceSelector>>& devices) {
+  if (!sel.node.empty() && sel.node != node.name) return false;
   if (sel.dra && (!devices || !DevicesPassCompiled(node.dra, *devices, sel.dra_mig))) return false;
   for (const auto& [k, v] : sel.node_selector) {
     auto it = node.labels.find(k);

@@ -98,6 +98,9 @@ struct NodeSelection {
   bool dra = false;
   std::string dra_mig;
   std::vector<std::string> dra_selectors;
+  // The one node it may go to: where a ResourceClaim it shares with another pod is
+  // allocated (empty: any).
+  std::string node;
   bool operator==(const NodeSelection&) const = default;
   std::string Key() const;  // a canonical text, equal exactly when the selections are
 };
@@ -119,6 +122,9 @@ struct PodInfo {
   struct ClaimRef {
     std::string name, claim;
     bool from_template = false;
+    // The claim is allocated for another pod already (the first in its reservedFor): this
+    // one shares its devices, on their node, and holds none of them (set by the scheduler).
+    bool shared = false;
   };
   std::vector<ClaimRef> claims;
   std::string claims_wait;  // why its claims do not say yet what it needs, if so

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -458,6 +459,10 @@ class Driver {
     // An elastic gang shrunk: the pods evicted above its size, whose GPUs the core holds
     // until they are gone (Scheduler::RunBegan then).
     std::vector<std::string> shrunk;
+    // What its pods' claims made of them when it was submitted (ClaimShape): a waiting job
+    // whose claims change (one allocated meanwhile for a pod that shares it) is submitted
+    // anew.
+    std::string claim_shape;
   };
 
   // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
@@ -512,6 +517,10 @@ class Driver {
   bool ClearStaleClaims(const PodInfo& p);
   std::vector<std::string> DevicesOf(const core::WorkerAlloc& w) const;
   bool AdoptDevices(const PodInfo& p, const core::JobSpec& spec, core::WorkerAlloc& w) const;
+  std::string SharedClaimWait(
+      const PodInfo& p, bool lone,
+      const std::map<std::string, std::vector<const PodInfo*>>& claim_users) const;
+  static std::string ClaimShape(const std::vector<const PodInfo*>& pods);
   std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
@@ -650,7 +659,12 @@ void Driver::Apply(Event& e) {
               auto p = pods_.find(uid);
               return p != pods_.end() && Ours(p->second);
             });
-        if (foreign_claims_.contains(key) || (moved && c.allocated && !ours)) rebuild_ = true;
+        // A shared claim's first pod gone: the next one holds its devices from a rebuild on.
+        const bool handed = it != claims_.end() && c.allocated && !c.reserved_for.empty() &&
+                            !it->second.reserved_for.empty() &&
+                            it->second.reserved_for.front() != c.reserved_for.front();
+        if (foreign_claims_.contains(key) || (moved && c.allocated && !ours) || handed)
+          rebuild_ = true;
         claims_[key] = std::move(c);
         claims_changed_ = true;
         break;
@@ -923,12 +937,10 @@ void Driver::Rebuild() {
   for (const auto& [name, sl] : slices_) pool_node[sl.pool] = sl.node;
   for (const auto& [key, c] : claims_) {
     if (!c.allocated) continue;
-    const bool adopted =
-        std::any_of(c.reserved_for.begin(), c.reserved_for.end(), [&](const std::string& uid) {
-          auto p = pods_.find(uid);
-          return p != pods_.end() && Ours(p->second) && Live(p->second) &&
-                 !p->second.node_name.empty();
-        });
+    // With the first pod it is reserved for (pods that share it hold none of its devices).
+    auto first = c.reserved_for.empty() ? pods_.end() : pods_.find(c.reserved_for.front());
+    const bool adopted = first != pods_.end() && Ours(first->second) && Live(first->second) &&
+                         !first->second.node_name.empty();
     if (adopted) continue;
     foreign_claims_.insert(key);
     for (const AllocatedDevice& d : c.devices) {
@@ -1013,12 +1025,18 @@ void Driver::Bind(const PodInfo& pod, const std::string& node,
 // What a pod's claims ask, from the claims and their classes; until they are all there and
 // supported, why it waits. A pod with claims goes only to nodes whose GPUs come through
 // DRA, whatever its claims say.
+//
+// A claim allocated for another pod (the first in its reservedFor) is shared: the pod goes
+// to the node of its devices and holds none of them (the first pod's job does, until the
+// claim is released or a rebuild finds another pod first).
 void Driver::ResolveClaims(PodInfo& p) {
   p.selection.dra = true;
+  p.selection.node.clear();
   p.claims_wait.clear();
   asks_.erase(p.uid);
   std::vector<const ClaimInfo*> claims;
-  for (const PodInfo::ClaimRef& ref : p.claims) {
+  for (PodInfo::ClaimRef& ref : p.claims) {
+    ref.shared = false;
     if (ref.claim.empty()) {
       p.claims_wait =
           "waiting for the ResourceClaim of " + ref.name + " to be made from its template";
@@ -1029,7 +1047,33 @@ void Driver::ResolveClaims(PodInfo& p) {
       p.claims_wait = "waiting for ResourceClaim " + ref.claim;
       return;
     }
-    claims.push_back(&c->second);
+    const ClaimInfo& claim = c->second;
+    if (!claim.allocated || claim.reserved_for.empty() || claim.reserved_for.front() == p.uid) {
+      claims.push_back(&claim);
+      continue;
+    }
+    ref.shared = true;
+    std::string node = claim.node;
+    for (const AllocatedDevice& d : claim.devices) {
+      if (d.driver != kGpuDriver) {
+        p.claims_wait = "ResourceClaim " + ref.claim + " holds devices of driver " + d.driver +
+                        ", which Gantry does not share";
+        return;
+      }
+      for (const auto& [name, sl] : slices_) {
+        if (node.empty() && sl.driver == kGpuDriver && sl.pool == d.pool) node = sl.node;
+      }
+    }
+    if (node.empty()) {
+      p.claims_wait = "ResourceClaim " + ref.claim + " is allocated on no node Gantry knows";
+      return;
+    }
+    if (!p.selection.node.empty() && p.selection.node != node) {
+      p.claims_wait = "its ResourceClaims are allocated on different nodes (" + p.selection.node +
+                      ", " + node + ")";
+      return;
+    }
+    p.selection.node = node;
   }
   auto ask = AskOf(claims, classes_);
   if (!ask) {
@@ -1089,6 +1133,48 @@ bool Driver::ClearStaleClaims(const PodInfo& p) {
   return any;
 }
 
+// Why pending pod `p` waits on a claim it shares, if it does: a claim that several pods
+// name is allocated for the first of them (bound, or created first), and the others wait
+// for that, then share it; pods of a PodGroup do not share claims. "" otherwise.
+std::string Driver::SharedClaimWait(
+    const PodInfo& p, bool lone,
+    const std::map<std::string, std::vector<const PodInfo*>>& claim_users) const {
+  if (!p.node_name.empty()) return "";
+  for (const PodInfo::ClaimRef& ref : p.claims) {
+    const std::string key = p.ns + "/" + ref.claim;
+    auto users = claim_users.find(key);
+    const bool several = users != claim_users.end() && users->second.size() > 1;
+    if (!lone && (several || ref.shared)) {
+      return "ResourceClaim " + ref.claim +
+             " is shared with another pod: Gantry shares a claim between lone pods, not the pods "
+             "of a PodGroup (give each pod its own, from a ResourceClaimTemplate)";
+    }
+    if (ref.shared || !several) continue;
+    if (auto c = claims_.find(key); c != claims_.end() && c->second.allocated) continue;
+    for (const PodInfo* q : users->second) {
+      const bool first = q != &p && q->problem.empty() && q->claims_wait.empty() &&
+                         (!q->node_name.empty() ||
+                          std::tie(q->created_ms, q->name) < std::tie(p.created_ms, p.name));
+      if (first) {
+        return "waiting for ResourceClaim " + ref.claim + " to be allocated for pod " + q->name +
+               ", which shares it";
+      }
+    }
+  }
+  return "";
+}
+
+// What the claims of `pods` made of them (the node selections and devices ResolveClaims
+// wrote): "" for pods without claims, whose shape never changes.
+std::string Driver::ClaimShape(const std::vector<const PodInfo*>& pods) {
+  std::string out;
+  for (const PodInfo* p : pods) {
+    if (p->claims.empty()) continue;
+    out += p->selection.Key() + "/" + std::to_string(p->gpus) + "/" + p->mig_profile + ";";
+  }
+  return out;
+}
+
 // The DRA devices of worker `w`: its whole GPUs, or its MIG device at its placement.
 std::vector<std::string> Driver::DevicesOf(const core::WorkerAlloc& w) const {
   std::vector<std::string> out;
@@ -1138,6 +1224,14 @@ std::vector<std::pair<std::string, std::string>> Driver::ClaimWrites(
         ClaimStatusPath(p.ns, part.claim),
         AllocationPatch(part, mine, nodes_.at(node).dra.pool, node, p.name, p.uid).dump());
   }
+  for (const PodInfo::ClaimRef& ref : p.claims) {
+    auto c = claims_.find(p.ns + "/" + ref.claim);
+    if (!ref.shared || c == claims_.end()) continue;
+    const auto& reserved = c->second.reserved_for;
+    if (std::find(reserved.begin(), reserved.end(), p.uid) == reserved.end())
+      out.emplace_back(ClaimStatusPath(p.ns, ref.claim),
+                       ReservationPatch(c->second, p.name, p.uid).dump());
+  }
   return out;
 }
 
@@ -1157,6 +1251,7 @@ bool Driver::AdoptDevices(const PodInfo& p, const core::JobSpec& spec, core::Wor
   for (const PodInfo::ClaimRef& ref : p.claims) {
     auto c = claims_.find(p.ns + "/" + ref.claim);
     if (c == claims_.end()) return false;
+    if (ref.shared) continue;  // the devices of the pod it was allocated for
     for (const AllocatedDevice& d : c->second.devices) {
       if (d.driver != kGpuDriver) continue;
       for (size_t i = 0; i < g.gpus.size(); ++i) {
@@ -1223,6 +1318,16 @@ void Driver::SyncJobs() {
   for (auto& [key, pods] : by_key) {
     std::sort(pods.begin(), pods.end(),
               [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
+  }
+  // Each claim's live pods of ours: a claim that several name is allocated for one of
+  // them, then shared by the others.
+  std::map<std::string, std::vector<const PodInfo*>> claim_users;
+  for (const auto& [key, pods] : by_key) {
+    for (const PodInfo* p : pods) {
+      for (const PodInfo::ClaimRef& ref : p->claims) {
+        if (Live(*p) && !ref.claim.empty()) claim_users[p->ns + "/" + ref.claim].push_back(p);
+      }
+    }
   }
   // Jobs whose pods are all gone end; a preempted gang's pods come back, recreated by
   // their controller, as the same job's next run.
@@ -1298,12 +1403,17 @@ void Driver::SyncJobs() {
       } else if (rec.phase == core::Phase::kPending) {
         // A waiting gang whose pods changed (one deleted, one added) is submitted anew.
         std::vector<std::string> now_pods;
+        std::vector<const PodInfo*> waiting;
         if (pods != by_key.end()) {
           for (const PodInfo* p : pods->second) {
-            if (Live(*p) && p->node_name.empty()) now_pods.push_back(p->uid);
+            if (Live(*p) && p->node_name.empty()) {
+              now_pods.push_back(p->uid);
+              waiting.push_back(p);
+            }
           }
         }
-        if (static_cast<int>(now_pods.size()) != rec.spec.replicas) {
+        if (static_cast<int>(now_pods.size()) != rec.spec.replicas ||
+            ClaimShape(waiting) != job.claim_shape) {
           job.preemptions = rec.preemptions;
           sched_->Finish(job.id, now);
           Forget(job);
@@ -1351,6 +1461,8 @@ void Driver::SyncJobs() {
         problem = "pod " + p->name + " is malformed: " + p->problem;
       else if (!p->claims_wait.empty())
         problem = p->claims_wait;
+      else if (std::string why = SharedClaimWait(*p, job.lone, claim_users); !why.empty())
+        problem = why;
       else if (p->node_name.empty() && ClearStaleClaims(*p))
         problem = "waiting for its ResourceClaims' earlier allocation to be cleared";
       else if (!p->unsupported.empty()) {
@@ -1431,6 +1543,7 @@ void Driver::SyncJobs() {
       }
       victims_of_.erase(v);
     }
+    job.claim_shape = ClaimShape(live);
     job.id = sched_->Submit(std::move(*spec), std::min(job.first_seen, now));
     by_id_[job.id.v] = key;
     sched_->SetPreemptions(job.id, job.preemptions);

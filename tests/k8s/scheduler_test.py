@@ -1124,6 +1124,115 @@ def case_dra_claims(c):
             c.kubectl("delete", "node", n, check=False)
 
 
+def shared_claim(name, count):
+    """A ResourceClaim of its own (not from a template), for pods to name and share."""
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "count": count}}]}}}
+
+
+def shared_claim_pod(name, claim, group_name=None):
+    p = pod(name, 0, group=group_name)
+    p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim}]
+    return p
+
+
+def claim_state(c, name):
+    """(devices pool/device, reservedFor pod names) of ResourceClaim `name`."""
+    status, doc = c.api.request("GET", f"/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}")
+    assert status == 200, doc
+    st = doc.get("status") or {}
+    results = (((st.get("allocation") or {}).get("devices")) or {}).get("results") or []
+    return sorted(f"{r['pool']}/{r['device']}" for r in results), [r["name"] for r in st.get("reservedFor") or []]
+
+
+def case_dra_shared_claim(c):
+    """A ResourceClaim that several lone pods name (NVIDIA's example of two pods sharing a
+    GPU): allocated once, for the first; the others bound to its node and added to its
+    reservedFor; its device held while any pod holds the claim (the first one gone, a
+    restart), free once the last goes; pods of a PodGroup that share one get a message."""
+    dra_classes(c)
+    dra_node(c, "dra-share", 4, "NVIDIA H100 80GB HBM3", "80Gi")
+    dra_node(c, "dra-other", 4, "NVIDIA H100 80GB HBM3", "80Gi")
+    c.kubectl_apply(shared_claim("one-gpu", 1), shared_claim("gang-gpu", 1), claim_template("one", 1),
+                    claim_template("three", 3), claim_template("four", 4))
+
+    def msgs():
+        return {p["metadata"]["name"]: scheduled_message(p) for p in c.pods("test=yes")}
+
+    def node_of(name):
+        return {p["metadata"]["name"]: (p.get("spec") or {}).get("nodeName") for p in c.pods("test=yes")}.get(name)
+
+    def no_device_twice():
+        held = [d for devs in claims_of(c).values() for d in devs]
+        assert len(held) == len(set(held)), f"a device allocated twice: {claims_of(c)}"
+
+    try:
+        c.kubectl_apply(*[shared_claim_pod(f"share-{i}", "one-gpu") for i in range(3)])
+        try:
+            wait_for("the three pods sharing one-gpu bound", lambda: len(bound(c.pods("test=yes"))) == 3, 20)
+        except AssertionError:
+            raise AssertionError(f"claim: {claim_state(c, 'one-gpu')}; waiting: {msgs()}")
+        devs, reserved = claim_state(c, "one-gpu")
+        assert len(devs) == 1 and sorted(reserved) == ["share-0", "share-1", "share-2"], (devs, reserved)
+        home = devs[0].split("/")[0]
+        assert {node_of(f"share-{i}") for i in range(3)} == {home}, [node_of(f"share-{i}") for i in range(3)]
+        other = "dra-other" if home == "dra-share" else "dra-share"
+        # A restart reads the three back: the first holds the device, the others none.
+        c.stop_gantryd()
+        c.start_gantryd()
+        # Its node has 3 GPUs left, the other 4: a 3-GPU pod fits there, one 4-GPU pod on
+        # the other node, a second waits (a device counted once, not once per pod).
+        c.kubectl_apply(claim_pod("three", "three"), claim_pod("quad", "four"))
+        wait_for("three and quad bound", lambda: node_of("three") and node_of("quad"), 20)
+        assert node_of("three") == home and node_of("quad") == other, (node_of("three"), node_of("quad"))
+        c.kubectl_apply(claim_pod("quad-2", "four"))
+        wait_for("quad-2 waiting with the core's reason", lambda: "gantry: " in msgs().get("quad-2", ""), 20)
+        no_device_twice()
+        check_allocatable(c)
+        # The pod the claim was allocated for goes: the claim stays, for the other two, and
+        # so does its device, through a restart.
+        first = reserved[0]
+        c.kubectl("delete", "pod", first, "--grace-period=0", "--force")
+        wait_for(f"{first} out of the claim's reservedFor", lambda: first not in claim_state(c, "one-gpu")[1], 20)
+        assert claim_state(c, "one-gpu")[0] == devs, claim_state(c, "one-gpu")
+        c.kubectl_apply(claim_pod("single", "one"))  # both nodes are full: it waits
+        time.sleep(3)
+        assert not node_of("single"), f"a GPU given twice once the claim's first pod went: {claims_of(c)}"
+        c.kubectl("delete", "pod", "single", "--grace-period=0", "--force")
+        c.stop_gantryd()
+        c.start_gantryd()
+        c.kubectl("delete", "pod", "three", "--grace-period=0", "--force")
+        time.sleep(3)  # 3 GPUs free on its node, 1 still the claim's: quad-2 (4) must wait
+        assert not node_of("quad-2"), f"quad-2 bound beside the shared claim's GPU: {claims_of(c)}"
+        no_device_twice()
+        # The last pods sharing it go: kube-controller-manager releases the claim, and its
+        # GPU is free.
+        for i in range(3):
+            if f"share-{i}" != first:
+                c.kubectl("delete", "pod", f"share-{i}", "--grace-period=0", "--force")
+        try:
+            wait_for("quad-2 bound once the claim is released", lambda: node_of("quad-2") == home, 30)
+        except AssertionError:
+            raise AssertionError(f"claim: {claim_state(c, 'one-gpu')}; waiting: {msgs()}")
+        no_device_twice()
+        # Pods of a gang that share a claim: a message, nothing bound.
+        c.kubectl_apply(group("duo", 2), *[shared_claim_pod(f"duo-{i}", "gang-gpu", "duo") for i in range(2)])
+        wait_for("the gang's message", lambda: "not the pods of a PodGroup" in msgs().get("duo-0", ""), 20)
+        assert not node_of("duo-0") and not node_of("duo-1")
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
+        c.kubectl("delete", "resourceclaims", "one-gpu", "gang-gpu", check=False)
+        c.kubectl("delete", "resourceclaimtemplates", "--all", check=False)
+        c.kubectl("delete", "resourceslices", "dra-share-gpus", "dra-other-gpus", check=False)
+        for n in ("dra-share", "dra-other"):
+            c.kubectl("delete", "node", n, check=False)
+
+
 def case_dra_claims_at_24_nodes(c):
     """Resource claims at cluster size: 24 DRA nodes of 8 H100s in 2 NVLink domains, 4-GPU
     and then 2-GPU claims that must each stay in one domain, 10% more than the GPUs: every
@@ -1519,6 +1628,7 @@ CASES = [
     case_shared_gpus,
     case_mig_and_shared_gpus_at_48_nodes,
     case_dra_claims,
+    case_dra_shared_claim,
     case_dra_claims_at_24_nodes,
     case_gantry_cli_reads_jobs_and_queues,
     case_budget_spent_is_said_and_holds_new_work,

@@ -223,5 +223,45 @@ TEST(DraClaim, WhatAPodAsksAndTheAllocationWritten) {
           "matchAttribute gpu.nvidia.com/uuid is not supported");
 }
 
+// A claim allocated for one pod and shared by another: its node from the allocation's
+// node selector, its pods in order, and the patch that adds a third after them.
+TEST(DraClaim, ASharedClaimsNodeAndPodsAreReadAndAPodIsAddedAfterThem) {
+  json obj =
+      Claim("shared",
+            json::array({{{"name", "gpu"}, {"exactly", {{"deviceClassName", "gpu.nvidia.com"}}}}}));
+  obj["status"] = {
+      {"allocation",
+       {{"devices",
+         {{"results", json::array({{{"request", "gpu"},
+                                    {"driver", "gpu.nvidia.com"},
+                                    {"pool", "n1"},
+                                    {"device", "gpu-3"}}})}}},
+        {"nodeSelector",
+         {{"nodeSelectorTerms",
+           json::array({{{"matchFields", json::array({{{"key", "metadata.name"},
+                                                       {"operator", "In"},
+                                                       {"values", json::array({"n1"})}}})}}})}}}}},
+      {"reservedFor", json::array({{{"resource", "pods"}, {"name", "a"}, {"uid", "uid-a"}},
+                                   {{"resource", "pods"}, {"name", "b"}, {"uid", "uid-b"}}})}};
+  const ClaimInfo c = ParseClaim(obj);
+  ASSERT_EQ(c.problem, "");
+  EXPECT_TRUE(c.allocated);
+  EXPECT_EQ(c.node, "n1");
+  EXPECT_EQ(c.reserved_for, (std::vector<std::string>{"uid-a", "uid-b"}));
+  EXPECT_EQ(c.reserved_names, (std::vector<std::string>{"a", "b"}));
+  const json patch = ReservationPatch(c, "c", "uid-c");
+  EXPECT_EQ(patch["metadata"]["uid"], "c-shared");
+  EXPECT_EQ(patch["metadata"]["resourceVersion"], "7") << "the precondition";
+  const json& reserved = patch["status"]["reservedFor"];
+  ASSERT_EQ(reserved.size(), 3u);
+  EXPECT_EQ(reserved[0]["uid"], "uid-a") << "the pod it was allocated for stays first";
+  EXPECT_EQ(reserved[2], json({{"resource", "pods"}, {"name", "c"}, {"uid", "uid-c"}}));
+  EXPECT_FALSE(patch["status"].contains("allocation")) << "the allocation is left as it is";
+  // A node selector of another form names no node.
+  obj["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+     ["operator"] = "NotIn";
+  EXPECT_EQ(ParseClaim(obj).node, "");
+}
+
 }  // namespace
 }  // namespace gantry::kube

@@ -145,6 +145,13 @@ TEST(KubeSelection, SelectorsAffinityAndTaints) {
   EXPECT_FALSE(Allows(sel, node));
   sel.terms.push_back({Requirement{"example.com/leaf", "DoesNotExist", {}}});
   EXPECT_TRUE(Allows(sel, node)) << "any term of the required affinity";
+  // Pinned to a node (a ResourceClaim it shares is allocated there): that one only.
+  const std::string unpinned = sel.Key();
+  sel.node = "n2";
+  EXPECT_FALSE(Allows(sel, node));
+  EXPECT_NE(sel.Key(), unpinned);
+  sel.node = "n1";
+  EXPECT_TRUE(Allows(sel, node));
 }
 
 TEST(KubeCluster, PoolsByShapeAndSelectionWithTheirLeavesAndNames) {

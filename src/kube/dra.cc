@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <set>
 
 #include "kube/json_fields.h"
@@ -94,14 +95,15 @@ class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : t_(std::move(tokens)) {}
 
-  Result<std::vector<DeviceSelector::Term>> Parse() {
-    std::vector<DeviceSelector::Term> terms;
-    if (auto s = Conjunction(terms); !s) return s.error();
-    if (Peek().kind != Token::Kind::kEnd) return Expected("&& or the end");
-    return terms;
+  Result<DeviceSelector::Expr> Parse() {
+    auto e = Or();
+    if (!e) return e.error();
+    if (Peek().kind != Token::Kind::kEnd) return Expected("&&, || or the end");
+    return e;
   }
 
  private:
+  using Expr = DeviceSelector::Expr;
   const Token& Peek() const { return t_[pos_]; }
   bool IsOp(const char* op) const { return Peek().kind == Token::Kind::kOp && Peek().text == op; }
   bool IsIdent(const char* name) const {
@@ -110,10 +112,8 @@ class Parser {
   Error Expected(const std::string& what) const {
     const Token& t = Peek();
     const std::string got = t.kind == Token::Kind::kEnd ? "the end" : "'" + t.text + "'";
-    std::string why = "column " + std::to_string(t.column) + ": expected " + what + ", got " + got;
-    if (t.text == "||" || t.text == "!")
-      why += " (the supported subset is a conjunction of comparisons: no || or !)";
-    return Error{"selector", why};
+    return Error{"selector",
+                 "column " + std::to_string(t.column) + ": expected " + what + ", got " + got};
   }
   Status Take(const char* op) {
     if (!IsOp(op)) return Expected(std::string("'") + op + "'");
@@ -129,20 +129,52 @@ class Parser {
     return t_[pos_++].text;
   }
 
-  Status Conjunction(std::vector<DeviceSelector::Term>& terms) {
+  // CEL's precedence: ! binds tightest, then &&, then ||. Nesting is bounded (a hostile
+  // selector must not exhaust the stack).
+  Result<Expr> Or() { return Joined("||", Expr::Kind::kOr); }
+  Result<Expr> And() { return Joined("&&", Expr::Kind::kAnd); }
+  Result<Expr> Joined(const char* op, Expr::Kind kind) {
+    Expr joined;
+    joined.kind = kind;
     while (true) {
-      if (IsOp("(")) {
-        ++pos_;
-        if (auto s = Conjunction(terms); !s) return s;
-        if (auto s = Take(")"); !s) return s;
-      } else {
-        auto term = Comparison();
-        if (!term) return term.error();
-        terms.push_back(std::move(*term));
-      }
-      if (!IsOp("&&")) return Ok{};
+      auto e = kind == Expr::Kind::kOr ? And() : Unary();
+      if (!e) return e.error();
+      joined.kids.push_back(std::move(*e));
+      if (!IsOp(op)) break;
       ++pos_;
     }
+    if (joined.kids.size() == 1) return std::move(joined.kids.front());
+    return joined;
+  }
+  Result<Expr> Unary() {
+    if (++depth_ > 64) return Expected("fewer nested parentheses and !");
+    Result<Expr> e = Expr{};
+    if (IsOp("!")) {
+      ++pos_;
+      auto inner = Unary();
+      if (!inner) return inner.error();
+      Expr n;
+      n.kind = Expr::Kind::kNot;
+      n.kids.push_back(std::move(*inner));
+      e = std::move(n);
+    } else if (IsOp("(")) {
+      ++pos_;
+      e = Or();
+      if (e) {
+        if (auto s = Take(")"); !s) e = s.error();
+      }
+    } else {
+      auto term = Comparison();
+      if (term) {
+        Expr n;
+        n.term = std::move(*term);
+        e = std::move(n);
+      } else {
+        e = term.error();
+      }
+    }
+    --depth_;
+    return e;
   }
 
   Result<AttributeValue> Literal() {
@@ -264,6 +296,7 @@ class Parser {
 
   std::vector<Token> t_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 bool Compare(const AttributeValue& have, const std::string& op, const AttributeValue& want) {
@@ -314,45 +347,81 @@ const std::string kProduct = std::string(kGpuDriver) + "/productName";
 Result<DeviceSelector> DeviceSelector::Compile(std::string_view expression) {
   auto tokens = Lex(expression);
   if (!tokens) return tokens.error();
-  auto terms = Parser(std::move(*tokens)).Parse();
-  if (!terms) return terms.error();
+  auto root = Parser(std::move(*tokens)).Parse();
+  if (!root) return root.error();
   DeviceSelector s;
-  s.terms_ = std::move(*terms);
+  s.root_ = std::move(*root);
   return s;
 }
 
-bool DeviceSelector::Matches(const std::string& driver, const DraDevice& d) const {
-  for (const Term& t : terms_) {
-    AttributeValue have;
-    if (t.lhs == Term::Lhs::kDriver) {
-      have = driver;
-    } else if (t.lhs == Term::Lhs::kAttribute) {
-      auto it = d.attributes.find(t.key);
-      if (it == d.attributes.end()) return false;  // CEL: no such key, an error: no match
-      have = it->second;
-    } else {
-      auto it = d.capacity.find(t.key);
-      if (it == d.capacity.end()) return false;
-      have = it->second;
-    }
-    if (t.op == "in") {
-      if (std::none_of(t.values.begin(), t.values.end(),
-                       [&](const AttributeValue& v) { return Compare(have, "==", v); }))
-        return false;
-    } else if (!Compare(have, t.op, t.values.front())) {
-      return false;
-    }
+namespace {
+
+// One comparison on device `d`: nullopt (CEL's error) when it lacks the attribute.
+std::optional<bool> Evaluate(const DeviceSelector::Term& t, const std::string& driver,
+                             const DraDevice& d) {
+  using Lhs = DeviceSelector::Term::Lhs;
+  AttributeValue have;
+  if (t.lhs == Lhs::kDriver) {
+    have = driver;
+  } else if (t.lhs == Lhs::kAttribute) {
+    auto it = d.attributes.find(t.key);
+    if (it == d.attributes.end()) return std::nullopt;
+    have = it->second;
+  } else {
+    auto it = d.capacity.find(t.key);
+    if (it == d.capacity.end()) return std::nullopt;
+    have = it->second;
   }
-  return true;
+  if (t.op == "in") {
+    return std::any_of(t.values.begin(), t.values.end(),
+                       [&](const AttributeValue& v) { return Compare(have, "==", v); });
+  }
+  return Compare(have, t.op, t.values.front());
+}
+
+// CEL's logic with errors: && is false if a side is, || true if a side is, else an error
+// if a side is one.
+std::optional<bool> Evaluate(const DeviceSelector::Expr& e, const std::string& driver,
+                             const DraDevice& d) {
+  using Kind = DeviceSelector::Expr::Kind;
+  if (e.kind == Kind::kTerm) return Evaluate(e.term, driver, d);
+  if (e.kind == Kind::kNot) {
+    const std::optional<bool> v = Evaluate(e.kids.front(), driver, d);
+    return v ? std::optional<bool>(!*v) : std::nullopt;
+  }
+  const bool decides = e.kind == Kind::kOr;  // the value that settles it
+  bool error = false;
+  for (const DeviceSelector::Expr& k : e.kids) {
+    const std::optional<bool> v = Evaluate(k, driver, d);
+    if (v == decides) return decides;
+    error |= !v;
+  }
+  return error ? std::nullopt : std::optional<bool>(!decides);
+}
+
+}  // namespace
+
+bool DeviceSelector::Matches(const std::string& driver, const DraDevice& d) const {
+  return Evaluate(root_, driver, d) == true;
 }
 
 std::optional<AttributeValue> DeviceSelector::Pinned(const std::string& attribute) const {
-  for (const Term& t : terms_) {
+  auto pins = [&](const Term& t) {
     const bool lhs = attribute.empty() ? t.lhs == Term::Lhs::kDriver
                                        : t.lhs == Term::Lhs::kAttribute && t.key == attribute;
-    if (lhs && (t.op == "==" || (t.op == "in" && t.values.size() == 1))) return t.values.front();
-  }
-  return std::nullopt;
+    return lhs && (t.op == "==" || (t.op == "in" && t.values.size() == 1));
+  };
+  // Top level: the expression itself, or a side of its && (nested ones too).
+  std::function<const Term*(const Expr&)> find = [&](const Expr& e) -> const Term* {
+    if (e.kind == Expr::Kind::kTerm) return pins(e.term) ? &e.term : nullptr;
+    if (e.kind != Expr::Kind::kAnd) return nullptr;
+    for (const Expr& k : e.kids) {
+      if (const Term* t = find(k)) return t;
+    }
+    return nullptr;
+  };
+  const Term* t = find(root_);
+  return t != nullptr ? std::optional<AttributeValue>(t->values.front()) : std::nullopt;
 }
 
 SliceInfo ParseSlice(const json& obj) {

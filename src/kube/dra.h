@@ -9,7 +9,7 @@
 // placement) inside the node becomes the claim's allocation, device by device.
 //
 // CEL: no CEL library is packaged for Debian 12 (cel-cpp needs Abseil and Protobuf builds
-// of its own), and a selector here is a conjunction of a few comparison forms, so the
+// of its own), and a selector here is &&, || and ! of a few comparison forms, so the
 // subset is parsed here; anything outside it is refused with a message naming it.
 // Parsing never throws: a malformed object is a value with `problem` set.
 // Thread-safety: plain values and pure functions.
@@ -57,17 +57,20 @@ SliceInfo ParseSlice(const nlohmann::json& obj);
 // attributes and capacity.
 class DeviceSelector {
  public:
-  // The subset: `A && B && ...` (parentheses allowed) of
+  // The subset: comparisons joined by &&, || and ! (parentheses allowed), each one of
   //   device.driver == 'x'
   //   device.attributes['domain'].name  (== | !=)  'text' | 12 | true
   //   device.attributes['domain'].name  (< | <= | > | >=)  12
   //   device.attributes['domain'].name in ['a', 'b']
   //   device.capacity['domain'].name.compareTo(quantity('40Gi'))  (op)  0
   //   device.capacity['domain'].name.isGreaterThan(quantity('40Gi'))  (and isLessThan)
-  // An error names the column and what was expected.
+  // An error names the column and what was expected. As in CEL, a comparison on an
+  // attribute the device lacks is an error, which || and && absorb where the other side
+  // decides and which otherwise matches nothing.
   static Result<DeviceSelector> Compile(std::string_view expression);
   bool Matches(const std::string& driver, const DraDevice& d) const;
-  // The value the selector pins an attribute (or the driver, "") to with ==, if it does.
+  // The value the selector pins an attribute (or the driver, "") to with == at its top
+  // level (a comparison every match passes), if it does.
   std::optional<AttributeValue> Pinned(const std::string& attribute) const;
 
   struct Term {
@@ -76,9 +79,15 @@ class DeviceSelector {
     std::string op;   // == != < <= > >= in
     std::vector<AttributeValue> values;
   };
+  // A comparison, or &&, || or ! of expressions.
+  struct Expr {
+    enum class Kind : uint8_t { kTerm, kAnd, kOr, kNot } kind = Kind::kTerm;
+    Term term;
+    std::vector<Expr> kids;
+  };
 
  private:
-  std::vector<Term> terms_;
+  Expr root_;
 };
 
 // A DeviceClass: its selectors.

@@ -40,6 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (node.dra.mig_parent.size() != node.dra.migs.size()) __builtin_trap();
   const ClassInfo cls = ParseClass(obj);
   const ClaimInfo claim = ParseClaim(obj);
+  if (claim.reserved_names.size() != claim.reserved_for.size()) __builtin_trap();
+  (void)ReservationPatch(claim, "p", "u");
   for (const std::string& e : cls.selectors) {
     auto sel = DeviceSelector::Compile(e);
     if (sel && !slice.devices.empty()) (void)sel->Matches(slice.driver, slice.devices.front());

@@ -65,18 +65,60 @@ TEST(DraSelector, TheSubsetMatchesAsCelWould) {
   EXPECT_FALSE(match("device.attributes['gpu.nvidia.com'].missing == 1"))
       << "no such key: no match";
   EXPECT_FALSE(match("device.attributes['gpu.nvidia.com'].index == '3'")) << "types differ";
+  // ||, ! and their precedence (! then && then ||), as CEL has them.
+  EXPECT_TRUE(
+      match("device.attributes['gpu.nvidia.com'].index == 0 || "
+            "device.attributes['gpu.nvidia.com'].index == 3"));
+  EXPECT_FALSE(
+      match("device.attributes['gpu.nvidia.com'].index == 0 || "
+            "device.attributes['gpu.nvidia.com'].index == 1"));
+  EXPECT_TRUE(match("!(device.driver == 'x')"));
+  EXPECT_FALSE(match("!!(device.driver == 'x')"));
+  EXPECT_TRUE(
+      match("device.driver == 'x' && device.driver == 'y' || device.driver == "
+            "'gpu.nvidia.com'"))
+      << "&& before ||";
+  EXPECT_FALSE(
+      match("device.driver == 'x' && (device.driver == 'y' || device.driver == "
+            "'gpu.nvidia.com')"));
+  EXPECT_TRUE(
+      match("!(device.attributes['gpu.nvidia.com'].index == 0) && "
+            "device.attributes['gpu.nvidia.com'].productName != 'A'"));
+  // A missing attribute is an error, which the other side of || or && settles, if it can.
+  EXPECT_TRUE(
+      match("device.attributes['gpu.nvidia.com'].missing == 1 || device.driver == "
+            "'gpu.nvidia.com'"));
+  EXPECT_FALSE(match("device.attributes['gpu.nvidia.com'].missing == 1 || device.driver == 'x'"));
+  EXPECT_FALSE(match("device.attributes['gpu.nvidia.com'].missing == 1 && device.driver == 'x'"));
+  EXPECT_FALSE(match("!(device.attributes['gpu.nvidia.com'].missing == 1)"));
+  // Pinned: only what every match has, at the top level.
+  auto pinned = [](const std::string& e, const std::string& attribute) {
+    auto s = DeviceSelector::Compile(e);
+    EXPECT_TRUE(s.ok()) << e;
+    return s.ok() ? s->Pinned(attribute) : std::nullopt;
+  };
+  const std::string type = "device.attributes['gpu.nvidia.com'].type == 'gpu'";
+  EXPECT_EQ(pinned("device.driver == 'd' && (" + type + " && device.driver != 'e')",
+                   "gpu.nvidia.com/type"),
+            AttributeValue(std::string("gpu")));
+  EXPECT_EQ(pinned("device.driver == 'd' || " + type, "gpu.nvidia.com/type"), std::nullopt);
+  EXPECT_EQ(pinned("!(" + type + ")", "gpu.nvidia.com/type"), std::nullopt);
 
   // Outside the subset: an error naming the column and what was expected.
   for (const char* e :
-       {"device.attributes['gpu.nvidia.com'].index == 0 || true", "!(device.driver == 'x')",
+       {"device.attributes['gpu.nvidia.com'].index == 0 || true", "!device",
         "device.driver.startsWith('gpu')", "device.attributes['gpu.nvidia.com'].productName < 'b'",
-        "device.capacity['gpu.nvidia.com'].memory > 3", "device.driver == 'x"}) {
+        "device.capacity['gpu.nvidia.com'].memory > 3", "device.driver == 'x",
+        "(device.driver == 'x'", "device.driver == 'x' ||"}) {
     auto s = DeviceSelector::Compile(e);
     ASSERT_FALSE(s.ok()) << e;
     EXPECT_NE(s.error().message.find("column"), std::string::npos) << s.error().message;
   }
-  auto s = DeviceSelector::Compile("device.attributes['gpu.nvidia.com'].index == 0 || true");
-  EXPECT_NE(s.error().message.find("no || or !"), std::string::npos) << s.error().message;
+  // Nesting is bounded: a hostile selector is refused, not a stack overflow.
+  const std::string deep =
+      std::string(100000, '(') + "device.driver == 'x'" + std::string(100000, ')');
+  EXPECT_FALSE(DeviceSelector::Compile(deep).ok());
+  EXPECT_FALSE(DeviceSelector::Compile(std::string(100000, '!') + "device.driver == 'x'").ok());
 }
 
 TEST(DraNode, GpusByIndexDomainsAndMigPlacements) {

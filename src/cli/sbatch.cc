@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -178,13 +179,23 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
     {"contiguous", "nodes are not numbered contiguously for a job; placement keeps leaves full"},
     {"tmp", "node-local disk is not counted"},
     {"mincpus", "a node holds the job's tasks' CPUs (-c x tasks there), no minimum beside"},
-    {"nice",
-     "not honoured: a queue's jobs wait in its policy's order; a lower tier (--qos) yields to "
-     "others"},
     {"get-user-env",
      "the job's environment is the one sbatch exports (--export, ALL by default); login files "
      "are not read on the node"},
 };
+
+// --nice's value: 100 when none is given, as Slurm's; nullopt when it is not an integer in
+// Slurm's range (+/- 2147483645).
+std::optional<int> NiceValue(const std::string& text) {
+  if (text.empty()) return 100;
+  long long n = 0;
+  const char* first = text.data() + (text[0] == '+');
+  const auto [end, ec] = std::from_chars(first, text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || first == end || n < -2147483645LL ||
+      n > 2147483645LL)
+    return std::nullopt;
+  return static_cast<int>(n);
+}
 
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
 // than "unknown").
@@ -407,6 +418,11 @@ class Parser {
     } else if (v != nullptr) {
       s["exclusive"] = true;
       origin_["exclusive"] = v->where + ": --exclusive";
+    }
+    // --nice[=N] (100 without a value, as Slurm's): behind the queue's other jobs (its
+    // value checked in CheckOptionalValues; a negative one is an admin's, checked by gantryd).
+    if (auto v = Get("nice")) {
+      if (const std::optional<int> n = NiceValue(v->value)) s["nice"] = *n;
     }
     if (auto v = Get("array")) {
       if (v->value.empty()) {
@@ -862,10 +878,10 @@ class Parser {
         Error(v->where, "--no-kill", "expected off or no value, got \"" + v->value + "\"");
       given_.erase("no-kill");
     }
-    if (auto v = Get("nice"); v != nullptr && !v->value.empty()) {
-      const std::string digits = v->value.substr(v->value[0] == '-' || v->value[0] == '+');
-      if (digits.empty() || digits.size() > 10 || !all_of(digits, "0123456789"))
-        Error(v->where, "--nice", "expected an adjustment such as 100, got \"" + v->value + "\"");
+    if (auto v = Get("nice"); v != nullptr && !NiceValue(v->value)) {
+      Error(v->where, "--nice",
+            "expected an adjustment from -2147483645 to 2147483645 such as 100, got \"" + v->value +
+                "\"");
     }
     if (auto v = Get("get-user-env"); v != nullptr && !v->value.empty()) {
       std::string t = v->value;

@@ -44,6 +44,7 @@ constexpr FieldDef kFields[] = {
     {"numtasks", 0, "TASKS", "ntasks", 8},
     {"numcpus", 'C', "CPUS", "alloccpus", 10},
     {"cpus-per-task", 'c', "MIN_CPUS", nullptr, 0},
+    {"nice", 'y', "NICE", nullptr, 0},
     // squeue's reason is Slurm's code (SlurmReason); sacct's Reason, Gantry's sentence.
     {"reasonlist", 'R', "NODELIST(REASON)", nullptr, 0},
     {"reason", 'r', "REASON", nullptr, 0},
@@ -465,6 +466,7 @@ std::string FieldValue(const json& job, const std::string& field, double now) {
   }
   if (field == "numnodes") return nodes.empty() ? "-" : std::to_string(nodes.size());
   if (field == "numtasks") return Int(replicas * per_worker);
+  if (field == "nice") return Int(Num(job, "nice"));
   if (field == "numcpus")
     return job.contains("cpus") ? Int(std::ceil(Num(job, "cpus")) * replicas) : "-";
   if (field == "cpus-per-task")

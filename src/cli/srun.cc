@@ -1149,9 +1149,9 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   if (!ArrayNumberOf(j).empty() && j.contains("array_index"))
     std::cout << " ArrayJobId=" << ArrayNumberOf(j) << " ArrayTaskId=" << j["array_index"].dump();
   std::cout << " JobName=" << j.value("name", j.value("id", id))
-            << "\n   UserId=" << j.value("user", "") << " Account=" << FieldValue(j, "account", 0)
-            << " QOS=" << FieldValue(j, "qos", 0) << "\n   JobState=" << state
-            << " Reason=" << SlurmReason(j)
+            << "\n   UserId=" << j.value("user", "") << " Nice=" << FieldValue(j, "nice", 0)
+            << " Account=" << FieldValue(j, "account", 0) << " QOS=" << FieldValue(j, "qos", 0)
+            << "\n   JobState=" << state << " Reason=" << SlurmReason(j)
             << "\n   Restarts=" << std::max(0, j.value("run", 0) - 1)
             << " ExitCode=" << FieldValue(j, "exitcode", 0)
             << "\n   RunTime=" << ScontrolDuration(j, "timeused")

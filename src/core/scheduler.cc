@@ -226,6 +226,7 @@ JobId Scheduler::Submit(JobSpec spec, Ticks now) {
   rec.submit = now;
   rec.pending_since = now;
   rec.asked_tier = rec.spec.tier;
+  any_nice_ |= rec.spec.nice != 0;
   // (A budget's demotion moves the tier between standard and best-effort only, so the
   // shape, which tells only critical work apart, never changes.)
   InternShape(rec);

@@ -481,6 +481,9 @@ class Scheduler {
   // Gittins order's distribution of run times.
   const std::vector<Ticks>& observed_runs(QueueId q) const { return observed_[q.v]; }
   uint64_t observed_count(QueueId q) const { return observed_count_[q.v]; }
+  // Whether a job with a nice value other than 0 was ever submitted (then queues order
+  // their pending jobs by it first).
+  bool any_nice() const { return any_nice_; }
   // Exponentially decayed usage of a queue (GPU units, averaged with the half-life).
   double decayed_usage(QueueId q) const { return decayed_[q.v]; }
   // Every queue's decayed usage brought from the last pass up to `now`, for a scheduler
@@ -649,9 +652,10 @@ class Scheduler {
   static constexpr size_t kObserved = 1024;
   std::vector<std::vector<Ticks>> observed_;  // per queue: last kObserved completed runs (ring)
   std::vector<uint64_t> observed_count_;      // per queue: runs ever added
-  std::vector<QueueId> budgeted_;             // queues with a budget
-  std::vector<BudgetAccount> budgets_;        // by queue; empty when no queue has a budget
-  std::vector<JobId> budget_check_;           // submitted or requeued since the last pass
+  bool any_nice_ = false;
+  std::vector<QueueId> budgeted_;       // queues with a budget
+  std::vector<BudgetAccount> budgets_;  // by queue; empty when no queue has a budget
+  std::vector<JobId> budget_check_;     // submitted or requeued since the last pass
 };
 
 }  // namespace gantry::core

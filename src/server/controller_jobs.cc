@@ -522,6 +522,13 @@ void Controller::Submit(std::string token, SubmitRequest req, Done done) {
         if (!problems.empty()) return Reply::Error(Code::kBadRequest, "invalid job spec", problems);
         job.queue = config_.queues.queue(spec->queue).spec.name;
         if (auto refused = MayNotSubmit(user, job.queue)) return *refused;
+        if (spec->nice < 0 && !user.admin()) {  // a place ahead of others, as Slurm's --nice
+          return Reply::Error(Code::kForbidden,
+                              job.spec_file + ": nice: " + std::to_string(spec->nice) +
+                                  ": only an admin may give a negative value (ahead of the "
+                                  "queue's other jobs); " +
+                                  user.Describe() + " may give 0 or more");
+        }
         job.team = user.admin() ? "admin" : user.team;
         job.user = user.user;
         if (!req.idempotency_key.empty()) {
@@ -773,6 +780,7 @@ json Controller::JobSummary(const Job& job, bool details, const Principal* viewe
             {"nodes", nodes},
             {"progress_s", static_cast<double>(job.progress) / 1000.0}};
   if (job.spec.tasks_per_worker > 1) j["tasks_per_worker"] = job.spec.tasks_per_worker;
+  if (job.spec.nice != 0) j["nice"] = job.spec.nice;
   if (!job.hold.empty()) j["hold"] = job.hold;
   if (job.begin_ms > 0) j["begin"] = static_cast<double>(job.begin_ms) / 1000.0;
   j["start"] = job.first_start >= 0 ? json(UnixSeconds(job.first_start)) : json(nullptr);

@@ -138,6 +138,7 @@ class JobDecoder {
                                                                  "fewest_nodes",
                                                                  "checkpoint_s",
                                                                  "grace_s",
+                                                                 "nice",
                                                                  "window",
                                                                  "command",
                                                                  "env",
@@ -159,15 +160,37 @@ class JobDecoder {
                                                                  "tasks_per_worker",
                                                                  "nodelist",
                                                                  "exclude_nodes"};
-    const std::initializer_list<std::string_view> trace_fields = {
-        "id",           "queue",         "tier",           "replicas",
-        "min_replicas", "speedup",       "speed_by_model", "gpus",
-        "mig",          "sharing",       "gpu_model",      "vram_gb",
-        "cpus",         "memory_gb",     "topology",       "workers_per_node",
-        "fewest_nodes", "checkpoint_s",  "grace_s",        "window",
-        "command",      "env",           "workdir",        "runtime_estimate_s",
-        "submit",       "duration",      "idle_after_s",   "util",
-        "vram_used_gb", "keep_when_idle"};
+    const std::initializer_list<std::string_view> trace_fields = {"id",
+                                                                  "queue",
+                                                                  "tier",
+                                                                  "replicas",
+                                                                  "min_replicas",
+                                                                  "speedup",
+                                                                  "speed_by_model",
+                                                                  "gpus",
+                                                                  "mig",
+                                                                  "sharing",
+                                                                  "gpu_model",
+                                                                  "vram_gb",
+                                                                  "cpus",
+                                                                  "memory_gb",
+                                                                  "topology",
+                                                                  "workers_per_node",
+                                                                  "fewest_nodes",
+                                                                  "checkpoint_s",
+                                                                  "grace_s",
+                                                                  "window",
+                                                                  "command",
+                                                                  "env",
+                                                                  "workdir",
+                                                                  "runtime_estimate_s",
+                                                                  "submit",
+                                                                  "duration",
+                                                                  "idle_after_s",
+                                                                  "util",
+                                                                  "vram_used_gb",
+                                                                  "keep_when_idle",
+                                                                  "nice"};
     Fields f(d_, doc, "", mode == Mode::kTrace ? trace_fields : spec_fields);
     JobSpec& job = out.spec;
     ReadId(f, mode, line, job, id);
@@ -213,6 +236,7 @@ class JobDecoder {
     ReadModelSpeed(f, job);
     if (auto v = f.Number("checkpoint_s", Range{0, false, kMaxSeconds}))
       job.checkpoint = SecondsToTicks(*v);
+    if (auto n = f.Integer("nice", -2147483645LL, 2147483645LL)) job.nice = static_cast<int>(*n);
     const core::Ticks max_grace = config_.policy.max_grace[static_cast<size_t>(job.tier)];
     if (auto v = f.Number("grace_s", Range{0, false, kMaxSeconds})) {
       job.grace = SecondsToTicks(*v);

@@ -397,10 +397,22 @@ TEST(Sbatch, ResourceLimitsTravelAsSlurmsSbatchSendsThem) {
 // word after --name is not its value): accepted with a note, their values checked;
 // --no-kill=off is as if not given; --exclusive=user|mcs refused with what to write.
 TEST(Sbatch, OptionalValuesAreReadAsGetoptReadsThem) {
-  for (const char* given : {"--nice", "--nice=10", "--nice=-5", "--get-user-env",
-                            "--get-user-env=L", "--get-user-env=10S", "--get-user-env=20"}) {
+  for (const char* given :
+       {"--get-user-env", "--get-user-env=L", "--get-user-env=10S", "--get-user-env=20"}) {
     ExpectAcceptedWithANote(given);
   }
+  // --nice: honoured (the job spec's nice), 100 without a value, as Slurm's.
+  for (const auto& [given, nice] :
+       std::vector<std::pair<std::string, int>>{{"--nice", 100},
+                                                {"--nice=10", 10},
+                                                {"--nice=+7", 7},
+                                                {"--nice=-5", -5},
+                                                {"--nice=2147483645", 2147483645}}) {
+    SbatchJob j = Parse("#!/bin/sh\n#SBATCH " + given + "\n#SBATCH -G 1\n");
+    EXPECT_TRUE(j.errors.empty() && j.notes.empty()) << given << ": " << Errors(j);
+    EXPECT_EQ(j.spec["nice"], nice) << given;
+  }
+  EXPECT_FALSE(Parse("#!/bin/sh\n#SBATCH -G 1\n").spec.contains("nice"));
   for (const char* given : {"--propagate", "--propagate=STACK,NOFILE", "--propagate=NONE"}) {
     SbatchJob j = Parse("#!/bin/sh\n#SBATCH " + std::string(given) + "\n#SBATCH -G 1\n");
     EXPECT_TRUE(j.errors.empty() && j.notes.empty()) << given << ": honoured, no note";
@@ -410,7 +422,10 @@ TEST(Sbatch, OptionalValuesAreReadAsGetoptReadsThem) {
   EXPECT_TRUE(off.notes.empty()) << "off: as if not given";
   EXPECT_EQ(Parse("#!/bin/sh\n#SBATCH -k -G 1\n").notes.size(), 1u);
   for (const auto& [given, said] : std::vector<std::pair<std::string, std::string>>{
-           {"--nice=ten", "job.sh:2: --nice: expected an adjustment such as 100"},
+           {"--nice=ten", "job.sh:2: --nice: expected an adjustment from -2147483645 to"},
+           {"--nice=2147483646", "job.sh:2: --nice: expected an adjustment from -2147483645"},
+           {"--nice=99999999999999999999", "job.sh:2: --nice: expected an adjustment"},
+           {"--nice=+", "job.sh:2: --nice: expected an adjustment"},
            {"--get-user-env=10X", "job.sh:2: --get-user-env: expected [TIMEOUT][S|L]"},
            {"--propagate=STACKS", "job.sh:2: --propagate: unknown limit \"STACKS\""},
            {"--no-kill=on", "job.sh:2: --no-kill: expected off or no value"},

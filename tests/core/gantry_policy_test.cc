@@ -483,6 +483,45 @@ TEST_F(GantryTest, FairShareFavoursTheQueueThatUsedLess) {
   EXPECT_EQ(sched_.job(n2).phase, Phase::kPending);
 }
 
+// Slurm's --nice: a job with a higher value waits behind its queue's other jobs, whatever
+// their arrival; a negative one goes ahead; nice orders and never preempts.
+TEST_F(GantryTest, ANicedJobWaitsBehindItsQueuesOtherJobsAndPreemptsNobody) {
+  const JobId blocker = Submit("blocker", "research", Tier::kStandard, 2, 8, 0);
+  Pass(0);
+  ASSERT_EQ(sched_.job(blocker).phase, Phase::kRunning);
+  auto submit = [&](const char* id, int nice, Ticks now) {
+    JobSpec j = Whole(catalog_, id, 1, 8);
+    j.queue = *queues_.Find("research");
+    j.grace = 30 * kS;
+    j.nice = nice;
+    return sched_.Submit(j, now);
+  };
+  const JobId niced = submit("niced", 100, 1 * kS);
+  const JobId plain = submit("plain", 0, 2 * kS);
+  const JobId later = submit("later", 0, 3 * kS);
+  Pass(3 * kS);
+  sched_.Finish(blocker, 10 * kS, true);
+  Pass(10 * kS);
+  EXPECT_EQ(sched_.job(plain).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(later).phase, Phase::kRunning) << "ahead of the niced job, arrived before";
+  EXPECT_EQ(sched_.job(niced).phase, Phase::kPending);
+  // A negative value goes ahead of the rest; the niced job runs when room is left.
+  const JobId eager = submit("eager", -5, 11 * kS);
+  Pass(11 * kS);
+  sched_.Finish(plain, 20 * kS, true);
+  Pass(20 * kS);
+  EXPECT_EQ(sched_.job(eager).phase, Phase::kRunning);
+  EXPECT_EQ(sched_.job(niced).phase, Phase::kPending);
+  sched_.Finish(later, 30 * kS, true);
+  Pass(30 * kS);
+  EXPECT_EQ(sched_.job(niced).phase, Phase::kRunning);
+  // Running, the niced job is taken by nobody for its value: later arrivals wait.
+  submit("after", 0, 31 * kS);
+  EXPECT_TRUE(Preempted(Pass(31 * kS)).empty());
+  EXPECT_TRUE(Preempted(Pass(200 * kS)).empty());
+  EXPECT_EQ(sched_.job(niced).phase, Phase::kRunning);
+}
+
 // Guarantees per GPU model: one H100 node and one A100 node; serving's guarantee is 8
 // GPUs, research's 8. research's job, free to run anywhere, sits on the A100s.
 class GuaranteePerModelTest : public ::testing::Test {

@@ -879,6 +879,27 @@ TEST_F(ControllerTest, AParentQueueCountsItsChildrensJobs) {
   EXPECT_EQ(by_name["serving"]["pending"], 0);
 }
 
+// --nice below 0 is a place ahead of the queue's other jobs: an admin's to give, as
+// Slurm's; 0 and above anyone's. The value is kept in the job's spec across restarts.
+TEST_F(ControllerTest, ANegativeNiceIsAnAdminsToGive) {
+  Reply ahead =
+      Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"nice":-5,"command":"x"})");
+  EXPECT_EQ(ahead.code, Code::kForbidden);
+  EXPECT_NE(ahead.body["error"].get<std::string>().find(
+                "nice: -5: only an admin may give a negative value"),
+            std::string::npos)
+      << ahead.body.dump();
+  EXPECT_EQ(
+      Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"nice":100,"command":"x"})").code,
+      Code::kCreated);
+  EXPECT_EQ(
+      Submit(kAdmin, R"({"queue":"research","gpus":1,"vram_gb":1,"nice":-5,"command":"x"})").code,
+      Code::kCreated);
+  Reply odd =
+      Submit(kTeamA, R"({"queue":"research","gpus":1,"vram_gb":1,"nice":1.5,"command":"x"})");
+  EXPECT_EQ(odd.code, Code::kBadRequest) << odd.body.dump();
+}
+
 TEST_F(ControllerTest, TeamsStayInTheirQueues) {
   Reply b = Submit(kTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})");
   ASSERT_EQ(b.code, Code::kCreated);

@@ -118,6 +118,10 @@ struct JobSpec {
   bool fewest_nodes = false;
   Ticks checkpoint = 0;  // 0 = never
   Ticks grace = 0;
+  // Slurm's --nice: within its queue and tier, a pending job waits behind those of a lower
+  // value, whatever their arrival (the gantry policy; fifo keeps arrival order). Negative
+  // is ahead of the rest (gantryd lets admins only give it). Never a reason to preempt.
+  int nice = 0;
   std::optional<Window> window;
   std::optional<Ticks> runtime_estimate;
   // Server mode: a run is stopped (checkpoint signal, grace, kill; the job fails) once it

@@ -74,14 +74,15 @@ double QueueOrdering::Rank(const Scheduler& s, const JobRecord& job, Ticks now) 
 
 void QueueOrdering::RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now) {
   const auto& jobs = s.pending_in(tier, q);
-  std::vector<std::tuple<double, Ticks, JobId>> order;
+  std::vector<std::tuple<int, double, Ticks, JobId>> order;
   for (auto it = jobs.upper_bound({after, JobId(UINT32_MAX)}); it != jobs.end(); ++it) {
-    order.emplace_back(Rank(s, s.job(it->second), now), it->first, it->second);
+    const JobRecord& job = s.job(it->second);
+    order.emplace_back(job.spec.nice, Rank(s, job, now), it->first, it->second);
   }
   std::sort(order.begin(), order.end());
   std::vector<JobId>& out = ranked_[q.v];
   out.clear();
-  for (const auto& entry : order) out.push_back(std::get<2>(entry));
+  for (const auto& entry : order) out.push_back(std::get<3>(entry));
 }
 
 void QueueOrdering::Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now,
@@ -93,7 +94,7 @@ void QueueOrdering::Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now,
   std::vector<std::set<std::pair<Ticks, JobId>>::const_iterator> cursor(queue_count);
   std::vector<size_t> pos(queue_count, 0);
   auto head = [&](uint32_t q) {
-    if (ByRank(QueueId(q))) return pos[q] < ranked_[q].size() ? ranked_[q][pos[q]] : JobId();
+    if (Listed(s, QueueId(q))) return pos[q] < ranked_[q].size() ? ranked_[q][pos[q]] : JobId();
     return cursor[q] == s.pending_in(tier, QueueId(q)).end() ? JobId() : cursor[q]->second;
   };
   auto push = [&](uint32_t q) {
@@ -109,7 +110,7 @@ void QueueOrdering::Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now,
   for (uint32_t q = 0; q < queue_count; ++q) {
     const auto& jobs = s.pending_in(tier, QueueId(q));
     cursor[q] = jobs.upper_bound({after, JobId(UINT32_MAX)});
-    if (ByRank(QueueId(q))) RankPending(s, tier, QueueId(q), after, now);
+    if (Listed(s, QueueId(q))) RankPending(s, tier, QueueId(q), after, now);
     push(q);
   }
   while (!heap.empty()) {
@@ -117,7 +118,7 @@ void QueueOrdering::Offer(const Scheduler& s, Tier tier, Ticks after, Ticks now,
     heap.pop();
     const JobId id = head(q);
     // Advance before consider: a start removes the job from the set.
-    if (ByRank(QueueId(q))) {
+    if (Listed(s, QueueId(q))) {
       ++pos[q];
     } else {
       ++cursor[q];

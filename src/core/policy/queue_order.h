@@ -6,7 +6,9 @@
 // again after each job it offers. Within a queue, arrival order (`order: fair-share`, the
 // default) or rank (`order: las | gittins`, core/attained.h): a job's rank is the level
 // of its attained service (LAS) or minus the Gittins index of the service it has had,
-// from the queue's own completed run times; lower goes first, then arrival.
+// from the queue's own completed run times; lower goes first, then arrival. Before both,
+// a job's nice value (Slurm's --nice; lower first), once any job has one: it orders, and
+// never preempts, where rank does both.
 // Thread-safety: none; one per policy, driven by one Scheduler.
 #pragma once
 
@@ -34,6 +36,9 @@ class QueueOrdering {
     return q.v < orders_.size() ? orders_[q.v] : QueueOrder::kFairShare;
   }
   bool ByRank(QueueId q) const { return Of(q) != QueueOrder::kFairShare; }
+  // Whether queue q's pending jobs are offered from a sorted list (by nice value or rank)
+  // rather than in arrival order.
+  bool Listed(const Scheduler& s, QueueId q) const { return ByRank(q) || s.any_nice(); }
   bool AnyByRank() const { return any_by_rank_; }  // some queue orders by attained service
   // A job's rank in its queue now: lower goes first (0 for every job under fair-share).
   double Rank(const Scheduler& s, const JobRecord& job, Ticks now);
@@ -46,7 +51,7 @@ class QueueOrdering {
  private:
   double Gittins(const Scheduler& s, QueueId q, Ticks done);  // memoised GittinsIndex
   // Fills ranked_[q] with the pending jobs of `tier` in queue q that arrived after
-  // `after`, best rank first.
+  // `after`, lowest nice value first, then best rank.
   void RankPending(const Scheduler& s, Tier tier, QueueId q, Ticks after, Ticks now);
 
   std::vector<QueueOrder> orders_;

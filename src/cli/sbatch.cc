@@ -184,19 +184,6 @@ constexpr std::pair<const char*, const char*> kNoted[] = {
      "are not read on the node"},
 };
 
-// --nice's value: 100 when none is given, as Slurm's; nullopt when it is not an integer in
-// Slurm's range (+/- 2147483645).
-std::optional<int> NiceValue(const std::string& text) {
-  if (text.empty()) return 100;
-  long long n = 0;
-  const char* first = text.data() + (text[0] == '+');
-  const auto [end, ec] = std::from_chars(first, text.data() + text.size(), n);
-  if (ec != std::errc() || end != text.data() + text.size() || first == end || n < -2147483645LL ||
-      n > 2147483645LL)
-    return std::nullopt;
-  return static_cast<int>(n);
-}
-
 // Options people put in scripts that Gantry does not do, with why (a clearer refusal
 // than "unknown").
 constexpr std::pair<const char*, const char*> kRefused[] = {
@@ -422,7 +409,7 @@ class Parser {
     // --nice[=N] (100 without a value, as Slurm's): behind the queue's other jobs (its
     // value checked in CheckOptionalValues; a negative one is an admin's, checked by gantryd).
     if (auto v = Get("nice")) {
-      if (const std::optional<int> n = NiceValue(v->value)) s["nice"] = *n;
+      if (const std::optional<int> n = ParseSlurmNice(v->value)) s["nice"] = *n;
     }
     if (auto v = Get("array")) {
       if (v->value.empty()) {
@@ -878,7 +865,7 @@ class Parser {
         Error(v->where, "--no-kill", "expected off or no value, got \"" + v->value + "\"");
       given_.erase("no-kill");
     }
-    if (auto v = Get("nice"); v != nullptr && !NiceValue(v->value)) {
+    if (auto v = Get("nice"); v != nullptr && !ParseSlurmNice(v->value)) {
       Error(v->where, "--nice",
             "expected an adjustment from -2147483645 to 2147483645 such as 100, got \"" + v->value +
                 "\"");
@@ -1137,6 +1124,17 @@ bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::str
     if (value && i + 1 < words.size()) options.push_back(words[++i]);
   }
   return false;
+}
+
+std::optional<int> ParseSlurmNice(const std::string& text) {
+  if (text.empty()) return 100;
+  long long n = 0;
+  const char* first = text.data() + (text[0] == '+');
+  const auto [end, ec] = std::from_chars(first, text.data() + text.size(), n);
+  if (ec != std::errc() || end != text.data() + text.size() || first == end || n < -2147483645LL ||
+      n > 2147483645LL)
+    return std::nullopt;
+  return static_cast<int>(n);
 }
 
 std::optional<long long> ParseSlurmTime(const std::string& text, std::string& error) {

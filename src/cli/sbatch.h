@@ -71,6 +71,9 @@ bool SplitSbatchArgs(const std::vector<std::string>& words, std::vector<std::str
 // A Slurm time ("MM", "MM:SS", "HH:MM:SS", "D-HH", "D-HH:MM", "D-HH:MM:SS"; "UNLIMITED" and
 // "INFINITE" are none) in seconds; nullopt and `error` set when malformed. 0 means none.
 std::optional<long long> ParseSlurmTime(const std::string& text, std::string& error);
+// --nice's (and scontrol update Nice='s) value: 100 when none is given, as Slurm's; nullopt
+// when it is not an integer in Slurm's range (+/- 2147483645).
+std::optional<int> ParseSlurmNice(const std::string& text);
 
 // An sbatch --begin time, as Slurm 22.05 reads it, in Unix seconds (nullopt and `error` set
 // when malformed): now[+-]N[seconds|minutes|hours|days|weeks] (N seconds without a unit),

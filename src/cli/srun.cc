@@ -976,7 +976,7 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
   if (!words.empty() && words[0] == "update") {
     // scontrol update JobId=ID[,ID...] [StartTime=TIME] [TimeLimit=[+-]TIME]
     //   [Dependency=SPEC] (sbatch's syntax; empty: none) [ArrayTaskThrottle=N] (0: none)
-    //   [JobName=NAME] [Partition=P] [QOS=Q] [Account=A] (a pending job's spec fields)
+    //   [JobName=NAME] [Partition=P] [QOS=Q] [Account=A] [Nice[=N]] (a pending job's spec)
     std::string id;
     std::optional<std::string> start, limit, dependency, throttle;
     nlohmann::json spec_fields = nlohmann::json::object();  // POST /v1/jobs/ID/spec
@@ -1000,6 +1000,14 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         dependency = value;
       } else if (key == "arraytaskthrottle") {
         throttle = value;
+      } else if (key == "nice") {  // Nice[=N]: 100 without a value, as Slurm's
+        const std::optional<int> n = ParseSlurmNice(value);
+        if (!n) {
+          std::cerr << "scontrol: error: Nice=" << value
+                    << ": expected an adjustment from -2147483645 to 2147483645\n";
+          return kExitBadInput;
+        }
+        spec_fields["nice"] = *n;
       } else if (auto f = std::find_if(std::begin(kSpecFields), std::end(kSpecFields),
                                        [&](const auto& p) { return key == p.first; });
                  f != std::end(kSpecFields)) {
@@ -1011,16 +1019,16 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
       } else {
         std::cerr << "scontrol: error: update " << words[w]
                   << ": under Gantry, scontrol update sets a job's StartTime, TimeLimit, "
-                     "Dependency, ArrayTaskThrottle, JobName, Partition, QOS and Account only "
-                     "(JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC "
-                     "ArrayTaskThrottle=N JobName=NAME Partition=P QOS=Q Account=A)\n";
+                     "Dependency, ArrayTaskThrottle, JobName, Partition, QOS, Account and Nice "
+                     "only (JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC "
+                     "ArrayTaskThrottle=N JobName=NAME Partition=P QOS=Q Account=A Nice=N)\n";
         return kExitBadInput;
       }
     }
     if (id.empty() || (!start && !limit && !dependency && !throttle && spec_fields.empty())) {
       std::cerr << "scontrol: error: update needs JobId=ID and StartTime=TIME, TimeLimit=TIME, "
-                   "Dependency=SPEC, ArrayTaskThrottle=N, JobName=NAME, Partition=P, QOS=Q or "
-                   "Account=A\n";
+                   "Dependency=SPEC, ArrayTaskThrottle=N, JobName=NAME, Partition=P, QOS=Q, "
+                   "Account=A or Nice=N\n";
       return kExitBadInput;
     }
     std::vector<std::string> paths;  // what to ask of each job, after its id
@@ -1095,7 +1103,7 @@ int Scontrol(const Globals& g, const std::vector<std::string>& words) {
         << "scontrol: error: under Gantry, scontrol does show hostnames [LIST], show "
            "hostlist LIST, show job [ID], requeue ID, hold ID, uhold ID, release ID and "
            "update JobId=ID StartTime=TIME TimeLimit=TIME Dependency=SPEC ArrayTaskThrottle=N "
-           "JobName=NAME Partition=P QOS=Q Account=A "
+           "JobName=NAME Partition=P QOS=Q Account=A Nice=N "
            "(gantry show, cancel and drain do the rest)\n";
     return kExitBadInput;
   }

@@ -442,6 +442,12 @@ class Scheduler {
   // A driver restoring a job (a restarted gantryd) gives the preemptions it had, before
   // Adopt: the anti-thrash guard (min_run_before_repreempt) shields only resumed jobs.
   void SetPreemptions(JobId id, int preemptions) { Rec(id).preemptions = preemptions; }
+  // A pending job's nice value changed (scontrol update Nice=): its place in its queue
+  // follows from the next pass.
+  void SetNice(JobId id, int nice) {
+    Rec(id).spec.nice = nice;
+    any_nice_ |= nice != 0;
+  }
   // Signals a running job to make room for `by`.
   void Preempt(JobId victim, JobId by, std::string reason, Ticks now);
   // Records why a job waits (emits a kWait decision when the reason changed).

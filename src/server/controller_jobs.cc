@@ -1283,12 +1283,19 @@ void Controller::SetBegin(std::string token, std::string name, int64_t begin_ms,
 
 void Controller::UpdateSpec(std::string token, std::string name, json fields, Done done) {
   CallAsUser(std::move(token), std::move(done), [=, this](const Principal& user) -> Reply {
-    static constexpr const char* kFields[] = {"name", "pool", "tier", "queue"};
+    static constexpr const char* kFields[] = {"name", "pool", "tier", "queue", "nice"};
     for (const auto& [key, value] : fields.items()) {
       if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields))
-        return Reply::Error(Code::kBadRequest, key + ": expected name, pool, tier or queue");
-      if (!value.is_string() || value.get_ref<const std::string&>().empty())
+        return Reply::Error(Code::kBadRequest, key + ": expected name, pool, tier, queue or nice");
+      if (key == "nice") {  // its range is the job reader's
+        if (!value.is_number_integer())
+          return Reply::Error(Code::kBadRequest, "nice: expected an integer");
+        if (value.get<int64_t>() < 0 && !user.admin())
+          return Reply::Error(Code::kForbidden, "nice: " + value.dump() +
+                                                    ": only an admin may give a negative value");
+      } else if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
         return Reply::Error(Code::kBadRequest, key + ": expected a non-empty string");
+      }
     }
     if (fields.empty()) return Reply::Error(Code::kBadRequest, "no field to change");
     std::vector<Job*> jobs;
@@ -1330,10 +1337,13 @@ void Controller::UpdateSpec(std::string token, std::string name, json fields, Do
     std::set<std::string> throttled;
     for (Resolved& r : resolved) {
       Job& job = *r.job;
-      // Only a new name leaves it where it is in the scheduler (the core does not read it).
+      // A new name or nice value leaves it where it is in the scheduler (the core reads
+      // neither, or is told the new value).
       const bool moves =
           r.spec.pool != job.spec.pool || r.spec.tier != job.spec.tier || r.queue != job.queue;
       if (moves && Withdraw(job, now_)) throttled.insert(job.array);
+      if (!moves && r.spec.nice != job.spec.nice && job.core.valid())
+        sched_->SetNice(job.core, r.spec.nice);
       job.spec_text = std::move(r.text);
       job.given_names.reset();
       job.spec = std::move(r.spec);

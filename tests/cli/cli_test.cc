@@ -179,8 +179,9 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   for (const auto& [command, said] : std::vector<std::pair<std::string, std::string>>{
            {"scontrol update JobId=1 NumNodes=5",
             "update NumNodes=5: under Gantry, scontrol update sets a job's StartTime, TimeLimit, "
-            "Dependency, ArrayTaskThrottle, JobName, Partition, QOS and Account only"},
+            "Dependency, ArrayTaskThrottle, JobName, Partition, QOS, Account and Nice only"},
            {"scontrol update JobId=1 Partition=", "update Partition=: give a value"},
+           {"scontrol update JobId=1 Nice=lots", "Nice=lots: expected an adjustment from"},
            {"scontrol update JobId=1 ArrayTaskThrottle=-1", "ArrayTaskThrottle=-1: expected a"},
            {"scontrol update JobId=1 Dependency=afterburstbuffer:2",
             "afterburstbuffer is not supported"},

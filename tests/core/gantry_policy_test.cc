@@ -498,8 +498,9 @@ TEST_F(GantryTest, ANicedJobWaitsBehindItsQueuesOtherJobsAndPreemptsNobody) {
   };
   const JobId niced = submit("niced", 100, 1 * kS);
   const JobId plain = submit("plain", 0, 2 * kS);
-  const JobId later = submit("later", 0, 3 * kS);
+  const JobId later = submit("later", 300, 3 * kS);
   Pass(3 * kS);
+  sched_.SetNice(later, 0);  // scontrol update Nice=0: ahead of the niced job again
   sched_.Finish(blocker, 10 * kS, true);
   Pass(10 * kS);
   EXPECT_EQ(sched_.job(plain).phase, Phase::kRunning);

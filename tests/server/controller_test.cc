@@ -1792,6 +1792,18 @@ TEST_F(ControllerTest, APendingJobsNamePartitionQosAndAccountAreUpdatedAsScontro
   ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
   EXPECT_EQ(r.body["updated"], 1);
   EXPECT_EQ(Show("job")["name"], "renamed");
+  // Nice=: 0 and above anyone's, below an admin's (scontrol update Nice=N).
+  r = update(kTeamA, {{"nice", 50}});
+  ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
+  EXPECT_EQ(Show("job")["nice"], 50);
+  EXPECT_EQ(update(kTeamA, {{"nice", -1}}).code, Code::kForbidden);
+  EXPECT_EQ(update(kTeamA, {{"nice", "x"}}).code, Code::kBadRequest);
+  EXPECT_EQ(update(kTeamA, {{"nice", 3000000000LL}}).code, Code::kBadRequest) << "out of range";
+  r = update(kAdmin, {{"nice", -1}});
+  ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
+  EXPECT_EQ(Show("job")["nice"], -1);
+  ASSERT_EQ(update(kAdmin, {{"nice", 0}}).code, Code::kOk);
+  EXPECT_FALSE(Show("job").contains("nice"));
   r = update(kTeamA, {{"tier", "low"}, {"queue", "nlpa"}, {"pool", "gpu"}});
   ASSERT_EQ(r.code, Code::kOk) << r.body.dump();
   EXPECT_EQ(Show("job")["tier"], "best-effort");

@@ -102,6 +102,17 @@ std::vector<Requirement> Requirements(const json& selector) {
   return out;
 }
 
+// The label selector at obj[key]: absent or null selects nothing.
+LabelSelector SelectorOf(const json& obj, const char* key) {
+  LabelSelector sel;
+  const json* s = Member(obj, key);
+  if (s == nullptr || !s->is_object()) return sel;
+  sel.given = true;
+  sel.match_labels = StrMap(*s, "matchLabels");
+  sel.match_expressions = Requirements(*s);
+  return sel;
+}
+
 bool Matches(const Requirement& r, const std::map<std::string, std::string>& labels) {
   auto it = labels.find(r.key);
   const bool has = it != labels.end();
@@ -384,8 +395,21 @@ PodInfo ParsePod(const json& obj) {
   };
   if (required_terms("podAffinity"))
     p.unsupported.push_back("required pod affinity is not supported");
-  if (required_terms("podAntiAffinity"))
-    p.unsupported.push_back("required pod anti-affinity is not supported");
+  for (const json& t :
+       Arr(Obj(affinity, "podAntiAffinity"), "requiredDuringSchedulingIgnoredDuringExecution")) {
+    AntiAffinityTerm term;
+    term.selector = SelectorOf(t, "labelSelector");
+    for (const json& n : Arr(t, "namespaces")) {
+      if (n.is_string()) term.namespaces.push_back(n.get<std::string>());
+    }
+    term.topology_key = Str(t, "topologyKey");
+    if (term.topology_key.empty()) p.problem = "podAntiAffinity: a term without topologyKey";
+    if (const json* ns = Member(t, "namespaceSelector"); ns != nullptr && !ns->is_null())
+      p.unsupported.push_back(
+          "pod anti-affinity by namespaceSelector is not supported "
+          "(list the namespaces)");
+    p.anti_affinity.push_back(std::move(term));
+  }
   for (const json& c : Arr(spec, "topologySpreadConstraints")) {
     if (Str(c, "whenUnsatisfiable") != "ScheduleAnyway") {
       p.unsupported.push_back("topology spread constraints (DoNotSchedule) are not supported");
@@ -487,28 +511,34 @@ BudgetInfo ParseBudget(const json& obj) {
   const json& meta = Obj(obj, "metadata");
   b.ns = Str(meta, "namespace");
   b.name = Str(meta, "name");
-  const json* sel = Member(Obj(obj, "spec"), "selector");
-  if (sel != nullptr && sel->is_object()) {
-    b.selector_given = true;
-    b.match_labels = StrMap(*sel, "matchLabels");
-    b.match_expressions = Requirements(*sel);
-  }
+  b.selector = SelectorOf(Obj(obj, "spec"), "selector");
   const json* allowed = Member(Obj(obj, "status"), "disruptionsAllowed");
   if (allowed != nullptr && allowed->is_number_integer())
     b.disruptions_allowed = allowed->get<int64_t>();
   return b;
 }
 
-bool Covers(const BudgetInfo& budget, const PodInfo& pod) {
-  if (!budget.selector_given || budget.ns != pod.ns) return false;
-  for (const auto& [k, v] : budget.match_labels) {
-    auto it = pod.labels.find(k);
-    if (it == pod.labels.end() || it->second != v) return false;
+bool Selects(const LabelSelector& sel, const std::map<std::string, std::string>& labels) {
+  if (!sel.given) return false;
+  for (const auto& [k, v] : sel.match_labels) {
+    auto it = labels.find(k);
+    if (it == labels.end() || it->second != v) return false;
   }
-  for (const Requirement& r : budget.match_expressions) {
-    if (!Matches(r, pod.labels)) return false;
+  for (const Requirement& r : sel.match_expressions) {
+    if (!Matches(r, labels)) return false;
   }
   return true;
+}
+
+bool Covers(const BudgetInfo& budget, const PodInfo& pod) {
+  return budget.ns == pod.ns && Selects(budget.selector, pod.labels);
+}
+
+bool PodInfo::Repels(const AntiAffinityTerm& t, const PodInfo& other) const {
+  const bool in_ns = t.namespaces.empty() ? other.ns == ns
+                                          : std::find(t.namespaces.begin(), t.namespaces.end(),
+                                                      other.ns) != t.namespaces.end();
+  return in_ns && Selects(t.selector, other.labels);
 }
 
 std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog) {

@@ -106,6 +106,29 @@ struct NodeSelection {
 };
 bool Allows(const NodeSelection& sel, const NodeInfo& node);
 
+// A label selector (matchLabels and matchExpressions): a null one selects nothing, an
+// empty one everything.
+struct LabelSelector {
+  bool given = false;
+  std::map<std::string, std::string> match_labels;
+  std::vector<Requirement> match_expressions;
+  bool operator==(const LabelSelector&) const = default;
+};
+bool Selects(const LabelSelector& sel, const std::map<std::string, std::string>& labels);
+
+// The node label that names the node itself, as topology keys use it.
+inline constexpr const char* kHostnameLabel = "kubernetes.io/hostname";
+
+// A required pod anti-affinity term: no two pods, one of which has the term and the other
+// matches it, in one domain of `topology_key` (a node label: kubernetes.io/hostname is
+// the node itself).
+struct AntiAffinityTerm {
+  LabelSelector selector;
+  std::vector<std::string> namespaces;  // empty: the pod's own
+  std::string topology_key;
+  bool operator==(const AntiAffinityTerm&) const = default;
+};
+
 struct PodInfo {
   std::string ns, name, uid, node_name, scheduler_name, phase, priority_class, group;
   std::string owner_uid;   // the controller owning it (a Job, a ReplicaSet), if any
@@ -132,6 +155,11 @@ struct PodInfo {
   int64_t grace_s = 30;
   std::map<std::string, std::string> annotations;
   std::map<std::string, std::string> labels;
+  // Its required pod anti-affinity (the scheduler keeps it off the domains of the pods
+  // they match, and other pods' terms off its own).
+  std::vector<AntiAffinityTerm> anti_affinity;
+  // Whether term `t` of its own covers pod `other` (its namespace and labels).
+  bool Repels(const AntiAffinityTerm& t, const PodInfo& other) const;
   // Why Gantry cannot schedule it as asked (pod affinity, topology spread, hostPort, ...);
   // each goes into its PodScheduled=False message.
   std::vector<std::string> unsupported;
@@ -152,9 +180,7 @@ GroupInfo ParseGroup(const nlohmann::json& obj);
 // evicted now.
 struct BudgetInfo {
   std::string ns, name;
-  std::map<std::string, std::string> match_labels;
-  std::vector<Requirement> match_expressions;
-  bool selector_given = false;  // a null selector covers no pod; an empty one every pod
+  LabelSelector selector;  // a null selector covers no pod; an empty one every pod
   int64_t disruptions_allowed = 0;
 };
 BudgetInfo ParseBudget(const nlohmann::json& obj);

@@ -459,10 +459,11 @@ class Driver {
     // An elastic gang shrunk: the pods evicted above its size, whose GPUs the core holds
     // until they are gone (Scheduler::RunBegan then).
     std::vector<std::string> shrunk;
-    // What its pods' claims made of them when it was submitted (ClaimShape): a waiting job
-    // whose claims change (one allocated meanwhile for a pod that shares it) is submitted
-    // anew.
-    std::string claim_shape;
+    // Where it may go beyond its pods' specs when it was submitted (ClaimShape, and the
+    // nodes pod anti-affinity keeps it off): a waiting job whose claims change (one
+    // allocated meanwhile for a pod that shares it), or whose anti-affinity domains do,
+    // is submitted anew.
+    std::string shape;
   };
 
   // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
@@ -521,6 +522,17 @@ class Driver {
       const PodInfo& p, bool lone,
       const std::map<std::string, std::vector<const PodInfo*>>& claim_users) const;
   static std::string ClaimShape(const std::vector<const PodInfo*>& pods);
+  // Required pod anti-affinity for a waiting job's pods (docs/kubernetes.md): the nodes
+  // they must keep off, ascending, and their names; or why they wait (for a pod of ours
+  // created before them that they must keep apart from, or a term Gantry cannot keep).
+  // `repellers`: the live pods with terms of their own.
+  struct KeepOff {
+    std::vector<core::NodeId> nodes;
+    std::string names, wait;
+    bool one_per_node = false;  // the gang's own pods keep apart, one per node
+  };
+  KeepOff AntiAffinity(const std::vector<const PodInfo*>& pods,
+                       const std::vector<const PodInfo*>& repellers) const;
   std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
@@ -1175,6 +1187,75 @@ std::string Driver::ClaimShape(const std::vector<const PodInfo*>& pods) {
   return out;
 }
 
+Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
+                                     const std::vector<const PodInfo*>& repellers) const {
+  KeepOff out;
+  std::set<std::string> own;
+  for (const PodInfo* p : pods) own.insert(p->uid);
+  std::set<std::string> names;
+  // The nodes of node `at`'s domain of `key` (the nodes with its value of that label).
+  auto add_domain = [&](const std::string& at, const std::string& key) {
+    auto n = nodes_.find(at);
+    if (n == nodes_.end()) return;
+    if (key == kHostnameLabel) {
+      names.insert(at);
+      return;
+    }
+    auto value = n->second.labels.find(key);
+    if (value == n->second.labels.end()) return;  // a node without the label: no domain
+    for (const auto& [name, node] : nodes_) {
+      auto v = node.labels.find(key);
+      if (v != node.labels.end() && v->second == value->second) names.insert(name);
+    }
+  };
+  for (const PodInfo* p : pods) {
+    for (const AntiAffinityTerm& t : p->anti_affinity) {
+      for (const PodInfo* q : pods) {
+        if (q == p || !p->Repels(t, *q)) continue;
+        if (t.topology_key != kHostnameLabel) {
+          out.wait = "pod anti-affinity between the pods of one gang by " + t.topology_key +
+                     " is not supported (by " + kHostnameLabel + ": one pod per node)";
+          return out;
+        }
+        out.one_per_node = true;
+      }
+    }
+    // Others: all live pods where its own terms may match them, else those with terms.
+    const bool own_terms = !p->anti_affinity.empty();
+    std::vector<const PodInfo*> all;
+    if (own_terms) {
+      for (const auto& [uid, q] : pods_) {
+        if (!q.terminal()) all.push_back(&q);
+      }
+    }
+    for (const PodInfo* q : own_terms ? all : repellers) {
+      if (own.contains(q->uid)) continue;
+      std::vector<std::string> keys;  // the domains' keys of each term that keeps them apart
+      for (const AntiAffinityTerm& t : p->anti_affinity) {
+        if (p->Repels(t, *q)) keys.push_back(t.topology_key);
+      }
+      for (const AntiAffinityTerm& t : q->anti_affinity) {
+        if (q->Repels(t, *p)) keys.push_back(t.topology_key);
+      }
+      if (keys.empty()) continue;
+      if (!q->node_name.empty()) {
+        for (const std::string& key : keys) add_domain(q->node_name, key);
+      } else if (Ours(*q) && Live(*q) && q->problem.empty() &&
+                 std::tie(q->created_ms, q->name) < std::tie(p->created_ms, p->name)) {
+        out.wait = "waiting for pod " + q->name +
+                   " to be placed first (their pod anti-affinity keeps them apart)";
+        return out;
+      }
+    }
+  }
+  for (const std::string& name : names) {
+    if (auto id = view_.cluster.FindNode(name)) out.nodes.push_back(*id);
+    out.names += name + ",";
+  }
+  std::sort(out.nodes.begin(), out.nodes.end());
+  return out;
+}
+
 // The DRA devices of worker `w`: its whole GPUs, or its MIG device at its placement.
 std::vector<std::string> Driver::DevicesOf(const core::WorkerAlloc& w) const {
   std::vector<std::string> out;
@@ -1319,6 +1400,11 @@ void Driver::SyncJobs() {
     std::sort(pods.begin(), pods.end(),
               [](const PodInfo* a, const PodInfo* b) { return a->name < b->name; });
   }
+  // The live pods with required pod anti-affinity terms (any scheduler's).
+  std::vector<const PodInfo*> repellers;
+  for (const auto& [uid, p] : pods_) {
+    if (!p.anti_affinity.empty() && !p.terminal()) repellers.push_back(&p);
+  }
   // Each claim's live pods of ours: a claim that several name is allocated for one of
   // them, then shared by the others.
   std::map<std::string, std::vector<const PodInfo*>> claim_users;
@@ -1413,7 +1499,7 @@ void Driver::SyncJobs() {
           }
         }
         if (static_cast<int>(now_pods.size()) != rec.spec.replicas ||
-            ClaimShape(waiting) != job.claim_shape) {
+            ClaimShape(waiting) + AntiAffinity(waiting, repellers).names != job.shape) {
           job.preemptions = rec.preemptions;
           sched_->Finish(job.id, now);
           Forget(job);
@@ -1510,6 +1596,17 @@ void Driver::SyncJobs() {
       refuse(spec.error().ToString());
       continue;
     }
+    // Required pod anti-affinity: off the domains of the pods it repels or is repelled by.
+    KeepOff keep_off;
+    if (bound.empty()) {
+      keep_off = AntiAffinity(live, repellers);
+      if (!keep_off.wait.empty()) {
+        refuse(keep_off.wait);
+        continue;
+      }
+      if (keep_off.one_per_node) spec->workers_per_node = 1;
+      spec->not_nodes = keep_off.nodes;
+    }
     // Elastic: minMember to all its pods, where its workers are whole GPUs (MIG, shared
     // GPUs and device claims run at one size).
     if (elastic && spec->sharing == core::Sharing::kExclusive && spec->workers_per_node == 0 &&
@@ -1531,6 +1628,22 @@ void Driver::SyncJobs() {
       refuse(*why);
       continue;
     }
+    // Anti-affinity that leaves it no node now waits with why (not refused for good, as
+    // the core would: the pods it keeps apart from may go).
+    if (!keep_off.nodes.empty()) {
+      int64_t left = 0;
+      for (core::PoolId p : spec->pools) left += view_.cluster.pool(p).spec.count;
+      for (core::NodeId n : keep_off.nodes) {
+        const core::PoolId p = view_.cluster.node(n).pool;
+        left -= std::find(spec->pools.begin(), spec->pools.end(), p) != spec->pools.end();
+      }
+      if (left <= 0) {
+        refuse("its pod anti-affinity keeps it off every node it may use (" +
+               std::to_string(keep_off.nodes.size()) +
+               " hold pods it must be kept apart from); it waits for one of them to go");
+        continue;
+      }
+    }
     if (auto v = victims_of_.find(key); v != victims_of_.end() && bound.empty()) {
       std::erase_if(v->second, [&](const std::string& uid) {
         auto p = pods_.find(uid);
@@ -1543,7 +1656,7 @@ void Driver::SyncJobs() {
       }
       victims_of_.erase(v);
     }
-    job.claim_shape = ClaimShape(live);
+    job.shape = ClaimShape(live) + keep_off.names;
     job.id = sched_->Submit(std::move(*spec), std::min(job.first_seen, now));
     by_id_[job.id.v] = key;
     sched_->SetPreemptions(job.id, job.preemptions);

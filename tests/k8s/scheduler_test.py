@@ -435,14 +435,14 @@ def case_wait_reason_in_describe(c):
 def case_malformed_and_impossible_pods(c):
     """Malformed, unsupported and impossible pods get a message; a good pod still binds."""
     bad_annotation = pod("bad-vram", 1, annotations={"gantry.dev/vram-gb": "lots"})
-    anti = pod("anti", 1, extra={"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+    anti = pod("anti", 1, extra={"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
         {"labelSelector": {"matchLabels": {"test": "yes"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
     too_big = pod("too-big", 16)
     nowhere = pod("nowhere", 1, extra={"nodeSelector": {"no-such-label": "x"}})
     good = pod("good", 2)
     c.kubectl_apply(bad_annotation, anti, too_big, nowhere, good)
     wait_for("the good pod bound", lambda: any(p["metadata"]["name"] == "good" for p in bound(c.pods("test=yes"))), 15)
-    want = {"bad-vram": "gantry.dev/vram-gb", "anti": "anti-affinity", "too-big": "can never run",
+    want = {"bad-vram": "gantry.dev/vram-gb", "anti": "pod affinity is not supported", "too-big": "can never run",
             "nowhere": "no node matches"}
 
     def all_said():
@@ -564,6 +564,69 @@ def case_deployment_scaled_by_preemption(c):
                                                       if not p["metadata"].get("deletionTimestamp")])) == 8, 10)
     print(f"    6 new critical replicas bound in {time.time() - t0:.1f} s")
     check_allocatable(c)
+
+
+def case_pod_anti_affinity_spreads_replicas(c):
+    """Required pod anti-affinity by kubernetes.io/hostname (replicas of an inference
+    Deployment kept one per node): the replicas go to distinct nodes, a pod they repel
+    (it has their label, no terms of its own) to another one, a replica with no node left
+    waits with why and binds when a node frees; a gang whose own pods repel each other
+    gets one pod per node."""
+    term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
+           "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"schedulerName": "gantry", "terminationGracePeriodSeconds": 1,
+                                          "affinity": {"podAntiAffinity": {
+                                              "requiredDuringSchedulingIgnoredDuringExecution": [term]}},
+                                          "containers": [{"name": "m", "image": "vllm",
+                                                          "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+
+    def web():
+        return [p for p in c.pods("app=web") if not p["metadata"].get("deletionTimestamp")]
+
+    def nodes_of(pods):
+        return [p["spec"]["nodeName"] for p in bound(pods)]
+
+    try:
+        c.kubectl_apply(dep)
+        wait_for("3 replicas bound", lambda: len(bound(web())) == 3, 20)
+        assert len(set(nodes_of(web()))) == 3, nodes_of(web())
+        # A pod with their label and no terms: their terms keep it off their nodes.
+        intruder = pod("intruder", 1)
+        intruder["metadata"]["labels"]["app"] = "web"
+        c.kubectl_apply(intruder)
+        wait_for("the intruder bound", lambda: len(bound(web())) == 4, 20)
+        assert len(set(nodes_of(web()))) == 4, nodes_of(web())
+        # A fourth replica: no node without an app=web pod is left.
+        c.kubectl("scale", "deployment", "web", "--replicas=4")
+
+        def waiting():
+            pending = [p for p in web() if not (p.get("spec") or {}).get("nodeName")]
+            return pending and "gantry: " in scheduled_message(pending[0]) and scheduled_message(pending[0])
+        said = wait_for("the fourth replica waiting with why", waiting, 20)
+        print(f"    {said}")
+        time.sleep(2)
+        assert len(bound(web())) == 4, nodes_of(web())
+        c.kubectl("delete", "pod", "intruder", "--grace-period=0", "--force")
+        wait_for("the fourth replica bound where the intruder was", lambda: len(bound(web())) == 4 and
+                 "intruder" not in [p["metadata"]["name"] for p in web()], 20)
+        assert len(set(nodes_of(web()))) == 4, nodes_of(web())
+        check_allocatable(c)
+        c.kubectl("delete", "deployment", "web")
+        wait_for("the replicas gone", lambda: not c.pods("app=web"), 30)
+        # A gang whose pods repel each other: one per node (1 GPU each would fit on one).
+        gang = [pod(f"spread-{i}", 1, group="spread", extra={"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"scheduling.x-k8s.io/pod-group": "spread"}},
+                 "topologyKey": "kubernetes.io/hostname"}]}}}) for i in range(3)]
+        c.kubectl_apply(group("spread", 3), *gang)
+        wait_for("the gang bound", lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=spread"))) == 3, 20)
+        spread = nodes_of(c.pods("scheduling.x-k8s.io/pod-group=spread"))
+        assert len(set(spread)) == 3, spread
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
 
 
 def case_kill_and_restart(c):
@@ -1619,6 +1682,7 @@ CASES = [
     case_node_change_during_a_grace_keeps_the_victims_gpus,
     case_disruption_budget_steers_preemption,
     case_deployment_scaled_by_preemption,
+    case_pod_anti_affinity_spreads_replicas,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,

@@ -112,13 +112,13 @@ TEST(KubePod, EffectiveRequestsCountInitSidecarsAndOverhead) {
 
 TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
   json p = Pod("p", {{"limits", {{"nvidia.com/gpu", "1"}}}});
-  p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+  p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
       json::array({{{"topologyKey", "kubernetes.io/hostname"}}});
   p["spec"]["topologySpreadConstraints"] = json::array({{{"whenUnsatisfiable", "DoNotSchedule"}}});
   p["spec"]["containers"][0]["ports"] = json::array({{{"containerPort", 80}, {"hostPort", 80}}});
   PodInfo info = ParsePod(p);
   ASSERT_EQ(info.unsupported.size(), 3u);
-  EXPECT_NE(info.unsupported[0].find("anti-affinity"), std::string::npos);
+  EXPECT_NE(info.unsupported[0].find("pod affinity"), std::string::npos);
   json bad = Pod("q", {{"limits", {{"nvidia.com/gpu", "many"}}}});
   EXPECT_NE(ParsePod(bad).problem.find("nvidia.com/gpu"), std::string::npos);
   // hostile shapes never throw
@@ -127,6 +127,48 @@ TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
     PodInfo o = ParsePod(odd);
     EXPECT_NE(o.problem, "");
   }
+}
+
+// Required pod anti-affinity: each term's selector, namespaces and topology key, and
+// which pods it covers (its namespaces, else the pod's own; a null selector none).
+TEST(KubePod, AntiAffinityTermsAndThePodsTheyCover) {
+  json p = Pod("web-1", {{"limits", {{"nvidia.com/gpu", "1"}}}});
+  p["metadata"]["labels"] = {{"app", "web"}};
+  p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+      json::array(
+          {{{"labelSelector",
+             {{"matchLabels", {{"app", "web"}}},
+              {"matchExpressions",
+               json::array({{{"key", "tier"}, {"operator", "NotIn"}, {"values", {"x"}}}})}}},
+            {"topologyKey", "kubernetes.io/hostname"}},
+           {{"labelSelector", {{"matchLabels", {{"app", "db"}}}}},
+            {"namespaces", {"data"}},
+            {"topologyKey", "topology.kubernetes.io/zone"}},
+           {{"topologyKey", "kubernetes.io/hostname"}}});
+  p["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] =
+      json::array({{{"weight", 1}}});  // soft: ignored
+  const PodInfo web = ParsePod(p);
+  ASSERT_EQ(web.problem, "");
+  EXPECT_TRUE(web.unsupported.empty());
+  ASSERT_EQ(web.anti_affinity.size(), 3u);
+  EXPECT_EQ(web.anti_affinity[1].topology_key, "topology.kubernetes.io/zone");
+  PodInfo other = web;
+  other.name = "web-2";
+  EXPECT_TRUE(web.Repels(web.anti_affinity[0], other));
+  other.labels["tier"] = "x";
+  EXPECT_FALSE(web.Repels(web.anti_affinity[0], other)) << "NotIn";
+  other.labels = {{"app", "db"}};
+  EXPECT_FALSE(web.Repels(web.anti_affinity[1], other)) << "another namespace's pods only";
+  other.ns = "data";
+  EXPECT_TRUE(web.Repels(web.anti_affinity[1], other));
+  EXPECT_FALSE(web.Repels(web.anti_affinity[2], other)) << "no selector: no pod";
+  // namespaceSelector is said; a term without a topology key is malformed.
+  p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+      json::array({{{"namespaceSelector", json::object()}, {"topologyKey", "k"}}, json::object()});
+  const PodInfo odd = ParsePod(p);
+  ASSERT_EQ(odd.unsupported.size(), 1u);
+  EXPECT_NE(odd.unsupported[0].find("namespaceSelector"), std::string::npos);
+  EXPECT_NE(odd.problem.find("topologyKey"), std::string::npos);
 }
 
 TEST(KubeSelection, SelectorsAffinityAndTaints) {

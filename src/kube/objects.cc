@@ -390,25 +390,22 @@ PodInfo ParsePod(const json& obj) {
     p.selection.tolerations.push_back(
         Toleration{Str(t, "key"), op, Str(t, "value"), Str(t, "effect")});
   }
-  auto required_terms = [&](const char* kind) {
-    return !Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution").empty();
-  };
-  if (required_terms("podAffinity"))
-    p.unsupported.push_back("required pod affinity is not supported");
-  for (const json& t :
-       Arr(Obj(affinity, "podAntiAffinity"), "requiredDuringSchedulingIgnoredDuringExecution")) {
-    AntiAffinityTerm term;
-    term.selector = SelectorOf(t, "labelSelector");
-    for (const json& n : Arr(t, "namespaces")) {
-      if (n.is_string()) term.namespaces.push_back(n.get<std::string>());
+  for (const char* kind : {"podAffinity", "podAntiAffinity"}) {
+    const bool anti = std::string_view(kind) == "podAntiAffinity";
+    for (const json& t :
+         Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution")) {
+      PodAffinityTerm term;
+      term.selector = SelectorOf(t, "labelSelector");
+      for (const json& n : Arr(t, "namespaces")) {
+        if (n.is_string()) term.namespaces.push_back(n.get<std::string>());
+      }
+      term.topology_key = Str(t, "topologyKey");
+      if (term.topology_key.empty()) p.problem = std::string(kind) + ": a term without topologyKey";
+      if (const json* ns = Member(t, "namespaceSelector"); ns != nullptr && !ns->is_null())
+        p.unsupported.push_back(std::string(anti ? "pod anti-affinity" : "pod affinity") +
+                                " by namespaceSelector is not supported (list the namespaces)");
+      (anti ? p.anti_affinity : p.affinity).push_back(std::move(term));
     }
-    term.topology_key = Str(t, "topologyKey");
-    if (term.topology_key.empty()) p.problem = "podAntiAffinity: a term without topologyKey";
-    if (const json* ns = Member(t, "namespaceSelector"); ns != nullptr && !ns->is_null())
-      p.unsupported.push_back(
-          "pod anti-affinity by namespaceSelector is not supported "
-          "(list the namespaces)");
-    p.anti_affinity.push_back(std::move(term));
   }
   for (const json& c : Arr(spec, "topologySpreadConstraints")) {
     if (Str(c, "whenUnsatisfiable") != "ScheduleAnyway") {
@@ -534,7 +531,7 @@ bool Covers(const BudgetInfo& budget, const PodInfo& pod) {
   return budget.ns == pod.ns && Selects(budget.selector, pod.labels);
 }
 
-bool PodInfo::Repels(const AntiAffinityTerm& t, const PodInfo& other) const {
+bool PodInfo::TermSelects(const PodAffinityTerm& t, const PodInfo& other) const {
   const bool in_ns = t.namespaces.empty() ? other.ns == ns
                                           : std::find(t.namespaces.begin(), t.namespaces.end(),
                                                       other.ns) != t.namespaces.end();

@@ -119,14 +119,16 @@ bool Selects(const LabelSelector& sel, const std::map<std::string, std::string>&
 // The node label that names the node itself, as topology keys use it.
 inline constexpr const char* kHostnameLabel = "kubernetes.io/hostname";
 
-// A required pod anti-affinity term: no two pods, one of which has the term and the other
-// matches it, in one domain of `topology_key` (a node label: kubernetes.io/hostname is
-// the node itself).
-struct AntiAffinityTerm {
+// A required pod (anti-)affinity term: the pods its selector matches (in its namespaces)
+// and the domains of `topology_key` they are in (the nodes sharing a value of that node
+// label; kubernetes.io/hostname is the node itself). Affinity: a pod goes to a domain
+// that holds one; anti-affinity: no two pods, one of which has the term and the other
+// matches it, in one domain.
+struct PodAffinityTerm {
   LabelSelector selector;
   std::vector<std::string> namespaces;  // empty: the pod's own
   std::string topology_key;
-  bool operator==(const AntiAffinityTerm&) const = default;
+  bool operator==(const PodAffinityTerm&) const = default;
 };
 
 struct PodInfo {
@@ -155,11 +157,12 @@ struct PodInfo {
   int64_t grace_s = 30;
   std::map<std::string, std::string> annotations;
   std::map<std::string, std::string> labels;
-  // Its required pod anti-affinity (the scheduler keeps it off the domains of the pods
-  // they match, and other pods' terms off its own).
-  std::vector<AntiAffinityTerm> anti_affinity;
+  // Its required pod affinity (the scheduler places it in a domain of a pod each term
+  // matches) and anti-affinity (off the domains of the pods they match, and other pods'
+  // terms off its own).
+  std::vector<PodAffinityTerm> affinity, anti_affinity;
   // Whether term `t` of its own covers pod `other` (its namespace and labels).
-  bool Repels(const AntiAffinityTerm& t, const PodInfo& other) const;
+  bool TermSelects(const PodAffinityTerm& t, const PodInfo& other) const;
   // Why Gantry cannot schedule it as asked (pod affinity, topology spread, hostPort, ...);
   // each goes into its PodScheduled=False message.
   std::vector<std::string> unsupported;

@@ -522,14 +522,18 @@ class Driver {
       const PodInfo& p, bool lone,
       const std::map<std::string, std::vector<const PodInfo*>>& claim_users) const;
   static std::string ClaimShape(const std::vector<const PodInfo*>& pods);
-  // Required pod anti-affinity for a waiting job's pods (docs/kubernetes.md): the nodes
-  // they must keep off, ascending, and their names; or why they wait (for a pod of ours
-  // created before them that they must keep apart from, or a term Gantry cannot keep).
-  // `repellers`: the live pods with terms of their own.
+  // Required pod affinity and anti-affinity for a waiting job's pods (docs/kubernetes.md):
+  // the nodes they must keep off and, with affinity, the only ones they may use (each
+  // ascending), with their names; or why they wait (for a pod of ours created before
+  // them that they must be kept apart from or placed beside, for a pod their affinity
+  // selects, or a term Gantry cannot keep). `repellers`: the live pods with
+  // anti-affinity terms of their own.
   struct KeepOff {
-    std::vector<core::NodeId> nodes;
+    std::vector<core::NodeId> nodes, only;
+    bool restricted = false;  // `only` applies
     std::string names, wait;
     bool one_per_node = false;  // the gang's own pods keep apart, one per node
+    bool one_node = false;      // the gang's own pods keep together, on one node
   };
   KeepOff AntiAffinity(const std::vector<const PodInfo*>& pods,
                        const std::vector<const PodInfo*>& repellers) const;
@@ -1209,9 +1213,9 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
     }
   };
   for (const PodInfo* p : pods) {
-    for (const AntiAffinityTerm& t : p->anti_affinity) {
+    for (const PodAffinityTerm& t : p->anti_affinity) {
       for (const PodInfo* q : pods) {
-        if (q == p || !p->Repels(t, *q)) continue;
+        if (q == p || !p->TermSelects(t, *q)) continue;
         if (t.topology_key != kHostnameLabel) {
           out.wait = "pod anti-affinity between the pods of one gang by " + t.topology_key +
                      " is not supported (by " + kHostnameLabel + ": one pod per node)";
@@ -1231,11 +1235,11 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
     for (const PodInfo* q : own_terms ? all : repellers) {
       if (own.contains(q->uid)) continue;
       std::vector<std::string> keys;  // the domains' keys of each term that keeps them apart
-      for (const AntiAffinityTerm& t : p->anti_affinity) {
-        if (p->Repels(t, *q)) keys.push_back(t.topology_key);
+      for (const PodAffinityTerm& t : p->anti_affinity) {
+        if (p->TermSelects(t, *q)) keys.push_back(t.topology_key);
       }
-      for (const AntiAffinityTerm& t : q->anti_affinity) {
-        if (q->Repels(t, *p)) keys.push_back(t.topology_key);
+      for (const PodAffinityTerm& t : q->anti_affinity) {
+        if (q->TermSelects(t, *p)) keys.push_back(t.topology_key);
       }
       if (keys.empty()) continue;
       if (!q->node_name.empty()) {
@@ -1248,11 +1252,68 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
       }
     }
   }
+  // Affinity: each term asks for a domain holding a pod it selects (other than the job's
+  // own); with none yet, a pod its term selects itself may go anywhere (the first of its
+  // kind), as kube-scheduler has it.
+  std::optional<std::set<std::string>> only;
+  for (const PodInfo* p : pods) {
+    for (const PodAffinityTerm& t : p->affinity) {
+      bool with_own = false;
+      for (const PodInfo* q : pods) with_own |= q != p && p->TermSelects(t, *q);
+      if (with_own) {
+        if (t.topology_key != kHostnameLabel) {
+          out.wait = "pod affinity between the pods of one gang by " + t.topology_key +
+                     " is not supported (by " + kHostnameLabel + ": all on one node)";
+          return out;
+        }
+        out.one_node = true;
+        continue;
+      }
+      const std::set<std::string> before = std::move(names);
+      names.clear();
+      const PodInfo* first = nullptr;  // a pod of ours it selects, waiting before it
+      for (const auto& [uid, q] : pods_) {
+        if (q.terminal() || own.contains(uid) || !p->TermSelects(t, q)) continue;
+        if (!q.node_name.empty()) {
+          add_domain(q.node_name, t.topology_key);
+        } else if (Ours(q) && Live(q) && q.problem.empty() &&
+                   std::tie(q.created_ms, q.name) < std::tie(p->created_ms, p->name)) {
+          first = &q;
+        }
+      }
+      std::set<std::string> domain = std::move(names);
+      names = before;
+      if (domain.empty()) {
+        if (first != nullptr) {
+          out.wait = "waiting for pod " + first->name +
+                     " to be placed first (its pod affinity asks for its domain)";
+          return out;
+        }
+        if (p->TermSelects(t, *p)) continue;  // the first of its kind: anywhere
+        out.wait = "waiting for a pod its pod affinity selects to run (none does)";
+        return out;
+      }
+      if (!only) {
+        only = std::move(domain);
+      } else {
+        std::erase_if(*only, [&](const std::string& n) { return !domain.contains(n); });
+      }
+    }
+  }
   for (const std::string& name : names) {
     if (auto id = view_.cluster.FindNode(name)) out.nodes.push_back(*id);
     out.names += name + ",";
   }
   std::sort(out.nodes.begin(), out.nodes.end());
+  if (only) {
+    out.restricted = true;
+    out.names += "|";
+    for (const std::string& name : *only) {
+      if (auto id = view_.cluster.FindNode(name)) out.only.push_back(*id);
+      out.names += name + ",";
+    }
+    std::sort(out.only.begin(), out.only.end());
+  }
   return out;
 }
 
@@ -1605,7 +1666,9 @@ void Driver::SyncJobs() {
         continue;
       }
       if (keep_off.one_per_node) spec->workers_per_node = 1;
+      if (keep_off.one_node) spec->topology = core::Topology::kNode;
       spec->not_nodes = keep_off.nodes;
+      if (keep_off.restricted) spec->only_nodes = keep_off.only;
     }
     // Elastic: minMember to all its pods, where its workers are whole GPUs (MIG, shared
     // GPUs and device claims run at one size).
@@ -1630,17 +1693,32 @@ void Driver::SyncJobs() {
     }
     // Anti-affinity that leaves it no node now waits with why (not refused for good, as
     // the core would: the pods it keeps apart from may go).
-    if (!keep_off.nodes.empty()) {
-      int64_t left = 0;
-      for (core::PoolId p : spec->pools) left += view_.cluster.pool(p).spec.count;
-      for (core::NodeId n : keep_off.nodes) {
+    if (!keep_off.nodes.empty() || keep_off.restricted) {
+      auto allowed = [&](core::NodeId n) {
         const core::PoolId p = view_.cluster.node(n).pool;
-        left -= std::find(spec->pools.begin(), spec->pools.end(), p) != spec->pools.end();
+        return std::find(spec->pools.begin(), spec->pools.end(), p) != spec->pools.end() &&
+               !std::binary_search(keep_off.nodes.begin(), keep_off.nodes.end(), n);
+      };
+      int64_t left = 0;
+      if (keep_off.restricted) {
+        left = std::count_if(keep_off.only.begin(), keep_off.only.end(), allowed);
+      } else {
+        for (core::PoolId p : spec->pools) left += view_.cluster.pool(p).spec.count;
+        left -= static_cast<int64_t>(keep_off.nodes.size()) -
+                std::count_if(keep_off.nodes.begin(), keep_off.nodes.end(), [&](core::NodeId n) {
+                  const core::PoolId p = view_.cluster.node(n).pool;
+                  return std::find(spec->pools.begin(), spec->pools.end(), p) == spec->pools.end();
+                });
       }
       if (left <= 0) {
-        refuse("its pod anti-affinity keeps it off every node it may use (" +
-               std::to_string(keep_off.nodes.size()) +
-               " hold pods it must be kept apart from); it waits for one of them to go");
+        refuse(keep_off.restricted
+                   ? "its pod affinity asks for nodes (" +
+                         keep_off.names.substr(keep_off.names.find('|') + 1) +
+                         ") it may not use: not of its selection, or kept off by anti-affinity"
+                   : "its pod anti-affinity keeps it off every node it may use (" +
+                         std::to_string(keep_off.nodes.size()) +
+                         " hold pods it must be kept apart from); it waits for one of them "
+                         "to go");
         continue;
       }
     }

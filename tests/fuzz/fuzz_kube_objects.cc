@@ -49,7 +49,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto ask = AskOf({&claim}, {{cls.name, cls}});
   if (ask && ask->gpus < 0) __builtin_trap();
   const PodInfo pod = ParsePod(obj);
-  for (const AntiAffinityTerm& t : pod.anti_affinity) (void)pod.Repels(t, pod);
+  for (const PodAffinityTerm& t : pod.anti_affinity) (void)pod.TermSelects(t, pod);
   (void)ParseGroup(obj);
   const BudgetInfo budget = ParseBudget(obj);
   (void)Covers(budget, pod);

@@ -436,13 +436,14 @@ def case_malformed_and_impossible_pods(c):
     """Malformed, unsupported and impossible pods get a message; a good pod still binds."""
     bad_annotation = pod("bad-vram", 1, annotations={"gantry.dev/vram-gb": "lots"})
     anti = pod("anti", 1, extra={"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"test": "yes"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+        {"labelSelector": {"matchLabels": {"test": "yes"}}, "topologyKey": "kubernetes.io/hostname",
+         "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}})
     too_big = pod("too-big", 16)
     nowhere = pod("nowhere", 1, extra={"nodeSelector": {"no-such-label": "x"}})
     good = pod("good", 2)
     c.kubectl_apply(bad_annotation, anti, too_big, nowhere, good)
     wait_for("the good pod bound", lambda: any(p["metadata"]["name"] == "good" for p in bound(c.pods("test=yes"))), 15)
-    want = {"bad-vram": "gantry.dev/vram-gb", "anti": "pod affinity is not supported", "too-big": "can never run",
+    want = {"bad-vram": "gantry.dev/vram-gb", "anti": "pod affinity by namespaceSelector is not supported", "too-big": "can never run",
             "nowhere": "no node matches"}
 
     def all_said():
@@ -570,8 +571,9 @@ def case_pod_anti_affinity_spreads_replicas(c):
     """Required pod anti-affinity by kubernetes.io/hostname (replicas of an inference
     Deployment kept one per node): the replicas go to distinct nodes, a pod they repel
     (it has their label, no terms of its own) to another one, a replica with no node left
-    waits with why and binds when a node frees; a gang whose own pods repel each other
-    gets one pod per node."""
+    waits with why and binds when a node frees; required pod affinity: beside a replica,
+    or waiting with why for a pod that does not run; a gang whose own pods repel each other
+    gets one pod per node, one whose pods attract each other one node."""
     term = {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "default"},
            "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "web"}},
@@ -613,8 +615,32 @@ def case_pod_anti_affinity_spreads_replicas(c):
                  "intruder" not in [p["metadata"]["name"] for p in web()], 20)
         assert len(set(nodes_of(web()))) == 4, nodes_of(web())
         check_allocatable(c)
+        # Required pod affinity: beside a replica (its node), and waiting for a pod that
+        # does not run (its selector matches none).
+        beside = pod("beside", 1, extra={"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [term]}}})
+        lonely = pod("lonely", 1, extra={"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "nothing"}}, "topologyKey": "kubernetes.io/hostname"}]}}})
+        c.kubectl_apply(beside, lonely)
+        wait_for("beside bound", lambda: bound(c.pods("test=yes")) and any(
+            p["metadata"]["name"] == "beside" for p in bound(c.pods("test=yes"))), 20)
+        assert next(p["spec"]["nodeName"] for p in bound(c.pods("test=yes"))
+                    if p["metadata"]["name"] == "beside") in nodes_of(web())
+        wait_for("lonely waiting with why", lambda: "pod affinity selects" in scheduled_message(
+            next(p for p in c.pods("test=yes") if p["metadata"]["name"] == "lonely")), 20)
+        c.kubectl("delete", "pod", "beside", "lonely", "--grace-period=0", "--force")
         c.kubectl("delete", "deployment", "web")
         wait_for("the replicas gone", lambda: not c.pods("app=web"), 30)
+        # A gang whose pods attract each other by hostname: all on one node.
+        together = [pod(f"together-{i}", 2, group="together", extra={"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"scheduling.x-k8s.io/pod-group": "together"}},
+                 "topologyKey": "kubernetes.io/hostname"}]}}}) for i in range(3)]
+        c.kubectl_apply(group("together", 3), *together)
+        wait_for("the together gang bound",
+                 lambda: len(bound(c.pods("scheduling.x-k8s.io/pod-group=together"))) == 3, 20)
+        assert len(set(nodes_of(c.pods("scheduling.x-k8s.io/pod-group=together")))) == 1
         # A gang whose pods repel each other: one per node (1 GPU each would fit on one).
         gang = [pod(f"spread-{i}", 1, group="spread", extra={"affinity": {"podAntiAffinity": {
             "requiredDuringSchedulingIgnoredDuringExecution": [

@@ -113,12 +113,13 @@ TEST(KubePod, EffectiveRequestsCountInitSidecarsAndOverhead) {
 TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
   json p = Pod("p", {{"limits", {{"nvidia.com/gpu", "1"}}}});
   p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-      json::array({{{"topologyKey", "kubernetes.io/hostname"}}});
+      json::array({{{"topologyKey", "kubernetes.io/hostname"},
+                    {"namespaceSelector", {{"matchLabels", {{"team", "a"}}}}}}});
   p["spec"]["topologySpreadConstraints"] = json::array({{{"whenUnsatisfiable", "DoNotSchedule"}}});
   p["spec"]["containers"][0]["ports"] = json::array({{{"containerPort", 80}, {"hostPort", 80}}});
   PodInfo info = ParsePod(p);
   ASSERT_EQ(info.unsupported.size(), 3u);
-  EXPECT_NE(info.unsupported[0].find("pod affinity"), std::string::npos);
+  EXPECT_NE(info.unsupported[0].find("pod affinity by namespaceSelector"), std::string::npos);
   json bad = Pod("q", {{"limits", {{"nvidia.com/gpu", "many"}}}});
   EXPECT_NE(ParsePod(bad).problem.find("nvidia.com/gpu"), std::string::npos);
   // hostile shapes never throw
@@ -131,7 +132,7 @@ TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
 
 // Required pod anti-affinity: each term's selector, namespaces and topology key, and
 // which pods it covers (its namespaces, else the pod's own; a null selector none).
-TEST(KubePod, AntiAffinityTermsAndThePodsTheyCover) {
+TEST(KubePod, PodAffinityTermsAndThePodsTheyCover) {
   json p = Pod("web-1", {{"limits", {{"nvidia.com/gpu", "1"}}}});
   p["metadata"]["labels"] = {{"app", "web"}};
   p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
@@ -147,21 +148,26 @@ TEST(KubePod, AntiAffinityTermsAndThePodsTheyCover) {
            {{"topologyKey", "kubernetes.io/hostname"}}});
   p["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] =
       json::array({{{"weight", 1}}});  // soft: ignored
+  p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+      json::array({{{"labelSelector", {{"matchLabels", {{"app", "cache"}}}}},
+                    {"topologyKey", "kubernetes.io/hostname"}}});
   const PodInfo web = ParsePod(p);
   ASSERT_EQ(web.problem, "");
   EXPECT_TRUE(web.unsupported.empty());
+  ASSERT_EQ(web.affinity.size(), 1u) << "podAffinity's terms apart from podAntiAffinity's";
+  EXPECT_EQ(web.affinity[0].selector.match_labels.at("app"), "cache");
   ASSERT_EQ(web.anti_affinity.size(), 3u);
   EXPECT_EQ(web.anti_affinity[1].topology_key, "topology.kubernetes.io/zone");
   PodInfo other = web;
   other.name = "web-2";
-  EXPECT_TRUE(web.Repels(web.anti_affinity[0], other));
+  EXPECT_TRUE(web.TermSelects(web.anti_affinity[0], other));
   other.labels["tier"] = "x";
-  EXPECT_FALSE(web.Repels(web.anti_affinity[0], other)) << "NotIn";
+  EXPECT_FALSE(web.TermSelects(web.anti_affinity[0], other)) << "NotIn";
   other.labels = {{"app", "db"}};
-  EXPECT_FALSE(web.Repels(web.anti_affinity[1], other)) << "another namespace's pods only";
+  EXPECT_FALSE(web.TermSelects(web.anti_affinity[1], other)) << "another namespace's pods only";
   other.ns = "data";
-  EXPECT_TRUE(web.Repels(web.anti_affinity[1], other));
-  EXPECT_FALSE(web.Repels(web.anti_affinity[2], other)) << "no selector: no pod";
+  EXPECT_TRUE(web.TermSelects(web.anti_affinity[1], other));
+  EXPECT_FALSE(web.TermSelects(web.anti_affinity[2], other)) << "no selector: no pod";
   // namespaceSelector is said; a term without a topology key is malformed.
   p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
       json::array({{{"namespaceSelector", json::object()}, {"topologyKey", "k"}}, json::object()});

@@ -282,13 +282,20 @@ class Writer {
         return std::find_if(status_order_.begin(), status_order_.end(),
                             [&](const std::string& uid) { return !writing_.contains(uid); });
       };
+      // A binding waits, too, while a status of its pod is being written (it would land
+      // after the binding and say the bound pod is unschedulable).
+      auto next_bind = [&] {
+        return std::find_if(binds_.begin(), binds_.end(),
+                            [&](const BindOp& b) { return !writing_.contains(b.uid); });
+      };
       cv_.wait(lock, [&] {
-        return stop_ || !binds_.empty() || next_status() != status_order_.end() || !events_.empty();
+        return stop_ || next_bind() != binds_.end() || next_status() != status_order_.end() ||
+               !events_.empty();
       });
       if (stop_) return;
-      if (!binds_.empty()) {
-        BindOp op = std::move(binds_.front());
-        binds_.pop_front();
+      if (auto b = next_bind(); b != binds_.end()) {
+        BindOp op = std::move(*b);
+        binds_.erase(b);
         lock.unlock();
         DoBind(c, op);
         lock.lock();
@@ -1033,6 +1040,10 @@ void Driver::Bind(const PodInfo& pod, const std::string& node,
   pods_[pod.uid].node_name =
       node;  // the watch will say so too; a pass before it must not bind again
   binding_[pod.uid] = node;
+  // A wait message still queued for it would land after the binding and leave the bound
+  // pod saying PodScheduled=False: it is dropped (one being written goes first).
+  writer_.Drop(pod.uid);
+  asked_message_.erase(pod.uid);
   writer_.Bind(Writer::BindOp{pod.ns, pod.name, pod.uid, node, std::move(claims)});
 }
 

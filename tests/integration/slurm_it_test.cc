@@ -1561,7 +1561,7 @@ TEST(Slurm, HeldAndDeferredJobsRunOnceReleasedOrTheirTimeComes) {
   // scontrol update StartTime=now: it runs now; another field is refused with why.
   RunResult other = SlurmAs(h, "ann", {"scontrol", "update", "JobId=" + later, "NumNodes=2"});
   EXPECT_NE(other.rc, 0);
-  EXPECT_NE(other.err.find("ArrayTaskThrottle, JobName, Partition, QOS and Account only"),
+  EXPECT_NE(other.err.find("ArrayTaskThrottle, JobName, Partition, QOS, Account and Nice only"),
             std::string::npos)
       << other.err;
   RunResult now = SlurmAs(h, "ann", {"scontrol", "update", "jobid=" + later, "StartTime=now"});

@@ -594,6 +594,10 @@ def case_pod_anti_affinity_spreads_replicas(c):
         c.kubectl_apply(dep)
         wait_for("3 replicas bound", lambda: len(bound(web())) == 3, 20)
         assert len(set(nodes_of(web()))) == 3, nodes_of(web())
+        # Each waited for the one before (a message), then was bound: none says it waits.
+        time.sleep(1)
+        stale = {p["metadata"]["name"]: scheduled_message(p) for p in bound(web()) if scheduled_message(p)}
+        assert not stale, f"bound pods still saying they wait: {stale}"
         # A pod with their label and no terms: their terms keep it off their nodes.
         intruder = pod("intruder", 1)
         intruder["metadata"]["labels"]["app"] = "web"

@@ -408,10 +408,33 @@ PodInfo ParsePod(const json& obj) {
     }
   }
   for (const json& c : Arr(spec, "topologySpreadConstraints")) {
-    if (Str(c, "whenUnsatisfiable") != "ScheduleAnyway") {
-      p.unsupported.push_back("topology spread constraints (DoNotSchedule) are not supported");
-      break;
+    const std::string when = Str(c, "whenUnsatisfiable");
+    if (when == "ScheduleAnyway") continue;  // soft: ignored, as preferred affinities
+    SpreadConstraint k;
+    const json* skew = Member(c, "maxSkew");
+    if (skew != nullptr && skew->is_number_integer() && skew->get<int64_t>() >= 1 &&
+        skew->get<int64_t>() <= 1 << 20) {
+      k.max_skew = static_cast<int>(skew->get<int64_t>());
+    } else {
+      p.problem = "topologySpreadConstraints: maxSkew must be an integer of 1 or more";
     }
+    if (const json* m = Member(c, "minDomains"); m != nullptr && !m->is_null()) {
+      if (m->is_number_integer() && m->get<int64_t>() >= 1 && m->get<int64_t>() <= 1 << 20)
+        k.min_domains = static_cast<int>(m->get<int64_t>());
+      else
+        p.problem = "topologySpreadConstraints: minDomains must be an integer of 1 or more";
+    }
+    k.topology_key = Str(c, "topologyKey");
+    if (k.topology_key.empty()) p.problem = "topologySpreadConstraints: no topologyKey";
+    if (when != "DoNotSchedule" && !when.empty())
+      p.problem = "topologySpreadConstraints: unknown whenUnsatisfiable \"" + when + "\"";
+    k.selector = SelectorOf(c, "labelSelector");
+    k.honour_node_selection = Str(c, "nodeAffinityPolicy") != "Ignore";
+    if (!Arr(c, "matchLabelKeys").empty() || Str(c, "nodeTaintsPolicy") == "Honor")
+      p.unsupported.push_back(
+          "topology spread constraints with matchLabelKeys or nodeTaintsPolicy Honor are not "
+          "supported");
+    p.spread.push_back(std::move(k));
   }
   // Resource claims: the claim each names, or (from a template) the one made for the pod.
   std::map<std::string, std::string> made;

@@ -131,6 +131,19 @@ struct PodAffinityTerm {
   bool operator==(const PodAffinityTerm&) const = default;
 };
 
+// A topology spread constraint with whenUnsatisfiable DoNotSchedule: of the domains of
+// `topology_key` among the nodes the pod may use, a pod goes to one where the pods of its
+// namespace `selector` matches (itself counted) would exceed the fewest in any such domain
+// by at most `max_skew` (0 pods in the fewest while there are under `min_domains`).
+struct SpreadConstraint {
+  int max_skew = 1;
+  std::string topology_key;
+  LabelSelector selector;
+  int min_domains = 1;
+  bool honour_node_selection = true;  // nodeAffinityPolicy Honor (else Ignore)
+  bool operator==(const SpreadConstraint&) const = default;
+};
+
 struct PodInfo {
   std::string ns, name, uid, node_name, scheduler_name, phase, priority_class, group;
   std::string owner_uid;   // the controller owning it (a Job, a ReplicaSet), if any
@@ -161,6 +174,7 @@ struct PodInfo {
   // matches) and anti-affinity (off the domains of the pods they match, and other pods'
   // terms off its own).
   std::vector<PodAffinityTerm> affinity, anti_affinity;
+  std::vector<SpreadConstraint> spread;  // topologySpreadConstraints that DoNotSchedule
   // Whether term `t` of its own covers pod `other` (its namespace and labels).
   bool TermSelects(const PodAffinityTerm& t, const PodInfo& other) const;
   // Why Gantry cannot schedule it as asked (pod affinity, topology spread, hostPort, ...);

@@ -1311,6 +1311,54 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
       }
     }
   }
+  // Topology spread (DoNotSchedule): the domains where it keeps the skew within maxSkew.
+  for (const PodInfo* p : pods) {
+    if (!p->spread.empty() && pods.size() > 1) {
+      out.wait = "topology spread constraints on the pods of a gang are not supported";
+      return out;
+    }
+    for (const SpreadConstraint& k : p->spread) {
+      NodeSelection sel = p->selection;  // nodeAffinityPolicy Honor; taints ignored
+      sel.tolerations = {Toleration{"", "Exists", "", ""}};
+      std::map<std::string, std::string> domain_of;  // eligible node -> its domain
+      std::map<std::string, int64_t> count;          // domain -> pods matched there
+      for (const auto& [name, node] : nodes_) {
+        auto v = node.labels.find(k.topology_key);
+        if (v == node.labels.end() || (k.honour_node_selection && !Allows(sel, node))) continue;
+        domain_of[name] = v->second;
+        count.emplace(v->second, 0);
+      }
+      for (const auto& [uid, q] : pods_) {
+        if (q.terminal() || q.uid == p->uid || q.ns != p->ns || !Selects(k.selector, q.labels))
+          continue;
+        if (q.node_name.empty()) {
+          if (Ours(q) && Live(q) && q.problem.empty() && !q.spread.empty() &&
+              std::tie(q.created_ms, q.name) < std::tie(p->created_ms, p->name)) {
+            out.wait = "waiting for pod " + q.name +
+                       " to be placed first (their topology spread counts each other)";
+            return out;
+          }
+          continue;
+        }
+        if (auto d = domain_of.find(q.node_name); d != domain_of.end()) ++count[d->second];
+      }
+      int64_t fewest = 0;
+      if (static_cast<int>(count.size()) >= k.min_domains && !count.empty()) {
+        fewest = INT64_MAX;
+        for (const auto& [d, n] : count) fewest = std::min(fewest, n);
+      }
+      const int64_t self = Selects(k.selector, p->labels) ? 1 : 0;
+      std::set<std::string> allowed;
+      for (const auto& [name, d] : domain_of) {
+        if (count[d] + self - fewest <= k.max_skew) allowed.insert(name);
+      }
+      if (!only) {
+        only = std::move(allowed);
+      } else {
+        std::erase_if(*only, [&](const std::string& n) { return !allowed.contains(n); });
+      }
+    }
+  }
   for (const std::string& name : names) {
     if (auto id = view_.cluster.FindNode(name)) out.nodes.push_back(*id);
     out.names += name + ",";
@@ -1723,7 +1771,7 @@ void Driver::SyncJobs() {
       }
       if (left <= 0) {
         refuse(keep_off.restricted
-                   ? "its pod affinity asks for nodes (" +
+                   ? "its pod affinity or topology spread asks for nodes (" +
                          keep_off.names.substr(keep_off.names.find('|') + 1) +
                          ") it may not use: not of its selection, or kept off by anti-affinity"
                    : "its pod anti-affinity keeps it off every node it may use (" +

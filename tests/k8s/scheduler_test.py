@@ -659,6 +659,53 @@ def case_pod_anti_affinity_spreads_replicas(c):
         c.clean()
 
 
+def case_topology_spread_over_zones(c):
+    """A topology spread constraint (DoNotSchedule, maxSkew 1 over a zone label) on a
+    Deployment of 1-GPU replicas: where Gantry would pack them onto one node, they go two
+    and two over the two zones, then three and three once scaled to 6; a pod whose spread
+    no node can keep waits with why."""
+    zones = {"kwok-node-0": "a", "kwok-node-1": "a", "kwok-node-2": "b", "kwok-node-3": "b"}
+    for node, zone in zones.items():
+        c.kubectl("label", "node", node, f"example.com/zone={zone}", "--overwrite")
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "spread", "namespace": "default"},
+           "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "spread"}},
+                    "template": {"metadata": {"labels": {"app": "spread"}},
+                                 "spec": {"schedulerName": "gantry", "terminationGracePeriodSeconds": 1,
+                                          "topologySpreadConstraints": [{
+                                              "maxSkew": 1, "topologyKey": "example.com/zone",
+                                              "whenUnsatisfiable": "DoNotSchedule",
+                                              "labelSelector": {"matchLabels": {"app": "spread"}}}],
+                                          "containers": [{"name": "m", "image": "vllm",
+                                                          "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+
+    def per_zone():
+        got = {"a": 0, "b": 0}
+        for p in bound([p for p in c.pods("app=spread") if not p["metadata"].get("deletionTimestamp")]):
+            got[zones[p["spec"]["nodeName"]]] += 1
+        return got
+
+    try:
+        c.kubectl_apply(dep)
+        wait_for("4 replicas bound", lambda: sum(per_zone().values()) == 4, 20)
+        assert per_zone() == {"a": 2, "b": 2}, per_zone()
+        c.kubectl("scale", "deployment", "spread", "--replicas=6")
+        wait_for("6 replicas bound", lambda: sum(per_zone().values()) == 6, 20)
+        assert per_zone() == {"a": 3, "b": 3}, per_zone()
+        # Spread over a key no node has: nowhere to go, said.
+        odd = pod("no-zone", 1, extra={"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "example.com/rack", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"test": "yes"}}}]})
+        c.kubectl_apply(odd)
+        wait_for("the pod with no domain waiting with why", lambda: "topology spread" in scheduled_message(
+            next(p for p in c.pods("test=yes") if p["metadata"]["name"] == "no-zone")), 20)
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
+        for node in zones:
+            c.kubectl("label", "node", node, "example.com/zone-", check=False)
+
+
 def case_kill_and_restart(c):
     """kill -9 of gantryd mid-run: the restarted one adopts what runs (binding nothing
     twice) and places what waits."""
@@ -1713,6 +1760,7 @@ CASES = [
     case_disruption_budget_steers_preemption,
     case_deployment_scaled_by_preemption,
     case_pod_anti_affinity_spreads_replicas,
+    case_topology_spread_over_zones,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,

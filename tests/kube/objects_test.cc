@@ -115,7 +115,11 @@ TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
   p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
       json::array({{{"topologyKey", "kubernetes.io/hostname"},
                     {"namespaceSelector", {{"matchLabels", {{"team", "a"}}}}}}});
-  p["spec"]["topologySpreadConstraints"] = json::array({{{"whenUnsatisfiable", "DoNotSchedule"}}});
+  p["spec"]["topologySpreadConstraints"] =
+      json::array({{{"whenUnsatisfiable", "DoNotSchedule"},
+                    {"maxSkew", 1},
+                    {"topologyKey", "zone"},
+                    {"matchLabelKeys", {"pod-template-hash"}}}});
   p["spec"]["containers"][0]["ports"] = json::array({{{"containerPort", 80}, {"hostPort", 80}}});
   PodInfo info = ParsePod(p);
   ASSERT_EQ(info.unsupported.size(), 3u);
@@ -175,6 +179,36 @@ TEST(KubePod, PodAffinityTermsAndThePodsTheyCover) {
   ASSERT_EQ(odd.unsupported.size(), 1u);
   EXPECT_NE(odd.unsupported[0].find("namespaceSelector"), std::string::npos);
   EXPECT_NE(odd.problem.find("topologyKey"), std::string::npos);
+}
+
+// Topology spread constraints: DoNotSchedule ones read (maxSkew, minDomains, the key, the
+// selector, nodeAffinityPolicy); ScheduleAnyway ones ignored; bad values said.
+TEST(KubePod, TopologySpreadConstraintsAreRead) {
+  json p = Pod("web-1", {{"limits", {{"nvidia.com/gpu", "1"}}}});
+  p["spec"]["topologySpreadConstraints"] = json::array(
+      {{{"whenUnsatisfiable", "DoNotSchedule"},
+        {"maxSkew", 2},
+        {"minDomains", 3},
+        {"topologyKey", "topology.kubernetes.io/zone"},
+        {"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+        {"nodeAffinityPolicy", "Ignore"}},
+       {{"whenUnsatisfiable", "ScheduleAnyway"}, {"maxSkew", 1}, {"topologyKey", "k"}}});
+  const PodInfo web = ParsePod(p);
+  ASSERT_EQ(web.problem, "");
+  EXPECT_TRUE(web.unsupported.empty());
+  ASSERT_EQ(web.spread.size(), 1u);
+  EXPECT_EQ(web.spread[0].max_skew, 2);
+  EXPECT_EQ(web.spread[0].min_domains, 3);
+  EXPECT_EQ(web.spread[0].topology_key, "topology.kubernetes.io/zone");
+  EXPECT_FALSE(web.spread[0].honour_node_selection);
+  EXPECT_TRUE(Selects(web.spread[0].selector, {{"app", "web"}}));
+  for (const json& bad :
+       {json({{"whenUnsatisfiable", "DoNotSchedule"}, {"maxSkew", 0}, {"topologyKey", "k"}}),
+        json({{"whenUnsatisfiable", "DoNotSchedule"}, {"maxSkew", 1}}),
+        json({{"whenUnsatisfiable", "Sometimes"}, {"maxSkew", 1}, {"topologyKey", "k"}})}) {
+    p["spec"]["topologySpreadConstraints"] = json::array({bad});
+    EXPECT_NE(ParsePod(p).problem.find("topologySpreadConstraints"), std::string::npos) << bad;
+  }
 }
 
 TEST(KubeSelection, SelectorsAffinityAndTaints) {

@@ -396,7 +396,19 @@ class Cluster:
         env = dict(os.environ, GANTRY_K8S_SCHEDULER_ARGS='--config ' + self.sched_config)
         self.sh('start-scheduler', self.dir, env=env)
         wait_for('kube-scheduler /readyz', lambda: self._sched_get('/readyz')[0] == 200, 60)
-        status, body = self._sched_get('/configz')
+        # Ready before it has read the apiserver's client CA (delegated authentication):
+        # until then the admin certificate is anonymous and /configz answers 403 (seen once,
+        # 2026-12-02), so it is asked again for a while.
+        got = {}
+
+        def configz():
+            got['r'] = self._sched_get('/configz')
+            return got['r'][0] not in (401, 403)
+        try:
+            wait_for('kube-scheduler /configz', configz, 30)
+        except Broken:
+            pass
+        status, body = got['r']
         if status != 200:
             raise Broken(f'kube-scheduler /configz: {status} {body[:300]!r}')
         cc = json.loads(body)['componentconfig']['clientConnection']

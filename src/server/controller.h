@@ -398,9 +398,11 @@ class Controller : public ApiBackend {
                                     std::string& never_met);
   // The jobs `name` means for scontrol update's pending-only fields (`field`, for the
   // message): the job, or an array's tasks, each one `user` may manage; an error reply
-  // where there is none, one is another's, or the job named is no longer pending.
+  // where there is none, one is another's, or the job named is no longer pending (with
+  // `running_too`, has ended: a running job's name is changed too, as Slurm's).
   std::optional<Reply> PendingJobsToUpdate(const Principal& user, const std::string& name,
-                                           const std::string& field, std::vector<Job*>& jobs);
+                                           const std::string& field, std::vector<Job*>& jobs,
+                                           bool running_too = false);
   // Submit's refusals, which an update of a job's spec makes too: a queue `user` may not
   // submit to (403, naming its queues); a spec that could never run here (422: no pool
   // could hold it, its queue may not use its tier, or it is above its queue's burst limit).

@@ -1243,14 +1243,18 @@ void Controller::Updated(Job& job) {
 
 std::optional<Reply> Controller::PendingJobsToUpdate(const Principal& user, const std::string& name,
                                                      const std::string& field,
-                                                     std::vector<Job*>& jobs) {
+                                                     std::vector<Job*>& jobs, bool running_too) {
   Job* named = book_.Find(name);
   jobs = named ? std::vector<Job*>{named} : book_.ArrayTasks(name);
   if (jobs.empty()) return Reply::Error(Code::kNotFound, "no job " + name);
   for (Job* job : jobs) {
     if (auto refused = MayNotUpdate(user, *job)) return *refused;
   }
-  if (named && named->state != JobState::kPending) {  // as Slurm's "Job is no longer pending"
+  if (named && running_too && !named->active()) {  // as Slurm's "Job has already finished"
+    return Reply::Error(Code::kConflict, "job " + name + " is " + named->state_word() +
+                                             ": an ended job's " + field + " is not changed");
+  }
+  if (named && !running_too && named->state != JobState::kPending) {  // "no longer pending"
     return Reply::Error(Code::kConflict, "job " + name + " is " + named->state_word() +
                                              ": only a pending job's " + field + " is changed");
   }
@@ -1298,8 +1302,11 @@ void Controller::UpdateSpec(std::string token, std::string name, json fields, Do
       }
     }
     if (fields.empty()) return Reply::Error(Code::kBadRequest, "no field to change");
+    // A running job's name changes too (squeue, sacct; its SLURM_JOB_NAME stays), as Slurm's.
+    const bool rename = fields.size() == 1 && fields.contains("name");
     std::vector<Job*> jobs;
-    if (auto refused = PendingJobsToUpdate(user, name, "spec", jobs)) return *refused;
+    if (auto refused = PendingJobsToUpdate(user, name, rename ? "name" : "spec", jobs, rename))
+      return *refused;
     // Each task's spec with the fields written in, read again as at submission; all
     // checked before any is changed.
     struct Resolved {
@@ -1310,7 +1317,7 @@ void Controller::UpdateSpec(std::string token, std::string name, json fields, Do
     };
     std::vector<Resolved> resolved;
     for (Job* job : jobs) {
-      if (job->state != JobState::kPending) continue;
+      if (rename ? !job->active() : job->state != JobState::kPending) continue;
       if (job->spec_format != "json") {
         return Reply::Error(Code::kConflict, "job " + job->name +
                                                  ": its spec is YAML, which is not rewritten: "
@@ -1337,6 +1344,14 @@ void Controller::UpdateSpec(std::string token, std::string name, json fields, Do
     std::set<std::string> throttled;
     for (Resolved& r : resolved) {
       Job& job = *r.job;
+      if (job.state != JobState::kPending) {  // running: its name only, the rest as it runs
+        job.spec_text = std::move(r.text);
+        job.given_names.reset();
+        job.spec.name = r.spec.name;
+        job.Note(now_, "renamed by " + user.Describe() + ": " + r.spec.name);
+        Updated(job);
+        continue;
+      }
       // A new name or nice value leaves it where it is in the scheduler (the core reads
       // neither, or is told the new value).
       const bool moves =

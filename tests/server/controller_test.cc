@@ -900,6 +900,35 @@ TEST_F(ControllerTest, ANegativeNiceIsAnAdminsToGive) {
   EXPECT_EQ(odd.code, Code::kBadRequest) << odd.body.dump();
 }
 
+// scontrol update JobName= of a running job: renamed where it runs, as Slurm's; its other
+// fields only while it waits; an ended job's not at all.
+TEST_F(ControllerTest, ARunningJobIsRenamedAndNothingElseOfItChanges) {
+  Reply r = Submit(kTeamA, R"({"id":"run","name":"first","queue":"research","gpus":1,)"
+                           R"("vram_gb":1,"script":"#!/bin/sh\ntrue\n"})");
+  ASSERT_EQ(r.code, Code::kCreated) << r.body.dump();
+  ctl_->Poke();
+  Beat("h100-0");
+  ctl_->Poke();
+  json beat = Beat("h100-0");
+  ASSERT_EQ(Show("run")["state"], "running") << beat.dump();
+  Reply renamed = ctl_->UpdateSpec(kTeamA, "run", {{"name", "second"}});
+  ASSERT_EQ(renamed.code, Code::kOk) << renamed.body.dump();
+  EXPECT_EQ(renamed.body["updated"], 1);
+  EXPECT_EQ(Show("run")["name"], "second");
+  EXPECT_EQ(Show("run")["state"], "running") << "it runs on where it is";
+  Reply queue = ctl_->UpdateSpec(kTeamA, "run", {{"name", "third"}, {"queue", "nlp"}});
+  EXPECT_EQ(queue.code, Code::kConflict) << queue.body.dump();
+  EXPECT_EQ(Show("run")["name"], "second");
+  Advance(1000);
+  Beat("h100-0", json::array({{{"job", "run"}, {"run", 1}, {"rank", 0}, {"exit_code", 0}}}));
+  ASSERT_EQ(Show("run")["state"], "finished");
+  Reply ended = ctl_->UpdateSpec(kTeamA, "run", {{"name", "fourth"}});
+  EXPECT_EQ(ended.code, Code::kConflict);
+  EXPECT_NE(ended.body["error"].get<std::string>().find("an ended job's name is not changed"),
+            std::string::npos)
+      << ended.body.dump();
+}
+
 TEST_F(ControllerTest, TeamsStayInTheirQueues) {
   Reply b = Submit(kTeamB, R"({"queue":"serving","gpus":1,"vram_gb":10,"command":"x"})");
   ASSERT_EQ(b.code, Code::kCreated);
@@ -1835,8 +1864,11 @@ TEST_F(ControllerTest, APendingJobsNamePartitionQosAndAccountAreUpdatedAsScontro
   ctl_->Poke();
   EXPECT_EQ(Show("job")["state"], "running") << Show("job").dump();
   EXPECT_EQ(Show("job")["queue"], "nlp");
+  r = update(kTeamA, {{"queue", "proj"}});
+  EXPECT_EQ(r.code, Code::kConflict) << r.body.dump();  // running: its name only
   r = update(kTeamA, {{"name", "late"}});
-  EXPECT_EQ(r.code, Code::kConflict) << r.body.dump();
+  EXPECT_EQ(r.code, Code::kOk) << r.body.dump();
+  EXPECT_EQ(Show("job")["name"], "late");
 }
 
 // scontrol update Dependency=: a pending job's dependencies replaced, resolved as at

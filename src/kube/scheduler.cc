@@ -529,21 +529,23 @@ class Driver {
       const PodInfo& p, bool lone,
       const std::map<std::string, std::vector<const PodInfo*>>& claim_users) const;
   static std::string ClaimShape(const std::vector<const PodInfo*>& pods);
-  // Required pod affinity and anti-affinity for a waiting job's pods (docs/kubernetes.md):
-  // the nodes they must keep off and, with affinity, the only ones they may use (each
-  // ascending), with their names; or why they wait (for a pod of ours created before
-  // them that they must be kept apart from or placed beside, for a pod their affinity
-  // selects, or a term Gantry cannot keep). `repellers`: the live pods with
-  // anti-affinity terms of their own.
+  // Required pod affinity, anti-affinity and topology spread for a waiting job's pods
+  // (docs/kubernetes.md): the nodes they must keep off and, with affinity or spread, the
+  // only ones they may use (each ascending), with their names; or why they wait (for a pod
+  // of ours created before them that they must be kept apart from, placed beside or
+  // counted with, for a pod their affinity selects, or a constraint Gantry cannot keep).
+  // `repellers`: the live pods with anti-affinity terms of their own.
   struct KeepOff {
     std::vector<core::NodeId> nodes, only;
-    bool restricted = false;  // `only` applies
-    std::string names, wait;
+    bool restricted = false;        // `only` applies
+    std::string names, only_names;  // of `nodes` and `only`
+    std::string wait;
+    std::string Shape() const { return names + (restricted ? "|" + only_names : ""); }
     bool one_per_node = false;  // the gang's own pods keep apart, one per node
     bool one_node = false;      // the gang's own pods keep together, on one node
   };
-  KeepOff AntiAffinity(const std::vector<const PodInfo*>& pods,
-                       const std::vector<const PodInfo*>& repellers) const;
+  KeepOff PodConstraints(const std::vector<const PodInfo*>& pods,
+                         const std::vector<const PodInfo*>& repellers) const;
   std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
@@ -1202,27 +1204,34 @@ std::string Driver::ClaimShape(const std::vector<const PodInfo*>& pods) {
   return out;
 }
 
-Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
-                                     const std::vector<const PodInfo*>& repellers) const {
+Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
+                                       const std::vector<const PodInfo*>& repellers) const {
   KeepOff out;
   std::set<std::string> own;
   for (const PodInfo* p : pods) own.insert(p->uid);
-  std::set<std::string> names;
-  // The nodes of node `at`'s domain of `key` (the nodes with its value of that label).
-  auto add_domain = [&](const std::string& at, const std::string& key) {
+  // Adds the nodes of node `at`'s domain of `key` (the nodes with its value of that label).
+  auto add_domain = [&](std::set<std::string>& into, const std::string& at,
+                        const std::string& key) {
     auto n = nodes_.find(at);
     if (n == nodes_.end()) return;
     if (key == kHostnameLabel) {
-      names.insert(at);
+      into.insert(at);
       return;
     }
     auto value = n->second.labels.find(key);
     if (value == n->second.labels.end()) return;  // a node without the label: no domain
     for (const auto& [name, node] : nodes_) {
       auto v = node.labels.find(key);
-      if (v != node.labels.end() && v->second == value->second) names.insert(name);
+      if (v != node.labels.end() && v->second == value->second) into.insert(name);
     }
   };
+  // Whether pod `q` of ours waits to be placed before `p` (created first): pods that
+  // constrain each other are placed one at a time, so two never land together in a pass.
+  auto placed_first = [&](const PodInfo& q, const PodInfo& p) {
+    return q.node_name.empty() && Ours(q) && Live(q) && q.problem.empty() &&
+           std::tie(q.created_ms, q.name) < std::tie(p.created_ms, p.name);
+  };
+  std::set<std::string> off;
   for (const PodInfo* p : pods) {
     for (const PodAffinityTerm& t : p->anti_affinity) {
       for (const PodInfo* q : pods) {
@@ -1235,31 +1244,35 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
         out.one_per_node = true;
       }
     }
-    // Others: all live pods where its own terms may match them, else those with terms.
-    const bool own_terms = !p->anti_affinity.empty();
-    std::vector<const PodInfo*> all;
-    if (own_terms) {
-      for (const auto& [uid, q] : pods_) {
-        if (!q.terminal()) all.push_back(&q);
-      }
-    }
-    for (const PodInfo* q : own_terms ? all : repellers) {
-      if (own.contains(q->uid)) continue;
+    // Others: every live pod where its own terms may select them, else those with terms.
+    // False: it waits (out.wait).
+    auto keep_apart = [&](const PodInfo& q) {
+      if (own.contains(q.uid)) return true;
       std::vector<std::string> keys;  // the domains' keys of each term that keeps them apart
       for (const PodAffinityTerm& t : p->anti_affinity) {
-        if (p->TermSelects(t, *q)) keys.push_back(t.topology_key);
+        if (p->TermSelects(t, q)) keys.push_back(t.topology_key);
       }
-      for (const PodAffinityTerm& t : q->anti_affinity) {
-        if (q->TermSelects(t, *p)) keys.push_back(t.topology_key);
+      for (const PodAffinityTerm& t : q.anti_affinity) {
+        if (q.TermSelects(t, *p)) keys.push_back(t.topology_key);
       }
-      if (keys.empty()) continue;
-      if (!q->node_name.empty()) {
-        for (const std::string& key : keys) add_domain(q->node_name, key);
-      } else if (Ours(*q) && Live(*q) && q->problem.empty() &&
-                 std::tie(q->created_ms, q->name) < std::tie(p->created_ms, p->name)) {
-        out.wait = "waiting for pod " + q->name +
+      if (keys.empty()) return true;
+      if (placed_first(q, *p)) {
+        out.wait = "waiting for pod " + q.name +
                    " to be placed first (their pod anti-affinity keeps them apart)";
-        return out;
+        return false;
+      }
+      for (const std::string& key : keys) {
+        if (!q.node_name.empty()) add_domain(off, q.node_name, key);
+      }
+      return true;
+    };
+    if (!p->anti_affinity.empty()) {
+      for (const auto& [uid, q] : pods_) {
+        if (!q.terminal() && !keep_apart(q)) return out;
+      }
+    } else {
+      for (const PodInfo* q : repellers) {
+        if (!keep_apart(*q)) return out;
       }
     }
   }
@@ -1267,6 +1280,13 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
   // own); with none yet, a pod its term selects itself may go anywhere (the first of its
   // kind), as kube-scheduler has it.
   std::optional<std::set<std::string>> only;
+  auto narrow = [&](std::set<std::string> allowed) {
+    if (!only) {
+      only = std::move(allowed);
+    } else {
+      std::erase_if(*only, [&](const std::string& n) { return !allowed.contains(n); });
+    }
+  };
   for (const PodInfo* p : pods) {
     for (const PodAffinityTerm& t : p->affinity) {
       bool with_own = false;
@@ -1280,20 +1300,16 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
         out.one_node = true;
         continue;
       }
-      const std::set<std::string> before = std::move(names);
-      names.clear();
+      std::set<std::string> domain;
       const PodInfo* first = nullptr;  // a pod of ours it selects, waiting before it
       for (const auto& [uid, q] : pods_) {
         if (q.terminal() || own.contains(uid) || !p->TermSelects(t, q)) continue;
         if (!q.node_name.empty()) {
-          add_domain(q.node_name, t.topology_key);
-        } else if (Ours(q) && Live(q) && q.problem.empty() &&
-                   std::tie(q.created_ms, q.name) < std::tie(p->created_ms, p->name)) {
+          add_domain(domain, q.node_name, t.topology_key);
+        } else if (placed_first(q, *p)) {
           first = &q;
         }
       }
-      std::set<std::string> domain = std::move(names);
-      names = before;
       if (domain.empty()) {
         if (first != nullptr) {
           out.wait = "waiting for pod " + first->name +
@@ -1304,11 +1320,7 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
         out.wait = "waiting for a pod its pod affinity selects to run (none does)";
         return out;
       }
-      if (!only) {
-        only = std::move(domain);
-      } else {
-        std::erase_if(*only, [&](const std::string& n) { return !domain.contains(n); });
-      }
+      narrow(std::move(domain));
     }
   }
   // Topology spread (DoNotSchedule): the domains where it keeps the skew within maxSkew.
@@ -1331,14 +1343,10 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
       for (const auto& [uid, q] : pods_) {
         if (q.terminal() || q.uid == p->uid || q.ns != p->ns || !Selects(k.selector, q.labels))
           continue;
-        if (q.node_name.empty()) {
-          if (Ours(q) && Live(q) && q.problem.empty() && !q.spread.empty() &&
-              std::tie(q.created_ms, q.name) < std::tie(p->created_ms, p->name)) {
-            out.wait = "waiting for pod " + q.name +
-                       " to be placed first (their topology spread counts each other)";
-            return out;
-          }
-          continue;
+        if (!q.spread.empty() && placed_first(q, *p)) {
+          out.wait = "waiting for pod " + q.name +
+                     " to be placed first (their topology spread counts each other)";
+          return out;
         }
         if (auto d = domain_of.find(q.node_name); d != domain_of.end()) ++count[d->second];
       }
@@ -1352,24 +1360,19 @@ Driver::KeepOff Driver::AntiAffinity(const std::vector<const PodInfo*>& pods,
       for (const auto& [name, d] : domain_of) {
         if (count[d] + self - fewest <= k.max_skew) allowed.insert(name);
       }
-      if (!only) {
-        only = std::move(allowed);
-      } else {
-        std::erase_if(*only, [&](const std::string& n) { return !allowed.contains(n); });
-      }
+      narrow(std::move(allowed));
     }
   }
-  for (const std::string& name : names) {
+  for (const std::string& name : off) {
     if (auto id = view_.cluster.FindNode(name)) out.nodes.push_back(*id);
     out.names += name + ",";
   }
   std::sort(out.nodes.begin(), out.nodes.end());
   if (only) {
     out.restricted = true;
-    out.names += "|";
     for (const std::string& name : *only) {
       if (auto id = view_.cluster.FindNode(name)) out.only.push_back(*id);
-      out.names += name + ",";
+      out.only_names += name + ",";
     }
     std::sort(out.only.begin(), out.only.end());
   }
@@ -1619,7 +1622,7 @@ void Driver::SyncJobs() {
           }
         }
         if (static_cast<int>(now_pods.size()) != rec.spec.replicas ||
-            ClaimShape(waiting) + AntiAffinity(waiting, repellers).names != job.shape) {
+            ClaimShape(waiting) + PodConstraints(waiting, repellers).Shape() != job.shape) {
           job.preemptions = rec.preemptions;
           sched_->Finish(job.id, now);
           Forget(job);
@@ -1716,10 +1719,10 @@ void Driver::SyncJobs() {
       refuse(spec.error().ToString());
       continue;
     }
-    // Required pod anti-affinity: off the domains of the pods it repels or is repelled by.
+    // Required pod (anti-)affinity and topology spread: the nodes it may not and may use.
     KeepOff keep_off;
     if (bound.empty()) {
-      keep_off = AntiAffinity(live, repellers);
+      keep_off = PodConstraints(live, repellers);
       if (!keep_off.wait.empty()) {
         refuse(keep_off.wait);
         continue;
@@ -1753,26 +1756,23 @@ void Driver::SyncJobs() {
     // Anti-affinity that leaves it no node now waits with why (not refused for good, as
     // the core would: the pods it keeps apart from may go).
     if (!keep_off.nodes.empty() || keep_off.restricted) {
-      auto allowed = [&](core::NodeId n) {
+      auto in_pools = [&](core::NodeId n) {
         const core::PoolId p = view_.cluster.node(n).pool;
-        return std::find(spec->pools.begin(), spec->pools.end(), p) != spec->pools.end() &&
-               !std::binary_search(keep_off.nodes.begin(), keep_off.nodes.end(), n);
+        return std::find(spec->pools.begin(), spec->pools.end(), p) != spec->pools.end();
       };
       int64_t left = 0;
       if (keep_off.restricted) {
-        left = std::count_if(keep_off.only.begin(), keep_off.only.end(), allowed);
+        left = std::count_if(keep_off.only.begin(), keep_off.only.end(), [&](core::NodeId n) {
+          return in_pools(n) &&
+                 !std::binary_search(keep_off.nodes.begin(), keep_off.nodes.end(), n);
+        });
       } else {
         for (core::PoolId p : spec->pools) left += view_.cluster.pool(p).spec.count;
-        left -= static_cast<int64_t>(keep_off.nodes.size()) -
-                std::count_if(keep_off.nodes.begin(), keep_off.nodes.end(), [&](core::NodeId n) {
-                  const core::PoolId p = view_.cluster.node(n).pool;
-                  return std::find(spec->pools.begin(), spec->pools.end(), p) == spec->pools.end();
-                });
+        left -= std::count_if(keep_off.nodes.begin(), keep_off.nodes.end(), in_pools);
       }
       if (left <= 0) {
         refuse(keep_off.restricted
-                   ? "its pod affinity or topology spread asks for nodes (" +
-                         keep_off.names.substr(keep_off.names.find('|') + 1) +
+                   ? "its pod affinity or topology spread asks for nodes (" + keep_off.only_names +
                          ") it may not use: not of its selection, or kept off by anti-affinity"
                    : "its pod anti-affinity keeps it off every node it may use (" +
                          std::to_string(keep_off.nodes.size()) +
@@ -1793,7 +1793,7 @@ void Driver::SyncJobs() {
       }
       victims_of_.erase(v);
     }
-    job.shape = ClaimShape(live) + keep_off.names;
+    job.shape = ClaimShape(live) + keep_off.Shape();
     job.id = sched_->Submit(std::move(*spec), std::min(job.first_seen, now));
     by_id_[job.id.v] = key;
     sched_->SetPreemptions(job.id, job.preemptions);

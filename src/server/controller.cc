@@ -303,9 +303,7 @@ void Controller::StoreBack(Ticks now) {
     ReadBack();
   } else {
     // Heartbeats were held, not read: every node gets a full timeout to report again.
-    for (NodeInfo& info : nodes_) {
-      if (info.up) info.last_seen = std::max(info.last_seen, now);
-    }
+    nodes_.HeardAll(now);
   }
 }
 
@@ -373,7 +371,7 @@ Status Controller::Restore() {
   if (Status s = SeedFromRuns(now); !s) return s;
 
   if (Status s = history_.Restore(store_); !s) return s;
-  nodes_.assign(cluster_.nodes().size(), NodeInfo{});
+  nodes_.Reset(cluster_.nodes().size());
   book_.SetNodes(cluster_.nodes().size());
   watches_.Reset(cluster_.nodes().size());
   auto stored_nodes = store_.LoadNodes();
@@ -381,7 +379,7 @@ Status Controller::Restore() {
   for (const StoredNode& sn : *stored_nodes) {
     auto n = cluster_.FindNode(sn.name);
     if (!n) continue;  // a node the config no longer has
-    NodeInfo& info = nodes_[n->v];
+    NodeInfo& info = nodes_[*n];
     NodeFromDoc(json::parse(sn.doc, nullptr, false), info);
     if (info.up) info.last_seen = now;  // a full timeout to check in with the new process
   }
@@ -529,7 +527,7 @@ Status Controller::Restore() {
   for (int64_t seq : held) Settle(book_.jobs().at(seq), now);
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
     const core::NodeId n(i);
-    if (nodes_[i].up) continue;
+    if (nodes_[n].up) continue;
     for (core::JobId id : sched_->SetNodeUp(n, false)) {
       Job& j = book_.ByCore(id);
       for (Worker& w : j.workers) {
@@ -544,8 +542,8 @@ Status Controller::Restore() {
     }
   }
   for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].up && (nodes_[i].drained || HeldByUnreadStop(core::NodeId(i))))
-      sched_->SetNodeUp(core::NodeId(i), false);
+    const core::NodeId n(i);
+    if (nodes_[n].up && !nodes_.Usable(n)) sched_->SetNodeUp(n, false);
   }
   // What the restart took over, said once: running jobs re-adopted where they run, those
   // requeued because they could not be, pending and held ones, and the stopping ones.
@@ -604,7 +602,7 @@ void Controller::SaveJob(const Job& job) {
 }
 
 void Controller::PersistNode(core::NodeId n) {
-  StoredNode sn{cluster_.node(n).name, NodeToDoc(nodes_[n.v]).dump()};
+  StoredNode sn{cluster_.node(n).name, NodeToDoc(nodes_[n]).dump()};
   if (Status s = store_.PutNode(sn); !s) StoreFailed(s.error());
 }
 

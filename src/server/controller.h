@@ -3,11 +3,12 @@
 // and return at once: the reply comes later through the caller's Done callback, so no
 // I/O thread ever waits for the controller (the synchronous overloads are for tests and
 // tools). Parts that own their state, each its own type: the jobs in memory and their
-// indexes (job_book.h), the mailbox (mailbox.h, shared with the Kubernetes mode), who a
-// token is and the submit rate (authenticator.h, shared too), the agents' watches
-// (node_watches.h), what /metrics counts (controller_metrics.h) and a thread for work that
-// reads none of the controller's state (offload.h: sacct's stored jobs decoded). The
-// code is split by concern:
+// indexes (job_book.h), the nodes' agents, drains and unread stops (node_book.h), the
+// mailbox (mailbox.h, shared with the Kubernetes mode), who a token is and the submit
+// rate (authenticator.h, shared too), the agents' watches (node_watches.h), what
+// /metrics counts (controller_metrics.h) and a thread for work that reads none of the
+// controller's state (offload.h: sacct's stored jobs decoded). The code is split by
+// concern:
 //   controller.cc            the thread, batches, watch answers, restore, persistence
 //   controller_lifecycle.cc  the job life cycle: passes, starts, stops, exits, node loss
 //   controller_jobs.cc       the job API (submit, ls, show, cancel, logs); who may call
@@ -66,6 +67,7 @@
 #include "server/job_book.h"
 #include "server/mailbox.h"
 #include "server/metrics.h"
+#include "server/node_book.h"
 #include "server/node_watches.h"
 #include "server/offload.h"
 #include "server/state.h"
@@ -326,23 +328,13 @@ class Controller : public ApiBackend {
                 std::string_view lost = "failed");
   void SetCoreNodeUp(core::NodeId n);
   // A job failed at start because the config no longer reads it (--force-config) has its
-  // workers stopped as a preemption would: the checkpoint signal, its grace, then SIGKILL.
-  // The core cannot hold a job it cannot read, so the nodes they run on take no new work
-  // until their agents report them ended (or the node goes down, or the grace and the
-  // kill slack pass). Kept in memory only: a second restart within the grace leaves them to
-  // their agents, which kill what no gantryd assigns.
-  struct UnreadStop {
-    core::NodeId node;
-    std::string key;  // proto::WorkerKey
-    std::shared_ptr<const proto::DesiredWorker> stop;
-    Ticks deadline;
-  };
-  std::vector<UnreadStop> unread_stops_;
+  // workers stopped as a preemption would (UnreadStop, node_book.h). Kept in memory only:
+  // a second restart within the grace leaves them to their agents, which kill what no
+  // gantryd assigns.
   // (Restore only: it takes the held nodes out of the core once it has re-adopted what
   // runs there.)
   void StopUnreadJob(const Job& job, Ticks grace, Ticks now);
-  bool HeldByUnreadStop(core::NodeId n) const;
-  // Drops node n's entries that `gone` selects and lets the node take work again.
+  // Drops node n's unread stops that `gone` selects and lets the node take work again.
   void EndUnreadStops(core::NodeId n, const std::function<bool(const UnreadStop&)>& gone);
   void EndJob(Job& job, JobEnd end, std::string reason, Ticks now);
   // The scheduler's record of an ended job goes (Scheduler::Forget), with the job's core id.
@@ -590,9 +582,9 @@ class Controller : public ApiBackend {
   // Pending jobs waiting for their --begin time: (begin_ms, seq), soonest first. An entry
   // whose job has gone, started or changed its time is dropped when its time comes.
   std::set<std::pair<int64_t, int64_t>> begins_;
-  NodeWatches watches_;          // the nodes' versions (bumped by Touch) and parked watches
-  std::vector<NodeInfo> nodes_;  // by core NodeId
-  Ticks samples_pruned_ = -1;    // the usage time series is pruned hourly
+  NodeWatches watches_;        // the nodes' versions (bumped by Touch) and parked watches
+  NodeBook nodes_;             // the nodes' agents, drains and unread stops
+  Ticks samples_pruned_ = -1;  // the usage time series is pruned hourly
   // Housekeeping's timers (node timeouts, time limits, idle reclaim, overdue stops) run
   // at most this often.
   static constexpr Ticks kTimersEveryMs = 100;

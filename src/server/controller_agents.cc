@@ -273,7 +273,7 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
       }
     }
   }
-  for (const UnreadStop& u : unread_stops_) {
+  for (const UnreadStop& u : nodes_.unread_stops()) {
     if (u.node != n) continue;
     auto stop = std::make_shared<proto::DesiredWorker>(*u.stop);
     stop->grace_ms = std::max<Ticks>(0, u.deadline - now);
@@ -294,7 +294,7 @@ proto::DesiredWorker Controller::DesiredWorker(const Job& job, const Worker& w) 
     local += o.alloc.node == n;
   }
   const Worker& leader = job.workers.front();
-  const NodeInfo& leader_node = nodes_[leader.alloc.node.v];
+  const NodeInfo& leader_node = nodes_[leader.alloc.node];
   const std::string master =
       leader_node.address.empty() ? cluster_.node(leader.alloc.node).name : leader_node.address;
   const int port = MasterPort(job.seq, job.run);
@@ -413,7 +413,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         }
         AgentReport& report = *decoded;
         const Ticks now = now_;
-        NodeInfo& info = nodes_[n.v];
+        NodeInfo& info = nodes_[n];
         const core::Node& cn = cluster_.node(n);
         // One live agent per node: a second process for the same node (a mistyped --node, a
         // copied config) is refused until the first has been silent for its lease, by which
@@ -502,7 +502,7 @@ void Controller::Heartbeat(std::string token, std::string node_name, json body,
         SetCoreNodeUp(n);
         if (changed) PersistNode(n);
         for (const ExitReport& e : report.exits) {
-          if (!unread_stops_.empty()) {
+          if (!nodes_.unread_stops().empty()) {
             const std::string key = proto::WorkerKey(e.job, e.run, e.rank, e.step);
             EndUnreadStops(n, [&](const UnreadStop& u) { return u.key == key; });
           }

@@ -44,7 +44,7 @@ void Controller::Nodes(std::string token, Done done) {
         json nodes = json::array();
         for (uint32_t i = 0; i < nodes_.size(); ++i) {
           const core::Node& node = cluster_.node(core::NodeId(i));
-          const NodeInfo& info = nodes_[i];
+          const NodeInfo& info = nodes_[core::NodeId(i)];
           const bool never =
               !info.up && info.agent_id.empty() && info.address.empty() && info.refused.empty();
           std::string state = !info.refused.empty() ? "refused"
@@ -59,7 +59,7 @@ void Controller::Nodes(std::string token, Done done) {
             reason = info.last_seen >= 0
                          ? "no heartbeat since " + HumanTime(WallMs(info.last_seen), WallMs(now))
                          : "no heartbeat since before gantryd's last restart";
-          } else if (info.up && reason.empty() && HeldByUnreadStop(core::NodeId(i))) {
+          } else if (info.up && reason.empty() && nodes_.HeldByUnreadStop(core::NodeId(i))) {
             reason = "takes no new work until the workers of jobs failed at start have ended";
           }
           json gpus = json::array();
@@ -148,7 +148,7 @@ void Controller::Drain(std::string token, std::string node, bool drain, std::str
         }
         auto n = cluster_.FindNode(node);
         if (!n) return Reply::Error(Code::kNotFound, "no node " + node + " in the cluster config");
-        NodeInfo& info = nodes_[n->v];
+        NodeInfo& info = nodes_[*n];
         // A second drain adds its reason (two admins' reasons are both true; the
         // second used to replace the first); resume clears them.
         const std::string why = reason.empty() ? "drained by admin" : reason;
@@ -303,8 +303,7 @@ void Controller::Usage(std::string token, double from_s, double to_s, Done done)
 void Controller::Health(Done done) {
   Post(
       [this]() -> Reply {
-        int up = 0;
-        for (const NodeInfo& n : nodes_) up += n.up ? 1 : 0;
+        const int up = nodes_.Up();
         Reply ok;
         if (outage_.since >= 0)  // up, but unable to save anything: not healthy
           return OutageReply("the store is unavailable: " + outage_.why, now_);

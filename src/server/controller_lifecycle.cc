@@ -400,7 +400,7 @@ void Controller::StopUnreadJob(const Job& job, Ticks grace, Ticks now) {
   auto add = [&](core::NodeId n, proto::DesiredWorker d) {
     d.action = proto::DesiredWorker::Action::kStop;
     const std::string key = proto::WorkerKey(d.job, d.run, d.rank, d.step);
-    unread_stops_.push_back(
+    nodes_.AddUnreadStop(
         {n, key, std::make_shared<const proto::DesiredWorker>(std::move(d)), deadline});
   };
   for (const Worker& w : job.workers) {
@@ -417,17 +417,10 @@ void Controller::StopUnreadJob(const Job& job, Ticks grace, Ticks now) {
   }
 }
 
-bool Controller::HeldByUnreadStop(core::NodeId n) const {
-  return std::any_of(unread_stops_.begin(), unread_stops_.end(),
-                     [n](const UnreadStop& u) { return u.node == n; });
-}
-
 void Controller::EndUnreadStops(core::NodeId n,
                                 const std::function<bool(const UnreadStop&)>& gone) {
-  const size_t before = unread_stops_.size();
-  std::erase_if(unread_stops_, [&](const UnreadStop& u) { return u.node == n && gone(u); });
-  if (unread_stops_.size() == before) return;
-  if (!HeldByUnreadStop(n)) {
+  if (!nodes_.EndUnreadStops(n, gone)) return;
+  if (!nodes_.HeldByUnreadStop(n)) {
     log::Info("node takes work again: the workers of jobs failed at start have ended",
               {{"node", cluster_.node(n).name}});
   }
@@ -435,8 +428,7 @@ void Controller::EndUnreadStops(core::NodeId n,
 }
 
 void Controller::SetCoreNodeUp(core::NodeId n) {
-  const NodeInfo& info = nodes_[n.v];
-  const bool up = info.up && !info.drained && !HeldByUnreadStop(n);
+  const bool up = nodes_.Usable(n);
   if (sched_->ledger().node(n).up == up) return;
   // Going down for a drain: the jobs there keep running (and holding their GPUs).
   (void)sched_->SetNodeUp(n, up);
@@ -444,8 +436,7 @@ void Controller::SetCoreNodeUp(core::NodeId n) {
 }
 
 void Controller::NodeDown(core::NodeId n, Ticks now, std::string_view why, std::string_view lost) {
-  NodeInfo& info = nodes_[n.v];
-  info.up = false;
+  nodes_[n].up = false;
   PersistNode(n);
   EndUnreadStops(n, [](const UnreadStop&) { return true; });  // fenced by its agent
   const std::string& name = cluster_.node(n).name;
@@ -536,11 +527,7 @@ void Controller::Housekeeping(Ticks now) {
   // late is nothing to them.
   if (now < next_timers_) return;
   next_timers_ = now + kTimersEveryMs;
-  for (uint32_t i = 0; i < nodes_.size(); ++i) {
-    if (nodes_[i].up && now - nodes_[i].last_seen > options_.node_timeout_ms) {
-      NodeDown(core::NodeId(i), now);
-    }
-  }
+  for (core::NodeId n : nodes_.Silent(now, options_.node_timeout_ms)) NodeDown(n, now);
   // Time limits (time_limit_s), per run as Slurm's: signal, grace, kill; the job fails.
   // And its steps' own (srun --time).
   // An sbatch --signal job gets its signal at time_limit_s and is stopped a lead later.
@@ -590,11 +577,7 @@ void Controller::Housekeeping(Ticks now) {
   }
   // Likewise the workers of jobs failed at start (--force-config): their nodes take work again.
   auto past = [&](const UnreadStop& u) { return now > u.deadline + options_.kill_slack_ms; };
-  std::set<uint32_t> freed;
-  for (const UnreadStop& u : unread_stops_) {
-    if (past(u)) freed.insert(u.node.v);
-  }
-  for (uint32_t n : freed) EndUnreadStops(core::NodeId(n), past);
+  for (core::NodeId n : nodes_.WithUnreadStops(past)) EndUnreadStops(n, past);
 }
 
 }  // namespace gantry::server

@@ -369,8 +369,8 @@ void Controller::Metrics(std::string token, Done done) {
           Reply refused;
           if (!Authenticate(token, refused)) return refused;
         }
-        std::string out = metrics_.Render({*sched_, book_.jobs(), book_.running(), nodes_, now_,
-                                           outage_.since < 0, auth_.rate_limited()});
+        std::string out = metrics_.Render({*sched_, book_.jobs(), book_.running(), nodes_.all(),
+                                           now_, outage_.since < 0, auth_.rate_limited()});
         Reply reply;
         reply.text = std::move(out);
         reply.content_type = "text/plain; version=0.0.4; charset=utf-8";

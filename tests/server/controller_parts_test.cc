@@ -1,4 +1,5 @@
-// The Controller's parts on their own: the jobs' book, the agents' watches, the mailbox.
+// The Controller's parts on their own: the jobs' book, the nodes' book, the agents'
+// watches, the mailbox.
 // (The Controller's tests drive them together; these pin each part's own contract.)
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 
 #include "server/job_book.h"
 #include "server/mailbox.h"
+#include "server/node_book.h"
 #include "server/node_watches.h"
 
 namespace gantry::server {
@@ -102,6 +104,51 @@ TEST(JobBook, EndedJobsBeyondTheKeptNumberComeOutOldestFirst) {
   EXPECT_EQ(book.PopEndedBeyond(1), 3);
   EXPECT_EQ(book.PopEndedBeyond(1), 1);
   EXPECT_EQ(book.PopEndedBeyond(1), std::nullopt);
+}
+
+TEST(NodeBook, ANodeTakesWorkWhileItsAgentIsUpUndrainedAndNoUnreadStopHoldsIt) {
+  NodeBook nodes;
+  nodes.Reset(3);
+  const core::NodeId a(0), b(1), c(2);
+  EXPECT_FALSE(nodes.Usable(a));  // never heard from
+  for (core::NodeId n : {a, b, c}) {
+    nodes[n].up = true;
+    nodes[n].last_seen = 1000;
+  }
+  nodes[b].Drain("bad fan", "admin", 5);
+  EXPECT_TRUE(nodes.Usable(a));
+  EXPECT_FALSE(nodes.Usable(b));
+  EXPECT_EQ(nodes.Up(), 3);  // drained is still up
+  auto stop = [](core::NodeId n, std::string key, core::Ticks deadline) {
+    return UnreadStop{n, std::move(key), nullptr, deadline};
+  };
+  nodes.AddUnreadStop(stop(c, "w1", 10));
+  nodes.AddUnreadStop(stop(c, "w2", 50));
+  EXPECT_FALSE(nodes.Usable(c));
+  auto past = [](core::Ticks now) {
+    return [now](const UnreadStop& u) { return now > u.deadline; };
+  };
+  EXPECT_EQ(nodes.WithUnreadStops(past(20)), std::vector<core::NodeId>{c});
+  EXPECT_TRUE(nodes.EndUnreadStops(c, past(20)));   // w1 went, w2 still holds the node
+  EXPECT_FALSE(nodes.EndUnreadStops(c, past(20)));  // nothing more went
+  EXPECT_FALSE(nodes.Usable(c));
+  EXPECT_FALSE(nodes.EndUnreadStops(a, past(100)));  // another node's stops stay
+  EXPECT_TRUE(nodes.EndUnreadStops(c, past(100)));
+  EXPECT_TRUE(nodes.Usable(c));
+}
+
+TEST(NodeBook, NodesSilentPastTheTimeoutAreTheUpOnesOnlyAndHearingAllGivesThemTime) {
+  NodeBook nodes;
+  nodes.Reset(3);
+  for (uint32_t i = 0; i < 3; ++i) nodes[core::NodeId(i)].last_seen = 500 * i;
+  nodes[core::NodeId(0)].up = nodes[core::NodeId(1)].up = true;  // node 2 is down already
+  EXPECT_EQ(nodes.Silent(1150, 1000), std::vector<core::NodeId>{core::NodeId(0)});
+  nodes.HeardAll(1150);
+  EXPECT_TRUE(nodes.Silent(2100, 1000).empty());
+  EXPECT_EQ(nodes[core::NodeId(2)].last_seen, 1000);  // a node down is not heard from
+  nodes[core::NodeId(1)].last_seen = 5000;            // never moved back
+  nodes.HeardAll(1200);
+  EXPECT_EQ(nodes[core::NodeId(1)].last_seen, 5000);
 }
 
 TEST(NodeWatches, AWatchIsAnsweredWhenItsNodeMovesOnOrItsDeadlinePasses) {

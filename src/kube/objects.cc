@@ -113,6 +113,23 @@ LabelSelector SelectorOf(const json& obj, const char* key) {
   return sel;
 }
 
+// A term's or constraint's matchLabelKeys (key In the pod's value) and mismatchLabelKeys
+// (key NotIn it) added to its selector, as kube-apiserver merges them when it creates the
+// pod (a second merge adds the same requirement again: no change to what it selects). A
+// key the pod has no label for is left out; a selector not given selects nothing still.
+void MergeLabelKeys(const json& obj, const std::map<std::string, std::string>& labels,
+                    LabelSelector& sel) {
+  if (!sel.given) return;
+  for (auto [field, op] : {std::pair{"matchLabelKeys", "In"}, {"mismatchLabelKeys", "NotIn"}}) {
+    for (const json& k : Arr(obj, field)) {
+      if (!k.is_string()) continue;
+      auto it = labels.find(k.get<std::string>());
+      if (it != labels.end())
+        sel.match_expressions.push_back(Requirement{it->first, op, {it->second}});
+    }
+  }
+}
+
 bool Matches(const Requirement& r, const std::map<std::string, std::string>& labels) {
   auto it = labels.find(r.key);
   const bool has = it != labels.end();
@@ -396,14 +413,14 @@ PodInfo ParsePod(const json& obj) {
          Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution")) {
       PodAffinityTerm term;
       term.selector = SelectorOf(t, "labelSelector");
+      MergeLabelKeys(t, p.labels, term.selector);
       for (const json& n : Arr(t, "namespaces")) {
         if (n.is_string()) term.namespaces.push_back(n.get<std::string>());
       }
       term.topology_key = Str(t, "topologyKey");
       if (term.topology_key.empty()) p.problem = std::string(kind) + ": a term without topologyKey";
-      if (const json* ns = Member(t, "namespaceSelector"); ns != nullptr && !ns->is_null())
-        p.unsupported.push_back(std::string(anti ? "pod anti-affinity" : "pod affinity") +
-                                " by namespaceSelector is not supported (list the namespaces)");
+      if (const json* ns = Member(t, "namespaceSelector"); ns != nullptr && ns->is_object())
+        term.namespace_selector = SelectorOf(t, "namespaceSelector");
       (anti ? p.anti_affinity : p.affinity).push_back(std::move(term));
     }
   }
@@ -429,11 +446,9 @@ PodInfo ParsePod(const json& obj) {
     if (when != "DoNotSchedule" && !when.empty())
       p.problem = "topologySpreadConstraints: unknown whenUnsatisfiable \"" + when + "\"";
     k.selector = SelectorOf(c, "labelSelector");
+    MergeLabelKeys(c, p.labels, k.selector);
     k.honour_node_selection = Str(c, "nodeAffinityPolicy") != "Ignore";
-    if (!Arr(c, "matchLabelKeys").empty() || Str(c, "nodeTaintsPolicy") == "Honor")
-      p.unsupported.push_back(
-          "topology spread constraints with matchLabelKeys or nodeTaintsPolicy Honor are not "
-          "supported");
+    k.honour_taints = Str(c, "nodeTaintsPolicy") == "Honor";
     p.spread.push_back(std::move(k));
   }
   // Resource claims: the claim each names, or (from a template) the one made for the pod.
@@ -554,11 +569,25 @@ bool Covers(const BudgetInfo& budget, const PodInfo& pod) {
   return budget.ns == pod.ns && Selects(budget.selector, pod.labels);
 }
 
-bool PodInfo::TermSelects(const PodAffinityTerm& t, const PodInfo& other) const {
-  const bool in_ns = t.namespaces.empty() ? other.ns == ns
-                                          : std::find(t.namespaces.begin(), t.namespaces.end(),
-                                                      other.ns) != t.namespaces.end();
+bool PodInfo::TermSelects(const PodAffinityTerm& t, const PodInfo& other,
+                          const NamespaceLabels& namespaces) const {
+  bool in_ns = false;
+  if (t.namespaces.empty() && !t.namespace_selector) {
+    in_ns = other.ns == ns;
+  } else {
+    in_ns = std::find(t.namespaces.begin(), t.namespaces.end(), other.ns) != t.namespaces.end();
+    if (!in_ns && t.namespace_selector) {
+      static const std::map<std::string, std::string> kNone;
+      auto it = namespaces.find(other.ns);
+      in_ns = Selects(*t.namespace_selector, it == namespaces.end() ? kNone : it->second);
+    }
+  }
   return in_ns && Selects(t.selector, other.labels);
+}
+
+NamespaceLabels::value_type ParseNamespace(const json& obj) {
+  const json& meta = Obj(obj, "metadata");
+  return {Str(meta, "name"), StrMap(meta, "labels")};
 }
 
 std::optional<core::ModelId> ModelOf(const NodeInfo& node, const core::Catalog& catalog) {

@@ -116,6 +116,9 @@ struct LabelSelector {
 };
 bool Selects(const LabelSelector& sel, const std::map<std::string, std::string>& labels);
 
+// Namespaces' labels by name (a pod affinity term's namespaceSelector reads them).
+using NamespaceLabels = std::map<std::string, std::map<std::string, std::string>>;
+
 // The node label that names the node itself, as topology keys use it.
 inline constexpr const char* kHostnameLabel = "kubernetes.io/hostname";
 
@@ -123,10 +126,13 @@ inline constexpr const char* kHostnameLabel = "kubernetes.io/hostname";
 // and the domains of `topology_key` they are in (the nodes sharing a value of that node
 // label; kubernetes.io/hostname is the node itself). Affinity: a pod goes to a domain
 // that holds one; anti-affinity: no two pods, one of which has the term and the other
-// matches it, in one domain.
+// matches it, in one domain. `matchLabelKeys` and `mismatchLabelKeys` are in `selector`.
 struct PodAffinityTerm {
   LabelSelector selector;
-  std::vector<std::string> namespaces;  // empty: the pod's own
+  // The namespaces of the pods it covers: those listed and those `namespace_selector`
+  // selects by their labels ({}: all); neither given: the pod's own.
+  std::vector<std::string> namespaces;
+  std::optional<LabelSelector> namespace_selector;
   std::string topology_key;
   bool operator==(const PodAffinityTerm&) const = default;
 };
@@ -135,12 +141,15 @@ struct PodAffinityTerm {
 // `topology_key` among the nodes the pod may use, a pod goes to one where the pods of its
 // namespace `selector` matches (itself counted) would exceed the fewest in any such domain
 // by at most `max_skew` (0 pods in the fewest while there are under `min_domains`).
+// `matchLabelKeys` are in `selector` (the pod's values of those labels, as kube-apiserver
+// merges them).
 struct SpreadConstraint {
   int max_skew = 1;
   std::string topology_key;
   LabelSelector selector;
   int min_domains = 1;
   bool honour_node_selection = true;  // nodeAffinityPolicy Honor (else Ignore)
+  bool honour_taints = false;         // nodeTaintsPolicy Honor (else Ignore)
   bool operator==(const SpreadConstraint&) const = default;
 };
 
@@ -175,8 +184,11 @@ struct PodInfo {
   // terms off its own).
   std::vector<PodAffinityTerm> affinity, anti_affinity;
   std::vector<SpreadConstraint> spread;  // topologySpreadConstraints that DoNotSchedule
-  // Whether term `t` of its own covers pod `other` (its namespace and labels).
-  bool TermSelects(const PodAffinityTerm& t, const PodInfo& other) const;
+  // Whether term `t` of its own covers pod `other` (its namespace and labels);
+  // `namespaces`: each namespace's labels, for a term's namespace selector (a namespace
+  // not in it has none).
+  bool TermSelects(const PodAffinityTerm& t, const PodInfo& other,
+                   const NamespaceLabels& namespaces = {}) const;
   // Why Gantry cannot schedule it as asked (pod affinity, topology spread, hostPort, ...);
   // each goes into its PodScheduled=False message.
   std::vector<std::string> unsupported;
@@ -185,6 +197,8 @@ struct PodInfo {
   std::string scheduled_message;
 };
 PodInfo ParsePod(const nlohmann::json& obj);
+// A Namespace: its name and labels.
+NamespaceLabels::value_type ParseNamespace(const nlohmann::json& obj);
 
 // A gang's group (scheduling.x-k8s.io/v1alpha1 PodGroup).
 struct GroupInfo {

@@ -48,6 +48,7 @@ enum class Resource : uint8_t {
   kSlices,
   kClaims,
   kClasses,
+  kNamespaces,
   kResults,
   kCall
 };
@@ -58,10 +59,11 @@ constexpr const char* kPaths[] = {"/api/v1/nodes",
                                   "/apis/policy/v1/poddisruptionbudgets",
                                   "/apis/resource.k8s.io/v1/resourceslices",
                                   "/apis/resource.k8s.io/v1/resourceclaims",
-                                  "/apis/resource.k8s.io/v1/deviceclasses"};
+                                  "/apis/resource.k8s.io/v1/deviceclasses",
+                                  "/api/v1/namespaces"};
 constexpr const char* kNames[] = {
-    "nodes",          "pods",           "podgroups",    "poddisruptionbudgets",
-    "resourceslices", "resourceclaims", "deviceclasses"};
+    "nodes",          "pods",           "podgroups",     "poddisruptionbudgets",
+    "resourceslices", "resourceclaims", "deviceclasses", "namespaces"};
 
 class Driver;
 
@@ -115,7 +117,7 @@ void WatchLoop(Resource res, Mailbox& box, const std::atomic<bool>& stop, Client
           res != Resource::kPods) {
         // No PodGroup CRD installed, or no resource.k8s.io/v1 (Kubernetes before 1.34), or
         // a role without it (an install from before DRA): groups, or claims, are unknown
-        // until they are.
+        // until they are (namespaces: their labels, which namespaceSelectors read).
         if (!absent_logged) {
           log::Warn(list->status == 404
                         ? "kubernetes: resource not served; pods that need it wait until it is"
@@ -562,6 +564,7 @@ class Driver {
   std::unordered_map<std::string, PodInfo> pods_;  // by uid
   std::map<std::string, GroupInfo> groups_;        // by namespace/name
   std::map<std::string, BudgetInfo> budgets_;      // by namespace/name
+  NamespaceLabels namespaces_;                     // for pod affinity terms' namespaceSelector
   // Dynamic Resource Allocation (kube/dra.h).
   std::map<std::string, SliceInfo> slices_;                   // by name
   std::map<std::string, std::set<std::string>> node_slices_;  // node -> slice names
@@ -710,6 +713,11 @@ void Driver::Apply(Event& e) {
         budgets_[b.ns + "/" + b.name] = std::move(b);
         break;
       }
+      case Resource::kNamespaces: {
+        auto [name, labels] = ParseNamespace(obj);
+        namespaces_[name] = std::move(labels);
+        break;
+      }
       case Resource::kCall:
         break;  // Apply ran it
       case Resource::kResults: {
@@ -739,6 +747,7 @@ void Driver::Apply(Event& e) {
       if (e.res == Resource::kBudgets) budgets_.clear();
       if (e.res == Resource::kClaims) claims_.clear();
       if (e.res == Resource::kClasses) classes_.clear();
+      if (e.res == Resource::kNamespaces) namespaces_.clear();
       if (e.res == Resource::kSlices) {
         slices_.clear();
         for (auto& [name, slices] : node_slices_) slices.clear();
@@ -792,6 +801,8 @@ void Driver::Apply(Event& e) {
       } else if (e.res == Resource::kClasses) {
         classes_.erase(ParseClass(e.obj).name);
         claims_changed_ = true;
+      } else if (e.res == Resource::kNamespaces) {
+        namespaces_.erase(ParseNamespace(e.obj).first);
       } else {
         BudgetInfo b = ParseBudget(e.obj);
         budgets_.erase(b.ns + "/" + b.name);
@@ -1235,7 +1246,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
   for (const PodInfo* p : pods) {
     for (const PodAffinityTerm& t : p->anti_affinity) {
       for (const PodInfo* q : pods) {
-        if (q == p || !p->TermSelects(t, *q)) continue;
+        if (q == p || !p->TermSelects(t, *q, namespaces_)) continue;
         if (t.topology_key != kHostnameLabel) {
           out.wait = "pod anti-affinity between the pods of one gang by " + t.topology_key +
                      " is not supported (by " + kHostnameLabel + ": one pod per node)";
@@ -1250,10 +1261,10 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       if (own.contains(q.uid)) return true;
       std::vector<std::string> keys;  // the domains' keys of each term that keeps them apart
       for (const PodAffinityTerm& t : p->anti_affinity) {
-        if (p->TermSelects(t, q)) keys.push_back(t.topology_key);
+        if (p->TermSelects(t, q, namespaces_)) keys.push_back(t.topology_key);
       }
       for (const PodAffinityTerm& t : q.anti_affinity) {
-        if (q.TermSelects(t, *p)) keys.push_back(t.topology_key);
+        if (q.TermSelects(t, *p, namespaces_)) keys.push_back(t.topology_key);
       }
       if (keys.empty()) return true;
       if (placed_first(q, *p)) {
@@ -1290,7 +1301,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
   for (const PodInfo* p : pods) {
     for (const PodAffinityTerm& t : p->affinity) {
       bool with_own = false;
-      for (const PodInfo* q : pods) with_own |= q != p && p->TermSelects(t, *q);
+      for (const PodInfo* q : pods) with_own |= q != p && p->TermSelects(t, *q, namespaces_);
       if (with_own) {
         if (t.topology_key != kHostnameLabel) {
           out.wait = "pod affinity between the pods of one gang by " + t.topology_key +
@@ -1303,7 +1314,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       std::set<std::string> domain;
       const PodInfo* first = nullptr;  // a pod of ours it selects, waiting before it
       for (const auto& [uid, q] : pods_) {
-        if (q.terminal() || own.contains(uid) || !p->TermSelects(t, q)) continue;
+        if (q.terminal() || own.contains(uid) || !p->TermSelects(t, q, namespaces_)) continue;
         if (!q.node_name.empty()) {
           add_domain(domain, q.node_name, t.topology_key);
         } else if (placed_first(q, *p)) {
@@ -1316,7 +1327,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
                      " to be placed first (its pod affinity asks for its domain)";
           return out;
         }
-        if (p->TermSelects(t, *p)) continue;  // the first of its kind: anywhere
+        if (p->TermSelects(t, *p, namespaces_)) continue;  // the first of its kind: anywhere
         out.wait = "waiting for a pod its pod affinity selects to run (none does)";
         return out;
       }
@@ -1330,13 +1341,18 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       return out;
     }
     for (const SpreadConstraint& k : p->spread) {
-      NodeSelection sel = p->selection;  // nodeAffinityPolicy Honor; taints ignored
-      sel.tolerations = {Toleration{"", "Exists", "", ""}};
+      // The nodes whose domains count: those the pod's selection allows (nodeAffinityPolicy
+      // Honor) and whose taints it tolerates (nodeTaintsPolicy Honor), each as asked.
+      NodeSelection sel;
+      if (k.honour_node_selection) sel = p->selection;
+      sel.tolerations = k.honour_taints ? p->selection.tolerations
+                                        : std::vector{Toleration{"", "Exists", "", ""}};
+      const bool filter = k.honour_node_selection || k.honour_taints;
       std::map<std::string, std::string> domain_of;  // eligible node -> its domain
       std::map<std::string, int64_t> count;          // domain -> pods matched there
       for (const auto& [name, node] : nodes_) {
         auto v = node.labels.find(k.topology_key);
-        if (v == node.labels.end() || (k.honour_node_selection && !Allows(sel, node))) continue;
+        if (v == node.labels.end() || (filter && !Allows(sel, node))) continue;
         domain_of[name] = v->second;
         count.emplace(v->second, 0);
       }

@@ -435,15 +435,14 @@ def case_wait_reason_in_describe(c):
 def case_malformed_and_impossible_pods(c):
     """Malformed, unsupported and impossible pods get a message; a good pod still binds."""
     bad_annotation = pod("bad-vram", 1, annotations={"gantry.dev/vram-gb": "lots"})
-    anti = pod("anti", 1, extra={"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-        {"labelSelector": {"matchLabels": {"test": "yes"}}, "topologyKey": "kubernetes.io/hostname",
-         "namespaceSelector": {"matchLabels": {"team": "a"}}}]}}})
+    host_port = pod("host-port", 1)
+    host_port["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
     too_big = pod("too-big", 16)
     nowhere = pod("nowhere", 1, extra={"nodeSelector": {"no-such-label": "x"}})
     good = pod("good", 2)
-    c.kubectl_apply(bad_annotation, anti, too_big, nowhere, good)
+    c.kubectl_apply(bad_annotation, host_port, too_big, nowhere, good)
     wait_for("the good pod bound", lambda: any(p["metadata"]["name"] == "good" for p in bound(c.pods("test=yes"))), 15)
-    want = {"bad-vram": "gantry.dev/vram-gb", "anti": "pod affinity by namespaceSelector is not supported", "too-big": "can never run",
+    want = {"bad-vram": "gantry.dev/vram-gb", "host-port": "hostPort is not supported", "too-big": "can never run",
             "nowhere": "no node matches"}
 
     def all_said():
@@ -659,6 +658,50 @@ def case_pod_anti_affinity_spreads_replicas(c):
         c.clean()
 
 
+def case_pod_anti_affinity_by_namespace_selector(c):
+    """A pod anti-affinity term with a namespaceSelector covers the pods of the namespaces
+    whose labels it selects: a pod kept off a node where a pod of a `team=ml` namespace runs
+    waits with why, a term of its own namespace only does not see that pod, and once the
+    namespace's label changes the waiting pod is placed."""
+    c.kubectl("create", "namespace", "ml", check=False)
+    c.kubectl("label", "namespace", "ml", "team=ml", "--overwrite")
+    pin = {"nodeSelector": {"kubernetes.io/hostname": "kwok-node-0"}}
+
+    def keep_off(name, **term):
+        return pod(name, 1, extra=dict(pin, affinity={"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [dict({
+                "labelSelector": {"matchLabels": {"app": "web"}},
+                "topologyKey": "kubernetes.io/hostname"}, **term)]}}))
+
+    def get(name):
+        return next((p for p in c.pods("test=yes") if p["metadata"]["name"] == name), {})
+
+    try:
+        other = pod("ml-web", 1, extra=pin)
+        other["metadata"]["namespace"] = "ml"
+        other["metadata"]["labels"]["app"] = "web"
+        c.kubectl_apply(other)
+        wait_for("the ml pod bound", lambda: any(
+            (p.get("spec") or {}).get("nodeName") == "kwok-node-0"
+            for p in k8s_util.Api.list_all(c.api, "/api/v1/namespaces/ml/pods")), 20)
+        c.kubectl_apply(keep_off("by-labels", namespaceSelector={"matchLabels": {"team": "ml"}}),
+                        keep_off("own-namespace"))
+        wait_for("the pod of its own namespace's term bound", lambda: bound([get("own-namespace")]), 20)
+        said = wait_for("the pod kept off by the namespace's labels waiting with why",
+                        lambda: "anti-affinity" in scheduled_message(get("by-labels")) and
+                        scheduled_message(get("by-labels")), 20)
+        print(f"    {said}")
+        assert not bound([get("by-labels")])
+        c.kubectl("label", "namespace", "ml", "team=research", "--overwrite")
+        wait_for("the pod bound once the namespace's label changed", lambda: bound([get("by-labels")]), 20)
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
+        c.kubectl("delete", "pod", "--all", "-n", "ml", "--grace-period=0", "--force", check=False)
+        c.kubectl("delete", "namespace", "ml", "--wait=false", check=False)
+
+
 def case_topology_spread_over_zones(c):
     """A topology spread constraint (DoNotSchedule, maxSkew 1 over a zone label) on a
     Deployment of 1-GPU replicas: where Gantry would pack them onto one node, they go two
@@ -704,6 +747,61 @@ def case_topology_spread_over_zones(c):
         c.clean()
         for node in zones:
             c.kubectl("label", "node", node, "example.com/zone-", check=False)
+
+
+def case_topology_spread_label_keys_and_taints(c):
+    """Topology spread's matchLabelKeys and nodeTaintsPolicy: Honor. Two `stable` pods sit
+    in zone a; a `canary` pod spreading by app with matchLabelKeys [track] counts the
+    canaries only (none yet), so packing puts it beside them in zone a, where counting the
+    stable ones would have sent it to zone b. With zone b tainted, a pod spreading with
+    nodeTaintsPolicy Honor leaves zone b out and goes to zone a; the same pod with the
+    default (Ignore) counts zone b's 0 and waits, since it cannot go there."""
+    zones = {"kwok-node-0": "a", "kwok-node-1": "a", "kwok-node-2": "b", "kwok-node-3": "b"}
+    for node, zone in zones.items():
+        c.kubectl("label", "node", node, f"example.com/zone={zone}", "--overwrite")
+
+    def labelled(name, labels, extra):
+        p = pod(name, 1, extra=extra)
+        p["metadata"]["labels"].update(labels)
+        return p
+
+    def spread(app, **more):
+        return {"topologySpreadConstraints": [dict({
+            "maxSkew": 1, "topologyKey": "example.com/zone", "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}}}, **more)]}
+
+    def zone_of(name):
+        p = next((p for p in c.pods("test=yes") if p["metadata"]["name"] == name), None)
+        node = (p or {}).get("spec", {}).get("nodeName")
+        return zones.get(node) if node else None
+
+    try:
+        pin = {"nodeSelector": {"kubernetes.io/hostname": "kwok-node-0"}}
+        c.kubectl_apply(*[labelled(f"stable-{i}", {"app": "web", "track": "stable"}, pin) for i in range(2)])
+        wait_for("the stable pods bound", lambda: zone_of("stable-0") and zone_of("stable-1"), 20)
+        c.kubectl_apply(labelled("canary", {"app": "web", "track": "canary"},
+                                 spread("web", matchLabelKeys=["track"])))
+        wait_for("the canary bound", lambda: zone_of("canary"), 20)
+        assert zone_of("canary") == "a", "matchLabelKeys: the stable pods were counted (canary in zone b)"
+
+        for node in ("kwok-node-2", "kwok-node-3"):
+            c.kubectl("taint", "node", node, "example.com/maintenance=yes:NoSchedule", "--overwrite")
+        c.kubectl_apply(labelled("first", {"app": "db"}, pin))
+        wait_for("the first db pod bound", lambda: zone_of("first"), 20)
+        c.kubectl_apply(labelled("honour", {"app": "db"}, spread("db", nodeTaintsPolicy="Honor")))
+        wait_for("the pod honouring taints bound", lambda: zone_of("honour"), 20)
+        assert zone_of("honour") == "a", zone_of("honour")
+        c.kubectl_apply(labelled("ignore", {"app": "db"}, spread("db")))
+        wait_for("the pod ignoring taints waiting with why", lambda: "topology spread" in scheduled_message(
+            next(p for p in c.pods("test=yes") if p["metadata"]["name"] == "ignore")), 20)
+        assert zone_of("ignore") is None
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+    finally:
+        c.clean()
+        for node in zones:
+            c.kubectl("label", "node", node, "example.com/zone-", check=False)
+            c.kubectl("taint", "node", node, "example.com/maintenance-", check=False)
 
 
 def case_kill_and_restart(c):
@@ -1760,7 +1858,9 @@ CASES = [
     case_disruption_budget_steers_preemption,
     case_deployment_scaled_by_preemption,
     case_pod_anti_affinity_spreads_replicas,
+    case_pod_anti_affinity_by_namespace_selector,
     case_topology_spread_over_zones,
+    case_topology_spread_label_keys_and_taints,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,

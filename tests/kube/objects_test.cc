@@ -6,6 +6,7 @@
 
 #include <set>
 #include <string>
+#include <tuple>
 
 #include "core/ledger.h"
 #include "core/model/feasibility.h"
@@ -122,8 +123,11 @@ TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
                     {"matchLabelKeys", {"pod-template-hash"}}}});
   p["spec"]["containers"][0]["ports"] = json::array({{{"containerPort", 80}, {"hostPort", 80}}});
   PodInfo info = ParsePod(p);
-  ASSERT_EQ(info.unsupported.size(), 3u);
-  EXPECT_NE(info.unsupported[0].find("pod affinity by namespaceSelector"), std::string::npos);
+  // (A namespaceSelector and matchLabelKeys are read, since 2026-12-02: hostPort is not.)
+  ASSERT_EQ(info.unsupported.size(), 1u);
+  EXPECT_NE(info.unsupported[0].find("hostPort"), std::string::npos);
+  ASSERT_EQ(info.affinity.size(), 1u);
+  EXPECT_TRUE(info.affinity[0].namespace_selector.has_value());
   json bad = Pod("q", {{"limits", {{"nvidia.com/gpu", "many"}}}});
   EXPECT_NE(ParsePod(bad).problem.find("nvidia.com/gpu"), std::string::npos);
   // hostile shapes never throw
@@ -172,13 +176,51 @@ TEST(KubePod, PodAffinityTermsAndThePodsTheyCover) {
   other.ns = "data";
   EXPECT_TRUE(web.TermSelects(web.anti_affinity[1], other));
   EXPECT_FALSE(web.TermSelects(web.anti_affinity[2], other)) << "no selector: no pod";
-  // namespaceSelector is said; a term without a topology key is malformed.
+  // matchLabelKeys and mismatchLabelKeys join the selector with the pod's own values.
+  p["metadata"]["labels"] = {{"app", "web"}, {"track", "canary"}, {"rollout", "r2"}};
   p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
-      json::array({{{"namespaceSelector", json::object()}, {"topologyKey", "k"}}, json::object()});
+      json::array({{{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+                    {"matchLabelKeys", {"rollout"}},
+                    {"mismatchLabelKeys", {"track"}},
+                    {"topologyKey", "kubernetes.io/hostname"}}});
+  const PodInfo keyed = ParsePod(p);
+  ASSERT_EQ(keyed.anti_affinity.size(), 1u);
+  other.ns = keyed.ns;
+  other.labels = {{"app", "web"}, {"rollout", "r2"}, {"track", "stable"}};
+  EXPECT_TRUE(keyed.TermSelects(keyed.anti_affinity[0], other));
+  other.labels["track"] = "canary";
+  EXPECT_FALSE(keyed.TermSelects(keyed.anti_affinity[0], other)) << "mismatchLabelKeys";
+  other.labels = {{"app", "web"}, {"rollout", "r1"}};
+  EXPECT_FALSE(keyed.TermSelects(keyed.anti_affinity[0], other)) << "matchLabelKeys";
+  // namespaceSelector: the namespaces whose labels it selects, besides those listed ({}:
+  // every namespace); a term without a topology key is malformed.
+  p["spec"]["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
+      json::array({{{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+                    {"namespaceSelector", {{"matchLabels", {{"team", "ml"}}}}},
+                    {"namespaces", {"listed"}},
+                    {"topologyKey", "k"}},
+                   {{"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+                    {"namespaceSelector", json::object()},
+                    {"topologyKey", "k"}},
+                   json::object()});
   const PodInfo odd = ParsePod(p);
-  ASSERT_EQ(odd.unsupported.size(), 1u);
-  EXPECT_NE(odd.unsupported[0].find("namespaceSelector"), std::string::npos);
+  EXPECT_TRUE(odd.unsupported.empty());
   EXPECT_NE(odd.problem.find("topologyKey"), std::string::npos);
+  ASSERT_EQ(odd.anti_affinity.size(), 3u);
+  const NamespaceLabels namespaces = {{"research", {{"team", "ml"}}}, {"shop", {{"team", "web"}}}};
+  other.labels = {{"app", "web"}};
+  for (auto [ns, by_labels, any] : {std::tuple{"research", true, true},
+                                    {"shop", false, true},
+                                    {"listed", true, true},
+                                    {"unlabelled", false, true},
+                                    {"default", false, true}}) {
+    other.ns = ns;
+    EXPECT_EQ(odd.TermSelects(odd.anti_affinity[0], other, namespaces), by_labels) << ns;
+    EXPECT_EQ(odd.TermSelects(odd.anti_affinity[1], other, namespaces), any) << ns;
+  }
+  EXPECT_EQ(
+      ParseNamespace(json{{"metadata", {{"name", "research"}, {"labels", {{"team", "ml"}}}}}}),
+      *namespaces.begin());
 }
 
 // Topology spread constraints: DoNotSchedule ones read (maxSkew, minDomains, the key, the
@@ -202,6 +244,27 @@ TEST(KubePod, TopologySpreadConstraintsAreRead) {
   EXPECT_EQ(web.spread[0].topology_key, "topology.kubernetes.io/zone");
   EXPECT_FALSE(web.spread[0].honour_node_selection);
   EXPECT_TRUE(Selects(web.spread[0].selector, {{"app", "web"}}));
+  EXPECT_FALSE(web.spread[0].honour_taints);
+  // matchLabelKeys: the pod's value of each key joins the selector (a Deployment's replicas
+  // of one template spread apart from the last template's), a key it lacks is left out;
+  // nodeTaintsPolicy Honor.
+  p["metadata"]["labels"] = {{"app", "web"}, {"pod-template-hash", "7f9c"}};
+  p["spec"]["topologySpreadConstraints"] =
+      json::array({{{"whenUnsatisfiable", "DoNotSchedule"},
+                    {"maxSkew", 1},
+                    {"topologyKey", "topology.kubernetes.io/zone"},
+                    {"labelSelector", {{"matchLabels", {{"app", "web"}}}}},
+                    {"matchLabelKeys", {"pod-template-hash", "no-such-label"}},
+                    {"nodeTaintsPolicy", "Honor"}}});
+  const PodInfo keyed = ParsePod(p);
+  ASSERT_EQ(keyed.problem, "");
+  EXPECT_TRUE(keyed.unsupported.empty());
+  ASSERT_EQ(keyed.spread.size(), 1u);
+  EXPECT_TRUE(keyed.spread[0].honour_taints);
+  EXPECT_TRUE(keyed.spread[0].honour_node_selection);
+  EXPECT_TRUE(Selects(keyed.spread[0].selector, {{"app", "web"}, {"pod-template-hash", "7f9c"}}));
+  EXPECT_FALSE(Selects(keyed.spread[0].selector, {{"app", "web"}, {"pod-template-hash", "55d1"}}));
+  EXPECT_FALSE(Selects(keyed.spread[0].selector, {{"app", "web"}}));
   for (const json& bad :
        {json({{"whenUnsatisfiable", "DoNotSchedule"}, {"maxSkew", 0}, {"topologyKey", "k"}}),
         json({{"whenUnsatisfiable", "DoNotSchedule"}, {"maxSkew", 1}}),

@@ -542,6 +542,7 @@ class Driver {
     bool restricted = false;        // `only` applies
     std::string names, only_names;  // of `nodes` and `only`
     std::string wait;
+    bool behind = false;  // `wait`: behind a pod of ours that must be placed first
     std::string Shape() const { return names + (restricted ? "|" + only_names : ""); }
     bool one_per_node = false;  // the gang's own pods keep apart, one per node
     bool one_node = false;      // the gang's own pods keep together, on one node
@@ -553,6 +554,12 @@ class Driver {
   void UpdateGroups();
   void Shield();
   void RecordRuns();
+  // Set by SyncJobs: a job waits behind a pod of ours to be placed first (pods that
+  // constrain each other are placed one at a time, a pass each).
+  bool behind_ = false;
+  // Our live pods not placed yet (no problem of their own), oldest first (SyncJobs): a
+  // waiting pod behind one of them is found among these before any walk of every pod.
+  std::vector<const PodInfo*> unplaced_;
 
   const spec::ClusterConfig& config_;
   SchedulerOptions options_;
@@ -1242,6 +1249,34 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     return q.node_name.empty() && Ours(q) && Live(q) && q.problem.empty() &&
            std::tie(q.created_ms, q.name) < std::tie(p.created_ms, p.name);
   };
+  // A lone pod behind an unplaced pod of ours that it keeps apart from, or whose spread
+  // counts it, waits for it: found among the unplaced pods (a few) before the walks of
+  // every live pod below would find it (what a Deployment's replicas mostly meet).
+  if (pods.size() == 1) {
+    const PodInfo& p = *pods.front();
+    for (const PodInfo* q : unplaced_) {
+      if (!placed_first(*q, p)) break;  // the rest were created after it
+      auto selects = [&](const PodInfo& a, const PodInfo& b) {
+        return std::any_of(
+            a.anti_affinity.begin(), a.anti_affinity.end(),
+            [&](const PodAffinityTerm& t) { return a.TermSelects(t, b, namespaces_); });
+      };
+      if (selects(p, *q) || selects(*q, p)) {
+        out.wait = "waiting for pod " + q->name +
+                   " to be placed first (their pod anti-affinity keeps them apart)";
+        out.behind = true;
+        return out;
+      }
+      if (!q->spread.empty() && q->ns == p.ns &&
+          std::any_of(p.spread.begin(), p.spread.end(),
+                      [&](const SpreadConstraint& k) { return Selects(k.selector, q->labels); })) {
+        out.wait = "waiting for pod " + q->name +
+                   " to be placed first (their topology spread counts each other)";
+        out.behind = true;
+        return out;
+      }
+    }
+  }
   std::set<std::string> off;
   for (const PodInfo* p : pods) {
     for (const PodAffinityTerm& t : p->anti_affinity) {
@@ -1270,6 +1305,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       if (placed_first(q, *p)) {
         out.wait = "waiting for pod " + q.name +
                    " to be placed first (their pod anti-affinity keeps them apart)";
+        out.behind = true;
         return false;
       }
       for (const std::string& key : keys) {
@@ -1325,6 +1361,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
         if (first != nullptr) {
           out.wait = "waiting for pod " + first->name +
                      " to be placed first (its pod affinity asks for its domain)";
+          out.behind = true;
           return out;
         }
         if (p->TermSelects(t, *p, namespaces_)) continue;  // the first of its kind: anywhere
@@ -1362,6 +1399,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
         if (!q.spread.empty() && placed_first(q, *p)) {
           out.wait = "waiting for pod " + q.name +
                      " to be placed first (their topology spread counts each other)";
+          out.behind = true;
           return out;
         }
         if (auto d = domain_of.find(q.node_name); d != domain_of.end()) ++count[d->second];
@@ -1520,6 +1558,7 @@ void Driver::Evict(const PodInfo& pod, core::Ticks grace_ms, const std::string& 
 // finished, running ones adopted after a rebuild.
 void Driver::SyncJobs() {
   const core::Ticks now = Now();
+  behind_ = false;
   if (claims_changed_) {
     claims_changed_ = false;
     for (const std::string& uid : claim_pods_) {
@@ -1541,9 +1580,14 @@ void Driver::SyncJobs() {
   }
   // The live pods with required pod anti-affinity terms (any scheduler's).
   std::vector<const PodInfo*> repellers;
+  unplaced_.clear();
   for (const auto& [uid, p] : pods_) {
     if (!p.anti_affinity.empty() && !p.terminal()) repellers.push_back(&p);
+    if (p.node_name.empty() && Ours(p) && Live(p) && p.problem.empty()) unplaced_.push_back(&p);
   }
+  std::sort(unplaced_.begin(), unplaced_.end(), [](const PodInfo* a, const PodInfo* b) {
+    return std::tie(a->created_ms, a->name) < std::tie(b->created_ms, b->name);
+  });
   // Each claim's live pods of ours: a claim that several name is allocated for one of
   // them, then shared by the others.
   std::map<std::string, std::vector<const PodInfo*>> claim_users;
@@ -1740,6 +1784,7 @@ void Driver::SyncJobs() {
     if (bound.empty()) {
       keep_off = PodConstraints(live, repellers);
       if (!keep_off.wait.empty()) {
+        behind_ |= keep_off.behind;
         refuse(keep_off.wait);
         continue;
       }
@@ -2234,6 +2279,16 @@ void Driver::Pass() {
   }
   if (whole) {
     Decide();
+    // Pods placed one at a time wait a pass each: while a pass binds one and others wait
+    // behind it, the next pass runs now, not after the binding's echo from the watch (tens
+    // of milliseconds each), within a tenth of a second.
+    for (uint64_t binds = 0;
+         behind_ && binds != binds_ && !rebuild_ &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100);) {
+      binds = binds_;
+      SyncJobs();
+      if (!rebuild_) Decide();
+    }
     UpdateGroups();
   }
   RecordRuns();

@@ -1,6 +1,6 @@
 // Fuzzes what gantryd --kubernetes reads from the API server (kube/objects.h): any bytes,
-// parsed as JSON, read as a node, a pod, a PodGroup and a PodDisruptionBudget, then made
-// into a cluster and a job. Each gives a value (malformed ones with `problem` set) or a
+// parsed as JSON, read as a node, a pod, a namespace, a PodGroup and a PodDisruptionBudget, then
+// made into a cluster and a job. Each gives a value (malformed ones with `problem` set) or a
 // refusal, never a crash or a throw: a hostile or broken object must not stop the
 // scheduler or block other pods.
 #include <cstdint>
@@ -49,7 +49,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto ask = AskOf({&claim}, {{cls.name, cls}});
   if (ask && ask->gpus < 0) __builtin_trap();
   const PodInfo pod = ParsePod(obj);
-  for (const PodAffinityTerm& t : pod.anti_affinity) (void)pod.TermSelects(t, pod);
+  // The same object as a namespace, whose labels a term's namespaceSelector reads.
+  const NamespaceLabels namespaces = {ParseNamespace(obj)};
+  for (const PodAffinityTerm& t : pod.anti_affinity) (void)pod.TermSelects(t, pod, namespaces);
+  for (const PodAffinityTerm& t : pod.affinity) (void)pod.TermSelects(t, pod, namespaces);
   (void)ParseGroup(obj);
   const BudgetInfo budget = ParseBudget(obj);
   (void)Covers(budget, pod);

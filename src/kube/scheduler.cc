@@ -2278,13 +2278,13 @@ void Driver::Pass() {
                {"gpus", std::to_string(view_.cluster.gpu_count())}});
   }
   if (whole) {
+    uint64_t binds = binds_;
     Decide();
     // Pods placed one at a time wait a pass each: while a pass binds one and others wait
     // behind it, the next pass runs now, not after the binding's echo from the watch (tens
     // of milliseconds each), within a tenth of a second.
-    for (uint64_t binds = 0;
-         behind_ && binds != binds_ && !rebuild_ &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100);) {
+    while (behind_ && binds != binds_ && !rebuild_ &&
+           std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100)) {
       binds = binds_;
       SyncJobs();
       if (!rebuild_) Decide();

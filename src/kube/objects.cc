@@ -419,8 +419,8 @@ PodInfo ParsePod(const json& obj) {
       }
       term.topology_key = Str(t, "topologyKey");
       if (term.topology_key.empty()) p.problem = std::string(kind) + ": a term without topologyKey";
-      if (const json* ns = Member(t, "namespaceSelector"); ns != nullptr && ns->is_object())
-        term.namespace_selector = SelectorOf(t, "namespaceSelector");
+      if (LabelSelector ns = SelectorOf(t, "namespaceSelector"); ns.given)
+        term.namespace_selector = std::move(ns);
       (anti ? p.anti_affinity : p.affinity).push_back(std::move(term));
     }
   }

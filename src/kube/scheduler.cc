@@ -1250,6 +1250,27 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     return q.node_name.empty() && Ours(q) && Live(q) && q.problem.empty() &&
            std::tie(q.created_ms, q.name) < std::tie(p.created_ms, p.name);
   };
+  // It waits behind pod `q` of ours, placed first, for `why`.
+  auto behind = [&](const PodInfo& q, const char* why) {
+    out.wait = "waiting for pod " + q.name + " to be placed first (" + why + ")";
+    out.behind = true;
+  };
+  // The topology keys of the anti-affinity terms that keep pods `a` and `b` apart, the
+  // terms of either selecting the other.
+  auto apart_keys = [&](const PodInfo& a, const PodInfo& b) {
+    std::vector<std::string> keys;
+    for (const PodAffinityTerm& t : a.anti_affinity) {
+      if (a.TermSelects(t, b, namespaces_)) keys.push_back(t.topology_key);
+    }
+    for (const PodAffinityTerm& t : b.anti_affinity) {
+      if (b.TermSelects(t, a, namespaces_)) keys.push_back(t.topology_key);
+    }
+    return keys;
+  };
+  // Whether pod `p`'s spread constraint `k` counts pod `q` (of its namespace, selected).
+  auto counts = [](const PodInfo& p, const SpreadConstraint& k, const PodInfo& q) {
+    return q.uid != p.uid && q.ns == p.ns && Selects(k.selector, q.labels);
+  };
   // A lone pod behind an unplaced pod of ours that it keeps apart from, or whose spread
   // counts it, waits for it: found among the unplaced pods (a few) before the walks of
   // every live pod below would find it (what a Deployment's replicas mostly meet).
@@ -1257,23 +1278,14 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     const PodInfo& p = *pods.front();
     for (const PodInfo* q : unplaced_) {
       if (!placed_first(*q, p)) break;  // the rest were created after it
-      auto selects = [&](const PodInfo& a, const PodInfo& b) {
-        return std::any_of(
-            a.anti_affinity.begin(), a.anti_affinity.end(),
-            [&](const PodAffinityTerm& t) { return a.TermSelects(t, b, namespaces_); });
-      };
-      if (selects(p, *q) || selects(*q, p)) {
-        out.wait = "waiting for pod " + q->name +
-                   " to be placed first (their pod anti-affinity keeps them apart)";
-        out.behind = true;
+      if (!apart_keys(p, *q).empty()) {
+        behind(*q, "their pod anti-affinity keeps them apart");
         return out;
       }
-      if (!q->spread.empty() && q->ns == p.ns &&
+      if (!q->spread.empty() &&
           std::any_of(p.spread.begin(), p.spread.end(),
-                      [&](const SpreadConstraint& k) { return Selects(k.selector, q->labels); })) {
-        out.wait = "waiting for pod " + q->name +
-                   " to be placed first (their topology spread counts each other)";
-        out.behind = true;
+                      [&](const SpreadConstraint& k) { return counts(p, k, *q); })) {
+        behind(*q, "their topology spread counts each other");
         return out;
       }
     }
@@ -1295,18 +1307,10 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     // False: it waits (out.wait).
     auto keep_apart = [&](const PodInfo& q) {
       if (own.contains(q.uid)) return true;
-      std::vector<std::string> keys;  // the domains' keys of each term that keeps them apart
-      for (const PodAffinityTerm& t : p->anti_affinity) {
-        if (p->TermSelects(t, q, namespaces_)) keys.push_back(t.topology_key);
-      }
-      for (const PodAffinityTerm& t : q.anti_affinity) {
-        if (q.TermSelects(t, *p, namespaces_)) keys.push_back(t.topology_key);
-      }
+      const std::vector<std::string> keys = apart_keys(*p, q);
       if (keys.empty()) return true;
       if (placed_first(q, *p)) {
-        out.wait = "waiting for pod " + q.name +
-                   " to be placed first (their pod anti-affinity keeps them apart)";
-        out.behind = true;
+        behind(q, "their pod anti-affinity keeps them apart");
         return false;
       }
       for (const std::string& key : keys) {
@@ -1360,9 +1364,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       }
       if (domain.empty()) {
         if (first != nullptr) {
-          out.wait = "waiting for pod " + first->name +
-                     " to be placed first (its pod affinity asks for its domain)";
-          out.behind = true;
+          behind(*first, "its pod affinity asks for its domain");
           return out;
         }
         if (p->TermSelects(t, *p, namespaces_)) continue;  // the first of its kind: anywhere
@@ -1395,12 +1397,9 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
         count.emplace(v->second, 0);
       }
       for (const auto& [uid, q] : pods_) {
-        if (q.terminal() || q.uid == p->uid || q.ns != p->ns || !Selects(k.selector, q.labels))
-          continue;
+        if (q.terminal() || !counts(*p, k, q)) continue;
         if (!q.spread.empty() && placed_first(q, *p)) {
-          out.wait = "waiting for pod " + q.name +
-                     " to be placed first (their topology spread counts each other)";
-          out.behind = true;
+          behind(q, "their topology spread counts each other");
           return out;
         }
         if (auto d = domain_of.find(q.node_name); d != domain_of.end()) ++count[d->second];

@@ -16,6 +16,7 @@ one cluster keeps 2 cores about a sixth busy), each a process of this script wit
 ports, a folder of its own). Each shard's output is printed whole as it ends.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -252,6 +253,25 @@ def scheduled_message(p):
 def check_allocatable(c):
     r = subprocess.run([CLUSTER, "check-allocatable", c.dir], capture_output=True, text=True)
     assert r.returncode == 0, f"check-allocatable: {r.stdout}{r.stderr}"
+
+
+# Two zones of two kwok nodes each (the node label example.com/zone), for the spread cases.
+ZONES = {"kwok-node-0": "a", "kwok-node-1": "a", "kwok-node-2": "b", "kwok-node-3": "b"}
+
+
+@contextlib.contextmanager
+def zoned(c):
+    """The nodes labelled into ZONES for the body; after it, the case's pods go, and so do
+    the labels and any example.com/maintenance taint the body put on a node."""
+    for node, zone in ZONES.items():
+        c.kubectl("label", "node", node, f"example.com/zone={zone}", "--overwrite")
+    try:
+        yield ZONES
+    finally:
+        c.clean()
+        for node in ZONES:
+            c.kubectl("label", "node", node, "example.com/zone-", check=False)
+            c.kubectl("taint", "node", node, "example.com/maintenance-", check=False)
 
 
 # --------------------------------------------------------------------------- cases
@@ -707,9 +727,6 @@ def case_topology_spread_over_zones(c):
     Deployment of 1-GPU replicas: where Gantry would pack them onto one node, they go two
     and two over the two zones, then three and three once scaled to 6; a pod whose spread
     no node can keep waits with why."""
-    zones = {"kwok-node-0": "a", "kwok-node-1": "a", "kwok-node-2": "b", "kwok-node-3": "b"}
-    for node, zone in zones.items():
-        c.kubectl("label", "node", node, f"example.com/zone={zone}", "--overwrite")
     dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "spread", "namespace": "default"},
            "spec": {"replicas": 4, "selector": {"matchLabels": {"app": "spread"}},
                     "template": {"metadata": {"labels": {"app": "spread"}},
@@ -724,10 +741,10 @@ def case_topology_spread_over_zones(c):
     def per_zone():
         got = {"a": 0, "b": 0}
         for p in bound([p for p in c.pods("app=spread") if not p["metadata"].get("deletionTimestamp")]):
-            got[zones[p["spec"]["nodeName"]]] += 1
+            got[ZONES[p["spec"]["nodeName"]]] += 1
         return got
 
-    try:
+    with zoned(c):
         c.kubectl_apply(dep)
         wait_for("4 replicas bound", lambda: sum(per_zone().values()) == 4, 20)
         assert per_zone() == {"a": 2, "b": 2}, per_zone()
@@ -743,10 +760,6 @@ def case_topology_spread_over_zones(c):
             next(p for p in c.pods("test=yes") if p["metadata"]["name"] == "no-zone")), 20)
         check_allocatable(c)
         assert c.proc.poll() is None, "gantryd died"
-    finally:
-        c.clean()
-        for node in zones:
-            c.kubectl("label", "node", node, "example.com/zone-", check=False)
 
 
 def case_topology_spread_label_keys_and_taints(c):
@@ -756,9 +769,6 @@ def case_topology_spread_label_keys_and_taints(c):
     stable ones would have sent it to zone b. With zone b tainted, a pod spreading with
     nodeTaintsPolicy Honor leaves zone b out and goes to zone a; the same pod with the
     default (Ignore) counts zone b's 0 and waits, since it cannot go there."""
-    zones = {"kwok-node-0": "a", "kwok-node-1": "a", "kwok-node-2": "b", "kwok-node-3": "b"}
-    for node, zone in zones.items():
-        c.kubectl("label", "node", node, f"example.com/zone={zone}", "--overwrite")
 
     def labelled(name, labels, extra):
         p = pod(name, 1, extra=extra)
@@ -773,9 +783,9 @@ def case_topology_spread_label_keys_and_taints(c):
     def zone_of(name):
         p = next((p for p in c.pods("test=yes") if p["metadata"]["name"] == name), None)
         node = (p or {}).get("spec", {}).get("nodeName")
-        return zones.get(node) if node else None
+        return ZONES.get(node) if node else None
 
-    try:
+    with zoned(c):
         pin = {"nodeSelector": {"kubernetes.io/hostname": "kwok-node-0"}}
         c.kubectl_apply(*[labelled(f"stable-{i}", {"app": "web", "track": "stable"}, pin) for i in range(2)])
         wait_for("the stable pods bound", lambda: zone_of("stable-0") and zone_of("stable-1"), 20)
@@ -797,11 +807,6 @@ def case_topology_spread_label_keys_and_taints(c):
         assert zone_of("ignore") is None
         check_allocatable(c)
         assert c.proc.poll() is None, "gantryd died"
-    finally:
-        c.clean()
-        for node in zones:
-            c.kubectl("label", "node", node, "example.com/zone-", check=False)
-            c.kubectl("taint", "node", node, "example.com/maintenance-", check=False)
 
 
 def case_kill_and_restart(c):

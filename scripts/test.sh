@@ -23,14 +23,41 @@ if [[ -z "${GANTRY_NO_CCACHE:-}" ]] && command -v ccache >/dev/null; then
   export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 fi
+# CMake 3.25's unity sources #include each file by its absolute path, so a checkout at
+# another path would miss every cached object whatever CCACHE_BASEDIR says. A build tree not
+# yet configured is therefore configured and built from one fixed link to this checkout
+# (GANTRY_CHECKOUT_LINK, default ~/.cache/gantry/checkout), which this run points here and
+# holds (flock) so that two checkouts cannot build through it at once; a tree configured
+# before keeps the path it was configured from. build_tree PRESET ARGS... configures and
+# builds from that path.
+link="${GANTRY_CHECKOUT_LINK:-$HOME/.cache/gantry/checkout}"
+link_held=""
+build_tree() {
+  local preset=$1 src
+  shift
+  src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "build/$preset/CMakeCache.txt" 2>/dev/null || true)
+  if [[ -z $src && ${#launcher[@]} == 0 ]]; then src=$PWD; fi
+  if [[ -z $src || $src == "$link" ]]; then
+    if [[ -z $link_held ]]; then
+      mkdir -p "$(dirname "$link")"
+      exec 9>"$link.lock"
+      flock 9
+      ln -sfn "$PWD" "$link"
+      link_held=1
+    fi
+    src=$link
+  fi
+  (cd "$src" && export CCACHE_BASEDIR="$src" &&
+     cmake --preset "$preset" -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null &&
+     cmake --build --preset "$preset" -j "$jobs" "$@")
+}
 # The C++ is formatted by Debian's clang-format 14 with the project's .clang-format; a file
 # that differs fails here, before anything is built (fix: clang-format -i FILE).
 stage "format (clang-format --dry-run -Werror)"
 find src tests bench \( -name '*.cc' -o -name '*.h' \) -not -path '*/corpus/*' -print0 |
   xargs -0 clang-format --dry-run -Werror
 stage "release build (-Werror)"
-cmake --preset release -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null
-cmake --build --preset release -j "$jobs"
+build_tree release
 stage "release tests (ctest --preset release)"
 # One test more than cores: most of the integration tests wait on heartbeats and child
 # processes, not the CPU (805 tests on 2 cores, 2026-12-02: 399 s at -j2, 291 s at -j3;
@@ -64,8 +91,7 @@ rm -f "$k8s_bench_log"
 [[ $k8s_failed == 0 ]]
 stage "ASan + UBSan build"
 labels='unit|property|fuzz|golden'
-cmake --preset asan-ubsan -DGANTRY_WERROR=ON "${launcher[@]}" >/dev/null
-cmake --build --preset asan-ubsan -j "$jobs" --target gantry_sanitized_tests  # their binaries only
+build_tree asan-ubsan --target gantry_sanitized_tests  # their binaries only
 stage "ASan + UBSan tests"
 # Every test of those labels is there, as in the release build (a test binary the target
 # missed would otherwise drop out of the sanitized run unnoticed).

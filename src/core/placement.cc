@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 
 namespace gantry::core {
 
@@ -657,6 +658,37 @@ bool Placer::PlaceOneModel(const JobSpec& job, Fit fit, Allocation& out) {
 }
 
 bool Placer::Place(const JobSpec& job, Fit fit, Allocation& out) {
+  if (!job.preferred_nodes.empty()) {
+    // The nodes scoring at least s, for each score s from the highest down (0: every node
+    // not listed too); the lowest is the job's own placement. A gang's workers all go to
+    // one such set or to the next.
+    std::vector<int32_t> scores{0};
+    for (const auto& [n, score] : job.preferred_nodes) scores.push_back(score);
+    std::sort(scores.begin(), scores.end(), std::greater<>());
+    scores.erase(std::unique(scores.begin(), scores.end()), scores.end());
+    JobSpec tier = job;
+    tier.preferred_nodes.clear();
+    for (size_t i = 0; i + 1 < scores.size(); ++i) {
+      tier.only_nodes = job.only_nodes;
+      tier.not_nodes = job.not_nodes;
+      if (scores[i] > 0) {
+        tier.only_nodes.clear();
+        for (const auto& [n, score] : job.preferred_nodes) {
+          if (score >= scores[i] && job.MayUseNode(n)) tier.only_nodes.push_back(n);
+        }
+        if (tier.only_nodes.empty()) continue;
+      } else {
+        for (const auto& [n, score] : job.preferred_nodes) {
+          if (score < scores[i]) tier.not_nodes.push_back(n);
+        }
+        std::sort(tier.not_nodes.begin(), tier.not_nodes.end());
+      }
+      if (Place(tier, fit, out)) return true;
+    }
+    tier.only_nodes = job.only_nodes;
+    tier.not_nodes = job.not_nodes;
+    return Place(tier, fit, out);
+  }
   // A job that goes faster on some models (model_speed): the fastest model it fits on now,
   // one model at a time (ties by model id). Whether to wait for a faster one is not weighed.
   if (job.model_speed && job.uses_gpu()) {

@@ -162,6 +162,12 @@ bool Tolerates(const std::vector<Toleration>& tols, const Taint& t) {
 
 }  // namespace
 
+bool MatchesAll(const std::vector<Requirement>& match,
+                const std::map<std::string, std::string>& labels) {
+  return std::all_of(match.begin(), match.end(),
+                     [&](const Requirement& r) { return Matches(r, labels); });
+}
+
 std::optional<int64_t> ParseQuantity(std::string_view text, int64_t scale) {
   size_t i = 0;
   while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.'))
@@ -369,6 +375,7 @@ PodInfo ParsePod(const json& obj) {
       p.created_ms = int64_t{timegm(&tm)} * 1000;
   }
   if (auto it = p.labels.find(kPodGroupLabel); it != p.labels.end()) p.group = it->second;
+  p.job = p.group.empty() ? "pod:" + p.uid : "group:" + p.ns + "/" + p.group;
   for (const json& o : Arr(meta, "ownerReferences")) {
     if (const json* c = Member(o, "controller");
         c != nullptr && c->is_boolean() && c->get<bool>()) {
@@ -407,10 +414,28 @@ PodInfo ParsePod(const json& obj) {
     p.selection.tolerations.push_back(
         Toleration{Str(t, "key"), op, Str(t, "value"), Str(t, "effect")});
   }
+  // A preferred term's weight: an integer from 1 to 100, as the API server checks.
+  auto weight_of = [&](const json& t, const std::string& what) {
+    const json* w = Member(t, "weight");
+    if (w != nullptr && w->is_number_integer() && w->get<int64_t>() >= 1 &&
+        w->get<int64_t>() <= 100)
+      return static_cast<int>(w->get<int64_t>());
+    p.problem = what + ": weight must be an integer from 1 to 100";
+    return 1;
+  };
+  for (const json& t : Arr(node_aff, "preferredDuringSchedulingIgnoredDuringExecution")) {
+    PreferredNodeTerm pref;
+    pref.weight = weight_of(t, "nodeAffinity preferred term");
+    const json& term = Obj(t, "preference");
+    for (Requirement& r : Requirements(term)) pref.match.push_back(std::move(r));
+    if (!Arr(term, "matchFields").empty()) {
+      p.unsupported.push_back("node affinity by matchFields is not supported (use labels)");
+    }
+    p.preferred_nodes.push_back(std::move(pref));
+  }
   for (const char* kind : {"podAffinity", "podAntiAffinity"}) {
     const bool anti = std::string_view(kind) == "podAntiAffinity";
-    for (const json& t :
-         Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution")) {
+    auto read_term = [&](const json& t) {
       PodAffinityTerm term;
       term.selector = SelectorOf(t, "labelSelector");
       MergeLabelKeys(t, p.labels, term.selector);
@@ -421,7 +446,18 @@ PodInfo ParsePod(const json& obj) {
       if (term.topology_key.empty()) p.problem = std::string(kind) + ": a term without topologyKey";
       if (LabelSelector ns = SelectorOf(t, "namespaceSelector"); ns.given)
         term.namespace_selector = std::move(ns);
-      (anti ? p.anti_affinity : p.affinity).push_back(std::move(term));
+      return term;
+    };
+    for (const json& t :
+         Arr(Obj(affinity, kind), "requiredDuringSchedulingIgnoredDuringExecution")) {
+      (anti ? p.anti_affinity : p.affinity).push_back(read_term(t));
+    }
+    for (const json& t :
+         Arr(Obj(affinity, kind), "preferredDuringSchedulingIgnoredDuringExecution")) {
+      WeightedPodAffinityTerm w;
+      w.weight = weight_of(t, std::string(kind) + " preferred term");
+      w.term = read_term(Obj(t, "podAffinityTerm"));
+      (anti ? p.preferred_anti_affinity : p.preferred_affinity).push_back(std::move(w));
     }
   }
   for (const json& c : Arr(spec, "topologySpreadConstraints")) {

@@ -137,6 +137,24 @@ struct PodAffinityTerm {
   bool operator==(const PodAffinityTerm&) const = default;
 };
 
+// Preferred (soft) terms and their weights (1-100), as kube-scheduler weighs them: a
+// node's score is the sum of the weights of the node affinity preferences its labels
+// match, plus those of the pod affinity terms whose domain there holds a pod they select,
+// less those of such anti-affinity terms. Placement tries the best-scoring nodes first.
+struct PreferredNodeTerm {
+  int weight = 1;
+  std::vector<Requirement> match;  // all of them (none: every node)
+  bool operator==(const PreferredNodeTerm&) const = default;
+};
+struct WeightedPodAffinityTerm {
+  int weight = 1;
+  PodAffinityTerm term;
+  bool operator==(const WeightedPodAffinityTerm&) const = default;
+};
+// Whether a node with these labels matches every requirement.
+bool MatchesAll(const std::vector<Requirement>& match,
+                const std::map<std::string, std::string>& labels);
+
 // A topology spread constraint with whenUnsatisfiable DoNotSchedule: of the domains of
 // `topology_key` among the nodes the pod may use, a pod goes to one where the pods of its
 // namespace `selector` matches (itself counted) would exceed the fewest in any such domain
@@ -159,6 +177,9 @@ struct PodInfo {
   bool deleting = false;   // metadata.deletionTimestamp set
   int64_t created_ms = 0;  // metadata.creationTimestamp, Unix ms (0: not given)
   bool terminal() const { return phase == "Succeeded" || phase == "Failed"; }
+  // The job it belongs to in gantryd --kubernetes: "group:NS/GROUP" for a PodGroup's pod,
+  // "pod:UID" for a lone pod (made once here: a pass looks it up for every pod).
+  std::string job;
   // Effective requests (containers, init and sidecar containers, overhead).
   int64_t gpus = 0, cpus_milli = 0, memory_bytes = 0;
   std::string mig_profile;  // nvidia.com/mig-<profile>: 1 (more per pod is refused)
@@ -184,6 +205,9 @@ struct PodInfo {
   // terms off its own).
   std::vector<PodAffinityTerm> affinity, anti_affinity;
   std::vector<SpreadConstraint> spread;  // topologySpreadConstraints that DoNotSchedule
+  // Its preferred node affinity and pod (anti-)affinity (preferredDuringScheduling...).
+  std::vector<PreferredNodeTerm> preferred_nodes;
+  std::vector<WeightedPodAffinityTerm> preferred_affinity, preferred_anti_affinity;
   // Whether term `t` of its own covers pod `other` (its namespace and labels);
   // `namespaces`: each namespace's labels, for a term's namespace selector (a namespace
   // not in it has none).

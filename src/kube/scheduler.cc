@@ -489,9 +489,7 @@ class Driver {
     return p.scheduler_name == config_.kubernetes.scheduler_name;
   }
   bool Live(const PodInfo& p) const { return !p.terminal() && !p.deleting; }
-  static std::string KeyOf(const PodInfo& p) {
-    return p.group.empty() ? "pod:" + p.uid : "group:" + p.ns + "/" + p.group;
-  }
+  static const std::string& KeyOf(const PodInfo& p) { return p.job; }
 
   void Rebuild();
   void SyncJobs();
@@ -544,12 +542,22 @@ class Driver {
     std::string names, only_names;  // of `nodes` and `only`
     std::string wait;
     bool behind = false;  // `wait`: behind a pod of ours that must be placed first
-    std::string Shape() const { return names + (restricted ? "|" + only_names : ""); }
+    std::string Shape() const {
+      return names + (restricted ? "|" + only_names : "") +
+             (preferred_names.empty() ? "" : "~" + preferred_names);
+    }
     bool one_per_node = false;  // the gang's own pods keep apart, one per node
     bool one_node = false;      // the gang's own pods keep together, on one node
+    // Preferred (soft) terms: the nodes' scores other than 0, by node, with their names.
+    std::vector<std::pair<core::NodeId, int32_t>> preferred;
+    std::string preferred_names;
   };
   KeepOff PodConstraints(const std::vector<const PodInfo*>& pods,
                          const std::vector<const PodInfo*>& repellers) const;
+  // The preferred terms of `pods` (`own`: their uids) into `out.preferred`; false where
+  // they wait (out.wait) behind a pod of ours their preferred pod terms select.
+  bool PreferredScores(const std::vector<const PodInfo*>& pods, const std::set<std::string>& own,
+                       KeepOff& out) const;
   std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
@@ -615,7 +623,9 @@ class Driver {
   struct RunRow {
     server::StoredRun row;
     bool stored = false;  // StartRun succeeded (a failed write is tried again next pass)
+    uint64_t held = 0;    // the last pass (runs_pass_) whose running jobs held its pod
   };
+  uint64_t runs_pass_ = 0;
   std::unordered_map<std::string, RunRow> runs_;  // by pod uid
   std::map<int64_t, server::StoredRun> stale_;    // open rows read at start, not yet matched
   bool runs_read_ = false;
@@ -1417,6 +1427,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       narrow(std::move(allowed));
     }
   }
+  if (!PreferredScores(pods, own, out)) return out;
   for (const std::string& name : off) {
     if (auto id = view_.cluster.FindNode(name)) out.nodes.push_back(*id);
     out.names += name + ",";
@@ -1431,6 +1442,69 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     std::sort(out.only.begin(), out.only.end());
   }
   return out;
+}
+
+bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
+                             const std::set<std::string>& own, KeepOff& out) const {
+  std::map<std::string, int64_t> score;  // node name -> score
+  for (const PodInfo* p : pods) {
+    for (const PreferredNodeTerm& t : p->preferred_nodes) {
+      for (const auto& [name, node] : nodes_) {
+        if (MatchesAll(t.match, node.labels)) score[name] += t.weight;
+      }
+    }
+    for (const bool anti : {false, true}) {
+      for (const WeightedPodAffinityTerm& w :
+           anti ? p->preferred_anti_affinity : p->preferred_affinity) {
+        // Placed one at a time, as for required terms: a pod of ours it selects, created
+        // before it and not placed yet, goes first, so a burst of replicas is weighed one
+        // by one.
+        for (const PodInfo* q : unplaced_) {
+          if (std::tie(q->created_ms, q->name) >= std::tie(p->created_ms, p->name))
+            break;  // the rest were created after it
+          if (q->node_name.empty() && !own.contains(q->uid) &&
+              p->TermSelects(w.term, *q, namespaces_)) {
+            out.wait = "waiting for pod " + q->name + " to be placed first (its preferred pod " +
+                       (anti ? "anti-" : "") + "affinity weighs where that one goes)";
+            out.behind = true;
+            return false;
+          }
+        }
+        // The nodes holding a pod it selects, then every node of their domains.
+        std::set<std::string> hosts, values;
+        for (const auto& [uid, q] : pods_) {
+          if (!q.terminal() && !q.node_name.empty() && !own.contains(uid) &&
+              p->TermSelects(w.term, q, namespaces_))
+            hosts.insert(q.node_name);
+        }
+        const std::string& key = w.term.topology_key;
+        for (const std::string& host : hosts) {
+          auto n = nodes_.find(host);
+          if (n == nodes_.end()) continue;
+          if (key == kHostnameLabel) {
+            score[host] += anti ? -w.weight : w.weight;
+          } else if (auto v = n->second.labels.find(key); v != n->second.labels.end()) {
+            values.insert(v->second);
+          }
+        }
+        if (values.empty()) continue;
+        for (const auto& [name, node] : nodes_) {
+          auto v = node.labels.find(key);
+          if (v != node.labels.end() && values.contains(v->second))
+            score[name] += anti ? -w.weight : w.weight;
+        }
+      }
+    }
+  }
+  for (const auto& [name, total] : score) {
+    if (total == 0) continue;
+    if (auto id = view_.cluster.FindNode(name))
+      out.preferred.emplace_back(
+          *id, static_cast<int32_t>(std::clamp<int64_t>(total, -1 << 30, 1 << 30)));
+    out.preferred_names += name + "=" + std::to_string(total) + ",";
+  }
+  std::sort(out.preferred.begin(), out.preferred.end());
+  return true;
 }
 
 // The DRA devices of worker `w`: its whole GPUs, or its MIG device at its placement.
@@ -1568,8 +1642,9 @@ void Driver::SyncJobs() {
     for (const auto& [key, c] : claims_)
       reserved_.insert(c.reserved_for.begin(), c.reserved_for.end());
   }
-  // The live pods of ours, by job.
-  std::map<std::string, std::vector<const PodInfo*>> by_key;
+  // The live pods of ours, by job (hashed: a pass looks up every job's pods; the jobs new
+  // to the core are taken in the order of their keys below).
+  std::unordered_map<std::string_view, std::vector<const PodInfo*>> by_key;
   for (const auto& [uid, p] : pods_) {
     if (!Ours(p) || p.terminal()) continue;
     by_key[KeyOf(p)].push_back(&p);
@@ -1597,6 +1672,11 @@ void Driver::SyncJobs() {
         if (Live(*p) && !ref.claim.empty()) claim_users[p->ns + "/" + ref.claim].push_back(p);
       }
     }
+  }
+  for (auto& [claim, users] : claim_users) {  // by job, then name: who comes first is stable
+    std::sort(users.begin(), users.end(), [](const PodInfo* a, const PodInfo* b) {
+      return std::tie(a->job, a->name) < std::tie(b->job, b->name);
+    });
   }
   // Jobs whose pods are all gone end; a preempted gang's pods come back, recreated by
   // their controller, as the same job's next run.
@@ -1701,8 +1781,20 @@ void Driver::SyncJobs() {
     }
     ++it;
   }
-  // Gangs and lone pods not in the core yet.
+  // Gangs and lone pods not in the core yet, by key.
+  std::unordered_set<std::string_view> in_core;
+  for (const auto& [key, job] : jobs_) {
+    if (job.id.valid()) in_core.insert(key);
+  }
+  std::vector<std::pair<std::string_view, std::vector<const PodInfo*>*>> todo;
   for (auto& [key, pods] : by_key) {
+    if (!in_core.contains(key)) todo.emplace_back(key, &pods);
+  }
+  std::sort(todo.begin(), todo.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [key_view, pods_of] : todo) {
+    const std::string key(key_view);
+    const std::vector<const PodInfo*>& pods = *pods_of;
     Job& job = jobs_[key];
     if (job.key.empty()) {
       job.key = key;
@@ -1791,6 +1883,7 @@ void Driver::SyncJobs() {
       if (keep_off.one_per_node) spec->workers_per_node = 1;
       if (keep_off.one_node) spec->topology = core::Topology::kNode;
       spec->not_nodes = keep_off.nodes;
+      spec->preferred_nodes = keep_off.preferred;
       if (keep_off.restricted) spec->only_nodes = keep_off.only;
     }
     // Elastic: minMember to all its pods, where its workers are whole GPUs (MIG, shared
@@ -2146,19 +2239,20 @@ void Driver::RecordRuns() {
       }
     }
   }
-  // What holds GPUs now: the workers of our running (or evicting) jobs (their uids as the
-  // jobs hold them: nothing below changes jobs_; a copy of each was a thousand allocations
-  // a pass at 1,000 running pods).
-  std::unordered_set<std::string_view> holding;
+  // What holds GPUs now: the workers of our running (or evicting) jobs, each row stamped
+  // with this pass (one lookup a running pod: a set of them built each pass was a fifth of
+  // the passes at 1,000 running pods).
+  const uint64_t pass = ++runs_pass_;
   for (const auto& [key, job] : jobs_) {
     if (!job.id.valid()) continue;
     const core::JobRecord& rec = sched_->job(job.id);
     if (rec.phase != core::Phase::kRunning && rec.phase != core::Phase::kSignaled) continue;
     for (size_t i = 0; i < job.pods.size() && i < rec.alloc.size(); ++i) {
       const std::string& uid = job.pods[i];
-      holding.insert(uid);
-      if (runs_.contains(uid)) continue;
-      RunRow& rr = runs_[uid];
+      auto [it, added] = runs_.try_emplace(uid);
+      RunRow& rr = it->second;
+      rr.held = pass;
+      if (!added) continue;
       rr.row.job_seq = RowId(uid);
       if (auto st = stale_.find(rr.row.job_seq); st != stale_.end()) {  // adopted after a restart
         rr.row = st->second;
@@ -2190,7 +2284,7 @@ void Driver::RecordRuns() {
   // tried again whole.
   std::vector<std::string> start, end;
   for (const auto& [uid, rr] : runs_) {
-    if (!holding.contains(uid) && !bound(uid))
+    if (rr.held != pass && !bound(uid))
       end.push_back(uid);
     else if (!rr.stored)
       start.push_back(uid);

@@ -157,6 +157,50 @@ TEST(PlacementTest, NamedNodesAreTheOnlyOnesAJobUses) {
   EXPECT_EQ(ledger.used_units(), 8 * kGpuUnits);
 }
 
+// preferred_nodes (Kubernetes' preferred affinities): the best-scoring nodes with room
+// first, then the next score, then any node; a node scoring below 0 only when nothing
+// else has room; a job's own restrictions hold at every step.
+TEST(PlacementTest, PreferredNodesAreTriedBestFirst) {
+  Catalog c = Catalog::BuiltIn();
+  Cluster cluster = MakeCluster({Pool(c, "a", 4, 8, "A100-80GB", 0, 1, kAll)});
+  Ledger ledger(cluster);
+  Fragmentation frag(ledger, false);
+  Placer first(ledger), fgd(ledger, &frag);
+  for (Placer* placer : {&first, &fgd}) {
+    for (Fit fit : {Fit::kFirst, Fit::kBest}) {
+      JobSpec job = Whole(c, "p", 1, 4);
+      // Node 0 is avoided (-10), node 2 preferred (5), node 3 preferred most (20).
+      job.preferred_nodes = {{NodeId(0), -10}, {NodeId(2), 5}, {NodeId(3), 20}};
+      Allocation a, b, d, e, f;
+      ASSERT_TRUE(placer->Place(job, fit, a));
+      EXPECT_EQ(a[0].node, NodeId(3));
+      ASSERT_TRUE(placer->Place(job, fit, b));  // node 3's other half
+      EXPECT_EQ(b[0].node, NodeId(3));
+      ASSERT_TRUE(placer->Place(job, fit, d));  // node 3 full: the next score
+      EXPECT_EQ(d[0].node, NodeId(2));
+      job.not_nodes = {NodeId(2)};  // its own restriction holds: node 1 (0) before node 0
+      ASSERT_TRUE(placer->Place(job, fit, e));
+      EXPECT_EQ(e[0].node, NodeId(1));
+      job.not_nodes.clear();
+      job.gpus = 8;  // only node 0 has 8 free: the avoided node when nothing else fits
+      ASSERT_TRUE(placer->Place(job, fit, f));
+      EXPECT_EQ(f[0].node, NodeId(0));
+      for (Allocation* x : {&a, &b, &d, &e, &f}) ledger.Release(*x);
+      EXPECT_EQ(ledger.used_units(), 0);
+    }
+  }
+  // A gang goes whole to the preferred nodes where it fits there, else anywhere.
+  JobSpec gang = Whole(c, "g", 2, 8);
+  gang.preferred_nodes = {{NodeId(1), 1}, {NodeId(2), 1}};
+  Allocation g;
+  ASSERT_TRUE(fgd.Place(gang, Fit::kBest, g));
+  EXPECT_EQ((std::set<NodeId>{g[0].node, g[1].node}), (std::set<NodeId>{NodeId(1), NodeId(2)}));
+  gang.preferred_nodes = {{NodeId(1), 1}};
+  Allocation h;
+  ASSERT_TRUE(fgd.Place(gang, Fit::kBest, h));
+  EXPECT_EQ(h.size(), 2u);
+}
+
 // fewest_nodes (Slurm's -n without -N): one node where one has room for every worker,
 // else as the topology allows rather than waiting.
 TEST(PlacementTest, FewestNodesPutsTheGangOnOneNodeWhereOneHasRoom) {

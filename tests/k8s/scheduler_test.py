@@ -809,6 +809,60 @@ def case_topology_spread_label_keys_and_taints(c):
         assert c.proc.poll() is None, "gantryd died"
 
 
+def case_preferred_affinities_are_weighed(c):
+    """Preferred (soft) affinities, weighed as kube-scheduler weighs them (packing would
+    decide otherwise each time): four replicas with preferred pod anti-affinity by hostname
+    go to four nodes, where packing puts them on one, and a fifth still binds (nothing is
+    required); a pod preferring zone b by node affinity goes there, and to zone a once zone
+    b has no room; a pod preferring the zone of a pod goes to that zone's free node rather
+    than the fuller node packing would pick."""
+
+    def labelled(name, gpus, labels, affinity):
+        p = pod(name, gpus, extra={"affinity": affinity})
+        p["metadata"]["labels"].update(labels)
+        return p
+
+    def node_of(name):
+        p = next((p for p in c.pods("test=yes") if p["metadata"]["name"] == name), None)
+        return ((p or {}).get("spec") or {}).get("nodeName")
+
+    apart = {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "svc"}},
+                                            "topologyKey": "kubernetes.io/hostname"}}]}}
+    to_b = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 50, "preference": {"matchExpressions": [
+            {"key": "example.com/zone", "operator": "In", "values": ["b"]}]}}]}}
+    near_big = {"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 10, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "big"}},
+                                           "topologyKey": "example.com/zone"}}]}}
+    with zoned(c):
+        c.kubectl_apply(*[labelled(f"svc-{i}", 1, {"app": "svc"}, apart) for i in range(4)])
+        wait_for("4 replicas bound", lambda: all(node_of(f"svc-{i}") for i in range(4)), 20)
+        nodes = [node_of(f"svc-{i}") for i in range(4)]
+        assert len(set(nodes)) == 4, f"preferred anti-affinity not weighed: {nodes}"
+        c.kubectl_apply(labelled("svc-4", 1, {"app": "svc"}, apart))
+        wait_for("a fifth replica bound all the same", lambda: node_of("svc-4"), 20)
+        c.kubectl("delete", "pod", "-l", "app=svc", "--grace-period=0", "--force")
+        wait_for("the replicas gone", lambda: not c.pods("app=svc"), 30)
+
+        c.kubectl_apply(labelled("b-2", 2, {}, to_b))
+        wait_for("b-2 bound", lambda: node_of("b-2"), 20)
+        assert ZONES[node_of("b-2")] == "b", node_of("b-2")
+        c.kubectl_apply(labelled("b-8", 8, {}, to_b))
+        wait_for("b-8 bound", lambda: node_of("b-8"), 20)
+        assert ZONES[node_of("b-8")] == "b", node_of("b-8")
+        c.kubectl_apply(labelled("a-8", 8, {"app": "big"}, to_b))  # zone b has 6 GPUs left
+        wait_for("a-8 bound in zone a all the same", lambda: node_of("a-8"), 20)
+        assert ZONES[node_of("a-8")] == "a", node_of("a-8")
+
+        # Free now: 8 GPUs on one node of zone a, 6 on one of zone b (packing's pick).
+        c.kubectl_apply(labelled("near", 1, {}, near_big))
+        wait_for("near bound", lambda: node_of("near"), 20)
+        assert ZONES[node_of("near")] == "a" and node_of("near") != node_of("a-8"), node_of("near")
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+
+
 def case_kill_and_restart(c):
     """kill -9 of gantryd mid-run: the restarted one adopts what runs (binding nothing
     twice) and places what waits."""
@@ -1866,6 +1920,7 @@ CASES = [
     case_pod_anti_affinity_by_namespace_selector,
     case_topology_spread_over_zones,
     case_topology_spread_label_keys_and_taints,
+    case_preferred_affinities_are_weighed,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,

@@ -111,6 +111,16 @@ TEST(KubePod, EffectiveRequestsCountInitSidecarsAndOverhead) {
   EXPECT_EQ(info.memory_bytes, int64_t{8} << 30);
 }
 
+TEST(KubePod, ItsJobIsItsPodGroupOrItself) {
+  json p = Pod("p", json::object());
+  PodInfo lone = ParsePod(p);
+  EXPECT_EQ(lone.job, "pod:" + lone.uid);
+  p["metadata"]["labels"] = {{"scheduling.x-k8s.io/pod-group", "train"}};
+  PodInfo member = ParsePod(p);
+  EXPECT_EQ(member.group, "train");
+  EXPECT_EQ(member.job, "group:" + member.ns + "/train");
+}
+
 TEST(KubePod, UnsupportedAndMalformedAreSaidNotIgnored) {
   json p = Pod("p", {{"limits", {{"nvidia.com/gpu", "1"}}}});
   p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
@@ -154,8 +164,6 @@ TEST(KubePod, PodAffinityTermsAndThePodsTheyCover) {
             {"namespaces", {"data"}},
             {"topologyKey", "topology.kubernetes.io/zone"}},
            {{"topologyKey", "kubernetes.io/hostname"}}});
-  p["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] =
-      json::array({{{"weight", 1}}});  // soft: ignored
   p["spec"]["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] =
       json::array({{{"labelSelector", {{"matchLabels", {{"app", "cache"}}}}},
                     {"topologyKey", "kubernetes.io/hostname"}}});
@@ -225,6 +233,39 @@ TEST(KubePod, PodAffinityTermsAndThePodsTheyCover) {
 
 // Topology spread constraints: DoNotSchedule ones read (maxSkew, minDomains, the key, the
 // selector, nodeAffinityPolicy); ScheduleAnyway ones ignored; bad values said.
+TEST(KubePod, PreferredTermsAreReadWithTheirWeights) {
+  json p = Pod("p", json::object());
+  p["spec"]["affinity"] = json::parse(R"({
+    "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+      {"weight": 30, "preference": {"matchExpressions": [
+        {"key": "zone", "operator": "In", "values": ["b"]},
+        {"key": "gpu", "operator": "Exists"}]}}]},
+    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+      {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "svc"}},
+                                          "topologyKey": "kubernetes.io/hostname"}}]},
+    "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+      {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "db"}},
+                                        "namespaces": ["data"], "topologyKey": "zone"}}]}})");
+  PodInfo info = ParsePod(p);
+  EXPECT_EQ(info.problem, "");
+  ASSERT_EQ(info.preferred_nodes.size(), 1u);
+  EXPECT_EQ(info.preferred_nodes[0].weight, 30);
+  EXPECT_TRUE(MatchesAll(info.preferred_nodes[0].match, {{"zone", "b"}, {"gpu", "h100"}}));
+  EXPECT_FALSE(MatchesAll(info.preferred_nodes[0].match, {{"zone", "b"}}));
+  EXPECT_FALSE(MatchesAll(info.preferred_nodes[0].match, {{"zone", "a"}, {"gpu", "h100"}}));
+  ASSERT_EQ(info.preferred_anti_affinity.size(), 1u);
+  EXPECT_EQ(info.preferred_anti_affinity[0].weight, 100);
+  EXPECT_EQ(info.preferred_anti_affinity[0].term.topology_key, "kubernetes.io/hostname");
+  ASSERT_EQ(info.preferred_affinity.size(), 1u);
+  EXPECT_EQ(info.preferred_affinity[0].term.namespaces, std::vector<std::string>{"data"});
+  EXPECT_TRUE(info.affinity.empty() && info.anti_affinity.empty());  // nothing required
+  // A weight outside 1-100 makes the pod malformed, said with the term.
+  p["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0]
+   ["weight"] = 0;
+  EXPECT_EQ(ParsePod(p).problem,
+            "podAffinity preferred term: weight must be an integer from 1 to 100");
+}
+
 TEST(KubePod, TopologySpreadConstraintsAreRead) {
   json p = Pod("web-1", {{"limits", {{"nvidia.com/gpu", "1"}}}});
   p["spec"]["topologySpreadConstraints"] = json::array(

@@ -106,6 +106,10 @@ struct JobSpec {
   // Only these nodes (sbatch --nodelist), and never these (sbatch --exclude): ascending;
   // empty: no such restriction. Placement skips the others (Placer::NodeHasRoom).
   std::vector<NodeId> only_nodes, not_nodes;
+  // Nodes preferred, with their scores (ascending by node; a node not listed scores 0):
+  // placement tries the nodes scoring the most first, then those scoring the next most,
+  // down to every node it may use (Kubernetes' preferred node and pod affinities).
+  std::vector<std::pair<NodeId, int32_t>> preferred_nodes;
   int64_t vram_bytes = 0;    // per worker, on each of its GPUs
   int64_t cpus_milli = 0;    // per worker
   int64_t memory_bytes = 0;  // per worker

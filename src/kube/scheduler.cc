@@ -1642,9 +1642,8 @@ void Driver::SyncJobs() {
     for (const auto& [key, c] : claims_)
       reserved_.insert(c.reserved_for.begin(), c.reserved_for.end());
   }
-  // The live pods of ours, by job (hashed: a pass looks up every job's pods; the jobs new
-  // to the core are taken in the order of their keys below).
-  std::unordered_map<std::string_view, std::vector<const PodInfo*>> by_key;
+  // The live pods of ours, by job.
+  std::map<std::string_view, std::vector<const PodInfo*>> by_key;
   for (const auto& [uid, p] : pods_) {
     if (!Ours(p) || p.terminal()) continue;
     by_key[KeyOf(p)].push_back(&p);
@@ -1672,11 +1671,6 @@ void Driver::SyncJobs() {
         if (Live(*p) && !ref.claim.empty()) claim_users[p->ns + "/" + ref.claim].push_back(p);
       }
     }
-  }
-  for (auto& [claim, users] : claim_users) {  // by job, then name: who comes first is stable
-    std::sort(users.begin(), users.end(), [](const PodInfo* a, const PodInfo* b) {
-      return std::tie(a->job, a->name) < std::tie(b->job, b->name);
-    });
   }
   // Jobs whose pods are all gone end; a preempted gang's pods come back, recreated by
   // their controller, as the same job's next run.
@@ -1781,20 +1775,9 @@ void Driver::SyncJobs() {
     }
     ++it;
   }
-  // Gangs and lone pods not in the core yet, by key.
-  std::unordered_set<std::string_view> in_core;
-  for (const auto& [key, job] : jobs_) {
-    if (job.id.valid()) in_core.insert(key);
-  }
-  std::vector<std::pair<std::string_view, std::vector<const PodInfo*>*>> todo;
-  for (auto& [key, pods] : by_key) {
-    if (!in_core.contains(key)) todo.emplace_back(key, &pods);
-  }
-  std::sort(todo.begin(), todo.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [key_view, pods_of] : todo) {
+  // Gangs and lone pods not in the core yet.
+  for (const auto& [key_view, pods] : by_key) {
     const std::string key(key_view);
-    const std::vector<const PodInfo*>& pods = *pods_of;
     Job& job = jobs_[key];
     if (job.key.empty()) {
       job.key = key;

@@ -462,7 +462,6 @@ PodInfo ParsePod(const json& obj) {
   }
   for (const json& c : Arr(spec, "topologySpreadConstraints")) {
     const std::string when = Str(c, "whenUnsatisfiable");
-    if (when == "ScheduleAnyway") continue;  // soft: ignored, as preferred affinities
     SpreadConstraint k;
     const json* skew = Member(c, "maxSkew");
     if (skew != nullptr && skew->is_number_integer() && skew->get<int64_t>() >= 1 &&
@@ -479,13 +478,13 @@ PodInfo ParsePod(const json& obj) {
     }
     k.topology_key = Str(c, "topologyKey");
     if (k.topology_key.empty()) p.problem = "topologySpreadConstraints: no topologyKey";
-    if (when != "DoNotSchedule" && !when.empty())
+    if (when != "DoNotSchedule" && when != "ScheduleAnyway" && !when.empty())
       p.problem = "topologySpreadConstraints: unknown whenUnsatisfiable \"" + when + "\"";
     k.selector = SelectorOf(c, "labelSelector");
     MergeLabelKeys(c, p.labels, k.selector);
     k.honour_node_selection = Str(c, "nodeAffinityPolicy") != "Ignore";
     k.honour_taints = Str(c, "nodeTaintsPolicy") == "Honor";
-    p.spread.push_back(std::move(k));
+    (when == "ScheduleAnyway" ? p.preferred_spread : p.spread).push_back(std::move(k));
   }
   // Resource claims: the claim each names, or (from a template) the one made for the pod.
   std::map<std::string, std::string> made;

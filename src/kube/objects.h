@@ -208,6 +208,7 @@ struct PodInfo {
   // Its preferred node affinity and pod (anti-)affinity (preferredDuringScheduling...).
   std::vector<PreferredNodeTerm> preferred_nodes;
   std::vector<WeightedPodAffinityTerm> preferred_affinity, preferred_anti_affinity;
+  std::vector<SpreadConstraint> preferred_spread;  // those that ScheduleAnyway (maxSkew unused)
   // Whether term `t` of its own covers pod `other` (its namespace and labels);
   // `namespaces`: each namespace's labels, for a term's namespace selector (a namespace
   // not in it has none).

@@ -554,6 +554,28 @@ class Driver {
   };
   KeepOff PodConstraints(const std::vector<const PodInfo*>& pods,
                          const std::vector<const PodInfo*>& repellers) const;
+  // The domains of pod `p`'s spread constraint `k` (each eligible node's) and the bound
+  // pods it counts in each; and a pod of ours with spread constraints of its own that it
+  // counts and that waits to be placed before it (nullptr: none).
+  struct SpreadCount {
+    std::map<std::string, std::string> domain_of;  // eligible node -> its domain
+    std::map<std::string, int64_t> count;          // domain -> pods matched there
+    int64_t fewest = 0;  // in any domain (0 while fewer domains than minDomains)
+    const PodInfo* first = nullptr;
+  };
+  // `own`: pods left out (a gang's own), if given.
+  SpreadCount CountSpread(const PodInfo& p, const SpreadConstraint& k,
+                          const std::set<std::string>* own = nullptr) const;
+  // Whether pod `q` of ours waits to be placed before `p` (created first): pods that
+  // constrain each other are placed one at a time, so two never land together in a pass.
+  bool PlacedFirst(const PodInfo& q, const PodInfo& p) const {
+    return q.node_name.empty() && Ours(q) && Live(q) && q.problem.empty() &&
+           std::tie(q.created_ms, q.name) < std::tie(p.created_ms, p.name);
+  }
+  // Whether pod `p`'s spread constraint `k` counts pod `q` (of its namespace, selected).
+  static bool Counts(const PodInfo& p, const SpreadConstraint& k, const PodInfo& q) {
+    return q.uid != p.uid && q.ns == p.ns && Selects(k.selector, q.labels);
+  }
   // The preferred terms of `pods` (`own`: their uids) into `out.preferred`; false where
   // they wait (out.wait) behind a pod of ours their preferred pod terms select.
   bool PreferredScores(const std::vector<const PodInfo*>& pods, const std::set<std::string>& own,
@@ -1254,12 +1276,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       if (v != node.labels.end() && v->second == value->second) into.insert(name);
     }
   };
-  // Whether pod `q` of ours waits to be placed before `p` (created first): pods that
-  // constrain each other are placed one at a time, so two never land together in a pass.
-  auto placed_first = [&](const PodInfo& q, const PodInfo& p) {
-    return q.node_name.empty() && Ours(q) && Live(q) && q.problem.empty() &&
-           std::tie(q.created_ms, q.name) < std::tie(p.created_ms, p.name);
-  };
+  auto placed_first = [&](const PodInfo& q, const PodInfo& p) { return PlacedFirst(q, p); };
   // It waits behind pod `q` of ours, placed first, for `why`.
   auto behind = [&](const PodInfo& q, const char* why) {
     out.wait = "waiting for pod " + q.name + " to be placed first (" + why + ")";
@@ -1277,10 +1294,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     }
     return keys;
   };
-  // Whether pod `p`'s spread constraint `k` counts pod `q` (of its namespace, selected).
-  auto counts = [](const PodInfo& p, const SpreadConstraint& k, const PodInfo& q) {
-    return q.uid != p.uid && q.ns == p.ns && Selects(k.selector, q.labels);
-  };
+  auto counts = &Driver::Counts;
   // A lone pod behind an unplaced pod of ours that it keeps apart from, or whose spread
   // counts it, waits for it: found among the unplaced pods (a few) before the walks of
   // every live pod below would find it (what a Deployment's replicas mostly meet).
@@ -1391,38 +1405,15 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       return out;
     }
     for (const SpreadConstraint& k : p->spread) {
-      // The nodes whose domains count: those the pod's selection allows (nodeAffinityPolicy
-      // Honor) and whose taints it tolerates (nodeTaintsPolicy Honor), each as asked.
-      NodeSelection sel;
-      if (k.honour_node_selection) sel = p->selection;
-      sel.tolerations = k.honour_taints ? p->selection.tolerations
-                                        : std::vector{Toleration{"", "Exists", "", ""}};
-      const bool filter = k.honour_node_selection || k.honour_taints;
-      std::map<std::string, std::string> domain_of;  // eligible node -> its domain
-      std::map<std::string, int64_t> count;          // domain -> pods matched there
-      for (const auto& [name, node] : nodes_) {
-        auto v = node.labels.find(k.topology_key);
-        if (v == node.labels.end() || (filter && !Allows(sel, node))) continue;
-        domain_of[name] = v->second;
-        count.emplace(v->second, 0);
-      }
-      for (const auto& [uid, q] : pods_) {
-        if (q.terminal() || !counts(*p, k, q)) continue;
-        if (!q.spread.empty() && placed_first(q, *p)) {
-          behind(q, "their topology spread counts each other");
-          return out;
-        }
-        if (auto d = domain_of.find(q.node_name); d != domain_of.end()) ++count[d->second];
-      }
-      int64_t fewest = 0;
-      if (static_cast<int>(count.size()) >= k.min_domains && !count.empty()) {
-        fewest = INT64_MAX;
-        for (const auto& [d, n] : count) fewest = std::min(fewest, n);
+      SpreadCount c = CountSpread(*p, k);
+      if (c.first != nullptr) {
+        behind(*c.first, "their topology spread counts each other");
+        return out;
       }
       const int64_t self = Selects(k.selector, p->labels) ? 1 : 0;
       std::set<std::string> allowed;
-      for (const auto& [name, d] : domain_of) {
-        if (count[d] + self - fewest <= k.max_skew) allowed.insert(name);
+      for (const auto& [name, d] : c.domain_of) {
+        if (c.count[d] + self - c.fewest <= k.max_skew) allowed.insert(name);
       }
       narrow(std::move(allowed));
     }
@@ -1440,6 +1431,37 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       out.only_names += name + ",";
     }
     std::sort(out.only.begin(), out.only.end());
+  }
+  return out;
+}
+
+Driver::SpreadCount Driver::CountSpread(const PodInfo& p, const SpreadConstraint& k,
+                                        const std::set<std::string>* own) const {
+  SpreadCount out;
+  // The nodes whose domains count: those the pod's selection allows (nodeAffinityPolicy
+  // Honor) and whose taints it tolerates (nodeTaintsPolicy Honor), each as asked.
+  NodeSelection sel;
+  if (k.honour_node_selection) sel = p.selection;
+  sel.tolerations =
+      k.honour_taints ? p.selection.tolerations : std::vector{Toleration{"", "Exists", "", ""}};
+  const bool filter = k.honour_node_selection || k.honour_taints;
+  for (const auto& [name, node] : nodes_) {
+    auto v = node.labels.find(k.topology_key);
+    if (v == node.labels.end() || (filter && !Allows(sel, node))) continue;
+    out.domain_of[name] = v->second;
+    out.count.emplace(v->second, 0);
+  }
+  for (const auto& [uid, q] : pods_) {
+    if (q.terminal() || !Counts(p, k, q) || (own != nullptr && own->contains(uid))) continue;
+    if ((!q.spread.empty() || !q.preferred_spread.empty()) && PlacedFirst(q, p)) {
+      out.first = &q;
+      return out;
+    }
+    if (auto d = out.domain_of.find(q.node_name); d != out.domain_of.end()) ++out.count[d->second];
+  }
+  if (static_cast<int>(out.count.size()) >= k.min_domains && !out.count.empty()) {
+    out.fewest = INT64_MAX;
+    for (const auto& [d, n] : out.count) out.fewest = std::min(out.fewest, n);
   }
   return out;
 }
@@ -1493,6 +1515,26 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
           if (v != node.labels.end() && values.contains(v->second))
             score[name] += anti ? -w.weight : w.weight;
         }
+      }
+    }
+  }
+  // ScheduleAnyway spreads: a node scores one less per pod its domain holds above the
+  // fewest in any domain, and a node without the key (or not counted) one less than the
+  // most loaded, as kube-scheduler scores such nodes last.
+  for (const PodInfo* p : pods) {
+    for (const SpreadConstraint& k : p->preferred_spread) {
+      SpreadCount c = CountSpread(*p, k, &own);
+      if (c.first != nullptr) {
+        out.wait = "waiting for pod " + c.first->name +
+                   " to be placed first (their topology spread counts each other)";
+        out.behind = true;
+        return false;
+      }
+      int64_t most = 0;
+      for (const auto& [d, n] : c.count) most = std::max(most, n - c.fewest);
+      for (const auto& [name, node] : nodes_) {
+        auto d = c.domain_of.find(name);
+        score[name] -= d == c.domain_of.end() ? most + 1 : c.count[d->second] - c.fewest;
       }
     }
   }

@@ -815,7 +815,8 @@ def case_preferred_affinities_are_weighed(c):
     go to four nodes, where packing puts them on one, and a fifth still binds (nothing is
     required); a pod preferring zone b by node affinity goes there, and to zone a once zone
     b has no room; a pod preferring the zone of a pod goes to that zone's free node rather
-    than the fuller node packing would pick."""
+    than the fuller node packing would pick; replicas with a ScheduleAnyway spread over the
+    zones go two a zone."""
 
     def labelled(name, gpus, labels, affinity):
         p = pod(name, gpus, extra={"affinity": affinity})
@@ -860,6 +861,22 @@ def case_preferred_affinities_are_weighed(c):
         wait_for("near bound", lambda: node_of("near"), 20)
         assert ZONES[node_of("near")] == "a" and node_of("near") != node_of("a-8"), node_of("near")
         check_allocatable(c)
+        c.clean()
+
+        # ScheduleAnyway spread over the zones: two replicas a zone where packing puts all
+        # four on one node.
+        anyway = {"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": "example.com/zone", "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "sa"}}}]}
+        sa = []
+        for i in range(4):
+            p = pod(f"sa-{i}", 1, extra=anyway)
+            p["metadata"]["labels"]["app"] = "sa"
+            sa.append(p)
+        c.kubectl_apply(*sa)
+        wait_for("4 spread replicas bound", lambda: all(node_of(f"sa-{i}") for i in range(4)), 20)
+        zones = sorted(ZONES[node_of(f"sa-{i}")] for i in range(4))
+        assert zones == ["a", "a", "b", "b"], f"ScheduleAnyway not weighed: {zones}"
         assert c.proc.poll() is None, "gantryd died"
 
 

@@ -231,8 +231,6 @@ TEST(KubePod, PodAffinityTermsAndThePodsTheyCover) {
       *namespaces.begin());
 }
 
-// Topology spread constraints: DoNotSchedule ones read (maxSkew, minDomains, the key, the
-// selector, nodeAffinityPolicy); ScheduleAnyway ones ignored; bad values said.
 TEST(KubePod, PreferredTermsAreReadWithTheirWeights) {
   json p = Pod("p", json::object());
   p["spec"]["affinity"] = json::parse(R"({
@@ -266,6 +264,9 @@ TEST(KubePod, PreferredTermsAreReadWithTheirWeights) {
             "podAffinity preferred term: weight must be an integer from 1 to 100");
 }
 
+// Topology spread constraints: DoNotSchedule ones read (maxSkew, minDomains, the key, the
+// selector, nodeAffinityPolicy); ScheduleAnyway ones apart (weighed, not kept); bad values
+// said.
 TEST(KubePod, TopologySpreadConstraintsAreRead) {
   json p = Pod("web-1", {{"limits", {{"nvidia.com/gpu", "1"}}}});
   p["spec"]["topologySpreadConstraints"] = json::array(
@@ -280,6 +281,8 @@ TEST(KubePod, TopologySpreadConstraintsAreRead) {
   ASSERT_EQ(web.problem, "");
   EXPECT_TRUE(web.unsupported.empty());
   ASSERT_EQ(web.spread.size(), 1u);
+  ASSERT_EQ(web.preferred_spread.size(), 1u);
+  EXPECT_EQ(web.preferred_spread[0].topology_key, "k");
   EXPECT_EQ(web.spread[0].max_skew, 2);
   EXPECT_EQ(web.spread[0].min_domains, 3);
   EXPECT_EQ(web.spread[0].topology_key, "topology.kubernetes.io/zone");

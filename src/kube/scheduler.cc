@@ -542,6 +542,11 @@ class Driver {
     std::string names, only_names;  // of `nodes` and `only`
     std::string wait;
     bool behind = false;  // `wait`: behind a pod of ours that must be placed first
+    // It waits behind pod `q` of ours, placed first, for `why`.
+    void Behind(const PodInfo& q, const std::string& why) {
+      wait = "waiting for pod " + q.name + " to be placed first (" + why + ")";
+      behind = true;
+    }
     std::string Shape() const {
       return names + (restricted ? "|" + only_names : "") +
              (preferred_names.empty() ? "" : "~" + preferred_names);
@@ -1277,11 +1282,6 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     }
   };
   auto placed_first = [&](const PodInfo& q, const PodInfo& p) { return PlacedFirst(q, p); };
-  // It waits behind pod `q` of ours, placed first, for `why`.
-  auto behind = [&](const PodInfo& q, const char* why) {
-    out.wait = "waiting for pod " + q.name + " to be placed first (" + why + ")";
-    out.behind = true;
-  };
   // The topology keys of the anti-affinity terms that keep pods `a` and `b` apart, the
   // terms of either selecting the other.
   auto apart_keys = [&](const PodInfo& a, const PodInfo& b) {
@@ -1303,13 +1303,13 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     for (const PodInfo* q : unplaced_) {
       if (!placed_first(*q, p)) break;  // the rest were created after it
       if (!apart_keys(p, *q).empty()) {
-        behind(*q, "their pod anti-affinity keeps them apart");
+        out.Behind(*q, "their pod anti-affinity keeps them apart");
         return out;
       }
       if (!q->spread.empty() &&
           std::any_of(p.spread.begin(), p.spread.end(),
                       [&](const SpreadConstraint& k) { return counts(p, k, *q); })) {
-        behind(*q, "their topology spread counts each other");
+        out.Behind(*q, "their topology spread counts each other");
         return out;
       }
     }
@@ -1334,7 +1334,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       const std::vector<std::string> keys = apart_keys(*p, q);
       if (keys.empty()) return true;
       if (placed_first(q, *p)) {
-        behind(q, "their pod anti-affinity keeps them apart");
+        out.Behind(q, "their pod anti-affinity keeps them apart");
         return false;
       }
       for (const std::string& key : keys) {
@@ -1388,7 +1388,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       }
       if (domain.empty()) {
         if (first != nullptr) {
-          behind(*first, "its pod affinity asks for its domain");
+          out.Behind(*first, "its pod affinity asks for its domain");
           return out;
         }
         if (p->TermSelects(t, *p, namespaces_)) continue;  // the first of its kind: anywhere
@@ -1407,7 +1407,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     for (const SpreadConstraint& k : p->spread) {
       SpreadCount c = CountSpread(*p, k);
       if (c.first != nullptr) {
-        behind(*c.first, "their topology spread counts each other");
+        out.Behind(*c.first, "their topology spread counts each other");
         return out;
       }
       const int64_t self = Selects(k.selector, p->labels) ? 1 : 0;
@@ -1486,9 +1486,8 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
             break;  // the rest were created after it
           if (q->node_name.empty() && !own.contains(q->uid) &&
               p->TermSelects(w.term, *q, namespaces_)) {
-            out.wait = "waiting for pod " + q->name + " to be placed first (its preferred pod " +
-                       (anti ? "anti-" : "") + "affinity weighs where that one goes)";
-            out.behind = true;
+            out.Behind(*q, std::string("its preferred pod ") + (anti ? "anti-" : "") +
+                               "affinity weighs where that one goes");
             return false;
           }
         }
@@ -1525,9 +1524,7 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
     for (const SpreadConstraint& k : p->preferred_spread) {
       SpreadCount c = CountSpread(*p, k, &own);
       if (c.first != nullptr) {
-        out.wait = "waiting for pod " + c.first->name +
-                   " to be placed first (their topology spread counts each other)";
-        out.behind = true;
+        out.Behind(*c.first, "their topology spread counts each other");
         return false;
       }
       int64_t most = 0;

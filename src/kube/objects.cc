@@ -150,6 +150,8 @@ bool Matches(const Requirement& r, const std::map<std::string, std::string>& lab
   return false;
 }
 
+}  // namespace
+
 bool Tolerates(const std::vector<Toleration>& tols, const Taint& t) {
   for (const Toleration& x : tols) {
     if (!x.effect.empty() && x.effect != t.effect) continue;
@@ -159,8 +161,6 @@ bool Tolerates(const std::vector<Toleration>& tols, const Taint& t) {
   }
   return false;
 }
-
-}  // namespace
 
 bool MatchesAll(const std::vector<Requirement>& match,
                 const std::map<std::string, std::string>& labels) {

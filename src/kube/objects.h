@@ -105,6 +105,8 @@ struct NodeSelection {
   std::string Key() const;  // a canonical text, equal exactly when the selections are
 };
 bool Allows(const NodeSelection& sel, const NodeInfo& node);
+// Whether one of `tols` tolerates taint `t` (its key, value and effect).
+bool Tolerates(const std::vector<Toleration>& tols, const Taint& t);
 
 // A label selector (matchLabels and matchExpressions): a null one selects nothing, an
 // empty one everything.
@@ -208,7 +210,7 @@ struct PodInfo {
   // Its preferred node affinity and pod (anti-)affinity (preferredDuringScheduling...).
   std::vector<PreferredNodeTerm> preferred_nodes;
   std::vector<WeightedPodAffinityTerm> preferred_affinity, preferred_anti_affinity;
-  std::vector<SpreadConstraint> preferred_spread;  // those that ScheduleAnyway (maxSkew unused)
+  std::vector<SpreadConstraint> preferred_spread;  // those that ScheduleAnyway
   // Whether term `t` of its own covers pod `other` (its namespace and labels);
   // `namespaces`: each namespace's labels, for a term's namespace selector (a namespace
   // not in it has none).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -474,6 +475,11 @@ class Driver {
     // allocated meanwhile for a pod that shares it), or whose anti-affinity domains do,
     // is submitted anew.
     std::string shape;
+    // The pass (Driver::decides_) it was first offered to: submitted to the core, or
+    // refused for a reason of its own (not behind another pod). A pod that only prefers
+    // where this one goes waits for it to be placed first until then, not after
+    // (kube-scheduler moves past a pod it could not place).
+    uint64_t offered = UINT64_MAX;
   };
 
   // The core's time: Unix ms since kEpochMs, so pods' creation times (which order the
@@ -569,8 +575,10 @@ class Driver {
     const PodInfo* first = nullptr;
   };
   // `own`: pods left out (a gang's own), if given.
+  // `soft` (a ScheduleAnyway spread): a pod of ours offered to a pass already does not go
+  // first (Tried).
   SpreadCount CountSpread(const PodInfo& p, const SpreadConstraint& k,
-                          const std::set<std::string>* own = nullptr) const;
+                          const std::set<std::string>* own = nullptr, bool soft = false) const;
   // Whether pod `q` of ours waits to be placed before `p` (created first): pods that
   // constrain each other are placed one at a time, so two never land together in a pass.
   bool PlacedFirst(const PodInfo& q, const PodInfo& p) const {
@@ -585,6 +593,22 @@ class Driver {
   // they wait (out.wait) behind a pod of ours their preferred pod terms select.
   bool PreferredScores(const std::vector<const PodInfo*>& pods, const std::set<std::string>& own,
                        KeepOff& out) const;
+  // Whether pod `q` of ours has been offered to a pass (Job::offered): pods that merely
+  // prefer where it goes no longer wait for it.
+  bool Tried(const PodInfo& q) const {
+    auto j = jobs_.find(KeyOf(q));
+    return j != jobs_.end() && j->second.offered < decides_;
+  }
+  // Whether pod `q`'s required pod affinity or preferred pod terms select pod `p`: where
+  // `q` runs weighs where `p` goes (kube-scheduler's InterPodAffinity scores both sides).
+  bool WeighsOn(const PodInfo& q, const PodInfo& p) const {
+    auto selects = [&](const PodAffinityTerm& t) { return q.TermSelects(t, p, namespaces_); };
+    auto weighted = [&](const WeightedPodAffinityTerm& w) { return selects(w.term); };
+    return std::any_of(q.affinity.begin(), q.affinity.end(), selects) ||
+           std::any_of(q.preferred_affinity.begin(), q.preferred_affinity.end(), weighted) ||
+           std::any_of(q.preferred_anti_affinity.begin(), q.preferred_anti_affinity.end(),
+                       weighted);
+  }
   std::vector<std::pair<std::string, std::string>> ClaimWrites(const PodInfo& p,
                                                                const core::WorkerAlloc& w) const;
   void UpdateGroups();
@@ -596,6 +620,13 @@ class Driver {
   // Our live pods not placed yet (no problem of their own), oldest first (SyncJobs): a
   // waiting pod behind one of them is found among these before any walk of every pod.
   std::vector<const PodInfo*> unplaced_;
+  // The live bound pods (any scheduler's) with required pod affinity or preferred pod terms
+  // of their own (SyncJobs): their terms that select a waiting pod weigh where it goes.
+  std::vector<const PodInfo*> weighers_;
+  uint64_t decides_ = 0;  // Decide() calls so far
+  // The nodes with PreferNoSchedule taints, with those taints (Rebuild): a pod that does
+  // not tolerate them goes elsewhere while elsewhere has room.
+  std::vector<std::pair<std::string, std::vector<Taint>>> soft_tainted_;
 
   const spec::ClusterConfig& config_;
   SchedulerOptions options_;
@@ -997,6 +1028,14 @@ void Driver::Forget(Job& job) {
 void Driver::Rebuild() {
   refused_.clear();
   leaving_.clear();
+  soft_tainted_.clear();
+  for (const auto& [name, node] : nodes_) {
+    std::vector<Taint> soft;
+    for (const Taint& t : node.taints) {
+      if (t.effect == "PreferNoSchedule") soft.push_back(t);
+    }
+    if (!soft.empty()) soft_tainted_.emplace_back(name, std::move(soft));
+  }
   std::map<std::string, Usage> foreign;
   for (auto& [uid, p] : pods_) {
     // Other schedulers' pods, and ours that are leaving: a new core adopts only the live
@@ -1297,7 +1336,8 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
   auto counts = &Driver::Counts;
   // A lone pod behind an unplaced pod of ours that it keeps apart from, or whose spread
   // counts it, waits for it: found among the unplaced pods (a few) before the walks of
-  // every live pod below would find it (what a Deployment's replicas mostly meet).
+  // every live pod below would find it (what a Deployment's replicas mostly meet). So does
+  // one that pod's pod affinity terms select, until that pod has been offered to a pass.
   if (pods.size() == 1) {
     const PodInfo& p = *pods.front();
     for (const PodInfo* q : unplaced_) {
@@ -1310,6 +1350,10 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
           std::any_of(p.spread.begin(), p.spread.end(),
                       [&](const SpreadConstraint& k) { return counts(p, k, *q); })) {
         out.Behind(*q, "their topology spread counts each other");
+        return out;
+      }
+      if (WeighsOn(*q, p) && !Tried(*q)) {
+        out.Behind(*q, "its pod affinity terms weigh where this one goes");
         return out;
       }
     }
@@ -1436,7 +1480,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
 }
 
 Driver::SpreadCount Driver::CountSpread(const PodInfo& p, const SpreadConstraint& k,
-                                        const std::set<std::string>* own) const {
+                                        const std::set<std::string>* own, bool soft) const {
   SpreadCount out;
   // The nodes whose domains count: those the pod's selection allows (nodeAffinityPolicy
   // Honor) and whose taints it tolerates (nodeTaintsPolicy Honor), each as asked.
@@ -1453,7 +1497,8 @@ Driver::SpreadCount Driver::CountSpread(const PodInfo& p, const SpreadConstraint
   }
   for (const auto& [uid, q] : pods_) {
     if (q.terminal() || !Counts(p, k, q) || (own != nullptr && own->contains(uid))) continue;
-    if ((!q.spread.empty() || !q.preferred_spread.empty()) && PlacedFirst(q, p)) {
+    if ((!q.spread.empty() || !q.preferred_spread.empty()) && PlacedFirst(q, p) &&
+        !(soft && Tried(q))) {
       out.first = &q;
       return out;
     }
@@ -1468,72 +1513,143 @@ Driver::SpreadCount Driver::CountSpread(const PodInfo& p, const SpreadConstraint
 
 bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
                              const std::set<std::string>& own, KeepOff& out) const {
-  std::map<std::string, int64_t> score;  // node name -> score
+  // The raw scores of kube-scheduler's plugins that weigh preferences, by node (a node not
+  // named scores 0): NodeAffinity (the weights of the preferred node terms a node's labels
+  // match), TaintToleration (its PreferNoSchedule taints not tolerated), InterPodAffinity
+  // (pod terms' weights by topology key, then by its value, kubernetes.io/hostname's being
+  // the node's name: a term's weight once for each pod it selects there, either pod's
+  // term) and PodTopologySpread (ScheduleAnyway: the pods counted in the node's domains).
+  std::map<std::string, int64_t> node_terms, taints;
+  std::map<std::string, std::map<std::string, int64_t>> by_domain;
+  auto weigh = [&](const std::string& host, const std::string& key, int64_t weight) {
+    if (key == kHostnameLabel) {
+      by_domain[key][host] += weight;
+    } else if (auto n = nodes_.find(host); n != nodes_.end()) {
+      if (auto v = n->second.labels.find(key); v != n->second.labels.end())
+        by_domain[key][v->second] += weight;
+    }
+  };
   for (const PodInfo* p : pods) {
     for (const PreferredNodeTerm& t : p->preferred_nodes) {
       for (const auto& [name, node] : nodes_) {
-        if (MatchesAll(t.match, node.labels)) score[name] += t.weight;
+        if (MatchesAll(t.match, node.labels)) node_terms[name] += t.weight;
       }
+    }
+    for (const auto& [name, soft] : soft_tainted_) {
+      for (const Taint& t : soft) taints[name] += !Tolerates(p->selection.tolerations, t);
     }
     for (const bool anti : {false, true}) {
       for (const WeightedPodAffinityTerm& w :
            anti ? p->preferred_anti_affinity : p->preferred_affinity) {
         // Placed one at a time, as for required terms: a pod of ours it selects, created
-        // before it and not placed yet, goes first, so a burst of replicas is weighed one
-        // by one.
+        // before it and not offered to a pass yet, goes first, so a burst of replicas is
+        // weighed one by one (one that waits for room does not hold it back).
         for (const PodInfo* q : unplaced_) {
           if (std::tie(q->created_ms, q->name) >= std::tie(p->created_ms, p->name))
             break;  // the rest were created after it
-          if (q->node_name.empty() && !own.contains(q->uid) &&
-              p->TermSelects(w.term, *q, namespaces_)) {
+          if (!own.contains(q->uid) && p->TermSelects(w.term, *q, namespaces_) && !Tried(*q)) {
             out.Behind(*q, std::string("its preferred pod ") + (anti ? "anti-" : "") +
                                "affinity weighs where that one goes");
             return false;
           }
         }
-        // The nodes holding a pod it selects, then every node of their domains.
-        std::set<std::string> hosts, values;
         for (const auto& [uid, q] : pods_) {
           if (!q.terminal() && !q.node_name.empty() && !own.contains(uid) &&
               p->TermSelects(w.term, q, namespaces_))
-            hosts.insert(q.node_name);
+            weigh(q.node_name, w.term.topology_key, anti ? -w.weight : w.weight);
         }
-        const std::string& key = w.term.topology_key;
-        for (const std::string& host : hosts) {
-          auto n = nodes_.find(host);
-          if (n == nodes_.end()) continue;
-          if (key == kHostnameLabel) {
-            score[host] += anti ? -w.weight : w.weight;
-          } else if (auto v = n->second.labels.find(key); v != n->second.labels.end()) {
-            values.insert(v->second);
-          }
-        }
-        if (values.empty()) continue;
-        for (const auto& [name, node] : nodes_) {
-          auto v = node.labels.find(key);
-          if (v != node.labels.end() && values.contains(v->second))
-            score[name] += anti ? -w.weight : w.weight;
+      }
+    }
+    // Bound pods' terms that select it: their preferred affinity adds its weight to their
+    // domain, their anti-affinity takes it off, and their required affinity adds 1
+    // (kube-scheduler's hardPodAffinityWeight).
+    for (const PodInfo* e : weighers_) {
+      if (own.contains(e->uid)) continue;
+      for (const PodAffinityTerm& t : e->affinity) {
+        if (e->TermSelects(t, *p, namespaces_)) weigh(e->node_name, t.topology_key, 1);
+      }
+      for (const bool anti : {false, true}) {
+        for (const WeightedPodAffinityTerm& w :
+             anti ? e->preferred_anti_affinity : e->preferred_affinity) {
+          if (e->TermSelects(w.term, *p, namespaces_))
+            weigh(e->node_name, w.term.topology_key, anti ? -w.weight : w.weight);
         }
       }
     }
   }
-  // ScheduleAnyway spreads: a node scores one less per pod its domain holds above the
-  // fewest in any domain, and a node without the key (or not counted) one less than the
-  // most loaded, as kube-scheduler scores such nodes last.
+  std::map<std::string, int64_t> pod_terms;
+  for (const auto& [key, values] : by_domain) {
+    for (const auto& [name, node] : nodes_) {
+      const std::string* value = &name;
+      if (key != kHostnameLabel) {
+        auto v = node.labels.find(key);
+        if (v == node.labels.end()) continue;
+        value = &v->second;
+      }
+      if (auto w = values.find(*value); w != values.end()) pod_terms[name] += w->second;
+    }
+  }
+  // ScheduleAnyway spreads, as kube-scheduler's PodTopologySpread scores them: a node
+  // with every constraint's key scores, per constraint, the pods counted in its domain plus
+  // maxSkew - 1, times log(domains + 2); a node without one of the keys is left out.
+  std::map<std::string, double> spread;
+  std::set<std::string> spread_out;
   for (const PodInfo* p : pods) {
     for (const SpreadConstraint& k : p->preferred_spread) {
-      SpreadCount c = CountSpread(*p, k, &own);
+      SpreadCount c = CountSpread(*p, k, &own, /*soft=*/true);
       if (c.first != nullptr) {
         out.Behind(*c.first, "their topology spread counts each other");
         return false;
       }
-      int64_t most = 0;
-      for (const auto& [d, n] : c.count) most = std::max(most, n - c.fewest);
+      const double weight = std::log(static_cast<double>(c.count.size()) + 2);
       for (const auto& [name, node] : nodes_) {
         auto d = c.domain_of.find(name);
-        score[name] -= d == c.domain_of.end() ? most + 1 : c.count[d->second] - c.fewest;
+        if (d == c.domain_of.end()) {
+          spread_out.insert(name);
+        } else {
+          spread[name] += static_cast<double>(c.count[d->second] + k.max_skew - 1) * weight;
+        }
       }
     }
+  }
+  // Each normalised to 0-100 as its plugin normalises it, then weighed as kube-scheduler's
+  // default profile weighs them (NodeAffinity 2, TaintToleration 3, InterPodAffinity 2,
+  // PodTopologySpread 2). What every node gets alike is left out (a reversed score's 100,
+  // the lowest pod terms' score), so a node not named still scores 0.
+  std::map<std::string, int64_t> score;
+  auto highest = [](const std::map<std::string, int64_t>& m) {
+    int64_t most = 0;
+    for (const auto& [name, v] : m) most = std::max(most, v);
+    return most;
+  };
+  if (const int64_t most = highest(node_terms); most > 0) {
+    for (const auto& [name, v] : node_terms) score[name] += 2 * (100 * v / most);
+  }
+  if (const int64_t most = highest(taints); most > 0) {
+    for (const auto& [name, v] : taints) score[name] -= 3 * (100 * v / most);
+  }
+  if (!pod_terms.empty()) {
+    int64_t lo = 0, hi = 0;  // a node not named counts as 0
+    for (const auto& [name, v] : pod_terms) {
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    if (hi > lo) {
+      for (const auto& [name, v] : pod_terms) score[name] += 2 * (100 * v / (hi - lo));
+    }
+  }
+  if (!spread.empty() || !spread_out.empty()) {
+    int64_t lo = INT64_MAX, hi = 0;
+    std::map<std::string, int64_t> rounded;
+    for (const auto& [name, v] : spread) {
+      if (spread_out.contains(name)) continue;
+      const int64_t r = std::llround(v);
+      rounded[name] = r;
+      lo = std::min(lo, r);
+      hi = std::max(hi, r);
+    }
+    for (const auto& [name, r] : rounded)
+      score[name] += 2 * (hi == 0 ? 100 : 100 * (hi + lo - r) / hi);
   }
   for (const auto& [name, total] : score) {
     if (total == 0) continue;
@@ -1694,9 +1810,14 @@ void Driver::SyncJobs() {
   // The live pods with required pod anti-affinity terms (any scheduler's).
   std::vector<const PodInfo*> repellers;
   unplaced_.clear();
+  weighers_.clear();
   for (const auto& [uid, p] : pods_) {
     if (!p.anti_affinity.empty() && !p.terminal()) repellers.push_back(&p);
     if (p.node_name.empty() && Ours(p) && Live(p) && p.problem.empty()) unplaced_.push_back(&p);
+    if (!p.node_name.empty() && !p.terminal() &&
+        (!p.affinity.empty() || !p.preferred_affinity.empty() ||
+         !p.preferred_anti_affinity.empty()))
+      weighers_.push_back(&p);
   }
   std::sort(unplaced_.begin(), unplaced_.end(), [](const PodInfo* a, const PodInfo* b) {
     return std::tie(a->created_ms, a->name) < std::tie(b->created_ms, b->name);
@@ -1834,7 +1955,8 @@ void Driver::SyncJobs() {
     if (live.empty()) continue;
     std::vector<const PodInfo*> bound, pending;
     for (const PodInfo* p : live) (p->node_name.empty() ? pending : bound).push_back(p);
-    auto refuse = [&](const std::string& why) {
+    auto refuse = [&](const std::string& why, bool behind = false) {
+      if (!behind) job.offered = std::min(job.offered, decides_);
       for (const PodInfo* p : pending) SetWaiting(*p, why);
     };
     // Malformed or unsupported pods wait with the reason; they never block others.
@@ -1899,7 +2021,7 @@ void Driver::SyncJobs() {
       keep_off = PodConstraints(live, repellers);
       if (!keep_off.wait.empty()) {
         behind_ |= keep_off.behind;
-        refuse(keep_off.wait);
+        refuse(keep_off.wait, keep_off.behind);
         continue;
       }
       if (keep_off.one_per_node) spec->workers_per_node = 1;
@@ -1971,6 +2093,7 @@ void Driver::SyncJobs() {
     }
     job.shape = ClaimShape(live) + keep_off.Shape();
     job.id = sched_->Submit(std::move(*spec), std::min(job.first_seen, now));
+    job.offered = std::min(job.offered, decides_);
     by_id_[job.id.v] = key;
     sched_->SetPreemptions(job.id, job.preemptions);
     job.pods.clear();
@@ -2027,6 +2150,7 @@ void Driver::Shield() {
 }
 
 void Driver::Decide() {
+  ++decides_;
   const core::Ticks now = Now();
   const std::vector<core::Decision>& decisions = sched_->Schedule(now);
   NoteBudgets();

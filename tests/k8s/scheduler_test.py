@@ -880,6 +880,84 @@ def case_preferred_affinities_are_weighed(c):
         assert c.proc.poll() is None, "gantryd died"
 
 
+def case_other_pods_terms_are_weighed(c):
+    """A bound pod's own preferred terms weigh where others go, as kube-scheduler's
+    InterPodAffinity has it (packing would decide otherwise each time): a pod that a bound
+    pod's preferred anti-affinity selects keeps off its node; one that a bound pod's
+    preferred affinity selects goes to that pod's zone. A preference never holds a pod
+    behind one that waits for room: a small pod whose preferred anti-affinity selects a
+    wider pod created before it, and one that pod's own terms select, bind while it waits
+    (builds before 2026-12-02 held the first behind it for as long as it waited). A
+    PreferNoSchedule taint keeps pods that do not tolerate it off packing's pick."""
+
+    def labelled(name, gpus, labels, spec):
+        p = pod(name, gpus, extra=spec)
+        p["metadata"]["labels"].update(labels)
+        return p
+
+    def node_of(name):
+        p = next((p for p in c.pods("test=yes") if p["metadata"]["name"] == name), None)
+        return ((p or {}).get("spec") or {}).get("nodeName")
+
+    def term(kind, weight, app, key):
+        return {kind: {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": weight, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": app}},
+                                                   "topologyKey": key}}]}}
+
+    with zoned(c):
+        c.kubectl_apply(labelled("noisy", 2, {}, {"affinity": term(
+            "podAntiAffinity", 100, "calm", "kubernetes.io/hostname")}))
+        wait_for("noisy bound", lambda: node_of("noisy"), 20)
+        c.kubectl_apply(labelled("calm", 1, {"app": "calm"}, {}))  # packing: noisy's node
+        wait_for("calm bound", lambda: node_of("calm"), 20)
+        assert node_of("calm") != node_of("noisy"), f"calm on noisy's node {node_of('calm')}"
+        c.clean()
+
+        # The one GPU left beside zone a's fill is packing's pick; the hub in zone b draws
+        # spokes.
+        c.kubectl_apply(labelled("fill", 7, {}, {"nodeSelector": {"example.com/zone": "a"}}))
+        wait_for("fill bound", lambda: node_of("fill"), 20)
+        c.kubectl_apply(labelled("hub", 1, {}, {"nodeSelector": {"example.com/zone": "b"},
+                                                "affinity": term("podAffinity", 10, "spoke",
+                                                                 "example.com/zone")}))
+        wait_for("hub bound", lambda: node_of("hub"), 20)
+        c.kubectl_apply(labelled("spoke", 1, {"app": "spoke"}, {}))
+        wait_for("spoke bound", lambda: node_of("spoke"), 20)
+        assert ZONES[node_of("spoke")] == "b", f"spoke in zone {ZONES[node_of('spoke')]}"
+        c.clean()
+
+        # Every node a GPU short of whole: the wide pod waits for room.
+        c.kubectl_apply(*[labelled(f"pin-{i}", 1, {}, {"nodeSelector": {"kubernetes.io/hostname": n}})
+                          for i, n in enumerate(ZONES)])
+        wait_for("pins bound", lambda: all(node_of(f"pin-{i}") for i in range(len(ZONES))), 20)
+        c.kubectl_apply(labelled("wide", 8, {"app": "wide"}, {"affinity": term(
+            "podAntiAffinity", 50, "small", "kubernetes.io/hostname")}))
+        time.sleep(1.1)  # creation times are in whole seconds; they order the queue
+        c.kubectl_apply(labelled("small-own", 1, {}, {"affinity": term(
+                            "podAntiAffinity", 50, "wide", "kubernetes.io/hostname")}),
+                        labelled("small-its", 1, {"app": "small"}, {}))
+        wait_for("the small pods bound while wide waits",
+                 lambda: node_of("small-own") and node_of("small-its"), 20)
+        assert not node_of("wide"), f"wide bound on {node_of('wide')}"
+        c.clean()
+
+        # A PreferNoSchedule taint on packing's pick (the one GPU left on a node): a pod
+        # that does not tolerate it goes elsewhere while elsewhere has room; one that
+        # tolerates it goes there.
+        c.kubectl("taint", "node", "kwok-node-0", "example.com/maintenance=soon:PreferNoSchedule")
+        c.kubectl_apply(labelled("fill0", 7, {}, {"nodeSelector": {"kubernetes.io/hostname": "kwok-node-0"}}))
+        wait_for("fill0 bound", lambda: node_of("fill0"), 20)
+        c.kubectl_apply(labelled("shy", 1, {}, {}))
+        wait_for("shy bound", lambda: node_of("shy"), 20)
+        assert node_of("shy") != "kwok-node-0", "a PreferNoSchedule taint not weighed"
+        c.kubectl_apply(labelled("bold", 1, {}, {"tolerations": [{
+            "key": "example.com/maintenance", "operator": "Exists", "effect": "PreferNoSchedule"}]}))
+        wait_for("bold bound", lambda: node_of("bold"), 20)
+        assert node_of("bold") == "kwok-node-0", f"bold on {node_of('bold')}"
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+
+
 def case_kill_and_restart(c):
     """kill -9 of gantryd mid-run: the restarted one adopts what runs (binding nothing
     twice) and places what waits."""
@@ -1938,6 +2016,7 @@ CASES = [
     case_topology_spread_over_zones,
     case_topology_spread_label_keys_and_taints,
     case_preferred_affinities_are_weighed,
+    case_other_pods_terms_are_weighed,
     case_kill_and_restart,
     case_partly_bound_gang_is_evicted,
     case_two_replicas_elect_a_leader,

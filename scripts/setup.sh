@@ -16,7 +16,7 @@ packages=(
   time  # GNU time: the benchmark scripts' wall, CPU and RSS figures (bench/replay.sh, scripts/bench.sh)
   curl util-linux  # the Kubernetes peers' harness (tests/k8s/cluster.sh: readiness checks, flock)
   ccache  # scripts/test.sh: a clean checkout on a machine that built before compiles little
-  mpich libmpich-dev libpmi2-0-dev openmpi-bin libopenmpi-dev  # MPI programs under srun, mpirun
+  mpich libmpich-dev libpmi2-0-dev openmpi-bin libopenmpi-dev libpmix-dev  # MPI under srun (pmi2, pmix), mpirun
   prometheus  # promtool: the metrics integration test lints gantryd's /metrics with it
 )
 missing=()

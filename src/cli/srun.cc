@@ -27,6 +27,7 @@
 #include "base/rlimits.h"
 #include "cli/client_http.h"
 #include "cli/pmi_server.h"
+#include "cli/pmix_server.h"
 #include "cli/sbatch.h"
 #include "cli/slurm_format.h"
 #include "spec/batch.h"
@@ -175,12 +176,15 @@ int StepInput(const std::string& mode, nlohmann::json& body) {
   return 0;
 }
 
+// srun --mpi=pmix and its versioned names (Slurm's pmix_v3, pmix_v4, ...): one server here.
+bool IsPmix(const std::string& mpi) { return mpi == "pmix" || mpi.starts_with("pmix_v"); }
+
 // Why srun cannot honour an option as given, or "" when it can (or harmlessly ignores it).
 std::string Unhonoured(const std::string& name, const std::string& value) {
-  if (name == "mpi" && value != "none" && value != "pmi2" && value != "list") {
+  if (name == "mpi" && value != "none" && value != "pmi2" && value != "list" && !IsPmix(value)) {
     return "--mpi=" + value +
-           ": Gantry serves PMI-1 and PMI-2 as --mpi=pmi2 does (MPICH, MVAPICH, Intel MPI); "
-           "no PMIx (Open MPI's): give --mpi=pmi2 or none, or run mpirun inside the job";
+           ": Gantry serves PMI-1 and PMI-2 (--mpi=pmi2: MPICH, MVAPICH, Intel MPI) and PMIx "
+           "(--mpi=pmix: Open MPI); give one of those or none";
   }
   if (name == "mem-bind" && value != "none") return "--mem-bind=" + value + ": not honoured";
   if (name == "input" && value.find('%') != std::string::npos)
@@ -473,7 +477,8 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
   // PMI-1 and PMI-2 from here (cli/pmi_server.h).
   const std::string mpi = given.count("mpi") ? given["mpi"] : Env("SLURM_MPI_TYPE");
   if (mpi == "list") {
-    std::cout << "MPI plugin types are...\n\tnone\n\tpmi2\n";
+    std::cout << "MPI plugin types are...\n\tnone\n\tpmi2\n\tpmix\n"
+                 "specific pmix plugin versions available: pmix_v4\n";
     return 0;
   }
   if (!given.count("mpi") && !mpi.empty()) {
@@ -721,6 +726,21 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
     body["env"]["PMI_PORT"] = AddressToward(c.server()) + ":" + std::to_string(pmi->port());
     body["env"]["SLURM_MPI_TYPE"] = "pmi2";
   }
+  // --mpi=pmix: a PMIx server here for all the step's ranks (cli/pmix_server.h). It needs
+  // the tasks' layout before they connect, so the step is held once placed and launched
+  // when the server knows it, with the variables that reach it.
+  std::unique_ptr<PmixServer> pmix;
+  bool pmix_launched = false;
+  if (IsPmix(mpi)) {
+    std::string error;
+    pmix = PmixServer::Start(InterfaceOf(AddressToward(c.server())), &error);
+    if (!pmix) {
+      std::cerr << "srun: error: --mpi=" << mpi << ": " << error << "\n";
+      return kExitRunFailure;
+    }
+    body["held"] = true;
+    body["env"]["SLURM_MPI_TYPE"] = "pmix";
+  }
   Response r = c.Post(base, body.dump(), "application/json");
   if (r.status < 200 || r.status >= 300) {
     json j = r.Json();
@@ -853,7 +873,30 @@ int Srun(const Globals& g, const std::vector<std::string>& words) {
       pmi->SetLayout(std::move(layout), Env("SLURM_JOB_ID") + "." + std::to_string(id));
       pmi_placed = true;
     }
-    const std::optional<int> aborted = pmi ? pmi->Aborted() : std::nullopt;
+    if (pmix && !pmix_launched && !tasks.empty() && step.value("state", "") == "running") {
+      std::vector<int> node_of_rank;
+      std::vector<std::string> hosts;
+      for (const spec::OutputNames& n : task_names) {
+        node_of_rank.push_back(n.node_index);
+        if (static_cast<int>(hosts.size()) <= n.node_index)
+          hosts.resize(static_cast<size_t>(n.node_index) + 1);
+        hosts[static_cast<size_t>(n.node_index)] = n.node;
+      }
+      std::string error;
+      const std::string nspace = "gantry.pmix." + job + "." + std::to_string(id);
+      Response lr;
+      if (pmix->Register(nspace, node_of_rank, hosts, ::getuid(), ::getgid(), &error)) {
+        lr = c.Post(path + "/launch", json{{"env", pmix->Env()}}.dump(), "application/json");
+        if (lr.status != 200) error = lr.status == 0 ? lr.error : lr.Json().value("error", lr.body);
+      }
+      if (!error.empty()) {
+        std::cerr << "srun: error: --mpi=" << mpi << ": " << error << "\n";
+        c.Delete(path + "?kill=true");
+        return kExitRunFailure;
+      }
+      pmix_launched = true;
+    }
+    const std::optional<int> aborted = pmi ? pmi->Aborted() : pmix ? pmix->Aborted() : std::nullopt;
     if (aborted && !cancel_sent) {  // MPI_Abort: its tasks SIGKILLed, as Slurm's
       const int code = *aborted;
       std::cerr << "srun: Job step aborted: a task called MPI_Abort"

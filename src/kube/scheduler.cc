@@ -2963,6 +2963,9 @@ class KubeApi : public server::ApiBackend {
   void CancelStep(std::string, std::string, int, bool, server::Done done) override {
     done(Elsewhere("runs no job steps", "kubectl delete"));
   }
+  void LaunchStep(std::string, std::string, int, json, server::Done done) override {
+    done(Elsewhere("runs no job steps", "kubectl exec, or a pod per task"));
+  }
   void JobUsageSeries(std::string, std::string, server::Done done) override {
     done(Elsewhere("keeps no usage series yet", "the metrics (GET /metrics)"));
   }

@@ -148,6 +148,11 @@ class ApiBackend {
   // srun was interrupted: the step's tasks are stopped (SIGTERM, SIGKILL 10 s later); with
   // `kill`, SIGKILLed at once (a task called MPI_Abort: slurmstepd ends the step so).
   virtual void CancelStep(std::string token, std::string job, int step, bool kill, Done done) = 0;
+  // A step created with {"held": true} (srun --mpi=pmix) is placed but not started: its
+  // tasks start now, with body.env's variables added to the step's (what they need to reach
+  // srun's PMIx server). The job's own credential only.
+  virtual void LaunchStep(std::string token, std::string job, int step, nlohmann::json body,
+                          Done done) = 0;
   virtual void Nodes(std::string token, Done done) = 0;
   virtual void Drain(std::string token, std::string node, bool drain, std::string reason,
                      Done done) = 0;

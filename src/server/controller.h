@@ -171,6 +171,8 @@ class Controller : public ApiBackend {
   void ShowStep(std::string token, std::string job, int step, std::string version, int64_t wait_ms,
                 Done done) override;
   void CancelStep(std::string token, std::string job, int step, bool kill, Done done) override;
+  void LaunchStep(std::string token, std::string job, int step, nlohmann::json body,
+                  Done done) override;
   void Nodes(std::string token, Done done) override;
   void Drain(std::string token, std::string node, bool drain, std::string reason,
              Done done) override;

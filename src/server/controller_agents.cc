@@ -246,7 +246,7 @@ proto::WatchAnswer Controller::NodeAnswer(core::NodeId n, Ticks now) {
     }
     // A batch job's steps: their tasks here that still run.
     for (const Step& s : job.steps) {
-      if (s.state != Step::State::kRunning) continue;
+      if (s.state != Step::State::kRunning || s.held) continue;  // held: not launched yet
       for (size_t i = 0; i < s.tasks.size(); ++i) {
         const StepTask& t = s.tasks[i];
         if (t.exited || job.workers[static_cast<size_t>(t.slot)].alloc.node != n) continue;

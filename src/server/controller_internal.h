@@ -53,6 +53,8 @@ inline std::string LogFileName(int run, int rank, int step, bool err = false) {
 // How long an interrupted srun's tasks have between SIGTERM and SIGKILL (Slurm's
 // KillWait default is 30 s).
 inline constexpr core::Ticks kStepKillWaitMs = 10000;
+// How long a held step (srun --mpi=pmix) may wait for srun to launch its tasks once placed.
+inline constexpr core::Ticks kStepHoldMs = 60000;
 // Slurm's KillWait (its default): from SIGTERM at a batch job's time limit to SIGKILL.
 inline constexpr core::Ticks kKillWaitMs = 30000;
 

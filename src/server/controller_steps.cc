@@ -616,6 +616,7 @@ void Controller::CreateStep(std::string token, std::string name, json body, Done
           gpus_per_node = body.value("gpus_per_node", 0);
           gpus_total = body.value("gpus", 0);
           s.overlap = body.value("overlap", false);
+          s.held = body.value("held", false);
           s.exact =
               body.value("exact", false) || body.value("exclusive", false) || s.cpus_per_task > 0;
           s.cyclic = body.value("cyclic", false);
@@ -877,6 +878,38 @@ void Controller::CancelStep(std::string token, std::string name, int step, bool 
   });
 }
 
+void Controller::LaunchStep(std::string token, std::string name, int step, json body, Done done) {
+  CallAsUser(std::move(token), std::move(done),
+             [=, this, body = std::move(body)](const Principal& p) -> Reply {
+               Job* job = book_.Find(name);
+               if (job == nullptr) return Reply::Error(Code::kNotFound, "no job " + name);
+               if (p.job != job->name)
+                 return Reply::Error(Code::kForbidden, p.Describe() + " may not launch job " +
+                                                           name + "'s steps (its srun does)");
+               if (step < 0 || step >= static_cast<int>(job->steps.size()))
+                 return Reply::Error(Code::kNotFound,
+                                     "job " + name + " has no step " + std::to_string(step));
+               Step& s = job->steps[static_cast<size_t>(step)];
+               if (!s.held || s.state != Step::State::kRunning || s.cancelled)
+                 return Reply::Error(Code::kConflict,
+                                     "step " + std::to_string(step) + " is not placed and held");
+               std::map<std::string, std::string> env;
+               try {
+                 env = body.value("env", std::map<std::string, std::string>());
+               } catch (const json::exception& e) {
+                 return Reply::Error(Code::kBadRequest, std::string("launch: env: ") + e.what());
+               }
+               for (auto& [k, v] : env) s.env[k] = std::move(v);
+               s.held = false;
+               for (const StepTask& t : s.tasks) t.desired.reset();
+               TouchStep(*job, s);
+               Persist(*job);
+               Reply r;
+               r.body = StepBody(*job, s);
+               return r;
+             });
+}
+
 void Controller::StopStep(Job& job, Step& s, Ticks now, bool kill) {
   if (s.state == Step::State::kEnded || (s.cancelled && (s.killed || !kill))) return;
   s.killed = kill;
@@ -886,7 +919,7 @@ void Controller::StopStep(Job& job, Step& s, Ticks now, bool kill) {
     return;
   }
   s.cancelled = true;
-  if (s.state == Step::State::kPending) {
+  if (s.state == Step::State::kPending || s.held) {  // no task of it started
     s.End(now);
     s.tasks.clear();
   } else {
@@ -899,6 +932,13 @@ void Controller::StopStep(Job& job, Step& s, Ticks now, bool kill) {
 
 void Controller::TimeOutSteps(Job& job, Ticks now) {
   for (Step& s : job.steps) {
+    if (s.held && s.state == Step::State::kRunning && !s.cancelled &&
+        now - s.started >= kStepHoldMs) {
+      job.Note(now, "step " + std::to_string(s.id) + " cancelled: its srun did not launch it " +
+                        spec::FormatSeconds(kStepHoldMs) + " s after it was placed");
+      StopStep(job, s, now);
+      continue;
+    }
     if (s.time_limit <= 0 || s.state != Step::State::kRunning || s.cancelled ||
         now - s.started < s.time_limit)
       continue;
@@ -968,6 +1008,12 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
     env["PMI_RANK"] = std::to_string(task);
     env["PMI_SIZE"] = tasks;
     env["PMI_JOBID"] = std::to_string(job.Number()) + "." + std::to_string(s.id);
+  }
+  // srun --mpi=pmix: the task's rank in the namespace srun's PMIx server registered, and its
+  // node's name as registered there (cli/pmix_server.h).
+  if (env.contains("PMIX_NAMESPACE") && env["SLURM_MPI_TYPE"] == "pmix") {
+    env["PMIX_RANK"] = std::to_string(task);
+    env["PMIX_HOSTNAME"] = cluster_.node(n).name;
   }
   env.erase("SLURM_GPUS_ON_NODE");  // unset for a job of no GPUs, as Slurm's
   if (gpus > 0) env["SLURM_GPUS_ON_NODE"] = std::to_string(gpus);

@@ -445,6 +445,14 @@ void HttpApi::Handle(HttpRequest& req, HttpServer::Respond respond) {
     return c.ShowStep(TokenOf(req), a[0], *s, req.param("version"),
                       static_cast<int64_t>(wait_s * 1000), reply);
   }
+  if (m == "POST" && Match(req, {"v1", "jobs", "*", "steps", "*", "launch"}, a)) {
+    auto s = step_number(a[1]);
+    if (!s) return bad("step: expected a step number, got " + a[1]);
+    json body = json::parse(req.body.empty() ? "{}" : req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object())
+      return bad("launch: the body must be a JSON object");
+    return c.LaunchStep(TokenOf(req), a[0], *s, std::move(body), reply);
+  }
   if (m == "DELETE" && Match(req, {"v1", "jobs", "*", "steps", "*"}, a)) {
     auto s = step_number(a[1]);
     if (!s) return bad("step: expected a step number, got " + a[1]);

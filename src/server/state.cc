@@ -445,6 +445,7 @@ json JobToDoc(const Job& job, const core::Cluster& cluster) {
                        {"ended", s.ended},
                        {"tasks", std::move(tasks)}});
       if (!s.multi_prog.empty()) steps.back()["multi_prog"] = s.multi_prog;
+      if (s.held) steps.back()["held"] = true;
       if (!s.input.empty()) {
         steps.back()["input"] = s.input;
         steps.back()["input_task"] = s.input_task;
@@ -585,6 +586,7 @@ Result<Ok> JobFromDoc(const json& d, const core::Cluster& cluster, Job& job) {
       step.input = s.value("input", std::string());
       step.input_task = s.value("input_task", -1);
       step.overlap = s.value("overlap", false);
+      step.held = s.value("held", false);
       step.cancelled = s.value("cancelled", false);
       step.killed = s.value("killed", false);
       step.time_limit = s.value("time_limit", Ticks{0});

@@ -159,7 +159,11 @@ struct Step {
   // empty: none (/dev/null).
   std::string input;
   int input_task = -1;
-  bool overlap = false;    // may share CPUs and GPUs with running steps (--overlap)
+  bool overlap = false;  // may share CPUs and GPUs with running steps (--overlap)
+  // srun --mpi=pmix: placed, but its tasks start only once srun serves them PMIx and says so
+  // (Controller::LaunchStep, with the variables they need to reach it); cancelled if that
+  // has not come kStepHoldMs after it was placed.
+  bool held = false;
   bool cancelled = false;  // srun was interrupted: its tasks are stopped
   bool killed = false;     // ... by SIGKILL at once (a task called MPI_Abort)
   // srun --time: past it (from its start) the step is cancelled as srun's interrupt

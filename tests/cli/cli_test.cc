@@ -202,7 +202,7 @@ TEST_F(CliTest, SlurmsCommandNamesAreTheirCommands) {
   Outcome srun = Shell("env -u SLURM_JOB_ID " + dir + "srun -N1 hostname 2>&1");
   EXPECT_EQ(srun.status, 2);
   EXPECT_NE(srun.output.find("no job allocation"), std::string::npos) << srun.output;
-  for (const char* refused : {"--mpi=pmix", "--cpu-bind=bogus", "--mem-bind=local", "-i x",
+  for (const char* refused : {"--mpi=cray_shasta", "--cpu-bind=bogus", "--mem-bind=local", "-i x",
                               "-o out-%Q", "-e err-%Q", "--time=xyz", "--bogus"}) {
     Outcome r =
         Shell("SLURM_JOB_ID=j1 GANTRY_TOKEN=t " + dir + "srun " + refused + " hostname 2>&1");

@@ -546,7 +546,7 @@ srun -N1 -n1 bash -c 'exit 3'
 echo "status $?"
 srun -n2 bash -c 'exit $((SLURM_PROCID + 4))' 2> failed.txt
 echo "status $?"
-srun --mpi=pmix true 2> mpi.txt
+srun --mpi=cray_shasta true 2> mpi.txt
 echo "mpi status $?"
 srun --wait=1 --kill-on-bad-exit=0 bash -c '[ $SLURM_PROCID = 0 ] && exit 0; sleep 30' 2> /dev/null
 echo "waited $?"
@@ -621,7 +621,8 @@ TEST(Slurm, SrunScontrolSqueueAndSbatchWorkInsideAMultiNodeJob) {
   EXPECT_NE(out.find("mpi status 2\n"), std::string::npos) << out;
   // --wait=1: the task still running a second after the first ended was ended (SIGTERM).
   EXPECT_NE(out.find("waited 143\n"), std::string::npos) << out;
-  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=pmix: Gantry serves PMI-1"), std::string::npos);
+  EXPECT_NE(h.Read("work/mpi.txt").find("--mpi=cray_shasta: Gantry serves PMI-1"),
+            std::string::npos);
   // A step that repeats the job's GPUs (--gres=gpu:4) runs; shapes the job cannot hold are
   // refused in Slurm 22.05's words, with its status (1).
   EXPECT_NE(out.find("gres status 0\n"), std::string::npos) << out;
@@ -2480,14 +2481,16 @@ TEST(Slurm, SinfoShowsPartitionsAndNodeStatesAsSlurms) {
 // built with Debian's mpicc in the job, find each other across two nodes and reduce;
 // SLURM_MPI_TYPE gives the default; a rank's MPI_Abort ends the step by SIGKILL, as
 // slurmstepd ends it; MPICH's own mpiexec starts its proxies with srun, Open MPI's mpirun
-// its daemons; PMIx is refused with what to write instead.
-TEST(Slurm, MpiProgramsRunUnderSrunMpiPmi2) {
+// its daemons. srun --mpi=pmix (cli/pmix_server.h) starts an Open MPI program's ranks itself,
+// on both nodes, block by block, and ends the step at a rank's MPI_Abort.
+TEST(Slurm, MpiProgramsRunUnderSrunMpiPmi2AndPmix) {
   Harness h("slurm-mpi");
   StartSlurmCluster(h);
   fs::create_directories(h.Path("work"));
   h.Write("work/hello.c", R"C(#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+static const char* e(const char* name) { return getenv(name) ? getenv(name) : "-"; }
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank, size, sum;
@@ -2498,11 +2501,15 @@ int main(int argc, char** argv) {
     if (rank == 1) MPI_Abort(MPI_COMM_WORLD, 7);
     MPI_Barrier(MPI_COMM_WORLD);
   }
+  MPI_Comm node;  // the ranks MPI was told share this one's node
+  int local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  MPI_Comm_rank(node, &local);
   char name[64];
   snprintf(name, sizeof name, "%s-%d.txt", argv[1], rank);
   FILE* f = fopen(name, "w");
-  fprintf(f, "rank %d of %d sum %d procid %s node %s\n", rank, size, sum, getenv("SLURM_PROCID"),
-          getenv("SLURMD_NODENAME"));
+  fprintf(f, "rank %d of %d sum %d procid %s node %s local %s %d\n", rank, size, sum,
+          e("SLURM_PROCID"), e("SLURMD_NODENAME"), e("SLURM_LOCALID"), local);
   fclose(f);
   MPI_Finalize();
   return 0;
@@ -2559,19 +2566,29 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=se
 export OMPI_MCA_oob_tcp_if_include=127.0.0.0/8 OMPI_MCA_btl_tcp_if_include=127.0.0.0/8
 mpicc.openmpi -o ohello hello.c && mpirun.openmpi ./ohello ompi
 echo "ompi $?"
-srun --mpi=pmix ./hello pmix
+srun --mpi=pmix ./ohello pmix
 echo "pmix $?"
+srun --mpi=pmix_v4 -n 3 ./ohello pmix3
+echo "pmix3 $?"
+SLURM_MPI_TYPE=pmix srun ./ohello apmix
+echo "apmix $?"
+curl -s -o /dev/null -w 'launch unheld %{http_code}\n' -X POST -d '{}' \
+  -H "Authorization: Bearer $GANTRY_TOKEN" "$GANTRY_SERVER/v1/jobs/$SLURM_JOB_ID/steps/0/launch"
 )SH");
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Harness::WaitFor([&] { return AllEnded(h, {id}); }, 90)) << h.Job(id).dump();
   const std::string out = h.Read("work/mpi.out");
-  for (const char* line : {"p2 0\n", "pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n",
-                           "mpiexec 0\n", "ompi 0\n", "pmix 2\n"})
+  for (const char* line :
+       {"p2 0\n", "pmi2 0\n", "three 0\n", "type 0\n", "abort 137\n", "mpiexec 0\n", "ompi 0\n",
+        "pmix 0\n", "pmix3 0\n", "apmix 137\n", "launch unheld 409\n"})
     EXPECT_NE(out.find(line), std::string::npos) << line << " in\n" << out;
   EXPECT_NE(out.find("srun: Job step aborted: a task called MPI_Abort (exit code 7)"),
             std::string::npos)
       << out;
-  EXPECT_NE(out.find("--mpi=pmix: Gantry serves PMI-1"), std::string::npos) << out;
+  EXPECT_NE(out.find("srun: Job step aborted: a task called MPI_Abort (exit code 7)"),
+            out.rfind("srun: Job step aborted: a task called MPI_Abort (exit code 7)"))
+      << "pmi2's and pmix's aborts are not both said\n"
+      << out;
   // Each rank: all ranks summed; under srun MPI's rank is the task's SLURM_PROCID, and the
   // nodes it ran on (SLURMD_NODENAME) are returned. Under mpiexec each rank has its Hydra
   // proxy's environment over the batch script's: the proxies' SLURM_PROCIDs are returned.
@@ -2579,8 +2596,12 @@ echo "pmix $?"
     std::set<std::string> where;
     for (int r = 0; r < n; ++r) {
       std::istringstream f(h.Read("work/" + run + "-" + std::to_string(r) + ".txt"));
-      std::string w[10];
+      std::string w[13];
       for (std::string& x : w) f >> x;
+      // The rank among those MPI puts on its node (PMIx's layout) is its SLURM_LOCALID.
+      if (run.starts_with("pmix")) {
+        EXPECT_EQ(w[12], w[11]) << run << " rank " << r;
+      }
       EXPECT_EQ(w[1], std::to_string(r)) << run;
       EXPECT_EQ(w[3], std::to_string(n)) << run;
       EXPECT_EQ(w[5], std::to_string(n * (n - 1) / 2)) << run;
@@ -2597,6 +2618,9 @@ echo "pmix $?"
   EXPECT_EQ(ranks("three", 3), (std::set<std::string>{"h100-0", "h100-1"}));
   EXPECT_EQ(ranks("type", 2), (std::set<std::string>{"h100-0", "h100-1"}));
   EXPECT_EQ(ranks("mpiexec", 4), (std::set<std::string>{"0", "1"})) << "a proxy on each node";
+  EXPECT_EQ(ranks("pmix", 4), (std::set<std::string>{"h100-0", "h100-1"}));
+  EXPECT_EQ(ranks("pmix3", 3), (std::set<std::string>{"h100-0", "h100-1"}));
+  EXPECT_FALSE(fs::exists(h.Path("work/apmix-0.txt"))) << "a rank outlived MPI_Abort";
   // Open MPI's mpirun starts its daemons on the job's nodes with srun (a step of one task
   // a node), each daemon its node's ranks.
   EXPECT_EQ(ranks("ompi", 4), (std::set<std::string>{"0", "1"})) << "a daemon on each node";

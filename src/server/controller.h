@@ -224,6 +224,8 @@ class Controller : public ApiBackend {
                 bool err = false);
   Reply CreateStep(const std::string& token, const std::string& job, const nlohmann::json& body);
   Reply ShowStep(const std::string& token, const std::string& job, int step);
+  Reply LaunchStep(const std::string& token, const std::string& job, int step,
+                   const nlohmann::json& body);
   Reply Nodes(const std::string& token);
   Reply Drain(const std::string& token, const std::string& node, bool drain, std::string reason);
   Reply Queues(const std::string& token);

@@ -366,6 +366,11 @@ Reply Controller::CreateStep(const std::string& token, const std::string& job,
   return Wait([&](Done d) { CreateStep(token, job, body, std::move(d)); });
 }
 
+Reply Controller::LaunchStep(const std::string& token, const std::string& job, int step,
+                             const nlohmann::json& body) {
+  return Wait([&](Done d) { LaunchStep(token, job, step, body, std::move(d)); });
+}
+
 Reply Controller::Requeue(const std::string& token, const std::string& name) {
   return Wait([&](Done d) { Requeue(token, name, std::move(d)); });
 }

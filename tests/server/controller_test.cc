@@ -2230,6 +2230,69 @@ TEST_F(ControllerTest, AnSbatchSignalComesItsLeadBeforeTheLimitAndSigtermAtIt) {
   EXPECT_EQ(show["exit_signal"], SIGTERM) << show.dump();
 }
 
+// srun --mpi=pmix's held step (cli/pmix_server.h): placed (its tasks' nodes known, so srun
+// can register them with its PMIx server) but sent to no agent until its srun launches it,
+// then with srun's variables and each task's PMIX_RANK and PMIX_HOSTNAME. No other
+// credential launches it, nor is it launched twice; one its srun never launches (srun
+// killed) is cancelled a minute after it was placed, having started nothing.
+TEST_F(ControllerTest, AHeldStepStartsOnlyWhenItsSrunLaunchesIt) {
+  const auto [id, first] = StartBatchJob();
+  ASSERT_FALSE(first.empty());
+  const std::string token = Beat(first)["workers"][0]["env"]["GANTRY_TOKEN"];
+  auto tasks_on = [&](const std::string& node, int step) {
+    std::vector<json> out;
+    const json beat = Beat(node);
+    for (const json& w : beat["workers"])
+      if (w.value("step", -1) == step) out.push_back(w);
+    return out;
+  };
+  const json body = {{"command", {"./app"}},
+                     {"held", true},
+                     {"overlap", true},
+                     {"env", {{"SLURM_MPI_TYPE", "pmix"}}}};
+  Reply held = ctl_->CreateStep(token, id, body);
+  ASSERT_EQ(held.code, Code::kCreated) << held.body.dump();
+  ASSERT_EQ(held.body["state"], "running") << held.body.dump();
+  ASSERT_EQ(held.body["tasks"].size(), 4u) << held.body.dump();
+  const int step = held.body["step"];
+  EXPECT_TRUE(tasks_on("h100-0", step).empty()) << "sent before its launch";
+  EXPECT_TRUE(tasks_on("h100-1", step).empty()) << "sent before its launch";
+  EXPECT_EQ(ctl_->LaunchStep(kTeamA, id, step, json::object()).code, Code::kForbidden);
+  Reply launched =
+      ctl_->LaunchStep(token, id, step, {{"env", {{"PMIX_NAMESPACE", "gantry.pmix.x"}}}});
+  ASSERT_EQ(launched.code, Code::kOk) << launched.body.dump();
+  EXPECT_EQ(ctl_->LaunchStep(token, id, step, json::object()).code, Code::kConflict);
+  for (const std::string node : {"h100-0", "h100-1"}) {
+    const std::vector<json> tasks = tasks_on(node, step);
+    ASSERT_EQ(tasks.size(), 2u) << node;
+    for (const json& t : tasks) {
+      EXPECT_EQ(t["env"]["PMIX_NAMESPACE"], "gantry.pmix.x") << t.dump();
+      EXPECT_EQ(t["env"]["PMIX_RANK"], t["env"]["SLURM_PROCID"]) << t.dump();
+      EXPECT_EQ(t["env"]["PMIX_HOSTNAME"], node) << t.dump();
+    }
+  }
+  Reply orphan = ctl_->CreateStep(token, id, body);
+  ASSERT_EQ(orphan.code, Code::kCreated) << orphan.body.dump();
+  const int left = orphan.body["step"];
+  for (int s = 0; s < 59; ++s) {
+    Advance(1000);
+    EXPECT_TRUE(tasks_on("h100-0", left).empty());
+    EXPECT_TRUE(tasks_on("h100-1", left).empty());
+    ctl_->Poke();
+  }
+  EXPECT_EQ(ctl_->ShowStep(token, id, left).body["state"], "running");
+  for (int s = 0; s < 2; ++s) {
+    Advance(1000);
+    Beat("h100-0");
+    Beat("h100-1");
+    ctl_->Poke();
+  }
+  const json ended = ctl_->ShowStep(token, id, left).body;
+  EXPECT_EQ(ended["state"], "cancelled") << ended.dump();
+  EXPECT_TRUE(tasks_on("h100-0", left).empty());
+  EXPECT_EQ(Show(id)["state"], "running") << "the job runs on";
+}
+
 // Issue 47 A1: a batch job is an allocation. Only its script runs (rank 0, with every GPU of
 // the job on its node, and the run's own credential); srun's steps run on the slots, wait
 // for busy ones, end when their tasks do; the script's end ends the job and kills what runs.

@@ -11,7 +11,11 @@ the other:
   inference service one replica per node): each goes to a node of its own; such pods are
   placed one at a time;
 - --spread 1-GPU replicas with a DoNotSchedule topology spread constraint over the zones
-  (maxSkew 1).
+  (maxSkew 1);
+- --preferred 1-GPU replicas with preferred pod anti-affinity on their own label by
+  kubernetes.io/hostname (weight 100) and a ScheduleAnyway spread over the zones: weighed,
+  each goes to a node without one while one has room (they take as many nodes as had room,
+  up to one each), and the zones stay within one.
 The replicas are pods the script creates (as a Deployment's, with its label), not a
 Deployment: kube-controller-manager's client would create them at about 20 a second. For
 each set: the seconds from its first `kubectl apply` to every replica bound, pods bound per second,
@@ -20,9 +24,11 @@ gantry_scheduling_latency_seconds); it checks one replica per node and the zones
 maxSkew, and the bound requests within allocatable.
 
     bench/k8s_constraints.py [--gantryd build/release/src/gantryd] [--nodes 256]
-                             [--fillers 1024] [--replicas 128] [--spread 256] [--tiny]
+                             [--fillers 1024] [--replicas 128] [--spread 256]
+                             [--preferred 128] [--tiny]
 
---tiny: the check that it still works end to end (8 nodes, 16 fillers, 6 and 8 replicas).
+--tiny: the check that it still works end to end (8 nodes, 16 fillers, 6, 8 and 6
+replicas).
 """
 import argparse
 import os
@@ -89,10 +95,11 @@ def main():
     ap.add_argument("--fillers", type=int, default=1024)
     ap.add_argument("--replicas", type=int, default=128)
     ap.add_argument("--spread", type=int, default=256)
+    ap.add_argument("--preferred", type=int, default=128)
     ap.add_argument("--tiny", action="store_true")
     a = ap.parse_args()
     if a.tiny:
-        a.nodes, a.fillers, a.replicas, a.spread = 8, 16, 6, 8
+        a.nodes, a.fillers, a.replicas, a.spread, a.preferred = 8, 16, 6, 8, 6
     if a.replicas > a.nodes - (a.fillers + 7) // 8:
         sys.exit("k8s_constraints: --replicas must be at most the nodes the fillers leave free "
                  "(--nodes less --fillers / 8): one replica per node")
@@ -134,8 +141,29 @@ def main():
         print(f"k8s_constraints: {a.spread} spread replicas bound in {took:.1f} s ({a.spread / took:.1f} pods/s), "
               f"{n:.0f} passes, mean {mean_ms:.2f} ms, largest under {largest * 1000:g} ms; "
               f"per zone {per_zone} (within maxSkew: {within})")
+        prefer = {"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "pref"}},
+                                                "topologyKey": "kubernetes.io/hostname"}}]}},
+                  "topologySpreadConstraints": [{
+                      "maxSkew": 1, "topologyKey": "example.com/zone", "whenUnsatisfiable": "ScheduleAnyway",
+                      "labelSelector": {"matchLabels": {"app": "pref"}}}]}
+        used = {n: 0 for n in names}  # every pod here asks 1 GPU
+        for p in st.bound(c.pods("test=yes")):
+            used[p["spec"]["nodeName"]] += 1
+        room = sum(1 for n in names if used[n] < 8)  # nodes a replica could have to itself
+        took, n, mean_ms, largest = timed(c, "pref", a.preferred, prefer)
+        pref_nodes = [p["spec"]["nodeName"] for p in st.bound(c.pods("app=pref"))]
+        apart = len(set(pref_nodes)) == min(len(pref_nodes), room)
+        pref_zone = {z: 0 for z in ZONES}
+        for node in pref_nodes:
+            pref_zone[zone_of[node]] += 1
+        pref_within = max(pref_zone.values()) - min(pref_zone.values()) <= 1
+        print(f"k8s_constraints: {a.preferred} preferred replicas bound in {took:.1f} s "
+              f"({a.preferred / took:.1f} pods/s), {n:.0f} passes, mean {mean_ms:.2f} ms, largest under "
+              f"{largest * 1000:g} ms; on {len(set(pref_nodes))} nodes of the {room} with room "
+              f"(one per node while one had room: {apart}); per zone {pref_zone} (within one: {pref_within})")
         st.check_allocatable(c)
-        ok = one_per_node and within
+        ok = one_per_node and within and apart and pref_within
     finally:
         c.stop()
         if ok:

@@ -298,10 +298,15 @@ void Agent::Stop(Worker& w, int sig, int64_t grace_ms, int64_t now) {
     Kill(w.pid, w.cgroup);
     w.killed = true;
   } else {
+    // The record first, so a successor keeps its deadline and sends no second signal (a
+    // second SIGTERM means "quit now" to some training frameworks). Killed between the two,
+    // the worker would get only its SIGKILL at the deadline: a window of one system call,
+    // where the other order left one of the record's write and fsync (which a test that
+    // kills the agent as soon as the worker has its signal met on a loaded machine).
+    if (!w.record_path.empty()) WriteRecord(w);
     // sbatch --signal=B:SIG: the batch shell alone (the shim's child), as Slurm signals it.
     if (!(w.signal_script_only && sig == w.stop_signal && SignalChild(options_.proc, w.pid, sig)))
       SignalGroup(w.pid, sig);
-    if (!w.record_path.empty()) WriteRecord(w);  // a successor keeps its deadline: no second signal
   }
 }
 

@@ -1442,25 +1442,52 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       narrow(std::move(domain));
     }
   }
-  // Topology spread (DoNotSchedule): the domains where it keeps the skew within maxSkew.
+  // Topology spread (DoNotSchedule): the domains where it keeps the skew within maxSkew. A
+  // gang's pods (one template) have one set of constraints.
+  const PodInfo& model = *pods.front();
   for (const PodInfo* p : pods) {
-    if (!p->spread.empty() && pods.size() > 1) {
-      out.wait = "topology spread constraints on the pods of a gang are not supported";
+    if (p->spread != model.spread) {
+      out.wait = "the pods of one gang have different topology spread constraints";
       return out;
     }
-    for (const SpreadConstraint& k : p->spread) {
-      SpreadCount c = CountSpread(*p, k);
-      if (c.first != nullptr) {
-        out.Behind(*c.first, "their topology spread counts each other");
-        return out;
-      }
-      const int64_t self = Selects(k.selector, p->labels) ? 1 : 0;
-      std::set<std::string> allowed;
+  }
+  for (const SpreadConstraint& k : model.spread) {
+    SpreadCount c = CountSpread(model, k, &own);
+    if (c.first != nullptr) {
+      out.Behind(*c.first, "their topology spread counts each other");
+      return out;
+    }
+    int64_t self = 0;  // the pods of its own it counts
+    for (const PodInfo* p : pods) self += Selects(k.selector, p->labels) ? 1 : 0;
+    std::set<std::string> allowed;
+    if (self <= 1) {
       for (const auto& [name, d] : c.domain_of) {
         if (c.count[d] + self - c.fewest <= k.max_skew) allowed.insert(name);
       }
-      narrow(std::move(allowed));
+    } else {
+      // A gang whose pods it counts: kube-scheduler places them one by one, each where the
+      // skew then allows. Kept where that is one pod per node: by hostname with maxSkew 1,
+      // on the nodes holding the fewest, while there are as many as the gang's pods.
+      if (k.topology_key != kHostnameLabel || k.max_skew != 1) {
+        out.wait = "topology spread by " + k.topology_key + " with maxSkew " +
+                   std::to_string(k.max_skew) +
+                   " between the pods of one gang is not supported (by " + kHostnameLabel +
+                   " with maxSkew 1: one pod per node)";
+        return out;
+      }
+      for (const auto& [name, d] : c.domain_of) {
+        if (c.count[d] == c.fewest) allowed.insert(name);
+      }
+      if (static_cast<int64_t>(allowed.size()) < self) {
+        out.wait = "its topology spread (maxSkew 1 by " + std::string(kHostnameLabel) +
+                   ") leaves " + std::to_string(allowed.size()) + " node(s) holding the fewest (" +
+                   std::to_string(c.fewest) + ") of the pods it counts for its " +
+                   std::to_string(self) + " pods, one each (Gantry places a gang whole)";
+        return out;
+      }
+      out.one_per_node = true;
     }
+    narrow(std::move(allowed));
   }
   if (!PreferredScores(pods, own, out)) return out;
   for (const std::string& name : off) {

@@ -809,6 +809,45 @@ def case_topology_spread_label_keys_and_taints(c):
         assert c.proc.poll() is None, "gantryd died"
 
 
+def case_topology_spread_on_a_gang(c):
+    """A gang whose pods a DoNotSchedule spread by hostname with maxSkew 1 counts goes one pod
+    per node, as kube-scheduler's one-by-one placement puts them (packing would put the three
+    on one node; builds before 2026-12-02 refused any spread on a gang's pods); a second
+    such gang of more pods than there are nodes holding the fewest waits with why; a gang
+    spread by zone is refused with why."""
+
+    def spread(app, key="kubernetes.io/hostname"):
+        return {"topologySpreadConstraints": [{
+            "maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": {"app": app}}}]}
+
+    def member(name, grp, extra, app="sp"):
+        p = pod(name, 2, group=grp, extra=extra)
+        p["metadata"]["labels"]["app"] = app
+        return p
+
+    def of(grp):
+        return c.pods(f"scheduling.x-k8s.io/pod-group={grp}")
+
+    def said(name):
+        return next((scheduled_message(p) or "" for p in c.pods("test=yes")
+                     if p["metadata"]["name"] == name), "")
+
+    with zoned(c):
+        c.kubectl_apply(group("sp", 3), *[member(f"sp-{i}", "sp", spread("sp")) for i in range(3)])
+        wait_for("the spread gang bound", lambda: len(bound(of("sp"))) == 3, 20)
+        nodes = [p["spec"]["nodeName"] for p in bound(of("sp"))]
+        assert len(set(nodes)) == 3, f"not one pod per node: {nodes}"
+        c.kubectl_apply(group("sp2", 4), *[member(f"sp2-{i}", "sp2", spread("sp")) for i in range(4)])
+        wait_for("the second gang says why it waits", lambda: "leaves 1 node(s)" in said("sp2-0"), 20)
+        assert not bound(of("sp2")), "a gang partly bound"
+        c.kubectl_apply(group("zz", 2), *[member(f"zz-{i}", "zz", spread("zz", "example.com/zone"), "zz")
+                                          for i in range(2)])
+        wait_for("the zone-spread gang says why", lambda: "topology spread by example.com/zone" in said("zz-0"), 20)
+        check_allocatable(c)
+        assert c.proc.poll() is None, "gantryd died"
+
+
 def case_preferred_affinities_are_weighed(c):
     """Preferred (soft) affinities, weighed as kube-scheduler weighs them (packing would
     decide otherwise each time): four replicas with preferred pod anti-affinity by hostname
@@ -2015,6 +2054,7 @@ CASES = [
     case_pod_anti_affinity_by_namespace_selector,
     case_topology_spread_over_zones,
     case_topology_spread_label_keys_and_taints,
+    case_topology_spread_on_a_gang,
     case_preferred_affinities_are_weighed,
     case_other_pods_terms_are_weighed,
     case_kill_and_restart,

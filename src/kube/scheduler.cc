@@ -626,7 +626,7 @@ class Driver {
   uint64_t decides_ = 0;  // Decide() calls so far
   // The nodes with PreferNoSchedule taints, with those taints (Rebuild): a pod that does
   // not tolerate them goes elsewhere while elsewhere has room.
-  std::vector<std::pair<std::string, std::vector<Taint>>> soft_tainted_;
+  std::vector<std::pair<size_t, std::vector<Taint>>> soft_tainted_;  // by place in nodes_
 
   const spec::ClusterConfig& config_;
   SchedulerOptions options_;
@@ -1029,12 +1029,14 @@ void Driver::Rebuild() {
   refused_.clear();
   leaving_.clear();
   soft_tainted_.clear();
+  size_t place = 0;
   for (const auto& [name, node] : nodes_) {
     std::vector<Taint> soft;
     for (const Taint& t : node.taints) {
       if (t.effect == "PreferNoSchedule") soft.push_back(t);
     }
-    if (!soft.empty()) soft_tainted_.emplace_back(name, std::move(soft));
+    if (!soft.empty()) soft_tainted_.emplace_back(place, std::move(soft));
+    ++place;
   }
   std::map<std::string, Usage> foreign;
   for (auto& [uid, p] : pods_) {
@@ -1546,7 +1548,9 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
   // (pod terms' weights by topology key, then by its value, kubernetes.io/hostname's being
   // the node's name: a term's weight once for each pod it selects there, either pod's
   // term) and PodTopologySpread (ScheduleAnyway: the pods counted in the node's domains).
-  std::map<std::string, int64_t> node_terms, taints;
+  // Per node, in nodes_' order (vectors: a pass weighs every waiting pod over every node).
+  const size_t count = nodes_.size();
+  std::vector<int64_t> node_terms, taints;  // sized when first needed: most pods weigh nothing
   std::map<std::string, std::map<std::string, int64_t>> by_domain;
   auto weigh = [&](const std::string& host, const std::string& key, int64_t weight) {
     if (key == kHostnameLabel) {
@@ -1558,12 +1562,17 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
   };
   for (const PodInfo* p : pods) {
     for (const PreferredNodeTerm& t : p->preferred_nodes) {
+      node_terms.resize(count);
+      size_t i = 0;
       for (const auto& [name, node] : nodes_) {
-        if (MatchesAll(t.match, node.labels)) node_terms[name] += t.weight;
+        if (MatchesAll(t.match, node.labels)) node_terms[i] += t.weight;
+        ++i;
       }
     }
-    for (const auto& [name, soft] : soft_tainted_) {
-      for (const Taint& t : soft) taints[name] += !Tolerates(p->selection.tolerations, t);
+    for (const auto& [i, soft] : soft_tainted_) {
+      if (i >= count) continue;
+      taints.resize(count);
+      for (const Taint& t : soft) taints[i] += !Tolerates(p->selection.tolerations, t);
     }
     for (const bool anti : {false, true}) {
       for (const WeightedPodAffinityTerm& w :
@@ -1604,23 +1613,27 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
       }
     }
   }
-  std::map<std::string, int64_t> pod_terms;
+  std::vector<int64_t> pod_terms(by_domain.empty() ? 0 : count);
   for (const auto& [key, values] : by_domain) {
+    size_t i = 0;
     for (const auto& [name, node] : nodes_) {
       const std::string* value = &name;
       if (key != kHostnameLabel) {
         auto v = node.labels.find(key);
-        if (v == node.labels.end()) continue;
-        value = &v->second;
+        value = v == node.labels.end() ? nullptr : &v->second;
       }
-      if (auto w = values.find(*value); w != values.end()) pod_terms[name] += w->second;
+      if (value != nullptr) {
+        if (auto w = values.find(*value); w != values.end()) pod_terms[i] += w->second;
+      }
+      ++i;
     }
   }
   // ScheduleAnyway spreads, as kube-scheduler's PodTopologySpread scores them: a node
   // with every constraint's key scores, per constraint, the pods counted in its domain plus
   // maxSkew - 1, times log(domains + 2); a node without one of the keys is left out.
-  std::map<std::string, double> spread;
-  std::set<std::string> spread_out;
+  std::vector<double> spread;
+  std::vector<uint8_t> spread_out;
+  bool spreads = false;
   for (const PodInfo* p : pods) {
     for (const SpreadConstraint& k : p->preferred_spread) {
       SpreadCount c = CountSpread(*p, k, &own, /*soft=*/true);
@@ -1628,57 +1641,67 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
         out.Behind(*c.first, "their topology spread counts each other");
         return false;
       }
+      spreads = true;
+      spread.resize(count);
+      spread_out.resize(count);
       const double weight = std::log(static_cast<double>(c.count.size()) + 2);
+      size_t i = 0;
       for (const auto& [name, node] : nodes_) {
         auto d = c.domain_of.find(name);
         if (d == c.domain_of.end()) {
-          spread_out.insert(name);
+          spread_out[i] = 1;
         } else {
-          spread[name] += static_cast<double>(c.count[d->second] + k.max_skew - 1) * weight;
+          spread[i] += static_cast<double>(c.count[d->second] + k.max_skew - 1) * weight;
         }
+        ++i;
       }
     }
   }
+  if (count == 0 || (node_terms.empty() && taints.empty() && pod_terms.empty() && !spreads))
+    return true;  // nothing weighed: every node alike
   // Each normalised to 0-100 as its plugin normalises it, then weighed as kube-scheduler's
   // default profile weighs them (NodeAffinity 2, TaintToleration 3, InterPodAffinity 2,
-  // PodTopologySpread 2). What every node gets alike is left out (a reversed score's 100,
-  // the lowest pod terms' score), so a node not named still scores 0.
-  std::map<std::string, int64_t> score;
-  auto highest = [](const std::map<std::string, int64_t>& m) {
-    int64_t most = 0;
-    for (const auto& [name, v] : m) most = std::max(most, v);
-    return most;
-  };
-  if (const int64_t most = highest(node_terms); most > 0) {
-    for (const auto& [name, v] : node_terms) score[name] += 2 * (100 * v / most);
+  // PodTopologySpread 2).
+  std::vector<int64_t> score(count);
+  node_terms.resize(count);
+  taints.resize(count);
+  pod_terms.resize(count);
+  const int64_t most_terms = *std::max_element(node_terms.begin(), node_terms.end());
+  const int64_t most_taints = *std::max_element(taints.begin(), taints.end());
+  const auto [lo_terms, hi_terms] = std::minmax_element(pod_terms.begin(), pod_terms.end());
+  const int64_t pod_range = *hi_terms - *lo_terms;
+  int64_t lo_spread = INT64_MAX, hi_spread = 0;
+  std::vector<int64_t> rounded(count);
+  for (size_t i = 0; spreads && i < count; ++i) {
+    if (spread_out[i] != 0) continue;
+    rounded[i] = std::llround(spread[i]);
+    lo_spread = std::min(lo_spread, rounded[i]);
+    hi_spread = std::max(hi_spread, rounded[i]);
   }
-  if (const int64_t most = highest(taints); most > 0) {
-    for (const auto& [name, v] : taints) score[name] -= 3 * (100 * v / most);
-  }
-  if (!pod_terms.empty()) {
-    int64_t lo = 0, hi = 0;  // a node not named counts as 0
-    for (const auto& [name, v] : pod_terms) {
-      lo = std::min(lo, v);
-      hi = std::max(hi, v);
+  for (size_t i = 0; i < count; ++i) {
+    if (most_terms > 0) score[i] += 2 * (100 * node_terms[i] / most_terms);
+    if (most_taints > 0) score[i] += 3 * (100 - 100 * taints[i] / most_taints);
+    if (pod_range > 0) score[i] += 2 * (100 * (pod_terms[i] - *lo_terms) / pod_range);
+    if (spreads && spread_out[i] == 0) {
+      score[i] +=
+          2 * (hi_spread == 0 ? 100 : 100 * (hi_spread + lo_spread - rounded[i]) / hi_spread);
     }
-    if (hi > lo) {
-      for (const auto& [name, v] : pod_terms) score[name] += 2 * (100 * v / (hi - lo));
+  }
+  // Only the order counts: the score most nodes have becomes 0, so only the others are
+  // named (to the core, and in the job's shape, which a pass compares).
+  std::map<int64_t, size_t> how_many;
+  for (const int64_t v : score) ++how_many[v];
+  int64_t common = 0;
+  size_t most = 0;
+  for (const auto& [v, n] : how_many) {
+    if (n > most) {
+      most = n;
+      common = v;
     }
   }
-  if (!spread.empty() || !spread_out.empty()) {
-    int64_t lo = INT64_MAX, hi = 0;
-    std::map<std::string, int64_t> rounded;
-    for (const auto& [name, v] : spread) {
-      if (spread_out.contains(name)) continue;
-      const int64_t r = std::llround(v);
-      rounded[name] = r;
-      lo = std::min(lo, r);
-      hi = std::max(hi, r);
-    }
-    for (const auto& [name, r] : rounded)
-      score[name] += 2 * (hi == 0 ? 100 : 100 * (hi + lo - r) / hi);
-  }
-  for (const auto& [name, total] : score) {
+  size_t i = 0;
+  for (const auto& [name, node] : nodes_) {
+    const int64_t total = score[i++] - common;
     if (total == 0) continue;
     if (auto id = view_.cluster.FindNode(name))
       out.preferred.emplace_back(

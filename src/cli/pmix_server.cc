@@ -218,7 +218,6 @@ bool PmixServer::Register(const std::string& nspace, const std::vector<int>& nod
                           const std::vector<std::string>& hosts, uid_t uid, gid_t gid,
                           std::string* error) {
   nspace_ = nspace;
-  node_of_rank_ = node_of_rank;
   const auto size = static_cast<uint32_t>(node_of_rank.size());
   const auto nodes = static_cast<uint32_t>(hosts.size());
   std::vector<std::vector<int>> ranks_on(nodes);

@@ -55,7 +55,6 @@ class PmixServer {
   explicit PmixServer(std::string tmpdir) : tmpdir_(std::move(tmpdir)) {}
   std::string tmpdir_;  // libpmix's rendezvous files; removed by Stop()
   std::string nspace_;
-  std::vector<int> node_of_rank_;
   bool stopped_ = false;
 };
 

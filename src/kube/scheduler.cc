@@ -585,6 +585,15 @@ class Driver {
     return q.node_name.empty() && Ours(q) && Live(q) && q.problem.empty() &&
            std::tie(q.created_ms, q.name) < std::tie(p.created_ms, p.name);
   }
+  // The value of node `name`'s domain of pod term topology key `key`: its own name for
+  // kubernetes.io/hostname (every node is a domain of its own), else its label's value;
+  // nullptr where it has no such label.
+  static const std::string* DomainOf(const std::string& name, const NodeInfo& node,
+                                     const std::string& key) {
+    if (key == kHostnameLabel) return &name;
+    auto v = node.labels.find(key);
+    return v == node.labels.end() ? nullptr : &v->second;
+  }
   // Whether pod `p`'s spread constraint `k` counts pod `q` (of its namespace, selected).
   static bool Counts(const PodInfo& p, const SpreadConstraint& k, const PodInfo& q) {
     return q.uid != p.uid && q.ns == p.ns && Selects(k.selector, q.labels);
@@ -1311,18 +1320,17 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
                         const std::string& key) {
     auto n = nodes_.find(at);
     if (n == nodes_.end()) return;
+    const std::string* value = DomainOf(n->first, n->second, key);
+    if (value == nullptr) return;  // a node without the label: no domain
     if (key == kHostnameLabel) {
-      into.insert(at);
+      into.insert(at);  // a domain of its own
       return;
     }
-    auto value = n->second.labels.find(key);
-    if (value == n->second.labels.end()) return;  // a node without the label: no domain
     for (const auto& [name, node] : nodes_) {
-      auto v = node.labels.find(key);
-      if (v != node.labels.end() && v->second == value->second) into.insert(name);
+      if (const std::string* v = DomainOf(name, node, key); v != nullptr && *v == *value)
+        into.insert(name);
     }
   };
-  auto placed_first = [&](const PodInfo& q, const PodInfo& p) { return PlacedFirst(q, p); };
   // The topology keys of the anti-affinity terms that keep pods `a` and `b` apart, the
   // terms of either selecting the other.
   auto apart_keys = [&](const PodInfo& a, const PodInfo& b) {
@@ -1335,7 +1343,6 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
     }
     return keys;
   };
-  auto counts = &Driver::Counts;
   // A lone pod behind an unplaced pod of ours that it keeps apart from, or whose spread
   // counts it, waits for it: found among the unplaced pods (a few) before the walks of
   // every live pod below would find it (what a Deployment's replicas mostly meet). So does
@@ -1343,14 +1350,14 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
   if (pods.size() == 1) {
     const PodInfo& p = *pods.front();
     for (const PodInfo* q : unplaced_) {
-      if (!placed_first(*q, p)) break;  // the rest were created after it
+      if (!PlacedFirst(*q, p)) break;  // the rest were created after it
       if (!apart_keys(p, *q).empty()) {
         out.Behind(*q, "their pod anti-affinity keeps them apart");
         return out;
       }
       if (!q->spread.empty() &&
           std::any_of(p.spread.begin(), p.spread.end(),
-                      [&](const SpreadConstraint& k) { return counts(p, k, *q); })) {
+                      [&](const SpreadConstraint& k) { return Counts(p, k, *q); })) {
         out.Behind(*q, "their topology spread counts each other");
         return out;
       }
@@ -1379,7 +1386,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
       if (own.contains(q.uid)) return true;
       const std::vector<std::string> keys = apart_keys(*p, q);
       if (keys.empty()) return true;
-      if (placed_first(q, *p)) {
+      if (PlacedFirst(q, *p)) {
         out.Behind(q, "their pod anti-affinity keeps them apart");
         return false;
       }
@@ -1428,7 +1435,7 @@ Driver::KeepOff Driver::PodConstraints(const std::vector<const PodInfo*>& pods,
         if (q.terminal() || own.contains(uid) || !p->TermSelects(t, q, namespaces_)) continue;
         if (!q.node_name.empty()) {
           add_domain(domain, q.node_name, t.topology_key);
-        } else if (placed_first(q, *p)) {
+        } else if (PlacedFirst(q, *p)) {
           first = &q;
         }
       }
@@ -1553,12 +1560,9 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
   std::vector<int64_t> node_terms, taints;  // sized when first needed: most pods weigh nothing
   std::map<std::string, std::map<std::string, int64_t>> by_domain;
   auto weigh = [&](const std::string& host, const std::string& key, int64_t weight) {
-    if (key == kHostnameLabel) {
-      by_domain[key][host] += weight;
-    } else if (auto n = nodes_.find(host); n != nodes_.end()) {
-      if (auto v = n->second.labels.find(key); v != n->second.labels.end())
-        by_domain[key][v->second] += weight;
-    }
+    auto n = nodes_.find(host);
+    if (n == nodes_.end()) return;
+    if (const std::string* v = DomainOf(n->first, n->second, key)) by_domain[key][*v] += weight;
   };
   for (const PodInfo* p : pods) {
     for (const PreferredNodeTerm& t : p->preferred_nodes) {
@@ -1581,8 +1585,7 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
         // before it and not offered to a pass yet, goes first, so a burst of replicas is
         // weighed one by one (one that waits for room does not hold it back).
         for (const PodInfo* q : unplaced_) {
-          if (std::tie(q->created_ms, q->name) >= std::tie(p->created_ms, p->name))
-            break;  // the rest were created after it
+          if (!PlacedFirst(*q, *p)) break;  // the rest were created after it
           if (!own.contains(q->uid) && p->TermSelects(w.term, *q, namespaces_) && !Tried(*q)) {
             out.Behind(*q, std::string("its preferred pod ") + (anti ? "anti-" : "") +
                                "affinity weighs where that one goes");
@@ -1617,12 +1620,7 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
   for (const auto& [key, values] : by_domain) {
     size_t i = 0;
     for (const auto& [name, node] : nodes_) {
-      const std::string* value = &name;
-      if (key != kHostnameLabel) {
-        auto v = node.labels.find(key);
-        value = v == node.labels.end() ? nullptr : &v->second;
-      }
-      if (value != nullptr) {
+      if (const std::string* value = DomainOf(name, node, key)) {
         if (auto w = values.find(*value); w != values.end()) pod_terms[i] += w->second;
       }
       ++i;
@@ -1631,9 +1629,8 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
   // ScheduleAnyway spreads, as kube-scheduler's PodTopologySpread scores them: a node
   // with every constraint's key scores, per constraint, the pods counted in its domain plus
   // maxSkew - 1, times log(domains + 2); a node without one of the keys is left out.
-  std::vector<double> spread;
+  std::vector<double> spread;  // sized at the first constraint
   std::vector<uint8_t> spread_out;
-  bool spreads = false;
   for (const PodInfo* p : pods) {
     for (const SpreadConstraint& k : p->preferred_spread) {
       SpreadCount c = CountSpread(*p, k, &own, /*soft=*/true);
@@ -1641,7 +1638,6 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
         out.Behind(*c.first, "their topology spread counts each other");
         return false;
       }
-      spreads = true;
       spread.resize(count);
       spread_out.resize(count);
       const double weight = std::log(static_cast<double>(c.count.size()) + 2);
@@ -1657,6 +1653,7 @@ bool Driver::PreferredScores(const std::vector<const PodInfo*>& pods,
       }
     }
   }
+  const bool spreads = !spread.empty();
   if (count == 0 || (node_terms.empty() && taints.empty() && pod_terms.empty() && !spreads))
     return true;  // nothing weighed: every node alike
   // Each normalised to 0-100 as its plugin normalises it, then weighed as kube-scheduler's

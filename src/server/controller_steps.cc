@@ -900,8 +900,7 @@ void Controller::LaunchStep(std::string token, std::string name, int step, json 
                  return Reply::Error(Code::kBadRequest, std::string("launch: env: ") + e.what());
                }
                for (auto& [k, v] : env) s.env[k] = std::move(v);
-               s.held = false;
-               for (const StepTask& t : s.tasks) t.desired.reset();
+               s.held = false;  // its tasks' entries are built from here on (NodeAnswer)
                TouchStep(*job, s);
                Persist(*job);
                Reply r;
@@ -1011,7 +1010,8 @@ proto::DesiredWorker Controller::StepDesired(const Job& job, const Step& s, int 
   }
   // srun --mpi=pmix: the task's rank in the namespace srun's PMIx server registered, and its
   // node's name as registered there (cli/pmix_server.h).
-  if (env.contains("PMIX_NAMESPACE") && env["SLURM_MPI_TYPE"] == "pmix") {
+  if (auto type = env.find("SLURM_MPI_TYPE");
+      env.contains("PMIX_NAMESPACE") && type != env.end() && type->second == "pmix") {
     env["PMIX_RANK"] = std::to_string(task);
     env["PMIX_HOSTNAME"] = cluster_.node(n).name;
   }
